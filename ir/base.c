@@ -1,0 +1,284 @@
+/* base.c - arena, diagnostics, dtype table, hashing: the pieces every stage
+ * of flexplan shares (see base.h). */
+#include "base.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void fp_internal_error(const char *file, int line, const char *cond) {
+  fflush(stdout);
+  fprintf(stderr, "%s:%d: internal error: assertion failed: %s\n", file, line, cond);
+  exit(70);
+}
+
+/* ---- arena ----------------------------------------------------------------- */
+typedef struct fp_chunk {
+  struct fp_chunk *next;
+  size_t used, cap;
+  _Alignas(16) unsigned char data[];
+} fp_chunk;
+
+struct fp_arena {
+  fp_chunk *head;
+};
+
+fp_arena *fp_arena_new(void) {
+  fp_arena *a = calloc(1, sizeof *a);
+  FP_ASSERT(a);
+  return a;
+}
+
+void fp_arena_free(fp_arena *a) {
+  if (!a) return;
+  for (fp_chunk *c = a->head, *n; c; c = n) {
+    n = c->next;
+    free(c);
+  }
+  free(a);
+}
+
+void *fp_alloc(fp_arena *a, size_t bytes) {
+  size_t need = (bytes + 15) & ~(size_t)15;
+  if (need < bytes) fp_internal_error(__FILE__, __LINE__, "allocation size overflow");
+  fp_chunk *c = a->head;
+  if (!c || c->cap - c->used < need) {
+    size_t cap = need > 65536 ? need : 65536;
+    c = malloc(sizeof *c + cap);
+    FP_ASSERT(c);
+    c->used = 0;
+    c->cap = cap;
+    /* keep a partially used head first when the new chunk is a big one-off */
+    if (a->head && need > 65536) {
+      c->next = a->head->next;
+      a->head->next = c;
+    } else {
+      c->next = a->head;
+      a->head = c;
+    }
+  }
+  void *p = c->data + c->used;
+  c->used += need;
+  memset(p, 0, bytes);
+  return p;
+}
+
+void *fp_alloc_array(fp_arena *a, size_t n, size_t elem) {
+  size_t bytes;
+  if (__builtin_mul_overflow(n, elem, &bytes)) fp_internal_error(__FILE__, __LINE__, "array size overflow");
+  return fp_alloc(a, bytes ? bytes : 1);
+}
+
+char *fp_strndup(fp_arena *a, const char *s, size_t n) {
+  char *d = fp_alloc(a, n + 1);
+  memcpy(d, s, n);
+  d[n] = 0;
+  return d;
+}
+
+char *fp_strdup(fp_arena *a, const char *s) { return fp_strndup(a, s, strlen(s)); }
+
+char *fp_sprintf(fp_arena *a, const char *fmt, ...) {
+  va_list ap, aq;
+  va_start(ap, fmt);
+  va_copy(aq, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  FP_ASSERT(n >= 0);
+  char *s = fp_alloc(a, (size_t)n + 1);
+  vsnprintf(s, (size_t)n + 1, fmt, aq);
+  va_end(aq);
+  return s;
+}
+
+void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
+  if (need <= *cap) return base;
+  int64_t nc = *cap ? *cap : 16;
+  while (nc < need) nc *= 2;
+  void *nb = fp_alloc_array(a, (size_t)nc, elem);
+  if (base && *cap) memcpy(nb, base, (size_t)*cap * elem);
+  *cap = nc;
+  return nb;
+}
+
+/* ---- sources ----------------------------------------------------------------- */
+bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fp_diag_errorf(d, path, "cannot open: %s", strerror(errno));
+    return false;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  FP_ASSERT(buf);
+  for (;;) {
+    if (len + 1 >= cap) {
+      cap *= 2;
+      buf = realloc(buf, cap);
+      FP_ASSERT(buf);
+    }
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0) break;
+  }
+  bool err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    fp_diag_errorf(d, path, "read error");
+    return false;
+  }
+  out->path = fp_strdup(a, path);
+  out->text = fp_strndup(a, buf, len);
+  out->len = len;
+  free(buf);
+  if (memchr(out->text, 0, len)) {
+    fp_diag_at(d, out, (size_t)((const char *)memchr(out->text, 0, len) - out->text),
+               "unexpected NUL byte");
+    return false;
+  }
+  return true;
+}
+
+void fp_src_linecol(const fp_src *s, size_t off, int *line, int *col) {
+  int l = 1, c = 1;
+  if (off > s->len) off = s->len;
+  for (size_t i = 0; i < off; i++) {
+    if (s->text[i] == '\n') {
+      l++;
+      c = 1;
+    } else {
+      c++;
+    }
+  }
+  *line = l;
+  *col = c;
+}
+
+/* ---- diagnostics -------------------------------------------------------------- */
+void fp_diag_init(fp_diag *d, FILE *echo) {
+  memset(d, 0, sizeof *d);
+  d->echo = echo;
+  d->max_errors = 50;
+}
+
+void fp_diag_free(fp_diag *d) {
+  free(d->buf);
+  d->buf = NULL;
+  d->len = d->cap = 0;
+}
+
+static void diag_append(fp_diag *d, const char *s) {
+  d->nerrors++;
+  if (d->max_errors > 0 && d->nerrors > d->max_errors) return;
+  size_t n = strlen(s);
+  if (d->len + n + 1 > d->cap) {
+    size_t nc = d->cap ? d->cap : 256;
+    while (nc < d->len + n + 1) nc *= 2;
+    d->buf = realloc(d->buf, nc);
+    FP_ASSERT(d->buf);
+    d->cap = nc;
+  }
+  memcpy(d->buf + d->len, s, n + 1);
+  d->len += n;
+  if (d->echo) {
+    fputs(s, d->echo);
+    fflush(d->echo);
+  }
+}
+
+static void diag_emit(fp_diag *d, const char *prefix, const char *fmt, va_list ap) {
+  va_list aq;
+  va_copy(aq, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  FP_ASSERT(n >= 0);
+  size_t pl = strlen(prefix);
+  char *s = malloc(pl + (size_t)n + 2);
+  FP_ASSERT(s);
+  memcpy(s, prefix, pl);
+  vsnprintf(s + pl, (size_t)n + 1, fmt, aq);
+  va_end(aq);
+  s[pl + (size_t)n] = '\n';
+  s[pl + (size_t)n + 1] = 0;
+  diag_append(d, s);
+  free(s);
+}
+
+void fp_diag_errorf(fp_diag *d, const char *where, const char *fmt, ...) {
+  char prefix[1100];
+  snprintf(prefix, sizeof prefix, "%s: error: ", where);
+  va_list ap;
+  va_start(ap, fmt);
+  diag_emit(d, prefix, fmt, ap);
+  va_end(ap);
+}
+
+void fp_diag_at(fp_diag *d, const fp_src *s, size_t off, const char *fmt, ...) {
+  int line, col;
+  fp_src_linecol(s, off, &line, &col);
+  char prefix[1100];
+  snprintf(prefix, sizeof prefix, "%.1000s:%d:%d: error: ", s->path, line, col);
+  va_list ap;
+  va_start(ap, fmt);
+  diag_emit(d, prefix, fmt, ap);
+  va_end(ap);
+}
+
+void fp_diag_vjson(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, va_list ap) {
+  char prefix[2200];
+  if (s) {
+    bool exact;
+    int line, col;
+    fp_src_linecol(s, fp_json_locate(s, ptr, &exact), &line, &col);
+    snprintf(prefix, sizeof prefix, "%.1000s:%d:%d: error: %.1000s: ", s->path, line, col,
+             ptr[0] ? ptr : "/");
+  } else {
+    snprintf(prefix, sizeof prefix, "<defaults>: error: %.1000s: ", ptr[0] ? ptr : "/");
+  }
+  diag_emit(d, prefix, fmt, ap);
+}
+
+void fp_diag_json(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fp_diag_vjson(d, s, ptr, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- dtypes ------------------------------------------------------------------ */
+static const struct {
+  const char *name;
+  int size, reducible;
+} dtypes[] = {
+#define X(e, s, n, r) {s, n, r},
+    FP_DTYPES(X)
+#undef X
+};
+
+const char *fp_dtype_name(fp_dtype t) {
+  FP_ASSERT((unsigned)t < FP_NDTYPES);
+  return dtypes[t].name;
+}
+int fp_dtype_size(fp_dtype t) {
+  FP_ASSERT((unsigned)t < FP_NDTYPES);
+  return dtypes[t].size;
+}
+bool fp_dtype_reducible(fp_dtype t) {
+  FP_ASSERT((unsigned)t < FP_NDTYPES);
+  return dtypes[t].reducible;
+}
+int fp_dtype_parse(const char *s) {
+  for (int i = 0; i < FP_NDTYPES; i++)
+    if (!strcmp(s, dtypes[i].name)) return i;
+  return -1;
+}
+bool fp_dtype_is_user_float(fp_dtype t) { return t == FP_F32 || t == FP_BF16 || t == FP_F16; }
+
+uint64_t fp_fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}

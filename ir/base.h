@@ -1,0 +1,127 @@
+/* base.h - what every stage of flexplan shares: one arena per compile,
+ * located diagnostics, the dtype table, checked int64 arithmetic and the
+ * internal-bug assertion.
+ *
+ * User errors and internal bugs are kept apart: a user error is reported
+ * through an fp_diag as "file:line:col: error: /json/pointer: message" and the
+ * caller returns failure; an internal bug is FP_ASSERT, which prints file:line
+ * and exits with status 70 (EX_SOFTWARE). */
+#ifndef FP_BASE_H
+#define FP_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- internal bugs ---------------------------------------------------- */
+void fp_internal_error(const char *file, int line, const char *cond) __attribute__((noreturn));
+#define FP_ASSERT(c) ((c) ? (void)0 : fp_internal_error(__FILE__, __LINE__, #c))
+
+/* ---- arena: one per compile; freed all at once ------------------------ */
+typedef struct fp_arena fp_arena;
+fp_arena *fp_arena_new(void);
+void fp_arena_free(fp_arena *a);
+void *fp_alloc(fp_arena *a, size_t bytes);                   /* zeroed, 16-aligned */
+void *fp_alloc_array(fp_arena *a, size_t n, size_t elem);    /* zeroed; asserts no overflow */
+char *fp_strdup(fp_arena *a, const char *s);
+char *fp_strndup(fp_arena *a, const char *s, size_t n);
+char *fp_sprintf(fp_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* growable array helper: doubles *cap, copies old contents; returns new base */
+void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem);
+
+/* ---- source text, for locating errors --------------------------------- */
+typedef struct fp_src {
+  const char *path;  /* as the user named it ("-" never: we read files) */
+  const char *text;  /* NUL-terminated contents */
+  size_t len;        /* bytes, without the NUL */
+} fp_src;
+
+/* Read a whole file into the arena. On failure reports "path: error: ..."
+ * through d and returns false. */
+struct fp_diag;
+bool fp_src_read(fp_arena *a, struct fp_diag *d, const char *path, fp_src *out);
+/* line and column (1-based; column counts bytes) of a byte offset */
+void fp_src_linecol(const fp_src *s, size_t off, int *line, int *col);
+
+/* ---- diagnostics ------------------------------------------------------ */
+/* Messages accumulate in a buffer (so a library handle can keep them) and are
+ * optionally echoed to a FILE. */
+typedef struct fp_diag {
+  char *buf;       /* all messages so far, each ending in '\n' (malloc'd) */
+  size_t len, cap;
+  int nerrors;
+  FILE *echo;      /* NULL: do not print */
+  int max_errors;  /* stop recording after this many (0: 1) */
+} fp_diag;
+
+void fp_diag_init(fp_diag *d, FILE *echo);
+void fp_diag_free(fp_diag *d);
+/* The generic form: "<where>: error: <msg>\n". */
+void fp_diag_errorf(fp_diag *d, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Error at a byte offset of a source: "path:line:col: error: msg". */
+void fp_diag_at(fp_diag *d, const fp_src *s, size_t off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Error at the JSON value named by an RFC 6901 pointer in the source:
+ * "path:line:col: error: /ptr: msg". The position is that of the value
+ * (found by re-scanning the text; falls back to the nearest existing
+ * ancestor when the pointer names a missing member). */
+void fp_diag_json(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void fp_diag_vjson(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, va_list ap);
+/* Byte offset of the value at ptr in s (see fp_diag_json); *exact=false when
+ * an ancestor was used. Implemented in planner/json.c. */
+size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact);
+
+/* ---- dtypes ----------------------------------------------------------- */
+/* X(enum suffix, text name, bytes per element, is a float type reducible by
+ * collectives) */
+#define FP_DTYPES(X)                                                        \
+  X(F32, "fp32", 4, 1)       /* IEEE binary32 */                           \
+  X(BF16, "bf16", 2, 1)      /* bfloat16: fp32's exponent, 7-bit mantissa */\
+  X(F16, "fp16", 2, 1)       /* IEEE binary16 */                           \
+  X(E4M3, "e4m3", 1, 0)      /* OCP FP8 E4M3 (MXFP8 element) */            \
+  X(E8M0, "e8m0", 1, 0)      /* OCP E8M0 power-of-two scale (MXFP8) */     \
+  X(U8, "u8", 1, 0)          /* raw bytes */
+
+typedef enum {
+#define X(e, s, n, r) FP_##e,
+  FP_DTYPES(X)
+#undef X
+  FP_NDTYPES
+} fp_dtype;
+
+const char *fp_dtype_name(fp_dtype t);
+int fp_dtype_size(fp_dtype t);
+bool fp_dtype_reducible(fp_dtype t);
+/* parse "fp32" etc.; returns -1 if unknown */
+int fp_dtype_parse(const char *s);
+/* the dtypes a user may name for weights, grads and reductions */
+bool fp_dtype_is_user_float(fp_dtype t);
+
+/* ---- checked int64 arithmetic (false on overflow) --------------------- */
+static inline bool fp_add64(int64_t a, int64_t b, int64_t *r) { return !__builtin_add_overflow(a, b, r); }
+static inline bool fp_mul64(int64_t a, int64_t b, int64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+/* round up to a multiple of m (m > 0) */
+static inline bool fp_align64(int64_t a, int64_t m, int64_t *r) {
+  int64_t t;
+  if (!fp_add64(a, m - 1, &t)) return false;
+  *r = t / m * m;
+  return true;
+}
+static inline int64_t fp_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+/* the byte alignment of every param start inside a bucket's flat storage
+ * (see docs/layout.md for why 256) */
+#define FP_PARAM_ALIGN 256
+
+/* ---- hashing ----------------------------------------------------------- */
+/* FNV-1a 64 over bytes, chainable (start with FP_FNV_INIT) */
+#define FP_FNV_INIT 0xcbf29ce484222325ull
+uint64_t fp_fnv1a(uint64_t h, const void *p, size_t n);
+
+#define FP_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,250 @@
+/* ir.h - the flexplan communication IR: one SPMD program for every rank.
+ *
+ * A program is a flat op array (SQLite VDBE style) grouped into segments, one
+ * per trainer hook, plus the tables its operands refer to: communicators,
+ * buffers (each with a fixed arena offset), per-rank extent tables, modules
+ * and params (the layout the executor needs to give the trainer its views).
+ * Ops are appended through the builder below; ir/print.c writes the text form
+ * (.fpir), ir/parse.c reads it back (print(parse(x)) == x), ir/verify.c checks
+ * a program, ir/plan.c writes and reads plan.json.
+ *
+ * Rank-relative operands. Every rank runs the same op sequence; an operand
+ * region resolves on the rank whose index in the op's communicator is g:
+ *   byte offset = region.off + g * region.stride
+ *                 + (region.tabrel ? tab.off[g] * dtype size : 0)
+ * where tab = tabs[op.tab]. A communicator of size S and stride T groups the
+ * ranks r with equal (r - g*T), g = (r / T) % S: consecutive blocks (T = 1)
+ * or strided replica groups (T = block size). */
+#ifndef FP_IR_H
+#define FP_IR_H
+
+#include "base.h"
+
+typedef enum { FP_OPC_COMM, FP_OPC_LOCAL, FP_OPC_SYNC, FP_OPC_COMPUTE } fp_opclass;
+
+typedef enum {
+#define FP_OP(id, name, cls, doc) FP_OP_##id,
+#include "ops.def"
+#undef FP_OP
+  FP_NOPS
+} fp_opcode;
+
+const char *fp_op_name(fp_opcode c);
+fp_opclass fp_op_class(fp_opcode c);
+const char *fp_op_doc(fp_opcode c);
+int fp_op_parse(const char *name); /* -1 if unknown */
+
+/* streams: X(enum, name) */
+#define FP_STREAMS(X)                                              \
+  X(COMPUTE, "compute") /* the trainer's stream; hooks run on it */ \
+  X(AG, "ag")           /* all-gathers and their casts */           \
+  X(RS, "rs")           /* reduce-scatters, all-reduces, grad math */
+typedef enum {
+#define X(e, s) FP_STREAM_##e,
+  FP_STREAMS(X)
+#undef X
+  FP_NSTREAMS
+} fp_stream;
+const char *fp_stream_name(int s);
+
+/* segment kinds = trainer hooks: X(enum, name, takes a module) */
+#define FP_SEGS(X)                                                           \
+  X(STEP_BEGIN, "step_begin", 0)         /* once, before the first forward */\
+  X(PRE_FORWARD, "pre_forward", 1)       /* before module m's forward */     \
+  X(POST_FORWARD, "post_forward", 1)     /* after module m's forward */      \
+  X(PRE_BACKWARD, "pre_backward", 1)     /* before module m's backward */    \
+  X(POST_BACKWARD, "post_backward", 1)   /* after m's backward wrote grads */\
+  X(PRE_OPTIMIZER, "pre_optimizer", 0)   /* grads final; before the step */  \
+  X(POST_OPTIMIZER, "post_optimizer", 0) /* after the optimizer step */
+typedef enum {
+#define X(e, s, m) FP_SEG_##e,
+  FP_SEGS(X)
+#undef X
+  FP_NSEGKINDS
+} fp_seg_kind;
+const char *fp_seg_name(int k);
+bool fp_seg_has_module(int k);
+
+/* buffer lifetime kinds */
+typedef enum {
+  FP_BUF_PERSISTENT, /* lives for the executor's life (main weights, grads) */
+  FP_BUF_TRANSIENT,  /* lives from its first to its last use in a step */
+} fp_buf_kind;
+
+/* buffer categories (memory timeline, viewer): X(enum, name) */
+#define FP_BUFCATS(X)                                                        \
+  X(MAIN_WEIGHT, "main_weight")       /* optimizer weights (sharded) */      \
+  X(MAIN_GRAD, "main_grad")           /* gradients the optimizer reads */    \
+  X(UNSHARDED_WEIGHT, "unsharded_weight") /* compute weights (param dtype) */\
+  X(UNSHARDED_GRAD, "unsharded_grad") /* grads the trainer's backward writes */\
+  X(STAGING, "staging")               /* casts and reduction outputs */      \
+  X(RESHARD, "reshard")               /* partially sharded copy for backward */
+typedef enum {
+#define X(e, s) FP_CAT_##e,
+  FP_BUFCATS(X)
+#undef X
+  FP_NBUFCATS
+} fp_buf_cat;
+const char *fp_buf_cat_name(int c);
+
+typedef struct fp_ir_comm {
+  const char *name;  /* "world", "shard", "replica", "reshard4", ... */
+  int64_t size;      /* ranks per instance */
+  int64_t stride;    /* global-rank distance between consecutive members */
+} fp_ir_comm;
+
+typedef struct fp_ir_table {
+  const char *name;
+  int64_t n;         /* entries: one per rank of the communicator it serves */
+  int64_t *off;      /* element offsets */
+  int64_t *cnt;      /* element counts */
+} fp_ir_table;
+
+typedef struct fp_ir_buf {
+  const char *name;  /* unique, e.g. "b3.unsharded.mb0" */
+  fp_buf_kind kind;
+  fp_buf_cat cat;
+  int32_t bucket;    /* -1: none */
+  bool host;         /* host (offload) memory instead of the device arena */
+  int64_t bytes;     /* size on the rank that needs most (aligned to 256) */
+  int64_t offset;    /* arena byte offset; -1 until memplan */
+} fp_ir_buf;
+
+typedef struct fp_ir_module {
+  const char *name;
+  double flops_fwd, flops_bwd; /* per micro-batch */
+  int64_t activation_bytes;
+} fp_ir_module;
+
+/* where one param lives in one buffer: byte offset of its slot */
+typedef struct fp_view {
+  int32_t buf;       /* -1: absent on every rank */
+  int64_t off;
+} fp_view;
+
+typedef struct fp_ir_param {
+  const char *name;
+  int ndim;
+  int64_t shape[8];
+  int32_t module, bucket;
+  fp_dtype main_dtype;   /* main weight shard */
+  fp_dtype param_dtype;  /* unsharded compute weight and grad */
+  fp_dtype grad_dtype;   /* main grad shard */
+  bool requires_grad;
+  int placement;         /* fp_placement_kind (planner/front.h) */
+  int32_t dim;           /* shard: split dim */
+  int32_t comm;          /* the communicator it is sharded over (-1 none) */
+  int64_t owner;         /* owned: rank in comm; else -1 */
+  int32_t tab;           /* ragged: extent table (elements of the flat param); else -1 */
+  int64_t chunk;         /* shard: padded elements per rank; ragged: slot elements */
+  fp_view main, grad;    /* shard storage (main dtype / grad dtype) */
+  fp_view weight, ugrad; /* unsharded compute weight and grad (param dtype) */
+} fp_ir_param;
+
+typedef struct fp_region {
+  int32_t buf;       /* -1: no operand */
+  bool tabrel;       /* add tabs[op.tab].off[g] * dtype size */
+  int64_t off;       /* bytes */
+  int64_t stride;    /* bytes per rank index g */
+} fp_region;
+
+typedef enum { FP_PASS_FWD, FP_PASS_BWD } fp_pass;
+
+typedef struct fp_op {
+  fp_opcode code;
+  fp_stream stream;
+  fp_dtype dtype;    /* element type of dst (and of a collective) */
+  fp_dtype sdtype;   /* element type of src (cast, add, quantize); else = dtype */
+  int32_t seg;       /* segment index */
+  int32_t comm;      /* collective's communicator; local ops: the group g indexes (-1) */
+  int32_t only;      /* -1: every rank; else only ranks with index `only` in only_comm */
+  int32_t only_comm;
+  int32_t root;      /* broadcast/reduce root (index in comm); send/recv peer distance */
+  int32_t event;     /* record/wait */
+  int32_t module;    /* compute: module index; else -1 */
+  fp_pass pass;      /* compute: forward or backward */
+  int32_t bucket;    /* the bucket it serves, for viewers (-1) */
+  int32_t group;     /* grouped-call id (coalesce): equal ids issue as one group; -1 */
+  int32_t tab;       /* extent table (v-collectives, ragged local ops); -1 */
+  int64_t count;     /* elements (see ops.def); with tab >= 0, local ops use tab.cnt[g] */
+  int64_t rows;      /* copy: number of rows (1 for a plain copy) */
+  int64_t dpitch, spitch; /* copy: row pitches in bytes */
+  double alpha;      /* scale: factor; compute: flops */
+  fp_region dst, src, aux;
+  int32_t line;      /* .fpir source line it was parsed from (0: built) */
+} fp_op;
+
+typedef struct fp_seg {
+  fp_seg_kind kind;
+  int32_t module;    /* -1 for step_begin / pre_optimizer / post_optimizer */
+  int32_t micro;     /* micro-batch index (0 for step_begin/optimizer) */
+  int32_t first, nops; /* ops[first .. first+nops) */
+} fp_seg;
+
+typedef struct fp_prog {
+  fp_arena *arena;
+  /* header */
+  const char *model;
+  const char *strategy;
+  int64_t world_size, ranks_per_node, grad_accumulation;
+  int64_t arena_bytes;      /* memplan: bytes of the device arena */
+  int64_t host_bytes;       /* memplan: bytes of the host arena */
+  /* tables */
+  fp_ir_comm *comms;    int32_t ncomms;   int64_t cap_comms;
+  fp_ir_table *tabs;    int32_t ntabs;    int64_t cap_tabs;
+  fp_ir_buf *bufs;      int32_t nbufs;    int64_t cap_bufs;
+  fp_ir_module *mods;   int32_t nmods;    int64_t cap_mods;
+  fp_ir_param *params;  int32_t nparams;  int64_t cap_params;
+  const char **buckets; int32_t nbuckets; int64_t cap_buckets; /* bucket names */
+  fp_seg *segs;         int32_t nsegs;    int64_t cap_segs;
+  fp_op *ops;           int32_t nops;     int64_t cap_ops;
+  int32_t nevents;
+} fp_prog;
+
+/* ---- builder ------------------------------------------------------------ */
+fp_prog *fp_prog_new(fp_arena *a);
+int fp_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride);
+int fp_ir_table_add(fp_prog *p, const char *name, int64_t n, const int64_t *off, const int64_t *cnt);
+int fp_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat, int bucket, int64_t bytes);
+int fp_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flops_bwd, int64_t act);
+int fp_ir_bucket_add(fp_prog *p, const char *name);
+fp_ir_param *fp_ir_param_add(fp_prog *p); /* zeroed except views/comm/tab = -1 */
+int fp_ir_event_new(fp_prog *p);
+/* open a new segment; ops emitted after go into it */
+int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro);
+/* append an op to the current segment: comm/only/root/event/module/bucket/
+ * group/tab = -1, regions empty (buf -1), rows 1, sdtype = dtype */
+fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count);
+
+static inline fp_region fp_reg(int buf, int64_t off) { fp_region r = {buf, false, off, 0}; return r; }
+static inline fp_region fp_reg_g(int buf, int64_t off, int64_t stride) { fp_region r = {buf, false, off, stride}; return r; }
+static inline fp_region fp_reg_t(int buf, int64_t off) { fp_region r = {buf, true, off, 0}; return r; }
+static inline fp_region fp_noreg(void) { fp_region r = {-1, false, 0, 0}; return r; }
+
+/* ---- rank arithmetic ------------------------------------------------------ */
+/* index of global rank r inside communicator c */
+static inline int64_t fp_comm_index(const fp_ir_comm *c, int64_t r) { return (r / c->stride) % c->size; }
+/* byte offset of region on a rank whose index in the op's comm is g */
+int64_t fp_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, fp_dtype dt, int64_t g);
+/* element count an op moves/touches on a rank with index g (tables resolved) */
+int64_t fp_op_count(const fp_prog *p, const fp_op *op, int64_t g);
+
+/* ---- text form, verifier, plan.json ------------------------------------- */
+/* print .fpir: deterministic; parse(print(p)) reproduces p */
+void fp_ir_print(const fp_prog *p, FILE *f);
+char *fp_ir_print_str(const fp_prog *p, size_t *len); /* malloc'd */
+/* parse .fpir text; located errors ("file:line:col: error: ...") */
+fp_prog *fp_ir_parse(fp_arena *a, fp_diag *d, const fp_src *src);
+/* check a program; reports each problem through d, located with the op's
+ * .fpir line when src is given (ops parsed from it), else "op N"; returns
+ * true when valid */
+bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
+/* plan.json: {"format":"flexplan.plan.v1","planner_version":..,
+ * "hash":"fnv1a64:<hex>", ...}; the hash covers the canonical .fpir text */
+uint64_t fp_prog_hash(const fp_prog *p);
+bool fp_plan_write(const fp_prog *p, FILE *f);
+fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src);
+/* explain: one row per op (issue: EXPLAIN-style table) */
+void fp_ir_explain(const fp_prog *p, FILE *f);
+
+#endif

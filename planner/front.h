@@ -1,0 +1,146 @@
+/* front.h - the user's request: model.json and spec.json as parsed and
+ * validated by the front end (planner/model.c, planner/spec.c).
+ *
+ * Everything here is what the user asked for, with defaults filled in; fields
+ * computed from it later (shard sizes, buffers, ...) live in layout.h. Every
+ * struct keeps the JSON pointer it came from (`ptr`) so later stages can
+ * report located errors against the right file. */
+#ifndef FP_FRONT_H
+#define FP_FRONT_H
+
+#include "../ir/base.h"
+
+#define FP_MAX_DIMS 8
+
+/* ---- model ------------------------------------------------------------ */
+typedef struct fp_param {
+  const char *name;            /* fully qualified, unique across the model */
+  int ndim;                    /* 1..FP_MAX_DIMS */
+  int64_t shape[FP_MAX_DIMS];  /* each >= 1 */
+  int64_t numel;               /* product of shape (checked against overflow) */
+  fp_dtype dtype;              /* main (optimizer) weight dtype; default fp32 */
+  bool requires_grad;          /* default true; false = frozen */
+  int module;                  /* index into fp_model.modules */
+  const char *ptr;             /* e.g. "/modules/3/params/1" (with prefix) */
+} fp_param;
+
+typedef struct fp_module {
+  const char *name;
+  int first_param, nparams;    /* params[first_param .. +nparams) */
+  double flops_fwd;            /* per micro-batch; 0 when not given */
+  double flops_bwd;            /* default 2 * flops_fwd */
+  int64_t activation_bytes;    /* 0 when not given */
+  const char *ptr;
+} fp_module;
+
+typedef struct fp_model {
+  const fp_src *src;           /* the file it came from */
+  const char *name;
+  fp_param *params;
+  int nparams;
+  fp_module *modules;
+  int nmodules;
+  int *order;                  /* forward order: module indices; may repeat */
+  int norder;
+  const char *ptr;             /* "" or "/model" when embedded */
+} fp_model;
+
+/* ---- spec ------------------------------------------------------------- */
+typedef enum {
+  FP_FULL_SHARD,     /* ZeRO-3: params, grads, optimizer state sharded */
+  FP_SHARD_GRAD_OP,  /* ZeRO-2: params replicated, grads + optimizer sharded */
+  FP_NO_SHARD,       /* DDP: everything replicated, grads all-reduced */
+  FP_HYBRID_SHARD,   /* shard inside intra_node_size groups, replicate across */
+} fp_strategy;
+extern const char *const fp_strategy_names[]; /* NULL-terminated, by enum */
+
+typedef enum {
+  FP_PL_SHARD,       /* even split along dim, padded */
+  FP_PL_RAGGED,      /* uneven flattened-prefix split, cuts on align_elems */
+  FP_PL_OWNED,       /* whole param on one rank of the shard group */
+  FP_PL_REPLICATE,   /* whole param on every rank */
+  FP_NPLACEMENTS
+} fp_placement_kind;
+
+typedef struct fp_placement_spec {
+  fp_placement_kind kind;
+  int dim;                     /* shard: dim to split (default 0) */
+  int64_t *units;              /* ragged: relative share per shard-group rank */
+  int nunits;
+  int64_t align_elems;         /* ragged: cut points are multiples (default 1) */
+  int64_t rank;                /* owned: shard-group rank, or -1 = auto */
+  const char *ptr;             /* where it was written (for errors) */
+} fp_placement_spec;
+
+typedef struct fp_mp {
+  fp_dtype param;              /* compute (unsharded) weights and grads */
+  fp_dtype reduce;             /* dtype of gradient collectives */
+  fp_dtype main_grad;          /* sharded gradient the optimizer reads */
+} fp_mp;
+
+/* reshard_after_forward as requested: FP_RESHARD_TRUE, 0 (false), or g > 0 */
+#define FP_RESHARD_TRUE (-1)
+
+typedef struct fp_bucket_spec {
+  const char *name;
+  const char **patterns;       /* fnmatch patterns over param names */
+  int npatterns;
+  bool per_module;             /* "split": "per_module" */
+  bool has_placement;
+  fp_placement_spec placement;
+  fp_mp mp;                    /* defaults merged in field by field */
+  int64_t reshard;             /* defaults merged in */
+  bool offload;
+  const char *ptr;
+} fp_bucket_spec;
+
+typedef enum {
+  FP_BUCKETS_DEFAULT,          /* no "buckets": one per module */
+  FP_BUCKETS_LIST,             /* explicit list of bucket specs */
+  FP_BUCKETS_AUTO,             /* {"auto": {...}} */
+} fp_bucket_mode;
+
+#define FP_PREFETCH_AUTO (-1)
+
+typedef struct fp_spec {
+  const fp_src *src;           /* NULL when no spec was given (all defaults) */
+  const char *ptr;             /* "" or "/spec" */
+  int64_t world_size;          /* default 8 */
+  int64_t ranks_per_node;      /* default min(8, world_size) */
+  fp_strategy strategy;        /* default full_shard */
+  int64_t intra_node_size;     /* hybrid_shard's shard group size; 0 otherwise */
+  fp_placement_spec placement; /* defaults.placement: default shard dim 0 */
+  fp_mp mp;                    /* defaults: bf16 / fp32 / fp32 */
+  int64_t reshard;             /* defaults.reshard_after_forward: default true */
+  fp_bucket_mode bucket_mode;
+  fp_bucket_spec *buckets;
+  int nbuckets;
+  int64_t auto_target_bytes;   /* FP_BUCKETS_AUTO: 0 = none given */
+  const char **no_shard;       /* fnmatch patterns */
+  int nno_shard;
+  int prefetch_fwd, prefetch_bwd; /* >= 0 or FP_PREFETCH_AUTO; default 1 */
+  int64_t grad_accumulation;   /* micro-batches per step; default 1 */
+  int64_t memory_budget_bytes; /* 0 = none */
+  const char *hw_preset;       /* default "h100-sxm" */
+  /* hardware overrides; 0 = take the preset's value */
+  double hw_flops, hw_nvlink_gbps, hw_ib_gbps, hw_hbm_gbps;
+  int64_t hw_gpus_per_node, hw_hbm_bytes;
+} fp_spec;
+
+/* ---- entry points (planner/model.c, planner/spec.c) -------------------- */
+/* Load a model file. If it holds {"model":..., "spec":...}, *embedded_spec
+ * gets the spec's json (the caller parses it with fp_spec_parse); else NULL.
+ * Returns false after reporting located errors. */
+struct json_object;
+bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
+                   struct json_object **embedded_spec, const fp_src **src_out);
+bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, struct json_object *root,
+                    const char *ptr, fp_model *out);
+/* Parse a spec; root may be NULL (no spec given: all defaults). Semantic
+ * checks that need only the spec (world % intra_node_size, ...) are done
+ * here; checks against the model are the layout's. */
+bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, struct json_object *root,
+                   const char *ptr, fp_spec *out);
+bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out);
+
+#endif
