@@ -110,6 +110,17 @@ typedef struct fp_ir_buf {
   int64_t offset;    /* arena byte offset; -1 until memplan */
 } fp_ir_buf;
 
+/* one live range of a transient buffer: from op `first` to op `last`
+ * (inclusive, program order). A transient buffer keeps one arena address for
+ * the whole step (the trainer's views and captured graphs depend on it) but
+ * may be live several times (forward, backward, each micro-batch); its bytes
+ * are free for others between its ranges. Ops that use the buffer must lie
+ * inside one of its ranges (the verifier checks). */
+typedef struct fp_ir_live {
+  int32_t buf;
+  int32_t first, last;
+} fp_ir_live;
+
 typedef struct fp_ir_module {
   const char *name;
   double flops_fwd, flops_bwd; /* per micro-batch */
@@ -171,6 +182,9 @@ typedef struct fp_op {
   int64_t dpitch, spitch; /* copy: row pitches in bytes */
   double alpha;      /* scale: factor; compute: flops */
   fp_region dst, src, aux;
+  int32_t uses, nuses; /* compute: the buffers the trainer reads or writes during
+                        * this pass (unsharded weights and grads): prog.uses[uses
+                        * .. +nuses); they count as used by this op */
   int32_t line;      /* .fpir source line it was parsed from (0: built) */
 } fp_op;
 
@@ -198,6 +212,8 @@ typedef struct fp_prog {
   const char **buckets; int32_t nbuckets; int64_t cap_buckets; /* bucket names */
   fp_seg *segs;         int32_t nsegs;    int64_t cap_segs;
   fp_op *ops;           int32_t nops;     int64_t cap_ops;
+  int32_t *uses;        int32_t nuses;    int64_t cap_uses; /* buffer ids (fp_op.uses) */
+  fp_ir_live *lives;    int32_t nlives;   int64_t cap_lives; /* transient live ranges, in creation order */
   int32_t nevents;
 } fp_prog;
 
@@ -215,6 +231,11 @@ int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro);
 /* append an op to the current segment: comm/only/root/event/module/bucket/
  * group/tab = -1, regions empty (buf -1), rows 1, sdtype = dtype */
 fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count);
+
+/* add a live range [first_op, last_op] to a transient buffer */
+void fp_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op);
+/* attach the buffers a compute op's pass uses (copied into prog.uses) */
+void fp_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n);
 
 static inline fp_region fp_reg(int buf, int64_t off) { fp_region r = {buf, false, off, 0}; return r; }
 static inline fp_region fp_reg_g(int buf, int64_t off, int64_t stride) { fp_region r = {buf, false, off, stride}; return r; }
