@@ -40,6 +40,11 @@ bool fp_j_is_array(fp_jctx *c, json_object *v, const char *ptr);
 bool fp_j_keys(fp_jctx *c, json_object *obj, const char *ptr, const char *const *allowed);
 /* member or NULL when absent */
 json_object *fp_j_get(json_object *obj, const char *key);
+/* true when obj is an object holding key (even when its value is null,
+ * which fp_j_get cannot tell from absent) */
+bool fp_j_has(json_object *obj, const char *key);
+/* how a value reads in a message: 4.0, "abc", true, null, an object, ... */
+const char *fp_j_describe(fp_arena *a, json_object *v);
 
 /* Typed members. Absent and !required: true, *out untouched.
  * Absent and required: error at ptr ("missing required member 'key'"). */

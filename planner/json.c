@@ -1,0 +1,985 @@
+/* json.c - strict JSON input with located errors (see json.h).
+ *
+ * Three scanners over the source text live here, all hand-written because
+ * json-c objects carry no positions:
+ *   - a strict RFC 8259 validator run after json-c accepted the text: json-c's
+ *     "strict" mode still lets through NaN/Infinity, single-quoted strings,
+ *     "1.", raw control characters in strings and silently clamps integers
+ *     beyond 64 bits; it also keeps the last of duplicate keys. The validator
+ *     rejects all of these, located at the offending byte, with the JSON
+ *     pointer of the value (or object) concerned;
+ *   - a tolerant walker that names the JSON pointer of the value being parsed
+ *     at a byte offset (for json-c's syntax errors);
+ *   - fp_json_locate: follows an RFC 6901 pointer through the text to the first
+ *     byte of the value it names. It never reads past the text and never
+ *     fails: on anything unexpected it answers the nearest ancestor found. */
+#include "json.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FP_JSON_MAX_DEPTH 64
+
+/* ---- small helpers --------------------------------------------------------- */
+static bool is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
+
+static size_t skip_ws(const char *t, size_t n, size_t i) {
+  while (i < n && is_ws(t[i])) i++;
+  return i;
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/* 4 hex digits at t[i..i+4) or -1 */
+static long hex4(const char *t, size_t n, size_t i) {
+  if (i + 4 > n) return -1;
+  long v = 0;
+  for (size_t k = 0; k < 4; k++) {
+    int h = hexval(t[i + k]);
+    if (h < 0) return -1;
+    v = v * 16 + h;
+  }
+  return v;
+}
+
+static size_t put_utf8(char *o, unsigned long cp) {
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    o[0] = (char)(0xC0 | (cp >> 6));
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    o[0] = (char)(0xE0 | (cp >> 12));
+    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  o[0] = (char)(0xF0 | (cp >> 18));
+  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  o[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* Decode the JSON string whose opening quote is at t[q] (tolerantly: garbage
+ * never overruns). Writes at most (end - q) bytes to out (a buffer of at least
+ * that size), sets *olen, returns the offset just past the closing quote (or n
+ * when unterminated). Lone surrogates decode to U+FFFD, as json-c does. */
+static size_t decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
+  size_t i = q + 1, o = 0;
+  while (i < n && t[i] != '"') {
+    if (t[i] != '\\') {
+      if (out) out[o] = t[i];
+      o++;
+      i++;
+      continue;
+    }
+    if (i + 1 >= n) {
+      i = n;
+      break;
+    }
+    char e = t[i + 1];
+    char ch = 0;
+    switch (e) {
+      case '"': ch = '"'; break;
+      case '\\': ch = '\\'; break;
+      case '/': ch = '/'; break;
+      case 'b': ch = '\b'; break;
+      case 'f': ch = '\f'; break;
+      case 'n': ch = '\n'; break;
+      case 'r': ch = '\r'; break;
+      case 't': ch = '\t'; break;
+      case 'u': {
+        long cp = hex4(t, n, i + 2);
+        if (cp < 0) { /* malformed: take the characters literally */
+          if (out) out[o] = e;
+          o++;
+          i += 2;
+          continue;
+        }
+        size_t used = 6;
+        unsigned long u = (unsigned long)cp;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          long lo = (i + 7 < n && t[i + 6] == '\\' && t[i + 7] == 'u') ? hex4(t, n, i + 8) : -1;
+          if (lo >= 0xDC00 && lo <= 0xDFFF) {
+            u = 0x10000 + (((unsigned long)cp - 0xD800) << 10) + ((unsigned long)lo - 0xDC00);
+            used = 12;
+          } else {
+            u = 0xFFFD;
+          }
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          u = 0xFFFD;
+        }
+        char tmp[4];
+        size_t k = put_utf8(tmp, u);
+        if (out) memcpy(out + o, tmp, k);
+        o += k;
+        i += used;
+        continue;
+      }
+      default: /* invalid escape: keep the character */
+        ch = e;
+        break;
+    }
+    if (out) out[o] = ch;
+    o++;
+    i += 2;
+  }
+  *olen = o;
+  return i < n ? i + 1 : n;
+}
+
+/* Offset just past the string starting at t[q] (tolerant). */
+static size_t skip_string(const char *t, size_t n, size_t q) {
+  size_t i = q + 1;
+  while (i < n && t[i] != '"') i += (t[i] == '\\') ? 2 : 1;
+  return i < n ? i + 1 : n;
+}
+
+/* Offset just past the value starting at t[i] (tolerant; may return i when
+ * there is no value there). */
+static size_t skip_value(const char *t, size_t n, size_t i) {
+  if (i >= n) return n;
+  if (t[i] == '"' || t[i] == '\'') {
+    if (t[i] == '"') return skip_string(t, n, i);
+    size_t j = i + 1;
+    while (j < n && t[j] != '\'') j += (t[j] == '\\') ? 2 : 1;
+    return j < n ? j + 1 : n;
+  }
+  if (t[i] == '{' || t[i] == '[') {
+    size_t depth = 0;
+    while (i < n) {
+      char ch = t[i];
+      if (ch == '"') {
+        i = skip_string(t, n, i);
+        continue;
+      }
+      if (ch == '{' || ch == '[') depth++;
+      if (ch == '}' || ch == ']') {
+        depth--;
+        if (depth == 0) return i + 1;
+      }
+      i++;
+    }
+    return n;
+  }
+  while (i < n && !is_ws(t[i]) && t[i] != ',' && t[i] != ']' && t[i] != '}' && t[i] != ':') i++;
+  return i;
+}
+
+/* ---- pointers -------------------------------------------------------------- */
+const char *fp_ptr_key(fp_arena *a, const char *ptr, const char *key) {
+  size_t pl = strlen(ptr), extra = 0;
+  for (const char *k = key; *k; k++) extra += (*k == '~' || *k == '/') ? 2 : 1;
+  char *s = fp_alloc(a, pl + extra + 2);
+  memcpy(s, ptr, pl);
+  size_t o = pl;
+  s[o++] = '/';
+  for (const char *k = key; *k; k++) {
+    if (*k == '~') {
+      s[o++] = '~';
+      s[o++] = '0';
+    } else if (*k == '/') {
+      s[o++] = '~';
+      s[o++] = '1';
+    } else {
+      s[o++] = *k;
+    }
+  }
+  s[o] = 0;
+  return s;
+}
+
+const char *fp_ptr_idx(fp_arena *a, const char *ptr, int64_t i) {
+  return fp_sprintf(a, "%s/%" PRId64, ptr, i);
+}
+
+/* escaped pointer segment for a decoded key, appended to a malloc'd buffer */
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+} sbuf;
+
+static void sb_putn(sbuf *b, const char *s, size_t n) {
+  if (b->len + n + 1 > b->cap) {
+    size_t nc = b->cap ? b->cap : 64;
+    while (nc < b->len + n + 1) nc *= 2;
+    b->p = realloc(b->p, nc);
+    FP_ASSERT(b->p);
+    b->cap = nc;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = 0;
+}
+
+static void sb_put_segment(sbuf *b, const char *key, size_t n) {
+  sb_putn(b, "/", 1);
+  for (size_t i = 0; i < n; i++) {
+    if (key[i] == '~')
+      sb_putn(b, "~0", 2);
+    else if (key[i] == '/')
+      sb_putn(b, "~1", 2);
+    else if (key[i] == 0)
+      sb_putn(b, "\\u0000", 6);
+    else
+      sb_putn(b, key + i, 1);
+  }
+}
+
+/* path components of a scan: an object member (its key's opening quote, or
+ * (size_t)-1 while in key position) or an array index */
+typedef struct pseg {
+  bool is_obj;
+  size_t key;   /* offset of the key's quote; (size_t)-1: none yet */
+  int64_t idx;
+} pseg;
+
+static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs, int nseg,
+                         bool include_last_key) {
+  sbuf b = {0};
+  sb_putn(&b, "", 0);
+  for (int k = 0; k < nseg; k++) {
+    if (segs[k].is_obj) {
+      if (segs[k].key == (size_t)-1) break;
+      if (k == nseg - 1 && !include_last_key) break;
+      size_t end = skip_string(t, n, segs[k].key), dl;
+      char *dec = malloc(end - segs[k].key + 1);
+      FP_ASSERT(dec);
+      decode_string(t, n, segs[k].key, dec, &dl);
+      sb_put_segment(&b, dec, dl);
+      free(dec);
+    } else {
+      char num[32];
+      snprintf(num, sizeof num, "/%" PRId64, segs[k].idx);
+      sb_putn(&b, num, strlen(num));
+    }
+  }
+  char *s = fp_strdup(a, b.p);
+  free(b.p);
+  return s;
+}
+
+/* The pointer of the value being parsed at byte `off` of a (possibly invalid)
+ * text: a tolerant walk of the prefix. */
+static char *path_at(fp_arena *a, const char *t, size_t n, size_t off) {
+  pseg segs[FP_JSON_MAX_DEPTH + 8];
+  int nseg = 0, depth = 0;
+  bool in_value = true; /* inside an object: after ':' until ',' */
+  size_t i = 0;
+  if (off > n) off = n;
+  while (i < off) {
+    char ch = t[i];
+    if (ch == '"' || ch == '\'') {
+      size_t end = skip_value(t, n, i);
+      if (depth > 0 && depth <= nseg && segs[depth - 1].is_obj && !in_value && ch == '"') {
+        if (end > off) break; /* the error is inside this key: the object */
+        segs[depth - 1].key = i;
+      }
+      i = end;
+      continue;
+    }
+    if (ch == '{' || ch == '[') {
+      if (nseg < FP_JSON_MAX_DEPTH + 8 && depth == nseg) {
+        segs[nseg].is_obj = ch == '{';
+        segs[nseg].key = (size_t)-1;
+        segs[nseg].idx = 0;
+        nseg++;
+      }
+      depth++;
+      in_value = ch == '[';
+    } else if (ch == '}' || ch == ']') {
+      if (depth > 0) depth--;
+      if (nseg > depth) nseg = depth;
+      in_value = true;
+    } else if (ch == ':') {
+      in_value = true;
+    } else if (ch == ',') {
+      if (depth > 0 && depth <= nseg) {
+        if (segs[depth - 1].is_obj) {
+          segs[depth - 1].key = (size_t)-1;
+          in_value = false;
+        } else {
+          segs[depth - 1].idx++;
+        }
+      }
+    }
+    i++;
+  }
+  if (nseg > depth) nseg = depth;
+  /* in key position of an object: the object itself */
+  return path_string(a, t, n, segs, nseg, in_value);
+}
+
+/* ---- fp_json_locate ---------------------------------------------------------- */
+size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact) {
+  bool ex_dummy;
+  if (!exact) exact = &ex_dummy;
+  *exact = false;
+  if (!s || !s->text) return 0;
+  const char *t = s->text;
+  size_t n = s->len;
+  size_t cur = skip_ws(t, n, 0);
+  if (cur > n) cur = n;
+  if (!ptr || ptr[0] == 0) {
+    *exact = ptr != NULL && cur < n;
+    return cur;
+  }
+  if (ptr[0] != '/') return cur;
+  const char *p = ptr;
+  char *seg = malloc(strlen(ptr) + 1);
+  FP_ASSERT(seg);
+  char *kbuf = NULL;
+  size_t kcap = 0;
+  bool found = cur < n;
+  while (found && *p == '/') {
+    /* decode the next segment */
+    p++;
+    size_t sl = 0;
+    while (*p && *p != '/') {
+      if (p[0] == '~' && p[1] == '0') {
+        seg[sl++] = '~';
+        p += 2;
+      } else if (p[0] == '~' && p[1] == '1') {
+        seg[sl++] = '/';
+        p += 2;
+      } else {
+        seg[sl++] = *p++;
+      }
+    }
+    found = false;
+    size_t i = cur;
+    if (t[i] == '{') {
+      i++;
+      for (;;) {
+        i = skip_ws(t, n, i);
+        if (i >= n || t[i] != '"') break;
+        size_t end = skip_string(t, n, i), kl;
+        if (end - i + 1 > kcap) {
+          kcap = end - i + 1;
+          free(kbuf);
+          kbuf = malloc(kcap);
+          FP_ASSERT(kbuf);
+        }
+        decode_string(t, n, i, kbuf, &kl);
+        i = skip_ws(t, n, end);
+        if (i >= n || t[i] != ':') break;
+        i = skip_ws(t, n, i + 1);
+        if (i >= n) break;
+        if (kl == sl && memcmp(kbuf, seg, sl) == 0) {
+          /* json-c keeps the last of duplicate keys, but duplicates are
+           * rejected before anything is located; the first is fine */
+          cur = i;
+          found = true;
+          break;
+        }
+        size_t nx = skip_value(t, n, i);
+        if (nx == i) break;
+        i = skip_ws(t, n, nx);
+        if (i >= n || t[i] != ',') break;
+        i++;
+      }
+    } else if (t[i] == '[') {
+      /* RFC 6901 array index: "0" or [1-9][0-9]*; anything else misses */
+      int64_t want = -1;
+      bool ok = sl > 0 && (sl == 1 || seg[0] != '0');
+      for (size_t k = 0; ok && k < sl; k++) {
+        if (seg[k] < '0' || seg[k] > '9') ok = false;
+        else if (want > (INT64_MAX - 9) / 10) ok = false;
+        else want = (want < 0 ? 0 : want) * 10 + (seg[k] - '0');
+      }
+      if (ok) {
+        i++;
+        for (int64_t idx = 0;; idx++) {
+          i = skip_ws(t, n, i);
+          if (i >= n || t[i] == ']') break;
+          if (idx == want) {
+            cur = i;
+            found = true;
+            break;
+          }
+          size_t nx = skip_value(t, n, i);
+          if (nx == i) break;
+          i = skip_ws(t, n, nx);
+          if (i >= n || t[i] != ',') break;
+          i++;
+        }
+      }
+    }
+  }
+  free(seg);
+  free(kbuf);
+  *exact = found && *p == 0;
+  return cur;
+}
+
+/* ---- the strict validator ----------------------------------------------------- */
+typedef struct kent {
+  char *key; /* decoded (malloc'd) */
+  size_t len, off;
+  uint64_t h;
+} kent;
+
+typedef struct vscan {
+  fp_arena *a;
+  const char *t;
+  size_t n, i;
+  pseg segs[FP_JSON_MAX_DEPTH + 8];
+  int nseg;
+  bool failed;
+  size_t err_off;
+  char *err_ptr;
+  char err_msg[512];
+} vscan;
+
+static bool vfail(vscan *v, size_t off, bool include_last_key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static bool vfail(vscan *v, size_t off, bool include_last_key, const char *fmt, ...) {
+  if (v->failed) return false;
+  v->failed = true;
+  v->err_off = off;
+  v->err_ptr = path_string(v->a, v->t, v->n, v->segs, v->nseg, include_last_key);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(v->err_msg, sizeof v->err_msg, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* a short printable excerpt of t[i..j) for messages */
+static const char *excerpt(vscan *v, size_t i, size_t j) {
+  if (j > v->n) j = v->n;
+  if (j - i > 40) return fp_sprintf(v->a, "%.*s...", 37, v->t + i);
+  return fp_strndup(v->a, v->t + i, j - i);
+}
+
+static bool v_value(vscan *v, int depth);
+
+/* string at v->i (which is '"'); for keys, *dec gets the decoded text */
+static bool v_string(vscan *v, bool is_key, char **dec, size_t *dlen) {
+  const char *t = v->t;
+  size_t n = v->n, q = v->i, i = q + 1;
+  while (i < n && t[i] != '"') {
+    unsigned char ch = (unsigned char)t[i];
+    if (ch < 0x20)
+      return vfail(v, i, !is_key, "invalid JSON: unescaped control character 0x%02x in string", ch);
+    if (ch != '\\') {
+      i++;
+      continue;
+    }
+    char e = i + 1 < n ? t[i + 1] : 0;
+    if (strchr("\"\\/bfnrt", e) && e) {
+      i += 2;
+      continue;
+    }
+    if (e != 'u') return vfail(v, i, !is_key, "invalid JSON: invalid escape sequence in string");
+    long cp = hex4(t, n, i + 2);
+    if (cp < 0) return vfail(v, i, !is_key, "invalid JSON: \\u must be followed by 4 hex digits");
+    if (cp == 0) return vfail(v, i, !is_key, "\\u0000 (NUL) is not allowed in strings");
+    if (cp >= 0xDC00 && cp <= 0xDFFF)
+      return vfail(v, i, !is_key, "invalid JSON: unpaired UTF-16 surrogate \\u%04lx", cp);
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      long lo = (i + 7 < n && t[i + 6] == '\\' && t[i + 7] == 'u') ? hex4(t, n, i + 8) : -1;
+      if (lo < 0xDC00 || lo > 0xDFFF)
+        return vfail(v, i, !is_key, "invalid JSON: unpaired UTF-16 surrogate \\u%04lx", cp);
+      i += 12;
+      continue;
+    }
+    i += 6;
+  }
+  if (i >= n) return vfail(v, q, !is_key, "invalid JSON: unterminated string");
+  if (dec) {
+    *dec = malloc(i + 1 - q);
+    FP_ASSERT(*dec);
+    decode_string(t, n, q, *dec, dlen);
+  }
+  v->i = i + 1;
+  return true;
+}
+
+static bool v_number(vscan *v) {
+  const char *t = v->t;
+  size_t n = v->n, s = v->i, i = s;
+  bool integral = true;
+  if (i < n && t[i] == '-') i++;
+  if (i < n && t[i] == '0') {
+    i++;
+    if (i < n && t[i] >= '0' && t[i] <= '9')
+      return vfail(v, s, true, "invalid JSON: number with a leading zero");
+  } else if (i < n && t[i] >= '1' && t[i] <= '9') {
+    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+  } else {
+    return vfail(v, s, true, "invalid JSON: unexpected '%s'", excerpt(v, s, skip_value(t, n, s) > s ? skip_value(t, n, s) : s + 1));
+  }
+  if (i < n && t[i] == '.') {
+    integral = false;
+    i++;
+    if (i >= n || t[i] < '0' || t[i] > '9')
+      return vfail(v, s, true, "invalid JSON: a digit must follow the decimal point in '%s'",
+                   excerpt(v, s, skip_value(t, n, s)));
+    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+  }
+  if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+    integral = false;
+    i++;
+    if (i < n && (t[i] == '+' || t[i] == '-')) i++;
+    if (i >= n || t[i] < '0' || t[i] > '9')
+      return vfail(v, s, true, "invalid JSON: malformed exponent in '%s'", excerpt(v, s, skip_value(t, n, s)));
+    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+  }
+  char *tok = fp_strndup(v->a, t + s, i - s);
+  if (integral) {
+    errno = 0;
+    if (tok[0] == '-') {
+      (void)strtoll(tok, NULL, 10);
+    } else {
+      (void)strtoull(tok, NULL, 10);
+    }
+    if (errno == ERANGE)
+      return vfail(v, s, true, "integer %s is outside the 64-bit range", excerpt(v, s, i));
+  } else {
+    double d = strtod(tok, NULL);
+    if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
+  }
+  v->i = i;
+  return true;
+}
+
+static bool v_object(vscan *v, int depth) {
+  const char *t = v->t;
+  size_t n = v->n;
+  pseg *sg = &v->segs[v->nseg++];
+  sg->is_obj = true;
+  sg->key = (size_t)-1;
+  kent *keys = NULL;
+  size_t nkeys = 0, kcap = 0;
+  /* open hash of indexes into keys (+1; 0 = empty) */
+  size_t *tab = NULL, tcap = 0;
+  bool ok = false;
+  v->i++;
+  v->i = skip_ws(t, n, v->i);
+  if (v->i < n && t[v->i] == '}') {
+    v->i++;
+    ok = true;
+    goto done;
+  }
+  for (;;) {
+    v->i = skip_ws(t, n, v->i);
+    if (v->i >= n || t[v->i] != '"') {
+      vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes");
+      goto done;
+    }
+    size_t koff = v->i;
+    char *dec;
+    size_t dl;
+    if (!v_string(v, true, &dec, &dl)) goto done;
+    if (nkeys == kcap) {
+      kcap = kcap ? 2 * kcap : 8;
+      keys = realloc(keys, kcap * sizeof *keys);
+      FP_ASSERT(keys);
+    }
+    keys[nkeys] = (kent){dec, dl, koff, fp_fnv1a(FP_FNV_INIT, dec, dl)};
+    nkeys++;
+    if (2 * nkeys > tcap) {
+      size_t nc = tcap ? 2 * tcap : 16;
+      free(tab);
+      tab = calloc(nc, sizeof *tab);
+      FP_ASSERT(tab);
+      tcap = nc;
+      for (size_t k = 0; k + 1 < nkeys; k++) {
+        size_t h = (size_t)keys[k].h & (tcap - 1);
+        while (tab[h]) h = (h + 1) & (tcap - 1);
+        tab[h] = k + 1;
+      }
+    }
+    {
+      kent *ke = &keys[nkeys - 1];
+      size_t h = (size_t)ke->h & (tcap - 1);
+      while (tab[h]) {
+        kent *o = &keys[tab[h] - 1];
+        if (o->h == ke->h && o->len == ke->len && memcmp(o->key, ke->key, ke->len) == 0) {
+          fp_src tmp = {"", v->t, v->n};
+          int line, col;
+          fp_src_linecol(&tmp, o->off, &line, &col);
+          sbuf kb = {0};
+          sb_put_segment(&kb, ke->key, ke->len);
+          vfail(v, ke->off, false, "duplicate member '%s' (first at line %d, column %d)",
+                fp_strdup(v->a, kb.p + 1), line, col);
+          free(kb.p);
+          goto done;
+        }
+        h = (h + 1) & (tcap - 1);
+      }
+      tab[h] = nkeys;
+    }
+    v->i = skip_ws(t, n, v->i);
+    if (v->i >= n || t[v->i] != ':') {
+      vfail(v, v->i, false, "invalid JSON: expected ':' after member name");
+      goto done;
+    }
+    v->i = skip_ws(t, n, v->i + 1);
+    sg->key = koff;
+    if (!v_value(v, depth + 1)) goto done;
+    v->i = skip_ws(t, n, v->i);
+    if (v->i < n && t[v->i] == ',') {
+      v->i++;
+      sg->key = (size_t)-1;
+      continue;
+    }
+    if (v->i < n && t[v->i] == '}') {
+      v->i++;
+      ok = true;
+      goto done;
+    }
+    sg->key = (size_t)-1;
+    vfail(v, v->i, false, "invalid JSON: expected ',' or '}' in object");
+    goto done;
+  }
+done:
+  for (size_t k = 0; k < nkeys; k++) free(keys[k].key);
+  free(keys);
+  free(tab);
+  if (ok) v->nseg--;
+  return ok;
+}
+
+static bool v_array(vscan *v, int depth) {
+  const char *t = v->t;
+  size_t n = v->n;
+  pseg *sg = &v->segs[v->nseg++];
+  sg->is_obj = false;
+  sg->idx = 0;
+  v->i = skip_ws(t, n, v->i + 1);
+  if (v->i < n && t[v->i] == ']') {
+    v->i++;
+    v->nseg--;
+    return true;
+  }
+  for (;;) {
+    v->i = skip_ws(t, n, v->i);
+    if (!v_value(v, depth + 1)) return false;
+    v->i = skip_ws(t, n, v->i);
+    if (v->i < n && t[v->i] == ',') {
+      v->i++;
+      sg->idx++;
+      continue;
+    }
+    if (v->i < n && t[v->i] == ']') {
+      v->i++;
+      v->nseg--;
+      return true;
+    }
+    v->nseg--;
+    return vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array");
+  }
+}
+
+static bool v_value(vscan *v, int depth) {
+  const char *t = v->t;
+  size_t n = v->n;
+  v->i = skip_ws(t, n, v->i);
+  if (v->i >= n) return vfail(v, v->i, true, "invalid JSON: unexpected end of data");
+  if (depth > FP_JSON_MAX_DEPTH || v->nseg >= FP_JSON_MAX_DEPTH + 4)
+    return vfail(v, v->i, true, "invalid JSON: nesting deeper than %d", FP_JSON_MAX_DEPTH);
+  char ch = t[v->i];
+  if (ch == '{') return v_object(v, depth);
+  if (ch == '[') return v_array(v, depth);
+  if (ch == '"') return v_string(v, false, NULL, NULL);
+  if (ch == '-' || (ch >= '0' && ch <= '9')) return v_number(v);
+  static const char *const lits[] = {"true", "false", "null"};
+  for (int k = 0; k < 3; k++) {
+    size_t l = strlen(lits[k]);
+    if (n - v->i >= l && memcmp(t + v->i, lits[k], l) == 0) {
+      size_t e = v->i + l;
+      if (e >= n || is_ws(t[e]) || t[e] == ',' || t[e] == ']' || t[e] == '}') {
+        v->i = e;
+        return true;
+      }
+    }
+  }
+  size_t e = skip_value(t, n, v->i);
+  if (e == v->i) e = v->i + 1;
+  if (ch == '\'') return vfail(v, v->i, true, "invalid JSON: strings must use double quotes");
+  return vfail(v, v->i, true, "invalid JSON: unexpected '%s'", excerpt(v, v->i, e));
+}
+
+/* ---- parse ------------------------------------------------------------------- */
+json_object *fp_json_parse(fp_jctx *c) {
+  const fp_src *s = c->src;
+  size_t first = skip_ws(s->text, s->len, 0);
+  if (first >= s->len) {
+    fp_diag_at(c->d, s, s->len, "/: empty file: expected a JSON value");
+    return NULL;
+  }
+  if (s->len > (size_t)INT32_MAX - 1) {
+    fp_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
+    return NULL;
+  }
+  struct json_tokener *tok = json_tokener_new_ex(FP_JSON_MAX_DEPTH);
+  FP_ASSERT(tok);
+  json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+  /* the length includes the terminating NUL: otherwise a trailing number is
+   * "continue" (json-c waits for more digits) */
+  json_object *root = json_tokener_parse_ex(tok, s->text, (int)s->len + 1);
+  enum json_tokener_error e = json_tokener_get_error(tok);
+  size_t end = json_tokener_get_parse_end(tok);
+  json_tokener_free(tok);
+  if (e != json_tokener_success || !root) {
+    json_object_put(root);
+    if (end > s->len) end = s->len;
+    /* json-c's position can lie past the real mistake ("[01]" fails at the
+     * ']'): when the strict validator finds an earlier error, report that */
+    vscan v = {.a = c->a, .t = s->text, .n = s->len};
+    if (!v_value(&v, 1) && v.err_off < end) {
+      fp_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
+      return NULL;
+    }
+    const char *ptr = path_at(c->a, s->text, s->len, end);
+    const char *what = "";
+    if (end < s->len) {
+      unsigned char ch = (unsigned char)s->text[end];
+      if (ch >= 0x20 && ch < 0x7f)
+        what = fp_sprintf(c->a, " (found '%c')", ch);
+      else
+        what = fp_sprintf(c->a, " (found byte 0x%02x)", ch);
+    } else if (e == json_tokener_continue || e == json_tokener_error_parse_eof) {
+      what = " (the file ends early)";
+    }
+    if (e == json_tokener_error_depth)
+      fp_diag_at(c->d, s, end, "%s: invalid JSON: nesting deeper than %d", ptr[0] ? ptr : "/",
+                 FP_JSON_MAX_DEPTH);
+    else
+      fp_diag_at(c->d, s, end, "%s: invalid JSON: %s%s", ptr[0] ? ptr : "/",
+                 e == json_tokener_continue ? "unexpected end of data" : json_tokener_error_desc(e), what);
+    return NULL;
+  }
+  vscan v = {.a = c->a, .t = s->text, .n = s->len};
+  bool ok = v_value(&v, 1);
+  if (ok) {
+    v.i = skip_ws(s->text, s->len, v.i);
+    if (v.i < s->len) ok = vfail(&v, v.i, false, "invalid JSON: unexpected data after the value");
+  }
+  if (!ok) {
+    json_object_put(root);
+    fp_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
+    return NULL;
+  }
+  return root;
+}
+
+/* ---- accessors ----------------------------------------------------------------- */
+bool fp_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fp_diag_vjson(c->d, c->src, ptr, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+const char *fp_j_describe(fp_arena *a, json_object *v) {
+  switch (json_object_get_type(v)) {
+    case json_type_null: return "null";
+    case json_type_boolean: return json_object_get_boolean(v) ? "true" : "false";
+    case json_type_object: return "an object";
+    case json_type_array: return "an array";
+    case json_type_int:
+    case json_type_double: {
+      const char *s = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+      return fp_sprintf(a, "%.40s", s);
+    }
+    case json_type_string: {
+      const char *s = json_object_get_string(v);
+      if (!s[0]) return "an empty string";
+      if (strlen(s) > 40) return fp_sprintf(a, "\"%.37s...\"", s);
+      return fp_sprintf(a, "\"%s\"", s);
+    }
+  }
+  return "a value";
+}
+
+bool fp_j_is_object(fp_jctx *c, json_object *v, const char *ptr) {
+  if (v && json_object_is_type(v, json_type_object)) return true;
+  return fp_j_error(c, ptr, "expected an object, got %s", fp_j_describe(c->a, v));
+}
+
+bool fp_j_is_array(fp_jctx *c, json_object *v, const char *ptr) {
+  if (v && json_object_is_type(v, json_type_array)) return true;
+  return fp_j_error(c, ptr, "expected an array, got %s", fp_j_describe(c->a, v));
+}
+
+bool fp_j_keys(fp_jctx *c, json_object *obj, const char *ptr, const char *const *allowed) {
+  if (!obj || !json_object_is_type(obj, json_type_object)) return fp_j_is_object(c, obj, ptr);
+  json_object_object_foreach(obj, key, val) {
+    (void)val;
+    bool ok = false;
+    for (int k = 0; allowed[k]; k++)
+      if (!strcmp(allowed[k], key)) ok = true;
+    if (ok) continue;
+    sbuf b = {0};
+    for (int k = 0; allowed[k]; k++) {
+      if (k) sb_putn(&b, ", ", 2);
+      sb_putn(&b, allowed[k], strlen(allowed[k]));
+    }
+    fp_j_error(c, fp_ptr_key(c->a, ptr, key), "unknown member '%s' (expected one of: %s)", key,
+               b.p ? b.p : "");
+    free(b.p);
+    return false;
+  }
+  return true;
+}
+
+json_object *fp_j_get(json_object *obj, const char *key) {
+  json_object *v = NULL;
+  if (!obj || !json_object_is_type(obj, json_type_object)) return NULL;
+  if (!json_object_object_get_ex(obj, key, &v)) return NULL;
+  return v;
+}
+
+bool fp_j_has(json_object *obj, const char *key) {
+  if (!obj || !json_object_is_type(obj, json_type_object)) return false;
+  return json_object_object_get_ex(obj, key, NULL);
+}
+
+/* member lookup shared by the typed accessors: false = stop with *ret */
+static bool member(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+                   json_object **v, const char **vptr, bool *ret) {
+  if (!obj || !json_object_is_type(obj, json_type_object)) {
+    *ret = fp_j_is_object(c, obj, ptr);
+    return false;
+  }
+  if (!json_object_object_get_ex(obj, key, v)) {
+    *ret = required ? fp_j_error(c, ptr, "missing required member '%s'", key) : true;
+    return false;
+  }
+  *vptr = fp_ptr_key(c->a, ptr, key);
+  return true;
+}
+
+static const char *int_range(fp_arena *a, int64_t min, int64_t max) {
+  if (min == INT64_MIN && max == INT64_MAX) return "an integer";
+  if (max == INT64_MAX) return fp_sprintf(a, "an integer >= %" PRId64, min);
+  if (min == INT64_MIN) return fp_sprintf(a, "an integer <= %" PRId64, max);
+  return fp_sprintf(a, "an integer in [%" PRId64 ", %" PRId64 "]", min, max);
+}
+
+bool fp_j_int_v(fp_jctx *c, json_object *v, const char *ptr, int64_t min, int64_t max, int64_t *out) {
+  if (!v || !json_object_is_type(v, json_type_int))
+    return fp_j_error(c, ptr, "expected %s, got %s", int_range(c->a, min, max), fp_j_describe(c->a, v));
+  int64_t x = json_object_get_int64(v);
+  if (x == INT64_MAX && json_object_get_uint64(v) != (uint64_t)INT64_MAX)
+    return fp_j_error(c, ptr, "expected %s, got %s (larger than the int64 maximum)",
+                      int_range(c->a, min, max), fp_j_describe(c->a, v));
+  if (x < min || x > max)
+    return fp_j_error(c, ptr, "expected %s, got %" PRId64, int_range(c->a, min, max), x);
+  *out = x;
+  return true;
+}
+
+bool fp_j_int(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+              int64_t min, int64_t max, int64_t *out) {
+  json_object *v;
+  const char *vp;
+  bool ret;
+  if (!member(c, obj, ptr, key, required, &v, &vp, &ret)) return ret;
+  return fp_j_int_v(c, v, vp, min, max, out);
+}
+
+static const char *num_range(fp_arena *a, double min, double max) {
+  bool lo = isfinite(min), hi = isfinite(max);
+  if (!lo && !hi) return "a number";
+  if (!hi) return fp_sprintf(a, "a number >= %g", min);
+  if (!lo) return fp_sprintf(a, "a number <= %g", max);
+  return fp_sprintf(a, "a number in [%g, %g]", min, max);
+}
+
+bool fp_j_num(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+              double min, double max, double *out) {
+  json_object *v;
+  const char *vp;
+  bool ret;
+  if (!member(c, obj, ptr, key, required, &v, &vp, &ret)) return ret;
+  if (!v || !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
+    return fp_j_error(c, vp, "expected %s, got %s", num_range(c->a, min, max), fp_j_describe(c->a, v));
+  double x = json_object_get_double(v);
+  if (!isfinite(x) || x < min || x > max)
+    return fp_j_error(c, vp, "expected %s, got %s", num_range(c->a, min, max), fp_j_describe(c->a, v));
+  *out = x;
+  return true;
+}
+
+bool fp_j_bool(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required, bool *out) {
+  json_object *v;
+  const char *vp;
+  bool ret;
+  if (!member(c, obj, ptr, key, required, &v, &vp, &ret)) return ret;
+  if (!v || !json_object_is_type(v, json_type_boolean))
+    return fp_j_error(c, vp, "expected true or false, got %s", fp_j_describe(c->a, v));
+  *out = json_object_get_boolean(v);
+  return true;
+}
+
+bool fp_j_str_v(fp_jctx *c, json_object *v, const char *ptr, const char **out) {
+  if (!v || !json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0)
+    return fp_j_error(c, ptr, "expected a non-empty string, got %s", fp_j_describe(c->a, v));
+  *out = fp_strdup(c->a, json_object_get_string(v));
+  return true;
+}
+
+bool fp_j_str(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+              const char **out) {
+  json_object *v;
+  const char *vp;
+  bool ret;
+  if (!member(c, obj, ptr, key, required, &v, &vp, &ret)) return ret;
+  return fp_j_str_v(c, v, vp, out);
+}
+
+bool fp_j_enum(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+               const char *const *names, int *out) {
+  json_object *v;
+  const char *vp;
+  bool ret;
+  if (!member(c, obj, ptr, key, required, &v, &vp, &ret)) return ret;
+  if (v && json_object_is_type(v, json_type_string)) {
+    const char *s = json_object_get_string(v);
+    for (int k = 0; names[k]; k++)
+      if (!strcmp(names[k], s)) {
+        *out = k;
+        return true;
+      }
+  }
+  sbuf b = {0};
+  for (int k = 0; names[k]; k++) {
+    if (k) sb_putn(&b, ", ", 2);
+    sb_putn(&b, "\"", 1);
+    sb_putn(&b, names[k], strlen(names[k]));
+    sb_putn(&b, "\"", 1);
+  }
+  fp_j_error(c, vp, "expected one of %s, got %s", b.p ? b.p : "", fp_j_describe(c->a, v));
+  free(b.p);
+  return false;
+}
+
+bool fp_j_arr(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+              json_object **out, size_t *n) {
+  json_object *v;
+  const char *vp;
+  bool ret;
+  if (!member(c, obj, ptr, key, required, &v, &vp, &ret)) return ret;
+  if (!fp_j_is_array(c, v, vp)) return false;
+  *out = v;
+  if (n) *n = json_object_array_length(v);
+  return true;
+}
