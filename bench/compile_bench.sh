@@ -1,0 +1,101 @@
+#!/bin/bash
+# compile_bench.sh - time `flexplan compile` on the big examples.
+#
+#   bench/compile_bench.sh [EXAMPLE.json ...]      (default: llama3-405b, deepseek-v3-16b)
+#   N=21 bench/compile_bench.sh                    (runs per example; default 11)
+#
+# Builds a Release flexplan in bench/out/build (gitignored), then for each
+# example: one untimed warm-up, N timed runs of
+#   flexplan compile X -o $tmp/plan.json        (wall time of the process)
+# and N runs of
+#   flexplan compile X --emit=summary -o -      (the planner's own compile_ms)
+# and prints min / median / max of both, and the 405B median against the
+# 100 ms aim. Wall time includes process start, reading the JSON and writing
+# the plan; compile_ms is what the planner reports for itself.
+# Only bash and /usr/bin/python3 (standard library).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+build="$root/bench/out/build"
+N=${N:-11}
+PY=/usr/bin/python3
+
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+mkdir -p "$root/bench/out"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_TESTING=OFF -DFP_CUDA=OFF >"$build.configure.log" 2>&1 ||
+    { cat "$build.configure.log" >&2; exit 1; }
+fi
+cmake --build "$build" --target flexplan >"$build.build.log" 2>&1 ||
+  { cat "$build.build.log" >&2; exit 1; }
+fp="$build/flexplan"
+
+if [ $# -eq 0 ]; then
+  set -- "$root/examples/llama3-405b.json" "$root/examples/deepseek-v3-16b.json"
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fp-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+"$PY" - "$fp" "$N" "$tmp" "$@" <<'PYEOF'
+import json, os, platform, statistics, subprocess, sys, time
+
+fp, n, tmp, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+
+def run(args):
+  r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  if r.returncode != 0:
+    sys.exit("failed (%d): %s\n%s" % (r.returncode, " ".join(args), r.stderr))
+  return r.stdout
+
+def cpu():
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "?"
+
+print("flexplan compile benchmark: %s, %d runs per example" % (run([fp, "--version"]).strip(), n))
+print("host: %s, %d CPUs, %s" % (cpu(), os.cpu_count() or 0, platform.platform()))
+print()
+rows, med405 = [], None
+for path in files:
+  name = os.path.splitext(os.path.basename(path))[0]
+  plan = os.path.join(tmp, name + ".plan.json")
+  run([fp, "compile", path, "-o", plan])  # warm-up (page cache, first touch)
+  wall = []
+  for _ in range(n):
+    t0 = time.perf_counter()
+    run([fp, "compile", path, "-o", plan])
+    wall.append((time.perf_counter() - t0) * 1e3)
+  cms, s = [], None
+  for _ in range(n):
+    s = json.loads(run([fp, "compile", path, "--emit=summary", "-o", "-"]))
+    cms.append(float(s["compile_ms"]))
+  rows.append((name, s["world_size"], s["params"], s["ops"], s["collectives"],
+               min(wall), statistics.median(wall), max(wall),
+               min(cms), statistics.median(cms), max(cms), os.path.getsize(plan)))
+  if name == "llama3-405b":
+    med405 = statistics.median(wall)
+
+hdr = ("example", "ranks", "params", "ops", "colls", "wall min", "wall med", "wall max",
+       "cms min", "cms med", "cms max", "plan KiB")
+fmt = "%-18s %6s %7s %7s %6s %9s %9s %9s %8s %8s %8s %9s"
+print(fmt % hdr)
+print(fmt % (("",) * 5 + ("ms",) * 6 + ("",)))
+for r in rows:
+  print(fmt % (r[0], r[1], r[2], r[3], r[4],
+               "%.1f" % r[5], "%.1f" % r[6], "%.1f" % r[7],
+               "%.1f" % r[8], "%.1f" % r[9], "%.1f" % r[10], "%.0f" % (r[11] / 1024)))
+print()
+print("wall = whole `flexplan compile X -o plan.json` process; "
+      "cms = the planner's own compile_ms from --emit=summary")
+if med405 is not None:
+  print("llama3-405b: median wall %.1f ms / 100 ms aim = %.3f" % (med405, med405 / 100.0))
+PYEOF

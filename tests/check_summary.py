@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""check_summary.py FLEXPLAN MODEL.json
+
+The summary test of one example: `flexplan compile MODEL --emit=summary -o -`
+must print one JSON object with every documented field, of the right type,
+agreeing with the input file and with itself:
+  arena_bytes >= lower_bound_bytes > 0, peak_bytes > 0,
+  persistent_bytes >= param_shard_bytes, world_size / model / strategy /
+  params as in the file, collectives <= ops, and communication on every
+  example (they all have world_size > 1).
+Standard library only. Exit 0 ok, 1 failed check, 2 usage."""
+import json
+import subprocess
+import sys
+
+INT_FIELDS = ["world_size", "buckets", "params", "ops", "collectives",
+              "param_shard_bytes", "grad_shard_bytes", "persistent_bytes",
+              "comm_bytes_per_rank", "arena_bytes", "peak_bytes", "lower_bound_bytes"]
+
+
+def main(argv):
+  if len(argv) != 3:
+    print(__doc__.splitlines()[0], file=sys.stderr)
+    return 2
+  fp, path = argv[1], argv[2]
+  with open(path) as f:
+    doc = json.load(f)
+  model = doc.get("model", doc)
+  spec = doc.get("spec", {})
+  r = subprocess.run([fp, "compile", path, "--emit=summary", "-o", "-"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  if r.returncode != 0:
+    print("compile --emit=summary failed (%d):\n%s" % (r.returncode, r.stderr), file=sys.stderr)
+    return 1
+  try:
+    s = json.loads(r.stdout)
+  except ValueError as e:
+    print("summary is not JSON: %s\n---\n%s" % (e, r.stdout[:2000]), file=sys.stderr)
+    return 1
+  errs = []
+
+  def need(cond, msg):
+    if not cond:
+      errs.append(msg)
+
+  need(isinstance(s, dict), "summary is not a JSON object")
+  if not isinstance(s, dict):
+    s = {}
+  for k in INT_FIELDS:
+    v = s.get(k)
+    need(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+         "%s: want a non-negative integer, got %r" % (k, v))
+  for k in ("model", "strategy"):
+    need(isinstance(s.get(k), str), "%s: want a string, got %r" % (k, s.get(k)))
+  cm = s.get("compile_ms")
+  need(isinstance(cm, (int, float)) and not isinstance(cm, bool) and cm >= 0,
+       "compile_ms: want a non-negative number, got %r" % (cm,))
+  if errs:
+    print("\n".join(errs), file=sys.stderr)
+    return 1
+
+  world = spec.get("mesh", {}).get("world_size", 8)
+  strategy = spec.get("strategy", "full_shard")
+  nparams = sum(len(m["params"]) for m in model["modules"])
+  need(s["world_size"] == world, "world_size %d, file says %d" % (s["world_size"], world))
+  need(s["model"] == model["name"], "model %r, file says %r" % (s["model"], model["name"]))
+  need(s["strategy"] == strategy, "strategy %r, file says %r" % (s["strategy"], strategy))
+  need(s["params"] == nparams, "params %d, file has %d" % (s["params"], nparams))
+  need(s["buckets"] >= 1, "no buckets")
+  need(s["lower_bound_bytes"] > 0, "lower_bound_bytes is 0")
+  need(s["arena_bytes"] >= s["lower_bound_bytes"],
+       "arena_bytes %d < lower_bound_bytes %d" % (s["arena_bytes"], s["lower_bound_bytes"]))
+  need(s["peak_bytes"] > 0, "peak_bytes is 0")
+  need(s["persistent_bytes"] >= s["param_shard_bytes"],
+       "persistent_bytes %d < param_shard_bytes %d" % (s["persistent_bytes"], s["param_shard_bytes"]))
+  need(s["ops"] >= s["collectives"], "ops %d < collectives %d" % (s["ops"], s["collectives"]))
+  if world > 1:
+    need(s["collectives"] > 0, "no collectives at world_size %d" % world)
+    need(s["comm_bytes_per_rank"] > 0, "no communication at world_size %d" % world)
+  if errs:
+    print("%s:\n  %s\nsummary: %s" % (path, "\n  ".join(errs), json.dumps(s)), file=sys.stderr)
+    return 1
+  print("summary ok: %s %s" % (path, json.dumps(s)))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))
