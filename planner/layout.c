@@ -1,0 +1,401 @@
+/* layout.c - from the user's request (fp_model + fp_spec) to the layout:
+ * which bucket each param goes to, each param's placement and dtypes, and the
+ * byte offset of every param's slot in each of its bucket's flat storages.
+ *
+ * Storages are flat byte arrays, one of each kind per bucket; every param slot
+ * starts on an FP_PARAM_ALIGN (256) byte boundary - see docs/layout.md. Slots
+ * of placements whose size is the same on every rank (shard, ragged with
+ * max-size slots, replicate) come first at rank-independent offsets; owned
+ * params follow, packed per owner rank, so a rank stores only what it owns.
+ * Every size is checked int64 arithmetic. */
+#include "layout.h"
+
+#include "json.h"
+
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+const fp_placement_impl *const fp_placements[FP_NPLACEMENTS] = {
+    [FP_PL_SHARD] = &fp_placement_shard,
+    [FP_PL_RAGGED] = &fp_placement_ragged,
+    [FP_PL_OWNED] = &fp_placement_owned,
+    [FP_PL_REPLICATE] = &fp_placement_replicate,
+};
+
+bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...) {
+  const fp_src *src = in_model ? L->model->src : L->spec->src;
+  if (!in_model && !src) {
+    /* no spec file: defaults are being applied; blame the model file */
+    src = L->model->src;
+    ptr = L->model->ptr;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  fp_diag_vjson(L->d, src, ptr, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+const char *fp_layout_ptr(fp_layout *L, const char *base, const char *key) {
+  if (!base) return L->spec->ptr ? L->spec->ptr : "";
+  return fp_ptr_key(L->a, base, key);
+}
+
+int64_t fp_param_inner(const fp_param *p, int dim) {
+  int64_t n = 1;
+  for (int i = dim + 1; i < p->ndim; i++) n *= p->shape[i]; /* <= numel: no overflow */
+  return n;
+}
+
+static bool matches(const char **pats, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (fnmatch(pats[i], name, 0) == 0) return true;
+  return false;
+}
+
+/* ---- buckets ---------------------------------------------------------------- */
+typedef struct {
+  int spec;    /* bucket spec index, or -1 for a default per-module bucket */
+  int module;  /* per-module key, or -1 */
+  int auto_id; /* auto buckets: group index, or -1 */
+} bucket_key;
+
+static int find_or_add_bucket(fp_layout *L, bucket_key *keys, bucket_key k) {
+  for (int i = 0; i < L->nbuckets; i++)
+    if (keys[i].spec == k.spec && keys[i].module == k.module && keys[i].auto_id == k.auto_id) return i;
+  keys[L->nbuckets] = k;
+  return L->nbuckets++;
+}
+
+static int64_t param_bytes(const fp_param *p, fp_dtype t) { return p->numel * fp_dtype_size(t); }
+
+static bool assign_buckets(fp_layout *L, int *bucket_of) {
+  const fp_model *m = L->model;
+  const fp_spec *s = L->spec;
+  bucket_key *keys = fp_alloc_array(L->a, (size_t)m->nparams + 1, sizeof *keys);
+  L->nbuckets = 0;
+  if (s->bucket_mode == FP_BUCKETS_AUTO) {
+    /* pack consecutive modules (in first-use forward order) up to target bytes
+     * of unsharded param-dtype weights */
+    int64_t target = s->auto_target_bytes ? s->auto_target_bytes : (int64_t)64 << 20;
+    int *group_of = fp_alloc_array(L->a, (size_t)m->nmodules, sizeof(int));
+    for (int i = 0; i < m->nmodules; i++) group_of[i] = -1;
+    int group = -1;
+    int64_t acc = 0;
+    for (int i = 0; i < m->norder; i++) {
+      int mod = m->order[i];
+      if (group_of[mod] >= 0) continue;
+      int64_t bytes = 0;
+      for (int j = 0; j < m->modules[mod].nparams; j++)
+        bytes += param_bytes(&m->params[m->modules[mod].first_param + j], s->mp.param);
+      if (group < 0 || (acc > 0 && acc + bytes > target)) {
+        group++;
+        acc = 0;
+      }
+      acc += bytes;
+      group_of[mod] = group;
+    }
+    for (int i = 0; i < m->nparams; i++) {
+      bucket_key k = {-1, -1, group_of[m->params[i].module]};
+      bucket_of[i] = find_or_add_bucket(L, keys, k);
+    }
+  } else {
+    for (int i = 0; i < m->nparams; i++) {
+      const fp_param *p = &m->params[i];
+      bucket_key k = {-1, p->module, -1};
+      if (s->bucket_mode == FP_BUCKETS_LIST) {
+        for (int b = 0; b < s->nbuckets; b++) {
+          if (matches(s->buckets[b].patterns, s->buckets[b].npatterns, p->name)) {
+            k.spec = b;
+            k.module = s->buckets[b].per_module ? p->module : -1;
+            break;
+          }
+        }
+      }
+      bucket_of[i] = find_or_add_bucket(L, keys, k);
+    }
+    /* a bucket spec that matched nothing is almost certainly a typo */
+    if (s->bucket_mode == FP_BUCKETS_LIST) {
+      for (int b = 0; b < s->nbuckets; b++) {
+        bool used = false;
+        for (int i = 0; i < L->nbuckets && !used; i++) used = keys[i].spec == b;
+        if (!used)
+          return fp_layout_error(L, false, fp_ptr_key(L->a, s->buckets[b].ptr, "params"),
+                                 "bucket '%s' matches no parameter", s->buckets[b].name);
+      }
+    }
+  }
+  L->buckets = fp_alloc_array(L->a, (size_t)L->nbuckets, sizeof(fp_bucket));
+  for (int b = 0; b < L->nbuckets; b++) {
+    fp_bucket *B = &L->buckets[b];
+    bucket_key k = keys[b];
+    const fp_bucket_spec *bs = k.spec >= 0 ? &s->buckets[k.spec] : NULL;
+    if (bs && k.module >= 0)
+      B->name = fp_sprintf(L->a, "%s.%s", bs->name, m->modules[k.module].name);
+    else if (bs)
+      B->name = bs->name;
+    else if (k.auto_id >= 0)
+      B->name = fp_sprintf(L->a, "auto%d", k.auto_id);
+    else
+      B->name = m->modules[k.module].name;
+    B->mp = bs ? bs->mp : s->mp;
+    B->reshard = bs ? bs->reshard : s->reshard;
+    B->spec = bs;
+    B->ptr = bs ? bs->ptr : (k.module >= 0 ? m->modules[k.module].ptr : m->ptr);
+    B->lparams = fp_alloc_array(L->a, (size_t)m->nparams, sizeof(int));
+  }
+  return true;
+}
+
+/* ---- placements and dtypes ---------------------------------------------------- */
+static bool resolve_params(fp_layout *L, const int *bucket_of) {
+  const fp_model *m = L->model;
+  const fp_spec *s = L->spec;
+  bool ok = true;
+  fp_placement_spec *repl = fp_alloc(L->a, sizeof *repl);
+  repl->kind = FP_PL_REPLICATE;
+  repl->rank = -1;
+  repl->ptr = s->ptr;
+  for (int i = 0; i < m->nparams; i++) {
+    fp_lparam *p = &L->params[i];
+    const fp_param *mp = &m->params[i];
+    fp_bucket *B = &L->buckets[bucket_of[i]];
+    p->param = i;
+    p->mp = mp;
+    p->bucket = bucket_of[i];
+    p->owner = -1;
+    p->tab = -1;
+    p->shard_off = p->grad_off = p->unsharded_off = p->ugrad_off = -1;
+    p->rin_off = p->rout_off = p->gstage_off = p->rstage_off = -1;
+    B->lparams[B->nparams++] = i;
+    p->main_dtype = mp->dtype;
+    p->param_dtype = B->mp.param;
+    p->reduce_dtype = B->mp.reduce;
+    p->grad_dtype = B->mp.main_grad;
+    bool no_shard = s->strategy == FP_NO_SHARD || matches(s->no_shard, s->nno_shard, mp->name);
+    p->pl = no_shard ? repl : (B->spec && B->spec->has_placement) ? &B->spec->placement : &s->placement;
+    p->impl = fp_placements[p->pl->kind];
+    p->replicated = p->pl->kind == FP_PL_REPLICATE;
+    if (!p->impl->layout(L, p)) {
+      ok = false;
+      continue;
+    }
+    if (!p->replicated) B->sharded = true;
+    if (mp->requires_grad) B->trainable = true;
+  }
+  return ok;
+}
+
+/* owned "auto": longest-processing-time bin packing of the auto-owned params'
+ * main-weight bytes over the shard group, starting from the explicitly owned
+ * loads; ties go to the lowest rank, so the result is deterministic. */
+static int cmp_bytes_desc(const void *a, const void *b, void *ctx) {
+  const fp_layout *L = ctx;
+  const fp_lparam *x = &L->params[*(const int *)a], *y = &L->params[*(const int *)b];
+  int64_t bx = param_bytes(x->mp, x->main_dtype), by = param_bytes(y->mp, y->main_dtype);
+  if (bx != by) return bx > by ? -1 : 1;
+  return x->param - y->param;
+}
+
+static void sort_with(int *v, int n, fp_layout *L) {
+  /* insertion sort is too slow for big models; use a simple merge sort */
+  if (n < 2) return;
+  int *tmp = fp_alloc_array(L->a, (size_t)n, sizeof(int));
+  for (int w = 1; w < n; w *= 2) {
+    for (int lo = 0; lo < n; lo += 2 * w) {
+      int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) tmp[k++] = cmp_bytes_desc(&v[j], &v[i], L) < 0 ? v[j++] : v[i++];
+      while (i < mid) tmp[k++] = v[i++];
+      while (j < hi) tmp[k++] = v[j++];
+    }
+    memcpy(v, tmp, (size_t)n * sizeof(int));
+  }
+}
+
+static void pack_owned(fp_layout *L) {
+  int64_t *load = fp_alloc_array(L->a, (size_t)L->G, sizeof(int64_t));
+  int *autos = fp_alloc_array(L->a, (size_t)L->nparams + 1, sizeof(int));
+  int nauto = 0;
+  for (int i = 0; i < L->nparams; i++) {
+    fp_lparam *p = &L->params[i];
+    if (p->pl->kind != FP_PL_OWNED) continue;
+    if (p->owner >= 0)
+      load[p->owner] += param_bytes(p->mp, p->main_dtype);
+    else
+      autos[nauto++] = i;
+  }
+  sort_with(autos, nauto, L);
+  for (int k = 0; k < nauto; k++) {
+    fp_lparam *p = &L->params[autos[k]];
+    int64_t best = 0;
+    for (int64_t r = 1; r < L->G; r++)
+      if (load[r] < load[best]) best = r;
+    p->owner = best;
+    load[best] += param_bytes(p->mp, p->main_dtype);
+  }
+}
+
+/* ---- storage offsets -------------------------------------------------------- */
+/* A storage is laid out slot by slot; `common` slots have the same offset and
+ * size on every rank; owned slots are packed per owner rank after the common
+ * ones. Returns false on int64 overflow. */
+typedef struct {
+  int64_t common;   /* end of the common part */
+  int64_t *owned;   /* per-rank end of the owned part (relative) */
+  int64_t max_owned;
+} storage;
+
+static bool slot_at(storage *st, int64_t owner, int64_t bytes, int64_t *off) {
+  int64_t *cur = owner >= 0 ? &st->owned[owner] : &st->common;
+  int64_t a, e;
+  if (!fp_align64(*cur, FP_PARAM_ALIGN, &a) || !fp_add64(a, bytes, &e)) return false;
+  *off = a;
+  *cur = e;
+  if (owner >= 0 && e > st->max_owned) st->max_owned = e;
+  return true;
+}
+
+/* finish: owned offsets are shifted past the common part; total bytes */
+static bool storage_total(storage *st, int64_t *base, int64_t *total) {
+  int64_t b, t;
+  if (!fp_align64(st->common, FP_PARAM_ALIGN, &b) || !fp_add64(b, st->max_owned, &t) ||
+      !fp_align64(t, FP_PARAM_ALIGN, &t))
+    return false;
+  *base = b;
+  *total = t;
+  return true;
+}
+
+static bool layout_storages(fp_layout *L) {
+  for (int b = 0; b < L->nbuckets; b++) {
+    fp_bucket *B = &L->buckets[b];
+    enum { MAIN, GRAD, UNSH, UGRAD, RIN, ROUT, GST, RST, NST };
+    storage st[NST];
+    for (int k = 0; k < NST; k++) {
+      st[k].common = st[k].max_owned = 0;
+      st[k].owned = fp_alloc_array(L->a, (size_t)L->G, sizeof(int64_t));
+    }
+    bool ok = true;
+    for (int j = 0; j < B->nparams; j++) {
+      fp_lparam *p = &L->params[B->lparams[j]];
+      int64_t own = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
+      int64_t mb, gb, ub, rb, ob, gs, rs;
+      bool train = p->mp->requires_grad;
+      ok = ok && fp_mul64(p->slot, fp_dtype_size(p->main_dtype), &mb) &&
+           fp_mul64(p->slot, fp_dtype_size(p->grad_dtype), &gb) &&
+           fp_mul64(p->padded_numel, fp_dtype_size(p->param_dtype), &ub) &&
+           fp_mul64(p->padded_numel, fp_dtype_size(p->reduce_dtype), &rb) &&
+           fp_mul64(p->slot, fp_dtype_size(p->reduce_dtype), &ob);
+      ok = ok && slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
+      if (ok && train) {
+        ok = slot_at(&st[GRAD], own, gb, &p->grad_off) && slot_at(&st[UGRAD], -1, ub, &p->ugrad_off) &&
+             slot_at(&st[ROUT], own, ob, &p->rout_off);
+        if (ok && p->reduce_dtype != p->param_dtype) ok = slot_at(&st[RIN], -1, rb, &p->rin_off);
+      }
+      if (ok && p->pl->kind == FP_PL_SHARD && p->pl->dim > 0) {
+        int64_t n;
+        ok = fp_mul64(p->chunk, L->G, &n) && fp_mul64(n, fp_dtype_size(p->param_dtype), &gs) &&
+             fp_mul64(n, fp_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);
+        if (ok && train) ok = slot_at(&st[RST], -1, rs, &p->rstage_off);
+      }
+      if (!ok)
+        return fp_layout_error(L, true, p->mp->ptr, "parameter '%s' is too large for int64 byte sizes",
+                               p->mp->name);
+    }
+    int64_t base[NST], total[NST];
+    for (int k = 0; k < NST; k++)
+      if (!storage_total(&st[k], &base[k], &total[k]))
+        return fp_layout_error(L, false, B->ptr, "bucket '%s' is too large for int64 byte sizes", B->name);
+    /* shift owned slots past the common part */
+    for (int j = 0; j < B->nparams; j++) {
+      fp_lparam *p = &L->params[B->lparams[j]];
+      if (p->pl->kind != FP_PL_OWNED) continue;
+      p->shard_off += base[MAIN];
+      if (p->grad_off >= 0) p->grad_off += base[GRAD];
+      if (p->rout_off >= 0) p->rout_off += base[ROUT];
+    }
+    B->shard_bytes = total[MAIN];
+    B->grad_bytes = total[GRAD];
+    B->unsharded_bytes = total[UNSH];
+    B->ugrad_bytes = total[UGRAD];
+    B->rin_bytes = total[RIN];
+    B->rout_bytes = total[ROUT];
+    B->gstage_bytes = total[GST];
+    B->rstage_bytes = total[RST];
+  }
+  return true;
+}
+
+/* ---- reshard_after_forward and forward positions ------------------------------ */
+static bool finish_buckets(fp_layout *L) {
+  const fp_model *m = L->model;
+  const fp_spec *s = L->spec;
+  int *bucket_of = fp_alloc_array(L->a, (size_t)L->nparams + 1, sizeof(int));
+  for (int i = 0; i < L->nparams; i++) bucket_of[i] = L->params[i].bucket;
+  for (int b = 0; b < L->nbuckets; b++) {
+    L->buckets[b].first_pos = -1;
+    L->buckets[b].last_pos = -1;
+  }
+  for (int pos = 0; pos < m->norder; pos++) {
+    const fp_module *mod = &m->modules[m->order[pos]];
+    for (int j = 0; j < mod->nparams; j++) {
+      fp_bucket *B = &L->buckets[bucket_of[mod->first_param + j]];
+      if (B->first_pos < 0) B->first_pos = pos;
+      B->last_pos = pos;
+    }
+  }
+  for (int b = 0; b < L->nbuckets; b++) {
+    fp_bucket *B = &L->buckets[b];
+    FP_ASSERT(B->first_pos >= 0); /* the front end requires every module in forward_order */
+    int64_t r = B->reshard;
+    const char *ptr = B->spec ? fp_ptr_key(L->a, B->spec->ptr, "reshard_after_forward")
+                              : fp_ptr_key(L->a, fp_ptr_key(L->a, s->ptr, "defaults"), "reshard_after_forward");
+    /* ZeRO-2/DDP and fully replicated buckets keep their compute weights */
+    B->persistent_unsharded = s->strategy == FP_SHARD_GRAD_OP || s->strategy == FP_NO_SHARD || !B->sharded;
+    if (B->persistent_unsharded) {
+      B->reshard = 0;
+      continue;
+    }
+    if (r > 0 && L->G % r != 0)
+      return fp_layout_error(L, false, ptr,
+                             "reshard_after_forward %lld does not divide the shard group size %lld (bucket '%s')",
+                             (long long)r, (long long)L->G, B->name);
+    if (r == FP_RESHARD_TRUE || r == L->G)
+      r = L->G;
+    else if (r == 1)
+      r = 0;
+    /* the module whose backward immediately follows its forward keeps its
+     * weights: resharding them would only gather them again at once */
+    if (B->last_pos == m->norder - 1) r = 0;
+    B->reshard = r;
+    if (r > 1 && r < L->G) {
+      int64_t c;
+      if (!fp_align64(fp_ceil_div(B->unsharded_bytes, r), FP_PARAM_ALIGN, &c))
+        return fp_layout_error(L, false, ptr, "bucket '%s' is too large", B->name);
+      B->reshard_chunk = c;
+      B->unsharded_bytes = c * r; /* the gather writes r whole chunks */
+    }
+  }
+  return true;
+}
+
+bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *L) {
+  memset(L, 0, sizeof *L);
+  L->a = a;
+  L->d = d;
+  L->model = m;
+  L->spec = s;
+  L->world = s->world_size;
+  L->G = s->strategy == FP_HYBRID_SHARD ? s->intra_node_size : s->world_size;
+  L->R = s->world_size / L->G;
+  L->nparams = m->nparams;
+  L->params = fp_alloc_array(a, (size_t)m->nparams + 1, sizeof(fp_lparam));
+  int *bucket_of = fp_alloc_array(a, (size_t)m->nparams + 1, sizeof(int));
+  if (!assign_buckets(L, bucket_of)) return false;
+  if (!resolve_params(L, bucket_of)) return false;
+  pack_owned(L);
+  if (!layout_storages(L)) return false;
+  return finish_buckets(L);
+}

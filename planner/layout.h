@@ -1,0 +1,123 @@
+/* layout.h - what the planner computes from the user's request: buckets,
+ * per-bucket flat byte storage and every param's per-rank extent.
+ *
+ * Kept apart from front.h (the request) in the NCCL manner: nothing here is
+ * written by the user. planner/layout.c builds it; the placement files in
+ * planner/placements/ each fill in one placement's part; planner/lower.c reads
+ * it to emit the IR. */
+#ifndef FP_LAYOUT_H
+#define FP_LAYOUT_H
+
+#include "front.h"
+
+struct fp_lower;
+struct fp_lparam;
+struct fp_layout;
+
+/* one rank's piece of a param, in elements of the flattened (padded) param */
+typedef struct fp_extent {
+  int64_t begin;   /* first element this rank holds (flat index into the padded param) */
+  int64_t count;   /* elements it stores (padding included for shard) */
+  int64_t valid;   /* of those, elements inside the real (unpadded) param */
+} fp_extent;
+
+/* The placement contract (FlexShard's idea, in C): one file per placement,
+ * one row in fp_placements[]. */
+typedef struct fp_placement_impl {
+  const char *name;   /* as in the spec's "kind" */
+  /* check the spec against the param and mesh; compute chunk, unsharded
+   * size, cut points, owner. Located errors through L's diag. */
+  bool (*layout)(struct fp_layout *L, struct fp_lparam *p);
+  /* the extent of p on shard-group rank g */
+  fp_extent (*extent)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
+  /* elements of p's slot in the shard storage on rank g (0: nothing stored) */
+  int64_t (*slot_elems)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
+  /* emit the unshard of p (main shard -> unsharded compute weight) on comm;
+   * src_buf/src_off: the sharded copy to gather from, dst: the unsharded one */
+  void (*lower_unshard)(struct fp_lower *lw, const struct fp_lparam *p);
+  /* emit the reduction of p's unsharded grad (already in the reduce dtype at
+   * src) into dst (reduce dtype, p's shard slot); the caller handles casts,
+   * accumulation, hybrid all-reduce and scaling */
+  void (*lower_reduce)(struct fp_lower *lw, const struct fp_lparam *p, int src_buf, int64_t src_off,
+                       int dst_buf, int64_t dst_off);
+} fp_placement_impl;
+
+extern const fp_placement_impl *const fp_placements[FP_NPLACEMENTS];
+extern const fp_placement_impl fp_placement_shard, fp_placement_ragged, fp_placement_owned,
+    fp_placement_replicate;
+
+typedef struct fp_lparam {
+  int param;                     /* index into model->params */
+  int bucket;
+  const fp_param *mp;            /* the model's param */
+  const fp_placement_spec *pl;   /* resolved placement request */
+  const fp_placement_impl *impl; /* its implementation */
+  bool replicated;               /* no sharding (replicate / no_shard) */
+  fp_dtype main_dtype, param_dtype, reduce_dtype, grad_dtype;
+  int64_t owner;                 /* owned: shard-group rank; else -1 */
+  int64_t chunk;                 /* shard: padded rows*inner per rank; ragged: max slot */
+  int64_t padded_numel;          /* elements of the unsharded (padded) region */
+  int64_t *cuts;                 /* ragged: G+1 flat cut points; else NULL */
+  int64_t slot;                  /* shard-storage slot elements (max over ranks) */
+  /* byte offsets of this param's slot in each of its bucket's storages
+   * (-1: not stored there) */
+  int64_t shard_off;             /* main weights (main dtype, slot elems) */
+  int64_t grad_off;              /* main grads (grad dtype, slot elems) */
+  int64_t unsharded_off;         /* compute weights (param dtype, padded_numel) */
+  int64_t ugrad_off;             /* trainer's grads (param dtype, padded_numel) */
+  int64_t rin_off;               /* grads cast to the reduce dtype (padded_numel) */
+  int64_t rout_off;              /* reduction output (reduce dtype, slot elems) */
+  int64_t gstage_off;            /* shard dim > 0: chunk-major gather (param dtype, G*chunk) */
+  int64_t rstage_off;            /* shard dim > 0: chunk-major reduce input (reduce dtype, G*chunk) */
+  int tab;                       /* ragged: IR extent table (set by the lowering); else -1 */
+} fp_lparam;
+
+typedef struct fp_bucket {
+  const char *name;
+  int *lparams;                  /* indices into layout->params, model order */
+  int nparams;
+  fp_mp mp;
+  int64_t reshard;               /* normalized: 0 keep unsharded, G full, else group size */
+  bool sharded;                  /* any param is not replicated */
+  bool trainable;                /* any param requires grad */
+  int first_pos, last_pos;       /* first/last forward-order position using it */
+  int64_t shard_bytes;           /* main-weight shard storage (max over ranks) */
+  int64_t grad_bytes;            /* main-grad shard storage (max over ranks) */
+  int64_t unsharded_bytes;       /* unsharded compute weights (param dtype) */
+  int64_t ugrad_bytes;           /* unsharded grads (param dtype) */
+  int64_t rin_bytes;             /* unsharded grads in the reduce dtype (0: no cast needed) */
+  int64_t rout_bytes;            /* reduction output staging (reduce dtype) */
+  int64_t gstage_bytes;          /* chunk-major gather staging (0: no shard dim > 0) */
+  int64_t rstage_bytes;          /* chunk-major reduce staging */
+  int64_t reshard_chunk;         /* reshard g: bytes each rank keeps (0: none) */
+  bool persistent_unsharded;     /* compute weights live all step (no unshard per use) */
+  const char *ptr;               /* the bucket spec's pointer, or the module's */
+  const fp_bucket_spec *spec;    /* the request it came from; NULL: default bucket */
+} fp_bucket;
+
+typedef struct fp_layout {
+  fp_arena *a;
+  fp_diag *d;
+  const fp_model *model;
+  const fp_spec *spec;
+  int64_t world;                 /* world size */
+  int64_t G;                     /* shard group size (world, or intra_node_size) */
+  int64_t R;                     /* replicas of each shard group (world / G) */
+  fp_lparam *params;             /* one per model param, model order */
+  int nparams;
+  fp_bucket *buckets;
+  int nbuckets;
+  fp_placement_spec *auto_pl;    /* storage for resolved placements */
+} fp_layout;
+
+/* build the layout; false after located errors */
+bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *out);
+/* report a layout error at a pointer of the spec (or model) file */
+bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* pointer of member `key` under `base` (base NULL: the spec's root) */
+const char *fp_layout_ptr(fp_layout *L, const char *base, const char *key);
+/* total elements of a param's padded unsharded region, etc. */
+int64_t fp_param_inner(const fp_param *p, int dim); /* product of shape[dim+1..] */
+
+#endif

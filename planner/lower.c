@@ -1,0 +1,413 @@
+/* lower.c - one training step of a layout, lowered to IR.
+ *
+ * The step is: step_begin; for each micro-batch, pre/post_forward of every
+ * module in forward order, then pre/post_backward in reverse; pre_optimizer;
+ * post_optimizer. This first lowering is complete but not optimized: every
+ * op is on the compute stream in hook order (no prefetch, no overlap), so
+ * each data movement happens in the hook that first needs it:
+ *
+ *   pre_forward(m)   unshard every bucket first used by m: cast the main
+ *                    shard to the param dtype, gather (placement's choice)
+ *   post_forward(m)  reshard the buckets last used by m: free (true) or keep
+ *                    a 1/g copy for a backward gather inside g ranks (int g)
+ *   pre_backward(m)  gather again what was resharded; zero the unsharded
+ *                    grads the trainer's backward accumulates into
+ *   post_backward(m) reduce the grads of buckets whose backward is done:
+ *                    cast to the reduce dtype, reduce (placement's choice),
+ *                    all-reduce across replicas (hybrid), then the first
+ *                    micro-batch writes the main grad, later ones add to it
+ *   pre_optimizer    divide the grads by world size x micro-batches
+ *   post_optimizer   refresh persistent compute weights from the updated
+ *                    main weights (shard_grad_op's all-gather, replicas' cast)
+ *
+ * Each bucket has one IR buffer per kind with one arena address for the whole
+ * step; transient ones get explicit live ranges, so memplan can reuse their
+ * bytes between ranges. */
+#include "lower.h"
+
+#include <string.h>
+
+fp_op *fp_lw_emit(fp_lower *lw, fp_opcode code, fp_dtype dt, int64_t count) {
+  fp_op *op = fp_ir_emit(lw->P, code, lw->stream, dt, count);
+  op->bucket = lw->bucket;
+  return op;
+}
+
+fp_op *fp_lw_convert(fp_lower *lw, fp_dtype dt, fp_dtype sdt, int64_t count, fp_region dst, fp_region src) {
+  fp_op *op = fp_lw_emit(lw, dt == sdt ? FP_OP_COPY : FP_OP_CAST, dt, count);
+  op->sdtype = sdt;
+  op->dst = dst;
+  op->src = src;
+  if (op->code == FP_OP_COPY) {
+    int64_t es = fp_dtype_size(dt);
+    op->dpitch = op->spitch = count * es;
+  }
+  return op;
+}
+
+int fp_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k) {
+  int b = lw->bufs[bucket][k];
+  FP_ASSERT(b >= 0);
+  return b;
+}
+
+void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op) {
+  if (p->pl->kind != FP_PL_OWNED) return;
+  op->only = (int32_t)p->owner;
+  op->only_comm = lw->c_shard;
+}
+
+/* ---- live ranges ------------------------------------------------------------ */
+static void open_buf(fp_lower *lw, int buf) {
+  if (buf < 0 || lw->P->bufs[buf].kind != FP_BUF_TRANSIENT) return;
+  FP_ASSERT(lw->open_at[buf] < 0);
+  lw->open_at[buf] = lw->P->nops;
+}
+
+static bool op_uses(const fp_prog *P, const fp_op *op, int buf) {
+  if (op->dst.buf == buf || op->src.buf == buf || op->aux.buf == buf) return true;
+  for (int i = 0; i < op->nuses; i++)
+    if (P->uses[op->uses + i] == buf) return true;
+  return false;
+}
+
+/* end the open range of buf at its last use; a staging buffer opened for a
+ * step that turned out not to need it (optional) just closes */
+static void close_range(fp_lower *lw, int buf, bool optional) {
+  if (buf < 0 || lw->P->bufs[buf].kind != FP_BUF_TRANSIENT) return;
+  int32_t first = lw->open_at[buf];
+  FP_ASSERT(first >= 0);
+  int32_t last = lw->P->nops - 1;
+  while (last >= first && !op_uses(lw->P, &lw->P->ops[last], buf)) last--;
+  FP_ASSERT(optional || last >= first); /* a range with no use is a lowering bug */
+  if (last >= first) fp_ir_buf_live(lw->P, buf, first, last);
+  lw->open_at[buf] = -1;
+}
+static void close_buf(fp_lower *lw, int buf) { close_range(lw, buf, false); }
+static void close_opt(fp_lower *lw, int buf) { close_range(lw, buf, true); }
+
+/* ---- setup: communicators, tables, buffers, params --------------------------- */
+static int add_buf(fp_lower *lw, int b, fp_bucket_buf k, const char *what, fp_buf_kind kind, fp_buf_cat cat,
+                   int64_t bytes) {
+  if (bytes <= 0) return -1;
+  int id = fp_ir_buf_add(lw->P, fp_sprintf(lw->a, "%s.%s", lw->L->buckets[b].name, what), kind, cat, b, bytes);
+  lw->bufs[b][k] = id;
+  return id;
+}
+
+static void setup(fp_lower *lw) {
+  fp_layout *L = lw->L;
+  fp_prog *P = lw->P;
+  const fp_model *m = L->model;
+  const fp_spec *s = L->spec;
+  P->model = m->name;
+  P->strategy = fp_strategy_names[s->strategy];
+  P->world_size = s->world_size;
+  P->ranks_per_node = s->ranks_per_node;
+  P->grad_accumulation = s->grad_accumulation;
+
+  lw->c_world = fp_ir_comm_add(P, "world", L->world, 1);
+  lw->c_shard = L->G == L->world ? lw->c_world : fp_ir_comm_add(P, "shard", L->G, 1);
+  lw->c_replica = L->R > 1 ? fp_ir_comm_add(P, "replica", L->R, L->G) : -1;
+  lw->c_reshard = fp_alloc_array(lw->a, (size_t)L->nbuckets, sizeof(int));
+  for (int b = 0; b < L->nbuckets; b++) {
+    lw->c_reshard[b] = -1;
+    int64_t g = L->buckets[b].reshard;
+    if (L->buckets[b].reshard_chunk == 0) continue;
+    const char *name = fp_sprintf(lw->a, "reshard%lld", (long long)g);
+    for (int c = 0; c < P->ncomms; c++)
+      if (!strcmp(P->comms[c].name, name)) lw->c_reshard[b] = c;
+    if (lw->c_reshard[b] < 0) lw->c_reshard[b] = fp_ir_comm_add(P, name, g, 1);
+  }
+
+  for (int i = 0; i < m->nmodules; i++)
+    fp_ir_module_add(P, m->modules[i].name, m->modules[i].flops_fwd, m->modules[i].flops_bwd,
+                     m->modules[i].activation_bytes);
+  for (int b = 0; b < L->nbuckets; b++) fp_ir_bucket_add(P, L->buckets[b].name);
+
+  /* extent tables for ragged params: one entry per shard-group rank */
+  for (int i = 0; i < L->nparams; i++) {
+    fp_lparam *p = &L->params[i];
+    if (!p->cuts) continue;
+    int64_t *off = fp_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
+    int64_t *cnt = fp_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
+    for (int64_t g = 0; g < L->G; g++) {
+      off[g] = p->cuts[g];
+      cnt[g] = p->cuts[g + 1] - p->cuts[g];
+    }
+    p->tab = fp_ir_table_add(P, p->mp->name, L->G, off, cnt);
+  }
+
+  lw->bufs = fp_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->bufs);
+  for (int b = 0; b < L->nbuckets; b++) {
+    const fp_bucket *B = &L->buckets[b];
+    for (int k = 0; k < FP_NBB; k++) lw->bufs[b][k] = -1;
+    bool acc = s->grad_accumulation > 1, cast_out = false;
+    for (int j = 0; j < B->nparams; j++) {
+      const fp_lparam *p = &L->params[B->lparams[j]];
+      if (p->mp->requires_grad && p->reduce_dtype != p->grad_dtype) cast_out = true;
+    }
+    fp_buf_kind ukind = B->persistent_unsharded ? FP_BUF_PERSISTENT : FP_BUF_TRANSIENT;
+    add_buf(lw, b, FP_BB_MAIN, "main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
+    if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
+    add_buf(lw, b, FP_BB_UNSH, "weight", ukind, FP_CAT_UNSHARDED_WEIGHT, B->unsharded_bytes);
+    if (B->trainable) {
+      add_buf(lw, b, FP_BB_UGRAD, "ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, B->ugrad_bytes);
+      add_buf(lw, b, FP_BB_RIN, "rin", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rin_bytes);
+      if (acc || cast_out) add_buf(lw, b, FP_BB_ROUT, "rout", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rout_bytes);
+      add_buf(lw, b, FP_BB_RST, "rstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rstage_bytes);
+    }
+    add_buf(lw, b, FP_BB_GST, "gstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->gstage_bytes);
+    add_buf(lw, b, FP_BB_RESH, "reshard", FP_BUF_TRANSIENT, FP_CAT_RESHARD, B->reshard_chunk);
+  }
+
+  for (int i = 0; i < L->nparams; i++) {
+    const fp_lparam *p = &L->params[i];
+    fp_ir_param *q = fp_ir_param_add(P);
+    q->name = p->mp->name;
+    q->ndim = p->mp->ndim;
+    memcpy(q->shape, p->mp->shape, sizeof q->shape);
+    q->module = p->mp->module;
+    q->bucket = p->bucket;
+    q->main_dtype = p->main_dtype;
+    q->param_dtype = p->param_dtype;
+    q->grad_dtype = p->grad_dtype;
+    q->requires_grad = p->mp->requires_grad;
+    q->placement = p->pl->kind;
+    q->dim = p->pl->kind == FP_PL_SHARD ? p->pl->dim : 0;
+    q->comm = p->replicated ? lw->c_world : lw->c_shard;
+    q->owner = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
+    q->tab = p->tab;
+    q->chunk = p->chunk;
+    const int *bb = lw->bufs[p->bucket];
+    q->main = (fp_view){bb[FP_BB_MAIN], p->shard_off};
+    if (p->mp->requires_grad) {
+      q->grad = (fp_view){bb[FP_BB_GRAD], p->grad_off};
+      q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
+    }
+    q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
+  }
+  lw->open_at = fp_alloc_array(lw->a, (size_t)P->nbufs + 1, sizeof(int32_t));
+  for (int i = 0; i < P->nbufs; i++) lw->open_at[i] = -1;
+}
+
+/* ---- pieces of the step ----------------------------------------------------- */
+/* set count / table / predicate of an op acting on p's shard slot */
+static void on_slot(const fp_lower *lw, const fp_lparam *p, fp_op *op) {
+  if (p->pl->kind == FP_PL_RAGGED) {
+    op->tab = p->tab;
+    op->count = 0;
+    op->comm = lw->c_shard;
+  } else {
+    op->count = p->slot;
+  }
+  fp_lw_only_owner(lw, p, op);
+}
+
+static void unshard_bucket(fp_lower *lw, int b, bool trainable_only) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  int gst = lw->bufs[b][FP_BB_GST];
+  open_buf(lw, gst);
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &lw->L->params[B->lparams[j]];
+    if (trainable_only && !p->mp->requires_grad) continue;
+    p->impl->lower_unshard(lw, p);
+  }
+  close_opt(lw, gst);
+}
+
+static void reduce_bucket(fp_lower *lw, int b, int micro) {
+  fp_layout *L = lw->L;
+  const fp_bucket *B = &L->buckets[b];
+  const int *bb = lw->bufs[b];
+  open_buf(lw, bb[FP_BB_RIN]);
+  open_buf(lw, bb[FP_BB_ROUT]);
+  open_buf(lw, bb[FP_BB_RST]);
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    if (!p->mp->requires_grad) continue;
+    int sbuf = bb[FP_BB_UGRAD];
+    int64_t soff = p->ugrad_off;
+    if (p->rin_off >= 0) {
+      fp_lw_convert(lw, p->reduce_dtype, p->param_dtype, p->padded_numel, fp_reg(bb[FP_BB_RIN], p->rin_off),
+                    fp_reg(sbuf, soff));
+      sbuf = bb[FP_BB_RIN];
+      soff = p->rin_off;
+    }
+    bool direct = micro == 0 && p->reduce_dtype == p->grad_dtype;
+    int dbuf = direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT);
+    int64_t doff = direct ? p->grad_off : p->rout_off;
+    p->impl->lower_reduce(lw, p, sbuf, soff, dbuf, doff);
+    if (lw->c_replica >= 0 && !p->replicated) {
+      /* hybrid: sum the shard across replicas (ragged: the whole slot, since
+       * replicas of one piece share its size but pieces differ) */
+      fp_op *op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->reduce_dtype, p->slot);
+      op->comm = lw->c_replica;
+      op->dst = op->src = fp_reg(dbuf, doff);
+      fp_lw_only_owner(lw, p, op);
+    }
+    if (!direct) {
+      fp_op *op;
+      if (micro == 0) {
+        op = fp_lw_convert(lw, p->grad_dtype, p->reduce_dtype, 0, fp_reg(bb[FP_BB_GRAD], p->grad_off),
+                           fp_reg(dbuf, doff));
+      } else {
+        op = fp_lw_emit(lw, FP_OP_ADD, p->grad_dtype, 0);
+        op->sdtype = p->reduce_dtype;
+        op->dst = fp_reg(bb[FP_BB_GRAD], p->grad_off);
+        op->src = fp_reg(dbuf, doff);
+      }
+      on_slot(lw, p, op);
+      if (op->code == FP_OP_COPY) op->dpitch = op->spitch = op->count * fp_dtype_size(op->dtype);
+    }
+  }
+  close_opt(lw, bb[FP_BB_RST]);
+  close_opt(lw, bb[FP_BB_ROUT]);
+  close_opt(lw, bb[FP_BB_RIN]);
+  close_buf(lw, bb[FP_BB_UGRAD]);
+}
+
+/* the buckets a module's params live in, each once */
+static int module_buckets(const fp_lower *lw, int mod, int *out) {
+  const fp_module *M = &lw->L->model->modules[mod];
+  int n = 0;
+  for (int j = 0; j < M->nparams; j++) {
+    int b = lw->L->params[M->first_param + j].bucket;
+    bool seen = false;
+    for (int k = 0; k < n; k++) seen |= out[k] == b;
+    if (!seen) out[n++] = b;
+  }
+  return n;
+}
+
+static void compute(fp_lower *lw, int mod, fp_pass pass, int *scratch, int32_t *ids) {
+  const fp_module *M = &lw->L->model->modules[mod];
+  lw->bucket = -1;
+  fp_op *op = fp_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
+  op->module = mod;
+  op->pass = pass;
+  op->alpha = pass == FP_PASS_FWD ? M->flops_fwd : M->flops_bwd;
+  int nb = module_buckets(lw, mod, scratch), n = 0;
+  for (int k = 0; k < nb; k++) {
+    const fp_bucket *B = &lw->L->buckets[scratch[k]];
+    ids[n++] = lw->bufs[scratch[k]][FP_BB_UNSH];
+    if (pass == FP_PASS_BWD && B->trainable) ids[n++] = lw->bufs[scratch[k]][FP_BB_UGRAD];
+  }
+  int m = 0;
+  for (int k = 0; k < n; k++)
+    if (ids[k] >= 0) ids[m++] = ids[k];
+  fp_ir_op_uses(lw->P, op, ids, m);
+}
+
+static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids) {
+  fp_layout *L = lw->L;
+  const fp_model *m = L->model;
+  for (int pos = 0; pos < m->norder; pos++) {
+    int mod = m->order[pos];
+    fp_ir_seg_begin(lw->P, FP_SEG_PRE_FORWARD, mod, micro);
+    for (int b = 0; b < L->nbuckets; b++) {
+      const fp_bucket *B = &L->buckets[b];
+      if (B->first_pos != pos || B->persistent_unsharded) continue;
+      lw->bucket = b;
+      open_buf(lw, lw->bufs[b][FP_BB_UNSH]);
+      unshard_bucket(lw, b, false);
+    }
+    compute(lw, mod, FP_PASS_FWD, scratch, ids);
+    fp_ir_seg_begin(lw->P, FP_SEG_POST_FORWARD, mod, micro);
+    for (int b = 0; b < L->nbuckets; b++) {
+      const fp_bucket *B = &L->buckets[b];
+      if (B->last_pos != pos || B->persistent_unsharded || B->reshard == 0) continue;
+      lw->bucket = b;
+      int u = lw->bufs[b][FP_BB_UNSH];
+      if (B->reshard_chunk > 0) {
+        int r = lw->bufs[b][FP_BB_RESH];
+        open_buf(lw, r);
+        fp_op *op = fp_lw_emit(lw, FP_OP_COPY, FP_U8, B->reshard_chunk);
+        op->comm = lw->c_reshard[b];
+        op->dst = fp_reg(r, 0);
+        op->src = fp_reg_g(u, 0, B->reshard_chunk);
+        op->dpitch = op->spitch = B->reshard_chunk;
+      }
+      close_buf(lw, u);
+    }
+  }
+  for (int pos = m->norder - 1; pos >= 0; pos--) {
+    int mod = m->order[pos];
+    fp_ir_seg_begin(lw->P, FP_SEG_PRE_BACKWARD, mod, micro);
+    for (int b = 0; b < L->nbuckets; b++) {
+      const fp_bucket *B = &L->buckets[b];
+      if (B->last_pos != pos) continue;
+      lw->bucket = b;
+      int u = lw->bufs[b][FP_BB_UNSH];
+      if (!B->persistent_unsharded && B->reshard == L->G) {
+        open_buf(lw, u);
+        unshard_bucket(lw, b, false);
+      } else if (!B->persistent_unsharded && B->reshard_chunk > 0) {
+        open_buf(lw, u);
+        fp_op *op = fp_lw_emit(lw, FP_OP_ALL_GATHER, FP_U8, B->reshard_chunk);
+        op->comm = lw->c_reshard[b];
+        op->dst = fp_reg(u, 0);
+        op->src = fp_reg(lw->bufs[b][FP_BB_RESH], 0);
+        close_buf(lw, lw->bufs[b][FP_BB_RESH]);
+      }
+      if (B->trainable) {
+        int ug = lw->bufs[b][FP_BB_UGRAD];
+        open_buf(lw, ug);
+        fp_op *op = fp_lw_emit(lw, FP_OP_MEMSET, B->mp.param, B->ugrad_bytes / fp_dtype_size(B->mp.param));
+        op->dst = fp_reg(ug, 0);
+      }
+    }
+    compute(lw, mod, FP_PASS_BWD, scratch, ids);
+    fp_ir_seg_begin(lw->P, FP_SEG_POST_BACKWARD, mod, micro);
+    for (int b = 0; b < L->nbuckets; b++) {
+      const fp_bucket *B = &L->buckets[b];
+      if (B->first_pos != pos) continue;
+      lw->bucket = b;
+      if (B->trainable) reduce_bucket(lw, b, micro);
+      if (!B->persistent_unsharded) close_buf(lw, lw->bufs[b][FP_BB_UNSH]);
+    }
+  }
+}
+
+static void optimizer(fp_lower *lw) {
+  fp_layout *L = lw->L;
+  double f = 1.0 / ((double)L->world * (double)L->spec->grad_accumulation);
+  fp_ir_seg_begin(lw->P, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  for (int b = 0; b < L->nbuckets; b++) {
+    const fp_bucket *B = &L->buckets[b];
+    lw->bucket = b;
+    for (int j = 0; j < B->nparams; j++) {
+      const fp_lparam *p = &L->params[B->lparams[j]];
+      if (!p->mp->requires_grad) continue;
+      fp_op *op = fp_lw_emit(lw, FP_OP_SCALE, p->grad_dtype, 0);
+      op->dst = fp_reg(lw->bufs[b][FP_BB_GRAD], p->grad_off);
+      op->alpha = f;
+      on_slot(lw, p, op);
+    }
+  }
+  fp_ir_seg_begin(lw->P, FP_SEG_POST_OPTIMIZER, -1, 0);
+  for (int b = 0; b < L->nbuckets; b++) {
+    const fp_bucket *B = &L->buckets[b];
+    if (!B->persistent_unsharded || !B->trainable) continue;
+    lw->bucket = b;
+    unshard_bucket(lw, b, true);
+  }
+}
+
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L) {
+  (void)d;
+  fp_lower lw = {0};
+  lw.L = L;
+  lw.a = a;
+  lw.P = fp_prog_new(a);
+  lw.stream = FP_STREAM_COMPUTE;
+  lw.bucket = -1;
+  setup(&lw);
+  int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));
+  int32_t *ids = fp_alloc_array(a, 2 * (size_t)L->nbuckets + 2, sizeof(int32_t));
+  fp_ir_seg_begin(lw.P, FP_SEG_STEP_BEGIN, -1, 0);
+  for (int k = 0; k < L->spec->grad_accumulation; k++) micro_batch(&lw, k, scratch, ids);
+  optimizer(&lw);
+  for (int i = 0; i < lw.P->nbufs; i++) FP_ASSERT(lw.open_at[i] < 0);
+  return lw.P;
+}

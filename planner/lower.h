@@ -1,0 +1,47 @@
+/* lower.h - the lowering's state, shared by planner/lower.c and the
+ * placement files' lower_unshard / lower_reduce. */
+#ifndef FP_LOWER_H
+#define FP_LOWER_H
+
+#include "../ir/ir.h"
+#include "layout.h"
+
+/* buffer kinds of a bucket (one IR buffer each, fixed address all step) */
+typedef enum {
+  FP_BB_MAIN,   /* main weight shard (persistent) */
+  FP_BB_GRAD,   /* main grad shard (persistent) */
+  FP_BB_UNSH,   /* unsharded compute weights */
+  FP_BB_UGRAD,  /* unsharded grads the trainer writes */
+  FP_BB_RIN,    /* unsharded grads cast to the reduce dtype */
+  FP_BB_ROUT,   /* reduction output staging (reduce dtype, shard slots) */
+  FP_BB_GST,    /* chunk-major gather staging (shard dim > 0) */
+  FP_BB_RST,    /* chunk-major reduce staging (shard dim > 0) */
+  FP_BB_RESH,   /* the partially sharded copy kept for backward */
+  FP_NBB
+} fp_bucket_buf;
+
+typedef struct fp_lower {
+  fp_layout *L;
+  fp_prog *P;
+  fp_arena *a;
+  int c_world, c_shard, c_replica; /* IR communicators; c_replica -1 when R == 1 */
+  int *c_reshard;                  /* per bucket: reshard-g communicator or -1 */
+  int (*bufs)[FP_NBB];             /* per bucket: IR buffer ids (-1: none) */
+  int32_t *open_at;                /* per IR buffer: first op of the open live range, -1 */
+  fp_stream stream;                /* stream new ops go on */
+  int bucket;                      /* bucket being lowered (op.bucket) */
+} fp_lower;
+
+/* emit an op on lw->stream for lw->bucket */
+fp_op *fp_lw_emit(fp_lower *lw, fp_opcode code, fp_dtype dt, int64_t count);
+/* dst(dt) = src(sdt): a cast, or a copy when the dtypes agree */
+fp_op *fp_lw_convert(fp_lower *lw, fp_dtype dt, fp_dtype sdt, int64_t count, fp_region dst, fp_region src);
+/* the bucket's IR buffer of a kind (asserts it exists) */
+int fp_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k);
+/* apply the only-on-owner predicate of an owned param to op */
+void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
+
+/* the whole lowering: one training step of L into a new program */
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L);
+
+#endif

@@ -1,0 +1,228 @@
+/* memplan.c - the static memory plan: a fixed arena offset for every buffer.
+ *
+ * Persistent device buffers are laid out first, back to back. Transient
+ * buffers are then placed greedily by size, largest first (Pisarchyk & Lee's
+ * greedy-by-size): each takes the lowest offset whose bytes no already-placed
+ * buffer with an overlapping live range holds. Two live ranges that do not
+ * overlap in op order are ordered by the program (this lowering runs every op
+ * on one stream; the verifier re-checks happens-before over streams and
+ * events). The pass also computes the lower bound - the most arena bytes live
+ * at once over the step - and the modeled peak including the trainer's
+ * activations, and checks the spec's memory budget. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../front.h"
+#include "../json.h"
+
+typedef struct {
+  int buf;
+  int64_t bytes;
+} item;
+
+static int cmp_item(const void *a, const void *b) {
+  const item *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return x->buf - y->buf;
+}
+
+typedef struct {
+  int64_t off, end;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* per buffer: index range into the lives array sorted by buffer */
+typedef struct {
+  int32_t first, n;
+} ranges;
+
+static bool overlap(const fp_ir_live *lv, ranges a, ranges b) {
+  for (int i = 0; i < a.n; i++)
+    for (int j = 0; j < b.n; j++) {
+      const fp_ir_live *x = &lv[a.first + i], *y = &lv[b.first + j];
+      if (x->first <= y->last && y->first <= x->last) return true;
+    }
+  return false;
+}
+
+static int cmp_live(const void *a, const void *b) {
+  const fp_ir_live *x = a, *y = b;
+  if (x->buf != y->buf) return x->buf - y->buf;
+  return x->first - y->first;
+}
+
+static const char *human(fp_arena *a, int64_t b) {
+  if (b >= (int64_t)1 << 30) return fp_sprintf(a, "%.2f GiB", (double)b / (1 << 30));
+  if (b >= (int64_t)1 << 20) return fp_sprintf(a, "%.2f MiB", (double)b / (1 << 20));
+  return fp_sprintf(a, "%lld B", (long long)b);
+}
+
+/* the trainer's activations: module at forward position i is live from its
+ * forward compute op to its backward compute op (LIFO per micro-batch) */
+static void activation_deltas(const fp_prog *p, int64_t *delta) {
+  int32_t *stack = malloc(sizeof(int32_t) * ((size_t)p->nops + 1));
+  FP_ASSERT(stack);
+  int top = 0;
+  for (int i = 0; i < p->nops; i++) {
+    const fp_op *op = &p->ops[i];
+    if (op->code != FP_OP_COMPUTE) continue;
+    int64_t b = p->mods[op->module].activation_bytes;
+    if (op->pass == FP_PASS_FWD) {
+      stack[top++] = op->module;
+      delta[i] += b;
+    } else {
+      FP_ASSERT(top > 0 && stack[top - 1] == op->module);
+      top--;
+      delta[i + 1] -= b;
+    }
+  }
+  free(stack);
+}
+
+static void report_peak(fp_pass_ctx *c, const fp_prog *p, const fp_ir_live *lv, int32_t at, int64_t need,
+                        int64_t budget, int64_t act) {
+  const fp_spec *s = c->L->spec;
+  int64_t bycat[FP_NBUFCATS] = {0};
+  int seg = p->ops[at].seg;
+  /* biggest buffers live at the peak */
+  int top[5] = {-1, -1, -1, -1, -1};
+  for (int b = 0; b < p->nbufs; b++) {
+    const fp_ir_buf *B = &p->bufs[b];
+    if (B->host) continue;
+    bool live = B->kind == FP_BUF_PERSISTENT;
+    for (int i = 0; i < p->nlives && !live; i++)
+      live = lv[i].buf == b && lv[i].first <= at && at <= lv[i].last;
+    if (!live) continue;
+    bycat[B->cat] += B->bytes;
+    for (int k = 0; k < 5; k++) {
+      if (top[k] < 0 || p->bufs[top[k]].bytes < B->bytes) {
+        memmove(&top[k + 1], &top[k], sizeof(int) * (size_t)(4 - k));
+        top[k] = b;
+        break;
+      }
+    }
+  }
+  char cats[1024] = "", bufs[1024] = "";
+  size_t n = 0;
+  for (int k = 0; k < FP_NBUFCATS; k++)
+    if (bycat[k] && n < sizeof cats)
+      n += (size_t)snprintf(cats + n, sizeof cats - n, "%s %s, ", fp_buf_cat_name(k), human(c->a, bycat[k]));
+  if (n < sizeof cats) snprintf(cats + n, sizeof cats - n, "activations %s", human(c->a, act));
+  n = 0;
+  for (int k = 0; k < 5 && top[k] >= 0; k++)
+    if (n < sizeof bufs)
+      n += (size_t)snprintf(bufs + n, sizeof bufs - n, "%s%s (%s)", k ? ", " : "", p->bufs[top[k]].name,
+                            human(c->a, p->bufs[top[k]].bytes));
+  const fp_seg *S = &p->segs[seg];
+  const char *where = S->module >= 0 ? fp_sprintf(c->a, "%s(%s) of micro-batch %d", fp_seg_name(S->kind),
+                                                  p->mods[S->module].name, S->micro)
+                                     : fp_seg_name(S->kind);
+  fp_diag_json(c->d, s->src, fp_ptr_key(c->a, s->ptr, "memory_budget_bytes"),
+               "the plan needs %lld bytes (%s: arena %s + activations %s) but the budget is %lld bytes; over "
+               "by %lld bytes (%s). At the peak (op %d, %s) live: %s; largest buffers: %s",
+               (long long)need, human(c->a, need), human(c->a, p->arena_bytes), human(c->a, act), (long long)budget,
+               (long long)(need - budget), human(c->a, need - budget), at, where, cats, bufs);
+}
+
+bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
+  fp_stats *st = c->stats;
+  /* live ranges grouped by buffer */
+  fp_ir_live *lv = malloc(sizeof *lv * ((size_t)p->nlives + 1));
+  ranges *rg = calloc((size_t)p->nbufs + 1, sizeof *rg);
+  item *items = malloc(sizeof *items * ((size_t)p->nbufs + 1));
+  span *spans = malloc(sizeof *spans * ((size_t)p->nbufs + 1));
+  int64_t *delta = calloc((size_t)p->nops + 2, sizeof *delta);
+  int64_t *actd = calloc((size_t)p->nops + 2, sizeof *actd);
+  FP_ASSERT(lv && rg && items && spans && delta && actd);
+  memcpy(lv, p->lives, sizeof *lv * (size_t)p->nlives);
+  qsort(lv, (size_t)p->nlives, sizeof *lv, cmp_live);
+  for (int i = 0; i < p->nlives; i++) {
+    if (rg[lv[i].buf].n == 0) rg[lv[i].buf].first = i;
+    rg[lv[i].buf].n++;
+  }
+
+  /* persistent buffers back to back (device and host arenas apart) */
+  int64_t dev = 0, host = 0;
+  int nitems = 0;
+  for (int b = 0; b < p->nbufs; b++) {
+    fp_ir_buf *B = &p->bufs[b];
+    int64_t *cur = B->host ? &host : &dev;
+    if (B->kind == FP_BUF_PERSISTENT) {
+      B->offset = *cur;
+      FP_ASSERT(fp_add64(*cur, B->bytes, cur) && fp_align64(*cur, FP_PARAM_ALIGN, cur));
+    } else {
+      FP_ASSERT(!B->host); /* host staging is not lowered yet */
+      items[nitems++] = (item){b, B->bytes};
+    }
+  }
+  st->persistent_bytes = dev;
+  /* transient: greedy by size */
+  qsort(items, (size_t)nitems, sizeof *items, cmp_item);
+  int64_t end = dev;
+  for (int i = 0; i < nitems; i++) {
+    int b = items[i].buf;
+    int ns = 0;
+    for (int j = 0; j < i; j++) {
+      int o = items[j].buf;
+      if (overlap(lv, rg[b], rg[o])) spans[ns++] = (span){p->bufs[o].offset, p->bufs[o].offset + p->bufs[o].bytes};
+    }
+    qsort(spans, (size_t)ns, sizeof *spans, cmp_span);
+    int64_t off = dev;
+    for (int k = 0; k < ns; k++) {
+      if (spans[k].off >= off + items[i].bytes) break; /* fits in the gap before this span */
+      if (spans[k].end > off) off = spans[k].end;
+    }
+    p->bufs[b].offset = off;
+    if (off + items[i].bytes > end) end = off + items[i].bytes;
+  }
+  p->arena_bytes = end;
+  p->host_bytes = host;
+
+  /* lower bound and modeled peak: sweep the live bytes over op order */
+  for (int i = 0; i < p->nlives; i++) {
+    delta[lv[i].first] += p->bufs[lv[i].buf].bytes;
+    delta[lv[i].last + 1] -= p->bufs[lv[i].buf].bytes;
+  }
+  activation_deltas(p, actd);
+  int64_t live = dev, act = 0, lb = dev, peak = dev, act_peak = 0;
+  int32_t peak_at = 0, act_at = 0;
+  for (int i = 0; i < p->nops; i++) {
+    live += delta[i];
+    act += actd[i];
+    if (live > lb) lb = live;
+    if (live + act > peak) {
+      peak = live + act;
+      peak_at = i;
+    }
+    if (act > act_peak) {
+      act_peak = act;
+      act_at = i;
+    }
+  }
+  st->lower_bound_bytes = lb;
+  st->peak_bytes = peak;
+  st->peak_op = peak_at;
+  st->activation_peak = act_peak;
+
+  bool ok = true;
+  int64_t budget = c->L->spec->memory_budget_bytes, need;
+  /* the arena is allocated whole; the trainer's activations come on top */
+  if (!fp_add64(p->arena_bytes, act_peak, &need)) need = INT64_MAX;
+  if (budget > 0 && need > budget && p->nops > 0) {
+    report_peak(c, p, lv, act_peak > 0 ? act_at : peak_at, need, budget, act_peak);
+    ok = false;
+  }
+  free(lv);
+  free(rg);
+  free(items);
+  free(spans);
+  free(delta);
+  free(actd);
+  return ok;
+}

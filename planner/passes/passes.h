@@ -1,0 +1,32 @@
+/* passes.h - the planner's passes. Every pass is one file with the same
+ * signature: it takes the program and the compile's context, changes the
+ * program in place, and returns false only after reporting a user error
+ * (internal bugs assert). planner/pipeline.c lists them in order. */
+#ifndef FP_PASSES_H
+#define FP_PASSES_H
+
+#include "../../ir/ir.h"
+#include "../layout.h"
+
+/* figures the passes compute, for the summary and the budget check */
+typedef struct fp_stats {
+  int64_t persistent_bytes;  /* device bytes of persistent buffers */
+  int64_t lower_bound_bytes; /* most arena bytes live at once (no placement can need less) */
+  int64_t activation_peak;   /* the trainer's activations live at the peak (modeled) */
+  int64_t peak_bytes;        /* most bytes live at once: arena buffers + activations */
+  int32_t peak_op;           /* op index where peak_bytes is reached */
+} fp_stats;
+
+typedef struct fp_pass_ctx {
+  fp_arena *a;
+  fp_diag *d;
+  const fp_layout *L;
+  fp_stats *stats;
+} fp_pass_ctx;
+
+typedef bool (*fp_pass_fn)(fp_pass_ctx *c, fp_prog *p);
+
+bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p); /* arena offsets, peak, budget */
+bool fp_pass_verify(fp_pass_ctx *c, fp_prog *p);  /* the IR verifier (internal bug on failure) */
+
+#endif

@@ -1,0 +1,136 @@
+/* pipeline.c - the compiler, as one readable function of plain calls:
+ * layout, lower one training step, then the passes in order with the verifier
+ * after each. And the summary of what came out. */
+#include "pipeline.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  fp_pass_fn run;
+} passes[] = {
+    {"memplan", fp_pass_memplan},
+};
+
+bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  memset(out, 0, sizeof *out);
+  if (!fp_layout_build(a, d, m, s, &out->layout)) return false;
+  out->prog = fp_lower_step(a, d, &out->layout);
+  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats};
+  if (!fp_pass_verify(&ctx, out->prog)) return false;
+  for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
+    if (!passes[i].run(&ctx, out->prog)) return false;
+    if (!fp_pass_verify(&ctx, out->prog)) return false;
+  }
+  return true;
+}
+
+/* ---- summary ----------------------------------------------------------------- */
+/* bytes a collective moves for the rank: the whole buffer the op covers */
+static int64_t comm_bytes(const fp_prog *p, const fp_op *op) {
+  const fp_ir_comm *c = &p->comms[op->comm];
+  int64_t es = fp_dtype_size(op->dtype);
+  switch (op->code) {
+  case FP_OP_ALL_GATHER:
+  case FP_OP_REDUCE_SCATTER: return c->size * op->count * es;
+  case FP_OP_ALL_GATHER_V:
+  case FP_OP_REDUCE_SCATTER_V: {
+    const fp_ir_table *t = &p->tabs[op->tab];
+    int64_t n = 0;
+    for (int64_t i = 0; i < t->n; i++) n += t->cnt[i];
+    return n * es;
+  }
+  default: return op->count * es;
+  }
+}
+
+void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
+  const fp_prog *p = c->prog;
+  memset(s, 0, sizeof *s);
+  s->model = p->model;
+  s->strategy = p->strategy;
+  s->world_size = p->world_size;
+  s->buckets = p->nbuckets;
+  s->params = p->nparams;
+  s->ops = p->nops;
+  /* predicated collectives (owned params) run on some ranks only: count per
+   * shard-group rank and report the rank that joins the most */
+  int64_t G = c->layout.G;
+  int64_t *pred = calloc((size_t)G, sizeof *pred);
+  FP_ASSERT(pred);
+  int64_t common = 0;
+  for (int i = 0; i < p->nops; i++) {
+    const fp_op *op = &p->ops[i];
+    if (fp_op_class(op->code) != FP_OPC_COMM) continue;
+    s->collectives++;
+    int64_t b = comm_bytes(p, op);
+    if (op->only >= 0 && op->only < G)
+      pred[op->only] += b;
+    else
+      common += b;
+  }
+  int64_t worst = 0;
+  for (int64_t g = 0; g < G; g++)
+    if (pred[g] > worst) worst = pred[g];
+  free(pred);
+  s->comm_bytes_per_rank = common + worst;
+  for (int b = 0; b < p->nbufs; b++) {
+    const fp_ir_buf *B = &p->bufs[b];
+    if (B->cat == FP_CAT_MAIN_WEIGHT) s->param_shard_bytes += B->bytes;
+    if (B->cat == FP_CAT_MAIN_GRAD) s->grad_shard_bytes += B->bytes;
+  }
+  s->persistent_bytes = c->stats.persistent_bytes;
+  s->arena_bytes = p->arena_bytes;
+  s->peak_bytes = c->stats.peak_bytes;
+  s->lower_bound_bytes = c->stats.lower_bound_bytes;
+  s->activation_peak_bytes = c->stats.activation_peak;
+  s->compile_ms = compile_ms;
+}
+
+void fp_summary_json(const fp_summary *s, FILE *f) {
+  fprintf(f, "{\n  \"model\": \"");
+  for (const char *q = s->model; *q; q++) {
+    if (*q == '"' || *q == '\\') fputc('\\', f);
+    if ((unsigned char)*q < 0x20)
+      fprintf(f, "\\u%04x", *q);
+    else
+      fputc(*q, f);
+  }
+  fprintf(f, "\",\n  \"world_size\": %" PRId64 ",\n  \"strategy\": \"%s\",\n", s->world_size, s->strategy);
+  fprintf(f, "  \"buckets\": %" PRId64 ",\n  \"params\": %" PRId64 ",\n  \"ops\": %" PRId64 ",\n", s->buckets,
+          s->params, s->ops);
+  fprintf(f, "  \"collectives\": %" PRId64 ",\n", s->collectives);
+  fprintf(f, "  \"param_shard_bytes\": %" PRId64 ",\n  \"grad_shard_bytes\": %" PRId64 ",\n", s->param_shard_bytes,
+          s->grad_shard_bytes);
+  fprintf(f, "  \"persistent_bytes\": %" PRId64 ",\n  \"comm_bytes_per_rank\": %" PRId64 ",\n", s->persistent_bytes,
+          s->comm_bytes_per_rank);
+  fprintf(f, "  \"arena_bytes\": %" PRId64 ",\n  \"peak_bytes\": %" PRId64 ",\n", s->arena_bytes, s->peak_bytes);
+  fprintf(f, "  \"lower_bound_bytes\": %" PRId64 ",\n  \"activation_peak_bytes\": %" PRId64 ",\n",
+          s->lower_bound_bytes, s->activation_peak_bytes);
+  fprintf(f, "  \"arena_over_lower_bound\": %.4f,\n",
+          s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
+  fprintf(f, "  \"compile_ms\": %.3f\n}\n", s->compile_ms);
+}
+
+static void gib(FILE *f, const char *label, int64_t b) {
+  fprintf(f, "  %-22s %12.3f GiB  (%" PRId64 " bytes)\n", label, (double)b / (1 << 30), b);
+}
+
+void fp_summary_text(const fp_summary *s, FILE *f) {
+  fprintf(f, "flexplan: %s: %s on %" PRId64 " ranks\n", s->model, s->strategy, s->world_size);
+  fprintf(f, "  %" PRId64 " params in %" PRId64 " buckets; %" PRId64 " ops, %" PRId64 " collectives per step\n",
+          s->params, s->buckets, s->ops, s->collectives);
+  fprintf(f, "  per rank (the rank that needs most):\n");
+  gib(f, "main weights (shard)", s->param_shard_bytes);
+  gib(f, "main grads (shard)", s->grad_shard_bytes);
+  gib(f, "persistent", s->persistent_bytes);
+  gib(f, "arena", s->arena_bytes);
+  gib(f, "lower bound", s->lower_bound_bytes);
+  gib(f, "peak (+activations)", s->peak_bytes);
+  gib(f, "communicated / step", s->comm_bytes_per_rank);
+  fprintf(f, "  arena / lower bound    %12.4f\n",
+          s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
+  fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
+}

@@ -1,0 +1,34 @@
+/* pipeline.h - the whole compiler as one call, and the summary of its result. */
+#ifndef FP_PIPELINE_H
+#define FP_PIPELINE_H
+
+#include "../ir/ir.h"
+#include "front.h"
+#include "layout.h"
+#include "lower.h"
+#include "passes/passes.h"
+
+typedef struct fp_compiled {
+  fp_layout layout;
+  fp_prog *prog;
+  fp_stats stats;
+} fp_compiled;
+
+/* layout -> lower -> passes (the verifier after each); false after user
+ * errors were reported through d */
+bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out);
+
+/* the figures of --emit=summary (see docs/cli.md for each field) */
+typedef struct fp_summary {
+  const char *model, *strategy;
+  int64_t world_size, buckets, params, ops, collectives;
+  int64_t param_shard_bytes, grad_shard_bytes, persistent_bytes, comm_bytes_per_rank;
+  int64_t arena_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
+  double compile_ms;
+} fp_summary;
+
+void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *out);
+void fp_summary_json(const fp_summary *s, FILE *f);
+void fp_summary_text(const fp_summary *s, FILE *f);
+
+#endif

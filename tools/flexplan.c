@@ -1,0 +1,245 @@
+/* flexplan.c - the command line: compile, check, print, verify.
+ *
+ * Exit status: 0 ok, 1 input error (located messages on stderr), 2 usage,
+ * 70 internal error (FP_ASSERT). Outputs are written atomically: into a
+ * temporary file next to the target, renamed over it only when complete, and
+ * removed on any error, so a failed run leaves nothing behind. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ir/ir.h"
+#include "planner/front.h"
+#include "planner/json.h"
+#include "planner/pipeline.h"
+
+enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
+
+static const char usage[] =
+    "usage: flexplan <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary]\n"
+    "                 compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into\n"
+    "                 a plan (plan.json, default), its IR text (.fpir) or a JSON\n"
+    "                 summary; -o - writes to standard output. Default OUT:\n"
+    "                 <model name>.plan.json / .fpir; the summary goes to stdout.\n"
+    "  check MODEL [--spec SPEC]\n"
+    "                 run the whole compiler, write nothing\n"
+    "  print FILE     print a plan.json or .fpir as .fpir\n"
+    "  verify FILE    verify a plan.json or .fpir (exit 0 valid, 1 invalid)\n"
+    "  explain FILE   print a plan.json or .fpir as a table, one row per op\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     this text\n"
+    "  --version      the version\n"
+    "\n"
+    "exit status: 0 ok, 1 input error, 2 usage error, 70 internal error\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "flexplan: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see flexplan --help)\n");
+  return EXIT_USAGE;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* ---- atomic output -------------------------------------------------------- */
+typedef struct {
+  const char *path; /* final path; NULL for stdout */
+  char *tmp;        /* temporary path */
+  FILE *f;
+} out_file;
+
+static bool out_open(out_file *o, const char *path) {
+  memset(o, 0, sizeof *o);
+  if (!strcmp(path, "-")) {
+    o->f = stdout;
+    return true;
+  }
+  o->path = path;
+  size_t n = strlen(path);
+  o->tmp = malloc(n + 16);
+  FP_ASSERT(o->tmp);
+  snprintf(o->tmp, n + 16, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(o->tmp);
+  if (fd < 0) {
+    fprintf(stderr, "%s: error: cannot create output: %s\n", path, strerror(errno));
+    free(o->tmp);
+    o->tmp = NULL;
+    return false;
+  }
+  o->f = fdopen(fd, "w");
+  FP_ASSERT(o->f);
+  return true;
+}
+
+static bool out_commit(out_file *o) {
+  if (!o->path) return fflush(stdout) == 0;
+  bool ok = fflush(o->f) == 0 && !ferror(o->f);
+  ok = (fclose(o->f) == 0) && ok;
+  if (ok && rename(o->tmp, o->path) != 0) ok = false;
+  if (!ok) {
+    fprintf(stderr, "%s: error: cannot write output: %s\n", o->path, strerror(errno));
+    unlink(o->tmp);
+  }
+  free(o->tmp);
+  return ok;
+}
+
+/* ---- reading plans and IR --------------------------------------------------- */
+static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) {
+  fp_src *src = fp_alloc(a, sizeof *src);
+  if (!fp_src_read(a, d, path, src)) return NULL;
+  const char *q = src->text;
+  while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+  if (*q == '{') return fp_plan_read(a, d, src);
+  fp_prog *p = fp_ir_parse(a, d, src);
+  if (p && !fp_ir_verify(p, d, src)) return NULL;
+  return p;
+}
+
+/* ---- compile / check ----------------------------------------------------------- */
+typedef enum { EMIT_PLAN, EMIT_IR, EMIT_SUMMARY } emit_kind;
+
+static int cmd_compile(int argc, char **argv, bool check_only) {
+  const char *model = NULL, *spec = NULL, *out = NULL;
+  emit_kind emit = EMIT_PLAN;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--spec") || !strcmp(a, "-o")) {
+      if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
+      if (a[1] == 'o' && check_only) return usage_error("'check' writes nothing; '%s' is not an option of it", a);
+      *(a[1] == 'o' ? &out : &spec) = argv[++i];
+    } else if (!strncmp(a, "--spec=", 7)) {
+      spec = a + 7;
+    } else if (!strncmp(a, "--emit=", 7) && !check_only) {
+      const char *k = a + 7;
+      if (!strcmp(k, "plan")) emit = EMIT_PLAN;
+      else if (!strcmp(k, "ir")) emit = EMIT_IR;
+      else if (!strcmp(k, "summary")) emit = EMIT_SUMMARY;
+      else return usage_error("unknown --emit kind '%s' (expected plan, ir or summary; one per call)", k);
+    } else if (a[0] == '-' && a[1]) {
+      return usage_error("unknown option '%s'", a);
+    } else if (!model) {
+      model = a;
+    } else {
+      return usage_error("unexpected argument '%s'", a);
+    }
+  }
+  if (!model) return usage_error("%s: missing MODEL", check_only ? "check" : "compile");
+
+  double t0 = now_ms();
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  int rc = EXIT_INPUT;
+  fp_model m;
+  fp_spec s;
+  struct json_object *embedded = NULL;
+  const fp_src *msrc = NULL;
+  fp_compiled c;
+  if (!fp_model_load(ar, &d, model, &m, &embedded, &msrc)) goto done;
+  if (spec) {
+    if (embedded) {
+      fp_diag_json(&d, msrc, "/spec", "the model file embeds a spec, and --spec names another; use one");
+      goto done;
+    }
+    if (!fp_spec_load(ar, &d, spec, &s)) goto done;
+  } else if (!fp_spec_parse(ar, &d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", &s)) {
+    goto done;
+  }
+  if (!fp_compile(ar, &d, &m, &s, &c)) goto done;
+  double ms = now_ms() - t0;
+  fp_summary sum;
+  fp_summarize(&c, ms, &sum);
+  if (check_only) {
+    fprintf(stderr, "%s: ok: %s, %lld ops, arena %.3f GiB\n", model, sum.strategy, (long long)sum.ops,
+            (double)sum.arena_bytes / (1 << 30));
+    rc = EXIT_OK;
+    goto done;
+  }
+  if (!out) {
+    if (emit == EMIT_SUMMARY)
+      out = "-";
+    else
+      out = fp_sprintf(ar, "%s.%s", m.name, emit == EMIT_PLAN ? "plan.json" : "fpir");
+  }
+  out_file o;
+  if (!out_open(&o, out)) goto done;
+  bool ok = true;
+  switch (emit) {
+  case EMIT_PLAN: ok = fp_plan_write(c.prog, o.f); break;
+  case EMIT_IR: fp_ir_print(c.prog, o.f); break;
+  case EMIT_SUMMARY: fp_summary_json(&sum, o.f); break;
+  }
+  if (!ok) {
+    if (o.path) {
+      fclose(o.f);
+      unlink(o.tmp);
+      free(o.tmp);
+    }
+    fprintf(stderr, "%s: error: cannot write the plan\n", out);
+    goto done;
+  }
+  if (!out_commit(&o)) goto done;
+  if (emit != EMIT_SUMMARY) {
+    fp_summary_text(&sum, stderr);
+    if (o.path) fprintf(stderr, "  wrote %s\n", o.path);
+  }
+  rc = EXIT_OK;
+done:
+  if (embedded) json_object_put(embedded);
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  return rc;
+}
+
+/* ---- print / verify / explain ------------------------------------------------- */
+static int cmd_file(int argc, char **argv, const char *cmd) {
+  if (argc != 1) return usage_error("%s: expected exactly one FILE", cmd);
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  fp_prog *p = read_program(ar, &d, argv[0]);
+  int rc = EXIT_INPUT;
+  if (p) {
+    rc = EXIT_OK;
+    if (!strcmp(cmd, "print")) fp_ir_print(p, stdout);
+    else if (!strcmp(cmd, "explain")) fp_ir_explain(p, stdout);
+    else fprintf(stderr, "%s: ok: %d ops in %d segments, arena %lld bytes\n", argv[0], p->nops, p->nsegs,
+                 (long long)p->arena_bytes);
+    if (fflush(stdout) != 0) rc = EXIT_INPUT;
+  }
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    fputs(usage, stdout);
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("flexplan %s\n", FP_VERSION);
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
+  if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
+  if (!strcmp(cmd, "print") || !strcmp(cmd, "verify") || !strcmp(cmd, "explain"))
+    return cmd_file(argc - 2, argv + 2, cmd);
+  return usage_error("unknown command '%s'", cmd);
+}
