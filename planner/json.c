@@ -451,6 +451,10 @@ static bool vfail(vscan *v, size_t off, bool include_last_key, const char *fmt, 
   v->failed = true;
   v->err_off = off;
   v->err_ptr = path_string(v->a, v->t, v->n, v->segs, v->nseg, include_last_key);
+  if (off >= v->n) {
+    snprintf(v->err_msg, sizeof v->err_msg, "invalid JSON: unexpected end of data (the file ends early)");
+    return false;
+  }
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(v->err_msg, sizeof v->err_msg, fmt, ap);
@@ -740,9 +744,10 @@ json_object *fp_json_parse(fp_jctx *c) {
     json_object_put(root);
     if (end > s->len) end = s->len;
     /* json-c's position can lie past the real mistake ("[01]" fails at the
-     * ']'): when the strict validator finds an earlier error, report that */
+     * ']') and its messages are terse: when the strict validator finds an
+     * error no later than json-c did, report the validator's */
     vscan v = {.a = c->a, .t = s->text, .n = s->len};
-    if (!v_value(&v, 1) && v.err_off < end) {
+    if (!v_value(&v, 1) && v.err_off <= end) {
       fp_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
       return NULL;
     }

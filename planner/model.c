@@ -1,0 +1,247 @@
+/* model.c - model.json: parse and validate (DESIGN.md §2, docs/input-format.md).
+ *
+ * A file holds either a model ({"format": "flexplan.model.v1", ...}) or the
+ * combined form {"model": {...}, "spec": {...}} (spec optional), in which case
+ * every pointer starts with "/model" (the spec's with "/spec"). The first user
+ * error stops the parse; it is reported located at the offending value. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "front.h"
+#include "json.h"
+
+#define FP_MODEL_FORMAT "flexplan.model.v1"
+
+/* ---- a tiny string set for the uniqueness checks --------------------------- */
+typedef struct nameset {
+  const char **names;
+  int *idx;
+  size_t cap;
+} nameset;
+
+static void ns_init(fp_arena *a, nameset *s, size_t n) {
+  size_t cap = 16;
+  while (cap < 2 * n + 2) cap *= 2;
+  s->cap = cap;
+  s->names = fp_alloc_array(a, cap, sizeof *s->names);
+  s->idx = fp_alloc_array(a, cap, sizeof *s->idx);
+}
+
+/* insert; returns the index stored earlier under the same name, or -1 */
+static int ns_put(nameset *s, const char *name, int idx) {
+  size_t h = (size_t)fp_fnv1a(FP_FNV_INIT, name, strlen(name)) & (s->cap - 1);
+  while (s->names[h]) {
+    if (!strcmp(s->names[h], name)) return s->idx[h];
+    h = (h + 1) & (s->cap - 1);
+  }
+  s->names[h] = name;
+  s->idx[h] = idx;
+  return -1;
+}
+
+static int ns_get(const nameset *s, const char *name) {
+  size_t h = (size_t)fp_fnv1a(FP_FNV_INIT, name, strlen(name)) & (s->cap - 1);
+  while (s->names[h]) {
+    if (!strcmp(s->names[h], name)) return s->idx[h];
+    h = (h + 1) & (s->cap - 1);
+  }
+  return -1;
+}
+
+/* ---- pieces ----------------------------------------------------------------- */
+static bool check_format(fp_jctx *c, json_object *root, const char *ptr, const char *want) {
+  json_object *v = fp_j_get(root, "format");
+  if (!fp_j_has(root, "format"))
+    return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", want);
+  if (!v || !json_object_is_type(v, json_type_string) || strcmp(json_object_get_string(v), want))
+    return fp_j_error(c, fp_ptr_key(c->a, ptr, "format"), "expected \"%s\", got %s", want,
+                      fp_j_describe(c->a, v));
+  return true;
+}
+
+static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
+static const fp_dtype dtype_vals[] = {FP_F32, FP_BF16, FP_F16};
+
+static bool parse_param(fp_jctx *c, json_object *pv, const char *pp, int module, fp_param *p) {
+  static const char *const keys[] = {"name", "shape", "dtype", "requires_grad", NULL};
+  if (!fp_j_keys(c, pv, pp, keys)) return false;
+  if (!fp_j_str(c, pv, pp, "name", true, &p->name)) return false;
+  json_object *shape;
+  size_t nd;
+  if (!fp_j_arr(c, pv, pp, "shape", true, &shape, &nd)) return false;
+  const char *sp = fp_ptr_key(c->a, pp, "shape");
+  if (nd < 1 || nd > FP_MAX_DIMS)
+    return fp_j_error(c, sp, "expected 1 to %d dimensions, got %zu", FP_MAX_DIMS, nd);
+  p->ndim = (int)nd;
+  p->numel = 1;
+  for (size_t k = 0; k < nd; k++) {
+    if (!fp_j_int_v(c, json_object_array_get_idx(shape, k), fp_ptr_idx(c->a, sp, (int64_t)k), 1,
+                    INT64_MAX, &p->shape[k]))
+      return false;
+    if (!fp_mul64(p->numel, p->shape[k], &p->numel))
+      return fp_j_error(c, sp, "parameter too large: the number of elements overflows int64");
+  }
+  int64_t bytes;
+  if (!fp_mul64(p->numel, 4, &bytes))
+    return fp_j_error(c, sp, "parameter too large: %" PRId64 " elements of 4 bytes overflow int64",
+                      p->numel);
+  int di = 0;
+  if (!fp_j_enum(c, pv, pp, "dtype", false, dtype_names, &di)) return false;
+  p->dtype = dtype_vals[di];
+  p->requires_grad = true;
+  if (!fp_j_bool(c, pv, pp, "requires_grad", false, &p->requires_grad)) return false;
+  p->module = module;
+  p->ptr = pp;
+  return true;
+}
+
+static bool parse_module(fp_jctx *c, json_object *mv, const char *mp, fp_module *m) {
+  static const char *const keys[] = {"name", "params", "flops_fwd", "flops_bwd", "activation_bytes",
+                                     NULL};
+  if (!fp_j_keys(c, mv, mp, keys)) return false;
+  if (!fp_j_str(c, mv, mp, "name", true, &m->name)) return false;
+  m->flops_fwd = 0;
+  if (!fp_j_num(c, mv, mp, "flops_fwd", false, 0, INFINITY, &m->flops_fwd)) return false;
+  m->flops_bwd = 2 * m->flops_fwd;
+  if (!fp_j_num(c, mv, mp, "flops_bwd", false, 0, INFINITY, &m->flops_bwd)) return false;
+  if (!isfinite(m->flops_bwd))
+    return fp_j_error(c, fp_ptr_key(c->a, mp, "flops_fwd"), "flops_fwd too large (2 * flops_fwd is not finite)");
+  m->activation_bytes = 0;
+  if (!fp_j_int(c, mv, mp, "activation_bytes", false, 0, INT64_MAX, &m->activation_bytes)) return false;
+  m->ptr = mp;
+  return true;
+}
+
+/* ---- entry points --------------------------------------------------------------- */
+bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root, const char *ptr,
+                    fp_model *out) {
+  fp_jctx cx = {a, d, src}, *c = &cx;
+  memset(out, 0, sizeof *out);
+  out->src = src;
+  out->ptr = ptr = ptr ? fp_strdup(a, ptr) : "";
+  if (!fp_j_is_object(c, root, ptr)) return false;
+  if (!check_format(c, root, ptr, FP_MODEL_FORMAT)) return false;
+  static const char *const keys[] = {"format", "name", "modules", "forward_order", NULL};
+  if (!fp_j_keys(c, root, ptr, keys)) return false;
+  if (!fp_j_str(c, root, ptr, "name", true, &out->name)) return false;
+
+  json_object *mods;
+  size_t nm;
+  if (!fp_j_arr(c, root, ptr, "modules", true, &mods, &nm)) return false;
+  const char *msp = fp_ptr_key(a, ptr, "modules");
+  if (nm == 0) return fp_j_error(c, msp, "expected a non-empty array of modules, got an empty array");
+  if (nm > INT32_MAX / 2) return fp_j_error(c, msp, "too many modules (%zu)", nm);
+
+  /* count params first so the arrays are allocated once */
+  size_t total = 0;
+  for (size_t i = 0; i < nm; i++) {
+    json_object *pa = fp_j_get(json_object_array_get_idx(mods, i), "params");
+    if (pa && json_object_is_type(pa, json_type_array)) total += json_object_array_length(pa);
+  }
+  if (total > INT32_MAX / 2) return fp_j_error(c, msp, "too many params (%zu)", total);
+  out->modules = fp_alloc_array(a, nm, sizeof *out->modules);
+  out->params = fp_alloc_array(a, total ? total : 1, sizeof *out->params);
+  nameset mnames, pnames;
+  ns_init(a, &mnames, nm);
+  ns_init(a, &pnames, total);
+
+  for (size_t i = 0; i < nm; i++) {
+    json_object *mv = json_object_array_get_idx(mods, i);
+    const char *mp = fp_ptr_idx(a, msp, (int64_t)i);
+    fp_module *m = &out->modules[i];
+    if (!fp_j_is_object(c, mv, mp)) return false;
+    if (!parse_module(c, mv, mp, m)) return false;
+    int prev = ns_put(&mnames, m->name, (int)i);
+    if (prev >= 0)
+      return fp_j_error(c, fp_ptr_key(a, mp, "name"), "duplicate module name '%s' (also %s)", m->name,
+                        out->modules[prev].ptr);
+    json_object *pa;
+    size_t np;
+    if (!fp_j_arr(c, mv, mp, "params", true, &pa, &np)) return false;
+    const char *psp = fp_ptr_key(a, mp, "params");
+    if (np == 0)
+      return fp_j_error(c, psp, "expected a non-empty array of params, got an empty array");
+    m->first_param = out->nparams;
+    m->nparams = (int)np;
+    for (size_t k = 0; k < np; k++) {
+      json_object *pv = json_object_array_get_idx(pa, k);
+      const char *pp = fp_ptr_idx(a, psp, (int64_t)k);
+      if (!fp_j_is_object(c, pv, pp)) return false;
+      fp_param *p = &out->params[out->nparams];
+      if (!parse_param(c, pv, pp, (int)i, p)) return false;
+      int pprev = ns_put(&pnames, p->name, out->nparams);
+      if (pprev >= 0)
+        return fp_j_error(c, fp_ptr_key(a, pp, "name"), "duplicate param name '%s' (also %s)", p->name,
+                          out->params[pprev].ptr);
+      out->nparams++;
+    }
+  }
+  out->nmodules = (int)nm;
+
+  /* forward_order: default the order of modules; if given, it must name every
+   * module at least once (a module that never runs would never be gathered
+   * nor reduced: almost certainly a mistake in the input) */
+  json_object *fo = NULL;
+  size_t nfo = 0;
+  if (!fp_j_arr(c, root, ptr, "forward_order", false, &fo, &nfo)) return false;
+  if (!fo) {
+    out->norder = out->nmodules;
+    out->order = fp_alloc_array(a, nm, sizeof *out->order);
+    for (int i = 0; i < out->nmodules; i++) out->order[i] = i;
+    return true;
+  }
+  const char *fop = fp_ptr_key(a, ptr, "forward_order");
+  if (nfo == 0) return fp_j_error(c, fop, "expected a non-empty array of module names, got an empty array");
+  if (nfo > INT32_MAX / 2) return fp_j_error(c, fop, "forward_order too long (%zu)", nfo);
+  out->order = fp_alloc_array(a, nfo, sizeof *out->order);
+  bool *seen = fp_alloc_array(a, nm, sizeof *seen);
+  for (size_t k = 0; k < nfo; k++) {
+    const char *ep = fp_ptr_idx(a, fop, (int64_t)k), *name;
+    if (!fp_j_str_v(c, json_object_array_get_idx(fo, k), ep, &name)) return false;
+    int mi = ns_get(&mnames, name);
+    if (mi < 0) return fp_j_error(c, ep, "unknown module '%s' in forward_order", name);
+    out->order[k] = mi;
+    seen[mi] = true;
+  }
+  out->norder = (int)nfo;
+  for (size_t i = 0; i < nm; i++)
+    if (!seen[i])
+      return fp_j_error(c, fop, "module '%s' is not in forward_order (every module must run)",
+                        out->modules[i].name);
+  return true;
+}
+
+bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
+                   json_object **embedded_spec, const fp_src **src_out) {
+  if (embedded_spec) *embedded_spec = NULL;
+  if (src_out) *src_out = NULL;
+  fp_src *src = fp_alloc(a, sizeof *src);
+  if (!fp_src_read(a, d, path, src)) return false;
+  if (src_out) *src_out = src;
+  fp_jctx c = {a, d, src};
+  json_object *root = fp_json_parse(&c);
+  if (!root) return false;
+  bool ok = false;
+  if (!fp_j_is_object(&c, root, "")) goto done;
+  if (!fp_j_has(root, "format") && (fp_j_has(root, "model") || fp_j_has(root, "spec"))) {
+    /* the combined form */
+    static const char *const keys[] = {"model", "spec", NULL};
+    if (!fp_j_keys(&c, root, "", keys)) goto done;
+    if (!fp_j_has(root, "model")) {
+      fp_j_error(&c, "", "missing required member 'model'");
+      goto done;
+    }
+    json_object *spec = fp_j_get(root, "spec");
+    if (fp_j_has(root, "spec") && !fp_j_is_object(&c, spec, "/spec")) goto done;
+    if (!fp_model_parse(a, d, src, fp_j_get(root, "model"), "/model", out)) goto done;
+    if (embedded_spec && spec) *embedded_spec = json_object_get(spec);
+    ok = true;
+  } else {
+    ok = fp_model_parse(a, d, src, root, "", out);
+  }
+done:
+  json_object_put(root);
+  return ok;
+}

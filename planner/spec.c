@@ -1,0 +1,418 @@
+/* spec.c - spec.json: parse, validate, fill in defaults (DESIGN.md §2,
+ * docs/input-format.md).
+ *
+ * Only checks that need the spec alone are made here (ranges, enums, the
+ * mesh, world_size % intra_node_size, unique bucket names); checks against
+ * the model (placement dim < ndim, ragged units per shard-group rank, owned
+ * rank < group size, reshard group divides the shard group) are the
+ * layout's. The first user error stops the parse. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "front.h"
+#include "json.h"
+
+#define FP_SPEC_FORMAT "flexplan.spec.v1"
+#define FP_MAX_WORLD 1048576
+#define FP_MAX_PREFETCH 64
+
+const char *const fp_strategy_names[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
+                                         NULL};
+
+static const char *const placement_names[] = {"shard", "ragged_shard", "owned", "replicate", NULL};
+static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
+static const fp_dtype dtype_vals[] = {FP_F32, FP_BF16, FP_F16};
+
+static void set_defaults(fp_spec *s) {
+  memset(s, 0, sizeof *s);
+  s->ptr = "";
+  s->world_size = 8;
+  s->ranks_per_node = 8;
+  s->strategy = FP_FULL_SHARD;
+  s->placement.kind = FP_PL_SHARD;
+  s->placement.dim = 0;
+  s->placement.align_elems = 1;
+  s->placement.rank = -1;
+  s->placement.ptr = "";
+  s->mp.param = FP_BF16;
+  s->mp.reduce = FP_F32;
+  s->mp.main_grad = FP_F32;
+  s->reshard = FP_RESHARD_TRUE;
+  s->bucket_mode = FP_BUCKETS_DEFAULT;
+  s->prefetch_fwd = 1;
+  s->prefetch_bwd = 1;
+  s->grad_accumulation = 1;
+  s->hw_preset = "h100-sxm";
+}
+
+/* "what, what or what" list of names for messages */
+static const char *name_list(fp_arena *a, const char *const *names) {
+  const char *s = "";
+  for (int k = 0; names[k]; k++) s = fp_sprintf(a, "%s%s%s", s, k ? ", " : "", names[k]);
+  return s;
+}
+
+/* keys allowed for one placement kind; a member of another kind gets a
+ * message that says so */
+static bool placement_keys(fp_jctx *c, json_object *o, const char *ptr, int kind) {
+  static const char *const shard[] = {"kind", "dim", NULL};
+  static const char *const ragged[] = {"kind", "units", "align_elems", NULL};
+  static const char *const owned[] = {"kind", "rank", NULL};
+  static const char *const repl[] = {"kind", NULL};
+  static const char *const *const per_kind[] = {shard, ragged, owned, repl};
+  static const char *const all[] = {"kind", "dim", "units", "align_elems", "rank", NULL};
+  const char *const *allowed = per_kind[kind];
+  json_object_object_foreach(o, key, val) {
+    (void)val;
+    bool ok = false, known = false;
+    for (int k = 0; allowed[k]; k++) ok |= !strcmp(allowed[k], key);
+    for (int k = 0; all[k]; k++) known |= !strcmp(all[k], key);
+    if (ok) continue;
+    if (known)
+      return fp_j_error(c, fp_ptr_key(c->a, ptr, key),
+                        "member '%s' does not apply to placement kind \"%s\" (expected one of: %s)", key,
+                        placement_names[kind], name_list(c->a, allowed));
+    return fp_j_keys(c, o, ptr, allowed);
+  }
+  return true;
+}
+
+static bool parse_placement(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
+  if (!fp_j_is_object(c, o, ptr)) return false;
+  int kind;
+  if (!fp_j_enum(c, o, ptr, "kind", true, placement_names, &kind)) return false;
+  if (!placement_keys(c, o, ptr, kind)) return false;
+  memset(p, 0, sizeof *p);
+  p->kind = (fp_placement_kind)kind;
+  p->align_elems = 1;
+  p->rank = -1;
+  p->ptr = ptr;
+  switch (p->kind) {
+    case FP_PL_SHARD: {
+      int64_t dim = 0;
+      if (!fp_j_int(c, o, ptr, "dim", false, 0, FP_MAX_DIMS - 1, &dim)) return false;
+      p->dim = (int)dim;
+      break;
+    }
+    case FP_PL_RAGGED: {
+      json_object *u;
+      size_t nu;
+      if (!fp_j_arr(c, o, ptr, "units", true, &u, &nu)) return false;
+      const char *up = fp_ptr_key(c->a, ptr, "units");
+      if (nu == 0) return fp_j_error(c, up, "expected a non-empty array of integers, got an empty array");
+      if (nu > FP_MAX_WORLD)
+        return fp_j_error(c, up, "expected at most %d units (one per shard-group rank), got %zu", FP_MAX_WORLD, nu);
+      p->units = fp_alloc_array(c->a, nu, sizeof *p->units);
+      p->nunits = (int)nu;
+      int64_t sum = 0;
+      for (size_t k = 0; k < nu; k++) {
+        if (!fp_j_int_v(c, json_object_array_get_idx(u, k), fp_ptr_idx(c->a, up, (int64_t)k), 0,
+                        INT64_MAX, &p->units[k]))
+          return false;
+        if (!fp_add64(sum, p->units[k], &sum)) return fp_j_error(c, up, "the sum of units overflows int64");
+      }
+      if (sum == 0) return fp_j_error(c, up, "units must not all be 0 (their sum must be positive)");
+      if (!fp_j_int(c, o, ptr, "align_elems", false, 1, INT64_MAX, &p->align_elems)) return false;
+      break;
+    }
+    case FP_PL_OWNED: {
+      json_object *r = fp_j_get(o, "rank");
+      if (!fp_j_has(o, "rank")) return fp_j_error(c, ptr, "missing required member 'rank' (an integer >= 0 or \"auto\")");
+      const char *rp = fp_ptr_key(c->a, ptr, "rank");
+      if (r && json_object_is_type(r, json_type_string)) {
+        if (strcmp(json_object_get_string(r), "auto"))
+          return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
+        p->rank = -1;
+      } else if (!r || !json_object_is_type(r, json_type_int)) {
+        return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
+      } else if (!fp_j_int_v(c, r, rp, 0, FP_MAX_WORLD - 1, &p->rank)) {
+        return false;
+      }
+      break;
+    }
+    case FP_PL_REPLICATE:
+    case FP_NPLACEMENTS:
+      break;
+  }
+  return true;
+}
+
+/* partial mixed_precision object merged onto *mp */
+static bool parse_mp(fp_jctx *c, json_object *o, const char *ptr, fp_mp *mp) {
+  static const char *const keys[] = {"param_dtype", "reduce_dtype", "main_grad_dtype", NULL};
+  if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
+  fp_dtype *dst[] = {&mp->param, &mp->reduce, &mp->main_grad};
+  for (int k = 0; k < 3; k++) {
+    int di = -1;
+    if (!fp_j_enum(c, o, ptr, keys[k], false, dtype_names, &di)) return false;
+    if (di >= 0) *dst[k] = dtype_vals[di];
+  }
+  return true;
+}
+
+/* reshard_after_forward: true | false | integer >= 1 */
+static bool parse_reshard(fp_jctx *c, json_object *obj, const char *ptr, int64_t *out) {
+  if (!fp_j_has(obj, "reshard_after_forward")) return true;
+  json_object *v = fp_j_get(obj, "reshard_after_forward");
+  const char *vp = fp_ptr_key(c->a, ptr, "reshard_after_forward");
+  if (v && json_object_is_type(v, json_type_boolean)) {
+    *out = json_object_get_boolean(v) ? FP_RESHARD_TRUE : 0;
+    return true;
+  }
+  if (v && json_object_is_type(v, json_type_int)) return fp_j_int_v(c, v, vp, 1, FP_MAX_WORLD, out);
+  return fp_j_error(c, vp, "expected true, false or an integer group size >= 1, got %s",
+                    fp_j_describe(c->a, v));
+}
+
+/* non-empty array of non-empty strings (patterns) */
+static bool parse_patterns(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+                           bool allow_empty, const char ***out, int *n) {
+  json_object *arr = NULL;
+  size_t na = 0;
+  if (!fp_j_arr(c, obj, ptr, key, required, &arr, &na)) return false;
+  if (!arr) return true;
+  const char *ap = fp_ptr_key(c->a, ptr, key);
+  if (na == 0 && !allow_empty)
+    return fp_j_error(c, ap, "expected a non-empty array of patterns, got an empty array");
+  if (na > INT32_MAX / 2) return fp_j_error(c, ap, "too many patterns");
+  *out = fp_alloc_array(c->a, na ? na : 1, sizeof **out);
+  for (size_t k = 0; k < na; k++)
+    if (!fp_j_str_v(c, json_object_array_get_idx(arr, k), fp_ptr_idx(c->a, ap, (int64_t)k), &(*out)[k]))
+      return false;
+  *n = (int)na;
+  return true;
+}
+
+static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const char *ptr, fp_bucket_spec *b) {
+  static const char *const keys[] = {"name", "params", "split", "placement", "mixed_precision",
+                                     "reshard_after_forward", "offload", NULL};
+  if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
+  b->ptr = ptr;
+  if (!fp_j_str(c, o, ptr, "name", true, &b->name)) return false;
+  if (!parse_patterns(c, o, ptr, "params", true, false, &b->patterns, &b->npatterns)) return false;
+  static const char *const splits[] = {"per_module", NULL};
+  int split = -1;
+  if (!fp_j_enum(c, o, ptr, "split", false, splits, &split)) return false;
+  b->per_module = split == 0;
+  b->placement = s->placement;
+  if (fp_j_has(o, "placement")) {
+    if (!parse_placement(c, fp_j_get(o, "placement"), fp_ptr_key(c->a, ptr, "placement"), &b->placement))
+      return false;
+    b->has_placement = true;
+  }
+  b->mp = s->mp;
+  if (fp_j_has(o, "mixed_precision") &&
+      !parse_mp(c, fp_j_get(o, "mixed_precision"), fp_ptr_key(c->a, ptr, "mixed_precision"), &b->mp))
+    return false;
+  b->reshard = s->reshard;
+  if (!parse_reshard(c, o, ptr, &b->reshard)) return false;
+  if (!fp_j_bool(c, o, ptr, "offload", false, &b->offload)) return false;
+  if (b->offload)
+    return fp_j_error(c, fp_ptr_key(c->a, ptr, "offload"), "offload is not supported yet");
+  return true;
+}
+
+static bool parse_buckets(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
+  if (v && json_object_is_type(v, json_type_object)) {
+    static const char *const keys[] = {"auto", NULL};
+    if (!fp_j_keys(c, v, ptr, keys)) return false;
+    if (!fp_j_has(v, "auto"))
+      return fp_j_error(c, ptr, "missing required member 'auto' (buckets is a list or {\"auto\": {...}})");
+    json_object *au = fp_j_get(v, "auto");
+    const char *aup = fp_ptr_key(c->a, ptr, "auto");
+    static const char *const akeys[] = {"target_bytes", NULL};
+    if (!fp_j_is_object(c, au, aup) || !fp_j_keys(c, au, aup, akeys)) return false;
+    if (!fp_j_int(c, au, aup, "target_bytes", false, 1, INT64_MAX, &s->auto_target_bytes)) return false;
+    s->bucket_mode = FP_BUCKETS_AUTO;
+    return true;
+  }
+  if (!v || !json_object_is_type(v, json_type_array))
+    return fp_j_error(c, ptr, "expected an array of buckets or {\"auto\": {...}}, got %s",
+                      fp_j_describe(c->a, v));
+  size_t nb = json_object_array_length(v);
+  if (nb == 0)
+    return fp_j_error(c, ptr, "expected a non-empty array of buckets, got an empty array (leave "
+                              "'buckets' out for one bucket per module)");
+  if (nb > INT32_MAX / 2) return fp_j_error(c, ptr, "too many buckets");
+  s->bucket_mode = FP_BUCKETS_LIST;
+  s->buckets = fp_alloc_array(c->a, nb, sizeof *s->buckets);
+  for (size_t i = 0; i < nb; i++) {
+    fp_bucket_spec *b = &s->buckets[i];
+    if (!parse_bucket(c, s, json_object_array_get_idx(v, i), fp_ptr_idx(c->a, ptr, (int64_t)i), b))
+      return false;
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(s->buckets[j].name, b->name))
+        return fp_j_error(c, fp_ptr_key(c->a, b->ptr, "name"), "duplicate bucket name '%s' (also %s)",
+                          b->name, s->buckets[j].ptr);
+    s->nbuckets++;
+  }
+  return true;
+}
+
+/* one prefetch depth: 0..64 or "auto" */
+static bool parse_depth(fp_jctx *c, json_object *o, const char *ptr, const char *key, int *out) {
+  if (!fp_j_has(o, key)) return true;
+  json_object *v = fp_j_get(o, key);
+  const char *vp = fp_ptr_key(c->a, ptr, key);
+  if (v && json_object_is_type(v, json_type_string) && !strcmp(json_object_get_string(v), "auto")) {
+    *out = FP_PREFETCH_AUTO;
+    return true;
+  }
+  if (!v || !json_object_is_type(v, json_type_int))
+    return fp_j_error(c, vp, "expected an integer in [0, %d] or \"auto\", got %s", FP_MAX_PREFETCH,
+                      fp_j_describe(c->a, v));
+  int64_t d;
+  if (!fp_j_int_v(c, v, vp, 0, FP_MAX_PREFETCH, &d)) return false;
+  *out = (int)d;
+  return true;
+}
+
+static bool parse_prefetch(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
+  if (v && json_object_is_type(v, json_type_string)) {
+    if (strcmp(json_object_get_string(v), "auto"))
+      return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
+                        fp_j_describe(c->a, v));
+    s->prefetch_fwd = s->prefetch_bwd = FP_PREFETCH_AUTO;
+    return true;
+  }
+  if (!v || !json_object_is_type(v, json_type_object))
+    return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
+                      fp_j_describe(c->a, v));
+  static const char *const keys[] = {"forward", "backward", NULL};
+  if (!fp_j_keys(c, v, ptr, keys)) return false;
+  return parse_depth(c, v, ptr, "forward", &s->prefetch_fwd) &&
+         parse_depth(c, v, ptr, "backward", &s->prefetch_bwd);
+}
+
+/* number > 0 (optional) */
+static bool pos_num(fp_jctx *c, json_object *o, const char *ptr, const char *key, double *out) {
+  if (!fp_j_has(o, key)) return true;
+  json_object *v = fp_j_get(o, key);
+  double x = NAN;
+  if (v && (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
+    x = json_object_get_double(v);
+  if (!(isfinite(x) && x > 0))
+    return fp_j_error(c, fp_ptr_key(c->a, ptr, key), "expected a number > 0, got %s", fp_j_describe(c->a, v));
+  *out = x;
+  return true;
+}
+
+static bool parse_hardware(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
+  static const char *const keys[] = {"preset", "gpus_per_node", "flops", "nvlink_gbps", "ib_gbps",
+                                     "hbm_gbps", "hbm_bytes", NULL};
+  if (!fp_j_is_object(c, v, ptr) || !fp_j_keys(c, v, ptr, keys)) return false;
+  static const char *const presets[] = {"h100-sxm", "h200", NULL};
+  int pi = -1;
+  if (!fp_j_enum(c, v, ptr, "preset", false, presets, &pi)) return false;
+  if (pi >= 0) s->hw_preset = presets[pi];
+  return fp_j_int(c, v, ptr, "gpus_per_node", false, 1, INT64_MAX, &s->hw_gpus_per_node) &&
+         pos_num(c, v, ptr, "flops", &s->hw_flops) && pos_num(c, v, ptr, "nvlink_gbps", &s->hw_nvlink_gbps) &&
+         pos_num(c, v, ptr, "ib_gbps", &s->hw_ib_gbps) && pos_num(c, v, ptr, "hbm_gbps", &s->hw_hbm_gbps) &&
+         fp_j_int(c, v, ptr, "hbm_bytes", false, 1, INT64_MAX, &s->hw_hbm_bytes);
+}
+
+bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root, const char *ptr,
+                   fp_spec *out) {
+  set_defaults(out);
+  if (!root) {
+    out->src = NULL;
+    return true;
+  }
+  fp_jctx cx = {a, d, src}, *c = &cx;
+  out->src = src;
+  out->ptr = ptr = ptr ? fp_strdup(a, ptr) : "";
+  out->placement.ptr = ptr;
+  if (!fp_j_is_object(c, root, ptr)) return false;
+  json_object *fmt = fp_j_get(root, "format");
+  if (!fp_j_has(root, "format"))
+    return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", FP_SPEC_FORMAT);
+  if (!fmt || !json_object_is_type(fmt, json_type_string) || strcmp(json_object_get_string(fmt), FP_SPEC_FORMAT))
+    return fp_j_error(c, fp_ptr_key(a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
+                      fp_j_describe(a, fmt));
+  static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
+                                     "no_shard", "prefetch", "grad_accumulation", "memory_budget_bytes",
+                                     "hardware", NULL};
+  if (!fp_j_keys(c, root, ptr, keys)) return false;
+
+  /* mesh */
+  if (fp_j_has(root, "mesh")) {
+    json_object *m = fp_j_get(root, "mesh");
+    const char *mp = fp_ptr_key(a, ptr, "mesh");
+    static const char *const mkeys[] = {"world_size", "ranks_per_node", NULL};
+    if (!fp_j_is_object(c, m, mp) || !fp_j_keys(c, m, mp, mkeys)) return false;
+    if (!fp_j_int(c, m, mp, "world_size", false, 1, FP_MAX_WORLD, &out->world_size)) return false;
+    out->ranks_per_node = out->world_size < 8 ? out->world_size : 8;
+    if (!fp_j_int(c, m, mp, "ranks_per_node", false, 1, FP_MAX_WORLD, &out->ranks_per_node)) return false;
+    if (out->ranks_per_node > out->world_size || out->world_size % out->ranks_per_node)
+      return fp_j_error(c, fp_ptr_key(a, mp, fp_j_has(m, "ranks_per_node") ? "ranks_per_node" : "world_size"),
+                        "world_size %" PRId64 " is not a multiple of ranks_per_node %" PRId64
+                        " (every node runs the same number of ranks)",
+                        out->world_size, out->ranks_per_node);
+  }
+
+  /* strategy and hybrid_shard */
+  int st = FP_FULL_SHARD;
+  if (!fp_j_enum(c, root, ptr, "strategy", false, fp_strategy_names, &st)) return false;
+  out->strategy = (fp_strategy)st;
+  const char *hp = fp_ptr_key(a, ptr, "hybrid_shard");
+  if (out->strategy == FP_HYBRID_SHARD) {
+    if (!fp_j_has(root, "hybrid_shard"))
+      return fp_j_error(c, ptr, "missing required member 'hybrid_shard' (strategy is \"hybrid_shard\")");
+    json_object *h = fp_j_get(root, "hybrid_shard");
+    static const char *const hkeys[] = {"intra_node_size", NULL};
+    if (!fp_j_is_object(c, h, hp) || !fp_j_keys(c, h, hp, hkeys)) return false;
+    if (!fp_j_int(c, h, hp, "intra_node_size", true, 1, FP_MAX_WORLD, &out->intra_node_size)) return false;
+    const char *ip = fp_ptr_key(a, hp, "intra_node_size");
+    if (out->intra_node_size > out->world_size)
+      return fp_j_error(c, ip, "intra_node_size %" PRId64 " is larger than world_size %" PRId64,
+                        out->intra_node_size, out->world_size);
+    if (out->world_size % out->intra_node_size)
+      return fp_j_error(c, ip, "world_size %" PRId64 " is not a multiple of intra_node_size %" PRId64,
+                        out->world_size, out->intra_node_size);
+  } else if (fp_j_has(root, "hybrid_shard")) {
+    return fp_j_error(c, hp, "'hybrid_shard' is only allowed with strategy \"hybrid_shard\" (strategy is \"%s\")",
+                      fp_strategy_names[out->strategy]);
+  }
+
+  /* defaults */
+  if (fp_j_has(root, "defaults")) {
+    json_object *dv = fp_j_get(root, "defaults");
+    const char *dp = fp_ptr_key(a, ptr, "defaults");
+    static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", NULL};
+    if (!fp_j_is_object(c, dv, dp) || !fp_j_keys(c, dv, dp, dkeys)) return false;
+    if (fp_j_has(dv, "placement") &&
+        !parse_placement(c, fp_j_get(dv, "placement"), fp_ptr_key(a, dp, "placement"), &out->placement))
+      return false;
+    if (fp_j_has(dv, "mixed_precision") &&
+        !parse_mp(c, fp_j_get(dv, "mixed_precision"), fp_ptr_key(a, dp, "mixed_precision"), &out->mp))
+      return false;
+    if (!parse_reshard(c, dv, dp, &out->reshard)) return false;
+  }
+
+  if (fp_j_has(root, "buckets") && !parse_buckets(c, out, fp_j_get(root, "buckets"), fp_ptr_key(a, ptr, "buckets")))
+    return false;
+  if (!parse_patterns(c, root, ptr, "no_shard", false, true, &out->no_shard, &out->nno_shard)) return false;
+  if (fp_j_has(root, "prefetch") &&
+      !parse_prefetch(c, out, fp_j_get(root, "prefetch"), fp_ptr_key(a, ptr, "prefetch")))
+    return false;
+  if (!fp_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
+  if (!fp_j_int(c, root, ptr, "memory_budget_bytes", false, 1, INT64_MAX, &out->memory_budget_bytes)) return false;
+  if (fp_j_has(root, "hardware") &&
+      !parse_hardware(c, out, fp_j_get(root, "hardware"), fp_ptr_key(a, ptr, "hardware")))
+    return false;
+  return true;
+}
+
+bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {
+  fp_src *src = fp_alloc(a, sizeof *src);
+  set_defaults(out);
+  if (!fp_src_read(a, d, path, src)) return false;
+  fp_jctx c = {a, d, src};
+  json_object *root = fp_json_parse(&c);
+  if (!root) return false;
+  bool ok = fp_spec_parse(a, d, src, root, "", out);
+  json_object_put(root);
+  return ok;
+}
