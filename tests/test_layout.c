@@ -1,0 +1,247 @@
+/* test_layout.c - the layout math against layouts computed by hand: shard
+ * padding, zero-element shards, ragged cut points and alignment, owned
+ * bin-packing, hybrid groups, storage alignment, int64 overflow, and the
+ * located errors of model-vs-spec checks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ir/ir.h"
+#include "planner/json.h"
+#include "planner/layout.h"
+
+typedef struct {
+  fp_arena *a;
+  fp_diag d;
+  fp_src src;
+  fp_model m;
+  fp_spec s;
+  fp_layout L;
+} fx;
+
+/* parse {"model":..,"spec":..} from text and build the layout */
+static bool build(fx *f, const char *text) {
+  memset(f, 0, sizeof *f);
+  f->a = fp_arena_new();
+  fp_diag_init(&f->d, NULL);
+  f->src = (fp_src){"t.json", text, strlen(text)};
+  fp_jctx c = {f->a, &f->d, &f->src};
+  json_object *root = fp_json_parse(&c);
+  assert_non_null(root);
+  bool ok = fp_model_parse(f->a, &f->d, &f->src, fp_j_get(root, "model"), "/model", &f->m) &&
+            fp_spec_parse(f->a, &f->d, &f->src, fp_j_get(root, "spec"), "/spec", &f->s) &&
+            fp_layout_build(f->a, &f->d, &f->m, &f->s, &f->L);
+  json_object_put(root);
+  return ok;
+}
+
+static void done(fx *f) {
+  fp_diag_free(&f->d);
+  fp_arena_free(f->a);
+}
+
+static const fp_lparam *param(const fx *f, const char *name) {
+  for (int i = 0; i < f->L.nparams; i++)
+    if (!strcmp(f->L.params[i].mp->name, name)) return &f->L.params[i];
+  fail_msg("no param %s", name);
+  return NULL;
+}
+
+#define MODEL1(shape) \
+  "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\",\"params\":[{\"name\":\"w\",\"shape\":" shape "}]}]},"
+
+static void shard_padding(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, MODEL1("[10,4]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":4}}}"));
+  const fp_lparam *p = param(&f, "w");
+  /* 10 rows over 4 ranks: 3 rows each, padded to 12 rows of 4 */
+  assert_int_equal(p->chunk, 12);
+  assert_int_equal(p->padded_numel, 48);
+  fp_extent e = p->impl->extent(&f.L, p, 3);
+  assert_int_equal(e.begin, 36);
+  assert_int_equal(e.count, 12);
+  assert_int_equal(e.valid, 4); /* row 9 only */
+  e = p->impl->extent(&f.L, p, 0);
+  assert_int_equal(e.valid, 12);
+  done(&f);
+}
+
+static void shard_dim1(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, MODEL1("[3,10]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":4},"
+                                         "\"defaults\":{\"placement\":{\"kind\":\"shard\",\"dim\":1}}}}"));
+  const fp_lparam *p = param(&f, "w");
+  /* 10 columns over 4 ranks: 3 each; a rank's block is 3 rows x 3 columns */
+  assert_int_equal(p->chunk, 9);
+  assert_int_equal(p->padded_numel, 30); /* the param layout is not padded */
+  assert_true(p->gstage_off >= 0);
+  assert_int_equal(f.L.buckets[0].gstage_bytes, 256); /* 4 ranks x 9 x bf16 = 72 -> 256 */
+  fp_extent e = p->impl->extent(&f.L, p, 3);
+  assert_int_equal(e.valid, 3); /* column 9 of 3 rows */
+  done(&f);
+}
+
+static void zero_element_shards(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, MODEL1("[3]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":8}}}"));
+  const fp_lparam *p = param(&f, "w");
+  assert_int_equal(p->chunk, 1);
+  for (int g = 0; g < 8; g++) assert_int_equal(p->impl->extent(&f.L, p, g).valid, g < 3 ? 1 : 0);
+  done(&f);
+}
+
+static void ragged_cuts(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, MODEL1("[100]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":4},"
+                                        "\"defaults\":{\"placement\":{\"kind\":\"ragged_shard\",\"units\":[1,2,0,1],"
+                                        "\"align_elems\":4}}}}"));
+  const fp_lparam *p = param(&f, "w");
+  /* cut r = floor(100 * prefix / 4 / 4) * 4: 0, 24, 72, 72, then 100 */
+  const int64_t want[5] = {0, 24, 72, 72, 100};
+  for (int r = 0; r < 5; r++) assert_int_equal(p->cuts[r], want[r]);
+  assert_int_equal(p->slot, 48);
+  assert_int_equal(p->impl->slot_elems(&f.L, p, 2), 0); /* zero units: zero elements */
+  assert_int_equal(p->impl->extent(&f.L, p, 3).count, 28);
+  done(&f);
+}
+
+static void ragged_smaller_than_alignment(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, MODEL1("[5]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":2},"
+                                      "\"defaults\":{\"placement\":{\"kind\":\"ragged_shard\",\"units\":[1,1],"
+                                      "\"align_elems\":32}}}}"));
+  const fp_lparam *p = param(&f, "w");
+  assert_int_equal(p->cuts[1], 0); /* everything lands on the last rank */
+  assert_int_equal(p->impl->slot_elems(&f.L, p, 0), 0);
+  assert_int_equal(p->impl->slot_elems(&f.L, p, 1), 5);
+  done(&f);
+}
+
+static void owned_bin_packing(void **state) {
+  (void)state;
+  fx f;
+  /* LPT over 2 ranks: 100->0, 80->1, 60->1 (80<100), 40->0 (100<140),
+   * 20->0 (tie 140/140 goes to the lowest rank) */
+  assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\","
+                        "\"params\":[{\"name\":\"a\",\"shape\":[60]},{\"name\":\"b\",\"shape\":[100]},"
+                        "{\"name\":\"c\",\"shape\":[20]},{\"name\":\"d\",\"shape\":[80]},{\"name\":\"e\",\"shape\":[40]}]}]},"
+                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":2},"
+                        "\"defaults\":{\"placement\":{\"kind\":\"owned\",\"rank\":\"auto\"}}}}"));
+  assert_int_equal(param(&f, "b")->owner, 0);
+  assert_int_equal(param(&f, "d")->owner, 1);
+  assert_int_equal(param(&f, "a")->owner, 1);
+  assert_int_equal(param(&f, "e")->owner, 0);
+  assert_int_equal(param(&f, "c")->owner, 0);
+  /* owned slots are packed per owner rank, 256-aligned */
+  assert_int_equal(param(&f, "a")->shard_off % FP_PARAM_ALIGN, 0);
+  /* rank 0 stores b, c, e: 400 + 80 + 160 bytes -> 3 slots of 512, 256, 256 */
+  assert_int_equal(f.L.buckets[0].shard_bytes, 1024);
+  done(&f);
+}
+
+static void hybrid_groups(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, MODEL1("[64]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":16,"
+                                       "\"ranks_per_node\":4},\"strategy\":\"hybrid_shard\",\"hybrid_shard\":"
+                                       "{\"intra_node_size\":4}}}"));
+  assert_int_equal(f.L.G, 4);
+  assert_int_equal(f.L.R, 4);
+  assert_int_equal(param(&f, "w")->chunk, 16);
+  /* replica group: stride 4, size 4: rank 13 is index 3 of {1,5,9,13} */
+  fp_ir_comm rep = {.name = "replica", .size = 4, .stride = 4}, shard = {.name = "shard", .size = 4, .stride = 1};
+  assert_int_equal(fp_comm_index(&rep, 13), 3);
+  assert_int_equal(fp_comm_index(&shard, 13), 1);
+  done(&f);
+}
+
+static void storage_alignment(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\","
+                        "\"params\":[{\"name\":\"a\",\"shape\":[10]},{\"name\":\"b\",\"shape\":[1000]}]}]},"
+                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":1}}}"));
+  assert_int_equal(param(&f, "a")->shard_off, 0);
+  assert_int_equal(param(&f, "b")->shard_off, 256);
+  assert_int_equal(param(&f, "b")->unsharded_off, 256);
+  assert_int_equal(f.L.buckets[0].shard_bytes, 256 + 4096);   /* fp32 main */
+  assert_int_equal(f.L.buckets[0].unsharded_bytes, 256 + 2048); /* bf16 compute */
+  done(&f);
+}
+
+static void int64_overflow_when_padded(void **state) {
+  (void)state;
+  fx f;
+  /* numel * 4 fits int64, but padding to 8 ranks pushes the bytes past it */
+  char text[512];
+  snprintf(text, sizeof text, MODEL1("[%lld]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":8},"
+           "\"defaults\":{\"mixed_precision\":{\"param_dtype\":\"fp32\"}}}}", (long long)(INT64_MAX / 4 - 1));
+  assert_false(build(&f, text));
+  assert_non_null(strstr(f.d.buf, "too large"));
+  assert_non_null(strstr(f.d.buf, "/model/modules/0/params/0"));
+  done(&f);
+}
+
+static void located_errors(void **state) {
+  (void)state;
+  struct {
+    const char *spec, *want;
+  } cases[] = {
+      {"\"defaults\":{\"placement\":{\"kind\":\"shard\",\"dim\":2}}", "t.json:1:"},
+      {"\"defaults\":{\"placement\":{\"kind\":\"ragged_shard\",\"units\":[1,1]}}",
+       "/spec/defaults/placement/units: ragged_shard needs one unit count per rank"},
+      {"\"defaults\":{\"placement\":{\"kind\":\"owned\",\"rank\":4}}",
+       "/spec/defaults/placement/rank: owner rank 4 is outside"},
+      {"\"defaults\":{\"reshard_after_forward\":3}", "/spec/defaults/reshard_after_forward: reshard_after_forward 3"},
+      {"\"buckets\":[{\"name\":\"x\",\"params\":[\"nothing.*\"]}]", "/spec/buckets/0/params: bucket 'x' matches no"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\",\"params\":"
+             "[{\"name\":\"w\",\"shape\":[8,8]}]},{\"name\":\"n\",\"params\":[{\"name\":\"v\",\"shape\":[8]}]}]},"
+             "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":4},%s}}",
+             cases[i].spec);
+    fx f;
+    assert_false(build(&f, text));
+    if (!strstr(f.d.buf, cases[i].want)) fail_msg("case %zu: want '%s' in '%s'", i, cases[i].want, f.d.buf);
+    done(&f);
+  }
+}
+
+static void reshard_normalized(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":["
+                        "{\"name\":\"a\",\"params\":[{\"name\":\"a.w\",\"shape\":[1000]}]},"
+                        "{\"name\":\"b\",\"params\":[{\"name\":\"b.w\",\"shape\":[1000]}]}]},"
+                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":8},"
+                        "\"defaults\":{\"reshard_after_forward\":2}}}"));
+  /* a: kept sharded over 2 ranks; b runs last, its backward follows at once:
+   * never resharded */
+  assert_int_equal(f.L.buckets[0].reshard, 2);
+  assert_int_equal(f.L.buckets[0].reshard_chunk, 1024); /* ceil(2048/2)=1024, 256-aligned */
+  assert_int_equal(f.L.buckets[1].reshard, 0);
+  done(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(shard_padding),         cmocka_unit_test(shard_dim1),
+      cmocka_unit_test(zero_element_shards),   cmocka_unit_test(ragged_cuts),
+      cmocka_unit_test(ragged_smaller_than_alignment), cmocka_unit_test(owned_bin_packing),
+      cmocka_unit_test(hybrid_groups),         cmocka_unit_test(storage_alignment),
+      cmocka_unit_test(int64_overflow_when_padded), cmocka_unit_test(located_errors),
+      cmocka_unit_test(reshard_normalized),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
