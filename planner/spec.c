@@ -343,10 +343,18 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
     static const char *const mkeys[] = {"world_size", "ranks_per_node", NULL};
     if (!fp_j_is_object(c, m, mp) || !fp_j_keys(c, m, mp, mkeys)) return false;
     if (!fp_j_int(c, m, mp, "world_size", false, 1, FP_MAX_WORLD, &out->world_size)) return false;
-    out->ranks_per_node = out->world_size < 8 ? out->world_size : 8;
+    /* default: the largest divisor of world_size that is <= 8 (every node
+     * runs the same number of ranks; min(8, world_size) when world_size is
+     * a multiple of 8 or below 8) */
+    out->ranks_per_node = 8;
+    while (out->world_size % out->ranks_per_node) out->ranks_per_node--;
     if (!fp_j_int(c, m, mp, "ranks_per_node", false, 1, FP_MAX_WORLD, &out->ranks_per_node)) return false;
-    if (out->ranks_per_node > out->world_size || out->world_size % out->ranks_per_node)
-      return fp_j_error(c, fp_ptr_key(a, mp, fp_j_has(m, "ranks_per_node") ? "ranks_per_node" : "world_size"),
+    const char *rp = fp_ptr_key(a, mp, "ranks_per_node");
+    if (out->ranks_per_node > out->world_size)
+      return fp_j_error(c, rp, "ranks_per_node %" PRId64 " is larger than world_size %" PRId64,
+                        out->ranks_per_node, out->world_size);
+    if (out->world_size % out->ranks_per_node)
+      return fp_j_error(c, rp,
                         "world_size %" PRId64 " is not a multiple of ranks_per_node %" PRId64
                         " (every node runs the same number of ranks)",
                         out->world_size, out->ranks_per_node);

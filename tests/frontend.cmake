@@ -11,3 +11,10 @@ add_test(NAME bad_inputs
          COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/run_bad.py --cmd $<TARGET_FILE:flexplan>
                  --dir ${CMAKE_CURRENT_SOURCE_DIR}/bad)
 set_tests_properties(bad_inputs PROPERTIES TIMEOUT 600 LABELS frontend)
+
+# the C front end and schemas/*.schema.json agree on tests/schema/{valid,invalid,semantic}
+# fixtures and on every examples/*.json
+add_test(NAME schema_agreement
+         COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/schema_agree.py --check $<TARGET_FILE:fp_frontcheck>
+                 --root ${CMAKE_SOURCE_DIR})
+set_tests_properties(schema_agreement PROPERTIES TIMEOUT 300 LABELS frontend)

@@ -405,6 +405,14 @@ static void test_spec_defaults(void **state) {
   json_object_put(r);
   assert_int_equal(s.world_size, 4);
   assert_int_equal(s.ranks_per_node, 4);
+  r = parse(f, "{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": 12}}");
+  assert_true(fp_spec_parse(f->a, &f->d, &f->src, r, "", &s));
+  json_object_put(r);
+  assert_int_equal(s.ranks_per_node, 6); /* the largest divisor <= 8 */
+  r = parse(f, "{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": 16384}}");
+  assert_true(fp_spec_parse(f->a, &f->d, &f->src, r, "", &s));
+  json_object_put(r);
+  assert_int_equal(s.ranks_per_node, 8);
   assert_ptr_equal(s.src, &f->src);
   assert_int_equal(f->d.nerrors, 0);
 }
