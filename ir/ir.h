@@ -91,6 +91,7 @@ typedef struct fp_ir_comm {
   const char *name;  /* "world", "shard", "replica", "reshard4", ... */
   int64_t size;      /* ranks per instance */
   int64_t stride;    /* global-rank distance between consecutive members */
+  int32_t line;      /* .fpir source line (0: built) */
 } fp_ir_comm;
 
 typedef struct fp_ir_table {
@@ -98,6 +99,7 @@ typedef struct fp_ir_table {
   int64_t n;         /* entries: one per rank of the communicator it serves */
   int64_t *off;      /* element offsets */
   int64_t *cnt;      /* element counts */
+  int32_t line;      /* .fpir source line (0: built) */
 } fp_ir_table;
 
 typedef struct fp_ir_buf {
@@ -108,6 +110,7 @@ typedef struct fp_ir_buf {
   bool host;         /* host (offload) memory instead of the device arena */
   int64_t bytes;     /* size on the rank that needs most (aligned to 256) */
   int64_t offset;    /* arena byte offset; -1 until memplan */
+  int32_t line;      /* .fpir source line (0: built) */
 } fp_ir_buf;
 
 /* one live range of a transient buffer: from op `first` to op `last`
@@ -125,6 +128,7 @@ typedef struct fp_ir_module {
   const char *name;
   double flops_fwd, flops_bwd; /* per micro-batch */
   int64_t activation_bytes;
+  int32_t line;      /* .fpir source line (0: built) */
 } fp_ir_module;
 
 /* where one param lives in one buffer: byte offset of its slot */
@@ -150,6 +154,7 @@ typedef struct fp_ir_param {
   int64_t chunk;         /* shard: padded elements per rank; ragged: slot elements */
   fp_view main, grad;    /* shard storage (main dtype / grad dtype) */
   fp_view weight, ugrad; /* unsharded compute weight and grad (param dtype) */
+  int32_t line;          /* .fpir source line (0: built) */
 } fp_ir_param;
 
 typedef struct fp_region {
@@ -193,6 +198,7 @@ typedef struct fp_seg {
   int32_t module;    /* -1 for step_begin / pre_optimizer / post_optimizer */
   int32_t micro;     /* micro-batch index (0 for step_begin/optimizer) */
   int32_t first, nops; /* ops[first .. first+nops) */
+  int32_t line;      /* .fpir source line (0: built) */
 } fp_seg;
 
 typedef struct fp_prog {

@@ -1,0 +1,285 @@
+/* ir.c - the IR's name tables and its builder.
+ *
+ * The name tables come from the X-macros of ir.h and ops.def, so an op,
+ * stream, segment kind or buffer category is added in one place. The builder
+ * appends to the program's arrays, grown with fp_grow from the program's
+ * arena (nothing here is freed on its own); ops go into the current segment,
+ * whose op count is kept up to date as ops are emitted, so the program is
+ * consistent after every call. */
+#include "irpriv.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../planner/front.h"
+
+_Static_assert(FP_NPLACEMENTS == FP_IR_NPLACEMENTS, "placement tables disagree");
+
+/* ---- name tables ------------------------------------------------------------ */
+static const struct {
+  const char *name;
+  fp_opclass cls;
+  const char *doc;
+} ops[] = {
+#define FP_OP(id, name, cls, doc) {name, FP_OPC_##cls, doc},
+#include "ops.def"
+#undef FP_OP
+};
+
+const char *fp_op_name(fp_opcode c) { return (unsigned)c < FP_NOPS ? ops[c].name : "?"; }
+
+fp_opclass fp_op_class(fp_opcode c) {
+  FP_ASSERT((unsigned)c < FP_NOPS);
+  return ops[c].cls;
+}
+
+const char *fp_op_doc(fp_opcode c) { return (unsigned)c < FP_NOPS ? ops[c].doc : "?"; }
+
+int fp_op_parse(const char *name) {
+  for (int i = 0; i < FP_NOPS; i++)
+    if (!strcmp(name, ops[i].name)) return i;
+  return -1;
+}
+
+static const char *const streams[] = {
+#define X(e, s) s,
+    FP_STREAMS(X)
+#undef X
+};
+const char *fp_stream_name(int s) { return s >= 0 && s < FP_NSTREAMS ? streams[s] : "?"; }
+
+static const struct {
+  const char *name;
+  bool module;
+} segs[] = {
+#define X(e, s, m) {s, m},
+    FP_SEGS(X)
+#undef X
+};
+const char *fp_seg_name(int k) { return k >= 0 && k < FP_NSEGKINDS ? segs[k].name : "?"; }
+bool fp_seg_has_module(int k) { return k >= 0 && k < FP_NSEGKINDS && segs[k].module; }
+
+static const char *const bufcats[] = {
+#define X(e, s) s,
+    FP_BUFCATS(X)
+#undef X
+};
+const char *fp_buf_cat_name(int c) { return c >= 0 && c < FP_NBUFCATS ? bufcats[c] : "?"; }
+
+/* by fp_placement_kind */
+static const char *const placements[FP_IR_NPLACEMENTS] = {"shard", "ragged_shard", "owned", "replicate"};
+const char *fp_ir_placement_name(int k) { return k >= 0 && k < FP_IR_NPLACEMENTS ? placements[k] : "?"; }
+int fp_ir_placement_parse(const char *s) {
+  for (int i = 0; i < FP_IR_NPLACEMENTS; i++)
+    if (!strcmp(s, placements[i])) return i;
+  return -1;
+}
+
+/* ---- names: map and bare form ---------------------------------------------- */
+static uint64_t name_hash(const char *s, size_t len) { return fp_fnv1a(FP_FNV_INIT, s, len); }
+
+void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n) {
+  int64_t cap = 16;
+  while (cap < 2 * n + 2) cap *= 2;
+  m->a = a;
+  m->cap = cap;
+  m->count = 0;
+  m->keys = fp_alloc_array(a, (size_t)cap, sizeof *m->keys);
+  m->vals = fp_alloc_array(a, (size_t)cap, sizeof *m->vals);
+}
+
+/* the slot of name: where it is, or the empty slot where it would go */
+static int64_t namemap_slot(const fp_namemap *m, const char *name, size_t len) {
+  int64_t i = (int64_t)(name_hash(name, len) & (uint64_t)(m->cap - 1));
+  while (m->keys[i] && !(strlen(m->keys[i]) == len && !memcmp(m->keys[i], name, len)))
+    i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+void fp_namemap_put(fp_namemap *m, const char *name, int32_t v) {
+  int64_t i = namemap_slot(m, name, strlen(name));
+  if (m->keys[i]) {
+    m->vals[i] = FP_NAMEMAP_DUP;
+    return;
+  }
+  m->keys[i] = name;
+  m->vals[i] = v;
+  if (++m->count * 2 <= m->cap) return;
+  fp_namemap old = *m; /* rehash into twice the room */
+  fp_namemap_init(m, old.a, old.count);
+  for (int64_t j = 0; j < old.cap; j++) {
+    if (!old.keys[j]) continue;
+    int64_t k = namemap_slot(m, old.keys[j], strlen(old.keys[j]));
+    m->keys[k] = old.keys[j];
+    m->vals[k] = old.vals[j];
+    m->count++;
+  }
+}
+
+int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len) {
+  int64_t i = namemap_slot(m, name, len);
+  return m->keys[i] ? m->vals[i] : -1;
+}
+
+bool fp_ir_name_is_bare(const char *s) {
+  if (!s || !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_')) return false;
+  for (; *s; s++) {
+    char c = *s;
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == ':' || c == '/' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+void fp_fmt_double(char buf[40], double d) {
+  if (isnan(d) || isinf(d)) { /* strtod reads these back */
+    snprintf(buf, 40, "%s", isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
+    return;
+  }
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, 40, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d) return;
+  }
+  snprintf(buf, 40, "%.17g", d);
+}
+
+/* ---- builder ---------------------------------------------------------------- */
+fp_prog *fp_prog_new(fp_arena *a) {
+  fp_prog *p = fp_alloc(a, sizeof *p);
+  p->arena = a;
+  p->world_size = 1;
+  p->ranks_per_node = 1;
+  p->grad_accumulation = 1;
+  return p;
+}
+
+#define GROW(p, arr, n, cap) ((p)->arr = fp_grow((p)->arena, (p)->arr, &(p)->cap, (int64_t)(p)->n + 1, sizeof *(p)->arr))
+
+static const char *name_or_empty(fp_arena *a, const char *s) { return fp_strdup(a, s ? s : ""); }
+
+int fp_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride) {
+  GROW(p, comms, ncomms, cap_comms);
+  fp_ir_comm *c = &p->comms[p->ncomms];
+  c->name = name_or_empty(p->arena, name);
+  c->size = size;
+  c->stride = stride;
+  return p->ncomms++;
+}
+
+int fp_ir_table_add(fp_prog *p, const char *name, int64_t n, const int64_t *off, const int64_t *cnt) {
+  FP_ASSERT(n >= 0);
+  GROW(p, tabs, ntabs, cap_tabs);
+  fp_ir_table *t = &p->tabs[p->ntabs];
+  t->name = name_or_empty(p->arena, name);
+  t->n = n;
+  t->off = fp_alloc_array(p->arena, (size_t)n, sizeof *t->off);
+  t->cnt = fp_alloc_array(p->arena, (size_t)n, sizeof *t->cnt);
+  if (n && off) memcpy(t->off, off, (size_t)n * sizeof *off);
+  if (n && cnt) memcpy(t->cnt, cnt, (size_t)n * sizeof *cnt);
+  return p->ntabs++;
+}
+
+int fp_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat, int bucket, int64_t bytes) {
+  GROW(p, bufs, nbufs, cap_bufs);
+  fp_ir_buf *b = &p->bufs[p->nbufs];
+  b->name = name_or_empty(p->arena, name);
+  b->kind = kind;
+  b->cat = cat;
+  b->bucket = bucket;
+  b->bytes = bytes;
+  b->offset = -1;
+  return p->nbufs++;
+}
+
+int fp_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flops_bwd, int64_t act) {
+  GROW(p, mods, nmods, cap_mods);
+  fp_ir_module *m = &p->mods[p->nmods];
+  m->name = name_or_empty(p->arena, name);
+  m->flops_fwd = flops_fwd;
+  m->flops_bwd = flops_bwd;
+  m->activation_bytes = act;
+  return p->nmods++;
+}
+
+int fp_ir_bucket_add(fp_prog *p, const char *name) {
+  GROW(p, buckets, nbuckets, cap_buckets);
+  p->buckets[p->nbuckets] = name_or_empty(p->arena, name);
+  return p->nbuckets++;
+}
+
+fp_ir_param *fp_ir_param_add(fp_prog *p) {
+  GROW(p, params, nparams, cap_params);
+  fp_ir_param *q = &p->params[p->nparams++];
+  memset(q, 0, sizeof *q);
+  q->name = "";
+  q->comm = q->tab = -1;
+  q->owner = -1;
+  q->main.buf = q->grad.buf = q->weight.buf = q->ugrad.buf = -1;
+  return q;
+}
+
+int fp_ir_event_new(fp_prog *p) {
+  FP_ASSERT(p->nevents < INT32_MAX);
+  return p->nevents++;
+}
+
+int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro) {
+  GROW(p, segs, nsegs, cap_segs);
+  if (p->nsegs > 0) { /* close the previous one */
+    fp_seg *prev = &p->segs[p->nsegs - 1];
+    prev->nops = p->nops - prev->first;
+  }
+  fp_seg *s = &p->segs[p->nsegs];
+  memset(s, 0, sizeof *s);
+  s->kind = kind;
+  s->module = module;
+  s->micro = micro;
+  s->first = p->nops;
+  s->nops = 0;
+  return p->nsegs++;
+}
+
+fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count) {
+  FP_ASSERT(p->nsegs > 0); /* ops live in segments: call fp_ir_seg_begin first */
+  FP_ASSERT(p->nops < INT32_MAX);
+  GROW(p, ops, nops, cap_ops);
+  fp_op *op = &p->ops[p->nops++];
+  memset(op, 0, sizeof *op);
+  op->code = code;
+  op->stream = s;
+  op->dtype = op->sdtype = dt;
+  op->seg = p->nsegs - 1;
+  op->comm = op->only = op->only_comm = op->root = op->event = -1;
+  op->module = op->bucket = op->group = op->tab = -1;
+  op->pass = FP_PASS_FWD;
+  op->count = count;
+  op->rows = 1;
+  op->dst = op->src = op->aux = fp_noreg();
+  p->segs[p->nsegs - 1].nops = p->nops - p->segs[p->nsegs - 1].first;
+  return op;
+}
+
+/* ---- rank arithmetic ---------------------------------------------------------- */
+int64_t fp_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, fp_dtype dt, int64_t g) {
+  int64_t off = r->off + g * r->stride;
+  if (r->tabrel) {
+    FP_ASSERT(op->tab >= 0 && op->tab < p->ntabs && g >= 0 && g < p->tabs[op->tab].n);
+    off += p->tabs[op->tab].off[g] * fp_dtype_size(dt);
+  }
+  return off;
+}
+
+/* ops whose count on rank g is tab.cnt[g] when they have a table */
+static bool count_from_table(fp_opcode c) {
+  return c == FP_OP_ALL_GATHER_V || c == FP_OP_REDUCE_SCATTER_V || ((unsigned)c < FP_NOPS && ops[c].cls == FP_OPC_LOCAL);
+}
+
+int64_t fp_op_count(const fp_prog *p, const fp_op *op, int64_t g) {
+  if (op->tab >= 0 && count_from_table(op->code)) {
+    FP_ASSERT(op->tab < p->ntabs && g >= 0 && g < p->tabs[op->tab].n);
+    return p->tabs[op->tab].cnt[g];
+  }
+  return op->count;
+}

@@ -1,0 +1,57 @@
+/* irpriv.h - what the files of ir/ share and nobody else needs: the name
+ * tables of param placements, a small string-to-index map (name lookup in
+ * the parser and the printer), the shortest round-trip form of a double, and
+ * the verifier's entry point with a caller-chosen way of locating messages
+ * (plan.c locates them in plan.json by JSON pointer). */
+#ifndef FP_IRPRIV_H
+#define FP_IRPRIV_H
+
+#include "ir.h"
+
+/* ---- param placements (mirror fp_placement_kind in planner/front.h) ---- */
+#define FP_IR_NPLACEMENTS 4
+const char *fp_ir_placement_name(int k); /* "?" when out of range */
+int fp_ir_placement_parse(const char *s); /* -1 if unknown */
+
+/* ---- names ------------------------------------------------------------ */
+/* An open-addressing map from names to indices. Values: the index of the
+ * only entry with that name, or FP_NAMEMAP_DUP when two share it. Lives in
+ * the arena it was made in. */
+#define FP_NAMEMAP_DUP (-2)
+typedef struct fp_namemap {
+  fp_arena *a;
+  const char **keys;
+  int32_t *vals;
+  int64_t cap;   /* power of two, at least twice count */
+  int64_t count; /* names held */
+} fp_namemap;
+void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n); /* n: expected names */
+/* insert name -> i (grows as needed); an existing name becomes FP_NAMEMAP_DUP */
+void fp_namemap_put(fp_namemap *m, const char *name, int32_t i);
+/* index, FP_NAMEMAP_DUP, or -1 when absent */
+int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len);
+
+/* shortest decimal text that reads back (strtod) as exactly d; finite d */
+void fp_fmt_double(char buf[40], double d);
+
+/* bare names print without quotes: [A-Za-z_][A-Za-z0-9_.:/-]* */
+bool fp_ir_name_is_bare(const char *s);
+
+/* ---- verifier with a locator ------------------------------------------ */
+/* what a verifier message is about */
+typedef enum {
+  FP_VL_PROG,   /* the program's header */
+  FP_VL_COMM,   /* comms[i] */
+  FP_VL_TAB,    /* tabs[i] */
+  FP_VL_BUF,    /* bufs[i] */
+  FP_VL_MODULE, /* mods[i] */
+  FP_VL_BUCKET, /* buckets[i] */
+  FP_VL_PARAM,  /* params[i] */
+  FP_VL_SEG,    /* segs[i] */
+  FP_VL_OP,     /* ops[i] */
+} fp_vloc;
+/* report msg about (what, i); ctx is the caller's */
+typedef void (*fp_vreport)(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg);
+bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *ctx);
+
+#endif

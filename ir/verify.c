@@ -1,0 +1,1142 @@
+/* verify.c - fp_ir_verify: is a program safe to hand to the executor?
+ *
+ * Run after parsing, after the pipeline and after every pass in tests. It
+ * trusts nothing in the program (it may come from a hand-written .fpir or a
+ * hostile plan.json): indices, enums and counts are checked before they are
+ * used, all byte arithmetic is overflow-checked, and the work is bounded by
+ * the program's size (world_size and the number of events are capped).
+ *
+ * The rules, in the order they are checked:
+ *  1. structure: every index in range; names unique per table; the segment
+ *     table covers the op array in order; step_begin first, pre_optimizer
+ *     and post_optimizer last; module segments name a module.
+ *  2. operands in bounds on every rank (the op's extent per operand; linear
+ *     regions at g = 0 and g = G-1, table-relative ones at every g).
+ *  3. dtypes and bytes: casts between float types, reductions only of
+ *     reducible dtypes (MXFP8 is never reduced), in-place forms as NCCL
+ *     allows them, otherwise src and dst never overlap.
+ *  4. every wait is preceded by a record of its event.
+ *  5. every communicator sees the same collective sequence on every rank.
+ *  6. memory safety: persistent buffers overlap nothing; transient buffers
+ *     that share arena bytes are ordered by happens-before.
+ *  7. every placed buffer lies inside its arena.
+ * Each problem is reported once through the caller's report function; the
+ * verifier stops after MAX_ERRORS of them. */
+#include "irpriv.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ERRORS 100
+#define MAX_WORLD (1 << 24)  /* rule 5 walks the world's ranks */
+
+enum { OPND_DST = 1, OPND_SRC = 2, OPND_AUX = 4 };
+
+/* per-table facts, computed once (rule 2's "cache per table") */
+typedef struct tabinfo {
+  bool ok;        /* entries non-negative, sums fit */
+  int64_t maxend; /* max over j of off[j] + cnt[j] (elements) */
+} tabinfo;
+
+/* a buffer's uses, for rule 6 */
+typedef struct bufuse {
+  int32_t first, last;      /* program-order op indices of first and last use; -1 */
+  int64_t last1[FP_NSTREAMS]; /* step 1: max own-stream clock of a use on stream s (0 none) */
+  int32_t last1op[FP_NSTREAMS];
+  int64_t min1[FP_NSTREAMS]; /* step 1: componentwise min clock over uses */
+  int32_t min1op[FP_NSTREAMS];
+  int64_t min2[FP_NSTREAMS]; /* the same in step 2 (the next replay) */
+  int32_t min2op[FP_NSTREAMS];
+} bufuse;
+
+/* an int32 -> int32 open-addressing map (event ids, group ids, predicates) */
+typedef struct imap {
+  int64_t *keys; /* INT64_MIN: empty */
+  int32_t *vals;
+  int64_t cap, count;
+} imap;
+
+typedef struct vctx {
+  const fp_prog *p;
+  fp_vreport report;
+  void *rctx;
+  int nerr;
+  tabinfo *tabs;
+  bool *badop;   /* op failed its structural checks: skip later rules */
+  bufuse *use;
+  int32_t **modbufs; /* per module: buffers its compute placeholder touches (-1 ended) */
+} vctx;
+
+static bool stop(vctx *v) { return v->nerr >= MAX_ERRORS; }
+
+static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) {
+  if (stop(v)) return;
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  v->nerr++;
+  v->report(v->rctx, v->p, what, i, msg);
+}
+
+/* ---- small helpers ------------------------------------------------------------- */
+static void imap_init(imap *m, int64_t n) {
+  m->cap = 16;
+  while (m->cap < 2 * n + 2) m->cap *= 2;
+  m->count = 0;
+  m->keys = malloc((size_t)m->cap * sizeof *m->keys);
+  m->vals = malloc((size_t)m->cap * sizeof *m->vals);
+  FP_ASSERT(m->keys && m->vals);
+  for (int64_t i = 0; i < m->cap; i++) m->keys[i] = INT64_MIN;
+}
+
+static void imap_free(imap *m) {
+  free(m->keys);
+  free(m->vals);
+}
+
+static int64_t imap_slot(const imap *m, int64_t k) {
+  uint64_t h = (uint64_t)k * 0x9e3779b97f4a7c15ull;
+  int64_t i = (int64_t)(h >> 17 & (uint64_t)(m->cap - 1));
+  while (m->keys[i] != INT64_MIN && m->keys[i] != k) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+/* the value of k, inserting v when absent; *fresh says which */
+static int32_t imap_get_or_put(imap *m, int64_t k, int32_t v, bool *fresh) {
+  int64_t i = imap_slot(m, k);
+  if (m->keys[i] != INT64_MIN) {
+    *fresh = false;
+    return m->vals[i];
+  }
+  *fresh = true;
+  if ((m->count + 1) * 2 > m->cap) { /* grow */
+    imap old = *m;
+    imap_init(m, old.count + 1);
+    for (int64_t j = 0; j < old.cap; j++)
+      if (old.keys[j] != INT64_MIN) {
+        int64_t s = imap_slot(m, old.keys[j]);
+        m->keys[s] = old.keys[j];
+        m->vals[s] = old.vals[j];
+        m->count++;
+      }
+    imap_free(&old);
+    i = imap_slot(m, k);
+  }
+  m->keys[i] = k;
+  m->vals[i] = v;
+  m->count++;
+  return v;
+}
+
+static bool dtype_ok(int t) { return t >= 0 && t < FP_NDTYPES; }
+static bool is_float(fp_dtype t) { return fp_dtype_is_user_float(t); }
+static int64_t dsize(fp_dtype t) { return fp_dtype_size(t); }
+
+static const char *bufname(const fp_prog *p, int32_t b) {
+  return b >= 0 && b < p->nbufs && p->bufs[b].name ? p->bufs[b].name : "?";
+}
+
+/* names unique within one table */
+static void check_unique(vctx *v, fp_vloc what, const char *kind, int32_t n, const char *(*name)(const fp_prog *, int32_t)) {
+  fp_arena *a = fp_arena_new();
+  fp_namemap m;
+  fp_namemap_init(&m, a, n);
+  for (int32_t i = 0; i < n && !stop(v); i++) {
+    const char *s = name(v->p, i);
+    if (!s) {
+      verr(v, what, i, "%s has no name", kind);
+      continue;
+    }
+    int32_t j = fp_namemap_get(&m, s, strlen(s));
+    if (j >= 0)
+      verr(v, what, i, "%s name '%s' is also the name of %s %" PRId32, kind, s, kind, j);
+    else
+      fp_namemap_put(&m, s, i);
+  }
+  fp_arena_free(a);
+}
+static const char *comm_nm(const fp_prog *p, int32_t i) { return p->comms[i].name; }
+static const char *tab_nm(const fp_prog *p, int32_t i) { return p->tabs[i].name; }
+static const char *buf_nm(const fp_prog *p, int32_t i) { return p->bufs[i].name; }
+static const char *mod_nm(const fp_prog *p, int32_t i) { return p->mods[i].name; }
+static const char *bucket_nm(const fp_prog *p, int32_t i) { return p->buckets[i]; }
+static const char *param_nm(const fp_prog *p, int32_t i) { return p->params[i].name; }
+
+/* ---- rule 1, 7: header and tables ----------------------------------------------------- */
+static bool check_header(vctx *v) {
+  const fp_prog *p = v->p;
+  if (p->world_size < 1 || p->world_size > MAX_WORLD)
+    verr(v, FP_VL_PROG, 0, "world_size %" PRId64 " is out of range [1, %d]", p->world_size, MAX_WORLD);
+  if (p->ranks_per_node < 1) verr(v, FP_VL_PROG, 0, "ranks_per_node %" PRId64 " must be >= 1", p->ranks_per_node);
+  if (p->grad_accumulation < 1 || p->grad_accumulation > INT32_MAX)
+    verr(v, FP_VL_PROG, 0, "grad_accumulation %" PRId64 " must be in [1, %d]", p->grad_accumulation, INT32_MAX);
+  if (p->arena_bytes < 0) verr(v, FP_VL_PROG, 0, "arena_bytes %" PRId64 " is negative", p->arena_bytes);
+  if (p->host_bytes < 0) verr(v, FP_VL_PROG, 0, "host_bytes %" PRId64 " is negative", p->host_bytes);
+  if (p->nevents < 0) verr(v, FP_VL_PROG, 0, "events %" PRId32 " is negative", p->nevents);
+  if (p->ncomms < 0 || p->ntabs < 0 || p->nbufs < 0 || p->nmods < 0 || p->nparams < 0 || p->nbuckets < 0 ||
+      p->nsegs < 0 || p->nops < 0) {
+    verr(v, FP_VL_PROG, 0, "a table has a negative length");
+    return false;
+  }
+  return v->nerr == 0;
+}
+
+static void check_comms(vctx *v) {
+  const fp_prog *p = v->p;
+  for (int32_t i = 0; i < p->ncomms && !stop(v); i++) {
+    const fp_ir_comm *c = &p->comms[i];
+    int64_t span;
+    if (c->size < 1 || c->stride < 1) {
+      verr(v, FP_VL_COMM, i, "size %" PRId64 " and stride %" PRId64 " must be >= 1", c->size, c->stride);
+    } else if (!fp_mul64(c->size, c->stride, &span) || p->world_size % span != 0) {
+      verr(v, FP_VL_COMM, i, "size %" PRId64 " x stride %" PRId64 " does not divide world_size %" PRId64, c->size,
+           c->stride, p->world_size);
+    }
+  }
+  check_unique(v, FP_VL_COMM, "communicator", p->ncomms, comm_nm);
+}
+
+static void check_tables(vctx *v) {
+  const fp_prog *p = v->p;
+  for (int32_t i = 0; i < p->ntabs && !stop(v); i++) {
+    const fp_ir_table *t = &p->tabs[i];
+    tabinfo *ti = &v->tabs[i];
+    ti->ok = t->n >= 0 && (t->n == 0 || (t->off && t->cnt));
+    if (!ti->ok) {
+      verr(v, FP_VL_TAB, i, "has n=%" PRId64 " but no entries", t->n);
+      continue;
+    }
+    for (int64_t j = 0; j < t->n; j++) {
+      int64_t e;
+      if (t->off[j] < 0 || t->cnt[j] < 0 || !fp_add64(t->off[j], t->cnt[j], &e)) {
+        verr(v, FP_VL_TAB, i, "entry %" PRId64 ": offset %" PRId64 " and count %" PRId64 " must be >= 0", j,
+             t->off[j], t->cnt[j]);
+        ti->ok = false;
+        break;
+      }
+      if (e > ti->maxend) ti->maxend = e;
+    }
+  }
+  check_unique(v, FP_VL_TAB, "table", p->ntabs, tab_nm);
+}
+
+static void check_bufs(vctx *v) {
+  const fp_prog *p = v->p;
+  for (int32_t i = 0; i < p->nbufs && !stop(v); i++) {
+    const fp_ir_buf *b = &p->bufs[i];
+    if ((unsigned)b->kind > FP_BUF_TRANSIENT) verr(v, FP_VL_BUF, i, "unknown lifetime kind %d", (int)b->kind);
+    if ((unsigned)b->cat >= FP_NBUFCATS) verr(v, FP_VL_BUF, i, "unknown category %d", (int)b->cat);
+    if (b->bucket < -1 || b->bucket >= p->nbuckets)
+      verr(v, FP_VL_BUF, i, "bucket %" PRId32 " is out of range (%" PRId32 " buckets)", b->bucket, p->nbuckets);
+    if (b->bytes < 0) verr(v, FP_VL_BUF, i, "bytes %" PRId64 " is negative", b->bytes);
+    if (b->offset < -1) verr(v, FP_VL_BUF, i, "offset %" PRId64 " is negative (-1: not placed)", b->offset);
+    int64_t end, cap = b->host ? p->host_bytes : p->arena_bytes;
+    if (b->offset >= 0 && b->bytes >= 0 && (!fp_add64(b->offset, b->bytes, &end) || end > cap)) /* rule 7 */
+      verr(v, FP_VL_BUF, i, "[%" PRId64 ", +%" PRId64 ") lies outside the %s arena of %" PRId64 " bytes", b->offset,
+           b->bytes, b->host ? "host" : "device", cap);
+  }
+  check_unique(v, FP_VL_BUF, "buffer", p->nbufs, buf_nm);
+  check_unique(v, FP_VL_BUCKET, "bucket", p->nbuckets, bucket_nm);
+}
+
+static void check_mods(vctx *v) {
+  const fp_prog *p = v->p;
+  for (int32_t i = 0; i < p->nmods && !stop(v); i++) {
+    const fp_ir_module *m = &p->mods[i];
+    if (!isfinite(m->flops_fwd) || !isfinite(m->flops_bwd) || m->flops_fwd < 0 || m->flops_bwd < 0)
+      verr(v, FP_VL_MODULE, i, "flops must be finite and >= 0");
+    if (m->activation_bytes < 0) verr(v, FP_VL_MODULE, i, "activation bytes %" PRId64 " is negative", m->activation_bytes);
+  }
+  check_unique(v, FP_VL_MODULE, "module", p->nmods, mod_nm);
+}
+
+/* a param's view: in range and, when `elems` > 0, room for that many */
+static void check_view(vctx *v, int32_t i, const char *role, const fp_view *w, int64_t elems, fp_dtype dt) {
+  const fp_prog *p = v->p;
+  if (w->buf == -1) return;
+  if (w->buf < 0 || w->buf >= p->nbufs) {
+    verr(v, FP_VL_PARAM, i, "%s view: buffer %" PRId32 " is out of range (%" PRId32 " buffers)", role, w->buf, p->nbufs);
+    return;
+  }
+  int64_t bytes, end, cap = p->bufs[w->buf].bytes;
+  if (w->off < 0 || !fp_mul64(elems, dsize(dt), &bytes) || !fp_add64(w->off, bytes, &end) || end > cap)
+    verr(v, FP_VL_PARAM, i, "%s view [%" PRId64 ", +%" PRId64 " %s elements) lies outside buffer '%s' (%" PRId64 " bytes)",
+         role, w->off, elems, fp_dtype_name(dt), bufname(p, w->buf), cap);
+}
+
+static void check_params(vctx *v) {
+  const fp_prog *p = v->p;
+  for (int32_t i = 0; i < p->nparams && !stop(v); i++) {
+    const fp_ir_param *q = &p->params[i];
+    if (q->module < 0 || q->module >= p->nmods)
+      verr(v, FP_VL_PARAM, i, "module %" PRId32 " is out of range (%" PRId32 " modules)", q->module, p->nmods);
+    if (q->bucket < -1 || q->bucket >= p->nbuckets)
+      verr(v, FP_VL_PARAM, i, "bucket %" PRId32 " is out of range (%" PRId32 " buckets)", q->bucket, p->nbuckets);
+    if (q->comm < -1 || q->comm >= p->ncomms)
+      verr(v, FP_VL_PARAM, i, "comm %" PRId32 " is out of range (%" PRId32 " communicators)", q->comm, p->ncomms);
+    if (q->tab < -1 || q->tab >= p->ntabs)
+      verr(v, FP_VL_PARAM, i, "table %" PRId32 " is out of range (%" PRId32 " tables)", q->tab, p->ntabs);
+    if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) verr(v, FP_VL_PARAM, i, "unknown placement %d", q->placement);
+    if (q->chunk < 0) verr(v, FP_VL_PARAM, i, "chunk %" PRId64 " is negative", q->chunk);
+    if (q->owner < -1) verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is out of range", q->owner);
+    if (q->comm >= 0 && q->comm < p->ncomms && q->owner >= p->comms[q->comm].size)
+      verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is not a rank of comm '%s' (size %" PRId64 ")", q->owner,
+           p->comms[q->comm].name, p->comms[q->comm].size);
+    if (!dtype_ok(q->main_dtype) || !dtype_ok(q->param_dtype) || !dtype_ok(q->grad_dtype)) {
+      verr(v, FP_VL_PARAM, i, "unknown dtype");
+      continue;
+    }
+    if (q->ndim < 0 || q->ndim > 8) {
+      verr(v, FP_VL_PARAM, i, "ndim %d is out of range [0, 8]", q->ndim);
+      continue;
+    }
+    int64_t numel = 1;
+    bool ok = true;
+    for (int k = 0; k < q->ndim; k++)
+      if (q->shape[k] < 1 || !fp_mul64(numel, q->shape[k], &numel)) ok = false;
+    if (!ok) {
+      verr(v, FP_VL_PARAM, i, "shape dimensions must be >= 1 and their product fit in int64");
+      continue;
+    }
+    if (q->dim < 0 || (q->ndim > 0 && q->dim >= q->ndim) || (q->ndim == 0 && q->dim != 0))
+      verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
+    bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */;
+    check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
+    check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
+    check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
+    check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
+  }
+  check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
+}
+
+/* ---- rule 1: segments --------------------------------------------------------------- */
+static bool check_segments(vctx *v) {
+  const fp_prog *p = v->p;
+  int n0 = v->nerr;
+  if (p->nops > 0 && p->nsegs == 0) verr(v, FP_VL_PROG, 0, "%" PRId32 " ops but no segment", p->nops);
+  int64_t next = 0;
+  int seen_pre_opt = -1, seen_post_opt = -1;
+  for (int32_t k = 0; k < p->nsegs && !stop(v); k++) {
+    const fp_seg *s = &p->segs[k];
+    if ((unsigned)s->kind >= FP_NSEGKINDS) {
+      verr(v, FP_VL_SEG, k, "unknown segment kind %d", (int)s->kind);
+      continue;
+    }
+    const char *kn = fp_seg_name(s->kind);
+    if (s->first != next || s->nops < 0 || s->nops > p->nops - s->first)
+      verr(v, FP_VL_SEG, k, "covers ops [%" PRId32 ", +%" PRId32 ") but the previous segment ends at %" PRId64
+           " (segments must cover the ops in order)", s->first, s->nops, next);
+    else
+      next = s->first + s->nops;
+    if (fp_seg_has_module(s->kind)) {
+      if (s->module < 0 || s->module >= p->nmods)
+        verr(v, FP_VL_SEG, k, "%s names module %" PRId32 ", out of range (%" PRId32 " modules)", kn, s->module, p->nmods);
+    } else if (s->module != -1) {
+      verr(v, FP_VL_SEG, k, "%s takes no module (found %" PRId32 ")", kn, s->module);
+    }
+    if (s->micro < 0 || s->micro >= p->grad_accumulation)
+      verr(v, FP_VL_SEG, k, "micro-batch %" PRId32 " is out of range [0, %" PRId64 ")", s->micro, p->grad_accumulation);
+    if (s->kind == FP_SEG_STEP_BEGIN && k != 0) verr(v, FP_VL_SEG, k, "step_begin must be the first segment");
+    if (s->kind == FP_SEG_PRE_OPTIMIZER) {
+      if (seen_pre_opt >= 0) verr(v, FP_VL_SEG, k, "a second pre_optimizer (the first is segment %d)", seen_pre_opt);
+      seen_pre_opt = k;
+    } else if (s->kind == FP_SEG_POST_OPTIMIZER) {
+      if (seen_post_opt >= 0) verr(v, FP_VL_SEG, k, "a second post_optimizer (the first is segment %d)", seen_post_opt);
+      seen_post_opt = k;
+      if (k != p->nsegs - 1) verr(v, FP_VL_SEG, k, "post_optimizer must be the last segment");
+    } else if (seen_pre_opt >= 0 && s->kind != FP_SEG_POST_OPTIMIZER) {
+      verr(v, FP_VL_SEG, k, "%s after pre_optimizer (segment %d): only post_optimizer may follow it", kn, seen_pre_opt);
+    }
+  }
+  if (v->nerr == n0 && next != p->nops)
+    verr(v, FP_VL_SEG, p->nsegs - 1, "segments end at op %" PRId64 " but there are %" PRId32 " ops", next, p->nops);
+  if (v->nerr != n0) return false;
+  for (int32_t k = 0; k < p->nsegs; k++)
+    for (int32_t i = p->segs[k].first; i < p->segs[k].first + p->segs[k].nops && !stop(v); i++)
+      if (p->ops[i].seg != k) verr(v, FP_VL_OP, i, "op.seg is %" PRId32 " but it lies in segment %" PRId32, p->ops[i].seg, k);
+  return v->nerr == n0;
+}
+
+/* ---- per-op: structure (rule 1) -------------------------------------------------------- */
+static int32_t comm_size_or_1(const fp_prog *p, const fp_op *op) {
+  return op->comm >= 0 ? (int32_t)p->comms[op->comm].size : 1;
+}
+
+static int operands_of(fp_opcode c) {
+  switch (c) {
+    case FP_OP_SEND: return OPND_SRC;
+    case FP_OP_RECV: return OPND_DST;
+    case FP_OP_SCALE:
+    case FP_OP_MEMSET: return OPND_DST;
+    case FP_OP_QUANTIZE_MXFP8:
+    case FP_OP_DEQUANTIZE_MXFP8: return OPND_DST | OPND_SRC | OPND_AUX;
+    case FP_OP_RECORD:
+    case FP_OP_WAIT:
+    case FP_OP_COMPUTE: return 0;
+    default: return OPND_DST | OPND_SRC;
+  }
+}
+
+static const fp_region *operand(const fp_op *op, int w) { return w == OPND_DST ? &op->dst : w == OPND_SRC ? &op->src : &op->aux; }
+static const char *opnd_name(int w) { return w == OPND_DST ? "dst" : w == OPND_SRC ? "src" : "aux"; }
+
+static bool check_op_structure(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  int n0 = v->nerr;
+  if ((unsigned)op->code >= FP_NOPS) {
+    verr(v, FP_VL_OP, i, "unknown opcode %d", (int)op->code);
+    return false;
+  }
+  const char *on = fp_op_name(op->code);
+  fp_opclass cls = fp_op_class(op->code);
+  if ((unsigned)op->stream >= FP_NSTREAMS) verr(v, FP_VL_OP, i, "%s: unknown stream %d", on, (int)op->stream);
+  if (!dtype_ok(op->dtype) || !dtype_ok(op->sdtype)) verr(v, FP_VL_OP, i, "%s: unknown dtype", on);
+  if ((unsigned)op->pass > FP_PASS_BWD) verr(v, FP_VL_OP, i, "%s: unknown pass %d", on, (int)op->pass);
+#define RANGE(field, n, what)                                                                                         \
+  if (op->field < -1 || op->field >= (n))                                                                             \
+    verr(v, FP_VL_OP, i, "%s: " what " %" PRId32 " is out of range (%" PRId32 " defined)", on, op->field, (int32_t)(n));
+  RANGE(comm, p->ncomms, "comm")
+  RANGE(only_comm, p->ncomms, "only's comm")
+  RANGE(tab, p->ntabs, "table")
+  RANGE(module, p->nmods, "module")
+  RANGE(bucket, p->nbuckets, "bucket")
+  RANGE(event, p->nevents, "event")
+#undef RANGE
+  if (op->dst.buf < -1 || op->dst.buf >= p->nbufs || op->src.buf < -1 || op->src.buf >= p->nbufs ||
+      op->aux.buf < -1 || op->aux.buf >= p->nbufs)
+    verr(v, FP_VL_OP, i, "%s: an operand's buffer is out of range (%" PRId32 " buffers)", on, p->nbufs);
+  if (v->nerr != n0) return false;
+  /* what the op needs */
+  if (cls == FP_OPC_COMM && op->comm < 0) verr(v, FP_VL_OP, i, "%s needs a communicator", on);
+  if (cls == FP_OPC_SYNC && op->event < 0) verr(v, FP_VL_OP, i, "%s needs an event", on);
+  if (cls != FP_OPC_SYNC && op->event >= 0) verr(v, FP_VL_OP, i, "%s takes no event", on);
+  if (cls == FP_OPC_COMPUTE) {
+    if (op->module < 0) verr(v, FP_VL_OP, i, "compute needs a module");
+    if (op->stream != FP_STREAM_COMPUTE) verr(v, FP_VL_OP, i, "compute runs on the compute stream, not %s", fp_stream_name(op->stream));
+    if (!isfinite(op->alpha) || op->alpha < 0) verr(v, FP_VL_OP, i, "compute flops must be finite and >= 0");
+  }
+  if ((op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V) && op->tab < 0)
+    verr(v, FP_VL_OP, i, "%s needs an extent table", on);
+  if (op->count < 0) verr(v, FP_VL_OP, i, "%s: count %" PRId64 " is negative", on, op->count);
+  if (op->only >= 0 && op->only_comm < 0) verr(v, FP_VL_OP, i, "%s: only=%" PRId32 " needs a communicator", on, op->only);
+  if (op->only < -1) verr(v, FP_VL_OP, i, "%s: only=%" PRId32 " is out of range", on, op->only);
+  if (op->only >= 0 && op->only_comm >= 0 && op->only >= p->comms[op->only_comm].size)
+    verr(v, FP_VL_OP, i, "%s: only=%" PRId32 " is not a rank of comm '%s' (size %" PRId64 ")", on, op->only,
+         p->comms[op->only_comm].name, p->comms[op->only_comm].size);
+  int need = operands_of(op->code);
+  for (int w = OPND_DST; w <= OPND_AUX; w <<= 1) {
+    const fp_region *r = operand(op, w);
+    bool present = r->buf >= 0;
+    if ((need & w) && !present) verr(v, FP_VL_OP, i, "%s needs a %s operand", on, opnd_name(w));
+    if (!(need & w) && (present || r->tabrel || r->off || r->stride)) verr(v, FP_VL_OP, i, "%s takes no %s operand", on, opnd_name(w));
+    if (present && r->tabrel && op->tab < 0)
+      verr(v, FP_VL_OP, i, "%s: %s is table-relative but the op has no table", on, opnd_name(w));
+  }
+  if (op->tab >= 0) { /* tables serve the op's communicator: one entry per member */
+    if (op->comm < 0)
+      verr(v, FP_VL_OP, i, "%s: a table needs a communicator to index it", on);
+    else if (p->tabs[op->tab].n != p->comms[op->comm].size)
+      verr(v, FP_VL_OP, i, "%s: table '%s' has %" PRId64 " entries but comm '%s' has %" PRId64 " ranks", on,
+           p->tabs[op->tab].name, p->tabs[op->tab].n, p->comms[op->comm].name, p->comms[op->comm].size);
+    else if (!v->tabs[op->tab].ok)
+      verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
+  }
+  if (op->code == FP_OP_COPY) {
+    if (op->rows < 1) verr(v, FP_VL_OP, i, "copy: rows %" PRId64 " must be >= 1", op->rows);
+    if (op->dpitch < 0 || op->spitch < 0) verr(v, FP_VL_OP, i, "copy: pitches must be >= 0");
+  } else if (op->rows != 1 || op->dpitch || op->spitch) {
+    verr(v, FP_VL_OP, i, "%s takes no rows or pitches", on);
+  }
+  if (op->root != -1) {
+    bool rooted = op->code == FP_OP_BROADCAST || op->code == FP_OP_REDUCE || op->code == FP_OP_SEND || op->code == FP_OP_RECV;
+    if (!rooted) verr(v, FP_VL_OP, i, "%s takes no root", on);
+    else if (op->comm >= 0 && (op->root < 0 || op->root >= p->comms[op->comm].size)) /* rule 5 */
+      verr(v, FP_VL_OP, i, "%s: root %" PRId32 " is not a rank of comm '%s' (size %" PRId64 ")", on, op->root,
+           p->comms[op->comm].name, p->comms[op->comm].size);
+  } else if (op->code == FP_OP_BROADCAST || op->code == FP_OP_REDUCE || op->code == FP_OP_SEND || op->code == FP_OP_RECV) {
+    verr(v, FP_VL_OP, i, "%s needs a root (%s)", on,
+         op->code == FP_OP_SEND || op->code == FP_OP_RECV ? "the peer's distance in the comm" : "a rank of the comm");
+  }
+  return v->nerr == n0;
+}
+
+/* ---- per-op: bounds and overlap (rules 2, 3) ------------------------------------------ */
+static fp_dtype opnd_dtype(const fp_op *op, int w) {
+  switch (op->code) {
+    case FP_OP_QUANTIZE_MXFP8: return w == OPND_DST ? FP_E4M3 : w == OPND_AUX ? FP_E8M0 : op->sdtype;
+    case FP_OP_DEQUANTIZE_MXFP8: return w == OPND_SRC ? FP_E4M3 : w == OPND_AUX ? FP_E8M0 : op->dtype;
+    case FP_OP_H2D:
+    case FP_OP_D2H: return FP_U8;
+    default: return w == OPND_SRC ? op->sdtype : op->dtype;
+  }
+}
+
+/* bytes the operand covers on rank g */
+static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, int64_t *out) {
+  const fp_prog *p = v->p;
+  int64_t n = fp_op_count(p, op, g), sz = dsize(opnd_dtype(op, w)), e = 0, t;
+  bool ok = true;
+  switch (op->code) {
+    case FP_OP_ALL_GATHER:
+      ok = w == OPND_DST ? fp_mul64(G, n, &t) && fp_mul64(t, sz, &e) : fp_mul64(n, sz, &e);
+      break;
+    case FP_OP_REDUCE_SCATTER:
+      ok = w == OPND_SRC ? fp_mul64(G, n, &t) && fp_mul64(t, sz, &e) : fp_mul64(n, sz, &e);
+      break;
+    case FP_OP_ALL_GATHER_V:
+      ok = fp_mul64(w == OPND_DST ? v->tabs[op->tab].maxend : n, sz, &e);
+      break;
+    case FP_OP_REDUCE_SCATTER_V:
+      ok = fp_mul64(w == OPND_SRC ? v->tabs[op->tab].maxend : n, sz, &e);
+      break;
+    case FP_OP_COPY: {
+      int64_t pitch = w == OPND_DST ? op->dpitch : op->spitch;
+      ok = fp_mul64(op->rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+      break;
+    }
+    case FP_OP_QUANTIZE_MXFP8:
+    case FP_OP_DEQUANTIZE_MXFP8:
+      if (w == OPND_AUX) {
+        e = n / 32;
+        break;
+      }
+      ok = fp_mul64(n, sz, &e);
+      break;
+    default: ok = fp_mul64(n, sz, &e); break;
+  }
+  *out = e;
+  return ok;
+}
+
+/* start of the operand on rank g */
+static bool opnd_start(vctx *v, const fp_op *op, int w, int64_t g, int64_t *out) {
+  const fp_region *r = operand(op, w);
+  int64_t s, t;
+  if (!fp_mul64(g, r->stride, &t) || !fp_add64(r->off, t, &s)) return false;
+  if (r->tabrel) {
+    if (!fp_mul64(v->p->tabs[op->tab].off[g], dsize(opnd_dtype(op, w)), &t) || !fp_add64(s, t, &s)) return false;
+  }
+  *out = s;
+  return true;
+}
+
+/* the ranks whose operands to check: all of them when a table is involved
+ * (extents vary by rank), else the two ends (offsets are linear in g) */
+static bool needs_every_g(const fp_op *op) { return op->tab >= 0; }
+
+static void check_op_operands(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  const char *on = fp_op_name(op->code);
+  int64_t G = comm_size_or_1(p, op);
+  int need = operands_of(op->code);
+  bool every = needs_every_g(op);
+  /* overlap rule for dst vs src: 0 never, else the in-place form */
+  enum { IP_NONE, IP_AG, IP_AGV, IP_RS, IP_RSV, IP_SAME, IP_SAME_DT } inplace = IP_NONE;
+  switch (op->code) {
+    case FP_OP_ALL_GATHER: inplace = IP_AG; break;
+    case FP_OP_ALL_GATHER_V: inplace = IP_AGV; break;
+    case FP_OP_REDUCE_SCATTER: inplace = IP_RS; break;
+    case FP_OP_REDUCE_SCATTER_V: inplace = IP_RSV; break;
+    case FP_OP_ALL_REDUCE:
+    case FP_OP_BROADCAST:
+    case FP_OP_REDUCE: inplace = IP_SAME; break;
+    case FP_OP_ADD: inplace = IP_SAME_DT; break;
+    default: break;
+  }
+  int overlap_case[3][3]; /* per pair: disjointness case at the first g (0 none yet) */
+  memset(overlap_case, 0, sizeof overlap_case);
+  for (int64_t gi = 0, ng = every ? G : (G > 1 ? 2 : 1); gi < ng && !stop(v); gi++) {
+    int64_t g = every ? gi : gi * (G - 1);
+    if ((op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8) && fp_op_count(p, op, g) % 32) {
+      verr(v, FP_VL_OP, i, "%s: count %" PRId64 " (rank index %" PRId64 ") is not a multiple of the 32-element MXFP8 block",
+           on, fp_op_count(p, op, g), g);
+      return;
+    }
+    int64_t st[3] = {0}, en[3] = {0};
+    for (int k = 0; k < 3; k++) {
+      int w = 1 << k;
+      if (!(need & w)) continue;
+      const fp_region *r = operand(op, w);
+      const fp_ir_buf *b = &p->bufs[r->buf];
+      int64_t ext;
+      if (!opnd_start(v, op, w, g, &st[k]) || !opnd_extent(v, op, w, g, G, &ext) || !fp_add64(st[k], ext, &en[k])) {
+        verr(v, FP_VL_OP, i, "%s: %s offset overflows int64 (rank index %" PRId64 ")", on, opnd_name(w), g);
+        return;
+      }
+      if (st[k] < 0 || en[k] > b->bytes) {
+        verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") is outside buffer '%s' (%" PRId64 " bytes) on rank index %" PRId64,
+             on, opnd_name(w), st[k], en[k], b->name, b->bytes, g);
+        return;
+      }
+    }
+    /* overlaps between operands in the same buffer */
+    for (int a = 0; a < 3; a++)
+      for (int c = a + 1; c < 3; c++) {
+        int wa = 1 << a, wc = 1 << c;
+        if (!(need & wa) || !(need & wc) || operand(op, wa)->buf != operand(op, wc)->buf) continue;
+        if (en[a] == st[a] || en[c] == st[c]) continue; /* empty */
+        int cs = en[a] <= st[c] ? 1 : en[c] <= st[a] ? 2 : 3;
+        if (cs != 3) {
+          if (!overlap_case[a][c]) overlap_case[a][c] = cs;
+          else if (overlap_case[a][c] != cs && !every) cs = 3; /* crossed between the ends */
+          if (cs != 3) continue;
+        }
+        /* they overlap: legal only in an in-place form of dst (a=0) and src (c=1) */
+        bool legal = false;
+        if (a == 0 && c == 1) {
+          int64_t n = fp_op_count(p, op, g), sz = dsize(op->dtype), t;
+          switch (inplace) {
+            case IP_AG: legal = fp_mul64(g, n, &t) && fp_mul64(t, sz, &t) && st[1] - st[0] == t; break;
+            case IP_RS: legal = fp_mul64(g, n, &t) && fp_mul64(t, sz, &t) && st[0] - st[1] == t; break;
+            case IP_AGV: legal = fp_mul64(p->tabs[op->tab].off[g], sz, &t) && st[1] - st[0] == t; break;
+            case IP_RSV: legal = fp_mul64(p->tabs[op->tab].off[g], sz, &t) && st[0] - st[1] == t; break;
+            case IP_SAME: legal = st[0] == st[1]; break;
+            case IP_SAME_DT: legal = st[0] == st[1] && op->dtype == op->sdtype; break;
+            default: break;
+          }
+        }
+        if (!legal) {
+          verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") and %s [%" PRId64 ", %" PRId64 ") overlap in buffer '%s'%s",
+               on, opnd_name(wa), st[a], en[a], opnd_name(wc), st[c], en[c], p->bufs[operand(op, wa)->buf].name,
+               inplace != IP_NONE && a == 0 && c == 1 ? " and are not the in-place form" : "");
+          return;
+        }
+      }
+  }
+  /* host memory: only h2d / d2h touch it, each on its side */
+  for (int k = 0; k < 3; k++) {
+    int w = 1 << k;
+    if (!(need & w)) continue;
+    bool host = p->bufs[operand(op, w)->buf].host;
+    bool want = (op->code == FP_OP_H2D && w == OPND_SRC) || (op->code == FP_OP_D2H && w == OPND_DST);
+    if (host != want)
+      verr(v, FP_VL_OP, i, "%s: %s buffer '%s' is %s memory; %s", on, opnd_name(w), p->bufs[operand(op, w)->buf].name,
+           host ? "host" : "device", want ? "it must be a host buffer" : "only h2d/d2h touch host buffers");
+  }
+}
+
+static void check_op_dtypes(vctx *v, int32_t i) {
+  const fp_op *op = &v->p->ops[i];
+  const char *on = fp_op_name(op->code), *dn = fp_dtype_name(op->dtype), *sn = fp_dtype_name(op->sdtype);
+  switch (op->code) {
+    case FP_OP_REDUCE_SCATTER:
+    case FP_OP_REDUCE_SCATTER_V:
+    case FP_OP_ALL_REDUCE:
+    case FP_OP_REDUCE:
+      if (!fp_dtype_reducible(op->dtype))
+        verr(v, FP_VL_OP, i, "%s reduces %s data, which is not reducible (MXFP8 data is gathered as bytes, never reduced)", on, dn);
+      /* fallthrough */
+    case FP_OP_ALL_GATHER:
+    case FP_OP_ALL_GATHER_V:
+    case FP_OP_BROADCAST:
+    case FP_OP_SEND:
+    case FP_OP_RECV:
+    case FP_OP_COPY:
+    case FP_OP_H2D:
+    case FP_OP_D2H:
+      if (op->sdtype != op->dtype) verr(v, FP_VL_OP, i, "%s does not convert: src dtype %s differs from dst dtype %s", on, sn, dn);
+      break;
+    case FP_OP_CAST:
+    case FP_OP_ADD:
+      if (!is_float(op->dtype) || !is_float(op->sdtype))
+        verr(v, FP_VL_OP, i, "%s works on float types (fp32, bf16, fp16), not %s->%s", on, sn, dn);
+      break;
+    case FP_OP_SCALE:
+    case FP_OP_MEMSET:
+      if (!is_float(op->dtype) || op->sdtype != op->dtype)
+        verr(v, FP_VL_OP, i, "%s works on one float type (fp32, bf16, fp16), not %s->%s", on, sn, dn);
+      if (op->code == FP_OP_SCALE && !isfinite(op->alpha)) verr(v, FP_VL_OP, i, "scale: alpha is not finite");
+      break;
+    case FP_OP_QUANTIZE_MXFP8:
+      if (op->dtype != FP_E4M3 || !is_float(op->sdtype))
+        verr(v, FP_VL_OP, i, "quantize_mxfp8 converts a float type to e4m3, not %s->%s", sn, dn);
+      break;
+    case FP_OP_DEQUANTIZE_MXFP8:
+      if (op->sdtype != FP_E4M3 || !is_float(op->dtype))
+        verr(v, FP_VL_OP, i, "dequantize_mxfp8 converts e4m3 to a float type, not %s->%s", sn, dn);
+      break;
+    default: break;
+  }
+  if (op->code != FP_OP_SCALE && fp_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
+    verr(v, FP_VL_OP, i, "%s takes no alpha", on);
+}
+
+/* ---- rule 5: collectives match on every rank ------------------------------------------ */
+/* The program is SPMD: every rank runs the same op sequence, so every member
+ * of a communicator instance issues the same collectives in the same order -
+ * unless an op is predicated by `only`, which some ranks skip. A predicated
+ * collective is therefore safe exactly when the predicate has one value
+ * across the members of every instance of its comm: then an instance runs
+ * it on all its members or on none. We check that by walking the world's
+ * ranks once per (only, only_comm, comm), caching the answer. Roots must be
+ * ranks of the comm and v-collective tables must have one entry per member
+ * (checked with the op). Point-to-point ops are collectives of a pair: the
+ * k-th send at distance d on a comm must meet the k-th recv at distance d
+ * (what rank g sends, rank g+d receives), with equal count and dtype, in
+ * the same group (a ring shift of blocking sends deadlocks otherwise) and
+ * under the same predicate. */
+typedef struct predpair {
+  int32_t oc, c;      /* only_comm, comm */
+  uint8_t *forbidden; /* per index of oc: 1 when some instance of c is split by it */
+} predpair;
+
+typedef struct predcache {
+  predpair *pairs;
+  int32_t n, cap;
+} predcache;
+
+/* walk the world once for (oc, c): an instance of c whose members do not all
+ * have one index in oc is split by each of those indices */
+static const predpair *pred_pair(vctx *v, predcache *pc, int32_t oc, int32_t c) {
+  for (int32_t k = 0; k < pc->n; k++)
+    if (pc->pairs[k].oc == oc && pc->pairs[k].c == c) return &pc->pairs[k];
+  const fp_prog *p = v->p;
+  const fp_ir_comm *C = &p->comms[c], *O = &p->comms[oc];
+  int64_t W = p->world_size;
+  int32_t *first = malloc((size_t)W * sizeof *first); /* per instance (by base rank): oc index, -1 none, -2 split */
+  uint8_t *forbidden = calloc((size_t)O->size, 1);
+  FP_ASSERT(first && forbidden);
+  for (int64_t r = 0; r < W; r++) first[r] = -1;
+  for (int64_t r = 0; r < W; r++) {
+    int64_t base = r - fp_comm_index(C, r) * C->stride;
+    int32_t x = (int32_t)fp_comm_index(O, r);
+    if (first[base] == -1) first[base] = x;
+    else if (first[base] != x) first[base] = -2;
+  }
+  for (int64_t r = 0; r < W; r++)
+    if (first[r - fp_comm_index(C, r) * C->stride] == -2) forbidden[fp_comm_index(O, r)] = 1;
+  free(first);
+  if (pc->n == pc->cap) {
+    pc->cap = pc->cap ? 2 * pc->cap : 8;
+    pc->pairs = realloc(pc->pairs, (size_t)pc->cap * sizeof *pc->pairs);
+    FP_ASSERT(pc->pairs);
+  }
+  pc->pairs[pc->n] = (predpair){oc, c, forbidden};
+  return &pc->pairs[pc->n++];
+}
+
+static void pred_free(predcache *pc) {
+  for (int32_t k = 0; k < pc->n; k++) free(pc->pairs[k].forbidden);
+  free(pc->pairs);
+}
+
+static void check_predicate(vctx *v, predcache *pc, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  if (op->only < 0 || fp_op_class(op->code) != FP_OPC_COMM) return;
+  if (!pred_pair(v, pc, op->only_comm, op->comm)->forbidden[op->only]) return;
+  /* find a witness: two members of one instance that disagree */
+  const fp_ir_comm *c = &p->comms[op->comm], *oc = &p->comms[op->only_comm];
+  int64_t a = -1, b = -1;
+  for (int64_t r = 0; r < p->world_size && a < 0; r++) {
+    if (fp_comm_index(oc, r) != op->only) continue;
+    int64_t base = r - fp_comm_index(c, r) * c->stride;
+    for (int64_t g = 0; g < c->size; g++) {
+      int64_t m = base + g * c->stride;
+      if (fp_comm_index(oc, m) != op->only) {
+        a = r, b = m;
+        break;
+      }
+    }
+  }
+  verr(v, FP_VL_OP, i, "%s: only=%" PRId32 "@%s splits an instance of comm '%s': ranks %" PRId64 " and %" PRId64
+       " are members of one instance but only rank %" PRId64 " runs it (a collective must run on all members or none)",
+       fp_op_name(op->code), op->only, oc->name, c->name, a, b, a);
+}
+
+typedef struct p2p {
+  int32_t op;
+  int64_t key; /* comm, distance */
+  int kind;    /* 0 send, 1 recv */
+} p2p;
+
+static int p2p_cmp(const void *a, const void *b) {
+  const p2p *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->op < y->op ? -1 : x->op > y->op;
+}
+
+static void check_p2p(vctx *v) {
+  const fp_prog *p = v->p;
+  int32_t n = 0;
+  for (int32_t i = 0; i < p->nops; i++)
+    if (!v->badop[i] && (p->ops[i].code == FP_OP_SEND || p->ops[i].code == FP_OP_RECV)) n++;
+  if (!n) return;
+  p2p *l = malloc((size_t)n * sizeof *l);
+  FP_ASSERT(l);
+  n = 0;
+  for (int32_t i = 0; i < p->nops; i++) {
+    const fp_op *op = &p->ops[i];
+    if (v->badop[i] || (op->code != FP_OP_SEND && op->code != FP_OP_RECV)) continue;
+    l[n++] = (p2p){i, (int64_t)op->comm << 32 | (uint32_t)op->root, op->code == FP_OP_RECV};
+  }
+  qsort(l, (size_t)n, sizeof *l, p2p_cmp);
+  for (int32_t a = 0; a < n && !stop(v);) {
+    int32_t b = a;
+    while (b < n && l[b].key == l[a].key) b++;
+    /* pair the k-th send with the k-th recv of this (comm, distance) */
+    int32_t si = a, ri = a;
+    for (;;) {
+      while (si < b && l[si].kind != 0) si++;
+      while (ri < b && l[ri].kind != 1) ri++;
+      if (si >= b || ri >= b) break;
+      const fp_op *s = &p->ops[l[si].op], *r = &p->ops[l[ri].op];
+      const fp_ir_comm *c = &p->comms[s->comm];
+      bool ok = s->dtype == r->dtype;
+      for (int64_t g = 0; ok && g < c->size; g++)
+        if (fp_op_count(p, s, g) != fp_op_count(p, r, (g + s->root) % c->size)) ok = false;
+      if (!ok)
+        verr(v, FP_VL_OP, l[ri].op, "recv does not match send op %" PRId32 " (distance %" PRId32 " on comm '%s'): "
+             "count and dtype must agree", l[si].op, s->root, c->name);
+      else if (s->group < 0 || s->group != r->group)
+        verr(v, FP_VL_OP, l[ri].op, "recv and its send op %" PRId32 " must be in one group (group=), or the ring of "
+             "sends deadlocks", l[si].op);
+      else if (s->only != r->only || s->only_comm != r->only_comm)
+        verr(v, FP_VL_OP, l[ri].op, "recv and its send op %" PRId32 " have different only= predicates", l[si].op);
+      si++;
+      ri++;
+    }
+    if (si < b && ri >= b) {
+      while (si < b && l[si].kind != 0) si++;
+      if (si < b) verr(v, FP_VL_OP, l[si].op, "send at distance %" PRId32 " on comm '%s' has no matching recv",
+                       p->ops[l[si].op].root, p->comms[p->ops[l[si].op].comm].name);
+    } else if (ri < b) {
+      while (ri < b && l[ri].kind != 1) ri++;
+      if (ri < b) verr(v, FP_VL_OP, l[ri].op, "recv at distance %" PRId32 " on comm '%s' has no matching send",
+                       p->ops[l[ri].op].root, p->comms[p->ops[l[ri].op].comm].name);
+    }
+    a = b;
+  }
+  free(l);
+}
+
+/* grouped calls issue as one ncclGroupStart/End: contiguous, one stream,
+ * one segment, communication only */
+static void check_groups(vctx *v) {
+  const fp_prog *p = v->p;
+  imap seen;
+  imap_init(&seen, 16);
+  int32_t cur = -1, first = -1;
+  for (int32_t i = 0; i < p->nops && !stop(v); i++) {
+    const fp_op *op = &p->ops[i];
+    if (op->group < -1) verr(v, FP_VL_OP, i, "group %" PRId32 " is out of range", op->group);
+    if (op->group < 0) {
+      cur = -1;
+      continue;
+    }
+    if ((unsigned)op->code < FP_NOPS && fp_op_class(op->code) != FP_OPC_COMM)
+      verr(v, FP_VL_OP, i, "%s is not communication and cannot be grouped", fp_op_name(op->code));
+    if (op->group == cur) {
+      const fp_op *f = &p->ops[first];
+      if (op->stream != f->stream || op->seg != f->seg)
+        verr(v, FP_VL_OP, i, "group %" PRId32 " spans streams or segments (it starts at op %" PRId32 ")", cur, first);
+      continue;
+    }
+    cur = op->group;
+    first = i;
+    bool fresh;
+    int32_t prev = imap_get_or_put(&seen, cur, i, &fresh);
+    if (!fresh) verr(v, FP_VL_OP, i, "group %" PRId32 " is not contiguous (it started at op %" PRId32 ")", cur, prev);
+  }
+  imap_free(&seen);
+}
+
+/* ---- rules 4, 6: events, happens-before, arena reuse ------------------------------------ */
+/* Happens-before over the three streams with vector clocks: each stream has
+ * a clock vector; an op ticks its stream's own component; record snapshots
+ * the stream's vector into the event; wait joins the event's vector into the
+ * stream's. Op a happens before op b iff b's vector has seen a's tick on a's
+ * stream. The step is walked twice (the executor replays it), so arena reuse
+ * is also checked across the end of one step and the start of the next. */
+static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc, int step) {
+  if (b < 0) return;
+  bufuse *u = &v->use[b];
+  if (step == 1) {
+    if (u->first < 0) u->first = i;
+    u->last = i;
+    if (vc[stream] > u->last1[stream]) {
+      u->last1[stream] = vc[stream];
+      u->last1op[stream] = i;
+    }
+  }
+  int64_t *mn = step == 1 ? u->min1 : u->min2;
+  int32_t *mo = step == 1 ? u->min1op : u->min2op;
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (vc[s] < mn[s]) {
+      mn[s] = vc[s];
+      mo[s] = i;
+    }
+}
+
+static void walk_clocks(vctx *v) {
+  const fp_prog *p = v->p;
+  int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
+  memset(vc, 0, sizeof vc);
+  /* events densely: id -> slot in evc */
+  imap ev;
+  imap_init(&ev, 16);
+  int64_t (*evc)[FP_NSTREAMS] = NULL;
+  bool *recorded = NULL;
+  int32_t nev = 0;
+  for (int32_t i = 0; i < p->nops; i++)
+    if (!v->badop[i] && p->ops[i].event >= 0) {
+      bool fresh;
+      imap_get_or_put(&ev, p->ops[i].event, nev, &fresh);
+      if (fresh) nev++;
+    }
+  evc = calloc((size_t)nev + 1, sizeof *evc);
+  recorded = calloc((size_t)nev + 1, sizeof *recorded);
+  FP_ASSERT(evc && recorded);
+  for (int step = 1; step <= 2; step++) {
+    for (int32_t i = 0; i < p->nops; i++) {
+      const fp_op *op = &p->ops[i];
+      if (v->badop[i]) continue;
+      int s = op->stream;
+      int32_t e = -1;
+      if (op->event >= 0) {
+        bool fresh;
+        e = imap_get_or_put(&ev, op->event, 0, &fresh);
+      }
+      if (op->code == FP_OP_WAIT) {
+        if (!recorded[e]) {
+          verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
+        } else {
+          for (int k = 0; k < FP_NSTREAMS; k++)
+            if (evc[e][k] > vc[s][k]) vc[s][k] = evc[e][k];
+        }
+      }
+      vc[s][s]++;
+      if (op->code == FP_OP_RECORD) {
+        memcpy(evc[e], vc[s], sizeof vc[s]);
+        recorded[e] = true;
+      }
+      use_buf(v, op->dst.buf, i, s, vc[s], step);
+      use_buf(v, op->src.buf, i, s, vc[s], step);
+      use_buf(v, op->aux.buf, i, s, vc[s], step);
+      if (op->code == FP_OP_COMPUTE) { /* weights; backward also writes grads */
+        int32_t *b = v->modbufs[op->module];
+        for (; *b >= 0; b++) use_buf(v, *b, i, s, vc[s], step);
+        if (op->pass == FP_PASS_BWD)
+          for (b++; *b >= 0; b++) use_buf(v, *b, i, s, vc[s], step);
+      }
+    }
+  }
+  free(evc);
+  free(recorded);
+  imap_free(&ev);
+}
+
+/* the buffers each module's compute placeholder touches: its params'
+ * unsharded weights, -1, their unsharded grads, -1 */
+static void build_modbufs(vctx *v) {
+  const fp_prog *p = v->p;
+  int32_t *cnt = calloc((size_t)p->nmods + 1, sizeof *cnt);
+  v->modbufs = calloc((size_t)p->nmods + 1, sizeof *v->modbufs);
+  FP_ASSERT(cnt && v->modbufs);
+  for (int32_t i = 0; i < p->nparams; i++) {
+    const fp_ir_param *q = &p->params[i];
+    if (q->module >= 0 && q->module < p->nmods) cnt[q->module] += 2;
+  }
+  for (int32_t m = 0; m < p->nmods; m++) {
+    v->modbufs[m] = malloc(((size_t)cnt[m] + 2) * sizeof **v->modbufs);
+    FP_ASSERT(v->modbufs[m]);
+    cnt[m] = 0;
+  }
+  for (int k = 0; k < 2; k++) {
+    for (int32_t i = 0; i < p->nparams; i++) {
+      const fp_ir_param *q = &p->params[i];
+      int32_t b = k ? q->ugrad.buf : q->weight.buf;
+      if (q->module >= 0 && q->module < p->nmods && b >= 0 && b < p->nbufs) v->modbufs[q->module][cnt[q->module]++] = b;
+    }
+    for (int32_t m = 0; m < p->nmods; m++) v->modbufs[m][cnt[m]++] = -1;
+  }
+  free(cnt);
+}
+
+typedef struct offbuf {
+  int64_t off;
+  int32_t buf;
+} offbuf;
+
+static int offbuf_cmp(const void *a, const void *b) {
+  const offbuf *x = a, *y = b;
+  if (x->off != y->off) return x->off < y->off ? -1 : 1;
+  return (x->buf > y->buf) - (x->buf < y->buf);
+}
+
+/* all uses of a (in step sa) happen before all uses of b (in step sb)? On
+ * failure *from / *to name a witness pair of ops. */
+static bool hb_all(const bufuse *a, const bufuse *b, int sb, int32_t *from, int32_t *to) {
+  const int64_t *mn = sb == 1 ? b->min1 : b->min2;
+  const int32_t *mo = sb == 1 ? b->min1op : b->min2op;
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (a->last1[s] > 0 && mn[s] < a->last1[s]) {
+      *from = a->last1op[s];
+      *to = mo[s];
+      return false;
+    }
+  return true;
+}
+
+static void check_arena(vctx *v) {
+  const fp_prog *p = v->p;
+  int32_t *ord = malloc(((size_t)p->nbufs + 1) * sizeof *ord);
+  offbuf *ob = malloc(((size_t)p->nbufs + 1) * sizeof *ob);
+  FP_ASSERT(ord && ob);
+  for (int host = 0; host < 2 && !stop(v); host++) {
+    int32_t n = 0;
+    for (int32_t b = 0; b < p->nbufs; b++) {
+      const fp_ir_buf *x = &p->bufs[b];
+      if (x->host == host && x->offset >= 0 && x->bytes > 0 && (unsigned)x->kind <= FP_BUF_TRANSIENT)
+        ob[n++] = (offbuf){x->offset, b};
+    }
+    qsort(ob, (size_t)n, sizeof *ob, offbuf_cmp);
+    for (int32_t k = 0; k < n; k++) ord[k] = ob[k].buf;
+    /* persistent: overlaps nothing (one sweep with the furthest ends so far) */
+    int64_t end_all = 0, end_pers = 0;
+    int32_t who_all = -1, who_pers = -1;
+    for (int32_t k = 0; k < n && !stop(v); k++) {
+      const fp_ir_buf *x = &p->bufs[ord[k]];
+      bool pers = x->kind == FP_BUF_PERSISTENT;
+      if (pers && who_all >= 0 && end_all > x->offset)
+        verr(v, FP_VL_BUF, ord[k], "persistent buffer overlaps buffer '%s' in the %s arena (persistent buffers own their bytes)",
+             p->bufs[who_all].name, host ? "host" : "device");
+      else if (!pers && who_pers >= 0 && end_pers > x->offset)
+        verr(v, FP_VL_BUF, ord[k], "buffer overlaps persistent buffer '%s' in the %s arena", p->bufs[who_pers].name,
+             host ? "host" : "device");
+      int64_t e = x->offset + x->bytes; /* checked by rule 7 (or clamped below) */
+      if (x->offset > INT64_MAX - x->bytes) e = INT64_MAX;
+      if (e > end_all) end_all = e, who_all = ord[k];
+      if (pers && e > end_pers) end_pers = e, who_pers = ord[k];
+    }
+    /* transient pairs that share bytes: disjoint lifetimes ordered by
+     * happens-before, within a step and across into the next */
+    int32_t nt = 0;
+    for (int32_t k = 0; k < n; k++)
+      if (p->bufs[ord[k]].kind == FP_BUF_TRANSIENT && v->use[ord[k]].first >= 0) ord[nt++] = ord[k];
+    for (int32_t k = 0; k < nt && !stop(v); k++) {
+      const fp_ir_buf *x = &p->bufs[ord[k]];
+      int64_t xe = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
+      for (int32_t j = k + 1; j < nt && p->bufs[ord[j]].offset < xe && !stop(v); j++) {
+        int32_t A = ord[k], B = ord[j];
+        const bufuse *ua = &v->use[A], *ub = &v->use[B];
+        if (ua->first > ub->first) { /* A first in program order */
+          int32_t t = A;
+          A = B, B = t;
+          const bufuse *tu = ua;
+          ua = ub, ub = tu;
+        }
+        int32_t from, to;
+        if (ub->first <= ua->last) {
+          verr(v, FP_VL_OP, ub->first, "buffers '%s' (ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
+               ") share arena bytes and are live at the same time", p->bufs[A].name, ua->first, ua->last,
+               p->bufs[B].name, ub->first, ub->last);
+        } else if (!hb_all(ua, ub, 1, &from, &to)) {
+          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
+               "does not happen before this op (stream %s): a record/wait is missing", p->bufs[B].name, p->bufs[A].name,
+               from, p->bufs[A].name, fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
+        } else if (!hb_all(ub, ua, 2, &from, &to)) {
+          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
+               " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
+               "is missing", p->bufs[A].name, p->bufs[B].name, from, p->bufs[B].name,
+               fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
+        }
+      }
+    }
+  }
+  free(ord);
+  free(ob);
+}
+
+/* ---- driver ------------------------------------------------------------------------- */
+bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx) {
+  vctx v = {.p = p, .report = report, .rctx = rctx};
+  predcache pc = {0};
+  if (!check_header(&v)) return false;
+  v.tabs = calloc((size_t)p->ntabs + 1, sizeof *v.tabs);
+  v.badop = calloc((size_t)p->nops + 1, sizeof *v.badop);
+  v.use = malloc(((size_t)p->nbufs + 1) * sizeof *v.use);
+  FP_ASSERT(v.tabs && v.badop && v.use);
+  for (int32_t b = 0; b < p->nbufs; b++) {
+    bufuse *u = &v.use[b];
+    memset(u, 0, sizeof *u);
+    u->first = u->last = -1;
+    for (int s = 0; s < FP_NSTREAMS; s++) u->min1[s] = u->min2[s] = INT64_MAX;
+  }
+  check_comms(&v);
+  check_tables(&v);
+  check_bufs(&v);
+  check_mods(&v);
+  check_params(&v);
+  bool tables_ok = v.nerr == 0;
+  bool segs_ok = check_segments(&v);
+  for (int32_t i = 0; i < p->nops && !stop(&v); i++) {
+    int n0 = v.nerr;
+    if (!check_op_structure(&v, i)) {
+      v.badop[i] = true;
+      continue;
+    }
+    check_op_dtypes(&v, i);
+    if (v.nerr == n0 && tables_ok) check_op_operands(&v, i);
+    if (v.nerr == n0) check_predicate(&v, &pc, i);
+    if (v.nerr != n0) v.badop[i] = true;
+  }
+  if (!stop(&v)) check_groups(&v);
+  if (!stop(&v)) check_p2p(&v);
+  if (!stop(&v) && tables_ok && segs_ok) {
+    build_modbufs(&v);
+    walk_clocks(&v);
+    if (v.nerr == 0) check_arena(&v);
+    for (int32_t m = 0; m < p->nmods; m++) free(v.modbufs[m]);
+    free(v.modbufs);
+  }
+  pred_free(&pc);
+  free(v.tabs);
+  free(v.badop);
+  free(v.use);
+  return v.nerr == 0;
+}
+
+/* ---- fp_ir_verify: messages located in .fpir or by index ------------------------------ */
+typedef struct fpir_loc {
+  fp_diag *d;
+  const fp_src *src;
+} fpir_loc;
+
+static void report_fpir(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg) {
+  fpir_loc *l = ctx;
+  int32_t line = 0;
+  char obj[200];
+  const char *nm = NULL, *kind = NULL;
+  switch (what) {
+    case FP_VL_PROG: snprintf(obj, sizeof obj, "program"); break;
+    case FP_VL_OP: line = p->ops[i].line; snprintf(obj, sizeof obj, "op %" PRId64, i); break;
+    case FP_VL_SEG: line = p->segs[i].line; snprintf(obj, sizeof obj, "segment %" PRId64, i); break;
+    case FP_VL_COMM: line = p->comms[i].line, nm = p->comms[i].name, kind = "comm"; break;
+    case FP_VL_TAB: line = p->tabs[i].line, nm = p->tabs[i].name, kind = "table"; break;
+    case FP_VL_BUF: line = p->bufs[i].line, nm = p->bufs[i].name, kind = "buffer"; break;
+    case FP_VL_MODULE: line = p->mods[i].line, nm = p->mods[i].name, kind = "module"; break;
+    case FP_VL_BUCKET: nm = p->buckets[i], kind = "bucket"; break;
+    case FP_VL_PARAM: line = p->params[i].line, nm = p->params[i].name, kind = "param"; break;
+  }
+  if (kind) snprintf(obj, sizeof obj, "%s %" PRId64 " '%.120s'", kind, i, nm ? nm : "");
+  char where[1100];
+  if (l->src && line > 0)
+    snprintf(where, sizeof where, "%.1000s:%" PRId32 ":1", l->src->path, line);
+  else
+    snprintf(where, sizeof where, "%.1000s", l->src ? l->src->path : "<plan>");
+  fp_diag_errorf(l->d, where, "%s: %s", obj, msg);
+}
+
+bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src) {
+  fpir_loc l = {d, src};
+  return fp_ir_verify_with(p, report_fpir, &l);
+}
