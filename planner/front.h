@@ -129,7 +129,9 @@ typedef struct fp_spec {
 
 /* ---- entry points (planner/model.c, planner/spec.c) -------------------- */
 /* Load a model file. If it holds {"model":..., "spec":...}, *embedded_spec
- * gets the spec's json (the caller parses it with fp_spec_parse); else NULL.
+ * gets the spec's json (the caller parses it with fp_spec_parse, pointer
+ * "/spec", source *src_out) as a new reference the caller releases with
+ * json_object_put; else NULL. Model pointers are then prefixed "/model".
  * Returns false after reporting located errors. */
 struct json_object;
 bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
