@@ -543,7 +543,10 @@ static bool v_number(vscan *v) {
       return vfail(v, s, true, "invalid JSON: malformed exponent in '%s'", excerpt(v, s, skip_value(t, n, s)));
     while (i < n && t[i] >= '0' && t[i] <= '9') i++;
   }
-  char *tok = fp_strndup(v->a, t + s, i - s);
+  char buf[64];
+  char *tok = i - s < sizeof buf ? buf : fp_alloc(v->a, i - s + 1);
+  memcpy(tok, t + s, i - s);
+  tok[i - s] = 0;
   if (integral) {
     errno = 0;
     if (tok[0] == '-') {

@@ -55,9 +55,12 @@ static bool check_format(fp_jctx *c, json_object *root, const char *ptr, const c
   json_object *v = fp_j_get(root, "format");
   if (!fp_j_has(root, "format"))
     return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", want);
-  if (!v || !json_object_is_type(v, json_type_string) || strcmp(json_object_get_string(v), want))
-    return fp_j_error(c, fp_ptr_key(c->a, ptr, "format"), "expected \"%s\", got %s", want,
-                      fp_j_describe(c->a, v));
+  if (!v || !json_object_is_type(v, json_type_string) || strcmp(json_object_get_string(v), want)) {
+    bool is_spec = v && json_object_is_type(v, json_type_string) &&
+                   !strcmp(json_object_get_string(v), "flexplan.spec.v1");
+    return fp_j_error(c, fp_ptr_key(c->a, ptr, "format"), "expected \"%s\", got %s%s", want,
+                      fp_j_describe(c->a, v), is_spec ? " (this is a spec: pass it with --spec)" : "");
+  }
   return true;
 }
 
