@@ -1,0 +1,21 @@
+# ir: unit tests of the IR (builder, .fpir, plan.json, verifier) and the
+# golden .fpir files: tests/ir/*.fpir must parse, verify and print as
+# tests/ir/<name>.expected; tests/ir/bad/*.fpir must fail with the message
+# their first line names ("# expect: <fragment>").
+fp_unit_test(test_ir)
+
+add_executable(ir_golden ${CMAKE_CURRENT_SOURCE_DIR}/ir_golden.c)
+target_link_libraries(ir_golden PRIVATE flexplan_core)
+
+file(GLOB FP_IR_GOOD CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/ir/*.fpir)
+foreach(f ${FP_IR_GOOD})
+  get_filename_component(n ${f} NAME_WE)
+  add_test(NAME ir_golden_${n} COMMAND ir_golden good ${f})
+  set_tests_properties(ir_golden_${n} PROPERTIES LABELS golden TIMEOUT 60)
+endforeach()
+file(GLOB FP_IR_BAD CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/ir/bad/*.fpir)
+foreach(f ${FP_IR_BAD})
+  get_filename_component(n ${f} NAME_WE)
+  add_test(NAME ir_bad_${n} COMMAND ir_golden bad ${f})
+  set_tests_properties(ir_bad_${n} PROPERTIES LABELS golden TIMEOUT 60)
+endforeach()

@@ -1,0 +1,1044 @@
+/* test_ir.c - unit tests of the IR: builder, .fpir print/parse round trip,
+ * plan.json write/read, the content hash, hostile inputs, and one negative
+ * test per verifier rule.
+ *
+ * Most tests start from kitchen(): a small valid program built in code that
+ * uses every op and every field, mutate one thing, and check the message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+/* ---- fixtures --------------------------------------------------------------- */
+/* World of 4 ranks: shard = pairs {0,1},{2,3}; replica = {0,2},{1,3}. One
+ * param of 128 fp32 elements sharded over `shard` (64 per rank), a ragged
+ * frozen one in a module with an awkward name, every op once or more. */
+typedef struct kit {
+  fp_prog *p;
+  int world, shard, replica;
+  int tab;
+  int b0, b1;
+  int m0, m1;
+  int main, grad, host, unsh, ugrad, rin, mx;
+} kit;
+
+static fp_op *emit(fp_prog *p, fp_opcode c, fp_stream s, fp_dtype dt, int64_t n) { return fp_ir_emit(p, c, s, dt, n); }
+
+static fp_op *sync_op(fp_prog *p, fp_opcode c, fp_stream s, int ev) {
+  fp_op *o = emit(p, c, s, FP_F32, 0);
+  o->event = ev;
+  return o;
+}
+
+static kit kitchen(fp_arena *a) {
+  kit k;
+  fp_prog *p = k.p = fp_prog_new(a);
+  p->model = "kitchen-sink";
+  p->strategy = "hybrid_shard";
+  p->world_size = 4;
+  p->ranks_per_node = 4;
+  p->grad_accumulation = 2;
+  p->arena_bytes = 1792;
+  p->host_bytes = 256;
+  k.world = fp_ir_comm_add(p, "world", 4, 1);
+  k.shard = fp_ir_comm_add(p, "shard", 2, 1);
+  k.replica = fp_ir_comm_add(p, "replica", 2, 2);
+  int64_t off[2] = {0, 64}, cnt[2] = {64, 64};
+  k.tab = fp_ir_table_add(p, "t.ragged", 2, off, cnt);
+  k.b0 = fp_ir_bucket_add(p, "b0");
+  k.b1 = fp_ir_bucket_add(p, "bucket one");
+  k.main = fp_ir_buf_add(p, "b0.main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, k.b0, 256);
+  k.grad = fp_ir_buf_add(p, "b0.grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, k.b0, 256);
+  k.host = fp_ir_buf_add(p, "b0.offload", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, k.b0, 256);
+  k.unsh = fp_ir_buf_add(p, "b0.unsharded", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_WEIGHT, k.b0, 256);
+  k.ugrad = fp_ir_buf_add(p, "b0.ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, k.b0, 256);
+  k.rin = fp_ir_buf_add(p, "b0.reduce", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 512);
+  k.mx = fp_ir_buf_add(p, "b1.mx", FP_BUF_TRANSIENT, FP_CAT_RESHARD, k.b1, 256);
+  p->bufs[k.main].offset = 0;
+  p->bufs[k.grad].offset = 256;
+  p->bufs[k.host].offset = 0;
+  p->bufs[k.host].host = true;
+  p->bufs[k.unsh].offset = 512;
+  p->bufs[k.ugrad].offset = 768;
+  p->bufs[k.rin].offset = 1024;
+  p->bufs[k.mx].offset = 1536;
+  k.m0 = fp_ir_module_add(p, "layers.0", 1e9, 2e9, 1024);
+  k.m1 = fp_ir_module_add(p, "weird \"name\"\t2", 0.1, 0.2, 0);
+  fp_ir_param *q = fp_ir_param_add(p);
+  q->name = "layers.0.w";
+  q->ndim = 2;
+  q->shape[0] = 16;
+  q->shape[1] = 8;
+  q->module = k.m0;
+  q->bucket = k.b0;
+  q->main_dtype = FP_F32;
+  q->param_dtype = FP_BF16;
+  q->grad_dtype = FP_F32;
+  q->requires_grad = true;
+  q->placement = 0;
+  q->dim = 1;
+  q->comm = k.shard;
+  q->chunk = 64;
+  q->main = (fp_view){k.main, 0};
+  q->grad = (fp_view){k.grad, 0};
+  q->weight = (fp_view){k.unsh, 0};
+  q->ugrad = (fp_view){k.ugrad, 0};
+  q = fp_ir_param_add(p);
+  q->name = "weird.bias";
+  q->ndim = 1;
+  q->shape[0] = 128;
+  q->module = k.m1;
+  q->bucket = k.b1;
+  q->main_dtype = FP_BF16;
+  q->param_dtype = FP_BF16;
+  q->grad_dtype = FP_F16;
+  q->requires_grad = false;
+  q->placement = 1;
+  q->comm = k.shard;
+  q->owner = 1;
+  q->tab = k.tab;
+  q->chunk = 64;
+  q->main = (fp_view){k.main, 0};
+  q->weight = (fp_view){k.unsh, 0};
+  for (int e = 0; e < 7; e++) fp_ir_event_new(p);
+  fp_op *o;
+  /* step_begin */
+  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
+  o = emit(p, FP_OP_MEMSET, FP_STREAM_RS, FP_F32, 64);
+  o->dst = fp_reg(k.grad, 0);
+  o = emit(p, FP_OP_H2D, FP_STREAM_AG, FP_U8, 256);
+  o->dst = fp_reg(k.main, 0);
+  o->src = fp_reg(k.host, 0);
+  sync_op(p, FP_OP_RECORD, FP_STREAM_AG, 0);
+  /* pre_forward(layers.0) */
+  fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, k.m0, 0);
+  o = emit(p, FP_OP_CAST, FP_STREAM_AG, FP_BF16, 64);
+  o->sdtype = FP_F32;
+  o->dst = fp_reg_g(k.unsh, 0, 128);
+  o->src = fp_reg(k.main, 0);
+  o->comm = k.shard;
+  o->bucket = k.b0;
+  o = emit(p, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_BF16, 64);
+  o->dst = fp_reg(k.unsh, 0);
+  o->src = fp_reg_g(k.unsh, 0, 128);
+  o->comm = k.shard;
+  o->bucket = k.b0;
+  o->group = 3;
+  sync_op(p, FP_OP_RECORD, FP_STREAM_AG, 1);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 1);
+  o = emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
+  o->module = k.m0;
+  o->alpha = 1e9;
+  /* post_forward(layers.0): an owned-style broadcast */
+  fp_ir_seg_begin(p, FP_SEG_POST_FORWARD, k.m0, 0);
+  sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 2);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_AG, 2);
+  o = emit(p, FP_OP_BROADCAST, FP_STREAM_AG, FP_BF16, 64);
+  o->dst = o->src = fp_reg(k.unsh, 0);
+  o->comm = k.shard;
+  o->root = 1;
+  /* pre_backward(layers.0): ragged gather in place */
+  fp_ir_seg_begin(p, FP_SEG_PRE_BACKWARD, k.m0, 0);
+  o = emit(p, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_BF16, 128);
+  o->dst = fp_reg(k.unsh, 0);
+  o->src = fp_reg_t(k.unsh, 0);
+  o->comm = k.shard;
+  o->tab = k.tab;
+  sync_op(p, FP_OP_RECORD, FP_STREAM_AG, 3);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 3);
+  o = emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
+  o->module = k.m0;
+  o->pass = FP_PASS_BWD;
+  o->alpha = 2e9;
+  /* post_backward(layers.0): reductions and local math */
+  fp_ir_seg_begin(p, FP_SEG_POST_BACKWARD, k.m0, 0);
+  sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 4);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_RS, 4);
+  o = emit(p, FP_OP_CAST, FP_STREAM_RS, FP_F32, 128);
+  o->sdtype = FP_BF16;
+  o->dst = fp_reg(k.rin, 0);
+  o->src = fp_reg(k.ugrad, 0);
+  o = emit(p, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, 64);
+  o->dst = fp_reg_g(k.rin, 0, 256);
+  o->src = fp_reg(k.rin, 0);
+  o->comm = k.shard;
+  o = emit(p, FP_OP_REDUCE_SCATTER_V, FP_STREAM_RS, FP_F32, 128);
+  o->dst = fp_reg_t(k.rin, 0);
+  o->src = fp_reg(k.rin, 0);
+  o->comm = k.shard;
+  o->tab = k.tab;
+  o = emit(p, FP_OP_ALL_REDUCE, FP_STREAM_RS, FP_F32, 64);
+  o->dst = o->src = fp_reg(k.rin, 0);
+  o->comm = k.replica;
+  o = emit(p, FP_OP_REDUCE, FP_STREAM_RS, FP_F32, 64);
+  o->dst = fp_reg(k.rin, 256);
+  o->src = fp_reg(k.rin, 0);
+  o->comm = k.replica;
+  o->root = 0;
+  o = emit(p, FP_OP_ADD, FP_STREAM_RS, FP_F32, 64);
+  o->dst = fp_reg(k.grad, 0);
+  o->src = fp_reg_g(k.rin, 0, 256);
+  o->comm = k.shard;
+  o = emit(p, FP_OP_SCALE, FP_STREAM_RS, FP_F32, 64);
+  o->dst = fp_reg(k.grad, 0);
+  o->alpha = 0.5;
+  o = emit(p, FP_OP_SEND, FP_STREAM_RS, FP_F32, 64);
+  o->src = fp_reg(k.rin, 0);
+  o->comm = k.replica;
+  o->root = 1;
+  o->group = 7;
+  o = emit(p, FP_OP_RECV, FP_STREAM_RS, FP_F32, 64);
+  o->dst = fp_reg(k.rin, 256);
+  o->comm = k.replica;
+  o->root = 1;
+  o->group = 7;
+  o = emit(p, FP_OP_COPY, FP_STREAM_RS, FP_F32, 16);
+  o->rows = 4;
+  o->dpitch = 64;
+  o->spitch = 128;
+  o->dst = fp_reg(k.grad, 0);
+  o->src = fp_reg(k.rin, 0);
+  o = emit(p, FP_OP_QUANTIZE_MXFP8, FP_STREAM_RS, FP_E4M3, 64);
+  o->sdtype = FP_F32;
+  o->dst = fp_reg(k.mx, 0);
+  o->src = fp_reg(k.rin, 0);
+  o->aux = fp_reg(k.mx, 128);
+  o = emit(p, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_RS, FP_BF16, 64);
+  o->sdtype = FP_E4M3;
+  o->dst = fp_reg(k.ugrad, 0);
+  o->src = fp_reg(k.mx, 0);
+  o->aux = fp_reg(k.mx, 128);
+  o = emit(p, FP_OP_D2H, FP_STREAM_RS, FP_U8, 256);
+  o->dst = fp_reg(k.host, 0);
+  o->src = fp_reg(k.main, 0);
+  sync_op(p, FP_OP_RECORD, FP_STREAM_RS, 5);
+  /* second micro-batch of the oddly named module: a predicated collective */
+  fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, k.m1, 1);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_AG, 5);
+  o = emit(p, FP_OP_BROADCAST, FP_STREAM_AG, FP_BF16, 64);
+  o->dst = o->src = fp_reg(k.unsh, 0);
+  o->comm = k.shard;
+  o->root = 0;
+  o->only = 0;
+  o->only_comm = k.replica;
+  sync_op(p, FP_OP_RECORD, FP_STREAM_AG, 6);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 6);
+  o = emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
+  o->module = k.m1;
+  fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 5);
+  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0); /* empty */
+  return k;
+}
+
+static char *print(const fp_prog *p) { return fp_ir_print_str(p, NULL); }
+
+static fp_src mksrc(const char *path, const char *text) {
+  fp_src s = {path, text, strlen(text)};
+  return s;
+}
+
+/* parse text; NULL on error (messages in d) */
+static fp_prog *parse(fp_arena *a, fp_diag *d, const char *text) {
+  fp_src s = mksrc("t.fpir", text);
+  return fp_ir_parse(a, d, &s);
+}
+
+/* verify and return the messages (malloc'd copy, "" when valid) */
+static char *verify_msgs(const fp_prog *p, bool *ok) {
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  *ok = fp_ir_verify(p, &d, NULL);
+  char *s = strdup(d.buf ? d.buf : "");
+  fp_diag_free(&d);
+  return s;
+}
+
+#define EXPECT_VALID(p)                                                  \
+  do {                                                                   \
+    bool ok_;                                                            \
+    char *m_ = verify_msgs(p, &ok_);                                     \
+    if (!ok_) fprintf(stderr, "unexpected verifier errors:\n%s", m_);    \
+    assert_true(ok_);                                                    \
+    free(m_);                                                            \
+  } while (0)
+
+#define EXPECT_ERROR(p, frag)                                                          \
+  do {                                                                                 \
+    bool ok_;                                                                          \
+    char *m_ = verify_msgs(p, &ok_);                                                   \
+    if (ok_ || !strstr(m_, frag)) fprintf(stderr, "want '%s', got:\n%s", frag, m_);   \
+    assert_false(ok_);                                                                 \
+    assert_non_null(strstr(m_, frag));                                                 \
+    free(m_);                                                                          \
+  } while (0)
+
+/* ---- builder ------------------------------------------------------------------ */
+static void test_builder(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  fp_prog *p = fp_prog_new(a);
+  assert_int_equal(p->world_size, 1);
+  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
+  fp_op *o = fp_ir_emit(p, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_BF16, 5);
+  assert_int_equal(o->comm, -1);
+  assert_int_equal(o->only, -1);
+  assert_int_equal(o->only_comm, -1);
+  assert_int_equal(o->root, -1);
+  assert_int_equal(o->event, -1);
+  assert_int_equal(o->module, -1);
+  assert_int_equal(o->bucket, -1);
+  assert_int_equal(o->group, -1);
+  assert_int_equal(o->tab, -1);
+  assert_int_equal(o->dst.buf, -1);
+  assert_int_equal(o->rows, 1);
+  assert_int_equal(o->sdtype, FP_BF16);
+  assert_int_equal(o->count, 5);
+  assert_int_equal(p->segs[0].nops, 1);
+  for (int i = 0; i < 100; i++) fp_ir_emit(p, FP_OP_MEMSET, FP_STREAM_RS, FP_F32, i);
+  fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  assert_int_equal(p->segs[0].nops, 101);
+  assert_int_equal(p->segs[1].first, 101);
+  assert_int_equal(p->segs[1].nops, 0);
+  assert_int_equal(p->ops[100].seg, 0);
+  fp_ir_param *q = fp_ir_param_add(p);
+  assert_int_equal(q->main.buf, -1);
+  assert_int_equal(q->ugrad.buf, -1);
+  assert_int_equal(q->comm, -1);
+  assert_int_equal(q->tab, -1);
+  int64_t off[3] = {0, 1, 2}, cnt[3] = {1, 1, 1};
+  int t = fp_ir_table_add(p, "t", 3, off, cnt);
+  assert_int_equal(p->tabs[t].off[2], 2);
+  /* names, opcodes, rank arithmetic */
+  for (int c = 0; c < FP_NOPS; c++) assert_int_equal(fp_op_parse(fp_op_name((fp_opcode)c)), c);
+  assert_int_equal(fp_op_parse("nope"), -1);
+  assert_string_equal(fp_stream_name(FP_STREAM_RS), "rs");
+  assert_string_equal(fp_seg_name(FP_SEG_POST_BACKWARD), "post_backward");
+  assert_true(fp_seg_has_module(FP_SEG_PRE_FORWARD));
+  assert_false(fp_seg_has_module(FP_SEG_STEP_BEGIN));
+  assert_string_equal(fp_buf_cat_name(FP_CAT_RESHARD), "reshard");
+  assert_string_equal(fp_op_class(FP_OP_WAIT) == FP_OPC_SYNC ? "sync" : "?", "sync");
+  fp_ir_comm c = {"r", 2, 2, 0};
+  assert_int_equal(fp_comm_index(&c, 5), 0); /* (5/2)%2 */
+  assert_int_equal(fp_comm_index(&c, 3), 1);
+  fp_op *v = fp_ir_emit(p, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_BF16, 0);
+  v->tab = t;
+  fp_region r = fp_reg_t(0, 10);
+  r.stride = 100;
+  assert_int_equal(fp_region_offset(p, v, &r, FP_BF16, 2), 10 + 200 + 4);
+  assert_int_equal(fp_op_count(p, v, 1), 1);
+  fp_arena_free(a);
+}
+
+/* ---- print / parse ------------------------------------------------------------------ */
+static bool region_equal(const fp_region *a, const fp_region *b) {
+  return a->buf == b->buf && a->tabrel == b->tabrel && a->off == b->off && a->stride == b->stride;
+}
+
+/* every field but line (structs have padding: no memcmp) */
+static bool op_equal(const fp_op *a, const fp_op *b) {
+  bool alpha = (isnan(a->alpha) && isnan(b->alpha)) ||
+               (a->alpha == b->alpha && signbit(a->alpha) == signbit(b->alpha));
+  return a->code == b->code && a->stream == b->stream && a->dtype == b->dtype && a->sdtype == b->sdtype &&
+         a->seg == b->seg && a->comm == b->comm && a->only == b->only && a->only_comm == b->only_comm &&
+         a->root == b->root && a->event == b->event && a->module == b->module && a->pass == b->pass &&
+         a->bucket == b->bucket && a->group == b->group && a->tab == b->tab && a->count == b->count &&
+         a->rows == b->rows && a->dpitch == b->dpitch && a->spitch == b->spitch && alpha &&
+         region_equal(&a->dst, &b->dst) && region_equal(&a->src, &b->src) && region_equal(&a->aux, &b->aux);
+}
+
+static bool view_equal(const fp_view *a, const fp_view *b) { return a->buf == b->buf && a->off == b->off; }
+
+static bool param_equal(const fp_ir_param *a, const fp_ir_param *b) {
+  if (strcmp(a->name, b->name) || a->ndim != b->ndim) return false;
+  for (int k = 0; k < a->ndim && k < 8; k++)
+    if (a->shape[k] != b->shape[k]) return false;
+  return a->module == b->module && a->bucket == b->bucket && a->main_dtype == b->main_dtype &&
+         a->param_dtype == b->param_dtype && a->grad_dtype == b->grad_dtype && a->requires_grad == b->requires_grad &&
+         a->placement == b->placement && a->dim == b->dim && a->comm == b->comm && a->owner == b->owner &&
+         a->tab == b->tab && a->chunk == b->chunk && view_equal(&a->main, &b->main) && view_equal(&a->grad, &b->grad) &&
+         view_equal(&a->weight, &b->weight) && view_equal(&a->ugrad, &b->ugrad);
+}
+
+static void roundtrip(const fp_prog *p) {
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  char *t1 = print(p);
+  fp_prog *q = parse(a, &d, t1);
+  assert_non_null(q);
+  char *t2 = print(q);
+  if (strcmp(t1, t2)) fprintf(stderr, "--- first\n%s--- second\n%s", t1, t2);
+  assert_string_equal(t1, t2);
+  /* the structs agree too (parsed ops carry their line) */
+  assert_int_equal(q->nops, p->nops);
+  for (int32_t i = 0; i < p->nops; i++) assert_true(op_equal(&p->ops[i], &q->ops[i]));
+  assert_int_equal(q->nsegs, p->nsegs);
+  for (int32_t i = 0; i < p->nsegs; i++) {
+    const fp_seg *x = &p->segs[i], *y = &q->segs[i];
+    assert_true(x->kind == y->kind && x->module == y->module && x->micro == y->micro && x->first == y->first &&
+                x->nops == y->nops);
+  }
+  assert_int_equal(q->nbufs, p->nbufs);
+  for (int32_t i = 0; i < p->nbufs; i++) {
+    assert_string_equal(q->bufs[i].name, p->bufs[i].name);
+    assert_int_equal(q->bufs[i].offset, p->bufs[i].offset);
+    assert_int_equal(q->bufs[i].host, p->bufs[i].host);
+  }
+  assert_int_equal(q->nparams, p->nparams);
+  for (int32_t i = 0; i < p->nparams; i++) assert_true(param_equal(&p->params[i], &q->params[i]));
+  assert_int_equal(q->ncomms, p->ncomms);
+  for (int32_t i = 0; i < p->ncomms; i++)
+    assert_true(!strcmp(p->comms[i].name, q->comms[i].name) && p->comms[i].size == q->comms[i].size &&
+                p->comms[i].stride == q->comms[i].stride);
+  assert_int_equal(q->ntabs, p->ntabs);
+  for (int32_t i = 0; i < p->ntabs; i++) {
+    assert_int_equal(q->tabs[i].n, p->tabs[i].n);
+    for (int64_t j = 0; j < p->tabs[i].n; j++)
+      assert_true(p->tabs[i].off[j] == q->tabs[i].off[j] && p->tabs[i].cnt[j] == q->tabs[i].cnt[j]);
+  }
+  assert_int_equal(q->nmods, p->nmods);
+  assert_int_equal(q->nbuckets, p->nbuckets);
+  assert_int_equal(q->nevents, p->nevents);
+  assert_true(q->world_size == p->world_size && q->ranks_per_node == p->ranks_per_node &&
+              q->grad_accumulation == p->grad_accumulation && q->arena_bytes == p->arena_bytes &&
+              q->host_bytes == p->host_bytes);
+  assert_int_equal(fp_prog_hash(p), fp_prog_hash(q));
+  free(t1);
+  free(t2);
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
+static void test_kitchen_valid_and_roundtrip(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  EXPECT_VALID(k.p);
+  roundtrip(k.p);
+  /* every opcode is in the kitchen */
+  bool seen[FP_NOPS] = {0};
+  for (int32_t i = 0; i < k.p->nops; i++) seen[k.p->ops[i].code] = true;
+  for (int c = 0; c < FP_NOPS; c++) {
+    if (!seen[c]) fprintf(stderr, "kitchen lacks %s\n", fp_op_name((fp_opcode)c));
+    assert_true(seen[c]);
+  }
+  fp_arena_free(a);
+}
+
+/* a program that is not valid but must still print and parse back exactly:
+ * duplicate and odd names, out-of-range references, odd numbers */
+static void test_odd_roundtrip(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  fp_prog *p = fp_prog_new(a);
+  p->world_size = -3;
+  p->arena_bytes = INT64_MAX;
+  p->host_bytes = INT64_MIN;
+  p->nevents = INT32_MAX;
+  fp_ir_comm_add(p, "", 0, -1);
+  fp_ir_comm_add(p, "dup", 1, 1);
+  fp_ir_comm_add(p, "dup", 1, 1);
+  fp_ir_table_add(p, "empty", 0, NULL, NULL);
+  int64_t big[20];
+  for (int i = 0; i < 20; i++) big[i] = i % 2 ? INT64_MIN : INT64_MAX - i;
+  fp_ir_table_add(p, "0starts-with-digit", 20, big, big);
+  fp_ir_bucket_add(p, "x\x01y\\z");
+  fp_ir_buf_add(p, "b", FP_BUF_TRANSIENT, FP_CAT_STAGING, 7, -5);
+  fp_ir_buf_add(p, "b", FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, 0);
+  fp_ir_buf_add(p, "caf\xc3\xa9", FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, 0);
+  fp_ir_module_add(p, "m", NAN, -INFINITY, -1);
+  fp_ir_module_add(p, "m2", -0.0, 1e-310, INT64_MAX);
+  fp_ir_param *q = fp_ir_param_add(p);
+  q->name = "p";
+  q->ndim = 0;
+  q->module = -7;
+  q->bucket = 99;
+  q->main.off = 5; /* no buffer but an offset */
+  q->placement = 3;
+  q->dim = -2;
+  q->requires_grad = true;
+  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, 5, -1);
+  fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, -1, 3);
+  fp_op *o = fp_ir_emit(p, FP_OP_COPY, FP_STREAM_COMPUTE, FP_E8M0, -9);
+  o->sdtype = FP_U8;
+  o->dst = fp_reg_g(1, -4, -8);
+  o->dst.tabrel = true;
+  o->src = fp_reg_g(-1, 0, 3);
+  o->aux.tabrel = true;
+  o->comm = 2;
+  o->only = -5;
+  o->only_comm = -1;
+  o->root = INT32_MIN;
+  o->event = 12;
+  o->module = 1;
+  o->pass = FP_PASS_BWD;
+  o->bucket = 0;
+  o->group = INT32_MAX;
+  o->tab = 9;
+  o->rows = 0;
+  o->dpitch = -1;
+  o->spitch = INT64_MIN;
+  o->alpha = -0.0;
+  o = fp_ir_emit(p, FP_OP_RECORD, FP_STREAM_AG, FP_BF16, 3);
+  o->alpha = 1.0 / 3.0;
+  o = fp_ir_emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
+  o->alpha = NAN;
+  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  roundtrip(p);
+  char *t = print(p);
+  assert_non_null(strstr(t, "comm=$2"));      /* duplicate name: by index */
+  assert_non_null(strstr(t, "\"x\\x01y\\\\z\"")); /* escapes */
+  assert_non_null(strstr(t, "flops=nan"));
+  free(t);
+  fp_arena_free(a);
+}
+
+/* hand-written text: comments, blank lines, optional indices, CRLF */
+static void test_parse_handwritten(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  const char *text =
+      "# a comment\r\n"
+      "fpir 1   # trailing comment\r\n"
+      "\n"
+      "world_size 2\n"
+      "comm world size=2 stride=1\n"
+      "buf x persistent staging bytes=64 offset=0\n"
+      "buf \"y z\" transient staging offset=64 bytes=64   # keys in any order\n"
+      "arena_bytes 128\n"
+      "segment step_begin\n"
+      "  ag all_gather fp32 n=8 dst=\"y z\"[0] src=x[0] comm=world\n"
+      "  rs memset n=4 fp16 dst=x[0]\n";
+  fp_prog *p = parse(a, &d, text);
+  assert_non_null(p);
+  assert_int_equal(p->nops, 2);
+  assert_int_equal(p->ops[0].line, 10);
+  assert_int_equal(p->ops[1].dtype, FP_F16);
+  assert_int_equal(p->bufs[1].offset, 64);
+  EXPECT_VALID(p);
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
+/* located parse errors */
+static void test_parse_errors(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *frag;
+  } cases[] = {
+      {"", "t.fpir:1:1: error: empty program"},
+      {"world_size 2\n", "t.fpir:1:1: error: expected 'fpir 1' first"},
+      {"fpir 2\n", "unsupported fpir version 2"},
+      {"fpir 1\nworld_size 99999999999999999999\n", "t.fpir:2:12: error: world_size: integer out of range"},
+      {"fpir 1\nbogus 1\n", "t.fpir:2:1: error: unknown directive 'bogus'"},
+      {"fpir 1\ncomm w size=1\n", "needs size= and stride="},
+      {"fpir 1\ncomm 3 w size=1 stride=1\n", "t.fpir:2:6: error: communicator index 3 is out of sequence"},
+      {"fpir 1\ntable t n=3\n  off 1 2\n  cnt 1 2 3\n", "t.fpir:2:1: error: table 't' declares n=3 but has 2 offsets"},
+      {"fpir 1\ntable t n=1\n  off 1 2\n", "t.fpir:3:9: error: table 't' has more than n=1 offsets"},
+      {"fpir 1\ntable t n=2000000000\n", "declares n=2000000000 but has 0 offsets"},
+      {"fpir 1\n  off 1\n", "'off' row outside a table"},
+      {"fpir 1\nag memset fp32 n=1\n", "t.fpir:2:1: error: an op outside a segment"},
+      {"fpir 1\nsegment step_begin\n 5 ag memset fp32 n=1\n", "t.fpir:3:2: error: op index 5 is out of sequence"},
+      {"fpir 1\nsegment step_begin\nag frobnicate fp32\n", "t.fpir:3:4: error: unknown op 'frobnicate'"},
+      {"fpir 1\nsegment step_begin\nag memset fp33\n", "t.fpir:3:11: error: unknown dtype 'fp33'"},
+      {"fpir 1\nsegment step_begin\nag memset n=1\n", "memset needs a dtype"},
+      {"fpir 1\nsegment step_begin\nag memset fp32 dst=nope[0]\n", "t.fpir:3:20: error: unknown buffer 'nope'"},
+      {"fpir 1\nbuf b persistent staging bytes=1\nsegment step_begin\nag memset fp32 dst=b[0\n", "expected ']'"},
+      {"fpir 1\nbuf b persistent staging bytes=1\nsegment step_begin\nag memset fp32 dst=b[0+4]\n", "expected '*g'"},
+      {"fpir 1\nsegment step_begin\nag memset fp32 n=1 n=2\n", "repeated op field 'n'"},
+      {"fpir 1\nsegment step_begin\nag memset fp32 color=1\n", "unknown op field 'color'"},
+      {"fpir 1\nsegment pre_forward\n", "pre_forward needs a module"},
+      {"fpir 1\nsegment step_begin\nbuf b persistent staging bytes=1\n", "declarations come first"},
+      {"fpir 1\nmodel \"abc\n", "unterminated string"},
+      {"fpir 1\nmodel \"a\\qb\"\n", "unknown escape"},
+      {"fpir 1\nmodel \"a\\x00\"\n", "\\x00 is not allowed"},
+      {"fpir 1\nbuf 9x persistent staging bytes=1\n", "t.fpir:2:6: error: unexpected 'x' after the value"},
+      {"fpir 1\nbuf b persistent staging bytes=1\nbuf b persistent staging bytes=1\nsegment step_begin\n"
+       "ag memset fp32 dst=b[0]\n",
+       "declared more than once; refer to it as $N"},
+      {"fpir 1\nparam p shape=[1,2,3,4,5,6,7,8,9]\n", "at most 8 dimensions"},
+      {"fpir 1\nparam p shape=[1] module=- bucket=- dtypes=fp32/bf16 shard\n", "expected dtypes=MAIN/PARAM/GRAD"},
+      {"fpir 1\nparam p shape=[1] module=- bucket=- dtypes=fp32/bf16/fp32\n", "needs shape=, module=, bucket=, dtypes= and a placement"},
+      {"fpir 1\nevents -1\n", "events: -1 is out of range"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fp_arena *a = fp_arena_new();
+    fp_diag d;
+    fp_diag_init(&d, NULL);
+    fp_prog *p = parse(a, &d, cases[i].text);
+    if (p || !d.buf || !strstr(d.buf, cases[i].frag))
+      fprintf(stderr, "case %zu: want '%s', got '%s'\n", i, cases[i].frag, d.buf ? d.buf : "(nothing)");
+    assert_null(p);
+    assert_non_null(d.buf);
+    assert_non_null(strstr(d.buf, cases[i].frag));
+    fp_diag_free(&d);
+    fp_arena_free(a);
+  }
+}
+
+/* every prefix and many mutations of printer output: no crash, no hang, an
+ * error or a program that prints and parses back exactly */
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static void fuzz_one_fpir(const char *text, size_t len) {
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  char *t = malloc(len + 1);
+  memcpy(t, text, len);
+  t[len] = 0;
+  fp_src s = {"f.fpir", t, strlen(t)};
+  fp_prog *p = fp_ir_parse(a, &d, &s);
+  if (p) {
+    bool ok;
+    free(verify_msgs(p, &ok)); /* must not crash on whatever parsed */
+    char *t1 = print(p);
+    fp_src s1 = {"g.fpir", t1, strlen(t1)};
+    fp_prog *q = fp_ir_parse(a, &d, &s1);
+    assert_non_null(q);
+    char *t2 = print(q);
+    assert_string_equal(t1, t2);
+    free(t1);
+    free(t2);
+  } else {
+    assert_true(d.nerrors > 0);
+  }
+  free(t);
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
+static void test_fpir_hostile(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  char *text = print(k.p);
+  size_t len = strlen(text);
+  for (size_t n = 0; n <= len; n += 7) fuzz_one_fpir(text, n);
+  static const char alphabet[] = "0123456789-+$[]()=@,\"\\# \n\tabgx*>/";
+  char *m = malloc(len + 1);
+  for (int it = 0; it < 3000; it++) {
+    memcpy(m, text, len + 1);
+    int edits = 1 + (int)(next_rand() % 4);
+    for (int e = 0; e < edits; e++) {
+      size_t at = next_rand() % len;
+      m[at] = alphabet[next_rand() % (sizeof alphabet - 1)];
+    }
+    fuzz_one_fpir(m, len);
+  }
+  free(m);
+  /* hostile lines */
+  static const char *const lines[] = {
+      "fpir 1\nevents 2147483647\nsegment step_begin\nag wait ev=2147483646\n",
+      "fpir 1\nworld_size 9223372036854775807\ncomm w size=9223372036854775807 stride=9223372036854775807\n",
+      "fpir 1\ncomm w size=2 stride=1\ntable t n=2\n off 9223372036854775807 -9223372036854775808\n cnt 1 1\n"
+      "buf b persistent staging bytes=9223372036854775807 offset=9223372036854775807\nsegment step_begin\n"
+      "ag all_gather_v fp32 n=1 dst=b[9223372036854775807+9223372036854775807*g+tab] src=b[0] comm=w tab=t\n",
+      "fpir 1\nsegment step_begin\nag memset fp32 dst=$2147483647[0]\n",
+      "fpir 1\nsegment step_begin\nag memset fp32 dst=$-2147483648[0] src=-[5]\n",
+      "fpir 1\nsegment step_begin(-) micro=2147483647\n",
+      "fpir 1\n\"\n[\n]\n(\n)\n=\n",
+      "fpir 1\nmodel \"\\",
+  };
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) fuzz_one_fpir(lines[i], strlen(lines[i]));
+  free(text);
+  fp_arena_free(a);
+}
+
+/* ---- plan.json ---------------------------------------------------------------------- */
+static char *plan_text(const fp_prog *p) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  assert_true(fp_plan_write(p, f));
+  fclose(f);
+  return buf;
+}
+
+static fp_prog *plan_read(fp_arena *a, fp_diag *d, const char *text) {
+  fp_src s = mksrc("plan.json", text);
+  return fp_plan_read(a, d, &s);
+}
+
+static void test_plan_roundtrip(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  char *j = plan_text(k.p);
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  fp_prog *q = plan_read(a, &d, j);
+  assert_non_null(q);
+  char *t1 = print(k.p), *t2 = print(q);
+  assert_string_equal(t1, t2);
+  char *j2 = plan_text(q);
+  assert_string_equal(j, j2); /* the writer is deterministic */
+  char want[40];
+  snprintf(want, sizeof want, "\"fnv1a64:%016llx\"", (unsigned long long)fp_prog_hash(k.p));
+  assert_non_null(strstr(j, want));
+  assert_non_null(strstr(j, "\"format\": \"flexplan.plan.v1\""));
+  free(t1);
+  free(t2);
+  free(j);
+  free(j2);
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
+static void expect_plan_error(const char *text, const char *frag) {
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  fp_prog *q = plan_read(a, &d, text);
+  if (q || !d.buf || !strstr(d.buf, frag)) fprintf(stderr, "want '%s', got '%s'\n", frag, d.buf ? d.buf : "(nothing)");
+  assert_null(q);
+  assert_non_null(strstr(d.buf, frag));
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
+/* replace the first occurrence of from with to (malloc'd) */
+static char *replace(const char *s, const char *from, const char *to) {
+  const char *at = strstr(s, from);
+  assert_non_null(at);
+  size_t n = strlen(s) - strlen(from) + strlen(to);
+  char *r = malloc(n + 1);
+  size_t pre = (size_t)(at - s);
+  memcpy(r, s, pre);
+  strcpy(r + pre, to);
+  strcat(r, at + strlen(from));
+  return r;
+}
+
+static void test_plan_tampered(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  char *j = plan_text(k.p);
+  /* change one buffer's size: same JSON shape, different content */
+  char *t = replace(j, "\"bytes\":512", "\"bytes\":1024");
+  expect_plan_error(t, "content hash mismatch: file says fnv1a64:");
+  expect_plan_error(t, "plan.json:4:");
+  free(t);
+  /* a wrong hash with a valid program */
+  t = replace(j, "\"hash\": \"fnv1a64:", "\"hash\": \"fnv1a64:0");
+  expect_plan_error(t, "content hash mismatch");
+  free(t);
+  t = replace(j, "flexplan.plan.v1", "flexplan.plan.v2");
+  expect_plan_error(t, "/format: not a plan");
+  free(t);
+  t = replace(j, FP_VERSION, "0.0.1");
+  expect_plan_error(t, "/planner_version: plan was written by flexplan 0.0.1");
+  free(t);
+  t = replace(j, "\"world_size\": 4", "\"world_size\": \"4\"");
+  expect_plan_error(t, "/world_size: expected an integer, got a string");
+  free(t);
+  t = replace(j, "\"op\":\"all_gather\"", "\"op\":\"all_gathr\"");
+  expect_plan_error(t, "/ops/4/op: unknown op 'all_gathr'");
+  free(t);
+  t = replace(j, "\"count\":64", "\"count\":64,\"colour\":1");
+  expect_plan_error(t, "unknown member 'colour'");
+  free(t);
+  t = replace(j, "\"first\":3", "\"first\":4");
+  expect_plan_error(t, "/segments/1/first: is 4 but the previous segment ends at 3");
+  free(t);
+  t = replace(j, "\"off\":[0,64]", "\"off\":[0]");
+  expect_plan_error(t, "/tables/0/cnt: has 2 entries but off has 1");
+  free(t);
+  t = replace(j, "\"count\":64", "\"count\":18446744073709551615");
+  expect_plan_error(t, "integer out of the int64 range");
+  free(t);
+  free(j);
+  fp_arena_free(a);
+}
+
+/* a plan whose hash matches but whose program is invalid: verifier messages
+ * are located by JSON pointer */
+static void test_plan_verified(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  k.p->ops[4].count = 65; /* the all_gather overruns its buffer */
+  char *j = plan_text(k.p);
+  expect_plan_error(j, "/ops/4: all_gather: dst [0, 260) is outside buffer 'b0.unsharded'");
+  free(j);
+  fp_arena_free(a);
+}
+
+static void fuzz_one_plan(const char *text, size_t len) {
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  char *t = malloc(len + 1);
+  memcpy(t, text, len);
+  t[len] = 0;
+  fp_src s = {"p.json", t, strlen(t)};
+  fp_prog *p = fp_plan_read(a, &d, &s);
+  if (!p) assert_true(d.nerrors > 0);
+  free(t);
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
+static void test_plan_hostile(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  char *j = plan_text(k.p);
+  size_t len = strlen(j);
+  for (size_t n = 0; n < len; n += 5) fuzz_one_plan(j, n);
+  static const char alphabet[] = "0123456789-{}[]\":,e.tfn ";
+  char *m = malloc(len + 1);
+  for (int it = 0; it < 2000; it++) {
+    memcpy(m, j, len + 1);
+    size_t at = next_rand() % len;
+    m[at] = alphabet[next_rand() % (sizeof alphabet - 1)];
+    fuzz_one_plan(m, len);
+  }
+  free(m);
+  static const char *const docs[] = {
+      "", "null", "[]", "{}", "{\"format\":\"flexplan.plan.v1\"}", "{\"format\":1}",
+      "{\"format\":\"flexplan.plan.v1\",\"planner_version\":\"" FP_VERSION "\",\"hash\":\"x\",\"world_size\":1,"
+      "\"ranks_per_node\":1,\"grad_accumulation\":1,\"arena_bytes\":0,\"host_bytes\":0,\"events\":0,\"comms\":[],"
+      "\"tables\":[],\"buckets\":[],\"buffers\":[],\"modules\":[],\"params\":[],\"segments\":[],\"ops\":[{}]}",
+      "{\"format\":\"flexplan.plan.v1\",\"format\":\"flexplan.plan.v1\"}",
+      "{\"format\":\"flexplan.plan.v1\",\"planner_version\":\"" FP_VERSION "\",\"hash\":\"x\",\"world_size\":1,"
+      "\"ranks_per_node\":1,\"grad_accumulation\":1,\"arena_bytes\":0,\"host_bytes\":0,\"events\":0,\"comms\":[],"
+      "\"tables\":[],\"buckets\":[],\"buffers\":[],\"modules\":[],\"params\":[],\"segments\":"
+      "[{\"kind\":\"step_begin\",\"module\":-1,\"micro\":0,\"first\":0,\"count\":2147483647}],\"ops\":[]}",
+  };
+  for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) fuzz_one_plan(docs[i], strlen(docs[i]));
+  free(j);
+  fp_arena_free(a);
+}
+
+/* ---- verifier: one negative test per rule ---------------------------------------------- */
+typedef void (*mutator)(kit *k);
+
+static void check_mutation(mutator f, const char *frag) {
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  f(&k);
+  EXPECT_ERROR(k.p, frag);
+  fp_arena_free(a);
+}
+
+/* op index of the n-th op with code c */
+static int32_t find_op(const fp_prog *p, fp_opcode c, int n) {
+  for (int32_t i = 0; i < p->nops; i++)
+    if (p->ops[i].code == c && n-- == 0) return i;
+  fail_msg("no such op");
+  return -1;
+}
+
+/* rule 1: indices and structure */
+static void m_comm_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].comm = 9; }
+static void m_buf_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_MEMSET, 0)].dst.buf = 70; }
+static void m_event_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECORD, 0)].event = 7; }
+static void m_view_range(kit *k) { k->p->params[0].weight.buf = 40; }
+static void m_seg_order(kit *k) { k->p->segs[k->p->nsegs - 1].kind = FP_SEG_STEP_BEGIN; }
+static void m_seg_module(kit *k) { k->p->segs[1].module = 5; }
+static void m_seg_gap(kit *k) { k->p->segs[2].first++, k->p->segs[2].nops--; }
+static void m_op_seg(kit *k) { k->p->ops[5].seg = 0; }
+static void m_dup_name(kit *k) { k->p->bufs[1].name = "b0.main"; }
+static void m_post_opt_not_last(kit *k) {
+  fp_seg *s = &k->p->segs[k->p->nsegs - 2]; /* pre_optimizer becomes post_optimizer */
+  s->kind = FP_SEG_POST_OPTIMIZER;
+}
+static void m_table_n(kit *k) { k->p->tabs[0].n = 1; }
+
+/* rule 2: bounds */
+static void m_ag_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].count = 65; }
+static void m_copy_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_COPY, 0)].rows = 5; }
+static void m_tab_entry(kit *k) { k->p->tabs[0].off[1] = 65; }
+static void m_aux_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_QUANTIZE_MXFP8, 0)].aux.off = 255; }
+static void m_stride_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].dst.stride = 200; }
+static void m_missing_src(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].src.buf = -1; }
+
+/* rule 3: dtypes and overlap */
+static void m_cast_e4m3(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].sdtype = FP_E4M3; }
+static void m_reduce_mx(kit *k) {
+  fp_op *o = &k->p->ops[find_op(k->p, FP_OP_ALL_REDUCE, 0)];
+  o->dtype = o->sdtype = FP_E4M3;
+}
+static void m_ag_not_inplace(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].src.off = 2; }
+static void m_rs_not_inplace(kit *k) { k->p->ops[find_op(k->p, FP_OP_REDUCE_SCATTER, 0)].dst.stride = 128; }
+static void m_add_u8(kit *k) {
+  fp_op *o = &k->p->ops[find_op(k->p, FP_OP_ADD, 0)];
+  o->dtype = o->sdtype = FP_U8;
+}
+static void m_quant_block(kit *k) { k->p->ops[find_op(k->p, FP_OP_QUANTIZE_MXFP8, 0)].count = 48; }
+static void m_host_collective(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_REDUCE, 0)].dst.buf = k->host; }
+
+/* rule 4 */
+static void m_wait_first(kit *k) { k->p->ops[find_op(k->p, FP_OP_WAIT, 0)].event = 6; }
+
+/* rule 5 */
+static void m_only_splits(kit *k) { k->p->ops[find_op(k->p, FP_OP_BROADCAST, 1)].only_comm = k->shard; }
+static void m_root_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_BROADCAST, 0)].root = 2; }
+static void m_send_unmatched(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECV, 0)].root = 0; }
+static void m_send_ungrouped(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECV, 0)].group = -1, k->p->ops[find_op(k->p, FP_OP_SEND, 0)].group = -1; }
+static void m_send_count(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECV, 0)].count = 32; }
+static void m_vtable_size(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER_V, 0)].comm = k->world; }
+static void m_group_split(kit *k) { k->p->ops[find_op(k->p, FP_OP_REDUCE, 0)].group = 3; }
+
+/* rule 6 */
+static void m_persist_overlap(kit *k) { k->p->bufs[k->grad].offset = 128; }
+static void m_transient_live(kit *k) { k->p->bufs[k->rin].offset = 768; } /* onto ugrad, live together */
+static void m_transient_nohb(kit *k) {
+  /* a new buffer on mx's bytes, used by the predicated broadcast on ag: ag
+   * is ordered after mx's last use on rs only through event 5; wait on an
+   * unrelated event instead */
+  fp_prog *p = k->p;
+  int b = fp_ir_buf_add(p, "late", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
+  p->bufs[b].offset = 1536;
+  int32_t bc = find_op(p, FP_OP_BROADCAST, 1);
+  p->ops[bc].dst = p->ops[bc].src = fp_reg(b, 0);
+  assert_int_equal(p->ops[bc - 1].code, FP_OP_WAIT);
+  assert_int_equal(p->ops[bc - 1].event, 5);
+  p->ops[bc - 1].event = 2;
+}
+static void m_cross_step(kit *k) {
+  /* a transient used only at the start of step_begin (on ag) shares bytes
+   * with unsh, whose last use is the compute of the last module: ag never
+   * waits for compute afterwards, so the next step's use is unordered */
+  fp_prog *p = k->p;
+  int b = fp_ir_buf_add(p, "early", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 64);
+  p->bufs[b].offset = 512;
+  p->ops[0].dst = fp_reg(b, 0); /* the step_begin memset, moved to ag */
+  p->ops[0].count = 16;
+  p->ops[0].stream = FP_STREAM_AG;
+}
+
+/* rule 7 */
+static void m_arena(kit *k) { k->p->arena_bytes = 1700; }
+static void m_host_arena(kit *k) { k->p->host_bytes = 100; }
+
+static void test_verify_rules(void **state) {
+  (void)state;
+  static const struct {
+    mutator f;
+    const char *frag;
+  } cases[] = {
+      {m_comm_range, "op 4: all_gather: comm 9 is out of range (3 defined)"},
+      {m_buf_range, "op 0: memset: an operand's buffer is out of range"},
+      {m_event_range, "op 2: record: event 7 is out of range"},
+      {m_view_range, "param 0 'layers.0.w': weight view: buffer 40 is out of range"},
+      {m_seg_order, "step_begin must be the first segment"},
+      {m_seg_module, "segment 1: pre_forward names module 5, out of range"},
+      {m_seg_gap, "segment 2: covers ops [9, +2) but the previous segment ends at 8"},
+      {m_op_seg, "op 5: op.seg is 0 but it lies in segment 1"},
+      {m_dup_name, "buffer 1 'b0.main': buffer name 'b0.main' is also the name of buffer 0"},
+      {m_post_opt_not_last, "post_optimizer must be the last segment"},
+      {m_table_n, "table 't.ragged' has 1 entries but comm 'shard' has 2 ranks"},
+      {m_ag_bounds, "op 4: all_gather: dst [0, 260) is outside buffer 'b0.unsharded' (256 bytes)"},
+      {m_copy_bounds, "copy: dst [0, 320) is outside buffer 'b0.grad'"},
+      {m_tab_entry, "all_gather_v: dst [0, 258) is outside buffer 'b0.unsharded'"},
+      {m_aux_bounds, "quantize_mxfp8: aux [255, 257) is outside buffer 'b1.mx'"},
+      {m_stride_bounds, "cast: dst [200, 328) is outside buffer 'b0.unsharded' (256 bytes) on rank index 1"},
+      {m_missing_src, "cast needs a src operand"},
+      {m_cast_e4m3, "cast works on float types (fp32, bf16, fp16), not e4m3->bf16"},
+      {m_reduce_mx, "all_reduce reduces e4m3 data, which is not reducible"},
+      {m_ag_not_inplace, "all_gather: dst [0, 256) and src [2, 130) overlap in buffer 'b0.unsharded' and are not the in-place form"},
+      {m_rs_not_inplace, "reduce_scatter: dst [128, 384) and src [0, 512) overlap"},
+      {m_add_u8, "add works on float types"},
+      {m_quant_block, "count 48 (rank index 0) is not a multiple of the 32-element MXFP8 block"},
+      {m_host_collective, "all_reduce: dst buffer 'b0.offload' is host memory; only h2d/d2h touch host buffers"},
+      {m_wait_first, "op 6: wait on event 6 that no earlier op records"},
+      {m_only_splits, "only=0@shard splits an instance of comm 'shard': ranks 0 and 1"},
+      {m_root_range, "broadcast: root 2 is not a rank of comm 'shard' (size 2)"},
+      {m_send_unmatched, "has no matching"},
+      {m_send_ungrouped, "must be in one group (group=), or the ring of sends deadlocks"},
+      {m_send_count, "recv does not match send op"},
+      {m_vtable_size, "all_gather_v: table 't.ragged' has 2 entries but comm 'world' has 4 ranks"},
+      {m_group_split, "group 3 is not contiguous (it started at op 4)"},
+      {m_persist_overlap, "buffer 1 'b0.grad': persistent buffer overlaps buffer 'b0.main'"},
+      {m_transient_live, "share arena bytes and are live at the same time"},
+      {m_transient_nohb, "a record/wait is missing"},
+      {m_cross_step, "in the next step but op"},
+      {m_arena, "buffer 6 'b1.mx': [1536, +256) lies outside the device arena of 1700 bytes"},
+      {m_host_arena, "lies outside the host arena of 100 bytes"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fprintf(stderr, "verify case %zu\n", i);
+    check_mutation(cases[i].f, cases[i].frag);
+  }
+}
+
+/* verifier messages located in the .fpir the program came from */
+static void test_verify_located(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  const char *text =
+      "fpir 1\n"
+      "world_size 2\n"
+      "comm w size=2 stride=1\n"
+      "buf x persistent staging bytes=64 offset=0\n"
+      "arena_bytes 64\n"
+      "segment step_begin\n"
+      "  0 ag all_gather fp32 n=16 dst=x[0] src=x[0] comm=w\n";
+  fp_src s = mksrc("loc.fpir", text);
+  fp_prog *p = fp_ir_parse(a, &d, &s);
+  assert_non_null(p);
+  assert_false(fp_ir_verify(p, &d, &s));
+  assert_non_null(strstr(d.buf, "loc.fpir:7:1: error: op 0: all_gather: dst [0, 128) is outside buffer 'x'"));
+  fp_diag_free(&d);
+  fp_diag_init(&d, NULL);
+  assert_false(fp_ir_verify(p, &d, NULL));
+  assert_non_null(strstr(d.buf, "<plan>: error: op 0: all_gather"));
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
+/* ---- explain -------------------------------------------------------------------------- */
+static void test_explain(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  fp_ir_explain(k.p, f);
+  fclose(f);
+  assert_non_null(strstr(buf, "segment"));
+  assert_non_null(strstr(buf, "all_gather"));
+  assert_non_null(strstr(buf, "b0.unsharded[0] <- b0.unsharded[0+128*g]"));
+  assert_non_null(strstr(buf, "2x64 bf16 (256 B)"));
+  assert_non_null(strstr(buf, "waits e1"));
+  assert_non_null(strstr(buf, "pre_forward(layers.0) mb0"));
+  int lines = 0;
+  for (char *c = buf; *c; c++) lines += *c == '\n';
+  assert_int_equal(lines, k.p->nops + 1);
+  free(buf);
+  fp_arena_free(a);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_builder),          cmocka_unit_test(test_kitchen_valid_and_roundtrip),
+      cmocka_unit_test(test_odd_roundtrip),    cmocka_unit_test(test_parse_handwritten),
+      cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_fpir_hostile),
+      cmocka_unit_test(test_plan_roundtrip),   cmocka_unit_test(test_plan_tampered),
+      cmocka_unit_test(test_plan_verified),    cmocka_unit_test(test_plan_hostile),
+      cmocka_unit_test(test_verify_rules),     cmocka_unit_test(test_verify_located),
+      cmocka_unit_test(test_explain),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
