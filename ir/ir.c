@@ -261,6 +261,20 @@ fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t 
   return op;
 }
 
+void fp_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op) {
+  GROW(p, lives, nlives, cap_lives);
+  p->lives[p->nlives++] = (fp_ir_live){buf, first_op, last_op};
+}
+
+void fp_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n) {
+  FP_ASSERT(n >= 0 && p->nuses <= INT32_MAX - n);
+  p->uses = fp_grow(p->arena, p->uses, &p->cap_uses, (int64_t)p->nuses + n, sizeof *p->uses);
+  if (n) memcpy(p->uses + p->nuses, bufs, (size_t)n * sizeof *bufs);
+  op->uses = p->nuses;
+  op->nuses = n;
+  p->nuses += n;
+}
+
 /* ---- rank arithmetic ---------------------------------------------------------- */
 int64_t fp_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, fp_dtype dt, int64_t g) {
   int64_t off = r->off + g * r->stride;

@@ -49,6 +49,7 @@ typedef enum {
   FP_VL_PARAM,  /* params[i] */
   FP_VL_SEG,    /* segs[i] */
   FP_VL_OP,     /* ops[i] */
+  FP_VL_LIVE,   /* lives[i] */
 } fp_vloc;
 /* report msg about (what, i); ctx is the caller's */
 typedef void (*fp_vreport)(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg);

@@ -429,6 +429,24 @@ static bool decl_bucket(parser *ps) {
   return true;
 }
 
+/* live=F..L,F..L: live ranges of the buffer being declared (op indices) */
+static bool parse_lives(parser *ps, int32_t buf) {
+  for (;;) {
+    int32_t first, last;
+    if (!parse_i32(ps, &first, "live range start")) return false;
+    if (ps->pos + 2 > ps->eol || memcmp(ps->t + ps->pos, "..", 2))
+      return fail(ps, ps->pos, "expected '..' in a live range (FIRST..LAST)");
+    ps->pos += 2;
+    if (!parse_i32(ps, &last, "live range end")) return false;
+    fp_ir_buf_live(ps->p, buf, first, last);
+    if (ps->pos < ps->eol && ps->t[ps->pos] == ',') {
+      ps->pos++;
+      continue;
+    }
+    return end_of_field(ps);
+  }
+}
+
 static bool decl_buf(parser *ps) {
   const char *name, *s, *k;
   size_t len, at, kl;
@@ -444,17 +462,22 @@ static bool decl_buf(parser *ps) {
     if (atom_is(s, len, fp_buf_cat_name(c))) cat = c;
   if (cat < 0) return fail(ps, at, "unknown buffer category %s", excerpt(ps, at, len ? len : 1));
   int64_t bytes = 0, offset = -1;
-  int32_t bucket = -1;
+  int32_t bucket = -1, buf = ps->p->nbufs;
   bool host = false;
   unsigned seen = 0;
   while (!at_eol(ps)) {
     if (peek_key(ps, &k, &kl, &at)) {
-      int f = atom_is(k, kl, "bytes") ? 0 : atom_is(k, kl, "offset") ? 1 : atom_is(k, kl, "bucket") ? 2 : -1;
+      int f = atom_is(k, kl, "bytes")    ? 0
+              : atom_is(k, kl, "offset") ? 1
+              : atom_is(k, kl, "bucket") ? 2
+              : atom_is(k, kl, "live")   ? 3
+                                         : -1;
       if (f < 0 || (seen >> f & 1)) return fail(ps, at, "unknown or repeated field %s for a buffer", excerpt(ps, at, kl));
       seen |= 1u << f;
       bool ok = f == 0   ? int_field(ps, INT64_MIN, INT64_MAX, &bytes, "bytes")
                 : f == 1 ? int_field(ps, INT64_MIN, INT64_MAX, &offset, "offset")
-                         : ref_field(ps, NM_BUCKET, &bucket);
+                : f == 2 ? ref_field(ps, NM_BUCKET, &bucket)
+                         : parse_lives(ps, buf);
       if (!ok) return false;
     } else {
       at = ps->pos;
@@ -635,13 +658,37 @@ static bool seg_line(parser *ps) {
   return true;
 }
 
+/* uses=[BUF,BUF,...]: appended to p->uses; *start = where they begin */
+static bool parse_uses(parser *ps, int *start) {
+  fp_prog *p = ps->p;
+  *start = p->nuses;
+  if (!expect_char(ps, '[')) return false;
+  if (ps->pos < ps->eol && ps->t[ps->pos] == ']') {
+    ps->pos++;
+    return end_of_field(ps);
+  }
+  for (;;) {
+    int32_t b;
+    if (!parse_ref(ps, NM_BUF, &b)) return false;
+    if (p->nuses == INT32_MAX) return fail(ps, ps->pos, "too many uses");
+    p->uses = fp_grow(p->arena, p->uses, &p->cap_uses, (int64_t)p->nuses + 1, sizeof *p->uses);
+    p->uses[p->nuses++] = b;
+    skip_blank(ps);
+    if (ps->pos < ps->eol && ps->t[ps->pos] == ',') {
+      ps->pos++;
+      continue;
+    }
+    return expect_char(ps, ']') && end_of_field(ps);
+  }
+}
+
 enum {
   K_N, K_DST, K_SRC, K_AUX, K_COMM, K_TAB, K_ROOT, K_ONLY, K_EV, K_MODULE, K_PASS, K_ALPHA, K_ROWS,
-  K_DPITCH, K_SPITCH, K_BUCKET, K_GROUP, K_NKEYS
+  K_DPITCH, K_SPITCH, K_BUCKET, K_GROUP, K_USES, K_NKEYS
 };
 static const char *const op_keys[K_NKEYS] = {"n",      "dst",  "src",   "aux",  "comm",   "tab",
                                              "root",   "only", "ev",    "module", "pass", "alpha",
-                                             "rows",   "dpitch", "spitch", "bucket", "group"};
+                                             "rows",   "dpitch", "spitch", "bucket", "group", "uses"};
 
 static bool op_line(parser *ps) {
   const char *s;
@@ -670,7 +717,7 @@ static bool op_line(parser *ps) {
   fp_opclass cls = fp_op_class((fp_opcode)code);
   fp_op o;
   memset(&o, 0, sizeof o);
-  int dt = FP_F32, sdt = -1;
+  int dt = FP_F32, sdt = -1, nuse = -1; /* nuse: index into ps->p->uses where this op's list starts */
   bool have_dt = false;
   unsigned seen = 0;
   o.comm = o.only = o.only_comm = o.root = o.event = o.module = o.bucket = o.group = o.tab = -1;
@@ -730,7 +777,8 @@ static bool op_line(parser *ps) {
       case K_DPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.dpitch, "dpitch"); break;
       case K_SPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.spitch, "spitch"); break;
       case K_BUCKET: ok = ref_field(ps, NM_BUCKET, &o.bucket); break;
-      default: ok = i32_field(ps, &o.group, "group"); break;
+      case K_GROUP: ok = i32_field(ps, &o.group, "group"); break;
+      default: ok = parse_uses(ps, &nuse); break;
     }
     if (!ok) return false;
   }
@@ -743,6 +791,10 @@ static bool op_line(parser *ps) {
   o.sdtype = sdt >= 0 ? (fp_dtype)sdt : (fp_dtype)dt;
   o.seg = op->seg;
   o.line = ps->line;
+  if (nuse >= 0) {
+    o.uses = nuse;
+    o.nuses = ps->p->nuses - nuse;
+  }
   *op = o;
   return true;
 }

@@ -167,6 +167,16 @@ static json_object *jseg(const fp_prog *p, int32_t i, bool *ok) {
   return o;
 }
 
+static json_object *jlive(const fp_prog *p, int32_t i, bool *ok) {
+  (void)ok;
+  const fp_ir_live *l = &p->lives[i];
+  json_object *o = json_object_new_object();
+  add(o, "buffer", jint(l->buf));
+  add(o, "first", jint(l->first));
+  add(o, "last", jint(l->last));
+  return o;
+}
+
 static bool reg_empty(const fp_region *r) { return r->buf == -1 && !r->tabrel && !r->off && !r->stride; }
 
 static json_object *jop(const fp_prog *p, int32_t i, bool *ok) {
@@ -201,6 +211,15 @@ static json_object *jop(const fp_prog *p, int32_t i, bool *ok) {
   if (op->spitch) add(o, "spitch", jint(op->spitch));
   if (op->bucket != -1) add(o, "bucket", jint(op->bucket));
   if (op->group != -1) add(o, "group", jint(op->group));
+  if (op->nuses > 0) {
+    if (op->uses < 0 || op->uses > p->nuses - op->nuses) {
+      *ok = false;
+    } else {
+      json_object *u = json_object_new_array();
+      for (int32_t k = 0; k < op->nuses; k++) json_object_array_add(u, jint(p->uses[op->uses + k]));
+      add(o, "uses", u);
+    }
+  }
   return o;
 }
 
@@ -241,6 +260,7 @@ bool fp_plan_write(const fp_prog *p, FILE *f) {
   write_array(f, "tables", p, p->ntabs, &ok, jtable);
   write_array(f, "buckets", p, p->nbuckets, &ok, jbucket);
   write_array(f, "buffers", p, p->nbufs, &ok, jbuf);
+  write_array(f, "lives", p, p->nlives, &ok, jlive);
   write_array(f, "modules", p, p->nmods, &ok, jmodule);
   write_array(f, "params", p, p->nparams, &ok, jparam);
   write_array(f, "segments", p, p->nsegs, &ok, jseg);
@@ -532,6 +552,22 @@ static bool read_bufs(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
+static bool read_lives(rd *r, json_object *root, fp_prog *p) {
+  r->ptr[0] = 0; /* members of the root */
+  json_object *arr, *o;
+  size_t n;
+  if (!rd_arr(r, root, "lives", true, &arr, &n)) return false;
+  static const char *const allowed[] = {"buffer", "first", "last", NULL};
+  for (size_t i = 0; i < n; i++) {
+    int32_t buf, first, last;
+    if (!elem(r, arr, "lives", i, &o) || !keys(r, o, allowed) || !rd_i32(r, o, "buffer", true, INT32_MIN, &buf) ||
+        !rd_i32(r, o, "first", true, INT32_MIN, &first) || !rd_i32(r, o, "last", true, INT32_MIN, &last))
+      return false;
+    fp_ir_buf_live(p, buf, first, last);
+  }
+  return true;
+}
+
 static bool read_mods(rd *r, json_object *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
   json_object *arr, *o;
@@ -599,7 +635,7 @@ static bool read_op(rd *r, json_object *o, fp_prog *p) {
   static const char *const allowed[] = {"op",     "stream", "dtype", "sdtype", "count", "dst",   "src",
                                         "aux",    "comm",   "table", "root",   "only",  "only_comm", "event",
                                         "module", "pass",   "alpha", "rows",   "dpitch", "spitch", "bucket",
-                                        "group",  NULL};
+                                        "group",  "uses",   NULL};
   int code, stream, dt, sdt = -1, pass = FP_PASS_FWD;
   int64_t count;
   if (!keys(r, o, allowed) || !rd_enum(r, o, "op", true, n_op, FP_NOPS, &code) ||
@@ -610,6 +646,25 @@ static bool read_op(rd *r, json_object *o, fp_prog *p) {
   fp_op *op = fp_ir_emit(p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, count);
   if (sdt >= 0) op->sdtype = (fp_dtype)sdt;
   op->pass = (fp_pass)pass;
+  json_object *uses;
+  size_t nu;
+  if (!rd_arr(r, o, "uses", false, &uses, &nu)) return false;
+  if (uses) {
+    int32_t *ids = fp_alloc_array(r->a, nu + 1, sizeof *ids);
+    char save[sizeof r->ptr];
+    memcpy(save, r->ptr, sizeof save);
+    ptr_join(r, save, "uses");
+    for (size_t k = 0; k < nu; k++) {
+      char key[24];
+      int64_t v;
+      snprintf(key, sizeof key, "%zu", k);
+      if (!rd_int_v(r, json_object_array_get_idx(uses, k), key, INT32_MIN, INT32_MAX, &v)) return false;
+      ids[k] = (int32_t)v;
+    }
+    memcpy(r->ptr, save, sizeof save);
+    if (p->nuses > INT32_MAX - (int64_t)nu) return rerr(r, "uses", "too many uses");
+    fp_ir_op_uses(p, op, ids, (int)nu);
+  }
   return rregion(r, o, "dst", &op->dst) && rregion(r, o, "src", &op->src) && rregion(r, o, "aux", &op->aux) &&
          rd_i32(r, o, "comm", false, -1, &op->comm) && rd_i32(r, o, "table", false, -1, &op->tab) &&
          rd_i32(r, o, "root", false, INT32_MIN, &op->root) && rd_i32(r, o, "only", false, INT32_MIN, &op->only) &&
@@ -665,7 +720,8 @@ typedef struct jloc {
 static void report_json(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg) {
   (void)p;
   jloc *l = ctx;
-  static const char *const arr[] = {"", "/comms", "/tables", "/buffers", "/modules", "/buckets", "/params", "/segments", "/ops"};
+  static const char *const arr[] = {"",        "/comms",   "/tables",   "/buffers", "/modules",
+                                    "/buckets", "/params", "/segments", "/ops",     "/lives"};
   char ptr[64];
   if (what == FP_VL_PROG)
     ptr[0] = 0;
@@ -683,8 +739,8 @@ fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   if (!is_obj(&r, root, NULL)) goto fail;
   static const char *const allowed[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                         "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
-                                        "comms", "tables", "buckets", "buffers", "modules", "params", "segments", "ops",
-                                        NULL};
+                                        "comms", "tables", "buckets", "buffers", "lives", "modules", "params", "segments",
+                                        "ops", NULL};
   const char *format, *version, *hash;
   if (!rd_str(&r, root, "format", true, &format)) goto fail;
   if (strcmp(format, PLAN_FORMAT)) {
@@ -710,7 +766,7 @@ fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) {
     goto fail;
   p->nevents = (int32_t)nev;
   if (!read_comms(&r, root, p) || !read_tables(&r, root, p) || !read_buckets(&r, root, p) || !read_bufs(&r, root, p) ||
-      !read_mods(&r, root, p) || !read_params(&r, root, p) || !read_segs_ops(&r, root, p))
+      !read_lives(&r, root, p) || !read_mods(&r, root, p) || !read_params(&r, root, p) || !read_segs_ops(&r, root, p))
     goto fail;
   char want[40];
   snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fp_prog_hash(p));

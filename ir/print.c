@@ -117,6 +117,8 @@ typedef struct printer {
   size_t width[MAXCOLS];
   const char *indent;
   fp_namemap names[5];     /* comm, tab, buf, module, bucket: unique names */
+  int32_t *lstart;         /* per buffer: its live ranges are lord[lstart[b] .. lstart[b+1]) */
+  int32_t *lord;           /* indices of p->lives grouped by buffer, in creation order */
 } printer;
 
 enum { NM_COMM, NM_TAB, NM_BUF, NM_MOD, NM_BUCKET };
@@ -308,6 +310,10 @@ static void buf_line(printer *pr, int32_t i) {
     ref(pr, NM_BUCKET, b->bucket);
   }
   if (b->host) sb_puts(&pr->line, "\thost");
+  for (int32_t k = pr->lstart[i]; k < pr->lstart[i + 1]; k++) {
+    const fp_ir_live *l = &pr->p->lives[pr->lord[k]];
+    sb_printf(&pr->line, "%s%" PRId32 "..%" PRId32, k == pr->lstart[i] ? "\tlive=" : ",", l->first, l->last);
+  }
   endline(pr);
 }
 
@@ -403,6 +409,14 @@ static void op_line(printer *pr, int32_t i) {
     sb_puts(l, "\tmodule=");
     ref(pr, NM_MOD, op->module);
   }
+  if (op->nuses > 0 && op->uses >= 0 && op->uses <= pr->p->nuses - op->nuses) {
+    sb_puts(l, "\tuses=[");
+    for (int32_t k = 0; k < op->nuses; k++) {
+      if (k) sb_putc(l, ',');
+      ref(pr, NM_BUF, pr->p->uses[op->uses + k]);
+    }
+    sb_putc(l, ']');
+  }
   if (compute || op->pass != FP_PASS_FWD)
     sb_printf(l, "\tpass=%s", op->pass == FP_PASS_FWD ? "fwd" : op->pass == FP_PASS_BWD ? "bwd" : "?");
   if (op->alpha != 0 || signbit(op->alpha)) {
@@ -452,6 +466,20 @@ static void print_ops(printer *pr) {
   }
 }
 
+/* group the live ranges by buffer (a counting sort; bad buffer ids are not
+ * printed) */
+static void build_lives(printer *pr, fp_arena *a) {
+  const fp_prog *p = pr->p;
+  int32_t nb = p->nbufs > 0 ? p->nbufs : 0;
+  pr->lstart = fp_alloc_array(a, (size_t)nb + 2, sizeof *pr->lstart);
+  pr->lord = fp_alloc_array(a, (size_t)(p->nlives > 0 ? p->nlives : 0) + 1, sizeof *pr->lord);
+  for (int32_t k = 0; k < p->nlives; k++)
+    if (p->lives[k].buf >= 0 && p->lives[k].buf < nb) pr->lstart[p->lives[k].buf + 2]++;
+  for (int32_t b = 0; b < nb; b++) pr->lstart[b + 2] += pr->lstart[b + 1];
+  for (int32_t k = 0; k < p->nlives; k++)
+    if (p->lives[k].buf >= 0 && p->lives[k].buf < nb) pr->lord[pr->lstart[p->lives[k].buf + 1]++] = k;
+}
+
 static void build_names(printer *pr) {
   for (int kind = NM_COMM; kind <= NM_BUCKET; kind++) {
     int32_t n = table_len(pr->p, kind);
@@ -471,6 +499,7 @@ char *fp_ir_print_str(const fp_prog *p, size_t *len) {
   tmp.arena = scratch;
   pr.p = &tmp;
   build_names(&pr);
+  build_lives(&pr, scratch);
   print_header(&pr);
   table(&pr, "communicators: ranks per instance, rank stride between members", p->ncomms, 5, 2u, comm_line);
   table(&pr, "extent tables: per-rank element offsets and counts", p->ntabs, 4, 2u, table_lines);

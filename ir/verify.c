@@ -41,16 +41,18 @@ typedef struct tabinfo {
   int64_t maxend; /* max over j of off[j] + cnt[j] (elements) */
 } tabinfo;
 
-/* a buffer's uses, for rule 6 */
-typedef struct bufuse {
-  int32_t first, last;      /* program-order op indices of first and last use; -1 */
+/* one live range of a transient buffer and what its uses saw, for rule 6:
+ * declared (prog.lives) or, for a buffer without any, first..last use */
+typedef struct range {
+  int32_t buf, first, last;   /* program-order op indices, inclusive */
+  int32_t live;               /* index in prog.lives, -1 when derived */
   int64_t last1[FP_NSTREAMS]; /* step 1: max own-stream clock of a use on stream s (0 none) */
   int32_t last1op[FP_NSTREAMS];
-  int64_t min1[FP_NSTREAMS]; /* step 1: componentwise min clock over uses */
+  int64_t min1[FP_NSTREAMS];  /* step 1: componentwise min clock over its uses */
   int32_t min1op[FP_NSTREAMS];
-  int64_t min2[FP_NSTREAMS]; /* the same in step 2 (the next replay) */
+  int64_t min2[FP_NSTREAMS];  /* the same in step 2 (the next replay) */
   int32_t min2op[FP_NSTREAMS];
-} bufuse;
+} range;
 
 /* an int32 -> int32 open-addressing map (event ids, group ids, predicates) */
 typedef struct imap {
@@ -66,8 +68,9 @@ typedef struct vctx {
   int nerr;
   tabinfo *tabs;
   bool *badop;   /* op failed its structural checks: skip later rules */
-  bufuse *use;
-  int32_t **modbufs; /* per module: buffers its compute placeholder touches (-1 ended) */
+  range *rg;      /* live ranges of transient buffers, grouped by buffer, by first op */
+  int32_t nrg;
+  int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
 } vctx;
 
 static bool stop(vctx *v) { return v->nerr >= MAX_ERRORS; }
@@ -412,6 +415,19 @@ static bool check_op_structure(vctx *v, int32_t i) {
   if (op->dst.buf < -1 || op->dst.buf >= p->nbufs || op->src.buf < -1 || op->src.buf >= p->nbufs ||
       op->aux.buf < -1 || op->aux.buf >= p->nbufs)
     verr(v, FP_VL_OP, i, "%s: an operand's buffer is out of range (%" PRId32 " buffers)", on, p->nbufs);
+  if (op->nuses < 0 || op->uses < 0 || op->uses > p->nuses - op->nuses) {
+    verr(v, FP_VL_OP, i, "%s: uses [%" PRId32 ", +%" PRId32 ") lie outside the program's %" PRId32 " uses", on, op->uses,
+         op->nuses, p->nuses);
+  } else if (op->nuses > 0 && cls != FP_OPC_COMPUTE) {
+    verr(v, FP_VL_OP, i, "%s takes no uses= (only compute lists the trainer's buffers)", on);
+  } else {
+    for (int32_t k = 0; k < op->nuses; k++)
+      if (p->uses[op->uses + k] < 0 || p->uses[op->uses + k] >= p->nbufs) {
+        verr(v, FP_VL_OP, i, "%s: used buffer %" PRId32 " is out of range (%" PRId32 " buffers)", on,
+             p->uses[op->uses + k], p->nbufs);
+        break;
+      }
+  }
   if (v->nerr != n0) return false;
   /* what the op needs */
   if (cls == FP_OPC_COMM && op->comm < 0) verr(v, FP_VL_OP, i, "%s needs a communicator", on);
@@ -856,19 +872,38 @@ static void check_groups(vctx *v) {
  * stream's. Op a happens before op b iff b's vector has seen a's tick on a's
  * stream. The step is walked twice (the executor replays it), so arena reuse
  * is also checked across the end of one step and the start of the next. */
-static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc, int step) {
-  if (b < 0) return;
-  bufuse *u = &v->use[b];
-  if (step == 1) {
-    if (u->first < 0) u->first = i;
-    u->last = i;
-    if (vc[stream] > u->last1[stream]) {
-      u->last1[stream] = vc[stream];
-      u->last1op[stream] = i;
-    }
+/* the buffers op touches: its operands, and for compute the trainer's */
+static int op_bufs(const fp_prog *p, const fp_op *op, const int32_t **extra) {
+  *extra = op->code == FP_OP_COMPUTE && op->nuses > 0 ? p->uses + op->uses : NULL;
+  return *extra ? op->nuses : 0;
+}
+
+/* the range of buffer b holding op i, or NULL */
+static range *range_of(vctx *v, int32_t b, int32_t i) {
+  int32_t lo = v->rstart[b], hi = v->rstart[b + 1];
+  while (hi - lo > 1) { /* last range with first <= i */
+    int32_t mid = lo + (hi - lo) / 2;
+    if (v->rg[mid].first <= i) lo = mid; else hi = mid;
   }
-  int64_t *mn = step == 1 ? u->min1 : u->min2;
-  int32_t *mo = step == 1 ? u->min1op : u->min2op;
+  if (lo < v->rstart[b + 1] && v->rg[lo].first <= i && i <= v->rg[lo].last) return &v->rg[lo];
+  return NULL;
+}
+
+static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc, int step) {
+  if (b < 0 || v->p->bufs[b].kind != FP_BUF_TRANSIENT) return;
+  range *r = range_of(v, b, i);
+  if (!r) {
+    if (step == 1)
+      verr(v, FP_VL_OP, i, "%s uses buffer '%s' outside its live ranges", fp_op_name(v->p->ops[i].code),
+           v->p->bufs[b].name);
+    return;
+  }
+  if (step == 1 && vc[stream] > r->last1[stream]) {
+    r->last1[stream] = vc[stream];
+    r->last1op[stream] = i;
+  }
+  int64_t *mn = step == 1 ? r->min1 : r->min2;
+  int32_t *mo = step == 1 ? r->min1op : r->min2op;
   for (int s = 0; s < FP_NSTREAMS; s++)
     if (vc[s] < mn[s]) {
       mn[s] = vc[s];
@@ -876,15 +911,86 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
     }
 }
 
-static void walk_clocks(vctx *v) {
+static int range_cmp(const void *a, const void *b) {
+  const range *x = a, *y = b;
+  if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
+  if (x->first != y->first) return x->first < y->first ? -1 : 1;
+  return (x->last > y->last) - (x->last < y->last);
+}
+
+/* the live ranges of transient buffers: declared ones (checked here), or
+ * first..last use for a buffer that declares none */
+static bool build_ranges(vctx *v) {
+  const fp_prog *p = v->p;
+  int n0 = v->nerr;
+  int32_t *first = malloc(((size_t)p->nbufs + 1) * sizeof *first), *last = malloc(((size_t)p->nbufs + 1) * sizeof *last);
+  bool *declared = calloc((size_t)p->nbufs + 1, 1);
+  FP_ASSERT(first && last && declared);
+  for (int32_t b = 0; b < p->nbufs; b++) first[b] = last[b] = -1;
+  for (int32_t i = 0; i < p->nops; i++) {
+    const fp_op *op = &p->ops[i];
+    const int32_t *extra;
+    int ne = op_bufs(p, op, &extra);
+    int32_t bs[3] = {op->dst.buf, op->src.buf, op->aux.buf};
+    for (int k = 0; k < 3 + ne; k++) {
+      int32_t b = k < 3 ? bs[k] : extra[k - 3];
+      if (b < 0) continue;
+      if (first[b] < 0) first[b] = i;
+      last[b] = i;
+    }
+  }
+  for (int32_t k = 0; k < p->nlives && !stop(v); k++) {
+    const fp_ir_live *l = &p->lives[k];
+    if (l->buf < 0 || l->buf >= p->nbufs)
+      verr(v, FP_VL_LIVE, k, "buffer %" PRId32 " is out of range (%" PRId32 " buffers)", l->buf, p->nbufs);
+    else if (p->bufs[l->buf].kind != FP_BUF_TRANSIENT)
+      verr(v, FP_VL_LIVE, k, "buffer '%s' is persistent: only transient buffers have live ranges", p->bufs[l->buf].name);
+    else if (l->first < 0 || l->first > l->last || l->last >= p->nops)
+      verr(v, FP_VL_LIVE, k, "range %" PRId32 "..%" PRId32 " of buffer '%s' is not within ops 0..%" PRId32, l->first,
+           l->last, p->bufs[l->buf].name, p->nops - 1);
+    else
+      declared[l->buf] = true;
+  }
+  if (v->nerr == n0) {
+    v->rg = calloc((size_t)p->nlives + (size_t)p->nbufs + 1, sizeof *v->rg);
+    FP_ASSERT(v->rg);
+    for (int32_t k = 0; k < p->nlives; k++)
+      v->rg[v->nrg++] = (range){.buf = p->lives[k].buf, .first = p->lives[k].first, .last = p->lives[k].last, .live = k};
+    for (int32_t b = 0; b < p->nbufs; b++)
+      if (p->bufs[b].kind == FP_BUF_TRANSIENT && !declared[b] && first[b] >= 0)
+        v->rg[v->nrg++] = (range){.buf = b, .first = first[b], .last = last[b], .live = -1};
+    qsort(v->rg, (size_t)v->nrg, sizeof *v->rg, range_cmp);
+    v->rstart = calloc((size_t)p->nbufs + 2, sizeof *v->rstart);
+    FP_ASSERT(v->rstart);
+    for (int32_t k = 0; k < v->nrg; k++) v->rstart[v->rg[k].buf + 1]++;
+    for (int32_t b = 0; b < p->nbufs; b++) v->rstart[b + 1] += v->rstart[b];
+    for (int32_t k = 0; k < v->nrg; k++) {
+      range *r = &v->rg[k];
+      for (int s = 0; s < FP_NSTREAMS; s++) r->min1[s] = r->min2[s] = INT64_MAX;
+      if (k > 0 && r[-1].buf == r->buf && r->first <= r[-1].last && !stop(v))
+        verr(v, FP_VL_LIVE, r->live, "live ranges %" PRId32 "..%" PRId32 " and %" PRId32 "..%" PRId32
+             " of buffer '%s' overlap", r[-1].first, r[-1].last, r->first, r->last, p->bufs[r->buf].name);
+    }
+  }
+  free(first);
+  free(last);
+  free(declared);
+  return v->nerr == n0;
+}
+
+/* Happens-before over the three streams with vector clocks: each stream has
+ * a clock vector; an op ticks its stream's own component; record snapshots
+ * the stream's vector into the event; wait joins the event's vector into the
+ * stream's. Op a happens before op b iff b's vector has seen a's tick on a's
+ * stream. The step is walked twice (the executor replays it), so arena reuse
+ * is also checked across the end of one step and the start of the next.
+ * Rule 4 (a wait needs an earlier record) is checked on the first walk. */
+static void walk_clocks(vctx *v, bool ranges) {
   const fp_prog *p = v->p;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  /* events densely: id -> slot in evc */
-  imap ev;
+  imap ev; /* event id -> dense slot */
   imap_init(&ev, 16);
-  int64_t (*evc)[FP_NSTREAMS] = NULL;
-  bool *recorded = NULL;
   int32_t nev = 0;
   for (int32_t i = 0; i < p->nops; i++)
     if (!v->badop[i] && p->ops[i].event >= 0) {
@@ -892,10 +998,10 @@ static void walk_clocks(vctx *v) {
       imap_get_or_put(&ev, p->ops[i].event, nev, &fresh);
       if (fresh) nev++;
     }
-  evc = calloc((size_t)nev + 1, sizeof *evc);
-  recorded = calloc((size_t)nev + 1, sizeof *recorded);
+  int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)nev + 1, sizeof *evc);
+  bool *recorded = calloc((size_t)nev + 1, sizeof *recorded);
   FP_ASSERT(evc && recorded);
-  for (int step = 1; step <= 2; step++) {
+  for (int step = 1; step <= (ranges ? 2 : 1); step++) {
     for (int32_t i = 0; i < p->nops; i++) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
@@ -918,47 +1024,18 @@ static void walk_clocks(vctx *v) {
         memcpy(evc[e], vc[s], sizeof vc[s]);
         recorded[e] = true;
       }
+      if (!ranges) continue;
+      const int32_t *extra;
+      int ne = op_bufs(p, op, &extra);
       use_buf(v, op->dst.buf, i, s, vc[s], step);
       use_buf(v, op->src.buf, i, s, vc[s], step);
       use_buf(v, op->aux.buf, i, s, vc[s], step);
-      if (op->code == FP_OP_COMPUTE) { /* weights; backward also writes grads */
-        int32_t *b = v->modbufs[op->module];
-        for (; *b >= 0; b++) use_buf(v, *b, i, s, vc[s], step);
-        if (op->pass == FP_PASS_BWD)
-          for (b++; *b >= 0; b++) use_buf(v, *b, i, s, vc[s], step);
-      }
+      for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, vc[s], step);
     }
   }
   free(evc);
   free(recorded);
   imap_free(&ev);
-}
-
-/* the buffers each module's compute placeholder touches: its params'
- * unsharded weights, -1, their unsharded grads, -1 */
-static void build_modbufs(vctx *v) {
-  const fp_prog *p = v->p;
-  int32_t *cnt = calloc((size_t)p->nmods + 1, sizeof *cnt);
-  v->modbufs = calloc((size_t)p->nmods + 1, sizeof *v->modbufs);
-  FP_ASSERT(cnt && v->modbufs);
-  for (int32_t i = 0; i < p->nparams; i++) {
-    const fp_ir_param *q = &p->params[i];
-    if (q->module >= 0 && q->module < p->nmods) cnt[q->module] += 2;
-  }
-  for (int32_t m = 0; m < p->nmods; m++) {
-    v->modbufs[m] = malloc(((size_t)cnt[m] + 2) * sizeof **v->modbufs);
-    FP_ASSERT(v->modbufs[m]);
-    cnt[m] = 0;
-  }
-  for (int k = 0; k < 2; k++) {
-    for (int32_t i = 0; i < p->nparams; i++) {
-      const fp_ir_param *q = &p->params[i];
-      int32_t b = k ? q->ugrad.buf : q->weight.buf;
-      if (q->module >= 0 && q->module < p->nmods && b >= 0 && b < p->nbufs) v->modbufs[q->module][cnt[q->module]++] = b;
-    }
-    for (int32_t m = 0; m < p->nmods; m++) v->modbufs[m][cnt[m]++] = -1;
-  }
-  free(cnt);
 }
 
 typedef struct offbuf {
@@ -972,9 +1049,9 @@ static int offbuf_cmp(const void *a, const void *b) {
   return (x->buf > y->buf) - (x->buf < y->buf);
 }
 
-/* all uses of a (in step sa) happen before all uses of b (in step sb)? On
- * failure *from / *to name a witness pair of ops. */
-static bool hb_all(const bufuse *a, const bufuse *b, int sb, int32_t *from, int32_t *to) {
+/* all uses in range a (step 1) happen before all uses in range b (in step
+ * sb)? On failure *from / *to name a witness pair of ops. */
+static bool hb_all(const range *a, const range *b, int sb, int32_t *from, int32_t *to) {
   const int64_t *mn = sb == 1 ? b->min1 : b->min2;
   const int32_t *mo = sb == 1 ? b->min1op : b->min2op;
   for (int s = 0; s < FP_NSTREAMS; s++)
@@ -984,6 +1061,34 @@ static bool hb_all(const bufuse *a, const bufuse *b, int sb, int32_t *from, int3
       return false;
     }
   return true;
+}
+
+/* two buffers sharing arena bytes: every pair of their live ranges must be
+ * disjoint and ordered by happens-before, within a step and into the next */
+static void check_pair(vctx *v, int32_t A, int32_t B) {
+  const fp_prog *p = v->p;
+  for (int32_t i = v->rstart[A]; i < v->rstart[A + 1] && !stop(v); i++)
+    for (int32_t j = v->rstart[B]; j < v->rstart[B + 1] && !stop(v); j++) {
+      const range *x = &v->rg[i], *y = &v->rg[j];
+      if (x->first > y->first) {
+        const range *t = x;
+        x = y, y = t;
+      }
+      const char *xn = p->bufs[x->buf].name, *yn = p->bufs[y->buf].name;
+      int32_t from, to;
+      if (y->first <= x->last) {
+        verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
+             ") share arena bytes and are live at the same time", xn, x->first, x->last, yn, y->first, y->last);
+      } else if (!hb_all(x, y, 1, &from, &to)) {
+        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
+             "does not happen before this op (stream %s): a record/wait is missing", yn, xn, from, xn,
+             fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
+      } else if (!hb_all(y, x, 2, &from, &to)) {
+        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
+             " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
+             "is missing", xn, yn, from, yn, fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
+      }
+    }
 }
 
 static void check_arena(vctx *v) {
@@ -1012,44 +1117,19 @@ static void check_arena(vctx *v) {
       else if (!pers && who_pers >= 0 && end_pers > x->offset)
         verr(v, FP_VL_BUF, ord[k], "buffer overlaps persistent buffer '%s' in the %s arena", p->bufs[who_pers].name,
              host ? "host" : "device");
-      int64_t e = x->offset + x->bytes; /* checked by rule 7 (or clamped below) */
-      if (x->offset > INT64_MAX - x->bytes) e = INT64_MAX;
+      int64_t e = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
       if (e > end_all) end_all = e, who_all = ord[k];
       if (pers && e > end_pers) end_pers = e, who_pers = ord[k];
     }
-    /* transient pairs that share bytes: disjoint lifetimes ordered by
-     * happens-before, within a step and across into the next */
+    /* transient buffers that share bytes (sorted by offset: each overlaps
+     * the ones after it that start before it ends) */
     int32_t nt = 0;
     for (int32_t k = 0; k < n; k++)
-      if (p->bufs[ord[k]].kind == FP_BUF_TRANSIENT && v->use[ord[k]].first >= 0) ord[nt++] = ord[k];
+      if (p->bufs[ord[k]].kind == FP_BUF_TRANSIENT) ord[nt++] = ord[k];
     for (int32_t k = 0; k < nt && !stop(v); k++) {
       const fp_ir_buf *x = &p->bufs[ord[k]];
       int64_t xe = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
-      for (int32_t j = k + 1; j < nt && p->bufs[ord[j]].offset < xe && !stop(v); j++) {
-        int32_t A = ord[k], B = ord[j];
-        const bufuse *ua = &v->use[A], *ub = &v->use[B];
-        if (ua->first > ub->first) { /* A first in program order */
-          int32_t t = A;
-          A = B, B = t;
-          const bufuse *tu = ua;
-          ua = ub, ub = tu;
-        }
-        int32_t from, to;
-        if (ub->first <= ua->last) {
-          verr(v, FP_VL_OP, ub->first, "buffers '%s' (ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
-               ") share arena bytes and are live at the same time", p->bufs[A].name, ua->first, ua->last,
-               p->bufs[B].name, ub->first, ub->last);
-        } else if (!hb_all(ua, ub, 1, &from, &to)) {
-          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
-               "does not happen before this op (stream %s): a record/wait is missing", p->bufs[B].name, p->bufs[A].name,
-               from, p->bufs[A].name, fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
-        } else if (!hb_all(ub, ua, 2, &from, &to)) {
-          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
-               " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
-               "is missing", p->bufs[A].name, p->bufs[B].name, from, p->bufs[B].name,
-               fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
-        }
-      }
+      for (int32_t j = k + 1; j < nt && p->bufs[ord[j]].offset < xe && !stop(v); j++) check_pair(v, ord[k], ord[j]);
     }
   }
   free(ord);
@@ -1063,14 +1143,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx) {
   if (!check_header(&v)) return false;
   v.tabs = calloc((size_t)p->ntabs + 1, sizeof *v.tabs);
   v.badop = calloc((size_t)p->nops + 1, sizeof *v.badop);
-  v.use = malloc(((size_t)p->nbufs + 1) * sizeof *v.use);
-  FP_ASSERT(v.tabs && v.badop && v.use);
-  for (int32_t b = 0; b < p->nbufs; b++) {
-    bufuse *u = &v.use[b];
-    memset(u, 0, sizeof *u);
-    u->first = u->last = -1;
-    for (int s = 0; s < FP_NSTREAMS; s++) u->min1[s] = u->min2[s] = INT64_MAX;
-  }
+  FP_ASSERT(v.tabs && v.badop);
   check_comms(&v);
   check_tables(&v);
   check_bufs(&v);
@@ -1092,16 +1165,16 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx) {
   if (!stop(&v)) check_groups(&v);
   if (!stop(&v)) check_p2p(&v);
   if (!stop(&v) && tables_ok && segs_ok) {
-    build_modbufs(&v);
-    walk_clocks(&v);
-    if (v.nerr == 0) check_arena(&v);
-    for (int32_t m = 0; m < p->nmods; m++) free(v.modbufs[m]);
-    free(v.modbufs);
+    /* rule 6 needs a program whose ops are all sound; rule 4 does not */
+    bool ranges = v.nerr == 0 && build_ranges(&v);
+    walk_clocks(&v, ranges);
+    if (ranges && v.nerr == 0) check_arena(&v);
   }
   pred_free(&pc);
   free(v.tabs);
   free(v.badop);
-  free(v.use);
+  free(v.rg);
+  free(v.rstart);
   return v.nerr == 0;
 }
 
@@ -1126,6 +1199,13 @@ static void report_fpir(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
     case FP_VL_MODULE: line = p->mods[i].line, nm = p->mods[i].name, kind = "module"; break;
     case FP_VL_BUCKET: nm = p->buckets[i], kind = "bucket"; break;
     case FP_VL_PARAM: line = p->params[i].line, nm = p->params[i].name, kind = "param"; break;
+    case FP_VL_LIVE: {
+      int32_t b = p->lives[i].buf;
+      bool ok = b >= 0 && b < p->nbufs;
+      line = ok ? p->bufs[b].line : 0;
+      snprintf(obj, sizeof obj, "live range %" PRId64 " of buffer %s'%.120s'", i, ok ? "" : "?", ok ? p->bufs[b].name : "");
+      break;
+    }
   }
   if (kind) snprintf(obj, sizeof obj, "%s %" PRId64 " '%.120s'", kind, i, nm ? nm : "");
   char where[1100];

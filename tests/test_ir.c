@@ -135,6 +135,7 @@ static kit kitchen(fp_arena *a) {
   o = emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
   o->module = k.m0;
   o->alpha = 1e9;
+  fp_ir_op_uses(p, o, (int32_t[]){k.unsh}, 1);
   /* post_forward(layers.0): an owned-style broadcast */
   fp_ir_seg_begin(p, FP_SEG_POST_FORWARD, k.m0, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 2);
@@ -156,6 +157,7 @@ static kit kitchen(fp_arena *a) {
   o->module = k.m0;
   o->pass = FP_PASS_BWD;
   o->alpha = 2e9;
+  fp_ir_op_uses(p, o, (int32_t[]){k.unsh, k.ugrad}, 2);
   /* post_backward(layers.0): reductions and local math */
   fp_ir_seg_begin(p, FP_SEG_POST_BACKWARD, k.m0, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 4);
@@ -231,9 +233,15 @@ static kit kitchen(fp_arena *a) {
   sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 6);
   o = emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
   o->module = k.m1;
+  fp_ir_op_uses(p, o, (int32_t[]){k.unsh}, 1);
   fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
   sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 5);
   fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0); /* empty */
+  /* declared live ranges: the unsharded grad twice (backward and the
+   * dequantize), the reduce staging once; the others are first..last use */
+  fp_ir_buf_live(p, k.ugrad, 14, 17);
+  fp_ir_buf_live(p, k.rin, 17, 27);
+  fp_ir_buf_live(p, k.ugrad, 28, 28);
   return k;
 }
 
@@ -925,6 +933,13 @@ static void m_cross_step(kit *k) {
   p->ops[0].stream = FP_STREAM_AG;
 }
 
+static void m_use_outside_live(kit *k) { fp_ir_buf_live(k->p, k->unsh, 3, 4); }
+static void m_live_persistent(kit *k) { fp_ir_buf_live(k->p, k->main, 0, 1); }
+static void m_live_overlap(kit *k) { fp_ir_buf_live(k->p, k->ugrad, 16, 20); }
+static void m_live_range(kit *k) { fp_ir_buf_live(k->p, k->ugrad, 30, 99); }
+static void m_uses_noncompute(kit *k) { fp_ir_op_uses(k->p, &k->p->ops[0], (int32_t[]){k->rin}, 1); }
+static void m_uses_range(kit *k) { k->p->uses[0] = 99; }
+
 /* rule 7 */
 static void m_arena(kit *k) { k->p->arena_bytes = 1700; }
 static void m_host_arena(kit *k) { k->p->host_bytes = 100; }
@@ -971,6 +986,12 @@ static void test_verify_rules(void **state) {
       {m_transient_live, "share arena bytes and are live at the same time"},
       {m_transient_nohb, "a record/wait is missing"},
       {m_cross_step, "in the next step but op"},
+      {m_use_outside_live, "op 7: compute uses buffer 'b0.unsharded' outside its live ranges"},
+      {m_live_persistent, "live range 3 of buffer 'b0.main': buffer 'b0.main' is persistent"},
+      {m_live_overlap, "live ranges 14..17 and 16..20 of buffer 'b0.ugrad' overlap"},
+      {m_live_range, "range 30..99 of buffer 'b0.ugrad' is not within ops 0..36"},
+      {m_uses_noncompute, "op 0: memset takes no uses="},
+      {m_uses_range, "op 7: compute: used buffer 99 is out of range"},
       {m_arena, "buffer 6 'b1.mx': [1536, +256) lies outside the device arena of 1700 bytes"},
       {m_host_arena, "lies outside the host arena of 100 bytes"},
   };
@@ -978,6 +999,25 @@ static void test_verify_rules(void **state) {
     fprintf(stderr, "verify case %zu\n", i);
     check_mutation(cases[i].f, cases[i].frag);
   }
+}
+
+/* arena bytes reused between the live ranges of another buffer, ordered by
+ * stream order and events: valid */
+static void test_verify_reuse_ok(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  fp_prog *p = k.p;
+  int gap = fp_ir_buf_add(p, "gap", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
+  p->bufs[gap].offset = p->bufs[k.ugrad].offset; /* between ugrad's two live ranges */
+  int32_t sc = find_op(p, FP_OP_SCALE, 0);
+  p->ops[sc].dst = fp_reg(gap, 0);
+  EXPECT_VALID(p);
+  roundtrip(p);
+  /* the same reuse on another stream without an event is caught */
+  p->ops[sc].stream = FP_STREAM_AG;
+  EXPECT_ERROR(p, "buffer 'gap' reuses the arena bytes of 'b0.ugrad' but op 14");
+  fp_arena_free(a);
 }
 
 /* verifier messages located in the .fpir the program came from */
@@ -1037,7 +1077,8 @@ int main(void) {
       cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_fpir_hostile),
       cmocka_unit_test(test_plan_roundtrip),   cmocka_unit_test(test_plan_tampered),
       cmocka_unit_test(test_plan_verified),    cmocka_unit_test(test_plan_hostile),
-      cmocka_unit_test(test_verify_rules),     cmocka_unit_test(test_verify_located),
+      cmocka_unit_test(test_verify_rules),     cmocka_unit_test(test_verify_reuse_ok),
+      cmocka_unit_test(test_verify_located),
       cmocka_unit_test(test_explain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
