@@ -19,3 +19,9 @@ foreach(f ${FP_IR_BAD})
   add_test(NAME ir_bad_${n} COMMAND ir_golden bad ${f})
   set_tests_properties(ir_bad_${n} PROPERTIES LABELS golden TIMEOUT 60)
 endforeach()
+
+# plan.json written from every golden program agrees with the JSON Schema
+add_test(NAME ir_plan_schema
+         COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ir_schema.py ${CMAKE_SOURCE_DIR}/schemas/plan.schema.json
+                 --gen $<TARGET_FILE:ir_golden> ${CMAKE_CURRENT_BINARY_DIR} ${FP_IR_GOOD})
+set_tests_properties(ir_plan_schema PROPERTIES LABELS golden TIMEOUT 60)

@@ -8,6 +8,8 @@
  *   ir_golden bad FILE.fpir
  *     FILE's first line is "# expect: <fragment>"; parsing or verifying
  *     FILE must fail with a message containing the fragment.
+ *   ir_golden plan FILE.fpir OUT.json
+ *     writes FILE's program as plan.json (for the schema test).
  * Exit status 0 pass, 1 fail, 2 usage. */
 #include <stdlib.h>
 #include <string.h>
@@ -130,9 +132,27 @@ done:
   return rc;
 }
 
+static int plan(const char *path, const char *out) {
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  fp_src src;
+  int rc = 1;
+  fp_prog *p = fp_src_read(a, &d, path, &src) ? fp_ir_parse(a, &d, &src) : NULL;
+  FILE *f = p ? fopen(out, "wb") : NULL;
+  if (f) {
+    bool ok = fp_plan_write(p, f);
+    rc = fclose(f) == 0 && ok ? 0 : 1;
+  }
+  fp_diag_free(&d);
+  fp_arena_free(a);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "good")) return good(argv[2], argc > 3 && !strcmp(argv[3], "--update"));
   if (argc == 3 && !strcmp(argv[1], "bad")) return bad(argv[2]);
-  fprintf(stderr, "usage: ir_golden good FILE.fpir [--update] | ir_golden bad FILE.fpir\n");
+  if (argc == 4 && !strcmp(argv[1], "plan")) return plan(argv[2], argv[3]);
+  fprintf(stderr, "usage: ir_golden good FILE.fpir [--update] | bad FILE.fpir | plan FILE.fpir OUT.json\n");
   return 2;
 }
