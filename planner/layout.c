@@ -177,7 +177,11 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     p->pl = no_shard ? repl : (B->spec && B->spec->has_placement) ? &B->spec->placement : &s->placement;
     p->impl = fp_placements[p->pl->kind];
     p->replicated = p->pl->kind == FP_PL_REPLICATE;
-    if (!p->impl->layout(L, p)) {
+    /* one error per placement spec, not one per param that uses it */
+    bool failed_before = false;
+    for (int j = 0; j < i && !ok && !failed_before; j++) failed_before = L->params[j].pl == p->pl && L->params[j].slot < 0;
+    if (failed_before || !p->impl->layout(L, p)) {
+      p->slot = -1;
       ok = false;
       continue;
     }

@@ -60,6 +60,7 @@ static int cmp_live(const void *a, const void *b) {
 static const char *human(fp_arena *a, int64_t b) {
   if (b >= (int64_t)1 << 30) return fp_sprintf(a, "%.2f GiB", (double)b / (1 << 30));
   if (b >= (int64_t)1 << 20) return fp_sprintf(a, "%.2f MiB", (double)b / (1 << 20));
+  if (b >= 1024) return fp_sprintf(a, "%.2f KiB", (double)b / 1024);
   return fp_sprintf(a, "%lld B", (long long)b);
 }
 
