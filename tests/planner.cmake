@@ -4,3 +4,5 @@ add_test(NAME golden_lowering
          COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/run_golden.py --cmd $<TARGET_FILE:flexplan>
                  --dir ${CMAKE_CURRENT_SOURCE_DIR}/golden)
 set_tests_properties(golden_lowering PROPERTIES LABELS golden TIMEOUT 300)
+add_test(NAME cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_cli.sh $<TARGET_FILE:flexplan> ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli PROPERTIES LABELS cli TIMEOUT 300)

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The command line's contract: exit statuses (0 ok, 1 input error, 2 usage),
+# located errors, atomic outputs (nothing left behind on error), -o -, the
+# default output name, print/verify/explain on plans and .fpir files.
+# usage: test_cli.sh FLEXPLAN SOURCE_DIR
+set -u
+fp=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+# expect STATUS CMD...: run, compare the exit status
+expect() {
+  local want=$1
+  shift
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" = "$want" ]; then ok; else bad "$* -> exit $got, want $want: $(head -3 "$tmp/err")"; fi
+}
+has() { if grep -q -- "$2" "$tmp/$1"; then ok; else bad "$1 lacks '$2': $(head -3 "$tmp/$1")"; fi; }
+ex=$src/examples/tiny-mlp.json
+
+expect 2 "$fp"
+expect 0 "$fp" --help
+has out "usage: flexplan"
+expect 0 "$fp" --version
+has out "flexplan 0"
+expect 2 "$fp" frobnicate
+has err "unknown command 'frobnicate'"
+expect 2 "$fp" compile
+has err "missing MODEL"
+expect 2 "$fp" compile "$ex" --emit=dot
+has err "unknown --emit kind 'dot'"
+expect 2 "$fp" compile "$ex" --bogus
+expect 2 "$fp" compile "$ex" -o
+expect 2 "$fp" check "$ex" -o x.json
+expect 2 "$fp" print
+expect 2 "$fp" verify a b
+
+# missing files are input errors, located at the path
+expect 1 "$fp" compile "$tmp/nope.json" -o "$tmp/p.json"
+has err "nope.json: error: cannot open"
+[ ! -e "$tmp/p.json" ] && ok || bad "output written for a missing input"
+
+# a spec embedded in the model file and --spec at once
+cat >"$tmp/spec.json" <<'J'
+{"format": "flexplan.spec.v1", "mesh": {"world_size": 2}}
+J
+expect 1 "$fp" compile "$ex" --spec "$tmp/spec.json" -o "$tmp/p.json"
+has err "tiny-mlp.json:[0-9]*:[0-9]*: error: /spec: the model file embeds a spec, and --spec names another"
+[ -z "$(ls -A "$tmp" | grep -v -e spec.json -e out -e err)" ] && ok || bad "files left behind: $(ls "$tmp")"
+
+# a separate model and spec
+"$fp" compile "$ex" --emit=ir -o - >/dev/null 2>&1 && ok || bad "compile --emit=ir -o -"
+/usr/bin/python3 - "$ex" "$tmp/model.json" <<'P'
+import json, sys
+d = json.load(open(sys.argv[1]))
+json.dump(d["model"], open(sys.argv[2], "w"))
+P
+expect 0 "$fp" compile "$tmp/model.json" --spec "$tmp/spec.json" --emit=summary -o "$tmp/s.json"
+has s.json '"world_size": 2'
+# no spec at all: the defaults (full_shard on 8 ranks)
+expect 0 "$fp" compile "$tmp/model.json" --emit=summary -o -
+has out '"world_size": 8'
+has out '"strategy": "full_shard"'
+
+# default output name is <model name>.plan.json in the working directory
+(cd "$tmp" && "$fp" compile "$ex" >/dev/null 2>"$tmp/err") && ok || bad "compile with default -o"
+[ -s "$tmp/tiny-mlp.plan.json" ] && ok || bad "no tiny-mlp.plan.json"
+has err "wrote tiny-mlp.plan.json"
+expect 0 "$fp" verify "$tmp/tiny-mlp.plan.json"
+expect 0 "$fp" explain "$tmp/tiny-mlp.plan.json"
+has out "all_gather"
+
+# an unwritable output directory: exit 1, located at the path
+expect 1 "$fp" compile "$ex" -o "$tmp/no/such/dir/p.json"
+has err "p.json: error: cannot create output"
+
+# a failing compile leaves an existing output untouched
+echo keep >"$tmp/keep.json"
+expect 1 "$fp" compile "$src/tests/bad/layout-budget-exceeded.json" -o "$tmp/keep.json"
+[ "$(cat "$tmp/keep.json")" = keep ] && ok || bad "existing output was changed by a failed compile"
+[ -z "$(ls "$tmp" | grep '\.tmp\.')" ] && ok || bad "temporary file left behind"
+
+# a tampered plan is rejected by verify and print
+sed 's/"world_size": 4/"world_size": 5/' "$tmp/tiny-mlp.plan.json" >"$tmp/tampered.json"
+expect 1 "$fp" verify "$tmp/tampered.json"
+has err "tampered.json:"
+expect 1 "$fp" print "$tmp/tampered.json"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
