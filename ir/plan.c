@@ -559,7 +559,7 @@ static bool read_lives(rd *r, json_object *root, fp_prog *p) {
   if (!rd_arr(r, root, "lives", true, &arr, &n)) return false;
   static const char *const allowed[] = {"buffer", "first", "last", NULL};
   for (size_t i = 0; i < n; i++) {
-    int32_t buf, first, last;
+    int32_t buf = 0, first = 0, last = 0;
     if (!elem(r, arr, "lives", i, &o) || !keys(r, o, allowed) || !rd_i32(r, o, "buffer", true, INT32_MIN, &buf) ||
         !rd_i32(r, o, "first", true, INT32_MIN, &first) || !rd_i32(r, o, "last", true, INT32_MIN, &last))
       return false;
