@@ -72,6 +72,9 @@ has out '"strategy": "full_shard"'
 [ -s "$tmp/tiny-mlp.plan.json" ] && ok || bad "no tiny-mlp.plan.json"
 has err "wrote tiny-mlp.plan.json"
 expect 0 "$fp" verify "$tmp/tiny-mlp.plan.json"
+# outputs get the mode a plain create would (umask 022: 644), not mkstemp's 600
+[ "$(cd "$tmp" && umask 022 && "$fp" compile "$ex" -o m.json 2>/dev/null && stat -c %a m.json)" = 644 ] && ok ||
+  bad "output mode is not 644 under umask 022"
 expect 0 "$fp" explain "$tmp/tiny-mlp.plan.json"
 has out "all_gather"
 

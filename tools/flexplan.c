@@ -5,6 +5,7 @@
  * temporary file next to the target, renamed over it only when complete, and
  * removed on any error, so a failed run leaves nothing behind. */
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -72,6 +73,17 @@ static bool out_open(out_file *o, const char *path) {
   int fd = mkstemp(o->tmp);
   if (fd < 0) {
     fprintf(stderr, "%s: error: cannot create output: %s\n", path, strerror(errno));
+    free(o->tmp);
+    o->tmp = NULL;
+    return false;
+  }
+  /* mkstemp makes the file 0600; give it the mode a plain create would */
+  mode_t mask = umask(0);
+  umask(mask);
+  if (fchmod(fd, 0666 & ~mask) != 0) {
+    fprintf(stderr, "%s: error: cannot set the output's mode: %s\n", path, strerror(errno));
+    close(fd);
+    unlink(o->tmp);
     free(o->tmp);
     o->tmp = NULL;
     return false;
