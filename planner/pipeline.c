@@ -65,17 +65,14 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
     const fp_op *op = &p->ops[i];
     if (fp_op_class(op->code) != FP_OPC_COMM) continue;
     s->collectives++;
-    int64_t b = comm_bytes(p, op);
-    if (op->only >= 0 && op->only < G)
-      pred[op->only] += b;
-    else
-      common += b;
+    int64_t b = comm_bytes(p, op), *sum = op->only >= 0 && op->only < G ? &pred[op->only] : &common;
+    if (!fp_add64(*sum, b, sum)) *sum = INT64_MAX; /* saturate: a figure, not an offset */
   }
   int64_t worst = 0;
   for (int64_t g = 0; g < G; g++)
     if (pred[g] > worst) worst = pred[g];
   free(pred);
-  s->comm_bytes_per_rank = common + worst;
+  if (!fp_add64(common, worst, &s->comm_bytes_per_rank)) s->comm_bytes_per_rank = INT64_MAX;
   for (int b = 0; b < p->nbufs; b++) {
     const fp_ir_buf *B = &p->bufs[b];
     if (B->cat == FP_CAT_MAIN_WEIGHT) s->param_shard_bytes += B->bytes;

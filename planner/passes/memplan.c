@@ -131,8 +131,18 @@ static void report_peak(fp_pass_ctx *c, const fp_prog *p, const fp_ir_live *lv, 
                (long long)(need - budget), human(c->a, need - budget), at, where, cats, bufs);
 }
 
+static int64_t sat64(__int128 v) { return v > INT64_MAX ? INT64_MAX : (int64_t)v; }
+
+/* the arena does not fit int64: the model is too large for any machine */
+static void too_big(fp_pass_ctx *c) {
+  const fp_model *m = c->L->model;
+  fp_diag_json(c->d, m->src, m->ptr, "the plan's buffers need more than 2^63 bytes on one rank; "
+               "the model '%s' is too large for this mesh (%lld ranks)", m->name, (long long)c->L->world);
+}
+
 bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   fp_stats *st = c->stats;
+  bool ok = false;
   /* live ranges grouped by buffer */
   fp_ir_live *lv = malloc(sizeof *lv * ((size_t)p->nlives + 1));
   ranges *rg = calloc((size_t)p->nbufs + 1, sizeof *rg);
@@ -156,7 +166,10 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     int64_t *cur = B->host ? &host : &dev;
     if (B->kind == FP_BUF_PERSISTENT) {
       B->offset = *cur;
-      FP_ASSERT(fp_add64(*cur, B->bytes, cur) && fp_align64(*cur, FP_PARAM_ALIGN, cur));
+      if (!fp_add64(*cur, B->bytes, cur) || !fp_align64(*cur, FP_PARAM_ALIGN, cur)) {
+        too_big(c);
+        goto done;
+      }
     } else {
       FP_ASSERT(!B->host); /* host staging is not lowered yet */
       items[nitems++] = (item){b, B->bytes};
@@ -179,8 +192,13 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
       if (spans[k].off >= off + items[i].bytes) break; /* fits in the gap before this span */
       if (spans[k].end > off) off = spans[k].end;
     }
+    int64_t e;
+    if (!fp_add64(off, items[i].bytes, &e)) {
+      too_big(c);
+      goto done;
+    }
     p->bufs[b].offset = off;
-    if (off + items[i].bytes > end) end = off + items[i].bytes;
+    if (e > end) end = e;
   }
   p->arena_bytes = end;
   p->host_bytes = host;
@@ -191,7 +209,8 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     delta[lv[i].last + 1] -= p->bufs[lv[i].buf].bytes;
   }
   activation_deltas(p, actd);
-  int64_t live = dev, act = 0, lb = dev, peak = dev, act_peak = 0;
+  /* 128-bit sums: many buffers may share bytes, their total need not fit */
+  __int128 live = dev, act = 0, lb = dev, peak = dev, act_peak = 0;
   int32_t peak_at = 0, act_at = 0;
   for (int i = 0; i < p->nops; i++) {
     live += delta[i];
@@ -206,19 +225,20 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
       act_at = i;
     }
   }
-  st->lower_bound_bytes = lb;
-  st->peak_bytes = peak;
+  st->lower_bound_bytes = sat64(lb);
+  st->peak_bytes = sat64(peak);
   st->peak_op = peak_at;
-  st->activation_peak = act_peak;
+  st->activation_peak = sat64(act_peak);
 
-  bool ok = true;
   int64_t budget = c->L->spec->memory_budget_bytes, need;
   /* the arena is allocated whole; the trainer's activations come on top */
-  if (!fp_add64(p->arena_bytes, act_peak, &need)) need = INT64_MAX;
+  if (!fp_add64(p->arena_bytes, st->activation_peak, &need)) need = INT64_MAX;
   if (budget > 0 && need > budget && p->nops > 0) {
-    report_peak(c, p, lv, act_peak > 0 ? act_at : peak_at, need, budget, act_peak);
-    ok = false;
+    report_peak(c, p, lv, act_peak > 0 ? act_at : peak_at, need, budget, st->activation_peak);
+    goto done;
   }
+  ok = true;
+done:
   free(lv);
   free(rg);
   free(items);
