@@ -218,41 +218,79 @@ static void sort_with(int *v, int n, fp_layout *L) {
   }
 }
 
+/* min-heap of (load, rank): the least-loaded rank, lowest rank on ties */
+typedef struct {
+  int64_t load, rank;
+} bin;
+
+static bool bin_less(bin a, bin b) { return a.load != b.load ? a.load < b.load : a.rank < b.rank; }
+
+static void sift_down(bin *h, int64_t n, int64_t i) {
+  for (;;) {
+    int64_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && bin_less(h[l], h[m])) m = l;
+    if (r < n && bin_less(h[r], h[m])) m = r;
+    if (m == i) return;
+    bin t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+}
+
 static void pack_owned(fp_layout *L) {
-  int64_t *load = fp_alloc_array(L->a, (size_t)L->G, sizeof(int64_t));
   int *autos = fp_alloc_array(L->a, (size_t)L->nparams + 1, sizeof(int));
   int nauto = 0;
   for (int i = 0; i < L->nparams; i++) {
     fp_lparam *p = &L->params[i];
-    if (p->pl->kind != FP_PL_OWNED) continue;
-    if (p->owner >= 0)
-      load[p->owner] += param_bytes(p->mp, p->main_dtype);
-    else
-      autos[nauto++] = i;
+    if (p->pl->kind == FP_PL_OWNED && p->owner < 0) autos[nauto++] = i;
   }
+  if (nauto == 0) return;
+  bin *h = fp_alloc_array(L->a, (size_t)L->G, sizeof(bin));
+  for (int64_t r = 0; r < L->G; r++) h[r] = (bin){0, r};
+  for (int i = 0; i < L->nparams; i++) {
+    const fp_lparam *p = &L->params[i];
+    if (p->pl->kind == FP_PL_OWNED && p->owner >= 0 &&
+        !fp_add64(h[p->owner].load, param_bytes(p->mp, p->main_dtype), &h[p->owner].load))
+      h[p->owner].load = INT64_MAX;
+  }
+  for (int64_t i = L->G / 2; i-- > 0;) sift_down(h, L->G, i);
   sort_with(autos, nauto, L);
   for (int k = 0; k < nauto; k++) {
     fp_lparam *p = &L->params[autos[k]];
-    int64_t best = 0;
-    for (int64_t r = 1; r < L->G; r++)
-      if (load[r] < load[best]) best = r;
-    p->owner = best;
-    load[best] += param_bytes(p->mp, p->main_dtype);
+    p->owner = h[0].rank;
+    if (!fp_add64(h[0].load, param_bytes(p->mp, p->main_dtype), &h[0].load)) h[0].load = INT64_MAX;
+    sift_down(h, L->G, 0);
   }
 }
 
 /* ---- storage offsets -------------------------------------------------------- */
 /* A storage is laid out slot by slot; `common` slots have the same offset and
  * size on every rank; owned slots are packed per owner rank after the common
- * ones. Returns false on int64 overflow. */
+ * ones. Only ranks that own something in the bucket get a cursor (a bucket
+ * has few owners; the shard group may have a million ranks). Returns false on
+ * int64 overflow. */
 typedef struct {
   int64_t common;   /* end of the common part */
-  int64_t *owned;   /* per-rank end of the owned part (relative) */
+  int64_t *owner;   /* owner ranks seen so far */
+  int64_t *owned;   /* their ends of the owned part (relative) */
+  int nowners, cap;
   int64_t max_owned;
 } storage;
 
 static bool slot_at(storage *st, int64_t owner, int64_t bytes, int64_t *off) {
-  int64_t *cur = owner >= 0 ? &st->owned[owner] : &st->common;
+  int64_t *cur = &st->common;
+  if (owner >= 0) {
+    int k = 0;
+    while (k < st->nowners && st->owner[k] != owner) k++;
+    if (k == st->nowners) {
+      FP_ASSERT(k < st->cap);
+      st->owner[k] = owner;
+      st->owned[k] = 0;
+      st->nowners++;
+    }
+    cur = &st->owned[k];
+  }
   int64_t a, e;
   if (!fp_align64(*cur, FP_PARAM_ALIGN, &a) || !fp_add64(a, bytes, &e)) return false;
   *off = a;
@@ -261,7 +299,6 @@ static bool slot_at(storage *st, int64_t owner, int64_t bytes, int64_t *off) {
   return true;
 }
 
-/* finish: owned offsets are shifted past the common part; total bytes */
 static bool storage_total(storage *st, int64_t *base, int64_t *total) {
   int64_t b, t;
   if (!fp_align64(st->common, FP_PARAM_ALIGN, &b) || !fp_add64(b, st->max_owned, &t) ||
@@ -278,8 +315,10 @@ static bool layout_storages(fp_layout *L) {
     enum { MAIN, GRAD, UNSH, UGRAD, RIN, ROUT, GST, RST, NST };
     storage st[NST];
     for (int k = 0; k < NST; k++) {
-      st[k].common = st[k].max_owned = 0;
-      st[k].owned = fp_alloc_array(L->a, (size_t)L->G, sizeof(int64_t));
+      st[k] = (storage){0};
+      st[k].cap = B->nparams;
+      st[k].owner = fp_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
+      st[k].owned = fp_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
     }
     bool ok = true;
     for (int j = 0; j < B->nparams; j++) {
