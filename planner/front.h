@@ -145,4 +145,10 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, struct json_objec
                    const char *ptr, fp_spec *out);
 bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out);
 
+/* The compiler's inputs (planner/inputs.c): a model file, which may embed
+ * its spec, and an optional separate spec file (both at once is an error);
+ * no spec at all gives the defaults. */
+bool fp_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
+                    fp_spec *s);
+
 #endif

@@ -36,11 +36,7 @@ int main(int argc, char **argv) {
       json_object_put(root);
     }
   } else {
-    json_object *spec = NULL;
-    const fp_src *src = NULL;
-    ok = fp_model_load(a, &d, argv[2], &m, &spec, &src);
-    if (ok) ok = fp_spec_parse(a, &d, src, spec, "/spec", &s);
-    json_object_put(spec);
+    ok = fp_inputs_load(a, &d, argv[2], NULL, &m, &s);
   }
   fp_diag_free(&d);
   fp_arena_free(a);

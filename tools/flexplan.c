@@ -155,19 +155,8 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   int rc = EXIT_INPUT;
   fp_model m;
   fp_spec s;
-  struct json_object *embedded = NULL;
-  const fp_src *msrc = NULL;
   fp_compiled c;
-  if (!fp_model_load(ar, &d, model, &m, &embedded, &msrc)) goto done;
-  if (spec) {
-    if (embedded) {
-      fp_diag_json(&d, msrc, "/spec", "the model file embeds a spec, and --spec names another; use one");
-      goto done;
-    }
-    if (!fp_spec_load(ar, &d, spec, &s)) goto done;
-  } else if (!fp_spec_parse(ar, &d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", &s)) {
-    goto done;
-  }
+  if (!fp_inputs_load(ar, &d, model, spec, &m, &s)) goto done;
   if (!fp_compile(ar, &d, &m, &s, &c)) goto done;
   double ms = now_ms() - t0;
   fp_summary sum;
@@ -208,7 +197,6 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   }
   rc = EXIT_OK;
 done:
-  if (embedded) json_object_put(embedded);
   fp_diag_free(&d);
   fp_arena_free(ar);
   return rc;
