@@ -8,6 +8,7 @@
  * consistent after every call. */
 #include "irpriv.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,16 +134,224 @@ bool fp_ir_name_is_bare(const char *s) {
   return true;
 }
 
-void fp_fmt_double(char buf[40], double d) {
-  if (isnan(d) || isinf(d)) { /* strtod reads these back */
-    snprintf(buf, 40, "%s", isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
-    return;
+/* The text is what this loop gives (kept as the oracle in tests/):
+ *
+ *   for (int prec = 1; prec <= 17; prec++) {
+ *     snprintf(buf, 40, "%.*g", prec, d);
+ *     if (strtod(buf, NULL) == d) return;
+ *   }
+ *
+ * computed without it. Integers below 2^53 take exactly as many significant
+ * digits as they have (without trailing zeros): fewer round to another
+ * integer, which is a different double. Other normal numbers are printed
+ * once with 17 significant digits (S, exponent X), and the correctly rounded
+ * P-digit form of d is read off S: S's tail below the P-th digit decides the
+ * rounding exactly unless it is exactly half (then snprintf decides). A
+ * candidate more than 12 units of S's last digit away from S cannot read back
+ * as d (half an ulp of a normal double is at most 10^17 / 2^53 < 11.2 such
+ * units), so strtod only sees the candidates that may. Subnormals take the
+ * loop. */
+static const uint64_t pow10u[18] = {1ull,
+                                    10ull,
+                                    100ull,
+                                    1000ull,
+                                    10000ull,
+                                    100000ull,
+                                    1000000ull,
+                                    10000000ull,
+                                    100000000ull,
+                                    1000000000ull,
+                                    10000000000ull,
+                                    100000000000ull,
+                                    1000000000000ull,
+                                    10000000000000ull,
+                                    100000000000000ull,
+                                    1000000000000000ull,
+                                    10000000000000000ull,
+                                    100000000000000000ull};
+
+/* "%.Pg" of the number dig[0].dig[1..P) * 10^x (P digits, maybe trailing
+ * zeros) after sign; returns the end */
+static char *fmt_g(char *q, const char *dig, int P, int x) {
+  int k = P;
+  while (k > 1 && dig[k - 1] == '0') k--; /* %g drops trailing zeros */
+  if (x < -4 || x >= P) {
+    *q++ = dig[0];
+    if (k > 1) {
+      *q++ = '.';
+      memcpy(q, dig + 1, (size_t)k - 1);
+      q += k - 1;
+    }
+    *q++ = 'e';
+    *q++ = x < 0 ? '-' : '+';
+    int ax = x < 0 ? -x : x;
+    if (ax >= 100) *q++ = (char)('0' + ax / 100);
+    *q++ = (char)('0' + ax / 10 % 10);
+    *q++ = (char)('0' + ax % 10);
+  } else if (x >= 0) {
+    memcpy(q, dig, (size_t)x + 1);
+    q += x + 1;
+    if (k > x + 1) {
+      *q++ = '.';
+      memcpy(q, dig + x + 1, (size_t)(k - x - 1));
+      q += k - x - 1;
+    }
+  } else {
+    *q++ = '0';
+    *q++ = '.';
+    for (int z = 0; z < -x - 1; z++) *q++ = '0';
+    memcpy(q, dig, (size_t)k);
+    q += k;
   }
+  *q = 0;
+  return q;
+}
+
+/* 5^0 .. 5^27 (5^27 < 2^64) */
+static const uint64_t pow5u[28] = {1ull,
+                                   5ull,
+                                   25ull,
+                                   125ull,
+                                   625ull,
+                                   3125ull,
+                                   15625ull,
+                                   78125ull,
+                                   390625ull,
+                                   1953125ull,
+                                   9765625ull,
+                                   48828125ull,
+                                   244140625ull,
+                                   1220703125ull,
+                                   6103515625ull,
+                                   30517578125ull,
+                                   152587890625ull,
+                                   762939453125ull,
+                                   3814697265625ull,
+                                   19073486328125ull,
+                                   95367431640625ull,
+                                   476837158203125ull,
+                                   2384185791015625ull,
+                                   11920928955078125ull,
+                                   59604644775390625ull,
+                                   298023223876953125ull,
+                                   1490116119384765625ull,
+                                   7450580596923828125ull};
+
+/* d (normal, |d| = N * 10^t exactly): the correctly rounded P-digit forms
+ * come from N's digits with ties to even, as printf rounds. A candidate
+ * further than |d| * 2^-53 (at least half an ulp) from d cannot read back. */
+static size_t fmt_exact(char *buf, char *q, double d, uint64_t N, int t) {
+  char nt[20];
+  char *dig = fp_u64_digits(nt, N);
+  int nd = (int)(nt + 20 - dig), X = nd - 1 + t;
+  for (int P = 1; P < nd && P < 17; P++) {
+    int m = nd - P; /* digits dropped: at most 19 */
+    uint64_t pw = pow10u[m > 17 ? 17 : m] * (m > 17 ? pow10u[m - 17] : 1);
+    uint64_t A = N / pw, T = N % pw, half = pw / 2, D;
+    if (T > half || (T == half && (A & 1))) {
+      A++;
+      D = pw - T;
+    } else {
+      D = T;
+    }
+    if (D > (N >> 53) + 1) continue;
+    int x = X;
+    if (A == pow10u[P]) { /* rounded up to the next power of ten */
+      A = pow10u[P - 1];
+      x++;
+    }
+    char t2[20];
+    char *s = fp_u64_digits(t2, A);
+    size_t len = (size_t)(fmt_g(q, s, P, x) - buf);
+    if (strtod(buf, NULL) == d) return len;
+  }
+  if (nd <= 17) return (size_t)(fmt_g(q, dig, nd, X) - buf); /* d itself */
+  /* "%.17g": 17 digits, rounded as above */
+  int m = nd - 17;
+  uint64_t pw = pow10u[m], A = N / pw, T = N % pw, half = pw / 2;
+  int x = X;
+  if (T > half || (T == half && (A & 1))) A++;
+  if (A == pow10u[17]) {
+    A = pow10u[16];
+    x++;
+  }
+  char t2[20];
+  return (size_t)(fmt_g(q, fp_u64_digits(t2, A), 17, x) - buf);
+}
+
+static size_t fmt_double_loop(char buf[40], double d) {
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, 40, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d) return;
+    if (strtod(buf, NULL) == d) return strlen(buf);
   }
   snprintf(buf, 40, "%.17g", d);
+  return strlen(buf);
+}
+
+size_t fp_fmt_double(char buf[40], double d) {
+  if (isnan(d) || isinf(d)) { /* strtod reads these back */
+    snprintf(buf, 40, "%s", isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
+    return strlen(buf);
+  }
+  double a = fabs(d);
+  char *q = buf;
+  if (signbit(d)) *q++ = '-';
+  if (a < 9007199254740992.0 && a == (double)(uint64_t)a) { /* an integer below 2^53 */
+    char t[20];
+    char *dig = fp_u64_digits(t, (uint64_t)a);
+    int nd = (int)(t + 20 - dig), P = nd;
+    while (P > 1 && dig[P - 1] == '0') P--;
+    return (size_t)(fmt_g(q, dig, P, nd - 1) - buf);
+  }
+  if (a < DBL_MIN) return fmt_double_loop(buf, d);
+  /* a = M * 2^k with M odd; when M * 5^-k (k < 0) or M * 2^k (k >= 0) fits
+   * in 64 bits it is a's exact decimal significand N */
+  int e2;
+  uint64_t M = (uint64_t)ldexp(frexp(a, &e2), 53), N = 0;
+  int k = e2 - 53;
+  while (!(M & 1)) {
+    M >>= 1;
+    k++;
+  }
+  if (k < 0 && -k < 28 && M <= UINT64_MAX / pow5u[-k]) N = M * pow5u[-k];
+  if (k >= 0 && k < 11 && M <= UINT64_MAX >> k) N = M << k;
+  if (N) return fmt_exact(buf, q, d, N, k < 0 ? k : 0);
+  char e[40]; /* d.dddddddddddddddde[+-]XX */
+  int n = snprintf(e, sizeof e, "%.16e", a);
+  FP_ASSERT(n >= 21 && n < (int)sizeof e && e[1] == '.' && e[18] == 'e');
+  uint64_t S = (uint64_t)(e[0] - '0');
+  for (int i = 2; i < 18; i++) S = S * 10 + (uint64_t)(e[i] - '0');
+  int X = atoi(e + 19);
+  char dig[20];
+  for (int P = 1; P <= 16; P++) {
+    uint64_t pw = pow10u[17 - P], A = S / pw, T = S % pw, half = pw / 2, D;
+    if (T == half) { /* a tie in S: the exact value decides */
+      snprintf(buf, 40, "%.*g", P, d);
+      if (strtod(buf, NULL) == d) return strlen(buf);
+      continue;
+    }
+    if (T > half) {
+      A++;
+      D = pw - T;
+    } else {
+      D = T;
+    }
+    if (D > 12) continue;
+    int x = X;
+    if (A == pow10u[P]) { /* rounded up to the next power of ten */
+      A = pow10u[P - 1];
+      x++;
+    }
+    char t[20];
+    char *s = fp_u64_digits(t, A);
+    FP_ASSERT(t + 20 - s == P);
+    memcpy(dig, s, (size_t)P);
+    size_t len = (size_t)(fmt_g(q, dig, P, x) - buf);
+    if (strtod(buf, NULL) == d) return len;
+  }
+  memcpy(dig, e, 1); /* 17 digits always read back */
+  memcpy(dig + 1, e + 2, 16);
+  return (size_t)(fmt_g(q, dig, 17, X) - buf);
 }
 
 /* ---- builder ---------------------------------------------------------------- */

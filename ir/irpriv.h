@@ -6,6 +6,8 @@
 #ifndef FP_IRPRIV_H
 #define FP_IRPRIV_H
 
+#include <string.h>
+
 #include "ir.h"
 
 /* ---- param placements (mirror fp_placement_kind in planner/front.h) ---- */
@@ -31,11 +33,66 @@ void fp_namemap_put(fp_namemap *m, const char *name, int32_t i);
 /* index, FP_NAMEMAP_DUP, or -1 when absent */
 int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len);
 
-/* shortest decimal text that reads back (strtod) as exactly d; finite d */
-void fp_fmt_double(char buf[40], double d);
+/* shortest decimal text that reads back (strtod) as exactly d: the first
+ * "%.Pg" (P = 1..17) that does; "nan", "inf", "-inf" otherwise. Returns the
+ * length of the text. */
+size_t fp_fmt_double(char buf[40], double d);
+
+/* ---- a growable string (the printer and the plan writer) --------------- */
+typedef struct fp_sbuf {
+  char *p;          /* malloc'd; NUL-terminated once anything was put */
+  size_t len, cap;
+} fp_sbuf;
+void fp_sb_grow(fp_sbuf *b, size_t n); /* room for n more bytes and a NUL */
+static inline char *fp_sb_room(fp_sbuf *b, size_t n) {
+  if (b->len + n + 1 > b->cap) fp_sb_grow(b, n);
+  return b->p + b->len;
+}
+static inline void fp_sb_putn(fp_sbuf *b, const char *s, size_t n) {
+  char *q = fp_sb_room(b, n);
+  memcpy(q, s, n);
+  b->len += n;
+  q[n] = 0;
+}
+static inline void fp_sb_puts(fp_sbuf *b, const char *s) { fp_sb_putn(b, s, strlen(s)); }
+static inline void fp_sb_putc(fp_sbuf *b, char c) {
+  char *q = fp_sb_room(b, 1);
+  q[0] = c;
+  q[1] = 0;
+  b->len++;
+}
+/* decimal digits of v into the end of t[0..20); returns where they start */
+static inline char *fp_u64_digits(char t[20], uint64_t v) {
+  char *q = t + 20;
+  do {
+    *--q = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  return q;
+}
+/* "%" PRId64 */
+static inline void fp_sb_i64(fp_sbuf *b, int64_t v) {
+  char t[21];
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  char *q = fp_u64_digits(t + 1, u);
+  if (v < 0) *--q = '-';
+  fp_sb_putn(b, q, (size_t)(t + 21 - q));
+}
+/* fp_fmt_double's text */
+static inline void fp_sb_double(fp_sbuf *b, double d) {
+  char *q = fp_sb_room(b, 40);
+  b->len += fp_fmt_double(q, d);
+}
 
 /* bare names print without quotes: [A-Za-z_][A-Za-z0-9_.:/-]* */
 bool fp_ir_name_is_bare(const char *s);
+
+/* ---- plan.json ---------------------------------------------------------- */
+/* fp_plan_read first tries a one-pass reader of plans as fp_plan_write writes
+ * them and, when it declines, reads with json-c (which locates every error).
+ * Tests clear this to compare the two. */
+extern bool fp_plan_fast_read;
+extern long fp_plan_fast_reads; /* plans the fast path took */
 
 /* ---- verifier with a locator ------------------------------------------ */
 /* what a verifier message is about */

@@ -6,10 +6,14 @@
  * exactly when their hashes agree, and ranks can compare plans by hash
  * before the first collective.
  *
- * The writer builds each value with json-c and frames the file itself, one
- * table row per line, so a plan diffs well; keys come in a fixed order,
- * integers as integers, doubles in their shortest round-trip form.
+ * The writer writes the file into one string, one table row per line, so a
+ * plan diffs well; keys come in a fixed order, integers as integers, doubles
+ * in their shortest round-trip form (the bytes are those json-c's serializer
+ * gave when the writer built json-c objects; tests/test_fmt.c checks the
+ * escaping).
  *
+ * The reader first tries a one-pass reader of plans as the writer writes them
+ * (see "the fast path" below); whatever that declines is read as follows.
  * The reader trusts nothing: the JSON is parsed strictly (fp_json_parse:
  * duplicate keys rejected), every member is type- and range-checked with an
  * error located at its JSON pointer, then the hash is recomputed and
@@ -37,236 +41,333 @@ uint64_t fp_prog_hash(const fp_prog *p) {
 }
 
 /* ---- writer ----------------------------------------------------------------- */
+/* The file is written into one string, then to f. Its bytes are what json-c's
+ * serializer gave when the values were json-c objects (JSON_C_TO_STRING_PLAIN
+ * | JSON_C_TO_STRING_NOSLASHESCAPE): members as "key":value with no spaces,
+ * integers in decimal, doubles as their text, strings escaped as below
+ * (tests/test_fmt.c compares the escaping with json-c's). */
 static const char *kind_names[] = {"persistent", "transient", NULL};
 static const char *pass_names[] = {"fwd", "bwd", NULL};
 
-static json_object *jstr(const char *s) { return json_object_new_string(s ? s : ""); }
-static json_object *jint(int64_t v) { return json_object_new_int64(v); }
+typedef struct wr {
+  fp_sbuf b;
+  bool ok;
+} wr;
 
-/* a double in its shortest round-trip text; false for inf/nan (not JSON) */
-static bool jdbl(double d, json_object **out) {
-  if (!isfinite(d)) return false;
-  char t[40];
-  if (d == 0 && signbit(d))
-    snprintf(t, sizeof t, "-0.0"); /* "-0" would read back as the integer 0 */
+#define W_LIT(w, s) fp_sb_putn(&(w)->b, "" s, sizeof(s) - 1)
+
+/* a JSON string: \" \\ \b \f \n \r \t, other bytes below 0x20 as \u00hh,
+ * everything else (also '/', 0x7f and UTF-8) as is */
+static void w_str(wr *w, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  fp_sbuf *b = &w->b;
+  if (!s) s = "";
+  fp_sb_putc(b, '"');
+  for (;;) {
+    const char *r = s;
+    while ((unsigned char)*r >= 0x20 && *r != '"' && *r != '\\') r++;
+    if (r > s) fp_sb_putn(b, s, (size_t)(r - s));
+    s = r;
+    if (!*s) break;
+    unsigned char c = (unsigned char)*s++;
+    switch (c) {
+      case '"': W_LIT(w, "\\\""); break;
+      case '\\': W_LIT(w, "\\\\"); break;
+      case '\b': W_LIT(w, "\\b"); break;
+      case '\f': W_LIT(w, "\\f"); break;
+      case '\n': W_LIT(w, "\\n"); break;
+      case '\r': W_LIT(w, "\\r"); break;
+      case '\t': W_LIT(w, "\\t"); break;
+      default: {
+        char t[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        fp_sb_putn(b, t, 6);
+      }
+    }
+  }
+  fp_sb_putc(b, '"');
+}
+
+/* members of a row: "key":value, the first one opening the object with '{' */
+#define KEY(w, first, k) fp_sb_putn(&(w)->b, (first) ? "{\"" k "\":" : ",\"" k "\":", sizeof(k) + 3)
+static void w_int(wr *w, int64_t v) { fp_sb_i64(&w->b, v); }
+static void w_bool(wr *w, bool v) {
+  if (v)
+    W_LIT(w, "true");
   else
-    fp_fmt_double(t, d);
-  *out = json_object_new_double_s(d, t);
-  return true;
+    W_LIT(w, "false");
+}
+#define M_INT(w, first, k, v) (KEY(w, first, k), w_int((w), (v)))
+#define M_STR(w, first, k, v) (KEY(w, first, k), w_str((w), (v)))
+#define M_BOOL(w, first, k, v) (KEY(w, first, k), w_bool((w), (v)))
+
+/* a double in its shortest round-trip text; false (nothing written) for
+ * inf/nan, which JSON cannot hold */
+static bool dbl_ok(double d) { return isfinite(d); }
+static void w_dbl(wr *w, double d) {
+  if (d == 0 && signbit(d))
+    W_LIT(w, "-0.0"); /* "-0" would read back as the integer 0 */
+  else
+    fp_sb_double(&w->b, d);
 }
 
-static void add(json_object *o, const char *k, json_object *v) { json_object_object_add(o, k, v); }
-
-static json_object *jregion(const fp_region *r) {
-  json_object *o = json_object_new_object();
-  add(o, "buffer", jint(r->buf));
-  add(o, "offset", jint(r->off));
-  if (r->stride) add(o, "stride", jint(r->stride));
-  if (r->tabrel) add(o, "table_relative", json_object_new_boolean(1));
-  return o;
+static void w_region(wr *w, const fp_region *r) {
+  M_INT(w, true, "buffer", r->buf);
+  M_INT(w, false, "offset", r->off);
+  if (r->stride) M_INT(w, false, "stride", r->stride);
+  if (r->tabrel) M_BOOL(w, false, "table_relative", true);
+  fp_sb_putc(&w->b, '}');
 }
 
-static json_object *jview(const fp_view *v) {
-  json_object *o = json_object_new_object();
-  add(o, "buffer", jint(v->buf));
-  add(o, "offset", jint(v->off));
-  return o;
+static void w_view(wr *w, const fp_view *v) {
+  M_INT(w, true, "buffer", v->buf);
+  M_INT(w, false, "offset", v->off);
+  fp_sb_putc(&w->b, '}');
 }
 
 static const char *dname(int t) { return t >= 0 && t < FP_NDTYPES ? fp_dtype_name((fp_dtype)t) : "?"; }
 
-static json_object *jcomm(const fp_prog *p, int32_t i, bool *ok) {
-  (void)ok;
+static void jcomm(wr *w, const fp_prog *p, int32_t i) {
   const fp_ir_comm *c = &p->comms[i];
-  json_object *o = json_object_new_object();
-  add(o, "name", jstr(c->name));
-  add(o, "size", jint(c->size));
-  add(o, "stride", jint(c->stride));
-  return o;
+  M_STR(w, true, "name", c->name);
+  M_INT(w, false, "size", c->size);
+  M_INT(w, false, "stride", c->stride);
+  fp_sb_putc(&w->b, '}');
 }
 
-static json_object *jtable(const fp_prog *p, int32_t i, bool *ok) {
-  (void)ok;
-  const fp_ir_table *t = &p->tabs[i];
-  json_object *o = json_object_new_object(), *off = json_object_new_array(), *cnt = json_object_new_array();
-  for (int64_t j = 0; j < t->n; j++) {
-    json_object_array_add(off, jint(t->off[j]));
-    json_object_array_add(cnt, jint(t->cnt[j]));
+static void w_ints(wr *w, const int64_t *v, int64_t n) {
+  fp_sb_putc(&w->b, '[');
+  for (int64_t j = 0; j < n; j++) {
+    if (j) fp_sb_putc(&w->b, ',');
+    w_int(w, v[j]);
   }
-  add(o, "name", jstr(t->name));
-  add(o, "off", off);
-  add(o, "cnt", cnt);
-  return o;
+  fp_sb_putc(&w->b, ']');
 }
 
-static json_object *jbucket(const fp_prog *p, int32_t i, bool *ok) {
-  (void)ok;
-  return jstr(p->buckets[i]);
+static void jtable(wr *w, const fp_prog *p, int32_t i) {
+  const fp_ir_table *t = &p->tabs[i];
+  M_STR(w, true, "name", t->name);
+  KEY(w, false, "off");
+  w_ints(w, t->off, t->n);
+  KEY(w, false, "cnt");
+  w_ints(w, t->cnt, t->n);
+  fp_sb_putc(&w->b, '}');
 }
 
-static json_object *jbuf(const fp_prog *p, int32_t i, bool *ok) {
+static void jbucket(wr *w, const fp_prog *p, int32_t i) { w_str(w, p->buckets[i]); }
+
+static void jbuf(wr *w, const fp_prog *p, int32_t i) {
   const fp_ir_buf *b = &p->bufs[i];
-  json_object *o = json_object_new_object();
-  add(o, "name", jstr(b->name));
-  if ((unsigned)b->kind > FP_BUF_TRANSIENT || (unsigned)b->cat >= FP_NBUFCATS) *ok = false;
-  add(o, "kind", jstr((unsigned)b->kind <= FP_BUF_TRANSIENT ? kind_names[b->kind] : "?"));
-  add(o, "category", jstr(fp_buf_cat_name(b->cat)));
-  add(o, "bucket", jint(b->bucket));
-  add(o, "host", json_object_new_boolean(b->host));
-  add(o, "bytes", jint(b->bytes));
-  add(o, "offset", jint(b->offset));
-  return o;
+  M_STR(w, true, "name", b->name);
+  if ((unsigned)b->kind > FP_BUF_TRANSIENT || (unsigned)b->cat >= FP_NBUFCATS) w->ok = false;
+  M_STR(w, false, "kind", (unsigned)b->kind <= FP_BUF_TRANSIENT ? kind_names[b->kind] : "?");
+  M_STR(w, false, "category", fp_buf_cat_name(b->cat));
+  M_INT(w, false, "bucket", b->bucket);
+  M_BOOL(w, false, "host", b->host);
+  M_INT(w, false, "bytes", b->bytes);
+  M_INT(w, false, "offset", b->offset);
+  fp_sb_putc(&w->b, '}');
 }
 
-static json_object *jmodule(const fp_prog *p, int32_t i, bool *ok) {
+static void jmodule(wr *w, const fp_prog *p, int32_t i) {
   const fp_ir_module *m = &p->mods[i];
-  json_object *o = json_object_new_object(), *f;
-  add(o, "name", jstr(m->name));
-  if (jdbl(m->flops_fwd, &f)) add(o, "flops_fwd", f); else *ok = false;
-  if (jdbl(m->flops_bwd, &f)) add(o, "flops_bwd", f); else *ok = false;
-  add(o, "activation_bytes", jint(m->activation_bytes));
-  return o;
+  M_STR(w, true, "name", m->name);
+  if (dbl_ok(m->flops_fwd)) {
+    KEY(w, false, "flops_fwd");
+    w_dbl(w, m->flops_fwd);
+  } else {
+    w->ok = false;
+  }
+  if (dbl_ok(m->flops_bwd)) {
+    KEY(w, false, "flops_bwd");
+    w_dbl(w, m->flops_bwd);
+  } else {
+    w->ok = false;
+  }
+  M_INT(w, false, "activation_bytes", m->activation_bytes);
+  fp_sb_putc(&w->b, '}');
 }
 
-static json_object *jparam(const fp_prog *p, int32_t i, bool *ok) {
+static void jparam(wr *w, const fp_prog *p, int32_t i) {
   const fp_ir_param *q = &p->params[i];
-  json_object *o = json_object_new_object(), *shape = json_object_new_array();
-  if (q->ndim < 0 || q->ndim > 8) *ok = false;
-  for (int k = 0; k < q->ndim && k < 8; k++) json_object_array_add(shape, jint(q->shape[k]));
-  if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) *ok = false;
-  add(o, "name", jstr(q->name));
-  add(o, "shape", shape);
-  add(o, "module", jint(q->module));
-  add(o, "bucket", jint(q->bucket));
-  add(o, "main_dtype", jstr(dname(q->main_dtype)));
-  add(o, "param_dtype", jstr(dname(q->param_dtype)));
-  add(o, "grad_dtype", jstr(dname(q->grad_dtype)));
-  add(o, "requires_grad", json_object_new_boolean(q->requires_grad));
-  add(o, "placement", jstr(fp_ir_placement_name(q->placement)));
-  add(o, "dim", jint(q->dim));
-  add(o, "comm", jint(q->comm));
-  add(o, "owner", jint(q->owner));
-  add(o, "table", jint(q->tab));
-  add(o, "chunk", jint(q->chunk));
-  add(o, "main", jview(&q->main));
-  add(o, "grad", jview(&q->grad));
-  add(o, "weight", jview(&q->weight));
-  add(o, "ugrad", jview(&q->ugrad));
-  return o;
+  if (q->ndim < 0 || q->ndim > 8) w->ok = false;
+  if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) w->ok = false;
+  M_STR(w, true, "name", q->name);
+  KEY(w, false, "shape");
+  w_ints(w, q->shape, q->ndim < 0 ? 0 : q->ndim > 8 ? 8 : q->ndim);
+  M_INT(w, false, "module", q->module);
+  M_INT(w, false, "bucket", q->bucket);
+  M_STR(w, false, "main_dtype", dname(q->main_dtype));
+  M_STR(w, false, "param_dtype", dname(q->param_dtype));
+  M_STR(w, false, "grad_dtype", dname(q->grad_dtype));
+  M_BOOL(w, false, "requires_grad", q->requires_grad);
+  M_STR(w, false, "placement", fp_ir_placement_name(q->placement));
+  M_INT(w, false, "dim", q->dim);
+  M_INT(w, false, "comm", q->comm);
+  M_INT(w, false, "owner", q->owner);
+  M_INT(w, false, "table", q->tab);
+  M_INT(w, false, "chunk", q->chunk);
+  KEY(w, false, "main");
+  w_view(w, &q->main);
+  KEY(w, false, "grad");
+  w_view(w, &q->grad);
+  KEY(w, false, "weight");
+  w_view(w, &q->weight);
+  KEY(w, false, "ugrad");
+  w_view(w, &q->ugrad);
+  fp_sb_putc(&w->b, '}');
 }
 
-static json_object *jseg(const fp_prog *p, int32_t i, bool *ok) {
+static void jseg(wr *w, const fp_prog *p, int32_t i) {
   const fp_seg *s = &p->segs[i];
-  json_object *o = json_object_new_object();
-  if ((unsigned)s->kind >= FP_NSEGKINDS) *ok = false;
-  add(o, "kind", jstr(fp_seg_name(s->kind)));
-  add(o, "module", jint(s->module));
-  add(o, "micro", jint(s->micro));
-  add(o, "first", jint(s->first));
-  add(o, "count", jint(s->nops));
-  return o;
+  if ((unsigned)s->kind >= FP_NSEGKINDS) w->ok = false;
+  M_STR(w, true, "kind", fp_seg_name(s->kind));
+  M_INT(w, false, "module", s->module);
+  M_INT(w, false, "micro", s->micro);
+  M_INT(w, false, "first", s->first);
+  M_INT(w, false, "count", s->nops);
+  fp_sb_putc(&w->b, '}');
 }
 
-static json_object *jlive(const fp_prog *p, int32_t i, bool *ok) {
-  (void)ok;
+static void jlive(wr *w, const fp_prog *p, int32_t i) {
   const fp_ir_live *l = &p->lives[i];
-  json_object *o = json_object_new_object();
-  add(o, "buffer", jint(l->buf));
-  add(o, "first", jint(l->first));
-  add(o, "last", jint(l->last));
-  return o;
+  M_INT(w, true, "buffer", l->buf);
+  M_INT(w, false, "first", l->first);
+  M_INT(w, false, "last", l->last);
+  fp_sb_putc(&w->b, '}');
 }
 
 static bool reg_empty(const fp_region *r) { return r->buf == -1 && !r->tabrel && !r->off && !r->stride; }
 
-static json_object *jop(const fp_prog *p, int32_t i, bool *ok) {
+static void jop(wr *w, const fp_prog *p, int32_t i) {
   const fp_op *op = &p->ops[i];
-  json_object *o = json_object_new_object(), *f;
   if ((unsigned)op->code >= FP_NOPS || (unsigned)op->stream >= FP_NSTREAMS || !(op->dtype >= 0 && op->dtype < FP_NDTYPES) ||
       !(op->sdtype >= 0 && op->sdtype < FP_NDTYPES) || (unsigned)op->pass > FP_PASS_BWD) {
-    *ok = false;
-    return o;
+    w->ok = false;
+    W_LIT(w, "{}");
+    return;
   }
-  add(o, "op", jstr(fp_op_name(op->code)));
-  add(o, "stream", jstr(fp_stream_name(op->stream)));
-  add(o, "dtype", jstr(fp_dtype_name(op->dtype)));
-  if (op->sdtype != op->dtype) add(o, "sdtype", jstr(fp_dtype_name(op->sdtype)));
-  add(o, "count", jint(op->count));
-  if (!reg_empty(&op->dst)) add(o, "dst", jregion(&op->dst));
-  if (!reg_empty(&op->src)) add(o, "src", jregion(&op->src));
-  if (!reg_empty(&op->aux)) add(o, "aux", jregion(&op->aux));
-  if (op->comm != -1) add(o, "comm", jint(op->comm));
-  if (op->tab != -1) add(o, "table", jint(op->tab));
-  if (op->root != -1) add(o, "root", jint(op->root));
-  if (op->only != -1) add(o, "only", jint(op->only));
-  if (op->only_comm != -1) add(o, "only_comm", jint(op->only_comm));
-  if (op->event != -1) add(o, "event", jint(op->event));
-  if (op->module != -1) add(o, "module", jint(op->module));
-  if (op->pass != FP_PASS_FWD) add(o, "pass", jstr(pass_names[op->pass]));
+  M_STR(w, true, "op", fp_op_name(op->code));
+  M_STR(w, false, "stream", fp_stream_name(op->stream));
+  M_STR(w, false, "dtype", fp_dtype_name(op->dtype));
+  if (op->sdtype != op->dtype) M_STR(w, false, "sdtype", fp_dtype_name(op->sdtype));
+  M_INT(w, false, "count", op->count);
+  if (!reg_empty(&op->dst)) {
+    KEY(w, false, "dst");
+    w_region(w, &op->dst);
+  }
+  if (!reg_empty(&op->src)) {
+    KEY(w, false, "src");
+    w_region(w, &op->src);
+  }
+  if (!reg_empty(&op->aux)) {
+    KEY(w, false, "aux");
+    w_region(w, &op->aux);
+  }
+  if (op->comm != -1) M_INT(w, false, "comm", op->comm);
+  if (op->tab != -1) M_INT(w, false, "table", op->tab);
+  if (op->root != -1) M_INT(w, false, "root", op->root);
+  if (op->only != -1) M_INT(w, false, "only", op->only);
+  if (op->only_comm != -1) M_INT(w, false, "only_comm", op->only_comm);
+  if (op->event != -1) M_INT(w, false, "event", op->event);
+  if (op->module != -1) M_INT(w, false, "module", op->module);
+  if (op->pass != FP_PASS_FWD) M_STR(w, false, "pass", pass_names[op->pass]);
   if (op->alpha != 0 || signbit(op->alpha)) {
-    if (jdbl(op->alpha, &f)) add(o, "alpha", f); else *ok = false;
-  }
-  if (op->rows != 1) add(o, "rows", jint(op->rows));
-  if (op->dpitch) add(o, "dpitch", jint(op->dpitch));
-  if (op->spitch) add(o, "spitch", jint(op->spitch));
-  if (op->bucket != -1) add(o, "bucket", jint(op->bucket));
-  if (op->group != -1) add(o, "group", jint(op->group));
-  if (op->nuses > 0) {
-    if (op->uses < 0 || op->uses > p->nuses - op->nuses) {
-      *ok = false;
+    if (dbl_ok(op->alpha)) {
+      KEY(w, false, "alpha");
+      w_dbl(w, op->alpha);
     } else {
-      json_object *u = json_object_new_array();
-      for (int32_t k = 0; k < op->nuses; k++) json_object_array_add(u, jint(p->uses[op->uses + k]));
-      add(o, "uses", u);
+      w->ok = false;
     }
   }
-  return o;
+  if (op->rows != 1) M_INT(w, false, "rows", op->rows);
+  if (op->dpitch) M_INT(w, false, "dpitch", op->dpitch);
+  if (op->spitch) M_INT(w, false, "spitch", op->spitch);
+  if (op->bucket != -1) M_INT(w, false, "bucket", op->bucket);
+  if (op->group != -1) M_INT(w, false, "group", op->group);
+  if (op->nuses > 0) {
+    if (op->uses < 0 || op->uses > p->nuses - op->nuses) {
+      w->ok = false;
+    } else {
+      KEY(w, false, "uses");
+      fp_sb_putc(&w->b, '[');
+      for (int32_t k = 0; k < op->nuses; k++) {
+        if (k) fp_sb_putc(&w->b, ',');
+        w_int(w, p->uses[op->uses + k]);
+      }
+      fp_sb_putc(&w->b, ']');
+    }
+  }
+  fp_sb_putc(&w->b, '}');
+}
+
+/* ",\n  \"key\": " */
+static void w_member(wr *w, const char *key, bool first) {
+  if (!first) fp_sb_putc(&w->b, ',');
+  W_LIT(w, "\n  \"");
+  fp_sb_puts(&w->b, key);
+  W_LIT(w, "\": ");
 }
 
 /* "  \"key\": [\n    row,\n    row\n  ]" */
-static void write_array(FILE *f, const char *key, const fp_prog *p, int32_t n, bool *ok,
-                        json_object *(*row)(const fp_prog *, int32_t, bool *)) {
-  fprintf(f, ",\n  \"%s\": [", key);
+static void write_array(wr *w, const char *key, const fp_prog *p, int32_t n,
+                        void (*row)(wr *, const fp_prog *, int32_t)) {
+  w_member(w, key, false);
+  fp_sb_putc(&w->b, '[');
   for (int32_t i = 0; i < n; i++) {
-    json_object *o = row(p, i, ok);
-    fprintf(f, "%s\n    %s", i ? "," : "", json_object_to_json_string_ext(o, JFLAGS));
-    json_object_put(o);
+    if (i)
+      W_LIT(w, ",\n    ");
+    else
+      W_LIT(w, "\n    ");
+    row(w, p, i);
   }
-  fprintf(f, n ? "\n  ]" : "]");
+  if (n)
+    W_LIT(w, "\n  ]");
+  else
+    fp_sb_putc(&w->b, ']');
 }
 
-static void write_member(FILE *f, const char *key, json_object *v, bool first) {
-  fprintf(f, "%s\n  \"%s\": %s", first ? "" : ",", key, json_object_to_json_string_ext(v, JFLAGS));
-  json_object_put(v);
+static void write_str(wr *w, const char *key, const char *v, bool first) {
+  w_member(w, key, first);
+  w_str(w, v);
+}
+
+static void write_int(wr *w, const char *key, int64_t v) {
+  w_member(w, key, false);
+  w_int(w, v);
 }
 
 bool fp_plan_write(const fp_prog *p, FILE *f) {
-  bool ok = true;
+  wr w = {.ok = true};
   char hash[40];
   snprintf(hash, sizeof hash, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
-  fputc('{', f);
-  write_member(f, "format", jstr(PLAN_FORMAT), true);
-  write_member(f, "planner_version", jstr(FP_VERSION), false);
-  write_member(f, "hash", jstr(hash), false);
-  if (p->model) write_member(f, "model", jstr(p->model), false);
-  if (p->strategy) write_member(f, "strategy", jstr(p->strategy), false);
-  write_member(f, "world_size", jint(p->world_size), false);
-  write_member(f, "ranks_per_node", jint(p->ranks_per_node), false);
-  write_member(f, "grad_accumulation", jint(p->grad_accumulation), false);
-  write_member(f, "arena_bytes", jint(p->arena_bytes), false);
-  write_member(f, "host_bytes", jint(p->host_bytes), false);
-  write_member(f, "events", jint(p->nevents), false);
-  write_array(f, "comms", p, p->ncomms, &ok, jcomm);
-  write_array(f, "tables", p, p->ntabs, &ok, jtable);
-  write_array(f, "buckets", p, p->nbuckets, &ok, jbucket);
-  write_array(f, "buffers", p, p->nbufs, &ok, jbuf);
-  write_array(f, "lives", p, p->nlives, &ok, jlive);
-  write_array(f, "modules", p, p->nmods, &ok, jmodule);
-  write_array(f, "params", p, p->nparams, &ok, jparam);
-  write_array(f, "segments", p, p->nsegs, &ok, jseg);
-  write_array(f, "ops", p, p->nops, &ok, jop);
-  fputs("\n}\n", f);
-  return ok && !ferror(f);
+  /* about 130 bytes per op: one allocation for most plans */
+  fp_sb_room(&w.b, 4096 + (size_t)(p->nops > 0 ? p->nops : 0) * 160 + (size_t)(p->nbufs > 0 ? p->nbufs : 0) * 128 +
+                       (size_t)(p->nparams > 0 ? p->nparams : 0) * 512);
+  fp_sb_putc(&w.b, '{');
+  write_str(&w, "format", PLAN_FORMAT, true);
+  write_str(&w, "planner_version", FP_VERSION, false);
+  write_str(&w, "hash", hash, false);
+  if (p->model) write_str(&w, "model", p->model, false);
+  if (p->strategy) write_str(&w, "strategy", p->strategy, false);
+  write_int(&w, "world_size", p->world_size);
+  write_int(&w, "ranks_per_node", p->ranks_per_node);
+  write_int(&w, "grad_accumulation", p->grad_accumulation);
+  write_int(&w, "arena_bytes", p->arena_bytes);
+  write_int(&w, "host_bytes", p->host_bytes);
+  write_int(&w, "events", p->nevents);
+  write_array(&w, "comms", p, p->ncomms, jcomm);
+  write_array(&w, "tables", p, p->ntabs, jtable);
+  write_array(&w, "buckets", p, p->nbuckets, jbucket);
+  write_array(&w, "buffers", p, p->nbufs, jbuf);
+  write_array(&w, "lives", p, p->nlives, jlive);
+  write_array(&w, "modules", p, p->nmods, jmodule);
+  write_array(&w, "params", p, p->nparams, jparam);
+  write_array(&w, "segments", p, p->nsegs, jseg);
+  write_array(&w, "ops", p, p->nops, jop);
+  W_LIT(&w, "\n}\n");
+  bool ok = fwrite(w.b.p, 1, w.b.len, f) == w.b.len;
+  free(w.b.p);
+  return w.ok && ok && !ferror(f);
 }
 
 /* ---- reader ----------------------------------------------------------------- */
@@ -730,7 +831,7 @@ static void report_json(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
   fp_diag_json(l->d, l->src, ptr, "%s", msg);
 }
 
-fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) {
+static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
   fp_jctx jc = {a, d, src};
   rd r = {.a = a, .d = d, .src = src};
   fp_prog *p = NULL;
@@ -783,3 +884,583 @@ fail:
   json_object_put(root);
   return NULL;
 }
+
+/* ---- reader: the fast path --------------------------------------------------- */
+/* A plan as fp_plan_write writes it is read without json-c: one pass over
+ * the text, building the program as it goes. It accepts a strict subset of
+ * what the reader above accepts and builds the same program from it; on
+ * anything else - any syntax error, escape or non-ASCII byte in a string,
+ * null, an integer of more than 18 digits, top-level members out of the
+ * writer's order, a duplicate or unknown member, a wrong type, a value out of
+ * range, a hash mismatch - it gives up without a word, and the reader above
+ * reads the file again and reports what it finds. */
+bool fp_plan_fast_read = true;
+long fp_plan_fast_reads;
+
+typedef struct fr {
+  const char *s, *end;
+  fp_arena *a;
+  fp_prog *p;
+  int64_t *tab; /* scratch for table rows */
+  int64_t captab;
+} fr;
+
+static void ws(fr *f) {
+  while (*f->s == ' ' || *f->s == '\n' || *f->s == '\t' || *f->s == '\r') f->s++;
+}
+
+static bool lit(fr *f, char c) {
+  ws(f);
+  if (*f->s != c) return false;
+  f->s++;
+  return true;
+}
+
+/* a string of printable ASCII without escapes: [*str, *str + *len) in the text */
+static bool fstr(fr *f, const char **str, size_t *len) {
+  ws(f);
+  if (*f->s != '"') return false;
+  const char *b = ++f->s, *q = b;
+  while ((unsigned char)*q >= 0x20 && (unsigned char)*q < 0x7f && *q != '"' && *q != '\\') q++;
+  if (*q != '"') return false;
+  *str = b;
+  *len = (size_t)(q - b);
+  f->s = q + 1;
+  return true;
+}
+
+static bool fstr_dup(fr *f, const char **out) {
+  const char *s;
+  size_t n;
+  if (!fstr(f, &s, &n)) return false;
+  *out = fp_strndup(f->a, s, n);
+  return true;
+}
+
+/* an integer token of at most 18 digits, in [min, max] */
+static bool fint(fr *f, int64_t min, int64_t max, int64_t *out) {
+  ws(f);
+  const char *q = f->s;
+  bool neg = *q == '-';
+  if (neg) q++;
+  const char *d0 = q;
+  uint64_t v = 0;
+  while (*q >= '0' && *q <= '9') v = v * 10 + (uint64_t)(*q++ - '0');
+  size_t nd = (size_t)(q - d0);
+  if (nd == 0 || nd > 18 || (*d0 == '0' && (nd > 1 || neg)) || *q == '.' || *q == 'e' || *q == 'E') return false;
+  int64_t x = neg ? -(int64_t)v : (int64_t)v;
+  if (x < min || x > max) return false;
+  *out = x;
+  f->s = q;
+  return true;
+}
+
+static bool fi32(fr *f, int32_t min, int32_t *out) {
+  int64_t x;
+  if (!fint(f, min, INT32_MAX, &x)) return false;
+  *out = (int32_t)x;
+  return true;
+}
+
+/* a finite number: an integer token or a JSON number read with strtod */
+static bool fdbl(fr *f, double *out) {
+  ws(f);
+  const char *b = f->s, *q = b;
+  if (*q == '-') q++;
+  if (*q == '0')
+    q++;
+  else if (*q >= '1' && *q <= '9')
+    while (*q >= '0' && *q <= '9') q++;
+  else
+    return false;
+  if (*q != '.' && *q != 'e') {
+    int64_t v;
+    if (!fint(f, INT64_MIN, INT64_MAX, &v)) return false;
+    *out = (double)v;
+    return true;
+  }
+  if (*q == '.') {
+    q++;
+    if (!(*q >= '0' && *q <= '9')) return false;
+    while (*q >= '0' && *q <= '9') q++;
+  }
+  if (*q == 'e') {
+    q++;
+    if (*q == '+' || *q == '-') q++;
+    if (!(*q >= '0' && *q <= '9')) return false;
+    while (*q >= '0' && *q <= '9') q++;
+  }
+  char *e;
+  double x = strtod(b, &e);
+  if (e != q || !isfinite(x)) return false;
+  *out = x;
+  f->s = q;
+  return true;
+}
+
+static bool fbool(fr *f, bool *out) {
+  ws(f);
+  if (!strncmp(f->s, "true", 4)) {
+    f->s += 4;
+    *out = true;
+    return true;
+  }
+  if (!strncmp(f->s, "false", 5)) {
+    f->s += 5;
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+/* one of n names */
+static bool fenum(fr *f, const char *(*name)(int), int n, int *out) {
+  const char *s;
+  size_t len;
+  if (!fstr(f, &s, &len)) return false;
+  for (int i = 0; i < n; i++) {
+    const char *nm = name(i);
+    if (nm[0] == s[0] && !strncmp(nm, s, len) && !nm[len]) {
+      *out = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* the next member's key of an object, by its index in allowed (NULL-
+ * terminated, at most 32); false at a key not there or seen before (*seen) */
+static bool fkey(fr *f, const char *const *allowed, uint32_t *seen, int *k) {
+  const char *s;
+  size_t len;
+  if (!fstr(f, &s, &len) || !lit(f, ':')) return false;
+  for (int i = 0; allowed[i]; i++)
+    if (allowed[i][0] == s[0] && !strncmp(allowed[i], s, len) && !allowed[i][len]) {
+      if (*seen >> i & 1) return false;
+      *seen |= 1u << i;
+      *k = i;
+      return true;
+    }
+  return false;
+}
+
+/* "{" member ("," member)* "}" or "{}"; member(f, ctx, k) reads the value
+ * of allowed[k]; then every bit of req must be in *seen */
+static bool fobj(fr *f, const char *const *allowed, uint32_t req, uint32_t *seen,
+                 bool (*member)(fr *, void *, int), void *ctx) {
+  *seen = 0;
+  if (!lit(f, '{')) return false;
+  if (!lit(f, '}')) {
+    do {
+      int k;
+      if (!fkey(f, allowed, seen, &k) || !member(f, ctx, k)) return false;
+    } while (lit(f, ','));
+    if (!lit(f, '}')) return false;
+  }
+  return (*seen & req) == req;
+}
+
+/* "[" elem ("," elem)* "]" or "[]"; elem(f, ctx, i) */
+static bool farr(fr *f, bool (*elem)(fr *, void *, int64_t), void *ctx) {
+  if (!lit(f, '[')) return false;
+  if (lit(f, ']')) return true;
+  int64_t i = 0;
+  do {
+    if (i >= INT32_MAX - 1 || !elem(f, ctx, i++)) return false;
+  } while (lit(f, ','));
+  return lit(f, ']');
+}
+
+/* comms */
+static const char *const a_comm[] = {"name", "size", "stride", NULL};
+typedef struct { const char *name; int64_t size, stride; } f_comm;
+static bool m_comm(fr *f, void *ctx, int k) {
+  f_comm *c = ctx;
+  return k == 0 ? fstr_dup(f, &c->name) : fint(f, INT64_MIN, INT64_MAX, k == 1 ? &c->size : &c->stride);
+}
+static bool e_comm(fr *f, void *ctx, int64_t i) {
+  (void)ctx, (void)i;
+  f_comm c;
+  uint32_t seen;
+  if (!fobj(f, a_comm, 7, &seen, m_comm, &c)) return false;
+  fp_ir_comm_add(f->p, c.name, c.size, c.stride);
+  return true;
+}
+
+/* tables: the rows go to f->tab (off, then cnt after them) */
+static const char *const a_table[] = {"name", "off", "cnt", NULL};
+typedef struct { const char *name; int64_t noff, ncnt; bool offfirst; } f_table;
+static bool m_table(fr *f, void *ctx, int k) {
+  f_table *t = ctx;
+  if (k == 0) return fstr_dup(f, &t->name);
+  /* off is read first, then cnt (else the slow path takes it) */
+  if (k == 1 ? t->ncnt >= 0 : t->noff < 0) return false;
+  int64_t base = k == 1 ? 0 : t->noff, n = 0;
+  if (!lit(f, '[')) return false;
+  if (!lit(f, ']')) {
+    do {
+      if (base + n >= INT32_MAX - 1) return false;
+      f->tab = fp_grow(f->a, f->tab, &f->captab, base + n + 1, sizeof *f->tab);
+      if (!fint(f, INT64_MIN, INT64_MAX, &f->tab[base + n])) return false;
+      n++;
+    } while (lit(f, ','));
+    if (!lit(f, ']')) return false;
+  }
+  if (k == 1)
+    t->noff = n;
+  else
+    t->ncnt = n;
+  return true;
+}
+static bool e_table(fr *f, void *ctx, int64_t i) {
+  (void)ctx, (void)i;
+  f_table t = {NULL, -1, -1, true};
+  uint32_t seen;
+  if (!fobj(f, a_table, 7, &seen, m_table, &t) || t.noff != t.ncnt) return false;
+  fp_ir_table_add(f->p, t.name, t.noff, f->tab, f->tab + t.noff);
+  return true;
+}
+
+/* buckets */
+static bool e_bucket(fr *f, void *ctx, int64_t i) {
+  (void)ctx, (void)i;
+  const char *name;
+  if (!fstr_dup(f, &name)) return false;
+  fp_ir_bucket_add(f->p, name);
+  return true;
+}
+
+/* buffers */
+static const char *const a_buf[] = {"name", "kind", "category", "bucket", "host", "bytes", "offset", NULL};
+typedef struct { const char *name; int kind, cat; int32_t bucket; bool host; int64_t bytes, offset; } f_buf;
+static bool m_buf(fr *f, void *ctx, int k) {
+  f_buf *b = ctx;
+  switch (k) {
+    case 0: return fstr_dup(f, &b->name);
+    case 1: return fenum(f, n_kind, 2, &b->kind);
+    case 2: return fenum(f, fp_buf_cat_name, FP_NBUFCATS, &b->cat);
+    case 3: return fi32(f, -1, &b->bucket);
+    case 4: return fbool(f, &b->host);
+    case 5: return fint(f, INT64_MIN, INT64_MAX, &b->bytes);
+    default: return fint(f, INT64_MIN, INT64_MAX, &b->offset);
+  }
+}
+static bool e_buf(fr *f, void *ctx, int64_t i) {
+  (void)ctx, (void)i;
+  f_buf b = {.bucket = -1};
+  uint32_t seen;
+  if (!fobj(f, a_buf, 0x67, &seen, m_buf, &b)) return false;
+  int k = fp_ir_buf_add(f->p, b.name, (fp_buf_kind)b.kind, (fp_buf_cat)b.cat, b.bucket, b.bytes);
+  f->p->bufs[k].host = b.host;
+  f->p->bufs[k].offset = b.offset;
+  return true;
+}
+
+/* lives */
+static const char *const a_live[] = {"buffer", "first", "last", NULL};
+static bool m_live(fr *f, void *ctx, int k) { return fi32(f, INT32_MIN, (int32_t *)ctx + k); }
+static bool e_live(fr *f, void *ctx, int64_t i) {
+  (void)ctx, (void)i;
+  int32_t v[3] = {0, 0, 0};
+  uint32_t seen;
+  if (!fobj(f, a_live, 7, &seen, m_live, v)) return false;
+  fp_ir_buf_live(f->p, v[0], v[1], v[2]);
+  return true;
+}
+
+/* modules */
+static const char *const a_mod[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
+typedef struct { const char *name; double ff, fb; int64_t act; } f_mod;
+static bool m_mod(fr *f, void *ctx, int k) {
+  f_mod *m = ctx;
+  switch (k) {
+    case 0: return fstr_dup(f, &m->name);
+    case 1: return fdbl(f, &m->ff);
+    case 2: return fdbl(f, &m->fb);
+    default: return fint(f, INT64_MIN, INT64_MAX, &m->act);
+  }
+}
+static bool e_mod(fr *f, void *ctx, int64_t i) {
+  (void)ctx, (void)i;
+  f_mod m;
+  uint32_t seen;
+  if (!fobj(f, a_mod, 15, &seen, m_mod, &m)) return false;
+  fp_ir_module_add(f->p, m.name, m.ff, m.fb, m.act);
+  return true;
+}
+
+/* regions and views: {"buffer", "offset"[, "stride", "table_relative"]} */
+static const char *const a_region[] = {"buffer", "offset", "stride", "table_relative", NULL};
+static bool m_region(fr *f, void *ctx, int k) {
+  fp_region *r = ctx;
+  switch (k) {
+    case 0: return fi32(f, -1, &r->buf);
+    case 1: return fint(f, INT64_MIN, INT64_MAX, &r->off);
+    case 2: return fint(f, INT64_MIN, INT64_MAX, &r->stride);
+    default: return fbool(f, &r->tabrel);
+  }
+}
+static bool fregion(fr *f, fp_region *r) {
+  uint32_t seen;
+  return fobj(f, a_region, 3, &seen, m_region, r);
+}
+static bool fview(fr *f, fp_view *v) {
+  fp_region r = {v->buf, false, v->off, 0};
+  uint32_t seen;
+  if (!fobj(f, a_region, 3, &seen, m_region, &r) || (seen & ~3u)) return false;
+  v->buf = r.buf;
+  v->off = r.off;
+  return true;
+}
+
+/* params */
+static const char *const a_param[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
+                                      "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
+                                      "main",  "grad",   "weight", "ugrad",  NULL};
+static bool m_param(fr *f, void *ctx, int k) {
+  fp_ir_param *q = ctx;
+  int e;
+  switch (k) {
+    case 0: return fstr_dup(f, &q->name);
+    case 1: {
+      if (!lit(f, '[')) return false;
+      q->ndim = 0;
+      if (lit(f, ']')) return true;
+      do {
+        if (q->ndim == 8 || !fint(f, INT64_MIN, INT64_MAX, &q->shape[q->ndim])) return false;
+        q->ndim++;
+      } while (lit(f, ','));
+      return lit(f, ']');
+    }
+    case 2: return fi32(f, -1, &q->module);
+    case 3: return fi32(f, -1, &q->bucket);
+    case 4: case 5: case 6:
+      if (!fenum(f, n_dtype, FP_NDTYPES, &e)) return false;
+      *(k == 4 ? &q->main_dtype : k == 5 ? &q->param_dtype : &q->grad_dtype) = (fp_dtype)e;
+      return true;
+    case 7: return fbool(f, &q->requires_grad);
+    case 8: return fenum(f, fp_ir_placement_name, FP_IR_NPLACEMENTS, &q->placement);
+    case 9: return fi32(f, INT32_MIN, &q->dim);
+    case 10: return fi32(f, -1, &q->comm);
+    case 11: return fint(f, INT64_MIN, INT64_MAX, &q->owner);
+    case 12: return fi32(f, -1, &q->tab);
+    case 13: return fint(f, INT64_MIN, INT64_MAX, &q->chunk);
+    case 14: return fview(f, &q->main);
+    case 15: return fview(f, &q->grad);
+    case 16: return fview(f, &q->weight);
+    default: return fview(f, &q->ugrad);
+  }
+}
+static bool e_param(fr *f, void *ctx, int64_t i) {
+  (void)ctx, (void)i;
+  fp_ir_param q;
+  memset(&q, 0, sizeof q);
+  uint32_t seen;
+  if (!fobj(f, a_param, 0x3ffff, &seen, m_param, &q)) return false;
+  *fp_ir_param_add(f->p) = q;
+  return true;
+}
+
+/* segments: kept until the ops come */
+static const char *const a_seg[] = {"kind", "module", "micro", "first", "count", NULL};
+typedef struct { int kind; int32_t module, micro; int64_t first, count; } f_seg;
+typedef struct { f_seg *v; int64_t n, cap; int64_t next; } f_segs;
+static bool m_seg(fr *f, void *ctx, int k) {
+  f_seg *s = ctx;
+  switch (k) {
+    case 0: return fenum(f, fp_seg_name, FP_NSEGKINDS, &s->kind);
+    case 1: return fi32(f, -1, &s->module);
+    case 2: return fi32(f, INT32_MIN, &s->micro);
+    case 3: return fint(f, 0, INT32_MAX, &s->first);
+    default: return fint(f, 0, INT32_MAX, &s->count);
+  }
+}
+static bool e_seg(fr *f, void *ctx, int64_t i) {
+  f_segs *ss = ctx;
+  f_seg s;
+  uint32_t seen;
+  if (!fobj(f, a_seg, 31, &seen, m_seg, &s) || s.first != ss->next) return false;
+  ss->v = fp_grow(f->a, ss->v, &ss->cap, i + 1, sizeof *ss->v);
+  ss->v[i] = s;
+  ss->n = i + 1;
+  ss->next = s.first + s.count;
+  return true;
+}
+
+/* ops */
+static const char *const a_op[] = {"op",     "stream", "dtype", "sdtype", "count", "dst",   "src",
+                                   "aux",    "comm",   "table", "root",   "only",  "only_comm", "event",
+                                   "module", "pass",   "alpha", "rows",   "dpitch", "spitch", "bucket",
+                                   "group",  "uses",   NULL};
+typedef struct {
+  fp_op o;       /* fields as read (code, stream, dtype are ints below) */
+  int code, stream, dt, sdt, pass;
+  int32_t *uses;
+  int64_t nuses, capuses;
+} f_op;
+static bool m_op(fr *f, void *ctx, int k) {
+  f_op *x = ctx;
+  fp_op *o = &x->o;
+  switch (k) {
+    case 0: return fenum(f, n_op, FP_NOPS, &x->code);
+    case 1: return fenum(f, fp_stream_name, FP_NSTREAMS, &x->stream);
+    case 2: return fenum(f, n_dtype, FP_NDTYPES, &x->dt);
+    case 3: return fenum(f, n_dtype, FP_NDTYPES, &x->sdt);
+    case 4: return fint(f, INT64_MIN, INT64_MAX, &o->count);
+    case 5: return fregion(f, &o->dst);
+    case 6: return fregion(f, &o->src);
+    case 7: return fregion(f, &o->aux);
+    case 8: return fi32(f, -1, &o->comm);
+    case 9: return fi32(f, -1, &o->tab);
+    case 10: return fi32(f, INT32_MIN, &o->root);
+    case 11: return fi32(f, INT32_MIN, &o->only);
+    case 12: return fi32(f, -1, &o->only_comm);
+    case 13: return fi32(f, -1, &o->event);
+    case 14: return fi32(f, -1, &o->module);
+    case 15: return fenum(f, n_pass, 2, &x->pass);
+    case 16: return fdbl(f, &o->alpha);
+    case 17: return fint(f, INT64_MIN, INT64_MAX, &o->rows);
+    case 18: return fint(f, INT64_MIN, INT64_MAX, &o->dpitch);
+    case 19: return fint(f, INT64_MIN, INT64_MAX, &o->spitch);
+    case 20: return fi32(f, -1, &o->bucket);
+    case 21: return fi32(f, INT32_MIN, &o->group);
+    default: {
+      if (!lit(f, '[')) return false;
+      x->nuses = 0;
+      if (lit(f, ']')) return true;
+      do {
+        int64_t v;
+        if (x->nuses >= INT32_MAX - 1 || !fint(f, INT32_MIN, INT32_MAX, &v)) return false;
+        x->uses = fp_grow(f->a, x->uses, &x->capuses, x->nuses + 1, sizeof *x->uses);
+        x->uses[x->nuses++] = (int32_t)v;
+      } while (lit(f, ','));
+      return lit(f, ']');
+    }
+  }
+}
+typedef struct { f_segs *segs; int64_t seg; f_op x; } f_ops;
+static bool e_op(fr *f, void *ctx, int64_t i) {
+  f_ops *os = ctx;
+  fp_prog *p = f->p;
+  /* segments that start here (empty ones too) open before the op */
+  while (os->seg < os->segs->n && os->segs->v[os->seg].first == i) {
+    const f_seg *s = &os->segs->v[os->seg++];
+    fp_ir_seg_begin(p, (fp_seg_kind)s->kind, s->module, s->micro);
+  }
+  if (os->seg == 0 || i >= os->segs->next) return false; /* not in a segment */
+  f_op *x = &os->x;
+  fp_op *o = &x->o;
+  /* the defaults of fp_ir_emit and of the reader */
+  o->count = 0;
+  o->dst = o->src = o->aux = fp_noreg();
+  o->comm = o->tab = o->root = o->only = o->only_comm = o->event = o->module = o->bucket = o->group = -1;
+  o->alpha = 0;
+  o->rows = 1;
+  o->dpitch = o->spitch = 0;
+  x->sdt = -1;
+  x->pass = FP_PASS_FWD;
+  x->nuses = -1;
+  uint32_t seen;
+  if (!fobj(f, a_op, 0x17, &seen, m_op, x)) return false;
+  fp_op *op = fp_ir_emit(p, (fp_opcode)x->code, (fp_stream)x->stream, (fp_dtype)x->dt, o->count);
+  if (x->sdt >= 0) op->sdtype = (fp_dtype)x->sdt;
+  op->pass = (fp_pass)x->pass;
+  if (x->nuses >= 0) {
+    if (p->nuses > INT32_MAX - x->nuses) return false;
+    fp_ir_op_uses(p, op, x->uses, (int)x->nuses);
+  }
+  op->dst = o->dst;
+  op->src = o->src;
+  op->aux = o->aux;
+  op->comm = o->comm;
+  op->tab = o->tab;
+  op->root = o->root;
+  op->only = o->only;
+  op->only_comm = o->only_comm;
+  op->event = o->event;
+  op->module = o->module;
+  op->alpha = o->alpha;
+  op->rows = o->rows;
+  op->dpitch = o->dpitch;
+  op->spitch = o->spitch;
+  op->bucket = o->bucket;
+  op->group = o->group;
+  return true;
+}
+
+static const char *const a_root[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
+                                     "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
+                                     "comms", "tables", "buckets", "buffers", "lives", "modules", "params", "segments",
+                                     "ops", NULL};
+
+/* the program, or NULL: not taken */
+static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
+  if (!src->text || src->len > (size_t)INT32_MAX - 1) return NULL;
+  fr f = {.s = src->text, .end = src->text + src->len, .a = a};
+  fp_prog *p = f.p = fp_prog_new(a);
+  f_segs segs = {0};
+  f_ops ops = {.segs = &segs};
+  const char *hash = NULL;
+  size_t hashlen = 0;
+  uint32_t seen = 0;
+  int last = -1;
+  if (!lit(&f, '{')) return NULL;
+  do {
+    const char *s;
+    size_t n;
+    int k = -1;
+    if (!fstr(&f, &s, &n) || !lit(&f, ':')) return NULL;
+    for (int i = last + 1; a_root[i] && k < 0; i++) /* in the writer's order */
+      if (!strncmp(a_root[i], s, n) && !a_root[i][n]) k = i;
+    if (k < 0) return NULL;
+    last = k;
+    seen |= 1u << k;
+    int64_t v;
+    bool ok;
+    switch (k) {
+      case 0: ok = fstr(&f, &s, &n) && n == strlen(PLAN_FORMAT) && !memcmp(s, PLAN_FORMAT, n); break;
+      case 1: ok = fstr(&f, &s, &n) && n == strlen(FP_VERSION) && !memcmp(s, FP_VERSION, n); break;
+      case 2: ok = fstr(&f, &hash, &hashlen); break;
+      case 3: ok = fstr_dup(&f, &p->model); break;
+      case 4: ok = fstr_dup(&f, &p->strategy); break;
+      case 5: ok = fint(&f, INT64_MIN, INT64_MAX, &p->world_size); break;
+      case 6: ok = fint(&f, INT64_MIN, INT64_MAX, &p->ranks_per_node); break;
+      case 7: ok = fint(&f, INT64_MIN, INT64_MAX, &p->grad_accumulation); break;
+      case 8: ok = fint(&f, INT64_MIN, INT64_MAX, &p->arena_bytes); break;
+      case 9: ok = fint(&f, INT64_MIN, INT64_MAX, &p->host_bytes); break;
+      case 10: ok = fint(&f, 0, INT32_MAX, &v) && (p->nevents = (int32_t)v, true); break;
+      case 11: ok = farr(&f, e_comm, NULL); break;
+      case 12: ok = farr(&f, e_table, NULL); break;
+      case 13: ok = farr(&f, e_bucket, NULL); break;
+      case 14: ok = farr(&f, e_buf, NULL); break;
+      case 15: ok = farr(&f, e_live, NULL); break;
+      case 16: ok = farr(&f, e_mod, NULL); break;
+      case 17: ok = farr(&f, e_param, NULL); break;
+      case 18: ok = farr(&f, e_seg, &segs); break;
+      default: ok = farr(&f, e_op, &ops); break;
+    }
+    if (!ok) return NULL;
+  } while (lit(&f, ','));
+  if (!lit(&f, '}')) return NULL;
+  ws(&f);
+  if (f.s != f.end || (seen | 0x18u) != 0xfffffu) return NULL;
+  /* every segment opened (those after the last op too), covering the ops */
+  if (p->nops != segs.next) return NULL;
+  while (ops.seg < segs.n) {
+    const f_seg *s = &segs.v[ops.seg++];
+    fp_ir_seg_begin(p, (fp_seg_kind)s->kind, s->module, s->micro);
+  }
+  char want[40];
+  snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
+  if (hashlen != strlen(want) || memcmp(hash, want, hashlen)) return NULL;
+  return p;
+}
+
+fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) {
+  fp_prog *p = fp_plan_fast_read ? plan_read_fast(a, src) : NULL;
+  if (!p) return plan_read_slow(a, d, src);
+  fp_plan_fast_reads++;
+  jloc l = {d, src, a};
+  return fp_ir_verify_with(p, report_json, &l) ? p : NULL;
+}
+
