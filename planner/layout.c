@@ -320,18 +320,21 @@ static bool layout_storages(fp_layout *L) {
       st[k].owner = fp_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
       st[k].owned = fp_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
     }
-    bool ok = true;
+    const fp_lparam *last = NULL;
     for (int j = 0; j < B->nparams; j++) {
       fp_lparam *p = &L->params[B->lparams[j]];
       int64_t own = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
       int64_t mb, gb, ub, rb, ob, gs, rs;
       bool train = p->mp->requires_grad;
-      ok = ok && fp_mul64(p->slot, fp_dtype_size(p->main_dtype), &mb) &&
-           fp_mul64(p->slot, fp_dtype_size(p->grad_dtype), &gb) &&
-           fp_mul64(p->padded_numel, fp_dtype_size(p->param_dtype), &ub) &&
-           fp_mul64(p->padded_numel, fp_dtype_size(p->reduce_dtype), &rb) &&
-           fp_mul64(p->slot, fp_dtype_size(p->reduce_dtype), &ob);
-      ok = ok && slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
+      last = p;
+      if (!fp_mul64(p->slot, fp_dtype_size(p->main_dtype), &mb) ||
+          !fp_mul64(p->slot, fp_dtype_size(p->grad_dtype), &gb) ||
+          !fp_mul64(p->padded_numel, fp_dtype_size(p->param_dtype), &ub) ||
+          !fp_mul64(p->padded_numel, fp_dtype_size(p->reduce_dtype), &rb) ||
+          !fp_mul64(p->slot, fp_dtype_size(p->reduce_dtype), &ob))
+        return fp_layout_error(L, true, p->mp->ptr, "parameter '%s' is too large for int64 byte sizes",
+                               p->mp->name);
+      bool ok = slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
       if (ok && train) {
         ok = slot_at(&st[GRAD], own, gb, &p->grad_off) && slot_at(&st[UGRAD], -1, ub, &p->ugrad_off) &&
              slot_at(&st[ROUT], own, ob, &p->rout_off);
@@ -344,13 +347,16 @@ static bool layout_storages(fp_layout *L) {
         if (ok && train) ok = slot_at(&st[RST], -1, rs, &p->rstage_off);
       }
       if (!ok)
-        return fp_layout_error(L, true, p->mp->ptr, "parameter '%s' is too large for int64 byte sizes",
+        return fp_layout_error(L, true, p->mp->ptr,
+                               "bucket '%s' grows past int64 byte sizes with parameter '%s'", B->name,
                                p->mp->name);
     }
     int64_t base[NST], total[NST];
     for (int k = 0; k < NST; k++)
       if (!storage_total(&st[k], &base[k], &total[k]))
-        return fp_layout_error(L, false, B->ptr, "bucket '%s' is too large for int64 byte sizes", B->name);
+        return fp_layout_error(L, true, last->mp->ptr,
+                               "bucket '%s' grows past int64 byte sizes with parameter '%s'", B->name,
+                               last->mp->name);
     /* shift owned slots past the common part */
     for (int j = 0; j < B->nparams; j++) {
       fp_lparam *p = &L->params[B->lparams[j]];
