@@ -151,7 +151,7 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   int64_t *delta = calloc((size_t)p->nops + 2, sizeof *delta);
   int64_t *actd = calloc((size_t)p->nops + 2, sizeof *actd);
   FP_ASSERT(lv && rg && items && spans && delta && actd);
-  memcpy(lv, p->lives, sizeof *lv * (size_t)p->nlives);
+  if (p->nlives) memcpy(lv, p->lives, sizeof *lv * (size_t)p->nlives);
   qsort(lv, (size_t)p->nlives, sizeof *lv, cmp_live);
   for (int i = 0; i < p->nlives; i++) {
     if (rg[lv[i].buf].n == 0) rg[lv[i].buf].first = i;
