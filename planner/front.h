@@ -11,6 +11,7 @@
 #include "../ir/base.h"
 
 #define FP_MAX_DIMS 8
+#define FP_MAX_WORLD 1048576 /* the largest world_size (and group) accepted */
 
 /* ---- model ------------------------------------------------------------ */
 typedef struct fp_param {

@@ -23,6 +23,49 @@ const fp_placement_impl *const fp_placements[FP_NPLACEMENTS] = {
     [FP_PL_REPLICATE] = &fp_placement_replicate,
 };
 
+/* ---- placement specs: the kind picks the placement, which reads the rest -- */
+static bool has_name(const char *const *names, const char *key) {
+  for (int k = 0; names[k]; k++)
+    if (!strcmp(names[k], key)) return true;
+  return false;
+}
+
+bool fp_placement_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
+  if (!fp_j_is_object(c, o, ptr)) return false;
+  const char *kinds[FP_NPLACEMENTS + 1];
+  for (int k = 0; k < FP_NPLACEMENTS; k++) kinds[k] = fp_placements[k]->name;
+  kinds[FP_NPLACEMENTS] = NULL;
+  int kind;
+  if (!fp_j_enum(c, o, ptr, "kind", true, kinds, &kind)) return false;
+  const fp_placement_impl *impl = fp_placements[kind];
+  const char *allowed[16] = {"kind"};
+  int n = 1;
+  for (int k = 0; impl->members[k]; k++) {
+    FP_ASSERT(n < 15);
+    allowed[n++] = impl->members[k];
+  }
+  allowed[n] = NULL;
+  json_object_object_foreach(o, key, val) {
+    (void)val;
+    if (has_name(allowed, key)) continue;
+    for (int k = 0; k < FP_NPLACEMENTS; k++) {
+      if (!has_name(fp_placements[k]->members, key)) continue;
+      const char *list = "";
+      for (int j = 0; allowed[j]; j++) list = fp_sprintf(c->a, "%s%s%s", list, j ? ", " : "", allowed[j]);
+      return fp_j_error(c, fp_ptr_key(c->a, ptr, key),
+                        "member '%s' does not apply to placement kind \"%s\" (expected one of: %s)", key,
+                        impl->name, list);
+    }
+    return fp_j_keys(c, o, ptr, allowed); /* reports the unknown member */
+  }
+  memset(p, 0, sizeof *p);
+  p->kind = (fp_placement_kind)kind;
+  p->align_elems = 1;
+  p->rank = -1;
+  p->ptr = ptr;
+  return impl->parse(c, o, ptr, p);
+}
+
 bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...) {
   const fp_src *src = in_model ? L->model->src : L->spec->src;
   if (!in_model && !src) {

@@ -13,6 +13,8 @@
 struct fp_lower;
 struct fp_lparam;
 struct fp_layout;
+struct fp_jctx;
+struct json_object;
 
 /* one rank's piece of a param, in elements of the flattened (padded) param */
 typedef struct fp_extent {
@@ -25,6 +27,11 @@ typedef struct fp_extent {
  * one row in fp_placements[]. */
 typedef struct fp_placement_impl {
   const char *name;   /* as in the spec's "kind" */
+  const char *const *members; /* members its spec object may have besides "kind" */
+  /* read the members of its spec object (at ptr; kind and the member names
+   * already checked) into out, whose kind, ptr and defaults are set; located
+   * errors through c */
+  bool (*parse)(struct fp_jctx *c, struct json_object *o, const char *ptr, fp_placement_spec *out);
   /* check the spec against the param and mesh; compute chunk, unsharded
    * size, cut points, owner. Located errors through L's diag. */
   bool (*layout)(struct fp_layout *L, struct fp_lparam *p);
@@ -43,6 +50,8 @@ typedef struct fp_placement_impl {
 } fp_placement_impl;
 
 extern const fp_placement_impl *const fp_placements[FP_NPLACEMENTS];
+/* parse a placement object: kind, then the kind's own members */
+bool fp_placement_parse(struct fp_jctx *c, struct json_object *o, const char *ptr, fp_placement_spec *out);
 extern const fp_placement_impl fp_placement_shard, fp_placement_ragged, fp_placement_owned,
     fp_placement_replicate;
 

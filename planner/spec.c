@@ -13,15 +13,14 @@
 
 #include "front.h"
 #include "json.h"
+#include "layout.h"
 
 #define FP_SPEC_FORMAT "flexplan.spec.v1"
-#define FP_MAX_WORLD 1048576
 #define FP_MAX_PREFETCH 64
 
 const char *const fp_strategy_names[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
                                          NULL};
 
-static const char *const placement_names[] = {"shard", "ragged_shard", "owned", "replicate", NULL};
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const fp_dtype dtype_vals[] = {FP_F32, FP_BF16, FP_F16};
 
@@ -45,98 +44,6 @@ static void set_defaults(fp_spec *s) {
   s->prefetch_bwd = 1;
   s->grad_accumulation = 1;
   s->hw_preset = "h100-sxm";
-}
-
-/* "what, what or what" list of names for messages */
-static const char *name_list(fp_arena *a, const char *const *names) {
-  const char *s = "";
-  for (int k = 0; names[k]; k++) s = fp_sprintf(a, "%s%s%s", s, k ? ", " : "", names[k]);
-  return s;
-}
-
-/* keys allowed for one placement kind; a member of another kind gets a
- * message that says so */
-static bool placement_keys(fp_jctx *c, json_object *o, const char *ptr, int kind) {
-  static const char *const shard[] = {"kind", "dim", NULL};
-  static const char *const ragged[] = {"kind", "units", "align_elems", NULL};
-  static const char *const owned[] = {"kind", "rank", NULL};
-  static const char *const repl[] = {"kind", NULL};
-  static const char *const *const per_kind[] = {shard, ragged, owned, repl};
-  static const char *const all[] = {"kind", "dim", "units", "align_elems", "rank", NULL};
-  const char *const *allowed = per_kind[kind];
-  json_object_object_foreach(o, key, val) {
-    (void)val;
-    bool ok = false, known = false;
-    for (int k = 0; allowed[k]; k++) ok |= !strcmp(allowed[k], key);
-    for (int k = 0; all[k]; k++) known |= !strcmp(all[k], key);
-    if (ok) continue;
-    if (known)
-      return fp_j_error(c, fp_ptr_key(c->a, ptr, key),
-                        "member '%s' does not apply to placement kind \"%s\" (expected one of: %s)", key,
-                        placement_names[kind], name_list(c->a, allowed));
-    return fp_j_keys(c, o, ptr, allowed);
-  }
-  return true;
-}
-
-static bool parse_placement(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
-  if (!fp_j_is_object(c, o, ptr)) return false;
-  int kind;
-  if (!fp_j_enum(c, o, ptr, "kind", true, placement_names, &kind)) return false;
-  if (!placement_keys(c, o, ptr, kind)) return false;
-  memset(p, 0, sizeof *p);
-  p->kind = (fp_placement_kind)kind;
-  p->align_elems = 1;
-  p->rank = -1;
-  p->ptr = ptr;
-  switch (p->kind) {
-    case FP_PL_SHARD: {
-      int64_t dim = 0;
-      if (!fp_j_int(c, o, ptr, "dim", false, 0, FP_MAX_DIMS - 1, &dim)) return false;
-      p->dim = (int)dim;
-      break;
-    }
-    case FP_PL_RAGGED: {
-      json_object *u;
-      size_t nu;
-      if (!fp_j_arr(c, o, ptr, "units", true, &u, &nu)) return false;
-      const char *up = fp_ptr_key(c->a, ptr, "units");
-      if (nu == 0) return fp_j_error(c, up, "expected a non-empty array of integers, got an empty array");
-      if (nu > FP_MAX_WORLD)
-        return fp_j_error(c, up, "expected at most %d units (one per shard-group rank), got %zu", FP_MAX_WORLD, nu);
-      p->units = fp_alloc_array(c->a, nu, sizeof *p->units);
-      p->nunits = (int)nu;
-      int64_t sum = 0;
-      for (size_t k = 0; k < nu; k++) {
-        if (!fp_j_int_v(c, json_object_array_get_idx(u, k), fp_ptr_idx(c->a, up, (int64_t)k), 0,
-                        INT64_MAX, &p->units[k]))
-          return false;
-        if (!fp_add64(sum, p->units[k], &sum)) return fp_j_error(c, up, "the sum of units overflows int64");
-      }
-      if (sum == 0) return fp_j_error(c, up, "units must not all be 0 (their sum must be positive)");
-      if (!fp_j_int(c, o, ptr, "align_elems", false, 1, INT64_MAX, &p->align_elems)) return false;
-      break;
-    }
-    case FP_PL_OWNED: {
-      json_object *r = fp_j_get(o, "rank");
-      if (!fp_j_has(o, "rank")) return fp_j_error(c, ptr, "missing required member 'rank' (an integer >= 0 or \"auto\")");
-      const char *rp = fp_ptr_key(c->a, ptr, "rank");
-      if (r && json_object_is_type(r, json_type_string)) {
-        if (strcmp(json_object_get_string(r), "auto"))
-          return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
-        p->rank = -1;
-      } else if (!r || !json_object_is_type(r, json_type_int)) {
-        return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
-      } else if (!fp_j_int_v(c, r, rp, 0, FP_MAX_WORLD - 1, &p->rank)) {
-        return false;
-      }
-      break;
-    }
-    case FP_PL_REPLICATE:
-    case FP_NPLACEMENTS:
-      break;
-  }
-  return true;
 }
 
 /* partial mixed_precision object merged onto *mp */
@@ -198,7 +105,7 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const cha
   b->per_module = split == 0;
   b->placement = s->placement;
   if (fp_j_has(o, "placement")) {
-    if (!parse_placement(c, fp_j_get(o, "placement"), fp_ptr_key(c->a, ptr, "placement"), &b->placement))
+    if (!fp_placement_parse(c, fp_j_get(o, "placement"), fp_ptr_key(c->a, ptr, "placement"), &b->placement))
       return false;
     b->has_placement = true;
   }
@@ -391,7 +298,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
     static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", NULL};
     if (!fp_j_is_object(c, dv, dp) || !fp_j_keys(c, dv, dp, dkeys)) return false;
     if (fp_j_has(dv, "placement") &&
-        !parse_placement(c, fp_j_get(dv, "placement"), fp_ptr_key(a, dp, "placement"), &out->placement))
+        !fp_placement_parse(c, fp_j_get(dv, "placement"), fp_ptr_key(a, dp, "placement"), &out->placement))
       return false;
     if (fp_j_has(dv, "mixed_precision") &&
         !parse_mp(c, fp_j_get(dv, "mixed_precision"), fp_ptr_key(a, dp, "mixed_precision"), &out->mp))

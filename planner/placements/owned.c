@@ -3,7 +3,27 @@
  * planner/layout.c). The owner's main weights are broadcast to the group for
  * compute; gradients are reduced to the owner. Other ranks store nothing, so
  * every local op on the shard slot runs on the owner only. */
+#include <string.h>
+
+#include "../json.h"
 #include "../lower.h"
+
+static const char *const owned_members[] = {"rank", NULL};
+
+static bool owned_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
+  json_object *r = fp_j_get(o, "rank");
+  if (!fp_j_has(o, "rank")) return fp_j_error(c, ptr, "missing required member 'rank' (an integer >= 0 or \"auto\")");
+  const char *rp = fp_ptr_key(c->a, ptr, "rank");
+  if (r && json_object_is_type(r, json_type_string)) {
+    if (strcmp(json_object_get_string(r), "auto"))
+      return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
+    p->rank = -1;
+    return true;
+  }
+  if (!r || !json_object_is_type(r, json_type_int))
+    return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
+  return fp_j_int_v(c, r, rp, 0, FP_MAX_WORLD - 1, &p->rank);
+}
 
 static bool owned_layout(fp_layout *L, fp_lparam *p) {
   const fp_placement_spec *pl = p->pl;
@@ -54,6 +74,8 @@ static void owned_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int64_t 
 
 const fp_placement_impl fp_placement_owned = {
     .name = "owned",
+    .members = owned_members,
+    .parse = owned_parse,
     .layout = owned_layout,
     .extent = owned_extent,
     .slot_elems = owned_slot,

@@ -9,7 +9,31 @@
  * Slots are sized for the largest piece so offsets are rank-independent; the
  * gather is an all_gather_v in place in the param's unsharded slot, the
  * reduction a reduce_scatter_v out of it, both over an extent table. */
+#include "../json.h"
 #include "../lower.h"
+
+static const char *const ragged_members[] = {"units", "align_elems", NULL};
+
+static bool ragged_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
+  json_object *u;
+  size_t nu;
+  if (!fp_j_arr(c, o, ptr, "units", true, &u, &nu)) return false;
+  const char *up = fp_ptr_key(c->a, ptr, "units");
+  if (nu == 0) return fp_j_error(c, up, "expected a non-empty array of integers, got an empty array");
+  if (nu > FP_MAX_WORLD)
+    return fp_j_error(c, up, "expected at most %d units (one per shard-group rank), got %zu", FP_MAX_WORLD, nu);
+  p->units = fp_alloc_array(c->a, nu, sizeof *p->units);
+  p->nunits = (int)nu;
+  int64_t sum = 0;
+  for (size_t k = 0; k < nu; k++) {
+    if (!fp_j_int_v(c, json_object_array_get_idx(u, k), fp_ptr_idx(c->a, up, (int64_t)k), 0, INT64_MAX,
+                    &p->units[k]))
+      return false;
+    if (!fp_add64(sum, p->units[k], &sum)) return fp_j_error(c, up, "the sum of units overflows int64");
+  }
+  if (sum == 0) return fp_j_error(c, up, "units must not all be 0 (their sum must be positive)");
+  return fp_j_int(c, o, ptr, "align_elems", false, 1, INT64_MAX, &p->align_elems);
+}
 
 static bool ragged_layout(fp_layout *L, fp_lparam *p) {
   const fp_placement_spec *pl = p->pl;
@@ -75,6 +99,8 @@ static void ragged_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int64_t
 
 const fp_placement_impl fp_placement_ragged = {
     .name = "ragged_shard",
+    .members = ragged_members,
+    .parse = ragged_parse,
     .layout = ragged_layout,
     .extent = ragged_extent,
     .slot_elems = ragged_slot,

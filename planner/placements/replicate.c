@@ -4,6 +4,13 @@
  * the whole world (so hybrid_shard needs no second all-reduce for them). */
 #include "../lower.h"
 
+static const char *const replicate_members[] = {NULL};
+
+static bool replicate_parse(struct fp_jctx *c, struct json_object *o, const char *ptr, fp_placement_spec *p) {
+  (void)c, (void)o, (void)ptr, (void)p;
+  return true; /* nothing but "kind" */
+}
+
 static bool replicate_layout(fp_layout *L, fp_lparam *p) {
   (void)L;
   p->chunk = p->mp->numel;
@@ -39,6 +46,8 @@ static void replicate_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int6
 
 const fp_placement_impl fp_placement_replicate = {
     .name = "replicate",
+    .members = replicate_members,
+    .parse = replicate_parse,
     .layout = replicate_layout,
     .extent = replicate_extent,
     .slot_elems = replicate_slot,

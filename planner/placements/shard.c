@@ -9,12 +9,22 @@
  * are strided; the gather lands in a chunk-major staging buffer and G 2-D
  * copies move each rank's block into the param's layout (and the reverse
  * before a reduce-scatter). */
+#include "../json.h"
 #include "../lower.h"
 
 static int64_t outer_of(const fp_param *p, int d) {
   int64_t n = 1;
   for (int i = 0; i < d; i++) n *= p->shape[i];
   return n;
+}
+
+static const char *const shard_members[] = {"dim", NULL};
+
+static bool shard_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
+  int64_t dim = 0;
+  if (!fp_j_int(c, o, ptr, "dim", false, 0, FP_MAX_DIMS - 1, &dim)) return false;
+  p->dim = (int)dim;
+  return true;
 }
 
 static bool shard_layout(fp_layout *L, fp_lparam *p) {
@@ -109,6 +119,8 @@ static void shard_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int64_t 
 
 const fp_placement_impl fp_placement_shard = {
     .name = "shard",
+    .members = shard_members,
+    .parse = shard_parse,
     .layout = shard_layout,
     .extent = shard_extent,
     .slot_elems = shard_slot,
