@@ -101,6 +101,15 @@ void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) 
   return nb;
 }
 
+/* ---- growable strings ------------------------------------------------------------ */
+void fp_sb_grow(fp_sbuf *b, size_t n) {
+  size_t nc = b->cap ? b->cap : 4096;
+  while (nc < b->len + n + 1) nc *= 2;
+  b->p = realloc(b->p, nc);
+  FP_ASSERT(b->p);
+  b->cap = nc;
+}
+
 /* ---- sources ----------------------------------------------------------------- */
 bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
   FILE *f = fopen(path, "rb");
@@ -171,16 +180,11 @@ void fp_diag_free(fp_diag *d) {
 static void diag_append(fp_diag *d, const char *s) {
   d->nerrors++;
   if (d->max_errors > 0 && d->nerrors > d->max_errors) return;
-  size_t n = strlen(s);
-  if (d->len + n + 1 > d->cap) {
-    size_t nc = d->cap ? d->cap : 256;
-    while (nc < d->len + n + 1) nc *= 2;
-    d->buf = realloc(d->buf, nc);
-    FP_ASSERT(d->buf);
-    d->cap = nc;
-  }
-  memcpy(d->buf + d->len, s, n + 1);
-  d->len += n;
+  fp_sbuf b = {d->buf, d->len, d->cap};
+  fp_sb_puts(&b, s);
+  d->buf = b.p;
+  d->len = b.len;
+  d->cap = b.cap;
   if (d->echo) {
     fputs(s, d->echo);
     fflush(d->echo);

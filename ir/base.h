@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* ---- internal bugs ---------------------------------------------------- */
 void fp_internal_error(const char *file, int line, const char *cond) __attribute__((noreturn));
@@ -117,6 +118,29 @@ static inline int64_t fp_ceil_div(int64_t a, int64_t b) { return a / b + (a % b 
  * (see docs/layout.md for why 256) */
 #define FP_PARAM_ALIGN 256
 
+/* ---- a growable string (printer, plan writer, JSON pointers) ------------ */
+typedef struct fp_sbuf {
+  char *p;          /* malloc'd; NUL-terminated once anything was put */
+  size_t len, cap;
+} fp_sbuf;
+void fp_sb_grow(fp_sbuf *b, size_t n); /* room for n more bytes and a NUL */
+static inline char *fp_sb_room(fp_sbuf *b, size_t n) {
+  if (b->len + n + 1 > b->cap) fp_sb_grow(b, n);
+  return b->p + b->len;
+}
+static inline void fp_sb_putn(fp_sbuf *b, const char *s, size_t n) {
+  char *q = fp_sb_room(b, n);
+  memcpy(q, s, n);
+  b->len += n;
+  q[n] = 0;
+}
+static inline void fp_sb_puts(fp_sbuf *b, const char *s) { fp_sb_putn(b, s, strlen(s)); }
+static inline void fp_sb_putc(fp_sbuf *b, char c) {
+  char *q = fp_sb_room(b, 1);
+  q[0] = c;
+  q[1] = 0;
+  b->len++;
+}
 /* ---- hashing ----------------------------------------------------------- */
 /* FNV-1a 64 over bytes, chainable (start with FP_FNV_INIT) */
 #define FP_FNV_INIT 0xcbf29ce484222325ull

@@ -38,29 +38,7 @@ int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len);
  * length of the text. */
 size_t fp_fmt_double(char buf[40], double d);
 
-/* ---- a growable string (the printer and the plan writer) --------------- */
-typedef struct fp_sbuf {
-  char *p;          /* malloc'd; NUL-terminated once anything was put */
-  size_t len, cap;
-} fp_sbuf;
-void fp_sb_grow(fp_sbuf *b, size_t n); /* room for n more bytes and a NUL */
-static inline char *fp_sb_room(fp_sbuf *b, size_t n) {
-  if (b->len + n + 1 > b->cap) fp_sb_grow(b, n);
-  return b->p + b->len;
-}
-static inline void fp_sb_putn(fp_sbuf *b, const char *s, size_t n) {
-  char *q = fp_sb_room(b, n);
-  memcpy(q, s, n);
-  b->len += n;
-  q[n] = 0;
-}
-static inline void fp_sb_puts(fp_sbuf *b, const char *s) { fp_sb_putn(b, s, strlen(s)); }
-static inline void fp_sb_putc(fp_sbuf *b, char c) {
-  char *q = fp_sb_room(b, 1);
-  q[0] = c;
-  q[1] = 0;
-  b->len++;
-}
+/* fp_sbuf, the growable string, is in base.h */
 /* decimal digits of v into the end of t[0..20); returns where they start */
 static inline char *fp_u64_digits(char t[20], uint64_t v) {
   char *q = t + 20;

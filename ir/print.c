@@ -22,15 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a growable string (fp_sbuf, irpriv.h) ------------------------------------ */
-void fp_sb_grow(fp_sbuf *b, size_t n) {
-  size_t nc = b->cap ? b->cap : 4096;
-  while (nc < b->len + n + 1) nc *= 2;
-  b->p = realloc(b->p, nc);
-  FP_ASSERT(b->p);
-  b->cap = nc;
-}
-
 typedef fp_sbuf sbuf;
 #define sb_putn fp_sb_putn
 #define sb_putc fp_sb_putc

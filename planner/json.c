@@ -207,35 +207,17 @@ const char *fp_ptr_idx(fp_arena *a, const char *ptr, int64_t i) {
 }
 
 /* escaped pointer segment for a decoded key, appended to a malloc'd buffer */
-typedef struct sbuf {
-  char *p;
-  size_t len, cap;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n) {
-  if (b->len + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap : 64;
-    while (nc < b->len + n + 1) nc *= 2;
-    b->p = realloc(b->p, nc);
-    FP_ASSERT(b->p);
-    b->cap = nc;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
-}
-
-static void sb_put_segment(sbuf *b, const char *key, size_t n) {
-  sb_putn(b, "/", 1);
+static void sb_put_segment(fp_sbuf *b, const char *key, size_t n) {
+  fp_sb_putn(b, "/", 1);
   for (size_t i = 0; i < n; i++) {
     if (key[i] == '~')
-      sb_putn(b, "~0", 2);
+      fp_sb_putn(b, "~0", 2);
     else if (key[i] == '/')
-      sb_putn(b, "~1", 2);
+      fp_sb_putn(b, "~1", 2);
     else if (key[i] == 0)
-      sb_putn(b, "\\u0000", 6);
+      fp_sb_putn(b, "\\u0000", 6);
     else
-      sb_putn(b, key + i, 1);
+      fp_sb_putn(b, key + i, 1);
   }
 }
 
@@ -249,8 +231,8 @@ typedef struct pseg {
 
 static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs, int nseg,
                          bool include_last_key) {
-  sbuf b = {0};
-  sb_putn(&b, "", 0);
+  fp_sbuf b = {0};
+  fp_sb_putn(&b, "", 0);
   for (int k = 0; k < nseg; k++) {
     if (segs[k].is_obj) {
       if (segs[k].key == (size_t)-1) break;
@@ -264,7 +246,7 @@ static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs,
     } else {
       char num[32];
       snprintf(num, sizeof num, "/%" PRId64, segs[k].idx);
-      sb_putn(&b, num, strlen(num));
+      fp_sb_putn(&b, num, strlen(num));
     }
   }
   char *s = fp_strdup(a, b.p);
@@ -620,7 +602,7 @@ static bool v_object(vscan *v, int depth) {
           fp_src tmp = {"", v->t, v->n};
           int line, col;
           fp_src_linecol(&tmp, o->off, &line, &col);
-          sbuf kb = {0};
+          fp_sbuf kb = {0};
           sb_put_segment(&kb, ke->key, ke->len);
           vfail(v, ke->off, false, "duplicate member '%s' (first at line %d, column %d)",
                 fp_strdup(v->a, kb.p + 1), line, col);
@@ -835,10 +817,10 @@ bool fp_j_keys(fp_jctx *c, json_object *obj, const char *ptr, const char *const 
     for (int k = 0; allowed[k]; k++)
       if (!strcmp(allowed[k], key)) ok = true;
     if (ok) continue;
-    sbuf b = {0};
+    fp_sbuf b = {0};
     for (int k = 0; allowed[k]; k++) {
-      if (k) sb_putn(&b, ", ", 2);
-      sb_putn(&b, allowed[k], strlen(allowed[k]));
+      if (k) fp_sb_putn(&b, ", ", 2);
+      fp_sb_putn(&b, allowed[k], strlen(allowed[k]));
     }
     fp_j_error(c, fp_ptr_key(c->a, ptr, key), "unknown member '%s' (expected one of: %s)", key,
                b.p ? b.p : "");
@@ -968,12 +950,12 @@ bool fp_j_enum(fp_jctx *c, json_object *obj, const char *ptr, const char *key, b
         return true;
       }
   }
-  sbuf b = {0};
+  fp_sbuf b = {0};
   for (int k = 0; names[k]; k++) {
-    if (k) sb_putn(&b, ", ", 2);
-    sb_putn(&b, "\"", 1);
-    sb_putn(&b, names[k], strlen(names[k]));
-    sb_putn(&b, "\"", 1);
+    if (k) fp_sb_putn(&b, ", ", 2);
+    fp_sb_putn(&b, "\"", 1);
+    fp_sb_putn(&b, names[k], strlen(names[k]));
+    fp_sb_putn(&b, "\"", 1);
   }
   fp_j_error(c, vp, "expected one of %s, got %s", b.p ? b.p : "", fp_j_describe(c->a, v));
   free(b.p);
