@@ -156,8 +156,12 @@ def main():
             with open(os.path.join(a.keep, f"case{i}.json"), "w") as f:
                 json.dump(doc, f, indent=1)
     print(f"# {ok} compiled, {rejected} rejected with a located error")
+    # a generator (or compiler) that rejects nearly everything tests nothing
+    too_few = ok < a.n // 4
+    if too_few:
+        print(f"FAIL only {ok} of {a.n} cases compiled; expected at least a quarter")
     print(f"{a.n - len(fails)} passed, {len(fails)} failed")
-    return 1 if fails else 0
+    return 1 if fails or too_few else 0
 
 
 if __name__ == "__main__":
