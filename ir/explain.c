@@ -71,7 +71,7 @@ static void c_operands(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   buf[0] = 0;
   if (op->code == FP_OP_COMPUTE) {
     const char *m = op->module >= 0 && op->module < p->nmods ? p->mods[op->module].name : "?";
-    snprintf(buf, cap, "%s %s", m, op->pass == FP_PASS_BWD ? "backward" : "forward");
+    snprintf(buf, cap, "%s %s", m, op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward");
     return;
   }
   if (op->dst.buf >= 0) n += put_region(p, &op->dst, buf + n, cap - n);

@@ -164,7 +164,11 @@ typedef struct fp_region {
   int64_t stride;    /* bytes per rank index g */
 } fp_region;
 
-typedef enum { FP_PASS_FWD, FP_PASS_BWD } fp_pass;
+typedef enum {
+  FP_PASS_FWD, /* the module's forward */
+  FP_PASS_BWD, /* the module's backward */
+  FP_PASS_OPT, /* the optimizer step (module -1): reads main grads, writes main weights */
+} fp_pass;
 
 typedef struct fp_op {
   fp_opcode code;
@@ -178,7 +182,7 @@ typedef struct fp_op {
   int32_t root;      /* broadcast/reduce root (index in comm); send/recv peer distance */
   int32_t event;     /* record/wait */
   int32_t module;    /* compute: module index; else -1 */
-  fp_pass pass;      /* compute: forward or backward */
+  fp_pass pass;      /* compute: forward, backward or optimizer */
   int32_t bucket;    /* the bucket it serves, for viewers (-1) */
   int32_t group;     /* grouped-call id (coalesce): equal ids issue as one group; -1 */
   int32_t tab;       /* extent table (v-collectives, ragged local ops); -1 */
@@ -256,6 +260,28 @@ int64_t fp_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, 
 /* element count an op moves/touches on a rank with index g (tables resolved) */
 int64_t fp_op_count(const fp_prog *p, const fp_op *op, int64_t g);
 
+/* ---- accesses and aliases (ir/access.c) ------------------------------------ */
+/* One buffer an op touches and how. The unit of ordering is the buffer: the
+ * verifier's race rule and the sync pass agree on these sets. */
+typedef struct fp_access {
+  int32_t buf;
+  bool read, write;
+} fp_access;
+#define FP_MAX_OPND_ACCESS 3
+/* the buffers op reads/writes (operands; compute: its uses, the trainer's
+ * backward writing unsharded grads and the optimizer main weights); out
+ * needs room for FP_MAX_OPND_ACCESS + op->nuses; returns how many */
+int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out);
+/* for each buffer, the buffers whose arena bytes it overlaps (itself first);
+ * unplaced buffers (offset -1) overlap only themselves */
+typedef struct fp_aliases {
+  int64_t *start; /* list[start[b] .. start[b+1]) */
+  int32_t *list;
+} fp_aliases;
+/* false (nothing allocated) when more than max_pairs pairs overlap */
+bool fp_aliases_build(const fp_prog *p, int64_t max_pairs, fp_aliases *out);
+void fp_aliases_free(fp_aliases *a);
+
 /* ---- text form, verifier, plan.json ------------------------------------- */
 /* print .fpir: deterministic; parse(print(p)) reproduces p */
 void fp_ir_print(const fp_prog *p, FILE *f);
@@ -266,6 +292,11 @@ fp_prog *fp_ir_parse(fp_arena *a, fp_diag *d, const fp_src *src);
  * .fpir line when src is given (ops parsed from it), else "op N"; returns
  * true when valid */
 bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
+/* the same with flags: FP_VERIFY_UNORDERED checks a program the sync pass
+ * has not run on yet - everything except the happens-before parts of rules
+ * 6 and 8 (see ir/verify.c) */
+#define FP_VERIFY_UNORDERED 1u
+bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags);
 /* plan.json: {"format":"flexplan.plan.v1","planner_version":..,
  * "hash":"fnv1a64:<hex>", ...}; the hash covers the canonical .fpir text */
 uint64_t fp_prog_hash(const fp_prog *p);

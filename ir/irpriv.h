@@ -88,6 +88,6 @@ typedef enum {
 } fp_vloc;
 /* report msg about (what, i); ctx is the caller's */
 typedef void (*fp_vreport)(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg);
-bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *ctx);
+bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *ctx, unsigned flags);
 
 #endif

@@ -769,7 +769,8 @@ static bool op_line(parser *ps) {
         len = atom(ps, &s);
         if (atom_is(s, len, "fwd")) o.pass = FP_PASS_FWD;
         else if (atom_is(s, len, "bwd")) o.pass = FP_PASS_BWD;
-        else return fail(ps, at, "expected pass=fwd or pass=bwd");
+        else if (atom_is(s, len, "opt")) o.pass = FP_PASS_OPT;
+        else return fail(ps, at, "expected pass=fwd, pass=bwd or pass=opt");
         ok = end_of_field(ps);
         break;
       case K_ALPHA: ok = parse_double(ps, &o.alpha, "alpha") && end_of_field(ps); break;

@@ -47,7 +47,7 @@ uint64_t fp_prog_hash(const fp_prog *p) {
  * integers in decimal, doubles as their text, strings escaped as below
  * (tests/test_fmt.c compares the escaping with json-c's). */
 static const char *kind_names[] = {"persistent", "transient", NULL};
-static const char *pass_names[] = {"fwd", "bwd", NULL};
+static const char *pass_names[] = {"fwd", "bwd", "opt", NULL};
 
 typedef struct wr {
   fp_sbuf b;
@@ -241,7 +241,7 @@ static bool reg_empty(const fp_region *r) { return r->buf == -1 && !r->tabrel &&
 static void jop(wr *w, const fp_prog *p, int32_t i) {
   const fp_op *op = &p->ops[i];
   if ((unsigned)op->code >= FP_NOPS || (unsigned)op->stream >= FP_NSTREAMS || !(op->dtype >= 0 && op->dtype < FP_NDTYPES) ||
-      !(op->sdtype >= 0 && op->sdtype < FP_NDTYPES) || (unsigned)op->pass > FP_PASS_BWD) {
+      !(op->sdtype >= 0 && op->sdtype < FP_NDTYPES) || (unsigned)op->pass > FP_PASS_OPT) {
     w->ok = false;
     W_LIT(w, "{}");
     return;
@@ -742,7 +742,7 @@ static bool read_op(rd *r, json_object *o, fp_prog *p) {
   if (!keys(r, o, allowed) || !rd_enum(r, o, "op", true, n_op, FP_NOPS, &code) ||
       !rd_enum(r, o, "stream", true, fp_stream_name, FP_NSTREAMS, &stream) ||
       !rd_enum(r, o, "dtype", true, n_dtype, FP_NDTYPES, &dt) || !rd_enum(r, o, "sdtype", false, n_dtype, FP_NDTYPES, &sdt) ||
-      !rd_int(r, o, "count", true, INT64_MIN, INT64_MAX, &count) || !rd_enum(r, o, "pass", false, n_pass, 2, &pass))
+      !rd_int(r, o, "count", true, INT64_MIN, INT64_MAX, &count) || !rd_enum(r, o, "pass", false, n_pass, 3, &pass))
     return false;
   fp_op *op = fp_ir_emit(p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, count);
   if (sdt >= 0) op->sdtype = (fp_dtype)sdt;
@@ -877,7 +877,7 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
     goto fail;
   }
   jloc l = {d, src, a};
-  if (!fp_ir_verify_with(p, report_json, &l)) goto fail;
+  if (!fp_ir_verify_with(p, report_json, &l, 0)) goto fail;
   json_object_put(root);
   return p;
 fail:
@@ -1317,7 +1317,7 @@ static bool m_op(fr *f, void *ctx, int k) {
     case 12: return fi32(f, -1, &o->only_comm);
     case 13: return fi32(f, -1, &o->event);
     case 14: return fi32(f, -1, &o->module);
-    case 15: return fenum(f, n_pass, 2, &x->pass);
+    case 15: return fenum(f, n_pass, 3, &x->pass);
     case 16: return fdbl(f, &o->alpha);
     case 17: return fint(f, INT64_MIN, INT64_MAX, &o->rows);
     case 18: return fint(f, INT64_MIN, INT64_MAX, &o->dpitch);
@@ -1461,6 +1461,6 @@ fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   if (!p) return plan_read_slow(a, d, src);
   fp_plan_fast_reads++;
   jloc l = {d, src, a};
-  return fp_ir_verify_with(p, report_json, &l) ? p : NULL;
+  return fp_ir_verify_with(p, report_json, &l, 0) ? p : NULL;
 }
 

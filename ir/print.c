@@ -549,7 +549,7 @@ static void op_line(printer *pr, int32_t i) {
   }
   if (compute || op->pass != FP_PASS_FWD) {
     sb_lit(l, "\tpass=");
-    sb_puts(l, op->pass == FP_PASS_FWD ? "fwd" : op->pass == FP_PASS_BWD ? "bwd" : "?");
+    sb_puts(l, op->pass == FP_PASS_FWD ? "fwd" : op->pass == FP_PASS_BWD ? "bwd" : op->pass == FP_PASS_OPT ? "opt" : "?");
   }
   if (op->alpha != 0 || signbit(op->alpha)) {
     if (compute)

@@ -20,6 +20,11 @@
  *  6. memory safety: persistent buffers overlap nothing; transient buffers
  *     that share arena bytes are ordered by happens-before.
  *  7. every placed buffer lies inside its arena.
+ *  8. no races: an op that reads a buffer happens after every earlier write
+ *     of it, and an op that writes one happens after every earlier read and
+ *     write, on any stream - of the buffer itself and of every buffer that
+ *     shares its arena bytes - within a step and from one step into the next
+ *     (ir/access.c says what each op reads and writes).
  * Each problem is reported once through the caller's report function; the
  * verifier stops after MAX_ERRORS of them. */
 #include "irpriv.h"
@@ -32,6 +37,7 @@
 
 #define MAX_ERRORS 100
 #define MAX_WORLD (1 << 24)  /* rule 5 walks the world's ranks */
+#define MAX_ALIAS_PAIRS 50000000 /* rule 8 */
 
 enum { OPND_DST = 1, OPND_SRC = 2, OPND_AUX = 4 };
 
@@ -71,6 +77,16 @@ typedef struct vctx {
   range *rg;      /* live ranges of transient buffers, grouped by buffer, by first op */
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
+  /* rule 8: per buffer and stream, the clock of the last write and read */
+  fp_aliases al;
+  bool have_al;
+  struct bufclk {
+    int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
+    int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
+    int8_t wstep[FP_NSTREAMS], rstep[FP_NSTREAMS];
+  } *clk;
+  fp_access *acc; /* scratch: one op's accesses */
+  bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
 } vctx;
 
 static bool stop(vctx *v) { return v->nerr >= MAX_ERRORS; }
@@ -401,7 +417,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
   fp_opclass cls = fp_op_class(op->code);
   if ((unsigned)op->stream >= FP_NSTREAMS) verr(v, FP_VL_OP, i, "%s: unknown stream %d", on, (int)op->stream);
   if (!dtype_ok(op->dtype) || !dtype_ok(op->sdtype)) verr(v, FP_VL_OP, i, "%s: unknown dtype", on);
-  if ((unsigned)op->pass > FP_PASS_BWD) verr(v, FP_VL_OP, i, "%s: unknown pass %d", on, (int)op->pass);
+  if ((unsigned)op->pass > FP_PASS_OPT) verr(v, FP_VL_OP, i, "%s: unknown pass %d", on, (int)op->pass);
 #define RANGE(field, n, what)                                                                                         \
   if (op->field < -1 || op->field >= (n))                                                                             \
     verr(v, FP_VL_OP, i, "%s: " what " %" PRId32 " is out of range (%" PRId32 " defined)", on, op->field, (int32_t)(n));
@@ -434,7 +450,8 @@ static bool check_op_structure(vctx *v, int32_t i) {
   if (cls == FP_OPC_SYNC && op->event < 0) verr(v, FP_VL_OP, i, "%s needs an event", on);
   if (cls != FP_OPC_SYNC && op->event >= 0) verr(v, FP_VL_OP, i, "%s takes no event", on);
   if (cls == FP_OPC_COMPUTE) {
-    if (op->module < 0) verr(v, FP_VL_OP, i, "compute needs a module");
+    if (op->pass == FP_PASS_OPT && op->module >= 0) verr(v, FP_VL_OP, i, "compute pass=opt takes no module");
+    if (op->pass != FP_PASS_OPT && op->module < 0) verr(v, FP_VL_OP, i, "compute needs a module");
     if (op->stream != FP_STREAM_COMPUTE) verr(v, FP_VL_OP, i, "compute runs on the compute stream, not %s", fp_stream_name(op->stream));
     if (!isfinite(op->alpha) || op->alpha < 0) verr(v, FP_VL_OP, i, "compute flops must be finite and >= 0");
   }
@@ -911,6 +928,39 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
     }
 }
 
+/* rule 8: op i on stream s (clock vc) touches a buffer; every earlier
+ * conflicting access on another stream must happen before it */
+static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
+  const fp_prog *p = v->p;
+  for (int64_t k = v->al.start[x->buf]; k < v->al.start[x->buf + 1] && !stop(v); k++) {
+    int32_t y = v->al.list[k];
+    const struct bufclk *c = &v->clk[y];
+    for (int t = 0; t < FP_NSTREAMS; t++) {
+      if (t == s) continue;
+      bool ww = vc[t] < c->w[t], rw = x->write && vc[t] < c->r[t];
+      if (!ww && !rw) continue;
+      int32_t j = ww ? c->wop[t] : c->rop[t];
+      int jstep = ww ? c->wstep[t] : c->rstep[t];
+      if (step == 2 && jstep == 2) continue; /* reported in step 1 */
+      const char *how = ww ? (x->write ? "writes" : "reads") : "writes";
+      const char *what = ww ? "wrote" : "read";
+      char other[200] = "";
+      if (y != x->buf) snprintf(other, sizeof other, " (it shares arena bytes with '%.120s')", p->bufs[y].name);
+      verr(v, FP_VL_OP, i, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
+           "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
+           p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
+           fp_stream_name(t));
+      return;
+    }
+  }
+}
+
+static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
+  struct bufclk *c = &v->clk[x->buf];
+  if (x->write) c->w[s] = vc[s], c->wop[s] = i, c->wstep[s] = (int8_t)step;
+  if (x->read) c->r[s] = vc[s], c->rop[s] = i, c->rstep[s] = (int8_t)step;
+}
+
 static int range_cmp(const void *a, const void *b) {
   const range *x = a, *y = b;
   if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
@@ -985,7 +1035,7 @@ static bool build_ranges(vctx *v) {
  * stream. The step is walked twice (the executor replays it), so arena reuse
  * is also checked across the end of one step and the start of the next.
  * Rule 4 (a wait needs an earlier record) is checked on the first walk. */
-static void walk_clocks(vctx *v, bool ranges) {
+static void walk_clocks(vctx *v, bool ranges, bool races) {
   const fp_prog *p = v->p;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
@@ -1001,7 +1051,7 @@ static void walk_clocks(vctx *v, bool ranges) {
   int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)nev + 1, sizeof *evc);
   bool *recorded = calloc((size_t)nev + 1, sizeof *recorded);
   FP_ASSERT(evc && recorded);
-  for (int step = 1; step <= (ranges ? 2 : 1); step++) {
+  for (int step = 1; step <= (ranges || races ? 2 : 1); step++) {
     for (int32_t i = 0; i < p->nops; i++) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
@@ -1013,7 +1063,7 @@ static void walk_clocks(vctx *v, bool ranges) {
       }
       if (op->code == FP_OP_WAIT) {
         if (!recorded[e]) {
-          verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
+          if (!races) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
         } else {
           for (int k = 0; k < FP_NSTREAMS; k++)
             if (evc[e][k] > vc[s][k]) vc[s][k] = evc[e][k];
@@ -1024,13 +1074,19 @@ static void walk_clocks(vctx *v, bool ranges) {
         memcpy(evc[e], vc[s], sizeof vc[s]);
         recorded[e] = true;
       }
-      if (!ranges) continue;
-      const int32_t *extra;
-      int ne = op_bufs(p, op, &extra);
-      use_buf(v, op->dst.buf, i, s, vc[s], step);
-      use_buf(v, op->src.buf, i, s, vc[s], step);
-      use_buf(v, op->aux.buf, i, s, vc[s], step);
-      for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, vc[s], step);
+      if (ranges) {
+        const int32_t *extra;
+        int ne = op_bufs(p, op, &extra);
+        use_buf(v, op->dst.buf, i, s, vc[s], step);
+        use_buf(v, op->src.buf, i, s, vc[s], step);
+        use_buf(v, op->aux.buf, i, s, vc[s], step);
+        for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, vc[s], step);
+      }
+      if (races) {
+        int na = fp_op_accesses(p, op, v->acc);
+        for (int k = 0; k < na && !stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
+        for (int k = 0; k < na; k++) race_note(v, i, s, vc[s], step, &v->acc[k]);
+      }
     }
   }
   free(evc);
@@ -1079,6 +1135,8 @@ static void check_pair(vctx *v, int32_t A, int32_t B) {
       if (y->first <= x->last) {
         verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
              ") share arena bytes and are live at the same time", xn, x->first, x->last, yn, y->first, y->last);
+      } else if (v->unordered) {
+        continue;
       } else if (!hb_all(x, y, 1, &from, &to)) {
         verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
              "does not happen before this op (stream %s): a record/wait is missing", yn, xn, from, xn,
@@ -1137,8 +1195,8 @@ static void check_arena(vctx *v) {
 }
 
 /* ---- driver ------------------------------------------------------------------------- */
-bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx) {
-  vctx v = {.p = p, .report = report, .rctx = rctx};
+bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned flags) {
+  vctx v = {.p = p, .report = report, .rctx = rctx, .unordered = flags & FP_VERIFY_UNORDERED};
   predcache pc = {0};
   if (!check_header(&v)) return false;
   v.tabs = calloc((size_t)p->ntabs + 1, sizeof *v.tabs);
@@ -1167,10 +1225,31 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx) {
   if (!stop(&v) && tables_ok && segs_ok) {
     /* rule 6 needs a program whose ops are all sound; rule 4 does not */
     bool ranges = v.nerr == 0 && build_ranges(&v);
-    walk_clocks(&v, ranges);
+    if (ranges && !v.unordered) {
+      /* rule 8's state; a plan with absurdly many overlapping buffers is
+       * refused rather than checked quadratically */
+      v.have_al = fp_aliases_build(p, MAX_ALIAS_PAIRS, &v.al);
+      if (!v.have_al) {
+        verr(&v, FP_VL_PROG, 0, "more than %d pairs of buffers share arena bytes", MAX_ALIAS_PAIRS);
+        ranges = false;
+      } else {
+        int32_t maxuses = 0;
+        for (int32_t i = 0; i < p->nops; i++)
+          if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
+        v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
+        v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
+        FP_ASSERT(v.clk && v.acc);
+      }
+    }
+    walk_clocks(&v, ranges, false);
     if (ranges && v.nerr == 0) check_arena(&v);
+    /* rule 8 last: its findings would only repeat rule 6's */
+    if (v.have_al && v.nerr == 0) walk_clocks(&v, false, true);
   }
   pred_free(&pc);
+  if (v.have_al) fp_aliases_free(&v.al);
+  free(v.clk);
+  free(v.acc);
   free(v.tabs);
   free(v.badop);
   free(v.rg);
@@ -1216,7 +1295,11 @@ static void report_fpir(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
   fp_diag_errorf(l->d, where, "%s: %s", obj, msg);
 }
 
-bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src) {
+bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags) {
   fpir_loc l = {d, src};
-  return fp_ir_verify_with(p, report_fpir, &l);
+  return fp_ir_verify_with(p, report_fpir, &l, flags);
+}
+
+bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src) {
+  return fp_ir_verify_flags(p, d, src, 0);
 }

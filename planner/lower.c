@@ -1,33 +1,48 @@
-/* lower.c - one training step of a layout, lowered to IR.
+/* lower.c - one training step of a layout, lowered to IR on three streams.
  *
  * The step is: step_begin; for each micro-batch, pre/post_forward of every
- * module in forward order, then pre/post_backward in reverse; pre_optimizer;
- * post_optimizer. This first lowering is complete but not optimized: every
- * op is on the compute stream in hook order (no prefetch, no overlap), so
- * each data movement happens in the hook that first needs it:
+ * module in forward order, then pre/post_backward in reverse; pre_optimizer
+ * (the trainer's optimizer runs after it: a compute op with pass=opt);
+ * post_optimizer. Streams: the trainer's compute stream runs its forward and
+ * backward (compute placeholders), zeroes the unsharded grads and keeps the
+ * partially resharded copies; the `ag` stream unshards (cast the main shard
+ * to the param dtype, gather); the `rs` stream reduces (cast to the reduce
+ * dtype, reduce, all-reduce across replicas, write or add into the main
+ * grad, divide). No record/wait is emitted here: the sync pass inserts the
+ * ones the program needs once memplan has placed every buffer.
  *
- *   pre_forward(m)   unshard every bucket first used by m: cast the main
- *                    shard to the param dtype, gather (placement's choice)
+ *   pre_forward(m)   issue the all-gathers of the buckets kf ahead in
+ *                    forward order (prefetch): bucket r is issued where the
+ *                    bucket r-kf is first used
  *   post_forward(m)  reshard the buckets last used by m: free (true) or keep
- *                    a 1/g copy for a backward gather inside g ranks (int g)
- *   pre_backward(m)  gather again what was resharded; zero the unsharded
- *                    grads the trainer's backward accumulates into
+ *                    a 1/g copy for a backward gather inside g ranks (int g);
+ *                    the bucket of the last module is never resharded
+ *   pre_backward(m)  zero the unsharded grads of m's buckets; issue the
+ *                    backward re-gathers kb ahead in backward order
  *   post_backward(m) reduce the grads of buckets whose backward is done:
- *                    cast to the reduce dtype, reduce (placement's choice),
- *                    all-reduce across replicas (hybrid), then the first
- *                    micro-batch writes the main grad, later ones add to it
- *   pre_optimizer    divide the grads by world size x micro-batches
+ *                    the first micro-batch reduces straight into the main
+ *                    grad when the dtypes allow, later ones into staging and
+ *                    add; the last micro-batch divides by world x micro-batches
  *   post_optimizer   refresh persistent compute weights from the updated
  *                    main weights (shard_grad_op's all-gather, replicas' cast)
  *
+ * A bucket's ops are emitted phase by phase (all casts, then all collectives,
+ * then all copies out) so its collectives sit back to back for coalesce.
  * Each bucket has one IR buffer per kind with one arena address for the whole
- * step; transient ones get explicit live ranges, so memplan can reuse their
- * bytes between ranges. */
+ * step; transient ones get explicit live ranges in program order, so memplan
+ * can reuse their bytes between ranges. */
 #include "lower.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 fp_op *fp_lw_emit(fp_lower *lw, fp_opcode code, fp_dtype dt, int64_t count) {
+  fp_lw_phase ph = fp_op_class(code) == FP_OPC_COMM ? FP_PH_COMM : lw->seen_comm ? FP_PH_POST : FP_PH_PRE;
+  if (ph == FP_PH_COMM) lw->seen_comm = true;
+  if (lw->phase != FP_PH_ALL && ph != lw->phase) {
+    memset(&lw->dropped, 0, sizeof lw->dropped); /* the caller fills it in; nobody reads it */
+    return &lw->dropped;
+  }
   fp_op *op = fp_ir_emit(lw->P, code, lw->stream, dt, count);
   op->bucket = lw->bucket;
   return op;
@@ -204,67 +219,118 @@ static void on_slot(const fp_lower *lw, const fp_lparam *p, fp_op *op) {
   fp_lw_only_owner(lw, p, op);
 }
 
+static const fp_lparam *bucket_param(const fp_lower *lw, int b, int j) {
+  return &lw->L->params[lw->L->buckets[b].lparams[j]];
+}
+
+/* gather bucket b's compute weights on the ag stream, phase by phase */
 static void unshard_bucket(fp_lower *lw, int b, bool trainable_only) {
   const fp_bucket *B = &lw->L->buckets[b];
   int gst = lw->bufs[b][FP_BB_GST];
+  lw->stream = FP_STREAM_AG;
+  lw->bucket = b;
   open_buf(lw, gst);
-  for (int j = 0; j < B->nparams; j++) {
-    const fp_lparam *p = &lw->L->params[B->lparams[j]];
-    if (trainable_only && !p->mp->requires_grad) continue;
-    p->impl->lower_unshard(lw, p);
+  for (fp_lw_phase ph = FP_PH_PRE; ph <= FP_PH_POST; ph++) {
+    lw->phase = ph;
+    for (int j = 0; j < B->nparams; j++) {
+      const fp_lparam *p = bucket_param(lw, b, j);
+      if (trainable_only && !p->mp->requires_grad) continue;
+      lw->seen_comm = false;
+      p->impl->lower_unshard(lw, p);
+    }
   }
+  lw->phase = FP_PH_ALL;
   close_opt(lw, gst);
+  lw->stream = FP_STREAM_COMPUTE;
 }
 
+/* where p's reduction reads from and writes to in micro-batch `micro` */
+typedef struct redio {
+  int sbuf, dbuf;
+  int64_t soff, doff;
+  bool direct; /* the reduction writes the main grad itself */
+} redio;
+
+static redio reduce_io(const fp_lower *lw, int b, const fp_lparam *p, int micro) {
+  const int *bb = lw->bufs[b];
+  redio io = {bb[FP_BB_UGRAD], -1, p->ugrad_off, 0, false};
+  if (p->rin_off >= 0) io.sbuf = bb[FP_BB_RIN], io.soff = p->rin_off;
+  io.direct = micro == 0 && p->reduce_dtype == p->grad_dtype;
+  io.dbuf = io.direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT);
+  io.doff = io.direct ? p->grad_off : p->rout_off;
+  return io;
+}
+
+/* reduce bucket b's grads on the rs stream: casts, reductions, the
+ * replicas' all-reduces, then the writes into the main grad (and, after the
+ * last micro-batch, the divide), each phase for every param in turn */
 static void reduce_bucket(fp_lower *lw, int b, int micro) {
   fp_layout *L = lw->L;
   const fp_bucket *B = &L->buckets[b];
   const int *bb = lw->bufs[b];
+  bool last = micro == L->spec->grad_accumulation - 1;
+  double f = 1.0 / ((double)L->world * (double)L->spec->grad_accumulation);
+  lw->stream = FP_STREAM_RS;
+  lw->bucket = b;
   open_buf(lw, bb[FP_BB_RIN]);
   open_buf(lw, bb[FP_BB_ROUT]);
   open_buf(lw, bb[FP_BB_RST]);
+  /* casts into the reduce dtype, the placements' own staging, reductions */
+  for (fp_lw_phase ph = FP_PH_PRE; ph <= FP_PH_COMM; ph++) {
+    lw->phase = ph;
+    for (int j = 0; j < B->nparams; j++) {
+      const fp_lparam *p = bucket_param(lw, b, j);
+      if (!p->mp->requires_grad) continue;
+      redio io = reduce_io(lw, b, p, micro);
+      lw->seen_comm = false;
+      if (p->rin_off >= 0)
+        fp_lw_convert(lw, p->reduce_dtype, p->param_dtype, p->padded_numel, fp_reg(bb[FP_BB_RIN], p->rin_off),
+                      fp_reg(bb[FP_BB_UGRAD], p->ugrad_off));
+      p->impl->lower_reduce(lw, p, io.sbuf, io.soff, io.dbuf, io.doff);
+    }
+  }
+  lw->phase = FP_PH_ALL;
+  /* hybrid: sum the shard across replicas (ragged: the whole slot, since
+   * replicas of one piece share its size but pieces differ) */
+  for (int j = 0; j < B->nparams && lw->c_replica >= 0; j++) {
+    const fp_lparam *p = bucket_param(lw, b, j);
+    if (!p->mp->requires_grad || p->replicated) continue;
+    redio io = reduce_io(lw, b, p, micro);
+    fp_op *op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->reduce_dtype, p->slot);
+    op->comm = lw->c_replica;
+    op->dst = op->src = fp_reg(io.dbuf, io.doff);
+    fp_lw_only_owner(lw, p, op);
+  }
   for (int j = 0; j < B->nparams; j++) {
-    const fp_lparam *p = &L->params[B->lparams[j]];
+    const fp_lparam *p = bucket_param(lw, b, j);
     if (!p->mp->requires_grad) continue;
-    int sbuf = bb[FP_BB_UGRAD];
-    int64_t soff = p->ugrad_off;
-    if (p->rin_off >= 0) {
-      fp_lw_convert(lw, p->reduce_dtype, p->param_dtype, p->padded_numel, fp_reg(bb[FP_BB_RIN], p->rin_off),
-                    fp_reg(sbuf, soff));
-      sbuf = bb[FP_BB_RIN];
-      soff = p->rin_off;
-    }
-    bool direct = micro == 0 && p->reduce_dtype == p->grad_dtype;
-    int dbuf = direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT);
-    int64_t doff = direct ? p->grad_off : p->rout_off;
-    p->impl->lower_reduce(lw, p, sbuf, soff, dbuf, doff);
-    if (lw->c_replica >= 0 && !p->replicated) {
-      /* hybrid: sum the shard across replicas (ragged: the whole slot, since
-       * replicas of one piece share its size but pieces differ) */
-      fp_op *op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->reduce_dtype, p->slot);
-      op->comm = lw->c_replica;
-      op->dst = op->src = fp_reg(dbuf, doff);
-      fp_lw_only_owner(lw, p, op);
-    }
-    if (!direct) {
-      fp_op *op;
+    redio io = reduce_io(lw, b, p, micro);
+    fp_op *op;
+    if (!io.direct) {
       if (micro == 0) {
         op = fp_lw_convert(lw, p->grad_dtype, p->reduce_dtype, 0, fp_reg(bb[FP_BB_GRAD], p->grad_off),
-                           fp_reg(dbuf, doff));
+                           fp_reg(io.dbuf, io.doff));
       } else {
         op = fp_lw_emit(lw, FP_OP_ADD, p->grad_dtype, 0);
         op->sdtype = p->reduce_dtype;
         op->dst = fp_reg(bb[FP_BB_GRAD], p->grad_off);
-        op->src = fp_reg(dbuf, doff);
+        op->src = fp_reg(io.dbuf, io.doff);
       }
       on_slot(lw, p, op);
       if (op->code == FP_OP_COPY) op->dpitch = op->spitch = op->count * fp_dtype_size(op->dtype);
+    }
+    if (last) {
+      op = fp_lw_emit(lw, FP_OP_SCALE, p->grad_dtype, 0);
+      op->dst = fp_reg(bb[FP_BB_GRAD], p->grad_off);
+      op->alpha = f;
+      on_slot(lw, p, op);
     }
   }
   close_opt(lw, bb[FP_BB_RST]);
   close_opt(lw, bb[FP_BB_ROUT]);
   close_opt(lw, bb[FP_BB_RIN]);
   close_buf(lw, bb[FP_BB_UGRAD]);
+  lw->stream = FP_STREAM_COMPUTE;
 }
 
 /* the buckets a module's params live in, each once */
@@ -299,19 +365,76 @@ static void compute(fp_lower *lw, int mod, fp_pass pass, int *scratch, int32_t *
   fp_ir_op_uses(lw->P, op, ids, m);
 }
 
+/* ---- prefetch: where each bucket's all-gathers are issued ------------------ */
+static const fp_layout *sort_L;
+static int by_first(const void *a, const void *b) {
+  const fp_bucket *x = &sort_L->buckets[*(const int *)a], *y = &sort_L->buckets[*(const int *)b];
+  if (x->first_pos != y->first_pos) return x->first_pos - y->first_pos;
+  return *(const int *)a - *(const int *)b;
+}
+static int by_last_desc(const void *a, const void *b) {
+  const fp_bucket *x = &sort_L->buckets[*(const int *)a], *y = &sort_L->buckets[*(const int *)b];
+  if (x->last_pos != y->last_pos) return y->last_pos - x->last_pos;
+  return *(const int *)a - *(const int *)b;
+}
+
+/* Forward: order the gathered buckets by first use; bucket r is issued in
+ * the pre_forward where bucket r-kf is first used (the first kf+1 at the
+ * first one). Backward: order every bucket by first backward use (its last
+ * forward position, descending); a bucket that needs a re-gather is issued
+ * in the pre_backward of the bucket kb before it. */
+static void plan_prefetch(fp_lower *lw) {
+  fp_layout *L = lw->L;
+  int nb = L->nbuckets, *ord = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int)), n = 0;
+  lw->fwd_issue = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+  lw->bwd_issue = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+  for (int b = 0; b < nb; b++) lw->fwd_issue[b] = lw->bwd_issue[b] = -1;
+  sort_L = L;
+  for (int b = 0; b < nb; b++)
+    if (!L->buckets[b].persistent_unsharded) ord[n++] = b;
+  qsort(ord, (size_t)n, sizeof *ord, by_first);
+  for (int r = 0; r < n; r++) lw->fwd_issue[ord[r]] = L->buckets[ord[r < lw->kf ? 0 : r - lw->kf]].first_pos;
+  for (int b = 0; b < nb; b++) ord[b] = b;
+  qsort(ord, (size_t)nb, sizeof *ord, by_last_desc);
+  for (int r = 0; r < nb; r++) {
+    const fp_bucket *B = &L->buckets[ord[r]];
+    if (B->persistent_unsharded || B->reshard == 0) continue;
+    lw->bwd_issue[ord[r]] = L->buckets[ord[r < lw->kb ? 0 : r - lw->kb]].last_pos;
+  }
+  sort_L = NULL;
+}
+
+static void forward_gather(fp_lower *lw, int b) {
+  open_buf(lw, lw->bufs[b][FP_BB_UNSH]);
+  unshard_bucket(lw, b, false);
+}
+
+static void backward_gather(fp_lower *lw, int b) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  int u = lw->bufs[b][FP_BB_UNSH];
+  open_buf(lw, u);
+  if (B->reshard == lw->L->G) {
+    unshard_bucket(lw, b, false);
+    return;
+  }
+  lw->stream = FP_STREAM_AG;
+  lw->bucket = b;
+  fp_op *op = fp_lw_emit(lw, FP_OP_ALL_GATHER, FP_U8, B->reshard_chunk);
+  op->comm = lw->c_reshard[b];
+  op->dst = fp_reg(u, 0);
+  op->src = fp_reg(lw->bufs[b][FP_BB_RESH], 0);
+  close_buf(lw, lw->bufs[b][FP_BB_RESH]);
+  lw->stream = FP_STREAM_COMPUTE;
+}
+
 static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids) {
   fp_layout *L = lw->L;
   const fp_model *m = L->model;
   for (int pos = 0; pos < m->norder; pos++) {
     int mod = m->order[pos];
     fp_ir_seg_begin(lw->P, FP_SEG_PRE_FORWARD, mod, micro);
-    for (int b = 0; b < L->nbuckets; b++) {
-      const fp_bucket *B = &L->buckets[b];
-      if (B->first_pos != pos || B->persistent_unsharded) continue;
-      lw->bucket = b;
-      open_buf(lw, lw->bufs[b][FP_BB_UNSH]);
-      unshard_bucket(lw, b, false);
-    }
+    for (int b = 0; b < L->nbuckets; b++)
+      if (lw->fwd_issue[b] == pos) forward_gather(lw, b);
     compute(lw, mod, FP_PASS_FWD, scratch, ids);
     fp_ir_seg_begin(lw->P, FP_SEG_POST_FORWARD, mod, micro);
     for (int b = 0; b < L->nbuckets; b++) {
@@ -336,78 +459,67 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids) {
     fp_ir_seg_begin(lw->P, FP_SEG_PRE_BACKWARD, mod, micro);
     for (int b = 0; b < L->nbuckets; b++) {
       const fp_bucket *B = &L->buckets[b];
-      if (B->last_pos != pos) continue;
+      if (B->last_pos != pos || !B->trainable) continue;
       lw->bucket = b;
-      int u = lw->bufs[b][FP_BB_UNSH];
-      if (!B->persistent_unsharded && B->reshard == L->G) {
-        open_buf(lw, u);
-        unshard_bucket(lw, b, false);
-      } else if (!B->persistent_unsharded && B->reshard_chunk > 0) {
-        open_buf(lw, u);
-        fp_op *op = fp_lw_emit(lw, FP_OP_ALL_GATHER, FP_U8, B->reshard_chunk);
-        op->comm = lw->c_reshard[b];
-        op->dst = fp_reg(u, 0);
-        op->src = fp_reg(lw->bufs[b][FP_BB_RESH], 0);
-        close_buf(lw, lw->bufs[b][FP_BB_RESH]);
-      }
-      if (B->trainable) {
-        int ug = lw->bufs[b][FP_BB_UGRAD];
-        open_buf(lw, ug);
-        fp_op *op = fp_lw_emit(lw, FP_OP_MEMSET, B->mp.param, B->ugrad_bytes / fp_dtype_size(B->mp.param));
-        op->dst = fp_reg(ug, 0);
-      }
+      int ug = lw->bufs[b][FP_BB_UGRAD];
+      open_buf(lw, ug);
+      fp_op *op = fp_lw_emit(lw, FP_OP_MEMSET, B->mp.param, B->ugrad_bytes / fp_dtype_size(B->mp.param));
+      op->dst = fp_reg(ug, 0);
     }
+    for (int b = 0; b < L->nbuckets; b++)
+      if (lw->bwd_issue[b] == pos) backward_gather(lw, b);
     compute(lw, mod, FP_PASS_BWD, scratch, ids);
     fp_ir_seg_begin(lw->P, FP_SEG_POST_BACKWARD, mod, micro);
     for (int b = 0; b < L->nbuckets; b++) {
       const fp_bucket *B = &L->buckets[b];
       if (B->first_pos != pos) continue;
-      lw->bucket = b;
       if (B->trainable) reduce_bucket(lw, b, micro);
       if (!B->persistent_unsharded) close_buf(lw, lw->bufs[b][FP_BB_UNSH]);
     }
   }
 }
 
-static void optimizer(fp_lower *lw) {
+/* the trainer's optimizer reads every main grad and writes every trainable
+ * main weight; then persistent compute weights are refreshed */
+static void optimizer(fp_lower *lw, int32_t *ids) {
   fp_layout *L = lw->L;
-  double f = 1.0 / ((double)L->world * (double)L->spec->grad_accumulation);
   fp_ir_seg_begin(lw->P, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  lw->bucket = -1;
+  int n = 0;
   for (int b = 0; b < L->nbuckets; b++) {
-    const fp_bucket *B = &L->buckets[b];
-    lw->bucket = b;
-    for (int j = 0; j < B->nparams; j++) {
-      const fp_lparam *p = &L->params[B->lparams[j]];
-      if (!p->mp->requires_grad) continue;
-      fp_op *op = fp_lw_emit(lw, FP_OP_SCALE, p->grad_dtype, 0);
-      op->dst = fp_reg(lw->bufs[b][FP_BB_GRAD], p->grad_off);
-      op->alpha = f;
-      on_slot(lw, p, op);
-    }
+    if (!L->buckets[b].trainable) continue;
+    if (lw->bufs[b][FP_BB_MAIN] >= 0) ids[n++] = lw->bufs[b][FP_BB_MAIN];
+    if (lw->bufs[b][FP_BB_GRAD] >= 0) ids[n++] = lw->bufs[b][FP_BB_GRAD];
   }
+  fp_op *op = fp_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
+  op->pass = FP_PASS_OPT;
+  fp_ir_op_uses(lw->P, op, ids, n);
   fp_ir_seg_begin(lw->P, FP_SEG_POST_OPTIMIZER, -1, 0);
   for (int b = 0; b < L->nbuckets; b++) {
     const fp_bucket *B = &L->buckets[b];
     if (!B->persistent_unsharded || !B->trainable) continue;
-    lw->bucket = b;
     unshard_bucket(lw, b, true);
   }
 }
 
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L) {
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb) {
   (void)d;
+  FP_ASSERT(kf >= 0 && kb >= 0);
   fp_lower lw = {0};
   lw.L = L;
   lw.a = a;
   lw.P = fp_prog_new(a);
   lw.stream = FP_STREAM_COMPUTE;
   lw.bucket = -1;
+  lw.kf = kf;
+  lw.kb = kb;
   setup(&lw);
+  plan_prefetch(&lw);
   int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));
   int32_t *ids = fp_alloc_array(a, 2 * (size_t)L->nbuckets + 2, sizeof(int32_t));
   fp_ir_seg_begin(lw.P, FP_SEG_STEP_BEGIN, -1, 0);
   for (int k = 0; k < L->spec->grad_accumulation; k++) micro_batch(&lw, k, scratch, ids);
-  optimizer(&lw);
+  optimizer(&lw, ids);
   for (int i = 0; i < lw.P->nbufs; i++) FP_ASSERT(lw.open_at[i] < 0);
   return lw.P;
 }

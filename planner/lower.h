@@ -20,6 +20,14 @@ typedef enum {
   FP_NBB
 } fp_bucket_buf;
 
+/* which ops of a placement's lowering to keep (see fp_lower.phase) */
+typedef enum {
+  FP_PH_ALL,  /* every op */
+  FP_PH_PRE,  /* local ops before the collective (casts into staging) */
+  FP_PH_COMM, /* the collectives */
+  FP_PH_POST, /* local ops after it (copies out of staging) */
+} fp_lw_phase;
+
 typedef struct fp_lower {
   fp_layout *L;
   fp_prog *P;
@@ -30,6 +38,15 @@ typedef struct fp_lower {
   int32_t *open_at;                /* per IR buffer: first op of the open live range, -1 */
   fp_stream stream;                /* stream new ops go on */
   int bucket;                      /* bucket being lowered (op.bucket) */
+  /* phases: a bucket's collectives are emitted back to back (so coalesce
+   * can group them) by running each param's placement lowering once per
+   * phase and keeping only that phase's ops */
+  fp_lw_phase phase;               /* the phase kept; FP_PH_ALL keeps all */
+  bool seen_comm;                  /* the current placement call passed its collective */
+  fp_op dropped;                   /* where ops of other phases are written */
+  int kf, kb;                      /* forward / backward prefetch depth */
+  int *fwd_issue, *bwd_issue;      /* per bucket: position whose pre_forward /
+                                    * pre_backward issues its all-gather (-1 none) */
 } fp_lower;
 
 /* emit an op on lw->stream for lw->bucket */
@@ -41,7 +58,8 @@ int fp_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k);
 /* apply the only-on-owner predicate of an owned param to op */
 void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
 
-/* the whole lowering: one training step of L into a new program */
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L);
+/* the whole lowering: one training step of L into a new program, with
+ * forward / backward prefetch depths kf / kb (see planner/lower.c) */
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb);
 
 #endif

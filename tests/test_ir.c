@@ -106,7 +106,7 @@ static kit kitchen(fp_arena *a) {
   q->chunk = 64;
   q->main = (fp_view){k.main, 0};
   q->weight = (fp_view){k.unsh, 0};
-  for (int e = 0; e < 7; e++) fp_ir_event_new(p);
+  for (int e = 0; e < 8; e++) fp_ir_event_new(p);
   fp_op *o;
   /* step_begin */
   fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
@@ -236,7 +236,10 @@ static kit kitchen(fp_arena *a) {
   fp_ir_op_uses(p, o, (int32_t[]){k.unsh}, 1);
   fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
   sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 5);
-  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0); /* empty */
+  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  /* the next step's gathers overwrite what this step's compute read */
+  sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 7);
+  sync_op(p, FP_OP_WAIT, FP_STREAM_AG, 7);
   /* declared live ranges: the unsharded grad twice (backward and the
    * dequantize), the reduce staging once; the others are first..last use */
   fp_ir_buf_live(p, k.ugrad, 14, 17);
@@ -525,7 +528,7 @@ static void test_parse_handwritten(void **state) {
       "arena_bytes 128\n"
       "segment step_begin\n"
       "  ag all_gather fp32 n=8 dst=\"y z\"[0] src=x[0] comm=world\n"
-      "  rs memset n=4 fp16 dst=x[0]\n";
+      "  ag memset n=4 fp16 dst=x[0]\n";
   fp_prog *p = parse(a, &d, text);
   assert_non_null(p);
   assert_int_equal(p->nops, 2);
@@ -857,7 +860,7 @@ static int32_t find_op(const fp_prog *p, fp_opcode c, int n) {
 /* rule 1: indices and structure */
 static void m_comm_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].comm = 9; }
 static void m_buf_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_MEMSET, 0)].dst.buf = 70; }
-static void m_event_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECORD, 0)].event = 7; }
+static void m_event_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECORD, 0)].event = 8; }
 static void m_view_range(kit *k) { k->p->params[0].weight.buf = 40; }
 static void m_seg_order(kit *k) { k->p->segs[k->p->nsegs - 1].kind = FP_SEG_STEP_BEGIN; }
 static void m_seg_module(kit *k) { k->p->segs[1].module = 5; }
@@ -931,6 +934,7 @@ static void m_cross_step(kit *k) {
   p->ops[0].dst = fp_reg(b, 0); /* the step_begin memset, moved to ag */
   p->ops[0].count = 16;
   p->ops[0].stream = FP_STREAM_AG;
+  p->ops[p->nops - 1].stream = FP_STREAM_RS; /* the end-of-step wait no longer holds ag back */
 }
 
 static void m_use_outside_live(kit *k) { fp_ir_buf_live(k->p, k->unsh, 3, 4); }
@@ -952,7 +956,7 @@ static void test_verify_rules(void **state) {
   } cases[] = {
       {m_comm_range, "op 4: all_gather: comm 9 is out of range (3 defined)"},
       {m_buf_range, "op 0: memset: an operand's buffer is out of range"},
-      {m_event_range, "op 2: record: event 7 is out of range"},
+      {m_event_range, "op 2: record: event 8 is out of range"},
       {m_view_range, "param 0 'layers.0.w': weight view: buffer 40 is out of range"},
       {m_seg_order, "step_begin must be the first segment"},
       {m_seg_module, "segment 1: pre_forward names module 5, out of range"},
@@ -989,7 +993,7 @@ static void test_verify_rules(void **state) {
       {m_use_outside_live, "op 7: compute uses buffer 'b0.unsharded' outside its live ranges"},
       {m_live_persistent, "live range 3 of buffer 'b0.main': buffer 'b0.main' is persistent"},
       {m_live_overlap, "live ranges 14..17 and 16..20 of buffer 'b0.ugrad' overlap"},
-      {m_live_range, "range 30..99 of buffer 'b0.ugrad' is not within ops 0..36"},
+      {m_live_range, "range 30..99 of buffer 'b0.ugrad' is not within ops 0..38"},
       {m_uses_noncompute, "op 0: memset takes no uses="},
       {m_uses_range, "op 7: compute: used buffer 99 is out of range"},
       {m_arena, "buffer 6 'b1.mx': [1536, +256) lies outside the device arena of 1700 bytes"},

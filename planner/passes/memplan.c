@@ -72,7 +72,7 @@ static void activation_deltas(const fp_prog *p, int64_t *delta) {
   int top = 0;
   for (int i = 0; i < p->nops; i++) {
     const fp_op *op = &p->ops[i];
-    if (op->code != FP_OP_COMPUTE) continue;
+    if (op->code != FP_OP_COMPUTE || op->pass == FP_PASS_OPT) continue;
     int64_t b = p->mods[op->module].activation_bytes;
     if (op->pass == FP_PASS_FWD) {
       stack[top++] = op->module;

@@ -22,11 +22,17 @@ typedef struct fp_pass_ctx {
   fp_diag *d;
   const fp_layout *L;
   fp_stats *stats;
+  bool synced;      /* the sync pass has run: verify every rule */
 } fp_pass_ctx;
 
 typedef bool (*fp_pass_fn)(fp_pass_ctx *c, fp_prog *p);
 
+/* collectives up to this many bytes per rank are grouped by coalesce */
+#define FP_COALESCE_MAX_BYTES ((int64_t)32 << 20)
+
+bool fp_pass_coalesce(fp_pass_ctx *c, fp_prog *p); /* group small collectives */
 bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p); /* arena offsets, peak, budget */
+bool fp_pass_sync(fp_pass_ctx *c, fp_prog *p);    /* the record/wait edges the program needs */
 bool fp_pass_verify(fp_pass_ctx *c, fp_prog *p);  /* the IR verifier (internal bug on failure) */
 
 #endif

@@ -1,0 +1,267 @@
+/* sync.c - the sync pass: the record/wait edges the program needs, and no
+ * others.
+ *
+ * Runs last, once every buffer has its arena offset. It walks the step twice
+ * (the executor replays it) with a vector clock per stream and, per buffer
+ * and stream, the clocks of the last read and write (ir/access.c says what
+ * each op touches; buffers that share arena bytes conflict). An op that
+ * reads what another stream wrote, or writes what another stream read or
+ * wrote, without a happens-before edge gets a `wait` right before it on an
+ * event recorded right after the other stream's op - as late as possible, so
+ * overlap is kept. When one op needs several streams, a wait implied by
+ * another is dropped. Conflicts that only exist from one step into the next
+ * (the optimizer's writes against the next step's gathers) get a wait at the
+ * end of the step. So every wait orders some conflicting pair nothing else
+ * orders: deleting any one makes the verifier's race rule fail.
+ *
+ * Details that keep the edges honest:
+ *  - a grouped call (coalesce) is issued as one: its waits go before its
+ *    first op, and a record after any of its ops goes after its last;
+ *  - a compute op stands for the trainer's work after its segment, so a
+ *    record after it is the first op of the next segment. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+enum { ANALYZE, CHECK };
+
+typedef struct bufclk {
+  int64_t w[FP_NSTREAMS], r[FP_NSTREAMS]; /* own-stream clock of the last write / read */
+  int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
+} bufclk;
+
+typedef struct sctx {
+  const fp_prog *P;
+  int32_t n;
+  fp_aliases al;
+  fp_access *acc;
+  int32_t *gfirst, *glast;               /* per op: first / last op of its group (itself) */
+  int32_t (*wp)[FP_NSTREAMS];            /* per op: producer op waited for, per stream; -1 */
+  int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
+  int64_t (*snap)[2][FP_NSTREAMS];       /* per op and step: its stream's clock after it */
+  bufclk *clk;
+} sctx;
+
+static void join(int64_t *vc, const int64_t *o) {
+  for (int t = 0; t < FP_NSTREAMS; t++)
+    if (o[t] > vc[t]) vc[t] = o[t];
+}
+
+/* the clock an event recorded right after producer p carries: the
+ * snapshot after p's group, in this step when that lies before op i, else in
+ * the previous one (none in step 1: a wait on an event never recorded is a
+ * no-op) */
+static const int64_t *rec_clock(const sctx *c, int32_t p, int32_t i, int step) {
+  int32_t q = c->glast[p];
+  if (q < i) return c->snap[q][step - 1];
+  return step == 2 ? c->snap[q][0] : NULL;
+}
+
+/* one walk over two steps: ANALYZE decides waits; CHECK counts conflicts
+ * left unordered by the waits decided so far */
+static int64_t walk(sctx *c, int mode) {
+  const fp_prog *P = c->P;
+  int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
+  memset(vc, 0, sizeof vc);
+  for (int32_t b = 0; b < P->nbufs; b++) memset(&c->clk[b], 0, sizeof c->clk[b]);
+  int64_t unordered = 0;
+  for (int step = 1; step <= 2; step++) {
+    for (int32_t i = 0; i < c->n; i++) {
+      const fp_op *op = &P->ops[i];
+      int s = op->stream;
+      if (c->gfirst[i] == i) {
+        /* the waits decided before this op (or group) */
+        for (int t = 0; t < FP_NSTREAMS; t++)
+          if (c->wp[i][t] >= 0) {
+            const int64_t *o = rec_clock(c, c->wp[i][t], i, step);
+            if (o) join(vc[s], o);
+          }
+        /* what the op (group) needs from the other streams */
+        int64_t need[FP_NSTREAMS] = {0};
+        int32_t needop[FP_NSTREAMS];
+        for (int t = 0; t < FP_NSTREAMS; t++) needop[t] = -1;
+        for (int32_t j = i; j <= c->glast[i]; j++) {
+          int na = fp_op_accesses(P, &P->ops[j], c->acc);
+          for (int k = 0; k < na; k++) {
+            const fp_access *x = &c->acc[k];
+            for (int64_t a = c->al.start[x->buf]; a < c->al.start[x->buf + 1]; a++) {
+              const bufclk *y = &c->clk[c->al.list[a]];
+              for (int t = 0; t < FP_NSTREAMS; t++) {
+                if (t == s) continue;
+                if (y->w[t] > vc[s][t] && y->w[t] > need[t]) need[t] = y->w[t], needop[t] = y->wop[t];
+                if (x->write && y->r[t] > vc[s][t] && y->r[t] > need[t]) need[t] = y->r[t], needop[t] = y->rop[t];
+              }
+            }
+          }
+        }
+        bool any = false;
+        for (int t = 0; t < FP_NSTREAMS; t++) any |= needop[t] >= 0;
+        if (any && mode == CHECK) {
+          unordered++;
+        } else if (any) {
+          /* drop a stream another chosen wait already covers */
+          const int64_t *clock[FP_NSTREAMS] = {0};
+          for (int t = 0; t < FP_NSTREAMS; t++)
+            if (needop[t] >= 0) {
+              clock[t] = rec_clock(c, needop[t], i, step);
+              FP_ASSERT(clock[t]); /* step 1 conflicts come from earlier ops */
+            }
+          for (int t = 0; t < FP_NSTREAMS; t++)
+            for (int u = 0; u < FP_NSTREAMS && needop[t] >= 0; u++)
+              if (u != t && needop[u] >= 0 && clock[u][t] >= need[t]) needop[t] = -1;
+          for (int t = 0; t < FP_NSTREAMS; t++) {
+            if (needop[t] < 0) continue;
+            if (step == 1) {
+              c->wp[i][t] = needop[t];
+            } else {
+              /* from the previous step only: wait at the end of the step for
+               * the latest such producer */
+              int32_t *e = &c->endw[s][t];
+              if (*e < 0 || c->snap[c->glast[*e]][0][t] < clock[t][t]) *e = needop[t];
+            }
+            join(vc[s], clock[t]);
+          }
+        }
+      }
+      vc[s][s]++;
+      memcpy(c->snap[i][step - 1], vc[s], sizeof vc[s]);
+      int na = fp_op_accesses(P, op, c->acc);
+      for (int k = 0; k < na; k++) {
+        bufclk *y = &c->clk[c->acc[k].buf];
+        if (c->acc[k].write) y->w[s] = vc[s][s], y->wop[s] = i;
+        if (c->acc[k].read) y->r[s] = vc[s][s], y->rop[s] = i;
+      }
+    }
+    if (step == 1) /* the waits at the end of the step */
+      for (int s = 0; s < FP_NSTREAMS; s++)
+        for (int t = 0; t < FP_NSTREAMS; t++)
+          if (c->endw[s][t] >= 0) join(vc[s], c->snap[c->glast[c->endw[s][t]]][0]);
+  }
+  return unordered;
+}
+
+static fp_op sync_op(fp_opcode code, int stream, int32_t seg, int32_t event) {
+  return (fp_op){.code = code, .stream = (fp_stream)stream, .dtype = FP_F32, .sdtype = FP_F32, .seg = seg,
+                 .comm = -1, .only = -1, .only_comm = -1, .root = -1, .event = event, .module = -1,
+                 .bucket = -1, .group = -1, .tab = -1, .rows = 1, .dst = fp_noreg(), .src = fp_noreg(),
+                 .aux = fp_noreg()};
+}
+
+/* write the program again with the records and waits */
+static void rebuild(sctx *c, fp_prog *P) {
+  int32_t n = c->n;
+  bool *rec = calloc((size_t)n + 1, sizeof *rec);
+  int32_t *evof = malloc(((size_t)n + 1) * sizeof *evof), *newidx = malloc(((size_t)n + 1) * sizeof *newidx);
+  FP_ASSERT(rec && evof && newidx);
+  for (int32_t i = 0; i < n; i++)
+    for (int t = 0; t < FP_NSTREAMS; t++)
+      if (c->wp[i][t] >= 0) rec[c->glast[c->wp[i][t]]] = true;
+  int nend = 0;
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    for (int t = 0; t < FP_NSTREAMS; t++)
+      if (c->endw[s][t] >= 0) rec[c->glast[c->endw[s][t]]] = true, nend++;
+  int32_t nrec = 0, nwait = nend;
+  for (int32_t i = 0; i < n; i++) {
+    evof[i] = rec[i] ? nrec++ : -1;
+    for (int t = 0; t < FP_NSTREAMS; t++) nwait += c->wp[i][t] >= 0;
+  }
+  fp_op *old = P->ops;
+  fp_seg *segs = P->segs;
+  int32_t cap = n + nrec + nwait + 1;
+  fp_op *ops = fp_alloc_array(P->arena, (size_t)cap, sizeof *ops);
+  int32_t m = 0, pending = -1, seg = P->nsegs - 1; /* pending: a record that opens the next segment */
+  for (int32_t k = 0; k < P->nsegs; k++) {
+    int32_t first = segs[k].first, nops = segs[k].nops;
+    segs[k].first = m;
+    if (pending >= 0) {
+      ops[m++] = sync_op(FP_OP_RECORD, old[pending].stream, k, evof[pending]);
+      pending = -1;
+    }
+    for (int32_t i = first; i < first + nops; i++) {
+      const fp_op *op = &old[i];
+      for (int t = 0; t < FP_NSTREAMS; t++)
+        if (c->wp[i][t] >= 0) ops[m++] = sync_op(FP_OP_WAIT, op->stream, k, evof[c->glast[c->wp[i][t]]]);
+      newidx[i] = m;
+      ops[m++] = *op;
+      if (rec[i] && op->code == FP_OP_COMPUTE) { /* the trainer's work runs after this segment */
+        FP_ASSERT(i == first + nops - 1 && k + 1 < P->nsegs);
+        pending = i;
+      } else if (rec[i]) {
+        ops[m++] = sync_op(FP_OP_RECORD, op->stream, k, evof[i]);
+      }
+    }
+  }
+  FP_ASSERT(pending < 0);
+  /* the end-of-step waits close the last segment */
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    for (int t = 0; t < FP_NSTREAMS; t++) {
+      int32_t p = c->endw[s][t];
+      if (p < 0) continue;
+      ops[m++] = sync_op(FP_OP_WAIT, s, seg, evof[c->glast[p]]);
+    }
+  FP_ASSERT(m <= cap);
+  for (int32_t k = 0; k < P->nsegs; k++) segs[k].nops = (k + 1 < P->nsegs ? segs[k + 1].first : m) - segs[k].first;
+  for (int32_t k = 0; k < P->nlives; k++) {
+    P->lives[k].first = newidx[P->lives[k].first];
+    P->lives[k].last = newidx[P->lives[k].last];
+  }
+  P->ops = ops;
+  P->nops = m;
+  P->cap_ops = cap;
+  P->nevents = nrec;
+  free(rec);
+  free(evof);
+  free(newidx);
+}
+
+bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
+  cx->synced = true;
+  sctx c = {.P = P, .n = P->nops};
+  for (int32_t i = 0; i < P->nops; i++) FP_ASSERT(fp_op_class(P->ops[i].code) != FP_OPC_SYNC);
+  bool ok = fp_aliases_build(P, INT64_MAX, &c.al);
+  FP_ASSERT(ok);
+  int32_t maxuses = 0;
+  for (int32_t i = 0; i < P->nops; i++)
+    if (P->ops[i].nuses > maxuses) maxuses = P->ops[i].nuses;
+  size_t n1 = (size_t)P->nops + 1;
+  c.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *c.acc);
+  c.gfirst = malloc(n1 * sizeof *c.gfirst);
+  c.glast = malloc(n1 * sizeof *c.glast);
+  c.wp = malloc(n1 * sizeof *c.wp);
+  c.snap = malloc(n1 * sizeof *c.snap);
+  c.clk = malloc(((size_t)P->nbufs + 1) * sizeof *c.clk);
+  FP_ASSERT(c.acc && c.gfirst && c.glast && c.wp && c.snap && c.clk);
+  for (int32_t i = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    bool cont = i > 0 && op->group >= 0 && P->ops[i - 1].group == op->group;
+    c.gfirst[i] = cont ? c.gfirst[i - 1] : i;
+    for (int t = 0; t < FP_NSTREAMS; t++) c.wp[i][t] = -1;
+  }
+  for (int32_t i = P->nops - 1; i >= 0; i--) {
+    const fp_op *op = &P->ops[i];
+    bool cont = i + 1 < P->nops && op->group >= 0 && P->ops[i + 1].group == op->group;
+    c.glast[i] = cont ? c.glast[i + 1] : i;
+  }
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    for (int t = 0; t < FP_NSTREAMS; t++) c.endw[s][t] = -1;
+  walk(&c, ANALYZE);
+  FP_ASSERT(walk(&c, CHECK) == 0);
+  /* an end-of-step wait another one implies is dropped */
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    for (int t = 0; t < FP_NSTREAMS; t++) {
+      int32_t keep = c.endw[s][t];
+      if (keep < 0) continue;
+      c.endw[s][t] = -1;
+      if (walk(&c, CHECK) != 0) c.endw[s][t] = keep;
+    }
+  rebuild(&c, P);
+  fp_aliases_free(&c.al);
+  free(c.acc);
+  free(c.gfirst);
+  free(c.glast);
+  free(c.wp);
+  free(c.snap);
+  free(c.clk);
+  return true;
+}
