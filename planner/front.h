@@ -123,10 +123,29 @@ typedef struct fp_spec {
   int64_t grad_accumulation;   /* micro-batches per step; default 1 */
   int64_t memory_budget_bytes; /* 0 = none */
   const char *hw_preset;       /* default "h100-sxm" */
+  /* set by a policy, not by the spec file (see fp_spec_apply_policy) */
+  bool staged;                 /* shard(0) params gather and reduce through chunk-major
+                                * staging with copy-in / copy-out (FSDP2's foreach
+                                * all-gather copy-out and reduce-scatter chunk_cat) */
   /* hardware overrides; 0 = take the preset's value */
   double hw_flops, hw_nvlink_gbps, hw_ib_gbps, hw_hbm_gbps;
   int64_t hw_gpus_per_node, hw_hbm_bytes;
 } fp_spec;
+
+/* lowering policies: flexplan's own, or a baseline lowered the way another
+ * runtime does it, for comparison on the same cost model */
+typedef enum {
+  FP_POLICY_FLEXPLAN, /* the spec as written */
+  FP_POLICY_FSDP2,    /* PyTorch FSDP2's defaults (see fp_spec_apply_policy) */
+} fp_policy;
+/* "flexplan" / "fsdp2" -> policy; -1 if unknown */
+int fp_policy_parse(const char *name);
+/* rewrite a parsed spec as the policy lowers it. fsdp2: one bucket per
+ * module, every param Shard(0), reshard after forward (the last module
+ * excepted, as FSDP2 leaves the root unresharded), prefetch 1 forward and 1
+ * backward, copy-in / copy-out staging around every gather and reduce;
+ * strategy, mesh, mixed precision, accumulation and budget stay */
+void fp_spec_apply_policy(fp_spec *s, fp_policy p);
 
 /* ---- entry points (planner/model.c, planner/spec.c) -------------------- */
 /* Load a model file. If it holds {"model":..., "spec":...}, *embedded_spec

@@ -383,7 +383,7 @@ static bool layout_storages(fp_layout *L) {
              slot_at(&st[ROUT], own, ob, &p->rout_off);
         if (ok && p->reduce_dtype != p->param_dtype) ok = slot_at(&st[RIN], -1, rb, &p->rin_off);
       }
-      if (ok && p->pl->kind == FP_PL_SHARD && p->pl->dim > 0) {
+      if (ok && p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) {
         int64_t n;
         ok = fp_mul64(p->chunk, L->G, &n) && fp_mul64(n, fp_dtype_size(p->param_dtype), &gs) &&
              fp_mul64(n, fp_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);

@@ -16,11 +16,11 @@ static const struct {
     {"sync", fp_pass_sync},
 };
 
-bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
-  memset(out, 0, sizeof *out);
-  if (!fp_layout_build(a, d, m, s, &out->layout)) return false;
-  int kf = s->prefetch_fwd == FP_PREFETCH_AUTO ? 1 : s->prefetch_fwd;
-  int kb = s->prefetch_bwd == FP_PREFETCH_AUTO ? 1 : s->prefetch_bwd;
+/* lower the layout with prefetch depths kf / kb and run the passes */
+static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+  memset(&out->stats, 0, sizeof out->stats);
+  out->prefetch_fwd = kf;
+  out->prefetch_bwd = kb;
   out->prog = fp_lower_step(a, d, &out->layout, kf, kb);
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false};
   /* the verifier runs after the pipeline always; after every pass when
@@ -33,6 +33,27 @@ bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp
     if (every && !fp_pass_verify(&ctx, out->prog)) return false;
   }
   return every || fp_pass_verify(&ctx, out->prog);
+}
+
+bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  memset(out, 0, sizeof *out);
+  if (!fp_layout_build(a, d, m, s, &out->layout)) return false;
+  bool af = s->prefetch_fwd == FP_PREFETCH_AUTO, ab = s->prefetch_bwd == FP_PREFETCH_AUTO;
+  if (!af && !ab) return schedule(a, d, out, s->prefetch_fwd, s->prefetch_bwd);
+  /* "auto": the deepest prefetch that fits the memory budget (without a
+   * budget, everything fits: the deepest worth having). A depth that does
+   * not fit is tried quietly; if even depth 0 does not fit, its error (what
+   * is live at the peak) is the user's. */
+  int top = FP_PREFETCH_AUTO_MAX;
+  for (int k = top; k >= 0; k--) {
+    int kf = af ? k : s->prefetch_fwd, kb = ab ? k : s->prefetch_bwd;
+    fp_diag quiet;
+    fp_diag_init(&quiet, NULL);
+    bool ok = schedule(a, k == 0 ? d : &quiet, out, kf, kb);
+    fp_diag_free(&quiet);
+    if (ok) return true;
+  }
+  return false;
 }
 
 /* ---- summary ----------------------------------------------------------------- */
@@ -91,6 +112,8 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
   s->peak_bytes = c->stats.peak_bytes;
   s->lower_bound_bytes = c->stats.lower_bound_bytes;
   s->activation_peak_bytes = c->stats.activation_peak;
+  s->prefetch_forward = c->prefetch_fwd;
+  s->prefetch_backward = c->prefetch_bwd;
   s->compile_ms = compile_ms;
 }
 
@@ -116,6 +139,8 @@ void fp_summary_json(const fp_summary *s, FILE *f) {
           s->lower_bound_bytes, s->activation_peak_bytes);
   fprintf(f, "  \"arena_over_lower_bound\": %.4f,\n",
           s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
+  fprintf(f, "  \"prefetch_forward\": %d,\n  \"prefetch_backward\": %d,\n", s->prefetch_forward,
+          s->prefetch_backward);
   fprintf(f, "  \"compile_ms\": %.3f\n}\n", s->compile_ms);
 }
 
@@ -137,5 +162,6 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
   gib(f, "communicated / step", s->comm_bytes_per_rank);
   fprintf(f, "  arena / lower bound    %12.4f\n",
           s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
+  fprintf(f, "  prefetch depth         forward %d, backward %d\n", s->prefetch_forward, s->prefetch_backward);
   fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
 }

@@ -12,7 +12,11 @@ typedef struct fp_compiled {
   fp_layout layout;
   fp_prog *prog;
   fp_stats stats;
+  int prefetch_fwd, prefetch_bwd; /* the depths lowered (chosen when "auto") */
 } fp_compiled;
+
+/* the deepest prefetch "auto" considers */
+#define FP_PREFETCH_AUTO_MAX 4
 
 /* layout -> lower -> passes (the verifier after each); false after user
  * errors were reported through d */
@@ -24,6 +28,7 @@ typedef struct fp_summary {
   int64_t world_size, buckets, params, ops, collectives;
   int64_t param_shard_bytes, grad_shard_bytes, persistent_bytes, comm_bytes_per_rank;
   int64_t arena_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
+  int prefetch_forward, prefetch_backward;
   double compile_ms;
 } fp_summary;
 

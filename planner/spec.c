@@ -331,3 +331,23 @@ bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {
   json_object_put(root);
   return ok;
 }
+
+/* ---- policies ------------------------------------------------------------------- */
+int fp_policy_parse(const char *name) {
+  if (!strcmp(name, "flexplan")) return FP_POLICY_FLEXPLAN;
+  if (!strcmp(name, "fsdp2")) return FP_POLICY_FSDP2;
+  return -1;
+}
+
+void fp_spec_apply_policy(fp_spec *s, fp_policy p) {
+  if (p != FP_POLICY_FSDP2) return;
+  s->bucket_mode = FP_BUCKETS_DEFAULT;
+  s->buckets = NULL;
+  s->nbuckets = 0;
+  s->auto_target_bytes = 0;
+  s->placement.kind = FP_PL_SHARD;
+  s->placement.dim = 0;
+  s->reshard = s->strategy == FP_SHARD_GRAD_OP ? 0 : FP_RESHARD_TRUE;
+  s->prefetch_fwd = s->prefetch_bwd = 1;
+  s->staged = true;
+}

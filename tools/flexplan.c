@@ -22,12 +22,14 @@ static const char usage[] =
     "usage: flexplan <command> [options]\n"
     "\n"
     "commands:\n"
-    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary]\n"
+    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary] [--policy P]\n"
     "                 compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into\n"
     "                 a plan (plan.json, default), its IR text (.fpir) or a JSON\n"
     "                 summary; -o - writes to standard output. Default OUT:\n"
     "                 <model name>.plan.json / .fpir; the summary goes to stdout.\n"
-    "  check MODEL [--spec SPEC]\n"
+    "                 --policy fsdp2 lowers as PyTorch FSDP2 does by default\n"
+    "                 (baseline for comparison); flexplan (default) as specified.\n"
+    "  check MODEL [--spec SPEC] [--policy P]\n"
     "                 run the whole compiler, write nothing\n"
     "  print FILE     print a plan.json or .fpir as .fpir\n"
     "  verify FILE    verify a plan.json or .fpir (exit 0 valid, 1 invalid)\n"
@@ -124,9 +126,16 @@ typedef enum { EMIT_PLAN, EMIT_IR, EMIT_SUMMARY } emit_kind;
 static int cmd_compile(int argc, char **argv, bool check_only) {
   const char *model = NULL, *spec = NULL, *out = NULL;
   emit_kind emit = EMIT_PLAN;
+  fp_policy policy = FP_POLICY_FLEXPLAN;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--spec") || !strcmp(a, "-o")) {
+    if (!strcmp(a, "--policy") || !strncmp(a, "--policy=", 9)) {
+      const char *v = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
+      if (!v) return usage_error("option '%s' needs a value (flexplan or fsdp2)", a);
+      int p = fp_policy_parse(v);
+      if (p < 0) return usage_error("unknown policy '%s' (expected flexplan or fsdp2)", v);
+      policy = (fp_policy)p;
+    } else if (!strcmp(a, "--spec") || !strcmp(a, "-o")) {
       if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
       if (a[1] == 'o' && check_only) return usage_error("'check' writes nothing; '%s' is not an option of it", a);
       *(a[1] == 'o' ? &out : &spec) = argv[++i];
@@ -157,6 +166,7 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   fp_spec s;
   fp_compiled c;
   if (!fp_inputs_load(ar, &d, model, spec, &m, &s)) goto done;
+  fp_spec_apply_policy(&s, policy);
   if (!fp_compile(ar, &d, &m, &s, &c)) goto done;
   double ms = now_ms() - t0;
   fp_summary sum;

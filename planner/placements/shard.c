@@ -8,7 +8,8 @@
  * and reduce-scattered straight out of it - no copies. dim > 0: the blocks
  * are strided; the gather lands in a chunk-major staging buffer and G 2-D
  * copies move each rank's block into the param's layout (and the reverse
- * before a reduce-scatter). */
+ * before a reduce-scatter). The fsdp2 policy stages dim 0 the same way, as
+ * FSDP2's copy-in / copy-out does. */
 #include "../json.h"
 #include "../lower.h"
 
@@ -87,7 +88,8 @@ static void shard_unshard(fp_lower *lw, const fp_lparam *p) {
   int64_t es = fp_dtype_size(p->param_dtype);
   int gbuf = u;
   int64_t goff = p->unsharded_off;
-  if (p->pl->dim > 0) {
+  bool staged = p->pl->dim > 0 || lw->L->spec->staged;
+  if (staged) {
     gbuf = fp_lw_buf(lw, p->bucket, FP_BB_GST);
     goff = p->gstage_off;
   }
@@ -98,12 +100,12 @@ static void shard_unshard(fp_lower *lw, const fp_lparam *p) {
   op->comm = lw->c_shard;
   op->dst = fp_reg(gbuf, goff);
   op->src = fp_reg_g(gbuf, goff, p->chunk * es);
-  if (p->pl->dim > 0) block_copies(lw, p, p->param_dtype, gbuf, goff, u, p->unsharded_off, true);
+  if (staged) block_copies(lw, p, p->param_dtype, gbuf, goff, u, p->unsharded_off, true);
 }
 
 static void shard_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int64_t src_off, int dst_buf,
                          int64_t dst_off) {
-  if (p->pl->dim > 0) {
+  if (p->pl->dim > 0 || lw->L->spec->staged) {
     int rst = fp_lw_buf(lw, p->bucket, FP_BB_RST);
     fp_op *z = fp_lw_emit(lw, FP_OP_MEMSET, p->reduce_dtype, p->chunk * lw->L->G);
     z->dst = fp_reg(rst, p->rstage_off);
