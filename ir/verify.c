@@ -85,6 +85,13 @@ typedef struct vctx {
     int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
     int8_t wstep[FP_NSTREAMS], rstep[FP_NSTREAMS];
   } *clk;
+  struct aliasmax {
+    int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
+    int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS], wbuf[FP_NSTREAMS], rbuf[FP_NSTREAMS];
+    int8_t wstep[FP_NSTREAMS], rstep[FP_NSTREAMS];
+    int64_t seen[FP_NSTREAMS]; /* nacc when computed; -1 never */
+  } *amax;                     /* per buffer and accessing stream */
+  int64_t nacc[FP_NSTREAMS];   /* accesses made on each stream so far */
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
 } vctx;
@@ -928,30 +935,51 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
     }
 }
 
-/* rule 8: op i on stream s (clock vc) touches a buffer; every earlier
- * conflicting access on another stream must happen before it */
-static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
-  const fp_prog *p = v->p;
-  for (int64_t k = v->al.start[x->buf]; k < v->al.start[x->buf + 1] && !stop(v); k++) {
+/* rule 8: per buffer and accessing stream, the latest write / read on each
+ * other stream over the buffer and every buffer sharing its bytes; valid as
+ * long as no other stream accessed anything since (runs of ops on one
+ * stream, the common case, scan the aliases once) */
+static const struct aliasmax *alias_max(vctx *v, int32_t b, int s) {
+  struct aliasmax *m = &v->amax[(size_t)b * FP_NSTREAMS + (size_t)s];
+  bool valid = true;
+  for (int t = 0; t < FP_NSTREAMS; t++)
+    if (t != s && m->seen[t] != v->nacc[t]) valid = false;
+  if (valid) return m;
+  memset(m, 0, sizeof *m);
+  for (int t = 0; t < FP_NSTREAMS; t++) m->seen[t] = v->nacc[t];
+  for (int64_t k = v->al.start[b]; k < v->al.start[b + 1]; k++) {
     int32_t y = v->al.list[k];
     const struct bufclk *c = &v->clk[y];
     for (int t = 0; t < FP_NSTREAMS; t++) {
       if (t == s) continue;
-      bool ww = vc[t] < c->w[t], rw = x->write && vc[t] < c->r[t];
-      if (!ww && !rw) continue;
-      int32_t j = ww ? c->wop[t] : c->rop[t];
-      int jstep = ww ? c->wstep[t] : c->rstep[t];
-      if (step == 2 && jstep == 2) continue; /* reported in step 1 */
-      const char *how = ww ? (x->write ? "writes" : "reads") : "writes";
-      const char *what = ww ? "wrote" : "read";
-      char other[200] = "";
-      if (y != x->buf) snprintf(other, sizeof other, " (it shares arena bytes with '%.120s')", p->bufs[y].name);
-      verr(v, FP_VL_OP, i, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
-           "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
-           p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
-           fp_stream_name(t));
-      return;
+      if (c->w[t] > m->w[t]) m->w[t] = c->w[t], m->wop[t] = c->wop[t], m->wstep[t] = c->wstep[t], m->wbuf[t] = y;
+      if (c->r[t] > m->r[t]) m->r[t] = c->r[t], m->rop[t] = c->rop[t], m->rstep[t] = c->rstep[t], m->rbuf[t] = y;
     }
+  }
+  return m;
+}
+
+/* rule 8: op i on stream s (clock vc) touches a buffer; every earlier
+ * conflicting access on another stream must happen before it */
+static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
+  const fp_prog *p = v->p;
+  const struct aliasmax *c = alias_max(v, x->buf, s);
+  for (int t = 0; t < FP_NSTREAMS && !stop(v); t++) {
+    if (t == s) continue;
+    bool ww = vc[t] < c->w[t], rw = x->write && vc[t] < c->r[t];
+    if (!ww && !rw) continue;
+    int32_t j = ww ? c->wop[t] : c->rop[t], y = ww ? c->wbuf[t] : c->rbuf[t];
+    int jstep = ww ? c->wstep[t] : c->rstep[t];
+    if (step == 2 && jstep == 2) continue; /* reported in step 1 */
+    const char *how = ww ? (x->write ? "writes" : "reads") : "writes";
+    const char *what = ww ? "wrote" : "read";
+    char other[200] = "";
+    if (y != x->buf) snprintf(other, sizeof other, " (it shares arena bytes with '%.120s')", p->bufs[y].name);
+    verr(v, FP_VL_OP, i, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
+         "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
+         p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
+         fp_stream_name(t));
+    return;
   }
 }
 
@@ -959,6 +987,7 @@ static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, co
   struct bufclk *c = &v->clk[x->buf];
   if (x->write) c->w[s] = vc[s], c->wop[s] = i, c->wstep[s] = (int8_t)step;
   if (x->read) c->r[s] = vc[s], c->rop[s] = i, c->rstep[s] = (int8_t)step;
+  v->nacc[s]++;
 }
 
 static int range_cmp(const void *a, const void *b) {
@@ -1237,6 +1266,10 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
         for (int32_t i = 0; i < p->nops; i++)
           if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
         v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
+        v.amax = malloc(((size_t)p->nbufs + 1) * FP_NSTREAMS * sizeof *v.amax);
+        FP_ASSERT(v.amax);
+        for (size_t k = 0; k < ((size_t)p->nbufs + 1) * FP_NSTREAMS; k++)
+          for (int t = 0; t < FP_NSTREAMS; t++) v.amax[k].seen[t] = -1;
         v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
         FP_ASSERT(v.clk && v.acc);
       }
@@ -1249,6 +1282,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   pred_free(&pc);
   if (v.have_al) fp_aliases_free(&v.al);
   free(v.clk);
+  free(v.amax);
   free(v.acc);
   free(v.tabs);
   free(v.badop);

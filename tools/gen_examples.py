@@ -247,13 +247,23 @@ DSV3_16B = dict(dim=2048, layers=27, dense_layers=1, heads=16, kv_lora=512,
                 moe_inter=1408, experts=64, shared=2, top_k=6, vocab=102400)
 
 
+# DeepSeek-V3 671B (deepseek-ai/DeepSeek-V3 config.json): for the compile
+# benchmark only (bench/), ~45,000 params with every expert's matrices apart.
+DSV3_671B = dict(dim=7168, layers=61, dense_layers=3, heads=128, kv_lora=512, q_lora=1536,
+                 qk_nope=128, qk_rope=64, v=128, dense_inter=18432,
+                 moe_inter=2048, experts=256, shared=1, top_k=8, vocab=129280)
+
+
 def deepseek_v3_16b(b, s):
-  c = DSV3_16B
+  return deepseek_v3(DSV3_16B, "deepseek-v3-16b", b, s)
+
+
+def deepseek_v3(c, name, b, s, world=16):
   d, H, E, K = c["dim"], c["heads"], c["experts"], c["top_k"]
   qk = c["qk_nope"] + c["qk_rope"]
   fm, fs = c["moe_inter"], c["moe_inter"] * c["shared"]
   T = b * s
-  m = Model("deepseek-v3-16b")
+  m = Model(name)
   m.module("tok_embeddings", [P("tok_embeddings.weight", c["vocab"], d)],
            flops=T * d, act=8 * T)
   attn_mm = H * qk * d + (c["kv_lora"] + c["qk_rope"]) * d \
@@ -266,7 +276,12 @@ def deepseek_v3_16b(b, s):
       + H * (qk + qk + c["v"]) + H * c["v"] + d
   for i in range(c["layers"]):
     p = "layers.%d." % i
-    ps = (lin(p + "attention.wq", H * qk, d)
+    if c.get("q_lora"):
+      wq = (lin(p + "attention.wq_a", c["q_lora"], d) + [P(p + "attention.q_norm.weight", c["q_lora"])]
+            + lin(p + "attention.wq_b", H * qk, c["q_lora"]))
+    else:
+      wq = lin(p + "attention.wq", H * qk, d)
+    ps = (wq
           + lin(p + "attention.wkv_a", c["kv_lora"] + c["qk_rope"], d)
           + [P(p + "attention.kv_norm.weight", c["kv_lora"])]
           + lin(p + "attention.wkv_b", H * (c["qk_nope"] + c["v"]), c["kv_lora"])
@@ -294,7 +309,7 @@ def deepseek_v3_16b(b, s):
   m.module("norm", [P("norm.weight", d)], flops=4 * T * d, act=BF16 * T * d)
   m.module("output", lin("output", c["vocab"], d),
            flops=2 * T * c["vocab"] * d, act=act_lm_head(T, d, c["vocab"]))
-  sp = spec(16, "full_shard")
+  sp = spec(world, "full_shard")
   sp["buckets"] = [
       {"name": "embed", "params": ["tok_embeddings.*"]},
       {"name": "experts", "params": ["layers.*.moe.experts.*"], "split": "per_module"},
@@ -514,7 +529,24 @@ def examples():
   return ex
 
 
+def bench_models(outdir):
+  """the compile benchmark's models: DeepSeek-V3 671B at 2,048 ranks, and the
+  same shape cut to fewer layers (time per param at three sizes)"""
+  os.makedirs(outdir, exist_ok=True)
+  for layers in (16, 31, 61):
+    c = dict(DSV3_671B, layers=layers)
+    name = "deepseek-v3-671b" if layers == 61 else "deepseek-v3-671b-%dl" % layers
+    m, sp = deepseek_v3(c, name, LLAMA_B, LLAMA_S, world=2048)
+    del sp["memory_budget_bytes"]
+    with open(os.path.join(outdir, name + ".json"), "w") as f:
+      f.write(dumps({"model": m.json(), "spec": sp}))
+    print("%s: %d params, %.1f B" % (name, m.nparams(), m.numel() / 1e9))
+  return 0
+
+
 def main(argv):
+  if len(argv) == 3 and argv[1] == "--bench":
+    return bench_models(argv[2])
   check = "--check" in argv[1:]
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   outdir = os.path.join(root, "examples")

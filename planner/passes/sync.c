@@ -31,6 +31,15 @@ typedef struct bufclk {
   int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
 } bufclk;
 
+/* per buffer and stream: the latest writes / reads on the other streams over
+ * the buffer and its aliases, valid while no other stream touched anything
+ * (a bucket's ops run back to back on one stream: one scan serves them all) */
+typedef struct aliasmax {
+  int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
+  int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
+  int64_t seen[FP_NSTREAMS]; /* the access counts it was computed at; -1 never */
+} aliasmax;
+
 typedef struct sctx {
   const fp_prog *P;
   int32_t n;
@@ -41,7 +50,28 @@ typedef struct sctx {
   int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
   int64_t (*snap)[2][FP_NSTREAMS];       /* per op and step: its stream's clock after it */
   bufclk *clk;
+  aliasmax (*amax)[FP_NSTREAMS]; /* per buffer, per accessing stream */
+  int64_t nacc[FP_NSTREAMS];     /* accesses made on each stream so far */
 } sctx;
+
+static const aliasmax *alias_max(sctx *c, int32_t b, int s) {
+  aliasmax *m = &c->amax[b][s];
+  bool valid = true;
+  for (int t = 0; t < FP_NSTREAMS; t++)
+    if (t != s && m->seen[t] != c->nacc[t]) valid = false;
+  if (valid) return m;
+  memset(m, 0, sizeof *m);
+  for (int t = 0; t < FP_NSTREAMS; t++) m->wop[t] = m->rop[t] = -1, m->seen[t] = c->nacc[t];
+  for (int64_t a = c->al.start[b]; a < c->al.start[b + 1]; a++) {
+    const bufclk *y = &c->clk[c->al.list[a]];
+    for (int t = 0; t < FP_NSTREAMS; t++) {
+      if (t == s) continue;
+      if (y->w[t] > m->w[t]) m->w[t] = y->w[t], m->wop[t] = y->wop[t];
+      if (y->r[t] > m->r[t]) m->r[t] = y->r[t], m->rop[t] = y->rop[t];
+    }
+  }
+  return m;
+}
 
 static void join(int64_t *vc, const int64_t *o) {
   for (int t = 0; t < FP_NSTREAMS; t++)
@@ -64,7 +94,12 @@ static int64_t walk(sctx *c, int mode) {
   const fp_prog *P = c->P;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  for (int32_t b = 0; b < P->nbufs; b++) memset(&c->clk[b], 0, sizeof c->clk[b]);
+  for (int32_t b = 0; b < P->nbufs; b++) {
+    memset(&c->clk[b], 0, sizeof c->clk[b]);
+    for (int s = 0; s < FP_NSTREAMS; s++)
+      for (int t = 0; t < FP_NSTREAMS; t++) c->amax[b][s].seen[t] = -1;
+  }
+  memset(c->nacc, 0, sizeof c->nacc);
   int64_t unordered = 0;
   for (int step = 1; step <= 2; step++) {
     for (int32_t i = 0; i < c->n; i++) {
@@ -85,13 +120,11 @@ static int64_t walk(sctx *c, int mode) {
           int na = fp_op_accesses(P, &P->ops[j], c->acc);
           for (int k = 0; k < na; k++) {
             const fp_access *x = &c->acc[k];
-            for (int64_t a = c->al.start[x->buf]; a < c->al.start[x->buf + 1]; a++) {
-              const bufclk *y = &c->clk[c->al.list[a]];
-              for (int t = 0; t < FP_NSTREAMS; t++) {
-                if (t == s) continue;
-                if (y->w[t] > vc[s][t] && y->w[t] > need[t]) need[t] = y->w[t], needop[t] = y->wop[t];
-                if (x->write && y->r[t] > vc[s][t] && y->r[t] > need[t]) need[t] = y->r[t], needop[t] = y->rop[t];
-              }
+            const aliasmax *y = alias_max(c, x->buf, s);
+            for (int t = 0; t < FP_NSTREAMS; t++) {
+              if (t == s) continue;
+              if (y->w[t] > vc[s][t] && y->w[t] > need[t]) need[t] = y->w[t], needop[t] = y->wop[t];
+              if (x->write && y->r[t] > vc[s][t] && y->r[t] > need[t]) need[t] = y->r[t], needop[t] = y->rop[t];
             }
           }
         }
@@ -132,6 +165,7 @@ static int64_t walk(sctx *c, int mode) {
         if (c->acc[k].write) y->w[s] = vc[s][s], y->wop[s] = i;
         if (c->acc[k].read) y->r[s] = vc[s][s], y->rop[s] = i;
       }
+      c->nacc[s] += na;
     }
     if (step == 1) /* the waits at the end of the step */
       for (int s = 0; s < FP_NSTREAMS; s++)
@@ -231,7 +265,8 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
   c.clk = malloc(((size_t)P->nbufs + 1) * sizeof *c.clk);
-  FP_ASSERT(c.acc && c.gfirst && c.glast && c.wp && c.snap && c.clk);
+  c.amax = malloc(((size_t)P->nbufs + 1) * sizeof *c.amax);
+  FP_ASSERT(c.acc && c.gfirst && c.glast && c.wp && c.snap && c.clk && c.amax);
   for (int32_t i = 0; i < P->nops; i++) {
     const fp_op *op = &P->ops[i];
     bool cont = i > 0 && op->group >= 0 && P->ops[i - 1].group == op->group;
@@ -246,15 +281,19 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   for (int s = 0; s < FP_NSTREAMS; s++)
     for (int t = 0; t < FP_NSTREAMS; t++) c.endw[s][t] = -1;
   walk(&c, ANALYZE);
-  FP_ASSERT(walk(&c, CHECK) == 0);
-  /* an end-of-step wait another one implies is dropped */
-  for (int s = 0; s < FP_NSTREAMS; s++)
-    for (int t = 0; t < FP_NSTREAMS; t++) {
+  /* an end-of-step wait another one on the same stream implies is dropped
+   * (the verifier, which runs next, re-checks the whole program) */
+  for (int s = 0; s < FP_NSTREAMS; s++) {
+    int n = 0;
+    for (int t = 0; t < FP_NSTREAMS; t++) n += c.endw[s][t] >= 0;
+    for (int t = 0; t < FP_NSTREAMS && n > 1; t++) {
       int32_t keep = c.endw[s][t];
       if (keep < 0) continue;
       c.endw[s][t] = -1;
       if (walk(&c, CHECK) != 0) c.endw[s][t] = keep;
+      else n--;
     }
+  }
   rebuild(&c, P);
   fp_aliases_free(&c.al);
   free(c.acc);
@@ -263,5 +302,6 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   free(c.wp);
   free(c.snap);
   free(c.clk);
+  free(c.amax);
   return true;
 }
