@@ -11,3 +11,7 @@ set_tests_properties(cli PROPERTIES LABELS cli TIMEOUT 300)
 add_test(NAME random_specs COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/random_specs.py
          --cmd $<TARGET_FILE:flexplan> --n 300)
 set_tests_properties(random_specs PROPERTIES LABELS fuzz TIMEOUT 600)
+# prefetch "auto" picks the deepest depth that fits the budget
+add_test(NAME prefetch_auto COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/prefetch_auto.py
+         --cmd $<TARGET_FILE:flexplan> --src ${CMAKE_SOURCE_DIR})
+set_tests_properties(prefetch_auto PROPERTIES LABELS golden TIMEOUT 300)

@@ -39,6 +39,13 @@ expect 2 "$fp" compile "$ex" -o
 expect 2 "$fp" check "$ex" -o x.json
 expect 2 "$fp" print
 expect 2 "$fp" verify a b
+expect 2 "$fp" compile "$ex" --policy
+has err "option '--policy' needs a value"
+expect 2 "$fp" compile "$ex" --policy=zero3
+has err "unknown policy 'zero3'"
+expect 0 "$fp" compile "$ex" --policy fsdp2 --emit=summary -o "$tmp/fsdp2.json"
+grep -q '"prefetch_forward": 1' "$tmp/fsdp2.json" && ok || bad "fsdp2 summary lacks prefetch_forward 1"
+rm -f "$tmp/fsdp2.json"
 
 # missing files are input errors, located at the path
 expect 1 "$fp" compile "$tmp/nope.json" -o "$tmp/p.json"
