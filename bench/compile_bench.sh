@@ -1,7 +1,9 @@
 #!/bin/bash
 # compile_bench.sh - time `flexplan compile` on the big examples.
 #
-#   bench/compile_bench.sh [EXAMPLE.json ...]      (default: llama3-405b, deepseek-v3-16b)
+#   bench/compile_bench.sh [EXAMPLE.json ...]      (default: llama3-405b, deepseek-v3-16b,
+#                                                   and DeepSeek-V3 671B's shape at 2,048 ranks
+#                                                   with 16, 31 and 61 layers: time per param)
 #   N=21 bench/compile_bench.sh                    (runs per example; default 11)
 #
 # Builds a Release flexplan in bench/out/build (gitignored), then for each
@@ -33,7 +35,10 @@ cmake --build "$build" --target flexplan >"$build.build.log" 2>&1 ||
 fp="$build/flexplan"
 
 if [ $# -eq 0 ]; then
-  set -- "$root/examples/llama3-405b.json" "$root/examples/deepseek-v3-16b.json"
+  models="$root/bench/out/models"
+  "$PY" "$root/tools/gen_examples.py" --bench "$models" >/dev/null
+  set -- "$root/examples/llama3-405b.json" "$root/examples/deepseek-v3-16b.json" \
+    "$models/deepseek-v3-671b-16l.json" "$models/deepseek-v3-671b-31l.json" "$models/deepseek-v3-671b.json"
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fp-bench.XXXXXX")
@@ -99,6 +104,15 @@ print()
 print("times in ms. plan wall: the whole `flexplan compile X -o plan.json` process;")
 print("summary wall: the whole `compile X --emit=summary -o -` process (no plan written);")
 print("compile_ms: the planner's own figure from that summary.")
+moe = [r for r in rows if r[0].startswith("deepseek-v3-671b")]
+if moe:
+  print()
+  print("time per param (plan wall median / params), DeepSeek-V3 671B shape at 2,048 ranks:")
+  for r in moe:
+    print("  %-22s %6d params  %8.1f ms  %6.2f us/param" % (r[0], r[2], r[6], r[6] * 1e3 / r[2]))
+  full = [r for r in moe if r[0] == "deepseek-v3-671b"]
+  if full:
+    print("deepseek-v3-671b against the 1 s aim (median / 1000 ms): plan wall %.3f" % (full[0][6] / 1000.0))
 if med405 is not None:
   print("llama3-405b against the 100 ms aim (median / 100 ms): plan wall %.3f, "
         "summary wall %.3f, compile_ms %.3f" % tuple(x / 100.0 for x in med405))
