@@ -15,3 +15,8 @@ set_tests_properties(random_specs PROPERTIES LABELS fuzz TIMEOUT 600)
 add_test(NAME prefetch_auto COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/prefetch_auto.py
          --cmd $<TARGET_FILE:flexplan> --src ${CMAKE_SOURCE_DIR})
 set_tests_properties(prefetch_auto PROPERTIES LABELS golden TIMEOUT 300)
+# the sync pass inserts only needed waits: deleting any one wait of a compiled
+# program (examples and golden specs) makes verify fail with an ordering error
+add_test(NAME wait_deletion COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/wait_deletion.py
+         --cmd $<TARGET_FILE:flexplan> --root ${CMAKE_SOURCE_DIR})
+set_tests_properties(wait_deletion PROPERTIES LABELS golden TIMEOUT 600)
