@@ -11,3 +11,5 @@ set_tests_properties(cli PROPERTIES LABELS cli TIMEOUT 300)
 add_test(NAME random_specs COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/random_specs.py
          --cmd $<TARGET_FILE:flexplan> --n 300)
 set_tests_properties(random_specs PROPERTIES LABELS fuzz TIMEOUT 600)
+# the cost model against hand-computed figures
+fp_unit_test(test_cost)
