@@ -13,3 +13,6 @@ add_test(NAME random_specs COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/rand
 set_tests_properties(random_specs PROPERTIES LABELS fuzz TIMEOUT 600)
 # the cost model against hand-computed figures
 fp_unit_test(test_cost)
+# the simulator on hand-written programs (tests/sim/*.fpir: figures computed
+# by hand) and on compiled examples
+fp_unit_test(test_sim)
