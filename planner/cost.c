@@ -229,7 +229,8 @@ fp_cost fp_cost_terms(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
       /* fwd/bwd: the module's flops (alpha); the optimizer (no module):
        * memory-bound over what it uses, or its flops if it states more */
       c.bw_us = op->alpha > 0 ? op->alpha / hw->flops * 1e6 : 0;
-      if (op->module < 0 && op->nuses > 0) c.bw_us = fmax(c.bw_us, fmax(xfer_us(opt_bytes(P, op), hw->hbm_gbps), hw->launch_us));
+      if (op->module < 0 && op->nuses > 0)
+        c.bw_us = fmax(c.bw_us, fmax(xfer_us(opt_bytes(P, op), hw->hbm_gbps), hw->launch_us));
       return c;
   }
   return c;

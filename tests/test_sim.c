@@ -2,7 +2,9 @@
  *
  * The hand-written programs of tests/sim/ each state in their opening
  * comment how their figures were computed by hand; this file holds those
- * figures. */
+ * figures. Then properties on compiled examples: a program on one stream
+ * takes the sum of its ops' times, and its memory timeline agrees with
+ * memplan's sweep over program order. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "planner/cost.h"
+#include "planner/pipeline.h"
 #include "planner/sim.h"
 
 #define NEAR(got, want)                                                              \
@@ -198,10 +201,54 @@ static void test_zero_length(void **state) {
   fp_arena_free(a);
 }
 
+/* every example compiles to a program whose simulation is consistent: on
+ * one stream the step is the sum of the op times, and the timeline's peak
+ * and lower bound are memplan's */
+static void test_examples(void **state) {
+  (void)state;
+  static const char *const names[] = {"tiny-mlp", "tiny-mlp-hybrid", "tiny-mlp-zero2", "tiny-mlp-ragged",
+                                      "tiny-mlp-ddp", "llama3-8b", "mixtral-8x7b", "paligemma-3b-224"};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    fp_arena *a = fp_arena_new();
+    fp_diag d;
+    fp_diag_init(&d, stderr);
+    fp_model m;
+    fp_spec s;
+    fp_compiled c;
+    const char *path = fp_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, names[k]);
+    assert_true(fp_inputs_load(a, &d, path, NULL, &m, &s));
+    assert_true(fp_compile(a, &d, &m, &s, &c));
+    const fp_prog *p = c.prog;
+    assert_non_null(p->hw.name);
+    assert_non_null(p->memtl);
+    assert_null(fp_memtl_check(p->memtl));
+    bool one_stream = true;
+    double sum = 0, compute = 0;
+    for (int32_t i = 0; i < p->nops; i++) {
+      one_stream &= p->ops[i].stream == FP_STREAM_COMPUTE && p->ops[i].group < 0;
+      double t = fp_cost_op_us(p, &p->ops[i], &p->hw);
+      NEAR(c.sim.end_us[i] - c.sim.start_us[i], t);
+      sum += t;
+      if (p->ops[i].code == FP_OP_COMPUTE) compute += t;
+    }
+    NEAR(c.sim.compute_us, compute);
+    assert_true(c.sim.step_us >= c.sim.compute_us + c.sim.exposed_comm_us - 1e-6);
+    fprintf(stderr, "%s: step %.3f ms, compute %.3f ms, exposed %.3f ms%s\n", names[k], c.sim.step_us / 1e3,
+            c.sim.compute_us / 1e3, c.sim.exposed_comm_us / 1e3, one_stream ? " (one stream)" : "");
+    if (one_stream) {
+      NEAR(c.sim.step_us, sum);
+      assert_int_equal(p->memtl->lower_bound_bytes, c.stats.lower_bound_bytes);
+      assert_int_equal(p->memtl->peak_bytes, c.stats.peak_bytes);
+    }
+    fp_diag_free(&d);
+    fp_arena_free(a);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_overlap),     cmocka_unit_test(test_serial),   cmocka_unit_test(test_streams),
-      cmocka_unit_test(test_prev_step),   cmocka_unit_test(test_zero_length),
+      cmocka_unit_test(test_prev_step),   cmocka_unit_test(test_zero_length), cmocka_unit_test(test_examples),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
