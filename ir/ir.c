@@ -68,6 +68,48 @@ static const char *const bufcats[] = {
 };
 const char *fp_buf_cat_name(int c) { return c >= 0 && c < FP_NBUFCATS ? bufcats[c] : "?"; }
 
+/* ---- the modeled machine ------------------------------------------------------- */
+#define HWF(f, i) {#f, offsetof(fp_hw, f), i}
+const fp_hw_field fp_hw_fields[FP_HW_NFIELDS] = {
+    HWF(gpus_per_node, true), HWF(hbm_bytes, true),   HWF(flops, false),    HWF(nvlink_gbps, false),
+    HWF(ib_gbps, false),      HWF(hbm_gbps, false),   HWF(pcie_gbps, false), HWF(base_us, false),
+    HWF(nvlink_hop_us, false), HWF(net_hop_us, false), HWF(launch_us, false),
+};
+#undef HWF
+
+/* ---- memory timeline ---------------------------------------------------------- */
+const char *fp_memtl_cat_name(int c) { return c == FP_MEMTL_ACT ? "activations" : fp_buf_cat_name(c); }
+
+void fp_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound) {
+  int64_t pk = 0, lb = 0;
+  for (int32_t i = 0; i < t->npts; i++) {
+    __int128 all = 0;
+    for (int c = 0; c < FP_MEMTL_NCATS; c++) all += t->pts[i].bytes[c];
+    __int128 arena = all - t->pts[i].bytes[FP_MEMTL_ACT];
+    int64_t x = all > INT64_MAX ? INT64_MAX : (int64_t)all, y = arena > INT64_MAX ? INT64_MAX : (int64_t)arena;
+    if (x > pk) pk = x;
+    if (y > lb) lb = y;
+  }
+  *peak = pk;
+  *lower_bound = lb;
+}
+
+const char *fp_memtl_check(const fp_memtl *t) {
+  if (t->npts < 0 || (t->npts > 0 && !t->pts)) return "a negative number of points";
+  for (int32_t i = 0; i < t->npts; i++) {
+    const fp_memtl_point *q = &t->pts[i];
+    if (!isfinite(q->t_us)) return "a point's time is not a finite number";
+    if (i > 0 && q->t_us < t->pts[i - 1].t_us) return "points are not in time order";
+    for (int c = 0; c < FP_MEMTL_NCATS; c++)
+      if (q->bytes[c] < 0) return "a point has negative bytes";
+  }
+  int64_t peak, lb;
+  fp_memtl_maxima(t, &peak, &lb);
+  if (t->peak_bytes != peak) return "peak_bytes is not the most bytes live at any point";
+  if (t->lower_bound_bytes != lb) return "lower_bound_bytes is not the most arena bytes live at any point";
+  return NULL;
+}
+
 /* by fp_placement_kind */
 static const char *const placements[FP_IR_NPLACEMENTS] = {"shard", "ragged_shard", "owned", "replicate"};
 const char *fp_ir_placement_name(int k) { return k >= 0 && k < FP_IR_NPLACEMENTS ? placements[k] : "?"; }

@@ -205,6 +205,50 @@ typedef struct fp_seg {
   int32_t line;      /* .fpir source line (0: built) */
 } fp_seg;
 
+/* The modeled machine: the rates the cost model divides by and the latencies
+ * it adds (planner/cost.c has the presets; docs/cost-model.md cites every
+ * value). Part of the program's header, so the plan hash covers it. Rates
+ * are in GB/s = 1e9 bytes/s. A program with no hardware (hand-written
+ * .fpir) has name == NULL and every field 0. */
+typedef struct fp_hw {
+  const char *name;      /* preset it starts from ("h100-sxm", "h200"); NULL: none */
+  int64_t gpus_per_node; /* GPUs in one NVLink domain (each with its own NIC) */
+  int64_t hbm_bytes;     /* device memory per GPU */
+  double flops;          /* FLOP/s of the trainer's compute (dense bf16 peak) */
+  double nvlink_gbps;    /* NCCL bus bandwidth inside a node */
+  double ib_gbps;        /* NCCL bus bandwidth through one NIC */
+  double hbm_gbps;       /* device memory bandwidth (local kernels, optimizer) */
+  double pcie_gbps;      /* host <-> device copies, one direction */
+  double base_us;        /* latency of one collective call (NCCL ring base) */
+  double nvlink_hop_us;  /* latency per ring step over NVLink */
+  double net_hop_us;     /* latency per ring step over the network */
+  double launch_us;      /* the shortest a local kernel takes */
+} fp_hw;
+
+/* The modeled memory timeline of one step (planner/sim.c fp_sim_memory):
+ * device bytes live per category over modeled time. The arena is the same
+ * on every rank (SPMD), so one timeline describes every rank. Derived data:
+ * plan.json carries it outside the hash; the .fpir text does not. */
+#define FP_MEMTL_ACT FP_NBUFCATS /* the extra category: the trainer's activations */
+#define FP_MEMTL_NCATS (FP_NBUFCATS + 1)
+typedef struct fp_memtl_point {
+  double t_us;                    /* modeled time from the start of the step */
+  int64_t bytes[FP_MEMTL_NCATS];  /* device bytes live from t_us on, per category */
+} fp_memtl_point;
+typedef struct fp_memtl {
+  fp_memtl_point *pts;     /* time-ordered (t_us non-decreasing) */
+  int32_t npts;
+  int64_t peak_bytes;      /* most bytes live at once over the points, activations included */
+  int64_t lower_bound_bytes; /* most arena bytes live at once (no activations) */
+} fp_memtl;
+/* the name of timeline category c (fp_buf_cat names, then "activations") */
+const char *fp_memtl_cat_name(int c);
+/* the most bytes live at any point: all categories, and all but activations */
+void fp_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound);
+/* NULL when t is self-consistent (times finite and ordered, bytes >= 0, the
+ * two maxima as the points say), else what is wrong */
+const char *fp_memtl_check(const fp_memtl *t);
+
 typedef struct fp_prog {
   fp_arena *arena;
   /* header */
@@ -213,6 +257,8 @@ typedef struct fp_prog {
   int64_t world_size, ranks_per_node, grad_accumulation;
   int64_t arena_bytes;      /* memplan: bytes of the device arena */
   int64_t host_bytes;       /* memplan: bytes of the host arena */
+  fp_hw hw;                 /* the modeled machine (name NULL: none) */
+  fp_memtl *memtl;          /* modeled memory timeline (derived; NULL: none) */
   /* tables */
   fp_ir_comm *comms;    int32_t ncomms;   int64_t cap_comms;
   fp_ir_table *tabs;    int32_t ntabs;    int64_t cap_tabs;

@@ -65,6 +65,21 @@ static inline void fp_sb_double(fp_sbuf *b, double d) {
 /* bare names print without quotes: [A-Za-z_][A-Za-z0-9_.:/-]* */
 bool fp_ir_name_is_bare(const char *s);
 
+/* ---- the modeled machine ------------------------------------------------ */
+/* fp_hw's fields after its name, in the order .fpir and plan.json write
+ * them: key, byte offset in fp_hw, and whether it is an int64 (else double) */
+typedef struct fp_hw_field {
+  const char *key;
+  size_t off;
+  bool integer;
+} fp_hw_field;
+#define FP_HW_NFIELDS 11
+extern const fp_hw_field fp_hw_fields[FP_HW_NFIELDS];
+static inline int64_t *fp_hw_int(fp_hw *h, int k) { return (int64_t *)((char *)h + fp_hw_fields[k].off); }
+static inline double *fp_hw_dbl(fp_hw *h, int k) { return (double *)((char *)h + fp_hw_fields[k].off); }
+static inline int64_t fp_hw_geti(const fp_hw *h, int k) { return *(const int64_t *)((const char *)h + fp_hw_fields[k].off); }
+static inline double fp_hw_getd(const fp_hw *h, int k) { return *(const double *)((const char *)h + fp_hw_fields[k].off); }
+
 /* ---- plan.json ---------------------------------------------------------- */
 /* fp_plan_read first tries a one-pass reader of plans as fp_plan_write writes
  * them and, when it declines, reads with json-c (which locates every error).

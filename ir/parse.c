@@ -812,6 +812,34 @@ static bool header_str(parser *ps, const char **out) {
   return parse_quoted(ps, out) && end_of_field(ps) && expect_eol(ps);
 }
 
+/* hardware "NAME" key=value ...: every field of fp_hw_fields once, any order */
+static bool header_hw(parser *ps) {
+  fp_prog *p = ps->p;
+  size_t at0 = ps->pos;
+  if (p->hw.name) return fail(ps, at0, "a second 'hardware' line");
+  skip_blank(ps);
+  fp_hw h = {0};
+  if (!parse_quoted(ps, &h.name) || !end_of_field(ps)) return false;
+  unsigned seen = 0;
+  while (!at_eol(ps)) {
+    const char *k;
+    size_t kl, at;
+    if (!peek_key(ps, &k, &kl, &at)) return fail(ps, ps->pos, "expected key=value (e.g. flops=9.895e+14)");
+    int f = -1;
+    for (int i = 0; i < FP_HW_NFIELDS && f < 0; i++)
+      if (atom_is(k, kl, fp_hw_fields[i].key)) f = i;
+    if (f < 0 || (seen >> f & 1)) return fail(ps, at, "unknown or repeated field %s for the hardware", excerpt(ps, at, kl));
+    seen |= 1u << f;
+    bool ok = fp_hw_fields[f].integer ? int_field(ps, INT64_MIN, INT64_MAX, fp_hw_int(&h, f), fp_hw_fields[f].key)
+                                      : parse_double(ps, fp_hw_dbl(&h, f), fp_hw_fields[f].key) && end_of_field(ps);
+    if (!ok) return false;
+  }
+  for (int i = 0; i < FP_HW_NFIELDS; i++)
+    if (!(seen >> i & 1)) return fail(ps, ps->pos, "the hardware needs %s=", fp_hw_fields[i].key);
+  p->hw = h;
+  return true;
+}
+
 static bool line(parser *ps) {
   if (at_eol(ps)) return true;
   const char *s;
@@ -863,6 +891,7 @@ static bool line(parser *ps) {
     return header_int(ps, INT64_MIN, INT64_MAX, &p->grad_accumulation, "grad_accumulation");
   if (atom_is(s, len, "arena_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->arena_bytes, "arena_bytes");
   if (atom_is(s, len, "host_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->host_bytes, "host_bytes");
+  if (atom_is(s, len, "hardware")) return header_hw(ps);
   if (atom_is(s, len, "events")) {
     int64_t v;
     if (!header_int(ps, 0, INT32_MAX, &v, "events")) return false;

@@ -336,13 +336,71 @@ static void write_int(wr *w, const char *key, int64_t v) {
   w_int(w, v);
 }
 
+/* "hardware": {"name":..,"gpus_per_node":..,...} (fp_hw_fields' order) */
+static void write_hw(wr *w, const fp_hw *h) {
+  w_member(w, "hardware", false);
+  M_STR(w, true, "name", h->name);
+  for (int k = 0; k < FP_HW_NFIELDS; k++) {
+    W_LIT(w, ",\"");
+    fp_sb_puts(&w->b, fp_hw_fields[k].key);
+    W_LIT(w, "\":");
+    if (fp_hw_fields[k].integer) {
+      w_int(w, fp_hw_geti(h, k));
+    } else {
+      double x = fp_hw_getd(h, k);
+      if (dbl_ok(x))
+        w_dbl(w, x);
+      else
+        w->ok = false;
+    }
+  }
+  fp_sb_putc(&w->b, '}');
+}
+
+/* "memory_timeline": {.., "points":[\n    [t,bytes...],\n  ]}: derived data,
+ * outside the hash */
+static void write_memtl(wr *w, const fp_memtl *t) {
+  w_member(w, "memory_timeline", false);
+  W_LIT(w, "{\"modeled\":true,\"time_unit\":\"us\",\"categories\":[");
+  for (int c = 0; c < FP_MEMTL_NCATS; c++) {
+    if (c) fp_sb_putc(&w->b, ',');
+    w_str(w, fp_memtl_cat_name(c));
+  }
+  W_LIT(w, "],\"peak_bytes\":");
+  w_int(w, t->peak_bytes);
+  W_LIT(w, ",\"lower_bound_bytes\":");
+  w_int(w, t->lower_bound_bytes);
+  W_LIT(w, ",\"points\":[");
+  for (int32_t i = 0; i < t->npts; i++) {
+    const fp_memtl_point *q = &t->pts[i];
+    if (i)
+      W_LIT(w, ",\n    [");
+    else
+      W_LIT(w, "\n    [");
+    if (dbl_ok(q->t_us))
+      w_dbl(w, q->t_us);
+    else
+      w->ok = false;
+    for (int c = 0; c < FP_MEMTL_NCATS; c++) {
+      fp_sb_putc(&w->b, ',');
+      w_int(w, q->bytes[c]);
+    }
+    fp_sb_putc(&w->b, ']');
+  }
+  if (t->npts)
+    W_LIT(w, "\n  ]}");
+  else
+    W_LIT(w, "]}");
+}
+
 bool fp_plan_write(const fp_prog *p, FILE *f) {
   wr w = {.ok = true};
   char hash[40];
   snprintf(hash, sizeof hash, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
   /* about 130 bytes per op: one allocation for most plans */
   fp_sb_room(&w.b, 4096 + (size_t)(p->nops > 0 ? p->nops : 0) * 160 + (size_t)(p->nbufs > 0 ? p->nbufs : 0) * 128 +
-                       (size_t)(p->nparams > 0 ? p->nparams : 0) * 512);
+                       (size_t)(p->nparams > 0 ? p->nparams : 0) * 512 +
+                       (size_t)(p->memtl && p->memtl->npts > 0 ? p->memtl->npts : 0) * 96);
   fp_sb_putc(&w.b, '{');
   write_str(&w, "format", PLAN_FORMAT, true);
   write_str(&w, "planner_version", FP_VERSION, false);
@@ -355,6 +413,7 @@ bool fp_plan_write(const fp_prog *p, FILE *f) {
   write_int(&w, "arena_bytes", p->arena_bytes);
   write_int(&w, "host_bytes", p->host_bytes);
   write_int(&w, "events", p->nevents);
+  if (p->hw.name) write_hw(&w, &p->hw);
   write_array(&w, "comms", p, p->ncomms, jcomm);
   write_array(&w, "tables", p, p->ntabs, jtable);
   write_array(&w, "buckets", p, p->nbuckets, jbucket);
@@ -364,6 +423,7 @@ bool fp_plan_write(const fp_prog *p, FILE *f) {
   write_array(&w, "params", p, p->nparams, jparam);
   write_array(&w, "segments", p, p->nsegs, jseg);
   write_array(&w, "ops", p, p->nops, jop);
+  if (p->memtl) write_memtl(&w, p->memtl);
   W_LIT(&w, "\n}\n");
   bool ok = fwrite(w.b.p, 1, w.b.len, f) == w.b.len;
   free(w.b.p);
@@ -787,7 +847,7 @@ static bool read_segs_ops(rd *r, json_object *root, fp_prog *p) {
   for (size_t k = 0; k < ns; k++) {
     static const char *const allowed[] = {"kind", "module", "micro", "first", "count", NULL};
     int kind;
-    int32_t module, micro;
+    int32_t module = -1, micro = 0;
     int64_t first, count;
     if (!elem(r, segs, "segments", k, &o) || !keys(r, o, allowed) ||
         !rd_enum(r, o, "kind", true, fp_seg_name, FP_NSEGKINDS, &kind) || !rd_i32(r, o, "module", true, -1, &module) ||
@@ -818,6 +878,83 @@ typedef struct jloc {
   fp_arena *a;
 } jloc;
 
+/* "hardware" (optional) */
+static bool read_hw(rd *r, json_object *root, fp_prog *p) {
+  r->ptr[0] = 0;
+  json_object *v = member(root, "hardware");
+  if (!v) return true;
+  if (!is_obj(r, v, "hardware")) return false;
+  snprintf(r->ptr, sizeof r->ptr, "/hardware");
+  const char *allowed[FP_HW_NFIELDS + 2];
+  allowed[0] = "name";
+  for (int k = 0; k < FP_HW_NFIELDS; k++) allowed[k + 1] = fp_hw_fields[k].key;
+  allowed[FP_HW_NFIELDS + 1] = NULL;
+  fp_hw h = {0};
+  if (!keys(r, v, allowed) || !rd_str(r, v, "name", true, &h.name)) return false;
+  for (int k = 0; k < FP_HW_NFIELDS; k++) {
+    const char *key = fp_hw_fields[k].key;
+    if (fp_hw_fields[k].integer ? !rd_int(r, v, key, true, INT64_MIN, INT64_MAX, fp_hw_int(&h, k))
+                                : !rd_dbl(r, v, key, true, fp_hw_dbl(&h, k)))
+      return false;
+  }
+  p->hw = h;
+  return true;
+}
+
+/* "memory_timeline" (optional; derived data outside the hash): its shape, and
+ * fp_memtl_check's self-consistency */
+static bool read_memtl(rd *r, json_object *root, fp_prog *p) {
+  r->ptr[0] = 0;
+  json_object *v = member(root, "memory_timeline"), *arr, *pts;
+  if (!v) return true;
+  if (!is_obj(r, v, "memory_timeline")) return false;
+  snprintf(r->ptr, sizeof r->ptr, "/memory_timeline");
+  static const char *const allowed[] = {"modeled", "time_unit", "categories", "peak_bytes", "lower_bound_bytes",
+                                        "points", NULL};
+  bool modeled = false;
+  const char *unit;
+  size_t n, np;
+  fp_memtl *t = fp_alloc(r->a, sizeof *t);
+  if (!keys(r, v, allowed) || !rd_bool(r, v, "modeled", true, &modeled) || !rd_str(r, v, "time_unit", true, &unit) ||
+      !rd_arr(r, v, "categories", true, &arr, &n) ||
+      !rd_int(r, v, "peak_bytes", true, 0, INT64_MAX, &t->peak_bytes) ||
+      !rd_int(r, v, "lower_bound_bytes", true, 0, INT64_MAX, &t->lower_bound_bytes) ||
+      !rd_arr(r, v, "points", true, &pts, &np))
+    return false;
+  if (!modeled) return rerr(r, "modeled", "must be true: the timeline is modeled, not measured");
+  if (strcmp(unit, "us")) return rerr(r, "time_unit", "expected \"us\", got '%.40s'", unit);
+  if (n != FP_MEMTL_NCATS) return rerr(r, "categories", "expected %d categories, got %zu", FP_MEMTL_NCATS, n);
+  for (int c = 0; c < FP_MEMTL_NCATS; c++) {
+    json_object *e = json_object_array_get_idx(arr, (size_t)c);
+    snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/categories");
+    if (!e || !json_object_is_type(e, json_type_string) || strcmp(json_object_get_string(e), fp_memtl_cat_name(c)))
+      return rerr(r, fp_sprintf(r->a, "%d", c), "expected \"%s\"", fp_memtl_cat_name(c));
+  }
+  t->pts = fp_alloc_array(r->a, np + 1, sizeof *t->pts);
+  t->npts = (int32_t)np;
+  for (size_t i = 0; i < np; i++) {
+    snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points");
+    json_object *e = json_object_array_get_idx(pts, i);
+    const char *key = fp_sprintf(r->a, "%zu", i);
+    if (!e || !json_object_is_type(e, json_type_array) || json_object_array_length(e) != FP_MEMTL_NCATS + 1)
+      return rerr(r, key, "expected an array of a time and %d byte counts", FP_MEMTL_NCATS);
+    snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points/%zu", i);
+    json_object *x = json_object_array_get_idx(e, 0);
+    if (!json_object_is_type(x, json_type_int) && !json_object_is_type(x, json_type_double))
+      return rerr(r, "0", "expected a time in microseconds, got %s", describe(r, x));
+    t->pts[i].t_us = json_object_get_double(x);
+    for (int c = 0; c < FP_MEMTL_NCATS; c++)
+      if (!rd_int_v(r, json_object_array_get_idx(e, (size_t)c + 1), fp_sprintf(r->a, "%d", c + 1), 0, INT64_MAX,
+                    &t->pts[i].bytes[c]))
+        return false;
+  }
+  snprintf(r->ptr, sizeof r->ptr, "/memory_timeline");
+  const char *bad = fp_memtl_check(t);
+  if (bad) return rerr(r, NULL, "%s", bad);
+  p->memtl = t;
+  return true;
+}
+
 static void report_json(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg) {
   (void)p;
   jloc *l = ctx;
@@ -840,8 +977,8 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
   if (!is_obj(&r, root, NULL)) goto fail;
   static const char *const allowed[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                         "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
-                                        "comms", "tables", "buckets", "buffers", "lives", "modules", "params", "segments",
-                                        "ops", NULL};
+                                        "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
+                                        "params", "segments", "ops", "memory_timeline", NULL};
   const char *format, *version, *hash;
   if (!rd_str(&r, root, "format", true, &format)) goto fail;
   if (strcmp(format, PLAN_FORMAT)) {
@@ -866,8 +1003,9 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
       !rd_int(&r, root, "events", true, 0, INT32_MAX, &nev))
     goto fail;
   p->nevents = (int32_t)nev;
-  if (!read_comms(&r, root, p) || !read_tables(&r, root, p) || !read_buckets(&r, root, p) || !read_bufs(&r, root, p) ||
-      !read_lives(&r, root, p) || !read_mods(&r, root, p) || !read_params(&r, root, p) || !read_segs_ops(&r, root, p))
+  if (!read_hw(&r, root, p) || !read_comms(&r, root, p) || !read_tables(&r, root, p) || !read_buckets(&r, root, p) || !read_bufs(&r, root, p) ||
+      !read_lives(&r, root, p) || !read_mods(&r, root, p) || !read_params(&r, root, p) || !read_segs_ops(&r, root, p) ||
+      !read_memtl(&r, root, p))
     goto fail;
   char want[40];
   snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
@@ -1388,10 +1526,74 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
   return true;
 }
 
+/* hardware: {"name", then fp_hw_fields} */
+static bool m_hw(fr *f, void *ctx, int k) {
+  fp_hw *h = ctx;
+  if (k == 0) return fstr_dup(f, &h->name);
+  return fp_hw_fields[k - 1].integer ? fint(f, INT64_MIN, INT64_MAX, fp_hw_int(h, k - 1))
+                                     : fdbl(f, fp_hw_dbl(h, k - 1));
+}
+static bool f_hw(fr *f) {
+  const char *a_hw[FP_HW_NFIELDS + 2];
+  a_hw[0] = "name";
+  for (int k = 0; k < FP_HW_NFIELDS; k++) a_hw[k + 1] = fp_hw_fields[k].key;
+  a_hw[FP_HW_NFIELDS + 1] = NULL;
+  fp_hw h = {0};
+  uint32_t seen;
+  if (!fobj(f, a_hw, (1u << (FP_HW_NFIELDS + 1)) - 1, &seen, m_hw, &h)) return false;
+  f->p->hw = h;
+  return true;
+}
+
+/* "key": at the cursor, exactly this key */
+static bool fkey_is(fr *f, const char *key) {
+  const char *s;
+  size_t n;
+  return fstr(f, &s, &n) && n == strlen(key) && !memcmp(s, key, n) && lit(f, ':');
+}
+
+/* memory_timeline, members in the writer's order */
+static bool f_memtl(fr *f) {
+  fp_memtl *t = fp_alloc(f->a, sizeof *t);
+  const char *s;
+  size_t n;
+  bool modeled;
+  if (!lit(f, '{') || !fkey_is(f, "modeled") || !fbool(f, &modeled) || !modeled || !lit(f, ',') ||
+      !fkey_is(f, "time_unit") || !fstr(f, &s, &n) || n != 2 || memcmp(s, "us", 2) || !lit(f, ',') ||
+      !fkey_is(f, "categories") || !lit(f, '['))
+    return false;
+  for (int c = 0; c < FP_MEMTL_NCATS; c++) {
+    const char *want = fp_memtl_cat_name(c);
+    if ((c && !lit(f, ',')) || !fstr(f, &s, &n) || n != strlen(want) || memcmp(s, want, n)) return false;
+  }
+  if (!lit(f, ']') || !lit(f, ',') || !fkey_is(f, "peak_bytes") || !fint(f, 0, INT64_MAX, &t->peak_bytes) ||
+      !lit(f, ',') || !fkey_is(f, "lower_bound_bytes") || !fint(f, 0, INT64_MAX, &t->lower_bound_bytes) ||
+      !lit(f, ',') || !fkey_is(f, "points") || !lit(f, '['))
+    return false;
+  int64_t cap = 0;
+  if (!lit(f, ']')) {
+    do {
+      if (t->npts >= INT32_MAX - 1) return false;
+      t->pts = fp_grow(f->a, t->pts, &cap, (int64_t)t->npts + 1, sizeof *t->pts);
+      fp_memtl_point *q = &t->pts[t->npts++];
+      if (!lit(f, '[') || !fdbl(f, &q->t_us)) return false;
+      for (int c = 0; c < FP_MEMTL_NCATS; c++)
+        if (!lit(f, ',') || !fint(f, 0, INT64_MAX, &q->bytes[c])) return false;
+      if (!lit(f, ']')) return false;
+    } while (lit(f, ','));
+    if (!lit(f, ']')) return false;
+  }
+  if (!lit(f, '}') || fp_memtl_check(t)) return false;
+  f->p->memtl = t;
+  return true;
+}
+
 static const char *const a_root[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                      "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
-                                     "comms", "tables", "buckets", "buffers", "lives", "modules", "params", "segments",
-                                     "ops", NULL};
+                                     "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
+                                     "params", "segments", "ops", "memory_timeline", NULL};
+/* the members a plan must have: all but model, strategy, hardware, memory_timeline */
+#define ROOT_REQUIRED (((1u << 22) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 21))
 
 /* the program, or NULL: not taken */
 static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
@@ -1429,21 +1631,23 @@ static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
       case 8: ok = fint(&f, INT64_MIN, INT64_MAX, &p->arena_bytes); break;
       case 9: ok = fint(&f, INT64_MIN, INT64_MAX, &p->host_bytes); break;
       case 10: ok = fint(&f, 0, INT32_MAX, &v) && (p->nevents = (int32_t)v, true); break;
-      case 11: ok = farr(&f, e_comm, NULL); break;
-      case 12: ok = farr(&f, e_table, NULL); break;
-      case 13: ok = farr(&f, e_bucket, NULL); break;
-      case 14: ok = farr(&f, e_buf, NULL); break;
-      case 15: ok = farr(&f, e_live, NULL); break;
-      case 16: ok = farr(&f, e_mod, NULL); break;
-      case 17: ok = farr(&f, e_param, NULL); break;
-      case 18: ok = farr(&f, e_seg, &segs); break;
-      default: ok = farr(&f, e_op, &ops); break;
+      case 11: ok = f_hw(&f); break;
+      case 12: ok = farr(&f, e_comm, NULL); break;
+      case 13: ok = farr(&f, e_table, NULL); break;
+      case 14: ok = farr(&f, e_bucket, NULL); break;
+      case 15: ok = farr(&f, e_buf, NULL); break;
+      case 16: ok = farr(&f, e_live, NULL); break;
+      case 17: ok = farr(&f, e_mod, NULL); break;
+      case 18: ok = farr(&f, e_param, NULL); break;
+      case 19: ok = farr(&f, e_seg, &segs); break;
+      case 20: ok = farr(&f, e_op, &ops); break;
+      default: ok = f_memtl(&f); break;
     }
     if (!ok) return NULL;
   } while (lit(&f, ','));
   if (!lit(&f, '}')) return NULL;
   ws(&f);
-  if (f.s != f.end || (seen | 0x18u) != 0xfffffu) return NULL;
+  if (f.s != f.end || (seen & ROOT_REQUIRED) != ROOT_REQUIRED) return NULL;
   /* every segment opened (those after the last op too), covering the ops */
   if (p->nops != segs.next) return NULL;
   while (ops.seg < segs.n) {

@@ -315,6 +315,22 @@ static void header_int(sbuf *o, const char *key, int64_t v) {
   sb_putc(o, '\n');
 }
 
+/* "hardware NAME  key=value ..." (fp_hw_fields' order) */
+static void print_hw(sbuf *o, const fp_hw *h) {
+  sb_lit(o, "hardware ");
+  sb_quoted(o, h->name);
+  for (int k = 0; k < FP_HW_NFIELDS; k++) {
+    sb_lit(o, "  ");
+    sb_puts(o, fp_hw_fields[k].key);
+    sb_putc(o, '=');
+    if (fp_hw_fields[k].integer)
+      sb_i64(o, fp_hw_geti(h, k));
+    else
+      sb_double(o, fp_hw_getd(h, k));
+  }
+  sb_putc(o, '\n');
+}
+
 static void print_header(printer *pr) {
   const fp_prog *p = pr->p;
   sbuf *o = &pr->out;
@@ -336,6 +352,7 @@ static void print_header(printer *pr) {
   header_int(o, "arena_bytes", p->arena_bytes);
   header_int(o, "host_bytes", p->host_bytes);
   header_int(o, "events", p->nevents);
+  if (p->hw.name) print_hw(o, &p->hw);
 }
 
 /* "KIND\tI\tNAME" */

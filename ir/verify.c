@@ -205,6 +205,10 @@ static bool check_header(vctx *v) {
   if (p->arena_bytes < 0) verr(v, FP_VL_PROG, 0, "arena_bytes %" PRId64 " is negative", p->arena_bytes);
   if (p->host_bytes < 0) verr(v, FP_VL_PROG, 0, "host_bytes %" PRId64 " is negative", p->host_bytes);
   if (p->nevents < 0) verr(v, FP_VL_PROG, 0, "events %" PRId32 " is negative", p->nevents);
+  for (int k = 0; p->hw.name && k < FP_HW_NFIELDS; k++) { /* the modeled machine */
+    double x = fp_hw_fields[k].integer ? (double)fp_hw_geti(&p->hw, k) : fp_hw_getd(&p->hw, k);
+    if (!(isfinite(x) && x > 0)) verr(v, FP_VL_PROG, 0, "hardware %s must be a positive number", fp_hw_fields[k].key);
+  }
   if (p->ncomms < 0 || p->ntabs < 0 || p->nbufs < 0 || p->nmods < 0 || p->nparams < 0 || p->nbuckets < 0 ||
       p->nsegs < 0 || p->nops < 0) {
     verr(v, FP_VL_PROG, 0, "a table has a negative length");

@@ -1,11 +1,14 @@
 /* pipeline.c - the compiler, as one readable function of plain calls:
- * layout, lower one training step, then the passes in order with the verifier
- * after each. And the summary of what came out. */
+ * layout, lower one training step (and give it the spec's machine), then the
+ * passes in order with the verifier after each, then the simulator (modeled
+ * step time and memory timeline). And the summary of what came out. */
 #include "pipeline.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cost.h"
 
 static const struct {
   const char *name;
@@ -22,6 +25,7 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
   out->prog = fp_lower_step(a, d, &out->layout, kf, kb);
+  fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false};
   /* the verifier runs after the pipeline always; after every pass when
    * FLEXPLAN_VERIFY_EACH is set (the test suite sets it) */
@@ -32,7 +36,12 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
     if (!passes[i].run(&ctx, out->prog)) return false;
     if (every && !fp_pass_verify(&ctx, out->prog)) return false;
   }
-  return every || fp_pass_verify(&ctx, out->prog);
+  if (!every && !fp_pass_verify(&ctx, out->prog)) return false;
+  /* the modeled step on the spec's machine, and the memory timeline */
+  bool simulated = fp_simulate(a, out->prog, &out->prog->hw, &out->sim);
+  FP_ASSERT(simulated); /* the spec's machine is valid */
+  out->prog->memtl = fp_sim_memory(a, out->prog, &out->sim);
+  return true;
 }
 
 bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
@@ -114,6 +123,10 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
   s->activation_peak_bytes = c->stats.activation_peak;
   s->prefetch_forward = c->prefetch_fwd;
   s->prefetch_backward = c->prefetch_bwd;
+  s->hardware = p->hw.name;
+  s->modeled_step_ms = c->sim.step_us / 1e3;
+  s->modeled_compute_ms = c->sim.compute_us / 1e3;
+  s->modeled_exposed_comm_ms = c->sim.exposed_comm_us / 1e3;
   s->compile_ms = compile_ms;
 }
 
@@ -141,6 +154,10 @@ void fp_summary_json(const fp_summary *s, FILE *f) {
           s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
   fprintf(f, "  \"prefetch_forward\": %d,\n  \"prefetch_backward\": %d,\n", s->prefetch_forward,
           s->prefetch_backward);
+  fprintf(f, "  \"hardware\": \"%s\",\n", s->hardware ? s->hardware : "");
+  fprintf(f, "  \"modeled_step_ms\": %.6f,\n  \"modeled_compute_ms\": %.6f,\n", s->modeled_step_ms,
+          s->modeled_compute_ms);
+  fprintf(f, "  \"modeled_exposed_comm_ms\": %.6f,\n", s->modeled_exposed_comm_ms);
   fprintf(f, "  \"compile_ms\": %.3f\n}\n", s->compile_ms);
 }
 
@@ -163,5 +180,7 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
   fprintf(f, "  arena / lower bound    %12.4f\n",
           s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
   fprintf(f, "  prefetch depth         forward %d, backward %d\n", s->prefetch_forward, s->prefetch_backward);
+  fprintf(f, "  modeled on %s: step %.3f ms, compute %.3f ms, exposed communication %.3f ms\n",
+          s->hardware ? s->hardware : "?", s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
   fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
 }

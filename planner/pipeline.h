@@ -7,19 +7,21 @@
 #include "layout.h"
 #include "lower.h"
 #include "passes/passes.h"
+#include "sim.h"
 
 typedef struct fp_compiled {
   fp_layout layout;
-  fp_prog *prog;
+  fp_prog *prog;  /* prog->hw: the spec's machine; prog->memtl: its modeled memory timeline */
   fp_stats stats;
   int prefetch_fwd, prefetch_bwd; /* the depths lowered (chosen when "auto") */
+  fp_sim sim;     /* the program replayed on prog->hw (modeled) */
 } fp_compiled;
 
 /* the deepest prefetch "auto" considers */
 #define FP_PREFETCH_AUTO_MAX 4
 
-/* layout -> lower -> passes (the verifier after each); false after user
- * errors were reported through d */
+/* layout -> lower -> passes (the verifier after each) -> simulator; false
+ * after user errors were reported through d */
 bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out);
 
 /* the figures of --emit=summary (see docs/cli.md for each field) */
@@ -29,6 +31,8 @@ typedef struct fp_summary {
   int64_t param_shard_bytes, grad_shard_bytes, persistent_bytes, comm_bytes_per_rank;
   int64_t arena_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
   int prefetch_forward, prefetch_backward;
+  const char *hardware;     /* the machine the modeled figures are for */
+  double modeled_step_ms, modeled_compute_ms, modeled_exposed_comm_ms;
   double compile_ms;
 } fp_summary;
 

@@ -7,7 +7,8 @@ agreeing with the input file and with itself:
   arena_bytes >= lower_bound_bytes > 0, peak_bytes > 0,
   persistent_bytes >= param_shard_bytes, world_size / model / strategy /
   params as in the file, collectives <= ops, and communication on every
-  example (they all have world_size > 1).
+  example (they all have world_size > 1); the modeled figures are numbers
+  >= 0 with step >= compute + exposed communication, on the spec's hardware.
 Standard library only. Exit 0 ok, 1 failed check, 2 usage."""
 import json
 import subprocess
@@ -52,6 +53,12 @@ def main(argv):
          "%s: want a non-negative integer, got %r" % (k, v))
   for k in ("model", "strategy"):
     need(isinstance(s.get(k), str), "%s: want a string, got %r" % (k, s.get(k)))
+  for k in ("modeled_step_ms", "modeled_compute_ms", "modeled_exposed_comm_ms"):
+    v = s.get(k)
+    need(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
+         "%s: want a non-negative number, got %r" % (k, v))
+  need(s.get("hardware") == spec.get("hardware", {}).get("preset", "h100-sxm"),
+       "hardware %r, spec says %r" % (s.get("hardware"), spec.get("hardware", {}).get("preset", "h100-sxm")))
   cm = s.get("compile_ms")
   need(isinstance(cm, (int, float)) and not isinstance(cm, bool) and cm >= 0,
        "compile_ms: want a non-negative number, got %r" % (cm,))
@@ -74,6 +81,10 @@ def main(argv):
   need(s["persistent_bytes"] >= s["param_shard_bytes"],
        "persistent_bytes %d < param_shard_bytes %d" % (s["persistent_bytes"], s["param_shard_bytes"]))
   need(s["ops"] >= s["collectives"], "ops %d < collectives %d" % (s["ops"], s["collectives"]))
+  # modeled: the step holds at least its compute and its exposed communication
+  need(s["modeled_step_ms"] + 1e-6 >= s["modeled_compute_ms"] + s["modeled_exposed_comm_ms"],
+       "modeled_step_ms %r < compute %r + exposed %r" % (s["modeled_step_ms"], s["modeled_compute_ms"],
+                                                          s["modeled_exposed_comm_ms"]))
   if world > 1:
     need(s["collectives"] > 0, "no collectives at world_size %d" % world)
     need(s["comm_bytes_per_rank"] > 0, "no communication at world_size %d" % world)

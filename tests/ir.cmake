@@ -29,3 +29,11 @@ set_tests_properties(ir_plan_schema PROPERTIES LABELS golden TIMEOUT 60)
 # the writers' fast paths against the code they replace: fp_fmt_double against
 # the snprintf/strtod loop, plan.json strings against json-c's escaping
 fp_unit_test(test_fmt)
+
+# plan.json of compiled examples (hardware, memory timeline) agrees with the JSON Schema
+add_test(NAME plan_schema_examples
+         COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ir_schema.py ${CMAKE_SOURCE_DIR}/schemas/plan.schema.json
+                 --compile $<TARGET_FILE:flexplan> ${CMAKE_CURRENT_BINARY_DIR}
+                 ${CMAKE_SOURCE_DIR}/examples/tiny-mlp.json ${CMAKE_SOURCE_DIR}/examples/tiny-mlp-hybrid.json
+                 ${CMAKE_SOURCE_DIR}/examples/llama3-8b.json)
+set_tests_properties(plan_schema_examples PROPERTIES LABELS golden TIMEOUT 120)

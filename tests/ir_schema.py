@@ -4,6 +4,9 @@
     ir_schema.py SCHEMA PLAN.json...
     ir_schema.py SCHEMA --gen IR_GOLDEN OUTDIR FILE.fpir...
         first writes each .fpir program as OUTDIR/ir_<name>.plan.json
+    ir_schema.py SCHEMA --compile FLEXPLAN OUTDIR MODEL.json...
+        first compiles each model as OUTDIR/ex_<name>.plan.json (plans with
+        hardware and a memory timeline)
 """
 import json
 import os
@@ -25,6 +28,14 @@ def main():
             name = os.path.splitext(os.path.basename(src))[0]
             out = os.path.join(outdir, f"ir_{name}.plan.json")
             subprocess.run([tool, "plan", src, out], check=True)
+            plans.append(out)
+    elif plans and plans[0] == "--compile":
+        tool, outdir, sources = plans[1], plans[2], plans[3:]
+        plans = []
+        for src in sources:
+            name = os.path.splitext(os.path.basename(src))[0]
+            out = os.path.join(outdir, f"ex_{name}.plan.json")
+            subprocess.run([tool, "compile", src, "-o", out], check=True, stderr=subprocess.DEVNULL)
             plans.append(out)
     bad = 0
     for path in plans:

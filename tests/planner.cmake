@@ -20,3 +20,8 @@ set_tests_properties(prefetch_auto PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME wait_deletion COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/wait_deletion.py
          --cmd $<TARGET_FILE:flexplan> --root ${CMAKE_SOURCE_DIR})
 set_tests_properties(wait_deletion PROPERTIES LABELS golden TIMEOUT 600)
+# the cost model against hand-computed figures
+fp_unit_test(test_cost)
+# the simulator on hand-written programs (tests/sim/*.fpir: figures computed
+# by hand) and on compiled examples
+fp_unit_test(test_sim)

@@ -101,5 +101,39 @@ expect 1 "$fp" verify "$tmp/tampered.json"
 has err "tampered.json:"
 expect 1 "$fp" print "$tmp/tampered.json"
 
+# simulate: a plan or .fpir on its own hardware, or on a preset; modeled figures
+expect 0 "$fp" simulate "$tmp/tiny-mlp.plan.json"
+has out "hardware h100-sxm"
+has out "modeled step"
+has out "modeled exposed communication"
+has out "post_optimizer"
+expect 0 "$fp" simulate "$tmp/tiny-mlp.plan.json" --hardware h200
+has out "hardware h200"
+has out "(h200)"
+"$fp" compile "$ex" --emit=ir -o "$tmp/t.fpir" 2>/dev/null && ok || bad "compile --emit=ir"
+expect 0 "$fp" simulate "$tmp/t.fpir" --hardware=h100-sxm
+has out "modeled peak memory per rank"
+# an unknown preset is an input error naming the presets, for simulate and compile
+expect 1 "$fp" simulate "$tmp/tiny-mlp.plan.json" --hardware a100
+has err "error: --hardware: unknown hardware preset 'a100' (expected one of: h100-sxm, h200)"
+expect 1 "$fp" compile "$ex" --hardware a100 -o "$tmp/hw.json"
+has err "unknown hardware preset 'a100'"
+[ ! -e "$tmp/hw.json" ] && ok || bad "output written with an unknown preset"
+expect 2 "$fp" simulate
+has err "missing PLAN"
+expect 2 "$fp" simulate "$tmp/t.fpir" --hardware
+expect 2 "$fp" simulate "$tmp/t.fpir" --frob
+expect 1 "$fp" simulate "$tmp/nope.json"
+# compile --hardware replaces the spec's preset: in the plan, the summary and the hash
+expect 0 "$fp" compile "$ex" --hardware h200 --emit=summary -o -
+has out '"hardware": "h200"'
+has out '"modeled_step_ms": '
+"$fp" compile "$ex" --hardware h200 -o "$tmp/h200.json" 2>/dev/null && ok || bad "compile --hardware h200"
+grep -q '"hardware": {"name":"h200"' "$tmp/h200.json" && ok || bad "plan lacks the h200 hardware"
+grep -q '"memory_timeline": {"modeled":true' "$tmp/h200.json" && ok || bad "plan lacks its memory timeline"
+[ "$(grep '"hash"' "$tmp/h200.json")" != "$(grep '"hash"' "$tmp/tiny-mlp.plan.json")" ] && ok ||
+  bad "the hash does not cover the hardware"
+expect 0 "$fp" check "$ex" --hardware=h200
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "ir/irpriv.h"
+#include "planner/sim.h"
 
 /* the old fp_fmt_double: the oracle */
 static void oracle(char buf[40], double d) {
@@ -205,7 +206,20 @@ static void read_both(const char *text, size_t len) {
     fp_src src = {"plan.json", t, len};
     fp_prog *p = fp_plan_read(a, &d, &src);
     ok[w] = p != NULL;
-    if (p) out[w] = fp_ir_print_str(p, NULL);
+    if (p) { /* the program, and the plan it writes (with its memory timeline) */
+      char *pl = NULL;
+      size_t pn = 0;
+      FILE *f = open_memstream(&pl, &pn);
+      assert_non_null(f);
+      assert_true(fp_plan_write(p, f));
+      fclose(f);
+      char *ir = fp_ir_print_str(p, NULL);
+      out[w] = malloc(strlen(ir) + pn + 1);
+      strcpy(out[w], ir);
+      strcat(out[w], pl);
+      free(ir);
+      free(pl);
+    }
     msg[w] = strdup(d.buf ? d.buf : "");
     fp_diag_free(&d);
     fp_arena_free(a);
@@ -252,6 +266,9 @@ static char *plan_of(const char *path, size_t *len) {
   assert_true(fp_src_read(a, &d, path, &src));
   fp_prog *p = fp_ir_parse(a, &d, &src);
   assert_non_null(p);
+  fp_sim sim;
+  if (p->hw.name && fp_simulate(a, p, &p->hw, &sim)) /* a memory timeline too */
+    p->memtl = fp_sim_memory(a, p, &sim);
   char *buf = NULL;
   FILE *f = open_memstream(&buf, len);
   assert_non_null(f);

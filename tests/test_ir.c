@@ -46,6 +46,9 @@ static kit kitchen(fp_arena *a) {
   p->grad_accumulation = 2;
   p->arena_bytes = 1792;
   p->host_bytes = 256;
+  p->hw = (fp_hw){.name = "test machine", .gpus_per_node = 4, .hbm_bytes = 1 << 20, .flops = 1e12,
+                  .nvlink_gbps = 100, .ib_gbps = 10.5, .hbm_gbps = 1000, .pcie_gbps = 0.1, .base_us = 5,
+                  .nvlink_hop_us = 1, .net_hop_us = 2.25, .launch_us = 1e-3};
   k.world = fp_ir_comm_add(p, "world", 4, 1);
   k.shard = fp_ir_comm_add(p, "shard", 2, 1);
   k.replica = fp_ir_comm_add(p, "replica", 2, 2);
@@ -420,6 +423,13 @@ static void roundtrip(const fp_prog *p) {
   assert_true(q->world_size == p->world_size && q->ranks_per_node == p->ranks_per_node &&
               q->grad_accumulation == p->grad_accumulation && q->arena_bytes == p->arena_bytes &&
               q->host_bytes == p->host_bytes);
+  assert_true((p->hw.name == NULL) == (q->hw.name == NULL));
+  if (p->hw.name) {
+    assert_string_equal(p->hw.name, q->hw.name);
+    fp_hw x = p->hw, y = q->hw;
+    x.name = y.name = NULL;
+    assert_memory_equal(&x, &y, sizeof x);
+  }
   assert_int_equal(fp_prog_hash(p), fp_prog_hash(q));
   free(t1);
   free(t2);
@@ -580,6 +590,15 @@ static void test_parse_errors(void **state) {
       {"fpir 1\nparam p shape=[1] module=- bucket=- dtypes=fp32/bf16 shard\n", "expected dtypes=MAIN/PARAM/GRAD"},
       {"fpir 1\nparam p shape=[1] module=- bucket=- dtypes=fp32/bf16/fp32\n", "needs shape=, module=, bucket=, dtypes= and a placement"},
       {"fpir 1\nevents -1\n", "events: -1 is out of range"},
+      {"fpir 1\nhardware h100\n", "t.fpir:2:10: error: expected '\"'"},
+      {"fpir 1\nhardware \"h\" flops=1\n", "the hardware needs gpus_per_node="},
+      {"fpir 1\nhardware \"h\" flops=1 flops=2\n", "t.fpir:2:22: error: unknown or repeated field 'flops'"},
+      {"fpir 1\nhardware \"h\" colour=1\n", "unknown or repeated field 'colour' for the hardware"},
+      {"fpir 1\nhardware \"h\" gpus_per_node=8.5\n", "unexpected '.' after the value"},
+      {"fpir 1\nhardware \"h\" flops=fast\n", "expected a number (flops), found 'fast'"},
+      {"fpir 1\nhardware \"h\" gpus_per_node=1 hbm_bytes=1 flops=1 nvlink_gbps=1 ib_gbps=1 hbm_gbps=1 "
+       "pcie_gbps=1 base_us=1 nvlink_hop_us=1 net_hop_us=1 launch_us=1\nhardware \"h\"\n",
+       "t.fpir:3:9: error: a second 'hardware' line"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     fp_arena *a = fp_arena_new();
@@ -686,10 +705,26 @@ static fp_prog *plan_read(fp_arena *a, fp_diag *d, const char *text) {
   return fp_plan_read(a, d, &s);
 }
 
+/* a small self-consistent memory timeline for the kitchen */
+static fp_memtl *kitchen_memtl(fp_arena *a) {
+  fp_memtl *t = fp_alloc(a, sizeof *t);
+  t->npts = 3;
+  t->pts = fp_alloc_array(a, 3, sizeof *t->pts);
+  t->pts[0] = (fp_memtl_point){-0.5, {256, 256, 0, 0, 0, 0, 0}};
+  t->pts[1] = (fp_memtl_point){2.25, {256, 256, 256, 0, 512, 0, 1024}};
+  t->pts[2] = (fp_memtl_point){1e6, {256, 256, 0, 256, 0, 256, 0}};
+  fp_memtl_maxima(t, &t->peak_bytes, &t->lower_bound_bytes);
+  assert_int_equal(t->peak_bytes, 2304);
+  assert_int_equal(t->lower_bound_bytes, 1280);
+  assert_null(fp_memtl_check(t));
+  return t;
+}
+
 static void test_plan_roundtrip(void **state) {
   (void)state;
   fp_arena *a = fp_arena_new();
   kit k = kitchen(a);
+  k.p->memtl = kitchen_memtl(a);
   char *j = plan_text(k.p);
   fp_diag d;
   fp_diag_init(&d, stderr);
@@ -699,6 +734,14 @@ static void test_plan_roundtrip(void **state) {
   assert_string_equal(t1, t2);
   char *j2 = plan_text(q);
   assert_string_equal(j, j2); /* the writer is deterministic */
+  assert_string_equal(q->hw.name, "test machine");
+  assert_true(q->hw.ib_gbps == 10.5 && q->hw.launch_us == 1e-3 && q->hw.hbm_bytes == 1 << 20);
+  assert_non_null(q->memtl);
+  assert_int_equal(q->memtl->npts, 3);
+  assert_memory_equal(q->memtl->pts, k.p->memtl->pts, 3 * sizeof *q->memtl->pts);
+  assert_int_equal(q->memtl->peak_bytes, 2304);
+  /* the timeline is outside the hash */
+  assert_int_equal(fp_prog_hash(q), fp_prog_hash(k.p));
   char want[40];
   snprintf(want, sizeof want, "\"fnv1a64:%016llx\"", (unsigned long long)fp_prog_hash(k.p));
   assert_non_null(strstr(j, want));
@@ -740,6 +783,7 @@ static void test_plan_tampered(void **state) {
   (void)state;
   fp_arena *a = fp_arena_new();
   kit k = kitchen(a);
+  k.p->memtl = kitchen_memtl(a);
   char *j = plan_text(k.p);
   /* change one buffer's size: same JSON shape, different content */
   char *t = replace(j, "\"bytes\":512", "\"bytes\":1024");
@@ -773,6 +817,35 @@ static void test_plan_tampered(void **state) {
   free(t);
   t = replace(j, "\"count\":64", "\"count\":18446744073709551615");
   expect_plan_error(t, "integer out of the int64 range");
+  free(t);
+  /* the hardware is covered by the hash; its members are checked */
+  t = replace(j, "\"ib_gbps\":10.5", "\"ib_gbps\":11");
+  expect_plan_error(t, "content hash mismatch");
+  free(t);
+  t = replace(j, ",\"launch_us\":0.001", "");
+  expect_plan_error(t, "/hardware: missing required member 'launch_us'");
+  free(t);
+  t = replace(j, "\"flops\":1e+12", "\"flops\":\"fast\"");
+  expect_plan_error(t, "/hardware/flops: expected a number, got a string");
+  free(t);
+  /* the memory timeline is not, but must be well formed and self-consistent */
+  t = replace(j, "\"peak_bytes\":2304", "\"peak_bytes\":2305");
+  expect_plan_error(t, "/memory_timeline: peak_bytes is not the most bytes live at any point");
+  free(t);
+  t = replace(j, "[2.25,", "[-1,");
+  expect_plan_error(t, "/memory_timeline: points are not in time order");
+  free(t);
+  t = replace(j, "\"staging\",\"reshard\"", "\"reshard\",\"staging\"");
+  expect_plan_error(t, "/memory_timeline/categories/4: expected \"staging\"");
+  free(t);
+  t = replace(j, "[2.25,256", "[2.25,-256");
+  expect_plan_error(t, "/memory_timeline/points/1/1: -256 is out of range");
+  free(t);
+  t = replace(j, "[2.25,256,", "[2.25,");
+  expect_plan_error(t, "/memory_timeline/points/1: expected an array of a time and 7 byte counts");
+  free(t);
+  t = replace(j, "\"modeled\":true", "\"modeled\":false");
+  expect_plan_error(t, "/memory_timeline/modeled: must be true");
   free(t);
   free(j);
   fp_arena_free(a);
@@ -947,6 +1020,9 @@ static void m_uses_range(kit *k) { k->p->uses[0] = 99; }
 /* rule 7 */
 static void m_arena(kit *k) { k->p->arena_bytes = 1700; }
 static void m_host_arena(kit *k) { k->p->host_bytes = 100; }
+static void m_hw_zero(kit *k) { k->p->hw.ib_gbps = 0; }
+static void m_hw_nan(kit *k) { k->p->hw.launch_us = NAN; }
+static void m_hw_gpus(kit *k) { k->p->hw.gpus_per_node = -8; }
 
 static void test_verify_rules(void **state) {
   (void)state;
@@ -998,6 +1074,9 @@ static void test_verify_rules(void **state) {
       {m_uses_range, "op 7: compute: used buffer 99 is out of range"},
       {m_arena, "buffer 6 'b1.mx': [1536, +256) lies outside the device arena of 1700 bytes"},
       {m_host_arena, "lies outside the host arena of 100 bytes"},
+      {m_hw_zero, "<plan>: error: program: hardware ib_gbps must be a positive number"},
+      {m_hw_nan, "hardware launch_us must be a positive number"},
+      {m_hw_gpus, "hardware gpus_per_node must be a positive number"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     fprintf(stderr, "verify case %zu\n", i);

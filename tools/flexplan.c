@@ -1,4 +1,5 @@
-/* flexplan.c - the command line: compile, check, print, verify.
+/* flexplan.c - the command line: compile, check, print, verify, explain,
+ * simulate.
  *
  * Exit status: 0 ok, 1 input error (located messages on stderr), 2 usage,
  * 70 internal error (FP_ASSERT). Outputs are written atomically: into a
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "ir/ir.h"
+#include "planner/cost.h"
 #include "planner/front.h"
 #include "planner/json.h"
 #include "planner/pipeline.h"
@@ -22,18 +24,23 @@ static const char usage[] =
     "usage: flexplan <command> [options]\n"
     "\n"
     "commands:\n"
-    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary] [--policy P]\n"
+    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary] [--hardware PRESET]\n"
+    "          [--policy P]\n"
     "                 compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into\n"
     "                 a plan (plan.json, default), its IR text (.fpir) or a JSON\n"
     "                 summary; -o - writes to standard output. Default OUT:\n"
     "                 <model name>.plan.json / .fpir; the summary goes to stdout.\n"
+    "                 --hardware replaces the spec's hardware preset (h100-sxm, h200).\n"
     "                 --policy fsdp2 lowers as PyTorch FSDP2 does by default\n"
     "                 (baseline for comparison); flexplan (default) as specified.\n"
-    "  check MODEL [--spec SPEC] [--policy P]\n"
+    "  check MODEL [--spec SPEC] [--hardware PRESET] [--policy P]\n"
     "                 run the whole compiler, write nothing\n"
     "  print FILE     print a plan.json or .fpir as .fpir\n"
     "  verify FILE    verify a plan.json or .fpir (exit 0 valid, 1 invalid)\n"
     "  explain FILE   print a plan.json or .fpir as a table, one row per op\n"
+    "  simulate PLAN [--hardware PRESET]\n"
+    "                 replay a plan.json or .fpir on the plan's hardware (or PRESET)\n"
+    "                 and print the modeled time per segment and the totals\n"
     "\n"
     "options:\n"
     "  -h, --help     this text\n"
@@ -120,11 +127,18 @@ static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) {
   return p;
 }
 
+/* --hardware names no preset: an input error (exit 1) */
+static int unknown_preset(const char *name) {
+  fprintf(stderr, "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)\n", name,
+          fp_hw_preset_list());
+  return EXIT_INPUT;
+}
+
 /* ---- compile / check ----------------------------------------------------------- */
 typedef enum { EMIT_PLAN, EMIT_IR, EMIT_SUMMARY } emit_kind;
 
 static int cmd_compile(int argc, char **argv, bool check_only) {
-  const char *model = NULL, *spec = NULL, *out = NULL;
+  const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;
   emit_kind emit = EMIT_PLAN;
   fp_policy policy = FP_POLICY_FLEXPLAN;
   for (int i = 0; i < argc; i++) {
@@ -135,6 +149,11 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
       int p = fp_policy_parse(v);
       if (p < 0) return usage_error("unknown policy '%s' (expected flexplan or fsdp2)", v);
       policy = (fp_policy)p;
+    } else if (!strcmp(a, "--hardware")) {
+      if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
+      hw = argv[++i];
+    } else if (!strncmp(a, "--hardware=", 11)) {
+      hw = a + 11;
     } else if (!strcmp(a, "--spec") || !strcmp(a, "-o")) {
       if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
       if (a[1] == 'o' && check_only) return usage_error("'check' writes nothing; '%s' is not an option of it", a);
@@ -156,6 +175,8 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
     }
   }
   if (!model) return usage_error("%s: missing MODEL", check_only ? "check" : "compile");
+  fp_hw preset;
+  if (hw && !fp_hw_preset(hw, &preset)) return unknown_preset(hw);
 
   double t0 = now_ms();
   fp_arena *ar = fp_arena_new();
@@ -167,6 +188,7 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   fp_compiled c;
   if (!fp_inputs_load(ar, &d, model, spec, &m, &s)) goto done;
   fp_spec_apply_policy(&s, policy);
+  if (hw) s.hw_preset = preset.name; /* the spec's overrides still apply */
   if (!fp_compile(ar, &d, &m, &s, &c)) goto done;
   double ms = now_ms() - t0;
   fp_summary sum;
@@ -233,6 +255,52 @@ static int cmd_file(int argc, char **argv, const char *cmd) {
   return rc;
 }
 
+/* ---- simulate ------------------------------------------------------------------- */
+static int cmd_simulate(int argc, char **argv) {
+  const char *path = NULL, *hwname = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--hardware")) {
+      if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
+      hwname = argv[++i];
+    } else if (!strncmp(a, "--hardware=", 11)) {
+      hwname = a + 11;
+    } else if (a[0] == '-' && a[1]) {
+      return usage_error("unknown option '%s'", a);
+    } else if (!path) {
+      path = a;
+    } else {
+      return usage_error("unexpected argument '%s'", a);
+    }
+  }
+  if (!path) return usage_error("%s: missing PLAN", "simulate");
+  fp_hw hw;
+  if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  int rc = EXIT_INPUT;
+  fp_prog *p = read_program(ar, &d, path);
+  if (!p) goto done;
+  if (!hwname) {
+    if (p->hw.name) {
+      hw = p->hw;
+    } else {
+      fp_hw_preset("h100-sxm", &hw);
+      fprintf(stderr, "%s: note: the plan names no hardware; simulating on h100-sxm\n", path);
+    }
+  }
+  fp_sim sim;
+  bool ok = fp_simulate(ar, p, &hw, &sim);
+  FP_ASSERT(ok); /* presets and verified plans name valid machines */
+  fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), stdout);
+  rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+done:
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage, stderr);
@@ -249,6 +317,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
   if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
+  if (!strcmp(cmd, "simulate")) return cmd_simulate(argc - 2, argv + 2);
   if (!strcmp(cmd, "print") || !strcmp(cmd, "verify") || !strcmp(cmd, "explain"))
     return cmd_file(argc - 2, argv + 2, cmd);
   return usage_error("unknown command '%s'", cmd);

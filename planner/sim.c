@@ -1,0 +1,346 @@
+/* sim.c - the simulator and the modeled memory timeline (see sim.h).
+ *
+ * One pass over the ops per replayed step: a clock per stream, the time each
+ * event was last recorded (kept across steps), and each op's duration from
+ * the cost model, computed once. Cost: O(ops) per step plus the cost model's
+ * per-op work. The memory timeline sorts the allocation and free instants
+ * of every live range (O(r log r)) and sweeps them once. */
+#include "sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+
+bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
+  memset(out, 0, sizeof *out);
+  if (!fp_hw_valid(hw)) return false;
+  int32_t n = P->nops;
+  out->start_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->start_us);
+  out->end_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->end_us);
+  out->segs = fp_alloc_array(a, (size_t)P->nsegs + 1, sizeof *out->segs);
+  out->nsegs = P->nsegs;
+  double *dur = malloc(sizeof *dur * ((size_t)n + 1));
+  int32_t *lead = malloc(sizeof *lead * ((size_t)n + 1)); /* first op of i's grouped call (i alone) */
+  double *ev = malloc(sizeof *ev * ((size_t)P->nevents + 1));
+  int *evs = malloc(sizeof *evs * ((size_t)P->nevents + 1)); /* stream of the event's last record */
+  FP_ASSERT(dur && lead && ev && evs);
+
+  for (int32_t i = 0; i < n;) {
+    const fp_op *op = &P->ops[i];
+    int32_t j = i + 1;
+    if (op->group >= 0 && fp_op_class(op->code) == FP_OPC_COMM) {
+      while (j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream) j++;
+      dur[i] = fp_cost_group_us(P, i, j - i, hw);
+    } else {
+      dur[i] = fp_cost_op_us(P, op, hw);
+    }
+    for (int32_t k = i; k < j; k++) lead[k] = i;
+    for (int32_t k = i + 1; k < j; k++) dur[k] = 0;
+    i = j;
+  }
+  for (int32_t e = 0; e < P->nevents; e++) {
+    ev[e] = -INFINITY; /* never recorded: holds nothing back */
+    evs[e] = FP_STREAM_COMPUTE;
+  }
+
+  double clock[FP_NSTREAMS] = {0}, t0 = 0;
+  for (int step = 0; step < 2; step++) {
+    bool rep = step == 1; /* the reported, steady-state step */
+    if (rep)
+      for (int s = 0; s < FP_NSTREAMS; s++) t0 = fmax(t0, clock[s]);
+    for (int32_t i = 0; i < n; i++) {
+      const fp_op *op = &P->ops[i];
+      int s = op->stream;
+      FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
+      fp_sim_seg *sg = &out->segs[op->seg];
+      fp_opclass cls = fp_op_class(op->code);
+      double st, en;
+      if (lead[i] != i) { /* a later member of a grouped call: runs with the first */
+        st = out->start_us[lead[i]];
+        en = out->end_us[lead[i]];
+      } else if (cls == FP_OPC_SYNC) {
+        FP_ASSERT(op->event >= 0 && op->event < P->nevents);
+        if (op->code == FP_OP_RECORD) {
+          ev[op->event] = clock[s];
+          evs[op->event] = s;
+        } else if (ev[op->event] > clock[s]) {
+          if (rep && s == FP_STREAM_COMPUTE && evs[op->event] != FP_STREAM_COMPUTE)
+            sg->exposed_us += ev[op->event] - clock[s];
+          clock[s] = ev[op->event];
+        }
+        st = en = clock[s];
+      } else {
+        st = clock[s];
+        en = clock[s] = st + dur[i];
+        if (rep) {
+          out->busy_us[s] += dur[i];
+          if (cls == FP_OPC_COMPUTE) sg->compute_us += dur[i];
+          if (s == FP_STREAM_COMPUTE && cls == FP_OPC_COMM) sg->exposed_us += dur[i];
+          if (s == FP_STREAM_COMPUTE && cls == FP_OPC_LOCAL) out->compute_local_us += dur[i];
+        }
+      }
+      out->start_us[i] = st;
+      out->end_us[i] = en;
+    }
+  }
+  double end = t0;
+  for (int s = 0; s < FP_NSTREAMS; s++) end = fmax(end, clock[s]);
+  out->step_us = end - t0;
+  for (int32_t i = 0; i < n; i++) {
+    out->start_us[i] -= t0;
+    out->end_us[i] -= t0;
+  }
+  double prev = 0;
+  for (int32_t k = 0; k < P->nsegs; k++) {
+    fp_sim_seg *sg = &out->segs[k];
+    const fp_seg *S = &P->segs[k];
+    sg->seg = k;
+    sg->start_us = sg->end_us = prev;
+    for (int32_t i = S->first; i < S->first + S->nops; i++) {
+      sg->start_us = i == S->first ? out->start_us[i] : fmin(sg->start_us, out->start_us[i]);
+      sg->end_us = i == S->first ? out->end_us[i] : fmax(sg->end_us, out->end_us[i]);
+    }
+    prev = sg->end_us;
+    out->compute_us += sg->compute_us;
+    out->exposed_comm_us += sg->exposed_us;
+  }
+  free(dur);
+  free(lead);
+  free(ev);
+  free(evs);
+  return true;
+}
+
+/* ---- memory timeline ----------------------------------------------------------- */
+/* an allocation (+bytes) or free (-bytes) of one category at an instant;
+ * order at equal times: 0 frees, 1 allocations, 2 frees of zero-length ranges */
+typedef struct {
+  double t;
+  int order;
+  int cat;
+  int64_t bytes;
+  int64_t seq; /* tie-break: creation order, for a deterministic sort */
+} mem_ev;
+
+static int cmp_ev(const void *x, const void *y) {
+  const mem_ev *a = x, *b = y;
+  if (a->t != b->t) return a->t < b->t ? -1 : 1;
+  if (a->order != b->order) return a->order - b->order;
+  return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+typedef struct {
+  mem_ev *v;
+  int64_t n, cap;
+  fp_arena *a;
+} ev_list;
+
+static void add_range(ev_list *L, double t0, double t1, int cat, int64_t bytes) {
+  if (bytes <= 0) return;
+  L->v = fp_grow(L->a, L->v, &L->cap, L->n + 2, sizeof *L->v);
+  bool zero = !(t1 > t0);
+  L->v[L->n] = (mem_ev){t0, 1, cat, bytes, L->n};
+  L->n++;
+  L->v[L->n] = (mem_ev){zero ? t0 : t1, zero ? 2 : 0, cat, -bytes, L->n};
+  L->n++;
+}
+
+/* a live range of one buffer and the time span of the ops in it that use it */
+typedef struct {
+  int32_t first, last;
+  double t0, t1;
+  bool used;
+} span;
+
+static int cmp_span(const void *x, const void *y) {
+  const span *a = x, *b = y;
+  return a->first - b->first;
+}
+
+static void touch(span *sp, const int32_t *rs, int32_t buf, int32_t i, double st, double en) {
+  if (buf < 0) return;
+  int32_t lo = rs[buf], hi = rs[buf + 1] - 1;
+  while (lo <= hi) { /* the range of buf holding op i, by binary search */
+    int32_t mid = lo + (hi - lo) / 2;
+    if (sp[mid].last < i)
+      lo = mid + 1;
+    else if (sp[mid].first > i)
+      hi = mid - 1;
+    else {
+      span *x = &sp[mid];
+      x->t0 = x->used ? fmin(x->t0, st) : st;
+      x->t1 = x->used ? fmax(x->t1, en) : en;
+      x->used = true;
+      return;
+    }
+  }
+}
+
+static int64_t sat(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
+
+fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
+  fp_memtl *tl = fp_alloc(a, sizeof *tl);
+  int32_t nb = P->nbufs;
+  /* live ranges by buffer, sorted; a transient buffer without one gets one
+   * over the whole program */
+  int32_t *rs = calloc((size_t)nb + 2, sizeof *rs);
+  FP_ASSERT(rs);
+  for (int32_t k = 0; k < P->nlives; k++) rs[P->lives[k].buf + 1]++;
+  for (int32_t b = 0; b < nb; b++)
+    if (P->bufs[b].kind == FP_BUF_TRANSIENT && rs[b + 1] == 0) rs[b + 1] = 1;
+  for (int32_t b = 0; b < nb; b++) rs[b + 1] += rs[b];
+  int32_t nsp = rs[nb];
+  span *sp = calloc((size_t)nsp + 1, sizeof *sp);
+  int32_t *fill = malloc(sizeof *fill * ((size_t)nb + 1));
+  FP_ASSERT(sp && fill);
+  memcpy(fill, rs, sizeof *fill * (size_t)nb);
+  for (int32_t k = 0; k < P->nlives; k++) {
+    const fp_ir_live *l = &P->lives[k];
+    sp[fill[l->buf]++] = (span){l->first, l->last, 0, 0, false};
+  }
+  for (int32_t b = 0; b < nb; b++)
+    if (fill[b] < rs[b + 1]) sp[fill[b]++] = (span){0, P->nops - 1, 0, 0, false}; /* the implicit range */
+  for (int32_t b = 0; b < nb; b++)
+    if (rs[b + 1] - rs[b] > 1) qsort(sp + rs[b], (size_t)(rs[b + 1] - rs[b]), sizeof *sp, cmp_span);
+
+  /* the time span of each range's uses */
+  for (int32_t i = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    double st = S->start_us[i], en = S->end_us[i];
+    touch(sp, rs, op->dst.buf, i, st, en);
+    if (op->src.buf != op->dst.buf) touch(sp, rs, op->src.buf, i, st, en);
+    if (op->aux.buf != op->dst.buf && op->aux.buf != op->src.buf) touch(sp, rs, op->aux.buf, i, st, en);
+    for (int32_t u = 0; u < op->nuses; u++) touch(sp, rs, P->uses[op->uses + u], i, st, en);
+  }
+
+  ev_list L = {.a = a};
+  __int128 cur[FP_MEMTL_NCATS] = {0};
+  double tstart = 0, tend = 0;
+  for (int32_t i = 0; i < P->nops; i++) {
+    tstart = fmin(tstart, S->start_us[i]);
+    tend = fmax(tend, S->end_us[i]);
+  }
+  for (int32_t b = 0; b < nb; b++) {
+    const fp_ir_buf *B = &P->bufs[b];
+    if (B->host) continue;
+    if (B->kind == FP_BUF_PERSISTENT) {
+      cur[B->cat] += B->bytes;
+      continue;
+    }
+    for (int32_t k = rs[b]; k < rs[b + 1]; k++)
+      if (sp[k].used) add_range(&L, sp[k].t0, sp[k].t1, B->cat, B->bytes);
+  }
+
+  /* activations: forward compute of (module, micro) to its backward compute */
+  int32_t *stack = malloc(sizeof *stack * ((size_t)P->nops + 1));
+  FP_ASSERT(stack);
+  int32_t top = 0;
+  for (int32_t i = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    if (op->code != FP_OP_COMPUTE || op->module < 0 || op->module >= P->nmods) continue;
+    int32_t micro = P->segs[op->seg].micro;
+    if (op->pass == FP_PASS_FWD) {
+      stack[top++] = i;
+      continue;
+    }
+    for (int32_t k = top - 1; k >= 0; k--) { /* the latest forward of the same module and micro-batch */
+      if (stack[k] < 0) continue;
+      const fp_op *f = &P->ops[stack[k]];
+      if (f->module != op->module || P->segs[f->seg].micro != micro) continue;
+      add_range(&L, S->start_us[stack[k]], S->end_us[i], FP_MEMTL_ACT, P->mods[op->module].activation_bytes);
+      stack[k] = -1;
+      break;
+    }
+    while (top > 0 && stack[top - 1] < 0) top--;
+  }
+  for (int32_t k = 0; k < top; k++) /* a forward without a backward: to the end of the step */
+    if (stack[k] >= 0)
+      add_range(&L, S->start_us[stack[k]], tend, FP_MEMTL_ACT, P->mods[P->ops[stack[k]].module].activation_bytes);
+  free(stack);
+
+  qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev);
+  int64_t cap = 0;
+  tl->pts = fp_grow(a, NULL, &cap, 1, sizeof *tl->pts);
+  tl->npts = 1; /* the persistent buffers, from the start of the step */
+  tl->pts[0].t_us = tstart;
+  for (int c = 0; c < FP_MEMTL_NCATS; c++) tl->pts[0].bytes[c] = sat(cur[c]);
+  bool initial = true; /* pts[0] is only the persistent buffers, at the first instant */
+  for (int64_t k = 0; k < L.n;) {
+    int64_t j = k;
+    for (; j < L.n && L.v[j].t == L.v[k].t && L.v[j].order == L.v[k].order; j++) cur[L.v[j].cat] += L.v[j].bytes;
+    k = j;
+    /* frees then allocations at one instant make one point */
+    if (L.v[j - 1].order == 0 && k < L.n && L.v[k].t == L.v[j - 1].t && L.v[k].order == 1) continue;
+    fp_memtl_point q = {L.v[j - 1].t, {0}};
+    for (int c = 0; c < FP_MEMTL_NCATS; c++) q.bytes[c] = sat(cur[c]);
+    fp_memtl_point *last = &tl->pts[tl->npts - 1];
+    if (!memcmp(last->bytes, q.bytes, sizeof q.bytes)) continue; /* nothing changed */
+    if (initial && q.t_us == last->t_us) { /* what the step starts with */
+      *last = q;
+      initial = false;
+      continue;
+    }
+    initial = false;
+    tl->pts = fp_grow(a, tl->pts, &cap, (int64_t)tl->npts + 1, sizeof *tl->pts);
+    tl->pts[tl->npts++] = q;
+  }
+  fp_memtl_maxima(tl, &tl->peak_bytes, &tl->lower_bound_bytes);
+  free(rs);
+  free(sp);
+  free(fill);
+  return tl;
+}
+
+/* ---- report ------------------------------------------------------------------- */
+static const char *hook(const fp_prog *P, const fp_seg *S, char *buf, size_t n) {
+  if (S->module >= 0 && S->module < P->nmods)
+    snprintf(buf, n, "%s(%s)", fp_seg_name(S->kind), P->mods[S->module].name);
+  else
+    snprintf(buf, n, "%s", fp_seg_name(S->kind));
+  return buf;
+}
+
+void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f) {
+  fprintf(f, "flexplan simulate: %s, %s on %lld ranks (%lld per node), hardware %s\n", P->model ? P->model : "?",
+          P->strategy ? P->strategy : "?", (long long)P->world_size, (long long)P->ranks_per_node, hw->name);
+  fprintf(f, "  %.1f TFLOP/s, NVLink %.1f GB/s, network %.1f GB/s per NIC, HBM %.0f GB/s; latency %.1f us + "
+             "%.1f us per NVLink step, %.1f us per network step\n",
+          hw->flops / 1e12, hw->nvlink_gbps, hw->ib_gbps, hw->hbm_gbps, hw->base_us, hw->nvlink_hop_us, hw->net_hop_us);
+  fprintf(f, "every figure below is modeled (docs/cost-model.md), not measured; times in microseconds from the\n"
+             "start of a steady-state step\n\n");
+  char buf[512];
+  int w = 4;
+  for (int32_t k = 0; k < S->nsegs; k++) {
+    int l = (int)strlen(hook(P, &P->segs[k], buf, sizeof buf));
+    if (l > w) w = l;
+  }
+  if (w > 60) w = 60;
+  fprintf(f, "%5s  %-*s  %5s  %14s  %14s  %14s  %14s\n", "seg", w, "hook", "micro", "modeled start", "modeled end",
+          "modeled comp.", "modeled exp.");
+  for (int32_t k = 0; k < S->nsegs; k++) {
+    const fp_sim_seg *g = &S->segs[k];
+    fprintf(f, "%5d  %-*.*s  %5d  %14.3f  %14.3f  %14.3f  %14.3f\n", k, w, w, hook(P, &P->segs[k], buf, sizeof buf),
+            P->segs[k].micro, g->start_us, g->end_us, g->compute_us, g->exposed_us);
+  }
+  double step = S->step_us;
+  fprintf(f, "\nmodeled totals for one step (the plan is SPMD: every rank runs it the same way)\n");
+  fprintf(f, "  modeled step                      %14.3f ms\n", step / 1e3);
+  fprintf(f, "  modeled compute                   %14.3f ms  (%.1f%% of the step)\n", S->compute_us / 1e3,
+          step > 0 ? 100 * S->compute_us / step : 0.0);
+  fprintf(f, "  modeled exposed communication     %14.3f ms  (%.1f%% of the step)\n", S->exposed_comm_us / 1e3,
+          step > 0 ? 100 * S->exposed_comm_us / step : 0.0);
+  fprintf(f, "  modeled local kernels on compute  %14.3f ms\n", S->compute_local_us / 1e3);
+  fprintf(f, "  modeled stream busy               ");
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    fprintf(f, "%s%s %.3f ms", s ? ", " : "", fp_stream_name(s), S->busy_us[s] / 1e3);
+  fprintf(f, "\n");
+  if (tl) {
+    fprintf(f, "  modeled peak memory per rank      %14.3f GiB  (%lld bytes, activations included)\n",
+            (double)tl->peak_bytes / (1 << 30), (long long)tl->peak_bytes);
+    fprintf(f, "  modeled arena lower bound         %14.3f GiB  (%lld bytes: most arena bytes live at once)\n",
+            (double)tl->lower_bound_bytes / (1 << 30), (long long)tl->lower_bound_bytes);
+    fprintf(f, "  device memory                     %14.3f GiB  (%s)\n", (double)hw->hbm_bytes / (1 << 30), hw->name);
+  }
+}
