@@ -41,28 +41,68 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   bool simulated = fp_simulate(a, out->prog, &out->prog->hw, &out->sim);
   FP_ASSERT(simulated); /* the spec's machine is valid */
   out->prog->memtl = fp_sim_memory(a, out->prog, &out->sim);
+  /* the summary's lower bound and peak are the modeled timeline's: the most
+   * arena bytes (and arena + activation bytes) live at once as the step runs */
+  out->stats.lower_bound_bytes = out->prog->memtl->lower_bound_bytes;
+  out->stats.peak_bytes = out->prog->memtl->peak_bytes;
   return true;
 }
 
-bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
-  memset(out, 0, sizeof *out);
-  if (!fp_layout_build(a, d, m, s, &out->layout)) return false;
+/* prefetch depths for a built layout: as given, or "auto" - with a budget,
+ * the deepest depth whose plan fits it; without one, the depth with the
+ * least modeled step (the shallowest of equals: deeper buys nothing then but
+ * memory). A depth that does not fit is tried quietly; if even depth 0 does
+ * not fit, its error (what is live at the peak) is the user's. */
+static bool choose_prefetch(fp_arena *a, fp_diag *d, const fp_spec *s, fp_compiled *out) {
   bool af = s->prefetch_fwd == FP_PREFETCH_AUTO, ab = s->prefetch_bwd == FP_PREFETCH_AUTO;
   if (!af && !ab) return schedule(a, d, out, s->prefetch_fwd, s->prefetch_bwd);
-  /* "auto": the deepest prefetch that fits the memory budget (without a
-   * budget, everything fits: the deepest worth having). A depth that does
-   * not fit is tried quietly; if even depth 0 does not fit, its error (what
-   * is live at the peak) is the user's. */
-  int top = FP_PREFETCH_AUTO_MAX;
-  for (int k = top; k >= 0; k--) {
+  bool budget = s->memory_budget_bytes > 0;
+  fp_compiled best;
+  bool have = false;
+  for (int k = FP_PREFETCH_AUTO_MAX; k >= 0; k--) {
     int kf = af ? k : s->prefetch_fwd, kb = ab ? k : s->prefetch_bwd;
     fp_diag quiet;
     fp_diag_init(&quiet, NULL);
-    bool ok = schedule(a, k == 0 ? d : &quiet, out, kf, kb);
+    bool ok = schedule(a, k == 0 && !have ? d : &quiet, out, kf, kb);
     fp_diag_free(&quiet);
-    if (ok) return true;
+    if (!ok) continue;
+    if (budget) return true;
+    if (!have || out->sim.step_us <= best.sim.step_us * (1 + 1e-9)) best = *out, have = true;
   }
-  return false;
+  if (have) *out = best;
+  return have;
+}
+
+/* bucket sizes "auto" without a target tries (unsharded bytes per bucket) */
+static const int64_t auto_targets[] = {1, (int64_t)16 << 20, (int64_t)32 << 20, (int64_t)64 << 20,
+                                       (int64_t)128 << 20, (int64_t)256 << 20, (int64_t)512 << 20,
+                                       (int64_t)1 << 30, (int64_t)2 << 30};
+
+bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  memset(out, 0, sizeof *out);
+  if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0)
+    return fp_layout_build(a, d, m, s, &out->layout) && choose_prefetch(a, d, s, out);
+  /* "buckets": {"auto": {}}: the bucket size with the least modeled step
+   * that fits the budget (1 byte = one module per bucket); ties go to the
+   * smaller buckets (less memory). None fits: the smallest's error. */
+  fp_compiled best;
+  bool have = false;
+  size_t nt = sizeof auto_targets / sizeof auto_targets[0];
+  for (size_t i = nt; i-- > 0;) {
+    fp_spec *sc = fp_alloc(a, sizeof *sc);
+    *sc = *s;
+    sc->auto_target_bytes = auto_targets[i];
+    fp_diag quiet;
+    fp_diag_init(&quiet, NULL);
+    fp_diag *use = i == 0 && !have ? d : &quiet;
+    fp_compiled c;
+    memset(&c, 0, sizeof c);
+    bool ok = fp_layout_build(a, use, m, sc, &c.layout) && choose_prefetch(a, use, sc, &c);
+    fp_diag_free(&quiet);
+    if (ok && (!have || c.sim.step_us <= best.sim.step_us * (1 + 1e-9))) best = c, have = true;
+  }
+  if (have) *out = best;
+  return have;
 }
 
 /* ---- summary ----------------------------------------------------------------- */

@@ -2,7 +2,11 @@
 """prefetch "auto": compile llama3-8b at fixed depths 0..4 to learn each
 depth's need (arena + activations), then with a budget between two needs
 "auto" must pick the deepest depth that fits; with a budget below depth 0's
-need, the error must name what is live at the peak.
+need, the error must name what is live at the peak. Without a budget, "auto"
+must match the least modeled step of the fixed depths.
+
+buckets {"auto": {}}: the chosen plan's modeled step is the least of the
+bucket sizes the planner tries, compiled one by one with target_bytes.
 
 usage: prefetch_auto.py --cmd FLEXPLAN --src SOURCE_DIR"""
 import argparse, json, os, subprocess, sys, tempfile
@@ -48,6 +52,36 @@ def main():
     rc, s, err = compile_summary(a.cmd, d, tmp)
     ok = rc == 1 and "/spec/memory_budget_bytes" in err and "live:" in err and "unsharded_weight" in err
     print("budget below depth 0: exit %d %s" % (rc, "ok" if ok else "FAIL: " + err))
+    fails += not ok
+    # no budget: the least modeled step among the depths
+    steps = []
+    for k in range(5):
+      d = json.loads(json.dumps(base))
+      d["spec"]["prefetch"] = {"forward": k, "backward": k}
+      steps.append(compile_summary(a.cmd, d, tmp)[1]["modeled_step_ms"])
+    d = json.loads(json.dumps(base))
+    d["spec"]["prefetch"] = "auto"
+    s = compile_summary(a.cmd, d, tmp)[1]
+    ok = abs(s["modeled_step_ms"] - min(steps)) <= 1e-6 * min(steps) and \
+        steps[s["prefetch_forward"]] == min(steps) and \
+        all(steps[j] > min(steps) for j in range(s["prefetch_forward"]))
+    print("no budget: steps %s, picked %d %s" % (steps, s["prefetch_forward"], "ok" if ok else "FAIL"))
+    fails += not ok
+    # buckets auto: no worse than any target it tries
+    targets = [1] + [m << 20 for m in (16, 32, 64, 128, 256, 512, 1024, 2048)]
+    best = None
+    for t in targets:
+      d = json.loads(json.dumps(base))
+      d["spec"]["buckets"] = {"auto": {"target_bytes": t}}
+      rc, s, err = compile_summary(a.cmd, d, tmp)
+      if rc == 0 and (best is None or s["modeled_step_ms"] < best):
+        best = s["modeled_step_ms"]
+    d = json.loads(json.dumps(base))
+    d["spec"]["buckets"] = {"auto": {}}
+    rc, s, err = compile_summary(a.cmd, d, tmp)
+    ok = rc == 0 and abs(s["modeled_step_ms"] - best) <= 1e-6 * best
+    print("buckets auto: %.3f ms, best target %.3f ms, %d buckets %s" %
+          (s["modeled_step_ms"], best, s["buckets"], "ok" if ok else "FAIL"))
     fails += not ok
   return 1 if fails else 0
 
