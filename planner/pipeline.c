@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "json.h"
 
 static const struct {
   const char *name;
@@ -28,8 +29,14 @@ bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp
     if (!passes[i].run(&ctx, out->prog)) return false;
     if (!fp_pass_verify(&ctx, out->prog)) return false;
   }
-  bool simulated = fp_simulate(a, out->prog, &out->prog->hw, &out->sim);
-  FP_ASSERT(simulated); /* the spec's machine is valid */
+  if (!fp_simulate(a, out->prog, &out->prog->hw, &out->sim)) {
+    /* the spec's machine is valid (positive numbers) but so slow that a
+     * modeled time overflows */
+    fp_diag_json(d, s->src, s->src ? fp_ptr_key(a, s->ptr, "hardware") : "",
+                 "the modeled step time on this hardware overflows (it is not a finite number): the rates are "
+                 "too small for the model's work");
+    return false;
+  }
   out->prog->memtl = fp_sim_memory(a, out->prog, &out->sim);
   return true;
 }
