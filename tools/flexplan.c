@@ -291,8 +291,11 @@ static int cmd_simulate(int argc, char **argv) {
     }
   }
   fp_sim sim;
-  bool ok = fp_simulate(ar, p, &hw, &sim);
-  FP_ASSERT(ok); /* presets and verified plans name valid machines */
+  if (!fp_simulate(ar, p, &hw, &sim)) { /* a verified plan's machine is valid: its rates are absurdly small */
+    fprintf(stderr, "%s: error: the modeled step time on hardware '%s' is not a finite number: its rates are too "
+                    "small for the plan's work\n", path, hw.name);
+    goto done;
+  }
   fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), stdout);
   rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
 done:
