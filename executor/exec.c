@@ -369,6 +369,15 @@ static fp_status resolve_params(fp_exec *x) {
     FPX_CHECK(view_of(x, q, "ugrad", &q->ugrad, q->param_dtype, q->requires_grad ? numel : 0, &v->ugrad, &xp->off[1]));
     FPX_CHECK(view_of(x, q, "main", &q->main, q->main_dtype, xp->slot, &v->main, &xp->off[2]));
     FPX_CHECK(view_of(x, q, "grad", &q->grad, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad, &xp->off[3]));
+    v->reduce_dtype = (fp_elem)q->grad_dtype;
+    for (int32_t j = 0; q->requires_grad && j < p->nops; j++) {
+      fp_opcode c = p->ops[j].code;
+      if (p->ops[j].bucket == q->bucket && q->bucket >= 0 &&
+          (c == FP_OP_REDUCE_SCATTER || c == FP_OP_REDUCE_SCATTER_V || c == FP_OP_ALL_REDUCE || c == FP_OP_REDUCE)) {
+        v->reduce_dtype = (fp_elem)p->ops[j].dtype;
+        break;
+      }
+    }
     xp->weight_persistent = q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
   }
   return FP_OK;

@@ -220,6 +220,10 @@ typedef struct fp_param_view {
    * included; `shard` maps it into the full param. */
   fp_tensor main, grad;
   fp_extent shard;
+  /* The dtype the plan sums this param's grads in across ranks (the spec's
+   * reduce_dtype): that of the plan's reductions in the param's bucket; the
+   * main-grad dtype for a frozen param. */
+  fp_elem reduce_dtype;
 } fp_param_view;
 
 /* Parameters are numbered 0..nparams-1 in the plan's order. */

@@ -20,3 +20,36 @@ target_link_libraries(test_exec_ops PRIVATE flexplan_exec)
 foreach(np 1 2 3 4)
   fp_mpi_test(exec_ops_np${np} ${np} test_exec_ops)
 endforeach()
+
+# train_mlp parity: compile tests/mpi/<spec> for N ranks, train with --check
+# (every step's weights against the single-process reference).
+# fp_parity(name model spec np [train args])
+function(fp_parity name model spec np)
+  string(REPLACE ";" " " args "${ARGN}")
+  add_test(NAME parity_${name}_np${np}
+           COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_parity.py
+                   --flexplan $<TARGET_FILE:flexplan> --train $<TARGET_FILE:train_mlp>
+                   --model ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${model}.model.json
+                   --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${spec}.spec.json --np ${np} "--train-args=${args}"
+                   -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${FP_MPIEXEC_PREFLAGS})
+  set_tests_properties(parity_${name}_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np}
+                       ENVIRONMENT "${FP_MPI_ENV}")
+endfunction()
+
+foreach(np 1 2 3 4)
+  fp_parity(full_shard mlp full_shard ${np})
+  fp_parity(shard_grad_op mlp shard_grad_op ${np})
+  fp_parity(no_shard mlp no_shard ${np})
+endforeach()
+fp_parity(full_shard_poll mlp full_shard 3 --progress poll)
+fp_parity(hybrid_2x2 mlp hybrid 4)
+fp_parity(hybrid_2x2_ga2 mlp hybrid-ga2 4)
+fp_parity(placements mlp placements-w3 3)
+fp_parity(placements mlp placements-w4 4)
+fp_parity(frozen_no_shard mlp-frozen no_shard 2)
+fp_parity(frozen_no_shard mlp-frozen no_shard 3)
+fp_parity(bf16_params mlp bf16 2)
+fp_parity(bf16_params mlp bf16 4)
+fp_parity(ga2 mlp ga2 2)
+fp_parity(ga2 mlp ga2 3)
+fp_parity(ga2_poll mlp ga2 4 --progress poll)
