@@ -7,6 +7,13 @@ set(FP_MPIEXEC_PREFLAGS --oversubscribe --allow-run-as-root ${MPIEXEC_PREFLAGS}
 # Docker's default seccomp profile blocks vader's CMA single copy
 # (process_vm_readv): "Read -1, expected N, errno = 1" (docs/executor.md)
 set(FP_MPI_ENV OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
+if(FP_SANITIZE)
+  # Open MPI's own leaks at exit (tests/mpi/lsan-openmpi.supp says why);
+  # the slow unwinder carries their stacks past unloaded MCA components
+  list(APPEND FP_MPI_ENV
+       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
+       "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/mpi/lsan-openmpi.supp:print_suppressions=0")
+endif()
 
 function(fp_mpi_test name np exe)
   add_test(NAME ${name}
