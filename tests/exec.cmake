@@ -28,19 +28,24 @@ foreach(np 1 2 3 4)
   fp_mpi_test(exec_ops_np${np} ${np} test_exec_ops)
 endforeach()
 
-# train_mlp parity: compile tests/mpi/<spec> for N ranks, train with --check
-# (every step's weights against the single-process reference).
-# fp_parity(name model spec np [train args])
-function(fp_parity name model spec np)
-  string(REPLACE ";" " " args "${ARGN}")
-  add_test(NAME parity_${name}_np${np}
-           COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_parity.py
-                   --flexplan $<TARGET_FILE:flexplan> --train $<TARGET_FILE:train_mlp>
+# fp_plan_test(name model spec np program args...): compile tests/mpi/<spec>
+# for np ranks (run_plan.py), then run the program on it under mpirun;
+# "{plan}" in args is the plan's path.
+set(FP_MPIEXEC_CMD "${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};${FP_MPIEXEC_PREFLAGS}")
+function(fp_plan_test name model spec np)
+  add_test(NAME ${name}
+           COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_plan.py --flexplan $<TARGET_FILE:flexplan>
                    --model ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${model}.model.json
-                   --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${spec}.spec.json --np ${np} "--train-args=${args}"
-                   -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${FP_MPIEXEC_PREFLAGS})
-  set_tests_properties(parity_${name}_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np}
-                       ENVIRONMENT "${FP_MPI_ENV}")
+                   --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${spec}.spec.json --np ${np}
+                   "--mpiexec=${FP_MPIEXEC_CMD}" -- ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np} ENVIRONMENT "${FP_MPI_ENV}")
+endfunction()
+
+# train_mlp parity: every step's weights against the single-process
+# reference. fp_parity(name model spec np [train_mlp args])
+function(fp_parity name model spec np)
+  fp_plan_test(parity_${name}_np${np} ${model} ${spec} ${np}
+               $<TARGET_FILE:train_mlp> --plan {plan} --steps 4 --check ${ARGN})
 endfunction()
 
 foreach(np 1 2 3 4)
@@ -60,3 +65,18 @@ fp_parity(bf16_params mlp bf16 4)
 fp_parity(ga2 mlp ga2 2)
 fp_parity(ga2 mlp ga2 3)
 fp_parity(ga2_poll mlp ga2 4 --progress poll)
+
+# hostile plans, plans this run cannot use, config errors (one rank)
+add_executable(test_exec_plan ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_plan.c)
+target_link_libraries(test_exec_plan PRIVATE flexplan_exec)
+fp_mpi_test(exec_plan 1 test_exec_plan)
+
+# hook order, plan-hash agreement, refit validation
+foreach(t order hash refit)
+  add_executable(test_exec_${t} ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_${t}.c)
+  target_link_libraries(test_exec_${t} PRIVATE flexplan_exec)
+endforeach()
+fp_mpi_test(exec_order 2 test_exec_order)
+fp_mpi_test(exec_hash_np2 2 test_exec_hash)
+fp_mpi_test(exec_hash_np3 3 test_exec_hash)
+fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan})

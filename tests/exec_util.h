@@ -34,7 +34,7 @@ static int tu_rank, tu_world, tu_failures;
     }                                                                   \
   } while (0)
 
-static void tu_init(int *argc, char ***argv) {
+static inline void tu_init(int *argc, char ***argv) {
   int level;
   MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level);
   MPI_Comm_rank(MPI_COMM_WORLD, &tu_rank);
@@ -42,7 +42,7 @@ static void tu_init(int *argc, char ***argv) {
 }
 
 /* 0 when every rank passed */
-static int tu_finish(void) {
+static inline int tu_finish(void) {
   int any = 0;
   MPI_Allreduce(&tu_failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (tu_rank == 0) printf("%s: %d failed check(s) over %d rank(s)\n", any ? "FAIL" : "ok", any, tu_world);
@@ -58,7 +58,7 @@ typedef struct tprog {
   int module;    /* module 0, "m" */
 } tprog;
 
-static tprog tp_new(int W) {
+static inline tprog tp_new(int W) {
   tprog t;
   t.a = fp_arena_new();
   t.p = fp_prog_new(t.a);
@@ -73,7 +73,7 @@ static tprog tp_new(int W) {
 }
 
 /* a persistent buffer placed after the previous ones of its arena */
-static int tp_buf(tprog *t, const char *name, int64_t bytes, bool host) {
+static inline int tp_buf(tprog *t, const char *name, int64_t bytes, bool host) {
   int b = fp_ir_buf_add(t->p, name, FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, bytes);
   int64_t *end = host ? &t->p->host_bytes : &t->p->arena_bytes;
   t->p->bufs[b].offset = *end;
@@ -82,16 +82,16 @@ static int tp_buf(tprog *t, const char *name, int64_t bytes, bool host) {
   return b;
 }
 
-static fp_op *tp_op(tprog *t, fp_opcode c, fp_stream s, fp_dtype dt, int64_t n) { return fp_ir_emit(t->p, c, s, dt, n); }
+static inline fp_op *tp_op(tprog *t, fp_opcode c, fp_stream s, fp_dtype dt, int64_t n) { return fp_ir_emit(t->p, c, s, dt, n); }
 
-static fp_op *tp_sync(tprog *t, fp_opcode c, fp_stream s, int ev) {
+static inline fp_op *tp_sync(tprog *t, fp_opcode c, fp_stream s, int ev) {
   fp_op *o = fp_ir_emit(t->p, c, s, FP_F32, 0);
   o->event = ev;
   return o;
 }
 
 /* write the program as plan.json (a file per rank) */
-static void tp_write(const tprog *t, char *path, size_t len) {
+static inline void tp_write(const tprog *t, char *path, size_t len) {
   snprintf(path, len, "/tmp/fp-exec-test-%d-%d.plan.json", (int)getpid(), tu_rank);
   FILE *f = fopen(path, "w");
   if (!f || !fp_plan_write(t->p, f)) {
@@ -103,7 +103,7 @@ static void tp_write(const tprog *t, char *path, size_t len) {
 
 /* load it through the public API; exits when the plan is rejected (a bug
  * of the test) */
-static fp_plan *tp_load(const tprog *t) {
+static inline fp_plan *tp_load(const tprog *t) {
   char path[256];
   tp_write(t, path, sizeof path);
   fp_plan *plan = NULL;
@@ -116,7 +116,7 @@ static fp_plan *tp_load(const tprog *t) {
   return plan;
 }
 
-static fp_exec *tp_exec(const fp_plan *plan, fp_progress mode) {
+static inline fp_exec *tp_exec(const fp_plan *plan, fp_progress mode) {
   fp_exec_config cfg = {FP_BACKEND_MPI, tu_rank, tu_world, NULL, mode};
   fp_exec *x = NULL;
   fp_status st = fp_exec_create(plan, &cfg, &x);
@@ -128,7 +128,7 @@ static fp_exec *tp_exec(const fp_plan *plan, fp_progress mode) {
 }
 
 /* every hook of one step, in plan order */
-static void tp_step(fp_exec *x) {
+static inline void tp_step(fp_exec *x) {
   const fp_prog *p = x->prog;
   for (int32_t k = 0; k < p->nsegs; k++) {
     fp_status st = fp_exec_hook(x, (fp_hook)p->segs[k].kind, fp_seg_has_module(p->segs[k].kind) ? p->segs[k].module : -1);
@@ -137,13 +137,13 @@ static void tp_step(fp_exec *x) {
 }
 
 /* a buffer's bytes on this rank */
-static void *tp_mem(fp_exec *x, int buf) {
+static inline void *tp_mem(fp_exec *x, int buf) {
   const fp_ir_buf *b = &x->prog->bufs[buf];
   return (b->host ? x->host : x->dev) + b->offset;
 }
 
 /* arbitrary finite floats (all mantissa bits used), reproducible from (j, i) */
-static float tu_val(int64_t j, int64_t i) {
+static inline float tu_val(int64_t j, int64_t i) {
   uint64_t h = (uint64_t)(j * 1000003 + i) * 0x9e3779b97f4a7c15ull;
   h ^= h >> 29;
   h *= 0xbf58476d1ce4e5b9ull;
