@@ -23,10 +23,19 @@
  * finishes once the record it is tied to has finished in the right step.
  * A hook hands the segment's ops to their streams and returns when the
  * compute stream has caught up (the trainer's next work reads its results);
- * the ag and rs streams go on in the background, driven either by a
- * progress thread (FP_PROGRESS_THREAD) or only inside hooks
- * (FP_PROGRESS_POLL). A stream is at most one step behind its hooks: an op
- * is not handed out again before its previous instance finished.
+ * the ag and rs streams go on in the background. A stream is at most one
+ * step behind its hooks: an op is not handed out again before its previous
+ * instance finished.
+ *
+ * Progress (docs/executor.md, "Streams and progress", has the figures). MPI
+ * advances non-blocking collectives only inside MPI calls, so something must
+ * keep calling. FP_PROGRESS_POLL: only the hooks drive the streams, so the
+ * background streams stand still while the trainer computes. FP_PROGRESS_
+ * THREAD (the default where MPI_THREAD_MULTIPLE is available): a progress
+ * thread drives them between hooks; a hook takes the streams over (mu) and
+ * drives them itself, so handing work over costs no thread wake-up; the
+ * thread lets go after every sweep and sleeps when no stream has work. Idle
+ * waits poll SPINS times, then yield the core between polls.
  *
  * NCCL semantics. All-gather in place (src == dst + g*n) is MPI_IN_PLACE, as
  * MPI defines it the same way. MPI's in-place reduce-scatter writes the
@@ -41,7 +50,6 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +58,7 @@
 
 #define TAG 7            /* send/recv: one tag; (communicator, stream) order pairs them */
 #define ALIGN 256        /* arena parts and staging start on 256 bytes (docs/layout.md) */
+#define SPINS 256        /* idle polls before a wait yields the core (docs/executor.md) */
 
 typedef struct mop {     /* the MPI side of one resolved op */
   MPI_Comm comm;         /* the (communicator, stream) duplicate */
@@ -62,11 +71,11 @@ typedef struct mop {     /* the MPI side of one resolved op */
   char *staging;         /* in-place reduce-scatter: the result lands here first */
 } mop;
 
-typedef struct hstream {
+typedef struct hstream {  /* all fields under mstate.mu in thread mode */
   fp_xop **ops;
   int64_t len;
-  _Atomic int64_t enq;   /* written by hooks */
-  _Atomic int64_t head;  /* written by whoever drives the streams */
+  int64_t enq;           /* instances handed out by hooks */
+  int64_t head;          /* instances finished */
   int64_t issued;        /* instances issued (>= head): a group in flight */
 } hstream;
 
@@ -86,13 +95,13 @@ typedef struct mstate {
   MPI_Op op_bf16, op_f16;
   bool types;
   fp_progress mode;
-  /* the progress thread */
+  /* the progress thread: whoever holds mu drives the streams */
   pthread_t th;
   bool th_live;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  _Atomic bool stop;
-  _Atomic bool failed;   /* an MPI call failed; fail_msg says which */
+  pthread_cond_t cv;     /* the thread sleeps on it when no stream has work */
+  bool stop;
+  bool failed;           /* an MPI call failed; fail_msg says which */
   char fail_msg[512];
 } mstate;
 
@@ -444,21 +453,20 @@ static int issue(const fp_xop *o, mop *q) {
 
 /* record the first MPI failure (from whichever thread drives the streams) */
 static void stream_fail(mstate *m, const fp_xop *o, const char *what, int rc) {
-  if (atomic_load(&m->failed)) return;
+  if (m->failed) return;
   char s[MPI_MAX_ERROR_STRING];
   int n = 0;
   if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", rc);
   snprintf(m->fail_msg, sizeof m->fail_msg, "MPI: %s of op %" PRId32 " (%s) failed: %s", what, o->index,
            fp_op_name(o->code), s);
-  atomic_store(&m->failed, true);
+  m->failed = true;
 }
 
 /* Advance one stream as far as it goes without blocking; true when anything
  * finished or started. */
 static bool advance(fp_exec *x, mstate *m, hstream *s) {
   bool moved = false;
-  int64_t enq = atomic_load_explicit(&s->enq, memory_order_acquire);
-  int64_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
+  int64_t enq = s->enq, head = s->head;
   while (head < enq) {
     if (s->issued == head) { /* nothing in flight: start the head op */
       fp_xop *o = s->ops[head % s->len];
@@ -512,7 +520,7 @@ static bool advance(fp_exec *x, mstate *m, hstream *s) {
     }
   }
 out:
-  atomic_store_explicit(&s->head, head, memory_order_release);
+  s->head = head;
   return moved;
 }
 
@@ -522,53 +530,54 @@ static bool advance_all(fp_exec *x, mstate *m) {
   return moved;
 }
 
-static bool drained(hstream *s) {
-  return atomic_load_explicit(&s->head, memory_order_acquire) == atomic_load_explicit(&s->enq, memory_order_relaxed);
-}
+static bool drained(const hstream *s) { return s->head == s->enq; }
 
-static bool all_drained(mstate *m) {
+static bool all_drained(const mstate *m) {
   for (int s = 0; s < FP_NSTREAMS; s++)
     if (!drained(&m->st[s])) return false;
   return true;
 }
 
+/* The progress thread drives the streams while the trainer computes; it
+ * lets go of the streams after every sweep, so a hook takes over at once,
+ * and sleeps while no stream has work. */
 static void *progress_main(void *arg) {
   fp_exec *x = arg;
   mstate *m = ms(x);
-  for (;;) {
-    bool moved = !atomic_load(&m->failed) && advance_all(x, m);
-    if (moved) continue;
-    if (atomic_load(&m->failed) || all_drained(m)) {
-      pthread_mutex_lock(&m->mu);
-      while ((atomic_load(&m->failed) || all_drained(m)) && !atomic_load(&m->stop)) pthread_cond_wait(&m->cv, &m->mu);
-      bool stop = atomic_load(&m->stop);
-      pthread_mutex_unlock(&m->mu);
-      if (stop) return NULL;
-    } else {
-      sched_yield(); /* waiting on MPI or on another stream: let the trainer run */
+  pthread_mutex_lock(&m->mu);
+  while (!m->stop) {
+    if (m->failed || all_drained(m)) {
+      pthread_cond_wait(&m->cv, &m->mu);
+      continue;
     }
+    bool moved = advance_all(x, m);
+    pthread_mutex_unlock(&m->mu);
+    if (!moved) sched_yield(); /* waiting on MPI or on another stream: let the trainer run */
+    pthread_mutex_lock(&m->mu);
   }
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
 }
 
-/* Drive (poll) or wait for (thread) the streams until done() holds. */
+/* Drive the streams until done() holds (the caller holds mu in thread
+ * mode). An idle wait polls SPINS times, then yields the core at each poll:
+ * short waits cost no system call, long ones leave the core to the other
+ * ranks and threads. */
 static fp_status drive_until(fp_exec *x, bool (*done)(fp_exec *x, const void *arg), const void *arg) {
   mstate *m = ms(x);
-  while (!done(x, arg)) {
-    if (atomic_load(&m->failed)) return fpx_fail(x, FP_ERR_BACKEND, "%s", m->fail_msg);
-    if (m->mode == FP_PROGRESS_POLL) {
-      if (!advance_all(x, m)) sched_yield();
-    } else {
-      sched_yield();
-    }
+  int idle = 0;
+  while (!m->failed && !done(x, arg)) {
+    if (advance_all(x, m)) idle = 0;
+    else if (++idle > SPINS) sched_yield();
   }
-  return atomic_load(&m->failed) ? fpx_fail(x, FP_ERR_BACKEND, "%s", m->fail_msg) : FP_OK;
+  return m->failed ? fpx_fail(x, FP_ERR_BACKEND, "%s", m->fail_msg) : FP_OK;
 }
 
 static bool room_for(fp_exec *x, const void *arg) { /* no op handed out twice at once */
   const int64_t *want = arg;
   mstate *m = ms(x);
   for (int s = 0; s < FP_NSTREAMS; s++)
-    if (atomic_load_explicit(&m->st[s].head, memory_order_acquire) < want[s] - m->st[s].len) return false;
+    if (m->st[s].head < want[s] - m->st[s].len) return false;
   return true;
 }
 static bool compute_done(fp_exec *x, const void *arg) {
@@ -580,36 +589,54 @@ static bool everything_done(fp_exec *x, const void *arg) {
   return all_drained(ms(x));
 }
 
+/* the hook side: take the streams over from the progress thread, hand them
+ * the segment, drive them until the compute stream caught up, then give
+ * them back (waking the thread if anything is left) */
+static void take(mstate *m) {
+  if (m->th_live) pthread_mutex_lock(&m->mu);
+}
+static void give(mstate *m) {
+  if (!m->th_live) return;
+  if (!all_drained(m)) pthread_cond_signal(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
 static fp_status mpi_run_segment(fp_exec *x, int32_t seg) {
   mstate *m = ms(x);
   int64_t want[FP_NSTREAMS];
   for (int s = 0; s < FP_NSTREAMS; s++) want[s] = x->stats.steps * m->st[s].len + x->seg_end[seg][s];
-  FPX_CHECK(drive_until(x, room_for, want));
-  for (int s = 0; s < FP_NSTREAMS; s++) atomic_store_explicit(&m->st[s].enq, want[s], memory_order_release);
-  if (m->mode == FP_PROGRESS_THREAD) {
-    pthread_mutex_lock(&m->mu);
-    pthread_cond_signal(&m->cv);
-    pthread_mutex_unlock(&m->mu);
+  take(m);
+  fp_status st = drive_until(x, room_for, want);
+  if (st == FP_OK) {
+    for (int s = 0; s < FP_NSTREAMS; s++) m->st[s].enq = want[s];
+    st = drive_until(x, compute_done, NULL);
   }
-  FPX_CHECK(drive_until(x, compute_done, NULL));
-  if (m->mode == FP_PROGRESS_POLL) advance_all(x, m); /* start what the other streams can */
+  if (st == FP_OK) advance_all(x, m); /* start what the other streams can */
+  give(m);
+  FPX_CHECK(st);
   x->stats.local_ops += m->sums[seg].local;
   x->stats.collectives += m->sums[seg].coll;
   x->stats.bytes_moved += m->sums[seg].bytes;
   return FP_OK;
 }
 
-static fp_status mpi_sync(fp_exec *x) { return drive_until(x, everything_done, NULL); }
+static fp_status mpi_sync(fp_exec *x) {
+  mstate *m = ms(x);
+  take(m);
+  fp_status st = drive_until(x, everything_done, NULL);
+  give(m);
+  return st;
+}
 
 static void mpi_destroy(fp_exec *x) {
   mstate *m = ms(x);
   if (!m) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!x->broken && !finalized && !atomic_load(&m->failed)) drive_until(x, everything_done, NULL);
+  if (!x->broken && !finalized) mpi_sync(x);
   if (m->th_live) {
     pthread_mutex_lock(&m->mu);
-    atomic_store(&m->stop, true);
+    m->stop = true;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
     pthread_join(m->th, NULL);

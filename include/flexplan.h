@@ -114,11 +114,13 @@ typedef enum fp_backend {
 
 /* How the MPI backend drives the plan's communication streams. */
 typedef enum fp_progress {
-  FP_PROGRESS_DEFAULT = 0, /* the backend's choice (docs/executor.md says which and why) */
-  FP_PROGRESS_POLL = 1,    /* streams advance inside hooks only (any MPI thread level) */
+  FP_PROGRESS_DEFAULT = 0, /* MPI: THREAD where MPI_THREAD_MULTIPLE is provided, else POLL
+                            * (docs/executor.md says why) */
+  FP_PROGRESS_POLL = 1,    /* streams advance inside hooks only (any MPI thread level);
+                            * background communication waits for the next hook */
   FP_PROGRESS_THREAD = 2,  /* a progress thread advances them between hooks too, so
-                            * communication overlaps the trainer's compute; needs
-                            * MPI_THREAD_MULTIPLE */
+                            * communication overlaps the trainer's compute (hooks still
+                            * drive them themselves); needs MPI_THREAD_MULTIPLE */
 } fp_progress;
 
 typedef struct fp_exec_config {
