@@ -567,10 +567,9 @@ int main(int argc, char **argv) {
   MPI_Reduce(&max_abs, &amax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(&max_rel, &rmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0)
-    printf("train_mlp: %s (%s, %" PRId64 " ranks, %" PRId64 " micro-batch(es)), %ld step(s), progress %s: %s%s\n",
+    printf("train_mlp: %s (%s, %" PRId64 " ranks, %" PRId64 " micro-batch(es)), %ld step(s), progress %s: %s\n",
            info.model, info.strategy, info.world_size, ga, steps, s.progress == FP_PROGRESS_THREAD ? "thread" : "poll",
-           !check ? "trained" : any ? "CHECK FAILED" : "matches the reference",
-           "");
+           !check ? "trained" : any ? "CHECK FAILED" : "matches the reference");
   if (rank == 0 && check)
     printf("train_mlp: max |w - ref| = %.3g, max relative = %.3g (weights above 1e-3); gathered weights bit-exact: %s\n",
            amax, rmax, any ? "see errors" : "yes");

@@ -353,8 +353,23 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
 
 static fp_status resolve_params(fp_exec *x) {
   const fp_prog *p = x->prog;
+  fp_status st = FP_OK;
   x->params = fpx_alloc(x, (size_t)p->nparams, sizeof *x->params);
-  if (!x->params) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  /* the reduce dtype of a bucket: that of its reductions (the IR keeps it
+   * on the ops only) */
+  int *reduce_dt = fpx_alloc(x, (size_t)p->nbuckets, sizeof *reduce_dt);
+  if (!x->params || !reduce_dt) {
+    st = fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  for (int32_t b = 0; b < p->nbuckets; b++) reduce_dt[b] = -1;
+  for (int32_t j = 0; j < p->nops; j++) {
+    fp_opcode c = p->ops[j].code;
+    int32_t b = p->ops[j].bucket;
+    if (b >= 0 && reduce_dt[b] < 0 &&
+        (c == FP_OP_REDUCE_SCATTER || c == FP_OP_REDUCE_SCATTER_V || c == FP_OP_ALL_REDUCE || c == FP_OP_REDUCE))
+      reduce_dt[b] = (int)p->ops[j].dtype;
+  }
   for (int32_t i = 0; i < p->nparams; i++) {
     const fp_ir_param *q = &p->params[i];
     fp_xparam *xp = &x->params[i];
@@ -364,23 +379,20 @@ static fp_status resolve_params(fp_exec *x) {
     *v = (fp_param_view){.name = q->name, .module = q->module, .ndim = q->ndim, .numel = numel,
                          .requires_grad = q->requires_grad};
     memcpy(v->shape, q->shape, sizeof v->shape);
-    FPX_CHECK(shard_of(x, q, numel, &xp->slot, &v->shard));
-    FPX_CHECK(view_of(x, q, "weight", &q->weight, q->param_dtype, numel, &v->weight, &xp->off[0]));
-    FPX_CHECK(view_of(x, q, "ugrad", &q->ugrad, q->param_dtype, q->requires_grad ? numel : 0, &v->ugrad, &xp->off[1]));
-    FPX_CHECK(view_of(x, q, "main", &q->main, q->main_dtype, xp->slot, &v->main, &xp->off[2]));
-    FPX_CHECK(view_of(x, q, "grad", &q->grad, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad, &xp->off[3]));
-    v->reduce_dtype = (fp_elem)q->grad_dtype;
-    for (int32_t j = 0; q->requires_grad && j < p->nops; j++) {
-      fp_opcode c = p->ops[j].code;
-      if (p->ops[j].bucket == q->bucket && q->bucket >= 0 &&
-          (c == FP_OP_REDUCE_SCATTER || c == FP_OP_REDUCE_SCATTER_V || c == FP_OP_ALL_REDUCE || c == FP_OP_REDUCE)) {
-        v->reduce_dtype = (fp_elem)p->ops[j].dtype;
-        break;
-      }
-    }
+    FPX_CHECK_GOTO(shard_of(x, q, numel, &xp->slot, &v->shard), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "weight", &q->weight, q->param_dtype, numel, &v->weight, &xp->off[0]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "ugrad", &q->ugrad, q->param_dtype, q->requires_grad ? numel : 0, &v->ugrad,
+                           &xp->off[1]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "main", &q->main, q->main_dtype, xp->slot, &v->main, &xp->off[2]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "grad", &q->grad, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad,
+                           &xp->off[3]), st, fail);
+    bool reduced = q->requires_grad && q->bucket >= 0 && reduce_dt[q->bucket] >= 0;
+    v->reduce_dtype = reduced ? (fp_elem)reduce_dt[q->bucket] : (fp_elem)q->grad_dtype;
     xp->weight_persistent = q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
   }
-  return FP_OK;
+fail:
+  fpx_free(reduce_dt);
+  return st;
 }
 
 static void set_pointers(fp_exec *x) {
