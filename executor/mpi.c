@@ -160,6 +160,15 @@ static bool packed_table(const fp_xop *o) {
   return true;
 }
 
+/* a reduce_scatter_v MPI_Ireduce_scatter cannot express: one reduce per root */
+static bool per_root(const fp_xop *o) { return o->code == FP_OP_REDUCE_SCATTER_V && !packed_table(o); }
+
+/* staging bytes of an in-place reduce-scatter (the result lands there first) */
+static int64_t staging_bytes(const fp_xop *o) {
+  bool rs = o->code == FP_OP_REDUCE_SCATTER || (o->code == FP_OP_REDUCE_SCATTER_V && !per_root(o));
+  return o->inplace && rs ? align_up(o->n * fp_dtype_size(o->dtype)) : 0;
+}
+
 static int64_t send_bytes(const fp_xop *o) {
   int64_t sz = fp_dtype_size(o->dtype);
   switch (o->code) {
@@ -209,10 +218,8 @@ static fp_status mpi_prepare(fp_exec *x) {
                           o->index, fp_op_name(o->code));
       nints += 2 * o->G;
     }
-    bool per_root = o->code == FP_OP_REDUCE_SCATTER_V && !packed_table(o);
-    nreq += per_root ? o->G : 1;
-    if (o->inplace && !per_root && (o->code == FP_OP_REDUCE_SCATTER || o->code == FP_OP_REDUCE_SCATTER_V))
-      staging += align_up(o->n * fp_dtype_size(o->dtype));
+    nreq += per_root(o) ? o->G : 1;
+    staging += staging_bytes(o);
   }
   int64_t dev = align_up(x->prog->arena_bytes), host = align_up(x->prog->host_bytes), total;
   if (!fp_add64(dev, host, &total) || !fp_add64(total, staging, &total) || total > (int64_t)(SIZE_MAX / 2))
@@ -261,7 +268,7 @@ static fp_status mpi_prepare(fp_exec *x) {
     m->sums[seg].bytes += send_bytes(o);
     q->type = mpi_type(m, o->dtype);
     q->op = mpi_sum(m, o->dtype);
-    q->per_root = o->code == FP_OP_REDUCE_SCATTER_V && !packed_table(o);
+    q->per_root = per_root(o);
     q->nreq = q->per_root ? (int)o->G : 1;
     q->req = rq;
     rq += q->nreq;
@@ -274,9 +281,9 @@ static fp_status mpi_prepare(fp_exec *x) {
         q->displs[k] = (int)o->tab_off[k];
       }
     }
-    if (o->inplace && !q->per_root && (o->code == FP_OP_REDUCE_SCATTER || o->code == FP_OP_REDUCE_SCATTER_V)) {
+    if (staging_bytes(o)) {
       q->staging = stage;
-      stage += align_up(o->n * fp_dtype_size(o->dtype));
+      stage += staging_bytes(o);
     }
   }
   for (int s = 0; s < FP_NSTREAMS; s++) {

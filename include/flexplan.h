@@ -146,7 +146,9 @@ typedef struct fp_exec_config {
  *     (no communicator is split);
  *  3. one communicator per plan communicator (MPI_Comm_split), duplicated per
  *     plan stream that uses it.
- * Parameter weights start as zeros: load them with fp_exec_load_weights. */
+ * Only a NULL config or an unknown backend fail before step 2 (there is no
+ * backend to agree through). Parameter weights start as zeros: load them
+ * with fp_exec_load_weights. */
 fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec **out);
 /* the last error of an executor ("" when none) */
 const char *fp_exec_errmsg(const fp_exec *x);
