@@ -50,6 +50,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,7 @@ typedef struct mstate {
   bool th_live;
   pthread_mutex_t mu;
   pthread_cond_t cv;     /* the thread sleeps on it when no stream has work */
+  atomic_int hooks_waiting; /* hooks waiting for mu: the thread lets them in first */
   bool stop;
   bool failed;           /* an MPI call failed; fail_msg says which */
   char fail_msg[512];
@@ -560,6 +562,7 @@ static void *progress_main(void *arg) {
     bool moved = advance_all(x, m);
     pthread_mutex_unlock(&m->mu);
     if (!moved) sched_yield(); /* waiting on MPI or on another stream: let the trainer run */
+    while (atomic_load_explicit(&m->hooks_waiting, memory_order_acquire)) sched_yield(); /* a hook goes first */
     pthread_mutex_lock(&m->mu);
   }
   pthread_mutex_unlock(&m->mu);
@@ -600,7 +603,10 @@ static bool everything_done(fp_exec *x, const void *arg) {
  * the segment, drive them until the compute stream caught up, then give
  * them back (waking the thread if anything is left) */
 static void take(mstate *m) {
-  if (m->th_live) pthread_mutex_lock(&m->mu);
+  if (!m->th_live) return;
+  atomic_fetch_add_explicit(&m->hooks_waiting, 1, memory_order_acq_rel);
+  pthread_mutex_lock(&m->mu);
+  atomic_fetch_sub_explicit(&m->hooks_waiting, 1, memory_order_acq_rel);
 }
 static void give(mstate *m) {
   if (!m->th_live) return;
