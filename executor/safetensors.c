@@ -351,6 +351,106 @@ static int by_name(const void *a, const void *b) {
   return strcmp((*x)->name, (*y)->name);
 }
 
+/* One tensor entry (an object; its duplicate members already ruled out):
+ * fills T's dtype, shape, nbytes and offset (relative to the data buffer).
+ * P is the entry's JSON pointer for messages. */
+static bool tensor_entry(const char *path, const char *P, json_object *val, int64_t datalen, fp_st_tensor *T,
+                         char *err, size_t errlen) {
+  ptrbuf pb2;
+  json_object *jd = NULL, *js = NULL, *jo = NULL;
+  json_object_object_foreach(val, ik, iv) {
+    if (strcmp(ik, "dtype") == 0) jd = iv;
+    else if (strcmp(ik, "shape") == 0) js = iv;
+    else if (strcmp(ik, "data_offsets") == 0) jo = iv;
+    else {
+      seterr(err, errlen, path, "%s%s: unknown member (a tensor has dtype, shape, data_offsets)", P,
+             ptr_name(&pb2, ik));
+      return false;
+    }
+  }
+  if (!jd || !js || !jo) {
+    seterr(err, errlen, path, "%s: missing \"%s\"", P, !jd ? "dtype" : !js ? "shape" : "data_offsets");
+    return false;
+  }
+  /* dtype */
+  if (!json_object_is_type(jd, json_type_string)) {
+    seterr(err, errlen, path, "%s/dtype: must be a string", P);
+    return false;
+  }
+  const char *ds = json_object_get_string(jd);
+  int k = 0;
+  while (k < N_ST_DTYPES && strcmp(ds, st_dtypes[k].name) != 0) k++;
+  if (k == N_ST_DTYPES || strlen(ds) != (size_t)json_object_get_string_len(jd)) {
+    ptrbuf db;
+    seterr(err, errlen, path,
+           "%s/dtype: unsupported dtype \"%s\" (supported: F32, BF16, F16, F8_E4M3, F8_E8M0, U8)", P,
+           ptr_name(&db, ds) + 1);
+    return false;
+  }
+  T->dtype = st_dtypes[k].t;
+  /* shape */
+  if (!json_object_is_type(js, json_type_array)) {
+    seterr(err, errlen, path, "%s/shape: must be an array of integers", P);
+    return false;
+  }
+  size_t nd = json_object_array_length(js);
+  if (nd > FP_ST_MAX_DIMS) {
+    seterr(err, errlen, path, "%s/shape: %zu dimensions, at most %d supported", P, nd, FP_ST_MAX_DIMS);
+    return false;
+  }
+  T->ndim = (int)nd;
+  int64_t numel = 1;
+  bool zero = false, ovf = false;
+  for (size_t d = 0; d < nd; d++) {
+    json_object *e = json_object_array_get_idx(js, d);
+    const char *why = get_count(e, &T->shape[d]);
+    if (why) {
+      seterr(err, errlen, path, "%s/shape/%zu: a dimension %s", P, d, why);
+      return false;
+    }
+    if (T->shape[d] == 0) zero = true;
+    else if (!ovf && !fp_mul64(numel, T->shape[d], &numel)) ovf = true;
+  }
+  int64_t nbytes = 0;
+  if (!zero && (ovf || !fp_mul64(numel, dtype_size(T->dtype), &nbytes))) {
+    seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
+    return false;
+  }
+  /* data_offsets */
+  if (!json_object_is_type(jo, json_type_array) || json_object_array_length(jo) != 2) {
+    seterr(err, errlen, path, "%s/data_offsets: must be an array of two integers [begin, end]", P);
+    return false;
+  }
+  int64_t b, e;
+  const char *why = get_count(json_object_array_get_idx(jo, 0), &b);
+  if (why) {
+    seterr(err, errlen, path, "%s/data_offsets/0: begin %s", P, why);
+    return false;
+  }
+  why = get_count(json_object_array_get_idx(jo, 1), &e);
+  if (why) {
+    seterr(err, errlen, path, "%s/data_offsets/1: end %s", P, why);
+    return false;
+  }
+  if (e < b) {
+    seterr(err, errlen, path, "%s/data_offsets: end %lld is before begin %lld", P, (long long)e, (long long)b);
+    return false;
+  }
+  if (e > datalen) {
+    seterr(err, errlen, path, "%s/data_offsets: end %lld is past the data buffer (%lld bytes)", P, (long long)e,
+           (long long)datalen);
+    return false;
+  }
+  if (e - b != nbytes) {
+    seterr(err, errlen, path, "%s/data_offsets: [%lld, %lld) is %lld bytes, but the shape and dtype %s need %lld", P,
+           (long long)b, (long long)e, (long long)(e - b), st_dtypes[k].name, (long long)nbytes);
+    return false;
+  }
+  T->offset = b; /* relative; fp_st_open makes it absolute */
+  T->nbytes = nbytes;
+  return true;
+}
+
 /* ---- open ------------------------------------------------------------------------------ */
 fp_st_file *fp_st_open(const char *path, char *err, size_t errlen) {
   fp_st_file *f = NULL;
@@ -513,99 +613,9 @@ fp_st_file *fp_st_open(const char *path, char *err, size_t errlen) {
       seterr(err, errlen, path, "%s: a tensor entry must be an object", P);
       goto out;
     }
-    json_object *jd = NULL, *js = NULL, *jo = NULL;
-    json_object_object_foreach(val, ik, iv) {
-      if (strcmp(ik, "dtype") == 0) jd = iv;
-      else if (strcmp(ik, "shape") == 0) js = iv;
-      else if (strcmp(ik, "data_offsets") == 0) jo = iv;
-      else {
-        seterr(err, errlen, path, "%s%s: unknown member (a tensor has dtype, shape, data_offsets)", P,
-               ptr_name(&pb2, ik));
-        goto out;
-      }
-    }
-    if (!jd || !js || !jo) {
-      seterr(err, errlen, path, "%s: missing \"%s\"", P, !jd ? "dtype" : !js ? "shape" : "data_offsets");
-      goto out;
-    }
     fp_st_tensor *T = &t[nt];
     T->name = key; /* json-c's copy until the pool is built */
-    /* dtype */
-    if (!json_object_is_type(jd, json_type_string)) {
-      seterr(err, errlen, path, "%s/dtype: must be a string", P);
-      goto out;
-    }
-    const char *ds = json_object_get_string(jd);
-    int k = 0;
-    while (k < N_ST_DTYPES && strcmp(ds, st_dtypes[k].name) != 0) k++;
-    if (k == N_ST_DTYPES || strlen(ds) != (size_t)json_object_get_string_len(jd)) {
-      ptrbuf db;
-      seterr(err, errlen, path,
-             "%s/dtype: unsupported dtype \"%s\" (supported: F32, BF16, F16, F8_E4M3, F8_E8M0, U8)", P,
-             ptr_name(&db, ds) + 1);
-      goto out;
-    }
-    T->dtype = st_dtypes[k].t;
-    /* shape */
-    if (!json_object_is_type(js, json_type_array)) {
-      seterr(err, errlen, path, "%s/shape: must be an array of integers", P);
-      goto out;
-    }
-    size_t nd = json_object_array_length(js);
-    if (nd > FP_ST_MAX_DIMS) {
-      seterr(err, errlen, path, "%s/shape: %zu dimensions, at most %d supported", P, nd, FP_ST_MAX_DIMS);
-      goto out;
-    }
-    T->ndim = (int)nd;
-    int64_t numel = 1;
-    bool zero = false, ovf = false;
-    for (size_t d = 0; d < nd; d++) {
-      json_object *e = json_object_array_get_idx(js, d);
-      const char *why = get_count(e, &T->shape[d]);
-      if (why) {
-        seterr(err, errlen, path, "%s/shape/%zu: a dimension %s", P, d, why);
-        goto out;
-      }
-      if (T->shape[d] == 0) zero = true;
-      else if (!ovf && !fp_mul64(numel, T->shape[d], &numel)) ovf = true;
-    }
-    int64_t nbytes = 0;
-    if (!zero && (ovf || !fp_mul64(numel, dtype_size(T->dtype), &nbytes))) {
-      seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
-      goto out;
-    }
-    /* data_offsets */
-    if (!json_object_is_type(jo, json_type_array) || json_object_array_length(jo) != 2) {
-      seterr(err, errlen, path, "%s/data_offsets: must be an array of two integers [begin, end]", P);
-      goto out;
-    }
-    int64_t b, e;
-    const char *why = get_count(json_object_array_get_idx(jo, 0), &b);
-    if (why) {
-      seterr(err, errlen, path, "%s/data_offsets/0: begin %s", P, why);
-      goto out;
-    }
-    why = get_count(json_object_array_get_idx(jo, 1), &e);
-    if (why) {
-      seterr(err, errlen, path, "%s/data_offsets/1: end %s", P, why);
-      goto out;
-    }
-    if (e < b) {
-      seterr(err, errlen, path, "%s/data_offsets: end %lld is before begin %lld", P, (long long)e, (long long)b);
-      goto out;
-    }
-    if (e > datalen) {
-      seterr(err, errlen, path, "%s/data_offsets: end %lld is past the data buffer (%lld bytes)", P, (long long)e,
-             (long long)datalen);
-      goto out;
-    }
-    if (e - b != nbytes) {
-      seterr(err, errlen, path, "%s/data_offsets: [%lld, %lld) is %lld bytes, but the shape and dtype %s need %lld", P,
-             (long long)b, (long long)e, (long long)(e - b), st_dtypes[k].name, (long long)nbytes);
-      goto out;
-    }
-    T->offset = b; /* relative until the checks below */
-    T->nbytes = nbytes;
+    if (!tensor_entry(path, P, val, datalen, T, err, errlen)) goto out;
     namebytes += strlen(key) + 1;
     nt++;
   }

@@ -65,7 +65,7 @@ void fpk_reduce_sum(void *inout, const void *in, fp_dtype dt, int64_t n);
  * [-127, 127]; amax is the largest |x| of the block in fp32. Element i is
  * x_i * 2^-e in fp32, rounded to E4M3 (nearest even, saturating). Special
  * blocks:
- * - all zeros, or amax below 448 * 2^-127 (subnormal amax included): scale
+ * - all zeros, or amax at most 448 * 2^-127 (subnormal amax included): scale
  *   byte 0x00 (2^-127); the elements are rounded as usual (zeros keep their
  *   sign, tiny values may flush to +-0);
  * - any NaN or +-Inf in the block: scale byte 0xFF (NaN) and every element
