@@ -78,7 +78,7 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
   return FP_OK;
 }
 
-static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *const *paths) {
+static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *const *paths, int64_t *read) {
   char err[512];
   for (int32_t i = 0; i < x->prog->nparams; i++) {
     const src *s = &srcs[i];
@@ -87,10 +87,12 @@ static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *
     bool ok = true;
     if (s->full) {
       ok = fp_st_read(s->f, s->t, 0, stage + s->staged, s->t->nbytes, err, sizeof err);
+      *read += s->t->nbytes;
     } else {
       for (int64_t k = 0; ok && k < e->runs; k++)
         ok = fp_st_read(s->f, s->t, (e->full_off + k * e->full_stride) * fsz, stage + s->staged + k * e->len * fsz,
                         e->len * fsz, err, sizeof err);
+      *read += e->runs * e->len * fsz;
     }
     if (!ok) return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s': %s", paths[s->file], s->t->name, err);
   }
@@ -149,7 +151,7 @@ fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths)
       goto fail;
     }
   }
-  int64_t staging, widest;
+  int64_t staging, widest, read = 0;
   FPX_CHECK_GOTO(validate(x, files, paths, npaths, srcs, &staging, &widest), st, fail);
   stage = fpx_alloc(x, (size_t)staging, 1);
   wide = fpx_alloc(x, (size_t)widest, 1);
@@ -157,7 +159,7 @@ fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths)
     st = fpx_fail(x, FP_ERR_NOMEM, "refit: cannot allocate %" PRId64 " bytes of staging", staging + widest);
     goto fail;
   }
-  FPX_CHECK_GOTO(read_all(x, srcs, stage, paths), st, fail);
+  FPX_CHECK_GOTO(read_all(x, srcs, stage, paths, &read), st, fail);
   /* nothing in flight may read the main weights while they change */
   st = x->bk->sync(x);
   if (st != FP_OK) {
@@ -166,6 +168,7 @@ fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths)
   }
   write_all(x, srcs, stage, wide);
   x->stats.refits++;
+  x->stats.refit_bytes_read = read;
 fail:
   if (files)
     for (int k = 0; k < npaths; k++)

@@ -259,6 +259,7 @@ typedef struct fp_exec_stats {
   int64_t hook_allocations; /* of those, made inside a hook: always 0 (tested) */
   int64_t arena_bytes;      /* bytes of the one arena allocation (device + host arenas + staging) */
   int64_t refits;           /* successful fp_exec_load_weights calls */
+  int64_t refit_bytes_read; /* bytes the last successful refit read from its files (only this rank's extents) */
   fp_progress progress;     /* the progress mode in use */
   uint64_t plan_hash;
 } fp_exec_stats;

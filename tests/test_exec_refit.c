@@ -2,8 +2,9 @@
  * compiles tests/mpi/placements-w3 for 3 ranks: shard on dim 1, ragged,
  * owned and replicated params, some compute weights kept unsharded):
  *  - each rank's main shards hold exactly the file's values at their extents
- *    and the persistent compute weights are recast; every view keeps its
- *    address; the next step gathers the new weights bit for bit;
+ *    and the persistent compute weights are recast; each rank read only its
+ *    extents; every view keeps its address; the next step gathers the new
+ *    weights bit for bit;
  *  - weights split over two files, and BF16 / F16 files, load (converted);
  *  - a file set that lacks a param, has a wrong shape or dtype, names a
  *    param twice, is truncated or missing is refused with FP_ERR_WEIGHTS
@@ -151,6 +152,16 @@ int main(int argc, char **argv) {
   const char *one[1] = {a};
   EXPECT(fp_exec_load_weights(x, one, 1) == FP_OK, "refit: %s", fp_exec_errmsg(x));
   check_loaded(FP_F32, 1, "fp32 file");
+  /* this rank read its extents only: its shard runs, or whole tensors it keeps unsharded */
+  int64_t want = 0, all = 0;
+  for (int32_t i = 0; i < np; i++) {
+    all += views[i].numel * 4;
+    want += (x->params[i].weight_persistent ? views[i].numel : views[i].shard.runs * views[i].shard.len) * 4;
+  }
+  fp_exec_stats rs;
+  fp_exec_get_stats(x, &rs);
+  EXPECT(rs.refit_bytes_read == want && (tu_world == 1 || want < all),
+         "read %" PRId64 " bytes, its extents are %" PRId64 " of %" PRId64, rs.refit_bytes_read, want, all);
   for (int32_t i = 0; i < np; i++) /* compute weights kept unsharded are recast at once */
     if (x->params[i].weight_persistent) {
       float *f = tensor(i, FP_F32, 1);
