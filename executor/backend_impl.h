@@ -1,0 +1,43 @@
+/* backend_impl.h - the function table every executor backend implements.
+ *
+ * exec.c does what is the same for every backend: it checks the plan against
+ * this rank (operands, tables, views, all against the arena sizes), resolves
+ * the program for the rank (fp_xop: counts, offsets, event edges, per-stream
+ * op lists), keeps the trainer's place in the step (hook order), and hands
+ * out views. A backend owns memory and execution:
+ *
+ *   prepare      local setup, no communication: allocate the one arena
+ *                (x->dev, x->host, zeroed) and every per-op record the hooks
+ *                will need, check what the backend cannot express;
+ *   agree        the ranks exchange their plan hash and whether their setup
+ *                succeeded so far (local); every rank returns the same
+ *                verdict, and nothing of the plan is issued on a failure;
+ *   connect      collective setup after agreement (communicators);
+ *   run_segment  issue segment `seg`'s ops; return when the trainer's next
+ *                work may start (the compute stream is caught up), leaving
+ *                other streams' work running;
+ *   sync         wait for all issued work;
+ *   destroy      free everything (after sync); tolerates a partial setup.
+ *
+ * Hooks (run_segment) must not allocate: everything is made in prepare. A
+ * backend whose arena is host memory (host_memory) lets refits write it
+ * directly. */
+#ifndef FP_BACKEND_IMPL_H
+#define FP_BACKEND_IMPL_H
+
+#include "exec_impl.h"
+
+struct fp_backend_impl {
+  const char *name;
+  bool host_memory;
+  fp_status (*prepare)(fp_exec *x);
+  fp_status (*agree)(fp_exec *x, fp_status local);
+  fp_status (*connect)(fp_exec *x);
+  fp_status (*run_segment)(fp_exec *x, int32_t seg);
+  fp_status (*sync)(fp_exec *x);
+  void (*destroy)(fp_exec *x);
+};
+
+extern const fp_backend_impl fp_backend_mpi; /* executor/mpi.c */
+
+#endif

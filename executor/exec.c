@@ -1,0 +1,537 @@
+/* exec.c - the executor's backend-independent half: create (check the plan
+ * against this rank, resolve it, let the backend allocate and connect),
+ * hooks (plan order), views, statistics, destroy.
+ *
+ * The plan reader has already verified the program for every rank. Before
+ * any byte of the arena is touched, create checks again, for this rank and
+ * against the sizes the arena will have, everything the hooks will use:
+ * every buffer is placed and lies inside its arena; every op this rank runs
+ * has its operands (count x dtype, pitches, tables resolved at this rank's
+ * index) inside their buffers, with overflow-checked arithmetic; every
+ * extent table an op or param uses has one non-negative entry per member of
+ * its communicator; every param view holds what this rank stores of the
+ * param. So a hostile plan that slips past the verifier still cannot make a
+ * hook read or write outside the arena (docs/executor.md lists the checks).
+ *
+ * Resolution turns the SPMD program into this rank's program (fp_xop): ops
+ * it skips (`only`) and compute placeholders are dropped; counts and
+ * operand offsets are computed once; each wait is tied to the record it
+ * waits for (the last one before it in program order, else the previous
+ * step's last one, else none: a no-op); each stream gets its op list, each
+ * segment its end position on every stream. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+#include "planner/front.h" /* fp_placement_kind */
+
+/* ---- helpers ------------------------------------------------------------------ */
+fp_status fpx_fail(fp_exec *x, fp_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(x->msg, sizeof x->msg, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+void *fpx_alloc(fp_exec *x, size_t n, size_t size) {
+  x->stats.allocations++;
+  if (x->in_hook) x->stats.hook_allocations++;
+  return calloc(n ? n : 1, size ? size : 1);
+}
+
+void fpx_free(void *p) { free(p); }
+
+const char *fpx_seg_label(const fp_exec *x, int32_t k, char *buf, size_t len) {
+  const fp_seg *s = &x->prog->segs[k];
+  if (fp_seg_has_module(s->kind))
+    snprintf(buf, len, "%s(%s)", fp_seg_name(s->kind), x->prog->mods[s->module].name);
+  else
+    snprintf(buf, len, "%s", fp_seg_name(s->kind));
+  return buf;
+}
+
+/* ---- operands ------------------------------------------------------------------ */
+enum { DST = 0, SRC = 1, AUX = 2 };
+
+static unsigned operands_of(fp_opcode c) {
+  switch (c) {
+    case FP_OP_SEND: return 1u << SRC;
+    case FP_OP_RECV:
+    case FP_OP_SCALE:
+    case FP_OP_MEMSET: return 1u << DST;
+    case FP_OP_QUANTIZE_MXFP8:
+    case FP_OP_DEQUANTIZE_MXFP8: return 1u << DST | 1u << SRC | 1u << AUX;
+    case FP_OP_RECORD:
+    case FP_OP_WAIT:
+    case FP_OP_COMPUTE: return 0;
+    default: return 1u << DST | 1u << SRC;
+  }
+}
+
+static fp_dtype opnd_dtype(const fp_op *op, int w) {
+  switch (op->code) {
+    case FP_OP_QUANTIZE_MXFP8: return w == DST ? FP_E4M3 : w == AUX ? FP_E8M0 : op->sdtype;
+    case FP_OP_DEQUANTIZE_MXFP8: return w == SRC ? FP_E4M3 : w == AUX ? FP_E8M0 : op->dtype;
+    case FP_OP_H2D:
+    case FP_OP_D2H: return FP_U8;
+    default: return w == SRC ? op->sdtype : op->dtype;
+  }
+}
+
+/* bytes operand w of op covers on this rank (count n, comm size G); false on
+ * overflow */
+static bool opnd_extent(const fp_op *op, int w, int64_t n, int64_t G, int64_t tab_end, int64_t *out) {
+  int64_t sz = fp_dtype_size(opnd_dtype(op, w)), t;
+  switch (op->code) {
+    case FP_OP_ALL_GATHER: return fp_mul64(w == DST ? G : 1, n, &t) && fp_mul64(t, sz, out);
+    case FP_OP_REDUCE_SCATTER: return fp_mul64(w == SRC ? G : 1, n, &t) && fp_mul64(t, sz, out);
+    case FP_OP_ALL_GATHER_V: return fp_mul64(w == DST ? tab_end : n, sz, out);
+    case FP_OP_REDUCE_SCATTER_V: return fp_mul64(w == SRC ? tab_end : n, sz, out);
+    case FP_OP_COPY:
+      return fp_mul64(op->rows - 1, w == DST ? op->dpitch : op->spitch, &t) && fp_mul64(n, sz, out) &&
+             fp_add64(t, *out, out);
+    case FP_OP_QUANTIZE_MXFP8:
+    case FP_OP_DEQUANTIZE_MXFP8:
+      if (w == AUX) {
+        *out = (n + 31) / 32;
+        return true;
+      }
+      return fp_mul64(n, sz, out);
+    default: return fp_mul64(n, sz, out);
+  }
+}
+
+/* the table an op or param uses: n == G entries, every one >= 0, off + cnt
+ * fits; *end = max(off + cnt) */
+static fp_status check_table(fp_exec *x, int32_t t, int64_t G, const char *who, int64_t *end) {
+  const fp_ir_table *tab = &x->prog->tabs[t];
+  if (tab->n != G)
+    return fpx_fail(x, FP_ERR_PLAN, "%s: extent table '%s' has %" PRId64 " entries, its communicator %" PRId64, who,
+                    tab->name, tab->n, G);
+  *end = 0;
+  for (int64_t j = 0; j < tab->n; j++) {
+    int64_t e;
+    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fp_add64(tab->off[j], tab->cnt[j], &e))
+      return fpx_fail(x, FP_ERR_PLAN, "%s: extent table '%s' entry %" PRId64 " is invalid", who, tab->name, j);
+    if (e > *end) *end = e;
+  }
+  return FP_OK;
+}
+
+/* ---- resolution ------------------------------------------------------------------ */
+static bool runs_here(const fp_exec *x, const fp_op *op) {
+  if (op->code == FP_OP_COMPUTE) return false;
+  if (op->only < 0) return true;
+  return fp_comm_index(&x->prog->comms[op->only_comm], x->rank) == op->only;
+}
+
+static fp_status check_buffers(fp_exec *x) {
+  const fp_prog *p = x->prog;
+  if (p->arena_bytes < 0 || p->host_bytes < 0)
+    return fpx_fail(x, FP_ERR_PLAN, "plan: arena sizes %" PRId64 "/%" PRId64 " are negative", p->arena_bytes,
+                    p->host_bytes);
+  for (int32_t b = 0; b < p->nbufs; b++) {
+    const fp_ir_buf *B = &p->bufs[b];
+    int64_t end, cap = B->host ? p->host_bytes : p->arena_bytes;
+    if (B->offset < 0)
+      return fpx_fail(x, FP_ERR_PLAN, "plan: buffer '%s' has no arena offset (the plan was not memory-planned)",
+                      B->name);
+    if (B->bytes < 0 || !fp_add64(B->offset, B->bytes, &end) || end > cap)
+      return fpx_fail(x, FP_ERR_PLAN,
+                      "plan: buffer '%s' [%" PRId64 ", +%" PRId64 ") lies outside the %s arena (%" PRId64 " bytes)",
+                      B->name, B->offset, B->bytes, B->host ? "host" : "device", cap);
+  }
+  return FP_OK;
+}
+
+static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
+  const fp_prog *p = x->prog;
+  const fp_op *op = &p->ops[i];
+  char who[64];
+  snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fp_op_name(op->code));
+  *o = (fp_xop){.index = i,
+                .code = op->code,
+                .stream = op->stream,
+                .dtype = op->dtype,
+                .sdtype = op->sdtype,
+                .comm = op->comm,
+                .group = op->group,
+                .g = 0,
+                .G = 1,
+                .n = op->count,
+                .root = op->root,
+                .rows = op->rows,
+                .dpitch = op->dpitch,
+                .spitch = op->spitch,
+                .alpha = op->alpha,
+                .off = {-1, -1, -1},
+                .event = op->event,
+                .done_step = -1};
+  if (op->comm >= 0) {
+    o->G = p->comms[op->comm].size;
+    o->g = fp_comm_index(&p->comms[op->comm], x->rank);
+  }
+  int64_t tab_end = 0;
+  if (op->tab >= 0) {
+    FPX_CHECK(check_table(x, op->tab, o->G, who, &tab_end));
+    o->tab_off = p->tabs[op->tab].off;
+    o->tab_cnt = p->tabs[op->tab].cnt;
+  }
+  o->n = fp_op_count(p, op, o->g);
+  if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
+  if (op->code == FP_OP_COPY && (op->rows < 1 || op->dpitch < 0 || op->spitch < 0))
+    return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
+  unsigned need = operands_of(op->code);
+  const fp_region *regs[3] = {&op->dst, &op->src, &op->aux};
+  for (int w = 0; w < 3; w++) {
+    if (!(need & 1u << w)) continue;
+    const fp_region *r = regs[w];
+    if (r->buf < 0 || r->buf >= p->nbufs) return fpx_fail(x, FP_ERR_PLAN, "%s: operand %d has no buffer", who, w);
+    const fp_ir_buf *B = &p->bufs[r->buf];
+    fp_dtype dt = opnd_dtype(op, w);
+    int64_t start, ext, end, t;
+    bool ok = fp_mul64(o->g, r->stride, &t) && fp_add64(r->off, t, &start);
+    if (ok && r->tabrel) ok = op->tab >= 0 && fp_mul64(o->tab_off[o->g], fp_dtype_size(dt), &t) && fp_add64(start, t, &start);
+    ok = ok && opnd_extent(op, w, o->n, o->G, tab_end, &ext) && fp_add64(start, ext, &end);
+    if (!ok || start < 0 || end > B->bytes)
+      return fpx_fail(x, FP_ERR_PLAN,
+                      "%s: %s operand lies outside buffer '%s' (%" PRId64 " bytes) on rank %" PRId64, who,
+                      w == DST ? "dst" : w == SRC ? "src" : "aux", B->name, B->bytes, x->rank);
+    o->off[w] = B->offset + start; /* inside the arena: check_buffers */
+    o->host[w] = B->host;
+  }
+  /* the in-place forms of ops.def (the verifier allows no other overlap) */
+  int64_t sz = fp_dtype_size(op->dtype);
+  bool same = (need & 1u << SRC) && (need & 1u << DST) && o->host[DST] == o->host[SRC];
+  int64_t d = o->off[DST], s = o->off[SRC];
+  switch (op->code) {
+    case FP_OP_ALL_GATHER: o->inplace = same && s == d + o->g * o->n * sz; break;
+    case FP_OP_ALL_GATHER_V: o->inplace = same && s == d + o->tab_off[o->g] * sz; break;
+    case FP_OP_REDUCE_SCATTER: o->inplace = same && d == s + o->g * o->n * sz; break;
+    case FP_OP_REDUCE_SCATTER_V: o->inplace = same && d == s + o->tab_off[o->g] * sz; break;
+    case FP_OP_ALL_REDUCE:
+    case FP_OP_BROADCAST:
+    case FP_OP_REDUCE: o->inplace = same && s == d; break;
+    default: break;
+  }
+  if ((op->code == FP_OP_BROADCAST || op->code == FP_OP_REDUCE || op->code == FP_OP_SEND || op->code == FP_OP_RECV) &&
+      (op->root < 0 || op->root >= o->G))
+    return fpx_fail(x, FP_ERR_PLAN, "%s: root %" PRId32 " is not a rank of its communicator", who, op->root);
+  return FP_OK;
+}
+
+static fp_status resolve(fp_exec *x) {
+  const fp_prog *p = x->prog;
+  fp_status st = FP_OK;
+  int32_t *last = NULL;
+  if (p->nsegs < 1) return fpx_fail(x, FP_ERR_PLAN, "plan: no segments");
+  FPX_CHECK(check_buffers(x));
+  int32_t n = 0;
+  for (int32_t i = 0; i < p->nops; i++) n += runs_here(x, &p->ops[i]);
+  x->xops = fpx_alloc(x, (size_t)n, sizeof *x->xops);
+  x->seg_end = fpx_alloc(x, (size_t)p->nsegs, sizeof *x->seg_end);
+  last = fpx_alloc(x, (size_t)p->nevents + 1, sizeof *last);
+  if (!x->xops || !x->seg_end || !last) {
+    st = fpx_fail(x, FP_ERR_NOMEM, "out of memory resolving the plan");
+    goto fail;
+  }
+  for (int32_t e = 0; e < p->nevents; e++) last[e] = -1;
+  int32_t cnt[FP_NSTREAMS] = {0};
+  for (int32_t k = 0, i = 0; k < p->nsegs; k++) {
+    for (; i < p->segs[k].first + p->segs[k].nops; i++) {
+      const fp_op *op = &p->ops[i];
+      if (!runs_here(x, op)) continue;
+      fp_xop *o = &x->xops[x->nxops];
+      FPX_CHECK_GOTO(resolve_op(x, i, o), st, fail);
+      if (o->code == FP_OP_WAIT && last[o->event] >= 0) o->rec = &x->xops[last[o->event]];
+      if (o->code == FP_OP_RECORD) last[o->event] = x->nxops;
+      cnt[o->stream]++;
+      x->nxops++;
+    }
+    memcpy(x->seg_end[k], cnt, sizeof cnt);
+  }
+  /* waits before any record of their event in the step wait for the
+   * previous step's last record (none in the first step) */
+  for (int32_t j = 0; j < x->nxops; j++) {
+    fp_xop *o = &x->xops[j];
+    if (o->code == FP_OP_WAIT && !o->rec && last[o->event] >= 0) {
+      o->rec = &x->xops[last[o->event]];
+      o->rec_prev = true;
+    }
+  }
+  for (int s = 0; s < FP_NSTREAMS; s++) {
+    x->sops[s] = fpx_alloc(x, (size_t)cnt[s], sizeof *x->sops[s]);
+    if (!x->sops[s]) {
+      st = fpx_fail(x, FP_ERR_NOMEM, "out of memory resolving the plan");
+      goto fail;
+    }
+  }
+  for (int32_t j = 0; j < x->nxops; j++) x->sops[x->xops[j].stream][x->slen[x->xops[j].stream]++] = &x->xops[j];
+fail:
+  fpx_free(last);
+  return st;
+}
+
+/* ---- params ------------------------------------------------------------------------ */
+static fp_status view_of(fp_exec *x, const fp_ir_param *q, const char *role, const fp_view *v, fp_dtype dt,
+                         int64_t elems, fp_tensor *out, int64_t *boff) {
+  const fp_prog *p = x->prog;
+  *out = (fp_tensor){NULL, (fp_elem)dt, 0};
+  *boff = -1;
+  if (v->buf < 0 || elems == 0) return FP_OK;
+  if (v->buf >= p->nbufs) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': %s view has no buffer", q->name, role);
+  const fp_ir_buf *B = &p->bufs[v->buf];
+  int64_t bytes, end;
+  if (v->off < 0 || !fp_mul64(elems, fp_dtype_size(dt), &bytes) || !fp_add64(v->off, bytes, &end) || end > B->bytes)
+    return fpx_fail(x, FP_ERR_PLAN,
+                    "plan: param '%s': %s view [%" PRId64 ", +%" PRId64 " %s elements) lies outside buffer '%s' "
+                    "(%" PRId64 " bytes) on rank %" PRId64,
+                    q->name, role, v->off, elems, fp_dtype_name(dt), B->name, B->bytes, x->rank);
+  out->numel = elems;
+  *boff = B->offset + v->off;
+  return B->host ? fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': %s view is in host memory", q->name, role) : FP_OK;
+}
+
+/* what this rank holds of param q: slot elements and the extent runs */
+static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64_t *slot, fp_extent *e) {
+  const fp_prog *p = x->prog;
+  *e = (fp_extent){0, 0, 0, 0, 0};
+  *slot = 0;
+  if (q->placement == FP_PL_REPLICATE) {
+    *slot = numel;
+    *e = (fp_extent){1, numel, numel, 0, numel};
+    return FP_OK;
+  }
+  if (q->comm < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is sharded but has no communicator", q->name);
+  const fp_ir_comm *c = &p->comms[q->comm];
+  int64_t g = fp_comm_index(c, x->rank), G = c->size;
+  switch (q->placement) {
+    case FP_PL_SHARD: {
+      int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
+      int64_t shape_d = q->ndim > 0 ? q->shape[d] : 1, outer = 1, inner = 1;
+      for (int k = 0; k < d; k++) outer *= q->shape[k]; /* products of a shape that verified (fits int64) */
+      for (int k = d + 1; k < nd && q->ndim > 0; k++) inner *= q->shape[k];
+      int64_t oi = outer * inner, c_rows = oi > 0 ? q->chunk / oi : 0, covered;
+      if (c_rows < 1 || q->chunk != c_rows * oi || !fp_mul64(c_rows, G, &covered) || covered < shape_d)
+        return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': shard chunk %" PRId64 " does not split dim %d over %" PRId64
+                        " ranks", q->name, q->chunk, d, G);
+      int64_t rows = shape_d - g * c_rows;
+      rows = rows < 0 ? 0 : rows > c_rows ? c_rows : rows;
+      *slot = q->chunk;
+      if (rows > 0) *e = (fp_extent){outer, rows * inner, c_rows * inner, g * c_rows * inner, shape_d * inner};
+      return FP_OK;
+    }
+    case FP_PL_RAGGED: {
+      int64_t end;
+      if (q->tab < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is ragged but has no extent table", q->name);
+      char who[300];
+      snprintf(who, sizeof who, "plan: param '%s'", q->name);
+      FPX_CHECK(check_table(x, q->tab, G, who, &end));
+      const fp_ir_table *t = &p->tabs[q->tab];
+      if (end > numel || t->cnt[g] > q->chunk)
+        return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
+      *slot = t->cnt[g];
+      if (*slot > 0) *e = (fp_extent){1, *slot, *slot, t->off[g], *slot};
+      return FP_OK;
+    }
+    case FP_PL_OWNED:
+      if (q->owner < 0 || q->owner >= G)
+        return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': owner %" PRId64 " is not a rank of its group", q->name,
+                        q->owner);
+      if (g == q->owner) {
+        *slot = numel;
+        *e = (fp_extent){1, numel, numel, 0, numel};
+      }
+      return FP_OK;
+    default: return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': unknown placement %d", q->name, q->placement);
+  }
+}
+
+static fp_status resolve_params(fp_exec *x) {
+  const fp_prog *p = x->prog;
+  fp_status st = FP_OK;
+  x->params = fpx_alloc(x, (size_t)p->nparams, sizeof *x->params);
+  /* the reduce dtype of a bucket: that of its reductions (the IR keeps it
+   * on the ops only) */
+  int *reduce_dt = fpx_alloc(x, (size_t)p->nbuckets, sizeof *reduce_dt);
+  if (!x->params || !reduce_dt) {
+    st = fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  for (int32_t b = 0; b < p->nbuckets; b++) reduce_dt[b] = -1;
+  for (int32_t j = 0; j < p->nops; j++) {
+    fp_opcode c = p->ops[j].code;
+    int32_t b = p->ops[j].bucket;
+    if (b >= 0 && reduce_dt[b] < 0 &&
+        (c == FP_OP_REDUCE_SCATTER || c == FP_OP_REDUCE_SCATTER_V || c == FP_OP_ALL_REDUCE || c == FP_OP_REDUCE))
+      reduce_dt[b] = (int)p->ops[j].dtype;
+  }
+  for (int32_t i = 0; i < p->nparams; i++) {
+    const fp_ir_param *q = &p->params[i];
+    fp_xparam *xp = &x->params[i];
+    fp_param_view *v = &xp->v;
+    int64_t numel = 1;
+    for (int k = 0; k < q->ndim; k++) numel *= q->shape[k]; /* verified: fits */
+    *v = (fp_param_view){.name = q->name, .module = q->module, .ndim = q->ndim, .numel = numel,
+                         .requires_grad = q->requires_grad};
+    memcpy(v->shape, q->shape, sizeof v->shape);
+    FPX_CHECK_GOTO(shard_of(x, q, numel, &xp->slot, &v->shard), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "weight", &q->weight, q->param_dtype, numel, &v->weight, &xp->off[0]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "ugrad", &q->ugrad, q->param_dtype, q->requires_grad ? numel : 0, &v->ugrad,
+                           &xp->off[1]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "main", &q->main, q->main_dtype, xp->slot, &v->main, &xp->off[2]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "grad", &q->grad, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad,
+                           &xp->off[3]), st, fail);
+    bool reduced = q->requires_grad && q->bucket >= 0 && reduce_dt[q->bucket] >= 0;
+    v->reduce_dtype = reduced ? (fp_elem)reduce_dt[q->bucket] : (fp_elem)q->grad_dtype;
+    xp->weight_persistent = q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
+  }
+fail:
+  fpx_free(reduce_dt);
+  return st;
+}
+
+static void set_pointers(fp_exec *x) {
+  for (int32_t j = 0; j < x->nxops; j++) {
+    fp_xop *o = &x->xops[j];
+    char **ptr[3] = {&o->dst, &o->src, &o->aux};
+    for (int w = 0; w < 3; w++) *ptr[w] = o->off[w] < 0 ? NULL : (o->host[w] ? x->host : x->dev) + o->off[w];
+  }
+  for (int32_t i = 0; i < x->prog->nparams; i++) {
+    fp_xparam *xp = &x->params[i];
+    fp_tensor *t[4] = {&xp->v.weight, &xp->v.ugrad, &xp->v.main, &xp->v.grad};
+    for (int k = 0; k < 4; k++) t[k]->data = xp->off[k] < 0 ? NULL : x->dev + xp->off[k];
+  }
+}
+
+/* ---- create / destroy ------------------------------------------------------------------ */
+static const fp_backend_impl *backend_of(fp_backend b) { return b == FP_BACKEND_MPI ? &fp_backend_mpi : NULL; }
+
+fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec **out) {
+  if (!out) return FP_ERR_ARG;
+  fp_exec *x = *out = calloc(1, sizeof *x);
+  if (!x) return FP_ERR_NOMEM;
+  x->stats.allocations = 1;
+  fp_status st = FP_OK;
+  if (!cfg) return fpx_fail(x, FP_ERR_ARG, "fp_exec_create: config is NULL");
+  x->cfg = *cfg;
+  x->bk = backend_of(cfg->backend);
+  if (!x->bk) return fpx_fail(x, FP_ERR_ARG, "fp_exec_create: unknown backend %d", (int)cfg->backend);
+  x->rank = cfg->rank;
+  x->world = cfg->world_size;
+  /* local checks and allocation; whatever fails, the ranks still agree
+   * below, so none of them waits for a rank that gave up */
+  if (!plan || !plan->prog)
+    st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: %s", plan ? "the plan failed to load" : "plan is NULL");
+  else if (cfg->progress < FP_PROGRESS_DEFAULT || cfg->progress > FP_PROGRESS_THREAD)
+    st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: unknown progress mode %d", (int)cfg->progress);
+  else if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+    st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: rank %d is not in a world of %d", cfg->rank, cfg->world_size);
+  else if (plan->prog->world_size != cfg->world_size)
+    st = fpx_fail(x, FP_ERR_PLAN, "the plan is for %" PRId64 " ranks, this run has %d", plan->prog->world_size,
+                  cfg->world_size);
+  if (st == FP_OK) {
+    x->plan = plan;
+    x->prog = plan->prog;
+    x->stats.plan_hash = plan->hash;
+    st = resolve(x);
+    if (st == FP_OK) st = resolve_params(x);
+    if (st == FP_OK) st = x->bk->prepare(x);
+    if (st == FP_OK) set_pointers(x);
+  }
+  st = x->bk->agree(x, st);
+  if (st == FP_OK) st = x->bk->connect(x);
+  return st;
+}
+
+const char *fp_exec_errmsg(const fp_exec *x) { return x ? x->msg : ""; }
+
+void fp_exec_destroy(fp_exec *x) {
+  if (!x) return;
+  if (x->bk) x->bk->destroy(x);
+  for (int s = 0; s < FP_NSTREAMS; s++) fpx_free(x->sops[s]);
+  fpx_free(x->xops);
+  fpx_free(x->seg_end);
+  fpx_free(x->params);
+  free(x);
+}
+
+/* ---- hooks ---------------------------------------------------------------------------- */
+static fp_status usable(fp_exec *x) {
+  if (!x->prog) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
+  if (x->broken) return FP_ERR_BACKEND; /* the message says what broke */
+  return FP_OK;
+}
+
+fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
+  if (!x) return FP_ERR_ARG;
+  FPX_CHECK(usable(x));
+  const fp_prog *p = x->prog;
+  if ((unsigned)hook >= FP_NSEGKINDS) return fpx_fail(x, FP_ERR_ARG, "hook %d is not a hook", (int)hook);
+  bool hm = fp_seg_has_module((int)hook);
+  if (hm && (module < 0 || module >= p->nmods))
+    return fpx_fail(x, FP_ERR_ARG, "%s: module %" PRId32 " is out of range (the plan has %" PRId32 " modules)",
+                    fp_seg_name((int)hook), module, p->nmods);
+  if (!hm && module != -1)
+    return fpx_fail(x, FP_ERR_ARG, "%s takes no module (pass -1, not %" PRId32 ")", fp_seg_name((int)hook), module);
+  const fp_seg *s = &p->segs[x->cursor];
+  if (s->kind != (fp_seg_kind)hook || (hm && s->module != module)) {
+    char want[160];
+    if (hm)
+      return fpx_fail(x, FP_ERR_ORDER,
+                      "hook %s(%s) called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
+                      ", micro-batch %" PRId32 ", step %" PRId64 ")",
+                      fp_seg_name((int)hook), p->mods[module].name, fpx_seg_label(x, x->cursor, want, sizeof want),
+                      x->cursor, p->nsegs, s->micro, x->stats.steps);
+    return fpx_fail(x, FP_ERR_ORDER,
+                    "hook %s called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
+                    ", micro-batch %" PRId32 ", step %" PRId64 ")",
+                    fp_seg_name((int)hook), fpx_seg_label(x, x->cursor, want, sizeof want), x->cursor, p->nsegs,
+                    s->micro, x->stats.steps);
+  }
+  x->in_hook = true;
+  fp_status st = x->bk->run_segment(x, x->cursor);
+  x->in_hook = false;
+  if (st != FP_OK) {
+    x->broken = true;
+    return st;
+  }
+  x->stats.hooks++;
+  if (++x->cursor == p->nsegs) {
+    x->cursor = 0;
+    x->stats.steps++;
+  }
+  return FP_OK;
+}
+
+fp_status fp_exec_sync(fp_exec *x) {
+  if (!x) return FP_ERR_ARG;
+  FPX_CHECK(usable(x));
+  fp_status st = x->bk->sync(x);
+  if (st != FP_OK) x->broken = true;
+  return st;
+}
+
+/* ---- views and stats ---------------------------------------------------------------------- */
+fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out) {
+  if (!x || !out || !x->params || index < 0 || index >= x->prog->nparams) return FP_ERR_ARG;
+  *out = x->params[index].v;
+  return FP_OK;
+}
+
+fp_status fp_exec_param(fp_exec *x, const char *name, fp_param_view *out) {
+  if (!x || !out || !name || !x->params) return FP_ERR_ARG;
+  for (int32_t i = 0; i < x->prog->nparams; i++)
+    if (!strcmp(x->prog->params[i].name, name)) return fp_exec_param_at(x, i, out);
+  return fpx_fail(x, FP_ERR_ARG, "the plan has no param '%s'", name);
+}
+
+fp_status fp_exec_get_stats(const fp_exec *x, fp_exec_stats *out) {
+  if (!x || !out) return FP_ERR_ARG;
+  *out = x->stats;
+  return FP_OK;
+}

@@ -1,0 +1,120 @@
+/* exec_impl.h - the executor's internal state, shared by the files of
+ * executor/ and by its backends (backend_impl.h): the loaded plan, the
+ * program resolved for one rank (every op with its count, its operands as
+ * pointers into the arena, its communicator index, its event edges), the
+ * params' views, and the error/alloc helpers every file uses.
+ *
+ * Errors. A user-facing failure sets the handle's message with fpx_fail()
+ * and returns its fp_status; functions that can fail return fp_status and
+ * are called through FPX_CHECK / FPX_CHECK_GOTO (the NCCL pattern: one
+ * `fail:` label per function frees what it made). Internal bugs are
+ * FP_ASSERT (ir/base.h), never a status. */
+#ifndef FP_EXEC_IMPL_H
+#define FP_EXEC_IMPL_H
+
+#include "flexplan.h"
+#include "ir/ir.h"
+
+/* ---- checks --------------------------------------------------------------- */
+#define FPX_CHECK(call)                  \
+  do {                                   \
+    fp_status st_ = (call);              \
+    if (st_ != FP_OK) return st_;        \
+  } while (0)
+#define FPX_CHECK_GOTO(call, st, label)  \
+  do {                                   \
+    (st) = (call);                       \
+    if ((st) != FP_OK) goto label;       \
+  } while (0)
+
+/* the public enums mirror the IR's: hooks are segment kinds, elems dtypes */
+_Static_assert(FP_HOOK_STEP_BEGIN == (int)FP_SEG_STEP_BEGIN && FP_HOOK_POST_OPTIMIZER == (int)FP_SEG_POST_OPTIMIZER &&
+                   FP_NSEGKINDS == 7,
+               "fp_hook mirrors fp_seg_kind");
+_Static_assert(FP_ELEM_FP32 == (int)FP_F32 && FP_ELEM_BF16 == (int)FP_BF16 && FP_ELEM_FP16 == (int)FP_F16 &&
+                   FP_ELEM_E4M3 == (int)FP_E4M3 && FP_ELEM_E8M0 == (int)FP_E8M0 && FP_ELEM_U8 == (int)FP_U8 &&
+                   FP_NDTYPES == 6,
+               "fp_elem mirrors fp_dtype");
+
+#define FPX_MSG_CAP 2048 /* an executor's message: fixed, so hooks never allocate for it */
+
+/* ---- plans ------------------------------------------------------------------ */
+struct fp_plan {
+  fp_arena *arena; /* everything the reader made */
+  fp_prog *prog;   /* NULL when loading failed */
+  uint64_t hash;
+  char *msg;       /* malloc'd; "" when none */
+};
+
+/* ---- the program resolved for one rank ----------------------------------------- */
+/* One op as this rank runs it. Ops this rank skips (`only`) and compute
+ * placeholders are left out. */
+typedef struct fp_xop {
+  int32_t index;       /* the op's index in the program (messages) */
+  fp_opcode code;
+  fp_stream stream;
+  fp_dtype dtype, sdtype;
+  int32_t comm;        /* plan communicator (-1: none) */
+  int32_t group;       /* grouped-call id (-1: none) */
+  int64_t g, G;        /* this rank's index in comm, comm size (0 and 1 without a comm) */
+  int64_t n;           /* count on this rank, tables resolved */
+  int32_t root;        /* broadcast/reduce root; send/recv peer distance */
+  int64_t rows, dpitch, spitch; /* copy */
+  double alpha;        /* scale */
+  const int64_t *tab_off, *tab_cnt; /* v-collectives: the extent table (G entries) */
+  int64_t off[3];      /* dst, src, aux: byte offset in their arena (-1: no operand) */
+  bool host[3];        /* ... in the host arena instead of the device arena */
+  char *dst, *src, *aux; /* the same as pointers, once the arena exists (NULL: none) */
+  bool inplace;        /* the collective's in-place form (ops.def) */
+  /* events */
+  int32_t event;
+  struct fp_xop *rec;  /* wait: the record it waits for (NULL: nothing recorded: a no-op) */
+  bool rec_prev;       /* wait: that record is the previous step's */
+  int64_t done_step;   /* record: the last step in which it completed (-1: never) */
+} fp_xop;
+
+/* a param's views on this rank */
+typedef struct fp_xparam {
+  fp_param_view v;
+  int64_t slot;        /* shard slot elements on this rank */
+  int64_t off[4];      /* arena offsets of weight, ugrad, main, grad (-1: none) */
+  bool weight_persistent; /* the compute weight stays unsharded between steps */
+} fp_xparam;
+
+typedef struct fp_backend_impl fp_backend_impl;
+
+struct fp_exec {
+  const fp_plan *plan;
+  const fp_prog *prog;
+  fp_exec_config cfg;
+  int64_t rank, world;
+  char msg[FPX_MSG_CAP];
+  bool broken;         /* a backend failure: every later call fails */
+  bool in_hook;
+  /* memory: one allocation made by the backend */
+  char *dev, *host;    /* the device and host arenas (arena_bytes, host_bytes) */
+  /* the resolved program */
+  fp_xop *xops;
+  int32_t nxops;
+  fp_xop **sops[FP_NSTREAMS]; /* per stream, its ops in program order */
+  int32_t slen[FP_NSTREAMS];
+  int32_t (*seg_end)[FP_NSTREAMS]; /* per segment: ops on each stream up to its end */
+  fp_xparam *params;
+  /* where the trainer is */
+  int32_t cursor;      /* the next segment */
+  /* backend */
+  const fp_backend_impl *bk;
+  void *bks;           /* the backend's state */
+  fp_exec_stats stats;
+};
+
+/* ---- helpers (exec.c) ------------------------------------------------------------ */
+/* set the handle's message (printf-style); returns st */
+fp_status fpx_fail(fp_exec *x, fp_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* zeroed memory, counted in stats.allocations (and hook_allocations inside a hook) */
+void *fpx_alloc(fp_exec *x, size_t n, size_t size);
+void fpx_free(void *p);
+/* "pre_forward(fc1)" for segment k: into buf */
+const char *fpx_seg_label(const fp_exec *x, int32_t k, char *buf, size_t len);
+
+#endif

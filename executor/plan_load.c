@@ -1,0 +1,114 @@
+/* plan_load.c - the public plan handle: load a plan.json through the IR's
+ * reader (which trusts nothing: strict JSON, every member type- and
+ * range-checked, the content hash recomputed, the whole verifier run), and
+ * answer questions about it; plus the API's small name tables (statuses,
+ * element types, hooks).
+ *
+ * A failed load still returns a handle that holds the reader's located
+ * messages; everything the reader allocated is freed with its arena, so a
+ * tampered, truncated or hostile file leaks nothing (tests/test_exec_plan.c,
+ * run under ASan). Checks that depend on the rank (operands resolved against
+ * the arena, views, tables) are made by fp_exec_create (exec.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_impl.h"
+
+/* ---- names ----------------------------------------------------------------- */
+const char *fp_status_name(fp_status s) {
+  static const char *const names[] = {"FP_OK",           "FP_ERR_ARG",     "FP_ERR_PLAN",
+                                      "FP_ERR_ORDER",    "FP_ERR_MISMATCH", "FP_ERR_WEIGHTS",
+                                      "FP_ERR_BACKEND",  "FP_ERR_NOMEM"};
+  return (unsigned)s < sizeof names / sizeof *names ? names[s] : "FP_ERR_?";
+}
+
+int fp_elem_size(fp_elem t) { return (unsigned)t < FP_NDTYPES ? fp_dtype_size((fp_dtype)t) : 0; }
+const char *fp_elem_name(fp_elem t) { return (unsigned)t < FP_NDTYPES ? fp_dtype_name((fp_dtype)t) : "?"; }
+const char *fp_hook_name(fp_hook h) { return (unsigned)h < FP_NSEGKINDS ? fp_seg_name((int)h) : NULL; }
+
+/* ---- loading ----------------------------------------------------------------- */
+static char *dup_msg(const char *s, size_t n) {
+  while (n > 0 && s[n - 1] == '\n') n--; /* the last line's newline */
+  char *m = malloc(n + 1);
+  if (!m) return NULL;
+  memcpy(m, s, n);
+  m[n] = 0;
+  return m;
+}
+
+static fp_status plan_fail(fp_plan *p, fp_status st, const char *msg, size_t len) {
+  free(p->msg);
+  p->msg = dup_msg(msg, len);
+  fp_arena_free(p->arena);
+  p->arena = NULL;
+  p->prog = NULL;
+  return p->msg ? st : FP_ERR_NOMEM;
+}
+
+fp_status fp_plan_load(const char *path, fp_plan **out) {
+  if (!out) return FP_ERR_ARG;
+  fp_plan *p = *out = calloc(1, sizeof *p);
+  if (!p) return FP_ERR_NOMEM;
+  if (!path) {
+    static const char m[] = "fp_plan_load: path is NULL";
+    return plan_fail(p, FP_ERR_ARG, m, sizeof m - 1);
+  }
+  fp_status st = FP_OK;
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  d.max_errors = 20; /* enough to see what is wrong; a hostile file may have thousands */
+  p->arena = fp_arena_new();
+  fp_src src;
+  if (!fp_src_read(p->arena, &d, path, &src) || !(p->prog = fp_plan_read(p->arena, &d, &src))) {
+    FP_ASSERT(d.nerrors > 0 && d.buf); /* the reader reports every rejection */
+    st = plan_fail(p, FP_ERR_PLAN, d.buf, d.len);
+    goto fail;
+  }
+  p->hash = fp_prog_hash(p->prog);
+  p->msg = dup_msg("", 0);
+  if (!p->msg) st = FP_ERR_NOMEM;
+fail:
+  fp_diag_free(&d);
+  return st;
+}
+
+const char *fp_plan_errmsg(const fp_plan *plan) { return plan && plan->msg ? plan->msg : ""; }
+
+void fp_plan_free(fp_plan *plan) {
+  if (!plan) return;
+  fp_arena_free(plan->arena);
+  free(plan->msg);
+  free(plan);
+}
+
+/* ---- questions ------------------------------------------------------------------ */
+fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out) {
+  if (!plan || !plan->prog || !out) return FP_ERR_ARG;
+  const fp_prog *p = plan->prog;
+  *out = (fp_plan_info){
+      .model = p->model,
+      .strategy = p->strategy,
+      .world_size = p->world_size,
+      .grad_accumulation = p->grad_accumulation,
+      .arena_bytes = p->arena_bytes,
+      .host_bytes = p->host_bytes,
+      .nmodules = p->nmods,
+      .nparams = p->nparams,
+      .nsegments = p->nsegs,
+      .nops = p->nops,
+      .hash = plan->hash,
+  };
+  return FP_OK;
+}
+
+const char *fp_plan_module_name(const fp_plan *plan, int32_t m) {
+  if (!plan || !plan->prog || m < 0 || m >= plan->prog->nmods) return NULL;
+  return plan->prog->mods[m].name;
+}
+
+int32_t fp_plan_module_index(const fp_plan *plan, const char *name) {
+  if (!plan || !plan->prog || !name) return -1;
+  for (int32_t m = 0; m < plan->prog->nmods; m++)
+    if (!strcmp(plan->prog->mods[m].name, name)) return m;
+  return -1;
+}

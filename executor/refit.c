@@ -1,0 +1,181 @@
+/* refit.c - fp_exec_load_weights: new weights from safetensors files,
+ * written into the arena's existing addresses.
+ *
+ * Three phases, so a refit that fails changes nothing:
+ *  1. validate: every param of the plan is found exactly once across the
+ *     files, with its exact shape and a float dtype (F32, BF16, F16);
+ *  2. read: each rank reads only what it stores - the runs of its
+ *     main-weight shard (fp_extent), or the whole tensor where the plan keeps
+ *     the compute weight unsharded between steps - into one staging buffer;
+ *  3. write: convert into the main-weight shards (file dtype -> main dtype,
+ *     round to nearest even) and recast the persistent compute weights from
+ *     the new main weights (main dtype -> param dtype), as the plan's own
+ *     post-optimizer refresh would.
+ * Nothing is reallocated: the views, and any CUDA graph captured over them,
+ * stay valid. Transient compute weights are gathered from the new shards by
+ * the next step's hooks. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+#include "executor/safetensors.h"
+#include "kernels/kernels.h"
+
+typedef struct src {      /* where one param comes from */
+  fp_st_file *f;
+  int file;
+  const fp_st_tensor *t;
+  bool full;              /* read the whole tensor (persistent compute weight) */
+  int64_t staged;         /* byte offset of its data in the staging buffer */
+} src;
+
+static bool float_dtype(fp_dtype t) { return t == FP_F32 || t == FP_BF16 || t == FP_F16; }
+
+static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *paths, int npaths, src *srcs,
+                          int64_t *staging, int64_t *widest) {
+  const fp_prog *p = x->prog;
+  *staging = *widest = 0;
+  for (int32_t i = 0; i < p->nparams; i++) {
+    const fp_xparam *xp = &x->params[i];
+    const fp_param_view *v = &xp->v;
+    src *s = &srcs[i];
+    for (int k = 0; k < npaths; k++) {
+      const fp_st_tensor *t = fp_st_find(files[k], v->name);
+      if (!t) continue;
+      if (s->t)
+        return fpx_fail(x, FP_ERR_WEIGHTS, "refit: param '%s' is in both %s and %s", v->name, paths[s->file], paths[k]);
+      *s = (src){files[k], k, t, false, 0};
+    }
+    if (!s->t) return fpx_fail(x, FP_ERR_WEIGHTS, "refit: param '%s' is in none of the %d file(s)", v->name, npaths);
+    const fp_st_tensor *t = s->t;
+    bool shape_ok = t->ndim == v->ndim;
+    for (int k = 0; shape_ok && k < v->ndim; k++) shape_ok = t->shape[k] == v->shape[k];
+    if (!shape_ok) {
+      char want[160], got[160];
+      int a = 0, b = 0;
+      for (int k = 0; k < v->ndim && a < (int)sizeof want - 24; k++)
+        a += snprintf(want + a, sizeof want - (size_t)a, "%s%" PRId64, k ? "," : "", v->shape[k]);
+      for (int k = 0; k < t->ndim && k < 8 && b < (int)sizeof got - 24; k++)
+        b += snprintf(got + b, sizeof got - (size_t)b, "%s%" PRId64, k ? "," : "", t->shape[k]);
+      want[a] = got[b] = 0;
+      return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s' has shape [%s] in the file, the plan says [%s]",
+                      paths[s->file], v->name, got, want);
+    }
+    if (!float_dtype(t->dtype))
+      return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s' is %s in the file; weights load from F32, BF16 or F16",
+                      paths[s->file], v->name, fp_dtype_name(t->dtype));
+    int64_t fsz = fp_dtype_size(t->dtype), need;
+    if (t->nbytes != v->numel * fsz)
+      return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s' holds %" PRId64 " bytes, its shape needs %" PRId64,
+                      paths[s->file], v->name, t->nbytes, v->numel * fsz);
+    s->full = xp->weight_persistent;
+    need = (s->full ? v->numel : v->shard.runs * v->shard.len) * fsz;
+    s->staged = *staging;
+    *staging += (need + 15) / 16 * 16;
+    if (s->full && v->numel * 4 > *widest) *widest = v->numel * 4;
+  }
+  return FP_OK;
+}
+
+static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *const *paths, int64_t *read) {
+  char err[512];
+  for (int32_t i = 0; i < x->prog->nparams; i++) {
+    const src *s = &srcs[i];
+    const fp_extent *e = &x->params[i].v.shard;
+    int64_t fsz = fp_dtype_size(s->t->dtype);
+    bool ok = true;
+    if (s->full) {
+      ok = fp_st_read(s->f, s->t, 0, stage + s->staged, s->t->nbytes, err, sizeof err);
+      *read += s->t->nbytes;
+    } else {
+      for (int64_t k = 0; ok && k < e->runs; k++)
+        ok = fp_st_read(s->f, s->t, (e->full_off + k * e->full_stride) * fsz, stage + s->staged + k * e->len * fsz,
+                        e->len * fsz, err, sizeof err);
+      *read += e->runs * e->len * fsz;
+    }
+    if (!ok) return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s': %s", paths[s->file], s->t->name, err);
+  }
+  return FP_OK;
+}
+
+static void write_all(fp_exec *x, const src *srcs, const char *stage, char *wide) {
+  const fp_prog *p = x->prog;
+  for (int32_t i = 0; i < p->nparams; i++) {
+    const src *s = &srcs[i];
+    const fp_param_view *v = &x->params[i].v;
+    const fp_ir_param *q = &p->params[i];
+    const fp_extent *e = &v->shard;
+    fp_dtype fdt = s->t->dtype;
+    int64_t fsz = fp_dtype_size(fdt), msz = fp_dtype_size(q->main_dtype);
+    const char *data = stage + s->staged;
+    for (int64_t k = 0; k < e->runs; k++) {
+      const char *from = s->full ? data + (e->full_off + k * e->full_stride) * fsz : data + k * e->len * fsz;
+      fpk_cast((char *)v->main.data + k * e->shard_stride * msz, q->main_dtype, from, fdt, e->len);
+    }
+    if (s->full && v->weight.data) { /* compute weight = cast(main weight), whole param */
+      fpk_cast(wide, q->main_dtype, data, fdt, v->numel);
+      fpk_cast(v->weight.data, q->param_dtype, wide, q->main_dtype, v->numel);
+    }
+  }
+}
+
+fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths) {
+  if (!x) return FP_ERR_ARG;
+  if (!x->prog) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
+  if (x->broken) return FP_ERR_BACKEND;
+  if (npaths < 1 || !paths) return fpx_fail(x, FP_ERR_ARG, "refit: no files given");
+  if (x->cursor != 0) {
+    char want[160];
+    return fpx_fail(x, FP_ERR_ORDER, "refit: load weights between steps; the plan expects %s next",
+                    fpx_seg_label(x, x->cursor, want, sizeof want));
+  }
+  if (!x->bk->host_memory) return fpx_fail(x, FP_ERR_BACKEND, "refit: backend %s is not supported", x->bk->name);
+  fp_status st = FP_OK;
+  fp_st_file **files = fpx_alloc(x, (size_t)npaths, sizeof *files);
+  src *srcs = fpx_alloc(x, (size_t)x->prog->nparams, sizeof *srcs);
+  char *stage = NULL, *wide = NULL;
+  if (!files || !srcs) {
+    st = fpx_fail(x, FP_ERR_NOMEM, "refit: out of memory");
+    goto fail;
+  }
+  for (int k = 0; k < npaths; k++) {
+    char err[512];
+    if (!paths[k]) {
+      st = fpx_fail(x, FP_ERR_ARG, "refit: path %d is NULL", k);
+      goto fail;
+    }
+    files[k] = fp_st_open(paths[k], err, sizeof err);
+    if (!files[k]) {
+      st = fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s", err);
+      goto fail;
+    }
+  }
+  int64_t staging, widest, read = 0;
+  FPX_CHECK_GOTO(validate(x, files, paths, npaths, srcs, &staging, &widest), st, fail);
+  stage = fpx_alloc(x, (size_t)staging, 1);
+  wide = fpx_alloc(x, (size_t)widest, 1);
+  if (!stage || !wide) {
+    st = fpx_fail(x, FP_ERR_NOMEM, "refit: cannot allocate %" PRId64 " bytes of staging", staging + widest);
+    goto fail;
+  }
+  FPX_CHECK_GOTO(read_all(x, srcs, stage, paths, &read), st, fail);
+  /* nothing in flight may read the main weights while they change */
+  st = x->bk->sync(x);
+  if (st != FP_OK) {
+    x->broken = true;
+    goto fail;
+  }
+  write_all(x, srcs, stage, wide);
+  x->stats.refits++;
+  x->stats.refit_bytes_read = read;
+fail:
+  if (files)
+    for (int k = 0; k < npaths; k++)
+      if (files[k]) fp_st_close(files[k]);
+  fpx_free(files);
+  fpx_free(srcs);
+  fpx_free(stage);
+  fpx_free(wide);
+  return st;
+}

@@ -1,0 +1,271 @@
+/* flexplan.h - the trainer's API of the flexplan executor.
+ *
+ * A compiled plan (plan.json, written by `flexplan compile`) is one SPMD
+ * program for every rank: the communication of one training step, split into
+ * segments, one per trainer hook. The executor loads the plan, allocates every
+ * buffer the plan names in one arena (once, at setup: addresses never change
+ * afterwards), hands the trainer views into it by parameter name, and replays
+ * the plan's segments when the trainer calls its hooks:
+ *
+ *   step_begin
+ *   for each micro-batch:
+ *     for each module m in forward order:  pre_forward(m)  ... forward of m ...  post_forward(m)
+ *     for each module m in reverse order:  pre_backward(m) ... backward of m ... post_backward(m)
+ *   pre_optimizer  ... optimizer step on the main-weight shards ...  post_optimizer
+ *
+ * When a hook returns, the weights the trainer's next piece of work reads are
+ * in place; communication the plan put on its own streams (prefetch, gradient
+ * reduction) may still run in the background, ordered by the plan's events.
+ * A hook called out of plan order is an error naming the expected and the
+ * received hook; nothing is issued and the executor stays usable.
+ *
+ * Conventions. Every name starts with fp_; handles are opaque; functions
+ * return an fp_status and keep a message on the handle (fp_plan_errmsg,
+ * fp_exec_errmsg), so an error never needs a second channel. Creation
+ * functions set *out even when they fail (except when memory runs out), so the
+ * message can be read; the handle must then still be freed. No function of
+ * this API prints anything. A function may be called from any one thread at a
+ * time per handle.
+ *
+ * Backends: FP_BACKEND_MPI runs on host memory with MPI collectives (one
+ * process per rank, started by mpirun; the trainer calls MPI_Init_thread
+ * before fp_exec_create and MPI_Finalize after fp_exec_destroy). See
+ * docs/executor.md for the backend's decisions, its checks and its figures. */
+#ifndef FLEXPLAN_H
+#define FLEXPLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ------------------------------------------------------------ */
+typedef enum fp_status {
+  FP_OK = 0,
+  FP_ERR_ARG,      /* the caller's mistake: NULL handle, unknown name, bad config, MPI not initialized */
+  FP_ERR_PLAN,     /* the plan file is unreadable, malformed, tampered with, or does not fit this run */
+  FP_ERR_ORDER,    /* a hook called out of plan order, or a refit in the middle of a step */
+  FP_ERR_MISMATCH, /* the ranks do not agree at setup (plan hash), or another rank failed its setup */
+  FP_ERR_WEIGHTS,  /* a refit's files do not match the plan (names, shapes, dtypes) or cannot be read */
+  FP_ERR_BACKEND,  /* the backend failed (an MPI call returned an error, a size MPI cannot express) */
+  FP_ERR_NOMEM,    /* memory could not be allocated */
+} fp_status;
+
+/* "FP_OK", "FP_ERR_PLAN", ...; "FP_ERR_?" for a value outside the enum */
+const char *fp_status_name(fp_status s);
+
+/* ---- element types ----------------------------------------------------- */
+typedef enum fp_elem {
+  FP_ELEM_FP32 = 0, /* IEEE binary32 */
+  FP_ELEM_BF16 = 1, /* bfloat16 (the top half of a binary32) */
+  FP_ELEM_FP16 = 2, /* IEEE binary16 */
+  FP_ELEM_E4M3 = 3, /* OCP FP8 E4M3 (MXFP8 elements) */
+  FP_ELEM_E8M0 = 4, /* OCP E8M0 power-of-two scales (MXFP8) */
+  FP_ELEM_U8 = 5,   /* raw bytes */
+} fp_elem;
+
+/* bytes per element (0 for a value outside the enum); "fp32", "bf16", ... */
+int fp_elem_size(fp_elem t);
+const char *fp_elem_name(fp_elem t);
+
+/* ---- plans ------------------------------------------------------------- */
+typedef struct fp_plan fp_plan;
+
+/* Load and check a plan.json. The loader trusts nothing: strict JSON, format
+ * and planner version, the content hash, every member's type and range, and
+ * the whole verifier (operands in bounds on every rank, dtypes, events,
+ * matching collectives, memory safety) - see docs/executor.md. On failure the
+ * status is FP_ERR_PLAN (or FP_ERR_ARG for a NULL argument) and *out is a
+ * handle holding only the message, every line of it located in the file
+ * ("plan.json:12:5: error: /ops/3: ..."); free it with fp_plan_free. A plan
+ * is immutable once loaded and may be shared by several executors; it must
+ * outlive them. */
+fp_status fp_plan_load(const char *path, fp_plan **out);
+/* the last error of a plan handle ("" when none); valid until fp_plan_free */
+const char *fp_plan_errmsg(const fp_plan *plan);
+void fp_plan_free(fp_plan *plan);
+
+typedef struct fp_plan_info {
+  const char *model, *strategy; /* strings owned by the plan */
+  int64_t world_size;
+  int64_t grad_accumulation;    /* micro-batches per step */
+  int64_t arena_bytes;          /* the device arena every rank allocates */
+  int64_t host_bytes;           /* the host (offload) arena */
+  int32_t nmodules, nparams, nsegments, nops;
+  uint64_t hash;                /* FNV-1a 64 of the canonical program text (the file's "hash") */
+} fp_plan_info;
+fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
+
+/* Modules are numbered 0..nmodules-1 in the model's order. The name of
+ * module m (NULL when out of range); the index of a module name (-1 when the
+ * plan has none). */
+const char *fp_plan_module_name(const fp_plan *plan, int32_t m);
+int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
+
+/* ---- executors --------------------------------------------------------- */
+typedef struct fp_exec fp_exec;
+
+typedef enum fp_backend {
+  FP_BACKEND_MPI = 1, /* host memory, MPI collectives (the reference backend CI runs) */
+} fp_backend;
+
+/* How the MPI backend drives the plan's communication streams. */
+typedef enum fp_progress {
+  FP_PROGRESS_DEFAULT = 0, /* MPI: THREAD where MPI_THREAD_MULTIPLE is provided, else POLL
+                            * (docs/executor.md says why) */
+  FP_PROGRESS_POLL = 1,    /* streams advance inside hooks only (any MPI thread level);
+                            * background communication waits for the next hook */
+  FP_PROGRESS_THREAD = 2,  /* a progress thread advances them between hooks too, so
+                            * communication overlaps the trainer's compute (hooks still
+                            * drive them themselves); needs MPI_THREAD_MULTIPLE */
+} fp_progress;
+
+typedef struct fp_exec_config {
+  fp_backend backend;
+  int rank;              /* this process's rank in the plan's world */
+  int world_size;        /* must equal the plan's world_size */
+  const void *bootstrap; /* MPI: a pointer to an MPI_Comm whose rank/size are `rank`/`world_size`;
+                          * NULL means MPI_COMM_WORLD. The executor duplicates what it needs;
+                          * the communicator need only live through fp_exec_create. */
+  fp_progress progress;
+} fp_exec_config;
+
+/* Create an executor for this rank. Collective: every rank of the bootstrap
+ * communicator calls it with the same plan. Setup order:
+ *  1. local checks: the config, and every buffer, op operand, extent table
+ *     and param view of the plan resolved for this rank against the arena;
+ *     then the arena (and every per-op record the hooks need) is allocated,
+ *     once, zeroed;
+ *  2. agreement: the ranks exchange their plan hash and whether step 1
+ *     succeeded. If any rank failed, or the hashes differ, every rank returns
+ *     an error (FP_ERR_MISMATCH naming the first differing rank and both
+ *     hashes, or the local error) and no collective of the plan is issued
+ *     (no communicator is split);
+ *  3. one communicator per plan communicator (MPI_Comm_split), duplicated per
+ *     plan stream that uses it.
+ * Only a NULL config or an unknown backend fail before step 2 (there is no
+ * backend to agree through). Parameter weights start as zeros: load them
+ * with fp_exec_load_weights. */
+fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec **out);
+/* the last error of an executor ("" when none) */
+const char *fp_exec_errmsg(const fp_exec *x);
+/* Wait for all issued work, then free everything. Must be called by every
+ * rank (communicators are freed collectively) before MPI_Finalize. */
+void fp_exec_destroy(fp_exec *x);
+
+/* ---- hooks ------------------------------------------------------------- */
+typedef enum fp_hook {
+  FP_HOOK_STEP_BEGIN = 0,    /* once per step, before the first forward */
+  FP_HOOK_PRE_FORWARD = 1,   /* before module m's forward */
+  FP_HOOK_POST_FORWARD = 2,  /* after module m's forward */
+  FP_HOOK_PRE_BACKWARD = 3,  /* before module m's backward */
+  FP_HOOK_POST_BACKWARD = 4, /* after module m's backward wrote its unsharded grads */
+  FP_HOOK_PRE_OPTIMIZER = 5, /* main grads are final; before the optimizer step */
+  FP_HOOK_POST_OPTIMIZER = 6 /* after the optimizer step updated the main weights */
+} fp_hook;
+/* "step_begin", "pre_forward", ... (NULL outside the enum) */
+const char *fp_hook_name(fp_hook h);
+
+/* Run the plan's next segment. `module` is the module index for the hooks
+ * that take one, and -1 for step_begin / pre_optimizer / post_optimizer.
+ * Returns FP_ERR_ORDER when (hook, module) is not what the plan expects next
+ * (the message names both, e.g. "hook pre_forward(fc2) called, but the plan
+ * expects post_forward(fc1) next (segment 4 of 18, micro-batch 0)"); nothing
+ * runs and the executor stays where it was. FP_ERR_ARG for a hook outside the
+ * enum or a module out of range. FP_ERR_BACKEND when communication failed;
+ * the executor is then unusable. A hook performs no memory allocation. */
+fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module);
+/* Wait until every piece of work issued so far has finished, on every
+ * stream (hooks wait only for what the trainer's next work needs). */
+fp_status fp_exec_sync(fp_exec *x);
+
+/* ---- tensor views ------------------------------------------------------ */
+/* A view into the arena. data is NULL (and numel 0) where this rank holds
+ * nothing of it. The address of a view never changes for the executor's
+ * life, refits included. */
+typedef struct fp_tensor {
+  void *data;
+  fp_elem dtype;
+  int64_t numel; /* elements at data */
+} fp_tensor;
+
+/* Where the elements of this rank's shards sit in the full (row-major,
+ * flattened) param: for k in [0, runs), shard elements
+ * [k*shard_stride, k*shard_stride + len) are full elements
+ * [full_off + k*full_stride, ... + len). One run for dim-0 shards, ragged
+ * shards, owned and replicated params; `outer` runs for a shard on dim > 0.
+ * runs == 0 when this rank holds nothing. Shard elements outside the runs
+ * are padding (zero). */
+typedef struct fp_extent {
+  int64_t runs, len, shard_stride, full_off, full_stride;
+} fp_extent;
+
+typedef struct fp_param_view {
+  const char *name;      /* owned by the plan */
+  int32_t module;        /* module index */
+  int ndim;
+  int64_t shape[8];
+  int64_t numel;         /* elements of the full param */
+  bool requires_grad;    /* false: frozen (no grads, no update) */
+  /* The unsharded compute weight (param dtype, numel elements, row-major).
+   * Valid from the hook that gathers it (pre_forward / pre_backward of its
+   * module, or always for weights the plan keeps unsharded) until the plan
+   * frees it; its bytes may serve other buffers outside that window. */
+  fp_tensor weight;
+  /* The unsharded grad the trainer's backward accumulates into (param dtype,
+   * numel elements): zeroed by pre_backward, reduced by post_backward. */
+  fp_tensor ugrad;
+  /* This rank's shard of the main weights (main dtype) and of the main
+   * grads (main-grad dtype): what the optimizer reads and updates between
+   * pre_optimizer and post_optimizer. numel counts the slot, padding
+   * included; `shard` maps it into the full param. */
+  fp_tensor main, grad;
+  fp_extent shard;
+  /* The dtype the plan sums this param's grads in across ranks (the spec's
+   * reduce_dtype): that of the plan's reductions in the param's bucket; the
+   * main-grad dtype for a frozen param. */
+  fp_elem reduce_dtype;
+} fp_param_view;
+
+/* Parameters are numbered 0..nparams-1 in the plan's order. */
+fp_status fp_exec_param(fp_exec *x, const char *name, fp_param_view *out);
+fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out);
+
+/* ---- refit ------------------------------------------------------------- */
+/* Load weights from safetensors files holding full tensors by param name
+ * (tensors the plan does not name are ignored). Every param of the plan must
+ * be found exactly once across the files, with its exact shape and a float
+ * dtype (F32, BF16, F16; converted to the main dtype, round to nearest
+ * even). Each rank reads only the extents it stores: its main-weight shard,
+ * and the whole tensor where the plan keeps the compute weight unsharded
+ * between steps; those compute copies are recast from the new main weights.
+ * Every name, shape and dtype is validated and every byte read before any
+ * byte of the arena is written, so a failed refit (FP_ERR_WEIGHTS) changes
+ * nothing. Buffer addresses never change. Call it between steps (before
+ * step_begin): FP_ERR_ORDER otherwise. Local: no communication. */
+fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths);
+
+/* ---- statistics -------------------------------------------------------- */
+typedef struct fp_exec_stats {
+  int64_t steps;            /* post_optimizer hooks completed */
+  int64_t hooks;            /* hooks run */
+  int64_t local_ops;        /* local kernels run (cast, copy, add, ...) */
+  int64_t collectives;      /* communication ops issued (send and recv count one each) */
+  int64_t bytes_moved;      /* bytes this rank passed to communication calls (send side) */
+  int64_t allocations;      /* memory allocations the executor made, setup and refits included */
+  int64_t hook_allocations; /* of those, made inside a hook: always 0 (tested) */
+  int64_t arena_bytes;      /* bytes of the one arena allocation (device + host arenas + staging) */
+  int64_t refits;           /* successful fp_exec_load_weights calls */
+  int64_t refit_bytes_read; /* bytes the last successful refit read from its files (only this rank's extents) */
+  fp_progress progress;     /* the progress mode in use */
+  uint64_t plan_hash;
+} fp_exec_stats;
+fp_status fp_exec_get_stats(const fp_exec *x, fp_exec_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+# executor: the MPI backend under mpirun (label "mpi"). fp_mpi_test(name np
+# exe args...) runs `mpiexec -n np <preflags> exe args` as FindMPI documents,
+# with --oversubscribe (more ranks than cores) and --allow-run-as-root (CI
+# containers run as root) in the preflags.
+set(FP_MPIEXEC_PREFLAGS --oversubscribe --allow-run-as-root ${MPIEXEC_PREFLAGS}
+    CACHE STRING "flags before the program in MPI tests")
+# Docker's default seccomp profile blocks vader's CMA single copy
+# (process_vm_readv): "Read -1, expected N, errno = 1" (docs/executor.md)
+set(FP_MPI_ENV OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
+if(FP_SANITIZE)
+  # Open MPI's own leaks at exit (tests/mpi/lsan-openmpi.supp says why);
+  # the slow unwinder carries their stacks past unloaded MCA components
+  list(APPEND FP_MPI_ENV
+       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
+       "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/mpi/lsan-openmpi.supp:print_suppressions=0")
+endif()
+
+function(fp_mpi_test name np exe)
+  add_test(NAME ${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${FP_MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:${exe}> ${MPIEXEC_POSTFLAGS} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np} ENVIRONMENT "${FP_MPI_ENV}")
+endfunction()
+
+add_executable(test_exec_ops ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_ops.c)
+target_link_libraries(test_exec_ops PRIVATE flexplan_exec)
+foreach(np 1 2 3 4)
+  fp_mpi_test(exec_ops_np${np} ${np} test_exec_ops)
+endforeach()
+
+# fp_plan_test(name model spec np program args...): compile tests/mpi/<spec>
+# for np ranks (run_plan.py), then run the program on it under mpirun;
+# "{plan}" in args is the plan's path.
+set(FP_MPIEXEC_CMD "${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};${FP_MPIEXEC_PREFLAGS}")
+function(fp_plan_test name model spec np)
+  add_test(NAME ${name}
+           COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_plan.py --flexplan $<TARGET_FILE:flexplan>
+                   --model ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${model}.model.json
+                   --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${spec}.spec.json --np ${np}
+                   "--mpiexec=${FP_MPIEXEC_CMD}" -- ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np} ENVIRONMENT "${FP_MPI_ENV}")
+endfunction()
+
+# train_mlp parity: every step's weights against the single-process
+# reference. fp_parity(name model spec np [train_mlp args])
+function(fp_parity name model spec np)
+  fp_plan_test(parity_${name}_np${np} ${model} ${spec} ${np}
+               $<TARGET_FILE:train_mlp> --plan {plan} --steps 4 --check ${ARGN})
+endfunction()
+
+foreach(np 1 2 3 4)
+  fp_parity(full_shard mlp full_shard ${np})
+  fp_parity(shard_grad_op mlp shard_grad_op ${np})
+  fp_parity(no_shard mlp no_shard ${np})
+endforeach()
+fp_parity(full_shard_poll mlp full_shard 3 --progress poll)
+fp_parity(hybrid_2x2 mlp hybrid 4)
+fp_parity(hybrid_2x2_ga2 mlp hybrid-ga2 4)
+fp_parity(placements mlp placements-w3 3)
+fp_parity(placements mlp placements-w4 4)
+fp_parity(frozen_no_shard mlp-frozen no_shard 2)
+fp_parity(frozen_no_shard mlp-frozen no_shard 3)
+fp_parity(bf16_params mlp bf16 2)
+fp_parity(bf16_params mlp bf16 4)
+fp_parity(ga2 mlp ga2 2)
+fp_parity(ga2 mlp ga2 3)
+fp_parity(ga2_poll mlp ga2 4 --progress poll)
+
+# hostile plans, plans this run cannot use, config errors (one rank)
+add_executable(test_exec_plan ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_plan.c)
+target_link_libraries(test_exec_plan PRIVATE flexplan_exec)
+fp_mpi_test(exec_plan 1 test_exec_plan)
+
+# hook order, plan-hash agreement, refit validation
+foreach(t order hash refit)
+  add_executable(test_exec_${t} ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_${t}.c)
+  target_link_libraries(test_exec_${t} PRIVATE flexplan_exec)
+endforeach()
+fp_mpi_test(exec_order 2 test_exec_order)
+fp_mpi_test(exec_hash_np2 2 test_exec_hash)
+fp_mpi_test(exec_hash_np3 3 test_exec_hash)
+fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan})
