@@ -21,6 +21,7 @@
 #include "executor/exec_impl.h"
 #include "flexplan.h"
 #include "ir/ir.h"
+#include "planner/sync.h"
 
 static int tu_rank, tu_world, tu_failures;
 
@@ -90,8 +91,18 @@ static inline fp_op *tp_sync(tprog *t, fp_opcode c, fp_stream s, int ev) {
   return o;
 }
 
+/* A test program without record/wait of its own gets the ones the planner
+ * would insert (the sync pass): the verifier refuses racy plans. Programs
+ * that place their own events are left as written. */
+static inline void tp_order(const tprog *t) {
+  for (int32_t i = 0; i < t->p->nops; i++)
+    if (fp_op_class(t->p->ops[i].code) == FP_OPC_SYNC) return;
+  fp_sync_program(t->p);
+}
+
 /* write the program as plan.json (a file per rank) */
 static inline void tp_write(const tprog *t, char *path, size_t len) {
+  tp_order(t);
   snprintf(path, len, "/tmp/fp-exec-test-%d-%d.plan.json", (int)getpid(), tu_rank);
   FILE *f = fopen(path, "w");
   if (!f || !fp_plan_write(t->p, f)) {

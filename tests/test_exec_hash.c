@@ -74,6 +74,8 @@ int main(int argc, char **argv) {
   char h0[40], h1[40];
   {
     tprog a = build(tu_world, 0), b = build(tu_world, 1);
+    tp_order(&a); /* what tp_write will write */
+    tp_order(&b);
     snprintf(h0, sizeof h0, "fnv1a64:%016" PRIx64, fp_prog_hash(a.p));
     snprintf(h1, sizeof h1, "fnv1a64:%016" PRIx64, fp_prog_hash(b.p));
     fp_arena_free(tu_rank == 1 ? a.a : b.a);

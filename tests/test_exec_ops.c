@@ -314,7 +314,8 @@ static void case_local(void) {
  * pre_forward(m):  compute: wait e0, copy w -> seen, record e1, wait e4
  *                  rs: wait e3 (off rank 0 its last record is the previous
  *                  step's, from post_forward; none in the first step)
- * post_forward(m): compute: wait e1, record e3
+ * post_forward(m): compute: wait e1, record e3, record e5; ag: wait e5 (the
+ *                  next step's gather must not overwrite w under the copy)
  * The trainer changes its main slot between the steps; `seen` must hold the
  * gathered data of the step, and acc the sum over both steps. In poll mode
  * the compute stream is advanced first, so a wait that did not hold would
@@ -324,7 +325,7 @@ static void case_events(void) {
   tprog t = tp_new(W);
   int mainb = tp_buf(&t, "main", n * 4, false), w = tp_buf(&t, "w", (int64_t)W * n * 4, false);
   int seen = tp_buf(&t, "seen", (int64_t)W * n * 4, false), acc = tp_buf(&t, "acc", (int64_t)W * n * 4, false);
-  for (int e = 0; e < 5; e++) fp_ir_event_new(t.p);
+  for (int e = 0; e < 6; e++) fp_ir_event_new(t.p);
   fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_COPY, FP_STREAM_AG, FP_F32, n);
   o->comm = t.world, o->dst = fp_reg_g(w, 0, n * 4), o->src = fp_reg(mainb, 0), o->dpitch = o->spitch = n * 4;
@@ -349,6 +350,9 @@ static void case_events(void) {
   fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 1);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_COMPUTE, 3);
+  /* the next step's gather overwrites w, which this step's copy read */
+  tp_sync(&t, FP_OP_RECORD, FP_STREAM_COMPUTE, 5);
+  tp_sync(&t, FP_OP_WAIT, FP_STREAM_AG, 5);
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   float *m = tp_mem(x, mainb), *S = tp_mem(x, seen), *Acc = tp_mem(x, acc);

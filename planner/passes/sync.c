@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "../sync.h"
 
 enum { ANALYZE, CHECK };
 
@@ -304,4 +305,10 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   free(c.clk);
   free(c.amax);
   return true;
+}
+
+void fp_sync_program(fp_prog *p) {
+  fp_pass_ctx c;
+  memset(&c, 0, sizeof c);
+  fp_pass_sync(&c, p);
 }
