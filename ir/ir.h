@@ -258,6 +258,8 @@ typedef struct fp_prog {
   int64_t arena_bytes;      /* memplan: bytes of the device arena */
   int64_t host_bytes;       /* memplan: bytes of the host arena */
   fp_hw hw;                 /* the modeled machine (name NULL: none) */
+  int64_t memory_budget_bytes; /* the spec's device memory budget per rank (0: none);
+                                * for viewers and checks against the timeline */
   fp_memtl *memtl;          /* modeled memory timeline (derived; NULL: none) */
   /* tables */
   fp_ir_comm *comms;    int32_t ncomms;   int64_t cap_comms;
