@@ -75,8 +75,12 @@ static void c_operands(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   size_t n = 0;
   buf[0] = 0;
   if (op->code == FP_OP_COMPUTE) {
-    const char *m = op->module >= 0 && op->module < p->nmods ? p->mods[op->module].name : "?";
-    snprintf(buf, cap, "%s %s", m, op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward");
+    const char *m = op->module >= 0 && op->module < p->nmods ? p->mods[op->module].name : NULL;
+    const char *what = op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward";
+    if (m)
+      snprintf(buf, cap, "%s %s", m, what);
+    else
+      snprintf(buf, cap, "%s", what); /* the optimizer: no module */
     return;
   }
   if (op->dst.buf >= 0) n += put_region(p, &op->dst, buf + n, cap - n);
@@ -170,7 +174,9 @@ void fp_ir_explain(const fp_prog *p, FILE *f) { fp_ir_explain_modeled(p, NULL, N
 void fp_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f) {
   explain_ctx x = {p, start_us, end_us, NULL};
   int ncols = start_us && end_us ? NCOLS : NCOLS - NTIMECOLS;
-  /* the record each wait refers to: the latest before it, else the step's last */
+  /* the record each wait refers to: the latest before it; a wait before any
+   * record of its event in this step refers to the previous step's, the
+   * step's last (the first loop leaves it in last[]) */
   x.rec = malloc(sizeof *x.rec * ((size_t)p->nops + 1));
   int32_t *last = malloc(sizeof *last * ((size_t)p->nevents + 1));
   FP_ASSERT(x.rec && last);
@@ -184,8 +190,6 @@ void fp_ir_explain_modeled(const fp_prog *p, const double *start_us, const doubl
     if (op->code == FP_OP_WAIT) x.rec[i] = last[op->event];
     if (op->code == FP_OP_RECORD) last[op->event] = i; /* from here on, this one */
   }
-  /* (the second loop starts from the step's last records: a wait before any
-   * record of its event in this step refers to the previous step's last) */
   free(last);
   size_t width[NCOLS];
   char cell[512];

@@ -1158,6 +1158,31 @@ static void test_explain(void **state) {
   int lines = 0;
   for (char *c = buf; *c; c++) lines += *c == '\n';
   assert_int_equal(lines, k.p->nops + 1);
+  assert_null(strstr(buf, "modeled start us"));
+  free(buf);
+  /* with modeled times: two more columns, still one row per op; a wait names
+   * the op that recorded its event */
+  double *st = fp_alloc_array(a, (size_t)k.p->nops, sizeof *st), *en = fp_alloc_array(a, (size_t)k.p->nops, sizeof *en);
+  for (int32_t i = 0; i < k.p->nops; i++) st[i] = 1.5 * i, en[i] = 1.5 * i + 0.25;
+  buf = NULL;
+  n = 0;
+  f = open_memstream(&buf, &n);
+  fp_ir_explain_modeled(k.p, st, en, f);
+  fclose(f);
+  assert_non_null(strstr(buf, "modeled start us  modeled end us\n"));
+  assert_non_null(strstr(buf, "4.500           4.750\n")); /* op 3 */
+  int32_t rec = -1, wait = -1;
+  for (int32_t i = 0; i < k.p->nops && wait < 0; i++) {
+    if (k.p->ops[i].code == FP_OP_RECORD && k.p->ops[i].event == 1) rec = i;
+    if (k.p->ops[i].code == FP_OP_WAIT && k.p->ops[i].event == 1) wait = i;
+  }
+  assert_true(rec >= 0 && wait > rec);
+  char want[64];
+  snprintf(want, sizeof want, "waits e1 (op %d)", (int)rec);
+  assert_non_null(strstr(buf, want));
+  lines = 0;
+  for (char *c = buf; *c; c++) lines += *c == '\n';
+  assert_int_equal(lines, k.p->nops + 1);
   free(buf);
   fp_arena_free(a);
 }

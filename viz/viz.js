@@ -13,6 +13,7 @@
  * the headless-browser test (tests/viz_html_check.py). */
 (function () {
   "use strict";
+  var tStart = window.performance ? performance.now() : 0;
   var errors = [];
   window.addEventListener("error", function (e) { errors.push(String(e.message || e)); });
   document.addEventListener("securitypolicyviolation", function (e) {
@@ -634,6 +635,7 @@
   var hv = /view=(-?[0-9.eE+-]+),(-?[0-9.eE+-]+)/.exec(window.location.hash || "");
   if (hv && +hv[2] > +hv[1]) setView(+hv[1], +hv[2]);
   var drawn = false;
+  var tDraw = window.performance ? performance.now() : 0;
   try {
     render();
     showLive(peakT, "at the peak");
@@ -647,7 +649,21 @@
   R.forEach(function (rk) { expected += rk.nops; });
   var ok = drawn && errors.length === 0 && boxes + merged === expected && !!document.getElementById("peak-mark");
   var st = document.getElementById("fpviz-selftest");
+  var tEnd = window.performance ? performance.now() : 0;
+  /* #bench: time 20 redraws zooming into the middle (what a wheel turn costs) */
+  var benchMs = null;
+  if (/bench/.test(window.location.hash || "") && drawn) {
+    var b0 = performance.now(), c = (v0 + v1) / 2;
+    for (var z = 0; z < 20; z++) { setView(c - (v1 - v0) * 0.4, c + (v1 - v0) * 0.4); render(); }
+    benchMs = (performance.now() - b0) / 20;
+    setView(full0, full1);
+    render();
+  }
   st.textContent = JSON.stringify({status: ok ? "ok" : "error", errors: errors, boxes: boxes, merged: merged,
-                                   covered: boxes + merged, expected: expected, ranks: R.length, width: width});
+                                   covered: boxes + merged, expected: expected, ranks: R.length, width: width,
+                                   /* ms from navigation start: page parsed and script started, drawn */
+                                   script_start_ms: Math.round(tStart), setup_ms: Math.round(tDraw - tStart),
+                                   draw_ms: Math.round(tEnd - tDraw), ready_ms: Math.round(tEnd),
+                                   redraw_ms: benchMs === null ? null : Math.round(benchMs * 10) / 10});
   st.setAttribute("data-status", ok ? "ok" : "error");
 })();
