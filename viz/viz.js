@@ -68,6 +68,12 @@
     if (a >= 1e3) return (us / 1e3).toFixed(3) + " ms";
     return us.toFixed(3) + " \u00b5s";
   }
+  /* an axis label: the unit of the step, only the decimals the step needs */
+  function fmtTick(us, step) {
+    var u = step >= 1e5 ? [1e6, " s"] : step >= 100 ? [1e3, " ms"] : [1, " \u00b5s"];
+    var d = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / u[0]) + 1e-9)));
+    return (us / u[0]).toFixed(d) + u[1];
+  }
   function fmtInt(n) { return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
   function label(i) {
     var c = opClass(i);
@@ -190,7 +196,7 @@
     for (; t <= v1; t += step) {
       var x = f1(X(t));
       out.push("<line x1=\"" + x + "\" x2=\"" + x + "\" y1=\"" + (AXIS_H - 5) + "\" y2=\"" + (memTop + MEM_H) + "\" class=\"grid\"/>");
-      out.push("<text x=\"" + x + "\" y=\"" + (AXIS_H - 8) + "\" text-anchor=\"middle\">" + esc(fmtUs(Math.abs(t) < step / 1e6 ? 0 : t)) + "</text>");
+      out.push("<text x=\"" + x + "\" y=\"" + (AXIS_H - 8) + "\" text-anchor=\"middle\">" + esc(fmtTick(Math.abs(t) < step / 1e6 ? 0 : t, step)) + "</text>");
     }
     out.push("</g>");
   }
@@ -330,7 +336,9 @@
     memMax = Math.max(peakBytes, budgetOnChart ? M.budget : 0) * 1.08 || 1;
     function Y(b) { return top + h - b / memMax * h; }
     out.push("<rect class=\"membg\" x=\"" + LABEL_W + "\" y=\"" + top + "\" width=\"" + W + "\" height=\"" + h + "\"/>");
-    var step = niceStep(memMax, 4);
+    /* gridlines at round numbers of the binary unit the scale calls for */
+    var unit = memMax >= 1073741824 ? 1073741824 : memMax >= 1048576 ? 1048576 : memMax >= 1024 ? 1024 : 1;
+    var step = Math.max(1, niceStep(memMax / unit, 4)) * unit;
     for (var b = 0; b <= memMax; b += step) {
       out.push("<line class=\"grid\" x1=\"" + LABEL_W + "\" x2=\"" + (LABEL_W + W) + "\" y1=\"" + f1(Y(b)) + "\" y2=\"" + f1(Y(b)) + "\"/>");
       gut.push("<text class=\"ml\" x=\"" + (LABEL_W - 6) + "\" y=\"" + f1(Y(b) + 4) + "\" text-anchor=\"end\">" + esc(fmtBytes(b)) + "</text>");
@@ -643,6 +651,28 @@
   } catch (e) {
     errors.push(String(e && e.stack || e));
   }
+  /* every tooltip builds: each op on each rank shown, each merged box, each
+   * exposed interval, the memory at every timeline point; and one real
+   * mousemove over the first box shows its tooltip */
+  var tips = 0;
+  try {
+    R.forEach(function (rk, r) { for (var i = 0; i < N; i++) if (!rk.skip[i]) { opTip(i, r); tips++; } });
+    svg.querySelectorAll("rect.agg").forEach(function (el) {
+      aggTip(el, +el.closest("[data-r]").dataset.r);
+      tips++;
+    });
+    D.exposed.forEach(function (x, j) { expTip(j); tips++; });
+    PTS.forEach(function (p) { memTip(p[0]); tips++; });
+    var first = svg.querySelector("rect.op");
+    if (first) {
+      var bb = first.getBoundingClientRect();
+      first.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: bb.left + bb.width / 2, clientY: bb.top + bb.height / 2}));
+      if (tip.hidden || tip.innerHTML.indexOf("op " + first.dataset.op) < 0) errors.push("no tooltip over op " + first.dataset.op);
+      tip.hidden = true;
+    }
+  } catch (e) {
+    errors.push("tooltip: " + String(e && e.stack || e));
+  }
   var boxes = svg.querySelectorAll("rect.op").length, merged = 0;
   svg.querySelectorAll("rect.agg").forEach(function (el) { merged += +el.dataset.n; });
   var expected = 0;
@@ -660,7 +690,7 @@
     render();
   }
   st.textContent = JSON.stringify({status: ok ? "ok" : "error", errors: errors, boxes: boxes, merged: merged,
-                                   covered: boxes + merged, expected: expected, ranks: R.length, width: width,
+                                   covered: boxes + merged, expected: expected, ranks: R.length, width: width, tips: tips,
                                    /* ms from navigation start: page parsed and script started, drawn */
                                    script_start_ms: Math.round(tStart), setup_ms: Math.round(tDraw - tStart),
                                    draw_ms: Math.round(tEnd - tDraw), ready_ms: Math.round(tEnd),
