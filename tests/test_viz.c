@@ -8,7 +8,8 @@
  *     wait's stream, never backwards in time within a step;
  *   - layout classes: one for a uniform plan, one per rank for the ragged /
  *     owned example, and --ranks outside the world is a located user error;
- *   - the trace and the page say "modeled" and carry the plan hash. */
+ *   - the trace and the page say "modeled" and carry the plan hash, and keep
+ *     hostile names inert (escaped JSON and HTML, valid UTF-8). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -145,6 +146,36 @@ static void test_sim_programs(void **state) {
   }
 }
 
+/* names may hold anything the IR allows (quoted, \xHH escapes): the JSON of
+ * both files stays valid UTF-8 and cannot end the page's <script> early, and
+ * the page's text is escaped */
+static void test_hostile_names(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  fp_prog *p = compile_example(a, "tiny-mlp");
+  const char *evil = "</script><b onmouseover=\"x\">'&\xff\xc3";
+  p->model = evil;
+  p->buckets[0] = evil;
+  p->bufs[0].name = evil;
+  p->mods[0].name = evil;
+  fp_viz v;
+  assert_true(fp_viz_build(a, NULL, p, &p->hw, NULL, 0, 0, &v));
+  for (int w = 0; w < 2; w++) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    assert_true(w ? fp_viz_html(&v, f) : fp_viz_trace(&v, f));
+    fclose(f);
+    assert_null(strstr(buf, "</script><b")); /* neither raw in the data nor in the text */
+    assert_null(strstr(buf, "<b onmouseover"));
+    assert_null(memchr(buf, 0xff, n));          /* not UTF-8: replaced */
+    assert_non_null(strstr(buf, "\\u003c/script\\u003e\\u003cb onmouseover=\\\"x\\\"\\u003e'\\u0026\\ufffd\\ufffd"));
+    if (w) assert_non_null(strstr(buf, "<title>flexplan: &lt;/script&gt;&lt;b onmouseover=&quot;x&quot;&gt;&#39;&amp;"));
+    free(buf);
+  }
+  fp_arena_free(a);
+}
+
 static void test_ranks(void **state) {
   (void)state;
   fp_arena *a = fp_arena_new();
@@ -178,6 +209,7 @@ int main(void) {
       cmocka_unit_test(test_examples),
       cmocka_unit_test(test_sim_programs),
       cmocka_unit_test(test_ranks),
+      cmocka_unit_test(test_hostile_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,9 @@ from a file: URL, with no network and no DevTools:
   example shows its four layout classes; llama3-405b draws every op
   while keeping the number of elements small (merging boxes narrower than
   a pixel), and its load time is reported;
+- names that look like markup (a bucket and a module of tiny-mlp renamed
+  `</script><b onmouseover="alert(1)">&'` in its .fpir) stay text: the page
+  draws, logs nothing, and the DOM holds no such element;
 - a screenshot of a real plan (llama3-8b) is not blank: decoded here (PNG,
   zlib), it has many colours and a spread of pixel values.
 Exit status 0 pass, 1 fail, 77 (skip) when chromium is not installed.
@@ -184,6 +187,22 @@ def main():
         subprocess.run([fp, "viz", plan, "--format=html", "-o", page], check=True, stderr=subprocess.DEVNULL)
         pages[ex] = (json.load(open(plan)), page)
         static_checks(open(page, encoding="utf-8").read(), ex)
+
+    # names that look like markup
+    fpir = os.path.join(work, "tiny-mlp.fpir")
+    subprocess.run([fp, "compile", os.path.join(src, "examples", "tiny-mlp.json"), "--emit=ir", "-o", fpir], check=True,
+                   stderr=subprocess.DEVNULL)
+    evil = re.sub(r"(?<![\w.])fc0(?![\w.])", lambda m: '"</script><b onmouseover=\\"alert(1)\\">&\'"', open(fpir).read())
+    evil_fpir, evil_page = os.path.join(work, "evil.fpir"), os.path.join(work, "evil.html")
+    with open(evil_fpir, "w") as f:
+        f.write(evil)
+    subprocess.run([fp, "viz", evil_fpir, "--format=html", "-o", evil_page], check=True, stderr=subprocess.DEVNULL)
+    dom, cons, _ = load(chrome, evil_page)
+    for l in cons:
+        fail(f"markup in names: console output: {l}")
+    selftest(dom, "markup in names")
+    if "<b onmouseover" in dom:
+        fail("markup in names: a name became an element")
 
     # the check is alive: a broken copy of a page logs what it must
     tiny_plan, tiny = pages["tiny-mlp"]

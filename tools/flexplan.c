@@ -205,7 +205,10 @@ static int parse_ranks(const char *s, rank_list *out) {
   return 0;
 }
 
-typedef enum { VIZ_TRACE, VIZ_HTML } viz_format;
+typedef enum {
+  VIZ_TRACE, /* Chrome Trace Event JSON (Perfetto) */
+  VIZ_HTML,  /* one self-contained HTML page */
+} viz_format;
 
 /* the view of p on hw written to o; false after reported errors */
 static bool write_view(fp_arena *ar, fp_diag *d, const fp_prog *p, const fp_hw *hw, const rank_list *ranks,
@@ -220,7 +223,13 @@ static bool write_view(fp_arena *ar, fp_diag *d, const fp_prog *p, const fp_hw *
 }
 
 /* ---- compile / check ----------------------------------------------------------- */
-typedef enum { EMIT_PLAN, EMIT_IR, EMIT_SUMMARY, EMIT_TRACE, EMIT_HTML } emit_kind;
+typedef enum {
+  EMIT_PLAN,    /* plan.json */
+  EMIT_IR,      /* the .fpir text */
+  EMIT_SUMMARY, /* the summary as JSON */
+  EMIT_TRACE,   /* what viz --format=trace writes */
+  EMIT_HTML,    /* what viz --format=html writes */
+} emit_kind;
 
 static int cmd_compile(int argc, char **argv, bool check_only) {
   const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;

@@ -57,14 +57,20 @@ void fp_jw_us(FILE *f, double us) {
 void fp_jw_i64(FILE *f, int64_t v) { fprintf(f, "%" PRId64, v); }
 
 void fp_html_text(FILE *f, const char *s) {
-  for (; s && *s; s++) {
-    switch (*s) {
+  for (const unsigned char *p = (const unsigned char *)s; p && *p;) {
+    int n = *p < 0x80 ? 1 : utf8_len(p);
+    switch (*p) {
       case '&': fputs("&amp;", f); break;
       case '<': fputs("&lt;", f); break;
       case '>': fputs("&gt;", f); break;
       case '"': fputs("&quot;", f); break;
       case '\'': fputs("&#39;", f); break;
-      default: fputc(*s, f);
+      default:
+        if (n == 0)
+          fputs("\xef\xbf\xbd", f); /* not UTF-8: U+FFFD */
+        else
+          fwrite(p, 1, (size_t)n, f);
     }
+    p += n ? n : 1;
   }
 }

@@ -15,7 +15,8 @@ void fp_jw_str(FILE *f, const char *s);
 void fp_jw_us(FILE *f, double us);
 /* an int64 */
 void fp_jw_i64(FILE *f, int64_t v);
-/* text with the HTML specials escaped (&, <, >, ", ') */
+/* text with the HTML specials escaped (&, <, >, ", '); bytes that are not
+ * UTF-8 become U+FFFD */
 void fp_html_text(FILE *f, const char *s);
 
 #endif

@@ -388,8 +388,9 @@ bool fp_viz_build(fp_arena *a, fp_diag *d, const fp_prog *P, const fp_hw *hw, co
   FP_ASSERT(P->world_size >= 1 && P->world_size <= (int64_t)1 << 24); /* the verifier's limit */
   for (int32_t k = 0; k < n; k++)
     if (ranks[k] < 0 || ranks[k] >= P->world_size) {
-      fp_diag_errorf(d, "flexplan", "--ranks: rank %" PRId64 " is not a rank of the plan (world_size %" PRId64 ")",
-                     ranks[k], P->world_size);
+      if (d)
+        fp_diag_errorf(d, "flexplan", "--ranks: rank %" PRId64 " is not a rank of the plan (world_size %" PRId64 ")",
+                       ranks[k], P->world_size);
       return false;
     }
   bool ok = fp_simulate(a, P, hw, &out->sim);

@@ -82,10 +82,11 @@ typedef struct fp_viz {
   int32_t nrdep;
 } fp_viz;
 
-/* The view of P simulated on hw. ranks (n > 0) are the ranks to show, in that
- * order; NULL: rank 0 and the first rank of every other layout class, at most
- * max_default of them (0: no limit). A rank outside [0, world_size) is a user
- * error reported through d ("flexplan: error: --ranks: ..."): false. */
+/* The view of P simulated on hw (a valid machine), in arena a. ranks (n > 0)
+ * are the ranks to show, in that order; NULL: rank 0 and the first rank of
+ * every other layout class, at most max_default of them (0: no limit). A rank
+ * outside [0, world_size) is a user error reported through d (may be NULL)
+ * as "flexplan: error: --ranks: ...": false. */
 bool fp_viz_build(fp_arena *a, fp_diag *d, const fp_prog *P, const fp_hw *hw, const int64_t *ranks, int32_t n,
                    int32_t max_default, fp_viz *out);
 
