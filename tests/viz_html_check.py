@@ -14,8 +14,10 @@ from a file: URL, with no network and no DevTools:
   the healthy page logs nothing); a broken copy of the page (a script error
   and an outside image) must produce such lines, so the check is alive;
 - the page's own self-test record in the dumped DOM (#fpviz-selftest,
-  written after the first draw) says ok: no errors, and every op of every
-  rank shown is drawn, alone or in a merged box;
+  written after the first draw; the URL's #selftest also makes it build
+  every tooltip and drive the wheel, a drag and a click) says ok: no
+  errors, and every op of every rank shown is drawn, alone or in a merged
+  box;
 - one box per op for a small plan (tiny-mlp: `rect class="op ..."` elements
   in the dumped DOM, one per op index, none merged); the ragged/owned
   example shows its four layout classes; llama3-405b draws every op
@@ -86,6 +88,8 @@ def selftest(dom, where):
         fail(f"{where}: self-test says {rec}")
     if rec.get("covered") != rec.get("expected"):
         fail(f"{where}: {rec.get('covered')} ops drawn of {rec.get('expected')}")
+    if not rec.get("tips"):
+        fail(f"{where}: the interaction self-test (#selftest) did not run")
     return rec
 
 
@@ -197,7 +201,7 @@ def main():
     with open(evil_fpir, "w") as f:
         f.write(evil)
     subprocess.run([fp, "viz", evil_fpir, "--format=html", "-o", evil_page], check=True, stderr=subprocess.DEVNULL)
-    dom, cons, _ = load(chrome, evil_page)
+    dom, cons, _ = load(chrome, evil_page, hash="#selftest")
     for l in cons:
         fail(f"markup in names: console output: {l}")
     selftest(dom, "markup in names")
@@ -216,7 +220,7 @@ def main():
 
     for ex, (plan, page) in pages.items():
         # the large plan also times 20 zooming redraws (#bench)
-        dom, cons, dt = load(chrome, page, hash="#bench" if ex == "llama3-405b" else "")
+        dom, cons, dt = load(chrome, page, hash="#selftest,bench" if ex == "llama3-405b" else "#selftest")
         for l in cons:
             fail(f"{ex}: console output: {l}")
         rec = selftest(dom, ex)

@@ -9,8 +9,10 @@
  * a range. Every redraw walks only the ops in view and merges runs of boxes
  * narrower than a pixel into one grey box, so a plan of any size draws a few
  * thousand elements at most. After the first draw it writes a self-test
- * record into #fpviz-selftest (status, errors, boxes drawn, ops covered) for
- * the headless-browser test (tests/viz_html_check.py). */
+ * record into #fpviz-selftest (status, errors, boxes drawn, ops covered,
+ * timings) for the headless-browser test (tests/viz_html_check.py); with
+ * #selftest in the URL it also drives the tooltips, wheel, drag and click,
+ * and with #bench it times 20 zooming redraws. */
 (function () {
   "use strict";
   var tStart = window.performance ? performance.now() : 0;
@@ -577,7 +579,7 @@
   svg.addEventListener("pointerdown", function (ev) {
     if (ev.button !== 0) return;
     drag = {x: svgX(ev), v0: v0, v1: v1, shift: ev.shiftKey, moved: false, sel: null};
-    svg.setPointerCapture(ev.pointerId);
+    try { svg.setPointerCapture(ev.pointerId); } catch (e) { /* a pointer the browser does not track */ }
   });
   svg.addEventListener("pointermove", function (ev) {
     if (!drag) return;
@@ -651,11 +653,12 @@
   } catch (e) {
     errors.push(String(e && e.stack || e));
   }
-  /* every tooltip builds: each op on each rank shown, each merged box, each
-   * exposed interval, the memory at every timeline point; and one real
-   * mousemove over the first box shows its tooltip */
+  /* #selftest: every tooltip builds (each op on each rank shown, each merged
+   * box, each exposed interval, the memory at every timeline point), a real
+   * mousemove over the first box shows its tooltip, the wheel zooms, a drag
+   * pans, a click on the memory chart lists what is live */
   var tips = 0;
-  try {
+  if (/selftest/.test(window.location.hash || "") && drawn) try {
     R.forEach(function (rk, r) { for (var i = 0; i < N; i++) if (!rk.skip[i]) { opTip(i, r); tips++; } });
     svg.querySelectorAll("rect.agg").forEach(function (el) {
       aggTip(el, +el.closest("[data-r]").dataset.r);
@@ -663,6 +666,26 @@
     });
     D.exposed.forEach(function (x, j) { expTip(j); tips++; });
     PTS.forEach(function (p) { memTip(p[0]); tips++; });
+    /* the wheel zooms in around the pointer, a drag pans */
+    var pb = svg.getBoundingClientRect(), px = pb.left + LABEL_W + W / 2, py = pb.top + laneY[0][0] + 5;
+    var s0 = v1 - v0;
+    svg.dispatchEvent(new WheelEvent("wheel", {bubbles: true, cancelable: true, deltaY: -200, clientX: px, clientY: py}));
+    if (!(v1 - v0 < s0)) errors.push("the wheel did not zoom in");
+    var a0 = v0;
+    svg.dispatchEvent(new PointerEvent("pointerdown", {bubbles: true, button: 0, pointerId: 1, clientX: px, clientY: py}));
+    svg.dispatchEvent(new PointerEvent("pointermove", {bubbles: true, pointerId: 1, clientX: px - 100, clientY: py}));
+    svg.dispatchEvent(new PointerEvent("pointerup", {bubbles: true, pointerId: 1, clientX: px - 100, clientY: py}));
+    if (!(v0 > a0)) errors.push("dragging left did not pan right");
+    setView(full0, full1);
+    render();
+    /* a click on the memory chart lists what is live then */
+    var my = pb.top + memTop + MEM_H / 2;
+    svg.dispatchEvent(new PointerEvent("pointerdown", {bubbles: true, button: 0, pointerId: 1, clientX: px, clientY: my}));
+    svg.dispatchEvent(new PointerEvent("pointerup", {bubbles: true, pointerId: 1, clientX: px, clientY: my}));
+    if (liveEl.textContent.indexOf("clicked") !== 0) errors.push("a click on the memory chart listed nothing");
+    inspectT = null;
+    showLive(peakT, "at the peak");
+    render();
     var first = svg.querySelector("rect.op");
     if (first) {
       var bb = first.getBoundingClientRect();
