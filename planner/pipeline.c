@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "json.h"
 
 static const struct {
   const char *name;
@@ -39,8 +40,15 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   }
   if (!every && !fp_pass_verify(&ctx, out->prog)) return false;
   /* the modeled step on the spec's machine, and the memory timeline */
-  bool simulated = fp_simulate(a, out->prog, &out->prog->hw, &out->sim);
-  FP_ASSERT(simulated); /* the spec's machine is valid */
+  const fp_spec *s = out->layout.spec;
+  if (!fp_simulate(a, out->prog, &out->prog->hw, &out->sim)) {
+    /* the spec's machine is valid (positive numbers) but so slow that a
+     * modeled time overflows */
+    fp_diag_json(d, s->src, s->src ? fp_ptr_key(a, s->ptr, "hardware") : "",
+                 "the modeled step time on this hardware overflows (it is not a finite number): the rates are "
+                 "too small for the model's work");
+    return false;
+  }
   out->prog->memtl = fp_sim_memory(a, out->prog, &out->sim);
   /* the summary's lower bound and peak are the modeled timeline's: the most
    * arena bytes (and arena + activation bytes) live at once as the step runs */

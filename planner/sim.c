@@ -88,6 +88,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   double end = t0;
   for (int s = 0; s < FP_NSTREAMS; s++) end = fmax(end, clock[s]);
   out->step_us = end - t0;
+  bool finite = isfinite(out->step_us); /* else some op's time overflowed: absurd rates */
   for (int32_t i = 0; i < n; i++) {
     out->start_us[i] -= t0;
     out->end_us[i] -= t0;
@@ -110,7 +111,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   free(lead);
   free(ev);
   free(evs);
-  return true;
+  return finite;
 }
 
 /* ---- memory timeline ----------------------------------------------------------- */
@@ -159,8 +160,8 @@ static int cmp_span(const void *x, const void *y) {
   return a->first - b->first;
 }
 
-static void touch(span *sp, const int32_t *rs, int32_t buf, int32_t i, double st, double en) {
-  if (buf < 0) return;
+static void touch(span *sp, const int32_t *rs, int32_t nb, int32_t buf, int32_t i, double st, double en) {
+  if (buf < 0 || buf >= nb) return;
   int32_t lo = rs[buf], hi = rs[buf + 1] - 1;
   while (lo <= hi) { /* the range of buf holding op i, by binary search */
     int32_t mid = lo + (hi - lo) / 2;
@@ -187,7 +188,10 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
    * over the whole program */
   int32_t *rs = calloc((size_t)nb + 2, sizeof *rs);
   FP_ASSERT(rs);
-  for (int32_t k = 0; k < P->nlives; k++) rs[P->lives[k].buf + 1]++;
+  for (int32_t k = 0; k < P->nlives; k++) {
+    FP_ASSERT(P->lives[k].buf >= 0 && P->lives[k].buf < nb); /* a verified program */
+    rs[P->lives[k].buf + 1]++;
+  }
   for (int32_t b = 0; b < nb; b++)
     if (P->bufs[b].kind == FP_BUF_TRANSIENT && rs[b + 1] == 0) rs[b + 1] = 1;
   for (int32_t b = 0; b < nb; b++) rs[b + 1] += rs[b];
@@ -209,10 +213,10 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   for (int32_t i = 0; i < P->nops; i++) {
     const fp_op *op = &P->ops[i];
     double st = S->start_us[i], en = S->end_us[i];
-    touch(sp, rs, op->dst.buf, i, st, en);
-    if (op->src.buf != op->dst.buf) touch(sp, rs, op->src.buf, i, st, en);
-    if (op->aux.buf != op->dst.buf && op->aux.buf != op->src.buf) touch(sp, rs, op->aux.buf, i, st, en);
-    for (int32_t u = 0; u < op->nuses; u++) touch(sp, rs, P->uses[op->uses + u], i, st, en);
+    touch(sp, rs, nb, op->dst.buf, i, st, en);
+    if (op->src.buf != op->dst.buf) touch(sp, rs, nb, op->src.buf, i, st, en);
+    if (op->aux.buf != op->dst.buf && op->aux.buf != op->src.buf) touch(sp, rs, nb, op->aux.buf, i, st, en);
+    for (int32_t u = 0; u < op->nuses; u++) touch(sp, rs, nb, P->uses[op->uses + u], i, st, en);
   }
 
   ev_list L = {.a = a};
@@ -269,7 +273,8 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   bool initial = true; /* pts[0] is only the persistent buffers, at the first instant */
   for (int64_t k = 0; k < L.n;) {
     int64_t j = k;
-    for (; j < L.n && L.v[j].t == L.v[k].t && L.v[j].order == L.v[k].order; j++) cur[L.v[j].cat] += L.v[j].bytes;
+    for (; j < L.n && (j == k || (L.v[j].t == L.v[k].t && L.v[j].order == L.v[k].order)); j++)
+      cur[L.v[j].cat] += L.v[j].bytes;
     k = j;
     /* frees then allocations at one instant make one point */
     if (L.v[j - 1].order == 0 && k < L.n && L.v[k].t == L.v[j - 1].t && L.v[k].order == 1) continue;

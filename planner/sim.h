@@ -38,8 +38,10 @@ typedef struct fp_sim {
   int32_t nsegs;
 } fp_sim;
 
-/* Replay P on hw into *out (arrays in a). False only when hw is not a valid
- * machine (fp_hw_valid). */
+/* Replay P (a program that passed fp_ir_verify) on hw into *out (arrays in
+ * a). False when hw is not a valid machine (fp_hw_valid) or the modeled
+ * times overflow (rates so small that the step is not a finite number; *out
+ * is then meaningless). */
 bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out);
 
 /* The modeled memory timeline of the reported step from the simulated times:

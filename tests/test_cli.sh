@@ -178,6 +178,14 @@ has err "flexplan: error: --ranks: rank 9 is not a rank of the plan (world_size 
 [ -z "$(ls "$tmp" | grep '\.tmp\.')" ] && ok || bad "temporary file left behind"
 expect 1 "$fp" viz "$tmp/tampered.json" -o "$tmp/tt.json"
 has err "tampered.json:"
+# a plan whose machine is too slow for a finite step: an input error for
+# simulate, explain and viz, nothing written
+sed 's/nvlink_gbps=[0-9.e+]*/nvlink_gbps=1e-310/' "$tmp/t.fpir" >"$tmp/slow.fpir"
+for cmd in simulate explain viz; do
+  expect 1 "$fp" $cmd "$tmp/slow.fpir" $([ $cmd = viz ] && echo "-o $tmp/slow.out")
+  has err "slow.fpir: error: the modeled step time on hardware 'h100-sxm' is not a finite number"
+done
+[ ! -e "$tmp/slow.out" ] && ok || bad "viz wrote a file for a plan it could not simulate"
 # compile --emit=trace|html write what viz writes of the compiled plan
 expect 0 "$fp" compile "$ex" --emit=trace -o "$tmp/e.trace.json"
 "$fp" viz "$tmp/tiny-mlp.plan.json" -o "$tmp/v.trace.json" 2>/dev/null

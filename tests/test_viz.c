@@ -117,7 +117,7 @@ static void test_examples(void **state) {
     fp_arena *a = fp_arena_new();
     fp_prog *p = compile_example(a, ex[k].name);
     fp_viz v;
-    assert_true(fp_viz_build(a, NULL, p, &p->hw, NULL, 0, 16, &v));
+    assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 16, &v));
     check_view(&v);
     if (v.nclasses != ex[k].classes) fail_msg("%s: %d layout classes, want %d", ex[k].name, v.nclasses, ex[k].classes);
     assert_int_equal(v.nranks, ex[k].classes);
@@ -140,7 +140,7 @@ static void test_sim_programs(void **state) {
     else
       assert_true(fp_hw_preset("h100-sxm", &hw));
     fp_viz v;
-    assert_true(fp_viz_build(a, NULL, p, &hw, NULL, 0, 0, &v));
+    assert_true(fp_viz_build(a, NULL, NULL, p, &hw, NULL, 0, 0, &v));
     check_view(&v);
     fp_arena_free(a);
   }
@@ -159,7 +159,7 @@ static void test_hostile_names(void **state) {
   p->bufs[0].name = evil;
   p->mods[0].name = evil;
   fp_viz v;
-  assert_true(fp_viz_build(a, NULL, p, &p->hw, NULL, 0, 0, &v));
+  assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 0, &v));
   for (int w = 0; w < 2; w++) {
     char *buf = NULL;
     size_t n = 0;
@@ -182,7 +182,7 @@ static void test_ranks(void **state) {
   fp_prog *p = compile_example(a, "tiny-mlp-ragged");
   fp_viz v;
   int64_t pick[] = {3, 1};
-  assert_true(fp_viz_build(a, NULL, p, &p->hw, pick, 2, 0, &v));
+  assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, pick, 2, 0, &v));
   assert_int_equal(v.nranks, 2);
   assert_int_equal(v.ranks[0].rank, 3);
   assert_int_equal(v.ranks[1].rank, 1);
@@ -191,15 +191,22 @@ static void test_ranks(void **state) {
   for (int32_t i = 0; i < p->nops; i++) skipped += !fp_viz_runs(&v, i, 3);
   assert_true(skipped > 0);
   /* a default of at most 2 classes */
-  assert_true(fp_viz_build(a, NULL, p, &p->hw, NULL, 0, 2, &v));
+  assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 2, &v));
   assert_int_equal(v.nranks, 2);
   assert_int_equal(v.nclasses, 4);
   /* outside the world: a user error */
   fp_diag d;
   fp_diag_init(&d, NULL);
   int64_t bad[] = {0, 4};
-  assert_false(fp_viz_build(a, &d, p, &p->hw, bad, 2, 0, &v));
+  assert_false(fp_viz_build(a, &d, NULL, p, &p->hw, bad, 2, 0, &v));
   assert_non_null(strstr(d.buf, "flexplan: error: --ranks: rank 4 is not a rank of the plan (world_size 4)"));
+  fp_diag_free(&d);
+  /* a machine so slow that the step is not a finite number: a user error */
+  fp_diag_init(&d, NULL);
+  fp_hw slow = p->hw;
+  slow.nvlink_gbps = 1e-310;
+  assert_false(fp_viz_build(a, &d, "p.fpir", p, &slow, NULL, 0, 0, &v));
+  assert_non_null(strstr(d.buf, "p.fpir: error: the modeled step time on hardware 'h100-sxm' is not a finite number"));
   fp_diag_free(&d);
   fp_arena_free(a);
 }

@@ -158,6 +158,16 @@ static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_h
   return true;
 }
 
+/* fp_simulate of p on hw; false after reporting a step that is not a finite
+ * number (a verified plan's machine is valid, but its rates may be absurdly
+ * small for the plan's work) */
+static bool simulate_plan(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const char *path, fp_sim *sim) {
+  if (fp_simulate(ar, p, hw, sim)) return true;
+  fprintf(stderr, "%s: error: the modeled step time on hardware '%s' is not a finite number: its rates are too "
+                  "small for the plan's work\n", path, hw->name);
+  return false;
+}
+
 /* ---- viz: --ranks and the writers ------------------------------------------------ */
 #define MAX_RANKS_SHOWN 64   /* --ranks: each rank shown repeats every op */
 #define MAX_DEFAULT_RANKS 16 /* default: rank 0 and up to 15 other layout classes */
@@ -211,10 +221,11 @@ typedef enum {
 } viz_format;
 
 /* the view of p on hw written to o; false after reported errors */
-static bool write_view(fp_arena *ar, fp_diag *d, const fp_prog *p, const fp_hw *hw, const rank_list *ranks,
-                       viz_format fmt, out_file *o) {
+static bool write_view(fp_arena *ar, fp_diag *d, const char *where, const fp_prog *p, const fp_hw *hw,
+                       const rank_list *ranks, viz_format fmt, out_file *o) {
   fp_viz v;
-  if (!fp_viz_build(ar, d, p, hw, ranks && ranks->n ? ranks->v : NULL, ranks ? ranks->n : 0, MAX_DEFAULT_RANKS, &v))
+  if (!fp_viz_build(ar, d, where, p, hw, ranks && ranks->n ? ranks->v : NULL, ranks ? ranks->n : 0, MAX_DEFAULT_RANKS,
+                    &v))
     return false;
   if ((!ranks || !ranks->n) && v.nclasses > v.nranks)
     fprintf(stderr, "flexplan: note: the plan has %d layout classes; showing the first %d (choose with --ranks)\n",
@@ -324,7 +335,7 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   case EMIT_SUMMARY: fp_summary_json(&sum, o.f); break;
   case EMIT_TRACE:
   case EMIT_HTML:
-    ok = write_view(ar, &d, c.prog, &c.prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, &o);
+    ok = write_view(ar, &d, model, c.prog, &c.prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, &o);
     break;
   }
   if (!ok) {
@@ -402,10 +413,8 @@ static int cmd_explain(int argc, char **argv) {
   fp_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  if (p && pick_hw(p, hwname, path, &hw)) {
-    fp_sim sim;
-    bool ok = fp_simulate(ar, p, &hw, &sim);
-    FP_ASSERT(ok); /* presets and verified plans name valid machines */
+  fp_sim sim;
+  if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
     fp_ir_explain_modeled(p, sim.start_us, sim.end_us, stdout);
     rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
   }
@@ -463,7 +472,7 @@ static int cmd_viz(int argc, char **argv) {
   if (!out) out = fp_sprintf(ar, "%s.%s", p->model && *p->model ? p->model : "plan", fmt == VIZ_HTML ? "html" : "trace.json");
   out_file o;
   if (!out_open(&o, out)) goto done;
-  if (!write_view(ar, &d, p, &hw, &ranks, fmt, &o)) {
+  if (!write_view(ar, &d, path, p, &hw, &ranks, fmt, &o)) {
     if (o.path) {
       fclose(o.f);
       unlink(o.tmp);
@@ -493,10 +502,8 @@ static int cmd_simulate(int argc, char **argv) {
   fp_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  if (p && pick_hw(p, hwname, path, &hw)) {
-    fp_sim sim;
-    bool ok = fp_simulate(ar, p, &hw, &sim);
-    FP_ASSERT(ok); /* presets and verified plans name valid machines */
+  fp_sim sim;
+  if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
     fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), stdout);
     rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
   }

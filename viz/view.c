@@ -379,8 +379,8 @@ static int32_t classify(fp_viz *v, int32_t *cls, int64_t *rep) {
   return n;
 }
 
-bool fp_viz_build(fp_arena *a, fp_diag *d, const fp_prog *P, const fp_hw *hw, const int64_t *ranks, int32_t n,
-                   int32_t max_default, fp_viz *out) {
+bool fp_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, const fp_hw *hw, const int64_t *ranks,
+                  int32_t n, int32_t max_default, fp_viz *out) {
   memset(out, 0, sizeof *out);
   out->a = a;
   out->p = P;
@@ -393,8 +393,14 @@ bool fp_viz_build(fp_arena *a, fp_diag *d, const fp_prog *P, const fp_hw *hw, co
                        ranks[k], P->world_size);
       return false;
     }
-  bool ok = fp_simulate(a, P, hw, &out->sim);
-  FP_ASSERT(ok); /* the caller passes a valid machine */
+  if (!fp_simulate(a, P, hw, &out->sim)) { /* a valid machine, but too slow for a finite step */
+    if (d)
+      fp_diag_errorf(d, where ? where : "<plan>",
+                     "the modeled step time on hardware '%s' is not a finite number: its rates are too small for the "
+                     "plan's work",
+                     hw->name ? hw->name : "?");
+    return false;
+  }
   out->tl = fp_sim_memory(a, P, &out->sim);
   out->hash = fp_prog_hash(P);
   out->t_lo = 0;

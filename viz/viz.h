@@ -84,11 +84,13 @@ typedef struct fp_viz {
 
 /* The view of P simulated on hw (a valid machine), in arena a. ranks (n > 0)
  * are the ranks to show, in that order; NULL: rank 0 and the first rank of
- * every other layout class, at most max_default of them (0: no limit). A rank
- * outside [0, world_size) is a user error reported through d (may be NULL)
- * as "flexplan: error: --ranks: ...": false. */
-bool fp_viz_build(fp_arena *a, fp_diag *d, const fp_prog *P, const fp_hw *hw, const int64_t *ranks, int32_t n,
-                   int32_t max_default, fp_viz *out);
+ * every other layout class, at most max_default of them (0: no limit). User
+ * errors are reported through d (may be NULL) and return false: a rank
+ * outside [0, world_size) ("flexplan: error: --ranks: ..."), and a machine so
+ * slow that the modeled step is not a finite number ("WHERE: error: ...",
+ * where names the plan). */
+bool fp_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, const fp_hw *hw, const int64_t *ranks,
+                  int32_t n, int32_t max_default, fp_viz *out);
 
 /* does op i run on rank r (its `only=` predicate) */
 bool fp_viz_runs(const fp_viz *v, int32_t i, int64_t r);
