@@ -8,10 +8,14 @@
  * moves on the rank with index 0 in its communicator (G x for gathers'
  * outputs and reduce-scatters' inputs).
  *
+ * A wait names the op that recorded its event ("waits e3 (op 19)": the
+ * latest record before it in program order; the previous step's last when
+ * none precedes it). fp_ir_explain_modeled adds the simulator's modeled
+ * start and end of every op (planner/sim.h), in microseconds from the start
+ * of the steady-state step.
+ *
  * Extension point: columns are rows of the `columns` table below, each a
- * header and a function that formats one op's cell. The modeled start/end
- * times of the simulator (a later issue) go in as two more rows whose
- * functions read per-op times from the context pointer. */
+ * header and a function that formats one op's cell. */
 #include "irpriv.h"
 
 #include <inttypes.h>
@@ -20,7 +24,8 @@
 
 typedef struct explain_ctx {
   const fp_prog *p;
-  void *user; /* for later columns (modeled times) */
+  const double *start_us, *end_us; /* modeled times per op; NULL: no time columns */
+  int32_t *rec;                    /* per wait: the op that recorded its event (-1: none) */
 } explain_ctx;
 
 typedef void (*cellfn)(const explain_ctx *x, int32_t i, char *buf, size_t cap);
@@ -70,8 +75,12 @@ static void c_operands(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   size_t n = 0;
   buf[0] = 0;
   if (op->code == FP_OP_COMPUTE) {
-    const char *m = op->module >= 0 && op->module < p->nmods ? p->mods[op->module].name : "?";
-    snprintf(buf, cap, "%s %s", m, op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward");
+    const char *m = op->module >= 0 && op->module < p->nmods ? p->mods[op->module].name : NULL;
+    const char *what = op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward";
+    if (m)
+      snprintf(buf, cap, "%s %s", m, what);
+    else
+      snprintf(buf, cap, "%s", what); /* the optimizer: no module */
     return;
   }
   if (op->dst.buf >= 0) n += put_region(p, &op->dst, buf + n, cap - n);
@@ -131,11 +140,22 @@ static void c_comm(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
 static void c_sync(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   const fp_op *op = &x->p->ops[i];
   buf[0] = 0;
-  if (op->code == FP_OP_WAIT) snprintf(buf, cap, "waits e%" PRId32, op->event);
+  if (op->code == FP_OP_WAIT && x->rec && x->rec[i] >= 0)
+    snprintf(buf, cap, "waits e%" PRId32 " (op %" PRId32 ")", op->event, x->rec[i]);
+  else if (op->code == FP_OP_WAIT)
+    snprintf(buf, cap, "waits e%" PRId32, op->event);
   if (op->code == FP_OP_RECORD) snprintf(buf, cap, "records e%" PRId32, op->event);
 }
 
-/* the columns, left to right; add modeled start/end here */
+static void c_start(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
+  snprintf(buf, cap, "%.3f", x->start_us[i] == 0 ? 0.0 : x->start_us[i]);
+}
+
+static void c_end(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
+  snprintf(buf, cap, "%.3f", x->end_us[i] == 0 ? 0.0 : x->end_us[i]);
+}
+
+/* the columns, left to right; the last two only with modeled times */
 static const struct {
   const char *header;
   bool right; /* right-aligned */
@@ -144,16 +164,38 @@ static const struct {
     {"#", true, c_index},         {"segment", false, c_segment}, {"stream", false, c_stream},
     {"op", false, c_op},          {"operands", false, c_operands}, {"count/bytes", false, c_count},
     {"comm", false, c_comm},      {"sync", false, c_sync},
+    {"modeled start us", true, c_start}, {"modeled end us", true, c_end},
 };
 #define NCOLS ((int)(sizeof columns / sizeof columns[0]))
+#define NTIMECOLS 2
 
-void fp_ir_explain(const fp_prog *p, FILE *f) {
-  explain_ctx x = {p, NULL};
+void fp_ir_explain(const fp_prog *p, FILE *f) { fp_ir_explain_modeled(p, NULL, NULL, f); }
+
+void fp_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f) {
+  explain_ctx x = {p, start_us, end_us, NULL};
+  int ncols = start_us && end_us ? NCOLS : NCOLS - NTIMECOLS;
+  /* the record each wait refers to: the latest before it; a wait before any
+   * record of its event in this step refers to the previous step's, the
+   * step's last (the first loop leaves it in last[]) */
+  x.rec = malloc(sizeof *x.rec * ((size_t)p->nops + 1));
+  int32_t *last = malloc(sizeof *last * ((size_t)p->nevents + 1));
+  FP_ASSERT(x.rec && last);
+  for (int32_t e = 0; e < p->nevents; e++) last[e] = -1;
+  for (int32_t i = 0; i < p->nops; i++)
+    if (p->ops[i].code == FP_OP_RECORD && p->ops[i].event >= 0 && p->ops[i].event < p->nevents) last[p->ops[i].event] = i;
+  for (int32_t i = 0; i < p->nops; i++) {
+    const fp_op *op = &p->ops[i];
+    x.rec[i] = -1;
+    if (op->event < 0 || op->event >= p->nevents) continue;
+    if (op->code == FP_OP_WAIT) x.rec[i] = last[op->event];
+    if (op->code == FP_OP_RECORD) last[op->event] = i; /* from here on, this one */
+  }
+  free(last);
   size_t width[NCOLS];
   char cell[512];
-  for (int c = 0; c < NCOLS; c++) width[c] = strlen(columns[c].header);
+  for (int c = 0; c < ncols; c++) width[c] = strlen(columns[c].header);
   for (int32_t i = 0; i < p->nops; i++)
-    for (int c = 0; c < NCOLS; c++) {
+    for (int c = 0; c < ncols; c++) {
       columns[c].fn(&x, i, cell, sizeof cell);
       if (strlen(cell) > width[c]) width[c] = strlen(cell);
     }
@@ -161,7 +203,7 @@ void fp_ir_explain(const fp_prog *p, FILE *f) {
     /* the header row, then one row per op; no trailing blanks */
     char line[NCOLS][512];
     int last = 0;
-    for (int c = 0; c < NCOLS; c++) {
+    for (int c = 0; c < ncols; c++) {
       if (i < 0)
         snprintf(line[c], sizeof line[c], "%s", columns[c].header);
       else
@@ -180,4 +222,5 @@ void fp_ir_explain(const fp_prog *p, FILE *f) {
     }
     fputc('\n', f);
   }
+  free(x.rec);
 }

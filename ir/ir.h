@@ -258,6 +258,8 @@ typedef struct fp_prog {
   int64_t arena_bytes;      /* memplan: bytes of the device arena */
   int64_t host_bytes;       /* memplan: bytes of the host arena */
   fp_hw hw;                 /* the modeled machine (name NULL: none) */
+  int64_t memory_budget_bytes; /* the spec's device memory budget per rank (0: none);
+                                * for viewers and checks against the timeline */
   fp_memtl *memtl;          /* modeled memory timeline (derived; NULL: none) */
   /* tables */
   fp_ir_comm *comms;    int32_t ncomms;   int64_t cap_comms;
@@ -348,7 +350,11 @@ bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigne
 uint64_t fp_prog_hash(const fp_prog *p);
 bool fp_plan_write(const fp_prog *p, FILE *f);
 fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src);
-/* explain: one row per op (issue: EXPLAIN-style table) */
+/* explain: one row per op (EXPLAIN-style table): index, segment, stream, op,
+ * operands, count/bytes, comm, waits/records */
 void fp_ir_explain(const fp_prog *p, FILE *f);
+/* the same with two more columns, each op's modeled start and end in
+ * microseconds (planner/sim.h fp_sim start_us/end_us; NULL: none) */
+void fp_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f);
 
 #endif

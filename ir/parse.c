@@ -892,6 +892,8 @@ static bool line(parser *ps) {
   if (atom_is(s, len, "arena_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->arena_bytes, "arena_bytes");
   if (atom_is(s, len, "host_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->host_bytes, "host_bytes");
   if (atom_is(s, len, "hardware")) return header_hw(ps);
+  if (atom_is(s, len, "memory_budget_bytes"))
+    return header_int(ps, 1, INT64_MAX, &p->memory_budget_bytes, "memory_budget_bytes");
   if (atom_is(s, len, "events")) {
     int64_t v;
     if (!header_int(ps, 0, INT32_MAX, &v, "events")) return false;

@@ -413,6 +413,7 @@ bool fp_plan_write(const fp_prog *p, FILE *f) {
   write_int(&w, "arena_bytes", p->arena_bytes);
   write_int(&w, "host_bytes", p->host_bytes);
   write_int(&w, "events", p->nevents);
+  if (p->memory_budget_bytes > 0) write_int(&w, "memory_budget_bytes", p->memory_budget_bytes);
   if (p->hw.name) write_hw(&w, &p->hw);
   write_array(&w, "comms", p, p->ncomms, jcomm);
   write_array(&w, "tables", p, p->ntabs, jtable);
@@ -977,7 +978,7 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
   if (!is_obj(&r, root, NULL)) goto fail;
   static const char *const allowed[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                         "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
-                                        "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
+                                        "memory_budget_bytes", "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
                                         "params", "segments", "ops", "memory_timeline", NULL};
   const char *format, *version, *hash;
   if (!rd_str(&r, root, "format", true, &format)) goto fail;
@@ -1000,7 +1001,8 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
       !rd_int(&r, root, "grad_accumulation", true, INT64_MIN, INT64_MAX, &p->grad_accumulation) ||
       !rd_int(&r, root, "arena_bytes", true, INT64_MIN, INT64_MAX, &p->arena_bytes) ||
       !rd_int(&r, root, "host_bytes", true, INT64_MIN, INT64_MAX, &p->host_bytes) ||
-      !rd_int(&r, root, "events", true, 0, INT32_MAX, &nev))
+      !rd_int(&r, root, "events", true, 0, INT32_MAX, &nev) ||
+      !rd_int(&r, root, "memory_budget_bytes", false, 1, INT64_MAX, &p->memory_budget_bytes))
     goto fail;
   p->nevents = (int32_t)nev;
   if (!read_hw(&r, root, p) || !read_comms(&r, root, p) || !read_tables(&r, root, p) || !read_buckets(&r, root, p) || !read_bufs(&r, root, p) ||
@@ -1590,10 +1592,11 @@ static bool f_memtl(fr *f) {
 
 static const char *const a_root[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                      "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
-                                     "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
+                                     "memory_budget_bytes", "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
                                      "params", "segments", "ops", "memory_timeline", NULL};
-/* the members a plan must have: all but model, strategy, hardware, memory_timeline */
-#define ROOT_REQUIRED (((1u << 22) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 21))
+/* the members a plan must have: all but model, strategy, memory_budget_bytes,
+ * hardware, memory_timeline */
+#define ROOT_REQUIRED (((1u << 23) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 12 | 1u << 22))
 
 /* the program, or NULL: not taken */
 static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
@@ -1631,16 +1634,17 @@ static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
       case 8: ok = fint(&f, INT64_MIN, INT64_MAX, &p->arena_bytes); break;
       case 9: ok = fint(&f, INT64_MIN, INT64_MAX, &p->host_bytes); break;
       case 10: ok = fint(&f, 0, INT32_MAX, &v) && (p->nevents = (int32_t)v, true); break;
-      case 11: ok = f_hw(&f); break;
-      case 12: ok = farr(&f, e_comm, NULL); break;
-      case 13: ok = farr(&f, e_table, NULL); break;
-      case 14: ok = farr(&f, e_bucket, NULL); break;
-      case 15: ok = farr(&f, e_buf, NULL); break;
-      case 16: ok = farr(&f, e_live, NULL); break;
-      case 17: ok = farr(&f, e_mod, NULL); break;
-      case 18: ok = farr(&f, e_param, NULL); break;
-      case 19: ok = farr(&f, e_seg, &segs); break;
-      case 20: ok = farr(&f, e_op, &ops); break;
+      case 11: ok = fint(&f, 1, INT64_MAX, &p->memory_budget_bytes); break;
+      case 12: ok = f_hw(&f); break;
+      case 13: ok = farr(&f, e_comm, NULL); break;
+      case 14: ok = farr(&f, e_table, NULL); break;
+      case 15: ok = farr(&f, e_bucket, NULL); break;
+      case 16: ok = farr(&f, e_buf, NULL); break;
+      case 17: ok = farr(&f, e_live, NULL); break;
+      case 18: ok = farr(&f, e_mod, NULL); break;
+      case 19: ok = farr(&f, e_param, NULL); break;
+      case 20: ok = farr(&f, e_seg, &segs); break;
+      case 21: ok = farr(&f, e_op, &ops); break;
       default: ok = f_memtl(&f); break;
     }
     if (!ok) return NULL;

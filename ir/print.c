@@ -352,6 +352,7 @@ static void print_header(printer *pr) {
   header_int(o, "arena_bytes", p->arena_bytes);
   header_int(o, "host_bytes", p->host_bytes);
   header_int(o, "events", p->nevents);
+  if (p->memory_budget_bytes > 0) header_int(o, "memory_budget_bytes", p->memory_budget_bytes);
   if (p->hw.name) print_hw(o, &p->hw);
 }
 

@@ -27,6 +27,7 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   out->prefetch_bwd = kb;
   out->prog = fp_lower_step(a, d, &out->layout, kf, kb);
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
+  out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false};
   /* the verifier runs after the pipeline always; after every pass when
    * FLEXPLAN_VERIFY_EACH is set (the test suite sets it) */

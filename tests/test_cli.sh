@@ -135,5 +135,68 @@ grep -q '"memory_timeline": {"modeled":true' "$tmp/h200.json" && ok || bad "plan
   bad "the hash does not cover the hardware"
 expect 0 "$fp" check "$ex" --hardware=h200
 
+# explain: one row per op with modeled start and end; --hardware like simulate
+expect 0 "$fp" explain "$tmp/tiny-mlp.plan.json" --hardware h200
+has out "modeled start us"
+has out "waits e0 (op "
+[ "$(wc -l <"$tmp/out")" = $(($(grep -c '"op":"' "$tmp/tiny-mlp.plan.json") + 1)) ] && ok ||
+  bad "explain is not one row per op"
+grep -v '^hardware' "$tmp/t.fpir" >"$tmp/nohw.fpir"
+expect 0 "$fp" explain "$tmp/nohw.fpir"
+has err "nohw.fpir: note: the plan names no hardware; simulating on h100-sxm"
+expect 2 "$fp" explain
+expect 2 "$fp" explain "$tmp/t.fpir" --frob
+expect 1 "$fp" explain "$tmp/tiny-mlp.plan.json" --hardware a100
+
+# viz: trace (default) or html, default name <model>.trace.json / .html
+(cd "$tmp" && "$fp" viz tiny-mlp.plan.json >/dev/null 2>"$tmp/err") && ok || bad "viz with default -o"
+[ -s "$tmp/tiny-mlp.trace.json" ] && ok || bad "no tiny-mlp.trace.json"
+has err "wrote tiny-mlp.trace.json"
+grep -q '"timing":"modeled"' "$tmp/tiny-mlp.trace.json" && ok || bad "the trace does not say modeled"
+(cd "$tmp" && "$fp" viz tiny-mlp.plan.json --format html >/dev/null 2>&1) && ok || bad "viz --format html"
+head -c 15 "$tmp/tiny-mlp.html" | grep -q '<!DOCTYPE html>' && ok || bad "no tiny-mlp.html"
+expect 0 "$fp" viz "$tmp/nohw.fpir" --format=trace -o -
+has out '"traceEvents"'
+has err "the plan names no hardware; simulating on h100-sxm"
+expect 0 "$fp" viz "$tmp/tiny-mlp.plan.json" --ranks 0,2-3 -o -
+[ "$(grep -c '"name":"process_name"' "$tmp/out")" = 3 ] && ok || bad "--ranks 0,2-3 does not show 3 ranks"
+expect 2 "$fp" viz
+has err "missing PLAN"
+expect 2 "$fp" viz "$tmp/tiny-mlp.plan.json" --format=svg
+has err "unknown --format 'svg' (expected trace or html)"
+expect 2 "$fp" viz "$tmp/tiny-mlp.plan.json" --ranks 1-
+has err "--ranks: expected the end of a range"
+expect 2 "$fp" viz "$tmp/tiny-mlp.plan.json" --ranks 3-1
+expect 2 "$fp" viz "$tmp/tiny-mlp.plan.json" --ranks 0,,1
+expect 2 "$fp" viz "$tmp/tiny-mlp.plan.json" --ranks 0-100
+has err "at most 64 ranks"
+expect 2 "$fp" viz "$tmp/tiny-mlp.plan.json" -o
+# a rank outside the plan's world is an input error, and nothing is written
+expect 1 "$fp" viz "$tmp/tiny-mlp.plan.json" --ranks 9 -o "$tmp/r9.json"
+has err "flexplan: error: --ranks: rank 9 is not a rank of the plan (world_size 4)"
+[ ! -e "$tmp/r9.json" ] && ok || bad "output written for --ranks 9"
+[ -z "$(ls "$tmp" | grep '\.tmp\.')" ] && ok || bad "temporary file left behind"
+expect 1 "$fp" viz "$tmp/tampered.json" -o "$tmp/tt.json"
+has err "tampered.json:"
+# a plan whose machine is too slow for a finite step: an input error for
+# simulate, explain and viz, nothing written
+sed 's/nvlink_gbps=[0-9.e+]*/nvlink_gbps=1e-310/' "$tmp/t.fpir" >"$tmp/slow.fpir"
+for cmd in simulate explain viz; do
+  expect 1 "$fp" $cmd "$tmp/slow.fpir" $([ $cmd = viz ] && echo "-o $tmp/slow.out")
+  has err "slow.fpir: error: the modeled step time on hardware 'h100-sxm' is not a finite number"
+done
+[ ! -e "$tmp/slow.out" ] && ok || bad "viz wrote a file for a plan it could not simulate"
+# compile --emit=trace|html write what viz writes of the compiled plan
+expect 0 "$fp" compile "$ex" --emit=trace -o "$tmp/e.trace.json"
+"$fp" viz "$tmp/tiny-mlp.plan.json" -o "$tmp/v.trace.json" 2>/dev/null
+cmp -s "$tmp/e.trace.json" "$tmp/v.trace.json" && ok || bad "compile --emit=trace differs from viz"
+expect 0 "$fp" compile "$ex" --emit=html -o "$tmp/e.html" --ranks 1
+"$fp" viz "$tmp/tiny-mlp.plan.json" --format=html --ranks 1 -o "$tmp/v.html" 2>/dev/null
+cmp -s "$tmp/e.html" "$tmp/v.html" && ok || bad "compile --emit=html differs from viz --format=html"
+expect 2 "$fp" compile "$ex" --ranks 1 -o "$tmp/x.json"
+has err "--ranks picks the ranks of --emit=trace or --emit=html"
+(cd "$tmp" && "$fp" compile "$ex" --emit=html >/dev/null 2>"$tmp/err") && ok || bad "compile --emit=html default -o"
+has err "wrote tiny-mlp.html"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

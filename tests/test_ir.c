@@ -46,6 +46,7 @@ static kit kitchen(fp_arena *a) {
   p->grad_accumulation = 2;
   p->arena_bytes = 1792;
   p->host_bytes = 256;
+  p->memory_budget_bytes = 1 << 20;
   p->hw = (fp_hw){.name = "test machine", .gpus_per_node = 4, .hbm_bytes = 1 << 20, .flops = 1e12,
                   .nvlink_gbps = 100, .ib_gbps = 10.5, .hbm_gbps = 1000, .pcie_gbps = 0.1, .base_us = 5,
                   .nvlink_hop_us = 1, .net_hop_us = 2.25, .launch_us = 1e-3};
@@ -422,7 +423,7 @@ static void roundtrip(const fp_prog *p) {
   assert_int_equal(q->nevents, p->nevents);
   assert_true(q->world_size == p->world_size && q->ranks_per_node == p->ranks_per_node &&
               q->grad_accumulation == p->grad_accumulation && q->arena_bytes == p->arena_bytes &&
-              q->host_bytes == p->host_bytes);
+              q->host_bytes == p->host_bytes && q->memory_budget_bytes == p->memory_budget_bytes);
   assert_true((p->hw.name == NULL) == (q->hw.name == NULL));
   if (p->hw.name) {
     assert_string_equal(p->hw.name, q->hw.name);
@@ -561,6 +562,7 @@ static void test_parse_errors(void **state) {
       {"fpir 2\n", "unsupported fpir version 2"},
       {"fpir 1\nworld_size 99999999999999999999\n", "t.fpir:2:12: error: world_size: integer out of range"},
       {"fpir 1\nbogus 1\n", "t.fpir:2:1: error: unknown directive 'bogus'"},
+      {"fpir 1\nmemory_budget_bytes 0\n", "t.fpir:2:21: error: memory_budget_bytes: 0 is out of range [1, 9223372036854775807]"},
       {"fpir 1\ncomm w size=1\n", "needs size= and stride="},
       {"fpir 1\ncomm 3 w size=1 stride=1\n", "t.fpir:2:6: error: communicator index 3 is out of sequence"},
       {"fpir 1\ntable t n=3\n  off 1 2\n  cnt 1 2 3\n", "t.fpir:2:1: error: table 't' declares n=3 but has 2 offsets"},
@@ -827,6 +829,13 @@ static void test_plan_tampered(void **state) {
   free(t);
   t = replace(j, "\"flops\":1e+12", "\"flops\":\"fast\"");
   expect_plan_error(t, "/hardware/flops: expected a number, got a string");
+  free(t);
+  /* so is the memory budget, a positive integer when present */
+  t = replace(j, "\"memory_budget_bytes\": 1048576", "\"memory_budget_bytes\": 1048577");
+  expect_plan_error(t, "content hash mismatch");
+  free(t);
+  t = replace(j, "\"memory_budget_bytes\": 1048576", "\"memory_budget_bytes\": 0");
+  expect_plan_error(t, "/memory_budget_bytes: 0 is out of range");
   free(t);
   /* the memory timeline is not, but must be well formed and self-consistent */
   t = replace(j, "\"peak_bytes\":2304", "\"peak_bytes\":2305");
@@ -1147,6 +1156,31 @@ static void test_explain(void **state) {
   assert_non_null(strstr(buf, "waits e1"));
   assert_non_null(strstr(buf, "pre_forward(layers.0) mb0"));
   int lines = 0;
+  for (char *c = buf; *c; c++) lines += *c == '\n';
+  assert_int_equal(lines, k.p->nops + 1);
+  assert_null(strstr(buf, "modeled start us"));
+  free(buf);
+  /* with modeled times: two more columns, still one row per op; a wait names
+   * the op that recorded its event */
+  double *st = fp_alloc_array(a, (size_t)k.p->nops, sizeof *st), *en = fp_alloc_array(a, (size_t)k.p->nops, sizeof *en);
+  for (int32_t i = 0; i < k.p->nops; i++) st[i] = 1.5 * i, en[i] = 1.5 * i + 0.25;
+  buf = NULL;
+  n = 0;
+  f = open_memstream(&buf, &n);
+  fp_ir_explain_modeled(k.p, st, en, f);
+  fclose(f);
+  assert_non_null(strstr(buf, "modeled start us  modeled end us\n"));
+  assert_non_null(strstr(buf, "4.500           4.750\n")); /* op 3 */
+  int32_t rec = -1, wait = -1;
+  for (int32_t i = 0; i < k.p->nops && wait < 0; i++) {
+    if (k.p->ops[i].code == FP_OP_RECORD && k.p->ops[i].event == 1) rec = i;
+    if (k.p->ops[i].code == FP_OP_WAIT && k.p->ops[i].event == 1) wait = i;
+  }
+  assert_true(rec >= 0 && wait > rec);
+  char want[64];
+  snprintf(want, sizeof want, "waits e1 (op %d)", (int)rec);
+  assert_non_null(strstr(buf, want));
+  lines = 0;
   for (char *c = buf; *c; c++) lines += *c == '\n';
   assert_int_equal(lines, k.p->nops + 1);
   free(buf);

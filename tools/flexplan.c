@@ -1,5 +1,5 @@
 /* flexplan.c - the command line: compile, check, print, verify, explain,
- * simulate.
+ * simulate, viz.
  *
  * Exit status: 0 ok, 1 input error (located messages on stderr), 2 usage,
  * 70 internal error (FP_ASSERT). Outputs are written atomically: into a
@@ -17,6 +17,7 @@
 #include "planner/front.h"
 #include "planner/json.h"
 #include "planner/pipeline.h"
+#include "viz/viz.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
 
@@ -24,12 +25,13 @@ static const char usage[] =
     "usage: flexplan <command> [options]\n"
     "\n"
     "commands:\n"
-    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary] [--hardware PRESET]\n"
-    "          [--policy P]\n"
+    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary|trace|html]\n"
+    "          [--hardware PRESET] [--policy P] [--ranks LIST]\n"
     "                 compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into\n"
-    "                 a plan (plan.json, default), its IR text (.fpir) or a JSON\n"
-    "                 summary; -o - writes to standard output. Default OUT:\n"
-    "                 <model name>.plan.json / .fpir; the summary goes to stdout.\n"
+    "                 a plan (plan.json, default), its IR text (.fpir), a JSON\n"
+    "                 summary, or what 'viz' writes (trace, html); -o - writes to\n"
+    "                 standard output. Default OUT: <model name>.plan.json / .fpir /\n"
+    "                 .trace.json / .html; the summary goes to stdout.\n"
     "                 --hardware replaces the spec's hardware preset (h100-sxm, h200).\n"
     "                 --policy fsdp2 lowers as PyTorch FSDP2 does by default\n"
     "                 (baseline for comparison); flexplan (default) as specified.\n"
@@ -37,10 +39,18 @@ static const char usage[] =
     "                 run the whole compiler, write nothing\n"
     "  print FILE     print a plan.json or .fpir as .fpir\n"
     "  verify FILE    verify a plan.json or .fpir (exit 0 valid, 1 invalid)\n"
-    "  explain FILE   print a plan.json or .fpir as a table, one row per op\n"
+    "  explain FILE [--hardware PRESET]\n"
+    "                 print a plan.json or .fpir as a table, one row per op, with\n"
+    "                 the modeled start and end of each (simulated as 'simulate' does)\n"
     "  simulate PLAN [--hardware PRESET]\n"
     "                 replay a plan.json or .fpir on the plan's hardware (or PRESET)\n"
     "                 and print the modeled time per segment and the totals\n"
+    "  viz PLAN [--format=trace|html] [-o OUT] [--ranks LIST] [--hardware PRESET]\n"
+    "                 the modeled schedule of a plan.json or .fpir as Chrome Trace\n"
+    "                 Event JSON for Perfetto (trace, default) or one self-contained\n"
+    "                 HTML page (html). --ranks 0,3,8-11 picks the ranks shown\n"
+    "                 (default: rank 0 and one rank of every other layout class).\n"
+    "                 Default OUT: <model name>.trace.json / .html (docs/viz.md)\n"
     "\n"
     "options:\n"
     "  -h, --help     this text\n"
@@ -134,16 +144,119 @@ static int unknown_preset(const char *name) {
   return EXIT_INPUT;
 }
 
+/* the machine to model P on: PRESET (--hardware), else the plan's, else
+ * h100-sxm with a note; false when PRESET is unknown (reported) */
+static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_hw *hw) {
+  if (preset) {
+    if (!fp_hw_preset(preset, hw)) return unknown_preset(preset), false;
+  } else if (p->hw.name) {
+    *hw = p->hw;
+  } else {
+    fp_hw_preset("h100-sxm", hw);
+    fprintf(stderr, "%s: note: the plan names no hardware; simulating on h100-sxm\n", path);
+  }
+  return true;
+}
+
+/* fp_simulate of p on hw; false after reporting a step that is not a finite
+ * number (a verified plan's machine is valid, but its rates may be absurdly
+ * small for the plan's work) */
+static bool simulate_plan(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const char *path, fp_sim *sim) {
+  if (fp_simulate(ar, p, hw, sim)) return true;
+  fprintf(stderr, "%s: error: the modeled step time on hardware '%s' is not a finite number: its rates are too "
+                  "small for the plan's work\n", path, hw->name);
+  return false;
+}
+
+/* ---- viz: --ranks and the writers ------------------------------------------------ */
+#define MAX_RANKS_SHOWN 64   /* --ranks: each rank shown repeats every op */
+#define MAX_DEFAULT_RANKS 16 /* default: rank 0 and up to 15 other layout classes */
+
+typedef struct rank_list {
+  int64_t v[MAX_RANKS_SHOWN];
+  int32_t n;
+} rank_list;
+
+/* "0,3,8-11" into *out (duplicates dropped, order kept); a usage error (2) or 0 */
+static int parse_ranks(const char *s, rank_list *out) {
+  out->n = 0;
+  const char *q = s;
+  if (!*q) return usage_error("--ranks needs a list of ranks, e.g. 0,3,8-11%s", "");
+  while (*q) {
+    char *end;
+    errno = 0;
+    if (*q < '0' || *q > '9') return usage_error("--ranks: expected a rank number at '%s'", q);
+    long long lo = strtoll(q, &end, 10), hi = lo;
+    if (errno) return usage_error("--ranks: number out of range at '%s'", q);
+    q = end;
+    if (*q == '-') {
+      q++;
+      if (*q < '0' || *q > '9') return usage_error("--ranks: expected the end of a range at '%s'", q);
+      errno = 0;
+      hi = strtoll(q, &end, 10);
+      if (errno) return usage_error("--ranks: number out of range at '%s'", q);
+      if (hi < lo) return usage_error("--ranks: a range ends before it starts at '%s'", q);
+      q = end;
+    }
+    for (long long r = lo; r <= hi; r++) {
+      bool dup = false;
+      for (int32_t k = 0; k < out->n && !dup; k++) dup = out->v[k] == r;
+      if (dup) continue;
+      if (out->n == MAX_RANKS_SHOWN) return usage_error("--ranks: at most 64 ranks at once (at '%s')", s);
+      out->v[out->n++] = r;
+    }
+    if (*q == ',') {
+      q++;
+      if (!*q) return usage_error("--ranks: a list ends in ',': '%s'", s);
+    } else if (*q) {
+      return usage_error("--ranks: unexpected '%s'", q);
+    }
+  }
+  return 0;
+}
+
+typedef enum {
+  VIZ_TRACE, /* Chrome Trace Event JSON (Perfetto) */
+  VIZ_HTML,  /* one self-contained HTML page */
+} viz_format;
+
+/* the view of p on hw written to o; false after reported errors */
+static bool write_view(fp_arena *ar, fp_diag *d, const char *where, const fp_prog *p, const fp_hw *hw,
+                       const rank_list *ranks, viz_format fmt, out_file *o) {
+  fp_viz v;
+  if (!fp_viz_build(ar, d, where, p, hw, ranks && ranks->n ? ranks->v : NULL, ranks ? ranks->n : 0, MAX_DEFAULT_RANKS,
+                    &v))
+    return false;
+  if ((!ranks || !ranks->n) && v.nclasses > v.nranks)
+    fprintf(stderr, "flexplan: note: the plan has %d layout classes; showing the first %d (choose with --ranks)\n",
+            (int)v.nclasses, (int)v.nranks);
+  return fmt == VIZ_TRACE ? fp_viz_trace(&v, o->f) : fp_viz_html(&v, o->f);
+}
+
 /* ---- compile / check ----------------------------------------------------------- */
-typedef enum { EMIT_PLAN, EMIT_IR, EMIT_SUMMARY } emit_kind;
+typedef enum {
+  EMIT_PLAN,    /* plan.json */
+  EMIT_IR,      /* the .fpir text */
+  EMIT_SUMMARY, /* the summary as JSON */
+  EMIT_TRACE,   /* what viz --format=trace writes */
+  EMIT_HTML,    /* what viz --format=html writes */
+} emit_kind;
 
 static int cmd_compile(int argc, char **argv, bool check_only) {
   const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;
   emit_kind emit = EMIT_PLAN;
   fp_policy policy = FP_POLICY_FLEXPLAN;
+  rank_list ranks = {.n = 0};
+  bool have_ranks = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--policy") || !strncmp(a, "--policy=", 9)) {
+    if ((!strcmp(a, "--ranks") || !strncmp(a, "--ranks=", 8)) && !check_only) {
+      const char *v = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
+      if (!v) return usage_error("option '%s' needs a value", a);
+      int rc = parse_ranks(v, &ranks);
+      if (rc) return rc;
+      have_ranks = true;
+    } else if (!strcmp(a, "--policy") || !strncmp(a, "--policy=", 9)) {
       const char *v = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
       if (!v) return usage_error("option '%s' needs a value (flexplan or fsdp2)", a);
       int p = fp_policy_parse(v);
@@ -165,7 +278,9 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
       if (!strcmp(k, "plan")) emit = EMIT_PLAN;
       else if (!strcmp(k, "ir")) emit = EMIT_IR;
       else if (!strcmp(k, "summary")) emit = EMIT_SUMMARY;
-      else return usage_error("unknown --emit kind '%s' (expected plan, ir or summary; one per call)", k);
+      else if (!strcmp(k, "trace")) emit = EMIT_TRACE;
+      else if (!strcmp(k, "html")) emit = EMIT_HTML;
+      else return usage_error("unknown --emit kind '%s' (expected plan, ir, summary, trace or html; one per call)", k);
     } else if (a[0] == '-' && a[1]) {
       return usage_error("unknown option '%s'", a);
     } else if (!model) {
@@ -175,6 +290,8 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
     }
   }
   if (!model) return usage_error("%s: missing MODEL", check_only ? "check" : "compile");
+  if (have_ranks && emit != EMIT_TRACE && emit != EMIT_HTML)
+    return usage_error("--ranks picks the ranks of --emit=trace or --emit=html%s", "");
   fp_hw preset;
   if (hw && !fp_hw_preset(hw, &preset)) return unknown_preset(hw);
 
@@ -203,7 +320,11 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
     if (emit == EMIT_SUMMARY)
       out = "-";
     else
-      out = fp_sprintf(ar, "%s.%s", m.name, emit == EMIT_PLAN ? "plan.json" : "fpir");
+      out = fp_sprintf(ar, "%s.%s", m.name,
+                       emit == EMIT_PLAN   ? "plan.json"
+                       : emit == EMIT_IR   ? "fpir"
+                       : emit == EMIT_HTML ? "html"
+                                           : "trace.json");
   }
   out_file o;
   if (!out_open(&o, out)) goto done;
@@ -212,6 +333,10 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   case EMIT_PLAN: ok = fp_plan_write(c.prog, o.f); break;
   case EMIT_IR: fp_ir_print(c.prog, o.f); break;
   case EMIT_SUMMARY: fp_summary_json(&sum, o.f); break;
+  case EMIT_TRACE:
+  case EMIT_HTML:
+    ok = write_view(ar, &d, model, c.prog, &c.prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, &o);
+    break;
   }
   if (!ok) {
     if (o.path) {
@@ -219,7 +344,7 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
       unlink(o.tmp);
       free(o.tmp);
     }
-    fprintf(stderr, "%s: error: cannot write the plan\n", out);
+    if (!d.nerrors) fprintf(stderr, "%s: error: cannot write the %s\n", out, emit == EMIT_TRACE ? "trace" : emit == EMIT_HTML ? "page" : "plan");
     goto done;
   }
   if (!out_commit(&o)) goto done;
@@ -234,7 +359,7 @@ done:
   return rc;
 }
 
-/* ---- print / verify / explain ------------------------------------------------- */
+/* ---- print / verify ------------------------------------------------------ */
 static int cmd_file(int argc, char **argv, const char *cmd) {
   if (argc != 1) return usage_error("%s: expected exactly one FILE", cmd);
   fp_arena *ar = fp_arena_new();
@@ -245,7 +370,6 @@ static int cmd_file(int argc, char **argv, const char *cmd) {
   if (p) {
     rc = EXIT_OK;
     if (!strcmp(cmd, "print")) fp_ir_print(p, stdout);
-    else if (!strcmp(cmd, "explain")) fp_ir_explain(p, stdout);
     else fprintf(stderr, "%s: ok: %d ops in %d segments, arena %lld bytes\n", argv[0], p->nops, p->nsegs,
                  (long long)p->arena_bytes);
     if (fflush(stdout) != 0) rc = EXIT_INPUT;
@@ -255,16 +379,79 @@ static int cmd_file(int argc, char **argv, const char *cmd) {
   return rc;
 }
 
-/* ---- simulate ------------------------------------------------------------------- */
-static int cmd_simulate(int argc, char **argv) {
-  const char *path = NULL, *hwname = NULL;
+/* options PLAN [--hardware PRESET] (explain, simulate); a usage error or 0 */
+static int plan_and_hw(int argc, char **argv, const char *cmd, const char **path, const char **hwname) {
+  *path = *hwname = NULL;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--hardware")) {
       if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
-      hwname = argv[++i];
+      *hwname = argv[++i];
     } else if (!strncmp(a, "--hardware=", 11)) {
-      hwname = a + 11;
+      *hwname = a + 11;
+    } else if (a[0] == '-' && a[1]) {
+      return usage_error("unknown option '%s'", a);
+    } else if (!*path) {
+      *path = a;
+    } else {
+      return usage_error("unexpected argument '%s'", a);
+    }
+  }
+  if (!*path) return usage_error("%s: missing PLAN", cmd);
+  return 0;
+}
+
+/* ---- explain: the table with the simulator's times --------------------------------- */
+static int cmd_explain(int argc, char **argv) {
+  const char *path, *hwname;
+  int rc = plan_and_hw(argc, argv, "explain", &path, &hwname);
+  if (rc) return rc;
+  fp_hw hw;
+  if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  rc = EXIT_INPUT;
+  fp_prog *p = read_program(ar, &d, path);
+  fp_sim sim;
+  if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
+    fp_ir_explain_modeled(p, sim.start_us, sim.end_us, stdout);
+    rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+  }
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  return rc;
+}
+
+/* ---- viz ------------------------------------------------------------------------- */
+static int cmd_viz(int argc, char **argv) {
+  const char *path = NULL, *hwname = NULL, *out = NULL;
+  viz_format fmt = VIZ_TRACE;
+  rank_list ranks = {.n = 0};
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char *val = NULL;
+    int opt = !strcmp(a, "--hardware") || !strncmp(a, "--hardware=", 11) ? 'h'
+              : !strcmp(a, "--format") || !strncmp(a, "--format=", 9) ? 'f'
+              : !strcmp(a, "--ranks") || !strncmp(a, "--ranks=", 8)   ? 'r'
+              : !strcmp(a, "-o")                                      ? 'o'
+                                                                      : 0;
+    if (opt) {
+      const char *eq = strchr(a, '=');
+      val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+      if (!val) return usage_error("option '%s' needs a value", a);
+    }
+    if (opt == 'h') {
+      hwname = val;
+    } else if (opt == 'o') {
+      out = val;
+    } else if (opt == 'f') {
+      if (!strcmp(val, "trace")) fmt = VIZ_TRACE;
+      else if (!strcmp(val, "html")) fmt = VIZ_HTML;
+      else return usage_error("unknown --format '%s' (expected trace or html)", val);
+    } else if (opt == 'r') {
+      int rc = parse_ranks(val, &ranks);
+      if (rc) return rc;
     } else if (a[0] == '-' && a[1]) {
       return usage_error("unknown option '%s'", a);
     } else if (!path) {
@@ -273,7 +460,7 @@ static int cmd_simulate(int argc, char **argv) {
       return usage_error("unexpected argument '%s'", a);
     }
   }
-  if (!path) return usage_error("%s: missing PLAN", "simulate");
+  if (!path) return usage_error("%s: missing PLAN", "viz");
   fp_hw hw;
   if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
   fp_arena *ar = fp_arena_new();
@@ -281,24 +468,45 @@ static int cmd_simulate(int argc, char **argv) {
   fp_diag_init(&d, stderr);
   int rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  if (!p) goto done;
-  if (!hwname) {
-    if (p->hw.name) {
-      hw = p->hw;
-    } else {
-      fp_hw_preset("h100-sxm", &hw);
-      fprintf(stderr, "%s: note: the plan names no hardware; simulating on h100-sxm\n", path);
+  if (!p || !pick_hw(p, hwname, path, &hw)) goto done;
+  if (!out) out = fp_sprintf(ar, "%s.%s", p->model && *p->model ? p->model : "plan", fmt == VIZ_HTML ? "html" : "trace.json");
+  out_file o;
+  if (!out_open(&o, out)) goto done;
+  if (!write_view(ar, &d, path, p, &hw, &ranks, fmt, &o)) {
+    if (o.path) {
+      fclose(o.f);
+      unlink(o.tmp);
+      free(o.tmp);
     }
-  }
-  fp_sim sim;
-  if (!fp_simulate(ar, p, &hw, &sim)) { /* a verified plan's machine is valid: its rates are absurdly small */
-    fprintf(stderr, "%s: error: the modeled step time on hardware '%s' is not a finite number: its rates are too "
-                    "small for the plan's work\n", path, hw.name);
+    if (!d.nerrors) fprintf(stderr, "%s: error: cannot write the %s\n", out, fmt == VIZ_HTML ? "page" : "trace");
     goto done;
   }
-  fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), stdout);
-  rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+  if (!out_commit(&o)) goto done;
+  if (o.path) fprintf(stderr, "  wrote %s\n", o.path);
+  rc = EXIT_OK;
 done:
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  return rc;
+}
+
+/* ---- simulate ------------------------------------------------------------------- */
+static int cmd_simulate(int argc, char **argv) {
+  const char *path, *hwname;
+  int rc = plan_and_hw(argc, argv, "simulate", &path, &hwname);
+  if (rc) return rc;
+  fp_hw hw;
+  if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  rc = EXIT_INPUT;
+  fp_prog *p = read_program(ar, &d, path);
+  fp_sim sim;
+  if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
+    fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), stdout);
+    rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+  }
   fp_diag_free(&d);
   fp_arena_free(ar);
   return rc;
@@ -321,7 +529,9 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
   if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
   if (!strcmp(cmd, "simulate")) return cmd_simulate(argc - 2, argv + 2);
-  if (!strcmp(cmd, "print") || !strcmp(cmd, "verify") || !strcmp(cmd, "explain"))
+  if (!strcmp(cmd, "explain")) return cmd_explain(argc - 2, argv + 2);
+  if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
+  if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
     return cmd_file(argc - 2, argv + 2, cmd);
   return usage_error("unknown command '%s'", cmd);
 }

@@ -1,0 +1,228 @@
+/* trace.c - fp_viz_trace: a view as Chrome Trace Event JSON (the JSON Object
+ * Format of the "Trace Event Format" document), which Perfetto
+ * (ui.perfetto.dev) and chrome://tracing open. docs/viz.md describes the
+ * file; tests/viz_trace_check.py checks its structure.
+ *
+ *   pid      one per rank shown: rank + 1 (Perfetto treats pid 0 as the
+ *            kernel's swapper), named "rank R" by process_name metadata
+ *   tid      one per stream: pid * 10 + stream + 1, named by thread_name
+ *   X        every op that runs on the rank, sync ops with zero duration;
+ *            args: op index, segment, stream, bucket, bytes, modeled times
+ *   s / f    a flow per wait: from the op before its record to the op after
+ *            the wait ("bp": "e": bound to the slice around the finish)
+ *   C        the memory timeline by category, and the budget
+ *   b / e    the live intervals of transient buffers and activations (they
+ *            overlap, so they are async events, not X)
+ *   M        names, sort order; "otherData" holds the plan hash and says
+ *            that every time is modeled
+ * ts is microseconds from the earliest op's start (the simulator's times
+ * shifted by -t_lo, so no ts is negative); args give the simulator's own. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "jw.h"
+#include "viz.h"
+
+typedef struct tw {
+  FILE *f;
+  bool first; /* no event written yet */
+  double t0;  /* the simulator's time at ts 0 */
+} tw;
+
+static void ev_begin(tw *w) {
+  fputs(w->first ? "\n" : ",\n", w->f);
+  w->first = false;
+}
+
+static void ts(tw *w, double t_us) {
+  fputs("\"ts\":", w->f);
+  fp_jw_us(w->f, t_us - w->t0);
+}
+
+static int64_t pid_of(int64_t rank) { return rank + 1; }
+static int64_t tid_of(int64_t rank, int s) { return pid_of(rank) * 10 + s + 1; }
+
+static void meta(tw *w, const char *name, int64_t pid, int64_t tid, const char *key, const char *sval, int64_t ival) {
+  ev_begin(w);
+  fprintf(w->f, "{\"ph\":\"M\",\"name\":\"%s\",\"pid\":%" PRId64, name, pid);
+  if (tid >= 0) fprintf(w->f, ",\"tid\":%" PRId64, tid);
+  fprintf(w->f, ",\"args\":{\"%s\":", key);
+  if (sval)
+    fp_jw_str(w->f, sval);
+  else
+    fp_jw_i64(w->f, ival);
+  fputs("}}", w->f);
+}
+
+static void op_event(tw *w, const fp_viz *v, int64_t rank, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  FILE *f = w->f;
+  char buf[512];
+  double st = v->sim.start_us[i], en = v->sim.end_us[i];
+  ev_begin(w);
+  fp_viz_op_label(v, i, buf, sizeof buf);
+  fputs("{\"ph\":\"X\",\"name\":", f);
+  fp_jw_str(f, buf);
+  static const char *const cls[] = {"comm", "local", "sync", "compute"};
+  fprintf(f, ",\"cat\":\"%s\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",", cls[fp_op_class(op->code)], pid_of(rank),
+          tid_of(rank, op->stream));
+  ts(w, st);
+  fputs(",\"dur\":", f);
+  fp_jw_us(f, en - st);
+  fprintf(f, ",\"args\":{\"op\":%" PRId32 ",\"opcode\":\"%s\",\"segment\":", i, fp_op_name(op->code));
+  fp_viz_seg_label(v, op->seg, buf, sizeof buf);
+  fp_jw_str(f, buf);
+  fprintf(f, ",\"stream\":\"%s\",\"bucket\":", fp_stream_name(op->stream));
+  fp_jw_str(f, op->bucket >= 0 && op->bucket < p->nbuckets ? p->buckets[op->bucket] : NULL);
+  fputs(",\"bytes\":", f);
+  fp_jw_i64(f, fp_viz_bytes(v, i, rank));
+  fputs(",\"modeled_us\":", f);
+  fp_jw_us(f, en - st);
+  fputs(",\"modeled_start_us\":", f);
+  fp_jw_us(f, st);
+  fputs(",\"modeled_end_us\":", f);
+  fp_jw_us(f, en);
+  fp_opclass c = fp_op_class(op->code);
+  if (c == FP_OPC_COMM || c == FP_OPC_LOCAL) {
+    fprintf(f, ",\"dtype\":\"%s\"", fp_dtype_name(op->dtype));
+    if (op->comm >= 0 && op->comm < p->ncomms) {
+      fputs(",\"comm\":", f);
+      fp_jw_str(f, p->comms[op->comm].name);
+    }
+  }
+  if (op->group >= 0) fprintf(f, ",\"group\":%" PRId32, op->group);
+  if (c == FP_OPC_SYNC) fprintf(f, ",\"event\":%" PRId32, op->event);
+  if (op->code == FP_OP_COMPUTE) fprintf(f, ",\"flops\":%.6g", op->alpha);
+  if (op->only >= 0) fprintf(f, ",\"rank_index\":%" PRId64, fp_viz_g(v, i, rank));
+  fputs("}}", f);
+}
+
+static void flow_event(tw *w, const fp_viz *v, int64_t rank, int32_t i, const char *ph, int64_t id,
+                       const char *name) {
+  /* bound inside the op's slice: its middle (an instant's own time) */
+  double t = (v->sim.start_us[i] + v->sim.end_us[i]) / 2;
+  ev_begin(w);
+  fprintf(w->f, "{\"ph\":\"%s\",%s\"id\":%" PRId64 ",\"name\":", ph, ph[0] == 'f' ? "\"bp\":\"e\"," : "", id);
+  fp_jw_str(w->f, name);
+  fprintf(w->f, ",\"cat\":\"dependency\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",", pid_of(rank),
+          tid_of(rank, v->p->ops[i].stream));
+  ts(w, t);
+  fputs("}", w->f);
+}
+
+static void counters(tw *w, const fp_viz *v, int64_t rank) {
+  const fp_memtl *tl = v->tl;
+  FILE *f = w->f;
+  for (int32_t k = 0; k <= tl->npts && tl->npts > 0; k++) {
+    /* the last point again at the end of the step, so the track spans it */
+    const fp_memtl_point *q = &tl->pts[k < tl->npts ? k : tl->npts - 1];
+    double t = k < tl->npts ? q->t_us : fmax(v->t_hi, q->t_us);
+    ev_begin(w);
+    fprintf(f, "{\"ph\":\"C\",\"name\":\"memory (modeled)\",\"pid\":%" PRId64 ",", pid_of(rank));
+    ts(w, t);
+    fputs(",\"args\":{", f);
+    for (int c = 0; c < FP_MEMTL_NCATS; c++) fprintf(f, "%s\"%s\":%" PRId64, c ? "," : "", fp_memtl_cat_name(c), q->bytes[c]);
+    fputs("}}", f);
+  }
+  for (int k = 0; k < 2; k++) {
+    ev_begin(w);
+    fprintf(f, "{\"ph\":\"C\",\"name\":\"%s\",\"pid\":%" PRId64 ",",
+            v->budget_from_plan ? "memory budget" : "device memory (no budget in the plan)", pid_of(rank));
+    ts(w, k ? v->t_hi : v->t_lo);
+    fprintf(f, ",\"args\":{\"bytes\":%" PRId64 "}}", v->budget);
+  }
+}
+
+static void lifetimes(tw *w, const fp_viz *v, int64_t rank, int64_t *id) {
+  const fp_prog *p = v->p;
+  FILE *f = w->f;
+  for (int32_t k = 0; k < v->nlives; k++) {
+    const fp_viz_life *l = &v->lives[k];
+    char name[512];
+    if (l->buf >= 0)
+      snprintf(name, sizeof name, "%s", p->bufs[l->buf].name ? p->bufs[l->buf].name : "?");
+    else
+      snprintf(name, sizeof name, "activations %s mb%" PRId32, p->mods[l->module].name, l->micro);
+    int64_t my = ++*id;
+    for (int e = 0; e < 2; e++) {
+      ev_begin(w);
+      fprintf(f, "{\"ph\":\"%c\",\"cat\":\"memory\",\"id\":%" PRId64 ",\"name\":", e ? 'e' : 'b', my);
+      fp_jw_str(f, name);
+      fprintf(f, ",\"pid\":%" PRId64 ",", pid_of(rank));
+      ts(w, e ? l->t1 : l->t0);
+      if (!e) {
+        fprintf(f, ",\"args\":{\"category\":\"%s\",\"bytes\":%" PRId64 ",\"from_op\":%" PRId32 ",\"to_op\":%" PRId32,
+                fp_memtl_cat_name(l->cat), l->bytes, l->first, l->last);
+        if (l->buf >= 0) fprintf(f, ",\"offset\":%" PRId64, p->bufs[l->buf].offset);
+        fputs(",\"modeled_start_us\":", f);
+        fp_jw_us(f, l->t0);
+        fputs(",\"modeled_end_us\":", f);
+        fp_jw_us(f, l->t1);
+        fputs("}", f);
+      }
+      fputs("}", f);
+    }
+  }
+}
+
+bool fp_viz_trace(const fp_viz *v, FILE *f) {
+  const fp_prog *p = v->p;
+  tw w = {f, true, v->t_lo};
+  char buf[512];
+  fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"generator\":\"flexplan viz " FP_VERSION "\",\"timing\":\"modeled\",", f);
+  fputs("\"note\":\"every time in this trace is modeled by flexplan's simulator (docs/cost-model.md), not measured; "
+        "ts 0 is the earliest modeled op start of the steady-state step\",",
+        f);
+  fprintf(f, "\"plan_hash\":\"fnv1a64:%016" PRIx64 "\",\"model\":", v->hash);
+  fp_jw_str(f, p->model);
+  fputs(",\"strategy\":", f);
+  fp_jw_str(f, p->strategy);
+  fprintf(f, ",\"world_size\":%" PRId64 ",\"hardware\":", p->world_size);
+  fp_jw_str(f, v->hw.name);
+  fputs(",\"modeled_step_us\":", f);
+  fp_jw_us(f, v->sim.step_us);
+  fputs(",\"modeled_exposed_comm_us\":", f);
+  fp_jw_us(f, v->sim.exposed_comm_us);
+  fputs(",\"ts_origin_us\":", f);
+  fp_jw_us(f, v->t_lo);
+  fprintf(f, ",\"memory_budget_bytes\":%" PRId64 ",\"budget_source\":\"%s\",\"layout_classes\":%" PRId32 "},\n",
+          v->budget, v->budget_from_plan ? "plan" : "device memory (the plan has no budget)", v->nclasses);
+  fputs("\"traceEvents\":[", f);
+
+  int64_t id = 0;
+  for (int32_t k = 0; k < v->nranks; k++) {
+    const fp_viz_rank *R = &v->ranks[k];
+    int64_t pid = pid_of(R->rank);
+    snprintf(buf, sizeof buf, "rank %" PRId64, R->rank);
+    meta(&w, "process_name", pid, -1, "name", buf, 0);
+    snprintf(buf, sizeof buf, "modeled; layout class %" PRId32 " of %" PRId32 " (%" PRId64 " rank%s)", R->cls + 1,
+             v->nclasses, R->members, R->members == 1 ? "" : "s");
+    meta(&w, "process_labels", pid, -1, "labels", buf, 0);
+    meta(&w, "process_sort_index", pid, -1, "sort_index", NULL, k);
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      meta(&w, "thread_name", pid, tid_of(R->rank, s), "name", fp_stream_name(s), 0);
+      meta(&w, "thread_sort_index", pid, tid_of(R->rank, s), "sort_index", NULL, s);
+    }
+  }
+  for (int32_t k = 0; k < v->nranks; k++) {
+    int64_t r = v->ranks[k].rank;
+    for (int32_t i = 0; i < p->nops; i++)
+      if (fp_viz_runs(v, i, r)) op_event(&w, v, r, i);
+    for (int32_t j = 0; j < v->nflows; j++) {
+      const fp_viz_flow *fl = &v->flows[j];
+      int32_t from, to;
+      fp_viz_flow_ends(v, fl, r, &from, &to);
+      snprintf(buf, sizeof buf, "e%" PRId32 ": op %" PRId32 " -> op %" PRId32 "%s", p->ops[fl->wait].event, from, to,
+               fl->next_step ? " (next step)" : "");
+      ++id;
+      flow_event(&w, v, r, from, "s", id, buf);
+      flow_event(&w, v, r, to, "f", id, buf);
+    }
+    counters(&w, v, r);
+    lifetimes(&w, v, r, &id);
+  }
+  fputs("\n]}\n", f);
+  return !ferror(f);
+}

@@ -1,0 +1,722 @@
+/* viz.js - the viewer of `flexplan viz --format=html` (docs/viz.md), compiled
+ * into flexplan by viz/embed.cmake. Plain JavaScript, no libraries, nothing
+ * fetched: it reads the plan's view from the JSON in #fpdata (viz/html.c
+ * writes it) and draws, as SVG, per rank shown: the hooks (segments), one lane
+ * per stream with a box per op coloured by kind, exposed communication on the
+ * compute lane, and arrows for the waits; below, the memory timeline stacked
+ * by category with the budget and the peak, and a list of what is live at the
+ * peak (or at a clicked instant). Wheel zooms, drag pans, shift-drag zooms to
+ * a range. Every redraw walks only the ops in view and merges runs of boxes
+ * narrower than a pixel into one grey box, so a plan of any size draws a few
+ * thousand elements at most. After the first draw it writes a self-test
+ * record into #fpviz-selftest (status, errors, boxes drawn, ops covered,
+ * timings) for the headless-browser test (tests/viz_html_check.py); with
+ * #selftest in the URL it also drives the tooltips, wheel, drag and click,
+ * and with #bench it times 20 zooming redraws. */
+(function () {
+  "use strict";
+  var tStart = window.performance ? performance.now() : 0;
+  var errors = [];
+  window.addEventListener("error", function (e) { errors.push(String(e.message || e)); });
+  document.addEventListener("securitypolicyviolation", function (e) {
+    errors.push("Content-Security-Policy refused " + e.blockedURI + " (" + e.violatedDirective + ")");
+  });
+  var origError = console.error;
+  console.error = function () {
+    errors.push(Array.prototype.join.call(arguments, " "));
+    return origError.apply(console, arguments);
+  };
+
+  var D = JSON.parse(document.getElementById("fpdata").textContent);
+  var M = D.meta, O = D.ops, N = O.code.length;
+  var ST = Float64Array.from(O.st), EN = Float64Array.from(O.en);
+  var NS = "http" + "://www.w3.org/2000/svg"; /* the SVG namespace: a name, never fetched */
+
+  /* ---- layout constants (px) ------------------------------------------------ */
+  var LABEL_W = 178, RIGHT = 14, AXIS_H = 24, RANK_H = 20, HOOK_H = 15, LANE_H = 28, LANE_GAP = 4;
+  var MEM_H = 190, MEM_GAP = 30, MEM_AXIS = 20, MIN_PX = 1, MAX_ARROWS = 400;
+
+  /* ---- kinds and formats ------------------------------------------------------ */
+  var KIND = {
+    all_gather: "gather", all_gather_v: "gather", broadcast: "gather",
+    reduce_scatter: "reduce", reduce_scatter_v: "reduce", reduce: "reduce",
+    all_reduce: "allreduce", send: "p2p", recv: "p2p",
+    cast: "cast", quantize_mxfp8: "cast", dequantize_mxfp8: "cast",
+    copy: "copy", h2d: "copy", d2h: "copy", add: "math", scale: "math", memset: "math",
+    record: "record", wait: "wait"
+  };
+  var KIND_LABEL = [["fwd", "forward"], ["bwd", "backward"], ["opt", "optimizer"], ["gather", "all-gather / broadcast"],
+    ["reduce", "reduce-scatter / reduce"], ["allreduce", "all-reduce"], ["p2p", "send / recv"], ["cast", "cast"],
+    ["copy", "copy"], ["math", "add / scale / memset"], ["record", "record"], ["wait", "wait"]];
+  function opName(i) { return D.opnames[O.code[i]]; }
+  function opClass(i) { return D.opclass[O.code[i]]; }
+  function kindOf(i) {
+    if (opClass(i) === "compute") return ["fwd", "bwd", "opt"][O.pass[i]] || "fwd";
+    return KIND[opName(i)] || "copy";
+  }
+  function esc(s) {
+    return String(s).replace(/[&<>"']/g, function (c) {
+      return {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;"}[c];
+    });
+  }
+  function fmtBytes(b) {
+    var u = ["B", "KiB", "MiB", "GiB", "TiB"], k = 0;
+    while (Math.abs(b) >= 1024 && k < u.length - 1) { b /= 1024; k++; }
+    return (k ? b.toFixed(b >= 100 ? 1 : 2) : String(b)) + " " + u[k];
+  }
+  function fmtUs(us) {
+    var a = Math.abs(us);
+    if (a >= 1e6) return (us / 1e6).toFixed(3) + " s";
+    if (a >= 1e3) return (us / 1e3).toFixed(3) + " ms";
+    return us.toFixed(3) + " \u00b5s";
+  }
+  /* an axis label: the unit of the step, only the decimals the step needs */
+  function fmtTick(us, step) {
+    var u = step >= 1e5 ? [1e6, " s"] : step >= 100 ? [1e3, " ms"] : [1, " \u00b5s"];
+    var d = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / u[0]) + 1e-9)));
+    return (us / u[0]).toFixed(d) + u[1];
+  }
+  function fmtInt(n) { return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
+  function label(i) {
+    var c = opClass(i);
+    if (c === "compute") {
+      var what = ["forward", "backward", "optimizer"][O.pass[i]];
+      return O.mod[i] >= 0 ? what + " " + D.mods[O.mod[i]] : what;
+    }
+    if (c === "sync") return opName(i) + " e" + O.ev[i];
+    return O.bucket[i] >= 0 ? opName(i) + " " + D.buckets[O.bucket[i]] : opName(i);
+  }
+
+  /* ---- ranks: the ops each runs, per stream (program order = time order) ------- */
+  var R = D.ranks.map(function (rk) {
+    var skip = new Uint8Array(N), bytes = {};
+    rk.skip.forEach(function (i) { skip[i] = 1; });
+    rk.bytes.forEach(function (p) { bytes[p[0]] = p[1]; });
+    var lanes = D.streams.map(function () { return []; });
+    var nops = 0;
+    for (var i = 0; i < N; i++) if (!skip[i]) { lanes[O.stream[i]].push(i); nops++; }
+    return {rank: rk.rank, cls: rk.cls, members: rk.members, skip: skip, bytes: bytes, flows: rk.flows,
+            lanes: lanes.map(function (l) { return Int32Array.from(l); }), nops: nops};
+  });
+  function bytesOn(r, i) { return R[r].bytes[i] !== undefined ? R[r].bytes[i] : O.bytes[i]; }
+  var waitRecord = {}; /* wait op -> record op */
+  D.flows.forEach(function (f) { waitRecord[f[0]] = f[1]; });
+  var exposedByWait = {};
+  D.exposed.forEach(function (x, j) { exposedByWait[x[2]] = j; });
+
+  /* ---- memory ------------------------------------------------------------------ */
+  var PTS = D.mem.pts, NC = D.cats.length;
+  function total(p) { var s = 0; for (var c = 1; c <= NC; c++) s += p[c]; return s; }
+  var peakPt = PTS[D.mem.peak] || [0], peakT = peakPt[0], peakBytes = total(peakPt);
+  /* bytes live at instant t, per category: the last point at or before t */
+  function ptAt(t) {
+    var lo = 0, hi = PTS.length - 1, k = -1;
+    while (lo <= hi) { var m = (lo + hi) >> 1; if (PTS[m][0] <= t) { k = m; lo = m + 1; } else hi = m - 1; }
+    return k < 0 ? null : PTS[k];
+  }
+  /* what is live at t: the same rule as the timeline (docs/cost-model.md) */
+  function liveAt(t) {
+    var L = D.lives, out = [];
+    for (var k = 0; k < L.t0.length; k++) {
+      var t0 = L.t0[k], t1 = L.t1[k];
+      if ((t0 <= t && t < t1) || (t0 === t && t1 === t)) out.push(k);
+    }
+    out.sort(function (a, b) { return L.bytes[b] - L.bytes[a]; });
+    return out;
+  }
+  function lifeName(k) {
+    var L = D.lives;
+    return L.buf[k] >= 0 ? D.bufs.name[L.buf[k]] : "activations of " + D.mods[L.mod[k]] + " mb" + L.micro[k];
+  }
+
+  /* ---- the page ---------------------------------------------------------------- */
+  var app = document.getElementById("app");
+  var budgetName = M.budget_from_plan ? "budget" : "device memory";
+  app.innerHTML =
+    "<div id=\"figures\"></div>" +
+    "<div id=\"controls\"><button data-act=\"fit\" title=\"show the whole step (0)\">fit</button>" +
+    "<button data-act=\"in\" title=\"zoom in (+)\">+</button><button data-act=\"out\" title=\"zoom out (-)\">\u2212</button>" +
+    "<button data-act=\"peak\" title=\"zoom to the memory peak\">peak</button>" +
+    "<label><input type=\"checkbox\" id=\"arrows\" checked> dependency arrows</label>" +
+    "<span class=\"hint\">wheel: zoom \u00b7 drag: pan \u00b7 shift-drag: zoom to a range \u00b7 click the memory chart: what is live then</span></div>" +
+    "<div id=\"legend\"></div><div id=\"status\"></div>" +
+    "<div id=\"plot\"><svg id=\"svg\" xmlns=\"" + NS + "\"></svg></div>" +
+    "<div id=\"live\"></div><div id=\"tip\" hidden></div>" +
+    "<pre id=\"fpviz-selftest\" hidden></pre>";
+  var svg = document.getElementById("svg"), tip = document.getElementById("tip");
+  var statusEl = document.getElementById("status"), liveEl = document.getElementById("live");
+  var arrowsBox = document.getElementById("arrows");
+
+  document.getElementById("figures").innerHTML = [
+    ["modeled step", fmtUs(M.step_us)], ["compute", fmtUs(M.compute_us)],
+    ["exposed communication", fmtUs(M.exposed_us) + (M.step_us > 0 ? " (" + (100 * M.exposed_us / M.step_us).toFixed(1) + "%)" : "")],
+    ["peak memory", fmtBytes(M.peak_bytes)], [budgetName, fmtBytes(M.budget) + (M.budget_from_plan ? "" : " (no budget in the plan)")],
+    ["arena", fmtBytes(M.arena_bytes)], ["ops", fmtInt(M.nops)], ["layout classes", String(M.nclasses)]
+  ].map(function (f) { return "<span class=\"fig\"><span class=\"k\">" + esc(f[0]) + "</span> " + esc(f[1]) + "</span>"; }).join("");
+  document.getElementById("legend").innerHTML =
+    KIND_LABEL.map(function (k) { return "<span class=\"lg\"><i class=\"sw k-" + k[0] + "\"></i>" + esc(k[1]) + "</span>"; }).join("") +
+    "<span class=\"lg\"><i class=\"sw exposed-sw\"></i>exposed communication</span><span class=\"lg\"><i class=\"sw agg-sw\"></i>merged (zoom in)</span><br>" +
+    D.cats.map(function (c, k) { return "<span class=\"lg\"><i class=\"sw m-" + k + "\"></i>" + esc(c) + "</span>"; }).join("");
+
+  /* ---- geometry ------------------------------------------------------------------- */
+  var width = 1200, W = 1000, v0 = 0, v1 = 1;
+  var span0 = Math.max(M.t_hi - M.t_lo, 1e-3), pad = span0 * 0.01;
+  var full0 = M.t_lo - pad, full1 = M.t_hi + pad;
+  var laneY = []; /* [rank][stream] = y of the lane's top */
+  var memTop = 0, height = 0;
+  function layout() {
+    width = Math.max(600, Math.floor(document.getElementById("plot").clientWidth || window.innerWidth - 16));
+    W = width - LABEL_W - RIGHT;
+    var y = AXIS_H;
+    laneY = R.map(function () {
+      var top = y + RANK_H + HOOK_H + 2, ys = [];
+      for (var s = 0; s < D.streams.length; s++) ys.push(top + s * (LANE_H + LANE_GAP));
+      y = top + D.streams.length * (LANE_H + LANE_GAP) + 6;
+      return ys;
+    });
+    memTop = y + MEM_GAP;
+    height = memTop + MEM_H + MEM_AXIS + 6;
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+  }
+  function X(t) { return LABEL_W + (t - v0) / (v1 - v0) * W; }
+  function Xc(t) { return Math.max(LABEL_W - 2, Math.min(LABEL_W + W + 2, X(t))); }
+  function T(x) { return v0 + (x - LABEL_W) / W * (v1 - v0); }
+  function f1(x) { return Math.round(x * 10) / 10; }
+
+  /* ---- drawing ----------------------------------------------------------------------- */
+  var stats = {};
+  function niceStep(span, n) {
+    var raw = span / n, p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+  }
+  function axis(out) {
+    var step = niceStep(v1 - v0, Math.max(2, Math.floor(W / 110)));
+    var t = Math.ceil(v0 / step) * step;
+    out.push("<g class=\"axis\">");
+    for (; t <= v1; t += step) {
+      var x = f1(X(t));
+      out.push("<line x1=\"" + x + "\" x2=\"" + x + "\" y1=\"" + (AXIS_H - 5) + "\" y2=\"" + (memTop + MEM_H) + "\" class=\"grid\"/>");
+      out.push("<text x=\"" + x + "\" y=\"" + (AXIS_H - 8) + "\" text-anchor=\"middle\">" + esc(fmtTick(Math.abs(t) < step / 1e6 ? 0 : t, step)) + "</text>");
+    }
+    out.push("</g>");
+  }
+  function lowerBound(lane, t) { /* the first op in the lane that ends at or after t */
+    var lo = 0, hi = lane.length;
+    while (lo < hi) { var m = (lo + hi) >> 1; if (EN[lane[m]] < t) lo = m + 1; else hi = m; }
+    return lo;
+  }
+  function lane(out, r, s) {
+    var L = R[r].lanes[s], y = laneY[r][s], h = LANE_H, ticks = [];
+    var agg = null;
+    function box(i, x0, x1, yy, hh) {
+      var w = Math.max(MIN_PX, x1 - x0);
+      out.push("<rect class=\"op k-" + kindOf(i) + "\" data-op=\"" + i + "\" x=\"" + f1(x0) + "\" y=\"" + f1(yy) +
+               "\" width=\"" + f1(w) + "\" height=\"" + f1(hh) + "\"/>");
+      stats.boxes++;
+      if (w > 46 && hh >= 12) {
+        var t = label(i), room = Math.floor((w - 6) / 6.2);
+        if (room >= 4) out.push("<text class=\"bl\" x=\"" + f1(x0 + 3) + "\" y=\"" + f1(yy + hh / 2 + 4) + "\">" +
+                                esc(t.length > room ? t.slice(0, room - 1) + "\u2026" : t) + "</text>");
+      }
+    }
+    function flush() {
+      if (!agg) return;
+      if (agg.n === 1) { /* one op alone: its own box, a pixel wide */
+        box(agg.a, agg.x0, agg.x1, y, h);
+        agg = null;
+        return;
+      }
+      out.push("<rect class=\"agg\" data-a=\"" + agg.a + "\" data-b=\"" + agg.b + "\" data-n=\"" + agg.n + "\" data-s=\"" + s +
+               "\" x=\"" + f1(agg.x0) + "\" y=\"" + y + "\" width=\"" + f1(Math.max(MIN_PX, agg.x1 - agg.x0)) + "\" height=\"" + h + "\"/>");
+      stats.aggs++;
+      stats.merged += agg.n;
+      agg = null;
+    }
+    for (var k = lowerBound(L, v0); k < L.length; k++) {
+      var i = L[k];
+      if (ST[i] > v1) break;
+      if (opClass(i) === "sync") { ticks.push(i); continue; }
+      var j = k; /* a grouped call: its members run as one, with one start and end */
+      if (O.group[i] >= 0)
+        while (j + 1 < L.length && O.group[L[j + 1]] === O.group[i] && ST[L[j + 1]] === ST[i]) j++;
+      var x0 = Xc(ST[i]), x1 = Xc(EN[i]), n = j - k + 1;
+      if (x1 - x0 < MIN_PX) {
+        if (agg && x0 - agg.x1 < MIN_PX) { agg.x1 = Math.max(agg.x1, x1); agg.b = L[j]; agg.n += n; }
+        else { flush(); agg = {x0: x0, x1: x1, a: i, b: L[j], n: n}; }
+      } else if (n > 1 && h / n < 3) {
+        flush(); /* too many members to stack: one box for the call */
+        agg = {x0: x0, x1: x1, a: i, b: L[j], n: n};
+        flush();
+      } else {
+        flush();
+        for (var m = k; m <= j; m++) box(L[m], x0, x1, y + (m - k) * h / n, h / n - (n > 1 ? 0.5 : 0));
+      }
+      k = j;
+    }
+    flush();
+    /* sync ops: thin ticks, records at the top of the lane, waits at the bottom;
+     * ticks of one kind less than a pixel apart merge into one grey tick */
+    var tk = null, tks = {record: null, wait: null};
+    function flushTick() {
+      if (!tk) return;
+      var rec = opName(tk.a) === "record";
+      if (tk.n === 1) {
+        out.push("<rect class=\"op sync k-" + (rec ? "record" : "wait") + "\" data-op=\"" + tk.a + "\" x=\"" + f1(tk.x - 0.75) +
+                 "\" y=\"" + f1(rec ? y : y + h * 0.7) + "\" width=\"1.5\" height=\"" + f1(h * 0.3) + "\"/>");
+        stats.boxes++;
+      } else {
+        out.push("<rect class=\"agg tick\" data-sync=\"" + (rec ? "record" : "wait") + "\" data-a=\"" + tk.a + "\" data-b=\"" + tk.b +
+                 "\" data-n=\"" + tk.n + "\" data-s=\"" + s + "\" x=\"" + f1(tk.x - 0.75) + "\" y=\"" + f1(rec ? y : y + h * 0.7) +
+                 "\" width=\"1.5\" height=\"" + f1(h * 0.3) + "\"/>");
+        stats.aggs++;
+        stats.merged += tk.n;
+      }
+      tk = null;
+    }
+    ticks.forEach(function (i) {
+      var x = Xc(ST[i]), kd = opName(i);
+      tk = tks[kd];
+      if (tk && x - tk.x < MIN_PX) { tk.n++; tk.b = i; return; }
+      flushTick();
+      tks[kd] = {x: x, a: i, b: i, n: 1};
+    });
+    tk = tks.record; flushTick();
+    tk = tks.wait; flushTick();
+  }
+  function exposed(out, r) {
+    var y = laneY[r][0];
+    D.exposed.forEach(function (x, j) {
+      if (x[1] < v0 || x[0] > v1) return;
+      var a = Xc(x[0]), b = Xc(x[1]);
+      out.push("<rect class=\"exposed\" data-x=\"" + j + "\" x=\"" + f1(a) + "\" y=\"" + (y - 2) + "\" width=\"" +
+               f1(Math.max(MIN_PX, b - a)) + "\" height=\"" + (LANE_H + 4) + "\"/>");
+    });
+  }
+  function hooks(out, r) {
+    var y = laneY[r][0] - HOOK_H - 2, G = D.segs;
+    for (var k = 0; k < G.st.length; k++) {
+      if (G.en[k] < v0 || G.st[k] > v1) continue;
+      var a = Xc(G.st[k]), b = Xc(G.en[k]);
+      if (b - a < 2) continue;
+      out.push("<rect class=\"seg sk-" + G.kind[k] + "\" data-seg=\"" + k + "\" x=\"" + f1(a) + "\" y=\"" + y + "\" width=\"" +
+               f1(b - a) + "\" height=\"" + HOOK_H + "\"/>");
+      var room = Math.floor((b - a - 4) / 5.6);
+      if (room >= 6) {
+        var t = G.label[k];
+        out.push("<text class=\"sl\" x=\"" + f1(a + 2) + "\" y=\"" + (y + HOOK_H - 4) + "\">" +
+                 esc(t.length > room ? t.slice(0, room - 1) + "\u2026" : t) + "</text>");
+      }
+    }
+  }
+  function arrows(out, r) {
+    if (!arrowsBox.checked) return 0;
+    var F = R[r].flows, shown = [];
+    for (var j = 0; j < F.length; j++) {
+      var a = F[j][0], b = F[j][1], ta = EN[a], tb = ST[b];
+      if (Math.max(ta, tb) < v0 || Math.min(ta, tb) > v1) continue;
+      shown.push(j);
+      if (shown.length > MAX_ARROWS) return -1;
+    }
+    shown.forEach(function (j) {
+      var a = F[j][0], b = F[j][1], w = D.flows[j][0];
+      var x0 = Xc(EN[a]), y0 = laneY[r][O.stream[a]] + LANE_H / 2;
+      var x1 = Xc(ST[b]), y1 = laneY[r][O.stream[b]] + LANE_H / 2;
+      var dx = Math.max(12, Math.abs(x1 - x0) / 3);
+      var cls = exposedByWait[w] !== undefined ? "arrow hot" : "arrow";
+      out.push("<path class=\"" + cls + "\" data-w=\"" + w + "\" d=\"M" + f1(x0) + "," + f1(y0) + " C" + f1(x0 + dx) + "," + f1(y0) +
+               " " + f1(x1 - dx) + "," + f1(y1) + " " + f1(x1) + "," + f1(y1) + "\" marker-end=\"url(#ah" + (cls === "arrow" ? "" : "h") + ")\"/>");
+    });
+    return shown.length;
+  }
+  var memMax = 1, budgetOnChart = true;
+  function memory(out, gut) {
+    var top = memTop, h = MEM_H;
+    budgetOnChart = M.budget <= 4 * Math.max(peakBytes, 1);
+    var offScale = "";
+    memMax = Math.max(peakBytes, budgetOnChart ? M.budget : 0) * 1.08 || 1;
+    function Y(b) { return top + h - b / memMax * h; }
+    out.push("<rect class=\"membg\" x=\"" + LABEL_W + "\" y=\"" + top + "\" width=\"" + W + "\" height=\"" + h + "\"/>");
+    /* gridlines at round numbers of the binary unit the scale calls for */
+    var unit = memMax >= 1073741824 ? 1073741824 : memMax >= 1048576 ? 1048576 : memMax >= 1024 ? 1024 : 1;
+    var step = Math.max(1, niceStep(memMax / unit, 4)) * unit;
+    for (var b = 0; b <= memMax; b += step) {
+      out.push("<line class=\"grid\" x1=\"" + LABEL_W + "\" x2=\"" + (LABEL_W + W) + "\" y1=\"" + f1(Y(b)) + "\" y2=\"" + f1(Y(b)) + "\"/>");
+      gut.push("<text class=\"ml\" x=\"" + (LABEL_W - 6) + "\" y=\"" + f1(Y(b) + 4) + "\" text-anchor=\"end\">" + esc(fmtBytes(b)) + "</text>");
+    }
+    /* stacked step areas, one path per category */
+    var n = PTS.length, cum = new Float64Array(n);
+    for (var c = 1; c <= NC; c++) {
+      var upper = [], lower = [];
+      for (var k = 0; k < n; k++) {
+        var t0 = PTS[k][0], t1 = k + 1 < n ? PTS[k + 1][0] : Math.max(M.t_hi, t0);
+        if (t1 < v0 && k + 1 < n) { cum[k] += PTS[k][c]; continue; }
+        if (t0 > v1) break;
+        var a = f1(Xc(t0)), e = f1(Xc(t1));
+        lower.push(a + "," + f1(Y(cum[k])), e + "," + f1(Y(cum[k])));
+        cum[k] += PTS[k][c];
+        upper.push(a + "," + f1(Y(cum[k])), e + "," + f1(Y(cum[k])));
+      }
+      for (; k < n; k++) cum[k] += PTS[k][c];
+      if (upper.length) out.push("<path class=\"area m-" + (c - 1) + "\" data-c=\"" + (c - 1) + "\" d=\"M" + upper.join(" L") +
+                                 " L" + lower.reverse().join(" L") + " Z\"/>");
+    }
+    if (budgetOnChart) {
+      var yb = f1(Y(M.budget));
+      out.push("<line class=\"budget\" x1=\"" + LABEL_W + "\" x2=\"" + (LABEL_W + W) + "\" y1=\"" + yb + "\" y2=\"" + yb + "\"/>");
+      out.push("<text class=\"bl2\" x=\"" + (LABEL_W + W - 4) + "\" y=\"" + (yb - 4) + "\" text-anchor=\"end\">" + esc(budgetName + " " +
+               fmtBytes(M.budget) + (M.budget_from_plan ? "" : " (no budget in the plan)")) + "</text>");
+    } else {
+      offScale = "\u2191 " + budgetName + " " + fmtBytes(M.budget) + (M.budget_from_plan ? "" : " (no budget in the plan)") +
+        " is far above this scale";
+    }
+    if (peakT >= v0 && peakT <= v1) {
+      var xp = f1(X(peakT)), yp = f1(Y(peakBytes));
+      out.push("<line class=\"peak\" x1=\"" + xp + "\" x2=\"" + xp + "\" y1=\"" + top + "\" y2=\"" + (top + h) + "\"/>");
+      out.push("<circle class=\"peak\" id=\"peak-mark\" cx=\"" + xp + "\" cy=\"" + yp + "\" r=\"4\"/>");
+      var right = X(peakT) > LABEL_W + W * 0.62;
+      out.push("<text class=\"pl\" x=\"" + f1(X(peakT) + (right ? -6 : 6)) + "\" y=\"" + f1(Math.max(top + 12, Y(peakBytes) - 6)) +
+               "\"" + (right ? " text-anchor=\"end\"" : "") + ">" +
+               esc("peak " + fmtBytes(peakBytes) + " at " + fmtUs(peakT)) + "</text>");
+    }
+    if (inspectT !== null && inspectT >= v0 && inspectT <= v1) {
+      var xi = f1(X(inspectT));
+      out.push("<line class=\"inspect\" x1=\"" + xi + "\" x2=\"" + xi + "\" y1=\"" + top + "\" y2=\"" + (top + h) + "\"/>");
+    }
+    gut.push("<text class=\"title\" x=\"8\" y=\"" + (top - 10) + "\">memory (modeled)<tspan class=\"sub2\" dx=\"8\">" +
+             "device bytes per rank by category; the same on every rank (one arena)</tspan>" +
+             (offScale ? "<tspan class=\"off\" dx=\"12\">" + esc(offScale) + "</tspan>" : "") + "</text>");
+  }
+  function render() {
+    stats = {boxes: 0, aggs: 0, merged: 0, arrows: 0, arrowsHidden: false};
+    var out = ["<defs><clipPath id=\"clip\"><rect x=\"" + LABEL_W + "\" y=\"0\" width=\"" + W + "\" height=\"" + height + "\"/></clipPath>" +
+               "<marker id=\"ah\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\"><path d=\"M0,0 L8,4 L0,8 z\" class=\"ahead\"/></marker>" +
+               "<marker id=\"ahh\" viewBox=\"0 0 8 8\" refX=\"7\" refY=\"4\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\"><path d=\"M0,0 L8,4 L0,8 z\" class=\"ahead hot\"/></marker></defs>"];
+    axis(out);
+    R.forEach(function (rk, r) {
+      var y0 = laneY[r][0] - HOOK_H - RANK_H - 2;
+      out.push("<text class=\"rank\" x=\"8\" y=\"" + (y0 + 14) + "\">" + esc("rank " + rk.rank) + "</text>");
+      out.push("<text class=\"rank2\" x=\"" + LABEL_W + "\" y=\"" + (y0 + 14) + "\">" + esc("layout class " + (rk.cls + 1) + " of " +
+               M.nclasses + " (" + fmtInt(rk.members) + " rank" + (rk.members === 1 ? "" : "s") + ") \u00b7 " + fmtInt(rk.nops) + " ops") + "</text>");
+      out.push("<text class=\"ln\" x=\"8\" y=\"" + (laneY[r][0] - 5) + "\">hooks</text>");
+      D.streams.forEach(function (s, k) {
+        out.push("<rect class=\"lanebg\" x=\"" + LABEL_W + "\" y=\"" + laneY[r][k] + "\" width=\"" + W + "\" height=\"" + LANE_H + "\"/>");
+        out.push("<text class=\"ln\" x=\"8\" y=\"" + (laneY[r][k] + LANE_H / 2 + 4) + "\">" + esc(s) + (k === 0 ? " (trainer)" : "") + "</text>");
+      });
+      out.push("<g clip-path=\"url(#clip)\" data-r=\"" + r + "\">");
+      hooks(out, r);
+      exposed(out, r);
+      for (var s = 0; s < D.streams.length; s++) lane(out, r, s);
+      var na = arrows(out, r);
+      if (na < 0) stats.arrowsHidden = true; else stats.arrows += na;
+      out.push("</g>");
+    });
+    var gut = [];
+    out.push("<g clip-path=\"url(#clip)\" data-mem=\"1\">");
+    memory(out, gut);
+    out.push("</g>");
+    out.push.apply(out, gut);
+    svg.innerHTML = out.join("");
+    statusEl.textContent = "showing " + fmtUs(v0) + " \u2026 " + fmtUs(v1) + " (" + fmtUs(v1 - v0) + ") \u00b7 " + fmtInt(stats.boxes) +
+      " boxes, " + fmtInt(stats.merged) + " ops merged into " + fmtInt(stats.aggs) + " grey boxes (zoom in to separate them) \u00b7 " +
+      (stats.arrowsHidden ? "more than " + MAX_ARROWS + " waits in view: zoom in to see their arrows" : fmtInt(stats.arrows) + " dependency arrows");
+  }
+
+  /* ---- what is live (the peak, or a clicked instant) -------------------------------- */
+  var inspectT = null;
+  function showLive(t, why) {
+    var ks = liveAt(t), p = ptAt(t), L = D.lives;
+    var tot = p ? total(p) : 0;
+    var rows = [];
+    D.mem.persistent.forEach(function (pc, c) {
+      if (pc[1] > 0) rows.push("<tr><td>" + esc(pc[1] + " persistent " + D.cats[c] + " buffer" + (pc[1] === 1 ? "" : "s")) +
+                               "</td><td><i class=\"sw m-" + c + "\"></i>" + esc(D.cats[c]) + "</td><td class=\"n\">" + esc(fmtBytes(pc[0])) +
+                               "</td><td>all step</td></tr>");
+    });
+    var LIMIT = 60;
+    ks.slice(0, LIMIT).forEach(function (k) {
+      rows.push("<tr><td>" + esc(lifeName(k)) + "</td><td><i class=\"sw m-" + L.cat[k] + "\"></i>" + esc(D.cats[L.cat[k]]) +
+                "</td><td class=\"n\">" + esc(fmtBytes(L.bytes[k])) + "</td><td>" + esc(fmtUs(L.t0[k]) + " \u2026 " + fmtUs(L.t1[k])) + "</td></tr>");
+    });
+    if (ks.length > LIMIT) {
+      var rest = 0;
+      ks.slice(LIMIT).forEach(function (k) { rest += L.bytes[k]; });
+      rows.push("<tr><td>\u2026 and " + (ks.length - LIMIT) + " more</td><td></td><td class=\"n\">" + esc(fmtBytes(rest)) + "</td><td></td></tr>");
+    }
+    liveEl.innerHTML = "<h2>" + esc(why + ": " + fmtBytes(tot) + " live at " + fmtUs(t)) +
+      (M.budget ? " <span class=\"sub\">(" + esc((100 * tot / M.budget).toFixed(1) + "% of the " + budgetName + ", " + fmtBytes(M.budget) + ")") + "</span>" : "") +
+      "</h2><table><thead><tr><th>what</th><th>category</th><th>bytes</th><th>live (modeled)</th></tr></thead><tbody>" +
+      rows.join("") + "</tbody></table>";
+  }
+
+  /* ---- tooltips ----------------------------------------------------------------------- */
+  function opTip(i, r) {
+    var lines = ["<b>op " + i + " \u00b7 " + esc(label(i)) + "</b>",
+      esc(D.segs.label[O.seg[i]]) + " \u00b7 stream " + esc(D.streams[O.stream[i]])];
+    var c = opClass(i);
+    if (c === "comm" || c === "local") {
+      var parts = [];
+      if (O.bucket[i] >= 0) parts.push("bucket " + esc(D.buckets[O.bucket[i]]));
+      if (O.comm[i] >= 0) parts.push("comm " + esc(D.comms[O.comm[i]]));
+      parts.push(esc(D.dtypes[O.dtype[i]]) + (O.sdtype[i] !== O.dtype[i] ? " from " + esc(D.dtypes[O.sdtype[i]]) : ""));
+      parts.push(esc(fmtBytes(bytesOn(r, i))));
+      lines.push(parts.join(" \u00b7 "));
+      var ops = [];
+      if (O.dst[i] >= 0) ops.push(esc(D.bufs.name[O.dst[i]]));
+      if (O.src[i] >= 0) ops.push((O.dst[i] >= 0 ? "\u2190 " : "") + esc(D.bufs.name[O.src[i]]));
+      if (ops.length) lines.push(ops.join(" "));
+      if (O.group[i] >= 0) lines.push("grouped call " + O.group[i] + " (its members run as one call)");
+    } else if (c === "compute") {
+      lines.push(O.flops[i] > 0 ? esc(O.flops[i].toPrecision(3) + " flop") : "no flops in the model");
+    } else if (opName(i) === "wait" && waitRecord[i] !== undefined) {
+      lines.push("waits for op " + waitRecord[i] + " (" + esc(label(waitRecord[i])) + ", " + esc(D.streams[O.stream[waitRecord[i]]]) + ")");
+      if (exposedByWait[i] !== undefined) {
+        var x = D.exposed[exposedByWait[i]];
+        lines.push("<span class=\"hot\">compute idles " + esc(fmtUs(x[1] - x[0])) + " here</span>");
+      }
+    }
+    lines.push("modeled " + esc(fmtUs(ST[i])) + " \u2192 " + esc(fmtUs(EN[i])) + " (" + esc(fmtUs(EN[i] - ST[i])) + ")");
+    return lines.join("<br>");
+  }
+  function aggTip(el, r) {
+    var a = +el.dataset.a, b = +el.dataset.b, s = +el.dataset.s, L = R[r].lanes[s], counts = {};
+    var n = 0, bytes = 0, sync = el.dataset.sync; /* "record" or "wait" for merged ticks */
+    for (var k = lowerBound(L, ST[a]); k < L.length; k++) {
+      var i = L[k];
+      if (i < a) continue;
+      if (i > b) break;
+      if (sync ? opName(i) !== sync : opClass(i) === "sync") continue; /* box merges hold timed ops, tick merges one sync kind */
+      var kd = kindOf(i);
+      counts[kd] = (counts[kd] || 0) + 1;
+      bytes += bytesOn(r, i);
+      n++;
+    }
+    return "<b>" + fmtInt(+el.dataset.n) + " ops merged</b> (each narrower than a pixel: zoom in)<br>ops " + a + " \u2026 " + b +
+      "<br>" + Object.keys(counts).map(function (k) { return esc(k) + " \u00d7" + counts[k]; }).join(", ") +
+      (bytes ? "<br>" + esc(fmtBytes(bytes)) + " moved" : "") + "<br>modeled " + esc(fmtUs(ST[a])) + " \u2192 " + esc(fmtUs(EN[b]));
+  }
+  function expTip(j) {
+    var x = D.exposed[j], w = x[2];
+    var s = "<b class=\"hot\">exposed communication: " + esc(fmtUs(x[1] - x[0])) + "</b><br>";
+    if (opName(w) === "wait") {
+      s += "the compute stream waits (op " + w + ", " + esc(label(w)) + ")";
+      if (x[3] >= 0) s += "<br>for op " + x[3] + ": " + esc(label(x[3])) + " on " + esc(D.streams[O.stream[x[3]]]);
+    } else {
+      s += "a collective on the compute stream: op " + w + " " + esc(label(w));
+    }
+    return s + "<br>modeled " + esc(fmtUs(x[0])) + " \u2192 " + esc(fmtUs(x[1]));
+  }
+  function memTip(t) {
+    var p = ptAt(t);
+    if (!p) return null;
+    var s = "<b>" + esc(fmtBytes(total(p))) + " live at " + esc(fmtUs(t)) + "</b> (modeled)";
+    for (var c = NC; c >= 1; c--) if (p[c]) s += "<br><i class=\"sw m-" + (c - 1) + "\"></i>" + esc(D.cats[c - 1]) + " " + esc(fmtBytes(p[c]));
+    return s + "<br><span class=\"hint\">click: list what is live then</span>";
+  }
+  function showTip(html, ev) {
+    if (!html) { tip.hidden = true; return; }
+    tip.innerHTML = html;
+    tip.hidden = false;
+    var x = ev.clientX + 14, y = ev.clientY + 14, r = tip.getBoundingClientRect();
+    if (x + r.width > window.innerWidth - 4) x = Math.max(4, ev.clientX - r.width - 14);
+    if (y + r.height > window.innerHeight - 4) y = Math.max(4, ev.clientY - r.height - 14);
+    tip.style.left = x + "px";
+    tip.style.top = y + "px";
+  }
+  function svgX(ev) { var b = svg.getBoundingClientRect(); return ev.clientX - b.left; }
+  function svgY(ev) { var b = svg.getBoundingClientRect(); return ev.clientY - b.top; }
+  function inMemory(ev) { var y = svgY(ev); return y >= memTop && y <= memTop + MEM_H && svgX(ev) >= LABEL_W; }
+  svg.addEventListener("mousemove", function (ev) {
+    if (drag) return;
+    var el = ev.target, g = el.closest ? el.closest("[data-r]") : null, r = g ? +g.dataset.r : 0;
+    if (el.dataset && el.dataset.op !== undefined) return showTip(opTip(+el.dataset.op, r), ev);
+    if (el.dataset && el.dataset.n !== undefined) return showTip(aggTip(el, r), ev);
+    if (el.dataset && el.dataset.x !== undefined) return showTip(expTip(+el.dataset.x), ev);
+    if (el.dataset && el.dataset.seg !== undefined) {
+      var k = +el.dataset.seg;
+      return showTip("<b>" + esc(D.segs.label[k]) + "</b><br>hook (segment " + k + ")<br>modeled " + esc(fmtUs(D.segs.st[k])) +
+                     " \u2192 " + esc(fmtUs(D.segs.en[k])), ev);
+    }
+    if (el.dataset && el.dataset.w !== undefined) {
+      var w = +el.dataset.w;
+      return showTip("<b>dependency</b>: op " + w + " (" + esc(label(w)) + ") waits for op " + waitRecord[w] + " (" +
+                     esc(label(waitRecord[w])) + ")", ev);
+    }
+    if (inMemory(ev)) return showTip(memTip(T(svgX(ev))), ev);
+    showTip(null, ev);
+  });
+  svg.addEventListener("mouseleave", function () { tip.hidden = true; });
+
+  /* ---- zoom and pan ----------------------------------------------------------------- */
+  var pending = false;
+  function redraw() {
+    if (pending) return;
+    pending = true;
+    window.requestAnimationFrame(function () { pending = false; render(); });
+  }
+  function setView(a, b) {
+    var minSpan = 0.01, maxSpan = (full1 - full0) * 1.5;
+    var span = Math.min(maxSpan, Math.max(minSpan, b - a)), mid = (a + b) / 2;
+    if (b - a !== span) { a = mid - span / 2; b = mid + span / 2; }
+    var lo = full0 - span * 0.25, hi = full1 + span * 0.25;
+    if (a < lo) { b += lo - a; a = lo; }
+    if (b > hi) { a -= b - hi; b = hi; }
+    v0 = a; v1 = b;
+  }
+  function zoomAt(t, f) { setView(t - (t - v0) * f, t + (v1 - t) * f); redraw(); }
+  svg.addEventListener("wheel", function (ev) {
+    ev.preventDefault();
+    var d = ev.deltaY * (ev.deltaMode === 1 ? 33 : ev.deltaMode === 2 ? 400 : 1);
+    if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {
+      var dx = ev.shiftKey ? d : ev.deltaX;
+      setView(v0 + dx / W * (v1 - v0), v1 + dx / W * (v1 - v0));
+      return redraw();
+    }
+    zoomAt(T(Math.max(LABEL_W, svgX(ev))), Math.exp(d * 0.0015));
+  }, {passive: false});
+  var drag = null;
+  svg.addEventListener("pointerdown", function (ev) {
+    if (ev.button !== 0) return;
+    drag = {x: svgX(ev), v0: v0, v1: v1, shift: ev.shiftKey, moved: false, sel: null};
+    try { svg.setPointerCapture(ev.pointerId); } catch (e) { /* a pointer the browser does not track */ }
+  });
+  svg.addEventListener("pointermove", function (ev) {
+    if (!drag) return;
+    var dx = svgX(ev) - drag.x;
+    if (Math.abs(dx) > 3) drag.moved = true;
+    if (!drag.moved) return;
+    tip.hidden = true;
+    if (drag.shift) {
+      if (!drag.sel) { drag.sel = document.createElementNS(NS, "rect"); drag.sel.setAttribute("class", "sel"); svg.appendChild(drag.sel); }
+      var a = Math.min(drag.x, svgX(ev)), b = Math.max(drag.x, svgX(ev));
+      drag.sel.setAttribute("x", a); drag.sel.setAttribute("y", AXIS_H);
+      drag.sel.setAttribute("width", b - a); drag.sel.setAttribute("height", height - AXIS_H);
+      return;
+    }
+    var dt = dx / W * (drag.v1 - drag.v0);
+    setView(drag.v0 - dt, drag.v1 - dt);
+    redraw();
+  });
+  svg.addEventListener("pointerup", function (ev) {
+    if (!drag) return;
+    var d = drag;
+    drag = null;
+    if (d.shift && d.moved) {
+      var a = T(Math.min(d.x, svgX(ev))), b = T(Math.max(d.x, svgX(ev)));
+      setView(a, b);
+      return redraw();
+    }
+    if (!d.moved && inMemory(ev)) {
+      inspectT = T(svgX(ev));
+      showLive(inspectT, "clicked");
+      redraw();
+    }
+  });
+  document.getElementById("controls").addEventListener("click", function (ev) {
+    var act = ev.target.dataset ? ev.target.dataset.act : null;
+    if (act === "fit") { setView(full0, full1); redraw(); }
+    if (act === "in") zoomAt((v0 + v1) / 2, 0.5);
+    if (act === "out") zoomAt((v0 + v1) / 2, 2);
+    if (act === "peak") {
+      var sp = (full1 - full0) / 20;
+      setView(peakT - sp / 2, peakT + sp / 2);
+      inspectT = null;
+      showLive(peakT, "at the peak");
+      redraw();
+    }
+  });
+  arrowsBox.addEventListener("change", redraw);
+  document.addEventListener("keydown", function (ev) {
+    if (ev.target && ev.target.tagName === "INPUT") return;
+    var sp = v1 - v0;
+    if (ev.key === "+" || ev.key === "=") zoomAt((v0 + v1) / 2, 0.5);
+    else if (ev.key === "-" || ev.key === "_") zoomAt((v0 + v1) / 2, 2);
+    else if (ev.key === "0") { setView(full0, full1); redraw(); }
+    else if (ev.key === "ArrowLeft") { setView(v0 - sp / 5, v1 - sp / 5); redraw(); }
+    else if (ev.key === "ArrowRight") { setView(v0 + sp / 5, v1 + sp / 5); redraw(); }
+  });
+  window.addEventListener("resize", function () { layout(); redraw(); });
+
+  /* ---- first draw and the self-test record -------------------------------------------- */
+  layout();
+  setView(full0, full1);
+  /* #view=A,B (microseconds) opens the page on that window */
+  var hv = /view=(-?[0-9.eE+-]+),(-?[0-9.eE+-]+)/.exec(window.location.hash || "");
+  if (hv && +hv[2] > +hv[1]) setView(+hv[1], +hv[2]);
+  var drawn = false;
+  var tDraw = window.performance ? performance.now() : 0;
+  try {
+    render();
+    showLive(peakT, "at the peak");
+    drawn = true;
+  } catch (e) {
+    errors.push(String(e && e.stack || e));
+  }
+  /* #selftest: every tooltip builds (each op on each rank shown, each merged
+   * box, each exposed interval, the memory at every timeline point), a real
+   * mousemove over the first box shows its tooltip, the wheel zooms, a drag
+   * pans, a click on the memory chart lists what is live */
+  var tips = 0;
+  if (/selftest/.test(window.location.hash || "") && drawn) try {
+    R.forEach(function (rk, r) { for (var i = 0; i < N; i++) if (!rk.skip[i]) { opTip(i, r); tips++; } });
+    svg.querySelectorAll("rect.agg").forEach(function (el) {
+      aggTip(el, +el.closest("[data-r]").dataset.r);
+      tips++;
+    });
+    D.exposed.forEach(function (x, j) { expTip(j); tips++; });
+    PTS.forEach(function (p) { memTip(p[0]); tips++; });
+    /* the wheel zooms in around the pointer, a drag pans */
+    var pb = svg.getBoundingClientRect(), px = pb.left + LABEL_W + W / 2, py = pb.top + laneY[0][0] + 5;
+    var s0 = v1 - v0;
+    svg.dispatchEvent(new WheelEvent("wheel", {bubbles: true, cancelable: true, deltaY: -200, clientX: px, clientY: py}));
+    if (!(v1 - v0 < s0)) errors.push("the wheel did not zoom in");
+    var a0 = v0;
+    svg.dispatchEvent(new PointerEvent("pointerdown", {bubbles: true, button: 0, pointerId: 1, clientX: px, clientY: py}));
+    svg.dispatchEvent(new PointerEvent("pointermove", {bubbles: true, pointerId: 1, clientX: px - 100, clientY: py}));
+    svg.dispatchEvent(new PointerEvent("pointerup", {bubbles: true, pointerId: 1, clientX: px - 100, clientY: py}));
+    if (!(v0 > a0)) errors.push("dragging left did not pan right");
+    setView(full0, full1);
+    render();
+    /* a click on the memory chart lists what is live then */
+    var my = pb.top + memTop + MEM_H / 2;
+    svg.dispatchEvent(new PointerEvent("pointerdown", {bubbles: true, button: 0, pointerId: 1, clientX: px, clientY: my}));
+    svg.dispatchEvent(new PointerEvent("pointerup", {bubbles: true, pointerId: 1, clientX: px, clientY: my}));
+    if (liveEl.textContent.indexOf("clicked") !== 0) errors.push("a click on the memory chart listed nothing");
+    inspectT = null;
+    showLive(peakT, "at the peak");
+    render();
+    var first = svg.querySelector("rect.op");
+    if (first) {
+      var bb = first.getBoundingClientRect();
+      first.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: bb.left + bb.width / 2, clientY: bb.top + bb.height / 2}));
+      if (tip.hidden || tip.innerHTML.indexOf("op " + first.dataset.op) < 0) errors.push("no tooltip over op " + first.dataset.op);
+      tip.hidden = true;
+    }
+  } catch (e) {
+    errors.push("tooltip: " + String(e && e.stack || e));
+  }
+  var boxes = svg.querySelectorAll("rect.op").length, merged = 0;
+  svg.querySelectorAll("rect.agg").forEach(function (el) { merged += +el.dataset.n; });
+  var expected = 0;
+  R.forEach(function (rk) { expected += rk.nops; });
+  var ok = drawn && errors.length === 0 && boxes + merged === expected && !!document.getElementById("peak-mark");
+  var st = document.getElementById("fpviz-selftest");
+  var tEnd = window.performance ? performance.now() : 0;
+  /* #bench: time 20 redraws zooming into the middle (what a wheel turn costs) */
+  var benchMs = null;
+  if (/bench/.test(window.location.hash || "") && drawn) {
+    var b0 = performance.now(), c = (v0 + v1) / 2;
+    for (var z = 0; z < 20; z++) { setView(c - (v1 - v0) * 0.4, c + (v1 - v0) * 0.4); render(); }
+    benchMs = (performance.now() - b0) / 20;
+    setView(full0, full1);
+    render();
+  }
+  st.textContent = JSON.stringify({status: ok ? "ok" : "error", errors: errors, boxes: boxes, merged: merged,
+                                   covered: boxes + merged, expected: expected, ranks: R.length, width: width, tips: tips,
+                                   /* ms from navigation start: page parsed and script started, drawn */
+                                   script_start_ms: Math.round(tStart), setup_ms: Math.round(tDraw - tStart),
+                                   draw_ms: Math.round(tEnd - tDraw), ready_ms: Math.round(tEnd),
+                                   redraw_ms: benchMs === null ? null : Math.round(benchMs * 10) / 10});
+  st.setAttribute("data-status", ok ? "ok" : "error");
+})();
