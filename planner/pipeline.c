@@ -21,14 +21,14 @@ static const struct {
 };
 
 /* lower the layout with prefetch depths kf / kb and run the passes */
-static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, bool dbuf) {
   memset(&out->stats, 0, sizeof out->stats);
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
   out->prog = fp_lower_step(a, d, &out->layout, kf, kb);
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
-  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false};
+  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, dbuf};
   /* the verifier runs after the pipeline always; after every pass when
    * FLEXPLAN_VERIFY_EACH is set (the test suite sets it) */
   const char *each = getenv("FLEXPLAN_VERIFY_EACH");
@@ -55,6 +55,27 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   out->stats.lower_bound_bytes = out->prog->memtl->lower_bound_bytes;
   out->stats.peak_bytes = out->prog->memtl->peak_bytes;
   return true;
+}
+
+/* Double-buffered unsharded grads (memplan) let the next backward start
+ * while the rs stream still reads the previous layer's grads, at the price of
+ * bytes the modeled timeline may not need at once. The plan keeps them when
+ * it fits the budget and its arena stays within FP_ARENA_SLACK of the
+ * timeline's lower bound, else it is planned again without. */
+#define FP_ARENA_SLACK 1.05
+static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+  fp_diag quiet;
+  fp_diag_init(&quiet, NULL);
+  bool ok = schedule_with(a, &quiet, out, kf, kb, true);
+  fp_diag_free(&quiet);
+  if (ok) {
+    const fp_memtl *tl = out->prog->memtl;
+    if (tl->lower_bound_bytes <= 0 ||
+        (double)out->prog->arena_bytes <= FP_ARENA_SLACK * (double)tl->lower_bound_bytes)
+      return true;
+  }
+  /* over the slack or over the budget: without the second buffers */
+  return schedule_with(a, d, out, kf, kb, false);
 }
 
 /* prefetch depths for a built layout: as given, or "auto" - with a budget,

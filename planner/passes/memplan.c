@@ -152,6 +152,24 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   int64_t *actd = calloc((size_t)p->nops + 2, sizeof *actd);
   FP_ASSERT(lv && rg && items && spans && delta && actd);
   if (p->nlives) memcpy(lv, p->lives, sizeof *lv * (size_t)p->nlives);
+  /* A range that ends on the rs stream in a post_backward ends when that
+   * stream gets there, well after the hooks that follow: the rs stream casts
+   * and reduces a layer's grads while the compute stream runs the next
+   * backward. Reusing those bytes at once would make the next backward wait
+   * for the reduction, so for placement the range is held until the end of
+   * the next post_backward of the micro-batch (double buffering the
+   * unsharded grads; c->double_buffer, see planner/pipeline.c). The verifier
+   * and the memory timeline use the real ranges. */
+  for (int i = 0; i < p->nlives && c->double_buffer; i++) {
+    const fp_op *op = &p->ops[lv[i].last];
+    if (op->stream != FP_STREAM_RS || p->segs[op->seg].kind != FP_SEG_POST_BACKWARD ||
+        p->bufs[lv[i].buf].cat != FP_CAT_UNSHARDED_GRAD)
+      continue;
+    int32_t k = op->seg + 1;
+    while (k < p->nsegs && p->segs[k].kind != FP_SEG_POST_BACKWARD) k++;
+    if (k < p->nsegs && p->segs[k].micro == p->segs[op->seg].micro)
+      lv[i].last = p->segs[k].first + p->segs[k].nops - 1;
+  }
   qsort(lv, (size_t)p->nlives, sizeof *lv, cmp_live);
   for (int i = 0; i < p->nlives; i++) {
     if (rg[lv[i].buf].n == 0) rg[lv[i].buf].first = i;

@@ -23,6 +23,8 @@ typedef struct fp_pass_ctx {
   const fp_layout *L;
   fp_stats *stats;
   bool synced;      /* the sync pass has run: verify every rule */
+  bool double_buffer; /* memplan: keep a layer's unsharded grads apart from the
+                       * next layer's while the rs stream still reads them */
 } fp_pass_ctx;
 
 typedef bool (*fp_pass_fn)(fp_pass_ctx *c, fp_prog *p);
