@@ -1,0 +1,17 @@
+# CUDA: built when nvcc and NCCL are found (FP_HAVE_CUDA, see CMakeLists.txt).
+# Tests that need a GPU carry the label "gpu" and exit 77 (ctest: skipped)
+# when cudaGetDeviceCount fails or finds no device; tests that only need the
+# CUDA build run everywhere it exists (label unit / mpi).
+if(NOT FP_HAVE_CUDA)
+  # say so in the test report instead of leaving the GPU tests out silently
+  add_test(NAME gpu_not_built COMMAND sh -c "echo 'flexplan was built without CUDA: ${FP_CUDA_WHY}'; exit 77")
+  set_tests_properties(gpu_not_built PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  return()
+endif()
+
+# the kernels' per-thread bodies on the host against the C references (no GPU)
+add_executable(test_kernels_emul ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_emul.cu)
+target_link_libraries(test_kernels_emul PRIVATE flexplan_kernels flexplan_core CUDA::cudart)
+target_compile_options(test_kernels_emul PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:-O2>")
+add_test(NAME kernels_emul COMMAND test_kernels_emul)
+set_tests_properties(kernels_emul PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT FP_KERNEL_CASES_N=70001)
