@@ -15,3 +15,15 @@ target_link_libraries(test_kernels_emul PRIVATE flexplan_kernels flexplan_core C
 target_compile_options(test_kernels_emul PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:-O2>")
 add_test(NAME kernels_emul COMMAND test_kernels_emul)
 set_tests_properties(kernels_emul PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT FP_KERNEL_CASES_N=70001)
+
+# fp_gpu_test(name exe args...): a GPU test - label gpu, skipped (77) without
+# a device, one at a time on the GPU
+function(fp_gpu_test name exe)
+  add_test(NAME ${name} COMMAND ${exe} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600 RESOURCE_LOCK gpu)
+endfunction()
+
+# the kernels on the GPU against the C references, bit for bit
+add_executable(test_kernels_cuda ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_cuda.cu)
+target_link_libraries(test_kernels_cuda PRIVATE flexplan_kernels_cuda flexplan_kernels flexplan_core)
+fp_gpu_test(gpu_kernels test_kernels_cuda)
