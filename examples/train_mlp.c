@@ -496,7 +496,7 @@ int main(int argc, char **argv) {
   fp_plan *plan = NULL;
   if (fp_plan_load(plan_path, &plan) != FP_OK) DIE("%s", fp_plan_errmsg(plan));
   fp_plan_get_info(plan, &info);
-  fp_exec_config cfg = {FP_BACKEND_MPI, rank, world, NULL, progress};
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = rank, .world_size = world, .progress = progress};
   fp_exec *x = NULL;
   fp_status st = fp_exec_create(plan, &cfg, &x);
   if (st != FP_OK) DIE("%s: %s", fp_status_name(st), fp_exec_errmsg(x));

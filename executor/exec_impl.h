@@ -105,6 +105,7 @@ struct fp_exec {
   /* backend */
   const fp_backend_impl *bk;
   void *bks;           /* the backend's state */
+  void *cuda_stream;   /* NCCL: the compute stream (fp_exec_cuda_stream) */
   fp_exec_stats stats;
 };
 

@@ -4,7 +4,7 @@
 # CUDA build run everywhere it exists (label unit / mpi).
 if(NOT FP_HAVE_CUDA)
   # say so in the test report instead of leaving the GPU tests out silently
-  add_test(NAME gpu_not_built COMMAND sh -c "echo 'flexplan was built without CUDA: ${FP_CUDA_WHY}'; exit 77")
+  add_test(NAME gpu_not_built COMMAND sh -c "echo \"$1\"; exit 77" sh "SKIPPED: flexplan was built without CUDA: ${FP_CUDA_WHY}")
   set_tests_properties(gpu_not_built PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
   return()
 endif()
