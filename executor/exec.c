@@ -463,6 +463,7 @@ fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const 
   }
   st = x->bk->agree(x, st);
   if (st == FP_OK) st = x->bk->connect(x);
+  x->created = st == FP_OK;
   return st;
 }
 
@@ -480,7 +481,7 @@ void fp_exec_destroy(fp_exec *x) {
 
 /* ---- hooks ---------------------------------------------------------------------------- */
 static fp_status usable(fp_exec *x) {
-  if (!x->prog) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
+  if (!x->created) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
   if (x->broken) return FP_ERR_BACKEND; /* the message says what broke */
   return FP_OK;
 }
@@ -514,8 +515,8 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   x->in_hook = true;
   fp_status st = x->bk->run_segment(x, x->cursor);
   x->in_hook = false;
-  if (st != FP_OK) {
-    x->broken = true;
+  if (st != FP_OK) { /* a backend failure breaks the executor; a refusal (nothing issued) does not */
+    if (st == FP_ERR_BACKEND || st == FP_ERR_NOMEM) x->broken = true;
     return st;
   }
   x->stats.hooks++;
@@ -530,7 +531,7 @@ fp_status fp_exec_sync(fp_exec *x) {
   if (!x) return FP_ERR_ARG;
   FPX_CHECK(usable(x));
   fp_status st = x->bk->sync(x);
-  if (st != FP_OK) x->broken = true;
+  if (st == FP_ERR_BACKEND) x->broken = true;
   return st;
 }
 
@@ -548,7 +549,7 @@ fp_status fp_exec_param(fp_exec *x, const char *name, fp_param_view *out) {
   return fpx_fail(x, FP_ERR_ARG, "the plan has no param '%s'", name);
 }
 
-void *fp_exec_cuda_stream(const fp_exec *x) { return x && x->prog ? x->cuda_stream : NULL; }
+void *fp_exec_cuda_stream(const fp_exec *x) { return x && x->created ? x->cuda_stream : NULL; }
 
 #ifndef FP_HAVE_CUDA
 fp_status fp_nccl_get_id(fp_nccl_id *out) {

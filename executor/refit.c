@@ -135,7 +135,7 @@ static fp_status write_all(fp_exec *x, const src *srcs, const char *stage, char 
 
 fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths) {
   if (!x) return FP_ERR_ARG;
-  if (!x->prog) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
+  if (!x->created) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
   if (x->broken) return FP_ERR_BACKEND;
   if (npaths < 1 || !paths) return fpx_fail(x, FP_ERR_ARG, "refit: no files given");
   if (x->cursor != 0) {
@@ -176,7 +176,7 @@ fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths)
   /* nothing in flight may read the main weights while they change */
   st = x->bk->sync(x);
   if (st != FP_OK) {
-    x->broken = true;
+    if (st == FP_ERR_BACKEND) x->broken = true;
     goto fail;
   }
   st = write_all(x, srcs, stage, wide, out);

@@ -90,3 +90,12 @@ add_test(NAME nccl_plan
          COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/nccl_plan_test.py --flexplan $<TARGET_FILE:flexplan>
                  --test $<TARGET_FILE:test_nccl_plan> --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
 set_tests_properties(nccl_plan PROPERTIES LABELS unit TIMEOUT 300)
+
+# the NCCL backend on a machine without a CUDA device: every rank fails at
+# once and cleanly (skipped, 77, where there is a device)
+if(FP_HAVE_CUDA)
+  add_executable(test_exec_nccl_nodev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_nccl_nodev.c)
+  target_link_libraries(test_exec_nccl_nodev PRIVATE flexplan_exec)
+  fp_mpi_test(exec_nccl_nodev_np2 2 test_exec_nccl_nodev)
+  set_tests_properties(exec_nccl_nodev_np2 PROPERTIES SKIP_RETURN_CODE 77)
+endif()
