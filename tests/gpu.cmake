@@ -1,3 +1,4 @@
+# GPU and CUDA tests (included after exec.cmake: they use its MPI settings).
 # CUDA: built when nvcc and NCCL are found (FP_HAVE_CUDA, see CMakeLists.txt).
 # Tests that need a GPU carry the label "gpu" and exit 77 (ctest: skipped)
 # when cudaGetDeviceCount fails or finds no device; tests that only need the
@@ -27,3 +28,22 @@ endfunction()
 add_executable(test_kernels_cuda ${CMAKE_CURRENT_SOURCE_DIR}/test_kernels_cuda.cu)
 target_link_libraries(test_kernels_cuda PRIVATE flexplan_kernels_cuda flexplan_kernels flexplan_core)
 fp_gpu_test(gpu_kernels test_kernels_cuda)
+
+# train_mlp at world size 1 on the NCCL backend (eager, graph, whole-step
+# capture by the trainer) against the MPI backend's run of the same plan, bit
+# for bit, with a refit after the graphs were captured
+set(FP_GPU_MPIEXEC "${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};${FP_MPIEXEC_PREFLAGS}")
+function(fp_gpu_parity name model spec policy)
+  add_test(NAME gpu_parity_${name}
+           COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/train_parity.py --flexplan $<TARGET_FILE:flexplan>
+                   --train $<TARGET_FILE:train_mlp> "--mpiexec=${FP_GPU_MPIEXEC}" --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi
+                   --model ${model} --spec ${spec} --policy ${policy})
+  set_tests_properties(gpu_parity_${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600 RESOURCE_LOCK gpu
+                       ENVIRONMENT "${FP_MPI_ENV}")
+endfunction()
+fp_gpu_parity(full_shard mlp full_shard flexplan)
+fp_gpu_parity(full_shard_fsdp2 mlp full_shard fsdp2)
+fp_gpu_parity(shard_grad_op mlp shard_grad_op flexplan)
+fp_gpu_parity(no_shard_frozen mlp-frozen no_shard flexplan)
+fp_gpu_parity(bf16 mlp bf16 flexplan)
+fp_gpu_parity(ga2 mlp ga2 flexplan)
