@@ -47,3 +47,11 @@ fp_gpu_parity(shard_grad_op mlp shard_grad_op flexplan)
 fp_gpu_parity(no_shard_frozen mlp-frozen no_shard flexplan)
 fp_gpu_parity(bf16 mlp bf16 flexplan)
 fp_gpu_parity(ga2 mlp ga2 flexplan)
+
+# the NCCL backend against the MPI backend on a program with every op, in
+# each mode; refusals inside a capture; a refit under captured graphs;
+# bootstraps (runs the MPI half first: that part needs no GPU)
+add_executable(test_exec_cuda ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_cuda.c)
+target_link_libraries(test_exec_cuda PRIVATE flexplan_exec)
+fp_mpi_test(gpu_exec 1 test_exec_cuda)
+set_tests_properties(gpu_exec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
