@@ -532,6 +532,16 @@ static fp_status issue_sync(fp_exec *x, const fp_xop *o, unsigned long long cap)
                                             cudaGetErrorString(e));
 }
 
+/* a stream's capture status and id (the runtime API grew an argument in
+ * CUDA 12.3/13: edge data) */
+static cudaError_t capture_info(cudaStream_t s, enum cudaStreamCaptureStatus *cs, unsigned long long *id) {
+#if CUDART_VERSION >= 13000
+  return cudaStreamGetCaptureInfo(s, cs, id, NULL, NULL, NULL, NULL);
+#else
+  return cudaStreamGetCaptureInfo(s, cs, id, NULL, NULL, NULL);
+#endif
+}
+
 /* capture-safe: make side stream s part of the compute stream's capture,
  * or (cap 0) order it after everything on the compute stream */
 static fp_status fork_side(fp_exec *x, int s, unsigned long long cap) {
@@ -539,7 +549,7 @@ static fp_status fork_side(fp_exec *x, int s, unsigned long long cap) {
   if (cap) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
-    CUDA_TRY(x, cudaStreamGetCaptureInfo(n->st[s], &cs, &id, NULL, NULL, NULL, NULL));
+    CUDA_TRY(x, capture_info(n->st[s], &cs, &id));
     if (cs == cudaStreamCaptureStatusActive && id == cap) return FP_OK; /* already in */
   }
   CUDA_TRY(x, cudaEventRecord(n->fork_ev, n->st[FP_STREAM_COMPUTE]));
@@ -555,7 +565,7 @@ static fp_status join_sides(fp_exec *x, unsigned long long cap) {
     if (cap) { /* only the side streams in this capture (the others have nothing in it) */
       enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
       unsigned long long id = 0;
-      CUDA_TRY(x, cudaStreamGetCaptureInfo(n->st[s], &cs, &id, NULL, NULL, NULL, NULL));
+      CUDA_TRY(x, capture_info(n->st[s], &cs, &id));
       if (cs != cudaStreamCaptureStatusActive || id != cap) continue;
     }
     CUDA_TRY(x, cudaEventRecord(n->join_ev[s], n->st[s]));
@@ -624,7 +634,7 @@ static fp_status nccl_run_segment(fp_exec *x, int32_t seg) {
   nstate *n = ns(x);
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   unsigned long long cap = 0;
-  CUDA_TRY(x, cudaStreamGetCaptureInfo(n->st[FP_STREAM_COMPUTE], &cs, &cap, NULL, NULL, NULL, NULL));
+  CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &cap));
   if (cs == cudaStreamCaptureStatusInvalidated)
     return fpx_fail(x, FP_ERR_BACKEND, "the compute stream's capture was invalidated (a capture error earlier)");
   if (cs != cudaStreamCaptureStatusActive) cap = 0;

@@ -17,11 +17,30 @@ target_compile_options(test_kernels_emul PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:-O2
 add_test(NAME kernels_emul COMMAND test_kernels_emul)
 set_tests_properties(kernels_emul PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT FP_KERNEL_CASES_N=70001)
 
+# Under AddressSanitizer, CUDA needs the shadow gap unprotected (it maps
+# memory there), and the driver's and NCCL's allocations that live until exit
+# are not leaks of ours
+set(FP_GPU_ENV "")
+set(FP_GPU_MPI_ENV "${FP_MPI_ENV}")
+if(FP_SANITIZE)
+  set(fp_lsan "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/gpu/lsan-cuda.supp:print_suppressions=0")
+  set(FP_GPU_ENV "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:protect_shadow_gap=0" "${fp_lsan}")
+  # LSan takes one suppressions file: Open MPI's and CUDA's together
+  file(READ ${CMAKE_CURRENT_SOURCE_DIR}/mpi/lsan-openmpi.supp fp_supp_mpi)
+  file(READ ${CMAKE_CURRENT_SOURCE_DIR}/gpu/lsan-cuda.supp fp_supp_cuda)
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/lsan-mpi-cuda.supp "${fp_supp_mpi}${fp_supp_cuda}")
+  set(FP_GPU_MPI_ENV OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+      "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:protect_shadow_gap=0"
+      "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_BINARY_DIR}/lsan-mpi-cuda.supp:print_suppressions=0")
+  set_tests_properties(exec_nccl_nodev_np2 PROPERTIES ENVIRONMENT "${FP_GPU_MPI_ENV}")
+endif()
+
 # fp_gpu_test(name exe args...): a GPU test - label gpu, skipped (77) without
 # a device, one at a time on the GPU
 function(fp_gpu_test name exe)
   add_test(NAME ${name} COMMAND ${exe} ${ARGN})
-  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600 RESOURCE_LOCK gpu)
+  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600 RESOURCE_LOCK gpu
+                       ENVIRONMENT "${FP_GPU_ENV}")
 endfunction()
 
 # the kernels on the GPU against the C references, bit for bit
@@ -39,7 +58,7 @@ function(fp_gpu_parity name model spec policy)
                    --train $<TARGET_FILE:train_mlp> "--mpiexec=${FP_GPU_MPIEXEC}" --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi
                    --model ${model} --spec ${spec} --policy ${policy})
   set_tests_properties(gpu_parity_${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600 RESOURCE_LOCK gpu
-                       ENVIRONMENT "${FP_MPI_ENV}")
+                       ENVIRONMENT "${FP_GPU_MPI_ENV}")
 endfunction()
 fp_gpu_parity(full_shard mlp full_shard flexplan)
 fp_gpu_parity(full_shard_fsdp2 mlp full_shard fsdp2)
@@ -54,4 +73,4 @@ fp_gpu_parity(ga2 mlp ga2 flexplan)
 add_executable(test_exec_cuda ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_cuda.c)
 target_link_libraries(test_exec_cuda PRIVATE flexplan_exec)
 fp_mpi_test(gpu_exec 1 test_exec_cuda)
-set_tests_properties(gpu_exec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
+set_tests_properties(gpu_exec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu ENVIRONMENT "${FP_GPU_MPI_ENV}")

@@ -243,6 +243,8 @@ int main(int argc, char **argv) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
     printf("SKIPPED: no CUDA device (the program ran on the MPI backend: %d failed check(s))\n", tu_failures);
+    free(ref_dev), free(ref_host), free(got_dev), free(got_host), free(init_dev), free(init_host);
+    fp_plan_free(plan);
     MPI_Finalize();
     return tu_failures ? 1 : 77;
   }
