@@ -674,11 +674,14 @@ static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
 
 static void gpu_step(run *R, gpu *G, int64_t t, fp_cuda_mode mode) {
   /* this step's micro-batches, uploaded before the step (a captured step
-   * reads them at the same addresses) */
+   * reads them at the same addresses), on S: after the previous step's
+   * work, which may still be reading them (hooks do not wait for the
+   * device); from pageable memory the copy is staged before it returns, so
+   * the host buffer may be refilled at once */
   for (int64_t k = 0; k < R->ga; k++) {
     batch(&R->a, R->seed, t, rank * R->ga + k, R->B);
-    CK(cudaMemcpy(G->in[k], R->a.h[0], (size_t)R->B * (size_t)L[0].in * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(G->tg[k], R->a.t, (size_t)R->B * (size_t)L[nlayers - 1].out * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpyAsync(G->in[k], R->a.h[0], (size_t)R->B * (size_t)L[0].in * 4, cudaMemcpyHostToDevice, S));
+    CK(cudaMemcpyAsync(G->tg[k], R->a.t, (size_t)R->B * (size_t)L[nlayers - 1].out * 4, cudaMemcpyHostToDevice, S));
   }
   if (mode != FP_CUDA_CAPTURE_SAFE || t == 0) { /* hooks run; step 0 is the warm-up of every mode */
     gpu_body(R, G, t, R->r != NULL);
