@@ -35,6 +35,7 @@ fail() { note "FAIL: $*"; FAILED=1; }
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 PY=$(command -v python3 || echo /usr/bin/python3)
 CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFP_CUDA=ON)
+[ -x /usr/bin/python3 ] || CMAKE_ARGS+=(-DFP_PYTHON="$PY") # the test drivers' interpreter
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || note "nvidia-smi failed (see nvidia-smi.txt)"
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
