@@ -152,7 +152,7 @@ static fp_plan *load(fp_prog *p) {
 }
 
 static fp_exec *executor(const fp_plan *plan, fp_progress mode) {
-  fp_exec_config cfg = {FP_BACKEND_MPI, rank, world, NULL, mode};
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = rank, .world_size = world, .progress = mode};
   fp_exec *x = NULL;
   if (fp_exec_create(plan, &cfg, &x) != FP_OK) {
     fprintf(stderr, "%s\n", fp_exec_errmsg(x));

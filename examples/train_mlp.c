@@ -4,11 +4,14 @@
  *
  *   mpirun -n W train_mlp --plan PLAN --steps N [--check] [--seed S]
  *          [--lr LR] [--batch B] [--progress poll|thread]
+ *          [--backend mpi|nccl] [--mode graph|eager|capture]
+ *          [--refit-at K] [--dump PREFIX]
  *
  * It loads any compiled plan whose modules are linear layers: module m has
  * `<m>.weight` [out, in] and optionally `<m>.bias` [out], in the model's
  * module order, each layer's `in` the previous layer's `out`. Hidden layers
- * apply tanh; the loss of a micro-batch is 1/(2B) sum |y - t|^2. Each rank
+ * apply a tanh-shaped rational activation (mlp_math.h); the loss of a
+ * micro-batch is 1/(2B) sum |y - t|^2. Each rank
  * trains on its own micro-batches (global micro-batch index r*GA + k for
  * rank r, accumulation step k); the plan averages the gradients over the
  * world and the micro-batches. Initial weights come from a safetensors file
@@ -26,7 +29,28 @@
  *  - this rank's main-weight shard against the reference main weights,
  *    within a tolerance (see tolerance() and docs/executor.md): the only
  *    difference is the order in which MPI sums the ranks' gradients.
- * Exit status: 0 ok, 1 a failed check or an error, 2 usage. */
+ *
+ * --backend nccl (built with CUDA) runs the plan on the NCCL backend, one GPU
+ * per rank (rank r uses device r mod the device count), and the layers on
+ * the GPU with simple kernels (mlp_cuda.cu) that compute the same bits as
+ * the CPU code, so the run can be compared byte for byte with the MPI
+ * backend's (--dump). --mode picks the executor's cuda_mode: graph (the
+ * default), eager, or capture - the executor in FP_CUDA_CAPTURE_SAFE mode
+ * and the trainer capturing its whole step (hooks, layers, optimizer) on its
+ * compute stream at step 1 and replaying that graph from then on (the
+ * gathered-weight checks are skipped for replayed steps: no hook runs). It
+ * exits 77 when there is no CUDA device.
+ *
+ * --refit-at K loads new weights (another seed) before step K, through
+ * fp_exec_load_weights, and checks that no view moved; in graph and capture
+ * modes the graphs captured before are replayed after it. The reference
+ * does the same refit.
+ *
+ * --dump PREFIX writes this rank's main-weight shards after the last step
+ * to PREFIX.rank<r>.safetensors (one U8 tensor of raw bytes per param): two
+ * runs that must agree bit for bit are compared with cmp.
+ *
+ * Exit status: 0 ok, 1 a failed check or an error, 2 usage, 77 no GPU. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -36,9 +60,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "examples/mlp_math.h"
 #include "executor/safetensors.h"
 #include "flexplan.h"
 #include "kernels/kernels.h"
+#ifdef FP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "examples/mlp_cuda.h"
+#include "kernels/kernels_cuda.h"
+#endif
 
 static int rank, world;
 
@@ -142,15 +173,16 @@ static int64_t fan_in_of(int32_t i) {
 }
 
 /* ---- one layer, forward and backward (shared by both trainers) ----------------------- */
-/* z = h W^T + b; y = tanh(z) for hidden layers */
+/* z = h W^T + b; y = act(z) for hidden layers (mlp_math.h: the same bits as
+ * the GPU trainer's kernels) */
 static void layer_fwd(const layer *l, bool last, const float *W, const float *bias, const float *h, float *z, float *y,
                       int B) {
   for (int s = 0; s < B; s++)
     for (int64_t o = 0; o < l->out; o++) {
       float acc = bias ? bias[o] : 0.0f;
-      for (int64_t k = 0; k < l->in; k++) acc += W[o * l->in + k] * h[s * l->in + k];
+      for (int64_t k = 0; k < l->in; k++) acc = MLP_ADD(acc, MLP_MUL(W[o * l->in + k], h[s * l->in + k]));
       z[s * l->out + o] = acc;
-      y[s * l->out + o] = last ? acc : tanhf(acc);
+      y[s * l->out + o] = last ? acc : mlp_act(acc);
     }
 }
 
@@ -158,28 +190,25 @@ static void layer_fwd(const layer *l, bool last, const float *W, const float *bi
  * dh (w.r.t. its input, when non-NULL); dz is scratch */
 static void layer_bwd(const layer *l, bool last, const float *W, const float *h, const float *z, const float *dy,
                       float *dz, float *dW, float *db, float *dh, int B) {
-  for (int64_t k = 0; k < (int64_t)B * l->out; k++) {
-    float t = last ? 1.0f : tanhf(z[k]);
-    dz[k] = last ? dy[k] : dy[k] * (1.0f - t * t);
-  }
+  for (int64_t k = 0; k < (int64_t)B * l->out; k++) dz[k] = last ? dy[k] : MLP_MUL(dy[k], mlp_dact(z[k]));
   if (dW)
     for (int64_t o = 0; o < l->out; o++)
       for (int64_t k = 0; k < l->in; k++) {
         float acc = 0;
-        for (int s = 0; s < B; s++) acc += dz[s * l->out + o] * h[s * l->in + k];
+        for (int s = 0; s < B; s++) acc = MLP_ADD(acc, MLP_MUL(dz[s * l->out + o], h[s * l->in + k]));
         dW[o * l->in + k] = acc;
       }
   if (db)
     for (int64_t o = 0; o < l->out; o++) {
       float acc = 0;
-      for (int s = 0; s < B; s++) acc += dz[s * l->out + o];
+      for (int s = 0; s < B; s++) acc = MLP_ADD(acc, dz[s * l->out + o]);
       db[o] = acc;
     }
   if (dh)
     for (int s = 0; s < B; s++)
       for (int64_t k = 0; k < l->in; k++) {
         float acc = 0;
-        for (int64_t o = 0; o < l->out; o++) acc += dz[s * l->out + o] * W[o * l->in + k];
+        for (int64_t o = 0; o < l->out; o++) acc = MLP_ADD(acc, MLP_MUL(dz[s * l->out + o], W[o * l->in + k]));
         dh[s * l->in + k] = acc;
       }
 }
@@ -225,7 +254,7 @@ static void batch(acts *a, uint64_t seed, int64_t t, int64_t j, int B) {
 /* dL/dy of the loss 1/(2B) sum |y - t|^2 */
 static void loss_grad(acts *a, int B) {
   int64_t n = B * L[nlayers - 1].out;
-  for (int64_t k = 0; k < n; k++) a->dh[nlayers][k] = (a->h[nlayers][k] - a->t[k]) / (float)B;
+  for (int64_t k = 0; k < n; k++) a->dh[nlayers][k] = MLP_DIV(MLP_SUB(a->h[nlayers][k], a->t[k]), (float)B);
 }
 
 /* ---- the reference: the whole global batch in one process --------------------------- */
@@ -281,7 +310,7 @@ static void sgd(void *main, fp_elem mdt, const void *grad, fp_elem gdt, int64_t 
     float m, g;
     fpk_cast(&m, FP_F32, (const char *)main + k * fp_elem_size(mdt), dt(mdt), 1);
     fpk_cast(&g, FP_F32, (const char *)grad + k * fp_elem_size(gdt), dt(gdt), 1);
-    m -= lr * g;
+    m = MLP_SUB(m, MLP_MUL(lr, g)); /* as mlpc_sgd */
     fpk_cast((char *)main + k * fp_elem_size(mdt), dt(mdt), &m, FP_F32, 1);
   }
 }
@@ -382,16 +411,40 @@ static void tolerance(int32_t i, int64_t step, double *atol, double *rtol) {
   }
 }
 
+/* ---- the arena from the host -------------------------------------------------------------- */
+static bool on_gpu;        /* the NCCL backend: views are device pointers */
+static void *hview[2];     /* host copies of views (NCCL), the largest view each */
+#ifdef FP_HAVE_CUDA
+static cudaStream_t S;     /* the trainer's compute stream (NCCL) */
+#define CK(call)                                                                \
+  do {                                                                          \
+    cudaError_t e_ = (call);                                                    \
+    if (e_ != cudaSuccess) DIE("%s: %s", #call, cudaGetErrorString(e_));        \
+  } while (0)
+#endif
+
+/* a view's bytes as the host can read them: the view itself (MPI), or a
+ * copy in hview[slot] once the compute stream is idle (NCCL) */
+static const void *host_of(const fp_tensor *t, int slot) {
+  if (!on_gpu || !t->data) return t->data;
+#ifdef FP_HAVE_CUDA
+  CK(cudaStreamSynchronize(S));
+  CK(cudaMemcpy(hview[slot], t->data, (size_t)(t->numel * fp_elem_size(t->dtype)), cudaMemcpyDeviceToHost));
+#endif
+  return hview[slot];
+}
+
 /* this rank's main shard of every param against the reference */
 static void check_main(const ref *r, int64_t step) {
   for (int32_t i = 0; i < nparams; i++) {
     const fp_param_view *v = &P[i].v;
     const fp_extent *e = &v->shard;
+    const void *mdata = host_of(&v->main, 0);
     double atol, rtol;
     tolerance(i, step, &atol, &rtol);
     for (int64_t k = 0; k < e->runs; k++)
       for (int64_t q = 0; q < e->len; q++) {
-        float got = elem(v->main.data, P[i].main_dt, k * e->shard_stride + q);
+        float got = elem(mdata, P[i].main_dt, k * e->shard_stride + q);
         float want = elem(r->main[i], P[i].main_dt, e->full_off + k * e->full_stride + q);
         double d = fabs((double)got - want), rel = d / (fabs(want) > 1e-30 ? fabs(want) : 1e-30);
         if (d > max_abs) max_abs = d;
@@ -407,10 +460,11 @@ static void check_main(const ref *r, int64_t step) {
 static void check_gathered(const ref *r, int32_t i, int64_t step, const char *hook) {
   const fp_param_view *v = &P[i].v;
   int64_t sz = fp_elem_size(P[i].param_dt);
+  const char *wdata = host_of(&v->weight, 0), *mdata = host_of(&v->main, 1);
   if (step == 0) { /* the whole weight: both sides cast the same loaded weights */
     void *want = xcalloc((size_t)v->numel, (size_t)sz);
     fpk_cast(want, dt(P[i].param_dt), r->main[i], dt(P[i].main_dt), v->numel);
-    if (memcmp(v->weight.data, want, (size_t)(v->numel * sz)))
+    if (memcmp(wdata, want, (size_t)(v->numel * sz)))
       FAIL("step 0, %s: gathered %s differs from the loaded weights", hook, v->name);
     free(want);
   }
@@ -418,9 +472,9 @@ static void check_gathered(const ref *r, int32_t i, int64_t step, const char *ho
   for (int64_t k = 0; k < e->runs; k++) {
     char want[16];
     for (int64_t q = 0; q < e->len; q++) {
-      fpk_cast(want, dt(P[i].param_dt), (const char *)v->main.data + (k * e->shard_stride + q) * fp_elem_size(P[i].main_dt),
+      fpk_cast(want, dt(P[i].param_dt), mdata + (k * e->shard_stride + q) * fp_elem_size(P[i].main_dt),
                dt(P[i].main_dt), 1);
-      if (memcmp((const char *)v->weight.data + (e->full_off + k * e->full_stride + q) * sz, want, (size_t)sz)) {
+      if (memcmp(wdata + (e->full_off + k * e->full_stride + q) * sz, want, (size_t)sz)) {
         FAIL("step %" PRId64 ", %s: gathered %s[%" PRId64 "] is not this rank's shard", step, hook, v->name,
              e->full_off + k * e->full_stride + q);
         return;
@@ -459,9 +513,211 @@ static void load_initial(fp_exec *x, float **init) {
 static void usage(void) {
   if (rank == 0)
     fprintf(stderr, "usage: train_mlp --plan PLAN --steps N [--check] [--seed S] [--lr LR] [--batch B] "
-                    "[--progress poll|thread]\n");
+                    "[--progress poll|thread] [--backend mpi|nccl] [--mode graph|eager|capture] [--refit-at K] "
+                    "[--dump PREFIX]\n");
   MPI_Finalize();
   exit(2);
+}
+
+/* ---- one step on the CPU (MPI backend) ------------------------------------------------------ */
+typedef struct run {
+  fp_exec *x;
+  const ref *r;     /* NULL: no checks */
+  uint64_t seed;
+  int B;
+  float lr;
+  int64_t ga;
+  acts a;
+  float *wbuf, *bbuf, *gW, *gb;
+} run;
+
+static void cpu_step(run *R, int64_t t) {
+  fp_exec *x = R->x;
+  acts *a = &R->a;
+  int B = R->B;
+  hook(x, FP_HOOK_STEP_BEGIN, -1);
+  for (int64_t k = 0; k < R->ga; k++) {
+    batch(a, R->seed, t, rank * R->ga + k, B);
+    for (int m = 0; m < nlayers; m++) {
+      const layer *l = &L[m];
+      hook(x, FP_HOOK_PRE_FORWARD, l->module);
+      if (R->r && k == 0) {
+        check_gathered(R->r, l->w, t, "pre_forward");
+        if (l->b >= 0) check_gathered(R->r, l->b, t, "pre_forward");
+      }
+      fpk_cast(R->wbuf, FP_F32, P[l->w].v.weight.data, dt(P[l->w].param_dt), P[l->w].v.numel);
+      if (l->b >= 0) fpk_cast(R->bbuf, FP_F32, P[l->b].v.weight.data, dt(P[l->b].param_dt), l->out);
+      layer_fwd(l, m == nlayers - 1, R->wbuf, l->b >= 0 ? R->bbuf : NULL, a->h[m], a->z[m], a->h[m + 1], B);
+      hook(x, FP_HOOK_POST_FORWARD, l->module);
+    }
+    loss_grad(a, B);
+    for (int m = nlayers - 1; m >= 0; m--) {
+      const layer *l = &L[m];
+      hook(x, FP_HOOK_PRE_BACKWARD, l->module);
+      const fp_param_view *w = &P[l->w].v, *b = l->b >= 0 ? &P[l->b].v : NULL;
+      if (R->r && k == 0) check_gathered(R->r, l->w, t, "pre_backward");
+      fpk_cast(R->wbuf, FP_F32, w->weight.data, dt(P[l->w].param_dt), w->numel);
+      bool tw = w->requires_grad, tb = b && b->requires_grad;
+      layer_bwd(l, m == nlayers - 1, R->wbuf, a->h[m], a->z[m], a->dh[m + 1], a->dz, tw ? R->gW : NULL,
+                tb ? R->gb : NULL, m > 0 ? a->dh[m] : NULL, B);
+      /* the backward accumulates into the unsharded grads (zeroed by pre_backward) */
+      if (tw) fpk_add(w->ugrad.data, dt(P[l->w].param_dt), R->gW, FP_F32, w->numel);
+      if (tb) fpk_add(b->ugrad.data, dt(P[l->b].param_dt), R->gb, FP_F32, b->numel);
+      hook(x, FP_HOOK_POST_BACKWARD, l->module);
+    }
+  }
+  hook(x, FP_HOOK_PRE_OPTIMIZER, -1);
+  for (int32_t i = 0; i < nparams; i++)
+    if (P[i].v.requires_grad && P[i].v.main.data)
+      sgd(P[i].v.main.data, P[i].main_dt, P[i].v.grad.data, P[i].grad_dt, P[i].v.main.numel, R->lr);
+  hook(x, FP_HOOK_POST_OPTIMIZER, -1);
+}
+
+/* ---- one step on the GPU (NCCL backend) ------------------------------------------------------ */
+#ifdef FP_HAVE_CUDA
+typedef struct gpu {
+  float **h, **z, **dh; /* per layer boundary, as acts (h[0] unused: the micro-batch's input) */
+  float *dz, *w, *b, *gW, *gb;
+  float **in, **tg;     /* per micro-batch: input and target (uploaded before the step) */
+  cudaGraph_t g;        /* --mode capture: the whole step */
+  cudaGraphExec_t ge;
+  bool have_graph;
+} gpu;
+
+static float *dalloc(int64_t n) {
+  void *p = NULL;
+  CK(cudaMalloc(&p, (size_t)(n > 0 ? n : 1) * 4));
+  CK(cudaMemset(p, 0, (size_t)(n > 0 ? n : 1) * 4));
+  return p;
+}
+
+static void gpu_new(gpu *G, int B, int64_t ga, int64_t maxn) {
+  memset(G, 0, sizeof *G);
+  int64_t widest = L[0].in;
+  for (int m = 0; m < nlayers; m++) widest = L[m].out > widest ? L[m].out : widest;
+  G->h = xcalloc((size_t)nlayers + 1, sizeof *G->h);
+  G->z = xcalloc((size_t)nlayers, sizeof *G->z);
+  G->dh = xcalloc((size_t)nlayers + 1, sizeof *G->dh);
+  G->dh[0] = dalloc((int64_t)B * L[0].in);
+  for (int m = 0; m < nlayers; m++) {
+    G->h[m + 1] = dalloc((int64_t)B * L[m].out);
+    G->z[m] = dalloc((int64_t)B * L[m].out);
+    G->dh[m + 1] = dalloc((int64_t)B * L[m].out);
+  }
+  G->dz = dalloc((int64_t)B * widest);
+  G->w = dalloc(maxn), G->b = dalloc(maxn), G->gW = dalloc(maxn), G->gb = dalloc(maxn);
+  G->in = xcalloc((size_t)ga, sizeof *G->in);
+  G->tg = xcalloc((size_t)ga, sizeof *G->tg);
+  for (int64_t k = 0; k < ga; k++) {
+    G->in[k] = dalloc((int64_t)B * L[0].in);
+    G->tg[k] = dalloc((int64_t)B * L[nlayers - 1].out);
+  }
+}
+
+static void gpu_free(gpu *G, int64_t ga) {
+  if (G->have_graph) {
+    cudaGraphExecDestroy(G->ge);
+    cudaGraphDestroy(G->g);
+  }
+  cudaFree(G->dh[0]);
+  for (int m = 0; m < nlayers; m++) cudaFree(G->h[m + 1]), cudaFree(G->z[m]), cudaFree(G->dh[m + 1]);
+  cudaFree(G->dz), cudaFree(G->w), cudaFree(G->b), cudaFree(G->gW), cudaFree(G->gb);
+  for (int64_t k = 0; k < ga; k++) cudaFree(G->in[k]), cudaFree(G->tg[k]);
+  free(G->h), free(G->z), free(G->dh), free(G->in), free(G->tg);
+}
+
+/* the step's hooks and the layers' kernels, all on S; checks need the
+ * device idle (not while capturing) */
+static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
+  fp_exec *x = R->x;
+  int B = R->B;
+  hook(x, FP_HOOK_STEP_BEGIN, -1);
+  for (int64_t k = 0; k < R->ga; k++) {
+    for (int m = 0; m < nlayers; m++) {
+      const layer *l = &L[m];
+      const float *hin = m == 0 ? G->in[k] : G->h[m];
+      hook(x, FP_HOOK_PRE_FORWARD, l->module);
+      if (checks && k == 0) {
+        check_gathered(R->r, l->w, t, "pre_forward");
+        if (l->b >= 0) check_gathered(R->r, l->b, t, "pre_forward");
+      }
+      CK(fpk_cuda_cast(G->w, FP_F32, P[l->w].v.weight.data, dt(P[l->w].param_dt), P[l->w].v.numel, S));
+      if (l->b >= 0) CK(fpk_cuda_cast(G->b, FP_F32, P[l->b].v.weight.data, dt(P[l->b].param_dt), l->out, S));
+      CK(mlpc_fwd(G->w, l->b >= 0 ? G->b : NULL, hin, G->z[m], G->h[m + 1], l->in, l->out, B, m == nlayers - 1, S));
+      hook(x, FP_HOOK_POST_FORWARD, l->module);
+    }
+    CK(mlpc_loss_grad(G->h[nlayers], G->tg[k], G->dh[nlayers], (int64_t)B * L[nlayers - 1].out, B, S));
+    for (int m = nlayers - 1; m >= 0; m--) {
+      const layer *l = &L[m];
+      const float *hin = m == 0 ? G->in[k] : G->h[m];
+      hook(x, FP_HOOK_PRE_BACKWARD, l->module);
+      const fp_param_view *w = &P[l->w].v, *b = l->b >= 0 ? &P[l->b].v : NULL;
+      if (checks && k == 0) check_gathered(R->r, l->w, t, "pre_backward");
+      CK(fpk_cuda_cast(G->w, FP_F32, w->weight.data, dt(P[l->w].param_dt), w->numel, S));
+      bool tw = w->requires_grad, tb = b && b->requires_grad;
+      CK(mlpc_dz(G->z[m], G->dh[m + 1], G->dz, (int64_t)B * l->out, m == nlayers - 1, S));
+      if (tw) CK(mlpc_dW(G->dz, hin, G->gW, l->in, l->out, B, S));
+      if (tb) CK(mlpc_db(G->dz, G->gb, l->out, B, S));
+      if (m > 0) CK(mlpc_dh(G->dz, G->w, G->dh[m], l->in, l->out, B, S));
+      if (tw) CK(fpk_cuda_add(w->ugrad.data, dt(P[l->w].param_dt), G->gW, FP_F32, w->numel, S));
+      if (tb) CK(fpk_cuda_add(b->ugrad.data, dt(P[l->b].param_dt), G->gb, FP_F32, b->numel, S));
+      hook(x, FP_HOOK_POST_BACKWARD, l->module);
+    }
+  }
+  hook(x, FP_HOOK_PRE_OPTIMIZER, -1);
+  for (int32_t i = 0; i < nparams; i++)
+    if (P[i].v.requires_grad && P[i].v.main.data)
+      CK(mlpc_sgd(P[i].v.main.data, (int)P[i].main_dt, P[i].v.grad.data, (int)P[i].grad_dt, P[i].v.main.numel, R->lr,
+                  S));
+  hook(x, FP_HOOK_POST_OPTIMIZER, -1);
+}
+
+static void gpu_step(run *R, gpu *G, int64_t t, fp_cuda_mode mode) {
+  /* this step's micro-batches, uploaded before the step (a captured step
+   * reads them at the same addresses), on S: after the previous step's
+   * work, which may still be reading them (hooks do not wait for the
+   * device); from pageable memory the copy is staged before it returns, so
+   * the host buffer may be refilled at once */
+  for (int64_t k = 0; k < R->ga; k++) {
+    batch(&R->a, R->seed, t, rank * R->ga + k, R->B);
+    CK(cudaMemcpyAsync(G->in[k], R->a.h[0], (size_t)R->B * (size_t)L[0].in * 4, cudaMemcpyHostToDevice, S));
+    CK(cudaMemcpyAsync(G->tg[k], R->a.t, (size_t)R->B * (size_t)L[nlayers - 1].out * 4, cudaMemcpyHostToDevice, S));
+  }
+  if (mode != FP_CUDA_CAPTURE_SAFE || t == 0) { /* hooks run; step 0 is the warm-up of every mode */
+    gpu_body(R, G, t, R->r != NULL);
+    return;
+  }
+  if (!G->have_graph) { /* the whole step - hooks, layers, optimizer - as one graph */
+    CK(cudaStreamBeginCapture(S, cudaStreamCaptureModeThreadLocal));
+    gpu_body(R, G, t, false);
+    CK(cudaStreamEndCapture(S, &G->g));
+    CK(cudaGraphInstantiate(&G->ge, G->g, 0));
+    G->have_graph = true;
+  }
+  CK(cudaGraphLaunch(G->ge, S));
+}
+#endif
+
+/* ---- the run ------------------------------------------------------------------------------------ */
+static void dump(const char *prefix) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s.rank%d.safetensors", prefix, rank);
+  fp_st_tensor *ts = xcalloc((size_t)nparams, sizeof *ts);
+  const void **data = xcalloc((size_t)nparams, sizeof *data);
+  void **copies = xcalloc((size_t)nparams, sizeof *copies);
+  for (int32_t i = 0; i < nparams; i++) {
+    const fp_tensor *m = &P[i].v.main;
+    int64_t bytes = m->numel * fp_elem_size(m->dtype);
+    ts[i] = (fp_st_tensor){.name = P[i].v.name, .dtype = FP_U8, .ndim = 1};
+    ts[i].shape[0] = bytes;
+    copies[i] = xcalloc((size_t)bytes, 1);
+    if (bytes) memcpy(copies[i], host_of(m, 0), (size_t)bytes);
+    data[i] = copies[i];
+  }
+  char err[512];
+  if (!fp_st_write(path, nparams, ts, data, err, sizeof err)) DIE("%s", err);
+  for (int32_t i = 0; i < nparams; i++) free(copies[i]);
+  free(copies), free(ts), free(data);
 }
 
 int main(int argc, char **argv) {
@@ -469,12 +725,13 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const char *plan_path = NULL;
-  long steps = -1, B = 4;
+  const char *plan_path = NULL, *dump_prefix = NULL;
+  long steps = -1, B = 4, refit_at = -1;
   unsigned long long seed = 1;
   float lr = 0.1f;
-  bool check = false;
+  bool check = false, nccl = false;
   fp_progress progress = FP_PROGRESS_DEFAULT;
+  fp_cuda_mode mode = FP_CUDA_GRAPH;
   for (int k = 1; k < argc; k++) {
     const char *a = argv[k], *v = k + 1 < argc ? argv[k + 1] : NULL;
     char *end = NULL;
@@ -486,21 +743,56 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--seed")) seed = strtoull(v, &end, 10), k++;
     else if (!strcmp(a, "--lr")) lr = strtof(v, &end), k++;
     else if (!strcmp(a, "--batch")) B = strtol(v, &end, 10), k++;
+    else if (!strcmp(a, "--refit-at")) refit_at = strtol(v, &end, 10), k++;
+    else if (!strcmp(a, "--dump")) dump_prefix = v, k++;
     else if (!strcmp(a, "--progress") && (!strcmp(v, "poll") || !strcmp(v, "thread")))
       progress = !strcmp(v, "poll") ? FP_PROGRESS_POLL : FP_PROGRESS_THREAD, k++;
+    else if (!strcmp(a, "--backend") && (!strcmp(v, "mpi") || !strcmp(v, "nccl"))) nccl = !strcmp(v, "nccl"), k++;
+    else if (!strcmp(a, "--mode") && !strcmp(v, "graph")) mode = FP_CUDA_GRAPH, k++;
+    else if (!strcmp(a, "--mode") && !strcmp(v, "eager")) mode = FP_CUDA_EAGER, k++;
+    else if (!strcmp(a, "--mode") && !strcmp(v, "capture")) mode = FP_CUDA_CAPTURE_SAFE, k++;
     else usage();
     if (end && (*end || errno)) usage();
   }
-  if (!plan_path || steps < 0 || B < 1 || B > 4096 || !(lr > 0)) usage();
+  if (!plan_path || steps < 0 || B < 1 || B > 4096 || !(lr > 0) || (nccl && progress != FP_PROGRESS_DEFAULT)) usage();
+
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = rank, .world_size = world, .progress = progress};
+  if (nccl) {
+#ifdef FP_HAVE_CUDA
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev < 1) {
+      if (rank == 0)
+        printf("train_mlp: SKIPPED: no CUDA device (cudaGetDeviceCount: %s)\n", e ? cudaGetErrorString(e) : "0 devices");
+      MPI_Finalize();
+      return 77;
+    }
+    CK(cudaSetDevice(rank % ndev));
+    CK(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking));
+    on_gpu = true;
+    cfg = (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = rank, .world_size = world, .cuda_mode = mode,
+                           .cuda_stream = S};
+#else
+    if (rank == 0) fprintf(stderr, "train_mlp: --backend nccl: flexplan was built without CUDA\n");
+    MPI_Finalize();
+    return 2;
+#endif
+  }
 
   fp_plan *plan = NULL;
   if (fp_plan_load(plan_path, &plan) != FP_OK) DIE("%s", fp_plan_errmsg(plan));
   fp_plan_get_info(plan, &info);
-  fp_exec_config cfg = {FP_BACKEND_MPI, rank, world, NULL, progress};
   fp_exec *x = NULL;
   fp_status st = fp_exec_create(plan, &cfg, &x);
   if (st != FP_OK) DIE("%s: %s", fp_status_name(st), fp_exec_errmsg(x));
   build_model(x, plan);
+  int64_t maxn = 1;
+  for (int32_t i = 0; i < nparams; i++) {
+    maxn = P[i].v.numel > maxn ? P[i].v.numel : maxn;
+    maxn = P[i].v.main.numel > maxn ? P[i].v.main.numel : maxn;
+  }
+  hview[0] = xcalloc((size_t)maxn, 4);
+  hview[1] = xcalloc((size_t)maxn, 4);
   float **init = xcalloc((size_t)nparams, sizeof *init);
   for (int32_t i = 0; i < nparams; i++) init[i] = init_weights(seed, i, fan_in_of(i));
   load_initial(x, init);
@@ -508,57 +800,48 @@ int main(int argc, char **argv) {
   if (check) r = ref_new(init);
 
   int64_t ga = info.grad_accumulation;
-  acts a = acts_new((int)B);
-  int64_t maxn = 1;
-  for (int32_t i = 0; i < nparams; i++) maxn = P[i].v.numel > maxn ? P[i].v.numel : maxn;
-  float *wbuf = xcalloc((size_t)maxn, 4), *bbuf = xcalloc((size_t)maxn, 4), *gW = xcalloc((size_t)maxn, 4);
-  float *gb = xcalloc((size_t)maxn, 4);
+  run R = {.x = x, .r = check ? &r : NULL, .seed = seed, .B = (int)B, .lr = lr, .ga = ga, .a = acts_new((int)B)};
+  R.wbuf = xcalloc((size_t)maxn, 4), R.bbuf = xcalloc((size_t)maxn, 4), R.gW = xcalloc((size_t)maxn, 4);
+  R.gb = xcalloc((size_t)maxn, 4);
+#ifdef FP_HAVE_CUDA
+  gpu G;
+  if (on_gpu) gpu_new(&G, (int)B, ga, maxn);
+#endif
   for (int64_t t = 0; t < steps; t++) {
-    hook(x, FP_HOOK_STEP_BEGIN, -1);
-    for (int64_t k = 0; k < ga; k++) {
-      batch(&a, seed, t, rank * ga + k, (int)B);
-      for (int m = 0; m < nlayers; m++) {
-        const layer *l = &L[m];
-        hook(x, FP_HOOK_PRE_FORWARD, l->module);
-        if (check && k == 0) {
-          check_gathered(&r, l->w, t, "pre_forward");
-          if (l->b >= 0) check_gathered(&r, l->b, t, "pre_forward");
-        }
-        fpk_cast(wbuf, FP_F32, P[l->w].v.weight.data, dt(P[l->w].param_dt), P[l->w].v.numel);
-        if (l->b >= 0) fpk_cast(bbuf, FP_F32, P[l->b].v.weight.data, dt(P[l->b].param_dt), l->out);
-        layer_fwd(l, m == nlayers - 1, wbuf, l->b >= 0 ? bbuf : NULL, a.h[m], a.z[m], a.h[m + 1], (int)B);
-        hook(x, FP_HOOK_POST_FORWARD, l->module);
+    if (t == refit_at && t > 0) { /* new weights into the same addresses */
+      for (int32_t i = 0; i < nparams; i++) {
+        free(init[i]);
+        init[i] = init_weights(seed + 7919 * (uint64_t)t, i, fan_in_of(i));
       }
-      loss_grad(&a, (int)B);
-      for (int m = nlayers - 1; m >= 0; m--) {
-        const layer *l = &L[m];
-        hook(x, FP_HOOK_PRE_BACKWARD, l->module);
-        const fp_param_view *w = &P[l->w].v, *b = l->b >= 0 ? &P[l->b].v : NULL;
-        if (check && k == 0) check_gathered(&r, l->w, t, "pre_backward");
-        fpk_cast(wbuf, FP_F32, w->weight.data, dt(P[l->w].param_dt), w->numel);
-        bool tw = w->requires_grad, tb = b && b->requires_grad;
-        layer_bwd(l, m == nlayers - 1, wbuf, a.h[m], a.z[m], a.dh[m + 1], a.dz, tw ? gW : NULL, tb ? gb : NULL,
-                  m > 0 ? a.dh[m] : NULL, (int)B);
-        /* the backward accumulates into the unsharded grads (zeroed by pre_backward) */
-        if (tw) fpk_add(w->ugrad.data, dt(P[l->w].param_dt), gW, FP_F32, w->numel);
-        if (tb) fpk_add(b->ugrad.data, dt(P[l->b].param_dt), gb, FP_F32, b->numel);
-        hook(x, FP_HOOK_POST_BACKWARD, l->module);
+      load_initial(x, init);
+      for (int32_t i = 0; i < nparams; i++) {
+        fp_param_view v;
+        fp_exec_param_at(x, i, &v);
+        if (v.weight.data != P[i].v.weight.data || v.ugrad.data != P[i].v.ugrad.data ||
+            v.main.data != P[i].v.main.data || v.grad.data != P[i].v.grad.data)
+          FAIL("refit at step %" PRId64 " moved a view of %s", t, P[i].v.name);
+        if (check) fpk_cast(r.main[i], dt(P[i].main_dt), init[i], FP_F32, P[i].v.numel);
       }
     }
-    hook(x, FP_HOOK_PRE_OPTIMIZER, -1);
-    for (int32_t i = 0; i < nparams; i++)
-      if (P[i].v.requires_grad && P[i].v.main.data)
-        sgd(P[i].v.main.data, P[i].main_dt, P[i].v.grad.data, P[i].grad_dt, P[i].v.main.numel, lr);
-    hook(x, FP_HOOK_POST_OPTIMIZER, -1);
+#ifdef FP_HAVE_CUDA
+    if (on_gpu) gpu_step(&R, &G, t, mode);
+    else
+#endif
+      cpu_step(&R, t);
     if (check) {
       ref_step(&r, seed, t, (int)B, lr, ga);
       check_main(&r, t);
     }
   }
   if (fp_exec_sync(x) != FP_OK) DIE("sync: %s", fp_exec_errmsg(x));
+  if (dump_prefix) dump(dump_prefix);
   fp_exec_stats s;
   fp_exec_get_stats(x, &s);
   if (s.hook_allocations) FAIL("%" PRId64 " allocations inside hooks", s.hook_allocations);
+  if (on_gpu && mode == FP_CUDA_GRAPH && steps >= 2 && (s.graphs < 1 || s.graph_launches < 1))
+    FAIL("graph mode ran %ld steps but captured %" PRId64 " graphs and launched %" PRId64, steps, s.graphs,
+         s.graph_launches);
+  if (on_gpu && mode != FP_CUDA_GRAPH && s.graphs) FAIL("%" PRId64 " graphs captured outside graph mode", s.graphs);
   fp_exec_destroy(x);
 
   int any = 0;
@@ -566,18 +849,31 @@ int main(int argc, char **argv) {
   MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Reduce(&max_abs, &amax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(&max_rel, &rmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  const char *how = !on_gpu                       ? (s.progress == FP_PROGRESS_THREAD ? "mpi, progress thread" : "mpi, progress poll")
+                    : mode == FP_CUDA_GRAPH         ? "nccl, graph mode"
+                    : mode == FP_CUDA_EAGER         ? "nccl, eager mode"
+                                                    : "nccl, whole steps captured by the trainer";
   if (rank == 0)
-    printf("train_mlp: %s (%s, %" PRId64 " ranks, %" PRId64 " micro-batch(es)), %ld step(s), progress %s: %s\n",
-           info.model, info.strategy, info.world_size, ga, steps, s.progress == FP_PROGRESS_THREAD ? "thread" : "poll",
+    printf("train_mlp: %s (%s, %" PRId64 " ranks, %" PRId64 " micro-batch(es)), %ld step(s), %s: %s\n", info.model,
+           info.strategy, info.world_size, ga, steps, how,
            !check ? "trained" : any ? "CHECK FAILED" : "matches the reference");
+  if (rank == 0 && on_gpu)
+    printf("train_mlp: %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " graph launches, %" PRId64
+           " NCCL communicators\n", s.graphs, s.graph_nodes, s.graph_launches, s.nccl_comms);
   if (rank == 0 && check)
     printf("train_mlp: max |w - ref| = %.3g, max relative = %.3g (weights above 1e-3); gathered weights bit-exact: %s\n",
            amax, rmax, any ? "see errors" : "yes");
   for (int32_t i = 0; i < nparams; i++) free(init[i]);
   free(init);
   if (check) ref_free(&r);
-  acts_free(&a);
-  free(wbuf), free(bbuf), free(gW), free(gb), free(L), free(P);
+#ifdef FP_HAVE_CUDA
+  if (on_gpu) {
+    gpu_free(&G, ga);
+    cudaStreamDestroy(S);
+  }
+#endif
+  acts_free(&R.a);
+  free(R.wbuf), free(R.bbuf), free(R.gW), free(R.gb), free(L), free(P), free(hview[0]), free(hview[1]);
   fp_plan_free(plan);
   MPI_Finalize();
   return any ? 1 : 0;

@@ -17,11 +17,12 @@
  *                work may start (the compute stream is caught up), leaving
  *                other streams' work running;
  *   sync         wait for all issued work;
+ *   write        copy rows x width bytes from host memory into the device
+ *                arena (refits; after sync): a memcpy for MPI, a copy to
+ *                the GPU for NCCL;
  *   destroy      free everything (after sync); tolerates a partial setup.
  *
- * Hooks (run_segment) must not allocate: everything is made in prepare. A
- * backend whose arena is host memory (host_memory) lets refits write it
- * directly. */
+ * Hooks (run_segment) must not allocate: everything is made in prepare. */
 #ifndef FP_BACKEND_IMPL_H
 #define FP_BACKEND_IMPL_H
 
@@ -29,15 +30,29 @@
 
 struct fp_backend_impl {
   const char *name;
-  bool host_memory;
   fp_status (*prepare)(fp_exec *x);
   fp_status (*agree)(fp_exec *x, fp_status local);
   fp_status (*connect)(fp_exec *x);
   fp_status (*run_segment)(fp_exec *x, int32_t seg);
   fp_status (*sync)(fp_exec *x);
+  fp_status (*write)(fp_exec *x, char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t width,
+                     int64_t rows);
   void (*destroy)(fp_exec *x);
 };
 
 extern const fp_backend_impl fp_backend_mpi; /* executor/mpi.c */
+#ifdef FP_HAVE_CUDA
+extern const fp_backend_impl fp_backend_nccl; /* executor/nccl.c */
+#endif
+
+/* the MPI backend's agreement (mpi.c), which the NCCL backend also uses
+ * when it bootstraps through MPI: every rank of the bootstrap communicator
+ * (cfg.bootstrap or MPI_COMM_WORLD) joins, whatever `local` says; every
+ * rank returns the same verdict */
+fp_status fpx_mpi_agree(fp_exec *x, fp_status local);
+
+/* create an executor with a given backend table (exec.c): fp_exec_create
+ * after its backend lookup. Tests use it with backends of their own. */
+fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const fp_backend_impl *bk, fp_exec **out);
 
 #endif

@@ -409,9 +409,24 @@ static void set_pointers(fp_exec *x) {
 }
 
 /* ---- create / destroy ------------------------------------------------------------------ */
-static const fp_backend_impl *backend_of(fp_backend b) { return b == FP_BACKEND_MPI ? &fp_backend_mpi : NULL; }
-
 fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec **out) {
+  if (!out) return FP_ERR_ARG;
+  const fp_backend_impl *bk = NULL;
+  if (cfg && cfg->backend == FP_BACKEND_MPI) bk = &fp_backend_mpi;
+#ifdef FP_HAVE_CUDA
+  if (cfg && cfg->backend == FP_BACKEND_NCCL) bk = &fp_backend_nccl;
+#else
+  if (cfg && cfg->backend == FP_BACKEND_NCCL) {
+    fp_exec *x = *out = calloc(1, sizeof *x);
+    if (!x) return FP_ERR_NOMEM;
+    return fpx_fail(x, FP_ERR_ARG, "fp_exec_create: the NCCL backend is not built (flexplan was configured without "
+                    "CUDA: nvcc or NCCL was not found; docs/cuda.md)");
+  }
+#endif
+  return fpx_create_with(plan, cfg, bk, out);
+}
+
+fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const fp_backend_impl *bk, fp_exec **out) {
   if (!out) return FP_ERR_ARG;
   fp_exec *x = *out = calloc(1, sizeof *x);
   if (!x) return FP_ERR_NOMEM;
@@ -419,7 +434,7 @@ fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec
   fp_status st = FP_OK;
   if (!cfg) return fpx_fail(x, FP_ERR_ARG, "fp_exec_create: config is NULL");
   x->cfg = *cfg;
-  x->bk = backend_of(cfg->backend);
+  x->bk = bk;
   if (!x->bk) return fpx_fail(x, FP_ERR_ARG, "fp_exec_create: unknown backend %d", (int)cfg->backend);
   x->rank = cfg->rank;
   x->world = cfg->world_size;
@@ -429,6 +444,9 @@ fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec
     st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: %s", plan ? "the plan failed to load" : "plan is NULL");
   else if (cfg->progress < FP_PROGRESS_DEFAULT || cfg->progress > FP_PROGRESS_THREAD)
     st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: unknown progress mode %d", (int)cfg->progress);
+  else if (cfg->backend == FP_BACKEND_NCCL && cfg->progress != FP_PROGRESS_DEFAULT)
+    st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: the NCCL backend takes no progress mode (the GPU drives its "
+                  "streams); pass FP_PROGRESS_DEFAULT");
   else if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
     st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: rank %d is not in a world of %d", cfg->rank, cfg->world_size);
   else if (plan->prog->world_size != cfg->world_size)
@@ -445,6 +463,7 @@ fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec
   }
   st = x->bk->agree(x, st);
   if (st == FP_OK) st = x->bk->connect(x);
+  x->created = st == FP_OK;
   return st;
 }
 
@@ -462,7 +481,7 @@ void fp_exec_destroy(fp_exec *x) {
 
 /* ---- hooks ---------------------------------------------------------------------------- */
 static fp_status usable(fp_exec *x) {
-  if (!x->prog) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
+  if (!x->created) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
   if (x->broken) return FP_ERR_BACKEND; /* the message says what broke */
   return FP_OK;
 }
@@ -496,8 +515,8 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   x->in_hook = true;
   fp_status st = x->bk->run_segment(x, x->cursor);
   x->in_hook = false;
-  if (st != FP_OK) {
-    x->broken = true;
+  if (st != FP_OK) { /* a backend failure breaks the executor; a refusal (nothing issued) does not */
+    if (st == FP_ERR_BACKEND || st == FP_ERR_NOMEM) x->broken = true;
     return st;
   }
   x->stats.hooks++;
@@ -512,7 +531,7 @@ fp_status fp_exec_sync(fp_exec *x) {
   if (!x) return FP_ERR_ARG;
   FPX_CHECK(usable(x));
   fp_status st = x->bk->sync(x);
-  if (st != FP_OK) x->broken = true;
+  if (st == FP_ERR_BACKEND) x->broken = true;
   return st;
 }
 
@@ -529,6 +548,15 @@ fp_status fp_exec_param(fp_exec *x, const char *name, fp_param_view *out) {
     if (!strcmp(x->prog->params[i].name, name)) return fp_exec_param_at(x, i, out);
   return fpx_fail(x, FP_ERR_ARG, "the plan has no param '%s'", name);
 }
+
+void *fp_exec_cuda_stream(const fp_exec *x) { return x && x->created ? x->cuda_stream : NULL; }
+
+#ifndef FP_HAVE_CUDA
+fp_status fp_nccl_get_id(fp_nccl_id *out) {
+  if (out) memset(out, 0, sizeof *out);
+  return FP_ERR_BACKEND; /* built without CUDA */
+}
+#endif
 
 fp_status fp_exec_get_stats(const fp_exec *x, fp_exec_stats *out) {
   if (!x || !out) return FP_ERR_ARG;

@@ -89,6 +89,7 @@ struct fp_exec {
   fp_exec_config cfg;
   int64_t rank, world;
   char msg[FPX_MSG_CAP];
+  bool created;        /* fp_exec_create succeeded: hooks, sync and refits may run */
   bool broken;         /* a backend failure: every later call fails */
   bool in_hook;
   /* memory: one allocation made by the backend */
@@ -105,6 +106,7 @@ struct fp_exec {
   /* backend */
   const fp_backend_impl *bk;
   void *bks;           /* the backend's state */
+  void *cuda_stream;   /* NCCL: the compute stream (fp_exec_cuda_stream) */
   fp_exec_stats stats;
 };
 

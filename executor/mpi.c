@@ -304,7 +304,7 @@ static MPI_Comm boot_comm(const fp_exec *x) {
 /* Every rank runs the same calls on the bootstrap communicator, whatever
  * happened locally, so none waits for a rank that gave up. Fixed-size
  * messages: nothing here allocates in proportion to the world. */
-static fp_status mpi_agree(fp_exec *x, fp_status local) {
+fp_status fpx_mpi_agree(fp_exec *x, fp_status local) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
@@ -641,6 +641,13 @@ static fp_status mpi_sync(fp_exec *x) {
   return st;
 }
 
+static fp_status mpi_write(fp_exec *x, char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t width,
+                           int64_t rows) {
+  (void)x;
+  for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dpitch, src + r * spitch, (size_t)width);
+  return FP_OK;
+}
+
 static void mpi_destroy(fp_exec *x) {
   mstate *m = ms(x);
   if (!m) return;
@@ -679,11 +686,11 @@ static void mpi_destroy(fp_exec *x) {
 
 const fp_backend_impl fp_backend_mpi = {
     .name = "mpi",
-    .host_memory = true,
     .prepare = mpi_prepare,
-    .agree = mpi_agree,
+    .agree = fpx_mpi_agree,
     .connect = mpi_connect,
     .run_segment = mpi_run_segment,
     .sync = mpi_sync,
+    .write = mpi_write,
     .destroy = mpi_destroy,
 };

@@ -7,10 +7,12 @@
  *  2. read: each rank reads only what it stores - the runs of its
  *     main-weight shard (fp_extent), or the whole tensor where the plan keeps
  *     the compute weight unsharded between steps - into one staging buffer;
- *  3. write: convert into the main-weight shards (file dtype -> main dtype,
- *     round to nearest even) and recast the persistent compute weights from
- *     the new main weights (main dtype -> param dtype), as the plan's own
- *     post-optimizer refresh would.
+ *  3. write: convert on the host (the reference kernels) into the main
+ *     dtype (file dtype -> main dtype, round to nearest even) and the
+ *     persistent compute weights from the new main weights (main dtype ->
+ *     param dtype), as the plan's own post-optimizer refresh would, and
+ *     hand the bytes to the backend, which copies them into the arena (a
+ *     memcpy on MPI, a copy to the GPU on NCCL; backend_impl.h `write`).
  * Nothing is reallocated: the views, and any CUDA graph captured over them,
  * stay valid. Transient compute weights are gathered from the new shards by
  * the next step's hooks. */
@@ -33,9 +35,9 @@ typedef struct src {      /* where one param comes from */
 static bool float_dtype(fp_dtype t) { return t == FP_F32 || t == FP_BF16 || t == FP_F16; }
 
 static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *paths, int npaths, src *srcs,
-                          int64_t *staging, int64_t *widest) {
+                          int64_t *staging, int64_t *widest, int64_t *outmax) {
   const fp_prog *p = x->prog;
-  *staging = *widest = 0;
+  *staging = *widest = *outmax = 0;
   for (int32_t i = 0; i < p->nparams; i++) {
     const fp_xparam *xp = &x->params[i];
     const fp_param_view *v = &xp->v;
@@ -74,6 +76,11 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
     s->staged = *staging;
     *staging += (need + 15) / 16 * 16;
     if (s->full && v->numel * 4 > *widest) *widest = v->numel * 4;
+    /* the converted bytes of one param, before the backend copies them */
+    int64_t o = v->shard.runs * v->shard.len * fp_dtype_size(p->params[i].main_dtype);
+    if (s->full && v->numel * fp_dtype_size(p->params[i].param_dtype) > o)
+      o = v->numel * fp_dtype_size(p->params[i].param_dtype);
+    if (o > *outmax) *outmax = o;
   }
   return FP_OK;
 }
@@ -99,7 +106,9 @@ static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *
   return FP_OK;
 }
 
-static void write_all(fp_exec *x, const src *srcs, const char *stage, char *wide) {
+/* convert each param into `out` (host), then have the backend write it:
+ * the main shard's runs (one strided copy), the persistent compute weight */
+static fp_status write_all(fp_exec *x, const src *srcs, const char *stage, char *wide, char *out) {
   const fp_prog *p = x->prog;
   for (int32_t i = 0; i < p->nparams; i++) {
     const src *s = &srcs[i];
@@ -107,22 +116,26 @@ static void write_all(fp_exec *x, const src *srcs, const char *stage, char *wide
     const fp_ir_param *q = &p->params[i];
     const fp_extent *e = &v->shard;
     fp_dtype fdt = s->t->dtype;
-    int64_t fsz = fp_dtype_size(fdt), msz = fp_dtype_size(q->main_dtype);
+    int64_t fsz = fp_dtype_size(fdt), msz = fp_dtype_size(q->main_dtype), psz = fp_dtype_size(q->param_dtype);
     const char *data = stage + s->staged;
     for (int64_t k = 0; k < e->runs; k++) {
       const char *from = s->full ? data + (e->full_off + k * e->full_stride) * fsz : data + k * e->len * fsz;
-      fpk_cast((char *)v->main.data + k * e->shard_stride * msz, q->main_dtype, from, fdt, e->len);
+      fpk_cast(out + k * e->len * msz, q->main_dtype, from, fdt, e->len);
     }
+    if (e->runs > 0)
+      FPX_CHECK(x->bk->write(x, (char *)v->main.data, e->shard_stride * msz, out, e->len * msz, e->len * msz, e->runs));
     if (s->full && v->weight.data) { /* compute weight = cast(main weight), whole param */
       fpk_cast(wide, q->main_dtype, data, fdt, v->numel);
-      fpk_cast(v->weight.data, q->param_dtype, wide, q->main_dtype, v->numel);
+      fpk_cast(out, q->param_dtype, wide, q->main_dtype, v->numel);
+      FPX_CHECK(x->bk->write(x, (char *)v->weight.data, 0, out, 0, v->numel * psz, 1));
     }
   }
+  return FP_OK;
 }
 
 fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths) {
   if (!x) return FP_ERR_ARG;
-  if (!x->prog) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
+  if (!x->created) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
   if (x->broken) return FP_ERR_BACKEND;
   if (npaths < 1 || !paths) return fpx_fail(x, FP_ERR_ARG, "refit: no files given");
   if (x->cursor != 0) {
@@ -130,11 +143,10 @@ fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths)
     return fpx_fail(x, FP_ERR_ORDER, "refit: load weights between steps; the plan expects %s next",
                     fpx_seg_label(x, x->cursor, want, sizeof want));
   }
-  if (!x->bk->host_memory) return fpx_fail(x, FP_ERR_BACKEND, "refit: backend %s is not supported", x->bk->name);
   fp_status st = FP_OK;
   fp_st_file **files = fpx_alloc(x, (size_t)npaths, sizeof *files);
   src *srcs = fpx_alloc(x, (size_t)x->prog->nparams, sizeof *srcs);
-  char *stage = NULL, *wide = NULL;
+  char *stage = NULL, *wide = NULL, *out = NULL;
   if (!files || !srcs) {
     st = fpx_fail(x, FP_ERR_NOMEM, "refit: out of memory");
     goto fail;
@@ -151,22 +163,27 @@ fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths)
       goto fail;
     }
   }
-  int64_t staging, widest, read = 0;
-  FPX_CHECK_GOTO(validate(x, files, paths, npaths, srcs, &staging, &widest), st, fail);
+  int64_t staging, widest, outmax, read = 0;
+  FPX_CHECK_GOTO(validate(x, files, paths, npaths, srcs, &staging, &widest, &outmax), st, fail);
   stage = fpx_alloc(x, (size_t)staging, 1);
   wide = fpx_alloc(x, (size_t)widest, 1);
-  if (!stage || !wide) {
-    st = fpx_fail(x, FP_ERR_NOMEM, "refit: cannot allocate %" PRId64 " bytes of staging", staging + widest);
+  out = fpx_alloc(x, (size_t)outmax, 1);
+  if (!stage || !wide || !out) {
+    st = fpx_fail(x, FP_ERR_NOMEM, "refit: cannot allocate %" PRId64 " bytes of staging", staging + widest + outmax);
     goto fail;
   }
   FPX_CHECK_GOTO(read_all(x, srcs, stage, paths, &read), st, fail);
   /* nothing in flight may read the main weights while they change */
   st = x->bk->sync(x);
   if (st != FP_OK) {
+    if (st == FP_ERR_BACKEND) x->broken = true;
+    goto fail;
+  }
+  st = write_all(x, srcs, stage, wide, out);
+  if (st != FP_OK) { /* the backend failed half way: the arena is no longer what any plan state says */
     x->broken = true;
     goto fail;
   }
-  write_all(x, srcs, stage, wide);
   x->stats.refits++;
   x->stats.refit_bytes_read = read;
 fail:
@@ -177,5 +194,6 @@ fail:
   fpx_free(srcs);
   fpx_free(stage);
   fpx_free(wide);
+  fpx_free(out);
   return st;
 }

@@ -30,7 +30,12 @@
  * Backends: FP_BACKEND_MPI runs on host memory with MPI collectives (one
  * process per rank, started by mpirun; the trainer calls MPI_Init_thread
  * before fp_exec_create and MPI_Finalize after fp_exec_destroy). See
- * docs/executor.md for the backend's decisions, its checks and its figures. */
+ * docs/executor.md for the backend's decisions, its checks and its figures.
+ * FP_BACKEND_NCCL runs on a CUDA device with NCCL collectives, the plan's
+ * streams as CUDA streams and its events as CUDA events, and replays each
+ * segment as CUDA graphs over an arena whose addresses never change (one
+ * process per GPU; the trainer calls cudaSetDevice first). It exists when
+ * flexplan was built with CUDA (nvcc and NCCL found); docs/cuda.md. */
 #ifndef FLEXPLAN_H
 #define FLEXPLAN_H
 
@@ -109,7 +114,9 @@ int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
 typedef struct fp_exec fp_exec;
 
 typedef enum fp_backend {
-  FP_BACKEND_MPI = 1, /* host memory, MPI collectives (the reference backend CI runs) */
+  FP_BACKEND_MPI = 1,  /* host memory, MPI collectives (the reference backend CI runs) */
+  FP_BACKEND_NCCL = 2, /* CUDA device memory, NCCL collectives, CUDA graphs (docs/cuda.md);
+                        * FP_ERR_ARG from fp_exec_create when flexplan was built without CUDA */
 } fp_backend;
 
 /* How the MPI backend drives the plan's communication streams. */
@@ -123,15 +130,64 @@ typedef enum fp_progress {
                             * drive them themselves); needs MPI_THREAD_MULTIPLE */
 } fp_progress;
 
+/* NCCL backend: how a step's work reaches the GPU (docs/cuda.md, "Modes"). */
+typedef enum fp_cuda_mode {
+  FP_CUDA_GRAPH = 0,        /* step 0 runs eagerly (a warm-up: NCCL connects lazily); the first
+                             * step_begin after it captures every segment's work on each stream
+                             * into CUDA graphs (ThreadLocal capture, once: it synchronizes and
+                             * allocates graph memory there, and nowhere else); later hooks
+                             * launch those graphs, with the record/wait between streams as
+                             * events. The default. */
+  FP_CUDA_EAGER = 1,        /* every op launched on every step (debugging, profiling op by op) */
+  FP_CUDA_CAPTURE_SAFE = 2, /* every op launched on every step, and every hook may run inside the
+                             * trainer's own stream capture of the compute stream: no
+                             * synchronization, no allocation, no host callback on any hook
+                             * path; side streams join the capture when they get work and join
+                             * back at the end of the step (post_optimizer). Run one step
+                             * uncaptured first (NCCL's warm-up); capture whole steps. */
+} fp_cuda_mode;
+
+/* NCCL backend: how the ranks agree on NCCL's unique id (docs/cuda.md, "Bootstrap"). */
+typedef enum fp_nccl_boot {
+  FP_NCCL_BOOT_DEFAULT = 0, /* MPI when MPI is initialized; else NCCL_COMM_ID when it is set;
+                             * else, in a world of one rank, an id made locally */
+  FP_NCCL_BOOT_ID = 1,      /* cfg.nccl_id: made by rank 0 with fp_nccl_get_id and handed to every
+                             * rank by the trainer's own channel (e.g. torch.distributed) */
+  FP_NCCL_BOOT_MPI = 2,     /* rank 0 makes one and broadcasts it on the bootstrap communicator
+                             * (cfg.bootstrap, or MPI_COMM_WORLD); the plan-hash agreement runs
+                             * over MPI before any NCCL call */
+  FP_NCCL_BOOT_ENV = 3,     /* NCCL_COMM_ID=host:port set on every rank: every rank derives the
+                             * same id, nothing is exchanged */
+} fp_nccl_boot;
+
+#define FP_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */
+typedef struct fp_nccl_id {
+  unsigned char bytes[FP_NCCL_ID_BYTES];
+} fp_nccl_id;
+
 typedef struct fp_exec_config {
   fp_backend backend;
   int rank;              /* this process's rank in the plan's world */
   int world_size;        /* must equal the plan's world_size */
-  const void *bootstrap; /* MPI: a pointer to an MPI_Comm whose rank/size are `rank`/`world_size`;
-                          * NULL means MPI_COMM_WORLD. The executor duplicates what it needs;
-                          * the communicator need only live through fp_exec_create. */
-  fp_progress progress;
+  const void *bootstrap; /* MPI (and NCCL with an MPI bootstrap): a pointer to an MPI_Comm whose
+                          * rank/size are `rank`/`world_size`; NULL means MPI_COMM_WORLD. The
+                          * executor duplicates what it needs; the communicator need only live
+                          * through fp_exec_create. */
+  fp_progress progress;  /* MPI only; NCCL: FP_PROGRESS_DEFAULT (the GPU drives its streams) */
+  /* ---- FP_BACKEND_NCCL (ignored by FP_BACKEND_MPI) ----
+   * The device is the calling thread's current CUDA device (cudaSetDevice). */
+  fp_cuda_mode cuda_mode;
+  void *cuda_stream;     /* the cudaStream_t the trainer computes on: the plan's compute stream.
+                          * NULL: the executor creates one (fp_exec_cuda_stream). It must outlive
+                          * the executor; the executor never synchronizes it inside a hook. */
+  fp_nccl_boot nccl_boot;
+  fp_nccl_id nccl_id;    /* FP_NCCL_BOOT_ID: the same bytes on every rank */
 } fp_exec_config;
+
+/* NCCL backend: a new unique id (ncclGetUniqueId), for FP_NCCL_BOOT_ID: rank 0
+ * calls it and ships the bytes to the other ranks. FP_ERR_BACKEND when
+ * flexplan was built without CUDA or NCCL fails. */
+fp_status fp_nccl_get_id(fp_nccl_id *out);
 
 /* Create an executor for this rank. Collective: every rank of the bootstrap
  * communicator calls it with the same plan. Setup order:
@@ -176,11 +232,23 @@ const char *fp_hook_name(fp_hook h);
  * expects post_forward(fc1) next (segment 4 of 18, micro-batch 0)"); nothing
  * runs and the executor stays where it was. FP_ERR_ARG for a hook outside the
  * enum or a module out of range. FP_ERR_BACKEND when communication failed;
- * the executor is then unusable. A hook performs no memory allocation. */
+ * the executor is then unusable. A hook performs no memory allocation
+ * (NCCL, FP_CUDA_GRAPH: except the one step_begin that captures the graphs).
+ * NCCL: a hook enqueues its segment's work on the CUDA streams and returns
+ * without waiting for the device. */
 fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module);
 /* Wait until every piece of work issued so far has finished, on every
- * stream (hooks wait only for what the trainer's next work needs). */
+ * stream (hooks wait only for what the trainer's next work needs). NCCL: the
+ * host waits for the device (not allowed while the compute stream is being
+ * captured: FP_ERR_ORDER). */
 fp_status fp_exec_sync(fp_exec *x);
+
+/* NCCL backend: the compute stream (a cudaStream_t): cfg.cuda_stream, or the
+ * one the executor made. The trainer launches its forward, backward and
+ * optimizer work on it; after a hook returns, work launched on it is ordered
+ * after everything the hook's segment says must come first. NULL for the MPI
+ * backend and for an executor that failed to create. */
+void *fp_exec_cuda_stream(const fp_exec *x);
 
 /* ---- tensor views ------------------------------------------------------ */
 /* A view into the arena. data is NULL (and numel 0) where this rank holds
@@ -244,8 +312,11 @@ fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out);
  * between steps; those compute copies are recast from the new main weights.
  * Every name, shape and dtype is validated and every byte read before any
  * byte of the arena is written, so a failed refit (FP_ERR_WEIGHTS) changes
- * nothing. Buffer addresses never change. Call it between steps (before
- * step_begin): FP_ERR_ORDER otherwise. Local: no communication. */
+ * nothing. Buffer addresses never change, so CUDA graphs captured before a
+ * refit (the executor's and the trainer's) compute with the new weights when
+ * replayed after it. Call it between steps (before step_begin): FP_ERR_ORDER
+ * otherwise. Local: no communication. NCCL: it synchronizes the device (not
+ * allowed while the compute stream is being captured). */
 fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths);
 
 /* ---- statistics -------------------------------------------------------- */
@@ -260,8 +331,16 @@ typedef struct fp_exec_stats {
   int64_t arena_bytes;      /* bytes of the one arena allocation (device + host arenas + staging) */
   int64_t refits;           /* successful fp_exec_load_weights calls */
   int64_t refit_bytes_read; /* bytes the last successful refit read from its files (only this rank's extents) */
-  fp_progress progress;     /* the progress mode in use */
+  fp_progress progress;     /* the progress mode in use (MPI) */
   uint64_t plan_hash;
+  /* NCCL backend */
+  fp_cuda_mode cuda_mode;   /* the mode in use */
+  int64_t graphs;           /* CUDA graphs captured (FP_CUDA_GRAPH: one per run of consecutive ops of
+                             * one stream inside a segment between two records/waits) */
+  int64_t graph_nodes;      /* nodes in those graphs, NCCL's own included */
+  int64_t graph_launches;   /* cudaGraphLaunch calls made by hooks */
+  int64_t nccl_comms;       /* NCCL communicators made (ncclCommSplit, one per plan communicator
+                             * and stream that communicates on it), the world one excluded */
 } fp_exec_stats;
 fp_status fp_exec_get_stats(const fp_exec *x, fp_exec_stats *out);
 

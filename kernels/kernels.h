@@ -10,7 +10,9 @@
  *   even, to the destination dtype;
  * - a NaN stays a NaN (quiet); an Inf stays an Inf where the destination has
  *   one; fp16 and bf16 overflow to Inf; e4m3 has no Inf and saturates to
- *   +-448 instead;
+ *   +-448 instead; a NaN that comes out of arithmetic (add, scale,
+ *   dequantize) is the canonical 0x7FC00000 before the rounding (CPUs and
+ *   GPUs pick different payloads; convert.h);
  * - n counts elements and may be 0 (the pointers are then not touched);
  *   a negative n or a dtype a kernel does not take is a caller bug: the
  *   kernel prints file:line and exits with status 70, like FP_ASSERT;

@@ -80,3 +80,22 @@ fp_mpi_test(exec_order 2 test_exec_order)
 fp_mpi_test(exec_hash_np2 2 test_exec_hash)
 fp_mpi_test(exec_hash_np3 3 test_exec_hash)
 fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan})
+
+# the NCCL backend's GPU-free decisions (executor/nccl_plan.c: bootstrap
+# rules, communicator splits, the issue order of records, waits and runs),
+# for every rank of compiled plans; built with or without CUDA
+add_executable(test_nccl_plan ${CMAKE_CURRENT_SOURCE_DIR}/test_nccl_plan.c)
+target_link_libraries(test_nccl_plan PRIVATE flexplan_exec)
+add_test(NAME nccl_plan
+         COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/nccl_plan_test.py --flexplan $<TARGET_FILE:flexplan>
+                 --test $<TARGET_FILE:test_nccl_plan> --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
+set_tests_properties(nccl_plan PROPERTIES LABELS unit TIMEOUT 300)
+
+# the NCCL backend on a machine without a CUDA device: every rank fails at
+# once and cleanly (skipped, 77, where there is a device)
+if(FP_HAVE_CUDA)
+  add_executable(test_exec_nccl_nodev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_nccl_nodev.c)
+  target_link_libraries(test_exec_nccl_nodev PRIVATE flexplan_exec)
+  fp_mpi_test(exec_nccl_nodev_np2 2 test_exec_nccl_nodev)
+  set_tests_properties(exec_nccl_nodev_np2 PROPERTIES SKIP_RETURN_CODE 77)
+endif()

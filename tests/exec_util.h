@@ -128,7 +128,7 @@ static inline fp_plan *tp_load(const tprog *t) {
 }
 
 static inline fp_exec *tp_exec(const fp_plan *plan, fp_progress mode) {
-  fp_exec_config cfg = {FP_BACKEND_MPI, tu_rank, tu_world, NULL, mode};
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world, .progress = mode};
   fp_exec *x = NULL;
   fp_status st = fp_exec_create(plan, &cfg, &x);
   if (st != FP_OK) {

@@ -48,7 +48,7 @@ static tprog build(int world, int variant) {
 
 static void expect_fail(const char *what, tprog t, fp_status want, const char *frag, const char *frag2) {
   fp_plan *plan = tp_load(&t);
-  fp_exec_config cfg = {FP_BACKEND_MPI, tu_rank, tu_world, NULL, FP_PROGRESS_DEFAULT};
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world, .progress = FP_PROGRESS_DEFAULT};
   fp_exec *x = NULL;
   n_split = n_dup = n_coll = 0;
   fp_status st = fp_exec_create(plan, &cfg, &x);

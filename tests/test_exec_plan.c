@@ -46,7 +46,7 @@ static void expect_rejected(const char *what, const char *text, size_t n, const 
   fp_plan_info info;
   EXPECT(fp_plan_get_info(p, &info) == FP_ERR_ARG, "%s: a failed plan answers questions", what);
   fp_exec *x = NULL;
-  fp_exec_config cfg = {FP_BACKEND_MPI, tu_rank, tu_world, NULL, FP_PROGRESS_POLL};
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world, .progress = FP_PROGRESS_POLL};
   EXPECT(fp_exec_create(p, &cfg, &x) == FP_ERR_ARG, "%s: an executor from a failed plan", what);
   fp_exec_destroy(x);
   fp_plan_free(p);
@@ -174,7 +174,7 @@ static void hostile_files(void) {
 /* ---- programs the reader accepts (hash and verifier pass) but this run cannot use ------ */
 static void expect_create_fails(const char *what, tprog *t, int world, fp_status want, const char *frag) {
   fp_plan *plan = tp_load(t);
-  fp_exec_config cfg = {FP_BACKEND_MPI, tu_rank, world, NULL, FP_PROGRESS_POLL};
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = world, .progress = FP_PROGRESS_POLL};
   fp_exec *x = NULL;
   fp_status st = fp_exec_create(plan, &cfg, &x);
   EXPECT(st == want, "%s: status %s (%s)", what, fp_status_name(st), fp_exec_errmsg(x));
@@ -213,15 +213,29 @@ static void unusable_plans(void) {
   fp_exec *x = NULL;
   EXPECT(fp_exec_create(plan, NULL, &x) == FP_ERR_ARG && strstr(fp_exec_errmsg(x), "config"), "NULL config");
   fp_exec_destroy(x);
-  fp_exec_config cfg = {(fp_backend)42, tu_rank, tu_world, NULL, FP_PROGRESS_POLL};
+  fp_exec_config cfg = {.backend = (fp_backend)42, .rank = tu_rank, .world_size = tu_world, .progress = FP_PROGRESS_POLL};
   EXPECT(fp_exec_create(plan, &cfg, &x) == FP_ERR_ARG && strstr(fp_exec_errmsg(x), "backend"), "unknown backend");
   fp_exec_destroy(x);
-  cfg = (fp_exec_config){FP_BACKEND_MPI, tu_rank, tu_world, NULL, (fp_progress)9};
+  cfg = (fp_exec_config){.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world, .progress = (fp_progress)9};
   EXPECT(fp_exec_create(plan, &cfg, &x) == FP_ERR_ARG && strstr(fp_exec_errmsg(x), "progress"), "unknown progress");
   fp_exec_destroy(x);
   EXPECT(fp_exec_create(plan, &cfg, NULL) == FP_ERR_ARG, "NULL out");
+  /* the NCCL backend: refused when not built; a progress mode it does not
+   * take is refused (locally, before any device or NCCL call) when it is */
+  cfg = (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = tu_rank, .world_size = tu_world, .progress = FP_PROGRESS_POLL};
+  fp_status nst = fp_exec_create(plan, &cfg, &x);
+#ifdef FP_HAVE_CUDA
+  EXPECT(nst == FP_ERR_ARG && strstr(fp_exec_errmsg(x), "progress"), "NCCL with a progress mode: %s", fp_exec_errmsg(x));
+#else
+  EXPECT(nst == FP_ERR_ARG && strstr(fp_exec_errmsg(x), "not built"), "NCCL without CUDA: %s", fp_exec_errmsg(x));
+  fp_nccl_id id;
+  EXPECT(fp_nccl_get_id(&id) == FP_ERR_BACKEND, "fp_nccl_get_id without CUDA");
+#endif
+  EXPECT(fp_exec_cuda_stream(x) == NULL, "no stream for a failed executor");
+  fp_exec_destroy(x);
   /* the base plan itself runs */
   x = tp_exec(plan, FP_PROGRESS_POLL);
+  EXPECT(fp_exec_cuda_stream(x) == NULL, "the MPI backend has no CUDA stream");
   tp_step(x);
   fp_param_view v;
   EXPECT(fp_exec_param(x, "m.weight", &v) == FP_OK && v.weight.data && v.main.numel == 64, "views");

@@ -349,6 +349,19 @@ static void add_scale_reduce(void **state) {
   fpk_scale(sd + 1, FP_BF16, 0.5, 2);
   assert_int_equal(sd[1], 0x3d4d); /* exact halving */
   assert_int_equal(sd[2], 0xff80); /* -Inf * 0.5 = -Inf */
+  /* a NaN out of arithmetic is the canonical 0x7fc00000, whatever the
+   * operands' payloads and signs (x86 would keep an operand's) */
+  uint32_t na[3] = {0xffa12345u, 0x3f800000u, 0x7f800000u}, nb[3] = {0x3f800000u, 0x7f812345u, 0xff800000u};
+  fpk_add(na, FP_F32, nb, FP_F32, 3); /* NaN + 1, 1 + sNaN, Inf + -Inf */
+  for (int i = 0; i < 3; i++) assert_int_equal(na[i], 0x7fc00000u);
+  uint32_t nc[2] = {0xffc00001u, 0x7f800000u};
+  fpk_scale(nc, FP_F32, 2.0, 1);
+  assert_int_equal(nc[0], 0x7fc00000u);
+  fpk_scale(nc + 1, FP_F32, 0.0, 1); /* Inf * 0 */
+  assert_int_equal(nc[1], 0x7fc00000u);
+  uint16_t nh[1] = {0xfe01}, nh2[1] = {0x3c00};
+  fpk_add(nh, FP_F16, nh2, FP_F16, 1);
+  assert_int_equal(nh[0], 0x7e00);
   /* long arrays cross the internal chunks */
   enum { N = 1000 };
   float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
@@ -467,6 +480,9 @@ static void mxfp8_special(void **state) {
   uint8_t qn[2] = {0x7f, 0x38}, sn[1] = {127};
   fpk_dequantize_mxfp8(y, FP_F32, qn, sn, 2);
   assert_true(isnan(y[0]) && y[1] == 1.0f);
+  qn[0] = 0xff; /* -NaN: canonical, positive */
+  fpk_dequantize_mxfp8(y, FP_F32, qn, sn, 2);
+  assert_int_equal(bits(y[0]), 0x7fc00000u);
   fpk_quantize_mxfp8(NULL, NULL, NULL, FP_F32, 0);
 }
 

@@ -1,0 +1,765 @@
+/* nccl.c - the NCCL backend: the plan replayed on one CUDA device per rank,
+ * with NCCL collectives, the plan's streams as CUDA streams, its events as
+ * CUDA events, and (by default) each segment's work replayed as CUDA graphs
+ * over one arena whose addresses never change. docs/cuda.md is the design;
+ * what is decided without a GPU (bootstrap rules, communicator splits, the
+ * issue order) is in nccl_plan.c.
+ *
+ * Setup (fp_exec_create):
+ *  prepare  the bootstrap rule (nccl_plan.c); the issue list; the device
+ *           (the caller's current one); streams: the compute stream is the
+ *           trainer's (cfg.cuda_stream) or ours, ag and rs are ours at the
+ *           device's highest priority, so communication and its casts are
+ *           scheduled ahead of compute when both are ready; one CUDA event
+ *           per record op; the arena from ncclMemAlloc (NCCL-registrable,
+ *           cuMem-backed) and the host arena pinned (cudaHostAlloc), both
+ *           zeroed; nothing is allocated after this except graph capture;
+ *  agree    MPI bootstrap: the MPI backend's agreement (mpi.c) before any
+ *           NCCL call, then rank 0's unique id broadcast over MPI. Other
+ *           bootstraps: the world communicator first (it is the only channel
+ *           there is), then the same agreement as NCCL all-reduces;
+ *  connect  one ncclCommSplit of the world communicator per (plan
+ *           communicator, stream) pair that carries NCCL work (a
+ *           communicator's operations are serialized by NCCL across
+ *           streams, so one per pair keeps the ag stream's gathers from
+ *           waiting for the rs stream's reductions - the overlap the plan's
+ *           streams exist for); the arena registered once with each.
+ *
+ * Hooks (run_segment) issue the segment's items (nccl_plan.h): records and
+ * waits as cudaEventRecord / cudaStreamWaitEvent, runs op by op (eager and
+ * capture-safe modes) or as one cudaGraphLaunch each (graph mode, from the
+ * step after the warm-up). Every op is issued inside an NVTX range named
+ * "op <index> seg <k> <hook>(<module>) <opcode>"; a graph launch inside one
+ * named after its run. A hook never synchronizes with the device and
+ * returns as soon as its work is enqueued; the trainer's work on the
+ * compute stream is ordered after it by stream order.
+ *
+ * Capture-safe mode (docs/cuda.md, "Capture-safe mode"): when the compute
+ * stream is being captured by the trainer, each side stream that gets work
+ * is first forked into the capture (an event recorded on the compute
+ * stream, waited on by the side stream); a wait whose record was made
+ * outside this capture becomes an external event-wait node
+ * (cudaEventWaitExternal), or is dropped when that record was made inside an
+ * earlier capture (the earlier graph is ordered before by its launch on the
+ * compute stream); post_optimizer joins the side streams back into the
+ * compute stream. No hook path synchronizes, allocates or adds a host
+ * callback. */
+#include <inttypes.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#ifdef FP_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#define RANGE_PUSH(s) nvtxRangePushA(s)
+#define RANGE_POP() nvtxRangePop()
+#else
+#define RANGE_PUSH(s) ((void)(s))
+#define RANGE_POP() ((void)0)
+#endif
+
+#include "backend_impl.h"
+#include "kernels/kernels_cuda.h"
+#include "nccl_plan.h"
+
+_Static_assert(sizeof(ncclUniqueId) == FP_NCCL_ID_BYTES, "fp_nccl_id holds an ncclUniqueId");
+
+#define SEG_LABEL 96
+
+typedef struct nstate {
+  fpn_plan P;
+  fpn_boot boot;
+  fp_cuda_mode mode;
+  int device;
+  bool device_ok;          /* a device is current and usable: this rank can join NCCL */
+  /* memory */
+  void *arena;             /* ncclMemAlloc: arena_bytes (at least 256) */
+  size_t arena_alloc;
+  void *host;              /* cudaHostAlloc: host_bytes (at least 256) */
+  uint64_t *scratch;       /* the agreement's device words (cudaMalloc, 64 bytes) */
+  /* streams and events */
+  cudaStream_t st[FP_NSTREAMS];
+  bool own[FP_NSTREAMS];   /* made here (destroyed here) */
+  cudaStream_t cap[FP_NSTREAMS]; /* graph mode: capture streams, same priorities */
+  cudaEvent_t *ev;         /* P.nevents */
+  bool *ev_made;
+  cudaEvent_t fork_ev, join_ev[FP_NSTREAMS];
+  bool fork_made, join_made[FP_NSTREAMS];
+  unsigned long long *rec_cap; /* per event: the capture it was last recorded in (0: none) */
+  unsigned long long last_cap;
+  char (*seg_label)[SEG_LABEL];
+  /* NCCL */
+  ncclComm_t world;
+  ncclComm_t *comms;       /* P.npairs */
+  void **reg;              /* P.npairs: registration handles */
+  char (*comm_name)[64];
+  ncclComm_t *op_comm;     /* per xop: its communicator (NULL for local/sync ops) */
+  /* graphs (graph mode) */
+  cudaGraph_t *graphs;     /* P.nruns */
+  cudaGraphExec_t *execs;
+  bool captured;
+} nstate;
+
+static nstate *ns(const fp_exec *x) { return (nstate *)x->bks; }
+
+/* ---- errors ------------------------------------------------------------------------------ */
+static fp_status cuda_fail(fp_exec *x, const char *what, cudaError_t e) {
+  return fpx_fail(x, FP_ERR_BACKEND, "CUDA: %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+static fp_status nccl_fail(fp_exec *x, const char *what, ncclResult_t r, ncclComm_t c) {
+  const char *last = c ? ncclGetLastError(c) : ncclGetLastError(NULL);
+  return fpx_fail(x, FP_ERR_BACKEND, "NCCL: %s failed: %s%s%s", what, ncclGetErrorString(r), last && *last ? ": " : "",
+                  last ? last : "");
+}
+#define CUDA_TRY(x, call)                                    \
+  do {                                                       \
+    cudaError_t e_ = (call);                                 \
+    if (e_ != cudaSuccess) return cuda_fail((x), #call, e_); \
+  } while (0)
+#define NCCL_TRY(x, call, comm)                                     \
+  do {                                                              \
+    ncclResult_t r_ = (call);                                       \
+    if (r_ != ncclSuccess) return nccl_fail((x), #call, r_, comm);  \
+  } while (0)
+
+/* an op's failure, naming the op */
+static fp_status op_fail(fp_exec *x, const fp_xop *o, const char *what, const char *why) {
+  return fpx_fail(x, FP_ERR_BACKEND, "op %" PRId32 " (%s): %s failed: %s", o->index, fp_op_name(o->code), what, why);
+}
+
+fp_status fp_nccl_get_id(fp_nccl_id *out) {
+  if (!out) return FP_ERR_ARG;
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) {
+    memset(out, 0, sizeof *out);
+    return FP_ERR_BACKEND;
+  }
+  memcpy(out->bytes, &id, sizeof id);
+  return FP_OK;
+}
+
+static bool mpi_up(void) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  return inited && !finalized;
+}
+
+/* ---- prepare --------------------------------------------------------------------------------- */
+static ncclDataType_t nccl_type(fp_dtype t) {
+  switch (t) {
+    case FP_F32: return ncclFloat32;
+    case FP_BF16: return ncclBfloat16;
+    case FP_F16: return ncclFloat16;
+    default: return ncclUint8; /* e4m3, e8m0, u8: moved, never reduced (the verifier) */
+  }
+}
+
+/* what this backend cannot run: communication on host (offload) buffers */
+static fp_status check_ops(fp_exec *x) {
+  for (int32_t j = 0; j < x->nxops; j++) {
+    const fp_xop *o = &x->xops[j];
+    if (fp_op_class(o->code) != FP_OPC_COMM) continue;
+    for (int w = 0; w < 3; w++)
+      if (o->off[w] >= 0 && o->host[w])
+        return fpx_fail(x, FP_ERR_PLAN, "op %" PRId32 " (%s): the NCCL backend cannot communicate host (offload) "
+                        "buffers", o->index, fp_op_name(o->code));
+  }
+  return FP_OK;
+}
+
+static fp_status make_stream(fp_exec *x, cudaStream_t *s, int prio) {
+  CUDA_TRY(x, cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, prio));
+  x->stats.allocations++;
+  return FP_OK;
+}
+
+static fp_status make_event(fp_exec *x, cudaEvent_t *e, bool *made) {
+  CUDA_TRY(x, cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  *made = true;
+  return FP_OK;
+}
+
+static fp_status nccl_prepare(fp_exec *x) {
+  char msg[512];
+  fpn_boot boot;
+  if (fpn_boot_resolve(&x->cfg, mpi_up(), getenv("NCCL_COMM_ID"), &boot, msg, sizeof msg) != FP_OK)
+    return fpx_fail(x, FP_ERR_ARG, "%s", msg);
+  nstate *n = x->bks = fpx_alloc(x, 1, sizeof *n);
+  if (!n) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  n->boot = boot;
+  n->mode = x->cfg.cuda_mode;
+  x->stats.cuda_mode = n->mode;
+  FPX_CHECK(check_ops(x));
+  FPX_CHECK(fpn_plan_build(x, &n->P));
+  const fpn_plan *P = &n->P;
+  const fp_prog *p = x->prog;
+
+  /* the device: the caller's current one */
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count < 1)
+    return fpx_fail(x, FP_ERR_BACKEND, "no usable CUDA device: cudaGetDeviceCount: %s, %d device(s)",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "ok", count);
+  CUDA_TRY(x, cudaGetDevice(&n->device));
+  CUDA_TRY(x, cudaSetDevice(n->device)); /* makes the context current */
+  n->device_ok = true;
+
+  /* per-op and per-run records */
+  n->ev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->ev);
+  n->ev_made = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->ev_made);
+  n->rec_cap = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->rec_cap);
+  n->comms = fpx_alloc(x, (size_t)P->npairs + 1, sizeof *n->comms);
+  n->reg = fpx_alloc(x, (size_t)P->npairs + 1, sizeof *n->reg);
+  n->comm_name = fpx_alloc(x, (size_t)P->npairs + 1, sizeof *n->comm_name);
+  n->op_comm = fpx_alloc(x, (size_t)x->nxops + 1, sizeof *n->op_comm);
+  n->graphs = fpx_alloc(x, (size_t)P->nruns + 1, sizeof *n->graphs);
+  n->execs = fpx_alloc(x, (size_t)P->nruns + 1, sizeof *n->execs);
+  n->seg_label = fpx_alloc(x, (size_t)p->nsegs + 1, sizeof *n->seg_label);
+  if (!n->ev || !n->ev_made || !n->rec_cap || !n->comms || !n->reg || !n->comm_name || !n->op_comm || !n->graphs ||
+      !n->execs || !n->seg_label)
+    return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  for (int32_t k = 0; k < p->nsegs; k++) {
+    char l[80];
+    snprintf(n->seg_label[k], SEG_LABEL, "hook seg %" PRId32 " %s", k, fpx_seg_label(x, k, l, sizeof l));
+  }
+
+  /* streams: communication at the highest priority */
+  int least = 0, greatest = 0;
+  CUDA_TRY(x, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  if (x->cfg.cuda_stream) {
+    n->st[FP_STREAM_COMPUTE] = (cudaStream_t)x->cfg.cuda_stream;
+  } else {
+    FPX_CHECK(make_stream(x, &n->st[FP_STREAM_COMPUTE], least));
+    n->own[FP_STREAM_COMPUTE] = true;
+  }
+  for (int s = 0; s < FP_NSTREAMS; s++) {
+    if (s == FP_STREAM_COMPUTE) continue;
+    FPX_CHECK(make_stream(x, &n->st[s], greatest));
+    n->own[s] = true;
+  }
+  x->cuda_stream = n->st[FP_STREAM_COMPUTE];
+  if (n->mode == FP_CUDA_GRAPH) /* graphs are captured on streams of the priority they replay at */
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      int prio = least;
+      CUDA_TRY(x, cudaStreamGetPriority(n->st[s], &prio));
+      FPX_CHECK(make_stream(x, &n->cap[s], prio));
+    }
+
+  /* events */
+  for (int32_t k = 0; k < P->nevents; k++) FPX_CHECK(make_event(x, &n->ev[k], &n->ev_made[k]));
+  FPX_CHECK(make_event(x, &n->fork_ev, &n->fork_made));
+  for (int s = 0; s < FP_NSTREAMS; s++) FPX_CHECK(make_event(x, &n->join_ev[s], &n->join_made[s]));
+  x->stats.allocations += P->nevents + 1 + FP_NSTREAMS;
+
+  /* the agreement's words */
+  CUDA_TRY(x, cudaMalloc((void **)&n->scratch, 64));
+  x->stats.allocations++;
+
+  /* the arenas: once, zeroed */
+  int64_t dev = p->arena_bytes > 256 ? p->arena_bytes : 256, host = p->host_bytes > 256 ? p->host_bytes : 256;
+  ncclResult_t r = ncclMemAlloc(&n->arena, (size_t)dev);
+  if (r != ncclSuccess) {
+    n->arena = NULL;
+    return fpx_fail(x, r == ncclSystemError || r == ncclUnhandledCudaError ? FP_ERR_NOMEM : FP_ERR_BACKEND,
+                    "cannot allocate the arena (%" PRId64 " bytes) with ncclMemAlloc: %s", dev, ncclGetErrorString(r));
+  }
+  n->arena_alloc = (size_t)dev;
+  e = cudaHostAlloc(&n->host, (size_t)host, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    n->host = NULL;
+    return fpx_fail(x, FP_ERR_NOMEM, "cannot allocate the pinned host arena (%" PRId64 " bytes): %s", host,
+                    cudaGetErrorString(e));
+  }
+  x->stats.allocations += 2;
+  memset(n->host, 0, (size_t)host);
+  CUDA_TRY(x, cudaMemsetAsync(n->arena, 0, (size_t)dev, n->st[FP_STREAM_COMPUTE]));
+  CUDA_TRY(x, cudaStreamSynchronize(n->st[FP_STREAM_COMPUTE]));
+  x->dev = n->arena;
+  x->host = n->host;
+  x->stats.arena_bytes = dev + host;
+  return FP_OK;
+}
+
+/* ---- agree --------------------------------------------------------------------------------------- */
+/* all-reduce of n words on the world communicator, through the device */
+static fp_status world_allreduce(fp_exec *x, void *words, size_t n, ncclDataType_t t, size_t size, ncclRedOp_t op) {
+  nstate *m = ns(x);
+  cudaStream_t s = m->st[FP_STREAM_COMPUTE];
+  CUDA_TRY(x, cudaMemcpyAsync(m->scratch, words, n * size, cudaMemcpyHostToDevice, s));
+  NCCL_TRY(x, ncclAllReduce(m->scratch, m->scratch, n, t, op, m->world, s), m->world);
+  CUDA_TRY(x, cudaMemcpyAsync(words, m->scratch, n * size, cudaMemcpyDeviceToHost, s));
+  CUDA_TRY(x, cudaStreamSynchronize(s));
+  return FP_OK;
+}
+
+static fp_status world_init(fp_exec *x, const ncclUniqueId *id) {
+  nstate *n = ns(x);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1;
+  cfg.commName = "flexplan:world";
+  NCCL_TRY(x, ncclCommInitRankConfig(&n->world, (int)x->world, *id, (int)x->rank, &cfg), NULL);
+  return FP_OK;
+}
+
+/* the MPI backend's verdicts, over NCCL (no other channel exists) */
+static fp_status nccl_agree_world(fp_exec *x, fp_status local) {
+  uint64_t h = x->plan ? x->plan->hash : 0;
+  uint64_t v[3] = {h, ~h, local != FP_OK};
+  FPX_CHECK(world_allreduce(x, v, 3, ncclUint64, 8, ncclMax));
+  if (v[2]) {
+    int32_t first = local != FP_OK ? (int32_t)x->rank : INT32_MAX;
+    FPX_CHECK(world_allreduce(x, &first, 1, ncclInt32, 4, ncclMin));
+    if (local != FP_OK) return local;
+    return fpx_fail(x, FP_ERR_MISMATCH,
+                    "rank %" PRId32 " failed its executor setup (its message says why); no collective of the plan was "
+                    "issued", first);
+  }
+  if (v[0] != ~v[1]) {
+    uint64_t h0[1] = {x->rank == 0 ? h : 0};
+    FPX_CHECK(world_allreduce(x, h0, 1, ncclUint64, 8, ncclMax)); /* rank 0's hash */
+    int32_t first = h != h0[0] ? (int32_t)x->rank : INT32_MAX;
+    FPX_CHECK(world_allreduce(x, &first, 1, ncclInt32, 4, ncclMin));
+    uint64_t hr[1] = {x->rank == first ? h : 0};
+    FPX_CHECK(world_allreduce(x, hr, 1, ncclUint64, 8, ncclMax));
+    return fpx_fail(x, FP_ERR_MISMATCH,
+                    "plan hash mismatch: rank 0 has fnv1a64:%016" PRIx64 ", rank %" PRId32 " has fnv1a64:%016" PRIx64
+                    "; every rank must load the same plan; no collective of the plan was issued",
+                    h0[0], first, hr[0]);
+  }
+  return FP_OK;
+}
+
+static fp_status nccl_agree(fp_exec *x, fp_status local) {
+  nstate *n = ns(x);
+  fpn_boot boot;
+  char msg[512];
+  bool up = mpi_up();
+  if (n) {
+    boot = n->boot;
+  } else if (fpn_boot_resolve(&x->cfg, up, getenv("NCCL_COMM_ID"), &boot, msg, sizeof msg) != FP_OK) {
+    /* no way to reach the other ranks from this config; if MPI is up, they
+     * most likely wait there */
+    if (local == FP_OK) local = fpx_fail(x, FP_ERR_ARG, "%s", msg);
+    return up ? fpx_mpi_agree(x, local) : local;
+  }
+  if (boot == FPN_BOOT_MPI) {
+    FPX_CHECK(fpx_mpi_agree(x, local)); /* every rank has the same verdict: all go on, or none */
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    int bad = 0, anybad = 0;
+    if (x->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) bad = 1;
+    MPI_Comm boot_comm = x->cfg.bootstrap ? *(const MPI_Comm *)x->cfg.bootstrap : MPI_COMM_WORLD;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, boot_comm);
+    if (anybad) return fpx_fail(x, FP_ERR_BACKEND, "NCCL: ncclGetUniqueId failed on rank 0");
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, boot_comm);
+    return world_init(x, &id);
+  }
+  /* id, NCCL_COMM_ID, local: the world communicator is the only channel */
+  if (!n || !n->device_ok) return local != FP_OK ? local : fpx_fail(x, FP_ERR_BACKEND, "no usable CUDA device");
+  if (!n->scratch) { /* prepare failed before making it: still join */
+    if (cudaMalloc((void **)&n->scratch, 64) != cudaSuccess) return local;
+    x->stats.allocations++;
+  }
+  if (!n->st[FP_STREAM_COMPUTE]) return local; /* failed before the streams: cannot join */
+  ncclUniqueId id;
+  if (boot == FPN_BOOT_ID) memcpy(&id, x->cfg.nccl_id.bytes, sizeof id);
+  else NCCL_TRY(x, ncclGetUniqueId(&id), NULL); /* NCCL_COMM_ID: the same id on every rank */
+  FPX_CHECK(world_init(x, &id));
+  return nccl_agree_world(x, local);
+}
+
+/* ---- connect ---------------------------------------------------------------------------------------- */
+static fp_status nccl_connect(fp_exec *x) {
+  nstate *n = ns(x);
+  const fpn_plan *P = &n->P;
+  const fp_prog *p = x->prog;
+  int32_t bad = 0;
+  for (int32_t q = 0; q < P->npairs; q++) {
+    const fp_ir_comm *c = &p->comms[P->pair_comm[q]];
+    snprintf(n->comm_name[q], sizeof n->comm_name[q], "flexplan:%s:%s", c->name, fp_stream_name(P->pair_stream[q]));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    cfg.commName = n->comm_name[q];
+    NCCL_TRY(x, ncclCommSplit(n->world, P->color[q], P->key[q], &n->comms[q], &cfg), n->world);
+    x->stats.nccl_comms++;
+    int cnt = 0, r = -1;
+    NCCL_TRY(x, ncclCommCount(n->comms[q], &cnt), n->comms[q]);
+    NCCL_TRY(x, ncclCommUserRank(n->comms[q], &r), n->comms[q]);
+    if (cnt != c->size || r != P->key[q]) {
+      bad = 1;
+      fpx_fail(x, FP_ERR_PLAN, "communicator '%s' (size %" PRId64 ", stride %" PRId64 ") does not tile %" PRId64
+               " ranks: rank %" PRId64 " is rank %d of %d", c->name, c->size, c->stride, x->world, x->rank, r, cnt);
+    }
+  }
+  /* a communicator that does not tile the world: agree before any op runs */
+  int32_t anybad = bad;
+  FPX_CHECK(world_allreduce(x, &anybad, 1, ncclInt32, 4, ncclMax));
+  if (anybad) return bad ? FP_ERR_PLAN : fpx_fail(x, FP_ERR_PLAN, "a communicator of the plan does not tile the world");
+  /* the arena, registered once with each communicator */
+  for (int32_t q = 0; q < P->npairs; q++)
+    NCCL_TRY(x, ncclCommRegister(n->comms[q], n->arena, n->arena_alloc, &n->reg[q]), n->comms[q]);
+  for (int32_t j = 0; j < x->nxops; j++) {
+    const fp_xop *o = &x->xops[j];
+    if (fp_op_class(o->code) == FP_OPC_COMM) n->op_comm[j] = n->comms[P->pair[o->comm * FP_NSTREAMS + o->stream]];
+  }
+  return FP_OK;
+}
+
+/* ---- issuing ops --------------------------------------------------------------------------------------- */
+static fp_status issue_local(fp_exec *x, const fp_xop *o, cudaStream_t s) {
+  int64_t sz = fp_dtype_size(o->dtype);
+  cudaError_t e = cudaSuccess;
+  switch (o->code) {
+    case FP_OP_CAST: e = fpk_cuda_cast(o->dst, o->dtype, o->src, o->sdtype, o->n, s); break;
+    case FP_OP_COPY: e = fpk_cuda_copy2d(o->dst, o->dpitch, o->src, o->spitch, o->n * sz, o->rows, s); break;
+    case FP_OP_ADD: e = fpk_cuda_add(o->dst, o->dtype, o->src, o->sdtype, o->n, s); break;
+    case FP_OP_SCALE: e = fpk_cuda_scale(o->dst, o->dtype, o->alpha, o->n, s); break;
+    case FP_OP_MEMSET: e = fpk_cuda_memset0(o->dst, o->n * sz, s); break;
+    case FP_OP_QUANTIZE_MXFP8:
+      e = fpk_cuda_quantize_mxfp8((uint8_t *)o->dst, (uint8_t *)o->aux, o->src, o->sdtype, o->n, s);
+      break;
+    case FP_OP_DEQUANTIZE_MXFP8:
+      e = fpk_cuda_dequantize_mxfp8(o->dst, o->dtype, (const uint8_t *)o->src, (const uint8_t *)o->aux, o->n, s);
+      break;
+    case FP_OP_H2D:
+    case FP_OP_D2H: /* the host arena is pinned: an asynchronous copy, capturable */
+      e = o->n ? cudaMemcpyAsync(o->dst, o->src, (size_t)o->n, cudaMemcpyDefault, s) : cudaSuccess;
+      break;
+    default: FP_ASSERT(!"not a local op");
+  }
+  return e == cudaSuccess ? FP_OK : op_fail(x, o, "kernel launch", cudaGetErrorString(e));
+}
+
+static fp_status issue_comm(fp_exec *x, const fp_xop *o, ncclComm_t c, cudaStream_t s) {
+  size_t n = (size_t)o->n;
+  int g = (int)o->g, G = (int)o->G, root = o->root;
+  int64_t sz = fp_dtype_size(o->dtype);
+  ncclDataType_t t = nccl_type(o->dtype);
+  ncclResult_t r = ncclSuccess;
+  switch (o->code) {
+    case FP_OP_ALL_GATHER: r = ncclAllGather(o->src, o->dst, n, t, c, s); break;
+    case FP_OP_ALL_GATHER_V: /* one broadcast per member, grouped: NCCL has no all-gather-v */
+      r = ncclGroupStart();
+      for (int j = 0; j < G && r == ncclSuccess; j++) {
+        if (!o->tab_cnt[j]) continue;
+        char *at = o->dst + o->tab_off[j] * sz; /* in place on the root when src == dst + off[g] */
+        r = ncclBroadcast(j == g ? o->src : at, at, (size_t)o->tab_cnt[j], t, j, c, s);
+      }
+      if (r == ncclSuccess) r = ncclGroupEnd();
+      else ncclGroupEnd();
+      break;
+    case FP_OP_REDUCE_SCATTER: r = ncclReduceScatter(o->src, o->dst, n, t, ncclSum, c, s); break;
+    case FP_OP_REDUCE_SCATTER_V: /* one reduce per member, grouped */
+      r = ncclGroupStart();
+      for (int j = 0; j < G && r == ncclSuccess; j++) {
+        if (!o->tab_cnt[j]) continue;
+        char *in = o->src + o->tab_off[j] * sz; /* off the root, recvbuff is not used */
+        r = ncclReduce(in, j == g ? o->dst : in, (size_t)o->tab_cnt[j], t, ncclSum, j, c, s);
+      }
+      if (r == ncclSuccess) r = ncclGroupEnd();
+      else ncclGroupEnd();
+      break;
+    case FP_OP_ALL_REDUCE: r = ncclAllReduce(o->src, o->dst, n, t, ncclSum, c, s); break;
+    case FP_OP_BROADCAST: r = ncclBroadcast(o->src, o->dst, n, t, root, c, s); break;
+    case FP_OP_REDUCE: r = ncclReduce(o->src, o->dst, n, t, ncclSum, root, c, s); break;
+    case FP_OP_SEND: r = ncclSend(o->src, n, t, (g + root) % G, c, s); break;
+    case FP_OP_RECV: r = ncclRecv(o->dst, n, t, ((g - root) % G + G) % G, c, s); break;
+    default: FP_ASSERT(!"not a communication op");
+  }
+  if (r == ncclSuccess) return FP_OK;
+  const char *last = ncclGetLastError(c);
+  char why[256];
+  snprintf(why, sizeof why, "%s%s%s", ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+  return op_fail(x, o, "NCCL call", why);
+}
+
+/* the ops of a run, on stream s (a real stream, or a capture stream);
+ * grouped NCCL calls inside one ncclGroupStart/End */
+static fp_status issue_run(fp_exec *x, const fpn_item *it, cudaStream_t s) {
+  nstate *n = ns(x);
+  fp_xop *const *ops = fpn_run_ops(x, it);
+  fp_status st = FP_OK;
+  int32_t open_group = -1;
+  for (int32_t q = 0; q < it->nops && st == FP_OK; q++) {
+    const fp_xop *o = ops[q];
+    int32_t j = (int32_t)(o - x->xops);
+    bool comm = fp_op_class(o->code) == FP_OPC_COMM;
+    int32_t grp = comm ? o->group : -1;
+    if (grp != open_group) {
+      if (open_group >= 0 && ncclGroupEnd() != ncclSuccess) return op_fail(x, o, "ncclGroupEnd", "group failed");
+      open_group = -1;
+      if (grp >= 0) {
+        if (ncclGroupStart() != ncclSuccess) return op_fail(x, o, "ncclGroupStart", "failed");
+        open_group = grp;
+      }
+    }
+    RANGE_PUSH(n->P.text + n->P.label[j]);
+    st = comm ? issue_comm(x, o, n->op_comm[j], s) : issue_local(x, o, s);
+    RANGE_POP();
+  }
+  if (open_group >= 0) {
+    ncclResult_t r = ncclGroupEnd();
+    if (st == FP_OK && r != ncclSuccess)
+      st = fpx_fail(x, FP_ERR_BACKEND, "NCCL: ncclGroupEnd failed: %s", ncclGetErrorString(r));
+  }
+  return st;
+}
+
+/* a record or a wait; cap: the capture the compute stream is in (0: none) */
+static fp_status issue_sync(fp_exec *x, const fp_xop *o, unsigned long long cap) {
+  nstate *n = ns(x);
+  cudaStream_t s = n->st[o->stream];
+  int32_t j = (int32_t)(o - x->xops);
+  cudaError_t e = cudaSuccess;
+  if (o->code == FP_OP_RECORD) {
+    int32_t k = n->P.event_slot[j];
+    e = cudaEventRecord(n->ev[k], s);
+    n->rec_cap[k] = cap;
+  } else if (o->rec) {
+    int32_t k = n->P.event_slot[o->rec - x->xops];
+    unsigned long long rc = n->rec_cap[k];
+    if (rc == cap) e = cudaStreamWaitEvent(s, n->ev[k], 0);                      /* same capture, or both eager */
+    else if (rc == 0) e = cudaStreamWaitEvent(s, n->ev[k], cudaEventWaitExternal); /* an eager record, from a capture */
+    /* else: recorded in another capture, whose graph is ordered before this
+     * point by its launch on the compute stream and the fork that follows it */
+  }
+  return e == cudaSuccess ? FP_OK : op_fail(x, o, o->code == FP_OP_RECORD ? "cudaEventRecord" : "cudaStreamWaitEvent",
+                                            cudaGetErrorString(e));
+}
+
+/* a stream's capture status and id (the runtime API grew an argument in
+ * CUDA 12.3/13: edge data) */
+static cudaError_t capture_info(cudaStream_t s, enum cudaStreamCaptureStatus *cs, unsigned long long *id) {
+#if CUDART_VERSION >= 13000
+  return cudaStreamGetCaptureInfo(s, cs, id, NULL, NULL, NULL, NULL);
+#else
+  return cudaStreamGetCaptureInfo(s, cs, id, NULL, NULL, NULL);
+#endif
+}
+
+/* capture-safe: make side stream s part of the compute stream's capture,
+ * or (cap 0) order it after everything on the compute stream */
+static fp_status fork_side(fp_exec *x, int s, unsigned long long cap) {
+  nstate *n = ns(x);
+  if (cap) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    CUDA_TRY(x, capture_info(n->st[s], &cs, &id));
+    if (cs == cudaStreamCaptureStatusActive && id == cap) return FP_OK; /* already in */
+  }
+  CUDA_TRY(x, cudaEventRecord(n->fork_ev, n->st[FP_STREAM_COMPUTE]));
+  CUDA_TRY(x, cudaStreamWaitEvent(n->st[s], n->fork_ev, 0));
+  return FP_OK;
+}
+
+/* capture-safe, end of step: the side streams join the compute stream */
+static fp_status join_sides(fp_exec *x, unsigned long long cap) {
+  nstate *n = ns(x);
+  for (int s = 0; s < FP_NSTREAMS; s++) {
+    if (s == FP_STREAM_COMPUTE) continue;
+    if (cap) { /* only the side streams in this capture (the others have nothing in it) */
+      enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      unsigned long long id = 0;
+      CUDA_TRY(x, capture_info(n->st[s], &cs, &id));
+      if (cs != cudaStreamCaptureStatusActive || id != cap) continue;
+    }
+    CUDA_TRY(x, cudaEventRecord(n->join_ev[s], n->st[s]));
+    CUDA_TRY(x, cudaStreamWaitEvent(n->st[FP_STREAM_COMPUTE], n->join_ev[s], 0));
+  }
+  return FP_OK;
+}
+
+/* ---- graph mode: capture every run once ---------------------------------------------------------------- */
+static fp_status capture_all(fp_exec *x) {
+  nstate *n = ns(x);
+  const fpn_plan *P = &n->P;
+  /* the warm-up step has finished: NCCL has connected every communicator */
+  for (int s = 0; s < FP_NSTREAMS; s++) CUDA_TRY(x, cudaStreamSynchronize(n->st[s]));
+  for (int32_t r = 0; r < P->nruns; r++) {
+    const fpn_item *it = &P->items[P->run_item[r]];
+    cudaStream_t cs = n->cap[it->stream];
+    CUDA_TRY(x, cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    fp_status st = issue_run(x, it, cs);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(cs, &g);
+    if (st != FP_OK) { /* NCCL may be unusable now (a failed capture poisons the communicator) */
+      if (g) cudaGraphDestroy(g);
+      return st;
+    }
+    if (e != cudaSuccess) return cuda_fail(x, "cudaStreamEndCapture", e);
+    n->graphs[r] = g;
+    size_t nodes = 0;
+    CUDA_TRY(x, cudaGraphGetNodes(g, NULL, &nodes));
+    CUDA_TRY(x, cudaGraphInstantiateWithFlags(&n->execs[r], g, cudaGraphInstantiateFlagUseNodePriority));
+    CUDA_TRY(x, cudaGraphUpload(n->execs[r], n->st[it->stream]));
+    x->stats.graphs++;
+    x->stats.graph_nodes += (int64_t)nodes;
+  }
+  n->captured = true;
+  return FP_OK;
+}
+
+/* ---- hooks ------------------------------------------------------------------------------------------------ */
+static fp_status run_items(fp_exec *x, int32_t seg, unsigned long long cap) {
+  nstate *n = ns(x);
+  const fpn_plan *P = &n->P;
+  bool graphs = n->captured;
+  for (int32_t t = P->seg_first[seg]; t < P->seg_first[seg + 1]; t++) {
+    const fpn_item *it = &P->items[t];
+    if (it->kind == FPN_SYNC) {
+      const fp_xop *o = &x->xops[it->xop];
+      RANGE_PUSH(P->text + P->label[it->xop]);
+      fp_status st = issue_sync(x, o, cap);
+      RANGE_POP();
+      FPX_CHECK(st);
+    } else if (graphs) {
+      RANGE_PUSH(P->text + P->run_label[it->run]);
+      cudaError_t e = cudaGraphLaunch(n->execs[it->run], n->st[it->stream]);
+      RANGE_POP();
+      if (e != cudaSuccess) return cuda_fail(x, "cudaGraphLaunch", e);
+      x->stats.graph_launches++;
+    } else {
+      FPX_CHECK(issue_run(x, it, n->st[it->stream]));
+    }
+  }
+  return FP_OK;
+}
+
+static fp_status nccl_run_segment(fp_exec *x, int32_t seg) {
+  nstate *n = ns(x);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long cap = 0;
+  CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &cap));
+  if (cs == cudaStreamCaptureStatusInvalidated)
+    return fpx_fail(x, FP_ERR_BACKEND, "the compute stream's capture was invalidated (a capture error earlier)");
+  if (cs != cudaStreamCaptureStatusActive) cap = 0;
+  if (cap && n->mode != FP_CUDA_CAPTURE_SAFE) /* nothing issued: the executor stays usable */
+    return fpx_fail(x, FP_ERR_ORDER, "hook called while the compute stream is being captured: hooks inside the "
+                    "trainer's capture need cuda_mode FP_CUDA_CAPTURE_SAFE");
+  RANGE_PUSH(n->seg_label[seg]);
+  fp_status st = FP_OK;
+  if (n->mode == FP_CUDA_GRAPH && !n->captured && x->stats.steps >= 1 && seg == 0) st = capture_all(x);
+  if (st == FP_OK && n->mode == FP_CUDA_CAPTURE_SAFE) {
+    /* out of a capture: the side streams come after what it recorded */
+    if (!cap && n->last_cap)
+      for (int s = 0; s < FP_NSTREAMS && st == FP_OK; s++)
+        if (s != FP_STREAM_COMPUTE) st = fork_side(x, s, 0);
+    if (cap)
+      for (int s = 0; s < FP_NSTREAMS && st == FP_OK; s++)
+        if (n->P.seg_side[seg] & (1u << s)) st = fork_side(x, s, cap);
+    n->last_cap = cap;
+  }
+  if (st == FP_OK) st = run_items(x, seg, cap);
+  if (st == FP_OK && n->mode == FP_CUDA_CAPTURE_SAFE && seg == x->prog->nsegs - 1) st = join_sides(x, cap);
+  RANGE_POP();
+  FPX_CHECK(st);
+  x->stats.local_ops += n->P.sums[seg].local;
+  x->stats.collectives += n->P.sums[seg].coll;
+  x->stats.bytes_moved += n->P.sums[seg].bytes;
+  return FP_OK;
+}
+
+static bool capturing(const nstate *n) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  return n->st[FP_STREAM_COMPUTE] && cudaStreamIsCapturing(n->st[FP_STREAM_COMPUTE], &cs) == cudaSuccess &&
+         cs != cudaStreamCaptureStatusNone;
+}
+
+static fp_status nccl_sync(fp_exec *x) {
+  nstate *n = ns(x);
+  if (capturing(n))
+    return fpx_fail(x, FP_ERR_ORDER, "fp_exec_sync (or a refit) while the compute stream is being captured: the "
+                    "host cannot wait for the device inside a capture");
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (n->st[s]) CUDA_TRY(x, cudaStreamSynchronize(n->st[s]));
+  for (int32_t q = 0; q < n->P.npairs; q++) {
+    ncclResult_t a = ncclSuccess;
+    if (n->comms[q] && ncclCommGetAsyncError(n->comms[q], &a) == ncclSuccess && a != ncclSuccess)
+      return nccl_fail(x, "a communication (asynchronous error)", a, n->comms[q]);
+  }
+  return FP_OK;
+}
+
+static fp_status nccl_write(fp_exec *x, char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t width,
+                            int64_t rows) {
+  nstate *n = ns(x);
+  cudaStream_t s = n->st[FP_STREAM_COMPUTE];
+  if (rows == 1) CUDA_TRY(x, cudaMemcpyAsync(dst, src, (size_t)width, cudaMemcpyHostToDevice, s));
+  else
+    CUDA_TRY(x, cudaMemcpy2DAsync(dst, (size_t)dpitch, src, (size_t)spitch, (size_t)width, (size_t)rows,
+                                  cudaMemcpyHostToDevice, s));
+  CUDA_TRY(x, cudaStreamSynchronize(s)); /* the source is pageable; the next step reads the bytes */
+  return FP_OK;
+}
+
+/* ---- destroy ------------------------------------------------------------------------------------------------- */
+static void nccl_destroy(fp_exec *x) {
+  nstate *n = ns(x);
+  if (!n) return;
+  if (n->device_ok) cudaSetDevice(n->device);
+  bool cap = n->device_ok && capturing(n);
+  if (!x->broken && !cap && n->device_ok) nccl_sync(x);
+  for (int32_t r = 0; r < n->P.nruns; r++) {
+    if (n->execs && n->execs[r]) cudaGraphExecDestroy(n->execs[r]);
+    if (n->graphs && n->graphs[r]) cudaGraphDestroy(n->graphs[r]);
+  }
+  /* communicators: finalize collectively (every rank calls destroy), or
+   * abort when something failed */
+  for (int32_t q = 0; n->comms && q < n->P.npairs; q++) {
+    if (!n->comms[q]) continue;
+    if (n->reg[q]) ncclCommDeregister(n->comms[q], n->reg[q]);
+    if (x->broken) ncclCommAbort(n->comms[q]);
+    else {
+      ncclCommFinalize(n->comms[q]);
+      ncclCommDestroy(n->comms[q]);
+    }
+  }
+  if (n->world) {
+    if (x->broken) ncclCommAbort(n->world);
+    else {
+      ncclCommFinalize(n->world);
+      ncclCommDestroy(n->world);
+    }
+  }
+  if (n->arena) ncclMemFree(n->arena);
+  if (n->host) cudaFreeHost(n->host);
+  if (n->scratch) cudaFree(n->scratch);
+  for (int32_t k = 0; n->ev_made && k < n->P.nevents; k++)
+    if (n->ev_made[k]) cudaEventDestroy(n->ev[k]);
+  if (n->fork_made) cudaEventDestroy(n->fork_ev);
+  for (int s = 0; s < FP_NSTREAMS; s++) {
+    if (n->join_made[s]) cudaEventDestroy(n->join_ev[s]);
+    if (n->own[s] && n->st[s]) cudaStreamDestroy(n->st[s]);
+    if (n->cap[s]) cudaStreamDestroy(n->cap[s]);
+  }
+  fpx_free(n->ev);
+  fpx_free(n->ev_made);
+  fpx_free(n->rec_cap);
+  fpx_free(n->comms);
+  fpx_free(n->reg);
+  fpx_free(n->comm_name);
+  fpx_free(n->op_comm);
+  fpx_free(n->graphs);
+  fpx_free(n->execs);
+  fpx_free(n->seg_label);
+  fpn_plan_free(&n->P);
+  fpx_free(n);
+  x->bks = NULL;
+  x->cuda_stream = NULL;
+}
+
+const fp_backend_impl fp_backend_nccl = {
+    .name = "nccl",
+    .prepare = nccl_prepare,
+    .agree = nccl_agree,
+    .connect = nccl_connect,
+    .run_segment = nccl_run_segment,
+    .sync = nccl_sync,
+    .write = nccl_write,
+    .destroy = nccl_destroy,
+};

@@ -1,0 +1,321 @@
+/* test_exec_cuda.c (label gpu; mpiexec -n 1) - the NCCL backend against the
+ * MPI backend on one program that holds every op of ir/ops.def, across all
+ * three streams with the record/wait edges the sync pass gives it:
+ *
+ *  - the same program, the same initial bytes, N steps on the MPI backend
+ *    (host memory, the reference kernels) and on the NCCL backend in each
+ *    mode - eager; graph (step 0 eager, graphs captured at step 1, replayed
+ *    from then on); capture-safe with this test capturing whole steps on its
+ *    own compute stream and replaying them - must leave both arenas (device
+ *    and host) identical, byte for byte; at world size 1 every reduction is
+ *    a copy, so this is exact;
+ *  - graph mode captured graphs and launched them; no hook allocated;
+ *  - a hook called while the compute stream is being captured in graph mode
+ *    is refused (FP_ERR_ORDER) and the executor stays usable; fp_exec_sync
+ *    inside a capture is refused;
+ *  - a refit keeps every view's address, and the graphs captured before it
+ *    compute with the new weights (the arena equals the MPI run's, which
+ *    made the same refit);
+ *  - the executor's own stream when none is given; each bootstrap (MPI, an
+ *    id from fp_nccl_get_id, NCCL_COMM_ID) gives a working executor.
+ * Exits 77 without a CUDA device (after checking the program on the MPI
+ * backend alone, which needs none). */
+#include <cuda_runtime_api.h>
+
+#include "executor/safetensors.h"
+#include "kernels/kernels.h"
+#include "tests/exec_util.h"
+
+#define CK(call)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
+      exit(1);                                                                                \
+    }                                                                                         \
+  } while (0)
+
+enum { N = 1000, AGN = 96, ROWS = 7, W_ELEMS = 40, SP = 44, DP = 48 };
+
+static int b_a32, b_b16, b_c32, b_e8, b_sc, b_dq, b_cp, b_ms, b_agd, b_agi, b_agv, b_rs, b_rsi, b_rsv, b_ar, b_bc,
+    b_rd, b_tx, b_rx, b_hst, b_hd, b_hst2, b_w;
+
+/* every op, one segment, three streams; the sync pass adds the events */
+static fp_plan *every_op_plan(void) {
+  tprog t = tp_new(1);
+  int64_t off[1] = {3}, cnt[1] = {AGN - 5};
+  int tab = fp_ir_table_add(t.p, "pieces", 1, off, cnt);
+  b_a32 = tp_buf(&t, "a32", N * 4, false);
+  b_b16 = tp_buf(&t, "b16", N * 2, false);
+  b_c32 = tp_buf(&t, "c32", N * 4, false);
+  b_e8 = tp_buf(&t, "e8", N, false);
+  b_sc = tp_buf(&t, "sc", (N + 31) / 32, false);
+  b_dq = tp_buf(&t, "dq", N * 2, false);
+  b_cp = tp_buf(&t, "cp", ROWS * DP * 4, false);
+  b_ms = tp_buf(&t, "ms", 333, false);
+  b_agd = tp_buf(&t, "agd", AGN * 2, false);
+  b_agi = tp_buf(&t, "agi", AGN * 4, false);
+  b_agv = tp_buf(&t, "agv", AGN, false);
+  b_rs = tp_buf(&t, "rs", AGN * 4, false);
+  b_rsi = tp_buf(&t, "rsi", AGN * 2, false);
+  b_rsv = tp_buf(&t, "rsv", AGN * 4, false);
+  b_ar = tp_buf(&t, "ar", AGN * 2, false);
+  b_bc = tp_buf(&t, "bc", AGN * 4, false);
+  b_rd = tp_buf(&t, "rd", AGN * 4, false);
+  b_tx = tp_buf(&t, "tx", AGN * 4, false);
+  b_rx = tp_buf(&t, "rx", AGN * 4, false);
+  b_w = tp_buf(&t, "w", 64 * 4, false); /* the param's main weight */
+  b_hst = tp_buf(&t, "hst", 256, true);
+  b_hd = tp_buf(&t, "hd", 256, false);
+  b_hst2 = tp_buf(&t, "hst2", 200, true);
+  fp_ir_param *q = fp_ir_param_add(t.p);
+  q->name = "m.weight", q->ndim = 1, q->shape[0] = 64, q->module = t.module, q->bucket = -1;
+  q->main_dtype = q->param_dtype = q->grad_dtype = FP_F32;
+  q->placement = 3; /* replicate */
+  q->main = (fp_view){b_w, 0};
+  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fp_op *o;
+  /* ag: cast, gathers, quantize, a gather of e4m3 bytes over a table */
+  o = tp_op(&t, FP_OP_CAST, FP_STREAM_AG, FP_BF16, N);
+  o->sdtype = FP_F32, o->dst = fp_reg(b_b16, 0), o->src = fp_reg(b_a32, 0);
+  o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_BF16, AGN);
+  o->comm = t.world, o->dst = fp_reg(b_agd, 0), o->src = fp_reg(b_b16, 2 * 10);
+  o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, AGN);
+  o->comm = t.world, o->dst = fp_reg(b_agi, 0), o->src = fp_reg_g(b_agi, 0, AGN * 4);
+  o = tp_op(&t, FP_OP_QUANTIZE_MXFP8, FP_STREAM_AG, FP_E4M3, N / 32 * 32);
+  o->sdtype = FP_BF16, o->dst = fp_reg(b_e8, 0), o->src = fp_reg(b_b16, 0), o->aux = fp_reg(b_sc, 0);
+  o = tp_op(&t, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_E4M3, 0);
+  o->comm = t.world, o->tab = tab, o->dst = fp_reg(b_agv, 0), o->src = fp_reg(b_e8, 7);
+  /* compute: add, scale, 2-D copy, memset, dequantize, h2d, d2h */
+  o = tp_op(&t, FP_OP_ADD, FP_STREAM_COMPUTE, FP_F32, N);
+  o->sdtype = FP_BF16, o->dst = fp_reg(b_c32, 0), o->src = fp_reg(b_b16, 0);
+  o = tp_op(&t, FP_OP_ADD, FP_STREAM_COMPUTE, FP_F32, 64); /* reads the param: refits show */
+  o->dst = fp_reg(b_c32, 0), o->src = fp_reg(b_w, 0);
+  o = tp_op(&t, FP_OP_SCALE, FP_STREAM_COMPUTE, FP_F32, N);
+  o->alpha = 0.37, o->dst = fp_reg(b_c32, 0);
+  o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, W_ELEMS);
+  o->rows = ROWS, o->dpitch = DP * 4, o->spitch = SP * 4, o->dst = fp_reg(b_cp, 4), o->src = fp_reg(b_a32, 12);
+  o = tp_op(&t, FP_OP_MEMSET, FP_STREAM_COMPUTE, FP_F16, 150);
+  o->dst = fp_reg(b_ms, 6);
+  o = tp_op(&t, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_COMPUTE, FP_BF16, N / 32 * 32);
+  o->sdtype = FP_E4M3, o->dst = fp_reg(b_dq, 0), o->src = fp_reg(b_e8, 0), o->aux = fp_reg(b_sc, 0);
+  o = tp_op(&t, FP_OP_H2D, FP_STREAM_COMPUTE, FP_U8, 200);
+  o->dst = fp_reg(b_hd, 0), o->src = fp_reg(b_hst, 16);
+  o = tp_op(&t, FP_OP_D2H, FP_STREAM_COMPUTE, FP_U8, 200);
+  o->dst = fp_reg(b_hst2, 0), o->src = fp_reg(b_c32, 40);
+  /* rs: every reduction (in place and not), broadcast, a send/recv pair */
+  o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, AGN);
+  o->comm = t.world, o->dst = fp_reg(b_rs, 0), o->src = fp_reg(b_c32, 8);
+  o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_BF16, AGN);
+  o->comm = t.world, o->dst = fp_reg_g(b_rsi, 0, AGN * 2), o->src = fp_reg(b_rsi, 0);
+  o = tp_op(&t, FP_OP_REDUCE_SCATTER_V, FP_STREAM_RS, FP_F32, 0);
+  o->comm = t.world, o->tab = tab, o->dst = fp_reg(b_rsv, 0), o->src = fp_reg(b_c32, 100);
+  o = tp_op(&t, FP_OP_ALL_REDUCE, FP_STREAM_RS, FP_BF16, AGN);
+  o->comm = t.world, o->dst = fp_reg(b_ar, 0), o->src = fp_reg(b_ar, 0);
+  o = tp_op(&t, FP_OP_BROADCAST, FP_STREAM_RS, FP_F32, AGN);
+  o->comm = t.world, o->root = 0, o->dst = fp_reg(b_bc, 0), o->src = fp_reg(b_c32, 200);
+  o = tp_op(&t, FP_OP_REDUCE, FP_STREAM_RS, FP_F32, AGN);
+  o->comm = t.world, o->root = 0, o->dst = fp_reg(b_rd, 0), o->src = fp_reg(b_bc, 0);
+  o = tp_op(&t, FP_OP_SEND, FP_STREAM_RS, FP_F32, AGN);
+  o->comm = t.world, o->root = 0, o->src = fp_reg(b_tx, 0), o->group = 0;
+  o = tp_op(&t, FP_OP_RECV, FP_STREAM_RS, FP_F32, AGN);
+  o->comm = t.world, o->root = 0, o->dst = fp_reg(b_rx, 0), o->group = 0;
+  o = tp_op(&t, FP_OP_COPY, FP_STREAM_RS, FP_F32, AGN);
+  o->dst = fp_reg(b_tx, 0), o->src = fp_reg(b_rx, 0);
+  fp_plan *plan = tp_load(&t);
+  fp_arena_free(t.a);
+  return plan;
+}
+
+/* ---- initial bytes, arenas as the host sees them ------------------------------------------------ */
+static uint8_t *init_dev, *init_host;
+static int64_t dev_bytes, host_bytes;
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+/* finite values (no NaN: a reduction's NaN payload is NCCL's business) */
+static void fill_init(const fp_prog *p) {
+  dev_bytes = p->arena_bytes, host_bytes = p->host_bytes;
+  init_dev = calloc(1, (size_t)dev_bytes + 1);
+  init_host = calloc(1, (size_t)host_bytes + 1);
+  for (int64_t i = 0; i + 4 <= dev_bytes; i += 4) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    float f = (float)((int64_t)(rng >> 40) - (1 << 23)) / (float)(1 << 20);
+    memcpy(init_dev + i, &f, 4);
+  }
+  for (int64_t i = 0; i < host_bytes; i++) init_host[i] = (uint8_t)(i * 7 + 3);
+}
+
+static void load_init(fp_exec *x, bool gpu) {
+  if (gpu) {
+    CK(cudaMemcpy(x->dev, init_dev, (size_t)dev_bytes, cudaMemcpyHostToDevice));
+  } else {
+    memcpy(x->dev, init_dev, (size_t)dev_bytes);
+  }
+  memcpy(x->host, init_host, (size_t)host_bytes);
+}
+
+static void arenas(fp_exec *x, bool gpu, uint8_t *dev, uint8_t *host) {
+  EXPECT(fp_exec_sync(x) == FP_OK, "sync: %s", fp_exec_errmsg(x));
+  if (gpu) CK(cudaMemcpy(dev, x->dev, (size_t)dev_bytes, cudaMemcpyDeviceToHost));
+  else memcpy(dev, x->dev, (size_t)dev_bytes);
+  memcpy(host, x->host, (size_t)host_bytes);
+}
+
+static fp_exec *make(const fp_plan *plan, fp_exec_config cfg) {
+  fp_exec *x = NULL;
+  fp_status st = fp_exec_create(plan, &cfg, &x);
+  if (st != FP_OK) {
+    fprintf(stderr, "fp_exec_create: %s: %s\n", fp_status_name(st), fp_exec_errmsg(x));
+    exit(1);
+  }
+  return x;
+}
+
+/* a safetensors file with new weights for m.weight */
+static void refit(fp_exec *x, float base) {
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/fp-exec-cuda-%d.safetensors", (int)getpid());
+  float w[64];
+  for (int i = 0; i < 64; i++) w[i] = base + (float)i / 8.0f;
+  fp_st_tensor ts = {.name = "m.weight", .dtype = FP_F32, .ndim = 1};
+  ts.shape[0] = 64;
+  const void *data[1] = {w};
+  char err[256];
+  EXPECT(fp_st_write(path, 1, &ts, data, err, sizeof err), "%s", err);
+  fp_param_view before, after;
+  fp_exec_param(x, "m.weight", &before);
+  const char *paths[1] = {path};
+  EXPECT(fp_exec_load_weights(x, paths, 1) == FP_OK, "refit: %s", fp_exec_errmsg(x));
+  fp_exec_param(x, "m.weight", &after);
+  EXPECT(before.main.data == after.main.data && before.main.data, "refit moved the main weights");
+  unlink(path);
+}
+
+enum { STEPS = 4, REFIT_AT = 2 };
+
+/* STEPS steps (a refit before REFIT_AT); hooks captured by us in capture mode */
+static void run_steps(fp_exec *x, bool capture, cudaStream_t s) {
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  for (int t = 0; t < STEPS; t++) {
+    if (t == REFIT_AT) refit(x, 0.25f);
+    if (!capture || t == 0) {
+      tp_step(x);
+      continue;
+    }
+    if (!ge) {
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      tp_step(x);
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiate(&ge, g, 0));
+    }
+    CK(cudaGraphLaunch(ge, s));
+  }
+  if (ge) {
+    CK(cudaStreamSynchronize(s));
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+}
+
+static int compare(const char *what, const uint8_t *a, const uint8_t *b, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (a[i] != b[i]) {
+      EXPECT(false, "%s: first difference at byte %" PRId64 " (0x%02x, MPI 0x%02x)", what, i, a[i], b[i]);
+      return 1;
+    }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  tu_init(&argc, &argv);
+  fp_plan *plan = every_op_plan();
+  fill_init(plan->prog);
+  uint8_t *ref_dev = malloc((size_t)dev_bytes + 1), *ref_host = malloc((size_t)host_bytes + 1);
+  uint8_t *got_dev = malloc((size_t)dev_bytes + 1), *got_host = malloc((size_t)host_bytes + 1);
+  /* the reference: the MPI backend */
+  fp_exec *x = make(plan, (fp_exec_config){.backend = FP_BACKEND_MPI, .rank = 0, .world_size = 1,
+                                           .progress = FP_PROGRESS_POLL});
+  load_init(x, false);
+  run_steps(x, false, NULL);
+  arenas(x, false, ref_dev, ref_host);
+  fp_exec_destroy(x);
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    printf("SKIPPED: no CUDA device (the program ran on the MPI backend: %d failed check(s))\n", tu_failures);
+    free(ref_dev), free(ref_host), free(got_dev), free(got_host), free(init_dev), free(init_host);
+    fp_plan_free(plan);
+    MPI_Finalize();
+    return tu_failures ? 1 : 77;
+  }
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const char *names[3] = {"graph", "eager", "capture-safe"};
+  for (int m = FP_CUDA_GRAPH; m <= FP_CUDA_CAPTURE_SAFE; m++) {
+    x = make(plan, (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1,
+                                    .cuda_mode = (fp_cuda_mode)m, .cuda_stream = s});
+    EXPECT(fp_exec_cuda_stream(x) == s, "%s: the trainer's stream is the compute stream", names[m]);
+    load_init(x, true);
+    run_steps(x, m == FP_CUDA_CAPTURE_SAFE, s);
+    arenas(x, true, got_dev, got_host);
+    char what[64];
+    snprintf(what, sizeof what, "%s: device arena", names[m]);
+    compare(what, got_dev, ref_dev, dev_bytes);
+    snprintf(what, sizeof what, "%s: host arena", names[m]);
+    compare(what, got_host, ref_host, host_bytes);
+    fp_exec_stats st;
+    fp_exec_get_stats(x, &st);
+    EXPECT(st.hook_allocations == 0, "%s: %" PRId64 " allocations in hooks", names[m], st.hook_allocations);
+    if (m == FP_CUDA_GRAPH)
+      EXPECT(st.graphs > 0 && st.graph_nodes >= st.graphs && st.graph_launches >= (STEPS - 1) * st.graphs,
+             "graph mode: %" PRId64 " graphs, %" PRId64 " nodes, %" PRId64 " launches", st.graphs, st.graph_nodes,
+             st.graph_launches);
+    else
+      EXPECT(st.graphs == 0 && st.graph_launches == 0, "%s: graphs outside graph mode", names[m]);
+    printf("%s: %" PRId64 " steps, %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " launches, %" PRId64
+           " communicators: arenas %s the MPI run's\n", names[m], st.steps, st.graphs, st.graph_nodes,
+           st.graph_launches, st.nccl_comms, tu_failures ? "checked against" : "equal to");
+    /* refusals inside a capture leave the executor usable */
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    fp_status hs = fp_exec_hook(x, FP_HOOK_STEP_BEGIN, -1);
+    if (m != FP_CUDA_CAPTURE_SAFE)
+      EXPECT(hs == FP_ERR_ORDER && strstr(fp_exec_errmsg(x), "CAPTURE_SAFE"), "%s: hook inside a capture: %s",
+             names[m], fp_exec_errmsg(x));
+    else
+      EXPECT(hs == FP_OK, "capture-safe: hook inside a capture: %s", fp_exec_errmsg(x));
+    EXPECT(fp_exec_sync(x) == FP_ERR_ORDER, "%s: sync inside a capture", names[m]);
+    cudaGraph_t g = NULL;
+    CK(cudaStreamEndCapture(s, &g));
+    if (g) cudaGraphDestroy(g); /* never launched */
+    if (m == FP_CUDA_CAPTURE_SAFE) { /* the captured hook was the whole step: the device never ran it */
+    } else {
+      EXPECT(fp_exec_hook(x, FP_HOOK_STEP_BEGIN, -1) == FP_OK, "%s: usable after the refusal: %s", names[m],
+             fp_exec_errmsg(x));
+    }
+    EXPECT(fp_exec_sync(x) == FP_OK, "%s: sync: %s", names[m], fp_exec_errmsg(x));
+    fp_exec_destroy(x);
+  }
+  /* bootstraps, the executor's own stream */
+  fp_nccl_id id;
+  EXPECT(fp_nccl_get_id(&id) == FP_OK, "fp_nccl_get_id");
+  fp_exec_config boots[3] = {
+      {.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1, .nccl_boot = FP_NCCL_BOOT_MPI},
+      {.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1, .nccl_boot = FP_NCCL_BOOT_ID, .nccl_id = id},
+      {.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1, .nccl_boot = FP_NCCL_BOOT_ENV},
+  };
+  setenv("NCCL_COMM_ID", "127.0.0.1:29517", 1);
+  for (int b = 0; b < 3; b++) {
+    x = make(plan, boots[b]);
+    EXPECT(fp_exec_cuda_stream(x) != NULL, "boot %d: the executor's own stream", b);
+    load_init(x, true);
+    run_steps(x, false, NULL);
+    arenas(x, true, got_dev, got_host);
+    compare("bootstrap run: device arena", got_dev, ref_dev, dev_bytes);
+    fp_exec_destroy(x);
+  }
+  unsetenv("NCCL_COMM_ID");
+  CK(cudaStreamDestroy(s));
+  free(ref_dev), free(ref_host), free(got_dev), free(got_host), free(init_dev), free(init_host);
+  fp_plan_free(plan);
+  return tu_finish();
+}
