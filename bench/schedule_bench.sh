@@ -12,21 +12,7 @@
 # (docs/cost-model.md). Only bash and /usr/bin/python3 (standard library).
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-build="$root/bench/out/build"
-PY=/usr/bin/python3
-gen=()
-command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-mkdir -p "$root/bench/out"
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-        -DBUILD_TESTING=OFF -DFP_CUDA=OFF >"$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log" >&2; exit 1; }
-fi
-cmake --build "$build" --target flexplan >"$build.build.log" 2>&1 ||
-  { cat "$build.build.log" >&2; exit 1; }
-fp="$build/flexplan"
+. "$(dirname "${BASH_SOURCE[0]}")/release_flexplan.sh"
 [ $# -eq 0 ] && set -- "$root"/examples/*.json
 
 "$PY" - "$fp" "$@" <<'PYEOF'

@@ -37,6 +37,21 @@ fp_status fpx_fail(fp_exec *x, fp_status st, const char *fmt, ...) {
   return st;
 }
 
+int64_t fpx_send_bytes(const fp_xop *o) {
+  int64_t sz = fp_dtype_size(o->dtype);
+  switch (o->code) {
+    case FP_OP_REDUCE_SCATTER: return o->G * o->n * sz;
+    case FP_OP_REDUCE_SCATTER_V: {
+      int64_t t = 0;
+      for (int64_t j = 0; j < o->G; j++) t += o->tab_cnt[j];
+      return t * sz;
+    }
+    case FP_OP_BROADCAST: return o->g == o->root ? o->n * sz : 0;
+    case FP_OP_RECV: return 0;
+    default: return o->n * sz;
+  }
+}
+
 void *fpx_alloc(fp_exec *x, size_t n, size_t size) {
   x->stats.allocations++;
   if (x->in_hook) x->stats.hook_allocations++;

@@ -116,6 +116,8 @@ fp_status fpx_fail(fp_exec *x, fp_status st, const char *fmt, ...) __attribute__
 /* zeroed memory, counted in stats.allocations (and hook_allocations inside a hook) */
 void *fpx_alloc(fp_exec *x, size_t n, size_t size);
 void fpx_free(void *p);
+/* bytes a communication op sends from this rank (statistics) */
+int64_t fpx_send_bytes(const fp_xop *o);
 /* "pre_forward(fc1)" for segment k: into buf */
 const char *fpx_seg_label(const fp_exec *x, int32_t k, char *buf, size_t len);
 

@@ -171,20 +171,6 @@ static int64_t staging_bytes(const fp_xop *o) {
   return o->inplace && rs ? align_up(o->n * fp_dtype_size(o->dtype)) : 0;
 }
 
-static int64_t send_bytes(const fp_xop *o) {
-  int64_t sz = fp_dtype_size(o->dtype);
-  switch (o->code) {
-    case FP_OP_REDUCE_SCATTER: return o->G * o->n * sz;
-    case FP_OP_REDUCE_SCATTER_V: {
-      int64_t t = 0;
-      for (int64_t j = 0; j < o->G; j++) t += o->tab_cnt[j];
-      return t * sz;
-    }
-    case FP_OP_BROADCAST: return o->g == o->root ? o->n * sz : 0;
-    case FP_OP_RECV: return 0;
-    default: return o->n * sz;
-  }
-}
 
 static fp_status mpi_prepare(fp_exec *x) {
   fp_status st = FP_OK;
@@ -267,7 +253,7 @@ static fp_status mpi_prepare(fp_exec *x) {
       continue;
     }
     m->sums[seg].coll++;
-    m->sums[seg].bytes += send_bytes(o);
+    m->sums[seg].bytes += fpx_send_bytes(o);
     q->type = mpi_type(m, o->dtype);
     q->op = mpi_sum(m, o->dtype);
     q->per_root = per_root(o);

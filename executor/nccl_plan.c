@@ -94,22 +94,6 @@ fp_status fpn_boot_resolve(const fp_exec_config *cfg, bool mpi_up, const char *c
   }
 }
 
-/* ---- statistics ---------------------------------------------------------------------- */
-int64_t fpn_send_bytes(const fp_xop *o) {
-  int64_t sz = fp_dtype_size(o->dtype);
-  switch (o->code) {
-    case FP_OP_REDUCE_SCATTER: return o->G * o->n * sz;
-    case FP_OP_REDUCE_SCATTER_V: {
-      int64_t t = 0;
-      for (int64_t j = 0; j < o->G; j++) t += o->tab_cnt[j];
-      return t * sz;
-    }
-    case FP_OP_BROADCAST: return o->g == o->root ? o->n * sz : 0;
-    case FP_OP_RECV: return 0;
-    default: return o->n * sz;
-  }
-}
-
 /* ---- the plan ---------------------------------------------------------------------------- */
 static bool is_sync(fp_opcode c) { return fp_op_class(c) == FP_OPC_SYNC; }
 
@@ -216,7 +200,7 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
         if (fp_op_class(o->code) == FP_OPC_LOCAL) P->sums[k].local++;
         if (fp_op_class(o->code) == FP_OPC_COMM) {
           P->sums[k].coll++;
-          P->sums[k].bytes += fpn_send_bytes(o);
+          P->sums[k].bytes += fpx_send_bytes(o);
         }
         j++;
       }

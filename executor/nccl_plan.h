@@ -92,6 +92,5 @@ void fpn_plan_free(fpn_plan *p);
 static inline fp_xop *const *fpn_run_ops(const fp_exec *x, const fpn_item *it) { return &x->sops[it->stream][it->pos]; }
 
 /* bytes this rank passes to communication calls for op o (send side) */
-int64_t fpn_send_bytes(const fp_xop *o);
 
 #endif

@@ -401,10 +401,24 @@ static int plan_and_hw(int argc, char **argv, const char *cmd, const char **path
   return 0;
 }
 
-/* ---- explain: the table with the simulator's times --------------------------------- */
-static int cmd_explain(int argc, char **argv) {
+/* ---- explain and simulate: a plan replayed on a machine ---------------------------- */
+/* What a command does with the replayed plan: print it to stdout. */
+typedef void (*modeled_fn)(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim);
+
+static void print_explain(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
+  (void)ar, (void)hw;
+  fp_ir_explain_modeled(p, sim->start_us, sim->end_us, stdout);
+}
+
+static void print_simulation(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
+  fp_sim_print(p, sim, hw, fp_sim_memory(ar, p, sim), stdout);
+}
+
+/* COMMAND PLAN [--hardware PRESET]: read the plan, simulate it on the
+ * preset (default: the plan's machine), and hand it to print */
+static int cmd_modeled(int argc, char **argv, const char *cmd, modeled_fn print) {
   const char *path, *hwname;
-  int rc = plan_and_hw(argc, argv, "explain", &path, &hwname);
+  int rc = plan_and_hw(argc, argv, cmd, &path, &hwname);
   if (rc) return rc;
   fp_hw hw;
   if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
@@ -415,7 +429,7 @@ static int cmd_explain(int argc, char **argv) {
   fp_prog *p = read_program(ar, &d, path);
   fp_sim sim;
   if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
-    fp_ir_explain_modeled(p, sim.start_us, sim.end_us, stdout);
+    print(ar, p, &hw, &sim);
     rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
   }
   fp_diag_free(&d);
@@ -490,28 +504,6 @@ done:
   return rc;
 }
 
-/* ---- simulate ------------------------------------------------------------------- */
-static int cmd_simulate(int argc, char **argv) {
-  const char *path, *hwname;
-  int rc = plan_and_hw(argc, argv, "simulate", &path, &hwname);
-  if (rc) return rc;
-  fp_hw hw;
-  if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
-  fp_arena *ar = fp_arena_new();
-  fp_diag d;
-  fp_diag_init(&d, stderr);
-  rc = EXIT_INPUT;
-  fp_prog *p = read_program(ar, &d, path);
-  fp_sim sim;
-  if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
-    fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), stdout);
-    rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
-  }
-  fp_diag_free(&d);
-  fp_arena_free(ar);
-  return rc;
-}
-
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage, stderr);
@@ -528,8 +520,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
   if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
-  if (!strcmp(cmd, "simulate")) return cmd_simulate(argc - 2, argv + 2);
-  if (!strcmp(cmd, "explain")) return cmd_explain(argc - 2, argv + 2);
+  if (!strcmp(cmd, "simulate")) return cmd_modeled(argc - 2, argv + 2, "simulate", print_simulation);
+  if (!strcmp(cmd, "explain")) return cmd_modeled(argc - 2, argv + 2, "explain", print_explain);
   if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
   if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
     return cmd_file(argc - 2, argv + 2, cmd);
