@@ -25,7 +25,10 @@
 #include "passes.h"
 #include "../sync.h"
 
-enum { ANALYZE, CHECK };
+enum {
+  ANALYZE, /* decide the waits (step 1) and the end-of-step waits (step 2) */
+  CHECK,   /* count the conflicts the decided waits leave unordered */
+};
 
 typedef struct bufclk {
   int64_t w[FP_NSTREAMS], r[FP_NSTREAMS]; /* own-stream clock of the last write / read */
