@@ -6,7 +6,9 @@
  * buffers conflict when they are the same buffer or their bytes overlap in
  * the same arena. The verifier's race rule and the planner's sync pass both
  * use these two functions, so the waits the planner inserts are exactly the
- * ones the verifier asks for. */
+ * ones the verifier asks for. The pairing of the trainer's forward and
+ * backward (whose activations live in between) is here too, for the
+ * memory plan, the timeline and the viewer. */
 #include "irpriv.h"
 
 #include <stdlib.h>
@@ -115,4 +117,31 @@ void fp_aliases_free(fp_aliases *a) {
   free(a->start);
   free(a->list);
   memset(a, 0, sizeof *a);
+}
+
+void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair) {
+  int32_t *stack = malloc(sizeof *stack * ((size_t)p->nops + 1));
+  FP_ASSERT(stack);
+  int32_t top = 0;
+  for (int32_t i = 0; i < p->nops; i++) {
+    pair[i] = -1;
+    const fp_op *op = &p->ops[i];
+    if (op->code != FP_OP_COMPUTE || op->module < 0 || op->module >= p->nmods) continue;
+    if (op->pass == FP_PASS_FWD) {
+      stack[top++] = i;
+      continue;
+    }
+    int32_t micro = p->segs[op->seg].micro;
+    for (int32_t k = top - 1; k >= 0; k--) { /* the latest forward of the same module and micro-batch */
+      if (stack[k] < 0) continue;
+      const fp_op *f = &p->ops[stack[k]];
+      if (f->module != op->module || p->segs[f->seg].micro != micro) continue;
+      pair[stack[k]] = i;
+      pair[i] = stack[k];
+      stack[k] = -1;
+      break;
+    }
+    while (top > 0 && stack[top - 1] < 0) top--;
+  }
+  free(stack);
 }

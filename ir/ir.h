@@ -329,6 +329,12 @@ typedef struct fp_aliases {
 /* false (nothing allocated) when more than max_pairs pairs overlap */
 bool fp_aliases_build(const fp_prog *p, int64_t max_pairs, fp_aliases *out);
 void fp_aliases_free(fp_aliases *a);
+/* the trainer's activations: a forward compute op's activations live until
+ * the backward of the same module and micro-batch that follows it (the
+ * latest unpaired forward). pair[i] (room for p->nops) gets, for a forward
+ * compute op, its backward's index or -1 (none: live to the end of the
+ * step), for a backward compute op its forward's index or -1, else -1 */
+void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair);
 
 /* ---- text form, verifier, plan.json ------------------------------------- */
 /* print .fpir: deterministic; parse(print(p)) reproduces p */

@@ -237,32 +237,17 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
       if (sp[k].used) add_range(&L, sp[k].t0, sp[k].t1, B->cat, B->bytes);
   }
 
-  /* activations: forward compute of (module, micro) to its backward compute */
-  int32_t *stack = malloc(sizeof *stack * ((size_t)P->nops + 1));
-  FP_ASSERT(stack);
-  int32_t top = 0;
-  for (int32_t i = 0; i < P->nops; i++) {
-    const fp_op *op = &P->ops[i];
-    if (op->code != FP_OP_COMPUTE || op->module < 0 || op->module >= P->nmods) continue;
-    int32_t micro = P->segs[op->seg].micro;
-    if (op->pass == FP_PASS_FWD) {
-      stack[top++] = i;
-      continue;
-    }
-    for (int32_t k = top - 1; k >= 0; k--) { /* the latest forward of the same module and micro-batch */
-      if (stack[k] < 0) continue;
-      const fp_op *f = &P->ops[stack[k]];
-      if (f->module != op->module || P->segs[f->seg].micro != micro) continue;
-      add_range(&L, S->start_us[stack[k]], S->end_us[i], FP_MEMTL_ACT, P->mods[op->module].activation_bytes);
-      stack[k] = -1;
-      break;
-    }
-    while (top > 0 && stack[top - 1] < 0) top--;
-  }
-  for (int32_t k = 0; k < top; k++) /* a forward without a backward: to the end of the step */
-    if (stack[k] >= 0)
-      add_range(&L, S->start_us[stack[k]], tend, FP_MEMTL_ACT, P->mods[P->ops[stack[k]].module].activation_bytes);
-  free(stack);
+  /* activations: forward compute of (module, micro) to its backward compute,
+   * or to the end of the step without one */
+  int32_t *pair = malloc(sizeof *pair * ((size_t)P->nops + 1));
+  FP_ASSERT(pair);
+  fp_ir_activation_pairs(P, pair);
+  for (int32_t i = 0; i < P->nops; i++)
+    if (P->ops[i].code == FP_OP_COMPUTE && P->ops[i].pass == FP_PASS_FWD && P->ops[i].module >= 0 &&
+        P->ops[i].module < P->nmods)
+      add_range(&L, S->start_us[i], pair[i] >= 0 ? S->end_us[pair[i]] : tend, FP_MEMTL_ACT,
+                P->mods[P->ops[i].module].activation_bytes);
+  free(pair);
 
   qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev);
   int64_t cap = 0;

@@ -25,15 +25,8 @@
 #include "executor/safetensors.h"
 #include "kernels/kernels.h"
 #include "tests/exec_util.h"
+#include "tests/gpu_util.h"
 
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
 
 enum { N = 1000, AGN = 96, ROWS = 7, W_ELEMS = 40, SP = 44, DP = 48 };
 
@@ -147,7 +140,7 @@ static void fill_init(const fp_prog *p) {
 
 static void load_init(fp_exec *x, bool gpu) {
   if (gpu) {
-    CK(cudaMemcpy(x->dev, init_dev, (size_t)dev_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(x->dev, init_dev, (size_t)dev_bytes, cudaMemcpyHostToDevice));
   } else {
     memcpy(x->dev, init_dev, (size_t)dev_bytes);
   }
@@ -156,7 +149,7 @@ static void load_init(fp_exec *x, bool gpu) {
 
 static void arenas(fp_exec *x, bool gpu, uint8_t *dev, uint8_t *host) {
   EXPECT(fp_exec_sync(x) == FP_OK, "sync: %s", fp_exec_errmsg(x));
-  if (gpu) CK(cudaMemcpy(dev, x->dev, (size_t)dev_bytes, cudaMemcpyDeviceToHost));
+  if (gpu) CUDA_OK(cudaMemcpy(dev, x->dev, (size_t)dev_bytes, cudaMemcpyDeviceToHost));
   else memcpy(dev, x->dev, (size_t)dev_bytes);
   memcpy(host, x->host, (size_t)host_bytes);
 }
@@ -204,15 +197,15 @@ static void run_steps(fp_exec *x, bool capture, cudaStream_t s) {
       continue;
     }
     if (!ge) {
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       tp_step(x);
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
     }
-    CK(cudaGraphLaunch(ge, s));
+    CUDA_OK(cudaGraphLaunch(ge, s));
   }
   if (ge) {
-    CK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaStreamSynchronize(s));
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
   }
@@ -246,10 +239,10 @@ int main(int argc, char **argv) {
     free(ref_dev), free(ref_host), free(got_dev), free(got_host), free(init_dev), free(init_host);
     fp_plan_free(plan);
     MPI_Finalize();
-    return tu_failures ? 1 : 77;
+    return tu_failures ? 1 : FP_TEST_SKIP;
   }
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const char *names[3] = {"graph", "eager", "capture-safe"};
   for (int m = FP_CUDA_GRAPH; m <= FP_CUDA_CAPTURE_SAFE; m++) {
     x = make(plan, (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1,
@@ -276,7 +269,7 @@ int main(int argc, char **argv) {
            " communicators: arenas %s the MPI run's\n", names[m], st.steps, st.graphs, st.graph_nodes,
            st.graph_launches, st.nccl_comms, tu_failures ? "checked against" : "equal to");
     /* refusals inside a capture leave the executor usable */
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     fp_status hs = fp_exec_hook(x, FP_HOOK_STEP_BEGIN, -1);
     if (m != FP_CUDA_CAPTURE_SAFE)
       EXPECT(hs == FP_ERR_ORDER && strstr(fp_exec_errmsg(x), "CAPTURE_SAFE"), "%s: hook inside a capture: %s",
@@ -285,7 +278,7 @@ int main(int argc, char **argv) {
       EXPECT(hs == FP_OK, "capture-safe: hook inside a capture: %s", fp_exec_errmsg(x));
     EXPECT(fp_exec_sync(x) == FP_ERR_ORDER, "%s: sync inside a capture", names[m]);
     cudaGraph_t g = NULL;
-    CK(cudaStreamEndCapture(s, &g));
+    CUDA_OK(cudaStreamEndCapture(s, &g));
     if (g) cudaGraphDestroy(g); /* never launched */
     if (m == FP_CUDA_CAPTURE_SAFE) { /* the captured hook was the whole step: the device never ran it */
     } else {
@@ -314,7 +307,7 @@ int main(int argc, char **argv) {
     fp_exec_destroy(x);
   }
   unsetenv("NCCL_COMM_ID");
-  CK(cudaStreamDestroy(s));
+  CUDA_OK(cudaStreamDestroy(s));
   free(ref_dev), free(ref_host), free(got_dev), free(got_host), free(init_dev), free(init_host);
   fp_plan_free(plan);
   return tu_finish();

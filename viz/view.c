@@ -272,40 +272,20 @@ static void build_lives(fp_viz *v) {
       v->lives[v->nlives++] = (fp_viz_life){b, -1, -1, B->cat, B->bytes, sp[j].t0, sp[j].t1, opf[2 * j], opf[2 * j + 1]};
     }
   }
-  /* activations: a forward compute to the latest backward of the same module and micro-batch */
-  int32_t *stack = fp_alloc_array(v->a, (size_t)p->nops + 1, sizeof *stack);
-  int32_t top = 0;
+  /* activations: a forward compute to the backward that frees them, or to
+   * the end of the step without one */
+  int32_t *pair = fp_alloc_array(v->a, (size_t)p->nops + 1, sizeof *pair);
+  fp_ir_activation_pairs(p, pair);
   for (int32_t i = 0; i < p->nops; i++) {
-    const fp_op *op = &p->ops[i];
-    if (op->code != FP_OP_COMPUTE || op->module < 0 || op->module >= p->nmods) continue;
-    int32_t micro = p->segs[op->seg].micro;
-    if (op->pass == FP_PASS_FWD) {
-      stack[top++] = i;
-      continue;
-    }
-    for (int32_t j = top - 1; j >= 0; j--) {
-      if (stack[j] < 0) continue;
-      const fp_op *fw = &p->ops[stack[j]];
-      if (fw->module != op->module || p->segs[fw->seg].micro != micro) continue;
-      int64_t bytes = p->mods[op->module].activation_bytes;
-      if (bytes > 0) {
-        v->lives = fp_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
-        v->lives[v->nlives++] =
-            (fp_viz_life){-1, op->module, micro, FP_MEMTL_ACT, bytes, S->start_us[stack[j]], S->end_us[i], stack[j], i};
-      }
-      stack[j] = -1;
-      break;
-    }
-    while (top > 0 && stack[top - 1] < 0) top--;
-  }
-  for (int32_t j = 0; j < top; j++) { /* a forward without a backward: to the end of the step */
-    if (stack[j] < 0) continue;
-    const fp_op *fw = &p->ops[stack[j]];
+    const fp_op *fw = &p->ops[i];
+    if (fw->code != FP_OP_COMPUTE || fw->pass != FP_PASS_FWD || fw->module < 0 || fw->module >= p->nmods) continue;
     int64_t bytes = p->mods[fw->module].activation_bytes;
     if (bytes <= 0) continue;
+    int32_t b = pair[i];
     v->lives = fp_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
-    v->lives[v->nlives++] = (fp_viz_life){-1,      fw->module, p->segs[fw->seg].micro, FP_MEMTL_ACT, bytes,
-                                          S->start_us[stack[j]], v->t_hi, stack[j], p->nops - 1};
+    v->lives[v->nlives++] = (fp_viz_life){-1, fw->module, p->segs[fw->seg].micro, FP_MEMTL_ACT, bytes,
+                                          S->start_us[i], b >= 0 ? S->end_us[b] : v->t_hi, i,
+                                          b >= 0 ? b : p->nops - 1};
   }
   if (v->nlives > 1) qsort(v->lives, (size_t)v->nlives, sizeof *v->lives, cmp_life);
 }

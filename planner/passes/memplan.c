@@ -64,26 +64,20 @@ static const char *human(fp_arena *a, int64_t b) {
   return fp_sprintf(a, "%lld B", (long long)b);
 }
 
-/* the trainer's activations: module at forward position i is live from its
- * forward compute op to its backward compute op (LIFO per micro-batch) */
+/* the trainer's activations: live from a module's forward compute op to the
+ * backward that frees them (fp_ir_activation_pairs), or to the end */
 static void activation_deltas(const fp_prog *p, int64_t *delta) {
-  int32_t *stack = malloc(sizeof(int32_t) * ((size_t)p->nops + 1));
-  FP_ASSERT(stack);
-  int top = 0;
-  for (int i = 0; i < p->nops; i++) {
+  int32_t *pair = malloc(sizeof *pair * ((size_t)p->nops + 1));
+  FP_ASSERT(pair);
+  fp_ir_activation_pairs(p, pair);
+  for (int32_t i = 0; i < p->nops; i++) {
     const fp_op *op = &p->ops[i];
-    if (op->code != FP_OP_COMPUTE || op->pass == FP_PASS_OPT) continue;
+    if (op->code != FP_OP_COMPUTE || op->pass != FP_PASS_FWD || op->module < 0) continue;
     int64_t b = p->mods[op->module].activation_bytes;
-    if (op->pass == FP_PASS_FWD) {
-      stack[top++] = op->module;
-      delta[i] += b;
-    } else {
-      FP_ASSERT(top > 0 && stack[top - 1] == op->module);
-      top--;
-      delta[i + 1] -= b;
-    }
+    delta[i] += b;
+    delta[(pair[i] >= 0 ? pair[i] : p->nops - 1) + 1] -= b;
   }
-  free(stack);
+  free(pair);
 }
 
 static void report_peak(fp_pass_ctx *c, const fp_prog *p, const fp_ir_live *lv, int32_t at, int64_t need,
