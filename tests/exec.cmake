@@ -72,11 +72,12 @@ target_link_libraries(test_exec_plan PRIVATE flexplan_exec)
 fp_mpi_test(exec_plan 1 test_exec_plan)
 
 # hook order, plan-hash agreement, refit validation
-foreach(t order hash refit)
+foreach(t order hash refit timing)
   add_executable(test_exec_${t} ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_${t}.c)
   target_link_libraries(test_exec_${t} PRIVATE flexplan_exec)
 endforeach()
 fp_mpi_test(exec_order 2 test_exec_order)
+fp_mpi_test(exec_timing 2 test_exec_timing)
 fp_mpi_test(exec_hash_np2 2 test_exec_hash)
 fp_mpi_test(exec_hash_np3 3 test_exec_hash)
 fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan})
