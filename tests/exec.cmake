@@ -100,3 +100,12 @@ if(FP_HAVE_CUDA)
   fp_mpi_test(exec_nccl_nodev_np2 2 test_exec_nccl_nodev)
   set_tests_properties(exec_nccl_nodev_np2 PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# measured beside modeled: train_mlp --timing (fp_exec_timing_start/write)
+# on 2 ranks, then flexplan viz --measured; the records and the trace
+# checked against the plan, and the located errors (tests/viz_measured.py)
+add_test(NAME viz_measured
+         COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/viz_measured.py $<TARGET_FILE:flexplan>
+                 $<TARGET_FILE:train_mlp> "${FP_MPIEXEC_CMD}" ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/ga2.spec.json ${CMAKE_CURRENT_BINARY_DIR}/viz_measured)
+set_tests_properties(viz_measured PROPERTIES LABELS "mpi;golden" TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${FP_MPI_ENV}")

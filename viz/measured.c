@@ -56,13 +56,12 @@ bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_pr
   int64_t rank, world;
   json_object *steps;
   size_t nsteps;
-  if (!fp_j_is_object(&c, root, "") || !fp_j_keys(&c, root, "", keys) ||
-      !fp_j_str(&c, root, "", "format", true, &format))
-    goto done;
-  if (strcmp(format, "flexplan.timing.v1")) {
+  if (!fp_j_is_object(&c, root, "") || !fp_j_str(&c, root, "", "format", true, &format)) goto done;
+  if (strcmp(format, "flexplan.timing.v1")) { /* before the members: another kind of file says so first */
     fp_j_error(&c, "/format", "expected \"flexplan.timing.v1\" (a record from fp_exec_timing_write), got \"%s\"", format);
     goto done;
   }
+  if (!fp_j_keys(&c, root, "", keys)) goto done;
   char want[32];
   snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
   if (!fp_j_str(&c, root, "", "plan_hash", true, &hash)) goto done;
