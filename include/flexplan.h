@@ -256,8 +256,8 @@ FP_API const char *fp_hook_name(fp_hook h);
  * forward/backward) with no ops on this rank, those are skipped
  * (stats.skipped) and the called one runs - a frozen module need not call
  * hooks it has no use for, and autograd fires no backward hook for a module
- * without grads. A skipped segment that has ops is still FP_ERR_ORDER. FP_ERR_ARG for a hook outside the
- * enum or a module out of range. FP_ERR_BACKEND when communication failed;
+ * without grads. A skipped segment that has ops is still FP_ERR_ORDER.
+ * FP_ERR_ARG for a hook outside the enum or a module out of range. FP_ERR_BACKEND when communication failed;
  * the executor is then unusable. A hook performs no memory allocation
  * (NCCL, FP_CUDA_GRAPH: except the one step_begin that captures the graphs).
  * NCCL: a hook enqueues its segment's work on the CUDA streams and returns
