@@ -109,6 +109,14 @@ fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
  * plan has none). */
 const char *fp_plan_module_name(const fp_plan *plan, int32_t m);
 int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
+/* Whether the plan recomputes module m's forward inside its backward
+ * (activation checkpointing; the spec's "recompute"): 1 yes, 0 no, -1 when m
+ * is out of range. For such a module the trainer may call
+ * pre_forward(m) and post_forward(m) once more between pre_backward(m) and
+ * post_backward(m), around the recomputed forward; nothing runs there
+ * (pre_backward(m) already gathered what the recompute reads). See
+ * fp_exec_hook. */
+int fp_plan_module_recompute(const fp_plan *plan, int32_t m);
 
 /* ---- executors --------------------------------------------------------- */
 typedef struct fp_exec fp_exec;
@@ -230,7 +238,12 @@ const char *fp_hook_name(fp_hook h);
  * Returns FP_ERR_ORDER when (hook, module) is not what the plan expects next
  * (the message names both, e.g. "hook pre_forward(fc2) called, but the plan
  * expects post_forward(fc1) next (segment 4 of 18, micro-batch 0)"); nothing
- * runs and the executor stays where it was. FP_ERR_ARG for a hook outside the
+ * runs and the executor stays where it was. Activation checkpointing: for a
+ * module the plan recomputes (fp_plan_module_recompute), pre_forward(m) and
+ * post_forward(m) are accepted once, in that order, between pre_backward(m)
+ * and post_backward(m) (they run nothing); post_backward(m) before that
+ * post_forward(m), a second recompute, or a recompute of a module the plan
+ * does not recompute return FP_ERR_ORDER. FP_ERR_ARG for a hook outside the
  * enum or a module out of range. FP_ERR_BACKEND when communication failed;
  * the executor is then unusable. A hook performs no memory allocation
  * (NCCL, FP_CUDA_GRAPH: except the one step_begin that captures the graphs).

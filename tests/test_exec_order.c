@@ -2,9 +2,11 @@
  * the expected and the received hook; nothing is issued (no hang: the other
  * ranks make the same mistake and no collective is pending), the executor
  * stays where it was, and the right call then works. Also: invalid hooks and
- * modules, a refit in the middle of a step, and no allocation on any hook
- * (the executor's allocation counter is unchanged over whole steps). Runs
- * under mpirun on 2 ranks. */
+ * modules, a refit in the middle of a step, no allocation on any hook
+ * (the executor's allocation counter is unchanged over whole steps), and
+ * activation checkpointing: module "second" is recomputed, so its
+ * pre_forward / post_forward are accepted once inside its backward window
+ * and nowhere else. Runs under mpirun on 2 ranks. */
 #include "exec_util.h"
 
 /* two modules, an all-gather before each forward and a reduction after
@@ -51,6 +53,8 @@ static void expect_order(fp_exec *x, fp_hook h, int32_t m, const char *got, cons
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   tprog t = build();
+  t.p->mods[1].recompute = true; /* "second" */
+  t.p->mods[1].saved_bytes = 64;
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, FP_PROGRESS_DEFAULT);
   int32_t m0 = fp_plan_module_index(plan, "m"), m1 = fp_plan_module_index(plan, "second");
@@ -79,9 +83,23 @@ int main(int argc, char **argv) {
   EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
   EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
   EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  EXPECT(fp_plan_module_recompute(plan, m1) == 1 && fp_plan_module_recompute(plan, m0) == 0 &&
+             fp_plan_module_recompute(plan, 2) == -1 && fp_plan_module_recompute(NULL, 0) == -1,
+         "fp_plan_module_recompute");
+  /* a recompute before the backward window opens is just out of order */
+  expect_order(x, FP_HOOK_PRE_FORWARD, m1, "pre_forward(second)", "expects pre_backward(second)");
   EXPECT(fp_exec_hook(x, FP_HOOK_PRE_BACKWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  /* the recomputed forward: post_forward first, and post_backward inside it, are refused */
+  expect_order(x, FP_HOOK_POST_FORWARD, m1, "post_forward(second)", "no recomputed forward is open");
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "recompute: %s", fp_exec_errmsg(x));
+  expect_order(x, FP_HOOK_PRE_FORWARD, m1, "pre_forward(second)", "already open");
+  expect_order(x, FP_HOOK_POST_BACKWARD, m1, "post_backward(second)", "call post_forward(second) first");
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m1) == FP_OK, "recompute: %s", fp_exec_errmsg(x));
+  expect_order(x, FP_HOOK_PRE_FORWARD, m1, "pre_forward(second)", "already recomputed");
   EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
   EXPECT(fp_exec_hook(x, FP_HOOK_PRE_BACKWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
+  /* m is not recomputed by the plan */
+  expect_order(x, FP_HOOK_PRE_FORWARD, m0, "pre_forward(m)", "the plan does not recompute m");
   EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
   expect_order(x, FP_HOOK_PRE_OPTIMIZER, -1, "pre_optimizer", "micro-batch 1");
   for (int32_t k = 9; k < x->prog->nsegs; k++) { /* finish the step */
