@@ -135,6 +135,14 @@ FP_API int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
  * (pre_backward(m) already gathered what the recompute reads). See
  * fp_exec_hook. */
 FP_API int fp_plan_module_recompute(const fp_plan *plan, int32_t m);
+/* Tied weights (model.json v2 "uses"): the params declared by other modules
+ * that module m's forward also reads. Writes the first min(n, cap) param
+ * indices (as fp_exec_param_at takes them, in param order) to params and
+ * returns n, the number there are; -1 when m is out of range, cap < 0, or
+ * params is NULL with cap > 0. Such a param has one view, whose `module` is
+ * the declaring module; the plan gathers it for every module that reads it
+ * and sums the grads of every use in its one ugrad before the one reduce. */
+FP_API int32_t fp_plan_module_uses(const fp_plan *plan, int32_t m, int32_t *params, int32_t cap);
 
 /* ---- executors --------------------------------------------------------- */
 typedef struct fp_exec fp_exec;

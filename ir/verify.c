@@ -315,6 +315,15 @@ static void check_params(vctx *v) {
     if (q->tab < -1 || q->tab >= p->ntabs)
       verr(v, FP_VL_PARAM, i, "table %" PRId32 " is out of range (%" PRId32 " tables)", q->tab, p->ntabs);
     if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) verr(v, FP_VL_PARAM, i, "unknown placement %d", q->placement);
+    for (int32_t k = 0; k < q->nusers; k++) { /* tied weights: other modules, each once */
+      int32_t u = q->users ? q->users[k] : -1;
+      if (u < 0 || u >= p->nmods)
+        verr(v, FP_VL_PARAM, i, "user %" PRId32 " is out of range (%" PRId32 " modules)", u, p->nmods);
+      else if (u == q->module)
+        verr(v, FP_VL_PARAM, i, "user '%s' is the param's own module", p->mods[u].name);
+      for (int32_t j = 0; j < k; j++)
+        if (q->users[j] == u) verr(v, FP_VL_PARAM, i, "user %" PRId32 " appears twice", u);
+    }
     if (q->chunk < 0) verr(v, FP_VL_PARAM, i, "chunk %" PRId64 " is negative", q->chunk);
     if (q->owner < -1) verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is out of range", q->owner);
     if (q->comm >= 0 && q->comm < p->ncomms && q->owner >= p->comms[q->comm].size)
