@@ -288,6 +288,35 @@ static void check_mods(vctx *v) {
   check_unique(v, FP_VL_MODULE, "module", p->nmods, mod_nm);
 }
 
+/* tied weights: the forward and backward compute ops of a module that reads
+ * another module's param (its `users`) list the param's unsharded weight
+ * (and, in backward, its ugrad) in their uses, so the live-range and
+ * happens-before rules cover the tied read as any other */
+static bool op_lists(const fp_prog *p, const fp_op *op, int32_t buf) {
+  for (int32_t k = 0; k < op->nuses; k++)
+    if (p->uses[op->uses + k] == buf) return true;
+  return false;
+}
+
+static void check_tied_reads(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  if (op->module < 0 || (op->pass != FP_PASS_FWD && op->pass != FP_PASS_BWD)) return;
+  for (int32_t j = 0; j < p->nparams; j++) {
+    const fp_ir_param *q = &p->params[j];
+    bool reads = false;
+    for (int32_t k = 0; k < q->nusers && q->users; k++) reads |= q->users[k] == op->module;
+    if (!reads) continue;
+    if (q->weight.buf >= 0 && q->weight.buf < p->nbufs && !op_lists(p, op, q->weight.buf))
+      verr(v, FP_VL_OP, i, "compute of module %" PRId32 " reads tied param '%s' but does not use its weight buffer '%s'",
+           op->module, q->name, p->bufs[q->weight.buf].name);
+    if (op->pass == FP_PASS_BWD && q->requires_grad && q->ugrad.buf >= 0 && q->ugrad.buf < p->nbufs &&
+        !op_lists(p, op, q->ugrad.buf))
+      verr(v, FP_VL_OP, i, "backward of module %" PRId32 " reads tied param '%s' but does not use its ugrad buffer '%s'",
+           op->module, q->name, p->bufs[q->ugrad.buf].name);
+  }
+}
+
 /* a param's view: in range and, when `elems` > 0, room for that many */
 static void check_view(vctx *v, int32_t i, const char *role, const fp_view *w, int64_t elems, fp_dtype dt) {
   const fp_prog *p = v->p;
@@ -476,6 +505,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (op->pass != FP_PASS_OPT && op->module < 0) verr(v, FP_VL_OP, i, "compute needs a module");
     if (op->stream != FP_STREAM_COMPUTE) verr(v, FP_VL_OP, i, "compute runs on the compute stream, not %s", fp_stream_name(op->stream));
     if (!isfinite(op->alpha) || op->alpha < 0) verr(v, FP_VL_OP, i, "compute flops must be finite and >= 0");
+    check_tied_reads(v, i);
   }
   if ((op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V) && op->tab < 0)
     verr(v, FP_VL_OP, i, "%s needs an extent table", on);

@@ -960,6 +960,10 @@ static void m_event_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECORD, 0)].ev
 static void m_view_range(kit *k) { k->p->params[0].weight.buf = 40; }
 static void m_users_range(kit *k) { k->p->params[0].users[0] = 7; }
 static void m_users_own(kit *k) { k->p->params[0].users[0] = k->m0; }
+static void m_tied_unread(kit *k) { /* m1's forward stops listing the tied weight it reads */
+  for (int32_t i = 0; i < k->p->nops; i++)
+    if (k->p->ops[i].code == FP_OP_COMPUTE && k->p->ops[i].module == k->m1) k->p->ops[i].nuses = 0;
+}
 static void m_seg_order(kit *k) { k->p->segs[k->p->nsegs - 1].kind = FP_SEG_STEP_BEGIN; }
 static void m_seg_module(kit *k) { k->p->segs[1].module = 5; }
 static void m_seg_gap(kit *k) { k->p->segs[2].first++, k->p->segs[2].nops--; }
@@ -1061,6 +1065,7 @@ static void test_verify_rules(void **state) {
       {m_view_range, "param 0 'layers.0.w': weight view: buffer 40 is out of range"},
       {m_users_range, "param 0 'layers.0.w': user 7 is out of range (2 modules)"},
       {m_users_own, "param 0 'layers.0.w': user 'layers.0' is the param's own module"},
+      {m_tied_unread, "compute of module 1 reads tied param 'layers.0.w' but does not use its weight buffer 'b0.unsharded'"},
       {m_seg_order, "step_begin must be the first segment"},
       {m_seg_module, "segment 1: pre_forward names module 5, out of range"},
       {m_seg_gap, "segment 2: covers ops [9, +2) but the previous segment ends at 8"},
