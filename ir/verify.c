@@ -74,6 +74,7 @@ typedef struct vctx {
   int nerr;
   tabinfo *tabs;
   bool *badop;   /* op failed its structural checks: skip later rules */
+  bool tied;     /* some param has users (tied weights): check_tied_reads has work */
   range *rg;      /* live ranges of transient buffers, grouped by buffer, by first op */
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
@@ -301,7 +302,7 @@ static bool op_lists(const fp_prog *p, const fp_op *op, int32_t buf) {
 static void check_tied_reads(vctx *v, int32_t i) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
-  if (op->module < 0 || (op->pass != FP_PASS_FWD && op->pass != FP_PASS_BWD)) return;
+  if (!v->tied || op->module < 0 || (op->pass != FP_PASS_FWD && op->pass != FP_PASS_BWD)) return;
   for (int32_t j = 0; j < p->nparams; j++) {
     const fp_ir_param *q = &p->params[j];
     bool reads = false;
@@ -1273,6 +1274,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   vctx v = {.p = p, .report = report, .rctx = rctx, .unordered = flags & FP_VERIFY_UNORDERED};
   predcache pc = {0};
   if (!check_header(&v)) return false;
+  for (int32_t j = 0; j < p->nparams && !v.tied; j++) v.tied = p->params[j].nusers > 0;
   v.tabs = calloc((size_t)p->ntabs + 1, sizeof *v.tabs);
   v.badop = calloc((size_t)p->nops + 1, sizeof *v.badop);
   FP_ASSERT(v.tabs && v.badop);
