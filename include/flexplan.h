@@ -360,10 +360,14 @@ typedef struct fp_param_view {
   /* The unsharded compute weight (param dtype, numel elements, row-major).
    * Valid from the hook that gathers it (pre_forward / pre_backward of its
    * module, or always for weights the plan keeps unsharded) until the plan
-   * frees it; its bytes may serve other buffers outside that window. */
+   * frees it; its bytes may serve other buffers outside that window. A tied
+   * param (read by other modules too: fp_plan_module_uses) is valid through
+   * the forward and backward of every module that reads it. */
   fp_tensor weight;
   /* The unsharded grad the trainer's backward accumulates into (param dtype,
-   * numel elements): zeroed by pre_backward, reduced by post_backward. */
+   * numel elements): zeroed by pre_backward, reduced by post_backward. A tied
+   * param's: zeroed before the first backward that reads it, reduced after
+   * the last, so every reader's backward adds its grad here. */
   fp_tensor ugrad;
   /* This rank's shard of the main weights (main dtype) and of the main
    * grads (main-grad dtype): what the optimizer reads and updates between
