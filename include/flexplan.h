@@ -36,7 +36,12 @@
  * streams as CUDA streams and its events as CUDA events, and replays each
  * segment as CUDA graphs over an arena whose addresses never change (one
  * process per GPU; the trainer calls cudaSetDevice first). It exists when
- * flexplan was built with CUDA (nvcc and NCCL found); docs/cuda.md. */
+ * flexplan was built with CUDA (nvcc and NCCL found); docs/cuda.md.
+ *
+ * Everything here is exported by libflexplan.so.<FP_VERSION_MAJOR> (and
+ * nothing else of it); include/flexplan_compile.h adds the compiler
+ * (compile a model and spec into a plan handle, its summary and views).
+ * Linking: docs/install.md (CMake flexplan::flexplan, pkg-config flexplan). */
 #ifndef FLEXPLAN_H
 #define FLEXPLAN_H
 

@@ -66,3 +66,5 @@ def test_one_step_from_a_compiled_plan():
         plan.close()
     assert lib.fp_mpi_finalize() == L.FP_OK
     assert lib.fp_mpi_finalize() == L.FP_OK  # finalized already: a no-op
+    # MPI cannot start again once finalized
+    assert lib.fp_mpi_init(None, None) == L.FP_ERR_BACKEND
