@@ -134,6 +134,22 @@ FP_API fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
  * plan has none). */
 FP_API const char *fp_plan_module_name(const fp_plan *plan, int32_t m);
 FP_API int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
+/* Whether the plan recomputes module m's forward inside its backward
+ * (activation checkpointing; the spec's "recompute"): 1 yes, 0 no, -1 when m
+ * is out of range. For such a module the trainer may call
+ * pre_forward(m) and post_forward(m) once more between pre_backward(m) and
+ * post_backward(m), around the recomputed forward; nothing runs there
+ * (pre_backward(m) already gathered what the recompute reads). See
+ * fp_exec_hook. */
+FP_API int fp_plan_module_recompute(const fp_plan *plan, int32_t m);
+/* Tied weights (model.json v2 "uses"): the params declared by other modules
+ * that module m's forward also reads. Writes the first min(n, cap) param
+ * indices (as fp_exec_param_at takes them, in param order) to params and
+ * returns n, the number there are; -1 when m is out of range, cap < 0, or
+ * params is NULL with cap > 0. Such a param has one view, whose `module` is
+ * the declaring module; the plan gathers it for every module that reads it
+ * and sums the grads of every use in its one ugrad before the one reduce. */
+FP_API int32_t fp_plan_module_uses(const fp_plan *plan, int32_t m, int32_t *params, int32_t cap);
 
 /* ---- executors --------------------------------------------------------- */
 typedef struct fp_exec fp_exec;
@@ -262,7 +278,14 @@ FP_API const char *fp_hook_name(fp_hook h);
  * (stats.skipped) and the called one runs - a frozen module need not call
  * hooks it has no use for, and autograd fires no backward hook for a module
  * without grads. A skipped segment that has ops is still FP_ERR_ORDER.
- * FP_ERR_ARG for a hook outside the enum or a module out of range. FP_ERR_BACKEND when communication failed;
+ * Activation checkpointing: for a module the plan recomputes
+ * (fp_plan_module_recompute), pre_forward(m) and post_forward(m) are
+ * accepted once, in that order, between pre_backward(m) and post_backward(m)
+ * (they run nothing; when pre_backward(m) has no ops and was skipped, the
+ * pre_forward(m) skips it and opens the window); post_backward(m) before
+ * that post_forward(m), a second recompute, or a recompute of a module the
+ * plan does not recompute return FP_ERR_ORDER. FP_ERR_ARG for a hook outside the
+ * enum or a module out of range. FP_ERR_BACKEND when communication failed;
  * the executor is then unusable. A hook performs no memory allocation
  * (NCCL, FP_CUDA_GRAPH: except the one step_begin that captures the graphs).
  * NCCL: a hook enqueues its segment's work on the CUDA streams and returns
@@ -342,10 +365,14 @@ typedef struct fp_param_view {
   /* The unsharded compute weight (param dtype, numel elements, row-major).
    * Valid from the hook that gathers it (pre_forward / pre_backward of its
    * module, or always for weights the plan keeps unsharded) until the plan
-   * frees it; its bytes may serve other buffers outside that window. */
+   * frees it; its bytes may serve other buffers outside that window. A tied
+   * param (read by other modules too: fp_plan_module_uses) is valid through
+   * the forward and backward of every module that reads it. */
   fp_tensor weight;
   /* The unsharded grad the trainer's backward accumulates into (param dtype,
-   * numel elements): zeroed by pre_backward, reduced by post_backward. */
+   * numel elements): zeroed by pre_backward, reduced by post_backward. A tied
+   * param's: zeroed before the first backward that reads it, reduced after
+   * the last, so every reader's backward adds its grad here. */
   fp_tensor ugrad;
   /* This rank's shard of the main weights (main dtype) and of the main
    * grads (main-grad dtype): what the optimizer reads and updates between

@@ -128,6 +128,11 @@ typedef struct fp_ir_module {
   const char *name;
   double flops_fwd, flops_bwd; /* per micro-batch */
   int64_t activation_bytes;
+  bool recompute;    /* its forward is recomputed inside its backward (activation
+                      * checkpointing): the backward compute op costs flops_fwd + flops_bwd
+                      * and the trainer may run pre/post_forward again inside the backward */
+  int64_t saved_bytes; /* recompute: activation bytes kept from forward to backward
+                        * (activation_bytes then live only during the backward); else 0 */
   int32_t line;      /* .fpir source line (0: built) */
 } fp_ir_module;
 
@@ -154,6 +159,9 @@ typedef struct fp_ir_param {
   int64_t chunk;         /* shard: padded elements per rank; ragged: slot elements */
   fp_view main, grad;    /* shard storage (main dtype / grad dtype) */
   fp_view weight, ugrad; /* unsharded compute weight and grad (param dtype) */
+  int32_t *users;        /* modules other than `module` whose forward also reads it (model.json
+                          * v2 "uses": tied weights), in module order; NULL when none */
+  int32_t nusers;
   int32_t line;          /* .fpir source line (0: built) */
 } fp_ir_param;
 

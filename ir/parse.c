@@ -501,20 +501,27 @@ static bool decl_module(parser *ps) {
   const char *name, *k;
   size_t kl, at;
   double ff = 0, fb = 0;
-  int64_t act = 0;
+  int64_t act = 0, saved = 0;
   unsigned seen = 0;
   if (!decl_head(ps, ps->p->nmods, "module", &name)) return false;
   while (!at_eol(ps)) {
-    if (!peek_key(ps, &k, &kl, &at)) return fail(ps, ps->pos, "expected flops_fwd=, flops_bwd= or act=");
-    int f = atom_is(k, kl, "flops_fwd") ? 0 : atom_is(k, kl, "flops_bwd") ? 1 : atom_is(k, kl, "act") ? 2 : -1;
+    if (!peek_key(ps, &k, &kl, &at)) return fail(ps, ps->pos, "expected flops_fwd=, flops_bwd=, act= or recompute=");
+    int f = atom_is(k, kl, "flops_fwd")   ? 0
+            : atom_is(k, kl, "flops_bwd") ? 1
+            : atom_is(k, kl, "act")       ? 2
+            : atom_is(k, kl, "recompute") ? 3
+                                          : -1;
     if (f < 0 || (seen >> f & 1)) return fail(ps, at, "unknown or repeated field %s for a module", excerpt(ps, at, kl));
     seen |= 1u << f;
     bool ok = f == 0   ? parse_double(ps, &ff, "flops_fwd") && end_of_field(ps)
               : f == 1 ? parse_double(ps, &fb, "flops_bwd") && end_of_field(ps)
-                       : int_field(ps, INT64_MIN, INT64_MAX, &act, "act");
+              : f == 2 ? int_field(ps, INT64_MIN, INT64_MAX, &act, "act")
+                       : int_field(ps, INT64_MIN, INT64_MAX, &saved, "recompute");
     if (!ok) return false;
   }
   int i = fp_ir_module_add(ps->p, name, ff, fb, act);
+  ps->p->mods[i].recompute = seen >> 3 & 1;
+  ps->p->mods[i].saved_bytes = saved;
   ps->p->mods[i].line = ps->line;
   fp_namemap_put(&ps->names[NM_MOD], ps->p->mods[i].name, i);
   return true;
@@ -556,6 +563,27 @@ static bool parse_shape(parser *ps, fp_ir_param *q) {
   }
 }
 
+/* users=[MODULE,MODULE,...] of a param (tied weights) */
+static bool parse_users(parser *ps, fp_ir_param *q) {
+  if (!expect_char(ps, '[')) return false;
+  int64_t cap = 0;
+  skip_blank(ps);
+  if (ps->pos < ps->eol && ps->t[ps->pos] == ']') return expect_char(ps, ']') && end_of_field(ps);
+  for (;;) {
+    int32_t m;
+    if (!parse_ref(ps, NM_MOD, &m)) return false;
+    if (q->nusers == INT32_MAX) return fail(ps, ps->pos, "too many users");
+    q->users = fp_grow(ps->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
+    q->users[q->nusers++] = m;
+    skip_blank(ps);
+    if (ps->pos < ps->eol && ps->t[ps->pos] == ',') {
+      ps->pos++;
+      continue;
+    }
+    return expect_char(ps, ']') && end_of_field(ps);
+  }
+}
+
 static bool decl_param(parser *ps) {
   const char *name, *k, *s;
   size_t kl, at, len;
@@ -567,8 +595,8 @@ static bool decl_param(parser *ps) {
   q.main.buf = q.grad.buf = q.weight.buf = q.ugrad.buf = -1;
   q.requires_grad = true;
   q.placement = -1;
-  static const char *const keys[] = {"shape", "module", "bucket", "dtypes", "dim", "comm", "owner",
-                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", NULL};
+  static const char *const keys[] = {"shape", "module", "bucket", "dtypes", "dim",    "comm",  "owner",
+                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", "users", NULL};
   unsigned seen = 0;
   bool frozen = false;
   while (!at_eol(ps)) {
@@ -607,7 +635,8 @@ static bool decl_param(parser *ps) {
       case 9: ok = parse_view(ps, &q.main); break;
       case 10: ok = parse_view(ps, &q.grad); break;
       case 11: ok = parse_view(ps, &q.weight); break;
-      default: ok = parse_view(ps, &q.ugrad); break;
+      case 12: ok = parse_view(ps, &q.ugrad); break;
+      default: ok = parse_users(ps, &q); break;
     }
     if (!ok) return false;
   }

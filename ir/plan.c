@@ -184,6 +184,7 @@ static void jmodule(wr *w, const fp_prog *p, int32_t i) {
     w->ok = false;
   }
   M_INT(w, false, "activation_bytes", m->activation_bytes);
+  if (m->recompute) M_INT(w, false, "recompute_saved_bytes", m->saved_bytes);
   fp_sb_putc(&w->b, '}');
 }
 
@@ -195,6 +196,15 @@ static void jparam(wr *w, const fp_prog *p, int32_t i) {
   KEY(w, false, "shape");
   w_ints(w, q->shape, q->ndim < 0 ? 0 : q->ndim > 8 ? 8 : q->ndim);
   M_INT(w, false, "module", q->module);
+  if (q->nusers > 0 && q->users) {
+    KEY(w, false, "users");
+    fp_sb_putc(&w->b, '[');
+    for (int32_t k = 0; k < q->nusers; k++) {
+      if (k) fp_sb_putc(&w->b, ',');
+      w_int(w, q->users[k]);
+    }
+    fp_sb_putc(&w->b, ']');
+  }
   M_INT(w, false, "bucket", q->bucket);
   M_STR(w, false, "main_dtype", dname(q->main_dtype));
   M_STR(w, false, "param_dtype", dname(q->param_dtype));
@@ -763,16 +773,19 @@ static bool read_mods(rd *r, json_object *root, fp_prog *p) {
   json_object *arr, *o;
   size_t n;
   if (!rd_arr(r, root, "modules", true, &arr, &n)) return false;
-  static const char *const allowed[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
+  static const char *const allowed[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", "recompute_saved_bytes",
+                                        NULL};
   for (size_t i = 0; i < n; i++) {
     const char *name;
     double ff, fb;
-    int64_t act;
+    int64_t act, saved = -1;
     if (!elem(r, arr, "modules", i, &o) || !keys(r, o, allowed) || !rd_str(r, o, "name", true, &name) ||
         !rd_dbl(r, o, "flops_fwd", true, &ff) || !rd_dbl(r, o, "flops_bwd", true, &fb) ||
-        !rd_int(r, o, "activation_bytes", true, INT64_MIN, INT64_MAX, &act))
+        !rd_int(r, o, "activation_bytes", true, INT64_MIN, INT64_MAX, &act) ||
+        !rd_int(r, o, "recompute_saved_bytes", false, INT64_MIN, INT64_MAX, &saved))
       return false;
-    fp_ir_module_add(p, name, ff, fb, act);
+    int m = fp_ir_module_add(p, name, ff, fb, act);
+    if (json_object_object_get_ex(o, "recompute_saved_bytes", NULL)) p->mods[m].recompute = true, p->mods[m].saved_bytes = saved;
   }
   return true;
 }
@@ -784,7 +797,7 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
   if (!rd_arr(r, root, "params", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                         "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                        "main",  "grad",   "weight", "ugrad",  NULL};
+                                        "main",  "grad",   "weight", "ugrad",  "users", NULL};
   for (size_t i = 0; i < n; i++) {
     fp_ir_param q;
     memset(&q, 0, sizeof q);
@@ -812,6 +825,22 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
         !rd_int(r, o, "chunk", true, INT64_MIN, INT64_MAX, &q.chunk) || !rview(r, o, "main", &q.main) ||
         !rview(r, o, "grad", &q.grad) || !rview(r, o, "weight", &q.weight) || !rview(r, o, "ugrad", &q.ugrad))
       return false;
+    json_object *users;
+    size_t nu;
+    if (!rd_arr(r, o, "users", false, &users, &nu)) return false;
+    if (json_object_object_get_ex(o, "users", NULL)) {
+      if (nu > INT32_MAX / 2) return rerr(r, "users", "too many users");
+      q.users = fp_alloc_array(p->arena, nu + 1, sizeof *q.users);
+      ptr_join(r, save, "users");
+      for (size_t k = 0; k < nu; k++) {
+        char key[24];
+        int64_t m;
+        snprintf(key, sizeof key, "%zu", k);
+        if (!rd_int_v(r, json_object_array_get_idx(users, k), key, INT32_MIN, INT32_MAX, &m)) return false;
+        q.users[q.nusers++] = (int32_t)m;
+      }
+      memcpy(r->ptr, save, sizeof save);
+    }
     q.main_dtype = (fp_dtype)md;
     q.param_dtype = (fp_dtype)pd;
     q.grad_dtype = (fp_dtype)gd;
@@ -1365,15 +1394,16 @@ static bool e_live(fr *f, void *ctx, int64_t i) {
 }
 
 /* modules */
-static const char *const a_mod[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
-typedef struct { const char *name; double ff, fb; int64_t act; } f_mod;
+static const char *const a_mod[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", "recompute_saved_bytes", NULL};
+typedef struct { const char *name; double ff, fb; int64_t act, saved; } f_mod;
 static bool m_mod(fr *f, void *ctx, int k) {
   f_mod *m = ctx;
   switch (k) {
     case 0: return fstr_dup(f, &m->name);
     case 1: return fdbl(f, &m->ff);
     case 2: return fdbl(f, &m->fb);
-    default: return fint(f, INT64_MIN, INT64_MAX, &m->act);
+    case 3: return fint(f, INT64_MIN, INT64_MAX, &m->act);
+    default: return fint(f, INT64_MIN, INT64_MAX, &m->saved);
   }
 }
 static bool e_mod(fr *f, void *ctx, int64_t i) {
@@ -1381,7 +1411,8 @@ static bool e_mod(fr *f, void *ctx, int64_t i) {
   f_mod m;
   uint32_t seen;
   if (!fobj(f, a_mod, 15, &seen, m_mod, &m)) return false;
-  fp_ir_module_add(f->p, m.name, m.ff, m.fb, m.act);
+  int k = fp_ir_module_add(f->p, m.name, m.ff, m.fb, m.act);
+  if (seen >> 4 & 1) f->p->mods[k].recompute = true, f->p->mods[k].saved_bytes = m.saved;
   return true;
 }
 
@@ -1412,7 +1443,7 @@ static bool fview(fr *f, fp_view *v) {
 /* params */
 static const char *const a_param[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                       "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                      "main",  "grad",   "weight", "ugrad",  NULL};
+                                      "main",  "grad",   "weight", "ugrad",  "users", NULL};
 static bool m_param(fr *f, void *ctx, int k) {
   fp_ir_param *q = ctx;
   int e;
@@ -1444,7 +1475,19 @@ static bool m_param(fr *f, void *ctx, int k) {
     case 14: return fview(f, &q->main);
     case 15: return fview(f, &q->grad);
     case 16: return fview(f, &q->weight);
-    default: return fview(f, &q->ugrad);
+    case 17: return fview(f, &q->ugrad);
+    default: { /* users: module indices */
+      if (!lit(f, '[')) return false;
+      if (lit(f, ']')) return true;
+      int64_t cap = 0;
+      do {
+        int32_t m;
+        if (q->nusers == INT32_MAX || !fi32(f, INT32_MIN, &m)) return false;
+        q->users = fp_grow(f->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
+        q->users[q->nusers++] = m;
+      } while (lit(f, ','));
+      return lit(f, ']');
+    }
   }
 }
 static bool e_param(fr *f, void *ctx, int64_t i) {

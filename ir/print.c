@@ -448,6 +448,7 @@ static void module_line(printer *pr, int32_t i) {
   sb_lit(l, "\tflops_bwd=");
   sb_double(l, m->flops_bwd);
   FIELD(l, "act", m->activation_bytes);
+  if (m->recompute) FIELD(l, "recompute", m->saved_bytes);
   endline(pr);
 }
 
@@ -489,6 +490,15 @@ static void param_line(printer *pr, int32_t i) {
   VIEW(pr, "grad", &q->grad);
   VIEW(pr, "weight", &q->weight);
   VIEW(pr, "ugrad", &q->ugrad);
+  /* last: present on tied params only, so the common columns stay aligned */
+  if (q->nusers > 0 && q->users) {
+    sb_lit(l, "\tusers=[");
+    for (int32_t k = 0; k < q->nusers; k++) {
+      if (k) sb_putc(l, ',');
+      ref(pr, NM_MOD, q->users[k]);
+    }
+    sb_putc(l, ']');
+  }
   endline(pr);
 }
 
