@@ -11,11 +11,11 @@ __all__ = ["describe", "shard"]
 
 
 def __getattr__(name):
-  """Loads `shard` (flexplan.torch.shard) on first use."""
-  if name == "shard":
-    import importlib  # pylint: disable=import-outside-toplevel
-    mod = importlib.import_module(".shard", __name__)
-    value = getattr(mod, "shard", mod)
-    globals()["shard"] = value
-    return value
-  raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    """Loads `shard` (flexplan.torch.shard) on first use."""
+    if name == "shard":
+        import importlib  # pylint: disable=import-outside-toplevel
+        mod = importlib.import_module(".shard", __name__)
+        value = getattr(mod, "shard", mod)
+        globals()["shard"] = value
+        return value
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
