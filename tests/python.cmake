@@ -39,3 +39,4 @@ function(fp_add_pytest name file)
 endfunction()
 
 fp_add_pytest(python_api test_api.py)
+fp_add_pytest(python_describe test_describe.py)
