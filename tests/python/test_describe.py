@@ -642,6 +642,19 @@ def test_cli_no_command(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("flexplan: error: expected a command: describe")
 
 
+def test_shard_is_loaded_lazily(tmp_path):
+    """flexplan.torch exports describe at once and loads .shard (the sharding
+    wrapper) only when flexplan.torch.shard is first used."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE_DIR, "python"))
+    code = ("import sys, flexplan.torch as ft; assert callable(ft.describe); "
+            "assert 'flexplan.torch.shard' not in sys.modules; assert 'shard' in ft.__all__; "
+            "print(sorted(ft.__all__))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['describe', 'shard']"
+
+
 def test_factory_runs_on_meta(tmp_path):
     """The CLI calls FACTORY under torch.device('meta'): nothing is allocated."""
     rc, _, err = run_describe(tmp_path, "factories:where")
