@@ -273,6 +273,21 @@ def test_tied_embedding_gemma(cli, tmp_path):
     if rc != 0 and 'expected "flexplan.model.v1", got "flexplan.model.v2"' in err:
         pytest.skip("the planner does not read model v2 yet (branch `tied`): " + err.strip())
     assert rc == 0, err
+    ir = tmp_path / "gemma.fpir"
+    rc, _, err = run_cli(cli, "compile", str(path), "--emit=ir", "-o", str(ir))
+    assert rc == 0, err
+    ops = [line.split() for line in ir.read_text().splitlines() if line.split()[:1] and line.split()[0].isdigit()]
+    # one param in the layout, gathered for the head's forward and backward too
+    # (the compute op of each pass names the unsharded buffers it reads) ...
+    assert sum(1 for line in ir.read_text().splitlines() if line.startswith("param ")) == \
+        len(params_of(d))
+    head_ops = [o for o in ops if o[2] == "compute" and 'module="model.norm+lm_head"' in o]
+    assert len(head_ops) == 2 and all("model.embed_tokens.weight" in o[4] for o in head_ops)
+    # ... and its gradient reduced once, after the last backward that reads it
+    rs = [int(o[0]) for o in ops if o[2] == "reduce_scatter" and "bucket=model.embed_tokens" in o]
+    bwd = [int(o[0]) for o in ops if o[2] == "compute" and "pass=bwd" in o
+           and "model.embed_tokens.weight" in " ".join(o)]
+    assert len(rs) == 1 and len(bwd) == 2 and rs[0] > max(bwd)
 
 
 class Head(nn.Module):
