@@ -498,6 +498,21 @@ def test_other_hf_models():
         assert all(x["flops_fwd"] > 0 for x in d["modules"][1:])
 
 
+def test_mixtral_flops_hand_count():
+    """A Mixtral layer (one layer: a one-block ModuleList is still the block
+    container): attention projections, scores and values, the router
+    (2*T*E*d), and for each token its top-k experts' three matrices
+    (2*T*k*3*F*d, run by transformers as aten._grouped_mm, whose formula
+    describe() adds to FlopCounterMode's)."""
+    T, d, kv, F, E, k = 16, 64, 32, 128, 4, 2
+    m = tiny("mixtral", num_hidden_layers=1, num_local_experts=E, num_experts_per_tok=k)
+    r = describe(m, input_shape=(1, T))
+    assert [x["name"] for x in r["modules"]] == ["model.embed_tokens", "model.layers.0",
+                                                 "model.norm+lm_head"]
+    attn = 2 * T * (2 * d * d + 2 * kv * d) + 2 * (2 * 4 * T * T * (d // 4))
+    assert module(r, "model.layers.0")["flops_fwd"] == attn + 2 * T * E * d + 2 * T * k * 3 * F * d
+
+
 # ---------------------------------------------------------------------------
 # other errors, and modules with real weights
 

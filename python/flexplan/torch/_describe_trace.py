@@ -22,7 +22,7 @@ import collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 
 class _UseMode(TorchDispatchMode):
@@ -40,6 +40,35 @@ class _UseMode(TorchDispatchMode):
             if isinstance(a, torch.Tensor) and id(a) in t.param_ids:
                 t.uses[t.current()].add(id(a))
         return func(*args, **kwargs)
+
+
+def _grouped_mm_flops(a_shape, b_shape, *args, out_shape=None, **kwargs):
+    """FLOPs of aten._grouped_mm (the MoE experts' matmul in transformers):
+    2 * (output elements) * (inner size). With a 3-D b (groups, K, N) every
+    output element sums K products; with 2-D a and b the groups split K
+    (offsets over K) and the output (groups, M, N) sums M*N*K_total in all."""
+    if len(b_shape) == 3:
+        inner = b_shape[-2]
+        return 2 * _numel(out_shape) * inner
+    if len(a_shape) == 2 and len(b_shape) == 2 and len(out_shape) == 3:
+        return 2 * out_shape[1] * out_shape[2] * a_shape[1]
+    return 2 * _numel(out_shape) * a_shape[-1]
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _flop_formulas():
+    """Formulas FlopCounterMode lacks in this torch (custom_mapping)."""
+    extra = {}
+    op = getattr(torch.ops.aten, "_grouped_mm", None)
+    if op is not None and op not in flop_registry:
+        extra[op] = _grouped_mm_flops
+    return extra
 
 
 def _storage_key(t):
@@ -120,7 +149,7 @@ class Tracer:
                     handles.append(mod.register_forward_hook(self._post(u, mod), always_call=True))
             if self.root is not None:
                 self.order.append(self.root)
-            self.fc = FlopCounterMode(display=False)
+            self.fc = FlopCounterMode(display=False, custom_mapping=_flop_formulas())
             with torch.enable_grad(), self.fc, _UseMode(self), \
                 torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 out = call()
