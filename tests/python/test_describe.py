@@ -529,6 +529,8 @@ def test_errors():
         describe(tiny("llama"), input_shape=(1, 2, 3))
     with pytest.raises(FlexplanError, match="input_shape: expected positive integers"):
         describe(tiny("llama"), input_shape=(0, 4))
+    with pytest.raises(FlexplanError, match="ReLU has no parameters: nothing to plan"):
+        describe(nn.ReLU(), torch.zeros(2))
     with pytest.raises(FlexplanError, match="name: expected a non-empty string"):
         describe(tiny("llama"), name="")
 

@@ -169,6 +169,8 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         if p.dtype not in _DTYPES:
             raise error("param '%s' has dtype %s: model.json params are fp32, bf16 or fp16"
                         % (pname, str(p.dtype).replace("torch.", "")))
+    if not params:
+        raise error("%s has no parameters: nothing to plan" % type(mod).__name__)
     has_params = {u for lst in where.values() for u in lst if u is not None}
     chosen = [u for u in chosen if u in has_params]
     if not chosen and units is not None:
@@ -232,8 +234,6 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         if uses[u]:
             m["uses"] = uses[u]
         mods.append(m)
-    if not mods:
-        raise error("%s has no parameters: nothing to plan" % type(mod).__name__)
     kept = {m["name"] for m in mods}
     return {"format": "flexplan.model.v2" if v2 else "flexplan.model.v1",
             "name": name or type(module).__name__,
