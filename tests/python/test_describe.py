@@ -112,6 +112,30 @@ def test_llama3_70b_param_count():
     assert len(d["modules"]) == 82 and d["name"] == "llama3-70b"
 
 
+def test_checkpointed_bytes_llama(cli, tmp_path):
+    """version=2: a layer called with the hidden states (T x d fp32), RoPE's
+    cos and sin (1 x s x hd each, fp32) and the position ids (1 x s int64);
+    the embedding with input_ids (b x s int64); the norm+head group with the
+    last hidden states (T x d)."""
+    b, s, d, hd = 2, 16, 64, 16
+    r = describe(tiny("llama"), input_shape=(b, s), version=2)
+    ck = {m["name"]: m["activation_bytes_checkpointed"] for m in r["modules"]}
+    assert ck == {"model.embed_tokens": 8 * b * s,
+                  "model.layers.0": 4 * b * s * d + 2 * 4 * s * hd + 8 * s,
+                  "model.layers.1": 4 * b * s * d + 2 * 4 * s * hd + 8 * s,
+                  "model.norm+lm_head": 4 * b * s * d}
+    # the planner keeps exactly that for the layers the spec recomputes
+    path = tmp_path / "ck.json"
+    path.write_text(json.dumps({"model": r, "spec": {"format": "flexplan.spec.v1",
+                                                     "mesh": {"world_size": 2},
+                                                     "recompute": ["model.layers.*"]}}))
+    rc, out, err = run_cli(cli, "compile", str(path), "--emit=ir", "-o", "-")
+    assert rc == 0, err
+    saved = dict(re.findall(r"^module +\d+ +(\S+) .* recompute=(\d+)", out, re.M))
+    assert saved == {"model.layers.0": str(ck["model.layers.0"]),
+                     "model.layers.1": str(ck["model.layers.1"])}
+
+
 def test_llama3_flops_hand_count():
     """A Llama block's forward: 2*T*(matmul weights a token meets) for the
     projections and the MLP, plus the attention scores and values, 2 matmuls
@@ -397,6 +421,12 @@ def test_mlp_flops_and_activations():
     assert module(d, "1")["flops_fwd"] == 2 * 4 * 16 * 32 + 2 * 4 * 32 * 8
     assert module(d, "0")["activation_bytes"] == 4 * (4 * 16 + 4 * 32)
     assert module(d, "1")["activation_bytes"] == 4 * (4 * 16 + 4 * 32)
+    # v2 adds what activation checkpointing keeps: each unit's input (4x16 fp32)
+    assert "activation_bytes_checkpointed" not in module(d, "0")
+    d2 = describe(net, torch.zeros(4, 16), version=2)
+    assert d2["format"] == "flexplan.model.v2"
+    assert [m["activation_bytes_checkpointed"] for m in d2["modules"]] == [4 * 4 * 16] * 2
+    assert [m["activation_bytes"] for m in d2["modules"]] == [768, 768]
     # bf16 halves every saved tensor
     d16 = describe(nn.Sequential(MLP(16, 32, 16), MLP(16, 32, 8)).to(torch.bfloat16),
                    torch.zeros(4, 16, dtype=torch.bfloat16))
@@ -531,6 +561,11 @@ def test_errors():
         describe(tiny("llama"), input_shape=(0, 4))
     with pytest.raises(FlexplanError, match="ReLU has no parameters: nothing to plan"):
         describe(nn.ReLU(), torch.zeros(2))
+    with pytest.raises(FlexplanError, match="version: expected 1 or 2"):
+        describe(tiny("llama"), version=3)
+    with pytest.raises(FlexplanError, match="version: 1 cannot describe tied params .unit "
+                                            "'model.norm.lm_head' reads 'model.embed_tokens.weight'"):
+        describe(tiny("gemma", head_dim=16, tie_word_embeddings=True), version=1)
     with pytest.raises(FlexplanError, match="name: expected a non-empty string"):
         describe(tiny("llama"), name="")
 
@@ -633,9 +668,13 @@ def test_cli_describe(tmp_path):
     rc, stdout, err = run_describe(tmp_path, "factories:mlp_with_inputs")
     assert rc == 0, err
     assert [m["flops_fwd"] for m in json.loads(stdout)["modules"]] == [2 * 4 * 16 * 32, 2 * 4 * 32 * 8]
-    rc, stdout, err = run_describe(tmp_path, "factories:plain", "--input-shape", "4,16")
+    rc, stdout, err = run_describe(tmp_path, "factories:plain", "--input-shape", "4,16",
+                                   "--model-version", "2")
     assert rc == 0, err
-    assert [m["flops_fwd"] for m in json.loads(stdout)["modules"]] == [2 * 4 * 16 * 32, 2 * 4 * 32 * 8]
+    d = json.loads(stdout)
+    assert [m["flops_fwd"] for m in d["modules"]] == [2 * 4 * 16 * 32, 2 * 4 * 32 * 8]
+    assert d["format"] == "flexplan.model.v2"
+    assert [m["activation_bytes_checkpointed"] for m in d["modules"]] == [4 * 4 * 16, 4 * 4 * 32]
 
 
 @pytest.mark.parametrize("args, rc, message", [
@@ -654,6 +693,8 @@ def test_cli_describe(tmp_path):
      "flexplan: error: units: 'model.nothing.*' matches no module"),
     (["factories:plain"], 1, "flexplan: error: Sequential is not a Hugging Face causal LM"),
     (["factories:llama", "--bogus"], 2, "flexplan: error: unrecognized arguments: --bogus"),
+    (["factories:llama", "--model-version", "3"], 2,
+     "flexplan: error: argument --model-version: invalid choice: 3"),
     ([], 2, "flexplan: error: the following arguments are required: PKG.MODULE:FACTORY"),
 ])
 def test_cli_errors(tmp_path, args, rc, message):

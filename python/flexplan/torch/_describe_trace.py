@@ -14,6 +14,8 @@ outside every unit):
   activations.
 - Param uses: a dispatch mode notes which Parameter objects each unit's ops
   read (tied weights read through another module, or functionally).
+- Inputs: the bytes of the tensors each occurrence of a unit is called with
+  (what activation checkpointing keeps of it).
 
 Everything runs on meta tensors: shapes and dtypes only, no memory.
 """
@@ -92,6 +94,7 @@ class Tracer:
         self.last_popped = None    # the unit whose member ended last, if none began since
         self.flops = collections.defaultdict(int)
         self.acts = collections.defaultdict(int)
+        self.inputs = collections.defaultdict(int)  # tensor inputs' bytes per unit
         self.uses = collections.defaultdict(set)
         self.seen_storages = set()
         self.saved = []            # keeps saved tensors alive: storage keys stay unique
@@ -107,12 +110,27 @@ class Tracer:
         self.flops[self.current()] += total - self.last_total
         self.last_total = total
 
+    def _input_bytes(self, args, kwargs):
+        """Bytes of the distinct storages of the tensors among a forward's
+        arguments (params and buffers left out): what activation
+        checkpointing keeps of a unit."""
+        flat, _ = tree_flatten((args, kwargs))
+        seen, n = set(), 0
+        for a in flat:
+            if isinstance(a, torch.Tensor):
+                key, nbytes = _storage_key(a)
+                if key not in self.skip_storages and key not in seen:
+                    seen.add(key)
+                    n += nbytes
+        return n
+
     def _pre(self, unit, mod):
-        def hook(_m, _args):
+        def hook(_m, args, kwargs):
             self._flush()
             running = any(u is unit for u, _ in self.stack)
             if not running and not (unit.group and self.last_popped is unit):
                 self.order.append(unit)
+                self.inputs[unit] += self._input_bytes(args, kwargs)
             self.stack.append((unit, mod))
             self.last_popped = None
         return hook
@@ -145,7 +163,7 @@ class Tracer:
         try:
             for u in self.units:
                 for _, mod in u.members:
-                    handles.append(mod.register_forward_pre_hook(self._pre(u, mod)))
+                    handles.append(mod.register_forward_pre_hook(self._pre(u, mod), with_kwargs=True))
                     handles.append(mod.register_forward_hook(self._post(u, mod), always_call=True))
             if self.root is not None:
                 self.order.append(self.root)
