@@ -462,6 +462,38 @@ def test_attention_block_flops(sdpa):
     assert module(r, "root")["flops_fwd"] == 2 * T * d * 3
 
 
+class TitanLike(nn.Module):
+    """torchtitan's layout of a Llama: tok_embeddings, layers (an
+    nn.ModuleDict of blocks), norm, output; a plain module (no Hugging Face
+    getters)."""
+
+    def __init__(self, vocab=32, d=16, n=3):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleDict({str(i): MLP(d, 2 * d, d) for i in range(n)})
+        self.norm = nn.RMSNorm(d)
+        self.output = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.tok_embeddings(ids)
+        for blk in self.layers.values():
+            x = x + blk(x)
+        return self.output(self.norm(x))
+
+
+def test_default_units_plain_torchtitan_layout():
+    """The default units of a plain module are torchtitan's fully_shard calls:
+    tok_embeddings, each block, [norm, output] together."""
+    m = TitanLike()
+    d = describe(m, torch.zeros(2, 5, dtype=torch.long))
+    assert d["forward_order"] == ["tok_embeddings", "layers.0", "layers.1", "layers.2",
+                                  "norm+output"]
+    assert [p["name"] for p in module(d, "norm+output")["params"]] == ["norm.weight",
+                                                                       "output.weight"]
+    assert module(d, "norm+output")["flops_fwd"] == 2 * 10 * 16 * 32
+    assert total_numel(d) == sum(p.numel() for p in m.parameters())
+
+
 def test_unit_called_twice():
     """One block applied twice (weight reuse): it appears twice in
     forward_order, and flops_fwd is per occurrence."""
