@@ -40,3 +40,4 @@ endfunction()
 
 fp_add_pytest(python_api test_api.py)
 fp_add_pytest(python_capi_exec test_capi_exec.py MPI 1)
+fp_add_pytest(python_describe test_describe.py)
