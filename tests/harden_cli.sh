@@ -37,5 +37,26 @@ has err "huge.json: error: file of 1073741825 bytes exceeds the input limit of 1
 rm -f "$tmp/huge.json"
 [ ! -e "$tmp/p.json" ] && ok || bad "output written for an unreadable input"
 
+# 3: a failed write to standard output is exit 1 with a message
+if [ -w /dev/full ]; then
+  "$fp" compile "$ex" -o "$tmp/t.json" 2>/dev/null
+  full() { # CMD...: run with stdout on /dev/full
+    timeout 10 "$@" >/dev/full 2>"$tmp/err"
+    local got=$?
+    if [ "$got" = 1 ]; then ok; else bad "$* >/dev/full -> exit $got, want 1"; fi
+    if grep -q "error: cannot write" "$tmp/err"; then ok; else bad "$* >/dev/full: no message: $(head -3 "$tmp/err")"; fi
+  }
+  full "$fp" print "$tmp/t.json"
+  full "$fp" compile "$ex" --emit=ir -o -
+  full "$fp" compile "$ex" --emit=summary -o -
+  full "$fp" compile "$ex" -o -
+  full "$fp" explain "$tmp/t.json"
+  full "$fp" simulate "$tmp/t.json"
+  full "$fp" viz "$tmp/t.json" -o -
+  full "$fp" --help
+else
+  echo "note: no writable /dev/full; the standard-output checks did not run"
+fi
+
 echo "harden_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -74,6 +74,17 @@ static double now_ms(void) {
 }
 
 /* ---- atomic output -------------------------------------------------------- */
+/* Everything written to standard output reached it; else say so (stdio keeps
+ * a failed write's error on the stream, and a later fflush may succeed). */
+static bool stdout_written(void) {
+  bool flushed = fflush(stdout) == 0;
+  int err = errno;
+  if (flushed && !ferror(stdout)) return true;
+  if (!flushed) fprintf(stderr, "flexplan: error: cannot write to standard output: %s\n", strerror(err));
+  else fprintf(stderr, "flexplan: error: cannot write to standard output\n");
+  return false;
+}
+
 typedef struct {
   const char *path; /* final path; NULL for stdout */
   char *tmp;        /* temporary path */
@@ -115,7 +126,7 @@ static bool out_open(out_file *o, const char *path) {
 }
 
 static bool out_commit(out_file *o) {
-  if (!o->path) return fflush(stdout) == 0;
+  if (!o->path) return stdout_written();
   bool ok = fflush(o->f) == 0 && !ferror(o->f);
   ok = (fclose(o->f) == 0) && ok;
   if (ok && rename(o->tmp, o->path) != 0) ok = false;
@@ -384,7 +395,7 @@ static int cmd_file(int argc, char **argv, const char *cmd) {
     if (!strcmp(cmd, "print")) fp_ir_print(p, stdout);
     else fprintf(stderr, "%s: ok: %d ops in %d segments, arena %lld bytes\n", argv[0], p->nops, p->nsegs,
                  (long long)p->arena_bytes);
-    if (fflush(stdout) != 0) rc = EXIT_INPUT;
+    if (!stdout_written()) rc = EXIT_INPUT;
   }
   fp_diag_free(&d);
   fp_arena_free(ar);
@@ -442,7 +453,7 @@ static int cmd_modeled(int argc, char **argv, const char *cmd, modeled_fn print)
   fp_sim sim;
   if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
     print(ar, p, &hw, &sim);
-    rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+    rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
   fp_diag_free(&d);
   fp_arena_free(ar);
@@ -536,11 +547,11 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     fputs(usage, stdout);
-    return EXIT_OK;
+    return stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
   if (!strcmp(cmd, "--version")) {
     printf("flexplan %s\n", FP_VERSION);
-    return EXIT_OK;
+    return stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
   if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
   if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
