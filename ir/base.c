@@ -242,10 +242,27 @@ static void diag_emit(fp_diag *d, const char *prefix, const char *fmt, va_list a
   memcpy(s, prefix, pl);
   vsnprintf(s + pl, (size_t)n + 1, fmt, aq);
   va_end(aq);
-  s[pl + (size_t)n] = '\n';
-  s[pl + (size_t)n + 1] = 0;
-  diag_append(d, s);
+  s[pl + (size_t)n] = 0;
+  /* names in messages come from the input: a key with an escaped newline or
+   * ESC must not forge a line or reach the terminal, so control characters
+   * (C0, DEL and UTF-8 C1) are written as escapes */
+  fp_sbuf b = {0};
+  for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+    if (*q == '\n') fp_sb_puts(&b, "\\n");
+    else if (*q == '\t') fp_sb_puts(&b, "\\t");
+    else if (*q == '\r') fp_sb_puts(&b, "\\r");
+    else if (*q < 0x20 || *q == 0x7f || (*q == 0xc2 && q[1] >= 0x80 && q[1] <= 0x9f)) {
+      char e[8];
+      snprintf(e, sizeof e, "\\u%04x", *q == 0xc2 ? *++q : *q);
+      fp_sb_puts(&b, e);
+    } else {
+      fp_sb_putc(&b, (char)*q);
+    }
+  }
+  fp_sb_putc(&b, '\n');
   free(s);
+  diag_append(d, b.p);
+  free(b.p);
 }
 
 void fp_diag_errorf(fp_diag *d, const char *where, const char *fmt, ...) {
