@@ -37,6 +37,19 @@ has err "huge.json: error: file of 1073741825 bytes exceeds the input limit of 1
 rm -f "$tmp/huge.json"
 [ ! -e "$tmp/p.json" ] && ok || bad "output written for an unreadable input"
 
+# 5: invalid UTF-8 (here a UTF-16 surrogate in the model name) is refused by
+# the plan loader too, located; the front end, the .fpir parser and the
+# safetensors header are tested in tests/bad, tests/ir/bad, test_safetensors
+"$fp" compile "$ex" -o "$tmp/u.json" 2>/dev/null
+python3 - "$tmp/u.json" <<'PY'
+import sys
+p = sys.argv[1]
+b = open(p, 'rb').read()
+open(p, 'wb').write(b.replace(b'"model": "tiny-mlp"', b'"model": "tiny\xed\xa0\x80mlp"', 1))
+PY
+expect 1 "$fp" verify "$tmp/u.json"
+has err "u.json:[0-9]*:[0-9]*: error: /model: invalid UTF-8 (byte 0xed)"
+
 # 3: a failed write to standard output is exit 1 with a message
 if [ -w /dev/full ]; then
   "$fp" compile "$ex" -o "$tmp/t.json" 2>/dev/null
