@@ -249,7 +249,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
                 P->mods[P->ops[i].module].activation_bytes);
   free(pair);
 
-  qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev);
+  if (L.n > 1) qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev); /* an empty program has no list: qsort(NULL) is UB */
   int64_t cap = 0;
   tl->pts = fp_grow(a, NULL, &cap, 1, sizeof *tl->pts);
   tl->npts = 1; /* the persistent buffers, from the start of the step */

@@ -50,6 +50,22 @@ PY
 expect 1 "$fp" verify "$tmp/u.json"
 has err "u.json:[0-9]*:[0-9]*: error: /model: invalid UTF-8 (byte 0xed)"
 
+# 6: what UBSan caught (this script runs in the asan preset too; a
+# sanitizer report fails it there): an empty program's memory timeline
+# (qsort of no events), the largest --ranks number (a loop past LLONG_MAX)
+clean() { if grep -q "runtime error\|Sanitizer" "$tmp/err"; then bad "sanitizer: $(grep -m1 'runtime error\|Sanitizer' "$tmp/err")"; else ok; fi; }
+printf 'fpir 1\n' >"$tmp/e.fpir"
+expect 0 "$fp" simulate "$tmp/e.fpir"
+clean
+"$fp" compile "$ex" -o "$tmp/r.json" 2>/dev/null
+expect 1 "$fp" viz "$tmp/r.json" --ranks 9223372036854775807 -o "$tmp/v.json"
+has err "rank 9223372036854775807 is not a rank of the plan"
+clean
+expect 1 "$fp" viz "$tmp/r.json" --ranks 9223372036854775806-9223372036854775807 -o "$tmp/v.json"
+clean
+expect 2 "$fp" viz "$tmp/r.json" --ranks 9223372036854775808 -o "$tmp/v.json"
+has err "number out of range"
+
 # 3: a failed write to standard output is exit 1 with a message
 if [ -w /dev/full ]; then
   "$fp" compile "$ex" -o "$tmp/t.json" 2>/dev/null

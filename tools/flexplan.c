@@ -211,12 +211,14 @@ static int parse_ranks(const char *s, rank_list *out) {
       if (hi < lo) return usage_error("--ranks: a range ends before it starts at '%s'", q);
       q = end;
     }
-    for (long long r = lo; r <= hi; r++) {
+    for (long long r = lo;; r++) { /* stops at hi, never past it: hi may be LLONG_MAX */
       bool dup = false;
       for (int32_t k = 0; k < out->n && !dup; k++) dup = out->v[k] == r;
-      if (dup) continue;
-      if (out->n == MAX_RANKS_SHOWN) return usage_error("--ranks: at most 64 ranks at once (at '%s')", s);
-      out->v[out->n++] = r;
+      if (!dup) {
+        if (out->n == MAX_RANKS_SHOWN) return usage_error("--ranks: at most 64 ranks at once (at '%s')", s);
+        out->v[out->n++] = r;
+      }
+      if (r == hi) break;
     }
     if (*q == ',') {
       q++;
