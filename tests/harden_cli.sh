@@ -66,6 +66,40 @@ clean
 expect 2 "$fp" viz "$tmp/r.json" --ranks 9223372036854775808 -o "$tmp/v.json"
 has err "number out of range"
 
+# 9: per-bucket mixed precision reaches the plan: params of the bucket "low"
+# get its param dtype, its reductions its reduce dtype; the rest the spec's
+# defaults (tests/mpi/bucket-mp.spec.json; the parity runs are in exec.cmake)
+expect 0 "$fp" compile "$src/tests/mpi/mlp.model.json" --spec "$src/tests/mpi/bucket-mp.spec.json" -o "$tmp/bmp.json"
+if python3 - "$tmp/bmp.json" "$src/tests/mpi/bucket-mp.spec.json" >"$tmp/err" 2>&1 <<'PY'
+import fnmatch, json, sys
+plan, spec = (json.load(open(a)) for a in sys.argv[1:3])
+dflt = spec["defaults"]["mixed_precision"]
+def mp(name):
+    for b in spec["buckets"]:
+        if any(fnmatch.fnmatchcase(name, pat) for pat in b["params"]):
+            return b["mixed_precision"]
+    return dflt
+bad, seen = [], set()
+for p in plan["params"]:
+    want = mp(p["name"])
+    if p["param_dtype"] != want["param_dtype"] or p["grad_dtype"] != want["main_grad_dtype"]:
+        bad.append(f"{p['name']}: param/grad dtype {p['param_dtype']}/{p['grad_dtype']}, spec says {want}")
+bucket_mp = {}
+for p in plan["params"]:
+    bucket_mp.setdefault(p["bucket"], set()).add(mp(p["name"])["reduce_dtype"])
+for o in plan["ops"]:
+    if o["op"] in ("reduce_scatter", "reduce_scatter_v", "all_reduce", "reduce") and "bucket" in o:
+        (want,) = bucket_mp[o["bucket"]]
+        seen.add(want)
+        if o["dtype"] != want:
+            bad.append(f"{o['op']} of bucket {plan['buckets'][o['bucket']]} in {o['dtype']}, spec says {want}")
+if seen != {"bf16", "fp32"}:
+    bad.append(f"reductions in {sorted(seen)}: expected both the bucket's bf16 and the default fp32")
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+PY
+then ok; else bad "per-bucket mixed precision: $(head -5 "$tmp/err")"; fi
+
 # 3: a failed write to standard output is exit 1 with a message
 if [ -w /dev/full ]; then
   "$fp" compile "$ex" -o "$tmp/t.json" 2>/dev/null
