@@ -1,0 +1,235 @@
+"""flexplan.plan - a compiled or loaded plan (the C handle fp_plan).
+
+A Plan is immutable; executors made from it (flexplan.Executor) must be
+closed before it. Plans are made by flexplan.load() (a plan.json) and
+flexplan.compile() (a model and a spec).
+"""
+
+import ctypes
+import json
+import os
+
+from . import _lib as L
+from .errors import FlexplanError
+
+
+class Plan:
+    """A verified plan: one SPMD program for every rank of a training step.
+
+    Use it as a context manager or call close(); a closed plan raises
+    FlexplanError on use.
+    """
+
+    def __init__(self, handle, _owner=None):
+        # handle: an fp_plan * that loaded or compiled successfully (owned)
+        self._h = handle
+
+    # ---- life -------------------------------------------------------------------
+    @property
+    def _handle(self):
+        if not self._h:
+            raise FlexplanError(L.FP_ERR_ARG, "the plan is closed")
+        return self._h
+
+    def close(self):
+        """Free the plan (idempotent). Close its executors first."""
+        if self._h:
+            L.lib().fp_plan_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def closed(self):
+        """True after close()."""
+        return not self._h
+
+    # ---- questions --------------------------------------------------------------
+    @property
+    def info(self):
+        """The plan's figures as a dict: model, strategy, world_size,
+        grad_accumulation, arena_bytes, host_bytes, modules, params, segments,
+        ops, hash (the content hash, "fnv1a64:<16 hex>")."""
+        i = L.fp_plan_info()
+        L.check(L.lib().fp_plan_get_info(self._handle, ctypes.byref(i)), lambda: self.errmsg)
+        return {
+            "model": L.text(i.model),
+            "strategy": L.text(i.strategy),
+            "world_size": i.world_size,
+            "grad_accumulation": i.grad_accumulation,
+            "arena_bytes": i.arena_bytes,
+            "host_bytes": i.host_bytes,
+            "modules": i.nmodules,
+            "params": i.nparams,
+            "segments": i.nsegments,
+            "ops": i.nops,
+            "hash": "fnv1a64:%016x" % i.hash,
+        }
+
+    @property
+    def world_size(self):
+        """The number of ranks the plan is for."""
+        return self.info["world_size"]
+
+    @property
+    def modules(self):
+        """The module names, in the model's order (index = module number)."""
+        lib = L.lib()
+        h = self._handle
+        out = []
+        while True:
+            n = lib.fp_plan_module_name(h, len(out))
+            if n is None:
+                return out
+            out.append(L.text(n))
+
+    def module_index(self, name):
+        """The index of a module name; KeyError when the plan has none."""
+        k = L.lib().fp_plan_module_index(self._handle, name.encode())
+        if k < 0:
+            raise KeyError(name)
+        return k
+
+    @property
+    def errmsg(self):
+        """The plan handle's last message ('' when none)."""
+        return L.text(L.lib().fp_plan_errmsg(self._h)) if self._h else ""
+
+    # ---- outputs ----------------------------------------------------------------
+    @property
+    def summary(self):
+        """The summary as a dict: exactly what `flexplan compile --emit=summary`
+        prints (model, world_size, strategy, buckets, params, ops,
+        collectives, per-rank bytes, arena and peak bytes, prefetch depths,
+        hardware, modeled step / compute / exposed communication in ms,
+        compile_ms). For a loaded plan, the summary of the compile that wrote
+        it, with compile_ms 0."""
+        return json.loads(self.summary_json())
+
+    def summary_json(self):
+        """The summary as the JSON text the CLI prints."""
+        out = ctypes.c_void_p()
+        L.check(L.lib().fp_plan_summary(self._handle, ctypes.byref(out)), lambda: self.errmsg)
+        return L.take_string(out.value)
+
+    def save(self, path):
+        """Write the plan as plan.json at path, atomically (a temporary file
+        renamed over path once complete). Returns path."""
+        L.check(L.lib().fp_plan_save(self._handle, L.fsencode(path)), lambda: self.errmsg)
+        return path
+
+    def _render(self, what, hardware=None):
+        out = ctypes.c_void_p()
+        hw = hardware.encode() if hardware else None
+        L.check(L.lib().fp_plan_render(self._handle, what, hw, ctypes.byref(out)), lambda: self.errmsg)
+        return L.take_string(out.value)
+
+    def to_json(self):
+        """The plan.json text (what save() writes)."""
+        return self._render(L.FP_RENDER_PLAN)
+
+    def to_ir(self):
+        """The plan as .fpir text (`flexplan print`)."""
+        return self._render(L.FP_RENDER_IR)
+
+    def explain(self, hardware=None):
+        """The table `flexplan explain` prints: one row per op with its
+        modeled start and end, on the plan's machine or the preset named."""
+        return self._render(L.FP_RENDER_EXPLAIN, hardware)
+
+    def simulate(self, hardware=None):
+        """What `flexplan simulate` prints: the modeled time per segment and
+        the totals."""
+        return self._render(L.FP_RENDER_SIMULATE, hardware)
+
+    def to_trace(self, hardware=None, as_text=False):
+        """The modeled schedule as Chrome Trace Event JSON (`flexplan viz`,
+        for Perfetto): a dict, or the text with as_text=True."""
+        text = self._render(L.FP_RENDER_TRACE, hardware)
+        return text if as_text else json.loads(text)
+
+    def to_html(self, hardware=None):
+        """The modeled schedule as one self-contained HTML page
+        (`flexplan viz --format=html`)."""
+        return self._render(L.FP_RENDER_HTML, hardware)
+
+    def __repr__(self):
+        if not self._h:
+            return "<flexplan.Plan closed>"
+        i = self.info
+        return "<flexplan.Plan %s %s world=%d ops=%d>" % (i["model"], i["strategy"], i["world_size"], i["ops"])
+
+
+def load(path):
+    """Load and verify a plan.json (written by `flexplan compile` or
+    Plan.save()). Raises FlexplanError with the located message when the
+    file is unreadable, malformed, tampered with or fails verification."""
+    lib = L.lib()
+    h = ctypes.c_void_p()
+    st = lib.fp_plan_load(L.fsencode(path), ctypes.byref(h))
+    if st != L.FP_OK:
+        msg = L.text(lib.fp_plan_errmsg(h)) if h else ""
+        if h:
+            lib.fp_plan_free(h)
+        raise FlexplanError(st, msg)
+    return Plan(h)
+
+
+def _source(x, what):
+    """(path, text) for a compile input: a dict (serialized), JSON text (a
+    str or bytes starting with '{'), or a path (str or os.PathLike)."""
+    if x is None:
+        return None, None
+    if isinstance(x, dict):
+        return None, json.dumps(x).encode()
+    if isinstance(x, bytes):
+        return (None, x) if x.lstrip().startswith(b"{") else (x, None)
+    if isinstance(x, str) and x.lstrip().startswith("{"):
+        return None, x.encode()
+    if isinstance(x, (str, os.PathLike)):
+        return L.fsencode(x), None
+    raise TypeError("%s: expected a dict, JSON text or a path, got %s" % (what, type(x).__name__))
+
+
+def compile(model, spec=None, *, hardware=None, policy="flexplan"):  # noqa: A001 - the API's name
+    """Compile a model and a sharding spec into a Plan (`flexplan compile`).
+
+    Args:
+        model: the model (model.json, or {"model": ..., "spec": ...}) as a
+            dict, JSON text, or a path. Text and dicts are named "<model>"
+            in messages.
+        spec: the spec as a dict, JSON text or path; None: the model's
+            embedded spec, or the defaults.
+        hardware: a hardware preset ("h100-sxm", "h200") replacing the
+            spec's; None: the spec's.
+        policy: "flexplan" (as specified) or "fsdp2" (lowered as PyTorch
+            FSDP2 does by default, a baseline for comparison).
+
+    Raises FlexplanError with the located messages the CLI prints for the
+    same input (status FP_ERR_INPUT), or FP_ERR_ARG for an unknown preset or
+    policy.
+    """
+    lib = L.lib()
+    mp, mt = _source(model, "model")
+    sp, st_ = _source(spec, "spec")
+    opt = L.fp_compile_options(model_path=mp, model_text=mt, spec_path=sp, spec_text=st_,
+                               hardware=hardware.encode() if hardware else None,
+                               policy=policy.encode() if policy else None)
+    h = ctypes.c_void_p()
+    st = lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h))
+    if st != L.FP_OK:
+        msg = L.text(lib.fp_plan_errmsg(h)) if h else ""
+        if h:
+            lib.fp_plan_free(h)
+        raise FlexplanError(st, msg)
+    return Plan(h)
