@@ -376,7 +376,10 @@ FP_API fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out)
  * nothing. Buffer addresses never change, so CUDA graphs captured before a
  * refit (the executor's and the trainer's) compute with the new weights when
  * replayed after it. Call it between steps (before step_begin): FP_ERR_ORDER
- * otherwise. Local: no communication. NCCL: it synchronizes the device (not
+ * otherwise. Collective: every rank calls it, and the ranks agree on success
+ * before any rank writes, so a refit that fails on one rank fails on all
+ * (FP_ERR_WEIGHTS naming that rank) and no rank changes its weights (one
+ * all-reduce of two numbers). NCCL: it synchronizes the device (not
  * allowed while the compute stream is being captured). */
 FP_API fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths);
 
