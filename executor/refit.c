@@ -143,11 +143,16 @@ static fp_status agree_refit(fp_exec *x, fp_status local) {
   if (!x->bk->all_reduce_f64 || x->world == 1) return local; /* a backend of one's own (tests) */
   double v[2] = {local != FP_OK, local != FP_OK ? (double)x->rank : 0};
   fp_exec_stats keep = x->stats; /* the vote is not the trainer's communication */
+  char why[FPX_MSG_CAP];
+  snprintf(why, sizeof why, "%s", x->msg); /* this rank's own failure, if any */
   fp_status st = x->bk->all_reduce_f64(x, v, 2);
   x->stats.collectives = keep.collectives, x->stats.bytes_moved = keep.bytes_moved;
   if (st != FP_OK) {
-    if (st == FP_ERR_BACKEND) x->broken = true;
-    return local != FP_OK ? local : st;
+    if (st == FP_ERR_BACKEND || st == FP_ERR_TIMEOUT) x->broken = true;
+    if (local == FP_OK) return st;
+    char agree[FPX_MSG_CAP];
+    snprintf(agree, sizeof agree, "%s", x->msg);
+    return fpx_fail(x, local, "%.1000s (and the ranks' agreement failed: %.1000s)", why, agree);
   }
   if (local != FP_OK) return local;
   if (v[0] == 1)
@@ -211,7 +216,7 @@ vote:
   /* nothing in flight may read the main weights while they change */
   st = x->bk->sync(x);
   if (st != FP_OK) {
-    if (st == FP_ERR_BACKEND) x->broken = true;
+    if (st == FP_ERR_BACKEND || st == FP_ERR_TIMEOUT) x->broken = true;
     goto fail;
   }
   st = write_all(x, srcs, stage, wide, out);

@@ -74,6 +74,13 @@ fp_mpi_test(exec_timing 2 test_exec_timing)
 fp_mpi_test(exec_hash_np2 2 test_exec_hash)
 fp_mpi_test(exec_hash_np3 3 test_exec_hash)
 fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan})
+# the watchdog: a rank that stops calling hooks; FLEXPLAN_TIMEOUT=1 (the test
+# also arms alarm(60): it fails, never hangs)
+add_executable(test_exec_watchdog ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_watchdog.c)
+target_link_libraries(test_exec_watchdog PRIVATE flexplan_exec)
+fp_mpi_test(exec_watchdog 3 test_exec_watchdog)
+set_property(TEST exec_watchdog APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
+set_tests_properties(exec_watchdog PROPERTIES TIMEOUT 120)
 
 # the NCCL backend's GPU-free decisions (executor/nccl_plan.c: bootstrap
 # rules, communicator splits, the issue order of records, waits and runs),
