@@ -100,6 +100,24 @@ sys.exit(1 if bad else 0)
 PY
 then ok; else bad "per-bucket mixed precision: $(head -5 "$tmp/err")"; fi
 
+# explain --exposed: the ranked exposed communication; its rows sum to what
+# simulate reports as exposed, largest first, each naming op, bucket, hook
+"$fp" compile "$src/examples/llama3-8b.json" -o "$tmp/l8.json" 2>/dev/null
+expect 0 "$fp" explain "$tmp/l8.json" --exposed
+cp "$tmp/out" "$tmp/exposed.txt"
+expect 0 "$fp" simulate "$tmp/l8.json"
+if python3 - "$tmp/exposed.txt" "$tmp/out" >"$tmp/err" 2>&1 <<'PY'
+import re, sys
+rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[2:]]
+total = float(re.search(r"modeled exposed communication\s+([0-9.]+) ms", open(sys.argv[2]).read()).group(1))
+ms = [float(r[1]) for r in rows]
+assert rows and all(len(r) >= 7 for r in rows), rows
+assert ms == sorted(ms, reverse=True), ms
+assert abs(sum(ms) - total) <= 0.001 * len(ms) + 1e-9, (sum(ms), total)
+assert all(r[4] in ("all_gather", "reduce_scatter", "all_reduce", "all_gather_v", "reduce_scatter_v") for r in rows), rows
+PY
+then ok; else bad "explain --exposed: $(tail -3 "$tmp/err")"; fi
+
 # 3: a failed write to standard output is exit 1 with a message
 if [ -w /dev/full ]; then
   "$fp" compile "$ex" -o "$tmp/t.json" 2>/dev/null

@@ -39,9 +39,11 @@ static const char usage[] =
     "                 run the whole compiler, write nothing\n"
     "  print FILE     print a plan.json or .fpir as .fpir\n"
     "  verify FILE    verify a plan.json or .fpir (exit 0 valid, 1 invalid)\n"
-    "  explain FILE [--hardware PRESET]\n"
+    "  explain FILE [--hardware PRESET] [--exposed]\n"
     "                 print a plan.json or .fpir as a table, one row per op, with\n"
-    "                 the modeled start and end of each (simulated as 'simulate' does)\n"
+    "                 the modeled start and end of each (simulated as 'simulate' does);\n"
+    "                 --exposed: the exposed communication ranked instead (op, bucket,\n"
+    "                 the hook that waits, ms)\n"
     "  simulate PLAN [--hardware PRESET]\n"
     "                 replay a plan.json or .fpir on the plan's hardware (or PRESET)\n"
     "                 and print the modeled time per segment and the totals\n"
@@ -435,6 +437,12 @@ static void print_explain(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const
   fp_ir_explain_modeled(p, sim->start_us, sim->end_us, stdout);
 }
 
+/* explain --exposed: the ranked table of exposed communication only */
+static void print_exposed(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
+  (void)ar, (void)hw;
+  fp_sim_print_exposed(p, sim, 0, stdout);
+}
+
 static void print_simulation(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
   fp_sim_print(p, sim, hw, fp_sim_memory(ar, p, sim), stdout);
 }
@@ -558,7 +566,15 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
   if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
   if (!strcmp(cmd, "simulate")) return cmd_modeled(argc - 2, argv + 2, "simulate", print_simulation);
-  if (!strcmp(cmd, "explain")) return cmd_modeled(argc - 2, argv + 2, "explain", print_explain);
+  if (!strcmp(cmd, "explain")) {
+    /* --exposed anywhere after the command: the ranked exposed table instead */
+    bool exposed = false;
+    int n = 0;
+    for (int i = 2; i < argc; i++)
+      if (!strcmp(argv[i], "--exposed")) exposed = true;
+      else argv[2 + n++] = argv[i];
+    return cmd_modeled(n, argv + 2, "explain", exposed ? print_exposed : print_explain);
+  }
   if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
   if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
     return cmd_file(argc - 2, argv + 2, cmd);
