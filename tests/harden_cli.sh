@@ -117,6 +117,18 @@ assert abs(sum(ms) - total) <= 0.001 * len(ms) + 1e-9, (sum(ms), total)
 assert all(r[4] in ("all_gather", "reduce_scatter", "all_reduce", "all_gather_v", "reduce_scatter_v") for r in rows), rows
 PY
 then ok; else bad "explain --exposed: $(tail -3 "$tmp/err")"; fi
+# the page's ranked table holds the same rows (op waited for, ms)
+expect 0 "$fp" viz "$tmp/l8.json" --format=html -o "$tmp/l8.html"
+if python3 - "$tmp/exposed.txt" "$tmp/l8.html" >"$tmp/err" 2>&1 <<'PY'
+import json, re, sys
+rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[2:]]
+page = open(sys.argv[2], encoding="utf-8").read()
+d = json.loads(re.search(r'<script type="application/json" id="fpdata">(.*?)</script>', page, re.S).group(1))
+got = [(x[1], round(x[2] / 1e3, 3)) for x in d["exposed_rank"]]
+want = [(int(r[3]), float(r[1])) for r in rows]
+assert got == want, (got, want)
+PY
+then ok; else bad "page exposed_rank: $(tail -3 "$tmp/err")"; fi
 
 # 3: a failed write to standard output is exit 1 with a message
 if [ -w /dev/full ]; then
