@@ -105,7 +105,7 @@ typedef struct mstate {
   atomic_int hooks_waiting; /* hooks waiting for mu: the thread lets them in first */
   bool stop;
   bool failed;           /* an MPI call failed; fail_msg says which */
-  char fail_msg[512];
+  char fail_msg[1024];
   /* the watchdog (x->timeout_s > 0): a duplicate of the bootstrap
    * communicator for its reports, and room for one round of them with the
    * ranks of the largest communicator instance of the plan */
