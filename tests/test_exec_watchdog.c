@@ -66,6 +66,7 @@ int main(int argc, char **argv) {
   const int victim = tu_world - 1;
   tprog t = build();
   fp_plan *plan = tp_load(&t);
+  fp_arena_free(t.a);
   const char *env = getenv("FLEXPLAN_TIMEOUT");
   EXPECT(env && !strcmp(env, "1"), "ctest sets FLEXPLAN_TIMEOUT=1 (got %s)", env ? env : "nothing");
 
