@@ -93,6 +93,7 @@ class fp_exec_config(ctypes.Structure):
         ("cuda_stream", ctypes.c_void_p),
         ("nccl_boot", ctypes.c_int),
         ("nccl_id", fp_nccl_id),
+        ("timeout_s", ctypes.c_double),  # the watchdog (0: FLEXPLAN_TIMEOUT)
     ]
 
 
