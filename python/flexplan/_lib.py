@@ -211,6 +211,8 @@ SIGNATURES = {
     "fp_exec_sync": (_st, [_vp]),
     "fp_exec_cuda_stream": (_vp, [_vp]),
     "fp_exec_all_reduce_f64": (_st, [_vp, _P(ctypes.c_double), ctypes.c_int]),
+    "fp_exec_timing_start": (_st, [_vp, ctypes.c_int32]),
+    "fp_exec_timing_write": (_st, [_vp, _cs]),
     "fp_exec_param": (_st, [_vp, _cs, _P(fp_param_view)]),
     "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
