@@ -78,9 +78,11 @@ fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan
 # also arms alarm(60): it fails, never hangs)
 add_executable(test_exec_watchdog ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_watchdog.c)
 target_link_libraries(test_exec_watchdog PRIVATE flexplan_exec)
-fp_mpi_test(exec_watchdog 3 test_exec_watchdog)
-set_property(TEST exec_watchdog APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
-set_tests_properties(exec_watchdog PROPERTIES TIMEOUT 120)
+foreach(mode poll thread)
+  fp_mpi_test(exec_watchdog_${mode} 3 test_exec_watchdog ${mode})
+  set_property(TEST exec_watchdog_${mode} APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
+  set_tests_properties(exec_watchdog_${mode} PROPERTIES TIMEOUT 120)
+endforeach()
 
 # the NCCL backend's GPU-free decisions (executor/nccl_plan.c: bootstrap
 # rules, communicator splits, the issue order of records, waits and runs),

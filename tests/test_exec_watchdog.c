@@ -8,7 +8,8 @@
  * later call fails at once; destroy returns. Also: a malformed
  * FLEXPLAN_TIMEOUT is FP_ERR_ARG at create on every rank, and a refit's
  * agreement times out too when a rank never joins it. The program arms
- * alarm(): a hang is a failure, never a stuck CI job. */
+ * alarm(): a hang is a failure, never a stuck CI job.
+ * usage: mpirun -n 3 test_exec_watchdog [poll|thread] */
 #include <signal.h>
 
 #include "exec_util.h"
@@ -47,8 +48,11 @@ static void on_alarm(int sig) {
   _exit(3);
 }
 
+static fp_progress mode = FP_PROGRESS_DEFAULT;
+
 static fp_exec *create(const fp_plan *plan, double timeout_s, fp_status *st) {
-  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world, .timeout_s = timeout_s};
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world, .progress = mode,
+                        .timeout_s = timeout_s};
   fp_exec *x = NULL;
   *st = fp_exec_create(plan, &cfg, &x);
   return x;
@@ -56,6 +60,7 @@ static fp_exec *create(const fp_plan *plan, double timeout_s, fp_status *st) {
 
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
+  if (argc > 1) mode = !strcmp(argv[1], "poll") ? FP_PROGRESS_POLL : FP_PROGRESS_THREAD;
   signal(SIGALRM, on_alarm);
   alarm(40);
   if (tu_world < 3) {
