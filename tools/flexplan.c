@@ -17,6 +17,7 @@
 #include "planner/front.h"
 #include "planner/json.h"
 #include "planner/pipeline.h"
+#include "planner/reshard.h"
 #include "viz/viz.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
@@ -55,6 +56,13 @@ static const char usage[] =
     "                 --measured FILE (repeatable) adds the steps an executor recorded\n"
     "                 (fp_exec_timing_write) beside the modeled one (trace only).\n"
     "                 Default OUT: <model name>.trace.json / .html (docs/viz.md)\n"
+    "  reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
+    "          [--to-offset N] [-o OUT] [--emit=summary|ir|explain|json|trace]\n"
+    "                 compile and verify the transfer of the main weights from the\n"
+    "                 ranks of plan FROM to those of plan TO (two plan.json of one\n"
+    "                 model); -o writes it as JSON (flexplan.xfer.v1); --emit picks\n"
+    "                 what goes to stdout (summary, default: the figures). TO rank r\n"
+    "                 is process r + N (default 0). docs/reshard.md\n"
     "\n"
     "options:\n"
     "  -h, --help     this text\n"
@@ -549,6 +557,110 @@ done:
   return rc;
 }
 
+/* ---- reshard: a transfer between two plans (planner/reshard.c) ---------------- */
+static int cmd_reshard(int argc, char **argv) {
+  const char *paths[2] = {NULL, NULL}, *out = NULL, *emit = "summary", *what = "weights";
+  const char **pats = calloc((size_t)argc + 1, sizeof *pats);
+  int npats = 0, np = 0;
+  long long off = 0;
+  FP_ASSERT(pats);
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-o") || !strcmp(a, "--transform") || !strcmp(a, "--what") || !strcmp(a, "--to-offset")) {
+      if (i + 1 >= argc) {
+        free(pats);
+        return usage_error("reshard: %s needs a value", a);
+      }
+      const char *v = argv[++i];
+      if (!strcmp(a, "-o")) out = v;
+      else if (!strcmp(a, "--what")) what = v;
+      else if (!strcmp(a, "--to-offset")) {
+        char *end;
+        errno = 0;
+        off = strtoll(v, &end, 10);
+        if (errno || *end || end == v) {
+          free(pats);
+          return usage_error("reshard: --to-offset '%s' is not a number", v);
+        }
+      } else {
+        size_t n = strlen(v);
+        if (n < 7 || strcmp(v + n - 6, "=mxfp8") != 0) {
+          free(pats);
+          return usage_error("reshard: --transform '%s': expected PATTERN=mxfp8", v);
+        }
+        pats[npats++] = v;
+      }
+    } else if (!strncmp(a, "--emit=", 7)) {
+      emit = a + 7;
+    } else if (a[0] == '-' && a[1]) {
+      free(pats);
+      return usage_error("reshard: unknown option '%s'", a);
+    } else if (np < 2) {
+      paths[np++] = a;
+    } else {
+      free(pats);
+      return usage_error("reshard: expected FROM and TO, got '%s' too", a);
+    }
+  }
+  if (np != 2) {
+    free(pats);
+    return usage_error("reshard: expected two plans, FROM and TO%s", "");
+  }
+  if (strcmp(emit, "summary") && strcmp(emit, "ir") && strcmp(emit, "explain") && strcmp(emit, "json") &&
+      strcmp(emit, "trace")) {
+    free(pats);
+    return usage_error("reshard: --emit=%s: expected summary, ir, explain, json or trace", emit);
+  }
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  /* the patterns without their "=mxfp8" */
+  for (int i = 0; i < npats; i++) pats[i] = fp_strndup(ar, pats[i], strlen(pats[i]) - 6);
+  int rc = EXIT_INPUT;
+  fp_src *src[2];
+  fp_prog *prog[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    src[k] = fp_alloc(ar, sizeof *src[k]);
+    if (fp_src_read(ar, &d, paths[k], src[k])) prog[k] = fp_plan_read(ar, &d, src[k]);
+  }
+  if (prog[0] && prog[1]) {
+    fp_reshard_opts o = {what, off, pats, npats};
+    double t0 = now_ms();
+    fp_tx *t = fp_reshard(ar, prog[0], src[0], prog[1], src[1], &o, &d);
+    double t1 = now_ms();
+    if (t && fp_tx_verify(t, &d)) {
+      double t2 = now_ms();
+      rc = EXIT_OK;
+      out_file of;
+      if (out) {
+        if (!out_open(&of, out)) rc = EXIT_INPUT;
+        else {
+          fp_tx_write_json(t, of.f);
+          if (!out_commit(&of)) rc = EXIT_INPUT;
+        }
+      }
+      if (rc == EXIT_OK) {
+        if (!strcmp(emit, "ir")) fp_tx_print(t, stdout);
+        else if (!strcmp(emit, "explain")) fp_tx_explain(t, stdout);
+        else if (!strcmp(emit, "json")) fp_tx_write_json(t, stdout);
+        else if (!strcmp(emit, "trace")) fp_tx_trace(t, stdout);
+        else
+          printf("{\"processes\":%lld,\"ops\":%d,\"wire_bytes\":%lld,\"lower_bound_bytes\":%lld,"
+                 "\"ratio\":%.3f,\"local_bytes\":%lld,\"max_send_bytes\":%lld,\"max_recv_bytes\":%lld,"
+                 "\"compile_ms\":%.3f,\"verify_ms\":%.3f}\n",
+                 (long long)t->nprocs, t->nops, (long long)t->wire_bytes, (long long)t->lower_bound,
+                 t->lower_bound ? (double)t->wire_bytes / (double)t->lower_bound : 1.0, (long long)t->local_bytes,
+                 (long long)t->max_send_bytes, (long long)t->max_recv_bytes, t1 - t0, t2 - t1);
+        if (!stdout_written()) rc = EXIT_INPUT;
+      }
+    }
+  }
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  free(pats);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage, stderr);
@@ -576,6 +688,7 @@ int main(int argc, char **argv) {
     return cmd_modeled(n, argv + 2, "explain", exposed ? print_exposed : print_explain);
   }
   if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
+  if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 2, argv + 2);
   if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
     return cmd_file(argc - 2, argv + 2, cmd);
   return usage_error("unknown command '%s'", cmd);
