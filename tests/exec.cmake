@@ -165,3 +165,7 @@ fp_reshard_test(hybrid4_to_fs2_disjoint 6 hybrid 4 full_shard 2 --to-offset 4)
 # MXFP8 on the wire for the weights (slices start off block boundaries: fc0.weight is 20x13)
 fp_reshard_test(fs4_to_placements3_mxfp8 4 full_shard 4 placements-w3 3 --mxfp8 fc*.weight)
 fp_reshard_test(fs2_to_noshard3_mxfp8 3 full_shard 2 no_shard 3 --mxfp8 *)
+# the transfer verifier's rules, one broken transfer each, and the planner's errors
+add_executable(test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_verify.c)
+target_link_libraries(test_xfer_verify PRIVATE flexplan_api)
+add_test(NAME xfer_verify COMMAND test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
