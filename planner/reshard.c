@@ -150,7 +150,74 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   P->load[sp] += n * fp_dtype_size(tdt);
 }
 
-/* the FROM runs are sorted by start; cover TO run [a, a+len) of TO proc d */
+/* Groups: the FROM runs of one param sorted by start fall into blocks of
+ * equal (start, length) - the replicas of one shard - that do not overlap
+ * one another, for every placement (shard, ragged, owned, replicate). Then a
+ * piece's candidates are one group, found by binary search, and the choice
+ * looks at a window of at most WINDOW of its ranks (rotating), so the
+ * planner's time grows with the pieces, not with pieces x FROM ranks. */
+#define WINDOW 16
+typedef struct group {
+  int64_t first, n;    /* fr[first .. first+n): sorted by rank */
+  int64_t cursor;      /* where the next window starts */
+} group;
+
+/* the groups of fr (sorted by start, then rank); false when runs overlap */
+static bool make_groups(fp_arena *a, const run *fr, int64_t nfr, group **out, int64_t *ng) {
+  group *g = fp_alloc_array(a, (size_t)nfr + 1, sizeof *g);
+  int64_t n = 0;
+  for (int64_t k = 0; k < nfr; k++) {
+    if (n > 0 && fr[g[n - 1].first].a == fr[k].a && fr[g[n - 1].first].len == fr[k].len) {
+      g[n - 1].n++;
+      continue;
+    }
+    if (n > 0 && fr[g[n - 1].first].a + fr[g[n - 1].first].len > fr[k].a) return false;
+    g[n++] = (group){k, 1, 0};
+  }
+  *out = g, *ng = n;
+  return true;
+}
+
+static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64_t ng, int64_t a, int64_t len,
+                         int32_t d, int64_t dst, fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
+  int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
+  while (e < end) {
+    int64_t lo = 0, hi = ng; /* the last group starting at or before e */
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (fr[gs[mid].first].a <= e) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == 0 || fr[gs[lo - 1].first].a + fr[gs[lo - 1].first].len <= e) return false;
+    group *g = &gs[lo - 1];
+    int64_t stop = fr[g->first].a + fr[g->first].len;
+    if (stop > end) stop = end;
+    /* this process's own FROM rank, if it is in the group (sorted by rank) */
+    const run *mine = NULL, *best = NULL;
+    int64_t l = 0, h = g->n;
+    while (l < h) {
+      int64_t mid = (l + h) / 2;
+      if (fr[g->first + mid].rank < d) l = mid + 1;
+      else h = mid;
+    }
+    if (l < g->n && fr[g->first + l].rank == d) mine = &fr[g->first + l];
+    if (!mine) {
+      int64_t w = g->n < WINDOW ? g->n : WINDOW;
+      for (int64_t k = 0; k < w; k++) {
+        const run *s = &fr[g->first + (g->cursor + k) % g->n];
+        if (!best || P->load[s->rank] < P->load[best->rank]) best = s;
+      }
+      g->cursor = (g->cursor + 1) % g->n;
+    }
+    int64_t n = stop - e;
+    if (!mine) *lacked += n * tsz;
+    piece(P, pi, mine ? mine : best, e, n, d, dst + (e - a) * tsz, fdt, tdt, mx);
+    e = stop;
+  }
+  return true;
+}
+
+/* the general case (runs that overlap without being equal): the FROM runs are sorted by start; cover TO run [a, a+len) of TO proc d */
 static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a, int64_t len, int32_t d, int64_t dst,
                   fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
   int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
@@ -281,6 +348,12 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       nfr += got;
     }
     qsort(fr, (size_t)nfr, sizeof *fr, by_start);
+    group *gs = NULL;
+    int64_t ng = 0;
+    bool grouped = make_groups(a, fr, nfr, &gs, &ng);
+#define COVER(A, LEN, D, DST, TDT) \
+  (grouped ? cover_groups(&P, j, fr, gs, ng, (A), (LEN), (D), (DST), f->main_dtype, (TDT), mx, &t->lower_bound) \
+           : cover(&P, j, fr, nfr, (A), (LEN), (D), (DST), f->main_dtype, (TDT), mx, &t->lower_bound))
     bool persistent = q->weight.buf >= 0 && to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
     int64_t wbase = persistent ? to->bufs[q->weight.buf].offset + q->weight.off : -1;
     for (int64_t r = 0; r < to->world_size; r++) {
@@ -293,8 +366,7 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       for (int k = 0; k < got; k++) {
         int64_t bytes = tr[k].len * fp_dtype_size(q->main_dtype);
         fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, q->main_dtype);
-        if (!cover(&P, j, fr, nfr, tr[k].a, tr[k].len, dp, tr[k].byte, f->main_dtype, q->main_dtype, mx,
-                   &t->lower_bound)) {
+        if (!COVER(tr[k].a, tr[k].len, dp, tr[k].byte, q->main_dtype)) {
           fp_diag_errorf(d, fname, "param '%s': elements from %" PRId64 " are held by no rank of the plan", q->name,
                          tr[k].a);
           return NULL;
@@ -306,12 +378,13 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       if (full) { /* derived from the new main weights, as the plan's own refresh does */
         fp_tx_op *c = late(&P, FP_TX_COPY, dp, j, q->param_dtype, numel);
         c->sdtype = q->main_dtype, c->dst = ref(FP_SP_TO, wbase), c->src = ref(FP_SP_TO, tr[0].byte);
-      } else if (!cover(&P, j, fr, nfr, 0, numel, dp, wbase, f->main_dtype, q->param_dtype, mx, &t->lower_bound)) {
+      } else if (!COVER(0, numel, dp, wbase, q->param_dtype)) {
         fp_diag_errorf(d, fname, "param '%s' is not held whole by the ranks of the plan", q->name);
         return NULL;
       }
     }
   }
+#undef COVER
   for (int64_t i = 0; i < P.nlate; i++) {
     fp_tx_op *x = fp_tx_emit(t, P.late[i].kind, P.late[i].proc, P.late[i].param, P.late[i].dtype, P.late[i].n);
     *x = P.late[i];
