@@ -47,6 +47,31 @@ void fp_xfer_free(fp_xfer *t) {
   free(t);
 }
 
+fp_status fp_xfer_load(const char *path, fp_xfer **out) {
+  if (!out) return FP_ERR_ARG;
+  fp_xfer *t = calloc(1, sizeof *t);
+  *out = t;
+  if (!t) return FP_ERR_NOMEM;
+  if (!path) return tfail(t, FP_ERR_ARG, "fp_xfer_load: path is NULL");
+  t->arena = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  fp_src src;
+  if (fp_src_read(t->arena, &d, path, &src)) t->tx = fp_tx_read(t->arena, &d, &src);
+  fp_status st = t->tx ? FP_OK : FP_ERR_PLAN;
+  if (!t->tx) {
+    char *m = strdup(d.buf ? d.buf : "fp_xfer_load: failed");
+    if (m) {
+      size_t n = strlen(m);
+      if (n && m[n - 1] == '\n') m[n - 1] = 0;
+      free(t->msg);
+      t->msg = m;
+    }
+  }
+  fp_diag_free(&d);
+  return st;
+}
+
 fp_status fp_xfer_get_info(const fp_xfer *t, fp_xfer_info *out) {
   if (!t || !out || !t->tx) return FP_ERR_ARG;
   const fp_tx *x = t->tx;

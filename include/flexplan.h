@@ -485,6 +485,12 @@ typedef struct fp_xfer_info {
   int64_t max_send_bytes, max_recv_bytes; /* the busiest process's */
 } fp_xfer_info;
 FP_API fp_status fp_xfer_get_info(const fp_xfer *t, fp_xfer_info *out);
+/* Load a transfer saved as JSON (`flexplan reshard -o`, fp_xfer_render form
+ * 0): every member checked and the transfer verifier run, as fp_plan_load
+ * does for plans. FP_ERR_PLAN with located messages ("t.json:3:5: error:
+ * /procs/1/ops/0: ...") on *out, which is set even on failure. fp_xfer_run
+ * checks the executors' plan hashes against the file's. */
+FP_API fp_status fp_xfer_load(const char *path, fp_xfer **out);
 /* the last error of a transfer handle ("" when none) */
 FP_API const char *fp_xfer_errmsg(const fp_xfer *t);
 FP_API void fp_xfer_free(fp_xfer *t);

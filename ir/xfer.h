@@ -129,6 +129,10 @@ bool fp_tx_verify(const fp_tx *t, fp_diag *d);
 void fp_tx_print(const fp_tx *t, FILE *f);
 void fp_tx_explain(const fp_tx *t, FILE *f);
 bool fp_tx_write_json(const fp_tx *t, FILE *f);
+/* read the JSON back (ir/xfer_read.c): every member checked, located errors
+ * on d, then fp_tx_verify; NULL on any error. FROM reads are checked against
+ * FROM's arena size only (the file does not carry FROM's layout) */
+fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src);
 /* the Chrome trace of the transfer: one track per process, ops as slices in
  * program order (unit: 1 us per op, with the bytes in args) */
 void fp_tx_trace(const fp_tx *t, FILE *f);

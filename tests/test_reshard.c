@@ -174,6 +174,29 @@ int main(int argc, char **argv) {
   EXPECT(fp_reshard_compile(A, B, &ro, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
   /* back: B's ranks become FROM; the A ranks are processes 0.. again only when off == 0 */
   EXPECT(off != 0 || fp_reshard_compile(B, A, &back, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
+  if (ba) {
+    /* the way back runs from its saved JSON (fp_xfer_load), which must
+     * render to the same text */
+    char *js = NULL, *js2 = NULL, path[256];
+    fp_xfer_render(ba, 0, &js);
+    snprintf(path, sizeof path, "%s/test_reshard.%d.%d.xfer.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid(), tu_rank);
+    FILE *f = fopen(path, "w");
+    EXPECT(f && js && fputs(js, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+    fp_xfer *loaded = NULL;
+    EXPECT(fp_xfer_load(path, &loaded) == FP_OK, "load %s: %s", path, fp_xfer_errmsg(loaded));
+    if (loaded && loaded->tx) {
+      fp_xfer_render(loaded, 0, &js2);
+      EXPECT(js2 && !strcmp(js, js2), "the loaded transfer renders differently");
+      fp_xfer_free(ba);
+      ba = loaded;
+    } else {
+      fp_xfer_free(loaded);
+    }
+    unlink(path);
+    fp_free(js);
+    fp_free(js2);
+  }
   fp_xfer_info info;
   fp_xfer_get_info(ab, &info);
   EXPECT(info.processes <= tu_world, "the transfer needs %" PRId64 " processes, the job has %d", info.processes,

@@ -218,6 +218,54 @@ int main(int argc, char **argv) {
     fp_diag_free(&d);
   }
 
+  /* reading a saved transfer back: the same text; a bad member is located */
+  {
+    char *js = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&js, &n);
+    fp_tx_write_json(t, f);
+    fclose(f);
+    fp_src s = {"t.xfer.json", js, n};
+    fp_diag_init(&d, NULL);
+    fp_tx *back = fp_tx_read(a, &d, &s);
+    CHECK(back != NULL, "read back: %s", d.buf ? d.buf : "");
+    fp_diag_free(&d);
+    if (back) {
+      char *js2 = NULL;
+      size_t n2 = 0;
+      FILE *g = open_memstream(&js2, &n2);
+      fp_tx_write_json(back, g);
+      fclose(g);
+      CHECK(n == n2 && !memcmp(js, js2, n), "the read-back transfer writes different JSON");
+      free(js2);
+    }
+    /* the first recv's count off by one: the verifier's X3 on a loaded file */
+    char *bad = strdup(js), *at = strstr(bad, "{\"op\":\"recv\"");
+    at = at ? strstr(at, "\"n\":") : NULL;
+    if (at) at[4] = at[4] == '9' ? '1' : (char)(at[4] + 1);
+    fp_src s2 = {"t.xfer.json", bad, n};
+    fp_diag_init(&d, NULL);
+    CHECK(at && !fp_tx_read(a, &d, &s2) && d.buf && strstr(d.buf, "matching send"), "tampered count: %s",
+          d.buf ? d.buf : "(accepted)");
+    fp_diag_free(&d);
+    /* a member of the wrong type, located */
+    char *bad2 = malloc(n + 8), *pr = strstr(js, "\"processes\":");
+    if (pr) {
+      const char *rest = pr + 12;
+      while (*rest >= '0' && *rest <= '9') rest++;
+      sprintf(bad2, "%.*s\"processes\":\"x\"%s", (int)(pr - js), js, rest);
+    }
+    fp_src s3 = {"t.xfer.json", bad2, strlen(bad2)};
+    fp_diag_init(&d, NULL);
+    CHECK(pr && !fp_tx_read(a, &d, &s3) && d.buf && strstr(d.buf, "t.xfer.json:1:") &&
+              strstr(d.buf, "/processes: expected an integer"),
+          "wrong type: %s", d.buf ? d.buf : "(accepted)");
+    fp_diag_free(&d);
+    free(bad);
+    free(bad2);
+    free(js);
+  }
+
   /* MXFP8 blocks of a slice: aligned to the full param */
   CHECK(fp_tx_head(0, 100) == 0 && fp_tx_nscales(0, 100) == 4, "aligned slice");
   CHECK(fp_tx_head(65, 65) == 31 && fp_tx_nscales(65, 65) == 3, "slice [65,130): head 31, then 32 and 2");

@@ -264,6 +264,7 @@ SIGNATURES = {
     "fp_xfer_run": (_st, [_vp, _vp, _vp, _vp]),
     "fp_reshard_compile": (_st, [_vp, _vp, _P(fp_reshard_options), _vpp]),
     "fp_xfer_render": (_st, [_vp, ctypes.c_int, _vpp]),
+    "fp_xfer_load": (_st, [_cs, _vpp]),
 }
 
 

@@ -87,6 +87,19 @@ class Transfer:
         L.check(L.lib().fp_xfer_run(self._h, h(from_executor), h(to_executor), None), lambda: self.errmsg)
 
 
+def load_transfer(path):
+    """Load a transfer saved as JSON (Transfer.save, `flexplan reshard -o`);
+    checked and verified by the library. Raises FlexplanError (located)."""
+    h = ctypes.c_void_p()
+    st = L.lib().fp_xfer_load(L.fsencode(path), ctypes.byref(h))
+    t = Transfer(h.value, None, None)
+    if st != L.FP_OK:
+        msg = t.errmsg
+        t.close()
+        raise L.FlexplanError(st, msg)
+    return t
+
+
 def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0):
     """Compile the transfer of the main weights from `from_plan`'s ranks to
     `to_plan`'s (flexplan.Plan objects of one model). transform: {pattern:

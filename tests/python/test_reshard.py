@@ -84,3 +84,24 @@ def test_errors(plans):
     c = flexplan.compile(m2, spec("full_shard", 2))
     with pytest.raises(flexplan.FlexplanError, match=r"'fc1.bias' has shape \[18\] here and \[19\]"):
         flexplan.reshard(a, c)
+
+
+def test_save_load(plans, tmp_path):
+    a, b, *_ = plans
+    t = flexplan.reshard(a, b, transform={"fc1.*": "mxfp8"})
+    p = str(tmp_path / "t.xfer.json")
+    t.save(p)
+    back = flexplan.load_transfer(p)
+    assert back.to_json() == t.to_json()
+    assert back.to_ir() == t.to_ir()
+    d = json.load(open(p))
+    d["procs"][1]["ops"][0]["peer"] = 1  # a send to itself
+    q = str(tmp_path / "bad.xfer.json")
+    json.dump(d, open(q, "w"))
+    with pytest.raises(flexplan.FlexplanError, match="is not another process") as e:
+        flexplan.load_transfer(q)
+    assert e.value.status_name == "FP_ERR_PLAN"
+    d["processes"] = "4"
+    json.dump(d, open(q, "w"))
+    with pytest.raises(flexplan.FlexplanError, match=r"bad.xfer.json:\d+:\d+: error: /processes: expected an integer"):
+        flexplan.load_transfer(q)
