@@ -98,6 +98,56 @@ static fp_status check_exec(fp_xfer *t, fp_exec *x, const char *role, uint64_t h
   return FP_OK;
 }
 
+/* the bytes [off, off+bytes) lie inside one run of param v's main shard
+ * (arena offset base), or inside its persistent compute weight */
+static bool in_runs(const fp_xparam *xp, fp_dtype mdt, int64_t off, int64_t bytes, bool weight_ok) {
+  const fp_extent *e = &xp->v.shard;
+  int64_t sz = fp_dtype_size(mdt);
+  for (int64_t k = 0; k < e->runs && xp->off[2] >= 0; k++) {
+    int64_t a = xp->off[2] + k * e->shard_stride * sz, b = a + e->len * sz;
+    if (off >= a && off + bytes <= b) return true;
+  }
+  if (weight_ok && xp->weight_persistent && xp->off[0] >= 0) {
+    int64_t a = xp->off[0], b = a + xp->v.weight.numel * fp_elem_size(xp->v.weight.dtype);
+    if (off >= a && off + bytes <= b) return true;
+  }
+  return false;
+}
+
+static int32_t param_index(const fp_exec *x, const char *name) {
+  for (int32_t i = 0; i < x->prog->nparams; i++)
+    if (!strcmp(x->prog->params[i].name, name)) return i;
+  return -1;
+}
+
+/* A transfer read from a file names byte ranges; check them against the
+ * executors' own layouts: every FROM read inside the main-weight runs this
+ * FROM rank holds of that param (in its main dtype), every TO need region
+ * inside that param's main runs or persistent compute weight on this TO
+ * rank. (A compiled transfer passes by construction.) */
+static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
+  const fp_tx *tx = t->tx;
+  for (int32_t i = tx->first[me]; from && i < tx->first[me + 1]; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    if (o->src.space != FP_SP_FROM) continue;
+    int32_t q = param_index(from, tx->params[o->param].name);
+    if (q < 0 || o->sdtype != from->prog->params[q].main_dtype ||
+        !in_runs(&from->params[q], from->prog->params[q].main_dtype, o->src.off, fp_tx_src_bytes(o), false))
+      return tfail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
+                   "weights of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
+                   fp_dtype_name(o->sdtype), tx->params[o->param].name);
+  }
+  for (int32_t k = 0; to && k < tx->nneed; k++) {
+    const fp_tx_region *r = &tx->need[k];
+    if (r->proc != me) continue;
+    int32_t q = param_index(to, tx->params[r->param].name);
+    if (q < 0 || !in_runs(&to->params[q], to->prog->params[q].main_dtype, r->off, r->bytes, true))
+      return tfail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
+                   "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
+  }
+  return FP_OK;
+}
+
 static char *at(char *from, char *to, char *stage, fp_tx_ref r) {
   switch (r.space) {
     case FP_SP_FROM: return from + r.off;
@@ -139,6 +189,7 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
   bool has_from = me < tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
   if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me);
   if (st == FP_OK && has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
+  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
   int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0, nreq = 0;
   for (int32_t i = lo; i < hi; i++) {
     const fp_tx_op *o = &tx->ops[i];

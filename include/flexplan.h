@@ -498,9 +498,12 @@ FP_API void fp_xfer_free(fp_xfer *t);
  * MPI_Comm, NULL: MPI_COMM_WORLD, which needs at least `processes` ranks).
  * from / to: this process's executors of the FROM and TO plans (NULL where it
  * holds no rank of that plan); both between steps. Every process checks its
- * side, then all agree (one MPI_Allreduce) before any byte moves: a check
+ * side (the executors' plans are the transfer's, their ranks this
+ * process's, and every byte range it reads or writes lies in that rank's
+ * weights of the param it names - FP_ERR_PLAN otherwise, for a tampered
+ * file), then all agree (one MPI_Allreduce) before any byte moves: a check
  * failing anywhere fails everywhere with TO unchanged (FP_ERR_ARG,
- * FP_ERR_MISMATCH, FP_ERR_ORDER). TO's main weights (and the compute weights
+ * FP_ERR_PLAN, FP_ERR_MISMATCH, FP_ERR_ORDER). TO's main weights (and the compute weights
  * it keeps unsharded between steps) are written in place, at their fixed
  * addresses. An MPI failure while moving (FP_ERR_BACKEND) may leave those
  * bytes partly written; nothing else of TO's arena is touched. */

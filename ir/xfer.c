@@ -235,10 +235,14 @@ void fp_tx_trace(const fp_tx *t, FILE *f) {
     for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) {
       const fp_tx_op *o = &t->ops[j];
       int64_t b = o->kind == FP_TX_SEND ? fp_tx_src_bytes(o) : fp_tx_dst_bytes(o);
-      fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%" PRId64 ",\"tid\":0,\"ts\":%d,\"dur\":1,\"name\":\"%s%s%d\","
+      char name[64];
+      if (o->peer >= 0)
+        snprintf(name, sizeof name, "%s %s %d", fp_tx_kind_name(o->kind), o->kind == FP_TX_SEND ? "to" : "from", o->peer);
+      else
+        snprintf(name, sizeof name, "%s", fp_tx_kind_name(o->kind));
+      fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%" PRId64 ",\"tid\":0,\"ts\":%d,\"dur\":1,\"name\":\"%s\","
                  "\"args\":{\"op\":%d,\"bytes\":%" PRId64 ",\"param\":",
-              p, j - t->first[p], fp_tx_kind_name(o->kind), o->peer >= 0 ? " peer " : "", o->peer >= 0 ? o->peer : 0,
-              j, b);
+              p, j - t->first[p], name, j, b);
       json_str(f, t->params[o->param].name);
       fprintf(f, ",\"elements\":\"%" PRId64 "..%" PRId64 "\"}}", o->full_off, o->full_off + o->n);
     }

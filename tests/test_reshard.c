@@ -223,6 +223,36 @@ int main(int argc, char **argv) {
   }
   if (tu_failures) return tu_finish();
 
+  /* a transfer whose TO write points outside the TO rank's weights (as a
+   * tampered file could, consistently enough to pass the verifier) fails on
+   * every process before any byte moves: TO's arena is unchanged */
+  {
+    fp_tx *tx = ab->tx;
+    int32_t k = 0, op = -1;
+    for (; k < tx->nneed && op < 0; k++)
+      for (int32_t i = tx->first[tx->need[k].proc]; i < tx->first[tx->need[k].proc + 1]; i++)
+        if (tx->ops[i].dst.space == FP_SP_TO && tx->ops[i].dst.off == tx->need[k].off &&
+            fp_tx_dst_bytes(&tx->ops[i]) == tx->need[k].bytes && tx->ops[i].kind != FP_TX_DEQUANT) {
+          op = i;
+          break;
+        }
+    if (op >= 0) {
+      k--;
+      int64_t keep = tx->need[k].off, moved = tx->to_arena - tx->need[k].bytes;
+      tx->need[k].off = tx->ops[op].dst.off = moved;
+      fp_status st = fp_xfer_run(ab, xa, xb, NULL);
+      EXPECT(st != FP_OK, "a transfer writing outside the weights ran");
+      if (tu_rank == tx->ops[op].proc)
+        EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ab), "are not this rank's weights"), "got %s: %s",
+               fp_status_name(st), fp_xfer_errmsg(ab));
+      else
+        EXPECT(st == FP_ERR_MISMATCH, "got %s: %s", fp_status_name(st), fp_xfer_errmsg(ab));
+      int64_t changed = 0;
+      for (int64_t b = 0; inB && b < B->prog->arena_bytes; b++) changed += (unsigned char)xb->dev[b] != SENT;
+      EXPECT(changed == 0, "a failed transfer changed %" PRId64 " TO bytes", changed);
+      tx->need[k].off = tx->ops[op].dst.off = keep;
+    }
+  }
   EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B: %s", fp_xfer_errmsg(ab));
   if (inB) {
     check(xb, "A->B", A, mxpat != NULL, mxpat);
