@@ -228,21 +228,19 @@ int main(int argc, char **argv) {
    * every process before any byte moves: TO's arena is unchanged */
   {
     fp_tx *tx = ab->tx;
-    int32_t k = 0, op = -1;
-    for (; k < tx->nneed && op < 0; k++)
-      for (int32_t i = tx->first[tx->need[k].proc]; i < tx->first[tx->need[k].proc + 1]; i++)
-        if (tx->ops[i].dst.space == FP_SP_TO && tx->ops[i].dst.off == tx->need[k].off &&
-            fp_tx_dst_bytes(&tx->ops[i]) == tx->need[k].bytes && tx->ops[i].kind != FP_TX_DEQUANT) {
-          op = i;
-          break;
-        }
-    if (op >= 0) {
-      k--;
-      int64_t keep = tx->need[k].off, moved = tx->to_arena - tx->need[k].bytes;
-      tx->need[k].off = tx->ops[op].dst.off = moved;
+    if (tx->nneed > 0) {
+      /* move the first need region, and every op writing into it, to the
+       * end of TO's arena (the grads and staging live there, not weights) */
+      fp_tx_region *r = &tx->need[0];
+      int64_t keep = r->off, delta = tx->to_arena - r->bytes - r->off;
+      int32_t owner = r->proc;
+      for (int32_t i = tx->first[owner]; i < tx->first[owner + 1]; i++)
+        if (tx->ops[i].dst.space == FP_SP_TO && tx->ops[i].dst.off >= keep && tx->ops[i].dst.off < keep + r->bytes)
+          tx->ops[i].dst.off += delta;
+      r->off += delta;
       fp_status st = fp_xfer_run(ab, xa, xb, NULL);
       EXPECT(st != FP_OK, "a transfer writing outside the weights ran");
-      if (tu_rank == tx->ops[op].proc)
+      if (tu_rank == owner)
         EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ab), "are not this rank's weights"), "got %s: %s",
                fp_status_name(st), fp_xfer_errmsg(ab));
       else
@@ -250,7 +248,10 @@ int main(int argc, char **argv) {
       int64_t changed = 0;
       for (int64_t b = 0; inB && b < B->prog->arena_bytes; b++) changed += (unsigned char)xb->dev[b] != SENT;
       EXPECT(changed == 0, "a failed transfer changed %" PRId64 " TO bytes", changed);
-      tx->need[k].off = tx->ops[op].dst.off = keep;
+      for (int32_t i = tx->first[owner]; i < tx->first[owner + 1]; i++)
+        if (tx->ops[i].dst.space == FP_SP_TO && tx->ops[i].dst.off >= r->off && tx->ops[i].dst.off < r->off + r->bytes)
+          tx->ops[i].dst.off -= delta;
+      r->off = keep;
     }
   }
   EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B: %s", fp_xfer_errmsg(ab));
