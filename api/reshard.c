@@ -30,7 +30,7 @@ fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_re
   fp_diag d;
   fp_diag_init(&d, NULL);
   fp_reshard_opts o = {0};
-  if (opt) o = (fp_reshard_opts){opt->what, opt->to_offset, opt->mxfp8, opt->nmxfp8};
+  if (opt) o = (fp_reshard_opts){opt->what, opt->to_offset, opt->from_offset, opt->mxfp8, opt->nmxfp8};
   fp_tx *tx = fp_reshard(t->arena, from->prog, NULL, to->prog, NULL, &o, &d);
   if (tx && !fp_tx_verify(tx, &d)) tx = NULL;
   fp_status st = tx ? FP_OK : FP_ERR_INPUT;

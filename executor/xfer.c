@@ -76,13 +76,14 @@ fp_status fp_xfer_get_info(const fp_xfer *t, fp_xfer_info *out) {
   if (!t || !out || !t->tx) return FP_ERR_ARG;
   const fp_tx *x = t->tx;
   *out = (fp_xfer_info){x->from_world, x->to_world, x->to_offset, x->nprocs, x->nops, x->wire_bytes, x->lower_bound,
-                        x->local_bytes, x->max_send_bytes, x->max_recv_bytes};
+                        x->local_bytes, x->max_send_bytes, x->max_recv_bytes, x->from_offset};
   return FP_OK;
 }
 
 static fp_status check_exec(fp_xfer *t, fp_exec *x, const char *role, uint64_t hash, int64_t rank) {
   if (!x) return tfail(t, FP_ERR_ARG, "xfer: process %lld holds %s rank %lld but no %s executor was given",
-                       (long long)(rank + (role[0] == 'T' ? t->tx->to_offset : 0)), role, (long long)rank, role);
+                       (long long)(rank + (role[0] == 'T' ? t->tx->to_offset : t->tx->from_offset)), role,
+                       (long long)rank, role);
   if (!x->created || x->broken) return tfail(t, FP_ERR_ARG, "xfer: the %s executor is not usable", role);
   if (x->cfg.backend != FP_BACKEND_MPI)
     return tfail(t, FP_ERR_ARG, "xfer: the %s executor is not on the MPI backend (transfers run on MPI only yet)",
@@ -186,8 +187,8 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
   if (size < tx->nprocs)
     st = tfail(t, FP_ERR_ARG, "xfer: the transfer needs %lld processes, the communicator has %d",
                (long long)tx->nprocs, size);
-  bool has_from = me < tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
-  if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me);
+  bool has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
+  if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
   if (st == FP_OK && has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
   if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
   int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0, nreq = 0;

@@ -473,8 +473,8 @@ FP_API fp_status fp_exec_timing_write(fp_exec *x, const char *path);
  * (FROM) into those of another plan of the same model (TO): compiled by
  * fp_reshard_compile (flexplan_compile.h) or `flexplan reshard`. Processes
  * are the ranks of the communicator the run is given: process p holds FROM
- * rank p when p < FROM's world size, and TO rank p - to_offset when that is
- * a rank of TO. */
+ * rank p - from_offset and TO rank p - to_offset where those are ranks of
+ * the plans (both offsets 0 by default: the rank sets overlap). */
 typedef struct fp_xfer fp_xfer;
 typedef struct fp_xfer_info {
   int64_t from_world, to_world, to_offset, processes;
@@ -483,6 +483,7 @@ typedef struct fp_xfer_info {
   int64_t lower_bound;     /* TO bytes whose elements the receiving process does not hold as a FROM rank */
   int64_t local_bytes;     /* TO bytes written by local copies and casts */
   int64_t max_send_bytes, max_recv_bytes; /* the busiest process's */
+  int64_t from_offset;
 } fp_xfer_info;
 FP_API fp_status fp_xfer_get_info(const fp_xfer *t, fp_xfer_info *out);
 /* Load a transfer saved as JSON (`flexplan reshard -o`, fp_xfer_render form

@@ -82,6 +82,8 @@ typedef struct fp_reshard_options {
   int64_t to_offset;         /* process of TO rank r is r + to_offset (0: the rank sets overlap) */
   const char *const *mxfp8;  /* param name patterns (fnmatch) sent as MXFP8 on the wire */
   int nmxfp8;
+  int64_t from_offset;       /* process of FROM rank r is r + from_offset (0 but for the way back between
+                              * disjoint rank sets) */
 } fp_reshard_options;
 /* Compile and verify the transfer from plan `from` to plan `to` (both
  * loaded or compiled plans of one model). FP_ERR_INPUT when they do not fit

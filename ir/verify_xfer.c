@@ -53,7 +53,7 @@ static void err(fp_diag *d, const fp_tx *t, int32_t i, const char *fmt, ...) {
 
 static int64_t space_size(const fp_tx *t, int sp, int32_t proc) {
   switch (sp) {
-    case FP_SP_FROM: return proc < t->from_world ? t->from_arena : 0;
+    case FP_SP_FROM: return proc >= t->from_offset && proc < t->from_offset + t->from_world ? t->from_arena : 0;
     case FP_SP_TO: return proc >= t->to_offset && proc < t->to_offset + t->to_world ? t->to_arena : 0;
     case FP_SP_STAGE: return t->stage_bytes[proc];
     default: return 0;

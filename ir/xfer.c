@@ -120,9 +120,9 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
 
 void fp_tx_print(const fp_tx *t, FILE *f) {
   fprintf(f, "# flexplan transfer program (docs/reshard.md)\n");
-  fprintf(f, "xfer model=\"%s\" what=%s from_world=%" PRId64 " to_world=%" PRId64 " to_offset=%" PRId64
-             " procs=%" PRId64 "\n",
-          t->model ? t->model : "", t->what, t->from_world, t->to_world, t->to_offset, t->nprocs);
+  fprintf(f, "xfer model=\"%s\" what=%s from_world=%" PRId64 " to_world=%" PRId64 " from_offset=%" PRId64
+             " to_offset=%" PRId64 " procs=%" PRId64 "\n",
+          t->model ? t->model : "", t->what, t->from_world, t->to_world, t->from_offset, t->to_offset, t->nprocs);
   fprintf(f, "from hash=fnv1a64:%016" PRIx64 " arena=%" PRId64 "\n", t->from_hash, t->from_arena);
   fprintf(f, "to hash=fnv1a64:%016" PRIx64 " arena=%" PRId64 "\n", t->to_hash, t->to_arena);
   for (int32_t i = 0; i < t->nparams; i++)
@@ -182,9 +182,9 @@ bool fp_tx_write_json(const fp_tx *t, FILE *f) {
   fprintf(f, "{\"format\":\"flexplan.xfer.v1\",\"model\":");
   json_str(f, t->model ? t->model : "");
   fprintf(f, ",\"what\":\"%s\",\"from\":{\"hash\":\"fnv1a64:%016" PRIx64 "\",\"world_size\":%" PRId64
-             ",\"arena_bytes\":%" PRId64 "},\"to\":{\"hash\":\"fnv1a64:%016" PRIx64 "\",\"world_size\":%" PRId64
+             ",\"arena_bytes\":%" PRId64 ",\"rank_offset\":%" PRId64 "},\"to\":{\"hash\":\"fnv1a64:%016" PRIx64 "\",\"world_size\":%" PRId64
              ",\"arena_bytes\":%" PRId64 ",\"rank_offset\":%" PRId64 "},\"processes\":%" PRId64 ",\n",
-          t->what, t->from_hash, t->from_world, t->from_arena, t->to_hash, t->to_world, t->to_arena, t->to_offset,
+          t->what, t->from_hash, t->from_world, t->from_arena, t->from_offset, t->to_hash, t->to_world, t->to_arena, t->to_offset,
           t->nprocs);
   fprintf(f, "\"figures\":{\"wire_bytes\":%" PRId64 ",\"lower_bound_bytes\":%" PRId64 ",\"local_bytes\":%" PRId64
              ",\"max_send_bytes\":%" PRId64 ",\"max_recv_bytes\":%" PRId64 "},\n\"params\":[",
@@ -229,7 +229,7 @@ void fp_tx_trace(const fp_tx *t, FILE *f) {
   for (int64_t p = 0; p < t->nprocs; p++) {
     fprintf(f, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId64 ",\"args\":{\"name\":\"process %" PRId64
                "%s%s\"}}",
-            first ? "" : ",\n", p, p, p < t->from_world ? " FROM" : "",
+            first ? "" : ",\n", p, p, p >= t->from_offset && p < t->from_offset + t->from_world ? " FROM" : "",
             p >= t->to_offset && p < t->to_offset + t->to_world ? " TO" : "");
     first = false;
     for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) {

@@ -7,10 +7,10 @@
  * uniform across ranks: who sends what to whom depends on both layouts. So a
  * transfer program is a list of ops per *process*, each naming its peer
  * process explicitly. Processes are the job's ranks (MPI_COMM_WORLD of the
- * run, or the communicator the caller gives); process p holds FROM rank p
- * when p < from_world and TO rank p - to_offset when to_offset <= p <
- * to_offset + to_world. to_offset 0 overlaps the two rank sets; to_offset =
- * from_world makes them disjoint.
+ * run, or the communicator the caller gives); process p holds FROM rank
+ * p - from_offset and TO rank p - to_offset where those are ranks of the
+ * plans. Offsets 0 overlap the two rank sets; to_offset = from_world makes
+ * them disjoint (and from_offset = to_world the way back).
  *
  * Operands are byte ranges in one of three spaces of the process that runs
  * the op: FROM's device arena (read only), TO's device arena (written only
@@ -93,6 +93,7 @@ typedef struct fp_tx {
   const char *what;    /* "weights" */
   uint64_t from_hash, to_hash;
   int64_t from_world, to_world, to_offset, nprocs;
+  int64_t from_offset;  /* process of FROM rank r = r + from_offset */
   int64_t from_arena, to_arena; /* device arena bytes of each plan (bounds) */
   fp_tx_param *params; int32_t nparams; int64_t cap_params;
   fp_tx_op *ops;       int32_t nops;    int64_t cap_ops; /* grouped by proc, in each proc's order */

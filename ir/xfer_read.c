@@ -114,10 +114,12 @@ fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   get_int(&r, member(fr, "arena_bytes"), "/from/arena_bytes", 0, INT64_MAX, &t->from_arena);
   get_int(&r, member(to, "arena_bytes"), "/to/arena_bytes", 0, INT64_MAX, &t->to_arena);
   get_int(&r, member(to, "rank_offset"), "/to/rank_offset", 0, INT32_MAX, &t->to_offset);
+  get_int(&r, member(fr, "rank_offset"), "/from/rank_offset", 0, INT32_MAX, &t->from_offset);
   get_int(&r, member(root, "processes"), "/processes", 1, INT32_MAX, &t->nprocs);
   if (r.bad) goto out;
-  if (t->nprocs != (t->from_world > t->to_offset + t->to_world ? t->from_world : t->to_offset + t->to_world)) {
-    fail(&r, "/processes", "does not equal max(from.world_size, to.rank_offset + to.world_size)");
+  int64_t fe = t->from_offset + t->from_world, te = t->to_offset + t->to_world;
+  if (t->nprocs != (fe > te ? fe : te)) {
+    fail(&r, "/processes", "does not equal max(from.rank_offset + from.world_size, to.rank_offset + to.world_size)");
     goto out;
   }
   json_object *ps = member(root, "params");

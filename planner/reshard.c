@@ -109,7 +109,7 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
                   fp_dtype tdt, bool mx) {
   fp_tx *t = P->t;
   int64_t src = s->byte + (e - s->a) * fp_dtype_size(fdt);
-  int32_t sp = s->rank; /* FROM rank r is process r */
+  int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
   if (sp == d) {
     fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, d, pi, tdt, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
@@ -197,10 +197,10 @@ static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64
     int64_t l = 0, h = g->n;
     while (l < h) {
       int64_t mid = (l + h) / 2;
-      if (fr[g->first + mid].rank < d) l = mid + 1;
+      if (fr[g->first + mid].rank + P->t->from_offset < d) l = mid + 1;
       else h = mid;
     }
-    if (l < g->n && fr[g->first + l].rank == d) mine = &fr[g->first + l];
+    if (l < g->n && fr[g->first + l].rank + P->t->from_offset == d) mine = &fr[g->first + l];
     if (!mine) {
       int64_t w = g->n < WINDOW ? g->n : WINDOW;
       for (int64_t k = 0; k < w; k++) {
@@ -230,7 +230,7 @@ static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a,
       int64_t se = s->a + s->len;
       if (se <= e) continue;
       if (se < stop) stop = se;
-      if (s->rank == d) mine = s;
+      if (s->rank + P->t->from_offset == d) mine = s;
       if (!best || P->load[s->rank] < P->load[best->rank] ||
           (P->load[s->rank] == P->load[best->rank] && (s->rank - d + P->t->nprocs) % P->t->nprocs <
                                                           (best->rank - d + P->t->nprocs) % P->t->nprocs))
@@ -264,9 +264,12 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   } else {
     fp_diag_errorf(d, "reshard", "--what '%s': expected weights or weights+optimizer", what);
   }
-  if (o->to_offset < 0 || o->to_offset > from->world_size)
-    fp_diag_errorf(d, "reshard", "--to-offset %" PRId64 ": must lie in [0, %" PRId64 "] (the FROM world size)",
-                   o->to_offset, from->world_size);
+  if (o->to_offset < 0 || o->to_offset > from->world_size + o->from_offset)
+    fp_diag_errorf(d, "reshard", "--to-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after FROM's last rank at most)",
+                   o->to_offset, from->world_size + o->from_offset);
+  if (o->from_offset < 0 || o->from_offset > to->world_size + o->to_offset)
+    fp_diag_errorf(d, "reshard", "--from-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after TO's last rank at most)",
+                   o->from_offset, to->world_size + o->to_offset);
   if (strcmp(from->model ? from->model : "", to->model ? to->model : "") != 0)
     ERR_AT(ts, tname, "/model", "the plans are of different models: '%s' (%s) and '%s'", from->model ? from->model : "",
            fname, to->model ? to->model : "");
@@ -319,7 +322,9 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   t->what = "weights";
   t->from_hash = fp_prog_hash(from), t->to_hash = fp_prog_hash(to);
   t->from_world = from->world_size, t->to_world = to->world_size, t->to_offset = o->to_offset;
-  t->nprocs = from->world_size > o->to_offset + to->world_size ? from->world_size : o->to_offset + to->world_size;
+  t->from_offset = o->from_offset;
+  t->nprocs = o->from_offset + from->world_size > o->to_offset + to->world_size ? o->from_offset + from->world_size
+                                                                                 : o->to_offset + to->world_size;
   t->from_arena = from->arena_bytes, t->to_arena = to->arena_bytes;
   planner P = {.t = t, .from = from, .to = to};
   P.load = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
@@ -343,7 +348,7 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       fr = fp_grow(a, fr, &cap, nfr + nr + 1, sizeof *fr);
       int got = holdings(from, f, r, fr + nfr, (int)nr, &nr);
       for (int k = 0; k < got; k++)
-        fp_tx_region_add(t, false, (int32_t)r, j, fr[nfr + k].byte, fr[nfr + k].len * fp_dtype_size(f->main_dtype),
+        fp_tx_region_add(t, false, (int32_t)(r + o->from_offset), j, fr[nfr + k].byte, fr[nfr + k].len * fp_dtype_size(f->main_dtype),
                          fr[nfr + k].a, f->main_dtype);
       nfr += got;
     }

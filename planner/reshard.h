@@ -11,6 +11,8 @@ typedef struct fp_reshard_opts {
   const char *what;             /* "weights" (NULL: the same); "weights+optimizer" is refused (no optimizer
                                  * state lives in a plan's arena) */
   int64_t to_offset;            /* process of TO rank r = r + to_offset (0: overlapping rank sets) */
+  int64_t from_offset;          /* process of FROM rank r = r + from_offset (0 unless the way back of a
+                                 * transfer between disjoint rank sets) */
   const char *const *mxfp8;     /* fnmatch patterns over param names: those go as MXFP8 on the wire */
   int nmxfp8;
 } fp_reshard_opts;

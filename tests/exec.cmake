@@ -176,3 +176,8 @@ fp_reshard_test(hybrid4_to_ragged6 6 hybrid 4 ragged-w6 6)
 fp_reshard_test(ragged6_to_fs8 8 ragged-w6 6 full_shard 8)
 add_test(NAME reshard_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/reshard_cli.sh $<TARGET_FILE:flexplan> ${CMAKE_SOURCE_DIR})
 set_tests_properties(reshard_cli PROPERTIES TIMEOUT 120 LABELS cli)
+# the same chain between disjoint rank sets (TO after FROM; the way back
+# with FROM after TO: from_offset)
+fp_reshard_test(fs8_to_hybrid4_disjoint 12 full_shard 8 hybrid 4 --to-offset 8)
+fp_reshard_test(hybrid4_to_ragged6_disjoint 10 hybrid 4 ragged-w6 6 --to-offset 4)
+fp_reshard_test(ragged6_to_fs8_disjoint 14 ragged-w6 6 full_shard 8 --to-offset 6)

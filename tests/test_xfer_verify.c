@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
   fp_diag d;
   fp_diag_init(&d, NULL);
   const char *pats[] = {"fc0.weight"};
-  fp_reshard_opts o = {"weights", 0, pats, 1};
+  fp_reshard_opts o = {.what = "weights", .mxfp8 = pats, .nmxfp8 = 1};
   fp_tx *t = fp_reshard(a, A->prog, NULL, B->prog, NULL, &o, &d);
   CHECK(t != NULL, "reshard: %s", d.buf ? d.buf : "");
   fp_diag_free(&d);
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
               strstr(d.buf, "'fc1.weight' is not in"),
           "another name: %s", d.buf ? d.buf : "(accepted)");
     fp_diag_free(&d);
-    fp_reshard_opts bad = {"weights+optimizer", 0, NULL, 0};
+    fp_reshard_opts bad = {.what = "weights+optimizer"};
     fp_diag_init(&d, NULL);
     CHECK(!fp_reshard(a, A->prog, NULL, B->prog, NULL, &bad, &d) && d.buf && strstr(d.buf, "no optimizer state"),
           "weights+optimizer: %s", d.buf ? d.buf : "(accepted)");

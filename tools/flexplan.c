@@ -57,12 +57,13 @@ static const char usage[] =
     "                 (fp_exec_timing_write) beside the modeled one (trace only).\n"
     "                 Default OUT: <model name>.trace.json / .html (docs/viz.md)\n"
     "  reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
-    "          [--to-offset N] [-o OUT] [--emit=summary|ir|explain|json|trace]\n"
+    "          [--to-offset N] [--from-offset M] [-o OUT] [--emit=summary|ir|explain|json|trace]\n"
     "                 compile and verify the transfer of the main weights from the\n"
     "                 ranks of plan FROM to those of plan TO (two plan.json of one\n"
     "                 model); -o writes it as JSON (flexplan.xfer.v1); --emit picks\n"
     "                 what goes to stdout (summary, default: the figures). TO rank r\n"
-    "                 is process r + N (default 0). docs/reshard.md\n"
+    "                 is process r + N, FROM rank r process r + M (default 0).\n"
+    "                 docs/reshard.md\n"
     "\n"
     "options:\n"
     "  -h, --help     this text\n"
@@ -562,11 +563,12 @@ static int cmd_reshard(int argc, char **argv) {
   const char *paths[2] = {NULL, NULL}, *out = NULL, *emit = "summary", *what = "weights";
   const char **pats = calloc((size_t)argc + 1, sizeof *pats);
   int npats = 0, np = 0;
-  long long off = 0;
+  long long off = 0, foff = 0;
   FP_ASSERT(pats);
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "-o") || !strcmp(a, "--transform") || !strcmp(a, "--what") || !strcmp(a, "--to-offset")) {
+    if (!strcmp(a, "-o") || !strcmp(a, "--transform") || !strcmp(a, "--what") || !strcmp(a, "--to-offset") ||
+        !strcmp(a, "--from-offset")) {
       if (i + 1 >= argc) {
         free(pats);
         return usage_error("reshard: %s needs a value", a);
@@ -574,14 +576,15 @@ static int cmd_reshard(int argc, char **argv) {
       const char *v = argv[++i];
       if (!strcmp(a, "-o")) out = v;
       else if (!strcmp(a, "--what")) what = v;
-      else if (!strcmp(a, "--to-offset")) {
+      else if (!strcmp(a, "--to-offset") || !strcmp(a, "--from-offset")) {
         char *end;
         errno = 0;
-        off = strtoll(v, &end, 10);
+        long long x = strtoll(v, &end, 10);
         if (errno || *end || end == v) {
           free(pats);
-          return usage_error("reshard: --to-offset '%s' is not a number", v);
+          return usage_error("reshard: offset '%s' is not a number", v);
         }
+        *(a[2] == 't' ? &off : &foff) = x;
       } else {
         size_t n = strlen(v);
         if (n < 7 || strcmp(v + n - 6, "=mxfp8") != 0) {
@@ -624,7 +627,7 @@ static int cmd_reshard(int argc, char **argv) {
     if (fp_src_read(ar, &d, paths[k], src[k])) prog[k] = fp_plan_read(ar, &d, src[k]);
   }
   if (prog[0] && prog[1]) {
-    fp_reshard_opts o = {what, off, pats, npats};
+    fp_reshard_opts o = {what, off, foff, pats, npats};
     double t0 = now_ms();
     fp_tx *t = fp_reshard(ar, prog[0], src[0], prog[1], src[1], &o, &d);
     double t1 = now_ms();

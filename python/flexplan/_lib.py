@@ -180,6 +180,7 @@ class fp_xfer_info(ctypes.Structure):
         ("local_bytes", ctypes.c_int64),
         ("max_send_bytes", ctypes.c_int64),
         ("max_recv_bytes", ctypes.c_int64),
+        ("from_offset", ctypes.c_int64),
     ]
 
 
@@ -190,6 +191,7 @@ class fp_reshard_options(ctypes.Structure):
         ("to_offset", ctypes.c_int64),
         ("mxfp8", ctypes.POINTER(ctypes.c_char_p)),
         ("nmxfp8", ctypes.c_int),
+        ("from_offset", ctypes.c_int64),
     ]
 
 

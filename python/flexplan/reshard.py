@@ -48,7 +48,8 @@ class Transfer:
     @property
     def info(self):
         """The figures: from_world, to_world, to_offset, processes, nops,
-        wire_bytes, lower_bound, local_bytes, max_send_bytes, max_recv_bytes."""
+        wire_bytes, lower_bound, local_bytes, max_send_bytes, max_recv_bytes,
+        from_offset."""
         i = L.fp_xfer_info()
         L.check(L.lib().fp_xfer_get_info(self._h, ctypes.byref(i)), lambda: self.errmsg)
         return {k: getattr(i, k) for k, _ in L.fp_xfer_info._fields_}
@@ -100,12 +101,12 @@ def load_transfer(path):
     return t
 
 
-def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0):
+def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0, from_offset=0):
     """Compile the transfer of the main weights from `from_plan`'s ranks to
     `to_plan`'s (flexplan.Plan objects of one model). transform: {pattern:
     "mxfp8"} (fnmatch patterns over param names) or ["pattern=mxfp8", ...];
     what: "weights" ("weights+optimizer" is refused); to_offset: TO rank r is
-    process r + to_offset. Raises FlexplanError with the located messages when
+    process r + to_offset, FROM rank r process r + from_offset. Raises FlexplanError with the located messages when
     the plans do not fit together."""
     pats = []
     items = transform.items() if isinstance(transform, dict) else [
@@ -115,7 +116,7 @@ def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0):
             raise L.FlexplanError(L.FP_ERR_ARG, f"transform {pat!r}: unknown transform {kind!r} (expected mxfp8)")
         pats.append(pat.encode())
     arr = (ctypes.c_char_p * max(1, len(pats)))(*pats)
-    opt = L.fp_reshard_options(what.encode() if what else None, int(to_offset), arr, len(pats))
+    opt = L.fp_reshard_options(what.encode() if what else None, int(to_offset), arr, len(pats), int(from_offset))
     h = ctypes.c_void_p()
     st = L.lib().fp_reshard_compile(from_plan._handle, to_plan._handle, ctypes.byref(opt), ctypes.byref(h))
     t = Transfer(h.value, from_plan, to_plan)
