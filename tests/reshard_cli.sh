@@ -29,6 +29,16 @@ echo "$mx" | grep -q 'param fc0.weight numel=260 wire=mxfp8' || fail "mxfp8 para
 echo "$mx" | grep -q 'quantize_mxfp8' || fail "no quantize op"
 $F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*.weight=mxfp8' | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wire_bytes'] < d['lower_bound_bytes']" || fail "mxfp8 wire not smaller"
 
+# flexplan viz of a saved transfer: its trace; a tampered file: located, exit 1
+$F viz "$T/x.json" -o "$T/x.trace.json" || fail "viz of a transfer"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert sum(e.get('ph')=='X' for e in d['traceEvents']) > 10" "$T/x.trace.json" || fail "viz trace"
+sed 's/"processes":4/"processes":"4"/' "$T/x.json" > "$T/bad.xfer.json"
+err=$($F viz "$T/bad.xfer.json" -o "$T/bad.trace.json" 2>&1); rc=$?
+[ $rc = 1 ] || fail "viz of a tampered transfer: exit $rc"
+echo "$err" | grep -Eq "bad.xfer.json:[0-9]+:[0-9]+: error: /processes: expected an integer" || fail "viz tampered: $err"
+[ -e "$T/bad.trace.json" ] && fail "viz wrote output on error"
+$F viz "$T/x.json" --format=html >/dev/null 2>&1; [ $? = 2 ] || fail "viz --format=html of a transfer not a usage error"
+
 # errors: located, exit 1, no output written
 err=$($F reshard "$T/a.plan.json" "$T/tied.plan.json" -o "$T/bad.json" 2>&1); rc=$?
 [ $rc = 1 ] || fail "other model: exit $rc"

@@ -63,6 +63,7 @@ static const char usage[] =
     "                 model); -o writes it as JSON (flexplan.xfer.v1); --emit picks\n"
     "                 what goes to stdout (summary, default: the figures). TO rank r\n"
     "                 is process r + N, FROM rank r process r + M (default 0).\n"
+    "                 'viz T.xfer.json [-o OUT]' draws a saved transfer as a trace.\n"
     "                 docs/reshard.md\n"
     "\n"
     "options:\n"
@@ -664,6 +665,46 @@ static int cmd_reshard(int argc, char **argv) {
   return rc;
 }
 
+/* ---- viz of a transfer (a flexplan.xfer.v1 file): its trace ------------------- */
+static bool is_xfer_file(const char *path) {
+  char head[256] = {0};
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(head, 1, sizeof head - 1, f);
+  fclose(f);
+  head[n] = 0;
+  return strstr(head, "\"format\":\"flexplan.xfer.v1\"") != NULL;
+}
+
+static int cmd_viz_xfer(int argc, char **argv) {
+  const char *path = NULL, *out = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "--format=trace")) continue;
+    else if (!strncmp(argv[i], "--format=", 9)) return usage_error("viz: a transfer draws as a trace only, not %s", argv[i] + 9);
+    else if (argv[i][0] == '-' && argv[i][1]) return usage_error("viz: option '%s' does not apply to a transfer", argv[i]);
+    else if (!path) path = argv[i];
+    else return usage_error("viz: expected one file, got '%s' too", argv[i]);
+  }
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  fp_src *src = fp_alloc(ar, sizeof *src);
+  fp_tx *t = fp_src_read(ar, &d, path, src) ? fp_tx_read(ar, &d, src) : NULL;
+  int rc = EXIT_INPUT;
+  if (t) {
+    const char *o = out ? out : fp_sprintf(ar, "%s.xfer.trace.json", t->model && *t->model ? t->model : "transfer");
+    out_file of;
+    if (out_open(&of, o)) {
+      fp_tx_trace(t, of.f);
+      if (out_commit(&of)) rc = EXIT_OK;
+    }
+  }
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage, stderr);
@@ -690,6 +731,7 @@ int main(int argc, char **argv) {
       else argv[2 + n++] = argv[i];
     return cmd_modeled(n, argv + 2, "explain", exposed ? print_exposed : print_explain);
   }
+  if (!strcmp(cmd, "viz") && argc > 2 && is_xfer_file(argv[2])) return cmd_viz_xfer(argc - 2, argv + 2);
   if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
   if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 2, argv + 2);
   if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
