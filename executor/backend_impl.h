@@ -20,6 +20,9 @@
  *   write        copy rows x width bytes from host memory into the device
  *                arena (refits; after sync): a memcpy for MPI, a copy to
  *                the GPU for NCCL;
+ *   all_reduce_f64  fp_exec_all_reduce_f64 (between hooks; n in
+ *                [1, FP_ALL_REDUCE_MAX]): the sum over the world, in place,
+ *                blocking; NULL where the backend has none (FP_ERR_BACKEND);
  *   destroy      free everything (after sync); tolerates a partial setup.
  *
  * Hooks (run_segment) must not allocate: everything is made in prepare. */
@@ -38,6 +41,7 @@ struct fp_backend_impl {
   fp_status (*write)(fp_exec *x, char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t width,
                      int64_t rows);
   void (*destroy)(fp_exec *x);
+  fp_status (*all_reduce_f64)(fp_exec *x, double *values, int n);
 };
 
 extern const fp_backend_impl fp_backend_mpi; /* executor/mpi.c */

@@ -501,6 +501,27 @@ static fp_status usable(fp_exec *x) {
   return FP_OK;
 }
 
+/* segment k has no ops on this rank */
+static bool seg_empty(const fp_exec *x, int32_t k) {
+  for (int st = 0; st < FP_NSTREAMS; st++)
+    if (x->seg_end[k][st] != (k > 0 ? x->seg_end[k - 1][st] : 0)) return false;
+  return true;
+}
+
+/* How many segments from the cursor on the trainer may skip to reach
+ * (hook, module): every one of them a module hook with no ops on this rank,
+ * the target one within the step; 0 when none (fp_exec_hook's contract). */
+static int32_t skippable(const fp_exec *x, fp_hook hook, int32_t module) {
+  const fp_prog *p = x->prog;
+  for (int32_t k = x->cursor; k < p->nsegs; k++) {
+    const fp_seg *s = &p->segs[k];
+    if (!fp_seg_has_module(s->kind)) return 0;
+    if (s->kind == (fp_seg_kind)hook && s->module == module) return k - x->cursor;
+    if (!seg_empty(x, k)) return 0;
+  }
+  return 0;
+}
+
 fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   if (!x) return FP_ERR_ARG;
   FPX_CHECK(usable(x));
@@ -513,6 +534,12 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   if (!hm && module != -1)
     return fpx_fail(x, FP_ERR_ARG, "%s takes no module (pass -1, not %" PRId32 ")", fp_seg_name((int)hook), module);
   const fp_seg *s = &p->segs[x->cursor];
+  int32_t skip = hm ? skippable(x, hook, module) : 0;
+  if (skip > 0) {
+    x->cursor += skip; /* a module hook is never the step's last segment: no wrap */
+    x->stats.skipped += skip;
+    s = &p->segs[x->cursor];
+  }
   if (s->kind != (fp_seg_kind)hook || (hm && s->module != module)) {
     char want[160];
     if (hm)
@@ -540,6 +567,20 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
     x->stats.steps++;
   }
   return FP_OK;
+}
+
+fp_status fp_exec_all_reduce_f64(fp_exec *x, double *values, int n) {
+  if (!x) return FP_ERR_ARG;
+  FPX_CHECK(usable(x));
+  if (n < 0 || n > FP_ALL_REDUCE_MAX || (n > 0 && !values))
+    return fpx_fail(x, FP_ERR_ARG, "fp_exec_all_reduce_f64: %d values (expected 0 to %d, and a buffer)", n,
+                    FP_ALL_REDUCE_MAX);
+  if (n == 0) return FP_OK;
+  if (!x->bk->all_reduce_f64)
+    return fpx_fail(x, FP_ERR_BACKEND, "fp_exec_all_reduce_f64: the %s backend has no reduction", x->bk->name);
+  fp_status st = x->bk->all_reduce_f64(x, values, n);
+  if (st == FP_ERR_BACKEND) x->broken = true;
+  return st;
 }
 
 fp_status fp_exec_sync(fp_exec *x) {

@@ -92,6 +92,7 @@ typedef struct mstate {
   segsum *sums;
   hstream st[FP_NSTREAMS];
   MPI_Comm *dups;        /* [ncomms][FP_NSTREAMS], MPI_COMM_NULL where unused */
+  MPI_Comm red;          /* fp_exec_all_reduce_f64: a duplicate of the bootstrap communicator */
   MPI_Datatype t_bf16, t_f16;
   MPI_Op op_bf16, op_f16;
   bool types;
@@ -181,6 +182,7 @@ static fp_status mpi_prepare(fp_exec *x) {
     return fpx_fail(x, FP_ERR_ARG, "the MPI backend needs MPI initialized (MPI_Init_thread) and not finalized");
   mstate *m = x->bks = fpx_alloc(x, 1, sizeof *m);
   if (!m) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  m->red = MPI_COMM_NULL;
   MPI_Query_thread(&level);
   /* the default: see docs/executor.md, "Streams and progress" */
   m->mode = x->cfg.progress;
@@ -370,6 +372,10 @@ static fp_status mpi_connect(fp_exec *x) {
    * that has it, but maybe not on all: agree before any op runs */
   MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, boot);
   if (anybad) return bad ? FP_ERR_PLAN : fpx_fail(x, FP_ERR_PLAN, "a communicator of the plan does not tile the world");
+  /* the trainer's own reductions (fp_exec_all_reduce_f64): a private
+   * communicator, so they never match a collective of the plan */
+  MPI_CHECK_GOTO(x, MPI_Comm_dup(boot, &m->red), st, fail);
+  MPI_Comm_set_errhandler(m->red, MPI_ERRORS_RETURN);
   for (int32_t j = 0; j < x->nxops; j++)
     if (is_comm(&x->xops[j])) m->mops[j].comm = m->dups[(int64_t)x->xops[j].comm * FP_NSTREAMS + x->xops[j].stream];
   if (m->mode == FP_PROGRESS_THREAD) {
@@ -627,6 +633,19 @@ static fp_status mpi_sync(fp_exec *x) {
   return st;
 }
 
+/* fp_exec_all_reduce_f64: blocking, on the private communicator; the
+ * progress thread (MPI_THREAD_MULTIPLE) keeps driving the plan's streams
+ * meanwhile, and in poll mode the plan's issued requests progress inside MPI */
+static fp_status mpi_all_reduce_f64(fp_exec *x, double *v, int n) {
+  mstate *m = ms(x);
+  fp_status st = FP_OK;
+  MPI_CHECK_GOTO(x, MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, m->red), st, fail);
+  x->stats.collectives++;
+  x->stats.bytes_moved += (int64_t)n * (int64_t)sizeof *v;
+fail:
+  return st;
+}
+
 static fp_status mpi_write(fp_exec *x, char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t width,
                            int64_t rows) {
   (void)x;
@@ -653,6 +672,7 @@ static void mpi_destroy(fp_exec *x) {
     if (m->dups)
       for (int64_t k = 0; k < (int64_t)x->prog->ncomms * FP_NSTREAMS; k++)
         if (m->dups[k] != MPI_COMM_NULL) MPI_Comm_free(&m->dups[k]);
+    if (m->red != MPI_COMM_NULL) MPI_Comm_free(&m->red);
     if (m->types) {
       if (m->t_bf16 != MPI_DATATYPE_NULL) MPI_Type_free(&m->t_bf16);
       if (m->t_f16 != MPI_DATATYPE_NULL) MPI_Type_free(&m->t_f16);
@@ -678,5 +698,6 @@ const fp_backend_impl fp_backend_mpi = {
     .run_segment = mpi_run_segment,
     .sync = mpi_sync,
     .write = mpi_write,
+    .all_reduce_f64 = mpi_all_reduce_f64,
     .destroy = mpi_destroy,
 };

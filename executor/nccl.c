@@ -69,6 +69,7 @@
 _Static_assert(sizeof(ncclUniqueId) == FP_NCCL_ID_BYTES, "fp_nccl_id holds an ncclUniqueId");
 
 #define SEG_LABEL 96
+#define SCRATCH_BYTES (FP_ALL_REDUCE_MAX * sizeof(double))
 
 typedef struct nstate {
   fpn_plan P;
@@ -80,7 +81,8 @@ typedef struct nstate {
   void *arena;             /* ncclMemAlloc: arena_bytes (at least 256) */
   size_t arena_alloc;
   void *host;              /* cudaHostAlloc: host_bytes (at least 256) */
-  uint64_t *scratch;       /* the agreement's device words (cudaMalloc, 64 bytes) */
+  uint64_t *scratch;       /* the agreement's device words and fp_exec_all_reduce_f64's staging
+                            * (cudaMalloc, SCRATCH_BYTES) */
   /* streams and events */
   cudaStream_t st[FP_NSTREAMS];
   bool own[FP_NSTREAMS];   /* made here (destroyed here) */
@@ -257,7 +259,7 @@ static fp_status nccl_prepare(fp_exec *x) {
   x->stats.allocations += P->nevents + 1 + FP_NSTREAMS;
 
   /* the agreement's words */
-  CUDA_TRY(x, cudaMalloc((void **)&n->scratch, 64));
+  CUDA_TRY(x, cudaMalloc((void **)&n->scratch, SCRATCH_BYTES));
   x->stats.allocations++;
 
   /* the arenas: once, zeroed */
@@ -362,7 +364,7 @@ static fp_status nccl_agree(fp_exec *x, fp_status local) {
   /* id, NCCL_COMM_ID, local: the world communicator is the only channel */
   if (!n || !n->device_ok) return local != FP_OK ? local : fpx_fail(x, FP_ERR_BACKEND, "no usable CUDA device");
   if (!n->scratch) { /* prepare failed before making it: still join */
-    if (cudaMalloc((void **)&n->scratch, 64) != cudaSuccess) return local;
+    if (cudaMalloc((void **)&n->scratch, SCRATCH_BYTES) != cudaSuccess) return local;
     x->stats.allocations++;
   }
   if (!n->st[FP_STREAM_COMPUTE]) return local; /* failed before the streams: cannot join */
@@ -697,6 +699,20 @@ static fp_status nccl_write(fp_exec *x, char *dst, int64_t dpitch, const char *s
   return FP_OK;
 }
 
+/* fp_exec_all_reduce_f64: through the scratch words, on the world
+ * communicator and the compute stream (after the trainer's queued work);
+ * the host waits for the result */
+static fp_status nccl_all_reduce_f64(fp_exec *x, double *v, int cnt) {
+  nstate *n = ns(x);
+  if (capturing(n))
+    return fpx_fail(x, FP_ERR_ORDER, "fp_exec_all_reduce_f64 while the compute stream is being captured: the host "
+                    "cannot wait for the result inside a capture");
+  FPX_CHECK(world_allreduce(x, v, (size_t)cnt, ncclFloat64, sizeof *v, ncclSum));
+  x->stats.collectives++;
+  x->stats.bytes_moved += (int64_t)cnt * (int64_t)sizeof *v;
+  return FP_OK;
+}
+
 /* ---- destroy ------------------------------------------------------------------------------------------------- */
 static void nccl_destroy(fp_exec *x) {
   nstate *n = ns(x);
@@ -761,5 +777,6 @@ const fp_backend_impl fp_backend_nccl = {
     .run_segment = nccl_run_segment,
     .sync = nccl_sync,
     .write = nccl_write,
+    .all_reduce_f64 = nccl_all_reduce_f64,
     .destroy = nccl_destroy,
 };

@@ -2,7 +2,7 @@
  * reader (which trusts nothing: strict JSON, every member type- and
  * range-checked, the content hash recomputed, the whole verifier run), and
  * answer questions about it; plus the API's small name tables (statuses,
- * element types, hooks).
+ * element types, hooks) and the version.
  *
  * A failed load still returns a handle that holds the reader's located
  * messages; everything the reader allocated is freed with its arena, so a
@@ -15,6 +15,8 @@
 #include "exec_impl.h"
 
 /* ---- names ----------------------------------------------------------------- */
+const char *fp_version(void) { return FP_VERSION_STRING; }
+
 const char *fp_status_name(fp_status s) {
   static const char *const names[] = {"FP_OK",           "FP_ERR_ARG",     "FP_ERR_PLAN",
                                       "FP_ERR_ORDER",    "FP_ERR_MISMATCH", "FP_ERR_WEIGHTS",

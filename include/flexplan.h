@@ -29,7 +29,8 @@
  *
  * Backends: FP_BACKEND_MPI runs on host memory with MPI collectives (one
  * process per rank, started by mpirun; the trainer calls MPI_Init_thread
- * before fp_exec_create and MPI_Finalize after fp_exec_destroy). See
+ * (or fp_mpi_init) before fp_exec_create and MPI_Finalize (or
+ * fp_mpi_finalize) after fp_exec_destroy). See
  * docs/executor.md for the backend's decisions, its checks and its figures.
  * FP_BACKEND_NCCL runs on a CUDA device with NCCL collectives, the plan's
  * streams as CUDA streams and its events as CUDA events, and replays each
@@ -43,9 +44,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flexplan_version.h" /* FP_VERSION_MAJOR, _MINOR, _PATCH, FP_VERSION_STRING */
+
+/* FP_API marks the functions libflexplan.so exports. The library is built
+ * with -fvisibility=hidden and FP_BUILDING_LIBRARY defined, so nothing else
+ * of it is visible to a program; to a program FP_API is nothing. */
+#if defined(FP_BUILDING_LIBRARY) && (defined(__GNUC__) || defined(__clang__))
+#define FP_API __attribute__((visibility("default")))
+#else
+#define FP_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- version ----------------------------------------------------------- */
+/* The library's version, "MAJOR.MINOR.PATCH": FP_VERSION_STRING of the
+ * header the library was built with (a program may compare it with the
+ * header it was compiled against). The SONAME carries the major number. */
+FP_API const char *fp_version(void);
 
 /* ---- status ------------------------------------------------------------ */
 typedef enum fp_status {
@@ -60,7 +78,7 @@ typedef enum fp_status {
 } fp_status;
 
 /* "FP_OK", "FP_ERR_PLAN", ...; "FP_ERR_?" for a value outside the enum */
-const char *fp_status_name(fp_status s);
+FP_API const char *fp_status_name(fp_status s);
 
 /* ---- element types ----------------------------------------------------- */
 typedef enum fp_elem {
@@ -73,8 +91,8 @@ typedef enum fp_elem {
 } fp_elem;
 
 /* bytes per element (0 for a value outside the enum); "fp32", "bf16", ... */
-int fp_elem_size(fp_elem t);
-const char *fp_elem_name(fp_elem t);
+FP_API int fp_elem_size(fp_elem t);
+FP_API const char *fp_elem_name(fp_elem t);
 
 /* ---- plans ------------------------------------------------------------- */
 typedef struct fp_plan fp_plan;
@@ -88,10 +106,10 @@ typedef struct fp_plan fp_plan;
  * ("plan.json:12:5: error: /ops/3: ..."); free it with fp_plan_free. A plan
  * is immutable once loaded and may be shared by several executors; it must
  * outlive them. */
-fp_status fp_plan_load(const char *path, fp_plan **out);
+FP_API fp_status fp_plan_load(const char *path, fp_plan **out);
 /* the last error of a plan handle ("" when none); valid until fp_plan_free */
-const char *fp_plan_errmsg(const fp_plan *plan);
-void fp_plan_free(fp_plan *plan);
+FP_API const char *fp_plan_errmsg(const fp_plan *plan);
+FP_API void fp_plan_free(fp_plan *plan);
 
 typedef struct fp_plan_info {
   const char *model, *strategy; /* strings owned by the plan */
@@ -102,13 +120,13 @@ typedef struct fp_plan_info {
   int32_t nmodules, nparams, nsegments, nops;
   uint64_t hash;                /* FNV-1a 64 of the canonical program text (the file's "hash") */
 } fp_plan_info;
-fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
+FP_API fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
 
 /* Modules are numbered 0..nmodules-1 in the model's order. The name of
  * module m (NULL when out of range); the index of a module name (-1 when the
  * plan has none). */
-const char *fp_plan_module_name(const fp_plan *plan, int32_t m);
-int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
+FP_API const char *fp_plan_module_name(const fp_plan *plan, int32_t m);
+FP_API int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
 
 /* ---- executors --------------------------------------------------------- */
 typedef struct fp_exec fp_exec;
@@ -187,7 +205,7 @@ typedef struct fp_exec_config {
 /* NCCL backend: a new unique id (ncclGetUniqueId), for FP_NCCL_BOOT_ID: rank 0
  * calls it and ships the bytes to the other ranks. FP_ERR_BACKEND when
  * flexplan was built without CUDA or NCCL fails. */
-fp_status fp_nccl_get_id(fp_nccl_id *out);
+FP_API fp_status fp_nccl_get_id(fp_nccl_id *out);
 
 /* Create an executor for this rank. Collective: every rank of the bootstrap
  * communicator calls it with the same plan. Setup order:
@@ -205,12 +223,12 @@ fp_status fp_nccl_get_id(fp_nccl_id *out);
  * Only a NULL config or an unknown backend fail before step 2 (there is no
  * backend to agree through). Parameter weights start as zeros: load them
  * with fp_exec_load_weights. */
-fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec **out);
+FP_API fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec **out);
 /* the last error of an executor ("" when none) */
-const char *fp_exec_errmsg(const fp_exec *x);
+FP_API const char *fp_exec_errmsg(const fp_exec *x);
 /* Wait for all issued work, then free everything. Must be called by every
  * rank (communicators are freed collectively) before MPI_Finalize. */
-void fp_exec_destroy(fp_exec *x);
+FP_API void fp_exec_destroy(fp_exec *x);
 
 /* ---- hooks ------------------------------------------------------------- */
 typedef enum fp_hook {
@@ -223,32 +241,68 @@ typedef enum fp_hook {
   FP_HOOK_POST_OPTIMIZER = 6 /* after the optimizer step updated the main weights */
 } fp_hook;
 /* "step_begin", "pre_forward", ... (NULL outside the enum) */
-const char *fp_hook_name(fp_hook h);
+FP_API const char *fp_hook_name(fp_hook h);
 
 /* Run the plan's next segment. `module` is the module index for the hooks
  * that take one, and -1 for step_begin / pre_optimizer / post_optimizer.
  * Returns FP_ERR_ORDER when (hook, module) is not what the plan expects next
  * (the message names both, e.g. "hook pre_forward(fc2) called, but the plan
  * expects post_forward(fc1) next (segment 4 of 18, micro-batch 0)"); nothing
- * runs and the executor stays where it was. FP_ERR_ARG for a hook outside the
+ * runs and the executor stays where it was. Empty segments may be skipped:
+ * when the called hook is a module hook further on in the step, and every
+ * segment between the expected one and it is a module hook (pre/post
+ * forward/backward) with no ops on this rank, those are skipped
+ * (stats.skipped) and the called one runs - a frozen module need not call
+ * hooks it has no use for, and autograd fires no backward hook for a module
+ * without grads. A skipped segment that has ops is still FP_ERR_ORDER. FP_ERR_ARG for a hook outside the
  * enum or a module out of range. FP_ERR_BACKEND when communication failed;
  * the executor is then unusable. A hook performs no memory allocation
  * (NCCL, FP_CUDA_GRAPH: except the one step_begin that captures the graphs).
  * NCCL: a hook enqueues its segment's work on the CUDA streams and returns
  * without waiting for the device. */
-fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module);
+FP_API fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module);
 /* Wait until every piece of work issued so far has finished, on every
  * stream (hooks wait only for what the trainer's next work needs). NCCL: the
  * host waits for the device (not allowed while the compute stream is being
  * captured: FP_ERR_ORDER). */
-fp_status fp_exec_sync(fp_exec *x);
+FP_API fp_status fp_exec_sync(fp_exec *x);
 
 /* NCCL backend: the compute stream (a cudaStream_t): cfg.cuda_stream, or the
  * one the executor made. The trainer launches its forward, backward and
  * optimizer work on it; after a hook returns, work launched on it is ordered
  * after everything the hook's segment says must come first. NULL for the MPI
  * backend and for an executor that failed to create. */
-void *fp_exec_cuda_stream(const fp_exec *x);
+FP_API void *fp_exec_cuda_stream(const fp_exec *x);
+
+/* Sum `n` doubles across every rank of the executor's world, in place: one
+ * collective that every rank calls with the same n, at the same point of
+ * its hook sequence (e.g. the squared norms of the grad shards for
+ * clip_grad_norm_, between pre_optimizer and post_optimizer). Allowed
+ * whenever no hook is running (between hooks, inside or outside a step);
+ * it waits for nothing the plan issued and is ordered with it by nothing
+ * (the values are the caller's own host memory). MPI: MPI_Allreduce on the
+ * executor's private duplicate of the bootstrap communicator, made at
+ * create. NCCL: ncclAllReduce on the world communicator through a device
+ * staging buffer made at create, on the compute stream (so after the
+ * trainer's work queued there), then the host waits for it: not allowed
+ * while the compute stream is being captured (FP_ERR_ORDER); at most
+ * FP_ALL_REDUCE_MAX values per call (FP_ERR_ARG beyond). n == 0 is a no-op
+ * (no communication: every rank must then pass 0). */
+#define FP_ALL_REDUCE_MAX 4096
+FP_API fp_status fp_exec_all_reduce_f64(fp_exec *x, double *values, int n);
+
+/* ---- MPI from programs that do not link MPI (e.g. Python over ctypes) ---- */
+/* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (so the MPI backend can
+ * use its progress thread), unless MPI is already initialized; then this
+ * process's rank and the size of MPI_COMM_WORLD (either pointer may be
+ * NULL). FP_ERR_BACKEND when MPI fails or was already finalized. */
+FP_API fp_status fp_mpi_init(int *rank, int *world_size);
+/* MPI_Finalize; a no-op when MPI was never initialized or is finalized
+ * already. Destroy every executor first. */
+FP_API fp_status fp_mpi_finalize(void);
+/* MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialized (ending every
+ * rank of the job), else exit(code). Does not return. */
+FP_API void fp_mpi_abort(int code);
 
 /* ---- tensor views ------------------------------------------------------ */
 /* A view into the arena. data is NULL (and numel 0) where this rank holds
@@ -299,8 +353,8 @@ typedef struct fp_param_view {
 } fp_param_view;
 
 /* Parameters are numbered 0..nparams-1 in the plan's order. */
-fp_status fp_exec_param(fp_exec *x, const char *name, fp_param_view *out);
-fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out);
+FP_API fp_status fp_exec_param(fp_exec *x, const char *name, fp_param_view *out);
+FP_API fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out);
 
 /* ---- refit ------------------------------------------------------------- */
 /* Load weights from safetensors files holding full tensors by param name
@@ -317,7 +371,7 @@ fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out);
  * replayed after it. Call it between steps (before step_begin): FP_ERR_ORDER
  * otherwise. Local: no communication. NCCL: it synchronizes the device (not
  * allowed while the compute stream is being captured). */
-fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths);
+FP_API fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths);
 
 /* ---- statistics -------------------------------------------------------- */
 typedef struct fp_exec_stats {
@@ -341,8 +395,10 @@ typedef struct fp_exec_stats {
   int64_t graph_launches;   /* cudaGraphLaunch calls made by hooks */
   int64_t nccl_comms;       /* NCCL communicators made (ncclCommSplit, one per plan communicator
                              * and stream that communicates on it), the world one excluded */
+  int64_t skipped;          /* segments skipped because this rank had no ops in them (the trainer
+                             * called a later hook; fp_exec_hook) */
 } fp_exec_stats;
-fp_status fp_exec_get_stats(const fp_exec *x, fp_exec_stats *out);
+FP_API fp_status fp_exec_get_stats(const fp_exec *x, fp_exec_stats *out);
 
 #ifdef __cplusplus
 }

@@ -146,6 +146,7 @@ static inline void fp_sb_putc(fp_sbuf *b, char c) {
 #define FP_FNV_INIT 0xcbf29ce484222325ull
 uint64_t fp_fnv1a(uint64_t h, const void *p, size_t n);
 
-#define FP_VERSION "0.1.0"
+#include "../include/flexplan_version.h"
+#define FP_VERSION FP_VERSION_STRING /* plan.json's planner_version */
 
 #endif

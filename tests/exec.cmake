@@ -1,20 +1,6 @@
 # executor: the MPI backend under mpirun (label "mpi"). fp_mpi_test(name np
-# exe args...) runs `mpiexec -n np <preflags> exe args` as FindMPI documents,
-# with --oversubscribe (more ranks than cores) and --allow-run-as-root (CI
-# containers run as root) in the preflags.
-set(FP_MPIEXEC_PREFLAGS --oversubscribe --allow-run-as-root ${MPIEXEC_PREFLAGS}
-    CACHE STRING "flags before the program in MPI tests")
-# Docker's default seccomp profile blocks vader's CMA single copy
-# (process_vm_readv): "Read -1, expected N, errno = 1" (docs/executor.md)
-set(FP_MPI_ENV OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
-if(FP_SANITIZE)
-  # Open MPI's own leaks at exit (tests/mpi/lsan-openmpi.supp says why);
-  # the slow unwinder carries their stacks past unloaded MCA components
-  list(APPEND FP_MPI_ENV
-       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
-       "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/mpi/lsan-openmpi.supp:print_suppressions=0")
-endif()
-
+# exe args...) runs `mpiexec -n np <preflags> exe args` as FindMPI documents
+# (FP_MPIEXEC_PREFLAGS and FP_MPI_ENV: tests/CMakeLists.txt).
 function(fp_mpi_test name np exe)
   add_test(NAME ${name}
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${FP_MPIEXEC_PREFLAGS}

@@ -1,9 +1,11 @@
 /* test_exec_order.c - hooks called out of plan order are errors that name
  * the expected and the received hook; nothing is issued (no hang: the other
  * ranks make the same mistake and no collective is pending), the executor
- * stays where it was, and the right call then works. Also: invalid hooks and
+ * stays where it was, and the right call then works. Empty module segments
+ * may be skipped, segments with ops may not. Also: invalid hooks and
  * modules, a refit in the middle of a step, and no allocation on any hook
- * (the executor's allocation counter is unchanged over whole steps). Runs
+ * (the executor's allocation counter is unchanged over whole steps), and
+ * fp_exec_all_reduce_f64 between hooks. Runs
  * under mpirun on 2 ranks. */
 #include "exec_util.h"
 
@@ -61,10 +63,9 @@ int main(int argc, char **argv) {
   expect_order(x, FP_HOOK_PRE_FORWARD, m0, "pre_forward(m)", "expects step_begin");
   EXPECT(strstr(fp_exec_errmsg(x), "segment 0 of"), "%s", fp_exec_errmsg(x));
   EXPECT(fp_exec_hook(x, FP_HOOK_STEP_BEGIN, -1) == FP_OK, "%s", fp_exec_errmsg(x));
-  /* the wrong module, then a skipped post_forward */
+  /* the wrong module: pre_forward(m) has an all-gather, so it cannot be skipped */
   expect_order(x, FP_HOOK_PRE_FORWARD, m1, "pre_forward(second)", "expects pre_forward(m)");
   EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
-  expect_order(x, FP_HOOK_PRE_FORWARD, m1, "pre_forward(second)", "expects post_forward(m)");
   /* a refit in the middle of a step changes nothing */
   const char *none[1] = {"/nonexistent.safetensors"};
   EXPECT(fp_exec_load_weights(x, none, 1) == FP_ERR_ORDER && strstr(fp_exec_errmsg(x), "post_forward(m)"),
@@ -75,20 +76,35 @@ int main(int argc, char **argv) {
   EXPECT(fp_exec_hook(x, FP_HOOK_PRE_OPTIMIZER, 0) == FP_ERR_ARG && strstr(fp_exec_errmsg(x), "takes no module"),
          "module on pre_optimizer");
   EXPECT(fp_exec_hook(NULL, FP_HOOK_STEP_BEGIN, -1) == FP_ERR_ARG, "NULL executor");
-  /* the rest of the step in order; then the second micro-batch must not be skipped */
-  EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
-  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  /* empty segments may be skipped: post_forward(m) has no ops, so
+   * pre_forward(second) runs (its all-gather issued); then pre_backward(second)
+   * and pre_backward(m), both empty, are skipped by the post_backwards */
+  fp_exec_stats s0, s1;
+  fp_exec_get_stats(x, &s0);
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "skip post_forward(m): %s", fp_exec_errmsg(x));
+  fp_exec_get_stats(x, &s1);
+  EXPECT(s1.skipped == s0.skipped + 1 && s1.hooks == s0.hooks + 1 && s1.collectives == s0.collectives + 1,
+         "skipped %" PRId64 ", hooks %" PRId64 ", collectives %" PRId64, s1.skipped, s1.hooks, s1.collectives);
   EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
-  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_BACKWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
-  EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
-  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_BACKWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
-  EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m1) == FP_OK, "skip pre_backward(second): %s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m0) == FP_OK, "skip pre_backward(m): %s", fp_exec_errmsg(x));
+  fp_exec_get_stats(x, &s1);
+  EXPECT(s1.skipped == s0.skipped + 3 && s1.collectives == s0.collectives + 3, "skipped %" PRId64, s1.skipped);
+  /* the second micro-batch must not be skipped: pre_optimizer is no module hook */
   expect_order(x, FP_HOOK_PRE_OPTIMIZER, -1, "pre_optimizer", "micro-batch 1");
-  for (int32_t k = 9; k < x->prog->nsegs; k++) { /* finish the step */
+  /* nor may a segment with ops: post_backward(second) would skip the empty
+   * post_forward(m), but also pre_forward(second)'s all-gather */
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
+  expect_order(x, FP_HOOK_POST_BACKWARD, m1, "post_backward(second)", "expects post_forward(m)");
+  /* nor the step's end: step_begin of the next step */
+  expect_order(x, FP_HOOK_STEP_BEGIN, -1, "step_begin", "expects post_forward(m)");
+  for (int32_t k = x->cursor; k < x->prog->nsegs; k++) { /* finish the step */
     const fp_seg *s = &x->prog->segs[k];
     EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));
   }
+  fp_exec_get_stats(x, &s1);
+  EXPECT(s1.steps == 1 && s1.skipped == 3, "steps %" PRId64 ", skipped %" PRId64, s1.steps, s1.skipped);
   /* whole steps allocate nothing */
   fp_exec_stats a, b;
   fp_exec_get_stats(x, &a);
@@ -98,6 +114,26 @@ int main(int argc, char **argv) {
          "allocations %" PRId64 " -> %" PRId64 ", in hooks %" PRId64, a.allocations, b.allocations, b.hook_allocations);
   EXPECT(b.steps == 4 && b.hooks == a.hooks + 3 * x->prog->nsegs, "steps %" PRId64, b.steps);
   EXPECT(b.collectives == 4 * 8 && b.arena_bytes > 0, "collectives %" PRId64, b.collectives);
+  /* the trainer's own sums (fp_exec_all_reduce_f64): every rank's values
+   * added in place, between hooks; bad arguments change nothing */
+  double v[3] = {tu_rank + 1.0, 0.5 * tu_rank, -2.0}, want[3] = {0, 0, 0};
+  for (int r = 0; r < tu_world; r++) want[0] += r + 1.0, want[1] += 0.5 * r, want[2] += -2.0;
+  EXPECT(fp_exec_all_reduce_f64(x, v, 3) == FP_OK, "%s", fp_exec_errmsg(x));
+  EXPECT(v[0] == want[0] && v[1] == want[1] && v[2] == want[2], "sums %g %g %g", v[0], v[1], v[2]);
+  EXPECT(fp_exec_all_reduce_f64(x, v, 0) == FP_OK && v[0] == want[0], "n = 0");
+  EXPECT(fp_exec_all_reduce_f64(x, NULL, 1) == FP_ERR_ARG, "NULL values");
+  EXPECT(fp_exec_all_reduce_f64(x, v, FP_ALL_REDUCE_MAX + 1) == FP_ERR_ARG && strstr(fp_exec_errmsg(x), "4096"),
+         "too many: %s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_all_reduce_f64(NULL, v, 1) == FP_ERR_ARG, "NULL executor");
+  tp_step(x); /* in the middle of a step too, and the plan still runs */
+  EXPECT(fp_exec_hook(x, FP_HOOK_STEP_BEGIN, -1) == FP_OK, "%s", fp_exec_errmsg(x));
+  double one = 1.0;
+  EXPECT(fp_exec_all_reduce_f64(x, &one, 1) == FP_OK && one == tu_world, "mid-step sum %g", one);
+  for (int32_t k = 1; k < x->prog->nsegs; k++) {
+    const fp_seg *s = &x->prog->segs[k];
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+           fp_exec_errmsg(x));
+  }
   fp_exec_destroy(x);
   fp_plan_free(plan);
   fp_arena_free(t.a);

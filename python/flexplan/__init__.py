@@ -1,0 +1,45 @@
+"""flexplan - compile and run communication plans for sharded data-parallel
+training (FSDP / ZeRO) from Python.
+
+A thin, pure-Python layer (ctypes) over the shared library libflexplan.so:
+
+    import flexplan
+    plan = flexplan.compile("model.json", "spec.json")   # or dicts, or JSON text
+    print(plan.summary["modeled_step_ms"])
+    plan.save("model.plan.json")
+    plan = flexplan.load("model.plan.json")
+
+Errors raise flexplan.FlexplanError carrying the library's located message.
+The library is found through FLEXPLAN_LIBRARY, then next to the installed
+package, then the source tree's build/ (flexplan._lib says how).
+Executor (flexplan.executor) runs a plan in a trainer; flexplan.torch
+connects it to PyTorch. docs/python.md documents the package.
+"""
+
+from ._version import __version__
+from .errors import FlexplanError
+from .plan import Plan, load
+
+try:  # the executor binding (flexplan/executor.py)
+    from .executor import Executor
+except ImportError:  # pragma: no cover - not present in this build of the package
+    Executor = None
+
+try:
+    from .plan import compile  # noqa: A001 - flexplan.compile is the API's name
+except ImportError:  # pragma: no cover
+    compile = None
+
+__all__ = ["compile", "load", "Plan", "FlexplanError", "Executor", "version", "library_path", "__version__"]
+
+
+def version():
+    """The loaded library's version string (fp_version()), e.g. "0.2.0"."""
+    from . import _lib
+    return _lib.text(_lib.lib().fp_version())
+
+
+def library_path():
+    """The path of the libflexplan.so this process loaded."""
+    from . import _lib
+    return _lib.library_path()

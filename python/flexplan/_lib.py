@@ -1,0 +1,294 @@
+"""flexplan._lib - the shared library libflexplan.so through ctypes.
+
+Finds the library, loads it once, and declares the argument and result types
+of every public function of include/flexplan.h (and of its structs), so the
+rest of the package (and the Executor binding) calls C with checked types.
+
+Where the library is looked for, in order:
+  1. the FLEXPLAN_LIBRARY environment variable: the path of the library
+     file (an error when it names nothing loadable; never silently skipped);
+  2. next to the installed package: `cmake --install` writes the file
+     `_library_path` into the package holding the library's path relative
+     to the package directory (e.g. ../../../libflexplan.so.0);
+  3. the source tree's build: <source>/build/libflexplan.so (running with
+     PYTHONPATH=<source>/python after `cmake --build build`).
+
+The library is loaded with RTLD_GLOBAL: Open MPI's components, loaded by MPI
+itself later, resolve MPI's symbols in the global scope.
+"""
+
+import ctypes
+import os
+import threading
+
+from .errors import FlexplanError
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+# ---- enums (include/flexplan.h) --------------------------------------------------
+FP_OK = 0
+FP_ERR_ARG = 1
+FP_ERR_PLAN = 2
+FP_ERR_ORDER = 3
+FP_ERR_MISMATCH = 4
+FP_ERR_WEIGHTS = 5
+FP_ERR_BACKEND = 6
+FP_ERR_NOMEM = 7
+
+FP_ELEM_FP32, FP_ELEM_BF16, FP_ELEM_FP16, FP_ELEM_E4M3, FP_ELEM_E8M0, FP_ELEM_U8 = range(6)
+
+FP_BACKEND_MPI = 1
+FP_BACKEND_NCCL = 2
+
+FP_PROGRESS_DEFAULT, FP_PROGRESS_POLL, FP_PROGRESS_THREAD = range(3)
+FP_CUDA_GRAPH, FP_CUDA_EAGER, FP_CUDA_CAPTURE_SAFE = range(3)
+FP_NCCL_BOOT_DEFAULT, FP_NCCL_BOOT_ID, FP_NCCL_BOOT_MPI, FP_NCCL_BOOT_ENV = range(4)
+
+(FP_HOOK_STEP_BEGIN, FP_HOOK_PRE_FORWARD, FP_HOOK_POST_FORWARD, FP_HOOK_PRE_BACKWARD, FP_HOOK_POST_BACKWARD,
+ FP_HOOK_PRE_OPTIMIZER, FP_HOOK_POST_OPTIMIZER) = range(7)
+
+FP_NCCL_ID_BYTES = 128
+FP_ALL_REDUCE_MAX = 4096
+
+# ---- structs ---------------------------------------------------------------------
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+
+class fp_plan_info(ctypes.Structure):
+    """struct fp_plan_info."""
+    _fields_ = [
+        ("model", ctypes.c_char_p),
+        ("strategy", ctypes.c_char_p),
+        ("world_size", ctypes.c_int64),
+        ("grad_accumulation", ctypes.c_int64),
+        ("arena_bytes", ctypes.c_int64),
+        ("host_bytes", ctypes.c_int64),
+        ("nmodules", ctypes.c_int32),
+        ("nparams", ctypes.c_int32),
+        ("nsegments", ctypes.c_int32),
+        ("nops", ctypes.c_int32),
+        ("hash", ctypes.c_uint64),
+    ]
+
+
+class fp_nccl_id(ctypes.Structure):
+    """struct fp_nccl_id: an ncclUniqueId's bytes."""
+    _fields_ = [("bytes", ctypes.c_ubyte * FP_NCCL_ID_BYTES)]
+
+
+class fp_exec_config(ctypes.Structure):
+    """struct fp_exec_config."""
+    _fields_ = [
+        ("backend", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("bootstrap", ctypes.c_void_p),
+        ("progress", ctypes.c_int),
+        ("cuda_mode", ctypes.c_int),
+        ("cuda_stream", ctypes.c_void_p),
+        ("nccl_boot", ctypes.c_int),
+        ("nccl_id", fp_nccl_id),
+    ]
+
+
+class fp_tensor(ctypes.Structure):
+    """struct fp_tensor: a view into the executor's arena."""
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("numel", ctypes.c_int64)]
+
+
+class fp_extent(ctypes.Structure):
+    """struct fp_extent: where a shard's elements sit in the full param."""
+    _fields_ = [
+        ("runs", ctypes.c_int64),
+        ("len", ctypes.c_int64),
+        ("shard_stride", ctypes.c_int64),
+        ("full_off", ctypes.c_int64),
+        ("full_stride", ctypes.c_int64),
+    ]
+
+
+class fp_param_view(ctypes.Structure):
+    """struct fp_param_view: one param's views on this rank."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("module", ctypes.c_int32),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_int64 * 8),
+        ("numel", ctypes.c_int64),
+        ("requires_grad", ctypes.c_bool),
+        ("weight", fp_tensor),
+        ("ugrad", fp_tensor),
+        ("main", fp_tensor),
+        ("grad", fp_tensor),
+        ("shard", fp_extent),
+        ("reduce_dtype", ctypes.c_int),
+    ]
+
+
+class fp_exec_stats(ctypes.Structure):
+    """struct fp_exec_stats."""
+    _fields_ = [
+        ("steps", ctypes.c_int64),
+        ("hooks", ctypes.c_int64),
+        ("local_ops", ctypes.c_int64),
+        ("collectives", ctypes.c_int64),
+        ("bytes_moved", ctypes.c_int64),
+        ("allocations", ctypes.c_int64),
+        ("hook_allocations", ctypes.c_int64),
+        ("arena_bytes", ctypes.c_int64),
+        ("refits", ctypes.c_int64),
+        ("refit_bytes_read", ctypes.c_int64),
+        ("progress", ctypes.c_int),
+        ("plan_hash", ctypes.c_uint64),
+        ("cuda_mode", ctypes.c_int),
+        ("graphs", ctypes.c_int64),
+        ("graph_nodes", ctypes.c_int64),
+        ("graph_launches", ctypes.c_int64),
+        ("nccl_comms", ctypes.c_int64),
+        ("skipped", ctypes.c_int64),
+    ]
+
+
+# every struct the header declares, by its C name (tests compare the layouts with a C compiler's)
+STRUCTS = {
+    "fp_plan_info": fp_plan_info,
+    "fp_nccl_id": fp_nccl_id,
+    "fp_exec_config": fp_exec_config,
+    "fp_tensor": fp_tensor,
+    "fp_extent": fp_extent,
+    "fp_param_view": fp_param_view,
+    "fp_exec_stats": fp_exec_stats,
+}
+
+# ---- functions: name -> (result type, argument types) ------------------------------
+_vp = ctypes.c_void_p
+_st = ctypes.c_int  # fp_status
+_cs = ctypes.c_char_p
+_vpp = ctypes.POINTER(ctypes.c_void_p)
+_P = ctypes.POINTER
+
+SIGNATURES = {
+    # version, names
+    "fp_version": (_cs, []),
+    "fp_status_name": (_cs, [ctypes.c_int]),
+    "fp_elem_size": (ctypes.c_int, [ctypes.c_int]),
+    "fp_elem_name": (_cs, [ctypes.c_int]),
+    "fp_hook_name": (_cs, [ctypes.c_int]),
+    # plans
+    "fp_plan_load": (_st, [_cs, _vpp]),
+    "fp_plan_errmsg": (_cs, [_vp]),
+    "fp_plan_free": (None, [_vp]),
+    "fp_plan_get_info": (_st, [_vp, _P(fp_plan_info)]),
+    "fp_plan_module_name": (_cs, [_vp, ctypes.c_int32]),
+    "fp_plan_module_index": (ctypes.c_int32, [_vp, _cs]),
+    # executors
+    "fp_nccl_get_id": (_st, [_P(fp_nccl_id)]),
+    "fp_exec_create": (_st, [_vp, _P(fp_exec_config), _vpp]),
+    "fp_exec_errmsg": (_cs, [_vp]),
+    "fp_exec_destroy": (None, [_vp]),
+    "fp_exec_hook": (_st, [_vp, ctypes.c_int, ctypes.c_int32]),
+    "fp_exec_sync": (_st, [_vp]),
+    "fp_exec_cuda_stream": (_vp, [_vp]),
+    "fp_exec_all_reduce_f64": (_st, [_vp, _P(ctypes.c_double), ctypes.c_int]),
+    "fp_exec_param": (_st, [_vp, _cs, _P(fp_param_view)]),
+    "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
+    "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
+    "fp_exec_get_stats": (_st, [_vp, _P(fp_exec_stats)]),
+    # MPI
+    "fp_mpi_init": (_st, [_P(ctypes.c_int), _P(ctypes.c_int)]),
+    "fp_mpi_finalize": (_st, []),
+    "fp_mpi_abort": (None, [ctypes.c_int]),
+}
+
+
+# ---- finding and loading ----------------------------------------------------------
+def _candidates():
+    """(path, how it was found) in the order they are tried."""
+    env = os.environ.get("FLEXPLAN_LIBRARY")
+    if env:
+        return [(env, "FLEXPLAN_LIBRARY")]
+    out = []
+    rec = os.path.join(_PKG_DIR, "_library_path")
+    if os.path.isfile(rec):
+        with open(rec) as f:
+            rel = f.read().strip()
+        if rel:
+            out.append((os.path.normpath(os.path.join(_PKG_DIR, rel)), "the install record " + rec))
+    src = os.path.normpath(os.path.join(_PKG_DIR, "..", "..", "build", "libflexplan.so"))
+    out.append((src, "the source tree's build"))
+    return out
+
+
+def library_path():
+    """The path of the library this process uses (loading it if needed)."""
+    lib()
+    return _lib_path
+
+
+def lib():
+    """The loaded library (ctypes.CDLL), its functions typed; loaded once.
+
+    Raises FlexplanError (FP_ERR_ARG) naming every place looked at when no
+    library can be loaded.
+    """
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path, how in _candidates():
+            if not os.path.exists(path):
+                tried.append("%s (%s): no such file" % (path, how))
+                continue
+            try:
+                handle = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+            except OSError as e:
+                tried.append("%s (%s): %s" % (path, how, e))
+                continue
+            _declare(handle, path)
+            _lib_path = path
+            _lib = handle
+            return _lib
+        raise FlexplanError(
+            FP_ERR_ARG,
+            "cannot load libflexplan.so; tried:\n  " + "\n  ".join(tried) +
+            "\nset FLEXPLAN_LIBRARY to the library's path, install flexplan (cmake --install), "
+            "or build it in <source>/build")
+
+
+def _declare(handle, path):
+    for name, (res, args) in SIGNATURES.items():
+        try:
+            fn = getattr(handle, name)
+        except AttributeError:
+            raise FlexplanError(FP_ERR_ARG, "%s has no function %s: it is not a flexplan library of this "
+                                "version (the package is %s)" % (path, name, _pkg_version())) from None
+        fn.restype = res
+        fn.argtypes = args
+
+
+def _pkg_version():
+    from ._version import __version__
+    return __version__
+
+
+# ---- helpers for the other modules ------------------------------------------------
+def text(b):
+    """A C string (bytes or None) as str ('' for NULL)."""
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def check(status, message_fn):
+    """Raise FlexplanError(status, message_fn()) unless status is FP_OK."""
+    if status != FP_OK:
+        raise FlexplanError(status, message_fn())
+
+
+def fsencode(path):
+    """A path (str, bytes or os.PathLike) as bytes for C."""
+    return os.fsencode(os.fspath(path))

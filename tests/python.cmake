@@ -1,0 +1,41 @@
+# Python tests (label "python"): one ctest per pytest file under
+# tests/python/, run by the venv's interpreter (.venv/, made by the README's
+# test command from python/requirements-test.txt) against this build's
+# library and CLI. Where the venv is missing or cannot import torch and
+# pytest, and under the asan preset, each test exits 77: ctest reports it
+# skipped, never passed (tests/python/run_pytest.sh).
+#
+# fp_add_pytest(NAME FILE [LABELS l...] [MPI N] [TIMEOUT s])
+#   FILE    relative to tests/python/
+#   MPI N   run N ranks of pytest under mpiexec (label "mpi" too)
+set(FP_VENV_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH
+    "the Python interpreter of the Python tests (a venv with python/requirements-test.txt)")
+if(FP_SANITIZE)
+  set(fp_py_sanitize 1)
+else()
+  set(fp_py_sanitize 0)
+endif()
+
+function(fp_add_pytest name file)
+  cmake_parse_arguments(PT "" "MPI;TIMEOUT" "LABELS" ${ARGN})
+  set(launcher)
+  set(labels python ${PT_LABELS})
+  set(procs 1)
+  if(PT_MPI)
+    set(launcher ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${PT_MPI} ${FP_MPIEXEC_PREFLAGS})
+    list(APPEND labels mpi)
+    set(procs ${PT_MPI})
+  endif()
+  if(NOT PT_TIMEOUT)
+    set(PT_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/python/run_pytest.sh ${FP_VENV_PYTHON} ${fp_py_sanitize}
+                   ${CMAKE_CURRENT_SOURCE_DIR}/python/${file} ${launcher}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${PT_TIMEOUT} SKIP_RETURN_CODE 77
+                       PROCESSORS ${procs}
+                       ENVIRONMENT "PYTHONPATH=${CMAKE_SOURCE_DIR}/python;FLEXPLAN_LIBRARY=$<TARGET_FILE:flexplan_shared>;FLEXPLAN_CLI=$<TARGET_FILE:flexplan>;FLEXPLAN_SOURCE_DIR=${CMAKE_SOURCE_DIR};${FP_MPI_ENV}")
+endfunction()
+
+fp_add_pytest(python_api test_api.py)
