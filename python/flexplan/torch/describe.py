@@ -1,0 +1,242 @@
+"""flexplan.torch.describe: a model.json object for a real torch.nn.Module.
+
+describe() picks the module's units (what FSDP wraps; model.json "modules"),
+assigns every parameter to one unit, then runs one forward on the meta device
+(no weights, no memory) to record the forward order, the FLOPs and the
+activation bytes saved for backward per unit, and which units read which
+parameters (tied weights). The rules are written down in docs/describe.md.
+"""
+import copy
+
+import torch
+import torch.nn as nn
+from torch.utils._pytree import tree_map
+
+from ._describe_errors import error
+from ._describe_trace import Tracer
+from ._describe_units import Unit, default_units, explicit_units
+
+__all__ = ["describe", "DEFAULT_INPUT_SHAPE", "ROOT_UNIT"]
+
+#: (batch, tokens) of the input_ids describe() makes for a causal LM
+DEFAULT_INPUT_SHAPE = (1, 128)
+#: the name of the unit holding the params outside every unit
+ROOT_UNIT = "root"
+
+_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _is_causal_lm(module):
+    """A Hugging Face model with a vocabulary: it takes input_ids."""
+    cfg = getattr(module, "config", None)
+    return (callable(getattr(module, "get_input_embeddings", None))
+            and isinstance(getattr(cfg, "vocab_size", None), int))
+
+
+def _to_meta(module):
+    """`module` itself when every param and buffer is on the meta device, else
+    a copy whose params and buffers are meta tensors (the original is left as
+    it is; no weight is copied). Tied params stay tied in the copy."""
+    tensors = list(module.parameters()) + list(module.buffers())
+    if all(t.is_meta for t in tensors):
+        return module
+    memo = {}
+    for p in module.parameters():
+        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    for b in module.buffers():
+        memo[id(b)] = torch.empty_like(b, device="meta")
+    try:
+        return copy.deepcopy(module, memo)
+    except Exception as e:  # pylint: disable=broad-except
+        raise error("cannot make a meta-device copy of the module (%s: %s); build it under "
+                    "`with torch.device(\"meta\"):` instead" % (type(e).__name__, e)) from e
+
+
+def _meta_inputs(inputs):
+    def conv(t):
+        if isinstance(t, torch.Tensor) and not t.is_meta:
+            return torch.empty_like(t, device="meta")
+        return t
+    return tree_map(conv, inputs)
+
+
+def _shape(input_shape):
+    try:
+        shape = tuple(int(x) for x in input_shape)
+    except (TypeError, ValueError):
+        shape = ()
+    if not shape or any(d < 1 for d in shape) or len(shape) != len(tuple(input_shape)):
+        raise error("input_shape: expected positive integers such as (1, 128), got %r" % (input_shape,))
+    return shape
+
+
+def _default_inputs(module, input_shape):
+    if _is_causal_lm(module):
+        shape = _shape(input_shape if input_shape is not None else DEFAULT_INPUT_SHAPE)
+        if len(shape) != 2:
+            raise error("input_shape: a causal LM takes input_ids of shape (batch, tokens), got %r"
+                        % (input_shape,))
+        return {"input_ids": torch.zeros(shape, dtype=torch.long, device="meta")}
+    if input_shape is not None:
+        shape = _shape(input_shape)
+        dt = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+        return (torch.zeros(shape, dtype=dt, device="meta"),)
+    raise error("%s is not a Hugging Face causal LM: pass example_inputs (a tensor, a tuple of "
+                "positional arguments or a dict of keyword arguments for its forward) or input_shape"
+                % type(module).__name__)
+
+
+def _call(module, inputs):
+    if isinstance(inputs, dict):
+        return lambda: module(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return lambda: module(*inputs)
+    return lambda: module(inputs)
+
+
+def _assign(root, units):
+    """Where each param sits: {id(param): [units it appears under, in walk
+    order]} (the root unit is None), walking every path to every module so that
+    a param reachable from two units (tied) is seen under both."""
+    unit_of = {}
+    for u in units:
+        for _, m in u.members:
+            unit_of.setdefault(id(m), u)
+    where = {}
+
+    def walk(mod, cur, depth):
+        if depth > 1000:
+            raise error("the module tree is too deep (a module containing itself?)")
+        cur = unit_of.get(id(mod), cur)
+        for _, p in mod.named_parameters(recurse=False):
+            lst = where.setdefault(id(p), [])
+            if cur not in lst:
+                lst.append(cur)
+        for _, child in mod.named_children():
+            walk(child, cur, depth + 1)
+
+    walk(root, None, 0)
+    return where
+
+
+def describe(module, example_inputs=None, *, units=None, name=None, input_shape=None):
+    """Describe `module` as a flexplan model.json object (a dict).
+
+    Args:
+      module: a torch.nn.Module, best built under ``with torch.device("meta")``
+        (a module with real weights is copied to the meta device first, without
+        its weights).
+      example_inputs: the forward's inputs: a tensor, a tuple of positional
+        arguments or a dict of keyword arguments (moved to the meta device).
+        Defaults to input_ids of shape ``input_shape`` (default (1, 128)) for a
+        Hugging Face causal LM; required for other modules unless
+        ``input_shape`` is given (a zero tensor of that shape and of the
+        module's floating dtype).
+      units: None for the default units (each repeated block, the embeddings,
+        the final norm with the head), or a list of module names, fnmatch
+        patterns ("model.layers.*" selects each layer), groups (a tuple of
+        names, or "a+b") and predicates ``f(name, module) -> bool``.
+      name: the model's name (default: the module's class name).
+      input_shape: the shape of the default input (see example_inputs).
+
+    Returns:
+      A dict in ``flexplan.model.v1`` format, or ``flexplan.model.v2`` when a
+      param is read by two units (tied weights: declared by the first in
+      forward order, listed under "uses" by the others). Params outside every
+      unit form the unit "root", first in forward order. flops_fwd and
+      activation_bytes are per occurrence of a unit in forward_order.
+
+    Raises:
+      flexplan.FlexplanError: bad arguments, a unit pattern that matches
+        nothing, an unsupported param dtype, a forward that fails on the meta
+        device, or a unit that never runs.
+    """
+    if not isinstance(module, nn.Module):
+        raise error("describe: expected a torch.nn.Module, got %s" % type(module).__name__)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise error("name: expected a non-empty string, got %r" % (name,))
+    mod = _to_meta(module)
+    if example_inputs is None:
+        inputs = _default_inputs(mod, input_shape)
+    else:
+        inputs = _meta_inputs(example_inputs)
+
+    chosen = default_units(mod) if units is None else explicit_units(mod, units)
+    where = _assign(mod, chosen)
+    params = {}  # id -> (canonical name, param), in torch's order
+    for pname, p in mod.named_parameters():
+        params[id(p)] = (pname, p)
+        if p.dtype not in _DTYPES:
+            raise error("param '%s' has dtype %s: model.json params are fp32, bf16 or fp16"
+                        % (pname, str(p.dtype).replace("torch.", "")))
+    has_params = {u for lst in where.values() for u in lst if u is not None}
+    chosen = [u for u in chosen if u in has_params]
+    if not chosen and units is not None:
+        raise error("units: no unit holds a parameter")
+    root = None
+    if any(lst == [None] for lst in where.values()):
+        rname = ROOT_UNIT
+        while any(u.name == rname for u in chosen):
+            rname = "<" + rname + ">"
+        root = Unit(rname, [("", mod)])
+
+    tracer = Tracer(mod, chosen, root, [p for _, p in params.values()], list(mod.buffers()))
+    try:
+        tracer.run(_call(mod, inputs))
+    except Exception as e:  # pylint: disable=broad-except
+        from flexplan.errors import FlexplanError  # pylint: disable=import-outside-toplevel
+        if isinstance(e, FlexplanError):
+            raise
+        raise error("the forward of %s failed on the meta device: %s: %s"
+                    % (type(mod).__name__, type(e).__name__, e)) from e
+
+    order = tracer.order
+    count = {}
+    for u in order:
+        count[u] = count.get(u, 0) + 1
+    for u in chosen:
+        if u not in count:
+            raise error("unit '%s' did not run in the forward (leave it out of units= so that its "
+                        "params go to the root unit)" % u.name)
+    first = {}
+    for i, u in enumerate(order):
+        first.setdefault(u, i)
+    allu = ([root] if root else []) + chosen
+
+    # who declares each param: the first unit in forward order among the units
+    # it sits under (structure) and the units that read it (trace)
+    declared = {u: [] for u in allu}
+    uses = {u: [] for u in allu}
+    for pid, (pname, p) in params.items():
+        users = [u for u in where.get(pid, []) if u is not None] or [root]
+        users += [u for u in allu if pid in tracer.uses.get(u, ()) and u not in users]
+        users.sort(key=lambda u: first[u])
+        declared[users[0]].append((pname, p))
+        for u in users[1:]:
+            uses[u].append(pname)
+
+    v2 = any(uses[u] for u in allu)
+    mods = []
+    for u in sorted(allu, key=lambda u: first[u]):
+        if not declared[u] and not uses[u]:
+            continue
+        k = count[u]
+        m = {"name": u.name,
+             "flops_fwd": float(tracer.flops.get(u, 0)) / k,
+             "activation_bytes": int(tracer.acts.get(u, 0)) // k}
+        if declared[u]:
+            m["params"] = [{"name": pn,
+                            "shape": list(p.shape) if p.dim() else [1],
+                            "dtype": _DTYPES[p.dtype],
+                            "requires_grad": bool(p.requires_grad)} for pn, p in declared[u]]
+        if uses[u]:
+            m["uses"] = uses[u]
+        mods.append(m)
+    if not mods:
+        raise error("%s has no parameters: nothing to plan" % type(mod).__name__)
+    kept = {m["name"] for m in mods}
+    return {"format": "flexplan.model.v2" if v2 else "flexplan.model.v1",
+            "name": name or type(module).__name__,
+            "modules": mods,
+            "forward_order": [u.name for u in order if u.name in kept]}
+
