@@ -26,6 +26,11 @@ import os
 from . import _lib as _libmod
 from .errors import FlexplanError
 
+
+def _err(msg, status=1):
+    return FlexplanError(status, msg)
+
+
 __all__ = ["Executor", "ParamView", "Extent", "mpi_init", "mpi_finalize", "mpi_abort",
            "HOOKS", "BACKENDS"]
 
@@ -131,7 +136,7 @@ def _check(lib, st, x, what):
     if st != 0:
         msg = lib.fp_exec_errmsg(x).decode() if x else ""
         name = lib.fp_status_name(st).decode()
-        raise FlexplanError(f"{what}: {name}: {msg}" if msg else f"{what}: {name}")
+        raise FlexplanError(st, msg if msg else f"{what}: {name}")
 
 
 def mpi_init():
@@ -141,7 +146,7 @@ def mpi_init():
     r, w = ctypes.c_int(0), ctypes.c_int(0)
     st = lib.fp_mpi_init(ctypes.byref(r), ctypes.byref(w))
     if st != 0:
-        raise FlexplanError(f"fp_mpi_init: {lib.fp_status_name(st).decode()}")
+        raise FlexplanError(st, f"fp_mpi_init: {lib.fp_status_name(st).decode()}")
     return r.value, w.value
 
 
@@ -174,7 +179,7 @@ class Executor:
         self._x = None
         self._lib = lib = _L()
         if backend not in BACKENDS:
-            raise FlexplanError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+            raise _err(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         self.backend = backend
         self.plan = plan
         self._plan_handle, self._plan_json = _plan_handle_and_json(plan)
@@ -199,7 +204,7 @@ class Executor:
             if self._x:
                 lib.fp_exec_destroy(self._x)
                 self._x = None
-            raise FlexplanError(f"executor setup failed: {lib.fp_status_name(st).decode()}: {msg}")
+            raise FlexplanError(st, f"executor setup failed: {msg or lib.fp_status_name(st).decode()}")
         info = S.fp_plan_info()
         lib.fp_plan_get_info(self._plan_handle, ctypes.byref(info))
         self.nparams, self.nmodules = int(info.nparams), int(info.nmodules)
@@ -297,7 +302,7 @@ class Executor:
     def module_index(self, name):
         m = self._lib.fp_plan_module_index(self._plan_handle, name.encode())
         if m < 0:
-            raise FlexplanError(f"the plan has no module {name!r}")
+            raise _err(f"the plan has no module {name!r}")
         return m
 
     def param(self, name):
@@ -305,7 +310,7 @@ class Executor:
         try:
             return self._by_name[name]
         except KeyError:
-            raise FlexplanError(f"the plan has no param {name!r}") from None
+            raise _err(f"the plan has no param {name!r}") from None
 
     def load_weights(self, paths):
         """Refit from safetensors files of full tensors (between steps): every
@@ -382,7 +387,7 @@ def _plan_handle_and_json(plan):
             msg = lib.fp_plan_errmsg(h).decode() if h.value else ""
             if h.value:
                 lib.fp_plan_free(h)
-            raise FlexplanError(msg or f"cannot load {path}")
+            raise FlexplanError(st, msg or f"cannot load {path}")
         with open(path) as f:
             js = json.load(f)
         _keep.append(h)  # plans outlive every executor made from them
@@ -395,11 +400,11 @@ _keep = []
 
 
 def _plan_obj_handle(plan):
-    for attr in ("_handle", "handle", "_h", "_plan"):
+    for attr in ("_handle", "handle", "_h"):
         h = getattr(plan, attr, None)
         if h is not None:
             return h
-    raise FlexplanError("not a plan: pass a flexplan.Plan or a plan.json path")
+    raise _err("not a plan: pass a flexplan.Plan or a plan.json path")
 
 
 def _plan_obj_json(plan):
@@ -412,6 +417,13 @@ def _plan_obj_json(plan):
             return v
         if isinstance(v, (str, bytes)):
             return json.loads(v)
+    for attr in ("path", "_path"):
+        v = getattr(plan, attr, None)
+        if isinstance(v, str) and os.path.exists(v):
+            with open(v) as f:
+                return json.load(f)
+    if not hasattr(plan, "save"):
+        raise _err("this flexplan.Plan cannot give its segments (no save()); pass the plan.json path")
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "plan.json")

@@ -122,14 +122,37 @@ def spec_for(strategy, extra, world, opts):
             spec["buckets"] = bs
         else:
             spec[k] = v
-    if opts.get("checkpoint") and os.environ.get("FP_SPEC_RECOMPUTE"):
-        spec[os.environ["FP_SPEC_RECOMPUTE"]] = True
+    if opts.get("checkpoint") and _planner_knows_recompute():
+        spec["recompute"] = ["model.layers.*"] if opts.get("kind") == "llama" else ["layers.[12]"]
     return spec
 
 
-def compile_plan(model_js, spec, path):
-    plan = flexplan.compile(model_js, spec)
-    plan.save(path)
+def _planner_knows_recompute():
+    """The spec's "recompute" (activation checkpointing known to the plan)
+    exists where the library exports fp_plan_module_recompute."""
+    from flexplan import _lib
+    return hasattr(_lib.lib(), "fp_plan_module_recompute")
+
+
+def compile_plan(model_js, spec, path, policy=None):
+    """Compile to a plan.json: flexplan.compile where the package has it,
+    else this build's command line ($FLEXPLAN_CLI)."""
+    if getattr(flexplan, "compile", None) is not None and hasattr(flexplan.Plan, "save"):
+        kw = {"policy": policy} if policy else {}
+        plan = flexplan.compile(model_js, spec, **kw)
+        plan.save(path)
+        plan.close()
+        return path
+    cli = os.environ.get("FLEXPLAN_CLI") or os.path.join(HERE, "..", "..", "build", "flexplan")
+    mj, sj = path + ".model.json", path + ".spec.json"
+    with open(mj, "w") as f:
+        json.dump(model_js, f)
+    with open(sj, "w") as f:
+        json.dump(spec, f)
+    cmd = [cli, "compile", mj, "--spec", sj, "-o", path] + (["--policy", policy] if policy else [])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"flexplan compile failed: {r.stderr.strip()}")
     return path
 
 
@@ -143,7 +166,7 @@ def run_config(name, rank, world, tmp):
     frozen = opts.get("frozen", [])
     model = make_model(kind)
     model_js = describe_model(kind, model, frozen)
-    spec = spec_for(strategy, extra, world, opts)
+    spec = spec_for(strategy, extra, world, dict(opts, kind=kind))
     plan = compile_plan(model_js, spec, os.path.join(tmp, f"{name}.r{rank}.plan.json"))
     if opts.get("checkpoint"):
         _wrap_checkpoint(kind, model)
@@ -162,7 +185,8 @@ def run_config(name, rank, world, tmp):
             opt.zero_grad()
         got = st.full_state_dict(torch.float32)
         if opts.get("save_load"):
-            path = os.path.join(tmp, f"{name}.safetensors")
+            # one path every rank sees: rank 0 writes it (ranks share mpiexec as parent)
+            path = os.path.join(tempfile.gettempdir(), f"fp-torch-save-{os.getppid()}-{name}.safetensors")
             st.save(path)
             # perturb, then load back through the refit: must match again
             for mp in st.main_params():
@@ -177,6 +201,9 @@ def run_config(name, rank, world, tmp):
             sd = load_file(path)
             if set(sd) != set(got) or any(not torch.equal(sd[n].float(), got[n]) for n in got):
                 return "FAIL", "save: the file's tensors differ from the gathered params"
+            st.ex.all_reduce_f64([0.0])  # every rank has read it
+            if rank == 0:
+                os.unlink(path)
         stats = st.stats()
     finally:
         st.close()

@@ -16,6 +16,11 @@ ahead is an error naming the event and what the plan expects next.
 """
 from ..errors import FlexplanError
 
+
+def _err(msg, status=3):
+    return FlexplanError(status, msg)
+
+
 STEP_HOOKS = ("step_begin", "pre_optimizer", "post_optimizer")
 
 
@@ -74,7 +79,7 @@ class Driver:
                     return
         if (kind, m) in self.issued:
             return
-        raise FlexplanError(self._mismatch(f"{kind}({self.names[m]})"))
+        raise _err(self._mismatch(f"{kind}({self.names[m]})"))
 
     def _mismatch(self, what):
         if self.pos == self.pre_opt:
@@ -95,14 +100,14 @@ class Driver:
         while j + 1 < self.pre_opt and self.seq[j + 1][2] == mb:
             j += 1
         if self.seq[j][0] not in ("pre_backward", "post_backward"):
-            raise FlexplanError(f"backward finished, but the plan expects {self._label(self.pos)} next")
+            raise _err(f"backward finished, but the plan expects {self._label(self.pos)} next")
         self._issue_through(j)
 
     def pre_optimizer(self):
         if self.pos == self.pre_opt + 1:
             return  # already issued
         if self.pos != self.pre_opt:
-            raise FlexplanError(
+            raise _err(
                 f"optimizer step before the plan's step is through its backward: the plan expects "
                 f"{self._label(self.pos)} next (grad_accumulation = {self.ga}: run {self.ga} forward/backward "
                 f"micro-batch(es) per optimizer step)")
@@ -110,7 +115,7 @@ class Driver:
 
     def post_optimizer(self):
         if self.pos != self.pre_opt + 1:
-            raise FlexplanError(f"post_optimizer out of order: the plan expects {self._label(self.pos)} next")
+            raise _err(f"post_optimizer out of order: the plan expects {self._label(self.pos)} next")
         self._issue_through(self.pre_opt + 1)
 
     @property

@@ -30,6 +30,11 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from ..errors import FlexplanError
+
+
+def _err(msg, status=2):
+    return FlexplanError(status, msg)
+
 from ..executor import Executor, mpi_init
 from ._driver import Driver
 
@@ -44,7 +49,7 @@ def state(obj):
         return obj
     st = getattr(obj, "_flexplan_state", None)
     if st is None:
-        raise FlexplanError("not a module sharded by flexplan.torch.shard")
+        raise _err("not a module sharded by flexplan.torch.shard")
     return st
 
 
@@ -87,7 +92,7 @@ def shard(module, plan, *, backend="mpi", rank=None, world_size=None, progress="
       (mixed precision, as FSDP2's MixedPrecisionPolicy does).
     """
     if getattr(module, "_flexplan_state", None) is not None:
-        raise FlexplanError("module is already sharded")
+        raise _err("module is already sharded")
     return Sharded(module, plan, backend=backend, rank=rank, world_size=world_size, progress=progress,
                    init=init, cast_forward_inputs=cast_forward_inputs, cuda_mode=cuda_mode)
 
@@ -128,24 +133,24 @@ class Sharded:
         for p in ex.params:
             t = named.get(p.name)
             if t is None:
-                raise FlexplanError(f"the plan is not for this module: plan param {p.name!r} "
+                raise _err(f"the plan is not for this module: plan param {p.name!r} "
                                     f"(plan module {ex.modules[p.module]!r}) is not a param of the module")
             if tuple(t.shape) != p.shape:
-                raise FlexplanError(f"the plan is not for this module: param {p.name!r} has shape "
+                raise _err(f"the plan is not for this module: param {p.name!r} has shape "
                                     f"{list(t.shape)} in the module but {list(p.shape)} in the plan")
             if bool(t.requires_grad) != p.requires_grad:
-                raise FlexplanError(f"the plan is not for this module: param {p.name!r} has requires_grad="
+                raise _err(f"the plan is not for this module: param {p.name!r} has requires_grad="
                                     f"{bool(t.requires_grad)} in the module but {p.requires_grad} in the plan")
         for name in named:
             if name not in ex._by_name:
-                raise FlexplanError(f"the plan is not for this module: module param {name!r} is not in the plan")
+                raise _err(f"the plan is not for this module: module param {name!r} is not in the plan")
 
     def _setup(self, module, named, init, cast_forward_inputs):
         ex = self.ex
         # initial values, through the executor's refit (only this rank's extents are read)
         if init == "module":
             if any(t.is_meta for t in named.values()):
-                raise FlexplanError("init='module' needs materialized params; the module is on the meta device "
+                raise _err("init='module' needs materialized params; the module is on the meta device "
                                     "(pass init=[paths] or init=None and call load())")
             with tempfile.TemporaryDirectory(prefix="flexplan-init-") as d:
                 path = os.path.join(d, "init.safetensors")
@@ -162,7 +167,7 @@ class Sharded:
             old = named[p.name]
             w = p.tensor("weight")
             if w.numel() != p.numel:
-                raise FlexplanError(f"param {p.name!r}: this rank has no unsharded compute buffer")
+                raise _err(f"param {p.name!r}: this rank has no unsharded compute buffer")
             newp = nn.Parameter(w, requires_grad=p.requires_grad)
             old_to_new[id(old)] = newp
             self.params[p.name] = (newp, p)
@@ -182,7 +187,7 @@ class Sharded:
             mt, gt = p.tensor("main"), p.tensor("grad")
             mp = nn.Parameter(mt, requires_grad=True)
             if gt.numel() and gt.dtype != mt.dtype:
-                raise FlexplanError(f"param {p.name!r}: main-grad dtype {p.grad.dtype} differs from the main "
+                raise _err(f"param {p.name!r}: main-grad dtype {p.grad.dtype} differs from the main "
                                     f"dtype {p.main.dtype}; torch optimizers need them equal")
             mask = None
             if mt.numel() and p.shard.held != mt.numel():
@@ -223,7 +228,7 @@ class Sharded:
                     if o not in names:
                         names.append(o)
                 if not names:
-                    raise FlexplanError(f"plan module {uname!r} is neither a submodule of the module nor holds params")
+                    raise _err(f"plan module {uname!r} is neither a submodule of the module nor holds params")
                 subs = [module.get_submodule(n) if n else module for n in names]
             dts = {self.params[pn][1].weight.dtype for pn in params_by_unit.get(u, [])}
             self._unit_dtype[u] = _TORCH_DTYPES.get(dts.pop()) if len(dts) == 1 else None
