@@ -9,7 +9,16 @@
  *
  * It loads any compiled plan whose modules are linear layers: module m has
  * `<m>.weight` [out, in] and optionally `<m>.bias` [out], in the model's
- * module order, each layer's `in` the previous layer's `out`. Hidden layers
+ * module order, each layer's `in` the previous layer's `out`. A tied layer
+ * (model.json v2: a module whose "uses" names the first module's weight)
+ * has no `<m>.weight` of its own (a bias at most) and computes h W0 + b with
+ * the first layer's weight W0 [out0, in0] (so in = out0, out = in0): W0 is
+ * one param, gathered for both layers, and its grad is the sum of both
+ * layers' grads, accumulated in the one unsharded grad (the tied layer's
+ * backward first, then the first layer's) and reduced once. A module the
+ * plan recomputes (fp_plan_module_recompute) drops its pre-activations
+ * after its forward and recomputes them inside its backward, between
+ * pre_forward and post_forward hooks called after pre_backward. Hidden layers
  * apply a tanh-shaped rational activation (mlp_math.h); the loss of a
  * micro-batch is 1/(2B) sum |y - t|^2. Each rank
  * trains on its own micro-batches (global micro-batch index r*GA + k for
@@ -92,7 +101,13 @@ typedef struct layer {
   int32_t module;
   int64_t in, out;
   int32_t w, b;          /* param indices (b: -1 without a bias) */
+  bool tied;             /* w is the first layer's weight, read transposed */
+  bool recompute;        /* the plan recomputes its forward inside its backward */
 } layer;
+
+/* index of element (o, k) of layer l's weight as the layer reads it: W[o, k]
+ * of its own [out, in] weight, or W0[k, o] of the first layer's (tied) */
+static inline int64_t widx(const layer *l, int64_t o, int64_t k) { return l->tied ? k * l->out + o : o * l->in + k; }
 
 typedef struct pinfo {   /* a param as the trainer sees it */
   fp_param_view v;
@@ -133,12 +148,18 @@ static void build_model(fp_exec *x, const fp_plan *plan) {
       if (!strncmp(nm, name, n) && !strcmp(nm + n, ".weight")) l->w = i;
       if (!strncmp(nm, name, n) && !strcmp(nm + n, ".bias")) l->b = i;
     }
-    if (l->w < 0 || count != 1 + (l->b >= 0))
-      DIE("module '%s' is not a linear layer (%s.weight and optionally %s.bias)", name, name, name);
+    l->recompute = fp_plan_module_recompute(plan, m) == 1;
+    if (l->w < 0 && m > 0 && count == (l->b >= 0)) { /* a tied layer: the first layer's weight, transposed */
+      l->tied = true;
+      l->w = L[0].w;
+    } else if (l->w < 0 || count != 1 + (l->b >= 0)) {
+      DIE("module '%s' is not a linear layer (%s.weight and optionally %s.bias, or a bias alone for a layer tied "
+          "to the first layer's weight)", name, name, name);
+    }
     const fp_param_view *w = &P[l->w].v;
     if (w->ndim != 2) DIE("%s must be [out, in]", w->name);
-    l->out = w->shape[0];
-    l->in = w->shape[1];
+    l->out = w->shape[l->tied ? 1 : 0];
+    l->in = w->shape[l->tied ? 0 : 1];
     if (l->b >= 0 && (P[l->b].v.ndim != 1 || P[l->b].v.shape[0] != l->out)) DIE("%s must be [%" PRId64 "]", P[l->b].v.name, l->out);
     if (m > 0 && l->in != L[m - 1].out) DIE("module '%s' takes %" PRId64 " inputs, the previous gives %" PRId64, name, l->in, L[m - 1].out);
   }
@@ -167,7 +188,7 @@ static float *init_weights(uint64_t seed, int32_t i, int64_t fan_in) {
 }
 
 static int64_t fan_in_of(int32_t i) {
-  for (int m = 0; m < nlayers; m++)
+  for (int m = 0; m < nlayers; m++) /* a tied weight: its first layer's */
     if (L[m].w == i || L[m].b == i) return L[m].in;
   return 1;
 }
@@ -180,7 +201,7 @@ static void layer_fwd(const layer *l, bool last, const float *W, const float *bi
   for (int s = 0; s < B; s++)
     for (int64_t o = 0; o < l->out; o++) {
       float acc = bias ? bias[o] : 0.0f;
-      for (int64_t k = 0; k < l->in; k++) acc = MLP_ADD(acc, MLP_MUL(W[o * l->in + k], h[s * l->in + k]));
+      for (int64_t k = 0; k < l->in; k++) acc = MLP_ADD(acc, MLP_MUL(W[widx(l, o, k)], h[s * l->in + k]));
       z[s * l->out + o] = acc;
       y[s * l->out + o] = last ? acc : mlp_act(acc);
     }
@@ -196,7 +217,7 @@ static void layer_bwd(const layer *l, bool last, const float *W, const float *h,
       for (int64_t k = 0; k < l->in; k++) {
         float acc = 0;
         for (int s = 0; s < B; s++) acc = MLP_ADD(acc, MLP_MUL(dz[s * l->out + o], h[s * l->in + k]));
-        dW[o * l->in + k] = acc;
+        dW[widx(l, o, k)] = acc;
       }
   if (db)
     for (int64_t o = 0; o < l->out; o++) {
@@ -208,7 +229,7 @@ static void layer_bwd(const layer *l, bool last, const float *W, const float *h,
     for (int s = 0; s < B; s++)
       for (int64_t k = 0; k < l->in; k++) {
         float acc = 0;
-        for (int64_t o = 0; o < l->out; o++) acc = MLP_ADD(acc, MLP_MUL(dz[s * l->out + o], W[o * l->in + k]));
+        for (int64_t o = 0; o < l->out; o++) acc = MLP_ADD(acc, MLP_MUL(dz[s * l->out + o], W[widx(l, o, k)]));
         dh[s * l->in + k] = acc;
       }
 }
@@ -325,25 +346,27 @@ static void ref_step(ref *r, uint64_t seed, int64_t t, int B, float lr, int64_t 
       for (int m = 0; m < nlayers; m++)
         layer_fwd(&L[m], m == nlayers - 1, r->w[L[m].w], L[m].b >= 0 ? r->w[L[m].b] : NULL, a.h[m], a.z[m], a.h[m + 1], B);
       loss_grad(&a, B);
+      for (int32_t i = 0; i < nparams; i++) memset(r->ug[i], 0, (size_t)P[i].v.numel * 4);
       for (int m = nlayers - 1; m >= 0; m--) {
         const layer *l = &L[m];
         bool tw = P[l->w].v.requires_grad, tb = l->b >= 0 && P[l->b].v.requires_grad;
         layer_bwd(l, m == nlayers - 1, r->w[l->w], a.h[m], a.z[m], a.dh[m + 1], a.dz, tw ? r->g32[l->w] : NULL,
                   tb ? r->g32[l->b] : NULL, m > 0 ? a.dh[m] : NULL, B);
         int32_t ids[2] = {l->w, l->b};
-        for (int q = 0; q < 2; q++) {
+        for (int q = 0; q < 2; q++) { /* the backward's accumulation into ugrad (a tied weight: twice) */
           int32_t i = ids[q];
-          if (i < 0 || !P[i].v.requires_grad) continue;
-          int64_t n = P[i].v.numel;
-          fp_dtype pd = dt(P[i].param_dt), rd = dt(P[i].reduce_dt);
-          memset(r->ug[i], 0, (size_t)n * 4);
-          fpk_add(r->ug[i], pd, r->g32[i], FP_F32, n);     /* the backward's accumulation into ugrad */
-          if (rr == 0) fpk_cast(r->red[i], rd, r->ug[i], pd, n); /* cast to the reduce dtype, sum */
-          else {
-            void *tmp = r->g32[i]; /* reuse as the cast's output */
-            fpk_cast(tmp, rd, r->ug[i], pd, n);
-            fpk_reduce_sum(r->red[i], tmp, rd, n);
-          }
+          if (i >= 0 && P[i].v.requires_grad) fpk_add(r->ug[i], dt(P[i].param_dt), r->g32[i], FP_F32, P[i].v.numel);
+        }
+      }
+      for (int32_t i = 0; i < nparams; i++) { /* cast to the reduce dtype, sum over ranks */
+        if (!P[i].v.requires_grad) continue;
+        int64_t n = P[i].v.numel;
+        fp_dtype pd = dt(P[i].param_dt), rd = dt(P[i].reduce_dt);
+        if (rr == 0) fpk_cast(r->red[i], rd, r->ug[i], pd, n);
+        else {
+          void *tmp = r->g32[i]; /* reuse as the cast's output */
+          fpk_cast(tmp, rd, r->ug[i], pd, n);
+          fpk_reduce_sum(r->red[i], tmp, rd, n);
         }
       }
     }
@@ -528,7 +551,7 @@ typedef struct run {
   float lr;
   int64_t ga;
   acts a;
-  float *wbuf, *bbuf, *gW, *gb;
+  float *wbuf, *bbuf, *gW, *gb, *ybuf; /* ybuf: a recomputed forward's output (discarded) */
 } run;
 
 static void cpu_step(run *R, int64_t t) {
@@ -549,6 +572,8 @@ static void cpu_step(run *R, int64_t t) {
       if (l->b >= 0) fpk_cast(R->bbuf, FP_F32, P[l->b].v.weight.data, dt(P[l->b].param_dt), l->out);
       layer_fwd(l, m == nlayers - 1, R->wbuf, l->b >= 0 ? R->bbuf : NULL, a->h[m], a->z[m], a->h[m + 1], B);
       hook(x, FP_HOOK_POST_FORWARD, l->module);
+      /* recomputed in backward: keep only the input h[m] (the checkpoint) */
+      if (l->recompute) memset(a->z[m], 0xff, (size_t)(B * l->out) * sizeof(float)); /* NaN */
     }
     loss_grad(a, B);
     for (int m = nlayers - 1; m >= 0; m--) {
@@ -557,6 +582,12 @@ static void cpu_step(run *R, int64_t t) {
       const fp_param_view *w = &P[l->w].v, *b = l->b >= 0 ? &P[l->b].v : NULL;
       if (R->r && k == 0) check_gathered(R->r, l->w, t, "pre_backward");
       fpk_cast(R->wbuf, FP_F32, w->weight.data, dt(P[l->w].param_dt), w->numel);
+      if (l->recompute) { /* the forward again, from the saved input, on the weights pre_backward gathered */
+        hook(x, FP_HOOK_PRE_FORWARD, l->module);
+        if (l->b >= 0) fpk_cast(R->bbuf, FP_F32, b->weight.data, dt(P[l->b].param_dt), l->out);
+        layer_fwd(l, m == nlayers - 1, R->wbuf, l->b >= 0 ? R->bbuf : NULL, a->h[m], a->z[m], R->ybuf, B);
+        hook(x, FP_HOOK_POST_FORWARD, l->module);
+      }
       bool tw = w->requires_grad, tb = b && b->requires_grad;
       layer_bwd(l, m == nlayers - 1, R->wbuf, a->h[m], a->z[m], a->dh[m + 1], a->dz, tw ? R->gW : NULL,
                 tb ? R->gb : NULL, m > 0 ? a->dh[m] : NULL, B);
@@ -803,6 +834,14 @@ int main(int argc, char **argv) {
   run R = {.x = x, .r = check ? &r : NULL, .seed = seed, .B = (int)B, .lr = lr, .ga = ga, .a = acts_new((int)B)};
   R.wbuf = xcalloc((size_t)maxn, 4), R.bbuf = xcalloc((size_t)maxn, 4), R.gW = xcalloc((size_t)maxn, 4);
   R.gb = xcalloc((size_t)maxn, 4);
+  int64_t widest = 1;
+  for (int m = 0; m < nlayers; m++) widest = L[m].out > widest ? L[m].out : widest;
+  R.ybuf = xcalloc((size_t)(B * widest), 4);
+  if (on_gpu)
+    for (int m = 0; m < nlayers; m++)
+      if (L[m].tied || L[m].recompute)
+        DIE("--backend nccl: module '%s' is tied or recomputed; the GPU trainer runs plain layers only",
+            fp_plan_module_name(plan, m));
 #ifdef FP_HAVE_CUDA
   gpu G;
   if (on_gpu) gpu_new(&G, (int)B, ga, maxn);
@@ -873,7 +912,7 @@ int main(int argc, char **argv) {
   }
 #endif
   acts_free(&R.a);
-  free(R.wbuf), free(R.bbuf), free(R.gW), free(R.gb), free(L), free(P), free(hview[0]), free(hview[1]);
+  free(R.wbuf), free(R.bbuf), free(R.gW), free(R.gb), free(R.ybuf), free(L), free(P), free(hview[0]), free(hview[1]);
   fp_plan_free(plan);
   MPI_Finalize();
   return any ? 1 : 0;

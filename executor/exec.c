@@ -534,6 +534,36 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   if (!hm && module != -1)
     return fpx_fail(x, FP_ERR_ARG, "%s takes no module (pass -1, not %" PRId32 ")", fp_seg_name((int)hook), module);
   const fp_seg *s = &p->segs[x->cursor];
+  /* a recomputed forward inside the backward window of a module the plan
+   * recomputes: pre_forward(m) then post_forward(m) between pre_backward(m)
+   * and post_backward(m), once; nothing runs (pre_backward gathered what
+   * the recompute reads). A trainer that skipped an empty pre_backward(m)
+   * opens the window from there. */
+  if (hook == FP_HOOK_PRE_FORWARD && p->mods[module].recompute && s->kind == FP_SEG_PRE_BACKWARD &&
+      s->module == module && x->cursor + 1 < p->nsegs && p->segs[x->cursor + 1].kind == FP_SEG_POST_BACKWARD &&
+      p->segs[x->cursor + 1].module == module && seg_empty(x, x->cursor)) {
+    x->cursor++;
+    x->stats.skipped++;
+    x->recompute = 0;
+    s = &p->segs[x->cursor];
+  }
+  bool window = s->kind == FP_SEG_POST_BACKWARD && x->cursor > 0 && p->segs[x->cursor - 1].kind == FP_SEG_PRE_BACKWARD &&
+                p->segs[x->cursor - 1].module == s->module && p->mods[s->module].recompute;
+  if (window && module == s->module && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD)) {
+    if (hook == FP_HOOK_PRE_FORWARD && x->recompute == 0) return x->recompute = 1, x->stats.hooks++, FP_OK;
+    if (hook == FP_HOOK_POST_FORWARD && x->recompute == 1) return x->recompute = 2, x->stats.hooks++, FP_OK;
+    return fpx_fail(x, FP_ERR_ORDER,
+                    "hook %s(%s) called inside the backward of %s, but %s (a recomputed forward runs once, "
+                    "pre_forward then post_forward, between pre_backward and post_backward)",
+                    fp_seg_name((int)hook), p->mods[module].name, p->mods[module].name,
+                    x->recompute == 1   ? "its recomputed forward is already open"
+                    : x->recompute == 2 ? "its forward was already recomputed"
+                                        : "no recomputed forward is open (call pre_forward first)");
+  }
+  if (window && x->recompute == 1 && (fp_seg_kind)hook == s->kind && module == s->module)
+    return fpx_fail(x, FP_ERR_ORDER,
+                    "hook %s(%s) called, but the recomputed forward of %s is still open (call post_forward(%s) first)",
+                    fp_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
   int32_t skip = hm ? skippable(x, hook, module) : 0;
   if (skip > 0) {
     x->cursor += skip; /* a module hook is never the step's last segment: no wrap */
@@ -541,6 +571,13 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
     s = &p->segs[x->cursor];
   }
   if (s->kind != (fp_seg_kind)hook || (hm && s->module != module)) {
+    if (hm && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD) &&
+        (s->kind == FP_SEG_PRE_BACKWARD || s->kind == FP_SEG_POST_BACKWARD) && s->module == module &&
+        !p->mods[module].recompute)
+      return fpx_fail(x, FP_ERR_ORDER,
+                      "hook %s(%s) called inside the backward of %s, but the plan does not recompute %s "
+                      "(add it to the spec's \"recompute\" and compile again)",
+                      fp_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
     char want[160];
     if (hm)
       return fpx_fail(x, FP_ERR_ORDER,
@@ -562,6 +599,7 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
     return st;
   }
   x->stats.hooks++;
+  x->recompute = 0;
   if (++x->cursor == p->nsegs) {
     x->cursor = 0;
     x->stats.steps++;

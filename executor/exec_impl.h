@@ -103,6 +103,9 @@ struct fp_exec {
   fp_xparam *params;
   /* where the trainer is */
   int32_t cursor;      /* the next segment */
+  int recompute;       /* in the backward window of a recomputed module (cursor at its
+                        * post_backward): 0 no recompute yet, 1 inside its recomputed
+                        * forward (pre_forward seen), 2 recompute done */
   /* backend */
   const fp_backend_impl *bk;
   void *bks;           /* the backend's state */

@@ -108,6 +108,11 @@ const char *fp_plan_module_name(const fp_plan *plan, int32_t m) {
   return plan->prog->mods[m].name;
 }
 
+int fp_plan_module_recompute(const fp_plan *plan, int32_t m) {
+  if (!plan || !plan->prog || m < 0 || m >= plan->prog->nmods) return -1;
+  return plan->prog->mods[m].recompute ? 1 : 0;
+}
+
 int32_t fp_plan_module_index(const fp_plan *plan, const char *name) {
   if (!plan || !plan->prog || !name) return -1;
   for (int32_t m = 0; m < plan->prog->nmods; m++)

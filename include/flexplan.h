@@ -127,6 +127,14 @@ FP_API fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
  * plan has none). */
 FP_API const char *fp_plan_module_name(const fp_plan *plan, int32_t m);
 FP_API int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
+/* Whether the plan recomputes module m's forward inside its backward
+ * (activation checkpointing; the spec's "recompute"): 1 yes, 0 no, -1 when m
+ * is out of range. For such a module the trainer may call
+ * pre_forward(m) and post_forward(m) once more between pre_backward(m) and
+ * post_backward(m), around the recomputed forward; nothing runs there
+ * (pre_backward(m) already gathered what the recompute reads). See
+ * fp_exec_hook. */
+FP_API int fp_plan_module_recompute(const fp_plan *plan, int32_t m);
 
 /* ---- executors --------------------------------------------------------- */
 typedef struct fp_exec fp_exec;
@@ -254,7 +262,14 @@ FP_API const char *fp_hook_name(fp_hook h);
  * forward/backward) with no ops on this rank, those are skipped
  * (stats.skipped) and the called one runs - a frozen module need not call
  * hooks it has no use for, and autograd fires no backward hook for a module
- * without grads. A skipped segment that has ops is still FP_ERR_ORDER. FP_ERR_ARG for a hook outside the
+ * without grads. A skipped segment that has ops is still FP_ERR_ORDER.
+ * Activation checkpointing: for a module the plan recomputes
+ * (fp_plan_module_recompute), pre_forward(m) and post_forward(m) are
+ * accepted once, in that order, between pre_backward(m) and post_backward(m)
+ * (they run nothing; when pre_backward(m) has no ops and was skipped, the
+ * pre_forward(m) skips it and opens the window); post_backward(m) before
+ * that post_forward(m), a second recompute, or a recompute of a module the
+ * plan does not recompute return FP_ERR_ORDER. FP_ERR_ARG for a hook outside the
  * enum or a module out of range. FP_ERR_BACKEND when communication failed;
  * the executor is then unusable. A hook performs no memory allocation
  * (NCCL, FP_CUDA_GRAPH: except the one step_begin that captures the graphs).

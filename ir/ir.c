@@ -451,6 +451,9 @@ int fp_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flop
   m->flops_fwd = flops_fwd;
   m->flops_bwd = flops_bwd;
   m->activation_bytes = act;
+  m->recompute = false;
+  m->saved_bytes = 0;
+  m->line = 0;
   return p->nmods++;
 }
 

@@ -128,6 +128,11 @@ typedef struct fp_ir_module {
   const char *name;
   double flops_fwd, flops_bwd; /* per micro-batch */
   int64_t activation_bytes;
+  bool recompute;    /* its forward is recomputed inside its backward (activation
+                      * checkpointing): the backward compute op costs flops_fwd + flops_bwd
+                      * and the trainer may run pre/post_forward again inside the backward */
+  int64_t saved_bytes; /* recompute: activation bytes kept from forward to backward
+                        * (activation_bytes then live only during the backward); else 0 */
   int32_t line;      /* .fpir source line (0: built) */
 } fp_ir_module;
 

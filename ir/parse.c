@@ -501,20 +501,27 @@ static bool decl_module(parser *ps) {
   const char *name, *k;
   size_t kl, at;
   double ff = 0, fb = 0;
-  int64_t act = 0;
+  int64_t act = 0, saved = 0;
   unsigned seen = 0;
   if (!decl_head(ps, ps->p->nmods, "module", &name)) return false;
   while (!at_eol(ps)) {
-    if (!peek_key(ps, &k, &kl, &at)) return fail(ps, ps->pos, "expected flops_fwd=, flops_bwd= or act=");
-    int f = atom_is(k, kl, "flops_fwd") ? 0 : atom_is(k, kl, "flops_bwd") ? 1 : atom_is(k, kl, "act") ? 2 : -1;
+    if (!peek_key(ps, &k, &kl, &at)) return fail(ps, ps->pos, "expected flops_fwd=, flops_bwd=, act= or recompute=");
+    int f = atom_is(k, kl, "flops_fwd")   ? 0
+            : atom_is(k, kl, "flops_bwd") ? 1
+            : atom_is(k, kl, "act")       ? 2
+            : atom_is(k, kl, "recompute") ? 3
+                                          : -1;
     if (f < 0 || (seen >> f & 1)) return fail(ps, at, "unknown or repeated field %s for a module", excerpt(ps, at, kl));
     seen |= 1u << f;
     bool ok = f == 0   ? parse_double(ps, &ff, "flops_fwd") && end_of_field(ps)
               : f == 1 ? parse_double(ps, &fb, "flops_bwd") && end_of_field(ps)
-                       : int_field(ps, INT64_MIN, INT64_MAX, &act, "act");
+              : f == 2 ? int_field(ps, INT64_MIN, INT64_MAX, &act, "act")
+                       : int_field(ps, INT64_MIN, INT64_MAX, &saved, "recompute");
     if (!ok) return false;
   }
   int i = fp_ir_module_add(ps->p, name, ff, fb, act);
+  ps->p->mods[i].recompute = seen >> 3 & 1;
+  ps->p->mods[i].saved_bytes = saved;
   ps->p->mods[i].line = ps->line;
   fp_namemap_put(&ps->names[NM_MOD], ps->p->mods[i].name, i);
   return true;

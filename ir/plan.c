@@ -184,6 +184,7 @@ static void jmodule(wr *w, const fp_prog *p, int32_t i) {
     w->ok = false;
   }
   M_INT(w, false, "activation_bytes", m->activation_bytes);
+  if (m->recompute) M_INT(w, false, "recompute_saved_bytes", m->saved_bytes);
   fp_sb_putc(&w->b, '}');
 }
 
@@ -735,16 +736,19 @@ static bool read_mods(rd *r, json_object *root, fp_prog *p) {
   json_object *arr, *o;
   size_t n;
   if (!rd_arr(r, root, "modules", true, &arr, &n)) return false;
-  static const char *const allowed[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
+  static const char *const allowed[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", "recompute_saved_bytes",
+                                        NULL};
   for (size_t i = 0; i < n; i++) {
     const char *name;
     double ff, fb;
-    int64_t act;
+    int64_t act, saved = -1;
     if (!elem(r, arr, "modules", i, &o) || !keys(r, o, allowed) || !rd_str(r, o, "name", true, &name) ||
         !rd_dbl(r, o, "flops_fwd", true, &ff) || !rd_dbl(r, o, "flops_bwd", true, &fb) ||
-        !rd_int(r, o, "activation_bytes", true, INT64_MIN, INT64_MAX, &act))
+        !rd_int(r, o, "activation_bytes", true, INT64_MIN, INT64_MAX, &act) ||
+        !rd_int(r, o, "recompute_saved_bytes", false, INT64_MIN, INT64_MAX, &saved))
       return false;
-    fp_ir_module_add(p, name, ff, fb, act);
+    int m = fp_ir_module_add(p, name, ff, fb, act);
+    if (json_object_object_get_ex(o, "recompute_saved_bytes", NULL)) p->mods[m].recompute = true, p->mods[m].saved_bytes = saved;
   }
   return true;
 }
@@ -1309,15 +1313,16 @@ static bool e_live(fr *f, void *ctx, int64_t i) {
 }
 
 /* modules */
-static const char *const a_mod[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
-typedef struct { const char *name; double ff, fb; int64_t act; } f_mod;
+static const char *const a_mod[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", "recompute_saved_bytes", NULL};
+typedef struct { const char *name; double ff, fb; int64_t act, saved; } f_mod;
 static bool m_mod(fr *f, void *ctx, int k) {
   f_mod *m = ctx;
   switch (k) {
     case 0: return fstr_dup(f, &m->name);
     case 1: return fdbl(f, &m->ff);
     case 2: return fdbl(f, &m->fb);
-    default: return fint(f, INT64_MIN, INT64_MAX, &m->act);
+    case 3: return fint(f, INT64_MIN, INT64_MAX, &m->act);
+    default: return fint(f, INT64_MIN, INT64_MAX, &m->saved);
   }
 }
 static bool e_mod(fr *f, void *ctx, int64_t i) {
@@ -1325,7 +1330,8 @@ static bool e_mod(fr *f, void *ctx, int64_t i) {
   f_mod m;
   uint32_t seen;
   if (!fobj(f, a_mod, 15, &seen, m_mod, &m)) return false;
-  fp_ir_module_add(f->p, m.name, m.ff, m.fb, m.act);
+  int k = fp_ir_module_add(f->p, m.name, m.ff, m.fb, m.act);
+  if (seen >> 4 & 1) f->p->mods[k].recompute = true, f->p->mods[k].saved_bytes = m.saved;
   return true;
 }
 

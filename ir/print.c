@@ -448,6 +448,7 @@ static void module_line(printer *pr, int32_t i) {
   sb_lit(l, "\tflops_bwd=");
   sb_double(l, m->flops_bwd);
   FIELD(l, "act", m->activation_bytes);
+  if (m->recompute) FIELD(l, "recompute", m->saved_bytes);
   endline(pr);
 }
 

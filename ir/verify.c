@@ -282,6 +282,8 @@ static void check_mods(vctx *v) {
     if (!isfinite(m->flops_fwd) || !isfinite(m->flops_bwd) || m->flops_fwd < 0 || m->flops_bwd < 0)
       verr(v, FP_VL_MODULE, i, "flops must be finite and >= 0");
     if (m->activation_bytes < 0) verr(v, FP_VL_MODULE, i, "activation bytes %" PRId64 " is negative", m->activation_bytes);
+    if (m->saved_bytes < 0 || (!m->recompute && m->saved_bytes))
+      verr(v, FP_VL_MODULE, i, "saved bytes %" PRId64 " must be >= 0, and 0 without recompute", m->saved_bytes);
   }
   check_unique(v, FP_VL_MODULE, "module", p->nmods, mod_nm);
 }

@@ -31,11 +31,17 @@ typedef struct fp_module {
   double flops_fwd;            /* per micro-batch; 0 when not given */
   double flops_bwd;            /* default 2 * flops_fwd */
   int64_t activation_bytes;    /* 0 when not given */
+  int64_t activation_bytes_checkpointed; /* v2: what its forward keeps for backward when
+                                * the spec recomputes it (its saved inputs); 0 when not given */
+  int *uses;                   /* v2 "uses": params (indices into fp_model.params) declared
+                                * by other modules that this module's forward also reads */
+  int nuses;
   const char *ptr;
 } fp_module;
 
 typedef struct fp_model {
   const fp_src *src;           /* the file it came from */
+  int version;                 /* 1 or 2 ("flexplan.model.v1" / "flexplan.model.v2") */
   const char *name;
   fp_param *params;
   int nparams;
@@ -119,6 +125,9 @@ typedef struct fp_spec {
   int64_t auto_target_bytes;   /* FP_BUCKETS_AUTO: 0 = none given */
   const char **no_shard;       /* fnmatch patterns */
   int nno_shard;
+  const char **recompute;      /* fnmatch patterns over module names: forwards recomputed
+                                * inside their backward (activation checkpointing) */
+  int nrecompute;
   int prefetch_fwd, prefetch_bwd; /* >= 0 or FP_PREFETCH_AUTO; default 1 */
   int64_t grad_accumulation;   /* micro-batches per step; default 1 */
   int64_t memory_budget_bytes; /* 0 = none */

@@ -420,6 +420,22 @@ static bool layout_storages(fp_layout *L) {
   return true;
 }
 
+/* ---- recompute: the modules the spec's patterns name; each pattern must name one */
+static bool mark_recompute(fp_layout *L) {
+  const fp_model *m = L->model;
+  const fp_spec *s = L->spec;
+  L->recompute = fp_alloc_array(L->a, (size_t)m->nmodules + 1, sizeof(bool));
+  for (int k = 0; k < s->nrecompute; k++) {
+    bool any = false;
+    for (int i = 0; i < m->nmodules; i++)
+      if (fnmatch(s->recompute[k], m->modules[i].name, 0) == 0) any = L->recompute[i] = true;
+    if (!any)
+      return fp_layout_error(L, false, fp_ptr_idx(L->a, fp_ptr_key(L->a, fp_layout_ptr(L, NULL, NULL), "recompute"), k),
+                             "recompute pattern '%s' matches no module", s->recompute[k]);
+  }
+  return true;
+}
+
 /* ---- reshard_after_forward and forward positions ------------------------------ */
 static bool finish_buckets(fp_layout *L) {
   const fp_model *m = L->model;
@@ -432,8 +448,9 @@ static bool finish_buckets(fp_layout *L) {
   }
   for (int pos = 0; pos < m->norder; pos++) {
     const fp_module *mod = &m->modules[m->order[pos]];
-    for (int j = 0; j < mod->nparams; j++) {
-      fp_bucket *B = &L->buckets[bucket_of[mod->first_param + j]];
+    for (int j = 0; j < mod->nparams + mod->nuses; j++) {
+      int pi = j < mod->nparams ? mod->first_param + j : mod->uses[j - mod->nparams];
+      fp_bucket *B = &L->buckets[bucket_of[pi]];
       if (B->first_pos < 0) B->first_pos = pos;
       B->last_pos = pos;
     }
@@ -489,5 +506,6 @@ bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *
   if (!resolve_params(L, bucket_of)) return false;
   pack_owned(L);
   if (!layout_storages(L)) return false;
+  if (!mark_recompute(L)) return false;
   return finish_buckets(L);
 }

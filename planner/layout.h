@@ -89,7 +89,8 @@ typedef struct fp_bucket {
   int64_t reshard;               /* normalized: 0 keep unsharded, G full, else group size */
   bool sharded;                  /* any param is not replicated */
   bool trainable;                /* any param requires grad */
-  int first_pos, last_pos;       /* first/last forward-order position using it */
+  int first_pos, last_pos;       /* first/last forward-order position of a module that
+                                  * reads it: owns one of its params or "uses" one (tied) */
   int64_t shard_bytes;           /* main-weight shard storage (max over ranks) */
   int64_t grad_bytes;            /* main-grad shard storage (max over ranks) */
   int64_t unsharded_bytes;       /* unsharded compute weights (param dtype) */
@@ -117,6 +118,7 @@ typedef struct fp_layout {
   fp_bucket *buckets;
   int nbuckets;
   fp_placement_spec *auto_pl;    /* storage for resolved placements */
+  bool *recompute;               /* per module: matched by the spec's "recompute" patterns */
 } fp_layout;
 
 /* build the layout; false after located errors */

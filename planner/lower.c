@@ -135,9 +135,11 @@ static void setup(fp_lower *lw) {
     if (lw->c_reshard[b] < 0) lw->c_reshard[b] = fp_ir_comm_add(P, name, g, 1);
   }
 
-  for (int i = 0; i < m->nmodules; i++)
-    fp_ir_module_add(P, m->modules[i].name, m->modules[i].flops_fwd, m->modules[i].flops_bwd,
-                     m->modules[i].activation_bytes);
+  for (int i = 0; i < m->nmodules; i++) {
+    const fp_module *M = &m->modules[i];
+    int k = fp_ir_module_add(P, M->name, M->flops_fwd, M->flops_bwd, M->activation_bytes);
+    if (L->recompute[i]) P->mods[k].recompute = true, P->mods[k].saved_bytes = M->activation_bytes_checkpointed;
+  }
   for (int b = 0; b < L->nbuckets; b++) fp_ir_bucket_add(P, L->buckets[b].name);
 
   /* extent tables for ragged params: one entry per shard-group rank */
@@ -333,12 +335,14 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   lw->stream = FP_STREAM_COMPUTE;
 }
 
-/* the buckets a module's params live in, each once */
+/* the buckets of the params a module reads (its own and those it "uses"),
+ * each once */
 static int module_buckets(const fp_lower *lw, int mod, int *out) {
   const fp_module *M = &lw->L->model->modules[mod];
   int n = 0;
-  for (int j = 0; j < M->nparams; j++) {
-    int b = lw->L->params[M->first_param + j].bucket;
+  for (int j = 0; j < M->nparams + M->nuses; j++) {
+    int pi = j < M->nparams ? M->first_param + j : M->uses[j - M->nparams];
+    int b = lw->L->params[pi].bucket;
     bool seen = false;
     for (int k = 0; k < n; k++) seen |= out[k] == b;
     if (!seen) out[n++] = b;
@@ -352,7 +356,8 @@ static void compute(fp_lower *lw, int mod, fp_pass pass, int *scratch, int32_t *
   fp_op *op = fp_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
   op->module = mod;
   op->pass = pass;
-  op->alpha = pass == FP_PASS_FWD ? M->flops_fwd : M->flops_bwd;
+  /* a recomputed module's backward runs its forward again first */
+  op->alpha = pass == FP_PASS_FWD ? M->flops_fwd : M->flops_bwd + (lw->L->recompute[mod] ? M->flops_fwd : 0);
   int nb = module_buckets(lw, mod, scratch), n = 0;
   for (int k = 0; k < nb; k++) {
     const fp_bucket *B = &lw->L->buckets[scratch[k]];

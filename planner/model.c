@@ -1,5 +1,9 @@
 /* model.c - model.json: parse and validate (DESIGN.md §2, docs/input-format.md).
  *
+ * Two versions are read: "flexplan.model.v1", and "flexplan.model.v2", which
+ * adds per module "uses" (params declared by another module that this one's
+ * forward also reads: tied weights) and "activation_bytes_checkpointed"; a
+ * v2 module may then have no params of its own (it reads only what it uses).
  * A file holds either a model ({"format": "flexplan.model.v1", ...}) or the
  * combined form {"model": {...}, "spec": {...}} (spec optional), in which case
  * every pointer starts with "/model" (the spec's with "/spec"). The first user
@@ -12,7 +16,8 @@
 #include "front.h"
 #include "json.h"
 
-#define FP_MODEL_FORMAT "flexplan.model.v1"
+#define FP_MODEL_FORMAT_V1 "flexplan.model.v1"
+#define FP_MODEL_FORMAT_V2 "flexplan.model.v2"
 
 /* ---- a tiny string set for the uniqueness checks --------------------------- */
 typedef struct nameset {
@@ -51,17 +56,18 @@ static int ns_get(const nameset *s, const char *name) {
 }
 
 /* ---- pieces ----------------------------------------------------------------- */
-static bool check_format(fp_jctx *c, json_object *root, const char *ptr, const char *want) {
+/* the model's "format": v1 or v2 into *version */
+static bool check_format(fp_jctx *c, json_object *root, const char *ptr, int *version) {
   json_object *v = fp_j_get(root, "format");
   if (!fp_j_has(root, "format"))
-    return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", want);
-  if (!v || !json_object_is_type(v, json_type_string) || strcmp(json_object_get_string(v), want)) {
-    bool is_spec = v && json_object_is_type(v, json_type_string) &&
-                   !strcmp(json_object_get_string(v), "flexplan.spec.v1");
-    return fp_j_error(c, fp_ptr_key(c->a, ptr, "format"), "expected \"%s\", got %s%s", want,
-                      fp_j_describe(c->a, v), is_spec ? " (this is a spec: pass it with --spec)" : "");
-  }
-  return true;
+    return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\" or \"%s\")", FP_MODEL_FORMAT_V2,
+                      FP_MODEL_FORMAT_V1);
+  const char *f = v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+  if (f && !strcmp(f, FP_MODEL_FORMAT_V1)) return *version = 1, true;
+  if (f && !strcmp(f, FP_MODEL_FORMAT_V2)) return *version = 2, true;
+  bool is_spec = f && !strcmp(f, "flexplan.spec.v1");
+  return fp_j_error(c, fp_ptr_key(c->a, ptr, "format"), "expected \"%s\" or \"%s\", got %s%s", FP_MODEL_FORMAT_V2,
+                    FP_MODEL_FORMAT_V1, fp_j_describe(c->a, v), is_spec ? " (this is a spec: pass it with --spec)" : "");
 }
 
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
@@ -100,10 +106,19 @@ static bool parse_param(fp_jctx *c, json_object *pv, const char *pp, int module,
   return true;
 }
 
-static bool parse_module(fp_jctx *c, json_object *mv, const char *mp, fp_module *m) {
-  static const char *const keys[] = {"name", "params", "flops_fwd", "flops_bwd", "activation_bytes",
-                                     NULL};
-  if (!fp_j_keys(c, mv, mp, keys)) return false;
+static bool parse_module(fp_jctx *c, json_object *mv, const char *mp, int version, fp_module *m) {
+  static const char *const keys1[] = {"name", "params", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
+  static const char *const keys2[] = {"name", "params", "uses", "flops_fwd", "flops_bwd", "activation_bytes",
+                                      "activation_bytes_checkpointed", NULL};
+  if (version == 1 && fp_j_has(mv, "uses"))
+    return fp_j_error(c, fp_ptr_key(c->a, mp, "uses"),
+                      "'uses' (tied weights) needs \"format\": \"%s\" (this file is %s)", FP_MODEL_FORMAT_V2,
+                      FP_MODEL_FORMAT_V1);
+  if (version == 1 && fp_j_has(mv, "activation_bytes_checkpointed"))
+    return fp_j_error(c, fp_ptr_key(c->a, mp, "activation_bytes_checkpointed"),
+                      "'activation_bytes_checkpointed' needs \"format\": \"%s\" (this file is %s)",
+                      FP_MODEL_FORMAT_V2, FP_MODEL_FORMAT_V1);
+  if (!fp_j_keys(c, mv, mp, version == 1 ? keys1 : keys2)) return false;
   if (!fp_j_str(c, mv, mp, "name", true, &m->name)) return false;
   m->flops_fwd = 0;
   if (!fp_j_num(c, mv, mp, "flops_fwd", false, 0, INFINITY, &m->flops_fwd)) return false;
@@ -113,7 +128,37 @@ static bool parse_module(fp_jctx *c, json_object *mv, const char *mp, fp_module 
     return fp_j_error(c, fp_ptr_key(c->a, mp, "flops_fwd"), "flops_fwd too large (2 * flops_fwd is not finite)");
   m->activation_bytes = 0;
   if (!fp_j_int(c, mv, mp, "activation_bytes", false, 0, INT64_MAX, &m->activation_bytes)) return false;
+  m->activation_bytes_checkpointed = 0;
+  if (!fp_j_int(c, mv, mp, "activation_bytes_checkpointed", false, 0, INT64_MAX,
+                &m->activation_bytes_checkpointed))
+    return false;
   m->ptr = mp;
+  return true;
+}
+
+/* v2 "uses" of module i (at mp), once every module's params are known: each
+ * name a param another module declares, each at most once */
+static bool parse_uses(fp_jctx *c, json_object *mv, const char *mp, int i, const nameset *pnames, fp_model *out) {
+  fp_module *m = &out->modules[i];
+  json_object *ua = NULL;
+  size_t nu = 0;
+  if (!fp_j_arr(c, mv, mp, "uses", false, &ua, &nu)) return false;
+  if (!ua) return true;
+  const char *up = fp_ptr_key(c->a, mp, "uses");
+  if (nu == 0) return fp_j_error(c, up, "expected a non-empty array of param names, got an empty array");
+  if (nu > INT32_MAX / 2) return fp_j_error(c, up, "too many uses (%zu)", nu);
+  m->uses = fp_alloc_array(c->a, nu, sizeof *m->uses);
+  for (size_t k = 0; k < nu; k++) {
+    const char *ep = fp_ptr_idx(c->a, up, (int64_t)k), *name;
+    if (!fp_j_str_v(c, json_object_array_get_idx(ua, k), ep, &name)) return false;
+    int pi = ns_get(pnames, name);
+    if (pi < 0) return fp_j_error(c, ep, "unknown param '%s' in uses (it must be declared in another module's params)", name);
+    if (out->params[pi].module == i)
+      return fp_j_error(c, ep, "param '%s' is this module's own (uses names params declared by other modules)", name);
+    for (int j = 0; j < m->nuses; j++)
+      if (m->uses[j] == pi) return fp_j_error(c, ep, "param '%s' appears twice in uses", name);
+    m->uses[m->nuses++] = pi;
+  }
   return true;
 }
 
@@ -125,7 +170,7 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
   out->src = src;
   out->ptr = ptr = ptr ? fp_strdup(a, ptr) : "";
   if (!fp_j_is_object(c, root, ptr)) return false;
-  if (!check_format(c, root, ptr, FP_MODEL_FORMAT)) return false;
+  if (!check_format(c, root, ptr, &out->version)) return false;
   static const char *const keys[] = {"format", "name", "modules", "forward_order", NULL};
   if (!fp_j_keys(c, root, ptr, keys)) return false;
   if (!fp_j_str(c, root, ptr, "name", true, &out->name)) return false;
@@ -155,16 +200,20 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
     const char *mp = fp_ptr_idx(a, msp, (int64_t)i);
     fp_module *m = &out->modules[i];
     if (!fp_j_is_object(c, mv, mp)) return false;
-    if (!parse_module(c, mv, mp, m)) return false;
+    if (!parse_module(c, mv, mp, out->version, m)) return false;
     int prev = ns_put(&mnames, m->name, (int)i);
     if (prev >= 0)
       return fp_j_error(c, fp_ptr_key(a, mp, "name"), "duplicate module name '%s' (also %s)", m->name,
                         out->modules[prev].ptr);
-    json_object *pa;
-    size_t np;
-    if (!fp_j_arr(c, mv, mp, "params", true, &pa, &np)) return false;
+    json_object *pa = NULL;
+    size_t np = 0;
+    /* v2: a module that only reads tied params has none of its own
+     * (checked with its uses below) */
+    bool need_params = out->version == 1 || !fp_j_has(mv, "uses");
+    if (!fp_j_arr(c, mv, mp, "params", need_params, &pa, &np)) return false;
     const char *psp = fp_ptr_key(a, mp, "params");
-    if (np == 0)
+    if (!pa) np = 0;
+    if (np == 0 && need_params)
       return fp_j_error(c, psp, "expected a non-empty array of params, got an empty array");
     m->first_param = out->nparams;
     m->nparams = (int)np;
@@ -182,6 +231,10 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
     }
   }
   out->nmodules = (int)nm;
+  if (out->version >= 2)
+    for (size_t i = 0; i < nm; i++)
+      if (!parse_uses(c, json_object_array_get_idx(mods, i), fp_ptr_idx(a, msp, (int64_t)i), (int)i, &pnames, out))
+        return false;
 
   /* forward_order: default the order of modules; if given, it must name every
    * module at least once (a module that never runs would never be gathered

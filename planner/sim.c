@@ -242,11 +242,18 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   int32_t *pair = malloc(sizeof *pair * ((size_t)P->nops + 1));
   FP_ASSERT(pair);
   fp_ir_activation_pairs(P, pair);
-  for (int32_t i = 0; i < P->nops; i++)
-    if (P->ops[i].code == FP_OP_COMPUTE && P->ops[i].pass == FP_PASS_FWD && P->ops[i].module >= 0 &&
-        P->ops[i].module < P->nmods)
+  for (int32_t i = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    if (op->code != FP_OP_COMPUTE || op->module < 0 || op->module >= P->nmods) continue;
+    const fp_ir_module *M = &P->mods[op->module];
+    /* a recomputed module: its activations during its forward and its
+     * (recomputing) backward, only its saved bytes in between */
+    if (M->recompute && (op->pass == FP_PASS_FWD || op->pass == FP_PASS_BWD))
+      add_range(&L, S->start_us[i], S->end_us[i], FP_MEMTL_ACT, M->activation_bytes);
+    if (op->pass == FP_PASS_FWD)
       add_range(&L, S->start_us[i], pair[i] >= 0 ? S->end_us[pair[i]] : tend, FP_MEMTL_ACT,
-                P->mods[P->ops[i].module].activation_bytes);
+                M->recompute ? M->saved_bytes : M->activation_bytes);
+  }
   free(pair);
 
   qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev);

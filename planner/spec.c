@@ -239,8 +239,8 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
     return fp_j_error(c, fp_ptr_key(a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
                       fp_j_describe(a, fmt));
   static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
-                                     "no_shard", "prefetch", "grad_accumulation", "memory_budget_bytes",
-                                     "hardware", NULL};
+                                     "no_shard", "recompute", "prefetch", "grad_accumulation",
+                                     "memory_budget_bytes", "hardware", NULL};
   if (!fp_j_keys(c, root, ptr, keys)) return false;
 
   /* mesh */
@@ -309,6 +309,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
   if (fp_j_has(root, "buckets") && !parse_buckets(c, out, fp_j_get(root, "buckets"), fp_ptr_key(a, ptr, "buckets")))
     return false;
   if (!parse_patterns(c, root, ptr, "no_shard", false, true, &out->no_shard, &out->nno_shard)) return false;
+  if (!parse_patterns(c, root, ptr, "recompute", false, true, &out->recompute, &out->nrecompute)) return false;
   if (fp_j_has(root, "prefetch") &&
       !parse_prefetch(c, out, fp_j_get(root, "prefetch"), fp_ptr_key(a, ptr, "prefetch")))
     return false;

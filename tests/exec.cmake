@@ -52,6 +52,27 @@ fp_parity(ga2 mlp ga2 2)
 fp_parity(ga2 mlp ga2 3)
 fp_parity(ga2_poll mlp ga2 4 --progress poll)
 
+# a tied weight (model.json v2 "uses": the last layer reads fc0.weight
+# transposed; train_mlp's tied layer) and recomputed modules (the spec's
+# "recompute": train_mlp drops their pre-activations and recomputes them
+# between pre_forward / post_forward hooks inside the backward)
+foreach(np 1 2 3 4)
+  fp_parity(tied_full_shard mlp-tied full_shard ${np})
+endforeach()
+fp_parity(tied_shard_grad_op mlp-tied shard_grad_op 2)
+fp_parity(tied_no_shard mlp-tied no_shard 3)
+fp_parity(tied_hybrid_2x2_ga2 mlp-tied hybrid-ga2 4)
+fp_parity(tied_placements mlp-tied placements-tied-w4 4)
+foreach(np 1 2 4)
+  fp_parity(tied_recompute mlp-tied recompute ${np})
+endforeach()
+add_test(NAME parity_tied_fsdp2_np4
+         COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_plan.py --flexplan $<TARGET_FILE:flexplan>
+                 --model ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-tied.model.json
+                 --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/recompute.spec.json --np 4 --policy fsdp2
+                 "--mpiexec=${FP_MPIEXEC_CMD}" -- $<TARGET_FILE:train_mlp> --plan {plan} --steps 4 --check)
+set_tests_properties(parity_tied_fsdp2_np4 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4 ENVIRONMENT "${FP_MPI_ENV}")
+
 # hostile plans, plans this run cannot use, config errors (one rank)
 add_executable(test_exec_plan ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_plan.c)
 target_link_libraries(test_exec_plan PRIVATE flexplan_exec)

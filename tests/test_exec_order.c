@@ -5,8 +5,10 @@
  * may be skipped, segments with ops may not. Also: invalid hooks and
  * modules, a refit in the middle of a step, and no allocation on any hook
  * (the executor's allocation counter is unchanged over whole steps), and
- * fp_exec_all_reduce_f64 between hooks. Runs
- * under mpirun on 2 ranks. */
+ * fp_exec_all_reduce_f64 between hooks. And activation checkpointing:
+ * module "second" is recomputed, so its pre_forward / post_forward are
+ * accepted once inside its backward window (also when the trainer skipped
+ * its empty pre_backward) and nowhere else. Runs under mpirun on 2 ranks. */
 #include "exec_util.h"
 
 /* two modules, an all-gather before each forward and a reduction after
@@ -53,6 +55,8 @@ static void expect_order(fp_exec *x, fp_hook h, int32_t m, const char *got, cons
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   tprog t = build();
+  t.p->mods[1].recompute = true; /* "second" */
+  t.p->mods[1].saved_bytes = 64;
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, FP_PROGRESS_DEFAULT);
   int32_t m0 = fp_plan_module_index(plan, "m"), m1 = fp_plan_module_index(plan, "second");
@@ -98,6 +102,26 @@ int main(int argc, char **argv) {
   expect_order(x, FP_HOOK_POST_BACKWARD, m1, "post_backward(second)", "expects post_forward(m)");
   /* nor the step's end: step_begin of the next step */
   expect_order(x, FP_HOOK_STEP_BEGIN, -1, "step_begin", "expects post_forward(m)");
+  /* recomputed forwards, in micro-batch 1 */
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  EXPECT(fp_plan_module_recompute(plan, m1) == 1 && fp_plan_module_recompute(plan, m0) == 0 &&
+             fp_plan_module_recompute(plan, 2) == -1 && fp_plan_module_recompute(NULL, 0) == -1,
+         "fp_plan_module_recompute");
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_BACKWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  /* post_forward first, a second pre_forward, post_backward inside it, a second recompute: refused */
+  expect_order(x, FP_HOOK_POST_FORWARD, m1, "post_forward(second)", "no recomputed forward is open");
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "recompute: %s", fp_exec_errmsg(x));
+  expect_order(x, FP_HOOK_PRE_FORWARD, m1, "pre_forward(second)", "already open");
+  expect_order(x, FP_HOOK_POST_BACKWARD, m1, "post_backward(second)", "call post_forward(second) first");
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m1) == FP_OK, "recompute: %s", fp_exec_errmsg(x));
+  expect_order(x, FP_HOOK_PRE_FORWARD, m1, "pre_forward(second)", "already recomputed");
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  /* m is not recomputed by the plan: neither at its (empty) pre_backward nor inside its backward */
+  expect_order(x, FP_HOOK_PRE_FORWARD, m0, "pre_forward(m)", "the plan does not recompute m");
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_BACKWARD, m0) == FP_OK, "%s", fp_exec_errmsg(x));
+  expect_order(x, FP_HOOK_PRE_FORWARD, m0, "pre_forward(m)", "the plan does not recompute m");
   for (int32_t k = x->cursor; k < x->prog->nsegs; k++) { /* finish the step */
     const fp_seg *s = &x->prog->segs[k];
     EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
@@ -130,6 +154,24 @@ int main(int argc, char **argv) {
   double one = 1.0;
   EXPECT(fp_exec_all_reduce_f64(x, &one, 1) == FP_OK && one == tu_world, "mid-step sum %g", one);
   for (int32_t k = 1; k < x->prog->nsegs; k++) {
+    const fp_seg *s = &x->prog->segs[k];
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+           fp_exec_errmsg(x));
+  }
+  /* a recompute right after a skipped (empty) pre_backward(second) */
+  fp_exec_stats r0, r1;
+  fp_exec_get_stats(x, &r0);
+  for (int32_t k = 0; x->prog->segs[k].kind != FP_SEG_PRE_BACKWARD; k++) {
+    const fp_seg *s = &x->prog->segs[k];
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+           fp_exec_errmsg(x));
+  }
+  EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "recompute after a skip: %s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_FORWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_hook(x, FP_HOOK_POST_BACKWARD, m1) == FP_OK, "%s", fp_exec_errmsg(x));
+  fp_exec_get_stats(x, &r1);
+  EXPECT(r1.skipped == r0.skipped + 1, "skipped %" PRId64 " -> %" PRId64, r0.skipped, r1.skipped);
+  for (int32_t k = x->cursor; k < x->prog->nsegs; k++) {
     const fp_seg *s = &x->prog->segs[k];
     EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));

@@ -73,6 +73,8 @@ static kit kitchen(fp_arena *a) {
   p->bufs[k.rin].offset = 1024;
   p->bufs[k.mx].offset = 1536;
   k.m0 = fp_ir_module_add(p, "layers.0", 1e9, 2e9, 1024);
+  p->mods[k.m0].recompute = true; /* activation checkpointing: keeps 96 of its 1024 bytes */
+  p->mods[k.m0].saved_bytes = 96;
   k.m1 = fp_ir_module_add(p, "weird \"name\"\t2", 0.1, 0.2, 0);
   fp_ir_param *q = fp_ir_param_add(p);
   q->name = "layers.0.w";
@@ -419,6 +421,12 @@ static void roundtrip(const fp_prog *p) {
       assert_true(p->tabs[i].off[j] == q->tabs[i].off[j] && p->tabs[i].cnt[j] == q->tabs[i].cnt[j]);
   }
   assert_int_equal(q->nmods, p->nmods);
+  for (int32_t i = 0; i < p->nmods; i++) {
+    const fp_ir_module *x = &p->mods[i], *y = &q->mods[i];
+    assert_string_equal(x->name, y->name);
+    assert_true(x->activation_bytes == y->activation_bytes && x->recompute == y->recompute &&
+                x->saved_bytes == y->saved_bytes);
+  }
   assert_int_equal(q->nbuckets, p->nbuckets);
   assert_int_equal(q->nevents, p->nevents);
   assert_true(q->world_size == p->world_size && q->ranks_per_node == p->ranks_per_node &&
@@ -748,6 +756,8 @@ static void test_plan_roundtrip(void **state) {
   snprintf(want, sizeof want, "\"fnv1a64:%016llx\"", (unsigned long long)fp_prog_hash(k.p));
   assert_non_null(strstr(j, want));
   assert_non_null(strstr(j, "\"format\": \"flexplan.plan.v1\""));
+  assert_true(q->mods[k.m0].recompute && q->mods[k.m0].saved_bytes == 96 && !q->mods[k.m1].recompute);
+  assert_non_null(strstr(j, "\"recompute_saved_bytes\":96"));
   free(t1);
   free(t2);
   free(j);

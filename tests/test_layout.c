@@ -1,7 +1,8 @@
 /* test_layout.c - the layout math against layouts computed by hand: shard
  * padding, zero-element shards, ragged cut points and alignment, owned
- * bin-packing, hybrid groups, storage alignment, int64 overflow, and the
- * located errors of model-vs-spec checks. */
+ * bin-packing, hybrid groups, storage alignment, int64 overflow, the
+ * located errors of model-vs-spec checks, and a tied weight (model.json v2
+ * "uses") with recomputed modules, through the lowering. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include "ir/ir.h"
 #include "planner/json.h"
 #include "planner/layout.h"
+#include "planner/lower.h"
 
 typedef struct {
   fp_arena *a;
@@ -234,6 +236,93 @@ static void reshard_normalized(void **state) {
   done(&f);
 }
 
+/* embed.weight [10,4] is declared by embed and used again by head (tied); l0
+ * and l1 are recomputed. By hand, on 4 ranks (full_shard, fp32):
+ *  - 4 params, one of them tied: embed.weight is stored once (shard 3 rows
+ *    of 4 = 12 elements per rank, 48 padded);
+ *  - buckets: embed (positions 0..3: read by embed and head; head runs last,
+ *    so it is never resharded), l0 (1..1, resharded), l1 (2..2, resharded),
+ *    head (3..3, last: kept);
+ *  - collectives: all-gathers embed 1, l0 2, l1 2, head 1 = 6;
+ *    reduce-scatters one per bucket = 4; embed's after embed's backward,
+ *    the last op of its kind, after head's backward wrote into its ugrad;
+ *  - head's compute ops read embed's weight, its backward writes embed's
+ *    ugrad, which is zeroed once, before head's backward (the first
+ *    backward that touches it), and reduced once;
+ *  - the backward of a recomputed module costs flops_fwd + flops_bwd. */
+static void tied_and_recompute(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v2\",\"name\":\"t\",\"modules\":["
+                        "{\"name\":\"embed\",\"params\":[{\"name\":\"embed.weight\",\"shape\":[10,4]}]},"
+                        "{\"name\":\"l0\",\"params\":[{\"name\":\"l0.w\",\"shape\":[4,4]}],\"flops_fwd\":100,"
+                        "\"activation_bytes\":4096,\"activation_bytes_checkpointed\":64},"
+                        "{\"name\":\"l1\",\"params\":[{\"name\":\"l1.w\",\"shape\":[4,4]}],\"flops_fwd\":100},"
+                        "{\"name\":\"head\",\"params\":[{\"name\":\"head.b\",\"shape\":[10]}],"
+                        "\"uses\":[\"embed.weight\"]}]},"
+                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":4},\"recompute\":[\"l*\"],"
+                        "\"defaults\":{\"mixed_precision\":{\"param_dtype\":\"fp32\"}}}}"));
+  assert_int_equal(f.m.version, 2);
+  assert_int_equal(f.L.nparams, 4);
+  assert_int_equal(f.m.modules[3].nuses, 1);
+  assert_int_equal(f.m.modules[3].uses[0], 0);
+  const fp_lparam *e = param(&f, "embed.weight");
+  assert_int_equal(e->chunk, 12);
+  assert_int_equal(e->padded_numel, 48);
+  int be = e->bucket, bl0 = param(&f, "l0.w")->bucket, bh = param(&f, "head.b")->bucket;
+  assert_int_equal(f.L.nbuckets, 4);
+  assert_int_equal(f.L.buckets[be].first_pos, 0);
+  assert_int_equal(f.L.buckets[be].last_pos, 3);
+  assert_int_equal(f.L.buckets[be].reshard, 0);
+  assert_int_equal(f.L.buckets[bl0].first_pos, 1);
+  assert_int_equal(f.L.buckets[bl0].last_pos, 1);
+  assert_int_equal(f.L.buckets[bl0].reshard, 4);
+  assert_int_equal(f.L.buckets[bh].reshard, 0);
+  assert_true(!f.L.recompute[0] && f.L.recompute[1] && f.L.recompute[2] && !f.L.recompute[3]);
+
+  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1);
+  assert_non_null(P);
+  assert_true(P->mods[1].recompute && P->mods[1].saved_bytes == 64 && P->mods[2].recompute &&
+              P->mods[2].saved_bytes == 0 && !P->mods[0].recompute && !P->mods[3].recompute);
+  int ag[4] = {0}, rs[4] = {0}, memset_e = -1, rs_e = -1, head_bwd = -1, embed_bwd = -1, last_rs = -1;
+  int ew = -1, eug = -1;
+  for (int32_t i = 0; i < P->nparams; i++)
+    if (!strcmp(P->params[i].name, "embed.weight")) ew = P->params[i].weight.buf, eug = P->params[i].ugrad.buf;
+  assert_true(ew >= 0 && eug >= 0);
+  for (int32_t i = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    if (op->code == FP_OP_ALL_GATHER) ag[op->bucket]++;
+    if (op->code == FP_OP_REDUCE_SCATTER) {
+      rs[op->bucket]++;
+      last_rs = i;
+      if (op->bucket == be) rs_e = i;
+    }
+    if (op->code == FP_OP_MEMSET && op->dst.buf == eug) {
+      assert_int_equal(memset_e, -1); /* zeroed once */
+      memset_e = i;
+    }
+    if (op->code == FP_OP_COMPUTE && op->pass == FP_PASS_BWD) {
+      if (op->module == 3) head_bwd = i;
+      if (op->module == 0) embed_bwd = i;
+      if (op->module == 1) assert_true(op->alpha == 300.0); /* 100 + 2*100: recomputed */
+    }
+    if (op->code == FP_OP_COMPUTE && op->module == 3) { /* head reads the tied weight; its backward writes its grad */
+      bool w = false, g = false;
+      for (int32_t u = 0; u < op->nuses; u++) w |= P->uses[op->uses + u] == ew, g |= P->uses[op->uses + u] == eug;
+      assert_true(w);
+      assert_true(g == (op->pass == FP_PASS_BWD));
+    }
+  }
+  assert_int_equal(ag[be], 1);
+  assert_int_equal(ag[bl0], 2);
+  assert_int_equal(ag[bh], 1);
+  assert_int_equal(ag[0] + ag[1] + ag[2] + ag[3], 6);
+  for (int b = 0; b < 4; b++) assert_int_equal(rs[b], 1);
+  assert_true(memset_e >= 0 && memset_e < head_bwd && head_bwd < embed_bwd && embed_bwd < rs_e);
+  assert_int_equal(rs_e, last_rs);
+  done(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shard_padding),         cmocka_unit_test(shard_dim1),
@@ -241,7 +330,7 @@ int main(void) {
       cmocka_unit_test(ragged_smaller_than_alignment), cmocka_unit_test(owned_bin_packing),
       cmocka_unit_test(hybrid_groups),         cmocka_unit_test(storage_alignment),
       cmocka_unit_test(int64_overflow_when_padded), cmocka_unit_test(located_errors),
-      cmocka_unit_test(reshard_normalized),
+      cmocka_unit_test(reshard_normalized),    cmocka_unit_test(tied_and_recompute),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -278,8 +278,17 @@ static void build_lives(fp_viz *v) {
   fp_ir_activation_pairs(p, pair);
   for (int32_t i = 0; i < p->nops; i++) {
     const fp_op *fw = &p->ops[i];
-    if (fw->code != FP_OP_COMPUTE || fw->pass != FP_PASS_FWD || fw->module < 0 || fw->module >= p->nmods) continue;
-    int64_t bytes = p->mods[fw->module].activation_bytes;
+    if (fw->code != FP_OP_COMPUTE || fw->module < 0 || fw->module >= p->nmods) continue;
+    const fp_ir_module *M = &p->mods[fw->module];
+    /* a recomputed module (as the simulator's timeline): its activations
+     * during its forward and its backward op, its saved bytes in between */
+    if (M->recompute && (fw->pass == FP_PASS_FWD || fw->pass == FP_PASS_BWD) && M->activation_bytes > 0) {
+      v->lives = fp_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
+      v->lives[v->nlives++] = (fp_viz_life){-1, fw->module, p->segs[fw->seg].micro, FP_MEMTL_ACT, M->activation_bytes,
+                                            S->start_us[i], S->end_us[i], i, i};
+    }
+    if (fw->pass != FP_PASS_FWD) continue;
+    int64_t bytes = M->recompute ? M->saved_bytes : M->activation_bytes;
     if (bytes <= 0) continue;
     int32_t b = pair[i];
     v->lives = fp_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);

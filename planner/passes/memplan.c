@@ -65,15 +65,25 @@ static const char *human(fp_arena *a, int64_t b) {
 }
 
 /* the trainer's activations: live from a module's forward compute op to the
- * backward that frees them (fp_ir_activation_pairs), or to the end */
+ * backward that frees them (fp_ir_activation_pairs), or to the end. A
+ * recomputed module keeps only its saved bytes in between: its activations
+ * live during its forward op and again during its backward op (which
+ * recomputes them) */
 static void activation_deltas(const fp_prog *p, int64_t *delta) {
   int32_t *pair = malloc(sizeof *pair * ((size_t)p->nops + 1));
   FP_ASSERT(pair);
   fp_ir_activation_pairs(p, pair);
   for (int32_t i = 0; i < p->nops; i++) {
     const fp_op *op = &p->ops[i];
-    if (op->code != FP_OP_COMPUTE || op->pass != FP_PASS_FWD || op->module < 0) continue;
-    int64_t b = p->mods[op->module].activation_bytes;
+    if (op->code != FP_OP_COMPUTE || op->module < 0) continue;
+    const fp_ir_module *M = &p->mods[op->module];
+    if (op->pass == FP_PASS_BWD) {
+      if (M->recompute) delta[i] += M->activation_bytes, delta[i + 1] -= M->activation_bytes;
+      continue;
+    }
+    if (op->pass != FP_PASS_FWD) continue;
+    int64_t b = M->recompute ? M->saved_bytes : M->activation_bytes;
+    if (M->recompute) delta[i] += M->activation_bytes, delta[i + 1] -= M->activation_bytes;
     delta[i] += b;
     delta[(pair[i] >= 0 ? pair[i] : p->nops - 1) + 1] -= b;
   }

@@ -184,6 +184,7 @@ SIGNATURES = {
     "fp_plan_get_info": (_st, [_vp, _P(fp_plan_info)]),
     "fp_plan_module_name": (_cs, [_vp, ctypes.c_int32]),
     "fp_plan_module_index": (ctypes.c_int32, [_vp, _cs]),
+    "fp_plan_module_recompute": (ctypes.c_int, [_vp, ctypes.c_int32]),
     # executors
     "fp_nccl_get_id": (_st, [_P(fp_nccl_id)]),
     "fp_exec_create": (_st, [_vp, _P(fp_exec_config), _vpp]),

@@ -8,7 +8,7 @@ replaced by the plan's path. TMPDIR points at a temporary directory that is
 removed afterwards. Exit status: the program's, or 1 when the plan does not
 compile.
 
-usage: run_plan.py --flexplan EXE --model M --spec S --np N
+usage: run_plan.py --flexplan EXE --model M --spec S --np N [--policy P]
                    --mpiexec "MPIEXEC NPFLAG [PREFLAGS...]" -- PROGRAM [ARGS...]
 """
 import argparse
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--spec", required=True)
     ap.add_argument("--np", type=int, required=True)
     ap.add_argument("--mpiexec", required=True, help="mpiexec, its -n flag, then its preflags")
+    ap.add_argument("--policy", default="flexplan", help="the compiler's --policy (flexplan or fsdp2)")
     a = ap.parse_args(argv[:cut])
     prog = argv[cut + 1:]
     mpiexec = a.mpiexec.split(";") if ";" in a.mpiexec else a.mpiexec.split()
@@ -45,7 +46,7 @@ def main():
         plan = os.path.join(tmp, "plan.json")
         with open(spec_path, "w") as f:
             json.dump(spec, f)
-        r = subprocess.run([a.flexplan, "compile", a.model, "--spec", spec_path, "-o", plan])
+        r = subprocess.run([a.flexplan, "compile", a.model, "--spec", spec_path, "--policy", a.policy, "-o", plan])
         if r.returncode != 0:
             print(f"run_plan: flexplan compile failed ({r.returncode})", file=sys.stderr)
             return 1
