@@ -35,6 +35,8 @@ def tiny_llama(seed=0, tie=None):
 
 
 LLAMA_UNITS = ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"]
+# FSDP2: fully_shard on each layer, the root holds the tied embedding, the norm and the head (as torchtitan)
+LLAMA_FSDP2_UNITS = ["model.layers.0", "model.layers.1"]
 
 
 class MLP(nn.Module):

@@ -205,6 +205,10 @@ def run_config(name, rank, world, tmp):
             if rank == 0:
                 os.unlink(path)
         stats = st.stats()
+        if os.environ.get("FP_SAVE_FINAL") and rank == 0:  # for the FSDP2 comparison
+            from safetensors.torch import save_file
+            save_file({k: v.contiguous() for k, v in got.items()},
+                      os.path.join(os.environ["FP_SAVE_FINAL"], f"flexplan_{name}_np{world}.safetensors"))
     finally:
         st.close()
     if rank != 0:
