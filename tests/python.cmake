@@ -39,3 +39,9 @@ function(fp_add_pytest name file)
 endfunction()
 
 fp_add_pytest(python_api test_api.py)
+
+# flexplan.torch (docs/torch.md): each file launches its own mpiexec runs
+# (tests/python/torch_mpi.py), one per rank count, many configs per run.
+fp_add_pytest(python_torch_parity test_torch_parity.py LABELS mpi TIMEOUT 1500)
+fp_add_pytest(python_torch_fsdp2 test_torch_fsdp2.py LABELS mpi TIMEOUT 600)
+fp_add_pytest(python_torch_faults test_torch_faults.py LABELS mpi TIMEOUT 300)

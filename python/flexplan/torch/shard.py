@@ -126,6 +126,8 @@ class Sharded:
             ex.destroy()
             raise
         module._flexplan_state = self
+        if backend == "mpi":
+            _install_abort_on_error()
 
     # ---- setup ----------------------------------------------------------
     def _check_params(self, named):
@@ -440,6 +442,32 @@ class Sharded:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+_abort_installed = False
+
+
+def _install_abort_on_error():
+    """An exception that ends this rank's program must end every rank: the
+    others would wait forever in the plan's next collective. sys.excepthook
+    prints the traceback, then calls MPI_Abort (fp_mpi_abort), as torchrun
+    tears a job down when one worker fails."""
+    global _abort_installed
+    if _abort_installed:
+        return
+    _abort_installed = True
+    import sys
+    prev = sys.excepthook
+
+    def hook(tp, val, tb):
+        try:
+            prev(tp, val, tb)
+            sys.stderr.write("flexplan.torch: an uncaught exception on this rank: aborting every rank (MPI_Abort)\n")
+            sys.stderr.flush()
+        finally:
+            from ..executor import mpi_abort
+            mpi_abort(1)
+    sys.excepthook = hook
 
 
 def optimizer(model_or_state, cls, *args, **kwargs):
