@@ -44,6 +44,9 @@ struct fp_plan {
   fp_prog *prog;   /* NULL when loading failed */
   uint64_t hash;
   char *msg;       /* malloc'd; "" when none */
+  /* the public compile API (api/compile.c) */
+  double compile_ms; /* the compile's time (a compiled plan; 0 for a loaded one) */
+  char *name;      /* malloc'd: the file or model the plan came from, for messages (NULL: none) */
 };
 
 /* ---- the program resolved for one rank ----------------------------------------- */

@@ -20,7 +20,7 @@ const char *fp_version(void) { return FP_VERSION_STRING; }
 const char *fp_status_name(fp_status s) {
   static const char *const names[] = {"FP_OK",           "FP_ERR_ARG",     "FP_ERR_PLAN",
                                       "FP_ERR_ORDER",    "FP_ERR_MISMATCH", "FP_ERR_WEIGHTS",
-                                      "FP_ERR_BACKEND",  "FP_ERR_NOMEM"};
+                                      "FP_ERR_BACKEND",  "FP_ERR_NOMEM",    "FP_ERR_INPUT"};
   return (unsigned)s < sizeof names / sizeof *names ? names[s] : "FP_ERR_?";
 }
 
@@ -68,7 +68,8 @@ fp_status fp_plan_load(const char *path, fp_plan **out) {
   }
   p->hash = fp_prog_hash(p->prog);
   p->msg = dup_msg("", 0);
-  if (!p->msg) st = FP_ERR_NOMEM;
+  p->name = dup_msg(path, strlen(path));
+  if (!p->msg || !p->name) st = FP_ERR_NOMEM;
 fail:
   fp_diag_free(&d);
   return st;
@@ -80,6 +81,7 @@ void fp_plan_free(fp_plan *plan) {
   if (!plan) return;
   fp_arena_free(plan->arena);
   free(plan->msg);
+  free(plan->name);
   free(plan);
 }
 

@@ -75,6 +75,8 @@ typedef enum fp_status {
   FP_ERR_WEIGHTS,  /* a refit's files do not match the plan (names, shapes, dtypes) or cannot be read */
   FP_ERR_BACKEND,  /* the backend failed (an MPI call returned an error, a size MPI cannot express) */
   FP_ERR_NOMEM,    /* memory could not be allocated */
+  FP_ERR_INPUT,    /* the model or spec given to fp_plan_compile is invalid (flexplan_compile.h), or an
+                    * output cannot be written (fp_plan_save) */
 } fp_status;
 
 /* "FP_OK", "FP_ERR_PLAN", ...; "FP_ERR_?" for a value outside the enum */

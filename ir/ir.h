@@ -254,6 +254,17 @@ void fp_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound);
  * two maxima as the points say), else what is wrong */
 const char *fp_memtl_check(const fp_memtl *t);
 
+/* What a compile knows of its program that the program does not hold: the
+ * figures of `flexplan compile --emit=summary` beyond the program's own
+ * (planner/pipeline.c fp_summarize). plan.json carries them as "figures",
+ * derived data outside the hash, so a loaded plan summarizes as the compile
+ * that wrote it did. */
+typedef struct fp_figures {
+  int64_t comm_bytes_per_rank, persistent_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
+  int64_t prefetch_forward, prefetch_backward;
+  double modeled_step_ms, modeled_compute_ms, modeled_exposed_comm_ms;
+} fp_figures;
+
 typedef struct fp_prog {
   fp_arena *arena;
   /* header */
@@ -266,6 +277,7 @@ typedef struct fp_prog {
   int64_t memory_budget_bytes; /* the spec's device memory budget per rank (0: none);
                                 * for viewers and checks against the timeline */
   fp_memtl *memtl;          /* modeled memory timeline (derived; NULL: none) */
+  fp_figures *figures;      /* the compile's figures (derived; NULL: none) */
   /* tables */
   fp_ir_comm *comms;    int32_t ncomms;   int64_t cap_comms;
   fp_ir_table *tabs;    int32_t ntabs;    int64_t cap_tabs;

@@ -394,6 +394,33 @@ static void write_memtl(wr *w, const fp_memtl *t) {
     W_LIT(w, "]}");
 }
 
+static void w_fig(wr *w, double d) {
+  if (dbl_ok(d))
+    w_dbl(w, d);
+  else
+    w->ok = false;
+}
+
+/* "figures": {"comm_bytes_per_rank":..,...}: derived data, outside the hash
+ * (the members in fp_figures' order) */
+static void write_figures(wr *w, const fp_figures *g) {
+  w_member(w, "figures", false);
+  M_INT(w, true, "comm_bytes_per_rank", g->comm_bytes_per_rank);
+  M_INT(w, false, "persistent_bytes", g->persistent_bytes);
+  M_INT(w, false, "peak_bytes", g->peak_bytes);
+  M_INT(w, false, "lower_bound_bytes", g->lower_bound_bytes);
+  M_INT(w, false, "activation_peak_bytes", g->activation_peak_bytes);
+  M_INT(w, false, "prefetch_forward", g->prefetch_forward);
+  M_INT(w, false, "prefetch_backward", g->prefetch_backward);
+  KEY(w, false, "modeled_step_ms");
+  w_fig(w, g->modeled_step_ms);
+  KEY(w, false, "modeled_compute_ms");
+  w_fig(w, g->modeled_compute_ms);
+  KEY(w, false, "modeled_exposed_comm_ms");
+  w_fig(w, g->modeled_exposed_comm_ms);
+  fp_sb_putc(&w->b, '}');
+}
+
 bool fp_plan_write(const fp_prog *p, FILE *f) {
   wr w = {.ok = true};
   char hash[40];
@@ -426,6 +453,7 @@ bool fp_plan_write(const fp_prog *p, FILE *f) {
   write_array(&w, "segments", p, p->nsegs, jseg);
   write_array(&w, "ops", p, p->nops, jop);
   if (p->memtl) write_memtl(&w, p->memtl);
+  if (p->figures) write_figures(&w, p->figures);
   W_LIT(&w, "\n}\n");
   bool ok = fwrite(w.b.p, 1, w.b.len, f) == w.b.len;
   free(w.b.p);
@@ -906,6 +934,34 @@ static bool read_hw(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
+static const char *const figure_keys[] = {"comm_bytes_per_rank", "persistent_bytes", "peak_bytes",
+                                          "lower_bound_bytes", "activation_peak_bytes", "prefetch_forward",
+                                          "prefetch_backward", "modeled_step_ms", "modeled_compute_ms",
+                                          "modeled_exposed_comm_ms", NULL};
+
+/* "figures" (optional; derived data outside the hash): every member, integers
+ * >= 0, prefetch depths int32, times finite and >= 0 */
+static bool read_figures(rd *r, json_object *root, fp_prog *p) {
+  r->ptr[0] = 0;
+  json_object *v = member(root, "figures");
+  if (!v) return true;
+  if (!is_obj(r, v, "figures")) return false;
+  snprintf(r->ptr, sizeof r->ptr, "/figures");
+  if (!keys(r, v, figure_keys)) return false;
+  fp_figures *g = fp_alloc(r->a, sizeof *g);
+  int64_t *ints[7] = {&g->comm_bytes_per_rank, &g->persistent_bytes, &g->peak_bytes, &g->lower_bound_bytes,
+                      &g->activation_peak_bytes, &g->prefetch_forward, &g->prefetch_backward};
+  double *dbls[3] = {&g->modeled_step_ms, &g->modeled_compute_ms, &g->modeled_exposed_comm_ms};
+  for (int k = 0; k < 7; k++)
+    if (!rd_int(r, v, figure_keys[k], true, 0, k < 5 ? INT64_MAX : INT32_MAX, ints[k])) return false;
+  for (int k = 0; k < 3; k++) {
+    if (!rd_dbl(r, v, figure_keys[7 + k], true, dbls[k])) return false;
+    if (*dbls[k] < 0) return rerr(r, figure_keys[7 + k], "a modeled time is negative");
+  }
+  p->figures = g;
+  return true;
+}
+
 /* "memory_timeline" (optional; derived data outside the hash): its shape, and
  * fp_memtl_check's self-consistency */
 static bool read_memtl(rd *r, json_object *root, fp_prog *p) {
@@ -983,7 +1039,7 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
   static const char *const allowed[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                         "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
                                         "memory_budget_bytes", "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
-                                        "params", "segments", "ops", "memory_timeline", NULL};
+                                        "params", "segments", "ops", "memory_timeline", "figures", NULL};
   const char *format, *version, *hash;
   if (!rd_str(&r, root, "format", true, &format)) goto fail;
   if (strcmp(format, PLAN_FORMAT)) {
@@ -1011,7 +1067,7 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
   p->nevents = (int32_t)nev;
   if (!read_hw(&r, root, p) || !read_comms(&r, root, p) || !read_tables(&r, root, p) || !read_buckets(&r, root, p) || !read_bufs(&r, root, p) ||
       !read_lives(&r, root, p) || !read_mods(&r, root, p) || !read_params(&r, root, p) || !read_segs_ops(&r, root, p) ||
-      !read_memtl(&r, root, p))
+      !read_memtl(&r, root, p) || !read_figures(&r, root, p))
     goto fail;
   char want[40];
   snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
@@ -1596,13 +1652,30 @@ static bool f_memtl(fr *f) {
   return true;
 }
 
+/* figures, members in the writer's order */
+static bool f_figures(fr *f) {
+  fp_figures *g = fp_alloc(f->a, sizeof *g);
+  int64_t *ints[7] = {&g->comm_bytes_per_rank, &g->persistent_bytes, &g->peak_bytes, &g->lower_bound_bytes,
+                      &g->activation_peak_bytes, &g->prefetch_forward, &g->prefetch_backward};
+  double *dbls[3] = {&g->modeled_step_ms, &g->modeled_compute_ms, &g->modeled_exposed_comm_ms};
+  if (!lit(f, '{')) return false;
+  for (int k = 0; k < 10; k++) {
+    if ((k && !lit(f, ',')) || !fkey_is(f, figure_keys[k])) return false;
+    if (k < 7 ? !fint(f, 0, k < 5 ? INT64_MAX : INT32_MAX, ints[k]) : !fdbl(f, dbls[k - 7]) || *dbls[k - 7] < 0)
+      return false;
+  }
+  if (!lit(f, '}')) return false;
+  f->p->figures = g;
+  return true;
+}
+
 static const char *const a_root[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                      "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
                                      "memory_budget_bytes", "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
-                                     "params", "segments", "ops", "memory_timeline", NULL};
+                                     "params", "segments", "ops", "memory_timeline", "figures", NULL};
 /* the members a plan must have: all but model, strategy, memory_budget_bytes,
- * hardware, memory_timeline */
-#define ROOT_REQUIRED (((1u << 23) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 12 | 1u << 22))
+ * hardware, memory_timeline, figures */
+#define ROOT_REQUIRED (((1u << 24) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 12 | 1u << 22 | 1u << 23))
 
 /* the program, or NULL: not taken */
 static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
@@ -1651,7 +1724,8 @@ static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
       case 19: ok = farr(&f, e_param, NULL); break;
       case 20: ok = farr(&f, e_seg, &segs); break;
       case 21: ok = farr(&f, e_op, &ops); break;
-      default: ok = f_memtl(&f); break;
+      case 22: ok = f_memtl(&f); break;
+      default: ok = f_figures(&f); break;
     }
     if (!ok) return NULL;
   } while (lit(&f, ','));

@@ -173,11 +173,20 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, struct json_obje
 bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, struct json_object *root,
                    const char *ptr, fp_spec *out);
 bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out);
+/* the same from a source already in memory (src->path names it in messages) */
+bool fp_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out,
+                       struct json_object **embedded_spec, const fp_src **src_out);
+bool fp_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out);
 
 /* The compiler's inputs (planner/inputs.c): a model file, which may embed
  * its spec, and an optional separate spec file (both at once is an error);
  * no spec at all gives the defaults. */
 bool fp_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
                     fp_spec *s);
+/* the same where either input may be JSON text instead of a file: a non-NULL
+ * *_text is the input, and *_path (or "<model>" / "<spec>") its name in
+ * messages (the public compile API, api/compile.c) */
+bool fp_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
+                         const char *spec_path, const char *spec_text, fp_model *m, fp_spec *s);
 
 #endif

@@ -1,24 +1,41 @@
 /* inputs.c - what `flexplan compile MODEL [--spec SPEC]` reads: a model file
  * (maybe embedding its spec) and an optional separate spec; with neither an
  * embedded nor a separate spec, the defaults. */
+#include <string.h>
+
 #include "front.h"
 #include "json.h"
 
-bool fp_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
-                    fp_spec *s) {
+/* the source of one input: its text, or its file read */
+static const fp_src *input_src(fp_arena *a, fp_diag *d, const char *path, const char *text, const char *dflt) {
+  fp_src *src = fp_alloc(a, sizeof *src);
+  if (!text) return fp_src_read(a, d, path, src) ? src : NULL;
+  src->path = path ? path : dflt;
+  src->len = strlen(text);
+  src->text = fp_strndup(a, text, src->len);
+  return src;
+}
+
+bool fp_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
+                         const char *spec_path, const char *spec_text, fp_model *m, fp_spec *s) {
   struct json_object *embedded = NULL;
-  const fp_src *msrc = NULL;
-  bool ok = false;
-  if (!fp_model_load(a, d, model_path, m, &embedded, &msrc)) goto done;
-  if (spec_path && embedded) {
+  const fp_src *msrc = input_src(a, d, model_path, model_text, "<model>"), *ssrc;
+  bool ok = false, have_spec = spec_path || spec_text;
+  if (!msrc || !fp_model_load_src(a, d, msrc, m, &embedded, &msrc)) goto done;
+  if (have_spec && embedded) {
     fp_diag_json(d, msrc, "/spec", "the model file embeds a spec, and --spec names another; use one");
     goto done;
   }
-  if (spec_path)
-    ok = fp_spec_load(a, d, spec_path, s);
+  if (have_spec)
+    ok = (ssrc = input_src(a, d, spec_path, spec_text, "<spec>")) && fp_spec_load_src(a, d, ssrc, s);
   else
     ok = fp_spec_parse(a, d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", s);
 done:
   if (embedded) json_object_put(embedded);
   return ok;
+}
+
+bool fp_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
+                    fp_spec *s) {
+  return fp_inputs_load_text(a, d, model_path, NULL, spec_path, NULL, m, s);
 }

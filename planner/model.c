@@ -275,6 +275,12 @@ bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
   if (src_out) *src_out = NULL;
   fp_src *src = fp_alloc(a, sizeof *src);
   if (!fp_src_read(a, d, path, src)) return false;
+  return fp_model_load_src(a, d, src, out, embedded_spec, src_out);
+}
+
+bool fp_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out, json_object **embedded_spec,
+                       const fp_src **src_out) {
+  if (embedded_spec) *embedded_spec = NULL;
   if (src_out) *src_out = src;
   fp_jctx c = {a, d, src};
   json_object *root = fp_json_parse(&c);

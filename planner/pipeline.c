@@ -108,7 +108,33 @@ static const int64_t auto_targets[] = {1, (int64_t)16 << 20, (int64_t)32 << 20, 
                                        (int64_t)128 << 20, (int64_t)256 << 20, (int64_t)512 << 20,
                                        (int64_t)1 << 30, (int64_t)2 << 30};
 
+static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out);
+
+/* the compile's figures on the program (fp_figures: plan.json's "figures") */
+static void keep_figures(fp_arena *a, fp_compiled *c) {
+  fp_summary sum;
+  fp_summarize(c, 0, &sum);
+  fp_figures *g = fp_alloc(a, sizeof *g);
+  *g = (fp_figures){.comm_bytes_per_rank = sum.comm_bytes_per_rank,
+                    .persistent_bytes = sum.persistent_bytes,
+                    .peak_bytes = sum.peak_bytes,
+                    .lower_bound_bytes = sum.lower_bound_bytes,
+                    .activation_peak_bytes = sum.activation_peak_bytes,
+                    .prefetch_forward = sum.prefetch_forward,
+                    .prefetch_backward = sum.prefetch_backward,
+                    .modeled_step_ms = sum.modeled_step_ms,
+                    .modeled_compute_ms = sum.modeled_compute_ms,
+                    .modeled_exposed_comm_ms = sum.modeled_exposed_comm_ms};
+  c->prog->figures = g;
+}
+
 bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  if (!compile_any(a, d, m, s, out)) return false;
+  keep_figures(a, out);
+  return true;
+}
+
+static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
   memset(out, 0, sizeof *out);
   if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0)
     return fp_layout_build(a, d, m, s, &out->layout) && choose_prefetch(a, d, s, out);
@@ -154,8 +180,9 @@ static int64_t comm_bytes(const fp_prog *p, const fp_op *op) {
   }
 }
 
-void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
-  const fp_prog *p = c->prog;
+/* the figures of the program itself; G: the shard group's size (predicated
+ * collectives name a rank of it) */
+static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
   memset(s, 0, sizeof *s);
   s->model = p->model;
   s->strategy = p->strategy;
@@ -165,8 +192,7 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
   s->ops = p->nops;
   /* predicated collectives (owned params) run on some ranks only: count per
    * shard-group rank and report the rank that joins the most */
-  int64_t G = c->layout.G;
-  int64_t *pred = calloc((size_t)G, sizeof *pred);
+  int64_t *pred = calloc((size_t)(G > 0 ? G : 1), sizeof *pred);
   FP_ASSERT(pred);
   int64_t common = 0;
   for (int i = 0; i < p->nops; i++) {
@@ -186,18 +212,39 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
     if (B->cat == FP_CAT_MAIN_WEIGHT) s->param_shard_bytes += B->bytes;
     if (B->cat == FP_CAT_MAIN_GRAD) s->grad_shard_bytes += B->bytes;
   }
-  s->persistent_bytes = c->stats.persistent_bytes;
   s->arena_bytes = p->arena_bytes;
+  s->hardware = p->hw.name;
+}
+
+void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
+  summarize_prog(c->prog, c->layout.G, s);
+  s->persistent_bytes = c->stats.persistent_bytes;
   s->peak_bytes = c->stats.peak_bytes;
   s->lower_bound_bytes = c->stats.lower_bound_bytes;
   s->activation_peak_bytes = c->stats.activation_peak;
   s->prefetch_forward = c->prefetch_fwd;
   s->prefetch_backward = c->prefetch_bwd;
-  s->hardware = p->hw.name;
   s->modeled_step_ms = c->sim.step_us / 1e3;
   s->modeled_compute_ms = c->sim.compute_us / 1e3;
   s->modeled_exposed_comm_ms = c->sim.exposed_comm_us / 1e3;
   s->compile_ms = compile_ms;
+}
+
+bool fp_summarize_plan(const fp_prog *p, fp_summary *s) {
+  const fp_figures *g = p->figures;
+  if (!g) return false;
+  summarize_prog(p, 0, s);
+  s->comm_bytes_per_rank = g->comm_bytes_per_rank; /* the compile's: it knew the shard group */
+  s->persistent_bytes = g->persistent_bytes;
+  s->peak_bytes = g->peak_bytes;
+  s->lower_bound_bytes = g->lower_bound_bytes;
+  s->activation_peak_bytes = g->activation_peak_bytes;
+  s->prefetch_forward = (int)g->prefetch_forward;
+  s->prefetch_backward = (int)g->prefetch_backward;
+  s->modeled_step_ms = g->modeled_step_ms;
+  s->modeled_compute_ms = g->modeled_compute_ms;
+  s->modeled_exposed_comm_ms = g->modeled_exposed_comm_ms;
+  return true;
 }
 
 void fp_summary_json(const fp_summary *s, FILE *f) {

@@ -37,6 +37,10 @@ typedef struct fp_summary {
 } fp_summary;
 
 void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *out);
+/* the summary of a plan read back (plan.json): the program's figures and
+ * the compile's (prog->figures); compile_ms 0. False when the plan carries
+ * no figures. */
+bool fp_summarize_plan(const fp_prog *p, fp_summary *out);
 void fp_summary_json(const fp_summary *s, FILE *f);
 void fp_summary_text(const fp_summary *s, FILE *f);
 

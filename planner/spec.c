@@ -325,6 +325,11 @@ bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {
   fp_src *src = fp_alloc(a, sizeof *src);
   set_defaults(out);
   if (!fp_src_read(a, d, path, src)) return false;
+  return fp_spec_load_src(a, d, src, out);
+}
+
+bool fp_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out) {
+  set_defaults(out);
   fp_jctx c = {a, d, src};
   json_object *root = fp_json_parse(&c);
   if (!root) return false;

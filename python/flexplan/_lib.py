@@ -37,6 +37,7 @@ FP_ERR_MISMATCH = 4
 FP_ERR_WEIGHTS = 5
 FP_ERR_BACKEND = 6
 FP_ERR_NOMEM = 7
+FP_ERR_INPUT = 8
 
 FP_ELEM_FP32, FP_ELEM_BF16, FP_ELEM_FP16, FP_ELEM_E4M3, FP_ELEM_E8M0, FP_ELEM_U8 = range(6)
 
@@ -152,6 +153,20 @@ class fp_exec_stats(ctypes.Structure):
     ]
 
 
+class fp_compile_options(ctypes.Structure):
+    """struct fp_compile_options (flexplan_compile.h)."""
+    _fields_ = [
+        ("model_path", ctypes.c_char_p),
+        ("model_text", ctypes.c_char_p),
+        ("spec_path", ctypes.c_char_p),
+        ("spec_text", ctypes.c_char_p),
+        ("hardware", ctypes.c_char_p),
+        ("policy", ctypes.c_char_p),
+    ]
+
+
+FP_RENDER_PLAN, FP_RENDER_IR, FP_RENDER_EXPLAIN, FP_RENDER_SIMULATE, FP_RENDER_TRACE, FP_RENDER_HTML = range(6)
+
 # every struct the header declares, by its C name (tests compare the layouts with a C compiler's)
 STRUCTS = {
     "fp_plan_info": fp_plan_info,
@@ -161,6 +176,7 @@ STRUCTS = {
     "fp_extent": fp_extent,
     "fp_param_view": fp_param_view,
     "fp_exec_stats": fp_exec_stats,
+    "fp_compile_options": fp_compile_options,
 }
 
 # ---- functions: name -> (result type, argument types) ------------------------------
@@ -198,6 +214,12 @@ SIGNATURES = {
     "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
     "fp_exec_get_stats": (_st, [_vp, _P(fp_exec_stats)]),
+    # the compile API (flexplan_compile.h)
+    "fp_plan_compile": (_st, [_P(fp_compile_options), _vpp]),
+    "fp_plan_summary": (_st, [_vp, _vpp]),
+    "fp_plan_save": (_st, [_vp, _cs]),
+    "fp_plan_render": (_st, [_vp, ctypes.c_int, _cs, _vpp]),
+    "fp_free": (None, [_vp]),
     # MPI
     "fp_mpi_init": (_st, [_P(ctypes.c_int), _P(ctypes.c_int)]),
     "fp_mpi_finalize": (_st, []),
@@ -288,6 +310,16 @@ def check(status, message_fn):
     """Raise FlexplanError(status, message_fn()) unless status is FP_OK."""
     if status != FP_OK:
         raise FlexplanError(status, message_fn())
+
+
+def take_string(ptr):
+    """The text of a malloc'd C string the library returned (then freed with fp_free)."""
+    if not ptr:
+        return ""
+    try:
+        return ctypes.string_at(ptr).decode("utf-8")
+    finally:
+        lib().fp_free(ptr)
 
 
 def fsencode(path):

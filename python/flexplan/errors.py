@@ -16,6 +16,7 @@ STATUS_NAMES = (
     "FP_ERR_WEIGHTS",
     "FP_ERR_BACKEND",
     "FP_ERR_NOMEM",
+    "FP_ERR_INPUT",
 )
 
 

@@ -6,6 +6,8 @@ flexplan.compile() (a model and a spec).
 """
 
 import ctypes
+import json
+import os
 
 from . import _lib as L
 from .errors import FlexplanError
@@ -103,6 +105,64 @@ class Plan:
         """The plan handle's last message ('' when none)."""
         return L.text(L.lib().fp_plan_errmsg(self._h)) if self._h else ""
 
+    # ---- outputs ----------------------------------------------------------------
+    @property
+    def summary(self):
+        """The summary as a dict: exactly what `flexplan compile --emit=summary`
+        prints (model, world_size, strategy, buckets, params, ops,
+        collectives, per-rank bytes, arena and peak bytes, prefetch depths,
+        hardware, modeled step / compute / exposed communication in ms,
+        compile_ms). For a loaded plan, the summary of the compile that wrote
+        it, with compile_ms 0."""
+        return json.loads(self.summary_json())
+
+    def summary_json(self):
+        """The summary as the JSON text the CLI prints."""
+        out = ctypes.c_void_p()
+        L.check(L.lib().fp_plan_summary(self._handle, ctypes.byref(out)), lambda: self.errmsg)
+        return L.take_string(out.value)
+
+    def save(self, path):
+        """Write the plan as plan.json at path, atomically (a temporary file
+        renamed over path once complete). Returns path."""
+        L.check(L.lib().fp_plan_save(self._handle, L.fsencode(path)), lambda: self.errmsg)
+        return path
+
+    def _render(self, what, hardware=None):
+        out = ctypes.c_void_p()
+        hw = hardware.encode() if hardware else None
+        L.check(L.lib().fp_plan_render(self._handle, what, hw, ctypes.byref(out)), lambda: self.errmsg)
+        return L.take_string(out.value)
+
+    def to_json(self):
+        """The plan.json text (what save() writes)."""
+        return self._render(L.FP_RENDER_PLAN)
+
+    def to_ir(self):
+        """The plan as .fpir text (`flexplan print`)."""
+        return self._render(L.FP_RENDER_IR)
+
+    def explain(self, hardware=None):
+        """The table `flexplan explain` prints: one row per op with its
+        modeled start and end, on the plan's machine or the preset named."""
+        return self._render(L.FP_RENDER_EXPLAIN, hardware)
+
+    def simulate(self, hardware=None):
+        """What `flexplan simulate` prints: the modeled time per segment and
+        the totals."""
+        return self._render(L.FP_RENDER_SIMULATE, hardware)
+
+    def to_trace(self, hardware=None, as_text=False):
+        """The modeled schedule as Chrome Trace Event JSON (`flexplan viz`,
+        for Perfetto): a dict, or the text with as_text=True."""
+        text = self._render(L.FP_RENDER_TRACE, hardware)
+        return text if as_text else json.loads(text)
+
+    def to_html(self, hardware=None):
+        """The modeled schedule as one self-contained HTML page
+        (`flexplan viz --format=html`)."""
+        return self._render(L.FP_RENDER_HTML, hardware)
+
     def __repr__(self):
         if not self._h:
             return "<flexplan.Plan closed>"
@@ -117,6 +177,56 @@ def load(path):
     lib = L.lib()
     h = ctypes.c_void_p()
     st = lib.fp_plan_load(L.fsencode(path), ctypes.byref(h))
+    if st != L.FP_OK:
+        msg = L.text(lib.fp_plan_errmsg(h)) if h else ""
+        if h:
+            lib.fp_plan_free(h)
+        raise FlexplanError(st, msg)
+    return Plan(h)
+
+
+def _source(x, what):
+    """(path, text) for a compile input: a dict (serialized), JSON text (a
+    str or bytes starting with '{'), or a path (str or os.PathLike)."""
+    if x is None:
+        return None, None
+    if isinstance(x, dict):
+        return None, json.dumps(x).encode()
+    if isinstance(x, bytes):
+        return (None, x) if x.lstrip().startswith(b"{") else (x, None)
+    if isinstance(x, str) and x.lstrip().startswith("{"):
+        return None, x.encode()
+    if isinstance(x, (str, os.PathLike)):
+        return L.fsencode(x), None
+    raise TypeError("%s: expected a dict, JSON text or a path, got %s" % (what, type(x).__name__))
+
+
+def compile(model, spec=None, *, hardware=None, policy="flexplan"):  # noqa: A001 - the API's name
+    """Compile a model and a sharding spec into a Plan (`flexplan compile`).
+
+    Args:
+        model: the model (model.json, or {"model": ..., "spec": ...}) as a
+            dict, JSON text, or a path. Text and dicts are named "<model>"
+            in messages.
+        spec: the spec as a dict, JSON text or path; None: the model's
+            embedded spec, or the defaults.
+        hardware: a hardware preset ("h100-sxm", "h200") replacing the
+            spec's; None: the spec's.
+        policy: "flexplan" (as specified) or "fsdp2" (lowered as PyTorch
+            FSDP2 does by default, a baseline for comparison).
+
+    Raises FlexplanError with the located messages the CLI prints for the
+    same input (status FP_ERR_INPUT), or FP_ERR_ARG for an unknown preset or
+    policy.
+    """
+    lib = L.lib()
+    mp, mt = _source(model, "model")
+    sp, st_ = _source(spec, "spec")
+    opt = L.fp_compile_options(model_path=mp, model_text=mt, spec_path=sp, spec_text=st_,
+                               hardware=hardware.encode() if hardware else None,
+                               policy=policy.encode() if policy else None)
+    h = ctypes.c_void_p()
+    st = lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h))
     if st != L.FP_OK:
         msg = L.text(lib.fp_plan_errmsg(h)) if h else ""
         if h:

@@ -1,8 +1,11 @@
-"""test_api.py - the Python API over libflexplan.so (flexplan, flexplan._lib):
-the library is found and its version agrees with the package and the
-header; every public C function is declared for ctypes and every struct has
-the C compiler's layout; plans load, and bad plans raise FlexplanError with
-the message the CLI prints for the same file."""
+"""test_api.py - the Python API over libflexplan.so (flexplan, flexplan._lib)
+against the command line, its independent reference: the library is found
+and its version agrees with the package and the header; every public C
+function is declared for ctypes and every struct has the C compiler's
+layout; compile() from dicts, text and paths gives the CLI's summary and
+plan.json byte for byte; save/load round-trips the summary; explain, the
+trace and the HTML page are the CLI's; bad inputs raise FlexplanError with
+the CLI's located message."""
 import ctypes
 import glob
 import json
@@ -38,7 +41,7 @@ def test_version_agrees():
 
 def test_every_public_function_is_declared():
     names = header_functions()
-    assert len(names) >= 26
+    assert len(names) >= 31
     assert names == set(_lib.SIGNATURES), (names ^ set(_lib.SIGNATURES))
     lib = _lib.lib()
     for n in names:
@@ -49,7 +52,7 @@ def test_struct_layouts_match_the_compiler():
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         pytest.skip("no C compiler to compare struct layouts with")
-    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "flexplan.h"', "int main(void) {"]
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "flexplan_compile.h"', "int main(void) {"]
     for cname, cls in _lib.STRUCTS.items():
         lines.append('printf("%s %%zu\\n", sizeof(%s));' % (cname, cname))
         for f in cls._fields_:
@@ -130,3 +133,159 @@ def test_missing_library_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-c", "import flexplan; print(flexplan.__version__)"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == flexplan.__version__
+
+
+# ---- the compile API against the CLI ------------------------------------------------
+TINY = os.path.join(SOURCE_DIR, "examples", "tiny-mlp.json")
+
+
+def cli_summary(cli, *args):
+    rc, out, err = run_cli(cli, "compile", *args, "--emit=summary")
+    assert rc == 0, err
+    d = json.loads(out)
+    del d["compile_ms"]
+    return d
+
+
+def no_ms(d):
+    d = dict(d)
+    assert d.pop("compile_ms") >= 0
+    return d
+
+
+def split(path):
+    """(model dict, spec dict) of a combined example."""
+    d = json.load(open(path))
+    return d["model"], d["spec"]
+
+
+def test_compile_from_path_text_and_dicts(cli, tmp_path):
+    want = cli_summary(cli, TINY)
+    text = open(TINY).read()
+    model, spec = split(TINY)
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    for args in ((TINY,), (text,), (json.loads(text),), (model, spec), (json.dumps(model), json.dumps(spec)),
+                 (str(tmp_path / "m.json"), str(tmp_path / "s.json")), (tmp_path / "m.json", spec)):
+        with flexplan.compile(*args) as plan:
+            assert no_ms(plan.summary) == want, args
+            assert plan.summary["compile_ms"] > 0
+    assert cli_summary(cli, str(tmp_path / "m.json"), "--spec", str(tmp_path / "s.json")) == want
+
+
+def test_plan_json_is_the_clis_byte_for_byte(cli, tmp_path):
+    out = tmp_path / "cli.plan.json"
+    rc, _, err = run_cli(cli, "compile", TINY, "-o", str(out))
+    assert rc == 0, err
+    with flexplan.compile(TINY) as plan:
+        assert plan.to_json() == out.read_text()
+        saved = plan.save(tmp_path / "api.plan.json")
+        assert (tmp_path / "api.plan.json").read_bytes() == out.read_bytes()
+        assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
+        rc, ir, err = run_cli(cli, "print", str(out))
+        assert rc == 0 and plan.to_ir() == ir
+    assert saved == tmp_path / "api.plan.json"
+
+
+@pytest.mark.parametrize("example,args", [("tiny-mlp.json", ()), ("tiny-mlp-hybrid.json", ()),
+                                          ("tiny-mlp-ragged.json", ("--policy", "fsdp2")),
+                                          ("llama3-8b.json", ("--hardware", "h200"))])
+def test_save_load_summary_is_the_clis(cli, tmp_path, example, args):
+    path = os.path.join(SOURCE_DIR, "examples", example)
+    want = cli_summary(cli, path, *args)
+    kw = {}
+    if "--policy" in args:
+        kw["policy"] = args[args.index("--policy") + 1]
+    if "--hardware" in args:
+        kw["hardware"] = args[args.index("--hardware") + 1]
+    with flexplan.compile(path, **kw) as plan:
+        assert no_ms(plan.summary) == want
+        plan.save(tmp_path / "p.plan.json")
+    with flexplan.load(tmp_path / "p.plan.json") as plan:
+        got = plan.summary
+        assert got["compile_ms"] == 0
+        assert no_ms(got) == want
+
+
+def test_views_are_the_clis(cli, tmp_path):
+    path = tmp_path / "tiny.plan.json"
+    rc, _, err = run_cli(cli, "compile", TINY, "-o", str(path))
+    assert rc == 0, err
+    with flexplan.load(path) as plan:
+        rc, out, err = run_cli(cli, "explain", str(path))
+        assert rc == 0 and plan.explain() == out
+        rc, out, err = run_cli(cli, "explain", str(path), "--hardware", "h200")
+        assert rc == 0 and plan.explain(hardware="h200") == out
+        rc, out, err = run_cli(cli, "simulate", str(path))
+        assert rc == 0 and plan.simulate() == out
+        rc, out, err = run_cli(cli, "viz", str(path), "-o", "-")
+        assert rc == 0 and plan.to_trace(as_text=True) == out
+        assert plan.to_trace() == json.loads(out)
+        rc, out, err = run_cli(cli, "viz", str(path), "--format=html", "-o", "-")
+        assert rc == 0 and plan.to_html() == out and out.lstrip().lower().startswith("<!doctype html")
+
+
+def bad_spec_case(tmp_path):
+    model, spec = split(TINY)
+    spec["strategy"] = "zero4"
+    mp, sp = tmp_path / "model.json", tmp_path / "bad-spec.json"
+    mp.write_text(json.dumps(model, indent=1))
+    sp.write_text(json.dumps(spec, indent=1))
+    return model, spec, mp, sp
+
+
+def test_bad_spec_raises_the_clis_message(cli, tmp_path):
+    model, spec, mp, sp = bad_spec_case(tmp_path)
+    rc, out, err = run_cli(cli, "compile", str(mp), "--spec", str(sp), "-o", str(tmp_path / "x.plan.json"))
+    assert rc == 1 and err.startswith(str(sp) + ":") and "/strategy" in err
+    assert not os.path.exists(tmp_path / "x.plan.json")
+    with pytest.raises(flexplan.FlexplanError) as e:
+        flexplan.compile(str(mp), str(sp))
+    assert str(e.value) == err.rstrip("\n")
+    assert e.value.status_name == "FP_ERR_INPUT"
+    # the same spec as text: the same message, located in "<spec>"
+    with pytest.raises(flexplan.FlexplanError) as e:
+        flexplan.compile(model, sp.read_text())
+    assert str(e.value) == err.rstrip("\n").replace(str(sp), "<spec>")
+
+
+def test_bad_model_files_raise_the_clis_messages(cli):
+    bad = os.path.join(SOURCE_DIR, "tests", "bad")
+    names = sorted(f for f in os.listdir(bad) if f.endswith(".json"))
+    assert len(names) > 20
+    for name in names:
+        path = os.path.join(bad, name)
+        rc, out, err = run_cli(cli, "check", path)
+        if rc == 0:
+            continue
+        assert rc == 1, (name, err)
+        with pytest.raises(flexplan.FlexplanError) as e:
+            flexplan.compile(path)
+        assert str(e.value) == err.rstrip("\n"), name
+
+
+def test_bad_arguments():
+    with pytest.raises(flexplan.FlexplanError, match="unknown hardware preset 'h300'") as e:
+        flexplan.compile(TINY, hardware="h300")
+    assert e.value.status_name == "FP_ERR_ARG"
+    with pytest.raises(flexplan.FlexplanError, match="unknown policy 'zero'"):
+        flexplan.compile(TINY, policy="zero")
+    with pytest.raises(TypeError):
+        flexplan.compile(42)
+    with pytest.raises(flexplan.FlexplanError, match="nonexistent.json: error: cannot open"):
+        flexplan.compile("/nonexistent.json")
+    with flexplan.compile(TINY) as plan:
+        with pytest.raises(flexplan.FlexplanError, match="unknown hardware preset"):
+            plan.explain(hardware="nope")
+        with pytest.raises(flexplan.FlexplanError, match="cannot create output"):
+            plan.save("/nonexistent-dir/x.plan.json")
+
+
+def test_info_and_modules_of_a_compiled_plan():
+    model, spec = split(TINY)
+    with flexplan.compile(model, spec) as plan:
+        assert plan.modules == [m["name"] for m in model["modules"]]
+        i = plan.info
+        assert i["world_size"] == spec["mesh"]["world_size"] and i["model"] == model["name"]
+        assert i["params"] == sum(len(m["params"]) for m in model["modules"])
+        assert i["hash"] == json.loads(plan.to_json())["hash"]
