@@ -1,8 +1,8 @@
-"""The error describe() raises: flexplan.FlexplanError (python/flexplan/errors.py),
-imported when an error is made so that this package loads on its own."""
+"""The error describe() raises: flexplan.FlexplanError with status FP_ERR_ARG
+(a bad module, argument or input), imported when an error is made."""
 
 
 def error(message):
-    """A flexplan.FlexplanError carrying `message` (to be raised by the caller)."""
-    from flexplan.errors import FlexplanError  # pylint: disable=import-outside-toplevel
-    return FlexplanError(message)
+    """A flexplan.FlexplanError (FP_ERR_ARG) carrying `message`, to be raised."""
+    from flexplan.errors import FlexplanError, STATUS_NAMES  # pylint: disable=import-outside-toplevel
+    return FlexplanError(STATUS_NAMES.index("FP_ERR_ARG"), message)
