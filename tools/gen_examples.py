@@ -122,7 +122,9 @@ class Model:
     return sum(len(m["params"]) for m in self.modules)
 
   def json(self):
-    out = {"format": "flexplan.model.v1", "name": self.name, "modules": self.modules}
+    # v2 only where a v2 member is used ("uses": tied weights)
+    v2 = any("uses" in m or "activation_bytes_checkpointed" in m for m in self.modules)
+    out = {"format": "flexplan.model.v2" if v2 else "flexplan.model.v1", "name": self.name, "modules": self.modules}
     if self.order is not None:
       out["forward_order"] = self.order
     return out
@@ -498,6 +500,16 @@ def tiny_variants():
   # DDP
   m = tiny_mlp("tiny-mlp-ddp")
   out["tiny-mlp-ddp"] = (m, spec(4, "no_shard", defaults={"mixed_precision": FP32_MP}))
+  # a tied weight (model.json v2 "uses"): fc3 has only a bias and reads
+  # fc0.weight [32, 16] transposed (32 -> 16), as train_mlp's tied layer; fc1
+  # and fc2 are recomputed in backward (the spec's "recompute")
+  m = Model("tiny-mlp-tied")
+  for i in range(3):
+    m.module("fc%d" % i, lin("fc%d" % i, TINY_DIMS[i + 1], TINY_DIMS[i], bias=True))
+  m.module("fc3", [P("fc3.bias", TINY_DIMS[0])])["uses"] = ["fc0.weight"]
+  sp = spec(4, "full_shard", defaults={"mixed_precision": FP32_MP})
+  sp["recompute"] = ["fc1", "fc2"]
+  out["tiny-mlp-tied"] = (m, sp)
   return out
 
 
