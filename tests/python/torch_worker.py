@@ -228,7 +228,7 @@ def _wrap_checkpoint(kind, model):
     so its module hooks run again inside backward (the cursor must ignore
     them)."""
     if kind == "llama":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.checkpoint = True
 
