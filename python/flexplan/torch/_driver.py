@@ -14,6 +14,8 @@ allows it (module hooks followed by a module hook). An event for a segment
 already issued in this micro-batch is a no-op; one the plan does not have
 ahead is an error naming the event and what the plan expects next.
 """
+import time
+
 from ..errors import FlexplanError
 
 
@@ -38,6 +40,9 @@ class Driver:
         self.ga = 1 + max(s[2] for s in segments)
         self.hook_calls = 0
         self.on_issue = None  # optional callable(kind, module) for tracing (tests)
+        self.profile = False
+        self.exec_s = 0.0  # seconds inside fp_exec_hook (profile)
+        self.exec_s_in_callbacks = 0.0  # of those, inside module/autograd callbacks
 
     def _label(self, i):
         k, m, mb, _ = self.seq[i]
@@ -55,7 +60,15 @@ class Driver:
             if i < j and count == 0 and m >= 0 and target_is_module:
                 self.issued.add((k, m))
                 continue
-            self.ex.hook(k, m)
+            if self.profile:
+                t0 = time.perf_counter()
+                self.ex.hook(k, m)
+                dt = time.perf_counter() - t0
+                self.exec_s += dt
+                if k not in ("pre_optimizer", "post_optimizer"):
+                    self.exec_s_in_callbacks += dt
+            else:
+                self.ex.hook(k, m)
             self.hook_calls += 1
             self.issued.add((k, m))
             if self.on_issue:

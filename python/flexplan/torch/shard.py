@@ -64,12 +64,12 @@ class _PostBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        ctx.st._event("post_backward", ctx.unit)
+        ctx.st._post_backward_cb(ctx.unit)
         return (None, None) + grads
 
 
 def shard(module, plan, *, backend="mpi", rank=None, world_size=None, progress="default",
-          init="module", cast_forward_inputs=True, cuda_mode="graph"):
+          init="module", cast_forward_inputs=True, cuda_mode="graph", profile=False):
     """Shard ``module`` with a compiled plan; returns a ``Sharded`` state (also
     at ``module._flexplan_state``). The module itself is trained in place:
     call it, call ``loss.backward()``, then step an optimizer made by
@@ -90,11 +90,13 @@ def shard(module, plan, *, backend="mpi", rank=None, world_size=None, progress="
       file (or None).
     cast_forward_inputs: cast floating inputs of each unit to its param dtype
       (mixed precision, as FSDP2's MixedPrecisionPolicy does).
+    profile: time the Python hooks (``Sharded.hook_profile()``: host time per
+      hook in Python and inside the executor; bench/torch_bench.py).
     """
     if getattr(module, "_flexplan_state", None) is not None:
         raise _err("module is already sharded")
     return Sharded(module, plan, backend=backend, rank=rank, world_size=world_size, progress=progress,
-                   init=init, cast_forward_inputs=cast_forward_inputs, cuda_mode=cuda_mode)
+                   init=init, cast_forward_inputs=cast_forward_inputs, cuda_mode=cuda_mode, profile=profile)
 
 
 class Sharded:
@@ -104,7 +106,9 @@ class Sharded:
     load(paths), stats(), close()."""
 
     def __init__(self, module, plan, *, backend, rank, world_size, progress, init, cast_forward_inputs,
-                 cuda_mode):
+                 cuda_mode, profile=False):
+        self._profile = bool(profile)
+        self._prof = {"python_s": 0.0, "callbacks": 0}
         self.module = module
         self.backend = backend
         named = dict(module.named_parameters())
@@ -206,6 +210,7 @@ class Sharded:
 
         # units: plan modules -> submodules to hook
         self.driver = Driver(ex, ex.segments, ex.modules)
+        self.driver.profile = self._profile
         self.units = []
         params_by_unit = {}
         for p in ex.params:
@@ -279,7 +284,7 @@ class Sharded:
                         flat[i] = t
                     args, kwargs = pytree.tree_unflatten(flat, spec)
             return args, kwargs
-        return pre_hook
+        return self._timed(pre_hook)
 
     def _make_post_hook(self, u, last):
         def post_hook(mod, args, output):
@@ -293,7 +298,7 @@ class Sharded:
                         if isinstance(t, torch.Tensor) and t.requires_grad:
                             t.register_hook(self._make_grad_hook(u))
             return None
-        return post_hook
+        return self._timed(post_hook)
 
     def _make_grad_hook(self, u):
         def grad_hook(grad):
@@ -305,9 +310,44 @@ class Sharded:
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
             self._event("pre_backward", u)
             return grad
-        return grad_hook
+        return self._timed(grad_hook)
+
+    def _timed(self, fn):
+        if not self._profile:
+            return fn
+        import time
+        prof = self._prof
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                prof["python_s"] += time.perf_counter() - t0
+                prof["callbacks"] += 1
+        return timed
+
+    def hook_profile(self):
+        """With shard(..., profile=True): host time of the plan's hooks as
+        this rank ran them so far: {"hooks": fp_exec_hook calls, "exec_s":
+        seconds inside fp_exec_hook (the executor, its waits for
+        communication included), "python_s": seconds in flexplan.torch's
+        module/autograd callbacks minus exec_s (the Python layer's own
+        cost), "callbacks": callbacks run, and per-hook means in us}."""
+        d = self.driver
+        py = self._prof["python_s"] - d.exec_s_in_callbacks
+        n = max(d.hook_calls, 1)
+        return {"hooks": d.hook_calls, "exec_s": d.exec_s, "python_s": py, "callbacks": self._prof["callbacks"],
+                "exec_us_per_hook": 1e6 * d.exec_s / n, "python_us_per_hook": 1e6 * py / n}
+
+    def _post_backward_cb(self, u):
+        if self._profile:
+            return self._timed(self._event)("post_backward", u)
+        self._event("post_backward", u)
 
     def _backward_done(self):
+        if self._profile:
+            return self._timed(self.driver.finish_backward)()
         self.driver.finish_backward()
 
     # ---- optimizer --------------------------------------------------------
