@@ -537,7 +537,7 @@ static void usage(void) {
   if (rank == 0)
     fprintf(stderr, "usage: train_mlp --plan PLAN --steps N [--check] [--seed S] [--lr LR] [--batch B] "
                     "[--progress poll|thread] [--backend mpi|nccl] [--mode graph|eager|capture] [--refit-at K] "
-                    "[--dump PREFIX]\n");
+                    "[--dump PREFIX] [--timing PREFIX]\n");
   MPI_Finalize();
   exit(2);
 }
@@ -756,7 +756,7 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const char *plan_path = NULL, *dump_prefix = NULL;
+  const char *plan_path = NULL, *dump_prefix = NULL, *timing_prefix = NULL;
   long steps = -1, B = 4, refit_at = -1;
   unsigned long long seed = 1;
   float lr = 0.1f;
@@ -776,6 +776,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--batch")) B = strtol(v, &end, 10), k++;
     else if (!strcmp(a, "--refit-at")) refit_at = strtol(v, &end, 10), k++;
     else if (!strcmp(a, "--dump")) dump_prefix = v, k++;
+    else if (!strcmp(a, "--timing")) timing_prefix = v, k++;
     else if (!strcmp(a, "--progress") && (!strcmp(v, "poll") || !strcmp(v, "thread")))
       progress = !strcmp(v, "poll") ? FP_PROGRESS_POLL : FP_PROGRESS_THREAD, k++;
     else if (!strcmp(a, "--backend") && (!strcmp(v, "mpi") || !strcmp(v, "nccl"))) nccl = !strcmp(v, "nccl"), k++;
@@ -817,6 +818,8 @@ int main(int argc, char **argv) {
   fp_status st = fp_exec_create(plan, &cfg, &x);
   if (st != FP_OK) DIE("%s: %s", fp_status_name(st), fp_exec_errmsg(x));
   build_model(x, plan);
+  if (timing_prefix && steps > 0 && fp_exec_timing_start(x, (int32_t)(steps < 65536 ? steps : 65536)) != FP_OK)
+    DIE("timing: %s", fp_exec_errmsg(x));
   int64_t maxn = 1;
   for (int32_t i = 0; i < nparams; i++) {
     maxn = P[i].v.numel > maxn ? P[i].v.numel : maxn;
@@ -874,6 +877,11 @@ int main(int argc, char **argv) {
   }
   if (fp_exec_sync(x) != FP_OK) DIE("sync: %s", fp_exec_errmsg(x));
   if (dump_prefix) dump(dump_prefix);
+  if (timing_prefix) { /* every step's measured times: PREFIX<rank>.json */
+    char path[4096];
+    snprintf(path, sizeof path, "%s%d.json", timing_prefix, rank);
+    if (fp_exec_timing_write(x, path) != FP_OK) DIE("timing: %s", fp_exec_errmsg(x));
+  }
   fp_exec_stats s;
   fp_exec_get_stats(x, &s);
   if (s.hook_allocations) FAIL("%" PRId64 " allocations inside hooks", s.hook_allocations);

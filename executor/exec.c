@@ -487,6 +487,7 @@ const char *fp_exec_errmsg(const fp_exec *x) { return x ? x->msg : ""; }
 void fp_exec_destroy(fp_exec *x) {
   if (!x) return;
   if (x->bk) x->bk->destroy(x);
+  fpx_timing_free(x);
   for (int s = 0; s < FP_NSTREAMS; s++) fpx_free(x->sops[s]);
   fpx_free(x->xops);
   fpx_free(x->seg_end);
@@ -592,7 +593,9 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
                     s->micro, x->stats.steps);
   }
   x->in_hook = true;
+  double t_in = x->timing ? fpx_now_us() : 0;
   fp_status st = x->bk->run_segment(x, x->cursor);
+  if (st == FP_OK && x->timing) fpx_time_hook(x, x->cursor, t_in, fpx_now_us());
   x->in_hook = false;
   if (st != FP_OK) { /* a backend failure breaks the executor; a refusal (nothing issued) does not */
     if (st == FP_ERR_BACKEND || st == FP_ERR_NOMEM) x->broken = true;

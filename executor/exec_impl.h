@@ -114,6 +114,7 @@ struct fp_exec {
   void *bks;           /* the backend's state */
   void *cuda_stream;   /* NCCL: the compute stream (fp_exec_cuda_stream) */
   fp_exec_stats stats;
+  struct fpx_timing *timing; /* the measured-timing record (timing.c); NULL: off */
 };
 
 /* ---- helpers (exec.c) ------------------------------------------------------------ */
@@ -126,5 +127,15 @@ void fpx_free(void *p);
 int64_t fpx_send_bytes(const fp_xop *o);
 /* "pre_forward(fc1)" for segment k: into buf */
 const char *fpx_seg_label(const fp_exec *x, int32_t k, char *buf, size_t len);
+
+/* ---- measured timing (timing.c) ------------------------------------------------------ */
+/* microseconds on CLOCK_MONOTONIC */
+double fpx_now_us(void);
+/* op o's instance of stream-step `step` started (end=false) or ended (end=true)
+ * now; a start already recorded is kept (a wait tried several times) */
+void fpx_time_op(fp_exec *x, const fp_xop *o, int64_t step, bool end);
+/* hook `seg` of step x->stats.steps ran from enter to leave */
+void fpx_time_hook(fp_exec *x, int32_t seg, double enter, double leave);
+void fpx_timing_free(fp_exec *x);
 
 #endif

@@ -474,20 +474,27 @@ static bool advance(fp_exec *x, mstate *m, hstream *s) {
       int64_t step = head / s->len;
       switch (fp_op_class(o->code)) {
         case FP_OPC_SYNC:
+          fpx_time_op(x, o, step, false);
           if (o->code == FP_OP_RECORD) {
             o->done_step = step;
           } else if (o->rec) {
             int64_t need = o->rec_prev ? step - 1 : step;
             if (need >= 0 && o->rec->done_step < need) goto out;
           }
+          fpx_time_op(x, o, step, true);
           break;
-        case FP_OPC_LOCAL: run_local(o); break;
+        case FP_OPC_LOCAL:
+          fpx_time_op(x, o, step, false);
+          run_local(o);
+          fpx_time_op(x, o, step, true);
+          break;
         case FP_OPC_COMM: {
           /* the op and the rest of its group (contiguous on this stream,
            * inside one segment, hence inside one step) */
           int64_t k = head;
           do {
             fp_xop *p = s->ops[k % s->len];
+            fpx_time_op(x, p, k / s->len, false);
             int rc = issue(p, &m->mops[p - x->xops]);
             if (rc != MPI_SUCCESS) {
               stream_fail(m, p, "issue", rc);
@@ -516,6 +523,7 @@ static bool advance(fp_exec *x, mstate *m, hstream *s) {
       }
       if (!flag) goto out;
       if (q->staging) memcpy(o->dst, q->staging, (size_t)(o->n * fp_dtype_size(o->dtype)));
+      fpx_time_op(x, o, head / s->len, true);
       head++;
       moved = true;
     }

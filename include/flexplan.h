@@ -417,6 +417,26 @@ typedef struct fp_exec_stats {
 } fp_exec_stats;
 FP_API fp_status fp_exec_get_stats(const fp_exec *x, fp_exec_stats *out);
 
+/* ---- measured timing (opt-in) ------------------------------------------- */
+/* Record, for the next `steps` steps (from the next step_begin on), when this
+ * rank entered and left each hook and when each of its ops started and
+ * ended as the executor ran it: a local op around its kernel, a collective
+ * from its issue to the poll that saw it complete, a wait from the first try
+ * to its release, a record at once. Times are CLOCK_MONOTONIC microseconds.
+ * The record is allocated here (steps x ops), never in a hook; a second call
+ * replaces the first. Call it between steps (FP_ERR_ORDER otherwise); steps
+ * must be 1..65536 (FP_ERR_ARG). MPI backend only: the NCCL backend returns
+ * FP_ERR_ARG (docs/executor.md, "Measured timing"). */
+FP_API fp_status fp_exec_timing_start(fp_exec *x, int32_t steps);
+/* Write the steps recorded so far as JSON ("format": "flexplan.timing.v1",
+ * docs/viz.md): the plan hash, rank and world, and per step the hooks and
+ * ops with start and end in microseconds from that step's step_begin. It
+ * waits for all issued work first (fp_exec_sync). Written atomically (a
+ * temporary file renamed into place). Between steps only (FP_ERR_ORDER);
+ * FP_ERR_ARG when no step was recorded or the file cannot be written.
+ * `flexplan viz PLAN --measured FILE...` draws them beside the modeled step. */
+FP_API fp_status fp_exec_timing_write(fp_exec *x, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -79,11 +79,12 @@ target_link_libraries(test_exec_plan PRIVATE flexplan_exec)
 fp_mpi_test(exec_plan 1 test_exec_plan)
 
 # hook order, plan-hash agreement, refit validation
-foreach(t order hash refit)
+foreach(t order hash refit timing)
   add_executable(test_exec_${t} ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_${t}.c)
   target_link_libraries(test_exec_${t} PRIVATE flexplan_exec)
 endforeach()
 fp_mpi_test(exec_order 2 test_exec_order)
+fp_mpi_test(exec_timing 2 test_exec_timing)
 fp_mpi_test(exec_hash_np2 2 test_exec_hash)
 fp_mpi_test(exec_hash_np3 3 test_exec_hash)
 fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan})
@@ -106,3 +107,12 @@ if(FP_HAVE_CUDA)
   fp_mpi_test(exec_nccl_nodev_np2 2 test_exec_nccl_nodev)
   set_tests_properties(exec_nccl_nodev_np2 PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# measured beside modeled: train_mlp --timing (fp_exec_timing_start/write)
+# on 2 ranks, then flexplan viz --measured; the records and the trace
+# checked against the plan, and the located errors (tests/viz_measured.py)
+add_test(NAME viz_measured
+         COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/viz_measured.py $<TARGET_FILE:flexplan>
+                 $<TARGET_FILE:train_mlp> "${FP_MPIEXEC_CMD}" ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/ga2.spec.json ${CMAKE_CURRENT_BINARY_DIR}/viz_measured)
+set_tests_properties(viz_measured PROPERTIES LABELS "mpi;golden" TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${FP_MPI_ENV}")

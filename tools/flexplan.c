@@ -45,11 +45,13 @@ static const char usage[] =
     "  simulate PLAN [--hardware PRESET]\n"
     "                 replay a plan.json or .fpir on the plan's hardware (or PRESET)\n"
     "                 and print the modeled time per segment and the totals\n"
-    "  viz PLAN [--format=trace|html] [-o OUT] [--ranks LIST] [--hardware PRESET]\n"
+    "  viz PLAN [--format=trace|html] [-o OUT] [--ranks LIST] [--hardware PRESET] [--measured FILE ...]\n"
     "                 the modeled schedule of a plan.json or .fpir as Chrome Trace\n"
     "                 Event JSON for Perfetto (trace, default) or one self-contained\n"
     "                 HTML page (html). --ranks 0,3,8-11 picks the ranks shown\n"
     "                 (default: rank 0 and one rank of every other layout class).\n"
+    "                 --measured FILE (repeatable) adds the steps an executor recorded\n"
+    "                 (fp_exec_timing_write) beside the modeled one (trace only).\n"
     "                 Default OUT: <model name>.trace.json / .html (docs/viz.md)\n"
     "\n"
     "options:\n"
@@ -222,7 +224,8 @@ typedef enum {
 
 /* the view of p on hw written to o; false after reported errors */
 static bool write_view(fp_arena *ar, fp_diag *d, const char *where, const fp_prog *p, const fp_hw *hw,
-                       const rank_list *ranks, viz_format fmt, out_file *o) {
+                       const rank_list *ranks, viz_format fmt, const fp_viz_measured *meas, int32_t nmeas,
+                       out_file *o) {
   fp_viz v;
   if (!fp_viz_build(ar, d, where, p, hw, ranks && ranks->n ? ranks->v : NULL, ranks ? ranks->n : 0, MAX_DEFAULT_RANKS,
                     &v))
@@ -230,6 +233,15 @@ static bool write_view(fp_arena *ar, fp_diag *d, const char *where, const fp_pro
   if ((!ranks || !ranks->n) && v.nclasses > v.nranks)
     fprintf(stderr, "flexplan: note: the plan has %d layout classes; showing the first %d (choose with --ranks)\n",
             (int)v.nclasses, (int)v.nranks);
+  v.measured = meas, v.nmeasured = nmeas;
+  for (int32_t k = 0; k < nmeas; k++) {
+    double hooks = 0;
+    for (int32_t s = 0; s < p->nsegs; s++) hooks += meas[k].hook_t[2 * s + 1] - meas[k].hook_t[2 * s];
+    fprintf(stderr, "  rank %lld measured (step %lld, %s): step %.3f ms, %.3f ms of it inside hooks; modeled on %s: "
+            "step %.3f ms, exposed communication %.3f ms\n",
+            (long long)meas[k].rank, (long long)meas[k].step, meas[k].path, meas[k].end_us / 1e3, hooks / 1e3,
+            v.hw.name, v.sim.step_us / 1e3, v.sim.exposed_comm_us / 1e3);
+  }
   return fmt == VIZ_TRACE ? fp_viz_trace(&v, o->f) : fp_viz_html(&v, o->f);
 }
 
@@ -335,7 +347,7 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   case EMIT_SUMMARY: fp_summary_json(&sum, o.f); break;
   case EMIT_TRACE:
   case EMIT_HTML:
-    ok = write_view(ar, &d, model, c.prog, &c.prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, &o);
+    ok = write_view(ar, &d, model, c.prog, &c.prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, NULL, 0, &o);
     break;
   }
   if (!ok) {
@@ -438,8 +450,11 @@ static int cmd_modeled(int argc, char **argv, const char *cmd, modeled_fn print)
 }
 
 /* ---- viz ------------------------------------------------------------------------- */
+#define MAX_MEASURED 64
 static int cmd_viz(int argc, char **argv) {
   const char *path = NULL, *hwname = NULL, *out = NULL;
+  const char *measured_paths[MAX_MEASURED];
+  int32_t nmeasured = 0;
   viz_format fmt = VIZ_TRACE;
   rank_list ranks = {.n = 0};
   for (int i = 0; i < argc; i++) {
@@ -448,6 +463,7 @@ static int cmd_viz(int argc, char **argv) {
     int opt = !strcmp(a, "--hardware") || !strncmp(a, "--hardware=", 11) ? 'h'
               : !strcmp(a, "--format") || !strncmp(a, "--format=", 9) ? 'f'
               : !strcmp(a, "--ranks") || !strncmp(a, "--ranks=", 8)   ? 'r'
+              : !strcmp(a, "--measured") || !strncmp(a, "--measured=", 11) ? 'm'
               : !strcmp(a, "-o")                                      ? 'o'
                                                                       : 0;
     if (opt) {
@@ -455,7 +471,10 @@ static int cmd_viz(int argc, char **argv) {
       val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
       if (!val) return usage_error("option '%s' needs a value", a);
     }
-    if (opt == 'h') {
+    if (opt == 'm') {
+      if (nmeasured == MAX_MEASURED) return usage_error("at most 64 --measured files (got more at '%s')", val);
+      measured_paths[nmeasured++] = val;
+    } else if (opt == 'h') {
       hwname = val;
     } else if (opt == 'o') {
       out = val;
@@ -475,6 +494,8 @@ static int cmd_viz(int argc, char **argv) {
     }
   }
   if (!path) return usage_error("%s: missing PLAN", "viz");
+  if (nmeasured && fmt != VIZ_TRACE)
+    return usage_error("--measured steps are drawn in the trace (--format=trace), not in '%s'", "html");
   fp_hw hw;
   if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
   fp_arena *ar = fp_arena_new();
@@ -483,10 +504,13 @@ static int cmd_viz(int argc, char **argv) {
   int rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
   if (!p || !pick_hw(p, hwname, path, &hw)) goto done;
+  fp_viz_measured *meas = fp_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *meas);
+  for (int32_t k = 0; k < nmeasured; k++)
+    if (!fp_viz_measured_read(ar, &d, measured_paths[k], p, &meas[k])) goto done;
   if (!out) out = fp_sprintf(ar, "%s.%s", p->model && *p->model ? p->model : "plan", fmt == VIZ_HTML ? "html" : "trace.json");
   out_file o;
   if (!out_open(&o, out)) goto done;
-  if (!write_view(ar, &d, path, p, &hw, &ranks, fmt, &o)) {
+  if (!write_view(ar, &d, path, p, &hw, &ranks, fmt, meas, nmeasured, &o)) {
     if (o.path) {
       fclose(o.f);
       unlink(o.tmp);

@@ -15,6 +15,10 @@
  *            overlap, so they are async events, not X)
  *   M        names, sort order; "otherData" holds the plan hash and says
  *            that every time is modeled
+ *   measured with --measured: one more process per measured rank (pid
+ *            1000000 + rank) with the executor's recorded times: X per op
+ *            (a grouped collective as one slice), per hook, and per
+ *            stretch of the trainer's own work between hooks
  * ts is microseconds from the earliest op's start (the simulator's times
  * shifted by -t_lo, so no ts is negative); args give the simulator's own. */
 #include <inttypes.h>
@@ -167,14 +171,107 @@ static void lifetimes(tw *w, const fp_viz *v, int64_t rank, int64_t *id) {
   }
 }
 
+/* ---- measured steps --------------------------------------------------------------- */
+/* A measured rank is its own process, after the modeled ones: pid
+ * MEASURED_PID + rank, threads for the three streams, the trainer's hooks and
+ * the trainer's work between them. ts is the record's own (microseconds from
+ * the step's step_begin entry). */
+#define MEASURED_PID 1000000
+enum { MT_HOOKS = FP_NSTREAMS, MT_TRAINER = FP_NSTREAMS + 1, MT_N = FP_NSTREAMS + 2 };
+
+static int64_t mpid(const fp_viz_measured *m) { return MEASURED_PID + m->rank; }
+static int64_t mtid(const fp_viz_measured *m, int t) { return mpid(m) * 10 + t + 1; }
+
+/* microseconds rounded as the file writes them, so that dur = end - start
+ * exactly and back-to-back slices never overlap by a rounding */
+static double r3(double us) { return round(us * 1000) / 1000; }
+
+static void mslice(tw *w, const fp_viz_measured *m, int t, const char *name, const char *cat, double t0, double t1) {
+  ev_begin(w);
+  fputs("{\"ph\":\"X\",\"name\":", w->f);
+  fp_jw_str(w->f, name);
+  fprintf(w->f, ",\"cat\":\"%s\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",\"ts\":", cat, mpid(m), mtid(m, t));
+  fp_jw_us(w->f, r3(t0));
+  fputs(",\"dur\":", w->f);
+  fp_jw_us(w->f, r3(t1) - r3(t0));
+}
+
+/* the trainer's work between two hooks, named by the hook that ends it */
+static void trainer_label(const fp_viz *v, int32_t next, char *buf, size_t cap) {
+  const fp_seg *s = &v->p->segs[next];
+  const char *mod = s->module >= 0 && s->module < v->p->nmods ? v->p->mods[s->module].name : "";
+  switch (s->kind) {
+    case FP_SEG_POST_FORWARD: snprintf(buf, cap, "forward %s", mod); break;
+    case FP_SEG_POST_BACKWARD: snprintf(buf, cap, "backward %s", mod); break;
+    case FP_SEG_POST_OPTIMIZER: snprintf(buf, cap, "optimizer"); break;
+    default: snprintf(buf, cap, "trainer, before %s", fp_seg_name((int)s->kind)); break;
+  }
+}
+
+static void measured_events(tw *w, const fp_viz *v, const fp_viz_measured *m) {
+  const fp_prog *p = v->p;
+  char buf[640], lab[512];
+  snprintf(buf, sizeof buf, "rank %" PRId64 " measured (step %" PRId64 ")", m->rank, m->step);
+  meta(w, "process_name", mpid(m), -1, "name", buf, 0);
+  meta(w, "process_labels", mpid(m), -1, "labels", m->path, 0);
+  meta(w, "process_sort_index", mpid(m), -1, "sort_index", NULL, v->nranks + (m - v->measured));
+  static const char *const extra[] = {"hooks", "trainer"};
+  for (int t = 0; t < MT_N; t++) {
+    meta(w, "thread_name", mpid(m), mtid(m, t), "name", t < FP_NSTREAMS ? fp_stream_name(t) : extra[t - FP_NSTREAMS], 0);
+    meta(w, "thread_sort_index", mpid(m), mtid(m, t), "sort_index", NULL, t);
+  }
+  for (int32_t k = 0; k < p->nsegs; k++) {
+    fp_viz_seg_label(v, k, buf, sizeof buf);
+    mslice(w, m, MT_HOOKS, buf, "hook", m->hook_t[2 * k], m->hook_t[2 * k + 1]);
+    fprintf(w->f, ",\"args\":{\"segment\":%" PRId32 "}}", k);
+    if (k + 1 < p->nsegs && m->hook_t[2 * k + 2] > m->hook_t[2 * k + 1]) {
+      trainer_label(v, k + 1, buf, sizeof buf);
+      mslice(w, m, MT_TRAINER, buf, "compute", m->hook_t[2 * k + 1], m->hook_t[2 * k + 2]);
+      fputs("}", w->f);
+    }
+  }
+  /* ops; a group (issued together, completed in order) is one slice */
+  static const char *const cls[] = {"comm", "local", "sync", "compute"};
+  for (int32_t i = 0; i < p->nops; i++) {
+    if (m->op_t[2 * i] < 0) continue;
+    const fp_op *op = &p->ops[i];
+    int32_t last = i;
+    double t0 = m->op_t[2 * i], t1 = m->op_t[2 * i + 1];
+    if (op->group >= 0)
+      for (int32_t j = i + 1; j < p->nops && p->ops[j].group == op->group && p->ops[j].stream == op->stream; j++) {
+        if (m->op_t[2 * j] < 0) continue;
+        last = j;
+        t0 = fmin(t0, m->op_t[2 * j]), t1 = fmax(t1, m->op_t[2 * j + 1]);
+      }
+    fp_viz_op_label(v, i, lab, sizeof lab);
+    if (last > i) snprintf(buf, sizeof buf, "group %" PRId32 ": %s + %" PRId32 " more", op->group, lab, last - i);
+    else snprintf(buf, sizeof buf, "%s", lab);
+    mslice(w, m, op->stream, buf, cls[fp_op_class(op->code)], t0, t1);
+    fprintf(w->f, ",\"args\":{\"op\":%" PRId32 ",\"last_op\":%" PRId32 ",\"measured_us\":", i, last);
+    fp_jw_us(w->f, t1 - t0);
+    fputs(",\"modeled_us\":", w->f);
+    fp_jw_us(w->f, v->sim.end_us[last] - v->sim.start_us[i]);
+    fputs("}}", w->f);
+    i = last;
+  }
+}
+
+/* time the trainer spent inside hooks in a measured step */
+static double in_hooks(const fp_viz *v, const fp_viz_measured *m) {
+  double t = 0;
+  for (int32_t k = 0; k < v->p->nsegs; k++) t += m->hook_t[2 * k + 1] - m->hook_t[2 * k];
+  return t;
+}
+
 bool fp_viz_trace(const fp_viz *v, FILE *f) {
   const fp_prog *p = v->p;
   tw w = {f, true, v->t_lo};
   char buf[512];
-  fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"generator\":\"flexplan viz " FP_VERSION "\",\"timing\":\"modeled\",", f);
-  fputs("\"note\":\"every time in this trace is modeled by flexplan's simulator (docs/cost-model.md), not measured; "
-        "ts 0 is the earliest modeled op start of the steady-state step\",",
-        f);
+  fprintf(f, "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"generator\":\"flexplan viz " FP_VERSION "\",\"timing\":\"%s\",",
+          v->nmeasured ? "modeled and measured" : "modeled");
+  fprintf(f, "\"note\":\"every time in this trace%s is modeled by flexplan's simulator (docs/cost-model.md), not measured; "
+          "ts 0 is the earliest modeled op start of the steady-state step\",",
+          v->nmeasured ? " outside the 'measured' processes" : "");
   fprintf(f, "\"plan_hash\":\"fnv1a64:%016" PRIx64 "\",\"model\":", v->hash);
   fp_jw_str(f, p->model);
   fputs(",\"strategy\":", f);
@@ -187,8 +284,24 @@ bool fp_viz_trace(const fp_viz *v, FILE *f) {
   fp_jw_us(f, v->sim.exposed_comm_us);
   fputs(",\"ts_origin_us\":", f);
   fp_jw_us(f, v->t_lo);
-  fprintf(f, ",\"memory_budget_bytes\":%" PRId64 ",\"budget_source\":\"%s\",\"layout_classes\":%" PRId32 "},\n",
+  fprintf(f, ",\"memory_budget_bytes\":%" PRId64 ",\"budget_source\":\"%s\",\"layout_classes\":%" PRId32,
           v->budget, v->budget_from_plan ? "plan" : "device memory (the plan has no budget)", v->nclasses);
+  if (v->nmeasured) {
+    fputs(",\"measured\":[", f);
+    for (int32_t k = 0; k < v->nmeasured; k++) {
+      const fp_viz_measured *m = &v->measured[k];
+      fprintf(f, "%s{\"rank\":%" PRId64 ",\"step\":%" PRId64 ",\"file\":", k ? "," : "", m->rank, m->step);
+      fp_jw_str(f, m->path);
+      fputs(",\"step_us\":", f);
+      fp_jw_us(f, m->end_us);
+      fputs(",\"in_hooks_us\":", f);
+      fp_jw_us(f, in_hooks(v, m));
+      fputs("}", f);
+    }
+    fputs("],\"measured_note\":\"processes named 'measured' hold times the executor recorded "
+          "(fp_exec_timing_write), ts 0 at the step's step_begin entry\"", f);
+  }
+  fputs("},\n", f);
   fputs("\"traceEvents\":[", f);
 
   int64_t id = 0;
@@ -223,6 +336,7 @@ bool fp_viz_trace(const fp_viz *v, FILE *f) {
     counters(&w, v, r);
     lifetimes(&w, v, r, &id);
   }
+  for (int32_t k = 0; k < v->nmeasured; k++) measured_events(&w, v, &v->measured[k]);
   fputs("\n]}\n", f);
   return !ferror(f);
 }

@@ -54,6 +54,22 @@ typedef struct fp_viz_rank {
   int64_t members;    /* ranks in that class */
 } fp_viz_rank;
 
+/* a measured step of one rank (measured.c): what the executor recorded with
+ * fp_exec_timing_start / fp_exec_timing_write, in microseconds from the
+ * step's step_begin entry */
+typedef struct fp_viz_measured {
+  const char *path;   /* the record's file */
+  int64_t rank, step; /* whose, and which step (the file's last) */
+  double *hook_t;     /* [nsegs][2]: each hook's enter and leave */
+  double *op_t;       /* [nops][2]: each op's start and end; -1 where this rank did not run it */
+  double end_us;      /* the latest time in the step */
+} fp_viz_measured;
+
+/* Read a measured-timing record ("flexplan.timing.v1") for program p: its
+ * plan hash must be p's and its numbering p's; the last step is taken.
+ * Located errors through d; false after reporting. */
+bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_prog *p, fp_viz_measured *out);
+
 typedef struct fp_viz {
   fp_arena *a;
   const fp_prog *p;
@@ -77,6 +93,8 @@ typedef struct fp_viz {
   int32_t nranks;
   int32_t nclasses;       /* layout classes among all ranks */
   uint64_t hash;          /* fp_prog_hash */
+  const fp_viz_measured *measured; /* measured steps drawn beside the modeled one (set by the caller) */
+  int32_t nmeasured;
   /* private: ops whose work depends on the rank (only=, table counts) */
   int32_t *rdep;
   int32_t nrdep;
