@@ -89,6 +89,9 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--save", help="write the trained model here (safetensors, full tensors)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--timing", metavar="PREFIX",
+                    help="record steps 2..4 as the executor ran them: PREFIX.plan.json (rank 0) and "
+                         "PREFIX.rank<r>.json; draw with flexplan viz PREFIX.plan.json --measured PREFIX.rank0.json --measured PREFIX.rank1.json ...")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -120,8 +123,12 @@ def main():
               f"{len(st.ex.modules)} units, {a.strategy} on {world} rank(s), "
               f"modeled step {s.get('modeled_step_ms', float('nan')):.3f} ms on the plan's hardware", flush=True)
     ga = a.grad_accumulation
+    if a.timing and rank == 0:
+        plan.save(a.timing + ".plan.json")
     t_last = time.perf_counter()
     for step in range(1, a.steps + 1):
+        if a.timing and step == 2:
+            st.timing_start(3)
         total = 0.0
         for k in range(ga):
             x, y = batch(data, (step - 1) * world * ga + rank * ga + k, a.batch, a.seq)
@@ -139,6 +146,8 @@ def main():
         t_last = now
         if not math.isfinite(mean):
             raise RuntimeError(f"loss is {mean} at step {step}")
+    if a.timing:
+        st.timing_write(f"{a.timing}.rank{rank}.json")
     if a.save:
         st.save(a.save)
         if rank == 0:

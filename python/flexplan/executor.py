@@ -329,6 +329,18 @@ class Executor:
         return {k: (int(getattr(s, k)) if not isinstance(getattr(s, k), float) else getattr(s, k))
                 for k, _ in s._fields_}
 
+    def timing_start(self, steps):
+        """Opt-in measured timing: record when each hook and op of the next
+        `steps` steps ran on this rank (between steps; MPI backend)."""
+        f = _timing_fn("fp_exec_timing_start", [ctypes.c_void_p, ctypes.c_int32])
+        _check(self._lib, f(self._x, int(steps)), self._x, "timing_start")
+
+    def timing_write(self, path):
+        """Write the recorded steps (flexplan.timing.v1 JSON; draw them with
+        `flexplan viz PLAN --measured FILE...`)."""
+        f = _timing_fn("fp_exec_timing_write", [ctypes.c_void_p, ctypes.c_char_p])
+        _check(self._lib, f(self._x, os.fspath(path).encode()), self._x, "timing_write")
+
     def cuda_stream(self):
         """NCCL backend: the compute stream (a cudaStream_t as an int); None for MPI."""
         p = self._lib.fp_exec_cuda_stream(self._x)
@@ -352,6 +364,14 @@ class Executor:
         else:
             t = torch.as_tensor(_CudaArray(buf, dt), device="cuda")
         return t.view(shape) if shape is not None else t
+
+
+def _timing_fn(name, argtypes):
+    f = getattr(_L(), name, None)
+    if f is None:
+        raise _err(f"this libflexplan has no {name} (measured timing)")
+    f.argtypes, f.restype = argtypes, ctypes.c_int
+    return f
 
 
 def _numel(shape):

@@ -465,6 +465,15 @@ class Sharded:
     def sync(self):
         self.ex.sync()
 
+    def timing_start(self, steps):
+        """Record the next `steps` steps' hooks and ops as this rank ran them
+        (Executor.timing_start); write them with timing_write(path) and draw
+        them with `flexplan viz PLAN --measured FILE...`."""
+        self.ex.timing_start(steps)
+
+    def timing_write(self, path):
+        self.ex.timing_write(path)
+
     def close(self):
         """Remove the hooks and destroy the executor (collective). The module's
         params stay views of freed memory: do not use the module afterwards."""
