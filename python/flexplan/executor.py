@@ -150,6 +150,17 @@ def mpi_init():
     return r.value, w.value
 
 
+def nccl_get_id():
+    """A new NCCL unique id (bytes) for Executor(..., nccl_id=...): made on
+    rank 0, shipped to every rank by the trainer (e.g. torch.distributed)."""
+    lib = _L()
+    out = _libmod.fp_nccl_id()
+    st = lib.fp_nccl_get_id(ctypes.byref(out))
+    if st != 0:
+        raise FlexplanError(st, "fp_nccl_get_id failed (flexplan built without CUDA/NCCL, or NCCL failed)")
+    return bytes(out.bytes)
+
+
 def mpi_finalize():
     """MPI_Finalize (a no-op when MPI is not initialized or finalized already)."""
     lib = _L()
@@ -169,13 +180,17 @@ class Executor:
              cuda_stream=None, cuda_mode="graph")
 
     plan: a ``flexplan.Plan`` or a plan.json path. rank / world_size default to
-    MPI's (``mpi_init()``). Collective: every rank creates its executor with
+    MPI's (``mpi_init()``). NCCL backend: cuda_stream (an int cudaStream_t, e.g.
+    ``torch.cuda.current_stream().cuda_stream``) becomes the plan's compute
+    stream; nccl_id (bytes from ``nccl_get_id()`` on rank 0, shipped by the
+    caller's own channel) bootstraps NCCL (FP_NCCL_BOOT_ID), else the
+    executor's default (MPI when initialized, else NCCL_COMM_ID). Collective: every rank creates its executor with
     the same plan. Use as a context manager or call ``destroy()`` (also
     collective) before ``mpi_finalize()``.
     """
 
     def __init__(self, plan, rank=None, world_size=None, backend="mpi", progress="default",
-                 cuda_stream=None, cuda_mode="graph"):
+                 cuda_stream=None, cuda_mode="graph", nccl_id=None):
         self._x = None
         self._lib = lib = _L()
         if backend not in BACKENDS:
@@ -196,6 +211,11 @@ class Executor:
         cfg.progress = PROGRESS[progress]
         cfg.cuda_mode = CUDA_MODES[cuda_mode]
         cfg.cuda_stream = ctypes.c_void_p(int(cuda_stream) if cuda_stream else 0)
+        if nccl_id is not None:
+            if len(nccl_id) != ctypes.sizeof(S.fp_nccl_id):
+                raise _err(f"nccl_id must be {ctypes.sizeof(S.fp_nccl_id)} bytes, got {len(nccl_id)}")
+            cfg.nccl_boot = 1  # FP_NCCL_BOOT_ID
+            ctypes.memmove(ctypes.byref(cfg.nccl_id), bytes(nccl_id), len(nccl_id))
         x = ctypes.c_void_p()
         st = lib.fp_exec_create(self._plan_handle, ctypes.byref(cfg), ctypes.byref(x))
         self._x = x if x.value else None
@@ -362,7 +382,10 @@ class Executor:
                 warnings.simplefilter("ignore")
                 t = torch.frombuffer(raw, dtype=dt, count=buf.numel)
         else:
+            # bf16 has no __cuda_array_interface__ typestr: exposed as int16, viewed back
             t = torch.as_tensor(_CudaArray(buf, dt), device="cuda")
+            if t.dtype != dt:
+                t = t.view(dt)
         return t.view(shape) if shape is not None else t
 
 
@@ -387,7 +410,7 @@ class _CudaArray:
     executor's compute stream). Not run here: no GPU on the dev machine."""
 
     def __init__(self, buf, torch_dtype):
-        typestr = {"fp32": "<f4", "fp16": "<f2", "bf16": "<V2"}.get(buf.dtype, "|u1")
+        typestr = {"fp32": "<f4", "fp16": "<f2", "bf16": "<i2"}.get(buf.dtype, "|u1")
         self._buf = buf
         self.__cuda_array_interface__ = {"shape": (buf.numel,), "typestr": typestr,
                                          "data": (buf.ptr, False), "version": 3, "strides": None,

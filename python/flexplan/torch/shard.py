@@ -113,16 +113,16 @@ class Sharded:
         self.backend = backend
         named = dict(module.named_parameters())
         # the plan must be for this module: names, shapes, requires_grad
-        cuda_stream = None
+        cuda_stream = nccl_id = None
         if backend == "nccl":
-            rank, world_size, cuda_stream = _nccl_setup(rank, world_size)
+            rank, world_size, cuda_stream, nccl_id = _nccl_setup(rank, world_size)
         elif rank is None or world_size is None:
             r, w = mpi_init()
             rank = r if rank is None else rank
             world_size = w if world_size is None else world_size
         self.rank, self.world_size = rank, world_size
         self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
-                                cuda_stream=cuda_stream, cuda_mode=cuda_mode)
+                                cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
         try:
             self._check_params(named)
             self._setup(module, named, init, cast_forward_inputs)
@@ -544,4 +544,11 @@ def _nccl_setup(rank, world_size):
         rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
     if world_size is None:
         world_size = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
-    return rank, world_size, torch.cuda.current_stream().cuda_stream
+    nccl_id = None
+    if dist.is_initialized() and world_size > 1:
+        # rank 0 makes the NCCL id, torch.distributed ships it (FP_NCCL_BOOT_ID)
+        from ..executor import nccl_get_id
+        box = [nccl_get_id() if rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        nccl_id = box[0]
+    return rank, world_size, torch.cuda.current_stream().cuda_stream, nccl_id
