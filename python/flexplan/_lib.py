@@ -214,6 +214,8 @@ SIGNATURES = {
     "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
     "fp_exec_get_stats": (_st, [_vp, _P(fp_exec_stats)]),
+    "fp_exec_timing_start": (_st, [_vp, ctypes.c_int32]),
+    "fp_exec_timing_write": (_st, [_vp, ctypes.c_char_p]),
     # the compile API (flexplan_compile.h)
     "fp_plan_compile": (_st, [_P(fp_compile_options), _vpp]),
     "fp_plan_summary": (_st, [_vp, _vpp]),
