@@ -183,6 +183,13 @@ def run_config(name, rank, world, tmp):
                 fpt.clip_grad_norm_(st, opts["clip"])
             opt.step()
             opt.zero_grad()
+        # optimizer state sized for this rank's shards only
+        shard_numel = sum(mp.numel() for mp in st.main_params())
+        state_numel = sum(v["exp_avg"].numel() for v in opt.state.values())
+        full_numel = sum(p.numel for p in st.ex.params if p.requires_grad)
+        if state_numel != shard_numel or (strategy == "full_shard" and world > 1 and not
+                                          shard_numel < full_numel):
+            return "FAIL", f"optimizer state {state_numel} elements, shards {shard_numel}, params {full_numel}"
         got = st.full_state_dict(torch.float32)
         if opts.get("save_load"):
             # one path every rank sees: rank 0 writes it (ranks share mpiexec as parent)
