@@ -269,7 +269,7 @@ class Sharded:
                     self._attach_ugrads()
                 self._event("pre_forward", u)
             dt = self._unit_dtype.get(u)
-            if cast and dt is not None:
+            if cast and dt is not None and dt != torch.float32:  # mixed precision only, as FSDP2
                 args, kwargs = pytree.tree_map_only(
                     torch.Tensor, lambda t: t.to(dt) if t.is_floating_point() and t.dtype != dt else t,
                     (args, kwargs))
