@@ -121,6 +121,10 @@ class Sharded:
             rank = r if rank is None else rank
             world_size = w if world_size is None else world_size
         self.rank, self.world_size = rank, world_size
+        if backend == "mpi":
+            # before anything collective: a rank failing in setup must not leave
+            # the others in the setup's collectives
+            _install_abort_on_error()
         self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
                                 cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
         try:
@@ -130,8 +134,6 @@ class Sharded:
             ex.destroy()
             raise
         module._flexplan_state = self
-        if backend == "mpi":
-            _install_abort_on_error()
 
     # ---- setup ----------------------------------------------------------
     def _check_params(self, named):
@@ -245,15 +247,23 @@ class Sharded:
                 self._handles.append(sm.register_forward_pre_hook(
                     self._make_pre_hook(u, first, cast_forward_inputs), with_kwargs=True))
                 self._handles.append(sm.register_forward_hook(self._make_post_hook(u, last)))
-        self._hook_ns = 0
         self._closed = False
 
     def _attach_ugrads(self):
-        for newp, p in self.params.values():
-            if p.requires_grad and p.ugrad.ptr:
-                g = p.tensor("ugrad")
-                if g.dtype == newp.dtype and g.shape == newp.shape:
-                    newp.grad = g
+        """.grad of every trainable param = its ugrad view (made once; set
+        again at each step's first forward, in case the user's zero_grad()
+        or set_to_none dropped it)."""
+        cache = getattr(self, "_ugrad", None)
+        if cache is None:
+            cache = self._ugrad = {}
+            for newp, p in self.params.values():
+                if p.requires_grad and p.ugrad.ptr:
+                    g = p.tensor("ugrad")
+                    if g.dtype == newp.dtype and g.shape == newp.shape:
+                        cache[p.name] = (newp, g)
+        for newp, g in cache.values():
+            if newp.grad is not g:
+                newp.grad = g
 
     # ---- module hooks -> plan events -------------------------------------
     def _event(self, kind, u):
