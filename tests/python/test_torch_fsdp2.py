@@ -126,7 +126,7 @@ def test_reduce_scatter_elements_match_fsdp2(out, tmp_path):
 
 @pytest.mark.xfail(strict=True, reason=(
     "known (issue 13): the fsdp2 policy issues one all-gather and one reduce-scatter per param "
-    "(MLP on 2 ranks: 18 all-gathers of 3..288 elements, 8 reduce-scatters), FSDP2 one per unit "
+    "(MLP on 2 ranks: 14 all-gathers of 3..288 elements, 8 reduce-scatters), FSDP2 one per unit "
     "(8 all-gathers of 63..300, 4 reduce-scatters); FSDP2 also gathers the last unit again in "
     "backward (the plan keeps it from forward), and reduces with ReduceOp.AVG where the plan sums "
     "then scales by 1/N"))
