@@ -80,17 +80,31 @@ class Driver:
             self.issued = set()
 
     def event(self, kind, m):
-        """A module hook reached segment (kind, m) of the current micro-batch."""
+        """A module hook reached segment (kind, m) of the current micro-batch.
+
+        Forward events are strict: the cursor passes only step_begin, empty
+        segments and the post_forward of a unit already open (a unit whose end
+        no hook marked), so a forward that runs units out of the plan's order
+        is an error, never a unit computing on weights the plan has not
+        gathered. Backward events may pass anything of this micro-batch's
+        backward (autograd's order is the graph's; units that fire no event are
+        issued in plan order), and repeat (one event per output tensor)."""
+        fwd = kind in ("pre_forward", "post_forward")
         if self.pos < self.pre_opt:
             mb = self.seq[self.pos][2]
             for j in range(self.pos, self.pre_opt):
-                k, mm, jmb, _ = self.seq[j]
+                k, mm, jmb, count = self.seq[j]
                 if jmb != mb:
                     break
                 if k == kind and mm == m:
                     self._issue_through(j)
                     return
-        if (kind, m) in self.issued:
+                if fwd and not (k == "step_begin" or count == 0 or
+                                (k == "post_forward" and ("pre_forward", mm) in self.issued
+                                 and self.micro == mb)):
+                    break
+        if (kind, m) in self.issued and self.micro >= 0 and (
+                not fwd or (kind == "post_forward" and self.pos < self.pre_opt)):
             return
         raise _err(self._mismatch(f"{kind}({self.names[m]})"))
 

@@ -49,7 +49,7 @@ def state(obj):
         return obj
     st = getattr(obj, "_flexplan_state", None)
     if st is None:
-        raise _err("not a module sharded by flexplan.torch.shard")
+        raise _err("not a module sharded by flexplan.torch.shard", 1)
     return st
 
 
@@ -94,7 +94,7 @@ def shard(module, plan, *, backend="mpi", rank=None, world_size=None, progress="
       hook in Python and inside the executor; bench/torch_bench.py).
     """
     if getattr(module, "_flexplan_state", None) is not None:
-        raise _err("module is already sharded")
+        raise _err("module is already sharded", 1)
     return Sharded(module, plan, backend=backend, rank=rank, world_size=world_size, progress=progress,
                    init=init, cast_forward_inputs=cast_forward_inputs, cuda_mode=cuda_mode, profile=profile)
 
@@ -159,7 +159,7 @@ class Sharded:
         if init == "module":
             if any(t.is_meta for t in named.values()):
                 raise _err("init='module' needs materialized params; the module is on the meta device "
-                                    "(pass init=[paths] or init=None and call load())")
+                           "(pass init=[paths] or init=None and call load())", 1)
             with tempfile.TemporaryDirectory(prefix="flexplan-init-") as d:
                 path = os.path.join(d, "init.safetensors")
                 from safetensors.torch import save_file
