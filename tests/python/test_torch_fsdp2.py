@@ -33,6 +33,7 @@ def out(tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp2")
     for kind in ("mlp", "llama"):
         run_fsdp2(kind, NP, str(d))
+    run_fsdp2("mlp", 3, str(d), steps=3)  # 3 ranks: padded shards (the collectives only)
     rc, log = run_mpi(NP, "torch_worker.py", "mlp_full_shard", "llama_full_shard", env={"FP_SAVE_FINAL": str(d)})
     assert rc == 0, log[-4000:]
     return str(d)
@@ -54,8 +55,8 @@ def test_same_params_as_fsdp2(out, kind):
     print(f"{kind}: max |flexplan - fsdp2| = {worst:.3g}")
 
 
-def fsdp2_sequence(out, kind):
-    with open(os.path.join(out, f"fsdp2_{kind}_np{NP}.collectives.json")) as f:
+def fsdp2_sequence(out, kind, np_=NP):
+    with open(os.path.join(out, f"fsdp2_{kind}_np{np_}.collectives.json")) as f:
         calls = json.load(f)
     seq = []
     for c in calls:
@@ -82,7 +83,7 @@ def plan_sequence(plan):
     return seq
 
 
-def compile_fsdp2_policy(tmp, kind):
+def compile_fsdp2_policy(tmp, kind, np_=NP):
     model = tm.mlp()
     mj = os.path.join(tmp, "m.json")
     sj = os.path.join(tmp, "s.json")
@@ -90,7 +91,7 @@ def compile_fsdp2_policy(tmp, kind):
     with open(mj, "w") as f:
         json.dump(tm.model_json(model, tm.MLP_UNITS, name=kind), f)
     with open(sj, "w") as f:
-        json.dump({"format": "flexplan.spec.v1", "mesh": {"world_size": NP}, "strategy": "full_shard",
+        json.dump({"format": "flexplan.spec.v1", "mesh": {"world_size": np_}, "strategy": "full_shard",
                    "defaults": {"mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32",
                                                     "main_grad_dtype": "fp32"}}}, f)
     cli = os.environ.get("FLEXPLAN_CLI") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "flexplan")
@@ -104,23 +105,34 @@ def per_unit_totals(seq, kind):
     return [n for k, n, _, _ in seq if k == kind]
 
 
-def test_reduce_scatter_elements_match_fsdp2(out, tmp_path):
-    """What does match today: the elements reduce-scattered per step, in
-    total and in backward order of the units (summing the plan's per-param
-    reduce-scatters of each unit), and the dtype."""
-    f = fsdp2_sequence(out, "mlp")
-    p = plan_sequence(compile_fsdp2_policy(str(tmp_path), "mlp"))
+def group_as(plan_sizes, fsdp2_sizes):
+    """sum consecutive per-param sizes of the plan into FSDP2's per-unit ones"""
+    grouped, acc, i = [], 0, 0
+    for n in plan_sizes:
+        acc += n
+        if i < len(fsdp2_sizes) and acc == fsdp2_sizes[i]:
+            grouped.append(acc)
+            acc, i = 0, i + 1
+    return grouped
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_elements_per_unit_match_fsdp2(out, tmp_path, np_):
+    """What does match today, padding included (3 ranks: 20 rows pad to 21):
+    the elements each unit reduce-scatters per step, in the backward order of
+    the units, and the elements each unit all-gathers in forward, in forward
+    order (summing the plan's per-param collectives of a unit), and the
+    dtype."""
+    f = fsdp2_sequence(out, "mlp", np_)
+    p = plan_sequence(compile_fsdp2_policy(str(tmp_path), "mlp", np_))
     f_rs = per_unit_totals(f, "reduce_scatter")
     p_rs = per_unit_totals(p, "reduce_scatter")
     assert sum(f_rs) == sum(p_rs), (f_rs, p_rs)
-    # group the plan's consecutive per-param reduce-scatters into FSDP2's per-unit ones
-    grouped, acc, i = [], 0, 0
-    for n in p_rs:
-        acc += n
-        if i < len(f_rs) and acc == f_rs[i]:
-            grouped.append(acc)
-            acc, i = 0, i + 1
-    assert grouped == f_rs, (f_rs, p_rs)
+    assert group_as(p_rs, f_rs) == f_rs, (f_rs, p_rs)
+    nunits = len(tm.MLP_UNITS)
+    f_ag = per_unit_totals(f, "all_gather")[:nunits]  # the forward's gathers
+    p_ag = per_unit_totals(p, "all_gather")
+    assert group_as(p_ag, f_ag) == f_ag, (f_ag, p_ag)
     assert {d for k, _, d, _ in f if k == "reduce_scatter"} == {d for k, _, d, _ in p if k == "reduce_scatter"}
 
 
