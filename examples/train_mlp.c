@@ -10,12 +10,13 @@
  * It loads any compiled plan whose modules are linear layers: module m has
  * `<m>.weight` [out, in] and optionally `<m>.bias` [out], in the model's
  * module order, each layer's `in` the previous layer's `out`. A tied layer
- * (model.json v2: a module whose "uses" names the first module's weight)
- * has no `<m>.weight` of its own (a bias at most) and computes h W0 + b with
- * the first layer's weight W0 [out0, in0] (so in = out0, out = in0): W0 is
+ * (model.json v2: a module whose "uses" names another module's weight, as
+ * fp_plan_module_uses reports) has no `<m>.weight` of its own (a bias at
+ * most) and computes h W0 + b with that weight W0 [out0, in0] read
+ * transposed (so in = out0, out = in0): W0 is
  * one param, gathered for both layers, and its grad is the sum of both
  * layers' grads, accumulated in the one unsharded grad (the tied layer's
- * backward first, then the first layer's) and reduced once. A module the
+ * backward first, then its own layer's) and reduced once. A module the
  * plan recomputes (fp_plan_module_recompute) drops its pre-activations
  * after its forward and recomputes them inside its backward, between
  * pre_forward and post_forward hooks called after pre_backward. Hidden layers
@@ -101,7 +102,7 @@ typedef struct layer {
   int32_t module;
   int64_t in, out;
   int32_t w, b;          /* param indices (b: -1 without a bias) */
-  bool tied;             /* w is the first layer's weight, read transposed */
+  bool tied;             /* w is another layer's weight (fp_plan_module_uses), read transposed */
   bool recompute;        /* the plan recomputes its forward inside its backward */
 } layer;
 
@@ -149,12 +150,14 @@ static void build_model(fp_exec *x, const fp_plan *plan) {
       if (!strncmp(nm, name, n) && !strcmp(nm + n, ".bias")) l->b = i;
     }
     l->recompute = fp_plan_module_recompute(plan, m) == 1;
-    if (l->w < 0 && m > 0 && count == (l->b >= 0)) { /* a tied layer: the first layer's weight, transposed */
+    int32_t used[2];
+    int32_t nused = fp_plan_module_uses(plan, m, used, 2);
+    if (l->w < 0 && count == (l->b >= 0) && nused == 1) { /* a tied layer: another layer's weight, transposed */
       l->tied = true;
-      l->w = L[0].w;
-    } else if (l->w < 0 || count != 1 + (l->b >= 0)) {
-      DIE("module '%s' is not a linear layer (%s.weight and optionally %s.bias, or a bias alone for a layer tied "
-          "to the first layer's weight)", name, name, name);
+      l->w = used[0];
+    } else if (l->w < 0 || count != 1 + (l->b >= 0) || nused != 0) {
+      DIE("module '%s' is not a linear layer (%s.weight and optionally %s.bias, or a bias alone and \"uses\" of "
+          "one other layer's weight)", name, name, name);
     }
     const fp_param_view *w = &P[l->w].v;
     if (w->ndim != 2) DIE("%s must be [out, in]", w->name);

@@ -110,6 +110,19 @@ const char *fp_plan_module_name(const fp_plan *plan, int32_t m) {
   return plan->prog->mods[m].name;
 }
 
+int32_t fp_plan_module_uses(const fp_plan *plan, int32_t m, int32_t *params, int32_t cap) {
+  if (!plan || !plan->prog || m < 0 || m >= plan->prog->nmods || cap < 0 || (cap > 0 && !params)) return -1;
+  const fp_prog *p = plan->prog;
+  int32_t n = 0;
+  for (int32_t i = 0; i < p->nparams; i++)
+    for (int32_t k = 0; k < p->params[i].nusers; k++)
+      if (p->params[i].users[k] == m) {
+        if (n < cap) params[n] = i;
+        n++;
+      }
+  return n;
+}
+
 int fp_plan_module_recompute(const fp_plan *plan, int32_t m) {
   if (!plan || !plan->prog || m < 0 || m >= plan->prog->nmods) return -1;
   return plan->prog->mods[m].recompute ? 1 : 0;

@@ -36,7 +36,12 @@
  * streams as CUDA streams and its events as CUDA events, and replays each
  * segment as CUDA graphs over an arena whose addresses never change (one
  * process per GPU; the trainer calls cudaSetDevice first). It exists when
- * flexplan was built with CUDA (nvcc and NCCL found); docs/cuda.md. */
+ * flexplan was built with CUDA (nvcc and NCCL found); docs/cuda.md.
+ *
+ * Everything here is exported by libflexplan.so.<FP_VERSION_MAJOR> (and
+ * nothing else of it); include/flexplan_compile.h adds the compiler
+ * (compile a model and spec into a plan handle, its summary and views).
+ * Linking: docs/install.md (CMake flexplan::flexplan, pkg-config flexplan). */
 #ifndef FLEXPLAN_H
 #define FLEXPLAN_H
 
@@ -137,6 +142,14 @@ FP_API int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
  * (pre_backward(m) already gathered what the recompute reads). See
  * fp_exec_hook. */
 FP_API int fp_plan_module_recompute(const fp_plan *plan, int32_t m);
+/* Tied weights (model.json v2 "uses"): the params declared by other modules
+ * that module m's forward also reads. Writes the first min(n, cap) param
+ * indices (as fp_exec_param_at takes them, in param order) to params and
+ * returns n, the number there are; -1 when m is out of range, cap < 0, or
+ * params is NULL with cap > 0. Such a param has one view, whose `module` is
+ * the declaring module; the plan gathers it for every module that reads it
+ * and sums the grads of every use in its one ugrad before the one reduce. */
+FP_API int32_t fp_plan_module_uses(const fp_plan *plan, int32_t m, int32_t *params, int32_t cap);
 
 /* ---- executors --------------------------------------------------------- */
 typedef struct fp_exec fp_exec;
@@ -352,10 +365,14 @@ typedef struct fp_param_view {
   /* The unsharded compute weight (param dtype, numel elements, row-major).
    * Valid from the hook that gathers it (pre_forward / pre_backward of its
    * module, or always for weights the plan keeps unsharded) until the plan
-   * frees it; its bytes may serve other buffers outside that window. */
+   * frees it; its bytes may serve other buffers outside that window. A tied
+   * param (read by other modules too: fp_plan_module_uses) is valid through
+   * the forward and backward of every module that reads it. */
   fp_tensor weight;
   /* The unsharded grad the trainer's backward accumulates into (param dtype,
-   * numel elements): zeroed by pre_backward, reduced by post_backward. */
+   * numel elements): zeroed by pre_backward, reduced by post_backward. A tied
+   * param's: zeroed before the first backward that reads it, reduced after
+   * the last, so every reader's backward adds its grad here. */
   fp_tensor ugrad;
   /* This rank's shard of the main weights (main dtype) and of the main
    * grads (main-grad dtype): what the optimizer reads and updates between

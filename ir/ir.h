@@ -159,6 +159,9 @@ typedef struct fp_ir_param {
   int64_t chunk;         /* shard: padded elements per rank; ragged: slot elements */
   fp_view main, grad;    /* shard storage (main dtype / grad dtype) */
   fp_view weight, ugrad; /* unsharded compute weight and grad (param dtype) */
+  int32_t *users;        /* modules other than `module` whose forward also reads it (model.json
+                          * v2 "uses": tied weights), in module order; NULL when none */
+  int32_t nusers;
   int32_t line;          /* .fpir source line (0: built) */
 } fp_ir_param;
 

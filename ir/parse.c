@@ -563,6 +563,27 @@ static bool parse_shape(parser *ps, fp_ir_param *q) {
   }
 }
 
+/* users=[MODULE,MODULE,...] of a param (tied weights) */
+static bool parse_users(parser *ps, fp_ir_param *q) {
+  if (!expect_char(ps, '[')) return false;
+  int64_t cap = 0;
+  skip_blank(ps);
+  if (ps->pos < ps->eol && ps->t[ps->pos] == ']') return expect_char(ps, ']') && end_of_field(ps);
+  for (;;) {
+    int32_t m;
+    if (!parse_ref(ps, NM_MOD, &m)) return false;
+    if (q->nusers == INT32_MAX) return fail(ps, ps->pos, "too many users");
+    q->users = fp_grow(ps->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
+    q->users[q->nusers++] = m;
+    skip_blank(ps);
+    if (ps->pos < ps->eol && ps->t[ps->pos] == ',') {
+      ps->pos++;
+      continue;
+    }
+    return expect_char(ps, ']') && end_of_field(ps);
+  }
+}
+
 static bool decl_param(parser *ps) {
   const char *name, *k, *s;
   size_t kl, at, len;
@@ -574,8 +595,8 @@ static bool decl_param(parser *ps) {
   q.main.buf = q.grad.buf = q.weight.buf = q.ugrad.buf = -1;
   q.requires_grad = true;
   q.placement = -1;
-  static const char *const keys[] = {"shape", "module", "bucket", "dtypes", "dim", "comm", "owner",
-                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", NULL};
+  static const char *const keys[] = {"shape", "module", "bucket", "dtypes", "dim",    "comm",  "owner",
+                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", "users", NULL};
   unsigned seen = 0;
   bool frozen = false;
   while (!at_eol(ps)) {
@@ -614,7 +635,8 @@ static bool decl_param(parser *ps) {
       case 9: ok = parse_view(ps, &q.main); break;
       case 10: ok = parse_view(ps, &q.grad); break;
       case 11: ok = parse_view(ps, &q.weight); break;
-      default: ok = parse_view(ps, &q.ugrad); break;
+      case 12: ok = parse_view(ps, &q.ugrad); break;
+      default: ok = parse_users(ps, &q); break;
     }
     if (!ok) return false;
   }

@@ -196,6 +196,15 @@ static void jparam(wr *w, const fp_prog *p, int32_t i) {
   KEY(w, false, "shape");
   w_ints(w, q->shape, q->ndim < 0 ? 0 : q->ndim > 8 ? 8 : q->ndim);
   M_INT(w, false, "module", q->module);
+  if (q->nusers > 0 && q->users) {
+    KEY(w, false, "users");
+    fp_sb_putc(&w->b, '[');
+    for (int32_t k = 0; k < q->nusers; k++) {
+      if (k) fp_sb_putc(&w->b, ',');
+      w_int(w, q->users[k]);
+    }
+    fp_sb_putc(&w->b, ']');
+  }
   M_INT(w, false, "bucket", q->bucket);
   M_STR(w, false, "main_dtype", dname(q->main_dtype));
   M_STR(w, false, "param_dtype", dname(q->param_dtype));
@@ -788,7 +797,7 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
   if (!rd_arr(r, root, "params", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                         "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                        "main",  "grad",   "weight", "ugrad",  NULL};
+                                        "main",  "grad",   "weight", "ugrad",  "users", NULL};
   for (size_t i = 0; i < n; i++) {
     fp_ir_param q;
     memset(&q, 0, sizeof q);
@@ -816,6 +825,22 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
         !rd_int(r, o, "chunk", true, INT64_MIN, INT64_MAX, &q.chunk) || !rview(r, o, "main", &q.main) ||
         !rview(r, o, "grad", &q.grad) || !rview(r, o, "weight", &q.weight) || !rview(r, o, "ugrad", &q.ugrad))
       return false;
+    json_object *users;
+    size_t nu;
+    if (!rd_arr(r, o, "users", false, &users, &nu)) return false;
+    if (json_object_object_get_ex(o, "users", NULL)) {
+      if (nu > INT32_MAX / 2) return rerr(r, "users", "too many users");
+      q.users = fp_alloc_array(p->arena, nu + 1, sizeof *q.users);
+      ptr_join(r, save, "users");
+      for (size_t k = 0; k < nu; k++) {
+        char key[24];
+        int64_t m;
+        snprintf(key, sizeof key, "%zu", k);
+        if (!rd_int_v(r, json_object_array_get_idx(users, k), key, INT32_MIN, INT32_MAX, &m)) return false;
+        q.users[q.nusers++] = (int32_t)m;
+      }
+      memcpy(r->ptr, save, sizeof save);
+    }
     q.main_dtype = (fp_dtype)md;
     q.param_dtype = (fp_dtype)pd;
     q.grad_dtype = (fp_dtype)gd;
@@ -1418,7 +1443,7 @@ static bool fview(fr *f, fp_view *v) {
 /* params */
 static const char *const a_param[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                       "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                      "main",  "grad",   "weight", "ugrad",  NULL};
+                                      "main",  "grad",   "weight", "ugrad",  "users", NULL};
 static bool m_param(fr *f, void *ctx, int k) {
   fp_ir_param *q = ctx;
   int e;
@@ -1450,7 +1475,19 @@ static bool m_param(fr *f, void *ctx, int k) {
     case 14: return fview(f, &q->main);
     case 15: return fview(f, &q->grad);
     case 16: return fview(f, &q->weight);
-    default: return fview(f, &q->ugrad);
+    case 17: return fview(f, &q->ugrad);
+    default: { /* users: module indices */
+      if (!lit(f, '[')) return false;
+      if (lit(f, ']')) return true;
+      int64_t cap = 0;
+      do {
+        int32_t m;
+        if (q->nusers == INT32_MAX || !fi32(f, INT32_MIN, &m)) return false;
+        q->users = fp_grow(f->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
+        q->users[q->nusers++] = m;
+      } while (lit(f, ','));
+      return lit(f, ']');
+    }
   }
 }
 static bool e_param(fr *f, void *ctx, int64_t i) {

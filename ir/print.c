@@ -490,6 +490,15 @@ static void param_line(printer *pr, int32_t i) {
   VIEW(pr, "grad", &q->grad);
   VIEW(pr, "weight", &q->weight);
   VIEW(pr, "ugrad", &q->ugrad);
+  /* last: present on tied params only, so the common columns stay aligned */
+  if (q->nusers > 0 && q->users) {
+    sb_lit(l, "\tusers=[");
+    for (int32_t k = 0; k < q->nusers; k++) {
+      if (k) sb_putc(l, ',');
+      ref(pr, NM_MOD, q->users[k]);
+    }
+    sb_putc(l, ']');
+  }
   endline(pr);
 }
 

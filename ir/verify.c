@@ -74,6 +74,7 @@ typedef struct vctx {
   int nerr;
   tabinfo *tabs;
   bool *badop;   /* op failed its structural checks: skip later rules */
+  bool tied;     /* some param has users (tied weights): check_tied_reads has work */
   range *rg;      /* live ranges of transient buffers, grouped by buffer, by first op */
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
@@ -288,6 +289,35 @@ static void check_mods(vctx *v) {
   check_unique(v, FP_VL_MODULE, "module", p->nmods, mod_nm);
 }
 
+/* tied weights: the forward and backward compute ops of a module that reads
+ * another module's param (its `users`) list the param's unsharded weight
+ * (and, in backward, its ugrad) in their uses, so the live-range and
+ * happens-before rules cover the tied read as any other */
+static bool op_lists(const fp_prog *p, const fp_op *op, int32_t buf) {
+  for (int32_t k = 0; k < op->nuses; k++)
+    if (p->uses[op->uses + k] == buf) return true;
+  return false;
+}
+
+static void check_tied_reads(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  if (!v->tied || op->module < 0 || (op->pass != FP_PASS_FWD && op->pass != FP_PASS_BWD)) return;
+  for (int32_t j = 0; j < p->nparams; j++) {
+    const fp_ir_param *q = &p->params[j];
+    bool reads = false;
+    for (int32_t k = 0; k < q->nusers && q->users; k++) reads |= q->users[k] == op->module;
+    if (!reads) continue;
+    if (q->weight.buf >= 0 && q->weight.buf < p->nbufs && !op_lists(p, op, q->weight.buf))
+      verr(v, FP_VL_OP, i, "compute of module %" PRId32 " reads tied param '%s' but does not use its weight buffer '%s'",
+           op->module, q->name, p->bufs[q->weight.buf].name);
+    if (op->pass == FP_PASS_BWD && q->requires_grad && q->ugrad.buf >= 0 && q->ugrad.buf < p->nbufs &&
+        !op_lists(p, op, q->ugrad.buf))
+      verr(v, FP_VL_OP, i, "backward of module %" PRId32 " reads tied param '%s' but does not use its ugrad buffer '%s'",
+           op->module, q->name, p->bufs[q->ugrad.buf].name);
+  }
+}
+
 /* a param's view: in range and, when `elems` > 0, room for that many */
 static void check_view(vctx *v, int32_t i, const char *role, const fp_view *w, int64_t elems, fp_dtype dt) {
   const fp_prog *p = v->p;
@@ -315,6 +345,15 @@ static void check_params(vctx *v) {
     if (q->tab < -1 || q->tab >= p->ntabs)
       verr(v, FP_VL_PARAM, i, "table %" PRId32 " is out of range (%" PRId32 " tables)", q->tab, p->ntabs);
     if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) verr(v, FP_VL_PARAM, i, "unknown placement %d", q->placement);
+    for (int32_t k = 0; k < q->nusers; k++) { /* tied weights: other modules, each once */
+      int32_t u = q->users ? q->users[k] : -1;
+      if (u < 0 || u >= p->nmods)
+        verr(v, FP_VL_PARAM, i, "user %" PRId32 " is out of range (%" PRId32 " modules)", u, p->nmods);
+      else if (u == q->module)
+        verr(v, FP_VL_PARAM, i, "user '%s' is the param's own module", p->mods[u].name);
+      for (int32_t j = 0; j < k; j++)
+        if (q->users[j] == u) verr(v, FP_VL_PARAM, i, "user %" PRId32 " appears twice", u);
+    }
     if (q->chunk < 0) verr(v, FP_VL_PARAM, i, "chunk %" PRId64 " is negative", q->chunk);
     if (q->owner < -1) verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is out of range", q->owner);
     if (q->comm >= 0 && q->comm < p->ncomms && q->owner >= p->comms[q->comm].size)
@@ -467,6 +506,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (op->pass != FP_PASS_OPT && op->module < 0) verr(v, FP_VL_OP, i, "compute needs a module");
     if (op->stream != FP_STREAM_COMPUTE) verr(v, FP_VL_OP, i, "compute runs on the compute stream, not %s", fp_stream_name(op->stream));
     if (!isfinite(op->alpha) || op->alpha < 0) verr(v, FP_VL_OP, i, "compute flops must be finite and >= 0");
+    check_tied_reads(v, i);
   }
   if ((op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V) && op->tab < 0)
     verr(v, FP_VL_OP, i, "%s needs an extent table", on);
@@ -1234,6 +1274,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   vctx v = {.p = p, .report = report, .rctx = rctx, .unordered = flags & FP_VERIFY_UNORDERED};
   predcache pc = {0};
   if (!check_header(&v)) return false;
+  for (int32_t j = 0; j < p->nparams && !v.tied; j++) v.tied = p->params[j].nusers > 0;
   v.tabs = calloc((size_t)p->ntabs + 1, sizeof *v.tabs);
   v.badop = calloc((size_t)p->nops + 1, sizeof *v.badop);
   FP_ASSERT(v.tabs && v.badop);

@@ -203,6 +203,12 @@ static void setup(fp_lower *lw) {
       q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
     }
     q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
+    for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read it */
+      for (int j = 0; j < m->modules[k].nuses; j++)
+        if (m->modules[k].uses[j] == i) {
+          if (!q->users) q->users = fp_alloc_array(lw->a, (size_t)m->nmodules, sizeof *q->users);
+          q->users[q->nusers++] = k;
+        }
   }
   lw->open_at = fp_alloc_array(lw->a, (size_t)P->nbufs + 1, sizeof(int32_t));
   for (int i = 0; i < P->nbufs; i++) lw->open_at[i] = -1;

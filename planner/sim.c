@@ -256,7 +256,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   }
   free(pair);
 
-  qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev);
+  if (L.n > 0) qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev); /* L.v is NULL when nothing is transient */
   int64_t cap = 0;
   tl->pts = fp_grow(a, NULL, &cap, 1, sizeof *tl->pts);
   tl->npts = 1; /* the persistent buffers, from the start of the step */

@@ -66,6 +66,15 @@ fp_parity(tied_placements mlp-tied placements-tied-w4 4)
 foreach(np 1 2 4)
   fp_parity(tied_recompute mlp-tied recompute ${np})
 endforeach()
+# the tied layer in the middle (dec reads fc0.weight right after fc0): the
+# tied bucket is resharded after dec's forward and gathered again for the
+# backward of dec and fc0 (reshard true, and 2 with dec recomputed)
+fp_parity(tied_mid_full_shard mlp-tied-mid full_shard 3)
+fp_parity(tied_mid_reshard2 mlp-tied-mid reshard2 4)
+fp_parity(tied_mid_hybrid_2x2_ga2 mlp-tied-mid hybrid-ga2 4)
+add_executable(test_plan_tied ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_tied.c)
+target_link_libraries(test_plan_tied PRIVATE flexplan_exec)
+fp_plan_test(plan_tied mlp-tied recompute 1 $<TARGET_FILE:test_plan_tied> {plan})
 add_test(NAME parity_tied_fsdp2_np4
          COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_plan.py --flexplan $<TARGET_FILE:flexplan>
                  --model ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-tied.model.json

@@ -24,6 +24,9 @@ CASES = [  # (model, spec, world sizes)
     ("mlp-frozen", "no_shard", [3]),
     ("mlp", "bf16", [2]),
     ("mlp", "ga2", [1, 3]),
+    ("mlp-tied", "recompute", [2, 4]),
+    ("mlp-tied", "placements-tied-w4", [4]),
+    ("mlp-tied-mid", "reshard2", [4]),
 ]
 
 

@@ -39,6 +39,7 @@ function(fp_add_pytest name file)
 endfunction()
 
 fp_add_pytest(python_api test_api.py)
+fp_add_pytest(python_capi_exec test_capi_exec.py MPI 1)
 fp_add_pytest(python_describe test_describe.py)
 
 # flexplan.torch (docs/torch.md): each file launches its own mpiexec runs

@@ -2,8 +2,9 @@
 """Random models and specs through the whole compiler (stdlib only).
 
 Draws N small models (random shapes, dtypes, frozen params, weight reuse in
-the forward order) and specs (every strategy, placement, bucket form,
-mixed precision, reshard_after_forward, no_shard patterns, grad
+the forward order, tied weights: model.json v2 "uses", modules that only
+use) and specs (every strategy, placement, bucket form, mixed precision,
+reshard_after_forward, no_shard patterns, recompute patterns, grad
 accumulation, budgets) from a fixed seed, compiles each, and requires that
 the compiler either succeeds - and then `verify`, `print` of the plan and of
 the .fpir agree - or rejects the input with exit status 1 and a located
@@ -42,10 +43,21 @@ def model(r):
             m["flops_fwd"] = float(r.randint(0, 10**6))
             m["activation_bytes"] = r.randint(0, 10**5)
         mods.append(m)
+    fmt = "flexplan.model.v1"
+    if nmod >= 2 and r.random() < 0.3:  # tied weights: module i also reads params of module j
+        fmt = "flexplan.model.v2"
+        i, j = r.sample(range(nmod), 2)
+        mods[i]["uses"] = [p["name"] for p in r.sample(mods[j]["params"], r.randint(1, len(mods[j]["params"])))]
+        if r.random() < 0.3:  # a module that reads only tied params
+            mods[i]["params"] = []
+            if r.random() < 0.5:
+                del mods[i]["params"]
+        if r.random() < 0.5:
+            mods[j]["activation_bytes_checkpointed"] = r.randint(0, 10**4)
     order = [m["name"] for m in mods]
     if r.random() < 0.3:  # weight reuse: a module runs twice
         order.insert(r.randint(0, len(order)), r.choice(order))
-    return {"format": "flexplan.model.v1", "name": "rnd", "modules": mods, "forward_order": order}
+    return {"format": fmt, "name": "rnd", "modules": mods, "forward_order": order}
 
 
 def placement(r, G):
@@ -106,6 +118,8 @@ def spec(r, mdl):
         s["grad_accumulation"] = r.randint(1, 3)
     if r.random() < 0.15:
         s["memory_budget_bytes"] = r.randint(1, 200000)
+    if r.random() < 0.25:  # recompute (a pattern that names no module now and then)
+        s["recompute"] = [r.choice(names + ["m*", "zz*"]) for _ in range(r.randint(1, 2))]
     return s
 
 

@@ -277,6 +277,8 @@ int main(int argc, char **argv) {
     else
       EXPECT(hs == FP_OK, "capture-safe: hook inside a capture: %s", fp_exec_errmsg(x));
     EXPECT(fp_exec_sync(x) == FP_ERR_ORDER, "%s: sync inside a capture", names[m]);
+    double one = 1.0;
+    EXPECT(fp_exec_all_reduce_f64(x, &one, 1) == FP_ERR_ORDER, "%s: all-reduce inside a capture", names[m]);
     cudaGraph_t g = NULL;
     CUDA_OK(cudaStreamEndCapture(s, &g));
     if (g) cudaGraphDestroy(g); /* never launched */
@@ -304,6 +306,12 @@ int main(int argc, char **argv) {
     run_steps(x, false, NULL);
     arenas(x, true, got_dev, got_host);
     compare("bootstrap run: device arena", got_dev, ref_dev, dev_bytes);
+    /* the trainer's own sums, through the device (one rank: the values) */
+    double v[FP_ALL_REDUCE_MAX];
+    for (int i = 0; i < FP_ALL_REDUCE_MAX; i++) v[i] = 0.5 * i - 3;
+    EXPECT(fp_exec_all_reduce_f64(x, v, FP_ALL_REDUCE_MAX) == FP_OK, "boot %d: all-reduce: %s", b, fp_exec_errmsg(x));
+    EXPECT(v[0] == -3 && v[FP_ALL_REDUCE_MAX - 1] == 0.5 * (FP_ALL_REDUCE_MAX - 1) - 3, "boot %d: all-reduce values",
+           b);
     fp_exec_destroy(x);
   }
   unsetenv("NCCL_COMM_ID");

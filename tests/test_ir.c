@@ -78,6 +78,9 @@ static kit kitchen(fp_arena *a) {
   k.m1 = fp_ir_module_add(p, "weird \"name\"\t2", 0.1, 0.2, 0);
   fp_ir_param *q = fp_ir_param_add(p);
   q->name = "layers.0.w";
+  q->users = fp_alloc_array(a, 1, sizeof *q->users); /* tied: the other module reads it too */
+  q->users[0] = k.m1;
+  q->nusers = 1;
   q->ndim = 2;
   q->shape[0] = 16;
   q->shape[1] = 8;
@@ -380,7 +383,8 @@ static bool param_equal(const fp_ir_param *a, const fp_ir_param *b) {
          a->param_dtype == b->param_dtype && a->grad_dtype == b->grad_dtype && a->requires_grad == b->requires_grad &&
          a->placement == b->placement && a->dim == b->dim && a->comm == b->comm && a->owner == b->owner &&
          a->tab == b->tab && a->chunk == b->chunk && view_equal(&a->main, &b->main) && view_equal(&a->grad, &b->grad) &&
-         view_equal(&a->weight, &b->weight) && view_equal(&a->ugrad, &b->ugrad);
+         view_equal(&a->weight, &b->weight) && view_equal(&a->ugrad, &b->ugrad) && a->nusers == b->nusers &&
+         (a->nusers == 0 || !memcmp(a->users, b->users, sizeof *a->users * (size_t)a->nusers));
 }
 
 static void roundtrip(const fp_prog *p) {
@@ -954,6 +958,12 @@ static void m_comm_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)]
 static void m_buf_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_MEMSET, 0)].dst.buf = 70; }
 static void m_event_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECORD, 0)].event = 8; }
 static void m_view_range(kit *k) { k->p->params[0].weight.buf = 40; }
+static void m_users_range(kit *k) { k->p->params[0].users[0] = 7; }
+static void m_users_own(kit *k) { k->p->params[0].users[0] = k->m0; }
+static void m_tied_unread(kit *k) { /* m1's forward stops listing the tied weight it reads */
+  for (int32_t i = 0; i < k->p->nops; i++)
+    if (k->p->ops[i].code == FP_OP_COMPUTE && k->p->ops[i].module == k->m1) k->p->ops[i].nuses = 0;
+}
 static void m_seg_order(kit *k) { k->p->segs[k->p->nsegs - 1].kind = FP_SEG_STEP_BEGIN; }
 static void m_seg_module(kit *k) { k->p->segs[1].module = 5; }
 static void m_seg_gap(kit *k) { k->p->segs[2].first++, k->p->segs[2].nops--; }
@@ -1053,6 +1063,9 @@ static void test_verify_rules(void **state) {
       {m_buf_range, "op 0: memset: an operand's buffer is out of range"},
       {m_event_range, "op 2: record: event 8 is out of range"},
       {m_view_range, "param 0 'layers.0.w': weight view: buffer 40 is out of range"},
+      {m_users_range, "param 0 'layers.0.w': user 7 is out of range (2 modules)"},
+      {m_users_own, "param 0 'layers.0.w': user 'layers.0' is the param's own module"},
+      {m_tied_unread, "compute of module 1 reads tied param 'layers.0.w' but does not use its weight buffer 'b0.unsharded'"},
       {m_seg_order, "step_begin must be the first segment"},
       {m_seg_module, "segment 1: pre_forward names module 5, out of range"},
       {m_seg_gap, "segment 2: covers ops [9, +2) but the previous segment ends at 8"},

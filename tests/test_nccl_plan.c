@@ -229,6 +229,12 @@ static int run_plan(const char *path) {
     CHECK(st == FP_OK, "%s rank %d: %s", path, r, fp_exec_errmsg(rv[r].x));
     if (st != FP_OK) return 1;
     check_rank(path, &rv[r]);
+    if (r == 0) { /* a backend without the trainer's reduction refuses it, and stays usable */
+      double v = 1;
+      CHECK(fp_exec_all_reduce_f64(rv[r].x, &v, 1) == FP_ERR_BACKEND &&
+                strstr(fp_exec_errmsg(rv[r].x), "the test backend has no reduction") && !rv[r].x->broken,
+            "%s: all-reduce without a backend reduction: %s", path, fp_exec_errmsg(rv[r].x));
+    }
     items += rv[r].P.nitems;
     runs += rv[r].P.nruns;
   }

@@ -9,7 +9,7 @@ add_test(NAME explain_golden
          COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/explain_golden.py $<TARGET_FILE:flexplan> ${FP_EXPLAIN_IN})
 set_tests_properties(explain_golden PROPERTIES LABELS golden TIMEOUT 60)
 # the trace's structure on compiled examples (plain, ragged + owned, hybrid,
-# zero2, a real model): valid JSON, declared tids, flows paired, counters in
+# zero2, a real model, a tied weight with recomputed modules): valid JSON, declared tids, flows paired, counters in
 # order, lifetimes balanced, metadata; viz and compile --emit=trace agree
 add_test(NAME viz_trace
          COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/viz_trace_check.py $<TARGET_FILE:flexplan>
@@ -17,7 +17,8 @@ add_test(NAME viz_trace
                  ${CMAKE_SOURCE_DIR}/examples/tiny-mlp.json ${CMAKE_SOURCE_DIR}/examples/tiny-mlp-ragged.json
                  ${CMAKE_SOURCE_DIR}/examples/tiny-mlp-hybrid.json ${CMAKE_SOURCE_DIR}/examples/tiny-mlp-zero2.json
                  ${CMAKE_SOURCE_DIR}/examples/tiny-mlp-ddp.json ${CMAKE_SOURCE_DIR}/examples/llama3-8b.json
-                 ${CMAKE_SOURCE_DIR}/examples/mixtral-8x7b.json)
+                 ${CMAKE_SOURCE_DIR}/examples/mixtral-8x7b.json
+                 ${CMAKE_CURRENT_SOURCE_DIR}/golden/tied_hybrid_recompute.json)
 set_tests_properties(viz_trace PROPERTIES LABELS golden TIMEOUT 300)
 # the HTML page in headless Chromium: no console output, fetches nothing,
 # one box per op for a small plan, every op drawn for llama3-405b, a

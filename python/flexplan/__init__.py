@@ -18,17 +18,15 @@ connects it to PyTorch. docs/python.md documents the package.
 
 from ._version import __version__
 from .errors import FlexplanError
-from .plan import Plan, load
+from .plan import Plan, compile, load  # noqa: A004 - flexplan.compile is the API's name
 
-try:  # the executor binding (flexplan/executor.py)
-    from .executor import Executor
-except ImportError:  # pragma: no cover - not present in this build of the package
+import importlib.util as _ilu
+
+if _ilu.find_spec(__name__ + ".executor") is not None:  # the executor binding (flexplan/executor.py)
+    from .executor import Executor  # its own import errors are not hidden
+else:  # pragma: no cover - a package without it
     Executor = None
-
-try:
-    from .plan import compile  # noqa: A001 - flexplan.compile is the API's name
-except ImportError:  # pragma: no cover
-    compile = None
+del _ilu
 
 __all__ = ["compile", "load", "Plan", "FlexplanError", "Executor", "version", "library_path", "__version__"]
 

@@ -2,7 +2,7 @@
 
 Subcommands:
   describe PKG.MODULE:FACTORY [--units PATTERN ...] [--input-shape B,T]
-           [--name N] [-o model.json]
+           [--name N] [--model-version {1,2}] [-o model.json]
       write the model.json of the torch.nn.Module that FACTORY() returns
       (docs/describe.md).
 
@@ -137,7 +137,8 @@ def _describe(args):
     if not isinstance(made, torch.nn.Module):
         raise _Input("describe: %s() returned %s, expected a torch.nn.Module (or a pair (module, "
                      "example_inputs))" % (args.target, type(made).__name__))
-    model = describe(made, inputs, units=args.units, name=args.name, input_shape=shape)
+    model = describe(made, inputs, units=args.units, name=args.name, input_shape=shape,
+                     version=args.model_version)
     _write(args.output, dumps(model))
     return 0
 
@@ -155,6 +156,9 @@ def _parser():
     d.add_argument("--input-shape", metavar="B,T",
                    help="shape of the example input (input_ids of a causal LM; default 1,128)")
     d.add_argument("--name", help="the model's name (default: the module's class name)")
+    d.add_argument("--model-version", type=int, choices=(1, 2), metavar="{1,2}",
+                   help="write flexplan.model.v1 or v2 (v2 adds activation_bytes_checkpointed; "
+                   "default: v1 unless tied params need v2)")
     d.add_argument("-o", "--output", default="-", metavar="FILE", help="output file (default: stdout)")
     d.set_defaults(run=_describe)
     return p

@@ -201,6 +201,7 @@ SIGNATURES = {
     "fp_plan_module_name": (_cs, [_vp, ctypes.c_int32]),
     "fp_plan_module_index": (ctypes.c_int32, [_vp, _cs]),
     "fp_plan_module_recompute": (ctypes.c_int, [_vp, ctypes.c_int32]),
+    "fp_plan_module_uses": (ctypes.c_int32, [_vp, ctypes.c_int32, _P(ctypes.c_int32), ctypes.c_int32]),
     # executors
     "fp_nccl_get_id": (_st, [_P(fp_nccl_id)]),
     "fp_exec_create": (_st, [_vp, _P(fp_exec_config), _vpp]),
@@ -215,7 +216,7 @@ SIGNATURES = {
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
     "fp_exec_get_stats": (_st, [_vp, _P(fp_exec_stats)]),
     "fp_exec_timing_start": (_st, [_vp, ctypes.c_int32]),
-    "fp_exec_timing_write": (_st, [_vp, ctypes.c_char_p]),
+    "fp_exec_timing_write": (_st, [_vp, _cs]),
     # the compile API (flexplan_compile.h)
     "fp_plan_compile": (_st, [_P(fp_compile_options), _vpp]),
     "fp_plan_summary": (_st, [_vp, _vpp]),

@@ -289,3 +289,77 @@ def test_info_and_modules_of_a_compiled_plan():
         assert i["world_size"] == spec["mesh"]["world_size"] and i["model"] == model["name"]
         assert i["params"] == sum(len(m["params"]) for m in model["modules"])
         assert i["hash"] == json.loads(plan.to_json())["hash"]
+
+
+def test_plan_figures(cli, tmp_path):
+    """plan.json's "figures" (outside the hash): a plan without them loads
+    and runs but has no summary; bad figures are located errors, the CLI's."""
+    path = tmp_path / "tiny.plan.json"
+    rc, _, err = run_cli(cli, "compile", TINY, "-o", str(path))
+    assert rc == 0, err
+    d = json.loads(path.read_text())
+    assert set(d["figures"]) == {"comm_bytes_per_rank", "persistent_bytes", "peak_bytes", "lower_bound_bytes",
+                                 "activation_peak_bytes", "prefetch_forward", "prefetch_backward",
+                                 "modeled_step_ms", "modeled_compute_ms", "modeled_exposed_comm_ms"}
+    no = dict(d)
+    del no["figures"]
+    (tmp_path / "no.plan.json").write_text(json.dumps(no))
+    with flexplan.load(tmp_path / "no.plan.json") as plan:
+        assert plan.info["ops"] == len(d["ops"])
+        with pytest.raises(flexplan.FlexplanError, match="carries no compile figures") as e:
+            plan.summary
+        assert e.value.status_name == "FP_ERR_PLAN"
+        assert plan.explain()  # everything else works
+    for key, value, what in (("peak_bytes", -1, "out of range"), ("prefetch_forward", 1.5, "expected an integer"),
+                             ("modeled_step_ms", -0.5, "negative"), ("extra", 1, "unknown member 'extra'")):
+        bad = json.loads(path.read_text())
+        bad["figures"][key] = value
+        (tmp_path / "bad.plan.json").write_text(json.dumps(bad, indent=1))
+        with pytest.raises(flexplan.FlexplanError) as e:
+            flexplan.load(tmp_path / "bad.plan.json")
+        rc, _, err = run_cli(cli, "verify", str(tmp_path / "bad.plan.json"))
+        assert rc == 1 and str(e.value) == err.rstrip("\n")
+        assert ("/figures/" + key) in str(e.value) and what in str(e.value), str(e.value)
+    bad = json.loads(path.read_text())
+    bad["figures"] = [1]
+    (tmp_path / "bad.plan.json").write_text(json.dumps(bad))
+    with pytest.raises(flexplan.FlexplanError, match="/figures: expected an object"):
+        flexplan.load(tmp_path / "bad.plan.json")
+
+
+def test_c_api_refusals():
+    """What Python cannot reach through the Plan class: NULL options, no
+    model, an unknown render kind, a handle whose load failed."""
+    lib = _lib.lib()
+    h = ctypes.c_void_p()
+    assert lib.fp_plan_compile(None, ctypes.byref(h)) == _lib.FP_ERR_ARG
+    assert "options are NULL" in _lib.text(lib.fp_plan_errmsg(h))
+    lib.fp_plan_free(h)
+    opt = _lib.fp_compile_options()
+    assert lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h)) == _lib.FP_ERR_ARG
+    assert "no model given" in _lib.text(lib.fp_plan_errmsg(h))
+    lib.fp_plan_free(h)
+    assert lib.fp_plan_load(b"/nonexistent.plan.json", ctypes.byref(h)) == _lib.FP_ERR_PLAN
+    out = ctypes.c_void_p()
+    assert lib.fp_plan_summary(h, ctypes.byref(out)) == _lib.FP_ERR_ARG and not out.value
+    assert "failed to load or compile" in _lib.text(lib.fp_plan_errmsg(h))
+    assert lib.fp_plan_save(h, b"/tmp/never.plan.json") == _lib.FP_ERR_ARG
+    assert not os.path.exists("/tmp/never.plan.json")
+    lib.fp_plan_free(h)
+    with flexplan.compile(TINY) as plan:
+        assert lib.fp_plan_render(plan._handle, 99, None, ctypes.byref(out)) == _lib.FP_ERR_ARG
+        assert "unknown output 99" in plan.errmsg
+        assert plan.to_ir() and plan.errmsg == ""  # the next success clears it
+        assert lib.fp_plan_summary(plan._handle, None) == _lib.FP_ERR_ARG
+
+
+def test_a_library_of_another_version_is_a_clear_error(tmp_path):
+    import _ctypes
+    other = getattr(_ctypes, "__file__", None)  # a loadable shared object that is no flexplan
+    if not other:
+        pytest.skip("_ctypes is built into this interpreter: no other shared library to point at")
+    env = dict(os.environ, FLEXPLAN_LIBRARY=other)
+    code = "import flexplan\ntry:\n flexplan.version()\nexcept flexplan.FlexplanError as e:\n print(e)\n raise SystemExit(3)"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 3, r.stderr
+    assert "has no function fp_" in r.stdout and "not a flexplan library of this version" in r.stdout

@@ -112,6 +112,30 @@ def test_llama3_70b_param_count():
     assert len(d["modules"]) == 82 and d["name"] == "llama3-70b"
 
 
+def test_checkpointed_bytes_llama(cli, tmp_path):
+    """version=2: a layer called with the hidden states (T x d fp32), RoPE's
+    cos and sin (1 x s x hd each, fp32) and the position ids (1 x s int64);
+    the embedding with input_ids (b x s int64); the norm+head group with the
+    last hidden states (T x d)."""
+    b, s, d, hd = 2, 16, 64, 16
+    r = describe(tiny("llama"), input_shape=(b, s), version=2)
+    ck = {m["name"]: m["activation_bytes_checkpointed"] for m in r["modules"]}
+    assert ck == {"model.embed_tokens": 8 * b * s,
+                  "model.layers.0": 4 * b * s * d + 2 * 4 * s * hd + 8 * s,
+                  "model.layers.1": 4 * b * s * d + 2 * 4 * s * hd + 8 * s,
+                  "model.norm+lm_head": 4 * b * s * d}
+    # the planner keeps exactly that for the layers the spec recomputes
+    path = tmp_path / "ck.json"
+    path.write_text(json.dumps({"model": r, "spec": {"format": "flexplan.spec.v1",
+                                                     "mesh": {"world_size": 2},
+                                                     "recompute": ["model.layers.*"]}}))
+    rc, out, err = run_cli(cli, "compile", str(path), "--emit=ir", "-o", "-")
+    assert rc == 0, err
+    saved = dict(re.findall(r"^module +\d+ +(\S+) .* recompute=(\d+)", out, re.M))
+    assert saved == {"model.layers.0": str(ck["model.layers.0"]),
+                     "model.layers.1": str(ck["model.layers.1"])}
+
+
 def test_llama3_flops_hand_count():
     """A Llama block's forward: 2*T*(matmul weights a token meets) for the
     projections and the MLP, plus the attention scores and values, 2 matmuls
@@ -273,6 +297,21 @@ def test_tied_embedding_gemma(cli, tmp_path):
     if rc != 0 and 'expected "flexplan.model.v1", got "flexplan.model.v2"' in err:
         pytest.skip("the planner does not read model v2 yet (branch `tied`): " + err.strip())
     assert rc == 0, err
+    ir = tmp_path / "gemma.fpir"
+    rc, _, err = run_cli(cli, "compile", str(path), "--emit=ir", "-o", str(ir))
+    assert rc == 0, err
+    ops = [line.split() for line in ir.read_text().splitlines() if line.split()[:1] and line.split()[0].isdigit()]
+    # one param in the layout, gathered for the head's forward and backward too
+    # (the compute op of each pass names the unsharded buffers it reads) ...
+    assert sum(1 for line in ir.read_text().splitlines() if line.startswith("param ")) == \
+        len(params_of(d))
+    head_ops = [o for o in ops if o[2] == "compute" and 'module="model.norm+lm_head"' in o]
+    assert len(head_ops) == 2 and all("model.embed_tokens.weight" in o[4] for o in head_ops)
+    # ... and its gradient reduced once, after the last backward that reads it
+    rs = [int(o[0]) for o in ops if o[2] == "reduce_scatter" and "bucket=model.embed_tokens" in o]
+    bwd = [int(o[0]) for o in ops if o[2] == "compute" and "pass=bwd" in o
+           and "model.embed_tokens.weight" in " ".join(o)]
+    assert len(rs) == 1 and len(bwd) == 2 and rs[0] > max(bwd)
 
 
 class Head(nn.Module):
@@ -382,6 +421,12 @@ def test_mlp_flops_and_activations():
     assert module(d, "1")["flops_fwd"] == 2 * 4 * 16 * 32 + 2 * 4 * 32 * 8
     assert module(d, "0")["activation_bytes"] == 4 * (4 * 16 + 4 * 32)
     assert module(d, "1")["activation_bytes"] == 4 * (4 * 16 + 4 * 32)
+    # v2 adds what activation checkpointing keeps: each unit's input (4x16 fp32)
+    assert "activation_bytes_checkpointed" not in module(d, "0")
+    d2 = describe(net, torch.zeros(4, 16), version=2)
+    assert d2["format"] == "flexplan.model.v2"
+    assert [m["activation_bytes_checkpointed"] for m in d2["modules"]] == [4 * 4 * 16] * 2
+    assert [m["activation_bytes"] for m in d2["modules"]] == [768, 768]
     # bf16 halves every saved tensor
     d16 = describe(nn.Sequential(MLP(16, 32, 16), MLP(16, 32, 8)).to(torch.bfloat16),
                    torch.zeros(4, 16, dtype=torch.bfloat16))
@@ -415,6 +460,38 @@ def test_attention_block_flops(sdpa):
     # the head is outside every unit: in the root unit, which gets its FLOPs
     assert [p["name"] for p in module(r, "root")["params"]] == ["head.weight", "head.bias"]
     assert module(r, "root")["flops_fwd"] == 2 * T * d * 3
+
+
+class TitanLike(nn.Module):
+    """torchtitan's layout of a Llama: tok_embeddings, layers (an
+    nn.ModuleDict of blocks), norm, output; a plain module (no Hugging Face
+    getters)."""
+
+    def __init__(self, vocab=32, d=16, n=3):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleDict({str(i): MLP(d, 2 * d, d) for i in range(n)})
+        self.norm = nn.RMSNorm(d)
+        self.output = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.tok_embeddings(ids)
+        for blk in self.layers.values():
+            x = x + blk(x)
+        return self.output(self.norm(x))
+
+
+def test_default_units_plain_torchtitan_layout():
+    """The default units of a plain module are torchtitan's fully_shard calls:
+    tok_embeddings, each block, [norm, output] together."""
+    m = TitanLike()
+    d = describe(m, torch.zeros(2, 5, dtype=torch.long))
+    assert d["forward_order"] == ["tok_embeddings", "layers.0", "layers.1", "layers.2",
+                                  "norm+output"]
+    assert [p["name"] for p in module(d, "norm+output")["params"]] == ["norm.weight",
+                                                                       "output.weight"]
+    assert module(d, "norm+output")["flops_fwd"] == 2 * 10 * 16 * 32
+    assert total_numel(d) == sum(p.numel() for p in m.parameters())
 
 
 def test_unit_called_twice():
@@ -483,6 +560,21 @@ def test_other_hf_models():
         assert all(x["flops_fwd"] > 0 for x in d["modules"][1:])
 
 
+def test_mixtral_flops_hand_count():
+    """A Mixtral layer (one layer: a one-block ModuleList is still the block
+    container): attention projections, scores and values, the router
+    (2*T*E*d), and for each token its top-k experts' three matrices
+    (2*T*k*3*F*d, run by transformers as aten._grouped_mm, whose formula
+    describe() adds to FlopCounterMode's)."""
+    T, d, kv, F, E, k = 16, 64, 32, 128, 4, 2
+    m = tiny("mixtral", num_hidden_layers=1, num_local_experts=E, num_experts_per_tok=k)
+    r = describe(m, input_shape=(1, T))
+    assert [x["name"] for x in r["modules"]] == ["model.embed_tokens", "model.layers.0",
+                                                 "model.norm+lm_head"]
+    attn = 2 * T * (2 * d * d + 2 * kv * d) + 2 * (2 * 4 * T * T * (d // 4))
+    assert module(r, "model.layers.0")["flops_fwd"] == attn + 2 * T * E * d + 2 * T * k * 3 * F * d
+
+
 # ---------------------------------------------------------------------------
 # other errors, and modules with real weights
 
@@ -499,6 +591,13 @@ def test_errors():
         describe(tiny("llama"), input_shape=(1, 2, 3))
     with pytest.raises(FlexplanError, match="input_shape: expected positive integers"):
         describe(tiny("llama"), input_shape=(0, 4))
+    with pytest.raises(FlexplanError, match="ReLU has no parameters: nothing to plan"):
+        describe(nn.ReLU(), torch.zeros(2))
+    with pytest.raises(FlexplanError, match="version: expected 1 or 2"):
+        describe(tiny("llama"), version=3)
+    with pytest.raises(FlexplanError, match="version: 1 cannot describe tied params .unit "
+                                            "'model.norm.lm_head' reads 'model.embed_tokens.weight'"):
+        describe(tiny("gemma", head_dim=16, tie_word_embeddings=True), version=1)
     with pytest.raises(FlexplanError, match="name: expected a non-empty string"):
         describe(tiny("llama"), name="")
 
@@ -601,9 +700,13 @@ def test_cli_describe(tmp_path):
     rc, stdout, err = run_describe(tmp_path, "factories:mlp_with_inputs")
     assert rc == 0, err
     assert [m["flops_fwd"] for m in json.loads(stdout)["modules"]] == [2 * 4 * 16 * 32, 2 * 4 * 32 * 8]
-    rc, stdout, err = run_describe(tmp_path, "factories:plain", "--input-shape", "4,16")
+    rc, stdout, err = run_describe(tmp_path, "factories:plain", "--input-shape", "4,16",
+                                   "--model-version", "2")
     assert rc == 0, err
-    assert [m["flops_fwd"] for m in json.loads(stdout)["modules"]] == [2 * 4 * 16 * 32, 2 * 4 * 32 * 8]
+    d = json.loads(stdout)
+    assert [m["flops_fwd"] for m in d["modules"]] == [2 * 4 * 16 * 32, 2 * 4 * 32 * 8]
+    assert d["format"] == "flexplan.model.v2"
+    assert [m["activation_bytes_checkpointed"] for m in d["modules"]] == [4 * 4 * 16, 4 * 4 * 32]
 
 
 @pytest.mark.parametrize("args, rc, message", [
@@ -622,6 +725,8 @@ def test_cli_describe(tmp_path):
      "flexplan: error: units: 'model.nothing.*' matches no module"),
     (["factories:plain"], 1, "flexplan: error: Sequential is not a Hugging Face causal LM"),
     (["factories:llama", "--bogus"], 2, "flexplan: error: unrecognized arguments: --bogus"),
+    (["factories:llama", "--model-version", "3"], 2,
+     "flexplan: error: argument --model-version: invalid choice: 3"),
     ([], 2, "flexplan: error: the following arguments are required: PKG.MODULE:FACTORY"),
 ])
 def test_cli_errors(tmp_path, args, rc, message):
@@ -640,6 +745,19 @@ def test_cli_no_command(tmp_path):
     r = subprocess.run([sys.executable, "-m", "flexplan"], capture_output=True, text=True, env=env,
                        cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("flexplan: error: expected a command: describe")
+
+
+def test_shard_is_loaded_lazily(tmp_path):
+    """flexplan.torch exports describe at once and loads .shard (the sharding
+    wrapper) only when flexplan.torch.shard is first used."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE_DIR, "python"))
+    code = ("import sys, flexplan.torch as ft; assert callable(ft.describe); "
+            "assert 'flexplan.torch.shard' not in sys.modules; "
+            "assert {'describe', 'shard'} <= set(ft.__all__); print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
 
 
 def test_factory_runs_on_meta(tmp_path):

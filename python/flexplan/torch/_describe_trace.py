@@ -14,6 +14,8 @@ outside every unit):
   activations.
 - Param uses: a dispatch mode notes which Parameter objects each unit's ops
   read (tied weights read through another module, or functionally).
+- Inputs: the bytes of the tensors each occurrence of a unit is called with
+  (what activation checkpointing keeps of it).
 
 Everything runs on meta tensors: shapes and dtypes only, no memory.
 """
@@ -22,7 +24,7 @@ import collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 
 class _UseMode(TorchDispatchMode):
@@ -40,6 +42,35 @@ class _UseMode(TorchDispatchMode):
             if isinstance(a, torch.Tensor) and id(a) in t.param_ids:
                 t.uses[t.current()].add(id(a))
         return func(*args, **kwargs)
+
+
+def _grouped_mm_flops(a_shape, b_shape, *args, out_shape=None, **kwargs):
+    """FLOPs of aten._grouped_mm (the MoE experts' matmul in transformers):
+    2 * (output elements) * (inner size). With a 3-D b (groups, K, N) every
+    output element sums K products; with 2-D a and b the groups split K
+    (offsets over K) and the output (groups, M, N) sums M*N*K_total in all."""
+    if len(b_shape) == 3:
+        inner = b_shape[-2]
+        return 2 * _numel(out_shape) * inner
+    if len(a_shape) == 2 and len(b_shape) == 2 and len(out_shape) == 3:
+        return 2 * out_shape[1] * out_shape[2] * a_shape[1]
+    return 2 * _numel(out_shape) * a_shape[-1]
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _flop_formulas():
+    """Formulas FlopCounterMode lacks in this torch (custom_mapping)."""
+    extra = {}
+    op = getattr(torch.ops.aten, "_grouped_mm", None)
+    if op is not None and op not in flop_registry:
+        extra[op] = _grouped_mm_flops
+    return extra
 
 
 def _storage_key(t):
@@ -63,6 +94,7 @@ class Tracer:
         self.last_popped = None    # the unit whose member ended last, if none began since
         self.flops = collections.defaultdict(int)
         self.acts = collections.defaultdict(int)
+        self.inputs = collections.defaultdict(int)  # tensor inputs' bytes per unit
         self.uses = collections.defaultdict(set)
         self.seen_storages = set()
         self.saved = []            # keeps saved tensors alive: storage keys stay unique
@@ -78,12 +110,27 @@ class Tracer:
         self.flops[self.current()] += total - self.last_total
         self.last_total = total
 
+    def _input_bytes(self, args, kwargs):
+        """Bytes of the distinct storages of the tensors among a forward's
+        arguments (params and buffers left out): what activation
+        checkpointing keeps of a unit."""
+        flat, _ = tree_flatten((args, kwargs))
+        seen, n = set(), 0
+        for a in flat:
+            if isinstance(a, torch.Tensor):
+                key, nbytes = _storage_key(a)
+                if key not in self.skip_storages and key not in seen:
+                    seen.add(key)
+                    n += nbytes
+        return n
+
     def _pre(self, unit, mod):
-        def hook(_m, _args):
+        def hook(_m, args, kwargs):
             self._flush()
             running = any(u is unit for u, _ in self.stack)
             if not running and not (unit.group and self.last_popped is unit):
                 self.order.append(unit)
+                self.inputs[unit] += self._input_bytes(args, kwargs)
             self.stack.append((unit, mod))
             self.last_popped = None
         return hook
@@ -116,11 +163,11 @@ class Tracer:
         try:
             for u in self.units:
                 for _, mod in u.members:
-                    handles.append(mod.register_forward_pre_hook(self._pre(u, mod)))
+                    handles.append(mod.register_forward_pre_hook(self._pre(u, mod), with_kwargs=True))
                     handles.append(mod.register_forward_hook(self._post(u, mod), always_call=True))
             if self.root is not None:
                 self.order.append(self.root)
-            self.fc = FlopCounterMode(display=False)
+            self.fc = FlopCounterMode(display=False, custom_mapping=_flop_formulas())
             with torch.enable_grad(), self.fc, _UseMode(self), \
                 torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 out = call()

@@ -47,12 +47,14 @@ def _inside(name, ancestors):
 
 
 def _is_block_container(mod):
-    """A ModuleList/ModuleDict/Sequential of at least two param-holding
-    children that are all of one class (a stack of repeated blocks)."""
+    """A stack of repeated blocks: a ModuleList or ModuleDict whose
+    param-holding children (at least one) are all of one class, or an
+    nn.Sequential with at least two such children."""
     if not isinstance(mod, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
         return False
     kids = [c for _, c in mod.named_children() if _has_params(c)]
-    return len(kids) >= 2 and len({type(c) for c in kids}) == 1
+    least = 2 if isinstance(mod, nn.Sequential) else 1
+    return len(kids) >= least and len({type(c) for c in kids}) == 1
 
 
 def _find_containers(root):

@@ -119,7 +119,8 @@ def _assign(root, units):
     return where
 
 
-def describe(module, example_inputs=None, *, units=None, name=None, input_shape=None):
+def describe(module, example_inputs=None, *, units=None, name=None, input_shape=None,
+             version=None):
     """Describe `module` as a flexplan model.json object (a dict).
 
     Args:
@@ -138,11 +139,15 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         names, or "a+b") and predicates ``f(name, module) -> bool``.
       name: the model's name (default: the module's class name).
       input_shape: the shape of the default input (see example_inputs).
+      version: the model.json version: None (v1 unless tied params need v2),
+        1, or 2. v2 output also carries each unit's
+        activation_bytes_checkpointed (the bytes of its tensor inputs: what
+        it keeps when the spec's recompute names it).
 
     Returns:
       A dict in ``flexplan.model.v1`` format, or ``flexplan.model.v2`` when a
       param is read by two units (tied weights: declared by the first in
-      forward order, listed under "uses" by the others). Params outside every
+      forward order, listed under "uses" by the others) or version=2. Params outside every
       unit form the unit "root", first in forward order. flops_fwd and
       activation_bytes are per occurrence of a unit in forward_order.
 
@@ -155,6 +160,9 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         raise error("describe: expected a torch.nn.Module, got %s" % type(module).__name__)
     if name is not None and (not isinstance(name, str) or not name):
         raise error("name: expected a non-empty string, got %r" % (name,))
+    if version not in (None, 1, 2):
+        raise error("version: expected 1 or 2 (model.json flexplan.model.v1 or v2), got %r"
+                    % (version,))
     mod = _to_meta(module)
     if example_inputs is None:
         inputs = _default_inputs(mod, input_shape)
@@ -169,6 +177,8 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         if p.dtype not in _DTYPES:
             raise error("param '%s' has dtype %s: model.json params are fp32, bf16 or fp16"
                         % (pname, str(p.dtype).replace("torch.", "")))
+    if not params:
+        raise error("%s has no parameters: nothing to plan" % type(mod).__name__)
     has_params = {u for lst in where.values() for u in lst if u is not None}
     chosen = [u for u in chosen if u in has_params]
     if not chosen and units is not None:
@@ -215,7 +225,11 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         for u in users[1:]:
             uses[u].append(pname)
 
-    v2 = any(uses[u] for u in allu)
+    tied = [u for u in allu if uses[u]]
+    if tied and version == 1:
+        raise error("version: 1 cannot describe tied params (unit '%s' reads '%s', declared by "
+                    "another unit): use version 2 or None" % (tied[0].name, uses[tied[0]][0]))
+    v2 = bool(tied) or version == 2
     mods = []
     for u in sorted(allu, key=lambda u: first[u]):
         if not declared[u] and not uses[u]:
@@ -224,6 +238,8 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         m = {"name": u.name,
              "flops_fwd": float(tracer.flops.get(u, 0)) / k,
              "activation_bytes": int(tracer.acts.get(u, 0)) // k}
+        if v2:
+            m["activation_bytes_checkpointed"] = int(tracer.inputs.get(u, 0)) // k
         if declared[u]:
             m["params"] = [{"name": pn,
                             "shape": list(p.shape) if p.dim() else [1],
@@ -232,8 +248,6 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         if uses[u]:
             m["uses"] = uses[u]
         mods.append(m)
-    if not mods:
-        raise error("%s has no parameters: nothing to plan" % type(mod).__name__)
     kept = {m["name"] for m in mods}
     return {"format": "flexplan.model.v2" if v2 else "flexplan.model.v1",
             "name": name or type(module).__name__,

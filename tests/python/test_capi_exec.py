@@ -1,0 +1,70 @@
+"""test_capi_exec.py - the executor's C API straight from Python (ctypes,
+flexplan._lib), on a plan compiled in memory (no file), under mpiexec -n 1:
+fp_mpi_init instead of mpi4py, fp_exec_create from a compiled plan handle,
+one step of hooks in the trainer's order, the views, the trainer's
+all-reduce, the stats, and FP_ERR_ORDER's
+message through FlexplanError. The Executor class (flexplan/executor.py)
+builds on exactly these calls."""
+import ctypes
+import json
+import os
+
+import flexplan
+from flexplan import _lib as L
+from conftest import SOURCE_DIR
+
+
+def one_rank_plan():
+    d = json.load(open(os.path.join(SOURCE_DIR, "examples", "tiny-mlp.json")))
+    spec = dict(d["spec"], mesh={"world_size": 1, "ranks_per_node": 1})
+    return flexplan.compile(d["model"], spec)
+
+
+def test_one_step_from_a_compiled_plan():
+    lib = L.lib()
+    rank, size = ctypes.c_int(-1), ctypes.c_int(0)
+    assert lib.fp_mpi_init(ctypes.byref(rank), ctypes.byref(size)) == L.FP_OK
+    assert (rank.value, size.value) == (0, 1)
+    # a second init is a no-op
+    assert lib.fp_mpi_init(None, None) == L.FP_OK
+    plan = one_rank_plan()
+    cfg = L.fp_exec_config(backend=L.FP_BACKEND_MPI, rank=0, world_size=1)
+    x = ctypes.c_void_p()
+    st = lib.fp_exec_create(plan._handle, ctypes.byref(cfg), ctypes.byref(x))
+    assert st == L.FP_OK, L.text(lib.fp_exec_errmsg(x))
+    try:
+        info = plan.info
+        view = L.fp_param_view()
+        assert lib.fp_exec_param(x, b"fc0.weight", ctypes.byref(view)) == L.FP_OK
+        assert L.text(view.name) == "fc0.weight" and list(view.shape[:view.ndim]) == [32, 16]
+        assert view.main.data and view.main.numel >= 32 * 16 and view.requires_grad
+        # out of order: the library's message
+        st = lib.fp_exec_hook(x, L.FP_HOOK_PRE_OPTIMIZER, -1)
+        msg = L.text(lib.fp_exec_errmsg(x))
+        err = flexplan.FlexplanError(st, msg)
+        assert err.status_name == "FP_ERR_ORDER" and "expects step_begin" in str(err)
+        hooks = [(L.FP_HOOK_STEP_BEGIN, -1)]
+        for m in range(info["modules"]):
+            hooks += [(L.FP_HOOK_PRE_FORWARD, m), (L.FP_HOOK_POST_FORWARD, m)]
+        for m in reversed(range(info["modules"])):
+            hooks += [(L.FP_HOOK_PRE_BACKWARD, m), (L.FP_HOOK_POST_BACKWARD, m)]
+        hooks += [(L.FP_HOOK_PRE_OPTIMIZER, -1), (L.FP_HOOK_POST_OPTIMIZER, -1)]
+        for h, m in hooks:
+            if h == L.FP_HOOK_POST_OPTIMIZER:
+                vals = (ctypes.c_double * 2)(1.5, -2.0)
+                assert lib.fp_exec_all_reduce_f64(x, vals, 2) == L.FP_OK
+                assert list(vals) == [1.5, -2.0]
+            st = lib.fp_exec_hook(x, h, m)
+            assert st == L.FP_OK, L.text(lib.fp_exec_errmsg(x))
+        stats = L.fp_exec_stats()
+        assert lib.fp_exec_sync(x) == L.FP_OK
+        assert lib.fp_exec_get_stats(x, ctypes.byref(stats)) == L.FP_OK
+        assert stats.steps == 1 and stats.hooks == len(hooks) and stats.hook_allocations == 0
+        assert stats.plan_hash == int(info["hash"].split(":")[1], 16)
+    finally:
+        lib.fp_exec_destroy(x)
+        plan.close()
+    assert lib.fp_mpi_finalize() == L.FP_OK
+    assert lib.fp_mpi_finalize() == L.FP_OK  # finalized already: a no-op
+    # MPI cannot start again once finalized
+    assert lib.fp_mpi_init(None, None) == L.FP_ERR_BACKEND
