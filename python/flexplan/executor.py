@@ -236,8 +236,12 @@ class Executor:
             _check(lib, lib.fp_exec_param_at(self._x, i, ctypes.byref(v)), self._x, "fp_exec_param_at")
             self.params.append(ParamView(self, i, v))
         self._by_name = {p.name: p for p in self.params}
-        self.segments = [(s["kind"], int(s["module"]), int(s["micro"]), int(s["count"]))
-                         for s in self._plan_json["segments"]] if self._plan_json else None
+        # (kind, module, micro-batch, ops): ops not counting compute placeholders,
+        # which the executor drops (a segment of only those is empty to it)
+        ops = self._plan_json["ops"]
+        self.segments = [(s["kind"], int(s["module"]), int(s["micro"]),
+                          sum(1 for o in ops[s["first"]:s["first"] + s["count"]] if o.get("op") != "compute"))
+                         for s in self._plan_json["segments"]]
 
     # -- lifetime --------------------------------------------------------
     def destroy(self):

@@ -212,6 +212,11 @@ def run_config(name, rank, world, tmp):
             if rank == 0:
                 os.unlink(path)
         stats = st.stats()
+        # hooks with nothing to do were never called, and the executor agrees
+        if stats["skipped"] != stats["python_hooks_skipped"]:
+            return "FAIL", f"executor skipped {stats['skipped']}, flexplan.torch {stats['python_hooks_skipped']}"
+        if frozen and stats["skipped"] < 4 * STEPS:  # the frozen unit's pre/post forward/backward
+            return "FAIL", f"frozen unit: only {stats['skipped']} hooks skipped in {STEPS} steps"
         if os.environ.get("FP_SAVE_FINAL") and rank == 0:  # for the FSDP2 comparison
             from safetensors.torch import save_file
             save_file({k: v.contiguous() for k, v in got.items()},
@@ -260,7 +265,7 @@ def compare(got, ref, bf16, stats):
     if bf16 and mean > 2e-3:
         return "FAIL", f"mean |diff| {mean:.3g} > 2e-3"
     return "PASS", f"max_abs={worst:.3g} max_rel={worst_rel:.3g} mean_abs={mean:.3g} atol={atol} rtol={rtol} " \
-                   f"hooks={stats['hooks']} hook_allocations={stats['hook_allocations']}"
+                   f"hooks={stats['hooks']} skipped={stats.get('skipped')}/{stats['python_hooks_skipped']} hook_allocations={stats['hook_allocations']}"
 
 
 def main():

@@ -41,6 +41,8 @@ class Driver:
         self.hook_calls = 0
         self.on_issue = None  # optional callable(kind, module) for tracing (tests)
         self.profile = False
+        self.deferred = []  # empty module segments not called yet (the executor skips them)
+        self.skipped = 0  # segments never called
         self.exec_s = 0.0  # seconds inside fp_exec_hook (profile)
         self.exec_s_in_callbacks = 0.0  # of those, inside module/autograd callbacks
 
@@ -48,31 +50,43 @@ class Driver:
         k, m, mb, _ = self.seq[i]
         return f"{k}({self.names[m]})" if m >= 0 else k
 
+    def _call(self, i):
+        k, m, _, _ = self.seq[i]
+        if self.profile:
+            t0 = time.perf_counter()
+            self.ex.hook(k, m)
+            dt = time.perf_counter() - t0
+            self.exec_s += dt
+            if k not in ("pre_optimizer", "post_optimizer"):
+                self.exec_s_in_callbacks += dt
+        else:
+            self.ex.hook(k, m)
+        self.hook_calls += 1
+        if self.on_issue:
+            self.on_issue(k, m)
+
     def _issue_through(self, j):
-        """Issue segments pos..j; empty module segments are skipped when a
-        module hook follows them (the executor's skip rule)."""
-        target_is_module = self.seq[j][1] >= 0
+        """Issue segments pos..j in plan order. A module segment with no op
+        (compute placeholders aside) is not called: the executor skips it
+        when the next module hook is called (its skip rule); before a step
+        hook (which the executor never skips to) the deferred ones are
+        called in order."""
         for i in range(self.pos, j + 1):
             k, m, mb, count = self.seq[i]
             if mb != self.micro:
                 self.micro = mb
                 self.issued = set()
-            if i < j and count == 0 and m >= 0 and target_is_module:
-                self.issued.add((k, m))
-                continue
-            if self.profile:
-                t0 = time.perf_counter()
-                self.ex.hook(k, m)
-                dt = time.perf_counter() - t0
-                self.exec_s += dt
-                if k not in ("pre_optimizer", "post_optimizer"):
-                    self.exec_s_in_callbacks += dt
-            else:
-                self.ex.hook(k, m)
-            self.hook_calls += 1
             self.issued.add((k, m))
-            if self.on_issue:
-                self.on_issue(k, m)
+            if m >= 0 and count == 0:
+                self.deferred.append(i)
+                self.skipped += 1
+                continue
+            if m < 0:
+                for d in self.deferred:
+                    self._call(d)
+                self.skipped -= len(self.deferred)
+            self.deferred = []
+            self._call(i)
         self.pos = j + 1
         if self.pos == len(self.seq):
             self.pos = 0

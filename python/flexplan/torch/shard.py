@@ -470,6 +470,7 @@ class Sharded:
     def stats(self):
         s = self.ex.stats()
         s["python_hook_calls"] = self.driver.hook_calls
+        s["python_hooks_skipped"] = self.driver.skipped
         return s
 
     def sync(self):
