@@ -198,6 +198,13 @@ class Executor:
         self.backend = backend
         self.plan = plan
         self._plan_handle, self._plan_json = _plan_handle_and_json(plan)
+        try:
+            self._init_rest(lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id)
+        except BaseException:
+            self.destroy()  # frees the plan handle this executor loaded, if any
+            raise
+
+    def _init_rest(self, lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id):
         if rank is None or world_size is None:
             r, w = mpi_init()
             rank = r if rank is None else rank
@@ -205,7 +212,7 @@ class Executor:
         self.rank, self.world_size = int(rank), int(world_size)
         S = _libmod
         cfg = S.fp_exec_config()
-        cfg.backend = BACKENDS[backend]
+        cfg.backend = BACKENDS[self.backend]
         cfg.rank, cfg.world_size = self.rank, self.world_size
         cfg.bootstrap = None
         cfg.progress = PROGRESS[progress]
@@ -221,9 +228,6 @@ class Executor:
         self._x = x if x.value else None
         if st != 0:
             msg = lib.fp_exec_errmsg(self._x).decode() if self._x else ""
-            if self._x:
-                lib.fp_exec_destroy(self._x)
-                self._x = None
             raise FlexplanError(st, f"executor setup failed: {msg or lib.fp_status_name(st).decode()}")
         info = S.fp_plan_info()
         lib.fp_plan_get_info(self._plan_handle, ctypes.byref(info))
@@ -249,6 +253,10 @@ class Executor:
         if self._x is not None:
             self._lib.fp_exec_destroy(self._x)
             self._x = None
+        h = getattr(self, "_plan_handle", None)
+        if isinstance(h, _OwnedPlan) and h.value:
+            self._lib.fp_plan_free(h)
+            h.value = None
 
     close = destroy
 
@@ -437,13 +445,15 @@ def _plan_handle_and_json(plan):
             raise FlexplanError(st, msg or f"cannot load {path}")
         with open(path) as f:
             js = json.load(f)
-        _keep.append(h)  # plans outlive every executor made from them
-        return h, js
+        return _OwnedPlan(h.value), js
     h = _plan_obj_handle(plan)
     return h, _plan_obj_json(plan)
 
 
-_keep = []
+class _OwnedPlan(ctypes.c_void_p):
+    """A plan handle the executor loaded itself from a path: freed by
+    Executor.destroy(), after the executor (a plan must outlive its
+    executors)."""
 
 
 def _plan_obj_handle(plan):
