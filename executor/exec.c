@@ -19,6 +19,7 @@
  * waits for (the last one before it in program order, else the previous
  * step's last one, else none: a no-op); each stream gets its op list, each
  * segment its end position on every stream. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -467,6 +468,8 @@ fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const 
   else if (plan->prog->world_size != cfg->world_size)
     st = fpx_fail(x, FP_ERR_PLAN, "the plan is for %" PRId64 " ranks, this run has %d", plan->prog->world_size,
                   cfg->world_size);
+  else
+    st = fpx_timeout(x, cfg, &x->timeout_s);
   if (st == FP_OK) {
     x->plan = plan;
     x->prog = plan->prog;
@@ -602,7 +605,7 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   if (st == FP_OK && x->timing) fpx_time_hook(x, x->cursor, t_in, fpx_now_us());
   x->in_hook = false;
   if (st != FP_OK) { /* a backend failure breaks the executor; a refusal (nothing issued) does not */
-    if (st == FP_ERR_BACKEND || st == FP_ERR_NOMEM) x->broken = true;
+    if (st == FP_ERR_BACKEND || st == FP_ERR_NOMEM || st == FP_ERR_TIMEOUT) x->broken = true;
     return st;
   }
   x->stats.hooks++;
@@ -624,7 +627,7 @@ fp_status fp_exec_all_reduce_f64(fp_exec *x, double *values, int n) {
   if (!x->bk->all_reduce_f64)
     return fpx_fail(x, FP_ERR_BACKEND, "fp_exec_all_reduce_f64: the %s backend has no reduction", x->bk->name);
   fp_status st = x->bk->all_reduce_f64(x, values, n);
-  if (st == FP_ERR_BACKEND) x->broken = true;
+  if (st == FP_ERR_BACKEND || st == FP_ERR_TIMEOUT) x->broken = true;
   return st;
 }
 
@@ -632,8 +635,27 @@ fp_status fp_exec_sync(fp_exec *x) {
   if (!x) return FP_ERR_ARG;
   FPX_CHECK(usable(x));
   fp_status st = x->bk->sync(x);
-  if (st == FP_ERR_BACKEND) x->broken = true;
+  if (st == FP_ERR_BACKEND || st == FP_ERR_TIMEOUT) x->broken = true;
   return st;
+}
+
+fp_status fpx_timeout(fp_exec *x, const fp_exec_config *cfg, double *out) {
+  *out = 0;
+  if (cfg->timeout_s > 0) {
+    *out = cfg->timeout_s;
+    return FP_OK;
+  }
+  if (cfg->timeout_s < 0 || cfg->timeout_s != cfg->timeout_s) return FP_OK; /* < 0 (or NaN): none */
+  const char *e = getenv("FLEXPLAN_TIMEOUT");
+  if (!e || !*e) return FP_OK;
+  char *end;
+  errno = 0;
+  double v = strtod(e, &end);
+  if (errno || end == e || *end || !(v >= 0) || v > 1e9)
+    return fpx_fail(x, FP_ERR_ARG, "FLEXPLAN_TIMEOUT='%.40s': expected seconds, a number in [0, 1e9] (0: no timeout)",
+                    e);
+  *out = v;
+  return FP_OK;
 }
 
 /* ---- views and stats ---------------------------------------------------------------------- */

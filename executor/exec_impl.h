@@ -95,6 +95,7 @@ struct fp_exec {
   bool created;        /* fp_exec_create succeeded: hooks, sync and refits may run */
   bool broken;         /* a backend failure: every later call fails */
   bool in_hook;
+  double timeout_s;    /* the watchdog's limit in seconds (cfg.timeout_s or FLEXPLAN_TIMEOUT); 0: none */
   /* memory: one allocation made by the backend */
   char *dev, *host;    /* the device and host arenas (arena_bytes, host_bytes) */
   /* the resolved program */
@@ -127,6 +128,10 @@ void fpx_free(void *p);
 int64_t fpx_send_bytes(const fp_xop *o);
 /* "pre_forward(fc1)" for segment k: into buf */
 const char *fpx_seg_label(const fp_exec *x, int32_t k, char *buf, size_t len);
+
+/* the watchdog's limit (seconds, 0: none) from cfg->timeout_s and the
+ * environment's FLEXPLAN_TIMEOUT; FP_ERR_ARG for a malformed variable */
+fp_status fpx_timeout(fp_exec *x, const fp_exec_config *cfg, double *out);
 
 /* ---- measured timing (timing.c) ------------------------------------------------------ */
 /* microseconds on CLOCK_MONOTONIC */

@@ -105,7 +105,17 @@ typedef struct mstate {
   atomic_int hooks_waiting; /* hooks waiting for mu: the thread lets them in first */
   bool stop;
   bool failed;           /* an MPI call failed; fail_msg says which */
-  char fail_msg[512];
+  char fail_msg[1024];
+  /* the watchdog (x->timeout_s > 0): a duplicate of the bootstrap
+   * communicator for its reports, and room for one round of them with the
+   * ranks of the largest communicator instance of the plan */
+  MPI_Comm wd;
+  int wd_n;              /* ranks one round talks to at most */
+  MPI_Request *wd_req;   /* [2 * wd_n]: receives, then sends */
+  int64_t *wd_msg;       /* [2 * (wd_n + 1)]: (step, op) received per peer, then this rank's */
+  bool timed_out;        /* a watchdog fired: requests may still be pending on the plan's communicators */
+  double *ar;            /* [FP_ALL_REDUCE_MAX]: fp_exec_all_reduce_f64 under a timeout reduces here, so an
+                          * abandoned reduction never writes into the caller's memory */
 } mstate;
 
 static mstate *ms(fp_exec *x) { return (mstate *)x->bks; }
@@ -233,6 +243,15 @@ static fp_status mpi_prepare(fp_exec *x) {
   if (!m->mops || !m->reqs || !m->ints || !m->sums || !m->dups) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
   for (int64_t k = 0; k < (int64_t)x->prog->ncomms * FP_NSTREAMS; k++) m->dups[k] = MPI_COMM_NULL;
   for (int64_t k = 0; k < nreq; k++) m->reqs[k] = MPI_REQUEST_NULL;
+  m->wd = MPI_COMM_NULL;
+  if (x->timeout_s > 0) {
+    for (int32_t c = 0; c < x->prog->ncomms; c++)
+      if (x->prog->comms[c].size > m->wd_n && x->prog->comms[c].size <= INT_MAX) m->wd_n = (int)x->prog->comms[c].size;
+    m->wd_req = fpx_alloc(x, (size_t)m->wd_n * 2 + 1, sizeof *m->wd_req);
+    m->wd_msg = fpx_alloc(x, ((size_t)m->wd_n + 1) * 2, sizeof *m->wd_msg);
+    m->ar = fpx_alloc(x, FP_ALL_REDUCE_MAX, sizeof *m->ar);
+    if (!m->wd_req || !m->wd_msg || !m->ar) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  }
 
   m->t_bf16 = m->t_f16 = MPI_DATATYPE_NULL;
   m->op_bf16 = m->op_f16 = MPI_OP_NULL;
@@ -376,6 +395,10 @@ static fp_status mpi_connect(fp_exec *x) {
    * communicator, so they never match a collective of the plan */
   MPI_CHECK_GOTO(x, MPI_Comm_dup(boot, &m->red), st, fail);
   MPI_Comm_set_errhandler(m->red, MPI_ERRORS_RETURN);
+  if (x->timeout_s > 0) { /* the watchdog's reports (its own, so they never meet the trainer's) */
+    MPI_CHECK_GOTO(x, MPI_Comm_dup(boot, &m->wd), st, fail);
+    MPI_Comm_set_errhandler(m->wd, MPI_ERRORS_RETURN);
+  }
   for (int32_t j = 0; j < x->nxops; j++)
     if (is_comm(&x->xops[j])) m->mops[j].comm = m->dups[(int64_t)x->xops[j].comm * FP_NSTREAMS + x->xops[j].stream];
   if (m->mode == FP_PROGRESS_THREAD) {
@@ -573,14 +596,132 @@ static void *progress_main(void *arg) {
  * mode). An idle wait polls SPINS times, then yields the core at each poll:
  * short waits cost no system call, long ones leave the core to the other
  * ranks and threads. */
+static fp_status watchdog(fp_exec *x, mstate *m, double waited_s);
+
+/* With a timeout (x->timeout_s), a wait in which no op starts or finishes
+ * for that long ends in the watchdog: the clock is read only once the wait
+ * yields, every 64 polls. */
 static fp_status drive_until(fp_exec *x, bool (*done)(fp_exec *x, const void *arg), const void *arg) {
   mstate *m = ms(x);
   int idle = 0;
+  double since = 0;
   while (!m->failed && !done(x, arg)) {
-    if (advance_all(x, m)) idle = 0;
-    else if (++idle > SPINS) sched_yield();
+    if (advance_all(x, m)) {
+      idle = 0;
+      since = 0;
+    } else if (++idle > SPINS) {
+      sched_yield();
+      if (x->timeout_s > 0 && idle % 64 == 0) {
+        double now = fpx_now_us();
+        if (since == 0) since = now;
+        else if (now - since > x->timeout_s * 1e6) return watchdog(x, m, (now - since) / 1e6);
+      }
+    }
   }
-  return m->failed ? fpx_fail(x, FP_ERR_BACKEND, "%s", m->fail_msg) : FP_OK;
+  return m->failed ? fpx_fail(x, m->timed_out ? FP_ERR_TIMEOUT : FP_ERR_BACKEND, "%s", m->fail_msg) : FP_OK;
+}
+
+/* ---- the watchdog ------------------------------------------------------------------------ */
+/* append " a, b, c" (at most 8, then "and N more") to buf */
+static void rank_list(char *buf, size_t cap, const int64_t *ranks, int n) {
+  size_t k = strlen(buf);
+  for (int i = 0; i < n && i < 8 && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, i ? ", " : " ", ranks[i]);
+  if (n > 8 && k < cap) snprintf(buf + k, cap - k, " and %d more", n - 8);
+}
+
+/* No op moved for waited_s seconds: find the op this rank waits for (a
+ * communication op in flight, else the head of a stream), then ask the
+ * other ranks of its communicator instance where they are. Each rank whose
+ * watchdog fires sends its (step, op) to the others and listens for one
+ * more timeout: a rank that reports the same op arrived and waits too; one
+ * that reports another op is elsewhere; one that reports nothing did not
+ * arrive (it stopped calling hooks, or left). The executor is broken from
+ * here on; what MPI still holds (requests on the plan's communicators, the
+ * arena they write into) is left alone at destroy. */
+static fp_status watchdog(fp_exec *x, mstate *m, double waited_s) {
+  const fp_xop *o = NULL;
+  int64_t step = -1;
+  for (int s = 0; s < FP_NSTREAMS && !o; s++)
+    if (m->st[s].head < m->st[s].issued) o = m->st[s].ops[m->st[s].head % m->st[s].len], step = m->st[s].head / m->st[s].len;
+  for (int s = 0; s < FP_NSTREAMS && !o; s++)
+    if (m->st[s].head < m->st[s].enq) o = m->st[s].ops[m->st[s].head % m->st[s].len], step = m->st[s].head / m->st[s].len;
+  char where[160], msg[1024];
+  if (x->in_hook) {
+    char lab[128];
+    snprintf(where, sizeof where, "hook %s", fpx_seg_label(x, x->cursor, lab, sizeof lab));
+  } else {
+    snprintf(where, sizeof where, "fp_exec_sync");
+  }
+  int k = snprintf(msg, sizeof msg, "watchdog: %s: no op of the plan moved for %.1f s (timeout %g s)", where, waited_s,
+                   x->timeout_s);
+  const fp_ir_comm *pc = o && o->comm >= 0 && o->comm < x->prog->ncomms ? &x->prog->comms[o->comm] : NULL;
+  if (o)
+    k += snprintf(msg + k, sizeof msg - (size_t)k, "; rank %" PRId64 " waits for op %" PRId32 " (%s %s%s%s%s, stream %s) of step %" PRId64,
+                  x->rank, o->index, fp_op_name(o->code), fp_dtype_name(o->dtype), pc ? " on communicator '" : "",
+                  pc ? pc->name : "", pc ? "'" : "", fp_stream_name(o->stream), step);
+  if (pc && pc->size <= m->wd_n && m->wd != MPI_COMM_NULL && k < (int)sizeof msg) {
+    int G = (int)pc->size;
+    int64_t g = fp_comm_index(pc, x->rank), base = x->rank - g * pc->stride;
+    int64_t *mine = m->wd_msg + 2 * (int64_t)m->wd_n;
+    mine[0] = step, mine[1] = o->index;
+    MPI_Request *rr = m->wd_req, *sr = m->wd_req + m->wd_n;
+    for (int j = 0; j < G; j++) {
+      rr[j] = sr[j] = MPI_REQUEST_NULL;
+      m->wd_msg[2 * j] = m->wd_msg[2 * j + 1] = -2;
+      if (j == g) continue;
+      int peer = (int)(base + j * pc->stride);
+      MPI_Irecv(m->wd_msg + 2 * j, 2, MPI_INT64_T, peer, TAG, m->wd, &rr[j]);
+      MPI_Isend(mine, 2, MPI_INT64_T, peer, TAG, m->wd, &sr[j]);
+    }
+    double t0 = fpx_now_us();
+    int flag = 0;
+    while (!flag && fpx_now_us() - t0 < x->timeout_s * 1e6) {
+      MPI_Testall(G, rr, &flag, MPI_STATUSES_IGNORE);
+      if (!flag) sched_yield();
+    }
+    int64_t same[64], other[64], gone[64];
+    int ns = 0, no = 0, ng = 0;
+    int64_t o_step = 0, o_op = 0;
+    for (int j = 0; j < G; j++) {
+      if (j == g) continue;
+      int done = rr[j] == MPI_REQUEST_NULL;
+      if (!done) MPI_Test(&rr[j], &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        MPI_Cancel(&rr[j]);
+        MPI_Wait(&rr[j], MPI_STATUS_IGNORE);
+      }
+      if (sr[j] != MPI_REQUEST_NULL) MPI_Request_free(&sr[j]); /* it completes on its own, or never matters */
+      int64_t peer = base + j * pc->stride, *in = m->wd_msg + 2 * j;
+      if (!done || in[0] == -2) {
+        if (ng < 64) gone[ng] = peer;
+        ng++;
+      } else if (in[0] == step && in[1] == o->index) {
+        if (ns < 64) same[ns] = peer;
+        ns++;
+      } else {
+        if (no < 64) other[no] = peer;
+        if (no++ == 0) o_step = in[0], o_op = in[1];
+      }
+    }
+    if (ng) {
+      k += snprintf(msg + k, sizeof msg - (size_t)k, "; did not arrive (no report within %g s):", x->timeout_s);
+      rank_list(msg, sizeof msg, gone, ng);
+      k = (int)strlen(msg);
+    }
+    if (ns && k < (int)sizeof msg) {
+      k += snprintf(msg + k, sizeof msg - (size_t)k, "; waiting at the same op:");
+      rank_list(msg, sizeof msg, same, ns);
+      k = (int)strlen(msg);
+    }
+    if (no && k < (int)sizeof msg) {
+      k += snprintf(msg + k, sizeof msg - (size_t)k, "; waiting elsewhere (the first at op %" PRId64 " of step %" PRId64 "):",
+                    o_op, o_step);
+      rank_list(msg, sizeof msg, other, no);
+    }
+  }
+  snprintf(m->fail_msg, sizeof m->fail_msg, "%s", msg);
+  m->failed = m->timed_out = true;
+  return fpx_fail(x, FP_ERR_TIMEOUT, "%s", msg);
 }
 
 static bool room_for(fp_exec *x, const void *arg) { /* no op handed out twice at once */
@@ -647,6 +788,30 @@ static fp_status mpi_sync(fp_exec *x) {
 static fp_status mpi_all_reduce_f64(fp_exec *x, double *v, int n) {
   mstate *m = ms(x);
   fp_status st = FP_OK;
+  if (x->timeout_s > 0) { /* watched: non-blocking, polled against the timeout */
+    MPI_Request r = MPI_REQUEST_NULL;
+    memcpy(m->ar, v, (size_t)n * sizeof *v);
+    MPI_CHECK_GOTO(x, MPI_Iallreduce(MPI_IN_PLACE, m->ar, n, MPI_DOUBLE, MPI_SUM, m->red, &r), st, fail);
+    double t0 = fpx_now_us();
+    for (int flag = 0, polls = 0; !flag; polls++) {
+      MPI_CHECK_GOTO(x, MPI_Test(&r, &flag, MPI_STATUS_IGNORE), st, fail);
+      if (flag) break;
+      sched_yield();
+      if (polls % 64 == 0 && fpx_now_us() - t0 > x->timeout_s * 1e6) {
+        snprintf(m->fail_msg, sizeof m->fail_msg,
+                 "watchdog: fp_exec_all_reduce_f64 (or a refit's agreement) waited %g s for the other ranks (timeout "
+                 "%g s): a rank did not join", (fpx_now_us() - t0) / 1e6, x->timeout_s);
+        take(m); /* the progress thread reads these under mu */
+        m->failed = m->timed_out = true;
+        give(m);
+        return fpx_fail(x, FP_ERR_TIMEOUT, "%s", m->fail_msg);
+      }
+    }
+    memcpy(v, m->ar, (size_t)n * sizeof *v);
+    x->stats.collectives++;
+    x->stats.bytes_moved += (int64_t)n * (int64_t)sizeof *v;
+    return FP_OK;
+  }
   MPI_CHECK_GOTO(x, MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, m->red), st, fail);
   x->stats.collectives++;
   x->stats.bytes_moved += (int64_t)n * (int64_t)sizeof *v;
@@ -659,6 +824,24 @@ static fp_status mpi_write(fp_exec *x, char *dst, int64_t dpitch, const char *sr
   (void)x;
   for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dpitch, src + r * spitch, (size_t)width);
   return FP_OK;
+}
+
+/* Memory an abandoned MPI request may still write into (after a watchdog):
+ * never freed, but kept reachable from here, so a leak checker (and a
+ * reader) sees it was kept on purpose. */
+static struct kept {
+  struct kept *next;
+  void *p;
+} *kept_for_mpi;
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void keep_for_mpi(void *p) {
+  struct kept *k = p ? malloc(sizeof *k) : NULL;
+  if (!k) return;
+  pthread_mutex_lock(&kept_mu);
+  *k = (struct kept){kept_for_mpi, p};
+  kept_for_mpi = k;
+  pthread_mutex_unlock(&kept_mu);
 }
 
 static void mpi_destroy(fp_exec *x) {
@@ -677,10 +860,13 @@ static void mpi_destroy(fp_exec *x) {
     pthread_mutex_destroy(&m->mu);
   }
   if (!finalized) {
-    if (m->dups)
+    /* after a watchdog, requests of the plan may still be pending: their
+     * communicators and the memory MPI may write into stay (leaked) */
+    if (m->dups && !m->timed_out)
       for (int64_t k = 0; k < (int64_t)x->prog->ncomms * FP_NSTREAMS; k++)
         if (m->dups[k] != MPI_COMM_NULL) MPI_Comm_free(&m->dups[k]);
-    if (m->red != MPI_COMM_NULL) MPI_Comm_free(&m->red);
+    if (m->wd != MPI_COMM_NULL) MPI_Comm_free(&m->wd);
+    if (m->red != MPI_COMM_NULL && !m->timed_out) MPI_Comm_free(&m->red);
     if (m->types) {
       if (m->t_bf16 != MPI_DATATYPE_NULL) MPI_Type_free(&m->t_bf16);
       if (m->t_f16 != MPI_DATATYPE_NULL) MPI_Type_free(&m->t_f16);
@@ -688,7 +874,11 @@ static void mpi_destroy(fp_exec *x) {
       if (m->op_f16 != MPI_OP_NULL) MPI_Op_free(&m->op_f16);
     }
   }
-  free(m->mem);
+  if (!m->timed_out) free(m->mem);
+  else keep_for_mpi(m->mem), keep_for_mpi(m->ar);
+  fpx_free(m->wd_req);
+  fpx_free(m->wd_msg);
+  if (!m->timed_out) fpx_free(m->ar);
   fpx_free(m->mops);
   fpx_free(m->reqs);
   fpx_free(m->ints);

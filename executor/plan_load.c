@@ -20,7 +20,8 @@ const char *fp_version(void) { return FP_VERSION_STRING; }
 const char *fp_status_name(fp_status s) {
   static const char *const names[] = {"FP_OK",           "FP_ERR_ARG",     "FP_ERR_PLAN",
                                       "FP_ERR_ORDER",    "FP_ERR_MISMATCH", "FP_ERR_WEIGHTS",
-                                      "FP_ERR_BACKEND",  "FP_ERR_NOMEM",    "FP_ERR_INPUT"};
+                                      "FP_ERR_BACKEND",  "FP_ERR_NOMEM",    "FP_ERR_INPUT",
+                                      "FP_ERR_TIMEOUT"};
   return (unsigned)s < sizeof names / sizeof *names ? names[s] : "FP_ERR_?";
 }
 

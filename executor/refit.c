@@ -1,13 +1,15 @@
 /* refit.c - fp_exec_load_weights: new weights from safetensors files,
  * written into the arena's existing addresses.
  *
- * Three phases, so a refit that fails changes nothing:
+ * Four phases, so a refit that fails changes nothing, on any rank:
  *  1. validate: every param of the plan is found exactly once across the
  *     files, with its exact shape and a float dtype (F32, BF16, F16);
  *  2. read: each rank reads only what it stores - the runs of its
  *     main-weight shard (fp_extent), or the whole tensor where the plan keeps
  *     the compute weight unsharded between steps - into one staging buffer;
- *  3. write: convert on the host (the reference kernels) into the main
+ *  3. agree: every rank says whether 1 and 2 succeeded (the backend's
+ *     all_reduce_f64); if any failed, every rank fails and none writes;
+ *  4. write: convert on the host (the reference kernels) into the main
  *     dtype (file dtype -> main dtype, round to nearest even) and the
  *     persistent compute weights from the new main weights (main dtype ->
  *     param dtype), as the plan's own post-optimizer refresh would, and
@@ -133,50 +135,88 @@ static fp_status write_all(fp_exec *x, const src *srcs, const char *stage, char 
   return FP_OK;
 }
 
+/* Every rank's verdict before any rank writes: a refit that fails on one
+ * rank (a missing file, a bad tensor) must not leave the others on new
+ * weights. Every rank joins, whatever happened locally; the rank that failed
+ * keeps its own message, the others name it. */
+static fp_status agree_refit(fp_exec *x, fp_status local) {
+  if (!x->bk->all_reduce_f64 || x->world == 1) return local; /* a backend of one's own (tests) */
+  double v[2] = {local != FP_OK, local != FP_OK ? (double)x->rank : 0};
+  fp_exec_stats keep = x->stats; /* the vote is not the trainer's communication */
+  char why[FPX_MSG_CAP];
+  snprintf(why, sizeof why, "%s", x->msg); /* this rank's own failure, if any */
+  fp_status st = x->bk->all_reduce_f64(x, v, 2);
+  x->stats.collectives = keep.collectives, x->stats.bytes_moved = keep.bytes_moved;
+  if (st != FP_OK) {
+    if (st == FP_ERR_BACKEND || st == FP_ERR_TIMEOUT) x->broken = true;
+    if (local == FP_OK) return st;
+    char agree[FPX_MSG_CAP];
+    snprintf(agree, sizeof agree, "%s", x->msg);
+    return fpx_fail(x, local, "%.1000s (and the ranks' agreement failed: %.1000s)", why, agree);
+  }
+  if (local != FP_OK) return local;
+  if (v[0] == 1)
+    return fpx_fail(x, FP_ERR_WEIGHTS, "refit: rank %.0f could not load the weights (its message says why); no rank "
+                    "changed its weights", v[1]);
+  if (v[0] > 1)
+    return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %.0f ranks could not load the weights (their messages say why); no "
+                    "rank changed its weights", v[0]);
+  return FP_OK;
+}
+
 fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths) {
   if (!x) return FP_ERR_ARG;
   if (!x->created) return fpx_fail(x, FP_ERR_ARG, "the executor was not created successfully");
   if (x->broken) return FP_ERR_BACKEND;
-  if (npaths < 1 || !paths) return fpx_fail(x, FP_ERR_ARG, "refit: no files given");
+  fp_status st = FP_OK;
+  fp_st_file **files = NULL;
+  src *srcs = NULL;
+  char *stage = NULL, *wide = NULL, *out = NULL;
+  int64_t staging, widest, outmax, read = 0;
+  if (npaths < 1 || !paths) {
+    st = fpx_fail(x, FP_ERR_ARG, "refit: no files given");
+    goto vote;
+  }
   if (x->cursor != 0) {
     char want[160];
-    return fpx_fail(x, FP_ERR_ORDER, "refit: load weights between steps; the plan expects %s next",
-                    fpx_seg_label(x, x->cursor, want, sizeof want));
+    st = fpx_fail(x, FP_ERR_ORDER, "refit: load weights between steps; the plan expects %s next",
+                  fpx_seg_label(x, x->cursor, want, sizeof want));
+    goto vote;
   }
-  fp_status st = FP_OK;
-  fp_st_file **files = fpx_alloc(x, (size_t)npaths, sizeof *files);
-  src *srcs = fpx_alloc(x, (size_t)x->prog->nparams, sizeof *srcs);
-  char *stage = NULL, *wide = NULL, *out = NULL;
+  files = fpx_alloc(x, (size_t)npaths, sizeof *files);
+  srcs = fpx_alloc(x, (size_t)x->prog->nparams, sizeof *srcs);
   if (!files || !srcs) {
     st = fpx_fail(x, FP_ERR_NOMEM, "refit: out of memory");
-    goto fail;
+    goto vote;
   }
   for (int k = 0; k < npaths; k++) {
     char err[512];
     if (!paths[k]) {
       st = fpx_fail(x, FP_ERR_ARG, "refit: path %d is NULL", k);
-      goto fail;
+      goto vote;
     }
     files[k] = fp_st_open(paths[k], err, sizeof err);
     if (!files[k]) {
       st = fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s", err);
-      goto fail;
+      goto vote;
     }
   }
-  int64_t staging, widest, outmax, read = 0;
-  FPX_CHECK_GOTO(validate(x, files, paths, npaths, srcs, &staging, &widest, &outmax), st, fail);
+  FPX_CHECK_GOTO(validate(x, files, paths, npaths, srcs, &staging, &widest, &outmax), st, vote);
   stage = fpx_alloc(x, (size_t)staging, 1);
   wide = fpx_alloc(x, (size_t)widest, 1);
   out = fpx_alloc(x, (size_t)outmax, 1);
   if (!stage || !wide || !out) {
     st = fpx_fail(x, FP_ERR_NOMEM, "refit: cannot allocate %" PRId64 " bytes of staging", staging + widest + outmax);
-    goto fail;
+    goto vote;
   }
-  FPX_CHECK_GOTO(read_all(x, srcs, stage, paths, &read), st, fail);
+  st = read_all(x, srcs, stage, paths, &read);
+vote:
+  st = agree_refit(x, st);
+  if (st != FP_OK) goto fail;
   /* nothing in flight may read the main weights while they change */
   st = x->bk->sync(x);
   if (st != FP_OK) {
-    if (st == FP_ERR_BACKEND) x->broken = true;
+    if (st == FP_ERR_BACKEND || st == FP_ERR_TIMEOUT) x->broken = true;
     goto fail;
   }
   st = write_all(x, srcs, stage, wide, out);

@@ -13,6 +13,8 @@
  * overflow checks. */
 #include "safetensors.h"
 
+#include "ir/utf8.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -531,6 +533,13 @@ fp_st_file *fp_st_open(const char *path, char *err, size_t errlen) {
     goto out;
   }
 
+  /* UTF-8 as RFC 3629 has it (json-c lets overlong forms and surrogates by) */
+  size_t bad = fp_utf8_invalid(hdr, (size_t)N);
+  if (bad < (size_t)N) {
+    seterr(err, errlen, path, "header rejected at header byte %lld: invalid UTF-8 (byte 0x%02x)", (long long)bad,
+           (unsigned char)hdr[bad]);
+    goto out;
+  }
   /* strict JSON, and the raw member list */
   jscan sc = {hdr, hdr, hdr + N, NULL, NULL};
   if (!jtop(&sc, &mem, &nmem)) {

@@ -82,6 +82,9 @@ typedef enum fp_status {
   FP_ERR_NOMEM,    /* memory could not be allocated */
   FP_ERR_INPUT,    /* the model or spec given to fp_plan_compile is invalid (flexplan_compile.h), or an
                     * output cannot be written (fp_plan_save) */
+  FP_ERR_TIMEOUT,  /* the watchdog: a hook (or sync) waited longer than the executor's timeout for
+                    * other ranks; the message names the op and the ranks that did not arrive. The
+                    * executor is broken from then on (every later call fails) */
 } fp_status;
 
 /* "FP_OK", "FP_ERR_PLAN", ...; "FP_ERR_?" for a value outside the enum */
@@ -223,6 +226,14 @@ typedef struct fp_exec_config {
                           * the executor; the executor never synchronizes it inside a hook. */
   fp_nccl_boot nccl_boot;
   fp_nccl_id nccl_id;    /* FP_NCCL_BOOT_ID: the same bytes on every rank */
+  /* ---- the watchdog (FP_BACKEND_MPI; the NCCL backend does not watch yet) ----
+   * Seconds a hook, fp_exec_sync or a refit may wait for the other ranks before
+   * it fails with FP_ERR_TIMEOUT on this rank, naming the op it waited for and
+   * the ranks that did not arrive (the ranks that timed out too report within
+   * one more timeout). > 0: this; 0: the environment variable FLEXPLAN_TIMEOUT
+   * (seconds; unset, empty or 0: no timeout; anything but a number >= 0 is
+   * FP_ERR_ARG at create); < 0: no timeout whatever the environment says. */
+  double timeout_s;
 } fp_exec_config;
 
 /* NCCL backend: a new unique id (ncclGetUniqueId), for FP_NCCL_BOOT_ID: rank 0
@@ -403,7 +414,10 @@ FP_API fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out)
  * nothing. Buffer addresses never change, so CUDA graphs captured before a
  * refit (the executor's and the trainer's) compute with the new weights when
  * replayed after it. Call it between steps (before step_begin): FP_ERR_ORDER
- * otherwise. Local: no communication. NCCL: it synchronizes the device (not
+ * otherwise. Collective: every rank calls it, and the ranks agree on success
+ * before any rank writes, so a refit that fails on one rank fails on all
+ * (FP_ERR_WEIGHTS naming that rank) and no rank changes its weights (one
+ * all-reduce of two numbers). NCCL: it synchronizes the device (not
  * allowed while the compute stream is being captured). */
 FP_API fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths);
 

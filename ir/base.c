@@ -3,6 +3,9 @@
 #include "base.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,14 +115,41 @@ void fp_sb_grow(fp_sbuf *b, size_t n) {
 
 /* ---- sources ----------------------------------------------------------------- */
 bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
-  FILE *f = fopen(path, "rb");
+  /* O_NONBLOCK: opening a FIFO with no writer must not hang; only regular
+   * files are read (a device like /dev/zero never ends), up to a stated size */
+  int fd = open(path, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) {
+    fp_diag_errorf(d, path, "cannot open: %s", strerror(errno));
+    return false;
+  }
+  struct stat sb;
+  const char *why = NULL;
+  if (fstat(fd, &sb) != 0)
+    why = fp_sprintf(a, "cannot stat: %s", strerror(errno));
+  else if (S_ISDIR(sb.st_mode))
+    why = "is a directory";
+  else if (!S_ISREG(sb.st_mode))
+    why = "not a regular file";
+  else if (sb.st_size > FP_SRC_MAX_BYTES)
+    why = fp_sprintf(a, "file of %lld bytes exceeds the input limit of %lld bytes", (long long)sb.st_size,
+                     (long long)FP_SRC_MAX_BYTES);
+  if (why) {
+    fp_diag_errorf(d, path, "%s", why);
+    close(fd);
+    return false;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "rb");
   if (!f) {
     fp_diag_errorf(d, path, "cannot open: %s", strerror(errno));
+    close(fd);
     return false;
   }
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap);
   FP_ASSERT(buf);
+  bool too_big = false;
   for (;;) {
     if (len + 1 >= cap) {
       cap *= 2;
@@ -129,6 +159,16 @@ bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
     size_t n = fread(buf + len, 1, cap - len - 1, f);
     len += n;
     if (n == 0) break;
+    if (len > (size_t)FP_SRC_MAX_BYTES) { /* a file that grows while we read */
+      too_big = true;
+      break;
+    }
+  }
+  if (too_big) {
+    fclose(f);
+    free(buf);
+    fp_diag_errorf(d, path, "file exceeds the input limit of %lld bytes", (long long)FP_SRC_MAX_BYTES);
+    return false;
   }
   bool err = ferror(f);
   fclose(f);
@@ -202,10 +242,27 @@ static void diag_emit(fp_diag *d, const char *prefix, const char *fmt, va_list a
   memcpy(s, prefix, pl);
   vsnprintf(s + pl, (size_t)n + 1, fmt, aq);
   va_end(aq);
-  s[pl + (size_t)n] = '\n';
-  s[pl + (size_t)n + 1] = 0;
-  diag_append(d, s);
+  s[pl + (size_t)n] = 0;
+  /* names in messages come from the input: a key with an escaped newline or
+   * ESC must not forge a line or reach the terminal, so control characters
+   * (C0, DEL and UTF-8 C1) are written as escapes */
+  fp_sbuf b = {0};
+  for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+    if (*q == '\n') fp_sb_puts(&b, "\\n");
+    else if (*q == '\t') fp_sb_puts(&b, "\\t");
+    else if (*q == '\r') fp_sb_puts(&b, "\\r");
+    else if (*q < 0x20 || *q == 0x7f || (*q == 0xc2 && q[1] >= 0x80 && q[1] <= 0x9f)) {
+      char e[8];
+      snprintf(e, sizeof e, "\\u%04x", *q == 0xc2 ? *++q : *q);
+      fp_sb_puts(&b, e);
+    } else {
+      fp_sb_putc(&b, (char)*q);
+    }
+  }
+  fp_sb_putc(&b, '\n');
   free(s);
+  diag_append(d, b.p);
+  free(b.p);
 }
 
 void fp_diag_errorf(fp_diag *d, const char *where, const char *fmt, ...) {

@@ -40,7 +40,10 @@ typedef struct fp_src {
 } fp_src;
 
 /* Read a whole file into the arena. On failure reports "path: error: ..."
- * through d and returns false. */
+ * through d and returns false. Only regular files of at most
+ * FP_SRC_MAX_BYTES are read: a directory is "is a directory", a FIFO or
+ * device "not a regular file" (never a hang or an endless read). */
+#define FP_SRC_MAX_BYTES ((long long)1 << 30) /* 1 GiB: the largest plan.json is tens of MB */
 struct fp_diag;
 bool fp_src_read(fp_arena *a, struct fp_diag *d, const char *path, fp_src *out);
 /* line and column (1-based; column counts bytes) of a byte offset */

@@ -14,6 +14,7 @@
  * the values actually present), and the first error stops it with
  * "file:line:col: error: message". */
 #include "irpriv.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -937,6 +938,12 @@ fp_prog *fp_ir_parse(fp_arena *a, fp_diag *d, const fp_src *src) {
   ps.p = fp_prog_new(a);
   for (int k = 0; k < NM_N; k++) fp_namemap_init(&ps.names[k], a, 16);
   bool ok = true;
+  /* names must be UTF-8 that plan.json can hold */
+  size_t bad = fp_utf8_invalid(ps.t, ps.n);
+  if (bad < ps.n) {
+    fail(&ps, bad, "invalid UTF-8 (byte 0x%02x)", (unsigned char)ps.t[bad]);
+    return NULL;
+  }
   for (size_t b = 0; ok && b < ps.n;) {
     const char *nl = memchr(ps.t + b, '\n', ps.n - b);
     ps.bol = ps.pos = b;

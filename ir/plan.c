@@ -21,6 +21,7 @@
  * /buffers/N, ...). On any failure it returns NULL; whatever it allocated is
  * in the caller's arena or freed. */
 #include "irpriv.h"
+#include "utf8.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -1717,6 +1718,7 @@ static const char *const a_root[] = {"format", "planner_version", "hash", "model
 /* the program, or NULL: not taken */
 static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
   if (!src->text || src->len > (size_t)INT32_MAX - 1) return NULL;
+  if (fp_utf8_invalid(src->text, src->len) < src->len) return NULL; /* the slow reader says where */
   fr f = {.s = src->text, .end = src->text + src->len, .a = a};
   fp_prog *p = f.p = fp_prog_new(a);
   f_segs segs = {0};

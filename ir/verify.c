@@ -1344,20 +1344,50 @@ typedef struct fpir_loc {
   const fp_src *src;
 } fpir_loc;
 
+/* The line of the nth (0-based) directive WORD in .fpir text, and the column
+ * of its value; 0 when there is none. Directives start their lines. */
+static int32_t directive_line(const fp_src *src, const char *word, size_t wlen, int64_t nth, int32_t *col) {
+  if (!src || !wlen) return 0;
+  int32_t line = 1;
+  for (size_t b = 0; b < src->len; line++) {
+    const char *t = src->text + b, *nl = memchr(t, '\n', src->len - b);
+    size_t len = nl ? (size_t)(nl - t) : src->len - b;
+    if (len > wlen && !memcmp(t, word, wlen) && (t[wlen] == ' ' || t[wlen] == '\t') && nth-- == 0) {
+      size_t c = wlen;
+      while (c < len && (t[c] == ' ' || t[c] == '\t')) c++;
+      *col = (int32_t)c + 1;
+      return line;
+    }
+    if (!nl) break;
+    b += len + 1;
+  }
+  return 0;
+}
+
 static void report_fpir(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg) {
   fpir_loc *l = ctx;
-  int32_t line = 0;
+  int32_t line = 0, col = 1;
   char obj[200];
   const char *nm = NULL, *kind = NULL;
   switch (what) {
-    case FP_VL_PROG: snprintf(obj, sizeof obj, "program"); break;
+    case FP_VL_PROG:
+      /* a header field's message starts with its directive ("world_size 0
+       * is out of range"); the rest are about the ops, or the whole file */
+      snprintf(obj, sizeof obj, "program");
+      line = directive_line(l->src, msg, strcspn(msg, " "), 0, &col);
+      if (!line && p->nops > 0 && strstr(msg, " ops but no segment")) line = p->ops[0].line, col = 1;
+      if (!line) line = directive_line(l->src, "fpir", 4, 0, &col), col = 1;
+      break;
     case FP_VL_OP: line = p->ops[i].line; snprintf(obj, sizeof obj, "op %" PRId64, i); break;
     case FP_VL_SEG: line = p->segs[i].line; snprintf(obj, sizeof obj, "segment %" PRId64, i); break;
     case FP_VL_COMM: line = p->comms[i].line, nm = p->comms[i].name, kind = "comm"; break;
     case FP_VL_TAB: line = p->tabs[i].line, nm = p->tabs[i].name, kind = "table"; break;
     case FP_VL_BUF: line = p->bufs[i].line, nm = p->bufs[i].name, kind = "buffer"; break;
     case FP_VL_MODULE: line = p->mods[i].line, nm = p->mods[i].name, kind = "module"; break;
-    case FP_VL_BUCKET: nm = p->buckets[i], kind = "bucket"; break;
+    case FP_VL_BUCKET:
+      nm = p->buckets[i], kind = "bucket";
+      line = directive_line(l->src, "bucket", 6, i, &col); /* bucket lines come in index order */
+      break;
     case FP_VL_PARAM: line = p->params[i].line, nm = p->params[i].name, kind = "param"; break;
     case FP_VL_LIVE: {
       int32_t b = p->lives[i].buf;
@@ -1370,7 +1400,7 @@ static void report_fpir(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
   if (kind) snprintf(obj, sizeof obj, "%s %" PRId64 " '%.120s'", kind, i, nm ? nm : "");
   char where[1100];
   if (l->src && line > 0)
-    snprintf(where, sizeof where, "%.1000s:%" PRId32 ":1", l->src->path, line);
+    snprintf(where, sizeof where, "%.1000s:%" PRId32 ":%" PRId32, l->src->path, line, col);
   else
     snprintf(where, sizeof where, "%.1000s", l->src ? l->src->path : "<plan>");
   fp_diag_errorf(l->d, where, "%s: %s", obj, msg);

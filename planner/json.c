@@ -15,6 +15,8 @@
  *     fails: on anything unexpected it answers the nearest ancestor found. */
 #include "json.h"
 
+#include "ir/utf8.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -714,6 +716,14 @@ json_object *fp_json_parse(fp_jctx *c) {
   }
   if (s->len > (size_t)INT32_MAX - 1) {
     fp_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
+    return NULL;
+  }
+  /* json-c's UTF-8 check lets overlong forms and surrogates through */
+  size_t bad = fp_utf8_invalid(s->text, s->len);
+  if (bad < s->len) {
+    const char *ptr = path_at(c->a, s->text, s->len, bad);
+    fp_diag_at(c->d, s, bad, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/",
+               (unsigned char)s->text[bad]);
     return NULL;
   }
   struct json_tokener *tok = json_tokener_new_ex(FP_JSON_MAX_DEPTH);

@@ -113,6 +113,54 @@ static int find_or_add_bucket(fp_layout *L, bucket_key *keys, bucket_key k) {
 
 static int64_t param_bytes(const fp_param *p, fp_dtype t) { return p->numel * fp_dtype_size(t); }
 
+/* Bucket names become IR names (and buffer names "<bucket>.main" ...), so two
+ * buckets must not share one. Automatic names (a module's own bucket, a
+ * per_module split "<bucket>.<module>", "auto<N>") can meet a user's bucket
+ * name; that is the user's to fix, so it is a located error on the user's
+ * bucket, not an invalid program later. Sorted, so large models stay fast. */
+typedef struct {
+  const char *name;
+  int bucket;
+} named_bucket;
+
+static int cmp_named_bucket(const void *x, const void *y) {
+  const named_bucket *a = x, *b = y;
+  int c = strcmp(a->name, b->name);
+  return c ? c : (a->bucket > b->bucket) - (a->bucket < b->bucket);
+}
+
+static const char *describe_bucket(fp_layout *L, const bucket_key *k) {
+  const fp_model *m = L->model;
+  const fp_spec *s = L->spec;
+  if (k->spec >= 0 && k->module >= 0)
+    return fp_sprintf(L->a, "the per_module split of bucket '%s' for module '%s'", s->buckets[k->spec].name,
+                      m->modules[k->module].name);
+  if (k->spec >= 0) return fp_sprintf(L->a, "the bucket at %s", s->buckets[k->spec].ptr);
+  if (k->module >= 0) return fp_sprintf(L->a, "the automatic bucket of module '%s'", m->modules[k->module].name);
+  return fp_sprintf(L->a, "automatic bucket %d", k->auto_id);
+}
+
+static bool check_bucket_names(fp_layout *L, const bucket_key *keys) {
+  if (L->nbuckets < 2) return true;
+  named_bucket *v = fp_alloc_array(L->a, (size_t)L->nbuckets, sizeof *v);
+  for (int b = 0; b < L->nbuckets; b++) v[b] = (named_bucket){L->buckets[b].name, b};
+  qsort(v, (size_t)L->nbuckets, sizeof *v, cmp_named_bucket);
+  for (int i = 1; i < L->nbuckets; i++) {
+    if (strcmp(v[i - 1].name, v[i].name)) continue;
+    const bucket_key *x = &keys[v[i - 1].bucket], *y = &keys[v[i].bucket];
+    /* blame a bucket the user named exactly; else the later spec entry */
+    bool y_exact = y->spec >= 0 && y->module < 0;
+    bool x_exact = x->spec >= 0 && x->module < 0;
+    /* at least one came from the spec (module names and auto<N> are unique) */
+    const bucket_key *blame = y_exact ? y : x_exact ? x : x->spec > y->spec ? x : y;
+    const bucket_key *other = blame == y ? x : y;
+    return fp_layout_error(L, false, fp_ptr_key(L->a, L->spec->buckets[blame->spec].ptr, "name"),
+                           "bucket name '%s' is also the name of %s; rename the bucket", v[i].name,
+                           describe_bucket(L, other));
+  }
+  return true;
+}
+
 static bool assign_buckets(fp_layout *L, int *bucket_of) {
   const fp_model *m = L->model;
   const fp_spec *s = L->spec;
@@ -188,7 +236,7 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     B->ptr = bs ? bs->ptr : (k.module >= 0 ? m->modules[k.module].ptr : m->ptr);
     B->lparams = fp_alloc_array(L->a, (size_t)m->nparams, sizeof(int));
   }
-  return true;
+  return check_bucket_names(L, keys);
 }
 
 /* ---- placements and dtypes ---------------------------------------------------- */

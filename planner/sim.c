@@ -20,12 +20,16 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   out->start_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->start_us);
   out->end_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->end_us);
   out->segs = fp_alloc_array(a, (size_t)P->nsegs + 1, sizeof *out->segs);
+  out->exposed_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_us);
+  out->exposed_by = fp_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_by);
+  for (int32_t i = 0; i < n; i++) out->exposed_by[i] = -1;
   out->nsegs = P->nsegs;
   double *dur = malloc(sizeof *dur * ((size_t)n + 1));
   int32_t *lead = malloc(sizeof *lead * ((size_t)n + 1)); /* first op of i's grouped call (i alone) */
   double *ev = malloc(sizeof *ev * ((size_t)P->nevents + 1));
   int *evs = malloc(sizeof *evs * ((size_t)P->nevents + 1)); /* stream of the event's last record */
-  FP_ASSERT(dur && lead && ev && evs);
+  int32_t *evop = malloc(sizeof *evop * ((size_t)P->nevents + 1)); /* the op before the event's last record */
+  FP_ASSERT(dur && lead && ev && evs && evop);
 
   for (int32_t i = 0; i < n;) {
     const fp_op *op = &P->ops[i];
@@ -43,7 +47,11 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   for (int32_t e = 0; e < P->nevents; e++) {
     ev[e] = -INFINITY; /* never recorded: holds nothing back */
     evs[e] = FP_STREAM_COMPUTE;
+    evop[e] = -1;
   }
+  /* per stream: its last op that takes time, and its last communication op
+   * (what a wait on a record after it is charged to) */
+  int32_t last[FP_NSTREAMS] = {-1, -1, -1}, lastc[FP_NSTREAMS] = {-1, -1, -1};
 
   double clock[FP_NSTREAMS] = {0}, t0 = 0;
   for (int step = 0; step < 2; step++) {
@@ -65,15 +73,25 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
         if (op->code == FP_OP_RECORD) {
           ev[op->event] = clock[s];
           evs[op->event] = s;
+          evop[op->event] = lastc[s] >= 0 ? lastc[s] : last[s];
         } else if (ev[op->event] > clock[s]) {
-          if (rep && s == FP_STREAM_COMPUTE && evs[op->event] != FP_STREAM_COMPUTE)
+          if (rep && s == FP_STREAM_COMPUTE && evs[op->event] != FP_STREAM_COMPUTE) {
             sg->exposed_us += ev[op->event] - clock[s];
+            out->exposed_us[i] += ev[op->event] - clock[s];
+            out->exposed_by[i] = evop[op->event] >= 0 ? evop[op->event] : i;
+          }
           clock[s] = ev[op->event];
         }
         st = en = clock[s];
       } else {
         st = clock[s];
         en = clock[s] = st + dur[i];
+        last[s] = i;
+        if (cls == FP_OPC_COMM) lastc[s] = i;
+        if (rep && s == FP_STREAM_COMPUTE && cls == FP_OPC_COMM) {
+          out->exposed_us[i] += dur[i];
+          out->exposed_by[i] = i;
+        }
         if (rep) {
           out->busy_us[s] += dur[i];
           if (cls == FP_OPC_COMPUTE) sg->compute_us += dur[i];
@@ -110,6 +128,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   free(dur);
   free(lead);
   free(ev);
+  free(evop);
   free(evs);
   return finite;
 }
@@ -256,7 +275,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   }
   free(pair);
 
-  if (L.n > 0) qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev); /* L.v is NULL when nothing is transient */
+  if (L.n > 1) qsort(L.v, (size_t)L.n, sizeof *L.v, cmp_ev); /* an empty program has no list: qsort(NULL) is UB */
   int64_t cap = 0;
   tl->pts = fp_grow(a, NULL, &cap, 1, sizeof *tl->pts);
   tl->npts = 1; /* the persistent buffers, from the start of the step */
@@ -297,6 +316,47 @@ static const char *hook(const fp_prog *P, const fp_seg *S, char *buf, size_t n) 
   else
     snprintf(buf, n, "%s", fp_seg_name(S->kind));
   return buf;
+}
+
+typedef struct exposed_row {
+  int32_t at; /* the wait (or compute-stream collective) */
+  double us;
+} exposed_row;
+
+static int cmp_exposed(const void *x, const void *y) {
+  const exposed_row *a = x, *b = y;
+  if (a->us != b->us) return a->us < b->us ? 1 : -1;
+  return (a->at > b->at) - (a->at < b->at);
+}
+
+void fp_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < P->nops; i++) n += S->exposed_us[i] > 0;
+  double step = S->step_us;
+  fprintf(f, "exposed communication, ranked (modeled, docs/cost-model.md): %.3f ms, %.1f%% of the %.3f ms step, "
+             "at %d wait(s)\n", S->exposed_comm_us / 1e3, step > 0 ? 100 * S->exposed_comm_us / step : 0.0,
+          step / 1e3, (int)n);
+  if (n == 0) return;
+  exposed_row *v = malloc(sizeof *v * (size_t)n);
+  FP_ASSERT(v);
+  n = 0;
+  for (int32_t i = 0; i < P->nops; i++)
+    if (S->exposed_us[i] > 0) v[n++] = (exposed_row){i, S->exposed_us[i]};
+  qsort(v, (size_t)n, sizeof *v, cmp_exposed);
+  if (top > 0 && n > top) n = top;
+  char buf[512];
+  fprintf(f, "%5s  %10s  %6s  %6s  %-16s  %-24s  %s\n", "rank", "ms", "share", "op", "opcode", "bucket",
+          "hook (waiting)");
+  for (int32_t k = 0; k < n; k++) {
+    const fp_op *w = &P->ops[v[k].at];
+    int32_t by = S->exposed_by[v[k].at];
+    const fp_op *o = by >= 0 ? &P->ops[by] : w;
+    fprintf(f, "%5d  %10.3f  %5.1f%%  %6d  %-16s  %-24.60s  %s\n", (int)k + 1, v[k].us / 1e3,
+            step > 0 ? 100 * v[k].us / step : 0.0, (int)(by >= 0 ? by : v[k].at), fp_op_name(o->code),
+            o->bucket >= 0 && o->bucket < P->nbuckets ? P->buckets[o->bucket] : "-",
+            hook(P, &P->segs[w->seg], buf, sizeof buf));
+  }
+  free(v);
 }
 
 void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f) {

@@ -34,6 +34,13 @@ typedef struct fp_sim {
   double compute_local_us; /* local kernels (casts, copies, memsets, ...) on the compute stream */
   double busy_us[FP_NSTREAMS]; /* per stream: time its ops run */
   double *start_us, *end_us;   /* per op (P->nops; sync ops take no time) */
+  /* exposed communication by op (P->nops): at a compute-stream wait, the time
+   * the compute stream stood still for it, and the op it waited for (the
+   * last op before the matching record on ag or rs); at a collective issued
+   * on the compute stream, its own time and itself; 0 and -1 elsewhere.
+   * Their sum is exposed_comm_us. */
+  double *exposed_us;
+  int32_t *exposed_by;
   fp_sim_seg *segs;        /* one per P->segs, in order */
   int32_t nsegs;
 } fp_sim;
@@ -56,6 +63,12 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out);
  * come before allocations (a range ending at t and one starting at t never
  * overlap), except that a range of zero length is live at its instant. */
 fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S);
+
+/* Print the exposed communication of the reported step ranked, the largest
+ * first (at most `top` rows; <= 0: all): the op the compute stream waited
+ * for, its bucket, the hook whose segment waited, modeled ms and share of
+ * the step. */
+void fp_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f);
 
 /* Print the per-segment table and the totals, every figure labelled
  * modeled; tl (may be NULL) adds the memory figures. */

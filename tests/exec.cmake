@@ -51,6 +51,13 @@ fp_parity(bf16_params mlp bf16 4)
 fp_parity(ga2 mlp ga2 2)
 fp_parity(ga2 mlp ga2 3)
 fp_parity(ga2_poll mlp ga2 4 --progress poll)
+# 16-bit reductions at 3 and more ranks (MPI's order differs from the
+# reference's from 4 ranks on: train_mlp's reduction_bound) and per-bucket
+# mixed precision (bf16 params and reductions in one bucket, fp32 elsewhere)
+fp_parity(bf16_reduce mlp bf16-reduce 3)
+fp_parity(bf16_reduce mlp bf16-reduce 4)
+fp_parity(bucket_mp mlp bucket-mp 2)
+fp_parity(bucket_mp mlp bucket-mp 4)
 
 # a tied weight (model.json v2 "uses": the last layer reads fc0.weight
 # transposed; train_mlp's tied layer) and recomputed modules (the spec's
@@ -97,6 +104,15 @@ fp_mpi_test(exec_timing 2 test_exec_timing)
 fp_mpi_test(exec_hash_np2 2 test_exec_hash)
 fp_mpi_test(exec_hash_np3 3 test_exec_hash)
 fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan})
+# the watchdog: a rank that stops calling hooks; FLEXPLAN_TIMEOUT=1 (the test
+# also arms alarm(60): it fails, never hangs)
+add_executable(test_exec_watchdog ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_watchdog.c)
+target_link_libraries(test_exec_watchdog PRIVATE flexplan_exec)
+foreach(mode poll thread)
+  fp_mpi_test(exec_watchdog_${mode} 3 test_exec_watchdog ${mode})
+  set_property(TEST exec_watchdog_${mode} APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
+  set_tests_properties(exec_watchdog_${mode} PROPERTIES TIMEOUT 120)
+endforeach()
 
 # the NCCL backend's GPU-free decisions (executor/nccl_plan.c: bootstrap
 # rules, communicator splits, the issue order of records, waits and runs),

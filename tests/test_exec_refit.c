@@ -9,7 +9,8 @@
  *  - a file set that lacks a param, has a wrong shape or dtype, names a
  *    param twice, is truncated or missing is refused with FP_ERR_WEIGHTS
  *    and a message naming the param or file, and the arena is unchanged
- *    byte for byte.
+ *    byte for byte; on every rank when it fails on one rank only (the
+ *    others name that rank).
  * usage: mpirun -n 3 test_exec_refit PLAN */
 #include "exec_util.h"
 
@@ -210,6 +211,15 @@ int main(int argc, char **argv) {
     EXPECT(truncate(a, n / 2) == 0, "truncate");
   }
   expect_refused("truncated file", one, 1, a);
+  /* a refit that fails on one rank only: every rank refuses, none changes
+   * (before the ranks agreed, the others loaded the new weights) */
+  if (tu_world > 1) {
+    int bad = tu_world - 1;
+    write_file(a, 0, np, FP_F32, 5, tu_rank == bad ? 1 : -1, -1, -1);
+    if (tu_rank == bad) snprintf(frag, sizeof frag, "'%s' is in none", views[1].name);
+    else snprintf(frag, sizeof frag, "rank %d could not load the weights", bad);
+    expect_refused("a refit failing on one rank", one, 1, frag);
+  }
   const char *missing[1] = {"/nonexistent/w.safetensors"};
   expect_refused("missing file", missing, 1, "nonexistent");
   EXPECT(fp_exec_load_weights(x, NULL, 1) == FP_ERR_ARG && fp_exec_load_weights(x, one, 0) == FP_ERR_ARG, "no files");

@@ -174,7 +174,7 @@ static void test_syntax_errors(void **state) {
       {"{\"a\": -9223372036854775809}", "in.json:1:7: error: /a: ", "outside the 64-bit range"},
       {"{\"a\": 18446744073709551616}", "in.json:1:7: error: /a: ", "outside the 64-bit range"},
       {"{\"a\\u0000\": 1}", "in.json:1:4: error: /: ", "NUL"},
-      {"{\"a\": \"\xff\"}", "in.json:1:8: error: /a: ", "utf-8"},
+      {"{\"a\": \"\xff\"}", "in.json:1:8: error: /a: ", "invalid UTF-8 (byte 0xff)"},
       {"{\"a\" 1}", "in.json:1:6: error: /: ", "':'"},
       {"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",

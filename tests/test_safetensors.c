@@ -252,7 +252,12 @@ static void broken_files(void **state) {
   expect_header_fail("{}{}", 0, "only whitespace may follow");
   expect_header_fail("{\"t\":\"a\tb\"}", 0, "control character in a string");
   expect_header_fail("{\"t\":\"\\q\"}", 0, "bad escape");
-  expect_header_fail("{\"t\":\"\xff\"}", 0, "header is not valid JSON");
+  expect_header_fail("{\"t\":\"\xff\"}", 0, "header rejected at header byte 6: invalid UTF-8 (byte 0xff)");
+  /* what json-c's own check lets by: an overlong '/', a UTF-16 surrogate */
+  expect_header_fail("{\"t\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                     "header rejected at header byte 3: invalid UTF-8 (byte 0xc0)");
+  expect_header_fail("{\"t\xed\xa0\x80\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                     "header rejected at header byte 3: invalid UTF-8 (byte 0xed)");
   expect_header_fail("{\"a\\u0000b\":{}}", 0, "a tensor name holds \\u0000");
   expect_header_fail("{\"t\":{\"dtype\\u0000x\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4,
                      "a member name holds \\u0000");

@@ -13,8 +13,12 @@ check what docs/viz.md promises, against the plan itself:
   the pids shown are rank 0 and the first rank of every other layout class
   (computed here from the plan: `only=` predicates and table counts);
 - every X on a declared tid (its pid's stream), ts/dur finite, dur >= 0, no
-  negative ts; one X per op the rank runs, args with op, segment, stream,
-  bucket, bytes and modeled times that agree with ts/dur;
+  negative ts; one X per op the rank runs (a grouped collective: one X from
+  args.op to args.last_op), args with op, segment, stream, bucket, bytes and
+  modeled times that agree with ts/dur;
+- proper nesting on every track in the file's integer nanoseconds: no two X
+  overlap without one containing the other, and only instants (dur 0) sit
+  inside another slice;
 - one flow (s, then f with "bp":"e", same id/cat/name) per wait; the start
   lies inside a slice on the record's stream, the finish inside a slice on
   the wait's stream, and every id has exactly one start and one finish;
@@ -135,11 +139,47 @@ def check(where, plan, trace, ranks_expected):
         if abs(a["modeled_end_us"] - a["modeled_start_us"] - dur) > 2 * EPS or abs(a["modeled_us"] - dur) > EPS:
             fail(where, f"op {a['op']}: args' modeled times disagree with dur")
         slices.setdefault(key, []).append((ts, ts + dur, a["op"]))
-        nx[key[0]] = nx.get(key[0], 0) + 1
+        # a grouped collective is one slice from its first op to last_op:
+        # every member on the same stream, of the same group, and each op
+        # the rank runs is drawn exactly once
+        last = a.get("last_op", a["op"])
+        members = [j for j in range(a["op"], last + 1) if runs_on(plan, ops[j], key[0] - 1)]
+        if last != a["op"]:
+            g = o.get("group")
+            if g is None or any(ops[j].get("group") != g or ops[j]["stream"] != o["stream"]
+                                for j in range(a["op"], last + 1)):
+                fail(where, f"op {a['op']}: slice to last_op {last} spans ops outside its group or stream")
+        for j in members:
+            nx[(key[0], j)] = nx.get((key[0], j), 0) + 1
     for r in ranks_expected:
-        want = sum(1 for o in ops if runs_on(plan, o, r))
-        if nx.get(r + 1, 0) != want:
-            fail(where, f"rank {r}: {nx.get(r + 1, 0)} X events, but it runs {want} ops")
+        want = [i for i, o in enumerate(ops) if runs_on(plan, o, r)]
+        drawn = [i for i in want if nx.get((r + 1, i)) == 1]
+        extra = sum(v for (pid, _), v in nx.items() if pid == r + 1) - len(drawn)
+        if len(drawn) != len(want) or extra:
+            fail(where, f"rank {r}: {len(drawn)} of its {len(want)} ops drawn once, {extra} drawn again or not run")
+
+    # proper nesting on every track, in the file's own integer nanoseconds
+    # (Perfetto drops an X that overlaps its neighbour by even 1 ns); a stream
+    # runs one op at a time, so only an instant (a sync op, dur 0) may sit
+    # inside another slice - grouped collectives included
+    xs = {}
+    for e in evs:
+        if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)):
+            t0 = round(e["ts"] * 1000)
+            xs.setdefault((e["pid"], e["tid"]), []).append((t0, t0 + round(e["dur"] * 1000), e["args"].get("op")))
+    for key, v in xs.items():
+        v.sort(key=lambda x: (x[0], -x[1]))
+        stack = []
+        for t0, t1, op in v:
+            while stack and t0 >= stack[-1][1]:
+                stack.pop()
+            if stack and t1 > stack[-1][1]:
+                fail(where, f"track {key}: op {op} [{t0}, {t1}] ns overlaps op {stack[-1][2]} "
+                            f"[{stack[-1][0]}, {stack[-1][1]}] ns without nesting")
+            elif stack and t1 > t0:
+                fail(where, f"track {key}: op {op} [{t0}, {t1}] ns is drawn nested in op {stack[-1][2]} "
+                            f"[{stack[-1][0]}, {stack[-1][1]}] ns")
+            stack.append((t0, t1, op))
 
     def inside(pid, stream, ts):
         tid = next((t for (p, t), n in threads.items() if p == pid and n == stream), None)

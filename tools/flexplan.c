@@ -39,9 +39,11 @@ static const char usage[] =
     "                 run the whole compiler, write nothing\n"
     "  print FILE     print a plan.json or .fpir as .fpir\n"
     "  verify FILE    verify a plan.json or .fpir (exit 0 valid, 1 invalid)\n"
-    "  explain FILE [--hardware PRESET]\n"
+    "  explain FILE [--hardware PRESET] [--exposed]\n"
     "                 print a plan.json or .fpir as a table, one row per op, with\n"
-    "                 the modeled start and end of each (simulated as 'simulate' does)\n"
+    "                 the modeled start and end of each (simulated as 'simulate' does);\n"
+    "                 --exposed: the exposed communication ranked instead (op, bucket,\n"
+    "                 the hook that waits, ms)\n"
     "  simulate PLAN [--hardware PRESET]\n"
     "                 replay a plan.json or .fpir on the plan's hardware (or PRESET)\n"
     "                 and print the modeled time per segment and the totals\n"
@@ -74,6 +76,17 @@ static double now_ms(void) {
 }
 
 /* ---- atomic output -------------------------------------------------------- */
+/* Everything written to standard output reached it; else say so (stdio keeps
+ * a failed write's error on the stream, and a later fflush may succeed). */
+static bool stdout_written(void) {
+  bool flushed = fflush(stdout) == 0;
+  int err = errno;
+  if (flushed && !ferror(stdout)) return true;
+  if (!flushed) fprintf(stderr, "flexplan: error: cannot write to standard output: %s\n", strerror(err));
+  else fprintf(stderr, "flexplan: error: cannot write to standard output\n");
+  return false;
+}
+
 typedef struct {
   const char *path; /* final path; NULL for stdout */
   char *tmp;        /* temporary path */
@@ -115,7 +128,7 @@ static bool out_open(out_file *o, const char *path) {
 }
 
 static bool out_commit(out_file *o) {
-  if (!o->path) return fflush(stdout) == 0;
+  if (!o->path) return stdout_written();
   bool ok = fflush(o->f) == 0 && !ferror(o->f);
   ok = (fclose(o->f) == 0) && ok;
   if (ok && rename(o->tmp, o->path) != 0) ok = false;
@@ -200,12 +213,14 @@ static int parse_ranks(const char *s, rank_list *out) {
       if (hi < lo) return usage_error("--ranks: a range ends before it starts at '%s'", q);
       q = end;
     }
-    for (long long r = lo; r <= hi; r++) {
+    for (long long r = lo;; r++) { /* stops at hi, never past it: hi may be LLONG_MAX */
       bool dup = false;
       for (int32_t k = 0; k < out->n && !dup; k++) dup = out->v[k] == r;
-      if (dup) continue;
-      if (out->n == MAX_RANKS_SHOWN) return usage_error("--ranks: at most 64 ranks at once (at '%s')", s);
-      out->v[out->n++] = r;
+      if (!dup) {
+        if (out->n == MAX_RANKS_SHOWN) return usage_error("--ranks: at most 64 ranks at once (at '%s')", s);
+        out->v[out->n++] = r;
+      }
+      if (r == hi) break;
     }
     if (*q == ',') {
       q++;
@@ -384,7 +399,7 @@ static int cmd_file(int argc, char **argv, const char *cmd) {
     if (!strcmp(cmd, "print")) fp_ir_print(p, stdout);
     else fprintf(stderr, "%s: ok: %d ops in %d segments, arena %lld bytes\n", argv[0], p->nops, p->nsegs,
                  (long long)p->arena_bytes);
-    if (fflush(stdout) != 0) rc = EXIT_INPUT;
+    if (!stdout_written()) rc = EXIT_INPUT;
   }
   fp_diag_free(&d);
   fp_arena_free(ar);
@@ -422,6 +437,12 @@ static void print_explain(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const
   fp_ir_explain_modeled(p, sim->start_us, sim->end_us, stdout);
 }
 
+/* explain --exposed: the ranked table of exposed communication only */
+static void print_exposed(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
+  (void)ar, (void)hw;
+  fp_sim_print_exposed(p, sim, 0, stdout);
+}
+
 static void print_simulation(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
   fp_sim_print(p, sim, hw, fp_sim_memory(ar, p, sim), stdout);
 }
@@ -442,7 +463,7 @@ static int cmd_modeled(int argc, char **argv, const char *cmd, modeled_fn print)
   fp_sim sim;
   if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
     print(ar, p, &hw, &sim);
-    rc = fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+    rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
   fp_diag_free(&d);
   fp_arena_free(ar);
@@ -536,16 +557,24 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     fputs(usage, stdout);
-    return EXIT_OK;
+    return stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
   if (!strcmp(cmd, "--version")) {
     printf("flexplan %s\n", FP_VERSION);
-    return EXIT_OK;
+    return stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
   if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
   if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
   if (!strcmp(cmd, "simulate")) return cmd_modeled(argc - 2, argv + 2, "simulate", print_simulation);
-  if (!strcmp(cmd, "explain")) return cmd_modeled(argc - 2, argv + 2, "explain", print_explain);
+  if (!strcmp(cmd, "explain")) {
+    /* --exposed anywhere after the command: the ranked exposed table instead */
+    bool exposed = false;
+    int n = 0;
+    for (int i = 2; i < argc; i++)
+      if (!strcmp(argv[i], "--exposed")) exposed = true;
+      else argv[2 + n++] = argv[i];
+    return cmd_modeled(n, argv + 2, "explain", exposed ? print_exposed : print_explain);
+  }
   if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
   if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
     return cmd_file(argc - 2, argv + 2, cmd);

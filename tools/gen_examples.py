@@ -2,7 +2,7 @@
 """gen_examples.py - write the shipped examples/<name>.json files.
 
 Each example is self-contained: {"model": {flexplan.model.v1}, "spec":
-{flexplan.spec.v1}} (DESIGN.md section 2), so `flexplan compile
+{flexplan.spec.v1}} (docs/design.md, "The core design" section 2), so `flexplan compile
 examples/<name>.json` needs nothing else. Run from anywhere:
 
     /usr/bin/python3 tools/gen_examples.py            # (re)write examples/

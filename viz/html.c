@@ -11,6 +11,7 @@
  * small: llama3-405b's 10,875 ops make about 1 MB. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jw.h"
@@ -18,6 +19,18 @@
 
 extern const char fp_viz_js[];
 extern const char fp_viz_css[];
+
+/* the exposed_rank rows: the largest first, then by op */
+typedef struct exposed_row {
+  double us;
+  int32_t at;
+} exposed_row;
+
+static int cmp_exposed_row(const void *x, const void *y) {
+  const exposed_row *a = x, *b = y;
+  if (a->us != b->us) return a->us < b->us ? 1 : -1;
+  return (a->at > b->at) - (a->at < b->at);
+}
 
 /* "name":[v(0), v(1), ...] over n items; fn writes item k */
 typedef void (*item_fn)(FILE *f, const fp_viz *v, int32_t k);
@@ -207,6 +220,22 @@ static void write_data(FILE *f, const fp_viz *v) {
     fputc(',', f);
     fp_jw_us(f, x->t1);
     fprintf(f, ",%" PRId32 ",%" PRId32 "]", x->op, x->cause);
+  }
+  /* the exposed communication ranked as `flexplan explain --exposed` ranks
+   * it (the simulator's charge per wait): [wait, op waited for, us], the
+   * largest first */
+  fputs("]\n,\"exposed_rank\":[", f);
+  int32_t nr = 0;
+  for (int32_t i = 0; i < p->nops; i++) nr += v->sim.exposed_us[i] > 0;
+  exposed_row *rk = fp_alloc_array(v->a, (size_t)nr + 1, sizeof *rk);
+  nr = 0;
+  for (int32_t i = 0; i < p->nops; i++)
+    if (v->sim.exposed_us[i] > 0) rk[nr++] = (exposed_row){v->sim.exposed_us[i], i};
+  qsort(rk, (size_t)nr, sizeof *rk, cmp_exposed_row);
+  for (int32_t j = 0; j < nr; j++) {
+    fprintf(f, "%s[%" PRId32 ",%" PRId32 ",", j ? "," : "", rk[j].at, v->sim.exposed_by[rk[j].at]);
+    fp_jw_us(f, rk[j].us);
+    fputc(']', f);
   }
   fputs("]\n,\"mem\":{\"pts\":[", f);
   for (int32_t k = 0; k < v->tl->npts; k++) {

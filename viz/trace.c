@@ -39,9 +39,22 @@ static void ev_begin(tw *w) {
   w->first = false;
 }
 
+/* microseconds rounded as the file writes them, so that dur = end - start
+ * exactly and back-to-back slices never overlap by a rounding (Perfetto
+ * drops an X that overlaps its neighbour on a track by 1 ns) */
+static double r3(double us) { return round(us * 1000) / 1000; }
+
 static void ts(tw *w, double t_us) {
   fputs("\"ts\":", w->f);
-  fp_jw_us(w->f, t_us - w->t0);
+  fp_jw_us(w->f, r3(t_us - w->t0));
+}
+
+/* "ts":..,"dur":.. of a slice from t0 to t1 (simulator times): dur is the
+ * rounded end minus the rounded start */
+static void ts_dur(tw *w, double t0, double t1) {
+  ts(w, t0);
+  fputs(",\"dur\":", w->f);
+  fp_jw_us(w->f, r3(t1 - w->t0) - r3(t0 - w->t0));
 }
 
 static int64_t pid_of(int64_t rank) { return rank + 1; }
@@ -59,29 +72,57 @@ static void meta(tw *w, const char *name, int64_t pid, int64_t tid, const char *
   fputs("}}", w->f);
 }
 
-static void op_event(tw *w, const fp_viz *v, int64_t rank, int32_t i) {
+/* The last op of the group that starts at op i on its stream (i when op i is
+ * not grouped): a group's members are issued together and complete as one
+ * (ncclGroupStart/End), the simulator gives them one span, and one slice
+ * draws them - members drawn apart would nest falsely on their track. */
+static int32_t group_last(const fp_viz *v, int64_t rank, int32_t i) {
+  const fp_prog *p = v->p;
+  int32_t last = i;
+  if (p->ops[i].group < 0) return i;
+  for (int32_t j = i + 1; j < p->nops && p->ops[j].group == p->ops[i].group && p->ops[j].stream == p->ops[i].stream;
+       j++)
+    if (fp_viz_runs(v, j, rank)) last = j;
+  return last;
+}
+
+/* the X slice of op i, or of the group of ops i..last (see group_last) */
+static void op_event(tw *w, const fp_viz *v, int64_t rank, int32_t i, int32_t last) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
   FILE *f = w->f;
-  char buf[512];
+  char buf[600], lab[512];
   double st = v->sim.start_us[i], en = v->sim.end_us[i];
+  int64_t bytes = 0;
+  int32_t nmem = 0;
+  for (int32_t j = i; j <= last; j++) {
+    if (!fp_viz_runs(v, j, rank)) continue;
+    st = fmin(st, v->sim.start_us[j]);
+    en = fmax(en, v->sim.end_us[j]);
+    bytes += fp_viz_bytes(v, j, rank);
+    nmem++;
+  }
   ev_begin(w);
-  fp_viz_op_label(v, i, buf, sizeof buf);
+  fp_viz_op_label(v, i, lab, sizeof lab);
+  if (nmem > 1)
+    snprintf(buf, sizeof buf, "group %" PRId32 ": %s + %" PRId32 " more", op->group, lab, nmem - 1);
+  else
+    snprintf(buf, sizeof buf, "%s", lab);
   fputs("{\"ph\":\"X\",\"name\":", f);
   fp_jw_str(f, buf);
   static const char *const cls[] = {"comm", "local", "sync", "compute"};
   fprintf(f, ",\"cat\":\"%s\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",", cls[fp_op_class(op->code)], pid_of(rank),
           tid_of(rank, op->stream));
-  ts(w, st);
-  fputs(",\"dur\":", f);
-  fp_jw_us(f, en - st);
-  fprintf(f, ",\"args\":{\"op\":%" PRId32 ",\"opcode\":\"%s\",\"segment\":", i, fp_op_name(op->code));
+  ts_dur(w, st, en);
+  fprintf(f, ",\"args\":{\"op\":%" PRId32 ",", i);
+  if (last > i) fprintf(f, "\"last_op\":%" PRId32 ",", last);
+  fprintf(f, "\"opcode\":\"%s\",\"segment\":", fp_op_name(op->code));
   fp_viz_seg_label(v, op->seg, buf, sizeof buf);
   fp_jw_str(f, buf);
   fprintf(f, ",\"stream\":\"%s\",\"bucket\":", fp_stream_name(op->stream));
   fp_jw_str(f, op->bucket >= 0 && op->bucket < p->nbuckets ? p->buckets[op->bucket] : NULL);
   fputs(",\"bytes\":", f);
-  fp_jw_i64(f, fp_viz_bytes(v, i, rank));
+  fp_jw_i64(f, bytes);
   fputs(",\"modeled_us\":", f);
   fp_jw_us(f, en - st);
   fputs(",\"modeled_start_us\":", f);
@@ -182,9 +223,6 @@ enum { MT_HOOKS = FP_NSTREAMS, MT_TRAINER = FP_NSTREAMS + 1, MT_N = FP_NSTREAMS 
 static int64_t mpid(const fp_viz_measured *m) { return MEASURED_PID + m->rank; }
 static int64_t mtid(const fp_viz_measured *m, int t) { return mpid(m) * 10 + t + 1; }
 
-/* microseconds rounded as the file writes them, so that dur = end - start
- * exactly and back-to-back slices never overlap by a rounding */
-static double r3(double us) { return round(us * 1000) / 1000; }
 
 static void mslice(tw *w, const fp_viz_measured *m, int t, const char *name, const char *cat, double t0, double t1) {
   ev_begin(w);
@@ -321,8 +359,12 @@ bool fp_viz_trace(const fp_viz *v, FILE *f) {
   }
   for (int32_t k = 0; k < v->nranks; k++) {
     int64_t r = v->ranks[k].rank;
-    for (int32_t i = 0; i < p->nops; i++)
-      if (fp_viz_runs(v, i, r)) op_event(&w, v, r, i);
+    for (int32_t i = 0; i < p->nops; i++) {
+      if (!fp_viz_runs(v, i, r)) continue;
+      int32_t last = group_last(v, r, i);
+      op_event(&w, v, r, i, last);
+      i = last;
+    }
     for (int32_t j = 0; j < v->nflows; j++) {
       const fp_viz_flow *fl = &v->flows[j];
       int32_t from, to;

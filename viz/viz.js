@@ -133,7 +133,7 @@
   var app = document.getElementById("app");
   var budgetName = M.budget_from_plan ? "budget" : "device memory";
   app.innerHTML =
-    "<div id=\"figures\"></div>" +
+    "<div id=\"figures\"></div><details id=\"exposed-rank\"></details>" +
     "<div id=\"controls\"><button data-act=\"fit\" title=\"show the whole step (0)\">fit</button>" +
     "<button data-act=\"in\" title=\"zoom in (+)\">+</button><button data-act=\"out\" title=\"zoom out (-)\">\u2212</button>" +
     "<button data-act=\"peak\" title=\"zoom to the memory peak\">peak</button>" +
@@ -153,6 +153,33 @@
     ["peak memory", fmtBytes(M.peak_bytes)], [budgetName, fmtBytes(M.budget) + (M.budget_from_plan ? "" : " (no budget in the plan)")],
     ["arena", fmtBytes(M.arena_bytes)], ["ops", fmtInt(M.nops)], ["layout classes", String(M.nclasses)]
   ].map(function (f) { return "<span class=\"fig\"><span class=\"k\">" + esc(f[0]) + "</span> " + esc(f[1]) + "</span>"; }).join("");
+  /* the exposed communication ranked (as `flexplan explain --exposed`):
+   * the op the compute stream waited for, its bucket, the hook that waited;
+   * a row zooms to the wait */
+  (function () {
+    var X = D.exposed_rank || [], el = document.getElementById("exposed-rank"), TOP = 20;
+    if (!X.length) { el.hidden = true; return; }
+    var rows = X.slice(0, TOP).map(function (x, k) {
+      var by = x[1] >= 0 ? x[1] : x[0];
+      return "<tr data-wait=\"" + x[0] + "\"><td>" + (k + 1) + "</td><td class=\"num\">" + esc((x[2] / 1e3).toFixed(3)) +
+        "</td><td class=\"num\">" + (M.step_us > 0 ? (100 * x[2] / M.step_us).toFixed(1) + "%" : "") + "</td><td>" +
+        esc(opName(by)) + " (op " + by + ")</td><td>" + esc(O.bucket[by] >= 0 ? D.buckets[O.bucket[by]] : "-") +
+        "</td><td>" + esc(D.segs.label[O.seg[x[0]]]) + "</td></tr>";
+    });
+    el.innerHTML = "<summary>exposed communication, ranked: " + X.length + " wait" + (X.length === 1 ? "" : "s") +
+      (X.length > TOP ? " (the largest " + TOP + " shown)" : "") + "</summary><table><thead><tr><th>#</th><th>ms</th>" +
+      "<th>share</th><th>op waited for</th><th>bucket</th><th>hook (waiting)</th></tr></thead><tbody>" +
+      rows.join("") + "</tbody></table>";
+    el.addEventListener("click", function (ev) {
+      var tr = ev.target.closest ? ev.target.closest("tr[data-wait]") : null;
+      if (!tr) return;
+      var w = +tr.getAttribute("data-wait"), by = X.filter(function (x) { return x[0] === w; })[0][1];
+      var a = Math.min(O.st[w], by >= 0 ? O.st[by] : O.st[w]), b = Math.max(O.en[w], by >= 0 ? O.en[by] : O.en[w]);
+      var pad = Math.max((b - a) * 0.25, 1);
+      setView(a - pad, b + pad);
+      redraw();
+    });
+  })();
   document.getElementById("legend").innerHTML =
     KIND_LABEL.map(function (k) { return "<span class=\"lg\"><i class=\"sw k-" + k[0] + "\"></i>" + esc(k[1]) + "</span>"; }).join("") +
     "<span class=\"lg\"><i class=\"sw exposed-sw\"></i>exposed communication</span><span class=\"lg\"><i class=\"sw agg-sw\"></i>merged (zoom in)</span><br>" +
@@ -418,7 +445,10 @@
     out.push("</g>");
     out.push.apply(out, gut);
     svg.innerHTML = out.join("");
-    statusEl.textContent = "showing " + fmtUs(v0) + " \u2026 " + fmtUs(v1) + " (" + fmtUs(v1 - v0) + ") \u00b7 " + fmtInt(stats.boxes) +
+    /* the view may reach past the step (padding, panning): say what of the step is shown */
+    var s0 = Math.max(v0, M.t_lo), s1 = Math.min(v1, M.t_hi);
+    statusEl.textContent = (s1 > s0 ? "showing " + fmtUs(s0) + " \u2026 " + fmtUs(s1) + " of the step (" + fmtUs(s1 - s0) + ")"
+                                    : "outside the step") + " \u00b7 " + fmtInt(stats.boxes) +
       " boxes, " + fmtInt(stats.merged) + " ops merged into " + fmtInt(stats.aggs) + " grey boxes (zoom in to separate them) \u00b7 " +
       (stats.arrowsHidden ? "more than " + MAX_ARROWS + " waits in view: zoom in to see their arrows" : fmtInt(stats.arrows) + " dependency arrows");
   }

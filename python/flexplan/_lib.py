@@ -38,6 +38,7 @@ FP_ERR_WEIGHTS = 5
 FP_ERR_BACKEND = 6
 FP_ERR_NOMEM = 7
 FP_ERR_INPUT = 8
+FP_ERR_TIMEOUT = 9
 
 FP_ELEM_FP32, FP_ELEM_BF16, FP_ELEM_FP16, FP_ELEM_E4M3, FP_ELEM_E8M0, FP_ELEM_U8 = range(6)
 
@@ -92,6 +93,7 @@ class fp_exec_config(ctypes.Structure):
         ("cuda_stream", ctypes.c_void_p),
         ("nccl_boot", ctypes.c_int),
         ("nccl_id", fp_nccl_id),
+        ("timeout_s", ctypes.c_double),  # the watchdog (0: FLEXPLAN_TIMEOUT)
     ]
 
 
@@ -211,12 +213,12 @@ SIGNATURES = {
     "fp_exec_sync": (_st, [_vp]),
     "fp_exec_cuda_stream": (_vp, [_vp]),
     "fp_exec_all_reduce_f64": (_st, [_vp, _P(ctypes.c_double), ctypes.c_int]),
+    "fp_exec_timing_start": (_st, [_vp, ctypes.c_int32]),
+    "fp_exec_timing_write": (_st, [_vp, _cs]),
     "fp_exec_param": (_st, [_vp, _cs, _P(fp_param_view)]),
     "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
     "fp_exec_get_stats": (_st, [_vp, _P(fp_exec_stats)]),
-    "fp_exec_timing_start": (_st, [_vp, ctypes.c_int32]),
-    "fp_exec_timing_write": (_st, [_vp, _cs]),
     # the compile API (flexplan_compile.h)
     "fp_plan_compile": (_st, [_P(fp_compile_options), _vpp]),
     "fp_plan_summary": (_st, [_vp, _vpp]),

@@ -17,6 +17,7 @@ STATUS_NAMES = (
     "FP_ERR_BACKEND",
     "FP_ERR_NOMEM",
     "FP_ERR_INPUT",
+    "FP_ERR_TIMEOUT",
 )
 
 
