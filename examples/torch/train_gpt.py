@@ -135,7 +135,7 @@ def main():
             logits = model(input_ids=x).logits
             loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 256), y.reshape(-1))
             loss.backward()
-            total += float(loss) / ga
+            total += float(loss.detach()) / ga
         fpt.clip_grad_norm_(st, a.clip)
         opt.step()
         opt.zero_grad()
