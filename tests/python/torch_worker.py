@@ -122,16 +122,9 @@ def spec_for(strategy, extra, world, opts):
             spec["buckets"] = bs
         else:
             spec[k] = v
-    if opts.get("checkpoint") and _planner_knows_recompute():
+    if opts.get("checkpoint"):
         spec["recompute"] = ["model.layers.*"] if opts.get("kind") == "llama" else ["layers.[12]"]
     return spec
-
-
-def _planner_knows_recompute():
-    """The spec's "recompute" (activation checkpointing known to the plan)
-    exists where the library exports fp_plan_module_recompute."""
-    from flexplan import _lib
-    return hasattr(_lib.lib(), "fp_plan_module_recompute")
 
 
 def compile_plan(model_js, spec, path, policy=None):
@@ -215,6 +208,17 @@ def run_config(name, rank, world, tmp):
         # hooks with nothing to do were never called, and the executor agrees
         if stats["skipped"] != stats["python_hooks_skipped"]:
             return "FAIL", f"executor skipped {stats['skipped']}, flexplan.torch {stats['python_hooks_skipped']}"
+        # every recomputed forward of a unit the plan recomputes reached the executor, inside its backward window
+        if opts.get("checkpoint"):
+            import fnmatch
+            units = [m for m in st.ex.modules if any(fnmatch.fnmatchcase(m, p) for p in spec["recompute"])]
+            # transformers' own gradient checkpointing reruns a layer's forward without its module hooks
+            # (nothing to tell the executor: the weights stay gathered through the unit's backward); a
+            # checkpoint() around the module's call runs them again, and each must reach the executor
+            want = len(units) * STEPS * ga if kind == "mlp" else 0
+            if not units or stats["python_recomputes"] != want:
+                return "FAIL", f"recomputed forwards told to the executor: {stats['python_recomputes']}, " \
+                               f"want {want} ({len(units)} units x {STEPS} steps x {ga} micro-batches)"
         if frozen and stats["skipped"] < 4 * STEPS:  # the frozen unit's pre/post forward/backward
             return "FAIL", f"frozen unit: only {stats['skipped']} hooks skipped in {STEPS} steps"
         if os.environ.get("FP_SAVE_FINAL") and rank == 0:  # for the FSDP2 comparison

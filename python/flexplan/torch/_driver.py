@@ -45,6 +45,8 @@ class Driver:
         self.skipped = 0  # segments never called
         self.exec_s = 0.0  # seconds inside fp_exec_hook (profile)
         self.exec_s_in_callbacks = 0.0  # of those, inside module/autograd callbacks
+        self.recomputing = set()  # units whose recomputed forward the executor has open
+        self.recomputes = 0  # recomputed forwards reported to the executor
 
     def _label(self, i):
         k, m, mb, _ = self.seq[i]
@@ -52,6 +54,16 @@ class Driver:
 
     def _call(self, i):
         k, m, _, _ = self.seq[i]
+        if k == "post_backward" and m in self.recomputing:
+            # checkpoint's early stop: the recompute ended without the unit's
+            # last forward hook; close it before the backward ends
+            self.recomputing.discard(m)
+            self._hook("post_forward", m)
+        self._hook(k, m)
+        if self.on_issue:
+            self.on_issue(k, m)
+
+    def _hook(self, k, m):
         if self.profile:
             t0 = time.perf_counter()
             self.ex.hook(k, m)
@@ -62,8 +74,6 @@ class Driver:
         else:
             self.ex.hook(k, m)
         self.hook_calls += 1
-        if self.on_issue:
-            self.on_issue(k, m)
 
     def _issue_through(self, j):
         """Issue segments pos..j in plan order. A module segment with no op
@@ -128,6 +138,32 @@ class Driver:
                     f"done: call the optimizer step (flexplan.torch.optimizer or Sharded.step) first")
         return f"the module reached {what}, but the plan expects {self._label(self.pos)} next " \
                f"(segment {self.pos} of {len(self.seq)}): the model's forward does not follow the plan's order"
+
+    def recompute_begin(self, m):
+        """Unit m's forward runs again inside backward (activation
+        checkpointing recomputes it): the executor is told, inside m's
+        backward window (its weights are gathered there; a plan that does not
+        recompute m refuses, naming the spec's `recompute`). A recompute that
+        comes before m's pre_backward event first issues it, so the weights are
+        in place; one anywhere else in the plan is an error."""
+        if ("pre_backward", m) not in self.issued or self.micro < 0:
+            self.event("pre_backward", m)
+        k, mm, _, _ = self.seq[self.pos]
+        if (k, mm) != ("post_backward", m) or m in self.recomputing:
+            raise _err(self._mismatch(f"a recomputed forward of {self.names[m]} (activation checkpointing)"))
+        # module segments deferred before it are skipped by the executor (its skip rule)
+        self.deferred = []
+        self._hook("pre_forward", m)
+        self.recomputing.add(m)
+        self.recomputes += 1
+        if self.on_issue:
+            self.on_issue("recompute", m)
+
+    def recompute_end(self, m):
+        """Unit m's recomputed forward reached its last forward hook."""
+        if m in self.recomputing:
+            self.recomputing.discard(m)
+            self._hook("post_forward", m)
 
     def finish_backward(self):
         """Autograd is done with this micro-batch: issue what is left of its

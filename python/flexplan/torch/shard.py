@@ -272,8 +272,10 @@ class Sharded:
     def _make_pre_hook(self, u, first, cast):
         def pre_hook(mod, args, kwargs):
             d = self.driver
-            if d.in_backward:
-                return None  # a recomputed forward inside backward (activation checkpointing)
+            if d.in_backward:  # a recomputed forward inside backward (activation checkpointing)
+                if first and torch.is_grad_enabled():
+                    d.recompute_begin(u)
+                return None
             if first:
                 if d.pos == 0:
                     self._attach_ugrads()
@@ -300,6 +302,8 @@ class Sharded:
         def post_hook(mod, args, output):
             d = self.driver
             if d.in_backward:
+                if last:
+                    d.recompute_end(u)
                 return None
             if last:
                 self._event("post_forward", u)
@@ -470,6 +474,7 @@ class Sharded:
     def stats(self):
         s = self.ex.stats()
         s["python_hook_calls"] = self.driver.hook_calls
+        s["python_recomputes"] = self.driver.recomputes
         s["python_hooks_skipped"] = self.driver.skipped
         return s
 
