@@ -570,6 +570,10 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
                     fp_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
   int32_t skip = hm ? skippable(x, hook, module) : 0;
   if (skip > 0) {
+    if (x->timing) { /* a skipped segment ran nothing: recorded as empty, at this call */
+      double now = fpx_now_us();
+      for (int32_t k = 0; k < skip; k++) fpx_time_hook(x, x->cursor + k, now, now);
+    }
     x->cursor += skip; /* a module hook is never the step's last segment: no wrap */
     x->stats.skipped += skip;
     s = &p->segs[x->cursor];

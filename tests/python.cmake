@@ -41,4 +41,14 @@ endfunction()
 fp_add_pytest(python_api test_api.py)
 fp_add_pytest(python_capi_exec test_capi_exec.py MPI 1)
 fp_add_pytest(python_describe test_describe.py)
+
+# flexplan.torch (docs/torch.md): each file launches its own mpiexec runs
+# (tests/python/torch_mpi.py), one per rank count, many configs per run.
+fp_add_pytest(python_torch_parity test_torch_parity.py LABELS mpi TIMEOUT 1500)
+fp_add_pytest(python_torch_fsdp2 test_torch_fsdp2.py LABELS mpi TIMEOUT 600)
+fp_add_pytest(python_torch_faults test_torch_faults.py LABELS mpi TIMEOUT 300)
+fp_add_pytest(python_torch_example test_torch_example.py LABELS mpi TIMEOUT 300)
+fp_add_pytest(python_executor test_executor_py.py LABELS mpi TIMEOUT 300)
+fp_add_pytest(python_torch_errors test_torch_errors.py LABELS mpi TIMEOUT 300)
+
 fp_add_pytest(python_reshard test_reshard.py)

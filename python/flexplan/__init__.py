@@ -29,7 +29,8 @@ else:  # pragma: no cover - a package without it
     Executor = None
 del _ilu
 
-__all__ = ["compile", "load", "Plan", "reshard", "load_transfer", "Transfer", "FlexplanError", "Executor", "version", "library_path", "__version__"]
+__all__ = ["compile", "load", "Plan", "reshard", "load_transfer", "Transfer", "FlexplanError", "Executor", "version",
+           "library_path", "__version__"]
 
 
 def version():

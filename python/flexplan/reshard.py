@@ -83,8 +83,11 @@ class Transfer:
     def run(self, from_executor, to_executor):
         """Run it (MPI backend; collective over MPI_COMM_WORLD). Pass this
         process's executors of the two plans, None where it holds no rank."""
-        def h(x):
-            return None if x is None else getattr(x, "_handle", x)
+        def h(x):  # a flexplan.Executor (its fp_exec in _x), or a raw handle
+            if x is None:
+                return None
+            v = getattr(x, "_x", x)
+            return v.value if isinstance(v, ctypes.c_void_p) else v
         L.check(L.lib().fp_xfer_run(self._h, h(from_executor), h(to_executor), None), lambda: self.errmsg)
 
 

@@ -105,3 +105,14 @@ def test_save_load(plans, tmp_path):
     json.dump(d, open(q, "w"))
     with pytest.raises(flexplan.FlexplanError, match=r"bad.xfer.json:\d+:\d+: error: /processes: expected an integer"):
         flexplan.load_transfer(q)
+
+
+@pytest.mark.parametrize("world,to,transform", [(3, "placements-w3", []), (2, "no_shard", []),
+                                                (3, "placements-w3", ["fc0.weight=mxfp8"])])
+def test_run_mpi(world, to, transform):
+    """Transfer.run between two flexplan.Executors under mpiexec (same world
+    size: the Python Executor bootstraps on MPI_COMM_WORLD)."""
+    from torch_mpi import run_mpi
+    rc, out = run_mpi(world, "reshard_worker.py", to, *transform, timeout=120)
+    assert rc == 0, out
+    assert out.count("ok rank") == world, out

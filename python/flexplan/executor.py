@@ -1,0 +1,489 @@
+"""The executor from Python: one rank's replay of a compiled plan.
+
+``Executor`` wraps ``fp_exec`` of ``include/flexplan.h`` over ctypes. It owns
+the arena every buffer of the plan lives in; its views (``ParamView``) are the
+arena's own memory, never a copy, and keep their addresses for the
+executor's life (refits included):
+
+- without torch, as ``memoryview`` objects (``ParamView.buffer("weight")``)
+  or raw ``(address, dtype, numel)`` triples;
+- with torch, as tensors: on the MPI backend ``torch.frombuffer`` over host
+  memory; on the NCCL backend ``torch.as_tensor`` over an object exposing
+  ``__cuda_array_interface__`` (device memory; written, not run here: no GPU).
+
+Hooks (``step_begin``, ``pre_forward(m)``, ...) run the plan's next segment;
+a hook out of plan order raises ``FlexplanError`` with the executor's
+message and changes nothing. ``flexplan.torch.shard`` drives them from a
+``torch.nn.Module``'s own hooks; this class is the layer under it.
+
+MPI: ``mpi_init()`` / ``mpi_finalize()`` / ``mpi_abort()`` wrap the library's
+``fp_mpi_*`` helpers, so a trainer started by ``mpirun`` needs no mpi4py.
+"""
+import ctypes
+import json
+import os
+
+from . import _lib as _libmod
+from .errors import FlexplanError
+
+
+def _err(msg, status=1):
+    return FlexplanError(status, msg)
+
+
+__all__ = ["Executor", "ParamView", "Extent", "mpi_init", "mpi_finalize", "mpi_abort",
+           "HOOKS", "BACKENDS"]
+
+# fp_hook values (include/flexplan.h)
+HOOKS = {"step_begin": 0, "pre_forward": 1, "post_forward": 2, "pre_backward": 3,
+         "post_backward": 4, "pre_optimizer": 5, "post_optimizer": 6}
+# fp_backend values
+BACKENDS = {"mpi": 1, "nccl": 2}
+# fp_progress values
+PROGRESS = {"default": 0, "poll": 1, "thread": 2}
+# fp_cuda_mode values
+CUDA_MODES = {"graph": 0, "eager": 1, "capture_safe": 2}
+# fp_elem values -> (name, bytes, struct format for memoryview.cast or None)
+ELEMS = {0: ("fp32", 4, "f"), 1: ("bf16", 2, "H"), 2: ("fp16", 2, "e"), 3: ("e4m3", 1, "B"),
+         4: ("e8m0", 1, "B"), 5: ("u8", 1, "B")}
+FP_ALL_REDUCE_MAX = 4096
+
+
+def _L():
+    return _libmod.lib() if callable(getattr(_libmod, "lib", None)) else _libmod.LIB
+
+
+class Extent:
+    """Where this rank's shard elements sit in the full (row-major, flattened)
+    param: for k in range(runs), shard elements [k*shard_stride, +len) are full
+    elements [full_off + k*full_stride, +len). runs == 0: nothing held."""
+    __slots__ = ("runs", "len", "shard_stride", "full_off", "full_stride")
+
+    def __init__(self, e):
+        self.runs, self.len = int(e.runs), int(e.len)
+        self.shard_stride, self.full_off, self.full_stride = int(e.shard_stride), int(e.full_off), int(e.full_stride)
+
+    def pairs(self):
+        """[(shard_start, full_start, length), ...] one per run."""
+        return [(k * self.shard_stride, self.full_off + k * self.full_stride, self.len)
+                for k in range(self.runs)]
+
+    @property
+    def held(self):
+        """elements of the full param this rank holds"""
+        return self.runs * self.len
+
+    def __repr__(self):
+        return (f"Extent(runs={self.runs}, len={self.len}, shard_stride={self.shard_stride}, "
+                f"full_off={self.full_off}, full_stride={self.full_stride})")
+
+
+class _Buf:
+    """One fp_tensor: an address in the arena, its dtype and element count."""
+    __slots__ = ("ptr", "dtype", "numel")
+
+    def __init__(self, t):
+        self.ptr = int(t.data or 0)
+        self.dtype = ELEMS.get(int(t.dtype), ("?", 0, None))[0]
+        self.numel = int(t.numel)
+
+    @property
+    def nbytes(self):
+        return self.numel * {"fp32": 4, "bf16": 2, "fp16": 2}.get(self.dtype, 1)
+
+
+class ParamView:
+    """The plan's views of one param on this rank (fp_param_view): ``weight``
+    (unsharded compute weight, param dtype), ``ugrad`` (unsharded grad the
+    backward accumulates into), ``main`` and ``grad`` (this rank's shard of the
+    main weights and main grads, padding included), ``shard`` (an Extent)."""
+
+    def __init__(self, ex, index, v):
+        self._ex = ex
+        self.index = index
+        self.name = v.name.decode()
+        self.module = int(v.module)
+        self.shape = tuple(int(v.shape[i]) for i in range(v.ndim))
+        self.numel = int(v.numel)
+        self.requires_grad = bool(v.requires_grad)
+        self.weight, self.ugrad = _Buf(v.weight), _Buf(v.ugrad)
+        self.main, self.grad = _Buf(v.main), _Buf(v.grad)
+        self.shard = Extent(v.shard)
+        self.reduce_dtype = ELEMS.get(int(v.reduce_dtype), ("?",))[0]
+
+    def buffer(self, which):
+        """A memoryview over one view's bytes ('weight', 'ugrad', 'main',
+        'grad'), typed where Python's struct module has the type (fp32 'f',
+        fp16 'e'; bf16 as raw 16-bit 'H'). Empty when this rank holds none."""
+        b = getattr(self, which)
+        if b.ptr == 0 or b.numel == 0:
+            return memoryview(b"")
+        raw = (ctypes.c_char * b.nbytes).from_address(b.ptr)
+        fmt = {"fp32": "f", "bf16": "H", "fp16": "e"}.get(b.dtype, "B")
+        return memoryview(raw).cast("B").cast(fmt)
+
+    def tensor(self, which, shaped=None):
+        """A torch tensor over one view (no copy). shaped: the full shape for
+        'weight' and 'ugrad' (default), flat for 'main' and 'grad'."""
+        return self._ex._tensor(getattr(self, which), self.shape if (
+            shaped if shaped is not None else which in ("weight", "ugrad")) else None)
+
+    def __repr__(self):
+        return f"ParamView({self.name!r}, shape={self.shape}, module={self.module}, shard={self.shard})"
+
+
+def _check(lib, st, x, what):
+    if st != 0:
+        msg = lib.fp_exec_errmsg(x).decode() if x else ""
+        name = lib.fp_status_name(st).decode()
+        raise FlexplanError(st, msg if msg else f"{what}: {name}")
+
+
+def mpi_init():
+    """MPI_Init_thread (MPI_THREAD_MULTIPLE) unless already initialized;
+    returns (rank, world_size) of MPI_COMM_WORLD."""
+    lib = _L()
+    r, w = ctypes.c_int(0), ctypes.c_int(0)
+    st = lib.fp_mpi_init(ctypes.byref(r), ctypes.byref(w))
+    if st != 0:
+        raise FlexplanError(st, f"fp_mpi_init: {lib.fp_status_name(st).decode()}")
+    return r.value, w.value
+
+
+def nccl_get_id():
+    """A new NCCL unique id (bytes) for Executor(..., nccl_id=...): made on
+    rank 0, shipped to every rank by the trainer (e.g. torch.distributed)."""
+    lib = _L()
+    out = _libmod.fp_nccl_id()
+    st = lib.fp_nccl_get_id(ctypes.byref(out))
+    if st != 0:
+        raise FlexplanError(st, "fp_nccl_get_id failed (flexplan built without CUDA/NCCL, or NCCL failed)")
+    return bytes(out.bytes)
+
+
+def mpi_finalize():
+    """MPI_Finalize (a no-op when MPI is not initialized or finalized already)."""
+    lib = _L()
+    lib.fp_mpi_finalize()
+
+
+def mpi_abort(code=1):
+    """MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job. Never returns."""
+    lib = _L()
+    lib.fp_mpi_abort(int(code))
+
+
+class Executor:
+    """One rank's executor of a plan.
+
+    Executor(plan, rank=None, world_size=None, backend="mpi", progress="default",
+             cuda_stream=None, cuda_mode="graph")
+
+    plan: a ``flexplan.Plan`` or a plan.json path. rank / world_size default to
+    MPI's (``mpi_init()``). NCCL backend: cuda_stream (an int cudaStream_t, e.g.
+    ``torch.cuda.current_stream().cuda_stream``) becomes the plan's compute
+    stream; nccl_id (bytes from ``nccl_get_id()`` on rank 0, shipped by the
+    caller's own channel) bootstraps NCCL (FP_NCCL_BOOT_ID), else the
+    executor's default (MPI when initialized, else NCCL_COMM_ID). Collective: every rank creates its executor with
+    the same plan. Use as a context manager or call ``destroy()`` (also
+    collective) before ``mpi_finalize()``.
+    """
+
+    def __init__(self, plan, rank=None, world_size=None, backend="mpi", progress="default",
+                 cuda_stream=None, cuda_mode="graph", nccl_id=None):
+        self._x = None
+        self._lib = lib = _L()
+        if backend not in BACKENDS:
+            raise _err(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+        self.backend = backend
+        self.plan = plan
+        self._plan_handle, self._plan_json = _plan_handle_and_json(plan)
+        try:
+            self._init_rest(lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id)
+        except BaseException:
+            self.destroy()  # frees the plan handle this executor loaded, if any
+            raise
+
+    def _init_rest(self, lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id):
+        if rank is None or world_size is None:
+            r, w = mpi_init()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self.rank, self.world_size = int(rank), int(world_size)
+        S = _libmod
+        cfg = S.fp_exec_config()
+        cfg.backend = BACKENDS[self.backend]
+        cfg.rank, cfg.world_size = self.rank, self.world_size
+        cfg.bootstrap = None
+        cfg.progress = PROGRESS[progress]
+        cfg.cuda_mode = CUDA_MODES[cuda_mode]
+        cfg.cuda_stream = ctypes.c_void_p(int(cuda_stream) if cuda_stream else 0)
+        if nccl_id is not None:
+            if len(nccl_id) != ctypes.sizeof(S.fp_nccl_id):
+                raise _err(f"nccl_id must be {ctypes.sizeof(S.fp_nccl_id)} bytes, got {len(nccl_id)}")
+            cfg.nccl_boot = 1  # FP_NCCL_BOOT_ID
+            ctypes.memmove(ctypes.byref(cfg.nccl_id), bytes(nccl_id), len(nccl_id))
+        x = ctypes.c_void_p()
+        st = lib.fp_exec_create(self._plan_handle, ctypes.byref(cfg), ctypes.byref(x))
+        self._x = x if x.value else None
+        if st != 0:
+            msg = lib.fp_exec_errmsg(self._x).decode() if self._x else ""
+            raise FlexplanError(st, f"executor setup failed: {msg or lib.fp_status_name(st).decode()}")
+        info = S.fp_plan_info()
+        lib.fp_plan_get_info(self._plan_handle, ctypes.byref(info))
+        self.nparams, self.nmodules = int(info.nparams), int(info.nmodules)
+        self.grad_accumulation = int(info.grad_accumulation)
+        self.modules = [lib.fp_plan_module_name(self._plan_handle, m).decode() for m in range(self.nmodules)]
+        self.params = []
+        for i in range(self.nparams):
+            v = S.fp_param_view()
+            _check(lib, lib.fp_exec_param_at(self._x, i, ctypes.byref(v)), self._x, "fp_exec_param_at")
+            self.params.append(ParamView(self, i, v))
+        self._by_name = {p.name: p for p in self.params}
+        # (kind, module, micro-batch, ops): ops not counting compute placeholders,
+        # which the executor drops (a segment of only those is empty to it)
+        ops = self._plan_json["ops"]
+        self.segments = [(s["kind"], int(s["module"]), int(s["micro"]),
+                          sum(1 for o in ops[s["first"]:s["first"] + s["count"]] if o.get("op") != "compute"))
+                         for s in self._plan_json["segments"]]
+
+    # -- lifetime --------------------------------------------------------
+    def destroy(self):
+        """Wait for all issued work and free the executor (collective)."""
+        if self._x is not None:
+            self._lib.fp_exec_destroy(self._x)
+            self._x = None
+        h = getattr(self, "_plan_handle", None)
+        if isinstance(h, _OwnedPlan) and h.value:
+            self._lib.fp_plan_free(h)
+            h.value = None
+
+    close = destroy
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+        return False
+
+    def __del__(self):
+        # never collective from the garbage collector: a rank destroying here
+        # while others do not would hang; destroy() explicitly.
+        pass
+
+    # -- hooks -----------------------------------------------------------
+    def hook(self, hook, module=-1):
+        """Run the plan's next segment: hook is a name ('pre_forward', ...) or
+        an fp_hook value; module a module index or name (-1 for step hooks)."""
+        h = HOOKS[hook] if isinstance(hook, str) else int(hook)
+        m = self.module_index(module) if isinstance(module, str) else int(module)
+        st = self._lib.fp_exec_hook(self._x, h, m)
+        if st != 0:
+            _check(self._lib, st, self._x, "hook")
+
+    def step_begin(self):
+        self.hook(0, -1)
+
+    def pre_forward(self, m):
+        self.hook(1, m)
+
+    def post_forward(self, m):
+        self.hook(2, m)
+
+    def pre_backward(self, m):
+        self.hook(3, m)
+
+    def post_backward(self, m):
+        self.hook(4, m)
+
+    def pre_optimizer(self):
+        self.hook(5, -1)
+
+    def post_optimizer(self):
+        self.hook(6, -1)
+
+    def sync(self):
+        """Wait for every piece of work issued so far, on every stream."""
+        _check(self._lib, self._lib.fp_exec_sync(self._x), self._x, "sync")
+
+    def all_reduce_f64(self, values):
+        """Sum a list of floats across every rank (collective, in place
+        semantics: returns the sums). Chunked by FP_ALL_REDUCE_MAX."""
+        vals = [float(v) for v in values]
+        out = []
+        for i in range(0, max(len(vals), 1), FP_ALL_REDUCE_MAX):
+            chunk = vals[i:i + FP_ALL_REDUCE_MAX]
+            if not chunk:
+                break
+            arr = (ctypes.c_double * len(chunk))(*chunk)
+            _check(self._lib, self._lib.fp_exec_all_reduce_f64(self._x, arr, len(chunk)), self._x,
+                   "all_reduce_f64")
+            out.extend(arr)
+        return out
+
+    def all_reduce_f64_buffer(self, addr, n):
+        """Sum n doubles at a raw address (e.g. a float64 tensor's data_ptr())
+        across every rank, in place, in chunks of FP_ALL_REDUCE_MAX."""
+        for i in range(0, n, FP_ALL_REDUCE_MAX):
+            k = min(FP_ALL_REDUCE_MAX, n - i)
+            p = ctypes.cast(ctypes.c_void_p(addr + 8 * i), ctypes.POINTER(ctypes.c_double))
+            _check(self._lib, self._lib.fp_exec_all_reduce_f64(self._x, p, k), self._x, "all_reduce_f64")
+
+    # -- views, weights, stats --------------------------------------------
+    def module_index(self, name):
+        m = self._lib.fp_plan_module_index(self._plan_handle, name.encode())
+        if m < 0:
+            raise _err(f"the plan has no module {name!r}")
+        return m
+
+    def param(self, name):
+        """The ParamView of a param by name (FlexplanError if the plan has none)."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise _err(f"the plan has no param {name!r}") from None
+
+    def load_weights(self, paths):
+        """Refit from safetensors files of full tensors (between steps): every
+        param of the plan exactly once, exact shape, F32/BF16/F16. Each rank
+        reads only what it stores; a failed refit changes nothing."""
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        enc = [os.fspath(p).encode() for p in paths]
+        arr = (ctypes.c_char_p * len(enc))(*enc)
+        _check(self._lib, self._lib.fp_exec_load_weights(self._x, arr, len(enc)), self._x, "load_weights")
+
+    def stats(self):
+        """fp_exec_get_stats as a dict."""
+        s = _libmod.fp_exec_stats()
+        _check(self._lib, self._lib.fp_exec_get_stats(self._x, ctypes.byref(s)), self._x, "stats")
+        return {k: (int(getattr(s, k)) if not isinstance(getattr(s, k), float) else getattr(s, k))
+                for k, _ in s._fields_}
+
+    def timing_start(self, steps):
+        """Opt-in measured timing: record when each hook and op of the next
+        `steps` steps ran on this rank (between steps; MPI backend)."""
+        f = _timing_fn("fp_exec_timing_start", [ctypes.c_void_p, ctypes.c_int32])
+        _check(self._lib, f(self._x, int(steps)), self._x, "timing_start")
+
+    def timing_write(self, path):
+        """Write the recorded steps (flexplan.timing.v1 JSON; draw them with
+        `flexplan viz PLAN --measured FILE...`)."""
+        f = _timing_fn("fp_exec_timing_write", [ctypes.c_void_p, ctypes.c_char_p])
+        _check(self._lib, f(self._x, os.fspath(path).encode()), self._x, "timing_write")
+
+    def cuda_stream(self):
+        """NCCL backend: the compute stream (a cudaStream_t as an int); None for MPI."""
+        p = self._lib.fp_exec_cuda_stream(self._x)
+        return int(p) if p else None
+
+    # -- torch -----------------------------------------------------------
+    def _tensor(self, buf, shape):
+        import torch
+        dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(buf.dtype, torch.uint8)
+        if buf.ptr == 0 or buf.numel == 0:
+            dev = "cuda" if self.backend == "nccl" else "cpu"
+            t = torch.empty(0, dtype=dt, device=dev)
+            return t.view(shape) if shape is not None and buf.numel == 0 and _numel(shape) == 0 else t
+        if self.backend == "mpi":
+            raw = (ctypes.c_char * buf.nbytes).from_address(buf.ptr)
+            import warnings
+            with warnings.catch_warnings():
+                # the arena is writable; torch warns about buffers it thinks are not
+                warnings.simplefilter("ignore")
+                t = torch.frombuffer(raw, dtype=dt, count=buf.numel)
+        else:
+            # bf16 has no __cuda_array_interface__ typestr: exposed as int16, viewed back
+            t = torch.as_tensor(_CudaArray(buf, dt), device="cuda")
+            if t.dtype != dt:
+                t = t.view(dt)
+        return t.view(shape) if shape is not None else t
+
+
+def _timing_fn(name, argtypes):
+    f = getattr(_L(), name, None)
+    if f is None:
+        raise _err(f"this libflexplan has no {name} (measured timing)")
+    f.argtypes, f.restype = argtypes, ctypes.c_int
+    return f
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class _CudaArray:
+    """Exposes device memory of the NCCL arena to torch.as_tensor
+    (__cuda_array_interface__ v3; stream None: the caller orders with the
+    executor's compute stream). Not run here: no GPU on the dev machine."""
+
+    def __init__(self, buf, torch_dtype):
+        typestr = {"fp32": "<f4", "fp16": "<f2", "bf16": "<i2"}.get(buf.dtype, "|u1")
+        self._buf = buf
+        self.__cuda_array_interface__ = {"shape": (buf.numel,), "typestr": typestr,
+                                         "data": (buf.ptr, False), "version": 3, "strides": None,
+                                         "stream": None}
+        self._dtype = torch_dtype
+
+
+def _plan_handle_and_json(plan):
+    """The fp_plan* of a flexplan.Plan or a path, and the plan's JSON (for its
+    segment list)."""
+    lib = _L()
+    if isinstance(plan, (str, os.PathLike)):
+        path = os.fspath(plan)
+        h = ctypes.c_void_p()
+        st = lib.fp_plan_load(path.encode(), ctypes.byref(h))
+        if st != 0:
+            msg = lib.fp_plan_errmsg(h).decode() if h.value else ""
+            if h.value:
+                lib.fp_plan_free(h)
+            raise FlexplanError(st, msg or f"cannot load {path}")
+        with open(path) as f:
+            js = json.load(f)
+        return _OwnedPlan(h.value), js
+    h = _plan_obj_handle(plan)
+    return h, _plan_obj_json(plan)
+
+
+class _OwnedPlan(ctypes.c_void_p):
+    """A plan handle the executor loaded itself from a path: freed by
+    Executor.destroy(), after the executor (a plan must outlive its
+    executors)."""
+
+
+def _plan_obj_handle(plan):
+    for attr in ("_handle", "handle", "_h"):
+        h = getattr(plan, attr, None)
+        if h is not None:
+            return h
+    raise _err("not a plan: pass a flexplan.Plan or a plan.json path")
+
+
+def _plan_obj_json(plan):
+    for attr in ("json", "to_json", "text"):
+        v = getattr(plan, attr, None)
+        if v is None:
+            continue
+        v = v() if callable(v) else v
+        if isinstance(v, dict):
+            return v
+        if isinstance(v, (str, bytes)):
+            return json.loads(v)
+    for attr in ("path", "_path"):
+        v = getattr(plan, attr, None)
+        if isinstance(v, str) and os.path.exists(v):
+            with open(v) as f:
+                return json.load(f)
+    if not hasattr(plan, "save"):
+        raise _err("this flexplan.Plan cannot give its segments (no save()); pass the plan.json path")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "plan.json")
+        plan.save(p)
+        with open(p) as f:
+            return json.load(f)

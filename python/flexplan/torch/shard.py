@@ -1,0 +1,570 @@
+"""flexplan.torch.shard: train a torch.nn.Module on a compiled plan.
+
+``shard(module, plan)`` makes every param of the module a view of the
+executor's arena and drives the plan's hooks from the module's own hooks
+(FSDP2's ``fully_shard`` vocabulary where it fits: units are what FSDP calls
+the modules it wraps; flexplan calls them modules):
+
+- each param becomes an ``nn.Parameter`` over the plan's unsharded compute
+  buffer (``fp_param_view.weight``), never a copy; its ``.grad`` is the plan's
+  unsharded grad buffer (``ugrad``), so autograd accumulates into it in place;
+- pre/post_forward(u) from forward pre-hooks / hooks of the unit's
+  submodules; pre_backward(u) from tensor hooks on the unit's outputs;
+  post_backward(u) from an autograd function on the unit's inputs (its
+  backward runs when the unit's backward is done; AccumulateGrad runs first),
+  and what is left when autograd finishes, from a queued engine callback;
+  step_begin at the first pre_forward of a step (``_driver.Driver`` keeps
+  the plan's order);
+- the optimizer steps the main-weight shards (``main_params()``: views of
+  ``fp_param_view.main`` whose ``.grad`` is the main-grad shard), between
+  pre_optimizer and post_optimizer.
+
+See docs/torch.md.
+"""
+import math
+import os
+import tempfile
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from ..errors import FlexplanError
+
+
+def _err(msg, status=2):
+    return FlexplanError(status, msg)
+
+from ..executor import Executor, mpi_init
+from ._driver import Driver
+
+__all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state"]
+
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def state(obj):
+    """The Sharded state of a module given to shard() (or the state itself)."""
+    if isinstance(obj, Sharded):
+        return obj
+    st = getattr(obj, "_flexplan_state", None)
+    if st is None:
+        raise _err("not a module sharded by flexplan.torch.shard", 1)
+    return st
+
+
+class _PostBackward(torch.autograd.Function):
+    """Identity on a unit's inputs; its backward runs once the unit's
+    backward has produced the inputs' grads: post_backward(u)."""
+
+    @staticmethod
+    def forward(ctx, st, unit, *inputs):
+        ctx.st, ctx.unit = st, unit
+        return inputs if len(inputs) > 1 else inputs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.st._post_backward_cb(ctx.unit)
+        return (None, None) + grads
+
+
+def shard(module, plan, *, backend="mpi", rank=None, world_size=None, progress="default",
+          init="module", cast_forward_inputs=True, cuda_mode="graph", profile=False):
+    """Shard ``module`` with a compiled plan; returns a ``Sharded`` state (also
+    at ``module._flexplan_state``). The module itself is trained in place:
+    call it, call ``loss.backward()``, then step an optimizer made by
+    ``flexplan.torch.optimizer`` (or ``Sharded.step(opt)``).
+
+    plan: a ``flexplan.Plan`` or a plan.json path, for exactly this module's
+      params (names as ``named_parameters()`` gives them, shapes,
+      ``requires_grad``): another model's plan raises FlexplanError naming the
+      first param that does not match.
+    backend: "mpi" (CPU tensors over the host arena; rank and world from MPI,
+      initialized here when needed) or "nccl" (CUDA tensors over the device
+      arena; rank and world from torch.distributed's env; torch's current
+      stream becomes the plan's compute stream).
+    init: "module" loads the module's current values (every rank must hold
+      the same ones, as with FSDP2) through the executor's refit; a list of
+      safetensors paths loads those; None leaves the arena's zeros (call
+      ``load`` before the first step). A module on the meta device needs a
+      file (or None).
+    cast_forward_inputs: cast floating inputs of each unit to its param dtype
+      (mixed precision, as FSDP2's MixedPrecisionPolicy does).
+    profile: time the Python hooks (``Sharded.hook_profile()``: host time per
+      hook in Python and inside the executor; bench/torch_bench.py).
+    """
+    if getattr(module, "_flexplan_state", None) is not None:
+        raise _err("module is already sharded", 1)
+    return Sharded(module, plan, backend=backend, rank=rank, world_size=world_size, progress=progress,
+                   init=init, cast_forward_inputs=cast_forward_inputs, cuda_mode=cuda_mode, profile=profile)
+
+
+class Sharded:
+    """The state of one sharded module: its executor, the hook cursor, the
+    param views and the main-weight shards. Methods: main_params(),
+    step(optimizer), clip_grad_norm_(max_norm), full_state_dict(), save(path),
+    load(paths), stats(), close()."""
+
+    def __init__(self, module, plan, *, backend, rank, world_size, progress, init, cast_forward_inputs,
+                 cuda_mode, profile=False):
+        self._profile = bool(profile)
+        self._prof = {"python_s": 0.0, "callbacks": 0}
+        self.module = module
+        self.backend = backend
+        named = dict(module.named_parameters())
+        # the plan must be for this module: names, shapes, requires_grad
+        cuda_stream = nccl_id = None
+        if backend == "nccl":
+            rank, world_size, cuda_stream, nccl_id = _nccl_setup(rank, world_size)
+        elif rank is None or world_size is None:
+            r, w = mpi_init()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self.rank, self.world_size = rank, world_size
+        if backend == "mpi":
+            # before anything collective: a rank failing in setup must not leave
+            # the others in the setup's collectives
+            _install_abort_on_error()
+        self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
+                                cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
+        try:
+            self._check_params(named)
+            self._setup(module, named, init, cast_forward_inputs)
+        except BaseException:
+            ex.destroy()
+            raise
+        module._flexplan_state = self
+
+    # ---- setup ----------------------------------------------------------
+    def _check_params(self, named):
+        ex = self.ex
+        for p in ex.params:
+            t = named.get(p.name)
+            if t is None:
+                raise _err(f"the plan is not for this module: plan param {p.name!r} "
+                                    f"(plan module {ex.modules[p.module]!r}) is not a param of the module")
+            if tuple(t.shape) != p.shape:
+                raise _err(f"the plan is not for this module: param {p.name!r} has shape "
+                                    f"{list(t.shape)} in the module but {list(p.shape)} in the plan")
+            if bool(t.requires_grad) != p.requires_grad:
+                raise _err(f"the plan is not for this module: param {p.name!r} has requires_grad="
+                                    f"{bool(t.requires_grad)} in the module but {p.requires_grad} in the plan")
+        for name in named:
+            if name not in ex._by_name:
+                raise _err(f"the plan is not for this module: module param {name!r} is not in the plan")
+
+    def _setup(self, module, named, init, cast_forward_inputs):
+        ex = self.ex
+        # initial values, through the executor's refit (only this rank's extents are read)
+        if init == "module":
+            if any(t.is_meta for t in named.values()):
+                raise _err("init='module' needs materialized params; the module is on the meta device "
+                           "(pass init=[paths] or init=None and call load())", 1)
+            with tempfile.TemporaryDirectory(prefix="flexplan-init-") as d:
+                path = os.path.join(d, "init.safetensors")
+                from safetensors.torch import save_file
+                save_file({k: v.detach().to("cpu").contiguous() for k, v in named.items()}, path)
+                ex.load_weights([path])
+        elif init is not None:
+            ex.load_weights(list(init) if not isinstance(init, (str, os.PathLike)) else [init])
+
+        # params -> views of the arena
+        old_to_new = {}
+        self.params = {}  # name -> (Parameter over weight, ParamView)
+        for p in ex.params:
+            old = named[p.name]
+            w = p.tensor("weight")
+            if w.numel() != p.numel:
+                raise _err(f"param {p.name!r}: this rank has no unsharded compute buffer")
+            newp = nn.Parameter(w, requires_grad=p.requires_grad)
+            old_to_new[id(old)] = newp
+            self.params[p.name] = (newp, p)
+        for m in module.modules():
+            for k, t in list(m._parameters.items()):
+                if t is not None and id(t) in old_to_new:
+                    m._parameters[k] = old_to_new[id(t)]
+        self._attach_ugrads()
+
+        # main-weight shards for the optimizer
+        self._main = []  # (Parameter over main shard, grad tensor, ParamView, pad mask or None)
+        held = []
+        for p in ex.params:
+            held.append(float(p.shard.held))
+            if not p.requires_grad:
+                continue
+            mt, gt = p.tensor("main"), p.tensor("grad")
+            mp = nn.Parameter(mt, requires_grad=True)
+            if gt.numel() and gt.dtype != mt.dtype:
+                raise _err(f"param {p.name!r}: main-grad dtype {p.grad.dtype} differs from the main "
+                                    f"dtype {p.main.dtype}; torch optimizers need them equal")
+            mask = None
+            if mt.numel() and p.shard.held != mt.numel():
+                mask = torch.zeros(mt.numel(), dtype=torch.bool, device=mt.device)
+                for s, _, n in p.shard.pairs():
+                    mask[s:s + n] = True
+            mp.grad = gt if gt.numel() == mt.numel() else None
+            mp._flexplan_name = p.name
+            self._main.append((mp, gt, p, mask))
+        # replication of each param across ranks (hybrid replicas, no_shard,
+        # replicate): counted once in norms and gathers; one collective at setup
+        total = ex.all_reduce_f64(held) if held else []
+        self._repl = {p.name: (total[i] / p.numel if p.numel else 1.0) for i, p in enumerate(ex.params)}
+
+        # units: plan modules -> submodules to hook
+        self.driver = Driver(ex, ex.segments, ex.modules)
+        self.driver.profile = self._profile
+        self.units = []
+        params_by_unit = {}
+        for p in ex.params:
+            params_by_unit.setdefault(p.module, []).append(p.name)
+        owner_of = {}
+        for mname, m in module.named_modules():
+            for k, t in m._parameters.items():
+                if t is not None:
+                    owner_of.setdefault(id(t), mname)
+        self._handles = []
+        self._unit_dtype = {}
+        for u, uname in enumerate(ex.modules):
+            subs = None
+            try:
+                subs = [module.get_submodule(uname)] if uname not in ("", None) else None
+            except AttributeError:
+                subs = None
+            if subs is None:
+                names = []
+                for pn in params_by_unit.get(u, []):
+                    o = owner_of[id(self.params[pn][0])]
+                    if o not in names:
+                        names.append(o)
+                if not names:
+                    raise _err(f"plan module {uname!r} is neither a submodule of the module nor holds params")
+                subs = [module.get_submodule(n) if n else module for n in names]
+            dts = {self.params[pn][1].weight.dtype for pn in params_by_unit.get(u, [])}
+            self._unit_dtype[u] = _TORCH_DTYPES.get(dts.pop()) if len(dts) == 1 else None
+            self.units.append(subs)
+            for i, sm in enumerate(subs):
+                first, last = i == 0, i == len(subs) - 1
+                self._handles.append(sm.register_forward_pre_hook(
+                    self._make_pre_hook(u, first, cast_forward_inputs), with_kwargs=True))
+                self._handles.append(sm.register_forward_hook(self._make_post_hook(u, last)))
+        self._closed = False
+
+    def _attach_ugrads(self):
+        """.grad of every trainable param = its ugrad view (made once; set
+        again at each step's first forward, in case the user's zero_grad()
+        or set_to_none dropped it)."""
+        cache = getattr(self, "_ugrad", None)
+        if cache is None:
+            cache = self._ugrad = {}
+            for newp, p in self.params.values():
+                if p.requires_grad and p.ugrad.ptr:
+                    g = p.tensor("ugrad")
+                    if g.dtype == newp.dtype and g.shape == newp.shape:
+                        cache[p.name] = (newp, g)
+        for newp, g in cache.values():
+            if newp.grad is not g:
+                newp.grad = g
+
+    # ---- module hooks -> plan events -------------------------------------
+    def _event(self, kind, u):
+        self.driver.event(kind, u)
+
+    def _make_pre_hook(self, u, first, cast):
+        def pre_hook(mod, args, kwargs):
+            d = self.driver
+            if d.in_backward:  # a recomputed forward inside backward (activation checkpointing)
+                if first and torch.is_grad_enabled():
+                    d.recompute_begin(u)
+                return None
+            if first:
+                if d.pos == 0:
+                    self._attach_ugrads()
+                self._event("pre_forward", u)
+            dt = self._unit_dtype.get(u)
+            if cast and dt is not None and dt != torch.float32:  # mixed precision only, as FSDP2
+                args, kwargs = pytree.tree_map_only(
+                    torch.Tensor, lambda t: t.to(dt) if t.is_floating_point() and t.dtype != dt else t,
+                    (args, kwargs))
+            if first and torch.is_grad_enabled():
+                flat, spec = pytree.tree_flatten((args, kwargs))
+                idx = [i for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.requires_grad]
+                if idx:
+                    outs = _PostBackward.apply(self, u, *[flat[i] for i in idx])
+                    if len(idx) == 1:
+                        outs = (outs,)
+                    for i, t in zip(idx, outs):
+                        flat[i] = t
+                    args, kwargs = pytree.tree_unflatten(flat, spec)
+            return args, kwargs
+        return self._timed(pre_hook)
+
+    def _make_post_hook(self, u, last):
+        def post_hook(mod, args, output):
+            d = self.driver
+            if d.in_backward:
+                if last:
+                    d.recompute_end(u)
+                return None
+            if last:
+                self._event("post_forward", u)
+                if torch.is_grad_enabled():
+                    for t in pytree.tree_leaves(output):
+                        if isinstance(t, torch.Tensor) and t.requires_grad:
+                            t.register_hook(self._make_grad_hook(u))
+            return None
+        return self._timed(post_hook)
+
+    def _make_grad_hook(self, u):
+        def grad_hook(grad):
+            d = self.driver
+            if not d.in_backward:
+                d.in_backward = True
+            if not d.callback_queued:
+                d.callback_queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            self._event("pre_backward", u)
+            return grad
+        return self._timed(grad_hook)
+
+    def _timed(self, fn):
+        if not self._profile:
+            return fn
+        import time
+        prof = self._prof
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                prof["python_s"] += time.perf_counter() - t0
+                prof["callbacks"] += 1
+        return timed
+
+    def hook_profile(self):
+        """With shard(..., profile=True): host time of the plan's hooks as
+        this rank ran them so far: {"hooks": fp_exec_hook calls, "exec_s":
+        seconds inside fp_exec_hook (the executor, its waits for
+        communication included), "python_s": seconds in flexplan.torch's
+        module/autograd callbacks minus exec_s (the Python layer's own
+        cost), "callbacks": callbacks run, and per-hook means in us}."""
+        d = self.driver
+        py = self._prof["python_s"] - d.exec_s_in_callbacks
+        n = max(d.hook_calls, 1)
+        return {"hooks": d.hook_calls, "exec_s": d.exec_s, "python_s": py, "callbacks": self._prof["callbacks"],
+                "exec_us_per_hook": 1e6 * d.exec_s / n, "python_us_per_hook": 1e6 * py / n}
+
+    def _post_backward_cb(self, u):
+        if self._profile:
+            return self._timed(self._event)("post_backward", u)
+        self._event("post_backward", u)
+
+    def _backward_done(self):
+        if self._profile:
+            return self._timed(self.driver.finish_backward)()
+        self.driver.finish_backward()
+
+    # ---- optimizer --------------------------------------------------------
+    def main_params(self):
+        """The Parameters an optimizer steps: this rank's main-weight shards
+        (flat views of the arena, padding included; ``.grad`` the main-grad
+        shard), one per trainable param of the plan, in the plan's order."""
+        return [mp for mp, _, _, _ in self._main]
+
+    def named_main_params(self):
+        return [(p.name, mp) for mp, _, p, _ in self._main]
+
+    def pre_optimizer(self):
+        """Issue pre_optimizer (idempotent within a step): main grads are final."""
+        self.driver.pre_optimizer()
+        for mp, gt, _, _ in self._main:
+            if gt.numel() == mp.numel():
+                mp.grad = gt  # optimizer.zero_grad() may have set None
+
+    def post_optimizer(self):
+        """Zero the padding of the main shards (outside the extents), then
+        post_optimizer (recasts to compute dtype, the shard_grad_op gathers)."""
+        with torch.no_grad():
+            for mp, _, _, mask in self._main:
+                if mask is not None:
+                    mp.masked_fill_(~mask, 0)
+        self.driver.post_optimizer()
+
+    def step(self, opt, closure=None):
+        """pre_optimizer, opt.step(), post_optimizer (for an optimizer over
+        main_params() not made by flexplan.torch.optimizer)."""
+        self.pre_optimizer()
+        r = opt.step(closure) if closure is not None else opt.step()
+        self.post_optimizer()
+        return r
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """torch.nn.utils.clip_grad_norm_ over the sharded main grads: the
+        global norm from one all-reduce of this rank's partial sum (params held
+        by several ranks - hybrid replicas, no_shard, replicate - counted once).
+        Issues pre_optimizer if not yet done. Returns the total norm."""
+        self.pre_optimizer()
+        norm_type = float(norm_type)
+        local = 0.0
+        with torch.no_grad():
+            for mp, gt, p, mask in self._main:
+                if gt.numel() == 0:
+                    continue
+                r = self._repl[p.name]
+                g = gt.float() if mask is None else gt.float()[mask]
+                if math.isinf(norm_type):
+                    local = max(local, float(g.abs().max()))
+                else:
+                    local += float(g.abs().pow(norm_type).sum(dtype=torch.float64)) / r
+        if math.isinf(norm_type):
+            # max over ranks via a sum of one-hot is not possible; gather all
+            vals = [0.0] * self.world_size
+            vals[self.rank] = local
+            total = max(self.ex.all_reduce_f64(vals))
+        else:
+            total = self.ex.all_reduce_f64([local])[0] ** (1.0 / norm_type)
+        coef = min(float(max_norm) / (total + 1e-6), 1.0)
+        if coef < 1.0:
+            with torch.no_grad():
+                for mp, gt, _, _ in self._main:
+                    if gt.numel():
+                        gt.mul_(coef)
+        return torch.tensor(total)
+
+    # ---- weights ------------------------------------------------------------
+    def full_state_dict(self, dtype=None):
+        """Every param as a full tensor (main dtype, or dtype) on every rank,
+        gathered from the main shards in float64 by all-reduce (exact for
+        fp32/bf16 values; replicated shards counted once). Collective; call it
+        between steps."""
+        out = {}
+        for p in self.ex.params:
+            buf = torch.zeros(p.numel, dtype=torch.float64)
+            mt = p.tensor("main")
+            for s, f, n in p.shard.pairs():
+                buf[f:f + n] = mt[s:s + n].to("cpu", torch.float64)
+            self.ex.all_reduce_f64_buffer(buf.data_ptr(), p.numel)
+            r = self._repl[p.name]
+            if r != 1.0:
+                buf /= r
+            dt = dtype or _TORCH_DTYPES.get(p.main.dtype, torch.float32)
+            out[p.name] = buf.to(dt).view(p.shape)
+        return out
+
+    def save(self, path, dtype=None):
+        """Save the model as one safetensors file of full tensors, written by
+        rank 0 (atomically: a temporary file renamed); it loads back through
+        load() (the executor's refit) or into a plain torch module.
+        Collective."""
+        sd = self.full_state_dict(dtype)
+        if self.rank == 0:
+            from safetensors.torch import save_file
+            tmp = f"{path}.tmp{os.getpid()}"
+            save_file({k: v.contiguous() for k, v in sd.items()}, tmp, metadata={"format": "pt"})
+            os.replace(tmp, path)
+        self.ex.all_reduce_f64([0.0])  # every rank returns once the file exists
+        return path
+
+    def load(self, paths):
+        """Load full-tensor safetensors files through the executor's refit
+        (between steps; each rank reads only its extents)."""
+        self.ex.load_weights(paths)
+
+    # ---- misc -----------------------------------------------------------------
+    def stats(self):
+        s = self.ex.stats()
+        s["python_hook_calls"] = self.driver.hook_calls
+        s["python_recomputes"] = self.driver.recomputes
+        s["python_hooks_skipped"] = self.driver.skipped
+        return s
+
+    def sync(self):
+        self.ex.sync()
+
+    def timing_start(self, steps):
+        """Record the next `steps` steps' hooks and ops as this rank ran them
+        (Executor.timing_start); write them with timing_write(path) and draw
+        them with `flexplan viz PLAN --measured FILE...`."""
+        self.ex.timing_start(steps)
+
+    def timing_write(self, path):
+        self.ex.timing_write(path)
+
+    def close(self):
+        """Remove the hooks and destroy the executor (collective). The module's
+        params stay views of freed memory: do not use the module afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        for h in self._handles:
+            h.remove()
+        self.ex.destroy()
+        self.module._flexplan_state = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+_abort_installed = False
+
+
+def _install_abort_on_error():
+    """An exception that ends this rank's program must end every rank: the
+    others would wait forever in the plan's next collective. sys.excepthook
+    prints the traceback, then calls MPI_Abort (fp_mpi_abort), as torchrun
+    tears a job down when one worker fails."""
+    global _abort_installed
+    if _abort_installed:
+        return
+    _abort_installed = True
+    import sys
+    prev = sys.excepthook
+
+    def hook(tp, val, tb):
+        try:
+            prev(tp, val, tb)
+            sys.stderr.write("flexplan.torch: an uncaught exception on this rank: aborting every rank (MPI_Abort)\n")
+            sys.stderr.flush()
+        finally:
+            from ..executor import mpi_abort
+            mpi_abort(1)
+    sys.excepthook = hook
+
+
+def optimizer(model_or_state, cls, *args, **kwargs):
+    """cls(main_params(), *args, **kwargs) with pre_optimizer / post_optimizer
+    hooked around every step(): state sized for this rank's shards only."""
+    st = state(model_or_state)
+    opt = cls(st.main_params(), *args, **kwargs)
+    opt.register_step_pre_hook(lambda o, a, k: st.pre_optimizer())
+    opt.register_step_post_hook(lambda o, a, k: st.post_optimizer())
+    return opt
+
+
+def clip_grad_norm_(model_or_state, max_norm, norm_type=2.0):
+    """Clip the sharded grads of a sharded module to a global norm (one
+    all-reduce); returns the total norm, as torch.nn.utils.clip_grad_norm_."""
+    return state(model_or_state).clip_grad_norm_(max_norm, norm_type)
+
+
+def _nccl_setup(rank, world_size):
+    """NCCL backend: rank and world from torch.distributed's env (RANK,
+    WORLD_SIZE), torch's current stream as the plan's compute stream. Written
+    for GPUs; not run on the development machine (no GPU)."""
+    import torch.distributed as dist
+    if rank is None:
+        rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    if world_size is None:
+        world_size = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    nccl_id = None
+    if dist.is_initialized() and world_size > 1:
+        # rank 0 makes the NCCL id, torch.distributed ships it (FP_NCCL_BOOT_ID)
+        from ..executor import nccl_get_id
+        box = [nccl_get_id() if rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        nccl_id = box[0]
+    return rank, world_size, torch.cuda.current_stream().cuda_stream, nccl_id

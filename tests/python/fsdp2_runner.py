@@ -1,0 +1,145 @@
+"""Real FSDP2 (torch.distributed.fsdp.fully_shard) on gloo, CPU: the peer
+flexplan.torch is compared with.
+
+    python fsdp2_runner.py --model mlp|llama --np N --out DIR [--steps 10]
+
+spawns N processes (torch.multiprocessing, MASTER_ADDR=127.0.0.1), builds the
+same model as the flexplan tests (torch_models: same seed, same data per
+global micro-batch g = step*N + rank), applies fully_shard to every unit of
+torch_models.{MLP,LLAMA_FSDP2}_UNITS and then to the root, trains with
+AdamW (same hyperparameters), and writes from rank 0:
+
+- DIR/fsdp2_<model>_np<N>.safetensors: the final params (full tensors);
+- DIR/fsdp2_<model>_np<N>.collectives.json: every collective rank 0 issued
+  in step 1 (the steady state, after FSDP2's lazy init in step 0), in issue
+  order, recorded by wrapping torch.distributed's collective functions:
+  name, input and output element counts, dtype, reduce op, group size;
+- DIR/fsdp2_<model>_np<N>.time.json: step times (bench/torch_bench.py).
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import torch_models as tm  # noqa: E402
+
+COLLECTIVES = ("all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor", "reduce_scatter_single",
+               "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce")
+
+
+class Recorder:
+    """Wraps torch.distributed's collective functions: records each call
+    while `on` (rank 0), then forwards it."""
+
+    def __init__(self):
+        self.on = False
+        self.calls = []
+        self._orig = {}
+
+    def install(self):
+        for name in COLLECTIVES:
+            f = getattr(dist, name, None)
+            if f is None:
+                continue
+            self._orig[name] = f
+            setattr(dist, name, self._wrap(name, f))
+
+    def _wrap(self, name, f):
+        def wrapped(*args, **kwargs):
+            if self.on:
+                tens = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+                op = kwargs.get("op")
+                if op is None:
+                    op = next((a for a in args if isinstance(a, dist.ReduceOp.RedOpType) or
+                               type(a).__name__ in ("RedOpType", "ReduceOp")), None)
+                group = kwargs.get("group")
+                self.calls.append({
+                    "name": name,
+                    "numel": [int(t.numel()) for t in tens],
+                    "dtype": str(tens[0].dtype).replace("torch.", "") if tens else None,
+                    "op": (str(op).split(".")[-1].lower() if op is not None else
+                           ("sum" if "reduce" in name else None)),
+                    "group_size": dist.get_world_size(group) if group is not None else dist.get_world_size(),
+                })
+            return f(*args, **kwargs)
+        return wrapped
+
+
+def _worker(rank, world, port, kind, steps, out, mb_size):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    rec = Recorder()
+    if rank == 0:
+        rec.install()  # before fully_shard binds anything
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.device_mesh import init_device_mesh
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    model = tm.tiny_llama() if kind == "llama" else tm.mlp()
+    units = tm.LLAMA_FSDP2_UNITS if kind == "llama" else tm.MLP_UNITS
+    for u in units:
+        fully_shard(model.get_submodule(u), mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = tm.adamw(model.parameters())
+    times = []
+    for step in range(steps):
+        rec.on = step == 1
+        dist.barrier()
+        t0 = time.perf_counter()
+        g = step * world + rank
+        inp, tgt = tm.batch(kind, g, mb_size)
+        loss = tm.loss_fn(kind, model, inp, tgt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+        rec.on = False
+    full = {}
+    for n, p in model.named_parameters():
+        full[n] = p.full_tensor().detach().clone() if hasattr(p, "full_tensor") else p.detach().clone()
+    if rank == 0:
+        from safetensors.torch import save_file
+        base = os.path.join(out, f"fsdp2_{kind}_np{world}")
+        save_file({k: v.contiguous() for k, v in full.items()}, base + ".safetensors")
+        with open(base + ".collectives.json", "w") as f:
+            json.dump(rec.calls, f, indent=1)
+        with open(base + ".time.json", "w") as f:
+            json.dump(times, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(kind, world, out, steps=10, mb_size=2):
+    mp.start_processes(_worker, args=(world, free_port(), kind, steps, out, mb_size), nprocs=world,
+                       join=True, start_method="spawn")
+    return os.path.join(out, f"fsdp2_{kind}_np{world}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="mlp")
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--mb-size", type=int, default=2)
+    a = ap.parse_args()
+    print(run(a.model, a.np, a.out, a.steps, a.mb_size))
+
+
+if __name__ == "__main__":
+    main()

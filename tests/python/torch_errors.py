@@ -1,0 +1,122 @@
+"""Every error flexplan.torch adds, on one rank (test_torch_errors.py runs it
+under ``mpiexec -n 1``): each check prints ``OK <name>`` when the expected
+FlexplanError (status and message) is raised, ``BAD <name>: ...`` otherwise."""
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+import flexplan  # noqa: E402
+import flexplan.torch as fpt  # noqa: E402
+from flexplan.executor import Executor, mpi_init, mpi_finalize  # noqa: E402
+
+import torch_models as tm  # noqa: E402
+from torch_worker import compile_plan, spec_for  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="fp-torch-errors-")
+results = []
+
+
+def expect(name, fn, status, *needles):
+    try:
+        fn()
+    except flexplan.FlexplanError as e:
+        msg = str(e)
+        if e.status_name != status or not all(n in msg for n in needles):
+            results.append(f"BAD {name}: {e.status_name}: {msg}")
+        else:
+            results.append(f"OK {name}: {msg}")
+        return
+    except Exception as e:  # noqa: BLE001
+        results.append(f"BAD {name}: {type(e).__name__}: {e}")
+        return
+    results.append(f"BAD {name}: no error")
+
+
+def plan_for(model, name, ga=1):
+    extra = {"grad_accumulation": ga} if ga > 1 else {}
+    return compile_plan(tm.model_json(model, tm.MLP_UNITS, name=name), spec_for("full_shard", extra, 1, {}),
+                        os.path.join(TMP, f"{name}.ga{ga}.plan.json"))
+
+
+def main():
+    mpi_init()
+    good = plan_for(tm.mlp(), "mlp")
+
+    # a plan for another model: each kind of mismatch names the param
+    class Extra(tm.MLP):
+        def __init__(self):
+            super().__init__()
+            self.extra = torch.nn.Parameter(torch.zeros(3))
+    expect("module_param_not_in_plan", lambda: fpt.shard(Extra(), good), "FP_ERR_PLAN",
+           "module param 'extra' is not in the plan")
+    small = tm.MLP([12, 24, 24, 20])  # no layers.3
+    expect("plan_param_not_in_module", lambda: fpt.shard(small, good), "FP_ERR_PLAN",
+           "plan param 'layers.3.weight'", "is not a param of the module")
+    frozen = tm.mlp()
+    frozen.layers[0].weight.requires_grad_(False)
+    expect("requires_grad_differs", lambda: fpt.shard(frozen, good), "FP_ERR_PLAN",
+           "'layers.0.weight' has requires_grad=False in the module but True in the plan")
+    with torch.device("meta"):
+        meta = tm.MLP()
+    expect("meta_module_init", lambda: fpt.shard(meta, good), "FP_ERR_ARG", "meta device")
+
+    # the module's forward against the plan's order
+    class Swapped(tm.MLP):
+        def forward(self, x):  # layers.3 runs before layers.1 and layers.2
+            h = self.layers[0](x)
+            y = self.layers[3](torch.zeros(x.shape[0], 20))
+            return y + self.layers[2](self.layers[1](h)).sum()
+    m = Swapped()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    x, t = tm.batch("mlp", 0)
+    expect("forward_out_of_plan_order", lambda: m(x), "FP_ERR_ORDER", "the module reached pre_forward(layers.3)",
+           "the plan expects", "does not follow the plan's order")
+    st.close()
+
+    # a second step's forward before the optimizer step
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    opt = fpt.optimizer(st, torch.optim.SGD, lr=0.1)
+    tm.loss_fn("mlp", m, x, t).backward()
+    expect("forward_before_optimizer_step", lambda: m(x), "FP_ERR_ORDER", "call the optimizer step")
+    opt.step()  # still usable: the step goes on
+    tm.loss_fn("mlp", m, x, t).backward()
+    opt.step()
+    st.close()
+
+    # the optimizer step before the plan's micro-batches are through
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp", ga=2))
+    opt = fpt.optimizer(st, torch.optim.SGD, lr=0.1)
+    tm.loss_fn("mlp", m, x, t).backward()
+    expect("optimizer_step_before_backward_done", opt.step, "FP_ERR_ORDER", "grad_accumulation = 2")
+    st.close()
+
+    # sharding twice; a module that is not sharded; executor arguments
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    expect("already_sharded", lambda: fpt.shard(m, good), "FP_ERR_ARG", "already sharded")
+    st.close()
+    expect("not_sharded", lambda: fpt.clip_grad_norm_(tm.mlp(), 1.0), "FP_ERR_ARG", "not a module sharded")
+    expect("unknown_backend", lambda: Executor(good, 0, 1, backend="gloo"), "FP_ERR_ARG", "unknown backend 'gloo'")
+    expect("bad_nccl_id", lambda: Executor(good, 0, 1, backend="nccl", nccl_id=b"123"), "FP_ERR_ARG",
+           "nccl_id must be 128 bytes")
+    expect("bad_plan_path", lambda: Executor(os.path.join(TMP, "missing.plan.json"), 0, 1), "FP_ERR_PLAN",
+           "missing.plan.json")
+    with Executor(good, 0, 1) as ex:
+        expect("unknown_param", lambda: ex.param("nope"), "FP_ERR_ARG", "the plan has no param 'nope'")
+        expect("unknown_module", lambda: ex.hook("pre_forward", "nope"), "FP_ERR_ARG", "no module 'nope'")
+    print("\n".join(results), flush=True)
+    mpi_finalize()
+    return 1 if any(r.startswith("BAD") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Tiny models, data and single-process references shared by the PyTorch
+tests, the FSDP2 runner and the benchmark.
+
+- ``tiny_llama()``: a 2-layer Llama from transformers' LlamaConfig with tied
+  embeddings (tie_word_embeddings=True): one Parameter used by the embedding
+  and the LM head.
+- ``mlp()``: a plain MLP (Linear/GELU), with one unit that can be frozen.
+- ``batches()``: deterministic data per global micro-batch (token ids, or
+  (x, y) pairs), so every rank and every runner sees the same global batch.
+- ``reference_train()``: single-process training on the whole global batch,
+  the reference every sharded run is compared with.
+"""
+import torch
+from torch import nn
+
+VOCAB, HIDDEN, LAYERS, SEQ = 64, 32, 2, 8
+MLP_DIMS = [12, 24, 24, 20, 6]
+
+
+def tiny_llama(seed=0, tie=None):
+    import os
+    if tie is None:
+        tie = os.environ.get("FP_TEST_UNTIED") != "1"
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=48, num_hidden_layers=LAYERS,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=tie, attn_implementation="eager")
+    torch.manual_seed(seed)
+    m = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # visible norms: random, not ones
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.uniform_(0.8, 1.2)
+    return m
+
+
+LLAMA_UNITS = ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"]
+# FSDP2: fully_shard on each layer, the root holds the tied embedding, the norm and the head (as torchtitan)
+LLAMA_FSDP2_UNITS = ["model.layers.0", "model.layers.1"]
+
+
+class MLP(nn.Module):
+    def __init__(self, dims=MLP_DIMS):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.checkpoint = False  # checkpoint the hidden layers' calls: their module hooks run again in backward
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        for i, l in enumerate(self.layers):
+            if self.checkpoint and 0 < i < len(self.layers) - 1:
+                x = checkpoint(l, x, use_reentrant=False)
+            else:
+                x = l(x)
+            if i + 1 < len(self.layers):
+                x = torch.nn.functional.gelu(x)
+        return x
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return MLP()
+
+
+MLP_UNITS = [f"layers.{i}" for i in range(len(MLP_DIMS) - 1)]
+
+
+def batch(kind, g, mb_size=2):
+    """global micro-batch g (deterministic)"""
+    gen = torch.Generator().manual_seed(1000 + g)
+    if kind == "llama":
+        ids = torch.randint(0, VOCAB, (mb_size, SEQ + 1), generator=gen)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+    x = torch.randn(mb_size, MLP_DIMS[0], generator=gen)
+    y = torch.randn(mb_size, MLP_DIMS[-1], generator=gen)
+    return x, y
+
+
+def loss_fn(kind, model, inp, tgt):
+    if kind == "llama":
+        logits = model(input_ids=inp).logits
+        return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+    out = model(inp)
+    return torch.nn.functional.mse_loss(out.float(), tgt)
+
+
+def model_json(module, units, name="m", frozen=()):
+    """A model.json for `module` with the given units: each param goes to the
+    longest unit prefix of its (first) name; a unit whose submodule reads a
+    param declared by another unit (a tied weight) lists it in "uses"
+    (format v2). Forward order = units' order. A stand-in for
+    flexplan.torch.describe where explicit units and no tracing are wanted."""
+    def unit_of(n):
+        return max((u for u in units if n == u or n.startswith(u + ".")), key=len, default=None)
+    canon = {}
+    for n, p in module.named_parameters():
+        canon[id(p)] = n
+    mods = {u: [] for u in units}
+    uses = {u: [] for u in units}
+    for n, p in module.named_parameters():
+        best = unit_of(n)
+        if best is None:
+            raise ValueError(f"param {n} is in no unit")
+        e = {"name": n, "shape": list(p.shape)}
+        if best in frozen or not p.requires_grad:
+            e["requires_grad"] = False
+        mods[best].append(e)
+    for n, p in module.named_parameters(remove_duplicate=False):
+        u, c = unit_of(n), canon[id(p)]
+        if u is not None and unit_of(c) != u and c not in uses[u]:
+            uses[u].append(c)
+    tied = any(uses.values())
+    out = []
+    for u in units:
+        m = {"name": u, "params": mods[u]}
+        if uses[u]:
+            m["uses"] = uses[u]
+        out.append(m)
+    return {"format": "flexplan.model.v2" if tied else "flexplan.model.v1", "name": name, "modules": out}
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+def reference_train(kind, model, steps, world, ga, mb_size=2, frozen=(), param_dtype=None, clip=None,
+                    checkpoint=False, order="forward"):
+    """Single-process reference: each step, the global batch of world*ga
+    micro-batches; loss = mean over micro-batches of each micro-batch's mean
+    loss (what the plan's 1/(world*ga) scaling of summed grads computes).
+    param_dtype bf16: compute weights cast from fp32 main weights, grads
+    accumulated in fp32 (the plan's casts). Returns final params (fp32)."""
+    for u in frozen:
+        for p in model.get_submodule(u).parameters():
+            p.requires_grad_(False)
+    main = {n: p.detach().clone().float() for n, p in model.named_parameters()}
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    mp = [nn.Parameter(main[n]) for n in trainable]
+    opt = adamw(mp)
+    if param_dtype is not None:  # params only, as FSDP2's MixedPrecisionPolicy (buffers stay)
+        for p in model.parameters():
+            p.data = p.data.to(param_dtype)
+    for step in range(steps):
+        acc = {n: torch.zeros_like(main[n]) for n in trainable}
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(main[n].to(p.dtype))
+        for r in (reversed(range(world)) if order == "reversed" else range(world)):
+            for k in range(ga):
+                g = step * world * ga + r * ga + k
+                inp, tgt = batch(kind, g, mb_size)
+                if param_dtype is not None and inp.is_floating_point():
+                    inp = inp.to(param_dtype)  # as FSDP2's cast_forward_inputs
+                model.zero_grad(set_to_none=True)
+                loss = loss_fn(kind, model, inp, tgt)
+                loss.backward()
+                for n, p in model.named_parameters():
+                    if p.requires_grad:
+                        acc[n] += p.grad.float()
+        for n, q in zip(trainable, mp):
+            q.grad = acc[n] / (world * ga)
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(mp, clip)
+        opt.step()
+    return {n: q.detach().clone() for n, q in zip(trainable, mp)} | {
+        n: main[n] for n in main if n not in trainable}

@@ -1,0 +1,297 @@
+"""MPI worker for the flexplan.torch parity tests: run under
+``mpirun -n N python torch_worker.py CONFIG...``; every rank runs every
+config in one process set (cheaper than one mpirun per config), each one
+training a tiny model with flexplan.torch.shard for 10 steps of AdamW and
+comparing the final params (gathered from the main shards) with the
+single-process PyTorch reference (torch_models.reference_train). Rank 0
+prints one line per config, ``PASS name max_abs max_rel tol`` or ``FAIL ...``,
+and the exit status is 1 when any failed.
+
+Configs (name: model, spec overrides, options): see CONFIGS. A config whose
+required world size differs from N is skipped (printed SKIP).
+
+Tolerances, per compute dtype (see docs/torch.md, "Parity"):
+- fp32: the sharded run and the reference differ only in the order in which
+  grads are summed (the plan's all-reduce / reduce-scatter over ranks and
+  micro-batches against the reference's sequential sum): a few fp32 ulps in
+  the grads of step 0. AdamW normalizes the update (m / sqrt(v)), so a grad
+  that differs by 1e-7 relative moves a weight by about lr * 1e-7; over 10
+  steps such differences propagate through the forward and compound, but
+  stay orders of magnitude below lr (1e-2), which a missing or doubled
+  contribution would change: atol 1e-5, rtol 1e-4.
+- bf16 compute: a main weight that differs in its last fp32 bits can round
+  to a neighbouring bf16 compute weight (2^-8 relative), which changes that
+  step's grads by ~0.4% and, through AdamW's normalized update (each step
+  moves a weight by up to lr = 1e-2), can flip the sign of a tiny update: a
+  weight may differ by up to ~2 lr over 10 steps: atol 3e-2, rtol 3e-2 -
+  still a third of what one wrong step (a missed reduce) changes in the
+  largest weights, and the test also checks the mean abs difference stays
+  below 2e-3.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+import flexplan  # noqa: E402
+import flexplan.torch as fpt  # noqa: E402
+from flexplan.executor import mpi_init, mpi_finalize, mpi_abort  # noqa: E402
+
+import torch_models as tm  # noqa: E402
+
+MP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "main_grad_dtype": "fp32"}
+MPBF = {"param_dtype": "bf16", "reduce_dtype": "fp32", "main_grad_dtype": "fp32"}
+STEPS = 10
+
+# name: (model, strategy, extra spec, options)
+CONFIGS = {
+    "llama_full_shard": ("llama", "full_shard", {}, {}),
+    "llama_shard_grad_op": ("llama", "shard_grad_op", {}, {}),
+    "llama_no_shard": ("llama", "no_shard", {}, {}),
+    "llama_hybrid_2x2": ("llama", "hybrid_shard", {"hybrid_shard": {"intra_node_size": 2},
+                                                   "mesh": {"ranks_per_node": 2}}, {"world": 4}),
+    "llama_bf16": ("llama", "full_shard", {}, {"bf16": True}),
+    "llama_ga2": ("llama", "full_shard", {"grad_accumulation": 2}, {}),
+    "llama_ckpt": ("llama", "full_shard", {}, {"checkpoint": True}),
+    "llama_clip": ("llama", "full_shard", {}, {"clip": 0.5}),
+    "mlp_full_shard": ("mlp", "full_shard", {}, {}),
+    "mlp_shard_grad_op": ("mlp", "shard_grad_op", {}, {}),
+    "mlp_no_shard": ("mlp", "no_shard", {}, {}),
+    "mlp_frozen_no_shard": ("mlp", "full_shard", {"no_shard": ["layers.1.*"]}, {"frozen": ["layers.1"]}),
+    "mlp_placements": ("mlp", "full_shard", {"buckets": [
+        {"name": "l0", "params": ["layers.0.*"], "placement": {"kind": "ragged_shard", "units": "R",
+                                                                 "align_elems": 4}},
+        {"name": "l1", "params": ["layers.1.*"], "placement": {"kind": "owned", "rank": "auto"}},
+        {"name": "l2", "params": ["layers.2.weight"], "placement": {"kind": "shard", "dim": 1}},
+        {"name": "l3", "params": ["layers.3.*"], "placement": {"kind": "replicate"}},
+    ]}, {"clip": 0.05}),
+    "mlp_bf16": ("mlp", "full_shard", {}, {"bf16": True}),
+    "mlp_ga2_ckpt": ("mlp", "full_shard", {"grad_accumulation": 2}, {"checkpoint": True}),
+    "mlp_save_load": ("mlp", "full_shard", {}, {"save_load": True}),
+}
+
+
+def make_model(kind):
+    return tm.tiny_llama() if kind == "llama" else tm.mlp()
+
+
+def units_of(kind):
+    return tm.LLAMA_UNITS if kind == "llama" else tm.MLP_UNITS
+
+
+def describe_model(kind, model, frozen):
+    """model.json through flexplan.torch.describe when it exists, else the
+    tests' explicit one."""
+    for u in frozen:
+        for p in model.get_submodule(u).parameters():
+            p.requires_grad_(False)
+    units = units_of(kind)
+    describe = getattr(fpt, "describe", None)
+    if describe is not None and os.environ.get("FP_TEST_NO_DESCRIBE") != "1":
+        ex = None
+        if kind == "llama":
+            ex = (torch.zeros(2, tm.SEQ, dtype=torch.long),)
+        else:
+            ex = (torch.zeros(2, tm.MLP_DIMS[0]),)
+        return describe(model, ex, units=units, name=kind)
+    return tm.model_json(model, units, name=kind, frozen=frozen)
+
+
+def spec_for(strategy, extra, world, opts):
+    spec = {"format": "flexplan.spec.v1", "mesh": {"world_size": world}, "strategy": strategy,
+            "defaults": {"mixed_precision": dict(MPBF if opts.get("bf16") else MP32)}}
+    for k, v in extra.items():
+        if k == "mesh":
+            spec["mesh"].update(v)
+        elif k == "buckets":
+            bs = json.loads(json.dumps(v))
+            for b in bs:
+                pl = b.get("placement", {})
+                if pl.get("units") == "R":  # ragged: an uneven split with one empty rank when world > 2
+                    pl["units"] = [[1], [1, 1], [2, 0, 1], [1, 2, 0, 1]][world - 1]
+            spec["buckets"] = bs
+        else:
+            spec[k] = v
+    if opts.get("checkpoint"):
+        spec["recompute"] = ["model.layers.*"] if opts.get("kind") == "llama" else ["layers.[12]"]
+    return spec
+
+
+def compile_plan(model_js, spec, path, policy=None):
+    """Compile to a plan.json: flexplan.compile where the package has it,
+    else this build's command line ($FLEXPLAN_CLI)."""
+    if getattr(flexplan, "compile", None) is not None and hasattr(flexplan.Plan, "save"):
+        kw = {"policy": policy} if policy else {}
+        plan = flexplan.compile(model_js, spec, **kw)
+        plan.save(path)
+        plan.close()
+        return path
+    cli = os.environ.get("FLEXPLAN_CLI") or os.path.join(HERE, "..", "..", "build", "flexplan")
+    mj, sj = path + ".model.json", path + ".spec.json"
+    with open(mj, "w") as f:
+        json.dump(model_js, f)
+    with open(sj, "w") as f:
+        json.dump(spec, f)
+    cmd = [cli, "compile", mj, "--spec", sj, "-o", path] + (["--policy", policy] if policy else [])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"flexplan compile failed: {r.stderr.strip()}")
+    return path
+
+
+def run_config(name, rank, world, tmp):
+    kind, strategy, extra, opts = CONFIGS[name]
+    if opts.get("world", world) != world:
+        return "SKIP", f"needs {opts['world']} ranks"
+    if kind == "mlp" and "buckets" in extra and world == 1:
+        return "SKIP", "placements need 2+ ranks"
+    ga = extra.get("grad_accumulation", 1)
+    frozen = opts.get("frozen", [])
+    model = make_model(kind)
+    model_js = describe_model(kind, model, frozen)
+    spec = spec_for(strategy, extra, world, dict(opts, kind=kind))
+    plan = compile_plan(model_js, spec, os.path.join(tmp, f"{name}.r{rank}.plan.json"))
+    if opts.get("checkpoint"):
+        _wrap_checkpoint(kind, model)
+    st = fpt.shard(model, plan)
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    try:
+        for step in range(STEPS):
+            for k in range(ga):
+                g = step * world * ga + rank * ga + k
+                inp, tgt = tm.batch(kind, g)
+                loss = tm.loss_fn(kind, model, inp, tgt)
+                loss.backward()
+            if opts.get("clip"):
+                fpt.clip_grad_norm_(st, opts["clip"])
+            opt.step()
+            opt.zero_grad()
+        # optimizer state sized for this rank's shards only
+        shard_numel = sum(mp.numel() for mp in st.main_params())
+        state_numel = sum(v["exp_avg"].numel() for v in opt.state.values())
+        full_numel = sum(p.numel for p in st.ex.params if p.requires_grad)
+        if state_numel != shard_numel or (strategy == "full_shard" and world > 1 and not
+                                          shard_numel < full_numel):
+            return "FAIL", f"optimizer state {state_numel} elements, shards {shard_numel}, params {full_numel}"
+        got = st.full_state_dict(torch.float32)
+        if opts.get("save_load"):
+            # one path every rank sees: rank 0 writes it (ranks share mpiexec as parent)
+            path = os.path.join(tempfile.gettempdir(), f"fp-torch-save-{os.getppid()}-{name}.safetensors")
+            st.save(path)
+            # perturb, then load back through the refit: must match again
+            for mp in st.main_params():
+                with torch.no_grad():
+                    mp.add_(1.0)
+            st.load([path])
+            again = st.full_state_dict(torch.float32)
+            for n in got:
+                if not torch.equal(got[n], again[n]):
+                    return "FAIL", f"save/load: {n} differs after loading the saved file back"
+            from safetensors.torch import load_file
+            sd = load_file(path)
+            if set(sd) != set(got) or any(not torch.equal(sd[n].float(), got[n]) for n in got):
+                return "FAIL", "save: the file's tensors differ from the gathered params"
+            st.ex.all_reduce_f64([0.0])  # every rank has read it
+            if rank == 0:
+                os.unlink(path)
+        stats = st.stats()
+        # hooks with nothing to do were never called, and the executor agrees
+        if stats["skipped"] != stats["python_hooks_skipped"]:
+            return "FAIL", f"executor skipped {stats['skipped']}, flexplan.torch {stats['python_hooks_skipped']}"
+        # every recomputed forward of a unit the plan recomputes reached the executor, inside its backward window
+        if opts.get("checkpoint"):
+            import fnmatch
+            units = [m for m in st.ex.modules if any(fnmatch.fnmatchcase(m, p) for p in spec["recompute"])]
+            # transformers' own gradient checkpointing reruns a layer's forward without its module hooks
+            # (nothing to tell the executor: the weights stay gathered through the unit's backward); a
+            # checkpoint() around the module's call runs them again, and each must reach the executor
+            want = len(units) * STEPS * ga if kind == "mlp" else 0
+            if not units or stats["python_recomputes"] != want:
+                return "FAIL", f"recomputed forwards told to the executor: {stats['python_recomputes']}, " \
+                               f"want {want} ({len(units)} units x {STEPS} steps x {ga} micro-batches)"
+        if frozen and stats["skipped"] < 4 * STEPS:  # the frozen unit's pre/post forward/backward
+            return "FAIL", f"frozen unit: only {stats['skipped']} hooks skipped in {STEPS} steps"
+        if os.environ.get("FP_SAVE_FINAL") and rank == 0:  # for the FSDP2 comparison
+            from safetensors.torch import save_file
+            save_file({k: v.contiguous() for k, v in got.items()},
+                      os.path.join(os.environ["FP_SAVE_FINAL"], f"flexplan_{name}_np{world}.safetensors"))
+    finally:
+        st.close()
+    if rank != 0:
+        return "DONE", ""
+    ref_model = make_model(kind)
+    if opts.get("checkpoint"):
+        _wrap_checkpoint(kind, ref_model)
+    ref = tm.reference_train(kind, ref_model, STEPS, world, ga, frozen=frozen,
+                             param_dtype=torch.bfloat16 if opts.get("bf16") else None, clip=opts.get("clip"))
+    return compare(got, ref, bf16=opts.get("bf16", False), stats=stats)
+
+
+def _wrap_checkpoint(kind, model):
+    """activation checkpointing (non-reentrant) of every hidden layer: the
+    Llama's through transformers (it checkpoints the layers' forward, inside
+    the module hooks, as torchtitan does); the MLP's around the layer's call,
+    so its module hooks run again inside backward (the cursor must ignore
+    them)."""
+    if kind == "llama":
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.checkpoint = True
+
+
+def compare(got, ref, bf16, stats):
+    atol, rtol = (3e-2, 3e-2) if bf16 else (1e-4, 1e-3)
+    worst, worst_rel, mean_sum, n_el = 0.0, 0.0, 0.0, 0
+    for n, r in ref.items():
+        g = got[n]
+        if g.shape != r.shape:
+            return "FAIL", f"{n}: shape {list(g.shape)} vs {list(r.shape)}"
+        d = (g - r).abs()
+        worst = max(worst, float(d.max()))
+        worst_rel = max(worst_rel, float((d / (r.abs() + 1e-12)).max()))
+        mean_sum += float(d.sum())
+        n_el += d.numel()
+        if not torch.allclose(g, r, atol=atol, rtol=rtol):
+            i = int((d - atol - rtol * r.abs()).argmax())
+            return "FAIL", (f"{n}: max |diff| {float(d.max()):.3g} > tol (atol {atol}, rtol {rtol}); "
+                            f"at {i}: {float(g.flatten()[i]):.6g} vs ref {float(r.flatten()[i]):.6g}")
+    mean = mean_sum / max(n_el, 1)
+    if bf16 and mean > 2e-3:
+        return "FAIL", f"mean |diff| {mean:.3g} > 2e-3"
+    return "PASS", f"max_abs={worst:.3g} max_rel={worst_rel:.3g} mean_abs={mean:.3g} atol={atol} rtol={rtol} " \
+                   f"hooks={stats['hooks']} skipped={stats.get('skipped')}/{stats['python_hooks_skipped']} hook_allocations={stats['hook_allocations']}"
+
+
+def main():
+    rank, world = mpi_init()
+    names = sys.argv[1:] or list(CONFIGS)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix=f"fp-torch-{rank}-") as tmp:
+        for name in names:
+            t0 = time.time()
+            try:
+                verdict, msg = run_config(name, rank, world, tmp)
+            except Exception as e:  # a rank failing ends every rank (no hang)
+                sys.stdout.write(f"FAIL {name} np={world} rank {rank}: {type(e).__name__}: {e}\n")
+                traceback.print_exc()
+                sys.stdout.flush()
+                mpi_abort(1)
+            if rank == 0:
+                print(f"{verdict} {name} np={world} {msg} ({time.time() - t0:.1f}s)", flush=True)
+            failed += verdict == "FAIL"
+    mpi_finalize()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
