@@ -49,6 +49,14 @@ struct fp_plan {
   char *name;      /* malloc'd: the file or model the plan came from, for messages (NULL: none) */
 };
 
+/* ---- transfer programs (ir/xfer.h; api/reshard.c makes them, xfer.c runs them) ---- */
+struct fp_tx;
+struct fp_xfer {
+  fp_arena *arena;   /* everything the planner made */
+  struct fp_tx *tx;  /* NULL when compiling failed */
+  char *msg;         /* malloc'd; "" when none */
+};
+
 /* ---- the program resolved for one rank ----------------------------------------- */
 /* One op as this rank runs it. Ops this rank skips (`only`) and compute
  * placeholders are left out. */

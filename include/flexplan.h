@@ -468,6 +468,48 @@ FP_API fp_status fp_exec_timing_start(fp_exec *x, int32_t steps);
  * `flexplan viz PLAN --measured FILE...` draws them beside the modeled step. */
 FP_API fp_status fp_exec_timing_write(fp_exec *x, const char *path);
 
+/* ---- transfers between plans (docs/reshard.md) ----------------------------
+ * A transfer moves a model's main weights from the executors of one plan
+ * (FROM) into those of another plan of the same model (TO): compiled by
+ * fp_reshard_compile (flexplan_compile.h) or `flexplan reshard`. Processes
+ * are the ranks of the communicator the run is given: process p holds FROM
+ * rank p - from_offset and TO rank p - to_offset where those are ranks of
+ * the plans (both offsets 0 by default: the rank sets overlap). */
+typedef struct fp_xfer fp_xfer;
+typedef struct fp_xfer_info {
+  int64_t from_world, to_world, to_offset, processes;
+  int32_t nops;
+  int64_t wire_bytes;      /* bytes received over the wire, all processes */
+  int64_t lower_bound;     /* TO bytes whose elements the receiving process does not hold as a FROM rank */
+  int64_t local_bytes;     /* TO bytes written by local copies and casts */
+  int64_t max_send_bytes, max_recv_bytes; /* the busiest process's */
+  int64_t from_offset;
+} fp_xfer_info;
+FP_API fp_status fp_xfer_get_info(const fp_xfer *t, fp_xfer_info *out);
+/* Load a transfer saved as JSON (`flexplan reshard -o`, fp_xfer_render form
+ * 0): every member checked and the transfer verifier run, as fp_plan_load
+ * does for plans. FP_ERR_PLAN with located messages ("t.json:3:5: error:
+ * /procs/1/ops/0: ...") on *out, which is set even on failure. fp_xfer_run
+ * checks the executors' plan hashes against the file's. */
+FP_API fp_status fp_xfer_load(const char *path, fp_xfer **out);
+/* the last error of a transfer handle ("" when none) */
+FP_API const char *fp_xfer_errmsg(const fp_xfer *t);
+FP_API void fp_xfer_free(fp_xfer *t);
+/* Run the transfer (MPI backend; collective over comm, a pointer to an
+ * MPI_Comm, NULL: MPI_COMM_WORLD, which needs at least `processes` ranks).
+ * from / to: this process's executors of the FROM and TO plans (NULL where it
+ * holds no rank of that plan); both between steps. Every process checks its
+ * side (the executors' plans are the transfer's, their ranks this
+ * process's, and every byte range it reads or writes lies in that rank's
+ * weights of the param it names - FP_ERR_PLAN otherwise, for a tampered
+ * file), then all agree (one MPI_Allreduce) before any byte moves: a check
+ * failing anywhere fails everywhere with TO unchanged (FP_ERR_ARG,
+ * FP_ERR_PLAN, FP_ERR_MISMATCH, FP_ERR_ORDER). TO's main weights (and the compute weights
+ * it keeps unsharded between steps) are written in place, at their fixed
+ * addresses. An MPI failure while moving (FP_ERR_BACKEND) may leave those
+ * bytes partly written; nothing else of TO's arena is touched. */
+FP_API fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -76,6 +76,26 @@ FP_API fp_status fp_plan_render(fp_plan *plan, fp_render what, const char *hardw
 /* Free a string this library returned (NULL: nothing). */
 FP_API void fp_free(void *p);
 
+/* ---- transfers between plans (`flexplan reshard`, docs/reshard.md) ---- */
+typedef struct fp_reshard_options {
+  const char *what;          /* "weights" (NULL: the same); "weights+optimizer" is refused */
+  int64_t to_offset;         /* process of TO rank r is r + to_offset (0: the rank sets overlap) */
+  const char *const *mxfp8;  /* param name patterns (fnmatch) sent as MXFP8 on the wire */
+  int nmxfp8;
+  int64_t from_offset;       /* process of FROM rank r is r + from_offset (0 but for the way back between
+                              * disjoint rank sets) */
+} fp_reshard_options;
+/* Compile and verify the transfer from plan `from` to plan `to` (both
+ * loaded or compiled plans of one model). FP_ERR_INPUT when they do not fit
+ * together (another model, a param missing or of another shape) or the
+ * options are bad, with located messages on *out; *out is set even on
+ * failure; free it with fp_xfer_free. */
+FP_API fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_reshard_options *opt,
+                                    fp_xfer **out);
+/* What fp_xfer_render writes: 0 the JSON (flexplan.xfer.v1), 1 the text
+ * form, 2 the explain table with the figures, 3 a Chrome trace. */
+FP_API fp_status fp_xfer_render(fp_xfer *t, int what, char **out);
+
 #ifdef __cplusplus
 }
 #endif

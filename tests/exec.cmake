@@ -141,3 +141,43 @@ add_test(NAME viz_measured
                  $<TARGET_FILE:train_mlp> "${FP_MPIEXEC_CMD}" ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
                  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/ga2.spec.json ${CMAKE_CURRENT_BINARY_DIR}/viz_measured)
 set_tests_properties(viz_measured PROPERTIES LABELS "mpi;golden" TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${FP_MPI_ENV}")
+
+# transfers between plans (docs/reshard.md): test_reshard compiles two plans
+# of tests/mpi/mlp at the given world sizes, moves A's weights into B's
+# executors (and back), and checks every TO shard byte against the full
+# tensors it computes. fp_reshard_test(name np specA worldA specB worldB [opts])
+add_executable(test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/test_reshard.c)
+target_link_libraries(test_reshard PRIVATE flexplan_api PkgConfig::JSONC m)
+function(fp_reshard_test name np sa wa sb wb)
+  fp_mpi_test(reshard_${name} ${np} test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+              ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sa}.spec.json ${wa} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sb}.spec.json
+              ${wb} ${ARGN})
+endfunction()
+fp_reshard_test(fs2_to_placements3 3 full_shard 2 placements-w3 3)
+fp_reshard_test(fs4_to_fs2 4 full_shard 4 full_shard 2)
+fp_reshard_test(hybrid4_to_fs2 4 hybrid 4 full_shard 2)
+fp_reshard_test(fs2_to_hybrid4 4 full_shard 2 hybrid 4)
+fp_reshard_test(placements3_to_noshard2 3 placements-w3 3 no_shard 2)
+fp_reshard_test(fs4_to_bf16_3 4 full_shard 4 bf16 3)
+# disjoint rank sets: TO ranks on processes after FROM's
+fp_reshard_test(fs2_to_placements3_disjoint 5 full_shard 2 placements-w3 3 --to-offset 2)
+fp_reshard_test(hybrid4_to_fs2_disjoint 6 hybrid 4 full_shard 2 --to-offset 4)
+# MXFP8 on the wire for the weights (slices start off block boundaries: fc0.weight is 20x13)
+fp_reshard_test(fs4_to_placements3_mxfp8 4 full_shard 4 placements-w3 3 --mxfp8 fc*.weight)
+fp_reshard_test(fs2_to_noshard3_mxfp8 3 full_shard 2 no_shard 3 --mxfp8 *)
+# the transfer verifier's rules, one broken transfer each, and the planner's errors
+add_executable(test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_verify.c)
+target_link_libraries(test_xfer_verify PRIVATE flexplan_api)
+add_test(NAME xfer_verify COMMAND test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
+# the issue's chain: 8-rank full_shard -> 4-rank hybrid 2x2 -> 6-rank ragged
+# shard -> 8-rank full_shard, each leg a round trip (A -> B -> A bit-exact)
+fp_reshard_test(fs8_to_hybrid4 8 full_shard 8 hybrid 4)
+fp_reshard_test(hybrid4_to_ragged6 6 hybrid 4 ragged-w6 6)
+fp_reshard_test(ragged6_to_fs8 8 ragged-w6 6 full_shard 8)
+add_test(NAME reshard_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/reshard_cli.sh $<TARGET_FILE:flexplan> ${CMAKE_SOURCE_DIR})
+set_tests_properties(reshard_cli PROPERTIES TIMEOUT 120 LABELS cli)
+# the same chain between disjoint rank sets (TO after FROM; the way back
+# with FROM after TO: from_offset)
+fp_reshard_test(fs8_to_hybrid4_disjoint 12 full_shard 8 hybrid 4 --to-offset 8)
+fp_reshard_test(hybrid4_to_ragged6_disjoint 10 hybrid 4 ragged-w6 6 --to-offset 4)
+fp_reshard_test(ragged6_to_fs8_disjoint 14 ragged-w6 6 full_shard 8 --to-offset 6)

@@ -50,3 +50,5 @@ fp_add_pytest(python_torch_faults test_torch_faults.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_torch_example test_torch_example.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_executor test_executor_py.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_torch_errors test_torch_errors.py LABELS mpi TIMEOUT 300)
+
+fp_add_pytest(python_reshard test_reshard.py)

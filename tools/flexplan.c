@@ -17,6 +17,7 @@
 #include "planner/front.h"
 #include "planner/json.h"
 #include "planner/pipeline.h"
+#include "planner/reshard.h"
 #include "viz/viz.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
@@ -55,6 +56,15 @@ static const char usage[] =
     "                 --measured FILE (repeatable) adds the steps an executor recorded\n"
     "                 (fp_exec_timing_write) beside the modeled one (trace only).\n"
     "                 Default OUT: <model name>.trace.json / .html (docs/viz.md)\n"
+    "  reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
+    "          [--to-offset N] [--from-offset M] [-o OUT] [--emit=summary|ir|explain|json|trace]\n"
+    "                 compile and verify the transfer of the main weights from the\n"
+    "                 ranks of plan FROM to those of plan TO (two plan.json of one\n"
+    "                 model); -o writes it as JSON (flexplan.xfer.v1); --emit picks\n"
+    "                 what goes to stdout (summary, default: the figures). TO rank r\n"
+    "                 is process r + N, FROM rank r process r + M (default 0).\n"
+    "                 'viz T.xfer.json [-o OUT]' draws a saved transfer as a trace.\n"
+    "                 docs/reshard.md\n"
     "\n"
     "options:\n"
     "  -h, --help     this text\n"
@@ -549,6 +559,152 @@ done:
   return rc;
 }
 
+/* ---- reshard: a transfer between two plans (planner/reshard.c) ---------------- */
+static int cmd_reshard(int argc, char **argv) {
+  const char *paths[2] = {NULL, NULL}, *out = NULL, *emit = "summary", *what = "weights";
+  const char **pats = calloc((size_t)argc + 1, sizeof *pats);
+  int npats = 0, np = 0;
+  long long off = 0, foff = 0;
+  FP_ASSERT(pats);
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-o") || !strcmp(a, "--transform") || !strcmp(a, "--what") || !strcmp(a, "--to-offset") ||
+        !strcmp(a, "--from-offset")) {
+      if (i + 1 >= argc) {
+        free(pats);
+        return usage_error("reshard: %s needs a value", a);
+      }
+      const char *v = argv[++i];
+      if (!strcmp(a, "-o")) out = v;
+      else if (!strcmp(a, "--what")) what = v;
+      else if (!strcmp(a, "--to-offset") || !strcmp(a, "--from-offset")) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (errno || *end || end == v) {
+          free(pats);
+          return usage_error("reshard: offset '%s' is not a number", v);
+        }
+        *(a[2] == 't' ? &off : &foff) = x;
+      } else {
+        size_t n = strlen(v);
+        if (n < 7 || strcmp(v + n - 6, "=mxfp8") != 0) {
+          free(pats);
+          return usage_error("reshard: --transform '%s': expected PATTERN=mxfp8", v);
+        }
+        pats[npats++] = v;
+      }
+    } else if (!strncmp(a, "--emit=", 7)) {
+      emit = a + 7;
+    } else if (a[0] == '-' && a[1]) {
+      free(pats);
+      return usage_error("reshard: unknown option '%s'", a);
+    } else if (np < 2) {
+      paths[np++] = a;
+    } else {
+      free(pats);
+      return usage_error("reshard: expected FROM and TO, got '%s' too", a);
+    }
+  }
+  if (np != 2) {
+    free(pats);
+    return usage_error("reshard: expected two plans, FROM and TO%s", "");
+  }
+  if (strcmp(emit, "summary") && strcmp(emit, "ir") && strcmp(emit, "explain") && strcmp(emit, "json") &&
+      strcmp(emit, "trace")) {
+    free(pats);
+    return usage_error("reshard: --emit=%s: expected summary, ir, explain, json or trace", emit);
+  }
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  /* the patterns without their "=mxfp8" */
+  for (int i = 0; i < npats; i++) pats[i] = fp_strndup(ar, pats[i], strlen(pats[i]) - 6);
+  int rc = EXIT_INPUT;
+  fp_src *src[2];
+  fp_prog *prog[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    src[k] = fp_alloc(ar, sizeof *src[k]);
+    if (fp_src_read(ar, &d, paths[k], src[k])) prog[k] = fp_plan_read(ar, &d, src[k]);
+  }
+  if (prog[0] && prog[1]) {
+    fp_reshard_opts o = {what, off, foff, pats, npats};
+    double t0 = now_ms();
+    fp_tx *t = fp_reshard(ar, prog[0], src[0], prog[1], src[1], &o, &d);
+    double t1 = now_ms();
+    if (t && fp_tx_verify(t, &d)) {
+      double t2 = now_ms();
+      rc = EXIT_OK;
+      out_file of;
+      if (out) {
+        if (!out_open(&of, out)) rc = EXIT_INPUT;
+        else {
+          fp_tx_write_json(t, of.f);
+          if (!out_commit(&of)) rc = EXIT_INPUT;
+        }
+      }
+      if (rc == EXIT_OK) {
+        if (!strcmp(emit, "ir")) fp_tx_print(t, stdout);
+        else if (!strcmp(emit, "explain")) fp_tx_explain(t, stdout);
+        else if (!strcmp(emit, "json")) fp_tx_write_json(t, stdout);
+        else if (!strcmp(emit, "trace")) fp_tx_trace(t, stdout);
+        else
+          printf("{\"processes\":%lld,\"ops\":%d,\"wire_bytes\":%lld,\"lower_bound_bytes\":%lld,"
+                 "\"ratio\":%.3f,\"local_bytes\":%lld,\"max_send_bytes\":%lld,\"max_recv_bytes\":%lld,"
+                 "\"compile_ms\":%.3f,\"verify_ms\":%.3f}\n",
+                 (long long)t->nprocs, t->nops, (long long)t->wire_bytes, (long long)t->lower_bound,
+                 t->lower_bound ? (double)t->wire_bytes / (double)t->lower_bound : 1.0, (long long)t->local_bytes,
+                 (long long)t->max_send_bytes, (long long)t->max_recv_bytes, t1 - t0, t2 - t1);
+        if (!stdout_written()) rc = EXIT_INPUT;
+      }
+    }
+  }
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  free(pats);
+  return rc;
+}
+
+/* ---- viz of a transfer (a flexplan.xfer.v1 file): its trace ------------------- */
+static bool is_xfer_file(const char *path) {
+  char head[256] = {0};
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(head, 1, sizeof head - 1, f);
+  fclose(f);
+  head[n] = 0;
+  return strstr(head, "\"format\":\"flexplan.xfer.v1\"") != NULL;
+}
+
+static int cmd_viz_xfer(int argc, char **argv) {
+  const char *path = NULL, *out = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "--format=trace")) continue;
+    else if (!strncmp(argv[i], "--format=", 9)) return usage_error("viz: a transfer draws as a trace only, not %s", argv[i] + 9);
+    else if (argv[i][0] == '-' && argv[i][1]) return usage_error("viz: option '%s' does not apply to a transfer", argv[i]);
+    else if (!path) path = argv[i];
+    else return usage_error("viz: expected one file, got '%s' too", argv[i]);
+  }
+  fp_arena *ar = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  fp_src *src = fp_alloc(ar, sizeof *src);
+  fp_tx *t = fp_src_read(ar, &d, path, src) ? fp_tx_read(ar, &d, src) : NULL;
+  int rc = EXIT_INPUT;
+  if (t) {
+    const char *o = out ? out : fp_sprintf(ar, "%s.xfer.trace.json", t->model && *t->model ? t->model : "transfer");
+    out_file of;
+    if (out_open(&of, o)) {
+      fp_tx_trace(t, of.f);
+      if (out_commit(&of)) rc = EXIT_OK;
+    }
+  }
+  fp_diag_free(&d);
+  fp_arena_free(ar);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage, stderr);
@@ -575,7 +731,9 @@ int main(int argc, char **argv) {
       else argv[2 + n++] = argv[i];
     return cmd_modeled(n, argv + 2, "explain", exposed ? print_exposed : print_explain);
   }
+  if (!strcmp(cmd, "viz") && argc > 2 && is_xfer_file(argv[2])) return cmd_viz_xfer(argc - 2, argv + 2);
   if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
+  if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 2, argv + 2);
   if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
     return cmd_file(argc - 2, argv + 2, cmd);
   return usage_error("unknown command '%s'", cmd);

@@ -19,6 +19,7 @@ connects it to PyTorch. docs/python.md documents the package.
 from ._version import __version__
 from .errors import FlexplanError
 from .plan import Plan, compile, load  # noqa: A004 - flexplan.compile is the API's name
+from .reshard import Transfer, load_transfer, reshard
 
 import importlib.util as _ilu
 
@@ -28,7 +29,8 @@ else:  # pragma: no cover - a package without it
     Executor = None
 del _ilu
 
-__all__ = ["compile", "load", "Plan", "FlexplanError", "Executor", "version", "library_path", "__version__"]
+__all__ = ["compile", "load", "Plan", "reshard", "load_transfer", "Transfer", "FlexplanError", "Executor", "version",
+           "library_path", "__version__"]
 
 
 def version():

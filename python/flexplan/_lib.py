@@ -167,6 +167,34 @@ class fp_compile_options(ctypes.Structure):
     ]
 
 
+class fp_xfer_info(ctypes.Structure):
+    """struct fp_xfer_info (flexplan.h): a transfer's figures."""
+    _fields_ = [
+        ("from_world", ctypes.c_int64),
+        ("to_world", ctypes.c_int64),
+        ("to_offset", ctypes.c_int64),
+        ("processes", ctypes.c_int64),
+        ("nops", ctypes.c_int32),
+        ("wire_bytes", ctypes.c_int64),
+        ("lower_bound", ctypes.c_int64),
+        ("local_bytes", ctypes.c_int64),
+        ("max_send_bytes", ctypes.c_int64),
+        ("max_recv_bytes", ctypes.c_int64),
+        ("from_offset", ctypes.c_int64),
+    ]
+
+
+class fp_reshard_options(ctypes.Structure):
+    """struct fp_reshard_options (flexplan_compile.h)."""
+    _fields_ = [
+        ("what", ctypes.c_char_p),
+        ("to_offset", ctypes.c_int64),
+        ("mxfp8", ctypes.POINTER(ctypes.c_char_p)),
+        ("nmxfp8", ctypes.c_int),
+        ("from_offset", ctypes.c_int64),
+    ]
+
+
 FP_RENDER_PLAN, FP_RENDER_IR, FP_RENDER_EXPLAIN, FP_RENDER_SIMULATE, FP_RENDER_TRACE, FP_RENDER_HTML = range(6)
 
 # every struct the header declares, by its C name (tests compare the layouts with a C compiler's)
@@ -179,6 +207,8 @@ STRUCTS = {
     "fp_param_view": fp_param_view,
     "fp_exec_stats": fp_exec_stats,
     "fp_compile_options": fp_compile_options,
+    "fp_xfer_info": fp_xfer_info,
+    "fp_reshard_options": fp_reshard_options,
 }
 
 # ---- functions: name -> (result type, argument types) ------------------------------
@@ -229,6 +259,14 @@ SIGNATURES = {
     "fp_mpi_init": (_st, [_P(ctypes.c_int), _P(ctypes.c_int)]),
     "fp_mpi_finalize": (_st, []),
     "fp_mpi_abort": (None, [ctypes.c_int]),
+    # transfers between plans (docs/reshard.md)
+    "fp_xfer_get_info": (_st, [_vp, _P(fp_xfer_info)]),
+    "fp_xfer_errmsg": (_cs, [_vp]),
+    "fp_xfer_free": (None, [_vp]),
+    "fp_xfer_run": (_st, [_vp, _vp, _vp, _vp]),
+    "fp_reshard_compile": (_st, [_vp, _vp, _P(fp_reshard_options), _vpp]),
+    "fp_xfer_render": (_st, [_vp, ctypes.c_int, _vpp]),
+    "fp_xfer_load": (_st, [_cs, _vpp]),
 }
 
 

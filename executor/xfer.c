@@ -1,0 +1,252 @@
+/* xfer.c - fp_xfer_run: a transfer program (ir/xfer.h, docs/reshard.md)
+ * run on the MPI backend between a FROM executor and a TO executor; a
+ * process may hold a rank of either, both or neither.
+ *
+ * Three phases, like a refit: (1) local checks (the executors' plans are the
+ * transfer's FROM and TO, their ranks are this process's, the communicator
+ * is big enough, both between steps, staging allocated); (2) agreement: one
+ * MPI_Allreduce of the outcome over a duplicate of the communicator, so if
+ * any process fails its checks every process fails and none writes; (3) the
+ * ops of this process in order: sends and recvs posted without blocking
+ * (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's order, which
+ * is the order the verifier matched), local copies, casts and MXFP8
+ * quantizes with the reference kernels (kernels/kernels.h); an op reading
+ * staging or TO bytes first waits for every recv posted so far; then all
+ * requests complete. Receives land in TO's arena at the plan's fixed
+ * addresses. A failure in phase 3 (an MPI error) leaves TO's need regions
+ * partly written; nothing outside them is touched. */
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_impl.h"
+#include "ir/xfer.h"
+#include "kernels/kernels.h"
+
+static fp_status tfail(fp_xfer *t, fp_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static fp_status tfail(fp_xfer *t, fp_status st, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  char *m = strdup(buf);
+  if (m) {
+    free(t->msg);
+    t->msg = m;
+  }
+  return st;
+}
+
+const char *fp_xfer_errmsg(const fp_xfer *t) { return t && t->msg ? t->msg : ""; }
+void fp_xfer_free(fp_xfer *t) {
+  if (!t) return;
+  if (t->arena) fp_arena_free(t->arena);
+  free(t->msg);
+  free(t);
+}
+
+fp_status fp_xfer_load(const char *path, fp_xfer **out) {
+  if (!out) return FP_ERR_ARG;
+  fp_xfer *t = calloc(1, sizeof *t);
+  *out = t;
+  if (!t) return FP_ERR_NOMEM;
+  if (!path) return tfail(t, FP_ERR_ARG, "fp_xfer_load: path is NULL");
+  t->arena = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  fp_src src;
+  if (fp_src_read(t->arena, &d, path, &src)) t->tx = fp_tx_read(t->arena, &d, &src);
+  fp_status st = t->tx ? FP_OK : FP_ERR_PLAN;
+  if (!t->tx) {
+    char *m = strdup(d.buf ? d.buf : "fp_xfer_load: failed");
+    if (m) {
+      size_t n = strlen(m);
+      if (n && m[n - 1] == '\n') m[n - 1] = 0;
+      free(t->msg);
+      t->msg = m;
+    }
+  }
+  fp_diag_free(&d);
+  return st;
+}
+
+fp_status fp_xfer_get_info(const fp_xfer *t, fp_xfer_info *out) {
+  if (!t || !out || !t->tx) return FP_ERR_ARG;
+  const fp_tx *x = t->tx;
+  *out = (fp_xfer_info){x->from_world, x->to_world, x->to_offset, x->nprocs, x->nops, x->wire_bytes, x->lower_bound,
+                        x->local_bytes, x->max_send_bytes, x->max_recv_bytes, x->from_offset};
+  return FP_OK;
+}
+
+static fp_status check_exec(fp_xfer *t, fp_exec *x, const char *role, uint64_t hash, int64_t rank) {
+  if (!x) return tfail(t, FP_ERR_ARG, "xfer: process %lld holds %s rank %lld but no %s executor was given",
+                       (long long)(rank + (role[0] == 'T' ? t->tx->to_offset : t->tx->from_offset)), role,
+                       (long long)rank, role);
+  if (!x->created || x->broken) return tfail(t, FP_ERR_ARG, "xfer: the %s executor is not usable", role);
+  if (x->cfg.backend != FP_BACKEND_MPI)
+    return tfail(t, FP_ERR_ARG, "xfer: the %s executor is not on the MPI backend (transfers run on MPI only yet)",
+                 role);
+  if (x->plan->hash != hash)
+    return tfail(t, FP_ERR_MISMATCH, "xfer: the %s executor runs plan %016llx, the transfer was compiled for %016llx",
+                 role, (unsigned long long)x->plan->hash, (unsigned long long)hash);
+  if (x->rank != rank)
+    return tfail(t, FP_ERR_ARG, "xfer: the %s executor is rank %lld, this process holds %s rank %lld", role,
+                 (long long)x->rank, role, (long long)rank);
+  if (x->cursor != 0 || x->in_hook)
+    return tfail(t, FP_ERR_ORDER, "xfer: the %s executor is in the middle of a step; transfer between steps", role);
+  return FP_OK;
+}
+
+/* the bytes [off, off+bytes) lie inside one run of param v's main shard
+ * (arena offset base), or inside its persistent compute weight */
+static bool in_runs(const fp_xparam *xp, fp_dtype mdt, int64_t off, int64_t bytes, bool weight_ok) {
+  const fp_extent *e = &xp->v.shard;
+  int64_t sz = fp_dtype_size(mdt);
+  for (int64_t k = 0; k < e->runs && xp->off[2] >= 0; k++) {
+    int64_t a = xp->off[2] + k * e->shard_stride * sz, b = a + e->len * sz;
+    if (off >= a && off + bytes <= b) return true;
+  }
+  if (weight_ok && xp->weight_persistent && xp->off[0] >= 0) {
+    int64_t a = xp->off[0], b = a + xp->v.weight.numel * fp_elem_size(xp->v.weight.dtype);
+    if (off >= a && off + bytes <= b) return true;
+  }
+  return false;
+}
+
+static int32_t param_index(const fp_exec *x, const char *name) {
+  for (int32_t i = 0; i < x->prog->nparams; i++)
+    if (!strcmp(x->prog->params[i].name, name)) return i;
+  return -1;
+}
+
+/* A transfer read from a file names byte ranges; check them against the
+ * executors' own layouts: every FROM read inside the main-weight runs this
+ * FROM rank holds of that param (in its main dtype), every TO need region
+ * inside that param's main runs or persistent compute weight on this TO
+ * rank. (A compiled transfer passes by construction.) */
+static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
+  const fp_tx *tx = t->tx;
+  for (int32_t i = tx->first[me]; from && i < tx->first[me + 1]; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    if (o->src.space != FP_SP_FROM) continue;
+    int32_t q = param_index(from, tx->params[o->param].name);
+    if (q < 0 || o->sdtype != from->prog->params[q].main_dtype ||
+        !in_runs(&from->params[q], from->prog->params[q].main_dtype, o->src.off, fp_tx_src_bytes(o), false))
+      return tfail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
+                   "weights of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
+                   fp_dtype_name(o->sdtype), tx->params[o->param].name);
+  }
+  for (int32_t k = 0; to && k < tx->nneed; k++) {
+    const fp_tx_region *r = &tx->need[k];
+    if (r->proc != me) continue;
+    int32_t q = param_index(to, tx->params[r->param].name);
+    if (q < 0 || !in_runs(&to->params[q], to->prog->params[q].main_dtype, r->off, r->bytes, true))
+      return tfail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
+                   "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
+  }
+  return FP_OK;
+}
+
+static char *at(char *from, char *to, char *stage, fp_tx_ref r) {
+  switch (r.space) {
+    case FP_SP_FROM: return from + r.off;
+    case FP_SP_TO: return to + r.off;
+    case FP_SP_STAGE: return stage + r.off;
+    default: return NULL;
+  }
+}
+
+/* MXFP8 of a slice starting at flat index full_off: its head (up to the next
+ * block boundary) is a block of its own (xfer.h) */
+static void quant(const fp_tx_op *o, uint8_t *dst, uint8_t *sc, const char *src) {
+  int64_t h = fp_tx_head(o->full_off, o->n);
+  if (h > 0) fpk_quantize_mxfp8(dst, sc, src, o->sdtype, h);
+  fpk_quantize_mxfp8(dst + h, sc + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h);
+}
+static void dequant(const fp_tx_op *o, char *dst, const uint8_t *src, const uint8_t *sc) {
+  int64_t h = fp_tx_head(o->full_off, o->n);
+  if (h > 0) fpk_dequantize_mxfp8(dst, o->dtype, src, sc, h);
+  fpk_dequantize_mxfp8(dst + h * fp_dtype_size(o->dtype), o->dtype, src + h, sc + (h > 0), o->n - h);
+}
+
+fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
+  if (!t || !t->tx) return FP_ERR_ARG;
+  const fp_tx *tx = t->tx;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) return tfail(t, FP_ERR_ARG, "xfer: MPI is not initialized");
+  MPI_Comm base = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD, c = MPI_COMM_NULL;
+  int me = 0, size = 0;
+  MPI_Comm_rank(base, &me);
+  MPI_Comm_size(base, &size);
+  fp_status st = FP_OK;
+  char *stage = NULL;
+  MPI_Request *req = NULL;
+  if (size < tx->nprocs)
+    st = tfail(t, FP_ERR_ARG, "xfer: the transfer needs %lld processes, the communicator has %d",
+               (long long)tx->nprocs, size);
+  bool has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
+  if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
+  if (st == FP_OK && has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
+  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
+  int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0, nreq = 0;
+  for (int32_t i = lo; i < hi; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) {
+      nreq++;
+      if (o->n * fp_dtype_size(o->dtype) > INT_MAX && st == FP_OK)
+        st = tfail(t, FP_ERR_BACKEND, "xfer: op %d moves more than INT_MAX bytes", i);
+    }
+  }
+  if (st == FP_OK) {
+    stage = malloc((size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16);
+    req = malloc(((size_t)nreq + 1) * sizeof *req);
+    if (!stage || !req) st = tfail(t, FP_ERR_NOMEM, "xfer: out of memory (staging)");
+  }
+  /* agreement */
+  int bad = st != FP_OK, anybad = 0;
+  if (MPI_Comm_dup(base, &c) != MPI_SUCCESS || MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, c) != MPI_SUCCESS) {
+    st = tfail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed");
+    goto out;
+  }
+  if (anybad) {
+    if (st == FP_OK) st = tfail(t, FP_ERR_MISMATCH, "xfer: another process failed its checks; nothing was written");
+    goto out;
+  }
+  char *fa = has_from ? from->dev : NULL, *ta = has_to ? to->dev : NULL;
+  int npost = 0, waited = 0;
+  for (int32_t i = lo; i < hi && st == FP_OK; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    char *dst = at(fa, ta, stage, o->dst), *src = at(fa, ta, stage, o->src), *aux = at(fa, ta, stage, o->aux);
+    int rc = MPI_SUCCESS;
+    bool reads_recvd = (o->src.space == FP_SP_STAGE || o->src.space == FP_SP_TO) && o->kind != FP_TX_SEND;
+    if (reads_recvd && waited < npost) {
+      rc = MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE);
+      waited = npost;
+    }
+    if (rc != MPI_SUCCESS) break;
+    switch (o->kind) {
+      case FP_TX_COPY: fpk_cast(dst, o->dtype, src, o->sdtype, o->n); break;
+      case FP_TX_QUANT: quant(o, (uint8_t *)dst, (uint8_t *)aux, src); break;
+      case FP_TX_DEQUANT: dequant(o, dst, (const uint8_t *)src, (const uint8_t *)aux); break;
+      case FP_TX_SEND:
+        rc = MPI_Isend(src, (int)(o->n * fp_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
+        break;
+      case FP_TX_RECV:
+        rc = MPI_Irecv(dst, (int)(o->n * fp_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
+        break;
+      default: break;
+    }
+    if (rc != MPI_SUCCESS) st = tfail(t, FP_ERR_BACKEND, "xfer: MPI failed at op %d", i);
+  }
+  if (st == FP_OK && waited < npost && MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    st = tfail(t, FP_ERR_BACKEND, "xfer: MPI failed completing the transfer");
+  if (st == FP_OK && t->msg) t->msg[0] = 0;
+out:
+  if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  free(stage);
+  free(req);
+  return st;
+}

@@ -1,0 +1,251 @@
+/* xfer.c - transfer programs (xfer.h): the builder, the figures, and the
+ * ways a transfer is shown: the .fpir-style text (`flexplan reshard
+ * --emit=ir`), the explain table, JSON ("flexplan.xfer.v1", `-o`) and a
+ * Chrome trace (`flexplan viz` of a transfer). */
+#include "xfer.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[FP_TX_NKINDS] = {"copy", "send", "recv", "quantize_mxfp8", "dequantize_mxfp8"};
+const char *fp_tx_kind_name(int k) { return k >= 0 && k < FP_TX_NKINDS ? kind_names[k] : "?"; }
+const char *fp_tx_space_name(int s) {
+  static const char *const n[] = {"-", "from", "to", "stage"};
+  return s >= 0 && s <= FP_SP_STAGE ? n[s] : "?";
+}
+
+int64_t fp_tx_head(int64_t full_off, int64_t n) {
+  int64_t r = full_off % 32;
+  int64_t h = r ? 32 - r : 0;
+  return h < n ? h : n;
+}
+int64_t fp_tx_nscales(int64_t full_off, int64_t n) {
+  int64_t h = fp_tx_head(full_off, n);
+  return (h > 0 ? 1 : 0) + (n - h + 31) / 32;
+}
+
+fp_tx *fp_tx_new(fp_arena *a) {
+  fp_tx *t = fp_alloc(a, sizeof *t);
+  t->arena = a;
+  t->what = "weights";
+  return t;
+}
+
+fp_tx_op *fp_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
+  t->ops = fp_grow(t->arena, t->ops, &t->cap_ops, t->nops + 1, sizeof *t->ops);
+  fp_tx_op *o = &t->ops[t->nops++];
+  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
+  o->dst.space = o->src.space = o->aux.space = FP_SP_NONE;
+  return o;
+}
+
+void fp_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
+                      int64_t full_off, fp_dtype dt) {
+  fp_tx_region **v = need ? &t->need : &t->have;
+  int32_t *n = need ? &t->nneed : &t->nhave;
+  int64_t *cap = need ? &t->cap_need : &t->cap_have;
+  *v = fp_grow(t->arena, *v, cap, *n + 1, sizeof **v);
+  (*v)[(*n)++] = (fp_tx_region){proc, param, off, bytes, full_off, dt};
+}
+
+int64_t fp_tx_dst_bytes(const fp_tx_op *o) {
+  return o->kind == FP_TX_SEND ? 0 : o->n * fp_dtype_size(o->dtype);
+}
+int64_t fp_tx_src_bytes(const fp_tx_op *o) {
+  return o->kind == FP_TX_RECV ? 0 : o->n * fp_dtype_size(o->sdtype);
+}
+
+static int by_proc(const void *a, const void *b) {
+  const fp_tx_op *x = a, *y = b;
+  if (x->proc != y->proc) return x->proc < y->proc ? -1 : 1;
+  return x->line < y->line ? -1 : x->line > y->line; /* line: emission order while sorting */
+}
+
+void fp_tx_finish(fp_tx *t) {
+  for (int32_t i = 0; i < t->nops; i++) t->ops[i].line = i;
+  qsort(t->ops, (size_t)t->nops, sizeof *t->ops, by_proc);
+  for (int32_t i = 0; i < t->nops; i++) t->ops[i].line = 0;
+  t->first = fp_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *t->first);
+  int32_t j = 0;
+  for (int64_t p = 0; p <= t->nprocs; p++) {
+    while (j < t->nops && t->ops[j].proc < p) j++;
+    t->first[p] = j;
+  }
+  int64_t *sent = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *sent);
+  int64_t *recvd = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *recvd);
+  t->wire_bytes = t->local_bytes = 0;
+  for (int32_t i = 0; i < t->nops; i++) {
+    const fp_tx_op *o = &t->ops[i];
+    int64_t b = o->n * fp_dtype_size(o->dtype);
+    if (o->kind == FP_TX_RECV) {
+      t->wire_bytes += b;
+      recvd[o->proc] += b;
+    } else if (o->kind == FP_TX_SEND) {
+      sent[o->proc] += b;
+    } else if (o->kind == FP_TX_COPY && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
+      t->local_bytes += b;
+    }
+  }
+  t->max_send_bytes = t->max_recv_bytes = 0;
+  for (int64_t p = 0; p < t->nprocs; p++) {
+    if (sent[p] > t->max_send_bytes) t->max_send_bytes = sent[p];
+    if (recvd[p] > t->max_recv_bytes) t->max_recv_bytes = recvd[p];
+  }
+}
+
+static void ref_str(char *s, size_t n, fp_tx_ref r) {
+  if (r.space == FP_SP_NONE)
+    snprintf(s, n, "-");
+  else
+    snprintf(s, n, "%s+%" PRId64, fp_tx_space_name(r.space), r.off);
+}
+
+static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
+  char d[48], s[48], a[48];
+  ref_str(d, sizeof d, o->dst);
+  ref_str(s, sizeof s, o->src);
+  ref_str(a, sizeof a, o->aux);
+  fprintf(f, "  %s", fp_tx_kind_name(o->kind));
+  if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) fprintf(f, " peer=%d", o->peer);
+  fprintf(f, " %s", fp_dtype_name(o->dtype));
+  if (o->sdtype != o->dtype) fprintf(f, "<-%s", fp_dtype_name(o->sdtype));
+  fprintf(f, " n=%" PRId64 " param=%s[%" PRId64 "..%" PRId64 ")", o->n, t->params[o->param].name, o->full_off,
+          o->full_off + o->n);
+  if (o->dst.space) fprintf(f, " dst=%s", d);
+  if (o->src.space) fprintf(f, " src=%s", s);
+  if (o->aux.space) fprintf(f, " aux=%s", a);
+  fputc('\n', f);
+}
+
+void fp_tx_print(const fp_tx *t, FILE *f) {
+  fprintf(f, "# flexplan transfer program (docs/reshard.md)\n");
+  fprintf(f, "xfer model=\"%s\" what=%s from_world=%" PRId64 " to_world=%" PRId64 " from_offset=%" PRId64
+             " to_offset=%" PRId64 " procs=%" PRId64 "\n",
+          t->model ? t->model : "", t->what, t->from_world, t->to_world, t->from_offset, t->to_offset, t->nprocs);
+  fprintf(f, "from hash=fnv1a64:%016" PRIx64 " arena=%" PRId64 "\n", t->from_hash, t->from_arena);
+  fprintf(f, "to hash=fnv1a64:%016" PRIx64 " arena=%" PRId64 "\n", t->to_hash, t->to_arena);
+  for (int32_t i = 0; i < t->nparams; i++)
+    fprintf(f, "param %s numel=%" PRId64 "%s\n", t->params[i].name, t->params[i].numel,
+            t->params[i].mxfp8 ? " wire=mxfp8" : "");
+  for (int64_t p = 0; p < t->nprocs; p++) {
+    fprintf(f, "proc %" PRId64 " stage=%" PRId64 ":\n", p, t->stage_bytes[p]);
+    for (int32_t i = 0; i < t->nneed; i++)
+      if (t->need[i].proc == p)
+        fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=%s[%" PRId64 "..]\n", t->need[i].off,
+                t->need[i].bytes, fp_dtype_name(t->need[i].dtype), t->params[t->need[i].param].name,
+                t->need[i].full_off);
+    for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) op_line(t, &t->ops[j], f);
+  }
+}
+
+void fp_tx_explain(const fp_tx *t, FILE *f) {
+  fprintf(f, "%-6s %-5s %-17s %-5s %-10s %-12s %-12s %-12s %s\n", "op", "proc", "kind", "peer", "dtype", "bytes",
+          "dst", "src", "param[elements]");
+  for (int32_t i = 0; i < t->nops; i++) {
+    const fp_tx_op *o = &t->ops[i];
+    char d[48], s[48], pe[16];
+    ref_str(d, sizeof d, o->dst);
+    ref_str(s, sizeof s, o->src);
+    snprintf(pe, sizeof pe, o->peer >= 0 ? "%d" : "-", o->peer);
+    int64_t b = o->kind == FP_TX_SEND ? fp_tx_src_bytes(o) : fp_tx_dst_bytes(o);
+    fprintf(f, "%-6d %-5d %-17s %-5s %-10s %-12" PRId64 " %-12s %-12s %s[%" PRId64 "..%" PRId64 ")\n", i, o->proc,
+            fp_tx_kind_name(o->kind), pe, fp_dtype_name(o->dtype), b, d, s, t->params[o->param].name, o->full_off,
+            o->full_off + o->n);
+  }
+  fprintf(f, "wire bytes %" PRId64 ", lower bound %" PRId64 " (bytes each destination lacks), ratio %.3f; "
+             "local copies %" PRId64 " bytes; busiest sender %" PRId64 ", busiest receiver %" PRId64 "\n",
+          t->wire_bytes, t->lower_bound, t->lower_bound ? (double)t->wire_bytes / (double)t->lower_bound : 1.0,
+          t->local_bytes, t->max_send_bytes, t->max_recv_bytes);
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void json_ref(FILE *f, const char *k, fp_tx_ref r) {
+  if (r.space == FP_SP_NONE) return;
+  fprintf(f, ",\"%s\":[\"%s\",%" PRId64 "]", k, fp_tx_space_name(r.space), r.off);
+}
+
+bool fp_tx_write_json(const fp_tx *t, FILE *f) {
+  fprintf(f, "{\"format\":\"flexplan.xfer.v1\",\"model\":");
+  json_str(f, t->model ? t->model : "");
+  fprintf(f, ",\"what\":\"%s\",\"from\":{\"hash\":\"fnv1a64:%016" PRIx64 "\",\"world_size\":%" PRId64
+             ",\"arena_bytes\":%" PRId64 ",\"rank_offset\":%" PRId64 "},\"to\":{\"hash\":\"fnv1a64:%016" PRIx64 "\",\"world_size\":%" PRId64
+             ",\"arena_bytes\":%" PRId64 ",\"rank_offset\":%" PRId64 "},\"processes\":%" PRId64 ",\n",
+          t->what, t->from_hash, t->from_world, t->from_arena, t->from_offset, t->to_hash, t->to_world, t->to_arena, t->to_offset,
+          t->nprocs);
+  fprintf(f, "\"figures\":{\"wire_bytes\":%" PRId64 ",\"lower_bound_bytes\":%" PRId64 ",\"local_bytes\":%" PRId64
+             ",\"max_send_bytes\":%" PRId64 ",\"max_recv_bytes\":%" PRId64 "},\n\"params\":[",
+          t->wire_bytes, t->lower_bound, t->local_bytes, t->max_send_bytes, t->max_recv_bytes);
+  for (int32_t i = 0; i < t->nparams; i++) {
+    fprintf(f, "%s{\"name\":", i ? "," : "");
+    json_str(f, t->params[i].name);
+    fprintf(f, ",\"numel\":%" PRId64 ",\"wire\":\"%s\"}", t->params[i].numel, t->params[i].mxfp8 ? "mxfp8" : "plain");
+  }
+  fprintf(f, "],\n\"procs\":[");
+  for (int64_t p = 0; p < t->nprocs; p++) {
+    fprintf(f, "%s\n{\"stage_bytes\":%" PRId64 ",\"need\":[", p ? "," : "", t->stage_bytes[p]);
+    bool first = true;
+    for (int32_t i = 0; i < t->nneed; i++) {
+      const fp_tx_region *r = &t->need[i];
+      if (r->proc != p) continue;
+      fprintf(f, "%s[%d,%" PRId64 ",%" PRId64 ",%" PRId64 ",\"%s\"]", first ? "" : ",", r->param, r->off, r->bytes,
+              r->full_off, fp_dtype_name(r->dtype));
+      first = false;
+    }
+    fprintf(f, "],\"ops\":[");
+    for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) {
+      const fp_tx_op *o = &t->ops[j];
+      fprintf(f, "%s\n {\"op\":\"%s\"", j > t->first[p] ? "," : "", fp_tx_kind_name(o->kind));
+      if (o->peer >= 0) fprintf(f, ",\"peer\":%d", o->peer);
+      fprintf(f, ",\"param\":%d,\"dtype\":\"%s\",\"sdtype\":\"%s\",\"n\":%" PRId64 ",\"full_off\":%" PRId64, o->param,
+              fp_dtype_name(o->dtype), fp_dtype_name(o->sdtype), o->n, o->full_off);
+      json_ref(f, "dst", o->dst);
+      json_ref(f, "src", o->src);
+      json_ref(f, "aux", o->aux);
+      fputc('}', f);
+    }
+    fprintf(f, "]}");
+  }
+  fprintf(f, "\n]}\n");
+  return !ferror(f);
+}
+
+void fp_tx_trace(const fp_tx *t, FILE *f) {
+  fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+  bool first = true;
+  for (int64_t p = 0; p < t->nprocs; p++) {
+    fprintf(f, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId64 ",\"args\":{\"name\":\"process %" PRId64
+               "%s%s\"}}",
+            first ? "" : ",\n", p, p, p >= t->from_offset && p < t->from_offset + t->from_world ? " FROM" : "",
+            p >= t->to_offset && p < t->to_offset + t->to_world ? " TO" : "");
+    first = false;
+    for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) {
+      const fp_tx_op *o = &t->ops[j];
+      int64_t b = o->kind == FP_TX_SEND ? fp_tx_src_bytes(o) : fp_tx_dst_bytes(o);
+      char name[64];
+      if (o->peer >= 0)
+        snprintf(name, sizeof name, "%s %s %d", fp_tx_kind_name(o->kind), o->kind == FP_TX_SEND ? "to" : "from", o->peer);
+      else
+        snprintf(name, sizeof name, "%s", fp_tx_kind_name(o->kind));
+      fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%" PRId64 ",\"tid\":0,\"ts\":%d,\"dur\":1,\"name\":\"%s\","
+                 "\"args\":{\"op\":%d,\"bytes\":%" PRId64 ",\"param\":",
+              p, j - t->first[p], name, j, b);
+      json_str(f, t->params[o->param].name);
+      fprintf(f, ",\"elements\":\"%" PRId64 "..%" PRId64 "\"}}", o->full_off, o->full_off + o->n);
+    }
+  }
+  fprintf(f, "\n]}\n");
+}

@@ -1,0 +1,141 @@
+/* xfer.h - transfer programs: moving a model's weights from the arenas of
+ * one compiled plan (FROM) into those of another (TO), the form
+ * planner/reshard.c builds, ir/verify_xfer.c checks, ir/xfer.c prints
+ * (.fpir-style text, an explain table, JSON) and executor/xfer.c runs.
+ *
+ * Unlike a training plan (one SPMD program, ir.h), a transfer is not
+ * uniform across ranks: who sends what to whom depends on both layouts. So a
+ * transfer program is a list of ops per *process*, each naming its peer
+ * process explicitly. Processes are the job's ranks (MPI_COMM_WORLD of the
+ * run, or the communicator the caller gives); process p holds FROM rank
+ * p - from_offset and TO rank p - to_offset where those are ranks of the
+ * plans. Offsets 0 overlap the two rank sets; to_offset = from_world makes
+ * them disjoint (and from_offset = to_world the way back).
+ *
+ * Operands are byte ranges in one of three spaces of the process that runs
+ * the op: FROM's device arena (read only), TO's device arena (written only
+ * where the plan's requirements say) and a staging buffer the transfer owns
+ * (stage_bytes[p] bytes on process p). Each process runs its ops in order;
+ * send and recv are posted without blocking, and an op that reads bytes a
+ * recv writes waits for that recv (docs/reshard.md). */
+#ifndef FP_XFER_H
+#define FP_XFER_H
+
+#include <stdio.h>
+
+#include "base.h"
+
+typedef enum {
+  FP_TX_COPY,     /* dst (dtype) = src (sdtype), n elements: a copy, or a cast when the dtypes differ */
+  FP_TX_SEND,     /* send src[n elements of dtype] to process peer */
+  FP_TX_RECV,     /* receive dst[n elements of dtype] from process peer */
+  FP_TX_QUANT,    /* dst n e4m3 + aux scales = MXFP8(src n sdtype), blocks as fp_tx_blocks says */
+  FP_TX_DEQUANT,  /* dst n (dtype) = src n e4m3 * 2^aux scales, the same blocks */
+  FP_TX_NKINDS
+} fp_tx_kind;
+const char *fp_tx_kind_name(int k);
+
+typedef enum {
+  FP_SP_NONE,  /* no operand */
+  FP_SP_FROM,  /* FROM plan's device arena on this process */
+  FP_SP_TO,    /* TO plan's device arena on this process */
+  FP_SP_STAGE, /* the transfer's staging buffer on this process */
+} fp_tx_space;
+const char *fp_tx_space_name(int s);
+
+typedef struct fp_tx_ref {
+  int8_t space;  /* fp_tx_space */
+  int64_t off;   /* bytes from the start of that space */
+} fp_tx_ref;
+
+typedef struct fp_tx_op {
+  fp_tx_kind kind;
+  int32_t proc;        /* the process that runs it */
+  int32_t peer;        /* send/recv: the other process; else -1 */
+  int32_t param;       /* the param it moves (index into params) */
+  fp_dtype dtype;      /* of dst (send/recv: of the wire) */
+  fp_dtype sdtype;     /* of src (copy, quant); else = dtype */
+  int64_t n;           /* elements */
+  int64_t full_off;    /* the param's flat element index of the first element */
+  fp_tx_ref dst, src, aux; /* aux: quant's scales out, dequant's scales in */
+  int32_t line;        /* (viewers) 0 */
+} fp_tx_op;
+
+/* bytes an MXFP8 slice of n elements starting at flat index full_off takes
+ * for its scales: blocks are aligned to the full param (block k = elements
+ * [32k, 32k+32)); a slice starting inside a block begins with a short block
+ * of its own (its own scale, amax over the elements present), likewise at
+ * its end */
+int64_t fp_tx_nscales(int64_t full_off, int64_t n);
+/* the head of such a slice: elements before the first block boundary (0 when
+ * full_off is aligned; at most n) */
+int64_t fp_tx_head(int64_t full_off, int64_t n);
+
+/* A region a process must end up with (TO: written exactly once) or may
+ * read (FROM: the main-weight bytes it holds, padding excluded). */
+typedef struct fp_tx_region {
+  int32_t proc;
+  int32_t param;
+  int64_t off, bytes;  /* in the space of the list it is in */
+  int64_t full_off;    /* first element's flat index in the param */
+  fp_dtype dtype;
+} fp_tx_region;
+
+typedef struct fp_tx_param {
+  const char *name;
+  int64_t numel;
+  bool mxfp8;          /* on the wire as MXFP8 (--transform) */
+} fp_tx_param;
+
+typedef struct fp_tx {
+  fp_arena *arena;
+  const char *model;
+  const char *what;    /* "weights" */
+  uint64_t from_hash, to_hash;
+  int64_t from_world, to_world, to_offset, nprocs;
+  int64_t from_offset;  /* process of FROM rank r = r + from_offset */
+  int64_t from_arena, to_arena; /* device arena bytes of each plan (bounds) */
+  fp_tx_param *params; int32_t nparams; int64_t cap_params;
+  fp_tx_op *ops;       int32_t nops;    int64_t cap_ops; /* grouped by proc, in each proc's order */
+  int32_t *first;      /* nprocs + 1: ops of process p are ops[first[p] .. first[p+1]) */
+  int64_t *stage_bytes;/* nprocs */
+  fp_tx_region *need;  int32_t nneed;   int64_t cap_need; /* TO bytes to write, per process */
+  fp_tx_region *have;  int32_t nhave;   int64_t cap_have; /* FROM bytes readable, per process */
+  /* figures */
+  int64_t wire_bytes;     /* bytes received over the wire (sum of recvs) */
+  int64_t lower_bound;    /* TO bytes whose elements the process does not hold in FROM */
+  int64_t local_bytes;    /* TO bytes written by local copies/casts */
+  int64_t max_send_bytes, max_recv_bytes; /* the busiest process's */
+} fp_tx;
+
+/* builder */
+fp_tx *fp_tx_new(fp_arena *a);
+fp_tx_op *fp_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n);
+void fp_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
+                      int64_t full_off, fp_dtype dt);
+/* sort ops stably by process and set first[]; figures from the ops */
+void fp_tx_finish(fp_tx *t);
+
+/* bytes an operand covers: dst/src of op (aux: scales) */
+int64_t fp_tx_dst_bytes(const fp_tx_op *o);
+int64_t fp_tx_src_bytes(const fp_tx_op *o);
+
+/* the verifier (ir/verify_xfer.c): rules X1..X6 (docs/reshard.md); each
+ * problem reported through d as "op N (process p): ..."; true when valid */
+bool fp_tx_verify(const fp_tx *t, fp_diag *d);
+
+/* text form: a header, the params, the requirements and every process's
+ * ops (one line each); explain: one row per op with its bytes and the
+ * figures; JSON: "flexplan.xfer.v1" */
+void fp_tx_print(const fp_tx *t, FILE *f);
+void fp_tx_explain(const fp_tx *t, FILE *f);
+bool fp_tx_write_json(const fp_tx *t, FILE *f);
+/* read the JSON back (ir/xfer_read.c): every member checked, located errors
+ * on d, then fp_tx_verify; NULL on any error. FROM reads are checked against
+ * FROM's arena size only (the file does not carry FROM's layout) */
+fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src);
+/* the Chrome trace of the transfer: one track per process, ops as slices in
+ * program order (unit: 1 us per op, with the bytes in args) */
+void fp_tx_trace(const fp_tx *t, FILE *f);
+
+#endif

@@ -1,0 +1,400 @@
+/* reshard.c - the transfer planner: given two compiled plans of one model
+ * (FROM and TO, which may differ in world size, mesh, strategy, placements,
+ * buckets and dtypes), the ops that move every TO rank's main-weight shard
+ * from the FROM ranks that hold its elements (docs/reshard.md).
+ *
+ * Per param, every TO rank's shard runs are cut at the boundaries of the
+ * FROM ranks' runs; each piece is copied (or cast) locally when the process
+ * holding the TO rank also holds it as a FROM rank, else received from one
+ * FROM rank holding it: the least loaded so far (bytes it sends), so
+ * replicas (hybrid, replicate, no_shard) share the sending. A piece whose
+ * dtypes differ is cast by the sender into staging and sent in TO's dtype,
+ * so the wire carries exactly the bytes each destination lacks. Params
+ * matching an MXFP8 pattern are quantized by the sender (blocks aligned to
+ * the full param, xfer.h fp_tx_nscales) and dequantized by the receiver.
+ * Sends, recvs and local copies come first on every process, dequantizes and
+ * derived compute weights after them, so no process waits on a recv before
+ * posting all it sends (the verifier proves it). */
+#include "reshard.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "front.h"
+
+typedef struct run {   /* one run of elements a rank holds */
+  int32_t rank;
+  int64_t a, len;      /* flat elements [a, a+len) of the param */
+  int64_t byte;        /* arena byte offset of element a */
+} run;
+
+static int by_start(const void *x, const void *y) {
+  const run *p = x, *q = y;
+  if (p->a != q->a) return p->a < q->a ? -1 : 1;
+  return p->rank < q->rank ? -1 : p->rank > q->rank;
+}
+
+static int64_t numel_of(const fp_ir_param *q) {
+  int64_t n = 1;
+  for (int k = 0; k < q->ndim; k++) n *= q->shape[k];
+  return n;
+}
+
+/* the runs rank r holds of q's main weights (as executor/exec.c shard_of) */
+static int holdings(const fp_prog *p, const fp_ir_param *q, int64_t r, run *out, int cap, int64_t *nruns) {
+  int64_t numel = numel_of(q), base = p->bufs[q->main.buf].offset + q->main.off, sz = fp_dtype_size(q->main_dtype);
+  int64_t runs = 0, len = 0, sstride = 0, foff = 0, fstride = 0;
+  if (q->placement == FP_PL_REPLICATE) {
+    runs = 1, len = numel;
+  } else {
+    const fp_ir_comm *c = &p->comms[q->comm];
+    int64_t g = fp_comm_index(c, r);
+    if (q->placement == FP_PL_SHARD) {
+      int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
+      int64_t shape_d = q->ndim > 0 ? q->shape[d] : 1, outer = 1, inner = 1;
+      for (int k = 0; k < d; k++) outer *= q->shape[k];
+      for (int k = d + 1; k < nd && q->ndim > 0; k++) inner *= q->shape[k];
+      int64_t c_rows = q->chunk / (outer * inner), rows = shape_d - g * c_rows;
+      rows = rows < 0 ? 0 : rows > c_rows ? c_rows : rows;
+      if (rows > 0) runs = outer, len = rows * inner, sstride = c_rows * inner, foff = g * c_rows * inner,
+                    fstride = shape_d * inner;
+    } else if (q->placement == FP_PL_RAGGED) {
+      const fp_ir_table *t = &p->tabs[q->tab];
+      if (t->cnt[g] > 0) runs = 1, len = t->cnt[g], foff = t->off[g];
+    } else if (q->placement == FP_PL_OWNED) {
+      if (g == q->owner) runs = 1, len = numel;
+    }
+  }
+  *nruns = runs;
+  if (len == 0) runs = 0;
+  for (int64_t k = 0; k < runs && k < cap; k++)
+    out[k] = (run){(int32_t)r, foff + k * fstride, len, base + k * sstride * sz};
+  return (int)(runs < cap ? runs : cap);
+}
+
+static bool matches(const fp_reshard_opts *o, const char *name) {
+  for (int i = 0; i < o->nmxfp8; i++)
+    if (fnmatch(o->mxfp8[i], name, 0) == 0) return true;
+  return false;
+}
+
+typedef struct planner {
+  fp_tx *t;
+  const fp_prog *from, *to;
+  int64_t *load;       /* bytes each FROM rank sends so far */
+  int64_t *stage;      /* staging bytes used per process */
+  fp_tx_op *late;      /* ops that go after every send and recv (phase 2) */
+  int64_t nlate, cap_late;
+} planner;
+
+static int64_t stage_take(planner *P, int32_t proc, int64_t bytes) {
+  int64_t at = P->stage[proc];
+  P->stage[proc] += (bytes + 15) / 16 * 16;
+  return at;
+}
+
+static fp_tx_op *late(planner *P, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
+  P->late = fp_grow(P->t->arena, P->late, &P->cap_late, P->nlate + 1, sizeof *P->late);
+  fp_tx_op *o = &P->late[P->nlate++];
+  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
+  return o;
+}
+
+static fp_tx_ref ref(int sp, int64_t off) { return (fp_tx_ref){(int8_t)sp, off}; }
+
+/* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
+static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t dst, fp_dtype fdt,
+                  fp_dtype tdt, bool mx) {
+  fp_tx *t = P->t;
+  int64_t src = s->byte + (e - s->a) * fp_dtype_size(fdt);
+  int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
+  if (sp == d) {
+    fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, d, pi, tdt, n);
+    o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
+    return;
+  }
+  if (mx) {
+    int64_t ns = fp_tx_nscales(e, n);
+    int64_t q = stage_take(P, sp, n), qs = stage_take(P, sp, ns);
+    fp_tx_op *o = fp_tx_emit(t, FP_TX_QUANT, sp, pi, FP_E4M3, n);
+    o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, q), o->src = ref(FP_SP_FROM, src),
+    o->aux = ref(FP_SP_STAGE, qs);
+    o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
+    o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q);
+    o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, ns);
+    o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, qs);
+    int64_t r = stage_take(P, d, n), rs = stage_take(P, d, ns);
+    o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
+    o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, r);
+    o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
+    o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, rs);
+    o = late(P, FP_TX_DEQUANT, d, pi, tdt, n);
+    o->sdtype = FP_E4M3, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_STAGE, r),
+    o->aux = ref(FP_SP_STAGE, rs);
+    P->load[sp] += n + ns;
+    return;
+  }
+  fp_tx_ref from = ref(FP_SP_FROM, src);
+  if (fdt != tdt) { /* the sender casts into staging, the wire carries TO's dtype */
+    int64_t c = stage_take(P, sp, n * fp_dtype_size(tdt));
+    fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, sp, pi, tdt, n);
+    o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, c), o->src = from;
+    from = ref(FP_SP_STAGE, c);
+  }
+  fp_tx_op *o = fp_tx_emit(t, FP_TX_SEND, sp, pi, tdt, n);
+  o->peer = d, o->full_off = e, o->src = from;
+  o = fp_tx_emit(t, FP_TX_RECV, d, pi, tdt, n);
+  o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_TO, dst);
+  P->load[sp] += n * fp_dtype_size(tdt);
+}
+
+/* Groups: the FROM runs of one param sorted by start fall into blocks of
+ * equal (start, length) - the replicas of one shard - that do not overlap
+ * one another, for every placement (shard, ragged, owned, replicate). Then a
+ * piece's candidates are one group, found by binary search, and the choice
+ * looks at a window of at most WINDOW of its ranks (rotating), so the
+ * planner's time grows with the pieces, not with pieces x FROM ranks. */
+#define WINDOW 16
+typedef struct group {
+  int64_t first, n;    /* fr[first .. first+n): sorted by rank */
+  int64_t cursor;      /* where the next window starts */
+} group;
+
+/* the groups of fr (sorted by start, then rank); false when runs overlap */
+static bool make_groups(fp_arena *a, const run *fr, int64_t nfr, group **out, int64_t *ng) {
+  group *g = fp_alloc_array(a, (size_t)nfr + 1, sizeof *g);
+  int64_t n = 0;
+  for (int64_t k = 0; k < nfr; k++) {
+    if (n > 0 && fr[g[n - 1].first].a == fr[k].a && fr[g[n - 1].first].len == fr[k].len) {
+      g[n - 1].n++;
+      continue;
+    }
+    if (n > 0 && fr[g[n - 1].first].a + fr[g[n - 1].first].len > fr[k].a) return false;
+    g[n++] = (group){k, 1, 0};
+  }
+  *out = g, *ng = n;
+  return true;
+}
+
+static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64_t ng, int64_t a, int64_t len,
+                         int32_t d, int64_t dst, fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
+  int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
+  while (e < end) {
+    int64_t lo = 0, hi = ng; /* the last group starting at or before e */
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (fr[gs[mid].first].a <= e) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == 0 || fr[gs[lo - 1].first].a + fr[gs[lo - 1].first].len <= e) return false;
+    group *g = &gs[lo - 1];
+    int64_t stop = fr[g->first].a + fr[g->first].len;
+    if (stop > end) stop = end;
+    /* this process's own FROM rank, if it is in the group (sorted by rank) */
+    const run *mine = NULL, *best = NULL;
+    int64_t l = 0, h = g->n;
+    while (l < h) {
+      int64_t mid = (l + h) / 2;
+      if (fr[g->first + mid].rank + P->t->from_offset < d) l = mid + 1;
+      else h = mid;
+    }
+    if (l < g->n && fr[g->first + l].rank + P->t->from_offset == d) mine = &fr[g->first + l];
+    if (!mine) {
+      int64_t w = g->n < WINDOW ? g->n : WINDOW;
+      for (int64_t k = 0; k < w; k++) {
+        const run *s = &fr[g->first + (g->cursor + k) % g->n];
+        if (!best || P->load[s->rank] < P->load[best->rank]) best = s;
+      }
+      g->cursor = (g->cursor + 1) % g->n;
+    }
+    int64_t n = stop - e;
+    if (!mine) *lacked += n * tsz;
+    piece(P, pi, mine ? mine : best, e, n, d, dst + (e - a) * tsz, fdt, tdt, mx);
+    e = stop;
+  }
+  return true;
+}
+
+/* the general case (runs that overlap without being equal): the FROM runs are sorted by start; cover TO run [a, a+len) of TO proc d */
+static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a, int64_t len, int32_t d, int64_t dst,
+                  fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
+  int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
+  while (e < end) {
+    /* the runs holding e: candidates; the piece ends at the nearest boundary */
+    int64_t stop = end;
+    const run *best = NULL, *mine = NULL;
+    for (int64_t k = 0; k < nfr && fr[k].a <= e; k++) { /* sorted: nothing later starts at or before e */
+      const run *s = &fr[k];
+      int64_t se = s->a + s->len;
+      if (se <= e) continue;
+      if (se < stop) stop = se;
+      if (s->rank + P->t->from_offset == d) mine = s;
+      if (!best || P->load[s->rank] < P->load[best->rank] ||
+          (P->load[s->rank] == P->load[best->rank] && (s->rank - d + P->t->nprocs) % P->t->nprocs <
+                                                          (best->rank - d + P->t->nprocs) % P->t->nprocs))
+        best = s;
+    }
+    for (int64_t k = 0; k < nfr; k++) /* a run starting inside the piece ends it */
+      if (fr[k].a > e && fr[k].a < stop) {
+        stop = fr[k].a;
+        break;
+      }
+    if (!best) return false;
+    int64_t n = stop - e;
+    if (!mine) *lacked += n * tsz;
+    piece(P, pi, mine ? mine : best, e, n, d, dst + (e - a) * tsz, fdt, tdt, mx);
+    e = stop;
+  }
+  return true;
+}
+
+fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
+                  const fp_reshard_opts *o, fp_diag *d) {
+  int errs = d->nerrors;
+  const char *fname = fs ? fs->path : "<from>", *tname = ts ? ts->path : "<to>";
+#define ERR_AT(src, name, ptr, ...) \
+  ((src) ? fp_diag_json(d, (src), (ptr), __VA_ARGS__) : fp_diag_errorf(d, (name), __VA_ARGS__))
+  const char *what = o->what ? o->what : "weights";
+  if (strcmp(what, "weights") == 0) {
+  } else if (strcmp(what, "weights+optimizer") == 0) {
+    fp_diag_errorf(d, "reshard", "--what weights+optimizer: a plan's arena holds no optimizer state (only main "
+                                 "weights and grads); move optimizer state with the trainer's checkpoint");
+  } else {
+    fp_diag_errorf(d, "reshard", "--what '%s': expected weights or weights+optimizer", what);
+  }
+  if (o->to_offset < 0 || o->to_offset > from->world_size + o->from_offset)
+    fp_diag_errorf(d, "reshard", "--to-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after FROM's last rank at most)",
+                   o->to_offset, from->world_size + o->from_offset);
+  if (o->from_offset < 0 || o->from_offset > to->world_size + o->to_offset)
+    fp_diag_errorf(d, "reshard", "--from-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after TO's last rank at most)",
+                   o->from_offset, to->world_size + o->to_offset);
+  if (strcmp(from->model ? from->model : "", to->model ? to->model : "") != 0)
+    ERR_AT(ts, tname, "/model", "the plans are of different models: '%s' (%s) and '%s'", from->model ? from->model : "",
+           fname, to->model ? to->model : "");
+  if (d->nerrors > errs) return NULL;
+
+  /* params by name: every TO param must be a FROM param of the same shape */
+  int32_t *fi = fp_alloc_array(a, (size_t)to->nparams + 1, sizeof *fi);
+  for (int32_t j = 0; j < to->nparams; j++) {
+    const fp_ir_param *q = &to->params[j];
+    char ptr[64];
+    fi[j] = -1;
+    for (int32_t i = 0; i < from->nparams && fi[j] < 0; i++)
+      if (strcmp(from->params[i].name, q->name) == 0) fi[j] = i;
+    snprintf(ptr, sizeof ptr, "/params/%d/name", j);
+    if (fi[j] < 0) {
+      ERR_AT(ts, tname, ptr, "param '%s' is not in %s", q->name, fname);
+      continue;
+    }
+    const fp_ir_param *f = &from->params[fi[j]];
+    bool same = f->ndim == q->ndim;
+    for (int k = 0; same && k < q->ndim; k++) same = f->shape[k] == q->shape[k];
+    if (!same) {
+      char sf[128], st[128];
+      int x = 0, y = 0;
+      for (int k = 0; k < f->ndim && x < 100; k++) x += snprintf(sf + x, sizeof sf - (size_t)x, "%s%" PRId64, k ? "," : "", f->shape[k]);
+      for (int k = 0; k < q->ndim && y < 100; k++) y += snprintf(st + y, sizeof st - (size_t)y, "%s%" PRId64, k ? "," : "", q->shape[k]);
+      sf[x] = st[y] = 0;
+      snprintf(ptr, sizeof ptr, "/params/%d/shape", j);
+      ERR_AT(ts, tname, ptr, "param '%s' has shape [%s] here and [%s] in %s", q->name, st, sf, fname);
+    }
+    if (q->main.buf < 0 || f->main.buf < 0) {
+      snprintf(ptr, sizeof ptr, "/params/%d", j);
+      ERR_AT(ts, tname, ptr, "param '%s' has no main weights in one of the plans", q->name);
+    }
+  }
+  for (int32_t i = 0; i < from->nparams; i++) {
+    bool found = false;
+    for (int32_t j = 0; j < to->nparams && !found; j++) found = fi[j] == i;
+    if (!found) {
+      char ptr[64];
+      snprintf(ptr, sizeof ptr, "/params/%d/name", i);
+      ERR_AT(fs, fname, ptr, "param '%s' is not in %s", from->params[i].name, tname);
+    }
+  }
+  if (d->nerrors > errs) return NULL;
+#undef ERR_AT
+
+  fp_tx *t = fp_tx_new(a);
+  t->model = to->model;
+  t->what = "weights";
+  t->from_hash = fp_prog_hash(from), t->to_hash = fp_prog_hash(to);
+  t->from_world = from->world_size, t->to_world = to->world_size, t->to_offset = o->to_offset;
+  t->from_offset = o->from_offset;
+  t->nprocs = o->from_offset + from->world_size > o->to_offset + to->world_size ? o->from_offset + from->world_size
+                                                                                 : o->to_offset + to->world_size;
+  t->from_arena = from->arena_bytes, t->to_arena = to->arena_bytes;
+  planner P = {.t = t, .from = from, .to = to};
+  P.load = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
+  P.stage = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
+  t->params = fp_alloc_array(a, (size_t)to->nparams + 1, sizeof *t->params);
+  t->nparams = to->nparams;
+  t->cap_params = to->nparams + 1;
+
+  int64_t cap = 0, nfr = 0;
+  run *fr = NULL;
+  for (int32_t j = 0; j < to->nparams; j++) {
+    const fp_ir_param *q = &to->params[j], *f = &from->params[fi[j]];
+    int64_t numel = numel_of(q);
+    bool mx = matches(o, q->name);
+    t->params[j] = (fp_tx_param){q->name, numel, mx};
+    /* FROM runs of every rank, sorted by start */
+    nfr = 0;
+    for (int64_t r = 0; r < from->world_size; r++) {
+      int64_t nr;
+      holdings(from, f, r, NULL, 0, &nr);
+      fr = fp_grow(a, fr, &cap, nfr + nr + 1, sizeof *fr);
+      int got = holdings(from, f, r, fr + nfr, (int)nr, &nr);
+      for (int k = 0; k < got; k++)
+        fp_tx_region_add(t, false, (int32_t)(r + o->from_offset), j, fr[nfr + k].byte, fr[nfr + k].len * fp_dtype_size(f->main_dtype),
+                         fr[nfr + k].a, f->main_dtype);
+      nfr += got;
+    }
+    qsort(fr, (size_t)nfr, sizeof *fr, by_start);
+    group *gs = NULL;
+    int64_t ng = 0;
+    bool grouped = make_groups(a, fr, nfr, &gs, &ng);
+#define COVER(A, LEN, D, DST, TDT) \
+  (grouped ? cover_groups(&P, j, fr, gs, ng, (A), (LEN), (D), (DST), f->main_dtype, (TDT), mx, &t->lower_bound) \
+           : cover(&P, j, fr, nfr, (A), (LEN), (D), (DST), f->main_dtype, (TDT), mx, &t->lower_bound))
+    bool persistent = q->weight.buf >= 0 && to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
+    int64_t wbase = persistent ? to->bufs[q->weight.buf].offset + q->weight.off : -1;
+    for (int64_t r = 0; r < to->world_size; r++) {
+      int32_t dp = (int32_t)(r + o->to_offset);
+      int64_t nr;
+      holdings(to, q, r, NULL, 0, &nr);
+      run *tr = fp_alloc_array(a, (size_t)nr + 1, sizeof *tr);
+      int got = holdings(to, q, r, tr, (int)nr, &nr);
+      bool full = got == 1 && tr[0].len == numel;
+      for (int k = 0; k < got; k++) {
+        int64_t bytes = tr[k].len * fp_dtype_size(q->main_dtype);
+        fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, q->main_dtype);
+        if (!COVER(tr[k].a, tr[k].len, dp, tr[k].byte, q->main_dtype)) {
+          fp_diag_errorf(d, fname, "param '%s': elements from %" PRId64 " are held by no rank of the plan", q->name,
+                         tr[k].a);
+          return NULL;
+        }
+      }
+      if (!persistent) continue;
+      /* the compute weight the TO plan keeps unsharded between steps */
+      fp_tx_region_add(t, true, dp, j, wbase, numel * fp_dtype_size(q->param_dtype), 0, q->param_dtype);
+      if (full) { /* derived from the new main weights, as the plan's own refresh does */
+        fp_tx_op *c = late(&P, FP_TX_COPY, dp, j, q->param_dtype, numel);
+        c->sdtype = q->main_dtype, c->dst = ref(FP_SP_TO, wbase), c->src = ref(FP_SP_TO, tr[0].byte);
+      } else if (!COVER(0, numel, dp, wbase, q->param_dtype)) {
+        fp_diag_errorf(d, fname, "param '%s' is not held whole by the ranks of the plan", q->name);
+        return NULL;
+      }
+    }
+  }
+#undef COVER
+  for (int64_t i = 0; i < P.nlate; i++) {
+    fp_tx_op *x = fp_tx_emit(t, P.late[i].kind, P.late[i].proc, P.late[i].param, P.late[i].dtype, P.late[i].n);
+    *x = P.late[i];
+  }
+  t->stage_bytes = P.stage;
+  fp_tx_finish(t);
+  return t;
+}

@@ -1,0 +1,130 @@
+"""flexplan.reshard - transfers of a model's weights between two plans.
+
+    t = flexplan.reshard(from_plan, to_plan, transform={"layers.*.weight": "mxfp8"})
+    t.info["wire_bytes"], t.info["lower_bound"]      # bytes on the wire / bytes lacked
+    t.save("a_to_b.xfer.json"); print(t.explain())
+    t.run(from_executor, to_executor)               # under mpirun, MPI backend
+
+The transfer is compiled and verified by the library (fp_reshard_compile:
+every TO byte written exactly once, sends matched with receives, orders that
+cannot deadlock, no read of an unwritten byte); docs/reshard.md says how.
+"""
+
+import ctypes
+
+from . import _lib as L
+
+_FORMS = {"json": 0, "ir": 1, "explain": 2, "trace": 3}
+
+
+class Transfer:
+    """A compiled transfer (an fp_xfer handle). It keeps the two plans alive."""
+
+    def __init__(self, handle, from_plan, to_plan):
+        self._h = handle
+        self._plans = (from_plan, to_plan)
+
+    def close(self):
+        if self._h:
+            L.lib().fp_xfer_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def errmsg(self):
+        return L.text(L.lib().fp_xfer_errmsg(self._h)) if self._h else ""
+
+    @property
+    def info(self):
+        """The figures: from_world, to_world, to_offset, processes, nops,
+        wire_bytes, lower_bound, local_bytes, max_send_bytes, max_recv_bytes,
+        from_offset."""
+        i = L.fp_xfer_info()
+        L.check(L.lib().fp_xfer_get_info(self._h, ctypes.byref(i)), lambda: self.errmsg)
+        return {k: getattr(i, k) for k, _ in L.fp_xfer_info._fields_}
+
+    def _render(self, form):
+        out = ctypes.c_void_p()
+        L.check(L.lib().fp_xfer_render(self._h, _FORMS[form], ctypes.byref(out)), lambda: self.errmsg)
+        return L.take_string(out.value)
+
+    def to_json(self):
+        """The transfer as JSON text ("flexplan.xfer.v1", what `flexplan reshard -o` writes)."""
+        return self._render("json")
+
+    def to_ir(self):
+        """The text form (`flexplan reshard --emit=ir`)."""
+        return self._render("ir")
+
+    def explain(self):
+        """One row per op and the figures (`flexplan reshard --emit=explain`)."""
+        return self._render("explain")
+
+    def to_trace(self):
+        """A Chrome trace: one track per process (`--emit=trace`)."""
+        return self._render("trace")
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+        return path
+
+    def run(self, from_executor, to_executor):
+        """Run it (MPI backend; collective over MPI_COMM_WORLD). Pass this
+        process's executors of the two plans, None where it holds no rank."""
+        def h(x):  # a flexplan.Executor (its fp_exec in _x), or a raw handle
+            if x is None:
+                return None
+            v = getattr(x, "_x", x)
+            return v.value if isinstance(v, ctypes.c_void_p) else v
+        L.check(L.lib().fp_xfer_run(self._h, h(from_executor), h(to_executor), None), lambda: self.errmsg)
+
+
+def load_transfer(path):
+    """Load a transfer saved as JSON (Transfer.save, `flexplan reshard -o`);
+    checked and verified by the library. Raises FlexplanError (located)."""
+    h = ctypes.c_void_p()
+    st = L.lib().fp_xfer_load(L.fsencode(path), ctypes.byref(h))
+    t = Transfer(h.value, None, None)
+    if st != L.FP_OK:
+        msg = t.errmsg
+        t.close()
+        raise L.FlexplanError(st, msg)
+    return t
+
+
+def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0, from_offset=0):
+    """Compile the transfer of the main weights from `from_plan`'s ranks to
+    `to_plan`'s (flexplan.Plan objects of one model). transform: {pattern:
+    "mxfp8"} (fnmatch patterns over param names) or ["pattern=mxfp8", ...];
+    what: "weights" ("weights+optimizer" is refused); to_offset: TO rank r is
+    process r + to_offset, FROM rank r process r + from_offset. Raises FlexplanError with the located messages when
+    the plans do not fit together."""
+    pats = []
+    items = transform.items() if isinstance(transform, dict) else [
+        tuple(x.rsplit("=", 1)) if "=" in x else (x, "") for x in (transform or [])]
+    for pat, kind in items:
+        if kind != "mxfp8":
+            raise L.FlexplanError(L.FP_ERR_ARG, f"transform {pat!r}: unknown transform {kind!r} (expected mxfp8)")
+        pats.append(pat.encode())
+    arr = (ctypes.c_char_p * max(1, len(pats)))(*pats)
+    opt = L.fp_reshard_options(what.encode() if what else None, int(to_offset), arr, len(pats), int(from_offset))
+    h = ctypes.c_void_p()
+    st = L.lib().fp_reshard_compile(from_plan._handle, to_plan._handle, ctypes.byref(opt), ctypes.byref(h))
+    t = Transfer(h.value, from_plan, to_plan)
+    if st != L.FP_OK:
+        msg = t.errmsg
+        t.close()
+        raise L.FlexplanError(st, msg)
+    return t

@@ -1,0 +1,62 @@
+"""reshard_worker.py - one rank of test_reshard.py's MPI run: two plans of
+tests/mpi/mlp on the same number of ranks (full_shard, then the placements
+spec: shard dim 1, ragged, owned, replicate), flexplan.Executor for each,
+FROM's main shards filled from a formula of (param, flat index), the
+transfer run through Transfer.run, and every TO shard element compared with
+the formula's fp32 value (bit for bit: both plans keep fp32 main weights).
+Prints "ok rank R" or the mismatches and exits 1."""
+import json
+import math
+import os
+import struct
+import sys
+
+import flexplan
+from flexplan import executor as E
+
+src = os.environ["FLEXPLAN_SOURCE_DIR"]
+rank, world = E.mpi_init()
+model = os.path.join(src, "tests", "mpi", "mlp.model.json")
+
+
+def spec(name):
+    s = json.load(open(os.path.join(src, "tests", "mpi", name + ".spec.json")))
+    s["mesh"]["world_size"] = world
+    return s
+
+
+def value(i, e):
+    return struct.unpack("f", struct.pack("f", math.sin(0.37 * e + 1.3 * i) * (1 + (e % 5))))[0]
+
+
+A = flexplan.compile(model, spec("full_shard"))
+B = flexplan.compile(model, spec(sys.argv[1]))
+t = flexplan.reshard(A, B, transform=sys.argv[2:] or None)
+xa, xb = flexplan.Executor(A), flexplan.Executor(B)
+names = [p.name for p in xa.params]
+for i, n in enumerate(names):
+    v = xa.param(n)
+    buf = v.buffer("main")
+    for s, f, ln in v.shard.pairs():
+        for q in range(ln):
+            buf[s + q] = value(i, f + q)
+t.run(xa, xb)
+bad = []
+for i, n in enumerate(names):
+    v = xb.param(n)
+    buf = v.buffer("main")
+    mx = any(n.startswith(p.split("=")[0].rstrip("*")) for p in sys.argv[2:])
+    for s, f, ln in v.shard.pairs():
+        for q in range(ln):
+            want, got = value(i, f + q), buf[s + q]
+            ok = abs(got - want) <= abs(want) / 16 + 2 ** -6 if mx else got == want
+            if not ok and len(bad) < 5:
+                bad.append(f"{n}[{f + q}] = {got}, want {want}")
+info = t.info
+xa.destroy()
+xb.destroy()
+E.mpi_finalize()
+if bad:
+    print(f"rank {rank}: " + "; ".join(bad))
+    sys.exit(1)
+print(f"ok rank {rank} wire {info['wire_bytes']} lower bound {info['lower_bound']}")

@@ -1,0 +1,58 @@
+#!/bin/bash
+# reshard_cli.sh FLEXPLAN SRCDIR - `flexplan reshard` end to end: the figures
+# (bytes on the wire equal the lower bound), -o (JSON, atomic), every --emit,
+# MXFP8 on the wire, and the located errors for plans that do not fit
+# together and the usage errors (docs/reshard.md).
+set -u
+F=$1; S=$2; T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+spec() { # spec NAME WORLD -> $T/NAME-WORLD.spec.json
+  sed -E "s/\"world_size\": *[0-9]+/\"world_size\": $2/" "$S/tests/mpi/$1.spec.json" > "$T/$1-$2.spec.json"
+}
+spec full_shard 4; spec placements-w3 3
+$F compile "$S/tests/mpi/mlp.model.json" --spec "$T/full_shard-4.spec.json" -o "$T/a.plan.json" >/dev/null 2>&1 || fail compile a
+$F compile "$S/tests/mpi/mlp.model.json" --spec "$T/placements-w3-3.spec.json" -o "$T/b.plan.json" >/dev/null 2>&1 || fail compile b
+$F compile "$S/tests/mpi/mlp-tied.model.json" --spec "$T/full_shard-4.spec.json" -o "$T/tied.plan.json" >/dev/null 2>&1 || fail compile tied
+# the same model with another shape of fc1.bias
+sed 's/"fc1.bias", "shape": \[19\]/"fc1.bias", "shape": [18]/' "$S/tests/mpi/mlp.model.json" > "$T/mlp18.model.json"
+$F compile "$T/mlp18.model.json" --spec "$T/placements-w3-3.spec.json" -o "$T/shape.plan.json" >/dev/null 2>&1 || fail compile shape
+
+out=$($F reshard "$T/a.plan.json" "$T/b.plan.json" -o "$T/x.json") || fail "reshard exit $?"
+echo "$out" | grep -q '"ratio":1.000' || fail "ratio not 1.000: $out"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['format']=='flexplan.xfer.v1'; f=d['figures']; assert f['wire_bytes']==f['lower_bound_bytes']>0, f; assert len(d['procs'])==4" "$T/x.json" || fail "-o JSON"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --emit=ir | grep -q '^xfer model="mlp" what=weights from_world=4 to_world=3' || fail "--emit=ir"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --emit=explain | grep -q 'ratio 1.000' || fail "--emit=explain"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --emit=trace | python3 -c "import json,sys; d=json.load(sys.stdin); assert any(e.get('ph')=='X' for e in d['traceEvents'])" || fail "--emit=trace"
+mx=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*.weight=mxfp8' --emit=ir) || fail "mxfp8 exit"
+echo "$mx" | grep -q 'param fc0.weight numel=260 wire=mxfp8' || fail "mxfp8 param not marked"
+echo "$mx" | grep -q 'quantize_mxfp8' || fail "no quantize op"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*.weight=mxfp8' | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wire_bytes'] < d['lower_bound_bytes']" || fail "mxfp8 wire not smaller"
+
+# flexplan viz of a saved transfer: its trace; a tampered file: located, exit 1
+$F viz "$T/x.json" -o "$T/x.trace.json" || fail "viz of a transfer"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert sum(e.get('ph')=='X' for e in d['traceEvents']) > 10" "$T/x.trace.json" || fail "viz trace"
+sed 's/"processes":4/"processes":"4"/' "$T/x.json" > "$T/bad.xfer.json"
+err=$($F viz "$T/bad.xfer.json" -o "$T/bad.trace.json" 2>&1); rc=$?
+[ $rc = 1 ] || fail "viz of a tampered transfer: exit $rc"
+echo "$err" | grep -Eq "bad.xfer.json:[0-9]+:[0-9]+: error: /processes: expected an integer" || fail "viz tampered: $err"
+[ -e "$T/bad.trace.json" ] && fail "viz wrote output on error"
+$F viz "$T/x.json" --format=html >/dev/null 2>&1; [ $? = 2 ] || fail "viz --format=html of a transfer not a usage error"
+
+# errors: located, exit 1, no output written
+err=$($F reshard "$T/a.plan.json" "$T/tied.plan.json" -o "$T/bad.json" 2>&1); rc=$?
+[ $rc = 1 ] || fail "other model: exit $rc"
+echo "$err" | grep -Eq "tied.plan.json:[0-9]+:[0-9]+: error: /model: the plans are of different models" || fail "other model: $err"
+[ -e "$T/bad.json" ] && fail "output written on error"
+err=$($F reshard "$T/a.plan.json" "$T/shape.plan.json" 2>&1); rc=$?
+[ $rc = 1 ] || fail "other shape: exit $rc"
+echo "$err" | grep -Eq "shape.plan.json:[0-9]+:[0-9]+: error: /params/3/shape: param 'fc1.bias' has shape \[18\] here and \[19\]" || fail "other shape: $err"
+err=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --what weights+optimizer 2>&1); [ $? = 1 ] || fail "weights+optimizer exit"
+echo "$err" | grep -q "no optimizer state" || fail "weights+optimizer: $err"
+err=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --to-offset 9 2>&1); [ $? = 1 ] || fail "to-offset exit"
+echo "$err" | grep -q "must lie in \[0, 4\]" || fail "to-offset: $err"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*=fp4' >/dev/null 2>&1; [ $? = 2 ] || fail "bad transform not a usage error"
+$F reshard "$T/a.plan.json" >/dev/null 2>&1; [ $? = 2 ] || fail "one plan not a usage error"
+err=$($F reshard "$T/a.plan.json" "$T/missing.plan.json" 2>&1); [ $? = 1 ] || fail "missing file exit"
+echo "$err" | grep -q "missing.plan.json" || fail "missing file: $err"
+[ $fails = 0 ] && echo "ok" || { echo "$fails failure(s)"; exit 1; }

@@ -1,0 +1,309 @@
+/* test_reshard.c - transfers between two plans of one model, run on the MPI
+ * backend (docs/reshard.md), checked against full tensors computed here.
+ *
+ *   mpirun -n P test_reshard MODEL SPEC_A WORLD_A SPEC_B WORLD_B [--to-offset K] [--mxfp8 PATTERN]
+ *
+ * Both plans are compiled in the test (the specs with mesh.world_size set).
+ * Every FROM rank fills its main-weight shards from a formula of (param,
+ * flat index); every TO rank fills its whole arena with a sentinel. After the
+ * A -> B transfer every TO shard element must equal the formula's value cast
+ * FROM's main dtype -> TO's (bit for bit), or, for MXFP8 params, lie within
+ * the format's error bound of it; the padding of the shards and everything
+ * else of TO's arena outside the transfer's need regions must still hold the
+ * sentinel. Then FROM's main weights are overwritten with the sentinel and
+ * the B -> A transfer must bring back exactly the A values (round trip;
+ * without MXFP8 and with equal main dtypes: bit-exact). */
+#include <fnmatch.h>
+#include <math.h>
+
+#include "exec_util.h"
+#include "flexplan_compile.h"
+#include "ir/xfer.h"
+#include "kernels/kernels.h"
+#include <json-c/json.h>
+
+static double formula(int32_t param, int64_t e) {
+  /* varied signs and magnitudes (so MXFP8 blocks get different scales) */
+  return sin(0.37 * (double)e + 1.3 * param) * (1.0 + (double)((e / 7 + param) % 5) * 3.0) *
+         (e % 97 == 0 ? 1e-3 : 1.0);
+}
+
+static char *spec_text(const char *path, int world) {
+  json_object *s = json_object_from_file(path);
+  if (!s) return NULL;
+  json_object *mesh;
+  if (!json_object_object_get_ex(s, "mesh", &mesh)) return NULL;
+  json_object_object_add(mesh, "world_size", json_object_new_int(world));
+  json_object *rpn;
+  if (json_object_object_get_ex(mesh, "ranks_per_node", &rpn) && json_object_get_int(rpn) > world)
+    json_object_object_add(mesh, "ranks_per_node", json_object_new_int(world));
+  char *t = strdup(json_object_to_json_string(s));
+  json_object_put(s);
+  return t;
+}
+
+static fp_plan *compile(const char *model, const char *spec, int world) {
+  char *st = spec_text(spec, world);
+  fp_compile_options o = {.model_path = model, .spec_text = st};
+  fp_plan *p = NULL;
+  fp_status s = fp_plan_compile(&o, &p);
+  EXPECT(s == FP_OK && st, "compile %s for %d ranks: %s", spec, world, p ? fp_plan_errmsg(p) : "?");
+  free(st);
+  return s == FP_OK ? p : NULL;
+}
+
+static float get(const void *base, fp_dtype dt, int64_t k) {
+  float f;
+  fpk_cast(&f, FP_F32, (const char *)base + k * fp_dtype_size(dt), dt, 1);
+  return f;
+}
+
+/* the value FROM rank holds for element e (its main dtype), as fp32 */
+static float from_value(fp_dtype fdt, int32_t param, int64_t e) {
+  float v = (float)formula(param, e), h;
+  char tmp[8];
+  fpk_cast(tmp, fdt, &v, FP_F32, 1);
+  fpk_cast(&h, FP_F32, tmp, fdt, 1);
+  return h;
+}
+
+/* the MXFP8 bound for element e: the full-param block's scale 2^x with
+ * x = ceil(log2(amax / 448)); a slice's own (shorter) block has amax <= that
+ * block's, so its error is within the same bound: half an e4m3 ulp relative
+ * (2^-4) for normals, 2^(x-10) absolute below e4m3's normal range */
+static double mx_bound(fp_dtype fdt, int32_t param, int64_t numel, int64_t e) {
+  int64_t b0 = e / 32 * 32, b1 = b0 + 32 < numel ? b0 + 32 : numel;
+  double amax = 0;
+  for (int64_t k = b0; k < b1; k++) amax = fmax(amax, fabs(from_value(fdt, param, k)));
+  double x = amax > 0 ? ceil(log2(amax / 448.0)) : -127;
+  double v = fabs(from_value(fdt, param, e));
+  return fmax(v * 0x1p-4, ldexp(1.0, (int)x - 10)) * 1.0001;
+}
+
+static const unsigned char SENT = 0xA5;
+
+/* fill this rank's FROM shards from the formula (A) */
+static void fill(fp_exec *x, const fp_plan *plan) {
+  fp_plan_info pi;
+  fp_plan_get_info(plan, &pi);
+  for (int32_t i = 0; i < pi.nparams; i++) {
+    fp_param_view v;
+    fp_exec_param_at(x, i, &v);
+    const fp_extent *e = &v.shard;
+    fp_dtype dt = (fp_dtype)v.main.dtype;
+    for (int64_t k = 0; k < e->runs; k++)
+      for (int64_t q = 0; q < e->len; q++) {
+        float f = (float)formula(i, e->full_off + k * e->full_stride + q);
+        fpk_cast((char *)v.main.data + (k * e->shard_stride + q) * fp_dtype_size(dt), dt, &f, FP_F32, 1);
+      }
+  }
+}
+
+/* check this rank's shards of plan `plan` (executor x) hold the values of
+ * FROM plan `src` (by param name), cast; mx: the params sent as MXFP8 */
+static void check(fp_exec *x, const char *what, const fp_plan *src, bool mx_any, const char *mxpat) {
+  const fp_prog *sp = src->prog, *p = x->prog;
+  for (int32_t i = 0; i < p->nparams; i++) {
+    fp_param_view v;
+    fp_exec_param_at(x, i, &v);
+    int32_t si = -1;
+    for (int32_t j = 0; j < sp->nparams; j++)
+      if (!strcmp(sp->params[j].name, v.name)) si = j;
+    EXPECT(si >= 0, "%s: param %s not in the source plan", what, v.name);
+    if (si < 0) continue;
+    /* the value of element e is the formula of the *first* plan's index:
+     * both plans list params in model order */
+    fp_dtype fdt = sp->params[si].main_dtype, dt = (fp_dtype)v.main.dtype;
+    bool mx = mx_any && fnmatch(mxpat, v.name, 0) == 0;
+    const fp_extent *e = &v.shard;
+    int64_t bad = 0;
+    for (int64_t k = 0; k < e->runs; k++)
+      for (int64_t q = 0; q < e->len; q++) {
+        int64_t el = e->full_off + k * e->full_stride + q;
+        float want = from_value(fdt, si, el), got = get(v.main.data, dt, k * e->shard_stride + q);
+        char wbuf[8];
+        fpk_cast(wbuf, dt, &want, FP_F32, 1);
+        bool ok = mx ? fabs((double)got - (double)want) <= mx_bound(fdt, si, v.numel, el) + fabs(want) * 0x1p-8
+                     : !memcmp(wbuf, (char *)v.main.data + (k * e->shard_stride + q) * fp_dtype_size(dt),
+                               (size_t)fp_dtype_size(dt));
+        if (!ok && bad++ < 3)
+          EXPECT(0, "%s: %s element %" PRId64 " is %.9g, want %.9g%s", what, v.name, el, got, want,
+                 mx ? " (within the MXFP8 bound)" : "");
+      }
+    /* a compute weight the plan keeps unsharded between steps: the whole
+     * param, TO's main value cast to the param dtype */
+    if (x->params[i].weight_persistent) {
+      fp_dtype pdt = (fp_dtype)v.weight.dtype;
+      for (int64_t el = 0; el < v.numel; el++) {
+        float want = from_value(fdt, si, el), got = get(v.weight.data, pdt, el);
+        char m[8], w[8];
+        fpk_cast(m, dt, &want, FP_F32, 1);
+        fpk_cast(w, pdt, m, dt, 1);
+        bool ok = mx ? fabs((double)got - (double)want) <= mx_bound(fdt, si, v.numel, el) + fabs(want) * 0x1p-7
+                     : !memcmp(w, (char *)v.weight.data + el * fp_dtype_size(pdt), (size_t)fp_dtype_size(pdt));
+        if (!ok && bad++ < 3) EXPECT(0, "%s: %s compute weight element %" PRId64 " is %.9g, want %.9g", what, v.name, el, got, want);
+      }
+    }
+    /* the slot's padding keeps the sentinel */
+    int64_t used = e->runs ? (e->runs - 1) * e->shard_stride + e->len : 0;
+    for (int64_t b = used * fp_dtype_size(dt); b < v.main.numel * fp_dtype_size(dt); b++)
+      if (((unsigned char *)v.main.data)[b] != SENT && bad++ < 3)
+        EXPECT(0, "%s: %s padding byte %" PRId64 " was written", what, v.name, b);
+  }
+}
+
+int main(int argc, char **argv) {
+  tu_init(&argc, &argv);
+  if (argc < 6) {
+    fprintf(stderr, "usage: test_reshard MODEL SPEC_A WORLD_A SPEC_B WORLD_B [--to-offset K] [--mxfp8 PATTERN]\n");
+    MPI_Finalize();
+    return 2;
+  }
+  const char *model = argv[1], *mxpat = NULL;
+  int wa = atoi(argv[3]), wb = atoi(argv[5]);
+  long off = 0;
+  for (int i = 6; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--to-offset")) off = atol(argv[i + 1]);
+    if (!strcmp(argv[i], "--mxfp8")) mxpat = argv[i + 1];
+  }
+  fp_plan *A = compile(model, argv[2], wa), *B = compile(model, argv[4], wb);
+  if (!A || !B) return tu_finish();
+  const char *pats[1] = {mxpat};
+  /* the way back: B's ranks (processes off..) are FROM, A's (processes 0..) TO */
+  fp_reshard_options ro = {"weights", off, pats, mxpat ? 1 : 0, 0}, back = {"weights", 0, NULL, 0, off};
+  fp_xfer *ab = NULL, *ba = NULL;
+  EXPECT(fp_reshard_compile(A, B, &ro, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
+  EXPECT(fp_reshard_compile(B, A, &back, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
+  if (ba) {
+    /* the way back runs from its saved JSON (fp_xfer_load), which must
+     * render to the same text */
+    char *js = NULL, *js2 = NULL, path[256];
+    fp_xfer_render(ba, 0, &js);
+    snprintf(path, sizeof path, "%s/test_reshard.%d.%d.xfer.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid(), tu_rank);
+    FILE *f = fopen(path, "w");
+    EXPECT(f && js && fputs(js, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+    fp_xfer *loaded = NULL;
+    EXPECT(fp_xfer_load(path, &loaded) == FP_OK, "load %s: %s", path, fp_xfer_errmsg(loaded));
+    if (loaded && loaded->tx) {
+      fp_xfer_render(loaded, 0, &js2);
+      EXPECT(js2 && !strcmp(js, js2), "the loaded transfer renders differently");
+      fp_xfer_free(ba);
+      ba = loaded;
+    } else {
+      fp_xfer_free(loaded);
+    }
+    unlink(path);
+    fp_free(js);
+    fp_free(js2);
+  }
+  fp_xfer_info info;
+  fp_xfer_get_info(ab, &info);
+  EXPECT(info.processes <= tu_world, "the transfer needs %" PRId64 " processes, the job has %d", info.processes,
+         tu_world);
+  if (!mxpat) EXPECT(info.wire_bytes == info.lower_bound, "wire %" PRId64 " != lower bound %" PRId64, info.wire_bytes,
+                     info.lower_bound);
+  if (tu_failures) return tu_finish();
+
+  /* executors: FROM ranks 0..wa-1, TO ranks on processes off..off+wb-1 */
+  MPI_Comm ca, cb;
+  bool inA = tu_rank < wa, inB = tu_rank >= off && tu_rank < off + wb;
+  MPI_Comm_split(MPI_COMM_WORLD, inA ? 0 : MPI_UNDEFINED, tu_rank, &ca);
+  MPI_Comm_split(MPI_COMM_WORLD, inB ? 0 : MPI_UNDEFINED, tu_rank, &cb);
+  fp_exec *xa = NULL, *xb = NULL;
+  if (inA) {
+    fp_exec_config c = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = wa, .bootstrap = &ca};
+    EXPECT(fp_exec_create(A, &c, &xa) == FP_OK, "create A: %s", fp_exec_errmsg(xa));
+    fill(xa, A);
+  }
+  if (inB) {
+    fp_exec_config c = {.backend = FP_BACKEND_MPI, .rank = (int)(tu_rank - off), .world_size = wb, .bootstrap = &cb};
+    EXPECT(fp_exec_create(B, &c, &xb) == FP_OK, "create B: %s", fp_exec_errmsg(xb));
+    memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+  }
+  if (tu_failures) return tu_finish();
+
+  /* a transfer whose TO write points outside the TO rank's weights (as a
+   * tampered file could, consistently enough to pass the verifier) fails on
+   * every process before any byte moves: TO's arena is unchanged */
+  {
+    fp_tx *tx = ab->tx;
+    if (tx->nneed > 0) {
+      /* move the first need region, and every op writing into it, to the
+       * end of TO's arena (the grads and staging live there, not weights) */
+      fp_tx_region *r = &tx->need[0];
+      int64_t keep = r->off, delta = tx->to_arena - r->bytes - r->off;
+      int32_t owner = r->proc;
+      for (int32_t i = tx->first[owner]; i < tx->first[owner + 1]; i++)
+        if (tx->ops[i].dst.space == FP_SP_TO && tx->ops[i].dst.off >= keep && tx->ops[i].dst.off < keep + r->bytes)
+          tx->ops[i].dst.off += delta;
+      r->off += delta;
+      fp_status st = fp_xfer_run(ab, xa, xb, NULL);
+      EXPECT(st != FP_OK, "a transfer writing outside the weights ran");
+      if (tu_rank == owner)
+        EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ab), "are not this rank's weights"), "got %s: %s",
+               fp_status_name(st), fp_xfer_errmsg(ab));
+      else
+        EXPECT(st == FP_ERR_MISMATCH, "got %s: %s", fp_status_name(st), fp_xfer_errmsg(ab));
+      int64_t changed = 0;
+      for (int64_t b = 0; inB && b < B->prog->arena_bytes; b++) changed += (unsigned char)xb->dev[b] != SENT;
+      EXPECT(changed == 0, "a failed transfer changed %" PRId64 " TO bytes", changed);
+      for (int32_t i = tx->first[owner]; i < tx->first[owner + 1]; i++)
+        if (tx->ops[i].dst.space == FP_SP_TO && tx->ops[i].dst.off >= r->off && tx->ops[i].dst.off < r->off + r->bytes)
+          tx->ops[i].dst.off -= delta;
+      r->off = keep;
+    }
+  }
+  EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B: %s", fp_xfer_errmsg(ab));
+  if (inB) {
+    check(xb, "A->B", A, mxpat != NULL, mxpat);
+    /* nothing outside the need regions of this process changed */
+    const fp_tx *t = ab->tx;
+    char *mark = calloc((size_t)B->prog->arena_bytes, 1);
+    for (int32_t k = 0; k < t->nneed; k++)
+      if (t->need[k].proc == tu_rank) memset(mark + t->need[k].off, 1, (size_t)t->need[k].bytes);
+    int64_t bad = 0;
+    for (int64_t b = 0; b < B->prog->arena_bytes; b++)
+      if (!mark[b] && (unsigned char)xb->dev[b] != SENT) bad++;
+    EXPECT(bad == 0, "A->B: %" PRId64 " TO bytes outside the need regions changed", bad);
+    free(mark);
+  }
+  if (ba) {
+    if (inA) memset(xa->dev, SENT, (size_t)A->prog->arena_bytes);
+    EXPECT(fp_xfer_run(ba, xb, xa, NULL) == FP_OK, "run B->A: %s", fp_xfer_errmsg(ba));
+    /* with equal main dtypes the round trip is bit-exact to A's own values */
+    if (inA && !mxpat) {
+      for (int32_t i = 0; i < A->prog->nparams; i++) {
+        fp_param_view v;
+        fp_exec_param_at(xa, i, &v);
+        const fp_extent *e = &v.shard;
+        if (A->prog->params[i].main_dtype != B->prog->params[i].main_dtype) continue;
+        for (int64_t k = 0; k < e->runs; k++)
+          for (int64_t q = 0; q < e->len; q++) {
+            float f = (float)formula(i, e->full_off + k * e->full_stride + q), got;
+            char w[8];
+            fpk_cast(w, (fp_dtype)v.main.dtype, &f, FP_F32, 1);
+            got = get(v.main.data, (fp_dtype)v.main.dtype, k * e->shard_stride + q);
+            if (memcmp(w, (char *)v.main.data + (k * e->shard_stride + q) * fp_elem_size(v.main.dtype),
+                       (size_t)fp_elem_size(v.main.dtype)))
+              EXPECT(0, "round trip: %s[%" PRId64 "] %.9g is not A's", v.name, e->full_off + k * e->full_stride + q,
+                     got);
+          }
+      }
+    }
+  }
+  if (tu_rank == 0)
+    printf("transfer %d -> %d (to-offset %ld%s%s): %" PRId64 " processes, %d ops, wire %" PRId64 " bytes, lower "
+           "bound %" PRId64 ", local %" PRId64 "\n",
+           wa, wb, off, mxpat ? ", mxfp8 " : "", mxpat ? mxpat : "", info.processes, info.nops, info.wire_bytes,
+           info.lower_bound, info.local_bytes);
+  fp_exec_destroy(xa);
+  fp_exec_destroy(xb);
+  if (ca != MPI_COMM_NULL) MPI_Comm_free(&ca);
+  if (cb != MPI_COMM_NULL) MPI_Comm_free(&cb);
+  fp_xfer_free(ab);
+  fp_xfer_free(ba);
+  fp_plan_free(A);
+  fp_plan_free(B);
+  return tu_finish();
+}
