@@ -147,6 +147,9 @@ typedef struct fp_spec {
   int64_t memory_budget_bytes; /* 0 = none */
   const char *hw_preset;       /* default "h100-sxm" */
   /* set by a policy, not by the spec file (see fp_spec_apply_policy) */
+  bool fsdp2;                  /* the fsdp2 policy: only the root stays unsharded after
+                                * forward; shard_grad_op is reshard_after_forward=False
+                                * (gathered per step, resharded after backward) */
   bool staged;                 /* shard(0) params gather and reduce through chunk-major
                                 * staging with copy-in / copy-out (FSDP2's foreach
                                 * all-gather copy-out and reduce-scatter chunk_cat) */

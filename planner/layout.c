@@ -373,6 +373,17 @@ static bool flat_eligible(const fp_layout *L, const fp_bucket *B) {
   return true;
 }
 
+/* an fsdp2 unit's copy-in / copy-out (layout_unit) needs the same */
+static bool flat_eligible_staged(const fp_layout *L, const fp_bucket *B) {
+  if (!B->sharded) return false;
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    if (p->pl->kind != FP_PL_SHARD || p->pl->dim != 0) return false;
+    if (p->main_dtype != L->params[B->lparams[0]].main_dtype) return false;
+  }
+  return true;
+}
+
 /* the flat space: each param at an FP_PARAM_ALIGN boundary of the param
  * dtype; the per-rank chunk rounded up to one too. Returns the chunk, or -1
  * on int64 overflow. */
@@ -540,6 +551,47 @@ static bool layout_flat(fp_layout *L, fp_bucket *B) {
   return true;
 }
 
+/* offsets of an fsdp2 unit: per-param padded shard(0) slots as usual in the
+ * unsharded storages (each param its own G * chunk elements), packed end to
+ * end in the shard storages, staging of G rows of the packed shards */
+static bool layout_unit(fp_layout *L, fp_bucket *B) {
+  const fp_lparam *p0 = &L->params[B->lparams[0]];
+  int64_t em = fp_dtype_size(p0->main_dtype), eg = fp_dtype_size(B->mp.main_grad), ep = fp_dtype_size(B->mp.param),
+          er = fp_dtype_size(B->mp.reduce);
+  int64_t S = 0, U = 0, n, t = 0;
+  bool cast = B->mp.reduce != B->mp.param;
+  for (int j = 0; j < B->nparams; j++) {
+    fp_lparam *p = &L->params[B->lparams[j]];
+    bool train = p->mp->requires_grad;
+    int64_t a;
+    if (!fp_align64(U, FP_PARAM_ALIGN / ep, &a) || !fp_add64(a, p->padded_numel, &U) || !fp_add64(S, p->chunk, &n))
+      return fp_layout_error(L, true, p->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+    p->shard_off = S * em;
+    p->grad_off = train ? S * eg : -1;
+    p->rout_off = train ? S * er : -1;
+    p->unsharded_off = a * ep;
+    p->ugrad_off = train ? a * ep : -1;
+    p->rin_off = train && cast ? a * er : -1;
+    p->gstage_off = S * ep; /* the param's column in the [G, S] staging */
+    p->rstage_off = train ? S * er : -1;
+    S = n;
+  }
+  if (!fp_mul64(S, L->G, &n) || !fp_mul64(n, 8, &t) || !fp_mul64(U, 8, &t))
+    return fp_layout_error(L, true, p0->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+  B->unit_chunk = S;
+  fp_align64(S * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
+  fp_align64(U * ep, FP_PARAM_ALIGN, &t), B->unsharded_bytes = t;
+  B->gstage_bytes = n * ep;
+  if (B->trainable) {
+    fp_align64(S * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
+    B->ugrad_bytes = B->unsharded_bytes;
+    fp_align64(U * er, FP_PARAM_ALIGN, &t), B->rin_bytes = cast ? t : 0;
+    fp_align64(S * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
+    B->rstage_bytes = n * er;
+  }
+  return true;
+}
+
 /* ---- storage offsets -------------------------------------------------------- */
 /* A storage is laid out slot by slot; `common` slots have the same offset and
  * size on every rank; owned slots are packed per owner rank after the common
@@ -590,6 +642,11 @@ static bool layout_storages(fp_layout *L) {
     fp_bucket *B = &L->buckets[b];
     if (B->flat) {
       if (!layout_flat(L, B)) return false;
+      continue;
+    }
+    if (L->spec->staged && flat_eligible_staged(L, B)) {
+      B->unit = true;
+      if (!layout_unit(L, B)) return false;
       continue;
     }
     enum { MAIN, GRAD, UNSH, UGRAD, RIN, ROUT, GST, RST, NST };
@@ -699,7 +756,8 @@ static bool finish_buckets(fp_layout *L) {
     const char *ptr = B->spec ? fp_ptr_key(L->a, B->spec->ptr, "reshard_after_forward")
                               : fp_ptr_key(L->a, fp_ptr_key(L->a, s->ptr, "defaults"), "reshard_after_forward");
     /* ZeRO-2/DDP and fully replicated buckets keep their compute weights */
-    B->persistent_unsharded = s->strategy == FP_SHARD_GRAD_OP || s->strategy == FP_NO_SHARD || !B->sharded;
+    B->persistent_unsharded =
+        (s->strategy == FP_SHARD_GRAD_OP && !s->fsdp2) || s->strategy == FP_NO_SHARD || !B->sharded;
     if (B->persistent_unsharded) {
       B->reshard = 0;
       continue;
@@ -714,7 +772,7 @@ static bool finish_buckets(fp_layout *L) {
       r = 0;
     /* the module whose backward immediately follows its forward keeps its
      * weights: resharding them would only gather them again at once */
-    if (B->last_pos == m->norder - 1) r = 0;
+    if (B->last_pos == m->norder - 1 && !s->fsdp2) r = 0; /* FSDP2 keeps only the root (no module) */
     B->reshard = r;
     if (r > 1 && r < L->G) {
       int64_t c;

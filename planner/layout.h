@@ -107,6 +107,14 @@ typedef struct fp_bucket {
    * elements; shard-group rank g holds [g*flat_chunk, (g+1)*flat_chunk) */
   bool flat;
   int64_t flat_chunk;            /* elements per rank (0: not flat) */
+  /* fsdp2 unit (policy fsdp2, every param shard(0)): FSDP2's copy-in /
+   * copy-out. The rank's padded shards lie end to end (no alignment) in the
+   * main / grad storages, unit_chunk elements in all; one all-gather of
+   * them into a [G, unit_chunk] staging buffer, one G-row copy per param out
+   * of it; one G-row copy per param into a [G, unit_chunk] reduce staging
+   * (chunk_cat), one reduce-scatter straight into the main grads */
+  bool unit;
+  int64_t unit_chunk;
   const char *ptr;               /* the bucket spec's pointer, or the module's */
   const fp_bucket_spec *spec;    /* the request it came from; NULL: default bucket */
 } fp_bucket;

@@ -360,13 +360,25 @@ int fp_policy_parse(const char *name) {
 
 void fp_spec_apply_policy(fp_spec *s, fp_policy p) {
   if (p != FP_POLICY_FSDP2) return;
-  s->bucket_mode = FP_BUCKETS_DEFAULT;
-  s->buckets = NULL;
-  s->nbuckets = 0;
+  /* the spec's bucket list names FSDP2's units (fully_shard groups, which
+   * may span modules); otherwise one unit per module */
+  if (s->bucket_mode != FP_BUCKETS_LIST) {
+    s->bucket_mode = FP_BUCKETS_DEFAULT;
+    s->buckets = NULL;
+    s->nbuckets = 0;
+  }
   s->auto_target_bytes = 0;
   s->placement.kind = FP_PL_SHARD;
   s->placement.dim = 0;
   s->reshard = s->strategy == FP_SHARD_GRAD_OP ? 0 : FP_RESHARD_TRUE;
-  s->prefetch_fwd = s->prefetch_bwd = 1;
+  for (int b = 0; b < s->nbuckets; b++) {
+    s->buckets[b].has_placement = false;
+    s->buckets[b].reshard = s->reshard;
+  }
+  /* each unit gathers in its own pre_forward (FSDP2 prefetches in forward
+   * only when set_modules_to_forward_prefetch asks); backward prefetches one */
+  s->prefetch_fwd = 0;
+  s->prefetch_bwd = 1;
+  s->fsdp2 = true;
   s->staged = true;
 }
