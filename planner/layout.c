@@ -473,14 +473,15 @@ double fp_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat) {
   FP_ASSERT(cnt);
   for (int j = 0; j < B->nparams; j++) {
     const fp_lparam *p = &L->params[B->lparams[j]];
-    cnt[j] = p->chunk;
-    us += op_us(&fm, mp->param == main ? FP_OP_COPY : FP_OP_CAST, mp->param, main, p->chunk, NULL);
-    if (p->mp->requires_grad) us += op_us(&fm, FP_OP_SCALE, mp->main_grad, mp->main_grad, p->chunk, NULL);
+    /* shard(0)'s chunk (p->chunk is the flat one once the bucket is flat) */
+    cnt[j] = fp_ceil_div(p->mp->shape[0], L->G) * fp_param_inner(p->mp, 0);
+    us += op_us(&fm, mp->param == main ? FP_OP_COPY : FP_OP_CAST, mp->param, main, cnt[j], NULL);
+    if (p->mp->requires_grad) us += op_us(&fm, FP_OP_SCALE, mp->main_grad, mp->main_grad, cnt[j], NULL);
   }
   us += grouped_us(&fm, FP_OP_ALL_GATHER, mp->param, cnt, B->nparams);
   for (int j = 0; j < B->nparams; j++) {
     const fp_lparam *p = &L->params[B->lparams[j]];
-    if (p->mp->requires_grad) cnt[ntrain++] = p->chunk;
+    if (p->mp->requires_grad) cnt[ntrain++] = fp_ceil_div(p->mp->shape[0], L->G) * fp_param_inner(p->mp, 0);
   }
   us += grouped_us(&fm, FP_OP_REDUCE_SCATTER, mp->reduce, cnt, ntrain);
   free(cnt);
