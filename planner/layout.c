@@ -433,8 +433,9 @@ static double grouped_us(flat_model *fm, fp_opcode code, fp_dtype dt, const int6
   for (int j = 0; j < n; j++) {
     fp_cost c;
     op_us(fm, code, dt, dt, counts[j], &c);
-    int64_t bytes = counts[j] * fm->comm.size * fp_dtype_size(dt);
-    if (bytes <= FP_COALESCE_MAX_BYTES) {
+    /* in double: a param near the int64 limit is reported by the storage layout */
+    double bytes = (double)counts[j] * (double)fm->comm.size * (double)fp_dtype_size(dt);
+    if (bytes <= (double)FP_COALESCE_MAX_BYTES) {
       lat = run ? fmax(lat, c.lat_us) : c.lat_us;
       bw += c.bw_us;
       run++;
