@@ -312,11 +312,15 @@ static fp_status view_of(fp_exec *x, const fp_ir_param *q, const char *role, con
   return B->host ? fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': %s view is in host memory", q->name, role) : FP_OK;
 }
 
-/* what this rank holds of param q: slot elements and the extent runs */
-static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64_t *slot, fp_extent *e) {
+/* what this rank holds of param q: slot elements, the extent runs, and
+ * where its slot starts in the main / grad views (elements past their
+ * offsets: nonzero only for a flat_shard piece, see docs/layout.md) */
+static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64_t *slot, fp_extent *e,
+                          int64_t *shift) {
   const fp_prog *p = x->prog;
   *e = (fp_extent){0, 0, 0, 0, 0};
   *slot = 0;
+  *shift = 0;
   if (q->placement == FP_PL_REPLICATE) {
     *slot = numel;
     *e = (fp_extent){1, numel, numel, 0, numel};
@@ -352,6 +356,24 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
         return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
       *slot = t->cnt[g];
       if (*slot > 0) *e = (fp_extent){1, *slot, *slot, t->off[g], *slot};
+      return FP_OK;
+    }
+    case FP_PL_FLAT: {
+      /* the bucket's params lie end to end in its flat buffer (the weight
+       * view's offset is this param's position); rank g holds flat elements
+       * [g*chunk, (g+1)*chunk) at the start of its main / grad views */
+      int64_t es = fp_dtype_size(q->param_dtype), a = q->weight.off / es, lo, hi, gc, end;
+      if (q->weight.off < 0 || q->weight.off % es || q->chunk < 1 || !fp_mul64(g, q->chunk, &gc) ||
+          !fp_add64(gc, q->chunk, &end) || !fp_add64(a, numel, &hi))
+        return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': flat_shard chunk %" PRId64 " or position is invalid",
+                        q->name, q->chunk);
+      lo = a > gc ? a : gc;
+      if (hi > end) hi = end;
+      if (hi > lo) {
+        *slot = hi - lo;
+        *shift = lo - gc;
+        *e = (fp_extent){1, *slot, *slot, lo - a, *slot};
+      }
       return FP_OK;
     }
     case FP_PL_OWNED:
@@ -395,12 +417,16 @@ static fp_status resolve_params(fp_exec *x) {
     *v = (fp_param_view){.name = q->name, .module = q->module, .ndim = q->ndim, .numel = numel,
                          .requires_grad = q->requires_grad};
     memcpy(v->shape, q->shape, sizeof v->shape);
-    FPX_CHECK_GOTO(shard_of(x, q, numel, &xp->slot, &v->shard), st, fail);
+    int64_t shift, es_m = fp_dtype_size(q->main_dtype), es_g = fp_dtype_size(q->grad_dtype);
+    FPX_CHECK_GOTO(shard_of(x, q, numel, &xp->slot, &v->shard, &shift), st, fail);
+    fp_view mv = q->main, gv = q->grad; /* shift < chunk: the views verified for chunk elements */
+    if (mv.buf >= 0) mv.off += shift * es_m;
+    if (gv.buf >= 0) gv.off += shift * es_g;
     FPX_CHECK_GOTO(view_of(x, q, "weight", &q->weight, q->param_dtype, numel, &v->weight, &xp->off[0]), st, fail);
     FPX_CHECK_GOTO(view_of(x, q, "ugrad", &q->ugrad, q->param_dtype, q->requires_grad ? numel : 0, &v->ugrad,
                            &xp->off[1]), st, fail);
-    FPX_CHECK_GOTO(view_of(x, q, "main", &q->main, q->main_dtype, xp->slot, &v->main, &xp->off[2]), st, fail);
-    FPX_CHECK_GOTO(view_of(x, q, "grad", &q->grad, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad,
+    FPX_CHECK_GOTO(view_of(x, q, "main", &mv, q->main_dtype, xp->slot, &v->main, &xp->off[2]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "grad", &gv, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad,
                            &xp->off[3]), st, fail);
     bool reduced = q->requires_grad && q->bucket >= 0 && reduce_dt[q->bucket] >= 0;
     v->reduce_dtype = reduced ? (fp_elem)reduce_dt[q->bucket] : (fp_elem)q->grad_dtype;

@@ -15,7 +15,7 @@
 
 #include "../planner/front.h"
 
-_Static_assert(FP_NPLACEMENTS == FP_IR_NPLACEMENTS, "placement tables disagree");
+_Static_assert(FP_NPLACEMENTS_IR == FP_IR_NPLACEMENTS, "placement tables disagree");
 
 /* ---- name tables ------------------------------------------------------------ */
 static const struct {
@@ -111,7 +111,7 @@ const char *fp_memtl_check(const fp_memtl *t) {
 }
 
 /* by fp_placement_kind */
-static const char *const placements[FP_IR_NPLACEMENTS] = {"shard", "ragged_shard", "owned", "replicate"};
+static const char *const placements[FP_IR_NPLACEMENTS] = {"shard", "ragged_shard", "owned", "replicate", "flat_shard"};
 const char *fp_ir_placement_name(int k) { return k >= 0 && k < FP_IR_NPLACEMENTS ? placements[k] : "?"; }
 int fp_ir_placement_parse(const char *s) {
   for (int i = 0; i < FP_IR_NPLACEMENTS; i++)

@@ -11,7 +11,7 @@
 #include "ir.h"
 
 /* ---- param placements (mirror fp_placement_kind in planner/front.h) ---- */
-#define FP_IR_NPLACEMENTS 4
+#define FP_IR_NPLACEMENTS 5
 const char *fp_ir_placement_name(int k); /* "?" when out of range */
 int fp_ir_placement_parse(const char *s); /* -1 if unknown */
 

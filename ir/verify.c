@@ -377,7 +377,10 @@ static void check_params(vctx *v) {
     }
     if (q->dim < 0 || (q->ndim > 0 && q->dim >= q->ndim) || (q->ndim == 0 && q->dim != 0))
       verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
-    bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */;
+    bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
+                   q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */;
+    if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fp_dtype_size(q->param_dtype) != 0))
+      verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
     check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
     check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
     check_view(v, i, "weight", &q->weight, numel, q->param_dtype);

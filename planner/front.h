@@ -66,8 +66,20 @@ typedef enum {
   FP_PL_RAGGED,      /* uneven flattened-prefix split, cuts on align_elems */
   FP_PL_OWNED,       /* whole param on one rank of the shard group */
   FP_PL_REPLICATE,   /* whole param on every rank */
-  FP_NPLACEMENTS
+  FP_NPLACEMENTS,    /* (the kinds a spec can name) */
+  /* IR only, chosen by the layout: the param's piece of a flat bucket, whose
+   * ranks each hold one contiguous range of the bucket's concatenated
+   * params (docs/layout.md, "Flat buckets") */
+  FP_PL_FLAT = FP_NPLACEMENTS,
+  FP_NPLACEMENTS_IR
 } fp_placement_kind;
+
+/* per bucket: how its collectives are issued (spec member "collectives") */
+typedef enum {
+  FP_COLL_AUTO,      /* the planner picks by modeled step time (default) */
+  FP_COLL_PER_PARAM, /* one gather / reduction per param (grouped in one launch) */
+  FP_COLL_FLAT,      /* one gather / reduction per bucket over the flat layout */
+} fp_coll_mode;
 
 typedef struct fp_placement_spec {
   fp_placement_kind kind;
@@ -97,6 +109,7 @@ typedef struct fp_bucket_spec {
   fp_placement_spec placement;
   fp_mp mp;                    /* defaults merged in field by field */
   int64_t reshard;             /* defaults merged in */
+  fp_coll_mode coll;           /* defaults merged in */
   bool offload;
   const char *ptr;
 } fp_bucket_spec;
@@ -119,6 +132,7 @@ typedef struct fp_spec {
   fp_placement_spec placement; /* defaults.placement: default shard dim 0 */
   fp_mp mp;                    /* defaults: bf16 / fp32 / fp32 */
   int64_t reshard;             /* defaults.reshard_after_forward: default true */
+  fp_coll_mode coll;           /* defaults.collectives: default auto */
   fp_bucket_mode bucket_mode;
   fp_bucket_spec *buckets;
   int nbuckets;
@@ -133,6 +147,9 @@ typedef struct fp_spec {
   int64_t memory_budget_bytes; /* 0 = none */
   const char *hw_preset;       /* default "h100-sxm" */
   /* set by a policy, not by the spec file (see fp_spec_apply_policy) */
+  bool fsdp2;                  /* the fsdp2 policy: only the root stays unsharded after
+                                * forward; shard_grad_op is reshard_after_forward=False
+                                * (gathered per step, resharded after backward) */
   bool staged;                 /* shard(0) params gather and reduce through chunk-major
                                 * staging with copy-in / copy-out (FSDP2's foreach
                                 * all-gather copy-out and reduce-scatter chunk_cat) */

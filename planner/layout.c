@@ -10,9 +10,12 @@
  * Every size is checked int64 arithmetic. */
 #include "layout.h"
 
+#include "cost.h"
 #include "json.h"
+#include "passes/passes.h"
 
 #include <fnmatch.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -259,6 +262,7 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     p->tab = -1;
     p->shard_off = p->grad_off = p->unsharded_off = p->ugrad_off = -1;
     p->rin_off = p->rout_off = p->gstage_off = p->rstage_off = -1;
+    p->flat_off = -1;
     B->lparams[B->nparams++] = i;
     p->main_dtype = mp->dtype;
     p->param_dtype = B->mp.param;
@@ -355,6 +359,241 @@ static void pack_owned(fp_layout *L) {
   }
 }
 
+/* ---- flat buckets ------------------------------------------------------------- */
+/* A bucket can be flat when every param is shard(0) (FSDP1's flat parameter:
+ * the rank's range may cut params anywhere) in one main dtype, and the policy
+ * does not ask for FSDP2's per-param staging. */
+static bool flat_eligible(const fp_layout *L, const fp_bucket *B) {
+  if (!B->sharded || L->spec->staged) return false;
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    if (p->pl->kind != FP_PL_SHARD || p->pl->dim != 0) return false;
+    if (p->main_dtype != L->params[B->lparams[0]].main_dtype) return false;
+  }
+  return true;
+}
+
+/* an fsdp2 unit's copy-in / copy-out (layout_unit) needs the same */
+static bool flat_eligible_staged(const fp_layout *L, const fp_bucket *B) {
+  if (!B->sharded) return false;
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    if (p->pl->kind != FP_PL_SHARD || p->pl->dim != 0) return false;
+    if (p->main_dtype != L->params[B->lparams[0]].main_dtype) return false;
+  }
+  return true;
+}
+
+/* the flat space: each param at an FP_PARAM_ALIGN boundary of the param
+ * dtype; the per-rank chunk rounded up to one too. Returns the chunk, or -1
+ * on int64 overflow. */
+static int64_t flat_chunk_of(const fp_layout *L, const fp_bucket *B, int64_t *offs) {
+  int64_t ae = FP_PARAM_ALIGN / fp_dtype_size(B->mp.param), at = 0, c;
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    if (!fp_align64(at, ae, &at)) return -1;
+    if (offs) offs[j] = at;
+    if (!fp_add64(at, p->mp->numel, &at)) return -1;
+  }
+  if (!fp_align64(fp_ceil_div(at, L->G), ae, &c)) return -1;
+  return c;
+}
+
+/* Modeled time of one forward gather and one reduction of B as the cost
+ * model charges them (docs/cost-model.md): per param, every param's cast,
+ * collective and scale, the collectives of at most FP_COALESCE_MAX_BYTES
+ * grouped into one call as the coalesce pass does; flat, one of each over the
+ * bucket's chunk. */
+typedef struct {
+  fp_prog P;
+  fp_ir_comm comm;
+  fp_hw hw;
+} flat_model;
+
+static double op_us(flat_model *fm, fp_opcode code, fp_dtype dt, fp_dtype sdt, int64_t count, fp_cost *terms) {
+  fp_op op;
+  memset(&op, 0, sizeof op);
+  op.code = code;
+  op.dtype = dt;
+  op.sdtype = sdt;
+  op.count = count;
+  op.comm = 0;
+  op.tab = -1;
+  op.group = -1;
+  fp_cost c = fp_cost_terms(&fm->P, &op, &fm->hw);
+  if (terms) *terms = c;
+  return c.lat_us + c.bw_us;
+}
+
+/* collectives of one kind: runs of small ones are one call (largest latency
+ * once + the bandwidth terms), large ones each pay their latency */
+static double grouped_us(flat_model *fm, fp_opcode code, fp_dtype dt, const int64_t *counts, int n) {
+  double total = 0, lat = 0, bw = 0;
+  int run = 0;
+  for (int j = 0; j < n; j++) {
+    fp_cost c;
+    op_us(fm, code, dt, dt, counts[j], &c);
+    /* in double: a param near the int64 limit is reported by the storage layout */
+    double bytes = (double)counts[j] * (double)fm->comm.size * (double)fp_dtype_size(dt);
+    if (bytes <= (double)FP_COALESCE_MAX_BYTES) {
+      lat = run ? fmax(lat, c.lat_us) : c.lat_us;
+      bw += c.bw_us;
+      run++;
+      continue;
+    }
+    total += lat + bw + c.lat_us + c.bw_us;
+    lat = bw = 0;
+    run = 0;
+  }
+  return total + lat + bw;
+}
+
+double fp_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat) {
+  flat_model fm;
+  memset(&fm, 0, sizeof fm);
+  fm.comm = (fp_ir_comm){.name = "shard", .size = L->G, .stride = 1};
+  fm.P.comms = &fm.comm;
+  fm.P.ncomms = 1;
+  fm.P.ranks_per_node = L->spec->ranks_per_node;
+  fp_hw_from_spec(L->spec, &fm.hw);
+  const fp_mp *mp = &B->mp;
+  fp_dtype main = L->params[B->lparams[0]].main_dtype;
+  double us = 0;
+  if (flat) {
+    int64_t c = flat_chunk_of(L, B, NULL);
+    us += op_us(&fm, mp->param == main ? FP_OP_COPY : FP_OP_CAST, mp->param, main, c, NULL);
+    us += op_us(&fm, FP_OP_ALL_GATHER, mp->param, mp->param, c, NULL);
+    if (B->trainable) {
+      us += op_us(&fm, FP_OP_REDUCE_SCATTER, mp->reduce, mp->reduce, c, NULL);
+      us += op_us(&fm, FP_OP_SCALE, mp->main_grad, mp->main_grad, c, NULL);
+    }
+    return us;
+  }
+  int64_t *cnt = malloc(sizeof(int64_t) * (size_t)(B->nparams + 1));
+  int ntrain = 0;
+  FP_ASSERT(cnt);
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    /* shard(0)'s chunk (p->chunk is the flat one once the bucket is flat) */
+    cnt[j] = fp_ceil_div(p->mp->shape[0], L->G) * fp_param_inner(p->mp, 0);
+    us += op_us(&fm, mp->param == main ? FP_OP_COPY : FP_OP_CAST, mp->param, main, cnt[j], NULL);
+    if (p->mp->requires_grad) us += op_us(&fm, FP_OP_SCALE, mp->main_grad, mp->main_grad, cnt[j], NULL);
+  }
+  us += grouped_us(&fm, FP_OP_ALL_GATHER, mp->param, cnt, B->nparams);
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    if (p->mp->requires_grad) cnt[ntrain++] = fp_ceil_div(p->mp->shape[0], L->G) * fp_param_inner(p->mp, 0);
+  }
+  us += grouped_us(&fm, FP_OP_REDUCE_SCATTER, mp->reduce, cnt, ntrain);
+  free(cnt);
+  return us;
+}
+
+/* per bucket: flat when the spec says so (an error where it cannot be), per
+ * param when it says so, else whichever the cost model times faster (ties
+ * stay per param) */
+static bool choose_flat(fp_layout *L) {
+  for (int b = 0; b < L->nbuckets; b++) {
+    fp_bucket *B = &L->buckets[b];
+    fp_coll_mode mode = B->spec ? B->spec->coll : L->spec->coll;
+    if (mode == FP_COLL_PER_PARAM || !B->sharded) continue;
+    bool ok = flat_eligible(L, B);
+    if (mode == FP_COLL_FLAT && !ok) {
+      if (L->spec->staged) continue; /* a policy's staging wins over the spec */
+      const char *ptr = B->spec ? fp_ptr_key(L->a, B->spec->ptr, "collectives")
+                                : fp_ptr_key(L->a, fp_ptr_key(L->a, fp_layout_ptr(L, NULL, NULL), "defaults"),
+                                             "collectives");
+      return fp_layout_error(L, false, ptr,
+                             "bucket '%s' cannot be flat: every param must be placed shard on dim 0 in one "
+                             "main dtype",
+                             B->name);
+    }
+    if (!ok) continue;
+    if (flat_chunk_of(L, B, NULL) < 0) continue; /* per param reports the overflow */
+    B->flat = mode == FP_COLL_FLAT || fp_layout_bucket_us(L, B, true) < fp_layout_bucket_us(L, B, false);
+  }
+  return true;
+}
+
+/* offsets of a flat bucket: every storage is the flat space (unsharded
+ * ones) or one rank's chunk of it (shard ones) */
+static bool layout_flat(fp_layout *L, fp_bucket *B) {
+  int64_t *offs = fp_alloc_array(L->a, (size_t)B->nparams + 1, sizeof(int64_t));
+  int64_t C = flat_chunk_of(L, B, offs), n;
+  const fp_lparam *p0 = &L->params[B->lparams[0]];
+  int64_t em = fp_dtype_size(p0->main_dtype), eg = fp_dtype_size(B->mp.main_grad), ep = fp_dtype_size(B->mp.param),
+          er = fp_dtype_size(B->mp.reduce);
+  if (C < 0 || !fp_mul64(C, L->G, &n) || !fp_mul64(n, 8, &n))
+    return fp_layout_error(L, true, p0->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+  n /= 8; /* G * C, with room for 8-byte elements */
+  B->flat_chunk = C;
+  bool cast = B->mp.reduce != B->mp.param;
+  for (int j = 0; j < B->nparams; j++) {
+    fp_lparam *p = &L->params[B->lparams[j]];
+    bool train = p->mp->requires_grad;
+    p->flat_off = offs[j];
+    p->chunk = p->slot = C;
+    p->padded_numel = p->mp->numel;
+    p->shard_off = 0;
+    p->unsharded_off = offs[j] * ep;
+    p->grad_off = train ? 0 : -1;
+    p->ugrad_off = train ? offs[j] * ep : -1;
+    p->rout_off = train ? 0 : -1;
+    p->rin_off = train && cast ? offs[j] * er : -1;
+  }
+  int64_t t = 0; /* C * 8 fits (checked above): aligning it cannot overflow */
+  fp_align64(C * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
+  B->unsharded_bytes = n * ep;
+  if (B->trainable) {
+    fp_align64(C * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
+    B->ugrad_bytes = n * ep;
+    B->rin_bytes = cast ? n * er : 0;
+    fp_align64(C * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
+  }
+  return true;
+}
+
+/* offsets of an fsdp2 unit: per-param padded shard(0) slots as usual in the
+ * unsharded storages (each param its own G * chunk elements), packed end to
+ * end in the shard storages, staging of G rows of the packed shards */
+static bool layout_unit(fp_layout *L, fp_bucket *B) {
+  const fp_lparam *p0 = &L->params[B->lparams[0]];
+  int64_t em = fp_dtype_size(p0->main_dtype), eg = fp_dtype_size(B->mp.main_grad), ep = fp_dtype_size(B->mp.param),
+          er = fp_dtype_size(B->mp.reduce);
+  int64_t S = 0, U = 0, n, t = 0;
+  bool cast = B->mp.reduce != B->mp.param;
+  for (int j = 0; j < B->nparams; j++) {
+    fp_lparam *p = &L->params[B->lparams[j]];
+    bool train = p->mp->requires_grad;
+    int64_t a;
+    if (!fp_align64(U, FP_PARAM_ALIGN / ep, &a) || !fp_add64(a, p->padded_numel, &U) || !fp_add64(S, p->chunk, &n))
+      return fp_layout_error(L, true, p->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+    p->shard_off = S * em;
+    p->grad_off = train ? S * eg : -1;
+    p->rout_off = train ? S * er : -1;
+    p->unsharded_off = a * ep;
+    p->ugrad_off = train ? a * ep : -1;
+    p->rin_off = train && cast ? a * er : -1;
+    p->gstage_off = S * ep; /* the param's column in the [G, S] staging */
+    p->rstage_off = train ? S * er : -1;
+    S = n;
+  }
+  if (!fp_mul64(S, L->G, &n) || !fp_mul64(n, 8, &t) || !fp_mul64(U, 8, &t))
+    return fp_layout_error(L, true, p0->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+  B->unit_chunk = S;
+  fp_align64(S * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
+  fp_align64(U * ep, FP_PARAM_ALIGN, &t), B->unsharded_bytes = t;
+  B->gstage_bytes = n * ep;
+  if (B->trainable) {
+    fp_align64(S * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
+    B->ugrad_bytes = B->unsharded_bytes;
+    fp_align64(U * er, FP_PARAM_ALIGN, &t), B->rin_bytes = cast ? t : 0;
+    fp_align64(S * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
+    B->rstage_bytes = n * er;
+  }
+  return true;
+}
+
 /* ---- storage offsets -------------------------------------------------------- */
 /* A storage is laid out slot by slot; `common` slots have the same offset and
  * size on every rank; owned slots are packed per owner rank after the common
@@ -403,6 +642,15 @@ static bool storage_total(storage *st, int64_t *base, int64_t *total) {
 static bool layout_storages(fp_layout *L) {
   for (int b = 0; b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
+    if (B->flat) {
+      if (!layout_flat(L, B)) return false;
+      continue;
+    }
+    if (L->spec->staged && flat_eligible_staged(L, B)) {
+      B->unit = true;
+      if (!layout_unit(L, B)) return false;
+      continue;
+    }
     enum { MAIN, GRAD, UNSH, UGRAD, RIN, ROUT, GST, RST, NST };
     storage st[NST];
     for (int k = 0; k < NST; k++) {
@@ -510,7 +758,8 @@ static bool finish_buckets(fp_layout *L) {
     const char *ptr = B->spec ? fp_ptr_key(L->a, B->spec->ptr, "reshard_after_forward")
                               : fp_ptr_key(L->a, fp_ptr_key(L->a, s->ptr, "defaults"), "reshard_after_forward");
     /* ZeRO-2/DDP and fully replicated buckets keep their compute weights */
-    B->persistent_unsharded = s->strategy == FP_SHARD_GRAD_OP || s->strategy == FP_NO_SHARD || !B->sharded;
+    B->persistent_unsharded =
+        (s->strategy == FP_SHARD_GRAD_OP && !s->fsdp2) || s->strategy == FP_NO_SHARD || !B->sharded;
     if (B->persistent_unsharded) {
       B->reshard = 0;
       continue;
@@ -525,7 +774,7 @@ static bool finish_buckets(fp_layout *L) {
       r = 0;
     /* the module whose backward immediately follows its forward keeps its
      * weights: resharding them would only gather them again at once */
-    if (B->last_pos == m->norder - 1) r = 0;
+    if (B->last_pos == m->norder - 1 && !s->fsdp2) r = 0; /* FSDP2 keeps only the root (no module) */
     B->reshard = r;
     if (r > 1 && r < L->G) {
       int64_t c;
@@ -553,6 +802,7 @@ bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *
   if (!assign_buckets(L, bucket_of)) return false;
   if (!resolve_params(L, bucket_of)) return false;
   pack_owned(L);
+  if (!choose_flat(L)) return false;
   if (!layout_storages(L)) return false;
   if (!mark_recompute(L)) return false;
   return finish_buckets(L);

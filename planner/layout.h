@@ -79,6 +79,7 @@ typedef struct fp_lparam {
   int64_t gstage_off;            /* shard dim > 0: chunk-major gather (param dtype, G*chunk) */
   int64_t rstage_off;            /* shard dim > 0: chunk-major reduce input (reduce dtype, G*chunk) */
   int tab;                       /* ragged: IR extent table (set by the lowering); else -1 */
+  int64_t flat_off;              /* flat bucket: first element in the bucket's flat space; else -1 */
 } fp_lparam;
 
 typedef struct fp_bucket {
@@ -101,6 +102,19 @@ typedef struct fp_bucket {
   int64_t rstage_bytes;          /* chunk-major reduce staging */
   int64_t reshard_chunk;         /* reshard g: bytes each rank keeps (0: none) */
   bool persistent_unsharded;     /* compute weights live all step (no unshard per use) */
+  /* flat: one collective per bucket. Its params lie end to end (each on an
+   * FP_PARAM_ALIGN boundary) in one flat element space of G * flat_chunk
+   * elements; shard-group rank g holds [g*flat_chunk, (g+1)*flat_chunk) */
+  bool flat;
+  int64_t flat_chunk;            /* elements per rank (0: not flat) */
+  /* fsdp2 unit (policy fsdp2, every param shard(0)): FSDP2's copy-in /
+   * copy-out. The rank's padded shards lie end to end (no alignment) in the
+   * main / grad storages, unit_chunk elements in all; one all-gather of
+   * them into a [G, unit_chunk] staging buffer, one G-row copy per param out
+   * of it; one G-row copy per param into a [G, unit_chunk] reduce staging
+   * (chunk_cat), one reduce-scatter straight into the main grads */
+  bool unit;
+  int64_t unit_chunk;
   const char *ptr;               /* the bucket spec's pointer, or the module's */
   const fp_bucket_spec *spec;    /* the request it came from; NULL: default bucket */
 } fp_bucket;
@@ -123,6 +137,9 @@ typedef struct fp_layout {
 
 /* build the layout; false after located errors */
 bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *out);
+/* modeled microseconds of one forward gather and one reduction of bucket B,
+ * per param (grouped as coalesce groups them) or flat (docs/cost-model.md) */
+double fp_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat);
 /* report a layout error at a pointer of the spec (or model) file */
 bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -26,6 +26,9 @@
  *   post_optimizer   refresh persistent compute weights from the updated
  *                    main weights (shard_grad_op's all-gather, replicas' cast)
  *
+ * A flat bucket (docs/layout.md) issues one of each: one cast of the rank's
+ * chunk into its place in the flat buffer, one all-gather in place, one
+ * reduce-scatter straight out of the flat grads, one write and one divide.
  * A bucket's ops are emitted phase by phase (all casts, then all collectives,
  * then all copies out) so its collectives sit back to back for coalesce.
  * Each bucket has one IR buffer per kind with one arena address for the whole
@@ -190,7 +193,7 @@ static void setup(fp_lower *lw) {
     q->param_dtype = p->param_dtype;
     q->grad_dtype = p->grad_dtype;
     q->requires_grad = p->mp->requires_grad;
-    q->placement = p->pl->kind;
+    q->placement = p->flat_off >= 0 ? FP_PL_FLAT : (int)p->pl->kind;
     q->dim = p->pl->kind == FP_PL_SHARD ? p->pl->dim : 0;
     q->comm = p->replicated ? lw->c_world : lw->c_shard;
     q->owner = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
@@ -231,12 +234,64 @@ static const fp_lparam *bucket_param(const fp_lower *lw, int b, int j) {
   return &lw->L->params[lw->L->buckets[b].lparams[j]];
 }
 
+/* a flat bucket's gather: the rank's chunk cast into its place in the flat
+ * buffer, then one all-gather in place */
+static void unshard_flat(fp_lower *lw, int b) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  const fp_lparam *p0 = bucket_param(lw, b, 0);
+  int main = fp_lw_buf(lw, b, FP_BB_MAIN), u = fp_lw_buf(lw, b, FP_BB_UNSH);
+  int64_t C = B->flat_chunk, es = fp_dtype_size(B->mp.param);
+  lw->phase = FP_PH_ALL;
+  fp_op *op = fp_lw_convert(lw, B->mp.param, p0->main_dtype, C, fp_reg_g(u, 0, C * es), fp_reg(main, 0));
+  op->comm = lw->c_shard;
+  op = fp_lw_emit(lw, FP_OP_ALL_GATHER, B->mp.param, C);
+  op->comm = lw->c_shard;
+  op->dst = fp_reg(u, 0);
+  op->src = fp_reg_g(u, 0, C * es);
+}
+
+/* an fsdp2 unit's gather as FSDP2 issues it: the copy-in of the rank's
+ * packed shards into its row of the [G, S] staging (one op: FSDP2's foreach
+ * copy, casting as it goes), one all_gather_into_tensor, then per param one
+ * G-row copy out of the staging into its unsharded slot (split_with_sizes_copy) */
+static void unshard_unit(fp_lower *lw, int b, bool trainable_only) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  const fp_lparam *p0 = bucket_param(lw, b, 0);
+  int main = fp_lw_buf(lw, b, FP_BB_MAIN), u = fp_lw_buf(lw, b, FP_BB_UNSH), gst = fp_lw_buf(lw, b, FP_BB_GST);
+  int64_t S = B->unit_chunk, es = fp_dtype_size(B->mp.param);
+  lw->phase = FP_PH_ALL;
+  fp_op *op = fp_lw_convert(lw, B->mp.param, p0->main_dtype, S, fp_reg_g(gst, 0, S * es), fp_reg(main, 0));
+  op->comm = lw->c_shard;
+  op = fp_lw_emit(lw, FP_OP_ALL_GATHER, B->mp.param, S);
+  op->comm = lw->c_shard;
+  op->dst = fp_reg(gst, 0);
+  op->src = fp_reg_g(gst, 0, S * es);
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = bucket_param(lw, b, j);
+    if (trainable_only && !p->mp->requires_grad) continue;
+    op = fp_lw_emit(lw, FP_OP_COPY, B->mp.param, p->chunk);
+    op->rows = lw->L->G;
+    op->dst = fp_reg(u, p->unsharded_off);
+    op->dpitch = p->chunk * es;
+    op->src = fp_reg(gst, p->gstage_off);
+    op->spitch = S * es;
+  }
+}
+
 /* gather bucket b's compute weights on the ag stream, phase by phase */
 static void unshard_bucket(fp_lower *lw, int b, bool trainable_only) {
   const fp_bucket *B = &lw->L->buckets[b];
   int gst = lw->bufs[b][FP_BB_GST];
   lw->stream = FP_STREAM_AG;
   lw->bucket = b;
+  if (B->flat || B->unit) { /* flat: frozen params are refreshed with the rest (unchanged) */
+    open_buf(lw, gst);
+    if (B->flat) unshard_flat(lw, b);
+    else unshard_unit(lw, b, trainable_only);
+    close_opt(lw, gst);
+    lw->stream = FP_STREAM_COMPUTE;
+    return;
+  }
   open_buf(lw, gst);
   for (fp_lw_phase ph = FP_PH_PRE; ph <= FP_PH_POST; ph++) {
     lw->phase = ph;
@@ -269,6 +324,111 @@ static redio reduce_io(const fp_lower *lw, int b, const fp_lparam *p, int micro)
   return io;
 }
 
+/* a flat bucket's reduction: one cast of the flat grads into the reduce
+ * dtype, one reduce-scatter straight out of them, the replicas' all-reduce,
+ * one write or add into the main grad, one divide (the padding between params
+ * is zero: the trainer never writes it) */
+static void reduce_flat(fp_lower *lw, int b, int micro, bool last, double f) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  const int *bb = lw->bufs[b];
+  int64_t C = B->flat_chunk, n = C * lw->L->G;
+  fp_dtype pd = B->mp.param, rd = B->mp.reduce, gd = B->mp.main_grad;
+  int src = bb[FP_BB_UGRAD];
+  bool direct = micro == 0 && rd == gd;
+  int dst = direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT);
+  lw->phase = FP_PH_ALL;
+  if (rd != pd) {
+    src = fp_lw_buf(lw, b, FP_BB_RIN);
+    fp_lw_convert(lw, rd, pd, n, fp_reg(src, 0), fp_reg(bb[FP_BB_UGRAD], 0));
+  }
+  fp_op *op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, C);
+  op->comm = lw->c_shard;
+  op->dst = fp_reg(dst, 0);
+  op->src = fp_reg(src, 0);
+  if (lw->c_replica >= 0) {
+    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, C);
+    op->comm = lw->c_replica;
+    op->dst = op->src = fp_reg(dst, 0);
+  }
+  if (!direct) {
+    if (micro == 0) {
+      fp_lw_convert(lw, gd, rd, C, fp_reg(bb[FP_BB_GRAD], 0), fp_reg(dst, 0));
+    } else {
+      op = fp_lw_emit(lw, FP_OP_ADD, gd, C);
+      op->sdtype = rd;
+      op->dst = fp_reg(bb[FP_BB_GRAD], 0);
+      op->src = fp_reg(dst, 0);
+    }
+  }
+  if (last) {
+    op = fp_lw_emit(lw, FP_OP_SCALE, gd, C);
+    op->dst = fp_reg(bb[FP_BB_GRAD], 0);
+    op->alpha = f;
+  }
+}
+
+/* an fsdp2 unit's reduction as FSDP2 issues it: per param a cast into the
+ * reduce dtype when it differs, per param one G-row copy into the [G, S]
+ * reduce staging (chunk_cat; the padding rows are zero), one
+ * reduce_scatter_tensor straight into the packed main grads, the
+ * replicas' all-reduce, one write or add, one divide */
+static void reduce_unit(fp_lower *lw, int b, int micro, bool last, double f) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  const int *bb = lw->bufs[b];
+  int64_t S = B->unit_chunk, er = fp_dtype_size(B->mp.reduce);
+  fp_dtype pd = B->mp.param, rd = B->mp.reduce, gd = B->mp.main_grad;
+  bool direct = micro == 0 && rd == gd;
+  int dst = direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT), rst = fp_lw_buf(lw, b, FP_BB_RST);
+  lw->phase = FP_PH_ALL;
+  fp_op *op;
+  bool frozen = false;
+  for (int j = 0; j < B->nparams; j++) frozen |= !bucket_param(lw, b, j)->mp->requires_grad;
+  if (frozen) { /* frozen params leave their columns of the staging unwritten: zero it */
+    op = fp_lw_emit(lw, FP_OP_MEMSET, rd, S * lw->L->G);
+    op->dst = fp_reg(rst, 0);
+  }
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = bucket_param(lw, b, j);
+    if (!p->mp->requires_grad) continue;
+    int sbuf = bb[FP_BB_UGRAD];
+    int64_t soff = p->ugrad_off;
+    if (p->rin_off >= 0) {
+      fp_lw_convert(lw, rd, pd, p->padded_numel, fp_reg(bb[FP_BB_RIN], p->rin_off), fp_reg(sbuf, soff));
+      sbuf = bb[FP_BB_RIN], soff = p->rin_off;
+    }
+    op = fp_lw_emit(lw, FP_OP_COPY, rd, p->chunk);
+    op->rows = lw->L->G;
+    op->dst = fp_reg(rst, p->rstage_off);
+    op->dpitch = S * er;
+    op->src = fp_reg(sbuf, soff);
+    op->spitch = p->chunk * er;
+  }
+  op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, S);
+  op->comm = lw->c_shard;
+  op->dst = fp_reg(dst, 0);
+  op->src = fp_reg(rst, 0);
+  if (lw->c_replica >= 0) {
+    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, S);
+    op->comm = lw->c_replica;
+    op->dst = op->src = fp_reg(dst, 0);
+  }
+  if (!direct) {
+    if (micro == 0) {
+      fp_lw_convert(lw, gd, rd, S, fp_reg(bb[FP_BB_GRAD], 0), fp_reg(dst, 0));
+    } else {
+      op = fp_lw_emit(lw, FP_OP_ADD, gd, S);
+      op->sdtype = rd;
+      op->dst = fp_reg(bb[FP_BB_GRAD], 0);
+      op->src = fp_reg(dst, 0);
+    }
+  }
+  if (last) {
+    op = fp_lw_emit(lw, FP_OP_SCALE, gd, S);
+    op->dst = fp_reg(bb[FP_BB_GRAD], 0);
+    op->alpha = f;
+  }
+}
+
 /* reduce bucket b's grads on the rs stream: casts, reductions, the
  * replicas' all-reduces, then the writes into the main grad (and, after the
  * last micro-batch, the divide), each phase for every param in turn */
@@ -283,8 +443,10 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   open_buf(lw, bb[FP_BB_RIN]);
   open_buf(lw, bb[FP_BB_ROUT]);
   open_buf(lw, bb[FP_BB_RST]);
+  if (B->flat) reduce_flat(lw, b, micro, last, f);
+  if (B->unit) reduce_unit(lw, b, micro, last, f);
   /* casts into the reduce dtype, the placements' own staging, reductions */
-  for (fp_lw_phase ph = FP_PH_PRE; ph <= FP_PH_COMM; ph++) {
+  for (fp_lw_phase ph = FP_PH_PRE; ph <= FP_PH_COMM && !B->flat && !B->unit; ph++) {
     lw->phase = ph;
     for (int j = 0; j < B->nparams; j++) {
       const fp_lparam *p = bucket_param(lw, b, j);
@@ -300,7 +462,7 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   lw->phase = FP_PH_ALL;
   /* hybrid: sum the shard across replicas (ragged: the whole slot, since
    * replicas of one piece share its size but pieces differ) */
-  for (int j = 0; j < B->nparams && lw->c_replica >= 0; j++) {
+  for (int j = 0; j < B->nparams && lw->c_replica >= 0 && !B->flat && !B->unit; j++) {
     const fp_lparam *p = bucket_param(lw, b, j);
     if (!p->mp->requires_grad || p->replicated) continue;
     redio io = reduce_io(lw, b, p, micro);
@@ -309,7 +471,7 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
     op->dst = op->src = fp_reg(io.dbuf, io.doff);
     fp_lw_only_owner(lw, p, op);
   }
-  for (int j = 0; j < B->nparams; j++) {
+  for (int j = 0; j < B->nparams && !B->flat && !B->unit; j++) {
     const fp_lparam *p = bucket_param(lw, b, j);
     if (!p->mp->requires_grad) continue;
     redio io = reduce_io(lw, b, p, micro);
@@ -407,6 +569,8 @@ static void plan_prefetch(fp_lower *lw) {
   for (int r = 0; r < n; r++) lw->fwd_issue[ord[r]] = L->buckets[ord[r < lw->kf ? 0 : r - lw->kf]].first_pos;
   for (int b = 0; b < nb; b++) ord[b] = b;
   qsort(ord, (size_t)nb, sizeof *ord, by_last_desc);
+  lw->bwd_order = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+  memcpy(lw->bwd_order, ord, (size_t)nb * sizeof(int));
   for (int r = 0; r < nb; r++) {
     const fp_bucket *B = &L->buckets[ord[r]];
     if (B->persistent_unsharded || B->reshard == 0) continue;
@@ -477,8 +641,10 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids) {
       fp_op *op = fp_lw_emit(lw, FP_OP_MEMSET, B->mp.param, B->ugrad_bytes / fp_dtype_size(B->mp.param));
       op->dst = fp_reg(ug, 0);
     }
-    for (int b = 0; b < L->nbuckets; b++)
-      if (lw->bwd_issue[b] == pos) backward_gather(lw, b);
+    /* in backward order: the bucket used first is gathered first, then the
+     * ones prefetched behind it (FSDP2's order at its first pre_backward) */
+    for (int r = 0; r < L->nbuckets; r++)
+      if (lw->bwd_issue[lw->bwd_order[r]] == pos) backward_gather(lw, lw->bwd_order[r]);
     compute(lw, mod, FP_PASS_BWD, scratch, ids);
     fp_ir_seg_begin(lw->P, FP_SEG_POST_BACKWARD, mod, micro);
     for (int b = 0; b < L->nbuckets; b++) {

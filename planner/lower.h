@@ -47,6 +47,7 @@ typedef struct fp_lower {
   int kf, kb;                      /* forward / backward prefetch depth */
   int *fwd_issue, *bwd_issue;      /* per bucket: position whose pre_forward /
                                     * pre_backward issues its all-gather (-1 none) */
+  int *bwd_order;                  /* buckets by first backward use */
 } fp_lower;
 
 /* emit an op on lw->stream for lw->bucket */

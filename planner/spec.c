@@ -39,11 +39,21 @@ static void set_defaults(fp_spec *s) {
   s->mp.reduce = FP_F32;
   s->mp.main_grad = FP_F32;
   s->reshard = FP_RESHARD_TRUE;
+  s->coll = FP_COLL_AUTO;
   s->bucket_mode = FP_BUCKETS_DEFAULT;
   s->prefetch_fwd = 1;
   s->prefetch_bwd = 1;
   s->grad_accumulation = 1;
   s->hw_preset = "h100-sxm";
+}
+
+/* "collectives": "auto" | "per_param" | "flat" (fp_coll_mode order) */
+static bool parse_coll(fp_jctx *c, json_object *o, const char *ptr, fp_coll_mode *out) {
+  static const char *const modes[] = {"auto", "per_param", "flat", NULL};
+  int m = -1;
+  if (!fp_j_enum(c, o, ptr, "collectives", false, modes, &m)) return false;
+  if (m >= 0) *out = (fp_coll_mode)m;
+  return true;
 }
 
 /* partial mixed_precision object merged onto *mp */
@@ -94,7 +104,7 @@ static bool parse_patterns(fp_jctx *c, json_object *obj, const char *ptr, const 
 
 static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const char *ptr, fp_bucket_spec *b) {
   static const char *const keys[] = {"name", "params", "split", "placement", "mixed_precision",
-                                     "reshard_after_forward", "offload", NULL};
+                                     "reshard_after_forward", "collectives", "offload", NULL};
   if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
   b->ptr = ptr;
   if (!fp_j_str(c, o, ptr, "name", true, &b->name)) return false;
@@ -115,6 +125,8 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const cha
     return false;
   b->reshard = s->reshard;
   if (!parse_reshard(c, o, ptr, &b->reshard)) return false;
+  b->coll = s->coll;
+  if (!parse_coll(c, o, ptr, &b->coll)) return false;
   if (!fp_j_bool(c, o, ptr, "offload", false, &b->offload)) return false;
   if (b->offload)
     return fp_j_error(c, fp_ptr_key(c->a, ptr, "offload"), "offload is not supported yet");
@@ -295,7 +307,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
   if (fp_j_has(root, "defaults")) {
     json_object *dv = fp_j_get(root, "defaults");
     const char *dp = fp_ptr_key(a, ptr, "defaults");
-    static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", NULL};
+    static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", "collectives", NULL};
     if (!fp_j_is_object(c, dv, dp) || !fp_j_keys(c, dv, dp, dkeys)) return false;
     if (fp_j_has(dv, "placement") &&
         !fp_placement_parse(c, fp_j_get(dv, "placement"), fp_ptr_key(a, dp, "placement"), &out->placement))
@@ -304,6 +316,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
         !parse_mp(c, fp_j_get(dv, "mixed_precision"), fp_ptr_key(a, dp, "mixed_precision"), &out->mp))
       return false;
     if (!parse_reshard(c, dv, dp, &out->reshard)) return false;
+    if (!parse_coll(c, dv, dp, &out->coll)) return false;
   }
 
   if (fp_j_has(root, "buckets") && !parse_buckets(c, out, fp_j_get(root, "buckets"), fp_ptr_key(a, ptr, "buckets")))
@@ -347,13 +360,25 @@ int fp_policy_parse(const char *name) {
 
 void fp_spec_apply_policy(fp_spec *s, fp_policy p) {
   if (p != FP_POLICY_FSDP2) return;
-  s->bucket_mode = FP_BUCKETS_DEFAULT;
-  s->buckets = NULL;
-  s->nbuckets = 0;
+  /* the spec's bucket list names FSDP2's units (fully_shard groups, which
+   * may span modules); otherwise one unit per module */
+  if (s->bucket_mode != FP_BUCKETS_LIST) {
+    s->bucket_mode = FP_BUCKETS_DEFAULT;
+    s->buckets = NULL;
+    s->nbuckets = 0;
+  }
   s->auto_target_bytes = 0;
   s->placement.kind = FP_PL_SHARD;
   s->placement.dim = 0;
   s->reshard = s->strategy == FP_SHARD_GRAD_OP ? 0 : FP_RESHARD_TRUE;
-  s->prefetch_fwd = s->prefetch_bwd = 1;
+  for (int b = 0; b < s->nbuckets; b++) {
+    s->buckets[b].has_placement = false;
+    s->buckets[b].reshard = s->reshard;
+  }
+  /* each unit gathers in its own pre_forward (FSDP2 prefetches in forward
+   * only when set_modules_to_forward_prefetch asks); backward prefetches one */
+  s->prefetch_fwd = 0;
+  s->prefetch_bwd = 1;
+  s->fsdp2 = true;
   s->staged = true;
 }

@@ -34,7 +34,9 @@ def main():
     for path in inputs:
         name = os.path.splitext(os.path.basename(path))[0]
         want_path = os.path.join(args.dir, name + ".fpir")
-        r = run([args.cmd, "compile", path, "--emit=ir", "-o", "-"])
+        # fsdp2_*: lowered with --policy fsdp2 (docs/layout.md, "fsdp2 units")
+        policy = ["--policy", "fsdp2"] if name.startswith("fsdp2_") else []
+        r = run([args.cmd, "compile", path, "--emit=ir", "-o", "-", *policy])
         if r.returncode != 0:
             failures.append(f"{name}: compile exited {r.returncode}: {r.stderr.decode(errors='replace')}")
             continue

@@ -44,7 +44,7 @@ has err "option '--policy' needs a value"
 expect 2 "$fp" compile "$ex" --policy=zero3
 has err "unknown policy 'zero3'"
 expect 0 "$fp" compile "$ex" --policy fsdp2 --emit=summary -o "$tmp/fsdp2.json"
-grep -q '"prefetch_forward": 1' "$tmp/fsdp2.json" && ok || bad "fsdp2 summary lacks prefetch_forward 1"
+grep -q '"prefetch_forward": 0' "$tmp/fsdp2.json" && ok || bad "fsdp2 summary lacks prefetch_forward 0 (each unit gathers in its own pre_forward)"
 rm -f "$tmp/fsdp2.json"
 
 # missing files are input errors, located at the path

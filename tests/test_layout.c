@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -171,7 +172,8 @@ static void storage_alignment(void **state) {
   fx f;
   assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\","
                         "\"params\":[{\"name\":\"a\",\"shape\":[10]},{\"name\":\"b\",\"shape\":[1000]}]}]},"
-                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":1}}}"));
+                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":1},"
+                        "\"defaults\":{\"collectives\":\"per_param\"}}}"));
   assert_int_equal(param(&f, "a")->shard_off, 0);
   assert_int_equal(param(&f, "b")->shard_off, 256);
   assert_int_equal(param(&f, "b")->unsharded_off, 256);
@@ -323,6 +325,90 @@ static void tied_and_recompute(void **state) {
   done(&f);
 }
 
+#define FP32 "\"defaults\":{\"mixed_precision\":{\"param_dtype\":\"fp32\",\"reduce_dtype\":\"fp32\",\"main_grad_dtype\":\"fp32\"}"
+
+/* a flat bucket by hand: fp32 (64-element alignment), 4 ranks; w [100] at 0,
+ * b [10] at 128, v [30,5] at 192: 342 elements, ceil(342/4) = 86 rounded up
+ * to C = 128. Rank 0 holds w; rank 1 b and v[0:64); rank 2 v[64:150); rank 3
+ * nothing. */
+static void flat_layout(void **state) {
+  (void)state;
+  fx f;
+  assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\","
+                        "\"params\":[{\"name\":\"w\",\"shape\":[100]},{\"name\":\"b\",\"shape\":[10]},"
+                        "{\"name\":\"v\",\"shape\":[30,5]}]}]},\"spec\":{\"format\":\"flexplan.spec.v1\","
+                        "\"mesh\":{\"world_size\":4}," FP32 ",\"collectives\":\"flat\"}}}"));
+  const fp_bucket *B = &f.L.buckets[0];
+  assert_true(B->flat);
+  assert_int_equal(B->flat_chunk, 128);
+  assert_int_equal(param(&f, "w")->flat_off, 0);
+  assert_int_equal(param(&f, "b")->flat_off, 128);
+  assert_int_equal(param(&f, "v")->flat_off, 192);
+  assert_int_equal(param(&f, "v")->unsharded_off, 192 * 4);
+  assert_int_equal(B->unsharded_bytes, 512 * 4);
+  assert_int_equal(B->shard_bytes, 128 * 4);
+  assert_int_equal(B->grad_bytes, 128 * 4);
+  /* the lowering: one cast/copy, one all-gather, one reduce-scatter, one
+   * scale per step for the bucket; params flat_shard with chunk C */
+  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1);
+  int ag = 0, rs = 0;
+  for (int32_t i = 0; i < P->nops; i++) {
+    ag += P->ops[i].code == FP_OP_ALL_GATHER;
+    rs += P->ops[i].code == FP_OP_REDUCE_SCATTER;
+    if (P->ops[i].code == FP_OP_ALL_GATHER || P->ops[i].code == FP_OP_REDUCE_SCATTER)
+      assert_int_equal(P->ops[i].count, 128);
+  }
+  assert_int_equal(ag, 1); /* the last module keeps its weights for backward */
+  assert_int_equal(rs, 1);
+  for (int32_t i = 0; i < P->nparams; i++) {
+    assert_int_equal(P->params[i].placement, FP_PL_FLAT);
+    assert_int_equal(P->params[i].chunk, 128);
+  }
+  done(&f);
+  /* per_param keeps shard(0) */
+  assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\","
+                        "\"params\":[{\"name\":\"w\",\"shape\":[100]},{\"name\":\"b\",\"shape\":[10]}]}]},"
+                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":4}," FP32
+                        ",\"collectives\":\"per_param\"}}}"));
+  assert_false(f.L.buckets[0].flat);
+  assert_int_equal(param(&f, "w")->flat_off, -1);
+  assert_int_equal(param(&f, "w")->chunk, 25);
+  done(&f);
+}
+
+#define NEARLY(got, want) assert_true(fabs((got) - (want)) <= 1e-9 * fmax(1, fabs(want)))
+
+/* the auto choice against the cost model by hand (h100-sxm, 8 ranks on one
+ * node: latency 8.4 + 7 x 3.4 = 32.2 us, busbw 370800 bytes/us, factor 7/8;
+ * local kernels at the 2 us launch floor at these sizes) */
+static void flat_choice_by_cost(void **state) {
+  (void)state;
+  fx f;
+  /* w [64,32], b [64]: per param, 2 copies + 2 scales (8 us) and one grouped
+   * all-gather and reduce-scatter each 32.2 + (8*256 + 8*8)*4*7/8 / 370800;
+   * flat (b at 2048, 2112 elements, C = 264 -> 320): 2 + 2 us and
+   * 2 x (32.2 + 8*320*4*7/8 / 370800). Flat wins. */
+  assert_true(build(&f, "{\"model\":{\"format\":\"flexplan.model.v1\",\"name\":\"t\",\"modules\":[{\"name\":\"m\","
+                        "\"params\":[{\"name\":\"w\",\"shape\":[64,32]},{\"name\":\"b\",\"shape\":[64]}]}]},"
+                        "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":8}," FP32 "}}}"));
+  const fp_bucket *B = &f.L.buckets[0];
+  NEARLY(fp_layout_bucket_us(&f.L, B, false), 8 + 2 * (32.2 + 7392.0 / 370800));
+  NEARLY(fp_layout_bucket_us(&f.L, B, true), 4 + 2 * (32.2 + 8960.0 / 370800));
+  assert_true(B->flat);
+  done(&f);
+  /* one param [8,3]: per param, chunk 3: 4 us + 2 x (32.2 + 8*3*4*7/8 / 370800);
+   * flat rounds the chunk up to 64 elements: 4 + 2 x (32.2 + 8*64*4*7/8 / 370800).
+   * Per param wins. */
+  assert_true(build(&f, MODEL1("[8,3]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":8}," FP32
+                                        "}}}"));
+  B = &f.L.buckets[0];
+  NEARLY(fp_layout_bucket_us(&f.L, B, false), 4 + 2 * (32.2 + 84.0 / 370800));
+  NEARLY(fp_layout_bucket_us(&f.L, B, true), 4 + 2 * (32.2 + 1792.0 / 370800));
+  assert_false(B->flat);
+  assert_int_equal(f.L.params[0].pl->kind, FP_PL_SHARD);
+  done(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shard_padding),         cmocka_unit_test(shard_dim1),
@@ -331,6 +417,7 @@ int main(void) {
       cmocka_unit_test(hybrid_groups),         cmocka_unit_test(storage_alignment),
       cmocka_unit_test(int64_overflow_when_padded), cmocka_unit_test(located_errors),
       cmocka_unit_test(reshard_normalized),    cmocka_unit_test(tied_and_recompute),
+      cmocka_unit_test(flat_layout),           cmocka_unit_test(flat_choice_by_cost),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
