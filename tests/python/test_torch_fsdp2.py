@@ -137,11 +137,9 @@ def test_elements_per_unit_match_fsdp2(out, tmp_path, np_):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "known (issue 13): the fsdp2 policy issues one all-gather and one reduce-scatter per param "
-    "(MLP on 2 ranks: 14 all-gathers of 3..288 elements, 8 reduce-scatters), FSDP2 one per unit "
-    "(8 all-gathers of 63..300, 4 reduce-scatters); FSDP2 also gathers the last unit again in "
-    "backward (the plan keeps it from forward), and reduces with ReduceOp.AVG where the plan sums "
-    "then scales by 1/N"))
+    "known (issue 13, open): the fsdp2 policy now issues FSDP2's collectives one per unit, in FSDP2's "
+    "order and element counts with padding, but reduces with a sum followed by a scale by 1/N where "
+    "FSDP2 uses ReduceOp.AVG: the IR has no AVG reduction yet"))
 def test_collective_sequence_equals_fsdp2_policy(out, tmp_path):
     f = fsdp2_sequence(out, "mlp")
     p = plan_sequence(compile_fsdp2_policy(str(tmp_path), "mlp"))
