@@ -119,6 +119,129 @@ void fp_aliases_free(fp_aliases *a) {
   memset(a, 0, sizeof *a);
 }
 
+/* ---- the latest access to each byte (fp_alias_clocks) ---------------------- */
+#define NK (2 * FP_NSTREAMS) /* clocks per tree node: writes per stream, then reads */
+
+static int i64_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int64_t buf_end(const fp_ir_buf *x) { return x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes; }
+
+static bool placed(const fp_ir_buf *x) { return x->offset >= 0 && x->bytes > 0; }
+
+/* the slot of the cut at offset o among the sorted cuts e[0..n) */
+static int32_t cut_of(const int64_t *e, int32_t n, int64_t o) {
+  int32_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (e[mid] < o) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
+  memset(c, 0, sizeof *c);
+  int32_t nb = p->nbufs;
+  c->lo = malloc(((size_t)nb + 1) * sizeof *c->lo);
+  c->hi = malloc(((size_t)nb + 1) * sizeof *c->hi);
+  int64_t *e = malloc((2 * (size_t)nb + 1) * sizeof *e);
+  FP_ASSERT(c->lo && c->hi && e);
+  int64_t leaves = 0;
+  for (int host = 0; host < 2; host++) {
+    /* the cuts: every placed buffer's two ends (one arena at a time) */
+    int32_t n = 0;
+    for (int32_t b = 0; b < nb; b++) {
+      const fp_ir_buf *x = &p->bufs[b];
+      if (x->host != host || !placed(x)) continue;
+      e[n++] = x->offset;
+      e[n++] = buf_end(x);
+    }
+    qsort(e, (size_t)n, sizeof *e, i64_cmp);
+    int32_t u = 0;
+    for (int32_t k = 0; k < n; k++)
+      if (u == 0 || e[k] != e[u - 1]) e[u++] = e[k];
+    for (int32_t b = 0; b < nb; b++) {
+      const fp_ir_buf *x = &p->bufs[b];
+      if (x->host != host || !placed(x)) continue;
+      c->lo[b] = (int32_t)(leaves + cut_of(e, u, x->offset));
+      c->hi[b] = (int32_t)(leaves + cut_of(e, u, buf_end(x)));
+    }
+    if (u > 1) leaves += u - 1;
+  }
+  for (int32_t b = 0; b < nb; b++)
+    if (!placed(&p->bufs[b])) c->lo[b] = (int32_t)leaves, c->hi[b] = (int32_t)++leaves;
+  free(e);
+  int64_t n = 1;
+  while (n < leaves) n *= 2;
+  FP_ASSERT(n <= INT32_MAX / 2);
+  c->n = (int32_t)n;
+  c->tag = malloc(2 * (size_t)n * NK * sizeof *c->tag);
+  c->sub = malloc(2 * (size_t)n * NK * sizeof *c->sub);
+  FP_ASSERT(c->tag && c->sub);
+  fp_alias_clocks_reset(c);
+}
+
+void fp_alias_clocks_reset(fp_alias_clocks *c) {
+  memset(c->tag, 0, 2 * (size_t)c->n * NK * sizeof *c->tag);
+  memset(c->sub, 0, 2 * (size_t)c->n * NK * sizeof *c->sub);
+}
+
+void fp_alias_clocks_free(fp_alias_clocks *c) {
+  free(c->lo);
+  free(c->hi);
+  free(c->tag);
+  free(c->sub);
+  memset(c, 0, sizeof *c);
+}
+
+static inline void chmax(int64_t *x, int64_t v) {
+  if (v > *x) *x = v;
+}
+
+static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
+  int64_t l0 = l + (int64_t)c->n, r0 = r + (int64_t)c->n - 1;
+  for (int64_t a = l0, z = r0 + 1; a < z; a >>= 1, z >>= 1) {
+    if (a & 1) chmax(&c->tag[a * NK + k], t), chmax(&c->sub[a * NK + k], t), a++;
+    if (z & 1) --z, chmax(&c->tag[z * NK + k], t), chmax(&c->sub[z * NK + k], t);
+  }
+  for (int64_t a = l0 >> 1; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
+  for (int64_t a = r0 >> 1; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
+}
+
+void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
+  if (write) note1(c, c->lo[b], c->hi[b], s, t);
+  if (read) note1(c, c->lo[b], c->hi[b], FP_NSTREAMS + s, t);
+}
+
+void fp_alias_clocks_max(const fp_alias_clocks *c, int32_t b, int64_t *w, int64_t *r) {
+  int64_t m[NK] = {0};
+  int64_t l0 = c->lo[b] + (int64_t)c->n, r0 = c->hi[b] + (int64_t)c->n - 1;
+  for (int64_t a = l0, z = r0 + 1; a < z; a >>= 1, z >>= 1) {
+    if (a & 1) {
+      for (int k = 0; k < NK; k++) chmax(&m[k], c->sub[a * NK + k]);
+      a++;
+    }
+    if (z & 1) {
+      --z;
+      for (int k = 0; k < NK; k++) chmax(&m[k], c->sub[z * NK + k]);
+    }
+  }
+  for (int64_t a = l0 >> 1; a; a >>= 1)
+    for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
+  for (int64_t a = r0 >> 1; a; a >>= 1)
+    for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
+  for (int t = 0; t < FP_NSTREAMS; t++) w[t] = m[t], r[t] = m[FP_NSTREAMS + t];
+}
+
+bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b) {
+  if (a == b) return true;
+  const fp_ir_buf *x = &p->bufs[a], *y = &p->bufs[b];
+  return placed(x) && placed(y) && x->host == y->host && x->offset < buf_end(y) && y->offset < buf_end(x);
+}
+
 void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair) {
   int32_t *stack = malloc(sizeof *stack * ((size_t)p->nops + 1));
   FP_ASSERT(stack);

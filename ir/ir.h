@@ -349,6 +349,31 @@ typedef struct fp_aliases {
 /* false (nothing allocated) when more than max_pairs pairs overlap */
 bool fp_aliases_build(const fp_prog *p, int64_t max_pairs, fp_aliases *out);
 void fp_aliases_free(fp_aliases *a);
+/* Per stream, the latest clock at which each arena byte was written and
+ * read, over every buffer: the latest conflicting access to a buffer is the
+ * maximum over its bytes (a buffer conflicts with itself and with every
+ * buffer whose bytes it overlaps, as in fp_aliases). Bytes are cut at the
+ * buffers' ends (an unplaced or empty buffer gets a slot of its own) and
+ * kept in a segment tree: noting an access and asking for a buffer's
+ * latest conflicting ones are O(log buffers), whatever the overlap; memory
+ * O(buffers). The clocks a stream notes must not decrease. */
+typedef struct fp_alias_clocks {
+  int32_t n;          /* leaves: slots of bytes */
+  int32_t *lo, *hi;   /* per buffer: its slots [lo, hi) */
+  int64_t *tag, *sub; /* per tree node, 2 * FP_NSTREAMS clocks (writes, then reads): a clock
+                       * noted over the whole node / the maximum anywhere under it */
+} fp_alias_clocks;
+void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c);
+void fp_alias_clocks_reset(fp_alias_clocks *c); /* forget every access */
+void fp_alias_clocks_free(fp_alias_clocks *c);
+/* stream s accessed buffer b at clock t (its own stream's component) */
+void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t);
+/* the latest write w[t] / read r[t] on each stream t over b and every
+ * buffer sharing its bytes (0: none) */
+void fp_alias_clocks_max(const fp_alias_clocks *c, int32_t b, int64_t *w, int64_t *r);
+/* buffers a and b conflict: the same buffer, or placed in the same arena
+ * with overlapping bytes */
+bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b);
 /* the trainer's activations: a forward compute op's activations live until
  * the backward of the same module and micro-batch that follows it (the
  * latest unpaired forward). pair[i] (room for p->nops) gets, for a forward
