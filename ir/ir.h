@@ -340,19 +340,11 @@ typedef struct fp_access {
  * backward writing unsharded grads and the optimizer main weights); out
  * needs room for FP_MAX_OPND_ACCESS + op->nuses; returns how many */
 int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out);
-/* for each buffer, the buffers whose arena bytes it overlaps (itself first);
- * unplaced buffers (offset -1) overlap only themselves */
-typedef struct fp_aliases {
-  int64_t *start; /* list[start[b] .. start[b+1]) */
-  int32_t *list;
-} fp_aliases;
-/* false (nothing allocated) when more than max_pairs pairs overlap */
-bool fp_aliases_build(const fp_prog *p, int64_t max_pairs, fp_aliases *out);
-void fp_aliases_free(fp_aliases *a);
 /* Per stream, the latest clock at which each arena byte was written and
  * read, over every buffer: the latest conflicting access to a buffer is the
  * maximum over its bytes (a buffer conflicts with itself and with every
- * buffer whose bytes it overlaps, as in fp_aliases). Bytes are cut at the
+ * buffer whose bytes it overlaps; an unplaced buffer, offset -1, only
+ * with itself). Bytes are cut at the
  * buffers' ends (an unplaced or empty buffer gets a slot of its own) and
  * kept in a segment tree: noting an access and asking for a buffer's
  * latest conflicting ones are O(log buffers), whatever the overlap; memory

@@ -37,7 +37,6 @@
 
 #define MAX_ERRORS 100
 #define MAX_WORLD (1 << 24)  /* rule 5 walks the world's ranks */
-#define MAX_ALIAS_PAIRS 50000000 /* rule 8 */
 
 enum { OPND_DST = 1, OPND_SRC = 2, OPND_AUX = 4 };
 
@@ -78,21 +77,16 @@ typedef struct vctx {
   range *rg;      /* live ranges of transient buffers, grouped by buffer, by first op */
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
-  /* rule 8: per buffer and stream, the clock of the last write and read */
-  fp_aliases al;
+  /* rule 8: per arena byte and stream, the clock of the last write and read
+   * (a segment tree: O(log buffers) an access); per buffer its own, to name
+   * the buffer in a report; per stream the op that ticked each clock value */
+  fp_alias_clocks al;
   bool have_al;
   struct bufclk {
     int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-    int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
-    int8_t wstep[FP_NSTREAMS], rstep[FP_NSTREAMS];
   } *clk;
-  struct aliasmax {
-    int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-    int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS], wbuf[FP_NSTREAMS], rbuf[FP_NSTREAMS];
-    int8_t wstep[FP_NSTREAMS], rstep[FP_NSTREAMS];
-    int64_t seen[FP_NSTREAMS]; /* nacc when computed; -1 never */
-  } *amax;                     /* per buffer and accessing stream */
-  int64_t nacc[FP_NSTREAMS];   /* accesses made on each stream so far */
+  int32_t *clkop[FP_NSTREAMS];
+  int64_t step1end[FP_NSTREAMS]; /* each stream's own clock at the end of step 1 */
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
 } vctx;
@@ -981,42 +975,34 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
     }
 }
 
-/* rule 8: per buffer and accessing stream, the latest write / read on each
- * other stream over the buffer and every buffer sharing its bytes; valid as
- * long as no other stream accessed anything since (runs of ops on one
- * stream, the common case, scan the aliases once) */
-static const struct aliasmax *alias_max(vctx *v, int32_t b, int s) {
-  struct aliasmax *m = &v->amax[(size_t)b * FP_NSTREAMS + (size_t)s];
-  bool valid = true;
-  for (int t = 0; t < FP_NSTREAMS; t++)
-    if (t != s && m->seen[t] != v->nacc[t]) valid = false;
-  if (valid) return m;
-  memset(m, 0, sizeof *m);
-  for (int t = 0; t < FP_NSTREAMS; t++) m->seen[t] = v->nacc[t];
-  for (int64_t k = v->al.start[b]; k < v->al.start[b + 1]; k++) {
-    int32_t y = v->al.list[k];
-    const struct bufclk *c = &v->clk[y];
-    for (int t = 0; t < FP_NSTREAMS; t++) {
-      if (t == s) continue;
-      if (c->w[t] > m->w[t]) m->w[t] = c->w[t], m->wop[t] = c->wop[t], m->wstep[t] = c->wstep[t], m->wbuf[t] = y;
-      if (c->r[t] > m->r[t]) m->r[t] = c->r[t], m->rop[t] = c->rop[t], m->rstep[t] = c->rstep[t], m->rbuf[t] = y;
-    }
+/* rule 8, for a report: the buffer sharing b's bytes (b itself first, then
+ * the lowest index) whose last write (or read) on stream t was at clock
+ * clk; O(buffers), only when an error is reported */
+static int32_t alias_at(const vctx *v, int32_t b, int t, bool write, int64_t clk) {
+  for (int32_t y = -1; y < v->p->nbufs; y++) {
+    int32_t z = y < 0 ? b : y;
+    if (y >= 0 && (y == b || !fp_bufs_overlap(v->p, b, y))) continue;
+    if ((write ? v->clk[z].w[t] : v->clk[z].r[t]) == clk) return z;
   }
-  return m;
+  FP_ASSERT(0);
+  return b;
 }
 
 /* rule 8: op i on stream s (clock vc) touches a buffer; every earlier
  * conflicting access on another stream must happen before it */
 static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
   const fp_prog *p = v->p;
-  const struct aliasmax *c = alias_max(v, x->buf, s);
+  int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
+  fp_alias_clocks_max(&v->al, x->buf, w, r);
   for (int t = 0; t < FP_NSTREAMS && !stop(v); t++) {
     if (t == s) continue;
-    bool ww = vc[t] < c->w[t], rw = x->write && vc[t] < c->r[t];
+    bool ww = vc[t] < w[t], rw = x->write && vc[t] < r[t];
     if (!ww && !rw) continue;
-    int32_t j = ww ? c->wop[t] : c->rop[t], y = ww ? c->wbuf[t] : c->rbuf[t];
-    int jstep = ww ? c->wstep[t] : c->rstep[t];
+    int64_t at = ww ? w[t] : r[t];
+    int32_t j = v->clkop[t][at];
+    int jstep = at > v->step1end[t] ? 2 : 1;
     if (step == 2 && jstep == 2) continue; /* reported in step 1 */
+    int32_t y = alias_at(v, x->buf, t, ww, at);
     const char *how = ww ? (x->write ? "writes" : "reads") : "writes";
     const char *what = ww ? "wrote" : "read";
     char other[200] = "";
@@ -1030,10 +1016,11 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
 }
 
 static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
+  (void)i, (void)step;
   struct bufclk *c = &v->clk[x->buf];
-  if (x->write) c->w[s] = vc[s], c->wop[s] = i, c->wstep[s] = (int8_t)step;
-  if (x->read) c->r[s] = vc[s], c->rop[s] = i, c->rstep[s] = (int8_t)step;
-  v->nacc[s]++;
+  if (x->write) c->w[s] = vc[s];
+  if (x->read) c->r[s] = vc[s];
+  fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
 static int range_cmp(const void *a, const void *b) {
@@ -1127,6 +1114,8 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
   bool *recorded = calloc((size_t)nev + 1, sizeof *recorded);
   FP_ASSERT(evc && recorded);
   for (int step = 1; step <= (ranges || races ? 2 : 1); step++) {
+    if (step == 2)
+      for (int t = 0; t < FP_NSTREAMS; t++) v->step1end[t] = vc[t][t];
     for (int32_t i = 0; i < p->nops; i++) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
@@ -1145,6 +1134,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
         }
       }
       vc[s][s]++;
+      if (races) v->clkop[s][vc[s][s]] = i;
       if (op->code == FP_OP_RECORD) {
         memcpy(evc[e], vc[s], sizeof vc[s]);
         recorded[e] = true;
@@ -1302,23 +1292,18 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     /* rule 6 needs a program whose ops are all sound; rule 4 does not */
     bool ranges = v.nerr == 0 && build_ranges(&v);
     if (ranges && !v.unordered) {
-      /* rule 8's state; a plan with absurdly many overlapping buffers is
-       * refused rather than checked quadratically */
-      v.have_al = fp_aliases_build(p, MAX_ALIAS_PAIRS, &v.al);
-      if (!v.have_al) {
-        verr(&v, FP_VL_PROG, 0, "more than %d pairs of buffers share arena bytes", MAX_ALIAS_PAIRS);
-        ranges = false;
-      } else {
-        int32_t maxuses = 0;
-        for (int32_t i = 0; i < p->nops; i++)
-          if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
-        v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
-        v.amax = malloc(((size_t)p->nbufs + 1) * FP_NSTREAMS * sizeof *v.amax);
-        FP_ASSERT(v.amax);
-        for (size_t k = 0; k < ((size_t)p->nbufs + 1) * FP_NSTREAMS; k++)
-          for (int t = 0; t < FP_NSTREAMS; t++) v.amax[k].seen[t] = -1;
-        v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
-        FP_ASSERT(v.clk && v.acc);
+      /* rule 8's state */
+      fp_alias_clocks_init(p, &v.al);
+      v.have_al = true;
+      int32_t maxuses = 0;
+      for (int32_t i = 0; i < p->nops; i++)
+        if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
+      v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
+      v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
+      FP_ASSERT(v.clk && v.acc);
+      for (int t = 0; t < FP_NSTREAMS; t++) {
+        v.clkop[t] = malloc((2 * (size_t)p->nops + 2) * sizeof *v.clkop[t]); /* one tick per op and step */
+        FP_ASSERT(v.clkop[t]);
       }
     }
     walk_clocks(&v, ranges, false);
@@ -1327,9 +1312,9 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     if (v.have_al && v.nerr == 0) walk_clocks(&v, false, true);
   }
   pred_free(&pc);
-  if (v.have_al) fp_aliases_free(&v.al);
+  if (v.have_al) fp_alias_clocks_free(&v.al);
+  for (int t = 0; t < FP_NSTREAMS; t++) free(v.clkop[t]);
   free(v.clk);
-  free(v.amax);
   free(v.acc);
   free(v.tabs);
   free(v.badop);
