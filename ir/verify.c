@@ -1170,48 +1170,189 @@ static int offbuf_cmp(const void *a, const void *b) {
   return (x->buf > y->buf) - (x->buf < y->buf);
 }
 
-/* all uses in range a (step 1) happen before all uses in range b (in step
- * sb)? On failure *from / *to name a witness pair of ops. */
-static bool hb_all(const range *a, const range *b, int sb, int32_t *from, int32_t *to) {
-  const int64_t *mn = sb == 1 ? b->min1 : b->min2;
-  const int32_t *mo = sb == 1 ? b->min1op : b->min2op;
-  for (int s = 0; s < FP_NSTREAMS; s++)
-    if (a->last1[s] > 0 && mn[s] < a->last1[s]) {
-      *from = a->last1op[s];
-      *to = mo[s];
-      return false;
-    }
-  return true;
+/* Rule 6 over transient buffers that share arena bytes: every pair of live
+ * ranges of two different such buffers must be disjoint and ordered by
+ * happens-before, within a step and into the next. Pairs are not listed
+ * (reuse makes them quadratic): the bytes are cut at the buffers' ends into
+ * slots; each slot's ranges, by first op, are swept forward keeping per
+ * stream the latest use of any earlier range (the best two buffers, so a
+ * range is never compared with its own buffer), which every range must
+ * follow; and backward keeping the latest use of any later range, which
+ * each range's uses in the next step must follow. A pair failing in several
+ * slots is reported once. */
+typedef struct best2 {
+  int64_t v[2]; /* the largest value, and the largest of another buffer */
+  int32_t buf[2], rg[2];
+} best2;
+
+static void best2_add(best2 *b, int64_t v, int32_t buf, int32_t rg) {
+  if (buf == b->buf[0]) {
+    if (v > b->v[0]) b->v[0] = v, b->rg[0] = rg;
+  } else if (v > b->v[0]) {
+    b->v[1] = b->v[0], b->buf[1] = b->buf[0], b->rg[1] = b->rg[0];
+    b->v[0] = v, b->buf[0] = buf, b->rg[0] = rg;
+  } else if (v > b->v[1]) {
+    b->v[1] = v, b->buf[1] = buf, b->rg[1] = rg;
+  }
 }
 
-/* two buffers sharing arena bytes: every pair of their live ranges must be
- * disjoint and ordered by happens-before, within a step and into the next */
-static void check_pair(vctx *v, int32_t A, int32_t B) {
+/* the best value of a buffer other than buf: its range in *rg, or -1 */
+static int64_t best2_other(const best2 *b, int32_t buf, int32_t *rg) {
+  int k = b->buf[0] == buf ? 1 : 0;
+  *rg = b->rg[k];
+  return b->v[k];
+}
+
+static void best2_clear(best2 *b) {
+  for (int k = 0; k < 2; k++) b->v[k] = -1, b->buf[k] = -1, b->rg[k] = -1;
+}
+
+/* report the pair (x, y) once; kind: 0 live together, 1 step 1, 2 next step */
+static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y, int kind) {
+  bool fresh;
+  imap_get_or_put(seen, ((int64_t)x * v->nrg + y) * 3 + kind, 0, &fresh);
+  return fresh;
+}
+
+typedef struct firstrg {
+  int32_t first, rg;
+} firstrg;
+
+static int firstrg_cmp(const void *a, const void *b) {
+  const firstrg *x = a, *y = b;
+  if (x->first != y->first) return x->first < y->first ? -1 : 1;
+  return (x->rg > y->rg) - (x->rg < y->rg);
+}
+
+static int i64cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int32_t slot_of(const int64_t *e, int32_t n, int64_t o) {
+  int32_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (e[mid] < o) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* the transient buffers ord[0..nt) of one arena */
+static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   const fp_prog *p = v->p;
-  for (int32_t i = v->rstart[A]; i < v->rstart[A + 1] && !stop(v); i++)
-    for (int32_t j = v->rstart[B]; j < v->rstart[B + 1] && !stop(v); j++) {
-      const range *x = &v->rg[i], *y = &v->rg[j];
-      if (x->first > y->first) {
-        const range *t = x;
-        x = y, y = t;
-      }
-      const char *xn = p->bufs[x->buf].name, *yn = p->bufs[y->buf].name;
-      int32_t from, to;
-      if (y->first <= x->last) {
-        verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
-             ") share arena bytes and are live at the same time", xn, x->first, x->last, yn, y->first, y->last);
-      } else if (v->unordered) {
-        continue;
-      } else if (!hb_all(x, y, 1, &from, &to)) {
-        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
-             "does not happen before this op (stream %s): a record/wait is missing", yn, xn, from, xn,
-             fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
-      } else if (!hb_all(y, x, 2, &from, &to)) {
-        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
-             " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
-             "is missing", xn, yn, from, yn, fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
-      }
+  if (nt < 2) return;
+  int64_t *cut = malloc(2 * (size_t)nt * sizeof *cut);
+  int32_t *slo = malloc((size_t)nt * sizeof *slo), *shi = malloc((size_t)nt * sizeof *shi);
+  FP_ASSERT(cut && slo && shi);
+  int32_t nc = 0;
+  for (int32_t k = 0; k < nt; k++) {
+    const fp_ir_buf *x = &p->bufs[ord[k]];
+    cut[nc++] = x->offset;
+    cut[nc++] = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
+  }
+  qsort(cut, (size_t)nc, sizeof *cut, i64cmp);
+  int32_t u = 0;
+  for (int32_t k = 0; k < nc; k++)
+    if (u == 0 || cut[k] != cut[u - 1]) cut[u++] = cut[k];
+  int32_t nslots = u - 1;
+  /* the ranges of these buffers by first op, then each slot's list in that order */
+  int32_t nr = 0;
+  for (int32_t k = 0; k < nt; k++) nr += v->rstart[ord[k] + 1] - v->rstart[ord[k]];
+  firstrg *rs = malloc(((size_t)nr + 1) * sizeof *rs);
+  int32_t *bk = malloc(((size_t)p->nbufs + 1) * sizeof *bk);
+  int64_t *start = calloc((size_t)nslots + 2, sizeof *start);
+  FP_ASSERT(rs && bk && start);
+  nr = 0;
+  for (int32_t k = 0; k < nt; k++) {
+    int32_t b = ord[k];
+    const fp_ir_buf *x = &p->bufs[b];
+    bk[b] = k;
+    slo[k] = slot_of(cut, u, x->offset);
+    shi[k] = slot_of(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
+    for (int32_t r = v->rstart[b]; r < v->rstart[b + 1]; r++) {
+      rs[nr++] = (firstrg){v->rg[r].first, r};
+      for (int32_t z = slo[k]; z < shi[k]; z++) start[z + 1]++;
     }
+  }
+  qsort(rs, (size_t)nr, sizeof *rs, firstrg_cmp);
+  for (int32_t z = 0; z < nslots; z++) start[z + 1] += start[z];
+  int32_t *list = malloc(((size_t)start[nslots] + 1) * sizeof *list);
+  int64_t *fill = malloc(((size_t)nslots + 1) * sizeof *fill);
+  FP_ASSERT(list && fill);
+  for (int32_t z = 0; z < nslots; z++) fill[z] = start[z];
+  for (int32_t k = 0; k < nr; k++) {
+    int32_t b = v->rg[rs[k].rg].buf;
+    for (int32_t z = slo[bk[b]]; z < shi[bk[b]]; z++) list[fill[z]++] = rs[k].rg;
+  }
+  imap seen;
+  imap_init(&seen, 16);
+  /* forward: live together, and step 1 order */
+  for (int32_t z = 0; z < nslots && !stop(v); z++) {
+    best2 last, use[FP_NSTREAMS];
+    best2_clear(&last);
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+    for (int64_t k = start[z]; k < start[z + 1] && !stop(v); k++) {
+      const range *y = &v->rg[list[k]];
+      int32_t xr;
+      bool together = best2_other(&last, y->buf, &xr) >= y->first;
+      if (together && pair_fresh(&seen, v, xr, list[k], 0)) {
+        const range *x = &v->rg[xr];
+        verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
+             ") share arena bytes and are live at the same time", p->bufs[x->buf].name, x->first, x->last,
+             p->bufs[y->buf].name, y->first, y->last);
+      }
+      for (int s = 0; s < FP_NSTREAMS && !v->unordered && !together; s++) {
+        int64_t lu = best2_other(&use[s], y->buf, &xr);
+        if (lu <= 0 || y->min1[s] >= lu) continue;
+        if (pair_fresh(&seen, v, xr, list[k], 1)) {
+          const range *x = &v->rg[xr];
+          int32_t from = x->last1op[s], to = y->min1op[s];
+          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
+               "does not happen before this op (stream %s): a record/wait is missing", p->bufs[y->buf].name,
+               p->bufs[x->buf].name, from, p->bufs[x->buf].name, fp_stream_name(p->ops[from].stream),
+               fp_stream_name(p->ops[to].stream));
+        }
+        break;
+      }
+      best2_add(&last, y->last, y->buf, list[k]);
+      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], y->last1[s], y->buf, list[k]);
+    }
+  }
+  /* backward: a later range's uses happen before an earlier one's in the next step */
+  for (int32_t z = 0; z < nslots && !stop(v) && !v->unordered; z++) {
+    best2 use[FP_NSTREAMS];
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+    for (int64_t k = start[z + 1] - 1; k >= start[z] && !stop(v); k--) {
+      const range *x = &v->rg[list[k]];
+      for (int s = 0; s < FP_NSTREAMS; s++) {
+        int32_t yr;
+        int64_t lu = best2_other(&use[s], x->buf, &yr);
+        if (lu <= 0 || x->min2[s] >= lu) continue;
+        const range *y = &v->rg[yr];
+        if (y->first <= x->last) continue; /* live together: reported above */
+        if (pair_fresh(&seen, v, list[k], yr, 2)) {
+          int32_t from = y->last1op[s], to = x->min2op[s];
+          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
+               " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
+               "is missing", p->bufs[x->buf].name, p->bufs[y->buf].name, from, p->bufs[y->buf].name,
+               fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
+        }
+        break;
+      }
+      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], x->last1[s], x->buf, list[k]);
+    }
+  }
+  imap_free(&seen);
+  free(cut);
+  free(slo);
+  free(shi);
+  free(rs);
+  free(bk);
+  free(start);
+  free(list);
+  free(fill);
 }
 
 static void check_arena(vctx *v) {
@@ -1244,16 +1385,11 @@ static void check_arena(vctx *v) {
       if (e > end_all) end_all = e, who_all = ord[k];
       if (pers && e > end_pers) end_pers = e, who_pers = ord[k];
     }
-    /* transient buffers that share bytes (sorted by offset: each overlaps
-     * the ones after it that start before it ends) */
+    /* transient buffers that share bytes */
     int32_t nt = 0;
     for (int32_t k = 0; k < n; k++)
       if (p->bufs[ord[k]].kind == FP_BUF_TRANSIENT) ord[nt++] = ord[k];
-    for (int32_t k = 0; k < nt && !stop(v); k++) {
-      const fp_ir_buf *x = &p->bufs[ord[k]];
-      int64_t xe = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
-      for (int32_t j = k + 1; j < nt && p->bufs[ord[j]].offset < xe && !stop(v); j++) check_pair(v, ord[k], ord[j]);
-    }
+    if (!stop(v)) check_reuse(v, ord, nt);
   }
   free(ord);
   free(ob);
