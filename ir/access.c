@@ -27,18 +27,53 @@ static int add(fp_access *out, int n, int32_t buf, bool rd, bool wr) {
   return n + 1;
 }
 
+static bool use_writes(const fp_prog *p, const fp_op *op, int32_t b) {
+  fp_buf_cat c = p->bufs[b].cat;
+  return (op->pass == FP_PASS_BWD && c == FP_CAT_UNSHARDED_GRAD) || (op->pass == FP_PASS_OPT && c == FP_CAT_MAIN_WEIGHT);
+}
+
+static int key_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* a compute op with many uses (the optimizer's: every main weight and
+ * grad): the same accesses as add() one by one, in first-use order, but
+ * duplicates found by sorting (buffer, position) instead of a scan each */
+static int many_uses(const fp_prog *p, const fp_op *op, fp_access *out) {
+  int32_t n = op->nuses;
+  int64_t *key = malloc((size_t)n * sizeof *key);
+  FP_ASSERT(key);
+  for (int32_t k = 0; k < n; k++) {
+    int32_t b = p->uses[op->uses + k];
+    out[k] = (fp_access){b, true, b >= 0 && use_writes(p, op, b)};
+    key[k] = (int64_t)b * ((int64_t)1 << 32) + k;
+  }
+  qsort(key, (size_t)n, sizeof *key, key_cmp);
+  for (int32_t k = 1; k < n; k++) {
+    int32_t first = (int32_t)(key[k - 1] & 0xffffffff), dup = (int32_t)(key[k] & 0xffffffff);
+    if (out[first].buf != out[dup].buf) continue;
+    out[first].write |= out[dup].write;
+    out[dup].buf = -1;
+    key[k] = key[k - 1]; /* later duplicates merge into the first too */
+  }
+  free(key);
+  int m = 0;
+  for (int32_t k = 0; k < n; k++)
+    if (out[k].buf >= 0) out[m++] = out[k];
+  return m;
+}
+
 int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out) {
   int n = 0;
   switch (op->code) {
   case FP_OP_RECORD:
   case FP_OP_WAIT: return 0;
   case FP_OP_COMPUTE:
+    if (op->nuses > 32) return many_uses(p, op, out);
     for (int32_t k = 0; k < op->nuses; k++) {
       int32_t b = p->uses[op->uses + k];
-      fp_buf_cat c = p->bufs[b].cat;
-      bool wr = (op->pass == FP_PASS_BWD && c == FP_CAT_UNSHARDED_GRAD) ||
-                (op->pass == FP_PASS_OPT && c == FP_CAT_MAIN_WEIGHT);
-      n = add(out, n, b, true, wr);
+      n = add(out, n, b, true, use_writes(p, op, b));
     }
     return n;
   case FP_OP_ADD:
