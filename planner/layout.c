@@ -97,6 +97,64 @@ static bool matches(const char **pats, int n, const char *name) {
   return false;
 }
 
+/* The first spec bucket a param name matches, without trying every bucket
+ * on every param: a pattern with no glob character is a literal, looked up
+ * by hash (the lowest bucket naming it); only buckets with a real glob are
+ * tried in order, and only those before the literal's. */
+typedef struct {
+  const char **lit; /* literal pattern per slot (NULL empty) */
+  int *litb;        /* its lowest bucket */
+  size_t mask;
+  int *globs, nglobs; /* buckets with a glob pattern, ascending */
+} bucket_matcher;
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603u; /* FNV-1a */
+  for (const unsigned char *q = (const unsigned char *)s; *q; q++) h = (h ^ *q) * 1099511628211u;
+  return h;
+}
+
+static void matcher_init(fp_arena *a, const fp_spec *s, bucket_matcher *x) {
+  size_t npat = 0;
+  for (int b = 0; b < s->nbuckets; b++) npat += (size_t)s->buckets[b].npatterns;
+  size_t cap = 16;
+  while (cap < 2 * npat + 2) cap *= 2;
+  x->lit = fp_alloc_array(a, cap, sizeof *x->lit);
+  x->litb = fp_alloc_array(a, cap, sizeof *x->litb);
+  x->mask = cap - 1;
+  x->globs = fp_alloc_array(a, (size_t)s->nbuckets + 1, sizeof *x->globs);
+  x->nglobs = 0;
+  for (int b = 0; b < s->nbuckets; b++) {
+    bool glob = false;
+    for (int i = 0; i < s->buckets[b].npatterns; i++) {
+      const char *pat = s->buckets[b].patterns[i];
+      if (strpbrk(pat, "*?[\\")) {
+        glob = true;
+        continue;
+      }
+      size_t k = (size_t)name_hash(pat) & x->mask;
+      while (x->lit[k] && strcmp(x->lit[k], pat)) k = (k + 1) & x->mask;
+      if (!x->lit[k]) x->lit[k] = pat, x->litb[k] = b; /* buckets come in order: the first is the lowest */
+    }
+    if (glob) x->globs[x->nglobs++] = b;
+  }
+}
+
+/* the first bucket whose patterns match name, or -1 */
+static int matcher_find(const fp_spec *s, const bucket_matcher *x, const char *name) {
+  int best = -1;
+  for (size_t k = (size_t)name_hash(name) & x->mask; x->lit[k]; k = (k + 1) & x->mask)
+    if (!strcmp(x->lit[k], name)) {
+      best = x->litb[k];
+      break;
+    }
+  for (int g = 0; g < x->nglobs && (best < 0 || x->globs[g] < best); g++) {
+    const fp_bucket_spec *B = &s->buckets[x->globs[g]];
+    if (matches(B->patterns, B->npatterns, name)) return x->globs[g];
+  }
+  return best;
+}
+
 /* ---- buckets ---------------------------------------------------------------- */
 typedef struct {
   int spec;    /* bucket spec index, or -1 for a default per-module bucket */
@@ -216,16 +274,16 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
       bucket_of[i] = find_or_add_bucket(L, &bx, keys, k);
     }
   } else {
+    bucket_matcher mt = {0};
+    if (s->bucket_mode == FP_BUCKETS_LIST) matcher_init(L->a, s, &mt);
     for (int i = 0; i < m->nparams; i++) {
       const fp_param *p = &m->params[i];
       bucket_key k = {-1, p->module, -1};
       if (s->bucket_mode == FP_BUCKETS_LIST) {
-        for (int b = 0; b < s->nbuckets; b++) {
-          if (matches(s->buckets[b].patterns, s->buckets[b].npatterns, p->name)) {
-            k.spec = b;
-            k.module = s->buckets[b].per_module ? p->module : -1;
-            break;
-          }
+        int b = matcher_find(s, &mt, p->name);
+        if (b >= 0) {
+          k.spec = b;
+          k.module = s->buckets[b].per_module ? p->module : -1;
         }
       }
       bucket_of[i] = find_or_add_bucket(L, &bx, keys, k);
