@@ -1178,8 +1178,8 @@ static int offbuf_cmp(const void *a, const void *b) {
  * stream the latest use of any earlier range (the best two buffers, so a
  * range is never compared with its own buffer), which every range must
  * follow; and backward keeping the latest use of any later range, which
- * each range's uses in the next step must follow. A pair failing in several
- * slots is reported once. */
+ * each range's uses in the next step must follow. A pair is reported once
+ * (in several slots, or failing more than one way). */
 typedef struct best2 {
   int64_t v[2]; /* the largest value, and the largest of another buffer */
   int32_t buf[2], rg[2];
@@ -1207,10 +1207,11 @@ static void best2_clear(best2 *b) {
   for (int k = 0; k < 2; k++) b->v[k] = -1, b->buf[k] = -1, b->rg[k] = -1;
 }
 
-/* report the pair (x, y) once; kind: 0 live together, 1 step 1, 2 next step */
-static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y, int kind) {
+/* report a pair of ranges once (x earlier, y later), as the first of its
+ * findings in the order: live together, step 1, the next step */
+static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y) {
   bool fresh;
-  imap_get_or_put(seen, ((int64_t)x * v->nrg + y) * 3 + kind, 0, &fresh);
+  imap_get_or_put(seen, (int64_t)x * v->nrg + y, 0, &fresh);
   return fresh;
 }
 
@@ -1297,7 +1298,7 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
       const range *y = &v->rg[list[k]];
       int32_t xr;
       bool together = best2_other(&last, y->buf, &xr) >= y->first;
-      if (together && pair_fresh(&seen, v, xr, list[k], 0)) {
+      if (together && pair_fresh(&seen, v, xr, list[k])) {
         const range *x = &v->rg[xr];
         verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
              ") share arena bytes and are live at the same time", p->bufs[x->buf].name, x->first, x->last,
@@ -1306,7 +1307,7 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
       for (int s = 0; s < FP_NSTREAMS && !v->unordered && !together; s++) {
         int64_t lu = best2_other(&use[s], y->buf, &xr);
         if (lu <= 0 || y->min1[s] >= lu) continue;
-        if (pair_fresh(&seen, v, xr, list[k], 1)) {
+        if (pair_fresh(&seen, v, xr, list[k])) {
           const range *x = &v->rg[xr];
           int32_t from = x->last1op[s], to = y->min1op[s];
           verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
@@ -1332,7 +1333,7 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
         if (lu <= 0 || x->min2[s] >= lu) continue;
         const range *y = &v->rg[yr];
         if (y->first <= x->last) continue; /* live together: reported above */
-        if (pair_fresh(&seen, v, list[k], yr, 2)) {
+        if (pair_fresh(&seen, v, list[k], yr)) {
           int32_t from = y->last1op[s], to = x->min2op[s];
           verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
                " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
