@@ -74,6 +74,7 @@ typedef struct vctx {
   tabinfo *tabs;
   bool *badop;   /* op failed its structural checks: skip later rules */
   bool tied;     /* some param has users (tied weights): check_tied_reads has work */
+  int32_t *tiedp, ntied; /* those params */
   range *rg;      /* live ranges of transient buffers, grouped by buffer, by first op */
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
@@ -297,8 +298,8 @@ static void check_tied_reads(vctx *v, int32_t i) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
   if (!v->tied || op->module < 0 || (op->pass != FP_PASS_FWD && op->pass != FP_PASS_BWD)) return;
-  for (int32_t j = 0; j < p->nparams; j++) {
-    const fp_ir_param *q = &p->params[j];
+  for (int32_t t = 0; t < v->ntied; t++) {
+    const fp_ir_param *q = &p->params[v->tiedp[t]];
     bool reads = false;
     for (int32_t k = 0; k < q->nusers && q->users; k++) reads |= q->users[k] == op->module;
     if (!reads) continue;
@@ -1401,7 +1402,11 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   vctx v = {.p = p, .report = report, .rctx = rctx, .unordered = flags & FP_VERIFY_UNORDERED};
   predcache pc = {0};
   if (!check_header(&v)) return false;
-  for (int32_t j = 0; j < p->nparams && !v.tied; j++) v.tied = p->params[j].nusers > 0;
+  v.tiedp = malloc(((size_t)p->nparams + 1) * sizeof *v.tiedp);
+  FP_ASSERT(v.tiedp);
+  for (int32_t j = 0; j < p->nparams; j++)
+    if (p->params[j].nusers > 0) v.tiedp[v.ntied++] = j;
+  v.tied = v.ntied > 0;
   v.tabs = calloc((size_t)p->ntabs + 1, sizeof *v.tabs);
   v.badop = calloc((size_t)p->nops + 1, sizeof *v.badop);
   FP_ASSERT(v.tabs && v.badop);
@@ -1454,6 +1459,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   free(v.clk);
   free(v.acc);
   free(v.tabs);
+  free(v.tiedp);
   free(v.badop);
   free(v.rg);
   free(v.rstart);
