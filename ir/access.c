@@ -148,13 +148,17 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
   c->n = (int32_t)n;
   c->tag = malloc(2 * (size_t)n * NK * sizeof *c->tag);
   c->sub = malloc(2 * (size_t)n * NK * sizeof *c->sub);
-  FP_ASSERT(c->tag && c->sub);
+  c->memo = malloc(((size_t)nb + 1) * sizeof *c->memo);
+  c->nbufs = nb;
+  FP_ASSERT(c->tag && c->sub && c->memo);
   fp_alias_clocks_reset(c);
 }
 
 void fp_alias_clocks_reset(fp_alias_clocks *c) {
   memset(c->tag, 0, 2 * (size_t)c->n * NK * sizeof *c->tag);
   memset(c->sub, 0, 2 * (size_t)c->n * NK * sizeof *c->sub);
+  memset(c->nacc, 0, sizeof c->nacc);
+  for (int32_t b = 0; b < c->nbufs; b++) c->memo[b].s = -1;
 }
 
 void fp_alias_clocks_free(fp_alias_clocks *c) {
@@ -162,6 +166,7 @@ void fp_alias_clocks_free(fp_alias_clocks *c) {
   free(c->hi);
   free(c->tag);
   free(c->sub);
+  free(c->memo);
   memset(c, 0, sizeof *c);
 }
 
@@ -182,9 +187,18 @@ static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
 void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
   if (write) note1(c, c->lo[b], c->hi[b], s, t);
   if (read) note1(c, c->lo[b], c->hi[b], FP_NSTREAMS + s, t);
+  c->nacc[s]++;
 }
 
-void fp_alias_clocks_max(const fp_alias_clocks *c, int32_t b, int64_t *w, int64_t *r) {
+void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r) {
+  struct fp_alias_memo *mo = &c->memo[b];
+  bool fresh = mo->s == s;
+  for (int t = 0; t < FP_NSTREAMS && fresh; t++) fresh = t == s || mo->seen[t] == c->nacc[t];
+  if (fresh) { /* only stream s noted anything since: the other streams' clocks stand */
+    for (int t = 0; t < FP_NSTREAMS; t++)
+      if (t != s) w[t] = mo->w[t], r[t] = mo->r[t];
+    return;
+  }
   int64_t m[NK] = {0};
   int64_t l0 = c->lo[b] + (int64_t)c->n, r0 = c->hi[b] + (int64_t)c->n - 1;
   for (int64_t a = l0, z = r0 + 1; a < z; a >>= 1, z >>= 1) {
@@ -201,7 +215,11 @@ void fp_alias_clocks_max(const fp_alias_clocks *c, int32_t b, int64_t *w, int64_
     for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
   for (int64_t a = r0 >> 1; a; a >>= 1)
     for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
-  for (int t = 0; t < FP_NSTREAMS; t++) w[t] = m[t], r[t] = m[FP_NSTREAMS + t];
+  mo->s = s;
+  for (int t = 0; t < FP_NSTREAMS; t++) {
+    w[t] = mo->w[t] = m[t], r[t] = mo->r[t] = m[FP_NSTREAMS + t];
+    mo->seen[t] = c->nacc[t];
+  }
 }
 
 bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b) {

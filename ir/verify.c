@@ -994,7 +994,7 @@ static int32_t alias_at(const vctx *v, int32_t b, int t, bool write, int64_t clk
 static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
   const fp_prog *p = v->p;
   int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-  fp_alias_clocks_max(&v->al, x->buf, w, r);
+  fp_alias_clocks_max(&v->al, x->buf, s, w, r);
   for (int t = 0; t < FP_NSTREAMS && !stop(v); t++) {
     if (t == s) continue;
     bool ww = vc[t] < w[t], rw = x->write && vc[t] < r[t];

@@ -87,7 +87,7 @@ static int64_t walk(sctx *c, int mode) {
           for (int k = 0; k < na; k++) {
             const fp_access *x = &c->acc[k];
             int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-            fp_alias_clocks_max(&c->al, x->buf, w, r);
+            fp_alias_clocks_max(&c->al, x->buf, s, w, r);
             for (int t = 0; t < FP_NSTREAMS; t++) {
               if (t == s) continue;
               if (w[t] > vc[s][t] && w[t] > need[t]) need[t] = w[t], needop[t] = c->clkop[t][w[t]];
