@@ -173,16 +173,18 @@ print("growth exponents (slope of log median on log size; 1 linear, 2 quadratic)
 
 def sweep(label, sizes, make):
   for binary, who in ((fp, "this tree"), (base, bname)):
-    xs, ys = [], []
+    xs, ys, why = [], [], ""
     for k in sizes:
       path = write("%s-%d" % (label, k), make(k))
       t, err = med(binary, ["compile", path, "--emit=summary", "-o", "-"], k=1 if binary == base else n)
       if t is None:
+        why = "at %d: %s" % (k, err[:80])
         break
       xs.append(math.log(k)), ys.append(math.log(t))
     pts = len(xs)
     if pts < 2:
-      print("  %-8s %-10s (too slow beyond the first size)" % (label, who))
+      print("  %-8s %-10s no exponent: %s (%s ms before)" % (label, who, why,
+            ", ".join("%.0f" % math.exp(y) for y in ys) or "none"))
       continue
     mx, my = sum(xs) / pts, sum(ys) / pts
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
