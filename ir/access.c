@@ -4,7 +4,8 @@
  * far as ordering is concerned (buffers are per bucket and per kind, so a
  * finer unit would only separate ops that the schedule orders anyway). Two
  * buffers conflict when they are the same buffer or their bytes overlap in
- * the same arena. The verifier's race rule and the planner's sync pass both
+ * the same arena; fp_alias_clocks keeps the latest access per byte, so the
+ * latest conflicting access is found without listing pairs of buffers. The verifier's race rule and the planner's sync pass both
  * use these two functions, so the waits the planner inserts are exactly the
  * ones the verifier asks for. The pairing of the trainer's forward and
  * backward (whose activations live in between) is here too, for the
@@ -26,18 +27,53 @@ static int add(fp_access *out, int n, int32_t buf, bool rd, bool wr) {
   return n + 1;
 }
 
+static bool use_writes(const fp_prog *p, const fp_op *op, int32_t b) {
+  fp_buf_cat c = p->bufs[b].cat;
+  return (op->pass == FP_PASS_BWD && c == FP_CAT_UNSHARDED_GRAD) || (op->pass == FP_PASS_OPT && c == FP_CAT_MAIN_WEIGHT);
+}
+
+static int key_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* a compute op with many uses (the optimizer's: every main weight and
+ * grad): the same accesses as add() one by one, in first-use order, but
+ * duplicates found by sorting (buffer, position) instead of a scan each */
+static int many_uses(const fp_prog *p, const fp_op *op, fp_access *out) {
+  int32_t n = op->nuses;
+  int64_t *key = malloc((size_t)n * sizeof *key);
+  FP_ASSERT(key);
+  for (int32_t k = 0; k < n; k++) {
+    int32_t b = p->uses[op->uses + k];
+    out[k] = (fp_access){b, true, b >= 0 && use_writes(p, op, b)};
+    key[k] = (int64_t)b * ((int64_t)1 << 32) + k;
+  }
+  qsort(key, (size_t)n, sizeof *key, key_cmp);
+  for (int32_t k = 1; k < n; k++) {
+    int32_t first = (int32_t)(key[k - 1] & 0xffffffff), dup = (int32_t)(key[k] & 0xffffffff);
+    if (out[first].buf != out[dup].buf) continue;
+    out[first].write |= out[dup].write;
+    out[dup].buf = -1;
+    key[k] = key[k - 1]; /* later duplicates merge into the first too */
+  }
+  free(key);
+  int m = 0;
+  for (int32_t k = 0; k < n; k++)
+    if (out[k].buf >= 0) out[m++] = out[k];
+  return m;
+}
+
 int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out) {
   int n = 0;
   switch (op->code) {
   case FP_OP_RECORD:
   case FP_OP_WAIT: return 0;
   case FP_OP_COMPUTE:
+    if (op->nuses > 32) return many_uses(p, op, out);
     for (int32_t k = 0; k < op->nuses; k++) {
       int32_t b = p->uses[op->uses + k];
-      fp_buf_cat c = p->bufs[b].cat;
-      bool wr = (op->pass == FP_PASS_BWD && c == FP_CAT_UNSHARDED_GRAD) ||
-                (op->pass == FP_PASS_OPT && c == FP_CAT_MAIN_WEIGHT);
-      n = add(out, n, b, true, wr);
+      n = add(out, n, b, true, use_writes(p, op, b));
     }
     return n;
   case FP_OP_ADD:
@@ -51,72 +87,145 @@ int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out) {
   return n;
 }
 
-typedef struct span {
-  int64_t lo, hi;
-  int32_t buf;
-} span;
+/* ---- the latest access to each byte (fp_alias_clocks) ---------------------- */
+#define NK (2 * FP_NSTREAMS) /* clocks per tree node: writes per stream, then reads */
 
-static int span_cmp(const void *a, const void *b) {
-  const span *x = a, *y = b;
-  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
-  return (x->buf > y->buf) - (x->buf < y->buf);
+static int i64_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
 }
 
-bool fp_aliases_build(const fp_prog *p, int64_t max_pairs, fp_aliases *out) {
-  memset(out, 0, sizeof *out);
+static int64_t buf_end(const fp_ir_buf *x) { return x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes; }
+
+static bool placed(const fp_ir_buf *x) { return x->offset >= 0 && x->bytes > 0; }
+
+/* the slot of the cut at offset o among the sorted cuts e[0..n) */
+static int32_t cut_of(const int64_t *e, int32_t n, int64_t o) {
+  int32_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (e[mid] < o) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
+  memset(c, 0, sizeof *c);
   int32_t nb = p->nbufs;
-  span *sp = malloc(((size_t)nb + 1) * sizeof *sp);
-  int64_t *deg = calloc((size_t)nb + 2, sizeof *deg);
-  FP_ASSERT(sp && deg);
-  int32_t ns[2] = {0, 0};
-  /* host buffers sort after device ones: offsets are shifted into two
-   * disjoint key spaces by sorting on (host, offset) */
-  for (int host = 0; host < 2; host++)
+  c->lo = malloc(((size_t)nb + 1) * sizeof *c->lo);
+  c->hi = malloc(((size_t)nb + 1) * sizeof *c->hi);
+  int64_t *e = malloc((2 * (size_t)nb + 1) * sizeof *e);
+  FP_ASSERT(c->lo && c->hi && e);
+  int64_t leaves = 0;
+  for (int host = 0; host < 2; host++) {
+    /* the cuts: every placed buffer's two ends (one arena at a time) */
+    int32_t n = 0;
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
-      if (x->host != host || x->offset < 0 || x->bytes <= 0) continue;
-      int64_t hi = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
-      sp[ns[0] + ns[1]] = (span){x->offset, hi, b};
-      ns[host]++;
+      if (x->host != host || !placed(x)) continue;
+      e[n++] = x->offset;
+      e[n++] = buf_end(x);
     }
-  qsort(sp, (size_t)ns[0], sizeof *sp, span_cmp);
-  qsort(sp + ns[0], (size_t)ns[1], sizeof *sp, span_cmp);
-  /* count pairs: each span overlaps the later ones that start before it ends */
-  int64_t pairs = 0;
-  for (int host = 0, base = 0; host < 2; base += ns[host], host++)
-    for (int32_t k = base; k < base + ns[host]; k++)
-      for (int32_t j = k + 1; j < base + ns[host] && sp[j].lo < sp[k].hi; j++) {
-        deg[sp[k].buf]++, deg[sp[j].buf]++;
-        if (++pairs > max_pairs) {
-          free(sp), free(deg);
-          return false;
-        }
-      }
-  out->start = malloc(((size_t)nb + 2) * sizeof *out->start);
-  out->list = malloc(((size_t)(2 * pairs + nb) + 1) * sizeof *out->list);
-  FP_ASSERT(out->start && out->list);
-  out->start[0] = 0;
-  for (int32_t b = 0; b < nb; b++) out->start[b + 1] = out->start[b] + deg[b] + 1;
-  int64_t *fill = deg; /* reuse as fill cursors */
-  for (int32_t b = 0; b < nb; b++) {
-    fill[b] = out->start[b];
-    out->list[fill[b]++] = b; /* a buffer conflicts with itself first */
+    qsort(e, (size_t)n, sizeof *e, i64_cmp);
+    int32_t u = 0;
+    for (int32_t k = 0; k < n; k++)
+      if (u == 0 || e[k] != e[u - 1]) e[u++] = e[k];
+    for (int32_t b = 0; b < nb; b++) {
+      const fp_ir_buf *x = &p->bufs[b];
+      if (x->host != host || !placed(x)) continue;
+      c->lo[b] = (int32_t)(leaves + cut_of(e, u, x->offset));
+      c->hi[b] = (int32_t)(leaves + cut_of(e, u, buf_end(x)));
+    }
+    if (u > 1) leaves += u - 1;
   }
-  for (int host = 0, base = 0; host < 2; base += ns[host], host++)
-    for (int32_t k = base; k < base + ns[host]; k++)
-      for (int32_t j = k + 1; j < base + ns[host] && sp[j].lo < sp[k].hi; j++) {
-        out->list[fill[sp[k].buf]++] = sp[j].buf;
-        out->list[fill[sp[j].buf]++] = sp[k].buf;
-      }
-  free(sp);
-  free(deg);
-  return true;
+  for (int32_t b = 0; b < nb; b++)
+    if (!placed(&p->bufs[b])) c->lo[b] = (int32_t)leaves, c->hi[b] = (int32_t)++leaves;
+  free(e);
+  int64_t n = 1;
+  while (n < leaves) n *= 2;
+  FP_ASSERT(n <= INT32_MAX / 2);
+  c->n = (int32_t)n;
+  c->tag = malloc(2 * (size_t)n * NK * sizeof *c->tag);
+  c->sub = malloc(2 * (size_t)n * NK * sizeof *c->sub);
+  c->memo = malloc(((size_t)nb + 1) * sizeof *c->memo);
+  c->nbufs = nb;
+  FP_ASSERT(c->tag && c->sub && c->memo);
+  fp_alias_clocks_reset(c);
 }
 
-void fp_aliases_free(fp_aliases *a) {
-  free(a->start);
-  free(a->list);
-  memset(a, 0, sizeof *a);
+void fp_alias_clocks_reset(fp_alias_clocks *c) {
+  memset(c->tag, 0, 2 * (size_t)c->n * NK * sizeof *c->tag);
+  memset(c->sub, 0, 2 * (size_t)c->n * NK * sizeof *c->sub);
+  memset(c->nacc, 0, sizeof c->nacc);
+  for (int32_t b = 0; b < c->nbufs; b++) c->memo[b].s = -1;
+}
+
+void fp_alias_clocks_free(fp_alias_clocks *c) {
+  free(c->lo);
+  free(c->hi);
+  free(c->tag);
+  free(c->sub);
+  free(c->memo);
+  memset(c, 0, sizeof *c);
+}
+
+static inline void chmax(int64_t *x, int64_t v) {
+  if (v > *x) *x = v;
+}
+
+static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
+  int64_t l0 = l + (int64_t)c->n, r0 = r + (int64_t)c->n - 1;
+  for (int64_t a = l0, z = r0 + 1; a < z; a >>= 1, z >>= 1) {
+    if (a & 1) chmax(&c->tag[a * NK + k], t), chmax(&c->sub[a * NK + k], t), a++;
+    if (z & 1) --z, chmax(&c->tag[z * NK + k], t), chmax(&c->sub[z * NK + k], t);
+  }
+  for (int64_t a = l0 >> 1; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
+  for (int64_t a = r0 >> 1; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
+}
+
+void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
+  if (write) note1(c, c->lo[b], c->hi[b], s, t);
+  if (read) note1(c, c->lo[b], c->hi[b], FP_NSTREAMS + s, t);
+  c->nacc[s]++;
+}
+
+void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r) {
+  struct fp_alias_memo *mo = &c->memo[b];
+  bool fresh = mo->s == s;
+  for (int t = 0; t < FP_NSTREAMS && fresh; t++) fresh = t == s || mo->seen[t] == c->nacc[t];
+  if (fresh) { /* only stream s noted anything since: the other streams' clocks stand */
+    for (int t = 0; t < FP_NSTREAMS; t++)
+      if (t != s) w[t] = mo->w[t], r[t] = mo->r[t];
+    return;
+  }
+  int64_t m[NK] = {0};
+  int64_t l0 = c->lo[b] + (int64_t)c->n, r0 = c->hi[b] + (int64_t)c->n - 1;
+  for (int64_t a = l0, z = r0 + 1; a < z; a >>= 1, z >>= 1) {
+    if (a & 1) {
+      for (int k = 0; k < NK; k++) chmax(&m[k], c->sub[a * NK + k]);
+      a++;
+    }
+    if (z & 1) {
+      --z;
+      for (int k = 0; k < NK; k++) chmax(&m[k], c->sub[z * NK + k]);
+    }
+  }
+  for (int64_t a = l0 >> 1; a; a >>= 1)
+    for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
+  for (int64_t a = r0 >> 1; a; a >>= 1)
+    for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
+  mo->s = s;
+  for (int t = 0; t < FP_NSTREAMS; t++) {
+    w[t] = mo->w[t] = m[t], r[t] = mo->r[t] = m[FP_NSTREAMS + t];
+    mo->seen[t] = c->nacc[t];
+  }
+}
+
+bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b) {
+  if (a == b) return true;
+  const fp_ir_buf *x = &p->bufs[a], *y = &p->bufs[b];
+  return placed(x) && placed(y) && x->host == y->host && x->offset < buf_end(y) && y->offset < buf_end(x);
 }
 
 void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair) {

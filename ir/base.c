@@ -98,8 +98,26 @@ void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) 
   if (need <= *cap) return base;
   int64_t nc = *cap ? *cap : 16;
   while (nc < need) nc *= 2;
+  size_t ob = (size_t)*cap * elem, nbytes;
+  if (__builtin_mul_overflow((size_t)nc, elem, &nbytes) || nbytes > SIZE_MAX - sizeof(fp_chunk) - 15)
+    fp_internal_error(__FILE__, __LINE__, "array size overflow");
+  /* an array that has a chunk of its own (one over 64 KiB) grows in place:
+   * the old copy is not left behind (pointers into it were stale anyway) */
+  if (base && *cap && ob > 65536)
+    for (fp_chunk **pc = &a->head; *pc; pc = &(*pc)->next) {
+      fp_chunk *c = *pc;
+      if (c->data != base || c->used != ((ob + 15) & ~(size_t)15)) continue;
+      size_t need = (nbytes + 15) & ~(size_t)15;
+      fp_chunk *g = realloc(c, sizeof *g + need);
+      FP_ASSERT(g);
+      g->used = g->cap = need;
+      memset(g->data + ob, 0, nbytes - ob);
+      *pc = g;
+      *cap = nc;
+      return g->data;
+    }
   void *nb = fp_alloc_array(a, (size_t)nc, elem);
-  if (base && *cap) memcpy(nb, base, (size_t)*cap * elem);
+  if (base && *cap) memcpy(nb, base, ob);
   *cap = nc;
   return nb;
 }

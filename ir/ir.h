@@ -340,15 +340,40 @@ typedef struct fp_access {
  * backward writing unsharded grads and the optimizer main weights); out
  * needs room for FP_MAX_OPND_ACCESS + op->nuses; returns how many */
 int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out);
-/* for each buffer, the buffers whose arena bytes it overlaps (itself first);
- * unplaced buffers (offset -1) overlap only themselves */
-typedef struct fp_aliases {
-  int64_t *start; /* list[start[b] .. start[b+1]) */
-  int32_t *list;
-} fp_aliases;
-/* false (nothing allocated) when more than max_pairs pairs overlap */
-bool fp_aliases_build(const fp_prog *p, int64_t max_pairs, fp_aliases *out);
-void fp_aliases_free(fp_aliases *a);
+/* Per stream, the latest clock at which each arena byte was written and
+ * read, over every buffer: the latest conflicting access to a buffer is the
+ * maximum over its bytes (a buffer conflicts with itself and with every
+ * buffer whose bytes it overlaps; an unplaced buffer, offset -1, only
+ * with itself). Bytes are cut at the
+ * buffers' ends (an unplaced or empty buffer gets a slot of its own) and
+ * kept in a segment tree: noting an access and asking for a buffer's
+ * latest conflicting ones are O(log buffers), whatever the overlap; memory
+ * O(buffers). The clocks a stream notes must not decrease. */
+typedef struct fp_alias_clocks {
+  int32_t n;          /* leaves: slots of bytes */
+  int32_t nbufs;
+  int32_t *lo, *hi;   /* per buffer: its slots [lo, hi) */
+  int64_t *tag, *sub; /* per tree node, 2 * FP_NSTREAMS clocks (writes, then reads): a clock
+                       * noted over the whole node / the maximum anywhere under it */
+  int64_t nacc[FP_NSTREAMS]; /* accesses noted per stream */
+  struct fp_alias_memo {     /* per buffer: its last answer, asked from stream s at nacc seen */
+    int32_t s;
+    int64_t seen[FP_NSTREAMS], w[FP_NSTREAMS], r[FP_NSTREAMS];
+  } *memo;
+} fp_alias_clocks;
+void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c);
+void fp_alias_clocks_reset(fp_alias_clocks *c); /* forget every access */
+void fp_alias_clocks_free(fp_alias_clocks *c);
+/* stream s accessed buffer b at clock t (its own stream's component) */
+void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t);
+/* the latest write w[t] / read r[t] on each stream t other than s over b
+ * and every buffer sharing its bytes (0: none; w[s], r[s] are not set). A
+ * run of asks from one stream with no access noted on another in between
+ * (a bucket's ops, back to back on one stream) is answered from a memo. */
+void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r);
+/* buffers a and b conflict: the same buffer, or placed in the same arena
+ * with overlapping bytes */
+bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b);
 /* the trainer's activations: a forward compute op's activations live until
  * the backward of the same module and micro-batch that follows it (the
  * latest unpaired forward). pair[i] (room for p->nops) gets, for a forward

@@ -37,7 +37,6 @@
 
 #define MAX_ERRORS 100
 #define MAX_WORLD (1 << 24)  /* rule 5 walks the world's ranks */
-#define MAX_ALIAS_PAIRS 50000000 /* rule 8 */
 
 enum { OPND_DST = 1, OPND_SRC = 2, OPND_AUX = 4 };
 
@@ -75,24 +74,20 @@ typedef struct vctx {
   tabinfo *tabs;
   bool *badop;   /* op failed its structural checks: skip later rules */
   bool tied;     /* some param has users (tied weights): check_tied_reads has work */
+  int32_t *tiedp, ntied; /* those params */
   range *rg;      /* live ranges of transient buffers, grouped by buffer, by first op */
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
-  /* rule 8: per buffer and stream, the clock of the last write and read */
-  fp_aliases al;
+  /* rule 8: per arena byte and stream, the clock of the last write and read
+   * (a segment tree: O(log buffers) an access); per buffer its own, to name
+   * the buffer in a report; per stream the op that ticked each clock value */
+  fp_alias_clocks al;
   bool have_al;
   struct bufclk {
     int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-    int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
-    int8_t wstep[FP_NSTREAMS], rstep[FP_NSTREAMS];
   } *clk;
-  struct aliasmax {
-    int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-    int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS], wbuf[FP_NSTREAMS], rbuf[FP_NSTREAMS];
-    int8_t wstep[FP_NSTREAMS], rstep[FP_NSTREAMS];
-    int64_t seen[FP_NSTREAMS]; /* nacc when computed; -1 never */
-  } *amax;                     /* per buffer and accessing stream */
-  int64_t nacc[FP_NSTREAMS];   /* accesses made on each stream so far */
+  int32_t *clkop[FP_NSTREAMS];
+  int64_t step1end[FP_NSTREAMS]; /* each stream's own clock at the end of step 1 */
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
 } vctx;
@@ -303,8 +298,8 @@ static void check_tied_reads(vctx *v, int32_t i) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
   if (!v->tied || op->module < 0 || (op->pass != FP_PASS_FWD && op->pass != FP_PASS_BWD)) return;
-  for (int32_t j = 0; j < p->nparams; j++) {
-    const fp_ir_param *q = &p->params[j];
+  for (int32_t t = 0; t < v->ntied; t++) {
+    const fp_ir_param *q = &p->params[v->tiedp[t]];
     bool reads = false;
     for (int32_t k = 0; k < q->nusers && q->users; k++) reads |= q->users[k] == op->module;
     if (!reads) continue;
@@ -984,42 +979,34 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
     }
 }
 
-/* rule 8: per buffer and accessing stream, the latest write / read on each
- * other stream over the buffer and every buffer sharing its bytes; valid as
- * long as no other stream accessed anything since (runs of ops on one
- * stream, the common case, scan the aliases once) */
-static const struct aliasmax *alias_max(vctx *v, int32_t b, int s) {
-  struct aliasmax *m = &v->amax[(size_t)b * FP_NSTREAMS + (size_t)s];
-  bool valid = true;
-  for (int t = 0; t < FP_NSTREAMS; t++)
-    if (t != s && m->seen[t] != v->nacc[t]) valid = false;
-  if (valid) return m;
-  memset(m, 0, sizeof *m);
-  for (int t = 0; t < FP_NSTREAMS; t++) m->seen[t] = v->nacc[t];
-  for (int64_t k = v->al.start[b]; k < v->al.start[b + 1]; k++) {
-    int32_t y = v->al.list[k];
-    const struct bufclk *c = &v->clk[y];
-    for (int t = 0; t < FP_NSTREAMS; t++) {
-      if (t == s) continue;
-      if (c->w[t] > m->w[t]) m->w[t] = c->w[t], m->wop[t] = c->wop[t], m->wstep[t] = c->wstep[t], m->wbuf[t] = y;
-      if (c->r[t] > m->r[t]) m->r[t] = c->r[t], m->rop[t] = c->rop[t], m->rstep[t] = c->rstep[t], m->rbuf[t] = y;
-    }
+/* rule 8, for a report: the buffer sharing b's bytes (b itself first, then
+ * the lowest index) whose last write (or read) on stream t was at clock
+ * clk; O(buffers), only when an error is reported */
+static int32_t alias_at(const vctx *v, int32_t b, int t, bool write, int64_t clk) {
+  for (int32_t y = -1; y < v->p->nbufs; y++) {
+    int32_t z = y < 0 ? b : y;
+    if (y >= 0 && (y == b || !fp_bufs_overlap(v->p, b, y))) continue;
+    if ((write ? v->clk[z].w[t] : v->clk[z].r[t]) == clk) return z;
   }
-  return m;
+  FP_ASSERT(0);
+  return b;
 }
 
 /* rule 8: op i on stream s (clock vc) touches a buffer; every earlier
  * conflicting access on another stream must happen before it */
 static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
   const fp_prog *p = v->p;
-  const struct aliasmax *c = alias_max(v, x->buf, s);
+  int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
+  fp_alias_clocks_max(&v->al, x->buf, s, w, r);
   for (int t = 0; t < FP_NSTREAMS && !stop(v); t++) {
     if (t == s) continue;
-    bool ww = vc[t] < c->w[t], rw = x->write && vc[t] < c->r[t];
+    bool ww = vc[t] < w[t], rw = x->write && vc[t] < r[t];
     if (!ww && !rw) continue;
-    int32_t j = ww ? c->wop[t] : c->rop[t], y = ww ? c->wbuf[t] : c->rbuf[t];
-    int jstep = ww ? c->wstep[t] : c->rstep[t];
+    int64_t at = ww ? w[t] : r[t];
+    int32_t j = v->clkop[t][at];
+    int jstep = at > v->step1end[t] ? 2 : 1;
     if (step == 2 && jstep == 2) continue; /* reported in step 1 */
+    int32_t y = alias_at(v, x->buf, t, ww, at);
     const char *how = ww ? (x->write ? "writes" : "reads") : "writes";
     const char *what = ww ? "wrote" : "read";
     char other[200] = "";
@@ -1033,10 +1020,11 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
 }
 
 static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
+  (void)i, (void)step;
   struct bufclk *c = &v->clk[x->buf];
-  if (x->write) c->w[s] = vc[s], c->wop[s] = i, c->wstep[s] = (int8_t)step;
-  if (x->read) c->r[s] = vc[s], c->rop[s] = i, c->rstep[s] = (int8_t)step;
-  v->nacc[s]++;
+  if (x->write) c->w[s] = vc[s];
+  if (x->read) c->r[s] = vc[s];
+  fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
 static int range_cmp(const void *a, const void *b) {
@@ -1130,6 +1118,8 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
   bool *recorded = calloc((size_t)nev + 1, sizeof *recorded);
   FP_ASSERT(evc && recorded);
   for (int step = 1; step <= (ranges || races ? 2 : 1); step++) {
+    if (step == 2)
+      for (int t = 0; t < FP_NSTREAMS; t++) v->step1end[t] = vc[t][t];
     for (int32_t i = 0; i < p->nops; i++) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
@@ -1148,6 +1138,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
         }
       }
       vc[s][s]++;
+      if (races) v->clkop[s][vc[s][s]] = i;
       if (op->code == FP_OP_RECORD) {
         memcpy(evc[e], vc[s], sizeof vc[s]);
         recorded[e] = true;
@@ -1183,48 +1174,190 @@ static int offbuf_cmp(const void *a, const void *b) {
   return (x->buf > y->buf) - (x->buf < y->buf);
 }
 
-/* all uses in range a (step 1) happen before all uses in range b (in step
- * sb)? On failure *from / *to name a witness pair of ops. */
-static bool hb_all(const range *a, const range *b, int sb, int32_t *from, int32_t *to) {
-  const int64_t *mn = sb == 1 ? b->min1 : b->min2;
-  const int32_t *mo = sb == 1 ? b->min1op : b->min2op;
-  for (int s = 0; s < FP_NSTREAMS; s++)
-    if (a->last1[s] > 0 && mn[s] < a->last1[s]) {
-      *from = a->last1op[s];
-      *to = mo[s];
-      return false;
-    }
-  return true;
+/* Rule 6 over transient buffers that share arena bytes: every pair of live
+ * ranges of two different such buffers must be disjoint and ordered by
+ * happens-before, within a step and into the next. Pairs are not listed
+ * (reuse makes them quadratic): the bytes are cut at the buffers' ends into
+ * slots; each slot's ranges, by first op, are swept forward keeping per
+ * stream the latest use of any earlier range (the best two buffers, so a
+ * range is never compared with its own buffer), which every range must
+ * follow; and backward keeping the latest use of any later range, which
+ * each range's uses in the next step must follow. A pair is reported once
+ * (in several slots, or failing more than one way). */
+typedef struct best2 {
+  int64_t v[2]; /* the largest value, and the largest of another buffer */
+  int32_t buf[2], rg[2];
+} best2;
+
+static void best2_add(best2 *b, int64_t v, int32_t buf, int32_t rg) {
+  if (buf == b->buf[0]) {
+    if (v > b->v[0]) b->v[0] = v, b->rg[0] = rg;
+  } else if (v > b->v[0]) {
+    b->v[1] = b->v[0], b->buf[1] = b->buf[0], b->rg[1] = b->rg[0];
+    b->v[0] = v, b->buf[0] = buf, b->rg[0] = rg;
+  } else if (v > b->v[1]) {
+    b->v[1] = v, b->buf[1] = buf, b->rg[1] = rg;
+  }
 }
 
-/* two buffers sharing arena bytes: every pair of their live ranges must be
- * disjoint and ordered by happens-before, within a step and into the next */
-static void check_pair(vctx *v, int32_t A, int32_t B) {
+/* the best value of a buffer other than buf: its range in *rg, or -1 */
+static int64_t best2_other(const best2 *b, int32_t buf, int32_t *rg) {
+  int k = b->buf[0] == buf ? 1 : 0;
+  *rg = b->rg[k];
+  return b->v[k];
+}
+
+static void best2_clear(best2 *b) {
+  for (int k = 0; k < 2; k++) b->v[k] = -1, b->buf[k] = -1, b->rg[k] = -1;
+}
+
+/* report a pair of ranges once (x earlier, y later), as the first of its
+ * findings in the order: live together, step 1, the next step */
+static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y) {
+  bool fresh;
+  imap_get_or_put(seen, (int64_t)x * v->nrg + y, 0, &fresh);
+  return fresh;
+}
+
+typedef struct firstrg {
+  int32_t first, rg;
+} firstrg;
+
+static int firstrg_cmp(const void *a, const void *b) {
+  const firstrg *x = a, *y = b;
+  if (x->first != y->first) return x->first < y->first ? -1 : 1;
+  return (x->rg > y->rg) - (x->rg < y->rg);
+}
+
+static int i64cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int32_t slot_of(const int64_t *e, int32_t n, int64_t o) {
+  int32_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (e[mid] < o) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* the transient buffers ord[0..nt) of one arena */
+static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   const fp_prog *p = v->p;
-  for (int32_t i = v->rstart[A]; i < v->rstart[A + 1] && !stop(v); i++)
-    for (int32_t j = v->rstart[B]; j < v->rstart[B + 1] && !stop(v); j++) {
-      const range *x = &v->rg[i], *y = &v->rg[j];
-      if (x->first > y->first) {
-        const range *t = x;
-        x = y, y = t;
-      }
-      const char *xn = p->bufs[x->buf].name, *yn = p->bufs[y->buf].name;
-      int32_t from, to;
-      if (y->first <= x->last) {
-        verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
-             ") share arena bytes and are live at the same time", xn, x->first, x->last, yn, y->first, y->last);
-      } else if (v->unordered) {
-        continue;
-      } else if (!hb_all(x, y, 1, &from, &to)) {
-        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
-             "does not happen before this op (stream %s): a record/wait is missing", yn, xn, from, xn,
-             fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
-      } else if (!hb_all(y, x, 2, &from, &to)) {
-        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
-             " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
-             "is missing", xn, yn, from, yn, fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
-      }
+  if (nt < 2) return;
+  int64_t *cut = malloc(2 * (size_t)nt * sizeof *cut);
+  int32_t *slo = malloc((size_t)nt * sizeof *slo), *shi = malloc((size_t)nt * sizeof *shi);
+  FP_ASSERT(cut && slo && shi);
+  int32_t nc = 0;
+  for (int32_t k = 0; k < nt; k++) {
+    const fp_ir_buf *x = &p->bufs[ord[k]];
+    cut[nc++] = x->offset;
+    cut[nc++] = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
+  }
+  qsort(cut, (size_t)nc, sizeof *cut, i64cmp);
+  int32_t u = 0;
+  for (int32_t k = 0; k < nc; k++)
+    if (u == 0 || cut[k] != cut[u - 1]) cut[u++] = cut[k];
+  int32_t nslots = u - 1;
+  /* the ranges of these buffers by first op, then each slot's list in that order */
+  int32_t nr = 0;
+  for (int32_t k = 0; k < nt; k++) nr += v->rstart[ord[k] + 1] - v->rstart[ord[k]];
+  firstrg *rs = malloc(((size_t)nr + 1) * sizeof *rs);
+  int32_t *bk = malloc(((size_t)p->nbufs + 1) * sizeof *bk);
+  int64_t *start = calloc((size_t)nslots + 2, sizeof *start);
+  FP_ASSERT(rs && bk && start);
+  nr = 0;
+  for (int32_t k = 0; k < nt; k++) {
+    int32_t b = ord[k];
+    const fp_ir_buf *x = &p->bufs[b];
+    bk[b] = k;
+    slo[k] = slot_of(cut, u, x->offset);
+    shi[k] = slot_of(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
+    for (int32_t r = v->rstart[b]; r < v->rstart[b + 1]; r++) {
+      rs[nr++] = (firstrg){v->rg[r].first, r};
+      for (int32_t z = slo[k]; z < shi[k]; z++) start[z + 1]++;
     }
+  }
+  qsort(rs, (size_t)nr, sizeof *rs, firstrg_cmp);
+  for (int32_t z = 0; z < nslots; z++) start[z + 1] += start[z];
+  int32_t *list = malloc(((size_t)start[nslots] + 1) * sizeof *list);
+  int64_t *fill = malloc(((size_t)nslots + 1) * sizeof *fill);
+  FP_ASSERT(list && fill);
+  for (int32_t z = 0; z < nslots; z++) fill[z] = start[z];
+  for (int32_t k = 0; k < nr; k++) {
+    int32_t b = v->rg[rs[k].rg].buf;
+    for (int32_t z = slo[bk[b]]; z < shi[bk[b]]; z++) list[fill[z]++] = rs[k].rg;
+  }
+  imap seen;
+  imap_init(&seen, 16);
+  /* forward: live together, and step 1 order */
+  for (int32_t z = 0; z < nslots && !stop(v); z++) {
+    best2 last, use[FP_NSTREAMS];
+    best2_clear(&last);
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+    for (int64_t k = start[z]; k < start[z + 1] && !stop(v); k++) {
+      const range *y = &v->rg[list[k]];
+      int32_t xr;
+      bool together = best2_other(&last, y->buf, &xr) >= y->first;
+      if (together && pair_fresh(&seen, v, xr, list[k])) {
+        const range *x = &v->rg[xr];
+        verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
+             ") share arena bytes and are live at the same time", p->bufs[x->buf].name, x->first, x->last,
+             p->bufs[y->buf].name, y->first, y->last);
+      }
+      for (int s = 0; s < FP_NSTREAMS && !v->unordered && !together; s++) {
+        int64_t lu = best2_other(&use[s], y->buf, &xr);
+        if (lu <= 0 || y->min1[s] >= lu) continue;
+        if (pair_fresh(&seen, v, xr, list[k])) {
+          const range *x = &v->rg[xr];
+          int32_t from = x->last1op[s], to = y->min1op[s];
+          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
+               "does not happen before this op (stream %s): a record/wait is missing", p->bufs[y->buf].name,
+               p->bufs[x->buf].name, from, p->bufs[x->buf].name, fp_stream_name(p->ops[from].stream),
+               fp_stream_name(p->ops[to].stream));
+        }
+        break;
+      }
+      best2_add(&last, y->last, y->buf, list[k]);
+      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], y->last1[s], y->buf, list[k]);
+    }
+  }
+  /* backward: a later range's uses happen before an earlier one's in the next step */
+  for (int32_t z = 0; z < nslots && !stop(v) && !v->unordered; z++) {
+    best2 use[FP_NSTREAMS];
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+    for (int64_t k = start[z + 1] - 1; k >= start[z] && !stop(v); k--) {
+      const range *x = &v->rg[list[k]];
+      for (int s = 0; s < FP_NSTREAMS; s++) {
+        int32_t yr;
+        int64_t lu = best2_other(&use[s], x->buf, &yr);
+        if (lu <= 0 || x->min2[s] >= lu) continue;
+        const range *y = &v->rg[yr];
+        if (y->first <= x->last) continue; /* live together: reported above */
+        if (pair_fresh(&seen, v, list[k], yr)) {
+          int32_t from = y->last1op[s], to = x->min2op[s];
+          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
+               " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
+               "is missing", p->bufs[x->buf].name, p->bufs[y->buf].name, from, p->bufs[y->buf].name,
+               fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
+        }
+        break;
+      }
+      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], x->last1[s], x->buf, list[k]);
+    }
+  }
+  imap_free(&seen);
+  free(cut);
+  free(slo);
+  free(shi);
+  free(rs);
+  free(bk);
+  free(start);
+  free(list);
+  free(fill);
 }
 
 static void check_arena(vctx *v) {
@@ -1257,16 +1390,11 @@ static void check_arena(vctx *v) {
       if (e > end_all) end_all = e, who_all = ord[k];
       if (pers && e > end_pers) end_pers = e, who_pers = ord[k];
     }
-    /* transient buffers that share bytes (sorted by offset: each overlaps
-     * the ones after it that start before it ends) */
+    /* transient buffers that share bytes */
     int32_t nt = 0;
     for (int32_t k = 0; k < n; k++)
       if (p->bufs[ord[k]].kind == FP_BUF_TRANSIENT) ord[nt++] = ord[k];
-    for (int32_t k = 0; k < nt && !stop(v); k++) {
-      const fp_ir_buf *x = &p->bufs[ord[k]];
-      int64_t xe = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
-      for (int32_t j = k + 1; j < nt && p->bufs[ord[j]].offset < xe && !stop(v); j++) check_pair(v, ord[k], ord[j]);
-    }
+    if (!stop(v)) check_reuse(v, ord, nt);
   }
   free(ord);
   free(ob);
@@ -1277,7 +1405,11 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   vctx v = {.p = p, .report = report, .rctx = rctx, .unordered = flags & FP_VERIFY_UNORDERED};
   predcache pc = {0};
   if (!check_header(&v)) return false;
-  for (int32_t j = 0; j < p->nparams && !v.tied; j++) v.tied = p->params[j].nusers > 0;
+  v.tiedp = malloc(((size_t)p->nparams + 1) * sizeof *v.tiedp);
+  FP_ASSERT(v.tiedp);
+  for (int32_t j = 0; j < p->nparams; j++)
+    if (p->params[j].nusers > 0) v.tiedp[v.ntied++] = j;
+  v.tied = v.ntied > 0;
   v.tabs = calloc((size_t)p->ntabs + 1, sizeof *v.tabs);
   v.badop = calloc((size_t)p->nops + 1, sizeof *v.badop);
   FP_ASSERT(v.tabs && v.badop);
@@ -1305,23 +1437,18 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     /* rule 6 needs a program whose ops are all sound; rule 4 does not */
     bool ranges = v.nerr == 0 && build_ranges(&v);
     if (ranges && !v.unordered) {
-      /* rule 8's state; a plan with absurdly many overlapping buffers is
-       * refused rather than checked quadratically */
-      v.have_al = fp_aliases_build(p, MAX_ALIAS_PAIRS, &v.al);
-      if (!v.have_al) {
-        verr(&v, FP_VL_PROG, 0, "more than %d pairs of buffers share arena bytes", MAX_ALIAS_PAIRS);
-        ranges = false;
-      } else {
-        int32_t maxuses = 0;
-        for (int32_t i = 0; i < p->nops; i++)
-          if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
-        v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
-        v.amax = malloc(((size_t)p->nbufs + 1) * FP_NSTREAMS * sizeof *v.amax);
-        FP_ASSERT(v.amax);
-        for (size_t k = 0; k < ((size_t)p->nbufs + 1) * FP_NSTREAMS; k++)
-          for (int t = 0; t < FP_NSTREAMS; t++) v.amax[k].seen[t] = -1;
-        v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
-        FP_ASSERT(v.clk && v.acc);
+      /* rule 8's state */
+      fp_alias_clocks_init(p, &v.al);
+      v.have_al = true;
+      int32_t maxuses = 0;
+      for (int32_t i = 0; i < p->nops; i++)
+        if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
+      v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
+      v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
+      FP_ASSERT(v.clk && v.acc);
+      for (int t = 0; t < FP_NSTREAMS; t++) {
+        v.clkop[t] = malloc((2 * (size_t)p->nops + 2) * sizeof *v.clkop[t]); /* one tick per op and step */
+        FP_ASSERT(v.clkop[t]);
       }
     }
     walk_clocks(&v, ranges, false);
@@ -1330,11 +1457,12 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     if (v.have_al && v.nerr == 0) walk_clocks(&v, false, true);
   }
   pred_free(&pc);
-  if (v.have_al) fp_aliases_free(&v.al);
+  if (v.have_al) fp_alias_clocks_free(&v.al);
+  for (int t = 0; t < FP_NSTREAMS; t++) free(v.clkop[t]);
   free(v.clk);
-  free(v.amax);
   free(v.acc);
   free(v.tabs);
+  free(v.tiedp);
   free(v.badop);
   free(v.rg);
   free(v.rstart);

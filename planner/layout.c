@@ -100,6 +100,64 @@ static bool matches(const char **pats, int n, const char *name) {
   return false;
 }
 
+/* The first spec bucket a param name matches, without trying every bucket
+ * on every param: a pattern with no glob character is a literal, looked up
+ * by hash (the lowest bucket naming it); only buckets with a real glob are
+ * tried in order, and only those before the literal's. */
+typedef struct {
+  const char **lit; /* literal pattern per slot (NULL empty) */
+  int *litb;        /* its lowest bucket */
+  size_t mask;
+  int *globs, nglobs; /* buckets with a glob pattern, ascending */
+} bucket_matcher;
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603u; /* FNV-1a */
+  for (const unsigned char *q = (const unsigned char *)s; *q; q++) h = (h ^ *q) * 1099511628211u;
+  return h;
+}
+
+static void matcher_init(fp_arena *a, const fp_spec *s, bucket_matcher *x) {
+  size_t npat = 0;
+  for (int b = 0; b < s->nbuckets; b++) npat += (size_t)s->buckets[b].npatterns;
+  size_t cap = 16;
+  while (cap < 2 * npat + 2) cap *= 2;
+  x->lit = fp_alloc_array(a, cap, sizeof *x->lit);
+  x->litb = fp_alloc_array(a, cap, sizeof *x->litb);
+  x->mask = cap - 1;
+  x->globs = fp_alloc_array(a, (size_t)s->nbuckets + 1, sizeof *x->globs);
+  x->nglobs = 0;
+  for (int b = 0; b < s->nbuckets; b++) {
+    bool glob = false;
+    for (int i = 0; i < s->buckets[b].npatterns; i++) {
+      const char *pat = s->buckets[b].patterns[i];
+      if (strpbrk(pat, "*?[\\")) {
+        glob = true;
+        continue;
+      }
+      size_t k = (size_t)name_hash(pat) & x->mask;
+      while (x->lit[k] && strcmp(x->lit[k], pat)) k = (k + 1) & x->mask;
+      if (!x->lit[k]) x->lit[k] = pat, x->litb[k] = b; /* buckets come in order: the first is the lowest */
+    }
+    if (glob) x->globs[x->nglobs++] = b;
+  }
+}
+
+/* the first bucket whose patterns match name, or -1 */
+static int matcher_find(const fp_spec *s, const bucket_matcher *x, const char *name) {
+  int best = -1;
+  for (size_t k = (size_t)name_hash(name) & x->mask; x->lit[k]; k = (k + 1) & x->mask)
+    if (!strcmp(x->lit[k], name)) {
+      best = x->litb[k];
+      break;
+    }
+  for (int g = 0; g < x->nglobs && (best < 0 || x->globs[g] < best); g++) {
+    const fp_bucket_spec *B = &s->buckets[x->globs[g]];
+    if (matches(B->patterns, B->npatterns, name)) return x->globs[g];
+  }
+  return best;
+}
+
 /* ---- buckets ---------------------------------------------------------------- */
 typedef struct {
   int spec;    /* bucket spec index, or -1 for a default per-module bucket */
@@ -107,11 +165,33 @@ typedef struct {
   int auto_id; /* auto buckets: group index, or -1 */
 } bucket_key;
 
-static int find_or_add_bucket(fp_layout *L, bucket_key *keys, bucket_key k) {
-  for (int i = 0; i < L->nbuckets; i++)
-    if (keys[i].spec == k.spec && keys[i].module == k.module && keys[i].auto_id == k.auto_id) return i;
-  keys[L->nbuckets] = k;
-  return L->nbuckets++;
+/* the buckets by key, in order of first use: open addressing over keys
+ * (slots: -1 empty, else a bucket index), so bucketing is linear in params */
+typedef struct {
+  int *slot;
+  size_t mask;
+} bucket_index;
+
+static void bucket_index_init(fp_layout *L, bucket_index *x, int nparams) {
+  size_t cap = 16;
+  while (cap < 2 * (size_t)nparams + 2) cap *= 2;
+  x->slot = fp_alloc_array(L->a, cap, sizeof *x->slot);
+  for (size_t i = 0; i < cap; i++) x->slot[i] = -1;
+  x->mask = cap - 1;
+}
+
+static int find_or_add_bucket(fp_layout *L, bucket_index *x, bucket_key *keys, bucket_key k) {
+  uint64_t h = ((uint64_t)(uint32_t)k.spec * 0x9E3779B97F4A7C15u) ^ ((uint64_t)(uint32_t)k.module * 0xC2B2AE3D27D4EB4Fu) ^
+               ((uint64_t)(uint32_t)k.auto_id * 0x165667B19E3779F9u);
+  for (size_t i = (size_t)(h ^ (h >> 29)) & x->mask;; i = (i + 1) & x->mask) {
+    int b = x->slot[i];
+    if (b < 0) {
+      keys[L->nbuckets] = k;
+      x->slot[i] = L->nbuckets;
+      return L->nbuckets++;
+    }
+    if (keys[b].spec == k.spec && keys[b].module == k.module && keys[b].auto_id == k.auto_id) return b;
+  }
 }
 
 static int64_t param_bytes(const fp_param *p, fp_dtype t) { return p->numel * fp_dtype_size(t); }
@@ -168,6 +248,8 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
   const fp_model *m = L->model;
   const fp_spec *s = L->spec;
   bucket_key *keys = fp_alloc_array(L->a, (size_t)m->nparams + 1, sizeof *keys);
+  bucket_index bx;
+  bucket_index_init(L, &bx, m->nparams);
   L->nbuckets = 0;
   if (s->bucket_mode == FP_BUCKETS_AUTO) {
     /* pack consecutive modules (in first-use forward order) up to target bytes
@@ -192,35 +274,38 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     }
     for (int i = 0; i < m->nparams; i++) {
       bucket_key k = {-1, -1, group_of[m->params[i].module]};
-      bucket_of[i] = find_or_add_bucket(L, keys, k);
+      bucket_of[i] = find_or_add_bucket(L, &bx, keys, k);
     }
   } else {
+    bucket_matcher mt = {0};
+    if (s->bucket_mode == FP_BUCKETS_LIST) matcher_init(L->a, s, &mt);
     for (int i = 0; i < m->nparams; i++) {
       const fp_param *p = &m->params[i];
       bucket_key k = {-1, p->module, -1};
       if (s->bucket_mode == FP_BUCKETS_LIST) {
-        for (int b = 0; b < s->nbuckets; b++) {
-          if (matches(s->buckets[b].patterns, s->buckets[b].npatterns, p->name)) {
-            k.spec = b;
-            k.module = s->buckets[b].per_module ? p->module : -1;
-            break;
-          }
+        int b = matcher_find(s, &mt, p->name);
+        if (b >= 0) {
+          k.spec = b;
+          k.module = s->buckets[b].per_module ? p->module : -1;
         }
       }
-      bucket_of[i] = find_or_add_bucket(L, keys, k);
+      bucket_of[i] = find_or_add_bucket(L, &bx, keys, k);
     }
     /* a bucket spec that matched nothing is almost certainly a typo */
     if (s->bucket_mode == FP_BUCKETS_LIST) {
+      bool *used = fp_alloc_array(L->a, (size_t)s->nbuckets + 1, sizeof *used);
+      for (int i = 0; i < L->nbuckets; i++)
+        if (keys[i].spec >= 0) used[keys[i].spec] = true;
       for (int b = 0; b < s->nbuckets; b++) {
-        bool used = false;
-        for (int i = 0; i < L->nbuckets && !used; i++) used = keys[i].spec == b;
-        if (!used)
+        if (!used[b])
           return fp_layout_error(L, false, fp_ptr_key(L->a, s->buckets[b].ptr, "params"),
                                  "bucket '%s' matches no parameter", s->buckets[b].name);
       }
     }
   }
   L->buckets = fp_alloc_array(L->a, (size_t)L->nbuckets, sizeof(fp_bucket));
+  int *nparams_of = fp_alloc_array(L->a, (size_t)L->nbuckets + 1, sizeof(int)); /* room each bucket needs */
+  for (int i = 0; i < m->nparams; i++) nparams_of[bucket_of[i]]++;
   for (int b = 0; b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
     bucket_key k = keys[b];
@@ -237,7 +322,7 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     B->reshard = bs ? bs->reshard : s->reshard;
     B->spec = bs;
     B->ptr = bs ? bs->ptr : (k.module >= 0 ? m->modules[k.module].ptr : m->ptr);
-    B->lparams = fp_alloc_array(L->a, (size_t)m->nparams, sizeof(int));
+    B->lparams = fp_alloc_array(L->a, (size_t)nparams_of[b], sizeof(int));
   }
   return check_bucket_names(L, keys);
 }

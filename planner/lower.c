@@ -206,13 +206,13 @@ static void setup(fp_lower *lw) {
       q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
     }
     q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
-    for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read it */
-      for (int j = 0; j < m->modules[k].nuses; j++)
-        if (m->modules[k].uses[j] == i) {
-          if (!q->users) q->users = fp_alloc_array(lw->a, (size_t)m->nmodules, sizeof *q->users);
-          q->users[q->nusers++] = k;
-        }
   }
+  for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read a param, by module */
+    for (int j = 0; j < m->modules[k].nuses; j++) {
+      fp_ir_param *q = &P->params[P->nparams - L->nparams + m->modules[k].uses[j]];
+      if (!q->users) q->users = fp_alloc_array(lw->a, (size_t)m->nmodules, sizeof *q->users);
+      q->users[q->nusers++] = k;
+    }
   lw->open_at = fp_alloc_array(lw->a, (size_t)P->nbufs + 1, sizeof(int32_t));
   for (int i = 0; i < P->nbufs; i++) lw->open_at[i] = -1;
 }
@@ -602,17 +602,52 @@ static void backward_gather(fp_lower *lw, int b) {
   lw->stream = FP_STREAM_COMPUTE;
 }
 
-static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids) {
+/* the buckets by position in the module order, ascending (a segment
+ * visits only its own buckets: lowering is linear in modules + buckets) */
+enum { AT_FWD_ISSUE, AT_LAST, AT_BWD_ISSUE, AT_FIRST, AT_N };
+typedef struct poslists {
+  int *start[AT_N]; /* per key and position: list[k][start[k][pos] .. start[k][pos + 1]) */
+  int *list[AT_N];
+} poslists;
+
+static int pos_key(const fp_lower *lw, int k, int b) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  return k == AT_FWD_ISSUE ? lw->fwd_issue[b] : k == AT_LAST ? B->last_pos : k == AT_BWD_ISSUE ? lw->bwd_issue[b]
+                                                                                                 : B->first_pos;
+}
+
+static void poslists_build(fp_lower *lw, poslists *pl) {
+  int np = lw->L->model->norder, nb = lw->L->nbuckets;
+  for (int k = 0; k < AT_N; k++) {
+    int *st = fp_alloc_array(lw->a, (size_t)np + 2, sizeof(int)), *li = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+    memset(st, 0, ((size_t)np + 2) * sizeof(int));
+    for (int b = 0; b < nb; b++) {
+      int pos = pos_key(lw, k, b);
+      if (pos >= 0 && pos < np) st[pos + 2]++;
+    }
+    for (int pos = 0; pos < np; pos++) st[pos + 2] += st[pos + 1];
+    for (int j = 0; j < nb; j++) { /* stable: each list in bucket order, backward issues in backward order */
+      int b = k == AT_BWD_ISSUE ? lw->bwd_order[j] : j;
+      int pos = pos_key(lw, k, b);
+      if (pos >= 0 && pos < np) li[st[pos + 1]++] = b;
+    }
+    pl->start[k] = st, pl->list[k] = li;
+  }
+}
+
+#define FOR_AT(pl, k, pos, b) \
+  for (int at_ = (pl)->start[k][pos], b; at_ < (pl)->start[k][(pos) + 1] && (b = (pl)->list[k][at_], 1); at_++)
+
+static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids, const poslists *pl) {
   fp_layout *L = lw->L;
   const fp_model *m = L->model;
   for (int pos = 0; pos < m->norder; pos++) {
     int mod = m->order[pos];
     fp_ir_seg_begin(lw->P, FP_SEG_PRE_FORWARD, mod, micro);
-    for (int b = 0; b < L->nbuckets; b++)
-      if (lw->fwd_issue[b] == pos) forward_gather(lw, b);
+    FOR_AT(pl, AT_FWD_ISSUE, pos, b) forward_gather(lw, b);
     compute(lw, mod, FP_PASS_FWD, scratch, ids);
     fp_ir_seg_begin(lw->P, FP_SEG_POST_FORWARD, mod, micro);
-    for (int b = 0; b < L->nbuckets; b++) {
+    FOR_AT(pl, AT_LAST, pos, b) {
       const fp_bucket *B = &L->buckets[b];
       if (B->last_pos != pos || B->persistent_unsharded || B->reshard == 0) continue;
       lw->bucket = b;
@@ -632,7 +667,7 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids) {
   for (int pos = m->norder - 1; pos >= 0; pos--) {
     int mod = m->order[pos];
     fp_ir_seg_begin(lw->P, FP_SEG_PRE_BACKWARD, mod, micro);
-    for (int b = 0; b < L->nbuckets; b++) {
+    FOR_AT(pl, AT_LAST, pos, b) {
       const fp_bucket *B = &L->buckets[b];
       if (B->last_pos != pos || !B->trainable) continue;
       lw->bucket = b;
@@ -642,12 +677,12 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids) {
       op->dst = fp_reg(ug, 0);
     }
     /* in backward order: the bucket used first is gathered first, then the
-     * ones prefetched behind it (FSDP2's order at its first pre_backward) */
-    for (int r = 0; r < L->nbuckets; r++)
-      if (lw->bwd_issue[lw->bwd_order[r]] == pos) backward_gather(lw, lw->bwd_order[r]);
+     * ones prefetched behind it (FSDP2's order at its first pre_backward);
+     * the position lists keep that order (poslists_build) */
+    FOR_AT(pl, AT_BWD_ISSUE, pos, b) backward_gather(lw, b);
     compute(lw, mod, FP_PASS_BWD, scratch, ids);
     fp_ir_seg_begin(lw->P, FP_SEG_POST_BACKWARD, mod, micro);
-    for (int b = 0; b < L->nbuckets; b++) {
+    FOR_AT(pl, AT_FIRST, pos, b) {
       const fp_bucket *B = &L->buckets[b];
       if (B->first_pos != pos) continue;
       if (B->trainable) reduce_bucket(lw, b, micro);
@@ -695,7 +730,9 @@ fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb) {
   int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));
   int32_t *ids = fp_alloc_array(a, 2 * (size_t)L->nbuckets + 2, sizeof(int32_t));
   fp_ir_seg_begin(lw.P, FP_SEG_STEP_BEGIN, -1, 0);
-  for (int k = 0; k < L->spec->grad_accumulation; k++) micro_batch(&lw, k, scratch, ids);
+  poslists pl;
+  poslists_build(&lw, &pl);
+  for (int k = 0; k < L->spec->grad_accumulation; k++) micro_batch(&lw, k, scratch, ids, &pl);
   optimizer(&lw, ids);
   for (int i = 0; i < lw.P->nbufs; i++) FP_ASSERT(lw.open_at[i] < 0);
   return lw.P;

@@ -65,6 +65,13 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int64_t r, run *out,
       if (t->cnt[g] > 0) runs = 1, len = t->cnt[g], foff = t->off[g];
     } else if (q->placement == FP_PL_OWNED) {
       if (g == q->owner) runs = 1, len = numel;
+    } else if (q->placement == FP_PL_FLAT) {
+      /* the bucket's params end to end (the weight view's offset is the
+       * param's position); rank g holds flat [g*chunk, (g+1)*chunk), at the
+       * start of its main view, so this param's piece is shifted into it */
+      int64_t es = fp_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk, end = gc + q->chunk;
+      int64_t lo = a > gc ? a : gc, hi = a + numel < end ? a + numel : end;
+      if (hi > lo) runs = 1, len = hi - lo, foff = lo - a, base += (lo - gc) * sz;
     }
   }
   *nruns = runs;
@@ -152,7 +159,7 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
 
 /* Groups: the FROM runs of one param sorted by start fall into blocks of
  * equal (start, length) - the replicas of one shard - that do not overlap
- * one another, for every placement (shard, ragged, owned, replicate). Then a
+ * one another, for every placement (shard, ragged, owned, replicate, flat_shard). Then a
  * piece's candidates are one group, found by binary search, and the choice
  * looks at a window of at most WINDOW of its ranks (rotating), so the
  * planner's time grows with the pieces, not with pieces x FROM ranks. */

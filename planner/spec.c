@@ -157,14 +157,23 @@ static bool parse_buckets(fp_jctx *c, fp_spec *s, json_object *v, const char *pt
   if (nb > INT32_MAX / 2) return fp_j_error(c, ptr, "too many buckets");
   s->bucket_mode = FP_BUCKETS_LIST;
   s->buckets = fp_alloc_array(c->a, nb, sizeof *s->buckets);
+  /* the names seen so far, by hash (open addressing; -1 empty): linear in buckets */
+  size_t cap = 16;
+  while (cap < 2 * nb) cap *= 2;
+  int32_t *seen = fp_alloc_array(c->a, cap, sizeof *seen);
+  for (size_t k = 0; k < cap; k++) seen[k] = -1;
   for (size_t i = 0; i < nb; i++) {
     fp_bucket_spec *b = &s->buckets[i];
     if (!parse_bucket(c, s, json_object_array_get_idx(v, i), fp_ptr_idx(c->a, ptr, (int64_t)i), b))
       return false;
-    for (size_t j = 0; j < i; j++)
-      if (!strcmp(s->buckets[j].name, b->name))
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (const unsigned char *q = (const unsigned char *)b->name; *q; q++) h = (h ^ *q) * 1099511628211u;
+    size_t k = (size_t)h & (cap - 1);
+    for (; seen[k] >= 0; k = (k + 1) & (cap - 1))
+      if (!strcmp(s->buckets[seen[k]].name, b->name))
         return fp_j_error(c, fp_ptr_key(c->a, b->ptr, "name"), "duplicate bucket name '%s' (also %s)",
-                          b->name, s->buckets[j].ptr);
+                          b->name, s->buckets[seen[k]].ptr);
+    seen[k] = (int32_t)i;
     s->nbuckets++;
   }
   return true;

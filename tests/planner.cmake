@@ -20,6 +20,11 @@ set_tests_properties(prefetch_auto PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME wait_deletion COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/wait_deletion.py
          --cmd $<TARGET_FILE:flexplan> --root ${CMAKE_SOURCE_DIR})
 set_tests_properties(wait_deletion PROPERTIES LABELS golden TIMEOUT 600)
+# compiles that were quadratic (issue 14): 20,000 one-param units (once exit
+# 70), a spec of 100,000 buckets, literal/glob bucket precedence; no timing
+add_test(NAME scale_compile COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/scale_compile.py
+         --cmd $<TARGET_FILE:flexplan>)
+set_tests_properties(scale_compile PROPERTIES LABELS golden TIMEOUT 1200)
 # the cost model against hand-computed figures
 fp_unit_test(test_cost)
 # the simulator on hand-written programs (tests/sim/*.fpir: figures computed

@@ -3,7 +3,11 @@
  * Persistent device buffers are laid out first, back to back. Transient
  * buffers are then placed greedily by size, largest first (Pisarchyk & Lee's
  * greedy-by-size): each takes the lowest offset whose bytes no already-placed
- * buffer with an overlapping live range holds. Two live ranges that do not
+ * buffer with an overlapping live range holds (the placed buffers' live
+ * ranges are kept in two trees over op order - one answers which ranges
+ * hold an op, the other which start inside a range - so a buffer meets only
+ * the placed ones live with it: O(n log n + n * live at once), not each
+ * placed buffer in turn). Two live ranges that do not
  * overlap in op order are ordered by the program (this lowering runs every op
  * on one stream; the verifier re-checks happens-before over streams and
  * events). The pass also computes the lower bound - the most arena bytes live
@@ -42,13 +46,97 @@ typedef struct {
   int32_t first, n;
 } ranges;
 
-static bool overlap(const fp_ir_live *lv, ranges a, ranges b) {
-  for (int i = 0; i < a.n; i++)
-    for (int j = 0; j < b.n; j++) {
-      const fp_ir_live *x = &lv[a.first + i], *y = &lv[b.first + j];
-      if (x->first <= y->last && y->first <= x->last) return true;
-    }
-  return false;
+/* The placed buffers' live ranges over op order [0, n): a range [f, l] is
+ * listed at the tree nodes that cover it (stab: which ranges hold op a) and
+ * at the leaf of its first op, with a count per node of the ranges starting
+ * under it (which ranges start in (a, b]). A range overlaps [a, b] iff it
+ * holds a or starts in (a, b]. */
+typedef struct {
+  int32_t buf, next;
+} entry;
+
+typedef struct {
+  int32_t n;           /* leaves: a power of two >= ops */
+  int32_t *cover;      /* per node: the first entry of the ranges covering it, -1 */
+  int32_t *start;      /* per leaf: the first entry of the ranges starting there, -1 */
+  int32_t *nstart;     /* per node: ranges starting under it */
+  entry *pool;
+  int32_t npool, cap;
+} ltree;
+
+static void lt_push(ltree *t, int32_t *head, int32_t buf) {
+  if (t->npool == t->cap) {
+    t->cap = t->cap ? 2 * t->cap : 1024;
+    t->pool = realloc(t->pool, (size_t)t->cap * sizeof *t->pool);
+    FP_ASSERT(t->pool);
+  }
+  t->pool[t->npool] = (entry){buf, *head};
+  *head = t->npool++;
+}
+
+static void lt_init(ltree *t, int32_t nops) {
+  memset(t, 0, sizeof *t);
+  t->n = 1;
+  while (t->n < nops) t->n *= 2;
+  t->cover = malloc(2 * (size_t)t->n * sizeof *t->cover);
+  t->start = malloc((size_t)t->n * sizeof *t->start);
+  t->nstart = calloc(2 * (size_t)t->n, sizeof *t->nstart);
+  FP_ASSERT(t->cover && t->start && t->nstart);
+  for (int64_t k = 0; k < 2 * (int64_t)t->n; k++) t->cover[k] = -1;
+  for (int32_t k = 0; k < t->n; k++) t->start[k] = -1;
+}
+
+static void lt_free(ltree *t) {
+  free(t->cover);
+  free(t->start);
+  free(t->nstart);
+  free(t->pool);
+}
+
+static void lt_insert(ltree *t, const fp_ir_live *x, int32_t buf) {
+  for (int64_t a = x->first + (int64_t)t->n, z = x->last + (int64_t)t->n + 1; a < z; a >>= 1, z >>= 1) {
+    if (a & 1) lt_push(t, &t->cover[a++], buf);
+    if (z & 1) lt_push(t, &t->cover[--z], buf);
+  }
+  lt_push(t, &t->start[x->first], buf);
+  for (int64_t a = x->first + (int64_t)t->n; a; a >>= 1) t->nstart[a]++;
+}
+
+/* the buffers of the ranges starting in [lo, hi] under node k (leaves kl..kr) */
+static void lt_starts(const ltree *t, int64_t k, int32_t kl, int32_t kr, int32_t lo, int32_t hi,
+                      void (*f)(void *, int32_t), void *ctx) {
+  if (kr < lo || hi < kl || t->nstart[k] == 0) return;
+  if (kl == kr) {
+    for (int32_t e = t->start[kl]; e >= 0; e = t->pool[e].next) f(ctx, t->pool[e].buf);
+    return;
+  }
+  int32_t mid = kl + (kr - kl) / 2;
+  lt_starts(t, 2 * k, kl, mid, lo, hi, f, ctx);
+  lt_starts(t, 2 * k + 1, mid + 1, kr, lo, hi, f, ctx);
+}
+
+/* every buffer with a placed range overlapping [x->first, x->last] */
+static void lt_query(const ltree *t, const fp_ir_live *x, void (*f)(void *, int32_t), void *ctx) {
+  for (int64_t a = x->first + (int64_t)t->n; a; a >>= 1)
+    for (int32_t e = t->cover[a]; e >= 0; e = t->pool[e].next) f(ctx, t->pool[e].buf);
+  if (x->first < x->last) lt_starts(t, 1, 0, t->n - 1, x->first + 1, x->last, f, ctx);
+}
+
+/* collects the spans of the placed buffers live with the one being placed,
+ * each buffer once */
+typedef struct {
+  const fp_prog *p;
+  int32_t *seen; /* per buffer: the item that last listed it */
+  int32_t item;
+  span *spans;
+  int ns;
+} gather;
+
+static void gather_one(void *ctx, int32_t o) {
+  gather *g = ctx;
+  if (g->seen[o] == g->item) return;
+  g->seen[o] = g->item;
+  g->spans[g->ns++] = (span){g->p->bufs[o].offset, g->p->bufs[o].offset + g->p->bufs[o].bytes};
 }
 
 static int cmp_live(const void *a, const void *b) {
@@ -152,9 +240,10 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   ranges *rg = calloc((size_t)p->nbufs + 1, sizeof *rg);
   item *items = malloc(sizeof *items * ((size_t)p->nbufs + 1));
   span *spans = malloc(sizeof *spans * ((size_t)p->nbufs + 1));
+  int32_t *seen = malloc(sizeof *seen * ((size_t)p->nbufs + 1));
   int64_t *delta = calloc((size_t)p->nops + 2, sizeof *delta);
   int64_t *actd = calloc((size_t)p->nops + 2, sizeof *actd);
-  FP_ASSERT(lv && rg && items && spans && delta && actd);
+  FP_ASSERT(lv && rg && items && spans && seen && delta && actd);
   if (p->nlives) memcpy(lv, p->lives, sizeof *lv * (size_t)p->nlives);
   /* A range that ends on the rs stream in a post_backward ends when that
    * stream gets there, well after the hooks that follow: the rs stream casts
@@ -201,13 +290,16 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   /* transient: greedy by size */
   qsort(items, (size_t)nitems, sizeof *items, cmp_item);
   int64_t end = dev;
+  ltree lt;
+  lt_init(&lt, p->nops);
+  gather g = {.p = p, .seen = seen, .spans = spans};
+  for (int32_t b = 0; b < p->nbufs; b++) seen[b] = -1;
   for (int i = 0; i < nitems; i++) {
     int b = items[i].buf;
-    int ns = 0;
-    for (int j = 0; j < i; j++) {
-      int o = items[j].buf;
-      if (overlap(lv, rg[b], rg[o])) spans[ns++] = (span){p->bufs[o].offset, p->bufs[o].offset + p->bufs[o].bytes};
-    }
+    g.item = i;
+    g.ns = 0;
+    for (int32_t k = rg[b].first; k < rg[b].first + rg[b].n; k++) lt_query(&lt, &lv[k], gather_one, &g);
+    int ns = g.ns;
     qsort(spans, (size_t)ns, sizeof *spans, cmp_span);
     int64_t off = dev;
     for (int k = 0; k < ns; k++) {
@@ -216,12 +308,15 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     }
     int64_t e;
     if (!fp_add64(off, items[i].bytes, &e)) {
+      lt_free(&lt);
       too_big(c);
       goto done;
     }
     p->bufs[b].offset = off;
     if (e > end) end = e;
+    for (int32_t k = rg[b].first; k < rg[b].first + rg[b].n; k++) lt_insert(&lt, &lv[k], b);
   }
+  lt_free(&lt);
   p->arena_bytes = end;
   p->host_bytes = host;
 
@@ -265,6 +360,7 @@ done:
   free(rg);
   free(items);
   free(spans);
+  free(seen);
   free(delta);
   free(actd);
   return ok;

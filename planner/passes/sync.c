@@ -2,9 +2,11 @@
  * others.
  *
  * Runs last, once every buffer has its arena offset. It walks the step twice
- * (the executor replays it) with a vector clock per stream and, per buffer
- * and stream, the clocks of the last read and write (ir/access.c says what
- * each op touches; buffers that share arena bytes conflict). An op that
+ * (the executor replays it) with a vector clock per stream and, per arena
+ * byte and stream, the clocks of the last read and write (ir/access.c says
+ * what each op touches; buffers that share arena bytes conflict; the bytes'
+ * clocks are a segment tree, fp_alias_clocks, so a walk is O(accesses *
+ * log buffers) however many buffers reuse the same bytes). An op that
  * reads what another stream wrote, or writes what another stream read or
  * wrote, without a happens-before edge gets a `wait` right before it on an
  * event recorded right after the other stream's op - as late as possible, so
@@ -30,52 +32,17 @@ enum {
   CHECK,   /* count the conflicts the decided waits leave unordered */
 };
 
-typedef struct bufclk {
-  int64_t w[FP_NSTREAMS], r[FP_NSTREAMS]; /* own-stream clock of the last write / read */
-  int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
-} bufclk;
-
-/* per buffer and stream: the latest writes / reads on the other streams over
- * the buffer and its aliases, valid while no other stream touched anything
- * (a bucket's ops run back to back on one stream: one scan serves them all) */
-typedef struct aliasmax {
-  int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-  int32_t wop[FP_NSTREAMS], rop[FP_NSTREAMS];
-  int64_t seen[FP_NSTREAMS]; /* the access counts it was computed at; -1 never */
-} aliasmax;
-
 typedef struct sctx {
   const fp_prog *P;
   int32_t n;
-  fp_aliases al;
+  fp_alias_clocks al; /* per byte and stream: the clocks of the last write / read */
+  int32_t *clkop[FP_NSTREAMS]; /* per stream: the op that ticked its clock to each value */
   fp_access *acc;
   int32_t *gfirst, *glast;               /* per op: first / last op of its group (itself) */
   int32_t (*wp)[FP_NSTREAMS];            /* per op: producer op waited for, per stream; -1 */
   int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
   int64_t (*snap)[2][FP_NSTREAMS];       /* per op and step: its stream's clock after it */
-  bufclk *clk;
-  aliasmax (*amax)[FP_NSTREAMS]; /* per buffer, per accessing stream */
-  int64_t nacc[FP_NSTREAMS];     /* accesses made on each stream so far */
 } sctx;
-
-static const aliasmax *alias_max(sctx *c, int32_t b, int s) {
-  aliasmax *m = &c->amax[b][s];
-  bool valid = true;
-  for (int t = 0; t < FP_NSTREAMS; t++)
-    if (t != s && m->seen[t] != c->nacc[t]) valid = false;
-  if (valid) return m;
-  memset(m, 0, sizeof *m);
-  for (int t = 0; t < FP_NSTREAMS; t++) m->wop[t] = m->rop[t] = -1, m->seen[t] = c->nacc[t];
-  for (int64_t a = c->al.start[b]; a < c->al.start[b + 1]; a++) {
-    const bufclk *y = &c->clk[c->al.list[a]];
-    for (int t = 0; t < FP_NSTREAMS; t++) {
-      if (t == s) continue;
-      if (y->w[t] > m->w[t]) m->w[t] = y->w[t], m->wop[t] = y->wop[t];
-      if (y->r[t] > m->r[t]) m->r[t] = y->r[t], m->rop[t] = y->rop[t];
-    }
-  }
-  return m;
-}
 
 static void join(int64_t *vc, const int64_t *o) {
   for (int t = 0; t < FP_NSTREAMS; t++)
@@ -98,12 +65,7 @@ static int64_t walk(sctx *c, int mode) {
   const fp_prog *P = c->P;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  for (int32_t b = 0; b < P->nbufs; b++) {
-    memset(&c->clk[b], 0, sizeof c->clk[b]);
-    for (int s = 0; s < FP_NSTREAMS; s++)
-      for (int t = 0; t < FP_NSTREAMS; t++) c->amax[b][s].seen[t] = -1;
-  }
-  memset(c->nacc, 0, sizeof c->nacc);
+  fp_alias_clocks_reset(&c->al);
   int64_t unordered = 0;
   for (int step = 1; step <= 2; step++) {
     for (int32_t i = 0; i < c->n; i++) {
@@ -124,11 +86,12 @@ static int64_t walk(sctx *c, int mode) {
           int na = fp_op_accesses(P, &P->ops[j], c->acc);
           for (int k = 0; k < na; k++) {
             const fp_access *x = &c->acc[k];
-            const aliasmax *y = alias_max(c, x->buf, s);
+            int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
+            fp_alias_clocks_max(&c->al, x->buf, s, w, r);
             for (int t = 0; t < FP_NSTREAMS; t++) {
               if (t == s) continue;
-              if (y->w[t] > vc[s][t] && y->w[t] > need[t]) need[t] = y->w[t], needop[t] = y->wop[t];
-              if (x->write && y->r[t] > vc[s][t] && y->r[t] > need[t]) need[t] = y->r[t], needop[t] = y->rop[t];
+              if (w[t] > vc[s][t] && w[t] > need[t]) need[t] = w[t], needop[t] = c->clkop[t][w[t]];
+              if (x->write && r[t] > vc[s][t] && r[t] > need[t]) need[t] = r[t], needop[t] = c->clkop[t][r[t]];
             }
           }
         }
@@ -162,14 +125,11 @@ static int64_t walk(sctx *c, int mode) {
         }
       }
       vc[s][s]++;
+      c->clkop[s][vc[s][s]] = i;
       memcpy(c->snap[i][step - 1], vc[s], sizeof vc[s]);
       int na = fp_op_accesses(P, op, c->acc);
-      for (int k = 0; k < na; k++) {
-        bufclk *y = &c->clk[c->acc[k].buf];
-        if (c->acc[k].write) y->w[s] = vc[s][s], y->wop[s] = i;
-        if (c->acc[k].read) y->r[s] = vc[s][s], y->rop[s] = i;
-      }
-      c->nacc[s] += na;
+      for (int k = 0; k < na; k++)
+        fp_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s][s]);
     }
     if (step == 1) /* the waits at the end of the step */
       for (int s = 0; s < FP_NSTREAMS; s++)
@@ -257,8 +217,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   cx->synced = true;
   sctx c = {.P = P, .n = P->nops};
   for (int32_t i = 0; i < P->nops; i++) FP_ASSERT(fp_op_class(P->ops[i].code) != FP_OPC_SYNC);
-  bool ok = fp_aliases_build(P, INT64_MAX, &c.al);
-  FP_ASSERT(ok);
+  fp_alias_clocks_init(P, &c.al);
   int32_t maxuses = 0;
   for (int32_t i = 0; i < P->nops; i++)
     if (P->ops[i].nuses > maxuses) maxuses = P->ops[i].nuses;
@@ -268,9 +227,11 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   c.glast = malloc(n1 * sizeof *c.glast);
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
-  c.clk = malloc(((size_t)P->nbufs + 1) * sizeof *c.clk);
-  c.amax = malloc(((size_t)P->nbufs + 1) * sizeof *c.amax);
-  FP_ASSERT(c.acc && c.gfirst && c.glast && c.wp && c.snap && c.clk && c.amax);
+  FP_ASSERT(c.acc && c.gfirst && c.glast && c.wp && c.snap);
+  for (int t = 0; t < FP_NSTREAMS; t++) {
+    c.clkop[t] = malloc((2 * n1 + 1) * sizeof *c.clkop[t]); /* a stream ticks at most once per op and step */
+    FP_ASSERT(c.clkop[t]);
+  }
   for (int32_t i = 0; i < P->nops; i++) {
     const fp_op *op = &P->ops[i];
     bool cont = i > 0 && op->group >= 0 && P->ops[i - 1].group == op->group;
@@ -299,14 +260,13 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
     }
   }
   rebuild(&c, P);
-  fp_aliases_free(&c.al);
+  fp_alias_clocks_free(&c.al);
+  for (int t = 0; t < FP_NSTREAMS; t++) free(c.clkop[t]);
   free(c.acc);
   free(c.gfirst);
   free(c.glast);
   free(c.wp);
   free(c.snap);
-  free(c.clk);
-  free(c.amax);
   return true;
 }
 
