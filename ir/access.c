@@ -99,8 +99,7 @@ static int64_t buf_end(const fp_ir_buf *x) { return x->offset > INT64_MAX - x->b
 
 static bool placed(const fp_ir_buf *x) { return x->offset >= 0 && x->bytes > 0; }
 
-/* the slot of the cut at offset o among the sorted cuts e[0..n) */
-static int32_t cut_of(const int64_t *e, int32_t n, int64_t o) {
+int32_t fp_cut_slot(const int64_t *e, int32_t n, int64_t o) {
   int32_t lo = 0, hi = n - 1;
   while (lo < hi) {
     int32_t mid = lo + (hi - lo) / 2;
@@ -134,8 +133,8 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
       if (x->host != host || !placed(x)) continue;
-      c->lo[b] = (int32_t)(leaves + cut_of(e, u, x->offset));
-      c->hi[b] = (int32_t)(leaves + cut_of(e, u, buf_end(x)));
+      c->lo[b] = (int32_t)(leaves + fp_cut_slot(e, u, x->offset));
+      c->hi[b] = (int32_t)(leaves + fp_cut_slot(e, u, buf_end(x)));
     }
     if (u > 1) leaves += u - 1;
   }

@@ -371,6 +371,9 @@ void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool 
  * run of asks from one stream with no access noted on another in between
  * (a bucket's ops, back to back on one stream) is answered from a memo. */
 void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r);
+/* the slot of offset o among n sorted cut points e: the first k with e[k] >= o
+ * (n - 1 when none); the slots the clocks and the verifier's rule 6 cut bytes into */
+int32_t fp_cut_slot(const int64_t *e, int32_t n, int64_t o);
 /* buffers a and b conflict: the same buffer, or placed in the same arena
  * with overlapping bytes */
 bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b);

@@ -1234,15 +1234,6 @@ static int i64cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int32_t slot_of(const int64_t *e, int32_t n, int64_t o) {
-  int32_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    int32_t mid = lo + (hi - lo) / 2;
-    if (e[mid] < o) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 /* the transient buffers ord[0..nt) of one arena */
 static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
@@ -1274,8 +1265,8 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
     int32_t b = ord[k];
     const fp_ir_buf *x = &p->bufs[b];
     bk[b] = k;
-    slo[k] = slot_of(cut, u, x->offset);
-    shi[k] = slot_of(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
+    slo[k] = fp_cut_slot(cut, u, x->offset);
+    shi[k] = fp_cut_slot(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
     for (int32_t r = v->rstart[b]; r < v->rstart[b + 1]; r++) {
       rs[nr++] = (firstrg){v->rg[r].first, r};
       for (int32_t z = slo[k]; z < shi[k]; z++) start[z + 1]++;

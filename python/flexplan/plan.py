@@ -176,7 +176,12 @@ def load(path):
     file is unreadable, malformed, tampered with or fails verification."""
     lib = L.lib()
     h = ctypes.c_void_p()
-    st = lib.fp_plan_load(L.fsencode(path), ctypes.byref(h))
+    return _plan_or_raise(lib, lib.fp_plan_load(L.fsencode(path), ctypes.byref(h)), h)
+
+
+def _plan_or_raise(lib, st, h):
+    """The Plan a load or compile made, or FlexplanError with the message it
+    kept on the handle (the handle is freed then)."""
     if st != L.FP_OK:
         msg = L.text(lib.fp_plan_errmsg(h)) if h else ""
         if h:
@@ -226,10 +231,4 @@ def compile(model, spec=None, *, hardware=None, policy="flexplan"):  # noqa: A00
                                hardware=hardware.encode() if hardware else None,
                                policy=policy.encode() if policy else None)
     h = ctypes.c_void_p()
-    st = lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h))
-    if st != L.FP_OK:
-        msg = L.text(lib.fp_plan_errmsg(h)) if h else ""
-        if h:
-            lib.fp_plan_free(h)
-        raise FlexplanError(st, msg)
-    return Plan(h)
+    return _plan_or_raise(lib, lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h)), h)
