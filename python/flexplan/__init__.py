@@ -21,13 +21,7 @@ from .errors import FlexplanError
 from .plan import Plan, compile, load  # noqa: A004 - flexplan.compile is the API's name
 from .reshard import Transfer, load_transfer, reshard
 
-import importlib.util as _ilu
-
-if _ilu.find_spec(__name__ + ".executor") is not None:  # the executor binding (flexplan/executor.py)
-    from .executor import Executor  # its own import errors are not hidden
-else:  # pragma: no cover - a package without it
-    Executor = None
-del _ilu
+from .executor import Executor
 
 __all__ = ["compile", "load", "Plan", "reshard", "load_transfer", "Transfer", "FlexplanError", "Executor", "version",
            "library_path", "__version__"]

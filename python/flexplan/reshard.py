@@ -95,8 +95,13 @@ def load_transfer(path):
     """Load a transfer saved as JSON (Transfer.save, `flexplan reshard -o`);
     checked and verified by the library. Raises FlexplanError (located)."""
     h = ctypes.c_void_p()
-    st = L.lib().fp_xfer_load(L.fsencode(path), ctypes.byref(h))
-    t = Transfer(h.value, None, None)
+    return _transfer_or_raise(L.lib().fp_xfer_load(L.fsencode(path), ctypes.byref(h)), h, None, None)
+
+
+def _transfer_or_raise(st, h, from_plan, to_plan):
+    """The Transfer a load or compile made, or FlexplanError with the message
+    it kept on the handle (the handle is freed then)."""
+    t = Transfer(h.value, from_plan, to_plan)
     if st != L.FP_OK:
         msg = t.errmsg
         t.close()
@@ -122,9 +127,4 @@ def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0, 
     opt = L.fp_reshard_options(what.encode() if what else None, int(to_offset), arr, len(pats), int(from_offset))
     h = ctypes.c_void_p()
     st = L.lib().fp_reshard_compile(from_plan._handle, to_plan._handle, ctypes.byref(opt), ctypes.byref(h))
-    t = Transfer(h.value, from_plan, to_plan)
-    if st != L.FP_OK:
-        msg = t.errmsg
-        t.close()
-        raise L.FlexplanError(st, msg)
-    return t
+    return _transfer_or_raise(st, h, from_plan, to_plan)
