@@ -324,6 +324,38 @@ static redio reduce_io(const fp_lower *lw, int b, const fp_lparam *p, int micro)
   return io;
 }
 
+/* the common end of a bucket-level reduction: one reduce-scatter of
+ * n-element chunks from src into dst, the replicas' all-reduce, the write
+ * (cast) or add into the main grad, and after the last micro-batch the
+ * divide */
+static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t n, fp_dtype rd, fp_dtype gd,
+                          bool direct, int micro, bool last, double f) {
+  fp_op *op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, n);
+  op->comm = lw->c_shard;
+  op->dst = fp_reg(dst, 0);
+  op->src = fp_reg(src, 0);
+  if (lw->c_replica >= 0) {
+    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, n);
+    op->comm = lw->c_replica;
+    op->dst = op->src = fp_reg(dst, 0);
+  }
+  if (!direct) {
+    if (micro == 0) {
+      fp_lw_convert(lw, gd, rd, n, fp_reg(bb[FP_BB_GRAD], 0), fp_reg(dst, 0));
+    } else {
+      op = fp_lw_emit(lw, FP_OP_ADD, gd, n);
+      op->sdtype = rd;
+      op->dst = fp_reg(bb[FP_BB_GRAD], 0);
+      op->src = fp_reg(dst, 0);
+    }
+  }
+  if (last) {
+    op = fp_lw_emit(lw, FP_OP_SCALE, gd, n);
+    op->dst = fp_reg(bb[FP_BB_GRAD], 0);
+    op->alpha = f;
+  }
+}
+
 /* a flat bucket's reduction: one cast of the flat grads into the reduce
  * dtype, one reduce-scatter straight out of them, the replicas' all-reduce,
  * one write or add into the main grad, one divide (the padding between params
@@ -341,30 +373,7 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last, double f) {
     src = fp_lw_buf(lw, b, FP_BB_RIN);
     fp_lw_convert(lw, rd, pd, n, fp_reg(src, 0), fp_reg(bb[FP_BB_UGRAD], 0));
   }
-  fp_op *op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, C);
-  op->comm = lw->c_shard;
-  op->dst = fp_reg(dst, 0);
-  op->src = fp_reg(src, 0);
-  if (lw->c_replica >= 0) {
-    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, C);
-    op->comm = lw->c_replica;
-    op->dst = op->src = fp_reg(dst, 0);
-  }
-  if (!direct) {
-    if (micro == 0) {
-      fp_lw_convert(lw, gd, rd, C, fp_reg(bb[FP_BB_GRAD], 0), fp_reg(dst, 0));
-    } else {
-      op = fp_lw_emit(lw, FP_OP_ADD, gd, C);
-      op->sdtype = rd;
-      op->dst = fp_reg(bb[FP_BB_GRAD], 0);
-      op->src = fp_reg(dst, 0);
-    }
-  }
-  if (last) {
-    op = fp_lw_emit(lw, FP_OP_SCALE, gd, C);
-    op->dst = fp_reg(bb[FP_BB_GRAD], 0);
-    op->alpha = f;
-  }
+  reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, f);
 }
 
 /* an fsdp2 unit's reduction as FSDP2 issues it: per param a cast into the
@@ -403,30 +412,7 @@ static void reduce_unit(fp_lower *lw, int b, int micro, bool last, double f) {
     op->src = fp_reg(sbuf, soff);
     op->spitch = p->chunk * er;
   }
-  op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, S);
-  op->comm = lw->c_shard;
-  op->dst = fp_reg(dst, 0);
-  op->src = fp_reg(rst, 0);
-  if (lw->c_replica >= 0) {
-    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, S);
-    op->comm = lw->c_replica;
-    op->dst = op->src = fp_reg(dst, 0);
-  }
-  if (!direct) {
-    if (micro == 0) {
-      fp_lw_convert(lw, gd, rd, S, fp_reg(bb[FP_BB_GRAD], 0), fp_reg(dst, 0));
-    } else {
-      op = fp_lw_emit(lw, FP_OP_ADD, gd, S);
-      op->sdtype = rd;
-      op->dst = fp_reg(bb[FP_BB_GRAD], 0);
-      op->src = fp_reg(dst, 0);
-    }
-  }
-  if (last) {
-    op = fp_lw_emit(lw, FP_OP_SCALE, gd, S);
-    op->dst = fp_reg(bb[FP_BB_GRAD], 0);
-    op->alpha = f;
-  }
+  reduce_chunks(lw, bb, rst, dst, S, rd, gd, direct, micro, last, f);
 }
 
 /* reduce bucket b's grads on the rs stream: casts, reductions, the
