@@ -3,7 +3,7 @@
 # (FP_MPIEXEC_PREFLAGS and FP_MPI_ENV: tests/CMakeLists.txt).
 function(fp_mpi_test name np exe)
   add_test(NAME ${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${FP_MPIEXEC_PREFLAGS}
+           COMMAND ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${np} ${FP_MPIEXEC_PREFLAGS}
                    $<TARGET_FILE:${exe}> ${MPIEXEC_POSTFLAGS} ${ARGN})
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np} ENVIRONMENT "${FP_MPI_ENV}")
 endfunction()
@@ -17,7 +17,7 @@ endforeach()
 # fp_plan_test(name model spec np program args...): compile tests/mpi/<spec>
 # for np ranks (run_plan.py), then run the program on it under mpirun;
 # "{plan}" in args is the plan's path.
-set(FP_MPIEXEC_CMD "${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};${FP_MPIEXEC_PREFLAGS}")
+set(FP_MPIEXEC_CMD "${FP_MPIEXEC};${MPIEXEC_NUMPROC_FLAG};${FP_MPIEXEC_PREFLAGS}")
 function(fp_plan_test name model spec np)
   add_test(NAME ${name}
            COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_plan.py --flexplan $<TARGET_FILE:flexplan>

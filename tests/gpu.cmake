@@ -51,7 +51,7 @@ fp_gpu_test(gpu_kernels test_kernels_cuda)
 # train_mlp at world size 1 on the NCCL backend (eager, graph, whole-step
 # capture by the trainer) against the MPI backend's run of the same plan, bit
 # for bit, with a refit after the graphs were captured
-set(FP_GPU_MPIEXEC "${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};${FP_MPIEXEC_PREFLAGS}")
+set(FP_GPU_MPIEXEC "${FP_MPIEXEC};${MPIEXEC_NUMPROC_FLAG};${FP_MPIEXEC_PREFLAGS}")
 function(fp_gpu_parity name model spec policy)
   add_test(NAME gpu_parity_${name}
            COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/train_parity.py --flexplan $<TARGET_FILE:flexplan>

@@ -12,5 +12,5 @@ set_tests_properties(lib_exports PROPERTIES LABELS lib TIMEOUT 60)
 add_test(NAME install_consumers
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/install/run.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}
                  ${CMAKE_COMMAND} $<BOOL:${FP_SANITIZE}>
-                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 ${FP_MPIEXEC_PREFLAGS})
+                 ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 1 ${FP_MPIEXEC_PREFLAGS})
 set_tests_properties(install_consumers PROPERTIES LABELS "install;mpi" TIMEOUT 300 ENVIRONMENT "${FP_MPI_ENV}")
