@@ -184,6 +184,7 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
                 .dpitch = op->dpitch,
                 .spitch = op->spitch,
                 .alpha = op->alpha,
+                .red = op->red,
                 .off = {-1, -1, -1},
                 .event = op->event,
                 .done_step = -1};

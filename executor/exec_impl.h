@@ -72,6 +72,7 @@ typedef struct fp_xop {
   int32_t root;        /* broadcast/reduce root; send/recv peer distance */
   int64_t rows, dpitch, spitch; /* copy */
   double alpha;        /* scale */
+  fp_redop red;        /* reductions: sum or avg (the MPI backend divides the sum by G) */
   const int64_t *tab_off, *tab_cnt; /* v-collectives: the extent table (G entries) */
   int64_t off[3];      /* dst, src, aux: byte offset in their arena (-1: no operand) */
   bool host[3];        /* ... in the host arena instead of the device arena */

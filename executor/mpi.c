@@ -44,7 +44,10 @@
  * to dst when done, leaving every other byte as NCCL would. Broadcast with
  * src != dst copies src to dst on the root first; reduce leaves dst alone off
  * the root. bf16 and fp16 sums use a user MPI_Op over a 2-byte type whose
- * body is fpk_reduce_sum (widen to fp32, add, round to nearest even). */
+ * body is fpk_reduce_sum (widen to fp32, add, round to nearest even).
+ * MPI has no average: an op with red=avg sums as above, then divides its
+ * result (dst, on the root only for reduce) by G with fpk_div once the
+ * collective is done, before anything after it on the stream runs. */
 #include <inttypes.h>
 #include <limits.h>
 #include <mpi.h>
@@ -546,6 +549,7 @@ static bool advance(fp_exec *x, mstate *m, hstream *s) {
       }
       if (!flag) goto out;
       if (q->staging) memcpy(o->dst, q->staging, (size_t)(o->n * fp_dtype_size(o->dtype)));
+      if (o->red == FP_RED_AVG && (o->code != FP_OP_REDUCE || o->g == o->root)) fpk_div(o->dst, o->dtype, (double)o->G, o->n);
       fpx_time_op(x, o, head / s->len, true);
       head++;
       moved = true;

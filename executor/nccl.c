@@ -442,6 +442,7 @@ static fp_status issue_comm(fp_exec *x, const fp_xop *o, ncclComm_t c, cudaStrea
   int g = (int)o->g, G = (int)o->G, root = o->root;
   int64_t sz = fp_dtype_size(o->dtype);
   ncclDataType_t t = nccl_type(o->dtype);
+  ncclRedOp_t red = o->red == FP_RED_AVG ? ncclAvg : ncclSum; /* ncclAvg: NCCL >= 2.10 */
   ncclResult_t r = ncclSuccess;
   switch (o->code) {
     case FP_OP_ALL_GATHER: r = ncclAllGather(o->src, o->dst, n, t, c, s); break;
@@ -455,20 +456,20 @@ static fp_status issue_comm(fp_exec *x, const fp_xop *o, ncclComm_t c, cudaStrea
       if (r == ncclSuccess) r = ncclGroupEnd();
       else ncclGroupEnd();
       break;
-    case FP_OP_REDUCE_SCATTER: r = ncclReduceScatter(o->src, o->dst, n, t, ncclSum, c, s); break;
+    case FP_OP_REDUCE_SCATTER: r = ncclReduceScatter(o->src, o->dst, n, t, red, c, s); break;
     case FP_OP_REDUCE_SCATTER_V: /* one reduce per member, grouped */
       r = ncclGroupStart();
       for (int j = 0; j < G && r == ncclSuccess; j++) {
         if (!o->tab_cnt[j]) continue;
         char *in = o->src + o->tab_off[j] * sz; /* off the root, recvbuff is not used */
-        r = ncclReduce(in, j == g ? o->dst : in, (size_t)o->tab_cnt[j], t, ncclSum, j, c, s);
+        r = ncclReduce(in, j == g ? o->dst : in, (size_t)o->tab_cnt[j], t, red, j, c, s);
       }
       if (r == ncclSuccess) r = ncclGroupEnd();
       else ncclGroupEnd();
       break;
-    case FP_OP_ALL_REDUCE: r = ncclAllReduce(o->src, o->dst, n, t, ncclSum, c, s); break;
+    case FP_OP_ALL_REDUCE: r = ncclAllReduce(o->src, o->dst, n, t, red, c, s); break;
     case FP_OP_BROADCAST: r = ncclBroadcast(o->src, o->dst, n, t, root, c, s); break;
-    case FP_OP_REDUCE: r = ncclReduce(o->src, o->dst, n, t, ncclSum, root, c, s); break;
+    case FP_OP_REDUCE: r = ncclReduce(o->src, o->dst, n, t, red, root, c, s); break;
     case FP_OP_SEND: r = ncclSend(o->src, n, t, (g + root) % G, c, s); break;
     case FP_OP_RECV: r = ncclRecv(o->dst, n, t, ((g - root) % G + G) % G, c, s); break;
     default: FP_ASSERT(!"not a communication op");

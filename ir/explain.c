@@ -129,6 +129,7 @@ static void c_comm(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   size_t n = 0;
   buf[0] = 0;
   if (op->comm >= 0 && op->comm < p->ncomms) n += (size_t)snprintf(buf, cap, "%s", p->comms[op->comm].name);
+  if (op->red != FP_RED_SUM && n < cap) n += (size_t)snprintf(buf + n, cap - n, " red=%s", fp_redop_name(op->red));
   if (op->root >= 0 && n < cap)
     n += (size_t)snprintf(buf + n, cap - n, " %s%" PRId32,
                           op->code == FP_OP_SEND || op->code == FP_OP_RECV ? "dist=" : "root=", op->root);

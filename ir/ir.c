@@ -50,6 +50,16 @@ static const char *const streams[] = {
 };
 const char *fp_stream_name(int s) { return s >= 0 && s < FP_NSTREAMS ? streams[s] : "?"; }
 
+static const char *const redops[] = {
+#define X(e, s) s,
+    FP_REDOPS(X)
+#undef X
+};
+const char *fp_redop_name(int r) { return r >= 0 && r < FP_NREDOPS ? redops[r] : "?"; }
+bool fp_op_reduces(fp_opcode c) {
+  return c == FP_OP_REDUCE_SCATTER || c == FP_OP_REDUCE_SCATTER_V || c == FP_OP_ALL_REDUCE || c == FP_OP_REDUCE;
+}
+
 static const struct {
   const char *name;
   bool module;

@@ -178,6 +178,21 @@ typedef enum {
   FP_PASS_OPT, /* the optimizer step (module -1): reads main grads, writes main weights */
 } fp_pass;
 
+/* how a reduction collective (reduce_scatter[_v], all_reduce, reduce)
+ * combines the ranks' values: X(enum, name). The default is the sum. */
+#define FP_REDOPS(X)                                                          \
+  X(SUM, "sum") /* sum_j src_j */                                              \
+  X(AVG, "avg") /* sum_j src_j / G (NCCL's ncclAvg, torch's ReduceOp.AVG) */
+typedef enum {
+#define X(e, s) FP_RED_##e,
+  FP_REDOPS(X)
+#undef X
+  FP_NREDOPS
+} fp_redop;
+const char *fp_redop_name(int r);
+/* true for the opcodes that reduce (and so take a fp_redop) */
+bool fp_op_reduces(fp_opcode c);
+
 typedef struct fp_op {
   fp_opcode code;
   fp_stream stream;
@@ -191,6 +206,7 @@ typedef struct fp_op {
   int32_t event;     /* record/wait */
   int32_t module;    /* compute: module index; else -1 */
   fp_pass pass;      /* compute: forward, backward or optimizer */
+  fp_redop red;      /* reductions: sum (default) or avg over op.comm's G ranks */
   int32_t bucket;    /* the bucket it serves, for viewers (-1) */
   int32_t group;     /* grouped-call id (coalesce): equal ids issue as one group; -1 */
   int32_t tab;       /* extent table (v-collectives, ragged local ops); -1 */

@@ -714,11 +714,12 @@ static bool parse_uses(parser *ps, int *start) {
 
 enum {
   K_N, K_DST, K_SRC, K_AUX, K_COMM, K_TAB, K_ROOT, K_ONLY, K_EV, K_MODULE, K_PASS, K_ALPHA, K_ROWS,
-  K_DPITCH, K_SPITCH, K_BUCKET, K_GROUP, K_USES, K_NKEYS
+  K_DPITCH, K_SPITCH, K_BUCKET, K_GROUP, K_USES, K_RED, K_NKEYS
 };
 static const char *const op_keys[K_NKEYS] = {"n",      "dst",  "src",   "aux",  "comm",   "tab",
                                              "root",   "only", "ev",    "module", "pass", "alpha",
-                                             "rows",   "dpitch", "spitch", "bucket", "group", "uses"};
+                                             "rows",   "dpitch", "spitch", "bucket", "group", "uses",
+                                             "red"};
 
 static bool op_line(parser *ps) {
   const char *s;
@@ -804,12 +805,23 @@ static bool op_line(parser *ps) {
         ok = end_of_field(ps);
         break;
       case K_ALPHA: ok = parse_double(ps, &o.alpha, "alpha") && end_of_field(ps); break;
+      case K_RED: {
+        at = ps->pos;
+        len = atom(ps, &s);
+        int r = -1;
+        for (int j = 0; j < FP_NREDOPS; j++)
+          if (atom_is(s, len, fp_redop_name(j))) r = j;
+        if (r < 0) return fail(ps, at, "expected red=sum or red=avg");
+        o.red = (fp_redop)r;
+        ok = end_of_field(ps);
+        break;
+      }
       case K_ROWS: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.rows, "rows"); break;
       case K_DPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.dpitch, "dpitch"); break;
       case K_SPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.spitch, "spitch"); break;
       case K_BUCKET: ok = ref_field(ps, NM_BUCKET, &o.bucket); break;
       case K_GROUP: ok = i32_field(ps, &o.group, "group"); break;
-      default: ok = parse_uses(ps, &nuse); break;
+      case K_USES: ok = parse_uses(ps, &nuse); break;
     }
     if (!ok) return false;
   }

@@ -252,7 +252,7 @@ static bool reg_empty(const fp_region *r) { return r->buf == -1 && !r->tabrel &&
 static void jop(wr *w, const fp_prog *p, int32_t i) {
   const fp_op *op = &p->ops[i];
   if ((unsigned)op->code >= FP_NOPS || (unsigned)op->stream >= FP_NSTREAMS || !(op->dtype >= 0 && op->dtype < FP_NDTYPES) ||
-      !(op->sdtype >= 0 && op->sdtype < FP_NDTYPES) || (unsigned)op->pass > FP_PASS_OPT) {
+      !(op->sdtype >= 0 && op->sdtype < FP_NDTYPES) || (unsigned)op->pass > FP_PASS_OPT || (unsigned)op->red >= FP_NREDOPS) {
     w->ok = false;
     W_LIT(w, "{}");
     return;
@@ -275,6 +275,7 @@ static void jop(wr *w, const fp_prog *p, int32_t i) {
     w_region(w, &op->aux);
   }
   if (op->comm != -1) M_INT(w, false, "comm", op->comm);
+  if (op->red != FP_RED_SUM) M_STR(w, false, "red", fp_redop_name(op->red));
   if (op->tab != -1) M_INT(w, false, "table", op->tab);
   if (op->root != -1) M_INT(w, false, "root", op->root);
   if (op->only != -1) M_INT(w, false, "only", op->only);
@@ -612,6 +613,7 @@ static bool rd_enum(rd *r, json_object *o, const char *key, bool req, const char
 static const char *n_dtype(int i) { return fp_dtype_name((fp_dtype)i); }
 static const char *n_kind(int i) { return kind_names[i]; }
 static const char *n_pass(int i) { return pass_names[i]; }
+static const char *n_red(int i) { return fp_redop_name(i); }
 static const char *n_op(int i) { return fp_op_name((fp_opcode)i); }
 
 /* an array member; n its length */
@@ -855,17 +857,19 @@ static bool read_op(rd *r, json_object *o, fp_prog *p) {
   static const char *const allowed[] = {"op",     "stream", "dtype", "sdtype", "count", "dst",   "src",
                                         "aux",    "comm",   "table", "root",   "only",  "only_comm", "event",
                                         "module", "pass",   "alpha", "rows",   "dpitch", "spitch", "bucket",
-                                        "group",  "uses",   NULL};
-  int code, stream, dt, sdt = -1, pass = FP_PASS_FWD;
+                                        "group",  "uses",   "red",  NULL};
+  int code, stream, dt, sdt = -1, pass = FP_PASS_FWD, red = FP_RED_SUM;
   int64_t count;
   if (!keys(r, o, allowed) || !rd_enum(r, o, "op", true, n_op, FP_NOPS, &code) ||
       !rd_enum(r, o, "stream", true, fp_stream_name, FP_NSTREAMS, &stream) ||
       !rd_enum(r, o, "dtype", true, n_dtype, FP_NDTYPES, &dt) || !rd_enum(r, o, "sdtype", false, n_dtype, FP_NDTYPES, &sdt) ||
-      !rd_int(r, o, "count", true, INT64_MIN, INT64_MAX, &count) || !rd_enum(r, o, "pass", false, n_pass, 3, &pass))
+      !rd_int(r, o, "count", true, INT64_MIN, INT64_MAX, &count) || !rd_enum(r, o, "pass", false, n_pass, 3, &pass) ||
+      !rd_enum(r, o, "red", false, n_red, FP_NREDOPS, &red))
     return false;
   fp_op *op = fp_ir_emit(p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, count);
   if (sdt >= 0) op->sdtype = (fp_dtype)sdt;
   op->pass = (fp_pass)pass;
+  op->red = (fp_redop)red;
   json_object *uses;
   size_t nu;
   if (!rd_arr(r, o, "uses", false, &uses, &nu)) return false;
@@ -1531,10 +1535,10 @@ static bool e_seg(fr *f, void *ctx, int64_t i) {
 static const char *const a_op[] = {"op",     "stream", "dtype", "sdtype", "count", "dst",   "src",
                                    "aux",    "comm",   "table", "root",   "only",  "only_comm", "event",
                                    "module", "pass",   "alpha", "rows",   "dpitch", "spitch", "bucket",
-                                   "group",  "uses",   NULL};
+                                   "group",  "uses",   "red",  NULL};
 typedef struct {
   fp_op o;       /* fields as read (code, stream, dtype are ints below) */
-  int code, stream, dt, sdt, pass;
+  int code, stream, dt, sdt, pass, red;
   int32_t *uses;
   int64_t nuses, capuses;
 } f_op;
@@ -1564,6 +1568,7 @@ static bool m_op(fr *f, void *ctx, int k) {
     case 19: return fint(f, INT64_MIN, INT64_MAX, &o->spitch);
     case 20: return fi32(f, -1, &o->bucket);
     case 21: return fi32(f, INT32_MIN, &o->group);
+    case 23: return fenum(f, n_red, FP_NREDOPS, &x->red);
     default: {
       if (!lit(f, '[')) return false;
       x->nuses = 0;
@@ -1599,12 +1604,14 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
   o->dpitch = o->spitch = 0;
   x->sdt = -1;
   x->pass = FP_PASS_FWD;
+  x->red = FP_RED_SUM;
   x->nuses = -1;
   uint32_t seen;
   if (!fobj(f, a_op, 0x17, &seen, m_op, x)) return false;
   fp_op *op = fp_ir_emit(p, (fp_opcode)x->code, (fp_stream)x->stream, (fp_dtype)x->dt, o->count);
   if (x->sdt >= 0) op->sdtype = (fp_dtype)x->sdt;
   op->pass = (fp_pass)x->pass;
+  op->red = (fp_redop)x->red;
   if (x->nuses >= 0) {
     if (p->nuses > INT32_MAX - x->nuses) return false;
     fp_ir_op_uses(p, op, x->uses, (int)x->nuses);

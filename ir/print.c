@@ -552,6 +552,10 @@ static void op_line(printer *pr, int32_t i) {
     sb_lit(l, "\tcomm=");
     ref(pr, NM_COMM, op->comm);
   }
+  if (op->red != FP_RED_SUM) {
+    sb_lit(l, "\tred=");
+    sb_puts(l, fp_redop_name(op->red));
+  }
   if (op->tab != -1) {
     sb_lit(l, "\ttab=");
     ref(pr, NM_TAB, op->tab);

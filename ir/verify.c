@@ -468,6 +468,11 @@ static bool check_op_structure(vctx *v, int32_t i) {
   if ((unsigned)op->stream >= FP_NSTREAMS) verr(v, FP_VL_OP, i, "%s: unknown stream %d", on, (int)op->stream);
   if (!dtype_ok(op->dtype) || !dtype_ok(op->sdtype)) verr(v, FP_VL_OP, i, "%s: unknown dtype", on);
   if ((unsigned)op->pass > FP_PASS_OPT) verr(v, FP_VL_OP, i, "%s: unknown pass %d", on, (int)op->pass);
+  if ((unsigned)op->red >= FP_NREDOPS)
+    verr(v, FP_VL_OP, i, "%s: unknown reduce op %d", on, (int)op->red);
+  else if (op->red != FP_RED_SUM && !fp_op_reduces(op->code))
+    verr(v, FP_VL_OP, i, "%s takes no red=%s (only reduce_scatter, reduce_scatter_v, all_reduce and reduce reduce)", on,
+         fp_redop_name(op->red));
 #define RANGE(field, n, what)                                                                                         \
   if (op->field < -1 || op->field >= (n))                                                                             \
     verr(v, FP_VL_OP, i, "%s: " what " %" PRId32 " is out of range (%" PRId32 " defined)", on, op->field, (int32_t)(n));

@@ -54,6 +54,10 @@ void fpk_add(void *dst, fp_dtype dt, const void *src, fp_dtype st, int64_t n);
 void fpk_scale(void *dst, fp_dtype dt, double alpha, int64_t n);
 /* bytes >= 0 zero bytes */
 void fpk_memset0(void *dst, int64_t bytes);
+/* dst[i] /= d (d > 0, an exact fp32 integer such as a group size): widened
+ * to fp32, divided (IEEE, correctly rounded), rounded once to dt. The MPI
+ * backend's second half of an average reduction (sum, then divide by G). */
+void fpk_div(void *dst, fp_dtype dt, double d, int64_t n);
 /* inout[i] += in[i], both of dtype dt: the body of a user MPI_Op */
 void fpk_reduce_sum(void *inout, const void *in, fp_dtype dt, int64_t n);
 

@@ -126,6 +126,19 @@ void fpk_scale(void *dst, fp_dtype dt, double alpha, int64_t n) {
   }
 }
 
+void fpk_div(void *dst, fp_dtype dt, double d, int64_t n) {
+  FPK_CHECK(n >= 0, "fpk_div: negative count");
+  FPK_CHECK(arith(dt), "fpk_div: dtype not fp32, bf16 or fp16");
+  FPK_CHECK(d > 0, "fpk_div: divisor not positive");
+  float dv = (float)d, a[CHUNK];
+  for (int64_t i = 0; i < n; i += CHUNK) {
+    int k = n - i < CHUNK ? (int)(n - i) : CHUNK;
+    widen(a, dst, dt, i, k);
+    for (int j = 0; j < k; j++) a[j] = fpkc_canon(a[j] / dv);
+    narrow(dst, dt, i, a, k);
+  }
+}
+
 void fpk_memset0(void *dst, int64_t bytes) {
   FPK_CHECK(bytes >= 0, "fpk_memset0: negative size");
   if (bytes > 0) memset(dst, 0, (size_t)bytes);

@@ -324,20 +324,73 @@ static redio reduce_io(const fp_lower *lw, int b, const fp_lparam *p, int micro)
   return io;
 }
 
-/* the common end of a bucket-level reduction: one reduce-scatter of
- * n-element chunks from src into dst, the replicas' all-reduce, the write
- * (cast) or add into the main grad, and after the last micro-batch the
- * divide */
+/* How a bucket-level reduction divides. The flexplan default sums, then
+ * multiplies by 1/(world x micro-batches) after the last micro-batch. An
+ * fsdp2 unit divides as FSDP2 does (docs/layout.md, "fsdp2 units"). */
+typedef struct divide {
+  fp_redop red;   /* the reduce-scatter's and the replicas' all-reduce's op */
+  double pre;     /* scale the reduce input by this before the collectives (0: none) */
+  double post;    /* scale the reduce output by this after them, before the write or add (0: none) */
+  double last;    /* scale the main grad by this after the last micro-batch (0: none) */
+} divide;
+
+static divide flexplan_divide(const fp_lower *lw) {
+  double f = 1.0 / ((double)lw->L->world * (double)lw->L->spec->grad_accumulation);
+  divide d = {FP_RED_SUM, 0, 0, f};
+  return d;
+}
+
+/* FSDP2's gradient divide (torch 2.15, _fsdp_collectives.py,
+ * _get_gradient_divide_factors, no gradient_divide_factor set): over D
+ * data-parallel ranks (shard group x replicas), fp32 and bf16 reduce with
+ * ReduceOp.AVG on the reduce-scatter and on the replicas' all-reduce (SUM,
+ * no divide, when D == 1); any other reduce dtype (fp16) sums, dividing by
+ * pre before and by post = D / pre after, pre the power of two FSDP2's loop
+ * picks (about sqrt(D)). The plan's loss is a per-micro-batch mean, so over
+ * several micro-batches the main grad is divided by their number too: an
+ * extra scale FSDP2 leaves to the trainer. */
+static divide fsdp2_divide(const fp_lower *lw, fp_dtype rd) {
+  int64_t D = lw->L->world, ga = lw->L->spec->grad_accumulation;
+  divide d = {FP_RED_SUM, 0, 0, ga > 1 ? 1.0 / (double)ga : 0};
+  if (rd == FP_F32 || rd == FP_BF16) {
+    if (D > 1) d.red = FP_RED_AVG;
+    return d;
+  }
+  int64_t pre = 1;
+  while (D % pre == 0 && D / pre > pre) pre *= 2;
+  double post = (double)D / (double)pre;
+  if (pre != 1) d.pre = 1.0 / (double)pre;
+  if (post != 1) d.post = 1.0 / post;
+  return d;
+}
+
+/* the common end of a bucket-level reduction: the pre-divide of the
+ * G x n-element input, one reduce-scatter of n-element chunks from src into
+ * dst, the replicas' all-reduce, the post-divide, the write (cast) or add
+ * into the main grad, and after the last micro-batch the divide */
 static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t n, fp_dtype rd, fp_dtype gd,
-                          bool direct, int micro, bool last, double f) {
-  fp_op *op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, n);
+                          bool direct, int micro, bool last, const divide *dv) {
+  fp_op *op;
+  if (dv->pre != 0) {
+    op = fp_lw_emit(lw, FP_OP_SCALE, rd, n * lw->L->G);
+    op->dst = fp_reg(src, 0);
+    op->alpha = dv->pre;
+  }
+  op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, n);
   op->comm = lw->c_shard;
+  op->red = dv->red;
   op->dst = fp_reg(dst, 0);
   op->src = fp_reg(src, 0);
   if (lw->c_replica >= 0) {
     op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, n);
     op->comm = lw->c_replica;
+    op->red = dv->red;
     op->dst = op->src = fp_reg(dst, 0);
+  }
+  if (dv->post != 0) {
+    op = fp_lw_emit(lw, FP_OP_SCALE, rd, n);
+    op->dst = fp_reg(dst, 0);
+    op->alpha = dv->post;
   }
   if (!direct) {
     if (micro == 0) {
@@ -349,10 +402,10 @@ static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t
       op->src = fp_reg(dst, 0);
     }
   }
-  if (last) {
+  if (last && dv->last != 0) {
     op = fp_lw_emit(lw, FP_OP_SCALE, gd, n);
     op->dst = fp_reg(bb[FP_BB_GRAD], 0);
-    op->alpha = f;
+    op->alpha = dv->last;
   }
 }
 
@@ -360,7 +413,7 @@ static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t
  * dtype, one reduce-scatter straight out of them, the replicas' all-reduce,
  * one write or add into the main grad, one divide (the padding between params
  * is zero: the trainer never writes it) */
-static void reduce_flat(fp_lower *lw, int b, int micro, bool last, double f) {
+static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
   const fp_bucket *B = &lw->L->buckets[b];
   const int *bb = lw->bufs[b];
   int64_t C = B->flat_chunk, n = C * lw->L->G;
@@ -373,15 +426,17 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last, double f) {
     src = fp_lw_buf(lw, b, FP_BB_RIN);
     fp_lw_convert(lw, rd, pd, n, fp_reg(src, 0), fp_reg(bb[FP_BB_UGRAD], 0));
   }
-  reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, f);
+  divide dv = flexplan_divide(lw);
+  reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, &dv);
 }
 
 /* an fsdp2 unit's reduction as FSDP2 issues it: per param a cast into the
  * reduce dtype when it differs, per param one G-row copy into the [G, S]
  * reduce staging (chunk_cat; the padding rows are zero), one
  * reduce_scatter_tensor straight into the packed main grads, the
- * replicas' all-reduce, one write or add, one divide */
-static void reduce_unit(fp_lower *lw, int b, int micro, bool last, double f) {
+ * replicas' all-reduce, one write or add, divided as FSDP2 divides
+ * (fsdp2_divide: ReduceOp.AVG, or pre/post scales around a sum for fp16) */
+static void reduce_unit(fp_lower *lw, int b, int micro, bool last) {
   const fp_bucket *B = &lw->L->buckets[b];
   const int *bb = lw->bufs[b];
   int64_t S = B->unit_chunk, er = fp_dtype_size(B->mp.reduce);
@@ -412,7 +467,8 @@ static void reduce_unit(fp_lower *lw, int b, int micro, bool last, double f) {
     op->src = fp_reg(sbuf, soff);
     op->spitch = p->chunk * er;
   }
-  reduce_chunks(lw, bb, rst, dst, S, rd, gd, direct, micro, last, f);
+  divide dv = fsdp2_divide(lw, rd);
+  reduce_chunks(lw, bb, rst, dst, S, rd, gd, direct, micro, last, &dv);
 }
 
 /* reduce bucket b's grads on the rs stream: casts, reductions, the
@@ -429,8 +485,8 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   open_buf(lw, bb[FP_BB_RIN]);
   open_buf(lw, bb[FP_BB_ROUT]);
   open_buf(lw, bb[FP_BB_RST]);
-  if (B->flat) reduce_flat(lw, b, micro, last, f);
-  if (B->unit) reduce_unit(lw, b, micro, last, f);
+  if (B->flat) reduce_flat(lw, b, micro, last);
+  if (B->unit) reduce_unit(lw, b, micro, last);
   /* casts into the reduce dtype, the placements' own staging, reductions */
   for (fp_lw_phase ph = FP_PH_PRE; ph <= FP_PH_COMM && !B->flat && !B->unit; ph++) {
     lw->phase = ph;
