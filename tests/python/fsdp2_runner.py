@@ -1,19 +1,23 @@
 """Real FSDP2 (torch.distributed.fsdp.fully_shard) on gloo, CPU: the peer
 flexplan.torch is compared with.
 
-    python fsdp2_runner.py --model mlp|llama --np N --out DIR [--steps 10]
+    python fsdp2_runner.py --model mlp|llama --np N --out DIR [--steps 10] [--dtype fp16|bf16]
 
 spawns N processes (torch.multiprocessing, MASTER_ADDR=127.0.0.1), builds the
 same model as the flexplan tests (torch_models: same seed, same data per
 global micro-batch g = step*N + rank), applies fully_shard to every unit of
-torch_models.{MLP,LLAMA_FSDP2}_UNITS and then to the root, trains with
-AdamW (same hyperparameters), and writes from rank 0:
+torch_models.{MLP,LLAMA_FSDP2}_UNITS and then to the root (with --dtype,
+MixedPrecisionPolicy(param_dtype=reduce_dtype=that dtype)), trains with
+AdamW (same hyperparameters), and writes from rank 0 (a --dtype run's
+names end in _<dtype>):
 
 - DIR/fsdp2_<model>_np<N>.safetensors: the final params (full tensors);
 - DIR/fsdp2_<model>_np<N>.collectives.json: every collective rank 0 issued
   in step 1 (the steady state, after FSDP2's lazy init in step 0), in issue
   order, recorded by wrapping torch.distributed's collective functions:
   name, input and output element counts, dtype, reduce op, group size;
+  and FSDP2's gradient divides (`_div_if_needed` of _fsdp_collectives.py,
+  its pre/post divide around a SUM for fp16) as name "div" with the factor;
 - DIR/fsdp2_<model>_np<N>.time.json: step times (bench/torch_bench.py).
 """
 import argparse
@@ -52,6 +56,16 @@ class Recorder:
                 continue
             self._orig[name] = f
             setattr(dist, name, self._wrap(name, f))
+        from torch.distributed.fsdp._fully_shard import _fsdp_collectives as fc
+        div = fc._div_if_needed
+
+        def wrapped_div(tensor, div_factor):
+            if self.on and div_factor is not None and div_factor != 1:  # the calls that divide
+                self.calls.append({"name": "div", "numel": [int(tensor.numel())],
+                                   "dtype": str(tensor.dtype).replace("torch.", ""), "op": None,
+                                   "factor": float(div_factor), "group_size": None})
+            return div(tensor, div_factor)
+        fc._div_if_needed = wrapped_div
 
     def _wrap(self, name, f):
         def wrapped(*args, **kwargs):
@@ -74,7 +88,7 @@ class Recorder:
         return wrapped
 
 
-def _worker(rank, world, port, kind, steps, out, mb_size):
+def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     rec = Recorder()
@@ -86,9 +100,14 @@ def _worker(rank, world, port, kind, steps, out, mb_size):
     mesh = init_device_mesh("cpu", (world,))
     model = tm.tiny_llama() if kind == "llama" else tm.mlp()
     units = tm.LLAMA_FSDP2_UNITS if kind == "llama" else tm.MLP_UNITS
+    kw = {}
+    if dtype:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+        dt = getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[dtype])
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=dt, reduce_dtype=dt)
     for u in units:
-        fully_shard(model.get_submodule(u), mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(model.get_submodule(u), mesh=mesh, **kw)
+    fully_shard(model, mesh=mesh, **kw)
     opt = tm.adamw(model.parameters())
     times = []
     for step in range(steps):
@@ -108,7 +127,7 @@ def _worker(rank, world, port, kind, steps, out, mb_size):
         full[n] = p.full_tensor().detach().clone() if hasattr(p, "full_tensor") else p.detach().clone()
     if rank == 0:
         from safetensors.torch import save_file
-        base = os.path.join(out, f"fsdp2_{kind}_np{world}")
+        base = os.path.join(out, f"fsdp2_{kind}_np{world}" + (f"_{dtype}" if dtype else ""))
         save_file({k: v.contiguous() for k, v in full.items()}, base + ".safetensors")
         with open(base + ".collectives.json", "w") as f:
             json.dump(rec.calls, f, indent=1)
@@ -124,10 +143,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(kind, world, out, steps=10, mb_size=2):
-    mp.start_processes(_worker, args=(world, free_port(), kind, steps, out, mb_size), nprocs=world,
+def run(kind, world, out, steps=10, mb_size=2, dtype=None):
+    mp.start_processes(_worker, args=(world, free_port(), kind, steps, out, mb_size, dtype), nprocs=world,
                        join=True, start_method="spawn")
-    return os.path.join(out, f"fsdp2_{kind}_np{world}")
+    return os.path.join(out, f"fsdp2_{kind}_np{world}" + (f"_{dtype}" if dtype else ""))
 
 
 def main():
@@ -137,8 +156,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--mb-size", type=int, default=2)
+    ap.add_argument("--dtype", choices=["fp16", "bf16"], default=None)
     a = ap.parse_args()
-    print(run(a.model, a.np, a.out, a.steps, a.mb_size))
+    print(run(a.model, a.np, a.out, a.steps, a.mb_size, a.dtype))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ NP = 2
 # parity (torch_worker.py), which measured AdamW's amplification of such
 # rounding differences over 10 steps at up to 3.4e-5.
 ATOL, RTOL = 1e-4, 1e-3
+# (ranks, FSDP2's param and reduce dtype) of the collective-sequence runs beyond fp32
+SEQ_MIXED = [(3, "bf16"), (3, "fp16"), (4, "fp16")]
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,10 @@ def out(tmp_path_factory):
     for kind in ("mlp", "llama"):
         run_fsdp2(kind, NP, str(d))
     run_fsdp2("mlp", 3, str(d), steps=3)  # 3 ranks: padded shards (the collectives only)
+    # mixed precision (the collectives only): bf16 reduces with AVG, fp16 sums
+    # between a pre and a post divide (3 ranks: 2 and 1.5; 4 ranks: 2 and 2)
+    for np_, dt in SEQ_MIXED:
+        run_fsdp2("mlp", np_, str(d), steps=2, dtype=dt)
     rc, log = run_mpi(NP, "torch_worker.py", "mlp_full_shard", "llama_full_shard", env={"FP_SAVE_FINAL": str(d)})
     assert rc == 0, log[-4000:]
     return str(d)
@@ -55,12 +61,15 @@ def test_same_params_as_fsdp2(out, kind):
     print(f"{kind}: max |flexplan - fsdp2| = {worst:.3g}")
 
 
-def fsdp2_sequence(out, kind, np_=NP):
-    with open(os.path.join(out, f"fsdp2_{kind}_np{np_}.collectives.json")) as f:
+def fsdp2_sequence(out, kind, np_=NP, dtype=None):
+    name = f"fsdp2_{kind}_np{np_}" + (f"_{dtype}" if dtype else "")
+    with open(os.path.join(out, name + ".collectives.json")) as f:
         calls = json.load(f)
     seq = []
     for c in calls:
-        if c["name"] in ("all_gather_single", "all_gather_into_tensor"):
+        if c["name"] == "div":  # FSDP2's pre/post divide (fp16): (elements, dtype, factor)
+            seq.append(("div", c["numel"][0], c["dtype"], round(c["factor"], 9)))
+        elif c["name"] in ("all_gather_single", "all_gather_into_tensor"):
             seq.append(("all_gather", min(c["numel"]), c["dtype"], None))  # the input: this rank's shard, padded
         elif c["name"] in ("reduce_scatter_single", "reduce_scatter_tensor"):
             seq.append(("reduce_scatter", min(c["numel"]), c["dtype"], c["op"]))
@@ -71,19 +80,22 @@ def fsdp2_sequence(out, kind, np_=NP):
 
 def plan_sequence(plan):
     """rank 0's collectives in one step of a plan, in program order:
-    (kind, elements per rank, dtype, reduce op)."""
+    (kind, elements per rank, dtype, reduce op), and its gradient divides
+    (scale ops: ("div", elements, dtype, 1 / alpha))."""
     dt = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
     seq = []
     for s in plan["segments"]:
         for o in plan["ops"][s["first"]:s["first"] + s["count"]]:
             if o["op"] in ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_gather_v",
                            "reduce_scatter_v", "reduce"):
-                red = "sum" if "reduce" in o["op"] else None
+                red = o.get("red", "sum") if "reduce" in o["op"] else None
                 seq.append((o["op"], o["count"], dt.get(o["dtype"], o["dtype"]), red))
+            elif o["op"] == "scale":
+                seq.append(("div", o["count"], dt.get(o["dtype"], o["dtype"]), round(1 / o["alpha"], 9)))
     return seq
 
 
-def compile_fsdp2_policy(tmp, kind, np_=NP):
+def compile_fsdp2_policy(tmp, kind, np_=NP, dtype="fp32"):
     model = tm.mlp()
     mj = os.path.join(tmp, "m.json")
     sj = os.path.join(tmp, "s.json")
@@ -92,7 +104,7 @@ def compile_fsdp2_policy(tmp, kind, np_=NP):
         json.dump(tm.model_json(model, tm.MLP_UNITS, name=kind), f)
     with open(sj, "w") as f:
         json.dump({"format": "flexplan.spec.v1", "mesh": {"world_size": np_}, "strategy": "full_shard",
-                   "defaults": {"mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32",
+                   "defaults": {"mixed_precision": {"param_dtype": dtype, "reduce_dtype": dtype,
                                                     "main_grad_dtype": "fp32"}}}, f)
     cli = os.environ.get("FLEXPLAN_CLI") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "flexplan")
     subprocess.run([cli, "compile", mj, "--spec", sj, "--policy", "fsdp2", "-o", pj], check=True,
@@ -136,11 +148,11 @@ def test_elements_per_unit_match_fsdp2(out, tmp_path, np_):
     assert {d for k, _, d, _ in f if k == "reduce_scatter"} == {d for k, _, d, _ in p if k == "reduce_scatter"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known (issue 13, open): the fsdp2 policy now issues FSDP2's collectives one per unit, in FSDP2's "
-    "order and element counts with padding, but reduces with a sum followed by a scale by 1/N where "
-    "FSDP2 uses ReduceOp.AVG: the IR has no AVG reduction yet"))
-def test_collective_sequence_equals_fsdp2_policy(out, tmp_path):
-    f = fsdp2_sequence(out, "mlp")
-    p = plan_sequence(compile_fsdp2_policy(str(tmp_path), "mlp"))
+@pytest.mark.parametrize("np_,dtype", [(2, None), (3, None)] + SEQ_MIXED)
+def test_collective_sequence_equals_fsdp2_policy(out, tmp_path, np_, dtype):
+    """The whole step, in issue order: every all-gather and reduce-scatter
+    (elements per rank with padding, dtype, reduce op: AVG for fp32 and
+    bf16) and every gradient divide FSDP2 makes (fp16: elements, factor)."""
+    f = fsdp2_sequence(out, "mlp", np_, dtype)
+    p = plan_sequence(compile_fsdp2_policy(str(tmp_path), "mlp", np_, dtype or "fp32"))
     assert p == f, "\nplan:  %s\nfsdp2: %s" % (p, f)
