@@ -9,6 +9,9 @@
  *    bit-exact;
  *  - reductions sum small integers, which every summation order and every
  *    dtype (fp32, bf16, fp16) represents exactly, so they are bit-exact too;
+ *    red=avg ones must give that sum divided by the group size in fp32,
+ *    rounded once to the dtype (computed here by hand), and agree with the
+ *    sum-then-scale form within one rounding;
  *  - in-place forms leave every byte outside dst as NCCL would (the MPI
  *    reduce-scatter writes its result at offset 0; the backend must not);
  *  - events order streams: a compute-stream copy that waits for an
@@ -21,6 +24,8 @@
 #include "exec_util.h"
 
 #include "kernels/kernels.h"
+
+#include <math.h>
 
 static fp_progress mode;
 
@@ -125,7 +130,29 @@ static float get(const void *p, fp_dtype dt, int64_t i) {
   return dt == FP_BF16 ? fpk_bf16_to_f32(h) : fpk_f16_to_f32(h);
 }
 
-static void case_reductions(fp_dtype dt) {
+/* what a reduction of dtype dt with op red leaves for the exact sum s over
+ * W ranks: s itself, or (avg) s / W divided in fp32 and rounded once to dt,
+ * computed here by hand. The sum+scale form the planner's default lowering
+ * uses (sum, then multiply by 1/W rounded to fp32) must agree with it to
+ * within one rounding of dt, exactly when W is a power of two. */
+static float reduced(float s, fp_dtype dt, fp_redop red, int W) {
+  if (red == FP_RED_SUM) return s;
+  float q = s / (float)W;
+  unsigned char b[4];
+  put(b, dt, 0, q);
+  float avg = get(b, dt, 0);
+  float scaled = s * (float)(1.0 / W); /* the sum, then scale by 1/W */
+  put(b, dt, 0, scaled);
+  scaled = get(b, dt, 0);
+  float ulp = dt == FP_F32 ? 0x1p-23f : dt == FP_BF16 ? 0x1p-7f : 0x1p-10f;
+  if ((W & (W - 1)) == 0)
+    EXPECT(avg == scaled, "avg %g != sum then scale %g (W = %d, a power of two)", avg, scaled, W);
+  else
+    EXPECT(fabsf(avg - scaled) <= ulp * fabsf(avg), "avg %g and sum then scale %g differ by more than one rounding", avg, scaled);
+  return avg;
+}
+
+static void case_reductions(fp_dtype dt, fp_redop red) {
   const int W = tu_world, n = 7;
   const int64_t sz = fp_dtype_size(dt);
   tprog t = tp_new(W);
@@ -165,6 +192,7 @@ static void case_reductions(fp_dtype dt) {
   o->comm = t.world, o->root = 0, o->dst = fp_reg(rd_dst, 0), o->src = fp_reg(ar_src, 0);
   o = tp_op(&t, FP_OP_REDUCE, FP_STREAM_RS, dt, n);
   o->comm = t.world, o->root = W - 1, o->dst = o->src = fp_reg(rd_ip, 0);
+  for (int32_t k = 0; k < t.p->nops; k++) t.p->ops[k].red = red;
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   void *rs = tp_mem(x, rs_src), *rsi = tp_mem(x, rs_ip), *vs = tp_mem(x, v_src), *vi = tp_mem(x, v_ip);
@@ -180,11 +208,12 @@ static void case_reductions(fp_dtype dt) {
   EXPECT(fp_exec_sync(x) == FP_OK, "sync: %s", fp_exec_errmsg(x));
   const int g = tu_rank;
   const char *dn = fp_dtype_name(dt);
+#define R(v) reduced((v), dt, red, W)
   for (int64_t i = 0; i < n; i++) {
-    float want = sum_ival(W, g * n + i);
+    float want = R(sum_ival(W, g * n + i));
     EXPECT(get(tp_mem(x, rs_dst), dt, i) == want, "%s reduce_scatter [%" PRId64 "]", dn, i);
     EXPECT(get(rsi, dt, g * n + i) == want, "%s in-place reduce_scatter [%" PRId64 "]", dn, i);
-    float ar = sum_ival(W, i);
+    float ar = R(sum_ival(W, i));
     EXPECT(get(tp_mem(x, ar_dst), dt, i) == ar, "%s all_reduce [%" PRId64 "]", dn, i);
     EXPECT(get(ari, dt, i) == ar, "%s in-place all_reduce [%" PRId64 "]", dn, i);
     EXPECT(get(rdd, dt, i) == (g == 0 ? ar : -3.0f), "%s reduce [%" PRId64 "] (root 0; dst untouched elsewhere)", dn, i);
@@ -194,13 +223,14 @@ static void case_reductions(fp_dtype dt) {
   for (int64_t i = 0; i < total; i++)
     if (i < g * n || i >= (g + 1) * n) EXPECT(get(rsi, dt, i) == ival(g, i), "%s in-place reduce_scatter slot byte %" PRId64, dn, i);
   for (int64_t i = 0; i < cnt[g]; i++) {
-    EXPECT(get(tp_mem(x, v_dst), dt, i) == sum_ival(W, off[g] + i), "%s reduce_scatter_v [%" PRId64 "]", dn, i);
-    EXPECT(get(vi, dt, off[g] + i) == sum_ival(W, off[g] + i), "%s in-place reduce_scatter_v [%" PRId64 "]", dn, i);
-    EXPECT(get(tp_mem(x, g_dst), dt, i) == sum_ival(W, goff[g] + i), "%s reduce_scatter_v per root [%" PRId64 "]", dn, i);
-    EXPECT(get(gi, dt, goff[g] + i) == sum_ival(W, goff[g] + i), "%s in-place reduce_scatter_v per root", dn);
+    EXPECT(get(tp_mem(x, v_dst), dt, i) == R(sum_ival(W, off[g] + i)), "%s reduce_scatter_v [%" PRId64 "]", dn, i);
+    EXPECT(get(vi, dt, off[g] + i) == R(sum_ival(W, off[g] + i)), "%s in-place reduce_scatter_v [%" PRId64 "]", dn, i);
+    EXPECT(get(tp_mem(x, g_dst), dt, i) == R(sum_ival(W, goff[g] + i)), "%s reduce_scatter_v per root [%" PRId64 "]", dn, i);
+    EXPECT(get(gi, dt, goff[g] + i) == R(sum_ival(W, goff[g] + i)), "%s in-place reduce_scatter_v per root", dn);
   }
   for (int64_t i = 0; i < W * 4; i++)
     if (i < off[g] || i >= off[g] + cnt[g]) EXPECT(get(vi, dt, i) == ival(g, i), "%s in-place reduce_scatter_v keeps [%" PRId64 "]", dn, i);
+#undef R
   finish(x, plan, &t);
 }
 
@@ -429,9 +459,11 @@ int main(int argc, char **argv) {
     mode = modes[k];
     case_all_gather();
     case_all_gather_v();
-    case_reductions(FP_F32);
-    case_reductions(FP_BF16);
-    case_reductions(FP_F16);
+    for (int r = FP_RED_SUM; r <= FP_RED_AVG; r++) { /* avg: MPI's sum, then divided by G */
+      case_reductions(FP_F32, (fp_redop)r);
+      case_reductions(FP_BF16, (fp_redop)r);
+      case_reductions(FP_F16, (fp_redop)r);
+    }
     case_broadcast_p2p();
     case_local();
     case_events();
