@@ -795,6 +795,71 @@ static char *replace(const char *s, const char *from, const char *to) {
   return r;
 }
 
+/* red=avg (docs/ir.md): printed only when not sum, carried by plan.json as
+ * "red" through both readers, checked by the verifier and the readers */
+static void test_plan_red(void **state) {
+  (void)state;
+  static const char *text =
+      "fpir 1\nworld_size 2\nevents 1\ncomm world size=2 stride=1\nbuf r persistent staging bytes=512 offset=0\n"
+      "arena_bytes 512\nsegment step_begin\n"
+      "   0  rs  all_reduce  fp32  n=64  dst=r[0]  src=r[0]  comm=world  red=avg\n"
+      "   1  rs  reduce_scatter  fp32  n=32  dst=r[256]  src=r[0]  comm=world\n"
+      "   2  rs  record  ev=0\n"
+      "segment pre_optimizer\n   3  compute  wait  ev=0\nsegment post_optimizer\n";
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, stderr);
+  fp_prog *p = parse(a, &d, text);
+  assert_non_null(p);
+  assert_int_equal(p->ops[0].red, FP_RED_AVG);
+  assert_int_equal(p->ops[1].red, FP_RED_SUM);
+  assert_true(fp_ir_verify(p, &d, NULL));
+  char *t1 = print(p);
+  assert_non_null(strstr(t1, "red=avg"));
+  assert_null(strstr(strstr(t1, "reduce_scatter"), "red="));
+  char *j = plan_text(p);
+  assert_non_null(strstr(j, "\"red\":\"avg\""));
+  fp_prog *q = plan_read(a, &d, j); /* the one-pass reader */
+  assert_non_null(q);
+  assert_int_equal(q->ops[0].red, FP_RED_AVG);
+  assert_int_equal(q->ops[1].red, FP_RED_SUM);
+  char *t2 = print(q);
+  assert_string_equal(t1, t2);
+  char *k = replace(j, "\"red\":\"avg\"", "\"red\":\"\\u0061vg\""); /* an escape: the json-c reader */
+  q = plan_read(a, &d, k);
+  assert_non_null(q);
+  assert_int_equal(q->ops[0].red, FP_RED_AVG);
+  free(k);
+  k = replace(j, "\"red\":\"avg\"", "\"red\":\"max\"");
+  expect_plan_error(k, "/ops/0/red: unknown red 'max'");
+  free(k);
+  k = replace(j, "\"red\":\"avg\"", "\"red\":1");
+  expect_plan_error(k, "/ops/0/red: expected a string");
+  free(k);
+  /* avg on an op that does not reduce: the verifier, through the reader too */
+  fp_op *o = &p->ops[1];
+  o->red = FP_RED_AVG;
+  bool ok;
+  char *m = verify_msgs(p, &ok);
+  assert_true(ok);
+  free(m);
+  p->ops[2].red = FP_RED_AVG;
+  m = verify_msgs(p, &ok);
+  assert_false(ok);
+  assert_non_null(strstr(m, "record takes no red=avg"));
+  free(m);
+  p->ops[2].red = (fp_redop)7;
+  m = verify_msgs(p, &ok);
+  assert_false(ok);
+  assert_non_null(strstr(m, "unknown reduce op 7"));
+  free(m);
+  free(t1);
+  free(t2);
+  free(j);
+  fp_diag_free(&d);
+  fp_arena_free(a);
+}
+
 static void test_plan_tampered(void **state) {
   (void)state;
   fp_arena *a = fp_arena_new();
@@ -1215,7 +1280,7 @@ int main(void) {
       cmocka_unit_test(test_builder),          cmocka_unit_test(test_kitchen_valid_and_roundtrip),
       cmocka_unit_test(test_odd_roundtrip),    cmocka_unit_test(test_parse_handwritten),
       cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_fpir_hostile),
-      cmocka_unit_test(test_plan_roundtrip),   cmocka_unit_test(test_plan_tampered),
+      cmocka_unit_test(test_plan_roundtrip),   cmocka_unit_test(test_plan_tampered), cmocka_unit_test(test_plan_red),
       cmocka_unit_test(test_plan_verified),    cmocka_unit_test(test_plan_hostile),
       cmocka_unit_test(test_verify_rules),     cmocka_unit_test(test_verify_reuse_ok),
       cmocka_unit_test(test_verify_located),
