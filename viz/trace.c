@@ -136,6 +136,7 @@ static void op_event(tw *w, const fp_viz *v, int64_t rank, int32_t i, int32_t la
       fputs(",\"comm\":", f);
       fp_jw_str(f, p->comms[op->comm].name);
     }
+    if (fp_op_reduces(op->code)) fprintf(f, ",\"red\":\"%s\"", fp_redop_name(op->red));
   }
   if (op->group >= 0) fprintf(f, ",\"group\":%" PRId32, op->group);
   if (c == FP_OPC_SYNC) fprintf(f, ",\"event\":%" PRId32, op->event);
