@@ -362,6 +362,25 @@ static void add_scale_reduce(void **state) {
   uint16_t nh[1] = {0xfe01}, nh2[1] = {0x3c00};
   fpk_add(nh, FP_F16, nh2, FP_F16, 1);
   assert_int_equal(nh[0], 0x7e00);
+  /* div (the MPI backend's average: the sum, then / G): correctly rounded
+   * fp32 quotients, where multiplying by 1/3 would not be: 5/3 =
+   * 1.6666666|66.. lies nearer 0x3fd55555 (1.66666663) than 0x3fd55556,
+   * which is 5 * 0x3eaaaaab; 7/3 likewise; -6/3 = -2 exactly; then one
+   * rounding into bf16 (1/3 = 0x3eaaaaab -> 0x3eab, the dropped 0xaaab is
+   * above half) and fp16 (1/3 -> 0x3555) */
+  uint32_t dv[4] = {0x40a00000u, 0x40e00000u, 0xc0c00000u, 0};
+  fpk_div(dv, FP_F32, 3.0, 4);
+  assert_int_equal(dv[0], 0x3fd55555u);
+  assert_int_equal(dv[1], 0x40155555u);
+  assert_int_equal(dv[2], 0xc0000000u);
+  assert_int_equal(dv[3], 0);
+  uint16_t dvb[1] = {0x3f80}, dvh[2] = {0x3c00, 0x4400};
+  fpk_div(dvb, FP_BF16, 3.0, 1);
+  assert_int_equal(dvb[0], 0x3eab);
+  fpk_div(dvh, FP_F16, 3.0, 1);
+  assert_int_equal(dvh[0], 0x3555);
+  fpk_div(dvh + 1, FP_F16, 2.0, 1); /* 4 / 2 = 2 */
+  assert_int_equal(dvh[1], 0x4000);
   /* long arrays cross the internal chunks */
   enum { N = 1000 };
   float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
