@@ -110,6 +110,11 @@ static bool opnd_extent(const fp_op *op, int w, int64_t n, int64_t G, int64_t ta
     case FP_OP_COPY:
       return fp_mul64(op->rows - 1, w == DST ? op->dpitch : op->spitch, &t) && fp_mul64(n, sz, out) &&
              fp_add64(t, *out, out);
+    case FP_OP_SPLIT_COPY:
+    case FP_OP_CHUNK_CAT: /* the table side ends at tab_end elements (max off + rows * cnt); the other is rows of n */
+      if ((op->code == FP_OP_SPLIT_COPY) == (w == DST)) return fp_mul64(tab_end, sz, out);
+      return fp_mul64(op->rows - 1, w == DST ? op->dpitch : op->spitch, &t) && fp_mul64(n, sz, out) &&
+             fp_add64(t, *out, out);
     case FP_OP_QUANTIZE_MXFP8:
     case FP_OP_DEQUANTIZE_MXFP8:
       if (w == AUX) {
@@ -135,6 +140,24 @@ static fp_status check_table(fp_exec *x, int32_t t, int64_t G, const char *who, 
       return fpx_fail(x, FP_ERR_PLAN, "%s: extent table '%s' entry %" PRId64 " is invalid", who, tab->name, j);
     if (e > *end) *end = e;
   }
+  return FP_OK;
+}
+
+/* a region table (split_copy, chunk_cat): entries >= 0, their counts sum to
+ * n, *end = max(off + rows * cnt) without overflow */
+static fp_status check_regions(fp_exec *x, const fp_op *op, const char *who, int64_t *end) {
+  const fp_ir_table *tab = &x->prog->tabs[op->tab];
+  int64_t sum = 0;
+  *end = 0;
+  for (int64_t j = 0; j < tab->n; j++) {
+    int64_t e, t;
+    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fp_mul64(op->rows, tab->cnt[j], &t) || !fp_add64(tab->off[j], t, &e) ||
+        !fp_add64(sum, tab->cnt[j], &sum))
+      return fpx_fail(x, FP_ERR_PLAN, "%s: region table '%s' entry %" PRId64 " is invalid", who, tab->name, j);
+    if (e > *end) *end = e;
+  }
+  if (sum != op->count || op->comm >= 0)
+    return fpx_fail(x, FP_ERR_PLAN, "%s: region table '%s' does not fit the op", who, tab->name);
   return FP_OK;
 }
 
@@ -193,14 +216,19 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
     o->g = fp_comm_index(&p->comms[op->comm], x->rank);
   }
   int64_t tab_end = 0;
+  bool regions = fp_op_regions(op->code);
+  if (regions && (op->tab < 0 || op->rows < 1 || op->dst.tabrel || op->src.tabrel))
+    return fpx_fail(x, FP_ERR_PLAN, "%s: needs a region table and rows >= 1", who);
   if (op->tab >= 0) {
-    FPX_CHECK(check_table(x, op->tab, o->G, who, &tab_end));
+    if (regions) FPX_CHECK(check_regions(x, op, who, &tab_end));
+    else FPX_CHECK(check_table(x, op->tab, o->G, who, &tab_end));
     o->tab_off = p->tabs[op->tab].off;
     o->tab_cnt = p->tabs[op->tab].cnt;
+    o->ntab = p->tabs[op->tab].n;
   }
   o->n = fp_op_count(p, op, o->g);
   if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
-  if (op->code == FP_OP_COPY && (op->rows < 1 || op->dpitch < 0 || op->spitch < 0))
+  if ((op->code == FP_OP_COPY || regions) && (op->rows < 1 || op->dpitch < 0 || op->spitch < 0))
     return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
   unsigned need = operands_of(op->code);
   const fp_region *regs[3] = {&op->dst, &op->src, &op->aux};

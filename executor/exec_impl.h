@@ -73,7 +73,9 @@ typedef struct fp_xop {
   int64_t rows, dpitch, spitch; /* copy */
   double alpha;        /* scale */
   fp_redop red;        /* reductions: sum or avg (the MPI backend divides the sum by G) */
-  const int64_t *tab_off, *tab_cnt; /* v-collectives: the extent table (G entries) */
+  const int64_t *tab_off, *tab_cnt; /* v-collectives: the extent table (G entries); split_copy,
+                       * chunk_cat: the region table (ntab entries) */
+  int64_t ntab;
   int64_t off[3];      /* dst, src, aux: byte offset in their arena (-1: no operand) */
   bool host[3];        /* ... in the host arena instead of the device arena */
   char *dst, *src, *aux; /* the same as pointers, once the arena exists (NULL: none) */

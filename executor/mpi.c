@@ -426,6 +426,24 @@ static void run_local(const fp_xop *o) {
     case FP_OP_COPY:
       for (int64_t r = 0; r < o->rows; r++) memcpy(o->dst + r * o->dpitch, o->src + r * o->spitch, (size_t)(o->n * sz));
       break;
+    case FP_OP_SPLIT_COPY:
+    case FP_OP_CHUNK_CAT: {
+      /* region j: rows of tab_cnt[j] elements between the table side (at
+       * tab_off[j], rows packed) and the rows side (column p, pitched) */
+      bool split = o->code == FP_OP_SPLIT_COPY;
+      int64_t ed = fp_dtype_size(o->dtype), es = fp_dtype_size(o->sdtype), col = 0;
+      for (int64_t j = 0; j < o->ntab; j++) {
+        int64_t c = o->tab_cnt[j];
+        for (int64_t r = 0; r < o->rows; r++) {
+          char *d = split ? o->dst + (o->tab_off[j] + r * c) * ed : o->dst + r * o->dpitch + col * ed;
+          const char *s = split ? o->src + r * o->spitch + col * es : o->src + (o->tab_off[j] + r * c) * es;
+          if (o->dtype == o->sdtype) memcpy(d, s, (size_t)(c * ed));
+          else fpk_cast(d, o->dtype, s, o->sdtype, c);
+        }
+        col += c;
+      }
+      break;
+    }
     case FP_OP_ADD: fpk_add(o->dst, o->dtype, o->src, o->sdtype, o->n); break;
     case FP_OP_SCALE: fpk_scale(o->dst, o->dtype, o->alpha, o->n); break;
     case FP_OP_MEMSET: fpk_memset0(o->dst, o->n * sz); break;

@@ -413,12 +413,37 @@ static fp_status nccl_connect(fp_exec *x) {
 }
 
 /* ---- issuing ops --------------------------------------------------------------------------------------- */
+/* split_copy / chunk_cat: per region one pitched copy (same dtype) or one
+ * cast per row (converting chunk_cat): O(regions x rows) launches, where a
+ * fused kernel would take one (not written yet: docs/executor.md) */
+static cudaError_t issue_regions(const fp_xop *o, cudaStream_t s) {
+  bool split = o->code == FP_OP_SPLIT_COPY;
+  int64_t ed = fp_dtype_size(o->dtype), es = fp_dtype_size(o->sdtype), col = 0;
+  cudaError_t e = cudaSuccess;
+  for (int64_t j = 0; j < o->ntab && e == cudaSuccess; j++) {
+    int64_t c = o->tab_cnt[j];
+    char *tside = (split ? o->dst : o->src) + o->tab_off[j] * (split ? ed : es);
+    if (c == 0) continue;
+    if (o->dtype == o->sdtype) {
+      if (split) e = fpk_cuda_copy2d(tside, c * ed, o->src + col * es, o->spitch, c * ed, o->rows, s);
+      else e = fpk_cuda_copy2d(o->dst + col * ed, o->dpitch, tside, c * es, c * es, o->rows, s);
+    } else {
+      for (int64_t r = 0; r < o->rows && e == cudaSuccess; r++)
+        e = fpk_cuda_cast(o->dst + r * o->dpitch + col * ed, o->dtype, tside + r * c * es, o->sdtype, c, s);
+    }
+    col += c;
+  }
+  return e;
+}
+
 static fp_status issue_local(fp_exec *x, const fp_xop *o, cudaStream_t s) {
   int64_t sz = fp_dtype_size(o->dtype);
   cudaError_t e = cudaSuccess;
   switch (o->code) {
     case FP_OP_CAST: e = fpk_cuda_cast(o->dst, o->dtype, o->src, o->sdtype, o->n, s); break;
     case FP_OP_COPY: e = fpk_cuda_copy2d(o->dst, o->dpitch, o->src, o->spitch, o->n * sz, o->rows, s); break;
+    case FP_OP_SPLIT_COPY:
+    case FP_OP_CHUNK_CAT: e = issue_regions(o, s); break;
     case FP_OP_ADD: e = fpk_cuda_add(o->dst, o->dtype, o->src, o->sdtype, o->n, s); break;
     case FP_OP_SCALE: e = fpk_cuda_scale(o->dst, o->dtype, o->alpha, o->n, s); break;
     case FP_OP_MEMSET: e = fpk_cuda_memset0(o->dst, o->n * sz, s); break;

@@ -104,14 +104,14 @@ static void c_count(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
     if (op->code == FP_OP_COMPUTE && op->alpha > 0) snprintf(buf, cap, "%.3g flops", op->alpha);
     return;
   }
-  bool tabled = op->tab >= 0 && op->tab < p->ntabs && p->tabs[op->tab].n > 0 &&
+  bool tabled = op->tab >= 0 && op->tab < p->ntabs && p->tabs[op->tab].n > 0 && !fp_op_regions(op->code) &&
                 (cls == FP_OPC_LOCAL || op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V);
   int64_t n = tabled ? p->tabs[op->tab].cnt[0] : op->count;
   int64_t G = op->comm >= 0 && op->comm < p->ncomms ? p->comms[op->comm].size : 1;
   int64_t mult = op->code == FP_OP_ALL_GATHER || op->code == FP_OP_REDUCE_SCATTER ? G : 1;
   bool bytes_op = op->code == FP_OP_H2D || op->code == FP_OP_D2H;
   int sz = bytes_op ? 1 : fp_dtype_size(op->dtype);
-  double b = (double)n * (double)mult * sz * (double)(op->code == FP_OP_COPY ? op->rows : 1);
+  double b = (double)n * (double)mult * sz * (double)(op->code == FP_OP_COPY || fp_op_regions(op->code) ? op->rows : 1);
   const char *unit = "B";
   if (b >= 1024.0 * 1024 * 1024) b /= 1024.0 * 1024 * 1024, unit = "GiB";
   else if (b >= 1024.0 * 1024) b /= 1024.0 * 1024, unit = "MiB";

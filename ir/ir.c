@@ -551,8 +551,10 @@ int64_t fp_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, 
 
 /* ops whose count on rank g is tab.cnt[g] when they have a table */
 static bool count_from_table(fp_opcode c) {
+  if (fp_op_regions(c)) return false; /* a region table: n is the sum of its counts */
   return c == FP_OP_ALL_GATHER_V || c == FP_OP_REDUCE_SCATTER_V || ((unsigned)c < FP_NOPS && ops[c].cls == FP_OPC_LOCAL);
 }
+bool fp_op_regions(fp_opcode c) { return c == FP_OP_SPLIT_COPY || c == FP_OP_CHUNK_CAT; }
 
 int64_t fp_op_count(const fp_prog *p, const fp_op *op, int64_t g) {
   if (op->tab >= 0 && count_from_table(op->code)) {

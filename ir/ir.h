@@ -192,6 +192,9 @@ typedef enum {
 const char *fp_redop_name(int r);
 /* true for the opcodes that reduce (and so take a fp_redop) */
 bool fp_op_reduces(fp_opcode c);
+/* true for the opcodes whose table lists regions (split_copy, chunk_cat:
+ * any number of entries, no comm) rather than one extent per rank */
+bool fp_op_regions(fp_opcode c);
 
 typedef struct fp_op {
   fp_opcode code;

@@ -452,6 +452,20 @@ static int operands_of(fp_opcode c) {
   }
 }
 
+/* a region table (split_copy, chunk_cat) over `rows` rows: the sum of its
+ * counts and the end, in elements, of the furthest region's rows in the
+ * table-side operand (max over j of off[j] + rows * cnt[j]); false on
+ * overflow */
+static bool region_sums(const fp_ir_table *t, int64_t rows, int64_t *sum, int64_t *end) {
+  *sum = *end = 0;
+  for (int64_t j = 0; j < t->n; j++) {
+    int64_t x, e;
+    if (!fp_add64(*sum, t->cnt[j], sum) || !fp_mul64(rows, t->cnt[j], &x) || !fp_add64(t->off[j], x, &e)) return false;
+    if (e > *end) *end = e;
+  }
+  return true;
+}
+
 static const fp_region *operand(const fp_op *op, int w) { return w == OPND_DST ? &op->dst : w == OPND_SRC ? &op->src : &op->aux; }
 static const char *opnd_name(int w) { return w == OPND_DST ? "dst" : w == OPND_SRC ? "src" : "aux"; }
 
@@ -528,7 +542,22 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (present && r->tabrel && op->tab < 0)
       verr(v, FP_VL_OP, i, "%s: %s is table-relative but the op has no table", on, opnd_name(w));
   }
-  if (op->tab >= 0) { /* tables serve the op's communicator: one entry per member */
+  if (fp_op_regions(op->code)) { /* a region table: any number of entries, no comm */
+    int64_t sum, end;
+    if (op->tab < 0)
+      verr(v, FP_VL_OP, i, "%s needs a region table (tab=)", on);
+    else if (op->comm >= 0)
+      verr(v, FP_VL_OP, i, "%s takes no comm (its table lists regions, not ranks)", on);
+    else if (!v->tabs[op->tab].ok)
+      verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
+    else if (op->dst.tabrel || op->src.tabrel)
+      verr(v, FP_VL_OP, i, "%s: operands are not table-relative (the table places the regions)", on);
+    else if (!region_sums(&p->tabs[op->tab], op->rows < 1 ? 1 : op->rows, &sum, &end))
+      verr(v, FP_VL_OP, i, "%s: table '%s' overflows int64 over %" PRId64 " rows", on, p->tabs[op->tab].name, op->rows);
+    else if (sum != op->count)
+      verr(v, FP_VL_OP, i, "%s: n=%" PRId64 " but the regions of table '%s' count %" PRId64, on, op->count,
+           p->tabs[op->tab].name, sum);
+  } else if (op->tab >= 0) { /* tables serve the op's communicator: one entry per member */
     if (op->comm < 0)
       verr(v, FP_VL_OP, i, "%s: a table needs a communicator to index it", on);
     else if (p->tabs[op->tab].n != p->comms[op->comm].size)
@@ -537,9 +566,9 @@ static bool check_op_structure(vctx *v, int32_t i) {
     else if (!v->tabs[op->tab].ok)
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
   }
-  if (op->code == FP_OP_COPY) {
-    if (op->rows < 1) verr(v, FP_VL_OP, i, "copy: rows %" PRId64 " must be >= 1", op->rows);
-    if (op->dpitch < 0 || op->spitch < 0) verr(v, FP_VL_OP, i, "copy: pitches must be >= 0");
+  if (op->code == FP_OP_COPY || fp_op_regions(op->code)) {
+    if (op->rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, op->rows);
+    if (op->dpitch < 0 || op->spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
   } else if (op->rows != 1 || op->dpitch || op->spitch) {
     verr(v, FP_VL_OP, i, "%s takes no rows or pitches", on);
   }
@@ -590,6 +619,20 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
       ok = fp_mul64(op->rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
       break;
     }
+    case FP_OP_SPLIT_COPY:
+    case FP_OP_CHUNK_CAT: {
+      /* the table side (split_copy's dst, chunk_cat's src) ends at the
+       * furthest region's last row; the packed side is rows of n elements */
+      bool table_side = (op->code == FP_OP_SPLIT_COPY) == (w == OPND_DST);
+      int64_t sum, end;
+      if (table_side) {
+        ok = region_sums(&p->tabs[op->tab], op->rows, &sum, &end) && fp_mul64(end, sz, &e);
+      } else {
+        int64_t pitch = w == OPND_DST ? op->dpitch : op->spitch;
+        ok = fp_mul64(op->rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+      }
+      break;
+    }
     case FP_OP_QUANTIZE_MXFP8:
     case FP_OP_DEQUANTIZE_MXFP8:
       if (w == OPND_AUX) {
@@ -618,7 +661,7 @@ static bool opnd_start(vctx *v, const fp_op *op, int w, int64_t g, int64_t *out)
 
 /* the ranks whose operands to check: all of them when a table is involved
  * (extents vary by rank), else the two ends (offsets are linear in g) */
-static bool needs_every_g(const fp_op *op) { return op->tab >= 0; }
+static bool needs_every_g(const fp_op *op) { return op->tab >= 0 && !fp_op_regions(op->code); }
 
 static void check_op_operands(vctx *v, int32_t i) {
   const fp_prog *p = v->p;
@@ -732,6 +775,13 @@ static void check_op_dtypes(vctx *v, int32_t i) {
     case FP_OP_H2D:
     case FP_OP_D2H:
       if (op->sdtype != op->dtype) verr(v, FP_VL_OP, i, "%s does not convert: src dtype %s differs from dst dtype %s", on, sn, dn);
+      break;
+    case FP_OP_SPLIT_COPY:
+      if (op->sdtype != op->dtype) verr(v, FP_VL_OP, i, "%s does not convert: src dtype %s differs from dst dtype %s", on, sn, dn);
+      break;
+    case FP_OP_CHUNK_CAT:
+      if (op->sdtype != op->dtype && (!is_float(op->dtype) || !is_float(op->sdtype)))
+        verr(v, FP_VL_OP, i, "chunk_cat converts between float types (fp32, bf16, fp16), not %s->%s", sn, dn);
       break;
     case FP_OP_CAST:
     case FP_OP_ADD:

@@ -112,7 +112,7 @@ static double xfer_us(double bytes, double gbps) { return bytes / (gbps * 1e3); 
 
 /* the largest count of a table-driven op over the ranks (the slowest rank) */
 static double max_count(const fp_prog *P, const fp_op *op) {
-  if (op->tab < 0 || op->tab >= P->ntabs) return (double)op->count;
+  if (op->tab < 0 || op->tab >= P->ntabs || fp_op_regions(op->code)) return (double)op->count;
   const fp_ir_table *t = &P->tabs[op->tab];
   int64_t m = 0;
   for (int64_t g = 0; g < t->n; g++)
@@ -188,6 +188,8 @@ static double local_bytes(const fp_prog *P, const fp_op *op) {
   switch (op->code) {
     case FP_OP_CAST: return n * (s + d);
     case FP_OP_COPY: return (double)(op->rows > 0 ? op->rows : 1) * n * d * 2;
+    case FP_OP_SPLIT_COPY:
+    case FP_OP_CHUNK_CAT: return (double)(op->rows > 0 ? op->rows : 1) * n * (d + s); /* n: one row of every region */
     case FP_OP_ADD: return n * (2 * d + s);
     case FP_OP_SCALE: return n * d * 2;
     case FP_OP_MEMSET: return n * d;

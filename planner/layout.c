@@ -646,7 +646,6 @@ static bool layout_unit(fp_layout *L, fp_bucket *B) {
   int64_t em = fp_dtype_size(p0->main_dtype), eg = fp_dtype_size(B->mp.main_grad), ep = fp_dtype_size(B->mp.param),
           er = fp_dtype_size(B->mp.reduce);
   int64_t S = 0, U = 0, n, t = 0;
-  bool cast = B->mp.reduce != B->mp.param;
   for (int j = 0; j < B->nparams; j++) {
     fp_lparam *p = &L->params[B->lparams[j]];
     bool train = p->mp->requires_grad;
@@ -658,7 +657,7 @@ static bool layout_unit(fp_layout *L, fp_bucket *B) {
     p->rout_off = train ? S * er : -1;
     p->unsharded_off = a * ep;
     p->ugrad_off = train ? a * ep : -1;
-    p->rin_off = train && cast ? a * er : -1;
+    p->rin_off = -1; /* chunk_cat casts into the reduce dtype as it copies */
     p->gstage_off = S * ep; /* the param's column in the [G, S] staging */
     p->rstage_off = train ? S * er : -1;
     S = n;
@@ -672,7 +671,7 @@ static bool layout_unit(fp_layout *L, fp_bucket *B) {
   if (B->trainable) {
     fp_align64(S * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
     B->ugrad_bytes = B->unsharded_bytes;
-    fp_align64(U * er, FP_PARAM_ALIGN, &t), B->rin_bytes = cast ? t : 0;
+    B->rin_bytes = 0;
     fp_align64(S * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
     B->rstage_bytes = n * er;
   }

@@ -128,6 +128,8 @@ static void setup(fp_lower *lw) {
   lw->c_shard = L->G == L->world ? lw->c_world : fp_ir_comm_add(P, "shard", L->G, 1);
   lw->c_replica = L->R > 1 ? fp_ir_comm_add(P, "replica", L->R, L->G) : -1;
   lw->c_reshard = fp_alloc_array(lw->a, (size_t)L->nbuckets, sizeof(int));
+  lw->unit_tab = fp_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->unit_tab);
+  for (int b = 0; b < L->nbuckets; b++) lw->unit_tab[b] = -1;
   for (int b = 0; b < L->nbuckets; b++) {
     lw->c_reshard[b] = -1;
     int64_t g = L->buckets[b].reshard;
@@ -250,15 +252,55 @@ static void unshard_flat(fp_lower *lw, int b) {
   op->src = fp_reg_g(u, 0, C * es);
 }
 
+/* The region table of params [j0, j1) of fsdp2 unit b (split_copy,
+ * chunk_cat): per param its unsharded slot in elements (the same element
+ * offset in the unsharded weights and grads, layout_unit) and its chunk,
+ * in the unit's order, which is also the order of the columns of its
+ * [G, S] staging. The whole unit's table is made once; a run between
+ * frozen params gets its own. Sets *n to the run's elements per row. */
+static int unit_regions(fp_lower *lw, int b, int j0, int j1, int64_t *n) {
+  const fp_bucket *B = &lw->L->buckets[b];
+  bool whole = j0 == 0 && j1 == B->nparams;
+  int64_t ep = fp_dtype_size(B->mp.param), *off = fp_alloc_array(lw->a, (size_t)(j1 - j0), sizeof *off),
+          *cnt = fp_alloc_array(lw->a, (size_t)(j1 - j0), sizeof *cnt);
+  *n = 0;
+  for (int j = j0; j < j1; j++) {
+    const fp_lparam *p = bucket_param(lw, b, j);
+    off[j - j0] = p->unsharded_off / ep;
+    cnt[j - j0] = p->chunk;
+    *n += p->chunk;
+  }
+  if (whole && lw->unit_tab[b] >= 0) return lw->unit_tab[b];
+  const char *name = whole ? fp_sprintf(lw->a, "%s.regions", B->name)
+                           : fp_sprintf(lw->a, "%s.regions.%d", B->name, (int)lw->P->ntabs);
+  int t = fp_ir_table_add(lw->P, name, j1 - j0, off, cnt);
+  if (whole) lw->unit_tab[b] = t;
+  return t;
+}
+
+/* the next run [*j0, *j1) of unit b's params at or after *j1 that are all
+ * trainable (or all params, when !trainable_only); false when none is left */
+static bool next_run(const fp_lower *lw, int b, bool trainable_only, int *j0, int *j1) {
+  int n = lw->L->buckets[b].nparams, j = *j1;
+  while (j < n && trainable_only && !bucket_param(lw, b, j)->mp->requires_grad) j++;
+  if (j >= n) return false;
+  *j0 = j;
+  while (j < n && (!trainable_only || bucket_param(lw, b, j)->mp->requires_grad)) j++;
+  *j1 = j;
+  return true;
+}
+
 /* an fsdp2 unit's gather as FSDP2 issues it: the copy-in of the rank's
  * packed shards into its row of the [G, S] staging (one op: FSDP2's foreach
- * copy, casting as it goes), one all_gather_into_tensor, then per param one
- * G-row copy out of the staging into its unsharded slot (split_with_sizes_copy) */
+ * copy, casting as it goes), one all_gather_into_tensor, then one
+ * split_copy of the staging's columns into the params' unsharded slots
+ * (FSDP2's split_with_sizes_copy; one per run of trainable params when
+ * frozen ones are skipped) */
 static void unshard_unit(fp_lower *lw, int b, bool trainable_only) {
   const fp_bucket *B = &lw->L->buckets[b];
   const fp_lparam *p0 = bucket_param(lw, b, 0);
   int main = fp_lw_buf(lw, b, FP_BB_MAIN), u = fp_lw_buf(lw, b, FP_BB_UNSH), gst = fp_lw_buf(lw, b, FP_BB_GST);
-  int64_t S = B->unit_chunk, es = fp_dtype_size(B->mp.param);
+  int64_t S = B->unit_chunk, es = fp_dtype_size(B->mp.param), n;
   lw->phase = FP_PH_ALL;
   fp_op *op = fp_lw_convert(lw, B->mp.param, p0->main_dtype, S, fp_reg_g(gst, 0, S * es), fp_reg(main, 0));
   op->comm = lw->c_shard;
@@ -266,14 +308,13 @@ static void unshard_unit(fp_lower *lw, int b, bool trainable_only) {
   op->comm = lw->c_shard;
   op->dst = fp_reg(gst, 0);
   op->src = fp_reg_g(gst, 0, S * es);
-  for (int j = 0; j < B->nparams; j++) {
-    const fp_lparam *p = bucket_param(lw, b, j);
-    if (trainable_only && !p->mp->requires_grad) continue;
-    op = fp_lw_emit(lw, FP_OP_COPY, B->mp.param, p->chunk);
+  for (int j0 = 0, j1 = 0; next_run(lw, b, trainable_only, &j0, &j1);) {
+    int t = unit_regions(lw, b, j0, j1, &n);
+    op = fp_lw_emit(lw, FP_OP_SPLIT_COPY, B->mp.param, n);
+    op->tab = t;
     op->rows = lw->L->G;
-    op->dst = fp_reg(u, p->unsharded_off);
-    op->dpitch = p->chunk * es;
-    op->src = fp_reg(gst, p->gstage_off);
+    op->dst = fp_reg(u, 0);
+    op->src = fp_reg(gst, bucket_param(lw, b, j0)->gstage_off);
     op->spitch = S * es;
   }
 }
@@ -430,10 +471,10 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
   reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, &dv);
 }
 
-/* an fsdp2 unit's reduction as FSDP2 issues it: per param a cast into the
- * reduce dtype when it differs, per param one G-row copy into the [G, S]
- * reduce staging (chunk_cat; the padding rows are zero), one
- * reduce_scatter_tensor straight into the packed main grads, the
+/* an fsdp2 unit's reduction as FSDP2 issues it: one chunk_cat of the
+ * unsharded grads into the [G, S] reduce staging, cast to the reduce dtype
+ * as it copies (FSDP2's chunk_cat_mixed_dtype; the padding rows are zero;
+ * one per run of trainable params), one reduce_scatter_tensor straight into the packed main grads, the
  * replicas' all-reduce, one write or add, divided as FSDP2 divides
  * (fsdp2_divide: ReduceOp.AVG, or pre/post scales around a sum for fp16) */
 static void reduce_unit(fp_lower *lw, int b, int micro, bool last) {
@@ -451,21 +492,16 @@ static void reduce_unit(fp_lower *lw, int b, int micro, bool last) {
     op = fp_lw_emit(lw, FP_OP_MEMSET, rd, S * lw->L->G);
     op->dst = fp_reg(rst, 0);
   }
-  for (int j = 0; j < B->nparams; j++) {
-    const fp_lparam *p = bucket_param(lw, b, j);
-    if (!p->mp->requires_grad) continue;
-    int sbuf = bb[FP_BB_UGRAD];
-    int64_t soff = p->ugrad_off;
-    if (p->rin_off >= 0) {
-      fp_lw_convert(lw, rd, pd, p->padded_numel, fp_reg(bb[FP_BB_RIN], p->rin_off), fp_reg(sbuf, soff));
-      sbuf = bb[FP_BB_RIN], soff = p->rin_off;
-    }
-    op = fp_lw_emit(lw, FP_OP_COPY, rd, p->chunk);
+  for (int j0 = 0, j1 = 0; next_run(lw, b, true, &j0, &j1);) {
+    int64_t n;
+    int t = unit_regions(lw, b, j0, j1, &n);
+    op = fp_lw_emit(lw, FP_OP_CHUNK_CAT, rd, n);
+    op->sdtype = pd;
+    op->tab = t;
     op->rows = lw->L->G;
-    op->dst = fp_reg(rst, p->rstage_off);
+    op->dst = fp_reg(rst, bucket_param(lw, b, j0)->rstage_off);
     op->dpitch = S * er;
-    op->src = fp_reg(sbuf, soff);
-    op->spitch = p->chunk * er;
+    op->src = fp_reg(bb[FP_BB_UGRAD], 0);
   }
   divide dv = fsdp2_divide(lw, rd);
   reduce_chunks(lw, bb, rst, dst, S, rd, gd, direct, micro, last, &dv);

@@ -48,6 +48,8 @@ typedef struct fp_lower {
   int *fwd_issue, *bwd_issue;      /* per bucket: position whose pre_forward /
                                     * pre_backward issues its all-gather (-1 none) */
   int *bwd_order;                  /* buckets by first backward use */
+  int32_t *unit_tab;               /* per fsdp2 unit: the region table of all its params
+                                    * (split_copy, chunk_cat), -1 until made */
 } fp_lower;
 
 /* emit an op on lw->stream for lw->bucket */

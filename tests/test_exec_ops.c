@@ -272,6 +272,51 @@ static void case_broadcast_p2p(void) {
 }
 
 /* ---- local ops against the kernels called directly ------------------------------------------- */
+/* ---- split_copy and chunk_cat over a region table: positions by hand ---------------------- */
+/* Two regions {off 0, cnt 2} and {off 8, cnt 3} over 3 rows: the rows side
+ * holds a row of 5 elements (region 0's 2, then region 1's 3) every 6
+ * elements; the table side holds region j's rows back to back from
+ * off[j]: region 0 at 0..5, region 1 at 8..16. */
+static void case_regions(void) {
+  const int R = 3;
+  tprog t = tp_new(tu_world);
+  int64_t off[2] = {0, 8}, cnt[2] = {2, 3};
+  int tab = fp_ir_table_add(t.p, "regions", 2, off, cnt);
+  int st = tp_buf(&t, "stage", R * 6 * 4, false), u = tp_buf(&t, "unsharded", 17 * 4, false);
+  int g16 = tp_buf(&t, "grad16", 17 * 2, false), g32 = tp_buf(&t, "grad32", 17 * 4, false);
+  int r1 = tp_buf(&t, "rows16", R * 6 * 4, false), r2 = tp_buf(&t, "rows32", R * 6 * 4, false);
+  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fp_op *o = tp_op(&t, FP_OP_SPLIT_COPY, FP_STREAM_AG, FP_F32, 5);
+  o->tab = tab, o->rows = R, o->spitch = 6 * 4, o->dst = fp_reg(u, 0), o->src = fp_reg(st, 0);
+  o = tp_op(&t, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 5); /* bf16 -> fp32 as it copies */
+  o->sdtype = FP_BF16, o->tab = tab, o->rows = R, o->dpitch = 6 * 4, o->dst = fp_reg(r1, 0), o->src = fp_reg(g16, 0);
+  o = tp_op(&t, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 5);
+  o->tab = tab, o->rows = R, o->dpitch = 6 * 4, o->dst = fp_reg(r2, 0), o->src = fp_reg(g32, 0);
+  fp_plan *plan = tp_load(&t);
+  fp_exec *x = tp_exec(plan, mode);
+  float *S = tp_mem(x, st), *U = tp_mem(x, u), *G32 = tp_mem(x, g32), *R1 = tp_mem(x, r1), *R2 = tp_mem(x, r2);
+  uint16_t *G16 = tp_mem(x, g16);
+  for (int i = 0; i < R * 6; i++) S[i] = (float)(100 * (i / 6) + i % 6), R1[i] = R2[i] = -1.0f;
+  for (int i = 0; i < 17; i++) U[i] = -1.0f, G32[i] = (float)(1000 + i), G16[i] = fpk_f32_to_bf16((float)(i + 1) * 0.5f);
+  tp_step(x);
+  EXPECT(fp_exec_sync(x) == FP_OK, "sync: %s", fp_exec_errmsg(x));
+  for (int r = 0; r < R; r++) {
+    for (int k = 0; k < 2; k++) {
+      EXPECT(U[r * 2 + k] == (float)(100 * r + k), "split_copy region 0 row %d [%d]: %g", r, k, U[r * 2 + k]);
+      EXPECT(R1[r * 6 + k] == (float)(r * 2 + k + 1) * 0.5f, "chunk_cat bf16 region 0 row %d [%d]", r, k);
+      EXPECT(R2[r * 6 + k] == (float)(1000 + r * 2 + k), "chunk_cat fp32 region 0 row %d [%d]", r, k);
+    }
+    for (int k = 0; k < 3; k++) {
+      EXPECT(U[8 + r * 3 + k] == (float)(100 * r + 2 + k), "split_copy region 1 row %d [%d]: %g", r, k, U[8 + r * 3 + k]);
+      EXPECT(R1[r * 6 + 2 + k] == (float)(8 + r * 3 + k + 1) * 0.5f, "chunk_cat bf16 region 1 row %d [%d]", r, k);
+      EXPECT(R2[r * 6 + 2 + k] == (float)(1000 + 8 + r * 3 + k), "chunk_cat fp32 region 1 row %d [%d]", r, k);
+    }
+    EXPECT(R1[r * 6 + 5] == -1.0f && R2[r * 6 + 5] == -1.0f, "chunk_cat writes past its row %d", r);
+  }
+  for (int i = 6; i < 8; i++) EXPECT(U[i] == -1.0f, "split_copy wrote the gap [%d]", i);
+  finish(x, plan, &t);
+}
+
 static void case_local(void) {
   const int W = tu_world, n = 64;
   tprog t = tp_new(W);
@@ -466,6 +511,7 @@ int main(int argc, char **argv) {
     }
     case_broadcast_p2p();
     case_local();
+    case_regions();
     case_events();
     case_subcomms();
   }

@@ -215,6 +215,25 @@ static kit kitchen(fp_arena *a) {
   o->spitch = 128;
   o->dst = fp_reg(k.grad, 0);
   o->src = fp_reg(k.rin, 0);
+  /* fsdp2's copy-out and chunk_cat over a region table: two regions of 4
+   * elements, 2 rows: split_copy rin[128..192) -> rin[0..64) (the table
+   * side ends at max(0 + 2*4, 8 + 2*4) = 16 elements), then chunk_cat
+   * of bf16 regions rin[384..416) into fp32 rows rin[256..320) */
+  int64_t roff[2] = {0, 8}, rcnt[2] = {4, 4};
+  int rtab = fp_ir_table_add(p, "b0.regions", 2, roff, rcnt);
+  o = emit(p, FP_OP_SPLIT_COPY, FP_STREAM_RS, FP_F32, 8);
+  o->tab = rtab;
+  o->rows = 2;
+  o->spitch = 32;
+  o->dst = fp_reg(k.rin, 0);
+  o->src = fp_reg(k.rin, 128);
+  o = emit(p, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 8);
+  o->sdtype = FP_BF16;
+  o->tab = rtab;
+  o->rows = 2;
+  o->dpitch = 32;
+  o->dst = fp_reg(k.rin, 256);
+  o->src = fp_reg(k.rin, 384);
   o = emit(p, FP_OP_QUANTIZE_MXFP8, FP_STREAM_RS, FP_E4M3, 64);
   o->sdtype = FP_F32;
   o->dst = fp_reg(k.mx, 0);
@@ -252,8 +271,8 @@ static kit kitchen(fp_arena *a) {
   /* declared live ranges: the unsharded grad twice (backward and the
    * dequantize), the reduce staging once; the others are first..last use */
   fp_ir_buf_live(p, k.ugrad, 14, 17);
-  fp_ir_buf_live(p, k.rin, 17, 27);
-  fp_ir_buf_live(p, k.ugrad, 28, 28);
+  fp_ir_buf_live(p, k.rin, 17, 29);
+  fp_ir_buf_live(p, k.ugrad, 30, 30);
   return k;
 }
 
@@ -890,7 +909,7 @@ static void test_plan_tampered(void **state) {
   t = replace(j, "\"count\":64", "\"count\":64,\"colour\":1");
   expect_plan_error(t, "unknown member 'colour'");
   free(t);
-  t = replace(j, "\"first\":3", "\"first\":4");
+  t = replace(j, "\"first\":3,", "\"first\":4,");
   expect_plan_error(t, "/segments/1/first: is 4 but the previous segment ends at 3");
   free(t);
   t = replace(j, "\"off\":[0,64]", "\"off\":[0]");
@@ -1056,6 +1075,16 @@ static void m_reduce_mx(kit *k) {
 }
 static void m_ag_not_inplace(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].src.off = 2; }
 static void m_rs_not_inplace(kit *k) { k->p->ops[find_op(k->p, FP_OP_REDUCE_SCATTER, 0)].dst.stride = 128; }
+/* split_copy / chunk_cat: their region tables */
+static void m_region_comm(kit *k) { k->p->ops[find_op(k->p, FP_OP_SPLIT_COPY, 0)].comm = k->shard; }
+static void m_region_count(kit *k) { k->p->ops[find_op(k->p, FP_OP_CHUNK_CAT, 0)].count = 9; }
+static void m_region_notab(kit *k) { k->p->ops[find_op(k->p, FP_OP_SPLIT_COPY, 0)].tab = -1; }
+static void m_region_outside(kit *k) { k->p->tabs[k->p->ops[find_op(k->p, FP_OP_CHUNK_CAT, 0)].tab].off[1] = 250; }
+static void m_region_overlap(kit *k) { k->p->ops[find_op(k->p, FP_OP_SPLIT_COPY, 0)].src.off = 32; }
+static void m_region_u8(kit *k) {
+  fp_op *o = &k->p->ops[find_op(k->p, FP_OP_CHUNK_CAT, 0)];
+  o->sdtype = FP_U8;
+}
 static void m_add_u8(kit *k) {
   fp_op *o = &k->p->ops[find_op(k->p, FP_OP_ADD, 0)];
   o->dtype = o->sdtype = FP_U8;
@@ -1148,6 +1177,12 @@ static void test_verify_rules(void **state) {
       {m_reduce_mx, "all_reduce reduces e4m3 data, which is not reducible"},
       {m_ag_not_inplace, "all_gather: dst [0, 256) and src [2, 130) overlap in buffer 'b0.unsharded' and are not the in-place form"},
       {m_rs_not_inplace, "reduce_scatter: dst [128, 384) and src [0, 512) overlap"},
+      {m_region_comm, "split_copy takes no comm (its table lists regions, not ranks)"},
+      {m_region_count, "chunk_cat: n=9 but the regions of table 'b0.regions' count 8"},
+      {m_region_notab, "split_copy needs a region table (tab=)"},
+      {m_region_outside, "chunk_cat: src [384, 900) is outside buffer 'b0.reduce' (512 bytes)"},
+      {m_region_overlap, "split_copy: dst [0, 64) and src [32, 96) overlap in buffer 'b0.reduce'"},
+      {m_region_u8, "chunk_cat converts between float types (fp32, bf16, fp16), not u8->fp32"},
       {m_add_u8, "add works on float types"},
       {m_quant_block, "count 48 (rank index 0) is not a multiple of the 32-element MXFP8 block"},
       {m_host_collective, "all_reduce: dst buffer 'b0.offload' is host memory; only h2d/d2h touch host buffers"},
@@ -1166,7 +1201,7 @@ static void test_verify_rules(void **state) {
       {m_use_outside_live, "op 7: compute uses buffer 'b0.unsharded' outside its live ranges"},
       {m_live_persistent, "live range 3 of buffer 'b0.main': buffer 'b0.main' is persistent"},
       {m_live_overlap, "live ranges 14..17 and 16..20 of buffer 'b0.ugrad' overlap"},
-      {m_live_range, "range 30..99 of buffer 'b0.ugrad' is not within ops 0..38"},
+      {m_live_range, "range 30..99 of buffer 'b0.ugrad' is not within ops 0..40"},
       {m_uses_noncompute, "op 0: memset takes no uses="},
       {m_uses_range, "op 7: compute: used buffer 99 is out of range"},
       {m_arena, "buffer 6 'b1.mx': [1536, +256) lies outside the device arena of 1700 bytes"},

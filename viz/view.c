@@ -52,7 +52,7 @@ int64_t fp_viz_bytes(const fp_viz *v, int32_t i, int64_t r) {
     for (int64_t j = 0; j < p->tabs[op->tab].n; j++) n += p->tabs[op->tab].cnt[j];
   } else if (op->code == FP_OP_ALL_GATHER || op->code == FP_OP_REDUCE_SCATTER) {
     n *= G;
-  } else if (op->code == FP_OP_COPY) {
+  } else if (op->code == FP_OP_COPY || fp_op_regions(op->code)) {
     n *= op->rows;
   }
   return n * sz;
