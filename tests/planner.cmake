@@ -25,6 +25,11 @@ set_tests_properties(wait_deletion PROPERTIES LABELS golden TIMEOUT 600)
 add_test(NAME scale_compile COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/scale_compile.py
          --cmd $<TARGET_FILE:flexplan>)
 set_tests_properties(scale_compile PROPERTIES LABELS golden TIMEOUT 1200)
+# --policy fsdp2 on the DeepSeek-V3 671B shape at 2,048 ranks: within 2x the
+# default policy's ops, compile memory and plan memory (issue 13); no timing
+add_test(NAME fsdp2_scale COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/fsdp2_scale.py
+         --cmd $<TARGET_FILE:flexplan> --root ${CMAKE_SOURCE_DIR})
+set_tests_properties(fsdp2_scale PROPERTIES LABELS golden TIMEOUT 600)
 # the cost model against hand-computed figures
 fp_unit_test(test_cost)
 # the simulator on hand-written programs (tests/sim/*.fpir: figures computed
