@@ -37,7 +37,7 @@ import sys
 CATS = ["main_weight", "main_grad", "unsharded_weight", "unsharded_grad", "staging", "reshard", "activations"]
 STREAMS = ["compute", "ag", "rs"]
 SYNC = {"record", "wait"}
-LOCAL = {"cast", "copy", "add", "scale", "memset", "quantize_mxfp8", "dequantize_mxfp8", "h2d", "d2h"}
+LOCAL = {"cast", "copy", "split_copy", "chunk_cat", "add", "scale", "memset", "quantize_mxfp8", "dequantize_mxfp8", "h2d", "d2h"}
 EPS = 0.0015  # the trace's times have three decimals
 
 failures = []
