@@ -1,15 +1,16 @@
 """Real FSDP2 (torch.distributed.fsdp.fully_shard) on gloo, CPU: the peer
 flexplan.torch is compared with.
 
-    python fsdp2_runner.py --model mlp|llama --np N --out DIR [--steps 10] [--dtype fp16|bf16]
+    python fsdp2_runner.py --model mlp|llama --np N --out DIR [--steps 10] [--dtype fp16|bf16] [--replicas R]
 
 spawns N processes (torch.multiprocessing, MASTER_ADDR=127.0.0.1), builds the
 same model as the flexplan tests (torch_models: same seed, same data per
 global micro-batch g = step*N + rank), applies fully_shard to every unit of
 torch_models.{MLP,LLAMA_FSDP2}_UNITS and then to the root (with --dtype,
-MixedPrecisionPolicy(param_dtype=reduce_dtype=that dtype)), trains with
-AdamW (same hyperparameters), and writes from rank 0 (a --dtype run's
-names end in _<dtype>):
+MixedPrecisionPolicy(param_dtype=reduce_dtype=that dtype); with --replicas
+R, HSDP over a (R, N/R) mesh: shard groups of consecutive ranks), trains
+with AdamW (same hyperparameters), and writes from rank 0 (a --dtype run's
+names end in _<dtype>, an HSDP run's in _hsdp<R>):
 
 - DIR/fsdp2_<model>_np<N>.safetensors: the final params (full tensors);
 - DIR/fsdp2_<model>_np<N>.collectives.json: every collective rank 0 issued
@@ -88,7 +89,7 @@ class Recorder:
         return wrapped
 
 
-def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None):
+def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None, replicas=1):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     rec = Recorder()
@@ -97,7 +98,10 @@ def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None):
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.device_mesh import init_device_mesh
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (world,))
+    if replicas > 1:  # HSDP: shard over consecutive ranks, replicate across them
+        mesh = init_device_mesh("cpu", (replicas, world // replicas), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world,))
     model = tm.tiny_llama() if kind == "llama" else tm.mlp()
     units = tm.LLAMA_FSDP2_UNITS if kind == "llama" else tm.MLP_UNITS
     kw = {}
@@ -127,7 +131,7 @@ def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None):
         full[n] = p.full_tensor().detach().clone() if hasattr(p, "full_tensor") else p.detach().clone()
     if rank == 0:
         from safetensors.torch import save_file
-        base = os.path.join(out, f"fsdp2_{kind}_np{world}" + (f"_{dtype}" if dtype else ""))
+        base = os.path.join(out, name(kind, world, dtype, replicas))
         save_file({k: v.contiguous() for k, v in full.items()}, base + ".safetensors")
         with open(base + ".collectives.json", "w") as f:
             json.dump(rec.calls, f, indent=1)
@@ -143,10 +147,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(kind, world, out, steps=10, mb_size=2, dtype=None):
-    mp.start_processes(_worker, args=(world, free_port(), kind, steps, out, mb_size, dtype), nprocs=world,
+def name(kind, world, dtype=None, replicas=1):
+    """the base name of a run's outputs"""
+    return f"fsdp2_{kind}_np{world}" + (f"_{dtype}" if dtype else "") + (f"_hsdp{replicas}" if replicas > 1 else "")
+
+
+def run(kind, world, out, steps=10, mb_size=2, dtype=None, replicas=1):
+    mp.start_processes(_worker, args=(world, free_port(), kind, steps, out, mb_size, dtype, replicas), nprocs=world,
                        join=True, start_method="spawn")
-    return os.path.join(out, f"fsdp2_{kind}_np{world}" + (f"_{dtype}" if dtype else ""))
+    return os.path.join(out, name(kind, world, dtype, replicas))
 
 
 def main():
@@ -157,8 +166,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--mb-size", type=int, default=2)
     ap.add_argument("--dtype", choices=["fp16", "bf16"], default=None)
+    ap.add_argument("--replicas", type=int, default=1, help="HSDP: replicas of the shard group (2-D mesh)")
     a = ap.parse_args()
-    print(run(a.model, a.np, a.out, a.steps, a.mb_size, a.dtype))
+    print(run(a.model, a.np, a.out, a.steps, a.mb_size, a.dtype, a.replicas))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 import torch_models as tm
+from fsdp2_runner import name as fsdp2_name
 from fsdp2_runner import run as run_fsdp2
 from torch_mpi import run_mpi
 
@@ -26,8 +27,9 @@ NP = 2
 # parity (torch_worker.py), which measured AdamW's amplification of such
 # rounding differences over 10 steps at up to 3.4e-5.
 ATOL, RTOL = 1e-4, 1e-3
-# (ranks, FSDP2's param and reduce dtype) of the collective-sequence runs beyond fp32
-SEQ_MIXED = [(3, "bf16"), (3, "fp16"), (4, "fp16")]
+# (ranks, FSDP2's param and reduce dtype, HSDP replicas) of the collective-
+# sequence runs beyond fp32 on one shard group
+SEQ_MIXED = [(3, "bf16", 1), (3, "fp16", 1), (4, "fp16", 1), (4, None, 2), (4, "fp16", 2)]
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +38,12 @@ def out(tmp_path_factory):
     for kind in ("mlp", "llama"):
         run_fsdp2(kind, NP, str(d))
     run_fsdp2("mlp", 3, str(d), steps=3)  # 3 ranks: padded shards (the collectives only)
-    # mixed precision (the collectives only): bf16 reduces with AVG, fp16 sums
-    # between a pre and a post divide (3 ranks: 2 and 1.5; 4 ranks: 2 and 2)
-    for np_, dt in SEQ_MIXED:
-        run_fsdp2("mlp", np_, str(d), steps=2, dtype=dt)
+    # mixed precision and HSDP (the collectives only): bf16 reduces with AVG,
+    # fp16 sums between a pre and a post divide (3 ranks: 2 and 1.5; 4 ranks:
+    # 2 and 2); HSDP 2 x 2 all-reduces the shard across replicas (AVG, or SUM
+    # before fp16's post divide)
+    for np_, dt, reps in SEQ_MIXED:
+        run_fsdp2("mlp", np_, str(d), steps=2, dtype=dt, replicas=reps)
     rc, log = run_mpi(NP, "torch_worker.py", "mlp_full_shard", "llama_full_shard", env={"FP_SAVE_FINAL": str(d)})
     assert rc == 0, log[-4000:]
     return str(d)
@@ -61,9 +65,8 @@ def test_same_params_as_fsdp2(out, kind):
     print(f"{kind}: max |flexplan - fsdp2| = {worst:.3g}")
 
 
-def fsdp2_sequence(out, kind, np_=NP, dtype=None):
-    name = f"fsdp2_{kind}_np{np_}" + (f"_{dtype}" if dtype else "")
-    with open(os.path.join(out, name + ".collectives.json")) as f:
+def fsdp2_sequence(out, kind, np_=NP, dtype=None, replicas=1):
+    with open(os.path.join(out, fsdp2_name(kind, np_, dtype, replicas) + ".collectives.json")) as f:
         calls = json.load(f)
     seq = []
     for c in calls:
@@ -95,17 +98,20 @@ def plan_sequence(plan):
     return seq
 
 
-def compile_fsdp2_policy(tmp, kind, np_=NP, dtype="fp32"):
+def compile_fsdp2_policy(tmp, kind, np_=NP, dtype="fp32", replicas=1):
     model = tm.mlp()
     mj = os.path.join(tmp, "m.json")
     sj = os.path.join(tmp, "s.json")
     pj = os.path.join(tmp, "p.json")
     with open(mj, "w") as f:
         json.dump(tm.model_json(model, tm.MLP_UNITS, name=kind), f)
+    spec = {"format": "flexplan.spec.v1", "mesh": {"world_size": np_}, "strategy": "full_shard",
+            "defaults": {"mixed_precision": {"param_dtype": dtype, "reduce_dtype": dtype, "main_grad_dtype": "fp32"}}}
+    if replicas > 1:  # HSDP: shard groups of consecutive ranks, as fsdp2_runner's 2-D mesh
+        spec["strategy"] = "hybrid_shard"
+        spec["hybrid_shard"] = {"intra_node_size": np_ // replicas}
     with open(sj, "w") as f:
-        json.dump({"format": "flexplan.spec.v1", "mesh": {"world_size": np_}, "strategy": "full_shard",
-                   "defaults": {"mixed_precision": {"param_dtype": dtype, "reduce_dtype": dtype,
-                                                    "main_grad_dtype": "fp32"}}}, f)
+        json.dump(spec, f)
     cli = os.environ.get("FLEXPLAN_CLI") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "flexplan")
     subprocess.run([cli, "compile", mj, "--spec", sj, "--policy", "fsdp2", "-o", pj], check=True,
                    capture_output=True)
@@ -148,11 +154,12 @@ def test_elements_per_unit_match_fsdp2(out, tmp_path, np_):
     assert {d for k, _, d, _ in f if k == "reduce_scatter"} == {d for k, _, d, _ in p if k == "reduce_scatter"}
 
 
-@pytest.mark.parametrize("np_,dtype", [(2, None), (3, None)] + SEQ_MIXED)
-def test_collective_sequence_equals_fsdp2_policy(out, tmp_path, np_, dtype):
-    """The whole step, in issue order: every all-gather and reduce-scatter
-    (elements per rank with padding, dtype, reduce op: AVG for fp32 and
-    bf16) and every gradient divide FSDP2 makes (fp16: elements, factor)."""
-    f = fsdp2_sequence(out, "mlp", np_, dtype)
-    p = plan_sequence(compile_fsdp2_policy(str(tmp_path), "mlp", np_, dtype or "fp32"))
+@pytest.mark.parametrize("np_,dtype,replicas", [(2, None, 1), (3, None, 1)] + SEQ_MIXED)
+def test_collective_sequence_equals_fsdp2_policy(out, tmp_path, np_, dtype, replicas):
+    """The whole step, in issue order: every all-gather, reduce-scatter and
+    (HSDP) all-reduce (elements per rank with padding, dtype, reduce op: AVG
+    for fp32 and bf16) and every gradient divide FSDP2 makes (fp16:
+    elements, factor)."""
+    f = fsdp2_sequence(out, "mlp", np_, dtype, replicas)
+    p = plan_sequence(compile_fsdp2_policy(str(tmp_path), "mlp", np_, dtype or "fp32", replicas))
     assert p == f, "\nplan:  %s\nfsdp2: %s" % (p, f)
