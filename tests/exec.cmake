@@ -97,6 +97,24 @@ add_test(NAME parity_tied_fsdp2_np4
                  --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/recompute.spec.json --np 4 --policy fsdp2
                  "--mpiexec=${FP_MPIEXEC_CMD}" -- $<TARGET_FILE:train_mlp> --plan {plan} --steps 4 --check)
 set_tests_properties(parity_tied_fsdp2_np4 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4 ENVIRONMENT "${FP_MPI_ENV}")
+# --policy fsdp2 against the reference: AVG on 3 ranks (not a power of two),
+# fp16's pre/post divides around sums (3 ranks: 2 and 1.5), HSDP 2x2 with 2
+# micro-batches (AVG all-reduce, the 1/2 scale), chunk_cat casting bf16 grads
+# to fp32, frozen params between trainable runs (docs/layout.md, "fsdp2 units")
+function(fp_parity_fsdp2 name model spec np)
+  add_test(NAME parity_fsdp2_${name}_np${np}
+           COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_plan.py --flexplan $<TARGET_FILE:flexplan>
+                   --model ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${model}.model.json
+                   --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${spec}.spec.json --np ${np} --policy fsdp2
+                   "--mpiexec=${FP_MPIEXEC_CMD}" -- $<TARGET_FILE:train_mlp> --plan {plan} --steps 4 --check)
+  set_tests_properties(parity_fsdp2_${name}_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np}
+                       ENVIRONMENT "${FP_MPI_ENV}")
+endfunction()
+fp_parity_fsdp2(avg mlp full_shard 3)
+fp_parity_fsdp2(fp16 mlp fp16-reduce 3)
+fp_parity_fsdp2(hybrid_ga2 mlp hybrid-ga2 4)
+fp_parity_fsdp2(bf16_params mlp bf16 4)
+fp_parity_fsdp2(frozen mlp-frozen full_shard 3)
 
 # hostile plans, plans this run cannot use, config errors (one rank)
 add_executable(test_exec_plan ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_plan.c)
