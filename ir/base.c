@@ -395,12 +395,16 @@ static size_t edit_distance(const char *a, const char *b, size_t cap) {
 const char *fp_closest_name(const char *got, const char *const *names) {
   if (!got || !*got || !names) return NULL;
   size_t glen = strlen(got);
-  const char *prefixed = NULL;
-  int nprefixed = 0;
-  for (int k = 0; names[k]; k++)
-    if (strlen(names[k]) > glen && !strncmp(names[k], got, glen)) prefixed = names[k], nprefixed++;
+  const char *prefixed = NULL, *suffixed = NULL;
+  int nprefixed = 0, nsuffixed = 0;
+  for (int k = 0; names[k]; k++) {
+    size_t n = strlen(names[k]);
+    if (n > glen && !strncmp(names[k], got, glen)) prefixed = names[k], nprefixed++;
+    if (n > glen && glen >= 3 && !strcmp(names[k] + n - glen, got)) suffixed = names[k], nsuffixed++;
+  }
   if (nprefixed == 1) return prefixed;
-  size_t cap = glen / 3 > 1 ? glen / 3 : 1;
+  if (nsuffixed == 1) return suffixed;
+  size_t cap = glen / 4 > 1 ? glen / 4 : 1;
   const char *best = NULL;
   size_t bestd = cap + 1;
   for (int k = 0; names[k]; k++) {

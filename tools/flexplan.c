@@ -845,9 +845,10 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
   FP_ASSERT(pats);
   argp ap;
   argp_init(&ap, cmd, argc, argv);
-  while (!rc && (k = argp_next(&ap, &v)) != ARG_END) {
+  bool stop = false;
+  while (!rc && !stop && (k = argp_next(&ap, &v)) != ARG_END) {
     switch (k) {
-      case ARG_STOP: rc = ap.rc; break;
+      case ARG_STOP: rc = ap.rc, stop = true; break;
       case 'o': out = v; break;
       case OPT_WHAT: what = v; break;
       case OPT_TO_OFFSET:
@@ -876,8 +877,8 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
         break;
     }
   }
-  if (!rc && np != 2) rc = usage_error(cmd, "expected two plans, FROM and TO");
-  if (rc) {
+  if (!rc && !stop && np != 2) rc = usage_error(cmd, "expected two plans, FROM and TO");
+  if (rc || stop) {
     free(pats);
     return rc;
   }
