@@ -18,6 +18,9 @@ foreach(t ${FP_FUZZ_TARGETS})
   add_test(NAME fuzz_replay_${t} COMMAND fuzz_${t}_replay ${fp_fuzz_dir}/corpus/${t} ${fp_fuzz_dir}/regress/${t})
   set_tests_properties(fuzz_replay_${t} PROPERTIES TIMEOUT 300 LABELS fuzz)
 endforeach()
+# a path the replay cannot read is a failure, never a silent pass
+add_test(NAME fuzz_replay_missing COMMAND fuzz_plan_replay ${fp_fuzz_dir}/corpus/no-such-target)
+set_tests_properties(fuzz_replay_missing PROPERTIES LABELS fuzz WILL_FAIL TRUE)
 
 # libFuzzer: does clang link a fuzzer with the sanitizers? (the project's
 # compiler may be gcc, so the probe runs clang itself)
@@ -37,9 +40,13 @@ else()
     set(fp_fuzz_why "${FP_CLANG} -fsanitize=fuzzer does not link (on Debian 12: apt-get install libclang-rt-14-dev): ${fp_probe_err}")
   endif()
 endif()
+if(FP_SANITIZE)
+  set(fp_fuzz_why "the asan preset replays the corpora (fuzz_replay_*); the default preset fuzzes")
+endif()
 if(fp_fuzz_why STREQUAL "")
   message(STATUS "flexplan: libFuzzer targets ON (${FP_CLANG})")
   # the sources of the components the targets link, as the main build has them
+  # (a base-layer component, when there is one, first)
   set(fp_fuzz_sources "")
   foreach(c flexplan_base flexplan_core flexplan_st)
     if(TARGET ${c}_obj)
@@ -58,14 +65,12 @@ if(fp_fuzz_why STREQUAL "")
     BUILD_ALWAYS ON
     INSTALL_COMMAND ""
     USES_TERMINAL_BUILD ON)
-  if(NOT FP_SANITIZE)
-    foreach(t ${FP_FUZZ_TARGETS})
-      add_test(NAME fuzz_${t}
-               COMMAND bash ${fp_fuzz_dir}/run_fuzz.sh ${CMAKE_BINARY_DIR}/fuzz/fuzz_${t} ${t} ${fp_fuzz_dir}
-                       ${CMAKE_CURRENT_BINARY_DIR}/fuzz-work/${t} ${FP_FUZZ_SECONDS})
-      set_tests_properties(fuzz_${t} PROPERTIES TIMEOUT 300 LABELS fuzz)
-    endforeach()
-  endif()
+  foreach(t ${FP_FUZZ_TARGETS})
+    add_test(NAME fuzz_${t}
+             COMMAND bash ${fp_fuzz_dir}/run_fuzz.sh ${CMAKE_BINARY_DIR}/fuzz/fuzz_${t} ${t} ${fp_fuzz_dir}
+                     ${CMAKE_CURRENT_BINARY_DIR}/fuzz-work/${t} ${FP_FUZZ_SECONDS})
+    set_tests_properties(fuzz_${t} PROPERTIES TIMEOUT 300 LABELS fuzz)
+  endforeach()
 else()
   message(STATUS "flexplan: libFuzzer targets OFF: ${fp_fuzz_why} (the corpora are still replayed)")
 endif()
