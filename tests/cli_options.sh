@@ -223,6 +223,12 @@ has err "viz: a transfer draws as a trace only, not html"
 expect 2 "$fp" viz "$plan" --format html --measured x.json
 has err "--measured steps are drawn in the trace"
 
+# viz decides whether its operand is a transfer without opening a FIFO
+# (which would wait for a writer forever): the reader then refuses it
+mkfifo "$tmp/fifo"
+expect 1 "$fp" viz "$tmp/fifo" -o "$tmp/f.json"
+has err "fifo: error: not a regular file"
+
 # ---- no spec: a note names the defaults (stderr), the compile succeeds ------------
 expect 0 "$fp" check "$tmp/model.json"
 has err "model.json: note: no spec (none embedded, no --spec); the defaults apply: full_shard on 8 ranks (8 per node), one bucket per module, params bf16, reductions fp32, main grads fp32, prefetch 1 forward and 1 backward, hardware h100-sxm"

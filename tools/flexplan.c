@@ -1,5 +1,10 @@
 /* flexplan.c - the command line: compile, check, print, verify, explain,
- * simulate, viz.
+ * simulate, viz, reshard, help.
+ *
+ * Options are parsed by getopt_long from one table of commands (their
+ * synopsis, help and long options), so every command has --help and every
+ * option takes "--opt value" and "--opt=value"; unknown names get the
+ * closest known one suggested (fp_closest_name). docs/cli.md.
  *
  * Exit status: 0 ok, 1 input error (located messages on stderr), 2 usage,
  * 70 internal error (FP_ASSERT). Outputs are written atomically: into a
@@ -757,7 +762,7 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
 /* ---- viz ------------------------------------------------------------------------- */
 #define MAX_MEASURED 64
 
-static int cmd_viz_xfer(const command *cmd, const char *path, const char *out);
+static int cmd_viz_xfer(const char *path, const char *out);
 static bool is_xfer_file(const char *path);
 
 static int cmd_viz(const command *cmd, int argc, char **argv) {
@@ -800,7 +805,7 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   if (is_xfer_file(path)) {
     if (plan_only) return usage_error(cmd, "option '%s' does not apply to a transfer", plan_only);
     if (fmt != VIZ_TRACE) return usage_error(cmd, "a transfer draws as a trace only, not html");
-    return cmd_viz_xfer(cmd, path, out);
+    return cmd_viz_xfer(path, out);
   }
   if (nmeasured && fmt != VIZ_TRACE)
     return usage_error(cmd, "--measured steps are drawn in the trace (--format=trace), not in 'html'");
@@ -935,6 +940,8 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
 /* ---- viz of a transfer (a flexplan.xfer.v1 file): its trace ------------------- */
 static bool is_xfer_file(const char *path) {
   char head[256] = {0};
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false; /* a FIFO is never opened here (fp_src_read says) */
   FILE *f = fopen(path, "r");
   if (!f) return false;
   size_t n = fread(head, 1, sizeof head - 1, f);
@@ -943,8 +950,7 @@ static bool is_xfer_file(const char *path) {
   return strstr(head, "\"format\":\"flexplan.xfer.v1\"") != NULL;
 }
 
-static int cmd_viz_xfer(const command *cmd, const char *path, const char *out) {
-  (void)cmd;
+static int cmd_viz_xfer(const char *path, const char *out) {
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
