@@ -43,13 +43,29 @@
  * earlier capture (the earlier graph is ordered before by its launch on the
  * compute stream); post_optimizer joins the side streams back into the
  * compute stream. No hook path synchronizes, allocates or adds a host
- * callback. */
+ * callback.
+ *
+ * The watchdog (x->timeout_s: fp_exec_config.timeout_s or FLEXPLAN_TIMEOUT;
+ * docs/cuda.md, "Watchdog"): hooks only enqueue, so what can wait forever
+ * for a rank that never comes is the host waiting for the device
+ * (fp_exec_sync, a refit's write, fp_exec_all_reduce_f64 and the
+ * executor's agreement, the graph capture after the warm-up step). With a
+ * timeout those waits poll instead of blocking: every communication op
+ * records a CUDA event when it completes (made at create; an external
+ * event-record node inside a capture, so graphs record it too), and each
+ * poll reads the communicators' asynchronous errors (ncclCommGetAsyncError).
+ * When no communication op completes for timeout_s while some are pending,
+ * every communicator is aborted (ncclCommAbort, which ends the kernels that
+ * wait for the missing peers) and the wait fails with FP_ERR_TIMEOUT naming,
+ * per stream, the first op that did not complete. Written and compiled
+ * without a GPU: it has never run (docs/cuda.md says so). */
 #include <inttypes.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -104,6 +120,10 @@ typedef struct nstate {
   cudaGraph_t *graphs;     /* P.nruns */
   cudaGraphExec_t *execs;
   bool captured;
+  /* the watchdog (x->timeout_s > 0) */
+  cudaEvent_t *done;       /* per xop: recorded when a communication op completes */
+  bool *done_made;
+  bool aborted;            /* the watchdog aborted every communicator */
 } nstate;
 
 static nstate *ns(const fp_exec *x) { return (nstate *)x->bks; }
@@ -255,6 +275,16 @@ static fp_status nccl_prepare(fp_exec *x) {
   /* events */
   for (int32_t k = 0; k < P->nevents; k++) FPX_CHECK(make_event(x, &n->ev[k], &n->ev_made[k]));
   FPX_CHECK(make_event(x, &n->fork_ev, &n->fork_made));
+  if (x->timeout_s > 0) { /* the watchdog's: one per communication op */
+    n->done = fpx_alloc(x, (size_t)x->nxops + 1, sizeof *n->done);
+    n->done_made = fpx_alloc(x, (size_t)x->nxops + 1, sizeof *n->done_made);
+    if (!n->done || !n->done_made) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+    for (int32_t j = 0; j < x->nxops; j++)
+      if (fp_op_class(x->xops[j].code) == FP_OPC_COMM) {
+        FPX_CHECK(make_event(x, &n->done[j], &n->done_made[j]));
+        x->stats.allocations++;
+      }
+  }
   for (int s = 0; s < FP_NSTREAMS; s++) FPX_CHECK(make_event(x, &n->join_ev[s], &n->join_made[s]));
   x->stats.allocations += P->nevents + 1 + FP_NSTREAMS;
 
@@ -287,6 +317,118 @@ static fp_status nccl_prepare(fp_exec *x) {
   return FP_OK;
 }
 
+/* ---- the watchdog ------------------------------------------------------------------------------ */
+/* every communicator aborted (ncclCommAbort: kernels waiting for peers end);
+ * the executor is broken from here on (its caller marks it) */
+static void abort_all(nstate *n) {
+  for (int32_t q = 0; n->comms && q < n->P.npairs; q++)
+    if (n->comms[q]) {
+      ncclCommAbort(n->comms[q]);
+      n->comms[q] = NULL;
+      n->reg[q] = NULL; /* gone with the communicator */
+    }
+  if (n->world) ncclCommAbort(n->world);
+  n->world = NULL;
+  n->aborted = true;
+}
+
+/* an asynchronous error on a communicator: everything aborted, reported */
+static fp_status async_errors(fp_exec *x) {
+  nstate *n = ns(x);
+  for (int32_t q = -1; q < n->P.npairs; q++) {
+    ncclComm_t c = q < 0 ? n->world : n->comms ? n->comms[q] : NULL;
+    ncclResult_t a = ncclSuccess;
+    if (!c || ncclCommGetAsyncError(c, &a) != ncclSuccess || a == ncclSuccess || a == ncclInProgress) continue;
+    const char *last = ncclGetLastError(c);
+    fpx_fail(x, FP_ERR_BACKEND, "NCCL: communicator '%s' reports an asynchronous error: %s%s%s; every communicator "
+             "aborted", q < 0 ? "flexplan:world" : n->comm_name[q], ncclGetErrorString(a), last && *last ? ": " : "",
+             last ? last : "");
+    abort_all(n);
+    return FP_ERR_BACKEND;
+  }
+  return FP_OK;
+}
+
+/* communication ops issued and not completed (their done events) */
+static int32_t pending_ops(fp_exec *x) {
+  nstate *n = ns(x);
+  int32_t k = 0;
+  for (int32_t j = 0; n->done && j < x->nxops; j++)
+    if (n->done_made[j] && cudaEventQuery(n->done[j]) == cudaErrorNotReady) k++;
+  return k;
+}
+
+/* the timeout: name per stream the first op not completed, abort, fail */
+static fp_status watchdog(fp_exec *x, const char *what, double waited_s, const char *own) {
+  nstate *n = ns(x);
+  char msg[1024];
+  int k = snprintf(msg, sizeof msg,
+                   "watchdog: %s: no communication of the plan completed for %.1f s (timeout %g s) in step %" PRId64,
+                   what, waited_s, x->timeout_s, x->stats.steps);
+  bool named[FP_NSTREAMS] = {false};
+  for (int32_t j = 0; n->done && j < x->nxops && k < (int)sizeof msg; j++) {
+    const fp_xop *o = &x->xops[j];
+    if (!n->done_made[j] || named[o->stream] || cudaEventQuery(n->done[j]) != cudaErrorNotReady) continue;
+    named[o->stream] = true;
+    k += snprintf(msg + k, sizeof msg - (size_t)k, "; waiting on stream %s: op %" PRId32 " (%s on communicator '%s')",
+                  fp_stream_name(o->stream), o->index, fp_op_name(o->code),
+                  o->comm >= 0 ? x->prog->comms[o->comm].name : "?");
+  }
+  if (own && k < (int)sizeof msg) k += snprintf(msg + k, sizeof msg - (size_t)k, "; waiting on %s", own);
+  if (k < (int)sizeof msg)
+    snprintf(msg + k, sizeof msg - (size_t)k, "; a rank did not arrive or failed (NCCL does not say which); every "
+             "communicator aborted");
+  abort_all(n);
+  return fpx_fail(x, FP_ERR_TIMEOUT, "%s", msg);
+}
+
+/* Wait until stream s has done its work, as cudaStreamSynchronize. With a
+ * timeout: poll (sleeping 20 us, growing to 1 ms), read the communicators'
+ * asynchronous errors, and fire the watchdog when communication is pending
+ * (a done event not reached, or OWN: a collective issued on s outside the
+ * plan, e.g. the agreement's all-reduce) and none completes for timeout_s.
+ * WHAT names the wait in messages. */
+static fp_status wait_stream(fp_exec *x, cudaStream_t s, const char *what, const char *own) {
+  nstate *n = ns(x);
+  if (n->aborted) return fpx_fail(x, FP_ERR_BACKEND, "%s: the watchdog aborted the communicators earlier", what);
+  if (x->timeout_s <= 0) {
+    cudaError_t e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? FP_OK : cuda_fail(x, what, e);
+  }
+  double t0 = fpx_now_us();
+  int32_t pending = -1;
+  long nap_ns = 20000;
+  for (unsigned polls = 0;; polls++) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return FP_OK;
+    if (e != cudaErrorNotReady) return cuda_fail(x, what, e);
+    if (polls % 8 == 0) {
+      FPX_CHECK(async_errors(x));
+      int32_t now_pending = pending_ops(x) + (own != NULL);
+      double now = fpx_now_us();
+      if (now_pending != pending || now_pending == 0) { /* progress, or nothing of ours to wait for */
+        pending = now_pending;
+        t0 = now;
+      } else if (now - t0 > x->timeout_s * 1e6) {
+        return watchdog(x, what, (now - t0) / 1e6, own);
+      }
+    }
+    struct timespec ts = {0, nap_ns};
+    nanosleep(&ts, NULL);
+    if (nap_ns < 1000000) nap_ns *= 2;
+  }
+}
+
+/* a communication op's done event, recorded on s after the op (inside a
+ * capture an external event-record node, so every launch records it) */
+static fp_status record_done(fp_exec *x, const fp_xop *o, cudaStream_t s) {
+  nstate *n = ns(x);
+  int32_t j = (int32_t)(o - x->xops);
+  if (!n->done || !n->done_made[j]) return FP_OK;
+  cudaError_t e = cudaEventRecordWithFlags(n->done[j], s, cudaEventRecordExternal);
+  return e == cudaSuccess ? FP_OK : op_fail(x, o, "cudaEventRecordWithFlags (watchdog)", cudaGetErrorString(e));
+}
+
 /* ---- agree --------------------------------------------------------------------------------------- */
 /* all-reduce of n words on the world communicator, through the device */
 static fp_status world_allreduce(fp_exec *x, void *words, size_t n, ncclDataType_t t, size_t size, ncclRedOp_t op) {
@@ -295,8 +437,8 @@ static fp_status world_allreduce(fp_exec *x, void *words, size_t n, ncclDataType
   CUDA_TRY(x, cudaMemcpyAsync(m->scratch, words, n * size, cudaMemcpyHostToDevice, s));
   NCCL_TRY(x, ncclAllReduce(m->scratch, m->scratch, n, t, op, m->world, s), m->world);
   CUDA_TRY(x, cudaMemcpyAsync(words, m->scratch, n * size, cudaMemcpyDeviceToHost, s));
-  CUDA_TRY(x, cudaStreamSynchronize(s));
-  return FP_OK;
+  return wait_stream(x, s, "the all-reduce on the world communicator (the executor's agreement or "
+                           "fp_exec_all_reduce_f64)", "the all-reduce on communicator 'flexplan:world'");
 }
 
 static fp_status world_init(fp_exec *x, const ncclUniqueId *id) {
@@ -512,7 +654,7 @@ static fp_status issue_run(fp_exec *x, const fpn_item *it, cudaStream_t s) {
   nstate *n = ns(x);
   fp_xop *const *ops = fpn_run_ops(x, it);
   fp_status st = FP_OK;
-  int32_t open_group = -1;
+  int32_t open_group = -1, group_from = 0; /* the open group's first op in the run */
   for (int32_t q = 0; q < it->nops && st == FP_OK; q++) {
     const fp_xop *o = ops[q];
     int32_t j = (int32_t)(o - x->xops);
@@ -520,20 +662,26 @@ static fp_status issue_run(fp_exec *x, const fpn_item *it, cudaStream_t s) {
     int32_t grp = comm ? o->group : -1;
     if (grp != open_group) {
       if (open_group >= 0 && ncclGroupEnd() != ncclSuccess) return op_fail(x, o, "ncclGroupEnd", "group failed");
+      /* the watchdog's done events of a group: after its end (its calls are enqueued there) */
+      for (int32_t g = group_from; open_group >= 0 && g < q && st == FP_OK; g++) st = record_done(x, ops[g], s);
       open_group = -1;
       if (grp >= 0) {
         if (ncclGroupStart() != ncclSuccess) return op_fail(x, o, "ncclGroupStart", "failed");
         open_group = grp;
+        group_from = q;
       }
     }
+    if (st != FP_OK) break;
     RANGE_PUSH(n->P.text + n->P.label[j]);
     st = comm ? issue_comm(x, o, n->op_comm[j], s) : issue_local(x, o, s);
     RANGE_POP();
+    if (st == FP_OK && comm && grp < 0) st = record_done(x, o, s);
   }
   if (open_group >= 0) {
     ncclResult_t r = ncclGroupEnd();
     if (st == FP_OK && r != ncclSuccess)
       st = fpx_fail(x, FP_ERR_BACKEND, "NCCL: ncclGroupEnd failed: %s", ncclGetErrorString(r));
+    for (int32_t g = group_from; g < it->nops && st == FP_OK; g++) st = record_done(x, ops[g], s);
   }
   return st;
 }
@@ -607,7 +755,8 @@ static fp_status capture_all(fp_exec *x) {
   nstate *n = ns(x);
   const fpn_plan *P = &n->P;
   /* the warm-up step has finished: NCCL has connected every communicator */
-  for (int s = 0; s < FP_NSTREAMS; s++) CUDA_TRY(x, cudaStreamSynchronize(n->st[s]));
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    FPX_CHECK(wait_stream(x, n->st[s], "the warm-up step, before the graphs are captured", NULL));
   for (int32_t r = 0; r < P->nruns; r++) {
     const fpn_item *it = &P->items[P->run_item[r]];
     cudaStream_t cs = n->cap[it->stream];
@@ -704,7 +853,7 @@ static fp_status nccl_sync(fp_exec *x) {
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_sync (or a refit) while the compute stream is being captured: the "
                     "host cannot wait for the device inside a capture");
   for (int s = 0; s < FP_NSTREAMS; s++)
-    if (n->st[s]) CUDA_TRY(x, cudaStreamSynchronize(n->st[s]));
+    if (n->st[s]) FPX_CHECK(wait_stream(x, n->st[s], "fp_exec_sync", NULL));
   for (int32_t q = 0; q < n->P.npairs; q++) {
     ncclResult_t a = ncclSuccess;
     if (n->comms[q] && ncclCommGetAsyncError(n->comms[q], &a) == ncclSuccess && a != ncclSuccess)
@@ -721,8 +870,8 @@ static fp_status nccl_write(fp_exec *x, char *dst, int64_t dpitch, const char *s
   else
     CUDA_TRY(x, cudaMemcpy2DAsync(dst, (size_t)dpitch, src, (size_t)spitch, (size_t)width, (size_t)rows,
                                   cudaMemcpyHostToDevice, s));
-  CUDA_TRY(x, cudaStreamSynchronize(s)); /* the source is pageable; the next step reads the bytes */
-  return FP_OK;
+  /* the source is pageable; the next step reads the bytes */
+  return wait_stream(x, s, "a refit's write (after the work queued on the compute stream)", NULL);
 }
 
 /* fp_exec_all_reduce_f64: through the scratch words, on the world
@@ -774,6 +923,8 @@ static void nccl_destroy(fp_exec *x) {
   for (int32_t k = 0; n->ev_made && k < n->P.nevents; k++)
     if (n->ev_made[k]) cudaEventDestroy(n->ev[k]);
   if (n->fork_made) cudaEventDestroy(n->fork_ev);
+  for (int32_t j = 0; n->done_made && j < x->nxops; j++)
+    if (n->done_made[j]) cudaEventDestroy(n->done[j]);
   for (int s = 0; s < FP_NSTREAMS; s++) {
     if (n->join_made[s]) cudaEventDestroy(n->join_ev[s]);
     if (n->own[s] && n->st[s]) cudaStreamDestroy(n->st[s]);
@@ -789,6 +940,8 @@ static void nccl_destroy(fp_exec *x) {
   fpx_free(n->graphs);
   fpx_free(n->execs);
   fpx_free(n->seg_label);
+  fpx_free(n->done);
+  fpx_free(n->done_made);
   fpn_plan_free(&n->P);
   fpx_free(n);
   x->bks = NULL;

@@ -226,11 +226,14 @@ typedef struct fp_exec_config {
                           * the executor; the executor never synchronizes it inside a hook. */
   fp_nccl_boot nccl_boot;
   fp_nccl_id nccl_id;    /* FP_NCCL_BOOT_ID: the same bytes on every rank */
-  /* ---- the watchdog (FP_BACKEND_MPI; the NCCL backend does not watch yet) ----
+  /* ---- the watchdog (both backends) ----
    * Seconds a hook, fp_exec_sync or a refit may wait for the other ranks before
    * it fails with FP_ERR_TIMEOUT on this rank, naming the op it waited for and
-   * the ranks that did not arrive (the ranks that timed out too report within
-   * one more timeout). > 0: this; 0: the environment variable FLEXPLAN_TIMEOUT
+   * (MPI) the ranks that did not arrive (the ranks that timed out too report
+   * within one more timeout). NCCL: hooks only enqueue, so the waits watched
+   * are the host's waits for the device (fp_exec_sync, refits,
+   * fp_exec_all_reduce_f64, the graph capture); on a timeout every
+   * communicator is aborted (ncclCommAbort); docs/cuda.md, "Watchdog". > 0: this; 0: the environment variable FLEXPLAN_TIMEOUT
    * (seconds; unset, empty or 0: no timeout; anything but a number >= 0 is
    * FP_ERR_ARG at create); < 0: no timeout whatever the environment says. */
   double timeout_s;

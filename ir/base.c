@@ -361,3 +361,55 @@ uint64_t fp_fnv1a(uint64_t h, const void *p, size_t n) {
   }
   return h;
 }
+
+/* ---- "did you mean" ------------------------------------------------------ */
+/* optimal string alignment distance of a and b, ASCII case ignored; stops
+ * early (returns cap + 1) once every entry of a row exceeds cap */
+static size_t edit_distance(const char *a, const char *b, size_t cap) {
+  size_t n = strlen(a), m = strlen(b);
+  if ((n > m ? n - m : m - n) > cap || m > 256) return cap + 1;
+  size_t rows[3][257], *pp = rows[0], *p = rows[1], *c = rows[2];
+  for (size_t j = 0; j <= m; j++) p[j] = j;
+  for (size_t i = 1; i <= n; i++) {
+    c[0] = i;
+    size_t best = c[0];
+    for (size_t j = 1; j <= m; j++) {
+      int ca = a[i - 1] | (a[i - 1] >= 'A' && a[i - 1] <= 'Z' ? 0x20 : 0);
+      int cb = b[j - 1] | (b[j - 1] >= 'A' && b[j - 1] <= 'Z' ? 0x20 : 0);
+      size_t v = p[j - 1] + (ca != cb);
+      if (p[j] + 1 < v) v = p[j] + 1;
+      if (c[j - 1] + 1 < v) v = c[j - 1] + 1;
+      if (i > 1 && j > 1 && ca == (b[j - 2] | (b[j - 2] >= 'A' && b[j - 2] <= 'Z' ? 0x20 : 0)) &&
+          cb == (a[i - 2] | (a[i - 2] >= 'A' && a[i - 2] <= 'Z' ? 0x20 : 0)) && pp[j - 2] + 1 < v)
+        v = pp[j - 2] + 1;
+      c[j] = v;
+      if (v < best) best = v;
+    }
+    if (best > cap) return cap + 1;
+    size_t *t = pp;
+    pp = p, p = c, c = t;
+  }
+  return p[m];
+}
+
+const char *fp_closest_name(const char *got, const char *const *names) {
+  if (!got || !*got || !names) return NULL;
+  size_t glen = strlen(got);
+  const char *prefixed = NULL, *suffixed = NULL;
+  int nprefixed = 0, nsuffixed = 0;
+  for (int k = 0; names[k]; k++) {
+    size_t n = strlen(names[k]);
+    if (n > glen && !strncmp(names[k], got, glen)) prefixed = names[k], nprefixed++;
+    if (n > glen && glen >= 3 && !strcmp(names[k] + n - glen, got)) suffixed = names[k], nsuffixed++;
+  }
+  if (nprefixed == 1) return prefixed;
+  if (nsuffixed == 1) return suffixed;
+  size_t cap = glen / 4 > 1 ? glen / 4 : 1;
+  const char *best = NULL;
+  size_t bestd = cap + 1;
+  for (int k = 0; names[k]; k++) {
+    size_t dist = edit_distance(got, names[k], cap);
+    if (dist < bestd) best = names[k], bestd = dist;
+  }
+  return best;
+}

@@ -144,6 +144,15 @@ static inline void fp_sb_putc(fp_sbuf *b, char c) {
   q[1] = 0;
   b->len++;
 }
+/* ---- "did you mean" --------------------------------------------------- */
+/* The name of NAMES (NULL-terminated) closest to GOT, or NULL when none is
+ * close: the one GOT is a prefix of, when only one is; else the one GOT (3
+ * characters or more) is a suffix of, when only one is; else the one at the
+ * smallest edit distance (insert, delete, substitute, swap two neighbours;
+ * ASCII case ignored) when that distance is at most max(1, strlen(GOT) / 4).
+ * Used to append `did you mean "x"?` to unknown names (docs/cli.md). */
+const char *fp_closest_name(const char *got, const char *const *names);
+
 /* ---- hashing ----------------------------------------------------------- */
 /* FNV-1a 64 over bytes, chainable (start with FP_FNV_INIT) */
 #define FP_FNV_INIT 0xcbf29ce484222325ull

@@ -86,6 +86,10 @@ static inline double fp_hw_getd(const fp_hw *h, int k) { return *(const double *
  * Tests clear this to compare the two. */
 extern bool fp_plan_fast_read;
 extern long fp_plan_fast_reads; /* plans the fast path took */
+/* Both readers refuse a plan whose content hash does not match; the fuzz
+ * targets (tests/fuzz) clear this so that mutated plans reach the tables'
+ * checks and the verifier. Never cleared anywhere else. */
+extern bool fp_plan_check_hash;
 
 /* ---- verifier with a locator ------------------------------------------ */
 /* what a verifier message is about */

@@ -832,8 +832,9 @@ bool fp_j_keys(fp_jctx *c, json_object *obj, const char *ptr, const char *const 
       if (k) fp_sb_putn(&b, ", ", 2);
       fp_sb_putn(&b, allowed[k], strlen(allowed[k]));
     }
-    fp_j_error(c, fp_ptr_key(c->a, ptr, key), "unknown member '%s' (expected one of: %s)", key,
-               b.p ? b.p : "");
+    const char *near = fp_closest_name(key, allowed);
+    fp_j_error(c, fp_ptr_key(c->a, ptr, key), "unknown member '%s' (expected one of: %s)%s%s%s", key,
+               b.p ? b.p : "", near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
     free(b.p);
     return false;
   }
@@ -967,7 +968,10 @@ bool fp_j_enum(fp_jctx *c, json_object *obj, const char *ptr, const char *key, b
     fp_sb_putn(&b, names[k], strlen(names[k]));
     fp_sb_putn(&b, "\"", 1);
   }
-  fp_j_error(c, vp, "expected one of %s, got %s", b.p ? b.p : "", fp_j_describe(c->a, v));
+  const char *near = v && json_object_is_type(v, json_type_string) ? fp_closest_name(json_object_get_string(v), names)
+                                                                    : NULL;
+  fp_j_error(c, vp, "expected one of %s, got %s%s%s%s", b.p ? b.p : "", fp_j_describe(c->a, v),
+             near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
   free(b.p);
   return false;
 }

@@ -1,4 +1,5 @@
-/* model.c - model.json: parse and validate (DESIGN.md §2, docs/input-format.md).
+/* model.c - model.json: parse and validate (docs/design.md, "The core design"
+ * §2; docs/input-format.md).
  *
  * Two versions are read: "flexplan.model.v1", and "flexplan.model.v2", which
  * adds per module "uses" (params declared by another module that this one's
@@ -136,6 +137,15 @@ static bool parse_module(fp_jctx *c, json_object *mv, const char *mp, int versio
   return true;
 }
 
+/* `; did you mean "x"?` for an unknown NAME among the first N of the model's
+ * params (PARAMS) or modules, or "" */
+static const char *near_name(fp_arena *a, const fp_model *m, bool params, int n, const char *name) {
+  const char **names = fp_alloc_array(a, (size_t)n + 1, sizeof *names);
+  for (int k = 0; k < n; k++) names[k] = params ? m->params[k].name : m->modules[k].name;
+  const char *near = fp_closest_name(name, names);
+  return near ? fp_sprintf(a, "; did you mean \"%s\"?", near) : "";
+}
+
 /* v2 "uses" of module i (at mp), once every module's params are known: each
  * name a param another module declares, each at most once */
 static bool parse_uses(fp_jctx *c, json_object *mv, const char *mp, int i, const nameset *pnames, fp_model *out) {
@@ -152,7 +162,9 @@ static bool parse_uses(fp_jctx *c, json_object *mv, const char *mp, int i, const
     const char *ep = fp_ptr_idx(c->a, up, (int64_t)k), *name;
     if (!fp_j_str_v(c, json_object_array_get_idx(ua, k), ep, &name)) return false;
     int pi = ns_get(pnames, name);
-    if (pi < 0) return fp_j_error(c, ep, "unknown param '%s' in uses (it must be declared in another module's params)", name);
+    if (pi < 0)
+      return fp_j_error(c, ep, "unknown param '%s' in uses (it must be declared in another module's params)%s", name,
+                        near_name(c->a, out, true, out->nparams, name));
     if (out->params[pi].module == i)
       return fp_j_error(c, ep, "param '%s' is this module's own (uses names params declared by other modules)", name);
     for (int j = 0; j < m->nuses; j++)
@@ -257,7 +269,9 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
     const char *ep = fp_ptr_idx(a, fop, (int64_t)k), *name;
     if (!fp_j_str_v(c, json_object_array_get_idx(fo, k), ep, &name)) return false;
     int mi = ns_get(&mnames, name);
-    if (mi < 0) return fp_j_error(c, ep, "unknown module '%s' in forward_order", name);
+    if (mi < 0)
+      return fp_j_error(c, ep, "unknown module '%s' in forward_order%s", name,
+                        near_name(a, out, false, out->nmodules, name));
     out->order[k] = mi;
     seen[mi] = true;
   }

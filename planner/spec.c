@@ -1,5 +1,5 @@
-/* spec.c - spec.json: parse, validate, fill in defaults (DESIGN.md §2,
- * docs/input-format.md).
+/* spec.c - spec.json: parse, validate, fill in defaults (docs/design.md, "The
+ * core design" §2; docs/input-format.md).
  *
  * Only checks that need the spec alone are made here (ranges, enums, the
  * mesh, world_size % intra_node_size, unique bucket names); checks against

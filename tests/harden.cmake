@@ -4,3 +4,8 @@
 add_test(NAME harden_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/harden_cli.sh $<TARGET_FILE:flexplan>
                                  ${CMAKE_SOURCE_DIR})
 set_tests_properties(harden_cli PROPERTIES TIMEOUT 120 LABELS cli)
+# the command line's options (getopt_long): --help for every command, both
+# value forms for every option, did you mean, the no-spec note
+add_test(NAME cli_options COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_options.sh $<TARGET_FILE:flexplan>
+                                  ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli_options PROPERTIES TIMEOUT 300 LABELS cli)

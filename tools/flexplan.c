@@ -1,11 +1,18 @@
 /* flexplan.c - the command line: compile, check, print, verify, explain,
- * simulate, viz.
+ * simulate, viz, reshard, help.
+ *
+ * Options are parsed by getopt_long from one table of commands (their
+ * synopsis, help and long options), so every command has --help and every
+ * option takes "--opt value" and "--opt=value"; unknown names get the
+ * closest known one suggested (fp_closest_name). docs/cli.md.
  *
  * Exit status: 0 ok, 1 input error (located messages on stderr), 2 usage,
  * 70 internal error (FP_ASSERT). Outputs are written atomically: into a
  * temporary file next to the target, renamed over it only when complete, and
  * removed on any error, so a failed run leaves nothing behind. */
 #include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,61 +29,328 @@
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
 
-static const char usage[] =
-    "usage: flexplan <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  compile MODEL [--spec SPEC] [-o OUT] [--emit=plan|ir|summary|trace|html]\n"
-    "          [--hardware PRESET] [--policy P] [--ranks LIST]\n"
-    "                 compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into\n"
-    "                 a plan (plan.json, default), its IR text (.fpir), a JSON\n"
-    "                 summary, or what 'viz' writes (trace, html); -o - writes to\n"
-    "                 standard output. Default OUT: <model name>.plan.json / .fpir /\n"
-    "                 .trace.json / .html; the summary goes to stdout.\n"
-    "                 --hardware replaces the spec's hardware preset (h100-sxm, h200).\n"
-    "                 --policy fsdp2 lowers as PyTorch FSDP2 does by default\n"
-    "                 (baseline for comparison); flexplan (default) as specified.\n"
-    "  check MODEL [--spec SPEC] [--hardware PRESET] [--policy P]\n"
-    "                 run the whole compiler, write nothing\n"
-    "  print FILE     print a plan.json or .fpir as .fpir\n"
-    "  verify FILE    verify a plan.json or .fpir (exit 0 valid, 1 invalid)\n"
-    "  explain FILE [--hardware PRESET] [--exposed]\n"
-    "                 print a plan.json or .fpir as a table, one row per op, with\n"
-    "                 the modeled start and end of each (simulated as 'simulate' does);\n"
-    "                 --exposed: the exposed communication ranked instead (op, bucket,\n"
-    "                 the hook that waits, ms)\n"
-    "  simulate PLAN [--hardware PRESET]\n"
-    "                 replay a plan.json or .fpir on the plan's hardware (or PRESET)\n"
-    "                 and print the modeled time per segment and the totals\n"
-    "  viz PLAN [--format=trace|html] [-o OUT] [--ranks LIST] [--hardware PRESET] [--measured FILE ...]\n"
-    "                 the modeled schedule of a plan.json or .fpir as Chrome Trace\n"
-    "                 Event JSON for Perfetto (trace, default) or one self-contained\n"
-    "                 HTML page (html). --ranks 0,3,8-11 picks the ranks shown\n"
-    "                 (default: rank 0 and one rank of every other layout class).\n"
-    "                 --measured FILE (repeatable) adds the steps an executor recorded\n"
-    "                 (fp_exec_timing_write) beside the modeled one (trace only).\n"
-    "                 Default OUT: <model name>.trace.json / .html (docs/viz.md)\n"
-    "  reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
-    "          [--to-offset N] [--from-offset M] [-o OUT] [--emit=summary|ir|explain|json|trace]\n"
-    "                 compile and verify the transfer of the main weights from the\n"
-    "                 ranks of plan FROM to those of plan TO (two plan.json of one\n"
-    "                 model); -o writes it as JSON (flexplan.xfer.v1); --emit picks\n"
-    "                 what goes to stdout (summary, default: the figures). TO rank r\n"
-    "                 is process r + N, FROM rank r process r + M (default 0).\n"
-    "                 'viz T.xfer.json [-o OUT]' draws a saved transfer as a trace.\n"
-    "                 docs/reshard.md\n"
-    "\n"
-    "options:\n"
-    "  -h, --help     this text\n"
-    "  --version      the version\n"
-    "\n"
-    "exit status: 0 ok, 1 input error, 2 usage error, 70 internal error\n";
+/* ---- the commands and their options (getopt_long) ------------------------------ */
+/* Every option takes "--opt value" and "--opt=value" (short ones "-o value"
+ * and "-ovalue"); a unique prefix of a long option is accepted (getopt_long);
+ * options and operands mix in any order; "--" ends the options. */
+enum {
+  OPT_SPEC = 256, /* --spec SPEC */
+  OPT_EMIT,       /* --emit KIND */
+  OPT_HARDWARE,   /* --hardware PRESET */
+  OPT_POLICY,     /* --policy P */
+  OPT_RANKS,      /* --ranks LIST */
+  OPT_FORMAT,     /* --format trace|html */
+  OPT_MEASURED,   /* --measured FILE (repeatable) */
+  OPT_EXPOSED,    /* --exposed */
+  OPT_TRANSFORM,  /* --transform PATTERN=mxfp8 (repeatable) */
+  OPT_WHAT,       /* --what weights|weights+optimizer */
+  OPT_TO_OFFSET,  /* --to-offset N */
+  OPT_FROM_OFFSET /* --from-offset M */
+};
+#define O_HELP {"help", no_argument, NULL, 'h'}
+#define O_OUT {"output", required_argument, NULL, 'o'}
+#define O_HW {"hardware", required_argument, NULL, OPT_HARDWARE}
+#define O_POLICY {"policy", required_argument, NULL, OPT_POLICY}
+#define O_SPEC {"spec", required_argument, NULL, OPT_SPEC}
+#define O_RANKS {"ranks", required_argument, NULL, OPT_RANKS}
+#define O_END {NULL, 0, NULL, 0}
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "flexplan: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see flexplan --help)\n");
+static const struct option compile_opts[] = {O_SPEC, O_OUT, {"emit", required_argument, NULL, OPT_EMIT}, O_HW, O_POLICY,
+                                             O_RANKS, O_HELP, O_END};
+static const struct option check_opts[] = {O_SPEC, O_HW, O_POLICY, O_HELP, O_END};
+static const struct option file_opts[] = {O_HELP, O_END};
+static const struct option simulate_opts[] = {O_HW, O_HELP, O_END};
+static const struct option explain_opts[] = {O_HW, {"exposed", no_argument, NULL, OPT_EXPOSED}, O_HELP, O_END};
+static const struct option viz_opts[] = {{"format", required_argument, NULL, OPT_FORMAT}, O_OUT, O_RANKS, O_HW,
+                                         {"measured", required_argument, NULL, OPT_MEASURED}, O_HELP, O_END};
+static const struct option reshard_opts[] = {{"transform", required_argument, NULL, OPT_TRANSFORM},
+                                             {"what", required_argument, NULL, OPT_WHAT},
+                                             {"to-offset", required_argument, NULL, OPT_TO_OFFSET},
+                                             {"from-offset", required_argument, NULL, OPT_FROM_OFFSET},
+                                             O_OUT,
+                                             {"emit", required_argument, NULL, OPT_EMIT},
+                                             O_HELP,
+                                             O_END};
+
+/* the values of the enumerated options (NULL-terminated) */
+static const char *const emit_names[] = {"plan", "ir", "summary", "trace", "html", NULL};
+static const char *const format_names[] = {"trace", "html", NULL};
+static const char *const policy_names[] = {"flexplan", "fsdp2", NULL};
+static const char *const reshard_emit_names[] = {"summary", "ir", "explain", "json", "trace", NULL};
+static const char *const preset_names[] = {"h100-sxm", "h200", NULL}; /* planner/cost.c's presets */
+
+typedef struct command {
+  const char *name;
+  const struct option *opts;
+  const char *shortopts; /* getopt_long's: "-:h" and "o:" where -o is taken */
+  const char *synopsis; /* the command and its options ("\n" + 10 spaces between lines) */
+  const char *brief;    /* what it does, one line */
+  const char *help;    /* CMD --help: what it does and its options */
+} command;
+
+static const command commands[] = {
+    {"compile", compile_opts, "-:ho:",
+     "compile MODEL [--spec SPEC] [-o OUT] [--emit plan|ir|summary|trace|html]\n"
+     "          [--hardware PRESET] [--policy flexplan|fsdp2] [--ranks LIST]",
+     "compile a model into a plan (plan.json), its IR, a summary, a trace or a page",
+     "Compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into a plan.\n"
+     "\n"
+     "  --spec SPEC       a separate spec.json (not with a spec embedded in MODEL);\n"
+     "                    with neither, the defaults apply (a note on stderr says which)\n"
+     "  -o, --output OUT  where to write (- is standard output). Default:\n"
+     "                    <model name>.plan.json / .fpir / .trace.json / .html;\n"
+     "                    the summary goes to standard output\n"
+     "  --emit KIND       plan (plan.json, default), ir (the .fpir text), summary\n"
+     "                    (JSON figures), trace or html (what 'viz' writes)\n"
+     "  --hardware PRESET replace the spec's hardware preset (h100-sxm, h200)\n"
+     "  --policy P        flexplan (default: the spec as written) or fsdp2 (lower as\n"
+     "                    PyTorch FSDP2 does by default: a baseline to compare)\n"
+     "  --ranks LIST      the ranks --emit trace|html shows, e.g. 0,3,8-11\n"
+     "  -h, --help        this text\n"},
+    {"check", check_opts, "-:h",
+     "check MODEL [--spec SPEC] [--hardware PRESET] [--policy flexplan|fsdp2]",
+     "run the whole compiler, write nothing",
+     "Run the whole compiler on MODEL (as 'compile' does) and write nothing; print\n"
+     "a one-line summary on standard error.\n"
+     "\n"
+     "  --spec SPEC       a separate spec.json (not with a spec embedded in MODEL)\n"
+     "  --hardware PRESET replace the spec's hardware preset (h100-sxm, h200)\n"
+     "  --policy P        flexplan (default) or fsdp2\n"
+     "  -h, --help        this text\n"},
+    {"print", file_opts, "-:h", "print FILE", "print a plan.json or .fpir as .fpir",
+     "Read a plan.json (hash and tables checked) or a .fpir file (parsed and\n"
+     "verified) and print it as .fpir text on standard output.\n"
+     "\n"
+     "  -h, --help        this text\n"},
+    {"verify", file_opts, "-:h", "verify FILE", "verify a plan.json or .fpir (exit 0 valid, 1 invalid)",
+     "Verify a plan.json or .fpir file: exit 0 when valid, 1 with located errors\n"
+     "when not.\n"
+     "\n"
+     "  -h, --help        this text\n"},
+    {"explain", explain_opts, "-:h",
+     "explain FILE [--hardware PRESET] [--exposed]",
+     "a plan as a table, one row per op, with the modeled start and end",
+     "Print a plan.json or .fpir as a table, one row per op, with the modeled start\n"
+     "and end of each (simulated as 'simulate' does).\n"
+     "\n"
+     "  --hardware PRESET model on this preset (default: the plan's machine)\n"
+     "  --exposed         print the exposed communication ranked instead (op,\n"
+     "                    bucket, the hook that waits, ms)\n"
+     "  -h, --help        this text\n"},
+    {"simulate", simulate_opts, "-:h",
+     "simulate PLAN [--hardware PRESET]", "the modeled time per segment and the totals",
+     "Replay a plan.json or .fpir on the plan's hardware (or PRESET) and print the\n"
+     "modeled time per segment and the totals (docs/cost-model.md).\n"
+     "\n"
+     "  --hardware PRESET model on this preset (h100-sxm, h200)\n"
+     "  -h, --help        this text\n"},
+    {"viz", viz_opts, "-:ho:",
+     "viz PLAN [--format trace|html] [-o OUT] [--ranks LIST] [--hardware PRESET]\n"
+     "          [--measured FILE ...]",
+     "the modeled schedule for Perfetto (trace) or as one HTML page",
+     "Write the modeled schedule of a plan.json or .fpir as Chrome Trace Event JSON\n"
+     "for Perfetto (trace) or one self-contained HTML page (html); docs/viz.md.\n"
+     "'viz T.xfer.json [-o OUT]' draws a saved transfer (flexplan reshard -o) as a trace.\n"
+     "\n"
+     "  --format FMT      trace (default) or html\n"
+     "  -o, --output OUT  where to write (- is standard output); default\n"
+     "                    <model name>.trace.json / .html\n"
+     "  --ranks LIST      the ranks shown, e.g. 0,3,8-11 (default: rank 0 and one\n"
+     "                    rank of every other layout class)\n"
+     "  --hardware PRESET model on this preset (default: the plan's machine)\n"
+     "  --measured FILE   (repeatable) add the step an executor recorded\n"
+     "                    (fp_exec_timing_write) beside the modeled one (trace only)\n"
+     "  -h, --help        this text\n"},
+    {"reshard", reshard_opts, "-:ho:",
+     "reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
+     "          [--to-offset N] [--from-offset M] [-o OUT] [--emit summary|ir|explain|json|trace]",
+     "compile and verify the transfer of the weights between two plans",
+     "Compile and verify the transfer of the main weights from the ranks of plan\n"
+     "FROM to those of plan TO (two plan.json of one model); docs/reshard.md.\n"
+     "\n"
+     "  --transform PATTERN=mxfp8  (repeatable) params matching PATTERN travel as MXFP8\n"
+     "  --what WHAT       weights (default) or weights+optimizer\n"
+     "  --to-offset N     TO rank r is process r + N (default 0)\n"
+     "  --from-offset M   FROM rank r is process r + M (default 0)\n"
+     "  -o, --output OUT  write the transfer as JSON (flexplan.xfer.v1)\n"
+     "  --emit KIND       what goes to standard output: summary (default: the\n"
+     "                    figures), ir, explain, json or trace\n"
+     "  -h, --help        this text\n"},
+};
+#define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static const command *find_command(const char *name) {
+  for (int k = 0; k < NCOMMANDS; k++)
+    if (!strcmp(commands[k].name, name)) return &commands[k];
+  return NULL;
+}
+
+/* the general usage, to f */
+static void put_usage(FILE *f) {
+  fputs("usage: flexplan <command> [options]\n\ncommands:\n", f);
+  for (int k = 0; k < NCOMMANDS; k++) {
+    const command *c = &commands[k];
+    if (strlen(c->synopsis) < 14) /* fits before the description's column */
+      fprintf(f, "  %-14s %s\n", c->synopsis, c->brief);
+    else
+      fprintf(f, "  %s\n                 %s\n", c->synopsis, c->brief);
+  }
+  fputs("  help [COMMAND] this text, or a command's (also: flexplan COMMAND --help)\n"
+        "\n"
+        "options:\n"
+        "  -h, --help     this text\n"
+        "  --version      the version\n"
+        "\n"
+        "Every option takes '--opt value' or '--opt=value'. docs/cli.md\n"
+        "exit status: 0 ok, 1 input error, 2 usage error, 70 internal error\n",
+        f);
+}
+
+static bool stdout_written(void);
+
+/* CMD --help, to stdout */
+static int put_help(const command *c) {
+  printf("usage: flexplan %s\n", c->synopsis);
+  printf("\n%s\nexit status: 0 ok, 1 input error, 2 usage error, 70 internal error\n", c->help);
+  return EXIT_OK;
+}
+
+/* "flexplan: [CMD: ]message\n(see flexplan [CMD ]--help)" on stderr; 2 */
+static int usage_error(const command *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const command *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "flexplan: %s%s", c ? c->name : "", c ? ": " : "");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(see flexplan %s%s--help)\n", c ? c->name : "", c ? " " : "");
   return EXIT_USAGE;
+}
+
+/* "a, b or c" of a NULL-terminated list */
+static const char *or_list(char *buf, size_t len, const char *const *names) {
+  size_t n = 0, k;
+  buf[0] = 0;
+  for (k = 0; names[k]; k++) {
+    const char *sep = !k ? "" : names[k + 1] ? ", " : " or ";
+    int w = snprintf(buf + n, len - n, "%s%s", sep, names[k]);
+    if (w < 0 || (size_t)w >= len - n) break;
+    n += (size_t)w;
+  }
+  return buf;
+}
+
+/* `; did you mean 'x'?` for GOT among NAMES, or "" (PREFIX goes before x) */
+static const char *did_you_mean(char *buf, size_t len, const char *got, const char *const *names, const char *prefix) {
+  const char *near = fp_closest_name(got, names);
+  if (!near) return "";
+  snprintf(buf, len, "; did you mean '%s%s'?", prefix, near);
+  return buf;
+}
+
+/* the index of VALUE in NAMES, or -1 after a usage error naming WHAT
+ * ("unknown policy 'x' (expected flexplan or fsdp2); did you mean ...") */
+static int enum_value(const command *c, const char *what, const char *value, const char *const *names) {
+  for (int k = 0; names[k]; k++)
+    if (!strcmp(names[k], value)) return k;
+  char list[256], near[128];
+  usage_error(c, "unknown %s '%s' (expected %s)%s", what, value, or_list(list, sizeof list, names),
+              did_you_mean(near, sizeof near, value, names, ""));
+  return -1;
+}
+
+/* A command's arguments, one at a time (getopt_long in "-" mode: operands
+ * come back in order as ARG_OPERAND; after "--" everything is one). */
+enum { ARG_END = -1, ARG_OPERAND = 1, ARG_STOP = -2 /* usage error or --help: exit with *rc */ };
+typedef struct argp {
+  const command *cmd;
+  int argc;
+  char **argv; /* argv[0] is the command's name */
+  bool tail;   /* past "--" */
+  int rc;      /* ARG_STOP: the exit status */
+} argp;
+
+static void argp_init(argp *p, const command *c, int argc, char **argv) {
+  *p = (argp){c, argc, argv, false, 0};
+  optind = 0; /* glibc: a full re-initialisation */
+  opterr = 0;
+}
+
+/* the long options' names, NULL-terminated, into names[] (at most 15) */
+static void option_names(const struct option *o, const char **names) {
+  int n = 0;
+  for (; o->name && n < 15; o++) names[n++] = o->name;
+  names[n] = NULL;
+}
+
+/* the next argument: an option's code with *val its value, ARG_OPERAND with
+ * *val the operand, ARG_END, or ARG_STOP (reported; exit with p->rc) */
+static int argp_next(argp *p, const char **val) {
+  *val = NULL;
+  if (p->tail) {
+    if (optind >= p->argc) return ARG_END;
+    *val = p->argv[optind++];
+    return ARG_OPERAND;
+  }
+  int k = getopt_long(p->argc, p->argv, p->cmd->shortopts, p->cmd->opts, NULL);
+  const char *arg = optind > 0 && optind <= p->argc ? p->argv[optind - 1] : "";
+  if (k == -1) {
+    p->tail = true; /* "--" seen (or the end) */
+    return argp_next(p, val);
+  }
+  if (k == 1) {
+    *val = optarg;
+    return ARG_OPERAND;
+  }
+  if (k == 'h') {
+    p->rc = put_help(p->cmd);
+    if (!stdout_written()) p->rc = EXIT_INPUT;
+    return ARG_STOP;
+  }
+  if (k == ':') {
+    const char *const *choices = NULL;
+    switch (optopt) {
+      case OPT_EMIT: choices = p->cmd->opts == reshard_opts ? reshard_emit_names : emit_names; break;
+      case OPT_FORMAT: choices = format_names; break;
+      case OPT_POLICY: choices = policy_names; break;
+      case OPT_HARDWARE: choices = preset_names; break;
+    }
+    char list[256];
+    if (choices)
+      p->rc = usage_error(p->cmd, "option '%s' needs a value (%s)", arg, or_list(list, sizeof list, choices));
+    else
+      p->rc = usage_error(p->cmd, "option '%s' needs a value", arg);
+    return ARG_STOP;
+  }
+  if (k == '?') {
+    const char *names[16];
+    option_names(p->cmd->opts, names);
+    char near[128];
+    if (optopt && !strncmp(arg, "--", 2)) { /* --flag=value of a flag */
+      p->rc = usage_error(p->cmd, "option '%.*s' takes no value", (int)strcspn(arg, "="), arg);
+    } else if (optopt) { /* a short option not known */
+      p->rc = usage_error(p->cmd, "unknown option '-%c'", optopt);
+    } else {
+      /* a long option not known, or a prefix of more than one */
+      size_t n = strcspn(arg + 2, "=");
+      char given[64];
+      snprintf(given, sizeof given, "%.*s", (int)(n < 63 ? n : 63), arg + 2);
+      char list[256] = "";
+      int nmatch = 0;
+      for (int j = 0; names[j]; j++)
+        if (!strncmp(names[j], given, strlen(given))) {
+          size_t l = strlen(list);
+          snprintf(list + l, sizeof list - l, "%s--%s", nmatch++ ? ", " : "", names[j]);
+        }
+      if (nmatch > 1 && *given)
+        p->rc = usage_error(p->cmd, "ambiguous option '--%s' (could be %s)", given, list);
+      else
+        p->rc = usage_error(p->cmd, "unknown option '%s'%s", arg, did_you_mean(near, sizeof near, given, names, "--"));
+    }
+    return ARG_STOP;
+  }
+  *val = optarg;
+  return k;
 }
 
 static double now_ms(void) {
@@ -164,8 +438,9 @@ static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) {
 
 /* --hardware names no preset: an input error (exit 1) */
 static int unknown_preset(const char *name) {
-  fprintf(stderr, "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)\n", name,
-          fp_hw_preset_list());
+  char near[128];
+  fprintf(stderr, "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)%s\n", name,
+          fp_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
   return EXIT_INPUT;
 }
 
@@ -203,40 +478,40 @@ typedef struct rank_list {
 } rank_list;
 
 /* "0,3,8-11" into *out (duplicates dropped, order kept); a usage error (2) or 0 */
-static int parse_ranks(const char *s, rank_list *out) {
+static int parse_ranks(const command *c, const char *s, rank_list *out) {
   out->n = 0;
   const char *q = s;
-  if (!*q) return usage_error("--ranks needs a list of ranks, e.g. 0,3,8-11%s", "");
+  if (!*q) return usage_error(c, "--ranks needs a list of ranks, e.g. 0,3,8-11");
   while (*q) {
     char *end;
     errno = 0;
-    if (*q < '0' || *q > '9') return usage_error("--ranks: expected a rank number at '%s'", q);
+    if (*q < '0' || *q > '9') return usage_error(c, "--ranks: expected a rank number at '%s'", q);
     long long lo = strtoll(q, &end, 10), hi = lo;
-    if (errno) return usage_error("--ranks: number out of range at '%s'", q);
+    if (errno) return usage_error(c, "--ranks: number out of range at '%s'", q);
     q = end;
     if (*q == '-') {
       q++;
-      if (*q < '0' || *q > '9') return usage_error("--ranks: expected the end of a range at '%s'", q);
+      if (*q < '0' || *q > '9') return usage_error(c, "--ranks: expected the end of a range at '%s'", q);
       errno = 0;
       hi = strtoll(q, &end, 10);
-      if (errno) return usage_error("--ranks: number out of range at '%s'", q);
-      if (hi < lo) return usage_error("--ranks: a range ends before it starts at '%s'", q);
+      if (errno) return usage_error(c, "--ranks: number out of range at '%s'", q);
+      if (hi < lo) return usage_error(c, "--ranks: a range ends before it starts at '%s'", q);
       q = end;
     }
     for (long long r = lo;; r++) { /* stops at hi, never past it: hi may be LLONG_MAX */
       bool dup = false;
       for (int32_t k = 0; k < out->n && !dup; k++) dup = out->v[k] == r;
       if (!dup) {
-        if (out->n == MAX_RANKS_SHOWN) return usage_error("--ranks: at most 64 ranks at once (at '%s')", s);
+        if (out->n == MAX_RANKS_SHOWN) return usage_error(c, "--ranks: at most 64 ranks at once (at '%s')", s);
         out->v[out->n++] = r;
       }
       if (r == hi) break;
     }
     if (*q == ',') {
       q++;
-      if (!*q) return usage_error("--ranks: a list ends in ',': '%s'", s);
+      if (!*q) return usage_error(c, "--ranks: a list ends in ',': '%s'", s);
     } else if (*q) {
-      return usage_error("--ranks: unexpected '%s'", q);
+      return usage_error(c, "--ranks: unexpected '%s'", q);
     }
   }
   return 0;
@@ -279,56 +554,56 @@ typedef enum {
   EMIT_HTML,    /* what viz --format=html writes */
 } emit_kind;
 
-static int cmd_compile(int argc, char **argv, bool check_only) {
+/* compile/check with no spec: say which defaults apply (a note, stderr) */
+static void note_defaults(const char *model, const fp_spec *s, bool hw_given) {
+  fprintf(stderr,
+          "%s: note: no spec (none embedded, no --spec); the defaults apply: %s on %lld ranks (%lld per node), "
+          "one bucket per module, params %s, reductions %s, main grads %s, prefetch %d forward and %d backward",
+          model, fp_strategy_names[s->strategy], (long long)s->world_size, (long long)s->ranks_per_node,
+          fp_dtype_name(s->mp.param), fp_dtype_name(s->mp.reduce), fp_dtype_name(s->mp.main_grad), s->prefetch_fwd,
+          s->prefetch_bwd);
+  if (!hw_given) fprintf(stderr, ", hardware %s", s->hw_preset);
+  fprintf(stderr, " (docs/input-format.md)\n");
+}
+
+static int cmd_compile(const command *cmd, int argc, char **argv) {
   const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;
+  bool check_only = !strcmp(cmd->name, "check");
   emit_kind emit = EMIT_PLAN;
   fp_policy policy = FP_POLICY_FLEXPLAN;
   rank_list ranks = {.n = 0};
   bool have_ranks = false;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if ((!strcmp(a, "--ranks") || !strncmp(a, "--ranks=", 8)) && !check_only) {
-      const char *v = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
-      if (!v) return usage_error("option '%s' needs a value", a);
-      int rc = parse_ranks(v, &ranks);
-      if (rc) return rc;
-      have_ranks = true;
-    } else if (!strcmp(a, "--policy") || !strncmp(a, "--policy=", 9)) {
-      const char *v = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
-      if (!v) return usage_error("option '%s' needs a value (flexplan or fsdp2)", a);
-      int p = fp_policy_parse(v);
-      if (p < 0) return usage_error("unknown policy '%s' (expected flexplan or fsdp2)", v);
-      policy = (fp_policy)p;
-    } else if (!strcmp(a, "--hardware")) {
-      if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
-      hw = argv[++i];
-    } else if (!strncmp(a, "--hardware=", 11)) {
-      hw = a + 11;
-    } else if (!strcmp(a, "--spec") || !strcmp(a, "-o")) {
-      if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
-      if (a[1] == 'o' && check_only) return usage_error("'check' writes nothing; '%s' is not an option of it", a);
-      *(a[1] == 'o' ? &out : &spec) = argv[++i];
-    } else if (!strncmp(a, "--spec=", 7)) {
-      spec = a + 7;
-    } else if (!strncmp(a, "--emit=", 7) && !check_only) {
-      const char *k = a + 7;
-      if (!strcmp(k, "plan")) emit = EMIT_PLAN;
-      else if (!strcmp(k, "ir")) emit = EMIT_IR;
-      else if (!strcmp(k, "summary")) emit = EMIT_SUMMARY;
-      else if (!strcmp(k, "trace")) emit = EMIT_TRACE;
-      else if (!strcmp(k, "html")) emit = EMIT_HTML;
-      else return usage_error("unknown --emit kind '%s' (expected plan, ir, summary, trace or html; one per call)", k);
-    } else if (a[0] == '-' && a[1]) {
-      return usage_error("unknown option '%s'", a);
-    } else if (!model) {
-      model = a;
-    } else {
-      return usage_error("unexpected argument '%s'", a);
+  argp ap;
+  argp_init(&ap, cmd, argc, argv);
+  const char *v;
+  int k, rc, e;
+  while ((k = argp_next(&ap, &v)) != ARG_END) {
+    switch (k) {
+      case ARG_STOP: return ap.rc;
+      case OPT_RANKS:
+        if ((rc = parse_ranks(cmd, v, &ranks))) return rc;
+        have_ranks = true;
+        break;
+      case OPT_POLICY:
+        if ((e = enum_value(cmd, "policy", v, policy_names)) < 0) return EXIT_USAGE;
+        policy = (fp_policy)fp_policy_parse(policy_names[e]);
+        break;
+      case OPT_HARDWARE: hw = v; break;
+      case OPT_SPEC: spec = v; break;
+      case 'o': out = v; break;
+      case OPT_EMIT:
+        if ((e = enum_value(cmd, "--emit kind", v, emit_names)) < 0) return EXIT_USAGE;
+        emit = (emit_kind)e; /* emit_kind follows emit_names */
+        break;
+      case ARG_OPERAND:
+        if (model) return usage_error(cmd, "unexpected argument '%s' (one MODEL only)", v);
+        model = v;
+        break;
     }
   }
-  if (!model) return usage_error("%s: missing MODEL", check_only ? "check" : "compile");
+  if (!model) return usage_error(cmd, "missing MODEL");
   if (have_ranks && emit != EMIT_TRACE && emit != EMIT_HTML)
-    return usage_error("--ranks picks the ranks of --emit=trace or --emit=html%s", "");
+    return usage_error(cmd, "--ranks picks the ranks of --emit=trace or --emit=html");
   fp_hw preset;
   if (hw && !fp_hw_preset(hw, &preset)) return unknown_preset(hw);
 
@@ -336,11 +611,12 @@ static int cmd_compile(int argc, char **argv, bool check_only) {
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
-  int rc = EXIT_INPUT;
+  rc = EXIT_INPUT;
   fp_model m;
   fp_spec s;
   fp_compiled c;
   if (!fp_inputs_load(ar, &d, model, spec, &m, &s)) goto done;
+  if (!s.src) note_defaults(model, &s, hw != NULL);
   fp_spec_apply_policy(&s, policy);
   if (hw) s.hw_preset = preset.name; /* the spec's overrides still apply */
   if (!fp_compile(ar, &d, &m, &s, &c)) goto done;
@@ -397,45 +673,32 @@ done:
 }
 
 /* ---- print / verify ------------------------------------------------------ */
-static int cmd_file(int argc, char **argv, const char *cmd) {
-  if (argc != 1) return usage_error("%s: expected exactly one FILE", cmd);
+static int cmd_file(const command *cmd, int argc, char **argv) {
+  argp ap;
+  argp_init(&ap, cmd, argc, argv);
+  const char *v, *path = NULL;
+  int k;
+  while ((k = argp_next(&ap, &v)) != ARG_END) {
+    if (k == ARG_STOP) return ap.rc;
+    if (path) return usage_error(cmd, "expected exactly one FILE, got '%s' too", v);
+    path = v;
+  }
+  if (!path) return usage_error(cmd, "missing FILE");
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
-  fp_prog *p = read_program(ar, &d, argv[0]);
+  fp_prog *p = read_program(ar, &d, path);
   int rc = EXIT_INPUT;
   if (p) {
     rc = EXIT_OK;
-    if (!strcmp(cmd, "print")) fp_ir_print(p, stdout);
-    else fprintf(stderr, "%s: ok: %d ops in %d segments, arena %lld bytes\n", argv[0], p->nops, p->nsegs,
+    if (!strcmp(cmd->name, "print")) fp_ir_print(p, stdout);
+    else fprintf(stderr, "%s: ok: %d ops in %d segments, arena %lld bytes\n", path, p->nops, p->nsegs,
                  (long long)p->arena_bytes);
     if (!stdout_written()) rc = EXIT_INPUT;
   }
   fp_diag_free(&d);
   fp_arena_free(ar);
   return rc;
-}
-
-/* options PLAN [--hardware PRESET] (explain, simulate); a usage error or 0 */
-static int plan_and_hw(int argc, char **argv, const char *cmd, const char **path, const char **hwname) {
-  *path = *hwname = NULL;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--hardware")) {
-      if (i + 1 >= argc) return usage_error("option '%s' needs a value", a);
-      *hwname = argv[++i];
-    } else if (!strncmp(a, "--hardware=", 11)) {
-      *hwname = a + 11;
-    } else if (a[0] == '-' && a[1]) {
-      return usage_error("unknown option '%s'", a);
-    } else if (!*path) {
-      *path = a;
-    } else {
-      return usage_error("unexpected argument '%s'", a);
-    }
-  }
-  if (!*path) return usage_error("%s: missing PLAN", cmd);
-  return 0;
 }
 
 /* ---- explain and simulate: a plan replayed on a machine ---------------------------- */
@@ -457,12 +720,28 @@ static void print_simulation(fp_arena *ar, const fp_prog *p, const fp_hw *hw, co
   fp_sim_print(p, sim, hw, fp_sim_memory(ar, p, sim), stdout);
 }
 
-/* COMMAND PLAN [--hardware PRESET]: read the plan, simulate it on the
- * preset (default: the plan's machine), and hand it to print */
-static int cmd_modeled(int argc, char **argv, const char *cmd, modeled_fn print) {
-  const char *path, *hwname;
-  int rc = plan_and_hw(argc, argv, cmd, &path, &hwname);
-  if (rc) return rc;
+/* COMMAND PLAN [--hardware PRESET] [--exposed]: read the plan, simulate it
+ * on the preset (default: the plan's machine), and print it (explain: one
+ * row per op, or with --exposed the ranked exposed communication; simulate:
+ * the segments and totals) */
+static int cmd_modeled(const command *cmd, int argc, char **argv) {
+  const char *path = NULL, *hwname = NULL, *v;
+  modeled_fn print = !strcmp(cmd->name, "simulate") ? print_simulation : print_explain;
+  argp ap;
+  argp_init(&ap, cmd, argc, argv);
+  int k, rc;
+  while ((k = argp_next(&ap, &v)) != ARG_END) {
+    switch (k) {
+      case ARG_STOP: return ap.rc;
+      case OPT_HARDWARE: hwname = v; break;
+      case OPT_EXPOSED: print = print_exposed; break;
+      case ARG_OPERAND:
+        if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
+        path = v;
+        break;
+    }
+  }
+  if (!path) return usage_error(cmd, "missing PLAN");
   fp_hw hw;
   if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
   fp_arena *ar = fp_arena_new();
@@ -482,57 +761,60 @@ static int cmd_modeled(int argc, char **argv, const char *cmd, modeled_fn print)
 
 /* ---- viz ------------------------------------------------------------------------- */
 #define MAX_MEASURED 64
-static int cmd_viz(int argc, char **argv) {
-  const char *path = NULL, *hwname = NULL, *out = NULL;
+
+static int cmd_viz_xfer(const char *path, const char *out);
+static bool is_xfer_file(const char *path);
+
+static int cmd_viz(const command *cmd, int argc, char **argv) {
+  const char *path = NULL, *hwname = NULL, *out = NULL, *v, *plan_only = NULL;
   const char *measured_paths[MAX_MEASURED];
   int32_t nmeasured = 0;
   viz_format fmt = VIZ_TRACE;
   rank_list ranks = {.n = 0};
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    const char *val = NULL;
-    int opt = !strcmp(a, "--hardware") || !strncmp(a, "--hardware=", 11) ? 'h'
-              : !strcmp(a, "--format") || !strncmp(a, "--format=", 9) ? 'f'
-              : !strcmp(a, "--ranks") || !strncmp(a, "--ranks=", 8)   ? 'r'
-              : !strcmp(a, "--measured") || !strncmp(a, "--measured=", 11) ? 'm'
-              : !strcmp(a, "-o")                                      ? 'o'
-                                                                      : 0;
-    if (opt) {
-      const char *eq = strchr(a, '=');
-      val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-      if (!val) return usage_error("option '%s' needs a value", a);
-    }
-    if (opt == 'm') {
-      if (nmeasured == MAX_MEASURED) return usage_error("at most 64 --measured files (got more at '%s')", val);
-      measured_paths[nmeasured++] = val;
-    } else if (opt == 'h') {
-      hwname = val;
-    } else if (opt == 'o') {
-      out = val;
-    } else if (opt == 'f') {
-      if (!strcmp(val, "trace")) fmt = VIZ_TRACE;
-      else if (!strcmp(val, "html")) fmt = VIZ_HTML;
-      else return usage_error("unknown --format '%s' (expected trace or html)", val);
-    } else if (opt == 'r') {
-      int rc = parse_ranks(val, &ranks);
-      if (rc) return rc;
-    } else if (a[0] == '-' && a[1]) {
-      return usage_error("unknown option '%s'", a);
-    } else if (!path) {
-      path = a;
-    } else {
-      return usage_error("unexpected argument '%s'", a);
+  argp ap;
+  argp_init(&ap, cmd, argc, argv);
+  int k, rc, e;
+  while ((k = argp_next(&ap, &v)) != ARG_END) {
+    switch (k) {
+      case ARG_STOP: return ap.rc;
+      case OPT_MEASURED:
+        if (nmeasured == MAX_MEASURED) return usage_error(cmd, "at most 64 --measured files (got more at '%s')", v);
+        measured_paths[nmeasured++] = v;
+        plan_only = "--measured";
+        break;
+      case OPT_HARDWARE:
+        hwname = v;
+        plan_only = "--hardware";
+        break;
+      case 'o': out = v; break;
+      case OPT_FORMAT:
+        if ((e = enum_value(cmd, "--format", v, format_names)) < 0) return EXIT_USAGE;
+        fmt = (viz_format)e; /* viz_format follows format_names */
+        break;
+      case OPT_RANKS:
+        if ((rc = parse_ranks(cmd, v, &ranks))) return rc;
+        plan_only = "--ranks";
+        break;
+      case ARG_OPERAND:
+        if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
+        path = v;
+        break;
     }
   }
-  if (!path) return usage_error("%s: missing PLAN", "viz");
+  if (!path) return usage_error(cmd, "missing PLAN");
+  if (is_xfer_file(path)) {
+    if (plan_only) return usage_error(cmd, "option '%s' does not apply to a transfer", plan_only);
+    if (fmt != VIZ_TRACE) return usage_error(cmd, "a transfer draws as a trace only, not html");
+    return cmd_viz_xfer(path, out);
+  }
   if (nmeasured && fmt != VIZ_TRACE)
-    return usage_error("--measured steps are drawn in the trace (--format=trace), not in '%s'", "html");
+    return usage_error(cmd, "--measured steps are drawn in the trace (--format=trace), not in 'html'");
   fp_hw hw;
   if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
-  int rc = EXIT_INPUT;
+  rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
   if (!p || !pick_hw(p, hwname, path, &hw)) goto done;
   fp_viz_measured *meas = fp_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *meas);
@@ -560,67 +842,57 @@ done:
 }
 
 /* ---- reshard: a transfer between two plans (planner/reshard.c) ---------------- */
-static int cmd_reshard(int argc, char **argv) {
-  const char *paths[2] = {NULL, NULL}, *out = NULL, *emit = "summary", *what = "weights";
+static int cmd_reshard(const command *cmd, int argc, char **argv) {
+  const char *paths[2] = {NULL, NULL}, *out = NULL, *emit = "summary", *what = "weights", *v;
   const char **pats = calloc((size_t)argc + 1, sizeof *pats);
-  int npats = 0, np = 0;
+  int npats = 0, np = 0, k, e, rc = 0;
   long long off = 0, foff = 0;
   FP_ASSERT(pats);
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-o") || !strcmp(a, "--transform") || !strcmp(a, "--what") || !strcmp(a, "--to-offset") ||
-        !strcmp(a, "--from-offset")) {
-      if (i + 1 >= argc) {
-        free(pats);
-        return usage_error("reshard: %s needs a value", a);
-      }
-      const char *v = argv[++i];
-      if (!strcmp(a, "-o")) out = v;
-      else if (!strcmp(a, "--what")) what = v;
-      else if (!strcmp(a, "--to-offset") || !strcmp(a, "--from-offset")) {
+  argp ap;
+  argp_init(&ap, cmd, argc, argv);
+  bool stop = false;
+  while (!rc && !stop && (k = argp_next(&ap, &v)) != ARG_END) {
+    switch (k) {
+      case ARG_STOP: rc = ap.rc, stop = true; break;
+      case 'o': out = v; break;
+      case OPT_WHAT: what = v; break;
+      case OPT_TO_OFFSET:
+      case OPT_FROM_OFFSET: {
         char *end;
         errno = 0;
         long long x = strtoll(v, &end, 10);
-        if (errno || *end || end == v) {
-          free(pats);
-          return usage_error("reshard: offset '%s' is not a number", v);
-        }
-        *(a[2] == 't' ? &off : &foff) = x;
-      } else {
-        size_t n = strlen(v);
-        if (n < 7 || strcmp(v + n - 6, "=mxfp8") != 0) {
-          free(pats);
-          return usage_error("reshard: --transform '%s': expected PATTERN=mxfp8", v);
-        }
-        pats[npats++] = v;
+        if (errno || *end || end == v) rc = usage_error(cmd, "offset '%s' is not a number", v);
+        *(k == OPT_TO_OFFSET ? &off : &foff) = x;
+        break;
       }
-    } else if (!strncmp(a, "--emit=", 7)) {
-      emit = a + 7;
-    } else if (a[0] == '-' && a[1]) {
-      free(pats);
-      return usage_error("reshard: unknown option '%s'", a);
-    } else if (np < 2) {
-      paths[np++] = a;
-    } else {
-      free(pats);
-      return usage_error("reshard: expected FROM and TO, got '%s' too", a);
+      case OPT_TRANSFORM: {
+        size_t n = strlen(v);
+        if (n < 7 || strcmp(v + n - 6, "=mxfp8") != 0)
+          rc = usage_error(cmd, "--transform '%s': expected PATTERN=mxfp8", v);
+        pats[npats++] = v;
+        break;
+      }
+      case OPT_EMIT:
+        if ((e = enum_value(cmd, "--emit kind", v, reshard_emit_names)) < 0) rc = EXIT_USAGE;
+        else emit = reshard_emit_names[e];
+        break;
+      case ARG_OPERAND:
+        if (np == 2) rc = usage_error(cmd, "expected FROM and TO, got '%s' too", v);
+        else paths[np++] = v;
+        break;
     }
   }
-  if (np != 2) {
+  if (!rc && !stop && np != 2) rc = usage_error(cmd, "expected two plans, FROM and TO");
+  if (rc || stop) {
     free(pats);
-    return usage_error("reshard: expected two plans, FROM and TO%s", "");
-  }
-  if (strcmp(emit, "summary") && strcmp(emit, "ir") && strcmp(emit, "explain") && strcmp(emit, "json") &&
-      strcmp(emit, "trace")) {
-    free(pats);
-    return usage_error("reshard: --emit=%s: expected summary, ir, explain, json or trace", emit);
+    return rc;
   }
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
   /* the patterns without their "=mxfp8" */
   for (int i = 0; i < npats; i++) pats[i] = fp_strndup(ar, pats[i], strlen(pats[i]) - 6);
-  int rc = EXIT_INPUT;
+  rc = EXIT_INPUT;
   fp_src *src[2];
   fp_prog *prog[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
@@ -668,6 +940,8 @@ static int cmd_reshard(int argc, char **argv) {
 /* ---- viz of a transfer (a flexplan.xfer.v1 file): its trace ------------------- */
 static bool is_xfer_file(const char *path) {
   char head[256] = {0};
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false; /* a FIFO is never opened here (fp_src_read says) */
   FILE *f = fopen(path, "r");
   if (!f) return false;
   size_t n = fread(head, 1, sizeof head - 1, f);
@@ -676,16 +950,7 @@ static bool is_xfer_file(const char *path) {
   return strstr(head, "\"format\":\"flexplan.xfer.v1\"") != NULL;
 }
 
-static int cmd_viz_xfer(int argc, char **argv) {
-  const char *path = NULL, *out = NULL;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-    else if (!strcmp(argv[i], "--format=trace")) continue;
-    else if (!strncmp(argv[i], "--format=", 9)) return usage_error("viz: a transfer draws as a trace only, not %s", argv[i] + 9);
-    else if (argv[i][0] == '-' && argv[i][1]) return usage_error("viz: option '%s' does not apply to a transfer", argv[i]);
-    else if (!path) path = argv[i];
-    else return usage_error("viz: expected one file, got '%s' too", argv[i]);
-  }
+static int cmd_viz_xfer(const char *path, const char *out) {
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
@@ -705,36 +970,47 @@ static int cmd_viz_xfer(int argc, char **argv) {
   return rc;
 }
 
+/* "unknown command 'x'", with the closest command's name when one is close */
+static int unknown_command(const char *name) {
+  const char *names[NCOMMANDS + 2];
+  for (int k = 0; k < NCOMMANDS; k++) names[k] = commands[k].name;
+  names[NCOMMANDS] = "help";
+  names[NCOMMANDS + 1] = NULL;
+  char near[128];
+  return usage_error(NULL, "unknown command '%s'%s", name, did_you_mean(near, sizeof near, name, names, ""));
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fputs(usage, stderr);
+    put_usage(stderr);
     return EXIT_USAGE;
   }
-  const char *cmd = argv[1];
-  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
-    fputs(usage, stdout);
+  const char *name = argv[1];
+  if (!strcmp(name, "-h") || !strcmp(name, "--help") || !strcmp(name, "help")) {
+    if (!strcmp(name, "help") && argc > 2) { /* help COMMAND */
+      const command *c = find_command(argv[2]);
+      if (!c) return unknown_command(argv[2]);
+      if (argc > 3) return usage_error(NULL, "help: expected one COMMAND, got '%s' too", argv[3]);
+      put_help(c);
+    } else {
+      if (argc > 2) return usage_error(NULL, "%s: unexpected argument '%s' (flexplan help COMMAND)", name, argv[2]);
+      put_usage(stdout);
+    }
     return stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
-  if (!strcmp(cmd, "--version")) {
+  if (!strcmp(name, "--version")) {
     printf("flexplan %s\n", FP_VERSION);
     return stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
-  if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2, false);
-  if (!strcmp(cmd, "check")) return cmd_compile(argc - 2, argv + 2, true);
-  if (!strcmp(cmd, "simulate")) return cmd_modeled(argc - 2, argv + 2, "simulate", print_simulation);
-  if (!strcmp(cmd, "explain")) {
-    /* --exposed anywhere after the command: the ranked exposed table instead */
-    bool exposed = false;
-    int n = 0;
-    for (int i = 2; i < argc; i++)
-      if (!strcmp(argv[i], "--exposed")) exposed = true;
-      else argv[2 + n++] = argv[i];
-    return cmd_modeled(n, argv + 2, "explain", exposed ? print_exposed : print_explain);
+  const command *c = find_command(name);
+  if (!c) {
+    if (name[0] == '-') return usage_error(NULL, "unknown option '%s' (a command comes first: flexplan --help)", name);
+    return unknown_command(name);
   }
-  if (!strcmp(cmd, "viz") && argc > 2 && is_xfer_file(argv[2])) return cmd_viz_xfer(argc - 2, argv + 2);
-  if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
-  if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 2, argv + 2);
-  if (!strcmp(cmd, "print") || !strcmp(cmd, "verify"))
-    return cmd_file(argc - 2, argv + 2, cmd);
-  return usage_error("unknown command '%s'", cmd);
+  argc--, argv++; /* argv[0]: the command's name */
+  if (!strcmp(name, "compile") || !strcmp(name, "check")) return cmd_compile(c, argc, argv);
+  if (!strcmp(name, "simulate") || !strcmp(name, "explain")) return cmd_modeled(c, argc, argv);
+  if (!strcmp(name, "viz")) return cmd_viz(c, argc, argv);
+  if (!strcmp(name, "reshard")) return cmd_reshard(c, argc, argv);
+  return cmd_file(c, argc, argv); /* print, verify */
 }
