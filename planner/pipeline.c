@@ -108,21 +108,26 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
   return h;
 }
 
-/* The memory plan of one lowering, chosen by modeled time. Candidates:
- *   plain     placement by program order only;
+/* The memory plan of one lowering, chosen by modeled time. Candidates, each
+ * tried only when the one before leaves something to gain:
+ *   plain     placement by program order only. When the compute stream
+ *             waits for communication no more than FP_STEP_SLACK of the
+ *             step, no memory plan can shorten the step: kept;
  *   held      what a post_backward's reduction reads (unsharded grads,
- *             staging) held until the next post_backward (double buffering:
- *             the next layer's backward and gathers never wait for the rs
- *             stream); a source of lifetimes only, never kept: its holds are
- *             by program order, not by time;
- *   timed     placed by the modeled lifetimes of `held` (spans_of: as
- *             modeled, and held to their hooks), then once more by the
- *             lifetimes of the better of those two: buffers whose uses
- *             overlap in the modeled timeline never share bytes, so double
- *             buffering stays only where the timeline overlaps the two, and
- *             no reuse of bytes makes a stream wait that the timeline did not.
+ *             staging) held until the next post_backward, so the next
+ *             layer's backward and gathers never wait for the rs stream
+ *             (double buffering). Only a source of lifetimes, never kept
+ *             itself - its holds are by program order, not by time; when it
+ *             is not faster than plain, plain is kept;
+ *   timed     placed by the modeled lifetimes of `held` (spans_of):
+ *             buffers whose uses overlap in held's timeline never share
+ *             bytes, so double buffering stays exactly where the timeline
+ *             overlaps the two, and no reuse of bytes makes a stream wait
+ *             that the timeline did not. If its arena is above the bound of
+ *             its ranges, once more with the lifetimes held to their hooks
+ *             (spans_of's `reach`: fewer overlaps, often a tighter packing).
  * The plan kept has the least modeled step; of plans within FP_STEP_SLACK of
- * it, the smallest arena (a second buffer that buys no modeled time is not
+ * it, the smallest arena (so a second buffer that buys no modeled time is not
  * kept). Budget: plain is planned first, with the caller's diagnostics; when
  * even it does not fit, nothing does. docs/schedule.md, "memplan". */
 #define FP_STEP_SLACK 1e-3
@@ -135,21 +140,18 @@ static bool better(const fp_compiled *c, const fp_compiled *best) {
 
 static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
   if (!schedule_with(a, d, out, kf, kb, false, NULL)) return false;
-  fp_compiled best = *out, held, timed;
+  if (out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
+  fp_compiled best = *out, held;
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
-  bool have_timed = false;
-  if (schedule_with(a, &quiet, out, kf, kb, true, NULL)) {
+  if (schedule_with(a, &quiet, out, kf, kb, true, NULL) && out->sim.step_us < best.sim.step_us * (1 - FP_STEP_SLACK)) {
     held = *out;
     for (int reach = 0; reach < 2; reach++) {
       if (!schedule_with(a, &quiet, out, kf, kb, false, spans_of(a, &held, reach))) continue;
       if (better(out, &best)) best = *out;
-      if (!have_timed || better(out, &timed)) timed = *out, have_timed = true;
+      if (out->prog->arena_bytes <= out->stats.lower_bound_bytes) break; /* no tighter packing exists */
     }
   }
-  if (have_timed && schedule_with(a, &quiet, out, kf, kb, false, spans_of(a, &timed, timed.reach)) &&
-      better(out, &best))
-    best = *out;
   fp_diag_free(&quiet);
   *out = best;
   return true;

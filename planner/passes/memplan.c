@@ -671,7 +671,7 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     pl.lv = lv;
   }
   int64_t end = -1;
-  for (int order = 0; order < NORDERS + FP_MEMPLAN_RETRIES && (order < NORDERS || end > bound); order++) {
+  for (int order = 0; order < NORDERS + FP_MEMPLAN_RETRIES && (end < 0 || end > bound); order++) {
     if (order < NORDERS) {
       order_items(&pl, order, key);
     } else { /* the order tried last (the best of the fixed ones first), its buffers above the bound first */
