@@ -313,6 +313,11 @@ static int32_t time_ranges(fp_pass_ctx *c, const fp_prog *p, fp_ir_live *tv) {
  * tries each and keeps the smallest arena (a handful of O(n log n) passes,
  * far cheaper than the sync pass and the simulator that follow). */
 #define FP_MEMPLAN_RETRIES 16
+/* the tries after the first stop once this many placed ranges were looked
+ * at (a try costs the buffers times the buffers live with each): the
+ * orders and retries exist to close the last percent on models of a few
+ * thousand buffers; a model of 100,000 small buckets keeps its first try */
+#define FP_MEMPLAN_WORK ((int64_t)20000000)
 enum {
   ORDER_SIZE,          /* largest first (ties: buffer order) */
   ORDER_SIZE_BEST_FIT, /* largest first, each in the smallest gap that fits */
@@ -378,7 +383,7 @@ static void order_items(placer *pl, int order, double *key) {
 
 /* place pl->items in their order; off: per buffer. Returns the arena's end,
  * -1 when it overflows int64 */
-static int64_t place(placer *pl, bool best_fit, int64_t *off) {
+static int64_t place(placer *pl, bool best_fit, int64_t *off, int64_t *work) {
   fp_prog *p = pl->p;
   int64_t end = pl->dev;
   bool timed = pl->tv != NULL;
@@ -400,6 +405,7 @@ static int64_t place(placer *pl, bool best_fit, int64_t *off) {
         if (pl->tv[2 * k + r].first >= 0) lt_query(&tt, &pl->tv[2 * k + r], gather_one, &g);
     }
     int ns = g.ns;
+    *work += ns + 1;
     qsort(pl->spans, (size_t)ns, sizeof *pl->spans, cmp_span);
     int64_t at = -1, lo = pl->dev, gap = INT64_MAX;
     for (int k = 0; k <= ns; k++) {
@@ -432,6 +438,55 @@ static int64_t place(placer *pl, bool best_fit, int64_t *off) {
 }
 
 /* ---- the lower bound of a placement's ranges ------------------------------ */
+/* the most bytes live at one op of pl->lv, or at one instant of pl->tv (both
+ * copies: this step and the next; a buffer counted once per instant, its
+ * spans merged first), the persistent bytes included; delta: nops + 2
+ * scratch, left zeroed */
+static int64_t sweep_bound(const placer *pl, int64_t *delta) {
+  const fp_prog *p = pl->p;
+  __int128 live = pl->dev, most = pl->dev;
+  for (int i = 0; i < p->nlives; i++) {
+    delta[pl->lv[i].first] += p->bufs[pl->lv[i].buf].bytes;
+    delta[pl->lv[i].last + 1] -= p->bufs[pl->lv[i].buf].bytes;
+  }
+  for (int32_t i = 0; i <= p->nops; i++) {
+    live += delta[i];
+    delta[i] = 0;
+    if (live > most) most = live;
+  }
+  delta[p->nops + 1] = 0;
+  if (!pl->tv) return sat64(most);
+  int64_t *dt = calloc((size_t)pl->ninst + 2, sizeof *dt);
+  fp_ir_live *v = malloc(sizeof *v * (2 * (size_t)p->nlives + 1));
+  FP_ASSERT(dt && v);
+  for (int i = 0; i < pl->nitems; i++) {
+    int b = pl->items[i].buf, n = 0;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++)
+      for (int r = 0; r < 2; r++)
+        if (pl->tv[2 * k + r].first >= 0) v[n++] = pl->tv[2 * k + r];
+    if (n == 0) continue;
+    qsort(v, (size_t)n, sizeof *v, cmp_live); /* one buffer: by first */
+    int32_t a = v[0].first, z = v[0].last;
+    for (int k = 1; k <= n; k++) {
+      if (k < n && v[k].first <= z) {
+        if (v[k].last > z) z = v[k].last;
+        continue;
+      }
+      dt[a] += p->bufs[b].bytes;
+      dt[z + 1] -= p->bufs[b].bytes;
+      if (k < n) a = v[k].first, z = v[k].last;
+    }
+  }
+  live = pl->dev;
+  for (int32_t i = 0; i < pl->ninst; i++) {
+    live += dt[i];
+    if (live > most) most = live;
+  }
+  free(dt);
+  free(v);
+  return sat64(most);
+}
+
 /* Two buffers conflict when a range of one and a range of the other overlap
  * in program order or (with spans) at one instant: exactly what place()
  * keeps apart. The buffers of a clique of that conflict graph pairwise
@@ -443,7 +498,8 @@ static int64_t place(placer *pl, bool best_fit, int64_t *off) {
  * those are small (the buffers live with one), searched by branch and bound
  * (capped at FP_CLIQUE_NODES nodes per buffer, where the best clique found
  * still bounds). */
-#define FP_CLIQUE_NODES 100000
+#define FP_CLIQUE_NODES 4096     /* per root */
+#define FP_CLIQUE_BUDGET 2000000 /* conflict tests over all roots */
 
 static bool conflict(const placer *pl, int a, int b) {
   const fp_ir_live *lv = pl->lv, *tv = pl->tv;
@@ -463,7 +519,7 @@ typedef struct clq {
   const placer *pl;
   int32_t *cand; /* candidates by depth: cand[d * cap ...] */
   int cap;
-  int64_t best, nodes;
+  int64_t best, nodes, tests;
 } clq;
 
 /* extend a clique of weight w by the candidates c[0..n) (heaviest first) */
@@ -476,6 +532,8 @@ static void clique_grow(clq *q, const int32_t *c, int n, int64_t w, int depth) {
     if (w + rest <= q->best) return; /* even every candidate left cannot beat it */
     int32_t *nx = q->cand + (size_t)(depth + 1) * (size_t)q->cap;
     int m = 0;
+    if (q->tests > FP_CLIQUE_BUDGET) return;
+    q->tests += n - i - 1;
     for (int j = i + 1; j < n; j++)
       if (conflict(q->pl, c[i], c[j])) nx[m++] = c[j];
     clique_grow(q, nx, m, w + q->pl->p->bufs[c[i]].bytes, depth + 1);
@@ -496,9 +554,10 @@ static void nbr_one(void *ctx, int32_t o) {
   g->list[g->n++] = o;
 }
 
-/* the heaviest clique's bytes over the transient buffers of pl (the items in
- * size order, largest first) */
-static int64_t clique_bound(placer *pl) {
+/* the heaviest clique's bytes over the transient buffers of pl through a
+ * buffer that ends above `above` at its offset in `off` (the others cannot
+ * raise the bound past the arena's top there); pl->items are sorted by size */
+static int64_t clique_bound(placer *pl, const int64_t *off, int64_t above) {
   fp_prog *p = pl->p;
   bool timed = pl->tv != NULL;
   qsort(pl->items, (size_t)pl->nitems, sizeof *pl->items, cmp_item);
@@ -524,8 +583,9 @@ static int64_t clique_bound(placer *pl) {
   clq q = {.pl = pl, .best = 0};
   int depth_cap = 0;
   int64_t best = 0;
-  for (int i = 0; i < pl->nitems; i++) {
+  for (int i = 0; i < pl->nitems && q.tests <= FP_CLIQUE_BUDGET; i++) {
     int b = pl->items[i].buf;
+    if (off[b] + p->bufs[b].bytes <= above) continue;
     g.n = 0;
     g.mark = i;
     pl->seen[b] = i;
@@ -534,10 +594,10 @@ static int64_t clique_bound(placer *pl) {
       for (int r = 0; r < 2 && timed; r++)
         if (pl->tv[2 * k + r].first >= 0) lt_query(&tt, &pl->tv[2 * k + r], nbr_one, &g);
     }
-    /* the cliques whose heaviest member (first in item order) is b */
+    /* the cliques through b */
     int m = 0;
     for (int j = 0; j < g.n; j++)
-      if (rank[g.list[j]] > i) g.list[m++] = g.list[j];
+      if (g.list[j] != b) g.list[m++] = g.list[j];
     for (int x = 1; x < m; x++) /* item order: heaviest first */
       for (int y = x; y > 0 && rank[g.list[y]] < rank[g.list[y - 1]]; y--) {
         int32_t t = g.list[y];
@@ -662,16 +722,21 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   double *key = malloc(sizeof *key * ((size_t)p->nbufs + 1));
   item *seq = malloc(sizeof *seq * ((size_t)nitems + 1)), *next = malloc(sizeof *next * ((size_t)nitems + 1));
   FP_ASSERT(off && best && key && seq && next);
-  /* the bound of the ranges placed by, and of the real ones (the same but
-   * for held ranges) */
-  int64_t bound = dev + clique_bound(&pl), real = bound;
-  if (c->double_buffer) {
-    pl.lv = raw;
-    real = dev + clique_bound(&pl);
-    pl.lv = lv;
-  }
+  /* the bound of the ranges placed by: the sweeps first (cheap, and often
+   * reached); when no order reaches them, the heaviest clique through the
+   * buffers that end above them (rarely more than the sweeps, never less) */
+  int64_t bound = sweep_bound(&pl, delta);
+  bool cliqued = false;
   int64_t end = -1;
-  for (int order = 0; order < NORDERS + FP_MEMPLAN_RETRIES && (end < 0 || end > bound); order++) {
+  int64_t work = 0;
+  for (int order = 0; order < NORDERS + FP_MEMPLAN_RETRIES && (end < 0 || (end > bound && work < FP_MEMPLAN_WORK));
+       order++) {
+    if (order == NORDERS && !cliqued) {
+      int64_t q = dev + clique_bound(&pl, best, bound);
+      if (q > bound) bound = q;
+      cliqued = true;
+      if (end <= bound) break;
+    }
     if (order < NORDERS) {
       order_items(&pl, order, key);
     } else { /* the order tried last (the best of the fixed ones first), its buffers above the bound first */
@@ -684,7 +749,7 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
         if (at[from[i].buf] + from[i].bytes <= bound) next[n++] = from[i];
       memcpy(items, next, sizeof *items * (size_t)nitems);
     }
-    int64_t e = place(&pl, order == ORDER_SIZE_BEST_FIT, off);
+    int64_t e = place(&pl, order == ORDER_SIZE_BEST_FIT, off, &work);
     if (e < 0) {
       free(off), free(best), free(key), free(seq), free(next);
       too_big(c);
@@ -696,6 +761,12 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
       memcpy(seq, items, sizeof *items * (size_t)nitems);
     }
   }
+  /* held ranges are a choice: the bound reported is the real ranges' */
+  if (c->double_buffer) {
+    pl.lv = raw;
+    bound = sweep_bound(&pl, delta);
+  }
+  int64_t real = bound;
   for (int i = 0; i < nitems; i++) p->bufs[items[i].buf].offset = best[items[i].buf];
   free(off), free(best), free(key), free(seq), free(next);
   memset(delta, 0, sizeof *delta * ((size_t)p->nops + 2));
