@@ -14,10 +14,11 @@
  * (fp_pass_ctx.hint_*), two ranges whose modeled spans overlap conflict too
  * - a third tree over the spans' instants answers that - so no reuse of
  * bytes makes a stream wait for another that the modeled timeline did not
- * already order (docs/schedule.md, "memplan"). The pass also computes the
- * lower bound over program order - the most arena bytes live at one op -
- * and the modeled peak including the trainer's activations, and checks the
- * spec's memory budget. */
+ * already order (docs/schedule.md, "memplan"). A few greedy orders are
+ * tried, the smallest arena kept. The pass also computes the lower bound of
+ * the ranges it placed by (the sweeps, and when no order reaches them the
+ * heaviest clique of the conflicts) and the modeled peak including the
+ * trainer's activations, and checks the spec's memory budget. */
 #include "passes.h"
 
 #include <math.h>
@@ -326,7 +327,6 @@ enum {
   ORDER_SIZE_START,    /* largest first, ties: earliest first use */
   ORDER_SIZE_LATE,     /* largest first, ties: latest first use */
   NORDERS
-
 };
 
 typedef struct placer {
@@ -495,9 +495,11 @@ static int64_t sweep_bound(const placer *pl, int64_t *delta) {
  * of two interval families and not an interval graph, so a sweep of either
  * family alone can fall short of it; the heaviest clique is found exactly
  * per buffer: every clique lies in a buffer's closed neighbourhood, and
- * those are small (the buffers live with one), searched by branch and bound
- * (capped at FP_CLIQUE_NODES nodes per buffer, where the best clique found
- * still bounds). */
+ * those are small (the buffers live with one), searched by branch and bound.
+ * Only cliques through a buffer that ends above the sweeps' bound are
+ * searched (no other can show the arena's top is needed), with caps on the
+ * work (FP_CLIQUE_NODES, FP_CLIQUE_BUDGET): any clique found is a valid
+ * bound, so a capped search only makes the bound weaker, never wrong. */
 #define FP_CLIQUE_NODES 4096     /* per root */
 #define FP_CLIQUE_BUDGET 2000000 /* conflict tests over all roots */
 
@@ -577,7 +579,6 @@ static int64_t clique_bound(placer *pl, const int64_t *off, int64_t above) {
     }
   }
   nbr g = {.list = malloc(sizeof(int32_t) * ((size_t)pl->nitems + 1)), .seen = pl->seen};
-  int cap = pl->nitems + 1;
   FP_ASSERT(g.list);
   for (int32_t b = 0; b < p->nbufs; b++) pl->seen[b] = -1;
   clq q = {.pl = pl, .best = 0};
@@ -616,7 +617,6 @@ static int64_t clique_bound(placer *pl, const int64_t *off, int64_t above) {
     clique_grow(&q, g.list, m, 0, 0);
     if (q.best + p->bufs[b].bytes > best) best = q.best + p->bufs[b].bytes;
   }
-  (void)cap;
   free(q.cand);
   free(g.list);
   free(rank);
