@@ -5,11 +5,13 @@
 #include "pipeline.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cost.h"
 #include "json.h"
+#include "sim.h"
 
 static const struct {
   const char *name;
@@ -20,15 +22,27 @@ static const struct {
     {"sync", fp_pass_sync},
 };
 
+/* modeled lifetimes for memplan (fp_pass_ctx.hint_*): NULL, or the spans of
+ * an earlier schedule of the same lowering */
+typedef struct lifetimes {
+  double *t0, *t1;
+  int32_t n;
+  double step_us;
+  bool reach; /* starts held to the hook's (spans_of) */
+} lifetimes;
+
 /* lower the layout with prefetch depths kf / kb and run the passes */
-static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, bool dbuf) {
+static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, bool dbuf,
+                          const lifetimes *hint) {
+  out->reach = hint && hint->reach;
   memset(&out->stats, 0, sizeof out->stats);
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
   out->prog = fp_lower_step(a, d, &out->layout, kf, kb);
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
-  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, dbuf};
+  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, dbuf, NULL, NULL, 0, 0};
+  if (hint) ctx.hint_t0 = hint->t0, ctx.hint_t1 = hint->t1, ctx.hint_n = hint->n, ctx.hint_step_us = hint->step_us;
   /* the verifier runs after the pipeline always; after every pass when
    * FLEXPLAN_VERIFY_EACH is set (the test suite sets it) */
   const char *each = getenv("FLEXPLAN_VERIFY_EACH");
@@ -52,30 +66,95 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   out->prog->memtl = fp_sim_memory(a, out->prog, &out->sim);
   /* the summary's lower bound and peak are the modeled timeline's: the most
    * arena bytes (and arena + activation bytes) live at once as the step runs */
-  out->stats.lower_bound_bytes = out->prog->memtl->lower_bound_bytes;
   out->stats.peak_bytes = out->prog->memtl->peak_bytes;
+  /* the lower bound is over the ranges the placement honours: buffers live
+   * at one op of program order, or at one instant of the modeled timeline
+   * (two buffers sharing bytes are ordered, so never live at one instant),
+   * cannot share bytes; the larger of the two sweeps */
+  out->stats.lower_bound_bytes = out->prog->memtl->lower_bound_bytes;
+  if (out->stats.order_lower_bound_bytes > out->stats.lower_bound_bytes)
+    out->stats.lower_bound_bytes = out->stats.order_lower_bound_bytes;
+  if (out->stats.clique_lower_bound_bytes > out->stats.lower_bound_bytes)
+    out->stats.lower_bound_bytes = out->stats.clique_lower_bound_bytes;
   return true;
 }
 
-/* Double-buffered unsharded grads (memplan) let the next backward start
- * while the rs stream still reads the previous layer's grads, at the price of
- * bytes the modeled timeline may not need at once. The plan keeps them when
- * it fits the budget and its arena stays within FP_ARENA_SLACK of the
- * timeline's lower bound, else it is planned again without. */
-#define FP_ARENA_SLACK 1.05
+/* The modeled lifetimes of c's live ranges for memplan (fp_sim_live_spans).
+ * With `reach`, a range starts no earlier than the trainer reached the hook
+ * that opens it - the end of the last compute-stream op before its first op:
+ * a gather the ag stream ran early only because nothing held it back (no
+ * reuse of bytes ordered it) may as well wait for that, and so share bytes
+ * with what the trainer freed before the hook (the prefetch depth's bound,
+ * as FSDP2 issues gathers in the hook). */
+static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
+  lifetimes *h = fp_alloc(a, sizeof *h);
+  const fp_prog *P = c->prog;
+  h->n = P->nlives;
+  h->t0 = fp_alloc_array(a, (size_t)h->n + 1, sizeof *h->t0);
+  h->t1 = fp_alloc_array(a, (size_t)h->n + 1, sizeof *h->t1);
+  h->step_us = c->sim.step_us;
+  h->reach = reach;
+  fp_sim_live_spans(P, &c->sim, h->t0, h->t1);
+  if (!reach) return h;
+  double *at = malloc(sizeof *at * ((size_t)P->nops + 1)), r = -INFINITY;
+  FP_ASSERT(at);
+  for (int32_t i = 0; i < P->nops; i++) {
+    at[i] = r;
+    if (P->ops[i].stream == FP_STREAM_COMPUTE && fp_op_class(P->ops[i].code) != FP_OPC_SYNC) r = fmax(r, c->sim.end_us[i]);
+  }
+  for (int32_t k = 0; k < h->n; k++)
+    if (h->t0[k] == h->t0[k]) h->t0[k] = fmin(h->t1[k], fmax(h->t0[k], at[P->lives[k].first]));
+  free(at);
+  return h;
+}
+
+/* The memory plan of one lowering, chosen by modeled time. Candidates, each
+ * tried only when the one before leaves something to gain:
+ *   plain     placement by program order only. When the compute stream
+ *             waits for communication no more than FP_STEP_SLACK of the
+ *             step, no memory plan can shorten the step: kept;
+ *   held      what a post_backward's reduction reads (unsharded grads,
+ *             staging) held until the next post_backward, so the next
+ *             layer's backward and gathers never wait for the rs stream
+ *             (double buffering). Only a source of lifetimes, never kept
+ *             itself - its holds are by program order, not by time; when it
+ *             is not faster than plain, plain is kept;
+ *   timed     placed by the modeled lifetimes of `held` (spans_of):
+ *             buffers whose uses overlap in held's timeline never share
+ *             bytes, so double buffering stays exactly where the timeline
+ *             overlaps the two, and no reuse of bytes makes a stream wait
+ *             that the timeline did not. If its arena is above the bound of
+ *             its ranges, once more with the lifetimes held to their hooks
+ *             (spans_of's `reach`: fewer overlaps, often a tighter packing).
+ * The plan kept has the least modeled step; of plans within FP_STEP_SLACK of
+ * it, the smallest arena (so a second buffer that buys no modeled time is not
+ * kept). Budget: plain is planned first, with the caller's diagnostics; when
+ * even it does not fit, nothing does. docs/schedule.md, "memplan". */
+#define FP_STEP_SLACK 1e-3
+static bool better(const fp_compiled *c, const fp_compiled *best) {
+  double s = c->sim.step_us, t = best->sim.step_us;
+  if (s < t * (1 - FP_STEP_SLACK)) return true;
+  if (t < s * (1 - FP_STEP_SLACK)) return false;
+  return c->prog->arena_bytes < best->prog->arena_bytes;
+}
+
 static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+  if (!schedule_with(a, d, out, kf, kb, false, NULL)) return false;
+  if (out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
+  fp_compiled best = *out, held;
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
-  bool ok = schedule_with(a, &quiet, out, kf, kb, true);
-  fp_diag_free(&quiet);
-  if (ok) {
-    const fp_memtl *tl = out->prog->memtl;
-    if (tl->lower_bound_bytes <= 0 ||
-        (double)out->prog->arena_bytes <= FP_ARENA_SLACK * (double)tl->lower_bound_bytes)
-      return true;
+  if (schedule_with(a, &quiet, out, kf, kb, true, NULL) && out->sim.step_us < best.sim.step_us * (1 - FP_STEP_SLACK)) {
+    held = *out;
+    for (int reach = 0; reach < 2; reach++) {
+      if (!schedule_with(a, &quiet, out, kf, kb, false, spans_of(a, &held, reach))) continue;
+      if (better(out, &best)) best = *out;
+      if (out->prog->arena_bytes <= out->stats.lower_bound_bytes) break; /* no tighter packing exists */
+    }
   }
-  /* over the slack or over the budget: without the second buffers */
-  return schedule_with(a, d, out, kf, kb, false);
+  fp_diag_free(&quiet);
+  *out = best;
+  return true;
 }
 
 /* prefetch depths for a built layout: as given, or "auto" - with a budget,

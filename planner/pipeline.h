@@ -15,6 +15,7 @@ typedef struct fp_compiled {
   fp_stats stats;
   int prefetch_fwd, prefetch_bwd; /* the depths lowered (chosen when "auto") */
   fp_sim sim;     /* the program replayed on prog->hw (modeled) */
+  bool reach;     /* memplan placed by lifetimes held to their hooks (pipeline.c) */
 } fp_compiled;
 
 /* the deepest prefetch "auto" considers */

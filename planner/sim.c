@@ -309,6 +309,43 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   return tl;
 }
 
+void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1) {
+  int32_t nb = P->nbufs;
+  /* the ranges by buffer, sorted by first op (as fp_sim_memory), each
+   * remembering its index in P->lives */
+  int32_t *rs = calloc((size_t)nb + 2, sizeof *rs), *fill = malloc(sizeof *fill * ((size_t)nb + 1));
+  span *sp = calloc((size_t)P->nlives + 1, sizeof *sp);
+  int32_t *idx = malloc(sizeof *idx * ((size_t)P->nlives + 1));
+  FP_ASSERT(rs && fill && sp && idx);
+  for (int32_t k = 0; k < P->nlives; k++) rs[P->lives[k].buf + 1]++;
+  for (int32_t b = 0; b < nb; b++) rs[b + 1] += rs[b];
+  memcpy(fill, rs, sizeof *fill * (size_t)nb);
+  for (int32_t k = 0; k < P->nlives; k++) {
+    const fp_ir_live *l = &P->lives[k];
+    /* t0 carries the range's index until the sort is done */
+    sp[fill[l->buf]++] = (span){l->first, l->last, (double)k, 0, false};
+  }
+  for (int32_t b = 0; b < nb; b++)
+    if (rs[b + 1] - rs[b] > 1) qsort(sp + rs[b], (size_t)(rs[b + 1] - rs[b]), sizeof *sp, cmp_span);
+  for (int32_t k = 0; k < P->nlives; k++) idx[k] = (int32_t)sp[k].t0, sp[k].t0 = 0;
+  for (int32_t i = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    double st = S->start_us[i], en = S->end_us[i];
+    touch(sp, rs, nb, op->dst.buf, i, st, en);
+    if (op->src.buf != op->dst.buf) touch(sp, rs, nb, op->src.buf, i, st, en);
+    if (op->aux.buf != op->dst.buf && op->aux.buf != op->src.buf) touch(sp, rs, nb, op->aux.buf, i, st, en);
+    for (int32_t u = 0; u < op->nuses; u++) touch(sp, rs, nb, P->uses[op->uses + u], i, st, en);
+  }
+  for (int32_t k = 0; k < P->nlives; k++) {
+    t0[idx[k]] = sp[k].used ? sp[k].t0 : NAN;
+    t1[idx[k]] = sp[k].used ? sp[k].t1 : NAN;
+  }
+  free(rs);
+  free(fill);
+  free(sp);
+  free(idx);
+}
+
 /* ---- report ------------------------------------------------------------------- */
 static const char *hook(const fp_prog *P, const fp_seg *S, char *buf, size_t n) {
   if (S->module >= 0 && S->module < P->nmods)

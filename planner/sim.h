@@ -64,6 +64,12 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out);
  * overlap), except that a range of zero length is live at its instant. */
 fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S);
 
+/* The modeled span of every live range of P (P->nlives, in order) on the
+ * replay S, as the memory timeline counts it: t0[k] the start of the first
+ * op in range k that uses its buffer, t1[k] the end of the last; NaN for
+ * both when no op in it does. memplan places by these (docs/schedule.md). */
+void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1);
+
 /* Print the exposed communication of the reported step ranked, the largest
  * first (at most `top` rows; <= 0: all): the op the compute stream waited
  * for, its bucket, the hook whose segment waited, modeled ms and share of

@@ -4,7 +4,10 @@
 The summary test of one example: `flexplan compile MODEL --emit=summary -o -`
 must print one JSON object with every documented field, of the right type,
 agreeing with the input file and with itself:
-  arena_bytes >= lower_bound_bytes > 0, peak_bytes > 0,
+  arena_bytes >= lower_bound_bytes > 0, arena_bytes <= 1.01 x lower_bound_bytes
+  (docs/schedule.md, "memplan"), lower_bound_bytes at least the most bytes live
+  at one op of the .fpir's live ranges (persistent + transient, counted here
+  from `--emit=ir`), peak_bytes > 0,
   persistent_bytes >= param_shard_bytes, world_size / model / strategy /
   params as in the file, collectives <= ops, and communication on every
   example (they all have world_size > 1); the modeled figures are numbers
@@ -17,6 +20,28 @@ import sys
 INT_FIELDS = ["world_size", "buckets", "params", "ops", "collectives",
               "param_shard_bytes", "grad_shard_bytes", "persistent_bytes",
               "comm_bytes_per_rank", "arena_bytes", "peak_bytes", "lower_bound_bytes"]
+
+
+def op_order_bound(fpir, persistent):
+  """The most device bytes live at one op: persistent buffers throughout,
+  each transient buffer over its `live=a..b,...` ranges (op indices)."""
+  delta = {}
+  for line in fpir.splitlines():
+    f = line.split()
+    if len(f) < 4 or f[0] != "buf" or f[3] != "transient":
+      continue
+    kv = dict(x.split("=", 1) for x in f[4:] if "=" in x)
+    for rng in kv.get("live", "").split(","):
+      if not rng:
+        continue
+      a, b = (int(x) for x in rng.split(".."))
+      delta[a] = delta.get(a, 0) + int(kv["bytes"])
+      delta[b + 1] = delta.get(b + 1, 0) - int(kv["bytes"])
+  live = most = 0
+  for i in sorted(delta):
+    live += delta[i]
+    most = max(most, live)
+  return persistent + most
 
 
 def main(argv):
@@ -77,6 +102,18 @@ def main(argv):
   need(s["lower_bound_bytes"] > 0, "lower_bound_bytes is 0")
   need(s["arena_bytes"] >= s["lower_bound_bytes"],
        "arena_bytes %d < lower_bound_bytes %d" % (s["arena_bytes"], s["lower_bound_bytes"]))
+  # the memory plan is within 1% of its lower bound, and that bound is no
+  # smaller than the plainest one: the most bytes live at one op
+  need(s["arena_bytes"] <= 1.01 * s["lower_bound_bytes"],
+       "arena_bytes %d > 1.01 x lower_bound_bytes %d (ratio %.4f)" %
+       (s["arena_bytes"], s["lower_bound_bytes"], s["arena_bytes"] / max(1, s["lower_bound_bytes"])))
+  r = subprocess.run([fp, "compile", path, "--emit=ir", "-o", "-"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  need(r.returncode == 0, "compile --emit=ir failed: %s" % r.stderr[-2000:])
+  if r.returncode == 0:
+    sweep = op_order_bound(r.stdout, s["persistent_bytes"])
+    need(s["lower_bound_bytes"] >= sweep,
+         "lower_bound_bytes %d < %d, the most bytes live at one op of the .fpir" % (s["lower_bound_bytes"], sweep))
   need(s["peak_bytes"] > 0, "peak_bytes is 0")
   need(s["persistent_bytes"] >= s["param_shard_bytes"],
        "persistent_bytes %d < param_shard_bytes %d" % (s["persistent_bytes"], s["param_shard_bytes"]))

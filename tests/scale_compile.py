@@ -70,12 +70,18 @@ def main():
     # per unit a forward all-gather, a backward re-gather and a reduce-scatter,
     # less the backward re-gather of the last unit, which keeps its forward
     # gather: 3 N - 1 collectives (main's build gives 2,999 / 5,999 / 11,999
-    # on 1,000 / 2,000 / 4,000 units); ops: 22 N - 9 the same way
+    # on 1,000 / 2,000 / 4,000 units); ops other than record/wait: 10 N - 1
+    # the same way. The record/wait pairs depend on the memory plan (which
+    # buffers share bytes: docs/schedule.md), 12 N - 8 on main then, 12 N - 6
+    # since memplan places by modeled lifetimes; at most 12 N.
     expect("units: collectives", s["collectives"], 3 * n - 1)
-    expect("units: ops", s["ops"], 22 * n - 9)
     plan, ir = os.path.join(tmp, "u.plan.json"), os.path.join(tmp, "u.fpir")
     run(fp, "compile", path, "-o", plan)
     run(fp, "compile", path, "--emit=ir", "-o", ir)
+    with open(ir) as f:
+      nsync = sum(1 for line in f if line.split()[2:3] in (["record"], ["wait"]))
+    expect("units: ops other than record/wait", s["ops"] - nsync, 10 * n - 1)
+    expect("units: record/wait ops <= 12 N", nsync <= 12 * n, True)
     ta, tb = run(fp, "print", plan), run(fp, "print", ir)
     expect("units: print(plan.json) == print(.fpir)", ta == tb, True)
     run(fp, "verify", plan)

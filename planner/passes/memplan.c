@@ -10,11 +10,18 @@
  * placed buffer in turn). Two live ranges that do not
  * overlap in op order are ordered by the program (this lowering runs every op
  * on one stream; the verifier re-checks happens-before over streams and
- * events). The pass also computes the lower bound - the most arena bytes live
- * at once over the step - and the modeled peak including the trainer's
- * activations, and checks the spec's memory budget. */
+ * events). With modeled lifetimes from an earlier schedule of the step
+ * (fp_pass_ctx.hint_*), two ranges whose modeled spans overlap conflict too
+ * - a third tree over the spans' instants answers that - so no reuse of
+ * bytes makes a stream wait for another that the modeled timeline did not
+ * already order (docs/schedule.md, "memplan"). A few greedy orders are
+ * tried, the smallest arena kept. The pass also computes the lower bound of
+ * the ranges it placed by (the sweeps, and when no order reaches them the
+ * heaviest clique of the conflicts) and the modeled peak including the
+ * trainer's activations, and checks the spec's memory budget. */
 #include "passes.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,19 +137,28 @@ typedef struct {
   int32_t item;
   span *spans;
   int ns;
+  const int64_t *off; /* per buffer: its offset in the placement being built */
 } gather;
 
 static void gather_one(void *ctx, int32_t o) {
   gather *g = ctx;
   if (g->seen[o] == g->item) return;
   g->seen[o] = g->item;
-  g->spans[g->ns++] = (span){g->p->bufs[o].offset, g->p->bufs[o].offset + g->p->bufs[o].bytes};
+  g->spans[g->ns++] = (span){g->off[o], g->off[o] + g->p->bufs[o].bytes};
 }
 
 static int cmp_live(const void *a, const void *b) {
   const fp_ir_live *x = a, *y = b;
   if (x->buf != y->buf) return x->buf - y->buf;
   return x->first - y->first;
+}
+
+/* qsort of a permutation of lv by (buf, first, index) */
+static const fp_ir_live *sort_lv;
+static int cmp_perm(const void *a, const void *b) {
+  int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+  int r = cmp_live(&sort_lv[i], &sort_lv[j]);
+  return r ? r : (i > j) - (i < j);
 }
 
 static const char *human(fp_arena *a, int64_t b) {
@@ -232,6 +248,383 @@ static void too_big(fp_pass_ctx *c) {
                "the model '%s' is too large for this mesh (%lld ranks)", m->name, (long long)c->L->world);
 }
 
+/* ---- modeled lifetimes ------------------------------------------------------ */
+/* Two instants closer than this (microseconds) are one: a range that starts
+ * when another ends (a wait on it) must not count as overlapping it. */
+#define FP_SPAN_EPS 1e-3
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* the index of the instant t among the sorted distinct instants u[0..n) */
+static int32_t instant(const double *u, int32_t n, double t) {
+  int32_t lo = 0, hi = n - 1;
+  while (lo < hi) { /* the first u[k] >= t - eps */
+    int32_t mid = lo + (hi - lo) / 2;
+    if (u[mid] < t - FP_SPAN_EPS) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* The hint's spans as ranges over instants, two per live range: the span in
+ * this step and the same span one step later, so that a range of the step
+ * meets the ranges of the next one too. A span [t0, t1) covers the instants
+ * t0 .. t1 - 1 (one instant when it has no length: a range that ends at t0
+ * does not meet it); a range without a span gets first = -1. Returns the
+ * number of instants (the tree's leaves). */
+static int32_t time_ranges(fp_pass_ctx *c, const fp_prog *p, fp_ir_live *tv) {
+  int32_t n = p->nlives, nu = 0;
+  double P = c->hint_step_us > 0 ? c->hint_step_us : 0;
+  double *u = malloc(sizeof *u * (4 * (size_t)n + 1));
+  FP_ASSERT(u);
+  for (int32_t k = 0; k < n; k++) {
+    double t0 = c->hint_t0[k], t1 = c->hint_t1[k];
+    if (!(t0 == t0) || !(t1 == t1)) continue; /* NaN: no use on record */
+    u[nu++] = t0, u[nu++] = t1, u[nu++] = t0 + P, u[nu++] = t1 + P;
+  }
+  qsort(u, (size_t)nu, sizeof *u, cmp_double);
+  int32_t m = 0;
+  for (int32_t k = 0; k < nu; k++)
+    if (m == 0 || u[k] - u[m - 1] > FP_SPAN_EPS) u[m++] = u[k];
+  for (int32_t k = 0; k < n; k++) {
+    double t0 = c->hint_t0[k], t1 = c->hint_t1[k];
+    for (int r = 0; r < 2; r++) {
+      fp_ir_live *x = &tv[2 * k + r];
+      x->buf = p->lives[k].buf;
+      x->first = x->last = -1;
+      if (!(t0 == t0) || !(t1 == t1)) continue;
+      int32_t a = instant(u, m, t0 + r * P), z = instant(u, m, t1 + r * P);
+      x->first = a;
+      x->last = z > a ? z - 1 : a;
+    }
+  }
+  free(u);
+  return m > 0 ? m : 1;
+}
+
+/* ---- placement ---------------------------------------------------------------- */
+/* Greedy placement: the transient buffers in a given order, each at the
+ * lowest offset (first fit) or in the smallest gap (best fit) that no placed
+ * buffer live with it holds - live at one op of program order (lv), or, with
+ * modeled lifetimes, at one instant (tv). Greedy by size is Pisarchyk & Lee's
+ * (arXiv:2001.03288); which order packs best depends on the step, so memplan
+ * tries each and keeps the smallest arena (a handful of O(n log n) passes,
+ * far cheaper than the sync pass and the simulator that follow). */
+#define FP_MEMPLAN_RETRIES 16
+/* the tries after the first stop once this many placed ranges were looked
+ * at (a try costs the buffers times the buffers live with each): the
+ * orders and retries exist to close the last percent on models of a few
+ * thousand buffers; a model of 100,000 small buckets keeps its first try */
+#define FP_MEMPLAN_WORK ((int64_t)20000000)
+enum {
+  ORDER_SIZE,          /* largest first (ties: buffer order) */
+  ORDER_SIZE_BEST_FIT, /* largest first, each in the smallest gap that fits */
+  ORDER_START,         /* earliest first use first (ties: largest) */
+  ORDER_AREA,          /* most bytes x lifetime first */
+  ORDER_SIZE_START,    /* largest first, ties: earliest first use */
+  ORDER_SIZE_LATE,     /* largest first, ties: latest first use */
+  NORDERS
+};
+
+typedef struct placer {
+  fp_prog *p;
+  const fp_ir_live *lv, *tv; /* op-order ranges, modeled spans (2 per range) or NULL */
+  const ranges *rg;
+  item *items;
+  int nitems;
+  int32_t ninst;
+  int64_t dev; /* the transient buffers start after the persistent ones */
+  span *spans;
+  int32_t *seen;
+} placer;
+
+static const double *sort_key;
+static int cmp_key(const void *a, const void *b) {
+  const item *x = a, *y = b;
+  double kx = sort_key[x->buf], ky = sort_key[y->buf];
+  if (kx != ky) return kx > ky ? -1 : 1;
+  return cmp_item(a, b);
+}
+
+/* sort pl->items for `order`; key: scratch per buffer */
+static void order_items(placer *pl, int order, double *key) {
+  if (order == ORDER_SIZE || order == ORDER_SIZE_BEST_FIT) {
+    qsort(pl->items, (size_t)pl->nitems, sizeof *pl->items, cmp_item);
+    return;
+  }
+  const fp_prog *p = pl->p;
+  for (int i = 0; i < pl->nitems; i++) {
+    int b = pl->items[i].buf;
+    double first = INFINITY, len = 0;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++) {
+      const fp_ir_live *x = &pl->lv[k];
+      /* the modeled start and length (in instants) when known, else program order's */
+      double f = x->first, l = (double)(x->last - x->first + 1);
+      if (pl->tv && pl->tv[2 * k].first >= 0) f = pl->tv[2 * k].first, l = pl->tv[2 * k].last - pl->tv[2 * k].first + 1;
+      if (f < first) first = f;
+      len += l;
+    }
+    /* descending keys: earliest start = largest -first; sizes are below
+     * 2^63 and starts below 2^31, so size * 2^32 + start orders by both
+     * (in double: ties of size within 2^-20 relative are ties) */
+    double sz = (double)p->bufs[b].bytes;
+    key[b] = order == ORDER_START        ? -first
+             : order == ORDER_AREA       ? sz * len
+             : order == ORDER_SIZE_START ? sz * 4294967296.0 - first
+                                         : sz * 4294967296.0 + first;
+  }
+  sort_key = key;
+  qsort(pl->items, (size_t)pl->nitems, sizeof *pl->items, cmp_key);
+  sort_key = NULL;
+}
+
+/* place pl->items in their order; off: per buffer. Returns the arena's end,
+ * -1 when it overflows int64 */
+static int64_t place(placer *pl, bool best_fit, int64_t *off, int64_t *work) {
+  fp_prog *p = pl->p;
+  int64_t end = pl->dev;
+  bool timed = pl->tv != NULL;
+  ltree lt, tt;
+  lt_init(&lt, p->nops);
+  lt_init(&tt, timed ? pl->ninst : 1);
+  gather g = {.p = p, .seen = pl->seen, .spans = pl->spans, .off = off};
+  for (int32_t b = 0; b < p->nbufs; b++) pl->seen[b] = -1;
+  for (int i = 0; i < pl->nitems; i++) {
+    int b = pl->items[i].buf;
+    int64_t bytes = pl->items[i].bytes;
+    g.item = i;
+    g.ns = 0;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++) {
+      lt_query(&lt, &pl->lv[k], gather_one, &g);
+      /* this step's span and the next step's against both of every placed
+       * range's: the ranges of the step before and after meet too */
+      for (int r = 0; r < 2 && timed; r++)
+        if (pl->tv[2 * k + r].first >= 0) lt_query(&tt, &pl->tv[2 * k + r], gather_one, &g);
+    }
+    int ns = g.ns;
+    *work += ns + 1;
+    qsort(pl->spans, (size_t)ns, sizeof *pl->spans, cmp_span);
+    int64_t at = -1, lo = pl->dev, gap = INT64_MAX;
+    for (int k = 0; k <= ns; k++) {
+      /* the gap [lo, next span's offset) */
+      int64_t hi = k < ns ? pl->spans[k].off : INT64_MAX;
+      if (hi - lo >= bytes) {
+        if (!best_fit || k == ns) { if (at < 0) at = lo; break; }
+        if (hi - lo < gap) gap = hi - lo, at = lo;
+      }
+      if (k < ns && pl->spans[k].end > lo) lo = pl->spans[k].end;
+    }
+    if (at < 0) at = lo;
+    int64_t e;
+    if (!fp_add64(at, bytes, &e)) {
+      lt_free(&lt);
+      lt_free(&tt);
+      return -1;
+    }
+    off[b] = at;
+    if (e > end) end = e;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++) {
+      lt_insert(&lt, &pl->lv[k], b);
+      for (int r = 0; r < 2 && timed; r++)
+        if (pl->tv[2 * k + r].first >= 0) lt_insert(&tt, &pl->tv[2 * k + r], b);
+    }
+  }
+  lt_free(&lt);
+  lt_free(&tt);
+  return end;
+}
+
+/* ---- the lower bound of a placement's ranges ------------------------------ */
+/* the most bytes live at one op of pl->lv, or at one instant of pl->tv (both
+ * copies: this step and the next; a buffer counted once per instant, its
+ * spans merged first), the persistent bytes included; delta: nops + 2
+ * scratch, left zeroed */
+static int64_t sweep_bound(const placer *pl, int64_t *delta) {
+  const fp_prog *p = pl->p;
+  __int128 live = pl->dev, most = pl->dev;
+  for (int i = 0; i < p->nlives; i++) {
+    delta[pl->lv[i].first] += p->bufs[pl->lv[i].buf].bytes;
+    delta[pl->lv[i].last + 1] -= p->bufs[pl->lv[i].buf].bytes;
+  }
+  for (int32_t i = 0; i <= p->nops; i++) {
+    live += delta[i];
+    delta[i] = 0;
+    if (live > most) most = live;
+  }
+  delta[p->nops + 1] = 0;
+  if (!pl->tv) return sat64(most);
+  int64_t *dt = calloc((size_t)pl->ninst + 2, sizeof *dt);
+  fp_ir_live *v = malloc(sizeof *v * (2 * (size_t)p->nlives + 1));
+  FP_ASSERT(dt && v);
+  for (int i = 0; i < pl->nitems; i++) {
+    int b = pl->items[i].buf, n = 0;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++)
+      for (int r = 0; r < 2; r++)
+        if (pl->tv[2 * k + r].first >= 0) v[n++] = pl->tv[2 * k + r];
+    if (n == 0) continue;
+    qsort(v, (size_t)n, sizeof *v, cmp_live); /* one buffer: by first */
+    int32_t a = v[0].first, z = v[0].last;
+    for (int k = 1; k <= n; k++) {
+      if (k < n && v[k].first <= z) {
+        if (v[k].last > z) z = v[k].last;
+        continue;
+      }
+      dt[a] += p->bufs[b].bytes;
+      dt[z + 1] -= p->bufs[b].bytes;
+      if (k < n) a = v[k].first, z = v[k].last;
+    }
+  }
+  live = pl->dev;
+  for (int32_t i = 0; i < pl->ninst; i++) {
+    live += dt[i];
+    if (live > most) most = live;
+  }
+  free(dt);
+  free(v);
+  return sat64(most);
+}
+
+/* Two buffers conflict when a range of one and a range of the other overlap
+ * in program order or (with spans) at one instant: exactly what place()
+ * keeps apart. The buffers of a clique of that conflict graph pairwise
+ * cannot share bytes, so the heaviest clique bounds the arena from below -
+ * over the same live ranges the placement honoured. The graph is the union
+ * of two interval families and not an interval graph, so a sweep of either
+ * family alone can fall short of it; the heaviest clique is found exactly
+ * per buffer: every clique lies in a buffer's closed neighbourhood, and
+ * those are small (the buffers live with one), searched by branch and bound.
+ * Only cliques through a buffer that ends above the sweeps' bound are
+ * searched (no other can show the arena's top is needed), with caps on the
+ * work (FP_CLIQUE_NODES, FP_CLIQUE_BUDGET): any clique found is a valid
+ * bound, so a capped search only makes the bound weaker, never wrong. */
+#define FP_CLIQUE_NODES 4096     /* per root */
+#define FP_CLIQUE_BUDGET 2000000 /* conflict tests over all roots */
+
+static bool conflict(const placer *pl, int a, int b) {
+  const fp_ir_live *lv = pl->lv, *tv = pl->tv;
+  for (int32_t k = pl->rg[a].first; k < pl->rg[a].first + pl->rg[a].n; k++)
+    for (int32_t l = pl->rg[b].first; l < pl->rg[b].first + pl->rg[b].n; l++) {
+      if (lv[k].first <= lv[l].last && lv[l].first <= lv[k].last) return true;
+      for (int r = 0; r < 2 && tv; r++)
+        for (int q = 0; q < 2; q++) {
+          const fp_ir_live *x = &tv[2 * k + r], *y = &tv[2 * l + q];
+          if (x->first >= 0 && y->first >= 0 && x->first <= y->last && y->first <= x->last) return true;
+        }
+    }
+  return false;
+}
+
+typedef struct clq {
+  const placer *pl;
+  int32_t *cand; /* candidates by depth: cand[d * cap ...] */
+  int cap;
+  int64_t best, nodes, tests;
+} clq;
+
+/* extend a clique of weight w by the candidates c[0..n) (heaviest first) */
+static void clique_grow(clq *q, const int32_t *c, int n, int64_t w, int depth) {
+  if (w > q->best) q->best = w;
+  if (++q->nodes > FP_CLIQUE_NODES) return;
+  int64_t rest = 0;
+  for (int i = 0; i < n; i++) rest += q->pl->p->bufs[c[i]].bytes;
+  for (int i = 0; i < n; i++) {
+    if (w + rest <= q->best) return; /* even every candidate left cannot beat it */
+    int32_t *nx = q->cand + (size_t)(depth + 1) * (size_t)q->cap;
+    int m = 0;
+    if (q->tests > FP_CLIQUE_BUDGET) return;
+    q->tests += n - i - 1;
+    for (int j = i + 1; j < n; j++)
+      if (conflict(q->pl, c[i], c[j])) nx[m++] = c[j];
+    clique_grow(q, nx, m, w + q->pl->p->bufs[c[i]].bytes, depth + 1);
+    rest -= q->pl->p->bufs[c[i]].bytes;
+  }
+}
+
+typedef struct nbr {
+  int32_t *list;
+  int n;
+  int32_t *seen, mark;
+} nbr;
+
+static void nbr_one(void *ctx, int32_t o) {
+  nbr *g = ctx;
+  if (g->seen[o] == g->mark) return;
+  g->seen[o] = g->mark;
+  g->list[g->n++] = o;
+}
+
+/* the heaviest clique's bytes over the transient buffers of pl through a
+ * buffer that ends above `above` at its offset in `off` (the others cannot
+ * raise the bound past the arena's top there); pl->items are sorted by size */
+static int64_t clique_bound(placer *pl, const int64_t *off, int64_t above) {
+  fp_prog *p = pl->p;
+  bool timed = pl->tv != NULL;
+  qsort(pl->items, (size_t)pl->nitems, sizeof *pl->items, cmp_item);
+  int32_t *rank = malloc(sizeof *rank * ((size_t)p->nbufs + 1));
+  FP_ASSERT(rank);
+  for (int32_t b = 0; b < p->nbufs; b++) rank[b] = -1;
+  for (int i = 0; i < pl->nitems; i++) rank[pl->items[i].buf] = i;
+  ltree lt, tt;
+  lt_init(&lt, p->nops);
+  lt_init(&tt, timed ? pl->ninst : 1);
+  for (int i = 0; i < pl->nitems; i++) {
+    int b = pl->items[i].buf;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++) {
+      lt_insert(&lt, &pl->lv[k], b);
+      for (int r = 0; r < 2 && timed; r++)
+        if (pl->tv[2 * k + r].first >= 0) lt_insert(&tt, &pl->tv[2 * k + r], b);
+    }
+  }
+  nbr g = {.list = malloc(sizeof(int32_t) * ((size_t)pl->nitems + 1)), .seen = pl->seen};
+  FP_ASSERT(g.list);
+  for (int32_t b = 0; b < p->nbufs; b++) pl->seen[b] = -1;
+  clq q = {.pl = pl, .best = 0};
+  int depth_cap = 0;
+  int64_t best = 0;
+  for (int i = 0; i < pl->nitems && q.tests <= FP_CLIQUE_BUDGET; i++) {
+    int b = pl->items[i].buf;
+    if (off[b] + p->bufs[b].bytes <= above) continue;
+    g.n = 0;
+    g.mark = i;
+    pl->seen[b] = i;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++) {
+      lt_query(&lt, &pl->lv[k], nbr_one, &g);
+      for (int r = 0; r < 2 && timed; r++)
+        if (pl->tv[2 * k + r].first >= 0) lt_query(&tt, &pl->tv[2 * k + r], nbr_one, &g);
+    }
+    /* the cliques through b */
+    int m = 0;
+    for (int j = 0; j < g.n; j++)
+      if (g.list[j] != b) g.list[m++] = g.list[j];
+    for (int x = 1; x < m; x++) /* item order: heaviest first */
+      for (int y = x; y > 0 && rank[g.list[y]] < rank[g.list[y - 1]]; y--) {
+        int32_t t = g.list[y];
+        g.list[y] = g.list[y - 1], g.list[y - 1] = t;
+      }
+    if (m + 2 > depth_cap) {
+      depth_cap = m + 2;
+      free(q.cand);
+      q.cand = malloc(sizeof *q.cand * (size_t)depth_cap * (size_t)(m + 1));
+      q.cap = m + 1;
+      FP_ASSERT(q.cand);
+    }
+    q.cap = m + 1;
+    q.best = best - p->bufs[b].bytes;
+    q.nodes = 0;
+    clique_grow(&q, g.list, m, 0, 0);
+    if (q.best + p->bufs[b].bytes > best) best = q.best + p->bufs[b].bytes;
+  }
+  free(q.cand);
+  free(g.list);
+  free(rank);
+  lt_free(&lt);
+  lt_free(&tt);
+  return best;
+}
+
 bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   fp_stats *st = c->stats;
   bool ok = false;
@@ -245,28 +638,60 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   int64_t *actd = calloc((size_t)p->nops + 2, sizeof *actd);
   FP_ASSERT(lv && rg && items && spans && seen && delta && actd);
   if (p->nlives) memcpy(lv, p->lives, sizeof *lv * (size_t)p->nlives);
+  /* the modeled spans, two per range (this step, the next), in the same
+   * order as lv once both are sorted by buffer */
+  bool timed = c->hint_t0 && c->hint_t1 && c->hint_n == p->nlives && p->nlives > 0;
+  fp_ir_live *tv = NULL;
+  int32_t ninst = 0;
+  if (timed) {
+    tv = malloc(sizeof *tv * (2 * (size_t)p->nlives + 1));
+    FP_ASSERT(tv);
+    ninst = time_ranges(c, p, tv);
+    /* sort lv by buffer carrying each range's spans along: the key of range
+     * k is (buf, first, k) - stable - and the spans move with it */
+    int32_t *perm = malloc(sizeof *perm * ((size_t)p->nlives + 1));
+    fp_ir_live *tmp = malloc(sizeof *tmp * (2 * (size_t)p->nlives + 1));
+    FP_ASSERT(perm && tmp);
+    for (int32_t k = 0; k < p->nlives; k++) perm[k] = k;
+    sort_lv = lv;
+    qsort(perm, (size_t)p->nlives, sizeof *perm, cmp_perm);
+    sort_lv = NULL;
+    for (int32_t k = 0; k < p->nlives; k++) tmp[2 * k] = tv[2 * perm[k]], tmp[2 * k + 1] = tv[2 * perm[k] + 1];
+    memcpy(tv, tmp, sizeof *tv * 2 * (size_t)p->nlives);
+    for (int32_t k = 0; k < p->nlives; k++) tmp[k] = lv[perm[k]];
+    memcpy(lv, tmp, sizeof *lv * (size_t)p->nlives);
+    free(perm);
+    free(tmp);
+  } else {
+    qsort(lv, (size_t)p->nlives, sizeof *lv, cmp_live);
+  }
+  for (int i = 0; i < p->nlives; i++) {
+    if (rg[lv[i].buf].n == 0) rg[lv[i].buf].first = i;
+    rg[lv[i].buf].n++;
+  }
+  /* the real ranges, sorted as lv (the lower bound is theirs) */
+  fp_ir_live *raw = malloc(sizeof *raw * ((size_t)p->nlives + 1));
+  FP_ASSERT(raw);
+  if (p->nlives) memcpy(raw, lv, sizeof *lv * (size_t)p->nlives);
   /* A range that ends on the rs stream in a post_backward ends when that
    * stream gets there, well after the hooks that follow: the rs stream casts
    * and reduces a layer's grads while the compute stream runs the next
-   * backward. Reusing those bytes at once would make the next backward wait
-   * for the reduction, so for placement the range is held until the end of
-   * the next post_backward of the micro-batch (double buffering the
-   * unsharded grads; c->double_buffer, see planner/pipeline.c). The verifier
-   * and the memory timeline use the real ranges. */
+   * backward. Reusing those bytes at once (for the next layer's grads, or
+   * the weights it gathers) would make the next backward wait for the
+   * reduction, so for placement the range is held until the end of the next
+   * post_backward of the micro-batch (double buffering the unsharded grads
+   * and the reduction's staging; c->double_buffer, see planner/pipeline.c).
+   * The verifier and the memory timeline use the real ranges. */
   for (int i = 0; i < p->nlives && c->double_buffer; i++) {
     const fp_op *op = &p->ops[lv[i].last];
+    fp_buf_cat cat = p->bufs[lv[i].buf].cat;
     if (op->stream != FP_STREAM_RS || p->segs[op->seg].kind != FP_SEG_POST_BACKWARD ||
-        p->bufs[lv[i].buf].cat != FP_CAT_UNSHARDED_GRAD)
+        (cat != FP_CAT_UNSHARDED_GRAD && cat != FP_CAT_STAGING))
       continue;
     int32_t k = op->seg + 1;
     while (k < p->nsegs && p->segs[k].kind != FP_SEG_POST_BACKWARD) k++;
     if (k < p->nsegs && p->segs[k].micro == p->segs[op->seg].micro)
       lv[i].last = p->segs[k].first + p->segs[k].nops - 1;
-  }
-  qsort(lv, (size_t)p->nlives, sizeof *lv, cmp_live);
-  for (int i = 0; i < p->nlives; i++) {
-    if (rg[lv[i].buf].n == 0) rg[lv[i].buf].first = i;
-    rg[lv[i].buf].n++;
   }
 
   /* persistent buffers back to back (device and host arenas apart) */
@@ -287,43 +712,72 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     }
   }
   st->persistent_bytes = dev;
-  /* transient: greedy by size */
-  qsort(items, (size_t)nitems, sizeof *items, cmp_item);
-  int64_t end = dev;
-  ltree lt;
-  lt_init(&lt, p->nops);
-  gather g = {.p = p, .seen = seen, .spans = spans};
-  for (int32_t b = 0; b < p->nbufs; b++) seen[b] = -1;
-  for (int i = 0; i < nitems; i++) {
-    int b = items[i].buf;
-    g.item = i;
-    g.ns = 0;
-    for (int32_t k = rg[b].first; k < rg[b].first + rg[b].n; k++) lt_query(&lt, &lv[k], gather_one, &g);
-    int ns = g.ns;
-    qsort(spans, (size_t)ns, sizeof *spans, cmp_span);
-    int64_t off = dev;
-    for (int k = 0; k < ns; k++) {
-      if (spans[k].off >= off + items[i].bytes) break; /* fits in the gap before this span */
-      if (spans[k].end > off) off = spans[k].end;
+  /* transient: greedy, in each of a few orders (placer), the smallest arena
+   * kept; then, while it is above the bound of the ranges it honours,
+   * "squeaky wheel" tries: the buffers that end above the bound go first in
+   * the next try (in their order), up to FP_MEMPLAN_RETRIES times */
+  placer pl = {.p = p, .lv = lv, .tv = timed ? tv : NULL, .rg = rg, .items = items, .nitems = nitems,
+               .ninst = ninst, .dev = dev, .spans = spans, .seen = seen};
+  int64_t *off = malloc(sizeof *off * ((size_t)p->nbufs + 1)), *best = malloc(sizeof *best * ((size_t)p->nbufs + 1));
+  double *key = malloc(sizeof *key * ((size_t)p->nbufs + 1));
+  item *seq = malloc(sizeof *seq * ((size_t)nitems + 1)), *next = malloc(sizeof *next * ((size_t)nitems + 1));
+  FP_ASSERT(off && best && key && seq && next);
+  /* the bound of the ranges placed by: the sweeps first (cheap, and often
+   * reached); when no order reaches them, the heaviest clique through the
+   * buffers that end above them (rarely more than the sweeps, never less) */
+  int64_t bound = sweep_bound(&pl, delta);
+  bool cliqued = false;
+  int64_t end = -1;
+  int64_t work = 0;
+  for (int order = 0; order < NORDERS + FP_MEMPLAN_RETRIES && (end < 0 || (end > bound && work < FP_MEMPLAN_WORK));
+       order++) {
+    if (order == NORDERS && !cliqued) {
+      int64_t q = dev + clique_bound(&pl, best, bound);
+      if (q > bound) bound = q;
+      cliqued = true;
+      if (end <= bound) break;
     }
-    int64_t e;
-    if (!fp_add64(off, items[i].bytes, &e)) {
-      lt_free(&lt);
+    if (order < NORDERS) {
+      order_items(&pl, order, key);
+    } else { /* the order tried last (the best of the fixed ones first), its buffers above the bound first */
+      const item *from = order == NORDERS ? seq : items;
+      const int64_t *at = order == NORDERS ? best : off;
+      int n = 0;
+      for (int i = 0; i < nitems; i++)
+        if (at[from[i].buf] + from[i].bytes > bound) next[n++] = from[i];
+      for (int i = 0; i < nitems; i++)
+        if (at[from[i].buf] + from[i].bytes <= bound) next[n++] = from[i];
+      memcpy(items, next, sizeof *items * (size_t)nitems);
+    }
+    int64_t e = place(&pl, order == ORDER_SIZE_BEST_FIT, off, &work);
+    if (e < 0) {
+      free(off), free(best), free(key), free(seq), free(next);
       too_big(c);
       goto done;
     }
-    p->bufs[b].offset = off;
-    if (e > end) end = e;
-    for (int32_t k = rg[b].first; k < rg[b].first + rg[b].n; k++) lt_insert(&lt, &lv[k], b);
+    if (end < 0 || e < end) {
+      end = e;
+      for (int i = 0; i < nitems; i++) best[items[i].buf] = off[items[i].buf];
+      memcpy(seq, items, sizeof *items * (size_t)nitems);
+    }
   }
-  lt_free(&lt);
+  /* held ranges are a choice: the bound reported is the real ranges' */
+  if (c->double_buffer) {
+    pl.lv = raw;
+    bound = sweep_bound(&pl, delta);
+  }
+  int64_t real = bound;
+  for (int i = 0; i < nitems; i++) p->bufs[items[i].buf].offset = best[items[i].buf];
+  free(off), free(best), free(key), free(seq), free(next);
+  memset(delta, 0, sizeof *delta * ((size_t)p->nops + 2));
   p->arena_bytes = end;
   p->host_bytes = host;
 
-  /* lower bound and modeled peak: sweep the live bytes over op order */
+  /* lower bound and modeled peak: sweep the live bytes over op order (the
+   * real ranges: holding a range longer is a choice, not a need) */
   for (int i = 0; i < p->nlives; i++) {
-    delta[lv[i].first] += p->bufs[lv[i].buf].bytes;
-    delta[lv[i].last + 1] -= p->bufs[lv[i].buf].bytes;
+    delta[p->lives[i].first] += p->bufs[p->lives[i].buf].bytes;
+    delta[p->lives[i].last + 1] -= p->bufs[p->lives[i].buf].bytes;
   }
   activation_deltas(p, actd);
   /* 128-bit sums: many buffers may share bytes, their total need not fit */
@@ -342,7 +796,8 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
       act_at = i;
     }
   }
-  st->lower_bound_bytes = sat64(lb);
+  st->lower_bound_bytes = st->order_lower_bound_bytes = sat64(lb);
+  st->clique_lower_bound_bytes = real;
   st->peak_bytes = sat64(peak);
   st->peak_op = peak_at;
   st->activation_peak = sat64(act_peak);
@@ -356,6 +811,8 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   }
   ok = true;
 done:
+  free(raw);
+  free(tv);
   free(lv);
   free(rg);
   free(items);

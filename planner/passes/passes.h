@@ -12,6 +12,10 @@
 typedef struct fp_stats {
   int64_t persistent_bytes;  /* device bytes of persistent buffers */
   int64_t lower_bound_bytes; /* most arena bytes live at once (no placement can need less) */
+  int64_t order_lower_bound_bytes; /* most arena bytes live at one op of program order (raw ranges) */
+  int64_t clique_lower_bound_bytes; /* the heaviest set of buffers no two of which may share
+                                     * bytes (live at one op, or at one instant of the modeled
+                                     * spans placed by): see memplan.c */
   int64_t activation_peak;   /* the trainer's activations live at the peak (modeled) */
   int64_t peak_bytes;        /* most bytes live at once: arena buffers + activations */
   int32_t peak_op;           /* op index where peak_bytes is reached */
@@ -23,8 +27,19 @@ typedef struct fp_pass_ctx {
   const fp_layout *L;
   fp_stats *stats;
   bool synced;      /* the sync pass has run: verify every rule */
-  bool double_buffer; /* memplan: keep a layer's unsharded grads apart from the
-                       * next layer's while the rs stream still reads them */
+  bool double_buffer; /* memplan: keep what a post_backward's reduction reads
+                       * (unsharded grads, staging) apart from what the next
+                       * layer's backward allocates while the rs stream still
+                       * reads it */
+  /* memplan by modeled lifetimes: per live range (index into prog.lives,
+   * nlives of them; the same lowering gives the same ranges) the modeled
+   * start and end of its uses on an earlier schedule of this step
+   * (fp_sim_live_spans; NaN: unused), and that schedule's step. Two ranges
+   * whose spans overlap, within a step or from one step into the next, then
+   * never share bytes. NULL: program order only. */
+  const double *hint_t0, *hint_t1;
+  int32_t hint_n;
+  double hint_step_us;
 } fp_pass_ctx;
 
 typedef bool (*fp_pass_fn)(fp_pass_ctx *c, fp_prog *p);
