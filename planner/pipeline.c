@@ -128,10 +128,23 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
  *             (spans_of's `reach`: fewer overlaps, often a tighter packing).
  * The plan kept has the least modeled step; of plans within FP_STEP_SLACK of
  * it, the smallest arena (so a second buffer that buys no modeled time is not
- * kept). Budget: plain is planned first, with the caller's diagnostics; when
+ * kept); a plan that fits the hardware's device memory beats one that does
+ * not (fits_device). Budget: plain is planned first, with the caller's diagnostics; when
  * even it does not fit, nothing does. docs/schedule.md, "memplan". */
 #define FP_STEP_SLACK 1e-3
+/* whether c's device bytes (persistent buffers, then the arena and the
+ * activations at their modeled peak) fit the hardware's device memory */
+static bool fits_device(const fp_compiled *c) {
+  int64_t hbm = c->prog->hw.hbm_bytes;
+  return hbm <= 0 || c->stats.persistent_bytes + c->stats.peak_bytes <= hbm;
+}
+
+/* Without a budget the hardware's device memory still decides first: a plan
+ * that fits is better than a faster one that does not (with a budget, plans
+ * over it never get here). */
 static bool better(const fp_compiled *c, const fp_compiled *best) {
+  bool cf = fits_device(c), bf = fits_device(best);
+  if (cf != bf) return cf;
   double s = c->sim.step_us, t = best->sim.step_us;
   if (s < t * (1 - FP_STEP_SLACK)) return true;
   if (t < s * (1 - FP_STEP_SLACK)) return false;

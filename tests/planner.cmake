@@ -35,3 +35,8 @@ fp_unit_test(test_cost)
 # the simulator on hand-written programs (tests/sim/*.fpir: figures computed
 # by hand) and on compiled examples
 fp_unit_test(test_sim)
+# memplan with no budget: what fits the hardware's device memory is kept over
+# a faster plan that does not (tests/memplan_fit.py)
+add_test(NAME memplan_fit COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/memplan_fit.py --cmd $<TARGET_FILE:flexplan>
+         --example ${CMAKE_SOURCE_DIR}/examples/deepseek-v3-16b.json)
+set_tests_properties(memplan_fit PROPERTIES LABELS golden TIMEOUT 300)
