@@ -122,6 +122,14 @@ typedef enum {
 
 #define FP_PREFETCH_AUTO (-1)
 
+/* spec "overlap_param_gather": where a bucket with persistent compute
+ * weights (shard_grad_op) gathers them from its updated main weights */
+typedef enum fp_param_gather {
+  FP_PG_AUTO,     /* "auto" (default): both lowered, the faster modeled step kept */
+  FP_PG_OFF,      /* false: in post_optimizer, before the step ends */
+  FP_PG_ON,       /* true: in the next step's first forward, prefetched like any gather */
+} fp_param_gather;
+
 typedef struct fp_spec {
   const fp_src *src;           /* NULL when no spec was given (all defaults) */
   const char *ptr;             /* "" or "/spec" */
@@ -143,6 +151,7 @@ typedef struct fp_spec {
                                 * inside their backward (activation checkpointing) */
   int nrecompute;
   int prefetch_fwd, prefetch_bwd; /* >= 0 or FP_PREFETCH_AUTO; default 1 */
+  fp_param_gather overlap_param_gather; /* when ZeRO-2's compute weights are refreshed */
   int64_t grad_accumulation;   /* micro-batches per step; default 1 */
   int64_t memory_budget_bytes; /* 0 = none */
   const char *hw_preset;       /* default "h100-sxm" */

@@ -25,6 +25,11 @@
  *                    add; the last micro-batch divides by world x micro-batches
  *   post_optimizer   refresh persistent compute weights from the updated
  *                    main weights (shard_grad_op's all-gather, replicas' cast)
+ *                    - or, with defer_refresh, nothing: each such bucket is
+ *                    refreshed in the first micro-batch's pre_forward, issued
+ *                    kf ahead like the other forward gathers, so the refresh
+ *                    overlaps the forward instead of ending the step (the
+ *                    pipeline lowers both and keeps the faster, pipeline.c)
  *
  * A flat bucket (docs/layout.md) issues one of each: one cast of the rank's
  * chunk into its place in the flat buffer, one all-gather in place, one
@@ -629,6 +634,10 @@ static int by_last_desc(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
+/* a bucket whose persistent compute weights the step refreshes from its
+ * updated main weights (ZeRO-2's all-gather, a replica's cast) */
+static bool refreshed(const fp_bucket *B) { return B->persistent_unsharded && B->trainable; }
+
 /* Forward: order the gathered buckets by first use; bucket r is issued in
  * the pre_forward where bucket r-kf is first used (the first kf+1 at the
  * first one). Backward: order every bucket by first backward use (its last
@@ -642,7 +651,7 @@ static void plan_prefetch(fp_lower *lw) {
   for (int b = 0; b < nb; b++) lw->fwd_issue[b] = lw->bwd_issue[b] = -1;
   sort_L = L;
   for (int b = 0; b < nb; b++)
-    if (!L->buckets[b].persistent_unsharded) ord[n++] = b;
+    if (!L->buckets[b].persistent_unsharded || (lw->defer_refresh && refreshed(&L->buckets[b]))) ord[n++] = b;
   qsort(ord, (size_t)n, sizeof *ord, by_first);
   for (int r = 0; r < n; r++) lw->fwd_issue[ord[r]] = L->buckets[ord[r < lw->kf ? 0 : r - lw->kf]].first_pos;
   for (int b = 0; b < nb; b++) ord[b] = b;
@@ -657,7 +666,11 @@ static void plan_prefetch(fp_lower *lw) {
   sort_L = NULL;
 }
 
-static void forward_gather(fp_lower *lw, int b) {
+static void forward_gather(fp_lower *lw, int b, int micro) {
+  if (lw->L->buckets[b].persistent_unsharded) { /* defer_refresh: once per step, into its persistent buffer */
+    if (micro == 0) unshard_bucket(lw, b, true);
+    return;
+  }
   open_buf(lw, lw->bufs[b][FP_BB_UNSH]);
   unshard_bucket(lw, b, false);
 }
@@ -722,7 +735,7 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids, con
   for (int pos = 0; pos < m->norder; pos++) {
     int mod = m->order[pos];
     fp_ir_seg_begin(lw->P, FP_SEG_PRE_FORWARD, mod, micro);
-    FOR_AT(pl, AT_FWD_ISSUE, pos, b) forward_gather(lw, b);
+    FOR_AT(pl, AT_FWD_ISSUE, pos, b) forward_gather(lw, b, micro);
     compute(lw, mod, FP_PASS_FWD, scratch, ids);
     fp_ir_seg_begin(lw->P, FP_SEG_POST_FORWARD, mod, micro);
     FOR_AT(pl, AT_LAST, pos, b) {
@@ -787,12 +800,12 @@ static void optimizer(fp_lower *lw, int32_t *ids) {
   fp_ir_seg_begin(lw->P, FP_SEG_POST_OPTIMIZER, -1, 0);
   for (int b = 0; b < L->nbuckets; b++) {
     const fp_bucket *B = &L->buckets[b];
-    if (!B->persistent_unsharded || !B->trainable) continue;
+    if (!refreshed(B) || lw->defer_refresh) continue;
     unshard_bucket(lw, b, true);
   }
 }
 
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb) {
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, bool defer_refresh) {
   (void)d;
   FP_ASSERT(kf >= 0 && kb >= 0);
   fp_lower lw = {0};
@@ -803,6 +816,7 @@ fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb) {
   lw.bucket = -1;
   lw.kf = kf;
   lw.kb = kb;
+  lw.defer_refresh = defer_refresh;
   setup(&lw);
   plan_prefetch(&lw);
   int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));

@@ -45,6 +45,9 @@ typedef struct fp_lower {
   bool seen_comm;                  /* the current placement call passed its collective */
   fp_op dropped;                   /* where ops of other phases are written */
   int kf, kb;                      /* forward / backward prefetch depth */
+  bool defer_refresh;              /* persistent compute weights are refreshed by the next
+                                    * step's first forward (prefetched like any gather),
+                                    * not in post_optimizer */
   int *fwd_issue, *bwd_issue;      /* per bucket: position whose pre_forward /
                                     * pre_backward issues its all-gather (-1 none) */
   int *bwd_order;                  /* buckets by first backward use */
@@ -62,7 +65,9 @@ int fp_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k);
 void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
 
 /* the whole lowering: one training step of L into a new program, with
- * forward / backward prefetch depths kf / kb (see planner/lower.c) */
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb);
+ * forward / backward prefetch depths kf / kb; defer_refresh moves the
+ * refresh of persistent compute weights from post_optimizer into the next
+ * step's first forward (see planner/lower.c) */
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, bool defer_refresh);
 
 #endif

@@ -38,7 +38,7 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   memset(&out->stats, 0, sizeof out->stats);
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
-  out->prog = fp_lower_step(a, d, &out->layout, kf, kb);
+  out->prog = fp_lower_step(a, d, &out->layout, kf, kb, out->defer_refresh);
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, dbuf, NULL, NULL, 0, 0};
@@ -151,7 +151,7 @@ static bool better(const fp_compiled *c, const fp_compiled *best) {
   return c->prog->arena_bytes < best->prog->arena_bytes;
 }
 
-static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
   if (!schedule_with(a, d, out, kf, kb, false, NULL)) return false;
   if (out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
   fp_compiled best = *out, held;
@@ -170,12 +170,49 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   return true;
 }
 
+/* whether the layout has persistent compute weights the step refreshes */
+static bool has_refresh(const fp_layout *L) {
+  for (int b = 0; b < L->nbuckets; b++)
+    if (L->buckets[b].persistent_unsharded && L->buckets[b].trainable && L->buckets[b].sharded) return true;
+  return false;
+}
+
+/* One lowering at prefetch depths kf / kb, its memory plan chosen by
+ * schedule_memory. A layout whose sharded buckets keep persistent compute
+ * weights (ZeRO-2) is lowered twice when the first leaves communication
+ * exposed: refreshing them in post_optimizer, where the next step's forward
+ * waits for every refresh gather, and in the next step's forward, prefetched
+ * like any gather (fp_lower_step's defer_refresh); the better plan is kept
+ * (better: fits the device, then modeled step, then arena). */
+static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+  fp_param_gather pg = out->layout.spec->overlap_param_gather;
+  out->defer_refresh = pg == FP_PG_ON;
+  if (!schedule_memory(a, d, out, kf, kb)) return false;
+  if (pg != FP_PG_AUTO || !has_refresh(&out->layout) || out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us)
+    return true;
+  fp_compiled best = *out;
+  fp_diag quiet;
+  fp_diag_init(&quiet, NULL);
+  out->defer_refresh = true;
+  if (schedule_memory(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
+  fp_diag_free(&quiet);
+  *out = best;
+  return true;
+}
+
 /* prefetch depths for a built layout: as given, or "auto" - with a budget,
  * the deepest depth whose plan fits it; without one, the depth with the
  * least modeled step (the shallowest of equals: deeper buys nothing then but
  * memory). A depth that does not fit is tried quietly; if even depth 0 does
  * not fit, its error (what is live at the peak) is the user's. */
 static bool choose_prefetch(fp_arena *a, fp_diag *d, const fp_spec *s, fp_compiled *out) {
+  if (s->overlap_param_gather == FP_PG_ON && !s->fsdp2 && !has_refresh(&out->layout)) {
+    fp_diag_json(d, s->src, fp_ptr_key(a, s->ptr, "overlap_param_gather"),
+                 "overlap_param_gather is true but no bucket keeps sharded compute weights gathered all step "
+                 "(strategy \"%s\"): only shard_grad_op buckets gather them again after the optimizer",
+                 fp_strategy_names[s->strategy]);
+    return false;
+  }
   bool af = s->prefetch_fwd == FP_PREFETCH_AUTO, ab = s->prefetch_bwd == FP_PREFETCH_AUTO;
   if (!af && !ab) return schedule(a, d, out, s->prefetch_fwd, s->prefetch_bwd);
   bool budget = s->memory_budget_bytes > 0;

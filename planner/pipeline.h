@@ -16,6 +16,7 @@ typedef struct fp_compiled {
   int prefetch_fwd, prefetch_bwd; /* the depths lowered (chosen when "auto") */
   fp_sim sim;     /* the program replayed on prog->hw (modeled) */
   bool reach;     /* memplan placed by lifetimes held to their hooks (pipeline.c) */
+  bool defer_refresh; /* persistent compute weights refreshed in the next forward (lower.h) */
 } fp_compiled;
 
 /* the deepest prefetch "auto" considers */

@@ -261,7 +261,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
                       fp_j_describe(a, fmt));
   static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
                                      "no_shard", "recompute", "prefetch", "grad_accumulation",
-                                     "memory_budget_bytes", "hardware", NULL};
+                                     "memory_budget_bytes", "hardware", "overlap_param_gather", NULL};
   if (!fp_j_keys(c, root, ptr, keys)) return false;
 
   /* mesh */
@@ -336,6 +336,14 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
       !parse_prefetch(c, out, fp_j_get(root, "prefetch"), fp_ptr_key(a, ptr, "prefetch")))
     return false;
   if (!fp_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
+  if (fp_j_has(root, "overlap_param_gather")) { /* "auto" | true | false */
+    json_object *v = fp_j_get(root, "overlap_param_gather");
+    if (v && json_object_is_type(v, json_type_boolean))
+      out->overlap_param_gather = json_object_get_boolean(v) ? FP_PG_ON : FP_PG_OFF;
+    else if (!(v && json_object_is_type(v, json_type_string) && !strcmp(json_object_get_string(v), "auto")))
+      return fp_j_error(c, fp_ptr_key(a, ptr, "overlap_param_gather"), "expected \"auto\", true or false, got %s",
+                        fp_j_describe(a, v));
+  }
   if (!fp_j_int(c, root, ptr, "memory_budget_bytes", false, 1, INT64_MAX, &out->memory_budget_bytes)) return false;
   if (fp_j_has(root, "hardware") &&
       !parse_hardware(c, out, fp_j_get(root, "hardware"), fp_ptr_key(a, ptr, "hardware")))

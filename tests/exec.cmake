@@ -47,6 +47,12 @@ foreach(np 2 3 4)
   fp_parity(per_param mlp per-param ${np})
 endforeach()
 fp_parity(flat_hybrid_2x2_ga2 mlp flat-hybrid 4)
+# shard_grad_op with overlap_param_gather: the compute weights are gathered
+# again in the next step's forward (prefetched), not in post_optimizer
+foreach(np 2 3 4)
+  fp_parity(sgo_overlap mlp sgo-overlap ${np})
+endforeach()
+fp_parity(sgo_overlap_flat_ga2 mlp sgo-overlap-flat-ga2 4)
 fp_parity(flat_frozen mlp-frozen flat 3)
 fp_parity(full_shard_poll mlp full_shard 3 --progress poll)
 fp_parity(hybrid_2x2 mlp hybrid 4)

@@ -67,6 +67,10 @@ CONFIGS = {
     "mlp_full_shard": ("mlp", "full_shard", {}, {}),
     "mlp_shard_grad_op": ("mlp", "shard_grad_op", {}, {}),
     "mlp_no_shard": ("mlp", "no_shard", {}, {}),
+    # shard_grad_op whose compute weights are gathered again in the next
+    # step's forward (overlap_param_gather), with accumulation
+    "llama_sgo_overlap": ("llama", "shard_grad_op", {"overlap_param_gather": True}, {}),
+    "mlp_sgo_overlap_ga2": ("mlp", "shard_grad_op", {"overlap_param_gather": True, "grad_accumulation": 2}, {}),
     "mlp_frozen_no_shard": ("mlp", "full_shard", {"no_shard": ["layers.1.*"]}, {"frozen": ["layers.1"]}),
     "mlp_placements": ("mlp", "full_shard", {"buckets": [
         {"name": "l0", "params": ["layers.0.*"], "placement": {"kind": "ragged_shard", "units": "R",
