@@ -111,8 +111,9 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
 /* The memory plan of one lowering, chosen by modeled time. Candidates, each
  * tried only when the one before leaves something to gain:
  *   plain     placement by program order only. When the compute stream
- *             waits for communication no more than FP_STEP_SLACK of the
- *             step, no memory plan can shorten the step: kept;
+ *             waits for communication no more than FP_MEMPLAN_TRY_EXPOSED
+ *             of the step, or the program is larger than
+ *             FP_MEMPLAN_TRY_OPS: kept;
  *   held      what a post_backward's reduction reads (unsharded grads,
  *             staging) held until the next post_backward, so the next
  *             layer's backward and gathers never wait for the rs stream
@@ -151,9 +152,19 @@ static bool better(const fp_compiled *c, const fp_compiled *best) {
   return c->prog->arena_bytes < best->prog->arena_bytes;
 }
 
+/* Each candidate after plain costs a whole lowering, the passes and the
+ * simulator again. They are tried only where they can pay: when plain leaves
+ * more than FP_MEMPLAN_TRY_EXPOSED of the step exposed (below that, no memory
+ * plan can buy more than that share), and on programs of at most
+ * FP_MEMPLAN_TRY_OPS ops (larger ones - 100,000 one-param buckets, 2.2M ops;
+ * DeepSeek-V3 with every expert its own unit, 162k ops - keep plain: there
+ * the candidates tripled the compile and bought no modeled time). */
+#define FP_MEMPLAN_TRY_EXPOSED 0.02
+#define FP_MEMPLAN_TRY_OPS 100000
 static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
   if (!schedule_with(a, d, out, kf, kb, false, NULL)) return false;
-  if (out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
+  if (out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us || out->prog->nops > FP_MEMPLAN_TRY_OPS)
+    return true;
   fp_compiled best = *out, held;
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
