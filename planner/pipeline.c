@@ -66,7 +66,13 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   out->prog->memtl = fp_sim_memory(a, out->prog, &out->sim);
   /* the summary's lower bound and peak are the modeled timeline's: the most
    * arena bytes (and arena + activation bytes) live at once as the step runs */
-  out->stats.peak_bytes = out->prog->memtl->peak_bytes;
+  /* the device holds the whole arena all step (persistent buffers first)
+   * and the trainer's activations on top: the most the rank holds is the
+   * arena plus the activations at their peak, never below the arena. The
+   * timeline's peak (memtl->peak_bytes, the bytes live at one instant) is
+   * what the viewers draw. */
+  if (!fp_add64(out->prog->arena_bytes, out->stats.activation_peak, &out->stats.peak_bytes))
+    out->stats.peak_bytes = INT64_MAX;
   /* the lower bound is over the ranges the placement honours: buffers live
    * at one op of program order, or at one instant of the modeled timeline
    * (two buffers sharing bytes are ordered, so never live at one instant),
@@ -133,11 +139,11 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
  * not (fits_device). Budget: plain is planned first, with the caller's diagnostics; when
  * even it does not fit, nothing does. docs/schedule.md, "memplan". */
 #define FP_STEP_SLACK 1e-3
-/* whether c's device bytes (persistent buffers, then the arena and the
- * activations at their modeled peak) fit the hardware's device memory */
+/* whether c's peak (the arena, persistent buffers included, plus the
+ * activations at their peak) fits the hardware's device memory */
 static bool fits_device(const fp_compiled *c) {
   int64_t hbm = c->prog->hw.hbm_bytes;
-  return hbm <= 0 || c->stats.persistent_bytes + c->stats.peak_bytes <= hbm;
+  return hbm <= 0 || c->stats.peak_bytes <= hbm;
 }
 
 /* Without a budget the hardware's device memory still decides first: a plan
@@ -354,6 +360,8 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
   }
   s->arena_bytes = p->arena_bytes;
   s->hardware = p->hw.name;
+  s->device_bytes = p->hw.hbm_bytes;
+  s->memory_budget_bytes = p->memory_budget_bytes;
 }
 
 void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
@@ -412,6 +420,8 @@ void fp_summary_json(const fp_summary *s, FILE *f) {
   fprintf(f, "  \"prefetch_forward\": %d,\n  \"prefetch_backward\": %d,\n", s->prefetch_forward,
           s->prefetch_backward);
   fprintf(f, "  \"hardware\": \"%s\",\n", s->hardware ? s->hardware : "");
+  fprintf(f, "  \"device_bytes\": %" PRId64 ",\n  \"over_device_bytes\": %" PRId64 ",\n", s->device_bytes,
+          fp_summary_over_device(s));
   fprintf(f, "  \"modeled_step_ms\": %.6f,\n  \"modeled_compute_ms\": %.6f,\n", s->modeled_step_ms,
           s->modeled_compute_ms);
   fprintf(f, "  \"modeled_exposed_comm_ms\": %.6f,\n", s->modeled_exposed_comm_ms);
@@ -439,5 +449,41 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
   fprintf(f, "  prefetch depth         forward %d, backward %d\n", s->prefetch_forward, s->prefetch_backward);
   fprintf(f, "  modeled on %s: step %.3f ms, compute %.3f ms, exposed communication %.3f ms\n",
           s->hardware ? s->hardware : "?", s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
+  int64_t over = fp_summary_over_device(s);
+  if (over > 0)
+    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", s->hardware ? s->hardware : "?",
+            (double)s->device_bytes / (1 << 30), (double)over / (1 << 30));
   fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
+}
+
+int64_t fp_summary_over_device(const fp_summary *s) {
+  return s->device_bytes > 0 && s->peak_bytes > s->device_bytes ? s->peak_bytes - s->device_bytes : 0;
+}
+
+/* the items of the peak, largest first: main weights, main grads, the rest
+ * of the persistent buffers, the transient arena, the activations */
+void fp_summary_warn_device(const fp_summary *s, FILE *f) {
+  int64_t over = fp_summary_over_device(s);
+  if (over <= 0 || s->memory_budget_bytes > 0) return;
+  typedef struct item {
+    const char *name;
+    int64_t bytes;
+  } item;
+  item it[5] = {
+      {"main weights (shard)", s->param_shard_bytes},
+      {"main grads (shard)", s->grad_shard_bytes},
+      {"other persistent buffers", s->persistent_bytes - s->param_shard_bytes - s->grad_shard_bytes},
+      {"transient arena", s->arena_bytes - s->persistent_bytes},
+      {"activations", s->activation_peak_bytes}};
+  for (int i = 1; i < 5; i++) /* insertion sort, largest first */
+    for (int j = i; j > 0 && it[j].bytes > it[j - 1].bytes; j--) {
+      item t = it[j];
+      it[j] = it[j - 1], it[j - 1] = t;
+    }
+  fprintf(f, "flexplan: warning: %s: the plan needs %.3f GiB per rank at its peak, %.3f GiB more than %s's %.3f GiB "
+          "of device memory; largest: ", s->model, (double)s->peak_bytes / (1 << 30), (double)over / (1 << 30),
+          s->hardware ? s->hardware : "the hardware", (double)s->device_bytes / (1 << 30));
+  for (int i = 0, n = 0; i < 5; i++)
+    if (it[i].bytes > 0) fprintf(f, "%s%s %.3f GiB", n++ ? ", " : "", it[i].name, (double)it[i].bytes / (1 << 30));
+  fprintf(f, " (set memory_budget_bytes to have the compile fit the plan or refuse it, or shard further)\n");
 }

@@ -34,6 +34,8 @@ typedef struct fp_summary {
   int64_t arena_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
   int prefetch_forward, prefetch_backward;
   const char *hardware;     /* the machine the modeled figures are for */
+  int64_t device_bytes;     /* its device memory per GPU (hbm_bytes; 0: unknown) */
+  int64_t memory_budget_bytes; /* the spec's budget (0: none) */
   double modeled_step_ms, modeled_compute_ms, modeled_exposed_comm_ms;
   double compile_ms;
 } fp_summary;
@@ -45,5 +47,10 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *out);
 bool fp_summarize_plan(const fp_prog *p, fp_summary *out);
 void fp_summary_json(const fp_summary *s, FILE *f);
 void fp_summary_text(const fp_summary *s, FILE *f);
+/* bytes the peak is over the device memory (0: it fits, or unknown) */
+int64_t fp_summary_over_device(const fp_summary *s);
+/* without a budget, a peak over the device memory: one warning line naming
+ * the overshoot and the largest items; nothing otherwise */
+void fp_summary_warn_device(const fp_summary *s, FILE *f);
 
 #endif

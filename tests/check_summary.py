@@ -115,6 +115,17 @@ def main(argv):
     need(s["lower_bound_bytes"] >= sweep,
          "lower_bound_bytes %d < %d, the most bytes live at one op of the .fpir" % (s["lower_bound_bytes"], sweep))
   need(s["peak_bytes"] > 0, "peak_bytes is 0")
+  # one peak: the whole arena (persistent buffers first) plus the activations
+  # at their peak, never below the arena; over_device_bytes is what it exceeds
+  # the hardware's device memory by (docs/cli.md)
+  need(s["peak_bytes"] == s["arena_bytes"] + s["activation_peak_bytes"],
+       "peak_bytes %d != arena_bytes %d + activation_peak_bytes %d"
+       % (s["peak_bytes"], s["arena_bytes"], s["activation_peak_bytes"]))
+  need(s["arena_bytes"] >= s["persistent_bytes"], "arena_bytes %d < persistent_bytes %d"
+       % (s["arena_bytes"], s["persistent_bytes"]))
+  need(s["over_device_bytes"] == max(0, s["peak_bytes"] - s["device_bytes"]),
+       "over_device_bytes %d is not peak_bytes %d - device_bytes %d"
+       % (s["over_device_bytes"], s["peak_bytes"], s["device_bytes"]))
   need(s["persistent_bytes"] >= s["param_shard_bytes"],
        "persistent_bytes %d < param_shard_bytes %d" % (s["persistent_bytes"], s["param_shard_bytes"]))
   need(s["ops"] >= s["collectives"], "ops %d < collectives %d" % (s["ops"], s["collectives"]))

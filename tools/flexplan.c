@@ -665,6 +665,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
     fp_summary_text(&sum, stderr);
     if (o.path) fprintf(stderr, "  wrote %s\n", o.path);
   }
+  fp_summary_warn_device(&sum, stderr);
   rc = EXIT_OK;
 done:
   fp_diag_free(&d);
