@@ -167,39 +167,21 @@ fp_status fp_plan_save(fp_plan *plan, const char *path) {
   fp_status st = usable(plan);
   if (st != FP_OK) return st;
   if (!path) return set_msg(plan, FP_ERR_ARG, "fp_plan_save: path is NULL");
-  /* atomic, as the CLI writes: a temporary next to the target, renamed over it */
-  size_t n = strlen(path);
-  char *tmp = malloc(n + 16);
-  if (!tmp) return set_msg(plan, FP_ERR_NOMEM, "out of memory");
-  snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    st = set_msg(plan, FP_ERR_INPUT, "%s: error: cannot create output: %s", path, strerror(errno));
-    free(tmp);
-    return st;
-  }
-  mode_t mask = umask(0); /* mkstemp makes the file 0600; give it the mode a plain create would */
-  umask(mask);
-  FILE *f = fchmod(fd, 0666 & ~mask) == 0 ? fdopen(fd, "w") : NULL;
-  if (!f) {
-    st = set_msg(plan, FP_ERR_INPUT, "%s: error: cannot create output: %s", path, strerror(errno));
-    close(fd);
-    unlink(tmp);
-    free(tmp);
-    return st;
-  }
-  bool ok = fp_plan_write(plan->prog, f);
-  ok = fflush(f) == 0 && !ferror(f) && ok;
-  ok = fclose(f) == 0 && ok;
-  if (ok && rename(tmp, path) != 0) ok = false;
+  /* whole or not at all, as the CLI writes (fp_out: a temporary renamed
+   * over a regular file; a device or FIFO written in place) */
+  fp_out o;
+  if (!fp_out_open(&o, path))
+    return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot create output: %s", path, strerror(errno));
+  errno = 0;
+  bool ok = fp_plan_write(plan->prog, o.f);
   if (!ok) {
-    st = set_msg(plan, FP_ERR_INPUT, "%s: error: cannot write output: %s", path,
-                 errno ? strerror(errno) : "write failed");
-    unlink(tmp);
-    free(tmp);
-    return st;
+    int e = errno;
+    fp_out_abort(&o);
+    return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot write output: %s", path, e ? strerror(e) : "write failed");
   }
-  free(tmp);
+  if (!fp_out_commit(&o))
+    return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot write output: %s", path,
+                   errno ? strerror(errno) : "write failed");
   return set_msg(plan, FP_OK, "%s", "");
 }
 

@@ -159,24 +159,15 @@ fp_status fp_exec_timing_write(fp_exec *x, const char *path) {
   if (nsteps > t->cap) nsteps = t->cap;
   if (nsteps < 1) return fpx_fail(x, FP_ERR_ARG, "fp_exec_timing_write: no step has completed since fp_exec_timing_start");
   FPX_CHECK(fp_exec_sync(x)); /* every op of the recorded steps has ended */
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
-  if (!tmp) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
-  snprintf(tmp, n, "%s.tmpXXXXXX", path);
-  int fd = mkstemp(tmp);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (!f) {
+  fp_out o; /* whole or not at all; a device or FIFO written in place */
+  if (!fp_out_open(&o, path))
+    return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, strerror(errno));
+  if (!write_steps(x, t, nsteps, o.f)) {
     int e = errno;
-    if (fd >= 0) close(fd), unlink(tmp);
-    free(tmp);
-    return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, strerror(e));
+    fp_out_abort(&o);
+    return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, e ? strerror(e) : "write failed");
   }
-  bool ok = write_steps(x, t, nsteps, f);
-  ok = fclose(f) == 0 && ok;
-  if (ok && rename(tmp, path) != 0) ok = false;
-  int e = errno;
-  if (!ok) unlink(tmp);
-  free(tmp);
-  if (!ok) return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, strerror(e));
+  if (!fp_out_commit(&o))
+    return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, strerror(errno));
   return FP_OK;
 }

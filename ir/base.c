@@ -413,3 +413,60 @@ const char *fp_closest_name(const char *got, const char *const *names) {
   }
   return best;
 }
+
+/* ---- outputs ----------------------------------------------------------- */
+bool fp_out_open(fp_out *o, const char *path) {
+  memset(o, 0, sizeof *o);
+  o->path = path;
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) {
+      errno = EISDIR;
+      return false;
+    }
+    o->f = fopen(path, "w"); /* a device or a FIFO: in place */
+    return o->f != NULL;
+  }
+  size_t n = strlen(path) + 16;
+  o->tmp = malloc(n);
+  if (!o->tmp) return false;
+  snprintf(o->tmp, n, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(o->tmp);
+  if (fd < 0) goto fail;
+  /* mkstemp makes the file 0600; give it the mode a plain create would */
+  mode_t mask = umask(0);
+  umask(mask);
+  if (fchmod(fd, 0666 & ~mask) != 0 || !(o->f = fdopen(fd, "w"))) {
+    int e = errno;
+    close(fd);
+    unlink(o->tmp);
+    errno = e;
+    goto fail;
+  }
+  return true;
+fail:
+  free(o->tmp);
+  o->tmp = NULL;
+  return false;
+}
+
+bool fp_out_commit(fp_out *o) {
+  bool ok = fflush(o->f) == 0 && !ferror(o->f);
+  int e = ok ? 0 : (errno ? errno : EIO);
+  if (fclose(o->f) != 0 && ok) ok = false, e = errno;
+  o->f = NULL;
+  if (ok && o->tmp && rename(o->tmp, o->path) != 0) ok = false, e = errno;
+  if (!ok && o->tmp) unlink(o->tmp);
+  free(o->tmp);
+  o->tmp = NULL;
+  errno = e;
+  return ok;
+}
+
+void fp_out_abort(fp_out *o) {
+  if (o->f) fclose(o->f);
+  o->f = NULL;
+  if (o->tmp) unlink(o->tmp);
+  free(o->tmp);
+  o->tmp = NULL;
+}

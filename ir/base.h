@@ -153,6 +153,23 @@ static inline void fp_sb_putc(fp_sbuf *b, char c) {
  * Used to append `did you mean "x"?` to unknown names (docs/cli.md). */
 const char *fp_closest_name(const char *got, const char *const *names);
 
+/* ---- outputs: whole or not at all ------------------------------------- */
+/* A regular file (or a new one) is written to a temporary next to it and
+ * renamed over it by fp_out_commit, so a failed write leaves the old file
+ * or nothing. Anything else that exists - a device such as /dev/null, a
+ * FIFO - is written in place and never replaced (renaming a temporary over
+ * /dev/null would replace the device for every process, as root). A
+ * directory is refused (errno EISDIR). Each returns false with errno set;
+ * on failure the temporary is gone. */
+typedef struct fp_out {
+  const char *path; /* where the output goes */
+  char *tmp;        /* the temporary (NULL: written in place) */
+  FILE *f;
+} fp_out;
+bool fp_out_open(fp_out *o, const char *path);
+bool fp_out_commit(fp_out *o); /* flush, close, rename into place */
+void fp_out_abort(fp_out *o);  /* close and remove the temporary */
+
 /* ---- hashing ----------------------------------------------------------- */
 /* FNV-1a 64 over bytes, chainable (start with FP_FNV_INIT) */
 #define FP_FNV_INIT 0xcbf29ce484222325ull

@@ -209,5 +209,19 @@ grep -q '"over_device_bytes": 398870331392' "$tmp/405.sum.json" && ok || bad "40
 expect 0 "$fp" compile "$src/examples/llama3-8b.json" -o "$tmp/8b.plan.json"
 grep -q "warning" "$tmp/err" && bad "llama3-8b fits yet warned: $(cat "$tmp/err")" || ok
 
+# -o onto something that is not a regular file: a FIFO (as /dev/null, a
+# device) is written in place, never replaced by a renamed temporary (that
+# would replace /dev/null itself when run as root); a directory is refused
+mkfifo "$tmp/fifo"
+cat "$tmp/fifo" >"$tmp/from-fifo" &
+reader=$!
+expect 0 "$fp" compile "$ex" -o "$tmp/fifo"
+if [ -p "$tmp/fifo" ]; then ok; else bad "-o FIFO: the FIFO was replaced"; kill $reader 2>/dev/null; fi
+wait $reader
+grep -q '"format": *"flexplan.plan.v1"' "$tmp/from-fifo" && ok || bad "-o FIFO: the plan did not come through it"
+mkdir "$tmp/outdir"
+expect 1 "$fp" compile "$ex" -o "$tmp/outdir"
+has err "outdir: error: cannot create output: Is a directory"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

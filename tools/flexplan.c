@@ -371,9 +371,12 @@ static bool stdout_written(void) {
   return false;
 }
 
+/* where a command writes: standard output ("-"), or a file written whole
+ * or not at all (fp_out: a temporary renamed into place; a device such as
+ * /dev/null or a FIFO written in place) */
 typedef struct {
-  const char *path; /* final path; NULL for stdout */
-  char *tmp;        /* temporary path */
+  const char *path; /* NULL for stdout */
+  fp_out out;
   FILE *f;
 } out_file;
 
@@ -384,44 +387,24 @@ static bool out_open(out_file *o, const char *path) {
     return true;
   }
   o->path = path;
-  size_t n = strlen(path);
-  o->tmp = malloc(n + 16);
-  FP_ASSERT(o->tmp);
-  snprintf(o->tmp, n + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(o->tmp);
-  if (fd < 0) {
+  if (!fp_out_open(&o->out, path)) {
     fprintf(stderr, "%s: error: cannot create output: %s\n", path, strerror(errno));
-    free(o->tmp);
-    o->tmp = NULL;
     return false;
   }
-  /* mkstemp makes the file 0600; give it the mode a plain create would */
-  mode_t mask = umask(0);
-  umask(mask);
-  if (fchmod(fd, 0666 & ~mask) != 0) {
-    fprintf(stderr, "%s: error: cannot set the output's mode: %s\n", path, strerror(errno));
-    close(fd);
-    unlink(o->tmp);
-    free(o->tmp);
-    o->tmp = NULL;
-    return false;
-  }
-  o->f = fdopen(fd, "w");
-  FP_ASSERT(o->f);
+  o->f = o->out.f;
   return true;
 }
 
 static bool out_commit(out_file *o) {
   if (!o->path) return stdout_written();
-  bool ok = fflush(o->f) == 0 && !ferror(o->f);
-  ok = (fclose(o->f) == 0) && ok;
-  if (ok && rename(o->tmp, o->path) != 0) ok = false;
-  if (!ok) {
-    fprintf(stderr, "%s: error: cannot write output: %s\n", o->path, strerror(errno));
-    unlink(o->tmp);
-  }
-  free(o->tmp);
-  return ok;
+  if (fp_out_commit(&o->out)) return true;
+  fprintf(stderr, "%s: error: cannot write output: %s\n", o->path, strerror(errno));
+  return false;
+}
+
+/* a write that failed before commit: nothing is left behind */
+static void out_abort(out_file *o) {
+  if (o->path) fp_out_abort(&o->out);
 }
 
 /* ---- reading plans and IR --------------------------------------------------- */
@@ -652,11 +635,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
     break;
   }
   if (!ok) {
-    if (o.path) {
-      fclose(o.f);
-      unlink(o.tmp);
-      free(o.tmp);
-    }
+    out_abort(&o);
     if (!d.nerrors) fprintf(stderr, "%s: error: cannot write the %s\n", out, emit == EMIT_TRACE ? "trace" : emit == EMIT_HTML ? "page" : "plan");
     goto done;
   }
@@ -825,11 +804,7 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   out_file o;
   if (!out_open(&o, out)) goto done;
   if (!write_view(ar, &d, path, p, &hw, &ranks, fmt, meas, nmeasured, &o)) {
-    if (o.path) {
-      fclose(o.f);
-      unlink(o.tmp);
-      free(o.tmp);
-    }
+    out_abort(&o);
     if (!d.nerrors) fprintf(stderr, "%s: error: cannot write the %s\n", out, fmt == VIZ_HTML ? "page" : "trace");
     goto done;
   }

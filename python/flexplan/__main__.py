@@ -62,6 +62,17 @@ def _write(path, text):
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    if os.path.isdir(path):
+        raise _Input("-o %s: Is a directory" % path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        # a device (/dev/null) or a FIFO: written in place; a temporary
+        # renamed over it would replace the device itself
+        try:
+            with open(path, "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise _Input("-o %s: %s" % (path, e.strerror or e)) from e
+        return
     d = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".describe-", suffix=".tmp", dir=d)

@@ -7,6 +7,8 @@ FLOP and byte counts worked out by hand in the tests.
 """
 import json
 import os
+import stat
+import threading
 import re
 import subprocess
 import sys
@@ -691,6 +693,18 @@ def test_cli_describe(tmp_path):
         sys.path.remove(str(tmp_path))
         sys.modules.pop("factories", None)
     assert got == want
+    # -o onto a FIFO (as onto /dev/null): written in place, the FIFO kept
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got_fifo = []
+    reader = threading.Thread(target=lambda: got_fifo.append(open(fifo).read()), daemon=True)
+    reader.start()
+    rc, stdout, err = run_describe(tmp_path, "factories:llama", "--input-shape", "2,16", "--name",
+                                   "tiny", "-o", str(fifo))
+    reader.join(timeout=60)  # a FIFO replaced by a file would leave the reader waiting
+    assert rc == 0, err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode), "the FIFO was replaced"
+    assert got_fifo and json.loads(got_fifo[0]) == want
     # to standard output, with units
     rc, stdout, err = run_describe(tmp_path, "factories:llama", "--units", "model.layers.*",
                                    "model.norm+lm_head")

@@ -459,9 +459,13 @@ class Sharded:
         sd = self.full_state_dict(dtype)
         if self.rank == 0:
             from safetensors.torch import save_file
-            tmp = f"{path}.tmp{os.getpid()}"
-            save_file({k: v.contiguous() for k, v in sd.items()}, tmp, metadata={"format": "pt"})
-            os.replace(tmp, path)
+            tensors = {k: v.contiguous() for k, v in sd.items()}
+            if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+                save_file(tensors, path, metadata={"format": "pt"})  # a device or FIFO: in place
+            else:
+                tmp = f"{path}.tmp{os.getpid()}"
+                save_file(tensors, tmp, metadata={"format": "pt"})
+                os.replace(tmp, path)
         self.ex.all_reduce_f64([0.0])  # every rank returns once the file exists
         return path
 
