@@ -7,7 +7,7 @@
 #include "kernels/convert.h"
 
 extern "C" {
-#include "ir/base.h" /* fp_dtype */
+#include "base/base.h" /* fp_dtype */
 }
 
 #define THREADS 128

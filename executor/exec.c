@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "backend_impl.h"
-#include "planner/front.h" /* fp_placement_kind */
+#include "base/placement.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 fp_status fpx_fail(fp_exec *x, fp_status st, const char *fmt, ...) {

@@ -8,7 +8,7 @@
  * and returns its fp_status; functions that can fail return fp_status and
  * are called through FPX_CHECK / FPX_CHECK_GOTO (the NCCL pattern: one
  * `fail:` label per function frees what it made). Internal bugs are
- * FP_ASSERT (ir/base.h), never a status. */
+ * FP_ASSERT (base/base.h), never a status. */
 #ifndef FP_EXEC_IMPL_H
 #define FP_EXEC_IMPL_H
 

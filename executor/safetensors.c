@@ -13,7 +13,7 @@
  * overflow checks. */
 #include "safetensors.h"
 
-#include "ir/utf8.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>

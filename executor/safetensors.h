@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ir/base.h" /* fp_dtype */
+#include "base/base.h" /* fp_dtype */
 
 /* one tensor of an open file */
 typedef struct fp_st_tensor {

@@ -13,9 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../planner/front.h"
 
-_Static_assert(FP_NPLACEMENTS_IR == FP_IR_NPLACEMENTS, "placement tables disagree");
 
 /* ---- name tables ------------------------------------------------------------ */
 static const struct {

@@ -18,7 +18,7 @@
 #ifndef FP_IR_H
 #define FP_IR_H
 
-#include "base.h"
+#include "../base/base.h"
 
 typedef enum { FP_OPC_COMM, FP_OPC_LOCAL, FP_OPC_SYNC, FP_OPC_COMPUTE } fp_opclass;
 

@@ -9,9 +9,10 @@
 #include <string.h>
 
 #include "ir.h"
+#include "../base/placement.h"
 
-/* ---- param placements (mirror fp_placement_kind in planner/front.h) ---- */
-#define FP_IR_NPLACEMENTS 5
+/* ---- param placements (fp_placement_kind, base/placement.h) ------------ */
+#define FP_IR_NPLACEMENTS FP_NPLACEMENTS_IR
 const char *fp_ir_placement_name(int k); /* "?" when out of range */
 int fp_ir_placement_parse(const char *s); /* -1 if unknown */
 

@@ -14,7 +14,7 @@
  * the values actually present), and the first error stops it with
  * "file:line:col: error: message". */
 #include "irpriv.h"
-#include "utf8.h"
+#include "../base/utf8.h"
 
 #include <errno.h>
 #include <inttypes.h>

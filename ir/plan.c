@@ -21,14 +21,14 @@
  * /buffers/N, ...). On any failure it returns NULL; whatever it allocated is
  * in the caller's arena or freed. */
 #include "irpriv.h"
-#include "utf8.h"
+#include "../base/utf8.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../planner/json.h"
+#include "../base/json.h"
 
 #define PLAN_FORMAT "flexplan.plan.v1"
 #define JFLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)

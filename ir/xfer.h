@@ -23,7 +23,7 @@
 
 #include <stdio.h>
 
-#include "base.h"
+#include "../base/base.h"
 
 typedef enum {
   FP_TX_COPY,     /* dst (dtype) = src (sdtype), n elements: a copy, or a cast when the dtypes differ */

@@ -25,7 +25,7 @@
 #include <string.h>
 
 extern "C" {
-#include "ir/base.h" /* fp_dtype */
+#include "base/base.h" /* fp_dtype */
 }
 #include "kernels/convert.h"
 

@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "ir/base.h" /* fp_dtype */
+#include "base/base.h" /* fp_dtype */
 
 /* ---- scalar conversions ------------------------------------------------ */
 /* round to nearest even; NaN stays NaN (sign and the high payload bits kept,

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#include "ir/base.h" /* fp_dtype */
+#include "base/base.h" /* fp_dtype */
 
 /* dst[i] = src[i] converted (fp32, bf16, fp16, e4m3, any pair); the same
  * dtype is a byte copy (dst == src: nothing to do) */

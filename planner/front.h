@@ -8,7 +8,8 @@
 #ifndef FP_FRONT_H
 #define FP_FRONT_H
 
-#include "../ir/base.h"
+#include "../base/base.h"
+#include "../base/placement.h"
 
 #define FP_MAX_DIMS 8
 #define FP_MAX_WORLD 1048576 /* the largest world_size (and group) accepted */
@@ -61,18 +62,6 @@ typedef enum {
 } fp_strategy;
 extern const char *const fp_strategy_names[]; /* NULL-terminated, by enum */
 
-typedef enum {
-  FP_PL_SHARD,       /* even split along dim, padded */
-  FP_PL_RAGGED,      /* uneven flattened-prefix split, cuts on align_elems */
-  FP_PL_OWNED,       /* whole param on one rank of the shard group */
-  FP_PL_REPLICATE,   /* whole param on every rank */
-  FP_NPLACEMENTS,    /* (the kinds a spec can name) */
-  /* IR only, chosen by the layout: the param's piece of a flat bucket, whose
-   * ranks each hold one contiguous range of the bucket's concatenated
-   * params (docs/layout.md, "Flat buckets") */
-  FP_PL_FLAT = FP_NPLACEMENTS,
-  FP_NPLACEMENTS_IR
-} fp_placement_kind;
 
 /* per bucket: how its collectives are issued (spec member "collectives") */
 typedef enum {

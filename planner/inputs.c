@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "front.h"
-#include "json.h"
+#include "../base/json.h"
 
 /* the source of one input: its text, or its file read */
 static const fp_src *input_src(fp_arena *a, fp_diag *d, const char *path, const char *text, const char *dflt) {

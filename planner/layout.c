@@ -11,7 +11,7 @@
 #include "layout.h"
 
 #include "cost.h"
-#include "json.h"
+#include "../base/json.h"
 #include "passes/passes.h"
 
 #include <fnmatch.h>

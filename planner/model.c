@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "front.h"
-#include "json.h"
+#include "../base/json.h"
 
 #define FP_MODEL_FORMAT_V1 "flexplan.model.v1"
 #define FP_MODEL_FORMAT_V2 "flexplan.model.v2"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cost.h"
-#include "json.h"
+#include "../base/json.h"
 #include "sim.h"
 
 static const struct {

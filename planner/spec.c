@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "front.h"
-#include "json.h"
+#include "../base/json.h"
 #include "layout.h"
 
 #define FP_SPEC_FORMAT "flexplan.spec.v1"

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "planner/front.h"
-#include "planner/json.h"
+#include "base/json.h"
 
 int main(int argc, char **argv) {
   if (argc != 3 || (strcmp(argv[1], "model") && strcmp(argv[1], "spec") && strcmp(argv[1], "input"))) {

@@ -1,4 +1,4 @@
-# Front end (planner/json.c, model.c, spec.c): unit tests, the bad-input
+# Front end (base/json.c, planner/model.c, planner/spec.c): unit tests, the bad-input
 # corpus (through the CLI) and the C-vs-JSON-Schema agreement test.
 fp_unit_test(test_frontend)
 set_tests_properties(test_frontend PROPERTIES LABELS "unit;frontend")

@@ -14,3 +14,8 @@ add_test(NAME install_consumers
                  ${CMAKE_COMMAND} $<BOOL:${FP_SANITIZE}>
                  ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 1 ${FP_MPIEXEC_PREFLAGS})
 set_tests_properties(install_consumers PROPERTIES LABELS "install;mpi" TIMEOUT 300 ENVIRONMENT "${FP_MPI_ENV}")
+
+# the layers point one way: base/ under everything, ir/ never includes
+# planner/ or executor/, executor/ never planner/, kernels/ only base/
+add_test(NAME layering COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/layering.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(layering PROPERTIES LABELS unit TIMEOUT 60)

@@ -1,4 +1,4 @@
-/* test_frontend.c - unit tests of the front end: planner/json.c (strict
+/* test_frontend.c - unit tests of the front end: base/json.c (strict
  * parse, fp_json_locate, accessors), planner/model.c and planner/spec.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "planner/front.h"
-#include "planner/json.h"
+#include "base/json.h"
 
 typedef struct fx {
   fp_arena *a;

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "ir/ir.h"
-#include "planner/json.h"
+#include "base/json.h"
 #include "planner/layout.h"
 #include "planner/lower.h"
 

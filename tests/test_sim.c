@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "planner/cost.h"
-#include "planner/json.h"
+#include "base/json.h"
 #include "planner/pipeline.h"
 #include "planner/sim.h"
 

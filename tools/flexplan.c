@@ -22,7 +22,7 @@
 #include "ir/ir.h"
 #include "planner/cost.h"
 #include "planner/front.h"
-#include "planner/json.h"
+#include "base/json.h"
 #include "planner/pipeline.h"
 #include "planner/reshard.h"
 #include "viz/viz.h"

@@ -3,7 +3,7 @@
  * recorded for, so the viewers can draw the measured step beside the
  * modeled one (docs/viz.md, "Measured beside modeled").
  *
- * The file is read strictly (planner/json.h): every member checked, every
+ * The file is read strictly (base/json.h): every member checked, every
  * error located ("t.json:3:17: error: /steps/0/ops/5/0: ..."). Its plan hash
  * must be the plan's, its rank inside the plan's world, its hooks and ops
  * numbered inside the plan. The last step of the file is taken: step 0 pays
@@ -13,7 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../planner/json.h"
+#include "../base/json.h"
 #include "viz.h"
 
 static bool num_v(fp_jctx *c, json_object *v, const char *ptr, double *out) {

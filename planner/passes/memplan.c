@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "../front.h"
-#include "../json.h"
+#include "../../base/json.h"
 
 typedef struct {
   int buf;

@@ -5,7 +5,7 @@
  * every local op on the shard slot runs on the owner only. */
 #include <string.h>
 
-#include "../json.h"
+#include "../../base/json.h"
 #include "../lower.h"
 
 static const char *const owned_members[] = {"rank", NULL};

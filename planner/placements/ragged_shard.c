@@ -9,7 +9,7 @@
  * Slots are sized for the largest piece so offsets are rank-independent; the
  * gather is an all_gather_v in place in the param's unsharded slot, the
  * reduction a reduce_scatter_v out of it, both over an extent table. */
-#include "../json.h"
+#include "../../base/json.h"
 #include "../lower.h"
 
 static const char *const ragged_members[] = {"units", "align_elems", NULL};

@@ -10,7 +10,7 @@
  * copies move each rank's block into the param's layout (and the reverse
  * before a reduce-scatter). The fsdp2 policy stages dim 0 the same way, as
  * FSDP2's copy-in / copy-out does. */
-#include "../json.h"
+#include "../../base/json.h"
 #include "../lower.h"
 
 static int64_t outer_of(const fp_param *p, int d) {

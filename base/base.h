@@ -76,7 +76,7 @@ void fp_diag_json(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 void fp_diag_vjson(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, va_list ap);
 /* Byte offset of the value at ptr in s (see fp_diag_json); *exact=false when
- * an ancestor was used. Implemented in planner/json.c. */
+ * an ancestor was used. Implemented in base/json.c. */
 size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact);
 
 /* ---- dtypes ----------------------------------------------------------- */

@@ -12,7 +12,7 @@
 
 #include <json-c/json.h>
 
-#include "../ir/base.h"
+#include "base.h"
 
 typedef struct fp_jctx {
   fp_arena *a;

@@ -15,7 +15,7 @@
  *     fails: on anything unexpected it answers the nearest ancestor found. */
 #include "json.h"
 
-#include "ir/utf8.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <inttypes.h>
