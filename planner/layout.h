@@ -119,6 +119,11 @@ typedef struct fp_bucket {
   const fp_bucket_spec *spec;    /* the request it came from; NULL: default bucket */
 } fp_bucket;
 
+/* a bucket whose persistent compute weights the step refreshes from its
+ * updated main weights (ZeRO-2's all-gather when sharded, a replica's cast
+ * otherwise): in post_optimizer, or in the next forward (lower.h) */
+static inline bool fp_bucket_refreshed(const fp_bucket *B) { return B->persistent_unsharded && B->trainable; }
+
 typedef struct fp_layout {
   fp_arena *a;
   fp_diag *d;

@@ -634,10 +634,6 @@ static int by_last_desc(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 
-/* a bucket whose persistent compute weights the step refreshes from its
- * updated main weights (ZeRO-2's all-gather, a replica's cast) */
-static bool refreshed(const fp_bucket *B) { return B->persistent_unsharded && B->trainable; }
-
 /* Forward: order the gathered buckets by first use; bucket r is issued in
  * the pre_forward where bucket r-kf is first used (the first kf+1 at the
  * first one). Backward: order every bucket by first backward use (its last
@@ -651,7 +647,7 @@ static void plan_prefetch(fp_lower *lw) {
   for (int b = 0; b < nb; b++) lw->fwd_issue[b] = lw->bwd_issue[b] = -1;
   sort_L = L;
   for (int b = 0; b < nb; b++)
-    if (!L->buckets[b].persistent_unsharded || (lw->defer_refresh && refreshed(&L->buckets[b]))) ord[n++] = b;
+    if (!L->buckets[b].persistent_unsharded || (lw->defer_refresh && fp_bucket_refreshed(&L->buckets[b]))) ord[n++] = b;
   qsort(ord, (size_t)n, sizeof *ord, by_first);
   for (int r = 0; r < n; r++) lw->fwd_issue[ord[r]] = L->buckets[ord[r < lw->kf ? 0 : r - lw->kf]].first_pos;
   for (int b = 0; b < nb; b++) ord[b] = b;
@@ -800,7 +796,7 @@ static void optimizer(fp_lower *lw, int32_t *ids) {
   fp_ir_seg_begin(lw->P, FP_SEG_POST_OPTIMIZER, -1, 0);
   for (int b = 0; b < L->nbuckets; b++) {
     const fp_bucket *B = &L->buckets[b];
-    if (!refreshed(B) || lw->defer_refresh) continue;
+    if (!fp_bucket_refreshed(B) || lw->defer_refresh) continue;
     unshard_bucket(lw, b, true);
   }
 }

@@ -187,10 +187,11 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
   return true;
 }
 
-/* whether the layout has persistent compute weights the step refreshes */
+/* whether the layout has a bucket that gathers its persistent compute
+ * weights again (a cast-only refresh is local: nothing to overlap) */
 static bool has_refresh(const fp_layout *L) {
   for (int b = 0; b < L->nbuckets; b++)
-    if (L->buckets[b].persistent_unsharded && L->buckets[b].trainable && L->buckets[b].sharded) return true;
+    if (fp_bucket_refreshed(&L->buckets[b]) && L->buckets[b].sharded) return true;
   return false;
 }
 

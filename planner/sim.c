@@ -198,6 +198,16 @@ static void touch(span *sp, const int32_t *rs, int32_t nb, int32_t buf, int32_t 
   }
 }
 
+/* every buffer op i reads or writes (dst, src, aux, its uses), each once */
+static void touch_op(span *sp, const int32_t *rs, int32_t nb, const fp_prog *P, const fp_sim *S, int32_t i) {
+  const fp_op *op = &P->ops[i];
+  double st = S->start_us[i], en = S->end_us[i];
+  touch(sp, rs, nb, op->dst.buf, i, st, en);
+  if (op->src.buf != op->dst.buf) touch(sp, rs, nb, op->src.buf, i, st, en);
+  if (op->aux.buf != op->dst.buf && op->aux.buf != op->src.buf) touch(sp, rs, nb, op->aux.buf, i, st, en);
+  for (int32_t u = 0; u < op->nuses; u++) touch(sp, rs, nb, P->uses[op->uses + u], i, st, en);
+}
+
 static int64_t sat(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
 
 fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
@@ -229,14 +239,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
     if (rs[b + 1] - rs[b] > 1) qsort(sp + rs[b], (size_t)(rs[b + 1] - rs[b]), sizeof *sp, cmp_span);
 
   /* the time span of each range's uses */
-  for (int32_t i = 0; i < P->nops; i++) {
-    const fp_op *op = &P->ops[i];
-    double st = S->start_us[i], en = S->end_us[i];
-    touch(sp, rs, nb, op->dst.buf, i, st, en);
-    if (op->src.buf != op->dst.buf) touch(sp, rs, nb, op->src.buf, i, st, en);
-    if (op->aux.buf != op->dst.buf && op->aux.buf != op->src.buf) touch(sp, rs, nb, op->aux.buf, i, st, en);
-    for (int32_t u = 0; u < op->nuses; u++) touch(sp, rs, nb, P->uses[op->uses + u], i, st, en);
-  }
+  for (int32_t i = 0; i < P->nops; i++) touch_op(sp, rs, nb, P, S, i);
 
   ev_list L = {.a = a};
   __int128 cur[FP_MEMTL_NCATS] = {0};
@@ -328,14 +331,7 @@ void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1
   for (int32_t b = 0; b < nb; b++)
     if (rs[b + 1] - rs[b] > 1) qsort(sp + rs[b], (size_t)(rs[b + 1] - rs[b]), sizeof *sp, cmp_span);
   for (int32_t k = 0; k < P->nlives; k++) idx[k] = (int32_t)sp[k].t0, sp[k].t0 = 0;
-  for (int32_t i = 0; i < P->nops; i++) {
-    const fp_op *op = &P->ops[i];
-    double st = S->start_us[i], en = S->end_us[i];
-    touch(sp, rs, nb, op->dst.buf, i, st, en);
-    if (op->src.buf != op->dst.buf) touch(sp, rs, nb, op->src.buf, i, st, en);
-    if (op->aux.buf != op->dst.buf && op->aux.buf != op->src.buf) touch(sp, rs, nb, op->aux.buf, i, st, en);
-    for (int32_t u = 0; u < op->nuses; u++) touch(sp, rs, nb, P->uses[op->uses + u], i, st, en);
-  }
+  for (int32_t i = 0; i < P->nops; i++) touch_op(sp, rs, nb, P, S, i);
   for (int32_t k = 0; k < P->nlives; k++) {
     t0[idx[k]] = sp[k].used ? sp[k].t0 : NAN;
     t1[idx[k]] = sp[k].used ? sp[k].t1 : NAN;

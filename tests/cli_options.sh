@@ -10,24 +10,8 @@
 set -u
 fp=$(readlink -f "$1")
 src=$(readlink -f "$2")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-# expect STATUS CMD...: run, compare the exit status (stdout in out, stderr in err)
-expect() {
-  local want=$1
-  shift
-  timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" = "$want" ]; then ok; else bad "$* -> exit $got, want $want: $(head -3 "$tmp/err")"; fi
-}
-has() { if grep -qF -- "$2" "$tmp/$1"; then ok; else bad "$1 lacks '$2': $(head -3 "$tmp/$1")"; fi; }
-lacks() { if grep -qF -- "$2" "$tmp/$1"; then bad "$1 has '$2': $(head -3 "$tmp/$1")"; else ok; fi; }
-# same A B: two saved outputs are byte for byte equal
-same() { if cmp -s "$tmp/$1" "$tmp/$2"; then ok; else bad "$1 and $2 differ ($3)"; fi; }
+FP_CLI_TIMEOUT=60
+. "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 ex=$src/examples/tiny-mlp.json
 
 # ---- help: every command, three ways; each lists its options ---------------
@@ -243,5 +227,4 @@ lacks err "note:"
 expect 0 "$fp" check "$tmp/model.json" --spec "$tmp/spec.json"
 lacks err "note:"
 
-echo "cli_options: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish cli_options

@@ -6,21 +6,8 @@
 set -u
 fp=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-# expect STATUS CMD...: run (10 s at most: nothing here may hang), compare the exit status
-expect() {
-  local want=$1
-  shift
-  timeout 10 "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" = "$want" ]; then ok; else bad "$* -> exit $got, want $want: $(head -3 "$tmp/err")"; fi
-}
-has() { if grep -q -- "$2" "$tmp/$1"; then ok; else bad "$1 lacks '$2': $(head -3 "$tmp/$1")"; fi; }
+FP_CLI_TIMEOUT=10
+. "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 ex=$src/examples/tiny-mlp.json
 
 # 2: only regular files, of a stated size; a directory says so
@@ -48,7 +35,7 @@ b = open(p, 'rb').read()
 open(p, 'wb').write(b.replace(b'"model": "tiny-mlp"', b'"model": "tiny\xed\xa0\x80mlp"', 1))
 PY
 expect 1 "$fp" verify "$tmp/u.json"
-has err "u.json:[0-9]*:[0-9]*: error: /model: invalid UTF-8 (byte 0xed)"
+matches err "u.json:[0-9]*:[0-9]*: error: /model: invalid UTF-8 (byte 0xed)"
 
 # 6: what UBSan caught (this script runs in the asan preset too; a
 # sanitizer report fails it there): an empty program's memory timeline
@@ -151,5 +138,4 @@ else
   echo "note: no writable /dev/full; the standard-output checks did not run"
 fi
 
-echo "harden_cli: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish harden_cli

@@ -6,21 +6,8 @@
 set -u
 fp=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-# expect STATUS CMD...: run, compare the exit status
-expect() {
-  local want=$1
-  shift
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" = "$want" ]; then ok; else bad "$* -> exit $got, want $want: $(head -3 "$tmp/err")"; fi
-}
-has() { if grep -q -- "$2" "$tmp/$1"; then ok; else bad "$1 lacks '$2': $(head -3 "$tmp/$1")"; fi; }
+FP_CLI_TIMEOUT=60
+. "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 ex=$src/examples/tiny-mlp.json
 
 expect 2 "$fp"
@@ -57,7 +44,7 @@ cat >"$tmp/spec.json" <<'J'
 {"format": "flexplan.spec.v1", "mesh": {"world_size": 2}}
 J
 expect 1 "$fp" compile "$ex" --spec "$tmp/spec.json" -o "$tmp/p.json"
-has err "tiny-mlp.json:[0-9]*:[0-9]*: error: /spec: the model file embeds a spec, and --spec names another"
+matches err "tiny-mlp.json:[0-9]*:[0-9]*: error: /spec: the model file embeds a spec, and --spec names another"
 [ -z "$(ls -A "$tmp" | grep -v -e spec.json -e out -e err)" ] && ok || bad "files left behind: $(ls "$tmp")"
 
 # a separate model and spec
@@ -223,5 +210,4 @@ mkdir "$tmp/outdir"
 expect 1 "$fp" compile "$ex" -o "$tmp/outdir"
 has err "outdir: error: cannot create output: Is a directory"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish cli
