@@ -457,6 +457,14 @@ static fp_status resolve_params(fp_exec *x) {
     FPX_CHECK_GOTO(view_of(x, q, "main", &mv, q->main_dtype, xp->slot, &v->main, &xp->off[2]), st, fail);
     FPX_CHECK_GOTO(view_of(x, q, "grad", &gv, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad,
                            &xp->off[3]), st, fail);
+    xp->off[4] = xp->off[5] = -1;
+    for (int k = 0; k < 2 && q->opt.buf >= 0 && k < fp_optim_states(p->optim); k++) {
+      /* state plane k of the bucket's optimizer buffer (verified: the planes
+       * divide it, the slot of chunk elements lies in each) */
+      int64_t es_o = fp_dtype_size(p->optim_dtype);
+      fp_view ov = {q->opt.buf, q->opt.off + shift * es_o + k * (p->bufs[q->opt.buf].bytes / fp_optim_states(p->optim))};
+      FPX_CHECK_GOTO(view_of(x, q, "opt", &ov, p->optim_dtype, xp->slot, &v->optim[k], &xp->off[4 + k]), st, fail);
+    }
     bool reduced = q->requires_grad && q->bucket >= 0 && reduce_dt[q->bucket] >= 0;
     v->reduce_dtype = reduced ? (fp_elem)reduce_dt[q->bucket] : (fp_elem)q->grad_dtype;
     xp->weight_persistent = q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
@@ -474,8 +482,8 @@ static void set_pointers(fp_exec *x) {
   }
   for (int32_t i = 0; i < x->prog->nparams; i++) {
     fp_xparam *xp = &x->params[i];
-    fp_tensor *t[4] = {&xp->v.weight, &xp->v.ugrad, &xp->v.main, &xp->v.grad};
-    for (int k = 0; k < 4; k++) t[k]->data = xp->off[k] < 0 ? NULL : x->dev + xp->off[k];
+    fp_tensor *t[6] = {&xp->v.weight, &xp->v.ugrad, &xp->v.main, &xp->v.grad, &xp->v.optim[0], &xp->v.optim[1]};
+    for (int k = 0; k < 6; k++) t[k]->data = xp->off[k] < 0 ? NULL : x->dev + xp->off[k];
   }
 }
 

@@ -102,6 +102,9 @@ fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out) {
       .nsegments = p->nsegs,
       .nops = p->nops,
       .hash = plan->hash,
+      .optimizer = fp_optim_name(p->optim),
+      .optim_states = fp_optim_states(p->optim),
+      .optim_dtype = (fp_elem)p->optim_dtype,
   };
   return FP_OK;
 }

@@ -99,15 +99,25 @@ static fp_status check_exec(fp_xfer *t, fp_exec *x, const char *role, uint64_t h
   return FP_OK;
 }
 
-/* the bytes [off, off+bytes) lie inside one run of param v's main shard
- * (arena offset base), or inside its persistent compute weight */
-static bool in_runs(const fp_xparam *xp, fp_dtype mdt, int64_t off, int64_t bytes, bool weight_ok) {
+/* the bytes [off, off+bytes) lie inside one run of the shard tensor whose
+ * arena offset is base (elements of sz bytes, the runs of param xp's shard) */
+static bool in_shard(const fp_xparam *xp, int64_t base, int64_t sz, int64_t off, int64_t bytes) {
   const fp_extent *e = &xp->v.shard;
-  int64_t sz = fp_dtype_size(mdt);
-  for (int64_t k = 0; k < e->runs && xp->off[2] >= 0; k++) {
-    int64_t a = xp->off[2] + k * e->shard_stride * sz, b = a + e->len * sz;
+  for (int64_t k = 0; k < e->runs && base >= 0; k++) {
+    int64_t a = base + k * e->shard_stride * sz, b = a + e->len * sz;
     if (off >= a && off + bytes <= b) return true;
   }
+  return false;
+}
+
+/* the bytes [off, off+bytes) of dtype dt lie inside one run of param xp's
+ * main shard (main dtype), or of one of its first `states` optimizer states
+ * (the state dtype), or inside its persistent compute weight (weight_ok) */
+static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtype dt, int64_t off, int64_t bytes,
+                    bool weight_ok, int states) {
+  if (dt == mdt && in_shard(xp, xp->off[2], fp_dtype_size(mdt), off, bytes)) return true;
+  for (int k = 0; k < states && k < 2 && dt == x->prog->optim_dtype; k++)
+    if (in_shard(xp, xp->off[4 + k], fp_dtype_size(x->prog->optim_dtype), off, bytes)) return true;
   if (weight_ok && xp->weight_persistent && xp->off[0] >= 0) {
     int64_t a = xp->off[0], b = a + xp->v.weight.numel * fp_elem_size(xp->v.weight.dtype);
     if (off >= a && off + bytes <= b) return true;
@@ -128,21 +138,24 @@ static int32_t param_index(const fp_exec *x, const char *name) {
  * rank. (A compiled transfer passes by construction.) */
 static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
   const fp_tx *tx = t->tx;
+  /* weights+optimizer also moves each optimizer state the plans hold */
+  bool optim = tx->what && !strcmp(tx->what, "weights+optimizer");
+  int sf = optim && from ? fp_optim_states(from->prog->optim) : 0, st = optim && to ? fp_optim_states(to->prog->optim) : 0;
   for (int32_t i = tx->first[me]; from && i < tx->first[me + 1]; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = param_index(from, tx->params[o->param].name);
-    if (q < 0 || o->sdtype != from->prog->params[q].main_dtype ||
-        !in_runs(&from->params[q], from->prog->params[q].main_dtype, o->src.off, fp_tx_src_bytes(o), false))
+    if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
+                          fp_tx_src_bytes(o), false, sf))
       return tfail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
-                   "weights of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
-                   fp_dtype_name(o->sdtype), tx->params[o->param].name);
+                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
+                   fp_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
   }
   for (int32_t k = 0; to && k < tx->nneed; k++) {
     const fp_tx_region *r = &tx->need[k];
     if (r->proc != me) continue;
     int32_t q = param_index(to, tx->params[r->param].name);
-    if (q < 0 || !in_runs(&to->params[q], to->prog->params[q].main_dtype, r->off, r->bytes, true))
+    if (q < 0 || !in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st))
       return tfail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
                    "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
   }

@@ -129,6 +129,13 @@ typedef struct fp_plan_info {
   int64_t host_bytes;           /* the host (offload) arena */
   int32_t nmodules, nparams, nsegments, nops;
   uint64_t hash;                /* FNV-1a 64 of the canonical program text (the file's "hash") */
+  /* The optimizer whose state the plan holds in the arena (spec
+   * "optimizer"): "none", "sgd" (one state: momentum_buffer) or "adamw"
+   * (two: exp_avg, exp_avg_sq); optim_states of them per trainable param,
+   * in optim_dtype (fp_param_view.optim). */
+  const char *optimizer;
+  int32_t optim_states;
+  fp_elem optim_dtype;
 } fp_plan_info;
 FP_API fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
 
@@ -398,6 +405,13 @@ typedef struct fp_param_view {
    * reduce_dtype): that of the plan's reductions in the param's bucket; the
    * main-grad dtype for a frozen param. */
   fp_elem reduce_dtype;
+  /* The optimizer state of this rank's shard, one tensor per state the plan
+   * holds (fp_plan_info.optim_states; AdamW: exp_avg then exp_avg_sq; SGD:
+   * momentum_buffer), each in the state dtype with the same numel and the
+   * same `shard` runs as `main`: persistent, zero when the executor is
+   * created, written only by the trainer's optimizer. data NULL for a
+   * frozen param and past optim_states. */
+  fp_tensor optim[2];
 } fp_param_view;
 
 /* Parameters are numbered 0..nparams-1 in the plan's order. */

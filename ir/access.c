@@ -29,7 +29,7 @@ static int add(fp_access *out, int n, int32_t buf, bool rd, bool wr) {
 
 static bool use_writes(const fp_prog *p, const fp_op *op, int32_t b) {
   fp_buf_cat c = p->bufs[b].cat;
-  return (op->pass == FP_PASS_BWD && c == FP_CAT_UNSHARDED_GRAD) || (op->pass == FP_PASS_OPT && c == FP_CAT_MAIN_WEIGHT);
+  return (op->pass == FP_PASS_BWD && c == FP_CAT_UNSHARDED_GRAD) || (op->pass == FP_PASS_OPT && (c == FP_CAT_MAIN_WEIGHT || c == FP_CAT_OPT_STATE));
 }
 
 static int key_cmp(const void *a, const void *b) {

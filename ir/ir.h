@@ -19,6 +19,7 @@
 #define FP_IR_H
 
 #include "../base/base.h"
+#include "../base/optim.h"
 
 typedef enum { FP_OPC_COMM, FP_OPC_LOCAL, FP_OPC_SYNC, FP_OPC_COMPUTE } fp_opclass;
 
@@ -78,7 +79,8 @@ typedef enum {
   X(UNSHARDED_WEIGHT, "unsharded_weight") /* compute weights (param dtype) */\
   X(UNSHARDED_GRAD, "unsharded_grad") /* grads the trainer's backward writes */\
   X(STAGING, "staging")               /* casts and reduction outputs */      \
-  X(RESHARD, "reshard")               /* partially sharded copy for backward */
+  X(RESHARD, "reshard")               /* partially sharded copy for backward */\
+  X(OPT_STATE, "optimizer_state")     /* optimizer state (sharded like the main grads) */
 typedef enum {
 #define X(e, s) FP_CAT_##e,
   FP_BUFCATS(X)
@@ -159,6 +161,9 @@ typedef struct fp_ir_param {
   int64_t chunk;         /* shard: padded elements per rank; ragged: slot elements */
   fp_view main, grad;    /* shard storage (main dtype / grad dtype) */
   fp_view weight, ugrad; /* unsharded compute weight and grad (param dtype) */
+  fp_view opt;           /* optimizer state (prog.optim_dtype): fp_optim_states(prog.optim)
+                          * slots of `chunk`-like extent (the main grad's slot elements),
+                          * the k-th at opt.off + k * (its buffer's bytes / states) */
   int32_t *users;        /* modules other than `module` whose forward also reads it (model.json
                           * v2 "uses": tied weights), in module order; NULL when none */
   int32_t nusers;
@@ -298,6 +303,8 @@ typedef struct fp_prog {
   fp_hw hw;                 /* the modeled machine (name NULL: none) */
   int64_t memory_budget_bytes; /* the spec's device memory budget per rank (0: none);
                                 * for viewers and checks against the timeline */
+  fp_optim optim;           /* the optimizer whose state the plan holds (none: no state) */
+  fp_dtype optim_dtype;     /* its state's dtype (when optim != none) */
   fp_memtl *memtl;          /* modeled memory timeline (derived; NULL: none) */
   fp_figures *figures;      /* the compile's figures (derived; NULL: none) */
   /* tables */

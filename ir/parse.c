@@ -36,6 +36,7 @@ typedef struct parser {
   fp_prog *p;
   fp_namemap names[NM_N];
   bool seen_fpir;
+  bool seen_optim; /* an "optimizer" line was read */
   /* the extent table being read (its off/cnt rows follow its header) */
   bool tab_open;
   const char *tab_name;
@@ -593,11 +594,11 @@ static bool decl_param(parser *ps) {
   q.name = name;
   q.module = q.bucket = q.comm = q.tab = -1;
   q.owner = -1;
-  q.main.buf = q.grad.buf = q.weight.buf = q.ugrad.buf = -1;
+  q.main.buf = q.grad.buf = q.weight.buf = q.ugrad.buf = q.opt.buf = -1;
   q.requires_grad = true;
   q.placement = -1;
   static const char *const keys[] = {"shape", "module", "bucket", "dtypes", "dim",    "comm",  "owner",
-                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", "users", NULL};
+                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", "users", "opt", NULL};
   unsigned seen = 0;
   bool frozen = false;
   while (!at_eol(ps)) {
@@ -637,7 +638,8 @@ static bool decl_param(parser *ps) {
       case 10: ok = parse_view(ps, &q.grad); break;
       case 11: ok = parse_view(ps, &q.weight); break;
       case 12: ok = parse_view(ps, &q.ugrad); break;
-      default: ok = parse_users(ps, &q); break;
+      case 13: ok = parse_users(ps, &q); break;
+      default: ok = parse_view(ps, &q.opt); break;
     }
     if (!ok) return false;
   }
@@ -854,6 +856,34 @@ static bool header_str(parser *ps, const char **out) {
   return parse_quoted(ps, out) && end_of_field(ps) && expect_eol(ps);
 }
 
+/* optimizer NAME DTYPE: the optimizer whose state the plan holds, and the
+ * state's dtype ("none" takes no dtype; a program without the line is none) */
+static bool header_optim(parser *ps) {
+  fp_prog *p = ps->p;
+  const char *s;
+  size_t at0 = ps->pos, at, len;
+  if (ps->seen_optim) return fail(ps, at0, "a second 'optimizer' line");
+  ps->seen_optim = true;
+  skip_blank(ps);
+  at = ps->pos;
+  len = atom(ps, &s);
+  int k = -1;
+  for (int i = 0; i < FP_NOPTIMS && k < 0; i++)
+    if (atom_is(s, len, fp_optim_name(i))) k = i;
+  if (k < 0) return fail(ps, at, "unknown optimizer %s (none, sgd or adamw)", excerpt(ps, at, len ? len : 1));
+  p->optim = (fp_optim)k;
+  if (!end_of_field(ps)) return false;
+  if (k == FP_OPTIM_NONE) return expect_eol(ps);
+  skip_blank(ps);
+  at = ps->pos;
+  len = atom(ps, &s);
+  int t;
+  if (!len) return fail(ps, at, "the optimizer needs its state dtype (e.g. 'optimizer adamw fp32')");
+  if (!parse_dtype_word(ps, s, len, at, &t)) return false;
+  p->optim_dtype = (fp_dtype)t;
+  return end_of_field(ps) && expect_eol(ps);
+}
+
 /* hardware "NAME" key=value ...: every field of fp_hw_fields once, any order */
 static bool header_hw(parser *ps) {
   fp_prog *p = ps->p;
@@ -934,6 +964,7 @@ static bool line(parser *ps) {
   if (atom_is(s, len, "arena_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->arena_bytes, "arena_bytes");
   if (atom_is(s, len, "host_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->host_bytes, "host_bytes");
   if (atom_is(s, len, "hardware")) return header_hw(ps);
+  if (atom_is(s, len, "optimizer")) return header_optim(ps);
   if (atom_is(s, len, "memory_budget_bytes"))
     return header_int(ps, 1, INT64_MAX, &p->memory_budget_bytes, "memory_budget_bytes");
   if (atom_is(s, len, "events")) {

@@ -225,6 +225,10 @@ static void jparam(wr *w, const fp_prog *p, int32_t i) {
   w_view(w, &q->weight);
   KEY(w, false, "ugrad");
   w_view(w, &q->ugrad);
+  if (q->opt.buf >= 0) {
+    KEY(w, false, "opt");
+    w_view(w, &q->opt);
+  }
   fp_sb_putc(&w->b, '}');
 }
 
@@ -454,6 +458,13 @@ bool fp_plan_write(const fp_prog *p, FILE *f) {
   write_int(&w, "events", p->nevents);
   if (p->memory_budget_bytes > 0) write_int(&w, "memory_budget_bytes", p->memory_budget_bytes);
   if (p->hw.name) write_hw(&w, &p->hw);
+  if (p->optim != FP_OPTIM_NONE) {
+    w_member(&w, "optimizer", false);
+    M_STR(&w, true, "type", fp_optim_name(p->optim) ? fp_optim_name(p->optim) : "?");
+    M_STR(&w, false, "state_dtype", dname(p->optim_dtype));
+    fp_sb_putc(&w.b, '}');
+    if (!fp_optim_name(p->optim)) w.ok = false;
+  }
   write_array(&w, "comms", p, p->ncomms, jcomm);
   write_array(&w, "tables", p, p->ntabs, jtable);
   write_array(&w, "buckets", p, p->nbuckets, jbucket);
@@ -800,10 +811,11 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
   if (!rd_arr(r, root, "params", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                         "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                        "main",  "grad",   "weight", "ugrad",  "users", NULL};
+                                        "main",  "grad",   "weight", "ugrad",  "users", "opt", NULL};
   for (size_t i = 0; i < n; i++) {
     fp_ir_param q;
     memset(&q, 0, sizeof q);
+    q.opt.buf = -1;
     int md, pd, gd, pl;
     if (!elem(r, arr, "params", i, &o) || !keys(r, o, allowed) || !rd_str(r, o, "name", true, &q.name) ||
         !rd_arr(r, o, "shape", true, &shape, &nd))
@@ -826,7 +838,8 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
         !rd_i32(r, o, "dim", true, INT32_MIN, &q.dim) || !rd_i32(r, o, "comm", true, -1, &q.comm) ||
         !rd_int(r, o, "owner", true, INT64_MIN, INT64_MAX, &q.owner) || !rd_i32(r, o, "table", true, -1, &q.tab) ||
         !rd_int(r, o, "chunk", true, INT64_MIN, INT64_MAX, &q.chunk) || !rview(r, o, "main", &q.main) ||
-        !rview(r, o, "grad", &q.grad) || !rview(r, o, "weight", &q.weight) || !rview(r, o, "ugrad", &q.ugrad))
+        !rview(r, o, "grad", &q.grad) || !rview(r, o, "weight", &q.weight) || !rview(r, o, "ugrad", &q.ugrad) ||
+        (member(o, "opt") && !rview(r, o, "opt", &q.opt)))
       return false;
     json_object *users;
     size_t nu;
@@ -964,6 +977,25 @@ static bool read_hw(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
+static const char *n_optim(int i) { return fp_optim_name(i); }
+
+/* "optimizer": {"type", "state_dtype"}; absent: none */
+static bool read_optim(rd *r, json_object *root, fp_prog *p) {
+  r->ptr[0] = 0;
+  json_object *v = member(root, "optimizer");
+  if (!v) return true;
+  if (!is_obj(r, v, "optimizer")) return false;
+  snprintf(r->ptr, sizeof r->ptr, "/optimizer");
+  static const char *const allowed[] = {"type", "state_dtype", NULL};
+  int k, t = 0;
+  if (!keys(r, v, allowed) || !rd_enum(r, v, "type", true, n_optim, FP_NOPTIMS, &k) ||
+      !rd_enum(r, v, "state_dtype", k != FP_OPTIM_NONE, n_dtype, FP_NDTYPES, &t))
+    return false;
+  p->optim = (fp_optim)k;
+  p->optim_dtype = (fp_dtype)t;
+  return true;
+}
+
 static const char *const figure_keys[] = {"comm_bytes_per_rank", "persistent_bytes", "peak_bytes",
                                           "lower_bound_bytes", "activation_peak_bytes", "prefetch_forward",
                                           "prefetch_backward", "modeled_step_ms", "modeled_compute_ms",
@@ -1068,8 +1100,8 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
   if (!is_obj(&r, root, NULL)) goto fail;
   static const char *const allowed[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                         "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
-                                        "memory_budget_bytes", "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
-                                        "params", "segments", "ops", "memory_timeline", "figures", NULL};
+                                        "memory_budget_bytes", "hardware", "optimizer", "comms", "tables", "buckets", "buffers", "lives",
+                                        "modules", "params", "segments", "ops", "memory_timeline", "figures", NULL};
   const char *format, *version, *hash;
   if (!rd_str(&r, root, "format", true, &format)) goto fail;
   if (strcmp(format, PLAN_FORMAT)) {
@@ -1095,7 +1127,7 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
       !rd_int(&r, root, "memory_budget_bytes", false, 1, INT64_MAX, &p->memory_budget_bytes))
     goto fail;
   p->nevents = (int32_t)nev;
-  if (!read_hw(&r, root, p) || !read_comms(&r, root, p) || !read_tables(&r, root, p) || !read_buckets(&r, root, p) || !read_bufs(&r, root, p) ||
+  if (!read_hw(&r, root, p) || !read_optim(&r, root, p) || !read_comms(&r, root, p) || !read_tables(&r, root, p) || !read_buckets(&r, root, p) || !read_bufs(&r, root, p) ||
       !read_lives(&r, root, p) || !read_mods(&r, root, p) || !read_params(&r, root, p) || !read_segs_ops(&r, root, p) ||
       !read_memtl(&r, root, p) || !read_figures(&r, root, p))
     goto fail;
@@ -1449,7 +1481,7 @@ static bool fview(fr *f, fp_view *v) {
 /* params */
 static const char *const a_param[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                       "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                      "main",  "grad",   "weight", "ugrad",  "users", NULL};
+                                      "main",  "grad",   "weight", "ugrad",  "users", "opt", NULL};
 static bool m_param(fr *f, void *ctx, int k) {
   fp_ir_param *q = ctx;
   int e;
@@ -1482,6 +1514,7 @@ static bool m_param(fr *f, void *ctx, int k) {
     case 15: return fview(f, &q->grad);
     case 16: return fview(f, &q->weight);
     case 17: return fview(f, &q->ugrad);
+    case 19: return fview(f, &q->opt);
     default: { /* users: module indices */
       if (!lit(f, '[')) return false;
       if (lit(f, ']')) return true;
@@ -1500,6 +1533,7 @@ static bool e_param(fr *f, void *ctx, int64_t i) {
   (void)ctx, (void)i;
   fp_ir_param q;
   memset(&q, 0, sizeof q);
+  q.opt.buf = -1;
   uint32_t seen;
   if (!fobj(f, a_param, 0x3ffff, &seen, m_param, &q)) return false;
   *fp_ir_param_add(f->p) = q;
@@ -1655,6 +1689,23 @@ static bool f_hw(fr *f) {
   return true;
 }
 
+/* "optimizer": {"type":..,"state_dtype":..} as the writer writes it */
+static const char *const a_optim[] = {"type", "state_dtype", NULL};
+static bool m_optim(fr *f, void *ctx, int k) {
+  int *v = ctx, e;
+  if (k == 0 ? !fenum(f, fp_optim_name, FP_NOPTIMS, &e) : !fenum(f, n_dtype, FP_NDTYPES, &e)) return false;
+  v[k] = e;
+  return true;
+}
+static bool f_optim(fr *f) {
+  int v[2] = {0, 0};
+  uint32_t seen;
+  if (!fobj(f, a_optim, 3, &seen, m_optim, v) || v[0] == FP_OPTIM_NONE) return false;
+  f->p->optim = (fp_optim)v[0];
+  f->p->optim_dtype = (fp_dtype)v[1];
+  return true;
+}
+
 /* "key": at the cursor, exactly this key */
 static bool fkey_is(fr *f, const char *key) {
   const char *s;
@@ -1717,11 +1768,12 @@ static bool f_figures(fr *f) {
 
 static const char *const a_root[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                      "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
-                                     "memory_budget_bytes", "hardware", "comms", "tables", "buckets", "buffers", "lives", "modules",
-                                     "params", "segments", "ops", "memory_timeline", "figures", NULL};
+                                     "memory_budget_bytes", "hardware", "optimizer", "comms", "tables", "buckets", "buffers",
+                                     "lives", "modules", "params", "segments", "ops", "memory_timeline", "figures", NULL};
 /* the members a plan must have: all but model, strategy, memory_budget_bytes,
- * hardware, memory_timeline, figures */
-#define ROOT_REQUIRED (((1u << 24) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 12 | 1u << 22 | 1u << 23))
+ * hardware, optimizer, memory_timeline, figures */
+#define ROOT_REQUIRED \
+  (((1u << 25) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 12 | 1u << 13 | 1u << 23 | 1u << 24))
 
 /* the program, or NULL: not taken */
 static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
@@ -1762,16 +1814,17 @@ static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
       case 10: ok = fint(&f, 0, INT32_MAX, &v) && (p->nevents = (int32_t)v, true); break;
       case 11: ok = fint(&f, 1, INT64_MAX, &p->memory_budget_bytes); break;
       case 12: ok = f_hw(&f); break;
-      case 13: ok = farr(&f, e_comm, NULL); break;
-      case 14: ok = farr(&f, e_table, NULL); break;
-      case 15: ok = farr(&f, e_bucket, NULL); break;
-      case 16: ok = farr(&f, e_buf, NULL); break;
-      case 17: ok = farr(&f, e_live, NULL); break;
-      case 18: ok = farr(&f, e_mod, NULL); break;
-      case 19: ok = farr(&f, e_param, NULL); break;
-      case 20: ok = farr(&f, e_seg, &segs); break;
-      case 21: ok = farr(&f, e_op, &ops); break;
-      case 22: ok = f_memtl(&f); break;
+      case 13: ok = f_optim(&f); break;
+      case 14: ok = farr(&f, e_comm, NULL); break;
+      case 15: ok = farr(&f, e_table, NULL); break;
+      case 16: ok = farr(&f, e_bucket, NULL); break;
+      case 17: ok = farr(&f, e_buf, NULL); break;
+      case 18: ok = farr(&f, e_live, NULL); break;
+      case 19: ok = farr(&f, e_mod, NULL); break;
+      case 20: ok = farr(&f, e_param, NULL); break;
+      case 21: ok = farr(&f, e_seg, &segs); break;
+      case 22: ok = farr(&f, e_op, &ops); break;
+      case 23: ok = f_memtl(&f); break;
       default: ok = f_figures(&f); break;
     }
     if (!ok) return NULL;

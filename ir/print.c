@@ -354,6 +354,13 @@ static void print_header(printer *pr) {
   header_int(o, "events", p->nevents);
   if (p->memory_budget_bytes > 0) header_int(o, "memory_budget_bytes", p->memory_budget_bytes);
   if (p->hw.name) print_hw(o, &p->hw);
+  if (p->optim != FP_OPTIM_NONE) {
+    sb_lit(o, "optimizer ");
+    sb_puts(o, fp_optim_name(p->optim) ? fp_optim_name(p->optim) : "?");
+    sb_putc(o, ' ');
+    sb_puts(o, dtype_name(p->optim_dtype));
+    sb_putc(o, '\n');
+  }
 }
 
 /* "KIND\tI\tNAME" */
@@ -490,6 +497,7 @@ static void param_line(printer *pr, int32_t i) {
   VIEW(pr, "grad", &q->grad);
   VIEW(pr, "weight", &q->weight);
   VIEW(pr, "ugrad", &q->ugrad);
+  VIEW(pr, "opt", &q->opt);
   /* last: present on tied params only, so the common columns stay aligned */
   if (q->nusers > 0 && q->users) {
     sb_lit(l, "\tusers=[");

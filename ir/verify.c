@@ -201,6 +201,10 @@ static bool check_header(vctx *v) {
   if (p->arena_bytes < 0) verr(v, FP_VL_PROG, 0, "arena_bytes %" PRId64 " is negative", p->arena_bytes);
   if (p->host_bytes < 0) verr(v, FP_VL_PROG, 0, "host_bytes %" PRId64 " is negative", p->host_bytes);
   if (p->nevents < 0) verr(v, FP_VL_PROG, 0, "events %" PRId32 " is negative", p->nevents);
+  if ((unsigned)p->optim >= FP_NOPTIMS)
+    verr(v, FP_VL_PROG, 0, "unknown optimizer %d", (int)p->optim);
+  else if (p->optim != FP_OPTIM_NONE && !dtype_ok(p->optim_dtype))
+    verr(v, FP_VL_PROG, 0, "unknown optimizer state dtype %d", (int)p->optim_dtype);
   for (int k = 0; p->hw.name && k < FP_HW_NFIELDS; k++) { /* the modeled machine */
     double x = fp_hw_fields[k].integer ? (double)fp_hw_geti(&p->hw, k) : fp_hw_getd(&p->hw, k);
     if (!(isfinite(x) && x > 0)) verr(v, FP_VL_PROG, 0, "hardware %s must be a positive number", fp_hw_fields[k].key);
@@ -327,6 +331,46 @@ static void check_view(vctx *v, int32_t i, const char *role, const fp_view *w, i
          role, w->off, elems, fp_dtype_name(dt), bufname(p, w->buf), cap);
 }
 
+/* the optimizer state of trainable param i: present exactly when the program
+ * plans state and the param has a main grad, in a persistent optimizer_state
+ * buffer of `states` equal planes, each slot (elems state-dtype elements)
+ * inside its plane */
+static void check_opt_view(vctx *v, int32_t i, const fp_ir_param *q, int64_t elems) {
+  const fp_prog *p = v->p;
+  int states = fp_optim_states(p->optim);
+  bool want = states > 0 && q->requires_grad && q->grad.buf >= 0;
+  if (q->opt.buf < 0) {
+    if (want)
+      verr(v, FP_VL_PARAM, i, "the program plans %s state but trainable param '%s' has no opt view",
+           fp_optim_name(p->optim), q->name);
+    return;
+  }
+  if (!want) {
+    verr(v, FP_VL_PARAM, i, "opt view on %s", states == 0 ? "a program that plans no optimizer state"
+                                            : "a param without a main grad (frozen): it has no optimizer state");
+    return;
+  }
+  if (q->opt.buf >= p->nbufs) {
+    verr(v, FP_VL_PARAM, i, "opt view: buffer %" PRId32 " is out of range (%" PRId32 " buffers)", q->opt.buf, p->nbufs);
+    return;
+  }
+  const fp_ir_buf *B = &p->bufs[q->opt.buf];
+  if (B->cat != FP_CAT_OPT_STATE || B->kind != FP_BUF_PERSISTENT || B->host) {
+    verr(v, FP_VL_PARAM, i, "opt view: buffer '%s' is not a persistent device optimizer_state buffer", B->name);
+    return;
+  }
+  int64_t plane = B->bytes / states, bytes, end;
+  if (B->bytes % states)
+    verr(v, FP_VL_PARAM, i, "opt view: buffer '%s' (%" PRId64 " bytes) is not %d equal state planes", B->name,
+         B->bytes, states);
+  else if (q->opt.off < 0 || !fp_mul64(elems, dsize(p->optim_dtype), &bytes) || !fp_add64(q->opt.off, bytes, &end) ||
+           end > plane)
+    verr(v, FP_VL_PARAM, i,
+         "opt view [%" PRId64 ", +%" PRId64 " %s elements) lies outside the first state plane of '%s' (%" PRId64
+         " bytes)",
+         q->opt.off, elems, fp_dtype_name(p->optim_dtype), B->name, plane);
+}
+
 static void check_params(vctx *v) {
   const fp_prog *p = v->p;
   for (int32_t i = 0; i < p->nparams && !stop(v); i++) {
@@ -380,6 +424,7 @@ static void check_params(vctx *v) {
     check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
     check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
     check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
+    check_opt_view(v, i, q, sharded ? q->chunk : 0);
   }
   check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
 }

@@ -105,7 +105,10 @@ fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   const char *model = get_str(&r, member(root, "model"), "/model");
   t->model = model ? fp_strdup(a, model) : "";
   const char *what = get_str(&r, member(root, "what"), "/what");
-  if (what && strcmp(what, "weights") != 0) fail(&r, "/what", "expected \"weights\"");
+  if (what && strcmp(what, "weights") != 0 && strcmp(what, "weights+optimizer") != 0)
+    fail(&r, "/what", "expected \"weights\" or \"weights+optimizer\"");
+  else if (what && strcmp(what, "weights") != 0)
+    t->what = "weights+optimizer";
   json_object *fr = member(root, "from"), *to = member(root, "to");
   get_hash(&r, fr, "/from/hash", &t->from_hash);
   get_hash(&r, to, "/to/hash", &t->to_hash);

@@ -202,17 +202,20 @@ static double local_bytes(const fp_prog *P, const fp_op *op) {
   return 0;
 }
 
-/* The optimizer step is memory-bound: Adam with fp32 state in the main
- * weight's dtype reads and writes the weight and its two moments (6 x its
- * bytes) and reads the grad (1 x): 28 bytes per fp32 param in one fused
- * pass. Other buffers it lists are counted read and written once. */
+/* The optimizer step is memory-bound, one fused pass: it reads and writes
+ * the main weights and the optimizer state it lists (2 x their bytes) and
+ * reads the grads (1 x): AdamW with fp32 state over fp32 weights, 28 bytes
+ * per param. A program that plans no state (optimizer none) is charged as
+ * AdamW with state in the main weight's dtype (6 x the weights). Other
+ * buffers it lists are counted read and written once. */
 static double opt_bytes(const fp_prog *P, const fp_op *op) {
   double b = 0;
   for (int32_t i = 0; i < op->nuses; i++) {
     int32_t u = P->uses[op->uses + i];
     if (u < 0 || u >= P->nbufs) continue;
     const fp_ir_buf *B = &P->bufs[u];
-    b += (double)B->bytes * (B->cat == FP_CAT_MAIN_WEIGHT ? 6 : B->cat == FP_CAT_MAIN_GRAD ? 1 : 2);
+    int w = B->cat == FP_CAT_MAIN_GRAD ? 1 : B->cat == FP_CAT_MAIN_WEIGHT && P->optim == FP_OPTIM_NONE ? 6 : 2;
+    b += (double)B->bytes * w;
   }
   return b;
 }

@@ -9,6 +9,7 @@
 #define FP_FRONT_H
 
 #include "../base/base.h"
+#include "../base/optim.h"
 #include "../base/placement.h"
 
 #define FP_MAX_DIMS 8
@@ -143,6 +144,8 @@ typedef struct fp_spec {
   fp_param_gather overlap_param_gather; /* when ZeRO-2's compute weights are refreshed */
   int64_t grad_accumulation;   /* micro-batches per step; default 1 */
   int64_t memory_budget_bytes; /* 0 = none */
+  fp_optim optim;              /* "optimizer".type: the state the plan holds; default adamw */
+  fp_dtype optim_dtype;        /* "optimizer".state_dtype: default fp32 */
   const char *hw_preset;       /* default "h100-sxm" */
   /* set by a policy, not by the spec file (see fp_spec_apply_policy) */
   bool fsdp2;                  /* the fsdp2 policy: only the root stays unsharded after

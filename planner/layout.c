@@ -723,6 +723,32 @@ static bool storage_total(storage *st, int64_t *base, int64_t *total) {
   return true;
 }
 
+/* Optimizer state mirrors the main grads: a trainable bucket's state buffer
+ * holds fp_optim_states planes, each the main-grad storage's element layout
+ * in the state dtype (one plane is exp_avg, the next exp_avg_sq, ...), so a
+ * param's state slot k covers exactly its grad slot's elements on every
+ * rank, whatever the placement, and the optimizer's element-wise update
+ * reads the same runs of weight, grad and state. */
+static bool layout_optim(fp_layout *L) {
+  int states = fp_optim_states(L->spec->optim);
+  int64_t es = fp_dtype_size(L->spec->optim_dtype);
+  for (int b = 0; b < L->nbuckets; b++) {
+    fp_bucket *B = &L->buckets[b];
+    B->opt_bytes = 0;
+    for (int j = 0; j < B->nparams; j++) L->params[B->lparams[j]].opt_off = -1;
+    if (!states || !B->trainable || B->grad_bytes <= 0) continue;
+    int64_t eg = fp_dtype_size(B->mp.main_grad), plane;
+    if (!fp_mul64(B->grad_bytes / eg, es, &plane) || !fp_align64(plane, FP_PARAM_ALIGN, &plane) ||
+        !fp_mul64(plane, states, &B->opt_bytes))
+      return fp_layout_error(L, true, B->ptr, "bucket '%s': its optimizer state grows past int64 byte sizes", B->name);
+    for (int j = 0; j < B->nparams; j++) {
+      fp_lparam *p = &L->params[B->lparams[j]];
+      if (p->mp->requires_grad && p->grad_off >= 0) p->opt_off = p->grad_off / eg * es; /* < plane: no overflow */
+    }
+  }
+  return true;
+}
+
 static bool layout_storages(fp_layout *L) {
   for (int b = 0; b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
@@ -888,6 +914,7 @@ bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *
   pack_owned(L);
   if (!choose_flat(L)) return false;
   if (!layout_storages(L)) return false;
+  if (!layout_optim(L)) return false;
   if (!mark_recompute(L)) return false;
   return finish_buckets(L);
 }

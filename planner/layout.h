@@ -72,6 +72,7 @@ typedef struct fp_lparam {
    * (-1: not stored there) */
   int64_t shard_off;             /* main weights (main dtype, slot elems) */
   int64_t grad_off;              /* main grads (grad dtype, slot elems) */
+  int64_t opt_off;               /* optimizer state plane 0 (state dtype, slot elems); -1 none */
   int64_t unsharded_off;         /* compute weights (param dtype, padded_numel) */
   int64_t ugrad_off;             /* trainer's grads (param dtype, padded_numel) */
   int64_t rin_off;               /* grads cast to the reduce dtype (padded_numel) */
@@ -94,6 +95,7 @@ typedef struct fp_bucket {
                                   * reads it: owns one of its params or "uses" one (tied) */
   int64_t shard_bytes;           /* main-weight shard storage (max over ranks) */
   int64_t grad_bytes;            /* main-grad shard storage (max over ranks) */
+  int64_t opt_bytes;             /* optimizer state: states planes of grad_bytes' elements */
   int64_t unsharded_bytes;       /* unsharded compute weights (param dtype) */
   int64_t ugrad_bytes;           /* unsharded grads (param dtype) */
   int64_t rin_bytes;             /* unsharded grads in the reduce dtype (0: no cast needed) */

@@ -128,6 +128,8 @@ static void setup(fp_lower *lw) {
   P->world_size = s->world_size;
   P->ranks_per_node = s->ranks_per_node;
   P->grad_accumulation = s->grad_accumulation;
+  P->optim = s->optim;
+  P->optim_dtype = s->optim != FP_OPTIM_NONE ? s->optim_dtype : FP_F32;
 
   lw->c_world = fp_ir_comm_add(P, "world", L->world, 1);
   lw->c_shard = L->G == L->world ? lw->c_world : fp_ir_comm_add(P, "shard", L->G, 1);
@@ -177,6 +179,7 @@ static void setup(fp_lower *lw) {
     fp_buf_kind ukind = B->persistent_unsharded ? FP_BUF_PERSISTENT : FP_BUF_TRANSIENT;
     add_buf(lw, b, FP_BB_MAIN, "main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
     if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
+    add_buf(lw, b, FP_BB_OPT, "optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, B->opt_bytes);
     add_buf(lw, b, FP_BB_UNSH, "weight", ukind, FP_CAT_UNSHARDED_WEIGHT, B->unsharded_bytes);
     if (B->trainable) {
       add_buf(lw, b, FP_BB_UGRAD, "ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, B->ugrad_bytes);
@@ -213,6 +216,7 @@ static void setup(fp_lower *lw) {
       q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
     }
     q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
+    if (p->opt_off >= 0 && bb[FP_BB_OPT] >= 0) q->opt = (fp_view){bb[FP_BB_OPT], p->opt_off};
   }
   for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read a param, by module */
     for (int j = 0; j < m->modules[k].nuses; j++) {
@@ -789,6 +793,7 @@ static void optimizer(fp_lower *lw, int32_t *ids) {
     if (!L->buckets[b].trainable) continue;
     if (lw->bufs[b][FP_BB_MAIN] >= 0) ids[n++] = lw->bufs[b][FP_BB_MAIN];
     if (lw->bufs[b][FP_BB_GRAD] >= 0) ids[n++] = lw->bufs[b][FP_BB_GRAD];
+    if (lw->bufs[b][FP_BB_OPT] >= 0) ids[n++] = lw->bufs[b][FP_BB_OPT];
   }
   fp_op *op = fp_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
   op->pass = FP_PASS_OPT;
@@ -816,7 +821,7 @@ fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, bo
   setup(&lw);
   plan_prefetch(&lw);
   int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));
-  int32_t *ids = fp_alloc_array(a, 2 * (size_t)L->nbuckets + 2, sizeof(int32_t));
+  int32_t *ids = fp_alloc_array(a, 3 * (size_t)L->nbuckets + 2, sizeof(int32_t));
   fp_ir_seg_begin(lw.P, FP_SEG_STEP_BEGIN, -1, 0);
   poslists pl;
   poslists_build(&lw, &pl);

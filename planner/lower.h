@@ -17,6 +17,7 @@ typedef enum {
   FP_BB_GST,    /* chunk-major gather staging (shard dim > 0) */
   FP_BB_RST,    /* chunk-major reduce staging (shard dim > 0) */
   FP_BB_RESH,   /* the partially sharded copy kept for backward */
+  FP_BB_OPT,    /* optimizer state (persistent; fp_optim_states planes) */
   FP_NBB
 } fp_bucket_buf;
 

@@ -358,7 +358,10 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
     const fp_ir_buf *B = &p->bufs[b];
     if (B->cat == FP_CAT_MAIN_WEIGHT) s->param_shard_bytes += B->bytes;
     if (B->cat == FP_CAT_MAIN_GRAD) s->grad_shard_bytes += B->bytes;
+    if (B->cat == FP_CAT_OPT_STATE) s->optimizer_state_bytes += B->bytes;
   }
+  s->optimizer = fp_optim_name(p->optim);
+  s->optimizer_dtype = p->optim != FP_OPTIM_NONE ? fp_dtype_name(p->optim_dtype) : NULL;
   s->arena_bytes = p->arena_bytes;
   s->hardware = p->hw.name;
   s->device_bytes = p->hw.hbm_bytes;
@@ -411,6 +414,9 @@ void fp_summary_json(const fp_summary *s, FILE *f) {
   fprintf(f, "  \"collectives\": %" PRId64 ",\n", s->collectives);
   fprintf(f, "  \"param_shard_bytes\": %" PRId64 ",\n  \"grad_shard_bytes\": %" PRId64 ",\n", s->param_shard_bytes,
           s->grad_shard_bytes);
+  fprintf(f, "  \"optimizer\": \"%s\",\n", s->optimizer ? s->optimizer : "none");
+  if (s->optimizer_dtype) fprintf(f, "  \"optimizer_state_dtype\": \"%s\",\n", s->optimizer_dtype);
+  fprintf(f, "  \"optimizer_state_bytes\": %" PRId64 ",\n", s->optimizer_state_bytes);
   fprintf(f, "  \"persistent_bytes\": %" PRId64 ",\n  \"comm_bytes_per_rank\": %" PRId64 ",\n", s->persistent_bytes,
           s->comm_bytes_per_rank);
   fprintf(f, "  \"arena_bytes\": %" PRId64 ",\n  \"peak_bytes\": %" PRId64 ",\n", s->arena_bytes, s->peak_bytes);
@@ -440,6 +446,11 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
   fprintf(f, "  per rank (the rank that needs most):\n");
   gib(f, "main weights (shard)", s->param_shard_bytes);
   gib(f, "main grads (shard)", s->grad_shard_bytes);
+  if (s->optimizer_dtype) {
+    char what[64];
+    snprintf(what, sizeof what, "optimizer (%s %s)", s->optimizer, s->optimizer_dtype);
+    gib(f, what, s->optimizer_state_bytes);
+  }
   gib(f, "persistent", s->persistent_bytes);
   gib(f, "arena", s->arena_bytes);
   gib(f, "lower bound", s->lower_bound_bytes);
@@ -470,13 +481,15 @@ void fp_summary_warn_device(const fp_summary *s, FILE *f) {
     const char *name;
     int64_t bytes;
   } item;
-  item it[5] = {
+  item it[6] = {
       {"main weights (shard)", s->param_shard_bytes},
       {"main grads (shard)", s->grad_shard_bytes},
-      {"other persistent buffers", s->persistent_bytes - s->param_shard_bytes - s->grad_shard_bytes},
+      {"optimizer state", s->optimizer_state_bytes},
+      {"other persistent buffers",
+       s->persistent_bytes - s->param_shard_bytes - s->grad_shard_bytes - s->optimizer_state_bytes},
       {"transient arena", s->arena_bytes - s->persistent_bytes},
       {"activations", s->activation_peak_bytes}};
-  for (int i = 1; i < 5; i++) /* insertion sort, largest first */
+  for (int i = 1; i < 6; i++) /* insertion sort, largest first */
     for (int j = i; j > 0 && it[j].bytes > it[j - 1].bytes; j--) {
       item t = it[j];
       it[j] = it[j - 1], it[j - 1] = t;
@@ -484,7 +497,7 @@ void fp_summary_warn_device(const fp_summary *s, FILE *f) {
   fprintf(f, "flexplan: warning: %s: the plan needs %.3f GiB per rank at its peak, %.3f GiB more than %s's %.3f GiB "
           "of device memory; largest: ", s->model, (double)s->peak_bytes / (1 << 30), (double)over / (1 << 30),
           s->hardware ? s->hardware : "the hardware", (double)s->device_bytes / (1 << 30));
-  for (int i = 0, n = 0; i < 5; i++)
+  for (int i = 0, n = 0; i < 6; i++)
     if (it[i].bytes > 0) fprintf(f, "%s%s %.3f GiB", n++ ? ", " : "", it[i].name, (double)it[i].bytes / (1 << 30));
   fprintf(f, " (set memory_budget_bytes to have the compile fit the plan or refuse it, or shard further)\n");
 }

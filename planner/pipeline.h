@@ -31,6 +31,9 @@ typedef struct fp_summary {
   const char *model, *strategy;
   int64_t world_size, buckets, params, ops, collectives;
   int64_t param_shard_bytes, grad_shard_bytes, persistent_bytes, comm_bytes_per_rank;
+  const char *optimizer;        /* the optimizer whose state the plan holds ("none", "sgd", "adamw") */
+  const char *optimizer_dtype;  /* its state dtype (NULL: none) */
+  int64_t optimizer_state_bytes; /* its state, all buckets (part of persistent_bytes) */
   int64_t arena_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
   int prefetch_forward, prefetch_backward;
   const char *hardware;     /* the machine the modeled figures are for */

@@ -42,9 +42,24 @@ static int64_t numel_of(const fp_ir_param *q) {
   return n;
 }
 
-/* the runs rank r holds of q's main weights (as executor/exec.c shard_of) */
-static int holdings(const fp_prog *p, const fp_ir_param *q, int64_t r, run *out, int cap, int64_t *nruns) {
-  int64_t numel = numel_of(q), base = p->bufs[q->main.buf].offset + q->main.off, sz = fp_dtype_size(q->main_dtype);
+/* the arena byte where q's slot starts in `which` (0: main weights; k + 1:
+ * optimizer state k, a plane of the bucket's state buffer), and its element size */
+static int64_t slot_base(const fp_prog *p, const fp_ir_param *q, int which, int64_t *sz) {
+  if (which == 0) {
+    *sz = fp_dtype_size(q->main_dtype);
+    return p->bufs[q->main.buf].offset + q->main.off;
+  }
+  const fp_ir_buf *B = &p->bufs[q->opt.buf];
+  *sz = fp_dtype_size(p->optim_dtype);
+  return B->offset + q->opt.off + (which - 1) * (B->bytes / fp_optim_states(p->optim));
+}
+
+/* the runs rank r holds of q's main weights or optimizer state `which`
+ * (the same elements: the state mirrors the main shard; as executor/exec.c
+ * shard_of) */
+static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r, run *out, int cap,
+                    int64_t *nruns) {
+  int64_t sz, numel = numel_of(q), base = slot_base(p, q, which, &sz);
   int64_t runs = 0, len = 0, sstride = 0, foff = 0, fstride = 0;
   if (q->placement == FP_PL_REPLICATE) {
     runs = 1, len = numel;
@@ -264,10 +279,19 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
 #define ERR_AT(src, name, ptr, ...) \
   ((src) ? fp_diag_json(d, (src), (ptr), __VA_ARGS__) : fp_diag_errorf(d, (name), __VA_ARGS__))
   const char *what = o->what ? o->what : "weights";
+  int nstates = 0; /* optimizer states moved per trainable param */
   if (strcmp(what, "weights") == 0) {
   } else if (strcmp(what, "weights+optimizer") == 0) {
-    fp_diag_errorf(d, "reshard", "--what weights+optimizer: a plan's arena holds no optimizer state (only main "
-                                 "weights and grads); move optimizer state with the trainer's checkpoint");
+    if (from->optim == FP_OPTIM_NONE || to->optim == FP_OPTIM_NONE)
+      ERR_AT(from->optim == FP_OPTIM_NONE ? fs : ts, from->optim == FP_OPTIM_NONE ? fname : tname, "",
+             "--what weights+optimizer: the plan holds no optimizer state (compiled with \"optimizer\": "
+             "{\"type\": \"none\"}); compile both plans with the trainer's optimizer");
+    else if (from->optim != to->optim)
+      ERR_AT(ts, tname, "/optimizer/type", "--what weights+optimizer: this plan holds %s state and %s holds %s: "
+             "state moves only between plans of one optimizer", fp_optim_name(to->optim), fname,
+             fp_optim_name(from->optim));
+    else
+      nstates = fp_optim_states(to->optim);
   } else {
     fp_diag_errorf(d, "reshard", "--what '%s': expected weights or weights+optimizer", what);
   }
@@ -311,6 +335,11 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       snprintf(ptr, sizeof ptr, "/params/%d", j);
       ERR_AT(ts, tname, ptr, "param '%s' has no main weights in one of the plans", q->name);
     }
+    if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
+      snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
+      ERR_AT(ts, tname, ptr, "param '%s' is %s here and %s in %s: its optimizer state cannot move", q->name,
+             q->requires_grad ? "trainable" : "frozen", f->requires_grad ? "trainable" : "frozen", fname);
+    }
   }
   for (int32_t i = 0; i < from->nparams; i++) {
     bool found = false;
@@ -326,7 +355,7 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
 
   fp_tx *t = fp_tx_new(a);
   t->model = to->model;
-  t->what = "weights";
+  t->what = nstates ? "weights+optimizer" : "weights";
   t->from_hash = fp_prog_hash(from), t->to_hash = fp_prog_hash(to);
   t->from_world = from->world_size, t->to_world = to->world_size, t->to_offset = o->to_offset;
   t->from_offset = o->from_offset;
@@ -347,16 +376,21 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
     int64_t numel = numel_of(q);
     bool mx = matches(o, q->name);
     t->params[j] = (fp_tx_param){q->name, numel, mx};
+    /* the main weights, then (weights+optimizer) each optimizer state: the
+     * same elements in other buffers, never transformed */
+    for (int w = 0; w < (q->opt.buf >= 0 ? nstates + 1 : 1); w++) {
+    fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
+    bool mxw = mx && w == 0;
     /* FROM runs of every rank, sorted by start */
     nfr = 0;
     for (int64_t r = 0; r < from->world_size; r++) {
       int64_t nr;
-      holdings(from, f, r, NULL, 0, &nr);
+      holdings(from, f, w, r, NULL, 0, &nr);
       fr = fp_grow(a, fr, &cap, nfr + nr + 1, sizeof *fr);
-      int got = holdings(from, f, r, fr + nfr, (int)nr, &nr);
+      int got = holdings(from, f, w, r, fr + nfr, (int)nr, &nr);
       for (int k = 0; k < got; k++)
-        fp_tx_region_add(t, false, (int32_t)(r + o->from_offset), j, fr[nfr + k].byte, fr[nfr + k].len * fp_dtype_size(f->main_dtype),
-                         fr[nfr + k].a, f->main_dtype);
+        fp_tx_region_add(t, false, (int32_t)(r + o->from_offset), j, fr[nfr + k].byte, fr[nfr + k].len * fp_dtype_size(fdt),
+                         fr[nfr + k].a, fdt);
       nfr += got;
     }
     qsort(fr, (size_t)nfr, sizeof *fr, by_start);
@@ -364,21 +398,21 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
     int64_t ng = 0;
     bool grouped = make_groups(a, fr, nfr, &gs, &ng);
 #define COVER(A, LEN, D, DST, TDT) \
-  (grouped ? cover_groups(&P, j, fr, gs, ng, (A), (LEN), (D), (DST), f->main_dtype, (TDT), mx, &t->lower_bound) \
-           : cover(&P, j, fr, nfr, (A), (LEN), (D), (DST), f->main_dtype, (TDT), mx, &t->lower_bound))
-    bool persistent = q->weight.buf >= 0 && to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
+  (grouped ? cover_groups(&P, j, fr, gs, ng, (A), (LEN), (D), (DST), fdt, (TDT), mxw, &t->lower_bound) \
+           : cover(&P, j, fr, nfr, (A), (LEN), (D), (DST), fdt, (TDT), mxw, &t->lower_bound))
+    bool persistent = w == 0 && q->weight.buf >= 0 && to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
     int64_t wbase = persistent ? to->bufs[q->weight.buf].offset + q->weight.off : -1;
     for (int64_t r = 0; r < to->world_size; r++) {
       int32_t dp = (int32_t)(r + o->to_offset);
       int64_t nr;
-      holdings(to, q, r, NULL, 0, &nr);
+      holdings(to, q, w, r, NULL, 0, &nr);
       run *tr = fp_alloc_array(a, (size_t)nr + 1, sizeof *tr);
-      int got = holdings(to, q, r, tr, (int)nr, &nr);
+      int got = holdings(to, q, w, r, tr, (int)nr, &nr);
       bool full = got == 1 && tr[0].len == numel;
       for (int k = 0; k < got; k++) {
-        int64_t bytes = tr[k].len * fp_dtype_size(q->main_dtype);
-        fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, q->main_dtype);
-        if (!COVER(tr[k].a, tr[k].len, dp, tr[k].byte, q->main_dtype)) {
+        int64_t bytes = tr[k].len * fp_dtype_size(tdt);
+        fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, tdt);
+        if (!COVER(tr[k].a, tr[k].len, dp, tr[k].byte, tdt)) {
           fp_diag_errorf(d, fname, "param '%s': elements from %" PRId64 " are held by no rank of the plan", q->name,
                          tr[k].a);
           return NULL;
@@ -394,6 +428,7 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
         fp_diag_errorf(d, fname, "param '%s' is not held whole by the ranks of the plan", q->name);
         return NULL;
       }
+    }
     }
   }
 #undef COVER

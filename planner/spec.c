@@ -45,6 +45,8 @@ static void set_defaults(fp_spec *s) {
   s->prefetch_bwd = 1;
   s->grad_accumulation = 1;
   s->hw_preset = "h100-sxm";
+  s->optim = FP_OPTIM_ADAMW;
+  s->optim_dtype = FP_F32;
 }
 
 /* "collectives": "auto" | "per_param" | "flat" (fp_coll_mode order) */
@@ -227,6 +229,22 @@ static bool pos_num(fp_jctx *c, json_object *o, const char *ptr, const char *key
   return true;
 }
 
+/* "optimizer": {"type": "adamw" | "sgd" | "none", "state_dtype": ...}: the
+ * state the plan holds per main element (state_dtype default fp32) */
+static bool parse_optimizer(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
+  static const char *const keys[] = {"type", "state_dtype", NULL};
+  static const char *const types[] = {"none", "sgd", "adamw", NULL}; /* fp_optim order */
+  if (!fp_j_is_object(c, v, ptr) || !fp_j_keys(c, v, ptr, keys)) return false;
+  int t = -1, di = -1;
+  if (!fp_j_enum(c, v, ptr, "type", true, types, &t) || !fp_j_enum(c, v, ptr, "state_dtype", false, dtype_names, &di))
+    return false;
+  s->optim = (fp_optim)t;
+  if (di >= 0 && t == FP_OPTIM_NONE)
+    return fp_j_error(c, fp_ptr_key(c->a, ptr, "state_dtype"), "optimizer \"none\" holds no state: remove 'state_dtype'");
+  if (di >= 0) s->optim_dtype = dtype_vals[di];
+  return true;
+}
+
 static bool parse_hardware(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
   static const char *const keys[] = {"preset", "gpus_per_node", "flops", "nvlink_gbps", "ib_gbps",
                                      "hbm_gbps", "hbm_bytes", NULL};
@@ -261,7 +279,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
                       fp_j_describe(a, fmt));
   static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
                                      "no_shard", "recompute", "prefetch", "grad_accumulation",
-                                     "memory_budget_bytes", "hardware", "overlap_param_gather", NULL};
+                                     "memory_budget_bytes", "hardware", "overlap_param_gather", "optimizer", NULL};
   if (!fp_j_keys(c, root, ptr, keys)) return false;
 
   /* mesh */
@@ -347,6 +365,9 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
   if (!fp_j_int(c, root, ptr, "memory_budget_bytes", false, 1, INT64_MAX, &out->memory_budget_bytes)) return false;
   if (fp_j_has(root, "hardware") &&
       !parse_hardware(c, out, fp_j_get(root, "hardware"), fp_ptr_key(a, ptr, "hardware")))
+    return false;
+  if (fp_j_has(root, "optimizer") &&
+      !parse_optimizer(c, out, fp_j_get(root, "optimizer"), fp_ptr_key(a, ptr, "optimizer")))
     return false;
   return true;
 }

@@ -19,7 +19,33 @@ import sys
 
 INT_FIELDS = ["world_size", "buckets", "params", "ops", "collectives",
               "param_shard_bytes", "grad_shard_bytes", "persistent_bytes",
-              "comm_bytes_per_rank", "arena_bytes", "peak_bytes", "lower_bound_bytes"]
+              "comm_bytes_per_rank", "arena_bytes", "peak_bytes", "lower_bound_bytes",
+              "optimizer_state_bytes"]
+STATES = {"none": 0, "sgd": 1, "adamw": 2}
+DSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def optimizer_bytes(fpir, optim, state_dtype):
+  """The optimizer state the .fpir should hold, computed from its main-grad
+  buffers: per trainable bucket, STATES[optim] planes, each the grad
+  buffer's elements in the state dtype rounded up to 256 bytes; and the
+  state it does hold (its optimizer_state buffers)."""
+  gdt, grad, held = {}, {}, 0
+  for line in fpir.splitlines():
+    f = line.split()
+    kv = dict(x.split("=", 1) for x in f if "=" in x)
+    if f[:1] == ["param"] and "grad" in kv:
+      gdt[kv["bucket"]] = kv["dtypes"].split("/")[2]
+    if f[:1] == ["buf"] and len(f) > 4 and f[4] == "main_grad":
+      grad[kv["bucket"]] = int(kv["bytes"])
+    if f[:1] == ["buf"] and len(f) > 4 and f[4] == "optimizer_state":
+      held += int(kv["bytes"])
+  want = 0
+  for b, g in grad.items():
+    if b in gdt and STATES[optim]:
+      plane = -(-(g // DSIZE[gdt[b]] * DSIZE[state_dtype]) // 256) * 256
+      want += STATES[optim] * plane
+  return want, held
 
 
 def op_order_bound(fpir, persistent):
@@ -114,6 +140,15 @@ def main(argv):
     sweep = op_order_bound(r.stdout, s["persistent_bytes"])
     need(s["lower_bound_bytes"] >= sweep,
          "lower_bound_bytes %d < %d, the most bytes live at one op of the .fpir" % (s["lower_bound_bytes"], sweep))
+    # the optimizer the spec asks for (adamw in fp32 by default), its state
+    # sized from the main grads as docs/layout.md says
+    optim = spec.get("optimizer", {}).get("type", "adamw")
+    sdt = spec.get("optimizer", {}).get("state_dtype", "fp32")
+    need(s["optimizer"] == optim, "optimizer %r, the spec says %r" % (s["optimizer"], optim))
+    want, held = optimizer_bytes(r.stdout, optim, sdt)
+    need(s["optimizer_state_bytes"] == want == held,
+         "optimizer_state_bytes %d; the .fpir's optimizer_state buffers %d; from its main grads %d"
+         % (s["optimizer_state_bytes"], held, want))
   need(s["peak_bytes"] > 0, "peak_bytes is 0")
   # one peak: the whole arena (persistent buffers first) plus the activations
   # at their peak, never below the arena; over_device_bytes is what it exceeds
@@ -126,8 +161,9 @@ def main(argv):
   need(s["over_device_bytes"] == max(0, s["peak_bytes"] - s["device_bytes"]),
        "over_device_bytes %d is not peak_bytes %d - device_bytes %d"
        % (s["over_device_bytes"], s["peak_bytes"], s["device_bytes"]))
-  need(s["persistent_bytes"] >= s["param_shard_bytes"],
-       "persistent_bytes %d < param_shard_bytes %d" % (s["persistent_bytes"], s["param_shard_bytes"]))
+  need(s["persistent_bytes"] >= s["param_shard_bytes"] + s["grad_shard_bytes"] + s["optimizer_state_bytes"],
+       "persistent_bytes %d < param_shard_bytes %d + grad_shard_bytes %d + optimizer_state_bytes %d"
+       % (s["persistent_bytes"], s["param_shard_bytes"], s["grad_shard_bytes"], s["optimizer_state_bytes"]))
   need(s["ops"] >= s["collectives"], "ops %d < collectives %d" % (s["ops"], s["collectives"]))
   # modeled: the step holds at least its compute and its exposed communication
   need(s["modeled_step_ms"] + 1e-6 >= s["modeled_compute_ms"] + s["modeled_exposed_comm_ms"],

@@ -214,3 +214,8 @@ set_tests_properties(reshard_cli PROPERTIES TIMEOUT 120 LABELS cli)
 fp_reshard_test(fs8_to_hybrid4_disjoint 12 full_shard 8 hybrid 4 --to-offset 8)
 fp_reshard_test(hybrid4_to_ragged6_disjoint 10 hybrid 4 ragged-w6 6 --to-offset 4)
 fp_reshard_test(ragged6_to_fs8_disjoint 14 ragged-w6 6 full_shard 8 --to-offset 6)
+# weights and AdamW state (the default optimizer) together: the state follows
+# each main shard; bf16 main weights on one side cast both ways
+fp_reshard_test(fs4_to_placements3_optim 4 full_shard 4 placements-w3 3 --what weights+optimizer)
+fp_reshard_test(hybrid4_to_ragged6_optim_disjoint 10 hybrid 4 ragged-w6 6 --to-offset 4 --what weights+optimizer)
+fp_reshard_test(fs4_to_bf16_3_optim 4 full_shard 4 bf16 3 --what weights+optimizer)

@@ -47,8 +47,24 @@ echo "$err" | grep -Eq "tied.plan.json:[0-9]+:[0-9]+: error: /model: the plans a
 err=$($F reshard "$T/a.plan.json" "$T/shape.plan.json" 2>&1); rc=$?
 [ $rc = 1 ] || fail "other shape: exit $rc"
 echo "$err" | grep -Eq "shape.plan.json:[0-9]+:[0-9]+: error: /params/3/shape: param 'fc1.bias' has shape \[18\] here and \[19\]" || fail "other shape: $err"
-err=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --what weights+optimizer 2>&1); [ $? = 1 ] || fail "weights+optimizer exit"
-echo "$err" | grep -q "no optimizer state" || fail "weights+optimizer: $err"
+# weights+optimizer: the AdamW state (both plans' default) goes too, wire =
+# lower bound; between plans of different optimizers: located on TO's
+# /optimizer/type; with a plan that holds none: refused
+out=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --what weights+optimizer) || fail "weights+optimizer exit $?"
+echo "$out" | grep -q '"ratio":1.000' || fail "weights+optimizer ratio: $out"
+w1=$(echo "$out" | python3 -c "import json,sys; print(json.load(sys.stdin)['wire_bytes'])")
+w0=$($F reshard "$T/a.plan.json" "$T/b.plan.json" | python3 -c "import json,sys; print(json.load(sys.stdin)['wire_bytes'])")
+[ "$w1" = $((3 * w0)) ] || fail "weights+optimizer wire $w1 is not 3 x the weights' $w0 (fp32 main and AdamW state)"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --what weights+optimizer --emit=ir | grep -q '^xfer model="mlp" what=weights+optimizer' || fail "weights+optimizer --emit=ir"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['optimizer']={'type': sys.argv[3]}; json.dump(s, open(sys.argv[2], 'w'))" "$T/placements-w3-3.spec.json" "$T/sgd.spec.json" sgd
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['optimizer']={'type': sys.argv[3]}; json.dump(s, open(sys.argv[2], 'w'))" "$T/placements-w3-3.spec.json" "$T/none.spec.json" none
+$F compile "$S/tests/mpi/mlp.model.json" --spec "$T/sgd.spec.json" -o "$T/sgd.plan.json" >/dev/null 2>&1 || fail compile sgd
+$F compile "$S/tests/mpi/mlp.model.json" --spec "$T/none.spec.json" -o "$T/none.plan.json" >/dev/null 2>&1 || fail compile none
+err=$($F reshard "$T/a.plan.json" "$T/sgd.plan.json" --what weights+optimizer 2>&1); [ $? = 1 ] || fail "sgd exit"
+echo "$err" | grep -Eq "sgd.plan.json:[0-9]+:[0-9]+: error: /optimizer/type: --what weights\+optimizer: this plan holds sgd state and .*a.plan.json holds adamw" || fail "weights+optimizer between optimizers: $err"
+err=$($F reshard "$T/a.plan.json" "$T/none.plan.json" --what weights+optimizer 2>&1); [ $? = 1 ] || fail "none exit"
+echo "$err" | grep -q "none.plan.json:.*the plan holds no optimizer state" || fail "weights+optimizer to none: $err"
+$F reshard "$T/a.plan.json" "$T/none.plan.json" >/dev/null || fail "weights only to a plan without state"
 err=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --to-offset 9 2>&1); [ $? = 1 ] || fail "to-offset exit"
 echo "$err" | grep -q "must lie in \[0, 4\]" || fail "to-offset: $err"
 $F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*=fp4' >/dev/null 2>&1; [ $? = 2 ] || fail "bad transform not a usage error"

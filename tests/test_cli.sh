@@ -188,11 +188,14 @@ has err "wrote tiny-mlp.html"
 # without a budget, a plan over the hardware's device memory compiles with a
 # warning naming the overshoot and the largest items; one that fits has none
 expect 0 "$fp" compile "$src/examples/llama3-405b.json" --hardware h100-sxm -o "$tmp/405.plan.json"
-has err "flexplan: warning: llama3-405b: the plan needs 451.477 GiB per rank at its peak, 371.477 GiB more than h100-sxm's 80.000 GiB of device memory; largest: main weights (shard) 188.990 GiB, main grads (shard) 188.990 GiB"
-has err "does NOT fit h100-sxm's 80.000 GiB of device memory: 371.477 GiB over"
+# AdamW's fp32 state (the default optimizer) is twice the fp32 main shard:
+# 2 x 188.990 GiB, the largest item
+has err "flexplan: warning: llama3-405b: the plan needs 829.457 GiB per rank at its peak, 749.457 GiB more than h100-sxm's 80.000 GiB of device memory; largest: optimizer state 377.980 GiB, main weights (shard) 188.990 GiB, main grads (shard) 188.990 GiB"
+has err "does NOT fit h100-sxm's 80.000 GiB of device memory: 749.457 GiB over"
 expect 0 "$fp" compile "$src/examples/llama3-405b.json" --hardware h100-sxm --emit=summary -o "$tmp/405.sum.json"
 has err "flexplan: warning: llama3-405b: the plan needs"
-grep -q '"over_device_bytes": 398870331392' "$tmp/405.sum.json" && ok || bad "405b summary lacks over_device_bytes"
+grep -q '"over_device_bytes": 804723720192' "$tmp/405.sum.json" && ok || bad "405b summary lacks over_device_bytes"
+grep -q '"optimizer_state_bytes": 405853388800' "$tmp/405.sum.json" && ok || bad "405b summary lacks optimizer_state_bytes"
 expect 0 "$fp" compile "$src/examples/llama3-8b.json" -o "$tmp/8b.plan.json"
 grep -q "warning" "$tmp/err" && bad "llama3-8b fits yet warned: $(cat "$tmp/err")" || ok
 

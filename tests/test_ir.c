@@ -743,9 +743,9 @@ static fp_memtl *kitchen_memtl(fp_arena *a) {
   fp_memtl *t = fp_alloc(a, sizeof *t);
   t->npts = 3;
   t->pts = fp_alloc_array(a, 3, sizeof *t->pts);
-  t->pts[0] = (fp_memtl_point){-0.5, {256, 256, 0, 0, 0, 0, 0}};
-  t->pts[1] = (fp_memtl_point){2.25, {256, 256, 256, 0, 512, 0, 1024}};
-  t->pts[2] = (fp_memtl_point){1e6, {256, 256, 0, 256, 0, 256, 0}};
+  t->pts[0] = (fp_memtl_point){-0.5, {256, 256, 0, 0, 0, 0, 0, 0}};
+  t->pts[1] = (fp_memtl_point){2.25, {256, 256, 256, 0, 512, 0, 0, 1024}};
+  t->pts[2] = (fp_memtl_point){1e6, {256, 256, 0, 256, 0, 256, 0, 0}};
   fp_memtl_maxima(t, &t->peak_bytes, &t->lower_bound_bytes);
   assert_int_equal(t->peak_bytes, 2304);
   assert_int_equal(t->lower_bound_bytes, 1280);
@@ -949,7 +949,7 @@ static void test_plan_tampered(void **state) {
   expect_plan_error(t, "/memory_timeline/points/1/1: -256 is out of range");
   free(t);
   t = replace(j, "[2.25,256,", "[2.25,");
-  expect_plan_error(t, "/memory_timeline/points/1: expected an array of a time and 7 byte counts");
+  expect_plan_error(t, "/memory_timeline/points/1: expected an array of a time and 8 byte counts");
   free(t);
   t = replace(j, "\"modeled\":true", "\"modeled\":false");
   expect_plan_error(t, "/memory_timeline/modeled: must be true");
@@ -1146,6 +1146,34 @@ static void m_host_arena(kit *k) { k->p->host_bytes = 100; }
 static void m_hw_zero(kit *k) { k->p->hw.ib_gbps = 0; }
 static void m_hw_nan(kit *k) { k->p->hw.launch_us = NAN; }
 static void m_hw_gpus(kit *k) { k->p->hw.gpus_per_node = -8; }
+/* optimizer state: a program that plans it must give every trainable param
+ * a slot in an optimizer_state buffer of equal planes; one that plans none,
+ * none */
+static void m_opt_missing(kit *k) { k->p->optim = FP_OPTIM_ADAMW, k->p->optim_dtype = FP_F32; }
+static void m_opt_unplanned(kit *k) { k->p->params[0].opt = (fp_view){k->grad, 0}; }
+static void m_opt_cat(kit *k) {
+  k->p->optim = FP_OPTIM_SGD, k->p->optim_dtype = FP_F32;
+  for (int32_t i = 0; i < k->p->nparams; i++)
+    if (k->p->params[i].requires_grad && k->p->params[i].grad.buf >= 0) k->p->params[i].opt = (fp_view){k->grad, 0};
+}
+static void m_opt_plane(kit *k) { /* two planes of 128 bytes: a 64-element fp32 slot does not fit one */
+  fp_prog *p = k->p;
+  int b = fp_ir_buf_add(p, "b0.optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, k->b0, 256);
+  p->bufs[b].offset = p->arena_bytes;
+  p->arena_bytes += 256;
+  p->optim = FP_OPTIM_ADAMW, p->optim_dtype = FP_F32;
+  for (int32_t i = 0; i < p->nparams; i++)
+    if (p->params[i].requires_grad && p->params[i].grad.buf >= 0) p->params[i].opt = (fp_view){b, 0};
+}
+static void m_opt_frozen(kit *k) { /* a valid AdamW layout, then a slot for the frozen param too */
+  fp_prog *p = k->p;
+  int b = fp_ir_buf_add(p, "b0.optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, k->b0, 512);
+  p->bufs[b].offset = p->arena_bytes;
+  p->arena_bytes += 512;
+  p->optim = FP_OPTIM_ADAMW, p->optim_dtype = FP_F32;
+  for (int32_t i = 0; i < p->nparams; i++) p->params[i].opt = (fp_view){b, 0};
+}
+static void m_opt_dtype(kit *k) { k->p->optim = FP_OPTIM_SGD, k->p->optim_dtype = (fp_dtype)99; }
 
 static void test_verify_rules(void **state) {
   (void)state;
@@ -1209,6 +1237,12 @@ static void test_verify_rules(void **state) {
       {m_hw_zero, "<plan>: error: program: hardware ib_gbps must be a positive number"},
       {m_hw_nan, "hardware launch_us must be a positive number"},
       {m_hw_gpus, "hardware gpus_per_node must be a positive number"},
+      {m_opt_missing, "the program plans adamw state but trainable param 'layers.0.w' has no opt view"},
+      {m_opt_unplanned, "opt view on a program that plans no optimizer state"},
+      {m_opt_cat, "opt view: buffer 'b0.grad' is not a persistent device optimizer_state buffer"},
+      {m_opt_plane, "fp32 elements) lies outside the first state plane of 'b0.optim' (128 bytes)"},
+      {m_opt_dtype, "unknown optimizer state dtype 99"},
+      {m_opt_frozen, "param 1 'weird.bias': opt view on a param without a main grad (frozen)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     fprintf(stderr, "verify case %zu\n", i);

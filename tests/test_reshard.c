@@ -2,6 +2,7 @@
  * backend (docs/reshard.md), checked against full tensors computed here.
  *
  *   mpirun -n P test_reshard MODEL SPEC_A WORLD_A SPEC_B WORLD_B [--to-offset K] [--mxfp8 PATTERN]
+ *                            [--what weights+optimizer]
  *
  * Both plans are compiled in the test (the specs with mesh.world_size set).
  * Every FROM rank fills its main-weight shards from a formula of (param,
@@ -12,7 +13,9 @@
  * else of TO's arena outside the transfer's need regions must still hold the
  * sentinel. Then FROM's main weights are overwritten with the sentinel and
  * the B -> A transfer must bring back exactly the A values (round trip;
- * without MXFP8 and with equal main dtypes: bit-exact). */
+ * without MXFP8 and with equal main dtypes: bit-exact). With --what
+ * weights+optimizer the optimizer states go too (each from its own formula,
+ * seed param + 1000 (k + 1)), checked the same way, never as MXFP8. */
 #include <fnmatch.h>
 #include <math.h>
 
@@ -81,6 +84,12 @@ static double mx_bound(fp_dtype fdt, int32_t param, int64_t numel, int64_t e) {
 }
 
 static const unsigned char SENT = 0xA5;
+static int g_states; /* optimizer states moved (--what weights+optimizer) */
+
+/* the shard tensor `w` of view v: 0 main weights, k + 1 optimizer state k;
+ * its formula seed */
+static const fp_tensor *part(const fp_param_view *v, int w) { return w ? &v->optim[w - 1] : &v->main; }
+static int32_t seed(int32_t param, int w) { return param + 1000 * w; }
 
 /* fill this rank's FROM shards from the formula (A) */
 static void fill(fp_exec *x, const fp_plan *plan) {
@@ -90,12 +99,16 @@ static void fill(fp_exec *x, const fp_plan *plan) {
     fp_param_view v;
     fp_exec_param_at(x, i, &v);
     const fp_extent *e = &v.shard;
-    fp_dtype dt = (fp_dtype)v.main.dtype;
-    for (int64_t k = 0; k < e->runs; k++)
-      for (int64_t q = 0; q < e->len; q++) {
-        float f = (float)formula(i, e->full_off + k * e->full_stride + q);
-        fpk_cast((char *)v.main.data + (k * e->shard_stride + q) * fp_dtype_size(dt), dt, &f, FP_F32, 1);
-      }
+    for (int w = 0; w <= g_states; w++) {
+      const fp_tensor *t = part(&v, w);
+      fp_dtype dt = (fp_dtype)t->dtype;
+      if (!t->data) continue;
+      for (int64_t k = 0; k < e->runs; k++)
+        for (int64_t q = 0; q < e->len; q++) {
+          float f = (float)formula(seed(i, w), e->full_off + k * e->full_stride + q);
+          fpk_cast((char *)t->data + (k * e->shard_stride + q) * fp_dtype_size(dt), dt, &f, FP_F32, 1);
+        }
+    }
   }
 }
 
@@ -117,19 +130,26 @@ static void check(fp_exec *x, const char *what, const fp_plan *src, bool mx_any,
     bool mx = mx_any && fnmatch(mxpat, v.name, 0) == 0;
     const fp_extent *e = &v.shard;
     int64_t bad = 0;
-    for (int64_t k = 0; k < e->runs; k++)
-      for (int64_t q = 0; q < e->len; q++) {
-        int64_t el = e->full_off + k * e->full_stride + q;
-        float want = from_value(fdt, si, el), got = get(v.main.data, dt, k * e->shard_stride + q);
-        char wbuf[8];
-        fpk_cast(wbuf, dt, &want, FP_F32, 1);
-        bool ok = mx ? fabs((double)got - (double)want) <= mx_bound(fdt, si, v.numel, el) + fabs(want) * 0x1p-8
-                     : !memcmp(wbuf, (char *)v.main.data + (k * e->shard_stride + q) * fp_dtype_size(dt),
-                               (size_t)fp_dtype_size(dt));
-        if (!ok && bad++ < 3)
-          EXPECT(0, "%s: %s element %" PRId64 " is %.9g, want %.9g%s", what, v.name, el, got, want,
-                 mx ? " (within the MXFP8 bound)" : "");
-      }
+    for (int w = 0; w <= g_states; w++) {
+      const fp_tensor *t = part(&v, w);
+      fp_dtype tf = w ? sp->optim_dtype : fdt, td = (fp_dtype)t->dtype;
+      bool mxw = mx && w == 0; /* optimizer state is never transformed */
+      if (w && !v.requires_grad) continue;
+      EXPECT(t->data || !e->runs, "%s: %s has no %s view", what, v.name, w ? "optimizer state" : "main");
+      for (int64_t k = 0; t->data && k < e->runs; k++)
+        for (int64_t q = 0; q < e->len; q++) {
+          int64_t el = e->full_off + k * e->full_stride + q;
+          float want = from_value(tf, seed(si, w), el), got = get(t->data, td, k * e->shard_stride + q);
+          char wbuf[8];
+          fpk_cast(wbuf, td, &want, FP_F32, 1);
+          bool ok = mxw ? fabs((double)got - (double)want) <= mx_bound(tf, si, v.numel, el) + fabs(want) * 0x1p-8
+                        : !memcmp(wbuf, (char *)t->data + (k * e->shard_stride + q) * fp_dtype_size(td),
+                                  (size_t)fp_dtype_size(td));
+          if (!ok && bad++ < 3)
+            EXPECT(0, "%s: %s %s element %" PRId64 " is %.9g, want %.9g%s", what, v.name,
+                   w ? "optimizer state" : "main", el, got, want, mxw ? " (within the MXFP8 bound)" : "");
+        }
+    }
     /* a compute weight the plan keeps unsharded between steps: the whole
      * param, TO's main value cast to the param dtype */
     if (x->params[i].weight_persistent) {
@@ -165,12 +185,20 @@ int main(int argc, char **argv) {
   for (int i = 6; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--to-offset")) off = atol(argv[i + 1]);
     if (!strcmp(argv[i], "--mxfp8")) mxpat = argv[i + 1];
+    if (!strcmp(argv[i], "--what") && !strcmp(argv[i + 1], "weights+optimizer")) g_states = -1;
   }
   fp_plan *A = compile(model, argv[2], wa), *B = compile(model, argv[4], wb);
   if (!A || !B) return tu_finish();
+  const char *what = g_states ? "weights+optimizer" : "weights";
+  if (g_states) {
+    fp_plan_info ia;
+    fp_plan_get_info(A, &ia);
+    g_states = ia.optim_states;
+    EXPECT(g_states > 0, "--what weights+optimizer: plan A holds no optimizer state");
+  }
   const char *pats[1] = {mxpat};
   /* the way back: B's ranks (processes off..) are FROM, A's (processes 0..) TO */
-  fp_reshard_options ro = {"weights", off, pats, mxpat ? 1 : 0, 0}, back = {"weights", 0, NULL, 0, off};
+  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0}, back = {what, 0, NULL, 0, off};
   fp_xfer *ab = NULL, *ba = NULL;
   EXPECT(fp_reshard_compile(A, B, &ro, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
   EXPECT(fp_reshard_compile(B, A, &back, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
@@ -277,25 +305,30 @@ int main(int argc, char **argv) {
         fp_param_view v;
         fp_exec_param_at(xa, i, &v);
         const fp_extent *e = &v.shard;
-        if (A->prog->params[i].main_dtype != B->prog->params[i].main_dtype) continue;
-        for (int64_t k = 0; k < e->runs; k++)
-          for (int64_t q = 0; q < e->len; q++) {
-            float f = (float)formula(i, e->full_off + k * e->full_stride + q), got;
-            char w[8];
-            fpk_cast(w, (fp_dtype)v.main.dtype, &f, FP_F32, 1);
-            got = get(v.main.data, (fp_dtype)v.main.dtype, k * e->shard_stride + q);
-            if (memcmp(w, (char *)v.main.data + (k * e->shard_stride + q) * fp_elem_size(v.main.dtype),
-                       (size_t)fp_elem_size(v.main.dtype)))
-              EXPECT(0, "round trip: %s[%" PRId64 "] %.9g is not A's", v.name, e->full_off + k * e->full_stride + q,
-                     got);
-          }
+        for (int p = 0; p <= g_states; p++) {
+          const fp_tensor *t = part(&v, p);
+          bool same = p ? A->prog->optim_dtype == B->prog->optim_dtype
+                        : A->prog->params[i].main_dtype == B->prog->params[i].main_dtype;
+          if (!same || !t->data) continue;
+          for (int64_t k = 0; k < e->runs; k++)
+            for (int64_t q = 0; q < e->len; q++) {
+              float f = (float)formula(seed(i, p), e->full_off + k * e->full_stride + q), got;
+              char w[8];
+              fpk_cast(w, (fp_dtype)t->dtype, &f, FP_F32, 1);
+              got = get(t->data, (fp_dtype)t->dtype, k * e->shard_stride + q);
+              if (memcmp(w, (char *)t->data + (k * e->shard_stride + q) * fp_elem_size(t->dtype),
+                         (size_t)fp_elem_size(t->dtype)))
+                EXPECT(0, "round trip: %s %s[%" PRId64 "] %.9g is not A's", v.name, p ? "optimizer state" : "main",
+                       e->full_off + k * e->full_stride + q, got);
+            }
+        }
       }
     }
   }
   if (tu_rank == 0)
-    printf("transfer %d -> %d (to-offset %ld%s%s): %" PRId64 " processes, %d ops, wire %" PRId64 " bytes, lower "
+    printf("transfer %d -> %d (%s, to-offset %ld%s%s): %" PRId64 " processes, %d ops, wire %" PRId64 " bytes, lower "
            "bound %" PRId64 ", local %" PRId64 "\n",
-           wa, wb, off, mxpat ? ", mxfp8 " : "", mxpat ? mxpat : "", info.processes, info.nops, info.wire_bytes,
+           wa, wb, what, off, mxpat ? ", mxfp8 " : "", mxpat ? mxpat : "", info.processes, info.nops, info.wire_bytes,
            info.lower_bound, info.local_bytes);
   fp_exec_destroy(xa);
   fp_exec_destroy(xb);

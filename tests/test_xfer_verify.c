@@ -211,10 +211,24 @@ int main(int argc, char **argv) {
               strstr(d.buf, "'fc1.weight' is not in"),
           "another name: %s", d.buf ? d.buf : "(accepted)");
     fp_diag_free(&d);
-    fp_reshard_opts bad = {.what = "weights+optimizer"};
+    /* weights+optimizer: both plans hold AdamW state (the default) */
+    fp_reshard_opts wo = {.what = "weights+optimizer"};
     fp_diag_init(&d, NULL);
-    CHECK(!fp_reshard(a, A->prog, NULL, B->prog, NULL, &bad, &d) && d.buf && strstr(d.buf, "no optimizer state"),
-          "weights+optimizer: %s", d.buf ? d.buf : "(accepted)");
+    fp_tx *wt = fp_reshard(a, A->prog, NULL, B->prog, NULL, &wo, &d);
+    CHECK(wt && !strcmp(wt->what, "weights+optimizer") && fp_tx_verify(wt, &d),
+          "weights+optimizer: %s", d.buf ? d.buf : "(refused)");
+    fp_diag_free(&d);
+    fp_prog none = *B->prog, sgd = *B->prog;
+    none.optim = FP_OPTIM_NONE;
+    fp_diag_init(&d, NULL);
+    CHECK(!fp_reshard(a, A->prog, NULL, &none, NULL, &wo, &d) && d.buf && strstr(d.buf, "holds no optimizer state"),
+          "weights+optimizer to a plan without state: %s", d.buf ? d.buf : "(accepted)");
+    fp_diag_free(&d);
+    sgd.optim = FP_OPTIM_SGD;
+    fp_diag_init(&d, NULL);
+    CHECK(!fp_reshard(a, A->prog, NULL, &sgd, NULL, &wo, &d) && d.buf &&
+              strstr(d.buf, "this plan holds sgd state and <from> holds adamw"),
+          "weights+optimizer between optimizers: %s", d.buf ? d.buf : "(accepted)");
     fp_diag_free(&d);
   }
 

@@ -34,7 +34,7 @@ import os
 import subprocess
 import sys
 
-CATS = ["main_weight", "main_grad", "unsharded_weight", "unsharded_grad", "staging", "reshard", "activations"]
+CATS = ["main_weight", "main_grad", "unsharded_weight", "unsharded_grad", "staging", "reshard", "optimizer_state", "activations"]
 STREAMS = ["compute", "ag", "rs"]
 SYNC = {"record", "wait"}
 LOCAL = {"cast", "copy", "split_copy", "chunk_cat", "add", "scale", "memset", "quantize_mxfp8", "dequantize_mxfp8", "h2d", "d2h"}

@@ -73,6 +73,9 @@ class fp_plan_info(ctypes.Structure):
         ("nsegments", ctypes.c_int32),
         ("nops", ctypes.c_int32),
         ("hash", ctypes.c_uint64),
+        ("optimizer", ctypes.c_char_p),
+        ("optim_states", ctypes.c_int32),
+        ("optim_dtype", ctypes.c_int),
     ]
 
 
@@ -128,6 +131,7 @@ class fp_param_view(ctypes.Structure):
         ("grad", fp_tensor),
         ("shard", fp_extent),
         ("reduce_dtype", ctypes.c_int),
+        ("optim", fp_tensor * 2),
     ]
 
 

@@ -96,7 +96,10 @@ class ParamView:
     """The plan's views of one param on this rank (fp_param_view): ``weight``
     (unsharded compute weight, param dtype), ``ugrad`` (unsharded grad the
     backward accumulates into), ``main`` and ``grad`` (this rank's shard of the
-    main weights and main grads, padding included), ``shard`` (an Extent)."""
+    main weights and main grads, padding included), ``shard`` (an Extent),
+    ``optim`` (the optimizer state the plan holds for this shard: a list of
+    as many views as the plan's optimizer has states, AdamW's exp_avg and
+    exp_avg_sq, SGD's momentum_buffer; empty for a frozen param)."""
 
     def __init__(self, ex, index, v):
         self._ex = ex
@@ -109,6 +112,7 @@ class ParamView:
         self.weight, self.ugrad = _Buf(v.weight), _Buf(v.ugrad)
         self.main, self.grad = _Buf(v.main), _Buf(v.grad)
         self.shard = Extent(v.shard)
+        self.optim = [_Buf(v.optim[k]) for k in range(ex.optim_states)] if self.requires_grad else []
         self.reduce_dtype = ELEMS.get(int(v.reduce_dtype), ("?",))[0]
 
     def buffer(self, which):
@@ -124,8 +128,10 @@ class ParamView:
 
     def tensor(self, which, shaped=None):
         """A torch tensor over one view (no copy). shaped: the full shape for
-        'weight' and 'ugrad' (default), flat for 'main' and 'grad'."""
-        return self._ex._tensor(getattr(self, which), self.shape if (
+        'weight' and 'ugrad' (default), flat for 'main' and 'grad'. which may
+        also be 'optim0' / 'optim1': optimizer state k (flat, like 'main')."""
+        b = self.optim[int(which[5:])] if which.startswith("optim") else getattr(self, which)
+        return self._ex._tensor(b, self.shape if (
             shaped if shaped is not None else which in ("weight", "ugrad")) else None)
 
     def __repr__(self):
@@ -233,6 +239,9 @@ class Executor:
         lib.fp_plan_get_info(self._plan_handle, ctypes.byref(info))
         self.nparams, self.nmodules = int(info.nparams), int(info.nmodules)
         self.grad_accumulation = int(info.grad_accumulation)
+        # the optimizer whose state the plan holds ("none", "sgd", "adamw")
+        self.optimizer = (info.optimizer or b"none").decode()
+        self.optim_states = int(info.optim_states)
         self.modules = [lib.fp_plan_module_name(self._plan_handle, m).decode() for m in range(self.nmodules)]
         self.params = []
         for i in range(self.nparams):

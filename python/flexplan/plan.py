@@ -74,6 +74,7 @@ class Plan:
             "segments": i.nsegments,
             "ops": i.nops,
             "hash": "fnv1a64:%016x" % i.hash,
+            "optimizer": L.text(i.optimizer) or "none",
         }
 
     @property

@@ -113,7 +113,8 @@ def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0, 
     """Compile the transfer of the main weights from `from_plan`'s ranks to
     `to_plan`'s (flexplan.Plan objects of one model). transform: {pattern:
     "mxfp8"} (fnmatch patterns over param names) or ["pattern=mxfp8", ...];
-    what: "weights" ("weights+optimizer" is refused); to_offset: TO rank r is
+    what: "weights", or "weights+optimizer" (also each optimizer state, plans of
+    one optimizer; never transformed); to_offset: TO rank r is
     process r + to_offset, FROM rank r process r + from_offset. Raises FlexplanError with the located messages when
     the plans do not fit together."""
     pats = []

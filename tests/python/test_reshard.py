@@ -71,8 +71,11 @@ def test_errors(plans):
     tied = flexplan.compile(os.path.join(MPI_DIR, "mlp-tied.model.json"), spec("full_shard", 4))
     with pytest.raises(flexplan.FlexplanError, match="different models: 'mlp'.*'mlp-tied'"):
         flexplan.reshard(a, tied)
-    with pytest.raises(flexplan.FlexplanError, match="no optimizer state") as e:
-        flexplan.reshard(a, b, what="weights+optimizer")
+    i = flexplan.reshard(a, b, what="weights+optimizer").info  # AdamW state (the default) too
+    assert i["wire_bytes"] == i["lower_bound"] == 3 * flexplan.reshard(a, b).info["wire_bytes"]
+    sgd = flexplan.compile(os.path.join(MPI_DIR, "mlp.model.json"), dict(spec("full_shard", 3), optimizer={"type": "sgd"}))
+    with pytest.raises(flexplan.FlexplanError, match="this plan holds sgd state and .* holds adamw") as e:
+        flexplan.reshard(a, sgd, what="weights+optimizer")
     assert e.value.status_name == "FP_ERR_INPUT"
     with pytest.raises(flexplan.FlexplanError, match="unknown transform 'fp4'"):
         flexplan.reshard(a, b, transform={"fc*": "fp4"})

@@ -39,10 +39,13 @@ def expect(name, fn, status, *needles):
     results.append(f"BAD {name}: no error")
 
 
-def plan_for(model, name, ga=1):
+def plan_for(model, name, ga=1, optim=None):
     extra = {"grad_accumulation": ga} if ga > 1 else {}
+    if optim:
+        extra["optimizer"] = optim
+    tag = "-".join(str(v) for v in optim.values()) if optim else "adamw"
     return compile_plan(tm.model_json(model, tm.MLP_UNITS, name=name), spec_for("full_shard", extra, 1, {}),
-                        os.path.join(TMP, f"{name}.ga{ga}.plan.json"))
+                        os.path.join(TMP, f"{name}.ga{ga}.{tag}.plan.json"))
 
 
 def main():
@@ -83,7 +86,7 @@ def main():
     # a second step's forward before the optimizer step
     m = tm.mlp()
     st = fpt.shard(m, plan_for(m, "mlp"))
-    opt = fpt.optimizer(st, torch.optim.SGD, lr=0.1)
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
     tm.loss_fn("mlp", m, x, t).backward()
     expect("forward_before_optimizer_step", lambda: m(x), "FP_ERR_ORDER", "call the optimizer step")
     opt.step()  # still usable: the step goes on
@@ -94,9 +97,36 @@ def main():
     # the optimizer step before the plan's micro-batches are through
     m = tm.mlp()
     st = fpt.shard(m, plan_for(m, "mlp", ga=2))
-    opt = fpt.optimizer(st, torch.optim.SGD, lr=0.1)
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
     tm.loss_fn("mlp", m, x, t).backward()
     expect("optimizer_step_before_backward_done", opt.step, "FP_ERR_ORDER", "grad_accumulation = 2")
+    st.close()
+
+    # the optimizer against the state the plan holds: another class, a third
+    # state (amsgrad), SGD without momentum, state of another dtype
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    expect("optimizer_class_mismatch", lambda: fpt.optimizer(st, torch.optim.SGD, lr=0.1, momentum=0.9),
+           "FP_ERR_PLAN", "the plan holds adamw optimizer state but the optimizer is SGD")
+    expect("optimizer_amsgrad", lambda: fpt.optimizer(st, torch.optim.AdamW, lr=0.1, amsgrad=True),
+           "FP_ERR_PLAN", "amsgrad keeps a third state")
+    st.close()
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp", optim={"type": "sgd"}))
+    expect("optimizer_sgd_no_momentum", lambda: fpt.optimizer(st, torch.optim.SGD, lr=0.1), "FP_ERR_PLAN",
+           "SGD without momentum keeps no state")
+    st.close()
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp", optim={"type": "adamw", "state_dtype": "bf16"}))
+    expect("optimizer_state_dtype", lambda: fpt.optimizer(st, torch.optim.AdamW, lr=0.1), "FP_ERR_PLAN",
+           "holds adamw state in bf16 but torch keeps it in the main weights' dtype fp32")
+    st.close()
+    # optimizer "none": torch allocates its own state, any class
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp", optim={"type": "none"}))
+    opt = fpt.optimizer(st, torch.optim.SGD, lr=0.1)
+    tm.loss_fn("mlp", m, x, t).backward()
+    opt.step()
     st.close()
 
     # sharding twice; a module that is not sharded; executor arguments

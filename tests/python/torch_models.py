@@ -123,8 +123,14 @@ def adamw(params):
     return torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
+def sgd_momentum(params):
+    """SGD with momentum and dampening: its first step keeps the grad itself
+    as the momentum buffer, later ones damp it (the plan's sgd state)."""
+    return torch.optim.SGD(params, lr=5e-2, momentum=0.9, dampening=0.1, weight_decay=0.01)
+
+
 def reference_train(kind, model, steps, world, ga, mb_size=2, frozen=(), param_dtype=None, clip=None,
-                    checkpoint=False, order="forward"):
+                    checkpoint=False, order="forward", make_opt=None):
     """Single-process reference: each step, the global batch of world*ga
     micro-batches; loss = mean over micro-batches of each micro-batch's mean
     loss (what the plan's 1/(world*ga) scaling of summed grads computes).
@@ -136,7 +142,7 @@ def reference_train(kind, model, steps, world, ga, mb_size=2, frozen=(), param_d
     main = {n: p.detach().clone().float() for n, p in model.named_parameters()}
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     mp = [nn.Parameter(main[n]) for n in trainable]
-    opt = adamw(mp)
+    opt = (make_opt or adamw)(mp)
     if param_dtype is not None:  # params only, as FSDP2's MixedPrecisionPolicy (buffers stay)
         for p in model.parameters():
             p.data = p.data.to(param_dtype)

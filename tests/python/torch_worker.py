@@ -80,6 +80,7 @@ CONFIGS = {
         {"name": "l3", "params": ["layers.3.*"], "placement": {"kind": "replicate"}},
     ]}, {"clip": 0.05}),
     "mlp_bf16": ("mlp", "full_shard", {}, {"bf16": True}),
+    "mlp_sgd_momentum": ("mlp", "full_shard", {"optimizer": {"type": "sgd"}}, {"sgd": True}),
     "mlp_ga2_ckpt": ("mlp", "full_shard", {"grad_accumulation": 2}, {"checkpoint": True}),
     "mlp_save_load": ("mlp", "full_shard", {}, {"save_load": True}),
 }
@@ -168,7 +169,8 @@ def run_config(name, rank, world, tmp):
     if opts.get("checkpoint"):
         _wrap_checkpoint(kind, model)
     st = fpt.shard(model, plan)
-    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    make_opt = tm.sgd_momentum if opts.get("sgd") else tm.adamw
+    opt = fpt.optimizer(st, lambda ps: make_opt(ps))
     try:
         for step in range(STEPS):
             for k in range(ga):
@@ -180,9 +182,17 @@ def run_config(name, rank, world, tmp):
                 fpt.clip_grad_norm_(st, opts["clip"])
             opt.step()
             opt.zero_grad()
-        # optimizer state sized for this rank's shards only
+        # optimizer state sized for this rank's shards only, and held in the
+        # plan's arena: every state tensor is the plan's view, at its address
+        keys = ("momentum_buffer",) if opts.get("sgd") else ("exp_avg", "exp_avg_sq")
+        for pname, mp in st.named_main_params():
+            pv = next(p for p in st.ex.params if p.name == pname)
+            s = opt.state[mp]
+            for k, key in enumerate(keys):
+                if s[key].data_ptr() != pv.optim[k].ptr or s[key].numel() != pv.optim[k].numel:
+                    return "FAIL", f"{pname}: optimizer state {key} is not the plan's optim[{k}] view"
         shard_numel = sum(mp.numel() for mp in st.main_params())
-        state_numel = sum(v["exp_avg"].numel() for v in opt.state.values())
+        state_numel = sum(v[keys[0]].numel() for v in opt.state.values())
         full_numel = sum(p.numel for p in st.ex.params if p.requires_grad)
         if state_numel != shard_numel or (strategy == "full_shard" and world > 1 and not
                                           shard_numel < full_numel):
@@ -237,7 +247,8 @@ def run_config(name, rank, world, tmp):
     if opts.get("checkpoint"):
         _wrap_checkpoint(kind, ref_model)
     ref = tm.reference_train(kind, ref_model, STEPS, world, ga, frozen=frozen,
-                             param_dtype=torch.bfloat16 if opts.get("bf16") else None, clip=opts.get("clip"))
+                             param_dtype=torch.bfloat16 if opts.get("bf16") else None, clip=opts.get("clip"),
+                             make_opt=make_opt)
     return compare(got, ref, bf16=opts.get("bf16", False), stats=stats)
 
 

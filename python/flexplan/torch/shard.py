@@ -390,6 +390,62 @@ class Sharded:
                     mp.masked_fill_(~mask, 0)
         self.driver.post_optimizer()
 
+    def _adopt_state(self, opt):
+        """Make opt's per-param state the plan's optimizer-state views (see
+        flexplan.torch.optimizer)."""
+        kind = self.ex.optimizer
+        if kind == "none":
+            return
+        classes, keys = _PLAN_OPTIMIZERS[kind]
+        if not isinstance(opt, classes()):
+            raise _err(f"the plan holds {kind} optimizer state but the optimizer is {type(opt).__name__}: "
+                       f"compile with \"optimizer\": {{\"type\": ...}} for it (\"none\" leaves the state to "
+                       f"the optimizer)")
+        for g in opt.param_groups:
+            if kind == "adamw" and g.get("amsgrad"):
+                raise _err("amsgrad keeps a third state (max_exp_avg_sq) the plan does not hold: compile with "
+                           "\"optimizer\": {\"type\": \"none\"} to let torch allocate it")
+            if kind == "sgd" and not g.get("momentum"):
+                raise _err("SGD without momentum keeps no state but the plan holds a momentum buffer: compile "
+                           "with \"optimizer\": {\"type\": \"none\"}")
+        views = {}
+        for mp, _, p, _ in self._main:
+            ts = [p.tensor(f"optim{k}") for k in range(len(keys))] if len(p.optim) == len(keys) else None
+            if ts is None or any(t.numel() != mp.numel() for t in ts):
+                raise _err(f"param {p.name!r}: the plan's {kind} state does not match its main shard")
+            if ts[0].dtype != mp.dtype:
+                raise _err(f"param {p.name!r}: the plan holds {kind} state in {p.optim[0].dtype} but torch keeps "
+                           f"it in the main weights' dtype {p.main.dtype}: compile with \"optimizer\": "
+                           f"{{\"type\": \"{kind}\", \"state_dtype\": \"{p.main.dtype}\"}}")
+            views[mp] = dict(zip(keys, ts))
+        if kind == "adamw":
+            from torch.optim.optimizer import _get_scalar_dtype
+            for g in opt.param_groups:
+                dev_step = g.get("capturable") or g.get("fused")
+                for mp in g["params"]:
+                    step = torch.zeros((), dtype=_get_scalar_dtype(is_fused=bool(g.get("fused"))),
+                                       device=mp.device if dev_step else "cpu")
+                    opt.state[mp] = dict(views[mp], step=step)
+
+        def adopt(o, *_):
+            # after torch made or loaded state tensors of its own: copy them
+            # into the plan's views and keep the views
+            with torch.no_grad():
+                for mp, kv in views.items():
+                    s = o.state.get(mp)
+                    if not s:
+                        continue
+                    for k, t in kv.items():
+                        cur = s.get(k)
+                        if cur is not None and cur is not t:
+                            t.copy_(cur)
+                            s[k] = t
+
+        if kind == "sgd":
+            opt.register_step_post_hook(adopt)
+        opt.register_load_state_dict_post_hook(adopt)
+        self._optim_views = views
+
     def step(self, opt, closure=None):
         """pre_optimizer, opt.step(), post_optimizer (for an optimizer over
         main_params() not made by flexplan.torch.optimizer)."""
@@ -539,11 +595,31 @@ def _install_abort_on_error():
     sys.excepthook = hook
 
 
+# the torch optimizers whose element-wise state a plan's optimizer holds:
+# plan optimizer -> (optimizer classes, state keys in the plan's order)
+_PLAN_OPTIMIZERS = {
+    "adamw": (lambda: (torch.optim.Adam, torch.optim.AdamW), ("exp_avg", "exp_avg_sq")),
+    "sgd": (lambda: (torch.optim.SGD,), ("momentum_buffer",)),
+}
+
+
 def optimizer(model_or_state, cls, *args, **kwargs):
     """cls(main_params(), *args, **kwargs) with pre_optimizer / post_optimizer
-    hooked around every step(): state sized for this rank's shards only."""
+    hooked around every step(): state sized for this rank's shards only.
+
+    Where the plan holds optimizer state (spec "optimizer"; AdamW by
+    default), the optimizer's state tensors are the plan's views in the
+    arena, never allocations of their own: exp_avg / exp_avg_sq for
+    torch.optim.Adam and AdamW, momentum_buffer for SGD with momentum
+    (torch makes the first one from the first grad; it is copied into the
+    arena after that step, and load_state_dict copies into the views too).
+    A class the plan's optimizer does not describe, or state of another
+    dtype than the main weights, is a FlexplanError: the plan's memory
+    figures would not be what the run uses. A plan with optimizer "none"
+    leaves the state to the optimizer."""
     st = state(model_or_state)
     opt = cls(st.main_params(), *args, **kwargs)
+    st._adopt_state(opt)
     opt.register_step_pre_hook(lambda o, a, k: st.pre_optimizer())
     opt.register_step_post_hook(lambda o, a, k: st.post_optimizer())
     return opt
