@@ -872,6 +872,20 @@ static bool finish_buckets(fp_layout *L) {
         (s->strategy == FP_SHARD_GRAD_OP && !s->fsdp2) || s->strategy == FP_NO_SHARD || !B->sharded;
     if (B->persistent_unsharded) {
       B->reshard = 0;
+      /* frozen and replicated: nothing ever writes the weights in a step,
+       * so where the compute dtype is the main dtype the compute weight is
+       * the main weight itself (one copy, Megatron-FSDP's no_shard for
+       * frozen modules); the unsharded storage goes */
+      bool one = !B->trainable && !B->sharded;
+      for (int j = 0; one && j < B->nparams; j++) {
+        const fp_lparam *p = &L->params[B->lparams[j]];
+        one = p->main_dtype == p->param_dtype && p->slot == p->padded_numel && p->shard_off >= 0;
+      }
+      if (one) {
+        B->weight_in_main = true;
+        B->unsharded_bytes = 0;
+        for (int j = 0; j < B->nparams; j++) L->params[B->lparams[j]].unsharded_off = L->params[B->lparams[j]].shard_off;
+      }
       continue;
     }
     if (r > 0 && L->G % r != 0)

@@ -104,6 +104,8 @@ typedef struct fp_bucket {
   int64_t rstage_bytes;          /* chunk-major reduce staging */
   int64_t reshard_chunk;         /* reshard g: bytes each rank keeps (0: none) */
   bool persistent_unsharded;     /* compute weights live all step (no unshard per use) */
+  bool weight_in_main;           /* frozen, replicated, compute dtype = main dtype: the compute
+                                  * weights are the main weights (one copy, no "weight" buffer) */
   /* flat: one collective per bucket. Its params lie end to end (each on an
    * FP_PARAM_ALIGN boundary) in one flat element space of G * flat_chunk
    * elements; shard-group rank g holds [g*flat_chunk, (g+1)*flat_chunk) */

@@ -180,7 +180,10 @@ static void setup(fp_lower *lw) {
     add_buf(lw, b, FP_BB_MAIN, "main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
     if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
     add_buf(lw, b, FP_BB_OPT, "optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, B->opt_bytes);
-    add_buf(lw, b, FP_BB_UNSH, "weight", ukind, FP_CAT_UNSHARDED_WEIGHT, B->unsharded_bytes);
+    if (B->weight_in_main)
+      lw->bufs[b][FP_BB_UNSH] = lw->bufs[b][FP_BB_MAIN];
+    else
+      add_buf(lw, b, FP_BB_UNSH, "weight", ukind, FP_CAT_UNSHARDED_WEIGHT, B->unsharded_bytes);
     if (B->trainable) {
       add_buf(lw, b, FP_BB_UGRAD, "ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, B->ugrad_bytes);
       add_buf(lw, b, FP_BB_RIN, "rin", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rin_bytes);

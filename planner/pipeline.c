@@ -329,6 +329,40 @@ static int64_t comm_bytes(const fp_prog *p, const fp_op *op) {
 
 /* the figures of the program itself; G: the shard group's size (predicated
  * collectives name a rank of it) */
+/* Frozen buckets kept whole on every rank (no_shard or replicate, every param
+ * frozen): what they hold per rank, what holding the compute weight in the
+ * main weight saved, and what sharding them would cost instead, counted as
+ * full_shard with reshard after forward lowers a frozen bucket: one
+ * all-gather of its compute weights in each forward and each backward of
+ * every micro-batch (the backward still reads them for the input grads). */
+static void summarize_frozen(const fp_prog *p, fp_summary *s) {
+  int64_t G = 1;
+  for (int32_t c = 0; c < p->ncomms; c++)
+    if (!strcmp(p->comms[c].name, "shard") || (!strcmp(p->comms[c].name, "world") && G == 1)) G = p->comms[c].size;
+  for (int32_t b = 0; b < p->nbuckets; b++) {
+    bool frozen = true, any = false;
+    int32_t main = -1, weight = -1;
+    int64_t gather = 0;
+    for (int32_t i = 0; i < p->nparams && frozen; i++) {
+      const fp_ir_param *q = &p->params[i];
+      if (q->bucket != b) continue;
+      any = true;
+      frozen = !q->requires_grad && q->placement == FP_PL_REPLICATE && q->main.buf >= 0;
+      main = q->main.buf, weight = q->weight.buf;
+      int64_t n = fp_dtype_size(q->param_dtype);
+      for (int k = 0; k < q->ndim; k++) n *= q->shape[k];
+      gather += n;
+    }
+    if (!any || !frozen) continue;
+    s->frozen_replicated_bytes += p->bufs[main].bytes + (weight >= 0 && weight != main ? p->bufs[weight].bytes : 0);
+    if (weight == main) s->frozen_one_copy_saved_bytes += p->bufs[main].bytes;
+    if (G > 1) {
+      s->frozen_gathers_avoided += 2 * p->grad_accumulation;
+      s->frozen_gather_bytes_avoided += 2 * p->grad_accumulation * gather;
+    }
+  }
+}
+
 static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
   memset(s, 0, sizeof *s);
   s->model = p->model;
@@ -360,6 +394,7 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
     if (B->cat == FP_CAT_MAIN_GRAD) s->grad_shard_bytes += B->bytes;
     if (B->cat == FP_CAT_OPT_STATE) s->optimizer_state_bytes += B->bytes;
   }
+  summarize_frozen(p, s);
   s->optimizer = fp_optim_name(p->optim);
   s->optimizer_dtype = p->optim != FP_OPTIM_NONE ? fp_dtype_name(p->optim_dtype) : NULL;
   s->arena_bytes = p->arena_bytes;
@@ -417,6 +452,10 @@ void fp_summary_json(const fp_summary *s, FILE *f) {
   fprintf(f, "  \"optimizer\": \"%s\",\n", s->optimizer ? s->optimizer : "none");
   if (s->optimizer_dtype) fprintf(f, "  \"optimizer_state_dtype\": \"%s\",\n", s->optimizer_dtype);
   fprintf(f, "  \"optimizer_state_bytes\": %" PRId64 ",\n", s->optimizer_state_bytes);
+  fprintf(f, "  \"frozen_replicated_bytes\": %" PRId64 ",\n  \"frozen_one_copy_saved_bytes\": %" PRId64 ",\n",
+          s->frozen_replicated_bytes, s->frozen_one_copy_saved_bytes);
+  fprintf(f, "  \"frozen_gathers_avoided\": %" PRId64 ",\n  \"frozen_gather_bytes_avoided\": %" PRId64 ",\n",
+          s->frozen_gathers_avoided, s->frozen_gather_bytes_avoided);
   fprintf(f, "  \"persistent_bytes\": %" PRId64 ",\n  \"comm_bytes_per_rank\": %" PRId64 ",\n", s->persistent_bytes,
           s->comm_bytes_per_rank);
   fprintf(f, "  \"arena_bytes\": %" PRId64 ",\n  \"peak_bytes\": %" PRId64 ",\n", s->arena_bytes, s->peak_bytes);
@@ -452,6 +491,13 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
     gib(f, what, s->optimizer_state_bytes);
   }
   gib(f, "persistent", s->persistent_bytes);
+  if (s->frozen_replicated_bytes) {
+    gib(f, "frozen, kept whole", s->frozen_replicated_bytes);
+    if (s->frozen_one_copy_saved_bytes) gib(f, "  one copy saved", s->frozen_one_copy_saved_bytes);
+    if (s->frozen_gathers_avoided)
+      fprintf(f, "  %-22s %12" PRId64 " all-gathers, %.3f GiB per step\n", "  sharding would add",
+              s->frozen_gathers_avoided, (double)s->frozen_gather_bytes_avoided / (1 << 30));
+  }
   gib(f, "arena", s->arena_bytes);
   gib(f, "lower bound", s->lower_bound_bytes);
   gib(f, "peak (+activations)", s->peak_bytes);

@@ -34,6 +34,10 @@ typedef struct fp_summary {
   const char *optimizer;        /* the optimizer whose state the plan holds ("none", "sgd", "adamw") */
   const char *optimizer_dtype;  /* its state dtype (NULL: none) */
   int64_t optimizer_state_bytes; /* its state, all buckets (part of persistent_bytes) */
+  /* frozen buckets kept whole on every rank (no_shard / replicate): bytes they
+   * hold, bytes the one-copy layout saved, and the all-gathers (and their
+   * bytes) per step sharding them would add */
+  int64_t frozen_replicated_bytes, frozen_one_copy_saved_bytes, frozen_gathers_avoided, frozen_gather_bytes_avoided;
   int64_t arena_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
   int prefetch_forward, prefetch_backward;
   const char *hardware;     /* the machine the modeled figures are for */

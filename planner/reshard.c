@@ -400,7 +400,8 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
 #define COVER(A, LEN, D, DST, TDT) \
   (grouped ? cover_groups(&P, j, fr, gs, ng, (A), (LEN), (D), (DST), fdt, (TDT), mxw, &t->lower_bound) \
            : cover(&P, j, fr, nfr, (A), (LEN), (D), (DST), fdt, (TDT), mxw, &t->lower_bound))
-    bool persistent = w == 0 && q->weight.buf >= 0 && to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
+    bool persistent = w == 0 && q->weight.buf >= 0 && q->weight.buf != q->main.buf &&
+                      to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT; /* (one copy: the main weight itself) */
     int64_t wbase = persistent ? to->bufs[q->weight.buf].offset + q->weight.off : -1;
     for (int64_t r = 0; r < to->world_size; r++) {
       int32_t dp = (int32_t)(r + o->to_offset);

@@ -196,6 +196,28 @@ expect 0 "$fp" compile "$src/examples/llama3-405b.json" --hardware h100-sxm --em
 has err "flexplan: warning: llama3-405b: the plan needs"
 grep -q '"over_device_bytes": 804723720192' "$tmp/405.sum.json" && ok || bad "405b summary lacks over_device_bytes"
 grep -q '"optimizer_state_bytes": 405853388800' "$tmp/405.sum.json" && ok || bad "405b summary lacks optimizer_state_bytes"
+# frozen and kept whole (paligemma's vision tower under no_shard, bf16 main
+# and compute): one copy, the compute weight is the main weight; its bytes,
+# hand-computed from the model (each param's bf16 bytes rounded up to 256),
+# are what the summary says the one-copy layout saved, and no vision bucket
+# has a "weight" buffer
+expect 0 "$fp" compile "$src/examples/paligemma-3b-224.json" --emit=summary -o "$tmp/pg.sum.json"
+python3 - "$src/examples/paligemma-3b-224.json" "$tmp/pg.sum.json" <<'PY' && ok || bad "paligemma frozen one copy"
+import json, sys
+d, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+want = sum(-(-eval("*".join(map(str, p["shape"]))) * 2 // 256) * 256 for m in d["model"]["modules"]
+           for p in m["params"] if p["name"].startswith("vision_tower."))
+assert want == 824887296, want
+assert s["frozen_replicated_bytes"] == s["frozen_one_copy_saved_bytes"] == want, s
+# sharding them instead: an all-gather in each forward and backward of each of
+# the 29 vision buckets, of the whole bf16 params (no rounding)
+numel = sum(eval("*".join(map(str, p["shape"]))) for m in d["model"]["modules"]
+            for p in m["params"] if p["name"].startswith("vision_tower."))
+assert s["frozen_gathers_avoided"] == 58 and s["frozen_gather_bytes_avoided"] == 2 * 2 * numel, s
+PY
+expect 0 "$fp" compile "$src/examples/paligemma-3b-224.json" --emit=ir -o "$tmp/pg.fpir"
+grep -Eq "^buf +[0-9]+ +vision_tower[^ ]*\.weight " "$tmp/pg.fpir" && bad "a vision bucket has a weight buffer" || ok
+grep -Eq "^param .*vision_tower.*main=([^ ]+)\[([0-9]+)\] +weight=\1\[\2\]" "$tmp/pg.fpir" && ok || bad "vision weights are not their main weights"
 expect 0 "$fp" compile "$src/examples/llama3-8b.json" -o "$tmp/8b.plan.json"
 grep -q "warning" "$tmp/err" && bad "llama3-8b fits yet warned: $(cat "$tmp/err")" || ok
 
