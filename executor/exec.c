@@ -323,7 +323,7 @@ fail:
 
 /* ---- params ------------------------------------------------------------------------ */
 static fp_status view_of(fp_exec *x, const fp_ir_param *q, const char *role, const fp_view *v, fp_dtype dt,
-                         int64_t elems, fp_tensor *out, int64_t *boff) {
+                         int64_t elems, fp_tensor *out, int64_t *boff, bool *host) {
   const fp_prog *p = x->prog;
   *out = (fp_tensor){NULL, (fp_elem)dt, 0};
   *boff = -1;
@@ -338,7 +338,12 @@ static fp_status view_of(fp_exec *x, const fp_ir_param *q, const char *role, con
                     q->name, role, v->off, elems, fp_dtype_name(dt), B->name, B->bytes, x->rank);
   out->numel = elems;
   *boff = B->offset + v->off;
-  return B->host ? fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': %s view is in host memory", q->name, role) : FP_OK;
+  *host = B->host;
+  /* offload keeps the optimizer's views (main, grad, state) in host memory;
+   * the trainer's compute views are always on the device */
+  bool may_host = !strcmp(role, "main") || !strcmp(role, "grad") || !strcmp(role, "opt");
+  return B->host && !may_host ? fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': %s view is in host memory", q->name, role)
+                              : FP_OK;
 }
 
 /* what this rank holds of param q: slot elements, the extent runs, and
@@ -451,19 +456,19 @@ static fp_status resolve_params(fp_exec *x) {
     fp_view mv = q->main, gv = q->grad; /* shift < chunk: the views verified for chunk elements */
     if (mv.buf >= 0) mv.off += shift * es_m;
     if (gv.buf >= 0) gv.off += shift * es_g;
-    FPX_CHECK_GOTO(view_of(x, q, "weight", &q->weight, q->param_dtype, numel, &v->weight, &xp->off[0]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "weight", &q->weight, q->param_dtype, numel, &v->weight, &xp->off[0], &xp->host[0]), st, fail);
     FPX_CHECK_GOTO(view_of(x, q, "ugrad", &q->ugrad, q->param_dtype, q->requires_grad ? numel : 0, &v->ugrad,
-                           &xp->off[1]), st, fail);
-    FPX_CHECK_GOTO(view_of(x, q, "main", &mv, q->main_dtype, xp->slot, &v->main, &xp->off[2]), st, fail);
+                           &xp->off[1], &xp->host[1]), st, fail);
+    FPX_CHECK_GOTO(view_of(x, q, "main", &mv, q->main_dtype, xp->slot, &v->main, &xp->off[2], &xp->host[2]), st, fail);
     FPX_CHECK_GOTO(view_of(x, q, "grad", &gv, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad,
-                           &xp->off[3]), st, fail);
+                           &xp->off[3], &xp->host[3]), st, fail);
     xp->off[4] = xp->off[5] = -1;
     for (int k = 0; k < 2 && q->opt.buf >= 0 && k < fp_optim_states(p->optim); k++) {
       /* state plane k of the bucket's optimizer buffer (verified: the planes
        * divide it, the slot of chunk elements lies in each) */
       int64_t es_o = fp_dtype_size(p->optim_dtype);
       fp_view ov = {q->opt.buf, q->opt.off + shift * es_o + k * (p->bufs[q->opt.buf].bytes / fp_optim_states(p->optim))};
-      FPX_CHECK_GOTO(view_of(x, q, "opt", &ov, p->optim_dtype, xp->slot, &v->optim[k], &xp->off[4 + k]), st, fail);
+      FPX_CHECK_GOTO(view_of(x, q, "opt", &ov, p->optim_dtype, xp->slot, &v->optim[k], &xp->off[4 + k], &xp->host[4 + k]), st, fail);
     }
     bool reduced = q->requires_grad && q->bucket >= 0 && reduce_dt[q->bucket] >= 0;
     v->reduce_dtype = reduced ? (fp_elem)reduce_dt[q->bucket] : (fp_elem)q->grad_dtype;
@@ -483,7 +488,7 @@ static void set_pointers(fp_exec *x) {
   for (int32_t i = 0; i < x->prog->nparams; i++) {
     fp_xparam *xp = &x->params[i];
     fp_tensor *t[6] = {&xp->v.weight, &xp->v.ugrad, &xp->v.main, &xp->v.grad, &xp->v.optim[0], &xp->v.optim[1]};
-    for (int k = 0; k < 6; k++) t[k]->data = xp->off[k] < 0 ? NULL : x->dev + xp->off[k];
+    for (int k = 0; k < 6; k++) t[k]->data = xp->off[k] < 0 ? NULL : (xp->host[k] ? x->host : x->dev) + xp->off[k];
   }
 }
 

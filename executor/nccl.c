@@ -866,10 +866,12 @@ static fp_status nccl_write(fp_exec *x, char *dst, int64_t dpitch, const char *s
                             int64_t rows) {
   nstate *n = ns(x);
   cudaStream_t s = n->st[FP_STREAM_COMPUTE];
-  if (rows == 1) CUDA_TRY(x, cudaMemcpyAsync(dst, src, (size_t)width, cudaMemcpyHostToDevice, s));
+  /* cudaMemcpyDefault: dst is the device arena, or the pinned host arena
+   * where a bucket is offloaded (unified addressing tells them apart) */
+  if (rows == 1) CUDA_TRY(x, cudaMemcpyAsync(dst, src, (size_t)width, cudaMemcpyDefault, s));
   else
     CUDA_TRY(x, cudaMemcpy2DAsync(dst, (size_t)dpitch, src, (size_t)spitch, (size_t)width, (size_t)rows,
-                                  cudaMemcpyHostToDevice, s));
+                                  cudaMemcpyDefault, s));
   /* the source is pageable; the next step reads the bytes */
   return wait_stream(x, s, "a refit's write (after the work queued on the compute stream)", NULL);
 }

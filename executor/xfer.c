@@ -115,6 +115,7 @@ static bool in_shard(const fp_xparam *xp, int64_t base, int64_t sz, int64_t off,
  * (the state dtype), or inside its persistent compute weight (weight_ok) */
 static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtype dt, int64_t off, int64_t bytes,
                     bool weight_ok, int states) {
+  if (xp->host[2]) return false; /* offloaded: transfers move device arenas only */
   if (dt == mdt && in_shard(xp, xp->off[2], fp_dtype_size(mdt), off, bytes)) return true;
   for (int k = 0; k < states && k < 2 && dt == x->prog->optim_dtype; k++)
     if (in_shard(xp, xp->off[4 + k], fp_dtype_size(x->prog->optim_dtype), off, bytes)) return true;

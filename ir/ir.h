@@ -39,7 +39,8 @@ int fp_op_parse(const char *name); /* -1 if unknown */
 #define FP_STREAMS(X)                                              \
   X(COMPUTE, "compute") /* the trainer's stream; hooks run on it */ \
   X(AG, "ag")           /* all-gathers and their casts */           \
-  X(RS, "rs")           /* reduce-scatters, all-reduces, grad math */
+  X(RS, "rs")           /* reduce-scatters, all-reduces, grad math */ \
+  X(COPY, "copy")       /* host <-> device copies of offloaded buckets */
 typedef enum {
 #define X(e, s) FP_STREAM_##e,
   FP_STREAMS(X)

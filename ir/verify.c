@@ -355,8 +355,8 @@ static void check_opt_view(vctx *v, int32_t i, const fp_ir_param *q, int64_t ele
     return;
   }
   const fp_ir_buf *B = &p->bufs[q->opt.buf];
-  if (B->cat != FP_CAT_OPT_STATE || B->kind != FP_BUF_PERSISTENT || B->host) {
-    verr(v, FP_VL_PARAM, i, "opt view: buffer '%s' is not a persistent device optimizer_state buffer", B->name);
+  if (B->cat != FP_CAT_OPT_STATE || B->kind != FP_BUF_PERSISTENT) {
+    verr(v, FP_VL_PARAM, i, "opt view: buffer '%s' is not a persistent optimizer_state buffer", B->name);
     return;
   }
   int64_t plane = B->bytes / states, bytes, end;

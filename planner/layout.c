@@ -321,6 +321,7 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     B->mp = bs ? bs->mp : s->mp;
     B->reshard = bs ? bs->reshard : s->reshard;
     B->spec = bs;
+    B->offload = bs && bs->offload;
     B->ptr = bs ? bs->ptr : (k.module >= 0 ? m->modules[k.module].ptr : m->ptr);
     B->lparams = fp_alloc_array(L->a, (size_t)nparams_of[b], sizeof(int));
   }
@@ -876,7 +877,7 @@ static bool finish_buckets(fp_layout *L) {
        * so where the compute dtype is the main dtype the compute weight is
        * the main weight itself (one copy, Megatron-FSDP's no_shard for
        * frozen modules); the unsharded storage goes */
-      bool one = !B->trainable && !B->sharded;
+      bool one = !B->trainable && !B->sharded && !B->offload; /* (offload: the main weights are on the host) */
       for (int j = 0; one && j < B->nparams; j++) {
         const fp_lparam *p = &L->params[B->lparams[j]];
         one = p->main_dtype == p->param_dtype && p->slot == p->padded_numel && p->shard_off >= 0;

@@ -104,6 +104,8 @@ typedef struct fp_bucket {
   int64_t rstage_bytes;          /* chunk-major reduce staging */
   int64_t reshard_chunk;         /* reshard g: bytes each rank keeps (0: none) */
   bool persistent_unsharded;     /* compute weights live all step (no unshard per use) */
+  bool offload;                  /* spec "offload": main weights, grads and optimizer state in host
+                                  * memory; the device holds staging copies only while used */
   bool weight_in_main;           /* frozen, replicated, compute dtype = main dtype: the compute
                                   * weights are the main weights (one copy, no "weight" buffer) */
   /* flat: one collective per bucket. Its params lie end to end (each on an

@@ -118,6 +118,20 @@ static int add_buf(fp_lower *lw, int b, fp_bucket_buf k, const char *what, fp_bu
   return id;
 }
 
+/* a persistent buffer of bucket b in host memory (offload) */
+static int add_host(fp_lower *lw, int b, fp_bucket_buf k, const char *what, fp_buf_cat cat, int64_t bytes) {
+  int id = add_buf(lw, b, k, what, FP_BUF_PERSISTENT, cat, bytes);
+  if (id >= 0) lw->P->bufs[id].host = true;
+  return id;
+}
+
+/* the buffer the optimizer (and the param's view) sees for k: the host copy
+ * of an offloaded bucket, else k itself */
+static int owner_buf(const fp_lower *lw, int b, fp_bucket_buf k) {
+  fp_bucket_buf h = k == FP_BB_MAIN ? FP_BB_HMAIN : k == FP_BB_GRAD ? FP_BB_HGRAD : k;
+  return lw->L->buckets[b].offload ? lw->bufs[b][h] : lw->bufs[b][k];
+}
+
 static void setup(fp_lower *lw) {
   fp_layout *L = lw->L;
   fp_prog *P = lw->P;
@@ -177,9 +191,21 @@ static void setup(fp_lower *lw) {
       if (p->mp->requires_grad && p->reduce_dtype != p->grad_dtype) cast_out = true;
     }
     fp_buf_kind ukind = B->persistent_unsharded ? FP_BUF_PERSISTENT : FP_BUF_TRANSIENT;
-    add_buf(lw, b, FP_BB_MAIN, "main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
-    if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
-    add_buf(lw, b, FP_BB_OPT, "optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, B->opt_bytes);
+    if (B->offload) {
+      /* offload: what the optimizer owns lives in host memory; the device
+       * holds the main shard only from its h2d to the gather that reads
+       * it, and the main grad from the first reduction of the step to its
+       * d2h after the last (both on the copy stream) */
+      add_host(lw, b, FP_BB_HMAIN, "main", FP_CAT_MAIN_WEIGHT, B->shard_bytes);
+      if (B->trainable) add_host(lw, b, FP_BB_HGRAD, "grad", FP_CAT_MAIN_GRAD, B->grad_bytes);
+      add_host(lw, b, FP_BB_OPT, "optim", FP_CAT_OPT_STATE, B->opt_bytes);
+      add_buf(lw, b, FP_BB_MAIN, "main.dev", FP_BUF_TRANSIENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
+      if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad.dev", FP_BUF_TRANSIENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
+    } else {
+      add_buf(lw, b, FP_BB_MAIN, "main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
+      if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
+      add_buf(lw, b, FP_BB_OPT, "optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, B->opt_bytes);
+    }
     if (B->weight_in_main)
       lw->bufs[b][FP_BB_UNSH] = lw->bufs[b][FP_BB_MAIN];
     else
@@ -213,9 +239,9 @@ static void setup(fp_lower *lw) {
     q->tab = p->tab;
     q->chunk = p->chunk;
     const int *bb = lw->bufs[p->bucket];
-    q->main = (fp_view){bb[FP_BB_MAIN], p->shard_off};
+    q->main = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off};
     if (p->mp->requires_grad) {
-      q->grad = (fp_view){bb[FP_BB_GRAD], p->grad_off};
+      q->grad = (fp_view){owner_buf(lw, p->bucket, FP_BB_GRAD), p->grad_off};
       q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
     }
     q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
@@ -332,16 +358,30 @@ static void unshard_unit(fp_lower *lw, int b, bool trainable_only) {
 }
 
 /* gather bucket b's compute weights on the ag stream, phase by phase */
+/* offload: the host main shard onto the device, on the copy stream, right
+ * before the gather that reads it */
+static void stage_main(fp_lower *lw, int b) {
+  int d = lw->bufs[b][FP_BB_MAIN];
+  open_buf(lw, d);
+  lw->stream = FP_STREAM_COPY;
+  fp_op *op = fp_lw_emit(lw, FP_OP_H2D, FP_U8, lw->P->bufs[d].bytes);
+  op->dst = fp_reg(d, 0);
+  op->src = fp_reg(lw->bufs[b][FP_BB_HMAIN], 0);
+  lw->stream = FP_STREAM_AG;
+}
+
 static void unshard_bucket(fp_lower *lw, int b, bool trainable_only) {
   const fp_bucket *B = &lw->L->buckets[b];
   int gst = lw->bufs[b][FP_BB_GST];
   lw->stream = FP_STREAM_AG;
   lw->bucket = b;
+  if (B->offload) stage_main(lw, b);
   if (B->flat || B->unit) { /* flat: frozen params are refreshed with the rest (unchanged) */
     open_buf(lw, gst);
     if (B->flat) unshard_flat(lw, b);
     else unshard_unit(lw, b, trainable_only);
     close_opt(lw, gst);
+    if (B->offload) close_buf(lw, lw->bufs[b][FP_BB_MAIN]);
     lw->stream = FP_STREAM_COMPUTE;
     return;
   }
@@ -357,6 +397,7 @@ static void unshard_bucket(fp_lower *lw, int b, bool trainable_only) {
   }
   lw->phase = FP_PH_ALL;
   close_opt(lw, gst);
+  if (B->offload) close_buf(lw, lw->bufs[b][FP_BB_MAIN]);
   lw->stream = FP_STREAM_COMPUTE;
 }
 
@@ -530,6 +571,7 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   double f = 1.0 / ((double)L->world * (double)L->spec->grad_accumulation);
   lw->stream = FP_STREAM_RS;
   lw->bucket = b;
+  if (B->offload && micro == 0) open_buf(lw, bb[FP_BB_GRAD]); /* the device main grad, until its d2h */
   open_buf(lw, bb[FP_BB_RIN]);
   open_buf(lw, bb[FP_BB_ROUT]);
   open_buf(lw, bb[FP_BB_RST]);
@@ -590,6 +632,13 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   close_opt(lw, bb[FP_BB_ROUT]);
   close_opt(lw, bb[FP_BB_RIN]);
   close_buf(lw, bb[FP_BB_UGRAD]);
+  if (B->offload && last) { /* the final main grad to the host, on the copy stream */
+    lw->stream = FP_STREAM_COPY;
+    fp_op *op = fp_lw_emit(lw, FP_OP_D2H, FP_U8, lw->P->bufs[bb[FP_BB_GRAD]].bytes);
+    op->dst = fp_reg(bb[FP_BB_HGRAD], 0);
+    op->src = fp_reg(bb[FP_BB_GRAD], 0);
+    close_buf(lw, bb[FP_BB_GRAD]);
+  }
   lw->stream = FP_STREAM_COMPUTE;
 }
 
@@ -794,8 +843,8 @@ static void optimizer(fp_lower *lw, int32_t *ids) {
   int n = 0;
   for (int b = 0; b < L->nbuckets; b++) {
     if (!L->buckets[b].trainable) continue;
-    if (lw->bufs[b][FP_BB_MAIN] >= 0) ids[n++] = lw->bufs[b][FP_BB_MAIN];
-    if (lw->bufs[b][FP_BB_GRAD] >= 0) ids[n++] = lw->bufs[b][FP_BB_GRAD];
+    if (owner_buf(lw, b, FP_BB_MAIN) >= 0) ids[n++] = owner_buf(lw, b, FP_BB_MAIN);
+    if (owner_buf(lw, b, FP_BB_GRAD) >= 0) ids[n++] = owner_buf(lw, b, FP_BB_GRAD);
     if (lw->bufs[b][FP_BB_OPT] >= 0) ids[n++] = lw->bufs[b][FP_BB_OPT];
   }
   fp_op *op = fp_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);

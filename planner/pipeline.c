@@ -390,14 +390,17 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
   if (!fp_add64(common, worst, &s->comm_bytes_per_rank)) s->comm_bytes_per_rank = INT64_MAX;
   for (int b = 0; b < p->nbufs; b++) {
     const fp_ir_buf *B = &p->bufs[b];
+    if (B->kind != FP_BUF_PERSISTENT) continue; /* (offload's device staging of the host copies) */
     if (B->cat == FP_CAT_MAIN_WEIGHT) s->param_shard_bytes += B->bytes;
     if (B->cat == FP_CAT_MAIN_GRAD) s->grad_shard_bytes += B->bytes;
     if (B->cat == FP_CAT_OPT_STATE) s->optimizer_state_bytes += B->bytes;
+    if (B->host && B->cat < FP_NBUFCATS) s->host_by_cat[B->cat] += B->bytes;
   }
   summarize_frozen(p, s);
   s->optimizer = fp_optim_name(p->optim);
   s->optimizer_dtype = p->optim != FP_OPTIM_NONE ? fp_dtype_name(p->optim_dtype) : NULL;
   s->arena_bytes = p->arena_bytes;
+  s->host_bytes = p->host_bytes;
   s->hardware = p->hw.name;
   s->device_bytes = p->hw.hbm_bytes;
   s->memory_budget_bytes = p->memory_budget_bytes;
@@ -458,7 +461,8 @@ void fp_summary_json(const fp_summary *s, FILE *f) {
           s->frozen_gathers_avoided, s->frozen_gather_bytes_avoided);
   fprintf(f, "  \"persistent_bytes\": %" PRId64 ",\n  \"comm_bytes_per_rank\": %" PRId64 ",\n", s->persistent_bytes,
           s->comm_bytes_per_rank);
-  fprintf(f, "  \"arena_bytes\": %" PRId64 ",\n  \"peak_bytes\": %" PRId64 ",\n", s->arena_bytes, s->peak_bytes);
+  fprintf(f, "  \"arena_bytes\": %" PRId64 ",\n  \"host_bytes\": %" PRId64 ",\n  \"peak_bytes\": %" PRId64 ",\n",
+          s->arena_bytes, s->host_bytes, s->peak_bytes);
   fprintf(f, "  \"lower_bound_bytes\": %" PRId64 ",\n  \"activation_peak_bytes\": %" PRId64 ",\n",
           s->lower_bound_bytes, s->activation_peak_bytes);
   fprintf(f, "  \"arena_over_lower_bound\": %.4f,\n",
@@ -499,6 +503,7 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
               s->frozen_gathers_avoided, (double)s->frozen_gather_bytes_avoided / (1 << 30));
   }
   gib(f, "arena", s->arena_bytes);
+  if (s->host_bytes) gib(f, "host (offload)", s->host_bytes);
   gib(f, "lower bound", s->lower_bound_bytes);
   gib(f, "peak (+activations)", s->peak_bytes);
   gib(f, "communicated / step", s->comm_bytes_per_rank);
@@ -528,13 +533,14 @@ void fp_summary_warn_device(const fp_summary *s, FILE *f) {
     int64_t bytes;
   } item;
   item it[6] = {
-      {"main weights (shard)", s->param_shard_bytes},
-      {"main grads (shard)", s->grad_shard_bytes},
-      {"optimizer state", s->optimizer_state_bytes},
-      {"other persistent buffers",
-       s->persistent_bytes - s->param_shard_bytes - s->grad_shard_bytes - s->optimizer_state_bytes},
+      /* on the device: offloaded buckets keep these in host memory */
+      {"main weights (shard)", s->param_shard_bytes - s->host_by_cat[FP_CAT_MAIN_WEIGHT]},
+      {"main grads (shard)", s->grad_shard_bytes - s->host_by_cat[FP_CAT_MAIN_GRAD]},
+      {"optimizer state", s->optimizer_state_bytes - s->host_by_cat[FP_CAT_OPT_STATE]},
+      {"other persistent buffers", 0},
       {"transient arena", s->arena_bytes - s->persistent_bytes},
       {"activations", s->activation_peak_bytes}};
+  it[3].bytes = s->persistent_bytes - it[0].bytes - it[1].bytes - it[2].bytes;
   for (int i = 1; i < 6; i++) /* insertion sort, largest first */
     for (int j = i; j > 0 && it[j].bytes > it[j - 1].bytes; j--) {
       item t = it[j];

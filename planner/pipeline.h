@@ -39,6 +39,8 @@ typedef struct fp_summary {
    * bytes) per step sharding them would add */
   int64_t frozen_replicated_bytes, frozen_one_copy_saved_bytes, frozen_gathers_avoided, frozen_gather_bytes_avoided;
   int64_t arena_bytes, peak_bytes, lower_bound_bytes, activation_peak_bytes;
+  int64_t host_bytes;           /* the host arena: offloaded main weights, grads, optimizer state */
+  int64_t host_by_cat[FP_NBUFCATS]; /* of which, per buffer category (not printed) */
   int prefetch_forward, prefetch_backward;
   const char *hardware;     /* the machine the modeled figures are for */
   int64_t device_bytes;     /* its device memory per GPU (hbm_bytes; 0: unknown) */

@@ -335,6 +335,13 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       snprintf(ptr, sizeof ptr, "/params/%d", j);
       ERR_AT(ts, tname, ptr, "param '%s' has no main weights in one of the plans", q->name);
     }
+    if ((q->main.buf >= 0 && to->bufs[q->main.buf].host) || (f->main.buf >= 0 && from->bufs[f->main.buf].host)) {
+      bool here = q->main.buf >= 0 && to->bufs[q->main.buf].host;
+      snprintf(ptr, sizeof ptr, "/params/%d", here ? j : fi[j]);
+      ERR_AT(here ? ts : fs, here ? tname : fname, ptr,
+             "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
+             q->name);
+    }
     if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
       snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
       ERR_AT(ts, tname, ptr, "param '%s' is %s here and %s in %s: its optimizer state cannot move", q->name,

@@ -130,8 +130,6 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const cha
   b->coll = s->coll;
   if (!parse_coll(c, o, ptr, &b->coll)) return false;
   if (!fp_j_bool(c, o, ptr, "offload", false, &b->offload)) return false;
-  if (b->offload)
-    return fp_j_error(c, fp_ptr_key(c->a, ptr, "offload"), "offload is not supported yet");
   return true;
 }
 

@@ -20,7 +20,7 @@ import sys
 INT_FIELDS = ["world_size", "buckets", "params", "ops", "collectives",
               "param_shard_bytes", "grad_shard_bytes", "persistent_bytes",
               "comm_bytes_per_rank", "arena_bytes", "peak_bytes", "lower_bound_bytes",
-              "optimizer_state_bytes"]
+              "optimizer_state_bytes", "host_bytes"]
 STATES = {"none": 0, "sgd": 1, "adamw": 2}
 DSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
@@ -161,9 +161,9 @@ def main(argv):
   need(s["over_device_bytes"] == max(0, s["peak_bytes"] - s["device_bytes"]),
        "over_device_bytes %d is not peak_bytes %d - device_bytes %d"
        % (s["over_device_bytes"], s["peak_bytes"], s["device_bytes"]))
-  need(s["persistent_bytes"] >= s["param_shard_bytes"] + s["grad_shard_bytes"] + s["optimizer_state_bytes"],
-       "persistent_bytes %d < param_shard_bytes %d + grad_shard_bytes %d + optimizer_state_bytes %d"
-       % (s["persistent_bytes"], s["param_shard_bytes"], s["grad_shard_bytes"], s["optimizer_state_bytes"]))
+  need(s["persistent_bytes"] + s["host_bytes"] >= s["param_shard_bytes"] + s["grad_shard_bytes"] + s["optimizer_state_bytes"],
+       "persistent_bytes %d + host_bytes %d < param_shard_bytes %d + grad_shard_bytes %d + optimizer_state_bytes %d"
+       % (s["persistent_bytes"], s["host_bytes"], s["param_shard_bytes"], s["grad_shard_bytes"], s["optimizer_state_bytes"]))
   need(s["ops"] >= s["collectives"], "ops %d < collectives %d" % (s["ops"], s["collectives"]))
   # modeled: the step holds at least its compute and its exposed communication
   need(s["modeled_step_ms"] + 1e-6 >= s["modeled_compute_ms"] + s["modeled_exposed_comm_ms"],

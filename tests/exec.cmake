@@ -58,6 +58,16 @@ fp_parity(full_shard_poll mlp full_shard 3 --progress poll)
 fp_parity(hybrid_2x2 mlp hybrid 4)
 fp_parity(hybrid_2x2_ga2 mlp hybrid-ga2 4)
 fp_parity(placements mlp placements-w3 3)
+# CPU offload (docs/layout.md, "Offload"): main weights, grads and AdamW state
+# of the offloaded buckets in the host arena, h2d before each gather, d2h
+# after the last reduction; flat, per-param and dim-1 buckets with
+# accumulation; ragged, owned and replicate under hybrid with bf16 compute;
+# shard_grad_op's refresh
+foreach(np 2 4)
+  fp_parity(offload mlp offload ${np})
+  fp_parity(offload_mixed mlp offload-mixed ${np})
+  fp_parity(offload_sgo mlp offload-sgo ${np})
+endforeach()
 fp_parity(placements mlp placements-w4 4)
 fp_parity(frozen_no_shard mlp-frozen no_shard 2)
 fp_parity(frozen_no_shard mlp-frozen no_shard 3)

@@ -65,6 +65,10 @@ echo "$err" | grep -Eq "sgd.plan.json:[0-9]+:[0-9]+: error: /optimizer/type: --w
 err=$($F reshard "$T/a.plan.json" "$T/none.plan.json" --what weights+optimizer 2>&1); [ $? = 1 ] || fail "none exit"
 echo "$err" | grep -q "none.plan.json:.*the plan holds no optimizer state" || fail "weights+optimizer to none: $err"
 $F reshard "$T/a.plan.json" "$T/none.plan.json" >/dev/null || fail "weights only to a plan without state"
+# an offloaded param (main weights in host memory) is refused, located
+$F compile "$S/tests/mpi/mlp.model.json" --spec "$S/tests/mpi/offload.spec.json" -o "$T/off.plan.json" >/dev/null 2>&1 || fail compile offload
+err=$($F reshard "$T/a.plan.json" "$T/off.plan.json" 2>&1); [ $? = 1 ] || fail "offload exit"
+echo "$err" | grep -Eq "off.plan.json:[0-9]+:[0-9]+: error: /params/0: param 'fc0.weight' is offloaded" || fail "offload: $err"
 err=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --to-offset 9 2>&1); [ $? = 1 ] || fail "to-offset exit"
 echo "$err" | grep -q "must lie in \[0, 4\]" || fail "to-offset: $err"
 $F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*=fp4' >/dev/null 2>&1; [ $? = 2 ] || fail "bad transform not a usage error"

@@ -218,6 +218,23 @@ PY
 expect 0 "$fp" compile "$src/examples/paligemma-3b-224.json" --emit=ir -o "$tmp/pg.fpir"
 grep -Eq "^buf +[0-9]+ +vision_tower[^ ]*\.weight " "$tmp/pg.fpir" && bad "a vision bucket has a weight buffer" || ok
 grep -Eq "^param .*vision_tower.*main=([^ ]+)\[([0-9]+)\] +weight=\1\[\2\]" "$tmp/pg.fpir" && ok || bad "vision weights are not their main weights"
+# offload: the offloaded buckets' main weights, grads and AdamW state are the
+# host arena (host_bytes), and the device arena holds less than without it
+expect 0 "$fp" compile "$src/tests/mpi/mlp.model.json" --spec "$src/tests/mpi/offload.spec.json" --emit=summary -o "$tmp/off.sum.json"
+sed 's/"offload": true/"offload": false/g' "$src/tests/mpi/offload.spec.json" > "$tmp/nooff.spec.json"
+expect 0 "$fp" compile "$src/tests/mpi/mlp.model.json" --spec "$tmp/nooff.spec.json" --emit=summary -o "$tmp/nooff.sum.json"
+expect 0 "$fp" compile "$src/tests/mpi/mlp.model.json" --spec "$src/tests/mpi/offload.spec.json" --emit=ir -o "$tmp/off.fpir"
+python3 - "$tmp/off.sum.json" "$tmp/nooff.sum.json" "$tmp/off.fpir" <<'PY' && ok || bad "offload summary"
+import json, sys
+s, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+host = sum(int(l.split("bytes=")[1].split()[0]) for l in open(sys.argv[3]) if l.startswith("buf") and l.rstrip().endswith("host"))
+hcats = {l.split()[4] for l in open(sys.argv[3]) if l.startswith("buf") and l.rstrip().endswith("host")}
+assert s["host_bytes"] == host > 0 and n["host_bytes"] == 0, (s["host_bytes"], host)
+assert hcats == {"main_weight", "main_grad", "optimizer_state"}, hcats
+assert s["arena_bytes"] < n["arena_bytes"], (s["arena_bytes"], n["arena_bytes"])
+assert s["optimizer_state_bytes"] == n["optimizer_state_bytes"] and s["param_shard_bytes"] == n["param_shard_bytes"]
+PY
+grep -Eq "^ +[0-9]+ +copy +h2d " "$tmp/off.fpir" && grep -Eq "^ +[0-9]+ +copy +d2h " "$tmp/off.fpir" && ok || bad "offload copies not on the copy stream"
 expect 0 "$fp" compile "$src/examples/llama3-8b.json" -o "$tmp/8b.plan.json"
 grep -q "warning" "$tmp/err" && bad "llama3-8b fits yet warned: $(cat "$tmp/err")" || ok
 

@@ -1239,7 +1239,7 @@ static void test_verify_rules(void **state) {
       {m_hw_gpus, "hardware gpus_per_node must be a positive number"},
       {m_opt_missing, "the program plans adamw state but trainable param 'layers.0.w' has no opt view"},
       {m_opt_unplanned, "opt view on a program that plans no optimizer state"},
-      {m_opt_cat, "opt view: buffer 'b0.grad' is not a persistent device optimizer_state buffer"},
+      {m_opt_cat, "opt view: buffer 'b0.grad' is not a persistent optimizer_state buffer"},
       {m_opt_plane, "fp32 elements) lies outside the first state plane of 'b0.optim' (128 bytes)"},
       {m_opt_dtype, "unknown optimizer state dtype 99"},
       {m_opt_frozen, "param 1 'weird.bias': opt view on a param without a main grad (frozen)"},

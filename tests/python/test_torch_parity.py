@@ -2,7 +2,8 @@
 embeddings and a plain MLP, AdamW, 10 steps, on 1 to 4 ranks; full_shard,
 shard_grad_op (also with overlap_param_gather), no_shard, hybrid 2x2; placements ragged_shard, owned, shard on
 dim 1, replicate; bf16 compute; grad accumulation 2; activation checkpointing;
-a frozen unit under no_shard; clip_grad_norm_; save and load. One mpiexec per
+a frozen unit under no_shard; clip_grad_norm_; save and load; CPU offload
+with accumulation; SGD with momentum on the plan's state. One mpiexec per
 rank count runs every config (torch_worker.py; tolerances there and in
 docs/torch.md)."""
 import pytest

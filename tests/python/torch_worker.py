@@ -81,6 +81,8 @@ CONFIGS = {
     ]}, {"clip": 0.05}),
     "mlp_bf16": ("mlp", "full_shard", {}, {"bf16": True}),
     "mlp_sgd_momentum": ("mlp", "full_shard", {"optimizer": {"type": "sgd"}}, {"sgd": True}),
+    "mlp_offload_ga2": ("mlp", "full_shard", {"grad_accumulation": 2, "buckets": [
+        {"name": "off", "params": ["layers.0.*", "layers.1.*"], "offload": True}]}, {}),
     "mlp_ga2_ckpt": ("mlp", "full_shard", {"grad_accumulation": 2}, {"checkpoint": True}),
     "mlp_save_load": ("mlp", "full_shard", {}, {"save_load": True}),
 }
