@@ -851,6 +851,19 @@ static void check_op_dtypes(vctx *v, int32_t i) {
   }
   if (op->code != FP_OP_SCALE && fp_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
     verr(v, FP_VL_OP, i, "%s takes no alpha", on);
+  /* grads are never FP8: no MXFP8 op and no op on e4m3 / e8m0 data touches a
+   * grad buffer (gradients are reduced and stored in float types only) */
+  bool fp8 = op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8 || op->dtype == FP_E4M3 ||
+             op->dtype == FP_E8M0 || op->sdtype == FP_E4M3 || op->sdtype == FP_E8M0;
+  const fp_region *r[3] = {&op->dst, &op->src, &op->aux};
+  for (int k = 0; k < 3 && fp8; k++) {
+    int32_t b = r[k]->buf;
+    if (b < 0 || b >= v->p->nbufs) continue;
+    fp_buf_cat c = v->p->bufs[b].cat;
+    if (c == FP_CAT_MAIN_GRAD || c == FP_CAT_UNSHARDED_GRAD)
+      verr(v, FP_VL_OP, i, "%s moves FP8 data into or out of %s buffer '%s': grads are never FP8", on,
+           fp_buf_cat_name(c), v->p->bufs[b].name);
+  }
 }
 
 /* ---- rule 5: collectives match on every rank ------------------------------------------ */

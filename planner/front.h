@@ -101,6 +101,7 @@ typedef struct fp_bucket_spec {
   int64_t reshard;             /* defaults merged in */
   fp_coll_mode coll;           /* defaults merged in */
   bool offload;
+  bool fp8_gather;             /* "gather_dtype": "mxfp8" */
   const char *ptr;
 } fp_bucket_spec;
 

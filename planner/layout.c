@@ -322,6 +322,7 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     B->reshard = bs ? bs->reshard : s->reshard;
     B->spec = bs;
     B->offload = bs && bs->offload;
+    B->fp8_gather = bs && bs->fp8_gather && !s->staged; /* the fsdp2 baseline gathers in the param dtype */
     B->ptr = bs ? bs->ptr : (k.module >= 0 ? m->modules[k.module].ptr : m->ptr);
     B->lparams = fp_alloc_array(L->a, (size_t)nparams_of[b], sizeof(int));
   }
@@ -582,6 +583,19 @@ static bool choose_flat(fp_layout *L) {
   for (int b = 0; b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
     fp_coll_mode mode = B->spec ? B->spec->coll : L->spec->coll;
+    if (B->fp8_gather) { /* MXFP8 blocks need the flat layout's 32-element-aligned chunks */
+      const char *gp = fp_ptr_key(L->a, B->spec->ptr, "gather_dtype");
+      if (!B->sharded)
+        return fp_layout_error(L, false, gp, "bucket '%s' is not sharded: it gathers nothing to send as MXFP8",
+                               B->name);
+      if (mode == FP_COLL_PER_PARAM || !flat_eligible(L, B) || flat_chunk_of(L, B, NULL) < 0)
+        return fp_layout_error(L, false, gp,
+                               "bucket '%s' cannot gather as MXFP8: it needs flat collectives (every param placed "
+                               "shard on dim 0 in one main dtype, \"collectives\" not \"per_param\")",
+                               B->name);
+      B->flat = true;
+      continue;
+    }
     if (mode == FP_COLL_PER_PARAM || !B->sharded) continue;
     bool ok = flat_eligible(L, B);
     if (mode == FP_COLL_FLAT && !ok) {

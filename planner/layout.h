@@ -104,6 +104,9 @@ typedef struct fp_bucket {
   int64_t rstage_bytes;          /* chunk-major reduce staging */
   int64_t reshard_chunk;         /* reshard g: bytes each rank keeps (0: none) */
   bool persistent_unsharded;     /* compute weights live all step (no unshard per use) */
+  bool fp8_gather;               /* spec "gather_dtype": "mxfp8": flat, the rank's chunk quantized to
+                                  * MXFP8, gathered as e4m3 data + e8m0 scales, dequantized into the
+                                  * compute weights (chunks are multiples of 32 elements) */
   bool offload;                  /* spec "offload": main weights, grads and optimizer state in host
                                   * memory; the device holds staging copies only while used */
   bool weight_in_main;           /* frozen, replicated, compute dtype = main dtype: the compute

@@ -217,6 +217,10 @@ static void setup(fp_lower *lw) {
       add_buf(lw, b, FP_BB_RST, "rstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rstage_bytes);
     }
     add_buf(lw, b, FP_BB_GST, "gstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->gstage_bytes);
+    if (B->fp8_gather) { /* G chunks of e4m3 data and their e8m0 scales (chunks: multiples of 32) */
+      add_buf(lw, b, FP_BB_QD, "mx", FP_BUF_TRANSIENT, FP_CAT_STAGING, L->G * B->flat_chunk);
+      add_buf(lw, b, FP_BB_QS, "mxscale", FP_BUF_TRANSIENT, FP_CAT_STAGING, L->G * B->flat_chunk / 32);
+    }
     add_buf(lw, b, FP_BB_RESH, "reshard", FP_BUF_TRANSIENT, FP_CAT_RESHARD, B->reshard_chunk);
   }
 
@@ -282,6 +286,32 @@ static void unshard_flat(fp_lower *lw, int b) {
   int main = fp_lw_buf(lw, b, FP_BB_MAIN), u = fp_lw_buf(lw, b, FP_BB_UNSH);
   int64_t C = B->flat_chunk, es = fp_dtype_size(B->mp.param);
   lw->phase = FP_PH_ALL;
+  if (B->fp8_gather) { /* MXFP8 on the wire: quantize the rank's chunk, gather data and scales, dequantize */
+    int qd = fp_lw_buf(lw, b, FP_BB_QD), qs = fp_lw_buf(lw, b, FP_BB_QS);
+    int64_t S = C / 32;
+    open_buf(lw, qd);
+    open_buf(lw, qs);
+    fp_op *q = fp_lw_emit(lw, FP_OP_QUANTIZE_MXFP8, FP_E4M3, C);
+    q->sdtype = p0->main_dtype;
+    q->comm = lw->c_shard;
+    q->dst = fp_reg_g(qd, 0, C);
+    q->aux = fp_reg_g(qs, 0, S);
+    q->src = fp_reg(main, 0);
+    for (int k = 0; k < 2; k++) {
+      fp_op *ag = fp_lw_emit(lw, FP_OP_ALL_GATHER, k ? FP_E8M0 : FP_E4M3, k ? S : C);
+      ag->comm = lw->c_shard;
+      ag->dst = fp_reg(k ? qs : qd, 0);
+      ag->src = fp_reg_g(k ? qs : qd, 0, k ? S : C);
+    }
+    fp_op *dq = fp_lw_emit(lw, FP_OP_DEQUANTIZE_MXFP8, B->mp.param, lw->L->G * C);
+    dq->sdtype = FP_E4M3;
+    dq->dst = fp_reg(u, 0);
+    dq->src = fp_reg(qd, 0);
+    dq->aux = fp_reg(qs, 0);
+    close_buf(lw, qd);
+    close_buf(lw, qs);
+    return;
+  }
   fp_op *op = fp_lw_convert(lw, B->mp.param, p0->main_dtype, C, fp_reg_g(u, 0, C * es), fp_reg(main, 0));
   op->comm = lw->c_shard;
   op = fp_lw_emit(lw, FP_OP_ALL_GATHER, B->mp.param, C);

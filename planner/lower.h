@@ -18,6 +18,8 @@ typedef enum {
   FP_BB_RST,    /* chunk-major reduce staging (shard dim > 0) */
   FP_BB_RESH,   /* the partially sharded copy kept for backward */
   FP_BB_OPT,    /* optimizer state (persistent; fp_optim_states planes) */
+  FP_BB_QD,     /* MXFP8 gather: e4m3 data of the G chunks (transient) */
+  FP_BB_QS,     /* MXFP8 gather: their e8m0 scales, one per 32 elements (transient) */
   FP_BB_HMAIN,  /* offload: the main weights in host memory (MAIN is then their device staging) */
   FP_BB_HGRAD,  /* offload: the main grads in host memory (GRAD is then their device staging) */
   FP_NBB

@@ -106,7 +106,7 @@ static bool parse_patterns(fp_jctx *c, json_object *obj, const char *ptr, const 
 
 static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const char *ptr, fp_bucket_spec *b) {
   static const char *const keys[] = {"name", "params", "split", "placement", "mixed_precision",
-                                     "reshard_after_forward", "collectives", "offload", NULL};
+                                     "reshard_after_forward", "collectives", "offload", "gather_dtype", NULL};
   if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
   b->ptr = ptr;
   if (!fp_j_str(c, o, ptr, "name", true, &b->name)) return false;
@@ -130,6 +130,16 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const cha
   b->coll = s->coll;
   if (!parse_coll(c, o, ptr, &b->coll)) return false;
   if (!fp_j_bool(c, o, ptr, "offload", false, &b->offload)) return false;
+  /* "gather_dtype": what the bucket's weights travel as: "param" (its param
+   * dtype, default) or "mxfp8" (e4m3 elements with one e8m0 scale per 32) */
+  static const char *const gdts[] = {"param", "mxfp8", "e4m3", NULL};
+  int g = -1;
+  if (!fp_j_enum(c, o, ptr, "gather_dtype", false, gdts, &g)) return false;
+  if (g == 2)
+    return fp_j_error(c, fp_ptr_key(c->a, ptr, "gather_dtype"),
+                      "\"e4m3\" without block scales would need one scale per tensor from an amax all-reduce before "
+                      "every gather; use \"mxfp8\" (e4m3 with a power-of-two scale per 32 elements)");
+  b->fp8_gather = g == 1;
   return true;
 }
 

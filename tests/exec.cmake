@@ -185,6 +185,16 @@ add_test(NAME viz_measured
                  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/ga2.spec.json ${CMAKE_CURRENT_BINARY_DIR}/viz_measured)
 set_tests_properties(viz_measured PROPERTIES LABELS "mpi;golden" TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${FP_MPI_ENV}")
 
+# MXFP8 gathers: the compute weights after each gather against the C
+# reference kernels' round trip of the whole flat bucket (bit for bit) and
+# the format's bound; reshard 2 regathers for backward; grads stay float
+add_executable(test_fp8_gather ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_gather.c)
+target_link_libraries(test_fp8_gather PRIVATE flexplan_api PkgConfig::JSONC m)
+foreach(np 2 4)
+  fp_mpi_test(fp8_gather_np${np} ${np} test_fp8_gather ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+              ${CMAKE_CURRENT_SOURCE_DIR}/mpi/fp8-gather.spec.json)
+endforeach()
+
 # transfers between plans (docs/reshard.md): test_reshard compiles two plans
 # of tests/mpi/mlp at the given world sizes, moves A's weights into B's
 # executors (and back), and checks every TO shard byte against the full

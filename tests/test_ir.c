@@ -241,7 +241,7 @@ static kit kitchen(fp_arena *a) {
   o->aux = fp_reg(k.mx, 128);
   o = emit(p, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_RS, FP_BF16, 64);
   o->sdtype = FP_E4M3;
-  o->dst = fp_reg(k.ugrad, 0);
+  o->dst = fp_reg(k.rin, 384); /* (never into grads: the verifier refuses FP8 next to them) */
   o->src = fp_reg(k.mx, 0);
   o->aux = fp_reg(k.mx, 128);
   o = emit(p, FP_OP_D2H, FP_STREAM_RS, FP_U8, 256);
@@ -268,10 +268,11 @@ static kit kitchen(fp_arena *a) {
   /* the next step's gathers overwrite what this step's compute read */
   sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 7);
   sync_op(p, FP_OP_WAIT, FP_STREAM_AG, 7);
-  /* declared live ranges: the unsharded grad twice (backward and the
-   * dequantize), the reduce staging once; the others are first..last use */
+  /* declared live ranges: the unsharded grad twice (backward, and a range
+   * no op uses), the reduce staging once (to the dequantize into it); the
+   * others are first..last use */
   fp_ir_buf_live(p, k.ugrad, 14, 17);
-  fp_ir_buf_live(p, k.rin, 17, 29);
+  fp_ir_buf_live(p, k.rin, 17, 30);
   fp_ir_buf_live(p, k.ugrad, 30, 30);
   return k;
 }
@@ -1090,6 +1091,9 @@ static void m_add_u8(kit *k) {
   o->dtype = o->sdtype = FP_U8;
 }
 static void m_quant_block(kit *k) { k->p->ops[find_op(k->p, FP_OP_QUANTIZE_MXFP8, 0)].count = 48; }
+/* grads are never FP8: a dequantize into the unsharded grads, a quantize of the main grads */
+static void m_fp8_ugrad(kit *k) { k->p->ops[find_op(k->p, FP_OP_DEQUANTIZE_MXFP8, 0)].dst.buf = k->ugrad; }
+static void m_fp8_grad_src(kit *k) { k->p->ops[find_op(k->p, FP_OP_QUANTIZE_MXFP8, 0)].src.buf = k->grad; }
 static void m_host_collective(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_REDUCE, 0)].dst.buf = k->host; }
 
 /* rule 4 */
@@ -1213,6 +1217,8 @@ static void test_verify_rules(void **state) {
       {m_region_u8, "chunk_cat converts between float types (fp32, bf16, fp16), not u8->fp32"},
       {m_add_u8, "add works on float types"},
       {m_quant_block, "count 48 (rank index 0) is not a multiple of the 32-element MXFP8 block"},
+      {m_fp8_ugrad, "dequantize_mxfp8 moves FP8 data into or out of unsharded_grad buffer 'b0.ugrad': grads are never FP8"},
+      {m_fp8_grad_src, "quantize_mxfp8 moves FP8 data into or out of main_grad buffer 'b0.grad': grads are never FP8"},
       {m_host_collective, "all_reduce: dst buffer 'b0.offload' is host memory; only h2d/d2h touch host buffers"},
       {m_wait_first, "op 6: wait on event 6 that no earlier op records"},
       {m_only_splits, "only=0@shard splits an instance of comm 'shard': ranks 0 and 1"},
