@@ -339,28 +339,37 @@ static void summarize_frozen(const fp_prog *p, fp_summary *s) {
   int64_t G = 1;
   for (int32_t c = 0; c < p->ncomms; c++)
     if (!strcmp(p->comms[c].name, "shard") || (!strcmp(p->comms[c].name, "world") && G == 1)) G = p->comms[c].size;
-  for (int32_t b = 0; b < p->nbuckets; b++) {
-    bool frozen = true, any = false;
-    int32_t main = -1, weight = -1;
-    int64_t gather = 0;
-    for (int32_t i = 0; i < p->nparams && frozen; i++) {
-      const fp_ir_param *q = &p->params[i];
-      if (q->bucket != b) continue;
-      any = true;
-      frozen = !q->requires_grad && q->placement == FP_PL_REPLICATE && q->main.buf >= 0;
-      main = q->main.buf, weight = q->weight.buf;
-      int64_t n = fp_dtype_size(q->param_dtype);
-      for (int k = 0; k < q->ndim; k++) n *= q->shape[k];
-      gather += n;
-    }
-    if (!any || !frozen) continue;
-    s->frozen_replicated_bytes += p->bufs[main].bytes + (weight >= 0 && weight != main ? p->bufs[weight].bytes : 0);
-    if (weight == main) s->frozen_one_copy_saved_bytes += p->bufs[main].bytes;
+  /* one pass over the params, per bucket: all frozen and replicated?, its
+   * main and weight buffers, its compute bytes */
+  typedef struct {
+    bool any, frozen;
+    int32_t main, weight;
+    int64_t gather;
+  } fb;
+  fb *f = calloc((size_t)p->nbuckets + 1, sizeof *f);
+  FP_ASSERT(f);
+  for (int32_t i = 0; i < p->nparams; i++) {
+    const fp_ir_param *q = &p->params[i];
+    if (q->bucket < 0 || q->bucket >= p->nbuckets) continue;
+    fb *b = &f[q->bucket];
+    if (!b->any) b->any = b->frozen = true;
+    b->frozen &= !q->requires_grad && q->placement == FP_PL_REPLICATE && q->main.buf >= 0;
+    b->main = q->main.buf, b->weight = q->weight.buf;
+    int64_t n = fp_dtype_size(q->param_dtype);
+    for (int k = 0; k < q->ndim; k++) n *= q->shape[k];
+    b->gather += n;
+  }
+  for (int32_t k = 0; k < p->nbuckets; k++) {
+    const fb *b = &f[k];
+    if (!b->any || !b->frozen) continue;
+    s->frozen_replicated_bytes += p->bufs[b->main].bytes + (b->weight >= 0 && b->weight != b->main ? p->bufs[b->weight].bytes : 0);
+    if (b->weight == b->main) s->frozen_one_copy_saved_bytes += p->bufs[b->main].bytes;
     if (G > 1) {
       s->frozen_gathers_avoided += 2 * p->grad_accumulation;
-      s->frozen_gather_bytes_avoided += 2 * p->grad_accumulation * gather;
+      s->frozen_gather_bytes_avoided += 2 * p->grad_accumulation * b->gather;
     }
   }
+  free(f);
 }
 
 static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
