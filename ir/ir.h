@@ -427,7 +427,8 @@ bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
 #define FP_VERIFY_UNORDERED 1u
 bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags);
 /* plan.json: {"format":"flexplan.plan.v1","planner_version":..,
- * "hash":"fnv1a64:<hex>", ...}; the hash covers the canonical .fpir text */
+ * "hash":"fnv1a64:<hex>", ...}; the hash: FNV-1a 64 (by 64-bit words) over a canonical
+ * binary walk of what the .fpir text holds (ir/hash.c) */
 uint64_t fp_prog_hash(const fp_prog *p);
 bool fp_plan_write(const fp_prog *p, FILE *f);
 fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src);

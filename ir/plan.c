@@ -33,13 +33,7 @@
 #define PLAN_FORMAT "flexplan.plan.v1"
 #define JFLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
-uint64_t fp_prog_hash(const fp_prog *p) {
-  size_t n;
-  char *s = fp_ir_print_str(p, &n);
-  uint64_t h = fp_fnv1a(FP_FNV_INIT, s, n);
-  free(s);
-  return h;
-}
+/* fp_prog_hash: ir/hash.c (a canonical binary walk, not the text) */
 
 /* ---- writer ----------------------------------------------------------------- */
 /* The file is written into one string, then to f. Its bytes are what json-c's

@@ -417,6 +417,9 @@ static void roundtrip(const fp_prog *p) {
   char *t2 = print(q);
   if (strcmp(t1, t2)) fprintf(stderr, "--- first\n%s--- second\n%s", t1, t2);
   assert_string_equal(t1, t2);
+  /* the content hash is the same for the program and its parsed text
+   * (a canonical walk: live ranges per buffer, lines left out) */
+  assert_true(fp_prog_hash(q) == fp_prog_hash(p));
   /* the structs agree too (parsed ops carry their line) */
   assert_int_equal(q->nops, p->nops);
   for (int32_t i = 0; i < p->nops; i++) assert_true(op_equal(&p->ops[i], &q->ops[i]));
