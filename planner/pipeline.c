@@ -137,7 +137,10 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
  * it, the smallest arena (so a second buffer that buys no modeled time is not
  * kept); a plan that fits the hardware's device memory beats one that does
  * not (fits_device). Budget: plain is planned first, with the caller's diagnostics; when
- * even it does not fit, nothing does. docs/schedule.md, "memplan". */
+ * even it does not fit, nothing does. `held` is not held to the budget (it
+ * is never kept; a budget that binds would otherwise keep the plan placed
+ * by its lifetimes from being tried); the plans placed by them are.
+ * docs/schedule.md, "memplan". */
 #define FP_STEP_SLACK 1e-3
 /* whether c's peak (the arena, persistent buffers included, plus the
  * activations at their peak) fits the hardware's device memory */

@@ -7,7 +7,8 @@ h100 preset. With the preset's hbm_bytes set one byte below that plan's
 footprint (peak_bytes: the arena, persistent buffers included, plus the
 activations at their peak), the compile must keep a plan that fits; with
 hbm_bytes below every candidate's footprint, nothing fits and the fastest is
-kept again, as with no limit."""
+kept again, as with no limit. With a memory budget exactly the fastest
+plan's footprint, that plan is still the one kept."""
 import argparse
 import json
 import os
@@ -16,8 +17,10 @@ import sys
 import tempfile
 
 
-def summary(cmd, doc, tmp, hbm=None):
+def summary(cmd, doc, tmp, hbm=None, budget=None):
     d = json.loads(json.dumps(doc))
+    if budget is not None:
+        d["spec"]["memory_budget_bytes"] = budget
     if hbm is not None:
         d["spec"]["hardware"] = {"preset": d["spec"]["hardware"]["preset"], "hbm_bytes": hbm}
     path = os.path.join(tmp, "m.json")
@@ -51,6 +54,14 @@ def main():
         none, nneed = summary(a.cmd, doc, tmp, low)
         if (nneed, none["modeled_step_ms"]) != (need, free["modeled_step_ms"]):
             print(f"FAIL: with nothing fitting ({low} B) the fastest plan was not kept: {nneed} B")
+            fails += 1
+        # a budget exactly the fastest plan's footprint: it is still kept (the
+        # double-buffered plan whose lifetimes place it may need more; it is
+        # never kept, so the budget does not apply to it)
+        fit, fneed = summary(a.cmd, doc, tmp, budget=need)
+        print(f"budget {need}: {fneed} B, step {fit['modeled_step_ms']:.3f} ms")
+        if (fneed, fit["modeled_step_ms"]) != (need, free["modeled_step_ms"]):
+            print("FAIL: a budget the fastest plan fits made the compile keep a slower one")
             fails += 1
     print("ok" if not fails else f"{fails} failure(s)")
     return 1 if fails else 0

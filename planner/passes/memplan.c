@@ -805,7 +805,9 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   int64_t budget = c->L->spec->memory_budget_bytes, need;
   /* the arena is allocated whole; the trainer's activations come on top */
   if (!fp_add64(p->arena_bytes, st->activation_peak, &need)) need = INT64_MAX;
-  if (budget > 0 && need > budget && p->nops > 0) {
+  /* (the double-buffered plan is only a source of modeled lifetimes for the
+   * plan placed by them, never kept: it may exceed the budget) */
+  if (budget > 0 && need > budget && p->nops > 0 && !c->double_buffer) {
     report_peak(c, p, lv, act_peak > 0 ? act_at : peak_at, need, budget, st->activation_peak);
     goto done;
   }
