@@ -488,12 +488,25 @@ static divide fsdp2_divide(const fp_lower *lw, fp_dtype rd) {
   return d;
 }
 
+/* Hybrid sharding with several micro-batches: the replicas' all-reduce is
+ * linear, so summing the micro-batches' reduce-scattered shards locally and
+ * all-reducing their sum once, after the last micro-batch, gives the same
+ * main grad with ga - 1 fewer all-reduces over the slow inter-node links
+ * (FSDP2's set_requires_all_reduce(False) on all but the last micro-batch).
+ * Only where the accumulation is in the reduce dtype (the main-grad dtype
+ * equals it), so the all-reduce moves the same dtype the spec asked for; not
+ * under the fsdp2 policy (FSDP2 all-reduces every micro-batch by default). */
+static bool defer_replica_reduce(const fp_lower *lw, const fp_bucket *B) {
+  return lw->c_replica >= 0 && lw->L->spec->grad_accumulation > 1 && !lw->L->spec->fsdp2 &&
+         B->mp.reduce == B->mp.main_grad;
+}
+
 /* the common end of a bucket-level reduction: the pre-divide of the
  * G x n-element input, one reduce-scatter of n-element chunks from src into
  * dst, the replicas' all-reduce, the post-divide, the write (cast) or add
  * into the main grad, and after the last micro-batch the divide */
 static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t n, fp_dtype rd, fp_dtype gd,
-                          bool direct, int micro, bool last, const divide *dv) {
+                          bool direct, int micro, bool last, const divide *dv, bool defer) {
   fp_op *op;
   if (dv->pre != 0) {
     op = fp_lw_emit(lw, FP_OP_SCALE, rd, n * lw->L->G);
@@ -505,7 +518,7 @@ static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t
   op->red = dv->red;
   op->dst = fp_reg(dst, 0);
   op->src = fp_reg(src, 0);
-  if (lw->c_replica >= 0) {
+  if (lw->c_replica >= 0 && !defer) {
     op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, n);
     op->comm = lw->c_replica;
     op->red = dv->red;
@@ -525,6 +538,12 @@ static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t
       op->dst = fp_reg(bb[FP_BB_GRAD], 0);
       op->src = fp_reg(dst, 0);
     }
+  }
+  if (last && defer) { /* the micro-batches' sum, once across the replicas */
+    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, gd, n);
+    op->comm = lw->c_replica;
+    op->red = dv->red;
+    op->dst = op->src = fp_reg(bb[FP_BB_GRAD], 0);
   }
   if (last && dv->last != 0) {
     op = fp_lw_emit(lw, FP_OP_SCALE, gd, n);
@@ -551,7 +570,7 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
     fp_lw_convert(lw, rd, pd, n, fp_reg(src, 0), fp_reg(bb[FP_BB_UGRAD], 0));
   }
   divide dv = flexplan_divide(lw);
-  reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, &dv);
+  reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, &dv, defer_replica_reduce(lw, B));
 }
 
 /* an fsdp2 unit's reduction as FSDP2 issues it: one chunk_cat of the
@@ -587,7 +606,7 @@ static void reduce_unit(fp_lower *lw, int b, int micro, bool last) {
     op->src = fp_reg(bb[FP_BB_UGRAD], 0);
   }
   divide dv = fsdp2_divide(lw, rd);
-  reduce_chunks(lw, bb, rst, dst, S, rd, gd, direct, micro, last, &dv);
+  reduce_chunks(lw, bb, rst, dst, S, rd, gd, direct, micro, last, &dv, false); /* (fsdp2: every micro-batch) */
 }
 
 /* reduce bucket b's grads on the rs stream: casts, reductions, the
@@ -624,7 +643,8 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   lw->phase = FP_PH_ALL;
   /* hybrid: sum the shard across replicas (ragged: the whole slot, since
    * replicas of one piece share its size but pieces differ) */
-  for (int j = 0; j < B->nparams && lw->c_replica >= 0 && !B->flat && !B->unit; j++) {
+  bool defer = defer_replica_reduce(lw, B);
+  for (int j = 0; j < B->nparams && lw->c_replica >= 0 && !B->flat && !B->unit && !defer; j++) {
     const fp_lparam *p = bucket_param(lw, b, j);
     if (!p->mp->requires_grad || p->replicated) continue;
     redio io = reduce_io(lw, b, p, micro);
@@ -650,6 +670,12 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
       }
       on_slot(lw, p, op);
       if (op->code == FP_OP_COPY) op->dpitch = op->spitch = op->count * fp_dtype_size(op->dtype);
+    }
+    if (last && defer && !p->replicated) { /* the micro-batches' sum, once across the replicas */
+      op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->grad_dtype, p->slot);
+      op->comm = lw->c_replica;
+      op->dst = op->src = fp_reg(bb[FP_BB_GRAD], p->grad_off);
+      fp_lw_only_owner(lw, p, op);
     }
     if (last) {
       op = fp_lw_emit(lw, FP_OP_SCALE, p->grad_dtype, 0);
