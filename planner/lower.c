@@ -493,11 +493,15 @@ static divide fsdp2_divide(const fp_lower *lw, fp_dtype rd) {
  * all-reducing their sum once, after the last micro-batch, gives the same
  * main grad with ga - 1 fewer all-reduces over the slow inter-node links
  * (FSDP2's set_requires_all_reduce(False) on all but the last micro-batch).
+ * Not always faster: the deferred all-reduces all run at the end of the
+ * step, where the last buckets' are exposed, while every micro-batch's are
+ * hidden behind the next one's compute; the pipeline lowers both
+ * (FP_LOWER_REPLICA_EACH) and keeps the faster modeled step.
  * Only where the accumulation is in the reduce dtype (the main-grad dtype
  * equals it), so the all-reduce moves the same dtype the spec asked for; not
  * under the fsdp2 policy (FSDP2 all-reduces every micro-batch by default). */
 static bool defer_replica_reduce(const fp_lower *lw, const fp_bucket *B) {
-  return lw->c_replica >= 0 && lw->L->spec->grad_accumulation > 1 && !lw->L->spec->fsdp2 &&
+  return lw->c_replica >= 0 && lw->L->spec->grad_accumulation > 1 && !lw->L->spec->fsdp2 && !lw->replica_each &&
          B->mp.reduce == B->mp.main_grad;
 }
 
@@ -914,7 +918,7 @@ static void optimizer(fp_lower *lw, int32_t *ids) {
   }
 }
 
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, bool defer_refresh) {
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, unsigned flags) {
   (void)d;
   FP_ASSERT(kf >= 0 && kb >= 0);
   fp_lower lw = {0};
@@ -925,7 +929,8 @@ fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, bo
   lw.bucket = -1;
   lw.kf = kf;
   lw.kb = kb;
-  lw.defer_refresh = defer_refresh;
+  lw.defer_refresh = flags & FP_LOWER_DEFER_REFRESH;
+  lw.replica_each = flags & FP_LOWER_REPLICA_EACH;
   setup(&lw);
   plan_prefetch(&lw);
   int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));

@@ -53,6 +53,7 @@ typedef struct fp_lower {
   bool defer_refresh;              /* persistent compute weights are refreshed by the next
                                     * step's first forward (prefetched like any gather),
                                     * not in post_optimizer */
+  bool replica_each;               /* FP_LOWER_REPLICA_EACH */
   int *fwd_issue, *bwd_issue;      /* per bucket: position whose pre_forward /
                                     * pre_backward issues its all-gather (-1 none) */
   int *bwd_order;                  /* buckets by first backward use */
@@ -69,10 +70,13 @@ int fp_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k);
 /* apply the only-on-owner predicate of an owned param to op */
 void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
 
+/* fp_lower_step's choices (a bit set) */
+#define FP_LOWER_DEFER_REFRESH 1u  /* refresh persistent compute weights in the next step's first
+                                    * forward, not in post_optimizer (planner/lower.c) */
+#define FP_LOWER_REPLICA_EACH 2u   /* hybrid: all-reduce across replicas every micro-batch, not once
+                                    * per step over their sum (defer_replica_reduce) */
 /* the whole lowering: one training step of L into a new program, with
- * forward / backward prefetch depths kf / kb; defer_refresh moves the
- * refresh of persistent compute weights from post_optimizer into the next
- * step's first forward (see planner/lower.c) */
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, bool defer_refresh);
+ * forward / backward prefetch depths kf / kb and the FP_LOWER_* choices */
+fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, unsigned flags);
 
 #endif

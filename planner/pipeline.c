@@ -38,7 +38,9 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   memset(&out->stats, 0, sizeof out->stats);
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
-  out->prog = fp_lower_step(a, d, &out->layout, kf, kb, out->defer_refresh);
+  out->prog = fp_lower_step(a, d, &out->layout, kf, kb,
+                            (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
+                                (out->replica_each ? FP_LOWER_REPLICA_EACH : 0));
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, dbuf, NULL, NULL, 0, 0};
@@ -205,7 +207,7 @@ static bool has_refresh(const fp_layout *L) {
  * waits for every refresh gather, and in the next step's forward, prefetched
  * like any gather (fp_lower_step's defer_refresh); the better plan is kept
  * (better: fits the device, then modeled step, then arena). */
-static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+static bool schedule_refresh(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
   fp_param_gather pg = out->layout.spec->overlap_param_gather;
   out->defer_refresh = pg == FP_PG_ON;
   if (!schedule_memory(a, d, out, kf, kb)) return false;
@@ -216,6 +218,35 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   fp_diag_init(&quiet, NULL);
   out->defer_refresh = true;
   if (schedule_memory(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
+  fp_diag_free(&quiet);
+  *out = best;
+  return true;
+}
+
+/* whether the lowering can defer hybrid replicas' all-reduce to the step's
+ * last micro-batch (lower.c defer_replica_reduce) for some bucket */
+static bool can_defer_replica(const fp_layout *L) {
+  if (L->R <= 1 || L->spec->grad_accumulation <= 1 || L->spec->fsdp2) return false;
+  for (int b = 0; b < L->nbuckets; b++)
+    if (L->buckets[b].trainable && L->buckets[b].sharded && L->buckets[b].mp.reduce == L->buckets[b].mp.main_grad)
+      return true;
+  return false;
+}
+
+/* Hybrid with accumulation: the replicas' all-reduce once per step over the
+ * summed micro-batches (fewer, but all at the end of the step), or every
+ * micro-batch (hidden behind the next one's compute); both are lowered and
+ * the better plan kept (better: fits the device, then modeled step, then
+ * arena). */
+static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+  out->replica_each = false;
+  if (!schedule_refresh(a, d, out, kf, kb)) return false;
+  if (!can_defer_replica(&out->layout) || out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
+  fp_compiled best = *out;
+  fp_diag quiet;
+  fp_diag_init(&quiet, NULL);
+  out->replica_each = true;
+  if (schedule_refresh(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
   fp_diag_free(&quiet);
   *out = best;
   return true;

@@ -17,6 +17,7 @@ typedef struct fp_compiled {
   fp_sim sim;     /* the program replayed on prog->hw (modeled) */
   bool reach;     /* memplan placed by lifetimes held to their hooks (pipeline.c) */
   bool defer_refresh; /* persistent compute weights refreshed in the next forward (lower.h) */
+  bool replica_each;  /* hybrid: replicas all-reduced every micro-batch (lower.h FP_LOWER_REPLICA_EACH) */
 } fp_compiled;
 
 /* the deepest prefetch "auto" considers */

@@ -282,7 +282,7 @@ static void tied_and_recompute(void **state) {
   assert_int_equal(f.L.buckets[bh].reshard, 0);
   assert_true(!f.L.recompute[0] && f.L.recompute[1] && f.L.recompute[2] && !f.L.recompute[3]);
 
-  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1, false);
+  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1, 0);
   assert_non_null(P);
   assert_true(P->mods[1].recompute && P->mods[1].saved_bytes == 64 && P->mods[2].recompute &&
               P->mods[2].saved_bytes == 0 && !P->mods[0].recompute && !P->mods[3].recompute);
@@ -350,7 +350,7 @@ static void flat_layout(void **state) {
   assert_int_equal(B->grad_bytes, 128 * 4);
   /* the lowering: one cast/copy, one all-gather, one reduce-scatter, one
    * scale per step for the bucket; params flat_shard with chunk C */
-  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1, false);
+  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1, 0);
   int ag = 0, rs = 0;
   for (int32_t i = 0; i < P->nops; i++) {
     ag += P->ops[i].code == FP_OP_ALL_GATHER;
