@@ -87,8 +87,11 @@ static bool parse_param(fp_jctx *c, json_object *pv, const char *pp, int module,
   p->ndim = (int)nd;
   p->numel = 1;
   for (size_t k = 0; k < nd; k++) {
-    if (!fp_j_int_v(c, json_object_array_get_idx(shape, k), fp_ptr_idx(c->a, sp, (int64_t)k), 1,
-                    INT64_MAX, &p->shape[k]))
+    json_object *e = json_object_array_get_idx(shape, k);
+    int64_t x = e && json_object_is_type(e, json_type_int) ? json_object_get_int64(e) : 0;
+    if (x >= 1 && x < INT64_MAX) /* the common case: no pointer formatted */
+      p->shape[k] = x;
+    else if (!fp_j_int_v(c, e, fp_ptr_idx(c->a, sp, (int64_t)k), 1, INT64_MAX, &p->shape[k]))
       return false;
     if (!fp_mul64(p->numel, p->shape[k], &p->numel))
       return fp_j_error(c, sp, "parameter too large: the number of elements overflows int64");
