@@ -556,6 +556,17 @@ static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t
   }
 }
 
+/* the stream of a reduction's local preparation (casts into the reduce
+ * dtype, the placements' staging before their collective): the rs stream,
+ * as FSDP2 runs its chunk_cat; or, with FP_LOWER_PREP_ON_COMPUTE, the
+ * compute stream right after the backward that wrote the grads - where a
+ * backward waits for the rs stream anyway (reductions slower than the
+ * backward), the rs stream then only reduces. The pipeline lowers both and
+ * keeps the faster modeled step (docs/schedule.md, "Gradients"). */
+static fp_stream prep_stream(const fp_lower *lw) {
+  return lw->prep_on_compute ? FP_STREAM_COMPUTE : FP_STREAM_RS;
+}
+
 /* a flat bucket's reduction: one cast of the flat grads into the reduce
  * dtype, one reduce-scatter straight out of them, the replicas' all-reduce,
  * one write or add into the main grad, one divide (the padding between params
@@ -571,7 +582,9 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
   lw->phase = FP_PH_ALL;
   if (rd != pd) {
     src = fp_lw_buf(lw, b, FP_BB_RIN);
+    lw->stream = prep_stream(lw);
     fp_lw_convert(lw, rd, pd, n, fp_reg(src, 0), fp_reg(bb[FP_BB_UGRAD], 0));
+    lw->stream = FP_STREAM_RS;
   }
   divide dv = flexplan_divide(lw);
   reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, &dv, defer_replica_reduce(lw, B));
@@ -633,6 +646,7 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   /* casts into the reduce dtype, the placements' own staging, reductions */
   for (fp_lw_phase ph = FP_PH_PRE; ph <= FP_PH_COMM && !B->flat && !B->unit; ph++) {
     lw->phase = ph;
+    lw->stream = ph == FP_PH_PRE ? prep_stream(lw) : FP_STREAM_RS;
     for (int j = 0; j < B->nparams; j++) {
       const fp_lparam *p = bucket_param(lw, b, j);
       if (!p->mp->requires_grad) continue;
@@ -645,6 +659,7 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
     }
   }
   lw->phase = FP_PH_ALL;
+  lw->stream = FP_STREAM_RS;
   /* hybrid: sum the shard across replicas (ragged: the whole slot, since
    * replicas of one piece share its size but pieces differ) */
   bool defer = defer_replica_reduce(lw, B);
@@ -931,6 +946,7 @@ fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, un
   lw.kb = kb;
   lw.defer_refresh = flags & FP_LOWER_DEFER_REFRESH;
   lw.replica_each = flags & FP_LOWER_REPLICA_EACH;
+  lw.prep_on_compute = (flags & FP_LOWER_PREP_ON_COMPUTE) && !L->spec->fsdp2;
   setup(&lw);
   plan_prefetch(&lw);
   int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));

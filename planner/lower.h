@@ -54,6 +54,7 @@ typedef struct fp_lower {
                                     * step's first forward (prefetched like any gather),
                                     * not in post_optimizer */
   bool replica_each;               /* FP_LOWER_REPLICA_EACH */
+  bool prep_on_compute;            /* FP_LOWER_PREP_ON_COMPUTE */
   int *fwd_issue, *bwd_issue;      /* per bucket: position whose pre_forward /
                                     * pre_backward issues its all-gather (-1 none) */
   int *bwd_order;                  /* buckets by first backward use */
@@ -75,6 +76,9 @@ void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
                                     * forward, not in post_optimizer (planner/lower.c) */
 #define FP_LOWER_REPLICA_EACH 2u   /* hybrid: all-reduce across replicas every micro-batch, not once
                                     * per step over their sum (defer_replica_reduce) */
+#define FP_LOWER_PREP_ON_COMPUTE 4u /* a reduction's local preparation (the cast of the unsharded grads
+                                     * into the reduce dtype, staging copies) on the compute stream,
+                                     * right after the backward, not on the rs stream (reduce_bucket) */
 /* the whole lowering: one training step of L into a new program, with
  * forward / backward prefetch depths kf / kb and the FP_LOWER_* choices */
 fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, unsigned flags);

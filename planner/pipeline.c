@@ -32,7 +32,7 @@ typedef struct lifetimes {
 } lifetimes;
 
 /* lower the layout with prefetch depths kf / kb and run the passes */
-static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, bool dbuf,
+static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, int hold,
                           const lifetimes *hint) {
   out->reach = hint && hint->reach;
   memset(&out->stats, 0, sizeof out->stats);
@@ -40,10 +40,11 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   out->prefetch_bwd = kb;
   out->prog = fp_lower_step(a, d, &out->layout, kf, kb,
                             (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
-                                (out->replica_each ? FP_LOWER_REPLICA_EACH : 0));
+                                (out->replica_each ? FP_LOWER_REPLICA_EACH : 0) |
+                                (out->prep_on_compute ? FP_LOWER_PREP_ON_COMPUTE : 0));
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
-  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, dbuf, NULL, NULL, 0, 0};
+  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, hold, NULL, NULL, 0, 0};
   if (hint) ctx.hint_t0 = hint->t0, ctx.hint_t1 = hint->t1, ctx.hint_n = hint->n, ctx.hint_step_us = hint->step_us;
   /* the verifier runs after the pipeline always; after every pass when
    * FLEXPLAN_VERIFY_EACH is set (the test suite sets it) */
@@ -122,13 +123,16 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
  *             waits for communication no more than FP_MEMPLAN_TRY_EXPOSED
  *             of the step, or the program is larger than
  *             FP_MEMPLAN_TRY_OPS: kept;
- *   held      what a post_backward's reduction reads (unsharded grads,
- *             staging) held until the next post_backward, so the next
- *             layer's backward and gathers never wait for the rs stream
- *             (double buffering). Only a source of lifetimes, never kept
- *             itself - its holds are by program order, not by time; when it
- *             is not faster than plain, plain is kept;
- *   timed     placed by the modeled lifetimes of `held` (spans_of):
+ *   held h    what a post_backward's reduction reads (unsharded grads,
+ *             staging) held until the h-th post_backward after it, so the
+ *             next layers' backward and gathers never wait for the rs
+ *             stream (h = 1: double buffering; deeper where the reductions
+ *             are slower than the backward and fall further behind it each
+ *             layer). Only a source of lifetimes, never kept itself - its
+ *             holds are by program order, not by time. h = 1, 2, ... up to
+ *             FP_MEMPLAN_HOLD_MAX, while each is faster than the one before
+ *             (h = 1 than plain); the timed plans of each are candidates;
+ *   timed     placed by the modeled lifetimes of a `held` (spans_of):
  *             buffers whose uses overlap in held's timeline never share
  *             bytes, so double buffering stays exactly where the timeline
  *             overlaps the two, and no reuse of bytes makes a stream wait
@@ -172,17 +176,21 @@ static bool better(const fp_compiled *c, const fp_compiled *best) {
  * the candidates tripled the compile and bought no modeled time). */
 #define FP_MEMPLAN_TRY_EXPOSED 0.02
 #define FP_MEMPLAN_TRY_OPS 100000
+#define FP_MEMPLAN_HOLD_MAX 4
 static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
-  if (!schedule_with(a, d, out, kf, kb, false, NULL)) return false;
+  if (!schedule_with(a, d, out, kf, kb, 0, NULL)) return false;
   if (out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us || out->prog->nops > FP_MEMPLAN_TRY_OPS)
     return true;
   fp_compiled best = *out, held;
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
-  if (schedule_with(a, &quiet, out, kf, kb, true, NULL) && out->sim.step_us < best.sim.step_us * (1 - FP_STEP_SLACK)) {
+  double prev = best.sim.step_us; /* each deeper hold must beat the one before */
+  for (int hold = 1; hold <= FP_MEMPLAN_HOLD_MAX; hold++) {
+    if (!schedule_with(a, &quiet, out, kf, kb, hold, NULL) || !(out->sim.step_us < prev * (1 - FP_STEP_SLACK))) break;
+    prev = out->sim.step_us;
     held = *out;
     for (int reach = 0; reach < 2; reach++) {
-      if (!schedule_with(a, &quiet, out, kf, kb, false, spans_of(a, &held, reach))) continue;
+      if (!schedule_with(a, &quiet, out, kf, kb, 0, spans_of(a, &held, reach))) continue;
       if (better(out, &best)) best = *out;
       if (out->prog->arena_bytes <= out->stats.lower_bound_bytes) break; /* no tighter packing exists */
     }
@@ -223,6 +231,38 @@ static bool schedule_refresh(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, 
   return true;
 }
 
+/* whether some reduction has local preparation to move: a trainable
+ * bucket that casts its grads into another reduce dtype (not under
+ * --policy fsdp2, which runs it on the rs stream as FSDP2 does) */
+static bool has_reduce_prep(const fp_layout *L) {
+  if (L->spec->fsdp2) return false;
+  for (int b = 0; b < L->nbuckets; b++)
+    if (L->buckets[b].trainable && L->buckets[b].mp.reduce != L->buckets[b].mp.param) return true;
+  return false;
+}
+
+/* A reduction's casts and staging on the rs stream (the reductions start
+ * later, the backward runs free) or on the compute stream right after the
+ * backward (where the reductions are slower than the backward, the rs
+ * stream then only reduces: deepseek-v3-16b). Tried only where it can pay,
+ * as memplan's candidates (more than FP_MEMPLAN_TRY_EXPOSED of the step
+ * exposed, at most FP_MEMPLAN_TRY_OPS ops); the better plan is kept. */
+static bool schedule_prep(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
+  out->prep_on_compute = false;
+  if (!schedule_refresh(a, d, out, kf, kb)) return false;
+  if (!has_reduce_prep(&out->layout) || out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us ||
+      out->prog->nops > FP_MEMPLAN_TRY_OPS)
+    return true;
+  fp_compiled best = *out;
+  fp_diag quiet;
+  fp_diag_init(&quiet, NULL);
+  out->prep_on_compute = true;
+  if (schedule_refresh(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
+  fp_diag_free(&quiet);
+  *out = best;
+  return true;
+}
+
 /* whether the lowering can defer hybrid replicas' all-reduce to the step's
  * last micro-batch (lower.c defer_replica_reduce) for some bucket */
 static bool can_defer_replica(const fp_layout *L) {
@@ -240,13 +280,13 @@ static bool can_defer_replica(const fp_layout *L) {
  * arena). */
 static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
   out->replica_each = false;
-  if (!schedule_refresh(a, d, out, kf, kb)) return false;
+  if (!schedule_prep(a, d, out, kf, kb)) return false;
   if (!can_defer_replica(&out->layout) || out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
   fp_compiled best = *out;
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
   out->replica_each = true;
-  if (schedule_refresh(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
+  if (schedule_prep(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
   fp_diag_free(&quiet);
   *out = best;
   return true;

@@ -18,6 +18,7 @@ typedef struct fp_compiled {
   bool reach;     /* memplan placed by lifetimes held to their hooks (pipeline.c) */
   bool defer_refresh; /* persistent compute weights refreshed in the next forward (lower.h) */
   bool replica_each;  /* hybrid: replicas all-reduced every micro-batch (lower.h FP_LOWER_REPLICA_EACH) */
+  bool prep_on_compute; /* reductions' casts and staging on the compute stream (FP_LOWER_PREP_ON_COMPUTE) */
 } fp_compiled;
 
 /* the deepest prefetch "auto" considers */

@@ -45,3 +45,8 @@ set_tests_properties(memplan_fit PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME replica_defer COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/replica_defer.py --cmd $<TARGET_FILE:flexplan>
          --examples ${CMAKE_SOURCE_DIR}/examples)
 set_tests_properties(replica_defer PROPERTIES LABELS golden TIMEOUT 300)
+# a reduction's cast into the reduce dtype on the rs or the compute stream,
+# whichever models faster (tests/reduce_prep.py)
+add_test(NAME reduce_prep COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reduce_prep.py --cmd $<TARGET_FILE:flexplan>
+         --examples ${CMAKE_SOURCE_DIR}/examples)
+set_tests_properties(reduce_prep PROPERTIES LABELS golden TIMEOUT 300)

@@ -678,18 +678,22 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
    * and reduces a layer's grads while the compute stream runs the next
    * backward. Reusing those bytes at once (for the next layer's grads, or
    * the weights it gathers) would make the next backward wait for the
-   * reduction, so for placement the range is held until the end of the next
-   * post_backward of the micro-batch (double buffering the unsharded grads
-   * and the reduction's staging; c->double_buffer, see planner/pipeline.c).
+   * reduction, so for placement the range is held until the end of the
+   * c->hold-th post_backward after it in the micro-batch (1: double
+   * buffering the unsharded grads and the reduction's staging; more where
+   * the rs stream falls further behind the backward: see
+   * planner/pipeline.c, schedule_memory).
    * The verifier and the memory timeline use the real ranges. */
-  for (int i = 0; i < p->nlives && c->double_buffer; i++) {
+  for (int i = 0; i < p->nlives && c->hold > 0; i++) {
     const fp_op *op = &p->ops[lv[i].last];
     fp_buf_cat cat = p->bufs[lv[i].buf].cat;
     if (op->stream != FP_STREAM_RS || p->segs[op->seg].kind != FP_SEG_POST_BACKWARD ||
         (cat != FP_CAT_UNSHARDED_GRAD && cat != FP_CAT_STAGING))
       continue;
-    int32_t k = op->seg + 1;
-    while (k < p->nsegs && p->segs[k].kind != FP_SEG_POST_BACKWARD) k++;
+    int32_t k = op->seg;
+    for (int h = 0; h < c->hold && k < p->nsegs; h++)
+      for (k++; k < p->nsegs && p->segs[k].kind != FP_SEG_POST_BACKWARD; k++) {
+      }
     if (k < p->nsegs && p->segs[k].micro == p->segs[op->seg].micro)
       lv[i].last = p->segs[k].first + p->segs[k].nops - 1;
   }
@@ -762,7 +766,7 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     }
   }
   /* held ranges are a choice: the bound reported is the real ranges' */
-  if (c->double_buffer) {
+  if (c->hold > 0) {
     pl.lv = raw;
     bound = sweep_bound(&pl, delta);
   }
@@ -805,9 +809,9 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   int64_t budget = c->L->spec->memory_budget_bytes, need;
   /* the arena is allocated whole; the trainer's activations come on top */
   if (!fp_add64(p->arena_bytes, st->activation_peak, &need)) need = INT64_MAX;
-  /* (the double-buffered plan is only a source of modeled lifetimes for the
+  /* (a held plan is only a source of modeled lifetimes for the
    * plan placed by them, never kept: it may exceed the budget) */
-  if (budget > 0 && need > budget && p->nops > 0 && !c->double_buffer) {
+  if (budget > 0 && need > budget && p->nops > 0 && c->hold == 0) {
     report_peak(c, p, lv, act_peak > 0 ? act_at : peak_at, need, budget, st->activation_peak);
     goto done;
   }

@@ -27,10 +27,11 @@ typedef struct fp_pass_ctx {
   const fp_layout *L;
   fp_stats *stats;
   bool synced;      /* the sync pass has run: verify every rule */
-  bool double_buffer; /* memplan: keep what a post_backward's reduction reads
-                       * (unsharded grads, staging) apart from what the next
-                       * layer's backward allocates while the rs stream still
-                       * reads it */
+  int hold;         /* memplan: hold what a post_backward's reduction reads on
+                     * the rs stream (unsharded grads, staging) until the end
+                     * of the hold-th post_backward after it, apart from what
+                     * the next layers' backward allocates while the rs
+                     * stream still reads it (0: no hold; 1: double buffering) */
   /* memplan by modeled lifetimes: per live range (index into prog.lives,
    * nlives of them; the same lowering gives the same ranges) the modeled
    * start and end of its uses on an earlier schedule of this step
