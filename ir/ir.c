@@ -471,6 +471,10 @@ int fp_ir_bucket_add(fp_prog *p, const char *name) {
   return p->nbuckets++;
 }
 
+void fp_ir_param_reserve(fp_prog *p, int32_t n) {
+  p->params = fp_grow(p->arena, p->params, &p->cap_params, (int64_t)p->nparams + n, sizeof *p->params);
+}
+
 fp_ir_param *fp_ir_param_add(fp_prog *p) {
   GROW(p, params, nparams, cap_params);
   fp_ir_param *q = &p->params[p->nparams++];

@@ -330,6 +330,7 @@ int fp_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat
 int fp_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flops_bwd, int64_t act);
 int fp_ir_bucket_add(fp_prog *p, const char *name);
 fp_ir_param *fp_ir_param_add(fp_prog *p); /* zeroed except views/comm/tab = -1 */
+void fp_ir_param_reserve(fp_prog *p, int32_t n); /* room for n params (no growth while adding them) */
 int fp_ir_event_new(fp_prog *p);
 /* open a new segment; ops emitted after go into it */
 int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro);

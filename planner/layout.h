@@ -147,6 +147,9 @@ typedef struct fp_layout {
   int nbuckets;
   fp_placement_spec *auto_pl;    /* storage for resolved placements */
   bool *recompute;               /* per module: matched by the spec's "recompute" patterns */
+  struct fp_ir_param *ir_params; /* the program's param table, made by the first lowering and
+                                  * shared by every later one (lower.c setup: the same for every
+                                  * candidate of this layout; read only after it is made) */
 } fp_layout;
 
 /* build the layout; false after located errors */

@@ -224,39 +224,52 @@ static void setup(fp_lower *lw) {
     add_buf(lw, b, FP_BB_RESH, "reshard", FP_BUF_TRANSIENT, FP_CAT_RESHARD, B->reshard_chunk);
   }
 
-  for (int i = 0; i < L->nparams; i++) {
-    const fp_lparam *p = &L->params[i];
-    fp_ir_param *q = fp_ir_param_add(P);
-    q->name = p->mp->name;
-    q->ndim = p->mp->ndim;
-    memcpy(q->shape, p->mp->shape, sizeof q->shape);
-    q->module = p->mp->module;
-    q->bucket = p->bucket;
-    q->main_dtype = p->main_dtype;
-    q->param_dtype = p->param_dtype;
-    q->grad_dtype = p->grad_dtype;
-    q->requires_grad = p->mp->requires_grad;
-    q->placement = p->flat_off >= 0 ? FP_PL_FLAT : (int)p->pl->kind;
-    q->dim = p->pl->kind == FP_PL_SHARD ? p->pl->dim : 0;
-    q->comm = p->replicated ? lw->c_world : lw->c_shard;
-    q->owner = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
-    q->tab = p->tab;
-    q->chunk = p->chunk;
-    const int *bb = lw->bufs[p->bucket];
-    q->main = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off};
-    if (p->mp->requires_grad) {
-      q->grad = (fp_view){owner_buf(lw, p->bucket, FP_BB_GRAD), p->grad_off};
-      q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
+  /* the param table depends on the layout alone (its buffers and
+   * communicators are added above in the same order every time): made
+   * once, shared by the candidates the pipeline lowers (45,000 params of
+   * DeepSeek-V3 are 16 MB a lowering) */
+  if (L->ir_params) {
+    FP_ASSERT(P->nparams == 0);
+    P->params = L->ir_params;
+    P->nparams = L->nparams;
+    P->cap_params = L->nparams;
+  } else {
+    fp_ir_param_reserve(P, L->nparams);
+    for (int i = 0; i < L->nparams; i++) {
+      const fp_lparam *p = &L->params[i];
+      fp_ir_param *q = fp_ir_param_add(P);
+      q->name = p->mp->name;
+      q->ndim = p->mp->ndim;
+      memcpy(q->shape, p->mp->shape, sizeof q->shape);
+      q->module = p->mp->module;
+      q->bucket = p->bucket;
+      q->main_dtype = p->main_dtype;
+      q->param_dtype = p->param_dtype;
+      q->grad_dtype = p->grad_dtype;
+      q->requires_grad = p->mp->requires_grad;
+      q->placement = p->flat_off >= 0 ? FP_PL_FLAT : (int)p->pl->kind;
+      q->dim = p->pl->kind == FP_PL_SHARD ? p->pl->dim : 0;
+      q->comm = p->replicated ? lw->c_world : lw->c_shard;
+      q->owner = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
+      q->tab = p->tab;
+      q->chunk = p->chunk;
+      const int *bb = lw->bufs[p->bucket];
+      q->main = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off};
+      if (p->mp->requires_grad) {
+        q->grad = (fp_view){owner_buf(lw, p->bucket, FP_BB_GRAD), p->grad_off};
+        q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
+      }
+      q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
+      if (p->opt_off >= 0 && bb[FP_BB_OPT] >= 0) q->opt = (fp_view){bb[FP_BB_OPT], p->opt_off};
     }
-    q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
-    if (p->opt_off >= 0 && bb[FP_BB_OPT] >= 0) q->opt = (fp_view){bb[FP_BB_OPT], p->opt_off};
+    for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read a param, by module */
+      for (int j = 0; j < m->modules[k].nuses; j++) {
+        fp_ir_param *q = &P->params[P->nparams - L->nparams + m->modules[k].uses[j]];
+        if (!q->users) q->users = fp_alloc_array(lw->a, (size_t)m->nmodules, sizeof *q->users);
+        q->users[q->nusers++] = k;
+      }
+    L->ir_params = P->params;
   }
-  for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read a param, by module */
-    for (int j = 0; j < m->modules[k].nuses; j++) {
-      fp_ir_param *q = &P->params[P->nparams - L->nparams + m->modules[k].uses[j]];
-      if (!q->users) q->users = fp_alloc_array(lw->a, (size_t)m->nmodules, sizeof *q->users);
-      q->users[q->nusers++] = k;
-    }
   lw->open_at = fp_alloc_array(lw->a, (size_t)P->nbufs + 1, sizeof(int32_t));
   for (int i = 0; i < P->nbufs; i++) lw->open_at[i] = -1;
 }

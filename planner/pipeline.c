@@ -31,6 +31,12 @@ typedef struct lifetimes {
   bool reach; /* starts held to the hook's (spans_of) */
 } lifetimes;
 
+/* FLEXPLAN_VERIFY_EACH: verify every candidate after every pass */
+static bool verify_each(void) {
+  const char *each = getenv("FLEXPLAN_VERIFY_EACH");
+  return each && *each && strcmp(each, "0") != 0;
+}
+
 /* lower the layout with prefetch depths kf / kb and run the passes */
 static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, int hold,
                           const lifetimes *hint) {
@@ -46,16 +52,15 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, hold, NULL, NULL, 0, 0};
   if (hint) ctx.hint_t0 = hint->t0, ctx.hint_t1 = hint->t1, ctx.hint_n = hint->n, ctx.hint_step_us = hint->step_us;
-  /* the verifier runs after the pipeline always; after every pass when
-   * FLEXPLAN_VERIFY_EACH is set (the test suite sets it) */
-  const char *each = getenv("FLEXPLAN_VERIFY_EACH");
-  bool every = each && *each && strcmp(each, "0") != 0;
+  /* the verifier runs on the plan the compile keeps (fp_compile), and on
+   * every candidate after every pass when FLEXPLAN_VERIFY_EACH is set (the
+   * test suite sets it) */
+  bool every = verify_each();
   if (every && !fp_pass_verify(&ctx, out->prog)) return false;
   for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
     if (!passes[i].run(&ctx, out->prog)) return false;
     if (every && !fp_pass_verify(&ctx, out->prog)) return false;
   }
-  if (!every && !fp_pass_verify(&ctx, out->prog)) return false;
   /* the modeled step on the spec's machine, and the memory timeline */
   const fp_spec *s = out->layout.spec;
   if (!fp_simulate(a, out->prog, &out->prog->hw, &out->sim)) {
@@ -351,6 +356,10 @@ static void keep_figures(fp_arena *a, fp_compiled *c) {
 
 bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
   if (!compile_any(a, d, m, s, out)) return false;
+  /* the plan kept is verified whole (the candidates that lost never leave
+   * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
+  fp_pass_ctx vc = {a, d, &out->layout, &out->stats, true, 0, NULL, NULL, 0, 0};
+  if (!verify_each() && !fp_pass_verify(&vc, out->prog)) return false;
   keep_figures(a, out);
   return true;
 }
