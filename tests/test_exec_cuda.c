@@ -238,7 +238,7 @@ int main(int argc, char **argv) {
     printf("SKIPPED: no CUDA device (the program ran on the MPI backend: %d failed check(s))\n", tu_failures);
     free(ref_dev), free(ref_host), free(got_dev), free(got_host), free(init_dev), free(init_host);
     fp_plan_free(plan);
-    MPI_Finalize();
+    tu_finalize();
     return tu_failures ? 1 : FP_TEST_SKIP;
   }
   cudaStream_t s;

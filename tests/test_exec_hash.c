@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   if (tu_world < 2) {
     fprintf(stderr, "test_exec_hash needs 2 ranks or more\n");
-    MPI_Finalize();
+    tu_finalize();
     return 1;
   }
   /* rank 1 loads another plan */

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
   int n = 0;
   if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
     if (tu_rank == 0) printf("SKIPPED: this machine has %d CUDA device(s); the no-device path is not testable here\n", n);
-    MPI_Finalize();
+    tu_finalize();
     return 77;
   }
   fp_plan *plan = small_plan();

@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
   alarm(40);
   if (tu_world < 3) {
     fprintf(stderr, "test_exec_watchdog needs 3 ranks or more\n");
-    MPI_Finalize();
+    tu_finalize();
     return 2;
   }
   const int victim = tu_world - 1;

@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   if (argc != 3) {
     fprintf(stderr, "usage: test_fp8_gather MODEL SPEC\n");
-    MPI_Finalize();
+    tu_finalize();
     return 2;
   }
   fp_plan *plan = compile(argv[1], argv[2], tu_world);

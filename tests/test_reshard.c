@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   if (argc < 6) {
     fprintf(stderr, "usage: test_reshard MODEL SPEC_A WORLD_A SPEC_B WORLD_B [--to-offset K] [--mxfp8 PATTERN]\n");
-    MPI_Finalize();
+    tu_finalize();
     return 2;
   }
   const char *model = argv[1], *mxpat = NULL;
