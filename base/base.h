@@ -31,6 +31,10 @@ char *fp_strndup(fp_arena *a, const char *s, size_t n);
 char *fp_sprintf(fp_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* growable array helper: doubles *cap, copies old contents; returns new base */
 void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem);
+/* give back an array the arena allocated in a chunk of its own (over 64 KiB,
+ * or grown by fp_grow past that) before the arena is freed; anything else
+ * stays until fp_arena_free. p must not be used afterwards. */
+void fp_arena_release(fp_arena *a, void *p);
 
 /* ---- source text, for locating errors --------------------------------- */
 typedef struct fp_src {

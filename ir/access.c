@@ -109,20 +109,56 @@ int32_t fp_cut_slot(const int64_t *e, int32_t n, int64_t o) {
   return lo;
 }
 
+/* placed buffers of one arena, sorted by (offset, end) for the isolation sweep */
+struct span {
+  int64_t off, end;
+  int32_t b;
+};
+
+static int span_cmp(const void *a, const void *b) {
+  const struct span *x = a, *y = b;
+  if (x->off != y->off) return (x->off > y->off) - (x->off < y->off);
+  if (x->end != y->end) return (x->end > y->end) - (x->end < y->end);
+  return (x->b > y->b) - (x->b < y->b);
+}
+
 void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
   memset(c, 0, sizeof *c);
   int32_t nb = p->nbufs;
   c->lo = malloc(((size_t)nb + 1) * sizeof *c->lo);
   c->hi = malloc(((size_t)nb + 1) * sizeof *c->hi);
   int64_t *e = malloc((2 * (size_t)nb + 1) * sizeof *e);
-  FP_ASSERT(c->lo && c->hi && e);
+  struct span *sp = malloc(((size_t)nb + 1) * sizeof *sp);
+  FP_ASSERT(c->lo && c->hi && e && sp);
+  /* a buffer sharing no byte with another (every persistent buffer, an
+   * unplaced one) keeps its clocks in a row of its own: c->lo[b] = -1 - row */
+  int32_t niso = 0;
+  for (int32_t b = 0; b < nb; b++) c->lo[b] = 0;
+  for (int host = 0; host < 2; host++) {
+    int32_t m = 0;
+    for (int32_t b = 0; b < nb; b++) {
+      const fp_ir_buf *x = &p->bufs[b];
+      if (x->host == host && placed(x)) sp[m++] = (struct span){x->offset, buf_end(x), b};
+    }
+    qsort(sp, (size_t)m, sizeof *sp, span_cmp);
+    int64_t reach = INT64_MIN; /* the furthest end of the buffers before k */
+    for (int32_t k = 0; k < m; k++) {
+      bool alone = sp[k].off >= reach && (k + 1 == m || sp[k + 1].off >= sp[k].end);
+      if (alone) c->lo[sp[k].b] = -1 - niso++;
+      if (sp[k].end > reach) reach = sp[k].end;
+    }
+  }
+  for (int32_t b = 0; b < nb; b++)
+    if (!placed(&p->bufs[b])) c->lo[b] = -1 - niso++;
+  free(sp);
   int64_t leaves = 0;
   for (int host = 0; host < 2; host++) {
-    /* the cuts: every placed buffer's two ends (one arena at a time) */
+    /* the cuts: the two ends of every placed buffer that shares bytes (one
+     * arena at a time) */
     int32_t n = 0;
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
-      if (x->host != host || !placed(x)) continue;
+      if (x->host != host || !placed(x) || c->lo[b] < 0) continue;
       e[n++] = x->offset;
       e[n++] = buf_end(x);
     }
@@ -132,30 +168,31 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
       if (u == 0 || e[k] != e[u - 1]) e[u++] = e[k];
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
-      if (x->host != host || !placed(x)) continue;
+      if (x->host != host || !placed(x) || c->lo[b] < 0) continue;
       c->lo[b] = (int32_t)(leaves + fp_cut_slot(e, u, x->offset));
       c->hi[b] = (int32_t)(leaves + fp_cut_slot(e, u, buf_end(x)));
     }
     if (u > 1) leaves += u - 1;
   }
-  for (int32_t b = 0; b < nb; b++)
-    if (!placed(&p->bufs[b])) c->lo[b] = (int32_t)leaves, c->hi[b] = (int32_t)++leaves;
   free(e);
   int64_t n = 1;
   while (n < leaves) n *= 2;
   FP_ASSERT(n <= INT32_MAX / 2);
   c->n = (int32_t)n;
+  c->niso = niso;
   c->tag = malloc(2 * (size_t)n * NK * sizeof *c->tag);
   c->sub = malloc(2 * (size_t)n * NK * sizeof *c->sub);
+  c->iso = malloc(((size_t)niso + 1) * NK * sizeof *c->iso);
   c->memo = malloc(((size_t)nb + 1) * sizeof *c->memo);
   c->nbufs = nb;
-  FP_ASSERT(c->tag && c->sub && c->memo);
+  FP_ASSERT(c->tag && c->sub && c->iso && c->memo);
   fp_alias_clocks_reset(c);
 }
 
 void fp_alias_clocks_reset(fp_alias_clocks *c) {
   memset(c->tag, 0, 2 * (size_t)c->n * NK * sizeof *c->tag);
   memset(c->sub, 0, 2 * (size_t)c->n * NK * sizeof *c->sub);
+  memset(c->iso, 0, (size_t)c->niso * NK * sizeof *c->iso);
   memset(c->nacc, 0, sizeof c->nacc);
   for (int32_t b = 0; b < c->nbufs; b++) c->memo[b].s = -1;
 }
@@ -165,6 +202,7 @@ void fp_alias_clocks_free(fp_alias_clocks *c) {
   free(c->hi);
   free(c->tag);
   free(c->sub);
+  free(c->iso);
   free(c->memo);
   memset(c, 0, sizeof *c);
 }
@@ -184,12 +222,24 @@ static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
 }
 
 void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
+  if (c->lo[b] < 0) { /* no other buffer sees it: no memo goes stale */
+    int64_t *row = c->iso + (int64_t)(-1 - c->lo[b]) * NK;
+    if (write) chmax(&row[s], t);
+    if (read) chmax(&row[FP_NSTREAMS + s], t);
+    return;
+  }
   if (write) note1(c, c->lo[b], c->hi[b], s, t);
   if (read) note1(c, c->lo[b], c->hi[b], FP_NSTREAMS + s, t);
   c->nacc[s]++;
 }
 
 void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r) {
+  if (c->lo[b] < 0) {
+    const int64_t *row = c->iso + (int64_t)(-1 - c->lo[b]) * NK;
+    for (int t = 0; t < FP_NSTREAMS; t++)
+      if (t != s) w[t] = row[t], r[t] = row[FP_NSTREAMS + t];
+    return;
+  }
   struct fp_alias_memo *mo = &c->memo[b];
   bool fresh = mo->s == s;
   for (int t = 0; t < FP_NSTREAMS && fresh; t++) fresh = t == s || mo->seen[t] == c->nacc[t];

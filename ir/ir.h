@@ -373,14 +373,18 @@ int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out);
  * maximum over its bytes (a buffer conflicts with itself and with every
  * buffer whose bytes it overlaps; an unplaced buffer, offset -1, only
  * with itself). Bytes are cut at the
- * buffers' ends (an unplaced or empty buffer gets a slot of its own) and
- * kept in a segment tree: noting an access and asking for a buffer's
- * latest conflicting ones are O(log buffers), whatever the overlap; memory
- * O(buffers). The clocks a stream notes must not decrease. */
+ * ends of the buffers that share bytes with another and kept in a segment
+ * tree: noting an access and asking for a buffer's latest conflicting ones
+ * are O(log buffers), whatever the overlap; memory O(buffers). A buffer
+ * that shares no byte (every persistent one; an unplaced or empty one)
+ * keeps its clocks in a row of its own, O(1). The clocks a stream notes
+ * must not decrease. */
 typedef struct fp_alias_clocks {
   int32_t n;          /* leaves: slots of bytes */
   int32_t nbufs;
-  int32_t *lo, *hi;   /* per buffer: its slots [lo, hi) */
+  int32_t *lo, *hi;   /* per buffer: its slots [lo, hi), or lo = -1 - its row in iso */
+  int32_t niso;       /* buffers that share no byte with another */
+  int64_t *iso;       /* their clocks, 2 * FP_NSTREAMS per row (writes, then reads) */
   int64_t *tag, *sub; /* per tree node, 2 * FP_NSTREAMS clocks (writes, then reads): a clock
                        * noted over the whole node / the maximum anywhere under it */
   int64_t nacc[FP_NSTREAMS]; /* accesses noted per stream */

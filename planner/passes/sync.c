@@ -207,6 +207,7 @@ static void rebuild(sctx *c, fp_prog *P) {
   P->ops = ops;
   P->nops = m;
   P->cap_ops = cap;
+  fp_arena_release(P->arena, old); /* 2.2M ops: 422 MB no longer held twice */
   P->nevents = nrec;
   free(rec);
   free(evof);
