@@ -25,7 +25,14 @@ void fp_internal_error(const char *file, int line, const char *cond) {
  * array doubled to room for 4.2M is 805 MB, of which 422 MB are used).
  * Under AddressSanitizer every chunk stays on malloc: LeakSanitizer looks
  * for pointers in malloc'd memory, not in anonymous mappings. */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define FP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) /* clang */
+#define FP_ASAN 1
+#endif
+#endif
+#ifdef FP_ASAN
 #define FP_MAP_MIN SIZE_MAX
 #else
 #define FP_MAP_MIN ((size_t)1 << 20)
@@ -178,6 +185,38 @@ void fp_arena_release(fp_arena *a, void *p) {
     chunk_free(c);
     return;
   }
+}
+
+/* ---- sorting --------------------------------------------------------------- */
+void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
+  if (n < 2) return;
+  uint64_t all_or = 0, all_and = ~(uint64_t)0;
+  for (int64_t i = 0; i < n; i++) all_or |= key[i], all_and &= key[i];
+  uint64_t *k2 = malloc((size_t)n * sizeof *k2);
+  int32_t *v2 = val ? malloc((size_t)n * sizeof *v2) : NULL;
+  size_t *cnt = malloc(65536 * sizeof *cnt);
+  FP_ASSERT(k2 && (v2 || !val) && cnt);
+  for (int shift = 0; shift < 64; shift += 16) {
+    if (!(((all_or ^ all_and) >> shift) & 0xffff)) continue; /* one digit everywhere: already in order */
+    memset(cnt, 0, 65536 * sizeof *cnt);
+    for (int64_t i = 0; i < n; i++) cnt[key[i] >> shift & 0xffff]++;
+    size_t sum = 0;
+    for (int d = 0; d < 65536; d++) {
+      size_t c = cnt[d];
+      cnt[d] = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      size_t at = cnt[key[i] >> shift & 0xffff]++;
+      k2[at] = key[i];
+      if (val) v2[at] = val[i];
+    }
+    memcpy(key, k2, (size_t)n * sizeof *key);
+    if (val) memcpy(val, v2, (size_t)n * sizeof *val);
+  }
+  free(k2);
+  free(v2);
+  free(cnt);
 }
 
 /* ---- growable strings ------------------------------------------------------------ */

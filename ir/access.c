@@ -32,24 +32,19 @@ static bool use_writes(const fp_prog *p, const fp_op *op, int32_t b) {
   return (op->pass == FP_PASS_BWD && c == FP_CAT_UNSHARDED_GRAD) || (op->pass == FP_PASS_OPT && (c == FP_CAT_MAIN_WEIGHT || c == FP_CAT_OPT_STATE));
 }
 
-static int key_cmp(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
 /* a compute op with many uses (the optimizer's: every main weight and
  * grad): the same accesses as add() one by one, in first-use order, but
  * duplicates found by sorting (buffer, position) instead of a scan each */
 static int many_uses(const fp_prog *p, const fp_op *op, fp_access *out) {
   int32_t n = op->nuses;
-  int64_t *key = malloc((size_t)n * sizeof *key);
+  uint64_t *key = malloc((size_t)n * sizeof *key);
   FP_ASSERT(key);
   for (int32_t k = 0; k < n; k++) {
     int32_t b = p->uses[op->uses + k];
     out[k] = (fp_access){b, true, b >= 0 && use_writes(p, op, b)};
-    key[k] = (int64_t)b * ((int64_t)1 << 32) + k;
+    key[k] = (uint64_t)(uint32_t)b << 32 | (uint32_t)k;
   }
-  qsort(key, (size_t)n, sizeof *key, key_cmp);
+  fp_sort_u64(key, NULL, n);
   for (int32_t k = 1; k < n; k++) {
     int32_t first = (int32_t)(key[k - 1] & 0xffffffff), dup = (int32_t)(key[k] & 0xffffffff);
     if (out[first].buf != out[dup].buf) continue;
@@ -90,11 +85,6 @@ int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out) {
 /* ---- the latest access to each byte (fp_alias_clocks) ---------------------- */
 #define NK (2 * FP_NSTREAMS) /* clocks per tree node: writes per stream, then reads */
 
-static int i64_cmp(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
 static int64_t buf_end(const fp_ir_buf *x) { return x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes; }
 
 static bool placed(const fp_ir_buf *x) { return x->offset >= 0 && x->bytes > 0; }
@@ -109,48 +99,40 @@ int32_t fp_cut_slot(const int64_t *e, int32_t n, int64_t o) {
   return lo;
 }
 
-/* placed buffers of one arena, sorted by (offset, end) for the isolation sweep */
-struct span {
-  int64_t off, end;
-  int32_t b;
-};
-
-static int span_cmp(const void *a, const void *b) {
-  const struct span *x = a, *y = b;
-  if (x->off != y->off) return (x->off > y->off) - (x->off < y->off);
-  if (x->end != y->end) return (x->end > y->end) - (x->end < y->end);
-  return (x->b > y->b) - (x->b < y->b);
-}
-
 void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
   memset(c, 0, sizeof *c);
   int32_t nb = p->nbufs;
   c->lo = malloc(((size_t)nb + 1) * sizeof *c->lo);
   c->hi = malloc(((size_t)nb + 1) * sizeof *c->hi);
-  int64_t *e = malloc((2 * (size_t)nb + 1) * sizeof *e);
-  struct span *sp = malloc(((size_t)nb + 1) * sizeof *sp);
-  FP_ASSERT(c->lo && c->hi && e && sp);
+  uint64_t *e = malloc((2 * (size_t)nb + 1) * sizeof *e);
+  int32_t *ord = malloc(((size_t)nb + 1) * sizeof *ord);
+  FP_ASSERT(c->lo && c->hi && e && ord);
   /* a buffer sharing no byte with another (every persistent buffer, an
-   * unplaced one) keeps its clocks in a row of its own: c->lo[b] = -1 - row */
+   * unplaced one) keeps its clocks in a row of its own: c->lo[b] = -1 - row.
+   * Sorted by offset, buffer k shares bytes with one before it when one of
+   * those reaches past its offset, with one after it when the next starts
+   * before its end (equal offsets: both share) */
   int32_t niso = 0;
   for (int32_t b = 0; b < nb; b++) c->lo[b] = 0;
   for (int host = 0; host < 2; host++) {
     int32_t m = 0;
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
-      if (x->host == host && placed(x)) sp[m++] = (struct span){x->offset, buf_end(x), b};
+      if (x->host == host && placed(x)) e[m] = (uint64_t)x->offset, ord[m++] = b;
     }
-    qsort(sp, (size_t)m, sizeof *sp, span_cmp);
+    fp_sort_u64(e, ord, m);
     int64_t reach = INT64_MIN; /* the furthest end of the buffers before k */
     for (int32_t k = 0; k < m; k++) {
-      bool alone = sp[k].off >= reach && (k + 1 == m || sp[k + 1].off >= sp[k].end);
-      if (alone) c->lo[sp[k].b] = -1 - niso++;
-      if (sp[k].end > reach) reach = sp[k].end;
+      const fp_ir_buf *x = &p->bufs[ord[k]];
+      int64_t end = buf_end(x);
+      bool alone = x->offset >= reach && (k + 1 == m || p->bufs[ord[k + 1]].offset >= end);
+      if (alone) c->lo[ord[k]] = -1 - niso++;
+      if (end > reach) reach = end;
     }
   }
   for (int32_t b = 0; b < nb; b++)
     if (!placed(&p->bufs[b])) c->lo[b] = -1 - niso++;
-  free(sp);
+  free(ord);
   int64_t leaves = 0;
   for (int host = 0; host < 2; host++) {
     /* the cuts: the two ends of every placed buffer that shares bytes (one
@@ -159,18 +141,18 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
       if (x->host != host || !placed(x) || c->lo[b] < 0) continue;
-      e[n++] = x->offset;
-      e[n++] = buf_end(x);
+      e[n++] = (uint64_t)x->offset;
+      e[n++] = (uint64_t)buf_end(x);
     }
-    qsort(e, (size_t)n, sizeof *e, i64_cmp);
+    fp_sort_u64(e, NULL, n);
     int32_t u = 0;
     for (int32_t k = 0; k < n; k++)
       if (u == 0 || e[k] != e[u - 1]) e[u++] = e[k];
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
       if (x->host != host || !placed(x) || c->lo[b] < 0) continue;
-      c->lo[b] = (int32_t)(leaves + fp_cut_slot(e, u, x->offset));
-      c->hi[b] = (int32_t)(leaves + fp_cut_slot(e, u, buf_end(x)));
+      c->lo[b] = (int32_t)(leaves + fp_cut_slot((const int64_t *)e, u, x->offset));
+      c->hi[b] = (int32_t)(leaves + fp_cut_slot((const int64_t *)e, u, buf_end(x)));
     }
     if (u > 1) leaves += u - 1;
   }

@@ -1218,15 +1218,20 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
   const fp_prog *p = v->p;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
+  /* per op its event's dense slot (-1: none), looked up once for both steps */
   imap ev; /* event id -> dense slot */
   imap_init(&ev, 16);
-  int32_t nev = 0;
-  for (int32_t i = 0; i < p->nops; i++)
+  int32_t nev = 0, *eslot = malloc(((size_t)p->nops + 1) * sizeof *eslot);
+  FP_ASSERT(eslot);
+  for (int32_t i = 0; i < p->nops; i++) {
+    eslot[i] = -1;
     if (!v->badop[i] && p->ops[i].event >= 0) {
       bool fresh;
-      imap_get_or_put(&ev, p->ops[i].event, nev, &fresh);
+      eslot[i] = imap_get_or_put(&ev, p->ops[i].event, nev, &fresh);
       if (fresh) nev++;
     }
+  }
+  imap_free(&ev);
   int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)nev + 1, sizeof *evc);
   bool *recorded = calloc((size_t)nev + 1, sizeof *recorded);
   FP_ASSERT(evc && recorded);
@@ -1237,11 +1242,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
       int s = op->stream;
-      int32_t e = -1;
-      if (op->event >= 0) {
-        bool fresh;
-        e = imap_get_or_put(&ev, op->event, 0, &fresh);
-      }
+      int32_t e = eslot[i];
       if (op->code == FP_OP_WAIT) {
         if (!recorded[e]) {
           if (!races) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
@@ -1273,7 +1274,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
   }
   free(evc);
   free(recorded);
-  imap_free(&ev);
+  free(eslot);
 }
 
 typedef struct offbuf {

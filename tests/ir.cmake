@@ -30,6 +30,10 @@ set_tests_properties(ir_plan_schema PROPERTIES LABELS golden TIMEOUT 60)
 # the snprintf/strtod loop, plan.json strings against json-c's escaping
 fp_unit_test(test_fmt)
 
+# the radix sort against qsort, the arena's mapped chunks, and the alias
+# clocks against a brute-force maximum over overlapping buffers
+fp_unit_test(test_base)
+
 # plan.json of compiled examples (hardware, memory timeline) agrees with the JSON Schema
 add_test(NAME plan_schema_examples
          COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ir_schema.py ${CMAKE_SOURCE_DIR}/schemas/plan.schema.json

@@ -1,0 +1,201 @@
+/* test_base.c - the base layer's sort and arena, and the IR's alias clocks,
+ * against plain oracles.
+ *
+ * fp_sort_u64 (a radix sort) must give qsort's order of (key, position):
+ * ascending keys, equal keys in their first order, each val moved with its
+ * key; checked on keys with few distinct values, on full 64-bit ones, on
+ * keys that differ only in one 16-bit digit, and on sorted and reversed
+ * input.
+ *
+ * The arena hands out big arrays from mappings of their own and grows them
+ * with mremap: fp_grow must keep the contents and give zeroed room, and
+ * fp_arena_release must leave every other allocation alone.
+ *
+ * fp_alias_clocks (ir/access.c) keeps buffers that share no byte in rows of
+ * their own and the rest in a segment tree; the answer for a buffer must be
+ * the maximum over every buffer overlapping it, computed here by brute force
+ * over random layouts (adjacent, nested, equal and disjoint ranges, two
+ * arenas, unplaced buffers) and random access sequences. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "ir/ir.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+typedef struct kv {
+  uint64_t key;
+  int32_t pos;
+} kv;
+
+static int kv_cmp(const void *a, const void *b) {
+  const kv *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static void check_sort(uint64_t *key, int64_t n, bool with_val) {
+  kv *want = malloc(((size_t)n + 1) * sizeof *want);
+  int32_t *val = with_val ? malloc(((size_t)n + 1) * sizeof *val) : NULL;
+  assert_non_null(want);
+  for (int64_t i = 0; i < n; i++) {
+    want[i] = (kv){key[i], (int32_t)i};
+    if (val) val[i] = (int32_t)i;
+  }
+  qsort(want, (size_t)n, sizeof *want, kv_cmp);
+  fp_sort_u64(key, val, n);
+  for (int64_t i = 0; i < n; i++) {
+    assert_int_equal(key[i], want[i].key);
+    if (val) assert_int_equal(val[i], want[i].pos);
+  }
+  free(want);
+  free(val);
+}
+
+static void test_sort_u64(void **state) {
+  (void)state;
+  static const int64_t sizes[] = {0, 1, 2, 3, 17, 1000, 100000};
+  for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    int64_t n = sizes[si];
+    uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
+    assert_non_null(key);
+    for (int kind = 0; kind < 6; kind++) {
+      for (int64_t i = 0; i < n; i++) {
+        uint64_t r = next();
+        switch (kind) {
+        case 0: key[i] = r % 7; break;                          /* few values: stability */
+        case 1: key[i] = r; break;                              /* every digit */
+        case 2: key[i] = 0x123400000000ull | (r & 0xffff0000); /* one digit varies */ break;
+        case 3: key[i] = (uint64_t)i * 3; break;                /* sorted */
+        case 4: key[i] = (uint64_t)(n - i) << 40; break;        /* reversed, high digit */
+        default: key[i] = r >> (r & 63); break;                 /* mixed magnitudes */
+        }
+      }
+      check_sort(key, n, kind % 2 == 0);
+    }
+    free(key);
+  }
+}
+
+static void test_arena_big(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  int32_t *small = fp_alloc_array(a, 100, sizeof *small);
+  for (int i = 0; i < 100; i++) small[i] = i * 7;
+  /* an array grown one element at a time from 16 to 3M: through malloc'd
+   * chunks, into a mapping, then mremap'd */
+  int64_t cap = 0, n = 3000000;
+  int64_t *arr = NULL;
+  for (int64_t i = 0; i < n; i++) {
+    arr = fp_grow(a, arr, &cap, i + 1, sizeof *arr);
+    if (i + 1 == cap || (i & (i - 1)) == 0) /* the room past i is zero when it is handed out */
+      for (int64_t j = i; j < cap; j += 4093) assert_int_equal(arr[j], 0);
+    arr[i] = i * 31 + 1;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (arr[i] != i * 31 + 1) fail_msg("element %lld is %lld", (long long)i, (long long)arr[i]);
+  /* a big one-off allocation is zeroed */
+  unsigned char *big = fp_alloc(a, (size_t)5 << 20);
+  for (size_t i = 0; i < (size_t)5 << 20; i += 4096) assert_int_equal(big[i], 0);
+  memset(big, 0xab, (size_t)5 << 20);
+  /* releasing the big ones leaves the rest; releasing a small one is a no-op */
+  fp_arena_release(a, arr);
+  fp_arena_release(a, small);
+  fp_arena_release(a, NULL);
+  for (int i = 0; i < 100; i++) assert_int_equal(small[i], i * 7);
+  assert_int_equal(big[12345], 0xab);
+  fp_arena_release(a, big);
+  char *s = fp_strdup(a, "still here");
+  assert_string_equal(s, "still here");
+  fp_arena_free(a);
+}
+
+/* brute force: the latest write / read per stream over every buffer that
+ * overlaps b */
+static void brute(const fp_prog *p, int64_t (*w)[FP_NSTREAMS], int64_t (*r)[FP_NSTREAMS], int32_t b, int s,
+                  int64_t *bw, int64_t *br) {
+  for (int t = 0; t < FP_NSTREAMS; t++) bw[t] = br[t] = 0;
+  for (int32_t o = 0; o < p->nbufs; o++) {
+    if (!fp_bufs_overlap(p, b, o)) continue;
+    for (int t = 0; t < FP_NSTREAMS; t++) {
+      if (t == s) continue;
+      if (w[o][t] > bw[t]) bw[t] = w[o][t];
+      if (r[o][t] > br[t]) br[t] = r[o][t];
+    }
+  }
+}
+
+static void test_alias_clocks(void **state) {
+  (void)state;
+  for (int round = 0; round < 200; round++) {
+    fp_prog p;
+    memset(&p, 0, sizeof p);
+    int32_t nb = 1 + (int32_t)(next() % 40);
+    fp_ir_buf *bufs = calloc((size_t)nb, sizeof *bufs);
+    assert_non_null(bufs);
+    for (int32_t b = 0; b < nb; b++) {
+      uint64_t r = next();
+      bufs[b].host = r % 5 == 0;
+      bufs[b].bytes = (int64_t)(r >> 8 & 3) * 64; /* 0 sometimes: empty */
+      switch (r >> 16 & 3) {
+      case 0: bufs[b].offset = -1; break;                                 /* unplaced */
+      case 1: bufs[b].offset = (int64_t)b * 1024; break;                  /* alone */
+      default: bufs[b].offset = (int64_t)(r >> 24 & 15) * 64; break;      /* shared bytes, equal and adjacent ranges */
+      }
+      if (bufs[b].bytes == 0 && bufs[b].offset >= 0 && r >> 30 & 1) bufs[b].bytes = 256;
+    }
+    p.bufs = bufs;
+    p.nbufs = nb;
+    fp_alias_clocks c;
+    fp_alias_clocks_init(&p, &c);
+    int64_t (*w)[FP_NSTREAMS] = calloc((size_t)nb, sizeof *w), (*r)[FP_NSTREAMS] = calloc((size_t)nb, sizeof *r);
+    int64_t clock[FP_NSTREAMS] = {0};
+    assert_true(w && r);
+    for (int k = 0; k < 400; k++) {
+      uint64_t x = next();
+      int32_t b = (int32_t)(x % (uint64_t)nb);
+      int s = (int)(x >> 20 & 0xff) % FP_NSTREAMS;
+      if (x >> 32 & 1) { /* ask */
+        int64_t gw[FP_NSTREAMS], gr[FP_NSTREAMS], bw[FP_NSTREAMS], br[FP_NSTREAMS];
+        fp_alias_clocks_max(&c, b, s, gw, gr);
+        brute(&p, w, r, b, s, bw, br);
+        for (int t = 0; t < FP_NSTREAMS; t++)
+          if (t != s && (gw[t] != bw[t] || gr[t] != br[t]))
+            fail_msg("round %d access %d: buffer %d [%lld, +%lld) stream %d: got w %lld r %lld, want w %lld r %lld",
+                     round, k, b, (long long)bufs[b].offset, (long long)bufs[b].bytes, t, (long long)gw[t],
+                     (long long)gr[t], (long long)bw[t], (long long)br[t]);
+      } else { /* note */
+        bool rd = x >> 33 & 1, wr = !rd || (x >> 34 & 1);
+        int64_t t = ++clock[s];
+        fp_alias_clocks_note(&c, b, s, rd, wr, t);
+        if (wr) w[b][s] = t;
+        if (rd) r[b][s] = t;
+      }
+    }
+    fp_alias_clocks_free(&c);
+    free(w);
+    free(r);
+    free(bufs);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sort_u64),
+      cmocka_unit_test(test_arena_big),
+      cmocka_unit_test(test_alias_clocks),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
