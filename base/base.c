@@ -35,7 +35,7 @@ void fp_internal_error(const char *file, int line, const char *cond) {
 #ifdef FP_ASAN
 #define FP_MAP_MIN SIZE_MAX
 #else
-#define FP_MAP_MIN ((size_t)1 << 20)
+#define FP_MAP_MIN ((size_t)32 << 20)
 #endif
 
 typedef struct fp_chunk {
@@ -190,24 +190,28 @@ void fp_arena_release(fp_arena *a, void *p) {
 /* ---- sorting --------------------------------------------------------------- */
 void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
   if (n < 2) return;
+  /* digits of 16 bits for big inputs, of 8 for small ones (the counts are
+   * cleared every pass) */
+  const int bits = n >= 65536 ? 16 : 8;
+  const size_t radix = (size_t)1 << bits, mask = radix - 1;
   uint64_t all_or = 0, all_and = ~(uint64_t)0;
   for (int64_t i = 0; i < n; i++) all_or |= key[i], all_and &= key[i];
   uint64_t *k2 = malloc((size_t)n * sizeof *k2);
   int32_t *v2 = val ? malloc((size_t)n * sizeof *v2) : NULL;
-  size_t *cnt = malloc(65536 * sizeof *cnt);
+  size_t *cnt = malloc(radix * sizeof *cnt);
   FP_ASSERT(k2 && (v2 || !val) && cnt);
-  for (int shift = 0; shift < 64; shift += 16) {
-    if (!(((all_or ^ all_and) >> shift) & 0xffff)) continue; /* one digit everywhere: already in order */
-    memset(cnt, 0, 65536 * sizeof *cnt);
-    for (int64_t i = 0; i < n; i++) cnt[key[i] >> shift & 0xffff]++;
+  for (int shift = 0; shift < 64; shift += bits) {
+    if (!(((all_or ^ all_and) >> shift) & mask)) continue; /* one digit everywhere: already in order */
+    memset(cnt, 0, radix * sizeof *cnt);
+    for (int64_t i = 0; i < n; i++) cnt[key[i] >> shift & mask]++;
     size_t sum = 0;
-    for (int d = 0; d < 65536; d++) {
+    for (size_t d = 0; d < radix; d++) {
       size_t c = cnt[d];
       cnt[d] = sum;
       sum += c;
     }
     for (int64_t i = 0; i < n; i++) {
-      size_t at = cnt[key[i] >> shift & 0xffff]++;
+      size_t at = cnt[key[i] >> shift & mask]++;
       k2[at] = key[i];
       if (val) v2[at] = val[i];
     }

@@ -176,7 +176,7 @@ void fp_out_abort(fp_out *o);  /* close and remove the temporary */
 
 /* ---- sorting ----------------------------------------------------------- */
 /* sort n keys ascending, each with its val (val may be NULL), stable: a
- * radix sort, 16 bits a pass, passes where every key has the same digit
+ * radix sort, 16 bits a pass (8 under 65,536 keys), passes where every key has the same digit
  * skipped; O(n), for the big sorts of a compile (qsort's merge sort with a
  * call per comparison cost 8% of 100,000 units' compile) */
 void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n);
