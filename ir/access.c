@@ -104,11 +104,13 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
   int32_t nb = p->nbufs;
   c->lo = malloc(((size_t)nb + 1) * sizeof *c->lo);
   c->hi = malloc(((size_t)nb + 1) * sizeof *c->hi);
+  c->row = malloc(((size_t)nb + 1) * sizeof *c->row);
   uint64_t *e = malloc((2 * (size_t)nb + 1) * sizeof *e);
   int32_t *ord = malloc(((size_t)nb + 1) * sizeof *ord);
-  FP_ASSERT(c->lo && c->hi && e && ord);
+  FP_ASSERT(c->lo && c->hi && c->row && e && ord);
   /* a buffer sharing no byte with another (every persistent buffer, an
-   * unplaced one) keeps its clocks in a row of its own: c->lo[b] = -1 - row.
+   * unplaced one) keeps its clocks in a row of its own: c->lo[b] = -1,
+   * c->row[b] its row in c->iso.
    * Sorted by offset, buffer k shares bytes with one before it when one of
    * those reaches past its offset, with one after it when the next starts
    * before its end (equal offsets: both share) */
@@ -126,12 +128,12 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
       const fp_ir_buf *x = &p->bufs[ord[k]];
       int64_t end = buf_end(x);
       bool alone = x->offset >= reach && (k + 1 == m || p->bufs[ord[k + 1]].offset >= end);
-      if (alone) c->lo[ord[k]] = -1 - niso++;
+      if (alone) c->lo[ord[k]] = -1, c->row[ord[k]] = niso++;
       if (end > reach) reach = end;
     }
   }
   for (int32_t b = 0; b < nb; b++)
-    if (!placed(&p->bufs[b])) c->lo[b] = -1 - niso++;
+    if (!placed(&p->bufs[b])) c->lo[b] = -1, c->row[b] = niso++;
   free(ord);
   int64_t leaves = 0;
   for (int host = 0; host < 2; host++) {
@@ -153,6 +155,7 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
       if (x->host != host || !placed(x) || c->lo[b] < 0) continue;
       c->lo[b] = (int32_t)(leaves + fp_cut_slot((const int64_t *)e, u, x->offset));
       c->hi[b] = (int32_t)(leaves + fp_cut_slot((const int64_t *)e, u, buf_end(x)));
+      c->row[b] = c->ntree++;
     }
     if (u > 1) leaves += u - 1;
   }
@@ -165,7 +168,7 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
   c->tag = malloc(2 * (size_t)n * NK * sizeof *c->tag);
   c->sub = malloc(2 * (size_t)n * NK * sizeof *c->sub);
   c->iso = malloc(((size_t)niso + 1) * NK * sizeof *c->iso);
-  c->memo = malloc(((size_t)nb + 1) * sizeof *c->memo);
+  c->memo = malloc(((size_t)c->ntree + 1) * sizeof *c->memo);
   c->nbufs = nb;
   FP_ASSERT(c->tag && c->sub && c->iso && c->memo);
   fp_alias_clocks_reset(c);
@@ -176,7 +179,7 @@ void fp_alias_clocks_reset(fp_alias_clocks *c) {
   memset(c->sub, 0, 2 * (size_t)c->n * NK * sizeof *c->sub);
   memset(c->iso, 0, (size_t)c->niso * NK * sizeof *c->iso);
   memset(c->nacc, 0, sizeof c->nacc);
-  for (int32_t b = 0; b < c->nbufs; b++) c->memo[b].s = -1;
+  for (int32_t k = 0; k < c->ntree; k++) c->memo[k].s = -1;
 }
 
 void fp_alias_clocks_free(fp_alias_clocks *c) {
@@ -186,6 +189,7 @@ void fp_alias_clocks_free(fp_alias_clocks *c) {
   free(c->sub);
   free(c->iso);
   free(c->memo);
+  free(c->row);
   memset(c, 0, sizeof *c);
 }
 
@@ -205,7 +209,7 @@ static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
 
 void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
   if (c->lo[b] < 0) { /* no other buffer sees it: no memo goes stale */
-    int64_t *row = c->iso + (int64_t)(-1 - c->lo[b]) * NK;
+    int64_t *row = c->iso + (int64_t)c->row[b] * NK;
     if (write) chmax(&row[s], t);
     if (read) chmax(&row[FP_NSTREAMS + s], t);
     return;
@@ -217,12 +221,12 @@ void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool 
 
 void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r) {
   if (c->lo[b] < 0) {
-    const int64_t *row = c->iso + (int64_t)(-1 - c->lo[b]) * NK;
+    const int64_t *row = c->iso + (int64_t)c->row[b] * NK;
     for (int t = 0; t < FP_NSTREAMS; t++)
       if (t != s) w[t] = row[t], r[t] = row[FP_NSTREAMS + t];
     return;
   }
-  struct fp_alias_memo *mo = &c->memo[b];
+  struct fp_alias_memo *mo = &c->memo[c->row[b]];
   bool fresh = mo->s == s;
   for (int t = 0; t < FP_NSTREAMS && fresh; t++) fresh = t == s || mo->seen[t] == c->nacc[t];
   if (fresh) { /* only stream s noted anything since: the other streams' clocks stand */

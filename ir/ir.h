@@ -382,13 +382,14 @@ int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out);
 typedef struct fp_alias_clocks {
   int32_t n;          /* leaves: slots of bytes */
   int32_t nbufs;
-  int32_t *lo, *hi;   /* per buffer: its slots [lo, hi), or lo = -1 - its row in iso */
-  int32_t niso;       /* buffers that share no byte with another */
+  int32_t *lo, *hi;   /* per buffer: its slots [lo, hi); lo = -1: it shares no byte */
+  int32_t *row;       /* per buffer: its row in iso (lo = -1), else in memo */
+  int32_t niso, ntree; /* buffers that share no byte with another / that do */
   int64_t *iso;       /* their clocks, 2 * FP_NSTREAMS per row (writes, then reads) */
   int64_t *tag, *sub; /* per tree node, 2 * FP_NSTREAMS clocks (writes, then reads): a clock
                        * noted over the whole node / the maximum anywhere under it */
   int64_t nacc[FP_NSTREAMS]; /* accesses noted per stream */
-  struct fp_alias_memo {     /* per buffer: its last answer, asked from stream s at nacc seen */
+  struct fp_alias_memo {     /* per buffer in the tree: its last answer, asked from stream s at nacc seen */
     int32_t s;
     int64_t seen[FP_NSTREAMS], w[FP_NSTREAMS], r[FP_NSTREAMS];
   } *memo;

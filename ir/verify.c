@@ -1551,8 +1551,11 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
       v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
       v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
       FP_ASSERT(v.clk && v.acc);
+      int64_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
+      for (int32_t i = 0; i < p->nops; i++)
+        if ((unsigned)p->ops[i].stream < FP_NSTREAMS) per[p->ops[i].stream]++;
       for (int t = 0; t < FP_NSTREAMS; t++) {
-        v.clkop[t] = malloc((2 * (size_t)p->nops + 2) * sizeof *v.clkop[t]); /* one tick per op and step */
+        v.clkop[t] = malloc((2 * (size_t)per[t] + 2) * sizeof *v.clkop[t]);
         FP_ASSERT(v.clkop[t]);
       }
     }

@@ -146,7 +146,18 @@ static fp_op sync_op(fp_opcode code, int stream, int32_t seg, int32_t event) {
                  .aux = fp_noreg()};
 }
 
-/* write the program again with the records and waits */
+/* a record or wait the pass adds, and where it goes in the new order */
+typedef struct added {
+  int32_t at, seg, event;
+  fp_opcode code;
+  int stream;
+} added;
+
+/* write the program again with the records and waits, in place: a first
+ * walk gives every op its new index (never lower than its old one) and
+ * lists the ops added; the ops then move back to front, so none is
+ * overwritten before it moves, and the added ones fill the gaps. The op
+ * array grows in place (one array, not two: 2.2M ops are 422 MB). */
 static void rebuild(sctx *c, fp_prog *P) {
   int32_t n = c->n;
   bool *rec = calloc((size_t)n + 1, sizeof *rec);
@@ -164,29 +175,29 @@ static void rebuild(sctx *c, fp_prog *P) {
     evof[i] = rec[i] ? nrec++ : -1;
     for (int t = 0; t < FP_NSTREAMS; t++) nwait += c->wp[i][t] >= 0;
   }
-  fp_op *old = P->ops;
+  const fp_op *old = P->ops;
   fp_seg *segs = P->segs;
-  int32_t cap = n + nrec + nwait + 1;
-  fp_op *ops = fp_alloc_array(P->arena, (size_t)cap, sizeof *ops);
+  int32_t cap = n + nrec + nwait + 1, nadd = 0;
+  added *add = malloc(((size_t)nrec + (size_t)nwait + 1) * sizeof *add);
+  FP_ASSERT(add);
   int32_t m = 0, pending = -1, seg = P->nsegs - 1; /* pending: a record that opens the next segment */
   for (int32_t k = 0; k < P->nsegs; k++) {
     int32_t first = segs[k].first, nops = segs[k].nops;
     segs[k].first = m;
     if (pending >= 0) {
-      ops[m++] = sync_op(FP_OP_RECORD, old[pending].stream, k, evof[pending]);
+      add[nadd++] = (added){m++, k, evof[pending], FP_OP_RECORD, old[pending].stream};
       pending = -1;
     }
     for (int32_t i = first; i < first + nops; i++) {
       const fp_op *op = &old[i];
       for (int t = 0; t < FP_NSTREAMS; t++)
-        if (c->wp[i][t] >= 0) ops[m++] = sync_op(FP_OP_WAIT, op->stream, k, evof[c->glast[c->wp[i][t]]]);
-      newidx[i] = m;
-      ops[m++] = *op;
+        if (c->wp[i][t] >= 0) add[nadd++] = (added){m++, k, evof[c->glast[c->wp[i][t]]], FP_OP_WAIT, op->stream};
+      newidx[i] = m++;
       if (rec[i] && op->code == FP_OP_COMPUTE) { /* the trainer's work runs after this segment */
         FP_ASSERT(i == first + nops - 1 && k + 1 < P->nsegs);
         pending = i;
       } else if (rec[i]) {
-        ops[m++] = sync_op(FP_OP_RECORD, op->stream, k, evof[i]);
+        add[nadd++] = (added){m++, k, evof[i], FP_OP_RECORD, op->stream};
       }
     }
   }
@@ -196,19 +207,24 @@ static void rebuild(sctx *c, fp_prog *P) {
     for (int t = 0; t < FP_NSTREAMS; t++) {
       int32_t p = c->endw[s][t];
       if (p < 0) continue;
-      ops[m++] = sync_op(FP_OP_WAIT, s, seg, evof[c->glast[p]]);
+      add[nadd++] = (added){m++, seg, evof[c->glast[p]], FP_OP_WAIT, s};
     }
-  FP_ASSERT(m <= cap);
+  FP_ASSERT(m <= cap && nadd == m - n);
+  P->ops = fp_grow(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops);
+  fp_op *ops = P->ops;
+  for (int32_t i = n - 1; i >= 0; i--) {
+    FP_ASSERT(newidx[i] >= i);
+    ops[newidx[i]] = ops[i];
+  }
+  for (int32_t k = 0; k < nadd; k++) ops[add[k].at] = sync_op(add[k].code, add[k].stream, add[k].seg, add[k].event);
   for (int32_t k = 0; k < P->nsegs; k++) segs[k].nops = (k + 1 < P->nsegs ? segs[k + 1].first : m) - segs[k].first;
   for (int32_t k = 0; k < P->nlives; k++) {
     P->lives[k].first = newidx[P->lives[k].first];
     P->lives[k].last = newidx[P->lives[k].last];
   }
-  P->ops = ops;
   P->nops = m;
-  P->cap_ops = cap;
-  fp_arena_release(P->arena, old); /* 2.2M ops: 422 MB no longer held twice */
   P->nevents = nrec;
+  free(add);
   free(rec);
   free(evof);
   free(newidx);
@@ -229,8 +245,10 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
   FP_ASSERT(c.acc && c.gfirst && c.glast && c.wp && c.snap);
+  size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
+  for (int32_t i = 0; i < P->nops; i++) per[P->ops[i].stream]++;
   for (int t = 0; t < FP_NSTREAMS; t++) {
-    c.clkop[t] = malloc((2 * n1 + 1) * sizeof *c.clkop[t]); /* a stream ticks at most once per op and step */
+    c.clkop[t] = malloc((2 * per[t] + 2) * sizeof *c.clkop[t]);
     FP_ASSERT(c.clkop[t]);
   }
   for (int32_t i = 0; i < P->nops; i++) {
