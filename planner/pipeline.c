@@ -172,6 +172,27 @@ static bool better(const fp_compiled *c, const fp_compiled *best) {
   return c->prog->arena_bytes < best->prog->arena_bytes;
 }
 
+/* A candidate that lost (or failed half way) gives its op array back to the
+ * arena now - the largest thing a lowering makes, in a chunk of its own once
+ * over 64 KiB - instead of holding it until the compile ends; never the
+ * program of `keep`, which a failed candidate may still share. */
+static void drop(fp_arena *a, fp_compiled *c, const fp_compiled *keep) {
+  if (!c->prog || (keep && c->prog == keep->prog) || !c->prog->ops) return;
+  fp_arena_release(a, c->prog->ops);
+  c->prog->ops = NULL;
+}
+
+/* *best becomes the better of it and the candidate just built in *out (ok:
+ * it was built); the other one is dropped */
+static void keep_better(fp_arena *a, bool ok, fp_compiled *out, fp_compiled *best) {
+  if (ok && better(out, best)) {
+    drop(a, best, out);
+    *best = *out;
+  } else {
+    drop(a, out, best);
+  }
+}
+
 /* Each candidate after plain costs a whole lowering, the passes and the
  * simulator again. They are tried only where they can pay: when plain leaves
  * more than FP_MEMPLAN_TRY_EXPOSED of the step exposed (below that, no memory
@@ -191,14 +212,19 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
   fp_diag_init(&quiet, NULL);
   double prev = best.sim.step_us; /* each deeper hold must beat the one before */
   for (int hold = 1; hold <= FP_MEMPLAN_HOLD_MAX; hold++) {
-    if (!schedule_with(a, &quiet, out, kf, kb, hold, NULL) || !(out->sim.step_us < prev * (1 - FP_STEP_SLACK))) break;
+    if (!schedule_with(a, &quiet, out, kf, kb, hold, NULL) || !(out->sim.step_us < prev * (1 - FP_STEP_SLACK))) {
+      drop(a, out, &best);
+      break;
+    }
     prev = out->sim.step_us;
     held = *out;
     for (int reach = 0; reach < 2; reach++) {
-      if (!schedule_with(a, &quiet, out, kf, kb, 0, spans_of(a, &held, reach))) continue;
-      if (better(out, &best)) best = *out;
-      if (out->prog->arena_bytes <= out->stats.lower_bound_bytes) break; /* no tighter packing exists */
+      bool ok = schedule_with(a, &quiet, out, kf, kb, 0, spans_of(a, &held, reach));
+      bool tight = ok && out->prog->arena_bytes <= out->stats.lower_bound_bytes; /* no tighter packing exists */
+      keep_better(a, ok, out, &best);
+      if (tight) break;
     }
+    drop(a, &held, &best); /* it only lent its lifetimes */
   }
   fp_diag_free(&quiet);
   *out = best;
@@ -230,7 +256,7 @@ static bool schedule_refresh(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, 
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
   out->defer_refresh = true;
-  if (schedule_memory(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
+  keep_better(a, schedule_memory(a, &quiet, out, kf, kb), out, &best);
   fp_diag_free(&quiet);
   *out = best;
   return true;
@@ -262,7 +288,7 @@ static bool schedule_prep(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
   out->prep_on_compute = true;
-  if (schedule_refresh(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
+  keep_better(a, schedule_refresh(a, &quiet, out, kf, kb), out, &best);
   fp_diag_free(&quiet);
   *out = best;
   return true;
@@ -291,7 +317,7 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
   out->replica_each = true;
-  if (schedule_prep(a, &quiet, out, kf, kb) && better(out, &best)) best = *out;
+  keep_better(a, schedule_prep(a, &quiet, out, kf, kb), out, &best);
   fp_diag_free(&quiet);
   *out = best;
   return true;
@@ -321,9 +347,17 @@ static bool choose_prefetch(fp_arena *a, fp_diag *d, const fp_spec *s, fp_compil
     fp_diag_init(&quiet, NULL);
     bool ok = schedule(a, k == 0 && !have ? d : &quiet, out, kf, kb);
     fp_diag_free(&quiet);
-    if (!ok) continue;
+    if (!ok) {
+      drop(a, out, have ? &best : NULL);
+      continue;
+    }
     if (budget) return true;
-    if (!have || out->sim.step_us <= best.sim.step_us * (1 + 1e-9)) best = *out, have = true;
+    if (!have || out->sim.step_us <= best.sim.step_us * (1 + 1e-9)) {
+      if (have) drop(a, &best, out);
+      best = *out, have = true;
+    } else {
+      drop(a, out, &best);
+    }
   }
   if (have) *out = best;
   return have;

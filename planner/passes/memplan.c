@@ -811,6 +811,11 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
         if (at[from[i].buf] + from[i].bytes > bound) next[n++] = from[i];
       for (int i = 0; i < nitems; i++)
         if (at[from[i].buf] + from[i].bytes <= bound) next[n++] = from[i];
+      /* the order just tried, unchanged: it places the same again, and so
+       * would every try after it (each reorders the one before) */
+      int same = order > NORDERS;
+      for (int i = 0; i < nitems && same; i++) same = items[i].buf == next[i].buf;
+      if (same) break;
       memcpy(items, next, sizeof *items * (size_t)nitems);
     }
     int64_t e = place(&pl, order == ORDER_SIZE_BEST_FIT, off, &work);
