@@ -234,6 +234,17 @@ set_tests_properties(reshard_cli PROPERTIES TIMEOUT 120 LABELS cli)
 fp_reshard_test(fs8_to_hybrid4_disjoint 12 full_shard 8 hybrid 4 --to-offset 8)
 fp_reshard_test(hybrid4_to_ragged6_disjoint 10 hybrid 4 ragged-w6 6 --to-offset 4)
 fp_reshard_test(ragged6_to_fs8_disjoint 14 ragged-w6 6 full_shard 8 --to-offset 6)
+if(FP_SANITIZE)
+  # Under the asan preset this 14-process run (alone of the MPI tests) has
+  # its LeakSanitizer check off: in a whole asan run, LeakSanitizer's own
+  # tracer segfaults in it (ScanRangeForPointers reading address 0x3d28, every
+  # time; before MPI_Finalize and at exit alike, after all checks passed),
+  # and never when the test runs alone. AddressSanitizer still checks every
+  # access; test_reshard's leak check runs in the other reshard tests.
+  set(env ${FP_MPI_ENV})
+  list(TRANSFORM env REPLACE "detect_leaks=1" "detect_leaks=0")
+  set_tests_properties(reshard_ragged6_to_fs8_disjoint PROPERTIES ENVIRONMENT "${env}")
+endif()
 # weights and AdamW state (the default optimizer) together: the state follows
 # each main shard; bf16 main weights on one side cast both ways
 fp_reshard_test(fs4_to_placements3_optim 4 full_shard 4 placements-w3 3 --what weights+optimizer)
