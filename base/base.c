@@ -223,6 +223,25 @@ void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
   free(cnt);
 }
 
+void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k)) {
+  if (n < 2) return;
+  FP_ASSERT(n <= INT32_MAX);
+  uint64_t *kv = malloc((size_t)n * sizeof *kv);
+  int32_t *ord = malloc((size_t)n * sizeof *ord);
+  unsigned char *tmp = malloc((size_t)n * elem), *r = recs;
+  FP_ASSERT(kv && ord && tmp);
+  for (int64_t i = 0; i < n; i++) ord[i] = (int32_t)i;
+  for (int k = nkeys - 1; k >= 0; k--) {
+    for (int64_t i = 0; i < n; i++) kv[i] = key(r + (size_t)ord[i] * elem, k);
+    fp_sort_u64(kv, ord, n);
+  }
+  for (int64_t i = 0; i < n; i++) memcpy(tmp + (size_t)i * elem, r + (size_t)ord[i] * elem, elem);
+  memcpy(r, tmp, (size_t)n * elem);
+  free(kv);
+  free(ord);
+  free(tmp);
+}
+
 /* ---- growable strings ------------------------------------------------------------ */
 void fp_sb_grow(fp_sbuf *b, size_t n) {
   size_t nc = b->cap ? b->cap : 4096;

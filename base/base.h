@@ -180,6 +180,10 @@ void fp_out_abort(fp_out *o);  /* close and remove the temporary */
  * skipped; O(n), for the big sorts of a compile (qsort's merge sort with a
  * call per comparison cost 8% of 100,000 units' compile) */
 void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n);
+/* sort n records of elem bytes by key(rec, 0), ties by key(rec, 1), ...
+ * (nkeys keys, the records' own order last): fp_sort_u64 over an order,
+ * minor key first, then one gather; key is called n times per key */
+void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k));
 
 /* ---- hashing ----------------------------------------------------------- */
 /* FNV-1a 64 over bytes, chainable (start with FP_FNV_INIT) */

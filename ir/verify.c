@@ -1140,23 +1140,11 @@ static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, co
   fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
-/* by (buf, first, last), stably: radix sorts of an order (qsort moved the
+/* ranges by (buf, first, last), stably (fp_sort_records: qsort moved the
  * whole records, 2% of a big compile) */
-static void sort_ranges(range *rg, int32_t n) {
-  if (n < 2) return;
-  uint64_t *key = malloc((size_t)n * sizeof *key);
-  int32_t *ord = malloc((size_t)n * sizeof *ord);
-  range *sorted = malloc((size_t)n * sizeof *sorted);
-  FP_ASSERT(key && ord && sorted);
-  for (int32_t k = 0; k < n; k++) key[k] = (uint64_t)(uint32_t)rg[k].first << 32 | (uint32_t)rg[k].last, ord[k] = k;
-  fp_sort_u64(key, ord, n);
-  for (int32_t k = 0; k < n; k++) key[k] = (uint32_t)rg[ord[k]].buf;
-  fp_sort_u64(key, ord, n);
-  for (int32_t k = 0; k < n; k++) sorted[k] = rg[ord[k]];
-  memcpy(rg, sorted, (size_t)n * sizeof *sorted);
-  free(key);
-  free(ord);
-  free(sorted);
+static uint64_t range_key(const void *rec, int k) {
+  const range *r = rec;
+  return k == 0 ? (uint32_t)r->buf : (uint64_t)(uint32_t)r->first << 32 | (uint32_t)r->last;
 }
 
 /* the live ranges of transient buffers: declared ones (checked here), or
@@ -1200,7 +1188,7 @@ static bool build_ranges(vctx *v) {
     for (int32_t b = 0; b < p->nbufs; b++)
       if (p->bufs[b].kind == FP_BUF_TRANSIENT && !declared[b] && first[b] >= 0)
         v->rg[v->nrg++] = (range){.buf = b, .first = first[b], .last = last[b], .live = -1};
-    sort_ranges(v->rg, v->nrg);
+    fp_sort_records(v->rg, sizeof *v->rg, v->nrg, 2, range_key);
     v->rstart = calloc((size_t)p->nbufs + 2, sizeof *v->rstart);
     FP_ASSERT(v->rstart);
     for (int32_t k = 0; k < v->nrg; k++) v->rstart[v->rg[k].buf + 1]++;

@@ -5,7 +5,8 @@
  * ascending keys, equal keys in their first order, each val moved with its
  * key; checked on keys with few distinct values, on full 64-bit ones, on
  * keys that differ only in one 16-bit digit, and on sorted and reversed
- * input.
+ * input. fp_sort_records must give qsort's order of records by two keys
+ * and then their position.
  *
  * The arena hands out big arrays from mappings of their own and grows them
  * with mremap: fp_grow must keep the contents and give zeroed room, and
@@ -86,6 +87,44 @@ static void test_sort_u64(void **state) {
       check_sort(key, n, kind % 2 == 0);
     }
     free(key);
+  }
+}
+
+/* records sorted by (a, b), ties in their first order: fp_sort_records
+ * against qsort with the position as the last key */
+typedef struct rec {
+  uint32_t a;
+  uint64_t b;
+  int32_t pos;
+} rec;
+
+static uint64_t rec_key(const void *r, int k) { return k == 0 ? ((const rec *)r)->a : ((const rec *)r)->b; }
+
+static int rec_cmp(const void *x, const void *y) {
+  const rec *p = x, *q = y;
+  if (p->a != q->a) return p->a < q->a ? -1 : 1;
+  if (p->b != q->b) return p->b < q->b ? -1 : 1;
+  return (p->pos > q->pos) - (p->pos < q->pos);
+}
+
+static void test_sort_records(void **state) {
+  (void)state;
+  static const int64_t sizes[] = {0, 1, 5, 300, 70000};
+  for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    int64_t n = sizes[si];
+    rec *got = calloc((size_t)n + 1, sizeof *got), *want = calloc((size_t)n + 1, sizeof *want);
+    assert_true(got && want);
+    for (int64_t i = 0; i < n; i++) {
+      uint64_t r = next();
+      got[i] = (rec){(uint32_t)(r % 5), r >> 60, (int32_t)i}; /* many ties on both keys */
+      want[i] = got[i];
+    }
+    qsort(want, (size_t)n, sizeof *want, rec_cmp);
+    fp_sort_records(got, sizeof *got, n, 2, rec_key);
+    for (int64_t i = 0; i < n; i++)
+      if (got[i].pos != want[i].pos) fail_msg("n %lld: record %lld is #%d, want #%d", (long long)n, (long long)i, got[i].pos, want[i].pos);
+    free(got);
+    free(want);
   }
 }
 
@@ -194,6 +233,7 @@ static void test_alias_clocks(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sort_u64),
+      cmocka_unit_test(test_sort_records),
       cmocka_unit_test(test_arena_big),
       cmocka_unit_test(test_alias_clocks),
   };

@@ -49,24 +49,15 @@ typedef struct {
  * buckets, each placed against hundreds of live spans): median of three,
  * insertion sort under 24, the smaller side first; a side that recurses
  * past 2 log2 n levels is radix sorted instead, so O(n log n) always. */
-static void radix_spans(span *sp, int n) {
-  uint64_t *key = malloc((size_t)n * sizeof *key);
-  int32_t *ord = malloc((size_t)n * sizeof *ord);
-  span *tmp = malloc((size_t)n * sizeof *tmp);
-  FP_ASSERT(key && ord && tmp);
-  for (int i = 0; i < n; i++) key[i] = (uint64_t)sp[i].off, ord[i] = i;
-  fp_sort_u64(key, ord, n);
-  for (int i = 0; i < n; i++) tmp[i] = sp[ord[i]];
-  memcpy(sp, tmp, (size_t)n * sizeof *sp);
-  free(key);
-  free(ord);
-  free(tmp);
+static uint64_t span_key(const void *rec, int k) {
+  (void)k;
+  return (uint64_t)((const span *)rec)->off;
 }
 
 static void sort_spans_depth(span *sp, int n, int depth) {
   while (n >= 24) {
     if (depth-- <= 0) {
-      radix_spans(sp, n);
+      fp_sort_records(sp, sizeof *sp, n, 1, span_key);
       return;
     }
     span *a = &sp[0], *m = &sp[n / 2], *z = &sp[n - 1], t;
