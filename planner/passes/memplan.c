@@ -106,18 +106,24 @@ typedef struct {
 
 /* The placed buffers' live ranges over op order [0, n): a range [f, l] is
  * listed at the tree nodes that cover it (stab: which ranges hold op a) and
- * at the leaf of its first op, with a count per node of the ranges starting
- * under it (which ranges start in (a, b]). A range overlaps [a, b] iff it
- * holds a or starts in (a, b]. */
+ * at the leaf of its first op, with a bitmap of the leaves where some range
+ * starts, 64-ary in levels (which ranges start in (a, b]: the next marked
+ * leaf is a few word scans away, so listing k starts costs O(k + levels),
+ * not a walk down the tree per start). A range overlaps [a, b] iff it holds
+ * a or starts in (a, b]. */
 typedef struct {
   int32_t buf, next;
 } entry;
 
+#define LT_MAXLEV 6 /* 64^6 leaves: more than an int32 op index reaches */
 typedef struct {
-  int32_t n;           /* leaves: a power of two >= ops */
-  int32_t *cover;      /* per node: the first entry of the ranges covering it, -1 */
-  int32_t *start;      /* per leaf: the first entry of the ranges starting there, -1 */
-  int32_t *nstart;     /* per node: ranges starting under it */
+  int32_t n;                 /* leaves: a power of two >= ops */
+  int32_t *cover;            /* per node: the first entry of the ranges covering it, -1 */
+  int32_t *start;            /* per leaf: the first entry of the ranges starting there, -1 */
+  uint64_t *bits[LT_MAXLEV]; /* level 0: a bit per leaf with a start; level k + 1: a bit per non-zero word of level k */
+  int64_t nw[LT_MAXLEV];     /* words per level */
+  int nlev;
+  uint64_t *words; /* the levels, in one block */
   entry *pool;
   int32_t npool, cap;
 } ltree;
@@ -138,8 +144,17 @@ static void lt_init(ltree *t, int32_t nops) {
   while (t->n < nops) t->n *= 2;
   t->cover = malloc(2 * (size_t)t->n * sizeof *t->cover);
   t->start = malloc((size_t)t->n * sizeof *t->start);
-  t->nstart = calloc(2 * (size_t)t->n, sizeof *t->nstart);
-  FP_ASSERT(t->cover && t->start && t->nstart);
+  int64_t total = 0;
+  for (int64_t w = ((int64_t)t->n + 63) / 64;; w = (w + 63) / 64) {
+    FP_ASSERT(t->nlev < LT_MAXLEV);
+    t->nw[t->nlev++] = w;
+    total += w;
+    if (w == 1) break;
+  }
+  t->words = calloc((size_t)total, sizeof *t->words);
+  FP_ASSERT(t->cover && t->start && t->words);
+  total = 0;
+  for (int l = 0; l < t->nlev; l++) t->bits[l] = t->words + total, total += t->nw[l];
   for (int64_t k = 0; k < 2 * (int64_t)t->n; k++) t->cover[k] = -1;
   for (int32_t k = 0; k < t->n; k++) t->start[k] = -1;
 }
@@ -147,7 +162,7 @@ static void lt_init(ltree *t, int32_t nops) {
 static void lt_free(ltree *t) {
   free(t->cover);
   free(t->start);
-  free(t->nstart);
+  free(t->words);
   free(t->pool);
 }
 
@@ -157,27 +172,42 @@ static void lt_insert(ltree *t, const fp_ir_live *x, int32_t buf) {
     if (z & 1) lt_push(t, &t->cover[--z], buf);
   }
   lt_push(t, &t->start[x->first], buf);
-  for (int64_t a = x->first + (int64_t)t->n; a; a >>= 1) t->nstart[a]++;
+  /* mark the leaf, and each level's word above it (up to a word already marked) */
+  for (int64_t l = 0, i = x->first; l < t->nlev; l++, i >>= 6) {
+    uint64_t bit = (uint64_t)1 << (i & 63), *w = &t->bits[l][i >> 6];
+    bool had = *w != 0;
+    *w |= bit;
+    if (had) break;
+  }
 }
 
-/* the buffers of the ranges starting in [lo, hi] under node k (leaves kl..kr) */
-static void lt_starts(const ltree *t, int64_t k, int32_t kl, int32_t kr, int32_t lo, int32_t hi,
-                      void (*f)(void *, int32_t), void *ctx) {
-  if (kr < lo || hi < kl || t->nstart[k] == 0) return;
-  if (kl == kr) {
-    for (int32_t e = t->start[kl]; e >= 0; e = t->pool[e].next) f(ctx, t->pool[e].buf);
-    return;
+/* the first leaf >= i where a range starts, or -1 */
+static int64_t lt_next(const ltree *t, int64_t i) {
+  int l = 0;
+  for (;; l++) { /* up: the first level with a marked bit at or after i in i's word */
+    if (l == t->nlev || (i >> 6) >= t->nw[l]) return -1;
+    uint64_t m = t->bits[l][i >> 6] & (~(uint64_t)0 << (i & 63));
+    if (m) {
+      i = (i & ~(int64_t)63) | __builtin_ctzll(m);
+      break;
+    }
+    i = (i >> 6) + 1;
   }
-  int32_t mid = kl + (kr - kl) / 2;
-  lt_starts(t, 2 * k, kl, mid, lo, hi, f, ctx);
-  lt_starts(t, 2 * k + 1, mid + 1, kr, lo, hi, f, ctx);
+  for (; l > 0; l--) i = (i << 6) | __builtin_ctzll(t->bits[l - 1][i]); /* down: the first marked bit of each word */
+  return i;
+}
+
+/* the buffers of the ranges starting in [lo, hi] */
+static void lt_starts(const ltree *t, int32_t lo, int32_t hi, void (*f)(void *, int32_t), void *ctx) {
+  for (int64_t i = lt_next(t, lo); i >= 0 && i <= hi; i = lt_next(t, i + 1))
+    for (int32_t e = t->start[i]; e >= 0; e = t->pool[e].next) f(ctx, t->pool[e].buf);
 }
 
 /* every buffer with a placed range overlapping [x->first, x->last] */
 static void lt_query(const ltree *t, const fp_ir_live *x, void (*f)(void *, int32_t), void *ctx) {
   for (int64_t a = x->first + (int64_t)t->n; a; a >>= 1)
     for (int32_t e = t->cover[a]; e >= 0; e = t->pool[e].next) f(ctx, t->pool[e].buf);
-  if (x->first < x->last) lt_starts(t, 1, 0, t->n - 1, x->first + 1, x->last, f, ctx);
+  if (x->first < x->last) lt_starts(t, x->first + 1, x->last, f, ctx);
 }
 
 /* collects the spans of the placed buffers live with the one being placed,
