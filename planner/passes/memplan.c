@@ -800,7 +800,10 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   /* transient: greedy, in each of a few orders (placer), the smallest arena
    * kept; then, while it is above the bound of the ranges it honours,
    * "squeaky wheel" tries: the buffers that end above the bound go first in
-   * the next try (in their order), up to FP_MEMPLAN_RETRIES times */
+   * the next try (in their order), up to FP_MEMPLAN_RETRIES times. A held
+   * plan (c->hold) gets the fixed orders only: its arena is never kept
+   * (planner/pipeline.c, schedule_memory), only its modeled lifetimes
+   * are, and the retries exist to close an arena's last percent */
   placer pl = {.p = p, .lv = lv, .tv = timed ? tv : NULL, .rg = rg, .items = items, .nitems = nitems,
                .ninst = ninst, .dev = dev, .spans = spans, .seen = seen};
   int64_t *off = malloc(sizeof *off * ((size_t)p->nbufs + 1)), *best = malloc(sizeof *best * ((size_t)p->nbufs + 1));
@@ -814,8 +817,9 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   bool cliqued = false;
   int64_t end = -1;
   int64_t work = 0;
-  for (int order = 0; order < NORDERS + FP_MEMPLAN_RETRIES && (end < 0 || (end > bound && work < FP_MEMPLAN_WORK));
-       order++) {
+  uint64_t tried[NORDERS]; /* per fixed order: a hash of the sequence it tried */
+  int tries = NORDERS + (c->hold > 0 ? 0 : FP_MEMPLAN_RETRIES);
+  for (int order = 0; order < tries && (end < 0 || (end > bound && work < FP_MEMPLAN_WORK)); order++) {
     if (order == NORDERS && !cliqued) {
       int64_t q = dev + clique_bound(&pl, best, bound);
       if (q > bound) bound = q;
@@ -824,6 +828,16 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     }
     if (order < NORDERS) {
       order_items(&pl, order, key);
+      /* an order that lists the buffers as one tried before with the same
+       * fit places them the same (by size and by size then start often
+       * agree): skipped */
+      uint64_t h = FP_FNV_INIT;
+      for (int i = 0; i < nitems; i++) h = fp_fnv1a(h, &items[i].buf, sizeof items[i].buf);
+      tried[order] = h;
+      bool dup = false;
+      for (int o = 0; o < order && !dup; o++)
+        dup = tried[o] == h && (o == ORDER_SIZE_BEST_FIT) == (order == ORDER_SIZE_BEST_FIT);
+      if (dup) continue;
     } else { /* the order tried last (the best of the fixed ones first), its buffers above the bound first */
       const item *from = order == NORDERS ? seq : items;
       const int64_t *at = order == NORDERS ? best : off;
