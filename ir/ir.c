@@ -414,6 +414,40 @@ fp_prog *fp_prog_new(fp_arena *a) {
   return p;
 }
 
+/* a copy of n elements of src (NULL when none), with room for exactly n:
+ * fp_grow extends it in place later when it has a chunk of its own */
+static void *dup_array(fp_arena *a, const void *src, int32_t n, int64_t *cap, size_t elem) {
+  *cap = n;
+  if (!src || n <= 0) {
+    *cap = 0;
+    return NULL;
+  }
+  void *d = fp_alloc_array(a, (size_t)n, elem);
+  memcpy(d, src, (size_t)n * elem);
+  return d;
+}
+
+fp_prog *fp_prog_clone(fp_arena *a, const fp_prog *src) {
+  fp_prog *p = fp_alloc(a, sizeof *p);
+  *p = *src;
+  p->arena = a;
+  p->memtl = NULL;
+  p->figures = NULL;
+#define DUP(arr, n, cap) (p->arr = dup_array(a, src->arr, src->n, &p->cap, sizeof *src->arr))
+  DUP(comms, ncomms, cap_comms);
+  DUP(tabs, ntabs, cap_tabs);
+  DUP(bufs, nbufs, cap_bufs);
+  DUP(mods, nmods, cap_mods);
+  DUP(params, nparams, cap_params);
+  DUP(buckets, nbuckets, cap_buckets);
+  DUP(segs, nsegs, cap_segs);
+  DUP(ops, nops, cap_ops);
+  DUP(uses, nuses, cap_uses);
+  DUP(lives, nlives, cap_lives);
+#undef DUP
+  return p;
+}
+
 #define GROW(p, arr, n, cap) ((p)->arr = fp_grow((p)->arena, (p)->arr, &(p)->cap, (int64_t)(p)->n + 1, sizeof *(p)->arr))
 
 static const char *name_or_empty(fp_arena *a, const char *s) { return fp_strdup(a, s ? s : ""); }

@@ -37,17 +37,30 @@ static bool verify_each(void) {
   return each && *each && strcmp(each, "0") != 0;
 }
 
-/* lower the layout with prefetch depths kf / kb and run the passes */
+/* the most ops a program may have for memplan's candidates to be tried
+ * (schedule_memory) */
+#define FP_MEMPLAN_TRY_OPS 100000
+
+/* lower the layout with prefetch depths kf / kb and run the passes. lowered:
+ * NULL, or where the lowering is kept for the next schedules of the same
+ * layout, depths and flags - *lowered NULL: lower, and keep a copy there
+ * before the passes change it; else start from a copy of it (a lowering is
+ * a pure function of those, so the copy is what lowering again would give) */
 static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, int hold,
-                          const lifetimes *hint) {
+                          const lifetimes *hint, fp_prog **lowered) {
   out->reach = hint && hint->reach;
   memset(&out->stats, 0, sizeof out->stats);
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
-  out->prog = fp_lower_step(a, d, &out->layout, kf, kb,
-                            (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
-                                (out->replica_each ? FP_LOWER_REPLICA_EACH : 0) |
-                                (out->prep_on_compute ? FP_LOWER_PREP_ON_COMPUTE : 0));
+  if (lowered && *lowered) {
+    out->prog = fp_prog_clone(a, *lowered);
+  } else {
+    out->prog = fp_lower_step(a, d, &out->layout, kf, kb,
+                              (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
+                                  (out->replica_each ? FP_LOWER_REPLICA_EACH : 0) |
+                                  (out->prep_on_compute ? FP_LOWER_PREP_ON_COMPUTE : 0));
+    if (lowered && out->prog->nops <= FP_MEMPLAN_TRY_OPS) *lowered = fp_prog_clone(a, out->prog);
+  }
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, hold, NULL, NULL, 0, 0};
@@ -193,33 +206,37 @@ static void keep_better(fp_arena *a, bool ok, fp_compiled *out, fp_compiled *bes
   }
 }
 
-/* Each candidate after plain costs a whole lowering, the passes and the
- * simulator again. They are tried only where they can pay: when plain leaves
+/* Each candidate after plain costs the passes and the simulator again, on a
+ * copy of plain's lowering. They are tried only where they can pay: when plain leaves
  * more than FP_MEMPLAN_TRY_EXPOSED of the step exposed (below that, no memory
  * plan can buy more than that share), and on programs of at most
  * FP_MEMPLAN_TRY_OPS ops (larger ones - 100,000 one-param buckets, 2.2M ops;
  * DeepSeek-V3 with every expert its own unit, 162k ops - keep plain: there
  * the candidates tripled the compile and bought no modeled time). */
 #define FP_MEMPLAN_TRY_EXPOSED 0.02
-#define FP_MEMPLAN_TRY_OPS 100000
 #define FP_MEMPLAN_HOLD_MAX 4
 static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
-  if (!schedule_with(a, d, out, kf, kb, 0, NULL)) return false;
-  if (out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us || out->prog->nops > FP_MEMPLAN_TRY_OPS)
-    return true;
+  /* the candidates start from copies of plain's lowering (a small program's:
+   * a copy is cheap, the lowering is not) */
+  fp_prog *lowered = NULL;
+  bool ok = schedule_with(a, d, out, kf, kb, 0, NULL, &lowered);
+  if (!ok || out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us || out->prog->nops > FP_MEMPLAN_TRY_OPS) {
+    if (lowered) fp_arena_release(a, lowered->ops);
+    return ok;
+  }
   fp_compiled best = *out, held;
   fp_diag quiet;
   fp_diag_init(&quiet, NULL);
   double prev = best.sim.step_us; /* each deeper hold must beat the one before */
   for (int hold = 1; hold <= FP_MEMPLAN_HOLD_MAX; hold++) {
-    if (!schedule_with(a, &quiet, out, kf, kb, hold, NULL) || !(out->sim.step_us < prev * (1 - FP_STEP_SLACK))) {
+    if (!schedule_with(a, &quiet, out, kf, kb, hold, NULL, &lowered) || !(out->sim.step_us < prev * (1 - FP_STEP_SLACK))) {
       drop(a, out, &best);
       break;
     }
     prev = out->sim.step_us;
     held = *out;
     for (int reach = 0; reach < 2; reach++) {
-      bool ok = schedule_with(a, &quiet, out, kf, kb, 0, spans_of(a, &held, reach));
+      bool ok = schedule_with(a, &quiet, out, kf, kb, 0, spans_of(a, &held, reach), &lowered);
       bool tight = ok && out->prog->arena_bytes <= out->stats.lower_bound_bytes; /* no tighter packing exists */
       keep_better(a, ok, out, &best);
       if (tight) break;
@@ -227,6 +244,7 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
     drop(a, &held, &best); /* it only lent its lifetimes */
   }
   fp_diag_free(&quiet);
+  if (lowered) fp_arena_release(a, lowered->ops);
   *out = best;
   return true;
 }
