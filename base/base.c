@@ -123,6 +123,24 @@ char *fp_strndup(fp_arena *a, const char *s, size_t n) {
 
 char *fp_strdup(fp_arena *a, const char *s) { return fp_strndup(a, s, strlen(s)); }
 
+char *fp_strjoin(fp_arena *a, const char *x, const char *sep, const char *y) {
+  size_t nx = strlen(x), ns = strlen(sep), ny = strlen(y);
+  char *d = fp_alloc(a, nx + ns + ny + 1);
+  memcpy(d, x, nx);
+  memcpy(d + nx, sep, ns);
+  memcpy(d + nx + ns, y, ny + 1);
+  return d;
+}
+
+char *fp_strjoin_i64(fp_arena *a, const char *x, const char *sep, int64_t i) {
+  char digits[24], *e = digits + sizeof digits, *q = e;
+  *--q = 0;
+  uint64_t u = i < 0 ? 0 - (uint64_t)i : (uint64_t)i;
+  do *--q = (char)('0' + u % 10); while ((u /= 10) != 0);
+  if (i < 0) *--q = '-';
+  return fp_strjoin(a, x, sep, q);
+}
+
 char *fp_sprintf(fp_arena *a, const char *fmt, ...) {
   va_list ap, aq;
   va_start(ap, fmt);

@@ -27,6 +27,10 @@ void fp_arena_free(fp_arena *a);
 void *fp_alloc(fp_arena *a, size_t bytes);                   /* zeroed, 16-aligned */
 void *fp_alloc_array(fp_arena *a, size_t n, size_t elem);    /* zeroed; asserts no overflow */
 char *fp_strdup(fp_arena *a, const char *s);
+/* x, sep and y joined (the names built per buffer and param: no format parse) */
+char *fp_strjoin(fp_arena *a, const char *x, const char *sep, const char *y);
+/* x, sep and the decimal digits of i joined */
+char *fp_strjoin_i64(fp_arena *a, const char *x, const char *sep, int64_t i);
 char *fp_strndup(fp_arena *a, const char *s, size_t n);
 char *fp_sprintf(fp_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* growable array helper: doubles *cap, copies old contents; returns new base */

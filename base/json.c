@@ -205,7 +205,7 @@ const char *fp_ptr_key(fp_arena *a, const char *ptr, const char *key) {
 }
 
 const char *fp_ptr_idx(fp_arena *a, const char *ptr, int64_t i) {
-  return fp_sprintf(a, "%s/%" PRId64, ptr, i);
+  return fp_strjoin_i64(a, ptr, "/", i);
 }
 
 /* escaped pointer segment for a decoded key, appended to a malloc'd buffer */

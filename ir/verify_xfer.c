@@ -98,23 +98,32 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
                                     : opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o));
         break;
       case FP_TX_COPY:
-        ok &= opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)) & opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o));
+        { /* both checked (each reports its own error) */
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o));
+          ok &= dst && src;
+        }
         break;
       case FP_TX_QUANT:
         if (o->dtype != FP_E4M3) {
           err(d, t, i, "quantizes into %s, not e4m3", fp_dtype_name(o->dtype));
           ok = false;
         }
-        ok &= opnd_ok(t, d, i, "dst", o->dst, o->n) & opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o)) &
-              opnd_ok(t, d, i, "aux", o->aux, ns);
+        {
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o)),
+               aux = opnd_ok(t, d, i, "aux", o->aux, ns);
+          ok &= dst && src && aux;
+        }
         break;
       case FP_TX_DEQUANT:
         if (o->sdtype != FP_E4M3) {
           err(d, t, i, "dequantizes from %s, not e4m3", fp_dtype_name(o->sdtype));
           ok = false;
         }
-        ok &= opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)) & opnd_ok(t, d, i, "src", o->src, o->n) &
-              opnd_ok(t, d, i, "aux", o->aux, ns);
+        {
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, o->n),
+               aux = opnd_ok(t, d, i, "aux", o->aux, ns);
+          ok &= dst && src && aux;
+        }
         break;
       default: break;
     }

@@ -113,7 +113,7 @@ static void close_opt(fp_lower *lw, int buf) { close_range(lw, buf, true); }
 static int add_buf(fp_lower *lw, int b, fp_bucket_buf k, const char *what, fp_buf_kind kind, fp_buf_cat cat,
                    int64_t bytes) {
   if (bytes <= 0) return -1;
-  int id = fp_ir_buf_add(lw->P, fp_sprintf(lw->a, "%s.%s", lw->L->buckets[b].name, what), kind, cat, b, bytes);
+  int id = fp_ir_buf_add(lw->P, fp_strjoin(lw->a, lw->L->buckets[b].name, ".", what), kind, cat, b, bytes);
   lw->bufs[b][k] = id;
   return id;
 }

@@ -65,6 +65,21 @@ static void check_sort(uint64_t *key, int64_t n, bool with_val) {
   free(val);
 }
 
+/* fp_strjoin / fp_strjoin_i64 against snprintf, at the integers' edges */
+static void test_strjoin(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  assert_string_equal(fp_strjoin(a, "b3", ".", "weight"), "b3.weight");
+  assert_string_equal(fp_strjoin(a, "", "", ""), "");
+  const int64_t v[] = {0, 1, -1, 9, 10, 99, 100, 123456789, -987654321, INT64_MAX, INT64_MIN, INT64_MIN + 1};
+  for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+    char want[64];
+    snprintf(want, sizeof want, "/model/modules/%lld", (long long)v[k]);
+    assert_string_equal(fp_strjoin_i64(a, "/model/modules", "/", v[k]), want);
+  }
+  fp_arena_free(a);
+}
+
 static void test_sort_u64(void **state) {
   (void)state;
   static const int64_t sizes[] = {0, 1, 2, 3, 17, 1000, 100000};
@@ -232,6 +247,7 @@ static void test_alias_clocks(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_strjoin),
       cmocka_unit_test(test_sort_u64),
       cmocka_unit_test(test_sort_records),
       cmocka_unit_test(test_arena_big),
