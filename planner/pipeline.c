@@ -149,7 +149,9 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
  *             layer). Only a source of lifetimes, never kept itself - its
  *             holds are by program order, not by time. h = 1, 2, ... up to
  *             FP_MEMPLAN_HOLD_MAX, while each is faster than the one before
- *             (h = 1 than plain); the timed plans of each are candidates;
+ *             (h = 1 than plain) and the best plan so far leaves more than
+ *             FP_MEMPLAN_TRY_EXPOSED of its step exposed (plain's rule);
+ *             the timed plans of each are candidates;
  *   timed     placed by the modeled lifetimes of a `held` (spans_of):
  *             buffers whose uses overlap in held's timeline never share
  *             bytes, so double buffering stays exactly where the timeline
@@ -229,6 +231,9 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
   fp_diag_init(&quiet, NULL);
   double prev = best.sim.step_us; /* each deeper hold must beat the one before */
   for (int hold = 1; hold <= FP_MEMPLAN_HOLD_MAX; hold++) {
+    /* plain's rule for the best plan so far: when it leaves no more than
+     * FP_MEMPLAN_TRY_EXPOSED of its step exposed, no deeper hold can buy more */
+    if (hold > 1 && best.sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * best.sim.step_us) break;
     if (!schedule_with(a, &quiet, out, kf, kb, hold, NULL, &lowered) || !(out->sim.step_us < prev * (1 - FP_STEP_SLACK))) {
       drop(a, out, &best);
       break;
