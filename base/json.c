@@ -718,7 +718,9 @@ json_object *fp_json_parse(fp_jctx *c) {
     fp_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
     return NULL;
   }
-  /* json-c's UTF-8 check lets overlong forms and surrogates through */
+  /* json-c's UTF-8 check lets overlong forms and surrogates through: this
+   * one is stricter, so json-c's own (JSON_TOKENER_VALIDATE_UTF8) is not
+   * asked for - it could never fail after this one passed */
   size_t bad = fp_utf8_invalid(s->text, s->len);
   if (bad < s->len) {
     const char *ptr = path_at(c->a, s->text, s->len, bad);
@@ -728,7 +730,7 @@ json_object *fp_json_parse(fp_jctx *c) {
   }
   struct json_tokener *tok = json_tokener_new_ex(FP_JSON_MAX_DEPTH);
   FP_ASSERT(tok);
-  json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+  json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
   /* the length includes the terminating NUL: otherwise a trailing number is
    * "continue" (json-c waits for more digits) */
   json_object *root = json_tokener_parse_ex(tok, s->text, (int)s->len + 1);

@@ -427,22 +427,19 @@ static void *dup_array(fp_arena *a, const void *src, int32_t n, int64_t *cap, si
   return d;
 }
 
-fp_prog *fp_prog_clone(fp_arena *a, const fp_prog *src) {
+fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src) {
   fp_prog *p = fp_alloc(a, sizeof *p);
   *p = *src;
   p->arena = a;
   p->memtl = NULL;
   p->figures = NULL;
+  /* shared: nothing may grow them either (a grown array moves) */
+  p->cap_comms = p->ncomms, p->cap_tabs = p->ntabs, p->cap_mods = p->nmods, p->cap_params = p->nparams;
+  p->cap_buckets = p->nbuckets, p->cap_uses = p->nuses;
 #define DUP(arr, n, cap) (p->arr = dup_array(a, src->arr, src->n, &p->cap, sizeof *src->arr))
-  DUP(comms, ncomms, cap_comms);
-  DUP(tabs, ntabs, cap_tabs);
   DUP(bufs, nbufs, cap_bufs);
-  DUP(mods, nmods, cap_mods);
-  DUP(params, nparams, cap_params);
-  DUP(buckets, nbuckets, cap_buckets);
   DUP(segs, nsegs, cap_segs);
   DUP(ops, nops, cap_ops);
-  DUP(uses, nuses, cap_uses);
   DUP(lives, nlives, cap_lives);
 #undef DUP
   return p;

@@ -324,10 +324,12 @@ typedef struct fp_prog {
 
 /* ---- builder ------------------------------------------------------------ */
 fp_prog *fp_prog_new(fp_arena *a);
-/* a copy of src in arena a that no change to either reaches: every table
- * copied (names, tables' entries and params' users are shared: nothing
- * changes them); the derived memtl / figures are not carried */
-fp_prog *fp_prog_clone(fp_arena *a, const fp_prog *src);
+/* a copy of src for the passes (coalesce, memplan, sync), which change only
+ * its ops, buffers, segments and live ranges: those are its own; the
+ * communicators, tables, modules, params, bucket names and use lists are
+ * shared with src, and neither program may change them after (names too);
+ * the derived memtl / figures are not carried */
+fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src);
 int fp_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride);
 int fp_ir_table_add(fp_prog *p, const char *name, int64_t n, const int64_t *off, const int64_t *cnt);
 int fp_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat, int bucket, int64_t bytes);

@@ -45,7 +45,8 @@ static bool verify_each(void) {
  * NULL, or where the lowering is kept for the next schedules of the same
  * layout, depths and flags - *lowered NULL: lower, and keep a copy there
  * before the passes change it; else start from a copy of it (a lowering is
- * a pure function of those, so the copy is what lowering again would give) */
+ * a pure function of those, so the copy is what lowering again would give;
+ * fp_prog_fork: the tables the passes never change are shared) */
 static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, int hold,
                           const lifetimes *hint, fp_prog **lowered) {
   out->reach = hint && hint->reach;
@@ -53,13 +54,13 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
   if (lowered && *lowered) {
-    out->prog = fp_prog_clone(a, *lowered);
+    out->prog = fp_prog_fork(a, *lowered);
   } else {
     out->prog = fp_lower_step(a, d, &out->layout, kf, kb,
                               (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
                                   (out->replica_each ? FP_LOWER_REPLICA_EACH : 0) |
                                   (out->prep_on_compute ? FP_LOWER_PREP_ON_COMPUTE : 0));
-    if (lowered && out->prog->nops <= FP_MEMPLAN_TRY_OPS) *lowered = fp_prog_clone(a, out->prog);
+    if (lowered && out->prog->nops <= FP_MEMPLAN_TRY_OPS) *lowered = fp_prog_fork(a, out->prog);
   }
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
