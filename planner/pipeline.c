@@ -85,7 +85,9 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
                  "too small for the model's work");
     return false;
   }
-  out->prog->memtl = fp_sim_memory(a, out->prog, &out->sim);
+  /* a held plan only lends its modeled lifetimes (schedule_memory): no
+   * memory timeline, and its bounds are memplan's */
+  out->prog->memtl = hold > 0 ? NULL : fp_sim_memory(a, out->prog, &out->sim);
   /* the summary's lower bound and peak are the modeled timeline's: the most
    * arena bytes (and arena + activation bytes) live at once as the step runs */
   /* the device holds the whole arena all step (persistent buffers first)
@@ -99,7 +101,7 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
    * at one op of program order, or at one instant of the modeled timeline
    * (two buffers sharing bytes are ordered, so never live at one instant),
    * cannot share bytes; the larger of the two sweeps */
-  out->stats.lower_bound_bytes = out->prog->memtl->lower_bound_bytes;
+  out->stats.lower_bound_bytes = out->prog->memtl ? out->prog->memtl->lower_bound_bytes : 0;
   if (out->stats.order_lower_bound_bytes > out->stats.lower_bound_bytes)
     out->stats.lower_bound_bytes = out->stats.order_lower_bound_bytes;
   if (out->stats.clique_lower_bound_bytes > out->stats.lower_bound_bytes)

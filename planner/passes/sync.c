@@ -37,7 +37,8 @@ typedef struct sctx {
   int32_t n;
   fp_alias_clocks al; /* per byte and stream: the clocks of the last write / read */
   int32_t *clkop[FP_NSTREAMS]; /* per stream: the op that ticked its clock to each value */
-  fp_access *acc;
+  fp_access *acc;    /* every op's accesses (fp_op_accesses), op i's at acc[afirst[i] .. afirst[i + 1]) */
+  int64_t *afirst;
   int32_t *gfirst, *glast;               /* per op: first / last op of its group (itself) */
   int32_t (*wp)[FP_NSTREAMS];            /* per op: producer op waited for, per stream; -1 */
   int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
@@ -83,8 +84,7 @@ static int64_t walk(sctx *c, int mode) {
         int32_t needop[FP_NSTREAMS];
         for (int t = 0; t < FP_NSTREAMS; t++) needop[t] = -1;
         for (int32_t j = i; j <= c->glast[i]; j++) {
-          int na = fp_op_accesses(P, &P->ops[j], c->acc);
-          for (int k = 0; k < na; k++) {
+          for (int64_t k = c->afirst[j]; k < c->afirst[j + 1]; k++) {
             const fp_access *x = &c->acc[k];
             int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
             fp_alias_clocks_max(&c->al, x->buf, s, w, r);
@@ -127,8 +127,7 @@ static int64_t walk(sctx *c, int mode) {
       vc[s][s]++;
       c->clkop[s][vc[s][s]] = i;
       memcpy(c->snap[i][step - 1], vc[s], sizeof vc[s]);
-      int na = fp_op_accesses(P, op, c->acc);
-      for (int k = 0; k < na; k++)
+      for (int64_t k = c->afirst[i]; k < c->afirst[i + 1]; k++)
         fp_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s][s]);
     }
     if (step == 1) /* the waits at the end of the step */
@@ -239,12 +238,31 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   for (int32_t i = 0; i < P->nops; i++)
     if (P->ops[i].nuses > maxuses) maxuses = P->ops[i].nuses;
   size_t n1 = (size_t)P->nops + 1;
-  c.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *c.acc);
+  /* the accesses, once: the walks read each op's four times or more */
+  c.afirst = malloc(n1 * sizeof *c.afirst);
+  fp_access *one = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *one);
+  size_t cap = n1 + 16;
+  c.acc = malloc(cap * sizeof *c.acc);
+  FP_ASSERT(c.afirst && one && c.acc);
+  int64_t nacc = 0;
+  for (int32_t i = 0; i < P->nops; i++) {
+    c.afirst[i] = nacc;
+    int na = fp_op_accesses(P, &P->ops[i], one);
+    if ((size_t)(nacc + na) > cap) {
+      while ((size_t)(nacc + na) > cap) cap *= 2;
+      c.acc = realloc(c.acc, cap * sizeof *c.acc);
+      FP_ASSERT(c.acc);
+    }
+    memcpy(c.acc + nacc, one, (size_t)na * sizeof *one);
+    nacc += na;
+  }
+  c.afirst[P->nops] = nacc;
+  free(one);
   c.gfirst = malloc(n1 * sizeof *c.gfirst);
   c.glast = malloc(n1 * sizeof *c.glast);
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
-  FP_ASSERT(c.acc && c.gfirst && c.glast && c.wp && c.snap);
+  FP_ASSERT(c.gfirst && c.glast && c.wp && c.snap);
   size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
   for (int32_t i = 0; i < P->nops; i++) per[P->ops[i].stream]++;
   for (int t = 0; t < FP_NSTREAMS; t++) {
@@ -282,6 +300,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   fp_alias_clocks_free(&c.al);
   for (int t = 0; t < FP_NSTREAMS; t++) free(c.clkop[t]);
   free(c.acc);
+  free(c.afirst);
   free(c.gfirst);
   free(c.glast);
   free(c.wp);
