@@ -203,8 +203,10 @@ static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
     if (a & 1) chmax(&c->tag[a * NK + k], t), chmax(&c->sub[a * NK + k], t), a++;
     if (z & 1) --z, chmax(&c->tag[z * NK + k], t), chmax(&c->sub[z * NK + k], t);
   }
-  for (int64_t a = l0 >> 1; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
-  for (int64_t a = r0 >> 1; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
+  /* the ancestors of both ends (one path once they meet) */
+  int64_t a = l0 >> 1, z = r0 >> 1;
+  for (; a != z; a >>= 1, z >>= 1) chmax(&c->sub[a * NK + k], t), chmax(&c->sub[z * NK + k], t);
+  for (; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
 }
 
 void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
@@ -246,9 +248,11 @@ void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64
       for (int k = 0; k < NK; k++) chmax(&m[k], c->sub[z * NK + k]);
     }
   }
-  for (int64_t a = l0 >> 1; a; a >>= 1)
-    for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
-  for (int64_t a = r0 >> 1; a; a >>= 1)
+  /* the ancestors of both ends (one path once they meet) */
+  int64_t a = l0 >> 1, z = r0 >> 1;
+  for (; a != z; a >>= 1, z >>= 1)
+    for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]), chmax(&m[k], c->tag[z * NK + k]);
+  for (; a; a >>= 1)
     for (int k = 0; k < NK; k++) chmax(&m[k], c->tag[a * NK + k]);
   mo->s = s;
   for (int t = 0; t < FP_NSTREAMS; t++) {
