@@ -87,7 +87,7 @@ void fp_arena_free(fp_arena *a) {
   free(a);
 }
 
-void *fp_alloc(fp_arena *a, size_t bytes) {
+static void *alloc_in(fp_arena *a, size_t bytes, bool zero) {
   size_t need = (bytes + 15) & ~(size_t)15;
   if (need < bytes) fp_internal_error(__FILE__, __LINE__, "allocation size overflow");
   fp_chunk *c = a->head;
@@ -104,7 +104,15 @@ void *fp_alloc(fp_arena *a, size_t bytes) {
   }
   void *p = c->data + c->used;
   c->used += need;
-  if (!c->mapped) memset(p, 0, bytes); /* a mapping's bytes are never handed out twice: still zero */
+  if (zero && !c->mapped) memset(p, 0, bytes); /* a mapping's bytes are never handed out twice: still zero */
+  return p;
+}
+
+void *fp_alloc(fp_arena *a, size_t bytes) { return alloc_in(a, bytes, true); }
+
+void *fp_memdup(fp_arena *a, const void *src, size_t bytes) {
+  void *p = alloc_in(a, bytes ? bytes : 1, false);
+  if (bytes) memcpy(p, src, bytes);
   return p;
 }
 
@@ -154,7 +162,7 @@ char *fp_sprintf(fp_arena *a, const char *fmt, ...) {
   return s;
 }
 
-void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
+static void *grow_in(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem, bool zero) {
   if (need <= *cap) return base;
   int64_t nc = *cap ? *cap : 16;
   while (nc < need) nc *= 2;
@@ -180,17 +188,25 @@ void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) 
       } else {
         g = realloc(c, sizeof *g + need);
         FP_ASSERT(g);
-        memset(g->data + ob, 0, nbytes - ob);
+        if (zero) memset(g->data + ob, 0, nbytes - ob);
       }
       g->used = g->cap = need;
       *pc = g;
       *cap = nc;
       return g->data;
     }
-  void *nb = fp_alloc_array(a, (size_t)nc, elem);
+  void *nb = alloc_in(a, nbytes ? nbytes : 1, zero);
   if (base && *cap) memcpy(nb, base, ob);
   *cap = nc;
   return nb;
+}
+
+void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
+  return grow_in(a, base, cap, need, elem, true);
+}
+
+void *fp_grow_raw(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
+  return grow_in(a, base, cap, need, elem, false);
 }
 
 void fp_arena_release(fp_arena *a, void *p) {

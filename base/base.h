@@ -26,6 +26,7 @@ fp_arena *fp_arena_new(void);
 void fp_arena_free(fp_arena *a);
 void *fp_alloc(fp_arena *a, size_t bytes);                   /* zeroed, 16-aligned */
 void *fp_alloc_array(fp_arena *a, size_t n, size_t elem);    /* zeroed; asserts no overflow */
+void *fp_memdup(fp_arena *a, const void *src, size_t bytes); /* a copy (not zeroed first) */
 char *fp_strdup(fp_arena *a, const char *s);
 /* x, sep and y joined (the names built per buffer and param: no format parse) */
 char *fp_strjoin(fp_arena *a, const char *x, const char *sep, const char *y);
@@ -35,6 +36,9 @@ char *fp_strndup(fp_arena *a, const char *s, size_t n);
 char *fp_sprintf(fp_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* growable array helper: doubles *cap, copies old contents; returns new base */
 void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem);
+/* the same, the room beyond the old contents not zeroed (for a caller that
+ * writes every element it uses: the ops of a program) */
+void *fp_grow_raw(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem);
 /* give back an array the arena allocated in a chunk of its own (over 64 KiB,
  * or grown by fp_grow past that) before the arena is freed; anything else
  * stays until fp_arena_free. p must not be used afterwards. */

@@ -422,9 +422,9 @@ static void *dup_array(fp_arena *a, const void *src, int32_t n, int64_t *cap, si
     *cap = 0;
     return NULL;
   }
-  void *d = fp_alloc_array(a, (size_t)n, elem);
-  memcpy(d, src, (size_t)n * elem);
-  return d;
+  size_t bytes;
+  if (__builtin_mul_overflow((size_t)n, elem, &bytes)) fp_internal_error(__FILE__, __LINE__, "array size overflow");
+  return fp_memdup(a, src, bytes);
 }
 
 fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src) {
@@ -541,7 +541,7 @@ int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro) {
 fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count) {
   FP_ASSERT(p->nsegs > 0); /* ops live in segments: call fp_ir_seg_begin first */
   FP_ASSERT(p->nops < INT32_MAX);
-  GROW(p, ops, nops, cap_ops);
+  p->ops = fp_grow_raw(p->arena, p->ops, &p->cap_ops, (int64_t)p->nops + 1, sizeof *p->ops);
   fp_op *op = &p->ops[p->nops++];
   memset(op, 0, sizeof *op);
   op->code = code;

@@ -209,7 +209,7 @@ static void rebuild(sctx *c, fp_prog *P) {
       add[nadd++] = (added){m++, seg, evof[c->glast[p]], FP_OP_WAIT, s};
     }
   FP_ASSERT(m <= cap && nadd == m - n);
-  P->ops = fp_grow(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops);
+  P->ops = fp_grow_raw(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops); /* every slot below m is written */
   fp_op *ops = P->ops;
   for (int32_t i = n - 1; i >= 0; i--) {
     FP_ASSERT(newidx[i] >= i);
