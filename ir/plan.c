@@ -249,8 +249,8 @@ static bool reg_empty(const fp_region *r) { return r->buf == -1 && !r->tabrel &&
 
 static void jop(wr *w, const fp_prog *p, int32_t i) {
   const fp_op *op = &p->ops[i];
-  if ((unsigned)op->code >= FP_NOPS || (unsigned)op->stream >= FP_NSTREAMS || !(op->dtype >= 0 && op->dtype < FP_NDTYPES) ||
-      !(op->sdtype >= 0 && op->sdtype < FP_NDTYPES) || (unsigned)op->pass > FP_PASS_OPT || (unsigned)op->red >= FP_NREDOPS) {
+  if ((unsigned)op->code >= FP_NOPS || (unsigned)op->stream >= FP_NSTREAMS || (unsigned)op->dtype >= FP_NDTYPES ||
+      (unsigned)op->sdtype >= FP_NDTYPES || (unsigned)op->pass > FP_PASS_OPT || (unsigned)op->red >= FP_NREDOPS) {
     w->ok = false;
     W_LIT(w, "{}");
     return;

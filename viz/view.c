@@ -119,7 +119,7 @@ static void build_flows(fp_viz *v) {
   bool *tail = fp_alloc_array(v->a, (size_t)p->nops + 1, sizeof *tail);
   for (int32_t i = p->nops - 1; i >= 0; i--) {
     const fp_op *op = &p->ops[i];
-    if ((int)op->stream < 0 || (int)op->stream >= FP_NSTREAMS) continue;
+    if ((unsigned)op->stream >= FP_NSTREAMS) continue;
     if (op->code == FP_OP_WAIT) tail[i] = !after[op->stream];
     if (timed(op)) after[op->stream] = true;
   }
