@@ -2,14 +2,15 @@
  *
  * Three scanners over the source text live here, all hand-written because
  * json-c objects carry no positions:
- *   - a strict RFC 8259 validator run after json-c accepted the text: json-c's
- *     "strict" mode still lets through NaN/Infinity, single-quoted strings,
+ *   - the parser: a strict RFC 8259 scanner that builds the json-c objects
+ *     as it checks the text, in one pass. json-c's own parser is not used:
+ *     even "strict" it lets through NaN/Infinity, single-quoted strings,
  *     "1.", raw control characters in strings and silently clamps integers
- *     beyond 64 bits; it also keeps the last of duplicate keys. The validator
+ *     beyond 64 bits, and keeps the last of duplicate keys. The scanner
  *     rejects all of these, located at the offending byte, with the JSON
  *     pointer of the value (or object) concerned;
- *   - a tolerant walker that names the JSON pointer of the value being parsed
- *     at a byte offset (for json-c's syntax errors);
+ *   - a tolerant walker that names the JSON pointer of the value at a byte
+ *     offset (for an invalid UTF-8 byte);
  *   - fp_json_locate: follows an RFC 6901 pointer through the text to the first
  *     byte of the value it names. It never reads past the text and never
  *     fails: on anything unexpected it answers the nearest ancestor found. */
@@ -453,10 +454,13 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
   return fp_strndup(v->a, v->t + i, j - i);
 }
 
-static bool v_value(vscan *v, int depth);
+/* Each scanner takes out: NULL to validate only, else where the value it
+ * accepted is built (json-c objects; left NULL when it fails, with nothing
+ * leaked) - one pass over the text both checks it and builds it. */
+static bool v_value(vscan *v, int depth, json_object **out);
 
 /* string at v->i (which is '"'); for keys, *dec gets the decoded text */
-static bool v_string(vscan *v, bool is_key, char **dec, size_t *dlen) {
+static bool v_string(vscan *v, bool is_key, char **dec, size_t *dlen, json_object **out) {
   const char *t = v->t;
   size_t n = v->n, q = v->i, i = q + 1;
   while (i < n && t[i] != '"') {
@@ -492,12 +496,22 @@ static bool v_string(vscan *v, bool is_key, char **dec, size_t *dlen) {
     *dec = malloc(i + 1 - q);
     FP_ASSERT(*dec);
     decode_string(t, n, q, *dec, dlen);
+    (*dec)[*dlen] = 0; /* room: the text between the quotes is at most i - q - 1 bytes */
+  }
+  if (out) {
+    char *d = malloc(i + 1 - q);
+    size_t dl;
+    FP_ASSERT(d);
+    decode_string(t, n, q, d, &dl);
+    *out = json_object_new_string_len(d, (int)dl);
+    free(d);
+    FP_ASSERT(*out);
   }
   v->i = i + 1;
   return true;
 }
 
-static bool v_number(vscan *v) {
+static bool v_number(vscan *v, json_object **out) {
   const char *t = v->t;
   size_t n = v->n, s = v->i, i = s;
   bool integral = true;
@@ -533,22 +547,30 @@ static bool v_number(vscan *v) {
   tok[i - s] = 0;
   if (integral) {
     errno = 0;
+    int64_t sv = 0;
+    uint64_t uv = 0;
     if (tok[0] == '-') {
-      (void)strtoll(tok, NULL, 10);
+      sv = strtoll(tok, NULL, 10);
     } else {
-      (void)strtoull(tok, NULL, 10);
+      uv = strtoull(tok, NULL, 10);
     }
     if (errno == ERANGE)
       return vfail(v, s, true, "integer %s is outside the 64-bit range", excerpt(v, s, i));
+    /* as json-c's parser builds them: int64, uint64 above INT64_MAX */
+    if (out) *out = tok[0] == '-' ? json_object_new_int64(sv)
+                    : uv > (uint64_t)INT64_MAX ? json_object_new_uint64(uv)
+                                                : json_object_new_int64((int64_t)uv);
   } else {
     double d = strtod(tok, NULL);
     if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
+    if (out) *out = json_object_new_double_s(d, tok); /* the text kept, as json-c's parser does */
   }
+  FP_ASSERT(!out || *out);
   v->i = i;
   return true;
 }
 
-static bool v_object(vscan *v, int depth) {
+static bool v_object(vscan *v, int depth, json_object **out) {
   const char *t = v->t;
   size_t n = v->n;
   pseg *sg = &v->segs[v->nseg++];
@@ -559,6 +581,11 @@ static bool v_object(vscan *v, int depth) {
   /* open hash of indexes into keys (+1; 0 = empty) */
   size_t *tab = NULL, tcap = 0;
   bool ok = false;
+  json_object *obj = NULL;
+  if (out) {
+    obj = json_object_new_object();
+    FP_ASSERT(obj);
+  }
   v->i++;
   v->i = skip_ws(t, n, v->i);
   if (v->i < n && t[v->i] == '}') {
@@ -575,7 +602,7 @@ static bool v_object(vscan *v, int depth) {
     size_t koff = v->i;
     char *dec;
     size_t dl;
-    if (!v_string(v, true, &dec, &dl)) goto done;
+    if (!v_string(v, true, &dec, &dl, NULL)) goto done;
     if (nkeys == kcap) {
       kcap = kcap ? 2 * kcap : 8;
       keys = realloc(keys, kcap * sizeof *keys);
@@ -622,7 +649,10 @@ static bool v_object(vscan *v, int depth) {
     }
     v->i = skip_ws(t, n, v->i + 1);
     sg->key = koff;
-    if (!v_value(v, depth + 1)) goto done;
+    json_object *val = NULL;
+    if (!v_value(v, depth + 1, out ? &val : NULL)) goto done;
+    /* keys are unique (checked above): no lookup to replace one */
+    if (obj) FP_ASSERT(json_object_object_add_ex(obj, keys[nkeys - 1].key, val, JSON_C_OBJECT_ADD_KEY_IS_NEW) == 0);
     v->i = skip_ws(t, n, v->i);
     if (v->i < n && t[v->i] == ',') {
       v->i++;
@@ -643,15 +673,25 @@ done:
   free(keys);
   free(tab);
   if (ok) v->nseg--;
+  if (out) {
+    if (!ok) json_object_put(obj);
+    *out = ok ? obj : NULL;
+  }
   return ok;
 }
 
-static bool v_array(vscan *v, int depth) {
+static bool v_array(vscan *v, int depth, json_object **out) {
   const char *t = v->t;
   size_t n = v->n;
   pseg *sg = &v->segs[v->nseg++];
   sg->is_obj = false;
   sg->idx = 0;
+  json_object *arr = NULL;
+  if (out) {
+    arr = json_object_new_array();
+    FP_ASSERT(arr);
+    *out = arr;
+  }
   v->i = skip_ws(t, n, v->i + 1);
   if (v->i < n && t[v->i] == ']') {
     v->i++;
@@ -660,7 +700,9 @@ static bool v_array(vscan *v, int depth) {
   }
   for (;;) {
     v->i = skip_ws(t, n, v->i);
-    if (!v_value(v, depth + 1)) return false;
+    json_object *val = NULL;
+    if (!v_value(v, depth + 1, out ? &val : NULL)) break;
+    if (arr) FP_ASSERT(json_object_array_add(arr, val) == 0);
     v->i = skip_ws(t, n, v->i);
     if (v->i < n && t[v->i] == ',') {
       v->i++;
@@ -673,11 +715,17 @@ static bool v_array(vscan *v, int depth) {
       return true;
     }
     v->nseg--;
-    return vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array");
+    vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array");
+    break;
   }
+  if (out) {
+    json_object_put(arr);
+    *out = NULL;
+  }
+  return false;
 }
 
-static bool v_value(vscan *v, int depth) {
+static bool v_value(vscan *v, int depth, json_object **out) {
   const char *t = v->t;
   size_t n = v->n;
   v->i = skip_ws(t, n, v->i);
@@ -685,10 +733,10 @@ static bool v_value(vscan *v, int depth) {
   if (depth > FP_JSON_MAX_DEPTH || v->nseg >= FP_JSON_MAX_DEPTH + 4)
     return vfail(v, v->i, true, "invalid JSON: nesting deeper than %d", FP_JSON_MAX_DEPTH);
   char ch = t[v->i];
-  if (ch == '{') return v_object(v, depth);
-  if (ch == '[') return v_array(v, depth);
-  if (ch == '"') return v_string(v, false, NULL, NULL);
-  if (ch == '-' || (ch >= '0' && ch <= '9')) return v_number(v);
+  if (ch == '{') return v_object(v, depth, out);
+  if (ch == '[') return v_array(v, depth, out);
+  if (ch == '"') return v_string(v, false, NULL, NULL, out);
+  if (ch == '-' || (ch >= '0' && ch <= '9')) return v_number(v, out);
   static const char *const lits[] = {"true", "false", "null"};
   for (int k = 0; k < 3; k++) {
     size_t l = strlen(lits[k]);
@@ -696,6 +744,7 @@ static bool v_value(vscan *v, int depth) {
       size_t e = v->i + l;
       if (e >= n || is_ws(t[e]) || t[e] == ',' || t[e] == ']' || t[e] == '}') {
         v->i = e;
+        if (out) *out = k < 2 ? json_object_new_boolean(k == 0) : NULL; /* null is NULL, as in json-c */
         return true;
       }
     }
@@ -718,9 +767,7 @@ json_object *fp_json_parse(fp_jctx *c) {
     fp_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
     return NULL;
   }
-  /* json-c's UTF-8 check lets overlong forms and surrogates through: this
-   * one is stricter, so json-c's own (JSON_TOKENER_VALIDATE_UTF8) is not
-   * asked for - it could never fail after this one passed */
+  /* UTF-8 first (json-c's check let overlong forms and surrogates through) */
   size_t bad = fp_utf8_invalid(s->text, s->len);
   if (bad < s->len) {
     const char *ptr = path_at(c->a, s->text, s->len, bad);
@@ -728,47 +775,13 @@ json_object *fp_json_parse(fp_jctx *c) {
                (unsigned char)s->text[bad]);
     return NULL;
   }
-  struct json_tokener *tok = json_tokener_new_ex(FP_JSON_MAX_DEPTH);
-  FP_ASSERT(tok);
-  json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-  /* the length includes the terminating NUL: otherwise a trailing number is
-   * "continue" (json-c waits for more digits) */
-  json_object *root = json_tokener_parse_ex(tok, s->text, (int)s->len + 1);
-  enum json_tokener_error e = json_tokener_get_error(tok);
-  size_t end = json_tokener_get_parse_end(tok);
-  json_tokener_free(tok);
-  if (e != json_tokener_success || !root) {
-    json_object_put(root);
-    if (end > s->len) end = s->len;
-    /* json-c's position can lie past the real mistake ("[01]" fails at the
-     * ']') and its messages are terse: when the strict validator finds an
-     * error no later than json-c did, report the validator's */
-    vscan v = {.a = c->a, .t = s->text, .n = s->len};
-    if (!v_value(&v, 1) && v.err_off <= end) {
-      fp_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
-      return NULL;
-    }
-    const char *ptr = path_at(c->a, s->text, s->len, end);
-    const char *what = "";
-    if (end < s->len) {
-      unsigned char ch = (unsigned char)s->text[end];
-      if (ch >= 0x20 && ch < 0x7f)
-        what = fp_sprintf(c->a, " (found '%c')", ch);
-      else
-        what = fp_sprintf(c->a, " (found byte 0x%02x)", ch);
-    } else if (e == json_tokener_continue || e == json_tokener_error_parse_eof) {
-      what = " (the file ends early)";
-    }
-    if (e == json_tokener_error_depth)
-      fp_diag_at(c->d, s, end, "%s: invalid JSON: nesting deeper than %d", ptr[0] ? ptr : "/",
-                 FP_JSON_MAX_DEPTH);
-    else
-      fp_diag_at(c->d, s, end, "%s: invalid JSON: %s%s", ptr[0] ? ptr : "/",
-                 e == json_tokener_continue ? "unexpected end of data" : json_tokener_error_desc(e), what);
-    return NULL;
-  }
+  /* one pass: the strict scanner checks the text and builds the json-c
+   * objects (json-c's own parser is laxer - NaN, single quotes, "1.",
+   * control characters, clamped integers, the last of duplicate keys - and
+   * would need this scan after it anyway) */
   vscan v = {.a = c->a, .t = s->text, .n = s->len};
-  bool ok = v_value(&v, 1);
+  json_object *root = NULL;
+  bool ok = v_value(&v, 1, &root);
   if (ok) {
     v.i = skip_ws(s->text, s->len, v.i);
     if (v.i < s->len) ok = vfail(&v, v.i, false, "invalid JSON: unexpected data after the value");
@@ -778,6 +791,8 @@ json_object *fp_json_parse(fp_jctx *c) {
     fp_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
     return NULL;
   }
+  if (!root) /* json-c's null; a NULL return means an error was reported */
+    fp_diag_at(c->d, s, first, "/: the document is null, not a JSON object");
   return root;
 }
 

@@ -153,6 +153,38 @@ static void test_ptr_build(void **state) {
 }
 
 /* ---- strict parse -------------------------------------------------------------- */
+/* the objects fp_json_parse builds in its one pass are the ones json-c's own
+ * parser builds from the same (valid) text: types, values, doubles' text,
+ * uint64 above INT64_MAX, escapes, nesting, null members */
+static void test_parse_matches_jsonc(void **state) {
+  fx *f = *state;
+  static const char *const docs[] = {
+      "{\"a\": 1, \"b\": -2, \"c\": 1.50, \"d\": -0.0, \"e\": 1e5, \"f\": -1.5E+3, \"g\": 1e-400}",
+      "{\"big\": 18446744073709551615, \"max\": 9223372036854775807, \"min\": -9223372036854775808, \"z\": -0}",
+      "{\"s\": \"x\\u00e9\\ud83d\\ude00\\n\\t\\\"\\\\\\/y\", \"e\": \"\", \"u\": \"\xc3\xa9\"}",
+      "{\"t\": true, \"f\": false, \"n\": null, \"a\": [null, true, [], {}, [1, [2, [3]]]]}",
+      "[{\"name\": \"layers.0\", \"params\": [{\"name\": \"w\", \"shape\": [16384, 1024]}]}, 3, \"x\"]",
+      "\"just a string\"", "42", "-7.25", "true", "[]", "{}",
+  };
+  for (size_t k = 0; k < sizeof docs / sizeof *docs; k++) {
+    reset_diag(f);
+    json_object *ours = parse(f, docs[k]), *ref = json_tokener_parse(docs[k]);
+    if (!ours) fprintf(stderr, "rejected: %s: %s", docs[k], f->d.buf ? f->d.buf : "");
+    assert_non_null(ours);
+    assert_non_null(ref);
+    if (!json_object_equal(ours, ref))
+      fprintf(stderr, "differs: %s\nours: %s\njson-c: %s\n", docs[k], json_object_to_json_string(ours),
+              json_object_to_json_string(ref));
+    assert_true(json_object_equal(ours, ref));
+    /* and they print the same (the doubles' source text is kept) */
+    assert_string_equal(json_object_to_json_string_ext(ours, JSON_C_TO_STRING_PLAIN),
+                        json_object_to_json_string_ext(ref, JSON_C_TO_STRING_PLAIN));
+    json_object_put(ours);
+    json_object_put(ref);
+  }
+}
+
+
 static void test_syntax_errors(void **state) {
   fx *f = *state;
   static const struct {
@@ -176,6 +208,8 @@ static void test_syntax_errors(void **state) {
       {"{\"a\\u0000\": 1}", "in.json:1:4: error: /: ", "NUL"},
       {"{\"a\": \"\xff\"}", "in.json:1:8: error: /a: ", "invalid UTF-8 (byte 0xff)"},
       {"{\"a\" 1}", "in.json:1:6: error: /: ", "':'"},
+      {"null", "in.json:1:1: error: /: ", "the document is null"},
+      {"\n  null ", "in.json:2:3: error: /: ", "the document is null"},
       {"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
        "in.json:1:", "nesting deeper than 64"},
@@ -574,6 +608,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_locate_fuzz, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ptr_build, setup, teardown),
       cmocka_unit_test_setup_teardown(test_syntax_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_parse_matches_jsonc, setup, teardown),
       cmocka_unit_test_setup_teardown(test_duplicate_keys, setup, teardown),
       cmocka_unit_test_setup_teardown(test_int64_edges, setup, teardown),
       cmocka_unit_test_setup_teardown(test_model_ok, setup, teardown),
