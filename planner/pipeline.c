@@ -85,11 +85,6 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
                  "too small for the model's work");
     return false;
   }
-  /* a held plan only lends its modeled lifetimes (schedule_memory): no
-   * memory timeline, and its bounds are memplan's */
-  out->prog->memtl = hold > 0 ? NULL : fp_sim_memory(a, out->prog, &out->sim);
-  /* the summary's lower bound and peak are the modeled timeline's: the most
-   * arena bytes (and arena + activation bytes) live at once as the step runs */
   /* the device holds the whole arena all step (persistent buffers first)
    * and the trainer's activations on top: the most the rank holds is the
    * arena plus the activations at their peak, never below the arena. The
@@ -97,16 +92,25 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
    * what the viewers draw. */
   if (!fp_add64(out->prog->arena_bytes, out->stats.activation_peak, &out->stats.peak_bytes))
     out->stats.peak_bytes = INT64_MAX;
-  /* the lower bound is over the ranges the placement honours: buffers live
-   * at one op of program order, or at one instant of the modeled timeline
-   * (two buffers sharing bytes are ordered, so never live at one instant),
-   * cannot share bytes; the larger of the two sweeps */
-  out->stats.lower_bound_bytes = out->prog->memtl ? out->prog->memtl->lower_bound_bytes : 0;
-  if (out->stats.order_lower_bound_bytes > out->stats.lower_bound_bytes)
-    out->stats.lower_bound_bytes = out->stats.order_lower_bound_bytes;
-  if (out->stats.clique_lower_bound_bytes > out->stats.lower_bound_bytes)
-    out->stats.lower_bound_bytes = out->stats.clique_lower_bound_bytes;
+  /* the memory timeline and the lower bound come later (memory_figures):
+   * only for a plan that may be kept */
+  out->prog->memtl = NULL;
   return true;
+}
+
+/* c's modeled memory timeline and the summary's lower bound: the most arena
+ * bytes (and arena + activation bytes) live at once as the step runs. The
+ * bound is over the ranges the placement honours: buffers live at one op of
+ * program order, or at one instant of the modeled timeline (two buffers
+ * sharing bytes are ordered, so never live at one instant), cannot share
+ * bytes; the larger of the sweeps and memplan's clique */
+static void memory_figures(fp_arena *a, fp_compiled *c) {
+  if (c->prog->memtl) return;
+  c->prog->memtl = fp_sim_memory(a, c->prog, &c->sim);
+  fp_stats *st = &c->stats;
+  st->lower_bound_bytes = c->prog->memtl->lower_bound_bytes;
+  if (st->order_lower_bound_bytes > st->lower_bound_bytes) st->lower_bound_bytes = st->order_lower_bound_bytes;
+  if (st->clique_lower_bound_bytes > st->lower_bound_bytes) st->lower_bound_bytes = st->clique_lower_bound_bytes;
 }
 
 /* The modeled lifetimes of c's live ranges for memplan (fp_sim_live_spans).
@@ -227,6 +231,7 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
   bool ok = schedule_with(a, d, out, kf, kb, 0, NULL, &lowered);
   if (!ok || out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us || out->prog->nops > FP_MEMPLAN_TRY_OPS) {
     if (lowered) fp_arena_release(a, lowered->ops);
+    if (ok) memory_figures(a, out);
     return ok;
   }
   fp_compiled best = *out, held;
@@ -245,6 +250,7 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
     held = *out;
     for (int reach = 0; reach < 2; reach++) {
       bool ok = schedule_with(a, &quiet, out, kf, kb, 0, spans_of(a, &held, reach), &lowered);
+      if (ok) memory_figures(a, out);
       bool tight = ok && out->prog->arena_bytes <= out->stats.lower_bound_bytes; /* no tighter packing exists */
       keep_better(a, ok, out, &best);
       if (tight) break;
@@ -254,6 +260,7 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
   fp_diag_free(&quiet);
   if (lowered) fp_arena_release(a, lowered->ops);
   *out = best;
+  memory_figures(a, out); /* plain, when it is kept */
   return true;
 }
 
