@@ -1294,11 +1294,6 @@ typedef struct offbuf {
   int32_t buf;
 } offbuf;
 
-static int offbuf_cmp(const void *a, const void *b) {
-  const offbuf *x = a, *y = b;
-  if (x->off != y->off) return x->off < y->off ? -1 : 1;
-  return (x->buf > y->buf) - (x->buf < y->buf);
-}
 
 /* Rule 6 over transient buffers that share arena bytes: every pair of live
  * ranges of two different such buffers must be disjoint and ordered by
@@ -1349,16 +1344,12 @@ typedef struct firstrg {
   int32_t first, rg;
 } firstrg;
 
-static int firstrg_cmp(const void *a, const void *b) {
-  const firstrg *x = a, *y = b;
-  if (x->first != y->first) return x->first < y->first ? -1 : 1;
-  return (x->rg > y->rg) - (x->rg < y->rg);
+/* by first op, then range (both >= 0) */
+static uint64_t firstrg_key(const void *rec, int k) {
+  const firstrg *x = rec;
+  return k == 0 ? (uint64_t)(uint32_t)x->first : (uint64_t)(uint32_t)x->rg;
 }
 
-static int i64cmp(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
 
 
 /* the transient buffers ord[0..nt) of one arena */
@@ -1374,7 +1365,7 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
     cut[nc++] = x->offset;
     cut[nc++] = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
   }
-  qsort(cut, (size_t)nc, sizeof *cut, i64cmp);
+  fp_sort_u64((uint64_t *)cut, NULL, nc); /* offsets and ends are >= 0: they order as unsigned */
   int32_t u = 0;
   for (int32_t k = 0; k < nc; k++)
     if (u == 0 || cut[k] != cut[u - 1]) cut[u++] = cut[k];
@@ -1398,7 +1389,7 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
       for (int32_t z = slo[k]; z < shi[k]; z++) start[z + 1]++;
     }
   }
-  qsort(rs, (size_t)nr, sizeof *rs, firstrg_cmp);
+  fp_sort_records(rs, sizeof *rs, nr, 2, firstrg_key);
   for (int32_t z = 0; z < nslots; z++) start[z + 1] += start[z];
   int32_t *list = malloc(((size_t)start[nslots] + 1) * sizeof *list);
   int64_t *fill = malloc(((size_t)nslots + 1) * sizeof *fill);
@@ -1489,8 +1480,13 @@ static void check_arena(vctx *v) {
       if (x->host == host && x->offset >= 0 && x->bytes > 0 && (unsigned)x->kind <= FP_BUF_TRANSIENT)
         ob[n++] = (offbuf){x->offset, b};
     }
-    qsort(ob, (size_t)n, sizeof *ob, offbuf_cmp);
-    for (int32_t k = 0; k < n; k++) ord[k] = ob[k].buf;
+    /* by offset, then buffer: a stable radix sort of the offsets (>= 0)
+     * carrying the buffers, listed in order */
+    uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
+    FP_ASSERT(key);
+    for (int32_t k = 0; k < n; k++) key[k] = (uint64_t)ob[k].off, ord[k] = ob[k].buf;
+    fp_sort_u64(key, ord, n);
+    free(key);
     /* persistent: overlaps nothing (one sweep with the furthest ends so far) */
     int64_t end_all = 0, end_pers = 0;
     int32_t who_all = -1, who_pers = -1;
