@@ -893,7 +893,7 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
        * fit places them the same (by size and by size then start often
        * agree): skipped */
       uint64_t h = FP_FNV_INIT;
-      for (int i = 0; i < nitems; i++) h = fp_fnv1a(h, &items[i].buf, sizeof items[i].buf);
+      for (int i = 0; i < nitems; i++) h = (h ^ (uint32_t)items[i].buf) * 0x100000001b3ull; /* FNV, a buffer a step */
       tried[order] = h;
       bool dup = false;
       for (int o = 0; o < order && !dup; o++)
