@@ -248,14 +248,17 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
     }
     prev = out->sim.step_us;
     held = *out;
+    /* it only lends its lifetimes: taken (both ways), its op array goes
+     * back before the timed plans are built (the memory is used again) */
+    const lifetimes *spans[2] = {spans_of(a, &held, false), spans_of(a, &held, true)};
+    drop(a, &held, &best);
     for (int reach = 0; reach < 2; reach++) {
-      bool ok = schedule_with(a, &quiet, out, kf, kb, 0, spans_of(a, &held, reach), &lowered);
+      bool ok = schedule_with(a, &quiet, out, kf, kb, 0, spans[reach], &lowered);
       if (ok) memory_figures(a, out);
       bool tight = ok && out->prog->arena_bytes <= out->stats.lower_bound_bytes; /* no tighter packing exists */
       keep_better(a, ok, out, &best);
       if (tight) break;
     }
-    drop(a, &held, &best); /* it only lent its lifetimes */
   }
   fp_diag_free(&quiet);
   if (lowered) fp_arena_release(a, lowered->ops);
