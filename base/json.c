@@ -412,7 +412,7 @@ size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact) {
 
 /* ---- the strict validator ----------------------------------------------------- */
 typedef struct kent {
-  char *key; /* decoded (malloc'd) */
+  size_t key; /* decoded, at vscan.ks + key (NUL-terminated) */
   size_t len, off;
   uint64_t h;
 } kent;
@@ -427,7 +427,22 @@ typedef struct vscan {
   size_t err_off;
   char *err_ptr;
   char err_msg[512];
+  /* the decoded keys of the objects open now, a stack (an object pops its
+   * own at its end), and the decoded text of the last string value: no
+   * allocation per string, none left between the objects built */
+  char *ks, *sv;
+  size_t klen, kcap, svcap;
 } vscan;
+
+/* room for n more bytes at the top of the key stack */
+static void ks_reserve(vscan *v, size_t n) {
+  if (v->klen + n <= v->kcap) return;
+  size_t nc = v->kcap ? v->kcap : 4096;
+  while (nc < v->klen + n) nc *= 2;
+  v->ks = realloc(v->ks, nc);
+  FP_ASSERT(v->ks);
+  v->kcap = nc;
+}
 
 static bool vfail(vscan *v, size_t off, bool include_last_key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -460,7 +475,9 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
 static bool v_value(vscan *v, int depth, json_object **out);
 
 /* string at v->i (which is '"'); for keys, *dec gets the decoded text */
-static bool v_string(vscan *v, bool is_key, char **dec, size_t *dlen, json_object **out) {
+/* is_key: the decoded key is pushed on v->ks at *kpos (*dlen bytes, then a
+ * NUL); out: the string value built */
+static bool v_string(vscan *v, bool is_key, size_t *kpos, size_t *dlen, json_object **out) {
   const char *t = v->t;
   size_t n = v->n, q = v->i, i = q + 1;
   while (i < n && t[i] != '"') {
@@ -492,19 +509,24 @@ static bool v_string(vscan *v, bool is_key, char **dec, size_t *dlen, json_objec
     i += 6;
   }
   if (i >= n) return vfail(v, q, !is_key, "invalid JSON: unterminated string");
-  if (dec) {
-    *dec = malloc(i + 1 - q);
-    FP_ASSERT(*dec);
-    decode_string(t, n, q, *dec, dlen);
-    (*dec)[*dlen] = 0; /* room: the text between the quotes is at most i - q - 1 bytes */
+  /* the decoded text is at most the i - q - 1 bytes between the quotes */
+  if (kpos) {
+    ks_reserve(v, i + 1 - q);
+    *kpos = v->klen;
+    decode_string(t, n, q, v->ks + v->klen, dlen);
+    v->ks[v->klen + *dlen] = 0;
+    v->klen += *dlen + 1;
   }
   if (out) {
-    char *d = malloc(i + 1 - q);
+    if (v->svcap < i + 1 - q) {
+      free(v->sv);
+      v->svcap = 2 * (i + 1 - q) > 256 ? 2 * (i + 1 - q) : 256;
+      v->sv = malloc(v->svcap);
+      FP_ASSERT(v->sv);
+    }
     size_t dl;
-    FP_ASSERT(d);
-    decode_string(t, n, q, d, &dl);
-    *out = json_object_new_string_len(d, (int)dl);
-    free(d);
+    decode_string(t, n, q, v->sv, &dl);
+    *out = json_object_new_string_len(v->sv, (int)dl);
     FP_ASSERT(*out);
   }
   v->i = i + 1;
@@ -576,10 +598,14 @@ static bool v_object(vscan *v, int depth, json_object **out) {
   pseg *sg = &v->segs[v->nseg++];
   sg->is_obj = true;
   sg->key = (size_t)-1;
-  kent *keys = NULL;
-  size_t nkeys = 0, kcap = 0;
-  /* open hash of indexes into keys (+1; 0 = empty) */
+  /* the keys, and an open hash of indexes into them (+1; 0 = empty): on the
+   * C stack for an object of up to 8 members, else on the heap */
+  kent kst[8];
+  size_t tst[16];
+  kent *keys = kst;
+  size_t nkeys = 0, kcap = 8;
   size_t *tab = NULL, tcap = 0;
+  size_t kbase = v->klen; /* this object's keys start here on v->ks */
   bool ok = false;
   json_object *obj = NULL;
   if (out) {
@@ -600,21 +626,23 @@ static bool v_object(vscan *v, int depth, json_object **out) {
       goto done;
     }
     size_t koff = v->i;
-    char *dec;
-    size_t dl;
-    if (!v_string(v, true, &dec, &dl, NULL)) goto done;
+    size_t kp, dl;
+    if (!v_string(v, true, &kp, &dl, NULL)) goto done;
     if (nkeys == kcap) {
-      kcap = kcap ? 2 * kcap : 8;
-      keys = realloc(keys, kcap * sizeof *keys);
-      FP_ASSERT(keys);
+      kcap *= 2;
+      kent *nk = keys == kst ? malloc(kcap * sizeof *keys) : realloc(keys, kcap * sizeof *keys);
+      FP_ASSERT(nk);
+      if (keys == kst) memcpy(nk, kst, sizeof kst);
+      keys = nk;
     }
-    keys[nkeys] = (kent){dec, dl, koff, fp_fnv1a(FP_FNV_INIT, dec, dl)};
+    keys[nkeys] = (kent){kp, dl, koff, fp_fnv1a(FP_FNV_INIT, v->ks + kp, dl)};
     nkeys++;
     if (2 * nkeys > tcap) {
       size_t nc = tcap ? 2 * tcap : 16;
-      free(tab);
-      tab = calloc(nc, sizeof *tab);
+      if (tab != tst) free(tab);
+      tab = nc == 16 ? tst : malloc(nc * sizeof *tab);
       FP_ASSERT(tab);
+      memset(tab, 0, nc * sizeof *tab);
       tcap = nc;
       for (size_t k = 0; k + 1 < nkeys; k++) {
         size_t h = (size_t)keys[k].h & (tcap - 1);
@@ -627,12 +655,12 @@ static bool v_object(vscan *v, int depth, json_object **out) {
       size_t h = (size_t)ke->h & (tcap - 1);
       while (tab[h]) {
         kent *o = &keys[tab[h] - 1];
-        if (o->h == ke->h && o->len == ke->len && memcmp(o->key, ke->key, ke->len) == 0) {
+        if (o->h == ke->h && o->len == ke->len && memcmp(v->ks + o->key, v->ks + ke->key, ke->len) == 0) {
           fp_src tmp = {"", v->t, v->n};
           int line, col;
           fp_src_linecol(&tmp, o->off, &line, &col);
           fp_sbuf kb = {0};
-          sb_put_segment(&kb, ke->key, ke->len);
+          sb_put_segment(&kb, v->ks + ke->key, ke->len);
           vfail(v, ke->off, false, "duplicate member '%s' (first at line %d, column %d)",
                 fp_strdup(v->a, kb.p + 1), line, col);
           free(kb.p);
@@ -652,7 +680,7 @@ static bool v_object(vscan *v, int depth, json_object **out) {
     json_object *val = NULL;
     if (!v_value(v, depth + 1, out ? &val : NULL)) goto done;
     /* keys are unique (checked above): no lookup to replace one */
-    if (obj) FP_ASSERT(json_object_object_add_ex(obj, keys[nkeys - 1].key, val, JSON_C_OBJECT_ADD_KEY_IS_NEW) == 0);
+    if (obj) FP_ASSERT(json_object_object_add_ex(obj, v->ks + keys[nkeys - 1].key, val, JSON_C_OBJECT_ADD_KEY_IS_NEW) == 0);
     v->i = skip_ws(t, n, v->i);
     if (v->i < n && t[v->i] == ',') {
       v->i++;
@@ -669,9 +697,9 @@ static bool v_object(vscan *v, int depth, json_object **out) {
     goto done;
   }
 done:
-  for (size_t k = 0; k < nkeys; k++) free(keys[k].key);
-  free(keys);
-  free(tab);
+  v->klen = kbase;
+  if (keys != kst) free(keys);
+  if (tab != tst) free(tab);
   if (ok) v->nseg--;
   if (out) {
     if (!ok) json_object_put(obj);
@@ -782,6 +810,8 @@ json_object *fp_json_parse(fp_jctx *c) {
   vscan v = {.a = c->a, .t = s->text, .n = s->len};
   json_object *root = NULL;
   bool ok = v_value(&v, 1, &root);
+  free(v.ks);
+  free(v.sv);
   if (ok) {
     v.i = skip_ws(s->text, s->len, v.i);
     if (v.i < s->len) ok = vfail(&v, v.i, false, "invalid JSON: unexpected data after the value");
