@@ -182,6 +182,26 @@ static void test_parse_matches_jsonc(void **state) {
     json_object_put(ours);
     json_object_put(ref);
   }
+  /* objects past 8 members (their keys leave the C stack), nested in each
+   * other, with escaped keys */
+  char big[40000];
+  size_t o = 0;
+  o += (size_t)snprintf(big + o, sizeof big - o, "{");
+  for (int k = 0; k < 60; k++) {
+    o += (size_t)snprintf(big + o, sizeof big - o, "%s\"k\\u00e9%d\": {", k ? ", " : "", k);
+    for (int j = 0; j < 12 + k % 7; j++)
+      o += (size_t)snprintf(big + o, sizeof big - o, "%s\"a%d\": [%d, \"s%d\", {\"x\": %d.5}]", j ? ", " : "", j, j, k, j);
+    o += (size_t)snprintf(big + o, sizeof big - o, "}");
+  }
+  o += (size_t)snprintf(big + o, sizeof big - o, "}");
+  reset_diag(f);
+  json_object *ours = parse(f, big), *ref = json_tokener_parse(big);
+  assert_non_null(ours);
+  assert_non_null(ref);
+  assert_true(json_object_equal(ours, ref));
+  assert_int_equal(json_object_object_length(ours), 60);
+  json_object_put(ours);
+  json_object_put(ref);
 }
 
 
