@@ -275,6 +275,14 @@ static void test_duplicate_keys(void **state) {
   o += (size_t)snprintf(big + o, sizeof big - o, "\"k517\": 0}");
   assert_null(parse(f, big));
   assert_diag(f, "in.json:1:", "duplicate member 'k517'");
+  reset_diag(f);
+  /* a duplicate of one of the first 8 keys, found after the object outgrew them */
+  o = 0;
+  o += (size_t)snprintf(big + o, sizeof big - o, "{");
+  for (int k = 0; k < 20; k++) o += (size_t)snprintf(big + o, sizeof big - o, "\"k%d\": %d, ", k, k);
+  o += (size_t)snprintf(big + o, sizeof big - o, "\"k3\": 0}");
+  assert_null(parse(f, big));
+  assert_diag(f, "in.json:1:", "duplicate member 'k3' (first at line 1, column 29)");
 }
 
 /* ---- accessors --------------------------------------------------------------------- */
