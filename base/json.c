@@ -716,7 +716,7 @@ static bool v_array(vscan *v, int depth, json_object **out) {
   sg->idx = 0;
   json_object *arr = NULL;
   if (out) {
-    arr = json_object_new_array();
+    arr = json_object_new_array_ext(2); /* most are short (shapes: json-c's default of 32 slots was 10 MiB of the 671B shape's peak); longer ones double */
     FP_ASSERT(arr);
     *out = arr;
   }
