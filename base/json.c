@@ -469,15 +469,15 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
   return fp_strndup(v->a, v->t + i, j - i);
 }
 
-/* Each scanner takes out: NULL to validate only, else where the value it
- * accepted is built (json-c objects; left NULL when it fails, with nothing
- * leaked) - one pass over the text both checks it and builds it. */
+/* Each scanner builds the value it accepted in *out (json-c objects; NULL
+ * when it fails, with nothing leaked): one pass both checks the text and
+ * builds it. */
 static bool v_value(vscan *v, int depth, json_object **out);
 
-/* string at v->i (which is '"'); for keys, *dec gets the decoded text */
-/* is_key: the decoded key is pushed on v->ks at *kpos (*dlen bytes, then a
- * NUL); out: the string value built */
-static bool v_string(vscan *v, bool is_key, size_t *kpos, size_t *dlen, json_object **out) {
+/* the string at v->i (which is '"'): a key (kpos) is decoded onto v->ks at
+ * *kpos (*dlen bytes, then a NUL); a value is built in *out */
+static bool v_string(vscan *v, size_t *kpos, size_t *dlen, json_object **out) {
+  bool is_key = kpos != NULL;
   const char *t = v->t;
   size_t n = v->n, q = v->i, i = q + 1;
   while (i < n && t[i] != '"') {
@@ -510,14 +510,13 @@ static bool v_string(vscan *v, bool is_key, size_t *kpos, size_t *dlen, json_obj
   }
   if (i >= n) return vfail(v, q, !is_key, "invalid JSON: unterminated string");
   /* the decoded text is at most the i - q - 1 bytes between the quotes */
-  if (kpos) {
+  if (is_key) {
     ks_reserve(v, i + 1 - q);
     *kpos = v->klen;
     decode_string(t, n, q, v->ks + v->klen, dlen);
     v->ks[v->klen + *dlen] = 0;
     v->klen += *dlen + 1;
-  }
-  if (out) {
+  } else {
     if (v->svcap < i + 1 - q) {
       free(v->sv);
       v->svcap = 2 * (i + 1 - q) > 256 ? 2 * (i + 1 - q) : 256;
@@ -579,15 +578,15 @@ static bool v_number(vscan *v, json_object **out) {
     if (errno == ERANGE)
       return vfail(v, s, true, "integer %s is outside the 64-bit range", excerpt(v, s, i));
     /* as json-c's parser builds them: int64, uint64 above INT64_MAX */
-    if (out) *out = tok[0] == '-' ? json_object_new_int64(sv)
+    *out = tok[0] == '-' ? json_object_new_int64(sv)
                     : uv > (uint64_t)INT64_MAX ? json_object_new_uint64(uv)
                                                 : json_object_new_int64((int64_t)uv);
   } else {
     double d = strtod(tok, NULL);
     if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
-    if (out) *out = json_object_new_double_s(d, tok); /* the text kept, as json-c's parser does */
+    *out = json_object_new_double_s(d, tok); /* the text kept, as json-c's parser does */
   }
-  FP_ASSERT(!out || *out);
+  FP_ASSERT(*out);
   v->i = i;
   return true;
 }
@@ -607,11 +606,8 @@ static bool v_object(vscan *v, int depth, json_object **out) {
   size_t *tab = NULL, tcap = 0;
   size_t kbase = v->klen; /* this object's keys start here on v->ks */
   bool ok = false;
-  json_object *obj = NULL;
-  if (out) {
-    obj = json_object_new_object();
-    FP_ASSERT(obj);
-  }
+  json_object *obj = json_object_new_object();
+  FP_ASSERT(obj);
   v->i++;
   v->i = skip_ws(t, n, v->i);
   if (v->i < n && t[v->i] == '}') {
@@ -627,7 +623,7 @@ static bool v_object(vscan *v, int depth, json_object **out) {
     }
     size_t koff = v->i;
     size_t kp, dl;
-    if (!v_string(v, true, &kp, &dl, NULL)) goto done;
+    if (!v_string(v, &kp, &dl, NULL)) goto done;
     if (nkeys == kcap) {
       kcap *= 2;
       kent *nk = keys == kst ? malloc(kcap * sizeof *keys) : realloc(keys, kcap * sizeof *keys);
@@ -678,9 +674,9 @@ static bool v_object(vscan *v, int depth, json_object **out) {
     v->i = skip_ws(t, n, v->i + 1);
     sg->key = koff;
     json_object *val = NULL;
-    if (!v_value(v, depth + 1, out ? &val : NULL)) goto done;
+    if (!v_value(v, depth + 1, &val)) goto done;
     /* keys are unique (checked above): no lookup to replace one */
-    if (obj) FP_ASSERT(json_object_object_add_ex(obj, v->ks + keys[nkeys - 1].key, val, JSON_C_OBJECT_ADD_KEY_IS_NEW) == 0);
+    FP_ASSERT(json_object_object_add_ex(obj, v->ks + keys[nkeys - 1].key, val, JSON_C_OBJECT_ADD_KEY_IS_NEW) == 0);
     v->i = skip_ws(t, n, v->i);
     if (v->i < n && t[v->i] == ',') {
       v->i++;
@@ -701,10 +697,8 @@ done:
   if (keys != kst) free(keys);
   if (tab != tst) free(tab);
   if (ok) v->nseg--;
-  if (out) {
-    if (!ok) json_object_put(obj);
-    *out = ok ? obj : NULL;
-  }
+  if (!ok) json_object_put(obj);
+  *out = ok ? obj : NULL;
   return ok;
 }
 
@@ -714,12 +708,11 @@ static bool v_array(vscan *v, int depth, json_object **out) {
   pseg *sg = &v->segs[v->nseg++];
   sg->is_obj = false;
   sg->idx = 0;
-  json_object *arr = NULL;
-  if (out) {
-    arr = json_object_new_array_ext(2); /* most are short (shapes: json-c's default of 32 slots was 10 MiB of the 671B shape's peak); longer ones double */
-    FP_ASSERT(arr);
-    *out = arr;
-  }
+  /* 2 slots to start: most arrays are short (shapes), longer ones double
+   * (json-c's default of 32 slots was 10 MiB of the 671B shape's peak) */
+  json_object *arr = json_object_new_array_ext(2);
+  FP_ASSERT(arr);
+  *out = arr;
   v->i = skip_ws(t, n, v->i + 1);
   if (v->i < n && t[v->i] == ']') {
     v->i++;
@@ -729,8 +722,8 @@ static bool v_array(vscan *v, int depth, json_object **out) {
   for (;;) {
     v->i = skip_ws(t, n, v->i);
     json_object *val = NULL;
-    if (!v_value(v, depth + 1, out ? &val : NULL)) break;
-    if (arr) FP_ASSERT(json_object_array_add(arr, val) == 0);
+    if (!v_value(v, depth + 1, &val)) break;
+    FP_ASSERT(json_object_array_add(arr, val) == 0);
     v->i = skip_ws(t, n, v->i);
     if (v->i < n && t[v->i] == ',') {
       v->i++;
@@ -746,10 +739,8 @@ static bool v_array(vscan *v, int depth, json_object **out) {
     vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array");
     break;
   }
-  if (out) {
-    json_object_put(arr);
-    *out = NULL;
-  }
+  json_object_put(arr);
+  *out = NULL;
   return false;
 }
 
@@ -763,7 +754,7 @@ static bool v_value(vscan *v, int depth, json_object **out) {
   char ch = t[v->i];
   if (ch == '{') return v_object(v, depth, out);
   if (ch == '[') return v_array(v, depth, out);
-  if (ch == '"') return v_string(v, false, NULL, NULL, out);
+  if (ch == '"') return v_string(v, NULL, NULL, out);
   if (ch == '-' || (ch >= '0' && ch <= '9')) return v_number(v, out);
   static const char *const lits[] = {"true", "false", "null"};
   for (int k = 0; k < 3; k++) {
@@ -772,7 +763,7 @@ static bool v_value(vscan *v, int depth, json_object **out) {
       size_t e = v->i + l;
       if (e >= n || is_ws(t[e]) || t[e] == ',' || t[e] == ']' || t[e] == '}') {
         v->i = e;
-        if (out) *out = k < 2 ? json_object_new_boolean(k == 0) : NULL; /* null is NULL, as in json-c */
+        *out = k < 2 ? json_object_new_boolean(k == 0) : NULL; /* null is NULL, as in json-c */
         return true;
       }
     }

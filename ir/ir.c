@@ -129,7 +129,8 @@ int fp_ir_placement_parse(const char *s) {
 
 /* ---- names: map and bare form ---------------------------------------------- */
 /* eight bytes a step (the names are long: "layers.125.feed_forward.w3.weight";
- * FNV-1a's byte steps were 2% of a compile); only lookups depend on it */
+ * FNV-1a's byte steps here were 1% of the llama3-405b compile by callgrind);
+ * only lookups depend on it */
 static uint64_t name_hash(const char *s, size_t len) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ len, w;
   size_t i = 0;

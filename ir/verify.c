@@ -1289,12 +1289,6 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
   free(eslot);
 }
 
-typedef struct offbuf {
-  int64_t off;
-  int32_t buf;
-} offbuf;
-
-
 /* Rule 6 over transient buffers that share arena bytes: every pair of live
  * ranges of two different such buffers must be disjoint and ordered by
  * happens-before, within a step and into the next. Pairs are not listed
@@ -1349,8 +1343,6 @@ static uint64_t firstrg_key(const void *rec, int k) {
   const firstrg *x = rec;
   return k == 0 ? (uint64_t)(uint32_t)x->first : (uint64_t)(uint32_t)x->rg;
 }
-
-
 
 /* the transient buffers ord[0..nt) of one arena */
 static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
@@ -1471,22 +1463,18 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
 static void check_arena(vctx *v) {
   const fp_prog *p = v->p;
   int32_t *ord = malloc(((size_t)p->nbufs + 1) * sizeof *ord);
-  offbuf *ob = malloc(((size_t)p->nbufs + 1) * sizeof *ob);
-  FP_ASSERT(ord && ob);
+  uint64_t *key = malloc(((size_t)p->nbufs + 1) * sizeof *key);
+  FP_ASSERT(ord && key);
   for (int host = 0; host < 2 && !stop(v); host++) {
+    /* the placed buffers by offset, then buffer: a stable radix sort of
+     * the offsets (>= 0) carrying the buffers, listed in order */
     int32_t n = 0;
     for (int32_t b = 0; b < p->nbufs; b++) {
       const fp_ir_buf *x = &p->bufs[b];
       if (x->host == host && x->offset >= 0 && x->bytes > 0 && (unsigned)x->kind <= FP_BUF_TRANSIENT)
-        ob[n++] = (offbuf){x->offset, b};
+        key[n] = (uint64_t)x->offset, ord[n++] = b;
     }
-    /* by offset, then buffer: a stable radix sort of the offsets (>= 0)
-     * carrying the buffers, listed in order */
-    uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
-    FP_ASSERT(key);
-    for (int32_t k = 0; k < n; k++) key[k] = (uint64_t)ob[k].off, ord[k] = ob[k].buf;
     fp_sort_u64(key, ord, n);
-    free(key);
     /* persistent: overlaps nothing (one sweep with the furthest ends so far) */
     int64_t end_all = 0, end_pers = 0;
     int32_t who_all = -1, who_pers = -1;
@@ -1510,7 +1498,7 @@ static void check_arena(vctx *v) {
     if (!stop(v)) check_reuse(v, ord, nt);
   }
   free(ord);
-  free(ob);
+  free(key);
 }
 
 /* ---- driver ------------------------------------------------------------------------- */

@@ -43,61 +43,66 @@ typedef struct {
   int64_t off, end;
 } span;
 
+/* INLINE_SORT(name, T, C, BEFORE, FALLBACK) defines name(T *it, int n, C
+ * ctx): a quicksort with the comparison BEFORE(x, y, ctx) inline (qsort
+ * calls a function per comparison and moves records byte by byte): median
+ * of three, insertion sort under 16, the smaller side first; a side that
+ * recurses past 2 log2 n levels goes to FALLBACK(it, n, ctx) instead, so
+ * O(n log n) always. */
+#define INLINE_SORT(name, T, C, BEFORE, FALLBACK)                                      \
+  static void name##_depth(T *it, int n, C ctx, int depth) {                         \
+    while (n >= 16) {                                                                \
+      if (depth-- <= 0) {                                                            \
+        FALLBACK(it, n, ctx);                                                        \
+        return;                                                                      \
+      }                                                                              \
+      T *a = &it[0], *m = &it[n / 2], *z = &it[n - 1], t;                            \
+      if (BEFORE(m, a, ctx)) t = *m, *m = *a, *a = t; /* median of three, middle */  \
+      if (BEFORE(z, m, ctx)) {                                                       \
+        t = *z, *z = *m, *m = t;                                                     \
+        if (BEFORE(m, a, ctx)) t = *m, *m = *a, *a = t;                              \
+      }                                                                              \
+      T pivot = *m;                                                                  \
+      int i = 0, j = n - 1;                                                          \
+      for (;;) { /* Hoare: [0, j] not after the pivot, [j + 1, n) not before it */   \
+        while (BEFORE(&it[i], &pivot, ctx)) i++;                                     \
+        while (BEFORE(&pivot, &it[j], ctx)) j--;                                     \
+        if (i >= j) break;                                                           \
+        t = it[i], it[i] = it[j], it[j] = t;                                         \
+        i++, j--;                                                                    \
+      }                                                                              \
+      int left = j + 1, right = n - left;                                            \
+      if (left < right) {                                                            \
+        name##_depth(it, left, ctx, depth);                                          \
+        it += left, n = right;                                                       \
+      } else {                                                                       \
+        name##_depth(it + left, right, ctx, depth);                                  \
+        n = left;                                                                    \
+      }                                                                              \
+    }                                                                                \
+    for (int i = 1; i < n; i++) {                                                    \
+      T x = it[i];                                                                   \
+      int j = i;                                                                     \
+      for (; j > 0 && BEFORE(&x, &it[j - 1], ctx); j--) it[j] = it[j - 1];           \
+      it[j] = x;                                                                     \
+    }                                                                                \
+  }                                                                                  \
+  static void name(T *it, int n, C ctx) {                                            \
+    int depth = 0;                                                                   \
+    for (int k = n; k > 1; k >>= 1) depth += 2;                                      \
+    name##_depth(it, n, ctx, depth);                                                 \
+  }
+
 /* spans by offset (equal offsets in any order: the gap scan's result is the
- * same). A quicksort with the comparison inline (qsort's call per
- * comparison and byte-wise moves were half of a compile with 15,000
- * buckets, each placed against hundreds of live spans): median of three,
- * insertion sort under 24, the smaller side first; a side that recurses
- * past 2 log2 n levels is radix sorted instead, so O(n log n) always. */
+ * same); qsort here was half of a compile with 15,000 buckets, each placed
+ * against hundreds of live spans. Past the depth: a radix sort. */
 static uint64_t span_key(const void *rec, int k) {
   (void)k;
   return (uint64_t)((const span *)rec)->off;
 }
-
-static void sort_spans_depth(span *sp, int n, int depth) {
-  while (n >= 24) {
-    if (depth-- <= 0) {
-      fp_sort_records(sp, sizeof *sp, n, 1, span_key);
-      return;
-    }
-    span *a = &sp[0], *m = &sp[n / 2], *z = &sp[n - 1], t;
-    /* median of three to the middle */
-    if (m->off < a->off) t = *m, *m = *a, *a = t;
-    if (z->off < m->off) {
-      t = *z, *z = *m, *m = t;
-      if (m->off < a->off) t = *m, *m = *a, *a = t;
-    }
-    int64_t pivot = m->off;
-    int i = 0, j = n - 1;
-    for (;;) { /* Hoare partition: [0, j] <= pivot <= [j + 1, n) */
-      while (sp[i].off < pivot) i++;
-      while (sp[j].off > pivot) j--;
-      if (i >= j) break;
-      t = sp[i], sp[i] = sp[j], sp[j] = t;
-      i++, j--;
-    }
-    int left = j + 1, right = n - left;
-    if (left < right) {
-      sort_spans_depth(sp, left, depth);
-      sp += left, n = right;
-    } else {
-      sort_spans_depth(sp + left, right, depth);
-      n = left;
-    }
-  }
-  for (int i = 1; i < n; i++) {
-    span x = sp[i];
-    int j = i;
-    for (; j > 0 && sp[j - 1].off > x.off; j--) sp[j] = sp[j - 1];
-    sp[j] = x;
-  }
-}
-
-static void sort_spans(span *sp, int n) {
-  int depth = 0;
-  for (int k = n; k > 1; k >>= 1) depth += 2;
-  sort_spans_depth(sp, n, depth);
-}
+#define SPAN_BEFORE(x, y, ctx) ((x)->off < (y)->off)
+#define SPAN_FALLBACK(it, n, ctx) fp_sort_records(it, sizeof *(it), n, 1, span_key)
+INLINE_SORT(sort_spans, span, const void *, SPAN_BEFORE, SPAN_FALLBACK)
 
 /* per buffer: index range into the lives array sorted by buffer */
 typedef struct {
@@ -424,10 +429,8 @@ typedef struct placer {
 
 /* items in a placement order: by key[buf] descending when key is given,
  * then cmp_item's order (larger first, then by buffer) - a total order, so
- * any sort gives the same sequence. Inline quicksort (qsort's call per
- * comparison was a twentieth of the llama3-405b compile): median of three,
- * insertion sort under 16, the smaller side first; past 2 log2 n levels
- * deep, qsort finishes the side (O(n log n) always). */
+ * any sort gives the same sequence (qsort here was a twentieth of the
+ * llama3-405b compile). Past the depth: qsort. */
 static const double *sort_key;
 static inline bool item_before(const item *x, const item *y, const double *key) {
   if (key) {
@@ -440,51 +443,12 @@ static inline bool item_before(const item *x, const item *y, const double *key) 
 
 static int cmp_key(const void *a, const void *b);
 
-static void sort_items_depth(item *it, int n, const double *key, int depth) {
-  while (n >= 16) {
-    if (depth-- <= 0) {
-      sort_key = key;
-      qsort(it, (size_t)n, sizeof *it, key ? cmp_key : cmp_item);
-      sort_key = NULL;
-      return;
-    }
-    item *a = &it[0], *m = &it[n / 2], *z = &it[n - 1], t;
-    if (item_before(m, a, key)) t = *m, *m = *a, *a = t;
-    if (item_before(z, m, key)) {
-      t = *z, *z = *m, *m = t;
-      if (item_before(m, a, key)) t = *m, *m = *a, *a = t;
-    }
-    item pivot = *m;
-    int i = 0, j = n - 1;
-    for (;;) { /* Hoare partition: [0, j] not after the pivot, [j + 1, n) not before it */
-      while (item_before(&it[i], &pivot, key)) i++;
-      while (item_before(&pivot, &it[j], key)) j--;
-      if (i >= j) break;
-      t = it[i], it[i] = it[j], it[j] = t;
-      i++, j--;
-    }
-    int left = j + 1, right = n - left;
-    if (left < right) {
-      sort_items_depth(it, left, key, depth);
-      it += left, n = right;
-    } else {
-      sort_items_depth(it + left, right, key, depth);
-      n = left;
-    }
-  }
-  for (int i = 1; i < n; i++) {
-    item x = it[i];
-    int j = i;
-    for (; j > 0 && item_before(&x, &it[j - 1], key); j--) it[j] = it[j - 1];
-    it[j] = x;
-  }
+static void items_qsort(item *it, int n, const double *key) {
+  sort_key = key;
+  qsort(it, (size_t)n, sizeof *it, key ? cmp_key : cmp_item);
+  sort_key = NULL;
 }
-
-static void sort_items(item *it, int n, const double *key) {
-  int depth = 0;
-  for (int k = n; k > 1; k >>= 1) depth += 2;
-  sort_items_depth(it, n, key, depth);
-}
+INLINE_SORT(sort_items, item, const double *, item_before, items_qsort)
 
 static int cmp_key(const void *a, const void *b) {
   const item *x = a, *y = b;
@@ -548,7 +512,7 @@ static int64_t place(placer *pl, bool best_fit, int64_t *off, int64_t *work) {
     }
     int ns = g.ns;
     *work += ns + 1;
-    sort_spans(pl->spans, ns);
+    sort_spans(pl->spans, ns, NULL);
     int64_t at = -1, lo = pl->dev, gap = INT64_MAX;
     for (int k = 0; k <= ns; k++) {
       /* the gap [lo, next span's offset) */
