@@ -47,6 +47,8 @@ struct fp_backend_impl {
 extern const fp_backend_impl fp_backend_mpi; /* executor/mpi.c */
 #ifdef FP_HAVE_CUDA
 extern const fp_backend_impl fp_backend_nccl; /* executor/nccl.c */
+/* the CUDA device an NCCL executor runs on (transfers: xfer_nccl.c) */
+int fpx_nccl_device(const fp_exec *x);
 #endif
 
 /* the MPI backend's agreement (mpi.c), which the NCCL backend also uses

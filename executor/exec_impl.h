@@ -55,6 +55,8 @@ struct fp_xfer {
   fp_arena *arena;   /* everything the planner made */
   struct fp_tx *tx;  /* NULL when compiling failed */
   char *msg;         /* malloc'd; "" when none */
+  void *bk;          /* the NCCL backend's state between runs (xfer_nccl.c); NULL on MPI */
+  void (*bk_free)(void *);
 };
 
 /* ---- the program resolved for one rank ----------------------------------------- */

@@ -950,6 +950,8 @@ static void nccl_destroy(fp_exec *x) {
   x->cuda_stream = NULL;
 }
 
+int fpx_nccl_device(const fp_exec *x) { return ns(x)->device; }
+
 const fp_backend_impl fp_backend_nccl = {
     .name = "nccl",
     .prepare = nccl_prepare,

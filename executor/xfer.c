@@ -1,31 +1,33 @@
 /* xfer.c - fp_xfer_run: a transfer program (ir/xfer.h, docs/reshard.md)
- * run on the MPI backend between a FROM executor and a TO executor; a
- * process may hold a rank of either, both or neither.
+ * run between a FROM executor and a TO executor; a process may hold a rank
+ * of either, both or neither. Both executors are on one backend: MPI (here)
+ * or NCCL (xfer_nccl.c).
  *
  * Three phases, like a refit: (1) local checks (the executors' plans are the
  * transfer's FROM and TO, their ranks are this process's, the communicator
- * is big enough, both between steps, staging allocated); (2) agreement: one
- * MPI_Allreduce of the outcome over a duplicate of the communicator, so if
- * any process fails its checks every process fails and none writes; (3) the
- * ops of this process in order: sends and recvs posted without blocking
- * (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's order, which
- * is the order the verifier matched), local copies, casts and MXFP8
- * quantizes with the reference kernels (kernels/kernels.h); an op reading
- * staging or TO bytes first waits for every recv posted so far; then all
- * requests complete. Receives land in TO's arena at the plan's fixed
- * addresses. A failure in phase 3 (an MPI error) leaves TO's need regions
- * partly written; nothing outside them is touched. */
+ * is big enough, both between steps, staging allocated; NCCL: the device,
+ * the stream and the order it can run); (2) agreement: one MPI_Allreduce of
+ * the outcome (and of the backend) over a duplicate of the communicator, so
+ * if any process fails its checks every process fails and none writes; (3)
+ * the ops of this process. On MPI, in order: sends and recvs posted without
+ * blocking (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's
+ * order, which is the order the verifier matched), local copies, casts and
+ * MXFP8 quantizes with the reference kernels (kernels/kernels.h); an op
+ * reading staging or TO bytes first waits for every recv posted so far;
+ * then all requests complete. Receives land in TO's arena at the plan's
+ * fixed addresses. A failure in phase 3 (an MPI or NCCL error) leaves TO's
+ * need regions partly written; nothing outside them is touched. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec_impl.h"
+#include "backend_impl.h"
 #include "ir/xfer.h"
 #include "kernels/kernels.h"
+#include "xfer_nccl.h"
 
-static fp_status tfail(fp_xfer *t, fp_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static fp_status tfail(fp_xfer *t, fp_status st, const char *fmt, ...) {
+fp_status fpx_xfer_fail(fp_xfer *t, fp_status st, const char *fmt, ...) {
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -42,6 +44,7 @@ static fp_status tfail(fp_xfer *t, fp_status st, const char *fmt, ...) {
 const char *fp_xfer_errmsg(const fp_xfer *t) { return t && t->msg ? t->msg : ""; }
 void fp_xfer_free(fp_xfer *t) {
   if (!t) return;
+  if (t->bk && t->bk_free) t->bk_free(t->bk);
   if (t->arena) fp_arena_free(t->arena);
   free(t->msg);
   free(t);
@@ -52,7 +55,7 @@ fp_status fp_xfer_load(const char *path, fp_xfer **out) {
   fp_xfer *t = calloc(1, sizeof *t);
   *out = t;
   if (!t) return FP_ERR_NOMEM;
-  if (!path) return tfail(t, FP_ERR_ARG, "fp_xfer_load: path is NULL");
+  if (!path) return fpx_xfer_fail(t, FP_ERR_ARG, "fp_xfer_load: path is NULL");
   t->arena = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, NULL);
@@ -81,21 +84,20 @@ fp_status fp_xfer_get_info(const fp_xfer *t, fp_xfer_info *out) {
 }
 
 static fp_status check_exec(fp_xfer *t, fp_exec *x, const char *role, uint64_t hash, int64_t rank) {
-  if (!x) return tfail(t, FP_ERR_ARG, "xfer: process %lld holds %s rank %lld but no %s executor was given",
+  if (!x) return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: process %lld holds %s rank %lld but no %s executor was given",
                        (long long)(rank + (role[0] == 'T' ? t->tx->to_offset : t->tx->from_offset)), role,
                        (long long)rank, role);
-  if (!x->created || x->broken) return tfail(t, FP_ERR_ARG, "xfer: the %s executor is not usable", role);
-  if (x->cfg.backend != FP_BACKEND_MPI)
-    return tfail(t, FP_ERR_ARG, "xfer: the %s executor is not on the MPI backend (transfers run on MPI only yet)",
-                 role);
+  if (!x->created || x->broken) return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the %s executor is not usable", role);
+  if (x->cfg.backend != FP_BACKEND_MPI && x->cfg.backend != FP_BACKEND_NCCL)
+    return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the %s executor's backend runs no transfers", role);
   if (x->plan->hash != hash)
-    return tfail(t, FP_ERR_MISMATCH, "xfer: the %s executor runs plan %016llx, the transfer was compiled for %016llx",
+    return fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the %s executor runs plan %016llx, the transfer was compiled for %016llx",
                  role, (unsigned long long)x->plan->hash, (unsigned long long)hash);
   if (x->rank != rank)
-    return tfail(t, FP_ERR_ARG, "xfer: the %s executor is rank %lld, this process holds %s rank %lld", role,
+    return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the %s executor is rank %lld, this process holds %s rank %lld", role,
                  (long long)x->rank, role, (long long)rank);
   if (x->cursor != 0 || x->in_hook)
-    return tfail(t, FP_ERR_ORDER, "xfer: the %s executor is in the middle of a step; transfer between steps", role);
+    return fpx_xfer_fail(t, FP_ERR_ORDER, "xfer: the %s executor is in the middle of a step; transfer between steps", role);
   return FP_OK;
 }
 
@@ -148,7 +150,7 @@ static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
     int32_t q = param_index(from, tx->params[o->param].name);
     if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
                           fp_tx_src_bytes(o), false, sf))
-      return tfail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
                    "weights%s of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
                    fp_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
   }
@@ -157,7 +159,7 @@ static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
     if (r->proc != me) continue;
     int32_t q = param_index(to, tx->params[r->param].name);
     if (q < 0 || !in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st))
-      return tfail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
                    "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
   }
   return FP_OK;
@@ -185,52 +187,12 @@ static void dequant(const fp_tx_op *o, char *dst, const uint8_t *src, const uint
   fpk_dequantize_mxfp8(dst + h * fp_dtype_size(o->dtype), o->dtype, src + h, sc + (h > 0), o->n - h);
 }
 
-fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
-  if (!t || !t->tx) return FP_ERR_ARG;
+/* phase 3 on the MPI backend: this process's ops in order */
+static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, char *stage, MPI_Request *req) {
   const fp_tx *tx = t->tx;
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) return tfail(t, FP_ERR_ARG, "xfer: MPI is not initialized");
-  MPI_Comm base = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD, c = MPI_COMM_NULL;
-  int me = 0, size = 0;
-  MPI_Comm_rank(base, &me);
-  MPI_Comm_size(base, &size);
-  fp_status st = FP_OK;
-  char *stage = NULL;
-  MPI_Request *req = NULL;
-  if (size < tx->nprocs)
-    st = tfail(t, FP_ERR_ARG, "xfer: the transfer needs %lld processes, the communicator has %d",
-               (long long)tx->nprocs, size);
-  bool has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
-  if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
-  if (st == FP_OK && has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
-  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
-  int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0, nreq = 0;
-  for (int32_t i = lo; i < hi; i++) {
-    const fp_tx_op *o = &tx->ops[i];
-    if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) {
-      nreq++;
-      if (o->n * fp_dtype_size(o->dtype) > INT_MAX && st == FP_OK)
-        st = tfail(t, FP_ERR_BACKEND, "xfer: op %d moves more than INT_MAX bytes", i);
-    }
-  }
-  if (st == FP_OK) {
-    stage = malloc((size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16);
-    req = malloc(((size_t)nreq + 1) * sizeof *req);
-    if (!stage || !req) st = tfail(t, FP_ERR_NOMEM, "xfer: out of memory (staging)");
-  }
-  /* agreement */
-  int bad = st != FP_OK, anybad = 0;
-  if (MPI_Comm_dup(base, &c) != MPI_SUCCESS || MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, c) != MPI_SUCCESS) {
-    st = tfail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed");
-    goto out;
-  }
-  if (anybad) {
-    if (st == FP_OK) st = tfail(t, FP_ERR_MISMATCH, "xfer: another process failed its checks; nothing was written");
-    goto out;
-  }
-  char *fa = has_from ? from->dev : NULL, *ta = has_to ? to->dev : NULL;
+  int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0;
   int npost = 0, waited = 0;
+  fp_status st = FP_OK;
   for (int32_t i = lo; i < hi && st == FP_OK; i++) {
     const fp_tx_op *o = &tx->ops[i];
     char *dst = at(fa, ta, stage, o->dst), *src = at(fa, ta, stage, o->src), *aux = at(fa, ta, stage, o->aux);
@@ -253,10 +215,81 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
         break;
       default: break;
     }
-    if (rc != MPI_SUCCESS) st = tfail(t, FP_ERR_BACKEND, "xfer: MPI failed at op %d", i);
+    if (rc != MPI_SUCCESS) st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed at op %d", i);
   }
   if (st == FP_OK && waited < npost && MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-    st = tfail(t, FP_ERR_BACKEND, "xfer: MPI failed completing the transfer");
+    st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed completing the transfer");
+  return st;
+}
+
+fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
+  if (!t || !t->tx) return FP_ERR_ARG;
+  const fp_tx *tx = t->tx;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: MPI is not initialized");
+  MPI_Comm base = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD, c = MPI_COMM_NULL;
+  int me = 0, size = 0;
+  MPI_Comm_rank(base, &me);
+  MPI_Comm_size(base, &size);
+  fp_status st = FP_OK;
+  char *stage = NULL;
+  MPI_Request *req = NULL;
+  if (size < tx->nprocs)
+    st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the transfer needs %lld processes, the communicator has %d",
+                       (long long)tx->nprocs, size);
+  bool has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
+  if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
+  if (st == FP_OK && has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
+  /* the backend of this process's executors (0: it holds none) */
+  int backend = has_from && from ? (int)from->cfg.backend : has_to && to ? (int)to->cfg.backend : 0;
+  if (st == FP_OK && has_from && has_to && from->cfg.backend != to->cfg.backend)
+    st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on the %s backend and the TO executor on %s: a "
+                       "transfer runs on one backend", from->bk->name, to->bk->name);
+  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
+  int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0, nreq = 0;
+  for (int32_t i = lo; i < hi && backend == FP_BACKEND_MPI; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) {
+      nreq++;
+      if (o->n * fp_dtype_size(o->dtype) > INT_MAX && st == FP_OK)
+        st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d moves more than INT_MAX bytes", i);
+    }
+  }
+  int fresh = 0;
+  if (st == FP_OK && backend == FP_BACKEND_MPI) {
+    stage = malloc((size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16);
+    req = malloc(((size_t)nreq + 1) * sizeof *req);
+    if (!stage || !req) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory (staging)");
+  }
+#ifdef FP_HAVE_CUDA
+  if (st == FP_OK && backend == FP_BACKEND_NCCL)
+    st = fpx_xfer_nccl_prepare(t, has_from ? from : NULL, has_to ? to : NULL, me, base, &fresh);
+#endif
+  /* agreement: the outcome, one backend (the largest and the smallest of the
+   * processes holding executors), whether the NCCL communicator is made */
+  int mine[4] = {st != FP_OK, backend, backend ? -backend : -100, fresh}, all[4] = {0};
+  if (MPI_Comm_dup(base, &c) != MPI_SUCCESS || MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MAX, c) != MPI_SUCCESS) {
+    st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed");
+    goto out;
+  }
+  if (all[0]) {
+    if (st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: another process failed its checks; nothing was written");
+    goto out;
+  }
+  if (all[1] != 0 && all[1] != -all[2]) {
+    st = fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and NCCL); "
+                       "nothing was written");
+    goto out;
+  }
+  char *fa = has_from ? from->dev : NULL, *ta = has_to ? to->dev : NULL;
+  if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
+    st = run_mpi(t, me, c, fa, ta, stage, req);
+  } else {
+#ifdef FP_HAVE_CUDA
+    st = fpx_xfer_nccl_run(t, me, base, c, all[3] != 0, fa, ta);
+#endif
+  }
   if (st == FP_OK && t->msg) t->msg[0] = 0;
 out:
   if (c != MPI_COMM_NULL) MPI_Comm_free(&c);

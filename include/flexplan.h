@@ -512,8 +512,13 @@ FP_API fp_status fp_xfer_load(const char *path, fp_xfer **out);
 /* the last error of a transfer handle ("" when none) */
 FP_API const char *fp_xfer_errmsg(const fp_xfer *t);
 FP_API void fp_xfer_free(fp_xfer *t);
-/* Run the transfer (MPI backend; collective over comm, a pointer to an
- * MPI_Comm, NULL: MPI_COMM_WORLD, which needs at least `processes` ranks).
+/* Run the transfer (collective over comm, a pointer to an MPI_Comm, NULL:
+ * MPI_COMM_WORLD, which needs at least `processes` ranks; MPI must be
+ * initialized). Both executors of every process are on one backend: MPI, or
+ * NCCL (the transfer then makes an NCCL communicator of its own over the
+ * processes holding a rank of either plan at its first run, keeps it with a
+ * stream and the staging on the handle for the next runs, and frees them in
+ * fp_xfer_free; the processes still agree over MPI first; docs/reshard.md).
  * from / to: this process's executors of the FROM and TO plans (NULL where it
  * holds no rank of that plan); both between steps. Every process checks its
  * side (the executors' plans are the transfer's, their ranks this
@@ -523,8 +528,8 @@ FP_API void fp_xfer_free(fp_xfer *t);
  * failing anywhere fails everywhere with TO unchanged (FP_ERR_ARG,
  * FP_ERR_PLAN, FP_ERR_MISMATCH, FP_ERR_ORDER). TO's main weights (and the compute weights
  * it keeps unsharded between steps) are written in place, at their fixed
- * addresses. An MPI failure while moving (FP_ERR_BACKEND) may leave those
- * bytes partly written; nothing else of TO's arena is touched. */
+ * addresses. An MPI, CUDA or NCCL failure while moving (FP_ERR_BACKEND) may
+ * leave those bytes partly written; nothing else of TO's arena is touched. */
 FP_API fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm);
 
 #ifdef __cplusplus

@@ -1,0 +1,267 @@
+/* xfer_nccl.c - a transfer program's ops on the NCCL backend: fp_xfer_run
+ * with NCCL executors (xfer.c checks both sides and has the processes agree
+ * first, over MPI, as for the MPI backend; docs/reshard.md).
+ *
+ * The transfer gets an NCCL communicator of its own over the processes that
+ * hold a FROM or a TO rank, in process order (the FROM and TO executors'
+ * communicators cover one plan's ranks each, and a transfer may span both;
+ * a process that holds neither has no device to join with): made at the first
+ * run from an id process 0 broadcasts over MPI, and kept on the handle with
+ * a stream and the staging buffer, so a transfer run again (RL weight sync:
+ * every iteration) reuses them; a run over other processes makes a new one.
+ * fp_xfer_free frees them.
+ *
+ * A process's ops run on that stream in three parts: the ops before its
+ * last send or recv that are not sends or recvs (local copies, sender-side
+ * casts and MXFP8 quantizes: the planner puts them there, and they may read
+ * FROM bytes only - checked), then all its sends and recvs as one NCCL group
+ * (each pair's messages in the order the verifier matched), then the rest
+ * (dequantizes, received bytes into TO, derived compute weights). The host
+ * waits for the stream, polling NCCL for asynchronous errors; on one, the
+ * communicator is aborted and dropped (FP_ERR_BACKEND: TO's need regions may
+ * be partly written, nothing else of TO is). Written and compiled without a
+ * GPU: it has not run yet (docs/cuda.md). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "backend_impl.h"
+#include "ir/xfer.h"
+#include "kernels/kernels_cuda.h"
+#include "xfer_nccl.h"
+
+typedef struct xnccl {
+  int device;           /* the CUDA device everything below lives on */
+  MPI_Group procs;      /* the processes the communicator was made over */
+  ncclComm_t comm;      /* NCCL rank p = process p (NULL: none yet) */
+  cudaStream_t s;
+  void *stage;          /* cudaMalloc, stage_cap bytes */
+  size_t stage_cap;
+} xnccl;
+
+static void xnccl_free(void *p) {
+  xnccl *n = p;
+  if (!n) return;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  cudaSetDevice(n->device);
+  if (n->comm) ncclCommDestroy(n->comm);
+  if (n->s) cudaStreamDestroy(n->s);
+  if (n->stage) cudaFree(n->stage);
+  if (!fin && n->procs != MPI_GROUP_NULL) MPI_Group_free(&n->procs);
+  free(n);
+}
+
+static fp_status cuda_fail(fp_xfer *t, const char *what, cudaError_t e) {
+  return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: CUDA: %s failed: %s", what, cudaGetErrorString(e));
+}
+static fp_status nccl_fail(fp_xfer *t, const char *what, ncclResult_t r, ncclComm_t c) {
+  const char *last = ncclGetLastError(c);
+  return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: NCCL: %s failed: %s%s%s", what, ncclGetErrorString(r),
+                       last && *last ? ": " : "", last ? last : "");
+}
+#define CUDA_DO(call)                                     \
+  do {                                                    \
+    cudaError_t e_ = (call);                              \
+    if (e_ != cudaSuccess) return cuda_fail(t, #call, e_); \
+  } while (0)
+#define NCCL_DO(call, comm)                                     \
+  do {                                                          \
+    ncclResult_t r_ = (call);                                   \
+    if (r_ != ncclSuccess) return nccl_fail(t, #call, r_, comm); \
+  } while (0)
+
+static bool p2p(const fp_tx_op *o) { return o->kind == FP_TX_SEND || o->kind == FP_TX_RECV; }
+
+static bool holds(const fp_tx *tx, int64_t p) {
+  return (p >= tx->from_offset && p < tx->from_offset + tx->from_world) ||
+         (p >= tx->to_offset && p < tx->to_offset + tx->to_world);
+}
+/* process p's NCCL rank: the processes before it that hold a rank of either
+ * plan (*count: all of them) */
+static int nccl_rank(const fp_tx *tx, int64_t p, int *count) {
+  int r = 0, n = 0;
+  for (int64_t q = 0; q < tx->nprocs; q++) {
+    if (q == p) r = n;
+    n += holds(tx, q);
+  }
+  *count = n;
+  return r;
+}
+
+fp_status fpx_xfer_nccl_prepare(fp_xfer *t, fp_exec *from, fp_exec *to, int me, MPI_Comm base, int *fresh) {
+  const fp_tx *tx = t->tx;
+  *fresh = 1;
+  int dev = from ? fpx_nccl_device(from) : fpx_nccl_device(to);
+  if (from && to && fpx_nccl_device(to) != dev)
+    return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on CUDA device %d and the TO executor on %d: "
+                         "a process runs a transfer on one device", dev, fpx_nccl_device(to));
+  /* the order the NCCL backend can run (see above) */
+  int32_t lo = tx->first[me], hi = tx->first[me + 1], last = -1;
+  for (int32_t i = lo; i < hi; i++)
+    if (p2p(&tx->ops[i])) last = i;
+  for (int32_t i = lo; i < last; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    bool aux_in = o->kind == FP_TX_DEQUANT; /* quantize writes its scales; dequantize reads them */
+    if (!p2p(o) && (o->src.space != FP_SP_FROM || (aux_in && o->aux.space != FP_SP_FROM)))
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %" PRId32 " (%s) reads %s bytes before the process's last send "
+                           "or recv: the NCCL backend runs a process's sends and recvs as one group, after the "
+                           "ops before them, which may read FROM bytes only", i, fp_tx_kind_name(o->kind),
+                           fp_tx_space_name(o->src.space != FP_SP_FROM ? o->src.space : o->aux.space));
+  }
+  /* both executors' last work done (their streams are not ours) */
+  if (from && fp_exec_sync(from) != FP_OK)
+    return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: the FROM executor: %s", fp_exec_errmsg(from));
+  if (to && fp_exec_sync(to) != FP_OK)
+    return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: the TO executor: %s", fp_exec_errmsg(to));
+  CUDA_DO(cudaSetDevice(dev));
+  xnccl *n = t->bk;
+  if (n && n->device != dev) { /* executors on another device than the last run's: start over */
+    xnccl_free(n);
+    t->bk = n = NULL;
+  }
+  if (!n) {
+    n = calloc(1, sizeof *n);
+    if (!n) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
+    n->device = dev;
+    n->procs = MPI_GROUP_NULL;
+    t->bk = n;
+    t->bk_free = xnccl_free;
+    CUDA_DO(cudaStreamCreateWithFlags(&n->s, cudaStreamNonBlocking));
+  }
+  size_t need = (size_t)tx->stage_bytes[me];
+  if (need > n->stage_cap) {
+    if (n->stage) cudaFree(n->stage);
+    n->stage = NULL;
+    n->stage_cap = 0;
+    CUDA_DO(cudaMalloc(&n->stage, need));
+    n->stage_cap = need;
+  }
+  /* the communicator made last time serves the same processes in the same order */
+  MPI_Group g;
+  int same = MPI_UNEQUAL;
+  if (MPI_Comm_group(base, &g) != MPI_SUCCESS) return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI_Comm_group failed");
+  if (n->comm && n->procs != MPI_GROUP_NULL) MPI_Group_compare(g, n->procs, &same);
+  MPI_Group_free(&g);
+  *fresh = !(n->comm && same == MPI_IDENT);
+  return FP_OK;
+}
+
+static char *at(char *from, char *to, char *stage, fp_tx_ref r) {
+  switch (r.space) {
+    case FP_SP_FROM: return from + r.off;
+    case FP_SP_TO: return to + r.off;
+    case FP_SP_STAGE: return stage + r.off;
+    default: return NULL;
+  }
+}
+
+/* one local op on stream s (MXFP8: a slice's head before the first block
+ * boundary is a block of its own, xfer.h) */
+static cudaError_t local_op(const fp_tx_op *o, char *dst, char *src, char *aux, cudaStream_t s) {
+  int64_t h = o->kind == FP_TX_COPY ? 0 : fp_tx_head(o->full_off, o->n);
+  cudaError_t e = cudaSuccess;
+  switch (o->kind) {
+    case FP_TX_COPY: return fpk_cuda_cast(dst, o->dtype, src, o->sdtype, o->n, s);
+    case FP_TX_QUANT:
+      if (h > 0) e = fpk_cuda_quantize_mxfp8((uint8_t *)dst, (uint8_t *)aux, src, o->sdtype, h, s);
+      if (e == cudaSuccess)
+        e = fpk_cuda_quantize_mxfp8((uint8_t *)dst + h, (uint8_t *)aux + (h > 0), src + h * fp_dtype_size(o->sdtype),
+                                    o->sdtype, o->n - h, s);
+      return e;
+    case FP_TX_DEQUANT:
+      if (h > 0) e = fpk_cuda_dequantize_mxfp8(dst, o->dtype, (const uint8_t *)src, (const uint8_t *)aux, h, s);
+      if (e == cudaSuccess)
+        e = fpk_cuda_dequantize_mxfp8(dst + h * fp_dtype_size(o->dtype), o->dtype, (const uint8_t *)src + h,
+                                      (const uint8_t *)aux + (h > 0), o->n - h, s);
+      return e;
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+/* wait for the stream, polling the communicator for asynchronous errors */
+static fp_status wait_done(fp_xfer *t, xnccl *n) {
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(n->s);
+    if (e == cudaSuccess) return FP_OK;
+    if (e != cudaErrorNotReady) return cuda_fail(t, "the transfer's stream", e);
+    ncclResult_t a = ncclSuccess;
+    if (n->comm && ncclCommGetAsyncError(n->comm, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress) {
+      fp_status st = nccl_fail(t, "a send or recv (asynchronous error)", a, n->comm);
+      ncclCommAbort(n->comm);
+      n->comm = NULL;
+      return st;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool fresh, char *from_dev, char *to_dev) {
+  const fp_tx *tx = t->tx;
+  xnccl *n = t->bk;
+  if (fresh) {
+    struct {
+      int ok;
+      ncclUniqueId id;
+    } b;
+    memset(&b, 0, sizeof b);
+    if (me == 0) b.ok = ncclGetUniqueId(&b.id) == ncclSuccess;
+    if (MPI_Bcast(&b, (int)sizeof b, MPI_BYTE, 0, c) != MPI_SUCCESS)
+      return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed broadcasting the NCCL id");
+    if (!b.ok) return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: NCCL: ncclGetUniqueId failed on process 0");
+    if (!holds(tx, me)) return FP_OK;
+    if (n->comm) ncclCommDestroy(n->comm);
+    n->comm = NULL;
+    if (n->procs != MPI_GROUP_NULL) MPI_Group_free(&n->procs);
+    if (MPI_Comm_group(base, &n->procs) != MPI_SUCCESS)
+      return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI_Comm_group failed");
+    int count = 0, r = nccl_rank(tx, me, &count);
+    NCCL_DO(ncclCommInitRank(&n->comm, count, b.id, r), NULL);
+  }
+  if (!holds(tx, me)) return FP_OK;
+  CUDA_DO(cudaSetDevice(n->device));
+  int32_t lo = tx->first[me], hi = tx->first[me + 1], last = -1;
+  for (int32_t i = lo; i < hi; i++)
+    if (p2p(&tx->ops[i])) last = i;
+  char *stage = n->stage;
+  /* 1: the local ops before the last send or recv (they read FROM only) */
+  for (int32_t i = lo; i < last; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    if (p2p(o)) continue;
+    cudaError_t e = local_op(o, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
+                             at(from_dev, to_dev, stage, o->aux), n->s);
+    if (e != cudaSuccess) return cuda_fail(t, fp_tx_kind_name(o->kind), e);
+  }
+  /* 2: every send and recv, one group */
+  if (last >= 0) {
+    int *rank = malloc((size_t)tx->nprocs * sizeof *rank); /* process -> NCCL rank */
+    if (!rank) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
+    for (int q = 0, k = 0; q < tx->nprocs; q++) rank[q] = k, k += holds(tx, q);
+    ncclResult_t r1 = ncclGroupStart();
+    ncclResult_t r = r1;
+    for (int32_t i = lo; i <= last && r == ncclSuccess; i++) {
+      const fp_tx_op *o = &tx->ops[i];
+      size_t bytes = (size_t)(o->n * fp_dtype_size(o->dtype));
+      int peer = rank[o->peer];
+      if (o->kind == FP_TX_SEND) r = ncclSend(at(from_dev, to_dev, stage, o->src), bytes, ncclUint8, peer, n->comm, n->s);
+      else if (o->kind == FP_TX_RECV) r = ncclRecv(at(from_dev, to_dev, stage, o->dst), bytes, ncclUint8, peer, n->comm, n->s);
+    }
+    ncclResult_t r2 = r1 == ncclSuccess ? ncclGroupEnd() : ncclSuccess;
+    free(rank);
+    if (r != ncclSuccess) return nccl_fail(t, "ncclSend / ncclRecv", r, n->comm);
+    if (r2 != ncclSuccess) return nccl_fail(t, "ncclGroupEnd", r2, n->comm);
+  }
+  /* 3: the rest, after the group on the same stream */
+  for (int32_t i = last + 1; i < hi; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    cudaError_t e = local_op(o, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
+                             at(from_dev, to_dev, stage, o->aux), n->s);
+    if (e != cudaSuccess) return cuda_fail(t, fp_tx_kind_name(o->kind), e);
+  }
+  return wait_done(t, n);
+}

@@ -1,0 +1,31 @@
+/* xfer_nccl.h - the NCCL side of fp_xfer_run (executor/xfer_nccl.c, built
+ * with CUDA), between xfer.c's checks and agreement. Internal to the
+ * executor. */
+#ifndef FP_XFER_NCCL_H
+#define FP_XFER_NCCL_H
+
+#include <mpi.h>
+#include <stdbool.h>
+
+#include "exec_impl.h"
+
+/* set the handle's message; returns st (xfer.c) */
+fp_status fpx_xfer_fail(fp_xfer *t, fp_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#ifdef FP_HAVE_CUDA
+/* Local preparation on process me (< the transfer's processes), before the
+ * processes agree: the device the executors share (current), both executors
+ * synchronized (their last step done), the stream and the staging, and the
+ * order check (a process's sends and recvs run as one NCCL group, after the
+ * ops before them, which may read FROM bytes only). *fresh: this process
+ * has no NCCL communicator over base's processes yet (the first run, or
+ * another communicator): the run makes one */
+fp_status fpx_xfer_nccl_prepare(fp_xfer *t, fp_exec *from, fp_exec *to, int me, MPI_Comm base, int *fresh);
+/* After the agreement, on every process of c (a duplicate of base): when
+ * fresh (agreed), process 0 makes an NCCL id and broadcasts it over c and the
+ * transfer's processes make their communicator; then process me runs its
+ * ops and waits for them */
+fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool fresh, char *from_dev, char *to_dev);
+#endif
+
+#endif

@@ -1,0 +1,163 @@
+/* test_xfer_nccl.c (label gpu; mpiexec -n 1) - a transfer run between NCCL
+ * executors against the same transfer between MPI executors (the reference
+ * kernels, host memory): both FROM arenas start from the same bytes, both
+ * TO arenas from a sentinel, and after each run the TO arenas must be equal
+ * byte for byte (the CUDA kernels are the references' bit for bit).
+ *
+ *   test_xfer_nccl MODEL SPEC_A SPEC_B
+ *
+ * One GPU holds one NCCL rank, so both plans are compiled for one rank: the
+ * transfer is local copies and casts (no_shard's compute weights), and, in
+ * a second transfer edited here, one param goes through an MXFP8 quantize
+ * into staging and a dequantize out of it, with a slice head off a block
+ * boundary. The transfer runs twice (the second reuses the communicator and
+ * staging kept on the handle), then back B -> A. A FROM executor on MPI
+ * with a TO executor on NCCL is refused before anything moves. Exits 77
+ * without a CUDA device. */
+#include <math.h>
+
+#include <cuda_runtime_api.h>
+
+#include "exec_util.h"
+#include "flexplan_compile.h"
+#include "ir/xfer.h"
+#include <json-c/json.h>
+
+static const unsigned char SENT = 0xA5;
+
+static fp_plan *compile1(const char *model, const char *spec) {
+  json_object *s = json_object_from_file(spec), *mesh;
+  EXPECT(s && json_object_object_get_ex(s, "mesh", &mesh), "read %s", spec);
+  if (!s) return NULL;
+  json_object_object_add(mesh, "world_size", json_object_new_int(1));
+  fp_compile_options o = {.model_path = model, .spec_text = json_object_to_json_string(s)};
+  fp_plan *p = NULL;
+  EXPECT(fp_plan_compile(&o, &p) == FP_OK, "compile %s: %s", spec, p ? fp_plan_errmsg(p) : "?");
+  json_object_put(s);
+  return p;
+}
+
+static fp_exec *exec_on(fp_plan *p, fp_backend b) {
+  fp_exec_config c = {.backend = b, .rank = 0, .world_size = 1};
+  fp_exec *x = NULL;
+  EXPECT(fp_exec_create(p, &c, &x) == FP_OK, "create (%s): %s", b == FP_BACKEND_NCCL ? "nccl" : "mpi",
+         fp_exec_errmsg(x));
+  return x;
+}
+
+/* the MPI executors' TO arena against the NCCL one's, copied back */
+static void same_to(const fp_plan *B, fp_exec *mpi, fp_exec *gpu, const char *what) {
+  size_t n = (size_t)B->prog->arena_bytes;
+  char *h = malloc(n);
+  EXPECT(h && cudaMemcpy(h, gpu->dev, n, cudaMemcpyDeviceToHost) == cudaSuccess, "%s: copy back", what);
+  int64_t diff = 0, first = -1;
+  for (size_t k = 0; h && k < n; k++)
+    if (h[k] != mpi->dev[k]) diff++, first = first < 0 ? (int64_t)k : first;
+  EXPECT(diff == 0, "%s: %" PRId64 " TO bytes differ from the MPI run's (first at %" PRId64 ")", what, diff, first);
+  int64_t written = 0;
+  for (size_t k = 0; k < n; k++) written += (unsigned char)mpi->dev[k] != SENT;
+  EXPECT(written > 0, "%s: the transfer wrote nothing", what);
+  free(h);
+}
+
+/* arena bytes of FROM: a pattern of floats with varied exponents */
+static void fill(char *dev, int64_t bytes) {
+  for (int64_t k = 0; k + 4 <= bytes; k += 4) {
+    float f = sinf(0.37f * (float)k) * (1.0f + (float)(k % 11)) * ((k / 4) % 97 == 0 ? 1e-3f : 1.0f);
+    memcpy(dev + k, &f, 4);
+  }
+}
+
+/* the first fp32 -> fp32 local copy FROM -> TO of n >= 40 elements becomes
+ * a quantize into staging and a dequantize out of it (full_off moved off a
+ * block boundary: a short head block) */
+static bool mxfp8_edit(fp_tx *tx) {
+  for (int32_t i = tx->first[0]; i < tx->first[1]; i++) {
+    fp_tx_op *o = &tx->ops[i];
+    if (o->kind != FP_TX_COPY || o->src.space != FP_SP_FROM || o->dst.space != FP_SP_TO || o->dtype != FP_F32 ||
+        o->sdtype != FP_F32 || o->n < 40)
+      continue;
+    fp_tx_op c = *o;
+    c.full_off += 5;
+    int64_t st = tx->stage_bytes[0], ns = fp_tx_nscales(c.full_off, c.n);
+    fp_tx_op *q = fp_tx_emit(tx, FP_TX_QUANT, 0, c.param, FP_E4M3, c.n);
+    fp_tx_op *d = fp_tx_emit(tx, FP_TX_DEQUANT, 0, c.param, FP_F32, c.n);
+    q->sdtype = c.sdtype, q->full_off = d->full_off = c.full_off;
+    q->src = c.src;
+    q->dst = d->src = (fp_tx_ref){FP_SP_STAGE, st};
+    q->aux = d->aux = (fp_tx_ref){FP_SP_STAGE, st + c.n};
+    d->dst = c.dst;
+    d->sdtype = FP_E4M3;
+    tx->stage_bytes[0] = st + c.n + ns;
+    tx->ops[i].n = 0; /* (fp_tx_emit may have moved the array: index again) */
+    tx->ops[i].kind = FP_TX_COPY;
+    fp_tx_finish(tx);
+    return true;
+  }
+  return false;
+}
+
+int main(int argc, char **argv) {
+  tu_init(&argc, &argv);
+  if (argc != 4) {
+    fprintf(stderr, "usage: test_xfer_nccl MODEL SPEC_A SPEC_B\n");
+    tu_finalize();
+    return 2;
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    printf("SKIPPED: no CUDA device\n");
+    tu_finalize();
+    return 77;
+  }
+  fp_plan *A = compile1(argv[1], argv[2]), *B = compile1(argv[1], argv[3]);
+  if (!A || !B) return tu_finish();
+  fp_xfer *ab = NULL, *ba = NULL, *mx = NULL;
+  EXPECT(fp_reshard_compile(A, B, NULL, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
+  EXPECT(fp_reshard_compile(B, A, NULL, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
+  EXPECT(fp_reshard_compile(A, B, NULL, &mx) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(mx));
+  if (tu_failures) return tu_finish();
+  EXPECT(mxfp8_edit(mx->tx), "no fp32 local copy of 40 elements to turn into MXFP8");
+
+  fp_exec *ma = exec_on(A, FP_BACKEND_MPI), *mb = exec_on(B, FP_BACKEND_MPI);
+  fp_exec *ga = exec_on(A, FP_BACKEND_NCCL), *gb = exec_on(B, FP_BACKEND_NCCL);
+  if (tu_failures) return tu_finish();
+  size_t na = (size_t)A->prog->arena_bytes, nb = (size_t)B->prog->arena_bytes;
+  fill(ma->dev, (int64_t)na);
+  EXPECT(cudaMemcpy(ga->dev, ma->dev, na, cudaMemcpyHostToDevice) == cudaSuccess, "fill the NCCL FROM arena");
+
+  /* a mixed pair is refused before anything moves */
+  memset(mb->dev, SENT, nb);
+  fp_status st = fp_xfer_run(ab, ma, gb, NULL);
+  EXPECT(st == FP_ERR_ARG && strstr(fp_xfer_errmsg(ab), "one backend"), "MPI FROM, NCCL TO: %s: %s",
+         fp_status_name(st), fp_xfer_errmsg(ab));
+
+  const struct {
+    fp_xfer *t;
+    const char *what;
+  } runs[] = {{ab, "A->B"}, {ab, "A->B again"}, {mx, "A->B with MXFP8"}};
+  for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+    memset(mb->dev, SENT, nb);
+    EXPECT(cudaMemset(gb->dev, SENT, nb) == cudaSuccess, "sentinel");
+    EXPECT(fp_xfer_run(runs[r].t, ma, mb, NULL) == FP_OK, "%s on MPI: %s", runs[r].what, fp_xfer_errmsg(runs[r].t));
+    EXPECT(fp_xfer_run(runs[r].t, ga, gb, NULL) == FP_OK, "%s on NCCL: %s", runs[r].what, fp_xfer_errmsg(runs[r].t));
+    same_to(B, mb, gb, runs[r].what);
+  }
+  /* and back, into sentinel FROM arenas */
+  memset(ma->dev, SENT, na);
+  EXPECT(cudaMemset(ga->dev, SENT, na) == cudaSuccess, "sentinel");
+  EXPECT(fp_xfer_run(ba, mb, ma, NULL) == FP_OK, "B->A on MPI: %s", fp_xfer_errmsg(ba));
+  EXPECT(fp_xfer_run(ba, gb, ga, NULL) == FP_OK, "B->A on NCCL: %s", fp_xfer_errmsg(ba));
+  same_to(A, ma, ga, "B->A");
+  if (tu_rank == 0) printf("transfers on NCCL equal the MPI runs: %d ops A->B, %d ops B->A\n", ab->tx->nops, ba->tx->nops);
+  fp_exec_destroy(ma);
+  fp_exec_destroy(mb);
+  fp_exec_destroy(ga);
+  fp_exec_destroy(gb);
+  fp_xfer_free(ab);
+  fp_xfer_free(ba);
+  fp_xfer_free(mx);
+  fp_plan_free(A);
+  fp_plan_free(B);
+  return tu_finish();
+}
