@@ -3,7 +3,7 @@
     t = flexplan.reshard(from_plan, to_plan, transform={"layers.*.weight": "mxfp8"})
     t.info["wire_bytes"], t.info["lower_bound"]      # bytes on the wire / bytes lacked
     t.save("a_to_b.xfer.json"); print(t.explain())
-    t.run(from_executor, to_executor)               # under mpirun, MPI backend
+    t.run(from_executor, to_executor)               # under mpirun, MPI or NCCL executors
 
 The transfer is compiled and verified by the library (fp_reshard_compile:
 every TO byte written exactly once, sends matched with receives, orders that
@@ -81,8 +81,10 @@ class Transfer:
         return path
 
     def run(self, from_executor, to_executor):
-        """Run it (MPI backend; collective over MPI_COMM_WORLD). Pass this
-        process's executors of the two plans, None where it holds no rank."""
+        """Run it (collective over MPI_COMM_WORLD). Pass this process's
+        executors of the two plans, None where it holds no rank; all on one
+        backend, MPI or NCCL (the NCCL communicator the first run makes is
+        kept on the transfer for the next runs)."""
         def h(x):  # a flexplan.Executor (its fp_exec in _x), or a raw handle
             if x is None:
                 return None
