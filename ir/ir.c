@@ -152,39 +152,56 @@ void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n) {
   m->cap = cap;
   m->count = 0;
   m->keys = fp_alloc_array(a, (size_t)cap, sizeof *m->keys);
+  m->hash = fp_alloc_array(a, (size_t)cap, sizeof *m->hash);
   m->vals = fp_alloc_array(a, (size_t)cap, sizeof *m->vals);
 }
 
-/* the slot of name: where it is, or the empty slot where it would go */
-static int64_t namemap_slot(const fp_namemap *m, const char *name, size_t len) {
-  int64_t i = (int64_t)(name_hash(name, len) & (uint64_t)(m->cap - 1));
-  while (m->keys[i] && !(strlen(m->keys[i]) == len && !memcmp(m->keys[i], name, len)))
+/* the slot of name (hash h): where it is, or the empty slot where it would go */
+static int64_t namemap_slot(const fp_namemap *m, const char *name, size_t len, uint64_t h) {
+  int64_t i = (int64_t)(h & (uint64_t)(m->cap - 1));
+  while (m->keys[i] && !(m->hash[i] == h && !strncmp(m->keys[i], name, len) && !m->keys[i][len]))
     i = (i + 1) & (m->cap - 1);
   return i;
 }
 
-void fp_namemap_put(fp_namemap *m, const char *name, int32_t v) {
-  int64_t i = namemap_slot(m, name, strlen(name));
-  if (m->keys[i]) {
-    m->vals[i] = FP_NAMEMAP_DUP;
-    return;
-  }
+/* a new name into empty slot i; grows when half full */
+static void namemap_fill(fp_namemap *m, int64_t i, const char *name, uint64_t h, int32_t v) {
   m->keys[i] = name;
+  m->hash[i] = h;
   m->vals[i] = v;
   if (++m->count * 2 <= m->cap) return;
   fp_namemap old = *m; /* rehash into twice the room */
   fp_namemap_init(m, old.a, old.count);
   for (int64_t j = 0; j < old.cap; j++) {
     if (!old.keys[j]) continue;
-    int64_t k = namemap_slot(m, old.keys[j], strlen(old.keys[j]));
+    int64_t k = (int64_t)(old.hash[j] & (uint64_t)(m->cap - 1));
+    while (m->keys[k]) k = (k + 1) & (m->cap - 1);
     m->keys[k] = old.keys[j];
+    m->hash[k] = old.hash[j];
     m->vals[k] = old.vals[j];
     m->count++;
   }
 }
 
+void fp_namemap_put(fp_namemap *m, const char *name, int32_t v) {
+  size_t len = strlen(name);
+  uint64_t h = name_hash(name, len);
+  int64_t i = namemap_slot(m, name, len, h);
+  if (m->keys[i]) m->vals[i] = FP_NAMEMAP_DUP;
+  else namemap_fill(m, i, name, h, v);
+}
+
+int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t v) {
+  size_t len = strlen(name);
+  uint64_t h = name_hash(name, len);
+  int64_t i = namemap_slot(m, name, len, h);
+  if (m->keys[i]) return m->vals[i];
+  namemap_fill(m, i, name, h, v);
+  return -1;
+}
+
 int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len) {
-  int64_t i = namemap_slot(m, name, len);
+  int64_t i = namemap_slot(m, name, len, name_hash(name, len));
   return m->keys[i] ? m->vals[i] : -1;
 }
 

@@ -24,6 +24,7 @@ int fp_ir_placement_parse(const char *s); /* -1 if unknown */
 typedef struct fp_namemap {
   fp_arena *a;
   const char **keys;
+  uint64_t *hash;  /* each key's hash: a probe reads a key's text only when the hashes match */
   int32_t *vals;
   int64_t cap;   /* power of two, at least twice count */
   int64_t count; /* names held */
@@ -33,6 +34,9 @@ void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n); /* n: expected name
 void fp_namemap_put(fp_namemap *m, const char *name, int32_t i);
 /* index, FP_NAMEMAP_DUP, or -1 when absent */
 int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len);
+/* insert name -> i when absent and return -1; else return what it maps to
+ * and change nothing (a get and a put in one probe) */
+int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t i);
 
 /* shortest decimal text that reads back (strtod) as exactly d: the first
  * "%.Pg" (P = 1..17) that does; "nan", "inf", "-inf" otherwise. Returns the

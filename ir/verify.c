@@ -175,11 +175,8 @@ static void check_unique(vctx *v, fp_vloc what, const char *kind, int32_t n, con
       verr(v, what, i, "%s has no name", kind);
       continue;
     }
-    int32_t j = fp_namemap_get(&m, s, strlen(s));
-    if (j >= 0)
-      verr(v, what, i, "%s name '%s' is also the name of %s %" PRId32, kind, s, kind, j);
-    else
-      fp_namemap_put(&m, s, i);
+    int32_t j = fp_namemap_add(&m, s, i);
+    if (j >= 0) verr(v, what, i, "%s name '%s' is also the name of %s %" PRId32, kind, s, kind, j);
   }
   fp_arena_free(a);
 }
