@@ -12,8 +12,9 @@
  * the ops of this process. On MPI, in order: sends and recvs posted without
  * blocking (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's
  * order, which is the order the verifier matched), local copies, casts and
- * MXFP8 quantizes with the reference kernels (kernels/kernels.h); an op
- * reading staging or TO bytes first waits for every recv posted so far;
+ * MXFP8 quantizes with the reference kernels (kernels/kernels.h); a local
+ * op reading staging or TO bytes first waits for every send and recv
+ * posted so far (fp_tx_waits: the verifier's X4 simulates this wait);
  * then all requests complete. Receives land in TO's arena at the plan's
  * fixed addresses. A failure in phase 3 (an MPI or NCCL error) leaves TO's
  * need regions partly written; nothing outside them is touched. */
@@ -154,9 +155,8 @@ static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
                    "weights%s of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
                    fp_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
   }
-  for (int32_t k = 0; to && k < tx->nneed; k++) {
+  for (int32_t k = tx->need_first[me]; to && k < tx->need_first[me + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];
-    if (r->proc != me) continue;
     int32_t q = param_index(to, tx->params[r->param].name);
     if (q < 0 || !in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
@@ -197,8 +197,7 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     const fp_tx_op *o = &tx->ops[i];
     char *dst = at(fa, ta, stage, o->dst), *src = at(fa, ta, stage, o->src), *aux = at(fa, ta, stage, o->aux);
     int rc = MPI_SUCCESS;
-    bool reads_recvd = (o->src.space == FP_SP_STAGE || o->src.space == FP_SP_TO) && o->kind != FP_TX_SEND;
-    if (reads_recvd && waited < npost) {
+    if (fp_tx_waits(o) && waited < npost) {
       rc = MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE);
       waited = npost;
     }

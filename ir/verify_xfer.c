@@ -1,7 +1,8 @@
 /* verify_xfer.c - the verifier of transfer programs (xfer.h). A transfer
  * that passes it, run as executor/xfer.c runs it (sends and recvs posted
- * without blocking, an op reading what a recv writes waiting for that recv),
- * writes every byte TO needs exactly once and cannot hang. Rules:
+ * without blocking, a local op reading staging or TO waiting for every send
+ * and recv posted before it), writes every byte TO needs exactly once and
+ * cannot hang. Rules:
  *  X1 operands: processes and peers exist, every operand lies inside its
  *     space (FROM arena, TO arena, the process's staging), dtypes fit the op
  *     (quantize: e4m3 + e8m0 scales of fp_tx_nscales bytes);
@@ -9,12 +10,14 @@
  *     regions, each byte once (no overlap, nothing outside, nothing missing);
  *  X3 matching: between each ordered pair of processes the k-th send and
  *     the k-th recv carry the same dtype and count (MPI's order);
- *  X4 progress: simulating every process in its order (a local op blocks
- *     until the sends matching the recvs it reads are posted), every process
- *     finishes - the per-process orders cannot deadlock;
+ *  X4 progress: simulating every process in its order as the MPI executor
+ *     runs it (sends and recvs post at once; a local op reading staging or
+ *     TO waits for every send and recv posted before it, fp_tx_waits), every
+ *     process finishes - the per-process orders cannot deadlock;
  *  X5 no read of an unwritten byte: FROM reads lie in a `have` region of the
  *     process (the main-weight bytes its FROM rank holds, never padding);
- *     staging and TO reads lie in bytes earlier ops of the process wrote.
+ *     staging and TO reads lie in bytes earlier ops of the process wrote;
+ *     staging bytes are written once; a send never reads bytes a recv wrote.
  * Messages: "xfer: op N (process p, <kind>): ..." through the diag. */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -30,12 +33,13 @@ typedef struct iv {
   int32_t op;    /* the op (X2: writer; X4/X5: the write) */
 } iv;
 
-static int iv_cmp(const void *x, const void *y) {
-  const iv *p = x, *q = y;
-  if (p->proc != q->proc) return p->proc < q->proc ? -1 : 1;
-  if (p->a != q->a) return p->a < q->a ? -1 : 1;
-  return p->op < q->op ? -1 : p->op > q->op;
+/* by (proc, a), ties in their order (built by op or region index): a radix
+ * sort (qsort's merge sort was a fifth of a 2M-op transfer's verify) */
+static uint64_t iv_key(const void *rec, int k) {
+  const iv *p = rec;
+  return k == 0 ? (uint64_t)(uint32_t)p->proc : (uint64_t)p->a;
 }
+static void iv_sort(iv *v, int64_t n) { fp_sort_records(v, sizeof *v, n, 2, iv_key); }
 
 static void err(fp_diag *d, const fp_tx *t, int32_t i, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void err(fp_diag *d, const fp_tx *t, int32_t i, const char *fmt, ...) {
@@ -160,8 +164,8 @@ static bool check_cover(const fp_tx *t, fp_diag *d) {
   }
   for (int32_t k = 0; k < t->nneed; k++)
     nd[k] = (iv){t->need[k].proc, t->need[k].off, t->need[k].off + t->need[k].bytes, k};
-  qsort(w, (size_t)nw, sizeof *w, iv_cmp);
-  qsort(nd, (size_t)t->nneed, sizeof *nd, iv_cmp);
+  iv_sort(w, nw);
+  iv_sort(nd, t->nneed);
   for (int64_t k = 1; k < t->nneed; k++)
     if (nd[k].proc == nd[k - 1].proc && nd[k].a < nd[k - 1].b) {
       err(d, t, -1, "process %d: need regions of '%s' and '%s' overlap at TO byte %" PRId64, nd[k].proc,
@@ -274,106 +278,209 @@ static int writes(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   return k;
 }
 
-/* X5 (and the recv dependencies X4 needs): for every read of staging/TO,
- * the earlier writes of the process covering it */
-static bool check_reads(const fp_tx *t, fp_diag *d, int32_t **deps, int32_t *ndeps) {
+/* X5 on one process's staging or TO space sp: every byte an op reads was
+ * written by an earlier op of the process; staging bytes are written once
+ * (so an Isend's bytes are never overwritten in flight); a send never reads
+ * bytes a recv wrote (sends do not wait: a process forwards nothing). The
+ * bytes are cut into segments at every write's and read's ends; each
+ * segment gets its first writer by painting the writes in order (a
+ * union-find skips the painted ones); a read then checks its segments:
+ * O(n log n) in the process's ops (the scan of every earlier write per read
+ * was 737 s of a 27M-op transfer's verify). */
+typedef struct seg_scratch {
+  uint64_t *c;     /* segment bounds, sorted and unique */
+  int32_t *wr;     /* a segment's first writer (op), -1: none */
+  int64_t *nxt;    /* union-find: the next segment not yet painted */
+} seg_scratch;
+
+static int64_t lower(const uint64_t *c, int64_t n, uint64_t x) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (c[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int64_t unpainted(int64_t *nxt, int64_t s) {
+  int64_t r = s;
+  while (nxt[r] != r) r = nxt[r];
+  while (nxt[s] != r) {
+    int64_t n = nxt[s];
+    nxt[s] = r;
+    s = n;
+  }
+  return r;
+}
+
+static bool check_space(const fp_tx *t, fp_diag *d, int64_t p, int sp, seg_scratch *z) {
+  int32_t lo = t->first[p], hi = t->first[p + 1];
+  int64_t nc = 0;
+  for (int32_t i = lo; i < hi; i++) {
+    fp_tx_ref r[2];
+    int64_t n[2];
+    for (int pass = 0; pass < 2; pass++) {
+      int k = pass ? writes(&t->ops[i], r, n) : reads(&t->ops[i], r, n);
+      for (int q = 0; q < k; q++)
+        if (r[q].space == sp && n[q] > 0) z->c[nc++] = (uint64_t)r[q].off, z->c[nc++] = (uint64_t)(r[q].off + n[q]);
+    }
+  }
+  if (nc == 0) return true;
+  fp_sort_u64(z->c, NULL, nc);
+  int64_t m = 0;
+  for (int64_t k = 0; k < nc; k++)
+    if (m == 0 || z->c[m - 1] != z->c[k]) z->c[m++] = z->c[k];
+  int64_t nseg = m - 1;
+  for (int64_t s = 0; s <= nseg; s++) z->wr[s] = -1, z->nxt[s] = s;
+  bool ok = true;
+  for (int32_t i = lo; i < hi && d->nerrors < MAXREP; i++) {
+    fp_tx_ref r[2];
+    int64_t n[2];
+    int k = reads(&t->ops[i], r, n);
+    for (int q = 0; q < k; q++) {
+      if (r[q].space != sp || n[q] == 0) continue;
+      int64_t s0 = lower(z->c, m, (uint64_t)r[q].off), s1 = lower(z->c, m, (uint64_t)(r[q].off + n[q]));
+      for (int64_t s = s0; s < s1; s++) {
+        int32_t w = z->wr[s];
+        if (w < 0 || w >= i) {
+          err(d, t, i, "reads %s bytes [%" PRIu64 ", %" PRId64 ") no earlier op of the process wrote",
+              fp_tx_space_name(sp), z->c[s], r[q].off + n[q]);
+          ok = false;
+          break;
+        }
+        if (t->ops[i].kind == FP_TX_SEND && t->ops[w].kind == FP_TX_RECV) {
+          err(d, t, i, "sends %s bytes from %" PRIu64 " that op %d received: a process forwards nothing (its sends "
+              "do not wait for its recvs)", fp_tx_space_name(sp), z->c[s], w);
+          ok = false;
+          break;
+        }
+      }
+    }
+    /* then its writes paint: an op's write is not visible to its own reads */
+    k = writes(&t->ops[i], r, n);
+    for (int q = 0; q < k; q++) {
+      if (r[q].space != sp || n[q] == 0) continue;
+      int64_t s0 = lower(z->c, m, (uint64_t)r[q].off), s1 = lower(z->c, m, (uint64_t)(r[q].off + n[q]));
+      for (int64_t s = s0; s < s1; s++) {
+        int64_t u = unpainted(z->nxt, s);
+        if (u != s && sp == FP_SP_STAGE && ok) {
+          err(d, t, i, "writes staging bytes from %" PRIu64 " that op %d already wrote (staging is written once)",
+              z->c[s], z->wr[s]);
+          ok = false;
+        }
+        if (u >= s1) break;
+        z->wr[u] = i;
+        z->nxt[u] = u + 1;
+        s = u;
+      }
+    }
+  }
+  return ok;
+}
+
+/* X5: FROM reads inside the process's have regions; staging and TO reads
+ * of bytes earlier ops wrote (check_space) */
+static bool check_reads(const fp_tx *t, fp_diag *d) {
   bool ok = true;
   iv *hv = malloc(((size_t)t->nhave + 1) * sizeof *hv);
+  int32_t most = 0;
+  for (int64_t p = 0; p < t->nprocs; p++)
+    if (t->first[p + 1] - t->first[p] > most) most = t->first[p + 1] - t->first[p];
+  seg_scratch z = {malloc(((size_t)most * 8 + 1) * sizeof *z.c), malloc(((size_t)most * 8 + 1) * sizeof *z.wr),
+                   malloc(((size_t)most * 8 + 1) * sizeof *z.nxt)};
+  FP_ASSERT(hv && z.c && z.wr && z.nxt);
   for (int32_t k = 0; k < t->nhave; k++) hv[k] = (iv){t->have[k].proc, t->have[k].off, t->have[k].off + t->have[k].bytes, k};
-  qsort(hv, (size_t)t->nhave, sizeof *hv, iv_cmp);
-  for (int64_t p = 0; p < t->nprocs; p++) {
+  iv_sort(hv, t->nhave);
+  for (int64_t p = 0; p < t->nprocs && d->nerrors < MAXREP; p++) {
     for (int32_t i = t->first[p]; i < t->first[p + 1] && d->nerrors < MAXREP; i++) {
       const fp_tx_op *o = &t->ops[i];
       fp_tx_ref r[2];
       int64_t n[2];
       int nr = reads(o, r, n);
-      ndeps[i] = 0;
-      deps[i] = NULL;
       for (int q = 0; q < nr; q++) {
-        if (r[q].space == FP_SP_FROM) {
-          /* the last have region starting at or before the read */
-          int64_t lo = 0, hi = t->nhave;
-          while (lo < hi) {
-            int64_t mid = (lo + hi) / 2;
-            if (hv[mid].proc < o->proc || (hv[mid].proc == o->proc && hv[mid].a <= r[q].off)) lo = mid + 1;
-            else hi = mid;
-          }
-          if (lo == 0 || hv[lo - 1].proc != o->proc || hv[lo - 1].b < r[q].off + n[q]) {
-            err(d, t, i, "reads FROM bytes [%" PRId64 ", %" PRId64 ") its FROM rank does not hold (padding, another "
-                "param, or no FROM rank on this process)", r[q].off, r[q].off + n[q]);
-            ok = false;
-          }
-          continue;
+        if (r[q].space != FP_SP_FROM) continue;
+        /* the last have region starting at or before the read */
+        int64_t lo = 0, hi = t->nhave;
+        while (lo < hi) {
+          int64_t mid = (lo + hi) / 2;
+          if (hv[mid].proc < o->proc || (hv[mid].proc == o->proc && hv[mid].a <= r[q].off)) lo = mid + 1;
+          else hi = mid;
         }
-        /* staging / TO: covered by the union of earlier writes */
-        int64_t at = r[q].off, end = r[q].off + n[q];
-        bool progress = true;
-        while (at < end && progress) {
-          progress = false;
-          for (int32_t j = t->first[p]; j < i; j++) {
-            fp_tx_ref w[2];
-            int64_t m[2];
-            int nw = writes(&t->ops[j], w, m);
-            for (int z = 0; z < nw; z++)
-              if (w[z].space == r[q].space && w[z].off <= at && w[z].off + m[z] > at) {
-                at = w[z].off + m[z];
-                progress = true;
-                if (t->ops[j].kind == FP_TX_RECV) {
-                  int32_t *nd = realloc(deps[i], ((size_t)ndeps[i] + 1) * sizeof *nd);
-                  if (nd) {
-                    deps[i] = nd;
-                    deps[i][ndeps[i]++] = j;
-                  }
-                }
-              }
-          }
-        }
-        if (at < end) {
-          err(d, t, i, "reads %s bytes [%" PRId64 ", %" PRId64 ") no earlier op of the process wrote",
-              fp_tx_space_name(r[q].space), at, end);
+        if (lo == 0 || hv[lo - 1].proc != o->proc || hv[lo - 1].b < r[q].off + n[q]) {
+          err(d, t, i, "reads FROM bytes [%" PRId64 ", %" PRId64 ") its FROM rank does not hold (padding, another "
+              "param, or no FROM rank on this process)", r[q].off, r[q].off + n[q]);
           ok = false;
         }
       }
     }
+    ok &= check_space(t, d, p, FP_SP_STAGE, &z);
+    ok &= check_space(t, d, p, FP_SP_TO, &z);
   }
   free(hv);
+  free(z.c);
+  free(z.wr);
+  free(z.nxt);
   return ok;
 }
 
-/* X4: every process finishes */
-static bool check_progress(const fp_tx *t, fp_diag *d, const int32_t *match, int32_t **deps, const int32_t *ndeps) {
-  int32_t *pc = malloc(((size_t)t->nprocs + 1) * sizeof *pc);
-  for (int64_t p = 0; p < t->nprocs; p++) pc[p] = t->first[p];
-  bool moved = true, ok = true;
-  while (moved) {
-    moved = false;
-    for (int64_t p = 0; p < t->nprocs; p++) {
-      while (pc[p] < t->first[p + 1]) {
-        int32_t i = pc[p];
-        bool ready = true;
-        for (int32_t k = 0; k < ndeps[i] && ready; k++) {
-          int32_t s = match[deps[i][k]]; /* the send feeding that recv must be posted */
-          ready = s >= 0 && pc[t->ops[s].proc] > s;
-        }
-        if (!ready) break;
-        pc[p]++;
-        moved = true;
+/* X4: every process finishes, simulated as the MPI executor runs: sends and
+ * recvs post at once; an op that fp_tx_waits waits for every send and recv
+ * its process posted before it, each of which completes once its match is
+ * posted. A worklist: a blocked process waits on the one whose op it needs
+ * posted and runs again when that one moves. */
+static bool check_progress(const fp_tx *t, fp_diag *d, const int32_t *match) {
+  int64_t P = t->nprocs;
+  int32_t *pc = malloc(((size_t)P + 1) * sizeof *pc), *wc = malloc(((size_t)P + 1) * sizeof *wc);
+  int64_t *head = malloc(((size_t)P + 1) * sizeof *head), *nextw = malloc(((size_t)P + 1) * sizeof *nextw);
+  int64_t *queue = malloc(((size_t)P + 1) * sizeof *queue);
+  bool *inq = calloc((size_t)P + 1, sizeof *inq);
+  FP_ASSERT(pc && wc && head && nextw && queue && inq);
+  int64_t qh = 0, qn = 0; /* a ring of at most P processes */
+  for (int64_t p = 0; p < P; p++) pc[p] = wc[p] = t->first[p], head[p] = -1, queue[qn++] = p, inq[p] = true;
+  while (qn > 0) {
+    int64_t p = queue[qh];
+    qh = (qh + 1) % P, qn--;
+    inq[p] = false;
+    int32_t start = pc[p];
+    while (pc[p] < t->first[p + 1]) {
+      int32_t i = pc[p];
+      int64_t blocker = -1;
+      while (fp_tx_waits(&t->ops[i]) && wc[p] < i) {
+        int32_t j = wc[p], m = t->ops[j].kind == FP_TX_SEND || t->ops[j].kind == FP_TX_RECV ? match[j] : -2;
+        if (m == -1) break;                                    /* unmatched (X3): never completes */
+        if (m >= 0 && pc[t->ops[m].proc] <= m) { blocker = t->ops[m].proc; break; }
+        wc[p]++;
       }
+      if (fp_tx_waits(&t->ops[i]) && wc[p] < i) {
+        if (blocker >= 0) nextw[p] = head[blocker], head[blocker] = p;
+        break;
+      }
+      pc[p]++;
     }
+    if (pc[p] != start)
+      for (int64_t w = head[p]; w >= 0; w = nextw[w])
+        if (!inq[w]) queue[(qh + qn++) % P] = w, inq[w] = true;
+    if (pc[p] != start) head[p] = -1;
   }
-  for (int64_t p = 0; p < t->nprocs && d->nerrors < MAXREP; p++)
+  bool ok = true;
+  for (int64_t p = 0; p < P && d->nerrors < MAXREP; p++)
     if (pc[p] < t->first[p + 1]) {
-      int32_t i = pc[p], s = -1;
-      for (int32_t k = 0; k < ndeps[i]; k++)
-        if (match[deps[i][k]] >= 0 && pc[t->ops[match[deps[i][k]]].proc] <= match[deps[i][k]]) s = match[deps[i][k]];
-      if (s >= 0)
-        err(d, t, i, "waits for op %d's data, whose send (op %d on process %d) is never reached: the orders deadlock",
-            s >= 0 ? match[s] : -1, s, t->ops[s].proc);
+      int32_t i = pc[p], j = wc[p], m = match[j];
+      const char *kind = t->ops[j].kind == FP_TX_SEND ? "send" : "recv";
+      if (m >= 0)
+        err(d, t, i, "waits for its %s, op %d, whose matching %s (op %d on process %d) is never reached: the orders "
+            "deadlock", kind, j, t->ops[m].kind == FP_TX_SEND ? "send" : "recv", m, t->ops[m].proc);
       else
-        err(d, t, i, "waits for a recv that no send feeds: the orders deadlock");
+        err(d, t, i, "waits for its %s, op %d, which nothing matches: the orders deadlock", kind, j);
       ok = false;
     }
   free(pc);
+  free(wc);
+  free(head);
+  free(nextw);
+  free(queue);
+  free(inq);
   return ok;
 }
 
@@ -387,14 +494,10 @@ bool fp_tx_verify(const fp_tx *t, fp_diag *d) {
   if (!check_ops(t, d)) return false;
   check_cover(t, d);
   int32_t *match = malloc(((size_t)t->nops + 1) * sizeof *match);
-  int32_t **deps = calloc((size_t)t->nops + 1, sizeof *deps);
-  int32_t *ndeps = calloc((size_t)t->nops + 1, sizeof *ndeps);
+  FP_ASSERT(match);
   bool m = check_match(t, d, match);
-  bool r = check_reads(t, d, deps, ndeps);
-  if (m && r) check_progress(t, d, match, deps, ndeps);
-  for (int32_t i = 0; i < t->nops; i++) free(deps[i]);
-  free(deps);
-  free(ndeps);
+  bool r = check_reads(t, d);
+  if (m && r) check_progress(t, d, match);
   free(match);
   return d->nerrors == errs;
 }

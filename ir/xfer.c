@@ -5,6 +5,7 @@
 #include "xfer.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,22 +57,38 @@ int64_t fp_tx_src_bytes(const fp_tx_op *o) {
   return o->kind == FP_TX_RECV ? 0 : o->n * fp_dtype_size(o->sdtype);
 }
 
-static int by_proc(const void *a, const void *b) {
-  const fp_tx_op *x = a, *y = b;
-  if (x->proc != y->proc) return x->proc < y->proc ? -1 : 1;
-  return x->line < y->line ? -1 : x->line > y->line; /* line: emission order while sorting */
+/* Sorts n records of size sz stably by the int32_t process at byte offset
+ * at of each (a counting sort: O(n + nprocs)); returns first[nprocs + 1]
+ * (records of process p are [first[p], first[p+1])) in t's arena. */
+static int32_t *group_by_proc(fp_tx *t, void *v, int32_t n, size_t sz, size_t at) {
+  int32_t *first = fp_alloc_array(t->arena, (size_t)t->nprocs + 2, sizeof *first);
+  char *b = v;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t p;
+    memcpy(&p, b + (size_t)i * sz + at, sizeof p);
+    FP_ASSERT(p >= 0 && p < t->nprocs);
+    first[p + 1]++;
+  }
+  for (int64_t p = 0; p < t->nprocs; p++) first[p + 1] += first[p];
+  char *sorted = malloc(((size_t)n + 1) * sz);
+  int32_t *next = malloc(((size_t)t->nprocs + 1) * sizeof *next);
+  FP_ASSERT(sorted && next);
+  memcpy(next, first, (size_t)t->nprocs * sizeof *next);
+  for (int32_t i = 0; i < n; i++) {
+    int32_t p;
+    memcpy(&p, b + (size_t)i * sz + at, sizeof p);
+    memcpy(sorted + (size_t)next[p]++ * sz, b + (size_t)i * sz, sz);
+  }
+  if (n) memcpy(b, sorted, (size_t)n * sz);
+  free(sorted);
+  free(next);
+  return first;
 }
 
 void fp_tx_finish(fp_tx *t) {
-  for (int32_t i = 0; i < t->nops; i++) t->ops[i].line = i;
-  qsort(t->ops, (size_t)t->nops, sizeof *t->ops, by_proc);
-  for (int32_t i = 0; i < t->nops; i++) t->ops[i].line = 0;
-  t->first = fp_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *t->first);
-  int32_t j = 0;
-  for (int64_t p = 0; p <= t->nprocs; p++) {
-    while (j < t->nops && t->ops[j].proc < p) j++;
-    t->first[p] = j;
-  }
+  /* by process, each process's ops (and needs) in emission order */
+  t->first = group_by_proc(t, t->ops, t->nops, sizeof *t->ops, offsetof(fp_tx_op, proc));
+  t->need_first = group_by_proc(t, t->need, t->nneed, sizeof *t->need, offsetof(fp_tx_region, proc));
   int64_t *sent = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *sent);
   int64_t *recvd = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *recvd);
   t->wire_bytes = t->local_bytes = 0;
@@ -130,11 +147,10 @@ void fp_tx_print(const fp_tx *t, FILE *f) {
             t->params[i].mxfp8 ? " wire=mxfp8" : "");
   for (int64_t p = 0; p < t->nprocs; p++) {
     fprintf(f, "proc %" PRId64 " stage=%" PRId64 ":\n", p, t->stage_bytes[p]);
-    for (int32_t i = 0; i < t->nneed; i++)
-      if (t->need[i].proc == p)
-        fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=%s[%" PRId64 "..]\n", t->need[i].off,
-                t->need[i].bytes, fp_dtype_name(t->need[i].dtype), t->params[t->need[i].param].name,
-                t->need[i].full_off);
+    for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++)
+      fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=%s[%" PRId64 "..]\n", t->need[i].off,
+              t->need[i].bytes, fp_dtype_name(t->need[i].dtype), t->params[t->need[i].param].name,
+              t->need[i].full_off);
     for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) op_line(t, &t->ops[j], f);
   }
 }
@@ -198,9 +214,8 @@ bool fp_tx_write_json(const fp_tx *t, FILE *f) {
   for (int64_t p = 0; p < t->nprocs; p++) {
     fprintf(f, "%s\n{\"stage_bytes\":%" PRId64 ",\"need\":[", p ? "," : "", t->stage_bytes[p]);
     bool first = true;
-    for (int32_t i = 0; i < t->nneed; i++) {
+    for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++) {
       const fp_tx_region *r = &t->need[i];
-      if (r->proc != p) continue;
       fprintf(f, "%s[%d,%" PRId64 ",%" PRId64 ",%" PRId64 ",\"%s\"]", first ? "" : ",", r->param, r->off, r->bytes,
               r->full_off, fp_dtype_name(r->dtype));
       first = false;

@@ -99,7 +99,8 @@ typedef struct fp_tx {
   fp_tx_op *ops;       int32_t nops;    int64_t cap_ops; /* grouped by proc, in each proc's order */
   int32_t *first;      /* nprocs + 1: ops of process p are ops[first[p] .. first[p+1]) */
   int64_t *stage_bytes;/* nprocs */
-  fp_tx_region *need;  int32_t nneed;   int64_t cap_need; /* TO bytes to write, per process */
+  fp_tx_region *need;  int32_t nneed;   int64_t cap_need; /* TO bytes to write, grouped by process */
+  int32_t *need_first; /* nprocs + 1: needs of process p are need[need_first[p] .. need_first[p+1]) */
   fp_tx_region *have;  int32_t nhave;   int64_t cap_have; /* FROM bytes readable, per process */
   /* figures */
   int64_t wire_bytes;     /* bytes received over the wire (sum of recvs) */
@@ -113,8 +114,19 @@ fp_tx *fp_tx_new(fp_arena *a);
 fp_tx_op *fp_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n);
 void fp_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
                       int64_t full_off, fp_dtype dt);
-/* sort ops stably by process and set first[]; figures from the ops */
+/* sort ops and needs stably by process and set first[] and need_first[];
+ * figures from the ops */
 void fp_tx_finish(fp_tx *t);
+
+/* whether op o, run by the MPI executor (executor/xfer.c), first waits for
+ * every send and recv its process posted before it: a local op (not a
+ * send) reading staging or TO bytes, which a recv may have written. The
+ * verifier's X4 simulates exactly this. */
+static inline bool fp_tx_waits(const fp_tx_op *o) {
+  return o->kind != FP_TX_SEND && o->kind != FP_TX_RECV &&
+         (o->src.space == FP_SP_STAGE || o->src.space == FP_SP_TO || o->aux.space == FP_SP_STAGE ||
+          o->aux.space == FP_SP_TO);
+}
 
 /* bytes an operand covers: dst/src of op (aux: scales) */
 int64_t fp_tx_dst_bytes(const fp_tx_op *o);

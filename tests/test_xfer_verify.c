@@ -1,6 +1,8 @@
 /* test_xfer_verify.c - the transfer verifier (ir/verify_xfer.c): a compiled
  * transfer passes; one broken copy per rule fails with that rule's message;
- * a hand-built pair of orders that deadlock is caught; the planner's
+ * hand-built orders that deadlock (also only through the executor's wait
+ * for every posted request) are caught, as are staging written twice and a
+ * process forwarding what it received; the planner's
  * located errors for plans that do not fit together; the MXFP8 block split
  * of a slice that starts inside a block (fp_tx_head / fp_tx_nscales). */
 #include <stdio.h>
@@ -76,6 +78,27 @@ static int32_t find(const fp_tx *t, fp_tx_kind k, int space) {
   for (int32_t i = 0; i < t->nops; i++)
     if (t->ops[i].kind == k && (space < 0 || t->ops[i].dst.space == space || t->ops[i].src.space == space)) return i;
   return -1;
+}
+
+/* a hand-built transfer of nprocs processes, each holding FROM and TO
+ * arenas of 64 bytes and 32 bytes of staging, with one param "w" of 16
+ * f32; the caller emits ops and regions, then fp_tx_finish */
+static fp_tx *hand(fp_arena *a, int32_t nprocs) {
+  fp_tx *t = fp_tx_new(a);
+  t->nprocs = t->from_world = t->to_world = nprocs;
+  t->from_arena = t->to_arena = 64;
+  t->params = fp_alloc_array(a, 1, sizeof *t->params);
+  t->nparams = 1;
+  t->params[0] = (fp_tx_param){"w", 16, false};
+  t->stage_bytes = fp_alloc_array(a, (size_t)nprocs, sizeof *t->stage_bytes);
+  for (int32_t p = 0; p < nprocs; p++) t->stage_bytes[p] = 32;
+  return t;
+}
+
+static fp_tx_op *op(fp_tx *t, fp_tx_kind k, int32_t p, int32_t peer, fp_tx_ref dst, fp_tx_ref src) {
+  fp_tx_op *o = fp_tx_emit(t, k, p, 0, FP_F32, 4);
+  o->peer = peer, o->dst = dst, o->src = src;
+  return o;
 }
 
 int main(int argc, char **argv) {
@@ -187,6 +210,54 @@ int main(int argc, char **argv) {
     ops[2] = ops[1], ops[1] = ops[0], ops[0] = s;
   }
   expect(dl, NULL, "X4 sends first");
+
+  /* X4 as the executor runs: each process receives into TO, stages a local
+   * piece and copies it on into TO (a staging read: it waits for every
+   * send and recv posted so far, so for the recv), then sends. The copy
+   * does not read the received bytes, but it waits for them all the same:
+   * a deadlock (a verifier tracking only the bytes read would pass it) */
+  const fp_tx_ref TO0 = {FP_SP_TO, 0}, TO16 = {FP_SP_TO, 16}, ST0 = {FP_SP_STAGE, 0}, FR0 = {FP_SP_FROM, 0};
+  const fp_tx_ref NONE = {FP_SP_NONE, 0};
+  for (int sends_first = 0; sends_first < 2; sends_first++) {
+    fp_tx *w = hand(a, 2);
+    for (int32_t p = 0; p < 2; p++) {
+      if (sends_first) op(w, FP_TX_SEND, p, 1 - p, NONE, FR0);
+      op(w, FP_TX_RECV, p, 1 - p, TO0, NONE);
+      op(w, FP_TX_COPY, p, -1, ST0, FR0);
+      op(w, FP_TX_COPY, p, -1, TO16, ST0);
+      if (!sends_first) op(w, FP_TX_SEND, p, 1 - p, NONE, FR0);
+      fp_tx_region_add(w, true, p, 0, 0, 32, 0, FP_F32);
+      fp_tx_region_add(w, false, p, 0, 0, 16, 4 * p, FP_F32);
+    }
+    fp_tx_finish(w);
+    expect(w, sends_first ? NULL : "deadlock", sends_first ? "X4 wait-all, sends first" : "X4 wait-all deadlock");
+  }
+
+  /* X5: staging written twice (an Isend could still be reading it) */
+  {
+    fp_tx *w = hand(a, 1);
+    op(w, FP_TX_COPY, 0, -1, ST0, FR0);
+    op(w, FP_TX_COPY, 0, -1, (fp_tx_ref){FP_SP_STAGE, 8}, FR0);
+    op(w, FP_TX_COPY, 0, -1, TO0, ST0);
+    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_F32);
+    fp_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
+    fp_tx_finish(w);
+    expect(w, "staging is written once", "X5 staging written twice");
+  }
+
+  /* X5: process 1 forwards to 2 what it received from 0 (its send would
+   * not wait for its recv) */
+  {
+    fp_tx *w = hand(a, 3);
+    op(w, FP_TX_SEND, 0, 1, NONE, FR0);
+    op(w, FP_TX_RECV, 1, 0, ST0, NONE);
+    op(w, FP_TX_SEND, 1, 2, NONE, ST0);
+    op(w, FP_TX_RECV, 2, 1, TO0, NONE);
+    fp_tx_region_add(w, true, 2, 0, 0, 16, 0, FP_F32);
+    fp_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
+    fp_tx_finish(w);
+    expect(w, "forwards nothing", "X5 forwarding");
+  }
 
   /* the planner's located errors: another model, a param of another shape */
   {
