@@ -1,224 +1,583 @@
 /* xfer_read.c - reading a transfer program back from its JSON
  * ("flexplan.xfer.v1", what ir/xfer.c fp_tx_write_json writes and `flexplan
- * reshard -o` saves). The reader trusts nothing: every member's type and
- * range is checked (located errors "file:line:col: error: /procs/2/ops/5:
- * ..."), then the whole transfer verifier runs; the figures are recomputed
- * from the ops, never taken from the file. */
+ * reshard -o` saves). Every process of a transfer loads the whole file (the
+ * verifier needs every process's ops), and at 16,384 ranks that file has
+ * millions of ops, so it is read by a pull parser of its own straight into
+ * the fp_tx: one pass, no tree of JSON objects (json-c's tree of a 2M-op
+ * transfer was 6.2 GB and 28 s; docs/reshard.md). The reader trusts
+ * nothing: the text is strict JSON (a syntax error is located at its byte),
+ * every member is known, present where required and not repeated, of its
+ * type and range ("file:line:col: error: /procs/2/ops/5/param: ..."); then
+ * the whole transfer verifier runs. The figures are recomputed from the
+ * ops, never taken from the file (but for the lower bound, which needs the
+ * plans). */
 #include <inttypes.h>
-#include <json-c/json.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "xfer.h"
 
+#define MAXERR 20
+
 typedef struct rd {
+  fp_arena *a;
   fp_diag *d;
   const fp_src *src;
-  bool bad;
+  const char *t;
+  size_t n, i;     /* the text and the read position */
+  bool bad;        /* an error was reported */
+  char ptr[256];   /* the JSON pointer of the value being read */
+  size_t plen;
+  char got[8];     /* got()'s answer for a stray character */
 } rd;
 
-static void fail(rd *r, const char *ptr, const char *msg) {
-  if (!r->bad || r->d->nerrors < 20) fp_diag_json(r->d, r->src, ptr, "%s", msg);
+/* ---- errors and the pointer ------------------------------------------------- */
+static bool fail_at(rd *r, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail_at(rd *r, size_t off, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (r->d->nerrors < MAXERR) fp_diag_at(r->d, r->src, off, "%s: %s", r->ptr[0] ? r->ptr : "/", msg);
   r->bad = true;
+  return false;
 }
 
-static json_object *member(json_object *o, const char *k) {
-  json_object *v = NULL;
-  return o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, k, &v) ? v : NULL;
+static size_t push_key(rd *r, const char *k) {
+  size_t o = r->plen;
+  int w = snprintf(r->ptr + o, sizeof r->ptr - o, "/%s", k);
+  r->plen = w < 0 || (size_t)w >= sizeof r->ptr - o ? sizeof r->ptr - 1 : o + (size_t)w;
+  return o;
+}
+static size_t push_idx(rd *r, int64_t k) {
+  size_t o = r->plen;
+  int w = snprintf(r->ptr + o, sizeof r->ptr - o, "/%" PRId64, k);
+  r->plen = w < 0 || (size_t)w >= sizeof r->ptr - o ? sizeof r->ptr - 1 : o + (size_t)w;
+  return o;
+}
+static void pop(rd *r, size_t o) {
+  r->plen = o;
+  r->ptr[o] = 0;
 }
 
-static bool get_int(rd *r, json_object *v, const char *ptr, int64_t lo, int64_t hi, int64_t *out) {
-  if (!v || !json_object_is_type(v, json_type_int)) {
-    fail(r, ptr, "expected an integer");
-    return false;
+/* ---- lexing ----------------------------------------------------------------- */
+static void ws(rd *r) {
+  while (r->i < r->n && (r->t[r->i] == ' ' || r->t[r->i] == '\t' || r->t[r->i] == '\n' || r->t[r->i] == '\r')) r->i++;
+}
+
+/* what the text holds at i, for "expected X, got Y" */
+static const char *got(rd *r) {
+  if (r->i >= r->n) return "the end of the file";
+  char c = r->t[r->i];
+  switch (c) {
+    case '"': return "a string";
+    case '{': return "an object";
+    case '[': return "an array";
+    case 't': case 'f': return "a boolean";
+    case 'n': return "null";
+    default:
+      if (c == '-' || (c >= '0' && c <= '9')) return "a number";
+      if (c > ' ' && c < 0x7f) {
+        snprintf(r->got, sizeof r->got, "'%c'", c);
+        return r->got;
+      }
+      return "something that is not JSON";
   }
-  int64_t x = json_object_get_int64(v);
-  if (x < lo || x > hi) {
-    char m[160];
-    snprintf(m, sizeof m, "%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", x, lo, hi);
-    fail(r, ptr, m);
-    return false;
+}
+
+static bool expect(rd *r, char c, const char *what) {
+  ws(r);
+  if (r->i < r->n && r->t[r->i] == c) {
+    r->i++;
+    return true;
   }
+  return fail_at(r, r->i, "expected %s, got %s", what, got(r));
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* \uXXXX at t[j] (after the backslash and u): the code unit, or -1 */
+static long hex4(rd *r, size_t j) {
+  if (j + 4 > r->n) return -1;
+  long v = 0;
+  for (int k = 0; k < 4; k++) {
+    int h = hexval(r->t[j + k]);
+    if (h < 0) return -1;
+    v = v * 16 + h;
+  }
+  return v;
+}
+
+/* One JSON string, decoded (escapes, surrogate pairs as UTF-8). Into buf
+ * (cap bytes; a longer string comes back cut, *out still set) when buf is
+ * given, else into the arena. */
+static bool str(rd *r, char *buf, size_t cap, const char **out) {
+  ws(r);
+  size_t at = r->i;
+  if (r->i >= r->n || r->t[r->i] != '"') return fail_at(r, r->i, "expected a string, got %s", got(r));
+  /* first pass: the end and the decoded length (never longer than the text) */
+  size_t j = r->i + 1;
+  while (j < r->n && r->t[j] != '"') {
+    if ((unsigned char)r->t[j] < 0x20) return fail_at(r, j, "a raw control character inside a string");
+    j += r->t[j] == '\\' ? 2 : 1;
+  }
+  if (j >= r->n) return fail_at(r, at, "a string that never ends");
+  char *o = buf ? buf : fp_alloc(r->a, j - r->i);
+  size_t lim = buf ? cap - 1 : j - r->i - 1, m = 0;
+  for (size_t k = r->i + 1; k < j; k++) {
+    char c = r->t[k];
+    unsigned long cp = (unsigned char)c;
+    if (c == '\\') {
+      char e = r->t[++k];
+      switch (e) {
+        case '"': case '\\': case '/': cp = (unsigned char)e; break;
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'n': cp = '\n'; break;
+        case 'r': cp = '\r'; break;
+        case 't': cp = '\t'; break;
+        case 'u': {
+          long u = hex4(r, k + 1);
+          if (u < 0) return fail_at(r, k - 1, "a \\u escape needs 4 hex digits");
+          k += 4;
+          if (u >= 0xD800 && u <= 0xDBFF) {
+            long lo = k + 2 < j && r->t[k + 1] == '\\' && r->t[k + 2] == 'u' ? hex4(r, k + 3) : -1;
+            if (lo < 0xDC00 || lo > 0xDFFF) return fail_at(r, k - 5, "a lone UTF-16 surrogate in a \\u escape");
+            k += 6;
+            u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (u >= 0xDC00 && u <= 0xDFFF) {
+            return fail_at(r, k - 5, "a lone UTF-16 surrogate in a \\u escape");
+          }
+          cp = (unsigned long)u;
+          break;
+        }
+        default: return fail_at(r, k - 1, "an unknown escape '\\%c' in a string", e);
+      }
+    }
+    /* UTF-8 of cp (a raw byte >= 0x80 is copied as it is) */
+    char u8[4];
+    int nb = 0;
+    if (cp < 0x80 || c != '\\') u8[nb++] = (char)cp;
+    else if (cp < 0x800) u8[nb++] = (char)(0xC0 | cp >> 6), u8[nb++] = (char)(0x80 | (cp & 0x3F));
+    else if (cp < 0x10000)
+      u8[nb++] = (char)(0xE0 | cp >> 12), u8[nb++] = (char)(0x80 | (cp >> 6 & 0x3F)), u8[nb++] = (char)(0x80 | (cp & 0x3F));
+    else
+      u8[nb++] = (char)(0xF0 | cp >> 18), u8[nb++] = (char)(0x80 | (cp >> 12 & 0x3F)),
+      u8[nb++] = (char)(0x80 | (cp >> 6 & 0x3F)), u8[nb++] = (char)(0x80 | (cp & 0x3F));
+    for (int z = 0; z < nb && m < lim; z++) o[m++] = u8[z];
+  }
+  o[m] = 0;
+  r->i = j + 1;
+  *out = o;
+  return true;
+}
+
+/* one integer in [lo, hi] (no fraction, no exponent) */
+static bool integer(rd *r, int64_t lo, int64_t hi, int64_t *out) {
+  ws(r);
+  size_t at = r->i, j = r->i;
+  bool neg = j < r->n && r->t[j] == '-';
+  if (neg) j++;
+  if (j >= r->n || r->t[j] < '0' || r->t[j] > '9') return fail_at(r, at, "expected an integer, got %s", got(r));
+  if (r->t[j] == '0' && j + 1 < r->n && r->t[j + 1] >= '0' && r->t[j + 1] <= '9')
+    return fail_at(r, at, "a number with a leading zero");
+  uint64_t v = 0;
+  bool over = false;
+  for (; j < r->n && r->t[j] >= '0' && r->t[j] <= '9'; j++) {
+    unsigned dgt = (unsigned)(r->t[j] - '0');
+    if (v > (UINT64_MAX - dgt) / 10) over = true;
+    else v = v * 10 + dgt;
+  }
+  if (j < r->n && (r->t[j] == '.' || r->t[j] == 'e' || r->t[j] == 'E'))
+    return fail_at(r, at, "expected an integer, got a number with a fraction or an exponent");
+  r->i = j;
+  if (over || v > (uint64_t)INT64_MAX + (neg ? 1u : 0u))
+    return fail_at(r, at, "%.*s does not fit in 64 bits", (int)(j - at), r->t + at);
+  int64_t x = neg ? (int64_t)(0 - v) : (int64_t)v;
+  if (x < lo || x > hi) return fail_at(r, at, "%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", x, lo, hi);
   *out = x;
   return true;
 }
 
-static const char *get_str(rd *r, json_object *v, const char *ptr) {
-  if (!v || !json_object_is_type(v, json_type_string)) {
-    fail(r, ptr, "expected a string");
-    return NULL;
+/* ---- objects and arrays ------------------------------------------------------ */
+/* An object's members: after obj_open, each call reads the next key into k
+ * (its index in keys, or an error for a key not there or seen before) and
+ * the ':'; 1: a member follows, 0: the object ended (the required members,
+ * a mask over keys, checked), -1: an error. */
+typedef struct obj {
+  size_t at;          /* the '{' */
+  const char *const *keys;
+  unsigned seen, required;
+  bool first;
+} obj;
+
+static bool obj_open(rd *r, obj *o, const char *const *keys, unsigned required) {
+  ws(r);
+  *o = (obj){r->i, keys, 0, required, true};
+  if (r->i < r->n && r->t[r->i] == '{') {
+    r->i++;
+    return true;
   }
-  return json_object_get_string(v);
+  return fail_at(r, r->i, "expected an object, got %s", got(r));
 }
 
-static bool get_hash(rd *r, json_object *side, const char *ptr, uint64_t *out) {
-  const char *h = get_str(r, member(side, "hash"), ptr);
-  if (!h) return false;
-  if (strncmp(h, "fnv1a64:", 8) != 0 || strlen(h) != 24) {
-    fail(r, ptr, "expected \"fnv1a64:<16 hex digits>\"");
-    return false;
+static int obj_next(rd *r, obj *o, int *k) {
+  ws(r);
+  if (r->i < r->n && r->t[r->i] == '}') { /* after '{' or after a member */
+    r->i++;
+    for (int z = 0; o->keys[z]; z++)
+      if ((o->required >> z & 1) && !(o->seen >> z & 1)) {
+        fail_at(r, o->at, "missing member '%s'", o->keys[z]);
+        return -1;
+      }
+    return 0;
   }
-  char *end;
-  *out = strtoull(h + 8, &end, 16);
-  if (*end) fail(r, ptr, "expected \"fnv1a64:<16 hex digits>\"");
-  return !*end;
+  if (!o->first && !expect(r, ',', "',' or '}'")) return -1;
+  o->first = false;
+  ws(r);
+  size_t kat = r->i;
+  char key[40];
+  const char *kp;
+  if (!str(r, key, sizeof key, &kp)) return -1;
+  if (!expect(r, ':', "':'")) return -1;
+  for (int z = 0; o->keys[z]; z++)
+    if (!strcmp(o->keys[z], key)) {
+      if (o->seen >> z & 1) {
+        fail_at(r, kat, "member '%s' appears twice", key);
+        return -1;
+      }
+      o->seen |= 1u << z;
+      *k = z;
+      return 1;
+    }
+  fail_at(r, kat, "unknown member '%s'", key);
+  return -1;
 }
 
-static int dtype_of(rd *r, json_object *v, const char *ptr) {
-  const char *s = get_str(r, v, ptr);
-  int t = s ? fp_dtype_parse(s) : -1;
-  if (s && t < 0) fail(r, ptr, "unknown dtype");
-  return t;
+/* an array's items: 1: an item follows, 0: it ended, -1: an error */
+static bool arr_open(rd *r) {
+  ws(r);
+  if (r->i < r->n && r->t[r->i] == '[') {
+    r->i++;
+    return true;
+  }
+  return fail_at(r, r->i, "expected an array, got %s", got(r));
+}
+static int arr_next(rd *r, bool *first) {
+  ws(r);
+  if (r->i < r->n && r->t[r->i] == ']') {
+    r->i++;
+    return 0;
+  }
+  if (!*first && !expect(r, ',', "',' or ']'")) return -1;
+  *first = false;
+  return 1;
 }
 
-static bool ref_of(rd *r, json_object *v, const char *ptr, fp_tx_ref *out) {
-  out->space = FP_SP_NONE, out->off = 0;
-  if (!v) return true;
-  if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) != 2) {
-    fail(r, ptr, "expected [\"from\"|\"to\"|\"stage\", byte offset]");
+/* ---- the members of a transfer ---------------------------------------------- */
+static bool dtype(rd *r, fp_dtype *out) {
+  size_t at = (ws(r), r->i);
+  char s[40];
+  const char *v;
+  if (!str(r, s, sizeof s, &v)) return false;
+  int t = fp_dtype_parse(v);
+  if (t < 0) return fail_at(r, at, "unknown dtype '%s'", v);
+  *out = (fp_dtype)t;
+  return true;
+}
+
+static bool hash(rd *r, uint64_t *out) {
+  size_t at = (ws(r), r->i);
+  char s[32];
+  const char *h;
+  if (!str(r, s, sizeof s, &h)) return false;
+  char *end = NULL;
+  if (strncmp(h, "fnv1a64:", 8) == 0 && strlen(h) == 24 && hexval(h[8]) >= 0) *out = strtoull(h + 8, &end, 16);
+  if (!end || *end) return fail_at(r, at, "expected \"fnv1a64:<16 hex digits>\"");
+  return true;
+}
+
+/* ["from"|"to"|"stage", byte offset] */
+static bool ref(rd *r, fp_tx_ref *out) {
+  if (!arr_open(r)) return false;
+  size_t at = (ws(r), r->i);
+  char s[40];
+  const char *sp;
+  if (!str(r, s, sizeof s, &sp)) return false;
+  int x = !strcmp(sp, "from") ? FP_SP_FROM : !strcmp(sp, "to") ? FP_SP_TO : !strcmp(sp, "stage") ? FP_SP_STAGE : -1;
+  if (x < 0) return fail_at(r, at, "unknown space '%s' (expected from, to or stage)", sp);
+  out->space = (int8_t)x;
+  return expect(r, ',', "',' and a byte offset") && integer(r, 0, INT64_MAX, &out->off) &&
+         expect(r, ']', "']' (an operand is [space, byte offset])");
+}
+
+/* "from" / "to": the plan's hash, world size, arena bytes and first process */
+static bool side(rd *r, uint64_t *h, int64_t *world, int64_t *arena, int64_t *offset) {
+  static const char *const keys[] = {"hash", "world_size", "arena_bytes", "rank_offset", NULL};
+  obj o;
+  int k, m;
+  if (!obj_open(r, &o, keys, 0xF)) return false;
+  while ((m = obj_next(r, &o, &k)) > 0) {
+    size_t p = push_key(r, keys[k]);
+    bool ok = k == 0 ? hash(r, h) : k == 1 ? integer(r, 1, INT32_MAX, world)
+            : k == 2 ? integer(r, 0, INT64_MAX, arena) : integer(r, 0, INT32_MAX, offset);
+    pop(r, p);
+    if (!ok) return false;
+  }
+  return m == 0;
+}
+
+static bool figures(rd *r, fp_tx *t) {
+  static const char *const keys[] = {"wire_bytes", "lower_bound_bytes", "local_bytes", "max_send_bytes",
+                                     "max_recv_bytes", NULL};
+  obj o;
+  int k, m;
+  if (!obj_open(r, &o, keys, 0)) return false;
+  while ((m = obj_next(r, &o, &k)) > 0) {
+    size_t p = push_key(r, keys[k]);
+    int64_t v;
+    bool ok = integer(r, 0, INT64_MAX, &v);
+    pop(r, p);
+    if (!ok) return false;
+    if (k == 1) t->lower_bound = v; /* the rest are recomputed from the ops */
+  }
+  return m == 0;
+}
+
+static bool params(rd *r, fp_tx *t) {
+  static const char *const keys[] = {"name", "numel", "wire", NULL};
+  if (!arr_open(r)) return false;
+  bool first = true;
+  int m;
+  while ((m = arr_next(r, &first)) > 0) {
+    if (t->nparams == INT32_MAX) return fail_at(r, r->i, "too many params");
+    t->params = fp_grow(r->a, t->params, &t->cap_params, t->nparams + 1, sizeof *t->params);
+    fp_tx_param *q = &t->params[t->nparams];
+    size_t p = push_idx(r, t->nparams++);
+    obj o;
+    int k, mm;
+    if (!obj_open(r, &o, keys, 0x7)) return false;
+    while ((mm = obj_next(r, &o, &k)) > 0) {
+      size_t pk = push_key(r, keys[k]);
+      size_t at = (ws(r), r->i);
+      char w[16];
+      const char *wire;
+      bool ok = k == 0 ? str(r, NULL, 0, &q->name) : k == 1 ? integer(r, 0, INT64_MAX, &q->numel) : str(r, w, sizeof w, &wire);
+      if (ok && k == 2) {
+        if (strcmp(wire, "plain") && strcmp(wire, "mxfp8")) ok = fail_at(r, at, "expected \"plain\" or \"mxfp8\"");
+        q->mxfp8 = !strcmp(wire, "mxfp8");
+      }
+      pop(r, pk);
+      if (!ok) return false;
+    }
+    if (mm < 0) return false;
+    pop(r, p);
+  }
+  return m == 0;
+}
+
+/* [param, byte offset, bytes, first element, dtype] */
+static bool need(rd *r, fp_tx *t, int32_t p) {
+  int64_t v[4];
+  fp_dtype dt;
+  if (!arr_open(r)) return false;
+  for (int k = 0; k < 4; k++) {
+    static const int64_t hi[4] = {INT32_MAX, INT64_MAX / 2, INT64_MAX / 2, INT64_MAX};
+    if (k && !expect(r, ',', "',' (a need region is [param, byte offset, bytes, first element, dtype])")) return false;
+    if (!integer(r, 0, hi[k], &v[k])) return false;
+  }
+  if (!expect(r, ',', "',' (a need region is [param, byte offset, bytes, first element, dtype])") || !dtype(r, &dt) ||
+      !expect(r, ']', "']' (a need region is [param, byte offset, bytes, first element, dtype])"))
+    return false;
+  fp_tx_region_add(t, true, p, (int32_t)v[0], v[1], v[2], v[3], dt);
+  return true;
+}
+
+static bool op(rd *r, fp_tx *t, int32_t p) {
+  static const char *const keys[] = {"op", "peer", "param", "dtype", "sdtype", "n", "full_off", "dst", "src", "aux", NULL};
+  obj o;
+  int k, m;
+  if (!obj_open(r, &o, keys, 0x7D)) return false; /* all but peer, dst, src, aux */
+  fp_tx_op *x = fp_tx_emit(t, FP_TX_COPY, p, 0, FP_F32, 0);
+  while ((m = obj_next(r, &o, &k)) > 0) {
+    size_t pk = push_key(r, keys[k]);
+    size_t at = (ws(r), r->i);
+    int64_t v = 0;
+    bool ok = true;
+    switch (k) {
+      case 0: {
+        char s[40];
+        const char *kind;
+        int kk = -1;
+        ok = str(r, s, sizeof s, &kind);
+        for (int z = 0; ok && z < FP_TX_NKINDS; z++)
+          if (!strcmp(kind, fp_tx_kind_name(z))) kk = z;
+        if (ok && kk < 0) ok = fail_at(r, at, "unknown op '%s'", kind);
+        x->kind = (fp_tx_kind)(kk < 0 ? 0 : kk);
+        break;
+      }
+      case 1: ok = integer(r, 0, INT32_MAX, &v), x->peer = (int32_t)v; break;
+      case 2: ok = integer(r, 0, INT32_MAX, &v), x->param = (int32_t)v; break;
+      case 3: ok = dtype(r, &x->dtype); break;
+      case 4: ok = dtype(r, &x->sdtype); break;
+      case 5: ok = integer(r, 0, INT64_MAX / 16, &x->n); break;
+      case 6: ok = integer(r, 0, INT64_MAX / 2, &x->full_off); break;
+      default: ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux); break;
+    }
+    pop(r, pk);
+    if (!ok) return false;
+  }
+  return m == 0;
+}
+
+static bool proc(rd *r, fp_tx *t, int64_t *cap_stage) {
+  static const char *const keys[] = {"stage_bytes", "need", "ops", NULL};
+  int32_t p = (int32_t)t->nprocs;
+  t->stage_bytes = fp_grow(r->a, t->stage_bytes, cap_stage, t->nprocs + 1, sizeof *t->stage_bytes);
+  t->nprocs++;
+  obj o;
+  int k, m;
+  if (!obj_open(r, &o, keys, 0x7)) return false;
+  while ((m = obj_next(r, &o, &k)) > 0) {
+    size_t pk = push_key(r, keys[k]);
+    bool ok = true;
+    if (k == 0) {
+      ok = integer(r, 0, INT64_MAX / 2, &t->stage_bytes[p]);
+    } else {
+      ok = arr_open(r);
+      bool first = true;
+      int mm = 0;
+      for (int64_t j = 0; ok && (mm = arr_next(r, &first)) > 0; j++) {
+        size_t pj = push_idx(r, j);
+        ok = k == 1 ? need(r, t, p) : op(r, t, p);
+        pop(r, pj);
+      }
+      ok = ok && mm == 0;
+    }
+    pop(r, pk);
+    if (!ok) return false;
+  }
+  return m == 0;
+}
+
+/* ranges that need the whole file (params, processes): located by pointer */
+static bool check_ranges(rd *r, fp_tx *t, int64_t nprocs_file) {
+  char ptr[160];
+  int64_t fe = t->from_offset + t->from_world, te = t->to_offset + t->to_world;
+  if (nprocs_file != (fe > te ? fe : te)) {
+    fp_diag_json(r->d, r->src, "/processes",
+                 "does not equal max(from.rank_offset + from.world_size, to.rank_offset + to.world_size)");
     return false;
   }
-  const char *s = get_str(r, json_object_array_get_idx(v, 0), ptr);
-  if (!s) return false;
-  int sp = !strcmp(s, "from") ? FP_SP_FROM : !strcmp(s, "to") ? FP_SP_TO : !strcmp(s, "stage") ? FP_SP_STAGE : -1;
-  if (sp < 0) {
-    fail(r, ptr, "unknown space (expected from, to or stage)");
+  if (t->nprocs != nprocs_file) {
+    fp_diag_json(r->d, r->src, "/procs", "expected an array of one entry per process (%" PRId64 "), got %" PRId64,
+                 nprocs_file, t->nprocs);
     return false;
   }
-  out->space = (int8_t)sp;
-  return get_int(r, json_object_array_get_idx(v, 1), ptr, 0, INT64_MAX, &out->off);
+  bool ok = true;
+  int32_t k = 0;
+  for (int32_t i = 0; i < t->nops && r->d->nerrors < MAXERR; i++, k++) {
+    const fp_tx_op *o = &t->ops[i];
+    if (i > 0 && o->proc != t->ops[i - 1].proc) k = 0;
+    if (o->param >= t->nparams) {
+      snprintf(ptr, sizeof ptr, "/procs/%d/ops/%d/param", o->proc, k);
+      fp_diag_json(r->d, r->src, ptr, "%d is not a param (the transfer has %d)", o->param, t->nparams);
+      ok = false;
+    }
+    if (o->peer >= t->nprocs) {
+      snprintf(ptr, sizeof ptr, "/procs/%d/ops/%d/peer", o->proc, k);
+      fp_diag_json(r->d, r->src, ptr, "%d is not a process (the transfer has %" PRId64 ")", o->peer, t->nprocs);
+      ok = false;
+    }
+  }
+  k = 0;
+  for (int32_t i = 0; i < t->nneed && r->d->nerrors < MAXERR; i++, k++) {
+    if (i > 0 && t->need[i].proc != t->need[i - 1].proc) k = 0;
+    if (t->need[i].param >= t->nparams) {
+      snprintf(ptr, sizeof ptr, "/procs/%d/need/%d/0", t->need[i].proc, k);
+      fp_diag_json(r->d, r->src, ptr, "%d is not a param (the transfer has %d)", t->need[i].param, t->nparams);
+      ok = false;
+    }
+  }
+  return ok;
 }
 
 fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
-  rd r = {d, src, false};
-  enum json_tokener_error je;
-  json_object *root = json_tokener_parse_verbose(src->text, &je);
-  if (!root) {
-    fp_diag_errorf(d, src->path, "not JSON: %s", json_tokener_error_desc(je));
-    return NULL;
-  }
+  static const char *const keys[] = {"format", "model", "what", "from", "to", "processes", "figures", "params",
+                                     "procs", NULL};
+  rd r = {.a = a, .d = d, .src = src, .t = src->text, .n = src->len};
   fp_tx *t = fp_tx_new(a);
-  char ptr[160];
-  const char *fmt = get_str(&r, member(root, "format"), "/format");
-  if (fmt && strcmp(fmt, "flexplan.xfer.v1") != 0) fail(&r, "/format", "expected \"flexplan.xfer.v1\"");
-  if (r.bad) goto out;
-  const char *model = get_str(&r, member(root, "model"), "/model");
-  t->model = model ? fp_strdup(a, model) : "";
-  const char *what = get_str(&r, member(root, "what"), "/what");
-  if (what && strcmp(what, "weights") != 0 && strcmp(what, "weights+optimizer") != 0)
-    fail(&r, "/what", "expected \"weights\" or \"weights+optimizer\"");
-  else if (what && strcmp(what, "weights") != 0)
-    t->what = "weights+optimizer";
-  json_object *fr = member(root, "from"), *to = member(root, "to");
-  get_hash(&r, fr, "/from/hash", &t->from_hash);
-  get_hash(&r, to, "/to/hash", &t->to_hash);
-  get_int(&r, member(fr, "world_size"), "/from/world_size", 1, INT32_MAX, &t->from_world);
-  get_int(&r, member(to, "world_size"), "/to/world_size", 1, INT32_MAX, &t->to_world);
-  get_int(&r, member(fr, "arena_bytes"), "/from/arena_bytes", 0, INT64_MAX, &t->from_arena);
-  get_int(&r, member(to, "arena_bytes"), "/to/arena_bytes", 0, INT64_MAX, &t->to_arena);
-  get_int(&r, member(to, "rank_offset"), "/to/rank_offset", 0, INT32_MAX, &t->to_offset);
-  get_int(&r, member(fr, "rank_offset"), "/from/rank_offset", 0, INT32_MAX, &t->from_offset);
-  get_int(&r, member(root, "processes"), "/processes", 1, INT32_MAX, &t->nprocs);
-  if (r.bad) goto out;
-  int64_t fe = t->from_offset + t->from_world, te = t->to_offset + t->to_world;
-  if (t->nprocs != (fe > te ? fe : te)) {
-    fail(&r, "/processes", "does not equal max(from.rank_offset + from.world_size, to.rank_offset + to.world_size)");
-    goto out;
-  }
-  json_object *ps = member(root, "params");
-  if (!ps || !json_object_is_type(ps, json_type_array)) {
-    fail(&r, "/params", "expected an array");
-    goto out;
-  }
-  t->nparams = (int32_t)json_object_array_length(ps);
-  t->params = fp_alloc_array(a, (size_t)t->nparams + 1, sizeof *t->params);
-  for (int32_t i = 0; i < t->nparams; i++) {
-    json_object *p = json_object_array_get_idx(ps, (size_t)i);
-    snprintf(ptr, sizeof ptr, "/params/%d/name", i);
-    const char *n = get_str(&r, member(p, "name"), ptr);
-    t->params[i].name = n ? fp_strdup(a, n) : "";
-    snprintf(ptr, sizeof ptr, "/params/%d/numel", i);
-    get_int(&r, member(p, "numel"), ptr, 0, INT64_MAX, &t->params[i].numel);
-    snprintf(ptr, sizeof ptr, "/params/%d/wire", i);
-    const char *w = get_str(&r, member(p, "wire"), ptr);
-    if (w && strcmp(w, "plain") && strcmp(w, "mxfp8")) fail(&r, ptr, "expected \"plain\" or \"mxfp8\"");
-    t->params[i].mxfp8 = w && !strcmp(w, "mxfp8");
-  }
-  json_object *procs = member(root, "procs");
-  if (!procs || !json_object_is_type(procs, json_type_array) ||
-      (int64_t)json_object_array_length(procs) != t->nprocs) {
-    fail(&r, "/procs", "expected an array of one entry per process");
-    goto out;
-  }
-  t->stage_bytes = fp_alloc_array(a, (size_t)t->nprocs + 1, sizeof *t->stage_bytes);
-  for (int64_t p = 0; p < t->nprocs && !r.bad; p++) {
-    json_object *P = json_object_array_get_idx(procs, (size_t)p);
-    snprintf(ptr, sizeof ptr, "/procs/%" PRId64 "/stage_bytes", p);
-    get_int(&r, member(P, "stage_bytes"), ptr, 0, INT64_MAX / 2, &t->stage_bytes[p]);
-    json_object *need = member(P, "need"), *ops = member(P, "ops");
-    snprintf(ptr, sizeof ptr, "/procs/%" PRId64, p);
-    if (!need || !ops || !json_object_is_type(need, json_type_array) || !json_object_is_type(ops, json_type_array)) {
-      fail(&r, ptr, "expected \"need\" and \"ops\" arrays");
-      break;
-    }
-    for (size_t k = 0; k < json_object_array_length(need) && !r.bad; k++) {
-      json_object *n = json_object_array_get_idx(need, k);
-      snprintf(ptr, sizeof ptr, "/procs/%" PRId64 "/need/%zu", p, k);
-      if (!json_object_is_type(n, json_type_array) || json_object_array_length(n) != 5) {
-        fail(&r, ptr, "expected [param, byte offset, bytes, first element, dtype]");
-        break;
+  int64_t nprocs_file = 0, cap_stage = 0;
+  obj o;
+  int k, m = -1;
+  if (obj_open(&r, &o, keys, 0x1BF)) /* all but figures */
+    while ((m = obj_next(&r, &o, &k)) > 0) {
+      size_t pk = push_key(&r, keys[k]);
+      size_t at = (ws(&r), r.i);
+      const char *s = NULL;
+      char w[32];
+      bool ok;
+      switch (k) {
+        case 0:
+          ok = str(&r, w, sizeof w, &s);
+          if (ok && strcmp(s, "flexplan.xfer.v1") != 0)
+            ok = fail_at(&r, at, "expected \"flexplan.xfer.v1\" (a transfer saved by flexplan reshard -o)");
+          break;
+        case 1: ok = str(&r, NULL, 0, &t->model); break;
+        case 2:
+          ok = str(&r, w, sizeof w, &s);
+          if (ok && strcmp(s, "weights") && strcmp(s, "weights+optimizer"))
+            ok = fail_at(&r, at, "expected \"weights\" or \"weights+optimizer\"");
+          if (ok) t->what = strcmp(s, "weights") ? "weights+optimizer" : "weights";
+          break;
+        case 3: ok = side(&r, &t->from_hash, &t->from_world, &t->from_arena, &t->from_offset); break;
+        case 4: ok = side(&r, &t->to_hash, &t->to_world, &t->to_arena, &t->to_offset); break;
+        case 5: ok = integer(&r, 1, INT32_MAX, &nprocs_file); break;
+        case 6: ok = figures(&r, t); break;
+        case 7: ok = params(&r, t); break;
+        default: {
+          ok = arr_open(&r);
+          bool first = true;
+          int mm = 0;
+          while (ok && (mm = arr_next(&r, &first)) > 0) {
+            if (t->nprocs == INT32_MAX) {
+              ok = fail_at(&r, r.i, "too many processes");
+              break;
+            }
+            size_t pp = push_idx(&r, t->nprocs);
+            ok = proc(&r, t, &cap_stage);
+            pop(&r, pp);
+          }
+          ok = ok && mm == 0;
+        }
       }
-      int64_t pi, off, bytes, full;
-      bool ok = get_int(&r, json_object_array_get_idx(n, 0), ptr, 0, t->nparams - 1, &pi) &&
-                get_int(&r, json_object_array_get_idx(n, 1), ptr, 0, INT64_MAX / 2, &off) &&
-                get_int(&r, json_object_array_get_idx(n, 2), ptr, 0, INT64_MAX / 2, &bytes) &&
-                get_int(&r, json_object_array_get_idx(n, 3), ptr, 0, INT64_MAX, &full);
-      int dt = dtype_of(&r, json_object_array_get_idx(n, 4), ptr);
-      if (ok && dt >= 0) fp_tx_region_add(t, true, (int32_t)p, (int32_t)pi, off, bytes, full, (fp_dtype)dt);
+      pop(&r, pk);
+      if (!ok) break;
     }
-    for (size_t k = 0; k < json_object_array_length(ops) && !r.bad; k++) {
-      json_object *o = json_object_array_get_idx(ops, k);
-      snprintf(ptr, sizeof ptr, "/procs/%" PRId64 "/ops/%zu", p, k);
-      const char *kind = get_str(&r, member(o, "op"), ptr);
-      int kk = -1;
-      for (int z = 0; kind && z < FP_TX_NKINDS; z++)
-        if (!strcmp(kind, fp_tx_kind_name(z))) kk = z;
-      if (kind && kk < 0) fail(&r, ptr, "unknown op");
-      int64_t pi = 0, n = 0, full = 0, peer = -1;
-      get_int(&r, member(o, "param"), ptr, 0, t->nparams - 1, &pi);
-      get_int(&r, member(o, "n"), ptr, 0, INT64_MAX / 16, &n);
-      get_int(&r, member(o, "full_off"), ptr, 0, INT64_MAX / 2, &full);
-      if (member(o, "peer")) get_int(&r, member(o, "peer"), ptr, 0, t->nprocs - 1, &peer);
-      int dt = dtype_of(&r, member(o, "dtype"), ptr), sdt = dtype_of(&r, member(o, "sdtype"), ptr);
-      if (r.bad) break;
-      fp_tx_op *x = fp_tx_emit(t, (fp_tx_kind)kk, (int32_t)p, (int32_t)pi, (fp_dtype)dt, n);
-      x->sdtype = (fp_dtype)sdt, x->peer = (int32_t)peer, x->full_off = full;
-      ref_of(&r, member(o, "dst"), ptr, &x->dst);
-      ref_of(&r, member(o, "src"), ptr, &x->src);
-      ref_of(&r, member(o, "aux"), ptr, &x->aux);
-    }
+  if (m == 0) {
+    ws(&r);
+    if (r.i < r.n) fail_at(&r, r.i, "text after the transfer's object");
   }
-  if (r.bad) goto out;
+  if (r.bad || m != 0 || !check_ranges(&r, t, nprocs_file)) return NULL;
   /* FROM bytes readable: what the ops read from FROM must be checked
    * against the FROM plan itself, which the file does not carry; the
    * executor checks the plan hashes, and the planner's have regions are
    * not saved. A loaded transfer's X5 FROM rule therefore uses the reads
    * themselves (each inside FROM's arena, rule X1). */
   for (int32_t i = 0; i < t->nops; i++) {
-    const fp_tx_op *o = &t->ops[i];
-    if (o->src.space == FP_SP_FROM)
-      fp_tx_region_add(t, false, o->proc, o->param, o->src.off, fp_tx_src_bytes(o), o->full_off, o->sdtype);
+    const fp_tx_op *x = &t->ops[i];
+    if (x->src.space == FP_SP_FROM)
+      fp_tx_region_add(t, false, x->proc, x->param, x->src.off, fp_tx_src_bytes(x), x->full_off, x->sdtype);
   }
+  if (!t->stage_bytes) t->stage_bytes = fp_alloc_array(a, 1, sizeof *t->stage_bytes);
+  if (!t->params) t->params = fp_alloc_array(a, 1, sizeof *t->params);
   fp_tx_finish(t);
-  {
-    /* the lower bound is not derivable without the plans: keep the file's */
-    json_object *fg = member(root, "figures");
-    int64_t lb = 0;
-    if (fg && get_int(&r, member(fg, "lower_bound_bytes"), "/figures/lower_bound_bytes", 0, INT64_MAX, &lb))
-      t->lower_bound = lb;
-  }
-  if (!r.bad && !fp_tx_verify(t, d)) r.bad = true;
-out:
-  json_object_put(root);
-  return r.bad ? NULL : t;
+  if (fp_tx_verify(t, d)) return t;
+  /* the verifier names ops ("xfer: op N (process p, kind)"); say which file */
+  fp_diag_errorf(d, src->path, "the transfer does not verify (the errors above; op N is the N-th op in process order)");
+  return NULL;
 }

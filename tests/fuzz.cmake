@@ -9,7 +9,7 @@
 # -fsanitize=fuzzer,address,undefined, in a sub-build (build/fuzz) over the
 # same sources, and the default preset fuzzes each for FP_FUZZ_SECONDS
 # (label fuzz).
-set(FP_FUZZ_TARGETS frontend plan fpir safetensors)
+set(FP_FUZZ_TARGETS frontend plan fpir safetensors xfer)
 set(FP_FUZZ_SECONDS 15 CACHE STRING "seconds each fuzz test (label fuzz) fuzzes its target")
 set(fp_fuzz_dir ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
 foreach(t ${FP_FUZZ_TARGETS})

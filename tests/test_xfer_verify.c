@@ -80,6 +80,35 @@ static int32_t find(const fp_tx *t, fp_tx_kind k, int space) {
   return -1;
 }
 
+/* fp_tx_read of text must fail with want in its message, located at byte
+ * offset at of the text (-1: anywhere in t.xfer.json) */
+static void expect_read(fp_arena *a, const char *text, const char *want, long at, const char *what) {
+  fp_src s = {"t.xfer.json", text, strlen(text)};
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  fp_tx *t = fp_tx_read(a, &d, &s);
+  char where[64] = "t.xfer.json:";
+  if (at >= 0) {
+    int line = 1, col = 1;
+    for (long k = 0; k < at; k++) text[k] == '\n' ? (line++, col = 1) : col++;
+    snprintf(where, sizeof where, "t.xfer.json:%d:%d: error: ", line, col);
+  }
+  CHECK(!t && d.buf && strstr(d.buf, want) && strstr(d.buf, where), "%s: expected '%s' at '%s', got: %s", what, want,
+        where, t ? "(accepted)" : d.buf ? d.buf : "(no message)");
+  fp_diag_free(&d);
+}
+
+/* text with the first occurrence of old replaced by new (malloc'd) */
+static char *edit(const char *text, const char *old, const char *new, long *at) {
+  const char *p = strstr(text, old);
+  if (!p) return NULL;
+  size_t n = strlen(text) + strlen(new) + 1;
+  char *out = malloc(n);
+  snprintf(out, n, "%.*s%s%s", (int)(p - text), text, new, p + strlen(old));
+  if (at) *at = (long)(p - text);
+  return out;
+}
+
 /* a hand-built transfer of nprocs processes, each holding FROM and TO
  * arenas of 64 bytes and 32 bytes of staging, with one param "w" of 16
  * f32; the caller emits ops and regions, then fp_tx_finish */
@@ -324,6 +353,40 @@ int main(int argc, char **argv) {
       CHECK(n == n2 && !memcmp(js, js2, n), "the read-back transfer writes different JSON");
       free(js2);
     }
+    /* the reader's own errors, each located at its byte */
+    {
+      long at;
+      char *e = edit(js, "\"processes\":", "\"processes\";", &at);
+      if (e) expect_read(a, e, "/: expected ':', got ';'", at + 11, "syntax");
+      free(e);
+      e = edit(js, "\"what\":", "\"bogus\":1,\"what\":", &at);
+      if (e) expect_read(a, e, "/: unknown member 'bogus'", at, "unknown member");
+      free(e);
+      e = edit(js, "\"what\":", "\"model\":\"x\",\"what\":", &at);
+      if (e) expect_read(a, e, "member 'model' appears twice", at, "duplicate member");
+      free(e);
+      e = edit(js, "\"param\":0,", "\"param\":99999,", &at);
+      if (e) expect_read(a, e, "/procs/0/ops/0/param: 99999 is not a param", at + 8, "param out of range");
+      free(e);
+      e = edit(js, "\"processes\":", "\"processes\":2.5,\"x\":", &at);
+      if (e) expect_read(a, e, "/processes: expected an integer, got a number with a fraction", at + 12, "fraction");
+      free(e);
+      e = edit(js, "\"op\":\"", "\"op\":\"teleport", &at);
+      if (e) expect_read(a, e, "/op: unknown op 'teleport", at + 5, "unknown op");
+      free(e);
+      size_t n0 = strlen(js);
+      e = malloc(n0 + 3);
+      snprintf(e, n0 + 3, "%s x", js);
+      expect_read(a, e, "text after the transfer's object", (long)n0 + 1, "trailing text");
+      free(e);
+      e = strdup(js);
+      e[n0 / 2] = 0; /* cut in the middle */
+      expect_read(a, e, ": error: ", -1, "cut short");
+      free(e);
+    }
+    expect_read(a, "{\"format\":\"flexplan.xfer.v1\"}", "/: missing member 'model'", 0, "missing member");
+    expect_read(a, "{\"format\":\"flexplan.plan.v1\"}", "/format: expected \"flexplan.xfer.v1\"", 10, "a plan");
+    expect_read(a, "{\"format\":\"flexplan.xfer.v1\",\"model\":\"a\\q\"}", "/model: an unknown escape '\\q'", 39, "escape");
     /* the first recv's count off by one: the verifier's X3 on a loaded file */
     char *bad = strdup(js), *at = strstr(bad, "{\"op\":\"recv\"");
     at = at ? strstr(at, "\"n\":") : NULL;
