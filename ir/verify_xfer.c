@@ -73,7 +73,7 @@ static bool opnd_ok(const fp_tx *t, fp_diag *d, int32_t i, const char *role, fp_
   int64_t lim = space_size(t, r.space, t->ops[i].proc);
   if (r.off < 0 || !fp_add64(r.off, bytes, &end) || end > lim) {
     err(d, t, i, "%s %s+%" PRId64 " ..+%" PRId64 " bytes lies outside the process's %s space (%" PRId64 " bytes)",
-        role, fp_tx_space_name(r.space), r.off, bytes, fp_tx_space_name(r.space), lim);
+        role, fp_tx_space_name(r.space), (int64_t)r.off, bytes, fp_tx_space_name(r.space), lim);
     return false;
   }
   return true;
@@ -85,7 +85,7 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
   for (int32_t i = 0; i < t->nops && d->nerrors < MAXREP; i++) {
     const fp_tx_op *o = &t->ops[i];
     if (o->proc < 0 || o->proc >= t->nprocs || o->param < 0 || o->param >= t->nparams || o->n < 0 ||
-        (int)o->kind < 0 || o->kind >= FP_TX_NKINDS) {
+        (unsigned)o->kind >= FP_TX_NKINDS) {
       err(d, t, i, "process, param, kind or count out of range");
       ok = false;
       continue;
@@ -409,7 +409,7 @@ static bool check_reads(const fp_tx *t, fp_diag *d) {
         }
         if (lo == 0 || hv[lo - 1].proc != o->proc || hv[lo - 1].b < r[q].off + n[q]) {
           err(d, t, i, "reads FROM bytes [%" PRId64 ", %" PRId64 ") its FROM rank does not hold (padding, another "
-              "param, or no FROM rank on this process)", r[q].off, r[q].off + n[q]);
+              "param, or no FROM rank on this process)", (int64_t)r[q].off, r[q].off + n[q]);
           ok = false;
         }
       }

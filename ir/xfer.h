@@ -43,22 +43,26 @@ typedef enum {
 } fp_tx_space;
 const char *fp_tx_space_name(int s);
 
+/* An operand: a space and a byte offset in it, packed in 8 bytes (a
+ * transfer between large plans has millions of ops: the op record is 56
+ * bytes, not 96). Offsets are below FP_TX_OFF_LIMIT (2^59 bytes, 512 PiB);
+ * the planner refuses plans whose arenas reach it, the reader such offsets. */
+#define FP_TX_OFF_LIMIT ((int64_t)1 << 59)
 typedef struct fp_tx_ref {
-  int8_t space;  /* fp_tx_space */
-  int64_t off;   /* bytes from the start of that space */
+  uint64_t space : 4;  /* fp_tx_space */
+  int64_t off : 60;    /* bytes from the start of that space */
 } fp_tx_ref;
 
 typedef struct fp_tx_op {
-  fp_tx_kind kind;
+  fp_tx_kind kind : 8;
+  fp_dtype dtype : 8;  /* of dst (send/recv: of the wire) */
+  fp_dtype sdtype : 8; /* of src (copy, quant); else = dtype */
   int32_t proc;        /* the process that runs it */
   int32_t peer;        /* send/recv: the other process; else -1 */
   int32_t param;       /* the param it moves (index into params) */
-  fp_dtype dtype;      /* of dst (send/recv: of the wire) */
-  fp_dtype sdtype;     /* of src (copy, quant); else = dtype */
   int64_t n;           /* elements */
   int64_t full_off;    /* the param's flat element index of the first element */
   fp_tx_ref dst, src, aux; /* aux: quant's scales out, dequant's scales in */
-  int32_t line;        /* (viewers) 0 */
 } fp_tx_op;
 
 /* bytes an MXFP8 slice of n elements starting at flat index full_off takes

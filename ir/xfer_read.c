@@ -310,9 +310,12 @@ static bool ref(rd *r, fp_tx_ref *out) {
   if (!str(r, s, sizeof s, &sp)) return false;
   int x = !strcmp(sp, "from") ? FP_SP_FROM : !strcmp(sp, "to") ? FP_SP_TO : !strcmp(sp, "stage") ? FP_SP_STAGE : -1;
   if (x < 0) return fail_at(r, at, "unknown space '%s' (expected from, to or stage)", sp);
-  out->space = (int8_t)x;
-  return expect(r, ',', "',' and a byte offset") && integer(r, 0, INT64_MAX, &out->off) &&
-         expect(r, ']', "']' (an operand is [space, byte offset])");
+  out->space = (unsigned)x;
+  int64_t off = 0;
+  bool ok = expect(r, ',', "',' and a byte offset") && integer(r, 0, FP_TX_OFF_LIMIT - 1, &off) &&
+            expect(r, ']', "']' (an operand is [space, byte offset])");
+  out->off = off;
+  return ok;
 }
 
 /* "from" / "to": the plan's hash, world size, arena bytes and first process */
@@ -422,8 +425,16 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
       }
       case 1: ok = integer(r, 0, INT32_MAX, &v), x->peer = (int32_t)v; break;
       case 2: ok = integer(r, 0, INT32_MAX, &v), x->param = (int32_t)v; break;
-      case 3: ok = dtype(r, &x->dtype); break;
-      case 4: ok = dtype(r, &x->sdtype); break;
+      case 3: {
+        fp_dtype dt = FP_F32;
+        ok = dtype(r, &dt), x->dtype = dt;
+        break;
+      }
+      case 4: {
+        fp_dtype dt = FP_F32;
+        ok = dtype(r, &dt), x->sdtype = dt;
+        break;
+      }
       case 5: ok = integer(r, 0, INT64_MAX / 16, &x->n); break;
       case 6: ok = integer(r, 0, INT64_MAX / 2, &x->full_off); break;
       default: ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux); break;

@@ -390,6 +390,15 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       ERR_AT(fs, fname, ptr, "param '%s' is not in %s", from->params[i].name, tname);
     }
   }
+  /* operands are packed (xfer.h fp_tx_ref): arenas, and the staging that is
+   * at most about TO's, stay below half of FP_TX_OFF_LIMIT */
+  for (int k = 0; k < 2; k++) {
+    const fp_prog *p = k ? to : from;
+    if (p->arena_bytes >= FP_TX_OFF_LIMIT / 2)
+      ERR_AT(k ? ts : fs, k ? tname : fname, "/arena_bytes",
+             "an arena of %" PRId64 " bytes per rank: a transfer addresses arenas of less than 2^58 bytes (256 PiB)",
+             p->arena_bytes);
+  }
   if (d->nerrors > errs) return NULL;
 #undef ERR_AT
 
@@ -479,6 +488,7 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
     *x = P.late[i];
   }
   t->stage_bytes = P.stage;
+  for (int64_t p = 0; p < t->nprocs; p++) FP_ASSERT(P.stage[p] < FP_TX_OFF_LIMIT);
   fp_tx_finish(t);
   return t;
 }

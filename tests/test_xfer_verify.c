@@ -288,7 +288,16 @@ int main(int argc, char **argv) {
     expect(w, "forwards nothing", "X5 forwarding");
   }
 
-  /* the planner's located errors: another model, a param of another shape */
+  /* the planner's located errors: another model, a param of another shape,
+   * an arena past what a transfer's packed operands address */
+  {
+    fp_prog big = *B->prog;
+    big.arena_bytes = (int64_t)1 << 58;
+    fp_diag_init(&d, NULL);
+    CHECK(!fp_reshard(a, A->prog, NULL, &big, NULL, &o, &d) && d.buf && strstr(d.buf, "less than 2^58 bytes"),
+          "huge arena: %s", d.buf ? d.buf : "(accepted)");
+    fp_diag_free(&d);
+  }
   {
     fp_prog to = *B->prog;
     to.model = "other";
