@@ -57,6 +57,8 @@ struct fp_xfer {
   char *msg;         /* malloc'd; "" when none */
   void *bk;          /* the NCCL backend's state between runs (xfer_nccl.c); NULL on MPI */
   void (*bk_free)(void *);
+  void *mpi;         /* kept between runs (xfer.c): the duplicate communicator, staging, requests */
+  int checked;       /* 1 + the process whose executors' layouts passed check_layout; 0: none */
 };
 
 /* ---- the program resolved for one rank ----------------------------------------- */

@@ -7,9 +7,10 @@
  * transfer's FROM and TO, their ranks are this process's, the communicator
  * is big enough, both between steps, staging allocated; NCCL: the device,
  * the stream and the order it can run); (2) agreement: one MPI_Allreduce of
- * the outcome (and of the backend) over a duplicate of the communicator, so
- * if any process fails its checks every process fails and none writes; (3)
- * the ops of this process. On MPI, in order: sends and recvs posted without
+ * the outcome (and of the backend) over the caller's communicator, so if
+ * any process fails its checks every process fails and none writes; (3)
+ * the ops of this process, over the transfer's own duplicate of the
+ * communicator (kept on the handle, with the staging, between runs). On MPI, in order: sends and recvs posted without
  * blocking (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's
  * order, which is the order the verifier matched), local copies, casts and
  * MXFP8 quantizes with the reference kernels (kernels/kernels.h); a local
@@ -24,9 +25,48 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "ir/irpriv.h"
 #include "ir/xfer.h"
 #include "kernels/kernels.h"
 #include "xfer_nccl.h"
+
+/* What a transfer keeps between runs on MPI (fp_xfer.mpi): its duplicate of
+ * the caller's communicator (made again only when the caller's group
+ * changes), the staging and the request array (grown, never shrunk). A run
+ * of a small transfer spent most of its overhead duplicating and freeing
+ * the communicator and faulting in fresh staging. */
+typedef struct xmpi {
+  MPI_Comm dup;        /* MPI_COMM_NULL until made */
+  MPI_Group group;     /* the caller's group dup was made from */
+  char *stage;
+  size_t stage_cap;
+  MPI_Request *req;
+  size_t req_cap;
+} xmpi;
+
+static void xmpi_free(xmpi *m) {
+  if (!m) return;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && m->dup != MPI_COMM_NULL) { /* after MPI_Finalize nothing MPI may be freed (nor leaks) */
+    MPI_Comm_free(&m->dup);
+    MPI_Group_free(&m->group);
+  }
+  free(m->stage);
+  free(m->req);
+  free(m);
+}
+
+/* buf grown to at least n bytes (contents not kept); false: out of memory */
+static bool reserve(void **buf, size_t *cap, size_t n) {
+  if (n <= *cap && *buf) return true;
+  void *p = malloc(n ? n : 1);
+  if (!p) return false;
+  free(*buf);
+  *buf = p;
+  *cap = n;
+  return true;
+}
 
 fp_status fpx_xfer_fail(fp_xfer *t, fp_status st, const char *fmt, ...) {
   char buf[1024];
@@ -46,6 +86,7 @@ const char *fp_xfer_errmsg(const fp_xfer *t) { return t && t->msg ? t->msg : "";
 void fp_xfer_free(fp_xfer *t) {
   if (!t) return;
   if (t->bk && t->bk_free) t->bk_free(t->bk);
+  xmpi_free(t->mpi);
   if (t->arena) fp_arena_free(t->arena);
   free(t->msg);
   free(t);
@@ -129,18 +170,33 @@ static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtyp
   return false;
 }
 
-static int32_t param_index(const fp_exec *x, const char *name) {
-  for (int32_t i = 0; i < x->prog->nparams; i++)
-    if (!strcmp(x->prog->params[i].name, name)) return i;
-  return -1;
+/* the executor's index of each of the transfer's params (-1: it has none
+ * by that name), through a name map: O(params), where a scan per op was
+ * O(ops x params) - a second for DeepSeek-V3's 45,000 params */
+static int32_t *param_map(const fp_tx *tx, const fp_exec *x) {
+  int32_t *map = malloc(((size_t)tx->nparams + 1) * sizeof *map);
+  fp_arena *a = fp_arena_new();
+  FP_ASSERT(map && a);
+  fp_namemap m;
+  fp_namemap_init(&m, a, x->prog->nparams);
+  for (int32_t i = 0; i < x->prog->nparams; i++) fp_namemap_put(&m, x->prog->params[i].name, i);
+  for (int32_t j = 0; j < tx->nparams; j++) {
+    int32_t q = fp_namemap_get(&m, tx->params[j].name, strlen(tx->params[j].name));
+    map[j] = q >= 0 ? q : -1;
+  }
+  fp_arena_free(a);
+  return map;
 }
 
 /* A transfer read from a file names byte ranges; check them against the
  * executors' own layouts: every FROM read inside the main-weight runs this
  * FROM rank holds of that param (in its main dtype), every TO need region
  * inside that param's main runs or persistent compute weight on this TO
- * rank. (A compiled transfer passes by construction.) */
-static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
+ * rank. (A compiled transfer passes by construction.) The layouts depend
+ * only on the plans and the ranks, which check_exec pins to the transfer's,
+ * so a process checks once: later runs with its rank skip it. */
+static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int me, const int32_t *fmap,
+                                   const int32_t *tmap) {
   const fp_tx *tx = t->tx;
   /* weights+optimizer also moves each optimizer state the plans hold */
   bool optim = tx->what && !strcmp(tx->what, "weights+optimizer");
@@ -148,7 +204,7 @@ static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
   for (int32_t i = tx->first[me]; from && i < tx->first[me + 1]; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->src.space != FP_SP_FROM) continue;
-    int32_t q = param_index(from, tx->params[o->param].name);
+    int32_t q = fmap[o->param];
     if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
                           fp_tx_src_bytes(o), false, sf))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
@@ -157,12 +213,22 @@ static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
   }
   for (int32_t k = tx->need_first[me]; to && k < tx->need_first[me + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];
-    int32_t q = param_index(to, tx->params[r->param].name);
+    int32_t q = tmap[r->param];
     if (q < 0 || !in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
                    "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
   }
   return FP_OK;
+}
+
+static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
+  if (t->checked == me + 1) return FP_OK;
+  int32_t *fmap = from ? param_map(t->tx, from) : NULL, *tmap = to ? param_map(t->tx, to) : NULL;
+  fp_status st = check_layout_maps(t, from, to, me, fmap, tmap);
+  free(fmap);
+  free(tmap);
+  if (st == FP_OK) t->checked = me + 1;
+  return st;
 }
 
 static char *at(char *from, char *to, char *stage, fp_tx_ref r) {
@@ -256,19 +322,38 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     }
   }
   int fresh = 0;
-  if (st == FP_OK && backend == FP_BACKEND_MPI) {
-    stage = malloc((size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16);
-    req = malloc(((size_t)nreq + 1) * sizeof *req);
-    if (!stage || !req) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory (staging)");
+  if (!t->mpi && (t->mpi = calloc(1, sizeof(xmpi))) != NULL) ((xmpi *)t->mpi)->dup = MPI_COMM_NULL;
+  xmpi *m = t->mpi;
+  if (!m && st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory"); /* fails at the agreement */
+  if (m && st == FP_OK && backend == FP_BACKEND_MPI) {
+    if (!reserve((void **)&m->stage, &m->stage_cap, (size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16) ||
+        !reserve((void **)&m->req, &m->req_cap, ((size_t)nreq + 1) * sizeof *m->req))
+      st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory (staging)");
+    stage = m->stage, req = m->req;
+  }
+  /* the duplicate communicator is made again when there is none yet or the
+   * caller's group is not the one it was made from */
+  int redup = !m || m->dup == MPI_COMM_NULL;
+  if (!redup) {
+    MPI_Group g;
+    int same = MPI_UNEQUAL;
+    if (MPI_Comm_group(base, &g) == MPI_SUCCESS) {
+      MPI_Group_compare(g, m->group, &same);
+      MPI_Group_free(&g);
+    }
+    redup = same != MPI_IDENT;
   }
 #ifdef FP_HAVE_CUDA
   if (st == FP_OK && backend == FP_BACKEND_NCCL)
     st = fpx_xfer_nccl_prepare(t, has_from ? from : NULL, has_to ? to : NULL, me, base, &fresh);
 #endif
-  /* agreement: the outcome, one backend (the largest and the smallest of the
-   * processes holding executors), whether the NCCL communicator is made */
-  int mine[4] = {st != FP_OK, backend, backend ? -backend : -100, fresh}, all[4] = {0};
-  if (MPI_Comm_dup(base, &c) != MPI_SUCCESS || MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MAX, c) != MPI_SUCCESS) {
+  /* agreement, one collective on the caller's communicator (every process
+   * calls it, in the same order as the caller's other collectives there):
+   * the outcome, one backend (the largest and the smallest of the processes
+   * holding executors), whether the NCCL communicator is made, whether any
+   * process duplicates its communicator again (then all do: a collective) */
+  int mine[5] = {st != FP_OK, backend, backend ? -backend : -100, fresh, redup}, all[5] = {0};
+  if (MPI_Allreduce(mine, all, 5, MPI_INT, MPI_MAX, base) != MPI_SUCCESS) {
     st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed");
     goto out;
   }
@@ -276,6 +361,19 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     if (st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: another process failed its checks; nothing was written");
     goto out;
   }
+  if (all[4]) { /* every process has its state (a process without failed, above) */
+    if (m->dup != MPI_COMM_NULL) {
+      MPI_Comm_free(&m->dup);
+      MPI_Group_free(&m->group);
+    }
+    if (MPI_Comm_dup(base, &m->dup) != MPI_SUCCESS) m->dup = MPI_COMM_NULL;
+    if (m->dup != MPI_COMM_NULL && MPI_Comm_group(base, &m->group) != MPI_SUCCESS) MPI_Comm_free(&m->dup);
+    if (m->dup == MPI_COMM_NULL) {
+      st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed duplicating the communicator");
+      goto out;
+    }
+  }
+  c = m->dup;
   if (all[1] != 0 && all[1] != -all[2]) {
     st = fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and NCCL); "
                        "nothing was written");
@@ -291,8 +389,5 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
   }
   if (st == FP_OK && t->msg) t->msg[0] = 0;
 out:
-  if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
-  free(stage);
-  free(req);
   return st;
 }

@@ -519,6 +519,8 @@ FP_API void fp_xfer_free(fp_xfer *t);
  * processes holding a rank of either plan at its first run, keeps it with a
  * stream and the staging on the handle for the next runs, and frees them in
  * fp_xfer_free; the processes still agree over MPI first; docs/reshard.md).
+ * On MPI the handle likewise keeps a duplicate of comm (made again when a
+ * later run's comm has another group), the staging and the requests.
  * from / to: this process's executors of the FROM and TO plans (NULL where it
  * holds no rank of that plan); both between steps. Every process checks its
  * side (the executors' plans are the transfer's, their ranks this

@@ -296,6 +296,28 @@ int main(int argc, char **argv) {
     EXPECT(bad == 0, "A->B: %" PRId64 " TO bytes outside the need regions changed", bad);
     free(mark);
   }
+  /* the handle keeps its communicator, staging and layout check between
+   * runs: again over a duplicate of the world (the same group: reused), the
+   * same result; then a run where the last TO process passes no TO
+   * executor fails on every process and writes nothing, and the next run
+   * works again */
+  {
+    MPI_Comm w2;
+    MPI_Comm_dup(MPI_COMM_WORLD, &w2);
+    if (inB) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+    EXPECT(fp_xfer_run(ab, xa, xb, &w2) == FP_OK, "run A->B again: %s", fp_xfer_errmsg(ab));
+    if (inB) check(xb, "A->B again", A, mxpat != NULL, mxpat);
+    if (inB) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+    int last = (int)(ab->tx->to_offset + ab->tx->to_world - 1);
+    fp_status st = fp_xfer_run(ab, xa, tu_rank == last ? NULL : xb, &w2);
+    EXPECT(st != FP_OK, "a run without a TO executor on process %d worked", last);
+    int64_t changed = 0;
+    for (int64_t b = 0; inB && b < B->prog->arena_bytes; b++) changed += (unsigned char)xb->dev[b] != SENT;
+    EXPECT(changed == 0, "a failed run changed %" PRId64 " TO bytes", changed);
+    EXPECT(fp_xfer_run(ab, xa, xb, &w2) == FP_OK, "run A->B after a failed run: %s", fp_xfer_errmsg(ab));
+    if (inB) check(xb, "A->B after a failed run", A, mxpat != NULL, mxpat);
+    MPI_Comm_free(&w2);
+  }
   if (ba) {
     if (inA) memset(xa->dev, SENT, (size_t)A->prog->arena_bytes);
     EXPECT(fp_xfer_run(ba, xb, xa, NULL) == FP_OK, "run B->A: %s", fp_xfer_errmsg(ba));
