@@ -193,6 +193,28 @@ void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n);
  * minor key first, then one gather; key is called n times per key */
 void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k));
 
+/* ---- names to indices -------------------------------------------------- */
+/* An open-addressing map from names to indices. Values: the index of the
+ * only entry with that name, or FP_NAMEMAP_DUP when two share it. Lives in
+ * the arena it was made in. */
+#define FP_NAMEMAP_DUP (-2)
+typedef struct fp_namemap {
+  fp_arena *a;
+  const char **keys;
+  uint64_t *hash;  /* each key's hash: a probe reads a key's text only when the hashes match */
+  int32_t *vals;
+  int64_t cap;   /* power of two, at least twice count */
+  int64_t count; /* names held */
+} fp_namemap;
+void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n); /* n: expected names */
+/* insert name -> i (grows as needed); an existing name becomes FP_NAMEMAP_DUP */
+void fp_namemap_put(fp_namemap *m, const char *name, int32_t i);
+/* index, FP_NAMEMAP_DUP, or -1 when absent */
+int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len);
+/* insert name -> i when absent and return -1; else return what it maps to
+ * and change nothing (a get and a put in one probe) */
+int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t i);
+
 /* ---- hashing ----------------------------------------------------------- */
 /* FNV-1a 64 over bytes, chainable (start with FP_FNV_INIT) */
 #define FP_FNV_INIT 0xcbf29ce484222325ull

@@ -25,7 +25,6 @@
 #include <string.h>
 
 #include "backend_impl.h"
-#include "ir/irpriv.h"
 #include "ir/xfer.h"
 #include "kernels/kernels.h"
 #include "xfer_nccl.h"

@@ -1,8 +1,9 @@
 /* irpriv.h - what the files of ir/ share and nobody else needs: the name
- * tables of param placements, a small string-to-index map (name lookup in
- * the parser and the printer), the shortest round-trip form of a double, and
- * the verifier's entry point with a caller-chosen way of locating messages
- * (plan.c locates them in plan.json by JSON pointer). */
+ * tables of param placements, the bare form of names (unquoted in .fpir),
+ * the shortest round-trip form of a double,
+ * and the verifier's entry point with a caller-chosen way of locating
+ * messages (plan.c locates them in plan.json by JSON pointer). The map from
+ * names to indices the parser and the printer use is base's fp_namemap. */
 #ifndef FP_IRPRIV_H
 #define FP_IRPRIV_H
 
@@ -15,28 +16,6 @@
 #define FP_IR_NPLACEMENTS FP_NPLACEMENTS_IR
 const char *fp_ir_placement_name(int k); /* "?" when out of range */
 int fp_ir_placement_parse(const char *s); /* -1 if unknown */
-
-/* ---- names ------------------------------------------------------------ */
-/* An open-addressing map from names to indices. Values: the index of the
- * only entry with that name, or FP_NAMEMAP_DUP when two share it. Lives in
- * the arena it was made in. */
-#define FP_NAMEMAP_DUP (-2)
-typedef struct fp_namemap {
-  fp_arena *a;
-  const char **keys;
-  uint64_t *hash;  /* each key's hash: a probe reads a key's text only when the hashes match */
-  int32_t *vals;
-  int64_t cap;   /* power of two, at least twice count */
-  int64_t count; /* names held */
-} fp_namemap;
-void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n); /* n: expected names */
-/* insert name -> i (grows as needed); an existing name becomes FP_NAMEMAP_DUP */
-void fp_namemap_put(fp_namemap *m, const char *name, int32_t i);
-/* index, FP_NAMEMAP_DUP, or -1 when absent */
-int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len);
-/* insert name -> i when absent and return -1; else return what it maps to
- * and change nothing (a get and a put in one probe) */
-int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t i);
 
 /* shortest decimal text that reads back (strtod) as exactly d: the first
  * "%.Pg" (P = 1..17) that does; "nan", "inf", "-inf" otherwise. Returns the
