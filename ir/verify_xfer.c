@@ -48,11 +48,19 @@ static void err(fp_diag *d, const fp_tx *t, int32_t i, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  int32_t p = i >= 0 ? t->ops[i].proc : -1;
+  if (t->src && p >= 0 && p < t->nprocs && t->first && i >= t->first[p] && i < t->first[p + 1]) {
+    /* read from a file: located at the op, "/procs/p/ops/k" */
+    snprintf(where, sizeof where, "/procs/%d/ops/%d", p, i - t->first[p]);
+    fp_diag_json(d, t->src, where, "%s (op %d, %s)", msg, i, fp_tx_kind_name(t->ops[i].kind));
+    return;
+  }
   if (i >= 0)
-    snprintf(where, sizeof where, "xfer: op %d (process %d, %s)", i, t->ops[i].proc, fp_tx_kind_name(t->ops[i].kind));
+    snprintf(where, sizeof where, "xfer: op %d (process %d, %s)", i, p, fp_tx_kind_name(t->ops[i].kind));
   else
     snprintf(where, sizeof where, "xfer");
-  fp_diag_errorf(d, where, "%s", msg);
+  if (t->src) fp_diag_errorf(d, t->src->path, "%s: %s", where, msg);
+  else fp_diag_errorf(d, where, "%s", msg);
 }
 
 static int64_t space_size(const fp_tx *t, int sp, int32_t proc) {

@@ -111,6 +111,8 @@ typedef struct fp_tx {
   int64_t lower_bound;    /* TO bytes whose elements the process does not hold in FROM */
   int64_t local_bytes;    /* TO bytes written by local copies/casts */
   int64_t max_send_bytes, max_recv_bytes; /* the busiest process's */
+  const struct fp_src *src; /* while the reader verifies it: the file, so the
+                             * verifier's messages locate ops (else NULL) */
 } fp_tx;
 
 /* builder */

@@ -586,9 +586,9 @@ fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   }
   if (!t->stage_bytes) t->stage_bytes = fp_alloc_array(a, 1, sizeof *t->stage_bytes);
   if (!t->params) t->params = fp_alloc_array(a, 1, sizeof *t->params);
-  fp_tx_finish(t);
-  if (fp_tx_verify(t, d)) return t;
-  /* the verifier names ops ("xfer: op N (process p, kind)"); say which file */
-  fp_diag_errorf(d, src->path, "the transfer does not verify (the errors above; op N is the N-th op in process order)");
-  return NULL;
+  fp_tx_finish(t); /* (the ops are grouped already: op k of process p is /procs/p/ops/k) */
+  t->src = src;
+  bool ok = fp_tx_verify(t, d);
+  t->src = NULL; /* the caller's fp_src need not outlive the read */
+  return ok ? t : NULL;
 }

@@ -402,7 +402,9 @@ int main(int argc, char **argv) {
     if (at) at[4] = at[4] == '9' ? '1' : (char)(at[4] + 1);
     fp_src s2 = {"t.xfer.json", bad, n};
     fp_diag_init(&d, NULL);
-    CHECK(at && !fp_tx_read(a, &d, &s2) && d.buf && strstr(d.buf, "matching send"), "tampered count: %s",
+    CHECK(at && !fp_tx_read(a, &d, &s2) && d.buf && strstr(d.buf, "matching send") &&
+              strstr(d.buf, "t.xfer.json:") && strstr(d.buf, ": error: /procs/"),
+          "tampered count (located at the op): %s",
           d.buf ? d.buf : "(accepted)");
     fp_diag_free(&d);
     /* a member of the wrong type, located */
