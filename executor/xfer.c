@@ -268,7 +268,13 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     }
     if (rc != MPI_SUCCESS) break;
     switch (o->kind) {
-      case FP_TX_COPY: fpk_cast(dst, o->dtype, src, o->sdtype, o->n); break;
+      case FP_TX_COPY: { /* with the copies that continue it, as one */
+        int64_t n;
+        int32_t end = fp_tx_copy_run(tx, i, hi, &n);
+        fpk_cast(dst, o->dtype, src, o->sdtype, n);
+        i = end - 1;
+        break;
+      }
       case FP_TX_QUANT: quant(o, (uint8_t *)dst, (uint8_t *)aux, src); break;
       case FP_TX_DEQUANT: dequant(o, dst, (const uint8_t *)src, (const uint8_t *)aux); break;
       case FP_TX_SEND:

@@ -161,12 +161,13 @@ static char *at(char *from, char *to, char *stage, fp_tx_ref r) {
 }
 
 /* one local op on stream s (MXFP8: a slice's head before the first block
- * boundary is a block of its own, xfer.h) */
-static cudaError_t local_op(const fp_tx_op *o, char *dst, char *src, char *aux, cudaStream_t s) {
+ * boundary is a block of its own, xfer.h); a copy moves n elements (with
+ * the copies that continue it, fp_tx_copy_run) */
+static cudaError_t local_op(const fp_tx_op *o, int64_t n, char *dst, char *src, char *aux, cudaStream_t s) {
   int64_t h = o->kind == FP_TX_COPY ? 0 : fp_tx_head(o->full_off, o->n);
   cudaError_t e = cudaSuccess;
   switch (o->kind) {
-    case FP_TX_COPY: return fpk_cuda_cast(dst, o->dtype, src, o->sdtype, o->n, s);
+    case FP_TX_COPY: return fpk_cuda_cast(dst, o->dtype, src, o->sdtype, n, s);
     case FP_TX_QUANT:
       if (h > 0) e = fpk_cuda_quantize_mxfp8((uint8_t *)dst, (uint8_t *)aux, src, o->sdtype, h, s);
       if (e == cudaSuccess)
@@ -233,9 +234,12 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   for (int32_t i = lo; i < last; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (p2p(o)) continue;
-    cudaError_t e = local_op(o, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
+    int64_t cnt;
+    int32_t end = fp_tx_copy_run(tx, i, last, &cnt);
+    cudaError_t e = local_op(o, cnt, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
                              at(from_dev, to_dev, stage, o->aux), n->s);
     if (e != cudaSuccess) return cuda_fail(t, fp_tx_kind_name(o->kind), e);
+    i = end - 1;
   }
   /* 2: every send and recv, one group */
   if (last >= 0) {
@@ -259,9 +263,12 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   /* 3: the rest, after the group on the same stream */
   for (int32_t i = last + 1; i < hi; i++) {
     const fp_tx_op *o = &tx->ops[i];
-    cudaError_t e = local_op(o, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
+    int64_t cnt;
+    int32_t end = fp_tx_copy_run(tx, i, hi, &cnt);
+    cudaError_t e = local_op(o, cnt, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
                              at(from_dev, to_dev, stage, o->aux), n->s);
     if (e != cudaSuccess) return cuda_fail(t, fp_tx_kind_name(o->kind), e);
+    i = end - 1;
   }
   return wait_done(t, n);
 }

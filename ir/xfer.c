@@ -57,6 +57,22 @@ int64_t fp_tx_src_bytes(const fp_tx_op *o) {
   return o->kind == FP_TX_RECV ? 0 : o->n * fp_dtype_size(o->sdtype);
 }
 
+int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n) {
+  const fp_tx_op *a = &t->ops[i];
+  *n = a->n;
+  if (a->kind != FP_TX_COPY) return i + 1;
+  int64_t ds = fp_dtype_size(a->dtype), ss = fp_dtype_size(a->sdtype), dst = a->dst.off, src = a->src.off;
+  int32_t j = i + 1;
+  for (; j < hi; j++) {
+    const fp_tx_op *b = &t->ops[j];
+    if (b->kind != FP_TX_COPY || b->dtype != a->dtype || b->sdtype != a->sdtype || b->dst.space != a->dst.space ||
+        b->src.space != a->src.space || b->dst.off != dst + *n * ds || b->src.off != src + *n * ss)
+      break;
+    *n += b->n;
+  }
+  return j;
+}
+
 /* Sorts n records of size sz stably by the int32_t process at byte offset
  * at of each (a counting sort into a copy: O(n + nprocs); applying the
  * permutation in place by its cycles saved the copy's memory but made

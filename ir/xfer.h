@@ -138,6 +138,15 @@ static inline bool fp_tx_waits(const fp_tx_op *o) {
 int64_t fp_tx_dst_bytes(const fp_tx_op *o);
 int64_t fp_tx_src_bytes(const fp_tx_op *o);
 
+/* The executors run consecutive copies as one when they continue each
+ * other: ops[i .. end) are copies of one dtype pair, each one's source and
+ * destination right after the previous one's in the same spaces (a transfer
+ * between equal layouts has many: the pieces of adjacent params, one
+ * kernel launch instead of one per param on a GPU). Returns end (> i; i + 1
+ * for any other op, or a copy nothing continues) and their elements in *n;
+ * hi: the end of the process's ops. */
+int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n);
+
 /* the verifier (ir/verify_xfer.c): rules X1..X6 (docs/reshard.md); each
  * problem reported through d as "op N (process p): ..."; true when valid */
 bool fp_tx_verify(const fp_tx *t, fp_diag *d);

@@ -208,6 +208,11 @@ function(fp_reshard_test name np sa wa sb wb)
 endfunction()
 fp_reshard_test(fs2_to_placements3 3 full_shard 2 placements-w3 3)
 fp_reshard_test(fs4_to_fs2 4 full_shard 4 full_shard 2)
+# flat hybrid buckets of params that fill whole alignment units: adjacent
+# params' pieces continue each other, and the executor copies them as one
+fp_mpi_test(reshard_wide_flat_hybrid4_to_2 4 test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/mpi/wide.model.json
+            ${CMAKE_CURRENT_SOURCE_DIR}/mpi/flat-hybrid.spec.json 4 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/flat-hybrid.spec.json 2
+            --expect-merged 1)
 fp_reshard_test(hybrid4_to_fs2 4 hybrid 4 full_shard 2)
 fp_reshard_test(fs2_to_hybrid4 4 full_shard 2 hybrid 4)
 fp_reshard_test(placements3_to_noshard2 3 placements-w3 3 no_shard 2)

@@ -180,12 +180,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *model = argv[1], *mxpat = NULL;
+  bool expect_merged = false; /* the pair has copies the executor runs as one (fp_tx_copy_run) */
   int wa = atoi(argv[3]), wb = atoi(argv[5]);
   long off = 0;
   for (int i = 6; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--to-offset")) off = atol(argv[i + 1]);
     if (!strcmp(argv[i], "--mxfp8")) mxpat = argv[i + 1];
     if (!strcmp(argv[i], "--what") && !strcmp(argv[i + 1], "weights+optimizer")) g_states = -1;
+    if (!strcmp(argv[i], "--expect-merged")) expect_merged = atoi(argv[i + 1]) != 0;
   }
   fp_plan *A = compile(model, argv[2], wa), *B = compile(model, argv[4], wb);
   if (!A || !B) return tu_finish();
@@ -283,6 +285,19 @@ int main(int argc, char **argv) {
     }
   }
   EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B: %s", fp_xfer_errmsg(ab));
+  if (expect_merged) { /* the checks below then cover copies run as one */
+    const fp_tx *t = ab->tx;
+    long long merged = 0;
+    for (int32_t i = tu_rank < t->nprocs ? t->first[tu_rank] : 0, hi = tu_rank < t->nprocs ? t->first[tu_rank + 1] : 0;
+         i < hi;) {
+      int64_t n;
+      int32_t end = fp_tx_copy_run(t, i, hi, &n);
+      merged += end - i > 1;
+      i = end;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &merged, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT(merged > 0, "no copies ran as one");
+  }
   if (inB) {
     check(xb, "A->B", A, mxpat != NULL, mxpat);
     /* nothing outside the need regions of this process changed */

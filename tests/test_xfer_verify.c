@@ -262,6 +262,26 @@ int main(int argc, char **argv) {
     expect(w, sends_first ? NULL : "deadlock", sends_first ? "X4 wait-all, sends first" : "X4 wait-all deadlock");
   }
 
+  /* copies the executors run as one (fp_tx_copy_run): those that continue
+   * the previous one in both spaces, with its dtypes; a gap, another
+   * dtype or another kind ends the run */
+  {
+    fp_tx *w = hand(a, 2);
+    op(w, FP_TX_COPY, 0, -1, TO0, FR0);                                            /* 0: 4 f32 */
+    op(w, FP_TX_COPY, 0, -1, TO16, (fp_tx_ref){FP_SP_FROM, 16});                   /* 1: continues 0 */
+    op(w, FP_TX_COPY, 0, -1, (fp_tx_ref){FP_SP_TO, 36}, (fp_tx_ref){FP_SP_FROM, 32}); /* 2: a gap in TO */
+    op(w, FP_TX_COPY, 0, -1, (fp_tx_ref){FP_SP_TO, 52}, (fp_tx_ref){FP_SP_FROM, 48})->sdtype = FP_BF16; /* 3 */
+    op(w, FP_TX_SEND, 0, 1, NONE, FR0);                                            /* 4 */
+    op(w, FP_TX_RECV, 1, 0, TO0, NONE);                                            /* 5 */
+    fp_tx_finish(w);
+    int64_t n = 0;
+    CHECK(fp_tx_copy_run(w, 0, 5, &n) == 2 && n == 8, "copies 0 and 1 run as one of 8 (got n %lld)", (long long)n);
+    CHECK(fp_tx_copy_run(w, 2, 5, &n) == 3 && n == 4, "a gap ends the run");
+    CHECK(fp_tx_copy_run(w, 3, 5, &n) == 4 && n == 4, "another dtype, then a send, end the run");
+    CHECK(fp_tx_copy_run(w, 4, 5, &n) == 5 && n == 4, "a send runs alone");
+    CHECK(fp_tx_copy_run(w, 1, 2, &n) == 2 && n == 4, "hi bounds the run");
+  }
+
   /* X5: staging written twice (an Isend could still be reading it) */
   {
     fp_tx *w = hand(a, 1);
