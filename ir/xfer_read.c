@@ -152,6 +152,7 @@ static bool str(rd *r, char *buf, size_t cap, const char **out) {
           } else if (u >= 0xDC00 && u <= 0xDFFF) {
             return fail_at(r, k - 5, "a lone UTF-16 surrogate in a \\u escape");
           }
+          if (u == 0) return fail_at(r, k - 5, "a NUL character (\\u0000) in a string");
           cp = (unsigned long)u;
           break;
         }
