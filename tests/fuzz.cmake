@@ -1,5 +1,5 @@
 # Fuzz targets (tests/fuzz; tests/fuzz/README.md): the front end, the plan
-# loader, the .fpir parser and the safetensors reader.
+# loader, the .fpir parser, the safetensors reader and the transfer loader.
 #
 # Every build replays each target's seed corpus and saved crashes
 # (tests/fuzz/corpus/T, tests/fuzz/regress/T) through a plain main()
