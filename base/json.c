@@ -80,7 +80,7 @@ static size_t put_utf8(char *o, unsigned long cp) {
  * never overruns). Writes at most (end - q) bytes to out (a buffer of at least
  * that size), sets *olen, returns the offset just past the closing quote (or n
  * when unterminated). Lone surrogates decode to U+FFFD, as json-c does. */
-static size_t decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
+size_t fp_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
   size_t i = q + 1, o = 0;
   while (i < n && t[i] != '"') {
     if (t[i] != '\\') {
@@ -243,7 +243,7 @@ static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs,
       size_t end = skip_string(t, n, segs[k].key), dl;
       char *dec = malloc(end - segs[k].key + 1);
       FP_ASSERT(dec);
-      decode_string(t, n, segs[k].key, dec, &dl);
+      fp_json_decode_string(t, n, segs[k].key, dec, &dl);
       sb_put_segment(&b, dec, dl);
       free(dec);
     } else {
@@ -358,7 +358,7 @@ size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact) {
           kbuf = malloc(kcap);
           FP_ASSERT(kbuf);
         }
-        decode_string(t, n, i, kbuf, &kl);
+        fp_json_decode_string(t, n, i, kbuf, &kl);
         i = skip_ws(t, n, end);
         if (i >= n || t[i] != ':') break;
         i = skip_ws(t, n, i + 1);
@@ -474,16 +474,12 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
  * builds it. */
 static bool v_value(vscan *v, int depth, json_object **out);
 
-/* the string at v->i (which is '"'): a key (kpos) is decoded onto v->ks at
- * *kpos (*dlen bytes, then a NUL); a value is built in *out */
-static bool v_string(vscan *v, size_t *kpos, size_t *dlen, json_object **out) {
-  bool is_key = kpos != NULL;
-  const char *t = v->t;
-  size_t n = v->n, q = v->i, i = q + 1;
+bool fp_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
+  size_t i = q + 1;
+#define BAD(off, ...) return (*at = (off), snprintf(why, cap, __VA_ARGS__), false)
   while (i < n && t[i] != '"') {
     unsigned char ch = (unsigned char)t[i];
-    if (ch < 0x20)
-      return vfail(v, i, !is_key, "invalid JSON: unescaped control character 0x%02x in string", ch);
+    if (ch < 0x20) BAD(i, "invalid JSON: unescaped control character 0x%02x in string", ch);
     if (ch != '\\') {
       i++;
       continue;
@@ -493,27 +489,39 @@ static bool v_string(vscan *v, size_t *kpos, size_t *dlen, json_object **out) {
       i += 2;
       continue;
     }
-    if (e != 'u') return vfail(v, i, !is_key, "invalid JSON: invalid escape sequence in string");
+    if (e != 'u') BAD(i, "invalid JSON: invalid escape sequence in string");
     long cp = hex4(t, n, i + 2);
-    if (cp < 0) return vfail(v, i, !is_key, "invalid JSON: \\u must be followed by 4 hex digits");
-    if (cp == 0) return vfail(v, i, !is_key, "\\u0000 (NUL) is not allowed in strings");
-    if (cp >= 0xDC00 && cp <= 0xDFFF)
-      return vfail(v, i, !is_key, "invalid JSON: unpaired UTF-16 surrogate \\u%04lx", cp);
+    if (cp < 0) BAD(i, "invalid JSON: \\u must be followed by 4 hex digits");
+    if (cp == 0) BAD(i, "\\u0000 (NUL) is not allowed in strings");
+    if (cp >= 0xDC00 && cp <= 0xDFFF) BAD(i, "invalid JSON: unpaired UTF-16 surrogate \\u%04lx", cp);
     if (cp >= 0xD800 && cp <= 0xDBFF) {
       long lo = (i + 7 < n && t[i + 6] == '\\' && t[i + 7] == 'u') ? hex4(t, n, i + 8) : -1;
-      if (lo < 0xDC00 || lo > 0xDFFF)
-        return vfail(v, i, !is_key, "invalid JSON: unpaired UTF-16 surrogate \\u%04lx", cp);
+      if (lo < 0xDC00 || lo > 0xDFFF) BAD(i, "invalid JSON: unpaired UTF-16 surrogate \\u%04lx", cp);
       i += 12;
       continue;
     }
     i += 6;
   }
-  if (i >= n) return vfail(v, q, !is_key, "invalid JSON: unterminated string");
+  if (i >= n) BAD(q, "invalid JSON: unterminated string");
+#undef BAD
+  *end = i + 1;
+  return true;
+}
+
+/* the string at v->i (which is '"'): a key (kpos) is decoded onto v->ks at
+ * *kpos (*dlen bytes, then a NUL); a value is built in *out */
+static bool v_string(vscan *v, size_t *kpos, size_t *dlen, json_object **out) {
+  bool is_key = kpos != NULL;
+  const char *t = v->t;
+  size_t n = v->n, q = v->i, end, at;
+  char why[96];
+  if (!fp_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
+  size_t i = end - 1; /* the closing quote */
   /* the decoded text is at most the i - q - 1 bytes between the quotes */
   if (is_key) {
     ks_reserve(v, i + 1 - q);
     *kpos = v->klen;
-    decode_string(t, n, q, v->ks + v->klen, dlen);
+    fp_json_decode_string(t, n, q, v->ks + v->klen, dlen);
     v->ks[v->klen + *dlen] = 0;
     v->klen += *dlen + 1;
   } else {
@@ -524,7 +532,7 @@ static bool v_string(vscan *v, size_t *kpos, size_t *dlen, json_object **out) {
       FP_ASSERT(v->sv);
     }
     size_t dl;
-    decode_string(t, n, q, v->sv, &dl);
+    fp_json_decode_string(t, n, q, v->sv, &dl);
     *out = json_object_new_string_len(v->sv, (int)dl);
     FP_ASSERT(*out);
   }
@@ -622,7 +630,7 @@ static bool v_object(vscan *v, int depth, json_object **out) {
       goto done;
     }
     size_t koff = v->i;
-    size_t kp, dl;
+    size_t kp = 0, dl = 0;
     if (!v_string(v, &kp, &dl, NULL)) goto done;
     if (nkeys == kcap) {
       kcap *= 2;

@@ -25,6 +25,18 @@ typedef struct fp_jctx {
  * result (json_object_put). */
 json_object *fp_json_parse(fp_jctx *c);
 
+/* The JSON string whose opening quote is at t[q], checked strictly (no raw
+ * control character, JSON's escapes only, \u with 4 hex digits and never
+ * \u0000, surrogates paired): true with *end just past its closing quote;
+ * false with *at the offending byte and why (cap bytes) the message. The
+ * parser above and readers of their own (ir/xfer_read.c) share it. */
+bool fp_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap);
+/* The string at t[q] decoded (tolerantly; a checked one exactly) into out
+ * (room for the bytes between its quotes: never more; NULL: only count),
+ * its length in *olen (no NUL added); returns the offset past its closing
+ * quote (n when unterminated). */
+size_t fp_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen);
+
 /* pointer building: ptr + "/" + escaped(key) ; ptr + "/" + i */
 const char *fp_ptr_key(fp_arena *a, const char *ptr, const char *key);
 const char *fp_ptr_idx(fp_arena *a, const char *ptr, int64_t i);

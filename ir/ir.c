@@ -127,7 +127,7 @@ int fp_ir_placement_parse(const char *s) {
   return -1;
 }
 
-/* ---- names: map and bare form ---------------------------------------------- */
+/* ---- names: the bare form (the map is base's fp_namemap) -------------------- */
 bool fp_ir_name_is_bare(const char *s) {
   if (!s || !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_')) return false;
   for (; *s; s++) {

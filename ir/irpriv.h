@@ -1,9 +1,9 @@
 /* irpriv.h - what the files of ir/ share and nobody else needs: the name
  * tables of param placements, the bare form of names (unquoted in .fpir),
- * the shortest round-trip form of a double,
- * and the verifier's entry point with a caller-chosen way of locating
- * messages (plan.c locates them in plan.json by JSON pointer). The map from
- * names to indices the parser and the printer use is base's fp_namemap. */
+ * the shortest round-trip form of a double, and the verifier's entry point
+ * with a caller-chosen way of locating messages (plan.c locates them in
+ * plan.json by JSON pointer). The map from names to indices the parser and
+ * the printer use is base's fp_namemap. */
 #ifndef FP_IRPRIV_H
 #define FP_IRPRIV_H
 

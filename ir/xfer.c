@@ -75,8 +75,9 @@ int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n) {
 
 /* Sorts n records of size sz stably by the int32_t process at byte offset
  * at of each (a counting sort into a copy: O(n + nprocs); applying the
- * permutation in place by its cycles saved the copy's memory but made
- * this 4 times slower); returns first[nprocs + 1] (records of process p
+ * permutation in place by its cycles saved the copy's memory but took
+ * fp_tx_finish from 5% to 20% of llama3-405b 16,384 -> 8,192's profile);
+ * returns first[nprocs + 1] (records of process p
  * are [first[p], first[p+1])) in t's arena. */
 static int32_t *group_by_proc(fp_tx *t, void *v, int32_t n, size_t sz, size_t at) {
   int32_t *first = fp_alloc_array(t->arena, (size_t)t->nprocs + 2, sizeof *first);

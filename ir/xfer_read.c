@@ -11,11 +11,13 @@
  * the whole transfer verifier runs. The figures are recomputed from the
  * ops, never taken from the file (but for the lower bound, which needs the
  * plans). */
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/json.h"
 #include "xfer.h"
 
 #define MAXERR 20
@@ -96,83 +98,26 @@ static bool expect(rd *r, char c, const char *what) {
   return fail_at(r, r->i, "expected %s, got %s", what, got(r));
 }
 
-static int hexval(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* \uXXXX at t[j] (after the backslash and u): the code unit, or -1 */
-static long hex4(rd *r, size_t j) {
-  if (j + 4 > r->n) return -1;
-  long v = 0;
-  for (int k = 0; k < 4; k++) {
-    int h = hexval(r->t[j + k]);
-    if (h < 0) return -1;
-    v = v * 16 + h;
-  }
-  return v;
-}
-
-/* One JSON string, decoded (escapes, surrogate pairs as UTF-8). Into buf
- * (cap bytes; a longer string comes back cut, *out still set) when buf is
- * given, else into the arena. */
+/* One JSON string (base/json.c checks it as the parser does, then decodes
+ * it). Into buf (cap bytes; a longer string comes back cut, *out still
+ * set) when buf is given, else into the arena. */
 static bool str(rd *r, char *buf, size_t cap, const char **out) {
   ws(r);
-  size_t at = r->i;
   if (r->i >= r->n || r->t[r->i] != '"') return fail_at(r, r->i, "expected a string, got %s", got(r));
-  /* first pass: the end and the decoded length (never longer than the text) */
-  size_t j = r->i + 1;
-  while (j < r->n && r->t[j] != '"') {
-    if ((unsigned char)r->t[j] < 0x20) return fail_at(r, j, "a raw control character inside a string");
-    j += r->t[j] == '\\' ? 2 : 1;
+  size_t end, at, len;
+  char why[96];
+  if (!fp_json_check_string(r->t, r->n, r->i, &end, &at, why, sizeof why)) return fail_at(r, at, "%s", why);
+  size_t room = end - r->i - 1; /* the decoded text is never longer than the bytes between the quotes */
+  char *o = buf && room < cap ? buf : fp_alloc(r->a, room + 1);
+  fp_json_decode_string(r->t, r->n, r->i, o, &len);
+  o[len] = 0;
+  if (buf && o != buf) { /* too long for buf: cut (a key or a name of no member) */
+    size_t k = len < cap - 1 ? len : cap - 1;
+    memcpy(buf, o, k);
+    buf[k] = 0;
+    o = buf;
   }
-  if (j >= r->n) return fail_at(r, at, "a string that never ends");
-  char *o = buf ? buf : fp_alloc(r->a, j - r->i);
-  size_t lim = buf ? cap - 1 : j - r->i - 1, m = 0;
-  for (size_t k = r->i + 1; k < j; k++) {
-    char c = r->t[k];
-    unsigned long cp = (unsigned char)c;
-    if (c == '\\') {
-      char e = r->t[++k];
-      switch (e) {
-        case '"': case '\\': case '/': cp = (unsigned char)e; break;
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u': {
-          long u = hex4(r, k + 1);
-          if (u < 0) return fail_at(r, k - 1, "a \\u escape needs 4 hex digits");
-          k += 4;
-          if (u >= 0xD800 && u <= 0xDBFF) {
-            long lo = k + 2 < j && r->t[k + 1] == '\\' && r->t[k + 2] == 'u' ? hex4(r, k + 3) : -1;
-            if (lo < 0xDC00 || lo > 0xDFFF) return fail_at(r, k - 5, "a lone UTF-16 surrogate in a \\u escape");
-            k += 6;
-            u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (u >= 0xDC00 && u <= 0xDFFF) {
-            return fail_at(r, k - 5, "a lone UTF-16 surrogate in a \\u escape");
-          }
-          if (u == 0) return fail_at(r, k - 5, "a NUL character (\\u0000) in a string");
-          cp = (unsigned long)u;
-          break;
-        }
-        default: return fail_at(r, k - 1, "an unknown escape '\\%c' in a string", e);
-      }
-    }
-    /* UTF-8 of cp (a raw byte >= 0x80 is copied as it is) */
-    char u8[4];
-    int nb = 0;
-    if (cp < 0x80 || c != '\\') u8[nb++] = (char)cp;
-    else if (cp < 0x800) u8[nb++] = (char)(0xC0 | cp >> 6), u8[nb++] = (char)(0x80 | (cp & 0x3F));
-    else if (cp < 0x10000)
-      u8[nb++] = (char)(0xE0 | cp >> 12), u8[nb++] = (char)(0x80 | (cp >> 6 & 0x3F)), u8[nb++] = (char)(0x80 | (cp & 0x3F));
-    else
-      u8[nb++] = (char)(0xF0 | cp >> 18), u8[nb++] = (char)(0x80 | (cp >> 12 & 0x3F)),
-      u8[nb++] = (char)(0x80 | (cp >> 6 & 0x3F)), u8[nb++] = (char)(0x80 | (cp & 0x3F));
-    for (int z = 0; z < nb && m < lim; z++) o[m++] = u8[z];
-  }
-  o[m] = 0;
-  r->i = j + 1;
+  r->i = end;
   *out = o;
   return true;
 }
@@ -297,7 +242,8 @@ static bool hash(rd *r, uint64_t *out) {
   const char *h;
   if (!str(r, s, sizeof s, &h)) return false;
   char *end = NULL;
-  if (strncmp(h, "fnv1a64:", 8) == 0 && strlen(h) == 24 && hexval(h[8]) >= 0) *out = strtoull(h + 8, &end, 16);
+  if (strncmp(h, "fnv1a64:", 8) == 0 && strlen(h) == 24 && isxdigit((unsigned char)h[8]))
+    *out = strtoull(h + 8, &end, 16);
   if (!end || *end) return fail_at(r, at, "expected \"fnv1a64:<16 hex digits>\"");
   return true;
 }

@@ -98,8 +98,8 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r
 
 /* A rank's runs depend only on its index g in the param's comm (the
  * program is SPMD: the same offsets on every rank), so they are computed
- * once per index and copied out per rank with its own number: at 16,384
- * ranks the holdings of each rank were 30% of a transfer's compile. */
+ * once per index and copied out per rank with its own number, not once per
+ * rank (16,384 of them for a few distinct indices). */
 typedef struct hmemo {
   const fp_ir_comm *c;   /* NULL: replicated (one index) */
   run *runs;             /* index g's runs: runs[first[g] .. first[g+1]) */
@@ -443,10 +443,11 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       const run *mr;
       int64_t got = memo_get(&fm, r, &mr);
       fr = fp_grow_raw(a, fr, &cap, nfr + got + 1, sizeof *fr);
-      for (int64_t k = 0; k < got; k++) fr[nfr + k] = mr[k], fr[nfr + k].rank = (int32_t)r;
-      for (int64_t k = 0; k < got; k++)
-        fp_tx_region_add(t, false, (int32_t)(r + o->from_offset), j, fr[nfr + k].byte, fr[nfr + k].len * fp_dtype_size(fdt),
-                         fr[nfr + k].a, fdt);
+      for (int64_t k = 0; k < got; k++) {
+        fr[nfr + k] = mr[k], fr[nfr + k].rank = (int32_t)r;
+        fp_tx_region_add(t, false, (int32_t)(r + o->from_offset), j, mr[k].byte, mr[k].len * fp_dtype_size(fdt), mr[k].a,
+                         fdt);
+      }
       nfr += got;
     }
     fp_sort_records(fr, sizeof *fr, nfr, 1, run_start);

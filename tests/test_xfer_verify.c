@@ -415,8 +415,8 @@ int main(int argc, char **argv) {
     }
     expect_read(a, "{\"format\":\"flexplan.xfer.v1\"}", "/: missing member 'model'", 0, "missing member");
     expect_read(a, "{\"format\":\"flexplan.plan.v1\"}", "/format: expected \"flexplan.xfer.v1\"", 10, "a plan");
-    expect_read(a, "{\"format\":\"flexplan.xfer.v1\",\"model\":\"a\\q\"}", "/model: an unknown escape '\\q'", 39, "escape");
-    expect_read(a, "{\"format\":\"flexplan.xfer.v1\",\"model\":\"a\\u0000\"}", "/model: a NUL character", 39, "NUL");
+    expect_read(a, "{\"format\":\"flexplan.xfer.v1\",\"model\":\"a\\q\"}", "/model: invalid JSON: invalid escape sequence in string", 39, "escape");
+    expect_read(a, "{\"format\":\"flexplan.xfer.v1\",\"model\":\"a\\u0000\"}", "/model: \\u0000 (NUL) is not allowed in strings", 39, "NUL");
     /* the first recv's count off by one: the verifier's X3 on a loaded file */
     char *bad = strdup(js), *at = strstr(bad, "{\"op\":\"recv\"");
     at = at ? strstr(at, "\"n\":") : NULL;
