@@ -117,6 +117,13 @@ int fp_dtype_parse(const char *s);
 /* the dtypes a user may name for weights, grads and reductions */
 bool fp_dtype_is_user_float(fp_dtype t);
 
+/* MXFP8 (OCP microscaling): e4m3 elements, one e8m0 power-of-two scale per
+ * block of FP_MX_BLOCK consecutive elements; a flat range of n elements
+ * starting on a block boundary has fp_mx_blocks(n) scales (the last block
+ * may be short). kernels/kernels.h's FPK_MX_BLOCK is the same 32. */
+#define FP_MX_BLOCK 32
+static inline int64_t fp_mx_blocks(int64_t n) { return n / FP_MX_BLOCK + (n % FP_MX_BLOCK != 0); }
+
 /* ---- checked int64 arithmetic (false on overflow) --------------------- */
 static inline bool fp_add64(int64_t a, int64_t b, int64_t *r) { return !__builtin_add_overflow(a, b, r); }
 static inline bool fp_mul64(int64_t a, int64_t b, int64_t *r) { return !__builtin_mul_overflow(a, b, r); }

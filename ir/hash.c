@@ -160,6 +160,10 @@ uint64_t fp_prog_hash(const fp_prog *p) {
     wview(&s, &q->weight);
     wview(&s, &q->ugrad);
     wview(&s, &q->opt);
+    if (q->scales.buf >= 0) { /* only where present: every other plan's hash is unchanged */
+      wi(&s, 0x5ca1e5);
+      wview(&s, &q->scales);
+    }
     int32_t nu = q->users ? q->nusers : 0;
     wi(&s, nu);
     for (int32_t k = 0; k < nu; k++) wi(&s, q->users[k]);

@@ -471,7 +471,7 @@ fp_ir_param *fp_ir_param_add(fp_prog *p) {
   q->name = "";
   q->comm = q->tab = -1;
   q->owner = -1;
-  q->main.buf = q->grad.buf = q->weight.buf = q->ugrad.buf = q->opt.buf = -1;
+  q->main.buf = q->grad.buf = q->weight.buf = q->ugrad.buf = q->opt.buf = q->scales.buf = -1;
   return q;
 }
 

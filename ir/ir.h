@@ -165,6 +165,10 @@ typedef struct fp_ir_param {
   fp_view opt;           /* optimizer state (prog.optim_dtype): fp_optim_states(prog.optim)
                           * slots of `chunk`-like extent (the main grad's slot elements),
                           * the k-th at opt.off + k * (its buffer's bytes / states) */
+  fp_view scales;        /* MXFP8 weights (main_dtype = param_dtype = e4m3, a frozen param kept
+                          * unsharded): the e8m0 scales, one per 32-element block of the flat
+                          * param (fp_mx_blocks(numel)), in a persistent buffer; buf -1
+                          * for every other param */
   int32_t *users;        /* modules other than `module` whose forward also reads it (model.json
                           * v2 "uses": tied weights), in module order; NULL when none */
   int32_t nusers;

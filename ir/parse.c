@@ -594,11 +594,12 @@ static bool decl_param(parser *ps) {
   q.name = name;
   q.module = q.bucket = q.comm = q.tab = -1;
   q.owner = -1;
-  q.main.buf = q.grad.buf = q.weight.buf = q.ugrad.buf = q.opt.buf = -1;
+  q.main.buf = q.grad.buf = q.weight.buf = q.ugrad.buf = q.opt.buf = q.scales.buf = -1;
   q.requires_grad = true;
   q.placement = -1;
   static const char *const keys[] = {"shape", "module", "bucket", "dtypes", "dim",    "comm",  "owner",
-                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", "users", "opt", NULL};
+                                     "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", "users", "opt",
+                                     "scales", NULL};
   unsigned seen = 0;
   bool frozen = false;
   while (!at_eol(ps)) {
@@ -639,7 +640,8 @@ static bool decl_param(parser *ps) {
       case 11: ok = parse_view(ps, &q.weight); break;
       case 12: ok = parse_view(ps, &q.ugrad); break;
       case 13: ok = parse_users(ps, &q); break;
-      default: ok = parse_view(ps, &q.opt); break;
+      case 14: ok = parse_view(ps, &q.opt); break;
+      default: ok = parse_view(ps, &q.scales); break;
     }
     if (!ok) return false;
   }

@@ -223,6 +223,10 @@ static void jparam(wr *w, const fp_prog *p, int32_t i) {
     KEY(w, false, "opt");
     w_view(w, &q->opt);
   }
+  if (q->scales.buf >= 0) {
+    KEY(w, false, "scales");
+    w_view(w, &q->scales);
+  }
   fp_sb_putc(&w->b, '}');
 }
 
@@ -805,11 +809,11 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
   if (!rd_arr(r, root, "params", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                         "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                        "main",  "grad",   "weight", "ugrad",  "users", "opt", NULL};
+                                        "main",  "grad",   "weight", "ugrad",  "users", "opt", "scales", NULL};
   for (size_t i = 0; i < n; i++) {
     fp_ir_param q;
     memset(&q, 0, sizeof q);
-    q.opt.buf = -1;
+    q.opt.buf = q.scales.buf = -1;
     int md, pd, gd, pl;
     if (!elem(r, arr, "params", i, &o) || !keys(r, o, allowed) || !rd_str(r, o, "name", true, &q.name) ||
         !rd_arr(r, o, "shape", true, &shape, &nd))
@@ -833,7 +837,8 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
         !rd_int(r, o, "owner", true, INT64_MIN, INT64_MAX, &q.owner) || !rd_i32(r, o, "table", true, -1, &q.tab) ||
         !rd_int(r, o, "chunk", true, INT64_MIN, INT64_MAX, &q.chunk) || !rview(r, o, "main", &q.main) ||
         !rview(r, o, "grad", &q.grad) || !rview(r, o, "weight", &q.weight) || !rview(r, o, "ugrad", &q.ugrad) ||
-        (member(o, "opt") && !rview(r, o, "opt", &q.opt)))
+        (member(o, "opt") && !rview(r, o, "opt", &q.opt)) ||
+        (member(o, "scales") && !rview(r, o, "scales", &q.scales)))
       return false;
     json_object *users;
     size_t nu;
@@ -1475,7 +1480,7 @@ static bool fview(fr *f, fp_view *v) {
 /* params */
 static const char *const a_param[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                       "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                      "main",  "grad",   "weight", "ugrad",  "users", "opt", NULL};
+                                      "main",  "grad",   "weight", "ugrad",  "users", "opt", "scales", NULL};
 static bool m_param(fr *f, void *ctx, int k) {
   fp_ir_param *q = ctx;
   int e;
@@ -1509,6 +1514,7 @@ static bool m_param(fr *f, void *ctx, int k) {
     case 16: return fview(f, &q->weight);
     case 17: return fview(f, &q->ugrad);
     case 19: return fview(f, &q->opt);
+    case 20: return fview(f, &q->scales);
     default: { /* users: module indices */
       if (!lit(f, '[')) return false;
       if (lit(f, ']')) return true;
@@ -1527,7 +1533,7 @@ static bool e_param(fr *f, void *ctx, int64_t i) {
   (void)ctx, (void)i;
   fp_ir_param q;
   memset(&q, 0, sizeof q);
-  q.opt.buf = -1;
+  q.opt.buf = q.scales.buf = -1;
   uint32_t seen;
   if (!fobj(f, a_param, 0x3ffff, &seen, m_param, &q)) return false;
   *fp_ir_param_add(f->p) = q;

@@ -498,6 +498,7 @@ static void param_line(printer *pr, int32_t i) {
   VIEW(pr, "weight", &q->weight);
   VIEW(pr, "ugrad", &q->ugrad);
   VIEW(pr, "opt", &q->opt);
+  VIEW(pr, "scales", &q->scales);
   /* last: present on tied params only, so the common columns stay aligned */
   if (q->nusers > 0 && q->users) {
     sb_lit(l, "\tusers=[");

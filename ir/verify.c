@@ -368,6 +368,46 @@ static void check_opt_view(vctx *v, int32_t i, const fp_ir_param *q, int64_t ele
          q->opt.off, elems, fp_dtype_name(p->optim_dtype), B->name, plane);
 }
 
+/* MXFP8 weights: a frozen replicated param kept as e4m3 elements (main and
+ * compute weight one copy, main_dtype = param_dtype = e4m3) with its e8m0
+ * scales in a persistent main-weight buffer, clear of its elements; no other
+ * param has a scales view, and e4m3 / e8m0 are no other param's dtypes */
+static void check_mxfp8(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel) {
+  const fp_prog *p = v->p;
+  bool mx = q->main_dtype == FP_E4M3 || q->param_dtype == FP_E4M3;
+  if (!mx) {
+    if (q->scales.buf >= 0) verr(v, FP_VL_PARAM, i, "scales view on a param that is not MXFP8 (main dtype %s)",
+                                 fp_dtype_name(q->main_dtype));
+    else if (q->main_dtype == FP_E8M0 || q->main_dtype == FP_U8 || q->param_dtype == FP_E8M0 ||
+             q->param_dtype == FP_U8 || q->grad_dtype == FP_E4M3 || q->grad_dtype == FP_E8M0 || q->grad_dtype == FP_U8)
+      verr(v, FP_VL_PARAM, i, "dtypes %s/%s/%s: weights are fp32, bf16, fp16 or MXFP8 (e4m3 with scales)",
+           fp_dtype_name(q->main_dtype), fp_dtype_name(q->param_dtype), fp_dtype_name(q->grad_dtype));
+    return;
+  }
+  if (q->main_dtype != FP_E4M3 || q->param_dtype != FP_E4M3 || q->requires_grad || q->placement != 3 /* replicate */ ||
+      q->main.buf != q->weight.buf || q->main.off != q->weight.off) {
+    verr(v, FP_VL_PARAM, i, "an MXFP8 param must be frozen and replicated, its main and compute weight one "
+                            "e4m3 copy (main %s, param %s, %s, %s)",
+         fp_dtype_name(q->main_dtype), fp_dtype_name(q->param_dtype), q->requires_grad ? "trainable" : "frozen",
+         fp_ir_placement_name(q->placement));
+    return;
+  }
+  int64_t nb = fp_mx_blocks(numel), end;
+  if (q->scales.buf < 0 || q->scales.buf >= p->nbufs) {
+    verr(v, FP_VL_PARAM, i, "MXFP8 param '%s' has no scales view in range", q->name);
+    return;
+  }
+  const fp_ir_buf *B = &p->bufs[q->scales.buf];
+  if (B->cat != FP_CAT_MAIN_WEIGHT || B->kind != FP_BUF_PERSISTENT)
+    verr(v, FP_VL_PARAM, i, "scales view: buffer '%s' is not a persistent main_weight buffer", B->name);
+  else if (q->scales.off < 0 || !fp_add64(q->scales.off, nb, &end) || end > B->bytes)
+    verr(v, FP_VL_PARAM, i, "scales view [%" PRId64 ", +%" PRId64 " e8m0) lies outside buffer '%s' (%" PRId64 " bytes)",
+         q->scales.off, nb, B->name, B->bytes);
+  else if (q->scales.buf == q->main.buf && q->scales.off < q->main.off + numel && q->main.off < end)
+    verr(v, FP_VL_PARAM, i, "scales view [%" PRId64 ", %" PRId64 ") overlaps the param's e4m3 elements [%" PRId64
+                            ", %" PRId64 ")", q->scales.off, end, q->main.off, q->main.off + numel);
+}
+
 static void check_params(vctx *v) {
   const fp_prog *p = v->p;
   for (int32_t i = 0; i < p->nparams && !stop(v); i++) {
@@ -422,6 +462,7 @@ static void check_params(vctx *v) {
     check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
     check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
     check_opt_view(v, i, q, sharded ? q->chunk : 0);
+    check_mxfp8(v, i, q, numel);
   }
   check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
 }

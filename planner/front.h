@@ -85,6 +85,7 @@ typedef struct fp_mp {
   fp_dtype param;              /* compute (unsharded) weights and grads */
   fp_dtype reduce;             /* dtype of gradient collectives */
   fp_dtype main_grad;          /* sharded gradient the optimizer reads */
+  const char *param_ptr;       /* where param_dtype was given (NULL: the built-in default) */
 } fp_mp;
 
 /* reshard_after_forward as requested: FP_RESHARD_TRUE, 0 (false), or g > 0 */

@@ -350,8 +350,10 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     p->shard_off = p->grad_off = p->unsharded_off = p->ugrad_off = -1;
     p->rin_off = p->rout_off = p->gstage_off = p->rstage_off = -1;
     p->flat_off = -1;
+    p->scale_off = -1;
     B->lparams[B->nparams++] = i;
-    p->main_dtype = mp->dtype;
+    /* "mxfp8" weights are stored once, as MXFP8 (check_mxfp8) */
+    p->main_dtype = B->mp.param == FP_E4M3 ? FP_E4M3 : mp->dtype;
     p->param_dtype = B->mp.param;
     p->reduce_dtype = B->mp.reduce;
     p->grad_dtype = B->mp.main_grad;
@@ -371,6 +373,38 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     if (mp->requires_grad) B->trainable = true;
   }
   return ok;
+}
+
+/* param_dtype "mxfp8": the bucket's weights are kept as MXFP8 and nothing
+ * else - e4m3 elements plus one e8m0 scale per 32-element block of the full
+ * param, one copy that is both the main and the compute weight (nothing
+ * updates it, nothing gathers it: an inference layout, a frozen tower, the
+ * receiving side of a transfer that keeps MXFP8). So every param of the
+ * bucket must be frozen and replicated, and the bucket not offloaded. */
+static bool check_mxfp8(fp_layout *L) {
+  for (int b = 0; b < L->nbuckets; b++) {
+    const fp_bucket *B = &L->buckets[b];
+    if (B->mp.param != FP_E4M3) continue;
+    const char *ptr = B->mp.param_ptr ? B->mp.param_ptr : fp_layout_ptr(L, NULL, NULL);
+    for (int j = 0; j < B->nparams; j++) {
+      const fp_lparam *p = &L->params[B->lparams[j]];
+      if (p->mp->requires_grad)
+        return fp_layout_error(L, false, ptr,
+                               "bucket '%s' keeps its weights as MXFP8, but param '%s' requires grad: MXFP8 "
+                               "weights are frozen (requires_grad false in the model); to train, gather in "
+                               "MXFP8 instead (\"gather_dtype\": \"mxfp8\")",
+                               B->name, p->mp->name);
+      if (!p->replicated)
+        return fp_layout_error(L, false, ptr,
+                               "bucket '%s' keeps its weights as MXFP8, whole on every rank, but param '%s' is "
+                               "placed %s: place the bucket's params replicate (or use strategy no_shard)",
+                               B->name, p->mp->name, p->impl->name);
+    }
+    if (B->offload)
+      return fp_layout_error(L, false, fp_ptr_key(L->a, B->spec->ptr, "offload"), "bucket '%s' keeps its weights as MXFP8 on the device; it cannot be "
+                                            "offloaded", B->name);
+  }
+  return true;
 }
 
 /* owned "auto": longest-processing-time bin packing of the auto-owned params'
@@ -799,6 +833,8 @@ static bool layout_storages(fp_layout *L) {
         return fp_layout_error(L, true, p->mp->ptr, "parameter '%s' is too large for int64 byte sizes",
                                p->mp->name);
       bool ok = slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
+      if (ok && p->main_dtype == FP_E4M3) /* MXFP8: the scales follow the elements */
+        ok = slot_at(&st[MAIN], -1, fp_mx_blocks(p->padded_numel), &p->scale_off);
       if (ok && train) {
         ok = slot_at(&st[GRAD], own, gb, &p->grad_off) && slot_at(&st[UGRAD], -1, ub, &p->ugrad_off) &&
              slot_at(&st[ROUT], own, ob, &p->rout_off);
@@ -940,6 +976,7 @@ bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *
   int *bucket_of = fp_alloc_array(a, (size_t)m->nparams + 1, sizeof(int));
   if (!assign_buckets(L, bucket_of)) return false;
   if (!resolve_params(L, bucket_of)) return false;
+  if (!check_mxfp8(L)) return false;
   pack_owned(L);
   if (!choose_flat(L)) return false;
   if (!layout_storages(L)) return false;

@@ -73,6 +73,8 @@ typedef struct fp_lparam {
   int64_t shard_off;             /* main weights (main dtype, slot elems) */
   int64_t grad_off;              /* main grads (grad dtype, slot elems) */
   int64_t opt_off;               /* optimizer state plane 0 (state dtype, slot elems); -1 none */
+  int64_t scale_off;             /* MXFP8 weights (main = param dtype = e4m3): the e8m0 scales in the
+                                  * main storage, fp_mx_blocks(padded_numel) bytes; else -1 */
   int64_t unsharded_off;         /* compute weights (param dtype, padded_numel) */
   int64_t ugrad_off;             /* trainer's grads (param dtype, padded_numel) */
   int64_t rin_off;               /* grads cast to the reduce dtype (padded_numel) */

@@ -261,6 +261,7 @@ static void setup(fp_lower *lw) {
       }
       q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
       if (p->opt_off >= 0 && bb[FP_BB_OPT] >= 0) q->opt = (fp_view){bb[FP_BB_OPT], p->opt_off};
+      if (p->scale_off >= 0) q->scales = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->scale_off};
     }
     for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read a param, by module */
       for (int j = 0; j < m->modules[k].nuses; j++) {

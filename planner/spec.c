@@ -61,12 +61,17 @@ static bool parse_coll(fp_jctx *c, json_object *o, const char *ptr, fp_coll_mode
 /* partial mixed_precision object merged onto *mp */
 static bool parse_mp(fp_jctx *c, json_object *o, const char *ptr, fp_mp *mp) {
   static const char *const keys[] = {"param_dtype", "reduce_dtype", "main_grad_dtype", NULL};
+  /* param_dtype may also be "mxfp8": frozen weights kept unsharded, stored
+   * once as e4m3 elements with e8m0 block scales (planner/layout.c
+   * check_mxfp8 says where it is allowed); FP_E4M3 stands for it */
+  static const char *const param_names[] = {"fp32", "bf16", "fp16", "mxfp8", NULL};
   if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
   fp_dtype *dst[] = {&mp->param, &mp->reduce, &mp->main_grad};
   for (int k = 0; k < 3; k++) {
     int di = -1;
-    if (!fp_j_enum(c, o, ptr, keys[k], false, dtype_names, &di)) return false;
-    if (di >= 0) *dst[k] = dtype_vals[di];
+    if (!fp_j_enum(c, o, ptr, keys[k], false, k == 0 ? param_names : dtype_names, &di)) return false;
+    if (di >= 0) *dst[k] = di == 3 ? FP_E4M3 : dtype_vals[di];
+    if (di >= 0 && k == 0) mp->param_ptr = fp_ptr_key(c->a, ptr, keys[0]);
   }
   return true;
 }
