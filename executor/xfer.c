@@ -169,6 +169,15 @@ static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtyp
   return false;
 }
 
+/* the bytes [off, off+bytes) of dtype dt lie inside the e8m0 scales of
+ * param q, which plan x keeps as MXFP8 (fp_ir_param.scales) */
+static bool in_scales(const fp_exec *x, int32_t q, fp_dtype dt, int64_t off, int64_t bytes) {
+  const fp_ir_param *p = &x->prog->params[q];
+  if (dt != FP_E8M0 || p->scales.buf < 0 || x->prog->bufs[p->scales.buf].host) return false;
+  int64_t a = x->prog->bufs[p->scales.buf].offset + p->scales.off, b = a + fp_mx_blocks(x->params[q].v.numel);
+  return off >= a && off + bytes <= b;
+}
+
 /* the executor's index of each of the transfer's params (-1: it has none
  * by that name), through a name map: O(params), where a scan per op was
  * O(ops x params) */
@@ -190,7 +199,7 @@ static int32_t *param_map(const fp_tx *tx, const fp_exec *x) {
 /* A transfer read from a file names byte ranges; check them against the
  * executors' own layouts: every FROM read inside the main-weight runs this
  * FROM rank holds of that param (in its main dtype), every TO need region
- * inside that param's main runs or persistent compute weight on this TO
+ * inside that param's main runs, persistent compute weight or MXFP8 scales on this TO
  * rank. (A compiled transfer passes by construction.) The layouts depend
  * only on the plans and the ranks, which check_exec pins to the transfer's,
  * so a process checks once: later runs with its rank skip it. */
@@ -213,7 +222,8 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
   for (int32_t k = tx->need_first[me]; to && k < tx->need_first[me + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];
     int32_t q = tmap[r->param];
-    if (q < 0 || !in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st))
+    if (q < 0 || (!in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st) &&
+                  !in_scales(to, q, r->dtype, r->off, r->bytes)))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
                    "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
   }

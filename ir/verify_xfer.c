@@ -87,6 +87,22 @@ static bool opnd_ok(const fp_tx *t, fp_diag *d, int32_t i, const char *role, fp_
   return true;
 }
 
+/* the reads of op o: up to two (src, aux) */
+static int reads(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
+  int k = 0;
+  if (o->kind == FP_TX_RECV) return 0;
+  r[k] = o->src, n[k++] = o->kind == FP_TX_DEQUANT ? o->n : fp_tx_src_bytes(o);
+  if (o->kind == FP_TX_DEQUANT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
+  return k;
+}
+static int writes(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
+  int k = 0;
+  if (o->kind == FP_TX_SEND) return 0;
+  r[k] = o->dst, n[k++] = o->kind == FP_TX_QUANT ? o->n : fp_tx_dst_bytes(o);
+  if (o->kind == FP_TX_QUANT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
+  return k;
+}
+
 /* X1 */
 static bool check_ops(const fp_tx *t, fp_diag *d) {
   bool ok = true;
@@ -139,7 +155,7 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
         break;
       default: break;
     }
-    if (o->dst.space == FP_SP_FROM) {
+    if (o->dst.space == FP_SP_FROM || (o->kind == FP_TX_QUANT && o->aux.space == FP_SP_FROM)) {
       err(d, t, i, "writes into FROM's arena, which a transfer only reads");
       ok = false;
     }
@@ -162,13 +178,16 @@ static int64_t coalesce(iv *v, int64_t n) {
 
 /* X2 */
 static bool check_cover(const fp_tx *t, fp_diag *d) {
-  iv *w = malloc(((size_t)t->nops + 1) * sizeof *w), *nd = malloc(((size_t)t->nneed + 1) * sizeof *nd);
+  /* an op writes up to two ranges (a quantize: its elements and scales,
+   * both into TO where TO keeps MXFP8) */
+  iv *w = malloc(((size_t)t->nops * 2 + 1) * sizeof *w), *nd = malloc(((size_t)t->nneed + 1) * sizeof *nd);
   int64_t nw = 0;
   bool ok = true;
   for (int32_t i = 0; i < t->nops; i++) {
-    const fp_tx_op *o = &t->ops[i];
-    if (o->dst.space == FP_SP_TO && o->kind != FP_TX_SEND)
-      w[nw++] = (iv){o->proc, o->dst.off, o->dst.off + fp_tx_dst_bytes(o), i};
+    fp_tx_ref r[2];
+    int64_t n[2];
+    for (int k = 0, nk = writes(&t->ops[i], r, n); k < nk; k++)
+      if (r[k].space == FP_SP_TO) w[nw++] = (iv){t->ops[i].proc, r[k].off, r[k].off + n[k], i};
   }
   for (int32_t k = 0; k < t->nneed; k++)
     nd[k] = (iv){t->need[k].proc, t->need[k].off, t->need[k].off + t->need[k].bytes, k};
@@ -268,22 +287,6 @@ static bool check_match(const fp_tx *t, fp_diag *d, int32_t *match) {
   free(S);
   free(R);
   return ok;
-}
-
-/* the reads of op o: up to two (src, aux) */
-static int reads(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
-  int k = 0;
-  if (o->kind == FP_TX_RECV) return 0;
-  r[k] = o->src, n[k++] = o->kind == FP_TX_DEQUANT ? o->n : fp_tx_src_bytes(o);
-  if (o->kind == FP_TX_DEQUANT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
-  return k;
-}
-static int writes(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
-  int k = 0;
-  if (o->kind == FP_TX_SEND) return 0;
-  r[k] = o->dst, n[k++] = o->kind == FP_TX_QUANT ? o->n : fp_tx_dst_bytes(o);
-  if (o->kind == FP_TX_QUANT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
-  return k;
 }
 
 /* X5 on one process's staging or TO space sp: every byte an op reads was

@@ -125,6 +125,8 @@ void fp_tx_finish(fp_tx *t) {
       sent[o->proc] += b;
     } else if (o->kind == FP_TX_COPY && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
       t->local_bytes += b;
+    } else if (o->kind == FP_TX_QUANT && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
+      t->local_bytes += b + fp_tx_nscales(o->full_off, o->n); /* into a TO param kept as MXFP8 */
     }
   }
   t->max_send_bytes = t->max_recv_bytes = 0;

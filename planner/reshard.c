@@ -12,6 +12,13 @@
  * so the wire carries exactly the bytes each destination lacks. Params
  * matching an MXFP8 pattern are quantized by the sender (blocks aligned to
  * the full param, xfer.h fp_tx_nscales) and dequantized by the receiver.
+ * A TO param the plan keeps as MXFP8 (param_dtype "mxfp8": e4m3 elements
+ * and e8m0 scales, no full-precision copy) receives MXFP8 straight into
+ * those buffers: the sender quantizes the whole blocks of its piece and
+ * sends elements and scales, the receiver keeps them; a block whose
+ * elements come from two FROM runs (a boundary inside it) is gathered in
+ * FROM's dtype into staging and quantized there by the receiver
+ * (piece_keep).
  * Sends, recvs and local copies come first on every process, dequantizes and
  * derived compute weights after them, so no process waits on a recv before
  * posting all it sends (the verifier proves it). */
@@ -142,6 +149,20 @@ typedef struct planner {
   int64_t *stage;      /* staging bytes used per process */
   fp_tx_op *late;      /* ops that go after every send and recv (phase 2) */
   int64_t nlate, cap_late;
+  /* the TO param being covered is kept as MXFP8 (piece_keep); per TO
+   * process, reset before its pieces, which come in element order */
+  bool keep;
+  int64_t knumel;      /* its elements */
+  int64_t kdata, kscales; /* TO bytes of its element 0 and of its scale 0 */
+  int64_t kblk, kstage; /* the split block being gathered (-1 none) and its staging */
+  int64_t klast;       /* the last block counted in the lower bound (-1 none) */
+  /* the slices a sender has quantized for the kept param so far, so every
+   * TO process (each holds the whole param) gets the same staging: a sender
+   * quantizes its slice once, not once per receiver. Open addressing on
+   * (process, first element, count); emptied per param */
+  struct kq { int32_t proc; int64_t e, n, q, qs; } *kq;
+  int64_t kq_cap, kq_used;
+  int64_t *kq_slots;   /* the slots in use, to empty them */
 } planner;
 
 static int64_t stage_take(planner *P, int32_t proc, int64_t bytes) {
@@ -159,10 +180,124 @@ static fp_tx_op *late(planner *P, fp_tx_kind k, int32_t proc, int32_t param, fp_
 
 static fp_tx_ref ref(int sp, int64_t off) { return (fp_tx_ref){(int8_t)sp, off}; }
 
+/* Into a TO param kept as MXFP8: whole blocks [e, e+n) (e on a block
+ * boundary; e+n on one or the param's end), quantized from FROM run s by
+ * its process and kept by TO process d as they arrive */
+/* the slot of (proc, e, n) in the sender memo: its own or the empty one
+ * where it goes */
+static struct kq *kq_find(planner *P, int32_t proc, int64_t e, int64_t n) {
+  if (2 * (P->kq_used + 1) > P->kq_cap) { /* grow (rehash) */
+    int64_t cap = P->kq_cap ? 2 * P->kq_cap : 1024;
+    struct kq *old = P->kq;
+    int64_t ocap = P->kq_cap;
+    P->kq = fp_alloc_array(P->t->arena, (size_t)cap, sizeof *P->kq);
+    P->kq_slots = fp_alloc_array(P->t->arena, (size_t)cap, sizeof *P->kq_slots);
+    for (int64_t k = 0; k < cap; k++) P->kq[k].proc = -1;
+    P->kq_cap = cap, P->kq_used = 0;
+    for (int64_t k = 0; k < ocap; k++)
+      if (old[k].proc >= 0) {
+        struct kq *s = kq_find(P, old[k].proc, old[k].e, old[k].n);
+        *s = old[k];
+        P->kq_slots[P->kq_used++] = s - P->kq;
+      }
+  }
+  uint64_t h = ((uint64_t)proc * 0x9E3779B97F4A7C15u) ^ ((uint64_t)e * 0xC2B2AE3D27D4EB4Fu) ^ (uint64_t)n;
+  h ^= h >> 29;
+  for (int64_t k = (int64_t)(h & (uint64_t)(P->kq_cap - 1));; k = (k + 1) & (P->kq_cap - 1))
+    if (P->kq[k].proc < 0 || (P->kq[k].proc == proc && P->kq[k].e == e && P->kq[k].n == n)) return &P->kq[k];
+}
+
+static void keep_whole(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, fp_dtype fdt) {
+  fp_tx *t = P->t;
+  int64_t src = s->byte + (e - s->a) * fp_dtype_size(fdt), ns = fp_mx_blocks(n);
+  int32_t sp = (int32_t)(s->rank + t->from_offset);
+  fp_tx_ref data = ref(FP_SP_TO, P->kdata + e), scales = ref(FP_SP_TO, P->kscales + e / FP_MX_BLOCK);
+  if (sp == d) {
+    fp_tx_op *o = fp_tx_emit(t, FP_TX_QUANT, d, pi, FP_E4M3, n);
+    o->sdtype = fdt, o->full_off = e, o->dst = data, o->src = ref(FP_SP_FROM, src), o->aux = scales;
+    return;
+  }
+  struct kq *m = kq_find(P, sp, e, n);
+  fp_tx_op *o;
+  if (m->proc < 0) { /* the sender's first receiver of this slice: quantize it */
+    int64_t q0 = stage_take(P, sp, n), qs0 = stage_take(P, sp, ns);
+    *m = (struct kq){sp, e, n, q0, qs0};
+    P->kq_slots[P->kq_used++] = m - P->kq;
+    o = fp_tx_emit(t, FP_TX_QUANT, sp, pi, FP_E4M3, n);
+    o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, m->q), o->src = ref(FP_SP_FROM, src),
+    o->aux = ref(FP_SP_STAGE, m->qs);
+  }
+  int64_t q = m->q, qs = m->qs;
+  o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
+  o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q);
+  o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, ns);
+  o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, qs);
+  o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
+  o->peer = sp, o->full_off = e, o->dst = data;
+  o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
+  o->peer = sp, o->full_off = e, o->dst = scales;
+  P->load[sp] += n + ns;
+}
+
+/* Into a TO param kept as MXFP8: elements [e, e+n) of block blk, which
+ * other pieces share (its scale needs all of them): copied or received in
+ * FROM's dtype into the block's staging on d, quantized there after every
+ * recv (one late quantize per block, emitted with its staging) */
+static void keep_part(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t blk, fp_dtype fdt) {
+  fp_tx *t = P->t;
+  int64_t fsz = fp_dtype_size(fdt), b0 = blk * FP_MX_BLOCK, src = s->byte + (e - s->a) * fsz;
+  int32_t sp = (int32_t)(s->rank + t->from_offset);
+  if (P->kblk != blk) {
+    int64_t blen = P->knumel - b0 < FP_MX_BLOCK ? P->knumel - b0 : FP_MX_BLOCK;
+    P->kblk = blk, P->kstage = stage_take(P, d, blen * fsz);
+    fp_tx_op *q = late(P, FP_TX_QUANT, d, pi, FP_E4M3, blen);
+    q->sdtype = fdt, q->full_off = b0, q->dst = ref(FP_SP_TO, P->kdata + b0), q->src = ref(FP_SP_STAGE, P->kstage),
+    q->aux = ref(FP_SP_TO, P->kscales + blk);
+  }
+  fp_tx_ref at = ref(FP_SP_STAGE, P->kstage + (e - b0) * fsz);
+  if (sp == d) {
+    fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, d, pi, fdt, n);
+    o->full_off = e, o->dst = at, o->src = ref(FP_SP_FROM, src);
+    return;
+  }
+  fp_tx_op *o = fp_tx_emit(t, FP_TX_SEND, sp, pi, fdt, n);
+  o->peer = d, o->full_off = e, o->src = ref(FP_SP_FROM, src);
+  o = fp_tx_emit(t, FP_TX_RECV, d, pi, fdt, n);
+  o->peer = sp, o->full_off = e, o->dst = at;
+  P->load[sp] += n * fsz;
+}
+
+/* one piece [e, e+n) of a TO param kept as MXFP8: at most its first and its
+ * last block are split (shared with another piece), the blocks between are
+ * whole; the lower bound gains one scale byte per block holding elements
+ * process d lacks (the cover adds their e4m3 bytes) */
+static void piece_keep(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, fp_dtype fdt) {
+  int64_t end = e + n, fb = e / FP_MX_BLOCK, lb = (end - 1) / FP_MX_BLOCK;
+  if (s->rank + P->t->from_offset != d) {
+    int64_t b0 = fb > P->klast ? fb : P->klast + 1;
+    if (lb >= b0) P->t->lower_bound += lb - b0 + 1, P->klast = lb;
+  }
+  int64_t bend = (lb + 1) * FP_MX_BLOCK < P->knumel ? (lb + 1) * FP_MX_BLOCK : P->knumel;
+  bool head_whole = e == fb * FP_MX_BLOCK, tail_whole = end == bend;
+  if (fb == lb) {
+    if (head_whole && tail_whole) keep_whole(P, pi, s, e, n, d, fdt);
+    else keep_part(P, pi, s, e, n, d, fb, fdt);
+    return;
+  }
+  int64_t wa = head_whole ? e : (fb + 1) * FP_MX_BLOCK, wb = tail_whole ? end : lb * FP_MX_BLOCK;
+  if (!head_whole) keep_part(P, pi, s, e, wa - e, d, fb, fdt);
+  if (wb > wa) keep_whole(P, pi, s, wa, wb - wa, d, fdt);
+  if (!tail_whole) keep_part(P, pi, s, wb, end - wb, d, lb, fdt);
+}
+
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
 static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t dst, fp_dtype fdt,
                   fp_dtype tdt, bool mx) {
   fp_tx *t = P->t;
+  if (P->keep) {
+    piece_keep(P, pi, s, e, n, d, fdt);
+    return;
+  }
   int64_t src = s->byte + (e - s->a) * fp_dtype_size(fdt);
   int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
   if (sp == d) {
@@ -381,6 +516,13 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
              "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
              q->name);
     }
+    if (f->main_dtype == FP_E4M3) {
+      snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fi[j]);
+      ERR_AT(fs, fname, ptr,
+             "param '%s' is kept as MXFP8 in this plan (param_dtype \"mxfp8\": no full-precision copy): a "
+             "transfer sends full-precision main weights; transfer from the plan that trains it",
+             q->name);
+    }
     if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
       snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
       ERR_AT(ts, tname, ptr, "param '%s' is %s here and %s in %s: its optimizer state cannot move", q->name,
@@ -427,13 +569,18 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   for (int32_t j = 0; j < to->nparams; j++) {
     const fp_ir_param *q = &to->params[j], *f = &from->params[fi[j]];
     int64_t numel = numel_of(q);
-    bool mx = matches(o, q->name);
+    /* kept as MXFP8 by TO: MXFP8 on the wire whatever --transform says */
+    bool keep = q->main_dtype == FP_E4M3, mx = keep || matches(o, q->name);
     t->params[j] = (fp_tx_param){q->name, numel, mx};
     /* the main weights, then (weights+optimizer) each optimizer state: the
      * same elements in other buffers, never transformed */
     for (int w = 0; w < (q->opt.buf >= 0 ? nstates + 1 : 1); w++) {
     fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
     bool mxw = mx && w == 0;
+    P.keep = keep && w == 0, P.knumel = numel;
+    for (int64_t k = 0; k < P.kq_used; k++) P.kq[P.kq_slots[k]].proc = -1; /* a new param: empty the memo */
+    P.kq_used = 0;
+    P.kscales = keep ? to->bufs[q->scales.buf].offset + q->scales.off : -1;
     /* FROM runs of every rank, sorted by start */
     nfr = 0;
     hmemo fm, tm;
@@ -465,6 +612,11 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       const run *tr;
       int64_t got = memo_get(&tm, r, &tr);
       bool full = got == 1 && tr[0].len == numel;
+      if (P.keep) { /* one run, the whole param (replicated), then its scales */
+        FP_ASSERT(full);
+        P.kdata = tr[0].byte, P.kblk = P.klast = -1;
+        fp_tx_region_add(t, true, dp, j, P.kscales, fp_mx_blocks(numel), 0, FP_E8M0);
+      }
       for (int64_t k = 0; k < got; k++) {
         int64_t bytes = tr[k].len * fp_dtype_size(tdt);
         fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, tdt);

@@ -223,6 +223,19 @@ fp_reshard_test(hybrid4_to_fs2_disjoint 6 hybrid 4 full_shard 2 --to-offset 4)
 # MXFP8 on the wire for the weights (slices start off block boundaries: fc0.weight is 20x13)
 fp_reshard_test(fs4_to_placements3_mxfp8 4 full_shard 4 placements-w3 3 --mxfp8 fc*.weight)
 fp_reshard_test(fs2_to_noshard3_mxfp8 3 full_shard 2 no_shard 3 --mxfp8 *)
+# TO keeps the frozen fc1.* as MXFP8 (param_dtype "mxfp8"): e4m3 and scales
+# equal the reference quantization of the whole param; flat FROM chunks
+# (block-aligned: every block from one sender, the wire at the lower bound)
+# and per-param FROM shards (rows of 20: blocks split between senders,
+# gathered in fp32 and quantized by the receiver), overlapping and disjoint
+function(fp_reshard_keep_test name np sa wa wb)
+  fp_mpi_test(reshard_${name} ${np} test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json
+              ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sa}.spec.json ${wa} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json
+              ${wb} ${ARGN})
+endfunction()
+fp_reshard_keep_test(fs4_to_keep3 4 full_shard 4 3 --wire-exact 1)
+fp_reshard_keep_test(perparam4_to_keep2 4 per-param 4 2)
+fp_reshard_keep_test(perparam2_to_keep3_disjoint 5 per-param 2 3 --to-offset 2)
 # the transfer verifier's rules, one broken transfer each, and the planner's errors
 add_executable(test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_verify.c)
 target_link_libraries(test_xfer_verify PRIVATE flexplan_api)

@@ -65,6 +65,21 @@ echo "$err" | grep -Eq "sgd.plan.json:[0-9]+:[0-9]+: error: /optimizer/type: --w
 err=$($F reshard "$T/a.plan.json" "$T/none.plan.json" --what weights+optimizer 2>&1); [ $? = 1 ] || fail "none exit"
 echo "$err" | grep -q "none.plan.json:.*the plan holds no optimizer state" || fail "weights+optimizer to none: $err"
 $F reshard "$T/a.plan.json" "$T/none.plan.json" >/dev/null || fail "weights only to a plan without state"
+# a TO plan that keeps the frozen fc1.* as MXFP8: MXFP8 on the wire, no
+# dequantize, scales need regions, the .fpir and JSON mark them; the way back
+# (from MXFP8 weights, no full-precision copy) is refused, located at FROM's
+# param, exit 1, nothing written
+$F compile "$S/tests/mpi/mlp-frozen.model.json" --spec "$S/tests/mpi/full_shard.spec.json" -o "$T/fz.plan.json" >/dev/null 2>&1 || fail compile frozen
+$F compile "$S/tests/mpi/mlp-frozen.model.json" --spec "$S/tests/mpi/mxfp8-keep.spec.json" -o "$T/keep.plan.json" >/dev/null 2>&1 || fail compile keep
+ir=$($F reshard "$T/fz.plan.json" "$T/keep.plan.json" --emit=ir) || fail "keep exit"
+echo "$ir" | grep -q 'param fc1.weight numel=380 wire=mxfp8' || fail "kept param not marked"
+echo "$ir" | grep -q 'need to+[0-9]* bytes=12 e8m0 param=fc1.weight' || fail "no scales need region"
+echo "$ir" | grep -q 'dequantize_mxfp8' && fail "a kept param is dequantized"
+$F reshard "$T/fz.plan.json" "$T/keep.plan.json" | grep -q '"ratio":1.000' || fail "keep from block-aligned chunks: ratio not 1.000"
+$F reshard "$T/fz.plan.json" "$T/keep.plan.json" -o "$T/keep.xfer.json" >/dev/null && $F viz "$T/keep.xfer.json" -o "$T/keep.trace.json" >/dev/null || fail "a saved transfer into kept MXFP8 does not load back"
+err=$($F reshard "$T/keep.plan.json" "$T/fz.plan.json" -o "$T/back.json" 2>&1); [ $? = 1 ] || fail "from kept MXFP8: exit"
+echo "$err" | grep -Eq "keep.plan.json:[0-9]+:[0-9]+: error: /params/2/main_dtype: param 'fc1.weight' is kept as MXFP8 in this plan" || fail "from kept MXFP8: $err"
+[ -e "$T/back.json" ] && fail "output written on error (from kept MXFP8)"
 # an offloaded param (main weights in host memory) is refused, located
 $F compile "$S/tests/mpi/mlp.model.json" --spec "$S/tests/mpi/offload.spec.json" -o "$T/off.plan.json" >/dev/null 2>&1 || fail compile offload
 err=$($F reshard "$T/a.plan.json" "$T/off.plan.json" 2>&1); [ $? = 1 ] || fail "offload exit"

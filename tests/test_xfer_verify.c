@@ -446,6 +446,31 @@ int main(int argc, char **argv) {
     free(js);
   }
 
+  /* X1/X2 with quantizes into TO (a TO param kept as MXFP8: 16 elements at
+   * TO 0..16, quantized as two slices of 8, one scale each at TO 48 and
+   * 49): a quantize's scales count as TO writes - covering the need, or
+   * written twice, outside every need region, into FROM (X2 looked at the
+   * elements only, X1 at dst only) */
+  for (int c = 0; c < 4; c++) {
+    fp_tx *w = hand(a, 1);
+    static const int64_t aux1[] = {49, 48, 40, 49};
+    for (int k = 0; k < 2; k++) {
+      fp_tx_op *q = fp_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, 8);
+      q->sdtype = FP_F32, q->full_off = 8 * k, q->src = (fp_tx_ref){FP_SP_FROM, 32 * k},
+      q->dst = (fp_tx_ref){FP_SP_TO, 8 * k};
+      q->aux = (fp_tx_ref){c == 3 && k ? FP_SP_FROM : FP_SP_TO, k ? aux1[c] : 48};
+    }
+    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_E4M3);
+    fp_tx_region_add(w, true, 0, 0, 48, 2, 0, FP_E8M0);
+    fp_tx_region_add(w, false, 0, 0, 0, 64, 0, FP_F32);
+    fp_tx_finish(w);
+    static const char *const want[] = {NULL, "a byte written twice", "writes TO bytes from 40 (op 1) that no need",
+                                       "writes into FROM's arena"};
+    static const char *const what[] = {"X2 quantizes into TO", "X2 a scale written twice", "X2 a scale outside the need",
+                                       "X1 scales into FROM"};
+    expect(w, want[c], what[c]);
+  }
+
   /* MXFP8 blocks of a slice: aligned to the full param */
   CHECK(fp_tx_head(0, 100) == 0 && fp_tx_nscales(0, 100) == 4, "aligned slice");
   CHECK(fp_tx_head(65, 65) == 31 && fp_tx_nscales(65, 65) == 3, "slice [65,130): head 31, then 32 and 2");
