@@ -89,6 +89,25 @@ def test_errors(plans):
         flexplan.reshard(a, c)
 
 
+def test_keep_mxfp8(tmp_path):
+    """Into a plan that keeps the frozen fc1.* as MXFP8: the CLI's transfer
+    byte for byte, MXFP8 on the wire and no dequantize; from it: refused."""
+    model = os.path.join(MPI_DIR, "mlp-frozen.model.json")
+    a = flexplan.compile(model, spec("full_shard", 4))
+    k = flexplan.compile(model, spec("mxfp8-keep", 2))
+    pa, pk = str(tmp_path / "a.plan.json"), str(tmp_path / "k.plan.json")
+    a.save(pa), k.save(pk)
+    t = flexplan.reshard(a, k)
+    rc, so, se = run_cli(os.environ["FLEXPLAN_CLI"], "reshard", pa, pk, "--emit=ir")
+    assert rc == 0, se
+    assert so == t.to_ir()
+    assert "param fc1.weight numel=380 wire=mxfp8" in so and "dequantize_mxfp8" not in so
+    assert t.info["wire_bytes"] == t.info["lower_bound"]  # flat chunks: every block from one sender
+    with pytest.raises(flexplan.FlexplanError, match=r"param 'fc1.weight' is kept as MXFP8 in this plan") as e:
+        flexplan.reshard(k, a)
+    assert e.value.status_name == "FP_ERR_INPUT"
+
+
 def test_save_load(plans, tmp_path):
     a, b, *_ = plans
     t = flexplan.reshard(a, b, transform={"fc1.*": "mxfp8"})
