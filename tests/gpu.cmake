@@ -78,9 +78,11 @@ set_tests_properties(gpu_exec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE
 # a transfer between plans (docs/reshard.md) on NCCL executors against the
 # same transfer on MPI executors, byte for byte: full_shard -> no_shard (its
 # compute weights derived), an MXFP8 quantize/dequantize with a short head
-# block, twice (the communicator kept), and back
+# block, twice (the communicator kept), and back; then into a plan that keeps
+# frozen params as MXFP8 (the CUDA quantize into TO's elements and scales)
 add_executable(test_xfer_nccl ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_nccl.c)
 target_link_libraries(test_xfer_nccl PRIVATE flexplan_api PkgConfig::JSONC m)
 fp_mpi_test(gpu_xfer 1 test_xfer_nccl ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
-            ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json)
+            ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json
+            ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json)
 set_tests_properties(gpu_xfer PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu ENVIRONMENT "${FP_GPU_MPI_ENV}")

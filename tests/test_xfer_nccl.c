@@ -4,7 +4,7 @@
  * TO arenas from a sentinel, and after each run the TO arenas must be equal
  * byte for byte (the CUDA kernels are the references' bit for bit).
  *
- *   test_xfer_nccl MODEL SPEC_A SPEC_B
+ *   test_xfer_nccl MODEL SPEC_A SPEC_B [FROZEN_MODEL KEEP_SPEC]
  *
  * One GPU holds one NCCL rank, so both plans are compiled for one rank: the
  * transfer is local copies and casts (no_shard's compute weights), and, in
@@ -12,8 +12,10 @@
  * into staging and a dequantize out of it, with a slice head off a block
  * boundary. The transfer runs twice (the second reuses the communicator and
  * staging kept on the handle), then back B -> A. A FROM executor on MPI
- * with a TO executor on NCCL is refused before anything moves. Exits 77
- * without a CUDA device. */
+ * with a TO executor on NCCL is refused before anything moves. With
+ * FROZEN_MODEL and KEEP_SPEC, a transfer from SPEC_A into a plan that keeps
+ * frozen params as MXFP8 (quantizes from FROM straight into TO's elements
+ * and scales) too. Exits 77 without a CUDA device. */
 #include <math.h>
 
 #include <cuda_runtime_api.h>
@@ -99,8 +101,8 @@ static bool mxfp8_edit(fp_tx *tx) {
 
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
-  if (argc != 4) {
-    fprintf(stderr, "usage: test_xfer_nccl MODEL SPEC_A SPEC_B\n");
+  if (argc != 4 && argc != 6) {
+    fprintf(stderr, "usage: test_xfer_nccl MODEL SPEC_A SPEC_B [FROZEN_MODEL KEEP_SPEC]\n");
     tu_finalize();
     return 2;
   }
@@ -149,6 +151,36 @@ int main(int argc, char **argv) {
   EXPECT(fp_xfer_run(ba, mb, ma, NULL) == FP_OK, "B->A on MPI: %s", fp_xfer_errmsg(ba));
   EXPECT(fp_xfer_run(ba, gb, ga, NULL) == FP_OK, "B->A on NCCL: %s", fp_xfer_errmsg(ba));
   same_to(A, ma, ga, "B->A");
+  if (argc == 6) { /* into MXFP8 weights: the e4m3 elements and scales the CUDA quantize writes */
+    fp_plan *F = compile1(argv[4], argv[2]), *K = compile1(argv[4], argv[5]);
+    fp_xfer *fk = NULL;
+    EXPECT(F && K && fp_reshard_compile(F, K, NULL, &fk) == FP_OK, "reshard into MXFP8: %s", fp_xfer_errmsg(fk));
+    int32_t quants = 0;
+    for (int32_t i = 0; fk && fk->tx && i < fk->tx->nops; i++)
+      quants += fk->tx->ops[i].kind == FP_TX_QUANT && fk->tx->ops[i].aux.space == FP_SP_TO;
+    EXPECT(quants > 0, "no quantize into TO's scales");
+    if (!tu_failures) {
+      fp_exec *mf = exec_on(F, FP_BACKEND_MPI), *mk = exec_on(K, FP_BACKEND_MPI);
+      fp_exec *gf = exec_on(F, FP_BACKEND_NCCL), *gk = exec_on(K, FP_BACKEND_NCCL);
+      size_t nf = (size_t)F->prog->arena_bytes, nk = (size_t)K->prog->arena_bytes;
+      if (!tu_failures) {
+        fill(mf->dev, (int64_t)nf);
+        EXPECT(cudaMemcpy(gf->dev, mf->dev, nf, cudaMemcpyHostToDevice) == cudaSuccess, "fill");
+        memset(mk->dev, SENT, nk);
+        EXPECT(cudaMemset(gk->dev, SENT, nk) == cudaSuccess, "sentinel");
+        EXPECT(fp_xfer_run(fk, mf, mk, NULL) == FP_OK, "into MXFP8 on MPI: %s", fp_xfer_errmsg(fk));
+        EXPECT(fp_xfer_run(fk, gf, gk, NULL) == FP_OK, "into MXFP8 on NCCL: %s", fp_xfer_errmsg(fk));
+        same_to(K, mk, gk, "into MXFP8 weights");
+      }
+      fp_exec_destroy(mf);
+      fp_exec_destroy(mk);
+      fp_exec_destroy(gf);
+      fp_exec_destroy(gk);
+    }
+    fp_xfer_free(fk);
+    fp_plan_free(F);
+    fp_plan_free(K);
+  }
   if (tu_rank == 0) printf("transfers on NCCL equal the MPI runs: %d ops A->B, %d ops B->A\n", ab->tx->nops, ba->tx->nops);
   fp_exec_destroy(ma);
   fp_exec_destroy(mb);
