@@ -209,7 +209,8 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
   /* weights+optimizer also moves each optimizer state the plans hold */
   bool optim = tx->what && !strcmp(tx->what, "weights+optimizer");
   int sf = optim && from ? fp_optim_states(from->prog->optim) : 0, st = optim && to ? fp_optim_states(to->prog->optim) : 0;
-  for (int32_t i = tx->first[me]; from && i < tx->first[me + 1]; i++) {
+  int32_t g = fp_tx_prog(tx, me); /* the program this process runs (its own, or the one it repeats) */
+  for (int32_t i = tx->first[g]; from && i < tx->first[g + 1]; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = fmap[o->param];
@@ -219,7 +220,7 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
                    "weights%s of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
                    fp_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
   }
-  for (int32_t k = tx->need_first[me]; to && k < tx->need_first[me + 1]; k++) {
+  for (int32_t k = tx->need_first[g]; to && k < tx->need_first[g + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];
     int32_t q = tmap[r->param];
     if (q < 0 || (!in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st) &&
@@ -265,7 +266,8 @@ static void dequant(const fp_tx_op *o, char *dst, const uint8_t *src, const uint
 /* phase 3 on the MPI backend: this process's ops in order */
 static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, char *stage, MPI_Request *req) {
   const fp_tx *tx = t->tx;
-  int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0;
+  int32_t g = me < tx->nprocs ? fp_tx_prog(tx, me) : 0;
+  int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
   int npost = 0, waited = 0;
   fp_status st = FP_OK;
   for (int32_t i = lo; i < hi && st == FP_OK; i++) {
@@ -327,7 +329,8 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on the %s backend and the TO executor on %s: a "
                        "transfer runs on one backend", from->bk->name, to->bk->name);
   if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
-  int32_t lo = me < tx->nprocs ? tx->first[me] : 0, hi = me < tx->nprocs ? tx->first[me + 1] : 0, nreq = 0;
+  int32_t g = me < tx->nprocs ? fp_tx_prog(tx, me) : 0;
+  int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0, nreq = 0;
   for (int32_t i = lo; i < hi && backend == FP_BACKEND_MPI; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) {

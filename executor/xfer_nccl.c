@@ -101,7 +101,7 @@ fp_status fpx_xfer_nccl_prepare(fp_xfer *t, fp_exec *from, fp_exec *to, int me, 
     return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on CUDA device %d and the TO executor on %d: "
                          "a process runs a transfer on one device", dev, fpx_nccl_device(to));
   /* the order the NCCL backend can run (see above) */
-  int32_t lo = tx->first[me], hi = tx->first[me + 1], last = -1;
+  int32_t prog = fp_tx_prog(tx, me), lo = tx->first[prog], hi = tx->first[prog + 1], last = -1;
   for (int32_t i = lo; i < hi; i++)
     if (p2p(&tx->ops[i])) last = i;
   for (int32_t i = lo; i < last; i++) {
@@ -226,7 +226,7 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   }
   if (!holds(tx, me)) return FP_OK;
   CUDA_DO(cudaSetDevice(n->device));
-  int32_t lo = tx->first[me], hi = tx->first[me + 1], last = -1;
+  int32_t prog = fp_tx_prog(tx, me), lo = tx->first[prog], hi = tx->first[prog + 1], last = -1;
   for (int32_t i = lo; i < hi; i++)
     if (p2p(&tx->ops[i])) last = i;
   char *stage = n->stage;

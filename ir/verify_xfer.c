@@ -18,6 +18,11 @@
  *     process (the main-weight bytes its FROM rank holds, never padding);
  *     staging and TO reads lie in bytes earlier ops of the process wrote;
  *     staging bytes are written once; a send never reads bytes a recv wrote.
+ *  X6 shared programs (fp_tx.same): a process that repeats another's
+ *     program has no ops or needs of its own, repeats one that repeats
+ *     none, holds the same roles (FROM, TO) and staging size, and that
+ *     program is local work only (no send or recv: nothing to match, so
+ *     X2-X5 hold for every process that runs it as for its owner).
  * Messages: "xfer: op N (process p, <kind>): ..." through the diag. */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -495,6 +500,46 @@ static bool check_progress(const fp_tx *t, fp_diag *d, const int32_t *match) {
   return ok;
 }
 
+/* X6; located at /procs/p/same when read from a file */
+static void same_err(fp_diag *d, const fp_tx *t, int64_t p, const char *msg) {
+  char where[64];
+  if (t->src) {
+    snprintf(where, sizeof where, "/procs/%" PRId64 "/same", p);
+    fp_diag_json(d, t->src, where, "%s", msg);
+  } else {
+    fp_diag_errorf(d, "xfer", "process %" PRId64 ": %s", p, msg);
+  }
+}
+static bool check_same(const fp_tx *t, fp_diag *d) {
+  if (!t->same) return true;
+  bool ok = true;
+  bool *p2p = calloc((size_t)t->nprocs + 1, sizeof *p2p); /* a process's program sends or receives */
+  FP_ASSERT(p2p);
+  for (int32_t i = 0; i < t->nops; i++)
+    if ((t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV) && t->ops[i].proc >= 0 &&
+        t->ops[i].proc < t->nprocs)
+      p2p[t->ops[i].proc] = true;
+  for (int64_t p = 0; p < t->nprocs && d->nerrors < MAXREP; p++) {
+    int32_t q = t->same[p];
+    if (q < 0) continue;
+    const char *bad = NULL;
+    if (q >= t->nprocs || q == p) bad = "repeats no other process of the transfer";
+    else if (t->same[q] >= 0) bad = "repeats a process that itself repeats another";
+    else if (t->first[p] != t->first[p + 1] || t->need_first[p] != t->need_first[p + 1])
+      bad = "repeats another process's program but has ops or needs of its own";
+    else if (p2p[q]) bad = "repeats a program with sends or recvs (only local work is repeated)";
+    else if (space_size(t, FP_SP_FROM, (int32_t)p) != space_size(t, FP_SP_FROM, q) ||
+             space_size(t, FP_SP_TO, (int32_t)p) != space_size(t, FP_SP_TO, q) || t->stage_bytes[p] != t->stage_bytes[q])
+      bad = "repeats a process of other roles (FROM, TO) or staging size";
+    if (bad) {
+      same_err(d, t, p, bad);
+      ok = false;
+    }
+  }
+  free(p2p);
+  return ok;
+}
+
 bool fp_tx_verify(const fp_tx *t, fp_diag *d) {
   int errs = d->nerrors;
   for (int32_t i = 1; i < t->nops; i++)
@@ -502,7 +547,7 @@ bool fp_tx_verify(const fp_tx *t, fp_diag *d) {
       err(d, t, i, "ops are not grouped by process");
       return false;
     }
-  if (!check_ops(t, d)) return false;
+  if (!check_ops(t, d) || !check_same(t, d)) return false;
   check_cover(t, d);
   int32_t *match = malloc(((size_t)t->nops + 1) * sizeof *match);
   FP_ASSERT(match);

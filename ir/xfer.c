@@ -114,10 +114,13 @@ void fp_tx_finish(fp_tx *t) {
   t->need_first = group_by_proc(t, t->need, t->nneed, sizeof *t->need, offsetof(fp_tx_region, proc));
   int64_t *sent = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *sent);
   int64_t *recvd = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *recvd);
+  /* how many processes run each process's program (local work repeated) */
+  int64_t *runs = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *runs);
+  for (int64_t p = 0; p < t->nprocs; p++) runs[fp_tx_prog(t, p)]++;
   t->wire_bytes = t->local_bytes = 0;
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *o = &t->ops[i];
-    int64_t b = o->n * fp_dtype_size(o->dtype);
+    int64_t b = o->n * fp_dtype_size(o->dtype) * (o->proc >= 0 && o->proc < t->nprocs ? runs[o->proc] : 1);
     if (o->kind == FP_TX_RECV) {
       t->wire_bytes += b;
       recvd[o->proc] += b;
@@ -171,6 +174,10 @@ void fp_tx_print(const fp_tx *t, FILE *f) {
     fprintf(f, "param %s numel=%" PRId64 "%s\n", t->params[i].name, t->params[i].numel,
             t->params[i].mxfp8 ? " wire=mxfp8" : "");
   for (int64_t p = 0; p < t->nprocs; p++) {
+    if (fp_tx_prog(t, p) != p) { /* a shared local program */
+      fprintf(f, "proc %" PRId64 " stage=%" PRId64 ": same as proc %d\n", p, t->stage_bytes[p], fp_tx_prog(t, p));
+      continue;
+    }
     fprintf(f, "proc %" PRId64 " stage=%" PRId64 ":\n", p, t->stage_bytes[p]);
     for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++)
       fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=%s[%" PRId64 "..]\n", t->need[i].off,
@@ -194,6 +201,11 @@ void fp_tx_explain(const fp_tx *t, FILE *f) {
             fp_tx_kind_name(o->kind), pe, fp_dtype_name(o->dtype), b, d, s, t->params[o->param].name, o->full_off,
             o->full_off + o->n);
   }
+  int64_t shared = 0;
+  for (int64_t p = 0; p < t->nprocs; p++) shared += fp_tx_prog(t, p) != p;
+  if (shared)
+    fprintf(f, "%" PRId64 " of the %" PRId64 " processes repeat another process's program (local work only)\n", shared,
+            t->nprocs);
   fprintf(f, "wire bytes %" PRId64 ", lower bound %" PRId64 " (bytes each destination lacks), ratio %.3f; "
              "local copies %" PRId64 " bytes; busiest sender %" PRId64 ", busiest receiver %" PRId64 "\n",
           t->wire_bytes, t->lower_bound, t->lower_bound ? (double)t->wire_bytes / (double)t->lower_bound : 1.0,
@@ -237,7 +249,9 @@ bool fp_tx_write_json(const fp_tx *t, FILE *f) {
   }
   fprintf(f, "],\n\"procs\":[");
   for (int64_t p = 0; p < t->nprocs; p++) {
-    fprintf(f, "%s\n{\"stage_bytes\":%" PRId64 ",\"need\":[", p ? "," : "", t->stage_bytes[p]);
+    fprintf(f, "%s\n{\"stage_bytes\":%" PRId64, p ? "," : "", t->stage_bytes[p]);
+    if (fp_tx_prog(t, p) != p) fprintf(f, ",\"same\":%d", fp_tx_prog(t, p));
+    fprintf(f, ",\"need\":[");
     bool first = true;
     for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++) {
       const fp_tx_region *r = &t->need[i];
@@ -272,7 +286,8 @@ void fp_tx_trace(const fp_tx *t, FILE *f) {
             first ? "" : ",\n", p, p, p >= t->from_offset && p < t->from_offset + t->from_world ? " FROM" : "",
             p >= t->to_offset && p < t->to_offset + t->to_world ? " TO" : "");
     first = false;
-    for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) {
+    int32_t g = fp_tx_prog(t, p); /* a shared program shows on every process that runs it */
+    for (int32_t j = t->first[g]; j < t->first[g + 1]; j++) {
       const fp_tx_op *o = &t->ops[j];
       int64_t b = o->kind == FP_TX_SEND ? fp_tx_src_bytes(o) : fp_tx_dst_bytes(o);
       char name[64];
@@ -282,7 +297,7 @@ void fp_tx_trace(const fp_tx *t, FILE *f) {
         snprintf(name, sizeof name, "%s", fp_tx_kind_name(o->kind));
       fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%" PRId64 ",\"tid\":0,\"ts\":%d,\"dur\":1,\"name\":\"%s\","
                  "\"args\":{\"op\":%d,\"bytes\":%" PRId64 ",\"param\":",
-              p, j - t->first[p], name, j, b);
+              p, j - t->first[g], name, j, b);
       json_str(f, t->params[o->param].name);
       fprintf(f, ",\"elements\":\"%" PRId64 "..%" PRId64 "\"}}", o->full_off, o->full_off + o->n);
     }

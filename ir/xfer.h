@@ -106,6 +106,13 @@ typedef struct fp_tx {
   fp_tx_region *need;  int32_t nneed;   int64_t cap_need; /* TO bytes to write, grouped by process */
   int32_t *need_first; /* nprocs + 1: needs of process p are need[need_first[p] .. need_first[p+1]) */
   fp_tx_region *have;  int32_t nhave;   int64_t cap_have; /* FROM bytes readable, per process */
+  /* nprocs, or NULL (none shared): same[p] = q >= 0 when process p runs
+   * process q's program - q's ops, needs and staging size, which are all
+   * local work (no send or recv) - and has none of its own; -1 otherwise.
+   * The planner shares the program of processes whose ranks have the same
+   * indices in every communicator of both plans (planner/reshard.c
+   * classes()); fp_tx_prog resolves it */
+  int32_t *same;
   /* figures */
   int64_t wire_bytes;     /* bytes received over the wire (sum of recvs) */
   int64_t lower_bound;    /* TO bytes whose elements the process does not hold in FROM */
@@ -114,6 +121,11 @@ typedef struct fp_tx {
   const struct fp_src *src; /* while the reader verifies it: the file, so the
                              * verifier's messages locate ops (else NULL) */
 } fp_tx;
+
+/* the process whose ops and needs process p runs: p, or the one it repeats */
+static inline int32_t fp_tx_prog(const fp_tx *t, int64_t p) {
+  return t->same && t->same[p] >= 0 ? t->same[p] : (int32_t)p;
+}
 
 /* builder */
 fp_tx *fp_tx_new(fp_arena *a);

@@ -392,10 +392,14 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
   return m == 0;
 }
 
-static bool proc(rd *r, fp_tx *t, int64_t *cap_stage) {
-  static const char *const keys[] = {"stage_bytes", "need", "ops", NULL};
+static bool proc(rd *r, fp_tx *t, int64_t *cap_stage, int64_t *cap_same) {
+  /* "same": the process runs that process's program (xfer.h fp_tx.same;
+   * the verifier checks it) */
+  static const char *const keys[] = {"stage_bytes", "need", "ops", "same", NULL};
   int32_t p = (int32_t)t->nprocs;
   t->stage_bytes = fp_grow(r->a, t->stage_bytes, cap_stage, t->nprocs + 1, sizeof *t->stage_bytes);
+  t->same = fp_grow(r->a, t->same, cap_same, t->nprocs + 1, sizeof *t->same);
+  t->same[p] = -1;
   t->nprocs++;
   obj o;
   int k, m;
@@ -405,6 +409,10 @@ static bool proc(rd *r, fp_tx *t, int64_t *cap_stage) {
     bool ok = true;
     if (k == 0) {
       ok = integer(r, 0, INT64_MAX / 2, &t->stage_bytes[p]);
+    } else if (k == 3) {
+      int64_t v;
+      ok = integer(r, 0, INT32_MAX, &v);
+      t->same[p] = (int32_t)v;
     } else {
       ok = arr_open(r);
       bool first = true;
@@ -469,7 +477,7 @@ fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
                                      "procs", NULL};
   rd r = {.a = a, .d = d, .src = src, .t = src->text, .n = src->len};
   fp_tx *t = fp_tx_new(a);
-  int64_t nprocs_file = 0, cap_stage = 0;
+  int64_t nprocs_file = 0, cap_stage = 0, cap_same = 0;
   obj o;
   int k, m = -1;
   if (obj_open(&r, &o, keys, 0x1BF)) /* all but figures */
@@ -507,7 +515,7 @@ fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
               break;
             }
             size_t pp = push_idx(&r, t->nprocs);
-            ok = proc(&r, t, &cap_stage);
+            ok = proc(&r, t, &cap_stage, &cap_same);
             pop(&r, pp);
           }
           ok = ok && mm == 0;

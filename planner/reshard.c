@@ -163,6 +163,15 @@ typedef struct planner {
   struct kq { int32_t proc; int64_t e, n, q, qs; } *kq;
   int64_t kq_cap, kq_used;
   int64_t *kq_slots;   /* the slots in use, to empty them */
+  /* shared local programs (classes()): per process */
+  int32_t *owner;      /* the first process of its class */
+  int8_t *member;      /* repeats its owner's program (1; 2 while being unshared) */
+  bool *local;         /* its class needs nothing from other processes */
+  int nstates;         /* optimizer states moved per trainable param */
+  const int32_t *fi;   /* FROM's index of each TO param */
+  const fp_reshard_opts *opts;
+  run *fr;             /* plan_param: FROM runs of every rank, sorted by start */
+  int64_t cap_fr;
 } planner;
 
 static int64_t stage_take(planner *P, int32_t proc, int64_t bytes) {
@@ -440,6 +449,219 @@ static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a,
   return true;
 }
 
+/* Cover TO run [a, a+len) of process d from d's own FROM runs (own, nown,
+ * by start), which hold all of it (classes() checked): local pieces only,
+ * cut at the own runs' ends; false on a gap */
+static bool cover_local(planner *P, int32_t pi, const run *own, int64_t nown, int64_t a, int64_t len, int32_t d,
+                        int64_t dst, fp_dtype fdt, fp_dtype tdt, bool mx) {
+  int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
+  for (int64_t k = 0; k < nown && e < end; k++) {
+    run s = own[k];
+    s.rank = (int32_t)(d - P->t->from_offset);
+    if (s.a + s.len <= e) continue;
+    if (s.a > e) return false;
+    int64_t stop = s.a + s.len < end ? s.a + s.len : end;
+    piece(P, pi, &s, e, stop - e, d, dst + (e - a) * tsz, fdt, tdt, mx);
+    e = stop;
+  }
+  return e >= end;
+}
+
+/* whether own runs (by start) hold every element of [a, a+len) */
+static bool holds(const run *own, int64_t nown, int64_t a, int64_t len) {
+  int64_t e = a, end = a + len;
+  for (int64_t k = 0; k < nown && e < end; k++) {
+    if (own[k].a + own[k].len <= e) continue;
+    if (own[k].a > e) return false;
+    e = own[k].a + own[k].len;
+  }
+  return e >= end;
+}
+
+/* Shared local programs. What a process does as a receiver depends only on
+ * its ranks' indices in the plans' communicators (its runs: memo_get) and
+ * on which FROM ranks hold what it lacks. Where its own FROM rank holds
+ * every element its TO rank needs, all it does is local copies, casts and
+ * quantizes, at offsets that depend only on those indices: every process
+ * with the same indices (a class) runs the same ops. The first process of
+ * such a class owns the ops; the others repeat its program (fp_tx.same)
+ * and get no ops, needs or have regions of their own - unless the planner
+ * picks them to send to someone (plan_param phase B), then they get their
+ * own copy. llama3-405b (hybrid 8) from 16,384 to 8,192 ranks is 8 classes:
+ * 8 programs where there were 8,192. */
+static void classes(planner *P, int64_t from_offset, int64_t to_offset) {
+  fp_tx *t = P->t;
+  fp_arena *a = t->arena;
+  const fp_prog *pr[2] = {P->from, P->to};
+  /* the communicators some param's runs depend on, per plan */
+  int32_t *cm[2], nc[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    bool *used = fp_alloc_array(a, (size_t)pr[k]->ncomms + 1, sizeof *used);
+    cm[k] = fp_alloc_array(a, (size_t)pr[k]->ncomms + 1, sizeof *cm[k]);
+    for (int32_t i = 0; i < pr[k]->nparams; i++) {
+      const fp_ir_param *q = &pr[k]->params[i];
+      if (q->placement != FP_PL_REPLICATE && q->comm >= 0 && !used[q->comm]) used[q->comm] = true, cm[k][nc[k]++] = q->comm;
+    }
+  }
+  int64_t K = 2 + nc[0] + nc[1], n = t->nprocs, cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  int64_t *keys = fp_alloc_array(a, (size_t)(n * K), sizeof *keys); /* per process; a class's is its owner's */
+  int32_t *slot = fp_alloc_array(a, (size_t)cap, sizeof *slot);
+  for (int64_t k = 0; k < cap; k++) slot[k] = -1;
+  P->owner = fp_alloc_array(a, (size_t)n, sizeof *P->owner);
+  P->member = fp_alloc_array(a, (size_t)n, sizeof *P->member);
+  P->local = fp_alloc_array(a, (size_t)n, sizeof *P->local);
+  for (int64_t p = 0; p < n; p++) {
+    int64_t *v = keys + p * K, rk[2] = {p - from_offset, p - to_offset}, x = 0;
+    for (int k = 0; k < 2; k++) {
+      bool has = rk[k] >= 0 && rk[k] < pr[k]->world_size;
+      v[x++] = has;
+      for (int32_t c = 0; c < nc[k]; c++) v[x++] = has ? fp_comm_index(&pr[k]->comms[cm[k][c]], rk[k]) : -1;
+    }
+    uint64_t h = 1469598103934665603u;
+    for (int64_t k = 0; k < K; k++) h = (h ^ (uint64_t)v[k]) * 1099511628211u;
+    int64_t i = (int64_t)(h & (uint64_t)(cap - 1));
+    for (; slot[i] >= 0; i = (i + 1) & (cap - 1))
+      if (!memcmp(keys + (int64_t)slot[i] * K, v, (size_t)K * sizeof *v)) break;
+    if (slot[i] < 0) slot[i] = (int32_t)p;
+    P->owner[p] = slot[i];
+  }
+  /* a class is local when its owner holds, as a FROM rank, every element it
+   * needs as a TO rank (main weights, states, a compute weight kept whole) */
+  bool *ok = fp_alloc_array(a, (size_t)n, sizeof *ok);
+  for (int64_t p = 0; p < n; p++)
+    ok[p] = P->owner[p] == p && p - from_offset >= 0 && p - from_offset < P->from->world_size && p - to_offset >= 0 &&
+            p - to_offset < P->to->world_size;
+  for (int32_t j = 0; j < P->to->nparams; j++) {
+    const fp_ir_param *q = &P->to->params[j], *f = &P->from->params[P->fi[j]];
+    int64_t numel = numel_of(q);
+    bool persistent = q->weight.buf >= 0 && q->weight.buf != q->main.buf && P->to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
+    for (int w = 0; w < (q->opt.buf >= 0 ? P->nstates + 1 : 1); w++) {
+      hmemo fm, tm;
+      memo_build(a, P->from, f, w, &fm);
+      memo_build(a, P->to, q, w, &tm);
+      for (int64_t p = 0; p < n; p++) {
+        if (!ok[p]) continue;
+        const run *own, *tr;
+        int64_t nown = memo_get(&fm, p - from_offset, &own), nt = memo_get(&tm, p - to_offset, &tr);
+        for (int64_t k = 0; k < nt && ok[p]; k++) ok[p] = holds(own, nown, tr[k].a, tr[k].len);
+        if (ok[p] && w == 0 && persistent && !(nt == 1 && tr[0].len == numel)) ok[p] = holds(own, nown, 0, numel);
+      }
+    }
+  }
+  for (int64_t p = 0; p < n; p++) {
+    P->local[p] = ok[P->owner[p]];
+    P->member[p] = P->local[p] && P->owner[p] != p;
+  }
+}
+
+/* Plan param j (FROM's fj) part w (0: main weights; k + 1: optimizer state
+ * k) for the TO processes in list: their need regions and the ops that
+ * fill them. */
+static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *list, int32_t nlist, fp_diag *d,
+                       const char *fname) {
+  fp_tx *t = P->t;
+  fp_arena *a = t->arena;
+  const fp_prog *from = P->from, *to = P->to;
+  const fp_ir_param *q = &to->params[j], *f = &from->params[fj];
+  int64_t numel = numel_of(q);
+  fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
+  bool keep = w == 0 && q->main_dtype == FP_E4M3, mxw = w == 0 && t->params[j].mxfp8;
+  P->keep = keep, P->knumel = numel;
+  P->kscales = keep ? to->bufs[q->scales.buf].offset + q->scales.off : -1;
+  for (int64_t k = 0; k < P->kq_used; k++) P->kq[P->kq_slots[k]].proc = -1; /* a new param: empty the memo */
+  P->kq_used = 0;
+  hmemo fm, tm;
+  memo_build(a, from, f, w, &fm);
+  memo_build(a, to, q, w, &tm);
+  /* FROM runs of every rank, sorted by start, and their groups: only where
+   * some process receives (a local class copies from its own runs) */
+  int64_t nfr = 0, ng = 0;
+  group *gs = NULL;
+  bool grouped = false, built = false;
+  bool persistent = w == 0 && q->weight.buf >= 0 && q->weight.buf != q->main.buf &&
+                    to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT; /* (one copy: the main weight itself) */
+  int64_t wbase = persistent ? to->bufs[q->weight.buf].offset + q->weight.off : -1;
+  for (int32_t li = 0; li < nlist; li++) {
+    int32_t dp = list[li];
+    if (!P->local[dp] && !built) {
+      for (int64_t r = 0; r < from->world_size; r++) {
+        const run *mr;
+        int64_t got = memo_get(&fm, r, &mr);
+        P->fr = fp_grow_raw(a, P->fr, &P->cap_fr, nfr + got + 1, sizeof *P->fr);
+        for (int64_t k = 0; k < got; k++) P->fr[nfr + k] = mr[k], P->fr[nfr + k].rank = (int32_t)r;
+        nfr += got;
+      }
+      fp_sort_records(P->fr, sizeof *P->fr, nfr, 1, run_start);
+      grouped = make_groups(a, P->fr, nfr, &gs, &ng);
+      built = true;
+    }
+    const run *own = NULL;
+    int64_t nown = P->local[dp] ? memo_get(&fm, dp - t->from_offset, &own) : 0;
+#define COVER(A, LEN, DST, TDT)                                                                                  \
+  (P->local[dp] ? cover_local(P, j, own, nown, (A), (LEN), dp, (DST), fdt, (TDT), mxw)                          \
+   : grouped    ? cover_groups(P, j, P->fr, gs, ng, (A), (LEN), dp, (DST), fdt, (TDT), mxw, &t->lower_bound) \
+                : cover(P, j, P->fr, nfr, (A), (LEN), dp, (DST), fdt, (TDT), mxw, &t->lower_bound))
+    const run *tr;
+    int64_t got = memo_get(&tm, dp - t->to_offset, &tr);
+    bool full = got == 1 && tr[0].len == numel;
+    if (P->keep) { /* one run, the whole param (replicated), then its scales */
+      FP_ASSERT(full);
+      P->kdata = tr[0].byte, P->kblk = P->klast = -1;
+      fp_tx_region_add(t, true, dp, j, P->kscales, fp_mx_blocks(numel), 0, FP_E8M0);
+    }
+    for (int64_t k = 0; k < got; k++) {
+      int64_t bytes = tr[k].len * fp_dtype_size(tdt);
+      fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, tdt);
+      if (!COVER(tr[k].a, tr[k].len, tr[k].byte, tdt)) {
+        fp_diag_errorf(d, fname, "param '%s': elements from %" PRId64 " are held by no rank of the plan", q->name,
+                       tr[k].a);
+        return false;
+      }
+    }
+    if (!persistent) continue;
+    /* the compute weight the TO plan keeps unsharded between steps */
+    fp_tx_region_add(t, true, dp, j, wbase, numel * fp_dtype_size(q->param_dtype), 0, q->param_dtype);
+    if (full) { /* derived from the new main weights, as the plan's own refresh does */
+      fp_tx_op *c = late(P, FP_TX_COPY, dp, j, q->param_dtype, numel);
+      c->sdtype = q->main_dtype, c->dst = ref(FP_SP_TO, wbase), c->src = ref(FP_SP_TO, tr[0].byte);
+    } else if (!COVER(0, numel, wbase, q->param_dtype)) {
+      fp_diag_errorf(d, fname, "param '%s' is not held whole by the ranks of the plan", q->name);
+      return false;
+    }
+#undef COVER
+  }
+  return true;
+}
+
+/* The FROM bytes each process may read (rule X5): the runs its FROM rank
+ * holds, for the processes with ops that read FROM (a process that repeats
+ * another's program reads what the owner's have regions say; one that only
+ * holds bytes nobody asks for needs none) */
+static void add_haves(planner *P) {
+  fp_tx *t = P->t;
+  int32_t *reads = fp_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *reads), nr = 0;
+  bool *seen = fp_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *seen);
+  for (int32_t i = 0; i < t->nops; i++) {
+    const fp_tx_op *o = &t->ops[i];
+    if (o->src.space == FP_SP_FROM && !seen[o->proc]) seen[o->proc] = true, reads[nr++] = o->proc;
+  }
+  for (int32_t j = 0; j < P->to->nparams && nr > 0; j++) {
+    const fp_ir_param *q = &P->to->params[j], *f = &P->from->params[P->fi[j]];
+    for (int w = 0; w < (q->opt.buf >= 0 ? P->nstates + 1 : 1); w++) {
+      fp_dtype fdt = w ? P->from->optim_dtype : f->main_dtype;
+      hmemo fm;
+      memo_build(t->arena, P->from, f, w, &fm);
+      for (int32_t k = 0; k < nr; k++) {
+        const run *mr;
+        int64_t got = memo_get(&fm, reads[k] - t->from_offset, &mr);
+        for (int64_t x = 0; x < got; x++)
+          fp_tx_region_add(t, false, reads[k], j, mr[x].byte, mr[x].len * fp_dtype_size(fdt), mr[x].a, fdt);
+      }
+    }
+  }
+}
+
 fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
                   const fp_reshard_opts *o, fp_diag *d) {
   int errs = d->nerrors;
@@ -557,95 +779,53 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   t->nprocs = o->from_offset + from->world_size > o->to_offset + to->world_size ? o->from_offset + from->world_size
                                                                                  : o->to_offset + to->world_size;
   t->from_arena = from->arena_bytes, t->to_arena = to->arena_bytes;
-  planner P = {.t = t, .from = from, .to = to};
+  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates, .opts = o};
+  t->same = fp_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
   P.load = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
   P.stage = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
   t->params = fp_alloc_array(a, (size_t)to->nparams + 1, sizeof *t->params);
   t->nparams = to->nparams;
   t->cap_params = to->nparams + 1;
-
-  int64_t cap = 0, nfr = 0;
-  run *fr = NULL;
   for (int32_t j = 0; j < to->nparams; j++) {
-    const fp_ir_param *q = &to->params[j], *f = &from->params[fi[j]];
-    int64_t numel = numel_of(q);
     /* kept as MXFP8 by TO: MXFP8 on the wire whatever --transform says */
-    bool keep = q->main_dtype == FP_E4M3, mx = keep || matches(o, q->name);
-    t->params[j] = (fp_tx_param){q->name, numel, mx};
-    /* the main weights, then (weights+optimizer) each optimizer state: the
-     * same elements in other buffers, never transformed */
-    for (int w = 0; w < (q->opt.buf >= 0 ? nstates + 1 : 1); w++) {
-    fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
-    bool mxw = mx && w == 0;
-    P.keep = keep && w == 0, P.knumel = numel;
-    for (int64_t k = 0; k < P.kq_used; k++) P.kq[P.kq_slots[k]].proc = -1; /* a new param: empty the memo */
-    P.kq_used = 0;
-    P.kscales = keep ? to->bufs[q->scales.buf].offset + q->scales.off : -1;
-    /* FROM runs of every rank, sorted by start */
-    nfr = 0;
-    hmemo fm, tm;
-    memo_build(a, from, f, w, &fm);
-    memo_build(a, to, q, w, &tm);
-    for (int64_t r = 0; r < from->world_size; r++) {
-      const run *mr;
-      int64_t got = memo_get(&fm, r, &mr);
-      fr = fp_grow_raw(a, fr, &cap, nfr + got + 1, sizeof *fr);
-      for (int64_t k = 0; k < got; k++) {
-        fr[nfr + k] = mr[k], fr[nfr + k].rank = (int32_t)r;
-        fp_tx_region_add(t, false, (int32_t)(r + o->from_offset), j, mr[k].byte, mr[k].len * fp_dtype_size(fdt), mr[k].a,
-                         fdt);
-      }
-      nfr += got;
+    const fp_ir_param *q = &to->params[j];
+    t->params[j] = (fp_tx_param){q->name, numel_of(q), q->main_dtype == FP_E4M3 || matches(o, q->name)};
+  }
+
+  classes(&P, o->from_offset, o->to_offset);
+  /* phase A: every TO process that owns its program (the senders are
+   * chosen here); phase B: the members of a shared class chosen as senders
+   * in A, which then run their own copy of the class's local work */
+  int32_t *list = fp_alloc_array(a, (size_t)to->world_size + 1, sizeof *list), nlist = 0;
+  for (int64_t r = 0; r < to->world_size; r++)
+    if (!P.member[r + o->to_offset]) list[nlist++] = (int32_t)(r + o->to_offset);
+  for (int phase = 0; phase < 2; phase++) {
+    if (phase == 1) {
+      nlist = 0;
+      for (int32_t i = 0; i < t->nops; i++)
+        if (P.member[t->ops[i].proc]) P.member[t->ops[i].proc] = 2; /* it sends: unshared */
+      for (int64_t r = 0; r < to->world_size; r++)
+        if (P.member[r + o->to_offset] == 2) list[nlist++] = (int32_t)(r + o->to_offset), P.member[r + o->to_offset] = 0;
+      if (nlist == 0) break;
     }
-    fp_sort_records(fr, sizeof *fr, nfr, 1, run_start);
-    group *gs = NULL;
-    int64_t ng = 0;
-    bool grouped = make_groups(a, fr, nfr, &gs, &ng);
-#define COVER(A, LEN, D, DST, TDT) \
-  (grouped ? cover_groups(&P, j, fr, gs, ng, (A), (LEN), (D), (DST), fdt, (TDT), mxw, &t->lower_bound) \
-           : cover(&P, j, fr, nfr, (A), (LEN), (D), (DST), fdt, (TDT), mxw, &t->lower_bound))
-    bool persistent = w == 0 && q->weight.buf >= 0 && q->weight.buf != q->main.buf &&
-                      to->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT; /* (one copy: the main weight itself) */
-    int64_t wbase = persistent ? to->bufs[q->weight.buf].offset + q->weight.off : -1;
-    for (int64_t r = 0; r < to->world_size; r++) {
-      int32_t dp = (int32_t)(r + o->to_offset);
-      const run *tr;
-      int64_t got = memo_get(&tm, r, &tr);
-      bool full = got == 1 && tr[0].len == numel;
-      if (P.keep) { /* one run, the whole param (replicated), then its scales */
-        FP_ASSERT(full);
-        P.kdata = tr[0].byte, P.kblk = P.klast = -1;
-        fp_tx_region_add(t, true, dp, j, P.kscales, fp_mx_blocks(numel), 0, FP_E8M0);
-      }
-      for (int64_t k = 0; k < got; k++) {
-        int64_t bytes = tr[k].len * fp_dtype_size(tdt);
-        fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, tdt);
-        if (!COVER(tr[k].a, tr[k].len, dp, tr[k].byte, tdt)) {
-          fp_diag_errorf(d, fname, "param '%s': elements from %" PRId64 " are held by no rank of the plan", q->name,
-                         tr[k].a);
-          return NULL;
-        }
-      }
-      if (!persistent) continue;
-      /* the compute weight the TO plan keeps unsharded between steps */
-      fp_tx_region_add(t, true, dp, j, wbase, numel * fp_dtype_size(q->param_dtype), 0, q->param_dtype);
-      if (full) { /* derived from the new main weights, as the plan's own refresh does */
-        fp_tx_op *c = late(&P, FP_TX_COPY, dp, j, q->param_dtype, numel);
-        c->sdtype = q->main_dtype, c->dst = ref(FP_SP_TO, wbase), c->src = ref(FP_SP_TO, tr[0].byte);
-      } else if (!COVER(0, numel, dp, wbase, q->param_dtype)) {
-        fp_diag_errorf(d, fname, "param '%s' is not held whole by the ranks of the plan", q->name);
-        return NULL;
-      }
-    }
+    for (int32_t j = 0; j < to->nparams; j++) {
+      const fp_ir_param *q = &to->params[j];
+      /* the main weights, then (weights+optimizer) each optimizer state: the
+       * same elements in other buffers, never transformed */
+      for (int w = 0; w < (q->opt.buf >= 0 ? nstates + 1 : 1); w++)
+        if (!plan_param(&P, j, fi[j], w, list, nlist, d, fname)) return NULL;
     }
   }
-#undef COVER
+  for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P.member[p] ? P.owner[p] : -1;
   for (int64_t i = 0; i < P.nlate; i++) {
     fp_tx_op *x = fp_tx_emit(t, P.late[i].kind, P.late[i].proc, P.late[i].param, P.late[i].dtype, P.late[i].n);
     *x = P.late[i];
   }
+  for (int64_t p = 0; p < t->nprocs; p++)
+    if (t->same[p] >= 0) P.stage[p] = P.stage[t->same[p]];
   t->stage_bytes = P.stage;
   for (int64_t p = 0; p < t->nprocs; p++) FP_ASSERT(P.stage[p] < FP_TX_OFF_LIMIT);
+  add_haves(&P);
   fp_tx_finish(t);
   return t;
 }

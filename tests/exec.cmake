@@ -217,6 +217,10 @@ fp_reshard_test(hybrid4_to_fs2 4 hybrid 4 full_shard 2)
 fp_reshard_test(fs2_to_hybrid4 4 full_shard 2 hybrid 4)
 fp_reshard_test(placements3_to_noshard2 3 placements-w3 3 no_shard 2)
 fp_reshard_test(fs4_to_bf16_3 4 full_shard 4 bf16 3)
+# hybrid 2 x 3 -> 2 x 2: processes 2 and 3 hold what 0 and 1 hold, in both
+# plans: they repeat 0's and 1's local programs (fp_tx.same); the way back
+# (2 x 2 -> 2 x 3) picks them as senders to 4 and 5, so they run their own
+fp_reshard_test(hybrid6_to_hybrid4_shared 6 hybrid 6 hybrid 4 --expect-shared 2)
 # disjoint rank sets: TO ranks on processes after FROM's
 fp_reshard_test(fs2_to_placements3_disjoint 5 full_shard 2 placements-w3 3 --to-offset 2)
 fp_reshard_test(hybrid4_to_fs2_disjoint 6 hybrid 4 full_shard 2 --to-offset 4)

@@ -80,6 +80,15 @@ $F reshard "$T/fz.plan.json" "$T/keep.plan.json" -o "$T/keep.xfer.json" >/dev/nu
 err=$($F reshard "$T/keep.plan.json" "$T/fz.plan.json" -o "$T/back.json" 2>&1); [ $? = 1 ] || fail "from kept MXFP8: exit"
 echo "$err" | grep -Eq "keep.plan.json:[0-9]+:[0-9]+: error: /params/2/main_dtype: param 'fc1.weight' is kept as MXFP8 in this plan" || fail "from kept MXFP8: $err"
 [ -e "$T/back.json" ] && fail "output written on error (from kept MXFP8)"
+# shared local programs: hybrid 2 x 3 -> 2 x 2, processes 2 and 3 repeat 0
+# and 1 (text form, JSON, explain)
+spec hybrid 6; spec hybrid 4
+$F compile "$S/tests/mpi/mlp.model.json" --spec "$T/hybrid-6.spec.json" -o "$T/h6.plan.json" >/dev/null 2>&1 || fail compile h6
+$F compile "$S/tests/mpi/mlp.model.json" --spec "$T/hybrid-4.spec.json" -o "$T/h4.plan.json" >/dev/null 2>&1 || fail compile h4
+$F reshard "$T/h6.plan.json" "$T/h4.plan.json" --emit=ir | grep -q '^proc 3 stage=0: same as proc 1$' || fail "no shared program in the text form"
+$F reshard "$T/h6.plan.json" "$T/h4.plan.json" --emit=explain | grep -q '^2 of the 6 processes repeat' || fail "explain: shared programs"
+$F reshard "$T/h6.plan.json" "$T/h4.plan.json" -o "$T/h.xfer.json" >/dev/null || fail "shared -o"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert [p.get('same') for p in d['procs']] == [None, None, 0, 1, None, None], d['procs']" "$T/h.xfer.json" || fail "JSON same"
 # an offloaded param (main weights in host memory) is refused, located
 $F compile "$S/tests/mpi/mlp.model.json" --spec "$S/tests/mpi/offload.spec.json" -o "$T/off.plan.json" >/dev/null 2>&1 || fail compile offload
 err=$($F reshard "$T/a.plan.json" "$T/off.plan.json" 2>&1); [ $? = 1 ] || fail "offload exit"

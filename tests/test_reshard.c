@@ -218,6 +218,7 @@ int main(int argc, char **argv) {
   const char *model = argv[1], *mxpat = NULL;
   bool expect_merged = false; /* the pair has copies the executor runs as one (fp_tx_copy_run) */
   bool wire_exact = false;    /* wire = lower bound even where B keeps MXFP8 (no block split between senders) */
+  int expect_shared = -1;     /* processes of A -> B that repeat another's program (fp_tx.same); -1: any */
   int wa = atoi(argv[3]), wb = atoi(argv[5]);
   long off = 0;
   for (int i = 6; i + 1 < argc; i += 2) {
@@ -226,6 +227,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--what") && !strcmp(argv[i + 1], "weights+optimizer")) g_states = -1;
     if (!strcmp(argv[i], "--expect-merged")) expect_merged = atoi(argv[i + 1]) != 0;
     if (!strcmp(argv[i], "--wire-exact")) wire_exact = atoi(argv[i + 1]) != 0;
+    if (!strcmp(argv[i], "--expect-shared")) expect_shared = atoi(argv[i + 1]);
   }
   fp_plan *A = compile(model, argv[2], wa), *B = compile(model, argv[4], wb);
   if (!A || !B) return tu_finish();
@@ -281,6 +283,11 @@ int main(int argc, char **argv) {
   /* (a kept param's blocks split between senders travel in FROM's dtype) */
   if ((!mxpat && !kept) || wire_exact) EXPECT(info.wire_bytes == info.lower_bound, "wire %" PRId64 " != lower bound %" PRId64, info.wire_bytes,
                      info.lower_bound);
+  if (expect_shared >= 0 && ab) {
+    int shared = 0;
+    for (int64_t p = 0; p < ab->tx->nprocs; p++) shared += fp_tx_prog(ab->tx, p) != p;
+    EXPECT(shared == expect_shared, "A->B: %d processes repeat another's program, expected %d", shared, expect_shared);
+  }
   if (tu_failures) return tu_finish();
 
   /* executors: FROM ranks 0..wa-1, TO ranks on processes off..off+wb-1 */
@@ -318,7 +325,7 @@ int main(int argc, char **argv) {
       r->off += delta;
       fp_status st = fp_xfer_run(ab, xa, xb, NULL);
       EXPECT(st != FP_OK, "a transfer writing outside the weights ran");
-      if (tu_rank == owner)
+      if (tu_rank < tx->nprocs && fp_tx_prog(tx, tu_rank) == owner) /* (the owner's program, or repeating it) */
         EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ab), "are not this rank's weights"), "got %s: %s",
                fp_status_name(st), fp_xfer_errmsg(ab));
       else
@@ -336,8 +343,8 @@ int main(int argc, char **argv) {
   if (expect_merged) { /* the checks below then cover copies run as one */
     const fp_tx *t = ab->tx;
     long long merged = 0;
-    for (int32_t i = tu_rank < t->nprocs ? t->first[tu_rank] : 0, hi = tu_rank < t->nprocs ? t->first[tu_rank + 1] : 0;
-         i < hi;) {
+    int32_t g = tu_rank < t->nprocs ? fp_tx_prog(t, tu_rank) : 0;
+    for (int32_t i = tu_rank < t->nprocs ? t->first[g] : 0, hi = tu_rank < t->nprocs ? t->first[g + 1] : 0; i < hi;) {
       int64_t n;
       int32_t end = fp_tx_copy_run(t, i, hi, &n);
       merged += end - i > 1;
@@ -352,7 +359,7 @@ int main(int argc, char **argv) {
     const fp_tx *t = ab->tx;
     char *mark = calloc((size_t)B->prog->arena_bytes, 1);
     for (int32_t k = 0; k < t->nneed; k++)
-      if (t->need[k].proc == tu_rank) memset(mark + t->need[k].off, 1, (size_t)t->need[k].bytes);
+      if (t->need[k].proc == fp_tx_prog(t, tu_rank)) memset(mark + t->need[k].off, 1, (size_t)t->need[k].bytes);
     int64_t bad = 0;
     for (int64_t b = 0; b < B->prog->arena_bytes; b++)
       if (!mark[b] && (unsigned char)xb->dev[b] != SENT) bad++;

@@ -471,6 +471,58 @@ int main(int argc, char **argv) {
     expect(w, want[c], what[c]);
   }
 
+  /* X6: processes that repeat another's program (fp_tx.same). Process 0
+   * copies its FROM bytes into TO; the others repeat it (valid), or break
+   * one condition each */
+  for (int c = 0; c < 6; c++) {
+    fp_tx *w = hand(a, 3);
+    if (c == 5) w->to_world = 2; /* process 2 holds no TO rank */
+    op(w, FP_TX_COPY, 0, -1, TO0, FR0);
+    if (c == 2) op(w, FP_TX_SEND, 0, 2, NONE, FR0), op(w, FP_TX_RECV, 2, 0, TO16, NONE);
+    if (c == 1) op(w, FP_TX_COPY, 1, -1, TO16, FR0);
+    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_F32);
+    fp_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
+    if (c == 1) fp_tx_region_add(w, true, 1, 0, 16, 16, 0, FP_F32), fp_tx_region_add(w, false, 1, 0, 0, 16, 0, FP_F32);
+    if (c == 2) fp_tx_region_add(w, true, 2, 0, 16, 16, 0, FP_F32);
+    fp_tx_finish(w);
+    w->same = fp_alloc_array(a, 3, sizeof *w->same);
+    static const int32_t same1[] = {0, 0, 0, 1, 0, 0}, same2[] = {0, -1, -1, 0, 1, 0};
+    w->same[0] = -1, w->same[1] = c == 3 ? 1 : same1[c], w->same[2] = same2[c];
+    static const char *const want[] = {NULL, "has ops or needs of its own", "with sends or recvs",
+                                       "repeats no other process", "itself repeats another", "other roles"};
+    expect(w, want[c], c == 0 ? "X6 shared program" : want[c]);
+  }
+
+  /* a compiled transfer with shared programs (hybrid 2 x 3 -> 2 x 2:
+   * processes 2 and 3 repeat 0 and 1) writes "same", reads back equal, and
+   * a tampered "same" is located at /procs/p/same */
+  {
+    fp_plan *H6 = compile("hybrid", 6), *H4 = compile("hybrid", 4);
+    fp_reshard_opts ho = {.what = "weights"};
+    fp_diag_init(&d, NULL);
+    fp_tx *h = H6 && H4 ? fp_reshard(a, H6->prog, NULL, H4->prog, NULL, &ho, &d) : NULL;
+    CHECK(h && h->same && h->same[2] == 0 && h->same[3] == 1 && h->same[0] < 0 && h->first[2] == h->first[3],
+          "hybrid 6 -> 4: processes 2 and 3 should repeat 0 and 1: %s", d.buf ? d.buf : "");
+    fp_diag_free(&d);
+    char *js = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&js, &n);
+    if (h) fp_tx_write_json(h, f);
+    fclose(f);
+    fp_src s = {"t.xfer.json", js, n};
+    fp_diag_init(&d, NULL);
+    fp_tx *back = h ? fp_tx_read(a, &d, &s) : NULL;
+    CHECK(back && back->same[2] == 0 && back->same[3] == 1 && back->same[1] < 0, "read back: %s", d.buf ? d.buf : "");
+    fp_diag_free(&d);
+    char *bad = js ? edit(js, "\"same\":1", "\"same\":3", NULL) : NULL;
+    if (bad) expect_read(a, bad, "/procs/3/same: repeats no other process", -1, "same pointing at itself");
+    CHECK(bad != NULL, "no \"same\":1 in the JSON");
+    free(bad);
+    free(js);
+    fp_plan_free(H6);
+    fp_plan_free(H4);
+  }
+
   /* MXFP8 blocks of a slice: aligned to the full param */
   CHECK(fp_tx_head(0, 100) == 0 && fp_tx_nscales(0, 100) == 4, "aligned slice");
   CHECK(fp_tx_head(65, 65) == 31 && fp_tx_nscales(65, 65) == 3, "slice [65,130): head 31, then 32 and 2");
