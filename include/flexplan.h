@@ -388,7 +388,10 @@ typedef struct fp_param_view {
    * module, or always for weights the plan keeps unsharded) until the plan
    * frees it; its bytes may serve other buffers outside that window. A tied
    * param (read by other modules too: fp_plan_module_uses) is valid through
-   * the forward and backward of every module that reads it. */
+   * the forward and backward of every module that reads it. An MXFP8 param
+   * (a frozen replicated bucket with param_dtype "mxfp8"; docs/layout.md):
+   * dtype FP_ELEM_E4M3, the same bytes as `main`, always valid; its values
+   * are these elements times their block's `scales`. */
   fp_tensor weight;
   /* The unsharded grad the trainer's backward accumulates into (param dtype,
    * numel elements): zeroed by pre_backward, reduced by post_backward. A tied
@@ -412,6 +415,14 @@ typedef struct fp_param_view {
    * created, written only by the trainer's optimizer. data NULL for a
    * frozen param and past optim_states. */
   fp_tensor optim[2];
+  /* MXFP8 params only: the e8m0 block scales (FP_ELEM_E8M0, one per block
+   * of 32 consecutive elements of the flat row-major param, the last block
+   * possibly short: ceil(numel / 32) elements). Element e of the param is
+   * the e4m3 value of byte weight[e] times 2^(scales[e / 32] - 127) (scale
+   * byte 0xFF: the whole block is NaN). Persistent like the weight: valid
+   * always, written only by a refit. data NULL and numel 0 for every other
+   * param. */
+  fp_tensor scales;
 } fp_param_view;
 
 /* Parameters are numbered 0..nparams-1 in the plan's order. */
