@@ -437,6 +437,9 @@ FP_API fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out)
  * even). Each rank reads only the extents it stores: its main-weight shard,
  * and the whole tensor where the plan keeps the compute weight unsharded
  * between steps; those compute copies are recast from the new main weights.
+ * An MXFP8 param (fp_param_view.scales) is read whole, widened to fp32 and
+ * quantized into its e4m3 elements and e8m0 scales (32-element blocks, the
+ * C reference kernel fpk_quantize_mxfp8's rule: docs/executor.md).
  * Every name, shape and dtype is validated and every byte read before any
  * byte of the arena is written, so a failed refit (FP_ERR_WEIGHTS) changes
  * nothing. Buffer addresses never change, so CUDA graphs captured before a
