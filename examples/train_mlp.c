@@ -132,6 +132,9 @@ static void build_model(fp_exec *x, const fp_plan *plan) {
     P[i].grad_dt = P[i].v.grad.dtype;
     P[i].param_dt = P[i].v.weight.dtype;
     P[i].reduce_dt = P[i].v.reduce_dtype;
+    if (P[i].v.scales.data) /* fp_param_view.scales: e4m3 elements whose values need their block scales */
+      DIE("param '%s' is MXFP8 in the plan (e4m3 weights with e8m0 block scales); train_mlp computes with float "
+          "weights: give its bucket a float param_dtype", P[i].v.name);
   }
   nlayers = info.nmodules;
   L = xcalloc((size_t)nlayers, sizeof *L);

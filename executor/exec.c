@@ -470,6 +470,10 @@ static fp_status resolve_params(fp_exec *x) {
       fp_view ov = {q->opt.buf, q->opt.off + shift * es_o + k * (p->bufs[q->opt.buf].bytes / fp_optim_states(p->optim))};
       FPX_CHECK_GOTO(view_of(x, q, "opt", &ov, p->optim_dtype, xp->slot, &v->optim[k], &xp->off[4 + k], &xp->host[4 + k]), st, fail);
     }
+    /* MXFP8 weights (frozen, replicated: weight and main are the same e4m3
+     * bytes): their e8m0 block scales */
+    FPX_CHECK_GOTO(view_of(x, q, "scales", &q->scales, FP_E8M0, q->scales.buf >= 0 ? fp_mx_blocks(numel) : 0,
+                           &v->scales, &xp->off[6], &xp->host[6]), st, fail);
     bool reduced = q->requires_grad && q->bucket >= 0 && reduce_dt[q->bucket] >= 0;
     v->reduce_dtype = reduced ? (fp_elem)reduce_dt[q->bucket] : (fp_elem)q->grad_dtype;
     xp->weight_persistent = q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT;
@@ -487,8 +491,9 @@ static void set_pointers(fp_exec *x) {
   }
   for (int32_t i = 0; i < x->prog->nparams; i++) {
     fp_xparam *xp = &x->params[i];
-    fp_tensor *t[6] = {&xp->v.weight, &xp->v.ugrad, &xp->v.main, &xp->v.grad, &xp->v.optim[0], &xp->v.optim[1]};
-    for (int k = 0; k < 6; k++) t[k]->data = xp->off[k] < 0 ? NULL : (xp->host[k] ? x->host : x->dev) + xp->off[k];
+    fp_tensor *t[7] = {&xp->v.weight, &xp->v.ugrad, &xp->v.main,     &xp->v.grad,
+                       &xp->v.optim[0], &xp->v.optim[1], &xp->v.scales};
+    for (int k = 0; k < 7; k++) t[k]->data = xp->off[k] < 0 ? NULL : (xp->host[k] ? x->host : x->dev) + xp->off[k];
   }
 }
 

@@ -95,8 +95,9 @@ typedef struct fp_xop {
 typedef struct fp_xparam {
   fp_param_view v;
   int64_t slot;        /* shard slot elements on this rank */
-  int64_t off[6];      /* arena offsets of weight, ugrad, main, grad, optim[0], optim[1] (-1: none) */
-  bool host[6];        /* that offset is in the host arena (offload: main, grad, optim) */
+  int64_t off[7];      /* arena offsets of weight, ugrad, main, grad, optim[0], optim[1], scales
+                        * (MXFP8 params; -1: none) */
+  bool host[7];        /* that offset is in the host arena (offload: main, grad, optim) */
   bool weight_persistent; /* the compute weight stays unsharded between steps */
 } fp_xparam;
 

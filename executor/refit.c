@@ -15,6 +15,10 @@
  *     param dtype), as the plan's own post-optimizer refresh would, and
  *     hand the bytes to the backend, which copies them into the arena (a
  *     memcpy on MPI, a copy to the GPU on NCCL; backend_impl.h `write`).
+ *     An MXFP8 param (frozen, replicated, one copy: main = weight, e4m3,
+ *     plus its e8m0 `scales` view) is read whole, widened to fp32 and
+ *     quantized by fpk_quantize_mxfp8 (32-element blocks of the flat
+ *     param); the backend writes the elements once and the scales.
  * Nothing is reallocated: the views, and any CUDA graph captured over them,
  * stay valid. Transient compute weights are gathered from the new shards by
  * the next step's hooks. */
@@ -31,6 +35,7 @@ typedef struct src {      /* where one param comes from */
   int file;
   const fp_st_tensor *t;
   bool full;              /* read the whole tensor (persistent compute weight) */
+  bool mx;                /* an MXFP8 param: quantized into its elements and scales */
   int64_t staged;         /* byte offset of its data in the staging buffer */
 } src;
 
@@ -49,7 +54,7 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
       if (!t) continue;
       if (s->t)
         return fpx_fail(x, FP_ERR_WEIGHTS, "refit: param '%s' is in both %s and %s", v->name, paths[s->file], paths[k]);
-      *s = (src){files[k], k, t, false, 0};
+      *s = (src){files[k], k, t, false, false, 0};
     }
     if (!s->t) return fpx_fail(x, FP_ERR_WEIGHTS, "refit: param '%s' is in none of the %d file(s)", v->name, npaths);
     const fp_st_tensor *t = s->t;
@@ -73,15 +78,20 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
     if (t->nbytes != v->numel * fsz)
       return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s' holds %" PRId64 " bytes, its shape needs %" PRId64,
                       paths[s->file], v->name, t->nbytes, v->numel * fsz);
-    s->full = xp->weight_persistent;
+    /* MXFP8 weights are persistent and unsharded (the plan verified it): the
+     * whole tensor, since every block's scale needs the block's 32 values */
+    s->mx = v->scales.data != NULL;
+    s->full = xp->weight_persistent || s->mx;
     need = (s->full ? v->numel : v->shard.runs * v->shard.len) * fsz;
     s->staged = *staging;
     *staging += (need + 15) / 16 * 16;
     if (s->full && v->numel * 4 > *widest) *widest = v->numel * 4;
-    /* the converted bytes of one param, before the backend copies them */
+    /* the converted bytes of one param, before the backend copies them
+     * (MXFP8: the e4m3 elements, then the scales) */
     int64_t o = v->shard.runs * v->shard.len * fp_dtype_size(p->params[i].main_dtype);
     if (s->full && v->numel * fp_dtype_size(p->params[i].param_dtype) > o)
       o = v->numel * fp_dtype_size(p->params[i].param_dtype);
+    if (s->mx) o = v->numel + v->scales.numel;
     if (o > *outmax) *outmax = o;
   }
   return FP_OK;
@@ -120,6 +130,16 @@ static fp_status write_all(fp_exec *x, const src *srcs, const char *stage, char 
     fp_dtype fdt = s->t->dtype;
     int64_t fsz = fp_dtype_size(fdt), msz = fp_dtype_size(q->main_dtype), psz = fp_dtype_size(q->param_dtype);
     const char *data = stage + s->staged;
+    if (s->mx) { /* e4m3 elements and e8m0 scales of the whole param; main and weight are these bytes */
+      uint8_t *elems = (uint8_t *)out, *scales = elems + v->numel;
+      fpk_cast(wide, FP_F32, data, fdt, v->numel);
+      fpk_quantize_mxfp8(elems, scales, wide, FP_F32, v->numel);
+      FPX_CHECK(x->bk->write(x, (char *)v->main.data, 0, out, 0, v->numel, 1));
+      if (v->weight.data && v->weight.data != v->main.data) /* one copy in a verified plan */
+        FPX_CHECK(x->bk->write(x, (char *)v->weight.data, 0, out, 0, v->numel, 1));
+      FPX_CHECK(x->bk->write(x, (char *)v->scales.data, 0, (const char *)scales, 0, v->scales.numel, 1));
+      continue;
+    }
     for (int64_t k = 0; k < e->runs; k++) {
       const char *from = s->full ? data + (e->full_off + k * e->full_stride) * fsz : data + k * e->len * fsz;
       fpk_cast(out + k * e->len * msz, q->main_dtype, from, fdt, e->len);

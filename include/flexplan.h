@@ -388,7 +388,10 @@ typedef struct fp_param_view {
    * module, or always for weights the plan keeps unsharded) until the plan
    * frees it; its bytes may serve other buffers outside that window. A tied
    * param (read by other modules too: fp_plan_module_uses) is valid through
-   * the forward and backward of every module that reads it. */
+   * the forward and backward of every module that reads it. An MXFP8 param
+   * (a frozen replicated bucket with param_dtype "mxfp8"; docs/layout.md):
+   * dtype FP_ELEM_E4M3, the same bytes as `main`, always valid; its values
+   * are these elements times their block's `scales`. */
   fp_tensor weight;
   /* The unsharded grad the trainer's backward accumulates into (param dtype,
    * numel elements): zeroed by pre_backward, reduced by post_backward. A tied
@@ -412,6 +415,14 @@ typedef struct fp_param_view {
    * created, written only by the trainer's optimizer. data NULL for a
    * frozen param and past optim_states. */
   fp_tensor optim[2];
+  /* MXFP8 params only: the e8m0 block scales (FP_ELEM_E8M0, one per block
+   * of 32 consecutive elements of the flat row-major param, the last block
+   * possibly short: ceil(numel / 32) elements). Element e of the param is
+   * the e4m3 value of byte weight[e] times 2^(scales[e / 32] - 127) (scale
+   * byte 0xFF: the whole block is NaN). Persistent like the weight: valid
+   * always, written only by a refit. data NULL and numel 0 for every other
+   * param. */
+  fp_tensor scales;
 } fp_param_view;
 
 /* Parameters are numbered 0..nparams-1 in the plan's order. */
@@ -426,6 +437,9 @@ FP_API fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out)
  * even). Each rank reads only the extents it stores: its main-weight shard,
  * and the whole tensor where the plan keeps the compute weight unsharded
  * between steps; those compute copies are recast from the new main weights.
+ * An MXFP8 param (fp_param_view.scales) is read whole, widened to fp32 and
+ * quantized into its e4m3 elements and e8m0 scales (32-element blocks, the
+ * C reference kernel fpk_quantize_mxfp8's rule: docs/executor.md).
  * Every name, shape and dtype is validated and every byte read before any
  * byte of the arena is written, so a failed refit (FP_ERR_WEIGHTS) changes
  * nothing. Buffer addresses never change, so CUDA graphs captured before a

@@ -195,6 +195,16 @@ foreach(np 2 4)
               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/fp8-gather.spec.json)
 endforeach()
 
+# MXFP8 params (a frozen replicated bucket, param_dtype "mxfp8"): the
+# views (one e4m3 copy, the e8m0 scales where the plan puts them), refits
+# against fpk_quantize_mxfp8 byte for byte, a refused refit, whole steps
+add_executable(test_exec_mxfp8 ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_mxfp8.c)
+target_link_libraries(test_exec_mxfp8 PRIVATE flexplan_api PkgConfig::JSONC m)
+foreach(np 1 2 3)
+  fp_mpi_test(exec_mxfp8_np${np} ${np} test_exec_mxfp8 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json
+              ${CMAKE_CURRENT_SOURCE_DIR}/mpi/frozen-mxfp8.spec.json)
+endforeach()
+
 # transfers between plans (docs/reshard.md): test_reshard compiles two plans
 # of tests/mpi/mlp at the given world sizes, moves A's weights into B's
 # executors (and back), and checks every TO shard byte against the full

@@ -49,6 +49,7 @@ fp_add_pytest(python_torch_fsdp2 test_torch_fsdp2.py LABELS mpi TIMEOUT 600)
 fp_add_pytest(python_torch_faults test_torch_faults.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_torch_example test_torch_example.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_executor test_executor_py.py LABELS mpi TIMEOUT 300)
+fp_add_pytest(python_mxfp8 test_mxfp8_py.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_torch_errors test_torch_errors.py LABELS mpi TIMEOUT 300)
 
 fp_add_pytest(python_reshard test_reshard.py)

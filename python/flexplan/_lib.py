@@ -132,6 +132,7 @@ class fp_param_view(ctypes.Structure):
         ("shard", fp_extent),
         ("reduce_dtype", ctypes.c_int),
         ("optim", fp_tensor * 2),
+        ("scales", fp_tensor),  # MXFP8 params: the e8m0 block scales (data NULL for the others)
     ]
 
 

@@ -99,7 +99,15 @@ class ParamView:
     main weights and main grads, padding included), ``shard`` (an Extent),
     ``optim`` (the optimizer state the plan holds for this shard: a list of
     as many views as the plan's optimizer has states, AdamW's exp_avg and
-    exp_avg_sq, SGD's momentum_buffer; empty for a frozen param)."""
+    exp_avg_sq, SGD's momentum_buffer; empty for a frozen param).
+
+    An MXFP8 param (``mxfp8`` True: a frozen replicated bucket with
+    ``param_dtype: "mxfp8"``) keeps one copy of its weights: ``weight`` and
+    ``main`` are the same e4m3 bytes (numel elements, row-major), and
+    ``scales`` holds its e8m0 block scales, one per 32 consecutive elements of
+    the flat param (ceil(numel / 32)); element e is worth
+    e4m3(weight[e]) * 2**(scales[e // 32] - 127). For every other param
+    ``scales`` is empty."""
 
     def __init__(self, ex, index, v):
         self._ex = ex
@@ -114,11 +122,18 @@ class ParamView:
         self.shard = Extent(v.shard)
         self.optim = [_Buf(v.optim[k]) for k in range(ex.optim_states)] if self.requires_grad else []
         self.reduce_dtype = ELEMS.get(int(v.reduce_dtype), ("?",))[0]
+        self.scales = _Buf(v.scales)
+
+    @property
+    def mxfp8(self):
+        """True for an MXFP8 param (e4m3 weight plus e8m0 ``scales``)."""
+        return self.scales.numel > 0
 
     def buffer(self, which):
         """A memoryview over one view's bytes ('weight', 'ugrad', 'main',
-        'grad'), typed where Python's struct module has the type (fp32 'f',
-        fp16 'e'; bf16 as raw 16-bit 'H'). Empty when this rank holds none."""
+        'grad', 'scales'), typed where Python's struct module has the type
+        (fp32 'f', fp16 'e'; bf16 as raw 16-bit 'H'; e4m3 and e8m0 as bytes
+        'B'). Empty when this rank holds none."""
         b = getattr(self, which)
         if b.ptr == 0 or b.numel == 0:
             return memoryview(b"")
@@ -129,7 +144,9 @@ class ParamView:
     def tensor(self, which, shaped=None):
         """A torch tensor over one view (no copy). shaped: the full shape for
         'weight' and 'ugrad' (default), flat for 'main' and 'grad'. which may
-        also be 'optim0' / 'optim1': optimizer state k (flat, like 'main')."""
+        also be 'optim0' / 'optim1': optimizer state k (flat, like 'main'), or
+        'scales' (flat). e4m3 views are torch.float8_e4m3fn and e8m0 views
+        torch.float8_e8m0fnu where this torch has them, else torch.uint8."""
         b = self.optim[int(which[5:])] if which.startswith("optim") else getattr(self, which)
         return self._ex._tensor(b, self.shape if (
             shaped if shaped is not None else which in ("weight", "ugrad")) else None)
@@ -390,7 +407,9 @@ class Executor:
     # -- torch -----------------------------------------------------------
     def _tensor(self, buf, shape):
         import torch
-        dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(buf.dtype, torch.uint8)
+        dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+              "e4m3": getattr(torch, "float8_e4m3fn", torch.uint8),
+              "e8m0": getattr(torch, "float8_e8m0fnu", torch.uint8)}.get(buf.dtype, torch.uint8)
         if buf.ptr == 0 or buf.numel == 0:
             dev = "cuda" if self.backend == "nccl" else "cpu"
             t = torch.empty(0, dtype=dt, device=dev)

@@ -3,7 +3,8 @@ FlexplanError with its status and a message naming the problem
 (torch_errors.py, one rank)."""
 from torch_mpi import run_mpi
 
-CHECKS = ["module_param_not_in_plan", "plan_param_not_in_module", "requires_grad_differs", "meta_module_init",
+CHECKS = ["module_param_not_in_plan", "plan_param_not_in_module", "requires_grad_differs", "mxfp8_param",
+          "meta_module_init",
           "forward_out_of_plan_order", "forward_before_optimizer_step", "optimizer_step_before_backward_done",
           "already_sharded", "not_sharded", "unknown_backend", "bad_nccl_id", "bad_plan_path", "unknown_param",
           "unknown_module"]

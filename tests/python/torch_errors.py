@@ -66,6 +66,17 @@ def main():
     frozen.layers[0].weight.requires_grad_(False)
     expect("requires_grad_differs", lambda: fpt.shard(frozen, good), "FP_ERR_PLAN",
            "'layers.0.weight' has requires_grad=False in the module but True in the plan")
+    # a plan keeping a frozen layer's weights as MXFP8 (e4m3 + block scales):
+    # not a float nn.Parameter, refused naming the param and the way out
+    mx = tm.mlp()
+    mx.layers[1].requires_grad_(False)
+    mx_spec = spec_for("full_shard", {"buckets": [{"name": "frozen", "params": ["layers.1.*"],
+                                                   "placement": {"kind": "replicate"},
+                                                   "mixed_precision": {"param_dtype": "mxfp8"}}]}, 1, {})
+    mx_plan = compile_plan(tm.model_json(mx, tm.MLP_UNITS, name="mlp-mx"), mx_spec,
+                           os.path.join(TMP, "mlp-mx.plan.json"))
+    expect("mxfp8_param", lambda: fpt.shard(mx, mx_plan), "FP_ERR_PLAN", "param 'layers.1.weight' is MXFP8",
+           "float param_dtype", "flexplan.Executor", "'scales'")
     with torch.device("meta"):
         meta = tm.MLP()
     expect("meta_module_init", lambda: fpt.shard(meta, good), "FP_ERR_ARG", "meta device")

@@ -152,6 +152,15 @@ class Sharded:
         for name in named:
             if name not in ex._by_name:
                 raise _err(f"the plan is not for this module: module param {name!r} is not in the plan")
+        # MXFP8 weights are e4m3 bytes plus block scales, not a float tensor
+        # an nn.Parameter (and torch's kernels) could compute with
+        for p in ex.params:
+            if p.mxfp8:
+                raise _err(f"param {p.name!r} is MXFP8 in the plan (its bucket's param_dtype is \"mxfp8\": e4m3 "
+                           f"elements with e8m0 block scales, one copy) and flexplan.torch binds params as float "
+                           f"nn.Parameters: give that bucket a float param_dtype (fp32, bf16, fp16), or run the plan "
+                           f"with flexplan.Executor and an MXFP8 kernel over the param's views 'weight' and "
+                           f"'scales' (docs/python.md)")
 
     def _setup(self, module, named, init, cast_forward_inputs):
         ex = self.ex
