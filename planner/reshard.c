@@ -529,9 +529,11 @@ static void classes(planner *P, int64_t from_offset, int64_t to_offset) {
   /* a class is local when its owner holds, as a FROM rank, every element it
    * needs as a TO rank (main weights, states, a compute weight kept whole) */
   bool *ok = fp_alloc_array(a, (size_t)n, sizeof *ok);
+  int32_t *cand = fp_alloc_array(a, (size_t)n + 1, sizeof *cand), ncand = 0; /* the owners that hold both ranks */
   for (int64_t p = 0; p < n; p++)
-    ok[p] = P->owner[p] == p && p - from_offset >= 0 && p - from_offset < P->from->world_size && p - to_offset >= 0 &&
-            p - to_offset < P->to->world_size;
+    if ((ok[p] = P->owner[p] == p && p - from_offset >= 0 && p - from_offset < P->from->world_size &&
+                 p - to_offset >= 0 && p - to_offset < P->to->world_size))
+      cand[ncand++] = (int32_t)p;
   for (int32_t j = 0; j < P->to->nparams; j++) {
     const fp_ir_param *q = &P->to->params[j], *f = &P->from->params[P->fi[j]];
     int64_t numel = numel_of(q);
@@ -540,7 +542,8 @@ static void classes(planner *P, int64_t from_offset, int64_t to_offset) {
       hmemo fm, tm;
       memo_build(a, P->from, f, w, &fm);
       memo_build(a, P->to, q, w, &tm);
-      for (int64_t p = 0; p < n; p++) {
+      for (int32_t c = 0; c < ncand; c++) {
+        int32_t p = cand[c];
         if (!ok[p]) continue;
         const run *own, *tr;
         int64_t nown = memo_get(&fm, p - from_offset, &own), nt = memo_get(&tm, p - to_offset, &tr);
