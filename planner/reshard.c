@@ -798,17 +798,34 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   classes(&P, o->from_offset, o->to_offset);
   /* phase A: every TO process that owns its program (the senders are
    * chosen here); phase B: the members of a shared class chosen as senders
-   * in A, which then run their own copy of the class's local work */
+   * in A, which then run their own copy of the class's local work, and,
+   * where a class's owner sends, the first member that does not: it takes
+   * over the class (a repeated program has no send) */
   int32_t *list = fp_alloc_array(a, (size_t)to->world_size + 1, sizeof *list), nlist = 0;
   for (int64_t r = 0; r < to->world_size; r++)
     if (!P.member[r + o->to_offset]) list[nlist++] = (int32_t)(r + o->to_offset);
   for (int phase = 0; phase < 2; phase++) {
     if (phase == 1) {
-      nlist = 0;
+      /* after A every op is an owner's local work or a send, recv or
+       * sender-side cast: a process with ops other than its own local work
+       * sends */
+      bool *sends = fp_alloc_array(a, (size_t)t->nprocs + 1, sizeof *sends);
+      int32_t *heir = fp_alloc_array(a, (size_t)t->nprocs + 1, sizeof *heir); /* per owner: the member taking over */
       for (int32_t i = 0; i < t->nops; i++)
-        if (P.member[t->ops[i].proc]) P.member[t->ops[i].proc] = 2; /* it sends: unshared */
-      for (int64_t r = 0; r < to->world_size; r++)
-        if (P.member[r + o->to_offset] == 2) list[nlist++] = (int32_t)(r + o->to_offset), P.member[r + o->to_offset] = 0;
+        if (P.member[t->ops[i].proc] || t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV)
+          sends[t->ops[i].proc] = true;
+      for (int64_t p = 0; p < t->nprocs; p++) heir[p] = -1;
+      nlist = 0;
+      for (int64_t p = 0; p < t->nprocs; p++) {
+        if (!P.member[p]) continue;
+        int32_t ow = P.owner[p];
+        if (sends[p] || (sends[ow] && heir[ow] < 0)) { /* its own program: it sends, or it is the heir */
+          if (!sends[p]) heir[ow] = (int32_t)p;
+          P.member[p] = 0, list[nlist++] = (int32_t)p;
+        } else if (sends[ow]) {
+          P.owner[p] = heir[ow];
+        }
+      }
       if (nlist == 0) break;
     }
     for (int32_t j = 0; j < to->nparams; j++) {

@@ -231,6 +231,10 @@ fp_reshard_test(fs4_to_bf16_3 4 full_shard 4 bf16 3)
 # plans: they repeat 0's and 1's local programs (fp_tx.same); the way back
 # (2 x 2 -> 2 x 3) picks them as senders to 4 and 5, so they run their own
 fp_reshard_test(hybrid6_to_hybrid4_shared 6 hybrid 6 hybrid 4 --expect-shared 2)
+# 2 x 8 -> 2 x 9: the owners 0 and 1 of the two classes send to 16 and 17,
+# so process 8, which does not send, takes over its class (10, 12, 14 repeat
+# it); the senders run their own
+fp_reshard_test(hybrid16_to_hybrid18_heir 18 hybrid 16 hybrid 18 --expect-shared 3)
 # disjoint rank sets: TO ranks on processes after FROM's
 fp_reshard_test(fs2_to_placements3_disjoint 5 full_shard 2 placements-w3 3 --to-offset 2)
 fp_reshard_test(hybrid4_to_fs2_disjoint 6 hybrid 4 full_shard 2 --to-offset 4)
