@@ -169,7 +169,6 @@ typedef struct planner {
   bool *local;         /* its class needs nothing from other processes */
   int nstates;         /* optimizer states moved per trainable param */
   const int32_t *fi;   /* FROM's index of each TO param */
-  const fp_reshard_opts *opts;
   run *fr;             /* plan_param: FROM runs of every rank, sorted by start */
   int64_t cap_fr;
 } planner;
@@ -782,7 +781,7 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   t->nprocs = o->from_offset + from->world_size > o->to_offset + to->world_size ? o->from_offset + from->world_size
                                                                                  : o->to_offset + to->world_size;
   t->from_arena = from->arena_bytes, t->to_arena = to->arena_bytes;
-  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates, .opts = o};
+  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates};
   t->same = fp_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
   P.load = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
   P.stage = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
