@@ -197,7 +197,8 @@ void fp_out_abort(fp_out *o);  /* close and remove the temporary */
 void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n);
 /* sort n records of elem bytes by key(rec, 0), ties by key(rec, 1), ...
  * (nkeys keys, the records' own order last): fp_sort_u64 over an order,
- * minor key first, then one gather; key is called n times per key */
+ * minor key first, then one gather in place; key is called n times per key
+ * (and up to nkeys times more per record to find the records in order) */
 void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k));
 
 /* ---- names to indices -------------------------------------------------- */
