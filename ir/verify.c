@@ -90,9 +90,20 @@ typedef struct vctx {
   int64_t step1end[FP_NSTREAMS]; /* each stream's own clock at the end of step 1 */
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
+  /* rule 8 is checked on the same walk as rules 4 and 6's uses (one walk
+   * of the ops, not two) but reported only when rules 4 and 6 find nothing,
+   * as if it ran after them: its reports wait here until then */
+  bool defer;
+  struct pending {
+    int32_t op;
+    char *msg;
+  } *pend;
+  int32_t npend, cappend;
 } vctx;
 
 static bool stop(vctx *v) { return v->nerr >= MAX_ERRORS; }
+/* rule 8's stop: its deferred reports count as if they had been made */
+static bool race_stop(vctx *v) { return v->defer ? v->npend >= MAX_ERRORS : stop(v); }
 
 static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) {
@@ -1149,7 +1160,7 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
   const fp_prog *p = v->p;
   int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
   fp_alias_clocks_max(&v->al, x->buf, s, w, r);
-  for (int t = 0; t < FP_NSTREAMS && !stop(v); t++) {
+  for (int t = 0; t < FP_NSTREAMS && !race_stop(v); t++) {
     if (t == s) continue;
     bool ww = vc[t] < w[t], rw = x->write && vc[t] < r[t];
     if (!ww && !rw) continue;
@@ -1162,10 +1173,24 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
     const char *what = ww ? "wrote" : "read";
     char other[200] = "";
     if (y != x->buf) snprintf(other, sizeof other, " (it shares arena bytes with '%.120s')", p->bufs[y].name);
-    verr(v, FP_VL_OP, i, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
-         "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
-         p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
-         fp_stream_name(t));
+    char msg[768]; /* verr's room */
+    snprintf(msg, sizeof msg, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
+             "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
+             p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
+             fp_stream_name(t));
+    if (!v->defer) {
+      verr(v, FP_VL_OP, i, "%s", msg);
+      return;
+    }
+    if (v->npend == v->cappend) {
+      v->cappend = v->cappend ? 2 * v->cappend : 16;
+      v->pend = realloc(v->pend, (size_t)v->cappend * sizeof *v->pend);
+      FP_ASSERT(v->pend);
+    }
+    v->pend[v->npend].op = i;
+    v->pend[v->npend].msg = malloc(strlen(msg) + 1);
+    FP_ASSERT(v->pend[v->npend].msg);
+    strcpy(v->pend[v->npend++].msg, msg);
     return;
   }
 }
@@ -1295,7 +1320,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       int32_t e = eslot[i];
       if (op->code == FP_OP_WAIT) {
         if (!recorded[e]) {
-          if (!races) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
+          if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
         } else {
           for (int k = 0; k < FP_NSTREAMS; k++)
             if (evc[e][k] > vc[s][k]) vc[s][k] = evc[e][k];
@@ -1317,7 +1342,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       }
       if (races) {
         int na = fp_op_accesses(p, op, v->acc);
-        for (int k = 0; k < na && !stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
+        for (int k = 0; k < na && !race_stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
         for (int k = 0; k < na; k++) race_note(v, i, s, vc[s], step, &v->acc[k]);
       }
     }
@@ -1593,10 +1618,17 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
         FP_ASSERT(v.clkop[t]);
       }
     }
-    walk_clocks(&v, ranges, false);
+    /* rule 8 last: its findings would only repeat rule 6's (checked on
+     * the same walk, reported once rules 4 and 6 found nothing) */
+    v.defer = v.have_al;
+    walk_clocks(&v, ranges, v.have_al);
     if (ranges && v.nerr == 0) check_arena(&v);
-    /* rule 8 last: its findings would only repeat rule 6's */
-    if (v.have_al && v.nerr == 0) walk_clocks(&v, false, true);
+    v.defer = false;
+    bool clean = v.nerr == 0;
+    for (int32_t k = 0; k < v.npend; k++) {
+      if (clean) verr(&v, FP_VL_OP, v.pend[k].op, "%s", v.pend[k].msg);
+      free(v.pend[k].msg);
+    }
   }
   pred_free(&pc);
   if (v.have_al) fp_alias_clocks_free(&v.al);
@@ -1608,6 +1640,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   free(v.badop);
   free(v.rg);
   free(v.rstart);
+  free(v.pend);
   return v.nerr == 0;
 }
 
