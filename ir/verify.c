@@ -79,8 +79,10 @@ typedef struct vctx {
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
   /* rule 8: per arena byte and stream, the clock of the last write and read
-   * (a segment tree: O(log buffers) an access); per buffer its own, to name
-   * the buffer in a report; per stream the op that ticked each clock value */
+   * (a segment tree: O(log buffers) an access); per buffer that shares
+   * bytes with another its own, by its row in the tree (one that shares none
+   * has them in the alias clocks' row of its own), to name the buffer in a
+   * report; per stream the op that ticked each clock value */
   fp_alias_clocks al;
   bool have_al;
   struct bufclk {
@@ -1144,11 +1146,18 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
 /* rule 8, for a report: the buffer sharing b's bytes (b itself first, then
  * the lowest index) whose last write (or read) on stream t was at clock
  * clk; O(buffers), only when an error is reported */
+static int64_t own_clock(const vctx *v, int32_t z, int t, bool write) {
+  if (v->al.lo[z] < 0) /* shares no byte: the alias clocks' own row for it is its clocks */
+    return v->al.iso[(int64_t)v->al.row[z] * 2 * FP_NSTREAMS + (write ? 0 : FP_NSTREAMS) + t];
+  const struct bufclk *c = &v->clk[v->al.row[z]];
+  return write ? c->w[t] : c->r[t];
+}
+
 static int32_t alias_at(const vctx *v, int32_t b, int t, bool write, int64_t clk) {
   for (int32_t y = -1; y < v->p->nbufs; y++) {
     int32_t z = y < 0 ? b : y;
     if (y >= 0 && (y == b || !fp_bufs_overlap(v->p, b, y))) continue;
-    if ((write ? v->clk[z].w[t] : v->clk[z].r[t]) == clk) return z;
+    if (own_clock(v, z, t, write) == clk) return z;
   }
   FP_ASSERT(0);
   return b;
@@ -1197,9 +1206,9 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
 
 static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
   (void)i, (void)step;
-  struct bufclk *c = &v->clk[x->buf];
-  if (x->write) c->w[s] = vc[s];
-  if (x->read) c->r[s] = vc[s];
+  struct bufclk *c = v->al.lo[x->buf] >= 0 ? &v->clk[v->al.row[x->buf]] : NULL;
+  if (c && x->write) c->w[s] = vc[s];
+  if (c && x->read) c->r[s] = vc[s];
   fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
@@ -1607,7 +1616,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
       int32_t maxuses = 0;
       for (int32_t i = 0; i < p->nops; i++)
         if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
-      v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
+      v.clk = calloc((size_t)v.al.ntree + 1, sizeof *v.clk);
       v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
       FP_ASSERT(v.clk && v.acc);
       int64_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
