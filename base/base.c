@@ -242,37 +242,37 @@ static uint64_t name_hash(const char *s, size_t len) {
 void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n) {
   int64_t cap = 16;
   while (cap < 2 * n + 2) cap *= 2;
+  FP_ASSERT(cap <= (int64_t)1 << 32); /* the slots' 32 bits of hash place a name */
   m->a = a;
   m->cap = cap;
   m->count = 0;
+  m->slots = fp_alloc_array(a, (size_t)cap, sizeof *m->slots);
   m->keys = fp_alloc_array(a, (size_t)cap, sizeof *m->keys);
-  m->hash = fp_alloc_array(a, (size_t)cap, sizeof *m->hash);
-  m->vals = fp_alloc_array(a, (size_t)cap, sizeof *m->vals);
 }
 
 /* the slot of name (hash h): where it is, or the empty slot where it would go */
 static int64_t namemap_slot(const fp_namemap *m, const char *name, size_t len, uint64_t h) {
   int64_t i = (int64_t)(h & (uint64_t)(m->cap - 1));
-  while (m->keys[i] && !(m->hash[i] == h && !strncmp(m->keys[i], name, len) && !m->keys[i][len]))
+  while (m->slots[i].val3 &&
+         !(m->slots[i].hash == (uint32_t)h && !strncmp(m->keys[i], name, len) && !m->keys[i][len]))
     i = (i + 1) & (m->cap - 1);
   return i;
 }
 
 /* a new name into empty slot i; grows when half full */
 static void namemap_fill(fp_namemap *m, int64_t i, const char *name, uint64_t h, int32_t v) {
+  FP_ASSERT(v >= FP_NAMEMAP_DUP && v <= INT32_MAX - 3);
+  m->slots[i] = (struct fp_namemap_slot){(uint32_t)h, v + 3};
   m->keys[i] = name;
-  m->hash[i] = h;
-  m->vals[i] = v;
   if (++m->count * 2 <= m->cap) return;
   fp_namemap old = *m; /* rehash into twice the room */
   fp_namemap_init(m, old.a, old.count);
   for (int64_t j = 0; j < old.cap; j++) {
-    if (!old.keys[j]) continue;
-    int64_t k = (int64_t)(old.hash[j] & (uint64_t)(m->cap - 1));
-    while (m->keys[k]) k = (k + 1) & (m->cap - 1);
+    if (!old.slots[j].val3) continue;
+    int64_t k = (int64_t)(old.slots[j].hash & (uint64_t)(m->cap - 1));
+    while (m->slots[k].val3) k = (k + 1) & (m->cap - 1);
+    m->slots[k] = old.slots[j];
     m->keys[k] = old.keys[j];
-    m->hash[k] = old.hash[j];
-    m->vals[k] = old.vals[j];
     m->count++;
   }
 }
@@ -281,7 +281,7 @@ void fp_namemap_put(fp_namemap *m, const char *name, int32_t v) {
   size_t len = strlen(name);
   uint64_t h = name_hash(name, len);
   int64_t i = namemap_slot(m, name, len, h);
-  if (m->keys[i]) m->vals[i] = FP_NAMEMAP_DUP;
+  if (m->slots[i].val3) m->slots[i].val3 = FP_NAMEMAP_DUP + 3;
   else namemap_fill(m, i, name, h, v);
 }
 
@@ -289,14 +289,14 @@ int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t v) {
   size_t len = strlen(name);
   uint64_t h = name_hash(name, len);
   int64_t i = namemap_slot(m, name, len, h);
-  if (m->keys[i]) return m->vals[i];
+  if (m->slots[i].val3) return m->slots[i].val3 - 3;
   namemap_fill(m, i, name, h, v);
   return -1;
 }
 
 int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len) {
   int64_t i = namemap_slot(m, name, len, name_hash(name, len));
-  return m->keys[i] ? m->vals[i] : -1;
+  return m->slots[i].val3 ? m->slots[i].val3 - 3 : -1;
 }
 
 /* ---- sorting --------------------------------------------------------------- */
