@@ -242,37 +242,37 @@ static uint64_t name_hash(const char *s, size_t len) {
 void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n) {
   int64_t cap = 16;
   while (cap < 2 * n + 2) cap *= 2;
+  FP_ASSERT(cap <= (int64_t)1 << 32); /* the slots' 32 bits of hash place a name */
   m->a = a;
   m->cap = cap;
   m->count = 0;
+  m->slots = fp_alloc_array(a, (size_t)cap, sizeof *m->slots);
   m->keys = fp_alloc_array(a, (size_t)cap, sizeof *m->keys);
-  m->hash = fp_alloc_array(a, (size_t)cap, sizeof *m->hash);
-  m->vals = fp_alloc_array(a, (size_t)cap, sizeof *m->vals);
 }
 
 /* the slot of name (hash h): where it is, or the empty slot where it would go */
 static int64_t namemap_slot(const fp_namemap *m, const char *name, size_t len, uint64_t h) {
   int64_t i = (int64_t)(h & (uint64_t)(m->cap - 1));
-  while (m->keys[i] && !(m->hash[i] == h && !strncmp(m->keys[i], name, len) && !m->keys[i][len]))
+  while (m->slots[i].val3 &&
+         !(m->slots[i].hash == (uint32_t)h && !strncmp(m->keys[i], name, len) && !m->keys[i][len]))
     i = (i + 1) & (m->cap - 1);
   return i;
 }
 
 /* a new name into empty slot i; grows when half full */
 static void namemap_fill(fp_namemap *m, int64_t i, const char *name, uint64_t h, int32_t v) {
+  FP_ASSERT(v >= FP_NAMEMAP_DUP && v <= INT32_MAX - 3);
+  m->slots[i] = (struct fp_namemap_slot){(uint32_t)h, v + 3};
   m->keys[i] = name;
-  m->hash[i] = h;
-  m->vals[i] = v;
   if (++m->count * 2 <= m->cap) return;
   fp_namemap old = *m; /* rehash into twice the room */
   fp_namemap_init(m, old.a, old.count);
   for (int64_t j = 0; j < old.cap; j++) {
-    if (!old.keys[j]) continue;
-    int64_t k = (int64_t)(old.hash[j] & (uint64_t)(m->cap - 1));
-    while (m->keys[k]) k = (k + 1) & (m->cap - 1);
+    if (!old.slots[j].val3) continue;
+    int64_t k = (int64_t)(old.slots[j].hash & (uint64_t)(m->cap - 1));
+    while (m->slots[k].val3) k = (k + 1) & (m->cap - 1);
+    m->slots[k] = old.slots[j];
     m->keys[k] = old.keys[j];
-    m->hash[k] = old.hash[j];
-    m->vals[k] = old.vals[j];
     m->count++;
   }
 }
@@ -281,7 +281,7 @@ void fp_namemap_put(fp_namemap *m, const char *name, int32_t v) {
   size_t len = strlen(name);
   uint64_t h = name_hash(name, len);
   int64_t i = namemap_slot(m, name, len, h);
-  if (m->keys[i]) m->vals[i] = FP_NAMEMAP_DUP;
+  if (m->slots[i].val3) m->slots[i].val3 = FP_NAMEMAP_DUP + 3;
   else namemap_fill(m, i, name, h, v);
 }
 
@@ -289,14 +289,14 @@ int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t v) {
   size_t len = strlen(name);
   uint64_t h = name_hash(name, len);
   int64_t i = namemap_slot(m, name, len, h);
-  if (m->keys[i]) return m->vals[i];
+  if (m->slots[i].val3) return m->slots[i].val3 - 3;
   namemap_fill(m, i, name, h, v);
   return -1;
 }
 
 int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len) {
   int64_t i = namemap_slot(m, name, len, name_hash(name, len));
-  return m->keys[i] ? m->vals[i] : -1;
+  return m->slots[i].val3 ? m->slots[i].val3 - 3 : -1;
 }
 
 /* ---- sorting --------------------------------------------------------------- */
@@ -312,10 +312,14 @@ void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
   int32_t *v2 = val ? malloc((size_t)n * sizeof *v2) : NULL;
   size_t *cnt = malloc(radix * sizeof *cnt);
   FP_ASSERT(k2 && (v2 || !val) && cnt);
+  /* each pass scatters from one pair of arrays into the other (no copy
+   * back after every pass); the caller's get the result at the end */
+  uint64_t *kin = key, *kout = k2;
+  int32_t *vin = val, *vout = v2;
   for (int shift = 0; shift < 64; shift += bits) {
     if (!(((all_or ^ all_and) >> shift) & mask)) continue; /* one digit everywhere: already in order */
     memset(cnt, 0, radix * sizeof *cnt);
-    for (int64_t i = 0; i < n; i++) cnt[key[i] >> shift & mask]++;
+    for (int64_t i = 0; i < n; i++) cnt[kin[i] >> shift & mask]++;
     size_t sum = 0;
     for (size_t d = 0; d < radix; d++) {
       size_t c = cnt[d];
@@ -323,12 +327,18 @@ void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
       sum += c;
     }
     for (int64_t i = 0; i < n; i++) {
-      size_t at = cnt[key[i] >> shift & mask]++;
-      k2[at] = key[i];
-      if (val) v2[at] = val[i];
+      size_t at = cnt[kin[i] >> shift & mask]++;
+      kout[at] = kin[i];
+      if (val) vout[at] = vin[i];
     }
-    memcpy(key, k2, (size_t)n * sizeof *key);
-    if (val) memcpy(val, v2, (size_t)n * sizeof *val);
+    uint64_t *kt = kin;
+    kin = kout, kout = kt;
+    int32_t *vt = vin;
+    vin = vout, vout = vt;
+  }
+  if (kin != key) {
+    memcpy(key, kin, (size_t)n * sizeof *key);
+    if (val) memcpy(val, vin, (size_t)n * sizeof *val);
   }
   free(k2);
   free(v2);
@@ -338,20 +348,45 @@ void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
 void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k)) {
   if (n < 2) return;
   FP_ASSERT(n <= INT32_MAX);
+  unsigned char *r = recs;
+  /* already in order (a list built in order): nothing to move */
+  bool sorted = true;
+  for (int64_t i = 1; i < n && sorted; i++)
+    for (int k = 0; k < nkeys; k++) {
+      uint64_t x = key(r + (size_t)(i - 1) * elem, k), y = key(r + (size_t)i * elem, k);
+      if (x != y) {
+        sorted = x < y;
+        break;
+      }
+    }
+  if (sorted) return;
   uint64_t *kv = malloc((size_t)n * sizeof *kv);
   int32_t *ord = malloc((size_t)n * sizeof *ord);
-  unsigned char *tmp = malloc((size_t)n * elem), *r = recs;
-  FP_ASSERT(kv && ord && tmp);
+  unsigned char *one = malloc(elem);
+  FP_ASSERT(kv && ord && one);
   for (int64_t i = 0; i < n; i++) ord[i] = (int32_t)i;
   for (int k = nkeys - 1; k >= 0; k--) {
     for (int64_t i = 0; i < n; i++) kv[i] = key(r + (size_t)ord[i] * elem, k);
     fp_sort_u64(kv, ord, n);
   }
-  for (int64_t i = 0; i < n; i++) memcpy(tmp + (size_t)i * elem, r + (size_t)ord[i] * elem, elem);
-  memcpy(r, tmp, (size_t)n * elem);
   free(kv);
+  /* the gather in place, one cycle of the permutation at a time (slot i
+   * takes record ord[i]): no second array of the records */
+  for (int64_t i = 0; i < n; i++) {
+    if (ord[i] == i) continue;
+    memcpy(one, r + (size_t)i * elem, elem);
+    int64_t j = i;
+    while (ord[j] != i) {
+      int64_t from = ord[j];
+      memcpy(r + (size_t)j * elem, r + (size_t)from * elem, elem);
+      ord[j] = (int32_t)j;
+      j = from;
+    }
+    memcpy(r + (size_t)j * elem, one, elem);
+    ord[j] = (int32_t)j;
+  }
   free(ord);
-  free(tmp);
+  free(one);
 }
 
 /* ---- growable strings ------------------------------------------------------------ */

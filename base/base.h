@@ -197,7 +197,8 @@ void fp_out_abort(fp_out *o);  /* close and remove the temporary */
 void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n);
 /* sort n records of elem bytes by key(rec, 0), ties by key(rec, 1), ...
  * (nkeys keys, the records' own order last): fp_sort_u64 over an order,
- * minor key first, then one gather; key is called n times per key */
+ * minor key first, then one gather in place; key is called n times per key
+ * (and up to nkeys times more per record to find the records in order) */
 void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k));
 
 /* ---- names to indices -------------------------------------------------- */
@@ -207,9 +208,15 @@ void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*k
 #define FP_NAMEMAP_DUP (-2)
 typedef struct fp_namemap {
   fp_arena *a;
+  /* per slot the low 32 bits of its name's hash (they place it; a probe
+   * reads a name's text only when they match) and its value + 3 (0: an
+   * empty slot): a probe reads this array only, one cache line, and the
+   * names' array only on a match or to fill a slot */
+  struct fp_namemap_slot {
+    uint32_t hash;
+    int32_t val3;
+  } *slots;
   const char **keys;
-  uint64_t *hash;  /* each key's hash: a probe reads a key's text only when the hashes match */
-  int32_t *vals;
   int64_t cap;   /* power of two, at least twice count */
   int64_t count; /* names held */
 } fp_namemap;

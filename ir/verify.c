@@ -79,8 +79,10 @@ typedef struct vctx {
   int32_t nrg;
   int32_t *rstart; /* per buffer: rg[rstart[b] .. rstart[b+1]) */
   /* rule 8: per arena byte and stream, the clock of the last write and read
-   * (a segment tree: O(log buffers) an access); per buffer its own, to name
-   * the buffer in a report; per stream the op that ticked each clock value */
+   * (a segment tree: O(log buffers) an access); per buffer that shares
+   * bytes with another its own, by its row in the tree (one that shares none
+   * has them in the alias clocks' row of its own), to name the buffer in a
+   * report; per stream the op that ticked each clock value */
   fp_alias_clocks al;
   bool have_al;
   struct bufclk {
@@ -90,9 +92,20 @@ typedef struct vctx {
   int64_t step1end[FP_NSTREAMS]; /* each stream's own clock at the end of step 1 */
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
+  /* rule 8 is checked on the same walk as rules 4 and 6's uses (one walk
+   * of the ops, not two) but reported only when rules 4 and 6 find nothing,
+   * as if it ran after them: its reports wait here until then */
+  bool defer;
+  struct pending {
+    int32_t op;
+    char *msg;
+  } *pend;
+  int32_t npend, cappend;
 } vctx;
 
 static bool stop(vctx *v) { return v->nerr >= MAX_ERRORS; }
+/* rule 8's stop: its deferred reports count as if they had been made */
+static bool race_stop(vctx *v) { return v->defer ? v->npend >= MAX_ERRORS : stop(v); }
 
 static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) {
@@ -1133,11 +1146,18 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
 /* rule 8, for a report: the buffer sharing b's bytes (b itself first, then
  * the lowest index) whose last write (or read) on stream t was at clock
  * clk; O(buffers), only when an error is reported */
+static int64_t own_clock(const vctx *v, int32_t z, int t, bool write) {
+  if (v->al.lo[z] < 0) /* shares no byte: the alias clocks' own row for it is its clocks */
+    return v->al.iso[(int64_t)v->al.row[z] * 2 * FP_NSTREAMS + (write ? 0 : FP_NSTREAMS) + t];
+  const struct bufclk *c = &v->clk[v->al.row[z]];
+  return write ? c->w[t] : c->r[t];
+}
+
 static int32_t alias_at(const vctx *v, int32_t b, int t, bool write, int64_t clk) {
   for (int32_t y = -1; y < v->p->nbufs; y++) {
     int32_t z = y < 0 ? b : y;
     if (y >= 0 && (y == b || !fp_bufs_overlap(v->p, b, y))) continue;
-    if ((write ? v->clk[z].w[t] : v->clk[z].r[t]) == clk) return z;
+    if (own_clock(v, z, t, write) == clk) return z;
   }
   FP_ASSERT(0);
   return b;
@@ -1149,7 +1169,7 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
   const fp_prog *p = v->p;
   int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
   fp_alias_clocks_max(&v->al, x->buf, s, w, r);
-  for (int t = 0; t < FP_NSTREAMS && !stop(v); t++) {
+  for (int t = 0; t < FP_NSTREAMS && !race_stop(v); t++) {
     if (t == s) continue;
     bool ww = vc[t] < w[t], rw = x->write && vc[t] < r[t];
     if (!ww && !rw) continue;
@@ -1162,19 +1182,33 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
     const char *what = ww ? "wrote" : "read";
     char other[200] = "";
     if (y != x->buf) snprintf(other, sizeof other, " (it shares arena bytes with '%.120s')", p->bufs[y].name);
-    verr(v, FP_VL_OP, i, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
-         "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
-         p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
-         fp_stream_name(t));
+    char msg[768]; /* verr's room */
+    snprintf(msg, sizeof msg, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
+             "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
+             p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
+             fp_stream_name(t));
+    if (!v->defer) {
+      verr(v, FP_VL_OP, i, "%s", msg);
+      return;
+    }
+    if (v->npend == v->cappend) {
+      v->cappend = v->cappend ? 2 * v->cappend : 16;
+      v->pend = realloc(v->pend, (size_t)v->cappend * sizeof *v->pend);
+      FP_ASSERT(v->pend);
+    }
+    v->pend[v->npend].op = i;
+    v->pend[v->npend].msg = malloc(strlen(msg) + 1);
+    FP_ASSERT(v->pend[v->npend].msg);
+    strcpy(v->pend[v->npend++].msg, msg);
     return;
   }
 }
 
 static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
   (void)i, (void)step;
-  struct bufclk *c = &v->clk[x->buf];
-  if (x->write) c->w[s] = vc[s];
-  if (x->read) c->r[s] = vc[s];
+  struct bufclk *c = v->al.lo[x->buf] >= 0 ? &v->clk[v->al.row[x->buf]] : NULL;
+  if (c && x->write) c->w[s] = vc[s];
+  if (c && x->read) c->r[s] = vc[s];
   fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
@@ -1295,7 +1329,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       int32_t e = eslot[i];
       if (op->code == FP_OP_WAIT) {
         if (!recorded[e]) {
-          if (!races) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
+          if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
         } else {
           for (int k = 0; k < FP_NSTREAMS; k++)
             if (evc[e][k] > vc[s][k]) vc[s][k] = evc[e][k];
@@ -1317,7 +1351,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       }
       if (races) {
         int na = fp_op_accesses(p, op, v->acc);
-        for (int k = 0; k < na && !stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
+        for (int k = 0; k < na && !race_stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
         for (int k = 0; k < na; k++) race_note(v, i, s, vc[s], step, &v->acc[k]);
       }
     }
@@ -1582,7 +1616,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
       int32_t maxuses = 0;
       for (int32_t i = 0; i < p->nops; i++)
         if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
-      v.clk = calloc((size_t)p->nbufs + 1, sizeof *v.clk);
+      v.clk = calloc((size_t)v.al.ntree + 1, sizeof *v.clk);
       v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
       FP_ASSERT(v.clk && v.acc);
       int64_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
@@ -1593,10 +1627,17 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
         FP_ASSERT(v.clkop[t]);
       }
     }
-    walk_clocks(&v, ranges, false);
+    /* rule 8 last: its findings would only repeat rule 6's (checked on
+     * the same walk, reported once rules 4 and 6 found nothing) */
+    v.defer = v.have_al;
+    walk_clocks(&v, ranges, v.have_al);
     if (ranges && v.nerr == 0) check_arena(&v);
-    /* rule 8 last: its findings would only repeat rule 6's */
-    if (v.have_al && v.nerr == 0) walk_clocks(&v, false, true);
+    v.defer = false;
+    bool clean = v.nerr == 0;
+    for (int32_t k = 0; k < v.npend; k++) {
+      if (clean) verr(&v, FP_VL_OP, v.pend[k].op, "%s", v.pend[k].msg);
+      free(v.pend[k].msg);
+    }
   }
   pred_free(&pc);
   if (v.have_al) fp_alias_clocks_free(&v.al);
@@ -1608,6 +1649,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   free(v.badop);
   free(v.rg);
   free(v.rstart);
+  free(v.pend);
   return v.nerr == 0;
 }
 

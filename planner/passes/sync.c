@@ -38,23 +38,31 @@ typedef struct sctx {
   fp_alias_clocks al; /* per byte and stream: the clocks of the last write / read */
   int32_t *clkop[FP_NSTREAMS]; /* per stream: the op that ticked its clock to each value */
   fp_access *acc;    /* every op's accesses (fp_op_accesses), op i's at acc[afirst[i] .. afirst[i + 1]) */
-  int64_t *afirst;
-  int32_t *gfirst, *glast;               /* per op: first / last op of its group (itself) */
+  int32_t *afirst;
+  int32_t *glast;                        /* per op: last op of its group (itself) */
   int32_t (*wp)[FP_NSTREAMS];            /* per op: producer op waited for, per stream; -1 */
   int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
-  int64_t (*snap)[2][FP_NSTREAMS];       /* per op and step: its stream's clock after it */
+  /* per op and step: its stream's clock after it. A clock counts a
+   * stream's ops over two steps, at most 2 * ops (asserted below INT32_MAX):
+   * 32 bits, half the memory of the int64_t clocks the walk keeps */
+  int32_t (*snap)[2][FP_NSTREAMS];
 } sctx;
 
-static void join(int64_t *vc, const int64_t *o) {
+static void join(int64_t *vc, const int32_t *o) {
   for (int t = 0; t < FP_NSTREAMS; t++)
     if (o[t] > vc[t]) vc[t] = o[t];
+}
+
+/* op i opens its group (or is alone): the ops of a grouped call are consecutive */
+static bool group_first(const fp_prog *P, int32_t i) {
+  return !(i > 0 && P->ops[i].group >= 0 && P->ops[i - 1].group == P->ops[i].group);
 }
 
 /* the clock an event recorded right after producer p carries: the
  * snapshot after p's group, in this step when that lies before op i, else in
  * the previous one (none in step 1: a wait on an event never recorded is a
  * no-op) */
-static const int64_t *rec_clock(const sctx *c, int32_t p, int32_t i, int step) {
+static const int32_t *rec_clock(const sctx *c, int32_t p, int32_t i, int step) {
   int32_t q = c->glast[p];
   if (q < i) return c->snap[q][step - 1];
   return step == 2 ? c->snap[q][0] : NULL;
@@ -72,11 +80,11 @@ static int64_t walk(sctx *c, int mode) {
     for (int32_t i = 0; i < c->n; i++) {
       const fp_op *op = &P->ops[i];
       int s = op->stream;
-      if (c->gfirst[i] == i) {
+      if (group_first(P, i)) {
         /* the waits decided before this op (or group) */
         for (int t = 0; t < FP_NSTREAMS; t++)
           if (c->wp[i][t] >= 0) {
-            const int64_t *o = rec_clock(c, c->wp[i][t], i, step);
+            const int32_t *o = rec_clock(c, c->wp[i][t], i, step);
             if (o) join(vc[s], o);
           }
         /* what the op (group) needs from the other streams */
@@ -84,7 +92,7 @@ static int64_t walk(sctx *c, int mode) {
         int32_t needop[FP_NSTREAMS];
         for (int t = 0; t < FP_NSTREAMS; t++) needop[t] = -1;
         for (int32_t j = i; j <= c->glast[i]; j++) {
-          for (int64_t k = c->afirst[j]; k < c->afirst[j + 1]; k++) {
+          for (int32_t k = c->afirst[j]; k < c->afirst[j + 1]; k++) {
             const fp_access *x = &c->acc[k];
             int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
             fp_alias_clocks_max(&c->al, x->buf, s, w, r);
@@ -101,7 +109,7 @@ static int64_t walk(sctx *c, int mode) {
           unordered++;
         } else if (any) {
           /* drop a stream another chosen wait already covers */
-          const int64_t *clock[FP_NSTREAMS] = {0};
+          const int32_t *clock[FP_NSTREAMS] = {0};
           for (int t = 0; t < FP_NSTREAMS; t++)
             if (needop[t] >= 0) {
               clock[t] = rec_clock(c, needop[t], i, step);
@@ -126,8 +134,8 @@ static int64_t walk(sctx *c, int mode) {
       }
       vc[s][s]++;
       c->clkop[s][vc[s][s]] = i;
-      memcpy(c->snap[i][step - 1], vc[s], sizeof vc[s]);
-      for (int64_t k = c->afirst[i]; k < c->afirst[i + 1]; k++)
+      for (int t = 0; t < FP_NSTREAMS; t++) c->snap[i][step - 1][t] = (int32_t)vc[s][t];
+      for (int32_t k = c->afirst[i]; k < c->afirst[i + 1]; k++)
         fp_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s][s]);
     }
     if (step == 1) /* the waits at the end of the step */
@@ -232,6 +240,7 @@ static void rebuild(sctx *c, fp_prog *P) {
 bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   cx->synced = true;
   sctx c = {.P = P, .n = P->nops};
+  FP_ASSERT(P->nops < INT32_MAX / 2 - 2); /* the clocks fit snap's 32 bits */
   for (int32_t i = 0; i < P->nops; i++) FP_ASSERT(fp_op_class(P->ops[i].code) != FP_OPC_SYNC);
   fp_alias_clocks_init(P, &c.al);
   int32_t maxuses = 0;
@@ -246,7 +255,8 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   FP_ASSERT(c.afirst && one && c.acc);
   int64_t nacc = 0;
   for (int32_t i = 0; i < P->nops; i++) {
-    c.afirst[i] = nacc;
+    FP_ASSERT(nacc <= INT32_MAX - (int64_t)maxuses - FP_MAX_OPND_ACCESS);
+    c.afirst[i] = (int32_t)nacc;
     int na = fp_op_accesses(P, &P->ops[i], one);
     if ((size_t)(nacc + na) > cap) {
       while ((size_t)(nacc + na) > cap) cap *= 2;
@@ -256,25 +266,20 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
     memcpy(c.acc + nacc, one, (size_t)na * sizeof *one);
     nacc += na;
   }
-  c.afirst[P->nops] = nacc;
+  c.afirst[P->nops] = (int32_t)nacc;
   free(one);
-  c.gfirst = malloc(n1 * sizeof *c.gfirst);
   c.glast = malloc(n1 * sizeof *c.glast);
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
-  FP_ASSERT(c.gfirst && c.glast && c.wp && c.snap);
+  FP_ASSERT(c.glast && c.wp && c.snap);
   size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
   for (int32_t i = 0; i < P->nops; i++) per[P->ops[i].stream]++;
   for (int t = 0; t < FP_NSTREAMS; t++) {
     c.clkop[t] = malloc((2 * per[t] + 2) * sizeof *c.clkop[t]);
     FP_ASSERT(c.clkop[t]);
   }
-  for (int32_t i = 0; i < P->nops; i++) {
-    const fp_op *op = &P->ops[i];
-    bool cont = i > 0 && op->group >= 0 && P->ops[i - 1].group == op->group;
-    c.gfirst[i] = cont ? c.gfirst[i - 1] : i;
+  for (int32_t i = 0; i < P->nops; i++)
     for (int t = 0; t < FP_NSTREAMS; t++) c.wp[i][t] = -1;
-  }
   for (int32_t i = P->nops - 1; i >= 0; i--) {
     const fp_op *op = &P->ops[i];
     bool cont = i + 1 < P->nops && op->group >= 0 && P->ops[i + 1].group == op->group;
@@ -301,7 +306,6 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   for (int t = 0; t < FP_NSTREAMS; t++) free(c.clkop[t]);
   free(c.acc);
   free(c.afirst);
-  free(c.gfirst);
   free(c.glast);
   free(c.wp);
   free(c.snap);
