@@ -976,10 +976,20 @@ static void pred_free(predcache *pc) {
   free(pc->pairs);
 }
 
+/* a communicator whose instances tile the world (rule 7 reports the others) */
+static bool comm_sound(const fp_prog *p, int32_t c) {
+  int64_t span;
+  return c >= 0 && c < p->ncomms && p->comms[c].size >= 1 && p->comms[c].stride >= 1 &&
+         fp_mul64(p->comms[c].size, p->comms[c].stride, &span) && p->world_size % span == 0;
+}
+
 static void check_predicate(vctx *v, predcache *pc, int32_t i) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
   if (op->only < 0 || fp_op_class(op->code) != FP_OPC_COMM) return;
+  /* (the instances are walked by index: a communicator of size or stride 0
+   * would divide by zero; rule 7 has reported it) */
+  if (!comm_sound(p, op->comm) || !comm_sound(p, op->only_comm)) return;
   if (!pred_pair(v, pc, op->only_comm, op->comm)->forbidden[op->only]) return;
   /* find a witness: two members of one instance that disagree */
   const fp_ir_comm *c = &p->comms[op->comm], *oc = &p->comms[op->only_comm];
