@@ -7,7 +7,7 @@
 #   N=5 BASE=6ef5968 bench/reshard_compile.sh
 #
 # Builds a Release flexplan of this tree (bench/out/build) and of $BASE
-# (default main; bench/out/reshard-base-build, from `git archive`), compiles
+# (default main; bench/out/base-build, bench/base_flexplan.sh), compiles
 # the plans once with this tree's binary (the plan format is the same), and
 # runs `flexplan reshard FROM TO` with each binary N times. The times are
 # the ones the summary prints (compile_ms + verify_ms, the transfer's own
@@ -23,22 +23,12 @@ set -euo pipefail
 
 . "$(dirname "${BASH_SOURCE[0]}")/release_flexplan.sh"
 N=${N:-3}
-BASE=${BASE:-main}
-src="$root/bench/out/reshard-base-src"
-bbuild="$root/bench/out/reshard-base-build"
-rm -rf "$src"
-mkdir -p "$src"
-git -C "$root" archive "$BASE" | tar -x -C "$src"
-if [ ! -f "$bbuild/CMakeCache.txt" ]; then
-  cmake -S "$src" -B "$bbuild" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DFP_CUDA=OFF \
-    >"$bbuild.configure.log" 2>&1 || { cat "$bbuild.configure.log" >&2; exit 1; }
-fi
-cmake --build "$bbuild" --target flexplan >"$bbuild.build.log" 2>&1 || { cat "$bbuild.build.log" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/base_flexplan.sh"
 models="$root/bench/out/reshard"
 mkdir -p "$models"
 "$PY" "$root/tools/gen_examples.py" --bench "$models" >/dev/null
 
-"$PY" - "$fp" "$bbuild/flexplan" "$N" "$models" "$root" "$BASE" <<'PYEOF'
+"$PY" - "$fp" "$basefp" "$N" "$models" "$root" "$BASE" <<'PYEOF'
 import copy, json, os, statistics, subprocess, sys
 
 fp, base, n, models, root, bname = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]

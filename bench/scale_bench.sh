@@ -28,23 +28,13 @@ set -euo pipefail
 
 . "$(dirname "${BASH_SOURCE[0]}")/release_flexplan.sh"
 N=${N:-3}
-BASE=${BASE:-main}
 TIMEOUT=${TIMEOUT:-120}
-src="$root/bench/out/base-src"
-bbuild="$root/bench/out/base-build"
-rm -rf "$src"
-mkdir -p "$src"
-git -C "$root" archive "$BASE" | tar -x -C "$src"
-if [ ! -f "$bbuild/CMakeCache.txt" ]; then
-  cmake -S "$src" -B "$bbuild" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DFP_CUDA=OFF \
-    >"$bbuild.configure.log" 2>&1 || { cat "$bbuild.configure.log" >&2; exit 1; }
-fi
-cmake --build "$bbuild" --target flexplan >"$bbuild.build.log" 2>&1 || { cat "$bbuild.build.log" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/base_flexplan.sh"
 models="$root/bench/out/scale"
 mkdir -p "$models"
 "$PY" "$root/tools/gen_examples.py" --bench "$models" >/dev/null
 
-"$PY" - "$fp" "$bbuild/flexplan" "$N" "$TIMEOUT" "$models" "$root" "$BASE" <<'PYEOF'
+"$PY" - "$fp" "$basefp" "$N" "$TIMEOUT" "$models" "$root" "$BASE" <<'PYEOF'
 import json, math, os, statistics, subprocess, sys, tempfile, time
 
 fp, base, n, tmo, models, root, bname = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), \

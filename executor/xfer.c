@@ -170,12 +170,10 @@ static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtyp
 }
 
 /* the bytes [off, off+bytes) of dtype dt lie inside the e8m0 scales of
- * param q, which plan x keeps as MXFP8 (fp_ir_param.scales) */
-static bool in_scales(const fp_exec *x, int32_t q, fp_dtype dt, int64_t off, int64_t bytes) {
-  const fp_ir_param *p = &x->prog->params[q];
-  if (dt != FP_E8M0 || p->scales.buf < 0 || x->prog->bufs[p->scales.buf].host) return false;
-  int64_t a = x->prog->bufs[p->scales.buf].offset + p->scales.off, b = a + fp_mx_blocks(x->params[q].v.numel);
-  return off >= a && off + bytes <= b;
+ * param xp, which its plan keeps as MXFP8 (fp_param_view.scales) */
+static bool in_scales(const fp_xparam *xp, fp_dtype dt, int64_t off, int64_t bytes) {
+  if (dt != FP_E8M0 || xp->off[6] < 0 || xp->host[6]) return false;
+  return off >= xp->off[6] && off + bytes <= xp->off[6] + xp->v.scales.numel;
 }
 
 /* the executor's index of each of the transfer's params (-1: it has none
@@ -224,7 +222,7 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
     const fp_tx_region *r = &tx->need[k];
     int32_t q = tmap[r->param];
     if (q < 0 || (!in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st) &&
-                  !in_scales(to, q, r->dtype, r->off, r->bytes)))
+                  !in_scales(&to->params[q], r->dtype, r->off, r->bytes)))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
                    "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
   }

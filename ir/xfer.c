@@ -120,16 +120,16 @@ void fp_tx_finish(fp_tx *t) {
   t->wire_bytes = t->local_bytes = 0;
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *o = &t->ops[i];
-    int64_t b = o->n * fp_dtype_size(o->dtype) * (o->proc >= 0 && o->proc < t->nprocs ? runs[o->proc] : 1);
+    int64_t reps = o->proc >= 0 && o->proc < t->nprocs ? runs[o->proc] : 1, b = o->n * fp_dtype_size(o->dtype);
     if (o->kind == FP_TX_RECV) {
       t->wire_bytes += b;
       recvd[o->proc] += b;
     } else if (o->kind == FP_TX_SEND) {
       sent[o->proc] += b;
     } else if (o->kind == FP_TX_COPY && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
-      t->local_bytes += b;
+      t->local_bytes += b * reps;
     } else if (o->kind == FP_TX_QUANT && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
-      t->local_bytes += b + fp_tx_nscales(o->full_off, o->n); /* into a TO param kept as MXFP8 */
+      t->local_bytes += (b + fp_tx_nscales(o->full_off, o->n)) * reps; /* into a TO param kept as MXFP8 */
     }
   }
   t->max_send_bytes = t->max_recv_bytes = 0;

@@ -20,28 +20,14 @@
  *    params are gathered from their new main weights, the MXFP8 bytes and
  *    scales are what the refit wrote before, during and after the step. */
 #include "exec_util.h"
-#include "flexplan_compile.h"
+#include "compile_util.h"
 
 #include "executor/safetensors.h"
 #include "kernels/kernels.h"
-#include <json-c/json.h>
 
 static fp_exec *x;
 static int32_t np;
 static fp_param_view *views;
-
-static fp_plan *compile(const char *model, const char *spec, int world) {
-  json_object *s = json_object_from_file(spec), *mesh;
-  if (!s || !json_object_object_get_ex(s, "mesh", &mesh)) return NULL;
-  json_object_object_add(mesh, "world_size", json_object_new_int(world));
-  fp_compile_options o = {.model_path = model, .spec_text = json_object_to_json_string(s)};
-  fp_plan *p = NULL;
-  fp_status st = fp_plan_compile(&o, &p);
-  EXPECT(st == FP_OK, "compile %s for %d ranks: %s", spec, world, p ? fp_plan_errmsg(p) : "?");
-  json_object_put(s);
-  if (st != FP_OK) fp_plan_free(p);
-  return st == FP_OK ? p : NULL;
-}
 
 static bool is_mx(int32_t i) { return x->prog->params[i].scales.buf >= 0; }
 
@@ -203,7 +189,7 @@ int main(int argc, char **argv) {
     tu_finalize();
     return 2;
   }
-  fp_plan *plan = compile(argv[1], argv[2], tu_world);
+  fp_plan *plan = tu_compile(argv[1], argv[2], tu_world);
   if (!plan) return tu_finish();
   fp_exec_config c = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world};
   EXPECT(fp_exec_create(plan, &c, &x) == FP_OK, "create: %s", fp_exec_errmsg(x));

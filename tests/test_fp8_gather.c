@@ -20,26 +20,13 @@
 #include <math.h>
 
 #include "exec_util.h"
-#include "flexplan_compile.h"
+#include "compile_util.h"
 #include "base/placement.h"
 #include "kernels/kernels.h"
-#include <json-c/json.h>
 
 static double formula(int32_t param, int64_t e) {
   return sin(0.37 * (double)e + 1.3 * param) * (1.0 + (double)((e / 7 + param) % 5) * 3.0) *
          (e % 97 == 0 ? 1e-3 : 1.0);
-}
-
-static fp_plan *compile(const char *model, const char *spec, int world) {
-  json_object *s = json_object_from_file(spec), *mesh;
-  if (!s || !json_object_object_get_ex(s, "mesh", &mesh)) return NULL;
-  json_object_object_add(mesh, "world_size", json_object_new_int(world));
-  fp_compile_options o = {.model_path = model, .spec_text = json_object_to_json_string(s)};
-  fp_plan *p = NULL;
-  fp_status st = fp_plan_compile(&o, &p);
-  EXPECT(st == FP_OK, "compile %s for %d ranks: %s", spec, world, p ? fp_plan_errmsg(p) : "?");
-  json_object_put(s);
-  return st == FP_OK ? p : NULL;
 }
 
 static float as_f32(const void *base, fp_dtype dt, int64_t k) {
@@ -146,7 +133,7 @@ int main(int argc, char **argv) {
     tu_finalize();
     return 2;
   }
-  fp_plan *plan = compile(argv[1], argv[2], tu_world);
+  fp_plan *plan = tu_compile(argv[1], argv[2], tu_world);
   if (!plan) return tu_finish();
   fp_exec_config c = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world};
   fp_exec *x = NULL;

@@ -25,39 +25,14 @@
 #include <math.h>
 
 #include "exec_util.h"
-#include "flexplan_compile.h"
+#include "compile_util.h"
 #include "ir/xfer.h"
 #include "kernels/kernels.h"
-#include <json-c/json.h>
 
 static double formula(int32_t param, int64_t e) {
   /* varied signs and magnitudes (so MXFP8 blocks get different scales) */
   return sin(0.37 * (double)e + 1.3 * param) * (1.0 + (double)((e / 7 + param) % 5) * 3.0) *
          (e % 97 == 0 ? 1e-3 : 1.0);
-}
-
-static char *spec_text(const char *path, int world) {
-  json_object *s = json_object_from_file(path);
-  if (!s) return NULL;
-  json_object *mesh;
-  if (!json_object_object_get_ex(s, "mesh", &mesh)) return NULL;
-  json_object_object_add(mesh, "world_size", json_object_new_int(world));
-  json_object *rpn;
-  if (json_object_object_get_ex(mesh, "ranks_per_node", &rpn) && json_object_get_int(rpn) > world)
-    json_object_object_add(mesh, "ranks_per_node", json_object_new_int(world));
-  char *t = strdup(json_object_to_json_string(s));
-  json_object_put(s);
-  return t;
-}
-
-static fp_plan *compile(const char *model, const char *spec, int world) {
-  char *st = spec_text(spec, world);
-  fp_compile_options o = {.model_path = model, .spec_text = st};
-  fp_plan *p = NULL;
-  fp_status s = fp_plan_compile(&o, &p);
-  EXPECT(s == FP_OK && st, "compile %s for %d ranks: %s", spec, world, p ? fp_plan_errmsg(p) : "?");
-  free(st);
-  return s == FP_OK ? p : NULL;
 }
 
 static float get(const void *base, fp_dtype dt, int64_t k) {
@@ -229,7 +204,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--wire-exact")) wire_exact = atoi(argv[i + 1]) != 0;
     if (!strcmp(argv[i], "--expect-shared")) expect_shared = atoi(argv[i + 1]);
   }
-  fp_plan *A = compile(model, argv[2], wa), *B = compile(model, argv[4], wb);
+  fp_plan *A = tu_compile(model, argv[2], wa), *B = tu_compile(model, argv[4], wb);
   if (!A || !B) return tu_finish();
   const char *what = g_states ? "weights+optimizer" : "weights";
   if (g_states) {

@@ -21,23 +21,10 @@
 #include <cuda_runtime_api.h>
 
 #include "exec_util.h"
-#include "flexplan_compile.h"
+#include "compile_util.h"
 #include "ir/xfer.h"
-#include <json-c/json.h>
 
 static const unsigned char SENT = 0xA5;
-
-static fp_plan *compile1(const char *model, const char *spec) {
-  json_object *s = json_object_from_file(spec), *mesh;
-  EXPECT(s && json_object_object_get_ex(s, "mesh", &mesh), "read %s", spec);
-  if (!s) return NULL;
-  json_object_object_add(mesh, "world_size", json_object_new_int(1));
-  fp_compile_options o = {.model_path = model, .spec_text = json_object_to_json_string(s)};
-  fp_plan *p = NULL;
-  EXPECT(fp_plan_compile(&o, &p) == FP_OK, "compile %s: %s", spec, p ? fp_plan_errmsg(p) : "?");
-  json_object_put(s);
-  return p;
-}
 
 static fp_exec *exec_on(fp_plan *p, fp_backend b) {
   fp_exec_config c = {.backend = b, .rank = 0, .world_size = 1};
@@ -112,7 +99,7 @@ int main(int argc, char **argv) {
     tu_finalize();
     return 77;
   }
-  fp_plan *A = compile1(argv[1], argv[2]), *B = compile1(argv[1], argv[3]);
+  fp_plan *A = tu_compile(argv[1], argv[2], 1), *B = tu_compile(argv[1], argv[3], 1);
   if (!A || !B) return tu_finish();
   fp_xfer *ab = NULL, *ba = NULL, *mx = NULL;
   EXPECT(fp_reshard_compile(A, B, NULL, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
@@ -152,7 +139,7 @@ int main(int argc, char **argv) {
   EXPECT(fp_xfer_run(ba, gb, ga, NULL) == FP_OK, "B->A on NCCL: %s", fp_xfer_errmsg(ba));
   same_to(A, ma, ga, "B->A");
   if (argc == 6) { /* into MXFP8 weights: the e4m3 elements and scales the CUDA quantize writes */
-    fp_plan *F = compile1(argv[4], argv[2]), *K = compile1(argv[4], argv[5]);
+    fp_plan *F = tu_compile(argv[4], argv[2], 1), *K = tu_compile(argv[4], argv[5], 1);
     fp_xfer *fk = NULL;
     EXPECT(F && K && fp_reshard_compile(F, K, NULL, &fk) == FP_OK, "reshard into MXFP8: %s", fp_xfer_errmsg(fk));
     int32_t quants = 0;

@@ -504,6 +504,13 @@ int main(int argc, char **argv) {
     CHECK(h && h->same && h->same[2] == 0 && h->same[3] == 1 && h->same[0] < 0 && h->first[2] == h->first[3],
           "hybrid 6 -> 4: processes 2 and 3 should repeat 0 and 1: %s", d.buf ? d.buf : "");
     fp_diag_free(&d);
+    /* every TO byte is copied locally, by each process that runs a program */
+    int64_t needed = 0;
+    for (int64_t p = 0; h && p < h->nprocs; p++)
+      for (int32_t k = h->need_first[fp_tx_prog(h, p)]; k < h->need_first[fp_tx_prog(h, p) + 1]; k++)
+        needed += h->need[k].bytes;
+    CHECK(h && h->local_bytes == needed && h->wire_bytes == 0, "local bytes %lld, the TO bytes %lld",
+          h ? (long long)h->local_bytes : -1LL, (long long)needed);
     char *js = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&js, &n);
