@@ -299,6 +299,33 @@ int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len) {
   return m->slots[i].val3 ? m->slots[i].val3 - 3 : -1;
 }
 
+void fp_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void *ctx, int32_t n, int32_t *first) {
+  uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
+  int32_t *idx = malloc(((size_t)n + 1) * sizeof *idx), m = 0;
+  FP_ASSERT(key && idx);
+  for (int32_t i = 0; i < n; i++) {
+    const char *s = name(ctx, i);
+    first[i] = -1;
+    if (!s) continue;
+    key[m] = name_hash(s, strlen(s));
+    idx[m++] = i;
+  }
+  fp_sort_u64(key, idx, m); /* stable: equal hashes keep their indices ascending */
+  for (int32_t a = 0, b; a < m; a = b) {
+    for (b = a + 1; b < m && key[b] == key[a]; b++) {
+      /* the first of the run's earlier names (each the first of its text) it equals */
+      const char *s = name(ctx, idx[b]);
+      for (int32_t q = a; q < b; q++)
+        if (first[idx[q]] < 0 && !strcmp(name(ctx, idx[q]), s)) {
+          first[idx[b]] = idx[q];
+          break;
+        }
+    }
+  }
+  free(key);
+  free(idx);
+}
+
 /* ---- sorting --------------------------------------------------------------- */
 void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
   if (n < 2) return;

@@ -51,11 +51,14 @@ typedef struct tabinfo {
 typedef struct range {
   int32_t buf, first, last;   /* program-order op indices, inclusive */
   int32_t live;               /* index in prog.lives, -1 when derived */
-  int64_t last1[FP_NSTREAMS]; /* step 1: max own-stream clock of a use on stream s (0 none) */
+  /* clocks in 32 bits: a stream ticks once per op in each of the two steps,
+   * at most 2 * INT32_MAX < UINT32_MAX (the "none" of the minima); 88 bytes
+   * a range, not 128 (600,000 of them at 100,000 units) */
+  uint32_t last1[FP_NSTREAMS]; /* step 1: max own-stream clock of a use on stream s (0 none) */
   int32_t last1op[FP_NSTREAMS];
-  int64_t min1[FP_NSTREAMS];  /* step 1: componentwise min clock over its uses */
+  uint32_t min1[FP_NSTREAMS];  /* step 1: componentwise min clock over its uses */
   int32_t min1op[FP_NSTREAMS];
-  int64_t min2[FP_NSTREAMS];  /* the same in step 2 (the next replay) */
+  uint32_t min2[FP_NSTREAMS];  /* the same in step 2 (the next replay) */
   int32_t min2op[FP_NSTREAMS];
 } range;
 
@@ -177,21 +180,26 @@ static const char *bufname(const fp_prog *p, int32_t b) {
   return b >= 0 && b < p->nbufs && p->bufs[b].name ? p->bufs[b].name : "?";
 }
 
-/* names unique within one table */
+/* names unique within one table (fp_name_firsts: no map probed at random) */
+typedef struct nametab {
+  const fp_prog *p;
+  const char *(*name)(const fp_prog *, int32_t);
+} nametab;
+static const char *nametab_at(const void *ctx, int32_t i) {
+  const nametab *t = ctx;
+  return t->name(t->p, i);
+}
 static void check_unique(vctx *v, fp_vloc what, const char *kind, int32_t n, const char *(*name)(const fp_prog *, int32_t)) {
-  fp_arena *a = fp_arena_new();
-  fp_namemap m;
-  fp_namemap_init(&m, a, n);
+  nametab t = {v->p, name};
+  int32_t *first = malloc(((size_t)n + 1) * sizeof *first);
+  FP_ASSERT(first);
+  fp_name_firsts(nametab_at, &t, n, first);
   for (int32_t i = 0; i < n && !stop(v); i++) {
     const char *s = name(v->p, i);
-    if (!s) {
-      verr(v, what, i, "%s has no name", kind);
-      continue;
-    }
-    int32_t j = fp_namemap_add(&m, s, i);
-    if (j >= 0) verr(v, what, i, "%s name '%s' is also the name of %s %" PRId32, kind, s, kind, j);
+    if (!s) verr(v, what, i, "%s has no name", kind);
+    else if (first[i] >= 0) verr(v, what, i, "%s name '%s' is also the name of %s %" PRId32, kind, s, kind, first[i]);
   }
-  fp_arena_free(a);
+  free(first);
 }
 static const char *comm_nm(const fp_prog *p, int32_t i) { return p->comms[i].name; }
 static const char *tab_nm(const fp_prog *p, int32_t i) { return p->tabs[i].name; }
@@ -1140,15 +1148,15 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
            v->p->bufs[b].name);
     return;
   }
-  if (step == 1 && vc[stream] > r->last1[stream]) {
-    r->last1[stream] = vc[stream];
+  if (step == 1 && vc[stream] > (int64_t)r->last1[stream]) {
+    r->last1[stream] = (uint32_t)vc[stream];
     r->last1op[stream] = i;
   }
-  int64_t *mn = step == 1 ? r->min1 : r->min2;
+  uint32_t *mn = step == 1 ? r->min1 : r->min2;
   int32_t *mo = step == 1 ? r->min1op : r->min2op;
   for (int s = 0; s < FP_NSTREAMS; s++)
-    if (vc[s] < mn[s]) {
-      mn[s] = vc[s];
+    if (vc[s] < (int64_t)mn[s]) {
+      mn[s] = (uint32_t)vc[s];
       mo[s] = i;
     }
 }
@@ -1277,7 +1285,7 @@ static bool build_ranges(vctx *v) {
     for (int32_t b = 0; b < p->nbufs; b++) v->rstart[b + 1] += v->rstart[b];
     for (int32_t k = 0; k < v->nrg; k++) {
       range *r = &v->rg[k];
-      for (int s = 0; s < FP_NSTREAMS; s++) r->min1[s] = r->min2[s] = INT64_MAX;
+      for (int s = 0; s < FP_NSTREAMS; s++) r->min1[s] = r->min2[s] = UINT32_MAX;
       if (k > 0 && r[-1].buf == r->buf && r->first <= r[-1].last && !stop(v))
         verr(v, FP_VL_LIVE, r->live, "live ranges %" PRId32 "..%" PRId32 " and %" PRId32 "..%" PRId32
              " of buffer '%s' overlap", r[-1].first, r[-1].last, r->first, r->last, p->bufs[r->buf].name);

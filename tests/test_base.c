@@ -6,7 +6,9 @@
  * key; checked on keys with few distinct values, on full 64-bit ones, on
  * keys that differ only in one 16-bit digit, and on sorted and reversed
  * input. fp_sort_records must give qsort's order of records by two keys
- * and then their position.
+ * and then their position. fp_name_firsts must name, for every name, the
+ * lowest earlier index with the same text (brute force over names drawn
+ * from a small pool, with NULLs, equal prefixes and one name many times).
  *
  * The arena hands out big arrays from mappings of their own and grows them
  * with mremap: fp_grow must keep the contents and give zeroed room, and
@@ -143,6 +145,42 @@ static void test_sort_records(void **state) {
   }
 }
 
+static const char *pool_name(const void *ctx, int32_t i) { return ((const char *const *)ctx)[i]; }
+
+static void test_name_firsts(void **state) {
+  (void)state;
+  static const char *const pool[] = {"a", "b", "ab", "ba", "layers.1.w", "layers.1.w2", "layers.10.w", "", NULL};
+  static const int32_t sizes[] = {0, 1, 2, 9, 500, 20000};
+  for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+    int32_t n = sizes[si];
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    int32_t *got = malloc(((size_t)n + 1) * sizeof *got);
+    assert_true(names && got);
+    char (*own)[24] = calloc((size_t)n + 1, sizeof *own); /* unique names, and copies of others */
+    assert_true(own);
+    for (int32_t i = 0; i < n; i++) {
+      uint64_t r = next();
+      if (r % 4 == 0) { /* a name of its own, or a fresh copy of an earlier one */
+        if (i > 0 && names[r / 4 % (uint64_t)i] && r % 8 == 0) snprintf(own[i], sizeof own[i], "%s", names[r / 4 % (uint64_t)i]);
+        else snprintf(own[i], sizeof own[i], "u%d", (int)i);
+        names[i] = own[i];
+      } else {
+        names[i] = pool[r / 4 % (sizeof pool / sizeof *pool)];
+      }
+    }
+    fp_name_firsts(pool_name, names, n, got);
+    for (int32_t i = 0; i < n; i++) {
+      int32_t want = -1;
+      for (int32_t j = 0; j < i && names[i] && want < 0; j++)
+        if (names[j] && !strcmp(names[j], names[i])) want = j;
+      if (got[i] != want) fail_msg("n %d: name %d ('%s'): first %d, want %d", (int)n, (int)i, names[i] ? names[i] : "(null)", (int)got[i], (int)want);
+    }
+    free(names);
+    free(got);
+    free(own);
+  }
+}
+
 static void test_arena_big(void **state) {
   (void)state;
   fp_arena *a = fp_arena_new();
@@ -250,6 +288,7 @@ int main(void) {
       cmocka_unit_test(test_strjoin),
       cmocka_unit_test(test_sort_u64),
       cmocka_unit_test(test_sort_records),
+      cmocka_unit_test(test_name_firsts),
       cmocka_unit_test(test_arena_big),
       cmocka_unit_test(test_alias_clocks),
   };
