@@ -19,6 +19,7 @@ typedef struct fp_compiled {
   bool defer_refresh; /* persistent compute weights refreshed in the next forward (lower.h) */
   bool replica_each;  /* hybrid: replicas all-reduced every micro-batch (lower.h FP_LOWER_REPLICA_EACH) */
   bool prep_on_compute; /* reductions' casts and staging on the compute stream (FP_LOWER_PREP_ON_COMPUTE) */
+  struct fp_summary *summary; /* the kept plan's summary (fp_compile), which fp_summarize copies; NULL before */
 } fp_compiled;
 
 /* the deepest prefetch "auto" considers */
