@@ -1,14 +1,16 @@
 /* json.c - strict JSON input with located errors (see json.h).
  *
  * Three scanners over the source text live here, all hand-written because
- * json-c objects carry no positions:
- *   - the parser: a strict RFC 8259 scanner that builds the json-c objects
- *     as it checks the text, in one pass. json-c's own parser is not used:
- *     even "strict" it lets through NaN/Infinity, single-quoted strings,
- *     "1.", raw control characters in strings and silently clamps integers
- *     beyond 64 bits, and keeps the last of duplicate keys. The scanner
- *     rejects all of these, located at the offending byte, with the JSON
- *     pointer of the value (or object) concerned;
+ * the document's nodes carry no positions:
+ *   - the parser: a strict RFC 8259 scanner that builds the fp_jv document
+ *     in the arena as it checks the text, in one pass. json-c's parser is
+ *     not used: even "strict" it lets through NaN/Infinity, single-quoted
+ *     strings, "1.", raw control characters in strings and silently clamps
+ *     integers beyond 64 bits, and keeps the last of duplicate keys. The
+ *     scanner rejects all of these, located at the offending byte, with the
+ *     JSON pointer of the value (or object) concerned. Its values are the
+ *     ones json-c's parser builds from a valid text (tests/test_frontend.c
+ *     compares them);
  *   - a tolerant walker that names the JSON pointer of the value at a byte
  *     offset (for an invalid UTF-8 byte);
  *   - fp_json_locate: follows an RFC 6901 pointer through the text to the first
@@ -410,13 +412,7 @@ size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact) {
   return cur;
 }
 
-/* ---- the strict validator ----------------------------------------------------- */
-typedef struct kent {
-  size_t key; /* decoded, at vscan.ks + key (NUL-terminated) */
-  size_t len, off;
-  uint64_t h;
-} kent;
-
+/* ---- the strict scanner, building the document --------------------------------- */
 typedef struct vscan {
   fp_arena *a;
   const char *t;
@@ -427,21 +423,56 @@ typedef struct vscan {
   size_t err_off;
   char *err_ptr;
   char err_msg[512];
-  /* the decoded keys of the objects open now, a stack (an object pops its
-   * own at its end), and the decoded text of the last string value: no
-   * allocation per string, none left between the objects built */
-  char *ks, *sv;
-  size_t klen, kcap, svcap;
+  /* the elements of the arrays open now (vs) and the members of the objects
+   * open now (ms, with each key's offset in mo): stacks, from which a
+   * container moves its own into one arena block at its end, so the
+   * document costs one allocation per container (malloc'd; freed after the
+   * parse) */
+  fp_jv *vs;
+  size_t vlen, vcap;
+  fp_jmem *ms;
+  size_t *mo;
+  size_t mlen, mcap;
+  /* decoded strings and keys are bumped from an arena block (a string's
+   * decoded bytes and its NUL never outnumber its quoted text) */
+  char *sp;
+  size_t sleft;
 } vscan;
 
-/* room for n more bytes at the top of the key stack */
-static void ks_reserve(vscan *v, size_t n) {
-  if (v->klen + n <= v->kcap) return;
-  size_t nc = v->kcap ? v->kcap : 4096;
-  while (nc < v->klen + n) nc *= 2;
-  v->ks = realloc(v->ks, nc);
-  FP_ASSERT(v->ks);
-  v->kcap = nc;
+#define FP_JSON_STR_BLOCK ((size_t)256 << 10)
+
+/* room for n bytes of decoded text */
+static char *str_room(vscan *v, size_t n) {
+  if (n > v->sleft) {
+    size_t b = v->n + 1 < FP_JSON_STR_BLOCK ? v->n + 1 : FP_JSON_STR_BLOCK;
+    if (b < n) b = n;
+    v->sp = fp_alloc(v->a, b);
+    v->sleft = b;
+  }
+  char *p = v->sp;
+  v->sp += n;
+  v->sleft -= n;
+  return p;
+}
+
+static void vs_push(vscan *v, const fp_jv *x) {
+  if (v->vlen == v->vcap) {
+    v->vcap = v->vcap ? 2 * v->vcap : 256;
+    v->vs = realloc(v->vs, v->vcap * sizeof *v->vs);
+    FP_ASSERT(v->vs);
+  }
+  v->vs[v->vlen++] = *x;
+}
+
+static void ms_push(vscan *v, const fp_jmem *m, size_t off) {
+  if (v->mlen == v->mcap) {
+    v->mcap = v->mcap ? 2 * v->mcap : 256;
+    v->ms = realloc(v->ms, v->mcap * sizeof *v->ms);
+    v->mo = realloc(v->mo, v->mcap * sizeof *v->mo);
+    FP_ASSERT(v->ms && v->mo);
+  }
+  v->ms[v->mlen] = *m;
+  v->mo[v->mlen++] = off;
 }
 
 static bool vfail(vscan *v, size_t off, bool include_last_key, const char *fmt, ...)
@@ -469,10 +500,10 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
   return fp_strndup(v->a, v->t + i, j - i);
 }
 
-/* Each scanner builds the value it accepted in *out (json-c objects; NULL
- * when it fails, with nothing leaked): one pass both checks the text and
- * builds it. */
-static bool v_value(vscan *v, int depth, json_object **out);
+/* Each scanner builds the value it accepted in *out (a node of the caller's:
+ * the stacks may move under a pointer into them): one pass both checks the
+ * text and builds it. */
+static bool v_value(vscan *v, int depth, fp_jv *out);
 
 bool fp_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
   size_t i = q + 1;
@@ -508,39 +539,30 @@ bool fp_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t
   return true;
 }
 
-/* the string at v->i (which is '"'): a key (kpos) is decoded onto v->ks at
- * *kpos (*dlen bytes, then a NUL); a value is built in *out */
-static bool v_string(vscan *v, size_t *kpos, size_t *dlen, json_object **out) {
-  bool is_key = kpos != NULL;
+/* the string at v->i (which is '"'), a member name when is_key: checked,
+ * then decoded into the arena (*s, *len bytes, a NUL after them) */
+static bool v_string(vscan *v, bool is_key, const char **s, size_t *len) {
   const char *t = v->t;
   size_t n = v->n, q = v->i, end, at;
   char why[96];
   if (!fp_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
-  size_t i = end - 1; /* the closing quote */
-  /* the decoded text is at most the i - q - 1 bytes between the quotes */
-  if (is_key) {
-    ks_reserve(v, i + 1 - q);
-    *kpos = v->klen;
-    fp_json_decode_string(t, n, q, v->ks + v->klen, dlen);
-    v->ks[v->klen + *dlen] = 0;
-    v->klen += *dlen + 1;
-  } else {
-    if (v->svcap < i + 1 - q) {
-      free(v->sv);
-      v->svcap = 2 * (i + 1 - q) > 256 ? 2 * (i + 1 - q) : 256;
-      v->sv = malloc(v->svcap);
-      FP_ASSERT(v->sv);
-    }
-    size_t dl;
-    fp_json_decode_string(t, n, q, v->sv, &dl);
-    *out = json_object_new_string_len(v->sv, (int)dl);
-    FP_ASSERT(*out);
-  }
-  v->i = i + 1;
+  size_t raw = end - q - 2; /* the bytes between the quotes */
+  char *o = str_room(v, raw + 1);
+  size_t dl = raw;
+  if (memchr(t + q + 1, '\\', raw))
+    fp_json_decode_string(t, n, q, o, &dl);
+  else
+    memcpy(o, t + q + 1, raw);
+  o[dl] = 0;
+  v->sp -= raw - dl; /* what the escapes saved goes back */
+  v->sleft += raw - dl;
+  *s = o;
+  *len = dl;
+  v->i = end;
   return true;
 }
 
-static bool v_number(vscan *v, json_object **out) {
+static bool v_number(vscan *v, fp_jv *out) {
   const char *t = v->t;
   size_t n = v->n, s = v->i, i = s;
   bool integral = true;
@@ -554,6 +576,7 @@ static bool v_number(vscan *v, json_object **out) {
   } else {
     return vfail(v, s, true, "invalid JSON: unexpected '%s'", excerpt(v, s, skip_value(t, n, s) > s ? skip_value(t, n, s) : s + 1));
   }
+  size_t digits_end = i;
   if (i < n && t[i] == '.') {
     integral = false;
     i++;
@@ -570,6 +593,16 @@ static bool v_number(vscan *v, json_object **out) {
       return vfail(v, s, true, "invalid JSON: malformed exponent in '%s'", excerpt(v, s, skip_value(t, n, s)));
     while (i < n && t[i] >= '0' && t[i] <= '9') i++;
   }
+  *out = (fp_jv){.type = integral ? FP_JINT : FP_JDOUBLE};
+  bool neg = t[s] == '-';
+  size_t d0 = s + neg;
+  if (integral && digits_end - d0 <= 18) { /* the common case: fits, no strtoll */
+    int64_t x = 0;
+    for (size_t k = d0; k < digits_end; k++) x = x * 10 + (t[k] - '0');
+    out->i = neg ? -x : x;
+    v->i = i;
+    return true;
+  }
   char buf[64];
   char *tok = i - s < sizeof buf ? buf : fp_alloc(v->a, i - s + 1);
   memcpy(tok, t + s, i - s);
@@ -578,46 +611,57 @@ static bool v_number(vscan *v, json_object **out) {
     errno = 0;
     int64_t sv = 0;
     uint64_t uv = 0;
-    if (tok[0] == '-') {
+    if (neg)
       sv = strtoll(tok, NULL, 10);
-    } else {
+    else
       uv = strtoull(tok, NULL, 10);
-    }
     if (errno == ERANGE)
       return vfail(v, s, true, "integer %s is outside the 64-bit range", excerpt(v, s, i));
-    /* as json-c's parser builds them: int64, uint64 above INT64_MAX */
-    *out = tok[0] == '-' ? json_object_new_int64(sv)
-                    : uv > (uint64_t)INT64_MAX ? json_object_new_uint64(uv)
-                                                : json_object_new_int64((int64_t)uv);
+    /* as json-c's parser read them: int64, uint64 above INT64_MAX */
+    if (neg)
+      out->i = sv;
+    else if (uv > (uint64_t)INT64_MAX)
+      out->u = uv, out->big = true;
+    else
+      out->i = (int64_t)uv;
   } else {
     double d = strtod(tok, NULL);
     if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
-    *out = json_object_new_double_s(d, tok); /* the text kept, as json-c's parser does */
+    char *text = str_room(v, i - s + 1); /* kept: messages quote a number as written */
+    memcpy(text, tok, i - s + 1);
+    out->d = d;
+    out->text = text;
+    out->n = (uint32_t)(i - s);
   }
-  FP_ASSERT(*out);
   v->i = i;
   return true;
 }
 
-static bool v_object(vscan *v, int depth, json_object **out) {
+/* (re)build the open hash of an object's first cnt members (at ms + base)
+ * with cap slots */
+static void index_fill(const vscan *v, size_t base, size_t cnt, uint32_t *tab, size_t cap) {
+  memset(tab, 0, cap * sizeof *tab);
+  for (size_t k = 0; k < cnt; k++) {
+    size_t h = v->ms[base + k].hash & (cap - 1);
+    while (tab[h]) h = (h + 1) & (cap - 1);
+    tab[h] = (uint32_t)k + 1;
+  }
+}
+
+static bool v_object(vscan *v, int depth, fp_jv *out) {
   const char *t = v->t;
   size_t n = v->n;
   pseg *sg = &v->segs[v->nseg++];
   sg->is_obj = true;
   sg->key = (size_t)-1;
-  /* the keys, and an open hash of indexes into them (+1; 0 = empty): on the
-   * C stack for an object of up to 8 members, else on the heap */
-  kent kst[8];
-  size_t tst[16];
-  kent *keys = kst;
-  size_t nkeys = 0, kcap = 8;
-  size_t *tab = NULL, tcap = 0;
-  size_t kbase = v->klen; /* this object's keys start here on v->ks */
+  /* this object's members are v->ms[base..]; past FP_JV_LINEAR of them an
+   * open hash of their positions (+1) finds duplicates, and is kept as the
+   * object's index (on the C stack up to 32 slots) */
+  size_t base = v->mlen;
+  uint32_t tst[32], *tab = NULL;
+  size_t tcap = 0;
   bool ok = false;
-  json_object *obj = json_object_new_object();
-  FP_ASSERT(obj);
-  v->i++;
-  v->i = skip_ws(t, n, v->i);
+  v->i = skip_ws(t, n, v->i + 1);
   if (v->i < n && t[v->i] == '}') {
     v->i++;
     ok = true;
@@ -629,50 +673,48 @@ static bool v_object(vscan *v, int depth, json_object **out) {
       vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes");
       goto done;
     }
-    size_t koff = v->i;
-    size_t kp = 0, dl = 0;
-    if (!v_string(v, &kp, &dl, NULL)) goto done;
-    if (nkeys == kcap) {
-      kcap *= 2;
-      kent *nk = keys == kst ? malloc(kcap * sizeof *keys) : realloc(keys, kcap * sizeof *keys);
-      FP_ASSERT(nk);
-      if (keys == kst) memcpy(nk, kst, sizeof kst);
-      keys = nk;
-    }
-    keys[nkeys] = (kent){kp, dl, koff, fp_fnv1a(FP_FNV_INIT, v->ks + kp, dl)};
-    nkeys++;
-    if (2 * nkeys > tcap) {
-      size_t nc = tcap ? 2 * tcap : 16;
-      if (tab != tst) free(tab);
-      tab = nc == 16 ? tst : malloc(nc * sizeof *tab);
-      FP_ASSERT(tab);
-      memset(tab, 0, nc * sizeof *tab);
-      tcap = nc;
-      for (size_t k = 0; k + 1 < nkeys; k++) {
-        size_t h = (size_t)keys[k].h & (tcap - 1);
-        while (tab[h]) h = (h + 1) & (tcap - 1);
-        tab[h] = k + 1;
+    size_t koff = v->i, klen;
+    const char *key;
+    if (!v_string(v, true, &key, &klen)) goto done;
+    size_t cnt = v->mlen - base;
+    fp_jmem m = {.key = key, .klen = (uint32_t)klen};
+    size_t dup = (size_t)-1;
+    if (cnt < FP_JV_LINEAR) {
+      for (size_t k = base; k < v->mlen; k++)
+        if (v->ms[k].klen == klen && memcmp(v->ms[k].key, key, klen) == 0) dup = k;
+    } else {
+      if (2 * (cnt + 1) > tcap) {
+        if (!tab) /* the first FP_JV_LINEAR members are hashed now */
+          for (size_t k = base; k < v->mlen; k++)
+            v->ms[k].hash = (uint32_t)fp_fnv1a(FP_FNV_INIT, v->ms[k].key, v->ms[k].klen);
+        size_t nc = fp_jv_index_cap(cnt + 1);
+        if (tab && tab != tst) free(tab);
+        tab = nc <= 32 ? tst : malloc(nc * sizeof *tab);
+        FP_ASSERT(tab);
+        tcap = nc;
+        index_fill(v, base, cnt, tab, tcap);
       }
-    }
-    {
-      kent *ke = &keys[nkeys - 1];
-      size_t h = (size_t)ke->h & (tcap - 1);
-      while (tab[h]) {
-        kent *o = &keys[tab[h] - 1];
-        if (o->h == ke->h && o->len == ke->len && memcmp(v->ks + o->key, v->ks + ke->key, ke->len) == 0) {
-          fp_src tmp = {"", v->t, v->n};
-          int line, col;
-          fp_src_linecol(&tmp, o->off, &line, &col);
-          fp_sbuf kb = {0};
-          sb_put_segment(&kb, v->ks + ke->key, ke->len);
-          vfail(v, ke->off, false, "duplicate member '%s' (first at line %d, column %d)",
-                fp_strdup(v->a, kb.p + 1), line, col);
-          free(kb.p);
-          goto done;
+      m.hash = (uint32_t)fp_fnv1a(FP_FNV_INIT, key, klen);
+      size_t h = m.hash & (tcap - 1);
+      for (; tab[h]; h = (h + 1) & (tcap - 1)) {
+        const fp_jmem *o = &v->ms[base + tab[h] - 1];
+        if (o->hash == m.hash && o->klen == klen && memcmp(o->key, key, klen) == 0) {
+          dup = base + tab[h] - 1;
+          break;
         }
-        h = (h + 1) & (tcap - 1);
       }
-      tab[h] = nkeys;
+      if (dup == (size_t)-1) tab[h] = (uint32_t)cnt + 1;
+    }
+    if (dup != (size_t)-1) {
+      fp_src tmp = {"", v->t, v->n};
+      int line, col;
+      fp_src_linecol(&tmp, v->mo[dup], &line, &col);
+      fp_sbuf kb = {0};
+      sb_put_segment(&kb, key, klen);
+      vfail(v, koff, false, "duplicate member '%s' (first at line %d, column %d)", fp_strdup(v->a, kb.p + 1), line,
+            col);
+      free(kb.p);
+      goto done;
     }
     v->i = skip_ws(t, n, v->i);
     if (v->i >= n || t[v->i] != ':') {
@@ -681,10 +723,8 @@ static bool v_object(vscan *v, int depth, json_object **out) {
     }
     v->i = skip_ws(t, n, v->i + 1);
     sg->key = koff;
-    json_object *val = NULL;
-    if (!v_value(v, depth + 1, &val)) goto done;
-    /* keys are unique (checked above): no lookup to replace one */
-    FP_ASSERT(json_object_object_add_ex(obj, v->ks + keys[nkeys - 1].key, val, JSON_C_OBJECT_ADD_KEY_IS_NEW) == 0);
+    if (!v_value(v, depth + 1, &m.val)) goto done;
+    ms_push(v, &m, koff);
     v->i = skip_ws(t, n, v->i);
     if (v->i < n && t[v->i] == ',') {
       v->i++;
@@ -701,37 +741,39 @@ static bool v_object(vscan *v, int depth, json_object **out) {
     goto done;
   }
 done:
-  v->klen = kbase;
-  if (keys != kst) free(keys);
-  if (tab != tst) free(tab);
-  if (ok) v->nseg--;
-  if (!ok) json_object_put(obj);
-  *out = ok ? obj : NULL;
+  if (ok) {
+    size_t cnt = v->mlen - base;
+    *out = (fp_jv){.type = FP_JOBJECT, .n = (uint32_t)cnt};
+    if (cnt) out->mems = fp_memdup(v->a, v->ms + base, cnt * sizeof *v->ms);
+    if (cnt > FP_JV_LINEAR) {
+      FP_ASSERT(tcap == fp_jv_index_cap(cnt));
+      out->index = fp_memdup(v->a, tab, tcap * sizeof *tab);
+    }
+    v->nseg--;
+  }
+  v->mlen = base;
+  if (tab && tab != tst) free(tab);
   return ok;
 }
 
-static bool v_array(vscan *v, int depth, json_object **out) {
+static bool v_array(vscan *v, int depth, fp_jv *out) {
   const char *t = v->t;
   size_t n = v->n;
   pseg *sg = &v->segs[v->nseg++];
   sg->is_obj = false;
   sg->idx = 0;
-  /* 2 slots to start: most arrays are short (shapes), longer ones double
-   * (json-c's default of 32 slots was 10 MiB of the 671B shape's peak) */
-  json_object *arr = json_object_new_array_ext(2);
-  FP_ASSERT(arr);
-  *out = arr;
+  size_t base = v->vlen; /* this array's elements are v->vs[base..] */
+  bool ok = false;
   v->i = skip_ws(t, n, v->i + 1);
   if (v->i < n && t[v->i] == ']') {
     v->i++;
-    v->nseg--;
-    return true;
+    ok = true;
   }
-  for (;;) {
+  while (!ok) {
     v->i = skip_ws(t, n, v->i);
-    json_object *val = NULL;
+    fp_jv val;
     if (!v_value(v, depth + 1, &val)) break;
-    FP_ASSERT(json_object_array_add(arr, val) == 0);
+    vs_push(v, &val);
     v->i = skip_ws(t, n, v->i);
     if (v->i < n && t[v->i] == ',') {
       v->i++;
@@ -740,19 +782,25 @@ static bool v_array(vscan *v, int depth, json_object **out) {
     }
     if (v->i < n && t[v->i] == ']') {
       v->i++;
-      v->nseg--;
-      return true;
+      ok = true;
+      break;
     }
     v->nseg--;
     vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array");
-    break;
+    v->vlen = base;
+    return false;
   }
-  json_object_put(arr);
-  *out = NULL;
-  return false;
+  if (ok) {
+    size_t cnt = v->vlen - base;
+    *out = (fp_jv){.type = FP_JARRAY, .n = (uint32_t)cnt};
+    if (cnt) out->elems = fp_memdup(v->a, v->vs + base, cnt * sizeof *v->vs);
+    v->nseg--;
+  }
+  v->vlen = base;
+  return ok;
 }
 
-static bool v_value(vscan *v, int depth, json_object **out) {
+static bool v_value(vscan *v, int depth, fp_jv *out) {
   const char *t = v->t;
   size_t n = v->n;
   v->i = skip_ws(t, n, v->i);
@@ -762,7 +810,13 @@ static bool v_value(vscan *v, int depth, json_object **out) {
   char ch = t[v->i];
   if (ch == '{') return v_object(v, depth, out);
   if (ch == '[') return v_array(v, depth, out);
-  if (ch == '"') return v_string(v, NULL, NULL, out);
+  if (ch == '"') {
+    const char *s;
+    size_t len;
+    if (!v_string(v, false, &s, &len)) return false;
+    *out = (fp_jv){.type = FP_JSTRING, .n = (uint32_t)len, .s = s};
+    return true;
+  }
   if (ch == '-' || (ch >= '0' && ch <= '9')) return v_number(v, out);
   static const char *const lits[] = {"true", "false", "null"};
   for (int k = 0; k < 3; k++) {
@@ -771,7 +825,7 @@ static bool v_value(vscan *v, int depth, json_object **out) {
       size_t e = v->i + l;
       if (e >= n || is_ws(t[e]) || t[e] == ',' || t[e] == ']' || t[e] == '}') {
         v->i = e;
-        *out = k < 2 ? json_object_new_boolean(k == 0) : NULL; /* null is NULL, as in json-c */
+        *out = k < 2 ? (fp_jv){.type = FP_JBOOL, .b = k == 0} : (fp_jv){.type = FP_JNULL};
         return true;
       }
     }
@@ -783,7 +837,7 @@ static bool v_value(vscan *v, int depth, json_object **out) {
 }
 
 /* ---- parse ------------------------------------------------------------------- */
-json_object *fp_json_parse(fp_jctx *c) {
+const fp_jv *fp_json_parse(fp_jctx *c) {
   const fp_src *s = c->src;
   size_t first = skip_ws(s->text, s->len, 0);
   if (first >= s->len) {
@@ -802,31 +856,41 @@ json_object *fp_json_parse(fp_jctx *c) {
                (unsigned char)s->text[bad]);
     return NULL;
   }
-  /* one pass: the strict scanner checks the text and builds the json-c
-   * objects (json-c's own parser is laxer - NaN, single quotes, "1.",
-   * control characters, clamped integers, the last of duplicate keys - and
-   * would need this scan after it anyway) */
+  /* one pass: the strict scanner checks the text and builds the document
+   * (json-c's parser was laxer - NaN, single quotes, "1.", control
+   * characters, clamped integers, the last of duplicate keys - and its
+   * objects cost a malloc each) */
   vscan v = {.a = c->a, .t = s->text, .n = s->len};
-  json_object *root = NULL;
+  fp_jv root;
   bool ok = v_value(&v, 1, &root);
-  free(v.ks);
-  free(v.sv);
+  free(v.vs);
+  free(v.ms);
+  free(v.mo);
   if (ok) {
     v.i = skip_ws(s->text, s->len, v.i);
     if (v.i < s->len) ok = vfail(&v, v.i, false, "invalid JSON: unexpected data after the value");
   }
   if (!ok) {
-    json_object_put(root);
     fp_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
     return NULL;
   }
-  if (!root) /* json-c's null; a NULL return means an error was reported */
+  if (root.type == FP_JNULL) {
     fp_diag_at(c->d, s, first, "/: the document is null, not a JSON object");
-  return root;
+    return NULL;
+  }
+  return fp_memdup(c->a, &root, sizeof root);
 }
 
 /* ---- accessors ----------------------------------------------------------------- */
+/* ptr, or the lazily built one for NULL */
+static const char *at(fp_jctx *c, const char *ptr) {
+  if (ptr) return ptr;
+  FP_ASSERT(c->here);
+  return c->here(c);
+}
+
 bool fp_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) {
+  ptr = at(c, ptr);
   va_list ap;
   va_start(ap, fmt);
   fp_diag_vjson(c->d, c->src, ptr, fmt, ap);
@@ -834,44 +898,39 @@ bool fp_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) {
   return false;
 }
 
-const char *fp_j_describe(fp_arena *a, json_object *v) {
-  switch (json_object_get_type(v)) {
-    case json_type_null: return "null";
-    case json_type_boolean: return json_object_get_boolean(v) ? "true" : "false";
-    case json_type_object: return "an object";
-    case json_type_array: return "an array";
-    case json_type_int:
-    case json_type_double: {
-      const char *s = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
-      return fp_sprintf(a, "%.40s", s);
-    }
-    case json_type_string: {
-      const char *s = json_object_get_string(v);
-      if (!s[0]) return "an empty string";
-      if (strlen(s) > 40) return fp_sprintf(a, "\"%.37s...\"", s);
-      return fp_sprintf(a, "\"%s\"", s);
-    }
+const char *fp_j_describe(fp_arena *a, const fp_jv *v) {
+  switch (fp_jv_type(v)) {
+    case FP_JNULL: return "null";
+    case FP_JBOOL: return v->b ? "true" : "false";
+    case FP_JOBJECT: return "an object";
+    case FP_JARRAY: return "an array";
+    /* numbers as json-c printed them: integers in decimal, doubles as written */
+    case FP_JINT: return v->big ? fp_sprintf(a, "%" PRIu64, v->u) : fp_sprintf(a, "%" PRId64, v->i);
+    case FP_JDOUBLE: return fp_sprintf(a, "%.40s", v->text);
+    case FP_JSTRING:
+      if (!v->n) return "an empty string";
+      if (v->n > 40) return fp_sprintf(a, "\"%.37s...\"", v->s);
+      return fp_sprintf(a, "\"%s\"", v->s);
   }
   return "a value";
 }
 
-bool fp_j_is_object(fp_jctx *c, json_object *v, const char *ptr) {
-  if (v && json_object_is_type(v, json_type_object)) return true;
+bool fp_j_is_object(fp_jctx *c, const fp_jv *v, const char *ptr) {
+  if (fp_jv_is(v, FP_JOBJECT)) return true;
   return fp_j_error(c, ptr, "expected an object, got %s", fp_j_describe(c->a, v));
 }
 
-bool fp_j_is_array(fp_jctx *c, json_object *v, const char *ptr) {
-  if (v && json_object_is_type(v, json_type_array)) return true;
+bool fp_j_is_array(fp_jctx *c, const fp_jv *v, const char *ptr) {
+  if (fp_jv_is(v, FP_JARRAY)) return true;
   return fp_j_error(c, ptr, "expected an array, got %s", fp_j_describe(c->a, v));
 }
 
-bool fp_j_keys(fp_jctx *c, json_object *obj, const char *ptr, const char *const *allowed) {
-  if (!obj || !json_object_is_type(obj, json_type_object)) return fp_j_is_object(c, obj, ptr);
-  json_object_object_foreach(obj, key, val) {
-    (void)val;
+bool fp_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const *allowed) {
+  if (!fp_jv_is(obj, FP_JOBJECT)) return fp_j_is_object(c, obj, ptr);
+  for (size_t m = 0; m < obj->n; m++) {
+    const char *key = obj->mems[m].key;
     bool ok = false;
-    for (int k = 0; allowed[k]; k++)
-      if (!strcmp(allowed[k], key)) ok = true;
+    for (int k = 0; allowed[k] && !ok; k++) ok = !strcmp(allowed[k], key);
     if (ok) continue;
     fp_sbuf b = {0};
     for (int k = 0; allowed[k]; k++) {
@@ -879,7 +938,7 @@ bool fp_j_keys(fp_jctx *c, json_object *obj, const char *ptr, const char *const 
       fp_sb_putn(&b, allowed[k], strlen(allowed[k]));
     }
     const char *near = fp_closest_name(key, allowed);
-    fp_j_error(c, fp_ptr_key(c->a, ptr, key), "unknown member '%s' (expected one of: %s)%s%s%s", key,
+    fp_j_error(c, fp_ptr_key(c->a, at(c, ptr), key), "unknown member '%s' (expected one of: %s)%s%s%s", key,
                b.p ? b.p : "", near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
     free(b.p);
     return false;
@@ -887,36 +946,51 @@ bool fp_j_keys(fp_jctx *c, json_object *obj, const char *ptr, const char *const 
   return true;
 }
 
-json_object *fp_j_get(json_object *obj, const char *key) {
-  json_object *v = NULL;
-  if (!obj || !json_object_is_type(obj, json_type_object)) return NULL;
-  if (!json_object_object_get_ex(obj, key, &v)) return NULL;
-  return v;
+/* obj's member key, or NULL: in order up to FP_JV_LINEAR members, else
+ * through the object's index */
+static const fp_jmem *lookup(const fp_jv *obj, const char *key) {
+  if (!fp_jv_is(obj, FP_JOBJECT)) return NULL;
+  size_t kl = strlen(key);
+  if (obj->n <= FP_JV_LINEAR) {
+    for (size_t m = 0; m < obj->n; m++)
+      if (obj->mems[m].klen == kl && memcmp(obj->mems[m].key, key, kl) == 0) return &obj->mems[m];
+    return NULL;
+  }
+  uint32_t h = (uint32_t)fp_fnv1a(FP_FNV_INIT, key, kl);
+  size_t cap = fp_jv_index_cap(obj->n);
+  for (size_t s = h & (cap - 1); obj->index[s]; s = (s + 1) & (cap - 1)) {
+    const fp_jmem *m = &obj->mems[obj->index[s] - 1];
+    if (m->hash == h && m->klen == kl && memcmp(m->key, key, kl) == 0) return m;
+  }
+  return NULL;
 }
 
-bool fp_j_has(json_object *obj, const char *key) {
-  if (!obj || !json_object_is_type(obj, json_type_object)) return false;
-  return json_object_object_get_ex(obj, key, NULL);
+const fp_jv *fp_j_get(const fp_jv *obj, const char *key) {
+  const fp_jmem *m = lookup(obj, key);
+  return m && m->val.type != FP_JNULL ? &m->val : NULL;
 }
 
-/* member lookup shared by the typed accessors: false = stop with *ret */
+bool fp_j_has(const fp_jv *obj, const char *key) { return lookup(obj, key) != NULL; }
+
 /* obj's member key in *v. Its JSON pointer is built only when an error is
  * reported (VP below): a model of 45,000 params reads hundreds of
  * thousands of members, and formatting each one's pointer cost about a
- * tenth of the parse. */
-static bool member(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
-                   json_object **v, bool *ret) {
-  if (!obj || !json_object_is_type(obj, json_type_object)) {
+ * tenth of the parse. false = stop with *ret. */
+static bool member(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+                   const fp_jv **v, bool *ret) {
+  if (!fp_jv_is(obj, FP_JOBJECT)) {
     *ret = fp_j_is_object(c, obj, ptr);
     return false;
   }
-  if (!json_object_object_get_ex(obj, key, v)) {
+  const fp_jmem *m = lookup(obj, key);
+  if (!m) {
     *ret = required ? fp_j_error(c, ptr, "missing required member '%s'", key) : true;
     return false;
   }
+  *v = m->val.type != FP_JNULL ? &m->val : NULL;
   return true;
 }
-#define VP fp_ptr_key(c->a, ptr, key) /* the member's pointer, for an error */
+#define VP fp_ptr_key(c->a, at(c, ptr), key) /* the member's pointer, for an error */
 
 static const char *int_range(fp_arena *a, int64_t min, int64_t max) {
   if (min == INT64_MIN && max == INT64_MAX) return "an integer";
@@ -925,30 +999,27 @@ static const char *int_range(fp_arena *a, int64_t min, int64_t max) {
   return fp_sprintf(a, "an integer in [%" PRId64 ", %" PRId64 "]", min, max);
 }
 
-bool fp_j_int_v(fp_jctx *c, json_object *v, const char *ptr, int64_t min, int64_t max, int64_t *out) {
-  if (!v || !json_object_is_type(v, json_type_int))
+bool fp_j_int_v(fp_jctx *c, const fp_jv *v, const char *ptr, int64_t min, int64_t max, int64_t *out) {
+  if (!fp_jv_is(v, FP_JINT))
     return fp_j_error(c, ptr, "expected %s, got %s", int_range(c->a, min, max), fp_j_describe(c->a, v));
-  int64_t x = json_object_get_int64(v);
-  if (x == INT64_MAX && json_object_get_uint64(v) != (uint64_t)INT64_MAX)
+  if (v->big)
     return fp_j_error(c, ptr, "expected %s, got %s (larger than the int64 maximum)",
                       int_range(c->a, min, max), fp_j_describe(c->a, v));
+  int64_t x = v->i;
   if (x < min || x > max)
     return fp_j_error(c, ptr, "expected %s, got %" PRId64, int_range(c->a, min, max), x);
   *out = x;
   return true;
 }
 
-bool fp_j_int(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+bool fp_j_int(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               int64_t min, int64_t max, int64_t *out) {
-  json_object *v;
+  const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (v && json_object_is_type(v, json_type_int)) { /* the common case, no pointer */
-    int64_t x = json_object_get_int64(v);
-    if (x >= min && x <= max && (x != INT64_MAX || json_object_get_uint64(v) == (uint64_t)INT64_MAX)) {
-      *out = x;
-      return true;
-    }
+  if (fp_jv_is(v, FP_JINT) && !v->big && v->i >= min && v->i <= max) { /* the common case, no pointer */
+    *out = v->i;
+    return true;
   }
   return fp_j_int_v(c, v, VP, min, max, out);
 }
@@ -961,62 +1032,61 @@ static const char *num_range(fp_arena *a, double min, double max) {
   return fp_sprintf(a, "a number in [%g, %g]", min, max);
 }
 
-bool fp_j_num(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+bool fp_j_num(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               double min, double max, double *out) {
-  json_object *v;
+  const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (!v || !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
+  if (!fp_jv_is(v, FP_JINT) && !fp_jv_is(v, FP_JDOUBLE))
     return fp_j_error(c, VP, "expected %s, got %s", num_range(c->a, min, max), fp_j_describe(c->a, v));
-  double x = json_object_get_double(v);
+  double x = fp_jv_num(v);
   if (!isfinite(x) || x < min || x > max)
     return fp_j_error(c, VP, "expected %s, got %s", num_range(c->a, min, max), fp_j_describe(c->a, v));
   *out = x;
   return true;
 }
 
-bool fp_j_bool(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required, bool *out) {
-  json_object *v;
+bool fp_j_bool(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required, bool *out) {
+  const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (!v || !json_object_is_type(v, json_type_boolean))
+  if (!fp_jv_is(v, FP_JBOOL))
     return fp_j_error(c, VP, "expected true or false, got %s", fp_j_describe(c->a, v));
-  *out = json_object_get_boolean(v);
+  *out = v->b;
   return true;
 }
 
-bool fp_j_str_v(fp_jctx *c, json_object *v, const char *ptr, const char **out) {
-  if (!v || !json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0)
+bool fp_j_str_v(fp_jctx *c, const fp_jv *v, const char *ptr, const char **out) {
+  if (!fp_jv_is(v, FP_JSTRING) || v->n == 0)
     return fp_j_error(c, ptr, "expected a non-empty string, got %s", fp_j_describe(c->a, v));
-  *out = fp_strdup(c->a, json_object_get_string(v));
+  *out = v->s;
   return true;
 }
 
-bool fp_j_str(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+bool fp_j_str(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               const char **out) {
-  json_object *v;
+  const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (v && json_object_is_type(v, json_type_string) && json_object_get_string_len(v) > 0) {
-    *out = fp_strdup(c->a, json_object_get_string(v));
+  if (fp_jv_is(v, FP_JSTRING) && v->n > 0) {
+    *out = v->s;
     return true;
   }
   return fp_j_str_v(c, v, VP, out);
 }
 
-bool fp_j_enum(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+bool fp_j_enum(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
                const char *const *names, int *out) {
-  json_object *v;
+  const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (v && json_object_is_type(v, json_type_string)) {
-    const char *s = json_object_get_string(v);
+  const char *s = fp_jv_str(v);
+  if (s)
     for (int k = 0; names[k]; k++)
       if (!strcmp(names[k], s)) {
         *out = k;
         return true;
       }
-  }
   fp_sbuf b = {0};
   for (int k = 0; names[k]; k++) {
     if (k) fp_sb_putn(&b, ", ", 2);
@@ -1024,21 +1094,20 @@ bool fp_j_enum(fp_jctx *c, json_object *obj, const char *ptr, const char *key, b
     fp_sb_putn(&b, names[k], strlen(names[k]));
     fp_sb_putn(&b, "\"", 1);
   }
-  const char *near = v && json_object_is_type(v, json_type_string) ? fp_closest_name(json_object_get_string(v), names)
-                                                                    : NULL;
+  const char *near = s ? fp_closest_name(s, names) : NULL;
   fp_j_error(c, VP, "expected one of %s, got %s%s%s%s", b.p ? b.p : "", fp_j_describe(c->a, v),
              near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
   free(b.p);
   return false;
 }
 
-bool fp_j_arr(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
-              json_object **out, size_t *n) {
-  json_object *v;
+bool fp_j_arr(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+              const fp_jv **out, size_t *n) {
+  const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (!(v && json_object_is_type(v, json_type_array)) && !fp_j_is_array(c, v, VP)) return false;
+  if (!fp_jv_is(v, FP_JARRAY) && !fp_j_is_array(c, v, VP)) return false;
   *out = v;
-  if (n) *n = json_object_array_length(v);
+  if (n) *n = v->n;
   return true;
 }

@@ -31,7 +31,6 @@
 #include "../base/json.h"
 
 #define PLAN_FORMAT "flexplan.plan.v1"
-#define JFLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
 /* fp_prog_hash: ir/hash.c (a canonical binary walk, not the text) */
 
@@ -514,28 +513,27 @@ static void ptr_join(rd *r, const char *base, const char *key) {
   memcpy(r->ptr, t, sizeof t);
 }
 
-static const char *describe(rd *r, json_object *v) {
-  switch (json_object_get_type(v)) {
-    case json_type_null: return "null";
-    case json_type_boolean: return "a boolean";
-    case json_type_object: return "an object";
-    case json_type_array: return "an array";
-    case json_type_string: return "a string";
-    case json_type_int:
-    case json_type_double: return fp_sprintf(r->a, "%.40s", json_object_to_json_string_ext(v, JFLAGS));
+static const char *describe(rd *r, const fp_jv *v) {
+  switch (fp_jv_type(v)) {
+    case FP_JNULL: return "null";
+    case FP_JBOOL: return "a boolean";
+    case FP_JOBJECT: return "an object";
+    case FP_JARRAY: return "an array";
+    case FP_JSTRING: return "a string";
+    case FP_JINT:
+    case FP_JDOUBLE: return fp_j_describe(r->a, v); /* the number as written (doubles) or in decimal */
   }
   return "a value";
 }
 
-static json_object *member(json_object *o, const char *key) {
-  json_object *v = NULL;
-  return json_object_object_get_ex(o, key, &v) ? v : NULL;
+static const fp_jv *member(const fp_jv *o, const char *key) {
+  return fp_j_get(o, key);
 }
 
 /* every key of o must be in allowed */
-static bool keys(rd *r, json_object *o, const char *const *allowed) {
-  json_object_object_foreach(o, k, val) {
-    (void)val;
+static bool keys(rd *r, const fp_jv *o, const char *const *allowed) {
+  for (size_t m = 0; m < o->n; m++) {
+    const char *k = o->mems[m].key;
     bool ok = false;
     for (int j = 0; allowed[j] && !ok; j++) ok = !strcmp(allowed[j], k);
     if (!ok) return rerr(r, k, "unknown member '%s'", k);
@@ -543,74 +541,74 @@ static bool keys(rd *r, json_object *o, const char *const *allowed) {
   return true;
 }
 
-static bool is_obj(rd *r, json_object *v, const char *key) {
-  if (v && json_object_is_type(v, json_type_object)) return true;
+static bool is_obj(rd *r, const fp_jv *v, const char *key) {
+  if (v && fp_jv_is(v, FP_JOBJECT)) return true;
   return rerr(r, key, "expected an object, got %s", describe(r, v));
 }
 
-static bool rd_int_v(rd *r, json_object *v, const char *key, int64_t min, int64_t max, int64_t *out) {
-  if (!v || !json_object_is_type(v, json_type_int))
+static bool rd_int_v(rd *r, const fp_jv *v, const char *key, int64_t min, int64_t max, int64_t *out) {
+  if (!v || !fp_jv_is(v, FP_JINT))
     return rerr(r, key, "expected an integer, got %s", v ? describe(r, v) : "nothing");
-  int64_t x = json_object_get_int64(v);
-  if (x == INT64_MAX && json_object_get_uint64(v) != (uint64_t)INT64_MAX) return rerr(r, key, "integer out of the int64 range");
+  if (v->big) return rerr(r, key, "integer out of the int64 range");
+  int64_t x = v->i;
   if (x < min || x > max) return rerr(r, key, "%" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", x, min, max);
   *out = x;
   return true;
 }
 
 /* member key of o: absent and !req -> *out untouched */
-static bool rd_int(rd *r, json_object *o, const char *key, bool req, int64_t min, int64_t max, int64_t *out) {
-  json_object *v = member(o, key);
+static bool rd_int(rd *r, const fp_jv *o, const char *key, bool req, int64_t min, int64_t max, int64_t *out) {
+  const fp_jv *v = member(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   return rd_int_v(r, v, key, min, max, out);
 }
 
-static bool rd_i32(rd *r, json_object *o, const char *key, bool req, int32_t min, int32_t *out) {
+static bool rd_i32(rd *r, const fp_jv *o, const char *key, bool req, int32_t min, int32_t *out) {
   int64_t x = *out;
   if (!rd_int(r, o, key, req, min, INT32_MAX, &x)) return false;
   *out = (int32_t)x;
   return true;
 }
 
-static bool rd_dbl(rd *r, json_object *o, const char *key, bool req, double *out) {
-  json_object *v = member(o, key);
+static bool rd_dbl(rd *r, const fp_jv *o, const char *key, bool req, double *out) {
+  const fp_jv *v = member(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+  if (!fp_jv_is(v, FP_JINT) && !fp_jv_is(v, FP_JDOUBLE))
     return rerr(r, key, "expected a number, got %s", describe(r, v));
-  double x = json_object_get_double(v);
+  double x = fp_jv_num(v);
   if (!isfinite(x)) return rerr(r, key, "number out of range");
   *out = x;
   return true;
 }
 
-static bool rd_bool(rd *r, json_object *o, const char *key, bool req, bool *out) {
-  json_object *v = member(o, key);
+static bool rd_bool(rd *r, const fp_jv *o, const char *key, bool req, bool *out) {
+  const fp_jv *v = member(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!json_object_is_type(v, json_type_boolean)) return rerr(r, key, "expected true or false, got %s", describe(r, v));
-  *out = json_object_get_boolean(v);
+  if (!fp_jv_is(v, FP_JBOOL)) return rerr(r, key, "expected true or false, got %s", describe(r, v));
+  *out = v->b;
   return true;
 }
 
-static bool rd_str_v(rd *r, json_object *v, const char *key, const char **out) {
-  if (!v || !json_object_is_type(v, json_type_string)) return rerr(r, key, "expected a string, got %s", v ? describe(r, v) : "nothing");
-  const char *s = json_object_get_string(v);
-  if (strlen(s) != (size_t)json_object_get_string_len(v)) return rerr(r, key, "NUL character in a string");
+static bool rd_str_v(rd *r, const fp_jv *v, const char *key, const char **out) {
+  if (!v || !fp_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", v ? describe(r, v) : "nothing");
+  const char *s = v->s;
+  if (strlen(s) != v->n) return rerr(r, key, "NUL character in a string");
   *out = fp_strdup(r->a, s);
   return true;
 }
 
-static bool rd_str(rd *r, json_object *o, const char *key, bool req, const char **out) {
-  json_object *v = member(o, key);
+static bool rd_str(rd *r, const fp_jv *o, const char *key, bool req, const char **out) {
+  const fp_jv *v = member(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   return rd_str_v(r, v, key, out);
 }
 
 /* a string that names one of n things (name(i)) */
-static bool rd_enum(rd *r, json_object *o, const char *key, bool req, const char *(*name)(int), int n, int *out) {
-  json_object *v = member(o, key);
+static bool rd_enum(rd *r, const fp_jv *o, const char *key, bool req, const char *(*name)(int), int n, int *out) {
+  const fp_jv *v = member(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!json_object_is_type(v, json_type_string)) return rerr(r, key, "expected a string, got %s", describe(r, v));
-  const char *s = json_object_get_string(v);
+  if (!fp_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", describe(r, v));
+  const char *s = v->s;
   for (int i = 0; i < n; i++)
     if (!strcmp(name(i), s)) {
       *out = i;
@@ -626,31 +624,31 @@ static const char *n_red(int i) { return fp_redop_name(i); }
 static const char *n_op(int i) { return fp_op_name((fp_opcode)i); }
 
 /* an array member; n its length */
-static bool rd_arr(rd *r, json_object *o, const char *key, bool req, json_object **out, size_t *n) {
-  json_object *v = member(o, key);
+static bool rd_arr(rd *r, const fp_jv *o, const char *key, bool req, const fp_jv **out, size_t *n) {
+  const fp_jv *v = member(o, key);
   *out = NULL;
   *n = 0;
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!json_object_is_type(v, json_type_array)) return rerr(r, key, "expected an array, got %s", describe(r, v));
+  if (!fp_jv_is(v, FP_JARRAY)) return rerr(r, key, "expected an array, got %s", describe(r, v));
   *out = v;
-  *n = json_object_array_length(v);
+  *n = fp_jv_len(v);
   if (*n > INT32_MAX - 1) return rerr(r, key, "too many entries");
   return true;
 }
 
 /* set r->ptr to "/<arr>/<i>" and check the element is an object */
-static bool elem(rd *r, json_object *arr, const char *name, size_t i, json_object **o) {
+static bool elem(rd *r, const fp_jv *arr, const char *name, size_t i, const fp_jv **o) {
   snprintf(r->ptr, sizeof r->ptr, "/%s", name);
   char k[24];
   snprintf(k, sizeof k, "%zu", i);
-  *o = json_object_array_get_idx(arr, i);
+  *o = fp_jv_at(arr, i);
   if (!is_obj(r, *o, k)) return false;
   snprintf(r->ptr, sizeof r->ptr, "/%s/%zu", name, i);
   return true;
 }
 
-static bool rregion(rd *r, json_object *o, const char *key, fp_region *out) {
-  json_object *v = member(o, key);
+static bool rregion(rd *r, const fp_jv *o, const char *key, fp_region *out) {
+  const fp_jv *v = member(o, key);
   if (!v) return true;
   if (!is_obj(r, v, key)) return false;
   char save[sizeof r->ptr];
@@ -664,8 +662,8 @@ static bool rregion(rd *r, json_object *o, const char *key, fp_region *out) {
   return ok;
 }
 
-static bool rview(rd *r, json_object *o, const char *key, fp_view *out) {
-  json_object *v = member(o, key);
+static bool rview(rd *r, const fp_jv *o, const char *key, fp_view *out) {
+  const fp_jv *v = member(o, key);
   if (!v) return rerr(r, NULL, "missing required member '%s'", key);
   if (!is_obj(r, v, key)) return false;
   char save[sizeof r->ptr];
@@ -678,9 +676,9 @@ static bool rview(rd *r, json_object *o, const char *key, fp_view *out) {
   return ok;
 }
 
-static bool read_comms(rd *r, json_object *root, fp_prog *p) {
+static bool read_comms(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *arr, *o;
+  const fp_jv *arr, *o;
   size_t n;
   if (!rd_arr(r, root, "comms", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name", "size", "stride", NULL};
@@ -695,9 +693,9 @@ static bool read_comms(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
-static bool read_tables(rd *r, json_object *root, fp_prog *p) {
+static bool read_tables(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *arr, *o, *off, *cnt;
+  const fp_jv *arr, *o, *off, *cnt;
   size_t n, noff, ncnt;
   if (!rd_arr(r, root, "tables", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name", "off", "cnt", NULL};
@@ -716,7 +714,7 @@ static bool read_tables(rd *r, json_object *root, fp_prog *p) {
         char k[24];
         snprintf(k, sizeof k, "%zu", j);
         int64_t *dst = w ? &p->tabs[t].cnt[j] : &p->tabs[t].off[j];
-        if (!rd_int_v(r, json_object_array_get_idx(w ? cnt : off, j), k, INT64_MIN, INT64_MAX, dst)) return false;
+        if (!rd_int_v(r, fp_jv_at(w ? cnt : off, j), k, INT64_MIN, INT64_MAX, dst)) return false;
       }
     }
     memcpy(r->ptr, save, sizeof save);
@@ -724,9 +722,9 @@ static bool read_tables(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
-static bool read_buckets(rd *r, json_object *root, fp_prog *p) {
+static bool read_buckets(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *arr;
+  const fp_jv *arr;
   size_t n;
   if (!rd_arr(r, root, "buckets", true, &arr, &n)) return false;
   snprintf(r->ptr, sizeof r->ptr, "/buckets");
@@ -734,15 +732,15 @@ static bool read_buckets(rd *r, json_object *root, fp_prog *p) {
     char k[24];
     const char *name;
     snprintf(k, sizeof k, "%zu", i);
-    if (!rd_str_v(r, json_object_array_get_idx(arr, i), k, &name)) return false;
+    if (!rd_str_v(r, fp_jv_at(arr, i), k, &name)) return false;
     fp_ir_bucket_add(p, name);
   }
   return true;
 }
 
-static bool read_bufs(rd *r, json_object *root, fp_prog *p) {
+static bool read_bufs(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *arr, *o;
+  const fp_jv *arr, *o;
   size_t n;
   if (!rd_arr(r, root, "buffers", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name", "kind", "category", "bucket", "host", "bytes", "offset", NULL};
@@ -764,9 +762,9 @@ static bool read_bufs(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
-static bool read_lives(rd *r, json_object *root, fp_prog *p) {
+static bool read_lives(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *arr, *o;
+  const fp_jv *arr, *o;
   size_t n;
   if (!rd_arr(r, root, "lives", true, &arr, &n)) return false;
   static const char *const allowed[] = {"buffer", "first", "last", NULL};
@@ -780,9 +778,9 @@ static bool read_lives(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
-static bool read_mods(rd *r, json_object *root, fp_prog *p) {
+static bool read_mods(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *arr, *o;
+  const fp_jv *arr, *o;
   size_t n;
   if (!rd_arr(r, root, "modules", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name", "flops_fwd", "flops_bwd", "activation_bytes", "recompute_saved_bytes",
@@ -797,14 +795,14 @@ static bool read_mods(rd *r, json_object *root, fp_prog *p) {
         !rd_int(r, o, "recompute_saved_bytes", false, INT64_MIN, INT64_MAX, &saved))
       return false;
     int m = fp_ir_module_add(p, name, ff, fb, act);
-    if (json_object_object_get_ex(o, "recompute_saved_bytes", NULL)) p->mods[m].recompute = true, p->mods[m].saved_bytes = saved;
+    if (fp_j_has(o, "recompute_saved_bytes")) p->mods[m].recompute = true, p->mods[m].saved_bytes = saved;
   }
   return true;
 }
 
-static bool read_params(rd *r, json_object *root, fp_prog *p) {
+static bool read_params(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *arr, *o, *shape;
+  const fp_jv *arr, *o, *shape;
   size_t n, nd;
   if (!rd_arr(r, root, "params", true, &arr, &n)) return false;
   static const char *const allowed[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
@@ -826,7 +824,7 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
     for (size_t k = 0; k < nd; k++) {
       char key[24];
       snprintf(key, sizeof key, "%zu", k);
-      if (!rd_int_v(r, json_object_array_get_idx(shape, k), key, INT64_MIN, INT64_MAX, &q.shape[k])) return false;
+      if (!rd_int_v(r, fp_jv_at(shape, k), key, INT64_MIN, INT64_MAX, &q.shape[k])) return false;
     }
     memcpy(r->ptr, save, sizeof save);
     if (!rd_i32(r, o, "module", true, -1, &q.module) || !rd_i32(r, o, "bucket", true, -1, &q.bucket) ||
@@ -840,10 +838,10 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
         (member(o, "opt") && !rview(r, o, "opt", &q.opt)) ||
         (member(o, "scales") && !rview(r, o, "scales", &q.scales)))
       return false;
-    json_object *users;
+    const fp_jv *users;
     size_t nu;
     if (!rd_arr(r, o, "users", false, &users, &nu)) return false;
-    if (json_object_object_get_ex(o, "users", NULL)) {
+    if (fp_j_has(o, "users")) {
       if (nu > INT32_MAX / 2) return rerr(r, "users", "too many users");
       q.users = fp_alloc_array(p->arena, nu + 1, sizeof *q.users);
       ptr_join(r, save, "users");
@@ -851,7 +849,7 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
         char key[24];
         int64_t m;
         snprintf(key, sizeof key, "%zu", k);
-        if (!rd_int_v(r, json_object_array_get_idx(users, k), key, INT32_MIN, INT32_MAX, &m)) return false;
+        if (!rd_int_v(r, fp_jv_at(users, k), key, INT32_MIN, INT32_MAX, &m)) return false;
         q.users[q.nusers++] = (int32_t)m;
       }
       memcpy(r->ptr, save, sizeof save);
@@ -865,7 +863,7 @@ static bool read_params(rd *r, json_object *root, fp_prog *p) {
   return true;
 }
 
-static bool read_op(rd *r, json_object *o, fp_prog *p) {
+static bool read_op(rd *r, const fp_jv *o, fp_prog *p) {
   static const char *const allowed[] = {"op",     "stream", "dtype", "sdtype", "count", "dst",   "src",
                                         "aux",    "comm",   "table", "root",   "only",  "only_comm", "event",
                                         "module", "pass",   "alpha", "rows",   "dpitch", "spitch", "bucket",
@@ -882,7 +880,7 @@ static bool read_op(rd *r, json_object *o, fp_prog *p) {
   if (sdt >= 0) op->sdtype = (fp_dtype)sdt;
   op->pass = (fp_pass)pass;
   op->red = (fp_redop)red;
-  json_object *uses;
+  const fp_jv *uses;
   size_t nu;
   if (!rd_arr(r, o, "uses", false, &uses, &nu)) return false;
   if (uses) {
@@ -894,7 +892,7 @@ static bool read_op(rd *r, json_object *o, fp_prog *p) {
       char key[24];
       int64_t v;
       snprintf(key, sizeof key, "%zu", k);
-      if (!rd_int_v(r, json_object_array_get_idx(uses, k), key, INT32_MIN, INT32_MAX, &v)) return false;
+      if (!rd_int_v(r, fp_jv_at(uses, k), key, INT32_MIN, INT32_MAX, &v)) return false;
       ids[k] = (int32_t)v;
     }
     memcpy(r->ptr, save, sizeof save);
@@ -913,9 +911,9 @@ static bool read_op(rd *r, json_object *o, fp_prog *p) {
 }
 
 /* segments tile the op array in order; ops are read segment by segment */
-static bool read_segs_ops(rd *r, json_object *root, fp_prog *p) {
+static bool read_segs_ops(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0; /* members of the root */
-  json_object *segs, *ops, *o;
+  const fp_jv *segs, *ops, *o;
   size_t ns, no;
   if (!rd_arr(r, root, "segments", true, &segs, &ns) || !rd_arr(r, root, "ops", true, &ops, &no)) return false;
   int64_t next = 0;
@@ -954,9 +952,9 @@ typedef struct jloc {
 } jloc;
 
 /* "hardware" (optional) */
-static bool read_hw(rd *r, json_object *root, fp_prog *p) {
+static bool read_hw(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  json_object *v = member(root, "hardware");
+  const fp_jv *v = member(root, "hardware");
   if (!v) return true;
   if (!is_obj(r, v, "hardware")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/hardware");
@@ -979,9 +977,9 @@ static bool read_hw(rd *r, json_object *root, fp_prog *p) {
 static const char *n_optim(int i) { return fp_optim_name(i); }
 
 /* "optimizer": {"type", "state_dtype"}; absent: none */
-static bool read_optim(rd *r, json_object *root, fp_prog *p) {
+static bool read_optim(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  json_object *v = member(root, "optimizer");
+  const fp_jv *v = member(root, "optimizer");
   if (!v) return true;
   if (!is_obj(r, v, "optimizer")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/optimizer");
@@ -1002,9 +1000,9 @@ static const char *const figure_keys[] = {"comm_bytes_per_rank", "persistent_byt
 
 /* "figures" (optional; derived data outside the hash): every member, integers
  * >= 0, prefetch depths int32, times finite and >= 0 */
-static bool read_figures(rd *r, json_object *root, fp_prog *p) {
+static bool read_figures(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  json_object *v = member(root, "figures");
+  const fp_jv *v = member(root, "figures");
   if (!v) return true;
   if (!is_obj(r, v, "figures")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/figures");
@@ -1025,9 +1023,9 @@ static bool read_figures(rd *r, json_object *root, fp_prog *p) {
 
 /* "memory_timeline" (optional; derived data outside the hash): its shape, and
  * fp_memtl_check's self-consistency */
-static bool read_memtl(rd *r, json_object *root, fp_prog *p) {
+static bool read_memtl(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  json_object *v = member(root, "memory_timeline"), *arr, *pts;
+  const fp_jv *v = member(root, "memory_timeline"), *arr, *pts;
   if (!v) return true;
   if (!is_obj(r, v, "memory_timeline")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/memory_timeline");
@@ -1047,26 +1045,26 @@ static bool read_memtl(rd *r, json_object *root, fp_prog *p) {
   if (strcmp(unit, "us")) return rerr(r, "time_unit", "expected \"us\", got '%.40s'", unit);
   if (n != FP_MEMTL_NCATS) return rerr(r, "categories", "expected %d categories, got %zu", FP_MEMTL_NCATS, n);
   for (int c = 0; c < FP_MEMTL_NCATS; c++) {
-    json_object *e = json_object_array_get_idx(arr, (size_t)c);
+    const fp_jv *e = fp_jv_at(arr, (size_t)c);
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/categories");
-    if (!e || !json_object_is_type(e, json_type_string) || strcmp(json_object_get_string(e), fp_memtl_cat_name(c)))
+    if (!e || !fp_jv_is(e, FP_JSTRING) || strcmp(e->s, fp_memtl_cat_name(c)))
       return rerr(r, fp_sprintf(r->a, "%d", c), "expected \"%s\"", fp_memtl_cat_name(c));
   }
   t->pts = fp_alloc_array(r->a, np + 1, sizeof *t->pts);
   t->npts = (int32_t)np;
   for (size_t i = 0; i < np; i++) {
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points");
-    json_object *e = json_object_array_get_idx(pts, i);
+    const fp_jv *e = fp_jv_at(pts, i);
     const char *key = fp_sprintf(r->a, "%zu", i);
-    if (!e || !json_object_is_type(e, json_type_array) || json_object_array_length(e) != FP_MEMTL_NCATS + 1)
+    if (!e || !fp_jv_is(e, FP_JARRAY) || fp_jv_len(e) != FP_MEMTL_NCATS + 1)
       return rerr(r, key, "expected an array of a time and %d byte counts", FP_MEMTL_NCATS);
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points/%zu", i);
-    json_object *x = json_object_array_get_idx(e, 0);
-    if (!json_object_is_type(x, json_type_int) && !json_object_is_type(x, json_type_double))
+    const fp_jv *x = fp_jv_at(e, 0);
+    if (!fp_jv_is(x, FP_JINT) && !fp_jv_is(x, FP_JDOUBLE))
       return rerr(r, "0", "expected a time in microseconds, got %s", describe(r, x));
-    t->pts[i].t_us = json_object_get_double(x);
+    t->pts[i].t_us = fp_jv_num(x);
     for (int c = 0; c < FP_MEMTL_NCATS; c++)
-      if (!rd_int_v(r, json_object_array_get_idx(e, (size_t)c + 1), fp_sprintf(r->a, "%d", c + 1), 0, INT64_MAX,
+      if (!rd_int_v(r, fp_jv_at(e, (size_t)c + 1), fp_sprintf(r->a, "%d", c + 1), 0, INT64_MAX,
                     &t->pts[i].bytes[c]))
         return false;
   }
@@ -1091,10 +1089,10 @@ static void report_json(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
 }
 
 static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
-  fp_jctx jc = {a, d, src};
+  fp_jctx jc = {a, d, src, NULL};
   rd r = {.a = a, .d = d, .src = src};
   fp_prog *p = NULL;
-  json_object *root = fp_json_parse(&jc);
+  const fp_jv *root = fp_json_parse(&jc);
   if (!root) return NULL;
   if (!is_obj(&r, root, NULL)) goto fail;
   static const char *const allowed[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
@@ -1139,10 +1137,8 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
   }
   jloc l = {d, src, a};
   if (!fp_ir_verify_with(p, report_json, &l, 0)) goto fail;
-  json_object_put(root);
   return p;
 fail:
-  json_object_put(root);
   return NULL;
 }
 

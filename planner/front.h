@@ -4,7 +4,8 @@
  * Everything here is what the user asked for, with defaults filled in; fields
  * computed from it later (shard sizes, buffers, ...) live in layout.h. Every
  * struct keeps the JSON pointer it came from (`ptr`) so later stages can
- * report located errors against the right file. */
+ * report located errors against the right file; params and modules, many,
+ * have theirs formatted on demand (fp_param_ptr, fp_module_ptr). */
 #ifndef FP_FRONT_H
 #define FP_FRONT_H
 
@@ -24,7 +25,6 @@ typedef struct fp_param {
   fp_dtype dtype;              /* main (optimizer) weight dtype; default fp32 */
   bool requires_grad;          /* default true; false = frozen */
   int module;                  /* index into fp_model.modules */
-  const char *ptr;             /* e.g. "/modules/3/params/1" (with prefix) */
 } fp_param;
 
 typedef struct fp_module {
@@ -38,7 +38,6 @@ typedef struct fp_module {
   int *uses;                   /* v2 "uses": params (indices into fp_model.params) declared
                                 * by other modules that this module's forward also reads */
   int nuses;
-  const char *ptr;
 } fp_module;
 
 typedef struct fp_model {
@@ -53,6 +52,11 @@ typedef struct fp_model {
   int norder;
   const char *ptr;             /* "" or "/model" when embedded */
 } fp_model;
+
+/* the JSON pointer of param p of m ("/model/modules/3/params/1") and of
+ * module i, formatted on demand (for messages: a model's params keep none) */
+const char *fp_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p);
+const char *fp_module_ptr(fp_arena *a, const fp_model *m, int i);
 
 /* ---- spec ------------------------------------------------------------- */
 typedef enum {
@@ -178,24 +182,24 @@ void fp_spec_apply_policy(fp_spec *s, fp_policy p);
 
 /* ---- entry points (planner/model.c, planner/spec.c) -------------------- */
 /* Load a model file. If it holds {"model":..., "spec":...}, *embedded_spec
- * gets the spec's json (the caller parses it with fp_spec_parse, pointer
- * "/spec", source *src_out) as a new reference the caller releases with
- * json_object_put; else NULL. Model pointers are then prefixed "/model".
- * Returns false after reporting located errors. */
-struct json_object;
+ * gets the spec's document (the caller parses it with fp_spec_parse,
+ * pointer "/spec", source *src_out; it lives in the arena a); else NULL.
+ * Model pointers are then prefixed "/model". Returns false after reporting
+ * located errors. */
+struct fp_jv;
 bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
-                   struct json_object **embedded_spec, const fp_src **src_out);
-bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, struct json_object *root,
+                   const struct fp_jv **embedded_spec, const fp_src **src_out);
+bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root,
                     const char *ptr, fp_model *out);
 /* Parse a spec; root may be NULL (no spec given: all defaults). Semantic
  * checks that need only the spec (world % intra_node_size, ...) are done
  * here; checks against the model are the layout's. */
-bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, struct json_object *root,
+bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root,
                    const char *ptr, fp_spec *out);
 bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out);
 /* the same from a source already in memory (src->path names it in messages) */
 bool fp_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out,
-                       struct json_object **embedded_spec, const fp_src **src_out);
+                       const struct fp_jv **embedded_spec, const fp_src **src_out);
 bool fp_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out);
 
 /* The compiler's inputs (planner/inputs.c): a model file, which may embed

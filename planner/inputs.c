@@ -18,7 +18,7 @@ static const fp_src *input_src(fp_arena *a, fp_diag *d, const char *path, const 
 
 bool fp_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
                          const char *spec_path, const char *spec_text, fp_model *m, fp_spec *s) {
-  struct json_object *embedded = NULL;
+  const fp_jv *embedded = NULL;
   const fp_src *msrc = input_src(a, d, model_path, model_text, "<model>"), *ssrc;
   bool ok = false, have_spec = spec_path || spec_text;
   if (!msrc || !fp_model_load_src(a, d, msrc, m, &embedded, &msrc)) goto done;
@@ -31,7 +31,6 @@ bool fp_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const 
   else
     ok = fp_spec_parse(a, d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", s);
 done:
-  if (embedded) json_object_put(embedded);
   return ok;
 }
 

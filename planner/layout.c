@@ -33,7 +33,7 @@ static bool has_name(const char *const *names, const char *key) {
   return false;
 }
 
-bool fp_placement_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
+bool fp_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
   if (!fp_j_is_object(c, o, ptr)) return false;
   const char *kinds[FP_NPLACEMENTS + 1];
   for (int k = 0; k < FP_NPLACEMENTS; k++) kinds[k] = fp_placements[k]->name;
@@ -48,8 +48,8 @@ bool fp_placement_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placemen
     allowed[n++] = impl->members[k];
   }
   allowed[n] = NULL;
-  json_object_object_foreach(o, key, val) {
-    (void)val;
+  for (size_t m = 0; m < o->n; m++) {
+    const char *key = o->mems[m].key;
     if (has_name(allowed, key)) continue;
     for (int k = 0; k < FP_NPLACEMENTS; k++) {
       if (!has_name(fp_placements[k]->members, key)) continue;
@@ -67,6 +67,11 @@ bool fp_placement_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placemen
   p->rank = -1;
   p->ptr = ptr;
   return impl->parse(c, o, ptr, p);
+}
+
+const char *fp_bucket_ptr(const fp_layout *L, const fp_bucket *B) {
+  if (B->spec) return B->spec->ptr;
+  return B->module >= 0 ? fp_module_ptr(L->a, L->model, B->module) : L->model->ptr;
 }
 
 bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...) {
@@ -323,7 +328,7 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     B->spec = bs;
     B->offload = bs && bs->offload;
     B->fp8_gather = bs && bs->fp8_gather && !s->staged; /* the fsdp2 baseline gathers in the param dtype */
-    B->ptr = bs ? bs->ptr : (k.module >= 0 ? m->modules[k.module].ptr : m->ptr);
+    B->module = bs ? -1 : k.module;
     B->lparams = fp_alloc_array(L->a, (size_t)nparams_of[b], sizeof(int));
   }
   return check_bucket_names(L, keys);
@@ -658,7 +663,7 @@ static bool layout_flat(fp_layout *L, fp_bucket *B) {
   int64_t em = fp_dtype_size(p0->main_dtype), eg = fp_dtype_size(B->mp.main_grad), ep = fp_dtype_size(B->mp.param),
           er = fp_dtype_size(B->mp.reduce);
   if (C < 0 || !fp_mul64(C, L->G, &n) || !fp_mul64(n, 8, &n))
-    return fp_layout_error(L, true, p0->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+    return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p0->mp), "bucket '%s' grows past int64 byte sizes", B->name);
   n /= 8; /* G * C, with room for 8-byte elements */
   B->flat_chunk = C;
   bool cast = B->mp.reduce != B->mp.param;
@@ -700,7 +705,7 @@ static bool layout_unit(fp_layout *L, fp_bucket *B) {
     bool train = p->mp->requires_grad;
     int64_t a;
     if (!fp_align64(U, FP_PARAM_ALIGN / ep, &a) || !fp_add64(a, p->padded_numel, &U) || !fp_add64(S, p->chunk, &n))
-      return fp_layout_error(L, true, p->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+      return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p->mp), "bucket '%s' grows past int64 byte sizes", B->name);
     p->shard_off = S * em;
     p->grad_off = train ? S * eg : -1;
     p->rout_off = train ? S * er : -1;
@@ -712,7 +717,7 @@ static bool layout_unit(fp_layout *L, fp_bucket *B) {
     S = n;
   }
   if (!fp_mul64(S, L->G, &n) || !fp_mul64(n, 8, &t) || !fp_mul64(U, 8, &t))
-    return fp_layout_error(L, true, p0->mp->ptr, "bucket '%s' grows past int64 byte sizes", B->name);
+    return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p0->mp), "bucket '%s' grows past int64 byte sizes", B->name);
   B->unit_chunk = S;
   fp_align64(S * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
   fp_align64(U * ep, FP_PARAM_ALIGN, &t), B->unsharded_bytes = t;
@@ -789,7 +794,7 @@ static bool layout_optim(fp_layout *L) {
     int64_t eg = fp_dtype_size(B->mp.main_grad), plane;
     if (!fp_mul64(B->grad_bytes / eg, es, &plane) || !fp_align64(plane, FP_PARAM_ALIGN, &plane) ||
         !fp_mul64(plane, states, &B->opt_bytes))
-      return fp_layout_error(L, true, B->ptr, "bucket '%s': its optimizer state grows past int64 byte sizes", B->name);
+      return fp_layout_error(L, true, fp_bucket_ptr(L, B), "bucket '%s': its optimizer state grows past int64 byte sizes", B->name);
     for (int j = 0; j < B->nparams; j++) {
       fp_lparam *p = &L->params[B->lparams[j]];
       if (p->mp->requires_grad && p->grad_off >= 0) p->opt_off = p->grad_off / eg * es; /* < plane: no overflow */
@@ -830,7 +835,7 @@ static bool layout_storages(fp_layout *L) {
           !fp_mul64(p->padded_numel, fp_dtype_size(p->param_dtype), &ub) ||
           !fp_mul64(p->padded_numel, fp_dtype_size(p->reduce_dtype), &rb) ||
           !fp_mul64(p->slot, fp_dtype_size(p->reduce_dtype), &ob))
-        return fp_layout_error(L, true, p->mp->ptr, "parameter '%s' is too large for int64 byte sizes",
+        return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p->mp), "parameter '%s' is too large for int64 byte sizes",
                                p->mp->name);
       bool ok = slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
       if (ok && p->main_dtype == FP_E4M3) /* MXFP8: the scales follow the elements */
@@ -847,14 +852,14 @@ static bool layout_storages(fp_layout *L) {
         if (ok && train) ok = slot_at(&st[RST], -1, rs, &p->rstage_off);
       }
       if (!ok)
-        return fp_layout_error(L, true, p->mp->ptr,
+        return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p->mp),
                                "bucket '%s' grows past int64 byte sizes with parameter '%s'", B->name,
                                p->mp->name);
     }
     int64_t base[NST], total[NST];
     for (int k = 0; k < NST; k++)
       if (!storage_total(&st[k], &base[k], &total[k]))
-        return fp_layout_error(L, true, last->mp->ptr,
+        return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, last->mp),
                                "bucket '%s' grows past int64 byte sizes with parameter '%s'", B->name,
                                last->mp->name);
     /* shift owned slots past the common part */

@@ -14,7 +14,7 @@ struct fp_lower;
 struct fp_lparam;
 struct fp_layout;
 struct fp_jctx;
-struct json_object;
+struct fp_jv;
 
 /* one rank's piece of a param, in elements of the flattened (padded) param */
 typedef struct fp_extent {
@@ -31,7 +31,7 @@ typedef struct fp_placement_impl {
   /* read the members of its spec object (at ptr; kind and the member names
    * already checked) into out, whose kind, ptr and defaults are set; located
    * errors through c */
-  bool (*parse)(struct fp_jctx *c, struct json_object *o, const char *ptr, fp_placement_spec *out);
+  bool (*parse)(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, fp_placement_spec *out);
   /* check the spec against the param and mesh; compute chunk, unsharded
    * size, cut points, owner. Located errors through L's diag. */
   bool (*layout)(struct fp_layout *L, struct fp_lparam *p);
@@ -51,7 +51,7 @@ typedef struct fp_placement_impl {
 
 extern const fp_placement_impl *const fp_placements[FP_NPLACEMENTS];
 /* parse a placement object: kind, then the kind's own members */
-bool fp_placement_parse(struct fp_jctx *c, struct json_object *o, const char *ptr, fp_placement_spec *out);
+bool fp_placement_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, fp_placement_spec *out);
 extern const fp_placement_impl fp_placement_shard, fp_placement_ragged, fp_placement_owned,
     fp_placement_replicate;
 
@@ -126,7 +126,8 @@ typedef struct fp_bucket {
    * (chunk_cat), one reduce-scatter straight into the main grads */
   bool unit;
   int64_t unit_chunk;
-  const char *ptr;               /* the bucket spec's pointer, or the module's */
+  int module;                    /* a default bucket's module (its pointer names the bucket in
+                                  * messages: fp_bucket_ptr); -1 otherwise */
   const fp_bucket_spec *spec;    /* the request it came from; NULL: default bucket */
 } fp_bucket;
 
@@ -160,6 +161,9 @@ bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *
  * per param (grouped as coalesce groups them) or flat (docs/cost-model.md) */
 double fp_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat);
 /* report a layout error at a pointer of the spec (or model) file */
+/* where bucket B was asked for: its spec's pointer, its module's (a
+ * default bucket), or the model's */
+const char *fp_bucket_ptr(const fp_layout *L, const fp_bucket *B);
 bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* pointer of member `key` under `base` (base NULL: the spec's root) */

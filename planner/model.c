@@ -56,14 +56,44 @@ static int ns_get(const nameset *s, const char *name) {
   return -1;
 }
 
+/* ---- where the reader is --------------------------------------------------- */
+/* The reader's context: its fp_jctx (first, so here() casts back) and the
+ * module and param being read. Readers pass ptr NULL for them, and their
+ * pointers are formatted only when an error is reported: formatting
+ * "/model/modules/i/params/k" and its shape's for each of 100,000 units was
+ * a tenth of the input phase. */
+typedef struct mctx {
+  fp_jctx c;
+  const char *ptr; /* the model's: "" or "/model" */
+  int mi, pi;      /* module index; param index within it, -1: the module itself */
+} mctx;
+
+static const char *mctx_here(const fp_jctx *c) {
+  const mctx *x = (const mctx *)c;
+  if (x->pi < 0) return fp_sprintf(c->a, "%s/modules/%d", x->ptr, x->mi);
+  return fp_sprintf(c->a, "%s/modules/%d/params/%d", x->ptr, x->mi, x->pi);
+}
+
+/* the pointer of member key of the object being read */
+static const char *here_key(fp_jctx *c, const char *key) { return fp_ptr_key(c->a, c->here(c), key); }
+
+const char *fp_module_ptr(fp_arena *a, const fp_model *m, int i) {
+  return fp_sprintf(a, "%s/modules/%d", m->ptr, i);
+}
+
+const char *fp_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p) {
+  int mi = p->module;
+  return fp_sprintf(a, "%s/modules/%d/params/%d", m->ptr, mi, (int)(p - m->params) - m->modules[mi].first_param);
+}
+
 /* ---- pieces ----------------------------------------------------------------- */
 /* the model's "format": v1 or v2 into *version */
-static bool check_format(fp_jctx *c, json_object *root, const char *ptr, int *version) {
-  json_object *v = fp_j_get(root, "format");
+static bool check_format(fp_jctx *c, const fp_jv *root, const char *ptr, int *version) {
+  const fp_jv *v = fp_j_get(root, "format");
   if (!fp_j_has(root, "format"))
     return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\" or \"%s\")", FP_MODEL_FORMAT_V2,
                       FP_MODEL_FORMAT_V1);
-  const char *f = v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+  const char *f = fp_jv_str(v);
   if (f && !strcmp(f, FP_MODEL_FORMAT_V1)) return *version = 1, true;
   if (f && !strcmp(f, FP_MODEL_FORMAT_V2)) return *version = 2, true;
   bool is_spec = f && !strcmp(f, "flexplan.spec.v1");
@@ -74,69 +104,68 @@ static bool check_format(fp_jctx *c, json_object *root, const char *ptr, int *ve
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const fp_dtype dtype_vals[] = {FP_F32, FP_BF16, FP_F16};
 
-static bool parse_param(fp_jctx *c, json_object *pv, const char *pp, int module, fp_param *p) {
+/* the param object pv (the context's pi of its mi) */
+static bool parse_param(fp_jctx *c, const fp_jv *pv, int module, fp_param *p) {
   static const char *const keys[] = {"name", "shape", "dtype", "requires_grad", NULL};
-  if (!fp_j_keys(c, pv, pp, keys)) return false;
-  if (!fp_j_str(c, pv, pp, "name", true, &p->name)) return false;
-  json_object *shape;
+  if (!fp_j_keys(c, pv, NULL, keys)) return false;
+  if (!fp_j_str(c, pv, NULL, "name", true, &p->name)) return false;
+  const fp_jv *shape;
   size_t nd;
-  if (!fp_j_arr(c, pv, pp, "shape", true, &shape, &nd)) return false;
-  const char *sp = fp_ptr_key(c->a, pp, "shape");
+  if (!fp_j_arr(c, pv, NULL, "shape", true, &shape, &nd)) return false;
   if (nd < 1 || nd > FP_MAX_DIMS)
-    return fp_j_error(c, sp, "expected 1 to %d dimensions, got %zu", FP_MAX_DIMS, nd);
+    return fp_j_error(c, here_key(c, "shape"), "expected 1 to %d dimensions, got %zu", FP_MAX_DIMS, nd);
   p->ndim = (int)nd;
   p->numel = 1;
   for (size_t k = 0; k < nd; k++) {
-    json_object *e = json_object_array_get_idx(shape, k);
-    int64_t x = e && json_object_is_type(e, json_type_int) ? json_object_get_int64(e) : 0;
-    if (x >= 1 && x < INT64_MAX) /* the common case: no pointer formatted */
-      p->shape[k] = x;
-    else if (!fp_j_int_v(c, e, fp_ptr_idx(c->a, sp, (int64_t)k), 1, INT64_MAX, &p->shape[k]))
+    const fp_jv *e = &shape->elems[k];
+    if (e->type == FP_JINT && !e->big && e->i >= 1 && e->i < INT64_MAX) /* the common case */
+      p->shape[k] = e->i;
+    else if (!fp_j_int_v(c, fp_jv_at(shape, k), fp_ptr_idx(c->a, here_key(c, "shape"), (int64_t)k), 1, INT64_MAX,
+                         &p->shape[k]))
       return false;
     if (!fp_mul64(p->numel, p->shape[k], &p->numel))
-      return fp_j_error(c, sp, "parameter too large: the number of elements overflows int64");
+      return fp_j_error(c, here_key(c, "shape"), "parameter too large: the number of elements overflows int64");
   }
   int64_t bytes;
   if (!fp_mul64(p->numel, 4, &bytes))
-    return fp_j_error(c, sp, "parameter too large: %" PRId64 " elements of 4 bytes overflow int64",
+    return fp_j_error(c, here_key(c, "shape"), "parameter too large: %" PRId64 " elements of 4 bytes overflow int64",
                       p->numel);
   int di = 0;
-  if (!fp_j_enum(c, pv, pp, "dtype", false, dtype_names, &di)) return false;
+  if (!fp_j_enum(c, pv, NULL, "dtype", false, dtype_names, &di)) return false;
   p->dtype = dtype_vals[di];
   p->requires_grad = true;
-  if (!fp_j_bool(c, pv, pp, "requires_grad", false, &p->requires_grad)) return false;
+  if (!fp_j_bool(c, pv, NULL, "requires_grad", false, &p->requires_grad)) return false;
   p->module = module;
-  p->ptr = pp;
   return true;
 }
 
-static bool parse_module(fp_jctx *c, json_object *mv, const char *mp, int version, fp_module *m) {
+/* the module object mv (the context's mi) */
+static bool parse_module(fp_jctx *c, const fp_jv *mv, int version, fp_module *m) {
   static const char *const keys1[] = {"name", "params", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
   static const char *const keys2[] = {"name", "params", "uses", "flops_fwd", "flops_bwd", "activation_bytes",
                                       "activation_bytes_checkpointed", NULL};
   if (version == 1 && fp_j_has(mv, "uses"))
-    return fp_j_error(c, fp_ptr_key(c->a, mp, "uses"),
+    return fp_j_error(c, here_key(c, "uses"),
                       "'uses' (tied weights) needs \"format\": \"%s\" (this file is %s)", FP_MODEL_FORMAT_V2,
                       FP_MODEL_FORMAT_V1);
   if (version == 1 && fp_j_has(mv, "activation_bytes_checkpointed"))
-    return fp_j_error(c, fp_ptr_key(c->a, mp, "activation_bytes_checkpointed"),
+    return fp_j_error(c, here_key(c, "activation_bytes_checkpointed"),
                       "'activation_bytes_checkpointed' needs \"format\": \"%s\" (this file is %s)",
                       FP_MODEL_FORMAT_V2, FP_MODEL_FORMAT_V1);
-  if (!fp_j_keys(c, mv, mp, version == 1 ? keys1 : keys2)) return false;
-  if (!fp_j_str(c, mv, mp, "name", true, &m->name)) return false;
+  if (!fp_j_keys(c, mv, NULL, version == 1 ? keys1 : keys2)) return false;
+  if (!fp_j_str(c, mv, NULL, "name", true, &m->name)) return false;
   m->flops_fwd = 0;
-  if (!fp_j_num(c, mv, mp, "flops_fwd", false, 0, INFINITY, &m->flops_fwd)) return false;
+  if (!fp_j_num(c, mv, NULL, "flops_fwd", false, 0, INFINITY, &m->flops_fwd)) return false;
   m->flops_bwd = 2 * m->flops_fwd;
-  if (!fp_j_num(c, mv, mp, "flops_bwd", false, 0, INFINITY, &m->flops_bwd)) return false;
+  if (!fp_j_num(c, mv, NULL, "flops_bwd", false, 0, INFINITY, &m->flops_bwd)) return false;
   if (!isfinite(m->flops_bwd))
-    return fp_j_error(c, fp_ptr_key(c->a, mp, "flops_fwd"), "flops_fwd too large (2 * flops_fwd is not finite)");
+    return fp_j_error(c, here_key(c, "flops_fwd"), "flops_fwd too large (2 * flops_fwd is not finite)");
   m->activation_bytes = 0;
-  if (!fp_j_int(c, mv, mp, "activation_bytes", false, 0, INT64_MAX, &m->activation_bytes)) return false;
+  if (!fp_j_int(c, mv, NULL, "activation_bytes", false, 0, INT64_MAX, &m->activation_bytes)) return false;
   m->activation_bytes_checkpointed = 0;
-  if (!fp_j_int(c, mv, mp, "activation_bytes_checkpointed", false, 0, INT64_MAX,
+  if (!fp_j_int(c, mv, NULL, "activation_bytes_checkpointed", false, 0, INT64_MAX,
                 &m->activation_bytes_checkpointed))
     return false;
-  m->ptr = mp;
   return true;
 }
 
@@ -149,48 +178,58 @@ static const char *near_name(fp_arena *a, const fp_model *m, bool params, int n,
   return near ? fp_sprintf(a, "; did you mean \"%s\"?", near) : "";
 }
 
-/* v2 "uses" of module i (at mp), once every module's params are known: each
- * name a param another module declares, each at most once */
-static bool parse_uses(fp_jctx *c, json_object *mv, const char *mp, int i, const nameset *pnames, fp_model *out) {
+/* element k of a string array: its text, or an error at its pointer (up/k) */
+static bool str_elem(fp_jctx *c, const fp_jv *arr, size_t k, const char *up, const char **out) {
+  const fp_jv *e = &arr->elems[k];
+  if (e->type == FP_JSTRING && e->n > 0) return *out = e->s, true;
+  return fp_j_str_v(c, fp_jv_at(arr, k), fp_ptr_idx(c->a, up, (int64_t)k), out);
+}
+
+/* v2 "uses" of module i (the context's mi), once every module's params are
+ * known: each name a param another module declares, each at most once */
+static bool parse_uses(fp_jctx *c, const fp_jv *mv, int i, const nameset *pnames, fp_model *out) {
   fp_module *m = &out->modules[i];
-  json_object *ua = NULL;
+  const fp_jv *ua = NULL;
   size_t nu = 0;
-  if (!fp_j_arr(c, mv, mp, "uses", false, &ua, &nu)) return false;
+  if (!fp_j_arr(c, mv, NULL, "uses", false, &ua, &nu)) return false;
   if (!ua) return true;
-  const char *up = fp_ptr_key(c->a, mp, "uses");
+  const char *up = here_key(c, "uses");
   if (nu == 0) return fp_j_error(c, up, "expected a non-empty array of param names, got an empty array");
   if (nu > INT32_MAX / 2) return fp_j_error(c, up, "too many uses (%zu)", nu);
   m->uses = fp_alloc_array(c->a, nu, sizeof *m->uses);
   for (size_t k = 0; k < nu; k++) {
-    const char *ep = fp_ptr_idx(c->a, up, (int64_t)k), *name;
-    if (!fp_j_str_v(c, json_object_array_get_idx(ua, k), ep, &name)) return false;
+    const char *name;
+    if (!str_elem(c, ua, k, up, &name)) return false;
+#define EP fp_ptr_idx(c->a, up, (int64_t)k)
     int pi = ns_get(pnames, name);
     if (pi < 0)
-      return fp_j_error(c, ep, "unknown param '%s' in uses (it must be declared in another module's params)%s", name,
+      return fp_j_error(c, EP, "unknown param '%s' in uses (it must be declared in another module's params)%s", name,
                         near_name(c->a, out, true, out->nparams, name));
     if (out->params[pi].module == i)
-      return fp_j_error(c, ep, "param '%s' is this module's own (uses names params declared by other modules)", name);
+      return fp_j_error(c, EP, "param '%s' is this module's own (uses names params declared by other modules)", name);
     for (int j = 0; j < m->nuses; j++)
-      if (m->uses[j] == pi) return fp_j_error(c, ep, "param '%s' appears twice in uses", name);
+      if (m->uses[j] == pi) return fp_j_error(c, EP, "param '%s' appears twice in uses", name);
+#undef EP
     m->uses[m->nuses++] = pi;
   }
   return true;
 }
 
 /* ---- entry points --------------------------------------------------------------- */
-bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root, const char *ptr,
+bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
                     fp_model *out) {
-  fp_jctx cx = {a, d, src}, *c = &cx;
   memset(out, 0, sizeof *out);
   out->src = src;
   out->ptr = ptr = ptr ? fp_strdup(a, ptr) : "";
+  mctx x = {.c = {a, d, src, mctx_here}, .ptr = ptr};
+  fp_jctx *c = &x.c;
   if (!fp_j_is_object(c, root, ptr)) return false;
   if (!check_format(c, root, ptr, &out->version)) return false;
   static const char *const keys[] = {"format", "name", "modules", "forward_order", NULL};
   if (!fp_j_keys(c, root, ptr, keys)) return false;
   if (!fp_j_str(c, root, ptr, "name", true, &out->name)) return false;
 
-  json_object *mods;
+  const fp_jv *mods;
   size_t nm;
   if (!fp_j_arr(c, root, ptr, "modules", true, &mods, &nm)) return false;
   const char *msp = fp_ptr_key(a, ptr, "modules");
@@ -200,8 +239,8 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
   /* count params first so the arrays are allocated once */
   size_t total = 0;
   for (size_t i = 0; i < nm; i++) {
-    json_object *pa = fp_j_get(json_object_array_get_idx(mods, i), "params");
-    if (pa && json_object_is_type(pa, json_type_array)) total += json_object_array_length(pa);
+    const fp_jv *pa = fp_j_get(fp_jv_at(mods, i), "params");
+    if (fp_jv_is(pa, FP_JARRAY)) total += pa->n;
   }
   if (total > INT32_MAX / 2) return fp_j_error(c, msp, "too many params (%zu)", total);
   out->modules = fp_alloc_array(a, nm, sizeof *out->modules);
@@ -211,50 +250,52 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
   ns_init(a, &pnames, total);
 
   for (size_t i = 0; i < nm; i++) {
-    json_object *mv = json_object_array_get_idx(mods, i);
-    const char *mp = fp_ptr_idx(a, msp, (int64_t)i);
+    const fp_jv *mv = fp_jv_at(mods, i);
+    x.mi = (int)i;
+    x.pi = -1;
     fp_module *m = &out->modules[i];
-    if (!fp_j_is_object(c, mv, mp)) return false;
-    if (!parse_module(c, mv, mp, out->version, m)) return false;
+    if (!fp_j_is_object(c, mv, NULL)) return false;
+    if (!parse_module(c, mv, out->version, m)) return false;
     int prev = ns_put(&mnames, m->name, (int)i);
     if (prev >= 0)
-      return fp_j_error(c, fp_ptr_key(a, mp, "name"), "duplicate module name '%s' (also %s)", m->name,
-                        out->modules[prev].ptr);
-    json_object *pa = NULL;
+      return fp_j_error(c, here_key(c, "name"), "duplicate module name '%s' (also %s)", m->name,
+                        fp_module_ptr(a, out, prev));
+    const fp_jv *pa = NULL;
     size_t np = 0;
     /* v2: a module that only reads tied params has none of its own
      * (checked with its uses below) */
     bool need_params = out->version == 1 || !fp_j_has(mv, "uses");
-    if (!fp_j_arr(c, mv, mp, "params", need_params, &pa, &np)) return false;
-    const char *psp = fp_ptr_key(a, mp, "params");
+    if (!fp_j_arr(c, mv, NULL, "params", need_params, &pa, &np)) return false;
     if (!pa) np = 0;
     if (np == 0 && need_params)
-      return fp_j_error(c, psp, "expected a non-empty array of params, got an empty array");
+      return fp_j_error(c, here_key(c, "params"), "expected a non-empty array of params, got an empty array");
     m->first_param = out->nparams;
     m->nparams = (int)np;
     for (size_t k = 0; k < np; k++) {
-      json_object *pv = json_object_array_get_idx(pa, k);
-      const char *pp = fp_ptr_idx(a, psp, (int64_t)k);
-      if (!fp_j_is_object(c, pv, pp)) return false;
+      const fp_jv *pv = fp_jv_at(pa, k);
+      x.pi = (int)k;
+      if (!fp_j_is_object(c, pv, NULL)) return false;
       fp_param *p = &out->params[out->nparams];
-      if (!parse_param(c, pv, pp, (int)i, p)) return false;
+      if (!parse_param(c, pv, (int)i, p)) return false;
       int pprev = ns_put(&pnames, p->name, out->nparams);
       if (pprev >= 0)
-        return fp_j_error(c, fp_ptr_key(a, pp, "name"), "duplicate param name '%s' (also %s)", p->name,
-                          out->params[pprev].ptr);
+        return fp_j_error(c, here_key(c, "name"), "duplicate param name '%s' (also %s)", p->name,
+                          fp_param_ptr(a, out, &out->params[pprev]));
       out->nparams++;
     }
   }
   out->nmodules = (int)nm;
   if (out->version >= 2)
-    for (size_t i = 0; i < nm; i++)
-      if (!parse_uses(c, json_object_array_get_idx(mods, i), fp_ptr_idx(a, msp, (int64_t)i), (int)i, &pnames, out))
-        return false;
+    for (size_t i = 0; i < nm; i++) {
+      x.mi = (int)i;
+      x.pi = -1;
+      if (!parse_uses(c, fp_jv_at(mods, i), (int)i, &pnames, out)) return false;
+    }
 
   /* forward_order: default the order of modules; if given, it must name every
    * module at least once (a module that never runs would never be gathered
    * nor reduced: almost certainly a mistake in the input) */
-  json_object *fo = NULL;
+  const fp_jv *fo = NULL;
   size_t nfo = 0;
   if (!fp_j_arr(c, root, ptr, "forward_order", false, &fo, &nfo)) return false;
   if (!fo) {
@@ -269,11 +310,11 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
   out->order = fp_alloc_array(a, nfo, sizeof *out->order);
   bool *seen = fp_alloc_array(a, nm, sizeof *seen);
   for (size_t k = 0; k < nfo; k++) {
-    const char *ep = fp_ptr_idx(a, fop, (int64_t)k), *name;
-    if (!fp_j_str_v(c, json_object_array_get_idx(fo, k), ep, &name)) return false;
+    const char *name;
+    if (!str_elem(c, fo, k, fop, &name)) return false;
     int mi = ns_get(&mnames, name);
     if (mi < 0)
-      return fp_j_error(c, ep, "unknown module '%s' in forward_order%s", name,
+      return fp_j_error(c, fp_ptr_idx(a, fop, (int64_t)k), "unknown module '%s' in forward_order%s", name,
                         near_name(a, out, false, out->nmodules, name));
     out->order[k] = mi;
     seen[mi] = true;
@@ -286,8 +327,8 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *roo
   return true;
 }
 
-bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
-                   json_object **embedded_spec, const fp_src **src_out) {
+bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out, const fp_jv **embedded_spec,
+                   const fp_src **src_out) {
   if (embedded_spec) *embedded_spec = NULL;
   if (src_out) *src_out = NULL;
   fp_src *src = fp_alloc(a, sizeof *src);
@@ -295,32 +336,24 @@ bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
   return fp_model_load_src(a, d, src, out, embedded_spec, src_out);
 }
 
-bool fp_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out, json_object **embedded_spec,
+bool fp_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out, const fp_jv **embedded_spec,
                        const fp_src **src_out) {
   if (embedded_spec) *embedded_spec = NULL;
   if (src_out) *src_out = src;
-  fp_jctx c = {a, d, src};
-  json_object *root = fp_json_parse(&c);
+  fp_jctx c = {a, d, src, NULL};
+  const fp_jv *root = fp_json_parse(&c);
   if (!root) return false;
-  bool ok = false;
-  if (!fp_j_is_object(&c, root, "")) goto done;
+  if (!fp_j_is_object(&c, root, "")) return false;
   if (!fp_j_has(root, "format") && (fp_j_has(root, "model") || fp_j_has(root, "spec"))) {
     /* the combined form */
     static const char *const keys[] = {"model", "spec", NULL};
-    if (!fp_j_keys(&c, root, "", keys)) goto done;
-    if (!fp_j_has(root, "model")) {
-      fp_j_error(&c, "", "missing required member 'model'");
-      goto done;
-    }
-    json_object *spec = fp_j_get(root, "spec");
-    if (fp_j_has(root, "spec") && !fp_j_is_object(&c, spec, "/spec")) goto done;
-    if (!fp_model_parse(a, d, src, fp_j_get(root, "model"), "/model", out)) goto done;
-    if (embedded_spec && spec) *embedded_spec = json_object_get(spec);
-    ok = true;
-  } else {
-    ok = fp_model_parse(a, d, src, root, "", out);
+    if (!fp_j_keys(&c, root, "", keys)) return false;
+    if (!fp_j_has(root, "model")) return fp_j_error(&c, "", "missing required member 'model'");
+    const fp_jv *spec = fp_j_get(root, "spec");
+    if (fp_j_has(root, "spec") && !fp_j_is_object(&c, spec, "/spec")) return false;
+    if (!fp_model_parse(a, d, src, fp_j_get(root, "model"), "/model", out)) return false;
+    if (embedded_spec && spec) *embedded_spec = spec;
+    return true;
   }
-done:
-  json_object_put(root);
-  return ok;
+  return fp_model_parse(a, d, src, root, "", out);
 }

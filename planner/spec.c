@@ -50,7 +50,7 @@ static void set_defaults(fp_spec *s) {
 }
 
 /* "collectives": "auto" | "per_param" | "flat" (fp_coll_mode order) */
-static bool parse_coll(fp_jctx *c, json_object *o, const char *ptr, fp_coll_mode *out) {
+static bool parse_coll(fp_jctx *c, const fp_jv *o, const char *ptr, fp_coll_mode *out) {
   static const char *const modes[] = {"auto", "per_param", "flat", NULL};
   int m = -1;
   if (!fp_j_enum(c, o, ptr, "collectives", false, modes, &m)) return false;
@@ -59,7 +59,7 @@ static bool parse_coll(fp_jctx *c, json_object *o, const char *ptr, fp_coll_mode
 }
 
 /* partial mixed_precision object merged onto *mp */
-static bool parse_mp(fp_jctx *c, json_object *o, const char *ptr, fp_mp *mp) {
+static bool parse_mp(fp_jctx *c, const fp_jv *o, const char *ptr, fp_mp *mp) {
   static const char *const keys[] = {"param_dtype", "reduce_dtype", "main_grad_dtype", NULL};
   /* param_dtype may also be "mxfp8": frozen weights kept unsharded, stored
    * once as e4m3 elements with e8m0 block scales (planner/layout.c
@@ -77,23 +77,23 @@ static bool parse_mp(fp_jctx *c, json_object *o, const char *ptr, fp_mp *mp) {
 }
 
 /* reshard_after_forward: true | false | integer >= 1 */
-static bool parse_reshard(fp_jctx *c, json_object *obj, const char *ptr, int64_t *out) {
+static bool parse_reshard(fp_jctx *c, const fp_jv *obj, const char *ptr, int64_t *out) {
   if (!fp_j_has(obj, "reshard_after_forward")) return true;
-  json_object *v = fp_j_get(obj, "reshard_after_forward");
+  const fp_jv *v = fp_j_get(obj, "reshard_after_forward");
   const char *vp = fp_ptr_key(c->a, ptr, "reshard_after_forward");
-  if (v && json_object_is_type(v, json_type_boolean)) {
-    *out = json_object_get_boolean(v) ? FP_RESHARD_TRUE : 0;
+  if (v && fp_jv_is(v, FP_JBOOL)) {
+    *out = v->b ? FP_RESHARD_TRUE : 0;
     return true;
   }
-  if (v && json_object_is_type(v, json_type_int)) return fp_j_int_v(c, v, vp, 1, FP_MAX_WORLD, out);
+  if (v && fp_jv_is(v, FP_JINT)) return fp_j_int_v(c, v, vp, 1, FP_MAX_WORLD, out);
   return fp_j_error(c, vp, "expected true, false or an integer group size >= 1, got %s",
                     fp_j_describe(c->a, v));
 }
 
 /* non-empty array of non-empty strings (patterns) */
-static bool parse_patterns(fp_jctx *c, json_object *obj, const char *ptr, const char *key, bool required,
+static bool parse_patterns(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
                            bool allow_empty, const char ***out, int *n) {
-  json_object *arr = NULL;
+  const fp_jv *arr = NULL;
   size_t na = 0;
   if (!fp_j_arr(c, obj, ptr, key, required, &arr, &na)) return false;
   if (!arr) return true;
@@ -102,14 +102,18 @@ static bool parse_patterns(fp_jctx *c, json_object *obj, const char *ptr, const 
     return fp_j_error(c, ap, "expected a non-empty array of patterns, got an empty array");
   if (na > INT32_MAX / 2) return fp_j_error(c, ap, "too many patterns");
   *out = fp_alloc_array(c->a, na ? na : 1, sizeof **out);
-  for (size_t k = 0; k < na; k++)
-    if (!fp_j_str_v(c, json_object_array_get_idx(arr, k), fp_ptr_idx(c->a, ap, (int64_t)k), &(*out)[k]))
+  for (size_t k = 0; k < na; k++) {
+    const fp_jv *e = &arr->elems[k];
+    if (e->type == FP_JSTRING && e->n > 0) /* the common case: no pointer formatted */
+      (*out)[k] = e->s;
+    else if (!fp_j_str_v(c, fp_jv_at(arr, k), fp_ptr_idx(c->a, ap, (int64_t)k), &(*out)[k]))
       return false;
+  }
   *n = (int)na;
   return true;
 }
 
-static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const char *ptr, fp_bucket_spec *b) {
+static bool parse_bucket(fp_jctx *c, const fp_spec *s, const fp_jv *o, const char *ptr, fp_bucket_spec *b) {
   static const char *const keys[] = {"name", "params", "split", "placement", "mixed_precision",
                                      "reshard_after_forward", "collectives", "offload", "gather_dtype", NULL};
   if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
@@ -148,13 +152,13 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, json_object *o, const cha
   return true;
 }
 
-static bool parse_buckets(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
-  if (v && json_object_is_type(v, json_type_object)) {
+static bool parse_buckets(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
+  if (v && fp_jv_is(v, FP_JOBJECT)) {
     static const char *const keys[] = {"auto", NULL};
     if (!fp_j_keys(c, v, ptr, keys)) return false;
     if (!fp_j_has(v, "auto"))
       return fp_j_error(c, ptr, "missing required member 'auto' (buckets is a list or {\"auto\": {...}})");
-    json_object *au = fp_j_get(v, "auto");
+    const fp_jv *au = fp_j_get(v, "auto");
     const char *aup = fp_ptr_key(c->a, ptr, "auto");
     static const char *const akeys[] = {"target_bytes", NULL};
     if (!fp_j_is_object(c, au, aup) || !fp_j_keys(c, au, aup, akeys)) return false;
@@ -162,10 +166,10 @@ static bool parse_buckets(fp_jctx *c, fp_spec *s, json_object *v, const char *pt
     s->bucket_mode = FP_BUCKETS_AUTO;
     return true;
   }
-  if (!v || !json_object_is_type(v, json_type_array))
+  if (!v || !fp_jv_is(v, FP_JARRAY))
     return fp_j_error(c, ptr, "expected an array of buckets or {\"auto\": {...}}, got %s",
                       fp_j_describe(c->a, v));
-  size_t nb = json_object_array_length(v);
+  size_t nb = fp_jv_len(v);
   if (nb == 0)
     return fp_j_error(c, ptr, "expected a non-empty array of buckets, got an empty array (leave "
                               "'buckets' out for one bucket per module)");
@@ -179,7 +183,7 @@ static bool parse_buckets(fp_jctx *c, fp_spec *s, json_object *v, const char *pt
   for (size_t k = 0; k < cap; k++) seen[k] = -1;
   for (size_t i = 0; i < nb; i++) {
     fp_bucket_spec *b = &s->buckets[i];
-    if (!parse_bucket(c, s, json_object_array_get_idx(v, i), fp_ptr_idx(c->a, ptr, (int64_t)i), b))
+    if (!parse_bucket(c, s, fp_jv_at(v, i), fp_ptr_idx(c->a, ptr, (int64_t)i), b))
       return false;
     uint64_t h = 1469598103934665603u; /* FNV-1a */
     for (const unsigned char *q = (const unsigned char *)b->name; *q; q++) h = (h ^ *q) * 1099511628211u;
@@ -195,15 +199,15 @@ static bool parse_buckets(fp_jctx *c, fp_spec *s, json_object *v, const char *pt
 }
 
 /* one prefetch depth: 0..64 or "auto" */
-static bool parse_depth(fp_jctx *c, json_object *o, const char *ptr, const char *key, int *out) {
+static bool parse_depth(fp_jctx *c, const fp_jv *o, const char *ptr, const char *key, int *out) {
   if (!fp_j_has(o, key)) return true;
-  json_object *v = fp_j_get(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   const char *vp = fp_ptr_key(c->a, ptr, key);
-  if (v && json_object_is_type(v, json_type_string) && !strcmp(json_object_get_string(v), "auto")) {
+  if (v && fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")) {
     *out = FP_PREFETCH_AUTO;
     return true;
   }
-  if (!v || !json_object_is_type(v, json_type_int))
+  if (!v || !fp_jv_is(v, FP_JINT))
     return fp_j_error(c, vp, "expected an integer in [0, %d] or \"auto\", got %s", FP_MAX_PREFETCH,
                       fp_j_describe(c->a, v));
   int64_t d;
@@ -212,15 +216,15 @@ static bool parse_depth(fp_jctx *c, json_object *o, const char *ptr, const char 
   return true;
 }
 
-static bool parse_prefetch(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
-  if (v && json_object_is_type(v, json_type_string)) {
-    if (strcmp(json_object_get_string(v), "auto"))
+static bool parse_prefetch(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
+  if (v && fp_jv_is(v, FP_JSTRING)) {
+    if (strcmp(v->s, "auto"))
       return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
                         fp_j_describe(c->a, v));
     s->prefetch_fwd = s->prefetch_bwd = FP_PREFETCH_AUTO;
     return true;
   }
-  if (!v || !json_object_is_type(v, json_type_object))
+  if (!v || !fp_jv_is(v, FP_JOBJECT))
     return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
                       fp_j_describe(c->a, v));
   static const char *const keys[] = {"forward", "backward", NULL};
@@ -230,12 +234,12 @@ static bool parse_prefetch(fp_jctx *c, fp_spec *s, json_object *v, const char *p
 }
 
 /* number > 0 (optional) */
-static bool pos_num(fp_jctx *c, json_object *o, const char *ptr, const char *key, double *out) {
+static bool pos_num(fp_jctx *c, const fp_jv *o, const char *ptr, const char *key, double *out) {
   if (!fp_j_has(o, key)) return true;
-  json_object *v = fp_j_get(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   double x = NAN;
-  if (v && (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
-    x = json_object_get_double(v);
+  if (v && (fp_jv_is(v, FP_JINT) || fp_jv_is(v, FP_JDOUBLE)))
+    x = fp_jv_num(v);
   if (!(isfinite(x) && x > 0))
     return fp_j_error(c, fp_ptr_key(c->a, ptr, key), "expected a number > 0, got %s", fp_j_describe(c->a, v));
   *out = x;
@@ -244,7 +248,7 @@ static bool pos_num(fp_jctx *c, json_object *o, const char *ptr, const char *key
 
 /* "optimizer": {"type": "adamw" | "sgd" | "none", "state_dtype": ...}: the
  * state the plan holds per main element (state_dtype default fp32) */
-static bool parse_optimizer(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
+static bool parse_optimizer(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
   static const char *const keys[] = {"type", "state_dtype", NULL};
   static const char *const types[] = {"none", "sgd", "adamw", NULL}; /* fp_optim order */
   if (!fp_j_is_object(c, v, ptr) || !fp_j_keys(c, v, ptr, keys)) return false;
@@ -258,7 +262,7 @@ static bool parse_optimizer(fp_jctx *c, fp_spec *s, json_object *v, const char *
   return true;
 }
 
-static bool parse_hardware(fp_jctx *c, fp_spec *s, json_object *v, const char *ptr) {
+static bool parse_hardware(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
   static const char *const keys[] = {"preset", "gpus_per_node", "flops", "nvlink_gbps", "ib_gbps",
                                      "hbm_gbps", "hbm_bytes", NULL};
   if (!fp_j_is_object(c, v, ptr) || !fp_j_keys(c, v, ptr, keys)) return false;
@@ -272,22 +276,22 @@ static bool parse_hardware(fp_jctx *c, fp_spec *s, json_object *v, const char *p
          fp_j_int(c, v, ptr, "hbm_bytes", false, 1, INT64_MAX, &s->hw_hbm_bytes);
 }
 
-bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root, const char *ptr,
+bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
                    fp_spec *out) {
   set_defaults(out);
   if (!root) {
     out->src = NULL;
     return true;
   }
-  fp_jctx cx = {a, d, src}, *c = &cx;
+  fp_jctx cx = {a, d, src, NULL}, *c = &cx;
   out->src = src;
   out->ptr = ptr = ptr ? fp_strdup(a, ptr) : "";
   out->placement.ptr = ptr;
   if (!fp_j_is_object(c, root, ptr)) return false;
-  json_object *fmt = fp_j_get(root, "format");
+  const fp_jv *fmt = fp_j_get(root, "format");
   if (!fp_j_has(root, "format"))
     return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", FP_SPEC_FORMAT);
-  if (!fmt || !json_object_is_type(fmt, json_type_string) || strcmp(json_object_get_string(fmt), FP_SPEC_FORMAT))
+  if (!fmt || !fp_jv_is(fmt, FP_JSTRING) || strcmp(fmt->s, FP_SPEC_FORMAT))
     return fp_j_error(c, fp_ptr_key(a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
                       fp_j_describe(a, fmt));
   static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
@@ -297,7 +301,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
 
   /* mesh */
   if (fp_j_has(root, "mesh")) {
-    json_object *m = fp_j_get(root, "mesh");
+    const fp_jv *m = fp_j_get(root, "mesh");
     const char *mp = fp_ptr_key(a, ptr, "mesh");
     static const char *const mkeys[] = {"world_size", "ranks_per_node", NULL};
     if (!fp_j_is_object(c, m, mp) || !fp_j_keys(c, m, mp, mkeys)) return false;
@@ -327,7 +331,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
   if (out->strategy == FP_HYBRID_SHARD) {
     if (!fp_j_has(root, "hybrid_shard"))
       return fp_j_error(c, ptr, "missing required member 'hybrid_shard' (strategy is \"hybrid_shard\")");
-    json_object *h = fp_j_get(root, "hybrid_shard");
+    const fp_jv *h = fp_j_get(root, "hybrid_shard");
     static const char *const hkeys[] = {"intra_node_size", NULL};
     if (!fp_j_is_object(c, h, hp) || !fp_j_keys(c, h, hp, hkeys)) return false;
     if (!fp_j_int(c, h, hp, "intra_node_size", true, 1, FP_MAX_WORLD, &out->intra_node_size)) return false;
@@ -345,7 +349,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
 
   /* defaults */
   if (fp_j_has(root, "defaults")) {
-    json_object *dv = fp_j_get(root, "defaults");
+    const fp_jv *dv = fp_j_get(root, "defaults");
     const char *dp = fp_ptr_key(a, ptr, "defaults");
     static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", "collectives", NULL};
     if (!fp_j_is_object(c, dv, dp) || !fp_j_keys(c, dv, dp, dkeys)) return false;
@@ -368,10 +372,10 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, json_object *root
     return false;
   if (!fp_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
   if (fp_j_has(root, "overlap_param_gather")) { /* "auto" | true | false */
-    json_object *v = fp_j_get(root, "overlap_param_gather");
-    if (v && json_object_is_type(v, json_type_boolean))
-      out->overlap_param_gather = json_object_get_boolean(v) ? FP_PG_ON : FP_PG_OFF;
-    else if (!(v && json_object_is_type(v, json_type_string) && !strcmp(json_object_get_string(v), "auto")))
+    const fp_jv *v = fp_j_get(root, "overlap_param_gather");
+    if (v && fp_jv_is(v, FP_JBOOL))
+      out->overlap_param_gather = v->b ? FP_PG_ON : FP_PG_OFF;
+    else if (!(v && fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")))
       return fp_j_error(c, fp_ptr_key(a, ptr, "overlap_param_gather"), "expected \"auto\", true or false, got %s",
                         fp_j_describe(a, v));
   }
@@ -394,12 +398,10 @@ bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {
 
 bool fp_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out) {
   set_defaults(out);
-  fp_jctx c = {a, d, src};
-  json_object *root = fp_json_parse(&c);
+  fp_jctx c = {a, d, src, NULL};
+  const fp_jv *root = fp_json_parse(&c);
   if (!root) return false;
-  bool ok = fp_spec_parse(a, d, src, root, "", out);
-  json_object_put(root);
-  return ok;
+  return fp_spec_parse(a, d, src, root, "", out);
 }
 
 /* ---- policies ------------------------------------------------------------------- */

@@ -8,7 +8,6 @@
  *
  * Exit 0 when the C front end accepts the file, 1 when it reports an error
  * (printed to stderr), 2 on usage errors. */
-#include <json-c/json.h>
 #include <string.h>
 
 #include "planner/front.h"
@@ -30,10 +29,9 @@ int main(int argc, char **argv) {
   } else if (!strcmp(argv[1], "model")) {
     fp_src src;
     if (fp_src_read(a, &d, argv[2], &src)) {
-      fp_jctx c = {a, &d, &src};
-      json_object *root = fp_json_parse(&c);
+      fp_jctx c = {a, &d, &src, NULL};
+      const fp_jv *root = fp_json_parse(&c);
       ok = root && fp_model_parse(a, &d, &src, root, "", &m);
-      json_object_put(root);
     }
   } else {
     ok = fp_inputs_load(a, &d, argv[2], NULL, &m, &s);

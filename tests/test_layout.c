@@ -32,13 +32,12 @@ static bool build(fx *f, const char *text) {
   f->a = fp_arena_new();
   fp_diag_init(&f->d, NULL);
   f->src = (fp_src){"t.json", text, strlen(text)};
-  fp_jctx c = {f->a, &f->d, &f->src};
-  json_object *root = fp_json_parse(&c);
+  fp_jctx c = {f->a, &f->d, &f->src, NULL};
+  const fp_jv *root = fp_json_parse(&c);
   assert_non_null(root);
   bool ok = fp_model_parse(f->a, &f->d, &f->src, fp_j_get(root, "model"), "/model", &f->m) &&
             fp_spec_parse(f->a, &f->d, &f->src, fp_j_get(root, "spec"), "/spec", &f->s) &&
             fp_layout_build(f->a, &f->d, &f->m, &f->s, &f->L);
-  json_object_put(root);
   return ok;
 }
 

@@ -268,8 +268,8 @@ static int64_t compile_act_peak(bool recompute, double *bwd_flops) {
       "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":2}%s}}",
       recompute ? ",\"recompute\":[\"l0\"]" : "");
   fp_src src = {"t.json", text, strlen(text)};
-  fp_jctx c = {a, &d, &src};
-  json_object *root = fp_json_parse(&c);
+  fp_jctx c = {a, &d, &src, NULL};
+  const fp_jv *root = fp_json_parse(&c);
   assert_non_null(root);
   fp_model m;
   fp_spec s;
@@ -277,7 +277,6 @@ static int64_t compile_act_peak(bool recompute, double *bwd_flops) {
   assert_true(fp_model_parse(a, &d, &src, fp_j_get(root, "model"), "/model", &m));
   assert_true(fp_spec_parse(a, &d, &src, fp_j_get(root, "spec"), "/spec", &s));
   assert_true(fp_compile(a, &d, &m, &s, &out));
-  json_object_put(root);
   const fp_prog *p = out.prog;
   int64_t tl_peak = 0;
   for (int32_t i = 0; i < p->memtl->npts; i++)

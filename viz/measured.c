@@ -16,10 +16,10 @@
 #include "../base/json.h"
 #include "viz.h"
 
-static bool num_v(fp_jctx *c, json_object *v, const char *ptr, double *out) {
-  if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+static bool num_v(fp_jctx *c, const fp_jv *v, const char *ptr, double *out) {
+  if (!fp_jv_is(v, FP_JDOUBLE) && !fp_jv_is(v, FP_JINT))
     return fp_j_error(c, ptr, "expected a number of microseconds, got %s", fp_j_describe(c->a, v));
-  double t = json_object_get_double(v);
+  double t = fp_jv_num(v);
   if (!isfinite(t) || t < 0 || t > 1e15)
     return fp_j_error(c, ptr, "expected microseconds from the step's start (0 .. 1e15), got %s",
                       fp_j_describe(c->a, v));
@@ -28,15 +28,15 @@ static bool num_v(fp_jctx *c, json_object *v, const char *ptr, double *out) {
 }
 
 /* [index, start, end] with index in [0, n) and start <= end */
-static bool triple(fp_jctx *c, json_object *v, const char *ptr, int32_t n, const char *what, int32_t *idx,
+static bool triple(fp_jctx *c, const fp_jv *v, const char *ptr, int32_t n, const char *what, int32_t *idx,
                    double *t0, double *t1) {
   if (!fp_j_is_array(c, v, ptr)) return false;
-  if (json_object_array_length(v) != 3)
-    return fp_j_error(c, ptr, "expected [%s, start, end], got %zu elements", what, json_object_array_length(v));
+  if (fp_jv_len(v) != 3)
+    return fp_j_error(c, ptr, "expected [%s, start, end], got %zu elements", what, fp_jv_len(v));
   int64_t i;
-  if (!fp_j_int_v(c, json_object_array_get_idx(v, 0), fp_ptr_idx(c->a, ptr, 0), 0, n - 1, &i)) return false;
-  if (!num_v(c, json_object_array_get_idx(v, 1), fp_ptr_idx(c->a, ptr, 1), t0) ||
-      !num_v(c, json_object_array_get_idx(v, 2), fp_ptr_idx(c->a, ptr, 2), t1))
+  if (!fp_j_int_v(c, fp_jv_at(v, 0), fp_ptr_idx(c->a, ptr, 0), 0, n - 1, &i)) return false;
+  if (!num_v(c, fp_jv_at(v, 1), fp_ptr_idx(c->a, ptr, 1), t0) ||
+      !num_v(c, fp_jv_at(v, 2), fp_ptr_idx(c->a, ptr, 2), t1))
     return false;
   if (*t1 < *t0) return fp_j_error(c, ptr, "ends (%.3f us) before it starts (%.3f us)", *t1, *t0);
   *idx = (int32_t)i;
@@ -46,15 +46,15 @@ static bool triple(fp_jctx *c, json_object *v, const char *ptr, int32_t n, const
 bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_prog *p, fp_viz_measured *out) {
   fp_src src;
   if (!fp_src_read(a, d, path, &src)) return false;
-  fp_jctx c = {a, d, &src};
-  json_object *root = fp_json_parse(&c);
+  fp_jctx c = {a, d, &src, NULL};
+  const fp_jv *root = fp_json_parse(&c);
   if (!root) return false;
   bool ok = false;
   static const char *const keys[] = {"format", "plan_hash", "model", "rank", "world_size", "backend", "progress",
                                      "clock", "unit", "origin", "steps", NULL};
   const char *format, *hash;
   int64_t rank, world;
-  json_object *steps;
+  const fp_jv *steps;
   size_t nsteps;
   if (!fp_j_is_object(&c, root, "") || !fp_j_str(&c, root, "", "format", true, &format)) goto done;
   if (strcmp(format, "flexplan.timing.v1")) { /* before the members: another kind of file says so first */
@@ -83,7 +83,7 @@ bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_pr
   }
   /* the last step */
   const char *sp = fp_ptr_idx(a, "/steps", (int64_t)nsteps - 1);
-  json_object *st = json_object_array_get_idx(steps, nsteps - 1), *hooks, *ops;
+  const fp_jv *st = fp_jv_at(steps, nsteps - 1), *hooks, *ops;
   static const char *const skeys[] = {"step", "hooks", "ops", NULL};
   int64_t step;
   size_t nh, no;
@@ -105,7 +105,7 @@ bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_pr
     const char *ep = fp_ptr_idx(a, hp, (int64_t)k);
     int32_t seg;
     double t0, t1;
-    if (!triple(&c, json_object_array_get_idx(hooks, k), ep, p->nsegs, "segment", &seg, &t0, &t1)) goto done;
+    if (!triple(&c, fp_jv_at(hooks, k), ep, p->nsegs, "segment", &seg, &t0, &t1)) goto done;
     if (seg != (int32_t)k) {
       fp_j_error(&c, ep, "hooks are listed in segment order: expected segment %zu, got %" PRId32, k, seg);
       goto done;
@@ -121,7 +121,7 @@ bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_pr
     const char *ep = fp_ptr_idx(a, op, (int64_t)k);
     int32_t i;
     double t0, t1;
-    if (!triple(&c, json_object_array_get_idx(ops, k), ep, p->nops, "op", &i, &t0, &t1)) goto done;
+    if (!triple(&c, fp_jv_at(ops, k), ep, p->nops, "op", &i, &t0, &t1)) goto done;
     if (out->op_t[2 * i] >= 0) {
       fp_j_error(&c, ep, "op %" PRId32 " is listed twice", i);
       goto done;
@@ -132,6 +132,5 @@ bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_pr
   if (out->hook_t[2 * nh - 1] > out->end_us) out->end_us = out->hook_t[2 * nh - 1];
   ok = true;
 done:
-  json_object_put(root);
   return ok;
 }

@@ -14,8 +14,8 @@
 
 static const char *const ragged_members[] = {"units", "align_elems", NULL};
 
-static bool ragged_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
-  json_object *u;
+static bool ragged_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
+  const fp_jv *u;
   size_t nu;
   if (!fp_j_arr(c, o, ptr, "units", true, &u, &nu)) return false;
   const char *up = fp_ptr_key(c->a, ptr, "units");
@@ -26,7 +26,7 @@ static bool ragged_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placeme
   p->nunits = (int)nu;
   int64_t sum = 0;
   for (size_t k = 0; k < nu; k++) {
-    if (!fp_j_int_v(c, json_object_array_get_idx(u, k), fp_ptr_idx(c->a, up, (int64_t)k), 0, INT64_MAX,
+    if (!fp_j_int_v(c, fp_jv_at(u, k), fp_ptr_idx(c->a, up, (int64_t)k), 0, INT64_MAX,
                     &p->units[k]))
       return false;
     if (!fp_add64(sum, p->units[k], &sum)) return fp_j_error(c, up, "the sum of units overflows int64");

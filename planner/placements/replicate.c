@@ -6,7 +6,7 @@
 
 static const char *const replicate_members[] = {NULL};
 
-static bool replicate_parse(struct fp_jctx *c, struct json_object *o, const char *ptr, fp_placement_spec *p) {
+static bool replicate_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, fp_placement_spec *p) {
   (void)c, (void)o, (void)ptr, (void)p;
   return true; /* nothing but "kind" */
 }

@@ -21,7 +21,7 @@ static int64_t outer_of(const fp_param *p, int d) {
 
 static const char *const shard_members[] = {"dim", NULL};
 
-static bool shard_parse(fp_jctx *c, json_object *o, const char *ptr, fp_placement_spec *p) {
+static bool shard_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
   int64_t dim = 0;
   if (!fp_j_int(c, o, ptr, "dim", false, 0, FP_MAX_DIMS - 1, &dim)) return false;
   p->dim = (int)dim;
@@ -37,7 +37,7 @@ static bool shard_layout(fp_layout *L, fp_lparam *p) {
                            mp->ndim == 1 ? "" : "s");
   int64_t c = fp_ceil_div(mp->shape[d], L->G), chunk, padded;
   if (!fp_mul64(outer_of(mp, d) * fp_param_inner(mp, d), c, &chunk) || !fp_mul64(chunk, L->G, &padded))
-    return fp_layout_error(L, true, mp->ptr, "parameter '%s' is too large when padded for %lld ranks",
+    return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, mp), "parameter '%s' is too large when padded for %lld ranks",
                            mp->name, (long long)L->G);
   p->chunk = chunk;
   p->slot = chunk;

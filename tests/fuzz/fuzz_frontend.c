@@ -28,14 +28,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fp_alloc(a, size + 1);
   if (size) memcpy(text, data, size);
   fp_src src = {"fuzz.json", text, size};
-  struct json_object *embedded = NULL;
+  const struct fp_jv *embedded = NULL;
   const fp_src *msrc = &src;
   fp_model m;
   fp_spec s;
   fp_compiled c;
   bool ok = fp_model_load_src(a, &d, &src, &m, &embedded, &msrc) &&
             fp_spec_parse(a, &d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", &s);
-  if (embedded) json_object_put(embedded);
   /* a world of more ranks than FUZZ_MAX_WORLD compiles the same program
    * (plans are SPMD) but slower tables: not worth the fuzzer's time */
   if (ok && s.world_size <= FUZZ_MAX_WORLD) {
