@@ -46,6 +46,7 @@ typedef struct sctx {
    * stream's ops over two steps, at most 2 * ops (asserted below INT32_MAX):
    * 32 bits, half the memory of the int64_t clocks the walk keeps */
   int32_t (*snap)[2][FP_NSTREAMS];
+  bool has_ops[FP_NSTREAMS]; /* the streams that run some op */
 } sctx;
 
 static void join(int64_t *vc, const int32_t *o) {
@@ -76,10 +77,25 @@ static int64_t walk(sctx *c, int mode) {
   memset(vc, 0, sizeof vc);
   fp_alias_clocks_reset(&c->al);
   int64_t unordered = 0;
+  /* step 2 as the verifier walks it (ir/verify.c walk_clocks): once stream
+   * s has seen all of step 1, an op on s conflicts with no step-1 access,
+   * and step 1's waits order its step-2 conflicts as they did there, so it
+   * needs nothing; its clock, snapshot and notes still feed the streams not
+   * synced yet, and once every stream with ops is, the walk ends */
+  int64_t step1end[FP_NSTREAMS];
+  bool synced[FP_NSTREAMS];
+  int unsynced = 0;
   for (int step = 1; step <= 2; step++) {
+    if (step == 2)
+      for (int t = 0; t < FP_NSTREAMS; t++) {
+        step1end[t] = vc[t][t];
+        synced[t] = !c->has_ops[t];
+        unsynced += !synced[t];
+      }
     for (int32_t i = 0; i < c->n; i++) {
       const fp_op *op = &P->ops[i];
       int s = op->stream;
+      if (step == 2 && !unsynced) break;
       if (group_first(P, i)) {
         /* the waits decided before this op (or group) */
         for (int t = 0; t < FP_NSTREAMS; t++)
@@ -87,6 +103,13 @@ static int64_t walk(sctx *c, int mode) {
             const int32_t *o = rec_clock(c, c->wp[i][t], i, step);
             if (o) join(vc[s], o);
           }
+        if (step == 2 && !synced[s]) {
+          bool all = true;
+          for (int t = 0; t < FP_NSTREAMS; t++) all &= vc[s][t] >= step1end[t];
+          if (all) synced[s] = true, unsynced--;
+        }
+      }
+      if (group_first(P, i) && !(step == 2 && synced[s])) {
         /* what the op (group) needs from the other streams */
         int64_t need[FP_NSTREAMS] = {0};
         int32_t needop[FP_NSTREAMS];
@@ -274,6 +297,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   FP_ASSERT(c.glast && c.wp && c.snap);
   size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
   for (int32_t i = 0; i < P->nops; i++) per[P->ops[i].stream]++;
+  for (int t = 0; t < FP_NSTREAMS; t++) c.has_ops[t] = per[t] > 0;
   for (int t = 0; t < FP_NSTREAMS; t++) {
     c.clkop[t] = malloc((2 * per[t] + 2) * sizeof *c.clkop[t]);
     FP_ASSERT(c.clkop[t]);
