@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cost.h"
 #include "../base/json.h"
@@ -16,11 +17,31 @@
 static const struct {
   const char *name;
   fp_pass_fn run;
+  fp_phase phase;
 } passes[] = {
-    {"coalesce", fp_pass_coalesce},
-    {"memplan", fp_pass_memplan},
-    {"sync", fp_pass_sync},
+    {"coalesce", fp_pass_coalesce, FP_PHASE_COALESCE},
+    {"memplan", fp_pass_memplan, FP_PHASE_MEMPLAN},
+    {"sync", fp_pass_sync, FP_PHASE_SYNC},
 };
+
+const char *const fp_phase_names[FP_NPHASES] = {
+#define X(e, s) s,
+    FP_PHASES(X)
+#undef X
+};
+
+double fp_phase_clock(void) {
+  struct timespec t;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* phase k of c's compile ran from t0 (fp_phase_clock) until now */
+static void phase_done(fp_compiled *c, fp_phase k, double t0) {
+  if (!c->times) return;
+  c->times->ms[k] += fp_phase_clock() - t0;
+  c->times->runs[k]++;
+}
 
 /* modeled lifetimes for memplan (fp_pass_ctx.hint_*): NULL, or the spans of
  * an earlier schedule of the same lowering */
@@ -47,6 +68,14 @@ static bool verify_each(void) {
  * before the passes change it; else start from a copy of it (a lowering is
  * a pure function of those, so the copy is what lowering again would give;
  * fp_prog_fork: the tables the passes never change are shared) */
+/* the verifier on c's program, timed */
+static bool verify_timed(fp_pass_ctx *ctx, fp_compiled *c) {
+  double t0 = fp_phase_clock();
+  bool ok = fp_pass_verify(ctx, c->prog);
+  phase_done(c, FP_PHASE_VERIFY, t0);
+  return ok;
+}
+
 static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, int hold,
                           const lifetimes *hint, fp_prog **lowered) {
   out->reach = hint && hint->reach;
@@ -56,10 +85,12 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   if (lowered && *lowered) {
     out->prog = fp_prog_fork(a, *lowered);
   } else {
+    double t0 = fp_phase_clock();
     out->prog = fp_lower_step(a, d, &out->layout, kf, kb,
                               (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
                                   (out->replica_each ? FP_LOWER_REPLICA_EACH : 0) |
                                   (out->prep_on_compute ? FP_LOWER_PREP_ON_COMPUTE : 0));
+    phase_done(out, FP_PHASE_LOWER, t0);
     if (lowered && out->prog->nops <= FP_MEMPLAN_TRY_OPS) *lowered = fp_prog_fork(a, out->prog);
   }
   fp_hw_from_spec(out->layout.spec, &out->prog->hw);
@@ -70,14 +101,20 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
    * every candidate after every pass when FLEXPLAN_VERIFY_EACH is set (the
    * test suite sets it) */
   bool every = verify_each();
-  if (every && !fp_pass_verify(&ctx, out->prog)) return false;
+  if (every && !verify_timed(&ctx, out)) return false;
   for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
-    if (!passes[i].run(&ctx, out->prog)) return false;
-    if (every && !fp_pass_verify(&ctx, out->prog)) return false;
+    double t0 = fp_phase_clock();
+    bool ok = passes[i].run(&ctx, out->prog);
+    phase_done(out, passes[i].phase, t0);
+    if (!ok) return false;
+    if (every && !verify_timed(&ctx, out)) return false;
   }
   /* the modeled step on the spec's machine, and the memory timeline */
   const fp_spec *s = out->layout.spec;
-  if (!fp_simulate(a, out->prog, &out->prog->hw, &out->sim)) {
+  double t0 = fp_phase_clock();
+  bool finite = fp_simulate(a, out->prog, &out->prog->hw, &out->sim);
+  phase_done(out, FP_PHASE_SIMULATE, t0);
+  if (!finite) {
     /* the spec's machine is valid (positive numbers) but so slow that a
      * modeled time overflows */
     fp_diag_json(d, s->src, s->src ? fp_ptr_key(a, s->ptr, "hardware") : "",
@@ -106,7 +143,9 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
  * bytes; the larger of the sweeps and memplan's clique */
 static void memory_figures(fp_arena *a, fp_compiled *c) {
   if (c->prog->memtl) return;
+  double t0 = fp_phase_clock();
   c->prog->memtl = fp_sim_memory(a, c->prog, &c->sim);
+  phase_done(c, FP_PHASE_MEMORY, t0);
   fp_stats *st = &c->stats;
   st->lower_bound_bytes = c->prog->memtl->lower_bound_bytes;
   if (st->order_lower_bound_bytes > st->lower_bound_bytes) st->lower_bound_bytes = st->order_lower_bound_bytes;
@@ -431,13 +470,16 @@ bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp
   /* the plan kept is verified whole (the candidates that lost never leave
    * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
   fp_pass_ctx vc = {a, d, &out->layout, &out->stats, true, 0, NULL, NULL, 0, 0};
-  if (!verify_each() && !fp_pass_verify(&vc, out->prog)) return false;
+  if (!verify_each() && !verify_timed(&vc, out)) return false;
+  double t0 = fp_phase_clock();
   keep_figures(a, out);
+  phase_done(out, FP_PHASE_SUMMARY, t0);
   return true;
 }
 
 static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
   memset(out, 0, sizeof *out);
+  out->times = fp_alloc(a, sizeof *out->times);
   if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0)
     return fp_layout_build(a, d, m, s, &out->layout) && choose_prefetch(a, d, s, out);
   /* "buckets": {"auto": {}}: the bucket size with the least modeled step
@@ -455,11 +497,14 @@ static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spe
     fp_diag *use = i == 0 && !have ? d : &quiet;
     fp_compiled c;
     memset(&c, 0, sizeof c);
+    c.times = out->times;
     bool ok = fp_layout_build(a, use, m, sc, &c.layout) && choose_prefetch(a, use, sc, &c);
     fp_diag_free(&quiet);
     if (ok && (!have || c.sim.step_us <= best.sim.step_us * (1 + 1e-9))) best = c, have = true;
   }
+  fp_phase_times *times = out->times;
   if (have) *out = best;
+  out->times = times;
   return have;
 }
 

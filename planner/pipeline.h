@@ -9,6 +9,32 @@
 #include "passes/passes.h"
 #include "sim.h"
 
+/* The compile's phases, for `flexplan compile --time`: X(enum, name) */
+#define FP_PHASES(X)                                                        \
+  X(LOWER, "lower")       /* the layout lowered into one training step */   \
+  X(COALESCE, "coalesce") /* the passes, in order */                        \
+  X(MEMPLAN, "memplan")                                                     \
+  X(SYNC, "sync")                                                           \
+  X(SIMULATE, "simulate") /* the modeled step (every candidate's) */       \
+  X(MEMORY, "memory timeline") /* the modeled memory of plans kept */      \
+  X(VERIFY, "verify")     /* the kept plan (every candidate's under FLEXPLAN_VERIFY_EACH) */ \
+  X(SUMMARY, "summary")   /* the kept plan's figures */
+typedef enum {
+#define X(e, s) FP_PHASE_##e,
+  FP_PHASES(X)
+#undef X
+  FP_NPHASES
+} fp_phase;
+extern const char *const fp_phase_names[FP_NPHASES];
+/* CPU time (this thread's) per phase, summed over the candidates a compile
+ * tries (runs: how many times each ran) */
+typedef struct fp_phase_times {
+  double ms[FP_NPHASES];
+  int32_t runs[FP_NPHASES];
+} fp_phase_times;
+/* this thread's CPU time in ms (a phase's start and end) */
+double fp_phase_clock(void);
+
 typedef struct fp_compiled {
   fp_layout layout;
   fp_prog *prog;  /* prog->hw: the spec's machine; prog->memtl: its modeled memory timeline */
@@ -20,6 +46,7 @@ typedef struct fp_compiled {
   bool replica_each;  /* hybrid: replicas all-reduced every micro-batch (lower.h FP_LOWER_REPLICA_EACH) */
   bool prep_on_compute; /* reductions' casts and staging on the compute stream (FP_LOWER_PREP_ON_COMPUTE) */
   struct fp_summary *summary; /* the kept plan's summary (fp_compile), which fp_summarize copies; NULL before */
+  fp_phase_times *times;      /* where the compile's time went: every candidate adds to the same table */
 } fp_compiled;
 
 /* the deepest prefetch "auto" considers */

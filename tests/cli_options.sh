@@ -16,8 +16,8 @@ ex=$src/examples/tiny-mlp.json
 
 # ---- help: every command, three ways; each lists its options ---------------
 declare -A opts=(
-  [compile]="--spec --output --emit --hardware --policy --ranks --help"
-  [check]="--spec --hardware --policy --help"
+  [compile]="--spec --output --emit --hardware --policy --ranks --time --help"
+  [check]="--spec --hardware --policy --time --help"
   [print]="--help"
   [verify]="--help"
   [explain]="--hardware --exposed --help"
@@ -226,5 +226,22 @@ expect 0 "$fp" check "$ex"
 lacks err "note:"
 expect 0 "$fp" check "$tmp/model.json" --spec "$tmp/spec.json"
 lacks err "note:"
+
+# ---- --time: each phase's CPU time on stderr; the output is the same ---------
+expect 0 "$fp" compile "$ex" --emit=summary -o "$tmp/t0.json"
+expect 0 "$fp" compile "$ex" --emit=summary -o "$tmp/t1.json" --time
+has err "tiny-mlp.json: compile time by phase (CPU ms):"
+for ph in "read inputs" lower coalesce memplan sync simulate "memory timeline" verify summary sum; do
+  has err "  $ph"
+done
+matches err "^  verify  *[0-9][0-9]*\.[0-9]$"
+grep -v '"compile_ms"' "$tmp/t0.json" > "$tmp/t0" && grep -v '"compile_ms"' "$tmp/t1.json" > "$tmp/t1"
+same t0 t1 "--emit=summary with and without --time"
+expect 0 "$fp" check "$src/examples/llama3-405b.json" --time
+has err "compile time by phase"
+matches err "^  sum  *[1-9][0-9]*\.[0-9]$"
+has err "ok: "
+expect 0 "$fp" check "$ex"
+lacks err "compile time by phase"
 
 finish cli_options

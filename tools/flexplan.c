@@ -39,6 +39,7 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
 enum {
   OPT_SPEC = 256, /* --spec SPEC */
   OPT_EMIT,       /* --emit KIND */
+  OPT_TIME,       /* --time */
   OPT_HARDWARE,   /* --hardware PRESET */
   OPT_POLICY,     /* --policy P */
   OPT_RANKS,      /* --ranks LIST */
@@ -58,9 +59,10 @@ enum {
 #define O_RANKS {"ranks", required_argument, NULL, OPT_RANKS}
 #define O_END {NULL, 0, NULL, 0}
 
+#define O_TIME {"time", no_argument, NULL, OPT_TIME}
 static const struct option compile_opts[] = {O_SPEC, O_OUT, {"emit", required_argument, NULL, OPT_EMIT}, O_HW, O_POLICY,
-                                             O_RANKS, O_HELP, O_END};
-static const struct option check_opts[] = {O_SPEC, O_HW, O_POLICY, O_HELP, O_END};
+                                             O_RANKS, O_TIME, O_HELP, O_END};
+static const struct option check_opts[] = {O_SPEC, O_HW, O_POLICY, O_TIME, O_HELP, O_END};
 static const struct option file_opts[] = {O_HELP, O_END};
 static const struct option simulate_opts[] = {O_HW, O_HELP, O_END};
 static const struct option explain_opts[] = {O_HW, {"exposed", no_argument, NULL, OPT_EXPOSED}, O_HELP, O_END};
@@ -94,7 +96,7 @@ typedef struct command {
 static const command commands[] = {
     {"compile", compile_opts, "-:ho:",
      "compile MODEL [--spec SPEC] [-o OUT] [--emit plan|ir|summary|trace|html]\n"
-     "          [--hardware PRESET] [--policy flexplan|fsdp2] [--ranks LIST]",
+     "          [--hardware PRESET] [--policy flexplan|fsdp2] [--ranks LIST] [--time]",
      "compile a model into a plan (plan.json), its IR, a summary, a trace or a page",
      "Compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into a plan.\n"
      "\n"
@@ -109,9 +111,10 @@ static const command commands[] = {
      "  --policy P        flexplan (default: the spec as written) or fsdp2 (lower as\n"
      "                    PyTorch FSDP2 does by default: a baseline to compare)\n"
      "  --ranks LIST      the ranks --emit trace|html shows, e.g. 0,3,8-11\n"
+     "  --time            print the CPU time of each phase of the compile on stderr\n"
      "  -h, --help        this text\n"},
     {"check", check_opts, "-:h",
-     "check MODEL [--spec SPEC] [--hardware PRESET] [--policy flexplan|fsdp2]",
+     "check MODEL [--spec SPEC] [--hardware PRESET] [--policy flexplan|fsdp2] [--time]",
      "run the whole compiler, write nothing",
      "Run the whole compiler on MODEL (as 'compile' does) and write nothing; print\n"
      "a one-line summary on standard error.\n"
@@ -119,6 +122,7 @@ static const command commands[] = {
      "  --spec SPEC       a separate spec.json (not with a spec embedded in MODEL)\n"
      "  --hardware PRESET replace the spec's hardware preset (h100-sxm, h200)\n"
      "  --policy P        flexplan (default) or fsdp2\n"
+     "  --time            print the CPU time of each phase of the compile on stderr\n"
      "  -h, --help        this text\n"},
     {"print", file_opts, "-:h", "print FILE", "print a plan.json or .fpir as .fpir",
      "Read a plan.json (hash and tables checked) or a .fpir file (parsed and\n"
@@ -552,13 +556,27 @@ static void note_defaults(const char *model, const fp_spec *s, bool hw_given) {
   fprintf(stderr, " (docs/input-format.md)\n");
 }
 
+/* --time: each phase's CPU time (this thread's), on stderr; the sum leaves
+ * out building the layout, choosing among candidates and writing */
+static void print_times(const char *model, double input_ms, const fp_phase_times *t) {
+  double sum = input_ms;
+  fprintf(stderr, "%s: compile time by phase (CPU ms):\n  %-16s %10.1f\n", model, "read inputs", input_ms);
+  for (int k = 0; k < FP_NPHASES; k++) {
+    sum += t->ms[k];
+    fprintf(stderr, "  %-16s %10.1f", fp_phase_names[k], t->ms[k]);
+    if (t->runs[k] > 1) fprintf(stderr, "  (%d runs)", (int)t->runs[k]);
+    fputc('\n', stderr);
+  }
+  fprintf(stderr, "  %-16s %10.1f\n", "sum", sum);
+}
+
 static int cmd_compile(const command *cmd, int argc, char **argv) {
   const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;
   bool check_only = !strcmp(cmd->name, "check");
   emit_kind emit = EMIT_PLAN;
   fp_policy policy = FP_POLICY_FLEXPLAN;
   rank_list ranks = {.n = 0};
-  bool have_ranks = false;
+  bool have_ranks = false, timing = false;
   argp ap;
   argp_init(&ap, cmd, argc, argv);
   const char *v;
@@ -566,6 +584,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   while ((k = argp_next(&ap, &v)) != ARG_END) {
     switch (k) {
       case ARG_STOP: return ap.rc;
+      case OPT_TIME: timing = true; break;
       case OPT_RANKS:
         if ((rc = parse_ranks(cmd, v, &ranks))) return rc;
         have_ranks = true;
@@ -601,12 +620,15 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   fp_model m;
   fp_spec s;
   fp_compiled c;
+  double in0 = fp_phase_clock();
   if (!fp_inputs_load(ar, &d, model, spec, &m, &s)) goto done;
+  double input_ms = fp_phase_clock() - in0;
   if (!s.src) note_defaults(model, &s, hw != NULL);
   fp_spec_apply_policy(&s, policy);
   if (hw) s.hw_preset = preset.name; /* the spec's overrides still apply */
   if (!fp_compile(ar, &d, &m, &s, &c)) goto done;
   double ms = now_ms() - t0;
+  if (timing) print_times(model, input_ms, c.times);
   fp_summary sum;
   fp_summarize(&c, ms, &sum);
   if (check_only) {
