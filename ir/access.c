@@ -211,9 +211,10 @@ static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
 
 void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
   if (c->lo[b] < 0) { /* no other buffer sees it: no memo goes stale */
-    int64_t *row = c->iso + (int64_t)c->row[b] * NK;
-    if (write) chmax(&row[s], t);
-    if (read) chmax(&row[FP_NSTREAMS + s], t);
+    FP_ASSERT(t >= 0 && t <= UINT32_MAX);
+    uint32_t *row = c->iso + (int64_t)c->row[b] * NK;
+    if (write && t > row[s]) row[s] = (uint32_t)t;
+    if (read && t > row[FP_NSTREAMS + s]) row[FP_NSTREAMS + s] = (uint32_t)t;
     return;
   }
   if (write) note1(c, c->lo[b], c->hi[b], s, t);
@@ -223,7 +224,7 @@ void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool 
 
 void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r) {
   if (c->lo[b] < 0) {
-    const int64_t *row = c->iso + (int64_t)c->row[b] * NK;
+    const uint32_t *row = c->iso + (int64_t)c->row[b] * NK;
     for (int t = 0; t < FP_NSTREAMS; t++)
       if (t != s) w[t] = row[t], r[t] = row[FP_NSTREAMS + t];
     return;

@@ -397,7 +397,8 @@ typedef struct fp_alias_clocks {
   int32_t *lo, *hi;   /* per buffer: its slots [lo, hi); lo = -1: it shares no byte */
   int32_t *row;       /* per buffer: its row in iso (lo = -1), else in memo */
   int32_t niso, ntree; /* buffers that share no byte with another / that do */
-  int64_t *iso;       /* their clocks, 2 * FP_NSTREAMS per row (writes, then reads) */
+  uint32_t *iso;      /* their clocks, 2 * FP_NSTREAMS per row (writes, then reads); 32 bits:
+                       * a clock counts a stream's ops over two steps, at most 2 * INT32_MAX */
   int64_t *tag, *sub; /* per tree node, 2 * FP_NSTREAMS clocks (writes, then reads): a clock
                        * noted over the whole node / the maximum anywhere under it */
   int64_t nacc[FP_NSTREAMS]; /* accesses noted per stream */
