@@ -307,7 +307,7 @@ void fp_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void 
     const char *s = name(ctx, i);
     first[i] = -1;
     if (!s) continue;
-    key[m] = name_hash(s, strlen(s));
+    key[m] = name_hash(s, strlen(s)) >> 32; /* 32 bits: two radix passes; equal ones compare text */
     idx[m++] = i;
   }
   fp_sort_u64(key, idx, m); /* stable: equal hashes keep their indices ascending */
