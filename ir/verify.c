@@ -1030,11 +1030,9 @@ static int p2p_cmp(const void *a, const void *b) {
   return x->op < y->op ? -1 : x->op > y->op;
 }
 
-static void check_p2p(vctx *v) {
+/* n: the sound sends and recvs (counted on the walk of rules 1-3) */
+static void check_p2p(vctx *v, int32_t n) {
   const fp_prog *p = v->p;
-  int32_t n = 0;
-  for (int32_t i = 0; i < p->nops; i++)
-    if (!v->badop[i] && (p->ops[i].code == FP_OP_SEND || p->ops[i].code == FP_OP_RECV)) n++;
   if (!n) return;
   p2p *l = malloc((size_t)n * sizeof *l);
   FP_ASSERT(l);
@@ -1640,6 +1638,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   check_params(&v);
   bool tables_ok = v.nerr == 0;
   bool segs_ok = check_segments(&v);
+  int32_t np2p = 0;
   for (int32_t i = 0; i < p->nops && !stop(&v); i++) {
     int n0 = v.nerr;
     if (!check_op_structure(&v, i)) {
@@ -1650,9 +1649,10 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     if (v.nerr == n0 && tables_ok) check_op_operands(&v, i);
     if (v.nerr == n0) check_predicate(&v, &pc, i);
     if (v.nerr != n0) v.badop[i] = true;
+    else np2p += p->ops[i].code == FP_OP_SEND || p->ops[i].code == FP_OP_RECV;
   }
   if (!stop(&v)) check_groups(&v);
-  if (!stop(&v)) check_p2p(&v);
+  if (!stop(&v)) check_p2p(&v, np2p);
   if (!stop(&v) && tables_ok && segs_ok) {
     /* rule 6 needs a program whose ops are all sound; rule 4 does not */
     bool ranges = v.nerr == 0 && build_ranges(&v);
