@@ -1311,8 +1311,12 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
    * its events 0..nevents-1), else a hash map */
   int32_t nev = 0, *eslot = malloc(((size_t)p->nops + 1) * sizeof *eslot), maxev = -1;
   FP_ASSERT(eslot);
+  bool has_ops[FP_NSTREAMS] = {false}, synced[FP_NSTREAMS];
   for (int32_t i = 0; i < p->nops; i++)
-    if (!v->badop[i] && p->ops[i].event > maxev) maxev = p->ops[i].event;
+    if (!v->badop[i]) {
+      if (p->ops[i].event > maxev) maxev = p->ops[i].event;
+      has_ops[p->ops[i].stream] = true;
+    }
   int32_t *dense = maxev <= 2 * (int64_t)p->nops + 64 ? malloc(((size_t)maxev + 2) * sizeof *dense) : NULL;
   imap ev; /* event id -> dense slot, when there is no table */
   imap_init(&ev, dense ? 0 : 16);
@@ -1343,9 +1347,6 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
    * findings. Its notes still feed the checks of streams not synced yet;
    * once every stream with ops is, nothing is left to check and the walk
    * ends (at 100,000 units: a third of the way into step 2). */
-  bool has_ops[FP_NSTREAMS] = {false}, synced[FP_NSTREAMS];
-  for (int32_t i = 0; i < p->nops; i++)
-    if (!v->badop[i]) has_ops[p->ops[i].stream] = true;
   int unsynced = 0;
   for (int step = 1; step <= (ranges || races ? 2 : 1); step++) {
     if (step == 2)
@@ -1661,14 +1662,15 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
       fp_alias_clocks_init(p, &v.al);
       v.have_al = true;
       int32_t maxuses = 0;
-      for (int32_t i = 0; i < p->nops; i++)
-        if (p->ops[i].nuses > maxuses) maxuses = p->ops[i].nuses;
+      int64_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
+      for (int32_t i = 0; i < p->nops; i++) {
+        const fp_op *op = &p->ops[i];
+        if (op->nuses > maxuses) maxuses = op->nuses;
+        if ((unsigned)op->stream < FP_NSTREAMS) per[op->stream]++;
+      }
       v.clk = calloc((size_t)v.al.ntree + 1, sizeof *v.clk);
       v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
       FP_ASSERT(v.clk && v.acc);
-      int64_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
-      for (int32_t i = 0; i < p->nops; i++)
-        if ((unsigned)p->ops[i].stream < FP_NSTREAMS) per[p->ops[i].stream]++;
       for (int t = 0; t < FP_NSTREAMS; t++) {
         v.clkop[t] = malloc((2 * (size_t)per[t] + 2) * sizeof *v.clkop[t]);
         FP_ASSERT(v.clkop[t]);

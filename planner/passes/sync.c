@@ -264,11 +264,16 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   cx->synced = true;
   sctx c = {.P = P, .n = P->nops};
   FP_ASSERT(P->nops < INT32_MAX / 2 - 2); /* the clocks fit snap's 32 bits */
-  for (int32_t i = 0; i < P->nops; i++) FP_ASSERT(fp_op_class(P->ops[i].code) != FP_OPC_SYNC);
-  fp_alias_clocks_init(P, &c.al);
+  /* one walk for what the arrays are sized by (2.2M ops are 387 MB to read) */
   int32_t maxuses = 0;
-  for (int32_t i = 0; i < P->nops; i++)
-    if (P->ops[i].nuses > maxuses) maxuses = P->ops[i].nuses;
+  size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
+  for (int32_t i = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    FP_ASSERT(fp_op_class(op->code) != FP_OPC_SYNC);
+    if (op->nuses > maxuses) maxuses = op->nuses;
+    per[op->stream]++;
+  }
+  fp_alias_clocks_init(P, &c.al);
   size_t n1 = (size_t)P->nops + 1;
   /* the accesses, once: the walks read each op's four times or more */
   c.afirst = malloc(n1 * sizeof *c.afirst);
@@ -295,19 +300,16 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
   FP_ASSERT(c.glast && c.wp && c.snap);
-  size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
-  for (int32_t i = 0; i < P->nops; i++) per[P->ops[i].stream]++;
   for (int t = 0; t < FP_NSTREAMS; t++) c.has_ops[t] = per[t] > 0;
   for (int t = 0; t < FP_NSTREAMS; t++) {
     c.clkop[t] = malloc((2 * per[t] + 2) * sizeof *c.clkop[t]);
     FP_ASSERT(c.clkop[t]);
   }
-  for (int32_t i = 0; i < P->nops; i++)
-    for (int t = 0; t < FP_NSTREAMS; t++) c.wp[i][t] = -1;
   for (int32_t i = P->nops - 1; i >= 0; i--) {
     const fp_op *op = &P->ops[i];
     bool cont = i + 1 < P->nops && op->group >= 0 && P->ops[i + 1].group == op->group;
     c.glast[i] = cont ? c.glast[i + 1] : i;
+    for (int t = 0; t < FP_NSTREAMS; t++) c.wp[i][t] = -1;
   }
   for (int s = 0; s < FP_NSTREAMS; s++)
     for (int t = 0; t < FP_NSTREAMS; t++) c.endw[s][t] = -1;
