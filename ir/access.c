@@ -268,29 +268,31 @@ bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b) {
   return placed(x) && placed(y) && x->host == y->host && x->offset < buf_end(y) && y->offset < buf_end(x);
 }
 
-void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair) {
-  int32_t *stack = malloc(sizeof *stack * ((size_t)p->nops + 1));
+void fp_ir_activation_pairs_of(const fp_prog *p, const int32_t *ids, int32_t n, int32_t *pair) {
+  int32_t *stack = malloc(sizeof *stack * ((size_t)n + 1)); /* positions in ids */
   FP_ASSERT(stack);
   int32_t top = 0;
-  for (int32_t i = 0; i < p->nops; i++) {
-    pair[i] = -1;
-    const fp_op *op = &p->ops[i];
+  for (int32_t k = 0; k < n; k++) {
+    pair[k] = -1;
+    const fp_op *op = &p->ops[ids ? ids[k] : k];
     if (op->code != FP_OP_COMPUTE || op->module < 0 || op->module >= p->nmods) continue;
     if (op->pass == FP_PASS_FWD) {
-      stack[top++] = i;
+      stack[top++] = k;
       continue;
     }
     int32_t micro = p->segs[op->seg].micro;
-    for (int32_t k = top - 1; k >= 0; k--) { /* the latest forward of the same module and micro-batch */
-      if (stack[k] < 0) continue;
-      const fp_op *f = &p->ops[stack[k]];
+    for (int32_t j = top - 1; j >= 0; j--) { /* the latest forward of the same module and micro-batch */
+      if (stack[j] < 0) continue;
+      const fp_op *f = &p->ops[ids ? ids[stack[j]] : stack[j]];
       if (f->module != op->module || p->segs[f->seg].micro != micro) continue;
-      pair[stack[k]] = i;
-      pair[i] = stack[k];
-      stack[k] = -1;
+      pair[stack[j]] = k;
+      pair[k] = stack[j];
+      stack[j] = -1;
       break;
     }
     while (top > 0 && stack[top - 1] < 0) top--;
   }
   free(stack);
 }
+
+void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair) { fp_ir_activation_pairs_of(p, NULL, p->nops, pair); }

@@ -429,6 +429,10 @@ bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b);
  * compute op, its backward's index or -1 (none: live to the end of the
  * step), for a backward compute op its forward's index or -1, else -1 */
 void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair);
+/* the same over some ops: ids[0..n) are op indices in program order, every
+ * compute op among them (NULL: ids[k] = k); pair[k] (room for n) is the
+ * position in ids of k's partner, or -1 */
+void fp_ir_activation_pairs_of(const fp_prog *p, const int32_t *ids, int32_t n, int32_t *pair);
 
 /* ---- text form, verifier, plan.json ------------------------------------- */
 /* print .fpir: deterministic; parse(print(p)) reproduces p */

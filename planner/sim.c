@@ -244,16 +244,20 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   for (int32_t b = 0; b < nb; b++)
     if (rs[b + 1] - rs[b] > 1) qsort(sp + rs[b], (size_t)(rs[b + 1] - rs[b]), sizeof *sp, cmp_span);
 
-  /* the time span of each range's uses */
-  for (int32_t i = 0; i < P->nops; i++) touch_op(sp, rs, nb, P, S, i);
+  /* the time span of each range's uses, the step's, and the compute ops
+   * (the activations' below: one walk of the ops) */
+  double tstart = 0, tend = 0;
+  int32_t *cids = malloc(sizeof *cids * ((size_t)P->nops + 1)), nc = 0;
+  FP_ASSERT(cids);
+  for (int32_t i = 0; i < P->nops; i++) {
+    touch_op(sp, rs, nb, P, S, i);
+    tstart = fmin(tstart, S->start_us[i]);
+    tend = fmax(tend, S->end_us[i]);
+    if (P->ops[i].code == FP_OP_COMPUTE) cids[nc++] = i;
+  }
 
   ev_list L = {.a = a};
   __int128 cur[FP_MEMTL_NCATS] = {0};
-  double tstart = 0, tend = 0;
-  for (int32_t i = 0; i < P->nops; i++) {
-    tstart = fmin(tstart, S->start_us[i]);
-    tend = fmax(tend, S->end_us[i]);
-  }
   for (int32_t b = 0; b < nb; b++) {
     const fp_ir_buf *B = &P->bufs[b];
     if (B->host) continue;
@@ -267,22 +271,24 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
 
   /* activations: forward compute of (module, micro) to its backward compute,
    * or to the end of the step without one */
-  int32_t *pair = malloc(sizeof *pair * ((size_t)P->nops + 1));
+  int32_t *pair = malloc(sizeof *pair * ((size_t)nc + 1));
   FP_ASSERT(pair);
-  fp_ir_activation_pairs(P, pair);
-  for (int32_t i = 0; i < P->nops; i++) {
+  fp_ir_activation_pairs_of(P, cids, nc, pair);
+  for (int32_t k = 0; k < nc; k++) {
+    int32_t i = cids[k];
     const fp_op *op = &P->ops[i];
-    if (op->code != FP_OP_COMPUTE || op->module < 0 || op->module >= P->nmods) continue;
+    if (op->module < 0 || op->module >= P->nmods) continue;
     const fp_ir_module *M = &P->mods[op->module];
     /* a recomputed module: its activations during its forward and its
      * (recomputing) backward, only its saved bytes in between */
     if (M->recompute && (op->pass == FP_PASS_FWD || op->pass == FP_PASS_BWD))
       add_range(&L, S->start_us[i], S->end_us[i], FP_MEMTL_ACT, M->activation_bytes);
     if (op->pass == FP_PASS_FWD)
-      add_range(&L, S->start_us[i], pair[i] >= 0 ? S->end_us[pair[i]] : tend, FP_MEMTL_ACT,
+      add_range(&L, S->start_us[i], pair[k] >= 0 ? S->end_us[cids[pair[k]]] : tend, FP_MEMTL_ACT,
                 M->recompute ? M->saved_bytes : M->activation_bytes);
   }
   free(pair);
+  free(cids);
 
   /* by (t, order, seq): the list is in seq order, and fp_sort_records is
    * stable (qsort cost 3% of a big compile) */
