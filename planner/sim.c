@@ -22,7 +22,6 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   out->segs = fp_alloc_array(a, (size_t)P->nsegs + 1, sizeof *out->segs);
   out->exposed_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_us);
   out->exposed_by = fp_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_by);
-  for (int32_t i = 0; i < n; i++) out->exposed_by[i] = -1;
   out->nsegs = P->nsegs;
   double *dur = malloc(sizeof *dur * ((size_t)n + 1));
   int32_t *lead = malloc(sizeof *lead * ((size_t)n + 1)); /* first op of i's grouped call (i alone) */
@@ -40,7 +39,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
     } else {
       dur[i] = fp_cost_op_us(P, op, hw);
     }
-    for (int32_t k = i; k < j; k++) lead[k] = i;
+    for (int32_t k = i; k < j; k++) lead[k] = i, out->exposed_by[k] = -1;
     for (int32_t k = i + 1; k < j; k++) dur[k] = 0;
     i = j;
   }
@@ -107,10 +106,8 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   for (int s = 0; s < FP_NSTREAMS; s++) end = fmax(end, clock[s]);
   out->step_us = end - t0;
   bool finite = isfinite(out->step_us); /* else some op's time overflowed: absurd rates */
-  for (int32_t i = 0; i < n; i++) {
-    out->start_us[i] -= t0;
-    out->end_us[i] -= t0;
-  }
+  /* times from the start of the reported step, and each segment's span: the
+   * segments cover the ops in order (a verified program), one walk */
   double prev = 0;
   for (int32_t k = 0; k < P->nsegs; k++) {
     fp_sim_seg *sg = &out->segs[k];
@@ -118,6 +115,8 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
     sg->seg = k;
     sg->start_us = sg->end_us = prev;
     for (int32_t i = S->first; i < S->first + S->nops; i++) {
+      out->start_us[i] -= t0;
+      out->end_us[i] -= t0;
       sg->start_us = i == S->first ? out->start_us[i] : fmin(sg->start_us, out->start_us[i]);
       sg->end_us = i == S->first ? out->end_us[i] : fmax(sg->end_us, out->end_us[i]);
     }
@@ -125,6 +124,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
     out->compute_us += sg->compute_us;
     out->exposed_comm_us += sg->exposed_us;
   }
+  FP_ASSERT(P->nsegs == 0 ? n == 0 : P->segs[0].first == 0 && P->segs[P->nsegs - 1].first + P->segs[P->nsegs - 1].nops == n);
   free(dur);
   free(lead);
   free(ev);
