@@ -231,9 +231,9 @@ int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t i);
 
 /* For each i < n, first[i] = the lowest j < i whose name(ctx, j) equals
  * name(ctx, i), or -1 (a NULL name: -1, and equal to none). Hashes the
- * names once, radix-sorts the hashes and compares text only within equal
- * hashes: O(n) and sequential where a map probes at random (the verifier's
- * uniqueness checks, 600,000 buffer names at 100,000 units) */
+ * names once, radix-sorts 32 bits of each hash and compares text only
+ * within equal keys: O(n) and sequential where a map probes at random (the
+ * verifier's uniqueness checks, 600,000 buffer names at 100,000 units) */
 void fp_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void *ctx, int32_t n, int32_t *first);
 
 /* ---- hashing ----------------------------------------------------------- */

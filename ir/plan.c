@@ -526,10 +526,6 @@ static const char *describe(rd *r, const fp_jv *v) {
   return "a value";
 }
 
-static const fp_jv *member(const fp_jv *o, const char *key) {
-  return fp_j_get(o, key);
-}
-
 /* every key of o must be in allowed */
 static bool keys(rd *r, const fp_jv *o, const char *const *allowed) {
   for (size_t m = 0; m < o->n; m++) {
@@ -542,12 +538,12 @@ static bool keys(rd *r, const fp_jv *o, const char *const *allowed) {
 }
 
 static bool is_obj(rd *r, const fp_jv *v, const char *key) {
-  if (v && fp_jv_is(v, FP_JOBJECT)) return true;
+  if (fp_jv_is(v, FP_JOBJECT)) return true;
   return rerr(r, key, "expected an object, got %s", describe(r, v));
 }
 
 static bool rd_int_v(rd *r, const fp_jv *v, const char *key, int64_t min, int64_t max, int64_t *out) {
-  if (!v || !fp_jv_is(v, FP_JINT))
+  if (!fp_jv_is(v, FP_JINT))
     return rerr(r, key, "expected an integer, got %s", v ? describe(r, v) : "nothing");
   if (v->big) return rerr(r, key, "integer out of the int64 range");
   int64_t x = v->i;
@@ -558,7 +554,7 @@ static bool rd_int_v(rd *r, const fp_jv *v, const char *key, int64_t min, int64_
 
 /* member key of o: absent and !req -> *out untouched */
 static bool rd_int(rd *r, const fp_jv *o, const char *key, bool req, int64_t min, int64_t max, int64_t *out) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   return rd_int_v(r, v, key, min, max, out);
 }
@@ -571,7 +567,7 @@ static bool rd_i32(rd *r, const fp_jv *o, const char *key, bool req, int32_t min
 }
 
 static bool rd_dbl(rd *r, const fp_jv *o, const char *key, bool req, double *out) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   if (!fp_jv_is(v, FP_JINT) && !fp_jv_is(v, FP_JDOUBLE))
     return rerr(r, key, "expected a number, got %s", describe(r, v));
@@ -582,7 +578,7 @@ static bool rd_dbl(rd *r, const fp_jv *o, const char *key, bool req, double *out
 }
 
 static bool rd_bool(rd *r, const fp_jv *o, const char *key, bool req, bool *out) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   if (!fp_jv_is(v, FP_JBOOL)) return rerr(r, key, "expected true or false, got %s", describe(r, v));
   *out = v->b;
@@ -590,7 +586,7 @@ static bool rd_bool(rd *r, const fp_jv *o, const char *key, bool req, bool *out)
 }
 
 static bool rd_str_v(rd *r, const fp_jv *v, const char *key, const char **out) {
-  if (!v || !fp_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", v ? describe(r, v) : "nothing");
+  if (!fp_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", v ? describe(r, v) : "nothing");
   const char *s = v->s;
   if (strlen(s) != v->n) return rerr(r, key, "NUL character in a string");
   *out = fp_strdup(r->a, s);
@@ -598,14 +594,14 @@ static bool rd_str_v(rd *r, const fp_jv *v, const char *key, const char **out) {
 }
 
 static bool rd_str(rd *r, const fp_jv *o, const char *key, bool req, const char **out) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   return rd_str_v(r, v, key, out);
 }
 
 /* a string that names one of n things (name(i)) */
 static bool rd_enum(rd *r, const fp_jv *o, const char *key, bool req, const char *(*name)(int), int n, int *out) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   if (!fp_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", describe(r, v));
   const char *s = v->s;
@@ -625,7 +621,7 @@ static const char *n_op(int i) { return fp_op_name((fp_opcode)i); }
 
 /* an array member; n its length */
 static bool rd_arr(rd *r, const fp_jv *o, const char *key, bool req, const fp_jv **out, size_t *n) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   *out = NULL;
   *n = 0;
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
@@ -648,7 +644,7 @@ static bool elem(rd *r, const fp_jv *arr, const char *name, size_t i, const fp_j
 }
 
 static bool rregion(rd *r, const fp_jv *o, const char *key, fp_region *out) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   if (!v) return true;
   if (!is_obj(r, v, key)) return false;
   char save[sizeof r->ptr];
@@ -663,7 +659,7 @@ static bool rregion(rd *r, const fp_jv *o, const char *key, fp_region *out) {
 }
 
 static bool rview(rd *r, const fp_jv *o, const char *key, fp_view *out) {
-  const fp_jv *v = member(o, key);
+  const fp_jv *v = fp_j_get(o, key);
   if (!v) return rerr(r, NULL, "missing required member '%s'", key);
   if (!is_obj(r, v, key)) return false;
   char save[sizeof r->ptr];
@@ -835,8 +831,8 @@ static bool read_params(rd *r, const fp_jv *root, fp_prog *p) {
         !rd_int(r, o, "owner", true, INT64_MIN, INT64_MAX, &q.owner) || !rd_i32(r, o, "table", true, -1, &q.tab) ||
         !rd_int(r, o, "chunk", true, INT64_MIN, INT64_MAX, &q.chunk) || !rview(r, o, "main", &q.main) ||
         !rview(r, o, "grad", &q.grad) || !rview(r, o, "weight", &q.weight) || !rview(r, o, "ugrad", &q.ugrad) ||
-        (member(o, "opt") && !rview(r, o, "opt", &q.opt)) ||
-        (member(o, "scales") && !rview(r, o, "scales", &q.scales)))
+        (fp_j_get(o, "opt") && !rview(r, o, "opt", &q.opt)) ||
+        (fp_j_get(o, "scales") && !rview(r, o, "scales", &q.scales)))
       return false;
     const fp_jv *users;
     size_t nu;
@@ -954,7 +950,7 @@ typedef struct jloc {
 /* "hardware" (optional) */
 static bool read_hw(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = member(root, "hardware");
+  const fp_jv *v = fp_j_get(root, "hardware");
   if (!v) return true;
   if (!is_obj(r, v, "hardware")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/hardware");
@@ -979,7 +975,7 @@ static const char *n_optim(int i) { return fp_optim_name(i); }
 /* "optimizer": {"type", "state_dtype"}; absent: none */
 static bool read_optim(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = member(root, "optimizer");
+  const fp_jv *v = fp_j_get(root, "optimizer");
   if (!v) return true;
   if (!is_obj(r, v, "optimizer")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/optimizer");
@@ -1002,7 +998,7 @@ static const char *const figure_keys[] = {"comm_bytes_per_rank", "persistent_byt
  * >= 0, prefetch depths int32, times finite and >= 0 */
 static bool read_figures(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = member(root, "figures");
+  const fp_jv *v = fp_j_get(root, "figures");
   if (!v) return true;
   if (!is_obj(r, v, "figures")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/figures");
@@ -1025,7 +1021,7 @@ static bool read_figures(rd *r, const fp_jv *root, fp_prog *p) {
  * fp_memtl_check's self-consistency */
 static bool read_memtl(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = member(root, "memory_timeline"), *arr, *pts;
+  const fp_jv *v = fp_j_get(root, "memory_timeline"), *arr, *pts;
   if (!v) return true;
   if (!is_obj(r, v, "memory_timeline")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/memory_timeline");
@@ -1047,7 +1043,7 @@ static bool read_memtl(rd *r, const fp_jv *root, fp_prog *p) {
   for (int c = 0; c < FP_MEMTL_NCATS; c++) {
     const fp_jv *e = fp_jv_at(arr, (size_t)c);
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/categories");
-    if (!e || !fp_jv_is(e, FP_JSTRING) || strcmp(e->s, fp_memtl_cat_name(c)))
+    if (!fp_jv_is(e, FP_JSTRING) || strcmp(e->s, fp_memtl_cat_name(c)))
       return rerr(r, fp_sprintf(r->a, "%d", c), "expected \"%s\"", fp_memtl_cat_name(c));
   }
   t->pts = fp_alloc_array(r->a, np + 1, sizeof *t->pts);
@@ -1056,7 +1052,7 @@ static bool read_memtl(rd *r, const fp_jv *root, fp_prog *p) {
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points");
     const fp_jv *e = fp_jv_at(pts, i);
     const char *key = fp_sprintf(r->a, "%zu", i);
-    if (!e || !fp_jv_is(e, FP_JARRAY) || fp_jv_len(e) != FP_MEMTL_NCATS + 1)
+    if (!fp_jv_is(e, FP_JARRAY) || fp_jv_len(e) != FP_MEMTL_NCATS + 1)
       return rerr(r, key, "expected an array of a time and %d byte counts", FP_MEMTL_NCATS);
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points/%zu", i);
     const fp_jv *x = fp_jv_at(e, 0);

@@ -68,22 +68,25 @@ typedef struct mctx {
   int mi, pi;      /* module index; param index within it, -1: the module itself */
 } mctx;
 
+/* "<base>/modules/mi", or its param pi's ("/params/pi" after it; pi >= 0) */
+static const char *unit_ptr(fp_arena *a, const char *base, int mi, int pi) {
+  if (pi < 0) return fp_sprintf(a, "%s/modules/%d", base, mi);
+  return fp_sprintf(a, "%s/modules/%d/params/%d", base, mi, pi);
+}
+
 static const char *mctx_here(const fp_jctx *c) {
   const mctx *x = (const mctx *)c;
-  if (x->pi < 0) return fp_sprintf(c->a, "%s/modules/%d", x->ptr, x->mi);
-  return fp_sprintf(c->a, "%s/modules/%d/params/%d", x->ptr, x->mi, x->pi);
+  return unit_ptr(c->a, x->ptr, x->mi, x->pi);
 }
 
 /* the pointer of member key of the object being read */
 static const char *here_key(fp_jctx *c, const char *key) { return fp_ptr_key(c->a, c->here(c), key); }
 
-const char *fp_module_ptr(fp_arena *a, const fp_model *m, int i) {
-  return fp_sprintf(a, "%s/modules/%d", m->ptr, i);
-}
+const char *fp_module_ptr(fp_arena *a, const fp_model *m, int i) { return unit_ptr(a, m->ptr, i, -1); }
 
 const char *fp_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p) {
   int mi = p->module;
-  return fp_sprintf(a, "%s/modules/%d/params/%d", m->ptr, mi, (int)(p - m->params) - m->modules[mi].first_param);
+  return unit_ptr(a, m->ptr, mi, (int)(p - m->params) - m->modules[mi].first_param);
 }
 
 /* ---- pieces ----------------------------------------------------------------- */

@@ -81,11 +81,11 @@ static bool parse_reshard(fp_jctx *c, const fp_jv *obj, const char *ptr, int64_t
   if (!fp_j_has(obj, "reshard_after_forward")) return true;
   const fp_jv *v = fp_j_get(obj, "reshard_after_forward");
   const char *vp = fp_ptr_key(c->a, ptr, "reshard_after_forward");
-  if (v && fp_jv_is(v, FP_JBOOL)) {
+  if (fp_jv_is(v, FP_JBOOL)) {
     *out = v->b ? FP_RESHARD_TRUE : 0;
     return true;
   }
-  if (v && fp_jv_is(v, FP_JINT)) return fp_j_int_v(c, v, vp, 1, FP_MAX_WORLD, out);
+  if (fp_jv_is(v, FP_JINT)) return fp_j_int_v(c, v, vp, 1, FP_MAX_WORLD, out);
   return fp_j_error(c, vp, "expected true, false or an integer group size >= 1, got %s",
                     fp_j_describe(c->a, v));
 }
@@ -153,7 +153,7 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, const fp_jv *o, const cha
 }
 
 static bool parse_buckets(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
-  if (v && fp_jv_is(v, FP_JOBJECT)) {
+  if (fp_jv_is(v, FP_JOBJECT)) {
     static const char *const keys[] = {"auto", NULL};
     if (!fp_j_keys(c, v, ptr, keys)) return false;
     if (!fp_j_has(v, "auto"))
@@ -166,7 +166,7 @@ static bool parse_buckets(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *pt
     s->bucket_mode = FP_BUCKETS_AUTO;
     return true;
   }
-  if (!v || !fp_jv_is(v, FP_JARRAY))
+  if (!fp_jv_is(v, FP_JARRAY))
     return fp_j_error(c, ptr, "expected an array of buckets or {\"auto\": {...}}, got %s",
                       fp_j_describe(c->a, v));
   size_t nb = fp_jv_len(v);
@@ -203,11 +203,11 @@ static bool parse_depth(fp_jctx *c, const fp_jv *o, const char *ptr, const char 
   if (!fp_j_has(o, key)) return true;
   const fp_jv *v = fp_j_get(o, key);
   const char *vp = fp_ptr_key(c->a, ptr, key);
-  if (v && fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")) {
+  if (fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")) {
     *out = FP_PREFETCH_AUTO;
     return true;
   }
-  if (!v || !fp_jv_is(v, FP_JINT))
+  if (!fp_jv_is(v, FP_JINT))
     return fp_j_error(c, vp, "expected an integer in [0, %d] or \"auto\", got %s", FP_MAX_PREFETCH,
                       fp_j_describe(c->a, v));
   int64_t d;
@@ -217,14 +217,14 @@ static bool parse_depth(fp_jctx *c, const fp_jv *o, const char *ptr, const char 
 }
 
 static bool parse_prefetch(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
-  if (v && fp_jv_is(v, FP_JSTRING)) {
+  if (fp_jv_is(v, FP_JSTRING)) {
     if (strcmp(v->s, "auto"))
       return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
                         fp_j_describe(c->a, v));
     s->prefetch_fwd = s->prefetch_bwd = FP_PREFETCH_AUTO;
     return true;
   }
-  if (!v || !fp_jv_is(v, FP_JOBJECT))
+  if (!fp_jv_is(v, FP_JOBJECT))
     return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
                       fp_j_describe(c->a, v));
   static const char *const keys[] = {"forward", "backward", NULL};
@@ -291,7 +291,7 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root
   const fp_jv *fmt = fp_j_get(root, "format");
   if (!fp_j_has(root, "format"))
     return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", FP_SPEC_FORMAT);
-  if (!fmt || !fp_jv_is(fmt, FP_JSTRING) || strcmp(fmt->s, FP_SPEC_FORMAT))
+  if (!fp_jv_is(fmt, FP_JSTRING) || strcmp(fmt->s, FP_SPEC_FORMAT))
     return fp_j_error(c, fp_ptr_key(a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
                       fp_j_describe(a, fmt));
   static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
@@ -373,9 +373,9 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root
   if (!fp_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
   if (fp_j_has(root, "overlap_param_gather")) { /* "auto" | true | false */
     const fp_jv *v = fp_j_get(root, "overlap_param_gather");
-    if (v && fp_jv_is(v, FP_JBOOL))
+    if (fp_jv_is(v, FP_JBOOL))
       out->overlap_param_gather = v->b ? FP_PG_ON : FP_PG_OFF;
-    else if (!(v && fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")))
+    else if (!(fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")))
       return fp_j_error(c, fp_ptr_key(a, ptr, "overlap_param_gather"), "expected \"auto\", true or false, got %s",
                         fp_j_describe(a, v));
   }

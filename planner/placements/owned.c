@@ -14,13 +14,13 @@ static bool owned_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placemen
   const fp_jv *r = fp_j_get(o, "rank");
   if (!fp_j_has(o, "rank")) return fp_j_error(c, ptr, "missing required member 'rank' (an integer >= 0 or \"auto\")");
   const char *rp = fp_ptr_key(c->a, ptr, "rank");
-  if (r && fp_jv_is(r, FP_JSTRING)) {
+  if (fp_jv_is(r, FP_JSTRING)) {
     if (strcmp(r->s, "auto"))
       return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
     p->rank = -1;
     return true;
   }
-  if (!r || !fp_jv_is(r, FP_JINT))
+  if (!fp_jv_is(r, FP_JINT))
     return fp_j_error(c, rp, "expected an integer >= 0 or \"auto\", got %s", fp_j_describe(c->a, r));
   return fp_j_int_v(c, r, rp, 0, FP_MAX_WORLD - 1, &p->rank);
 }
