@@ -244,6 +244,27 @@ FPK_UNROLL
   }
 }
 
+/* ---- MXFP8 in two steps (a block split between processes) ----------------------------- */
+/* block b's scale byte alone (one thread a block: these run on the few
+ * blocks a shard boundary cuts, not on whole tensors) */
+template <int ST> FPK_HDT void mx_scale_block(uint8_t *scales, const void *src, int64_t n, int64_t b) {
+  const typename elt<ST>::T *s = (const typename elt<ST>::T *)src;
+  uint32_t amax = 0;
+  int bad = 0;
+  for (int64_t i = b * 32; i < n && i < b * 32 + 32; i++) {
+    uint32_t a = fpkc_abs_bits(elt<ST>::get(s[i]));
+    if (a >= 0x7f800000u) bad = 1;
+    else if (a > amax) amax = a;
+  }
+  scales[b] = bad ? 0xff : fpkc_mx_scale_byte(amax);
+}
+
+/* element i at its block's given scale byte (0xFF: NaN) */
+template <int ST> FPK_HDT void mx_scaled_elem(uint8_t *dst, const uint8_t *scales, const void *src, int64_t i) {
+  uint8_t sb = scales[i / 32];
+  dst[i] = sb == 0xff ? 0x7f : fpkc_f32_to_e4m3(elt<ST>::get(((const typename elt<ST>::T *)src)[i]) * fpkc_mx_inv_scale(sb));
+}
+
 } /* namespace fpk */
 
 #endif

@@ -56,6 +56,16 @@ template <int ST> __global__ void k_quantize(uint8_t *dst, uint8_t *scales, cons
   }
 }
 
+template <int ST> __global__ void k_mx_scales(uint8_t *scales, const void *src, int64_t n) {
+  GRID_LOOP(b, (n + 31) / 32) mx_scale_block<ST>(scales, src, n, b);
+}
+template <int ST> __global__ void k_quantize_scaled(uint8_t *dst, const uint8_t *scales, const void *src, int64_t n) {
+  GRID_LOOP(i, n) mx_scaled_elem<ST>(dst, scales, src, i);
+}
+__global__ void k_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n) {
+  GRID_LOOP(i, n) dst[i] = a[i] > b[i] ? a[i] : b[i];
+}
+
 template <int DT> __global__ void k_dequantize(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n,
                                                bool aligned) {
   GRID_LOOP(t, nslots<MX_SLOT>(n)) dq_slot<DT>(dst, src, scales, n, t, aligned);
@@ -184,6 +194,40 @@ extern "C" cudaError_t fpk_cuda_quantize_mxfp8(uint8_t *dst, uint8_t *scales, co
     case FP_F16: return quant1<FP_F16>(dst, scales, src, n, s);
     default: return cudaErrorInvalidValue;
   }
+}
+
+extern "C" cudaError_t fpk_cuda_mxfp8_scales(uint8_t *scales, const void *src, fp_dtype st, int64_t n, cudaStream_t s) {
+  if (n < 0 || !arith(st)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  unsigned g = blocks_for((n + 31) / 32);
+  switch (st) {
+    case FP_F32: k_mx_scales<FP_F32><<<g, THREADS, 0, s>>>(scales, src, n); break;
+    case FP_BF16: k_mx_scales<FP_BF16><<<g, THREADS, 0, s>>>(scales, src, n); break;
+    case FP_F16: k_mx_scales<FP_F16><<<g, THREADS, 0, s>>>(scales, src, n); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return launched();
+}
+
+extern "C" cudaError_t fpk_cuda_quantize_mxfp8_scaled(uint8_t *dst, const uint8_t *scales, const void *src, fp_dtype st,
+                                                      int64_t n, cudaStream_t s) {
+  if (n < 0 || !arith(st)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  unsigned g = blocks_for(n);
+  switch (st) {
+    case FP_F32: k_quantize_scaled<FP_F32><<<g, THREADS, 0, s>>>(dst, scales, src, n); break;
+    case FP_BF16: k_quantize_scaled<FP_BF16><<<g, THREADS, 0, s>>>(dst, scales, src, n); break;
+    case FP_F16: k_quantize_scaled<FP_F16><<<g, THREADS, 0, s>>>(dst, scales, src, n); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return launched();
+}
+
+extern "C" cudaError_t fpk_cuda_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n, cudaStream_t s) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  k_max_u8<<<blocks_for(n), THREADS, 0, s>>>(dst, a, b, n);
+  return launched();
 }
 
 template <int DT> static cudaError_t dequant1(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n,

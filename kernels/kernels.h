@@ -81,6 +81,17 @@ void fpk_reduce_sum(void *inout, const void *in, fp_dtype dt, int64_t n);
 static inline int64_t fpk_mx_nscales(int64_t n) { return (n + FPK_MX_BLOCK - 1) / FPK_MX_BLOCK; }
 /* st among FP_F32 / FP_BF16 / FP_F16 */
 void fpk_quantize_mxfp8(uint8_t *dst, uint8_t *scales, const void *src, fp_dtype st, int64_t n);
+/* the scales alone: scales[k] is the byte fpk_quantize_mxfp8 gives block k.
+ * The byte grows with the block's amax (0xFF, non-finite, above all), so
+ * the scale of a block whose elements are split between processes is the
+ * max of the bytes of its parts (planner/reshard.c) */
+void fpk_mxfp8_scales(uint8_t *scales, const void *src, fp_dtype st, int64_t n);
+/* the elements at given scales: block k at scales[k], which must be at least
+ * the block's own (fpk_mxfp8_scales; checked): fpk_quantize_mxfp8 is
+ * fpk_mxfp8_scales then this */
+void fpk_quantize_mxfp8_scaled(uint8_t *dst, const uint8_t *scales, const void *src, fp_dtype st, int64_t n);
+/* dst[i] = max(a[i], b[i]): the common scale of a split block's parts */
+void fpk_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n);
 /* dst[i] = e4m3(src[i]) * 2^(scale-127), exact in fp32 (Inf past fp32's
  * range), then rounded once to dt; scale 0xFF -> every element of the
  * block NaN; element 0x7F/0xFF -> NaN */

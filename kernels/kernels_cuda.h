@@ -44,6 +44,12 @@ cudaError_t fpk_cuda_copy2d(void *dst, int64_t dpitch, const void *src, int64_t 
  * st among fp32, bf16, fp16 */
 cudaError_t fpk_cuda_quantize_mxfp8(uint8_t *dst, uint8_t *scales, const void *src, fp_dtype st, int64_t n,
                                     cudaStream_t s);
+/* MXFP8 in two steps, as fpk_mxfp8_scales, fpk_quantize_mxfp8_scaled and
+ * fpk_max_u8 (kernels.h) */
+cudaError_t fpk_cuda_mxfp8_scales(uint8_t *scales, const void *src, fp_dtype st, int64_t n, cudaStream_t s);
+cudaError_t fpk_cuda_quantize_mxfp8_scaled(uint8_t *dst, const uint8_t *scales, const void *src, fp_dtype st,
+                                           int64_t n, cudaStream_t s);
+cudaError_t fpk_cuda_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n, cudaStream_t s);
 /* dt among fp32, bf16, fp16 */
 cudaError_t fpk_cuda_dequantize_mxfp8(void *dst, fp_dtype dt, const uint8_t *src, const uint8_t *scales, int64_t n,
                                       cudaStream_t s);

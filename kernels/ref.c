@@ -153,6 +153,30 @@ static uint8_t mx_scale_byte(float amax) { return fpkc_mx_scale_byte(f2u(amax));
 static float mx_inv_scale(uint8_t byte) { return fpkc_mx_inv_scale(byte); }
 static float mx_scale(uint8_t byte) { return fpkc_mx_scale(byte); }
 
+/* one block's scale byte: 0xFF when an element is NaN or +-Inf */
+static uint8_t block_scale(const float *v, int k) {
+  float amax = 0.0f;
+  for (int j = 0; j < k; j++) {
+    uint32_t a = f2u(v[j]) & 0x7fffffffu;
+    if (a >= 0x7f800000u) return 0xff;
+    if (u2f(a) > amax) amax = u2f(a);
+  }
+  return mx_scale_byte(amax);
+}
+
+/* one block's elements at scale byte sb (0xFF: every element NaN) */
+static void block_quantize(uint8_t *dst, const float *v, int k, uint8_t sb) {
+  if (sb == 0xff) {
+    memset(dst, 0x7f, (size_t)k);
+    return;
+  }
+  float inv = mx_inv_scale(sb);
+  /* x * 2^-e is exact in fp32 unless it falls below 2^-126, where E4M3
+   * rounds it to +-0 anyway; with e at least the block's own scale it is at
+   * most 448, so nothing saturates */
+  for (int j = 0; j < k; j++) dst[j] = fpk_f32_to_e4m3(v[j] * inv);
+}
+
 void fpk_quantize_mxfp8(uint8_t *dst, uint8_t *scales, const void *src, fp_dtype st, int64_t n) {
   FPK_CHECK(n >= 0, "fpk_quantize_mxfp8: negative count");
   FPK_CHECK(arith(st), "fpk_quantize_mxfp8: source dtype not fp32, bf16 or fp16");
@@ -160,25 +184,38 @@ void fpk_quantize_mxfp8(uint8_t *dst, uint8_t *scales, const void *src, fp_dtype
   for (int64_t i = 0, blk = 0; i < n; i += FPK_MX_BLOCK, blk++) {
     int k = n - i < FPK_MX_BLOCK ? (int)(n - i) : FPK_MX_BLOCK;
     widen(v, src, st, i, k);
-    float amax = 0.0f;
-    bool finite = true;
-    for (int j = 0; j < k; j++) {
-      uint32_t a = f2u(v[j]) & 0x7fffffffu;
-      if (a >= 0x7f800000u) finite = false;
-      else if (u2f(a) > amax) amax = u2f(a);
-    }
-    if (!finite) { /* NaN or Inf: the whole block NaN */
-      scales[blk] = 0xff;
-      memset(dst + i, 0x7f, (size_t)k);
-      continue;
-    }
-    uint8_t sb = mx_scale_byte(amax);
-    float inv = mx_inv_scale(sb);
-    scales[blk] = sb;
-    /* x * 2^-e is exact in fp32 unless it falls below 2^-126, where E4M3
-     * rounds it to +-0 anyway; it is at most 448, so nothing saturates */
-    for (int j = 0; j < k; j++) dst[i + j] = fpk_f32_to_e4m3(v[j] * inv);
+    scales[blk] = block_scale(v, k);
+    block_quantize(dst + i, v, k, scales[blk]);
   }
+}
+
+void fpk_mxfp8_scales(uint8_t *scales, const void *src, fp_dtype st, int64_t n) {
+  FPK_CHECK(n >= 0, "fpk_mxfp8_scales: negative count");
+  FPK_CHECK(arith(st), "fpk_mxfp8_scales: source dtype not fp32, bf16 or fp16");
+  float v[FPK_MX_BLOCK];
+  for (int64_t i = 0, blk = 0; i < n; i += FPK_MX_BLOCK, blk++) {
+    int k = n - i < FPK_MX_BLOCK ? (int)(n - i) : FPK_MX_BLOCK;
+    widen(v, src, st, i, k);
+    scales[blk] = block_scale(v, k);
+  }
+}
+
+void fpk_quantize_mxfp8_scaled(uint8_t *dst, const uint8_t *scales, const void *src, fp_dtype st, int64_t n) {
+  FPK_CHECK(n >= 0, "fpk_quantize_mxfp8_scaled: negative count");
+  FPK_CHECK(arith(st), "fpk_quantize_mxfp8_scaled: source dtype not fp32, bf16 or fp16");
+  float v[FPK_MX_BLOCK];
+  for (int64_t i = 0, blk = 0; i < n; i += FPK_MX_BLOCK, blk++) {
+    int k = n - i < FPK_MX_BLOCK ? (int)(n - i) : FPK_MX_BLOCK;
+    widen(v, src, st, i, k);
+    uint8_t sb = scales[blk];
+    FPK_CHECK(sb == 0xff || sb >= block_scale(v, k), "fpk_quantize_mxfp8_scaled: a scale below its block's own");
+    block_quantize(dst + i, v, k, sb);
+  }
+}
+
+void fpk_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n) {
+  FPK_CHECK(n >= 0, "fpk_max_u8: negative count");
+  for (int64_t i = 0; i < n; i++) dst[i] = a[i] > b[i] ? a[i] : b[i];
 }
 
 void fpk_dequantize_mxfp8(void *dst, fp_dtype dt, const uint8_t *src, const uint8_t *scales, int64_t n) {

@@ -42,6 +42,10 @@ struct kc_runner {
                  int64_t soff, int64_t spitch, int64_t width, int64_t rows);
   void (*quantize)(uint8_t *dst, int64_t dst_bytes, int64_t doff, uint8_t *scales, int64_t sc_bytes,
                    const uint8_t *src, int64_t src_bytes, int64_t soff, fp_dtype st, int64_t n);
+  /* the same result in two steps: the scales alone, then the elements at
+   * those scales (a block split between processes, planner/reshard.c) */
+  void (*quantize2)(uint8_t *dst, int64_t dst_bytes, int64_t doff, uint8_t *scales, int64_t sc_bytes,
+                    const uint8_t *src, int64_t src_bytes, int64_t soff, fp_dtype st, int64_t n);
   void (*dequantize)(uint8_t *dst, int64_t dst_bytes, int64_t doff, fp_dtype dt, const uint8_t *src,
                      int64_t src_bytes, int64_t soff, const uint8_t *scales, int64_t sc_bytes, int64_t n);
 };
@@ -247,6 +251,13 @@ static void kc_run_all(const kc_runner *r, int64_t big) {
           kc_check(what, want, got, db);
           snprintf(what, sizeof what, "%s quantize_mxfp8 scales <- %s n=%" PRId64 " (%s)", r->name, kc_name(t), n,
                    kc_fill_name[fill]);
+          kc_check(what, sw, sg, scb);
+          kc_sentinel(got, db);
+          kc_sentinel(sg, scb);
+          r->quantize2(got, db, doff, sg, scb, src, sb, soff, t, n);
+          snprintf(what, sizeof what, "%s mxfp8_scales + quantize_mxfp8_scaled <- %s n=%" PRId64 " (%s)", r->name,
+                   kc_name(t), n, kc_fill_name[fill]);
+          kc_check(what, want, got, db);
           kc_check(what, sw, sg, scb);
 
           /* dequantize what the reference made (and random bytes and scales) */

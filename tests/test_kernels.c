@@ -445,6 +445,40 @@ static void mxfp8_hand(void **state) {
   assert_int_equal(yh[1], 0x5c00); /* 0.5 * 512 = 256: 0 10111 0000000000 */
 }
 
+/* a block split at every point between two holders: each computes its
+ * part's scale, the max of the two is the block's, and each part quantized
+ * at it gives the bytes of quantizing the whole block (planner/reshard.c's
+ * split blocks); a NaN in either part makes the whole block NaN */
+static void mxfp8_split_block(void **state) {
+  (void)state;
+  float x[FPK_MX_BLOCK];
+  uint8_t want[FPK_MX_BLOCK], ws[1], got[FPK_MX_BLOCK], sa, sb, sm;
+  uint32_t seed = 12345;
+  for (int trial = 0; trial < 3; trial++)
+    for (int k = 1; k < FPK_MX_BLOCK; k++) {
+      for (int i = 0; i < FPK_MX_BLOCK; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * (i < k ? 3.0f : 700.0f) * (trial == 1 ? 1e-30f : 1.0f);
+      }
+      if (trial == 2) x[k - 1] = NAN;
+      fpk_quantize_mxfp8(want, ws, x, FP_F32, FPK_MX_BLOCK);
+      fpk_mxfp8_scales(&sa, x, FP_F32, k);
+      fpk_mxfp8_scales(&sb, x + k, FP_F32, FPK_MX_BLOCK - k);
+      fpk_max_u8(&sm, &sa, &sb, 1);
+      assert_int_equal(sm, ws[0]);
+      if (trial != 2) assert_true(sa < sb); /* the larger part sets it */
+      fpk_quantize_mxfp8_scaled(got, &sm, x, FP_F32, k);
+      fpk_quantize_mxfp8_scaled(got + k, &sm, x + k, FP_F32, FPK_MX_BLOCK - k);
+      assert_memory_equal(got, want, FPK_MX_BLOCK);
+      /* the part quantized at its own scale differs: the max matters */
+      if (trial == 0) {
+        uint8_t own[FPK_MX_BLOCK];
+        fpk_quantize_mxfp8_scaled(own, &sa, x, FP_F32, k);
+        assert_memory_not_equal(own, want, (size_t)k);
+      }
+    }
+}
+
 static void mxfp8_special(void **state) {
   (void)state;
   enum { N = 3 * FPK_MX_BLOCK + 8 }; /* four blocks, the last short */
@@ -553,7 +587,7 @@ int main(void) {
       cmocka_unit_test(f16_all_patterns),   cmocka_unit_test(e4m3_all_patterns),
       cmocka_unit_test(against_rint_oracle), cmocka_unit_test(cast_arrays),
       cmocka_unit_test(add_scale_reduce),   cmocka_unit_test(mxfp8_hand),
-      cmocka_unit_test(mxfp8_special),      cmocka_unit_test(mxfp8_round_trip),
+      cmocka_unit_test(mxfp8_special),      cmocka_unit_test(mxfp8_split_block),      cmocka_unit_test(mxfp8_round_trip),
       cmocka_unit_test(bad_dtype_is_status_70),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

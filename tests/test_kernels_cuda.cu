@@ -62,6 +62,16 @@ static void g_quantize(uint8_t *dst, int64_t db, int64_t doff, uint8_t *sc, int6
   down(dst, dA, db);
   down(sc, dC, scb);
 }
+static void g_quantize2(uint8_t *dst, int64_t db, int64_t doff, uint8_t *sc, int64_t scb, const uint8_t *src, int64_t sb,
+                        int64_t soff, fp_dtype st, int64_t n) {
+  up(dA, dst, db);
+  up(dB, src, sb);
+  up(dC, sc, scb);
+  CUDA_OK(fpk_cuda_mxfp8_scales(dC, dB + soff, st, n, S));
+  CUDA_OK(fpk_cuda_quantize_mxfp8_scaled(dA + doff, dC, dB + soff, st, n, S));
+  down(dst, dA, db);
+  down(sc, dC, scb);
+}
 static void g_dequantize(uint8_t *dst, int64_t db, int64_t doff, fp_dtype dt, const uint8_t *src, int64_t sb,
                          int64_t soff, const uint8_t *sc, int64_t scb, int64_t n) {
   up(dA, dst, db);
@@ -137,7 +147,7 @@ int main(void) {
   CUDA_OK(cudaMalloc((void **)&dA, (size_t)cap_bytes));
   CUDA_OK(cudaMalloc((void **)&dB, (size_t)cap_bytes));
   CUDA_OK(cudaMalloc((void **)&dC, (size_t)cap_bytes));
-  kc_runner r = {"cuda", g_cast, g_add, g_scale, g_copy2d, g_quantize, g_dequantize};
+  kc_runner r = {"cuda", g_cast, g_add, g_scale, g_copy2d, g_quantize, g_quantize2, g_dequantize};
   kc_run_all(&r, big);
   refusals();
   captured();

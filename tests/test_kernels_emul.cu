@@ -119,6 +119,19 @@ static void emu_quantize(uint8_t *dst, int64_t, int64_t doff, uint8_t *scales, i
   }
 }
 
+template <int ST> static void quant2(uint8_t *d, uint8_t *sc, const uint8_t *s, int64_t n) {
+  for (int64_t b = 0; b < (n + 31) / 32; b++) mx_scale_block<ST>(sc, s, n, b);
+  for (int64_t i = 0; i < n; i++) mx_scaled_elem<ST>(d, sc, s, i);
+}
+static void emu_quantize2(uint8_t *dst, int64_t, int64_t doff, uint8_t *scales, int64_t, const uint8_t *src, int64_t,
+                          int64_t soff, fp_dtype st, int64_t n) {
+  switch (st) {
+    case FP_F32: quant2<FP_F32>(dst + doff, scales, src + soff, n); break;
+    case FP_BF16: quant2<FP_BF16>(dst + doff, scales, src + soff, n); break;
+    default: quant2<FP_F16>(dst + doff, scales, src + soff, n); break;
+  }
+}
+
 template <int DT> static void dq1(void *d, const uint8_t *s, const uint8_t *sc, int64_t n) {
   bool al = aligned16(d, s);
   for (int64_t t = 0; t < nslots<MX_SLOT>(n); t++) dq_slot<DT>(d, s, sc, n, t, al);
@@ -133,7 +146,7 @@ static void emu_dequantize(uint8_t *dst, int64_t, int64_t doff, fp_dtype dt, con
 }
 
 int main(void) {
-  kc_runner r = {"emul", emu_cast, emu_add, emu_scale, emu_copy2d, emu_quantize, emu_dequantize};
+  kc_runner r = {"emul", emu_cast, emu_add, emu_scale, emu_copy2d, emu_quantize, emu_quantize2, emu_dequantize};
   kc_run_all(&r, kc_big());
   printf("%s: %d case(s), %d failed\n", kc_failures ? "FAIL" : "ok", kc_cases, kc_failures);
   return kc_failures ? 1 : 0;
