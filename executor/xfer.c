@@ -255,6 +255,17 @@ static void quant(const fp_tx_op *o, uint8_t *dst, uint8_t *sc, const char *src)
   if (h > 0) fpk_quantize_mxfp8(dst, sc, src, o->sdtype, h);
   fpk_quantize_mxfp8(dst + h, sc + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h);
 }
+/* the two steps of a split block's MXFP8 (xfer.h), blocks as quant's */
+static void scales(const fp_tx_op *o, uint8_t *sc, const char *src) {
+  int64_t h = fp_tx_head(o->full_off, o->n);
+  if (h > 0) fpk_mxfp8_scales(sc, src, o->sdtype, h);
+  fpk_mxfp8_scales(sc + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h);
+}
+static void quant_at(const fp_tx_op *o, uint8_t *dst, const uint8_t *sc, const char *src) {
+  int64_t h = fp_tx_head(o->full_off, o->n);
+  if (h > 0) fpk_quantize_mxfp8_scaled(dst, sc, src, o->sdtype, h);
+  fpk_quantize_mxfp8_scaled(dst + h, sc + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h);
+}
 static void dequant(const fp_tx_op *o, char *dst, const uint8_t *src, const uint8_t *sc) {
   int64_t h = fp_tx_head(o->full_off, o->n);
   if (h > 0) fpk_dequantize_mxfp8(dst, o->dtype, src, sc, h);
@@ -287,6 +298,9 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
       }
       case FP_TX_QUANT: quant(o, (uint8_t *)dst, (uint8_t *)aux, src); break;
       case FP_TX_DEQUANT: dequant(o, dst, (const uint8_t *)src, (const uint8_t *)aux); break;
+      case FP_TX_SCALES: scales(o, (uint8_t *)dst, src); break;
+      case FP_TX_MAX: fpk_max_u8((uint8_t *)dst, (const uint8_t *)src, (const uint8_t *)aux, o->n); break;
+      case FP_TX_QUANT_AT: quant_at(o, (uint8_t *)dst, (const uint8_t *)aux, src); break;
       case FP_TX_SEND:
         rc = MPI_Isend(src, (int)(o->n * fp_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
         break;

@@ -11,12 +11,17 @@
  * every iteration) reuses them; a run over other processes makes a new one.
  * fp_xfer_free frees them.
  *
- * A process's ops run on that stream in three parts: the ops before its
- * last send or recv that are not sends or recvs (local copies, sender-side
- * casts and MXFP8 quantizes: the planner puts them there, and they may read
- * FROM bytes only - checked), then all its sends and recvs as one NCCL group
- * (each pair's messages in the order the verifier matched), then the rest
- * (dequantizes, received bytes into TO, derived compute weights). The host
+ * A process's ops run on that stream in segments, cut before each local op
+ * that waits (fp_tx_waits: it reads staging or TO bytes, which a recv may
+ * write; the MPI backend waits for every posted send and recv there). A
+ * segment's local ops run in order (all but its first read FROM only), then
+ * its sends and recvs as one NCCL group (each pair's messages in the order
+ * the verifier matched); the next segment follows on the same stream, so
+ * it starts when the group is done: the MPI backend's wait, which the
+ * verifier's X4 proves cannot hang. Most transfers have two segments (the
+ * sends, recvs and sender-side work, then dequantizes and derived compute
+ * weights); the split blocks of an MXFP8 param have a scale exchange before
+ * (planner/reshard.c). The host
  * waits for the stream, polling NCCL for asynchronous errors; on one, the
  * communicator is aborted and dropped (FP_ERR_BACKEND: TO's need regions may
  * be partly written, nothing else of TO is). Written and compiled without a
@@ -100,19 +105,6 @@ fp_status fpx_xfer_nccl_prepare(fp_xfer *t, fp_exec *from, fp_exec *to, int me, 
   if (from && to && fpx_nccl_device(to) != dev)
     return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on CUDA device %d and the TO executor on %d: "
                          "a process runs a transfer on one device", dev, fpx_nccl_device(to));
-  /* the order the NCCL backend can run (see above) */
-  int32_t prog = fp_tx_prog(tx, me), lo = tx->first[prog], hi = tx->first[prog + 1], last = -1;
-  for (int32_t i = lo; i < hi; i++)
-    if (p2p(&tx->ops[i])) last = i;
-  for (int32_t i = lo; i < last; i++) {
-    const fp_tx_op *o = &tx->ops[i];
-    bool aux_in = o->kind == FP_TX_DEQUANT; /* quantize writes its scales; dequantize reads them */
-    if (!p2p(o) && (o->src.space != FP_SP_FROM || (aux_in && o->aux.space != FP_SP_FROM)))
-      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %" PRId32 " (%s) reads %s bytes before the process's last send "
-                           "or recv: the NCCL backend runs a process's sends and recvs as one group, after the "
-                           "ops before them, which may read FROM bytes only", i, fp_tx_kind_name(o->kind),
-                           fp_tx_space_name(o->src.space != FP_SP_FROM ? o->src.space : o->aux.space));
-  }
   /* both executors' last work done (their streams are not ours) */
   if (from && fp_exec_sync(from) != FP_OK)
     return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: the FROM executor: %s", fp_exec_errmsg(from));
@@ -174,6 +166,18 @@ static cudaError_t local_op(const fp_tx_op *o, int64_t n, char *dst, char *src, 
         e = fpk_cuda_quantize_mxfp8((uint8_t *)dst + h, (uint8_t *)aux + (h > 0), src + h * fp_dtype_size(o->sdtype),
                                     o->sdtype, o->n - h, s);
       return e;
+    case FP_TX_SCALES:
+      if (h > 0) e = fpk_cuda_mxfp8_scales((uint8_t *)dst, src, o->sdtype, h, s);
+      if (e == cudaSuccess)
+        e = fpk_cuda_mxfp8_scales((uint8_t *)dst + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h, s);
+      return e;
+    case FP_TX_QUANT_AT:
+      if (h > 0) e = fpk_cuda_quantize_mxfp8_scaled((uint8_t *)dst, (const uint8_t *)aux, src, o->sdtype, h, s);
+      if (e == cudaSuccess)
+        e = fpk_cuda_quantize_mxfp8_scaled((uint8_t *)dst + h, (const uint8_t *)aux + (h > 0),
+                                           src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h, s);
+      return e;
+    case FP_TX_MAX: return fpk_cuda_max_u8((uint8_t *)dst, (const uint8_t *)src, (const uint8_t *)aux, o->n, s);
     case FP_TX_DEQUANT:
       if (h > 0) e = fpk_cuda_dequantize_mxfp8(dst, o->dtype, (const uint8_t *)src, (const uint8_t *)aux, h, s);
       if (e == cudaSuccess)
@@ -226,49 +230,43 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   }
   if (!holds(tx, me)) return FP_OK;
   CUDA_DO(cudaSetDevice(n->device));
-  int32_t prog = fp_tx_prog(tx, me), lo = tx->first[prog], hi = tx->first[prog + 1], last = -1;
-  for (int32_t i = lo; i < hi; i++)
-    if (p2p(&tx->ops[i])) last = i;
+  int32_t prog = fp_tx_prog(tx, me), lo = tx->first[prog], hi = tx->first[prog + 1];
   char *stage = n->stage;
-  /* 1: the local ops before the last send or recv (they read FROM only) */
-  for (int32_t i = lo; i < last; i++) {
-    const fp_tx_op *o = &tx->ops[i];
-    if (p2p(o)) continue;
-    int64_t cnt;
-    int32_t end = fp_tx_copy_run(tx, i, last, &cnt);
-    cudaError_t e = local_op(o, cnt, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
-                             at(from_dev, to_dev, stage, o->aux), n->s);
-    if (e != cudaSuccess) return cuda_fail(t, fp_tx_kind_name(o->kind), e);
-    i = end - 1;
-  }
-  /* 2: every send and recv, one group */
-  if (last >= 0) {
-    int *rank = malloc((size_t)tx->nprocs * sizeof *rank); /* process -> NCCL rank */
-    if (!rank) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
-    for (int q = 0, k = 0; q < tx->nprocs; q++) rank[q] = k, k += holds(tx, q);
-    ncclResult_t r1 = ncclGroupStart();
-    ncclResult_t r = r1;
-    for (int32_t i = lo; i <= last && r == ncclSuccess; i++) {
-      const fp_tx_op *o = &tx->ops[i];
+  int *rank = malloc(((size_t)tx->nprocs + 1) * sizeof *rank); /* process -> NCCL rank */
+  if (!rank) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
+  for (int q = 0, k = 0; q < tx->nprocs; q++) rank[q] = k, k += holds(tx, q);
+  fp_status st = FP_OK;
+  /* segment by segment (see above): [i, end) */
+  for (int32_t i = lo, end; i < hi && st == FP_OK; i = end) {
+    for (end = i + 1; end < hi && !fp_tx_waits(&tx->ops[end]);) end++;
+    bool any = false;
+    for (int32_t k = i; k < end && st == FP_OK; k++) { /* its local ops, in order */
+      const fp_tx_op *o = &tx->ops[k];
+      if (p2p(o)) {
+        any = true;
+        continue;
+      }
+      int64_t cnt;
+      int32_t stop = fp_tx_copy_run(tx, k, end, &cnt);
+      cudaError_t e = local_op(o, cnt, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
+                               at(from_dev, to_dev, stage, o->aux), n->s);
+      if (e != cudaSuccess) st = cuda_fail(t, fp_tx_kind_name(o->kind), e);
+      k = stop - 1;
+    }
+    if (!any || st != FP_OK) continue;
+    ncclResult_t r1 = ncclGroupStart(), r = r1; /* then its sends and recvs, one group */
+    for (int32_t k = i; k < end && r == ncclSuccess; k++) {
+      const fp_tx_op *o = &tx->ops[k];
       size_t bytes = (size_t)(o->n * fp_dtype_size(o->dtype));
       int peer = rank[o->peer];
       if (o->kind == FP_TX_SEND) r = ncclSend(at(from_dev, to_dev, stage, o->src), bytes, ncclUint8, peer, n->comm, n->s);
       else if (o->kind == FP_TX_RECV) r = ncclRecv(at(from_dev, to_dev, stage, o->dst), bytes, ncclUint8, peer, n->comm, n->s);
     }
     ncclResult_t r2 = r1 == ncclSuccess ? ncclGroupEnd() : ncclSuccess;
-    free(rank);
-    if (r != ncclSuccess) return nccl_fail(t, "ncclSend / ncclRecv", r, n->comm);
-    if (r2 != ncclSuccess) return nccl_fail(t, "ncclGroupEnd", r2, n->comm);
+    if (r != ncclSuccess) st = nccl_fail(t, "ncclSend / ncclRecv", r, n->comm);
+    else if (r2 != ncclSuccess) st = nccl_fail(t, "ncclGroupEnd", r2, n->comm);
   }
-  /* 3: the rest, after the group on the same stream */
-  for (int32_t i = last + 1; i < hi; i++) {
-    const fp_tx_op *o = &tx->ops[i];
-    int64_t cnt;
-    int32_t end = fp_tx_copy_run(tx, i, hi, &cnt);
-    cudaError_t e = local_op(o, cnt, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
-                             at(from_dev, to_dev, stage, o->aux), n->s);
-    if (e != cudaSuccess) return cuda_fail(t, fp_tx_kind_name(o->kind), e);
-    i = end - 1;
-  }
+  free(rank);
+  if (st != FP_OK) return st;
   return wait_done(t, n);
 }

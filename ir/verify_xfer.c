@@ -97,7 +97,8 @@ static int reads(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   int k = 0;
   if (o->kind == FP_TX_RECV) return 0;
   r[k] = o->src, n[k++] = o->kind == FP_TX_DEQUANT ? o->n : fp_tx_src_bytes(o);
-  if (o->kind == FP_TX_DEQUANT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
+  if (o->kind == FP_TX_DEQUANT || o->kind == FP_TX_QUANT_AT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
+  if (o->kind == FP_TX_MAX) r[k] = o->aux, n[k++] = o->n;
   return k;
 }
 static int writes(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
@@ -144,6 +145,30 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
         {
           bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o)),
                aux = opnd_ok(t, d, i, "aux", o->aux, ns);
+          ok &= dst && src && aux;
+        }
+        break;
+      case FP_TX_SCALES:
+      case FP_TX_QUANT_AT:
+        if (o->dtype != (o->kind == FP_TX_SCALES ? FP_E8M0 : FP_E4M3) || !fp_dtype_is_user_float(o->sdtype)) {
+          err(d, t, i, "%s %s from %s: expected %s from fp32, bf16 or fp16", o->kind == FP_TX_SCALES ? "takes" : "quantizes into",
+              fp_dtype_name(o->dtype), fp_dtype_name(o->sdtype), o->kind == FP_TX_SCALES ? "e8m0 scales" : "e4m3");
+          ok = false;
+        }
+        {
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o)),
+               aux = o->kind == FP_TX_SCALES || opnd_ok(t, d, i, "aux", o->aux, ns);
+          ok &= dst && src && aux;
+        }
+        break;
+      case FP_TX_MAX:
+        if (o->dtype != FP_E8M0 || o->sdtype != FP_E8M0) {
+          err(d, t, i, "takes the max of %s into %s: expected e8m0 scales", fp_dtype_name(o->sdtype), fp_dtype_name(o->dtype));
+          ok = false;
+        }
+        {
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, o->n),
+               aux = opnd_ok(t, d, i, "aux", o->aux, o->n);
           ok &= dst && src && aux;
         }
         break;

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[FP_TX_NKINDS] = {"copy", "send", "recv", "quantize_mxfp8", "dequantize_mxfp8"};
+static const char *const kind_names[FP_TX_NKINDS] = {"copy",         "send",       "recv",
+                                                     "quantize_mxfp8", "dequantize_mxfp8", "mxfp8_scales",
+                                                     "max_scales",   "quantize_mxfp8_at"};
 const char *fp_tx_kind_name(int k) { return k >= 0 && k < FP_TX_NKINDS ? kind_names[k] : "?"; }
 const char *fp_tx_space_name(int s) {
   static const char *const n[] = {"-", "from", "to", "stage"};
@@ -51,7 +53,9 @@ void fp_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t 
 }
 
 int64_t fp_tx_dst_bytes(const fp_tx_op *o) {
-  return o->kind == FP_TX_SEND ? 0 : o->n * fp_dtype_size(o->dtype);
+  return o->kind == FP_TX_SEND     ? 0
+         : o->kind == FP_TX_SCALES ? fp_tx_nscales(o->full_off, o->n)
+                                   : o->n * fp_dtype_size(o->dtype);
 }
 int64_t fp_tx_src_bytes(const fp_tx_op *o) {
   return o->kind == FP_TX_RECV ? 0 : o->n * fp_dtype_size(o->sdtype);

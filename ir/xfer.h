@@ -31,6 +31,12 @@ typedef enum {
   FP_TX_RECV,     /* receive dst[n elements of dtype] from process peer */
   FP_TX_QUANT,    /* dst n e4m3 + aux scales = MXFP8(src n sdtype), blocks as fp_tx_blocks says */
   FP_TX_DEQUANT,  /* dst n (dtype) = src n e4m3 * 2^aux scales, the same blocks */
+  /* a block split between FROM ranks (docs/reshard.md): each holder of a
+   * part takes its part's scale, one of them the max of all, and each
+   * quantizes its part at that max - the bytes of the whole block's MXFP8 */
+  FP_TX_SCALES,   /* dst e8m0 = the scales quantize would give src n (sdtype), the same blocks; no elements */
+  FP_TX_MAX,      /* dst n e8m0 = max(src, aux) byte by byte: the common scale of a split block */
+  FP_TX_QUANT_AT, /* dst n e4m3 = MXFP8 elements of src n (sdtype) at the scales aux reads (at least their own) */
   FP_TX_NKINDS
 } fp_tx_kind;
 const char *fp_tx_kind_name(int k);
@@ -55,14 +61,14 @@ typedef struct fp_tx_ref {
 
 typedef struct fp_tx_op {
   fp_tx_kind kind : 8;
-  fp_dtype dtype : 8;  /* of dst (send/recv: of the wire) */
+  fp_dtype dtype : 8;  /* of dst (send/recv: of the wire; scales, max: e8m0) */
   fp_dtype sdtype : 8; /* of src (copy, quant); else = dtype */
   int32_t proc;        /* the process that runs it */
   int32_t peer;        /* send/recv: the other process; else -1 */
   int32_t param;       /* the param it moves (index into params) */
   int64_t n;           /* elements */
   int64_t full_off;    /* the param's flat element index of the first element */
-  fp_tx_ref dst, src, aux; /* aux: quant's scales out, dequant's scales in */
+  fp_tx_ref dst, src, aux; /* aux: quant's scales out; dequant's and quant_at's scales in; max's second input */
 } fp_tx_op;
 
 /* bytes an MXFP8 slice of n elements starting at flat index full_off takes

@@ -154,8 +154,17 @@ typedef struct planner {
   bool keep;
   int64_t knumel;      /* its elements */
   int64_t kdata, kscales; /* TO bytes of its element 0 and of its scale 0 */
-  int64_t kblk, kstage; /* the split block being gathered (-1 none) and its staging */
   int64_t klast;       /* the last block counted in the lower bound (-1 none) */
+  /* the parts of split blocks the TO processes want (keep_part), planned
+   * once the param's pieces are all known (split_blocks) */
+  struct kpart { int64_t blk, e, n, src; int32_t d, sp; } *kp;
+  int64_t nkp, cap_kp;
+  /* the rounds of a split block's scale exchange, before every other op of
+   * a process (xchg): 0 part scales and their sends, 1 the max, 2 the max
+   * sent to the parts' quantizers and to the TO processes, 3 the parts
+   * quantized at it */
+  fp_tx_op *pre[4];
+  int64_t npre[4], cap_pre[4];
   /* the slices a sender has quantized for the kept param so far, so every
    * TO process (each holds the whole param) gets the same staging: a sender
    * quantizes its slice once, not once per receiver. Open addressing on
@@ -183,6 +192,15 @@ static fp_tx_op *late(planner *P, fp_tx_kind k, int32_t proc, int32_t param, fp_
   P->late = fp_grow(P->t->arena, P->late, &P->cap_late, P->nlate + 1, sizeof *P->late);
   fp_tx_op *o = &P->late[P->nlate++];
   *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
+  return o;
+}
+
+/* an op of exchange round r (planner.pre) */
+static fp_tx_op *xchg(planner *P, int r, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
+  P->pre[r] = fp_grow(P->t->arena, P->pre[r], &P->cap_pre[r], P->npre[r] + 1, sizeof *P->pre[r]);
+  fp_tx_op *o = &P->pre[r][P->npre[r]++];
+  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
+  o->dst.space = o->src.space = o->aux.space = FP_SP_NONE;
   return o;
 }
 
@@ -244,35 +262,209 @@ static void keep_whole(planner *P, int32_t pi, const run *s, int64_t e, int64_t 
   o->peer = sp, o->full_off = e, o->dst = data;
   o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
   o->peer = sp, o->full_off = e, o->dst = scales;
-  P->load[sp] += n + ns;
+  P->load[s->rank] += n + ns;
 }
 
 /* Into a TO param kept as MXFP8: elements [e, e+n) of block blk, which
- * other pieces share (its scale needs all of them): copied or received in
- * FROM's dtype into the block's staging on d, quantized there after every
- * recv (one late quantize per block, emitted with its staging) */
-static void keep_part(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t blk, fp_dtype fdt) {
+ * other pieces share (its scale needs all of them), for TO process d from
+ * FROM run s: noted, and planned with the block's other parts once the
+ * param's pieces are known (split_blocks) */
+static void keep_part(planner *P, const run *s, int64_t e, int64_t n, int32_t d, int64_t blk, fp_dtype fdt) {
+  P->kp = fp_grow(P->t->arena, P->kp, &P->cap_kp, P->nkp + 1, sizeof *P->kp);
+  P->kp[P->nkp++] = (struct kpart){blk, e, n, s->byte + (e - s->a) * fp_dtype_size(fdt), d,
+                                   (int32_t)(s->rank + P->t->from_offset)};
+}
+
+static uint64_t kpart_key(const void *rec, int k) {
+  const struct kpart *x = rec;
+  return (uint64_t)(k == 0 ? x->blk : x->e);
+}
+
+/* The blocks of a kept param that FROM shard boundaries cut (docs/reshard.md
+ * "Split blocks"). Per block, its parts (the pieces' element ranges: the
+ * same for every TO process, which holds the whole param) and the TO
+ * processes that want them:
+ * - a process holding every part itself (gather) copies them into staging
+ *   and quantizes the block there, as one;
+ * - for the others (exchange) each part is quantized by one holder, its
+ *   quantizer: a TO process holding it quantizes its own copy into TO, and
+ *   for the processes lacking it one holder (preferring those) quantizes it
+ *   into staging and sends it. All of them need the block's scale, the max
+ *   of its parts' scale bytes: a leader (a gather process if any, else the
+ *   quantizer of the most parts) takes the scales of the parts it holds,
+ *   receives those of the others from their quantizers (round 0), takes the
+ *   max (1) and sends it to the quantizers and the exchange processes (2,
+ *   into TO's scales where the receiver keeps them); each part is then
+ *   quantized at it (3) and sent. The result is the whole block's
+ *   reference MXFP8, bit for bit; the wire carries each destination's lacked
+ *   bytes plus one scale byte per part the leader lacks and per quantizer
+ *   that is no TO process of the block. */
+static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
   fp_tx *t = P->t;
-  int64_t fsz = fp_dtype_size(fdt), b0 = blk * FP_MX_BLOCK, src = s->byte + (e - s->a) * fsz;
-  int32_t sp = (int32_t)(s->rank + t->from_offset);
-  if (P->kblk != blk) {
+  fp_arena *a = t->arena;
+  struct kpart *kp = P->kp;
+  int64_t nkp = P->nkp, fsz = fp_dtype_size(fdt);
+  P->nkp = 0;
+  if (nkp == 0) return;
+  fp_sort_records(kp, sizeof *kp, nkp, 2, kpart_key);
+  /* per block scratch: its processes (gather or exchange), parts, quantizers */
+  int32_t *procs = fp_alloc_array(a, (size_t)nkp + 1, sizeof *procs);
+  bool *gather = fp_alloc_array(a, (size_t)nkp + 1, sizeof *gather);
+  int64_t *pe = fp_alloc_array(a, (size_t)nkp + 1, sizeof *pe), *pn = fp_alloc_array(a, (size_t)nkp + 1, sizeof *pn);
+  /* quantizers (proc, part): their FROM byte, where they quantize to, where they read the scale */
+  struct qz { int32_t proc, part; int64_t src; fp_tx_ref out, scale; } *qz = fp_alloc_array(a, (size_t)nkp + 1, sizeof *qz);
+  int32_t *sender = fp_alloc_array(a, (size_t)nkp + 1, sizeof *sender); /* per part: its quantizer for others (qz index) */
+  for (int64_t lo = 0, hi; lo < nkp; lo = hi) {
+    int64_t blk = kp[lo].blk, b0 = blk * FP_MX_BLOCK;
+    for (hi = lo; hi < nkp && kp[hi].blk == blk;) hi++;
+    int32_t np = 0, nq = 0, npart = 0;
+    for (int64_t k = lo; k < hi; k++) { /* the parts, in element order; the processes */
+      if (npart == 0 || pe[npart - 1] != kp[k].e) pe[npart] = kp[k].e, pn[npart] = kp[k].n, npart++;
+      FP_ASSERT(pn[npart - 1] == kp[k].n);
+      int32_t x = 0;
+      while (x < np && procs[x] != kp[k].d) x++;
+      if (x == np) procs[np] = kp[k].d, gather[np] = true, np++;
+      gather[x] &= kp[k].sp == kp[k].d;
+    }
+    FP_ASSERT(npart >= 2);
     int64_t blen = P->knumel - b0 < FP_MX_BLOCK ? P->knumel - b0 : FP_MX_BLOCK;
-    P->kblk = blk, P->kstage = stage_take(P, d, blen * fsz);
-    fp_tx_op *q = late(P, FP_TX_QUANT, d, pi, FP_E4M3, blen);
-    q->sdtype = fdt, q->full_off = b0, q->dst = ref(FP_SP_TO, P->kdata + b0), q->src = ref(FP_SP_STAGE, P->kstage),
-    q->aux = ref(FP_SP_TO, P->kscales + blk);
+    int32_t lead = -1;
+    /* gather processes: copy the parts into staging, quantize the block there */
+    for (int32_t x = 0; x < np; x++) {
+      if (!gather[x]) continue;
+      if (lead < 0) lead = procs[x];
+      int64_t st = stage_take(P, procs[x], blen * fsz);
+      for (int64_t k = lo; k < hi; k++) {
+        if (kp[k].d != procs[x]) continue;
+        fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, procs[x], pi, fdt, kp[k].n);
+        o->full_off = kp[k].e, o->dst = ref(FP_SP_STAGE, st + (kp[k].e - b0) * fsz), o->src = ref(FP_SP_FROM, kp[k].src);
+      }
+      fp_tx_op *q = late(P, FP_TX_QUANT, procs[x], pi, FP_E4M3, blen);
+      q->sdtype = fdt, q->full_off = b0, q->dst = ref(FP_SP_TO, P->kdata + b0), q->src = ref(FP_SP_STAGE, st),
+      q->aux = ref(FP_SP_TO, P->kscales + blk);
+    }
+    bool xchange = false;
+    for (int32_t x = 0; x < np; x++) xchange |= !gather[x];
+    if (!xchange) continue;
+    /* quantizers: the exchange processes' own parts, then one sender per
+     * part some exchange process lacks (a holder among the processes, else
+     * the cover's choice) */
+    for (int32_t j = 0; j < npart; j++) sender[j] = -1;
+    for (int64_t k = lo; k < hi; k++) {
+      int32_t x = 0;
+      while (procs[x] != kp[k].d) x++;
+      if (gather[x] || kp[k].sp != kp[k].d) continue;
+      int32_t j = 0;
+      while (pe[j] != kp[k].e) j++;
+      qz[nq] = (struct qz){kp[k].d, j, kp[k].src, ref(FP_SP_TO, P->kdata + kp[k].e), {0}};
+      if (sender[j] < 0) sender[j] = nq;
+      nq++;
+    }
+    for (int64_t k = lo; k < hi; k++) {
+      int32_t x = 0, j = 0;
+      while (procs[x] != kp[k].d) x++;
+      while (pe[j] != kp[k].e) j++;
+      if (gather[x] || kp[k].sp == kp[k].d || sender[j] >= 0) continue;
+      /* a gather process holding the part, else the cover's sender */
+      int32_t by = kp[k].sp;
+      int64_t src = kp[k].src;
+      for (int64_t g = lo; g < hi; g++)
+        if (kp[g].e == kp[k].e && kp[g].sp == kp[g].d) {
+          by = kp[g].d, src = kp[g].src;
+          break;
+        }
+      qz[nq] = (struct qz){by, j, src, ref(FP_SP_STAGE, stage_take(P, by, pn[j])), {0}};
+      sender[j] = nq++;
+    }
+    /* the leader: a gather process (it holds every part), else the
+     * quantizer of the most parts (ties: an exchange process, the first) */
+    if (lead < 0) {
+      int32_t best = -1;
+      for (int32_t q = 0; q < nq; q++) {
+        int32_t cnt = 0;
+        for (int32_t r = 0; r < nq; r++) cnt += qz[r].proc == qz[q].proc;
+        cnt = 2 * cnt + (qz[q].out.space == FP_SP_TO);
+        if (cnt > best) best = cnt, lead = qz[q].proc;
+      }
+    }
+    bool lead_to = false; /* the leader keeps the scale in TO (an exchange process) */
+    for (int32_t x = 0; x < np; x++) lead_to |= procs[x] == lead && !gather[x];
+    /* round 0: each part's scale byte at the leader */
+    int64_t prev = -1;
+    fp_tx_ref fin = lead_to ? ref(FP_SP_TO, P->kscales + blk) : ref(FP_SP_STAGE, stage_take(P, lead, 1));
+    for (int32_t j = 0; j < npart; j++) {
+      int64_t src = -1; /* the part in the leader's FROM shard */
+      for (int64_t k = lo; k < hi && src < 0; k++)
+        if (kp[k].e == pe[j] && kp[k].sp == lead) src = kp[k].src;
+      for (int32_t q = 0; q < nq && src < 0; q++)
+        if (qz[q].part == j && qz[q].proc == lead) src = qz[q].src;
+      int64_t xj = stage_take(P, lead, 1);
+      fp_tx_op *o;
+      if (src >= 0) {
+        o = xchg(P, 0, FP_TX_SCALES, lead, pi, FP_E8M0, pn[j]);
+        o->sdtype = fdt, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, xj), o->src = ref(FP_SP_FROM, src);
+      } else {
+        const struct qz *by = &qz[sender[j]]; /* (every part has one: exchange processes want them all) */
+        int64_t at = stage_take(P, by->proc, 1);
+        o = xchg(P, 0, FP_TX_SCALES, by->proc, pi, FP_E8M0, pn[j]);
+        o->sdtype = fdt, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, at), o->src = ref(FP_SP_FROM, by->src);
+        o = xchg(P, 0, FP_TX_SEND, by->proc, pi, FP_E8M0, 1);
+        o->peer = lead, o->full_off = pe[j], o->src = ref(FP_SP_STAGE, at);
+        o = xchg(P, 0, FP_TX_RECV, lead, pi, FP_E8M0, 1);
+        o->peer = by->proc, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, xj);
+        P->load[by->proc - t->from_offset] += 1;
+      }
+      /* round 1: the running max, the last one where the leader keeps it */
+      if (prev >= 0) {
+        o = xchg(P, 1, FP_TX_MAX, lead, pi, FP_E8M0, 1);
+        o->full_off = b0, o->src = ref(FP_SP_STAGE, prev), o->aux = ref(FP_SP_STAGE, xj);
+        o->dst = j == npart - 1 ? fin : ref(FP_SP_STAGE, stage_take(P, lead, 1));
+        prev = o->dst.off;
+      } else {
+        prev = xj;
+      }
+    }
+    /* round 2: the scale to every exchange process and quantizer but the
+     * leader, once per process (into TO's scales for an exchange process,
+     * which keeps it), and where each quantizer reads it */
+    for (int32_t x = 0; x < np + nq; x++) {
+      int32_t p = x < np ? procs[x] : qz[x - np].proc;
+      if (p == lead || (x < np && gather[x])) continue;
+      bool seen = false, into_to = false;
+      for (int32_t y = 0; y < x && !seen; y++) seen = y < np ? procs[y] == p && !gather[y] : qz[y - np].proc == p;
+      for (int32_t y = 0; y < np; y++) into_to |= procs[y] == p && !gather[y];
+      if (seen) continue;
+      fp_tx_ref at = into_to ? ref(FP_SP_TO, P->kscales + blk) : ref(FP_SP_STAGE, stage_take(P, p, 1));
+      fp_tx_op *o = xchg(P, 2, FP_TX_SEND, lead, pi, FP_E8M0, 1);
+      o->peer = p, o->full_off = b0, o->src = fin;
+      o = xchg(P, 2, FP_TX_RECV, p, pi, FP_E8M0, 1);
+      o->peer = lead, o->full_off = b0, o->dst = at;
+      P->load[lead - t->from_offset] += 1;
+      for (int32_t q = 0; q < nq; q++)
+        if (qz[q].proc == p) qz[q].scale = at;
+    }
+    for (int32_t q = 0; q < nq; q++)
+      if (qz[q].proc == lead) qz[q].scale = fin;
+    /* round 3: the parts at the scale; then each sent to the processes lacking it */
+    for (int32_t q = 0; q < nq; q++) {
+      FP_ASSERT(qz[q].scale.space != FP_SP_NONE);
+      fp_tx_op *o = xchg(P, 3, FP_TX_QUANT_AT, qz[q].proc, pi, FP_E4M3, pn[qz[q].part]);
+      o->sdtype = fdt, o->full_off = pe[qz[q].part], o->dst = qz[q].out, o->src = ref(FP_SP_FROM, qz[q].src),
+      o->aux = qz[q].scale;
+    }
+    for (int64_t k = lo; k < hi; k++) {
+      int32_t x = 0, j = 0;
+      while (procs[x] != kp[k].d) x++;
+      while (pe[j] != kp[k].e) j++;
+      if (gather[x] || kp[k].sp == kp[k].d) continue;
+      const struct qz *by = &qz[sender[j]];
+      fp_tx_op *o = fp_tx_emit(t, FP_TX_SEND, by->proc, pi, FP_E4M3, pn[j]);
+      o->peer = kp[k].d, o->full_off = pe[j], o->src = by->out;
+      o = fp_tx_emit(t, FP_TX_RECV, kp[k].d, pi, FP_E4M3, pn[j]);
+      o->peer = by->proc, o->full_off = pe[j], o->dst = ref(FP_SP_TO, P->kdata + pe[j]);
+      P->load[by->proc - t->from_offset] += pn[j];
+    }
   }
-  fp_tx_ref at = ref(FP_SP_STAGE, P->kstage + (e - b0) * fsz);
-  if (sp == d) {
-    fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, d, pi, fdt, n);
-    o->full_off = e, o->dst = at, o->src = ref(FP_SP_FROM, src);
-    return;
-  }
-  fp_tx_op *o = fp_tx_emit(t, FP_TX_SEND, sp, pi, fdt, n);
-  o->peer = d, o->full_off = e, o->src = ref(FP_SP_FROM, src);
-  o = fp_tx_emit(t, FP_TX_RECV, d, pi, fdt, n);
-  o->peer = sp, o->full_off = e, o->dst = at;
-  P->load[sp] += n * fsz;
 }
 
 /* one piece [e, e+n) of a TO param kept as MXFP8: at most its first and its
@@ -289,13 +481,13 @@ static void piece_keep(planner *P, int32_t pi, const run *s, int64_t e, int64_t 
   bool head_whole = e == fb * FP_MX_BLOCK, tail_whole = end == bend;
   if (fb == lb) {
     if (head_whole && tail_whole) keep_whole(P, pi, s, e, n, d, fdt);
-    else keep_part(P, pi, s, e, n, d, fb, fdt);
+    else keep_part(P, s, e, n, d, fb, fdt);
     return;
   }
   int64_t wa = head_whole ? e : (fb + 1) * FP_MX_BLOCK, wb = tail_whole ? end : lb * FP_MX_BLOCK;
-  if (!head_whole) keep_part(P, pi, s, e, wa - e, d, fb, fdt);
+  if (!head_whole) keep_part(P, s, e, wa - e, d, fb, fdt);
   if (wb > wa) keep_whole(P, pi, s, wa, wb - wa, d, fdt);
-  if (!tail_whole) keep_part(P, pi, s, wb, end - wb, d, lb, fdt);
+  if (!tail_whole) keep_part(P, s, wb, end - wb, d, lb, fdt);
 }
 
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
@@ -609,7 +801,7 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
     bool full = got == 1 && tr[0].len == numel;
     if (P->keep) { /* one run, the whole param (replicated), then its scales */
       FP_ASSERT(full);
-      P->kdata = tr[0].byte, P->kblk = P->klast = -1;
+      P->kdata = tr[0].byte, P->klast = -1;
       fp_tx_region_add(t, true, dp, j, P->kscales, fp_mx_blocks(numel), 0, FP_E8M0);
     }
     for (int64_t k = 0; k < got; k++) {
@@ -633,6 +825,7 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
     }
 #undef COVER
   }
+  if (P->keep) split_blocks(P, j, fdt);
   return true;
 }
 
@@ -813,6 +1006,8 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       for (int32_t i = 0; i < t->nops; i++)
         if (P.member[t->ops[i].proc] || t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV)
           sends[t->ops[i].proc] = true;
+      for (int r = 0; r < 4; r++) /* (a split block's exchange: sends, recvs and local work with them) */
+        for (int64_t i = 0; i < P.npre[r]; i++) sends[P.pre[r][i].proc] = true;
       for (int64_t p = 0; p < t->nprocs; p++) heir[p] = -1;
       nlist = 0;
       for (int64_t p = 0; p < t->nprocs; p++) {
@@ -836,10 +1031,24 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
     }
   }
   for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P.member[p] ? P.owner[p] : -1;
-  for (int64_t i = 0; i < P.nlate; i++) {
-    fp_tx_op *x = fp_tx_emit(t, P.late[i].kind, P.late[i].proc, P.late[i].param, P.late[i].dtype, P.late[i].n);
-    *x = P.late[i];
+  /* every process's order: the exchange rounds, the ops emitted in place
+   * (sends, recvs, local copies and sender-side work), then the late ones
+   * (fp_tx_finish sorts by process, stably) */
+  fp_tx_op *main_ops = t->ops;
+  int32_t nmain = t->nops;
+  t->ops = NULL, t->nops = 0, t->cap_ops = 0;
+  int64_t total = nmain + P.nlate;
+  for (int r = 0; r < 4; r++) total += P.npre[r];
+  FP_ASSERT(total < INT32_MAX);
+  t->ops = fp_alloc_array(a, (size_t)total + 1, sizeof *t->ops), t->cap_ops = total + 1;
+  for (int r = 0; r < 5; r++) {
+    const fp_tx_op *v = r < 4 ? P.pre[r] : main_ops;
+    int64_t n = r < 4 ? P.npre[r] : nmain;
+    if (n) memcpy(t->ops + t->nops, v, (size_t)n * sizeof *v);
+    t->nops += (int32_t)n;
   }
+  if (P.nlate) memcpy(t->ops + t->nops, P.late, (size_t)P.nlate * sizeof *P.late);
+  t->nops += (int32_t)P.nlate;
   for (int64_t p = 0; p < t->nprocs; p++)
     if (t->same[p] >= 0) P.stage[p] = P.stage[t->same[p]];
   t->stage_bytes = P.stage;
