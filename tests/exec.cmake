@@ -244,16 +244,25 @@ fp_reshard_test(fs2_to_noshard3_mxfp8 3 full_shard 2 no_shard 3 --mxfp8 *)
 # TO keeps the frozen fc1.* as MXFP8 (param_dtype "mxfp8"): e4m3 and scales
 # equal the reference quantization of the whole param; flat FROM chunks
 # (block-aligned: every block from one sender, the wire at the lower bound)
-# and per-param FROM shards (rows of 20: blocks split between senders,
-# gathered in fp32 and quantized by the receiver), overlapping and disjoint
+# and per-param FROM shards (rows of 20: blocks split between FROM ranks,
+# each part quantized where it is at the max of the parts' scales, which a
+# leader gathers and sends out), overlapping and disjoint. --wire-over, by
+# hand: a split block costs the parts' scale bytes the leader receives, plus
+# the max sent to each quantizer outside TO, less the scale byte of the
+# block a leader in TO computes instead of receiving.
+#  4 -> 2: fc1.weight's blocks at 96 (ranks 0|1, leader 0 in TO: 1 - 1), 192
+#  (1|2, leader 1: 1 + 1 - 1), 288 (2|3, leader 2 outside TO: 1 + 1) and
+#  fc1.bias's block (0|1|2|3, leader 0: 3 + 2 - 1): 7 bytes over 2,177.
+#  2 -> 3 disjoint: fc1.weight at 192 and fc1.bias (0|1 each, leader 0
+#  outside TO: 1 + 1 each): 4 bytes over 3,456.
 function(fp_reshard_keep_test name np sa wa wb)
   fp_mpi_test(reshard_${name} ${np} test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json
               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sa}.spec.json ${wa} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json
               ${wb} ${ARGN})
 endfunction()
 fp_reshard_keep_test(fs4_to_keep3 4 full_shard 4 3 --wire-exact 1)
-fp_reshard_keep_test(perparam4_to_keep2 4 per-param 4 2)
-fp_reshard_keep_test(perparam2_to_keep3_disjoint 5 per-param 2 3 --to-offset 2)
+fp_reshard_keep_test(perparam4_to_keep2 4 per-param 4 2 --wire-over 7)
+fp_reshard_keep_test(perparam2_to_keep3_disjoint 5 per-param 2 3 --to-offset 2 --wire-over 4)
 # the transfer verifier's rules, one broken transfer each, and the planner's errors
 add_executable(test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_verify.c)
 target_link_libraries(test_xfer_verify PRIVATE flexplan_api)

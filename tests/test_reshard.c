@@ -193,6 +193,7 @@ int main(int argc, char **argv) {
   const char *model = argv[1], *mxpat = NULL;
   bool expect_merged = false; /* the pair has copies the executor runs as one (fp_tx_copy_run) */
   bool wire_exact = false;    /* wire = lower bound even where B keeps MXFP8 (no block split between senders) */
+  long wire_over = -1;        /* wire - lower bound where B keeps MXFP8: the split blocks' scale exchange (-1: any) */
   int expect_shared = -1;     /* processes of A -> B that repeat another's program (fp_tx.same); -1: any */
   int wa = atoi(argv[3]), wb = atoi(argv[5]);
   long off = 0;
@@ -202,6 +203,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--what") && !strcmp(argv[i + 1], "weights+optimizer")) g_states = -1;
     if (!strcmp(argv[i], "--expect-merged")) expect_merged = atoi(argv[i + 1]) != 0;
     if (!strcmp(argv[i], "--wire-exact")) wire_exact = atoi(argv[i + 1]) != 0;
+    if (!strcmp(argv[i], "--wire-over")) wire_over = atol(argv[i + 1]);
     if (!strcmp(argv[i], "--expect-shared")) expect_shared = atoi(argv[i + 1]);
   }
   fp_plan *A = tu_compile(model, argv[2], wa), *B = tu_compile(model, argv[4], wb);
@@ -255,9 +257,12 @@ int main(int argc, char **argv) {
   fp_xfer_get_info(ab, &info);
   EXPECT(info.processes <= tu_world, "the transfer needs %" PRId64 " processes, the job has %d", info.processes,
          tu_world);
-  /* (a kept param's blocks split between senders travel in FROM's dtype) */
+  /* (a kept param's blocks split between senders exchange scale bytes) */
   if ((!mxpat && !kept) || wire_exact) EXPECT(info.wire_bytes == info.lower_bound, "wire %" PRId64 " != lower bound %" PRId64, info.wire_bytes,
                      info.lower_bound);
+  if (wire_over >= 0)
+    EXPECT(info.wire_bytes - info.lower_bound == wire_over, "wire %" PRId64 " - lower bound %" PRId64 " = %" PRId64
+           " bytes, expected %ld", info.wire_bytes, info.lower_bound, info.wire_bytes - info.lower_bound, wire_over);
   if (expect_shared >= 0 && ab) {
     int shared = 0;
     for (int64_t p = 0; p < ab->tx->nprocs; p++) shared += fp_tx_prog(ab->tx, p) != p;

@@ -471,6 +471,41 @@ int main(int argc, char **argv) {
     expect(w, want[c], what[c]);
   }
 
+  /* X1/X5 with a split block's exchange, on one process: the scales of its
+   * two halves into staging, their max into TO's scale (TO 48), each half
+   * quantized at it into TO 0..16 (valid); then a wrong dtype for each new
+   * op, the quantize reading the scale before the max writes it, and the
+   * max reading past the staging */
+  for (int c = 0; c < 6; c++) {
+    fp_tx *w = hand(a, 1);
+    for (int k = 0; k < 2; k++) {
+      fp_tx_op *o = fp_tx_emit(w, FP_TX_SCALES, 0, 0, c == 1 && k ? FP_F32 : FP_E8M0, 8);
+      o->sdtype = FP_F32, o->full_off = 8 * k, o->src = (fp_tx_ref){FP_SP_FROM, 32 * k}, o->dst = (fp_tx_ref){FP_SP_STAGE, k};
+    }
+    fp_tx_op *m = fp_tx_emit(w, FP_TX_MAX, 0, 0, FP_E8M0, 1);
+    m->sdtype = c == 2 ? FP_F32 : FP_E8M0, m->dst = (fp_tx_ref){FP_SP_TO, 48}, m->src = (fp_tx_ref){FP_SP_STAGE, 0},
+    m->aux = (fp_tx_ref){FP_SP_STAGE, c == 5 ? 32 : 1};
+    for (int k = 0; k < 2; k++) {
+      fp_tx_op *q = fp_tx_emit(w, FP_TX_QUANT_AT, 0, 0, c == 3 && k ? FP_BF16 : FP_E4M3, 8);
+      q->sdtype = FP_F32, q->full_off = 8 * k, q->src = (fp_tx_ref){FP_SP_FROM, 32 * k}, q->dst = (fp_tx_ref){FP_SP_TO, 8 * k},
+      q->aux = (fp_tx_ref){FP_SP_TO, 48};
+    }
+    if (c == 4) { /* the max after the first quantize */
+      fp_tx_op tmp = w->ops[2];
+      w->ops[2] = w->ops[3], w->ops[3] = tmp;
+    }
+    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_E4M3);
+    fp_tx_region_add(w, true, 0, 0, 48, 1, 0, FP_E8M0);
+    fp_tx_region_add(w, false, 0, 0, 0, 64, 0, FP_F32);
+    fp_tx_finish(w);
+    static const char *const want[] = {NULL, "takes fp32 from fp32: expected e8m0 scales", "takes the max of fp32",
+                                       "quantizes into bf16 from fp32: expected e4m3",
+                                       "reads to bytes [48, 49) no earlier op", "aux stage+32 ..+1 bytes lies outside"};
+    static const char *const what[] = {"a split block's exchange", "X1 scales into fp32", "X1 max of fp32",
+                                       "X1 quantize_at into bf16", "X5 quantize_at before the max", "X1 max past staging"};
+    expect(w, want[c], what[c]);
+  }
+
   /* X6: processes that repeat another's program (fp_tx.same). Process 0
    * copies its FROM bytes into TO; the others repeat it (valid), or break
    * one condition each */
