@@ -237,8 +237,8 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   for (int q = 0, k = 0; q < tx->nprocs; q++) rank[q] = k, k += holds(tx, q);
   fp_status st = FP_OK;
   /* segment by segment (see above): [i, end) */
-  for (int32_t i = lo, end; i < hi && st == FP_OK; i = end) {
-    for (end = i + 1; end < hi && !fp_tx_waits(&tx->ops[end]);) end++;
+  for (int32_t i = lo, end = lo; i < hi && st == FP_OK; i = end) {
+    end = fp_tx_segment_end(tx, i, hi);
     bool any = false;
     for (int32_t k = i; k < end && st == FP_OK; k++) { /* its local ops, in order */
       const fp_tx_op *o = &tx->ops[k];

@@ -61,6 +61,12 @@ int64_t fp_tx_src_bytes(const fp_tx_op *o) {
   return o->kind == FP_TX_RECV ? 0 : o->n * fp_dtype_size(o->sdtype);
 }
 
+int32_t fp_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi) {
+  int32_t end = i + 1;
+  while (end < hi && !fp_tx_waits(&t->ops[end])) end++;
+  return end;
+}
+
 int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n) {
   const fp_tx_op *a = &t->ops[i];
   *n = a->n;

@@ -165,6 +165,13 @@ int64_t fp_tx_src_bytes(const fp_tx_op *o);
  * hi: the end of the process's ops. */
 int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n);
 
+/* The NCCL backend (executor/xfer_nccl.c) runs a process's ops in
+ * segments: ops[i .. end), end the next op after i that waits
+ * (fp_tx_waits) or hi. A segment's local ops run in order, then its sends
+ * and recvs as one NCCL group; the next segment starts when the group is
+ * done - where the MPI executor waits for every posted request. */
+int32_t fp_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi);
+
 /* the verifier (ir/verify_xfer.c): rules X1..X6 (docs/reshard.md); each
  * problem reported through d as "op N (process p): ..."; true when valid */
 bool fp_tx_verify(const fp_tx *t, fp_diag *d);

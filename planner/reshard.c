@@ -1034,21 +1034,17 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   /* every process's order: the exchange rounds, the ops emitted in place
    * (sends, recvs, local copies and sender-side work), then the late ones
    * (fp_tx_finish sorts by process, stably) */
-  fp_tx_op *main_ops = t->ops;
-  int32_t nmain = t->nops;
-  t->ops = NULL, t->nops = 0, t->cap_ops = 0;
-  int64_t total = nmain + P.nlate;
-  for (int r = 0; r < 4; r++) total += P.npre[r];
-  FP_ASSERT(total < INT32_MAX);
-  t->ops = fp_alloc_array(a, (size_t)total + 1, sizeof *t->ops), t->cap_ops = total + 1;
-  for (int r = 0; r < 5; r++) {
-    const fp_tx_op *v = r < 4 ? P.pre[r] : main_ops;
-    int64_t n = r < 4 ? P.npre[r] : nmain;
-    if (n) memcpy(t->ops + t->nops, v, (size_t)n * sizeof *v);
-    t->nops += (int32_t)n;
+  int64_t npre = 0, nmain = t->nops;
+  for (int r = 0; r < 4; r++) npre += P.npre[r];
+  FP_ASSERT(npre + nmain + P.nlate < INT32_MAX);
+  t->ops = fp_grow(a, t->ops, &t->cap_ops, npre + nmain + P.nlate + 1, sizeof *t->ops);
+  if (npre) { /* the rounds in front (in place: a transfer may have tens of millions of ops) */
+    memmove(t->ops + npre, t->ops, (size_t)nmain * sizeof *t->ops);
+    for (int r = 0, at = 0; r < 4; at += (int)P.npre[r], r++)
+      if (P.npre[r]) memcpy(t->ops + at, P.pre[r], (size_t)P.npre[r] * sizeof *t->ops);
   }
-  if (P.nlate) memcpy(t->ops + t->nops, P.late, (size_t)P.nlate * sizeof *P.late);
-  t->nops += (int32_t)P.nlate;
+  if (P.nlate) memcpy(t->ops + npre + nmain, P.late, (size_t)P.nlate * sizeof *t->ops);
+  t->nops = (int32_t)(npre + nmain + P.nlate);
   for (int64_t p = 0; p < t->nprocs; p++)
     if (t->same[p] >= 0) P.stage[p] = P.stage[t->same[p]];
   t->stage_bytes = P.stage;

@@ -506,6 +506,27 @@ int main(int argc, char **argv) {
     expect(w, want[c], what[c]);
   }
 
+  /* the NCCL backend's segments: cut before each op that waits (reads
+   * staging or TO), never before a send, a recv or a local op reading FROM */
+  {
+    fp_tx *w = hand(a, 2);
+    fp_tx_ref st0 = {FP_SP_STAGE, 0}, st16 = {FP_SP_STAGE, 16}, fr = {FP_SP_FROM, 0}, to = {FP_SP_TO, 0}, none = {0};
+    op(w, FP_TX_COPY, 0, -1, st0, fr);    /* 0: reads FROM */
+    op(w, FP_TX_SEND, 0, 1, none, st0);   /* 1 */
+    op(w, FP_TX_RECV, 0, 1, st16, none);  /* 2 */
+    op(w, FP_TX_COPY, 0, -1, to, st16);   /* 3: reads staging: waits */
+    op(w, FP_TX_SEND, 0, 1, none, to);    /* 4 */
+    op(w, FP_TX_COPY, 0, -1, to, fr);     /* 5: reads FROM */
+    op(w, FP_TX_COPY, 0, -1, st0, to);    /* 6: reads TO: waits */
+    static const int32_t want[] = {3, 6, 7};
+    int32_t k = 0;
+    for (int32_t i = 0, end; i < 7; i = end, k++) {
+      end = fp_tx_segment_end(w, i, 7);
+      CHECK(k < 3 && end == want[k], "segment %d of the hand-built process ends at %d", k, end);
+    }
+    CHECK(k == 3, "%d segments, expected 3", k);
+  }
+
   /* X6: processes that repeat another's program (fp_tx.same). Process 0
    * copies its FROM bytes into TO; the others repeat it (valid), or break
    * one condition each */
