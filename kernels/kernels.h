@@ -86,9 +86,10 @@ void fpk_quantize_mxfp8(uint8_t *dst, uint8_t *scales, const void *src, fp_dtype
  * the scale of a block whose elements are split between processes is the
  * max of the bytes of its parts (planner/reshard.c) */
 void fpk_mxfp8_scales(uint8_t *scales, const void *src, fp_dtype st, int64_t n);
-/* the elements at given scales: block k at scales[k], which must be at least
- * the block's own (fpk_mxfp8_scales; checked): fpk_quantize_mxfp8 is
- * fpk_mxfp8_scales then this */
+/* the elements at given scales: block k at scales[k] (0xFF: every element
+ * NaN). At least the block's own scale (fpk_mxfp8_scales) nothing
+ * saturates; below it the largest elements saturate at +-448, as any value
+ * past E4M3's range does. fpk_quantize_mxfp8 is fpk_mxfp8_scales then this */
 void fpk_quantize_mxfp8_scaled(uint8_t *dst, const uint8_t *scales, const void *src, fp_dtype st, int64_t n);
 /* dst[i] = max(a[i], b[i]): the common scale of a split block's parts */
 void fpk_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n);

@@ -173,7 +173,8 @@ static void block_quantize(uint8_t *dst, const float *v, int k, uint8_t sb) {
   float inv = mx_inv_scale(sb);
   /* x * 2^-e is exact in fp32 unless it falls below 2^-126, where E4M3
    * rounds it to +-0 anyway; with e at least the block's own scale it is at
-   * most 448, so nothing saturates */
+   * most 448, so nothing saturates (a smaller e, given to
+   * fpk_quantize_mxfp8_scaled, saturates the largest at +-448) */
   for (int j = 0; j < k; j++) dst[j] = fpk_f32_to_e4m3(v[j] * inv);
 }
 
@@ -207,9 +208,7 @@ void fpk_quantize_mxfp8_scaled(uint8_t *dst, const uint8_t *scales, const void *
   for (int64_t i = 0, blk = 0; i < n; i += FPK_MX_BLOCK, blk++) {
     int k = n - i < FPK_MX_BLOCK ? (int)(n - i) : FPK_MX_BLOCK;
     widen(v, src, st, i, k);
-    uint8_t sb = scales[blk];
-    FPK_CHECK(sb == 0xff || sb >= block_scale(v, k), "fpk_quantize_mxfp8_scaled: a scale below its block's own");
-    block_quantize(dst + i, v, k, sb);
+    block_quantize(dst + i, v, k, scales[blk]);
   }
 }
 

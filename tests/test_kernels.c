@@ -477,6 +477,12 @@ static void mxfp8_split_block(void **state) {
         assert_memory_not_equal(own, want, (size_t)k);
       }
     }
+  /* a scale below the block's own saturates its largest elements */
+  float big[2] = {896.0f, -1.0f}; /* own scale 128 (mxfp8_hand) */
+  uint8_t low = 127, q2[2];
+  fpk_quantize_mxfp8_scaled(q2, &low, big, FP_F32, 2);
+  assert_int_equal(q2[0], 0x7e); /* 896 at 2^0: past 448 */
+  assert_int_equal(q2[1], 0xb8); /* -1: 1 0111 000 */
 }
 
 static void mxfp8_special(void **state) {
