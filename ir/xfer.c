@@ -140,6 +140,8 @@ void fp_tx_finish(fp_tx *t) {
       t->local_bytes += b * reps;
     } else if (o->kind == FP_TX_QUANT && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
       t->local_bytes += (b + fp_tx_nscales(o->full_off, o->n)) * reps; /* into a TO param kept as MXFP8 */
+    } else if (o->kind == FP_TX_QUANT_AT && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
+      t->local_bytes += b * reps; /* its own part of a split block (the scale comes from the exchange) */
     }
   }
   t->max_send_bytes = t->max_recv_bytes = 0;
