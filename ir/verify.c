@@ -95,6 +95,14 @@ typedef struct vctx {
   int64_t step1end[FP_NSTREAMS]; /* each stream's own clock at the end of step 1 */
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
+  /* what the later rules size their state by, gathered on the walk of
+   * rules 1-3 over the sound ops (each walk of 2.2M ops reads 387 MB):
+   * per buffer its first and last use, the most uses of an op, ops per
+   * stream, the largest event id and the ops that name an event */
+  int32_t *ufirst, *ulast;
+  int32_t maxuses, maxev, nevops;
+  int64_t per[FP_NSTREAMS];
+  bool groups_bad; /* the walk saw what check_groups reports */
   /* rule 8 is checked on the same walk as rules 4 and 6's uses (one walk
    * of the ops, not two) but reported only when rules 4 and 6 find nothing,
    * as if it ran after them: its reports wait here until then */
@@ -1082,6 +1090,33 @@ static void check_p2p(vctx *v, int32_t n) {
   free(l);
 }
 
+/* check_groups' conditions, op by op on the walk of rules 1-3, without
+ * reports: check_groups (a walk of its own) runs only when one fails */
+typedef struct groupscan {
+  imap seen;
+  int32_t cur, first;
+} groupscan;
+
+static void groupscan_init(groupscan *g) {
+  imap_init(&g->seen, 16);
+  g->cur = g->first = -1;
+}
+
+static bool groupscan_ok(groupscan *g, const fp_prog *p, int32_t i) {
+  const fp_op *op = &p->ops[i];
+  if (op->group < 0) {
+    g->cur = -1;
+    return op->group == -1;
+  }
+  if ((unsigned)op->code < FP_NOPS && fp_op_class(op->code) != FP_OPC_COMM) return false;
+  if (op->group == g->cur) return op->stream == p->ops[g->first].stream && op->seg == p->ops[g->first].seg;
+  g->cur = op->group;
+  g->first = i;
+  bool fresh;
+  imap_get_or_put(&g->seen, g->cur, i, &fresh);
+  return fresh;
+}
+
 /* grouped calls issue as one ncclGroupStart/End: contiguous, one stream,
  * one segment, communication only */
 static void check_groups(vctx *v) {
@@ -1240,22 +1275,9 @@ static uint64_t range_key(const void *rec, int k) {
 static bool build_ranges(vctx *v) {
   const fp_prog *p = v->p;
   int n0 = v->nerr;
-  int32_t *first = malloc(((size_t)p->nbufs + 1) * sizeof *first), *last = malloc(((size_t)p->nbufs + 1) * sizeof *last);
+  const int32_t *first = v->ufirst, *last = v->ulast; /* of every op: all are sound */
   bool *declared = calloc((size_t)p->nbufs + 1, 1);
-  FP_ASSERT(first && last && declared);
-  for (int32_t b = 0; b < p->nbufs; b++) first[b] = last[b] = -1;
-  for (int32_t i = 0; i < p->nops; i++) {
-    const fp_op *op = &p->ops[i];
-    const int32_t *extra;
-    int ne = op_bufs(p, op, &extra);
-    int32_t bs[3] = {op->dst.buf, op->src.buf, op->aux.buf};
-    for (int k = 0; k < 3 + ne; k++) {
-      int32_t b = k < 3 ? bs[k] : extra[k - 3];
-      if (b < 0) continue;
-      if (first[b] < 0) first[b] = i;
-      last[b] = i;
-    }
-  }
+  FP_ASSERT(declared);
   for (int32_t k = 0; k < p->nlives && !stop(v); k++) {
     const fp_ir_live *l = &p->lives[k];
     if (l->buf < 0 || l->buf >= p->nbufs)
@@ -1289,8 +1311,6 @@ static bool build_ranges(vctx *v) {
              " of buffer '%s' overlap", r[-1].first, r[-1].last, r->first, r->last, p->bufs[r->buf].name);
     }
   }
-  free(first);
-  free(last);
   free(declared);
   return v->nerr == n0;
 }
@@ -1306,38 +1326,18 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
   const fp_prog *p = v->p;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  /* per op its event's dense slot (-1: none), looked up once for both
-   * steps: through a table when the ids are small (a compiled plan numbers
-   * its events 0..nevents-1), else a hash map */
-  int32_t nev = 0, *eslot = malloc(((size_t)p->nops + 1) * sizeof *eslot), maxev = -1;
-  FP_ASSERT(eslot);
-  bool has_ops[FP_NSTREAMS] = {false}, synced[FP_NSTREAMS];
-  for (int32_t i = 0; i < p->nops; i++)
-    if (!v->badop[i]) {
-      if (p->ops[i].event > maxev) maxev = p->ops[i].event;
-      has_ops[p->ops[i].stream] = true;
-    }
+  /* each event's dense slot, given when the walk first meets it: through
+   * a table when the ids are small (a compiled plan numbers its events
+   * 0..nevents-1), else a hash map; at most nevops slots */
+  int32_t nev = 0, maxev = v->maxev;
+  bool has_ops[FP_NSTREAMS], synced[FP_NSTREAMS];
+  for (int t = 0; t < FP_NSTREAMS; t++) has_ops[t] = v->per[t] > 0;
   int32_t *dense = maxev <= 2 * (int64_t)p->nops + 64 ? malloc(((size_t)maxev + 2) * sizeof *dense) : NULL;
   imap ev; /* event id -> dense slot, when there is no table */
   imap_init(&ev, dense ? 0 : 16);
   for (int32_t k = 0; dense && k <= maxev; k++) dense[k] = -1;
-  for (int32_t i = 0; i < p->nops; i++) {
-    eslot[i] = -1;
-    int32_t id = p->ops[i].event;
-    if (v->badop[i] || id < 0) continue;
-    if (dense) {
-      if (dense[id] < 0) dense[id] = nev++;
-      eslot[i] = dense[id];
-    } else {
-      bool fresh;
-      eslot[i] = imap_get_or_put(&ev, id, nev, &fresh);
-      if (fresh) nev++;
-    }
-  }
-  imap_free(&ev);
-  free(dense);
-  int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)nev + 1, sizeof *evc);
-  bool *recorded = calloc((size_t)nev + 1, sizeof *recorded);
+  int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)v->nevops + 1, sizeof *evc);
+  bool *recorded = calloc((size_t)v->nevops + 1, sizeof *recorded);
   FP_ASSERT(evc && recorded);
   /* Step 2 (the next replay) only adds what crosses the step boundary. Once
    * stream s has seen all of step 1 (vc[s] >= step1end componentwise), an op
@@ -1359,7 +1359,15 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
       int s = op->stream;
-      int32_t e = eslot[i];
+      int32_t e = -1, id = op->event;
+      if (id >= 0 && dense) {
+        if (dense[id] < 0) dense[id] = nev++;
+        e = dense[id];
+      } else if (id >= 0) {
+        bool fresh;
+        e = imap_get_or_put(&ev, id, nev, &fresh);
+        nev += fresh;
+      }
       if (op->code == FP_OP_WAIT) {
         if (!recorded[e]) {
           if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
@@ -1402,9 +1410,11 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       }
     }
   }
+  FP_ASSERT(nev <= v->nevops);
+  imap_free(&ev);
+  free(dense);
   free(evc);
   free(recorded);
-  free(eslot);
 }
 
 /* Rule 6 over transient buffers that share arena bytes: every pair of live
@@ -1640,8 +1650,17 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   bool tables_ok = v.nerr == 0;
   bool segs_ok = check_segments(&v);
   int32_t np2p = 0;
+  v.ufirst = malloc(((size_t)p->nbufs + 1) * sizeof *v.ufirst);
+  v.ulast = malloc(((size_t)p->nbufs + 1) * sizeof *v.ulast);
+  FP_ASSERT(v.ufirst && v.ulast);
+  for (int32_t b = 0; b < p->nbufs; b++) v.ufirst[b] = v.ulast[b] = -1;
+  v.maxev = -1;
+  groupscan gs;
+  groupscan_init(&gs);
   for (int32_t i = 0; i < p->nops && !stop(&v); i++) {
+    const fp_op *op = &p->ops[i];
     int n0 = v.nerr;
+    if (!v.groups_bad) v.groups_bad = !groupscan_ok(&gs, p, i);
     if (!check_op_structure(&v, i)) {
       v.badop[i] = true;
       continue;
@@ -1649,10 +1668,28 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     check_op_dtypes(&v, i);
     if (v.nerr == n0 && tables_ok) check_op_operands(&v, i);
     if (v.nerr == n0) check_predicate(&v, &pc, i);
-    if (v.nerr != n0) v.badop[i] = true;
-    else np2p += p->ops[i].code == FP_OP_SEND || p->ops[i].code == FP_OP_RECV;
+    if (v.nerr != n0) {
+      v.badop[i] = true;
+      continue;
+    }
+    np2p += op->code == FP_OP_SEND || op->code == FP_OP_RECV;
+    const int32_t *extra;
+    int ne = op_bufs(p, op, &extra);
+    int32_t bs[3] = {op->dst.buf, op->src.buf, op->aux.buf};
+    for (int k = 0; k < 3 + ne; k++) {
+      int32_t b = k < 3 ? bs[k] : extra[k - 3];
+      if (b < 0) continue;
+      if (v.ufirst[b] < 0) v.ufirst[b] = i;
+      v.ulast[b] = i;
+    }
+    if (op->nuses > v.maxuses) v.maxuses = op->nuses;
+    v.per[op->stream]++;
+    if (op->event > v.maxev) v.maxev = op->event;
+    v.nevops += op->event >= 0;
   }
-  if (!stop(&v)) check_groups(&v);
+  imap_free(&gs.seen);
+  /* (it reports nothing when the walk saw nothing wrong) */
+  if (!stop(&v) && v.groups_bad) check_groups(&v);
   if (!stop(&v)) check_p2p(&v, np2p);
   if (!stop(&v) && tables_ok && segs_ok) {
     /* rule 6 needs a program whose ops are all sound; rule 4 does not */
@@ -1661,18 +1698,11 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
       /* rule 8's state */
       fp_alias_clocks_init(p, &v.al);
       v.have_al = true;
-      int32_t maxuses = 0;
-      int64_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
-      for (int32_t i = 0; i < p->nops; i++) {
-        const fp_op *op = &p->ops[i];
-        if (op->nuses > maxuses) maxuses = op->nuses;
-        if ((unsigned)op->stream < FP_NSTREAMS) per[op->stream]++;
-      }
       v.clk = calloc((size_t)v.al.ntree + 1, sizeof *v.clk);
-      v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
+      v.acc = malloc(((size_t)v.maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
       FP_ASSERT(v.clk && v.acc);
-      for (int t = 0; t < FP_NSTREAMS; t++) {
-        v.clkop[t] = malloc((2 * (size_t)per[t] + 2) * sizeof *v.clkop[t]);
+      for (int t = 0; t < FP_NSTREAMS; t++) { /* a stream ticks once per op of its own, each step */
+        v.clkop[t] = malloc((2 * (size_t)v.per[t] + 2) * sizeof *v.clkop[t]);
         FP_ASSERT(v.clkop[t]);
       }
     }
@@ -1696,6 +1726,8 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   free(v.tabs);
   free(v.tiedp);
   free(v.badop);
+  free(v.ufirst);
+  free(v.ulast);
   free(v.rg);
   free(v.rstart);
   free(v.pend);
