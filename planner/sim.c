@@ -28,13 +28,21 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   double *ev = malloc(sizeof *ev * ((size_t)P->nevents + 1));
   int *evs = malloc(sizeof *evs * ((size_t)P->nevents + 1)); /* stream of the event's last record */
   int32_t *evop = malloc(sizeof *evop * ((size_t)P->nevents + 1)); /* the op before the event's last record */
-  FP_ASSERT(dur && lead && ev && evs && evop);
+  /* what the two steps read of each op, taken on the cost model's walk:
+   * they then read 12 bytes an op, not the 176-byte ops */
+  struct opinfo {
+    int32_t seg, event;
+    uint8_t code, stream;
+  } *oi = malloc(sizeof *oi * ((size_t)n + 1));
+  FP_ASSERT(dur && lead && ev && evs && evop && oi);
 
   for (int32_t i = 0; i < n;) {
     const fp_op *op = &P->ops[i];
     int32_t j = i + 1;
+    oi[i] = (struct opinfo){op->seg, op->event, (uint8_t)op->code, (uint8_t)op->stream};
     if (op->group >= 0 && fp_op_class(op->code) == FP_OPC_COMM) {
-      while (j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream) j++;
+      for (; j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream; j++)
+        oi[j] = (struct opinfo){P->ops[j].seg, P->ops[j].event, (uint8_t)P->ops[j].code, (uint8_t)P->ops[j].stream};
       dur[i] = fp_cost_group_us(P, i, j - i, hw);
     } else {
       dur[i] = fp_cost_op_us(P, op, hw);
@@ -58,11 +66,11 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
     if (rep)
       for (int s = 0; s < FP_NSTREAMS; s++) t0 = fmax(t0, clock[s]);
     for (int32_t i = 0; i < n; i++) {
-      const fp_op *op = &P->ops[i];
+      const struct opinfo *op = &oi[i];
       int s = op->stream;
       FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
       fp_sim_seg *sg = &out->segs[op->seg];
-      fp_opclass cls = fp_op_class(op->code);
+      fp_opclass cls = fp_op_class((fp_opcode)op->code);
       double st, en;
       if (lead[i] != i) { /* a later member of a grouped call: runs with the first */
         st = out->start_us[lead[i]];
@@ -127,6 +135,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   FP_ASSERT(P->nsegs == 0 ? n == 0 : P->segs[0].first == 0 && P->segs[P->nsegs - 1].first + P->segs[P->nsegs - 1].nops == n);
   free(dur);
   free(lead);
+  free(oi);
   free(ev);
   free(evop);
   free(evs);
