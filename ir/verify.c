@@ -606,6 +606,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
   RANGE(only_comm, p->ncomms, "only's comm")
   RANGE(tab, p->ntabs, "table")
   RANGE(module, p->nmods, "module")
+  RANGE(shape, p->nshapes, "shape")
   RANGE(bucket, p->nbuckets, "bucket")
   RANGE(event, p->nevents, "event")
 #undef RANGE
@@ -654,6 +655,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (present && r->tabrel && op->tab < 0)
       verr(v, FP_VL_OP, i, "%s: %s is table-relative but the op has no table", on, opnd_name(w));
   }
+  fp_op_shape sh = fp_op_shape_of(p, op);
   if (fp_op_regions(op->code)) { /* a region table: any number of entries, no comm */
     int64_t sum, end;
     if (op->tab < 0)
@@ -664,8 +666,8 @@ static bool check_op_structure(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
     else if (op->dst.tabrel || op->src.tabrel)
       verr(v, FP_VL_OP, i, "%s: operands are not table-relative (the table places the regions)", on);
-    else if (!region_sums(&p->tabs[op->tab], op->rows < 1 ? 1 : op->rows, &sum, &end))
-      verr(v, FP_VL_OP, i, "%s: table '%s' overflows int64 over %" PRId64 " rows", on, p->tabs[op->tab].name, op->rows);
+    else if (!region_sums(&p->tabs[op->tab], sh.rows < 1 ? 1 : sh.rows, &sum, &end))
+      verr(v, FP_VL_OP, i, "%s: table '%s' overflows int64 over %" PRId64 " rows", on, p->tabs[op->tab].name, sh.rows);
     else if (sum != op->count)
       verr(v, FP_VL_OP, i, "%s: n=%" PRId64 " but the regions of table '%s' count %" PRId64, on, op->count,
            p->tabs[op->tab].name, sum);
@@ -679,9 +681,9 @@ static bool check_op_structure(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
   }
   if (op->code == FP_OP_COPY || fp_op_regions(op->code)) {
-    if (op->rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, op->rows);
-    if (op->dpitch < 0 || op->spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
-  } else if (op->rows != 1 || op->dpitch || op->spitch) {
+    if (sh.rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, sh.rows);
+    if (sh.dpitch < 0 || sh.spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
+  } else if (sh.rows != 1 || sh.dpitch || sh.spitch) {
     verr(v, FP_VL_OP, i, "%s takes no rows or pitches", on);
   }
   if (op->root != -1) {
@@ -712,6 +714,7 @@ static fp_dtype opnd_dtype(const fp_op *op, int w) {
 static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, int64_t *out) {
   const fp_prog *p = v->p;
   int64_t n = fp_op_count(p, op, g), sz = dsize(opnd_dtype(op, w)), e = 0, t;
+  fp_op_shape sh = fp_op_shape_of(p, op);
   bool ok = true;
   switch (op->code) {
     case FP_OP_ALL_GATHER:
@@ -727,8 +730,8 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
       ok = fp_mul64(w == OPND_SRC ? v->tabs[op->tab].maxend : n, sz, &e);
       break;
     case FP_OP_COPY: {
-      int64_t pitch = w == OPND_DST ? op->dpitch : op->spitch;
-      ok = fp_mul64(op->rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+      int64_t pitch = w == OPND_DST ? sh.dpitch : sh.spitch;
+      ok = fp_mul64(sh.rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
       break;
     }
     case FP_OP_SPLIT_COPY:
@@ -738,10 +741,10 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
       bool table_side = (op->code == FP_OP_SPLIT_COPY) == (w == OPND_DST);
       int64_t sum, end;
       if (table_side) {
-        ok = region_sums(&p->tabs[op->tab], op->rows, &sum, &end) && fp_mul64(end, sz, &e);
+        ok = region_sums(&p->tabs[op->tab], sh.rows, &sum, &end) && fp_mul64(end, sz, &e);
       } else {
-        int64_t pitch = w == OPND_DST ? op->dpitch : op->spitch;
-        ok = fp_mul64(op->rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+        int64_t pitch = w == OPND_DST ? sh.dpitch : sh.spitch;
+        ok = fp_mul64(sh.rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
       }
       break;
     }

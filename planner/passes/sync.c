@@ -180,7 +180,7 @@ static int64_t walk(sctx *c, int mode) {
 static fp_op sync_op(fp_opcode code, int stream, int32_t seg, int32_t event) {
   return (fp_op){.code = code, .stream = (fp_stream)stream, .dtype = FP_F32, .sdtype = FP_F32, .seg = seg,
                  .comm = -1, .only = -1, .only_comm = -1, .root = -1, .event = event, .module = -1,
-                 .bucket = -1, .group = -1, .tab = -1, .rows = 1, .dst = fp_noreg(), .src = fp_noreg(),
+                 .bucket = -1, .group = -1, .tab = -1, .shape = -1, .dst = fp_noreg(), .src = fp_noreg(),
                  .aux = fp_noreg()};
 }
 
