@@ -1266,11 +1266,28 @@ static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, co
   fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
-/* ranges by (buf, first, last), stably (fp_sort_records: qsort moved the
- * whole records, 2% of a big compile) */
+/* one buffer's ranges by (first, last), stably: most buffers have a few
+ * (insertion sort), more go to fp_sort_records (qsort moved the whole
+ * records, 2% of a big compile) */
 static uint64_t range_key(const void *rec, int k) {
   const range *r = rec;
-  return k == 0 ? (uint32_t)r->buf : (uint64_t)(uint32_t)r->first << 32 | (uint32_t)r->last;
+  (void)k;
+  return (uint64_t)(uint32_t)r->first << 32 | (uint32_t)r->last;
+}
+
+static void sort_ranges(range *r, int32_t n) {
+  if (n > 16) {
+    fp_sort_records(r, sizeof *r, n, 1, range_key);
+    return;
+  }
+  for (int32_t i = 1; i < n; i++) {
+    uint64_t k = range_key(&r[i], 0);
+    if (range_key(&r[i - 1], 0) <= k) continue;
+    range x = r[i];
+    int32_t j = i;
+    for (; j > 0 && range_key(&r[j - 1], 0) > k; j--) r[j] = r[j - 1];
+    r[j] = x;
+  }
 }
 
 /* the live ranges of transient buffers: declared ones (checked here), or
@@ -1294,18 +1311,27 @@ static bool build_ranges(vctx *v) {
       declared[l->buf] = true;
   }
   if (v->nerr == n0) {
-    v->rg = calloc((size_t)p->nlives + (size_t)p->nbufs + 1, sizeof *v->rg);
+    /* by buffer (a counting sort, stable: the declared ranges in their
+     * order, then a derived one), each buffer's by (first, last) */
+    v->rstart = calloc((size_t)p->nbufs + 2, sizeof *v->rstart);
+    int32_t *fill = malloc(((size_t)p->nbufs + 1) * sizeof *fill);
+    FP_ASSERT(v->rstart && fill);
+    for (int32_t k = 0; k < p->nlives; k++) v->rstart[p->lives[k].buf + 1]++;
+    for (int32_t b = 0; b < p->nbufs; b++) {
+      if (p->bufs[b].kind == FP_BUF_TRANSIENT && !declared[b] && first[b] >= 0) v->rstart[b + 1]++;
+      v->rstart[b + 1] += v->rstart[b];
+      fill[b] = v->rstart[b];
+    }
+    v->nrg = v->rstart[p->nbufs];
+    v->rg = calloc((size_t)v->nrg + 1, sizeof *v->rg);
     FP_ASSERT(v->rg);
     for (int32_t k = 0; k < p->nlives; k++)
-      v->rg[v->nrg++] = (range){.buf = p->lives[k].buf, .first = p->lives[k].first, .last = p->lives[k].last, .live = k};
+      v->rg[fill[p->lives[k].buf]++] =
+          (range){.buf = p->lives[k].buf, .first = p->lives[k].first, .last = p->lives[k].last, .live = k};
     for (int32_t b = 0; b < p->nbufs; b++)
-      if (p->bufs[b].kind == FP_BUF_TRANSIENT && !declared[b] && first[b] >= 0)
-        v->rg[v->nrg++] = (range){.buf = b, .first = first[b], .last = last[b], .live = -1};
-    fp_sort_records(v->rg, sizeof *v->rg, v->nrg, 2, range_key);
-    v->rstart = calloc((size_t)p->nbufs + 2, sizeof *v->rstart);
-    FP_ASSERT(v->rstart);
-    for (int32_t k = 0; k < v->nrg; k++) v->rstart[v->rg[k].buf + 1]++;
-    for (int32_t b = 0; b < p->nbufs; b++) v->rstart[b + 1] += v->rstart[b];
+      if (fill[b] < v->rstart[b + 1]) v->rg[fill[b]++] = (range){.buf = b, .first = first[b], .last = last[b], .live = -1};
+    free(fill);
+    for (int32_t b = 0; b < p->nbufs; b++) sort_ranges(v->rg + v->rstart[b], v->rstart[b + 1] - v->rstart[b]);
     for (int32_t k = 0; k < v->nrg; k++) {
       range *r = &v->rg[k];
       for (int s = 0; s < FP_NSTREAMS; s++) r->min1[s] = r->min2[s] = UINT32_MAX;
