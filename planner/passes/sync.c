@@ -249,11 +249,17 @@ static void rebuild(sctx *c, fp_prog *P) {
   FP_ASSERT(m <= cap && nadd == m - n);
   P->ops = fp_grow_raw(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops); /* every slot below m is written */
   fp_op *ops = P->ops;
+  /* one pass back to front: the added ops after old op i (add is in
+   * order of place) go in before it moves, so the array is written once,
+   * in order */
+  int32_t q = nadd - 1;
   for (int32_t i = n - 1; i >= 0; i--) {
     FP_ASSERT(newidx[i] >= i);
+    for (; q >= 0 && add[q].at > newidx[i]; q--)
+      ops[add[q].at] = sync_op(add[q].code, add[q].stream, add[q].seg, add[q].event);
     ops[newidx[i]] = ops[i];
   }
-  for (int32_t k = 0; k < nadd; k++) ops[add[k].at] = sync_op(add[k].code, add[k].stream, add[k].seg, add[k].event);
+  for (; q >= 0; q--) ops[add[q].at] = sync_op(add[q].code, add[q].stream, add[q].seg, add[q].event);
   for (int32_t k = 0; k < P->nsegs; k++) segs[k].nops = (k + 1 < P->nsegs ? segs[k + 1].first : m) - segs[k].first;
   for (int32_t k = 0; k < P->nlives; k++) {
     P->lives[k].first = newidx[P->lives[k].first];
