@@ -1289,6 +1289,29 @@ static void test_verify_rules(void **state) {
   }
 }
 
+/* op.seg (check_segments) is reported before rules 1-3, whichever op comes
+ * first: the verifier checks both on one walk and holds the other reports */
+static void test_verify_seg_first(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  int32_t ms = find_op(k.p, FP_OP_MEMSET, 0);
+  assert_true(ms < 5);
+  k.p->ops[ms].dst.buf = 70;
+  k.p->ops[5].seg = 0;
+  bool ok;
+  char *m = verify_msgs(k.p, &ok);
+  assert_false(ok);
+  const char *seg = strstr(m, "op 5: op.seg is 0 but it lies in segment 1");
+  const char *buf = strstr(m, "memset: an operand's buffer is out of range");
+  if (!seg || !buf || seg > buf) fprintf(stderr, "got:\n%s", m);
+  assert_non_null(seg);
+  assert_non_null(buf);
+  assert_true(seg < buf);
+  free(m);
+  fp_arena_free(a);
+}
+
 /* arena bytes reused between the live ranges of another buffer, ordered by
  * stream order and events: valid */
 static void test_verify_reuse_ok(void **state) {
@@ -1392,6 +1415,7 @@ int main(void) {
       cmocka_unit_test(test_plan_roundtrip),   cmocka_unit_test(test_plan_tampered), cmocka_unit_test(test_plan_red),
       cmocka_unit_test(test_plan_verified),    cmocka_unit_test(test_plan_hostile),
       cmocka_unit_test(test_verify_rules),     cmocka_unit_test(test_verify_reuse_ok),
+      cmocka_unit_test(test_verify_seg_first),
       cmocka_unit_test(test_verify_located),
       cmocka_unit_test(test_explain),
   };
