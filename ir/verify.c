@@ -1523,16 +1523,6 @@ static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y) {
   return fresh;
 }
 
-typedef struct firstrg {
-  int32_t first, rg;
-} firstrg;
-
-/* by first op, then range (both >= 0) */
-static uint64_t firstrg_key(const void *rec, int k) {
-  const firstrg *x = rec;
-  return k == 0 ? (uint64_t)(uint32_t)x->first : (uint64_t)(uint32_t)x->rg;
-}
-
 /* the transient buffers ord[0..nt) of one arena */
 static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   const fp_prog *p = v->p;
@@ -1554,32 +1544,31 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   /* the ranges of these buffers by first op, then each slot's list in that order */
   int32_t nr = 0;
   for (int32_t k = 0; k < nt; k++) nr += v->rstart[ord[k] + 1] - v->rstart[ord[k]];
-  firstrg *rs = malloc(((size_t)nr + 1) * sizeof *rs);
-  int32_t *bk = malloc(((size_t)p->nbufs + 1) * sizeof *bk);
+  /* key: first op, then range (both >= 0); value: the buffer's place in ord */
+  uint64_t *rkey = malloc(((size_t)nr + 1) * sizeof *rkey);
+  int32_t *rbuf = malloc(((size_t)nr + 1) * sizeof *rbuf);
   int64_t *start = calloc((size_t)nslots + 2, sizeof *start);
-  FP_ASSERT(rs && bk && start);
+  FP_ASSERT(rkey && rbuf && start);
   nr = 0;
   for (int32_t k = 0; k < nt; k++) {
     int32_t b = ord[k];
     const fp_ir_buf *x = &p->bufs[b];
-    bk[b] = k;
     slo[k] = fp_cut_slot(cut, u, x->offset);
     shi[k] = fp_cut_slot(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
     for (int32_t r = v->rstart[b]; r < v->rstart[b + 1]; r++) {
-      rs[nr++] = (firstrg){v->rg[r].first, r};
+      rkey[nr] = (uint64_t)(uint32_t)v->rg[r].first << 32 | (uint32_t)r;
+      rbuf[nr++] = k;
       for (int32_t z = slo[k]; z < shi[k]; z++) start[z + 1]++;
     }
   }
-  fp_sort_records(rs, sizeof *rs, nr, 2, firstrg_key);
+  fp_sort_u64(rkey, rbuf, nr);
   for (int32_t z = 0; z < nslots; z++) start[z + 1] += start[z];
   int32_t *list = malloc(((size_t)start[nslots] + 1) * sizeof *list);
   int64_t *fill = malloc(((size_t)nslots + 1) * sizeof *fill);
   FP_ASSERT(list && fill);
   for (int32_t z = 0; z < nslots; z++) fill[z] = start[z];
-  for (int32_t k = 0; k < nr; k++) {
-    int32_t b = v->rg[rs[k].rg].buf;
-    for (int32_t z = slo[bk[b]]; z < shi[bk[b]]; z++) list[fill[z]++] = rs[k].rg;
-  }
+  for (int32_t k = 0; k < nr; k++)
+    for (int32_t z = slo[rbuf[k]]; z < shi[rbuf[k]]; z++) list[fill[z]++] = (int32_t)(uint32_t)rkey[k];
   imap seen;
   imap_init(&seen, 16);
   /* forward: live together, and step 1 order */
@@ -1642,8 +1631,8 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   free(cut);
   free(slo);
   free(shi);
-  free(rs);
-  free(bk);
+  free(rkey);
+  free(rbuf);
   free(start);
   free(list);
   free(fill);
