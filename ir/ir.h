@@ -216,8 +216,9 @@ typedef struct fp_op_shape {
 
 typedef struct fp_op {
   /* one byte each (every enum here has fewer than 256 values), and the
-   * copies' rows and pitches in a table of their own: the record is 152
-   * bytes, not 192 - 2.2M ops at 100,000 units */
+   * copies' rows and pitches in a table of their own (prog.shapes): the
+   * record is 152 bytes, not 192 (full-size enums) or 176 (rows and
+   * pitches in it) - 2.2M ops at 100,000 units */
   fp_opcode code : 8;
   fp_stream stream : 8;
   fp_dtype dtype : 8;  /* element type of dst (and of a collective) */

@@ -96,7 +96,7 @@ typedef struct vctx {
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
   /* what the later rules size their state by, gathered on the walk of
-   * rules 1-3 over the sound ops (each walk of 2.2M ops reads 387 MB):
+   * rules 1-3 over the sound ops (each walk of 2.2M ops reads 334 MB):
    * per buffer its first and last use, the most uses of an op, ops per
    * stream, the largest event id and the ops that name an event */
   int32_t *ufirst, *ulast;

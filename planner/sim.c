@@ -29,7 +29,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   int *evs = malloc(sizeof *evs * ((size_t)P->nevents + 1)); /* stream of the event's last record */
   int32_t *evop = malloc(sizeof *evop * ((size_t)P->nevents + 1)); /* the op before the event's last record */
   /* what the two steps read of each op, taken on the cost model's walk:
-   * they then read 12 bytes an op, not the 176-byte ops */
+   * they then read 12 bytes an op, not the 152-byte ops */
   struct opinfo {
     int32_t seg, event;
     uint8_t code, stream;

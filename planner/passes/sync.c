@@ -48,7 +48,7 @@ typedef struct sctx {
   int32_t *afirst;
   int32_t *glast;                        /* per op: last op of its group (itself) */
   uint8_t *info;                         /* per op: its stream, and OPENS when it opens its group
-                                          * (the walks read these, not the 176-byte ops) */
+                                          * (the walks read these, not the 152-byte ops) */
   int32_t (*wp)[FP_NSTREAMS];            /* per op: producer op waited for, per stream; -1 */
   int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
   /* per op and step: its stream's clock after it. A clock counts a
@@ -194,8 +194,9 @@ typedef struct added {
 /* write the program again with the records and waits, in place: a first
  * walk gives every op its new index (never lower than its old one) and
  * lists the ops added; the ops then move back to front, so none is
- * overwritten before it moves, and the added ones fill the gaps. The op
- * array grows in place (one array, not two: 2.2M ops are 422 MB). */
+ * overwritten before it moves, and the added ones fill the gaps (written
+ * on the same pass, just before the op below them moves). The op
+ * array grows in place (one array, not two: 2.2M ops are 334 MB). */
 static void rebuild(sctx *c, fp_prog *P) {
   int32_t n = c->n;
   bool *rec = calloc((size_t)n + 1, sizeof *rec);
@@ -277,7 +278,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   cx->synced = true;
   sctx c = {.P = P, .n = P->nops};
   FP_ASSERT(P->nops < INT32_MAX / 2 - 2); /* the clocks fit snap's 32 bits */
-  /* one walk of the ops (2.2M ops are 387 MB to read) for everything the
+  /* one walk of the ops (2.2M ops are 334 MB to read) for everything the
    * walks need of them: each op's accesses (the walks read them four times
    * or more), stream, group, and what the arrays are sized by */
   fp_alias_clocks_init(P, &c.al);
