@@ -22,7 +22,7 @@ void fp_internal_error(const char *file, int line, const char *cond) {
  * the kernel hands out zeroed pages and only the pages written are ever
  * touched, so a big array's unused capacity costs neither zeroing nor
  * memory, and a growing one moves with mremap instead of a copy (2.2M ops'
- * array doubled to room for 4.2M is 805 MB, of which 422 MB are used).
+ * array doubled to room for 4M is 608 MB, of which 334 MB are used).
  * Under AddressSanitizer every chunk stays on malloc: LeakSanitizer looks
  * for pointers in malloc'd memory, not in anonymous mappings. */
 #if defined(__SANITIZE_ADDRESS__) /* gcc */

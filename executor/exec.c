@@ -98,9 +98,10 @@ static fp_dtype opnd_dtype(const fp_op *op, int w) {
   }
 }
 
-/* bytes operand w of op covers on this rank (count n, comm size G); false on
- * overflow */
-static bool opnd_extent(const fp_op *op, int w, int64_t n, int64_t G, int64_t tab_end, int64_t *out) {
+/* bytes operand w of op (rows and pitches sh) covers on this rank (count n,
+ * comm size G); false on overflow */
+static bool opnd_extent(const fp_op *op, const fp_op_shape *sh, int w, int64_t n, int64_t G, int64_t tab_end,
+                        int64_t *out) {
   int64_t sz = fp_dtype_size(opnd_dtype(op, w)), t;
   switch (op->code) {
     case FP_OP_ALL_GATHER: return fp_mul64(w == DST ? G : 1, n, &t) && fp_mul64(t, sz, out);
@@ -108,12 +109,12 @@ static bool opnd_extent(const fp_op *op, int w, int64_t n, int64_t G, int64_t ta
     case FP_OP_ALL_GATHER_V: return fp_mul64(w == DST ? tab_end : n, sz, out);
     case FP_OP_REDUCE_SCATTER_V: return fp_mul64(w == SRC ? tab_end : n, sz, out);
     case FP_OP_COPY:
-      return fp_mul64(op->rows - 1, w == DST ? op->dpitch : op->spitch, &t) && fp_mul64(n, sz, out) &&
+      return fp_mul64(sh->rows - 1, w == DST ? sh->dpitch : sh->spitch, &t) && fp_mul64(n, sz, out) &&
              fp_add64(t, *out, out);
     case FP_OP_SPLIT_COPY:
     case FP_OP_CHUNK_CAT: /* the table side ends at tab_end elements (max off + rows * cnt); the other is rows of n */
       if ((op->code == FP_OP_SPLIT_COPY) == (w == DST)) return fp_mul64(tab_end, sz, out);
-      return fp_mul64(op->rows - 1, w == DST ? op->dpitch : op->spitch, &t) && fp_mul64(n, sz, out) &&
+      return fp_mul64(sh->rows - 1, w == DST ? sh->dpitch : sh->spitch, &t) && fp_mul64(n, sz, out) &&
              fp_add64(t, *out, out);
     case FP_OP_QUANTIZE_MXFP8:
     case FP_OP_DEQUANTIZE_MXFP8:
@@ -151,7 +152,8 @@ static fp_status check_regions(fp_exec *x, const fp_op *op, const char *who, int
   *end = 0;
   for (int64_t j = 0; j < tab->n; j++) {
     int64_t e, t;
-    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fp_mul64(op->rows, tab->cnt[j], &t) || !fp_add64(tab->off[j], t, &e) ||
+    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fp_mul64(fp_op_shape_of(x->prog, op).rows, tab->cnt[j], &t) ||
+        !fp_add64(tab->off[j], t, &e) ||
         !fp_add64(sum, tab->cnt[j], &sum))
       return fpx_fail(x, FP_ERR_PLAN, "%s: region table '%s' entry %" PRId64 " is invalid", who, tab->name, j);
     if (e > *end) *end = e;
@@ -190,6 +192,7 @@ static fp_status check_buffers(fp_exec *x) {
 static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
   const fp_prog *p = x->prog;
   const fp_op *op = &p->ops[i];
+  fp_op_shape sh = fp_op_shape_of(p, op);
   char who[64];
   snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fp_op_name(op->code));
   *o = (fp_xop){.index = i,
@@ -203,9 +206,9 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
                 .G = 1,
                 .n = op->count,
                 .root = op->root,
-                .rows = op->rows,
-                .dpitch = op->dpitch,
-                .spitch = op->spitch,
+                .rows = sh.rows,
+                .dpitch = sh.dpitch,
+                .spitch = sh.spitch,
                 .alpha = op->alpha,
                 .red = op->red,
                 .off = {-1, -1, -1},
@@ -217,7 +220,7 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
   }
   int64_t tab_end = 0;
   bool regions = fp_op_regions(op->code);
-  if (regions && (op->tab < 0 || op->rows < 1 || op->dst.tabrel || op->src.tabrel))
+  if (regions && (op->tab < 0 || sh.rows < 1 || op->dst.tabrel || op->src.tabrel))
     return fpx_fail(x, FP_ERR_PLAN, "%s: needs a region table and rows >= 1", who);
   if (op->tab >= 0) {
     if (regions) FPX_CHECK(check_regions(x, op, who, &tab_end));
@@ -228,7 +231,7 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
   }
   o->n = fp_op_count(p, op, o->g);
   if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
-  if ((op->code == FP_OP_COPY || regions) && (op->rows < 1 || op->dpitch < 0 || op->spitch < 0))
+  if ((op->code == FP_OP_COPY || regions) && (sh.rows < 1 || sh.dpitch < 0 || sh.spitch < 0))
     return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
   unsigned need = operands_of(op->code);
   const fp_region *regs[3] = {&op->dst, &op->src, &op->aux};
@@ -241,7 +244,7 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
     int64_t start, ext, end, t;
     bool ok = fp_mul64(o->g, r->stride, &t) && fp_add64(r->off, t, &start);
     if (ok && r->tabrel) ok = op->tab >= 0 && fp_mul64(o->tab_off[o->g], fp_dtype_size(dt), &t) && fp_add64(start, t, &start);
-    ok = ok && opnd_extent(op, w, o->n, o->G, tab_end, &ext) && fp_add64(start, ext, &end);
+    ok = ok && opnd_extent(op, &sh, w, o->n, o->G, tab_end, &ext) && fp_add64(start, ext, &end);
     if (!ok || start < 0 || end > B->bytes)
       return fpx_fail(x, FP_ERR_PLAN,
                       "%s: %s operand lies outside buffer '%s' (%" PRId64 " bytes) on rank %" PRId64, who,

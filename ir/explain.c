@@ -111,7 +111,7 @@ static void c_count(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   int64_t mult = op->code == FP_OP_ALL_GATHER || op->code == FP_OP_REDUCE_SCATTER ? G : 1;
   bool bytes_op = op->code == FP_OP_H2D || op->code == FP_OP_D2H;
   int sz = bytes_op ? 1 : fp_dtype_size(op->dtype);
-  double b = (double)n * (double)mult * sz * (double)(op->code == FP_OP_COPY || fp_op_regions(op->code) ? op->rows : 1);
+  double b = (double)n * (double)mult * sz * (double)(op->code == FP_OP_COPY || fp_op_regions(op->code) ? fp_op_shape_of(p, op).rows : 1);
   const char *unit = "B";
   if (b >= 1024.0 * 1024 * 1024) b /= 1024.0 * 1024 * 1024, unit = "GiB";
   else if (b >= 1024.0 * 1024) b /= 1024.0 * 1024, unit = "MiB";

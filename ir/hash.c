@@ -195,9 +195,10 @@ uint64_t fp_prog_hash(const fp_prog *p) {
     wi(&s, op->event);
     wi(&s, op->module);
     wd(&s, op->alpha);
-    wi(&s, op->rows);
-    wi(&s, op->dpitch);
-    wi(&s, op->spitch);
+    fp_op_shape sh = fp_op_shape_of(p, op);
+    wi(&s, sh.rows);
+    wi(&s, sh.dpitch);
+    wi(&s, sh.spitch);
     wi(&s, op->bucket);
     wi(&s, op->group);
     bool uses = op->nuses > 0 && op->uses >= 0 && op->uses <= p->nuses - op->nuses;

@@ -360,8 +360,8 @@ size_t fp_fmt_double(char buf[40], double d) {
 }
 
 /* ---- builder ---------------------------------------------------------------- */
-/* the op record's size (ir.h packs it: a program of 2.2M ops is 387 MB) */
-_Static_assert(sizeof(fp_op) == 176, "fp_op is packed to 176 bytes");
+/* the op record's size (ir.h packs it: a program of 2.2M ops is 334 MB) */
+_Static_assert(sizeof(fp_op) == 152, "fp_op is packed to 152 bytes");
 
 fp_prog *fp_prog_new(fp_arena *a) {
   fp_prog *p = fp_alloc(a, sizeof *p);
@@ -393,7 +393,7 @@ fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src) {
   p->figures = NULL;
   /* shared: nothing may grow them either (a grown array moves) */
   p->cap_comms = p->ncomms, p->cap_tabs = p->ntabs, p->cap_mods = p->nmods, p->cap_params = p->nparams;
-  p->cap_buckets = p->nbuckets, p->cap_uses = p->nuses;
+  p->cap_buckets = p->nbuckets, p->cap_uses = p->nuses, p->cap_shapes = p->nshapes;
 #define DUP(arr, n, cap) (p->arr = dup_array(a, src->arr, src->n, &p->cap, sizeof *src->arr))
   DUP(bufs, nbufs, cap_bufs);
   DUP(segs, nsegs, cap_segs);
@@ -507,10 +507,9 @@ fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t 
   op->dtype = op->sdtype = dt;
   op->seg = p->nsegs - 1;
   op->comm = op->only = op->only_comm = op->root = op->event = -1;
-  op->module = op->bucket = op->group = op->tab = -1;
+  op->module = op->bucket = op->group = op->tab = op->shape = -1;
   op->pass = FP_PASS_FWD;
   op->count = count;
-  op->rows = 1;
   op->dst = op->src = op->aux = fp_noreg();
   p->segs[p->nsegs - 1].nops = p->nops - p->segs[p->nsegs - 1].first;
   return op;
@@ -519,6 +518,17 @@ fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t 
 void fp_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op) {
   GROW(p, lives, nlives, cap_lives);
   p->lives[p->nlives++] = (fp_ir_live){buf, first_op, last_op};
+}
+
+void fp_ir_op_shape(fp_prog *p, fp_op *op, int64_t rows, int64_t dpitch, int64_t spitch) {
+  if (rows == 1 && !dpitch && !spitch) {
+    op->shape = -1;
+    return;
+  }
+  FP_ASSERT(p->nshapes < INT32_MAX);
+  GROW(p, shapes, nshapes, cap_shapes);
+  p->shapes[p->nshapes] = (fp_op_shape){rows, dpitch, spitch};
+  op->shape = p->nshapes++;
 }
 
 void fp_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n) {

@@ -206,9 +206,19 @@ bool fp_op_reduces(fp_opcode c);
  * any number of entries, no comm) rather than one extent per rank */
 bool fp_op_regions(fp_opcode c);
 
+/* a strided copy's shape (copy, split_copy, chunk_cat): `rows` rows, each
+ * dpitch bytes apart in dst and spitch bytes apart in src. Kept in the
+ * program's table (prog.shapes), not in every op: most ops have none. */
+typedef struct fp_op_shape {
+  int64_t rows;           /* number of rows (1 for a plain copy) */
+  int64_t dpitch, spitch; /* row pitches in bytes */
+} fp_op_shape;
+
 typedef struct fp_op {
-  /* one byte each (every enum here has fewer than 256 values): the record
-   * is 176 bytes, not 192 - 2.2M ops at 100,000 units */
+  /* one byte each (every enum here has fewer than 256 values), and the
+   * copies' rows and pitches in a table of their own (prog.shapes): the
+   * record is 152 bytes, not 192 (full-size enums) or 176 (rows and
+   * pitches in it) - 2.2M ops at 100,000 units */
   fp_opcode code : 8;
   fp_stream stream : 8;
   fp_dtype dtype : 8;  /* element type of dst (and of a collective) */
@@ -229,9 +239,9 @@ typedef struct fp_op {
                         * this pass (unsharded weights and grads): prog.uses[uses
                         * .. +nuses); they count as used by this op */
   int32_t line;      /* .fpir source line it was parsed from (0: built) */
+  int32_t shape;     /* its rows and pitches: prog.shapes[shape]; -1: one row, pitches 0
+                      * (fp_op_shape_of reads them, fp_ir_op_shape sets them) */
   int64_t count;     /* elements (see ops.def); with tab >= 0, local ops use tab.cnt[g] */
-  int64_t rows;      /* copy: number of rows (1 for a plain copy) */
-  int64_t dpitch, spitch; /* copy: row pitches in bytes */
   double alpha;      /* scale: factor; compute: flops */
   fp_region dst, src, aux;
 } fp_op;
@@ -325,15 +335,23 @@ typedef struct fp_prog {
   fp_op *ops;           int32_t nops;     int64_t cap_ops;
   int32_t *uses;        int32_t nuses;    int64_t cap_uses; /* buffer ids (fp_op.uses) */
   fp_ir_live *lives;    int32_t nlives;   int64_t cap_lives; /* transient live ranges, in creation order */
+  fp_op_shape *shapes;  int32_t nshapes;  int64_t cap_shapes; /* rows and pitches (fp_op.shape) */
   int32_t nevents;
 } fp_prog;
+
+/* op's rows and pitches: {1, 0, 0} when it has none (and for a shape out
+ * of range, which the verifier reports) */
+static inline fp_op_shape fp_op_shape_of(const fp_prog *p, const fp_op *op) {
+  if (op->shape < 0 || op->shape >= p->nshapes) return (fp_op_shape){1, 0, 0};
+  return p->shapes[op->shape];
+}
 
 /* ---- builder ------------------------------------------------------------ */
 fp_prog *fp_prog_new(fp_arena *a);
 /* a copy of src for the passes (coalesce, memplan, sync), which change only
  * its ops, buffers, segments and live ranges: those are its own; the
- * communicators, tables, modules, params, bucket names and use lists are
- * shared with src, and neither program may change them after (names too);
+ * communicators, tables, modules, params, bucket names, use lists and op
+ * shapes are shared with src, and neither program may change them after (names too);
  * the derived memtl / figures are not carried */
 fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src);
 int fp_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride);
@@ -347,13 +365,16 @@ int fp_ir_event_new(fp_prog *p);
 /* open a new segment; ops emitted after go into it */
 int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro);
 /* append an op to the current segment: comm/only/root/event/module/bucket/
- * group/tab = -1, regions empty (buf -1), rows 1, sdtype = dtype */
+ * group/tab/shape = -1, regions empty (buf -1), sdtype = dtype */
 fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count);
 
 /* add a live range [first_op, last_op] to a transient buffer */
 void fp_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op);
 /* attach the buffers a compute op's pass uses (copied into prog.uses) */
 void fp_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n);
+/* give op rows and pitches: a new entry of prog.shapes, unless they are
+ * {1, 0, 0} (shape -1) */
+void fp_ir_op_shape(fp_prog *p, fp_op *op, int64_t rows, int64_t dpitch, int64_t spitch);
 
 static inline fp_region fp_reg(int buf, int64_t off) { fp_region r = {buf, false, off, 0}; return r; }
 static inline fp_region fp_reg_g(int buf, int64_t off, int64_t stride) { fp_region r = {buf, false, off, stride}; return r; }

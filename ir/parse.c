@@ -752,11 +752,11 @@ static bool op_line(parser *ps) {
   fp_opclass cls = fp_op_class((fp_opcode)code);
   fp_op o;
   memset(&o, 0, sizeof o);
+  fp_op_shape sh = {1, 0, 0};
   int dt = FP_F32, sdt = -1, nuse = -1; /* nuse: index into ps->p->uses where this op's list starts */
   bool have_dt = false;
   unsigned seen = 0;
   o.comm = o.only = o.only_comm = o.root = o.event = o.module = o.bucket = o.group = o.tab = -1;
-  o.rows = 1;
   o.pass = FP_PASS_FWD;
   o.dst = o.src = o.aux = fp_noreg();
   while (!at_eol(ps)) {
@@ -820,9 +820,9 @@ static bool op_line(parser *ps) {
         ok = end_of_field(ps);
         break;
       }
-      case K_ROWS: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.rows, "rows"); break;
-      case K_DPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.dpitch, "dpitch"); break;
-      case K_SPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.spitch, "spitch"); break;
+      case K_ROWS: ok = int_field(ps, INT64_MIN, INT64_MAX, &sh.rows, "rows"); break;
+      case K_DPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &sh.dpitch, "dpitch"); break;
+      case K_SPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &sh.spitch, "spitch"); break;
       case K_BUCKET: ok = ref_field(ps, NM_BUCKET, &o.bucket); break;
       case K_GROUP: ok = i32_field(ps, &o.group, "group"); break;
       case K_USES: ok = parse_uses(ps, &nuse); break;
@@ -843,6 +843,7 @@ static bool op_line(parser *ps) {
     o.nuses = ps->p->nuses - nuse;
   }
   *op = o;
+  fp_ir_op_shape(ps->p, op, sh.rows, sh.dpitch, sh.spitch);
   return true;
 }
 

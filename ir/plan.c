@@ -292,9 +292,10 @@ static void jop(wr *w, const fp_prog *p, int32_t i) {
       w->ok = false;
     }
   }
-  if (op->rows != 1) M_INT(w, false, "rows", op->rows);
-  if (op->dpitch) M_INT(w, false, "dpitch", op->dpitch);
-  if (op->spitch) M_INT(w, false, "spitch", op->spitch);
+  fp_op_shape sh = fp_op_shape_of(p, op);
+  if (sh.rows != 1) M_INT(w, false, "rows", sh.rows);
+  if (sh.dpitch) M_INT(w, false, "dpitch", sh.dpitch);
+  if (sh.spitch) M_INT(w, false, "spitch", sh.spitch);
   if (op->bucket != -1) M_INT(w, false, "bucket", op->bucket);
   if (op->group != -1) M_INT(w, false, "group", op->group);
   if (op->nuses > 0) {
@@ -895,15 +896,19 @@ static bool read_op(rd *r, const fp_jv *o, fp_prog *p) {
     if (p->nuses > INT32_MAX - (int64_t)nu) return rerr(r, "uses", "too many uses");
     fp_ir_op_uses(p, op, ids, (int)nu);
   }
-  return rregion(r, o, "dst", &op->dst) && rregion(r, o, "src", &op->src) && rregion(r, o, "aux", &op->aux) &&
-         rd_i32(r, o, "comm", false, -1, &op->comm) && rd_i32(r, o, "table", false, -1, &op->tab) &&
-         rd_i32(r, o, "root", false, INT32_MIN, &op->root) && rd_i32(r, o, "only", false, INT32_MIN, &op->only) &&
-         rd_i32(r, o, "only_comm", false, -1, &op->only_comm) && rd_i32(r, o, "event", false, -1, &op->event) &&
-         rd_i32(r, o, "module", false, -1, &op->module) && rd_dbl(r, o, "alpha", false, &op->alpha) &&
-         rd_int(r, o, "rows", false, INT64_MIN, INT64_MAX, &op->rows) &&
-         rd_int(r, o, "dpitch", false, INT64_MIN, INT64_MAX, &op->dpitch) &&
-         rd_int(r, o, "spitch", false, INT64_MIN, INT64_MAX, &op->spitch) && rd_i32(r, o, "bucket", false, -1, &op->bucket) &&
-         rd_i32(r, o, "group", false, INT32_MIN, &op->group);
+  fp_op_shape sh = {1, 0, 0};
+  if (!(rregion(r, o, "dst", &op->dst) && rregion(r, o, "src", &op->src) && rregion(r, o, "aux", &op->aux) &&
+        rd_i32(r, o, "comm", false, -1, &op->comm) && rd_i32(r, o, "table", false, -1, &op->tab) &&
+        rd_i32(r, o, "root", false, INT32_MIN, &op->root) && rd_i32(r, o, "only", false, INT32_MIN, &op->only) &&
+        rd_i32(r, o, "only_comm", false, -1, &op->only_comm) && rd_i32(r, o, "event", false, -1, &op->event) &&
+        rd_i32(r, o, "module", false, -1, &op->module) && rd_dbl(r, o, "alpha", false, &op->alpha) &&
+        rd_int(r, o, "rows", false, INT64_MIN, INT64_MAX, &sh.rows) &&
+        rd_int(r, o, "dpitch", false, INT64_MIN, INT64_MAX, &sh.dpitch) &&
+        rd_int(r, o, "spitch", false, INT64_MIN, INT64_MAX, &sh.spitch) && rd_i32(r, o, "bucket", false, -1, &op->bucket) &&
+        rd_i32(r, o, "group", false, INT32_MIN, &op->group)))
+    return false;
+  fp_ir_op_shape(p, op, sh.rows, sh.dpitch, sh.spitch);
+  return true;
 }
 
 /* segments tile the op array in order; ops are read segment by segment */
@@ -1565,6 +1570,7 @@ static const char *const a_op[] = {"op",     "stream", "dtype", "sdtype", "count
                                    "group",  "uses",   "red",  NULL};
 typedef struct {
   fp_op o;       /* fields as read (code, stream, dtype are ints below) */
+  fp_op_shape sh; /* rows and pitches as read */
   int code, stream, dt, sdt, pass, red;
   int32_t *uses;
   int64_t nuses, capuses;
@@ -1590,9 +1596,9 @@ static bool m_op(fr *f, void *ctx, int k) {
     case 14: return fi32(f, -1, &o->module);
     case 15: return fenum(f, n_pass, 3, &x->pass);
     case 16: return fdbl(f, &o->alpha);
-    case 17: return fint(f, INT64_MIN, INT64_MAX, &o->rows);
-    case 18: return fint(f, INT64_MIN, INT64_MAX, &o->dpitch);
-    case 19: return fint(f, INT64_MIN, INT64_MAX, &o->spitch);
+    case 17: return fint(f, INT64_MIN, INT64_MAX, &x->sh.rows);
+    case 18: return fint(f, INT64_MIN, INT64_MAX, &x->sh.dpitch);
+    case 19: return fint(f, INT64_MIN, INT64_MAX, &x->sh.spitch);
     case 20: return fi32(f, -1, &o->bucket);
     case 21: return fi32(f, INT32_MIN, &o->group);
     case 23: return fenum(f, n_red, FP_NREDOPS, &x->red);
@@ -1627,8 +1633,7 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
   o->dst = o->src = o->aux = fp_noreg();
   o->comm = o->tab = o->root = o->only = o->only_comm = o->event = o->module = o->bucket = o->group = -1;
   o->alpha = 0;
-  o->rows = 1;
-  o->dpitch = o->spitch = 0;
+  x->sh = (fp_op_shape){1, 0, 0};
   x->sdt = -1;
   x->pass = FP_PASS_FWD;
   x->red = FP_RED_SUM;
@@ -1654,9 +1659,7 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
   op->event = o->event;
   op->module = o->module;
   op->alpha = o->alpha;
-  op->rows = o->rows;
-  op->dpitch = o->dpitch;
-  op->spitch = o->spitch;
+  fp_ir_op_shape(p, op, x->sh.rows, x->sh.dpitch, x->sh.spitch);
   op->bucket = o->bucket;
   op->group = o->group;
   return true;

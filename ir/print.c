@@ -599,9 +599,10 @@ static void op_line(printer *pr, int32_t i) {
       sb_lit(l, "\talpha=");
     sb_double(l, op->alpha);
   }
-  if (op->rows != 1) FIELD(l, "rows", op->rows);
-  if (op->dpitch) FIELD(l, "dpitch", op->dpitch);
-  if (op->spitch) FIELD(l, "spitch", op->spitch);
+  fp_op_shape sh = fp_op_shape_of(pr->p, op);
+  if (sh.rows != 1) FIELD(l, "rows", sh.rows);
+  if (sh.dpitch) FIELD(l, "dpitch", sh.dpitch);
+  if (sh.spitch) FIELD(l, "spitch", sh.spitch);
   if (op->bucket != -1) {
     sb_lit(l, "\tbucket=");
     ref(pr, NM_BUCKET, op->bucket);

@@ -95,6 +95,25 @@ typedef struct vctx {
   int64_t step1end[FP_NSTREAMS]; /* each stream's own clock at the end of step 1 */
   fp_access *acc; /* scratch: one op's accesses */
   bool unordered; /* FP_VERIFY_UNORDERED: skip what the sync pass establishes */
+  /* what the later rules size their state by, gathered on the walk of
+   * rules 1-3 over the sound ops (each walk of 2.2M ops reads 334 MB):
+   * per buffer its first and last use, the most uses of an op, ops per
+   * stream, the largest event id and the ops that name an event */
+  int32_t *ufirst, *ulast;
+  int32_t maxuses, maxev, nevops;
+  int64_t per[FP_NSTREAMS];
+  bool groups_bad; /* the walk saw what check_groups reports */
+  /* while the walk of rules 1-3 also checks op.seg (check_segments' last
+   * part, whose reports come first), its own reports wait here: they are
+   * made if every op is in its segment, else dropped and the walk redone
+   * after check_segments has reported */
+  bool hold;
+  struct held {
+    fp_vloc what;
+    int64_t i;
+    char *msg;
+  } *held;
+  int32_t nheld, capheld;
   /* rule 8 is checked on the same walk as rules 4 and 6's uses (one walk
    * of the ops, not two) but reported only when rules 4 and 6 find nothing,
    * as if it ran after them: its reports wait here until then */
@@ -119,7 +138,20 @@ static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   v->nerr++;
-  v->report(v->rctx, v->p, what, i, msg);
+  if (!v->hold) {
+    v->report(v->rctx, v->p, what, i, msg);
+    return;
+  }
+  if (v->nheld == v->capheld) {
+    v->capheld = v->capheld ? 2 * v->capheld : 16;
+    v->held = realloc(v->held, (size_t)v->capheld * sizeof *v->held);
+    FP_ASSERT(v->held);
+  }
+  v->held[v->nheld].what = what;
+  v->held[v->nheld].i = i;
+  v->held[v->nheld].msg = malloc(strlen(msg) + 1);
+  FP_ASSERT(v->held[v->nheld].msg);
+  strcpy(v->held[v->nheld++].msg, msg);
 }
 
 /* ---- small helpers ------------------------------------------------------------- */
@@ -529,7 +561,15 @@ static bool check_segments(vctx *v) {
   }
   if (v->nerr == n0 && next != p->nops)
     verr(v, FP_VL_SEG, p->nsegs - 1, "segments end at op %" PRId64 " but there are %" PRId32 " ops", next, p->nops);
-  if (v->nerr != n0) return false;
+  return v->nerr == n0;
+}
+
+/* check_segments' last part, after a table without errors: each op names
+ * the segment it lies in (check_ops does it on its walk; this walk runs
+ * only when that found an op that does not) */
+static bool check_op_segs(vctx *v) {
+  const fp_prog *p = v->p;
+  int n0 = v->nerr;
   for (int32_t k = 0; k < p->nsegs; k++)
     for (int32_t i = p->segs[k].first; i < p->segs[k].first + p->segs[k].nops && !stop(v); i++)
       if (p->ops[i].seg != k) verr(v, FP_VL_OP, i, "op.seg is %" PRId32 " but it lies in segment %" PRId32, p->ops[i].seg, k);
@@ -598,6 +638,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
   RANGE(only_comm, p->ncomms, "only's comm")
   RANGE(tab, p->ntabs, "table")
   RANGE(module, p->nmods, "module")
+  RANGE(shape, p->nshapes, "shape")
   RANGE(bucket, p->nbuckets, "bucket")
   RANGE(event, p->nevents, "event")
 #undef RANGE
@@ -646,6 +687,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (present && r->tabrel && op->tab < 0)
       verr(v, FP_VL_OP, i, "%s: %s is table-relative but the op has no table", on, opnd_name(w));
   }
+  fp_op_shape sh = fp_op_shape_of(p, op);
   if (fp_op_regions(op->code)) { /* a region table: any number of entries, no comm */
     int64_t sum, end;
     if (op->tab < 0)
@@ -656,8 +698,8 @@ static bool check_op_structure(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
     else if (op->dst.tabrel || op->src.tabrel)
       verr(v, FP_VL_OP, i, "%s: operands are not table-relative (the table places the regions)", on);
-    else if (!region_sums(&p->tabs[op->tab], op->rows < 1 ? 1 : op->rows, &sum, &end))
-      verr(v, FP_VL_OP, i, "%s: table '%s' overflows int64 over %" PRId64 " rows", on, p->tabs[op->tab].name, op->rows);
+    else if (!region_sums(&p->tabs[op->tab], sh.rows < 1 ? 1 : sh.rows, &sum, &end))
+      verr(v, FP_VL_OP, i, "%s: table '%s' overflows int64 over %" PRId64 " rows", on, p->tabs[op->tab].name, sh.rows);
     else if (sum != op->count)
       verr(v, FP_VL_OP, i, "%s: n=%" PRId64 " but the regions of table '%s' count %" PRId64, on, op->count,
            p->tabs[op->tab].name, sum);
@@ -671,9 +713,9 @@ static bool check_op_structure(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
   }
   if (op->code == FP_OP_COPY || fp_op_regions(op->code)) {
-    if (op->rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, op->rows);
-    if (op->dpitch < 0 || op->spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
-  } else if (op->rows != 1 || op->dpitch || op->spitch) {
+    if (sh.rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, sh.rows);
+    if (sh.dpitch < 0 || sh.spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
+  } else if (sh.rows != 1 || sh.dpitch || sh.spitch) {
     verr(v, FP_VL_OP, i, "%s takes no rows or pitches", on);
   }
   if (op->root != -1) {
@@ -704,6 +746,7 @@ static fp_dtype opnd_dtype(const fp_op *op, int w) {
 static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, int64_t *out) {
   const fp_prog *p = v->p;
   int64_t n = fp_op_count(p, op, g), sz = dsize(opnd_dtype(op, w)), e = 0, t;
+  fp_op_shape sh = fp_op_shape_of(p, op);
   bool ok = true;
   switch (op->code) {
     case FP_OP_ALL_GATHER:
@@ -719,8 +762,8 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
       ok = fp_mul64(w == OPND_SRC ? v->tabs[op->tab].maxend : n, sz, &e);
       break;
     case FP_OP_COPY: {
-      int64_t pitch = w == OPND_DST ? op->dpitch : op->spitch;
-      ok = fp_mul64(op->rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+      int64_t pitch = w == OPND_DST ? sh.dpitch : sh.spitch;
+      ok = fp_mul64(sh.rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
       break;
     }
     case FP_OP_SPLIT_COPY:
@@ -730,10 +773,10 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
       bool table_side = (op->code == FP_OP_SPLIT_COPY) == (w == OPND_DST);
       int64_t sum, end;
       if (table_side) {
-        ok = region_sums(&p->tabs[op->tab], op->rows, &sum, &end) && fp_mul64(end, sz, &e);
+        ok = region_sums(&p->tabs[op->tab], sh.rows, &sum, &end) && fp_mul64(end, sz, &e);
       } else {
-        int64_t pitch = w == OPND_DST ? op->dpitch : op->spitch;
-        ok = fp_mul64(op->rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+        int64_t pitch = w == OPND_DST ? sh.dpitch : sh.spitch;
+        ok = fp_mul64(sh.rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
       }
       break;
     }
@@ -1082,6 +1125,33 @@ static void check_p2p(vctx *v, int32_t n) {
   free(l);
 }
 
+/* check_groups' conditions, op by op on the walk of rules 1-3, without
+ * reports: check_groups (a walk of its own) runs only when one fails */
+typedef struct groupscan {
+  imap seen;
+  int32_t cur, first;
+} groupscan;
+
+static void groupscan_init(groupscan *g) {
+  imap_init(&g->seen, 16);
+  g->cur = g->first = -1;
+}
+
+static bool groupscan_ok(groupscan *g, const fp_prog *p, int32_t i) {
+  const fp_op *op = &p->ops[i];
+  if (op->group < 0) {
+    g->cur = -1;
+    return op->group == -1;
+  }
+  if ((unsigned)op->code < FP_NOPS && fp_op_class(op->code) != FP_OPC_COMM) return false;
+  if (op->group == g->cur) return op->stream == p->ops[g->first].stream && op->seg == p->ops[g->first].seg;
+  g->cur = op->group;
+  g->first = i;
+  bool fresh;
+  imap_get_or_put(&g->seen, g->cur, i, &fresh);
+  return fresh;
+}
+
 /* grouped calls issue as one ncclGroupStart/End: contiguous, one stream,
  * one segment, communication only */
 static void check_groups(vctx *v) {
@@ -1228,11 +1298,28 @@ static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, co
   fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
-/* ranges by (buf, first, last), stably (fp_sort_records: qsort moved the
- * whole records, 2% of a big compile) */
+/* one buffer's ranges by (first, last), stably: most buffers have a few
+ * (insertion sort), more go to fp_sort_records (qsort moved the whole
+ * records, 2% of a big compile) */
 static uint64_t range_key(const void *rec, int k) {
   const range *r = rec;
-  return k == 0 ? (uint32_t)r->buf : (uint64_t)(uint32_t)r->first << 32 | (uint32_t)r->last;
+  (void)k;
+  return (uint64_t)(uint32_t)r->first << 32 | (uint32_t)r->last;
+}
+
+static void sort_ranges(range *r, int32_t n) {
+  if (n > 16) {
+    fp_sort_records(r, sizeof *r, n, 1, range_key);
+    return;
+  }
+  for (int32_t i = 1; i < n; i++) {
+    uint64_t k = range_key(&r[i], 0);
+    if (range_key(&r[i - 1], 0) <= k) continue;
+    range x = r[i];
+    int32_t j = i;
+    for (; j > 0 && range_key(&r[j - 1], 0) > k; j--) r[j] = r[j - 1];
+    r[j] = x;
+  }
 }
 
 /* the live ranges of transient buffers: declared ones (checked here), or
@@ -1240,22 +1327,9 @@ static uint64_t range_key(const void *rec, int k) {
 static bool build_ranges(vctx *v) {
   const fp_prog *p = v->p;
   int n0 = v->nerr;
-  int32_t *first = malloc(((size_t)p->nbufs + 1) * sizeof *first), *last = malloc(((size_t)p->nbufs + 1) * sizeof *last);
+  const int32_t *first = v->ufirst, *last = v->ulast; /* of every op: all are sound */
   bool *declared = calloc((size_t)p->nbufs + 1, 1);
-  FP_ASSERT(first && last && declared);
-  for (int32_t b = 0; b < p->nbufs; b++) first[b] = last[b] = -1;
-  for (int32_t i = 0; i < p->nops; i++) {
-    const fp_op *op = &p->ops[i];
-    const int32_t *extra;
-    int ne = op_bufs(p, op, &extra);
-    int32_t bs[3] = {op->dst.buf, op->src.buf, op->aux.buf};
-    for (int k = 0; k < 3 + ne; k++) {
-      int32_t b = k < 3 ? bs[k] : extra[k - 3];
-      if (b < 0) continue;
-      if (first[b] < 0) first[b] = i;
-      last[b] = i;
-    }
-  }
+  FP_ASSERT(declared);
   for (int32_t k = 0; k < p->nlives && !stop(v); k++) {
     const fp_ir_live *l = &p->lives[k];
     if (l->buf < 0 || l->buf >= p->nbufs)
@@ -1269,18 +1343,27 @@ static bool build_ranges(vctx *v) {
       declared[l->buf] = true;
   }
   if (v->nerr == n0) {
-    v->rg = calloc((size_t)p->nlives + (size_t)p->nbufs + 1, sizeof *v->rg);
+    /* by buffer (a counting sort, stable: the declared ranges in their
+     * order, then a derived one), each buffer's by (first, last) */
+    v->rstart = calloc((size_t)p->nbufs + 2, sizeof *v->rstart);
+    int32_t *fill = malloc(((size_t)p->nbufs + 1) * sizeof *fill);
+    FP_ASSERT(v->rstart && fill);
+    for (int32_t k = 0; k < p->nlives; k++) v->rstart[p->lives[k].buf + 1]++;
+    for (int32_t b = 0; b < p->nbufs; b++) {
+      if (p->bufs[b].kind == FP_BUF_TRANSIENT && !declared[b] && first[b] >= 0) v->rstart[b + 1]++;
+      v->rstart[b + 1] += v->rstart[b];
+      fill[b] = v->rstart[b];
+    }
+    v->nrg = v->rstart[p->nbufs];
+    v->rg = calloc((size_t)v->nrg + 1, sizeof *v->rg);
     FP_ASSERT(v->rg);
     for (int32_t k = 0; k < p->nlives; k++)
-      v->rg[v->nrg++] = (range){.buf = p->lives[k].buf, .first = p->lives[k].first, .last = p->lives[k].last, .live = k};
+      v->rg[fill[p->lives[k].buf]++] =
+          (range){.buf = p->lives[k].buf, .first = p->lives[k].first, .last = p->lives[k].last, .live = k};
     for (int32_t b = 0; b < p->nbufs; b++)
-      if (p->bufs[b].kind == FP_BUF_TRANSIENT && !declared[b] && first[b] >= 0)
-        v->rg[v->nrg++] = (range){.buf = b, .first = first[b], .last = last[b], .live = -1};
-    fp_sort_records(v->rg, sizeof *v->rg, v->nrg, 2, range_key);
-    v->rstart = calloc((size_t)p->nbufs + 2, sizeof *v->rstart);
-    FP_ASSERT(v->rstart);
-    for (int32_t k = 0; k < v->nrg; k++) v->rstart[v->rg[k].buf + 1]++;
-    for (int32_t b = 0; b < p->nbufs; b++) v->rstart[b + 1] += v->rstart[b];
+      if (fill[b] < v->rstart[b + 1]) v->rg[fill[b]++] = (range){.buf = b, .first = first[b], .last = last[b], .live = -1};
+    free(fill);
+    for (int32_t b = 0; b < p->nbufs; b++) sort_ranges(v->rg + v->rstart[b], v->rstart[b + 1] - v->rstart[b]);
     for (int32_t k = 0; k < v->nrg; k++) {
       range *r = &v->rg[k];
       for (int s = 0; s < FP_NSTREAMS; s++) r->min1[s] = r->min2[s] = UINT32_MAX;
@@ -1289,8 +1372,6 @@ static bool build_ranges(vctx *v) {
              " of buffer '%s' overlap", r[-1].first, r[-1].last, r->first, r->last, p->bufs[r->buf].name);
     }
   }
-  free(first);
-  free(last);
   free(declared);
   return v->nerr == n0;
 }
@@ -1306,38 +1387,18 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
   const fp_prog *p = v->p;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  /* per op its event's dense slot (-1: none), looked up once for both
-   * steps: through a table when the ids are small (a compiled plan numbers
-   * its events 0..nevents-1), else a hash map */
-  int32_t nev = 0, *eslot = malloc(((size_t)p->nops + 1) * sizeof *eslot), maxev = -1;
-  FP_ASSERT(eslot);
-  bool has_ops[FP_NSTREAMS] = {false}, synced[FP_NSTREAMS];
-  for (int32_t i = 0; i < p->nops; i++)
-    if (!v->badop[i]) {
-      if (p->ops[i].event > maxev) maxev = p->ops[i].event;
-      has_ops[p->ops[i].stream] = true;
-    }
+  /* each event's dense slot, given when the walk first meets it: through
+   * a table when the ids are small (a compiled plan numbers its events
+   * 0..nevents-1), else a hash map; at most nevops slots */
+  int32_t nev = 0, maxev = v->maxev;
+  bool has_ops[FP_NSTREAMS], synced[FP_NSTREAMS];
+  for (int t = 0; t < FP_NSTREAMS; t++) has_ops[t] = v->per[t] > 0;
   int32_t *dense = maxev <= 2 * (int64_t)p->nops + 64 ? malloc(((size_t)maxev + 2) * sizeof *dense) : NULL;
   imap ev; /* event id -> dense slot, when there is no table */
   imap_init(&ev, dense ? 0 : 16);
   for (int32_t k = 0; dense && k <= maxev; k++) dense[k] = -1;
-  for (int32_t i = 0; i < p->nops; i++) {
-    eslot[i] = -1;
-    int32_t id = p->ops[i].event;
-    if (v->badop[i] || id < 0) continue;
-    if (dense) {
-      if (dense[id] < 0) dense[id] = nev++;
-      eslot[i] = dense[id];
-    } else {
-      bool fresh;
-      eslot[i] = imap_get_or_put(&ev, id, nev, &fresh);
-      if (fresh) nev++;
-    }
-  }
-  imap_free(&ev);
-  free(dense);
-  int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)nev + 1, sizeof *evc);
-  bool *recorded = calloc((size_t)nev + 1, sizeof *recorded);
+  int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)v->nevops + 1, sizeof *evc);
+  bool *recorded = calloc((size_t)v->nevops + 1, sizeof *recorded);
   FP_ASSERT(evc && recorded);
   /* Step 2 (the next replay) only adds what crosses the step boundary. Once
    * stream s has seen all of step 1 (vc[s] >= step1end componentwise), an op
@@ -1359,7 +1420,15 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
       int s = op->stream;
-      int32_t e = eslot[i];
+      int32_t e = -1, id = op->event;
+      if (id >= 0 && dense) {
+        if (dense[id] < 0) dense[id] = nev++;
+        e = dense[id];
+      } else if (id >= 0) {
+        bool fresh;
+        e = imap_get_or_put(&ev, id, nev, &fresh);
+        nev += fresh;
+      }
       if (op->code == FP_OP_WAIT) {
         if (!recorded[e]) {
           if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
@@ -1402,9 +1471,11 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       }
     }
   }
+  FP_ASSERT(nev <= v->nevops);
+  imap_free(&ev);
+  free(dense);
   free(evc);
   free(recorded);
-  free(eslot);
 }
 
 /* Rule 6 over transient buffers that share arena bytes: every pair of live
@@ -1452,16 +1523,6 @@ static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y) {
   return fresh;
 }
 
-typedef struct firstrg {
-  int32_t first, rg;
-} firstrg;
-
-/* by first op, then range (both >= 0) */
-static uint64_t firstrg_key(const void *rec, int k) {
-  const firstrg *x = rec;
-  return k == 0 ? (uint64_t)(uint32_t)x->first : (uint64_t)(uint32_t)x->rg;
-}
-
 /* the transient buffers ord[0..nt) of one arena */
 static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   const fp_prog *p = v->p;
@@ -1483,32 +1544,31 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   /* the ranges of these buffers by first op, then each slot's list in that order */
   int32_t nr = 0;
   for (int32_t k = 0; k < nt; k++) nr += v->rstart[ord[k] + 1] - v->rstart[ord[k]];
-  firstrg *rs = malloc(((size_t)nr + 1) * sizeof *rs);
-  int32_t *bk = malloc(((size_t)p->nbufs + 1) * sizeof *bk);
+  /* key: first op, then range (both >= 0); value: the buffer's place in ord */
+  uint64_t *rkey = malloc(((size_t)nr + 1) * sizeof *rkey);
+  int32_t *rbuf = malloc(((size_t)nr + 1) * sizeof *rbuf);
   int64_t *start = calloc((size_t)nslots + 2, sizeof *start);
-  FP_ASSERT(rs && bk && start);
+  FP_ASSERT(rkey && rbuf && start);
   nr = 0;
   for (int32_t k = 0; k < nt; k++) {
     int32_t b = ord[k];
     const fp_ir_buf *x = &p->bufs[b];
-    bk[b] = k;
     slo[k] = fp_cut_slot(cut, u, x->offset);
     shi[k] = fp_cut_slot(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
     for (int32_t r = v->rstart[b]; r < v->rstart[b + 1]; r++) {
-      rs[nr++] = (firstrg){v->rg[r].first, r};
+      rkey[nr] = (uint64_t)(uint32_t)v->rg[r].first << 32 | (uint32_t)r;
+      rbuf[nr++] = k;
       for (int32_t z = slo[k]; z < shi[k]; z++) start[z + 1]++;
     }
   }
-  fp_sort_records(rs, sizeof *rs, nr, 2, firstrg_key);
+  fp_sort_u64(rkey, rbuf, nr);
   for (int32_t z = 0; z < nslots; z++) start[z + 1] += start[z];
   int32_t *list = malloc(((size_t)start[nslots] + 1) * sizeof *list);
   int64_t *fill = malloc(((size_t)nslots + 1) * sizeof *fill);
   FP_ASSERT(list && fill);
   for (int32_t z = 0; z < nslots; z++) fill[z] = start[z];
-  for (int32_t k = 0; k < nr; k++) {
-    int32_t b = v->rg[rs[k].rg].buf;
-    for (int32_t z = slo[bk[b]]; z < shi[bk[b]]; z++) list[fill[z]++] = rs[k].rg;
-  }
+  for (int32_t k = 0; k < nr; k++)
+    for (int32_t z = slo[rbuf[k]]; z < shi[rbuf[k]]; z++) list[fill[z]++] = (int32_t)(uint32_t)rkey[k];
   imap seen;
   imap_init(&seen, 16);
   /* forward: live together, and step 1 order */
@@ -1571,8 +1631,8 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   free(cut);
   free(slo);
   free(shi);
-  free(rs);
-  free(bk);
+  free(rkey);
+  free(rbuf);
   free(start);
   free(list);
   free(fill);
@@ -1620,6 +1680,69 @@ static void check_arena(vctx *v) {
 }
 
 /* ---- driver ------------------------------------------------------------------------- */
+/* rules 1-3 op by op, on one walk that also gathers what the later rules
+ * size their state by (each walk of 2.2M ops reads 334 MB): per buffer its
+ * first and last use, the most uses of an op, ops per stream, the largest
+ * event id and the ops that name one, and whether check_groups has
+ * anything to report. With segs (a segment table without errors), each
+ * op's segment too: false, at once, for an op outside the one it names. */
+static bool check_ops(vctx *v, predcache *pc, bool tables_ok, bool segs, int32_t *np2p) {
+  const fp_prog *p = v->p;
+  for (int32_t b = 0; b < p->nbufs; b++) v->ufirst[b] = v->ulast[b] = -1;
+  memset(v->badop, 0, (size_t)p->nops * sizeof *v->badop);
+  memset(v->per, 0, sizeof v->per);
+  v->maxuses = v->nevops = 0;
+  v->maxev = -1;
+  v->groups_bad = false;
+  *np2p = 0;
+  groupscan gs;
+  groupscan_init(&gs);
+  int32_t seg = 0, i = 0; /* the segment op i lies in */
+  for (; i < p->nops && !stop(v); i++) {
+    const fp_op *op = &p->ops[i];
+    int n0 = v->nerr;
+    if (segs) {
+      while (i >= p->segs[seg].first + p->segs[seg].nops) seg++;
+      if (op->seg != seg) {
+        imap_free(&gs.seen);
+        return false;
+      }
+    }
+    if (!v->groups_bad) v->groups_bad = !groupscan_ok(&gs, p, i);
+    if (!check_op_structure(v, i)) {
+      v->badop[i] = true;
+      continue;
+    }
+    check_op_dtypes(v, i);
+    if (v->nerr == n0 && tables_ok) check_op_operands(v, i);
+    if (v->nerr == n0) check_predicate(v, pc, i);
+    if (v->nerr != n0) {
+      v->badop[i] = true;
+      continue;
+    }
+    *np2p += op->code == FP_OP_SEND || op->code == FP_OP_RECV;
+    const int32_t *extra;
+    int ne = op_bufs(p, op, &extra);
+    int32_t bs[3] = {op->dst.buf, op->src.buf, op->aux.buf};
+    for (int k = 0; k < 3 + ne; k++) {
+      int32_t b = k < 3 ? bs[k] : extra[k - 3];
+      if (b < 0) continue;
+      if (v->ufirst[b] < 0) v->ufirst[b] = i;
+      v->ulast[b] = i;
+    }
+    if (op->nuses > v->maxuses) v->maxuses = op->nuses;
+    v->per[op->stream]++;
+    if (op->event > v->maxev) v->maxev = op->event;
+    v->nevops += op->event >= 0;
+  }
+  imap_free(&gs.seen);
+  for (; segs && i < p->nops; i++) { /* the ops after a stop: only their segments */
+    while (i >= p->segs[seg].first + p->segs[seg].nops) seg++;
+    if (p->ops[i].seg != seg) return false;
+  }
+  return true;
+}
+
 bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned flags) {
   vctx v = {.p = p, .report = report, .rctx = rctx, .unordered = flags & FP_VERIFY_UNORDERED};
   predcache pc = {0};
@@ -1640,19 +1763,30 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   bool tables_ok = v.nerr == 0;
   bool segs_ok = check_segments(&v);
   int32_t np2p = 0;
-  for (int32_t i = 0; i < p->nops && !stop(&v); i++) {
+  v.ufirst = malloc(((size_t)p->nbufs + 1) * sizeof *v.ufirst);
+  v.ulast = malloc(((size_t)p->nbufs + 1) * sizeof *v.ulast);
+  FP_ASSERT(v.ufirst && v.ulast);
+  if (segs_ok) {
+    /* op.seg on the same walk (2.2M ops are 334 MB to read), reports held */
     int n0 = v.nerr;
-    if (!check_op_structure(&v, i)) {
-      v.badop[i] = true;
-      continue;
+    v.hold = true;
+    bool in_segs = check_ops(&v, &pc, tables_ok, true, &np2p);
+    v.hold = false;
+    for (int32_t k = 0; k < v.nheld; k++) {
+      if (in_segs) v.report(v.rctx, p, v.held[k].what, v.held[k].i, v.held[k].msg);
+      free(v.held[k].msg);
     }
-    check_op_dtypes(&v, i);
-    if (v.nerr == n0 && tables_ok) check_op_operands(&v, i);
-    if (v.nerr == n0) check_predicate(&v, &pc, i);
-    if (v.nerr != n0) v.badop[i] = true;
-    else np2p += p->ops[i].code == FP_OP_SEND || p->ops[i].code == FP_OP_RECV;
+    v.nheld = 0;
+    if (!in_segs) { /* as if check_segments had walked the ops first */
+      v.nerr = n0;
+      segs_ok = check_op_segs(&v);
+      check_ops(&v, &pc, tables_ok, false, &np2p);
+    }
+  } else {
+    check_ops(&v, &pc, tables_ok, false, &np2p);
   }
-  if (!stop(&v)) check_groups(&v);
+  /* (it reports nothing when the walk saw nothing wrong) */
+  if (!stop(&v) && v.groups_bad) check_groups(&v);
   if (!stop(&v)) check_p2p(&v, np2p);
   if (!stop(&v) && tables_ok && segs_ok) {
     /* rule 6 needs a program whose ops are all sound; rule 4 does not */
@@ -1661,18 +1795,11 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
       /* rule 8's state */
       fp_alias_clocks_init(p, &v.al);
       v.have_al = true;
-      int32_t maxuses = 0;
-      int64_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
-      for (int32_t i = 0; i < p->nops; i++) {
-        const fp_op *op = &p->ops[i];
-        if (op->nuses > maxuses) maxuses = op->nuses;
-        if ((unsigned)op->stream < FP_NSTREAMS) per[op->stream]++;
-      }
       v.clk = calloc((size_t)v.al.ntree + 1, sizeof *v.clk);
-      v.acc = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
+      v.acc = malloc(((size_t)v.maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
       FP_ASSERT(v.clk && v.acc);
-      for (int t = 0; t < FP_NSTREAMS; t++) {
-        v.clkop[t] = malloc((2 * (size_t)per[t] + 2) * sizeof *v.clkop[t]);
+      for (int t = 0; t < FP_NSTREAMS; t++) { /* a stream ticks once per op of its own, each step */
+        v.clkop[t] = malloc((2 * (size_t)v.per[t] + 2) * sizeof *v.clkop[t]);
         FP_ASSERT(v.clkop[t]);
       }
     }
@@ -1696,9 +1823,12 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   free(v.tabs);
   free(v.tiedp);
   free(v.badop);
+  free(v.ufirst);
+  free(v.ulast);
   free(v.rg);
   free(v.rstart);
   free(v.pend);
+  free(v.held);
   return v.nerr == 0;
 }
 

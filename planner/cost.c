@@ -182,14 +182,20 @@ static fp_cost comm_cost(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
   return c;
 }
 
+/* a copy's rows (at least 1) */
+static int64_t rows_of(const fp_prog *P, const fp_op *op) {
+  int64_t rows = fp_op_shape_of(P, op).rows;
+  return rows > 0 ? rows : 1;
+}
+
 /* bytes a local kernel reads and writes */
 static double local_bytes(const fp_prog *P, const fp_op *op) {
   double n = max_count(P, op), d = fp_dtype_size(op->dtype), s = fp_dtype_size(op->sdtype);
   switch (op->code) {
     case FP_OP_CAST: return n * (s + d);
-    case FP_OP_COPY: return (double)(op->rows > 0 ? op->rows : 1) * n * d * 2;
+    case FP_OP_COPY: return (double)rows_of(P, op) * n * d * 2;
     case FP_OP_SPLIT_COPY:
-    case FP_OP_CHUNK_CAT: return (double)(op->rows > 0 ? op->rows : 1) * n * (d + s); /* n: one row of every region */
+    case FP_OP_CHUNK_CAT: return (double)rows_of(P, op) * n * (d + s); /* n: one row of every region */
     case FP_OP_ADD: return n * (2 * d + s);
     case FP_OP_SCALE: return n * d * 2;
     case FP_OP_MEMSET: return n * d;

@@ -63,7 +63,7 @@ fp_op *fp_lw_convert(fp_lower *lw, fp_dtype dt, fp_dtype sdt, int64_t count, fp_
   op->src = src;
   if (op->code == FP_OP_COPY) {
     int64_t es = fp_dtype_size(dt);
-    op->dpitch = op->spitch = count * es;
+    fp_ir_op_shape(lw->P, op, 1, count * es, count * es);
   }
   return op;
 }
@@ -394,10 +394,9 @@ static void unshard_unit(fp_lower *lw, int b, bool trainable_only) {
     int t = unit_regions(lw, b, j0, j1, &n);
     op = fp_lw_emit(lw, FP_OP_SPLIT_COPY, B->mp.param, n);
     op->tab = t;
-    op->rows = lw->L->G;
+    fp_ir_op_shape(lw->P, op, lw->L->G, 0, S * es);
     op->dst = fp_reg(u, 0);
     op->src = fp_reg(gst, bucket_param(lw, b, j0)->gstage_off);
-    op->spitch = S * es;
   }
 }
 
@@ -631,9 +630,8 @@ static void reduce_unit(fp_lower *lw, int b, int micro, bool last) {
     op = fp_lw_emit(lw, FP_OP_CHUNK_CAT, rd, n);
     op->sdtype = pd;
     op->tab = t;
-    op->rows = lw->L->G;
+    fp_ir_op_shape(lw->P, op, lw->L->G, S * er, 0);
     op->dst = fp_reg(rst, bucket_param(lw, b, j0)->rstage_off);
-    op->dpitch = S * er;
     op->src = fp_reg(bb[FP_BB_UGRAD], 0);
   }
   divide dv = fsdp2_divide(lw, rd);
@@ -702,7 +700,10 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
         op->src = fp_reg(io.dbuf, io.doff);
       }
       on_slot(lw, p, op);
-      if (op->code == FP_OP_COPY) op->dpitch = op->spitch = op->count * fp_dtype_size(op->dtype);
+      if (op->code == FP_OP_COPY) {
+        int64_t pitch = op->count * fp_dtype_size(op->dtype);
+        fp_ir_op_shape(lw->P, op, 1, pitch, pitch);
+      }
     }
     if (last && defer && !p->replicated) { /* the micro-batches' sum, once across the replicas */
       op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->grad_dtype, p->slot);
@@ -891,7 +892,7 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids, con
         op->comm = lw->c_reshard[b];
         op->dst = fp_reg(r, 0);
         op->src = fp_reg_g(u, 0, B->reshard_chunk);
-        op->dpitch = op->spitch = B->reshard_chunk;
+        fp_ir_op_shape(lw->P, op, 1, B->reshard_chunk, B->reshard_chunk);
       }
       close_buf(lw, u);
     }

@@ -28,13 +28,21 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   double *ev = malloc(sizeof *ev * ((size_t)P->nevents + 1));
   int *evs = malloc(sizeof *evs * ((size_t)P->nevents + 1)); /* stream of the event's last record */
   int32_t *evop = malloc(sizeof *evop * ((size_t)P->nevents + 1)); /* the op before the event's last record */
-  FP_ASSERT(dur && lead && ev && evs && evop);
+  /* what the two steps read of each op, taken on the cost model's walk:
+   * they then read 12 bytes an op, not the 152-byte ops */
+  struct opinfo {
+    int32_t seg, event;
+    uint8_t code, stream;
+  } *oi = malloc(sizeof *oi * ((size_t)n + 1));
+  FP_ASSERT(dur && lead && ev && evs && evop && oi);
 
   for (int32_t i = 0; i < n;) {
     const fp_op *op = &P->ops[i];
     int32_t j = i + 1;
+    oi[i] = (struct opinfo){op->seg, op->event, (uint8_t)op->code, (uint8_t)op->stream};
     if (op->group >= 0 && fp_op_class(op->code) == FP_OPC_COMM) {
-      while (j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream) j++;
+      for (; j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream; j++)
+        oi[j] = (struct opinfo){P->ops[j].seg, P->ops[j].event, (uint8_t)P->ops[j].code, (uint8_t)P->ops[j].stream};
       dur[i] = fp_cost_group_us(P, i, j - i, hw);
     } else {
       dur[i] = fp_cost_op_us(P, op, hw);
@@ -58,11 +66,11 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
     if (rep)
       for (int s = 0; s < FP_NSTREAMS; s++) t0 = fmax(t0, clock[s]);
     for (int32_t i = 0; i < n; i++) {
-      const fp_op *op = &P->ops[i];
+      const struct opinfo *op = &oi[i];
       int s = op->stream;
       FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
       fp_sim_seg *sg = &out->segs[op->seg];
-      fp_opclass cls = fp_op_class(op->code);
+      fp_opclass cls = fp_op_class((fp_opcode)op->code);
       double st, en;
       if (lead[i] != i) { /* a later member of a grouped call: runs with the first */
         st = out->start_us[lead[i]];
@@ -127,6 +135,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   FP_ASSERT(P->nsegs == 0 ? n == 0 : P->segs[0].first == 0 && P->segs[P->nsegs - 1].first + P->segs[P->nsegs - 1].nops == n);
   free(dur);
   free(lead);
+  free(oi);
   free(ev);
   free(evop);
   free(evs);
@@ -141,7 +150,6 @@ typedef struct {
   int order;
   int cat;
   int64_t bytes;
-  int64_t seq; /* tie-break: creation order, for a deterministic sort */
 } mem_ev;
 
 /* a double's sort key: unsigned order is the numeric order (-0 as +0) */
@@ -152,25 +160,40 @@ static uint64_t time_key(double t) {
   return u >> 63 ? ~u : u | (uint64_t)1 << 63;
 }
 
-static uint64_t ev_key(const void *rec, int k) {
-  const mem_ev *e = rec;
-  return k == 0 ? time_key(e->t) : (uint64_t)e->order;
-}
-
+/* the events, each range's two added at once; room for all of them is
+ * made before (no growth) */
 typedef struct {
   mem_ev *v;
   int64_t n, cap;
-  fp_arena *a;
 } ev_list;
 
 static void add_range(ev_list *L, double t0, double t1, int cat, int64_t bytes) {
   if (bytes <= 0) return;
-  L->v = fp_grow(L->a, L->v, &L->cap, L->n + 2, sizeof *L->v);
+  FP_ASSERT(L->n + 2 <= L->cap);
   bool zero = !(t1 > t0);
-  L->v[L->n] = (mem_ev){t0, 1, cat, bytes, L->n};
-  L->n++;
-  L->v[L->n] = (mem_ev){zero ? t0 : t1, zero ? 2 : 0, cat, -bytes, L->n};
-  L->n++;
+  L->v[L->n++] = (mem_ev){t0, 1, cat, bytes};
+  L->v[L->n++] = (mem_ev){zero ? t0 : t1, zero ? 2 : 0, cat, -bytes};
+}
+
+/* the events by (t, order), equal ones in the order they were added: two
+ * stable radix sorts of an index (by order, then by time) and one gather
+ * into a new list, which replaces L's */
+static void sort_events(ev_list *L) {
+  int64_t n = L->n;
+  FP_ASSERT(n <= INT32_MAX);
+  uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
+  int32_t *ord = malloc(((size_t)n + 1) * sizeof *ord);
+  mem_ev *out = malloc(((size_t)n + 1) * sizeof *out);
+  FP_ASSERT(key && ord && out);
+  for (int64_t i = 0; i < n; i++) key[i] = (uint64_t)L->v[i].order, ord[i] = (int32_t)i;
+  fp_sort_u64(key, ord, n);
+  for (int64_t i = 0; i < n; i++) key[i] = time_key(L->v[ord[i]].t);
+  fp_sort_u64(key, ord, n);
+  for (int64_t i = 0; i < n; i++) out[i] = L->v[ord[i]];
+  free(key);
+  free(ord);
+  free(L->v);
+  L->v = out;
 }
 
 /* a live range of one buffer and the time span of the ops in it that use it */
@@ -183,6 +206,22 @@ typedef struct {
 static int cmp_span(const void *x, const void *y) {
   const span *a = x, *b = y;
   return a->first - b->first;
+}
+
+/* one buffer's ranges by first op (distinct: a buffer's ranges do not
+ * overlap); most buffers have two or three, which qsort would call a
+ * function per comparison for */
+static void sort_spans(span *sp, int32_t n) {
+  if (n > 16) {
+    qsort(sp, (size_t)n, sizeof *sp, cmp_span);
+    return;
+  }
+  for (int32_t i = 1; i < n; i++) {
+    span x = sp[i];
+    int32_t j = i;
+    for (; j > 0 && sp[j - 1].first > x.first; j--) sp[j] = sp[j - 1];
+    sp[j] = x;
+  }
 }
 
 static void touch(span *sp, const int32_t *rs, int32_t nb, int32_t buf, int32_t i, double st, double en) {
@@ -242,7 +281,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   for (int32_t b = 0; b < nb; b++)
     if (fill[b] < rs[b + 1]) sp[fill[b]++] = (span){0, P->nops - 1, 0, 0, false}; /* the implicit range */
   for (int32_t b = 0; b < nb; b++)
-    if (rs[b + 1] - rs[b] > 1) qsort(sp + rs[b], (size_t)(rs[b + 1] - rs[b]), sizeof *sp, cmp_span);
+    if (rs[b + 1] - rs[b] > 1) sort_spans(sp + rs[b], rs[b + 1] - rs[b]);
 
   /* the time span of each range's uses, the step's, and the compute ops
    * (the activations' below: one walk of the ops) */
@@ -256,7 +295,10 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
     if (P->ops[i].code == FP_OP_COMPUTE) cids[nc++] = i;
   }
 
-  ev_list L = {.a = a};
+  /* at most one range per span and two per compute op (the activations') */
+  ev_list L = {.cap = 2 * ((int64_t)nsp + 2 * nc) + 2};
+  L.v = malloc((size_t)L.cap * sizeof *L.v);
+  FP_ASSERT(L.v);
   __int128 cur[FP_MEMTL_NCATS] = {0};
   for (int32_t b = 0; b < nb; b++) {
     const fp_ir_buf *B = &P->bufs[b];
@@ -290,9 +332,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   free(pair);
   free(cids);
 
-  /* by (t, order, seq): the list is in seq order, and fp_sort_records is
-   * stable (qsort cost 3% of a big compile) */
-  fp_sort_records(L.v, sizeof *L.v, L.n, 2, ev_key);
+  sort_events(&L);
   int64_t cap = 0;
   tl->pts = fp_grow(a, NULL, &cap, 1, sizeof *tl->pts);
   tl->npts = 1; /* the persistent buffers, from the start of the step */
@@ -320,6 +360,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
     tl->pts[tl->npts++] = q;
   }
   fp_memtl_maxima(tl, &tl->peak_bytes, &tl->lower_bound_bytes);
+  free(L.v);
   free(rs);
   free(sp);
   free(fill);
@@ -343,7 +384,7 @@ void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1
     sp[fill[l->buf]++] = (span){l->first, l->last, (double)k, 0, false};
   }
   for (int32_t b = 0; b < nb; b++)
-    if (rs[b + 1] - rs[b] > 1) qsort(sp + rs[b], (size_t)(rs[b + 1] - rs[b]), sizeof *sp, cmp_span);
+    if (rs[b + 1] - rs[b] > 1) sort_spans(sp + rs[b], rs[b + 1] - rs[b]);
   for (int32_t k = 0; k < P->nlives; k++) idx[k] = (int32_t)sp[k].t0, sp[k].t0 = 0;
   for (int32_t i = 0; i < P->nops; i++) touch_op(sp, rs, nb, P, S, i);
   for (int32_t k = 0; k < P->nlives; k++) {

@@ -87,7 +87,8 @@ static fp_plan *every_op_plan(void) {
   o = tp_op(&t, FP_OP_SCALE, FP_STREAM_COMPUTE, FP_F32, N);
   o->alpha = 0.37, o->dst = fp_reg(b_c32, 0);
   o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, W_ELEMS);
-  o->rows = ROWS, o->dpitch = DP * 4, o->spitch = SP * 4, o->dst = fp_reg(b_cp, 4), o->src = fp_reg(b_a32, 12);
+  o->dst = fp_reg(b_cp, 4), o->src = fp_reg(b_a32, 12);
+  fp_ir_op_shape(t.p, o, ROWS, DP * 4, SP * 4);
   o = tp_op(&t, FP_OP_MEMSET, FP_STREAM_COMPUTE, FP_F16, 150);
   o->dst = fp_reg(b_ms, 6);
   o = tp_op(&t, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_COMPUTE, FP_BF16, N / 32 * 32);

@@ -287,11 +287,14 @@ static void case_regions(void) {
   int r1 = tp_buf(&t, "rows16", R * 6 * 4, false), r2 = tp_buf(&t, "rows32", R * 6 * 4, false);
   fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_SPLIT_COPY, FP_STREAM_AG, FP_F32, 5);
-  o->tab = tab, o->rows = R, o->spitch = 6 * 4, o->dst = fp_reg(u, 0), o->src = fp_reg(st, 0);
+  o->tab = tab, o->dst = fp_reg(u, 0), o->src = fp_reg(st, 0);
+  fp_ir_op_shape(t.p, o, R, 0, 6 * 4);
   o = tp_op(&t, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 5); /* bf16 -> fp32 as it copies */
-  o->sdtype = FP_BF16, o->tab = tab, o->rows = R, o->dpitch = 6 * 4, o->dst = fp_reg(r1, 0), o->src = fp_reg(g16, 0);
+  o->sdtype = FP_BF16, o->tab = tab, o->dst = fp_reg(r1, 0), o->src = fp_reg(g16, 0);
+  fp_ir_op_shape(t.p, o, R, 6 * 4, 0);
   o = tp_op(&t, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 5);
-  o->tab = tab, o->rows = R, o->dpitch = 6 * 4, o->dst = fp_reg(r2, 0), o->src = fp_reg(g32, 0);
+  o->tab = tab, o->dst = fp_reg(r2, 0), o->src = fp_reg(g32, 0);
+  fp_ir_op_shape(t.p, o, R, 6 * 4, 0);
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   float *S = tp_mem(x, st), *U = tp_mem(x, u), *G32 = tp_mem(x, g32), *R1 = tp_mem(x, r1), *R2 = tp_mem(x, r2);
@@ -342,7 +345,8 @@ static void case_local(void) {
   o = tp_op(&t, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_COMPUTE, FP_F32, n);
   o->sdtype = FP_E4M3, o->dst = fp_reg(dq, 0), o->src = fp_reg(mx, 0), o->aux = fp_reg(sc, 0);
   o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, 3); /* 4 rows of 3 out of rows of 16 */
-  o->rows = 4, o->dpitch = 16 * 4, o->spitch = 8 * 4, o->dst = fp_reg(cp, 4), o->src = fp_reg(a, 8);
+  o->dst = fp_reg(cp, 4), o->src = fp_reg(a, 8);
+  fp_ir_op_shape(t.p, o, 4, 16 * 4, 8 * 4);
   o = tp_op(&t, FP_OP_MEMSET, FP_STREAM_COMPUTE, FP_F32, n - 2);
   o->dst = fp_reg(z, 4);
   o = tp_op(&t, FP_OP_D2H, FP_STREAM_RS, FP_U8, n * 4);
@@ -403,7 +407,8 @@ static void case_events(void) {
   for (int e = 0; e < 6; e++) fp_ir_event_new(t.p);
   fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_COPY, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg_g(w, 0, n * 4), o->src = fp_reg(mainb, 0), o->dpitch = o->spitch = n * 4;
+  o->comm = t.world, o->dst = fp_reg_g(w, 0, n * 4), o->src = fp_reg(mainb, 0);
+  fp_ir_op_shape(t.p, o, 1, n * 4, n * 4);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
   o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, n * 4);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_AG, 0);
@@ -416,7 +421,8 @@ static void case_events(void) {
   fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 0);
   o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, (int64_t)W * n);
-  o->dst = fp_reg(seen, 0), o->src = fp_reg(w, 0), o->dpitch = o->spitch = (int64_t)W * n * 4;
+  o->dst = fp_reg(seen, 0), o->src = fp_reg(w, 0);
+  fp_ir_op_shape(t.p, o, 1, (int64_t)W * n * 4, (int64_t)W * n * 4);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_COMPUTE, 1);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 4);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_RS, 3);

@@ -77,7 +77,8 @@ static tprog base_w(int W) {
   fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   fp_op *o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, 64);
-  o->comm = t.world, o->dst = fp_reg_g(w, 0, 256), o->src = fp_reg(mainb, 0), o->dpitch = o->spitch = 256;
+  o->comm = t.world, o->dst = fp_reg_g(w, 0, 256), o->src = fp_reg(mainb, 0);
+  fp_ir_op_shape(t.p, o, 1, 256, 256);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_COMPUTE, FP_F32, 64);
   o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, 256);
   fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);

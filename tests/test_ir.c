@@ -210,9 +210,7 @@ static kit kitchen(fp_arena *a) {
   o->root = 1;
   o->group = 7;
   o = emit(p, FP_OP_COPY, FP_STREAM_RS, FP_F32, 16);
-  o->rows = 4;
-  o->dpitch = 64;
-  o->spitch = 128;
+  fp_ir_op_shape(p, o, 4, 64, 128);
   o->dst = fp_reg(k.grad, 0);
   o->src = fp_reg(k.rin, 0);
   /* fsdp2's copy-out and chunk_cat over a region table: two regions of 4
@@ -223,15 +221,13 @@ static kit kitchen(fp_arena *a) {
   int rtab = fp_ir_table_add(p, "b0.regions", 2, roff, rcnt);
   o = emit(p, FP_OP_SPLIT_COPY, FP_STREAM_RS, FP_F32, 8);
   o->tab = rtab;
-  o->rows = 2;
-  o->spitch = 32;
+  fp_ir_op_shape(p, o, 2, 0, 32);
   o->dst = fp_reg(k.rin, 0);
   o->src = fp_reg(k.rin, 128);
   o = emit(p, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 8);
   o->sdtype = FP_BF16;
   o->tab = rtab;
-  o->rows = 2;
-  o->dpitch = 32;
+  fp_ir_op_shape(p, o, 2, 32, 0);
   o->dst = fp_reg(k.rin, 256);
   o->src = fp_reg(k.rin, 384);
   o = emit(p, FP_OP_QUANTIZE_MXFP8, FP_STREAM_RS, FP_E4M3, 64);
@@ -337,7 +333,8 @@ static void test_builder(void **state) {
   assert_int_equal(o->group, -1);
   assert_int_equal(o->tab, -1);
   assert_int_equal(o->dst.buf, -1);
-  assert_int_equal(o->rows, 1);
+  assert_int_equal(o->shape, -1);
+  assert_int_equal(fp_op_shape_of(p, o).rows, 1);
   assert_int_equal(o->sdtype, FP_BF16);
   assert_int_equal(o->count, 5);
   assert_int_equal(p->segs[0].nops, 1);
@@ -382,14 +379,15 @@ static bool region_equal(const fp_region *a, const fp_region *b) {
 }
 
 /* every field but line (structs have padding: no memcmp) */
-static bool op_equal(const fp_op *a, const fp_op *b) {
+static bool op_equal(const fp_prog *pa, const fp_op *a, const fp_prog *pb, const fp_op *b) {
+  fp_op_shape sa = fp_op_shape_of(pa, a), sb = fp_op_shape_of(pb, b);
   bool alpha = (isnan(a->alpha) && isnan(b->alpha)) ||
                (a->alpha == b->alpha && signbit(a->alpha) == signbit(b->alpha));
   return a->code == b->code && a->stream == b->stream && a->dtype == b->dtype && a->sdtype == b->sdtype &&
          a->seg == b->seg && a->comm == b->comm && a->only == b->only && a->only_comm == b->only_comm &&
          a->root == b->root && a->event == b->event && a->module == b->module && a->pass == b->pass &&
          a->bucket == b->bucket && a->group == b->group && a->tab == b->tab && a->count == b->count &&
-         a->rows == b->rows && a->dpitch == b->dpitch && a->spitch == b->spitch && alpha &&
+         sa.rows == sb.rows && sa.dpitch == sb.dpitch && sa.spitch == sb.spitch && alpha &&
          region_equal(&a->dst, &b->dst) && region_equal(&a->src, &b->src) && region_equal(&a->aux, &b->aux);
 }
 
@@ -422,7 +420,7 @@ static void roundtrip(const fp_prog *p) {
   assert_true(fp_prog_hash(q) == fp_prog_hash(p));
   /* the structs agree too (parsed ops carry their line) */
   assert_int_equal(q->nops, p->nops);
-  for (int32_t i = 0; i < p->nops; i++) assert_true(op_equal(&p->ops[i], &q->ops[i]));
+  for (int32_t i = 0; i < p->nops; i++) assert_true(op_equal(p, &p->ops[i], q, &q->ops[i]));
   assert_int_equal(q->nsegs, p->nsegs);
   for (int32_t i = 0; i < p->nsegs; i++) {
     const fp_seg *x = &p->segs[i], *y = &q->segs[i];
@@ -573,9 +571,7 @@ static void test_odd_roundtrip(void **state) {
   o->bucket = 0;
   o->group = INT32_MAX;
   o->tab = 9;
-  o->rows = 0;
-  o->dpitch = -1;
-  o->spitch = INT64_MIN;
+  fp_ir_op_shape(p, o, 0, -1, INT64_MIN);
   o->alpha = -0.0;
   o = fp_ir_emit(p, FP_OP_RECORD, FP_STREAM_AG, FP_BF16, 3);
   o->alpha = 1.0 / 3.0;
@@ -1099,7 +1095,7 @@ static void m_table_n(kit *k) { k->p->tabs[0].n = 1; }
 
 /* rule 2: bounds */
 static void m_ag_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].count = 65; }
-static void m_copy_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_COPY, 0)].rows = 5; }
+static void m_copy_bounds(kit *k) { k->p->shapes[k->p->ops[find_op(k->p, FP_OP_COPY, 0)].shape].rows = 5; }
 static void m_tab_entry(kit *k) { k->p->tabs[0].off[1] = 65; }
 static void m_aux_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_QUANTIZE_MXFP8, 0)].aux.off = 255; }
 static void m_stride_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].dst.stride = 200; }
@@ -1293,6 +1289,29 @@ static void test_verify_rules(void **state) {
   }
 }
 
+/* op.seg (check_segments) is reported before rules 1-3, whichever op comes
+ * first: the verifier checks both on one walk and holds the other reports */
+static void test_verify_seg_first(void **state) {
+  (void)state;
+  fp_arena *a = fp_arena_new();
+  kit k = kitchen(a);
+  int32_t ms = find_op(k.p, FP_OP_MEMSET, 0);
+  assert_true(ms < 5);
+  k.p->ops[ms].dst.buf = 70;
+  k.p->ops[5].seg = 0;
+  bool ok;
+  char *m = verify_msgs(k.p, &ok);
+  assert_false(ok);
+  const char *seg = strstr(m, "op 5: op.seg is 0 but it lies in segment 1");
+  const char *buf = strstr(m, "memset: an operand's buffer is out of range");
+  if (!seg || !buf || seg > buf) fprintf(stderr, "got:\n%s", m);
+  assert_non_null(seg);
+  assert_non_null(buf);
+  assert_true(seg < buf);
+  free(m);
+  fp_arena_free(a);
+}
+
 /* arena bytes reused between the live ranges of another buffer, ordered by
  * stream order and events: valid */
 static void test_verify_reuse_ok(void **state) {
@@ -1396,6 +1415,7 @@ int main(void) {
       cmocka_unit_test(test_plan_roundtrip),   cmocka_unit_test(test_plan_tampered), cmocka_unit_test(test_plan_red),
       cmocka_unit_test(test_plan_verified),    cmocka_unit_test(test_plan_hostile),
       cmocka_unit_test(test_verify_rules),     cmocka_unit_test(test_verify_reuse_ok),
+      cmocka_unit_test(test_verify_seg_first),
       cmocka_unit_test(test_verify_located),
       cmocka_unit_test(test_explain),
   };

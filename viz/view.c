@@ -53,7 +53,7 @@ int64_t fp_viz_bytes(const fp_viz *v, int32_t i, int64_t r) {
   } else if (op->code == FP_OP_ALL_GATHER || op->code == FP_OP_REDUCE_SCATTER) {
     n *= G;
   } else if (op->code == FP_OP_COPY || fp_op_regions(op->code)) {
-    n *= op->rows;
+    n *= fp_op_shape_of(p, op).rows;
   }
   return n * sz;
 }

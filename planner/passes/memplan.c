@@ -255,17 +255,23 @@ static const char *human(fp_arena *a, int64_t b) {
 }
 
 /* the trainer's activations: live from a module's forward compute op to the
- * backward that frees them (fp_ir_activation_pairs), or to the end. A
+ * backward that frees them (fp_ir_activation_pairs_of), or to the end. A
  * recomputed module keeps only its saved bytes in between: its activations
  * live during its forward op and again during its backward op (which
- * recomputes them) */
+ * recomputes them). One walk of the ops lists the compute ops; the pairs
+ * and the deltas come from the list. */
 static void activation_deltas(const fp_prog *p, int64_t *delta) {
-  int32_t *pair = malloc(sizeof *pair * ((size_t)p->nops + 1));
+  int32_t *cids = malloc(sizeof *cids * ((size_t)p->nops + 1)), nc = 0;
+  FP_ASSERT(cids);
+  for (int32_t i = 0; i < p->nops; i++)
+    if (p->ops[i].code == FP_OP_COMPUTE) cids[nc++] = i;
+  int32_t *pair = malloc(sizeof *pair * ((size_t)nc + 1)); /* positions in cids */
   FP_ASSERT(pair);
-  fp_ir_activation_pairs(p, pair);
-  for (int32_t i = 0; i < p->nops; i++) {
+  fp_ir_activation_pairs_of(p, cids, nc, pair);
+  for (int32_t k = 0; k < nc; k++) {
+    int32_t i = cids[k];
     const fp_op *op = &p->ops[i];
-    if (op->code != FP_OP_COMPUTE || op->module < 0) continue;
+    if (op->module < 0) continue;
     const fp_ir_module *M = &p->mods[op->module];
     if (op->pass == FP_PASS_BWD) {
       if (M->recompute) delta[i] += M->activation_bytes, delta[i + 1] -= M->activation_bytes;
@@ -275,9 +281,10 @@ static void activation_deltas(const fp_prog *p, int64_t *delta) {
     int64_t b = M->recompute ? M->saved_bytes : M->activation_bytes;
     if (M->recompute) delta[i] += M->activation_bytes, delta[i + 1] -= M->activation_bytes;
     delta[i] += b;
-    delta[(pair[i] >= 0 ? pair[i] : p->nops - 1) + 1] -= b;
+    delta[(pair[k] >= 0 ? cids[pair[k]] : p->nops - 1) + 1] -= b;
   }
   free(pair);
+  free(cids);
 }
 
 static void report_peak(fp_pass_ctx *c, const fp_prog *p, const fp_ir_live *lv, int32_t at, int64_t need,

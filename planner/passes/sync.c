@@ -32,6 +32,13 @@ enum {
   CHECK,   /* count the conflicts the decided waits leave unordered */
 };
 
+enum {
+  STREAM = 0x3f,  /* sctx.info: the op's stream */
+  COMPUTE = 0x40, /* sctx.info: the op is a compute op */
+  OPENS = 0x80,   /* sctx.info: the op opens its group (or is alone) */
+};
+_Static_assert(FP_NSTREAMS <= STREAM + 1, "a stream fits sctx.info");
+
 typedef struct sctx {
   const fp_prog *P;
   int32_t n;
@@ -40,6 +47,8 @@ typedef struct sctx {
   fp_access *acc;    /* every op's accesses (fp_op_accesses), op i's at acc[afirst[i] .. afirst[i + 1]) */
   int32_t *afirst;
   int32_t *glast;                        /* per op: last op of its group (itself) */
+  uint8_t *info;                         /* per op: its stream, and OPENS when it opens its group
+                                          * (the walks read these, not the 152-byte ops) */
   int32_t (*wp)[FP_NSTREAMS];            /* per op: producer op waited for, per stream; -1 */
   int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
   /* per op and step: its stream's clock after it. A clock counts a
@@ -72,7 +81,6 @@ static const int32_t *rec_clock(const sctx *c, int32_t p, int32_t i, int step) {
 /* one walk over two steps: ANALYZE decides waits; CHECK counts conflicts
  * left unordered by the waits decided so far */
 static int64_t walk(sctx *c, int mode) {
-  const fp_prog *P = c->P;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
   fp_alias_clocks_reset(&c->al);
@@ -93,10 +101,10 @@ static int64_t walk(sctx *c, int mode) {
         unsynced += !synced[t];
       }
     for (int32_t i = 0; i < c->n; i++) {
-      const fp_op *op = &P->ops[i];
-      int s = op->stream;
+      int s = c->info[i] & STREAM;
+      bool opens = c->info[i] & OPENS;
       if (step == 2 && !unsynced) break;
-      if (group_first(P, i)) {
+      if (opens) {
         /* the waits decided before this op (or group) */
         for (int t = 0; t < FP_NSTREAMS; t++)
           if (c->wp[i][t] >= 0) {
@@ -109,7 +117,7 @@ static int64_t walk(sctx *c, int mode) {
           if (all) synced[s] = true, unsynced--;
         }
       }
-      if (group_first(P, i) && !(step == 2 && synced[s])) {
+      if (opens && !(step == 2 && synced[s])) {
         /* what the op (group) needs from the other streams */
         int64_t need[FP_NSTREAMS] = {0};
         int32_t needop[FP_NSTREAMS];
@@ -172,7 +180,7 @@ static int64_t walk(sctx *c, int mode) {
 static fp_op sync_op(fp_opcode code, int stream, int32_t seg, int32_t event) {
   return (fp_op){.code = code, .stream = (fp_stream)stream, .dtype = FP_F32, .sdtype = FP_F32, .seg = seg,
                  .comm = -1, .only = -1, .only_comm = -1, .root = -1, .event = event, .module = -1,
-                 .bucket = -1, .group = -1, .tab = -1, .rows = 1, .dst = fp_noreg(), .src = fp_noreg(),
+                 .bucket = -1, .group = -1, .tab = -1, .shape = -1, .dst = fp_noreg(), .src = fp_noreg(),
                  .aux = fp_noreg()};
 }
 
@@ -186,8 +194,9 @@ typedef struct added {
 /* write the program again with the records and waits, in place: a first
  * walk gives every op its new index (never lower than its old one) and
  * lists the ops added; the ops then move back to front, so none is
- * overwritten before it moves, and the added ones fill the gaps. The op
- * array grows in place (one array, not two: 2.2M ops are 422 MB). */
+ * overwritten before it moves, and the added ones fill the gaps (written
+ * on the same pass, just before the op below them moves). The op
+ * array grows in place (one array, not two: 2.2M ops are 334 MB). */
 static void rebuild(sctx *c, fp_prog *P) {
   int32_t n = c->n;
   bool *rec = calloc((size_t)n + 1, sizeof *rec);
@@ -205,7 +214,6 @@ static void rebuild(sctx *c, fp_prog *P) {
     evof[i] = rec[i] ? nrec++ : -1;
     for (int t = 0; t < FP_NSTREAMS; t++) nwait += c->wp[i][t] >= 0;
   }
-  const fp_op *old = P->ops;
   fp_seg *segs = P->segs;
   int32_t cap = n + nrec + nwait + 1, nadd = 0;
   added *add = malloc(((size_t)nrec + (size_t)nwait + 1) * sizeof *add);
@@ -215,19 +223,19 @@ static void rebuild(sctx *c, fp_prog *P) {
     int32_t first = segs[k].first, nops = segs[k].nops;
     segs[k].first = m;
     if (pending >= 0) {
-      add[nadd++] = (added){m++, k, evof[pending], FP_OP_RECORD, old[pending].stream};
+      add[nadd++] = (added){m++, k, evof[pending], FP_OP_RECORD, c->info[pending] & STREAM};
       pending = -1;
     }
     for (int32_t i = first; i < first + nops; i++) {
-      const fp_op *op = &old[i];
+      int stream = c->info[i] & STREAM;
       for (int t = 0; t < FP_NSTREAMS; t++)
-        if (c->wp[i][t] >= 0) add[nadd++] = (added){m++, k, evof[c->glast[c->wp[i][t]]], FP_OP_WAIT, op->stream};
+        if (c->wp[i][t] >= 0) add[nadd++] = (added){m++, k, evof[c->glast[c->wp[i][t]]], FP_OP_WAIT, stream};
       newidx[i] = m++;
-      if (rec[i] && op->code == FP_OP_COMPUTE) { /* the trainer's work runs after this segment */
+      if (rec[i] && (c->info[i] & COMPUTE)) { /* the trainer's work runs after this segment */
         FP_ASSERT(i == first + nops - 1 && k + 1 < P->nsegs);
         pending = i;
       } else if (rec[i]) {
-        add[nadd++] = (added){m++, k, evof[i], FP_OP_RECORD, op->stream};
+        add[nadd++] = (added){m++, k, evof[i], FP_OP_RECORD, stream};
       }
     }
   }
@@ -242,11 +250,17 @@ static void rebuild(sctx *c, fp_prog *P) {
   FP_ASSERT(m <= cap && nadd == m - n);
   P->ops = fp_grow_raw(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops); /* every slot below m is written */
   fp_op *ops = P->ops;
+  /* one pass back to front: the added ops after old op i (add is in
+   * order of place) go in before it moves, so the array is written once,
+   * in order */
+  int32_t q = nadd - 1;
   for (int32_t i = n - 1; i >= 0; i--) {
     FP_ASSERT(newidx[i] >= i);
+    for (; q >= 0 && add[q].at > newidx[i]; q--)
+      ops[add[q].at] = sync_op(add[q].code, add[q].stream, add[q].seg, add[q].event);
     ops[newidx[i]] = ops[i];
   }
-  for (int32_t k = 0; k < nadd; k++) ops[add[k].at] = sync_op(add[k].code, add[k].stream, add[k].seg, add[k].event);
+  for (; q >= 0; q--) ops[add[q].at] = sync_op(add[q].code, add[q].stream, add[q].seg, add[q].event);
   for (int32_t k = 0; k < P->nsegs; k++) segs[k].nops = (k + 1 < P->nsegs ? segs[k + 1].first : m) - segs[k].first;
   for (int32_t k = 0; k < P->nlives; k++) {
     P->lives[k].first = newidx[P->lives[k].first];
@@ -264,52 +278,46 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   cx->synced = true;
   sctx c = {.P = P, .n = P->nops};
   FP_ASSERT(P->nops < INT32_MAX / 2 - 2); /* the clocks fit snap's 32 bits */
-  /* one walk for what the arrays are sized by (2.2M ops are 387 MB to read) */
-  int32_t maxuses = 0;
-  size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
-  for (int32_t i = 0; i < P->nops; i++) {
-    const fp_op *op = &P->ops[i];
-    FP_ASSERT(fp_op_class(op->code) != FP_OPC_SYNC);
-    if (op->nuses > maxuses) maxuses = op->nuses;
-    per[op->stream]++;
-  }
+  /* one walk of the ops (2.2M ops are 334 MB to read) for everything the
+   * walks need of them: each op's accesses (the walks read them four times
+   * or more), stream, group, and what the arrays are sized by */
   fp_alias_clocks_init(P, &c.al);
   size_t n1 = (size_t)P->nops + 1;
-  /* the accesses, once: the walks read each op's four times or more */
+  size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
   c.afirst = malloc(n1 * sizeof *c.afirst);
-  fp_access *one = malloc(((size_t)maxuses + FP_MAX_OPND_ACCESS) * sizeof *one);
-  size_t cap = n1 + 16;
-  c.acc = malloc(cap * sizeof *c.acc);
-  FP_ASSERT(c.afirst && one && c.acc);
-  int64_t nacc = 0;
-  for (int32_t i = 0; i < P->nops; i++) {
-    FP_ASSERT(nacc <= INT32_MAX - (int64_t)maxuses - FP_MAX_OPND_ACCESS);
-    c.afirst[i] = (int32_t)nacc;
-    int na = fp_op_accesses(P, &P->ops[i], one);
-    if ((size_t)(nacc + na) > cap) {
-      while ((size_t)(nacc + na) > cap) cap *= 2;
-      c.acc = realloc(c.acc, cap * sizeof *c.acc);
+  c.glast = malloc(n1 * sizeof *c.glast);
+  c.info = malloc(n1);
+  int64_t cap = (int64_t)n1 + 16, nacc = 0;
+  c.acc = malloc((size_t)cap * sizeof *c.acc);
+  FP_ASSERT(c.afirst && c.glast && c.info && c.acc);
+  for (int32_t i = 0, open = 0; i < P->nops; i++) {
+    const fp_op *op = &P->ops[i];
+    FP_ASSERT(fp_op_class(op->code) != FP_OPC_SYNC);
+    FP_ASSERT(nacc <= INT32_MAX - (int64_t)op->nuses - FP_MAX_OPND_ACCESS);
+    if (nacc + op->nuses + FP_MAX_OPND_ACCESS > cap) {
+      while (nacc + op->nuses + FP_MAX_OPND_ACCESS > cap) cap *= 2;
+      c.acc = realloc(c.acc, (size_t)cap * sizeof *c.acc);
       FP_ASSERT(c.acc);
     }
-    memcpy(c.acc + nacc, one, (size_t)na * sizeof *one);
-    nacc += na;
+    c.afirst[i] = (int32_t)nacc;
+    nacc += fp_op_accesses(P, op, c.acc + nacc);
+    per[op->stream]++;
+    bool opens = group_first(P, i);
+    c.info[i] = (uint8_t)(op->stream | (op->code == FP_OP_COMPUTE ? COMPUTE : 0) | (opens ? OPENS : 0));
+    if (opens) /* the group before ends at i - 1 */
+      for (; open < i; open++) c.glast[open] = i - 1;
+    if (i + 1 == P->nops)
+      for (; open <= i; open++) c.glast[open] = i;
   }
   c.afirst[P->nops] = (int32_t)nacc;
-  free(one);
-  c.glast = malloc(n1 * sizeof *c.glast);
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
-  FP_ASSERT(c.glast && c.wp && c.snap);
+  FP_ASSERT(c.wp && c.snap);
+  memset(c.wp, 0xff, (size_t)P->nops * sizeof *c.wp); /* -1: no wait */
   for (int t = 0; t < FP_NSTREAMS; t++) c.has_ops[t] = per[t] > 0;
   for (int t = 0; t < FP_NSTREAMS; t++) {
     c.clkop[t] = malloc((2 * per[t] + 2) * sizeof *c.clkop[t]);
     FP_ASSERT(c.clkop[t]);
-  }
-  for (int32_t i = P->nops - 1; i >= 0; i--) {
-    const fp_op *op = &P->ops[i];
-    bool cont = i + 1 < P->nops && op->group >= 0 && P->ops[i + 1].group == op->group;
-    c.glast[i] = cont ? c.glast[i + 1] : i;
-    for (int t = 0; t < FP_NSTREAMS; t++) c.wp[i][t] = -1;
   }
   for (int s = 0; s < FP_NSTREAMS; s++)
     for (int t = 0; t < FP_NSTREAMS; t++) c.endw[s][t] = -1;
@@ -333,6 +341,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   free(c.acc);
   free(c.afirst);
   free(c.glast);
+  free(c.info);
   free(c.wp);
   free(c.snap);
   return true;

@@ -75,11 +75,10 @@ static void block_copies(fp_lower *lw, const fp_lparam *p, fp_dtype dt, int stag
     fp_region st = fp_reg(stage_buf, stage_off + g * p->chunk * es);
     fp_region pa = fp_reg(buf, off + g * c * inner * es);
     fp_op *op = fp_lw_emit(lw, FP_OP_COPY, dt, rows * inner);
-    op->rows = outer;
     op->dst = to_param ? pa : st;
     op->src = to_param ? st : pa;
-    op->dpitch = (to_param ? mp->shape[d] * inner : c * inner) * es;
-    op->spitch = (to_param ? c * inner : mp->shape[d] * inner) * es;
+    fp_ir_op_shape(lw->P, op, outer, (to_param ? mp->shape[d] * inner : c * inner) * es,
+                   (to_param ? c * inner : mp->shape[d] * inner) * es);
   }
 }
 
