@@ -69,6 +69,26 @@ typedef struct imap {
   int64_t cap, count;
 } imap;
 
+/* a report kept for later (vctx.held, vctx.pend): made or dropped then */
+typedef struct vheld {
+  fp_vloc what;
+  int64_t i;
+  char *msg;
+} vheld;
+
+static void vhold(vheld **q, int32_t *n, int32_t *cap, fp_vloc what, int64_t i, const char *msg) {
+  if (*n == *cap) {
+    *cap = *cap ? 2 * *cap : 16;
+    *q = realloc(*q, (size_t)*cap * sizeof **q);
+    FP_ASSERT(*q);
+  }
+  size_t len = strlen(msg) + 1;
+  char *m = malloc(len);
+  FP_ASSERT(m);
+  memcpy(m, msg, len);
+  (*q)[(*n)++] = (vheld){what, i, m};
+}
+
 typedef struct vctx {
   const fp_prog *p;
   fp_vreport report;
@@ -108,20 +128,13 @@ typedef struct vctx {
    * made if every op is in its segment, else dropped and the walk redone
    * after check_segments has reported */
   bool hold;
-  struct held {
-    fp_vloc what;
-    int64_t i;
-    char *msg;
-  } *held;
+  vheld *held;
   int32_t nheld, capheld;
   /* rule 8 is checked on the same walk as rules 4 and 6's uses (one walk
    * of the ops, not two) but reported only when rules 4 and 6 find nothing,
    * as if it ran after them: its reports wait here until then */
   bool defer;
-  struct pending {
-    int32_t op;
-    char *msg;
-  } *pend;
+  vheld *pend;
   int32_t npend, cappend;
 } vctx;
 
@@ -142,16 +155,7 @@ static void verr(vctx *v, fp_vloc what, int64_t i, const char *fmt, ...) {
     v->report(v->rctx, v->p, what, i, msg);
     return;
   }
-  if (v->nheld == v->capheld) {
-    v->capheld = v->capheld ? 2 * v->capheld : 16;
-    v->held = realloc(v->held, (size_t)v->capheld * sizeof *v->held);
-    FP_ASSERT(v->held);
-  }
-  v->held[v->nheld].what = what;
-  v->held[v->nheld].i = i;
-  v->held[v->nheld].msg = malloc(strlen(msg) + 1);
-  FP_ASSERT(v->held[v->nheld].msg);
-  strcpy(v->held[v->nheld++].msg, msg);
+  vhold(&v->held, &v->nheld, &v->capheld, what, i, msg);
 }
 
 /* ---- small helpers ------------------------------------------------------------- */
@@ -1277,15 +1281,7 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
       verr(v, FP_VL_OP, i, "%s", msg);
       return;
     }
-    if (v->npend == v->cappend) {
-      v->cappend = v->cappend ? 2 * v->cappend : 16;
-      v->pend = realloc(v->pend, (size_t)v->cappend * sizeof *v->pend);
-      FP_ASSERT(v->pend);
-    }
-    v->pend[v->npend].op = i;
-    v->pend[v->npend].msg = malloc(strlen(msg) + 1);
-    FP_ASSERT(v->pend[v->npend].msg);
-    strcpy(v->pend[v->npend++].msg, msg);
+    vhold(&v->pend, &v->npend, &v->cappend, FP_VL_OP, i, msg);
     return;
   }
 }
@@ -1811,7 +1807,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     v.defer = false;
     bool clean = v.nerr == 0;
     for (int32_t k = 0; k < v.npend; k++) {
-      if (clean) verr(&v, FP_VL_OP, v.pend[k].op, "%s", v.pend[k].msg);
+      if (clean) verr(&v, v.pend[k].what, v.pend[k].i, "%s", v.pend[k].msg);
       free(v.pend[k].msg);
     }
   }

@@ -178,38 +178,35 @@ static void block_quantize(uint8_t *dst, const float *v, int k, uint8_t sb) {
   for (int j = 0; j < k; j++) dst[j] = fpk_f32_to_e4m3(v[j] * inv);
 }
 
-void fpk_quantize_mxfp8(uint8_t *dst, uint8_t *scales, const void *src, fp_dtype st, int64_t n) {
-  FPK_CHECK(n >= 0, "fpk_quantize_mxfp8: negative count");
-  FPK_CHECK(arith(st), "fpk_quantize_mxfp8: source dtype not fp32, bf16 or fp16");
+/* block by block: each block's scale byte given (sin) or its own, written
+ * to sout, its elements at that byte to dst (NULL: not wanted) */
+static void mx_blocks(uint8_t *dst, uint8_t *sout, const uint8_t *sin, const void *src, fp_dtype st, int64_t n) {
   float v[FPK_MX_BLOCK];
   for (int64_t i = 0, blk = 0; i < n; i += FPK_MX_BLOCK, blk++) {
     int k = n - i < FPK_MX_BLOCK ? (int)(n - i) : FPK_MX_BLOCK;
     widen(v, src, st, i, k);
-    scales[blk] = block_scale(v, k);
-    block_quantize(dst + i, v, k, scales[blk]);
+    uint8_t sb = sin ? sin[blk] : block_scale(v, k);
+    if (sout) sout[blk] = sb;
+    if (dst) block_quantize(dst + i, v, k, sb);
   }
+}
+
+void fpk_quantize_mxfp8(uint8_t *dst, uint8_t *scales, const void *src, fp_dtype st, int64_t n) {
+  FPK_CHECK(n >= 0, "fpk_quantize_mxfp8: negative count");
+  FPK_CHECK(arith(st), "fpk_quantize_mxfp8: source dtype not fp32, bf16 or fp16");
+  mx_blocks(dst, scales, NULL, src, st, n);
 }
 
 void fpk_mxfp8_scales(uint8_t *scales, const void *src, fp_dtype st, int64_t n) {
   FPK_CHECK(n >= 0, "fpk_mxfp8_scales: negative count");
   FPK_CHECK(arith(st), "fpk_mxfp8_scales: source dtype not fp32, bf16 or fp16");
-  float v[FPK_MX_BLOCK];
-  for (int64_t i = 0, blk = 0; i < n; i += FPK_MX_BLOCK, blk++) {
-    int k = n - i < FPK_MX_BLOCK ? (int)(n - i) : FPK_MX_BLOCK;
-    widen(v, src, st, i, k);
-    scales[blk] = block_scale(v, k);
-  }
+  mx_blocks(NULL, scales, NULL, src, st, n);
 }
 
 void fpk_quantize_mxfp8_scaled(uint8_t *dst, const uint8_t *scales, const void *src, fp_dtype st, int64_t n) {
   FPK_CHECK(n >= 0, "fpk_quantize_mxfp8_scaled: negative count");
   FPK_CHECK(arith(st), "fpk_quantize_mxfp8_scaled: source dtype not fp32, bf16 or fp16");
-  float v[FPK_MX_BLOCK];
-  for (int64_t i = 0, blk = 0; i < n; i += FPK_MX_BLOCK, blk++) {
-    int k = n - i < FPK_MX_BLOCK ? (int)(n - i) : FPK_MX_BLOCK;
-    widen(v, src, st, i, k);
-    block_quantize(dst + i, v, k, scales[blk]);
-  }
+  mx_blocks(dst, NULL, scales, src, st, n);
 }
 
 void fpk_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n) {

@@ -311,6 +311,8 @@ static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
   int32_t *procs = fp_alloc_array(a, (size_t)nkp + 1, sizeof *procs);
   bool *gather = fp_alloc_array(a, (size_t)nkp + 1, sizeof *gather);
   int64_t *pe = fp_alloc_array(a, (size_t)nkp + 1, sizeof *pe), *pn = fp_alloc_array(a, (size_t)nkp + 1, sizeof *pn);
+  int32_t *kx = fp_alloc_array(a, (size_t)nkp + 1, sizeof *kx), *kj = fp_alloc_array(a, (size_t)nkp + 1, sizeof *kj);
+  /* (per wanted part k: its process's index in procs, its part's in pe) */
   /* quantizers (proc, part): their FROM byte, where they quantize to, where they read the scale */
   struct qz { int32_t proc, part; int64_t src; fp_tx_ref out, scale; } *qz = fp_alloc_array(a, (size_t)nkp + 1, sizeof *qz);
   int32_t *sender = fp_alloc_array(a, (size_t)nkp + 1, sizeof *sender); /* per part: its quantizer for others (qz index) */
@@ -325,6 +327,7 @@ static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
       while (x < np && procs[x] != kp[k].d) x++;
       if (x == np) procs[np] = kp[k].d, gather[np] = true, np++;
       gather[x] &= kp[k].sp == kp[k].d;
+      kx[k] = x, kj[k] = npart - 1;
     }
     FP_ASSERT(npart >= 2);
     int64_t blen = P->knumel - b0 < FP_MX_BLOCK ? P->knumel - b0 : FP_MX_BLOCK;
@@ -351,20 +354,15 @@ static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
      * the cover's choice) */
     for (int32_t j = 0; j < npart; j++) sender[j] = -1;
     for (int64_t k = lo; k < hi; k++) {
-      int32_t x = 0;
-      while (procs[x] != kp[k].d) x++;
-      if (gather[x] || kp[k].sp != kp[k].d) continue;
-      int32_t j = 0;
-      while (pe[j] != kp[k].e) j++;
+      int32_t j = kj[k];
+      if (gather[kx[k]] || kp[k].sp != kp[k].d) continue;
       qz[nq] = (struct qz){kp[k].d, j, kp[k].src, ref(FP_SP_TO, P->kdata + kp[k].e), {0}};
       if (sender[j] < 0) sender[j] = nq;
       nq++;
     }
     for (int64_t k = lo; k < hi; k++) {
-      int32_t x = 0, j = 0;
-      while (procs[x] != kp[k].d) x++;
-      while (pe[j] != kp[k].e) j++;
-      if (gather[x] || kp[k].sp == kp[k].d || sender[j] >= 0) continue;
+      int32_t j = kj[k];
+      if (gather[kx[k]] || kp[k].sp == kp[k].d || sender[j] >= 0) continue;
       /* a gather process holding the part, else the cover's sender */
       int32_t by = kp[k].sp;
       int64_t src = kp[k].src;
@@ -394,10 +392,8 @@ static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
     fp_tx_ref fin = lead_to ? ref(FP_SP_TO, P->kscales + blk) : ref(FP_SP_STAGE, stage_take(P, lead, 1));
     for (int32_t j = 0; j < npart; j++) {
       int64_t src = -1; /* the part in the leader's FROM shard */
-      for (int64_t k = lo; k < hi && src < 0; k++)
-        if (kp[k].e == pe[j] && kp[k].sp == lead) src = kp[k].src;
-      for (int32_t q = 0; q < nq && src < 0; q++)
-        if (qz[q].part == j && qz[q].proc == lead) src = qz[q].src;
+      for (int64_t k = lo; k < hi && src < 0; k++) /* (every quantizer's bytes come from such a k) */
+        if (kj[k] == j && kp[k].sp == lead) src = kp[k].src;
       int64_t xj = stage_take(P, lead, 1);
       fp_tx_op *o;
       if (src >= 0) {
@@ -453,10 +449,8 @@ static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
       o->aux = qz[q].scale;
     }
     for (int64_t k = lo; k < hi; k++) {
-      int32_t x = 0, j = 0;
-      while (procs[x] != kp[k].d) x++;
-      while (pe[j] != kp[k].e) j++;
-      if (gather[x] || kp[k].sp == kp[k].d) continue;
+      int32_t j = kj[k];
+      if (gather[kx[k]] || kp[k].sp == kp[k].d) continue;
       const struct qz *by = &qz[sender[j]];
       fp_tx_op *o = fp_tx_emit(t, FP_TX_SEND, by->proc, pi, FP_E4M3, pn[j]);
       o->peer = kp[k].d, o->full_off = pe[j], o->src = by->out;

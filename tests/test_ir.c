@@ -1073,6 +1073,7 @@ static int32_t find_op(const fp_prog *p, fp_opcode c, int n) {
 
 /* rule 1: indices and structure */
 static void m_comm_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].comm = 9; }
+static void m_shape_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].shape = 5; }
 static void m_buf_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_MEMSET, 0)].dst.buf = 70; }
 static void m_event_range(kit *k) { k->p->ops[find_op(k->p, FP_OP_RECORD, 0)].event = 8; }
 static void m_view_range(kit *k) { k->p->params[0].weight.buf = 40; }
@@ -1219,6 +1220,7 @@ static void test_verify_rules(void **state) {
     const char *frag;
   } cases[] = {
       {m_comm_range, "op 4: all_gather: comm 9 is out of range (3 defined)"},
+      {m_shape_range, "op 4: all_gather: shape 5 is out of range (3 defined)"},
       {m_buf_range, "op 0: memset: an operand's buffer is out of range"},
       {m_event_range, "op 2: record: event 8 is out of range"},
       {m_view_range, "param 0 'layers.0.w': weight view: buffer 40 is out of range"},
