@@ -5,6 +5,7 @@
  *   mpirun -n W train_mlp --plan PLAN --steps N [--check] [--seed S]
  *          [--lr LR] [--batch B] [--progress poll|thread]
  *          [--backend mpi|nccl] [--mode graph|eager|capture]
+ *          [--stream side|legacy|executor|switch|legacy-untold] [--upload ordered|unordered]
  *          [--refit-at K] [--dump PREFIX]
  *
  * It loads any compiled plan whose modules are linear layers: module m has
@@ -49,7 +50,15 @@
  * and the trainer capturing its whole step (hooks, layers, optimizer) on its
  * compute stream at step 1 and replaying that graph from then on (the
  * gathered-weight checks are skipped for replayed steps: no hook runs). It
- * exits 77 when there is no CUDA device.
+ * exits 77 when there is no CUDA device. --stream picks the stream the GPU
+ * trainer computes on and what it tells the executor (side: its own stream,
+ * the default; legacy: CUDA's legacy default stream as FP_CUDA_STREAM_LEGACY;
+ * executor: NULL, then fp_exec_cuda_stream; switch: another stream every
+ * step, handed over with fp_exec_set_cuda_stream). Two planted bugs for the
+ * simulated device's mutation tests (tests/simdev.cmake): --stream
+ * legacy-untold computes on the legacy stream but passes NULL (the first H200
+ * run's bug), --upload unordered uploads the micro-batches on a stream of
+ * their own with nothing ordering the step after them.
  *
  * --refit-at K loads new weights (another seed) before step K, through
  * fp_exec_load_weights, and checks that no view moved; in graph and capture
@@ -486,9 +495,29 @@ static void tolerance(int32_t i, int64_t step, double *atol, double *rtol) {
 
 /* ---- the arena from the host -------------------------------------------------------------- */
 static bool on_gpu;        /* the NCCL backend: views are device pointers */
+/* --stream (NCCL): the stream the trainer computes on and what it tells the
+ * executor (include/flexplan.h, "the stream contract") */
+enum {
+  ST_SIDE,          /* its own non-blocking stream, passed as cfg.cuda_stream (the default) */
+  ST_LEGACY,        /* CUDA's legacy default stream, passed as FP_CUDA_STREAM_LEGACY */
+  ST_EXECUTOR,      /* passes NULL and computes on the executor's stream (fp_exec_cuda_stream) */
+  ST_SWITCH,        /* two side streams, one per step in turn, each handed over with fp_exec_set_cuda_stream */
+  ST_LEGACY_UNTOLD  /* a planted bug (the H200 run's): computes on the legacy stream but passes NULL, so the
+                     * plan runs on a stream nothing orders against the trainer's work */
+};
+static int stream_mode = ST_SIDE;
+static bool upload_unordered; /* a planted bug: the micro-batches uploaded on their own stream, unordered */
+static int stream_mode_of(const char *v) {
+  static const char *names[] = {"side", "legacy", "executor", "switch", "legacy-untold"};
+  for (int k = 0; k < 5; k++)
+    if (!strcmp(v, names[k])) return k;
+  return -1;
+}
 static void *hview[2];     /* host copies of views (NCCL), the largest view each */
 #ifdef FP_HAVE_CUDA
 static cudaStream_t S;     /* the trainer's compute stream (NCCL) */
+static cudaStream_t S2;    /* --stream switch: the other one */
+static cudaStream_t U;     /* --upload unordered: the uploads' own stream */
 #define CK(call)                                                                \
   do {                                                                          \
     cudaError_t e_ = (call);                                                    \
@@ -502,7 +531,8 @@ static const void *host_of(const fp_tensor *t, int slot) {
   if (!on_gpu || !t->data) return t->data;
 #ifdef FP_HAVE_CUDA
   CK(cudaStreamSynchronize(S));
-  CK(cudaMemcpy(hview[slot], t->data, (size_t)(t->numel * fp_elem_size(t->dtype)), cudaMemcpyDeviceToHost));
+  /* cudaMemcpyDefault: an offloaded bucket's views are in the pinned host arena */
+  CK(cudaMemcpy(hview[slot], t->data, (size_t)(t->numel * fp_elem_size(t->dtype)), cudaMemcpyDefault));
 #endif
   return hview[slot];
 }
@@ -589,7 +619,8 @@ static void usage(void) {
   if (rank == 0)
     fprintf(stderr, "usage: train_mlp --plan PLAN --steps N [--check] [--seed S] [--lr LR] [--batch B] "
                     "[--progress poll|thread] [--backend mpi|nccl] [--mode graph|eager|capture] [--refit-at K] "
-                    "[--dump PREFIX] [--timing PREFIX]\n");
+                    "[--dump PREFIX] [--timing PREFIX] [--stream side|legacy|executor|switch|legacy-untold] "
+                    "[--upload ordered|unordered]\n");
   MPI_Finalize();
   exit(2);
 }
@@ -756,6 +787,12 @@ static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
 }
 
 static void gpu_step(run *R, gpu *G, int64_t t, fp_cuda_mode mode) {
+  if (stream_mode == ST_SWITCH) { /* this step on the other stream, handed over before its first work */
+    cudaStream_t next = S == S2 ? cudaStreamPerThread : S2;
+    if (t == 0) next = S2;
+    if (fp_exec_set_cuda_stream(R->x, next) != FP_OK) DIE("fp_exec_set_cuda_stream: %s", fp_exec_errmsg(R->x));
+    S = next;
+  }
   /* this step's micro-batches, uploaded before the step (a captured step
    * reads them at the same addresses), on S: after the previous step's
    * work, which may still be reading them (hooks do not wait for the
@@ -763,8 +800,9 @@ static void gpu_step(run *R, gpu *G, int64_t t, fp_cuda_mode mode) {
    * the host buffer may be refilled at once */
   for (int64_t k = 0; k < R->ga; k++) {
     batch(&R->a, R->seed, t, rank * R->ga + k, R->B);
-    CK(cudaMemcpyAsync(G->in[k], R->a.h[0], (size_t)R->B * (size_t)L[0].in * 4, cudaMemcpyHostToDevice, S));
-    CK(cudaMemcpyAsync(G->tg[k], R->a.t, (size_t)R->B * (size_t)L[nlayers - 1].out * 4, cudaMemcpyHostToDevice, S));
+    cudaStream_t up = upload_unordered ? U : S;
+    CK(cudaMemcpyAsync(G->in[k], R->a.h[0], (size_t)R->B * (size_t)L[0].in * 4, cudaMemcpyHostToDevice, up));
+    CK(cudaMemcpyAsync(G->tg[k], R->a.t, (size_t)R->B * (size_t)L[nlayers - 1].out * 4, cudaMemcpyHostToDevice, up));
   }
   if (mode != FP_CUDA_CAPTURE_SAFE || t == 0) { /* hooks run; step 0 is the warm-up of every mode */
     gpu_body(R, G, t, R->r != NULL);
@@ -835,10 +873,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--mode") && !strcmp(v, "graph")) mode = FP_CUDA_GRAPH, k++;
     else if (!strcmp(a, "--mode") && !strcmp(v, "eager")) mode = FP_CUDA_EAGER, k++;
     else if (!strcmp(a, "--mode") && !strcmp(v, "capture")) mode = FP_CUDA_CAPTURE_SAFE, k++;
+    else if (!strcmp(a, "--stream") && stream_mode_of(v) >= 0) stream_mode = stream_mode_of(v), k++;
+    else if (!strcmp(a, "--upload") && (!strcmp(v, "ordered") || !strcmp(v, "unordered")))
+      upload_unordered = !strcmp(v, "unordered"), k++;
     else usage();
     if (end && (*end || errno)) usage();
   }
   if (!plan_path || steps < 0 || B < 1 || B > 4096 || !(lr > 0) || (nccl && progress != FP_PROGRESS_DEFAULT)) usage();
+  if (mode == FP_CUDA_CAPTURE_SAFE && stream_mode != ST_SIDE && stream_mode != ST_EXECUTOR)
+    DIE("--mode capture captures the trainer's stream: --stream side or executor (the legacy stream cannot be "
+        "captured, and a captured step cannot move between streams)");
 
   fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = rank, .world_size = world, .progress = progress};
   if (nccl) {
@@ -853,9 +897,15 @@ int main(int argc, char **argv) {
     }
     CK(cudaSetDevice(rank % ndev));
     CK(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&S2, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&U, cudaStreamNonBlocking));
     on_gpu = true;
+    void *given = S;
+    if (stream_mode == ST_LEGACY || stream_mode == ST_LEGACY_UNTOLD) S = cudaStreamLegacy;
+    if (stream_mode == ST_LEGACY) given = FP_CUDA_STREAM_LEGACY;
+    if (stream_mode == ST_EXECUTOR || stream_mode == ST_LEGACY_UNTOLD) given = NULL;
     cfg = (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = rank, .world_size = world, .cuda_mode = mode,
-                           .cuda_stream = S};
+                           .cuda_stream = given};
 #else
     if (rank == 0) fprintf(stderr, "train_mlp: --backend nccl: flexplan was built without CUDA\n");
     MPI_Finalize();
@@ -869,6 +919,9 @@ int main(int argc, char **argv) {
   fp_exec *x = NULL;
   fp_status st = fp_exec_create(plan, &cfg, &x);
   if (st != FP_OK) DIE("%s: %s", fp_status_name(st), fp_exec_errmsg(x));
+#ifdef FP_HAVE_CUDA
+  if (on_gpu && stream_mode == ST_EXECUTOR) S = fp_exec_cuda_stream(x);
+#endif
   build_model(x, plan);
   if (timing_prefix && steps > 0 && fp_exec_timing_start(x, (int32_t)(steps < 65536 ? steps : 65536)) != FP_OK)
     DIE("timing: %s", fp_exec_errmsg(x));
@@ -968,7 +1021,9 @@ int main(int argc, char **argv) {
 #ifdef FP_HAVE_CUDA
   if (on_gpu) {
     gpu_free(&G, ga);
-    cudaStreamDestroy(S);
+    cudaStreamDestroy(S2);
+    cudaStreamDestroy(U);
+    if (stream_mode == ST_SIDE) cudaStreamDestroy(S);
   }
 #endif
   acts_free(&R.a);

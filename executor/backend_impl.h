@@ -42,6 +42,8 @@ struct fp_backend_impl {
                      int64_t rows);
   void (*destroy)(fp_exec *x);
   fp_status (*all_reduce_f64)(fp_exec *x, double *values, int n);
+  /* NCCL: the trainer's compute stream changes (fp_exec_set_cuda_stream); NULL: the backend has none */
+  fp_status (*set_stream)(fp_exec *x, void *stream);
 };
 
 extern const fp_backend_impl fp_backend_mpi; /* executor/mpi.c */

@@ -750,6 +750,17 @@ fp_status fp_exec_param(fp_exec *x, const char *name, fp_param_view *out) {
 
 void *fp_exec_cuda_stream(const fp_exec *x) { return x && x->created ? x->cuda_stream : NULL; }
 
+fp_status fp_exec_set_cuda_stream(fp_exec *x, void *stream) {
+  if (!x) return FP_ERR_ARG;
+  if (!x->created || x->broken) return fpx_fail(x, FP_ERR_ARG, "fp_exec_set_cuda_stream: the executor is not usable");
+  if (!x->bk->set_stream)
+    return fpx_fail(x, FP_ERR_ARG, "fp_exec_set_cuda_stream: the %s backend has no CUDA stream", x->bk->name);
+  if (!stream)
+    return fpx_fail(x, FP_ERR_ARG, "fp_exec_set_cuda_stream: NULL is not a stream (CUDA's legacy default stream is "
+                    "FP_CUDA_STREAM_LEGACY)");
+  return x->bk->set_stream(x, stream);
+}
+
 #ifndef FP_HAVE_CUDA
 fp_status fp_nccl_get_id(fp_nccl_id *out) {
   if (out) memset(out, 0, sizeof *out);

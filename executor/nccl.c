@@ -102,6 +102,7 @@ typedef struct nstate {
   /* streams and events */
   cudaStream_t st[FP_NSTREAMS];
   bool own[FP_NSTREAMS];   /* made here (destroyed here) */
+  cudaStream_t made_compute; /* the compute stream made here, after the trainer handed its own */
   cudaStream_t cap[FP_NSTREAMS]; /* graph mode: capture streams, same priorities */
   cudaEvent_t *ev;         /* P.nevents */
   bool *ev_made;
@@ -156,7 +157,10 @@ static fp_status op_fail(fp_exec *x, const fp_xop *o, const char *what, const ch
 fp_status fp_nccl_get_id(fp_nccl_id *out) {
   if (!out) return FP_ERR_ARG;
   ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) {
+  char *env = fpn_comm_id_hide(); /* a random id, never NCCL_COMM_ID's address (FP_NCCL_BOOT_ID) */
+  ncclResult_t r = ncclGetUniqueId(&id);
+  fpn_comm_id_restore(env);
+  if (r != ncclSuccess) {
     memset(out, 0, sizeof *out);
     return FP_ERR_BACKEND;
   }
@@ -441,12 +445,18 @@ static fp_status world_allreduce(fp_exec *x, void *words, size_t n, ncclDataType
                            "fp_exec_all_reduce_f64)", "the all-reduce on communicator 'flexplan:world'");
 }
 
+/* the world communicator: the one ncclCommInitRank of an executor (the
+ * others are split from it); only the NCCL_COMM_ID bootstrap lets NCCL see
+ * that variable (nccl_plan.h: rank 0 would bind its address otherwise) */
 static fp_status world_init(fp_exec *x, const ncclUniqueId *id) {
   nstate *n = ns(x);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 1;
   cfg.commName = "flexplan:world";
-  NCCL_TRY(x, ncclCommInitRankConfig(&n->world, (int)x->world, *id, (int)x->rank, &cfg), NULL);
+  char *env = n->boot == FPN_BOOT_ENV ? NULL : fpn_comm_id_hide();
+  ncclResult_t r = ncclCommInitRankConfig(&n->world, (int)x->world, *id, (int)x->rank, &cfg);
+  fpn_comm_id_restore(env);
+  if (r != ncclSuccess) return nccl_fail(x, "ncclCommInitRankConfig (the world communicator)", r, NULL);
   return FP_OK;
 }
 
@@ -496,7 +506,9 @@ static fp_status nccl_agree(fp_exec *x, fp_status local) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     int bad = 0, anybad = 0;
+    char *env = fpn_comm_id_hide(); /* a random id, not NCCL_COMM_ID's address */
     if (x->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) bad = 1;
+    fpn_comm_id_restore(env);
     MPI_Comm boot_comm = x->cfg.bootstrap ? *(const MPI_Comm *)x->cfg.bootstrap : MPI_COMM_WORLD;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, boot_comm);
     if (anybad) return fpx_fail(x, FP_ERR_BACKEND, "NCCL: ncclGetUniqueId failed on rank 0");
@@ -847,6 +859,25 @@ static bool capturing(const nstate *n) {
          cs != cudaStreamCaptureStatusNone;
 }
 
+/* the trainer's compute stream changes: the new stream after everything
+ * issued on the old one; a stream the executor made stays until destroy */
+static fp_status nccl_set_stream(fp_exec *x, void *stream) {
+  nstate *n = ns(x);
+  cudaStream_t s = (cudaStream_t)stream, old = n->st[FP_STREAM_COMPUTE];
+  if (s == old) return FP_OK;
+  if (capturing(n))
+    return fpx_fail(x, FP_ERR_ORDER, "fp_exec_set_cuda_stream while the compute stream is being captured");
+  CUDA_TRY(x, cudaEventRecord(n->fork_ev, old));
+  CUDA_TRY(x, cudaStreamWaitEvent(s, n->fork_ev, 0));
+  if (n->own[FP_STREAM_COMPUTE]) {
+    n->made_compute = old;
+    n->own[FP_STREAM_COMPUTE] = false;
+  }
+  n->st[FP_STREAM_COMPUTE] = s;
+  x->cuda_stream = s;
+  return FP_OK;
+}
+
 static fp_status nccl_sync(fp_exec *x) {
   nstate *n = ns(x);
   if (capturing(n))
@@ -919,6 +950,7 @@ static void nccl_destroy(fp_exec *x) {
       ncclCommDestroy(n->world);
     }
   }
+  if (n->made_compute) cudaStreamDestroy(n->made_compute);
   if (n->arena) ncclMemFree(n->arena);
   if (n->host) cudaFreeHost(n->host);
   if (n->scratch) cudaFree(n->scratch);
@@ -962,4 +994,5 @@ const fp_backend_impl fp_backend_nccl = {
     .write = nccl_write,
     .all_reduce_f64 = nccl_all_reduce_f64,
     .destroy = nccl_destroy,
+    .set_stream = nccl_set_stream,
 };

@@ -248,3 +248,18 @@ void fpn_plan_free(fpn_plan *P) {
   fpx_free(P->text);
   memset(P, 0, sizeof *P);
 }
+
+/* ---- NCCL_COMM_ID, hidden from the bootstraps that do not use it -------------------- */
+char *fpn_comm_id_hide(void) {
+  const char *v = getenv("NCCL_COMM_ID");
+  if (!v) return NULL;
+  char *saved = strdup(v);
+  unsetenv("NCCL_COMM_ID");
+  return saved;
+}
+
+void fpn_comm_id_restore(char *saved) {
+  if (!saved) return;
+  setenv("NCCL_COMM_ID", saved, 1);
+  free(saved);
+}

@@ -93,4 +93,13 @@ static inline fp_xop *const *fpn_run_ops(const fp_exec *x, const fpn_item *it) {
 
 /* bytes this rank passes to communication calls for op o (send side) */
 
+/* NCCL reads NCCL_COMM_ID in ncclGetUniqueId (the id becomes the address)
+ * and in every ncclCommInitRank (rank 0 binds the address, whatever id it is
+ * given), so only the NCCL_COMM_ID bootstrap may let NCCL see it: the other
+ * bootstraps (an id over MPI or from the trainer, a transfer's communicator)
+ * hide it around those calls. Returns the hidden value (NULL: unset), to give
+ * back with fpn_comm_id_restore. Not thread-safe (the environment is not). */
+char *fpn_comm_id_hide(void);
+void fpn_comm_id_restore(char *saved);
+
 #endif

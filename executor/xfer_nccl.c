@@ -37,6 +37,7 @@
 #include "backend_impl.h"
 #include "ir/xfer.h"
 #include "kernels/kernels_cuda.h"
+#include "nccl_plan.h"
 #include "xfer_nccl.h"
 
 typedef struct xnccl {
@@ -215,7 +216,9 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
       ncclUniqueId id;
     } b;
     memset(&b, 0, sizeof b);
+    char *env = fpn_comm_id_hide(); /* an id over MPI: NCCL_COMM_ID is not this communicator's */
     if (me == 0) b.ok = ncclGetUniqueId(&b.id) == ncclSuccess;
+    fpn_comm_id_restore(env);
     if (MPI_Bcast(&b, (int)sizeof b, MPI_BYTE, 0, c) != MPI_SUCCESS)
       return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed broadcasting the NCCL id");
     if (!b.ok) return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: NCCL: ncclGetUniqueId failed on process 0");
@@ -226,7 +229,10 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
     if (MPI_Comm_group(base, &n->procs) != MPI_SUCCESS)
       return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI_Comm_group failed");
     int count = 0, r = nccl_rank(tx, me, &count);
-    NCCL_DO(ncclCommInitRank(&n->comm, count, b.id, r), NULL);
+    env = fpn_comm_id_hide();
+    ncclResult_t ir = ncclCommInitRank(&n->comm, count, b.id, r);
+    fpn_comm_id_restore(env);
+    NCCL_DO(ir, NULL);
   }
   if (!holds(tx, me)) return FP_OK;
   CUDA_DO(cudaSetDevice(n->device));

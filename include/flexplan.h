@@ -216,6 +216,12 @@ typedef struct fp_nccl_id {
   unsigned char bytes[FP_NCCL_ID_BYTES];
 } fp_nccl_id;
 
+/* NCCL backend: CUDA's legacy default stream (cudaStreamLegacy) and the
+ * per-thread default stream (cudaStreamPerThread) as fp_exec_config.cuda_stream
+ * and fp_exec_set_cuda_stream take them: NULL there means "no stream". */
+#define FP_CUDA_STREAM_LEGACY ((void *)0x1)
+#define FP_CUDA_STREAM_PER_THREAD ((void *)0x2)
+
 typedef struct fp_exec_config {
   fp_backend backend;
   int rank;              /* this process's rank in the plan's world */
@@ -228,9 +234,16 @@ typedef struct fp_exec_config {
   /* ---- FP_BACKEND_NCCL (ignored by FP_BACKEND_MPI) ----
    * The device is the calling thread's current CUDA device (cudaSetDevice). */
   fp_cuda_mode cuda_mode;
-  void *cuda_stream;     /* the cudaStream_t the trainer computes on: the plan's compute stream.
-                          * NULL: the executor creates one (fp_exec_cuda_stream). It must outlive
-                          * the executor; the executor never synchronizes it inside a hook. */
+  void *cuda_stream;     /* the cudaStream_t the trainer computes on: the plan's compute stream
+                          * (docs/cuda.md, "The stream contract"). CUDA's legacy default stream
+                          * is FP_CUDA_STREAM_LEGACY (cudaStreamLegacy), never NULL: torch's
+                          * default stream (handle 0) is passed as FP_CUDA_STREAM_LEGACY, the
+                          * per-thread default stream as FP_CUDA_STREAM_PER_THREAD.
+                          * NULL: no stream given: the executor creates a non-blocking one, which
+                          * nothing else orders against, and the trainer must compute on
+                          * fp_exec_cuda_stream(x) (or hand its stream later with
+                          * fp_exec_set_cuda_stream). A given stream must outlive the executor;
+                          * the executor never synchronizes it inside a hook. */
   fp_nccl_boot nccl_boot;
   fp_nccl_id nccl_id;    /* FP_NCCL_BOOT_ID: the same bytes on every rank */
   /* ---- the watchdog (both backends) ----
@@ -324,6 +337,16 @@ FP_API fp_status fp_exec_sync(fp_exec *x);
  * after everything the hook's segment says must come first. NULL for the MPI
  * backend and for an executor that failed to create. */
 FP_API void *fp_exec_cuda_stream(const fp_exec *x);
+/* NCCL backend: the trainer now computes on `stream` (a cudaStream_t, or
+ * FP_CUDA_STREAM_LEGACY / FP_CUDA_STREAM_PER_THREAD); it becomes the plan's
+ * compute stream from the next hook on. Everything already issued on the old
+ * compute stream comes before anything issued on the new one (an event
+ * recorded on the old stream, waited on by the new one), so a trainer may
+ * move between streams at any hook (torch.cuda.stream(s) around a step, or
+ * a different current stream per step). FP_ERR_ARG: NULL, or the MPI backend;
+ * FP_ERR_ORDER: while the compute stream is being captured. The stream must
+ * outlive the executor or the next call. */
+FP_API fp_status fp_exec_set_cuda_stream(fp_exec *x, void *stream);
 
 /* Sum `n` doubles across every rank of the executor's world, in place: one
  * collective that every rank calls with the same n, at the same point of

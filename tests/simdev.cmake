@@ -26,3 +26,53 @@ target_link_libraries(flexplan_exec_simdev PUBLIC fp_simdev flexplan_core flexpl
 # train_mlp on the simulated device (--backend nccl)
 add_executable(train_mlp_simdev ${CMAKE_SOURCE_DIR}/examples/train_mlp.c)
 target_link_libraries(train_mlp_simdev PRIVATE flexplan_exec_simdev m)
+# planted plan bugs (FP_SIMDEV_DROP_WAIT, tests/simdev/mutate.c) for the mutation tests
+target_sources(train_mlp_simdev PRIVATE ${FP_SIMDEV_DIR}/mutate.c)
+target_link_options(train_mlp_simdev PRIVATE "LINKER:--wrap=fp_plan_load")
+
+set(FP_SIMDEV_ENV ${FP_MPI_ENV} FP_SIMDEV_HANG_S=120)
+if(FP_SANITIZE)
+  # the simulated heap's memfd is mapped twice (its PROT_NONE view faults on host access by design)
+  list(APPEND FP_SIMDEV_ENV FP_SIMDEV_MEM=268435456)
+endif()
+
+# fp_sim_parity(name model spec np [args...]): train_mlp on the simulated
+# device against the MPI backend at np ranks, eager / graph / capture modes,
+# three scheduler seeds each (tests/simdev/sim_parity.py)
+function(fp_sim_parity name model spec np)
+  add_test(NAME simdev_parity_${name}_np${np}
+           COMMAND ${FP_PYTHON} ${FP_SIMDEV_DIR}/sim_parity.py --flexplan $<TARGET_FILE:flexplan>
+                   --train $<TARGET_FILE:train_mlp> --train-sim $<TARGET_FILE:train_mlp_simdev>
+                   "--mpiexec=${FP_MPIEXEC_CMD}" --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi --model ${model} --spec ${spec}
+                   --np ${np} ${ARGN})
+  set_tests_properties(simdev_parity_${name}_np${np} PROPERTIES LABELS "simdev;mpi" TIMEOUT 600 PROCESSORS ${np}
+                       ENVIRONMENT "${FP_SIMDEV_ENV}")
+endfunction()
+foreach(np 1 2 3 4)
+  fp_sim_parity(full_shard mlp full_shard ${np})
+  fp_sim_parity(shard_grad_op mlp shard_grad_op ${np})
+  fp_sim_parity(no_shard_frozen mlp-frozen no_shard ${np})
+  fp_sim_parity(bf16 mlp bf16 ${np})
+  fp_sim_parity(ga2 mlp ga2 ${np})
+  fp_sim_parity(flat mlp flat ${np})
+  fp_sim_parity(mxfp8_gather mlp fp8-gather ${np} --no-check)
+  fp_sim_parity(offload mlp offload ${np})
+endforeach()
+fp_sim_parity(full_shard_fsdp2 mlp full_shard 2 --policy fsdp2)
+fp_sim_parity(hybrid_2x2 mlp hybrid 4)
+fp_sim_parity(hybrid_2x2_ga2 mlp hybrid-ga2 4)
+# the stream contract: the trainer on the legacy default stream (handed over
+# as FP_CUDA_STREAM_LEGACY), on the executor's own stream, and on another
+# stream every step (fp_exec_set_cuda_stream)
+fp_sim_parity(stream_legacy mlp full_shard 2 --modes eager,graph --trainer-args=--stream=legacy)
+fp_sim_parity(stream_executor mlp full_shard 2 --trainer-args=--stream=executor)
+fp_sim_parity(stream_switch mlp ga2 3 --modes eager,graph --trainer-args=--stream=switch)
+
+# mutation tests: each planted ordering bug must make the parity fail under
+# some seed among the first few (sim_parity.py --expect-fail names them)
+fp_sim_parity(mutation_drop_wait mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes eager,graph
+              --env FP_SIMDEV_DROP_WAIT=0)
+fp_sim_parity(mutation_untold_legacy_stream mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes eager,graph
+              --trainer-args=--stream=legacy-untold)
+fp_sim_parity(mutation_unordered_upload mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes capture,graph
+              --trainer-args=--upload=unordered)

@@ -72,7 +72,8 @@ static void t_destroy(fp_exec *x) {
   free(x->dev);
   free(x->host);
 }
-static const fp_backend_impl test_backend = {"test", t_prepare, t_agree, t_ok, t_run, t_ok, t_write, t_destroy, NULL};
+static const fp_backend_impl test_backend = {"test", t_prepare, t_agree, t_ok, t_run, t_ok, t_write, t_destroy, NULL,
+                                             NULL};
 
 /* ---- one rank's issue order --------------------------------------------------------------- */
 typedef struct rankview {

@@ -329,6 +329,8 @@ struct CUstream_st {
   uint64_t nseq, done;
   sd_capture *cap;
   int *front, nfront, cap_front;
+  uint32_t weight; /* the scheduler's (seeded) preference for this stream: 1 (starved) .. 256 (eager) */
+  bool lazy;       /* (seeded) its work runs only when something needs it, or nothing else can run */
 };
 
 struct CUevent_st {
@@ -341,7 +343,7 @@ struct CUevent_st {
   int *front, nfront;
 };
 
-static struct CUstream_st legacy_stream = {.magic = MAGIC_STREAM, .id = 0, .legacy = true};
+static struct CUstream_st legacy_stream = {.magic = MAGIC_STREAM, .id = 0, .legacy = true, .weight = 16};
 static struct CUstream_st **streams; /* every stream ever made (destroyed ones drain, then stay inert) */
 static int nstreams, cap_streams;
 static __thread struct CUstream_st *per_thread;
@@ -363,6 +365,8 @@ static struct CUstream_st *new_stream(unsigned flags, int prio) {
   s->id = nstreams + 1;
   s->flags = flags;
   s->prio = prio;
+  s->weight = 1u << (sd_rand() % 9);
+  s->lazy = sd_rand() % 3 == 0;
   add_stream(s);
   return s;
 }
@@ -654,22 +658,44 @@ static int advance(struct CUstream_st *s) {
   return r != 0;
 }
 
-/* one scheduling step among the streams with work, in a seeded order */
-static int step(void) {
+/* is lazy stream l needed: the host waits for it, or queued work waits on it */
+static bool demanded(const struct CUstream_st *l, const struct CUstream_st *target) {
+  if (l == target) return true;
+  for (int k = -1; k < nstreams; k++) {
+    const struct CUstream_st *s = k < 0 ? &legacy_stream : streams[k];
+    const sd_item *it = s->head;
+    if (!it) continue;
+    for (int d = 0; d < it->ndeps; d++)
+      if (it->deps[d].s == l && !dep_done(&it->deps[d])) return true;
+    if (it->kind == K_GRAPH)
+      for (int n = 0; n < it->run->x->g.n; n++)
+        if (it->run->wsnap[n].s == l && !dep_done(&it->run->wsnap[n])) return true;
+  }
+  return false;
+}
+
+/* one scheduling step: a stream picked with probability by its seeded
+ * weight (a starved stream lags far behind the others, as a slow one would
+ * on a device), the next one if it cannot move. everything == false leaves
+ * out the lazy streams nothing needs (target: the stream the host waits on) */
+static int step_at(const struct CUstream_st *target, bool everything) {
   struct CUstream_st *cand[1024];
   int n = 0;
   if (legacy_stream.head) cand[n++] = &legacy_stream;
   for (int k = 0; k < nstreams && n < 1024; k++)
-    if (streams[k]->head) cand[n++] = streams[k];
-  for (int k = n - 1; k > 0; k--) { /* shuffle */
-    int j = (int)(sd_rand() % (uint64_t)(k + 1));
-    struct CUstream_st *t = cand[k];
-    cand[k] = cand[j], cand[j] = t;
-  }
-  for (int k = 0; k < n; k++)
+    if (streams[k]->head && (everything || !streams[k]->lazy || demanded(streams[k], target))) cand[n++] = streams[k];
+  while (n > 0) {
+    uint64_t total = 0;
+    for (int k = 0; k < n; k++) total += cand[k]->weight;
+    uint64_t r = sd_rand() % total;
+    int k = 0;
+    while (r >= cand[k]->weight) r -= cand[k++]->weight;
     if (advance(cand[k])) return 1;
+    cand[k] = cand[--n];
+  }
   return 0;
 }
+static int step(void) { return step_at(NULL, false); }
 
 static bool any_work(void) {
   if (legacy_stream.head) return true;
@@ -692,12 +718,16 @@ static void dump_state(const char *what) {
   }
 }
 
+static bool stream_idle(void *a);
+#define stream_idle_fn stream_idle
 /* the host waits until done(arg): runs work, sleeps while only peers can help */
 void sd_drive(bool (*done)(void *), void *arg, const char *what) {
   double t0 = sd_now_s();
   long nap = 2000;
+  const struct CUstream_st *target = done == stream_idle_fn ? arg : NULL;
   while (!done(arg)) {
-    if (step()) {
+    /* what the wait needs first; everything else only once that is stuck for a while */
+    if (step_at(target, false) || (sd_now_s() - t0 > 0.002 && step_at(target, true))) {
       t0 = sd_now_s();
       nap = 2000;
       continue;
@@ -732,9 +762,10 @@ static void *device_thread(void *unused) {
     ts.tv_nsec += 2000000;
     if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
     pthread_cond_timedwait(&wake, &mu, &ts);
-    if (sd_now_s() - last_api_s < 0.005) continue;
-    for (int k = 0; k < 4096 && any_work(); k++)
-      if (!step()) break;
+    double idle = sd_now_s() - last_api_s;
+    if (idle < 0.005) continue;
+    for (int k = 0; k < 4096 && any_work(); k++) /* lazy streams too once the host has been away long */
+      if (!step_at(NULL, idle > 0.05)) break;
   }
   return NULL;
 }
