@@ -52,19 +52,21 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-GPU_CFG = dict(vocab=256, hidden=2048, layers=22, inter=5632, heads=32, kv_heads=4, batch=4, seq=512, lr=3e-4)
-TINY_CFG = dict(vocab=256, hidden=64, layers=4, inter=160, heads=4, kv_heads=2, batch=2, seq=32, lr=3e-3)
+GPU_CFG = dict(vocab=256, hidden=2048, layers=22, inter=5632, heads=32, kv_heads=4, batch=4, seq=512, lr=3e-4,
+               attn="sdpa")
+TINY_CFG = dict(vocab=256, hidden=64, layers=4, inter=160, heads=4, kv_heads=2, batch=2, seq=32, lr=3e-3,
+                attn="eager")
 POOL = 2  # distinct batches: step g trains on batch g % POOL, so the loss falls as the model learns them
 
 
 # ---- one run (a child process) ----------------------------------------------------------
-def build_model(c, device, tiny):
+def build_model(c, device):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["inter"],
                       num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
                       num_key_value_heads=c["kv_heads"], max_position_embeddings=c["seq"],
-                      tie_word_embeddings=False, attn_implementation="eager" if tiny else "sdpa")
+                      tie_word_embeddings=False, attn_implementation=c["attn"])
     torch.manual_seed(0)
     with torch.device(device):
         m = LlamaForCausalLM(cfg)
@@ -128,7 +130,7 @@ def job_fsdp2(a, c, device):
         torch.cuda.set_device(0)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
     mesh = init_device_mesh(device, (1,))
-    m = build_model(c, device, a.tiny)
+    m = build_model(c, device)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in m.model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp)
@@ -140,7 +142,7 @@ def job_fsdp2(a, c, device):
 
 
 def job_plain(a, c, device):
-    m = build_model(c, device, a.tiny)
+    m = build_model(c, device)
     return train(a, c, m, adamw(c, m.parameters()), device, autocast=True)
 
 
@@ -150,7 +152,7 @@ def job_flexplan(a, c, device, mode, stream):
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import flexplan
     import flexplan.torch as fpt
-    m = build_model(c, device, a.tiny)
+    m = build_model(c, device)
     desc = fpt.describe(m, (torch.zeros(c["batch"], c["seq"], dtype=torch.long),), name="llama_gpu_check")
     spec = {"format": "flexplan.spec.v1", "mesh": {"world_size": 1}, "strategy": "full_shard",
             "defaults": {"mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32",
@@ -244,7 +246,7 @@ def main():
                          "fsdp2, plain, flexplan-mpi-host)")
     ap.add_argument("--job-timeout", type=int, default=None, help="seconds per run (default 150; --tiny 300)")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="change the model or data: vocab, hidden, layers, inter, heads, kv_heads, batch, seq, lr")
+                    help="change the model or data: vocab, hidden, layers, inter, heads, kv_heads, batch, seq, lr, attn")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--cfg", help=argparse.SUPPRESS)
