@@ -120,6 +120,7 @@ export LD_LIBRARY_PATH
 # the carried modules move (PKG_CONFIG_SYSROOT_DIR would prefix every
 # module's paths, the machine's own included).
 CARRY=$ROOTDIR/.carry/root
+rm -rf "$CARRY" # unpacked afresh: a stale module there would shadow the machine's own
 declare -A DEBS=([json-c]="libjson-c5 libjson-c-dev" [cmocka]="libcmocka0 libcmocka-dev")
 CARRIED=""
 for mod in json-c cmocka; do
