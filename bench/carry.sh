@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
 # bench/carry.sh [PACKAGE...] - on a machine with a network and Debian 12's
-# apt (the CI image), download the Debian packages a GPU machine may lack
-# into .carry/ (ignored by git; hand it to the GPU machine with the working
-# tree: the device tool's `carry` takes ".carry"). bench/gpu.sh unpacks them
-# with dpkg -x into .carry/root and points CMake, pkg-config, Open MPI and
-# the loader at them (docs/cuda.md, "On a GPU machine").
+# apt (the development machine), download the Debian packages a GPU machine
+# lacks into .carry/ (ignored by git; the device tool's `carry` takes
+# ".carry"). bench/gpu.sh asks pkg-config on the GPU machine which of json-c
+# and cmocka it lacks and unpacks only those packages (dpkg -x into
+# .carry/root); what the machine has is left alone.
 #
-# Default: json-c and cmocka (library and headers) and Open MPI with the
-# libraries its runtime loads that a minimal image may not have. First check
-# on the GPU machine what is missing (`pkg-config --list-all | grep -E
-# 'json-c|cmocka'`, `command -v mpiexec`) and carry only that: pass the
-# package names, e.g. `bench/carry.sh libjson-c5 libjson-c-dev libcmocka0
-# libcmocka-dev`. The packages are Debian 12's: they need glibc >= 2.36 on
-# the GPU machine.
+# Default: json-c and cmocka, library and headers (libjson-c5 libjson-c-dev
+# libcmocka0 libcmocka-dev, about 150 KB): what the GPU machines lacked on
+# 2026-11-26 (../shared/device-notes.md). Open MPI is never carried (the
+# machines have Open MPI 4.1.6 with mpicc; Debian's mpicc is an
+# alternatives link that is not in its package): such names are refused.
+# Packages already in .carry/ are not downloaded again. The packages are
+# Debian 12's: they need glibc >= 2.36 on the GPU machine (Ubuntu 24.04 has
+# 2.39).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=("$@")
-if [ ${#PKGS[@]} = 0 ]; then
-  PKGS=(libjson-c5 libjson-c-dev libcmocka0 libcmocka-dev
-        openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev
-        libevent-core-2.1-7 libevent-pthreads-2.1-7 libevent-dev libhwloc15 libhwloc-plugins libhwloc-dev
-        libpmix2 libpmix-dev libmunge2 libfabric1 libucx0 libibverbs1 libibverbs-dev ibverbs-providers
-        librdmacm1 libnl-3-200 libnl-route-3-200 libpsm2-2 libpsm-infinipath1 libnuma1)
-fi
+[ ${#PKGS[@]} -gt 0 ] || PKGS=(libjson-c5 libjson-c-dev libcmocka0 libcmocka-dev)
+for p in "${PKGS[@]}"; do
+  case "$p" in
+    *openmpi* | *mpich* | *pmix* | *hwloc* | *ucx* | *libfabric*)
+      echo "carry.sh: $p: Open MPI and its runtime are never carried (the GPU machine's own is used)" >&2
+      exit 2
+      ;;
+  esac
+done
 mkdir -p .carry
 cd .carry
-apt-get download "${PKGS[@]}"
-echo "carry.sh: $(ls *.deb | wc -l) packages in .carry/ ($(du -sh . | cut -f1))"
+WANT=()
+for p in "${PKGS[@]}"; do
+  if ls "${p}"_*.deb > /dev/null 2>&1; then
+    echo "carry.sh: $p: already in .carry/ ($(ls "${p}"_*.deb | head -1))"
+  else
+    WANT+=("$p")
+  fi
+done
+[ ${#WANT[@]} = 0 ] || apt-get download "${WANT[@]}"
+echo "carry.sh: $(ls ./*.deb | wc -l) package(s) in .carry/ ($(du -sh . | cut -f1)): $(ls ./*.deb | tr '\n' ' ')"

@@ -161,4 +161,67 @@ FPK_HD int fpkc_nonfinite(float x) { return fpkc_abs_bits(x) >= 0x7f800000u; }
  * an operand's, NVIDIA GPUs produce 0x7FFFFFFF), so both sides fix it. */
 FPK_HD float fpkc_canon(float r) { return fpkc_abs_bits(r) > 0x7f800000u ? fpkc_u2f(0x7fc00000u) : r; }
 
+/* ---- the same conversions without branches (the CUDA kernels' versions) -------
+ * Bit for bit the functions above, written with selects instead of if
+ * chains so that a warp whose lanes hold values of different classes
+ * (normal, subnormal, zero) does not run every path in turn: the CUDA
+ * bodies (cuda_body.cuh) convert 8 to 16 elements a thread, and the
+ * branchy forms made the E4M3 and fp16 kernels compute-bound (docs/cuda.md,
+ * "The kernels"). Subnormal results are rounded by one fp32 addition: |x| plus a
+ * power of two whose ulp is the target's subnormal unit (2^-24 for fp16:
+ * 0.5; 2^-9 for E4M3: 2^14) rounds |x| to a multiple of that unit, to
+ * nearest even, and the sum's low bits are the count of units; subnormal
+ * sources are widened by one exact fp32 product (the bits as an fp32 of
+ * exponent bias 127, times 2^(127 - bias)). Both need fp32 subnormals kept
+ * (no flush to zero: not the CUDA default, nor the host's). Checked
+ * against the functions above on every 8- and 16-bit input and on every
+ * fp32 input of a stride (tests/test_kernels_emul.cu; all 2^32 with
+ * FP_KERNELS_EXHAUSTIVE=1). */
+FPK_HD float fpkc_add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+FPK_HD float fpkc_mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+FPK_HD uint16_t fpkc_f32_to_f16_sel(float x) {
+  uint32_t u = fpkc_f2u(x), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
+  uint32_t r = a - (112u << 23);
+  uint32_t nrm = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;                  /* [2^-14, 65520) */
+  uint32_t sub = fpkc_f2u(fpkc_add_rn(fpkc_u2f(a), 0.5f)) - 0x3f000000u; /* below 2^-14: units of 2^-24 */
+  uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+  uint32_t m = a > 0x7f800000u ? nan : a >= 0x477ff000u ? 0x7c00u : a >= 0x38800000u ? nrm : sub;
+  return (uint16_t)(sign | m);
+}
+
+FPK_HD float fpkc_f16_to_f32_sel(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, mag = h & 0x7fffu;
+  float f = fpkc_mul_rn(fpkc_u2f(mag << 13), 0x1p112f); /* normal and subnormal, exact */
+  uint32_t bits = mag >= 0x7c00u ? 0x7f800000u | ((mag & 0x3ffu) << 13) : fpkc_f2u(f);
+  return fpkc_u2f(sign | bits);
+}
+
+FPK_HD uint8_t fpkc_f32_to_e4m3_sel(float x) {
+  uint32_t u = fpkc_f2u(x), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+  uint32_t r = a - (120u << 23);
+  uint32_t nrm = (r + 0x7ffffu + ((r >> 20) & 1u)) >> 20;                     /* [2^-6, 448] */
+  uint32_t sub = fpkc_f2u(fpkc_add_rn(fpkc_u2f(a), 16384.0f)) - 0x46800000u; /* below 2^-6: units of 2^-9 */
+  uint32_t m = a >= 0x43e00000u ? 0x7eu : a >= 0x3c800000u ? nrm : sub;
+  return (uint8_t)(a > 0x7f800000u ? 0x7fu : sign | m);
+}
+
+FPK_HD float fpkc_e4m3_to_f32_sel(uint8_t v) {
+  uint32_t sign = (uint32_t)(v & 0x80u) << 24, mag = v & 0x7fu;
+  float f = fpkc_mul_rn(fpkc_u2f(mag << 20), 0x1p120f); /* normal and subnormal, exact */
+  return fpkc_u2f(sign | (mag == 0x7fu ? 0x7fc00000u : fpkc_f2u(f)));
+}
+
 #endif

@@ -1,23 +1,37 @@
 /* cuda_body.cuh - what one CUDA thread of each kernel does, as __host__
- * __device__ functions of a "slot" index, so that kernels.cu runs them in
- * grid-stride loops on the GPU and tests/test_kernels_emul.cu runs the very
- * same code on the host, slot by slot, against the C references - the
- * indexing, vector and tail logic is checked without a GPU.
+ * __device__ functions, so that kernels.cu runs them in grid-stride loops on
+ * the GPU and tests/test_kernels_emul.cu runs the very same code on the
+ * host, thread by thread with the launch's geometry, against the C
+ * references - the indexing, vector and tail logic is checked without a
+ * GPU.
  *
  * A slot is V consecutive elements, V chosen so that the narrower operand
  * moves 16 bytes (V = 16 / the smaller element size): fp32 -> bf16 is 8
- * elements (32 bytes in, 16 out), e4m3 -> fp32 16 (16 in, 64 out). When
- * every pointer of a launch is 16-byte aligned (`aligned`, decided once per
- * launch) a full slot moves as 16-byte loads and stores (uint4); the last,
- * partial slot and unaligned launches go element by element. Every element
- * is computed as in ref.c: widen to fp32 (convert.h), one fp32 operation,
- * one rounding - so the results are the reference's, bit for bit.
+ * elements (32 bytes in, 16 out), e4m3 -> fp32 16 (16 in, 64 out), so
+ * both sides move whole 16-byte vectors. When every pointer of a launch is
+ * 16-byte aligned (`aligned`, decided once per launch) a full slot moves as
+ * 16-byte loads and stores (uint4); the last, partial slot and unaligned
+ * launches go element by element.
  *
- * MXFP8 quantization: a slot is 16 elements, two slots per 32-element block;
- * each slot loads and finds its amax and whether it holds a NaN/Inf
- * (mx_load), the two partners combine theirs (a lane shuffle on the GPU),
- * then each writes its elements and the even one the block's scale
- * (mx_store). Only C++ that nvcc compiles for both sides is used. */
+ * Bytes in flight: a thread handles U slots a pass (a "tile" of U x
+ * threads-per-block slots per block), U = the fewest that make it load at
+ * least 64 bytes (at most 4): all U slots are loaded before any is
+ * converted or stored, so a thread has U independent 16-byte loads
+ * outstanding instead of one; slot k of thread x is tile slot k * T + x,
+ * so each of the U loads is coalesced across the block (geometry below).
+ *
+ * Every element is computed as in ref.c: widen to fp32, one fp32
+ * operation, one rounding - so the results are the reference's, bit for
+ * bit. The conversions are convert.h's branch-free forms (*_sel: the same
+ * results as the reference's, checked on every 8- and 16-bit input and a
+ * stride of fp32 inputs by the emulator test).
+ *
+ * MXFP8 quantization: a slot is 16 elements, two slots per 32-element block
+ * (lanes 2j and 2j+1 of a warp, for each of the thread's U slots); each
+ * slot loads and finds its amax and whether it holds a NaN/Inf (mx_load),
+ * the two partners combine theirs (a lane shuffle on the GPU), then each
+ * writes its elements and the even one the block's scale (mx_store): one
+ * pass over the data. Only C++ that nvcc compiles for both sides is used. */
 #ifndef FP_KERNELS_CUDA_BODY_CUH
 #define FP_KERNELS_CUDA_BODY_CUH
 
@@ -52,13 +66,13 @@ template <> struct elt<FP_BF16> {
 };
 template <> struct elt<FP_F16> {
   typedef uint16_t T;
-  static FPK_HDT float get(T v) { return fpkc_f16_to_f32(v); }
-  static FPK_HDT T put(float f) { return fpkc_f32_to_f16(f); }
+  static FPK_HDT float get(T v) { return fpkc_f16_to_f32_sel(v); }
+  static FPK_HDT T put(float f) { return fpkc_f32_to_f16_sel(f); }
 };
 template <> struct elt<FP_E4M3> {
   typedef uint8_t T;
-  static FPK_HDT float get(T v) { return fpkc_e4m3_to_f32(v); }
-  static FPK_HDT T put(float f) { return fpkc_f32_to_e4m3(f); }
+  static FPK_HDT float get(T v) { return fpkc_e4m3_to_f32_sel(v); }
+  static FPK_HDT T put(float f) { return fpkc_f32_to_e4m3_sel(f); }
 };
 
 /* elements per slot for a pair of element sizes: the narrower moves 16 bytes */
@@ -95,69 +109,126 @@ FPK_UNROLL
 #endif
 }
 
-/* ---- elementwise kernels: cast, add, scale --------------------------------------------- */
+/* ---- launch geometry (kernels.cu's launchers and the emulator) --------------------------- */
+enum { THREADS = 256, MAX_BLOCKS = 4096 };
+
+/* slots a thread handles per pass when one slot loads L bytes: the fewest
+ * that load at least 64 bytes, 1 to 4 */
+template <int L> struct per_thread {
+  static constexpr int U0 = (64 + L - 1) / L, U = U0 < 1 ? 1 : U0 > 4 ? 4 : U0;
+};
+
 /* the number of slots of n elements */
 template <int V> FPK_HDT int64_t nslots(int64_t n) { return (n + V - 1) / V; }
 
-/* dst[i] = round_DT(widen_ST(src[i])), slot t */
-template <int DT, int ST> FPK_HDT void cast_slot(void *dst, const void *src, int64_t n, int64_t t, bool aligned) {
+/* blocks for `slots` slots, U a thread a pass: one pass if it fits in
+ * MAX_BLOCKS (enough to fill an H200's 132 SMs many times over), else the
+ * grid-stride loop covers the rest */
+FPK_HDT unsigned blocks_for(int64_t slots, int U) {
+  int64_t per = (int64_t)THREADS * U, b = (slots + per - 1) / per;
+  return (unsigned)(b < 1 ? 1 : b > (int64_t)MAX_BLOCKS ? (int64_t)MAX_BLOCKS : b);
+}
+
+/* the first slot of thread x of block b in pass 0, and the step between
+ * passes: tile p of block b holds slots [(p * G + b) * T * U, + T * U);
+ * thread x's k-th slot in it is + k * T + x */
+FPK_HDT int64_t tile_first(unsigned b, unsigned x, int U) { return (int64_t)b * THREADS * U + x; }
+FPK_HDT int64_t tile_step(unsigned blocks, int U) { return (int64_t)blocks * THREADS * U; }
+
+/* ---- elementwise kernels: cast, add, scale --------------------------------------------- */
+/* Each *_tile does thread t0's U slots t0 + k * THREADS of one pass. */
+
+/* dst[i] = round_DT(widen_ST(src[i])) */
+template <int DT, int ST> struct cast_k {
   typedef typename elt<DT>::T D;
   typedef typename elt<ST>::T S;
-  enum { V = vec<DT, ST>::V };
-  int64_t i0 = t * V;
-  D *d = (D *)dst + i0;
-  const S *s = (const S *)src + i0;
-  if (aligned && i0 + V <= n) {
-    pack<S, V> in;
-    pack<D, V> out;
-    vload(in, s);
+  static constexpr int V = vec<DT, ST>::V, U = per_thread<V * (int)sizeof(S)>::U;
+  static FPK_HDT void tile(void *dst, const void *src, int64_t n, int64_t t0, bool aligned) {
+    D *d = (D *)dst;
+    const S *s = (const S *)src;
+    pack<S, V> in[U];
 FPK_UNROLL
-    for (int j = 0; j < V; j++) out.e[j] = elt<DT>::put(elt<ST>::get(in.e[j]));
-    vstore(d, out);
-  } else {
-    for (int64_t j = 0; j < V && i0 + j < n; j++) d[j] = elt<DT>::put(elt<ST>::get(s[j]));
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * V;
+      if (aligned && i0 + V <= n) vload(in[k], s + i0);
+    }
+FPK_UNROLL
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * V;
+      if (aligned && i0 + V <= n) {
+        pack<D, V> out;
+FPK_UNROLL
+        for (int j = 0; j < V; j++) out.e[j] = elt<DT>::put(elt<ST>::get(in[k].e[j]));
+        vstore(d + i0, out);
+      } else {
+        for (int64_t j = 0; j < V && i0 + j < n; j++) d[i0 + j] = elt<DT>::put(elt<ST>::get(s[i0 + j]));
+      }
+    }
   }
-}
+};
 
 /* dst[i] = round_DT(canon(widen(dst[i]) + widen(src[i]))); dst may be src
- * (same dtype): each element is read before it is written */
-template <int DT, int ST> FPK_HDT void add_slot(void *dst, const void *src, int64_t n, int64_t t, bool aligned) {
+ * (same dtype): each element is read before it is written, by the thread
+ * that writes it */
+template <int DT, int ST> struct add_k {
   typedef typename elt<DT>::T D;
   typedef typename elt<ST>::T S;
-  enum { V = vec<DT, ST>::V };
-  int64_t i0 = t * V;
-  D *d = (D *)dst + i0;
-  const S *s = (const S *)src + i0;
-  if (aligned && i0 + V <= n) {
-    pack<S, V> b;
-    pack<D, V> a;
-    vload(b, s);
-    vload(a, d);
+  static constexpr int V = vec<DT, ST>::V, U = per_thread<V * (int)(sizeof(S) + sizeof(D))>::U;
+  static FPK_HDT void tile(void *dst, const void *src, int64_t n, int64_t t0, bool aligned) {
+    D *d = (D *)dst;
+    const S *s = (const S *)src;
+    pack<S, V> b[U];
+    pack<D, V> a[U];
 FPK_UNROLL
-    for (int j = 0; j < V; j++) a.e[j] = elt<DT>::put(fpkc_canon(elt<DT>::get(a.e[j]) + elt<ST>::get(b.e[j])));
-    vstore(d, a);
-  } else {
-    for (int64_t j = 0; j < V && i0 + j < n; j++)
-      d[j] = elt<DT>::put(fpkc_canon(elt<DT>::get(d[j]) + elt<ST>::get(s[j])));
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * V;
+      if (aligned && i0 + V <= n) {
+        vload(b[k], s + i0);
+        vload(a[k], d + i0);
+      }
+    }
+FPK_UNROLL
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * V;
+      if (aligned && i0 + V <= n) {
+FPK_UNROLL
+        for (int j = 0; j < V; j++)
+          a[k].e[j] = elt<DT>::put(fpkc_canon(elt<DT>::get(a[k].e[j]) + elt<ST>::get(b[k].e[j])));
+        vstore(d + i0, a[k]);
+      } else {
+        for (int64_t j = 0; j < V && i0 + j < n; j++)
+          d[i0 + j] = elt<DT>::put(fpkc_canon(elt<DT>::get(d[i0 + j]) + elt<ST>::get(s[i0 + j])));
+      }
+    }
   }
-}
+};
 
 /* dst[i] = round_DT(canon(widen(dst[i]) * alpha)), alpha already fp32 */
-template <int DT> FPK_HDT void scale_slot(void *dst, float alpha, int64_t n, int64_t t, bool aligned) {
+template <int DT> struct scale_k {
   typedef typename elt<DT>::T D;
-  enum { V = vec<DT, DT>::V };
-  int64_t i0 = t * V;
-  D *d = (D *)dst + i0;
-  if (aligned && i0 + V <= n) {
-    pack<D, V> a;
-    vload(a, d);
+  static constexpr int V = vec<DT, DT>::V, U = per_thread<V * (int)sizeof(D)>::U;
+  static FPK_HDT void tile(void *dst, float alpha, int64_t n, int64_t t0, bool aligned) {
+    D *d = (D *)dst;
+    pack<D, V> a[U];
 FPK_UNROLL
-    for (int j = 0; j < V; j++) a.e[j] = elt<DT>::put(fpkc_canon(elt<DT>::get(a.e[j]) * alpha));
-    vstore(d, a);
-  } else {
-    for (int64_t j = 0; j < V && i0 + j < n; j++) d[j] = elt<DT>::put(fpkc_canon(elt<DT>::get(d[j]) * alpha));
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * V;
+      if (aligned && i0 + V <= n) vload(a[k], d + i0);
+    }
+FPK_UNROLL
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * V;
+      if (aligned && i0 + V <= n) {
+FPK_UNROLL
+        for (int j = 0; j < V; j++) a[k].e[j] = elt<DT>::put(fpkc_canon(elt<DT>::get(a[k].e[j]) * alpha));
+        vstore(d + i0, a[k]);
+      } else {
+        for (int64_t j = 0; j < V && i0 + j < n; j++)
+          d[i0 + j] = elt<DT>::put(fpkc_canon(elt<DT>::get(d[i0 + j]) * alpha));
+      }
+    }
   }
-}
+};
 
 /* ---- 2-D copy: rows x width bytes between pitched rows ------------------------------------ */
 /* unit: the widest of 16, 8, 4, 2, 1 bytes dividing both pointers, both
@@ -176,28 +247,39 @@ struct mx_part {       /* one slot of a block, loaded */
   int bad;             /* a NaN or Inf among them */
 };
 
-/* load slot t of src (elements [16t, 16t + 16) that exist) */
-template <int ST> FPK_HDT void mx_load(mx_part &p, const void *src, int64_t n, int64_t t, bool aligned) {
+/* quantize: U slots a thread a pass (slot k: t0 + k * THREADS). load()
+ * issues the U slots' vector loads, part() widens slot k and finds its amax
+ * and badness, then the partners combine theirs and mx_store writes */
+template <int ST> struct quant_k {
   typedef typename elt<ST>::T S;
-  int64_t i0 = t * MX_SLOT;
-  const S *s = (const S *)src + i0;
-  p.amax = 0;
-  p.bad = 0;
-  if (aligned && i0 + MX_SLOT <= n) {
-    pack<S, MX_SLOT> in;
-    vload(in, s);
+  static constexpr int U = per_thread<MX_SLOT * (int)sizeof(S)>::U;
+  typedef pack<S, MX_SLOT> raw;
+  static FPK_HDT void load(raw (&in)[U], const void *src, int64_t n, int64_t t0, bool aligned) {
 FPK_UNROLL
-    for (int j = 0; j < MX_SLOT; j++) p.v[j] = elt<ST>::get(in.e[j]);
-  } else {
-    for (int j = 0; j < MX_SLOT; j++) p.v[j] = i0 + j < n ? elt<ST>::get(s[j]) : 0.0f;
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * MX_SLOT;
+      if (aligned && i0 + MX_SLOT <= n) vload(in[k], (const S *)src + i0);
+    }
   }
+  static FPK_HDT void part(mx_part &p, const raw &in, const void *src, int64_t n, int64_t t, bool aligned) {
+    int64_t i0 = t * MX_SLOT;
+    const S *s = (const S *)src + i0;
+    p.amax = 0;
+    p.bad = 0;
+    if (aligned && i0 + MX_SLOT <= n) {
 FPK_UNROLL
-  for (int j = 0; j < MX_SLOT; j++) {
-    uint32_t a = fpkc_abs_bits(p.v[j]);
-    if (a >= 0x7f800000u) p.bad = 1;
-    else if (a > p.amax) p.amax = a;
+      for (int j = 0; j < MX_SLOT; j++) p.v[j] = elt<ST>::get(in.e[j]);
+    } else {
+      for (int j = 0; j < MX_SLOT; j++) p.v[j] = i0 + j < n ? elt<ST>::get(s[j]) : 0.0f;
+    }
+FPK_UNROLL
+    for (int j = 0; j < MX_SLOT; j++) {
+      uint32_t a = fpkc_abs_bits(p.v[j]);
+      p.bad |= a >= 0x7f800000u;
+      p.amax = a < 0x7f800000u && a > p.amax ? a : p.amax;
+    }
   }
-}
+};
 
 /* write slot t's elements, and (even t) its block's scale, given the amax
  * and badness of the whole block */
@@ -208,41 +290,50 @@ FPK_HDT void mx_store(uint8_t *dst, uint8_t *scales, int64_t n, int64_t t, const
   uint8_t sb = bad ? 0xff : fpkc_mx_scale_byte(amax);
   if ((t & 1) == 0) scales[t / 2] = sb;
   pack<uint8_t, MX_SLOT> out;
-  if (bad) {
+  float inv = fpkc_mx_inv_scale(bad ? 0 : sb);
 FPK_UNROLL
-    for (int j = 0; j < MX_SLOT; j++) out.e[j] = 0x7f;
-  } else {
-    float inv = fpkc_mx_inv_scale(sb);
-FPK_UNROLL
-    for (int j = 0; j < MX_SLOT; j++) out.e[j] = fpkc_f32_to_e4m3(p.v[j] * inv);
-  }
+  for (int j = 0; j < MX_SLOT; j++) out.e[j] = bad ? 0x7f : fpkc_f32_to_e4m3_sel(fpkc_mul_rn(p.v[j], inv));
   if (aligned && i0 + MX_SLOT <= n) vstore(dst + i0, out);
   else
     for (int64_t j = 0; j < MX_SLOT && i0 + j < n; j++) dst[i0 + j] = out.e[j];
 }
 
-/* dequantize slot t (16 elements, inside one block) */
-template <int DT> FPK_HDT void dq_slot(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n, int64_t t,
-                                       bool aligned) {
+/* dequantize: U slots of 16 elements (each inside one block) a thread a
+ * pass; the bytes and the scale bytes of all U are loaded first */
+template <int DT> struct dequant_k {
   typedef typename elt<DT>::T D;
-  int64_t i0 = t * MX_SLOT;
-  if (i0 >= n) return;
-  uint8_t sb = scales[i0 / 32];
-  float s = fpkc_mx_scale(sb == 0xff ? 0 : sb);
-  D *d = (D *)dst + i0;
-  if (aligned && i0 + MX_SLOT <= n) {
-    pack<uint8_t, MX_SLOT> in;
-    pack<D, MX_SLOT> out;
-    vload(in, src + i0);
+  static constexpr int U = per_thread<MX_SLOT>::U;
+  static FPK_HDT void tile(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n, int64_t t0,
+                           bool aligned) {
+    D *d = (D *)dst;
+    pack<uint8_t, MX_SLOT> in[U];
+    uint8_t sb[U];
 FPK_UNROLL
-    for (int j = 0; j < MX_SLOT; j++)
-      out.e[j] = elt<DT>::put(sb == 0xff ? fpkc_u2f(0x7fc00000u) : fpkc_canon(fpkc_e4m3_to_f32(in.e[j]) * s));
-    vstore(d, out);
-  } else {
-    for (int64_t j = 0; j < MX_SLOT && i0 + j < n; j++)
-      d[j] = elt<DT>::put(sb == 0xff ? fpkc_u2f(0x7fc00000u) : fpkc_canon(fpkc_e4m3_to_f32(src[i0 + j]) * s));
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * MX_SLOT;
+      sb[k] = i0 < n ? scales[i0 / 32] : 0;
+      if (aligned && i0 + MX_SLOT <= n) vload(in[k], src + i0);
+    }
+FPK_UNROLL
+    for (int k = 0; k < U; k++) {
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * MX_SLOT;
+      if (i0 >= n) continue;
+      bool nan = sb[k] == 0xff;
+      float s = fpkc_mx_scale(nan ? 0 : sb[k]);
+      if (aligned && i0 + MX_SLOT <= n) {
+        pack<D, MX_SLOT> out;
+FPK_UNROLL
+        for (int j = 0; j < MX_SLOT; j++)
+          out.e[j] = elt<DT>::put(nan ? fpkc_u2f(0x7fc00000u) : fpkc_canon(fpkc_mul_rn(fpkc_e4m3_to_f32_sel(in[k].e[j]), s)));
+        vstore(d + i0, out);
+      } else {
+        for (int64_t j = 0; j < MX_SLOT && i0 + j < n; j++)
+          d[i0 + j] = elt<DT>::put(nan ? fpkc_u2f(0x7fc00000u)
+                                       : fpkc_canon(fpkc_mul_rn(fpkc_e4m3_to_f32_sel(src[i0 + j]), s)));
+      }
+    }
   }
-}
+};
 
 /* ---- MXFP8 in two steps (a block split between processes) ----------------------------- */
 /* block b's scale byte alone (one thread a block: these run on the few
@@ -262,7 +353,9 @@ template <int ST> FPK_HDT void mx_scale_block(uint8_t *scales, const void *src, 
 /* element i at its block's given scale byte (0xFF: NaN) */
 template <int ST> FPK_HDT void mx_scaled_elem(uint8_t *dst, const uint8_t *scales, const void *src, int64_t i) {
   uint8_t sb = scales[i / 32];
-  dst[i] = sb == 0xff ? 0x7f : fpkc_f32_to_e4m3(elt<ST>::get(((const typename elt<ST>::T *)src)[i]) * fpkc_mx_inv_scale(sb));
+  dst[i] = sb == 0xff ? 0x7f
+                       : fpkc_f32_to_e4m3_sel(fpkc_mul_rn(elt<ST>::get(((const typename elt<ST>::T *)src)[i]),
+                                                          fpkc_mx_inv_scale(sb)));
 }
 
 } /* namespace fpk */

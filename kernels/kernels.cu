@@ -1,8 +1,8 @@
 /* kernels.cu - the CUDA kernels of kernels_cuda.h: grid-stride loops over
- * the slots of cuda_body.cuh, 256 threads a block, at most MAX_BLOCKS
- * blocks (enough to fill an H100's 132 SMs several times over; the loop
- * covers the rest). The launchers dispatch on the dtypes, decide once
- * whether the launch is 16-byte aligned, and return the launch's error. */
+ * the tiles of cuda_body.cuh (THREADS = 256 threads a block, each thread U
+ * slots a pass, at most MAX_BLOCKS blocks; the loop covers the rest). The
+ * launchers dispatch on the dtypes, decide once whether the launch is
+ * 16-byte aligned, and return the launch's error. */
 #include <stdint.h>
 
 #include "kernels/cuda_body.cuh"
@@ -10,30 +10,33 @@
 
 using namespace fpk;
 
-#define THREADS 256
-#define MAX_BLOCKS 4096
-
-static unsigned blocks_for(int64_t slots) {
-  int64_t b = (slots + THREADS - 1) / THREADS;
-  return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
-}
-
 static bool aligned16(const void *a, const void *b) { return (((uintptr_t)a | (uintptr_t)b) & 15u) == 0; }
+
+/* thread (blockIdx.x, threadIdx.x)'s first slot of every pass over `slots`
+ * slots, U slots a thread a pass (cuda_body.cuh's geometry) */
+#define TILE_LOOP(t0, U, slots)                                                                  \
+  for (int64_t t0 = tile_first(blockIdx.x, threadIdx.x, (U)), step_ = tile_step(gridDim.x, (U)); \
+       t0 < (slots); t0 += step_)
 
 #define GRID_LOOP(t, ...) \
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < (__VA_ARGS__); t += (int64_t)gridDim.x * blockDim.x)
 
 /* ---- kernels ----------------------------------------------------------------------- */
-template <int DT, int ST> __global__ void k_cast(void *dst, const void *src, int64_t n, bool aligned) {
-  GRID_LOOP(t, nslots<vec<DT, ST>::V>(n)) cast_slot<DT, ST>(dst, src, n, t, aligned);
+template <int DT, int ST> __global__ void __launch_bounds__(THREADS) k_cast(void *dst, const void *src, int64_t n,
+                                                                            bool aligned) {
+  typedef cast_k<DT, ST> K;
+  TILE_LOOP(t0, K::U, nslots<K::V>(n)) K::tile(dst, src, n, t0, aligned);
 }
 
-template <int DT, int ST> __global__ void k_add(void *dst, const void *src, int64_t n, bool aligned) {
-  GRID_LOOP(t, nslots<vec<DT, ST>::V>(n)) add_slot<DT, ST>(dst, src, n, t, aligned);
+template <int DT, int ST> __global__ void __launch_bounds__(THREADS) k_add(void *dst, const void *src, int64_t n,
+                                                                           bool aligned) {
+  typedef add_k<DT, ST> K;
+  TILE_LOOP(t0, K::U, nslots<K::V>(n)) K::tile(dst, src, n, t0, aligned);
 }
 
-template <int DT> __global__ void k_scale(void *dst, float alpha, int64_t n, bool aligned) {
-  GRID_LOOP(t, nslots<vec<DT, DT>::V>(n)) scale_slot<DT>(dst, alpha, n, t, aligned);
+template <int DT> __global__ void __launch_bounds__(THREADS) k_scale(void *dst, float alpha, int64_t n, bool aligned) {
+  typedef scale_k<DT> K;
+  TILE_LOOP(t0, K::U, nslots<K::V>(n)) K::tile(dst, alpha, n, t0, aligned);
 }
 
 /* rows over blockIdx.y (grid-stride), units of the row over x */
@@ -42,17 +45,28 @@ template <typename U> __global__ void k_copy2d(void *dst, int64_t dpitch, const 
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) GRID_LOOP(u, units) copy_unit<U>(dst, dpitch, src, spitch, r, u);
 }
 
-/* two slots per block are lanes 2k and 2k+1 of one warp; the loop bound is
- * a multiple of 32 and so is the stride, so whole warps iterate together
- * and every lane reaches the shuffles */
-template <int ST> __global__ void k_quantize(uint8_t *dst, uint8_t *scales, const void *src, int64_t n, bool aligned) {
-  int64_t slots = (nslots<MX_SLOT>(n) + 31) / 32 * 32;
-  GRID_LOOP(t, slots) {
-    mx_part p;
-    mx_load<ST>(p, src, n, t, aligned);
-    uint32_t amax = p.amax, other = __shfl_xor_sync(0xffffffffu, amax, 1);
-    int bad = p.bad | __shfl_xor_sync(0xffffffffu, p.bad, 1);
-    mx_store(dst, scales, n, t, p, amax > other ? amax : other, bad, aligned);
+/* the number of quantize slots a launch iterates over: a multiple of 32,
+ * so that whole warps iterate together and every lane reaches the
+ * shuffles (tile_first and tile_step are multiples of 32 too) */
+static __host__ __device__ int64_t quant_slots(int64_t n) { return (nslots<MX_SLOT>(n) + 31) / 32 * 32; }
+
+/* the two slots of a block are lanes 2j and 2j+1 of one warp, for each of
+ * the thread's U slots */
+template <int ST> __global__ void __launch_bounds__(THREADS) k_quantize(uint8_t *dst, uint8_t *scales,
+                                                                        const void *src, int64_t n, bool aligned) {
+  typedef quant_k<ST> K;
+  TILE_LOOP(t0, K::U, quant_slots(n)) {
+    typename K::raw in[K::U];
+    K::load(in, src, n, t0, aligned);
+FPK_UNROLL
+    for (int k = 0; k < K::U; k++) {
+      int64_t t = t0 + (int64_t)k * THREADS;
+      mx_part p;
+      K::part(p, in[k], src, n, t, aligned);
+      uint32_t other = __shfl_xor_sync(0xffffffffu, p.amax, 1);
+      int bad = p.bad | __shfl_xor_sync(0xffffffffu, p.bad, 1);
+      mx_store(dst, scales, n, t, p, p.amax > other ? p.amax : other, bad, aligned);
+    }
   }
 }
 
@@ -66,16 +80,22 @@ __global__ void k_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64
   GRID_LOOP(i, n) dst[i] = a[i] > b[i] ? a[i] : b[i];
 }
 
-template <int DT> __global__ void k_dequantize(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n,
-                                               bool aligned) {
-  GRID_LOOP(t, nslots<MX_SLOT>(n)) dq_slot<DT>(dst, src, scales, n, t, aligned);
+template <int DT> __global__ void __launch_bounds__(THREADS) k_dequantize(void *dst, const uint8_t *src,
+                                                                          const uint8_t *scales, int64_t n,
+                                                                          bool aligned) {
+  typedef dequant_k<DT> K;
+  TILE_LOOP(t0, K::U, nslots<MX_SLOT>(n)) K::tile(dst, src, scales, n, t0, aligned);
 }
+
+/* the blocks of the one-element-a-thread kernels (the two-step MXFP8 and
+ * max_u8: these run on the few blocks a shard boundary cuts) */
+static unsigned blocks_1(int64_t n) { return blocks_for(n, 1); }
 
 /* ---- launchers ----------------------------------------------------------------------- */
 static cudaError_t launched(void) { return cudaGetLastError(); }
 
 template <int DT, int ST> static cudaError_t cast2(void *dst, const void *src, int64_t n, cudaStream_t s) {
-  k_cast<DT, ST><<<blocks_for(nslots<vec<DT, ST>::V>(n)), THREADS, 0, s>>>(dst, src, n, aligned16(dst, src));
+  k_cast<DT, ST><<<blocks_for(nslots<cast_k<DT, ST>::V>(n), cast_k<DT, ST>::U), THREADS, 0, s>>>(dst, src, n, aligned16(dst, src));
   return launched();
 }
 
@@ -109,7 +129,7 @@ extern "C" cudaError_t fpk_cuda_cast(void *dst, fp_dtype dt, const void *src, fp
 }
 
 template <int DT, int ST> static cudaError_t add2(void *dst, const void *src, int64_t n, cudaStream_t s) {
-  k_add<DT, ST><<<blocks_for(nslots<vec<DT, ST>::V>(n)), THREADS, 0, s>>>(dst, src, n, aligned16(dst, src));
+  k_add<DT, ST><<<blocks_for(nslots<add_k<DT, ST>::V>(n), add_k<DT, ST>::U), THREADS, 0, s>>>(dst, src, n, aligned16(dst, src));
   return launched();
 }
 
@@ -134,7 +154,7 @@ extern "C" cudaError_t fpk_cuda_add(void *dst, fp_dtype dt, const void *src, fp_
 }
 
 template <int DT> static cudaError_t scale1(void *dst, float alpha, int64_t n, cudaStream_t s) {
-  k_scale<DT><<<blocks_for(nslots<vec<DT, DT>::V>(n)), THREADS, 0, s>>>(dst, alpha, n, aligned16(dst, dst));
+  k_scale<DT><<<blocks_for(nslots<scale_k<DT>::V>(n), scale_k<DT>::U), THREADS, 0, s>>>(dst, alpha, n, aligned16(dst, dst));
   return launched();
 }
 
@@ -158,7 +178,7 @@ extern "C" cudaError_t fpk_cuda_memset0(void *dst, int64_t bytes, cudaStream_t s
 template <typename U> static cudaError_t copy1(void *dst, int64_t dpitch, const void *src, int64_t spitch,
                                                int64_t width, int64_t rows, cudaStream_t s) {
   int64_t units = width / (int64_t)sizeof(U);
-  unsigned gx = blocks_for(units), gy = (unsigned)(rows < 65535 ? rows : 65535);
+  unsigned gx = blocks_1(units), gy = (unsigned)(rows < 65535 ? rows : 65535);
   while (gx > 1 && (int64_t)gx * gy > 8 * MAX_BLOCKS) gx /= 2; /* many short rows: fewer blocks per row */
   k_copy2d<U><<<dim3(gx, gy), THREADS, 0, s>>>(dst, dpitch, src, spitch, units, rows);
   return launched();
@@ -179,8 +199,7 @@ extern "C" cudaError_t fpk_cuda_copy2d(void *dst, int64_t dpitch, const void *sr
 }
 
 template <int ST> static cudaError_t quant1(uint8_t *dst, uint8_t *scales, const void *src, int64_t n, cudaStream_t s) {
-  int64_t slots = (nslots<MX_SLOT>(n) + 31) / 32 * 32;
-  k_quantize<ST><<<blocks_for(slots), THREADS, 0, s>>>(dst, scales, src, n, aligned16(dst, src));
+  k_quantize<ST><<<blocks_for(quant_slots(n), quant_k<ST>::U), THREADS, 0, s>>>(dst, scales, src, n, aligned16(dst, src));
   return launched();
 }
 
@@ -199,7 +218,7 @@ extern "C" cudaError_t fpk_cuda_quantize_mxfp8(uint8_t *dst, uint8_t *scales, co
 extern "C" cudaError_t fpk_cuda_mxfp8_scales(uint8_t *scales, const void *src, fp_dtype st, int64_t n, cudaStream_t s) {
   if (n < 0 || !arith(st)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  unsigned g = blocks_for((n + 31) / 32);
+  unsigned g = blocks_1((n + 31) / 32);
   switch (st) {
     case FP_F32: k_mx_scales<FP_F32><<<g, THREADS, 0, s>>>(scales, src, n); break;
     case FP_BF16: k_mx_scales<FP_BF16><<<g, THREADS, 0, s>>>(scales, src, n); break;
@@ -213,7 +232,7 @@ extern "C" cudaError_t fpk_cuda_quantize_mxfp8_scaled(uint8_t *dst, const uint8_
                                                       int64_t n, cudaStream_t s) {
   if (n < 0 || !arith(st)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  unsigned g = blocks_for(n);
+  unsigned g = blocks_1(n);
   switch (st) {
     case FP_F32: k_quantize_scaled<FP_F32><<<g, THREADS, 0, s>>>(dst, scales, src, n); break;
     case FP_BF16: k_quantize_scaled<FP_BF16><<<g, THREADS, 0, s>>>(dst, scales, src, n); break;
@@ -226,13 +245,13 @@ extern "C" cudaError_t fpk_cuda_quantize_mxfp8_scaled(uint8_t *dst, const uint8_
 extern "C" cudaError_t fpk_cuda_max_u8(uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n, cudaStream_t s) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  k_max_u8<<<blocks_for(n), THREADS, 0, s>>>(dst, a, b, n);
+  k_max_u8<<<blocks_1(n), THREADS, 0, s>>>(dst, a, b, n);
   return launched();
 }
 
 template <int DT> static cudaError_t dequant1(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n,
                                               cudaStream_t s) {
-  k_dequantize<DT><<<blocks_for(nslots<MX_SLOT>(n)), THREADS, 0, s>>>(dst, src, scales, n, aligned16(dst, src));
+  k_dequantize<DT><<<blocks_for(nslots<MX_SLOT>(n), dequant_k<DT>::U), THREADS, 0, s>>>(dst, src, scales, n, aligned16(dst, src));
   return launched();
 }
 

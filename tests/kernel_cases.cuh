@@ -1,8 +1,8 @@
 /* kernel_cases.cuh - the cases the CUDA kernels are checked on against the
  * C references (kernels/ref.c), shared by two runners:
  *   tests/test_kernels_emul.cu  runs the kernels' per-thread bodies
- *                               (kernels/cuda_body.cuh) on the host, slot by
- *                               slot - no GPU needed;
+ *                               (kernels/cuda_body.cuh) on the host, thread
+ *                               by thread - no GPU needed;
  *   tests/test_kernels_cuda.cu  launches the real kernels on a GPU (label gpu).
  *
  * Every case fills a source buffer with random bits (so NaNs with payloads,

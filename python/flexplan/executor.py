@@ -9,7 +9,7 @@ executor's life (refits included):
   or raw ``(address, dtype, numel)`` triples;
 - with torch, as tensors: on the MPI backend ``torch.frombuffer`` over host
   memory; on the NCCL backend ``torch.as_tensor`` over an object exposing
-  ``__cuda_array_interface__`` (device memory; written, not run here: no GPU).
+  ``__cuda_array_interface__`` (device memory; GPU runs: docs/run-record.md).
 
 Hooks (``step_begin``, ``pre_forward(m)``, ...) run the plan's next segment;
 a hook out of plan order raises ``FlexplanError`` with the executor's
@@ -447,7 +447,7 @@ def _numel(shape):
 class _CudaArray:
     """Exposes device memory of the NCCL arena to torch.as_tensor
     (__cuda_array_interface__ v3; stream None: the caller orders with the
-    executor's compute stream). Not run here: no GPU on the dev machine."""
+    executor's compute stream). GPU runs: docs/run-record.md."""
 
     def __init__(self, buf, torch_dtype):
         typestr = {"fp32": "<f4", "fp16": "<f2", "bf16": "<i2"}.get(buf.dtype, "|u1")

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""flexplan.torch on the NCCL backend against FSDP2 and plain torch, one GPU
+(bench/gpu.sh runs it after the GPU tests; issue 27, item 4).
+
+    PYTHONPATH=python FLEXPLAN_LIBRARY=build-gpu/libflexplan.so \\
+        python3 bench/torch_gpu.py --out DIR/torch_gpu.json [--steps 10] [--tiny]
+
+The model is a transformers LlamaForCausalLM of about 1B params (hidden
+2048, 22 layers, MLP 5632, 32 heads, 4 KV heads, vocab 256, untied), bf16
+compute with fp32 reduce, world size 1, AdamW (same seed, same init, same
+data: step g trains on one of two fixed random batches, g % 2, so the loss
+falls as the model learns them and a run that does not train shows). Each run is its own
+process (a crash or a hang is that run's failure, not the script's):
+
+- fsdp2: ``fully_shard`` on every decoder layer, then on the root (torchtitan's
+  wrapping), MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), on a
+  world-size-1 NCCL process group;
+- plain: the fp32 model under ``torch.autocast(bf16)``: the time without any
+  sharding layer (its losses are printed, not checked: autocast rounds
+  differently);
+- flexplan-<mode>-<stream>: ``flexplan.torch.shard(model, plan,
+  backend="nccl", cuda_mode=<graph|eager>)`` on a plan compiled from
+  ``flexplan.torch.describe(model)`` (default units) with full_shard,
+  param_dtype bf16, reduce_dtype fp32, main_grad_dtype fp32; torch computes on
+  its default stream (``default``) or inside ``torch.cuda.stream(s)`` on a
+  side stream (``side``), shard() and every step included.
+
+Checked: every step's loss of every flexplan run within --rtol (2e-3)
+relative of FSDP2's; exit status 1 otherwise, or when a run fails. Timed:
+each step between two ``torch.cuda.synchronize()``; ms/step is the median of
+the steps after --warmup (2: the first holds lazy init, NCCL connection and
+graph capture). Printed and written (--out, JSON): the losses, ms/step of
+every run, and the ratios flexplan / FSDP2, flexplan / plain, FSDP2 / plain,
+each measured in this invocation on this GPU.
+
+--tiny: the same comparison on the CPU, where it can run without a GPU: a
+4-layer Llama (hidden 64), FSDP2 on gloo, flexplan.torch on the MPI backend
+(world size 1, under mpiexec when there is one), plain torch under CPU
+autocast; checks the script up to what only a GPU has (NCCL, CUDA streams,
+graphs). Its times say nothing about a GPU.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+GPU_CFG = dict(vocab=256, hidden=2048, layers=22, inter=5632, heads=32, kv_heads=4, batch=4, seq=512, lr=3e-4,
+               attn="sdpa")
+TINY_CFG = dict(vocab=256, hidden=64, layers=4, inter=160, heads=4, kv_heads=2, batch=2, seq=32, lr=3e-3,
+                attn="eager")
+POOL = 2  # distinct batches: step g trains on batch g % POOL, so the loss falls as the model learns them
+
+
+# ---- one run (a child process) ----------------------------------------------------------
+def build_model(c, device):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["inter"],
+                      num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+                      num_key_value_heads=c["kv_heads"], max_position_embeddings=c["seq"],
+                      tie_word_embeddings=False, attn_implementation=c["attn"])
+    torch.manual_seed(0)
+    with torch.device(device):
+        m = LlamaForCausalLM(cfg)
+    return m
+
+
+def batch(c, g, device):
+    import torch
+    gen = torch.Generator().manual_seed(1000 + g % POOL)
+    ids = torch.randint(0, c["vocab"], (c["batch"], c["seq"] + 1), generator=gen)
+    return ids[:, :-1].contiguous().to(device), ids[:, 1:].contiguous().to(device)
+
+
+def loss_of(m, c, x, y):
+    import torch
+    logits = m(input_ids=x).logits
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, c["vocab"]), y.reshape(-1))
+
+
+ADAMW = dict(betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+def adamw(c, params):
+    import torch
+    return torch.optim.AdamW(params, lr=c["lr"], **ADAMW)
+
+
+def train(a, c, m, opt, device, autocast=None):
+    """a.steps steps; losses and per-step seconds (device synchronized
+    around each step)"""
+    import contextlib
+    import torch
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    losses, times = [], []
+    for step in range(a.steps):
+        x, y = batch(c, step, device)
+        sync()
+        t0 = time.perf_counter()
+        with (torch.autocast(device, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()):
+            logits = m(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, c["vocab"]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        sync()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.item()))
+    return losses, times
+
+
+def job_fsdp2(a, c, device):
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+    if device == "cuda":
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    mesh = init_device_mesh(device, (1,))
+    m = build_model(c, device)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in m.model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(m, mesh=mesh, mp_policy=mp)
+    opt = adamw(c, m.parameters())
+    r = train(a, c, m, opt, device)
+    dist.destroy_process_group()
+    return r
+
+
+def job_plain(a, c, device):
+    m = build_model(c, device)
+    return train(a, c, m, adamw(c, m.parameters()), device, autocast=True)
+
+
+def job_flexplan(a, c, device, mode, stream):
+    import contextlib
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import flexplan
+    import flexplan.torch as fpt
+    m = build_model(c, device)
+    desc = fpt.describe(m, (torch.zeros(c["batch"], c["seq"], dtype=torch.long),), name="llama_gpu_check")
+    spec = {"format": "flexplan.spec.v1", "mesh": {"world_size": 1}, "strategy": "full_shard",
+            "defaults": {"mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32",
+                                             "main_grad_dtype": "fp32"}}}
+    plan = flexplan.compile(desc, spec)
+    if device == "cuda":
+        side = torch.cuda.Stream() if stream == "side" else None
+        ctx = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
+        kw = dict(backend="nccl", rank=0, world_size=1, cuda_mode=mode)
+    else:
+        ctx = contextlib.nullcontext()
+        kw = dict(backend="mpi")
+    with ctx:
+        st = fpt.shard(m, plan, **kw)
+        opt = fpt.optimizer(st, torch.optim.AdamW, lr=c["lr"], **ADAMW)
+        r = train(a, c, m, opt, device)
+        st.close()
+    plan.close()
+    if device != "cuda":
+        from flexplan.executor import mpi_finalize
+        mpi_finalize()
+    return r
+
+
+def run_job(a):
+    c = json.loads(a.cfg)
+    device = "cpu" if a.tiny else "cuda"
+    import torch
+    torch.set_num_threads(1 if a.tiny else torch.get_num_threads())
+    t0 = time.perf_counter()
+    name = a.job
+    if name == "fsdp2":
+        losses, times = job_fsdp2(a, c, device)
+    elif name == "plain":
+        losses, times = job_plain(a, c, device)
+    elif name.startswith("flexplan"):
+        _, mode, stream = name.split("-")
+        losses, times = job_flexplan(a, c, device, mode, stream)
+    else:
+        sys.exit(f"unknown job {name}")
+    with open(a.result, "w") as f:
+        json.dump({"losses": losses, "times": times, "wall_s": time.perf_counter() - t0}, f)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no teardown of process groups and NCCL communicators at exit
+
+
+# ---- the comparison (the parent) ---------------------------------------------------------
+def spawn(a, name, c, workdir):
+    res = os.path.join(workdir, f"{name}.json")
+    log = os.path.join(workdir, f"{name}.log")
+    cmd = [sys.executable, os.path.abspath(__file__), f"--job={name}", f"--result={res}", f"--cfg={json.dumps(c)}",
+           f"--steps={a.steps}"] + (["--tiny"] if a.tiny else [])
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if a.tiny:
+        env.update(OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        mpiexec = os.environ.get("FLEXPLAN_MPIEXEC") or shutil.which("mpiexec")
+        if name.startswith("flexplan") and mpiexec:
+            cmd = [mpiexec, "-n", "1", "--oversubscribe", "--allow-run-as-root"] + cmd
+    t0 = time.perf_counter()
+    try:
+        with open(log, "w") as lf:
+            rc = subprocess.run(cmd, env=env, stdout=lf, stderr=subprocess.STDOUT, timeout=a.job_timeout).returncode
+        err = None if rc == 0 else f"exit status {rc}"
+    except subprocess.TimeoutExpired:
+        err = f"timed out after {a.job_timeout} s"
+    r = {"wall_s": round(time.perf_counter() - t0, 1), "log": os.path.basename(log)}
+    if err is None:
+        try:
+            with open(res) as f:
+                r.update(json.load(f))
+        except (OSError, ValueError) as e:
+            err = f"no result ({e})"
+    if err is not None:
+        with open(log, errors="replace") as f:
+            tail = f.read()[-1500:]
+        r.update(error=err, log_tail=tail)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="the results JSON (default: print only)")
+    ap.add_argument("--workdir", help="per-run logs and results (default: next to --out, or a temporary folder)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2, help="steps left out of ms/step")
+    ap.add_argument("--rtol", type=float, default=2e-3)
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny Llama, gloo and MPI")
+    ap.add_argument("--runs", default=None,
+                    help="comma-separated runs (default: fsdp2, plain and the four flexplan runs; --tiny: "
+                         "fsdp2, plain, flexplan-mpi-host)")
+    ap.add_argument("--job-timeout", type=int, default=None, help="seconds per run (default 150; --tiny 300)")
+    ap.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="change the model or data: vocab, hidden, layers, inter, heads, kv_heads, batch, seq, lr, attn")
+    ap.add_argument("--job", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--cfg", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.job:
+        return run_job(a)
+    if a.job_timeout is None:
+        a.job_timeout = 300 if a.tiny else 150
+    c = dict(TINY_CFG if a.tiny else GPU_CFG)
+    for kv in a.set or []:  # --set hidden=1024 ...
+        k, v = kv.split("=", 1)
+        if k not in c:
+            sys.exit(f"torch_gpu.py: --set {k}: not one of {sorted(c)}")
+        c[k] = type(c[k])(v)
+    if a.runs:
+        runs = a.runs.split(",")
+    elif a.tiny:
+        runs = ["fsdp2", "plain", "flexplan-mpi-host"]
+    else:
+        runs = ["fsdp2", "plain"] + [f"flexplan-{m}-{s}" for s in ("default", "side") for m in ("graph", "eager")]
+    if "fsdp2" not in runs:
+        sys.exit("torch_gpu.py: the runs must include fsdp2 (the reference)")
+    workdir = a.workdir or (os.path.join(os.path.dirname(os.path.abspath(a.out)), "torch_gpu") if a.out else None)
+    if workdir is None:
+        import tempfile
+        workdir = tempfile.mkdtemp(prefix="torch_gpu-")
+    os.makedirs(workdir, exist_ok=True)
+
+    # the model's size, from the config (no model built here)
+    h, L, I, V = c["hidden"], c["layers"], c["inter"], c["vocab"]
+    kv = h // c["heads"] * c["kv_heads"]
+    nparams = 2 * V * h + h + L * (2 * h * h + 2 * h * kv + 3 * h * I + 2 * h)
+    print(f"torch_gpu: Llama, {nparams:,} params ({json.dumps(c)}), {a.steps} AdamW steps, "
+          f"bf16 compute / fp32 reduce, world size 1, {'CPU (--tiny)' if a.tiny else 'GPU'}", flush=True)
+
+    results = {}
+    for name in runs:
+        results[name] = r = spawn(a, name, c, workdir)
+        if "error" in r:
+            print(f"  {name:24s} FAILED: {r['error']} ({r['log']})", flush=True)
+            continue
+        kept = r["times"][a.warmup:] or r["times"]
+        r["ms_per_step"] = round(1e3 * statistics.median(kept), 3)
+        print(f"  {name:24s} {r['ms_per_step']:9.1f} ms/step  ({r['wall_s']:.0f} s)  losses "
+              + " ".join(f"{v:.4f}" for v in r["losses"]), flush=True)
+
+    ok = True
+    ref = results.get("fsdp2", {})
+    if "error" in ref:
+        ok = False
+        print("torch_gpu: FAIL: the FSDP2 reference did not run")
+    for name, r in results.items():
+        if name == "fsdp2" or "error" in r or "error" in ref:
+            continue
+        rel = [abs(x - y) / max(abs(y), 1e-12) for x, y in zip(r["losses"], ref["losses"])]
+        r["max_rel_diff"] = max(rel) if rel else None
+        if name.startswith("flexplan"):
+            bad = [i for i, d in enumerate(rel) if not d <= a.rtol]
+            r["pass"] = not bad and len(rel) == a.steps
+            if not r["pass"]:
+                ok = False
+                print(f"torch_gpu: FAIL: {name}: loss off FSDP2's by more than {a.rtol} relative at step(s) "
+                      f"{[i + 1 for i in bad]} (max {max(rel):.3g})")
+    for name, r in results.items():
+        if name.startswith("flexplan") and "error" in r:
+            ok = False
+            r["pass"] = False
+
+    ms = {n: r["ms_per_step"] for n, r in results.items() if "ms_per_step" in r}
+    ratios = {}
+    for n in ms:
+        if n.startswith("flexplan"):
+            if "fsdp2" in ms:
+                ratios[f"{n} / fsdp2"] = round(ms[n] / ms["fsdp2"], 3)
+            if "plain" in ms:
+                ratios[f"{n} / plain"] = round(ms[n] / ms["plain"], 3)
+    if "fsdp2" in ms and "plain" in ms:
+        ratios["fsdp2 / plain"] = round(ms["fsdp2"] / ms["plain"], 3)
+    print("torch_gpu: ms/step ratios (same invocation, same device): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
+    for name, r in results.items():
+        if "max_rel_diff" in r:
+            print(f"  {name:24s} max relative loss difference from FSDP2: {r['max_rel_diff']:.2e}"
+                  + ("" if name.startswith("flexplan") else " (not checked)"))
+    out = {"device": "cpu (--tiny)" if a.tiny else _gpu_name(), "model": dict(c, params=nparams), "steps": a.steps,
+           "warmup": a.warmup, "rtol": a.rtol, "runs": results, "ratios": ratios, "pass": ok}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    print(f"torch_gpu: {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+def _gpu_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown GPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
