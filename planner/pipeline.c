@@ -697,7 +697,10 @@ static void gib(FILE *f, const char *label, int64_t b) {
 }
 
 void fp_summary_text(const fp_summary *s, FILE *f) {
-  fprintf(f, "flexplan: %s: %s on %" PRId64 " ranks\n", s->model, s->strategy, s->world_size);
+  char hq[128];
+  fputs("flexplan: ", f);
+  fp_fput_name(f, s->model);
+  fprintf(f, ": %s on %" PRId64 " ranks\n", s->strategy, s->world_size);
   fprintf(f, "  %" PRId64 " params in %" PRId64 " buckets; %" PRId64 " ops, %" PRId64 " collectives per step\n",
           s->params, s->buckets, s->ops, s->collectives);
   fprintf(f, "  per rank (the rank that needs most):\n");
@@ -725,10 +728,10 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
           s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
   fprintf(f, "  prefetch depth         forward %d, backward %d\n", s->prefetch_forward, s->prefetch_backward);
   fprintf(f, "  modeled on %s: step %.3f ms, compute %.3f ms, exposed communication %.3f ms\n",
-          s->hardware ? s->hardware : "?", s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
+          fp_quote(hq, sizeof hq, s->hardware), s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
   int64_t over = fp_summary_over_device(s);
   if (over > 0)
-    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", s->hardware ? s->hardware : "?",
+    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", fp_quote(hq, sizeof hq, s->hardware),
             (double)s->device_bytes / (1 << 30), (double)over / (1 << 30));
   fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
 }
@@ -760,9 +763,10 @@ void fp_summary_warn_device(const fp_summary *s, FILE *f) {
       item t = it[j];
       it[j] = it[j - 1], it[j - 1] = t;
     }
+  char mq[256], hq[128];
   fprintf(f, "flexplan: warning: %s: the plan needs %.3f GiB per rank at its peak, %.3f GiB more than %s's %.3f GiB "
-          "of device memory; largest: ", s->model, (double)s->peak_bytes / (1 << 30), (double)over / (1 << 30),
-          s->hardware ? s->hardware : "the hardware", (double)s->device_bytes / (1 << 30));
+          "of device memory; largest: ", fp_quote(mq, sizeof mq, s->model), (double)s->peak_bytes / (1 << 30),
+          (double)over / (1 << 30), s->hardware ? fp_quote(hq, sizeof hq, s->hardware) : "the hardware", (double)s->device_bytes / (1 << 30));
   for (int i = 0, n = 0; i < 6; i++)
     if (it[i].bytes > 0) fprintf(f, "%s%s %.3f GiB", n++ ? ", " : "", it[i].name, (double)it[i].bytes / (1 << 30));
   fprintf(f, " (set memory_budget_bytes to have the compile fit the plan or refuse it, or shard further)\n");
