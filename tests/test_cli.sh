@@ -170,7 +170,7 @@ has err "tampered.json:"
 sed 's/nvlink_gbps=[0-9.e+]*/nvlink_gbps=1e-310/' "$tmp/t.fpir" >"$tmp/slow.fpir"
 for cmd in simulate explain viz; do
   expect 1 "$fp" $cmd "$tmp/slow.fpir" $([ $cmd = viz ] && echo "-o $tmp/slow.out")
-  has err "slow.fpir: error: the modeled step time on hardware h100-sxm is not a finite number"
+  has err "slow.fpir: error: the modeled step time on hardware 'h100-sxm' is not a finite number"
 done
 [ ! -e "$tmp/slow.out" ] && ok || bad "viz wrote a file for a plan it could not simulate"
 # compile --emit=trace|html write what viz writes of the compiled plan

@@ -516,9 +516,11 @@ static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_h
  * small for the plan's work) */
 static bool simulate_plan(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const char *path, fp_sim *sim) {
   if (fp_simulate(ar, p, hw, sim)) return true;
-  char hq[128];
-  fprintf(stderr, "%s: error: the modeled step time on hardware %s is not a finite number: its rates are too "
-                  "small for the plan's work\n", path, fp_quote(hq, sizeof hq, hw->name));
+  fp_diag d; /* a diagnostic: the machine's name (from the plan) printed with escapes */
+  fp_diag_init(&d, stderr);
+  fp_diag_errorf(&d, path, "the modeled step time on hardware '%s' is not a finite number: its rates are too small for "
+                 "the plan's work", hw->name);
+  fp_diag_free(&d);
   return false;
 }
 
