@@ -622,6 +622,23 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
     return;
   }
   summarize_prog(c->prog, c->layout.G, s);
+  /* one copy under mixed precision (layout.c, resolve_params): the copy the
+   * plan did not make is the main weight in the model's dtype; the plan
+   * (and summarize_prog) only knows the compute dtype it keeps */
+  const fp_layout *L = &c->layout;
+  for (int b = 0; b < L->nbuckets; b++) {
+    const fp_bucket *B = &L->buckets[b];
+    if (!B->weight_in_main) continue;
+    for (int j = 0; j < B->nparams; j++) {
+      const fp_lparam *p = &L->params[B->lparams[j]];
+      int64_t model = 0, kept = 0;
+      if (p->mp->dtype == p->main_dtype || !fp_mul64(p->slot, fp_dtype_size(p->mp->dtype), &model) ||
+          !fp_align64(model, FP_PARAM_ALIGN, &model) || !fp_mul64(p->slot, fp_dtype_size(p->main_dtype), &kept) ||
+          !fp_align64(kept, FP_PARAM_ALIGN, &kept))
+        continue;
+      s->frozen_one_copy_saved_bytes += model - kept;
+    }
+  }
   s->persistent_bytes = c->stats.persistent_bytes;
   s->peak_bytes = c->stats.peak_bytes;
   s->lower_bound_bytes = c->stats.lower_bound_bytes;

@@ -71,6 +71,11 @@ endforeach()
 fp_parity(placements mlp placements-w4 4)
 fp_parity(frozen_no_shard mlp-frozen no_shard 2)
 fp_parity(frozen_no_shard mlp-frozen no_shard 3)
+# frozen fc1 kept whole under bf16 compute over fp32 main weights: one bf16
+# copy only (issue 31); the refit casts the file into it and training matches
+foreach(np 2 3)
+  fp_parity(frozen_bf16_one_copy mlp-frozen frozen-bf16 ${np} --refit-at 2)
+endforeach()
 fp_parity(bf16_params mlp bf16 2)
 fp_parity(bf16_params mlp bf16 4)
 fp_parity(ga2 mlp ga2 2)

@@ -157,4 +157,17 @@ sed 's/"ops":/"opz":/' "$tmp/evil.xfer.json" >"$tmp/bad.xfer.json"
 expect 1 "$fp" verify "$tmp/bad.xfer.json"
 matches err "bad.xfer.json:[0-9]*:[0-9]*: error: /procs/0: unknown member 'opz'"
 
+# ---- 6: frozen weights once under mixed precision ------------------------------------
+# fc1 frozen and kept whole (no_shard), bf16 compute over fp32 main weights:
+# one bf16 copy (fc1.weight 760 -> 768 bytes, fc1.bias 38 -> 256), no
+# "weight" buffer, and the fp32 copy not made (1520 -> 1536, 76 -> 256) is
+# what the summary says was saved; the refit into it: parity_frozen_bf16_one_copy
+mf=$src/tests/mpi/mlp-frozen.model.json
+expect 0 "$fp" compile "$mf" --spec "$src/tests/mpi/frozen-bf16.spec.json" --emit=summary -o -
+has out '"frozen_replicated_bytes": 1024,'
+has out '"frozen_one_copy_saved_bytes": 1792,'
+expect 0 "$fp" compile "$mf" --spec "$src/tests/mpi/frozen-bf16.spec.json" --emit=ir -o -
+matches out 'param  *2  *fc1.weight .*dtypes=bf16/bf16/fp32 .*main=fc1.main\[0\]  *weight=fc1.main\[0\]'
+lacks out ' fc1.weight  persistent'
+
 finish harden31_cli
