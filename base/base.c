@@ -494,8 +494,12 @@ bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
   out->len = len;
   free(buf);
   if (memchr(out->text, 0, len)) {
-    fp_diag_at(d, out, (size_t)((const char *)memchr(out->text, 0, len) - out->text),
-               "unexpected NUL byte");
+    size_t at = (size_t)((const char *)memchr(out->text, 0, len) - out->text), k = 0;
+    while (k < at && (out->text[k] == ' ' || out->text[k] == '\t' || out->text[k] == '\n' || out->text[k] == '\r')) k++;
+    if (k < at && (out->text[k] == '{' || out->text[k] == '[')) /* a JSON text: the value it is in */
+      fp_diag_at(d, out, at, "%s: unexpected NUL byte", fp_json_path_at(a, out, at));
+    else
+      fp_diag_at(d, out, at, "unexpected NUL byte");
     return false;
   }
   return true;
@@ -686,6 +690,80 @@ static size_t edit_distance(const char *a, const char *b, size_t cap) {
   return p[m];
 }
 
+/* ---- names from the input, as messages print them ----------------------------------- */
+/* a byte that needs an escape: C0, DEL, '"', '\\', and the lead byte of a UTF-8 C1 (0xc2 0x80-0x9f) */
+static bool name_unsafe(const unsigned char *q) {
+  return *q < 0x20 || *q == 0x7f || *q == '"' || *q == '\\' || (*q == 0xc2 && q[1] >= 0x80 && q[1] <= 0x9f);
+}
+
+static void sb_name(fp_sbuf *b, const char *s, bool always) {
+  if (!s) s = "?";
+  bool bare = *s != 0 && !always;
+  for (const unsigned char *q = (const unsigned char *)s; *q && bare; q++) bare = *q != ' ' && !name_unsafe(q);
+  if (bare) {
+    fp_sb_puts(b, s);
+    return;
+  }
+  fp_sb_putc(b, '"');
+  for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+    if (!name_unsafe(q)) {
+      fp_sb_putc(b, (char)*q);
+      continue;
+    }
+    char e[8];
+    switch (*q) {
+      case '"': fp_sb_puts(b, "\\\""); break;
+      case '\\': fp_sb_puts(b, "\\\\"); break;
+      case '\n': fp_sb_puts(b, "\\n"); break;
+      case '\t': fp_sb_puts(b, "\\t"); break;
+      case '\r': fp_sb_puts(b, "\\r"); break;
+      default:
+        snprintf(e, sizeof e, "\\u%04x", *q == 0xc2 ? *++q : *q);
+        fp_sb_puts(b, e);
+    }
+  }
+  fp_sb_putc(b, '"');
+}
+
+void fp_sb_name(fp_sbuf *b, const char *s) { sb_name(b, s, false); }
+
+void fp_fput_quoted(FILE *f, const char *s) {
+  fp_sbuf b = {0};
+  sb_name(&b, s ? s : "", true);
+  fwrite(b.p, 1, b.len, f);
+  free(b.p);
+}
+
+const char *fp_quote(char *buf, size_t cap, const char *s) {
+  FP_ASSERT(cap >= 16);
+  fp_sbuf b = {0};
+  fp_sb_name(&b, s);
+  if (b.len < cap) {
+    memcpy(buf, b.p, b.len + 1);
+  } else { /* cut on a whole escape or UTF-8 character, then ..." */
+    size_t n = cap - 5;
+    while (n > 0 && ((b.p[n] & 0xc0) == 0x80)) n--;
+    for (size_t k = n; k > 0 && k + 6 > n; k--) /* never inside a \u00hh or \x */
+      if (b.p[k - 1] == '\\') {
+        size_t run = 0;
+        while (run < k && b.p[k - 1 - run] == '\\') run++;
+        if (run % 2) n = k - 1;
+        break;
+      }
+    memcpy(buf, b.p, n);
+    memcpy(buf + n, b.p[0] == '"' ? "...\"" : "...", b.p[0] == '"' ? 5 : 4);
+  }
+  free(b.p);
+  return buf;
+}
+
+void fp_fput_name(FILE *f, const char *s) {
+  fp_sbuf b = {0};
+  fp_sb_name(&b, s);
+  fwrite(b.p, 1, b.len, f);
+  free(b.p);
+}
+
 const char *fp_closest_name(const char *got, const char *const *names) {
   if (!got || !*got || !names) return NULL;
   size_t glen = strlen(got);
@@ -709,6 +787,33 @@ const char *fp_closest_name(const char *got, const char *const *names) {
 }
 
 /* ---- outputs ----------------------------------------------------------- */
+/* The temporaries being written, for fp_out_unlink_all: a signal handler
+ * (the CLI's, on SIGTERM, SIGINT, SIGHUP) removes them, so a killed write
+ * leaves no PATH.tmp.XXXXXX behind. A fixed table of pointers, read with
+ * only async-signal-safe calls (unlink). */
+#define TMP_NAME_MAX 255 /* NAME_MAX of Linux file systems */
+#define OUT_TRACKED 8
+static char *volatile out_live[OUT_TRACKED];
+
+static void out_track(char *tmp) {
+  for (int k = 0; k < OUT_TRACKED; k++)
+    if (!out_live[k]) {
+      out_live[k] = tmp;
+      return;
+    }
+}
+static void out_untrack(const char *tmp) {
+  for (int k = 0; k < OUT_TRACKED; k++)
+    if (out_live[k] == tmp) out_live[k] = NULL;
+}
+
+void fp_out_unlink_all(void) {
+  for (int k = 0; k < OUT_TRACKED; k++) {
+    char *t = out_live[k];
+    if (t) unlink(t);
+  }
+}
+
 bool fp_out_open(fp_out *o, const char *path) {
   memset(o, 0, sizeof *o);
   o->path = path;
@@ -721,18 +826,26 @@ bool fp_out_open(fp_out *o, const char *path) {
     o->f = fopen(path, "w"); /* a device or a FIFO: in place */
     return o->f != NULL;
   }
+  /* PATH.tmp.XXXXXX, its last component cut to fit NAME_MAX (a 255-byte
+   * name has no room for the 11-byte suffix): the temporary is renamed, so
+   * its name matters only while it exists */
   size_t n = strlen(path) + 16;
   o->tmp = malloc(n);
   if (!o->tmp) return false;
-  snprintf(o->tmp, n, "%s.tmp.XXXXXX", path);
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  size_t keep = strlen(base);
+  if (keep > TMP_NAME_MAX - 11) keep = TMP_NAME_MAX - 11;
+  snprintf(o->tmp, n, "%.*s%.*s.tmp.XXXXXX", (int)(base - path), path, (int)keep, base);
   int fd = mkstemp(o->tmp);
   if (fd < 0) goto fail;
+  out_track(o->tmp);
   /* mkstemp makes the file 0600; give it the mode a plain create would */
   mode_t mask = umask(0);
   umask(mask);
   if (fchmod(fd, 0666 & ~mask) != 0 || !(o->f = fdopen(fd, "w"))) {
     int e = errno;
     close(fd);
+    out_untrack(o->tmp);
     unlink(o->tmp);
     errno = e;
     goto fail;
@@ -751,6 +864,7 @@ bool fp_out_commit(fp_out *o) {
   o->f = NULL;
   if (ok && o->tmp && rename(o->tmp, o->path) != 0) ok = false, e = errno;
   if (!ok && o->tmp) unlink(o->tmp);
+  if (o->tmp) out_untrack(o->tmp);
   free(o->tmp);
   o->tmp = NULL;
   errno = e;
@@ -760,7 +874,7 @@ bool fp_out_commit(fp_out *o) {
 void fp_out_abort(fp_out *o) {
   if (o->f) fclose(o->f);
   o->f = NULL;
-  if (o->tmp) unlink(o->tmp);
+  if (o->tmp) unlink(o->tmp), out_untrack(o->tmp);
   free(o->tmp);
   o->tmp = NULL;
 }

@@ -90,6 +90,10 @@ void fp_diag_vjson(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt
 /* Byte offset of the value at ptr in s (see fp_diag_json); *exact=false when
  * an ancestor was used. Implemented in base/json.c. */
 size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact);
+/* The JSON pointer of the value the byte at off lies in ("/" for the top),
+ * by a tolerant walk of the text before it (for errors found before
+ * parsing, such as a NUL byte). Implemented in base/json.c. */
+const char *fp_json_path_at(fp_arena *a, const fp_src *s, size_t off);
 
 /* ---- dtypes ----------------------------------------------------------- */
 /* X(enum suffix, text name, bytes per element, is a float type reducible by
@@ -163,6 +167,21 @@ static inline void fp_sb_putc(fp_sbuf *b, char c) {
   q[1] = 0;
   b->len++;
 }
+/* ---- names from the input, as messages print them ---------------------- */
+/* Every name that comes from an input file (model, bucket, module, param,
+ * hardware names) and is printed to a terminal goes through these (docs/cli.md):
+ * printed bare when it is a plain word (no space, quote, backslash or
+ * control character), else in double quotes with \" \\ \n \t \r and every
+ * other control character (C0, DEL, UTF-8 C1) as \u00hh, so a name cannot
+ * forge a line of the output or send a terminal escape. NULL prints as ?. */
+void fp_sb_name(fp_sbuf *b, const char *s);
+/* the same into buf (cap >= 16), cut to fit with "..." where too long */
+const char *fp_quote(char *buf, size_t cap, const char *s);
+/* the same to f */
+void fp_fput_name(FILE *f, const char *s);
+/* always in quotes (a field of a text format: model="..."); NULL as "" */
+void fp_fput_quoted(FILE *f, const char *s);
+
 /* ---- "did you mean" --------------------------------------------------- */
 /* The name of NAMES (NULL-terminated) closest to GOT, or NULL when none is
  * close: the one GOT is a prefix of, when only one is; else the one GOT (3
@@ -188,6 +207,9 @@ typedef struct fp_out {
 bool fp_out_open(fp_out *o, const char *path);
 bool fp_out_commit(fp_out *o); /* flush, close, rename into place */
 void fp_out_abort(fp_out *o);  /* close and remove the temporary */
+/* remove every temporary still open (async-signal-safe: for a handler of a
+ * fatal signal; the CLI installs one, a library leaves signals alone) */
+void fp_out_unlink_all(void);
 
 /* ---- sorting ----------------------------------------------------------- */
 /* sort n keys ascending, each with its val (val may be NULL), stable: a

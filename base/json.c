@@ -310,6 +310,11 @@ static char *path_at(fp_arena *a, const char *t, size_t n, size_t off) {
   return path_string(a, t, n, segs, nseg, in_value);
 }
 
+const char *fp_json_path_at(fp_arena *a, const fp_src *s, size_t off) {
+  const char *p = path_at(a, s->text, s->len, off);
+  return p[0] ? p : "/";
+}
+
 /* ---- fp_json_locate ---------------------------------------------------------- */
 size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact) {
   bool ex_dummy;

@@ -532,7 +532,12 @@ fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const 
   x->world = cfg->world_size;
   /* local checks and allocation; whatever fails, the ranks still agree
    * below, so none of them waits for a rank that gave up */
-  if (!plan || !plan->prog)
+  /* the watchdog's limit first: the agreement below waits under it even
+   * when this rank's setup failed */
+  st = fpx_timeout(x, cfg, &x->timeout_s);
+  if (st != FP_OK) {
+    /* reported: a malformed FLEXPLAN_TIMEOUT */
+  } else if (!plan || !plan->prog)
     st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: %s", plan ? "the plan failed to load" : "plan is NULL");
   else if (cfg->progress < FP_PROGRESS_DEFAULT || cfg->progress > FP_PROGRESS_THREAD)
     st = fpx_fail(x, FP_ERR_ARG, "fp_exec_create: unknown progress mode %d", (int)cfg->progress);
@@ -544,8 +549,6 @@ fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const 
   else if (plan->prog->world_size != cfg->world_size)
     st = fpx_fail(x, FP_ERR_PLAN, "the plan is for %" PRId64 " ranks, this run has %d", plan->prog->world_size,
                   cfg->world_size);
-  else
-    st = fpx_timeout(x, cfg, &x->timeout_s);
   if (st == FP_OK) {
     x->plan = plan;
     x->prog = plan->prog;

@@ -128,7 +128,8 @@ typedef struct fp_plan_info {
   int64_t arena_bytes;          /* the device arena every rank allocates */
   int64_t host_bytes;           /* the host (offload) arena */
   int32_t nmodules, nparams, nsegments, nops;
-  uint64_t hash;                /* FNV-1a 64 of the canonical program (the file's "hash"; docs/ir.md) */
+  uint64_t hash;                /* FNV-1a 64 of the canonical program (the file's "hash"; docs/ir.md): unkeyed,
+                                 * it catches accidents and plan mismatches across ranks, not tampering */
   /* The optimizer whose state the plan holds in the arena (spec
    * "optimizer"): "none", "sgd" (one state: momentum_buffer) or "adamw"
    * (two: exp_avg, exp_avg_sq); optim_states of them per trainable param,

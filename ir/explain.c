@@ -34,8 +34,10 @@ static const char *bname(const fp_prog *p, int32_t b) {
   return b >= 0 && b < p->nbufs && p->bufs[b].name ? p->bufs[b].name : "?";
 }
 
+/* names from the input go through fp_quote (escapes, docs/cli.md) */
 static size_t put_region(const fp_prog *p, const fp_region *r, char *buf, size_t cap) {
-  int n = snprintf(buf, cap, "%s[%" PRId64, bname(p, r->buf), r->off);
+  char q[256];
+  int n = snprintf(buf, cap, "%s[%" PRId64, fp_quote(q, sizeof q, bname(p, r->buf)), r->off);
   if (r->stride && n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "%+" PRId64 "*g", r->stride);
   if (r->tabrel && n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "+tab");
   if (n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "]");
@@ -55,8 +57,10 @@ static void c_segment(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
     return;
   }
   const fp_seg *s = &p->segs[k];
+  char q[256];
   if (s->module >= 0 && s->module < p->nmods)
-    snprintf(buf, cap, "%s(%s) mb%" PRId32, fp_seg_name(s->kind), p->mods[s->module].name, s->micro);
+    snprintf(buf, cap, "%s(%s) mb%" PRId32, fp_seg_name(s->kind), fp_quote(q, sizeof q, p->mods[s->module].name),
+             s->micro);
   else
     snprintf(buf, cap, "%s mb%" PRId32, fp_seg_name(s->kind), s->micro);
 }
@@ -77,8 +81,9 @@ static void c_operands(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   if (op->code == FP_OP_COMPUTE) {
     const char *m = op->module >= 0 && op->module < p->nmods ? p->mods[op->module].name : NULL;
     const char *what = op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward";
+    char q[256];
     if (m)
-      snprintf(buf, cap, "%s %s", m, what);
+      snprintf(buf, cap, "%s %s", fp_quote(q, sizeof q, m), what);
     else
       snprintf(buf, cap, "%s", what); /* the optimizer: no module */
     return;
@@ -127,14 +132,17 @@ static void c_comm(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   const fp_prog *p = x->p;
   const fp_op *op = &p->ops[i];
   size_t n = 0;
+  char q[256];
   buf[0] = 0;
-  if (op->comm >= 0 && op->comm < p->ncomms) n += (size_t)snprintf(buf, cap, "%s", p->comms[op->comm].name);
+  if (op->comm >= 0 && op->comm < p->ncomms)
+    n += (size_t)snprintf(buf, cap, "%s", fp_quote(q, sizeof q, p->comms[op->comm].name));
   if (op->red != FP_RED_SUM && n < cap) n += (size_t)snprintf(buf + n, cap - n, " red=%s", fp_redop_name(op->red));
   if (op->root >= 0 && n < cap)
     n += (size_t)snprintf(buf + n, cap - n, " %s%" PRId32,
                           op->code == FP_OP_SEND || op->code == FP_OP_RECV ? "dist=" : "root=", op->root);
   if (op->only >= 0 && op->only_comm >= 0 && op->only_comm < p->ncomms && n < cap)
-    n += (size_t)snprintf(buf + n, cap - n, " only %" PRId32 "@%s", op->only, p->comms[op->only_comm].name);
+    n += (size_t)snprintf(buf + n, cap - n, " only %" PRId32 "@%s", op->only,
+                          fp_quote(q, sizeof q, p->comms[op->only_comm].name));
   if (op->group >= 0 && n < cap) snprintf(buf + n, cap - n, " group=%" PRId32, op->group);
 }
 

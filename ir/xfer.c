@@ -167,8 +167,9 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
   if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) fprintf(f, " peer=%d", o->peer);
   fprintf(f, " %s", fp_dtype_name(o->dtype));
   if (o->sdtype != o->dtype) fprintf(f, "<-%s", fp_dtype_name(o->sdtype));
-  fprintf(f, " n=%" PRId64 " param=%s[%" PRId64 "..%" PRId64 ")", o->n, t->params[o->param].name, o->full_off,
-          o->full_off + o->n);
+  fprintf(f, " n=%" PRId64 " param=", o->n);
+  fp_fput_name(f, t->params[o->param].name);
+  fprintf(f, "[%" PRId64 "..%" PRId64 ")", o->full_off, o->full_off + o->n);
   if (o->dst.space) fprintf(f, " dst=%s", d);
   if (o->src.space) fprintf(f, " src=%s", s);
   if (o->aux.space) fprintf(f, " aux=%s", a);
@@ -177,24 +178,30 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
 
 void fp_tx_print(const fp_tx *t, FILE *f) {
   fprintf(f, "# flexplan transfer program (docs/reshard.md)\n");
-  fprintf(f, "xfer model=\"%s\" what=%s from_world=%" PRId64 " to_world=%" PRId64 " from_offset=%" PRId64
+  fputs("xfer model=", f);
+  fp_fput_quoted(f, t->model);
+  fprintf(f, " what=%s from_world=%" PRId64 " to_world=%" PRId64 " from_offset=%" PRId64
              " to_offset=%" PRId64 " procs=%" PRId64 "\n",
-          t->model ? t->model : "", t->what, t->from_world, t->to_world, t->from_offset, t->to_offset, t->nprocs);
+          t->what, t->from_world, t->to_world, t->from_offset, t->to_offset, t->nprocs);
   fprintf(f, "from hash=fnv1a64:%016" PRIx64 " arena=%" PRId64 "\n", t->from_hash, t->from_arena);
   fprintf(f, "to hash=fnv1a64:%016" PRIx64 " arena=%" PRId64 "\n", t->to_hash, t->to_arena);
-  for (int32_t i = 0; i < t->nparams; i++)
-    fprintf(f, "param %s numel=%" PRId64 "%s\n", t->params[i].name, t->params[i].numel,
-            t->params[i].mxfp8 ? " wire=mxfp8" : "");
+  for (int32_t i = 0; i < t->nparams; i++) {
+    fputs("param ", f);
+    fp_fput_name(f, t->params[i].name);
+    fprintf(f, " numel=%" PRId64 "%s\n", t->params[i].numel, t->params[i].mxfp8 ? " wire=mxfp8" : "");
+  }
   for (int64_t p = 0; p < t->nprocs; p++) {
     if (fp_tx_prog(t, p) != p) { /* a shared local program */
       fprintf(f, "proc %" PRId64 " stage=%" PRId64 ": same as proc %d\n", p, t->stage_bytes[p], fp_tx_prog(t, p));
       continue;
     }
     fprintf(f, "proc %" PRId64 " stage=%" PRId64 ":\n", p, t->stage_bytes[p]);
-    for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++)
-      fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=%s[%" PRId64 "..]\n", t->need[i].off,
-              t->need[i].bytes, fp_dtype_name(t->need[i].dtype), t->params[t->need[i].param].name,
-              t->need[i].full_off);
+    for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++) {
+      fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=", t->need[i].off, t->need[i].bytes,
+              fp_dtype_name(t->need[i].dtype));
+      fp_fput_name(f, t->params[t->need[i].param].name);
+      fprintf(f, "[%" PRId64 "..]\n", t->need[i].full_off);
+    }
     for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) op_line(t, &t->ops[j], f);
   }
 }
@@ -204,13 +211,13 @@ void fp_tx_explain(const fp_tx *t, FILE *f) {
           "dst", "src", "param[elements]");
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *o = &t->ops[i];
-    char d[48], s[48], pe[16];
+    char d[48], s[48], pe[16], nq[256];
     ref_str(d, sizeof d, o->dst);
     ref_str(s, sizeof s, o->src);
     snprintf(pe, sizeof pe, o->peer >= 0 ? "%d" : "-", o->peer);
     int64_t b = o->kind == FP_TX_SEND ? fp_tx_src_bytes(o) : fp_tx_dst_bytes(o);
     fprintf(f, "%-6d %-5d %-17s %-5s %-10s %-12" PRId64 " %-12s %-12s %s[%" PRId64 "..%" PRId64 ")\n", i, o->proc,
-            fp_tx_kind_name(o->kind), pe, fp_dtype_name(o->dtype), b, d, s, t->params[o->param].name, o->full_off,
+            fp_tx_kind_name(o->kind), pe, fp_dtype_name(o->dtype), b, d, s, fp_quote(nq, sizeof nq, t->params[o->param].name), o->full_off,
             o->full_off + o->n);
   }
   int64_t shared = 0;

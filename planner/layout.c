@@ -377,6 +377,19 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     if (!p->replicated) B->sharded = true;
     if (mp->requires_grad) B->trainable = true;
   }
+  /* Frozen weights once, under mixed precision too (issue 31): a bucket of
+   * frozen params kept whole on every rank is never updated, so after the
+   * load only its compute copy is read; where the compute dtype differs
+   * from the model's main dtype (bf16 compute over fp32 main weights: a
+   * frozen vision tower) the main weight is stored in the compute dtype and
+   * is the compute weight (finish_buckets: one copy). A refit casts from
+   * the file straight into it, as the compute copy was cast before. */
+  for (int b = 0; ok && b < L->nbuckets; b++) {
+    fp_bucket *B = &L->buckets[b];
+    if (B->trainable || B->sharded || B->offload || B->mp.param == FP_E4M3 || !fp_dtype_is_user_float(B->mp.param))
+      continue;
+    for (int j = 0; j < B->nparams; j++) L->params[B->lparams[j]].main_dtype = B->mp.param;
+  }
   return ok;
 }
 

@@ -622,6 +622,23 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
     return;
   }
   summarize_prog(c->prog, c->layout.G, s);
+  /* one copy under mixed precision (layout.c, resolve_params): the copy the
+   * plan did not make is the main weight in the model's dtype; the plan
+   * (and summarize_prog) only knows the compute dtype it keeps */
+  const fp_layout *L = &c->layout;
+  for (int b = 0; b < L->nbuckets; b++) {
+    const fp_bucket *B = &L->buckets[b];
+    if (!B->weight_in_main) continue;
+    for (int j = 0; j < B->nparams; j++) {
+      const fp_lparam *p = &L->params[B->lparams[j]];
+      int64_t model = 0, kept = 0;
+      if (p->mp->dtype == p->main_dtype || !fp_mul64(p->slot, fp_dtype_size(p->mp->dtype), &model) ||
+          !fp_align64(model, FP_PARAM_ALIGN, &model) || !fp_mul64(p->slot, fp_dtype_size(p->main_dtype), &kept) ||
+          !fp_align64(kept, FP_PARAM_ALIGN, &kept))
+        continue;
+      s->frozen_one_copy_saved_bytes += model - kept;
+    }
+  }
   s->persistent_bytes = c->stats.persistent_bytes;
   s->peak_bytes = c->stats.peak_bytes;
   s->lower_bound_bytes = c->stats.lower_bound_bytes;
@@ -697,7 +714,10 @@ static void gib(FILE *f, const char *label, int64_t b) {
 }
 
 void fp_summary_text(const fp_summary *s, FILE *f) {
-  fprintf(f, "flexplan: %s: %s on %" PRId64 " ranks\n", s->model, s->strategy, s->world_size);
+  char hq[128];
+  fputs("flexplan: ", f);
+  fp_fput_name(f, s->model);
+  fprintf(f, ": %s on %" PRId64 " ranks\n", s->strategy, s->world_size);
   fprintf(f, "  %" PRId64 " params in %" PRId64 " buckets; %" PRId64 " ops, %" PRId64 " collectives per step\n",
           s->params, s->buckets, s->ops, s->collectives);
   fprintf(f, "  per rank (the rank that needs most):\n");
@@ -725,10 +745,10 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
           s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
   fprintf(f, "  prefetch depth         forward %d, backward %d\n", s->prefetch_forward, s->prefetch_backward);
   fprintf(f, "  modeled on %s: step %.3f ms, compute %.3f ms, exposed communication %.3f ms\n",
-          s->hardware ? s->hardware : "?", s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
+          fp_quote(hq, sizeof hq, s->hardware), s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
   int64_t over = fp_summary_over_device(s);
   if (over > 0)
-    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", s->hardware ? s->hardware : "?",
+    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", fp_quote(hq, sizeof hq, s->hardware),
             (double)s->device_bytes / (1 << 30), (double)over / (1 << 30));
   fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
 }
@@ -760,9 +780,10 @@ void fp_summary_warn_device(const fp_summary *s, FILE *f) {
       item t = it[j];
       it[j] = it[j - 1], it[j - 1] = t;
     }
+  char mq[256], hq[128];
   fprintf(f, "flexplan: warning: %s: the plan needs %.3f GiB per rank at its peak, %.3f GiB more than %s's %.3f GiB "
-          "of device memory; largest: ", s->model, (double)s->peak_bytes / (1 << 30), (double)over / (1 << 30),
-          s->hardware ? s->hardware : "the hardware", (double)s->device_bytes / (1 << 30));
+          "of device memory; largest: ", fp_quote(mq, sizeof mq, s->model), (double)s->peak_bytes / (1 << 30),
+          (double)over / (1 << 30), s->hardware ? fp_quote(hq, sizeof hq, s->hardware) : "the hardware", (double)s->device_bytes / (1 << 30));
   for (int i = 0, n = 0; i < 6; i++)
     if (it[i].bytes > 0) fprintf(f, "%s%s %.3f GiB", n++ ? ", " : "", it[i].name, (double)it[i].bytes / (1 << 30));
   fprintf(f, " (set memory_budget_bytes to have the compile fit the plan or refuse it, or shard further)\n");

@@ -399,8 +399,9 @@ void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1
 
 /* ---- report ------------------------------------------------------------------- */
 static const char *hook(const fp_prog *P, const fp_seg *S, char *buf, size_t n) {
+  char q[256]; /* a module's name from the input: quoted (fp_quote) */
   if (S->module >= 0 && S->module < P->nmods)
-    snprintf(buf, n, "%s(%s)", fp_seg_name(S->kind), P->mods[S->module].name);
+    snprintf(buf, n, "%s(%s)", fp_seg_name(S->kind), fp_quote(q, sizeof q, P->mods[S->module].name));
   else
     snprintf(buf, n, "%s", fp_seg_name(S->kind));
   return buf;
@@ -432,7 +433,7 @@ void fp_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f) {
     if (S->exposed_us[i] > 0) v[n++] = (exposed_row){i, S->exposed_us[i]};
   qsort(v, (size_t)n, sizeof *v, cmp_exposed);
   if (top > 0 && n > top) n = top;
-  char buf[512];
+  char buf[512], bq[64];
   fprintf(f, "%5s  %10s  %6s  %6s  %-16s  %-24s  %s\n", "rank", "ms", "share", "op", "opcode", "bucket",
           "hook (waiting)");
   for (int32_t k = 0; k < n; k++) {
@@ -441,15 +442,20 @@ void fp_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f) {
     const fp_op *o = by >= 0 ? &P->ops[by] : w;
     fprintf(f, "%5d  %10.3f  %5.1f%%  %6d  %-16s  %-24.60s  %s\n", (int)k + 1, v[k].us / 1e3,
             step > 0 ? 100 * v[k].us / step : 0.0, (int)(by >= 0 ? by : v[k].at), fp_op_name(o->code),
-            o->bucket >= 0 && o->bucket < P->nbuckets ? P->buckets[o->bucket] : "-",
+            o->bucket >= 0 && o->bucket < P->nbuckets ? fp_quote(bq, sizeof bq, P->buckets[o->bucket]) : "-",
             hook(P, &P->segs[w->seg], buf, sizeof buf));
   }
   free(v);
 }
 
 void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f) {
-  fprintf(f, "flexplan simulate: %s, %s on %lld ranks (%lld per node), hardware %s\n", P->model ? P->model : "?",
-          P->strategy ? P->strategy : "?", (long long)P->world_size, (long long)P->ranks_per_node, hw->name);
+  fputs("flexplan simulate: ", f);
+  fp_fput_name(f, P->model);
+  fputs(", ", f);
+  fp_fput_name(f, P->strategy);
+  fprintf(f, " on %lld ranks (%lld per node), hardware ", (long long)P->world_size, (long long)P->ranks_per_node);
+  fp_fput_name(f, hw->name);
+  fputc('\n', f);
   fprintf(f, "  %.1f TFLOP/s, NVLink %.1f GB/s, network %.1f GB/s per NIC, HBM %.0f GB/s; latency %.1f us + "
              "%.1f us per NVLink step, %.1f us per network step\n",
           hw->flops / 1e12, hw->nvlink_gbps, hw->ib_gbps, hw->hbm_gbps, hw->base_us, hw->nvlink_hop_us, hw->net_hop_us);
@@ -486,6 +492,10 @@ void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_m
             (double)tl->peak_bytes / (1 << 30), (long long)tl->peak_bytes);
     fprintf(f, "  modeled arena lower bound         %14.3f GiB  (%lld bytes: most arena bytes live at once)\n",
             (double)tl->lower_bound_bytes / (1 << 30), (long long)tl->lower_bound_bytes);
-    fprintf(f, "  device memory                     %14.3f GiB  (%s)\n", (double)hw->hbm_bytes / (1 << 30), hw->name);
+  {
+    char hq[128];
+    fprintf(f, "  device memory                     %14.3f GiB  (%s)\n", (double)hw->hbm_bytes / (1 << 30),
+            fp_quote(hq, sizeof hq, hw->name));
+  }
   }
 }

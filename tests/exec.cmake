@@ -71,6 +71,11 @@ endforeach()
 fp_parity(placements mlp placements-w4 4)
 fp_parity(frozen_no_shard mlp-frozen no_shard 2)
 fp_parity(frozen_no_shard mlp-frozen no_shard 3)
+# frozen fc1 kept whole under bf16 compute over fp32 main weights: one bf16
+# copy only (issue 31); the refit casts the file into it and training matches
+foreach(np 2 3)
+  fp_parity(frozen_bf16_one_copy mlp-frozen frozen-bf16 ${np} --refit-at 2)
+endforeach()
 fp_parity(bf16_params mlp bf16 2)
 fp_parity(bf16_params mlp bf16 4)
 fp_parity(ga2 mlp ga2 2)
@@ -156,6 +161,15 @@ foreach(mode poll thread)
   set_property(TEST exec_watchdog_${mode} APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
   set_tests_properties(exec_watchdog_${mode} PROPERTIES TIMEOUT 120)
 endforeach()
+
+# fp_exec_create under the watchdog (issue 31): a rank with a tampered plan
+# never creates its executor; the others fail with FP_ERR_TIMEOUT naming it
+# (FLEXPLAN_TIMEOUT=1; the test arms alarm(60) and ctest's timeout is 120 s)
+add_executable(test_exec_create_watchdog ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_create_watchdog.c)
+target_link_libraries(test_exec_create_watchdog PRIVATE flexplan_exec)
+fp_mpi_test(exec_create_watchdog 3 test_exec_create_watchdog)
+set_property(TEST exec_create_watchdog APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
+set_tests_properties(exec_create_watchdog PROPERTIES TIMEOUT 120)
 
 # the NCCL backend's GPU-free decisions (executor/nccl_plan.c: bootstrap
 # rules, communicator splits, the issue order of records, waits and runs),

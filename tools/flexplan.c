@@ -12,6 +12,7 @@
  * removed on any error, so a failed run leaves nothing behind. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -409,9 +410,71 @@ static bool out_commit(out_file *o) {
   return false;
 }
 
+/* "OUT: error: cannot write the WHAT: <reason>" (err: the failed write's errno, 0: unknown) */
+static void write_failed(const char *out, const char *what, int err) {
+  if (err) fprintf(stderr, "%s: error: cannot write the %s: %s\n", out, what, strerror(err));
+  else fprintf(stderr, "%s: error: cannot write the %s\n", out, what);
+}
+
+/* SIGTERM, SIGINT, SIGHUP or SIGPIPE during a write: remove the temporary
+ * (fp_out_unlink_all), then die of the signal as before */
+static void on_fatal_signal(int sig) {
+  fp_out_unlink_all();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void remove_temporaries_on_signals(void) {
+  static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
+  for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) {
+    struct sigaction sa, old;
+    if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue; /* ignored stays ignored */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sigs[k], &sa, NULL);
+  }
+}
+
 /* a write that failed before commit: nothing is left behind */
 static void out_abort(out_file *o) {
   if (o->path) fp_out_abort(&o->out);
+}
+
+/* ---- default output names ----------------------------------------------------- */
+/* Without -o, compile and viz write <name>.<ext> where name comes from the
+ * input (the model's or plan's name): it is reduced to one safe file name in
+ * the current directory (docs/cli.md): '/', '\', control characters (C0, DEL,
+ * UTF-8 C1) and a leading '.' become '_', at most 200 bytes are kept (cut on
+ * a UTF-8 character), and an empty name is FALLBACK; a note says when the
+ * name was changed (-o chooses another). */
+#define MAX_DEFAULT_STEM 200 /* + ".trace.json" and the temporary's suffix stay under NAME_MAX (255) */
+static const char *default_output(fp_arena *ar, const char *name, const char *fallback, const char *ext) {
+  if (!name || !*name) name = fallback;
+  size_t n = strlen(name);
+  if (n > MAX_DEFAULT_STEM) {
+    n = MAX_DEFAULT_STEM;
+    while (n > 0 && ((unsigned char)name[n] & 0xc0) == 0x80) n--; /* not inside a UTF-8 character */
+  }
+  char *stem = fp_strndup(ar, name, n);
+  bool changed = n != strlen(name);
+  for (size_t k = 0; k < n; k++) {
+    unsigned char c = (unsigned char)stem[k];
+    bool c1 = c == 0xc2 && k + 1 < n && (unsigned char)stem[k + 1] >= 0x80 && (unsigned char)stem[k + 1] <= 0x9f;
+    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f || c1 || (c == '.' && k == 0)) {
+      if (c1) memmove(stem + k + 1, stem + k + 2, n - k - 1), n--; /* two bytes become one '_' */
+      stem[k] = '_';
+      changed = true;
+    }
+  }
+  /* with no '/' and no leading '.', the name is one component and never "." or ".." */
+  const char *out = fp_sprintf(ar, "%s.%s", stem, ext);
+  if (changed) {
+    char q[300];
+    fprintf(stderr, "flexplan: note: the name %s from the input is not a safe file name; writing %s (choose with -o)\n",
+            fp_quote(q, sizeof q, name), out);
+  }
+  return out;
 }
 
 /* ---- reading plans and IR --------------------------------------------------- */
@@ -453,8 +516,11 @@ static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_h
  * small for the plan's work) */
 static bool simulate_plan(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const char *path, fp_sim *sim) {
   if (fp_simulate(ar, p, hw, sim)) return true;
-  fprintf(stderr, "%s: error: the modeled step time on hardware '%s' is not a finite number: its rates are too "
-                  "small for the plan's work\n", path, hw->name);
+  fp_diag d; /* a diagnostic: the machine's name (from the plan) printed with escapes */
+  fp_diag_init(&d, stderr);
+  fp_diag_errorf(&d, path, "the modeled step time on hardware '%s' is not a finite number: its rates are too small for "
+                 "the plan's work", hw->name);
+  fp_diag_free(&d);
   return false;
 }
 
@@ -527,10 +593,11 @@ static bool write_view(fp_arena *ar, fp_diag *d, const char *where, const fp_pro
   for (int32_t k = 0; k < nmeas; k++) {
     double hooks = 0;
     for (int32_t s = 0; s < p->nsegs; s++) hooks += meas[k].hook_t[2 * s + 1] - meas[k].hook_t[2 * s];
+    char hq[128];
     fprintf(stderr, "  rank %lld measured (step %lld, %s): step %.3f ms, %.3f ms of it inside hooks; modeled on %s: "
             "step %.3f ms, exposed communication %.3f ms\n",
             (long long)meas[k].rank, (long long)meas[k].step, meas[k].path, meas[k].end_us / 1e3, hooks / 1e3,
-            v.hw.name, v.sim.step_us / 1e3, v.sim.exposed_comm_us / 1e3);
+            fp_quote(hq, sizeof hq, v.hw.name), v.sim.step_us / 1e3, v.sim.exposed_comm_us / 1e3);
   }
   return fmt == VIZ_TRACE ? fp_viz_trace(&v, o->f) : fp_viz_html(&v, o->f);
 }
@@ -641,15 +708,16 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
     if (emit == EMIT_SUMMARY)
       out = "-";
     else
-      out = fp_sprintf(ar, "%s.%s", m.name,
-                       emit == EMIT_PLAN   ? "plan.json"
-                       : emit == EMIT_IR   ? "fpir"
-                       : emit == EMIT_HTML ? "html"
-                                           : "trace.json");
+      out = default_output(ar, m.name, "model",
+                           emit == EMIT_PLAN   ? "plan.json"
+                           : emit == EMIT_IR   ? "fpir"
+                           : emit == EMIT_HTML ? "html"
+                                               : "trace.json");
   }
   out_file o;
   if (!out_open(&o, out)) goto done;
   bool ok = true;
+  errno = 0;
   switch (emit) {
   case EMIT_PLAN: ok = fp_plan_write(c.prog, o.f); break;
   case EMIT_IR: fp_ir_print(c.prog, o.f); break;
@@ -660,8 +728,9 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
     break;
   }
   if (!ok) {
+    int err = errno; /* the failed write's (a full disk: ENOSPC) */
     out_abort(&o);
-    if (!d.nerrors) fprintf(stderr, "%s: error: cannot write the %s\n", out, emit == EMIT_TRACE ? "trace" : emit == EMIT_HTML ? "page" : "plan");
+    if (!d.nerrors) write_failed(out, emit == EMIT_TRACE ? "trace" : emit == EMIT_HTML ? "page" : "plan", err);
     goto done;
   }
   if (!out_commit(&o)) goto done;
@@ -678,6 +747,8 @@ done:
 }
 
 /* ---- print / verify ------------------------------------------------------ */
+static bool is_xfer_file(const char *path);
+
 static int cmd_file(const command *cmd, int argc, char **argv) {
   argp ap;
   argp_init(&ap, cmd, argc, argv);
@@ -692,8 +763,22 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
-  fp_prog *p = read_program(ar, &d, path);
   int rc = EXIT_INPUT;
+  if (is_xfer_file(path)) { /* a transfer (flexplan reshard -o): read, verified as reshard does, printed as --emit=ir */
+    fp_src *src = fp_alloc(ar, sizeof *src);
+    fp_tx *t = fp_src_read(ar, &d, path, src) ? fp_tx_read(ar, &d, src) : NULL;
+    if (t && fp_tx_verify(t, &d)) {
+      rc = EXIT_OK;
+      if (!strcmp(cmd->name, "print")) fp_tx_print(t, stdout);
+      else fprintf(stderr, "%s: ok: a transfer of %lld processes, %d ops, %lld bytes on the wire\n", path,
+                   (long long)t->nprocs, t->nops, (long long)t->wire_bytes);
+      if (!stdout_written()) rc = EXIT_INPUT;
+    }
+    fp_diag_free(&d);
+    fp_arena_free(ar);
+    return rc;
+  }
+  fp_prog *p = read_program(ar, &d, path);
   if (p) {
     rc = EXIT_OK;
     if (!strcmp(cmd->name, "print")) fp_ir_print(p, stdout);
@@ -825,12 +910,14 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   fp_viz_measured *meas = fp_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *meas);
   for (int32_t k = 0; k < nmeasured; k++)
     if (!fp_viz_measured_read(ar, &d, measured_paths[k], p, &meas[k])) goto done;
-  if (!out) out = fp_sprintf(ar, "%s.%s", p->model && *p->model ? p->model : "plan", fmt == VIZ_HTML ? "html" : "trace.json");
+  if (!out) out = default_output(ar, p->model, "plan", fmt == VIZ_HTML ? "html" : "trace.json");
   out_file o;
   if (!out_open(&o, out)) goto done;
+  errno = 0;
   if (!write_view(ar, &d, path, p, &hw, &ranks, fmt, meas, nmeasured, &o)) {
+    int err = errno;
     out_abort(&o);
-    if (!d.nerrors) fprintf(stderr, "%s: error: cannot write the %s\n", out, fmt == VIZ_HTML ? "page" : "trace");
+    if (!d.nerrors) write_failed(out, fmt == VIZ_HTML ? "page" : "trace", err);
     goto done;
   }
   if (!out_commit(&o)) goto done;
@@ -959,7 +1046,7 @@ static int cmd_viz_xfer(const char *path, const char *out) {
   fp_tx *t = fp_src_read(ar, &d, path, src) ? fp_tx_read(ar, &d, src) : NULL;
   int rc = EXIT_INPUT;
   if (t) {
-    const char *o = out ? out : fp_sprintf(ar, "%s.xfer.trace.json", t->model && *t->model ? t->model : "transfer");
+    const char *o = out ? out : default_output(ar, t->model, "transfer", "xfer.trace.json");
     out_file of;
     if (out_open(&of, o)) {
       fp_tx_trace(t, of.f);
@@ -1003,6 +1090,7 @@ int main(int argc, char **argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
+  remove_temporaries_on_signals();
   if (argc < 2) {
     put_usage(stderr);
     return EXIT_USAGE;

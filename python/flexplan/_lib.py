@@ -370,6 +370,39 @@ def take_string(ptr):
         lib().fp_free(ptr)
 
 
-def fsencode(path):
-    """A path (str, bytes or os.PathLike) as bytes for C."""
-    return os.fsencode(os.fspath(path))
+def fsencode(path, what="path"):
+    """A path (str, bytes or os.PathLike) as bytes for C. TypeError for
+    anything else, ValueError for a NUL byte (C would end the path there),
+    each naming the argument `what`."""
+    try:
+        b = os.fsencode(os.fspath(path))
+    except TypeError:
+        raise TypeError("%s: expected a path (str, bytes or os.PathLike), got %s" % (what, type(path).__name__)) from None
+    if b"\0" in b:
+        raise ValueError("%s: a path must not contain a NUL byte" % what)
+    return b
+
+
+def cstr(value, what, allow_none=True):
+    """A str argument as UTF-8 bytes for C (None stays None where allowed).
+    TypeError for anything else, ValueError for a NUL byte, naming `what`."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("%s: expected a str%s, got %s" % (what, " or None" if allow_none else "",
+                                                           type(value).__name__))
+    if "\0" in value:
+        raise ValueError("%s: must not contain a NUL byte" % what)
+    return value.encode()
+
+
+def int64(value, what):
+    """An integer argument for an int64_t of C: TypeError for a non-integer
+    (bool included), OverflowError outside [-2**63, 2**63), naming `what`
+    (ctypes would wrap it silently)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("%s: expected an integer, got %s" % (what, type(value).__name__))
+    v = value.__index__()
+    if not -(1 << 63) <= v < (1 << 63):
+        raise OverflowError("%s: %d is out of range for a 64-bit integer" % (what, v))
+    return v

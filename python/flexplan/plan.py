@@ -96,7 +96,7 @@ class Plan:
 
     def module_index(self, name):
         """The index of a module name; KeyError when the plan has none."""
-        k = L.lib().fp_plan_module_index(self._handle, name.encode())
+        k = L.lib().fp_plan_module_index(self._handle, L.cstr(name, "name", allow_none=False))
         if k < 0:
             raise KeyError(name)
         return k
@@ -126,12 +126,12 @@ class Plan:
     def save(self, path):
         """Write the plan as plan.json at path, atomically (a temporary file
         renamed over path once complete). Returns path."""
-        L.check(L.lib().fp_plan_save(self._handle, L.fsencode(path)), lambda: self.errmsg)
+        L.check(L.lib().fp_plan_save(self._handle, L.fsencode(path, "path")), lambda: self.errmsg)
         return path
 
     def _render(self, what, hardware=None):
         out = ctypes.c_void_p()
-        hw = hardware.encode() if hardware else None
+        hw = L.cstr(hardware, "hardware")
         L.check(L.lib().fp_plan_render(self._handle, what, hw, ctypes.byref(out)), lambda: self.errmsg)
         return L.take_string(out.value)
 
@@ -177,7 +177,7 @@ def load(path):
     file is unreadable, malformed, tampered with or fails verification."""
     lib = L.lib()
     h = ctypes.c_void_p()
-    return _plan_or_raise(lib, lib.fp_plan_load(L.fsencode(path), ctypes.byref(h)), h)
+    return _plan_or_raise(lib, lib.fp_plan_load(L.fsencode(path, "path"), ctypes.byref(h)), h)
 
 
 def _plan_or_raise(lib, st, h):
@@ -198,12 +198,13 @@ def _source(x, what):
         return None, None
     if isinstance(x, dict):
         return None, json.dumps(x).encode()
-    if isinstance(x, bytes):
-        return (None, x) if x.lstrip().startswith(b"{") else (x, None)
-    if isinstance(x, str) and x.lstrip().startswith("{"):
-        return None, x.encode()
-    if isinstance(x, (str, os.PathLike)):
-        return L.fsencode(x), None
+    if isinstance(x, (bytes, str)) and x.lstrip().startswith(b"{" if isinstance(x, bytes) else "{"):
+        # JSON text: C reads it up to its first NUL, which the CLI refuses
+        if (b"\0" if isinstance(x, bytes) else "\0") in x:
+            raise ValueError("%s: JSON text must not contain a NUL byte" % what)
+        return None, x if isinstance(x, bytes) else x.encode()
+    if isinstance(x, (bytes, str, os.PathLike)):
+        return L.fsencode(x, what), None
     raise TypeError("%s: expected a dict, JSON text or a path, got %s" % (what, type(x).__name__))
 
 
@@ -229,7 +230,7 @@ def compile(model, spec=None, *, hardware=None, policy="flexplan"):  # noqa: A00
     mp, mt = _source(model, "model")
     sp, st_ = _source(spec, "spec")
     opt = L.fp_compile_options(model_path=mp, model_text=mt, spec_path=sp, spec_text=st_,
-                               hardware=hardware.encode() if hardware else None,
-                               policy=policy.encode() if policy else None)
+                               hardware=L.cstr(hardware, "hardware"),
+                               policy=L.cstr(policy, "policy"))
     h = ctypes.c_void_p()
     return _plan_or_raise(lib, lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h)), h)

@@ -97,7 +97,7 @@ def load_transfer(path):
     """Load a transfer saved as JSON (Transfer.save, `flexplan reshard -o`);
     checked and verified by the library. Raises FlexplanError (located)."""
     h = ctypes.c_void_p()
-    return _transfer_or_raise(L.lib().fp_xfer_load(L.fsencode(path), ctypes.byref(h)), h, None, None)
+    return _transfer_or_raise(L.lib().fp_xfer_load(L.fsencode(path, "path"), ctypes.byref(h)), h, None, None)
 
 
 def _transfer_or_raise(st, h, from_plan, to_plan):
@@ -119,15 +119,24 @@ def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0, 
     one optimizer; never transformed); to_offset: TO rank r is
     process r + to_offset, FROM rank r process r + from_offset. Raises FlexplanError with the located messages when
     the plans do not fit together."""
+    from .plan import Plan
+    for arg, p in (("from_plan", from_plan), ("to_plan", to_plan)):
+        if not isinstance(p, Plan):
+            raise TypeError("reshard: %s: expected a flexplan.Plan (flexplan.load or flexplan.compile), got %s"
+                            % (arg, type(p).__name__))
+    to_offset = L.int64(to_offset, "to_offset")
+    from_offset = L.int64(from_offset, "from_offset")
+    if transform is not None and not isinstance(transform, (dict, list, tuple)):
+        raise TypeError("transform: expected a dict or a list of 'pattern=mxfp8', got %s" % type(transform).__name__)
     pats = []
     items = transform.items() if isinstance(transform, dict) else [
         tuple(x.rsplit("=", 1)) if "=" in x else (x, "") for x in (transform or [])]
     for pat, kind in items:
         if kind != "mxfp8":
             raise L.FlexplanError(L.FP_ERR_ARG, f"transform {pat!r}: unknown transform {kind!r} (expected mxfp8)")
-        pats.append(pat.encode())
+        pats.append(L.cstr(pat, "transform pattern", allow_none=False))
     arr = (ctypes.c_char_p * max(1, len(pats)))(*pats)
-    opt = L.fp_reshard_options(what.encode() if what else None, int(to_offset), arr, len(pats), int(from_offset))
+    opt = L.fp_reshard_options(L.cstr(what, "what"), to_offset, arr, len(pats), from_offset)
     h = ctypes.c_void_p()
     st = L.lib().fp_reshard_compile(from_plan._handle, to_plan._handle, ctypes.byref(opt), ctypes.byref(h))
     return _transfer_or_raise(st, h, from_plan, to_plan)
