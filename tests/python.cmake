@@ -41,6 +41,7 @@ endfunction()
 fp_add_pytest(python_api test_api.py)
 # argument errors: OverflowError / ValueError / TypeError naming the argument (issue 31)
 fp_add_pytest(python_args test_args.py)
+fp_add_pytest(python_stream_contract test_stream_contract.py)
 fp_add_pytest(python_capi_exec test_capi_exec.py MPI 1)
 fp_add_pytest(python_describe test_describe.py)
 

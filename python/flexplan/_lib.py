@@ -217,6 +217,22 @@ STRUCTS = {
 }
 
 # ---- functions: name -> (result type, argument types) ------------------------------
+# include/flexplan.h: CUDA's legacy default stream as the C API takes it (NULL there means "no stream")
+FP_CUDA_STREAM_LEGACY = 0x1
+
+
+def cuda_stream_arg(stream):
+    """A cudaStream_t as Python holds it (torch: ``torch.cuda.current_stream().cuda_stream``,
+    0 for torch's default stream, which is CUDA's legacy default stream) -> the
+    pointer the C API takes: None -> NULL (no stream: the executor makes its
+    own), 0 -> FP_CUDA_STREAM_LEGACY, anything else as it is."""
+    if stream is None:
+        return None
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"cuda_stream must be an int cudaStream_t or None, not {type(stream).__name__}")
+    return FP_CUDA_STREAM_LEGACY if stream == 0 else stream
+
+
 _vp = ctypes.c_void_p
 _st = ctypes.c_int  # fp_status
 _cs = ctypes.c_char_p
@@ -247,6 +263,7 @@ SIGNATURES = {
     "fp_exec_hook": (_st, [_vp, ctypes.c_int, ctypes.c_int32]),
     "fp_exec_sync": (_st, [_vp]),
     "fp_exec_cuda_stream": (_vp, [_vp]),
+    "fp_exec_set_cuda_stream": (_st, [_vp, _vp]),
     "fp_exec_all_reduce_f64": (_st, [_vp, _P(ctypes.c_double), ctypes.c_int]),
     "fp_exec_timing_start": (_st, [_vp, ctypes.c_int32]),
     "fp_exec_timing_write": (_st, [_vp, _cs]),

@@ -240,7 +240,8 @@ class Executor:
         cfg.bootstrap = None
         cfg.progress = PROGRESS[progress]
         cfg.cuda_mode = CUDA_MODES[cuda_mode]
-        cfg.cuda_stream = ctypes.c_void_p(int(cuda_stream) if cuda_stream else 0)
+        # torch's default stream is handle 0, CUDA's legacy default stream: never NULL ("no stream")
+        cfg.cuda_stream = ctypes.c_void_p(_libmod.cuda_stream_arg(cuda_stream))
         if nccl_id is not None:
             if len(nccl_id) != ctypes.sizeof(S.fp_nccl_id):
                 raise _err(f"nccl_id must be {ctypes.sizeof(S.fp_nccl_id)} bytes, got {len(nccl_id)}")
@@ -398,6 +399,17 @@ class Executor:
         `flexplan viz PLAN --measured FILE...`)."""
         f = _timing_fn("fp_exec_timing_write", [ctypes.c_void_p, ctypes.c_char_p])
         _check(self._lib, f(self._x, os.fspath(path).encode()), self._x, "timing_write")
+
+    def set_cuda_stream(self, stream):
+        """NCCL backend: the trainer now computes on ``stream`` (an int
+        cudaStream_t; 0 is CUDA's legacy default stream, torch's default). From
+        the next hook on it is the plan's compute stream, ordered after
+        everything issued on the old one (fp_exec_set_cuda_stream)."""
+        if stream is None:
+            raise TypeError("set_cuda_stream: stream is a cudaStream_t (0: the legacy default stream), not None")
+        arg = _libmod.cuda_stream_arg(stream)
+        _check(self._lib, self._lib.fp_exec_set_cuda_stream(self._x, ctypes.c_void_p(arg)), self._x,
+               "set_cuda_stream")
 
     def cuda_stream(self):
         """NCCL backend: the compute stream (a cudaStream_t as an int); None for MPI."""

@@ -40,6 +40,7 @@ class Driver:
         self.ga = 1 + max(s[2] for s in segments)
         self.hook_calls = 0
         self.on_issue = None  # optional callable(kind, module) for tracing (tests)
+        self.follow_stream = None  # NCCL: called before each hook (the plan follows torch's current stream)
         self.profile = False
         self.deferred = []  # empty module segments not called yet (the executor skips them)
         self.skipped = 0  # segments never called
@@ -64,6 +65,8 @@ class Driver:
             self.on_issue(k, m)
 
     def _hook(self, k, m):
+        if self.follow_stream is not None:
+            self.follow_stream()
         if self.profile:
             t0 = time.perf_counter()
             self.ex.hook(k, m)

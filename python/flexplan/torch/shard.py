@@ -125,6 +125,7 @@ class Sharded:
             # before anything collective: a rank failing in setup must not leave
             # the others in the setup's collectives
             _install_abort_on_error()
+        self._cuda_stream = cuda_stream
         self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
                                 cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
         try:
@@ -222,6 +223,8 @@ class Sharded:
         # units: plan modules -> submodules to hook
         self.driver = Driver(ex, ex.segments, ex.modules)
         self.driver.profile = self._profile
+        if self.backend == "nccl":
+            self.driver.follow_stream = StreamFollower(ex, self._cuda_stream)
         self.units = []
         params_by_unit = {}
         for p in ex.params:
@@ -638,6 +641,26 @@ def clip_grad_norm_(model_or_state, max_norm, norm_type=2.0):
     """Clip the sharded grads of a sharded module to a global norm (one
     all-reduce); returns the total norm, as torch.nn.utils.clip_grad_norm_."""
     return state(model_or_state).clip_grad_norm_(max_norm, norm_type)
+
+
+class StreamFollower:
+    """NCCL backend, the stream contract (docs/torch.md): called before every
+    hook, it hands torch's current stream to the executor when it changed
+    (``torch.cuda.stream(s)`` around a step, another stream per step), so the
+    plan's records and waits are always on the stream torch computes on: the
+    executor orders the new stream after everything issued on the old one.
+    Torch's default stream (handle 0) is CUDA's legacy default stream."""
+
+    def __init__(self, ex, stream, current=None):
+        self.ex = ex
+        self.stream = stream
+        self.current = current or (lambda: torch.cuda.current_stream().cuda_stream)
+
+    def __call__(self):
+        s = self.current()
+        if s != self.stream:
+            self.ex.set_cuda_stream(s)
+            self.stream = s
 
 
 def _nccl_setup(rank, world_size):
