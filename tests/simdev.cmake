@@ -78,3 +78,40 @@ fp_sim_parity(mutation_untold_legacy_stream mlp full_shard 2 --expect-fail --see
               --trainer-args=--stream=legacy-untold)
 fp_sim_parity(mutation_unordered_upload mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes capture,graph
               --trainer-args=--upload=unordered)
+
+# the GPU tests' own programs on the simulated device (tests/gpu.cmake runs them on a GPU)
+add_executable(test_exec_cuda_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_cuda.c)
+target_link_libraries(test_exec_cuda_simdev PRIVATE flexplan_exec_simdev)
+add_library(flexplan_api_simdev STATIC $<TARGET_OBJECTS:flexplan_api_obj>)
+target_link_libraries(flexplan_api_simdev PUBLIC flexplan_viz flexplan_exec_simdev PkgConfig::JSONC MPI::MPI_C)
+add_executable(test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_nccl.c)
+target_link_libraries(test_xfer_nccl_simdev PRIVATE flexplan_api_simdev PkgConfig::JSONC m)
+add_executable(test_exec_nccl_nodev_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_nccl_nodev.c)
+target_link_libraries(test_exec_nccl_nodev_simdev PRIVATE flexplan_exec_simdev)
+add_executable(test_simdev_watchdog ${FP_SIMDEV_DIR}/test_simdev_watchdog.c)
+target_link_libraries(test_simdev_watchdog PRIVATE flexplan_exec_simdev)
+
+# fp_simdev_test(name np exe args...): an MPI test on the simulated device, under three seeds
+function(fp_simdev_test name np exe)
+  foreach(seed 1 2 3)
+    add_test(NAME simdev_${name}_seed${seed}
+             COMMAND ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${np} ${FP_MPIEXEC_PREFLAGS} $<TARGET_FILE:${exe}>
+                     ${MPIEXEC_POSTFLAGS} ${ARGN})
+    set_tests_properties(simdev_${name}_seed${seed} PROPERTIES LABELS "simdev;mpi" TIMEOUT 300 PROCESSORS ${np}
+                         ENVIRONMENT "${FP_SIMDEV_ENV};FP_SIMDEV_SEED=${seed}")
+  endforeach()
+endfunction()
+# every op on all three streams, each mode, refusals inside a capture, a refit
+# under captured graphs, each bootstrap with NCCL_COMM_ID set (gpu_exec's program)
+fp_simdev_test(exec 1 test_exec_cuda_simdev)
+# a transfer between plans on NCCL executors against MPI executors (gpu_xfer's program)
+fp_simdev_test(xfer 1 test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json
+               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json)
+# the NCCL watchdog on a rank that stops
+fp_simdev_test(watchdog 2 test_simdev_watchdog)
+# a machine without a device (FP_SIMDEV_DEVICES=0): every rank fails at once and cleanly
+add_test(NAME simdev_exec_nccl_nodev_np2
+         COMMAND ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 2 ${FP_MPIEXEC_PREFLAGS} $<TARGET_FILE:test_exec_nccl_nodev_simdev>)
+set_tests_properties(simdev_exec_nccl_nodev_np2 PROPERTIES LABELS "simdev;mpi" TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${FP_SIMDEV_ENV};FP_SIMDEV_DEVICES=0")

@@ -1150,7 +1150,8 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
   }
   /* a poll moves the device on a little (seeded): a polling host must see progress */
   for (int k = (int)(sd_rand() % 3); k > 0 && pending(s); k--)
-    if (!step()) break;
+    if (!step_at(s, false) && (sd_rand() % 4 || !step_at(s, true))) /* what the polled stream needs first */
+      break;
   if (sticky != cudaSuccess) LEAVE(sticky);
   LEAVE(pending(s) ? cudaErrorNotReady : cudaSuccess);
 }
@@ -1257,7 +1258,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
   if (!e) LEAVE(cudaErrorInvalidResourceHandle);
   if (e->state == 2) LEAVE(cudaErrorCapturedEvent);
   for (int k = (int)(sd_rand() % 3); k > 0 && !event_done(e); k--)
-    if (!step()) break;
+    if (!step_at(e->s, false) && (sd_rand() % 4 || !step_at(e->s, true))) break;
   LEAVE(event_done(e) ? cudaSuccess : cudaErrorNotReady);
 }
 static bool ev_done(void *a) { return event_done(a); }
