@@ -6,22 +6,29 @@
 # link that instead of the real executor. Built in every configuration (no
 # CUDA toolkit needed), used only by tests and benches; ctest label simdev.
 set(FP_SIMDEV_DIR ${CMAKE_CURRENT_SOURCE_DIR}/simdev)
-add_library(fp_simdev STATIC ${FP_SIMDEV_DIR}/simdev.c ${FP_SIMDEV_DIR}/simnccl.c ${FP_SIMDEV_DIR}/simkern.c)
-target_include_directories(fp_simdev BEFORE PUBLIC ${FP_SIMDEV_DIR}/include)
-target_include_directories(fp_simdev PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
+# object libraries (position-independent): static archives for the C tests,
+# and the shared library for the Python ones (below)
+add_library(fp_simdev_obj OBJECT ${FP_SIMDEV_DIR}/simdev.c ${FP_SIMDEV_DIR}/simnccl.c ${FP_SIMDEV_DIR}/simkern.c)
+set_target_properties(fp_simdev_obj PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(fp_simdev_obj BEFORE PUBLIC ${FP_SIMDEV_DIR}/include)
+target_include_directories(fp_simdev_obj PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
 # the layers' sums as the GPU computes them (no contraction into FMAs)
-target_compile_options(fp_simdev PRIVATE -ffp-contract=off)
-target_link_libraries(fp_simdev PUBLIC flexplan_kernels Threads::Threads rt m)
+target_compile_options(fp_simdev_obj PRIVATE -ffp-contract=off)
+target_link_libraries(fp_simdev_obj PUBLIC Threads::Threads rt m)
+add_library(fp_simdev STATIC $<TARGET_OBJECTS:fp_simdev_obj>)
+target_link_libraries(fp_simdev PUBLIC fp_simdev_obj flexplan_kernels)
 
-add_library(flexplan_exec_simdev STATIC)
-target_sources(flexplan_exec_simdev PRIVATE ${FP_EXEC_SRC} ${FP_EXEC_CUDA_SRC})
 list(TRANSFORM FP_EXEC_SRC PREPEND ${CMAKE_SOURCE_DIR}/ OUTPUT_VARIABLE fp_exec_src_abs)
 list(TRANSFORM FP_EXEC_CUDA_SRC PREPEND ${CMAKE_SOURCE_DIR}/ OUTPUT_VARIABLE fp_exec_cuda_src_abs)
-set_property(TARGET flexplan_exec_simdev PROPERTY SOURCES ${fp_exec_src_abs} ${fp_exec_cuda_src_abs})
-target_include_directories(flexplan_exec_simdev PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
-target_compile_definitions(flexplan_exec_simdev PUBLIC FP_HAVE_CUDA=1)
-target_link_libraries(flexplan_exec_simdev PUBLIC fp_simdev flexplan_core flexplan_kernels flexplan_st
-                      PkgConfig::JSONC MPI::MPI_C Threads::Threads m)
+add_library(flexplan_exec_simdev_obj OBJECT ${fp_exec_src_abs} ${fp_exec_cuda_src_abs})
+set_target_properties(flexplan_exec_simdev_obj PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(flexplan_exec_simdev_obj BEFORE PRIVATE ${FP_SIMDEV_DIR}/include)
+target_include_directories(flexplan_exec_simdev_obj PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
+target_compile_definitions(flexplan_exec_simdev_obj PUBLIC FP_HAVE_CUDA=1)
+target_link_libraries(flexplan_exec_simdev_obj PUBLIC PkgConfig::JSONC MPI::MPI_C Threads::Threads m)
+add_library(flexplan_exec_simdev STATIC $<TARGET_OBJECTS:flexplan_exec_simdev_obj>)
+target_link_libraries(flexplan_exec_simdev PUBLIC flexplan_exec_simdev_obj fp_simdev flexplan_core flexplan_kernels
+                      flexplan_st)
 
 # train_mlp on the simulated device (--backend nccl)
 add_executable(train_mlp_simdev ${CMAKE_SOURCE_DIR}/examples/train_mlp.c)
@@ -115,3 +122,19 @@ add_test(NAME simdev_exec_nccl_nodev_np2
          COMMAND ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 2 ${FP_MPIEXEC_PREFLAGS} $<TARGET_FILE:test_exec_nccl_nodev_simdev>)
 set_tests_properties(simdev_exec_nccl_nodev_np2 PROPERTIES LABELS "simdev;mpi" TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${FP_SIMDEV_ENV};FP_SIMDEV_DEVICES=0")
+
+# libflexplan_simdev.so: the whole library with its NCCL backend on the
+# simulated device, for flexplan.torch's tests (tests/simdev/torch_sim_worker.py):
+# torch CPU tensors over simulated device memory (FP_SIMDEV_HOST_VISIBLE=1)
+add_library(flexplan_simdev_shared SHARED)
+target_link_libraries(flexplan_simdev_shared PRIVATE flexplan_base_obj flexplan_core_obj flexplan_kernels_obj
+                      flexplan_st_obj flexplan_viz_obj flexplan_api_obj flexplan_exec_simdev_obj fp_simdev_obj)
+set_target_properties(flexplan_simdev_shared PROPERTIES OUTPUT_NAME flexplan_simdev)
+# -Bsymbolic: its own cuda*/nccl* calls bind to the simulator, never to a CUDA runtime
+# torch (a CUDA build) loaded into the process first
+target_link_options(flexplan_simdev_shared PRIVATE "LINKER:--no-undefined" "LINKER:-Bsymbolic")
+
+# flexplan.torch on the simulated device (tests/python/test_torch_simdev.py)
+fp_add_pytest(simdev_torch test_torch_simdev.py LABELS simdev TIMEOUT 1200)
+set_property(TEST simdev_torch APPEND PROPERTY ENVIRONMENT
+             "FLEXPLAN_SIMDEV_LIBRARY=$<TARGET_FILE:flexplan_simdev_shared>")

@@ -422,11 +422,14 @@ class Executor:
         dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
               "e4m3": getattr(torch, "float8_e4m3fn", torch.uint8),
               "e8m0": getattr(torch, "float8_e8m0fnu", torch.uint8)}.get(buf.dtype, torch.uint8)
+        # the NCCL backend's arena is CUDA memory; where torch has no CUDA device and the
+        # executor still made one (the simulated device of docs/simdev.md, whose device
+        # memory the host may address), views are CPU tensors as for the MPI backend
+        on_host = self.backend == "mpi" or not torch.cuda.is_available()
         if buf.ptr == 0 or buf.numel == 0:
-            dev = "cuda" if self.backend == "nccl" else "cpu"
-            t = torch.empty(0, dtype=dt, device=dev)
+            t = torch.empty(0, dtype=dt, device="cpu" if on_host else "cuda")
             return t.view(shape) if shape is not None and buf.numel == 0 and _numel(shape) == 0 else t
-        if self.backend == "mpi":
+        if on_host:
             raw = (ctypes.c_char * buf.nbytes).from_address(buf.ptr)
             import warnings
             with warnings.catch_warnings():

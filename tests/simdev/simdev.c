@@ -149,7 +149,11 @@ static void heap_init(void) {
     perror("simdev: memfd_create");
     abort();
   }
-  dev_base = mmap(NULL, heap_size, PROT_NONE, MAP_SHARED, heap_fd, 0);
+  /* FP_SIMDEV_HOST_VISIBLE=1 (the Python tests: torch's CPU kernels stand for
+   * the device's, on tensors over device memory): the host may touch it */
+  const char *hv = getenv("FP_SIMDEV_HOST_VISIBLE");
+  int prot = hv && !strcmp(hv, "1") ? PROT_READ | PROT_WRITE : PROT_NONE;
+  dev_base = mmap(NULL, heap_size, prot, MAP_SHARED, heap_fd, 0);
   rw_base = mmap(NULL, heap_size, PROT_READ | PROT_WRITE, MAP_SHARED, heap_fd, 0);
   if (dev_base == MAP_FAILED || rw_base == MAP_FAILED) {
     perror("simdev: mmap");
