@@ -45,13 +45,19 @@ endif()
 
 # fp_sim_parity(name model spec np [args...]): train_mlp on the simulated
 # device against the MPI backend at np ranks, eager / graph / capture modes,
-# three scheduler seeds each (tests/simdev/sim_parity.py)
+# three scheduler seeds each (tests/simdev/sim_parity.py); under the
+# sanitizers one seed (they look for memory errors: the interleavings are
+# the default preset's job, and ten sanitized runs a test take minutes)
+set(FP_SIMDEV_SEEDS 1,2,3)
+if(FP_SANITIZE)
+  set(FP_SIMDEV_SEEDS 1)
+endif()
 function(fp_sim_parity name model spec np)
   add_test(NAME simdev_parity_${name}_np${np}
            COMMAND ${FP_PYTHON} ${FP_SIMDEV_DIR}/sim_parity.py --flexplan $<TARGET_FILE:flexplan>
                    --train $<TARGET_FILE:train_mlp> --train-sim $<TARGET_FILE:train_mlp_simdev>
                    "--mpiexec=${FP_MPIEXEC_CMD}" --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi --model ${model} --spec ${spec}
-                   --np ${np} ${ARGN})
+                   --np ${np} --seeds ${FP_SIMDEV_SEEDS} ${ARGN})
   set_tests_properties(simdev_parity_${name}_np${np} PROPERTIES LABELS "simdev;mpi" TIMEOUT 600 PROCESSORS ${np}
                        ENVIRONMENT "${FP_SIMDEV_ENV}")
 endfunction()
@@ -98,9 +104,10 @@ target_link_libraries(test_exec_nccl_nodev_simdev PRIVATE flexplan_exec_simdev)
 add_executable(test_simdev_watchdog ${FP_SIMDEV_DIR}/test_simdev_watchdog.c)
 target_link_libraries(test_simdev_watchdog PRIVATE flexplan_exec_simdev)
 
-# fp_simdev_test(name np exe args...): an MPI test on the simulated device, under three seeds
+# fp_simdev_test(name np exe args...): an MPI test on the simulated device, once per seed of FP_SIMDEV_SEEDS
 function(fp_simdev_test name np exe)
-  foreach(seed 1 2 3)
+  string(REPLACE "," ";" seeds "${FP_SIMDEV_SEEDS}")
+  foreach(seed ${seeds})
     add_test(NAME simdev_${name}_seed${seed}
              COMMAND ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${np} ${FP_MPIEXEC_PREFLAGS} $<TARGET_FILE:${exe}>
                      ${MPIEXEC_POSTFLAGS} ${ARGN})
