@@ -118,10 +118,14 @@ endfunction()
 # every op on all three streams, each mode, refusals inside a capture, a refit
 # under captured graphs, each bootstrap with NCCL_COMM_ID set (gpu_exec's program)
 fp_simdev_test(exec 1 test_exec_cuda_simdev)
-# a transfer between plans on NCCL executors against MPI executors (gpu_xfer's program)
-fp_simdev_test(xfer 1 test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
-               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json
-               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json)
+# a transfer between plans on NCCL executors against MPI executors (gpu_xfer's
+# program), at 1 to 4 ranks: full_shard <-> no_shard, MXFP8 on the way, into
+# kept MXFP8 weights
+foreach(np 1 2 3 4)
+  fp_simdev_test(xfer_np${np} ${np} test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json)
+endforeach()
 # the NCCL watchdog on a rank that stops
 fp_simdev_test(watchdog 2 test_simdev_watchdog)
 # a machine without a device (FP_SIMDEV_DEVICES=0): every rank fails at once and cleanly
