@@ -842,8 +842,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureUnmatched: return "operation would make the legacy stream depend on a capturing "
-                                                 "blocking stream";
+    case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
     case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
     case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing "
