@@ -149,3 +149,8 @@ target_link_options(flexplan_simdev_shared PRIVATE "LINKER:--no-undefined" "LINK
 fp_add_pytest(simdev_torch test_torch_simdev.py LABELS simdev TIMEOUT 1200)
 set_property(TEST simdev_torch APPEND PROPERTY ENVIRONMENT
              "FLEXPLAN_SIMDEV_LIBRARY=$<TARGET_FILE:flexplan_simdev_shared>")
+
+# the stream contract's resolution on the C side
+add_executable(test_simdev_stream ${FP_SIMDEV_DIR}/test_simdev_stream.c)
+target_link_libraries(test_simdev_stream PRIVATE flexplan_exec_simdev)
+fp_simdev_test(stream_contract 1 test_simdev_stream)

@@ -728,7 +728,7 @@ static void release(ncclComm_t c) {
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   sd_lock();
   ncclComm_t c = C(comm);
-  if (c) sd_drive(comm_idle, c, "ncclCommFinalize");
+  if (c) sd_drive(comm_idle, c, NULL, "ncclCommFinalize");
   sd_unlock();
   return c ? ncclSuccess : ncclInvalidArgument;
 }
@@ -736,7 +736,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   sd_lock();
   ncclComm_t c = C(comm);
   if (c) {
-    sd_drive(comm_idle, c, "ncclCommDestroy");
+    sd_drive(comm_idle, c, NULL, "ncclCommDestroy");
     release(c);
   }
   sd_unlock();
