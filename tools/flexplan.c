@@ -415,16 +415,17 @@ static void out_abort(out_file *o) {
 }
 
 /* ---- reading plans and IR --------------------------------------------------- */
-static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) {
+static fp_prog *read_program_flags(fp_arena *a, fp_diag *d, const char *path, unsigned flags) {
   fp_src *src = fp_alloc(a, sizeof *src);
   if (!fp_src_read(a, d, path, src)) return NULL;
   const char *q = src->text;
   while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-  if (*q == '{') return fp_plan_read(a, d, src);
+  if (*q == '{') return fp_plan_read_flags(a, d, src, flags);
   fp_prog *p = fp_ir_parse(a, d, src);
-  if (p && !fp_ir_verify(p, d, src)) return NULL;
+  if (p && !fp_ir_verify_flags(p, d, src, flags)) return NULL;
   return p;
 }
+static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) { return read_program_flags(a, d, path, 0); }
 
 /* --hardware names no preset: an input error (exit 1) */
 static int unknown_preset(const char *name) {
@@ -692,7 +693,8 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
   fp_arena *ar = fp_arena_new();
   fp_diag d;
   fp_diag_init(&d, stderr);
-  fp_prog *p = read_program(ar, &d, path);
+  /* verify: rule 9 (the semantic check, ir/verify_sem.c) too */
+  fp_prog *p = read_program_flags(ar, &d, path, strcmp(cmd->name, "verify") ? 0 : FP_VERIFY_SEM);
   int rc = EXIT_INPUT;
   if (p) {
     rc = EXIT_OK;
