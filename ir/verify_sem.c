@@ -135,7 +135,7 @@ static bool has_elems(const cell *c) { return c->kind == SV_WEIGHT || c->kind ==
 static bool same_attrs(const cell *a, const cell *b) {
   if (a->kind != b->kind) return false;
   switch (a->kind) {
-    case SV_UNDEF:
+    case SV_UNDEF: return a->ver == b->ver && a->e == b->e;
     case SV_JUNK: return a->ver == b->ver;
     case SV_ZERO: return true;
     case SV_SCALE: return a->p == b->p && a->ver == b->ver;
@@ -191,7 +191,7 @@ static cmap *smap(sctx *s, int32_t k, int32_t b) { return &s->st[(size_t)k * (si
 static void map_set_all(sctx *s, cmap *m, int64_t bytes, sv_kind kind, int32_t why) {
   (void)s;
   m->n = 0;
-  cell c = {.lo = 0, .hi = bytes > 0 ? bytes : 0, .kind = (uint8_t)kind, .ver = why, .p = -1};
+  cell c = {.lo = 0, .hi = bytes > 0 ? bytes : 0, .kind = (uint8_t)kind, .ver = why, .p = -1, .e = -1};
   push(&m->c, &m->n, &m->cap, &c);
 }
 
@@ -293,10 +293,13 @@ static void slots_text(uint64_t sl, char *out, size_t cap) {
 static void describe(const sctx *s, const cell *c, char *out, size_t cap) {
   int64_t z = esize(c), n = z ? (c->hi - c->lo) / z : 0;
   switch ((sv_kind)c->kind) {
-    case SV_UNDEF:
-      if (c->ver >= 0) snprintf(out, cap, "undefined (not live before op %d)", c->ver);
-      else snprintf(out, cap, "undefined");
+    case SV_UNDEF: {
+      char mv[64] = "";
+      if (c->e >= 0) snprintf(mv, sizeof mv, ", moved by op %" PRId64, c->e);
+      if (c->ver >= 0) snprintf(out, cap, "undefined (not written since its live range began at op %d%s)", c->ver, mv);
+      else snprintf(out, cap, "undefined (never written%s)", mv);
       return;
+    }
     case SV_ZERO: snprintf(out, cap, "zeros"); return;
     case SV_JUNK:
       snprintf(out, cap, "a value no proof covers (made by op %d)", c->ver);
@@ -444,24 +447,17 @@ static int64_t roff(const sctx *s, const fp_op *op, int w, int64_t g) {
  * when the op must not go on (it reported) */
 static const char *bname(const sctx *s, int32_t b) { return s->p->bufs[b].name; }
 
-static bool check_read(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, const cell *cs, int32_t n, fp_dtype want) {
+static bool check_read(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, cell *cs, int32_t n, fp_dtype want) {
   for (int32_t j = 0; j < n; j++) {
-    const cell *c = &cs[j];
+    cell *c = &cs[j];
     char d[400];
-    if (c->kind == SV_UNDEF) {
-      describe(s, c, d, sizeof d);
-      serr(s, FP_VL_OP, i, "%s reads %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " (step %d): holds %s",
-           fp_op_name(s->p->ops[i].code), bname(s, b), at + c->lo, at + c->hi, s->rep[k], s->step + 1, d);
-      return false;
+    if (c->kind == SV_UNDEF) { /* moved on: an error where a check or a sum meets it */
+      if (c->e < 0) c->e = i;
+      continue;
     }
     if (c->kind == SV_JUNK) return false; /* reported where it was made */
-    if ((c->kind == SV_WEIGHT || c->kind == SV_GRAD) && want != FP_U8 && c->dt != want) {
-      describe(s, c, d, sizeof d);
-      serr(s, FP_VL_OP, i, "%s reads %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " as %s: holds %s",
-           fp_op_name(s->p->ops[i].code), bname(s, b), at + c->lo, at + c->hi, s->rep[k], fp_dtype_name(want), d);
-      return false;
-    }
-    if (c->kind == SV_SCALE && want != FP_U8 && want != FP_E8M0) {
+    if (((c->kind == SV_WEIGHT || c->kind == SV_GRAD) && want != FP_U8 && c->dt != want) ||
+        (c->kind == SV_SCALE && want != FP_U8 && want != FP_E8M0)) {
       describe(s, c, d, sizeof d);
       serr(s, FP_VL_OP, i, "%s reads %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " as %s: holds %s",
            fp_op_name(s->p->ops[i].code), bname(s, b), at + c->lo, at + c->hi, s->rep[k], fp_dtype_name(want), d);
@@ -497,13 +493,13 @@ static void convert(sctx *s, int32_t i, const cell *in, int32_t n, fp_dtype from
       c.lo = c.lo / fz * tz;
       c.hi = c.hi / fz * tz;
     }
-    if ((c.kind == SV_WEIGHT || c.kind == SV_GRAD) && c.dt != to) {
+    if (c.kind == SV_GRAD) {
+      c.dt = (uint8_t)to; /* a sum rounds at every add: only its dtype is tracked */
+    } else if (c.kind == SV_WEIGHT && c.dt != to) {
       fp_dtype r = (fp_dtype)c.rnd;
       if (!fits(r, to)) {
-        /* the first rounding of a weight is from its main dtype; of a grad from its param dtype */
-        const fp_ir_param *q = &s->p->params[c.p];
-        fp_dtype origin = c.kind == SV_WEIGHT ? q->main_dtype : q->param_dtype;
-        if (r != origin || (c.fl & F_MX)) c.fl |= F_INEXACT;
+        /* the first rounding of a weight is from its main dtype */
+        if (r != s->p->params[c.p].main_dtype || (c.fl & F_MX)) c.fl |= F_INEXACT;
         c.rnd = (uint8_t)to;
       }
       c.dt = (uint8_t)to;
@@ -540,6 +536,7 @@ static void reduce_lists(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, m
     char why[1000] = "";
     for (int32_t l = 1; l < nl && !why[0]; l++) {
       cell c = clip(&s->tmp2[ml[l].first + cur[l]], x, y);
+      if (a.kind == SV_UNDEF && c.kind == SV_UNDEF) continue;
       if (!same_attrs(&a, &c) || (has_elems(&a) && a.e != c.e)) {
         char d1[400], d2[400];
         describe(s, &a, d1, sizeof d1);
@@ -550,7 +547,7 @@ static void reduce_lists(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, m
     }
     if (!why[0]) {
       if (a.kind == SV_GRAD) {
-        if (!cd) snprintf(why, sizeof why, "communicator %s is not a digit range of the world", cm->name);
+        if (!cd && cm->size > 1) snprintf(why, sizeof why, "communicator %s is not a digit range of the world", cm->name);
         else if (a.digits & cd) snprintf(why, sizeof why, "it counts ranks of %s twice", cm->name);
         else {
           r.digits |= cd;
@@ -558,8 +555,6 @@ static void reduce_lists(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, m
         }
       } else if (a.kind == SV_WEIGHT || a.kind == SV_SCALE) {
         snprintf(why, sizeof why, "it sums weights");
-      } else if (a.kind == SV_UNDEF) {
-        snprintf(why, sizeof why, "it reads undefined bytes");
       }
     }
     if (why[0] && a.kind != SV_JUNK && !reported) {
@@ -752,7 +747,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
       }
       for (int32_t j = 0; j < nt; j++) {
         if (t[j].kind == SV_GRAD) t[j].s *= op->alpha;
-        else if (t[j].kind != SV_ZERO && t[j].kind != SV_JUNK) {
+        else if (t[j].kind != SV_ZERO && t[j].kind != SV_JUNK && t[j].kind != SV_UNDEF) {
           describe(s, &t[j], d, sizeof d);
           serr(s, FP_VL_OP, i, "scale of %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s, not a grad",
                bname(s, db), d0 + t[j].lo, d0 + t[j].hi, r, d);
@@ -787,6 +782,9 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
         cell dc = clip(&t[a], x, y), sc = clip(&cv[bq], x, y), res;
         const char *why = NULL;
         if (dc.kind == SV_JUNK || sc.kind == SV_JUNK) res = junk(x, y, i);
+        else if ((dc.kind == SV_UNDEF || dc.kind == SV_ZERO) && (sc.kind == SV_UNDEF || sc.kind == SV_ZERO))
+          res = dc.kind == SV_UNDEF ? dc : sc; /* nothing defined meets */
+        else if (dc.kind == SV_UNDEF || sc.kind == SV_UNDEF) why = "one of them is undefined";
         else if (sc.kind == SV_ZERO) res = dc;
         else if (dc.kind == SV_ZERO) { res = sc; res.dt = dc.kind == SV_ZERO ? (uint8_t)dt : res.dt; }
         else if (dc.kind != SV_GRAD || sc.kind != SV_GRAD) why = "only grads add";
@@ -849,7 +847,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
             c = junk(c.lo, c.hi, i);
           }
           c.dt = (uint8_t)outd;
-        } else if (c.kind != SV_ZERO) {
+        } else if (c.kind != SV_ZERO && c.kind != SV_UNDEF) {
           if (c.kind != SV_JUNK) {
             describe(s, &c, d, sizeof d);
             serr(s, FP_VL_OP, i, "%s of %s on rank %" PRId64 ": holds %s, not a weight", fp_op_name(op->code),
@@ -874,6 +872,8 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
             cell x = {.lo = bk, .hi = bk + 1, .kind = SV_ZERO, .p = -1};
             if (c.kind == SV_WEIGHT) {
               x.kind = SV_SCALE, x.p = c.p, x.ver = c.ver, x.e = (c.e + (bk * FP_MX_BLOCK - e0)) / FP_MX_BLOCK;
+            } else if (c.kind == SV_UNDEF) {
+              x = c, x.lo = bk, x.hi = bk + 1;
             } else if (c.kind != SV_ZERO) {
               x = junk(bk, bk + 1, i);
             }
@@ -885,7 +885,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
       } else if (!q && op->aux.buf >= 0) {
         map_read(s, smap(s, k, op->aux.buf), a0, a0 + fp_mx_blocks(n), &t, &nt, &ct);
         for (int32_t j = 0; j < nt; j++)
-          if (t[j].kind != SV_SCALE && t[j].kind != SV_JUNK) {
+          if (t[j].kind != SV_SCALE && t[j].kind != SV_JUNK && t[j].kind != SV_ZERO) { /* zeros: padding blocks */
             describe(s, &t[j], d, sizeof d);
             serr(s, FP_VL_OP, i, "dequantize_mxfp8 reads scales %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s",
                  bname(s, op->aux.buf), a0 + t[j].lo, a0 + t[j].hi, r, d);
