@@ -89,8 +89,15 @@ typedef struct sctx {
   int32_t nbound;
   uint64_t *cdig;       /* per comm: its digit ranges (0: not a digit range) */
   uint64_t world_dig;
-  /* state: per class, per buffer */
-  cmap *st;             /* st[k * nbufs + b] */
+  /* state: per buffer one map shared by every class while it is the same
+   * on all (uni[b]: sh[b]), else one per class (st[k * nbufs + b]) */
+  cmap *st, *sh;
+  bool *uni;
+  bool uni_mode;        /* run_local writes the shared maps (a class-independent op) */
+  /* params by class: the flat ones per main buffer sorted by position, the rest */
+  int32_t *flat, nflat; /* flat params sorted by (main buffer, position) */
+  int32_t *other, nother;
+  int32_t *plist;       /* scratch: one class's params */
   cell *tmp, *tmp2;     /* scratch lists */
   int32_t ntmp, captmp, ntmp2, captmp2;
   cell *out;            /* collectives: per class outputs, concatenated */
@@ -259,6 +266,82 @@ static void map_write(cmap *m, int64_t at, const cell *cs, int32_t nc) {
     memmove(m->c + o + 1, m->c + b + 1, (size_t)(m->n - b - 1) * sizeof *m->c);
     m->n -= b - o;
   }
+}
+
+static void map_copy(cmap *d, const cmap *src) {
+  if (d->cap < src->n) {
+    d->cap = src->n > 4 ? src->n : 4;
+    d->c = realloc(d->c, (size_t)d->cap * sizeof *d->c);
+    FP_ASSERT(d->c);
+  }
+  memcpy(d->c, src->c, (size_t)src->n * sizeof *d->c);
+  d->n = src->n;
+}
+static void map_free(cmap *m) {
+  free(m->c);
+  *m = (cmap){0};
+}
+static bool map_equal(const cmap *a, const cmap *b) {
+  if (a->n != b->n) return false;
+  for (int32_t i = 0; i < a->n; i++)
+    if (a->c[i].lo != b->c[i].lo || a->c[i].hi != b->c[i].hi || !same_attrs(&a->c[i], &b->c[i]) ||
+        (has_elems(&a->c[i]) && a->c[i].e != b->c[i].e))
+      return false;
+  return true;
+}
+
+/* a and b hold the same outside bytes [lo, hi) */
+static bool map_equal_outside(const cmap *a, const cmap *b, int64_t lo, int64_t hi) {
+  int32_t i = 0, j = 0;
+  for (;;) {
+    while (i < a->n && a->c[i].lo >= lo && a->c[i].hi <= hi) i++;
+    while (j < b->n && b->c[j].lo >= lo && b->c[j].hi <= hi) j++;
+    if (i == a->n || j == b->n) return i == a->n && j == b->n;
+    /* cells crossing lo or hi compare by their parts outside */
+    cell x = a->c[i], y = b->c[j];
+    if (x.lo < lo && x.hi > lo) x = clip(&x, x.lo, lo);
+    else if (x.lo < hi && x.hi > hi) x = clip(&x, hi, x.hi);
+    if (y.lo < lo && y.hi > lo) y = clip(&y, y.lo, lo);
+    else if (y.lo < hi && y.hi > hi) y = clip(&y, hi, y.hi);
+    if (x.lo != y.lo || x.hi != y.hi || !same_attrs(&x, &y) || (has_elems(&x) && x.e != y.e)) return false;
+    /* a cell spanning the whole of [lo, hi) has a second part after it */
+    if (a->c[i].lo < lo && a->c[i].hi > hi) {
+      cell x2 = clip(&a->c[i], hi, a->c[i].hi), y2 = b->c[j];
+      if (!(y2.lo < lo && y2.hi > hi)) return false;
+      y2 = clip(&y2, hi, y2.hi);
+      if (x2.hi != y2.hi || !same_attrs(&x2, &y2) || (has_elems(&x2) && x2.e != y2.e)) return false;
+    }
+    i++, j++;
+  }
+}
+
+/* the map class k reads buffer b from */
+static cmap *rmap(sctx *s, int32_t k, int32_t b) { return s->uni[b] ? &s->sh[b] : smap(s, k, b); }
+/* the map class k writes: a shared buffer is split into one map per class
+ * first, unless the write is the same on every class (uni_mode) */
+static cmap *wmap(sctx *s, int32_t k, int32_t b) {
+  if (s->uni[b]) {
+    if (s->uni_mode || s->ncls == 1) return &s->sh[b];
+    for (int32_t x = 0; x < s->ncls; x++) map_copy(smap(s, x, b), &s->sh[b]);
+    s->uni[b] = false;
+  }
+  return smap(s, k, b);
+}
+/* every class holds the same again: share it */
+static void try_unify(sctx *s, int32_t b) {
+  if (s->uni[b]) return;
+  for (int32_t k = 1; k < s->ncls; k++)
+    if (!map_equal(smap(s, 0, b), smap(s, k, b))) return;
+  map_copy(&s->sh[b], smap(s, 0, b));
+  for (int32_t k = 0; k < s->ncls; k++) map_free(smap(s, k, b));
+  s->uni[b] = true;
+}
+/* buffer b holds nothing (a step or its live range begins at op why) */
+static void reset_buf(sctx *s, int32_t b, int32_t why) {
+  if (!s->uni[b])
+    for (int32_t k = 0; k < s->ncls; k++) map_free(smap(s, k, b));
+  s->uni[b] = true;
+  map_set_all(s, &s->sh[b], s->p->bufs[b].bytes, SV_UNDEF, why);
 }
 
 /* ---- describing values ---------------------------------------------------------------- */
@@ -584,7 +667,7 @@ static mlist member_read(sctx *s, int32_t mk, int32_t b, int64_t lo, int64_t hi)
   mlist m = {mk, s->ntmp2, 0, lo};
   cell *t = NULL;
   int32_t n = 0, cap = 0;
-  map_read(s, smap(s, mk, b), lo, hi, &t, &n, &cap);
+  map_read(s, rmap(s, mk, b), lo, hi, &t, &n, &cap);
   for (int32_t j = 0; j < n; j++) {
     if (s->ntmp2 == s->captmp2) {
       s->captmp2 = s->captmp2 ? 2 * s->captmp2 : 64;
@@ -601,7 +684,10 @@ static mlist member_read(sctx *s, int32_t mk, int32_t b, int64_t lo, int64_t hi)
 static void out_push(sctx *s, const cell *c) { push(&s->out, &s->nout, &s->capout, c); }
 
 /* one collective on every class: outputs first (members read the state
- * before the op), then written */
+ * before the op), then written. A class's output depends on its members'
+ * classes and, for the scatters, its own index: the non-scatters are
+ * computed once per communicator instance; a source the same on every class
+ * at an offset no member index moves is read once. */
 static void run_collective(sctx *s, int32_t i) {
   const fp_prog *p = s->p;
   const fp_op *op = &p->ops[i];
@@ -609,25 +695,50 @@ static void run_collective(sctx *s, int32_t i) {
   int64_t G = cm->size;
   fp_dtype dt = op->dtype;
   int64_t z = fp_dtype_size(dt);
-  int32_t *from = malloc(((size_t)s->ncls + 1) * sizeof *from);
+  int32_t *from = malloc(((size_t)s->ncls + 1) * sizeof *from), *to = malloc(((size_t)s->ncls + 1) * sizeof *to);
   int64_t *dat = malloc(((size_t)s->ncls + 1) * sizeof *dat);
-  FP_ASSERT(from && dat);
+  int64_t hcap = 16;
+  while (hcap < 2 * (int64_t)s->ncls) hcap *= 2;
+  int64_t *hkey = malloc((size_t)hcap * sizeof *hkey);
+  int32_t *hval = malloc((size_t)hcap * sizeof *hval);
+  FP_ASSERT(from && to && dat && hkey && hval);
+  for (int64_t h = 0; h < hcap; h++) hkey[h] = -1;
+  bool scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
+  bool reduce = fp_op_reduces(op->code);
+  bool collapse = s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
+  bool same_all = true; /* every class that runs it gets the same output */
+  int32_t first_out = -1;
   s->nout = 0;
-  if (op->code == FP_OP_SEND || op->code == FP_OP_RECV) {
-    serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fp_op_name(op->code));
-    for (int32_t k = 0; k < s->ncls; k++) from[k] = s->nout;
-    goto write;
-  }
+  bool p2p = op->code == FP_OP_SEND || op->code == FP_OP_RECV;
+  if (p2p) serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fp_op_name(op->code));
   for (int32_t k = 0; k < s->ncls; k++) {
-    from[k] = s->nout;
+    from[k] = to[k] = s->nout;
     int64_t r = s->rep[k], g = fp_comm_index(cm, r);
     dat[k] = -1;
-    if (!runs_on(s, op, r)) continue;
+    if (p2p || !runs_on(s, op, r)) {
+      same_all = false;
+      continue;
+    }
+    if (op->code == FP_OP_REDUCE && g != op->root) {
+      same_all = false;
+      continue;
+    }
+    dat[k] = roff(s, op, 0, g);
+    /* computed for this instance already? */
+    int64_t inst = r - g * cm->stride, h = (int64_t)(((uint64_t)inst * 0x9E3779B97F4A7C15ull) >> 7) & (hcap - 1);
+    if (!scatter) {
+      while (hkey[h] >= 0 && hkey[h] != inst) h = (h + 1) & (hcap - 1);
+      if (hkey[h] == inst) {
+        from[k] = from[hval[h]], to[k] = to[hval[h]];
+        continue;
+      }
+    }
+    if (collapse && reduce && !scatter && first_out >= 0) { /* every class sums the same */
+      from[k] = from[first_out], to[k] = to[first_out];
+      continue;
+    }
     const fp_ir_table *tb = op->tab >= 0 ? &p->tabs[op->tab] : NULL;
     int64_t n = fp_op_count(p, op, g);
-    bool reduce = fp_op_reduces(op->code);
-    if (op->code == FP_OP_REDUCE && g != op->root) continue;
-    dat[k] = roff(s, op, 0, g);
     s->ntmp2 = 0;
     mlist *ml = malloc((size_t)G * sizeof *ml);
     int32_t nl = 0;
@@ -635,7 +746,7 @@ static void run_collective(sctx *s, int32_t i) {
     if (op->code == FP_OP_BROADCAST) jlo = op->root, jhi = op->root + 1;
     for (int64_t j = jlo; j < jhi; j++) {
       int64_t rj = member_rank(s, op->comm, r, j);
-      int32_t mk = s->cls_of[rj];
+      int32_t mk = collapse ? 0 : s->cls_of[rj];
       int64_t so = roff(s, op, 1, j), lo, cnt;
       switch (op->code) {
         case FP_OP_ALL_GATHER: lo = so, cnt = n; break;
@@ -644,20 +755,20 @@ static void run_collective(sctx *s, int32_t i) {
         case FP_OP_REDUCE_SCATTER_V: lo = so + tb->off[g] * z, cnt = tb->cnt[g]; break;
         default: lo = so, cnt = n; break; /* all_reduce, reduce, broadcast */
       }
-      /* a member of a class already read at the same bytes adds multiplicity */
+      /* a member of a class already read at the same bytes adds nothing new */
       bool dup = false;
       if (reduce)
-        for (int32_t l = 0; l < nl && !dup; l++)
+        for (int32_t l = nl - 1; l >= 0 && !dup; l--)
           if (ml[l].cls == mk && ml[l].at == lo) dup = true;
       if (dup) continue;
       mlist m = member_read(s, mk, p->ops[i].src.buf, lo, lo + cnt * z);
-      m.at = lo;
       if (!check_read(s, i, mk, op->src.buf, lo, s->tmp2 + m.first, m.n, dt)) {
         nl = -1;
         break;
       }
       if (reduce) {
         ml[nl++] = m;
+        if (collapse) break; /* the same bytes on every member */
       } else {
         int64_t base = op->code == FP_OP_ALL_GATHER ? j * n * z : op->code == FP_OP_ALL_GATHER_V ? tb->off[j] * z : 0;
         for (int32_t q = 0; q < m.n; q++) {
@@ -680,21 +791,55 @@ static void run_collective(sctx *s, int32_t i) {
       free(t);
     }
     free(ml);
+    to[k] = s->nout;
+    if (!scatter) hkey[h] = inst, hval[h] = k;
+    if (first_out < 0) first_out = k;
+    else if (scatter || (from[k] != from[first_out] && !collapse)) same_all = false;
   }
-write:
-  from[s->ncls] = s->nout;
-  for (int32_t k = 0; k < s->ncls; k++) {
-    if (from[k + 1] > from[k] && dat[k] >= 0) map_write(smap(s, k, op->dst.buf), dat[k], s->out + from[k], from[k + 1] - from[k]);
+  /* the outputs of different instances may still agree */
+  if (!same_all && first_out >= 0 && !scatter) {
+    same_all = true;
+    for (int32_t k = 0; k < s->ncls && same_all; k++) {
+      if (dat[k] < 0 || dat[k] != dat[first_out]) {
+        same_all = false;
+        break;
+      }
+      if (from[k] == from[first_out]) continue;
+      cmap x = {s->out + from[k], to[k] - from[k], 0}, y = {s->out + from[first_out], to[first_out] - from[first_out], 0};
+      same_all = map_equal(&x, &y);
+    }
+  }
+  int32_t db = op->dst.buf;
+  if (same_all && first_out >= 0 && !s->uni[db] && to[first_out] > from[first_out]) {
+    /* every class gets the same bytes: shared again when they agree elsewhere */
+    int64_t lo = dat[first_out], hi = lo + s->out[to[first_out] - 1].hi;
+    bool agree = true;
+    for (int32_t k = 1; k < s->ncls && agree; k++) agree = map_equal_outside(smap(s, 0, db), smap(s, k, db), lo, hi);
+    if (agree) {
+      map_copy(&s->sh[db], smap(s, 0, db));
+      for (int32_t k = 0; k < s->ncls; k++) map_free(smap(s, k, db));
+      s->uni[db] = true;
+    }
+  }
+  if (same_all && first_out >= 0 && s->uni[db] && to[first_out] > from[first_out]) {
+    map_write(&s->sh[db], dat[first_out], s->out + from[first_out], to[first_out] - from[first_out]);
+  } else {
+    for (int32_t k = 0; k < s->ncls; k++)
+      if (to[k] > from[k] && dat[k] >= 0) map_write(wmap(s, k, db), dat[k], s->out + from[k], to[k] - from[k]);
+    if (same_all) try_unify(s, db);
   }
   free(from);
+  free(to);
   free(dat);
+  free(hkey);
+  free(hval);
 }
 
 /* ---- local ops ------------------------------------------------------------------------ */
 static void set_junk(sctx *s, int32_t k, int32_t b, int64_t at, int64_t len, int32_t i) {
   if (len <= 0) return;
   cell c = junk(0, len, i);
-  map_write(smap(s, k, b), at, &c, 1);
+  map_write(wmap(s, k, b), at, &c, 1);
 }
 
 static void run_local(sctx *s, int32_t i, int32_t k) {
@@ -713,7 +858,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
   switch (op->code) {
     case FP_OP_MEMSET: {
       cell c = {.lo = 0, .hi = n * z, .kind = SV_ZERO, .p = -1};
-      if (c.hi > 0) map_write(smap(s, k, db), d0, &c, 1);
+      if (c.hi > 0) map_write(wmap(s, k, db), d0, &c, 1);
       break;
     }
     case FP_OP_CAST:
@@ -725,22 +870,22 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
       int64_t nb = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? n : n * sz;
       for (int64_t row = 0; row < rows; row++) {
         int64_t so = s0 + row * sh.spitch, dof = d0 + row * sh.dpitch;
-        map_read(s, smap(s, k, sb), so, so + nb, &t, &nt, &ct);
+        map_read(s, rmap(s, k, sb), so, so + nb, &t, &nt, &ct);
         if (!check_read(s, i, k, sb, so, t, nt, od(op, 1))) {
           set_junk(s, k, db, dof, n * z, i);
           continue;
         }
         if (op->code == FP_OP_CAST) {
           convert(s, i, t, nt, sdt, dt, &u, &nu, &cu);
-          map_write(smap(s, k, db), dof, u, nu);
+          map_write(wmap(s, k, db), dof, u, nu);
         } else {
-          map_write(smap(s, k, db), dof, t, nt);
+          map_write(wmap(s, k, db), dof, t, nt);
         }
       }
       break;
     }
     case FP_OP_SCALE: {
-      map_read(s, smap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
+      map_read(s, rmap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
       if (!check_read(s, i, k, db, d0, t, nt, dt)) {
         set_junk(s, k, db, d0, n * z, i);
         break;
@@ -754,11 +899,11 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
           t[j] = junk(t[j].lo, t[j].hi, i);
         }
       }
-      map_write(smap(s, k, db), d0, t, nt);
+      map_write(wmap(s, k, db), d0, t, nt);
       break;
     }
     case FP_OP_ADD: {
-      map_read(s, smap(s, k, sb), s0, s0 + n * sz, &u, &nu, &cu);
+      map_read(s, rmap(s, k, sb), s0, s0 + n * sz, &u, &nu, &cu);
       if (!check_read(s, i, k, sb, s0, u, nu, sdt)) {
         set_junk(s, k, db, d0, n * z, i);
         break;
@@ -766,7 +911,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
       cell *cv = NULL;
       int32_t ncv = 0, ccv = 0;
       convert(s, i, u, nu, sdt, dt, &cv, &ncv, &ccv);
-      map_read(s, smap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
+      map_read(s, rmap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
       if (!check_read(s, i, k, db, d0, t, nt, dt)) {
         set_junk(s, k, db, d0, n * z, i);
         free(cv);
@@ -814,7 +959,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
         while (a < nt && t[a].hi <= x) a++;
         while (bq < ncv && cv[bq].hi <= x) bq++;
       }
-      map_write(smap(s, k, db), d0, o, no);
+      map_write(wmap(s, k, db), d0, o, no);
       free(o);
       free(cv);
       break;
@@ -824,7 +969,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
       bool q = op->code == FP_OP_QUANTIZE_MXFP8;
       fp_dtype in = q ? sdt : FP_E4M3, outd = q ? FP_E4M3 : dt;
       int64_t a0 = op->aux.buf >= 0 ? roff(s, op, 2, g) : 0;
-      map_read(s, smap(s, k, sb), s0, s0 + n * fp_dtype_size(in), &u, &nu, &cu);
+      map_read(s, rmap(s, k, sb), s0, s0 + n * fp_dtype_size(in), &u, &nu, &cu);
       if (!check_read(s, i, k, sb, s0, u, nu, in)) {
         set_junk(s, k, db, d0, n * fp_dtype_size(outd), i);
         if (q) set_junk(s, k, op->aux.buf, a0, fp_mx_blocks(n), i);
@@ -859,7 +1004,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
         c.hi = c.hi / iz * oz;
         push(&cv, &ncv, &ccv, &c);
       }
-      map_write(smap(s, k, db), d0, cv, ncv);
+      map_write(wmap(s, k, db), d0, cv, ncv);
       if (q && op->aux.buf >= 0) {
         /* one scale per 32 elements of the op: name each by its first element's param block */
         cell *sc = NULL;
@@ -880,10 +1025,10 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
             push(&sc, &nsc, &csc, &x);
           }
         }
-        map_write(smap(s, k, op->aux.buf), a0, sc, nsc);
+        map_write(wmap(s, k, op->aux.buf), a0, sc, nsc);
         free(sc);
       } else if (!q && op->aux.buf >= 0) {
-        map_read(s, smap(s, k, op->aux.buf), a0, a0 + fp_mx_blocks(n), &t, &nt, &ct);
+        map_read(s, rmap(s, k, op->aux.buf), a0, a0 + fp_mx_blocks(n), &t, &nt, &ct);
         for (int32_t j = 0; j < nt; j++)
           if (t[j].kind != SV_SCALE && t[j].kind != SV_JUNK && t[j].kind != SV_ZERO) { /* zeros: padding blocks */
             describe(s, &t[j], d, sizeof d);
@@ -909,13 +1054,13 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
           int64_t tside = (tb->off[j] + row * tb->cnt[j]), rside_b = row * (split ? sh.spitch : sh.dpitch);
           int64_t so = split ? s0 + rside_b + pj * sz : s0 + tside * sz;
           int64_t dof = split ? d0 + tside * z : d0 + rside_b + pj * z;
-          map_read(s, smap(s, k, sb), so, so + tb->cnt[j] * sz, &t, &nt, &ct);
+          map_read(s, rmap(s, k, sb), so, so + tb->cnt[j] * sz, &t, &nt, &ct);
           if (!check_read(s, i, k, sb, so, t, nt, sdt)) {
             set_junk(s, k, db, dof, tb->cnt[j] * z, i);
             continue;
           }
           convert(s, i, t, nt, sdt, dt, &u, &nu, &cu);
-          map_write(smap(s, k, db), dof, u, nu);
+          map_write(wmap(s, k, db), dof, u, nu);
         }
         pj += tb->cnt[j];
       }
@@ -987,45 +1132,109 @@ static fp_dtype weight_rnd(const fp_ir_param *q) {
   return fits(q->main_dtype, q->param_dtype) ? q->main_dtype : q->param_dtype;
 }
 
+/* does every rank hold the same piece of q */
+static bool same_piece(const fp_ir_param *q) { return q->placement == FP_PL_REPLICATE || q->comm < 0; }
+static int64_t flat_pos(const fp_ir_param *q) { return q->weight.off / fp_dtype_size(q->param_dtype); }
+
+static const fp_prog *sort_prog; /* for flat_cmp (qsort has no context) */
+static int flat_cmp(const void *a, const void *b) {
+  const fp_ir_param *x = &sort_prog->params[*(const int32_t *)a], *y = &sort_prog->params[*(const int32_t *)b];
+  if (x->main.buf != y->main.buf) return x->main.buf < y->main.buf ? -1 : 1;
+  if (x->chunk != y->chunk) return x->chunk < y->chunk ? -1 : 1;
+  if (x->comm != y->comm) return x->comm < y->comm ? -1 : 1;
+  int64_t u = flat_pos(x), v = flat_pos(y);
+  return u < v ? -1 : u > v;
+}
+
+/* the params that differ by class (sharded), into flat (by main buffer and
+ * position) and other; replicated ones are neither */
+static void index_params(sctx *s) {
+  const fp_prog *p = s->p;
+  s->flat = malloc(((size_t)p->nparams + 1) * sizeof *s->flat);
+  s->other = malloc(((size_t)p->nparams + 1) * sizeof *s->other);
+  s->plist = malloc(((size_t)p->nparams + 1) * sizeof *s->plist);
+  FP_ASSERT(s->flat && s->other && s->plist);
+  for (int32_t j = 0; j < p->nparams; j++) {
+    const fp_ir_param *q = &p->params[j];
+    if (same_piece(q)) continue;
+    if (q->placement == FP_PL_FLAT && q->main.buf >= 0 && q->chunk > 0) s->flat[s->nflat++] = j;
+    else s->other[s->nother++] = j;
+  }
+  sort_prog = p;
+  qsort(s->flat, (size_t)s->nflat, sizeof *s->flat, flat_cmp);
+}
+
+/* the sharded params with a piece on class k: into s->plist */
+static int32_t class_params(sctx *s, int32_t k) {
+  const fp_prog *p = s->p;
+  int32_t n = 0;
+  for (int32_t x = 0; x < s->nother; x++) s->plist[n++] = s->other[x];
+  for (int32_t x = 0; x < s->nflat;) {
+    const fp_ir_param *q0 = &p->params[s->flat[x]];
+    int32_t y = x;
+    while (y < s->nflat && p->params[s->flat[y]].main.buf == q0->main.buf && p->params[s->flat[y]].chunk == q0->chunk &&
+           p->params[s->flat[y]].comm == q0->comm)
+      y++;
+    int64_t g = fp_comm_index(&p->comms[q0->comm], s->rep[k]), lo = g * q0->chunk, hi = lo + q0->chunk;
+    int32_t a = x, b = y; /* the first whose end passes lo (ends are sorted: the params do not overlap) */
+    while (a < b) {
+      int32_t h = a + (b - a) / 2;
+      const fp_ir_param *q = &p->params[s->flat[h]];
+      if (flat_pos(q) + numel_of(q) <= lo) a = h + 1;
+      else b = h;
+    }
+    for (int32_t z = a; z < y && flat_pos(&p->params[s->flat[z]]) < hi; z++) s->plist[n++] = s->flat[z];
+    x = y;
+  }
+  return n;
+}
+
+/* the main slot (zeros: padding, the gaps of a flat bucket) and pieces of q on rank r */
+static void init_main(sctx *s, int32_t k, int32_t j, bool pieces) {
+  const fp_ir_param *q = &s->p->params[j];
+  piece e;
+  if (q->main.buf < 0 || !piece_of(s, q, s->rep[k], &e)) return;
+  int64_t mz = fp_dtype_size(q->main_dtype);
+  if (!pieces) {
+    int64_t slot = q->placement == FP_PL_FLAT ? q->chunk : e.slot;
+    cell z = {.lo = 0, .hi = slot * mz, .kind = SV_ZERO, .p = -1};
+    if (z.hi > 0) map_write(wmap(s, k, q->main.buf), q->main.off, &z, 1);
+    return;
+  }
+  for (int64_t run = 0; run < e.runs; run++) {
+    cell c = {.lo = 0, .hi = e.len * mz, .kind = SV_WEIGHT, .dt = (uint8_t)q->main_dtype,
+              .rnd = (uint8_t)q->main_dtype, .p = j, .e = e.full_off + run * e.full_stride};
+    map_write(wmap(s, k, q->main.buf), q->main.off + (e.shift + run * e.shard_stride) * mz, &c, 1);
+  }
+}
+
 static void init_state(sctx *s) {
   const fp_prog *p = s->p;
+  for (int32_t b = 0; b < p->nbufs; b++) reset_buf(s, b, -1);
+  /* what every rank holds alike: replicated main weights, scales, compute
+   * weights kept in persistent buffers (filled at load) */
+  s->uni_mode = true;
+  for (int32_t j = 0; j < p->nparams; j++) {
+    const fp_ir_param *q = &p->params[j];
+    if (same_piece(q)) init_main(s, 0, j, false), init_main(s, 0, j, true);
+    int64_t numel = numel_of(q);
+    if (q->scales.buf >= 0) {
+      cell c = {.lo = 0, .hi = fp_mx_blocks(numel), .kind = SV_SCALE, .p = j, .e = 0};
+      map_write(wmap(s, 0, q->scales.buf), q->scales.off, &c, 1);
+    }
+    if (q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT &&
+        !(q->weight.buf == q->main.buf && q->weight.off == q->main.off)) {
+      cell c = {.lo = 0, .hi = numel * fp_dtype_size(q->param_dtype), .kind = SV_WEIGHT,
+                .dt = (uint8_t)q->param_dtype, .rnd = (uint8_t)weight_rnd(q), .p = j, .e = 0};
+      map_write(wmap(s, 0, q->weight.buf), q->weight.off, &c, 1);
+    }
+  }
+  s->uni_mode = false;
+  /* the sharded main weights, per class */
   for (int32_t k = 0; k < s->ncls; k++) {
-    int64_t r = s->rep[k];
-    for (int32_t b = 0; b < p->nbufs; b++) map_set_all(s, smap(s, k, b), p->bufs[b].bytes, SV_UNDEF, -1);
-    /* main slots: zeros (padding, the gaps of a flat bucket), then the pieces */
-    for (int32_t j = 0; j < p->nparams; j++) {
-      const fp_ir_param *q = &p->params[j];
-      piece e;
-      if (q->main.buf < 0 || !piece_of(s, q, r, &e)) continue;
-      int64_t mz = fp_dtype_size(q->main_dtype);
-      int64_t slot = q->placement == FP_PL_FLAT ? q->chunk : e.slot;
-      cell z = {.lo = 0, .hi = slot * mz, .kind = SV_ZERO, .p = -1};
-      if (z.hi > 0) map_write(smap(s, k, q->main.buf), q->main.off, &z, 1);
-    }
-    for (int32_t j = 0; j < p->nparams; j++) {
-      const fp_ir_param *q = &p->params[j];
-      piece e;
-      if (q->main.buf >= 0 && piece_of(s, q, r, &e)) {
-        int64_t mz = fp_dtype_size(q->main_dtype);
-        for (int64_t run = 0; run < e.runs; run++) {
-          cell c = {.lo = 0, .hi = e.len * mz, .kind = SV_WEIGHT, .dt = (uint8_t)q->main_dtype,
-                    .rnd = (uint8_t)q->main_dtype, .p = j, .e = e.full_off + run * e.full_stride};
-          map_write(smap(s, k, q->main.buf), q->main.off + (e.shift + run * e.shard_stride) * mz, &c, 1);
-        }
-      }
-      int64_t numel = numel_of(q);
-      if (q->scales.buf >= 0) {
-        cell c = {.lo = 0, .hi = fp_mx_blocks(numel), .kind = SV_SCALE, .p = j, .e = 0};
-        map_write(smap(s, k, q->scales.buf), q->scales.off, &c, 1);
-      }
-      /* a compute weight kept in a persistent buffer: filled at load */
-      if (q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT &&
-          !(q->weight.buf == q->main.buf && q->weight.off == q->main.off)) {
-        cell c = {.lo = 0, .hi = numel * fp_dtype_size(q->param_dtype), .kind = SV_WEIGHT,
-                  .dt = (uint8_t)q->param_dtype, .rnd = (uint8_t)weight_rnd(q), .p = j, .e = 0};
-        map_write(smap(s, k, q->weight.buf), q->weight.off, &c, 1);
-      }
-    }
+    int32_t n = class_params(s, k);
+    for (int32_t x = 0; x < n; x++) init_main(s, k, s->plist[x], false);
+    for (int32_t x = 0; x < n; x++) init_main(s, k, s->plist[x], true);
   }
 }
 
@@ -1036,10 +1245,11 @@ static void check_weight(sctx *s, int32_t seg, int32_t j) {
   if (q->weight.buf < 0) return;
   int64_t numel = numel_of(q), z = fp_dtype_size(q->param_dtype);
   const fp_seg *sg = &p->segs[seg];
-  for (int32_t k = 0; k < s->ncls; k++) {
+  int32_t ncls = s->uni[q->weight.buf] ? 1 : s->ncls; /* shared: one check covers every class */
+  for (int32_t k = 0; k < ncls; k++) {
     cell *t = NULL;
     int32_t n = 0, cap = 0;
-    map_read(s, smap(s, k, q->weight.buf), q->weight.off, q->weight.off + numel * z, &t, &n, &cap);
+    map_read(s, rmap(s, k, q->weight.buf), q->weight.off, q->weight.off + numel * z, &t, &n, &cap);
     for (int32_t x = 0; x < n; x++) {
       cell *c = &t[x];
       const char *why = NULL;
@@ -1075,10 +1285,13 @@ static void backward(sctx *s, int32_t seg, int32_t j) {
   }
   if (s->step == 0) s->allslots[j] |= (uint64_t)1 << sl;
   int64_t numel = numel_of(q), z = fp_dtype_size(q->param_dtype);
-  for (int32_t k = 0; k < s->ncls; k++) {
+  /* every rank's backward adds the same (its own) grads: once for a shared buffer */
+  s->uni_mode = s->uni[q->ugrad.buf];
+  int32_t ncls = s->uni_mode ? 1 : s->ncls;
+  for (int32_t k = 0; k < ncls; k++) {
     cell *t = NULL, *o = NULL;
     int32_t n = 0, cap = 0, no = 0, co = 0;
-    map_read(s, smap(s, k, q->ugrad.buf), q->ugrad.off, q->ugrad.off + numel * z, &t, &n, &cap);
+    map_read(s, rmap(s, k, q->ugrad.buf), q->ugrad.off, q->ugrad.off + numel * z, &t, &n, &cap);
     bool rep = false;
     for (int32_t x = 0; x < n; x++) {
       cell c = t[x], r = {.lo = c.lo, .hi = c.hi, .kind = SV_GRAD, .dt = (uint8_t)q->param_dtype,
@@ -1102,31 +1315,30 @@ static void backward(sctx *s, int32_t seg, int32_t j) {
       }
       push(&o, &no, &co, &r);
     }
-    map_write(smap(s, k, q->ugrad.buf), q->ugrad.off, o, no);
+    map_write(wmap(s, k, q->ugrad.buf), q->ugrad.off, o, no);
     free(t);
     free(o);
   }
+  s->uni_mode = false;
 }
 
 static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
 
-/* the optimizer: main grads complete, then the main weights move on a version */
-static void optimizer(sctx *s, int32_t seg) {
+/* the main grad of trainable q on class k: its grad from every backward,
+ * summed over every rank, scaled as every other, in the main-grad dtype */
+static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
   const fp_prog *p = s->p;
+  const fp_ir_param *q = &p->params[j];
   double W = (double)p->world_size, A = (double)p->grad_accumulation;
-  for (int32_t j = 0; j < p->nparams; j++) {
-    const fp_ir_param *q = &p->params[j];
-    if (!q->requires_grad || q->grad.buf < 0) continue;
-    if (s->slot_over[j]) continue;
-    for (int32_t k = 0; k < s->ncls; k++) {
+  if (!q->requires_grad || q->grad.buf < 0 || s->slot_over[j]) return;
       piece e;
-      if (!piece_of(s, q, s->rep[k], &e)) continue;
+      if (!piece_of(s, q, s->rep[k], &e)) return;
       int64_t gz = fp_dtype_size(q->grad_dtype);
       for (int64_t run = 0; run < e.runs; run++) {
         int64_t at = q->grad.off + (e.shift + run * e.shard_stride) * gz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
         int32_t n = 0, cap = 0;
-        map_read(s, smap(s, k, q->grad.buf), at, at + e.len * gz, &t, &n, &cap);
+        map_read(s, rmap(s, k, q->grad.buf), at, at + e.len * gz, &t, &n, &cap);
         for (int32_t x = 0; x < n; x++) {
           cell *c = &t[x];
           if (c->kind == SV_JUNK) break;
@@ -1157,22 +1369,22 @@ static void optimizer(sctx *s, int32_t seg) {
         }
         free(t);
       }
-    }
-  }
-  /* the step: trainable main weights move to the next version */
-  for (int32_t j = 0; j < p->nparams; j++) {
-    const fp_ir_param *q = &p->params[j];
-    if (!q->requires_grad || q->main.buf < 0) continue;
-    int32_t v = s->ver[j];
-    for (int32_t k = 0; k < s->ncls; k++) {
+}
+
+/* the optimizer step moves trainable q's main weight on class k to version v + 1 */
+static void bump(sctx *s, int32_t seg, int32_t k, int32_t j) {
+  const fp_prog *p = s->p;
+  const fp_ir_param *q = &p->params[j];
+  int32_t v = s->ver[j];
+  if (!q->requires_grad || q->main.buf < 0) return;
       piece e;
-      if (!piece_of(s, q, s->rep[k], &e)) continue;
+      if (!piece_of(s, q, s->rep[k], &e)) return;
       int64_t mz = fp_dtype_size(q->main_dtype);
       for (int64_t run = 0; run < e.runs; run++) {
         int64_t at = q->main.off + (e.shift + run * e.shard_stride) * mz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
         int32_t n = 0, cap = 0;
-        map_read(s, smap(s, k, q->main.buf), at, at + e.len * mz, &t, &n, &cap);
+        map_read(s, rmap(s, k, q->main.buf), at, at + e.len * mz, &t, &n, &cap);
         for (int32_t x = 0; x < n; x++) {
           cell *c = &t[x];
           if (c->kind == SV_WEIGHT && c->p == j && c->ver == v && c->e == e0 + c->lo / mz && c->dt == q->main_dtype) {
@@ -1185,12 +1397,31 @@ static void optimizer(sctx *s, int32_t seg) {
                  s->step + 1, q->name, bname(s, q->main.buf), s->rep[k], d, v);
           }
         }
-        map_write(smap(s, k, q->main.buf), at, t, n);
+        map_write(wmap(s, k, q->main.buf), at, t, n);
         free(t);
       }
-    }
-    s->ver[j] = v + 1;
+}
+
+/* the optimizer: main grads complete, then the main weights move on a version */
+static void optimizer(sctx *s, int32_t seg) {
+  const fp_prog *p = s->p;
+  for (int32_t k = 0; k < s->ncls; k++) {
+    int32_t n = class_params(s, k);
+    for (int32_t x = 0; x < n; x++) grad_check(s, seg, k, s->plist[x]);
+    for (int32_t x = 0; x < n; x++) bump(s, seg, k, s->plist[x]);
   }
+  for (int32_t j = 0; j < p->nparams; j++) {
+    const fp_ir_param *q = &p->params[j];
+    if (!same_piece(q)) continue;
+    int32_t nk = q->grad.buf >= 0 && s->uni[q->grad.buf] ? 1 : s->ncls;
+    for (int32_t k = 0; k < nk; k++) grad_check(s, seg, k, j);
+    s->uni_mode = q->main.buf >= 0 && s->uni[q->main.buf];
+    nk = s->uni_mode ? 1 : s->ncls;
+    for (int32_t k = 0; k < nk; k++) bump(s, seg, k, j);
+    s->uni_mode = false;
+  }
+  for (int32_t j = 0; j < p->nparams; j++)
+    if (p->params[j].requires_grad && p->params[j].main.buf >= 0) s->ver[j]++;
 }
 
 /* the params module m reads: its own and the tied ones naming it */
@@ -1218,21 +1449,27 @@ static void seg_end(sctx *s, int32_t seg) {
 static void walk_step(sctx *s) {
   const fp_prog *p = s->p;
   /* transient buffers hold nothing at a step's start */
-  for (int32_t k = 0; k < s->ncls; k++)
-    for (int32_t b = 0; b < p->nbufs; b++)
-      if (p->bufs[b].kind == FP_BUF_TRANSIENT) map_set_all(s, smap(s, k, b), p->bufs[b].bytes, SV_UNDEF, -1);
+  for (int32_t b = 0; b < p->nbufs; b++)
+    if (p->bufs[b].kind == FP_BUF_TRANSIENT) reset_buf(s, b, -1);
   for (int32_t j = 0; j < p->nparams; j++) s->bslot[j] = 0;
   for (int32_t seg = 0; seg < p->nsegs && s->nerr < SEM_MAX_ERRORS; seg++) {
     const fp_seg *sg = &p->segs[seg];
     for (int32_t i = sg->first; i < sg->first + sg->nops; i++) {
-      for (int32_t x = s->rstart[i]; x < s->rstart[i + 1]; x++)
-        for (int32_t k = 0; k < s->ncls; k++)
-          map_set_all(s, smap(s, k, s->resets[x]), p->bufs[s->resets[x]].bytes, SV_UNDEF, i);
+      for (int32_t x = s->rstart[i]; x < s->rstart[i + 1]; x++) reset_buf(s, s->resets[x], i);
       const fp_op *op = &p->ops[i];
       fp_opclass c = fp_op_class(op->code);
-      if (c == FP_OPC_COMM) run_collective(s, i);
-      else if (c == FP_OPC_LOCAL)
-        for (int32_t k = 0; k < s->ncls; k++) run_local(s, i, k);
+      if (c == FP_OPC_COMM) {
+        run_collective(s, i);
+      } else if (c == FP_OPC_LOCAL) {
+        /* the same on every class: no predicate, no operand or count a rank index moves, shared buffers */
+        bool same = op->only < 0 && (op->tab < 0 || fp_op_regions(op->code));
+        const fp_region *rg[3] = {&op->dst, &op->src, &op->aux};
+        for (int w = 0; w < 3 && same; w++)
+          if (rg[w]->buf >= 0) same = rg[w]->stride == 0 && !rg[w]->tabrel && s->uni[rg[w]->buf];
+        s->uni_mode = same;
+        for (int32_t k = 0; k < (same ? 1 : s->ncls); k++) run_local(s, i, k);
+        s->uni_mode = false;
+      }
     }
     seg_end(s, seg);
   }
@@ -1249,6 +1486,11 @@ bool fp_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *rctx) {
     goto done;
   }
   s.st = calloc((size_t)s.ncls * (size_t)p->nbufs + 1, sizeof *s.st);
+  s.sh = calloc((size_t)p->nbufs + 1, sizeof *s.sh);
+  s.uni = calloc((size_t)p->nbufs + 1, sizeof *s.uni);
+  FP_ASSERT(s.sh && s.uni);
+  for (int32_t b = 0; b < p->nbufs; b++) s.uni[b] = true;
+  index_params(&s);
   s.ver = calloc((size_t)p->nparams + 1, sizeof *s.ver);
   s.allslots = calloc((size_t)p->nparams + 1, sizeof *s.allslots);
   s.bslot = calloc((size_t)p->nparams + 1, sizeof *s.bslot);
@@ -1270,8 +1512,14 @@ bool fp_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *rctx) {
   init_state(&s);
   for (s.step = 0; s.step < 2 && s.nerr < SEM_MAX_ERRORS; s.step++) walk_step(&s);
   for (size_t x = 0; x < (size_t)s.ncls * (size_t)p->nbufs; x++) free(s.st[x].c);
+  for (int32_t b = 0; b < p->nbufs; b++) free(s.sh[b].c);
 done:
   free(s.st);
+  free(s.sh);
+  free(s.uni);
+  free(s.flat);
+  free(s.other);
+  free(s.plist);
   free(s.ver);
   free(s.allslots);
   free(s.bslot);
