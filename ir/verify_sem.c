@@ -38,6 +38,13 @@
 #include <string.h>
 
 #define SEM_MAX_ERRORS 20
+/* the most (rank class, param sharded apart from the flat buckets) pairs the
+ * check walks: every class holds its own piece of each such param, so the
+ * state grows with their product (--policy fsdp2 at 2,048 ranks full_shard:
+ * 2,048 x 45,000). Beyond it rule 9 is skipped and fp_ir_sem_skipped says so. */
+#define SEM_MAX_PIECES ((int64_t)8 << 20)
+
+long fp_ir_sem_skipped;
 
 typedef enum {
   SV_UNDEF,  /* never written, or not live (why: the op that freed it, -1: step start) */
@@ -1491,6 +1498,10 @@ bool fp_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *rctx) {
   FP_ASSERT(s.sh && s.uni);
   for (int32_t b = 0; b < p->nbufs; b++) s.uni[b] = true;
   index_params(&s);
+  if ((int64_t)s.ncls * s.nother > SEM_MAX_PIECES) {
+    fp_ir_sem_skipped++;
+    goto done;
+  }
   s.ver = calloc((size_t)p->nparams + 1, sizeof *s.ver);
   s.allslots = calloc((size_t)p->nparams + 1, sizeof *s.allslots);
   s.bslot = calloc((size_t)p->nparams + 1, sizeof *s.bslot);

@@ -694,8 +694,11 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
   fp_diag d;
   fp_diag_init(&d, stderr);
   /* verify: rule 9 (the semantic check, ir/verify_sem.c) too */
+  long skipped = fp_ir_sem_skipped;
   fp_prog *p = read_program_flags(ar, &d, path, strcmp(cmd->name, "verify") ? 0 : FP_VERIFY_SEM);
   int rc = EXIT_INPUT;
+  if (p && fp_ir_sem_skipped > skipped)
+    fprintf(stderr, "%s: note: the semantic check (rule 9) was skipped: too many rank classes x sharded params\n", path);
   if (p) {
     rc = EXIT_OK;
     if (!strcmp(cmd->name, "print")) fp_ir_print(p, stdout);
