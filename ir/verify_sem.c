@@ -712,7 +712,7 @@ static void run_collective(sctx *s, int32_t i) {
   for (int64_t h = 0; h < hcap; h++) hkey[h] = -1;
   bool scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
   bool reduce = fp_op_reduces(op->code);
-  bool collapse = s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
+  bool collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
   bool same_all = true; /* every class that runs it gets the same output */
   int32_t first_out = -1;
   s->nout = 0;
@@ -817,6 +817,7 @@ static void run_collective(sctx *s, int32_t i) {
     }
   }
   int32_t db = op->dst.buf;
+  if (db < 0) first_out = -1, same_all = false; /* a send: nothing written */
   if (same_all && first_out >= 0 && !s->uni[db] && to[first_out] > from[first_out]) {
     /* every class gets the same bytes: shared again when they agree elsewhere */
     int64_t lo = dat[first_out], hi = lo + s->out[to[first_out] - 1].hi;
@@ -831,9 +832,9 @@ static void run_collective(sctx *s, int32_t i) {
   if (same_all && first_out >= 0 && s->uni[db] && to[first_out] > from[first_out]) {
     map_write(&s->sh[db], dat[first_out], s->out + from[first_out], to[first_out] - from[first_out]);
   } else {
-    for (int32_t k = 0; k < s->ncls; k++)
+    for (int32_t k = 0; k < s->ncls && db >= 0; k++)
       if (to[k] > from[k] && dat[k] >= 0) map_write(wmap(s, k, db), dat[k], s->out + from[k], to[k] - from[k]);
-    if (same_all) try_unify(s, db);
+    if (same_all && db >= 0) try_unify(s, db);
   }
   free(from);
   free(to);
