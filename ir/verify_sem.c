@@ -1304,8 +1304,8 @@ static void backward(sctx *s, int32_t seg, int32_t j) {
     for (int32_t x = 0; x < n; x++) {
       cell c = t[x], r = {.lo = c.lo, .hi = c.hi, .kind = SV_GRAD, .dt = (uint8_t)q->param_dtype,
                           .rnd = (uint8_t)q->param_dtype, .p = j, .e = c.lo / z, .slots = (uint64_t)1 << sl, .s = 1};
-      if (c.kind == SV_UNDEF || c.kind == SV_ZERO) {
-        /* a backward assigns the first grad of undefined bytes, adds to zeros */
+      if (c.kind == SV_ZERO) {
+        /* the trainer's backward accumulates into the unsharded grads (docs/executor.md): zeros first */
       } else if (c.kind == SV_GRAD && c.p == j && c.e == c.lo / z && c.digits == 0 && c.s == 1 && c.dt == q->param_dtype &&
                  !(c.slots & r.slots)) {
         r.slots |= c.slots;
