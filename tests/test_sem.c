@@ -30,7 +30,7 @@
 #include "planner/pipeline.h"
 
 #define PER_KIND 24
-#define MIN_SEM 0.90
+#define MIN_SEM 0.95
 
 enum { M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL, M_NKINDS };
 static const char *kind_name[M_NKINDS] = {"ops swapped",      "offset +1 element", "reduce removed",
