@@ -281,7 +281,7 @@ static void map_copy(cmap *d, const cmap *src) {
     d->c = realloc(d->c, (size_t)d->cap * sizeof *d->c);
     FP_ASSERT(d->c);
   }
-  memcpy(d->c, src->c, (size_t)src->n * sizeof *d->c);
+  if (src->n > 0) memcpy(d->c, src->c, (size_t)src->n * sizeof *d->c);
   d->n = src->n;
 }
 static void map_free(cmap *m) {
@@ -1169,7 +1169,7 @@ static void index_params(sctx *s) {
     else s->other[s->nother++] = j;
   }
   sort_prog = p;
-  qsort(s->flat, (size_t)s->nflat, sizeof *s->flat, flat_cmp);
+  if (s->nflat > 1) qsort(s->flat, (size_t)s->nflat, sizeof *s->flat, flat_cmp);
 }
 
 /* the sharded params with a piece on class k: into s->plist */
@@ -1549,4 +1549,254 @@ done:
   free(s.op_reported);
   free(s.seg_reported);
   return s.nerr == 0;
+}
+
+/* ---- transfers (xfer.h): X7 -------------------------------------------------------------- */
+/* The same interpretation for a transfer program: each process's FROM space
+ * holds its `have` regions (param q, flat elements from full_off, in their
+ * dtype), staging and TO nothing; copies convert, sends carry what their
+ * source holds to the matching recv (the k-th send from p to q meets q's
+ * k-th recv from p), quantizing marks MXFP8. Afterwards every `need` region
+ * must hold exactly its param's elements from its full_off, in its dtype,
+ * MXFP8-rounded exactly when the param travels as MXFP8 (scales regions: that
+ * param's scales). A send's payload is taken from the previous round's
+ * state of its process, rounds repeated until no payload depends on a recv
+ * not yet resolved (a relay through staging); processes that repeat another's
+ * program (fp_tx.same) are covered by their owner's walk. */
+#include "xfer.h"
+
+typedef struct txsend {
+  int32_t from, to, k; /* the k-th send from process `from` to `to` */
+  int32_t first, n;    /* its cells in tx.pay */
+} txsend;
+
+typedef struct txctx {
+  const fp_tx *t;
+  fp_diag *d;
+  int nerr;
+  cmap sp[3];              /* one process's FROM, TO, staging */
+  txsend *snd;             /* the previous round's sends, by (from, to, k) */
+  int32_t nsnd;
+  cell *pay;               /* their payloads */
+  txsend *rsnd;            /* this round's, recorded */
+  int32_t nrsnd, caprsnd;
+  cell *rpay;
+  int32_t nrpay, caprpay;
+  bool unresolved;         /* a payload read a recv not resolved yet */
+} txctx;
+
+static void txerr(txctx *x, int32_t i, int32_t proc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void txerr(txctx *x, int32_t i, int32_t proc, const char *fmt, ...) {
+  if (x->nerr++ >= SEM_MAX_ERRORS) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  /* read from a file: messages name it, as the other transfer rules' do */
+  const char *where = x->t->src ? x->t->src->path : "xfer";
+  if (i >= 0)
+    fp_diag_errorf(x->d, where, "%sop %d (process %d, %s): %s", x->t->src ? "xfer: " : "", i, proc,
+                   fp_tx_kind_name(x->t->ops[i].kind), msg);
+  else
+    fp_diag_errorf(x->d, where, "%sprocess %d: %s", x->t->src ? "xfer: " : "", proc, msg);
+}
+
+static int send_cmp(const void *a, const void *b) {
+  const txsend *x = a, *y = b;
+  if (x->from != y->from) return x->from < y->from ? -1 : 1;
+  if (x->to != y->to) return x->to < y->to ? -1 : 1;
+  return x->k < y->k ? -1 : x->k > y->k;
+}
+
+static cmap *txspace(txctx *x, fp_tx_ref r) { return r.space >= 1 && r.space <= 3 ? &x->sp[r.space - 1] : NULL; }
+
+static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
+  int64_t z = esize(c), n = z ? (c->hi - c->lo) / z : 0;
+  const char *nm = c->p >= 0 && c->p < x->t->nparams ? x->t->params[c->p].name : "?";
+  switch ((sv_kind)c->kind) {
+    case SV_WEIGHT:
+      snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") in %s%s", nm, c->e, c->e + n,
+               fp_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "");
+      return;
+    case SV_SCALE: snprintf(out, cap, "MXFP8 scales of %s", nm); return;
+    case SV_ZERO: snprintf(out, cap, "zeros"); return;
+    case SV_JUNK: snprintf(out, cap, "bytes of a recv not resolved"); return;
+    default: snprintf(out, cap, "undefined"); return;
+  }
+}
+
+/* walk process p's program; record its sends when `record` */
+static void tx_walk(txctx *x, int32_t p, bool record) {
+  const fp_tx *t = x->t;
+  int64_t size[3] = {t->from_arena, t->to_arena, t->stage_bytes[p]};
+  for (int s = 0; s < 3; s++) map_set_all(NULL, &x->sp[s], size[s], SV_UNDEF, -1);
+  for (int32_t h = 0; h < t->nhave; h++) {
+    const fp_tx_region *r = &t->have[h];
+    if (r->proc != p || r->bytes <= 0) continue;
+    cell c = {.lo = 0, .hi = r->bytes, .kind = SV_WEIGHT, .dt = (uint8_t)r->dtype, .rnd = (uint8_t)r->dtype,
+              .p = r->param, .e = r->full_off};
+    map_write(&x->sp[0], r->off, &c, 1);
+  }
+  int32_t *nsent = NULL, *nrecv = NULL; /* per peer: sends and recvs so far */
+  nsent = calloc((size_t)t->nprocs + 1, sizeof *nsent);
+  nrecv = calloc((size_t)t->nprocs + 1, sizeof *nrecv);
+  FP_ASSERT(nsent && nrecv);
+  cell *a = NULL, *b = NULL;
+  int32_t na = 0, ca = 0, nb = 0, cb = 0;
+  for (int32_t i = t->first[p]; i < t->first[p + 1]; i++) {
+    const fp_tx_op *op = &t->ops[i];
+    int64_t sz = fp_dtype_size(op->sdtype), dz = fp_dtype_size(op->dtype);
+    cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
+    switch (op->kind) {
+      case FP_TX_COPY:
+      case FP_TX_QUANT:
+      case FP_TX_QUANT_AT:
+      case FP_TX_DEQUANT: {
+        if (!dm || !sm) break;
+        fp_dtype in = op->kind == FP_TX_DEQUANT ? FP_E4M3 : op->sdtype;
+        fp_dtype out = op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT ? FP_E4M3 : op->dtype;
+        int64_t iz = fp_dtype_size(in), oz = fp_dtype_size(out);
+        map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, &a, &na, &ca);
+        nb = 0;
+        for (int32_t j = 0; j < na; j++) {
+          cell c = a[j];
+          if (c.kind == SV_WEIGHT) {
+            if (c.dt != in) {
+              char dd[300];
+              tx_describe(x, &c, dd, sizeof dd);
+              txerr(x, i, p, "reads %s as %s", dd, fp_dtype_name(in));
+              c.kind = SV_JUNK;
+            } else {
+              if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
+              c.dt = (uint8_t)out;
+            }
+          }
+          c.lo = c.lo / iz * oz;
+          c.hi = c.hi / iz * oz;
+          push(&b, &nb, &cb, &c);
+        }
+        map_write(dm, op->dst.off, b, nb);
+        if (op->kind == FP_TX_QUANT) {
+          cmap *am = txspace(x, op->aux);
+          int64_t ns = fp_tx_nscales(op->full_off, op->n);
+          cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
+          if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
+        }
+        break;
+      }
+      case FP_TX_SCALES:
+      case FP_TX_MAX: {
+        int64_t ns = op->kind == FP_TX_MAX ? op->n : fp_tx_nscales(op->full_off, op->n);
+        cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
+        if (dm && ns > 0) map_write(dm, op->dst.off, &sc, 1);
+        break;
+      }
+      case FP_TX_SEND: {
+        if (!sm || op->peer < 0 || op->peer >= t->nprocs) break;
+        int32_t k = nsent[op->peer]++;
+        if (!record) break;
+        map_read(NULL, sm, op->src.off, op->src.off + op->n * sz, &a, &na, &ca);
+        txsend e = {p, op->peer, k, x->nrpay, 0};
+        for (int32_t j = 0; j < na; j++) {
+          if (a[j].kind == SV_JUNK) x->unresolved = true;
+          cell c = a[j];
+          if (j == 0 && x->nrpay > 0) { /* never merged into the previous payload */
+            if (x->nrpay == x->caprpay) {
+              x->caprpay = 2 * x->caprpay;
+              x->rpay = realloc(x->rpay, (size_t)x->caprpay * sizeof *x->rpay);
+              FP_ASSERT(x->rpay);
+            }
+            x->rpay[x->nrpay++] = c;
+          } else {
+            push(&x->rpay, &x->nrpay, &x->caprpay, &c);
+          }
+        }
+        e.n = x->nrpay - e.first;
+        if (x->nrsnd == x->caprsnd) {
+          x->caprsnd = x->caprsnd ? 2 * x->caprsnd : 64;
+          x->rsnd = realloc(x->rsnd, (size_t)x->caprsnd * sizeof *x->rsnd);
+          FP_ASSERT(x->rsnd);
+        }
+        x->rsnd[x->nrsnd++] = e;
+        break;
+      }
+      case FP_TX_RECV: {
+        if (!dm || op->peer < 0 || op->peer >= t->nprocs) break;
+        txsend key = {op->peer, p, nrecv[op->peer]++, 0, 0};
+        txsend *hit = x->snd ? bsearch(&key, x->snd, (size_t)x->nsnd, sizeof *x->snd, send_cmp) : NULL;
+        if (!hit) {
+          cell c = {.lo = 0, .hi = op->n * dz, .kind = SV_JUNK, .p = -1, .ver = i};
+          x->unresolved = true;
+          map_write(dm, op->dst.off, &c, 1);
+        } else {
+          map_write(dm, op->dst.off, x->pay + hit->first, hit->n);
+        }
+        break;
+      }
+      default: break;
+    }
+  }
+  free(a);
+  free(b);
+  free(nsent);
+  free(nrecv);
+}
+
+/* X7: every need region holds exactly its FROM elements */
+static void tx_check_needs(txctx *x, int32_t p) {
+  const fp_tx *t = x->t;
+  cell *a = NULL;
+  int32_t na = 0, ca = 0;
+  for (int32_t h = t->need_first[p]; h < t->need_first[p + 1]; h++) {
+    const fp_tx_region *r = &t->need[h];
+    map_read(NULL, &x->sp[1], r->off, r->off + r->bytes, &a, &na, &ca);
+    bool mx = r->param >= 0 && r->param < t->nparams && t->params[r->param].mxfp8;
+    int64_t z = fp_dtype_size(r->dtype);
+    for (int32_t j = 0; j < na; j++) {
+      const cell *c = &a[j];
+      bool ok;
+      if (r->dtype == FP_E8M0) ok = c->kind == SV_SCALE && c->p == r->param;
+      else
+        ok = c->kind == SV_WEIGHT && c->p == r->param && c->dt == r->dtype && c->e == r->full_off + c->lo / z &&
+             /* e4m3 in TO is MXFP8; a wire transform covers what crosses the wire, local copies are exact */
+             (r->dtype == FP_E4M3 ? (c->fl & F_MX) != 0 : mx || !(c->fl & F_MX));
+      if (ok) continue;
+      char dd[300];
+      tx_describe(x, c, dd, sizeof dd);
+      txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s",
+            r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo / z,
+            r->full_off + c->hi / z, fp_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
+      break;
+    }
+  }
+  free(a);
+}
+
+bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d) {
+  txctx x = {.t = t, .d = d};
+  for (int round = 0; round < 4; round++) {
+    x.nrsnd = x.nrpay = 0;
+    x.unresolved = false;
+    for (int32_t p = 0; p < t->nprocs; p++)
+      if (fp_tx_prog(t, p) == p) tx_walk(&x, p, true);
+    if (x.nrsnd > 1) qsort(x.rsnd, (size_t)x.nrsnd, sizeof *x.rsnd, send_cmp);
+    /* this round's sends are the next round's lookups */
+    free(x.snd);
+    free(x.pay);
+    x.snd = x.rsnd, x.nsnd = x.nrsnd, x.pay = x.rpay;
+    x.rsnd = NULL, x.rpay = NULL, x.caprsnd = x.caprpay = 0;
+    if (!x.unresolved && round > 0) break;
+  }
+  for (int32_t p = 0; p < t->nprocs; p++) {
+    if (fp_tx_prog(t, p) != p) continue;
+    tx_walk(&x, p, false);
+    tx_check_needs(&x, p);
+  }
+  for (int s = 0; s < 3; s++) free(x.sp[s].c);
+  free(x.snd);
+  free(x.pay);
+  free(x.rsnd);
+  free(x.rpay);
+  return x.nerr == 0;
 }
