@@ -179,6 +179,7 @@ bool fp_tx_verify(const fp_tx *t, fp_diag *d);
  * exactly its param's FROM elements, converted as the transform says
  * (MXFP8 exactly for params on the wire as MXFP8); false after reporting */
 bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d);
+extern long fp_tx_sem_skipped; /* transfers X7 passed unchecked as too large (over 2^20 ops) */
 
 /* text form: a header, the params, the requirements and every process's
  * ops (one line each); explain: one row per op with its bytes and the
