@@ -186,6 +186,54 @@ def reference_train(kind, model, steps, world, ga, mb_size=2, frozen=(), param_d
         n: main[n] for n in main if n not in trainable}
 
 
+# ---- evaluation and writes between steps (issue 29) ----------------------
+UNSHARD_STEP = 4  # the step after which the tests write params inside unshard()
+
+
+def evaluate(kind, model, step, st=None, steps=10):
+    """Evaluation between steps, on the same held-out batch on every rank:
+    the loss under torch.no_grad(), torch.inference_mode(), or model.eval()
+    with grad enabled (by step; st None: a plain module, whose floating inputs are cast to its param
+    dtype as flexplan's cast_forward_inputs does), and for a language model a greedy generation loop
+    (many no-grad forwards, the tokens compared as losses). Returns a list."""
+    inp, tgt = batch(kind, 100000 + max(step, 0))
+    if st is None and inp.is_floating_point():  # the reference: as flexplan's cast_forward_inputs
+        inp = inp.to(next(model.parameters()).dtype)
+    mode = step % 3
+    out = []
+    if mode == 0:
+        with torch.no_grad():
+            out.append(float(loss_fn(kind, model, inp, tgt)))
+    elif mode == 1:
+        with torch.inference_mode():
+            out.append(float(loss_fn(kind, model, inp, tgt)))
+    else:
+        model.eval()
+        try:
+            out.append(float(loss_fn(kind, model, inp, tgt).detach()))  # grad enabled, no backward
+        finally:
+            model.train()
+    if kind in LM_KINDS and step in (-1, steps // 2, steps - 1):
+        ids = inp[:1, :4]
+        with torch.no_grad():
+            for _ in range(4):  # greedy decoding: one forward per token
+                logits = model(input_ids=ids).logits[:, -1].float()
+                out.append(float(logits.max()))
+                ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
+        out.extend(float(t) for t in ids[0, 4:])
+    return out
+
+
+def unshard_edits(kind):
+    return ["model.layers.0.self_attn.o_proj.weight", "model.embed_tokens.weight"] if kind in LM_KINDS else \
+        ["layers.0.weight", "layers.2.bias"]
+
+
+def edit(name, t):
+    """the writes made inside unshard(): halve one weight, shift another"""
+    return t * 0.5 if name.endswith("weight") and "layers" in name else t + 0.0625
+
+
 # ---- mixture of experts: units and params a step's forward skips -----------
 MOE_DIM, MOE_EXPERTS, MOE_TOPK = 16, 8, 2
 

@@ -212,7 +212,7 @@ def run_config(name, rank, world, tmp):
     losses, evals = [], []
     try:
         if opts.get("eval"):
-            evals.append(evaluate(kind, model, -1, st))  # before the first step: the initial weights
+            evals.append(tm.evaluate(kind, model, -1, st))  # before the first step: the initial weights
         for step in range(STEPS):
             step_loss = 0.0
             for k in range(ga):
@@ -227,7 +227,7 @@ def run_config(name, rank, world, tmp):
             opt.zero_grad()
             losses.append(st.ex.all_reduce_f64([step_loss])[0] / (world * ga))
             if opts.get("eval"):
-                evals.append(evaluate(kind, model, step, st))
+                evals.append(tm.evaluate(kind, model, step, st))
             if opts.get("unshard") and step == UNSHARD_STEP:
                 bad = unshard_check(kind, model, st)
                 if bad:
@@ -295,6 +295,8 @@ def run_config(name, rank, world, tmp):
             from safetensors.torch import save_file
             save_file({k: v.contiguous() for k, v in got.items()},
                       os.path.join(os.environ["FP_SAVE_FINAL"], f"flexplan_{name}_np{world}.safetensors"))
+            with open(os.path.join(os.environ["FP_SAVE_FINAL"], f"flexplan_{name}_np{world}.losses.json"), "w") as f:
+                json.dump({"loss": losses, "eval": evals}, f)
     finally:
         st.close()
     if rank != 0:
@@ -309,16 +311,16 @@ def run_config(name, rank, world, tmp):
         if opts.get("bf16"):
             for p in m0.parameters():  # as the reference's steps (and flexplan's compute) see them
                 p.data = p.data.to(torch.bfloat16)
-        ref_evals.append(evaluate(kind, m0, -1, None))
+        ref_evals.append(tm.evaluate(kind, m0, -1, None))
 
     def after_step(step, m, main):
         if opts.get("eval"):
-            ref_evals.append(evaluate(kind, m, step, None))
+            ref_evals.append(tm.evaluate(kind, m, step, None))
         if opts.get("unshard") and step == UNSHARD_STEP:
             with torch.no_grad():  # as unshard() writes back: the elements that changed
-                for n in unshard_edits(kind):
+                for n in tm.unshard_edits(kind):
                     old = main[n].to(dict(m.named_parameters())[n].dtype)
-                    new = edit(n, old)
+                    new = tm.edit(n, old)
                     main[n].copy_(torch.where(new != old, new.float(), main[n]))
     ref = tm.reference_train(kind, ref_model, STEPS, world, ga, frozen=frozen,
                              param_dtype=torch.bfloat16 if opts.get("bf16") else None, clip=opts.get("clip"),
@@ -336,7 +338,7 @@ def run_config(name, rank, world, tmp):
     return verdict, msg
 
 
-UNSHARD_STEP = 4
+UNSHARD_STEP = tm.UNSHARD_STEP
 # per-step losses, every step (|got - ref| <= atol + rtol |ref|): see docs/torch.md
 LOSS_TOL = {False: (1e-5, 1e-5), True: (2e-2, 1e-2)}
 
@@ -364,49 +366,6 @@ def compare_losses(what, got, ref, bf16):
     return None
 
 
-def evaluate(kind, model, step, st):
-    """Evaluation between steps, on the same held-out batch on every rank:
-    the loss under torch.no_grad(), torch.inference_mode(), or model.eval()
-    with grad enabled (by step), and for the Llama a greedy generation loop
-    (many no-grad forwards, the tokens compared as losses). Returns a list."""
-    inp, tgt = tm.batch(kind, 100000 + max(step, 0))
-    if st is None and inp.is_floating_point():  # the reference: as flexplan's cast_forward_inputs
-        inp = inp.to(next(model.parameters()).dtype)
-    mode = step % 3
-    out = []
-    if mode == 0:
-        with torch.no_grad():
-            out.append(float(tm.loss_fn(kind, model, inp, tgt)))
-    elif mode == 1:
-        with torch.inference_mode():
-            out.append(float(tm.loss_fn(kind, model, inp, tgt)))
-    else:
-        model.eval()
-        try:
-            out.append(float(tm.loss_fn(kind, model, inp, tgt).detach()))  # grad enabled, no backward
-        finally:
-            model.train()
-    if kind in LM_KINDS and step in (-1, STEPS // 2, STEPS - 1):
-        ids = inp[:1, :4]
-        with torch.no_grad():
-            for _ in range(4):  # greedy decoding: one forward per token
-                logits = model(input_ids=ids).logits[:, -1].float()
-                out.append(float(logits.max()))
-                ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
-        out.extend(float(t) for t in ids[0, 4:])
-    return out
-
-
-def unshard_edits(kind):
-    return ["model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight"] if kind == "llama" else \
-        ["layers.0.weight", "layers.2.bias"]
-
-
-def edit(name, t):
-    """the writes made inside unshard(): halve one weight, shift another"""
-    return t * 0.5 if name.endswith("weight") and "layers" in name else t + 0.0625
-
-
 def unshard_check(kind, model, st):
     """Between steps: inside st.unshard() every param holds the value
     full_state_dict() gathers (in the param dtype), writes go back to every
@@ -421,12 +380,12 @@ def unshard_check(kind, model, st):
         if kind == "llama" and model.lm_head.weight is not model.model.embed_tokens.weight:
             return "unshard: the tied weight is two params"
         with torch.no_grad():
-            for n in unshard_edits(kind):
-                named[n].copy_(edit(n, named[n]))
+            for n in tm.unshard_edits(kind):
+                named[n].copy_(tm.edit(n, named[n]))
     after = st.full_state_dict()
-    for n in unshard_edits(kind):
+    for n in tm.unshard_edits(kind):
         p = dict(model.named_parameters())[n]
-        want = edit(n, ref[n].to(p.dtype))
+        want = tm.edit(n, ref[n].to(p.dtype))
         if not torch.equal(after[n].to(p.dtype), want):
             return f"unshard: the write to {n} did not reach the main weights"
     try:
