@@ -101,6 +101,10 @@ CONFIGS = {
     "moe_expert_units_sgo_ga2": ("moe", "shard_grad_op", {"grad_accumulation": 2}, {"units": tm.MOE_EXPERT_UNITS}),
     "moe_layer_units": ("moe", "full_shard", {}, {"units": tm.MOE_UNITS}),
     "moe_layer_units_no_shard": ("moe", "no_shard", {}, {"units": tm.MOE_UNITS}),
+    # regional torch.compile: each unit's forward compiled (flexplan's module
+    # hooks stay outside the compiled code), 2 ranks only (compiling is slow)
+    "llama_compile": ("llama", "full_shard", {}, {"compile": True, "world": 2}),
+    "mlp_compile_bf16": ("mlp", "full_shard", {}, {"compile": True, "bf16": True, "world": 2}),
     # transformers' Mixtral and Qwen2-MoE (fused experts: an expert without
     # tokens gets zero rows of the grad), one unit per layer
     "mixtral_full_shard": ("mixtral", "full_shard", {}, {"eval": True}),
@@ -207,6 +211,8 @@ def run_config(name, rank, world, tmp):
         _wrap_checkpoint(kind, model)
     routing = watch_routing(kind, model)
     st = fpt.shard(model, plan)
+    if opts.get("compile"):
+        compile_units(kind, model)
     make_opt = tm.sgd_momentum if opts.get("sgd") else tm.adamw
     opt = fpt.optimizer(st, lambda ps: make_opt(ps))
     losses, evals = [], []
@@ -269,6 +275,12 @@ def run_config(name, rank, world, tmp):
             if rank == 0:
                 os.unlink(path)
         stats = st.stats()
+        if opts.get("compile"):
+            from torch._dynamo.utils import counters
+            breaks = sum(counters["graph_break"].values())
+            graphs = counters["stats"]["unique_graphs"]
+            if breaks or not graphs:
+                return "FAIL", f"torch.compile: {graphs} graphs, {breaks} graph breaks: {dict(counters['graph_break'])}"
         if routing is not None:
             # the data made some expert get no token on some rank, and (the
             # custom MoE) the branch be taken on some ranks and steps only
@@ -395,6 +407,21 @@ def unshard_check(kind, model, st):
     else:
         return "reading a param between steps did not raise"
     return None
+
+
+def compile_units(kind, model):
+    """regional compilation, as torchtitan compiles each transformer block:
+    each unit's forward (the Llama's decoder layers, the MLP's hidden
+    layers) is torch.compile'd; the module's __call__ (flexplan's hooks)
+    stays eager. The backend is $FP_TEST_COMPILE_BACKEND (default aot_eager:
+    Dynamo and AOTAutograd without generating C++, which this CI cannot
+    afford per run; bench/torch_bench.py --compile measures inductor)."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    backend = os.environ.get("FP_TEST_COMPILE_BACKEND", "aot_eager")
+    mods = list(model.model.layers) if kind in LM_KINDS else list(model.layers)[1:-1]
+    for m in mods:
+        m.forward = torch.compile(m.forward, backend=backend)
 
 
 class _Routing:
