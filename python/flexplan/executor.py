@@ -268,11 +268,9 @@ class Executor:
             self.params.append(ParamView(self, i, v))
         self._by_name = {p.name: p for p in self.params}
         # (kind, module, micro-batch, ops): ops not counting compute placeholders,
-        # which the executor drops (a segment of only those is empty to it)
-        ops = self._plan_json["ops"]
-        self.segments = [(s["kind"], int(s["module"]), int(s["micro"]),
-                          sum(1 for o in ops[s["first"]:s["first"] + s["count"]] if o.get("op") != "compute"))
-                         for s in self._plan_json["segments"]]
+        # which the executor drops (a segment of only those is empty to it),
+        # from the library (fp_plan_segment_at), not from plan.json
+        self.segments = plan_segments(lib, self._plan_handle, int(info.nsegments))
 
     # -- lifetime --------------------------------------------------------
     def destroy(self):
@@ -470,9 +468,28 @@ class _CudaArray:
         self._dtype = torch_dtype
 
 
+HOOK_NAMES = tuple(sorted(HOOKS, key=HOOKS.get))  # by fp_hook value
+
+
+def plan_segments(lib, handle, n):
+    """The plan's step as [(hook name, module, micro-batch, ops)]
+    (fp_plan_segment_at)."""
+    seg = _libmod.fp_plan_segment()
+    out = []
+    for i in range(n):
+        _check_plan(lib, lib.fp_plan_segment_at(handle, i, ctypes.byref(seg)), handle, "fp_plan_segment_at")
+        out.append((HOOK_NAMES[seg.hook], int(seg.module), int(seg.micro), int(seg.ops)))
+    return out
+
+
+def _check_plan(lib, st, handle, what):
+    if st != 0:
+        raise FlexplanError(st, f"{what} failed")
+
+
 def _plan_handle_and_json(plan):
-    """The fp_plan* of a flexplan.Plan or a path, and the plan's JSON (for its
-    segment list)."""
+    """The fp_plan* of a flexplan.Plan or a path (and None: the step's
+    segments come from the library, fp_plan_segment_at)."""
     lib = _L()
     if isinstance(plan, (str, os.PathLike)):
         path = os.fspath(plan)
@@ -483,11 +500,8 @@ def _plan_handle_and_json(plan):
             if h.value:
                 lib.fp_plan_free(h)
             raise FlexplanError(st, msg or f"cannot load {path}")
-        with open(path) as f:
-            js = json.load(f)
-        return _OwnedPlan(h.value), js
-    h = _plan_obj_handle(plan)
-    return h, _plan_obj_json(plan)
+        return _OwnedPlan(h.value), None
+    return _plan_obj_handle(plan), None
 
 
 class _OwnedPlan(ctypes.c_void_p):
