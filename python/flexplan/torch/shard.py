@@ -55,6 +55,19 @@ def state(obj):
     return st
 
 
+def _no_grad_leaves(c):
+    """True when the container holds only tensors that need no grad, and
+    non-containers (one level deep; deeper containers: False)."""
+    vals = c.values() if isinstance(c, dict) else c
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            if v.requires_grad:
+                return False
+        elif isinstance(v, (tuple, list, dict)):
+            return False
+    return True
+
+
 class _PostBackward(torch.autograd.Function):
     """Identity on a unit's inputs; its backward runs once the unit's
     backward has produced the inputs' grads: post_backward(u)."""
@@ -333,17 +346,57 @@ class Sharded:
                     torch.Tensor, lambda t: t.to(dt) if t.is_floating_point() and t.dtype != dt else t,
                     (args, kwargs))
             if first and torch.is_grad_enabled() and not evaluating:
-                flat, spec = pytree.tree_flatten((args, kwargs))
-                idx = [i for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.requires_grad]
-                if idx:
-                    outs = _PostBackward.apply(self, u, *[flat[i] for i in idx])
-                    if len(idx) == 1:
-                        outs = (outs,)
-                    for i, t in zip(idx, outs):
-                        flat[i] = t
-                    args, kwargs = pytree.tree_unflatten(flat, spec)
+                args, kwargs = self._post_backward_inputs(u, args, kwargs)
             return args, kwargs
         return self._timed(pre_hook)
+
+    def _post_backward_inputs(self, u, args, kwargs):
+        """The unit's inputs that need grad go through _PostBackward (its
+        backward is post_backward(u)). Fast path: tensors among the
+        positional and keyword arguments, and tuples/lists of tensors that
+        need no grad (a decoder layer's rotary cos/sin); anything deeper
+        goes through torch's pytree."""
+        T = torch.Tensor
+        pos, kw = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, T):
+                if a.requires_grad:
+                    pos.append(i)
+            elif isinstance(a, (tuple, list, dict)) and not _no_grad_leaves(a):
+                return self._post_backward_pytree(u, args, kwargs)
+        for k, a in kwargs.items():
+            if isinstance(a, T):
+                if a.requires_grad:
+                    kw.append(k)
+            elif isinstance(a, (tuple, list, dict)) and not _no_grad_leaves(a):
+                return self._post_backward_pytree(u, args, kwargs)
+        if not pos and not kw:
+            return args, kwargs
+        outs = _PostBackward.apply(self, u, *[args[i] for i in pos], *[kwargs[k] for k in kw])
+        if len(pos) + len(kw) == 1:
+            outs = (outs,)
+        if pos:
+            args = list(args)
+            for i, t in zip(pos, outs):
+                args[i] = t
+            args = tuple(args)
+        if kw:
+            kwargs = dict(kwargs)
+            for k, t in zip(kw, outs[len(pos):]):
+                kwargs[k] = t
+        return args, kwargs
+
+    def _post_backward_pytree(self, u, args, kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        idx = [i for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.requires_grad]
+        if idx:
+            outs = _PostBackward.apply(self, u, *[flat[i] for i in idx])
+            if len(idx) == 1:
+                outs = (outs,)
+            for i, t in zip(idx, outs):
+                flat[i] = t
+            args, kwargs = pytree.tree_unflatten(flat, spec)
+        return args, kwargs
 
     def _make_post_hook(self, u, last):
         def post_hook(mod, args, output):
@@ -361,10 +414,18 @@ class Sharded:
             if last:
                 self._event("post_forward", u)
                 if torch.is_grad_enabled():
-                    for t in pytree.tree_leaves(output):
-                        if isinstance(t, torch.Tensor) and t.requires_grad:
-                            t.register_hook(self._make_grad_hook(u))
+                    gh = grad_hook[0]
+                    if isinstance(output, torch.Tensor):
+                        if output.requires_grad:
+                            output.register_hook(gh)
+                    else:
+                        for t in (output if isinstance(output, (tuple, list)) and all(
+                                isinstance(o, torch.Tensor) or o is None for o in output)
+                                else pytree.tree_leaves(output)):
+                            if isinstance(t, torch.Tensor) and t.requires_grad:
+                                t.register_hook(gh)
             return None
+        grad_hook = [self._make_grad_hook(u)]
         return self._timed(post_hook)
 
     def _eval_pre(self, u):
@@ -405,17 +466,19 @@ class Sharded:
         prof = self._prof
 
         def timed(*a, **k):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             try:
                 return fn(*a, **k)
             finally:
-                prof["python_s"] += time.perf_counter() - t0
+                prof["python_s"] += time.thread_time() - t0
                 prof["callbacks"] += 1
         return timed
 
     def hook_profile(self):
-        """With shard(..., profile=True): host time of the plan's hooks as
-        this rank ran them so far: {"hooks": fp_exec_hook calls, "exec_s":
+        """With shard(..., profile=True): host CPU time of the plan's hooks
+        as this rank's thread ran them so far (time.thread_time: CPU time,
+        so a busy machine that deschedules the process does not inflate
+        it): {"hooks": fp_exec_hook calls, "exec_s":
         seconds inside fp_exec_hook (the executor, its waits for
         communication included), "python_s": seconds in flexplan.torch's
         module/autograd callbacks minus exec_s (the Python layer's own
