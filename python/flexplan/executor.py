@@ -20,7 +20,6 @@ MPI: ``mpi_init()`` / ``mpi_finalize()`` / ``mpi_abort()`` wrap the library's
 ``fp_mpi_*`` helpers, so a trainer started by ``mpirun`` needs no mpi4py.
 """
 import ctypes
-import json
 import os
 
 from . import _lib as _libmod
@@ -220,7 +219,7 @@ class Executor:
             raise _err(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         self.backend = backend
         self.plan = plan
-        self._plan_handle, self._plan_json = _plan_handle_and_json(plan)
+        self._plan_handle = _plan_handle(plan)
         try:
             self._init_rest(lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id)
         except BaseException:
@@ -487,9 +486,9 @@ def _check_plan(lib, st, handle, what):
         raise FlexplanError(st, f"{what} failed")
 
 
-def _plan_handle_and_json(plan):
-    """The fp_plan* of a flexplan.Plan or a path (and None: the step's
-    segments come from the library, fp_plan_segment_at)."""
+def _plan_handle(plan):
+    """The fp_plan* of a flexplan.Plan or a path (the step's segments come
+    from the library, fp_plan_segment_at)."""
     lib = _L()
     if isinstance(plan, (str, os.PathLike)):
         path = os.fspath(plan)
@@ -500,8 +499,8 @@ def _plan_handle_and_json(plan):
             if h.value:
                 lib.fp_plan_free(h)
             raise FlexplanError(st, msg or f"cannot load {path}")
-        return _OwnedPlan(h.value), None
-    return _plan_obj_handle(plan), None
+        return _OwnedPlan(h.value)
+    return _plan_obj_handle(plan)
 
 
 class _OwnedPlan(ctypes.c_void_p):
@@ -518,26 +517,3 @@ def _plan_obj_handle(plan):
     raise _err("not a plan: pass a flexplan.Plan or a plan.json path")
 
 
-def _plan_obj_json(plan):
-    for attr in ("json", "to_json", "text"):
-        v = getattr(plan, attr, None)
-        if v is None:
-            continue
-        v = v() if callable(v) else v
-        if isinstance(v, dict):
-            return v
-        if isinstance(v, (str, bytes)):
-            return json.loads(v)
-    for attr in ("path", "_path"):
-        v = getattr(plan, attr, None)
-        if isinstance(v, str) and os.path.exists(v):
-            with open(v) as f:
-                return json.load(f)
-    if not hasattr(plan, "save"):
-        raise _err("this flexplan.Plan cannot give its segments (no save()); pass the plan.json path")
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "plan.json")
-        plan.save(p)
-        with open(p) as f:
-            return json.load(f)
