@@ -52,9 +52,11 @@ def batch(a, g):
 def train_steps(a, m, opt, rank, world, sync, after_step=None):
     import torch
     times = []
+    cpu = getattr(a, "cpu_times", None)
     for step in range(a.steps):
         sync()
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         x, y = batch(a, step * world + rank)
         logits = m(input_ids=x).logits
         torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1)).backward()
@@ -63,6 +65,10 @@ def train_steps(a, m, opt, rank, world, sync, after_step=None):
         if after_step:
             after_step()
         times.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append(time.thread_time() - c0)
+    if cpu is not None:
+        del cpu[:a.warmup]
     return times[a.warmup:]
 
 
@@ -81,7 +87,13 @@ def worker_flexplan(a):
                                              "main_grad_dtype": "fp32"}}}
     plan = flexplan.compile(desc, spec)
     st = fpt.shard(m, plan, progress=a.progress, profile=True)
+    if a.worker == "flexplan_compiled":
+        # regional compilation (docs/torch.md): each decoder layer's forward,
+        # flexplan's module hooks outside the compiled code
+        for layer in m.model.layers:
+            layer.forward = torch.compile(layer.forward, backend=a.backend)
     opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
+    a.cpu_times = []
     times = train_steps(a, m, opt, rank, world, lambda: st.ex.all_reduce_f64([0.0]))
     prof = st.hook_profile()
     steps = a.steps
@@ -89,7 +101,7 @@ def worker_flexplan(a):
     plan.close()
     if rank == 0:
         with open(a.out, "w") as f:
-            json.dump({"times": times, "profile": prof, "steps": steps}, f)
+            json.dump({"times": times, "cpu": a.cpu_times, "profile": prof, "steps": steps}, f)
     mpi_finalize()
 
 
@@ -125,16 +137,16 @@ def worker_fsdp2(a):
 
 def run_job(a, which, out):
     args = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-            if k in ("hidden", "layers", "seq", "batch", "steps", "warmup", "np", "progress")]
+            if k in ("hidden", "layers", "seq", "batch", "steps", "warmup", "np", "progress", "backend")]
     me = [sys.executable, os.path.abspath(__file__), f"--worker={which}", f"--out={out}", *args]
     env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
                PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    if which == "flexplan":
+    if which.startswith("flexplan"):
         mpiexec = os.environ.get("FLEXPLAN_MPIEXEC") or shutil.which("mpiexec")
         cmd = [mpiexec, "-n", str(a.np), "--oversubscribe", "--allow-run-as-root", *me]
     else:
         cmd = me
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         sys.exit(f"{which} job failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
     with open(out) as f:
@@ -152,11 +164,17 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--progress", default="default", choices=["default", "poll", "thread"])
+    ap.add_argument("--compile", action="store_true",
+                    help="flexplan.torch eager against flexplan.torch with each decoder layer's forward "
+                         "torch.compile'd (instead of against FSDP2); raise --warmup past the compilation")
+    ap.add_argument("--backend", default="inductor", help="torch.compile backend for --compile")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.worker == "flexplan":
+    if a.worker in ("flexplan", "flexplan_compiled"):
         return worker_flexplan(a)
+    if a.compile:
+        return main_compile(a)
     if a.worker == "fsdp2":
         return worker_fsdp2(a)
     med = {"flexplan": [], "fsdp2": []}
@@ -182,6 +200,32 @@ def main():
     print(f"flexplan host time per hook: {py:.1f} us in the Python layer, {ex:.1f} us in fp_exec_hook "
           f"(its waits included); {hooks:.0f} hooks per step = {hooks * (py + ex) / 1e3:.2f} ms/step "
           f"({100 * hooks * (py + ex) / 1e6 / f:.1f}% of the step)")
+
+
+def main_compile(a):
+    """--compile: eager against regionally compiled, interleaved."""
+    med = {"flexplan": [], "flexplan_compiled": []}
+    cpu = {"flexplan": [], "flexplan_compiled": []}
+    with tempfile.TemporaryDirectory(prefix="torch-bench-") as d:
+        for rep in range(a.reps):
+            order = ("flexplan", "flexplan_compiled") if rep % 2 == 0 else ("flexplan_compiled", "flexplan")
+            for which in order:
+                res = run_job(a, which, os.path.join(d, f"{which}.{rep}.json"))
+                med[which].append(statistics.median(res["times"]))
+                cpu[which].append(statistics.median(res["cpu"]))
+            print(f"rep {rep}: eager {med['flexplan'][-1] * 1e3:.2f} ms/step ({cpu['flexplan'][-1] * 1e3:.2f} ms "
+                  f"CPU), compiled {med['flexplan_compiled'][-1] * 1e3:.2f} ms/step "
+                  f"({cpu['flexplan_compiled'][-1] * 1e3:.2f} ms CPU)", flush=True)
+    e, c = statistics.median(med["flexplan"]), statistics.median(med["flexplan_compiled"])
+    ec, cc = statistics.median(cpu["flexplan"]), statistics.median(cpu["flexplan_compiled"])
+    print(f"rank 0's CPU time per step (time.thread_time: what a shared machine's load does not inflate): "
+          f"eager {ec * 1e3:.2f} ms, compiled {cc * 1e3:.2f} ms, ratio {cc / ec:.3f}")
+    print(f"model: tiny Llama hidden {a.hidden}, {a.layers} layers, seq {a.seq}, batch {a.batch}/rank, "
+          f"{a.np} ranks x 1 thread, full_shard fp32, AdamW; {a.reps} interleaved reps x "
+          f"{a.steps - a.warmup} timed steps after {a.warmup} (compilation)")
+    print(f"step time median: flexplan.torch eager {e * 1e3:.2f} ms, each decoder layer's forward compiled "
+          f"({a.backend}) {c * 1e3:.2f} ms")
+    print(f"ratio compiled / eager: {c / e:.3f} (speed-up {e / c:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,25 @@ int32_t fp_plan_module_uses(const fp_plan *plan, int32_t m, int32_t *params, int
   return n;
 }
 
+_Static_assert((int)FP_SEG_STEP_BEGIN == (int)FP_HOOK_STEP_BEGIN && (int)FP_SEG_PRE_FORWARD == (int)FP_HOOK_PRE_FORWARD &&
+                   (int)FP_SEG_POST_FORWARD == (int)FP_HOOK_POST_FORWARD &&
+                   (int)FP_SEG_PRE_BACKWARD == (int)FP_HOOK_PRE_BACKWARD &&
+                   (int)FP_SEG_POST_BACKWARD == (int)FP_HOOK_POST_BACKWARD &&
+                   (int)FP_SEG_PRE_OPTIMIZER == (int)FP_HOOK_PRE_OPTIMIZER &&
+                   (int)FP_SEG_POST_OPTIMIZER == (int)FP_HOOK_POST_OPTIMIZER,
+               "segment kinds are hooks");
+
+fp_status fp_plan_segment_at(const fp_plan *plan, int32_t i, fp_plan_segment *out) {
+  if (!plan || !plan->prog || !out || i < 0 || i >= plan->prog->nsegs) return FP_ERR_ARG;
+  const fp_prog *p = plan->prog;
+  const fp_seg *s = &p->segs[i];
+  int32_t ops = 0;
+  for (int32_t k = s->first; k < s->first + s->nops; k++)
+    if (p->ops[k].code != FP_OP_COMPUTE) ops++;
+  *out = (fp_plan_segment){.hook = (fp_hook)s->kind, .module = s->module, .micro = s->micro, .ops = ops};
+  return FP_OK;
+}
+
 int fp_plan_module_recompute(const fp_plan *plan, int32_t m) {
   if (!plan || !plan->prog || m < 0 || m >= plan->prog->nmods) return -1;
   return plan->prog->mods[m].recompute ? 1 : 0;

@@ -308,6 +308,26 @@ typedef enum fp_hook {
 /* "step_begin", "pre_forward", ... (NULL outside the enum) */
 FP_API const char *fp_hook_name(fp_hook h);
 
+/* One segment of the plan's step: what one hook runs. A step is segments
+ * 0..nsegments-1 (fp_plan_info.nsegments) in the order the trainer calls
+ * their hooks: step_begin, per micro-batch pre/post_forward of each module
+ * in forward order and pre/post_backward in reverse, pre_optimizer,
+ * post_optimizer. `ops` counts the segment's ops other than compute
+ * placeholders (which the executor drops), over every rank's program: a
+ * module segment with ops == 0 runs nothing on any rank, and fp_exec_hook
+ * skips it when a later module hook is called. Trainers that drive the
+ * hooks from their own callbacks (flexplan.torch) read the step here,
+ * without parsing plan.json. */
+typedef struct fp_plan_segment {
+  fp_hook hook;
+  int32_t module; /* -1 for step_begin / pre_optimizer / post_optimizer */
+  int32_t micro;  /* micro-batch index (0 for the step hooks) */
+  int32_t ops;    /* ops other than compute placeholders */
+} fp_plan_segment;
+/* Segment i of the plan: FP_ERR_ARG for a NULL plan or out, a plan that
+ * failed to load, or i outside 0..nsegments-1 (out untouched). */
+FP_API fp_status fp_plan_segment_at(const fp_plan *plan, int32_t i, fp_plan_segment *out);
+
 /* Run the plan's next segment. `module` is the module index for the hooks
  * that take one, and -1 for step_begin / pre_optimizer / post_optimizer.
  * Returns FP_ERR_ORDER when (hook, module) is not what the plan expects next

@@ -44,6 +44,8 @@ fp_add_pytest(python_args test_args.py)
 fp_add_pytest(python_stream_contract test_stream_contract.py)
 fp_add_pytest(python_capi_exec test_capi_exec.py MPI 1)
 fp_add_pytest(python_describe test_describe.py)
+# transformers families beyond Llama, T5's default units, long sequences scaled (issue 29)
+fp_add_pytest(python_describe_families test_describe_families.py TIMEOUT 300)
 
 # flexplan.torch (docs/torch.md): each file launches its own mpiexec runs
 # (tests/python/torch_mpi.py), one per rank count, many configs per run.

@@ -79,6 +79,12 @@ class fp_plan_info(ctypes.Structure):
     ]
 
 
+class fp_plan_segment(ctypes.Structure):
+    """struct fp_plan_segment: one segment of the plan's step."""
+    _fields_ = [("hook", ctypes.c_int), ("module", ctypes.c_int32), ("micro", ctypes.c_int32),
+                ("ops", ctypes.c_int32)]
+
+
 class fp_nccl_id(ctypes.Structure):
     """struct fp_nccl_id: an ncclUniqueId's bytes."""
     _fields_ = [("bytes", ctypes.c_ubyte * FP_NCCL_ID_BYTES)]
@@ -205,6 +211,7 @@ FP_RENDER_PLAN, FP_RENDER_IR, FP_RENDER_EXPLAIN, FP_RENDER_SIMULATE, FP_RENDER_T
 # every struct the header declares, by its C name (tests compare the layouts with a C compiler's)
 STRUCTS = {
     "fp_plan_info": fp_plan_info,
+    "fp_plan_segment": fp_plan_segment,
     "fp_nccl_id": fp_nccl_id,
     "fp_exec_config": fp_exec_config,
     "fp_tensor": fp_tensor,
@@ -256,6 +263,7 @@ SIGNATURES = {
     "fp_plan_module_index": (ctypes.c_int32, [_vp, _cs]),
     "fp_plan_module_recompute": (ctypes.c_int, [_vp, ctypes.c_int32]),
     "fp_plan_module_uses": (ctypes.c_int32, [_vp, ctypes.c_int32, _P(ctypes.c_int32), ctypes.c_int32]),
+    "fp_plan_segment_at": (_st, [_vp, ctypes.c_int32, _P(fp_plan_segment)]),
     # executors
     "fp_nccl_get_id": (_st, [_P(fp_nccl_id)]),
     "fp_exec_create": (_st, [_vp, _P(fp_exec_config), _vpp]),

@@ -20,7 +20,6 @@ MPI: ``mpi_init()`` / ``mpi_finalize()`` / ``mpi_abort()`` wrap the library's
 ``fp_mpi_*`` helpers, so a trainer started by ``mpirun`` needs no mpi4py.
 """
 import ctypes
-import json
 import os
 
 from . import _lib as _libmod
@@ -220,7 +219,7 @@ class Executor:
             raise _err(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         self.backend = backend
         self.plan = plan
-        self._plan_handle, self._plan_json = _plan_handle_and_json(plan)
+        self._plan_handle = _plan_handle(plan)
         try:
             self._init_rest(lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id)
         except BaseException:
@@ -268,11 +267,9 @@ class Executor:
             self.params.append(ParamView(self, i, v))
         self._by_name = {p.name: p for p in self.params}
         # (kind, module, micro-batch, ops): ops not counting compute placeholders,
-        # which the executor drops (a segment of only those is empty to it)
-        ops = self._plan_json["ops"]
-        self.segments = [(s["kind"], int(s["module"]), int(s["micro"]),
-                          sum(1 for o in ops[s["first"]:s["first"] + s["count"]] if o.get("op") != "compute"))
-                         for s in self._plan_json["segments"]]
+        # which the executor drops (a segment of only those is empty to it),
+        # from the library (fp_plan_segment_at), not from plan.json
+        self.segments = plan_segments(lib, self._plan_handle, int(info.nsegments))
 
     # -- lifetime --------------------------------------------------------
     def destroy(self):
@@ -473,9 +470,28 @@ class _CudaArray:
         self._dtype = torch_dtype
 
 
-def _plan_handle_and_json(plan):
-    """The fp_plan* of a flexplan.Plan or a path, and the plan's JSON (for its
-    segment list)."""
+HOOK_NAMES = tuple(sorted(HOOKS, key=HOOKS.get))  # by fp_hook value
+
+
+def plan_segments(lib, handle, n):
+    """The plan's step as [(hook name, module, micro-batch, ops)]
+    (fp_plan_segment_at)."""
+    seg = _libmod.fp_plan_segment()
+    out = []
+    for i in range(n):
+        _check_plan(lib, lib.fp_plan_segment_at(handle, i, ctypes.byref(seg)), handle, "fp_plan_segment_at")
+        out.append((HOOK_NAMES[seg.hook], int(seg.module), int(seg.micro), int(seg.ops)))
+    return out
+
+
+def _check_plan(lib, st, handle, what):
+    if st != 0:
+        raise FlexplanError(st, f"{what} failed")
+
+
+def _plan_handle(plan):
+    """The fp_plan* of a flexplan.Plan or a path (the step's segments come
+    from the library, fp_plan_segment_at)."""
     lib = _L()
     if isinstance(plan, (str, os.PathLike)):
         path = os.fspath(plan)
@@ -486,11 +502,8 @@ def _plan_handle_and_json(plan):
             if h.value:
                 lib.fp_plan_free(h)
             raise FlexplanError(st, msg or f"cannot load {path}")
-        with open(path) as f:
-            js = json.load(f)
-        return _OwnedPlan(h.value), js
-    h = _plan_obj_handle(plan)
-    return h, _plan_obj_json(plan)
+        return _OwnedPlan(h.value)
+    return _plan_obj_handle(plan)
 
 
 class _OwnedPlan(ctypes.c_void_p):
@@ -507,26 +520,3 @@ def _plan_obj_handle(plan):
     raise _err("not a plan: pass a flexplan.Plan or a plan.json path")
 
 
-def _plan_obj_json(plan):
-    for attr in ("json", "to_json", "text"):
-        v = getattr(plan, attr, None)
-        if v is None:
-            continue
-        v = v() if callable(v) else v
-        if isinstance(v, dict):
-            return v
-        if isinstance(v, (str, bytes)):
-            return json.loads(v)
-    for attr in ("path", "_path"):
-        v = getattr(plan, attr, None)
-        if isinstance(v, str) and os.path.exists(v):
-            with open(v) as f:
-                return json.load(f)
-    if not hasattr(plan, "save"):
-        raise _err("this flexplan.Plan cannot give its segments (no save()); pass the plan.json path")
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "plan.json")
-        plan.save(p)
-        with open(p) as f:
-            return json.load(f)

@@ -89,7 +89,7 @@ class Recorder:
         return wrapped
 
 
-def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None, replicas=1):
+def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None, replicas=1, between=()):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     rec = Recorder()
@@ -102,8 +102,11 @@ def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None, replicas=1
         mesh = init_device_mesh("cpu", (replicas, world // replicas), mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh("cpu", (world,))
-    model = tm.tiny_llama() if kind == "llama" else tm.mlp()
-    units = tm.LLAMA_FSDP2_UNITS if kind == "llama" else tm.MLP_UNITS
+    if kind in ("mixtral", "qwen2_moe"):
+        model = tm.tiny_moe_lm(kind)
+    else:
+        model = tm.tiny_llama() if kind == "llama" else tm.mlp()
+    units = tm.LLAMA_FSDP2_UNITS if kind in tm.LM_KINDS else tm.MLP_UNITS
     kw = {}
     if dtype:
         from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -114,6 +117,9 @@ def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None, replicas=1
     fully_shard(model, mesh=mesh, **kw)
     opt = tm.adamw(model.parameters())
     times = []
+    losses, evals = [], []
+    if "eval" in between:
+        evals.append(tm.evaluate(kind, model, -1, steps=steps))
     for step in range(steps):
         rec.on = step == 1
         dist.barrier()
@@ -126,6 +132,27 @@ def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None, replicas=1
         opt.zero_grad()
         times.append(time.perf_counter() - t0)
         rec.on = False
+        if between:
+            lt = loss.detach().reshape(1).double()
+            dist.all_reduce(lt)
+            losses.append(float(lt) / world)
+        if "eval" in between:  # evaluation between steps, as flexplan's parity configs
+            evals.append(tm.evaluate(kind, model, step, steps=steps))
+        if "unshard" in between and step == tm.UNSHARD_STEP:
+            # the writes flexplan's tests make inside unshard(), on FSDP2's
+            # sharded params (element-wise, each rank its shard)
+            # the root keeps its params unsharded after a forward (no reshard
+            # after forward): reshard every unit, so these are the sharded
+            # params the optimizer steps (a write to an unsharded one would
+            # reach the next forward only)
+            from torch.distributed.fsdp import FSDPModule
+            for m in model.modules():
+                if isinstance(m, FSDPModule):
+                    m.reshard()
+            named = dict(model.named_parameters())
+            with torch.no_grad():
+                for n in tm.unshard_edits(kind):
+                    named[n].copy_(tm.edit(n, named[n]))
     full = {}
     for n, p in model.named_parameters():
         full[n] = p.full_tensor().detach().clone() if hasattr(p, "full_tensor") else p.detach().clone()
@@ -137,6 +164,9 @@ def _worker(rank, world, port, kind, steps, out, mb_size, dtype=None, replicas=1
             json.dump(rec.calls, f, indent=1)
         with open(base + ".time.json", "w") as f:
             json.dump(times, f)
+        if between:
+            with open(base + ".losses.json", "w") as f:
+                json.dump({"loss": losses, "eval": evals}, f)
     dist.barrier()
     dist.destroy_process_group()
     # Leave without the interpreter's teardown: once in CI-like runs a spawned
@@ -159,8 +189,13 @@ def name(kind, world, dtype=None, replicas=1):
     return f"fsdp2_{kind}_np{world}" + (f"_{dtype}" if dtype else "") + (f"_hsdp{replicas}" if replicas > 1 else "")
 
 
-def run(kind, world, out, steps=10, mb_size=2, dtype=None, replicas=1):
-    mp.start_processes(_worker, args=(world, free_port(), kind, steps, out, mb_size, dtype, replicas), nprocs=world,
+def run(kind, world, out, steps=10, mb_size=2, dtype=None, replicas=1, between=()):
+    """between: "eval" (evaluation forwards after every step, torch_models.
+    evaluate), "unshard" (torch_models' writes after step UNSHARD_STEP):
+    rank 0 writes every step's loss (mean over ranks) and evaluation values
+    to <base>.losses.json"""
+    mp.start_processes(_worker, args=(world, free_port(), kind, steps, out, mb_size, dtype, replicas, tuple(between)),
+                       nprocs=world,
                        join=True, start_method="spawn")
     return os.path.join(out, name(kind, world, dtype, replicas))
 

@@ -363,3 +363,34 @@ def test_a_library_of_another_version_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 3, r.stderr
     assert "has no function fp_" in r.stdout and "not a flexplan library of this version" in r.stdout
+
+
+@pytest.mark.parametrize("spec_extra", [{}, {"grad_accumulation": 2}, {"no_shard": ["fc2.*"]},
+                                        {"strategy": "shard_grad_op"}])
+def test_plan_segments_from_the_library(tmp_path, cli, spec_extra):
+    """fp_plan_segment_at (issue 29: the step's segments without reading
+    plan.json twice) against the plan file's own segment list: hook, module,
+    micro-batch and the ops that are not compute placeholders; out-of-range
+    indices are FP_ERR_ARG."""
+    from flexplan.executor import plan_segments
+    with open(os.path.join(SOURCE_DIR, "examples", "tiny-mlp.json")) as f:
+        both = json.load(f)
+    both["spec"].update(spec_extra)
+    plan = flexplan.compile(both["model"], both["spec"])
+    path = tmp_path / "p.json"
+    plan.save(str(path))
+    with open(path) as f:
+        js = json.load(f)
+    want = [(s["kind"], int(s["module"]), int(s["micro"]),
+             sum(1 for o in js["ops"][s["first"]:s["first"] + s["count"]] if o["op"] != "compute"))
+            for s in js["segments"]]
+    lib = _lib.lib()
+    got = plan_segments(lib, plan._handle, plan.info["segments"])
+    assert got == want
+    assert any(n == 0 for _, m, _, n in got if m >= 0) or not spec_extra  # empty module segments exist
+    seg = _lib.fp_plan_segment()
+    for i in (-1, len(want)):
+        assert lib.fp_plan_segment_at(plan._handle, i, ctypes.byref(seg)) == 1  # FP_ERR_ARG
+    assert lib.fp_plan_segment_at(None, 0, ctypes.byref(seg)) == 1
+    assert lib.fp_plan_segment_at(plan._handle, 0, None) == 1
+    plan.close()

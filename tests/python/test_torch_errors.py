@@ -7,7 +7,8 @@ CHECKS = ["module_param_not_in_plan", "plan_param_not_in_module", "requires_grad
           "meta_module_init",
           "forward_out_of_plan_order", "forward_before_optimizer_step", "optimizer_step_before_backward_done",
           "already_sharded", "not_sharded", "unknown_backend", "bad_nccl_id", "bad_plan_path", "unknown_param",
-          "unknown_module"]
+          "unknown_module", "param_read_between_steps", "backward_of_eval_forward", "training_forward_in_unshard",
+          "unshard_in_unshard", "unshard_inside_step", "param_read_after_close"]
 
 
 def test_errors():

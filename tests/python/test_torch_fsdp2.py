@@ -29,14 +29,30 @@ NP = 2
 ATOL, RTOL = 1e-4, 1e-3
 # (ranks, FSDP2's param and reduce dtype, HSDP replicas) of the collective-
 # sequence runs beyond fp32 on one shard group
+# what the runs do between steps (fsdp2_runner's `between`, torch_worker's
+# configs <kind>_full_shard): evaluation forwards, writes inside unshard()
+KINDS = ["mlp", "llama", "mixtral", "qwen2_moe"]
+BETWEEN = {"llama": ("eval", "unshard"), "mixtral": ("eval",)}
+# every per-step loss and evaluation value (fp32): the params' tolerance
+# carried through a forward
+LOSS_ATOL, LOSS_RTOL = 1e-5, 1e-5
+
+
+def flat(v):
+    out = []
+    for x in v:
+        out.extend(flat(x) if isinstance(x, list) else [float(x)])
+    return out
+
+
 SEQ_MIXED = [(3, "bf16", 1), (3, "fp16", 1), (4, "fp16", 1), (4, None, 2), (4, "fp16", 2)]
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp2")
-    for kind in ("mlp", "llama"):
-        run_fsdp2(kind, NP, str(d))
+    for kind in ("mlp", "llama", "mixtral", "qwen2_moe"):
+        run_fsdp2(kind, NP, str(d), between=BETWEEN.get(kind, ("loss",)))
     run_fsdp2("mlp", 3, str(d), steps=3)  # 3 ranks: padded shards (the collectives only)
     # mixed precision and HSDP (the collectives only): bf16 reduces with AVG,
     # fp16 sums between a pre and a post divide (3 ranks: 2 and 1.5; 4 ranks:
@@ -44,17 +60,34 @@ def out(tmp_path_factory):
     # before fp16's post divide)
     for np_, dt, reps in SEQ_MIXED:
         run_fsdp2("mlp", np_, str(d), steps=2, dtype=dt, replicas=reps)
-    rc, log = run_mpi(NP, "torch_worker.py", "mlp_full_shard", "llama_full_shard", env={"FP_SAVE_FINAL": str(d)})
+    rc, log = run_mpi(NP, "torch_worker.py", *[f"{k}_full_shard" for k in KINDS], env={"FP_SAVE_FINAL": str(d)})
     assert rc == 0, log[-4000:]
     return str(d)
 
 
-@pytest.mark.parametrize("kind", ["mlp", "llama"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_same_params_as_fsdp2(out, kind):
+    """the params after 10 steps, every step's loss, and (llama, mixtral)
+    the evaluation forwards between steps (no_grad, inference_mode, eval
+    mode, greedy decoding) and (llama) the writes made inside unshard()
+    (FSDP2: on its sharded params)"""
     a = load_file(os.path.join(out, f"fsdp2_{kind}_np{NP}.safetensors"))
     b = load_file(os.path.join(out, f"flexplan_{kind}_full_shard_np{NP}.safetensors"))
     assert set(a) == set(b), (sorted(a), sorted(b))
-    init = dict(tm.tiny_llama().named_parameters()) if kind == "llama" else dict(tm.mlp().named_parameters())
+    with open(os.path.join(out, f"fsdp2_{kind}_np{NP}.losses.json")) as f:
+        la = json.load(f)
+    with open(os.path.join(out, f"flexplan_{kind}_full_shard_np{NP}.losses.json")) as f:
+        lb = json.load(f)
+    for what in ("loss", "eval"):
+        fa, fb = flat(la[what]), flat(lb[what])
+        assert len(fa) == len(fb), (what, fa, fb)
+        for i, (x, y) in enumerate(zip(fa, fb)):
+            assert abs(x - y) <= LOSS_ATOL + LOSS_RTOL * abs(x), f"{what} {i}: flexplan {y!r}, fsdp2 {x!r}"
+    assert len(la["loss"]) == 10 and (kind not in BETWEEN or "eval" not in BETWEEN[kind] or len(la["eval"]) == 11)
+    if kind in ("mixtral", "qwen2_moe"):
+        init = dict(tm.tiny_moe_lm(kind).named_parameters())
+    else:
+        init = dict(tm.tiny_llama().named_parameters()) if kind == "llama" else dict(tm.mlp().named_parameters())
     worst = 0.0
     for n in a:
         d = float((a[n] - b[n]).abs().max())

@@ -90,9 +90,32 @@ def main():
     m = Swapped()
     st = fpt.shard(m, plan_for(m, "mlp"))
     x, t = tm.batch("mlp", 0)
-    expect("forward_out_of_plan_order", lambda: m(x), "FP_ERR_ORDER", "the module reached pre_forward(layers.3)",
-           "the plan expects", "does not follow the plan's order")
+    # layers.3 passes layers.1 and 2 (a forward may skip units), which then come too late
+    expect("forward_out_of_plan_order", lambda: m(x), "FP_ERR_ORDER", "the module reached pre_forward(layers.1)",
+           "already passed it", "does not follow the plan's order")
     st.close()
+
+    # between steps: evaluation, params, unshard() (issue 29)
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
+    expect("param_read_between_steps", lambda: float(m.layers[0].weight.sum()), "FP_ERR_ORDER",
+           "param 'layers.0.weight' is sharded between steps", "unshard()")
+    m.eval()
+    expect("backward_of_eval_forward", lambda: tm.loss_fn("mlp", m, x, t).backward(), "FP_ERR_ORDER",
+           "backward through a forward that ran as evaluation", "module.train()")
+    m.train()
+    with st.unshard():
+        expect("training_forward_in_unshard", lambda: tm.loss_fn("mlp", m, x, t), "FP_ERR_ORDER",
+               "a training forward inside unshard()")
+        expect("unshard_in_unshard", lambda: st.unshard().__enter__(), "FP_ERR_ORDER", "unshard() inside unshard()")
+    tm.loss_fn("mlp", m, x, t).backward()  # training goes on
+    expect("unshard_inside_step", lambda: st.unshard().__enter__(), "FP_ERR_ORDER",
+           "unshard() inside a training step")
+    opt.step()
+    st.close()
+    expect("param_read_after_close", lambda: m.layers[0].weight + 1, "FP_ERR_ORDER",
+           "belongs to a closed flexplan state")
 
     # a second step's forward before the optimizer step
     m = tm.mlp()

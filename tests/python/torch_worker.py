@@ -55,16 +55,20 @@ STEPS = 10
 
 # name: (model, strategy, extra spec, options)
 CONFIGS = {
-    "llama_full_shard": ("llama", "full_shard", {}, {}),
-    "llama_shard_grad_op": ("llama", "shard_grad_op", {}, {}),
-    "llama_no_shard": ("llama", "no_shard", {}, {}),
+    # "eval": evaluation forwards between steps (no_grad, inference_mode,
+    # eval mode, a generation loop); "unshard": params read and written
+    # between steps inside Sharded.unshard()
+    "llama_full_shard": ("llama", "full_shard", {}, {"eval": True, "unshard": True}),
+    "llama_shard_grad_op": ("llama", "shard_grad_op", {}, {"eval": True}),
+    "llama_no_shard": ("llama", "no_shard", {}, {"eval": True, "unshard": True}),
     "llama_hybrid_2x2": ("llama", "hybrid_shard", {"hybrid_shard": {"intra_node_size": 2},
-                                                   "mesh": {"ranks_per_node": 2}}, {"world": 4}),
-    "llama_bf16": ("llama", "full_shard", {}, {"bf16": True}),
+                                                   "mesh": {"ranks_per_node": 2}}, {"world": 4, "eval": True,
+                                                                                    "unshard": True}),
+    "llama_bf16": ("llama", "full_shard", {}, {"bf16": True, "eval": True, "unshard": True}),
     "mlp_hybrid_2x2_ga2": ("mlp", "hybrid_shard", {"hybrid_shard": {"intra_node_size": 2},
                                                   "mesh": {"ranks_per_node": 2}, "grad_accumulation": 2},
                            {"world": 4}),
-    "llama_ga2": ("llama", "full_shard", {"grad_accumulation": 2}, {}),
+    "llama_ga2": ("llama", "full_shard", {"grad_accumulation": 2}, {"eval": True}),
     "llama_ckpt": ("llama", "full_shard", {}, {"checkpoint": True}),
     "llama_clip": ("llama", "full_shard", {}, {"clip": 0.5}),
     "mlp_full_shard": ("mlp", "full_shard", {}, {}),
@@ -72,41 +76,73 @@ CONFIGS = {
     "mlp_no_shard": ("mlp", "no_shard", {}, {}),
     # shard_grad_op whose compute weights are gathered again in the next
     # step's forward (overlap_param_gather), with accumulation
-    "llama_sgo_overlap": ("llama", "shard_grad_op", {"overlap_param_gather": True}, {}),
+    "llama_sgo_overlap": ("llama", "shard_grad_op", {"overlap_param_gather": True}, {"eval": True, "unshard": True}),
     "mlp_sgo_overlap_ga2": ("mlp", "shard_grad_op", {"overlap_param_gather": True, "grad_accumulation": 2}, {}),
-    "mlp_frozen_no_shard": ("mlp", "full_shard", {"no_shard": ["layers.1.*"]}, {"frozen": ["layers.1"]}),
+    "mlp_frozen_no_shard": ("mlp", "full_shard", {"no_shard": ["layers.1.*"]}, {"frozen": ["layers.1"],
+                                                                                "eval": True, "unshard": True}),
     "mlp_placements": ("mlp", "full_shard", {"buckets": [
         {"name": "l0", "params": ["layers.0.*"], "placement": {"kind": "ragged_shard", "units": "R",
                                                                  "align_elems": 4}},
         {"name": "l1", "params": ["layers.1.*"], "placement": {"kind": "owned", "rank": "auto"}},
         {"name": "l2", "params": ["layers.2.weight"], "placement": {"kind": "shard", "dim": 1}},
         {"name": "l3", "params": ["layers.3.*"], "placement": {"kind": "replicate"}},
-    ]}, {"clip": 0.05}),
-    "mlp_bf16": ("mlp", "full_shard", {}, {"bf16": True}),
+    ]}, {"clip": 0.05, "eval": True, "unshard": True}),
+    "mlp_bf16": ("mlp", "full_shard", {}, {"bf16": True, "eval": True, "unshard": True}),
     "mlp_sgd_momentum": ("mlp", "full_shard", {"optimizer": {"type": "sgd"}}, {"sgd": True}),
     "mlp_offload_ga2": ("mlp", "full_shard", {"grad_accumulation": 2, "buckets": [
-        {"name": "off", "params": ["layers.0.*", "layers.1.*"], "offload": True}]}, {}),
+        {"name": "off", "params": ["layers.0.*", "layers.1.*"], "offload": True}]}, {"eval": True, "unshard": True}),
     "mlp_ga2_ckpt": ("mlp", "full_shard", {"grad_accumulation": 2}, {"checkpoint": True}),
     "mlp_save_load": ("mlp", "full_shard", {}, {"save_load": True}),
+    # units and params a step's forward skips (issue 29): experts no token was
+    # routed to on this rank, a branch not taken; one unit per expert (the
+    # unit is skipped), or one per layer (its params get no grad)
+    "moe_expert_units": ("moe", "full_shard", {}, {"units": tm.MOE_EXPERT_UNITS, "eval": True}),
+    "moe_expert_units_bf16": ("moe", "full_shard", {}, {"units": tm.MOE_EXPERT_UNITS, "bf16": True}),
+    "moe_expert_units_sgo_ga2": ("moe", "shard_grad_op", {"grad_accumulation": 2}, {"units": tm.MOE_EXPERT_UNITS}),
+    "moe_layer_units": ("moe", "full_shard", {}, {"units": tm.MOE_UNITS}),
+    "moe_layer_units_no_shard": ("moe", "no_shard", {}, {"units": tm.MOE_UNITS}),
+    # regional torch.compile: each unit's forward compiled (flexplan's module
+    # hooks stay outside the compiled code), 2 ranks only (compiling is slow)
+    "llama_compile": ("llama", "full_shard", {}, {"compile": True, "world": 2}),
+    "mlp_compile_bf16": ("mlp", "full_shard", {}, {"compile": True, "bf16": True, "world": 2}),
+    # transformers' Mixtral and Qwen2-MoE (fused experts: an expert without
+    # tokens gets zero rows of the grad), one unit per layer
+    "mixtral_full_shard": ("mixtral", "full_shard", {}, {"eval": True}),
+    "qwen2_moe_full_shard": ("qwen2_moe", "full_shard", {}, {}),
+    "qwen2_moe_bf16": ("qwen2_moe", "full_shard", {}, {"bf16": True}),
 }
+
+LM_KINDS = ("llama", "mixtral", "qwen2_moe")
+
+
+def data_kind(kind):
+    """the data and loss of a model kind: token ids and cross entropy, or
+    (x, y) pairs and mse"""
+    return "llama" if kind in LM_KINDS else "mlp"
 
 
 def make_model(kind):
-    return tm.tiny_llama() if kind == "llama" else tm.mlp()
+    if kind in ("mixtral", "qwen2_moe"):
+        return tm.tiny_moe_lm(kind)
+    return {"llama": tm.tiny_llama, "mlp": tm.mlp, "moe": tm.moe}[kind]()
 
 
-def units_of(kind):
-    return tm.LLAMA_UNITS if kind == "llama" else tm.MLP_UNITS
+def units_of(kind, opts=None):
+    if opts and opts.get("units"):
+        return opts["units"]
+    return {"llama": tm.LLAMA_UNITS, "mlp": tm.MLP_UNITS}.get(kind, tm.MOE_LM_UNITS)
 
 
-def describe_model(kind, model, frozen):
+def describe_model(kind, model, frozen, opts=None):
     """model.json through flexplan.torch.describe when it exists, else the
     tests' explicit one."""
     for u in frozen:
         for p in model.get_submodule(u).parameters():
             p.requires_grad_(False)
-    units = units_of(kind)
+    units = units_of(kind, opts)
     describe = getattr(fpt, "describe", None)
+    if kind not in ("llama", "mlp"):  # data-dependent routing: the units by hand
+        return tm.model_json(model, units, name=kind, frozen=frozen)
     if describe is not None and os.environ.get("FP_TEST_NO_DESCRIBE") != "1":
         ex = None
         if kind == "llama":
@@ -168,25 +204,40 @@ def run_config(name, rank, world, tmp):
     ga = extra.get("grad_accumulation", 1)
     frozen = opts.get("frozen", [])
     model = make_model(kind)
-    model_js = describe_model(kind, model, frozen)
+    model_js = describe_model(kind, model, frozen, opts)
     spec = spec_for(strategy, extra, world, dict(opts, kind=kind))
     plan = compile_plan(model_js, spec, os.path.join(tmp, f"{name}.r{rank}.plan.json"))
     if opts.get("checkpoint"):
         _wrap_checkpoint(kind, model)
+    routing = watch_routing(kind, model)
     st = fpt.shard(model, plan)
+    if opts.get("compile"):
+        compile_units(kind, model)
     make_opt = tm.sgd_momentum if opts.get("sgd") else tm.adamw
     opt = fpt.optimizer(st, lambda ps: make_opt(ps))
+    losses, evals = [], []
     try:
+        if opts.get("eval"):
+            evals.append(tm.evaluate(kind, model, -1, st))  # before the first step: the initial weights
         for step in range(STEPS):
+            step_loss = 0.0
             for k in range(ga):
                 g = step * world * ga + rank * ga + k
                 inp, tgt = tm.batch(kind, g)
                 loss = tm.loss_fn(kind, model, inp, tgt)
                 loss.backward()
+                step_loss += float(loss)
             if opts.get("clip"):
                 fpt.clip_grad_norm_(st, opts["clip"])
             opt.step()
             opt.zero_grad()
+            losses.append(st.ex.all_reduce_f64([step_loss])[0] / (world * ga))
+            if opts.get("eval"):
+                evals.append(tm.evaluate(kind, model, step, st))
+            if opts.get("unshard") and step == UNSHARD_STEP:
+                bad = unshard_check(kind, model, st)
+                if bad:
+                    return "FAIL", bad
         # optimizer state sized for this rank's shards only, and held in the
         # plan's arena: every state tensor is the plan's view, at its address
         keys = ("momentum_buffer",) if opts.get("sgd") else ("exp_avg", "exp_avg_sq")
@@ -224,6 +275,18 @@ def run_config(name, rank, world, tmp):
             if rank == 0:
                 os.unlink(path)
         stats = st.stats()
+        if opts.get("compile"):
+            from torch._dynamo.utils import counters
+            breaks = sum(counters["graph_break"].values())
+            graphs = counters["stats"]["unique_graphs"]
+            if breaks or not graphs:
+                return "FAIL", f"torch.compile: {graphs} graphs, {breaks} graph breaks: {dict(counters['graph_break'])}"
+        if routing is not None:
+            # the data made some expert get no token on some rank, and (the
+            # custom MoE) the branch be taken on some ranks and steps only
+            unhit, taken, calls = st.ex.all_reduce_f64(routing.totals())
+            if not unhit or (kind == "moe" and not 0 < taken < calls):
+                return "FAIL", f"the data skipped nothing: {unhit} expert calls without tokens, branch {taken}/{calls}"
         # hooks with nothing to do were never called, and the executor agrees
         if stats["skipped"] != stats["python_hooks_skipped"]:
             return "FAIL", f"executor skipped {stats['skipped']}, flexplan.torch {stats['python_hooks_skipped']}"
@@ -244,6 +307,8 @@ def run_config(name, rank, world, tmp):
             from safetensors.torch import save_file
             save_file({k: v.contiguous() for k, v in got.items()},
                       os.path.join(os.environ["FP_SAVE_FINAL"], f"flexplan_{name}_np{world}.safetensors"))
+            with open(os.path.join(os.environ["FP_SAVE_FINAL"], f"flexplan_{name}_np{world}.losses.json"), "w") as f:
+                json.dump({"loss": losses, "eval": evals}, f)
     finally:
         st.close()
     if rank != 0:
@@ -251,10 +316,144 @@ def run_config(name, rank, world, tmp):
     ref_model = make_model(kind)
     if opts.get("checkpoint"):
         _wrap_checkpoint(kind, ref_model)
+    ref_losses, ref_evals = [], []
+    if opts.get("eval"):
+        import copy
+        m0 = copy.deepcopy(ref_model)
+        if opts.get("bf16"):
+            for p in m0.parameters():  # as the reference's steps (and flexplan's compute) see them
+                p.data = p.data.to(torch.bfloat16)
+        ref_evals.append(tm.evaluate(kind, m0, -1, None))
+
+    def after_step(step, m, main):
+        if opts.get("eval"):
+            ref_evals.append(tm.evaluate(kind, m, step, None))
+        if opts.get("unshard") and step == UNSHARD_STEP:
+            with torch.no_grad():  # as unshard() writes back: the elements that changed
+                for n in tm.unshard_edits(kind):
+                    old = main[n].to(dict(m.named_parameters())[n].dtype)
+                    new = tm.edit(n, old)
+                    main[n].copy_(torch.where(new != old, new.float(), main[n]))
     ref = tm.reference_train(kind, ref_model, STEPS, world, ga, frozen=frozen,
                              param_dtype=torch.bfloat16 if opts.get("bf16") else None, clip=opts.get("clip"),
-                             make_opt=make_opt)
-    return compare(got, ref, bf16=opts.get("bf16", False), stats=stats)
+                             make_opt=make_opt, losses=ref_losses, after_step=after_step)
+    verdict, msg = compare(got, ref, bf16=opts.get("bf16", False), stats=stats)
+    eval_gathers = stats.get("eval_gathers", 0)
+    if verdict == "PASS":
+        bad = compare_losses("loss", losses, ref_losses, opts.get("bf16", False))
+        bad = bad or compare_losses("eval", evals, ref_evals, opts.get("bf16", False))
+        if bad:
+            return "FAIL", bad
+        msg += f" loss_diff={max_diff(losses, ref_losses):.3g}"
+        if evals:
+            msg += f" eval_diff={max_diff(evals, ref_evals):.3g} eval_gathers={eval_gathers}"
+    return verdict, msg
+
+
+UNSHARD_STEP = tm.UNSHARD_STEP
+# per-step losses, every step (|got - ref| <= atol + rtol |ref|): see docs/torch.md
+LOSS_TOL = {False: (1e-5, 1e-5), True: (2e-2, 1e-2)}
+
+
+def flat_losses(v):
+    out = []
+    for x in v:
+        out.extend(flat_losses(x) if isinstance(x, (list, tuple)) else [float(x)])
+    return out
+
+
+def max_diff(a, b):
+    a, b = flat_losses(a), flat_losses(b)
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+
+
+def compare_losses(what, got, ref, bf16):
+    atol, rtol = LOSS_TOL[bool(bf16)]
+    g, r = flat_losses(got), flat_losses(ref)
+    if len(g) != len(r):
+        return f"{what}: {len(g)} values against the reference's {len(r)}"
+    for i, (x, y) in enumerate(zip(g, r)):
+        if not abs(x - y) <= atol + rtol * abs(y):
+            return f"{what} {i}: {x:.8g} vs reference {y:.8g} (|diff| {abs(x - y):.3g} > atol {atol} + rtol {rtol})"
+    return None
+
+
+def unshard_check(kind, model, st):
+    """Between steps: inside st.unshard() every param holds the value
+    full_state_dict() gathers (in the param dtype), writes go back to every
+    rank's main weights; outside, reading a param raises FlexplanError."""
+    ref = st.full_state_dict()
+    with st.unshard():
+        named = dict(model.named_parameters())
+        for n, want in ref.items():
+            p = named[n]
+            if tuple(p.shape) != tuple(want.shape) or not torch.equal(p.detach().float(), want.to(p.dtype).float()):
+                return f"unshard: {n} does not hold its full value"
+        if kind == "llama" and model.lm_head.weight is not model.model.embed_tokens.weight:
+            return "unshard: the tied weight is two params"
+        with torch.no_grad():
+            for n in tm.unshard_edits(kind):
+                named[n].copy_(tm.edit(n, named[n]))
+    after = st.full_state_dict()
+    for n in tm.unshard_edits(kind):
+        p = dict(model.named_parameters())[n]
+        want = tm.edit(n, ref[n].to(p.dtype))
+        if not torch.equal(after[n].to(p.dtype), want):
+            return f"unshard: the write to {n} did not reach the main weights"
+    try:
+        float(next(iter(model.parameters())).sum())
+    except flexplan.FlexplanError:
+        pass
+    else:
+        return "reading a param between steps did not raise"
+    return None
+
+
+def compile_units(kind, model):
+    """regional compilation, as torchtitan compiles each transformer block:
+    each unit's forward (the Llama's decoder layers, the MLP's hidden
+    layers) is torch.compile'd; the module's __call__ (flexplan's hooks)
+    stays eager. The backend is $FP_TEST_COMPILE_BACKEND (default aot_eager:
+    Dynamo and AOTAutograd without generating C++, which this CI cannot
+    afford per run; bench/torch_bench.py --compile measures inductor)."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    backend = os.environ.get("FP_TEST_COMPILE_BACKEND", "aot_eager")
+    mods = list(model.model.layers) if kind in LM_KINDS else list(model.layers)[1:-1]
+    for m in mods:
+        m.forward = torch.compile(m.forward, backend=backend)
+
+
+class _Routing:
+    def __init__(self):
+        self.unhit = self.taken = self.calls = 0
+
+    def totals(self):
+        return [self.unhit, self.taken, self.calls]
+
+
+def watch_routing(kind, model):
+    """MoE kinds: count the layer calls (training forwards only) where an
+    expert got no token, and (the custom MoE) where the branch ran."""
+    if kind not in ("moe", "mixtral", "qwen2_moe"):
+        return None
+    r = _Routing()
+    if kind == "moe":
+        def layer_hook(mod, args, out):
+            if torch.is_grad_enabled():
+                r.calls += 1
+                idx = mod.last_routing
+                r.unhit += len(set(range(len(mod.experts))) - set(idx.flatten().tolist()))
+        model.moe.register_forward_hook(layer_hook)
+        model.branch.register_forward_hook(lambda *a: setattr(r, "taken", r.taken + torch.is_grad_enabled()))
+        return r
+
+    def experts_hook(mod, args):
+        if torch.is_grad_enabled():
+            r.unhit += mod.num_experts - len(set(args[1].flatten().tolist()))
+    for layer in model.model.layers:
+        layer.mlp.experts.register_forward_pre_hook(experts_hook)
+    return r
 
 
 def _wrap_checkpoint(kind, model):

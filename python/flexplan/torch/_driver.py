@@ -17,6 +17,7 @@ ahead is an error naming the event and what the plan expects next.
 import time
 
 from ..errors import FlexplanError
+from ..executor import HOOKS, _check
 
 
 def _err(msg, status=3):
@@ -48,6 +49,7 @@ class Driver:
         self.exec_s_in_callbacks = 0.0  # of those, inside module/autograd callbacks
         self.recomputing = set()  # units whose recomputed forward the executor has open
         self.recomputes = 0  # recomputed forwards reported to the executor
+        self._fp_hook = ex._lib.fp_exec_hook if hasattr(ex, "_lib") else None
 
     def _label(self, i):
         k, m, mb, _ = self.seq[i]
@@ -68,15 +70,26 @@ class Driver:
         if self.follow_stream is not None:
             self.follow_stream()
         if self.profile:
-            t0 = time.perf_counter()
-            self.ex.hook(k, m)
-            dt = time.perf_counter() - t0
+            t0 = time.thread_time()
+            self._raw_hook(k, m)
+            dt = time.thread_time() - t0
             self.exec_s += dt
             if k not in ("pre_optimizer", "post_optimizer"):
                 self.exec_s_in_callbacks += dt
         else:
-            self.ex.hook(k, m)
+            self._raw_hook(k, m)
         self.hook_calls += 1
+
+    def _raw_hook(self, k, m):
+        """fp_exec_hook straight through ctypes (Executor.hook's name and
+        module lookups are for people; the cursor has the numbers)."""
+        ex = self.ex
+        if self._fp_hook is None:  # an executor stand-in (tests)
+            ex.hook(k, m)
+            return
+        st = self._fp_hook(ex._x, HOOKS[k], m)
+        if st != 0:
+            _check(ex._lib, st, ex._x, "hook")
 
     def _issue_through(self, j):
         """Issue segments pos..j in plan order. A module segment with no op
@@ -109,14 +122,19 @@ class Driver:
     def event(self, kind, m):
         """A module hook reached segment (kind, m) of the current micro-batch.
 
-        Forward events are strict: the cursor passes only step_begin, empty
-        segments and the post_forward of a unit already open (a unit whose end
-        no hook marked), so a forward that runs units out of the plan's order
+        Forward events never go back: a pre_forward passes the units before
+        it that the forward skipped (issuing their segments in plan order, so
+        every rank makes the plan's collectives whatever its data routed), a
+        post_forward only step_begin, empty segments and the post_forward of a
+        unit already open; so a forward that runs a unit the cursor has passed
         is an error, never a unit computing on weights the plan has not
         gathered. Backward events may pass anything of this micro-batch's
         backward (autograd's order is the graph's; units that fire no event are
         issued in plan order), and repeat (one event per output tensor)."""
         fwd = kind in ("pre_forward", "post_forward")
+        if kind == "pre_forward" and self.micro >= 0 and ("pre_forward", m) in self.issued and \
+                ("post_forward", m) not in self.issued and self.pos < self.pre_opt:
+            return  # another submodule of a unit still open
         if self.pos < self.pre_opt:
             mb = self.seq[self.pos][2]
             for j in range(self.pos, self.pre_opt):
@@ -126,16 +144,28 @@ class Driver:
                 if k == kind and mm == m:
                     self._issue_through(j)
                     return
-                if fwd and not (k == "step_begin" or count == 0 or
-                                (k == "post_forward" and ("pre_forward", mm) in self.issued
-                                 and self.micro == mb)):
+                if kind == "pre_forward":
+                    # a unit's forward may pass units the forward skipped (a
+                    # branch not taken, an expert no token was routed to):
+                    # their segments run in plan order with nothing computed
+                    # (the gather and free; in backward their grads are zero)
+                    if k in ("pre_backward", "post_backward"):
+                        break
+                elif fwd and not (k == "step_begin" or count == 0 or
+                                  (k == "post_forward" and ("pre_forward", mm) in self.issued
+                                   and self.micro == mb)):
                     break
         if (kind, m) in self.issued and self.micro >= 0 and (
                 not fwd or (kind == "post_forward" and self.pos < self.pre_opt)):
             return
-        raise _err(self._mismatch(f"{kind}({self.names[m]})"))
+        raise _err(self._mismatch(f"{kind}({self.names[m]})", passed=fwd and (kind, m) in self.issued
+                                  and self.micro >= 0 and self.pos < self.pre_opt))
 
-    def _mismatch(self, what):
+    def _mismatch(self, what, passed=False):
+        if passed:
+            return (f"the module reached {what}, but the plan's forward already passed it (a unit the forward "
+                    f"skipped cannot run later in the same forward; the plan expects {self._label(self.pos)} next, "
+                    f"segment {self.pos} of {len(self.seq)}): the model's forward does not follow the plan's order")
         if self.pos == self.pre_opt:
             return (f"the module reached {what}, but the plan's {self.ga} micro-batch(es) of this step are "
                     f"done: call the optimizer step (flexplan.torch.optimizer or Sharded.step) first")

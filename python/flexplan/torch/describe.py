@@ -170,6 +170,91 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         inputs = _meta_inputs(example_inputs)
 
     chosen = default_units(mod) if units is None else explicit_units(mod, units)
+
+    def at(inp):
+        nonlocal chosen
+        while True:
+            model_js = _describe_with(mod, module, inp, chosen, units, name, version)
+            if isinstance(model_js, dict):
+                return model_js
+            # default units only: a unit that did not run (T5's shared
+            # embedding, which its encoder and decoder read through their own
+            # modules) is no unit; its params go to the units that read
+            # them, or the root
+            chosen = [u for u in chosen if u not in model_js]
+
+    scaled = _scaled(mod, inputs, at) if _scale else None
+    return scaled if scaled is not None else at(inputs)
+
+
+_scale = True  # tests set it False to compare with a full-length trace
+#: sequences longer than this many tokens are traced at four short lengths
+SCALE_ABOVE = 128
+_SCALED_FIELDS = ("flops_fwd", "activation_bytes", "activation_bytes_checkpointed")
+
+
+def _seq_len(inputs):
+    """The token count of inputs that are only (batch, tokens) integer or
+    bool tensors of one length (input_ids, attention_mask, ...), else None."""
+    leaves = [t for t in torch.utils._pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor)]
+    if not leaves or any(t.dim() != 2 or t.is_floating_point() or t.is_complex() for t in leaves):
+        return None
+    lens = {int(t.shape[1]) for t in leaves}
+    return lens.pop() if len(lens) == 1 else None
+
+
+def _scaled(mod, inputs, at):
+    """describe's time must not grow with the example's sequence length (a
+    reference scan loops per token on the meta device too): for token inputs
+    longer than SCALE_ABOVE, trace lengths b, 2b, 3b and 4b (b = 16, or the
+    config's chunk_size), fit each unit's flops and activation bytes as a
+    quadratic in the length through the first three (attention is quadratic,
+    the rest linear), and keep the fit only where it predicts the fourth
+    exactly and the units, params and order are the same at every length;
+    then evaluate it at the real length. Otherwise None (a full trace)."""
+    n = _seq_len(inputs)
+    chunk = getattr(getattr(mod, "config", None), "chunk_size", None)
+    base = max(16, chunk if isinstance(chunk, int) and chunk > 0 else 0)
+    if n is None or n <= SCALE_ABOVE or 4 * base >= n:
+        return None
+    xs = [base, 2 * base, 3 * base, 4 * base]
+    try:
+        runs = [at(tree_map(lambda t: torch.zeros((t.shape[0], x), dtype=t.dtype, device="meta")
+                            if isinstance(t, torch.Tensor) else t, inputs)) for x in xs]
+    except Exception:  # pylint: disable=broad-except
+        return None  # the short lengths do not run (a minimum length): trace the real one
+
+    def shape(js):
+        return (js["format"], js["forward_order"],
+                [{k: v for k, v in m.items() if k not in _SCALED_FIELDS} for m in js["modules"]])
+    if any(shape(r) != shape(runs[0]) for r in runs[1:]):
+        return None
+
+    def fit(ys, x):  # Lagrange through (xs[k], ys[k]), k < 3
+        out = 0.0
+        for i in range(3):
+            w = 1.0
+            for j in range(3):
+                if j != i:
+                    w *= (x - xs[j]) / (xs[i] - xs[j])
+            out += w * ys[i]
+        return out
+    out = copy.deepcopy(runs[0])
+    for k, m in enumerate(out["modules"]):
+        for f in _SCALED_FIELDS:
+            if f not in m:
+                continue
+            ys = [r["modules"][k][f] for r in runs]
+            if abs(fit(ys, xs[3]) - ys[3]) > 1e-9 * max(1.0, abs(ys[3])):
+                return None
+            v = fit(ys, n)
+            m[f] = float(v) if f == "flops_fwd" else int(round(v))
+    return out
+
+
+def _describe_with(mod, module, inputs, chosen, units, name, version):
+    """describe() with these units: the model.json dict, or (default units
+    only) the set of units that did not run."""
     where = _assign(mod, chosen)
     params = {}  # id -> (canonical name, param), in torch's order
     for pname, p in mod.named_parameters():
@@ -204,10 +289,14 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
     count = {}
     for u in order:
         count[u] = count.get(u, 0) + 1
+    idle = {u for u in chosen if u not in count}
+    if idle and units is None:
+        return idle
     for u in chosen:
         if u not in count:
-            raise error("unit '%s' did not run in the forward (leave it out of units= so that its "
-                        "params go to the root unit)" % u.name)
+            raise error("unit '%s' did not run in the forward: leave it out of units= (its params then go "
+                        "to the units that read them, or to the root unit), or pass example inputs whose "
+                        "forward runs it" % u.name)
     first = {}
     for i, u in enumerate(order):
         first.setdefault(u, i)

@@ -21,6 +21,7 @@ the modules it wraps; flexplan calls them modules):
 
 See docs/torch.md.
 """
+import contextlib
 import math
 import os
 import tempfile
@@ -37,6 +38,7 @@ def _err(msg, status=2):
 
 from ..executor import Executor, mpi_init
 from ._driver import Driver
+from ._params import _ParamBinder, gather_full
 
 __all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state"]
 
@@ -51,6 +53,19 @@ def state(obj):
     if st is None:
         raise _err("not a module sharded by flexplan.torch.shard", 1)
     return st
+
+
+def _no_grad_leaves(c):
+    """True when the container holds only tensors that need no grad, and
+    non-containers (one level deep; deeper containers: False)."""
+    vals = c.values() if isinstance(c, dict) else c
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            if v.requires_grad:
+                return False
+        elif isinstance(v, (tuple, list, dict)):
+            return False
+    return True
 
 
 class _PostBackward(torch.autograd.Function):
@@ -259,7 +274,34 @@ class Sharded:
                 self._handles.append(sm.register_forward_pre_hook(
                     self._make_pre_hook(u, first, cast_forward_inputs), with_kwargs=True))
                 self._handles.append(sm.register_forward_hook(self._make_post_hook(u, last)))
+        # what an evaluation forward of unit u reads: the plan params held by
+        # its submodules, and those the plan says it uses (a tied weight)
+        ids = {id(v[0]): n for n, v in self.params.items()}
+        self._unit_params = []
+        for u, subs in enumerate(self.units):
+            names = list(dict.fromkeys(ids[id(t)] for sm in subs for t in sm.parameters() if id(t) in ids))
+            for pn in self._plan_uses(u):
+                if pn not in names:
+                    names.append(pn)
+            self._unit_params.append(names)
+        self._binder = _ParamBinder(self, module, self.params)
+        self._binder.release()  # between steps: placeholders (the views hold no full values yet)
+        self._unsharded = None  # inside unshard(): {name: full tensor}
+        self.eval_gathers = 0  # params gathered for evaluation forwards
         self._closed = False
+
+    def _plan_uses(self, u):
+        """Names of the params plan module u reads but another declares
+        (fp_plan_module_uses)."""
+        import ctypes
+        ex = self.ex
+        lib = ex._lib
+        n = lib.fp_plan_module_uses(ex._plan_handle, u, None, 0)
+        if n <= 0:
+            return []
+        arr = (ctypes.c_int32 * n)()
+        lib.fp_plan_module_uses(ex._plan_handle, u, arr, n)
+        return [ex.params[i].name for i in arr]
 
     def _attach_ugrads(self):
         """.grad of every trainable param = its ugrad view (made once; set
@@ -288,27 +330,73 @@ class Sharded:
                 if first and torch.is_grad_enabled():
                     d.recompute_begin(u)
                 return None
-            if first:
+            evaluating = d.pos == 0 and (not torch.is_grad_enabled() or not self.module.training)
+            if evaluating or self._unsharded is not None:
+                self._eval_pre(u)
+            else:
                 if d.pos == 0:
+                    self._binder.bind_views()
                     self._attach_ugrads()
+                # every submodule of the unit reports it (a no-op while the unit is open): a
+                # unit whose first submodule did not run still gathers before the others compute
                 self._event("pre_forward", u)
             dt = self._unit_dtype.get(u)
             if cast and dt is not None and dt != torch.float32:  # mixed precision only, as FSDP2
                 args, kwargs = pytree.tree_map_only(
                     torch.Tensor, lambda t: t.to(dt) if t.is_floating_point() and t.dtype != dt else t,
                     (args, kwargs))
-            if first and torch.is_grad_enabled():
-                flat, spec = pytree.tree_flatten((args, kwargs))
-                idx = [i for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.requires_grad]
-                if idx:
-                    outs = _PostBackward.apply(self, u, *[flat[i] for i in idx])
-                    if len(idx) == 1:
-                        outs = (outs,)
-                    for i, t in zip(idx, outs):
-                        flat[i] = t
-                    args, kwargs = pytree.tree_unflatten(flat, spec)
+            if first and torch.is_grad_enabled() and not evaluating:
+                args, kwargs = self._post_backward_inputs(u, args, kwargs)
             return args, kwargs
         return self._timed(pre_hook)
+
+    def _post_backward_inputs(self, u, args, kwargs):
+        """The unit's inputs that need grad go through _PostBackward (its
+        backward is post_backward(u)). Fast path: tensors among the
+        positional and keyword arguments, and tuples/lists of tensors that
+        need no grad (a decoder layer's rotary cos/sin); anything deeper
+        goes through torch's pytree."""
+        T = torch.Tensor
+        pos, kw = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, T):
+                if a.requires_grad:
+                    pos.append(i)
+            elif isinstance(a, (tuple, list, dict)) and not _no_grad_leaves(a):
+                return self._post_backward_pytree(u, args, kwargs)
+        for k, a in kwargs.items():
+            if isinstance(a, T):
+                if a.requires_grad:
+                    kw.append(k)
+            elif isinstance(a, (tuple, list, dict)) and not _no_grad_leaves(a):
+                return self._post_backward_pytree(u, args, kwargs)
+        if not pos and not kw:
+            return args, kwargs
+        outs = _PostBackward.apply(self, u, *[args[i] for i in pos], *[kwargs[k] for k in kw])
+        if len(pos) + len(kw) == 1:
+            outs = (outs,)
+        if pos:
+            args = list(args)
+            for i, t in zip(pos, outs):
+                args[i] = t
+            args = tuple(args)
+        if kw:
+            kwargs = dict(kwargs)
+            for k, t in zip(kw, outs[len(pos):]):
+                kwargs[k] = t
+        return args, kwargs
+
+    def _post_backward_pytree(self, u, args, kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        idx = [i for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.requires_grad]
+        if idx:
+            outs = _PostBackward.apply(self, u, *[flat[i] for i in idx])
+            if len(idx) == 1:
+                outs = (outs,)
+            for i, t in zip(idx, outs):
+                flat[i] = t
+            args, kwargs = pytree.tree_unflatten(flat, spec)
+        return args, kwargs
 
     def _make_post_hook(self, u, last):
         def post_hook(mod, args, output):
@@ -317,14 +405,47 @@ class Sharded:
                 if last:
                     d.recompute_end(u)
                 return None
+            if d.pos == 0 or self._unsharded is not None:  # an evaluation forward (between steps)
+                if last and torch.is_grad_enabled():
+                    for t in pytree.tree_leaves(output):
+                        if isinstance(t, torch.Tensor) and t.requires_grad:
+                            t.register_hook(self._eval_backward)
+                return None
             if last:
                 self._event("post_forward", u)
                 if torch.is_grad_enabled():
-                    for t in pytree.tree_leaves(output):
-                        if isinstance(t, torch.Tensor) and t.requires_grad:
-                            t.register_hook(self._make_grad_hook(u))
+                    gh = grad_hook[0]
+                    if isinstance(output, torch.Tensor):
+                        if output.requires_grad:
+                            output.register_hook(gh)
+                    else:
+                        for t in (output if isinstance(output, (tuple, list)) and all(
+                                isinstance(o, torch.Tensor) or o is None for o in output)
+                                else pytree.tree_leaves(output)):
+                            if isinstance(t, torch.Tensor) and t.requires_grad:
+                                t.register_hook(gh)
             return None
+        grad_hook = [self._make_grad_hook(u)]
         return self._timed(post_hook)
+
+    def _eval_pre(self, u):
+        """A forward between steps (evaluation: grad disabled, or the module
+        in eval mode): the unit's params get their full values (gathered
+        once, kept until a training step, a refit or a gather of params
+        whose bytes they share); no plan hook runs, nothing is reduced."""
+        if self._unsharded is not None:
+            if torch.is_grad_enabled() and self.module.training:
+                raise _err("a training forward inside unshard(): leave the unshard() block first (inside it "
+                           "forwards evaluate: torch.no_grad() or module.eval())", 3)
+            return
+        self.eval_gathers += self._binder.gather(self._unit_params[u])
+
+    @staticmethod
+    def _eval_backward(grad):
+        raise _err("backward through a forward that ran as evaluation: between steps a forward under "
+                   "torch.no_grad() / torch.inference_mode(), or with the module in eval mode "
+                   "(module.training False), evaluates (flexplan gathers the weights and reduces nothing); "
+                   "call module.train() before a training forward", 3)
 
     def _make_grad_hook(self, u):
         def grad_hook(grad):
@@ -345,17 +466,19 @@ class Sharded:
         prof = self._prof
 
         def timed(*a, **k):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             try:
                 return fn(*a, **k)
             finally:
-                prof["python_s"] += time.perf_counter() - t0
+                prof["python_s"] += time.thread_time() - t0
                 prof["callbacks"] += 1
         return timed
 
     def hook_profile(self):
-        """With shard(..., profile=True): host time of the plan's hooks as
-        this rank ran them so far: {"hooks": fp_exec_hook calls, "exec_s":
+        """With shard(..., profile=True): host CPU time of the plan's hooks
+        as this rank's thread ran them so far (time.thread_time: CPU time,
+        so a busy machine that deschedules the process does not inflate
+        it): {"hooks": fp_exec_hook calls, "exec_s":
         seconds inside fp_exec_hook (the executor, its waits for
         communication included), "python_s": seconds in flexplan.torch's
         module/autograd callbacks minus exec_s (the Python layer's own
@@ -401,6 +524,7 @@ class Sharded:
                 if mask is not None:
                     mp.masked_fill_(~mask, 0)
         self.driver.post_optimizer()
+        self._binder.release()  # between steps: placeholders, or full values gathered on demand
 
     def _adopt_state(self, opt):
         """Make opt's per-param state the plan's optimizer-state views (see
@@ -541,12 +665,67 @@ class Sharded:
         """Load full-tensor safetensors files through the executor's refit
         (between steps; each rank reads only its extents)."""
         self.ex.load_weights(paths)
+        self._binder.release()
+
+    @contextlib.contextmanager
+    def unshard(self):
+        """Between steps: every param of the module holds its full value (an
+        ``nn.Parameter`` of the param's shape, dtype and device), readable and
+        writable, as FSDP2's ``unshard()`` gives; forwards inside evaluate
+        (no plan hook). When the block ends, the elements that changed (on
+        any rank) go back to the main weights on every rank, through the
+        executor's refit (each rank its extents; persistent compute copies
+        recast); elements that did not change keep their main value (fp32
+        under bf16 compute). Collective: every rank enters and leaves it."""
+        if self._closed:
+            raise _err("unshard() on a closed flexplan state", 1)
+        if self._unsharded is not None:
+            raise _err("unshard() inside unshard()", 3)
+        if self.driver.pos != 0:
+            raise _err(f"unshard() inside a training step (the plan expects {self.driver._label(self.driver.pos)} "
+                       f"next): call it between steps, after the optimizer step", 3)
+        if self.backend == "nccl":
+            self.ex.sync()
+        pvs = self.ex.params
+        full = gather_full(self, pvs)
+        tensors, orig, mains = {}, {}, {}
+        for p, t in zip(pvs, full):
+            view = self.params[p.name][0]
+            mains[p.name] = t.to(_TORCH_DTYPES.get(p.main.dtype, torch.float32)).view(p.shape)
+            val = t.to(view.dtype).view(p.shape).to(view.device)
+            orig[p.name] = val.clone()
+            tensors[p.name] = nn.Parameter(val, requires_grad=p.requires_grad)
+        self._binder.bind(tensors)
+        self._unsharded = tensors
+        try:
+            yield self
+        finally:
+            self._unsharded = None
+            merged, changed = {}, 0
+            for p in pvs:
+                cur = self._binder.current(p.name)
+                m = mains[p.name]
+                if isinstance(cur, torch.Tensor) and tuple(cur.shape) == p.shape:
+                    cur = cur.detach().to("cpu")
+                    diff = cur != orig[p.name].cpu()
+                    if bool(diff.any()):
+                        changed += 1
+                        m = torch.where(diff, cur.to(m.dtype), m)
+                merged[p.name] = m.contiguous()
+            self._binder.release()
+            if self.ex.all_reduce_f64([float(changed)])[0]:
+                from safetensors.torch import save_file
+                with tempfile.TemporaryDirectory(prefix="flexplan-unshard-") as d:
+                    path = os.path.join(d, "unshard.safetensors")
+                    save_file(merged, path)
+                    self.ex.load_weights([path])
 
     # ---- misc -----------------------------------------------------------------
     def stats(self):
         s = self.ex.stats()
         s["python_hook_calls"] = self.driver.hook_calls
         s["python_recomputes"] = self.driver.recomputes
+        s["eval_gathers"] = self.eval_gathers
         s["python_hooks_skipped"] = self.driver.skipped
         return s
 
@@ -570,6 +749,8 @@ class Sharded:
         self._closed = True
         for h in self._handles:
             h.remove()
+        self._binder.closed = True
+        self._binder.release()  # the views' memory is freed below: placeholders raise
         self.ex.destroy()
         self.module._flexplan_state = None
 

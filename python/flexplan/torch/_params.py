@@ -1,0 +1,172 @@
+"""What a sharded module's params hold outside the plan's training step.
+
+Inside a training step (step_begin .. post_optimizer) every param of the
+module is the plan's view (an ``nn.Parameter`` over ``fp_param_view.weight``)
+and valid where the plan has it gathered (docs/torch.md). Between steps the
+bytes of a gathered weight may hold another buffer, so a param is bound
+either to its view with its full current value (gathered for an evaluation
+forward, ``_ParamBinder.gather``), or to a placeholder (``Unsharded``) that
+has the param's shape, dtype and device but raises ``FlexplanError`` on any
+read: never garbage. ``Sharded.unshard()`` binds full copies instead.
+
+The gather between steps: each rank writes its extents of the main weights
+into a float64 buffer of zeros, one all-reduce sums them
+(``fp_exec_all_reduce_f64``), each element is divided by its replication
+count and cast to the param dtype: exact for fp32 / bf16 / fp16 main values
+(a sum of R copies of one float in float64), the value the plan's own cast
+and all-gather compute. Which params hold their full value is the same on
+every rank (the same forwards, the same overlaps), so every rank makes the
+same collectives.
+"""
+import torch
+from torch import nn
+
+from ..errors import FlexplanError
+
+FP_ERR_ORDER = 3
+
+
+class Unsharded(torch.Tensor):
+    """A param outside the plan's step and outside ``unshard()``: shape,
+    dtype and device as the param, any operation on its values raises."""
+
+    @staticmethod
+    def __new__(cls, like, name, why):
+        t = torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype, device=like.device,
+                                                requires_grad=False)
+        t._fp_name = name
+        t._fp_why = why
+        return t
+
+    def __repr__(self, **_):
+        return f"<flexplan: param {self._fp_name!r} {self._fp_why()}>"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        ph = next((a for a in args if isinstance(a, Unsharded)), None)
+        if ph is not None and func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
+            return Unsharded(ph, ph._fp_name, ph._fp_why)  # nn.Parameter(), .data, .detach()
+        name = ph._fp_name if ph is not None else "?"
+        why = ph._fp_why() if ph is not None else "is sharded"
+        raise FlexplanError(FP_ERR_ORDER, (
+            f"param {name!r} {why}: its values are not in this rank's memory ({func} on it). "
+            f"Read or write params inside `with state.unshard():`, take full_state_dict(), or run a "
+            f"forward (evaluation under torch.no_grad() gathers what it needs)"))
+
+
+class _ParamBinder:
+    """Which tensor each module slot of each plan param holds, and which
+    views hold their full current value between steps."""
+
+    def __init__(self, st, module, views):
+        self.st = st
+        self.views = views  # name -> (Parameter over weight, ParamView)
+        self.slots = {}  # name -> [(module, key)]
+        ids = {id(v[0]): n for n, v in views.items()}
+        for m in module.modules():
+            for k, t in m._parameters.items():
+                if t is not None and id(t) in ids:
+                    self.slots.setdefault(ids[id(t)], []).append((m, k))
+        self.holders = {n: nn.Parameter(Unsharded(p, n, self._why), requires_grad=False)
+                        for n, (p, _) in views.items()}
+        self.valid = set()  # views that hold their full current value between steps
+        self.bound_views = False  # every slot holds its view (inside a training step)
+        # params whose weight bytes overlap (the plan reuses them): gathering
+        # one invalidates the others
+        spans = sorted((v.weight.ptr, v.weight.ptr + v.weight.nbytes, n) for n, (_, v) in views.items()
+                       if v.weight.ptr)
+        self.overlaps = {n: [] for n in views}
+        for i, (a0, a1, n) in enumerate(spans):
+            for b0, b1, o in spans[i + 1:]:
+                if b0 >= a1:
+                    break
+                self.overlaps[n].append(o)
+                self.overlaps[o].append(n)
+        self.closed = False
+
+    def _why(self):
+        if self.closed:
+            return "belongs to a closed flexplan state (Sharded.close())"
+        return "is sharded between steps"
+
+    def _set(self, name, t):
+        for m, k in self.slots.get(name, ()):
+            m._parameters[k] = t
+
+    def bind_views(self):
+        """Training step: every slot holds its view."""
+        if not self.bound_views:
+            for n, (p, _) in self.views.items():
+                self._set(n, p)
+            self.bound_views = True
+
+    def release(self):
+        """End of a step, a refit, unshard(): views with a valid full value
+        are forgotten, every slot holds its placeholder."""
+        for n, h in self.holders.items():
+            self._set(n, h)
+        self.valid.clear()
+        self.bound_views = False
+
+    def bind(self, tensors):
+        """unshard(): each slot holds the given tensor of its param."""
+        for n, t in tensors.items():
+            self._set(n, t)
+        self.bound_views = False
+
+    def current(self, name):
+        slots = self.slots.get(name)
+        if not slots:
+            return None
+        m, k = slots[0]
+        return m._parameters[k]
+
+    def gather(self, names):
+        """Between steps: the listed params' views get their full current
+        value (collective; a no-op for those already valid) and are bound;
+        params whose bytes overlap them lose theirs."""
+        todo = [n for n in names if n not in self.valid]
+        if not todo:
+            return 0
+        st = self.st
+        if st.backend == "nccl":
+            st.ex.sync()  # the plan's post_optimizer work writes these bytes too
+        pvs = [self.views[n][1] for n in todo]
+        full = gather_full(st, pvs)
+        with torch.no_grad():
+            for n, t in zip(todo, full):
+                p = self.views[n][0]
+                p.copy_(t.view(p.shape).to(p.dtype))
+        for n in todo:
+            for o in self.overlaps[n]:
+                if o in self.valid:
+                    self.valid.discard(o)
+                    self._set(o, self.holders[o])
+            self.valid.add(n)
+            self._set(n, self.views[n][0])
+        return len(todo)
+
+
+def gather_full(st, pvs):
+    """The full values of the given params (ParamViews) as flat float64 CPU
+    tensors, from this rank's main shards: one float64 buffer, summed across
+    ranks (collective), divided by each param's replication count."""
+    total = sum(p.numel for p in pvs)
+    buf = torch.zeros(total, dtype=torch.float64)
+    off = 0
+    for p in pvs:
+        mt = p.tensor("main")
+        for s, f, n in p.shard.pairs():
+            buf[off + f:off + f + n] = mt[s:s + n].to("cpu", torch.float64)
+        off += p.numel
+    if total:
+        st.ex.all_reduce_f64_buffer(buf.data_ptr(), total)
+    out, off = [], 0
+    for p in pvs:
+        t = buf[off:off + p.numel]
+        r = st._repl[p.name]
+        if r != 1.0:
+            t /= r
+        out.append(t)
+        off += p.numel
+    return out
