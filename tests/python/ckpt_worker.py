@@ -32,8 +32,10 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 import torch.distributed.checkpoint as dcp  # noqa: E402
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
 import flexplan.torch as fpt  # noqa: E402
+from flexplan import FlexplanError  # noqa: E402
 from flexplan.executor import mpi_init, mpi_finalize  # noqa: E402
 from flexplan.torch import checkpoint as ck  # noqa: E402
 
@@ -165,26 +167,31 @@ def check_compute(st):
     return None
 
 
+def round_trip(name, st, opt, path):
+    """save, perturb every shard and optimizer state, dcp.load +
+    load_state_dict: the state is back bit for bit"""
+    ref = snapshot(st, opt)
+    dcp.save(fpt.state_dict(st, opt), checkpoint_id=path)
+    with torch.no_grad():
+        for mp in st.main_params():
+            mp.add_(0.5)
+            for v in opt.state[mp].values():
+                v.add_(1.0)
+    sd2 = fpt.state_dict(st, opt)
+    dcp.load(sd2, checkpoint_id=path)
+    fpt.load_state_dict(st, sd2, opt)
+    why = same(ref, snapshot(st, opt)) or check_compute(st)
+    return ref, ("round trip: " + why) if why else None
+
+
 def run_save(name, rank, world, d):
     kind, model, st, opt = make(name, "save", rank, world, d)
     try:
         train(kind, model, st, opt, rank, world, 0, STEPS)
-        ref = snapshot(st, opt)
         path = os.path.join(d, name)
-        sd = fpt.state_dict(st, opt)
-        dcp.save(sd, checkpoint_id=path)
-        # round trip here: perturb everything, load back, compare
-        with torch.no_grad():
-            for mp in st.main_params():
-                mp.add_(0.5)
-                for v in opt.state[mp].values():
-                    v.add_(1.0)
-        sd2 = fpt.state_dict(st, opt)
-        dcp.load(sd2, checkpoint_id=path)
-        fpt.load_state_dict(st, sd2, opt)
-        why = same(ref, snapshot(st, opt)) or check_compute(st)
+        ref, why = round_trip(name, st, opt, path)
         if why:
-            return "FAIL", "round trip: " + why
+            return "FAIL", why
         if rank == 0:
             torch.save(ref, path + ".ref.pt")
         losses = train(kind, model, st, opt, rank, world, STEPS, MORE)
@@ -207,6 +214,9 @@ def run_load(name, rank, world, d):
         why = same(ref, snapshot(st, opt)) or check_compute(st)
         if why:
             return "FAIL", "resume: " + why
+        _, why = round_trip(name, st, opt, f"{path}.np{world}")  # and a round trip on this rank count
+        if why:
+            return "FAIL", why
         losses = train(kind, model, st, opt, rank, world, STEPS, MORE)
         with open(path + ".losses.json") as f:
             want = json.load(f)
@@ -222,24 +232,97 @@ def run_load(name, rank, world, d):
         st.close()
 
 
+def run_corrupt(name, rank, world, d):
+    """corrupt and partial checkpoints: every rank raises, no rank changes
+    its weights or optimizer state"""
+    kind, model, st, opt = make(name, "save", rank, world, d)
+    try:
+        train(kind, model, st, opt, rank, world, 0, 1)
+        base = os.path.join(d, name + ".bad")
+        dcp.save(fpt.state_dict(st, opt), checkpoint_id=base)
+        train(kind, model, st, opt, rank, world, 1, 1)  # the arena now differs from the checkpoint
+        before = snapshot(st, opt)
+        import shutil
+
+        def variant(tag, how):
+            path = f"{base}.{tag}"
+            if rank == 0:
+                shutil.rmtree(path, ignore_errors=True)
+                shutil.copytree(base, path)
+                how(path)
+            st.ex.all_reduce_f64([0.0])  # the copy exists for every rank
+            return path
+
+        def drop_file(path):
+            os.unlink(os.path.join(path, sorted(f for f in os.listdir(path) if f.endswith(".distcp"))[-1]))
+
+        def truncate(path):
+            f = os.path.join(path, sorted(f for f in os.listdir(path) if f.endswith(".distcp"))[0])
+            os.truncate(f, os.path.getsize(f) // 2)
+
+        def garble_metadata(path):
+            with open(os.path.join(path, ".metadata"), "r+b") as f:
+                f.seek(8)
+                f.write(b"\x00garbage\xff" * 4)
+
+        cases = [("missing_file", drop_file), ("truncated", truncate), ("metadata", garble_metadata)]
+        for tag, how in cases:
+            path = variant(tag, how)
+            sd = fpt.state_dict(st, opt)
+            try:
+                dcp.load(sd, checkpoint_id=path)
+                fpt.load_state_dict(st, sd, opt)
+            except (Exception, CheckpointException):  # noqa: BLE001 - every rank must get here
+                pass
+            else:
+                return "FAIL", f"{tag}: the corrupt checkpoint loaded on rank {rank}"
+            why = same(before, snapshot(st, opt))
+            if why:
+                return "FAIL", f"{tag}: state changed after a failed load: {why}"
+        # one rank's state dict is wrong (another plan's shapes): load_state_dict
+        # fails on every rank, the others' valid parts are not written
+        sd = fpt.state_dict(st, opt)
+        dcp.load(sd, checkpoint_id=base)
+        if rank == world - 1:
+            k = next(iter(sd["model"]))
+            sd["model"][k] = torch.zeros(3, 3)
+        try:
+            fpt.load_state_dict(st, sd, opt)
+        except FlexplanError as e:
+            msg = str(e)
+        else:
+            return "FAIL", "a state dict wrong on one rank loaded"
+        if "no rank changed" not in msg:
+            return "FAIL", f"message: {msg}"
+        why = same(before, snapshot(st, opt))
+        if why:
+            return "FAIL", f"one bad rank: state changed: {why}"
+        # a missing key in the checkpoint (another model): dcp.load raises everywhere
+        return "PASS", f"missing file, truncated file, garbled metadata, one bad rank: every rank raised ({msg[:90]}), " \
+                       "nothing changed"
+    finally:
+        st.close()
+
+
 def main():
-    phase, d, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+    phases, d, names = sys.argv[1].split(","), sys.argv[2], sys.argv[3:]
     rank, world = mpi_init()
     bad = 0
     boot = None
-    for name in names:
+    # corrupt: the first config only (the failure paths are the same for every config)
+    for phase, name in [(ph, n) for ph in phases for n in (names[:1] if ph == "corrupt" else names)]:
         try:
             if boot is None:  # torch.distributed for DCP, once (gloo; the port over flexplan's all-reduce)
-                kind, model, st, opt = make(name, phase, rank, world, d)
+                kind, model, st, opt = make(name, "save", rank, world, d)
                 ck.init_process_group(st)
                 st.close()
                 boot = True
-            res, why = (run_save if phase == "save" else run_load)(name, rank, world, d)
-        except Exception:  # noqa: BLE001
+            res, why = {"save": run_save, "load": run_load, "corrupt": run_corrupt}[phase](name, rank, world, d)
+        except (Exception, CheckpointException):  # noqa: BLE001 (DCP's is a BaseException)
             res, why = "FAIL", traceback.format_exc()
         if res == "FAIL":
             bad += 1
-        print(f"{res} {name} r{rank}: {why}", flush=True)
+        print(f"{res} {phase} {name} r{rank}: {why}", flush=True)
     import torch.distributed as dist
     if dist.is_initialized():
         dist.destroy_process_group()
