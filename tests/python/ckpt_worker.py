@@ -232,6 +232,27 @@ def run_load(name, rank, world, d):
         st.close()
 
 
+def run_fsdp2(name, rank, world, d):
+    """a checkpoint FSDP2 saved (fsdp2_dcp.py: fully_shard, get_state_dict,
+    dcp.save) loads into flexplan.torch: weights, AdamW state and step equal
+    FSDP2's full state bit for bit (both of the config's plans)"""
+    kind = CONFIGS[name][0]
+    path = os.path.join(d, f"fsdp2_{kind}")
+    ref = torch.load(path + ".ref.pt")
+    for which in ("save", "load"):
+        _, model, st, opt = make(name, which, rank, world, d)
+        try:
+            sd = fpt.state_dict(st, opt)
+            dcp.load(sd, checkpoint_id=path)
+            fpt.load_state_dict(st, sd, opt)
+            why = same(ref, snapshot(st, opt)) or check_compute(st)
+            if why:
+                return "FAIL", f"{which} plan: FSDP2's checkpoint: {why}"
+        finally:
+            st.close()
+    return "PASS", f"FSDP2's checkpoint loaded on {world} ranks (two plans), bit for bit"
+
+
 def run_corrupt(name, rank, world, d):
     """corrupt and partial checkpoints: every rank raises, no rank changes
     its weights or optimizer state"""
@@ -309,15 +330,16 @@ def main():
     rank, world = mpi_init()
     bad = 0
     boot = None
-    # corrupt: the first config only (the failure paths are the same for every config)
-    for phase, name in [(ph, n) for ph in phases for n in (names[:1] if ph == "corrupt" else names)]:
+    # corrupt and fsdp2: the first config only (the failure paths are the same for every config)
+    for phase, name in [(ph, n) for ph in phases for n in (names[:1] if ph in ("corrupt", "fsdp2") else names)]:
         try:
             if boot is None:  # torch.distributed for DCP, once (gloo; the port over flexplan's all-reduce)
                 kind, model, st, opt = make(name, "save", rank, world, d)
                 ck.init_process_group(st)
                 st.close()
                 boot = True
-            res, why = {"save": run_save, "load": run_load, "corrupt": run_corrupt}[phase](name, rank, world, d)
+            res, why = {"save": run_save, "load": run_load, "corrupt": run_corrupt,
+                         "fsdp2": run_fsdp2}[phase](name, rank, world, d)
         except (Exception, CheckpointException):  # noqa: BLE001 (DCP's is a BaseException)
             res, why = "FAIL", traceback.format_exc()
         if res == "FAIL":

@@ -11,6 +11,10 @@
   saving), compute copies recast, and the next losses equal the
   uninterrupted run's; round trips on each of those rank counts; fp32 and
   bf16 params;
+- interop with real FSDP2 on gloo (fsdp2_dcp.py), both ways: FSDP2's
+  checkpoint (fully_shard, get_state_dict, dcp.save) loads into flexplan.torch
+  and flexplan.torch's into FSDP2 (set_state_dict), weights and AdamW state
+  (exp_avg, exp_avg_sq, step) compared bit for bit;
 - corrupt and partial checkpoints (a missing file, a truncated file, garbled
   metadata) and a state dict wrong on one rank: every rank raises and no
   rank's weights or optimizer state change.
@@ -92,6 +96,8 @@ def _check(rc, out, n):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("dcp"))
+    import fsdp2_dcp  # FSDP2 on 2 ranks saves DIR/fsdp2_mlp (the 3-rank run loads it)
+    fsdp2_dcp.run("save", 2, d, "mlp")
     rc, out = run_mpi(2, "ckpt_worker.py", "save,corrupt", d, *CONFIGS, timeout=400)
     print(out[-3000:])
     _check(rc, out, 2 * (len(CONFIGS) + 1))
@@ -104,6 +110,19 @@ def test_save_round_trip_and_corrupt_on_2_ranks(saved):
 
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_resume_on_another_world_size(saved, n):
-    rc, out = run_mpi(n, "ckpt_worker.py", "load", saved, *CONFIGS, timeout=400)
+    # on 3 ranks also: FSDP2's checkpoint (2 ranks) loads into both plans of mlp_adamw
+    rc, out = run_mpi(n, "ckpt_worker.py", "load,fsdp2" if n == 3 else "load", saved, *CONFIGS, timeout=400)
     print(out[-3000:])
-    _check(rc, out, n * len(CONFIGS))
+    _check(rc, out, n * len(CONFIGS) + (n if n == 3 else 0))
+    if n == 3:
+        assert "PASS fsdp2 mlp_adamw" in out
+
+
+def test_fsdp2_loads_flexplan_checkpoint(saved):
+    """flexplan.torch's checkpoint (2 ranks, a flat bucket cutting rows)
+    into real FSDP2 on 3 ranks: get_state_dict + dcp.load + set_state_dict;
+    FSDP2's full weights, AdamW state and step equal flexplan's bit for bit"""
+    import fsdp2_dcp
+    ok = os.path.join(saved, "mlp_adamw.fsdp2_ok")
+    fsdp2_dcp.run("load", 3, saved, "mlp", "mlp_adamw")
+    assert os.path.exists(ok)
