@@ -253,6 +253,72 @@ def run_fsdp2(name, rank, world, d):
     return "PASS", f"FSDP2's checkpoint loaded on {world} ranks (two plans), bit for bit"
 
 
+def run_hf(name, rank, world, d):
+    """shard(meta module, plan, init=DIR) from Hugging Face folders that
+    test_torch_checkpoint made with save_pretrained (DIR/hf_sharded: an index
+    and several shards, fp32; DIR/hf_bf16: one model.safetensors in bf16):
+    the gathered main weights equal from_pretrained's params (converted to
+    the plan's fp32) bit for bit, and each rank read only its extents
+    (refit_bytes_read); DIR/hf_missing and DIR/hf_extra raise FlexplanError
+    naming the tensor on every rank. init="module" (in memory) equals the
+    module's values bit for bit."""
+    from transformers import LlamaForCausalLM
+    notes = []
+    for strategy in ("full_shard", "shard_grad_op"):
+        spec = spec_for(strategy, {}, world, {"kind": "llama"})
+        model = tm.tiny_llama()
+        plan = compile_plan(describe_model("llama", model, []), spec,
+                            os.path.join(d, f"hf.{strategy}.np{world}.r{rank}.plan.json"))
+        for folder in ("hf_sharded", "hf_bf16"):
+            path = os.path.join(d, folder)
+            ref = LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+            with torch.device("meta"):
+                meta = tm.tiny_llama()
+            st = fpt.shard(meta, plan, init=path)
+            try:
+                got = gather(st, lambda p: p.tensor("main"))
+                want = dict(ref.named_parameters())
+                for n, t in got.items():
+                    if not torch.equal(t, want[n].detach().float()):
+                        return "FAIL", f"{folder}: {n} differs from from_pretrained's"
+                why = check_compute(st)
+                if why:
+                    return "FAIL", f"{folder}: {why}"
+                total = sum(4 * p.numel for p in st.ex.params)
+                read = st.stats()["refit_bytes_read"]
+                per = 2 if folder == "hf_bf16" else 4
+                if strategy == "full_shard" and world > 1 and read > per * total / 4 / world * 1.05 + 4096:
+                    return "FAIL", f"{folder}: rank {rank} read {read} bytes, its share is ~{per * total // 4 // world}"
+                notes.append(f"{strategy}/{folder} read {read}/{total * per // 4} B")
+            finally:
+                st.close()
+        for folder, needle in (("hf_missing", "model.norm.weight"), ("hf_extra", "extra.bias")):
+            with torch.device("meta"):
+                meta = tm.tiny_llama()
+            try:
+                st = fpt.shard(meta, plan, init=os.path.join(d, folder))
+            except FlexplanError as e:
+                if needle not in str(e):
+                    return "FAIL", f"{folder}: message does not name {needle}: {e}"
+            else:
+                st.close()
+                return "FAIL", f"{folder}: loaded"
+        # init="module": in memory, bit for bit
+        model = tm.tiny_llama(seed=3)
+        want = {n: p.detach().clone() for n, p in model.named_parameters()}
+        st = fpt.shard(model, plan)
+        try:
+            got = gather(st, lambda p: p.tensor("main"))
+            if any(not torch.equal(got[n], want[n]) for n in got):
+                return "FAIL", "init='module' differs from the module's values"
+            why = check_compute(st)
+            if why:
+                return "FAIL", f"init='module': {why}"
+        finally:
+            st.close()
+    return "PASS", "; ".join(notes)
+
+
 def run_corrupt(name, rank, world, d):
     """corrupt and partial checkpoints: every rank raises, no rank changes
     its weights or optimizer state"""
@@ -331,7 +397,7 @@ def main():
     bad = 0
     boot = None
     # corrupt and fsdp2: the first config only (the failure paths are the same for every config)
-    for phase, name in [(ph, n) for ph in phases for n in (names[:1] if ph in ("corrupt", "fsdp2") else names)]:
+    for phase, name in [(ph, n) for ph in phases for n in (names[:1] if ph in ("corrupt", "fsdp2", "hf") else names)]:
         try:
             if boot is None:  # torch.distributed for DCP, once (gloo; the port over flexplan's all-reduce)
                 kind, model, st, opt = make(name, "save", rank, world, d)
@@ -339,7 +405,7 @@ def main():
                 st.close()
                 boot = True
             res, why = {"save": run_save, "load": run_load, "corrupt": run_corrupt,
-                         "fsdp2": run_fsdp2}[phase](name, rank, world, d)
+                         "fsdp2": run_fsdp2, "hf": run_hf}[phase](name, rank, world, d)
         except (Exception, CheckpointException):  # noqa: BLE001 (DCP's is a BaseException)
             res, why = "FAIL", traceback.format_exc()
         if res == "FAIL":

@@ -11,6 +11,11 @@
   saving), compute copies recast, and the next losses equal the
   uninterrupted run's; round trips on each of those rank counts; fp32 and
   bf16 params;
+- Hugging Face folders (save_pretrained, an index and several shards; one
+  bf16 file) into shard(meta module, plan, init=DIR): equal to
+  from_pretrained's params bit for bit, each rank reading only its extents;
+  a missing or extra tensor is a FlexplanError naming it; init="module"
+  (in memory) equals the module;
 - interop with real FSDP2 on gloo (fsdp2_dcp.py), both ways: FSDP2's
   checkpoint (fully_shard, get_state_dict, dcp.save) loads into flexplan.torch
   and flexplan.torch's into FSDP2 (set_state_dict), weights and AdamW state
@@ -20,6 +25,7 @@
   rank's weights or optimizer state change.
 """
 import itertools
+import json
 import os
 import sys
 
@@ -98,9 +104,31 @@ def saved(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("dcp"))
     import fsdp2_dcp  # FSDP2 on 2 ranks saves DIR/fsdp2_mlp (the 3-rank run loads it)
     fsdp2_dcp.run("save", 2, d, "mlp")
-    rc, out = run_mpi(2, "ckpt_worker.py", "save,corrupt", d, *CONFIGS, timeout=400)
+    make_hf(d)
+    rc, out = run_mpi(2, "ckpt_worker.py", "save,corrupt,hf", d, *CONFIGS, timeout=400)
     print(out[-3000:])
-    _check(rc, out, 2 * (len(CONFIGS) + 1))
+    _check(rc, out, 2 * (len(CONFIGS) + 2))
+    assert "PASS hf" in out
+    return d
+
+
+def make_hf(d):
+    """Hugging Face folders for ckpt_worker's hf phase: save_pretrained with a
+    small max_shard_size (an index and several shard files, fp32), one
+    model.safetensors in bf16, and two single files: one lacking a param, one
+    with a tensor the module does not have"""
+    import torch_models as tm
+    from safetensors.torch import save_file
+    m = tm.tiny_llama(seed=1)
+    m.save_pretrained(os.path.join(d, "hf_sharded"), max_shard_size="20KB")
+    with open(os.path.join(d, "hf_sharded", "model.safetensors.index.json")) as f:
+        assert len(set(json.load(f)["weight_map"].values())) > 2
+    tm.tiny_llama(seed=2).to(torch.bfloat16).save_pretrained(os.path.join(d, "hf_bf16"))
+    sd = {k: v.detach().contiguous() for k, v in m.state_dict().items() if k != "lm_head.weight"}
+    for tag, t in (("hf_missing", {k: v for k, v in sd.items() if k != "model.norm.weight"}),
+                   ("hf_extra", dict(sd, **{"extra.bias": torch.zeros(3)}))):
+        os.makedirs(os.path.join(d, tag))
+        save_file(t, os.path.join(d, tag, "model.safetensors"), metadata={"format": "pt"})
     return d
 
 
