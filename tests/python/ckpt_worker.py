@@ -171,7 +171,7 @@ def round_trip(name, st, opt, path):
     """save, perturb every shard and optimizer state, dcp.load +
     load_state_dict: the state is back bit for bit"""
     ref = snapshot(st, opt)
-    dcp.save(fpt.state_dict(st, opt), checkpoint_id=path)
+    dcp.save(fpt.state_dict(st, opt, copy=False), checkpoint_id=path)  # boxes taken from the arena as written
     with torch.no_grad():
         for mp in st.main_params():
             mp.add_(0.5)
@@ -326,7 +326,7 @@ def run_corrupt(name, rank, world, d):
     try:
         train(kind, model, st, opt, rank, world, 0, 1)
         base = os.path.join(d, name + ".bad")
-        dcp.save(fpt.state_dict(st, opt), checkpoint_id=base)
+        dcp.save(fpt.state_dict(st, opt), checkpoint_id=base)  # copies (the default) here
         train(kind, model, st, opt, rank, world, 1, 1)  # the arena now differs from the checkpoint
         before = snapshot(st, opt)
         import shutil
@@ -384,7 +384,17 @@ def run_corrupt(name, rank, world, d):
         why = same(before, snapshot(st, opt))
         if why:
             return "FAIL", f"one bad rank: state changed: {why}"
-        # a missing key in the checkpoint (another model): dcp.load raises everywhere
+        # a copy=False state dict (for saving) is refused for loading, on every rank
+        try:
+            fpt.load_state_dict(st, fpt.state_dict(st, opt, copy=False), opt)
+        except FlexplanError as e:
+            if "copy=False" not in str(e):
+                return "FAIL", f"copy=False refused with: {e}"
+        else:
+            return "FAIL", "load_state_dict took a copy=False state dict"
+        why = same(before, snapshot(st, opt))
+        if why:
+            return "FAIL", f"copy=False: state changed: {why}"
         return "PASS", f"missing file, truncated file, garbled metadata, one bad rank: every rank raised ({msg[:90]}), " \
                        "nothing changed"
     finally:

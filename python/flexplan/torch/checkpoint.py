@@ -232,10 +232,17 @@ def _scalar_state(v):
     return isinstance(v, torch.Tensor) and v.numel() == 1 and v.dim() == 0
 
 
-def state_dict(st, optimizer=None):
+def state_dict(st, optimizer=None, *, copy=True):
     """This rank's part of the model (and optimizer) state, for
-    torch.distributed.checkpoint (module docstring). Call it between steps;
-    the values are copies, taken now. Not collective."""
+    torch.distributed.checkpoint (module docstring). Call it between steps.
+    Not collective.
+
+    copy=True (the default, for loading and for saving): the values are
+    staging copies of this rank's owned elements, taken now.
+    copy=False (for saving only): no copy of the shards is made; DCP's
+    writer takes each box from the arena when it writes it (one box at a
+    time); the tensors hold no data of their own (load_state_dict refuses
+    them), and the arena must not change until dcp.save returns."""
     st = _state(st)
     lay = _layouts(st)
     model = {}
@@ -246,16 +253,41 @@ def state_dict(st, optimizer=None):
             continue
         if v not in staged:
             p = st.ex.param(v)
-            t = lay[v].new(_TORCH.get(p.main.dtype, torch.float32))
-            lay[v].gather(p.tensor("main"), t)
-            staged[v] = t
+            staged[v] = _value(lay[v], p.tensor("main"), copy)
         model[k] = staged[v]
     if optimizer is None:
         return model
-    return {"model": model, "optim": _optim_state_dict(st, optimizer, lay)}
+    return {"model": model, "optim": _optim_state_dict(st, optimizer, lay, copy)}
 
 
-def _optim_state_dict(st, opt, lay):
+def _value(L, flat, copy):
+    """one state of one param as DCP sees it: a staging copy, or (copy=False)
+    a dataless tensor whose boxes DCP takes from the arena when it writes"""
+    if copy or not L.local_shape:
+        t = L.new(flat.dtype)
+        L.gather(flat, t)
+        return t
+    t = torch.zeros(1, dtype=flat.dtype).expand(L.local_shape)
+    t.global_shape = L.shape
+    t.global_offsets = L.global_offsets
+    t.local_offsets = L.local_offsets
+    t.local_sizes = L.local_sizes
+    t._flexplan_layout = L
+    t._flexplan_lazy = True
+    offs = {torch.Size(o): i for i, o in enumerate(L.global_offsets)}
+
+    def box(index):
+        i = index.index
+        if i is None or i >= len(L.global_offsets) or torch.Size(L.global_offsets[i]) != index.offset:
+            i = offs.get(torch.Size(index.offset) if index.offset is not None else None)
+        if i is None:
+            raise ValueError(f"{index.fqn}: no box at {index.offset} on this rank")
+        return L.shard(flat, i).clone()  # one box at a time; never the arena itself
+    t.__get_tensor_shard__ = box
+    return t
+
+
+def _optim_state_dict(st, opt, lay, copy=True):
     _check_optimizer(st, opt)
     keys = _optim_keys(st, opt)
     views = getattr(st, "_optim_views", {})
@@ -275,17 +307,13 @@ def _optim_state_dict(st, opt, lay):
                 src = views.get(mp, {}).get(k, cur.get(k))
                 if src is None:
                     continue
-                t = L.new(src.dtype)
-                L.gather(src, t)
-                s[k] = t
+                s[k] = _value(L, src, copy)
             for k, v in cur.items():
                 if k in s:
                     continue
                 if isinstance(v, torch.Tensor) and v.numel() == mp.numel() and v.dim() == 1 and mp.dim() == 1 \
                         and not _scalar_state(v):
-                    t = L.new(v.dtype)
-                    L.gather(v, t)
-                    s[k] = t
+                    s[k] = _value(L, v, copy)
                 elif isinstance(v, torch.Tensor):
                     s[k] = v.detach().to("cpu").clone()
                 else:
@@ -317,6 +345,9 @@ def _source(fqn, v, L, dtype_ok=True):
     ("staged", tensor) | ("full", tensor)"""
     if not isinstance(v, torch.Tensor):
         raise _err(f"{fqn}: expected a tensor, got {type(v).__name__}")
+    if getattr(v, "_flexplan_lazy", False):
+        raise _err(f"{fqn}: this state dict was made with copy=False (for saving: it holds no data); load "
+                   f"into flexplan.torch.state_dict(st, optimizer) (copies)")
     if getattr(v, "_flexplan_layout", None) is not None:
         if tuple(v.global_shape) != L.shape or tuple(v.global_offsets) != L.global_offsets \
                 or tuple(v.local_sizes) != L.local_sizes:
