@@ -384,7 +384,18 @@ def run_corrupt(name, rank, world, d):
         why = same(before, snapshot(st, opt))
         if why:
             return "FAIL", f"one bad rank: state changed: {why}"
-        # a copy=False state dict (for saving) is refused for loading, on every rank
+        # a copy=False state dict (for saving) is refused for loading, on every rank:
+        # by dcp.load (it would write into the arena) and by load_state_dict
+        try:
+            dcp.load(fpt.state_dict(st, opt, copy=False), checkpoint_id=base)
+        except (Exception, CheckpointException) as e:  # noqa: BLE001
+            if "copy=False" not in str(e):
+                return "FAIL", f"dcp.load into copy=False: {str(e)[-300:]}"
+        else:
+            return "FAIL", "dcp.load wrote into a copy=False state dict"
+        why = same(before, snapshot(st, opt))
+        if why:
+            return "FAIL", f"dcp.load into copy=False: state changed: {why}"
         try:
             fpt.load_state_dict(st, fpt.state_dict(st, opt, copy=False), opt)
         except FlexplanError as e:
