@@ -110,8 +110,11 @@ def load_buffers(files, module, plan_names):
                 t = f.get_tensor(k)
             if tuple(t.shape) != tuple(bufs[k].shape):
                 raise _err(f"{path}: buffer {k!r} has shape {list(t.shape)}, the module {list(bufs[k].shape)}")
-            if bufs[k].is_meta:
-                continue  # a meta module's buffers are the caller's to materialize
+            if bufs[k].is_meta:  # a meta module's buffer: the file's tensor becomes it
+                prefix, _, leaf = k.rpartition(".")
+                owner = module.get_submodule(prefix) if prefix else module
+                owner._buffers[leaf] = t.to(bufs[k].dtype)
+                continue
             bufs[k].copy_(t)
 
 
