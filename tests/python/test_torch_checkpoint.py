@@ -154,3 +154,27 @@ def test_fsdp2_loads_flexplan_checkpoint(saved):
     ok = os.path.join(saved, "mlp_adamw.fsdp2_ok")
     fsdp2_dcp.run("load", 3, saved, "mlp", "mlp_adamw")
     assert os.path.exists(ok)
+
+
+def test_hf_folder_errors(tmp_path):
+    """a folder that is not a Hugging Face checkpoint, an index naming a
+    file that is not there, a shard holding a tensor its index does not
+    list: FlexplanError naming the file or tensor"""
+    from flexplan import FlexplanError
+    from flexplan.torch._hf import hf_files
+    from safetensors.torch import save_file
+    with pytest.raises(FlexplanError, match="neither model.safetensors.index.json nor model.safetensors"):
+        hf_files(tmp_path)
+    idx = tmp_path / "model.safetensors.index.json"
+    idx.write_text(json.dumps({"metadata": {}, "weight_map": {"a.weight": "model-1.safetensors"}}))
+    with pytest.raises(FlexplanError, match="'a.weight' is in 'model-1.safetensors', which is not a file"):
+        hf_files(tmp_path)
+    save_file({"a.weight": torch.zeros(2), "b.weight": torch.zeros(2)}, str(tmp_path / "model-1.safetensors"))
+    with pytest.raises(FlexplanError, match="'b.weight' is not in model.safetensors.index.json"):
+        hf_files(tmp_path)
+    idx.write_text(json.dumps({"weight_map": {"a.weight": "model-1.safetensors",
+                                              "b.weight": "model-1.safetensors"}}))
+    assert sorted(hf_files(tmp_path)) == ["a.weight", "b.weight"]
+    idx.write_text("{not json")
+    with pytest.raises(FlexplanError, match="not a safetensors index"):
+        hf_files(tmp_path)
