@@ -356,7 +356,7 @@ class Executor:
 
     # -- views, weights, stats --------------------------------------------
     def module_index(self, name):
-        m = self._lib.fp_plan_module_index(self._plan_handle, name.encode())
+        m = self._lib.fp_plan_module_index(self._plan_handle, _libmod.cstr(name, "name", allow_none=False))
         if m < 0:
             raise _err(f"the plan has no module {name!r}")
         return m
@@ -374,7 +374,7 @@ class Executor:
         reads only what it stores; a failed refit changes nothing."""
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        enc = [os.fspath(p).encode() for p in paths]
+        enc = [_libmod.fsencode(p, "paths") for p in paths]
         arr = (ctypes.c_char_p * len(enc))(*enc)
         _check(self._lib, self._lib.fp_exec_load_weights(self._x, arr, len(enc)), self._x, "load_weights")
 
@@ -395,7 +395,7 @@ class Executor:
         """Write the recorded steps (flexplan.timing.v1 JSON; draw them with
         `flexplan viz PLAN --measured FILE...`)."""
         f = _timing_fn("fp_exec_timing_write", [ctypes.c_void_p, ctypes.c_char_p])
-        _check(self._lib, f(self._x, os.fspath(path).encode()), self._x, "timing_write")
+        _check(self._lib, f(self._x, _libmod.fsencode(path, "path")), self._x, "timing_write")
 
     def set_cuda_stream(self, stream):
         """NCCL backend: the trainer now computes on ``stream`` (an int
@@ -496,7 +496,7 @@ def _plan_handle(plan):
     if isinstance(plan, (str, os.PathLike)):
         path = os.fspath(plan)
         h = ctypes.c_void_p()
-        st = lib.fp_plan_load(path.encode(), ctypes.byref(h))
+        st = lib.fp_plan_load(_libmod.fsencode(path, "plan"), ctypes.byref(h))
         if st != 0:
             msg = lib.fp_plan_errmsg(h).decode() if h.value else ""
             if h.value:
