@@ -181,7 +181,17 @@ def round_trip(name, st, opt, path):
     dcp.load(sd2, checkpoint_id=path)
     fpt.load_state_dict(st, sd2, opt)
     why = same(ref, snapshot(st, opt)) or check_compute(st)
-    return ref, ("round trip: " + why) if why else None
+    if why:
+        return ref, "round trip: " + why
+    # and again straight into the arena (no staging copy)
+    with torch.no_grad():
+        for mp in st.main_params():
+            mp.add_(0.25)
+            for v in opt.state[mp].values():
+                v.add_(1.0)
+    ck.load_in_place(st, path, opt)
+    why = same(ref, snapshot(st, opt)) or check_compute(st)
+    return ref, ("round trip (load_in_place): " + why) if why else None
 
 
 def run_save(name, rank, world, d):
@@ -366,6 +376,16 @@ def run_corrupt(name, rank, world, d):
             why = same(before, snapshot(st, opt))
             if why:
                 return "FAIL", f"{tag}: state changed after a failed load: {why}"
+            try:  # the in-place load's checks catch it before reading
+                ck.load_in_place(st, path, opt)
+            except FlexplanError as e:
+                if "no rank changed" not in str(e):
+                    return "FAIL", f"{tag}: load_in_place: {e}"
+            else:
+                return "FAIL", f"{tag}: load_in_place loaded a corrupt checkpoint"
+            why = same(before, snapshot(st, opt))
+            if why:
+                return "FAIL", f"{tag}: load_in_place changed the state: {why}"
         # one rank's state dict is wrong (another plan's shapes): load_state_dict
         # fails on every rank, the others' valid parts are not written
         sd = fpt.state_dict(st, opt)
