@@ -227,6 +227,16 @@ def run_load(name, rank, world, d):
         _, why = round_trip(name, st, opt, f"{path}.np{world}")  # and a round trip on this rank count
         if why:
             return "FAIL", why
+        # a state dict of full tensors (as get_model_state_dict(full_state_dict=True) gives): each rank
+        # takes its boxes; the weights equal the saved ones again
+        full = {k: ref["main"][v] for k, (kind, v) in ck._fqns(st).items() if kind == "param"}
+        with torch.no_grad():
+            for mp in st.main_params():
+                mp.add_(0.5)
+        fpt.load_state_dict(st, full)
+        why = same({"main": ref["main"]}, {"main": snapshot(st, opt)["main"]}) or check_compute(st)
+        if why:
+            return "FAIL", "full tensors: " + why
         losses = train(kind, model, st, opt, rank, world, STEPS, MORE)
         with open(path + ".losses.json") as f:
             want = json.load(f)
