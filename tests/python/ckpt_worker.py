@@ -50,14 +50,17 @@ PLACEMENTS = [RAGGED,
               {"name": "l1", "params": ["layers.1.*"], "placement": {"kind": "owned", "rank": "auto"}},
               {"name": "l2", "params": ["layers.2.weight"], "placement": {"kind": "shard", "dim": 1}},
               {"name": "l3", "params": ["layers.3.*"], "placement": {"kind": "replicate"}}]
-PER_PARAM = [{"name": "pp", "params": ["*"], "split": "per_module"}]
+PER_MODULE = [{"name": "pm", "params": ["*"], "split": "per_module"}]
 
 # name: model, optimizer, bf16 params, (strategy, extra) to save with, (strategy, extra) to load with
 CONFIGS = {
     "mlp_adamw": ("mlp", "adamw", False, ("full_shard", {}), ("full_shard", {"buckets": PLACEMENTS})),
     "mlp_sgd": ("mlp", "sgd", False, ("full_shard", {"buckets": PLACEMENTS}), ("shard_grad_op", {})),
     "mlp_bf16": ("mlp", "adamw", True, ("full_shard", {}), ("no_shard", {})),
-    "llama_adamw": ("llama", "adamw", False, ("full_shard", {}), ("full_shard", {"buckets": PER_PARAM})),
+    # per-param collectives: each param sharded on its own (FSDP2's layout), no flat bucket
+    "llama_adamw": ("llama", "adamw", False, ("full_shard", {}), ("full_shard", {"collectives": "per_param"})),
+    "mlp_per_param": ("mlp", "adamw", False, ("full_shard", {"collectives": "per_param"}),
+                      ("full_shard", {"buckets": PER_MODULE})),
     "llama_hybrid": ("llama", "adamw", False, ("full_shard", {}),
                      ("hybrid_shard", {"hybrid_shard": {"intra_node_size": 2}, "mesh": {"ranks_per_node": 2}})),
 }
@@ -79,7 +82,10 @@ def make(name, which, rank, world, d):
         strategy, extra = "full_shard", {k: v for k, v in extra.items() if k not in ("hybrid_shard", "mesh")}
     if world == 1 and "buckets" in extra and extra["buckets"] is PLACEMENTS:
         extra = {k: v for k, v in extra.items() if k != "buckets"}
+    coll = extra.pop("collectives", None)
     spec = spec_for(strategy, extra, world, {"kind": kind})
+    if coll:
+        spec["defaults"]["collectives"] = coll
     if bf16:  # bf16 main weights: compute, grads and optimizer state in bf16 too
         spec["defaults"]["mixed_precision"] = {"param_dtype": "bf16", "reduce_dtype": "bf16",
                                                "main_grad_dtype": "bf16"}
