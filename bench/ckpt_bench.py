@@ -9,7 +9,8 @@ the meta device (no rank ever holds it whole), fp32, AdamW (one step, so the
 optimizer state exists). flexplan.torch: full_shard, one bucket per layer
 (flat storage: extents cut rows), init=None then each rank fills its shards;
 save = flexplan.torch.state_dict(st, opt, copy=False) + dcp.save; load =
-state_dict (staging copies) + dcp.load + load_state_dict. FSDP2: fully_shard per layer and the root on a
+state_dict (staging copies) + dcp.load + load_state_dict; load_in_place =
+flexplan.torch.checkpoint.load_in_place (checks, then reads into the arena). FSDP2: fully_shard per layer and the root on a
 gloo mesh, to_empty + init; save = get_state_dict + dcp.save; load =
 get_state_dict + dcp.load + set_state_dict. Before each phase the heap is
 trimmed (malloc_trim) so freed memory of the last phase does not hide this
@@ -97,9 +98,9 @@ def one_step(model, opt, dim, rank):
     opt.zero_grad()
 
 
-def measure(save, load, barrier, reps):
+def measure(phases, barrier, reps):
     out = {}
-    for name, fn in (("save", save), ("load", load)):
+    for name, fn in phases:
         best_t, best_m = None, 0
         for _ in range(reps):
             barrier()
@@ -148,7 +149,10 @@ def flexplan_rank(a):
         dcp.load(sd, checkpoint_id=path)
         fpt.load_state_dict(st, sd, opt)
 
-    res = measure(save, load, dist.barrier, a.reps)
+    def load_in_place():
+        ck.load_in_place(st, path, opt)
+
+    res = measure((("save", save), ("load", load), ("load_in_place", load_in_place)), dist.barrier, a.reps)
     shards = sum(mp.numel() * 4 * 3 for mp in st.main_params())
     res.update(rank=rank, side="flexplan", shard_bytes=shards, largest=a.dim * a.dim * 4)
     with open(os.path.join(a.dir, f"flexplan.r{rank}.json"), "w") as f:
@@ -190,7 +194,7 @@ def fsdp2_rank(rank, a, port):
         dcp.load(sd, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
 
-    res = measure(save, load, dist.barrier, a.reps)
+    res = measure((("save", save), ("load", load)), dist.barrier, a.reps)
     shards = sum(p.to_local().numel() * 4 * 3 for p in model.parameters())
     res.update(rank=rank, side="fsdp2", shard_bytes=shards, largest=a.dim * a.dim * 4)
     with open(os.path.join(a.dir, f"fsdp2.r{rank}.json"), "w") as f:
@@ -240,13 +244,15 @@ def main():
     print(f"model: {a.layers} x Linear({a.dim}, {a.dim}), {params:,} params, fp32 + AdamW state "
           f"{params * 12 / mb:.1f} MiB; {a.np} ranks; checkpoint on disk: flexplan {du['flexplan'] / mb:.1f} MiB, "
           f"FSDP2 {du['fsdp2'] / mb:.1f} MiB")
-    print(f"{'side':9} {'rank':>4} {'save s':>8} {'load s':>8} {'save +RSS MiB':>14} {'load +RSS MiB':>14} "
-          f"{'bound MiB':>10}")
+    print(f"{'side':9} {'rank':>4} {'save s':>8} {'load s':>8} {'inplace s':>9} {'save +RSS MiB':>14} "
+          f"{'load +RSS MiB':>14} {'inplace +RSS':>12} {'bound MiB':>10}")
     for side, rs in rows.items():
         for r in rs:
             bound = r["shard_bytes"] + r["largest"]
-            print(f"{side:9} {r['rank']:>4} {r['save_s']:8.3f} {r['load_s']:8.3f} {r['save_rss_extra'] / mb:14.1f} "
-                  f"{r['load_rss_extra'] / mb:14.1f} {bound / mb:10.1f}")
+            ip_s = f"{r['load_in_place_s']:9.3f}" if "load_in_place_s" in r else f"{'-':>9}"
+            ip_m = f"{r['load_in_place_rss_extra'] / mb:12.1f}" if "load_in_place_s" in r else f"{'-':>12}"
+            print(f"{side:9} {r['rank']:>4} {r['save_s']:8.3f} {r['load_s']:8.3f} {ip_s} "
+                  f"{r['save_rss_extra'] / mb:14.1f} {r['load_rss_extra'] / mb:14.1f} {ip_m} {bound / mb:10.1f}")
 
     def med(xs):
         xs = sorted(xs)
@@ -254,8 +260,12 @@ def main():
     for k in ("save_s", "load_s", "save_rss_extra", "load_rss_extra"):
         f, g = med([r[k] for r in rows["flexplan"]]), med([r[k] for r in rows["fsdp2"]])
         print(f"ratio flexplan / FSDP2 {k:15}: {f / g if g else float('inf'):6.2f}  ({f:.4g} vs {g:.4g})")
-    worst = max(max(r["save_rss_extra"], r["load_rss_extra"]) / (r["shard_bytes"] + r["largest"])
-                for r in rows["flexplan"])
+    for k, fk in (("load_s", "load_in_place_s"), ("load_rss_extra", "load_in_place_rss_extra")):
+        f, g = med([r[fk] for r in rows["flexplan"]]), med([r[k] for r in rows["fsdp2"]])
+        print(f"ratio flexplan load_in_place / FSDP2 load {k:15}: {f / g if g else float('inf'):6.2f}  "
+              f"({f:.4g} vs {g:.4g})")
+    worst = max(max(r["save_rss_extra"], r["load_rss_extra"], r["load_in_place_rss_extra"]) /
+                (r["shard_bytes"] + r["largest"]) for r in rows["flexplan"])
     print(f"flexplan: the most any rank's RSS grew in save or load, over its bound (shards + one tensor): "
           f"{worst:.2f}; the model is {params * 12 / max(r['shard_bytes'] + r['largest'] for r in rows['flexplan']):.1f}"
           f"x that bound")

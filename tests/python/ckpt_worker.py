@@ -50,14 +50,17 @@ PLACEMENTS = [RAGGED,
               {"name": "l1", "params": ["layers.1.*"], "placement": {"kind": "owned", "rank": "auto"}},
               {"name": "l2", "params": ["layers.2.weight"], "placement": {"kind": "shard", "dim": 1}},
               {"name": "l3", "params": ["layers.3.*"], "placement": {"kind": "replicate"}}]
-PER_PARAM = [{"name": "pp", "params": ["*"], "split": "per_module"}]
+PER_MODULE = [{"name": "pm", "params": ["*"], "split": "per_module"}]
 
 # name: model, optimizer, bf16 params, (strategy, extra) to save with, (strategy, extra) to load with
 CONFIGS = {
     "mlp_adamw": ("mlp", "adamw", False, ("full_shard", {}), ("full_shard", {"buckets": PLACEMENTS})),
     "mlp_sgd": ("mlp", "sgd", False, ("full_shard", {"buckets": PLACEMENTS}), ("shard_grad_op", {})),
     "mlp_bf16": ("mlp", "adamw", True, ("full_shard", {}), ("no_shard", {})),
-    "llama_adamw": ("llama", "adamw", False, ("full_shard", {}), ("full_shard", {"buckets": PER_PARAM})),
+    # per-param collectives: each param sharded on its own (FSDP2's layout), no flat bucket
+    "llama_adamw": ("llama", "adamw", False, ("full_shard", {}), ("full_shard", {"collectives": "per_param"})),
+    "mlp_per_param": ("mlp", "adamw", False, ("full_shard", {"collectives": "per_param"}),
+                      ("full_shard", {"buckets": PER_MODULE})),
     "llama_hybrid": ("llama", "adamw", False, ("full_shard", {}),
                      ("hybrid_shard", {"hybrid_shard": {"intra_node_size": 2}, "mesh": {"ranks_per_node": 2}})),
 }
@@ -79,7 +82,10 @@ def make(name, which, rank, world, d):
         strategy, extra = "full_shard", {k: v for k, v in extra.items() if k not in ("hybrid_shard", "mesh")}
     if world == 1 and "buckets" in extra and extra["buckets"] is PLACEMENTS:
         extra = {k: v for k, v in extra.items() if k != "buckets"}
+    coll = extra.pop("collectives", None)
     spec = spec_for(strategy, extra, world, {"kind": kind})
+    if coll:
+        spec["defaults"]["collectives"] = coll
     if bf16:  # bf16 main weights: compute, grads and optimizer state in bf16 too
         spec["defaults"]["mixed_precision"] = {"param_dtype": "bf16", "reduce_dtype": "bf16",
                                                "main_grad_dtype": "bf16"}
@@ -181,7 +187,17 @@ def round_trip(name, st, opt, path):
     dcp.load(sd2, checkpoint_id=path)
     fpt.load_state_dict(st, sd2, opt)
     why = same(ref, snapshot(st, opt)) or check_compute(st)
-    return ref, ("round trip: " + why) if why else None
+    if why:
+        return ref, "round trip: " + why
+    # and again straight into the arena (no staging copy)
+    with torch.no_grad():
+        for mp in st.main_params():
+            mp.add_(0.25)
+            for v in opt.state[mp].values():
+                v.add_(1.0)
+    ck.load_in_place(st, path, opt)
+    why = same(ref, snapshot(st, opt)) or check_compute(st)
+    return ref, ("round trip (load_in_place): " + why) if why else None
 
 
 def run_save(name, rank, world, d):
@@ -217,6 +233,16 @@ def run_load(name, rank, world, d):
         _, why = round_trip(name, st, opt, f"{path}.np{world}")  # and a round trip on this rank count
         if why:
             return "FAIL", why
+        # a state dict of full tensors (as get_model_state_dict(full_state_dict=True) gives): each rank
+        # takes its boxes; the weights equal the saved ones again
+        full = {k: ref["main"][v] for k, (kind, v) in ck._fqns(st).items() if kind == "param"}
+        with torch.no_grad():
+            for mp in st.main_params():
+                mp.add_(0.5)
+        fpt.load_state_dict(st, full)
+        why = same({"main": ref["main"]}, {"main": snapshot(st, opt)["main"]}) or check_compute(st)
+        if why:
+            return "FAIL", "full tensors: " + why
         losses = train(kind, model, st, opt, rank, world, STEPS, MORE)
         with open(path + ".losses.json") as f:
             want = json.load(f)
@@ -366,6 +392,16 @@ def run_corrupt(name, rank, world, d):
             why = same(before, snapshot(st, opt))
             if why:
                 return "FAIL", f"{tag}: state changed after a failed load: {why}"
+            try:  # the in-place load's checks catch it before reading
+                ck.load_in_place(st, path, opt)
+            except FlexplanError as e:
+                if "no rank changed" not in str(e):
+                    return "FAIL", f"{tag}: load_in_place: {e}"
+            else:
+                return "FAIL", f"{tag}: load_in_place loaded a corrupt checkpoint"
+            why = same(before, snapshot(st, opt))
+            if why:
+                return "FAIL", f"{tag}: load_in_place changed the state: {why}"
         # one rank's state dict is wrong (another plan's shapes): load_state_dict
         # fails on every rank, the others' valid parts are not written
         sd = fpt.state_dict(st, opt)

@@ -4,8 +4,9 @@
 - the boxes: a flat range of a row-major tensor becomes boxes that cover it
   exactly (a partial row, whole rows, a partial row, recursively);
 - ckpt_worker.py under mpiexec: train on 2 ranks, DCP save, round trip bit
-  for bit; resume on 1, 3 and 4 ranks with other plans (strategies, flat and
-  per-param buckets, ragged / owned / dim-1 / replicated placements, hybrid):
+  for bit; resume on 1, 3 and 4 ranks with other plans (strategies, flat
+  buckets and per-param collectives, ragged / owned / dim-1 / replicated
+  placements, hybrid), also through load_in_place and from full tensors:
   main weights, AdamW / SGD-momentum state and step equal the saved ones bit
   for bit (gathered from the arena, against full tensors rank 0 wrote before
   saving), compute copies recast, and the next losses equal the
@@ -40,7 +41,7 @@ pytest.importorskip("torch.distributed.checkpoint")
 from flexplan.torch.checkpoint import flat_boxes, _extent_boxes  # noqa: E402
 from torch_mpi import run_mpi  # noqa: E402
 
-CONFIGS = ["mlp_adamw", "mlp_sgd", "mlp_bf16", "llama_adamw", "llama_hybrid"]
+CONFIGS = ["mlp_adamw", "mlp_sgd", "mlp_bf16", "llama_adamw", "llama_hybrid", "mlp_per_param"]
 
 
 def _cover(shape, boxes):

@@ -5,12 +5,16 @@
 - shard(module, plan, ...) -> Sharded: FSDP-style sharding of a module on a
   compiled plan; optimizer(), clip_grad_norm_(), state() (loaded on first
   use from flexplan.torch.shard; docs/torch.md).
+- state_dict(st, optimizer=None, *, copy=True), load_state_dict(st, sd,
+  optimizer=None), load_in_place(st, checkpoint_id, optimizer=None): sharded
+  checkpoints through torch.distributed.checkpoint (flexplan.torch.checkpoint;
+  docs/torch.md, "Checkpoints").
 """
 from .describe import describe
 
 __all__ = ["describe", "shard", "optimizer", "clip_grad_norm_", "state", "Sharded", "state_dict",
-           "load_state_dict"]
-_CKPT_NAMES = ("state_dict", "load_state_dict")
+           "load_state_dict", "load_in_place"]
+_CKPT_NAMES = ("state_dict", "load_state_dict", "load_in_place")
 _SHARD_NAMES = ("shard", "optimizer", "clip_grad_norm_", "state", "Sharded")
 
 

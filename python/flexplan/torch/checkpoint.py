@@ -23,7 +23,14 @@ if any rank fails, every rank raises and no rank changes anything), and
 writes the main shards, the optimizer state (the plan's views; step and
 param_groups' hyperparameters), the persistent compute copies (recast from
 the new main weights, gathered where this rank holds only a shard) and
-persistent buffers. docs/torch.md, "Checkpoints (torch.distributed.checkpoint)".
+persistent buffers.
+
+``state_dict(st, opt, copy=False)`` is for saving without a copy: DCP's
+writer takes each box from the arena as it writes it.
+``load_in_place(st, checkpoint_id, opt)`` loads without a copy: every rank
+checks the checkpoint's metadata against its boxes (keys, shapes, coverage,
+files present and long enough), the ranks agree, then dcp.load reads into
+the arena's views. docs/torch.md, "Checkpoints (torch.distributed.checkpoint)".
 """
 import ctypes
 import os
@@ -34,7 +41,7 @@ import torch
 
 from ..errors import FlexplanError
 
-__all__ = ["state_dict", "load_state_dict", "init_process_group", "flat_boxes"]
+__all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes"]
 
 _TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -280,8 +287,9 @@ def state_dict(st, optimizer=None, *, copy=True):
 
 def _value(L, flat, copy):
     """one state of one param as DCP sees it: a staging copy, or (copy=False)
-    a dataless tensor whose boxes DCP takes from the arena when it writes"""
-    if copy or not L.local_shape:
+    a dataless tensor whose boxes DCP takes from the arena when it writes, or
+    (copy="in_place", load_in_place) one whose boxes are the arena's views"""
+    if copy is True or not L.local_shape:
         t = L.new(flat.dtype)
         L.gather(flat, t)
         return t
@@ -291,7 +299,8 @@ def _value(L, flat, copy):
     t.local_offsets = L.local_offsets
     t.local_sizes = L.local_sizes
     t._flexplan_layout = L
-    t._flexplan_lazy = True
+    t._flexplan_lazy = copy is False
+    t._flexplan_inplace = copy == "in_place"
     offs = {torch.Size(o): i for i, o in enumerate(L.global_offsets)}
 
     def box(index):
@@ -300,6 +309,8 @@ def _value(L, flat, copy):
             i = offs.get(torch.Size(index.offset) if index.offset is not None else None)
         if i is None:
             raise ValueError(f"{index.fqn}: no box at {index.offset} on this rank")
+        if copy == "in_place":
+            return L.shard(flat, i)  # DCP reads into the arena itself
         f = sys._getframe(1)
         for _ in range(6):  # DCP's load resolves its targets through resolve_tensor
             if f is None:
@@ -371,6 +382,8 @@ def _source(fqn, v, L, dtype_ok=True):
     ("staged", tensor) | ("full", tensor)"""
     if not isinstance(v, torch.Tensor):
         raise _err(f"{fqn}: expected a tensor, got {type(v).__name__}")
+    if getattr(v, "_flexplan_inplace", False):
+        return "in_place", v
     if getattr(v, "_flexplan_lazy", False):
         raise _err(f"{fqn}: this state dict was made with copy=False (for saving: it holds no data); load "
                    f"into flexplan.torch.state_dict(st, optimizer) (copies)")
@@ -460,9 +473,12 @@ def _plan_optim(st, opt, osd, lay):
     if len(ogroups) != len(gnames):
         raise _err(f"the optimizer has {len(gnames)} param group(s), the state dict {len(ogroups)}")
     for i, (g, names) in enumerate(zip(ogroups, gnames)):
-        if list(g.get("params", [])) != names:
-            raise _err(f"param group {i}: the state dict's params {list(g.get('params', []))[:4]}... are not the "
-                       f"optimizer's {names[:4]}...")
+        have = list(g.get("params", []))
+        if sorted(have) != sorted(names):  # the same params (FSDP2 lists them in the module's order)
+            miss = [n for n in names if n not in have][:4]
+            more = [n for n in have if n not in names][:4]
+            raise _err(f"param group {i}: the state dict's params differ from the optimizer's (missing {miss}, "
+                       f"not the optimizer's {more})")
         out.append(("group", opt.param_groups[i], {k: v for k, v in g.items() if k != "params"}))
     for g in opt.param_groups:
         for mp in g["params"]:
@@ -498,6 +514,8 @@ def _write(st, plan, lay, opt):
                 flat = p.tensor("main")
                 if how == "staged":
                     lay[p.name].scatter(src, flat)
+                elif how == "in_place":
+                    pass  # dcp.load wrote it
                 else:
                     lay[p.name].from_full(src.to(flat.dtype), flat)
             elif kind == "group":
@@ -507,6 +525,10 @@ def _write(st, plan, lay, opt):
                         g[k] = v
             elif kind == "optim":
                 _, mp, k, view, how, src = item
+                if how == "in_place":
+                    if view is not None:
+                        _set_state(opt, mp, k, view)
+                    continue
                 if view is None:
                     view = torch.zeros_like(mp)
                 if how == "staged":
@@ -601,3 +623,101 @@ def init_process_group(st=None, backend="gloo", timeout_s=120):
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
 
+
+
+def load_in_place(st, checkpoint_id, optimizer=None):
+    """Load a DCP checkpoint straight into the arena, holding nothing of the
+    shards beyond it (DCP's read buffer of one chunk): every rank first
+    checks the checkpoint's metadata against its own boxes (every key
+    present with its shape, the saved chunks covering each box, each chunk's
+    file present and long enough) and the ranks agree (on any failure every
+    rank raises and nothing changes); then dcp.load reads into the arena's
+    views, and the small values (step, param groups, buffers) and the
+    compute copies follow as in load_state_dict. A read that fails after the
+    checks (an I/O error, a chunk whose bytes are corrupt) leaves the arena
+    partly loaded: FlexplanError on every rank saying so (load again).
+    Collective; between steps; needs torch.distributed (DCP)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    st = _state(st)
+    why, sd, reader = None, None, None
+    try:
+        if st.driver.pos != 0:
+            raise _err("load_in_place: call it between steps (after opt.step(), before the next forward)", 3)
+        sd = _state_dict(st, optimizer, "in_place")
+        reader = FileSystemReader(os.fspath(checkpoint_id))
+        md = reader.read_metadata()
+        _check_metadata(sd, md, reader, os.fspath(checkpoint_id))
+    except FlexplanError as e:
+        why = str(e)
+    except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
+        why = f"{os.fspath(checkpoint_id)}: {type(e).__name__}: {e}"
+    fail = _vote(st, why is None, why)
+    if fail is not None:
+        raise _err(f"load_in_place: {fail}; no rank changed its state")
+    try:
+        dcp.load(sd, storage_reader=reader)
+    except BaseException as e:  # DCP's CheckpointException is a BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise _err(f"load_in_place: reading {os.fspath(checkpoint_id)} failed after the checks passed, and the "
+                   f"arena is partly loaded: load a checkpoint again before training ({type(e).__name__}: "
+                   f"{str(e)[:300]})") from None
+    load_state_dict(st, sd, optimizer)
+
+
+def _state_dict(st, optimizer, mode):
+    return state_dict(st, optimizer, copy=mode)
+
+
+def _check_metadata(sd, md, reader, where):
+    """every key of sd in the checkpoint, shapes equal, this rank's boxes
+    covered by saved chunks whose files hold their bytes"""
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
+    flat, _ = flatten_state_dict(sd)
+    sizes = {}
+    missing = [k for k in flat if k not in md.state_dict_metadata]
+    if missing:
+        raise _err(f"{where}: the checkpoint lacks {len(missing)} key(s): {', '.join(missing[:6])}"
+                   + (" ..." if len(missing) > 6 else ""))
+    storage = md.storage_data
+
+    def file_ok(index):
+        info = storage.get(index)
+        if info is None:
+            raise _err(f"{where}: no storage for {index.fqn} at {list(index.offset or [])}")
+        path = os.path.join(where, info.relative_path)
+        if path not in sizes:
+            if not os.path.isfile(path):
+                raise _err(f"{where}: {info.relative_path} (holding {index.fqn}) is missing")
+            sizes[path] = os.path.getsize(path)
+        if info.offset + info.length > sizes[path]:
+            raise _err(f"{where}: {info.relative_path} is {sizes[path]} bytes; {index.fqn} needs bytes up to "
+                       f"{info.offset + info.length} (a truncated file)")
+
+    for k, v in flat.items():
+        m = md.state_dict_metadata[k]
+        if not isinstance(v, torch.Tensor):
+            file_ok(MetadataIndex(k))
+            continue
+        if not isinstance(m, TensorStorageMetadata):
+            raise _err(f"{where}: {k} is not a tensor in the checkpoint")
+        L = getattr(v, "_flexplan_layout", None)
+        shape = L.shape if L is not None else tuple(v.shape)
+        if tuple(m.size) != tuple(shape):
+            raise _err(f"{where}: {k} has shape {list(m.size)} in the checkpoint, {list(shape)} here")
+        boxes = [(b[0], b[1]) for b in L.boxes] if L is not None else [((0,) * len(shape), tuple(shape))]
+        for off, sz in boxes:
+            need = _prod(sz)
+            got = 0
+            for c in m.chunks:
+                ov = 1
+                for o, z, co, cz in zip(off, sz, c.offsets, c.sizes):
+                    ov *= max(0, min(o + z, co + cz) - max(o, co))
+                if ov:
+                    got += ov
+                    file_ok(MetadataIndex(k, c.offsets))
+            if got != need:
+                raise _err(f"{where}: the checkpoint's chunks of {k} cover {got} of the {need} elements of "
+                           f"this rank's box at {list(off)}")
