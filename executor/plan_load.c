@@ -48,7 +48,9 @@ static fp_status plan_fail(fp_plan *p, fp_status st, const char *msg, size_t len
   return p->msg ? st : FP_ERR_NOMEM;
 }
 
-fp_status fp_plan_load(const char *path, fp_plan **out) {
+fp_status fp_plan_load(const char *path, fp_plan **out) { return fp_plan_load_flags(path, 0, out); }
+
+fp_status fp_plan_load_flags(const char *path, unsigned flags, fp_plan **out) {
   if (!out) return FP_ERR_ARG;
   fp_plan *p = *out = calloc(1, sizeof *p);
   if (!p) return FP_ERR_NOMEM;
@@ -62,7 +64,8 @@ fp_status fp_plan_load(const char *path, fp_plan **out) {
   d.max_errors = 20; /* enough to see what is wrong; a hostile file may have thousands */
   p->arena = fp_arena_new();
   fp_src src;
-  if (!fp_src_read(p->arena, &d, path, &src) || !(p->prog = fp_plan_read(p->arena, &d, &src))) {
+  unsigned vf = flags & FP_LOAD_SEMANTIC ? FP_VERIFY_SEM : 0;
+  if (!fp_src_read(p->arena, &d, path, &src) || !(p->prog = fp_plan_read_flags(p->arena, &d, &src, vf))) {
     FP_ASSERT(d.nerrors > 0 && d.buf); /* the reader reports every rejection */
     st = plan_fail(p, FP_ERR_PLAN, d.buf, d.len);
     goto fail;

@@ -263,10 +263,11 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
     ncclResult_t r1 = ncclGroupStart(), r = r1; /* then its sends and recvs, one group */
     for (int32_t k = i; k < end && r == ncclSuccess; k++) {
       const fp_tx_op *o = &tx->ops[k];
+      if (!p2p(o)) continue; /* a local op of the segment (issued above): it has no peer */
       size_t bytes = (size_t)(o->n * fp_dtype_size(o->dtype));
       int peer = rank[o->peer];
       if (o->kind == FP_TX_SEND) r = ncclSend(at(from_dev, to_dev, stage, o->src), bytes, ncclUint8, peer, n->comm, n->s);
-      else if (o->kind == FP_TX_RECV) r = ncclRecv(at(from_dev, to_dev, stage, o->dst), bytes, ncclUint8, peer, n->comm, n->s);
+      else r = ncclRecv(at(from_dev, to_dev, stage, o->dst), bytes, ncclUint8, peer, n->comm, n->s);
     }
     ncclResult_t r2 = r1 == ncclSuccess ? ncclGroupEnd() : ncclSuccess;
     if (r != ncclSuccess) st = nccl_fail(t, "ncclSend / ncclRecv", r, n->comm);

@@ -117,6 +117,13 @@ typedef struct fp_plan fp_plan;
  * is immutable once loaded and may be shared by several executors; it must
  * outlive them. */
 FP_API fp_status fp_plan_load(const char *path, fp_plan **out);
+/* fp_plan_load with options: FP_LOAD_SEMANTIC also runs the verifier's
+ * semantic check (rule 9, docs/ir.md): the plan computes the training step
+ * it claims - every gathered weight is the current main weight, every main
+ * grad the sum over all ranks and micro-batches, nothing reads undefined
+ * bytes. Its failures are FP_ERR_PLAN with located messages, as above. */
+#define FP_LOAD_SEMANTIC 1u
+FP_API fp_status fp_plan_load_flags(const char *path, unsigned flags, fp_plan **out);
 /* the last error of a plan handle ("" when none); valid until fp_plan_free */
 FP_API const char *fp_plan_errmsg(const fp_plan *plan);
 FP_API void fp_plan_free(fp_plan *plan);

@@ -469,6 +469,12 @@ bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
  * has not run on yet - everything except the happens-before parts of rules
  * 6 and 8 (see ir/verify.c) */
 #define FP_VERIFY_UNORDERED 1u
+/* FP_VERIFY_SEM adds rule 9 (ir/verify_sem.c) to a program that passes rules
+ * 1-8: it computes the training step it claims (what every byte holds) */
+#define FP_VERIFY_SEM 2u
+/* programs rule 9 left unchecked as too large (rank classes x params sharded
+ * outside flat buckets over its limit, ir/verify_sem.c): it passes them */
+extern long fp_ir_sem_skipped;
 bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags);
 /* plan.json: {"format":"flexplan.plan.v1","planner_version":..,
  * "hash":"fnv1a64:<hex>", ...}; the hash: FNV-1a 64 (by 64-bit words) over a canonical
@@ -476,6 +482,8 @@ bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigne
 uint64_t fp_prog_hash(const fp_prog *p);
 bool fp_plan_write(const fp_prog *p, FILE *f);
 fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src);
+/* the same, verified with FP_VERIFY_* flags (FP_VERIFY_SEM: rule 9 too) */
+fp_prog *fp_plan_read_flags(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags);
 /* explain: one row per op (EXPLAIN-style table): index, segment, stream, op,
  * operands, count/bytes, comm, waits/records */
 void fp_ir_explain(const fp_prog *p, FILE *f);

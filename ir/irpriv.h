@@ -92,5 +92,7 @@ typedef enum {
 /* report msg about (what, i); ctx is the caller's */
 typedef void (*fp_vreport)(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg);
 bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *ctx, unsigned flags);
+/* rule 9 alone (ir/verify_sem.c): for a program that passes rules 1-8 */
+bool fp_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *ctx);
 
 #endif

@@ -1089,7 +1089,7 @@ static void report_json(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
   fp_diag_json(l->d, l->src, ptr, "%s", msg);
 }
 
-static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
+static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags) {
   fp_jctx jc = {a, d, src, NULL};
   rd r = {.a = a, .d = d, .src = src};
   fp_prog *p = NULL;
@@ -1137,7 +1137,7 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src) {
     goto fail;
   }
   jloc l = {d, src, a};
-  if (!fp_ir_verify_with(p, report_json, &l, 0)) goto fail;
+  if (!fp_ir_verify_with(p, report_json, &l, flags)) goto fail;
   return p;
 fail:
   return NULL;
@@ -1839,11 +1839,13 @@ static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
   return p;
 }
 
-fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) {
+fp_prog *fp_plan_read_flags(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags) {
   fp_prog *p = fp_plan_fast_read ? plan_read_fast(a, src) : NULL;
-  if (!p) return plan_read_slow(a, d, src);
+  if (!p) return plan_read_slow(a, d, src, flags);
   fp_plan_fast_reads++;
   jloc l = {d, src, a};
-  return fp_ir_verify_with(p, report_json, &l, 0) ? p : NULL;
+  return fp_ir_verify_with(p, report_json, &l, flags) ? p : NULL;
 }
+
+fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) { return fp_plan_read_flags(a, d, src, 0); }
 

@@ -1825,6 +1825,8 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   free(v.rstart);
   free(v.pend);
   free(v.held);
+  if (v.nerr == 0 && (flags & FP_VERIFY_SEM) && !(flags & FP_VERIFY_UNORDERED))
+    return fp_ir_verify_sem_with(p, report, rctx);
   return v.nerr == 0;
 }
 

@@ -23,6 +23,8 @@
  *     none, holds the same roles (FROM, TO) and staging size, and that
  *     program is local work only (no send or recv: nothing to match, so
  *     X2-X5 hold for every process that runs it as for its owner).
+ *  X7 values (ir/verify_sem.c): every TO need region ends up holding exactly
+ *     its param's FROM elements, converted as the transform says.
  * Messages: "xfer: op N (process p, <kind>): ..." through the diag. */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -580,5 +582,7 @@ bool fp_tx_verify(const fp_tx *t, fp_diag *d) {
   bool r = check_reads(t, d);
   if (m && r) check_progress(t, d, match);
   free(match);
+  /* X7 (ir/verify_sem.c): what the TO bytes hold */
+  if (d->nerrors == errs) fp_tx_verify_sem(t, d);
   return d->nerrors == errs;
 }

@@ -175,6 +175,11 @@ int32_t fp_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi);
 /* the verifier (ir/verify_xfer.c): rules X1..X6 (docs/reshard.md); each
  * problem reported through d as "op N (process p): ..."; true when valid */
 bool fp_tx_verify(const fp_tx *t, fp_diag *d);
+/* X7 (ir/verify_sem.c): after the transfer every TO need region holds
+ * exactly its param's FROM elements, converted as the transform says
+ * (MXFP8 exactly for params on the wire as MXFP8); false after reporting */
+bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d);
+extern long fp_tx_sem_skipped; /* transfers X7 passed unchecked as too large (over 2^20 ops) */
 
 /* text form: a header, the params, the requirements and every process's
  * ops (one line each); explain: one row per op with its bytes and the

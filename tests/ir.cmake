@@ -41,3 +41,7 @@ add_test(NAME plan_schema_examples
                  ${CMAKE_SOURCE_DIR}/examples/tiny-mlp.json ${CMAKE_SOURCE_DIR}/examples/tiny-mlp-hybrid.json
                  ${CMAKE_SOURCE_DIR}/examples/llama3-8b.json)
 set_tests_properties(plan_schema_examples PROPERTIES LABELS golden TIMEOUT 120)
+# the semantic check (rule 9, ir/verify_sem.c) on a mutation corpus of every
+# example and golden, each mutant re-hashed through plan.json (tests/test_sem.c)
+fp_unit_test(test_sem)
+set_tests_properties(test_sem PROPERTIES LABELS golden)

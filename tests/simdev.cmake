@@ -6,22 +6,29 @@
 # link that instead of the real executor. Built in every configuration (no
 # CUDA toolkit needed), used only by tests and benches; ctest label simdev.
 set(FP_SIMDEV_DIR ${CMAKE_CURRENT_SOURCE_DIR}/simdev)
-add_library(fp_simdev STATIC ${FP_SIMDEV_DIR}/simdev.c ${FP_SIMDEV_DIR}/simnccl.c ${FP_SIMDEV_DIR}/simkern.c)
-target_include_directories(fp_simdev BEFORE PUBLIC ${FP_SIMDEV_DIR}/include)
-target_include_directories(fp_simdev PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
+# object libraries (position-independent): static archives for the C tests,
+# and the shared library for the Python ones (below)
+add_library(fp_simdev_obj OBJECT ${FP_SIMDEV_DIR}/simdev.c ${FP_SIMDEV_DIR}/simnccl.c ${FP_SIMDEV_DIR}/simkern.c)
+set_target_properties(fp_simdev_obj PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(fp_simdev_obj BEFORE PUBLIC ${FP_SIMDEV_DIR}/include)
+target_include_directories(fp_simdev_obj PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
 # the layers' sums as the GPU computes them (no contraction into FMAs)
-target_compile_options(fp_simdev PRIVATE -ffp-contract=off)
-target_link_libraries(fp_simdev PUBLIC flexplan_kernels Threads::Threads rt m)
+target_compile_options(fp_simdev_obj PRIVATE -ffp-contract=off)
+target_link_libraries(fp_simdev_obj PUBLIC Threads::Threads rt m)
+add_library(fp_simdev STATIC $<TARGET_OBJECTS:fp_simdev_obj>)
+target_link_libraries(fp_simdev PUBLIC fp_simdev_obj flexplan_kernels)
 
-add_library(flexplan_exec_simdev STATIC)
-target_sources(flexplan_exec_simdev PRIVATE ${FP_EXEC_SRC} ${FP_EXEC_CUDA_SRC})
 list(TRANSFORM FP_EXEC_SRC PREPEND ${CMAKE_SOURCE_DIR}/ OUTPUT_VARIABLE fp_exec_src_abs)
 list(TRANSFORM FP_EXEC_CUDA_SRC PREPEND ${CMAKE_SOURCE_DIR}/ OUTPUT_VARIABLE fp_exec_cuda_src_abs)
-set_property(TARGET flexplan_exec_simdev PROPERTY SOURCES ${fp_exec_src_abs} ${fp_exec_cuda_src_abs})
-target_include_directories(flexplan_exec_simdev PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
-target_compile_definitions(flexplan_exec_simdev PUBLIC FP_HAVE_CUDA=1)
-target_link_libraries(flexplan_exec_simdev PUBLIC fp_simdev flexplan_core flexplan_kernels flexplan_st
-                      PkgConfig::JSONC MPI::MPI_C Threads::Threads m)
+add_library(flexplan_exec_simdev_obj OBJECT ${fp_exec_src_abs} ${fp_exec_cuda_src_abs})
+set_target_properties(flexplan_exec_simdev_obj PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(flexplan_exec_simdev_obj BEFORE PRIVATE ${FP_SIMDEV_DIR}/include)
+target_include_directories(flexplan_exec_simdev_obj PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
+target_compile_definitions(flexplan_exec_simdev_obj PUBLIC FP_HAVE_CUDA=1)
+target_link_libraries(flexplan_exec_simdev_obj PUBLIC PkgConfig::JSONC MPI::MPI_C Threads::Threads m)
+add_library(flexplan_exec_simdev STATIC $<TARGET_OBJECTS:flexplan_exec_simdev_obj>)
+target_link_libraries(flexplan_exec_simdev PUBLIC flexplan_exec_simdev_obj fp_simdev flexplan_core flexplan_kernels
+                      flexplan_st)
 
 # train_mlp on the simulated device (--backend nccl)
 add_executable(train_mlp_simdev ${CMAKE_SOURCE_DIR}/examples/train_mlp.c)
@@ -38,13 +45,19 @@ endif()
 
 # fp_sim_parity(name model spec np [args...]): train_mlp on the simulated
 # device against the MPI backend at np ranks, eager / graph / capture modes,
-# three scheduler seeds each (tests/simdev/sim_parity.py)
+# three scheduler seeds each (tests/simdev/sim_parity.py); under the
+# sanitizers one seed (they look for memory errors: the interleavings are
+# the default preset's job, and ten sanitized runs a test take minutes)
+set(FP_SIMDEV_SEEDS 1,2,3)
+if(FP_SANITIZE)
+  set(FP_SIMDEV_SEEDS 1)
+endif()
 function(fp_sim_parity name model spec np)
   add_test(NAME simdev_parity_${name}_np${np}
            COMMAND ${FP_PYTHON} ${FP_SIMDEV_DIR}/sim_parity.py --flexplan $<TARGET_FILE:flexplan>
                    --train $<TARGET_FILE:train_mlp> --train-sim $<TARGET_FILE:train_mlp_simdev>
                    "--mpiexec=${FP_MPIEXEC_CMD}" --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi --model ${model} --spec ${spec}
-                   --np ${np} ${ARGN})
+                   --np ${np} --seeds ${FP_SIMDEV_SEEDS} ${ARGN})
   set_tests_properties(simdev_parity_${name}_np${np} PROPERTIES LABELS "simdev;mpi" TIMEOUT 600 PROCESSORS ${np}
                        ENVIRONMENT "${FP_SIMDEV_ENV}")
 endfunction()
@@ -55,9 +68,11 @@ foreach(np 1 2 3 4)
   fp_sim_parity(bf16 mlp bf16 ${np})
   fp_sim_parity(ga2 mlp ga2 ${np})
   fp_sim_parity(flat mlp flat ${np})
-  fp_sim_parity(mxfp8_gather mlp fp8-gather ${np} --no-check)
   fp_sim_parity(offload mlp offload ${np})
 endforeach()
+# MXFP8 gathers (reshard_after_forward 2: even worlds)
+fp_sim_parity(mxfp8_gather mlp fp8-gather 2 --no-check)
+fp_sim_parity(mxfp8_gather mlp fp8-gather 4 --no-check)
 fp_sim_parity(full_shard_fsdp2 mlp full_shard 2 --policy fsdp2)
 fp_sim_parity(hybrid_2x2 mlp hybrid 4)
 fp_sim_parity(hybrid_2x2_ga2 mlp hybrid-ga2 4)
@@ -76,3 +91,66 @@ fp_sim_parity(mutation_untold_legacy_stream mlp full_shard 2 --expect-fail --see
               --trainer-args=--stream=legacy-untold)
 fp_sim_parity(mutation_unordered_upload mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes capture,graph
               --trainer-args=--upload=unordered)
+
+# the GPU tests' own programs on the simulated device (tests/gpu.cmake runs them on a GPU)
+add_executable(test_exec_cuda_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_cuda.c)
+target_link_libraries(test_exec_cuda_simdev PRIVATE flexplan_exec_simdev)
+add_library(flexplan_api_simdev STATIC $<TARGET_OBJECTS:flexplan_api_obj>)
+target_link_libraries(flexplan_api_simdev PUBLIC flexplan_viz flexplan_exec_simdev PkgConfig::JSONC MPI::MPI_C)
+add_executable(test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_nccl.c)
+target_link_libraries(test_xfer_nccl_simdev PRIVATE flexplan_api_simdev PkgConfig::JSONC m)
+add_executable(test_exec_nccl_nodev_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_nccl_nodev.c)
+target_link_libraries(test_exec_nccl_nodev_simdev PRIVATE flexplan_exec_simdev)
+add_executable(test_simdev_watchdog ${FP_SIMDEV_DIR}/test_simdev_watchdog.c)
+target_link_libraries(test_simdev_watchdog PRIVATE flexplan_exec_simdev)
+
+# fp_simdev_test(name np exe args...): an MPI test on the simulated device, once per seed of FP_SIMDEV_SEEDS
+function(fp_simdev_test name np exe)
+  string(REPLACE "," ";" seeds "${FP_SIMDEV_SEEDS}")
+  foreach(seed ${seeds})
+    add_test(NAME simdev_${name}_seed${seed}
+             COMMAND ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${np} ${FP_MPIEXEC_PREFLAGS} $<TARGET_FILE:${exe}>
+                     ${MPIEXEC_POSTFLAGS} ${ARGN})
+    set_tests_properties(simdev_${name}_seed${seed} PROPERTIES LABELS "simdev;mpi" TIMEOUT 300 PROCESSORS ${np}
+                         ENVIRONMENT "${FP_SIMDEV_ENV};FP_SIMDEV_SEED=${seed}")
+  endforeach()
+endfunction()
+# every op on all three streams, each mode, refusals inside a capture, a refit
+# under captured graphs, each bootstrap with NCCL_COMM_ID set (gpu_exec's program)
+fp_simdev_test(exec 1 test_exec_cuda_simdev)
+# a transfer between plans on NCCL executors against MPI executors (gpu_xfer's
+# program), at 1 to 4 ranks: full_shard <-> no_shard, MXFP8 on the way, into
+# kept MXFP8 weights
+foreach(np 1 2 3 4)
+  fp_simdev_test(xfer_np${np} ${np} test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json)
+endforeach()
+# the NCCL watchdog on a rank that stops
+fp_simdev_test(watchdog 2 test_simdev_watchdog)
+# a machine without a device (FP_SIMDEV_DEVICES=0): every rank fails at once and cleanly
+add_test(NAME simdev_exec_nccl_nodev_np2
+         COMMAND ${FP_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 2 ${FP_MPIEXEC_PREFLAGS} $<TARGET_FILE:test_exec_nccl_nodev_simdev>)
+set_tests_properties(simdev_exec_nccl_nodev_np2 PROPERTIES LABELS "simdev;mpi" TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${FP_SIMDEV_ENV};FP_SIMDEV_DEVICES=0")
+
+# libflexplan_simdev.so: the whole library with its NCCL backend on the
+# simulated device, for flexplan.torch's tests (tests/simdev/torch_sim_worker.py):
+# torch CPU tensors over simulated device memory (FP_SIMDEV_HOST_VISIBLE=1)
+add_library(flexplan_simdev_shared SHARED)
+target_link_libraries(flexplan_simdev_shared PRIVATE flexplan_base_obj flexplan_core_obj flexplan_kernels_obj
+                      flexplan_st_obj flexplan_viz_obj flexplan_api_obj flexplan_exec_simdev_obj fp_simdev_obj)
+set_target_properties(flexplan_simdev_shared PROPERTIES OUTPUT_NAME flexplan_simdev)
+# -Bsymbolic: its own cuda*/nccl* calls bind to the simulator, never to a CUDA runtime
+# torch (a CUDA build) loaded into the process first
+target_link_options(flexplan_simdev_shared PRIVATE "LINKER:--no-undefined" "LINKER:-Bsymbolic")
+
+# flexplan.torch on the simulated device (tests/python/test_torch_simdev.py)
+fp_add_pytest(simdev_torch test_torch_simdev.py LABELS simdev TIMEOUT 1200)
+set_property(TEST simdev_torch APPEND PROPERTY ENVIRONMENT
+             "FLEXPLAN_SIMDEV_LIBRARY=$<TARGET_FILE:flexplan_simdev_shared>")
+
+# the stream contract's resolution on the C side
+add_executable(test_simdev_stream ${FP_SIMDEV_DIR}/test_simdev_stream.c)
+target_link_libraries(test_simdev_stream PRIVATE flexplan_exec_simdev)
+fp_simdev_test(stream_contract 1 test_simdev_stream)

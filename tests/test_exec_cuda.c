@@ -212,10 +212,19 @@ static void run_steps(fp_exec *x, bool capture, cudaStream_t s) {
   }
 }
 
+static const fp_prog *the_prog; /* names the buffer of a difference */
 static int compare(const char *what, const uint8_t *a, const uint8_t *b, int64_t n) {
+  bool host = strstr(what, "host") != NULL;
   for (int64_t i = 0; i < n; i++)
     if (a[i] != b[i]) {
-      EXPECT(false, "%s: first difference at byte %" PRId64 " (0x%02x, MPI 0x%02x)", what, i, a[i], b[i]);
+      const char *buf = "?";
+      int64_t at = i;
+      for (int32_t k = 0; the_prog && k < the_prog->nbufs; k++) {
+        const fp_ir_buf *f = &the_prog->bufs[k];
+        if (f->host == host && i >= f->offset && i < f->offset + f->bytes) buf = f->name, at = i - f->offset;
+      }
+      EXPECT(false, "%s: first difference at byte %" PRId64 " (buffer %s + %" PRId64 ": 0x%02x, MPI 0x%02x)", what, i,
+             buf, at, a[i], b[i]);
       return 1;
     }
   return 0;
@@ -224,6 +233,7 @@ static int compare(const char *what, const uint8_t *a, const uint8_t *b, int64_t
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   fp_plan *plan = every_op_plan();
+  the_prog = plan->prog;
   fill_init(plan->prog);
   uint8_t *ref_dev = malloc((size_t)dev_bytes + 1), *ref_host = malloc((size_t)host_bytes + 1);
   uint8_t *got_dev = malloc((size_t)dev_bytes + 1), *got_host = malloc((size_t)host_bytes + 1);
@@ -299,7 +309,13 @@ int main(int argc, char **argv) {
       {.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1, .nccl_boot = FP_NCCL_BOOT_ID, .nccl_id = id},
       {.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1, .nccl_boot = FP_NCCL_BOOT_ENV},
   };
-  setenv("NCCL_COMM_ID", "127.0.0.1:29517", 1);
+  /* set before every bootstrap, as a trainer's environment may have it: only
+   * the NCCL_COMM_ID bootstrap may let NCCL bind it (docs/cuda.md,
+   * "Bootstrap"); a port of this process's own (NCCL keeps an address bound
+   * a while after use: two runs of this test back to back must not meet) */
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+  setenv("NCCL_COMM_ID", addr, 1);
   for (int b = 0; b < 3; b++) {
     x = make(plan, boots[b]);
     EXPECT(fp_exec_cuda_stream(x) != NULL, "boot %d: the executor's own stream", b);

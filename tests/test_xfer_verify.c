@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     cp->dst = (fp_tx_ref){FP_SP_TO, 16}, cp->src = (fp_tx_ref){FP_SP_STAGE, 0};
     fp_tx_op *s = fp_tx_emit(dl, FP_TX_SEND, p, 0, FP_F32, 4);
     s->peer = 1 - p, s->src = (fp_tx_ref){FP_SP_FROM, 0}, s->full_off = 4 * p;
-    fp_tx_region_add(dl, true, p, 0, 16, 16, 0, FP_F32);
+    fp_tx_region_add(dl, true, p, 0, 16, 16, 4 * (1 - p), FP_F32); /* the peer's elements (X7) */
     fp_tx_region_add(dl, false, p, 0, 0, 16, 4 * p, FP_F32);
   }
   dl->stage_bytes = fp_alloc_array(a, 2, sizeof *dl->stage_bytes);
@@ -239,6 +239,12 @@ int main(int argc, char **argv) {
     ops[2] = ops[1], ops[1] = ops[0], ops[0] = s;
   }
   expect(dl, NULL, "X4 sends first");
+  /* X7: the same program where process 0 says it needs its own elements in
+   * the bytes its peer's arrive in */
+  dl->need[dl->need_first[0]].full_off = 0;
+  expect(dl, "TO bytes [16,32) hold w elements [4,8) in fp32, need w elements [0,4) in fp32", "X7 other elements");
+  dl->need[dl->need_first[0]].full_off = 4;
+  expect(dl, NULL, "X7 restored");
 
   /* X4 as the executor runs: each process receives into TO, stages a local
    * piece and copies it on into TO (a staging read: it waits for every
@@ -255,7 +261,8 @@ int main(int argc, char **argv) {
       op(w, FP_TX_COPY, p, -1, ST0, FR0);
       op(w, FP_TX_COPY, p, -1, TO16, ST0);
       if (!sends_first) op(w, FP_TX_SEND, p, 1 - p, NONE, FR0);
-      fp_tx_region_add(w, true, p, 0, 0, 32, 0, FP_F32);
+      fp_tx_region_add(w, true, p, 0, 0, 16, 4 * (1 - p), FP_F32); /* received: the peer's elements (X7) */
+      fp_tx_region_add(w, true, p, 0, 16, 16, 4 * p, FP_F32);      /* staged: its own */
       fp_tx_region_add(w, false, p, 0, 0, 16, 4 * p, FP_F32);
     }
     fp_tx_finish(w);

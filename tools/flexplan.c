@@ -478,16 +478,17 @@ static const char *default_output(fp_arena *ar, const char *name, const char *fa
 }
 
 /* ---- reading plans and IR --------------------------------------------------- */
-static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) {
+static fp_prog *read_program_flags(fp_arena *a, fp_diag *d, const char *path, unsigned flags) {
   fp_src *src = fp_alloc(a, sizeof *src);
   if (!fp_src_read(a, d, path, src)) return NULL;
   const char *q = src->text;
   while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-  if (*q == '{') return fp_plan_read(a, d, src);
+  if (*q == '{') return fp_plan_read_flags(a, d, src, flags);
   fp_prog *p = fp_ir_parse(a, d, src);
-  if (p && !fp_ir_verify(p, d, src)) return NULL;
+  if (p && !fp_ir_verify_flags(p, d, src, flags)) return NULL;
   return p;
 }
+static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) { return read_program_flags(a, d, path, 0); }
 
 /* --hardware names no preset: an input error (exit 1) */
 static int unknown_preset(const char *name) {
@@ -778,7 +779,11 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
     fp_arena_free(ar);
     return rc;
   }
-  fp_prog *p = read_program(ar, &d, path);
+  /* verify: rule 9 (the semantic check, ir/verify_sem.c) too */
+  long skipped = fp_ir_sem_skipped;
+  fp_prog *p = read_program_flags(ar, &d, path, strcmp(cmd->name, "verify") ? 0 : FP_VERIFY_SEM);
+  if (p && fp_ir_sem_skipped > skipped)
+    fprintf(stderr, "%s: note: the semantic check (rule 9) was skipped: too many rank classes x sharded params\n", path);
   if (p) {
     rc = EXIT_OK;
     if (!strcmp(cmd->name, "print")) fp_ir_print(p, stdout);

@@ -52,5 +52,6 @@ bool fp_pass_coalesce(fp_pass_ctx *c, fp_prog *p); /* group small collectives */
 bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p); /* arena offsets, peak, budget */
 bool fp_pass_sync(fp_pass_ctx *c, fp_prog *p);    /* the record/wait edges the program needs */
 bool fp_pass_verify(fp_pass_ctx *c, fp_prog *p);  /* the IR verifier (internal bug on failure) */
+bool fp_pass_verify_sem(fp_pass_ctx *c, fp_prog *p); /* rules 1-8 and the semantic check, rule 9 */
 
 #endif

@@ -255,6 +255,7 @@ SIGNATURES = {
     "fp_hook_name": (_cs, [ctypes.c_int]),
     # plans
     "fp_plan_load": (_st, [_cs, _vpp]),
+    "fp_plan_load_flags": (_st, [_cs, ctypes.c_uint, _vpp]),
     "fp_plan_errmsg": (_cs, [_vp]),
     "fp_plan_free": (None, [_vp]),
     "fp_plan_get_info": (_st, [_vp, _P(fp_plan_info)]),

@@ -356,7 +356,7 @@ class Executor:
 
     # -- views, weights, stats --------------------------------------------
     def module_index(self, name):
-        m = self._lib.fp_plan_module_index(self._plan_handle, name.encode())
+        m = self._lib.fp_plan_module_index(self._plan_handle, _libmod.cstr(name, "name", allow_none=False))
         if m < 0:
             raise _err(f"the plan has no module {name!r}")
         return m
@@ -374,7 +374,7 @@ class Executor:
         reads only what it stores; a failed refit changes nothing."""
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        enc = [os.fspath(p).encode() for p in paths]
+        enc = [_libmod.fsencode(p, "paths") for p in paths]
         arr = (ctypes.c_char_p * len(enc))(*enc)
         _check(self._lib, self._lib.fp_exec_load_weights(self._x, arr, len(enc)), self._x, "load_weights")
 
@@ -395,7 +395,7 @@ class Executor:
         """Write the recorded steps (flexplan.timing.v1 JSON; draw them with
         `flexplan viz PLAN --measured FILE...`)."""
         f = _timing_fn("fp_exec_timing_write", [ctypes.c_void_p, ctypes.c_char_p])
-        _check(self._lib, f(self._x, os.fspath(path).encode()), self._x, "timing_write")
+        _check(self._lib, f(self._x, _libmod.fsencode(path, "path")), self._x, "timing_write")
 
     def set_cuda_stream(self, stream):
         """NCCL backend: the trainer now computes on ``stream`` (an int
@@ -419,11 +419,14 @@ class Executor:
         dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
               "e4m3": getattr(torch, "float8_e4m3fn", torch.uint8),
               "e8m0": getattr(torch, "float8_e8m0fnu", torch.uint8)}.get(buf.dtype, torch.uint8)
+        # the NCCL backend's arena is CUDA memory; where torch has no CUDA device and the
+        # executor still made one (the simulated device of docs/simdev.md, whose device
+        # memory the host may address), views are CPU tensors as for the MPI backend
+        on_host = self.backend == "mpi" or not torch.cuda.is_available()
         if buf.ptr == 0 or buf.numel == 0:
-            dev = "cuda" if self.backend == "nccl" else "cpu"
-            t = torch.empty(0, dtype=dt, device=dev)
+            t = torch.empty(0, dtype=dt, device="cpu" if on_host else "cuda")
             return t.view(shape) if shape is not None and buf.numel == 0 and _numel(shape) == 0 else t
-        if self.backend == "mpi":
+        if on_host:
             raw = (ctypes.c_char * buf.nbytes).from_address(buf.ptr)
             import warnings
             with warnings.catch_warnings():
@@ -493,7 +496,7 @@ def _plan_handle(plan):
     if isinstance(plan, (str, os.PathLike)):
         path = os.fspath(plan)
         h = ctypes.c_void_p()
-        st = lib.fp_plan_load(path.encode(), ctypes.byref(h))
+        st = lib.fp_plan_load(_libmod.fsencode(path, "plan"), ctypes.byref(h))
         if st != 0:
             msg = lib.fp_plan_errmsg(h).decode() if h.value else ""
             if h.value:

@@ -171,12 +171,16 @@ class Plan:
         return "<flexplan.Plan %s %s world=%d ops=%d>" % (i["model"], i["strategy"], i["world_size"], i["ops"])
 
 
-def load(path):
+def load(path, semantic=False):
     """Load and verify a plan.json (written by `flexplan compile` or
     Plan.save()). Raises FlexplanError with the located message when the
-    file is unreadable, malformed, tampered with or fails verification."""
+    file is unreadable, malformed, tampered with or fails verification.
+    semantic=True also runs the semantic check (the verifier's rule 9,
+    docs/ir.md): the plan computes the training step it claims."""
     lib = L.lib()
     h = ctypes.c_void_p()
+    if semantic:
+        return _plan_or_raise(lib, lib.fp_plan_load_flags(L.fsencode(path, "path"), 1, ctypes.byref(h)), h)
     return _plan_or_raise(lib, lib.fp_plan_load(L.fsencode(path, "path"), ctypes.byref(h)), h)
 
 

@@ -123,3 +123,11 @@ def test_module_index_type(plans):
         a.module_index(3)
     with pytest.raises(ValueError, match="name"):
         a.module_index("fc0\0")
+
+
+def test_executor_paths_with_nul_are_refused():
+    """Executor paths and names go through the same checks (a NUL would end
+    the C string early: another file, silently)."""
+    import flexplan.executor as fe
+    with pytest.raises(ValueError, match="plan"):
+        fe.Executor("plan.json\x00garbage", 0, 1)

@@ -149,7 +149,11 @@ static void heap_init(void) {
     perror("simdev: memfd_create");
     abort();
   }
-  dev_base = mmap(NULL, heap_size, PROT_NONE, MAP_SHARED, heap_fd, 0);
+  /* FP_SIMDEV_HOST_VISIBLE=1 (the Python tests: torch's CPU kernels stand for
+   * the device's, on tensors over device memory): the host may touch it */
+  const char *hv = getenv("FP_SIMDEV_HOST_VISIBLE");
+  int prot = hv && !strcmp(hv, "1") ? PROT_READ | PROT_WRITE : PROT_NONE;
+  dev_base = mmap(NULL, heap_size, prot, MAP_SHARED, heap_fd, 0);
   rw_base = mmap(NULL, heap_size, PROT_READ | PROT_WRITE, MAP_SHARED, heap_fd, 0);
   if (dev_base == MAP_FAILED || rw_base == MAP_FAILED) {
     perror("simdev: mmap");
@@ -366,7 +370,7 @@ static struct CUstream_st *new_stream(unsigned flags, int prio) {
   s->flags = flags;
   s->prio = prio;
   s->weight = 1u << (sd_rand() % 9);
-  s->lazy = sd_rand() % 3 == 0;
+  s->lazy = sd_rand() % 2 == 0;
   add_stream(s);
   return s;
 }
@@ -718,16 +722,21 @@ static void dump_state(const char *what) {
   }
 }
 
-static bool stream_idle(void *a);
-#define stream_idle_fn stream_idle
 /* the host waits until done(arg): runs work, sleeps while only peers can help */
-void sd_drive(bool (*done)(void *), void *arg, const char *what) {
+void sd_drive(bool (*done)(void *), void *arg, struct CUstream_st *target, const char *what) {
   double t0 = sd_now_s();
   long nap = 2000;
-  const struct CUstream_st *target = done == stream_idle_fn ? arg : NULL;
   while (!done(arg)) {
-    /* what the wait needs first; everything else only once that is stuck for a while */
-    if (step_at(target, false) || (sd_now_s() - t0 > 0.002 && step_at(target, true))) {
+    /* what the wait needs first (a device-wide wait: everything); the rest
+     * only once that is stuck for 2 ms, then a burst of it */
+    if (step_at(target, target == NULL)) {
+      t0 = sd_now_s();
+      nap = 2000;
+      continue;
+    }
+    if (sd_now_s() - t0 > 0.002 && step_at(target, true)) {
+      for (int k = 0; k < 16 && !done(arg) && step_at(target, true); k++) {
+      }
       t0 = sd_now_s();
       nap = 2000;
       continue;
@@ -838,8 +847,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureUnmatched: return "operation would make the legacy stream depend on a capturing "
-                                                 "blocking stream";
+    case cudaErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
     case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
     case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing "
@@ -899,7 +907,7 @@ static bool all_done(void *unused) {
 cudaError_t cudaDeviceSynchronize(void) {
   ENTER();
   cudaError_t e = sd_capture_forbids("cudaDeviceSynchronize");
-  if (e == cudaSuccess) sd_drive(all_done, NULL, "cudaDeviceSynchronize");
+  if (e == cudaSuccess) sd_drive(all_done, NULL, NULL, "cudaDeviceSynchronize");
   if (e == cudaSuccess) e = sticky;
   LEAVE(e);
 }
@@ -916,7 +924,7 @@ cudaError_t cudaFree(void *p) {
   ENTER();
   cudaError_t e = sd_capture_forbids("cudaFree");
   if (e == cudaSuccess) {
-    sd_drive(all_done, NULL, "cudaFree"); /* cudaFree synchronizes the device */
+    sd_drive(all_done, NULL, NULL, "cudaFree"); /* cudaFree synchronizes the device */
     e = sd_free(p);
   }
   LEAVE(e);
@@ -944,7 +952,7 @@ cudaError_t cudaFreeHost(void *p) {
   if (!p) LEAVE(cudaSuccess);
   for (int k = 0; k < npins; k++)
     if (pins[k].p == p) {
-      sd_drive(all_done, NULL, "cudaFreeHost");
+      sd_drive(all_done, NULL, NULL, "cudaFreeHost");
       free(p);
       pins[k] = pins[--npins];
       LEAVE(cudaSuccess);
@@ -1050,7 +1058,7 @@ static cudaError_t copy(void *dst, size_t dpitch, const void *src, size_t spitch
   push(s, it);
   if (sync) {
     until u = {s, it->seq};
-    sd_drive(reached, &u, "a synchronous copy");
+    sd_drive(reached, &u, s, "a synchronous copy");
   }
   return sync ? sticky : cudaSuccess;
 }
@@ -1135,8 +1143,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
   }
   cudaError_t e = legacy_check(s);
   if (e != cudaSuccess) LEAVE(e);
-  if (s->legacy) sd_drive(legacy_idle, NULL, "cudaStreamSynchronize (legacy stream)");
-  else sd_drive(stream_idle, s, "cudaStreamSynchronize");
+  if (s->legacy) sd_drive(legacy_idle, NULL, s, "cudaStreamSynchronize (legacy stream)");
+  else sd_drive(stream_idle, s, s, "cudaStreamSynchronize");
   LEAVE(sticky);
 }
 
@@ -1150,7 +1158,8 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
   }
   /* a poll moves the device on a little (seeded): a polling host must see progress */
   for (int k = (int)(sd_rand() % 3); k > 0 && pending(s); k--)
-    if (!step()) break;
+    if (!step_at(s, false) && (sd_rand() % 4 || !step_at(s, true))) /* what the polled stream needs first */
+      break;
   if (sticky != cudaSuccess) LEAVE(sticky);
   LEAVE(pending(s) ? cudaErrorNotReady : cudaSuccess);
 }
@@ -1257,7 +1266,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
   if (!e) LEAVE(cudaErrorInvalidResourceHandle);
   if (e->state == 2) LEAVE(cudaErrorCapturedEvent);
   for (int k = (int)(sd_rand() % 3); k > 0 && !event_done(e); k--)
-    if (!step()) break;
+    if (!step_at(e->s, false) && (sd_rand() % 4 || !step_at(e->s, true))) break;
   LEAVE(event_done(e) ? cudaSuccess : cudaErrorNotReady);
 }
 static bool ev_done(void *a) { return event_done(a); }
@@ -1266,7 +1275,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
   struct CUevent_st *e = E(ev);
   if (!e) LEAVE(cudaErrorInvalidResourceHandle);
   if (e->state == 2) LEAVE(cudaErrorCapturedEvent);
-  sd_drive(ev_done, e, "cudaEventSynchronize");
+  sd_drive(ev_done, e, e->state == 1 ? e->s : NULL, "cudaEventSynchronize");
   LEAVE(sticky);
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {

@@ -22,9 +22,11 @@ void sd_enter(void);
 uint64_t sd_rand(void);
 double sd_now_s(void);
 
-/* the host waits until done(arg), running queued work (peers: sleeping);
- * FP_SIMDEV_HANG_S without progress aborts with the streams' state */
-void sd_drive(bool (*done)(void *), void *arg, const char *what);
+/* the host waits until done(arg), running queued work - first what target
+ * (the stream waited on; NULL: every stream) needs, the rest once that is
+ * stuck for 2 ms (peers: sleeping); FP_SIMDEV_HANG_S without progress aborts
+ * with the streams' state */
+void sd_drive(bool (*done)(void *), void *arg, struct CUstream_st *target, const char *what);
 /* enqueue fn(arg copy) on stream s, or add it to s's capture */
 cudaError_t sd_launch(cudaStream_t s, sd_fn fn, const void *arg, size_t len);
 /* a pointer device work may touch: device memory (translated to the

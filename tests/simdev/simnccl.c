@@ -159,6 +159,10 @@ static void store(char *p, int t, double v) {
 /* dst = reduce over n inputs (in rank order) of count elements */
 static void reduce(char *dst, const char *const *in, int n, size_t count, int t, int op) {
   size_t es = esize(t);
+  if (n == 1) { /* one rank: NCCL copies (no arithmetic: a NaN's payload stays) */
+    memmove(dst, in[0], count * es);
+    return;
+  }
   if (t == ncclInt64 || t == ncclUint64) { /* exact 64-bit integers */
     for (size_t i = 0; i < count; i++) {
       uint64_t acc;
@@ -724,7 +728,7 @@ static void release(ncclComm_t c) {
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   sd_lock();
   ncclComm_t c = C(comm);
-  if (c) sd_drive(comm_idle, c, "ncclCommFinalize");
+  if (c) sd_drive(comm_idle, c, NULL, "ncclCommFinalize");
   sd_unlock();
   return c ? ncclSuccess : ncclInvalidArgument;
 }
@@ -732,7 +736,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   sd_lock();
   ncclComm_t c = C(comm);
   if (c) {
-    sd_drive(comm_idle, c, "ncclCommDestroy");
+    sd_drive(comm_idle, c, NULL, "ncclCommDestroy");
     release(c);
   }
   sd_unlock();

@@ -8,7 +8,9 @@
 """
 from .describe import describe
 
-__all__ = ["describe", "shard", "optimizer", "clip_grad_norm_", "state", "Sharded"]
+__all__ = ["describe", "shard", "optimizer", "clip_grad_norm_", "state", "Sharded", "state_dict",
+           "load_state_dict"]
+_CKPT_NAMES = ("state_dict", "load_state_dict")
 _SHARD_NAMES = ("shard", "optimizer", "clip_grad_norm_", "state", "Sharded")
 
 
@@ -18,6 +20,12 @@ def __getattr__(name):
         import importlib  # pylint: disable=import-outside-toplevel
         mod = importlib.import_module(".shard", __name__)
         for n in _SHARD_NAMES:  # the function, not the submodule, is flexplan.torch.shard
+            globals()[n] = getattr(mod, n)
+        return globals()[name]
+    if name in _CKPT_NAMES:
+        import importlib  # pylint: disable=import-outside-toplevel
+        mod = importlib.import_module(".checkpoint", __name__)
+        for n in _CKPT_NAMES:
             globals()[n] = getattr(mod, n)
         return globals()[name]
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -24,7 +24,6 @@ See docs/torch.md.
 import contextlib
 import math
 import os
-import tempfile
 
 import torch
 from torch import nn
@@ -98,11 +97,14 @@ def shard(module, plan, *, backend="mpi", rank=None, world_size=None, progress="
       initialized here when needed) or "nccl" (CUDA tensors over the device
       arena; rank and world from torch.distributed's env; torch's current
       stream becomes the plan's compute stream).
-    init: "module" loads the module's current values (every rank must hold
-      the same ones, as with FSDP2) through the executor's refit; a list of
-      safetensors paths loads those; None leaves the arena's zeros (call
+    init: "module" copies the module's current values (every rank must hold
+      the same ones, as with FSDP2): each rank its own extents, in memory; a
+      Hugging Face checkpoint folder (model.safetensors.index.json and its
+      shards, or one model.safetensors; names checked both ways) or a list
+      of safetensors paths loads through the executor's refit, each rank
+      reading only its extents; None leaves the arena's zeros (call
       ``load`` before the first step). A module on the meta device needs a
-      file (or None).
+      folder, files (or None).
     cast_forward_inputs: cast floating inputs of each unit to its param dtype
       (mixed precision, as FSDP2's MixedPrecisionPolicy does).
     profile: time the Python hooks (``Sharded.hook_profile()``: host time per
@@ -185,11 +187,11 @@ class Sharded:
             if any(t.is_meta for t in named.values()):
                 raise _err("init='module' needs materialized params; the module is on the meta device "
                            "(pass init=[paths] or init=None and call load())", 1)
-            with tempfile.TemporaryDirectory(prefix="flexplan-init-") as d:
-                path = os.path.join(d, "init.safetensors")
-                from safetensors.torch import save_file
-                save_file({k: v.detach().to("cpu").contiguous() for k, v in named.items()}, path)
-                ex.load_weights([path])
+            from ._hf import from_module  # each rank copies its extents, in memory (no file)
+            from_module(ex, named)
+        elif init is not None and _hf_dir(init):
+            from ._hf import from_hf_dir  # a Hugging Face folder, read by extent
+            from_hf_dir(ex, module, init, named)
         elif init is not None:
             ex.load_weights(list(init) if not isinstance(init, (str, os.PathLike)) else [init])
 
@@ -763,6 +765,10 @@ class Sharded:
 
 
 _abort_installed = False
+
+
+def _hf_dir(init):
+    return isinstance(init, (str, os.PathLike)) and os.path.isdir(init)
 
 
 def _install_abort_on_error():

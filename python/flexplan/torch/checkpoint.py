@@ -1,0 +1,606 @@
+"""flexplan.torch.checkpoint: sharded state dicts for torch.distributed.checkpoint.
+
+``state_dict(st, optimizer=None)`` returns a state dict that
+``torch.distributed.checkpoint.save`` and ``load`` take as they are:
+
+- keys are the module's fully qualified names (``module.state_dict()``'s,
+  as ``get_model_state_dict`` gives them: tied aliases and persistent
+  buffers included); with an optimizer, ``{"model": ..., "optim": ...}``
+  where "optim" is laid out as ``get_optimizer_state_dict`` lays it out
+  (``{"state": {fqn: {"step", "exp_avg", ...}}, "param_groups": [...]}``);
+- each value is a plain local tensor carrying DCP's ``CheckpointableTensor``
+  fields (``global_shape``, ``global_offsets``, ``local_offsets``,
+  ``local_sizes``): the elements this rank owns, in full-tensor coordinates.
+  A flat-bucket extent that cuts rows becomes boxes (a partial row, whole
+  rows, a partial row; recursively for more dims); the runs of a shard on
+  dim > 0 become one box. Replicas (hybrid groups, no_shard, replicate)
+  contribute identical boxes, which DCP's planner writes once.
+
+The tensors are staging copies (this rank's owned elements, main dtype), not
+the arena: ``dcp.load`` fills them, and ``load_state_dict(st, sd,
+optimizer=None)`` then validates them on every rank, agrees (one all-reduce:
+if any rank fails, every rank raises and no rank changes anything), and
+writes the main shards, the optimizer state (the plan's views; step and
+param_groups' hyperparameters), the persistent compute copies (recast from
+the new main weights, gathered where this rank holds only a shard) and
+persistent buffers. docs/torch.md, "Checkpoints (torch.distributed.checkpoint)".
+"""
+import ctypes
+import os
+import sys
+import warnings
+
+import torch
+
+from ..errors import FlexplanError
+
+__all__ = ["state_dict", "load_state_dict", "init_process_group", "flat_boxes"]
+
+_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _err(msg, status=5):  # FP_ERR_WEIGHTS
+    return FlexplanError(status, msg)
+
+
+# ---- boxes -------------------------------------------------------------------
+def _prod(xs):
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+def _contig_strides(sizes):
+    st, acc = [], 1
+    for s in reversed(sizes):
+        st.append(acc)
+        acc *= int(s)
+    return tuple(reversed(st))
+
+
+def flat_boxes(shape, start, n):
+    """The elements [start, start + n) of a row-major tensor of `shape` as
+    boxes: [(offsets, sizes, flat_start)], in flat order, each box contiguous
+    in the flat tensor. A range that cuts rows gives a partial row, whole
+    rows, a partial row (each partial row split the same way one dim down)."""
+    shape = tuple(int(s) for s in shape)
+    out = []
+    if n <= 0:
+        return out
+    if not shape:
+        return [((), (), start)]
+    if len(shape) == 1:
+        return [((start,), (n,), start)]
+    inner = _prod(shape[1:])
+    if inner == 0:
+        return out
+    r, c = divmod(start, inner)
+    f = start
+    if c:
+        k = min(n, inner - c)
+        for off, sz, fs in flat_boxes(shape[1:], c, k):
+            out.append(((r,) + off, (1,) + sz, f + (fs - c)))
+        f += k
+        n -= k
+        r += 1
+    if n >= inner:
+        m = n // inner
+        out.append(((r,) + (0,) * (len(shape) - 1), (m,) + shape[1:], f))
+        f += m * inner
+        n -= m * inner
+        r += m
+    if n:
+        for off, sz, fs in flat_boxes(shape[1:], 0, n):
+            out.append(((r,) + off, (1,) + sz, f + fs))
+    return out
+
+
+def _extent_boxes(shape, ext):
+    """This rank's elements of a param (its fp_extent) as boxes:
+    [(offsets, sizes, shard_offset, shard_strides)]: the box is the shard's
+    elements as_strided(sizes, shard_strides, shard_offset)."""
+    shape = tuple(int(s) for s in shape)
+    if ext.runs <= 0 or ext.len <= 0:
+        return []
+    if ext.runs > 1:
+        # the runs of a shard on dim d > 0: one box when they line up
+        for d in range(1, len(shape)):
+            sd = _prod(shape[d:])
+            if ext.full_stride != sd or ext.full_off % sd + ext.len > sd:
+                continue
+            inner = flat_boxes(shape[d:], ext.full_off % sd, ext.len)
+            outer = flat_boxes(shape[:d], ext.full_off // sd, ext.runs)
+            if len(inner) == 1 and len(outer) == 1:
+                (oo, osz, _), (io, isz, _) = outer[0], inner[0]
+                ost = tuple(s * ext.shard_stride for s in _contig_strides(osz))
+                return [(oo + io, osz + isz, 0, ost + _contig_strides(isz))]
+    out = []
+    for s, f, n in ext.pairs():
+        for off, sz, fs in flat_boxes(shape, f, n):
+            out.append((off, sz, s + (fs - f), _contig_strides(sz)))
+    return out
+
+
+class _Layout:
+    """Where the boxes of one param sit in a staging tensor: stacked along
+    dim 0 (shape: rows summed, every other dim its widest box)."""
+
+    def __init__(self, shape, boxes):
+        self.shape = tuple(int(s) for s in shape)
+        self.boxes = boxes
+        nd = len(self.shape)
+        if nd == 0:
+            self.local_shape = ()
+            self.local_offsets = tuple(() for _ in boxes)
+        else:
+            rows, widest = 0, [0] * (nd - 1)
+            offs = []
+            for _, sz, _, _ in boxes:
+                offs.append((rows,) + (0,) * (nd - 1))
+                rows += sz[0]
+                widest = [max(a, b) for a, b in zip(widest, sz[1:])]
+            self.local_shape = (rows,) + tuple(widest)
+            self.local_offsets = tuple(offs)
+        self.global_offsets = tuple(tuple(b[0]) for b in boxes)
+        self.local_sizes = tuple(tuple(b[1]) for b in boxes)
+        self.numel = sum(_prod(b[1]) for b in boxes)
+
+    def new(self, dtype, device="cpu"):
+        """A staging tensor with DCP's CheckpointableTensor fields."""
+        t = torch.zeros(self.local_shape, dtype=dtype, device=device)
+        t.global_shape = self.shape
+        t.global_offsets = self.global_offsets
+        t.local_offsets = self.local_offsets
+        t.local_sizes = self.local_sizes
+        t._flexplan_layout = self
+        return t
+
+    def local(self, t, i):
+        off, sz = self.local_offsets[i], self.local_sizes[i]
+        if not off:
+            return t
+        return t[tuple(slice(o, o + s) for o, s in zip(off, sz))]
+
+    def shard(self, flat, i):
+        _, sz, so, ss = self.boxes[i]
+        return flat.as_strided(sz, ss, flat.storage_offset() + so)
+
+    def gather(self, flat, t):
+        """shard (the arena's flat view) -> staging t"""
+        with torch.no_grad():
+            for i in range(len(self.boxes)):
+                self.local(t, i).copy_(self.shard(flat, i))
+
+    def scatter(self, t, flat):
+        """staging t -> shard"""
+        with torch.no_grad():
+            for i in range(len(self.boxes)):
+                self.shard(flat, i).copy_(self.local(t, i))
+
+    def from_full(self, full, flat):
+        """a full tensor (global shape) -> shard"""
+        with torch.no_grad():
+            for i, (off, sz, _, _) in enumerate(self.boxes):
+                src = full[tuple(slice(o, o + s) for o, s in zip(off, sz))] if off else full
+                self.shard(flat, i).copy_(src)
+
+
+def _box_tensor(L, flat, i):
+    """box i of a shard for DCP's writer: a contiguous box of a host shard is
+    a tensor over the arena's bytes with storage of exactly its size (so the
+    writer neither clones nor keeps a copy); any other box is a copy of that
+    box alone"""
+    _, sz, so, ss = L.boxes[i]
+    if flat.device.type == "cpu" and tuple(ss) == _contig_strides(sz):
+        n = _prod(sz)
+        esz = flat.element_size()
+        raw = (ctypes.c_char * (n * esz)).from_address(flat.data_ptr() + so * esz)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the arena is writable; torch warns about buffers it thinks are not
+            return torch.frombuffer(raw, dtype=flat.dtype, count=n).view(sz)
+    return L.shard(flat, i).clone()
+
+
+# ---- the state dict ------------------------------------------------------------
+def _state(st):
+    from .shard import state
+    return state(st)
+
+
+def _layouts(st):
+    lay = getattr(st, "_ckpt_layouts", None)
+    if lay is None:
+        lay = {p.name: _Layout(p.shape, _extent_boxes(p.shape, p.shard)) for p in st.ex.params}
+        st._ckpt_layouts = lay
+    return lay
+
+
+def _fqns(st):
+    """module.state_dict() keys -> ("param", plan name) | ("buffer", tensor)"""
+    by_id = {id(newp): name for name, (newp, _) in st.params.items()}
+    binder = getattr(st, "_binder", None)
+    if binder is not None:  # between steps the module's slots hold placeholders (docs/torch.md)
+        by_id.update({id(h): name for name, h in binder.holders.items()})
+    out = {}
+    for k, v in st.module.state_dict(keep_vars=True).items():
+        if id(v) in by_id:
+            out[k] = ("param", by_id[id(v)])
+        else:
+            out[k] = ("buffer", v)
+    return out
+
+
+def _optim_keys(st, opt):
+    """the per-param state keys the plan holds (or () for optimizer "none")"""
+    from .shard import _PLAN_OPTIMIZERS
+    kind = st.ex.optimizer
+    if kind == "none":
+        return ()
+    return _PLAN_OPTIMIZERS[kind][1]
+
+
+def _check_optimizer(st, opt):
+    mains = {id(mp) for mp in st.main_params()}
+    for g in opt.param_groups:
+        for mp in g["params"]:
+            if id(mp) not in mains or not hasattr(mp, "_flexplan_name"):
+                raise _err("the optimizer steps a tensor that is not one of this state's main_params(): make it "
+                           "with flexplan.torch.optimizer(st, ...)", 1)
+
+
+def _scalar_state(v):
+    return isinstance(v, torch.Tensor) and v.numel() == 1 and v.dim() == 0
+
+
+def state_dict(st, optimizer=None, *, copy=True):
+    """This rank's part of the model (and optimizer) state, for
+    torch.distributed.checkpoint (module docstring). Call it between steps.
+    Not collective.
+
+    copy=True (the default, for loading and for saving): the values are
+    staging copies of this rank's owned elements, taken now.
+    copy=False (for saving only): no copy of the shards is made; DCP's
+    writer takes each box from the arena when it writes it (one box at a
+    time); the tensors hold no data of their own (load_state_dict refuses
+    them), and the arena must not change until dcp.save returns."""
+    st = _state(st)
+    lay = _layouts(st)
+    model = {}
+    staged = {}
+    for k, (kind, v) in _fqns(st).items():
+        if kind == "buffer":
+            model[k] = v.detach().clone()
+            continue
+        if v not in staged:
+            p = st.ex.param(v)
+            staged[v] = _value(lay[v], p.tensor("main"), copy)
+        model[k] = staged[v]
+    if optimizer is None:
+        return model
+    return {"model": model, "optim": _optim_state_dict(st, optimizer, lay, copy)}
+
+
+def _value(L, flat, copy):
+    """one state of one param as DCP sees it: a staging copy, or (copy=False)
+    a dataless tensor whose boxes DCP takes from the arena when it writes"""
+    if copy or not L.local_shape:
+        t = L.new(flat.dtype)
+        L.gather(flat, t)
+        return t
+    t = torch.zeros(1, dtype=flat.dtype).expand(L.local_shape)
+    t.global_shape = L.shape
+    t.global_offsets = L.global_offsets
+    t.local_offsets = L.local_offsets
+    t.local_sizes = L.local_sizes
+    t._flexplan_layout = L
+    t._flexplan_lazy = True
+    offs = {torch.Size(o): i for i, o in enumerate(L.global_offsets)}
+
+    def box(index):
+        i = index.index
+        if i is None or i >= len(L.global_offsets) or torch.Size(L.global_offsets[i]) != index.offset:
+            i = offs.get(torch.Size(index.offset) if index.offset is not None else None)
+        if i is None:
+            raise ValueError(f"{index.fqn}: no box at {index.offset} on this rank")
+        f = sys._getframe(1)
+        for _ in range(6):  # DCP's load resolves its targets through resolve_tensor
+            if f is None:
+                break
+            if f.f_code.co_name == "resolve_tensor":
+                raise ValueError(f"{index.fqn}: a flexplan.torch.state_dict(..., copy=False) is for saving; "
+                                 f"load into flexplan.torch.state_dict(st, optimizer) (copies)")
+            f = f.f_back
+        return _box_tensor(L, flat, i)
+    t.__get_tensor_shard__ = box
+    return t
+
+
+def _optim_state_dict(st, opt, lay, copy=True):
+    _check_optimizer(st, opt)
+    keys = _optim_keys(st, opt)
+    views = getattr(st, "_optim_views", {})
+    state, groups = {}, []
+    for g in opt.param_groups:
+        names = [mp._flexplan_name for mp in g["params"]]
+        groups.append({k: v for k, v in g.items() if k != "params"} | {"params": names})
+        for mp in g["params"]:
+            name = mp._flexplan_name
+            L = lay[name]
+            s = {}
+            cur = opt.state.get(mp, {})
+            # the plan's state views (zeros before the first step), then
+            # whatever else torch keeps: per-element tensors shaped like the
+            # main shard are sharded like it, scalars (step) are replicated
+            for k in keys:
+                src = views.get(mp, {}).get(k, cur.get(k))
+                if src is None:
+                    continue
+                s[k] = _value(L, src, copy)
+            for k, v in cur.items():
+                if k in s:
+                    continue
+                if isinstance(v, torch.Tensor) and v.numel() == mp.numel() and v.dim() == 1 and mp.dim() == 1 \
+                        and not _scalar_state(v):
+                    s[k] = _value(L, v, copy)
+                elif isinstance(v, torch.Tensor):
+                    s[k] = v.detach().to("cpu").clone()
+                else:
+                    s[k] = v
+            if "step" not in s and st.ex.optimizer == "adamw" and isinstance(opt, (torch.optim.Adam,
+                                                                                   torch.optim.AdamW)):
+                s["step"] = torch.tensor(0.0)
+            state[name] = s
+    return {"state": state, "param_groups": groups}
+
+
+# ---- loading -------------------------------------------------------------------
+def _vote(st, ok, why):
+    """every rank's verdict: returns None when all succeeded, else the message"""
+    if st.world_size == 1:
+        return None if ok else why
+    v = st.ex.all_reduce_f64([0.0 if ok else 1.0, 0.0 if ok else float(st.rank)])
+    if v[0] == 0:
+        return None
+    if not ok:
+        return why
+    if v[0] == 1:
+        return f"rank {v[1]:.0f} could not load the state dict (its message says why)"
+    return f"{v[0]:.0f} ranks could not load the state dict (their messages say why)"
+
+
+def _source(fqn, v, L, dtype_ok=True):
+    """check one value of a state dict against the layout; returns
+    ("staged", tensor) | ("full", tensor)"""
+    if not isinstance(v, torch.Tensor):
+        raise _err(f"{fqn}: expected a tensor, got {type(v).__name__}")
+    if getattr(v, "_flexplan_lazy", False):
+        raise _err(f"{fqn}: this state dict was made with copy=False (for saving: it holds no data); load "
+                   f"into flexplan.torch.state_dict(st, optimizer) (copies)")
+    if getattr(v, "_flexplan_layout", None) is not None:
+        if tuple(v.global_shape) != L.shape or tuple(v.global_offsets) != L.global_offsets \
+                or tuple(v.local_sizes) != L.local_sizes:
+            raise _err(f"{fqn}: the state dict's tensor is laid out for another plan or rank "
+                       f"(global shape {list(v.global_shape)}, boxes {list(v.global_offsets)}); make it with "
+                       f"flexplan.torch.state_dict(st) of this state")
+        if tuple(v.shape) != L.local_shape:
+            raise _err(f"{fqn}: staging shape {list(v.shape)}, expected {list(L.local_shape)}")
+        return "staged", v
+    if tuple(v.shape) == L.shape:
+        return "full", v
+    raise _err(f"{fqn}: shape {list(v.shape)} in the state dict, the plan says {list(L.shape)}")
+
+
+def load_state_dict(st, sd, optimizer=None):
+    """Put a state dict from state_dict(st, ...) (filled by dcp.load), or
+    one of full tensors, into the arena: main shards, compute copies,
+    optimizer state, buffers. Collective; between steps. Every rank checks
+    its part first and the ranks agree: on any failure every rank raises
+    FlexplanError and none changes anything."""
+    st = _state(st)
+    lay = _layouts(st)
+    plan = []  # (kind, args) writes, made only after the vote
+    why = None
+    try:
+        if st.driver.pos != 0:
+            raise _err("load_state_dict: call it between steps (after opt.step(), before the next forward)", 3)
+        if optimizer is not None:
+            if not isinstance(sd, dict) or "model" not in sd or "optim" not in sd:
+                raise _err("load_state_dict with an optimizer takes {'model': ..., 'optim': ...} as "
+                           "flexplan.torch.state_dict(st, optimizer) makes it")
+            msd, osd = sd["model"], sd["optim"]
+        else:
+            msd, osd = sd, None
+        if not isinstance(msd, dict):
+            raise _err(f"the model state dict is a {type(msd).__name__}, not a dict")
+        fq = _fqns(st)
+        missing = [k for k in fq if k not in msd]
+        extra = [k for k in msd if k not in fq]
+        if missing or extra:
+            raise _err("the state dict does not match the module: " + "; ".join(
+                x for x in (f"missing {', '.join(missing[:8])}" + (" ..." if len(missing) > 8 else "")
+                            if missing else "",
+                            f"unexpected {', '.join(extra[:8])}" + (" ..." if len(extra) > 8 else "")
+                            if extra else "") if x))
+        done = set()
+        for k, (kind, v) in fq.items():
+            if kind == "buffer":
+                src = msd[k]
+                if not isinstance(src, torch.Tensor) or tuple(src.shape) != tuple(v.shape):
+                    raise _err(f"{k}: buffer of shape {list(v.shape)}, the state dict holds "
+                               f"{getattr(src, 'shape', type(src).__name__)}")
+                plan.append(("copy", v, src))
+                continue
+            if v in done:
+                continue
+            done.add(v)
+            p = st.ex.param(v)
+            how, src = _source(k, msd[k], lay[v])
+            plan.append(("main", p, how, src))
+        if osd is not None:
+            plan.extend(_plan_optim(st, optimizer, osd, lay))
+    except FlexplanError as e:
+        why = str(e)
+    except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
+        why = f"{type(e).__name__}: {e}"
+    fail = _vote(st, why is None, why)
+    if fail is not None:
+        raise _err(f"load_state_dict: {fail}; no rank changed its state")
+    _write(st, plan, lay, optimizer)
+
+
+def _plan_optim(st, opt, osd, lay):
+    _check_optimizer(st, opt)
+    if not isinstance(osd, dict) or "state" not in osd or "param_groups" not in osd:
+        raise _err("the optimizer state dict needs 'state' and 'param_groups' (get_optimizer_state_dict's layout)")
+    keys = _optim_keys(st, opt)
+    views = getattr(st, "_optim_views", {})
+    out = []
+    ostate, ogroups = osd["state"], osd["param_groups"]
+    gnames = []
+    for g in opt.param_groups:
+        gnames.append([mp._flexplan_name for mp in g["params"]])
+    if len(ogroups) != len(gnames):
+        raise _err(f"the optimizer has {len(gnames)} param group(s), the state dict {len(ogroups)}")
+    for i, (g, names) in enumerate(zip(ogroups, gnames)):
+        if list(g.get("params", [])) != names:
+            raise _err(f"param group {i}: the state dict's params {list(g.get('params', []))[:4]}... are not the "
+                       f"optimizer's {names[:4]}...")
+        out.append(("group", opt.param_groups[i], {k: v for k, v in g.items() if k != "params"}))
+    for g in opt.param_groups:
+        for mp in g["params"]:
+            name = mp._flexplan_name
+            s = ostate.get(name)
+            if s is None:
+                raise _err(f"the optimizer state dict has no state for {name!r}")
+            L = lay[name]
+            for k in keys:
+                if k not in s:
+                    raise _err(f"the optimizer state of {name!r} has no {k!r}")
+                how, src = _source(f"optim.state.{name}.{k}", s[k], L)
+                out.append(("optim", mp, k, views.get(mp, {}).get(k), how, src))
+            for k, v in s.items():
+                if k in keys:
+                    continue
+                if isinstance(v, torch.Tensor) and getattr(v, "_flexplan_layout", None) is not None:
+                    how, src = _source(f"optim.state.{name}.{k}", v, L)
+                    out.append(("optim", mp, k, None, how, src))
+                else:
+                    out.append(("optim_scalar", mp, k, v))
+    return out
+
+
+def _write(st, plan, lay, opt):
+    with torch.no_grad():
+        for item in plan:
+            kind = item[0]
+            if kind == "copy":
+                item[1].copy_(item[2])
+            elif kind == "main":
+                _, p, how, src = item
+                flat = p.tensor("main")
+                if how == "staged":
+                    lay[p.name].scatter(src, flat)
+                else:
+                    lay[p.name].from_full(src.to(flat.dtype), flat)
+            elif kind == "group":
+                _, g, hp = item
+                for k, v in hp.items():
+                    if k in g:
+                        g[k] = v
+            elif kind == "optim":
+                _, mp, k, view, how, src = item
+                if view is None:
+                    view = torch.zeros_like(mp)
+                if how == "staged":
+                    lay[mp._flexplan_name].scatter(src, view)
+                else:
+                    lay[mp._flexplan_name].from_full(src, view)
+                _set_state(opt, mp, k, view)
+            elif kind == "optim_scalar":
+                _, mp, k, v = item
+                _set_state(opt, mp, k, v)
+    _recast(st)
+
+
+def _set_state(opt, mp, k, v):
+    s = opt.state.setdefault(mp, {})
+    cur = s.get(k)
+    if isinstance(cur, torch.Tensor) and isinstance(v, torch.Tensor) and cur is not v \
+            and cur.shape == v.shape:
+        cur.copy_(v)  # keeps the tensor (a device step, the plan's view)
+    elif isinstance(v, torch.Tensor) and _scalar_state(v):
+        s[k] = v.detach().clone()
+    else:
+        s[k] = v
+
+
+def _persistent(st):
+    """plan names of params whose compute weight stays unsharded between steps"""
+    js = st.ex._plan_json
+    bufs = js.get("buffers", [])
+    out = set()
+    for q in js.get("params", []):
+        b = (q.get("weight") or {}).get("buffer", -1)
+        if b is not None and b >= 0 and bufs[b].get("kind") == "persistent":
+            out.add(q["name"])
+    return out
+
+
+def _recast(st):
+    """compute weights kept unsharded between steps = cast(new main weights):
+    locally where this rank holds the whole param, else gathered (float64
+    all-reduce, one param at a time; the same list on every rank)"""
+    pers = _persistent(st)
+    for p in st.ex.params:
+        if p.name not in pers or not p.weight.ptr or p.weight.ptr == p.main.ptr:
+            continue
+        w = p.tensor("weight").view(-1)
+        mt = p.tensor("main")
+        if st._repl[p.name] >= st.world_size:  # every rank holds the whole param
+            full = torch.empty(p.numel, dtype=mt.dtype)
+            for s, f, n in p.shard.pairs():
+                full[f:f + n] = mt[s:s + n]
+        else:
+            full = torch.zeros(p.numel, dtype=torch.float64)
+            for s, f, n in p.shard.pairs():
+                full[f:f + n] = mt[s:s + n].to(torch.float64)
+            st.ex.all_reduce_f64_buffer(full.data_ptr(), p.numel)
+            r = st._repl[p.name]
+            if r != 1.0:
+                full /= r
+            full = full.to(mt.dtype)
+        with torch.no_grad():
+            w.copy_(full.to(w.dtype))
+
+
+def init_process_group(st=None, backend="gloo", timeout_s=120):
+    """torch.distributed for DCP under mpirun (no torchrun): rank and world
+    from the executor (or MPI), MASTER_ADDR 127.0.0.1 (or the env's), a port
+    chosen by rank 0 and shared over the executor's all-reduce. A no-op
+    when torch.distributed is initialized already. Single host only unless
+    MASTER_ADDR / MASTER_PORT are set."""
+    import datetime
+    import socket
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    if st is not None:
+        st = _state(st)
+        rank, world, ex = st.rank, st.world_size, st.ex
+    else:
+        raise _err("init_process_group needs a Sharded state (its executor shares the port)", 1)
+    port = os.environ.get("MASTER_PORT")
+    if port is None:
+        p = 0.0
+        if rank == 0:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            p = float(s.getsockname()[1])
+            s.close()
+        port = str(int(ex.all_reduce_f64([p])[0])) if world > 1 else str(int(p))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = port
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+

@@ -1,0 +1,291 @@
+/* test_sem.c - the semantic check (rule 9, ir/verify_sem.c) on a mutation
+ * corpus.
+ *
+ * Sources: every example (compiled here) and every golden .fpir of
+ * tests/ir. Each original goes through plan.json (fp_plan_write, then
+ * fp_plan_read_flags with FP_VERIFY_SEM) and must be accepted - except the
+ * four hand-written goldens that do not compute a step (avg and
+ * three_streams reduce bf16 grads as fp32; hybrid_ragged stages its main
+ * weights from a host buffer nobody loads, and has send/recv; full_shard
+ * zeroes no unsharded grad before the backward accumulates into it), which
+ * must be rejected by rule 9 with the messages below. Then each source is mutated
+ * (one change per mutant, at most PER_KIND per kind, spread over the
+ * candidates): two adjacent ops that touch common bytes (one writing) swapped, an
+ * operand offset moved by one element, a reduction removed, a reduction's
+ * op changed (sum <-> avg), an op's dtype changed, a scale's factor
+ * changed, a collective's communicator changed, a post_optimizer refresh op
+ * removed. Every mutant is written as plan.json (which re-hashes it:
+ * fp_plan_write takes fp_prog_hash of the mutated program) and read back:
+ * rejected by the reader or rules 1-8, rejected by rule 9 only, or accepted.
+ * The table goes to stdout; the test fails when an original is rejected or
+ * when rule 9 rejects less than MIN_SEM of the mutants rules 1-8 accept
+ * (with rule 9 switched off it rejects none of them). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/irpriv.h"
+#include "planner/front.h"
+#include "planner/pipeline.h"
+
+#define PER_KIND 24
+#define MIN_SEM 0.95
+
+enum { M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL, M_NKINDS };
+static const char *kind_name[M_NKINDS] = {"ops swapped",      "offset +1 element", "reduce removed",
+                                          "reduce op changed", "dtype changed",     "scale changed",
+                                          "group changed",    "refresh removed"};
+
+typedef struct tally {
+  int n, structural, sem, accepted;
+} tally;
+static tally T[M_NKINDS];
+static int fails;
+
+/* plan.json text of p, read back: 0 accepted, 1 rejected by the reader or
+ * rules 1-8, 2 rejected by rule 9; msg gets rule 9's first message */
+static int roundtrip(const fp_prog *p, char *msg, size_t cap) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  bool wrote = f && fp_plan_write(p, f);
+  if (f) fclose(f);
+  if (!wrote) {
+    free(buf);
+    return 1;
+  }
+  fp_arena *a = fp_arena_new();
+  fp_diag d;
+  fp_diag_init(&d, NULL);
+  fp_src src = {.path = "plan.json", .text = buf, .len = len};
+  fp_prog *q = fp_plan_read_flags(a, &d, &src, 0);
+  int r = 1;
+  if (q) {
+    fp_diag d2;
+    fp_diag_init(&d2, NULL);
+    r = fp_ir_verify_flags(q, &d2, NULL, FP_VERIFY_SEM) ? 0 : 2;
+    if (msg) snprintf(msg, cap, "%s", d2.buf ? d2.buf : "");
+    fp_diag_free(&d2);
+  }
+  fp_diag_free(&d);
+  fp_arena_free(a);
+  free(buf);
+  return r;
+}
+
+/* remove op i: segments, live ranges follow */
+static void del_op(fp_prog *p, int32_t i) {
+  memmove(p->ops + i, p->ops + i + 1, (size_t)(p->nops - i - 1) * sizeof *p->ops);
+  p->nops--;
+  for (int32_t s = 0; s < p->nsegs; s++) {
+    if (p->segs[s].first > i) p->segs[s].first--;
+    else if (p->segs[s].first + p->segs[s].nops > i) p->segs[s].nops--;
+  }
+  for (int32_t l = 0; l < p->nlives; l++) {
+    if (p->lives[l].first > i) p->lives[l].first--;
+    if (p->lives[l].last >= i && p->lives[l].last > p->lives[l].first) p->lives[l].last--;
+  }
+}
+
+static bool data_op(const fp_op *op) {
+  fp_opclass c = fp_op_class(op->code);
+  return c == FP_OPC_COMM || c == FP_OPC_LOCAL;
+}
+
+/* the bytes [lo, hi) operand w of op covers on the rank with index 0 in its
+ * communicator (extents as ops.def says; a copy's rows included) */
+static bool opnd_bytes(const fp_prog *p, const fp_op *op, int w, int32_t *buf, int64_t *lo, int64_t *hi) {
+  const fp_region *r = w == 0 ? &op->dst : w == 1 ? &op->src : &op->aux;
+  if (r->buf < 0) return false;
+  fp_dtype dt = w == 1 ? op->sdtype : op->dtype;
+  if (op->code == FP_OP_QUANTIZE_MXFP8) dt = w == 0 ? FP_E4M3 : w == 2 ? FP_E8M0 : op->sdtype;
+  if (op->code == FP_OP_DEQUANTIZE_MXFP8) dt = w == 1 ? FP_E4M3 : w == 2 ? FP_E8M0 : op->dtype;
+  int64_t G = op->comm >= 0 ? p->comms[op->comm].size : 1, n = fp_op_count(p, op, 0), z = fp_dtype_size(dt);
+  if (op->code == FP_OP_H2D || op->code == FP_OP_D2H) z = 1;
+  if (w == 2) n = fp_mx_blocks(n), z = 1;
+  int64_t ext = n * z;
+  if ((op->code == FP_OP_ALL_GATHER && w == 0) || (op->code == FP_OP_REDUCE_SCATTER && w == 1)) ext *= G;
+  fp_op_shape sh = fp_op_shape_of(p, op);
+  if (op->code == FP_OP_COPY && sh.rows > 1) ext += (sh.rows - 1) * (w == 0 ? sh.dpitch : sh.spitch);
+  if (op->tab >= 0 || fp_op_regions(op->code)) ext = p->bufs[r->buf].bytes; /* tables: the whole buffer */
+  *buf = r->buf;
+  *lo = r->tabrel ? 0 : r->off;
+  *hi = r->tabrel ? p->bufs[r->buf].bytes : *lo + ext;
+  return true;
+}
+
+/* a and b touch common bytes, one of them writing them (swapping them can
+ * change what the step computes) */
+static bool conflict(const fp_prog *p, const fp_op *a, const fp_op *b) {
+  for (int x = 0; x < 3; x++)
+    for (int y = 0; y < 3; y++) {
+      int32_t ba, bb;
+      int64_t la, ha, lb, hb;
+      if ((x != 0 && y != 0) || !opnd_bytes(p, a, x, &ba, &la, &ha) || !opnd_bytes(p, b, y, &bb, &lb, &hb)) continue;
+      bool aw = x == 0 || (x == 2 && a->code == FP_OP_QUANTIZE_MXFP8), bw = y == 0 || (y == 2 && b->code == FP_OP_QUANTIZE_MXFP8);
+      if ((aw || bw) && ba == bb && la < hb && lb < ha) return true;
+    }
+  return false;
+}
+
+/* is op i a candidate for mutation kind k; apply it to p (a fork) */
+static bool candidate(const fp_prog *p, int k, int32_t i) {
+  const fp_op *op = &p->ops[i];
+  switch (k) {
+    case M_SWAP:
+      return i + 1 < p->nops && op->seg == p->ops[i + 1].seg && data_op(op) && data_op(&p->ops[i + 1]) &&
+             conflict(p, op, &p->ops[i + 1]);
+    case M_OFFSET: return data_op(op) && (op->dst.buf >= 0 || op->src.buf >= 0) && op->code != FP_OP_MEMSET;
+    case M_REDUCE_DEL:
+    case M_REDOP: return fp_op_reduces(op->code);
+    case M_DTYPE:
+      return data_op(op) && (op->dtype == FP_F32 || op->dtype == FP_BF16 || op->dtype == FP_F16);
+    case M_SCALE: return op->code == FP_OP_SCALE;
+    case M_COMM: return fp_op_class(op->code) == FP_OPC_COMM && p->ncomms > 1;
+    case M_REFRESH_DEL: return data_op(op) && p->segs[op->seg].kind == FP_SEG_POST_OPTIMIZER;
+  }
+  return false;
+}
+
+static void mutate(fp_prog *p, int k, int32_t i, int nth) {
+  fp_op *op = &p->ops[i];
+  switch (k) {
+    case M_SWAP: {
+      fp_op t = p->ops[i];
+      p->ops[i] = p->ops[i + 1];
+      p->ops[i + 1] = t;
+      break;
+    }
+    case M_OFFSET:
+      if (op->src.buf >= 0 && (nth % 2 || op->dst.buf < 0)) op->src.off += fp_dtype_size(op->sdtype);
+      else op->dst.off += fp_dtype_size(op->dtype);
+      break;
+    case M_REDUCE_DEL:
+    case M_REFRESH_DEL: del_op(p, i); break;
+    case M_REDOP: op->red = op->red == FP_RED_SUM ? FP_RED_AVG : FP_RED_SUM; break;
+    case M_DTYPE: {
+      fp_dtype to = op->dtype == FP_F32 ? FP_BF16 : FP_F32;
+      bool same = op->sdtype == op->dtype;
+      op->dtype = to;
+      if (same) op->sdtype = to;
+      break;
+    }
+    case M_SCALE: op->alpha *= 2; break;
+    case M_COMM: op->comm = (op->comm + 1) % p->ncomms; break;
+  }
+}
+
+static void corpus(const char *name, const fp_prog *p) {
+  for (int k = 0; k < M_NKINDS; k++) {
+    int32_t *c = malloc(((size_t)p->nops + 1) * sizeof *c), nc = 0;
+    for (int32_t i = 0; i < p->nops; i++)
+      if (candidate(p, k, i)) c[nc++] = i;
+    int take = nc < PER_KIND ? nc : PER_KIND;
+    for (int t = 0; t < take; t++) {
+      int32_t i = c[(int64_t)t * nc / take];
+      fp_arena *a = fp_arena_new();
+      fp_prog *m = fp_prog_fork(a, p);
+      mutate(m, k, i, t);
+      char msg[2048];
+      int r = roundtrip(m, msg, sizeof msg);
+      T[k].n++;
+      if (r == 1) T[k].structural++;
+      else if (r == 2) T[k].sem++;
+      else {
+        T[k].accepted++;
+        printf("  accepted: %s, %s at op %d (%s)\n", name, kind_name[k], i, fp_op_name(p->ops[i].code));
+      }
+      fp_arena_free(a);
+    }
+    free(c);
+  }
+}
+
+static void original(const char *name, const fp_prog *p, const char *must) {
+  char msg[4096];
+  int r = roundtrip(p, msg, sizeof msg);
+  if (must) {
+    if (r != 2 || !strstr(msg, must)) {
+      printf("FAIL %s: wanted rule 9 to reject it with \"%s\", got %d: %s\n", name, must, r, msg);
+      fails++;
+    } else {
+      printf("%-28s rejected by rule 9 as it must be\n", name);
+    }
+    return;
+  }
+  if (r != 0) {
+    printf("FAIL %s: the original is rejected (%d): %s\n", name, r, msg);
+    fails++;
+    return;
+  }
+  printf("%-28s %6d ops: ok\n", name, p->nops);
+  corpus(name, p);
+}
+
+int main(void) {
+  static const char *examples[] = {"tiny-mlp",        "tiny-mlp-ddp",   "tiny-mlp-hybrid", "tiny-mlp-ragged",
+                                   "tiny-mlp-tied",   "tiny-mlp-zero2", "llama3-8b",       "llama3-70b",
+                                   "llama3-405b",     "mixtral-8x7b",   "deepseek-v3-16b", "paligemma-3b-224"};
+  static const struct {
+    const char *name, *must; /* must: rule 9's message on a golden that computes no step */
+  } goldens[] = {
+      {"full_shard", "the backward (step 1) adds grads of fc1.weight to fc1.ugrad [0,512) on rank 0, which holds undefined"},
+      {"fsdp2_unit", NULL},
+      {"frozen_mxfp8", NULL},
+      {"avg", "reduce_scatter reads b.ugrad [0,512) on rank 0 as fp32: holds grad of b"},
+      {"three_streams", "reduce_scatter reads b.ugrad [0,512) on rank 0 as fp32"},
+      {"hybrid_ragged", "dequantize_mxfp8 reads scales emb.s [0,4) on rank 0: holds undefined"},
+  };
+  for (size_t e = 0; e < sizeof examples / sizeof *examples; e++) {
+    fp_arena *a = fp_arena_new();
+    fp_diag d;
+    fp_diag_init(&d, stderr);
+    fp_model m;
+    fp_spec s;
+    fp_compiled c;
+    const char *path = fp_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]);
+    if (!fp_inputs_load(a, &d, path, NULL, &m, &s) || !fp_compile(a, &d, &m, &s, &c)) {
+      printf("FAIL %s: does not compile\n", examples[e]);
+      fails++;
+    } else {
+      original(examples[e], c.prog, NULL);
+    }
+    fp_diag_free(&d);
+    fp_arena_free(a);
+  }
+  for (size_t g = 0; g < sizeof goldens / sizeof *goldens; g++) {
+    fp_arena *a = fp_arena_new();
+    fp_diag d;
+    fp_diag_init(&d, stderr);
+    fp_src src;
+    const char *path = fp_sprintf(a, "%s/tests/ir/%s.fpir", FP_SOURCE_DIR, goldens[g].name);
+    fp_prog *p = fp_src_read(a, &d, path, &src) ? fp_ir_parse(a, &d, &src) : NULL;
+    if (!p || !fp_ir_verify(p, &d, &src)) {
+      printf("FAIL %s: does not parse and verify\n", goldens[g].name);
+      fails++;
+    } else {
+      original(goldens[g].name, p, goldens[g].must);
+    }
+    fp_diag_free(&d);
+    fp_arena_free(a);
+  }
+  int n = 0, st = 0, se = 0, ac = 0;
+  printf("\n%-20s %8s %12s %10s %9s %14s\n", "mutation", "mutants", "rules 1-8", "rule 9", "accepted",
+         "rule 9 share");
+  for (int k = 0; k < M_NKINDS; k++) {
+    int pass = T[k].sem + T[k].accepted;
+    printf("%-20s %8d %12d %10d %9d %13.1f%%\n", kind_name[k], T[k].n, T[k].structural, T[k].sem, T[k].accepted,
+           pass ? 100.0 * T[k].sem / pass : 100.0);
+    n += T[k].n, st += T[k].structural, se += T[k].sem, ac += T[k].accepted;
+  }
+  double share = se + ac ? (double)se / (se + ac) : 1;
+  printf("%-20s %8d %12d %10d %9d %13.1f%%\n", "all", n, st, se, ac, 100 * share);
+  printf("rejected in all: %d of %d (%.1f%%)\n", st + se, n, n ? 100.0 * (st + se) / n : 0.0);
+  if (share < MIN_SEM) {
+    printf("FAIL: rule 9 rejects %.1f%% of the mutants rules 1-8 accept (want >= %.0f%%)\n", 100 * share,
+           100 * MIN_SEM);
+    fails++;
+  }
+  return fails ? 1 : 0;
+}
