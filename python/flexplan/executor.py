@@ -20,6 +20,7 @@ MPI: ``mpi_init()`` / ``mpi_finalize()`` / ``mpi_abort()`` wrap the library's
 ``fp_mpi_*`` helpers, so a trainer started by ``mpirun`` needs no mpi4py.
 """
 import ctypes
+import json
 import os
 
 from . import _lib as _libmod
@@ -220,6 +221,8 @@ class Executor:
         self.backend = backend
         self.plan = plan
         self._plan_handle = _plan_handle(plan)
+        self._plan_src = plan
+        self._plan_json_cache = None
         try:
             self._init_rest(lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id)
         except BaseException:
@@ -270,6 +273,20 @@ class Executor:
         # which the executor drops (a segment of only those is empty to it),
         # from the library (fp_plan_segment_at), not from plan.json
         self.segments = plan_segments(lib, self._plan_handle, int(info.nsegments))
+
+    @property
+    def _plan_json(self):
+        """The plan's JSON, read on first use (flexplan.torch's checkpoint
+        code asks which compute weights are persistent; the hooks and the
+        segments never need it: fp_plan_segment_at)."""
+        if self._plan_json_cache is None:
+            src = self._plan_src
+            if isinstance(src, (str, os.PathLike)):
+                with open(os.fspath(src)) as f:
+                    self._plan_json_cache = json.load(f)
+            else:
+                self._plan_json_cache = _plan_obj_json(src)
+        return self._plan_json_cache
 
     # -- lifetime --------------------------------------------------------
     def destroy(self):
@@ -520,3 +537,26 @@ def _plan_obj_handle(plan):
     raise _err("not a plan: pass a flexplan.Plan or a plan.json path")
 
 
+def _plan_obj_json(plan):
+    for attr in ("json", "to_json", "text"):
+        v = getattr(plan, attr, None)
+        if v is None:
+            continue
+        v = v() if callable(v) else v
+        if isinstance(v, dict):
+            return v
+        if isinstance(v, (str, bytes)):
+            return json.loads(v)
+    for attr in ("path", "_path"):
+        v = getattr(plan, attr, None)
+        if isinstance(v, str) and os.path.exists(v):
+            with open(v) as f:
+                return json.load(f)
+    if not hasattr(plan, "save"):
+        raise _err("this flexplan.Plan cannot give its segments (no save()); pass the plan.json path")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "plan.json")
+        plan.save(p)
+        with open(p) as f:
+            return json.load(f)

@@ -625,8 +625,13 @@ def test_errors():
         def forward(self, x):
             return self.a(x)
 
-    with pytest.raises(FlexplanError, match="unit 'b' did not run in the forward"):
-        describe(Unused(), torch.zeros(1, 2))
+    # default units: one that does not run is no unit (its params go to the
+    # root); an explicit one is an error naming what to change (issue 29)
+    js = describe(Unused(), torch.zeros(1, 2))
+    assert [m["name"] for m in js["modules"]] == ["root", "a"], js["modules"]
+    assert [p["name"] for p in js["modules"][0]["params"]] == ["b.weight", "b.bias"]
+    with pytest.raises(FlexplanError, match="unit 'b' did not run in the forward: leave it out of units="):
+        describe(Unused(), torch.zeros(1, 2), units=["a", "b"])
 
 
 def test_real_weights_are_not_touched():

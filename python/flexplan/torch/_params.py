@@ -83,6 +83,9 @@ class _ParamBinder:
                 self.overlaps[n].append(o)
                 self.overlaps[o].append(n)
         self.closed = False
+        # (slot dict, key, tensor) for the two bindings every step makes
+        self._view_slots = [(m._parameters, k, views[n][0]) for n, sl in self.slots.items() for m, k in sl]
+        self._holder_slots = [(m._parameters, k, self.holders[n]) for n, sl in self.slots.items() for m, k in sl]
 
     def _why(self):
         if self.closed:
@@ -96,15 +99,15 @@ class _ParamBinder:
     def bind_views(self):
         """Training step: every slot holds its view."""
         if not self.bound_views:
-            for n, (p, _) in self.views.items():
-                self._set(n, p)
+            for d, k, t in self._view_slots:
+                d[k] = t
             self.bound_views = True
 
     def release(self):
         """End of a step, a refit, unshard(): views with a valid full value
         are forgotten, every slot holds its placeholder."""
-        for n, h in self.holders.items():
-            self._set(n, h)
+        for d, k, t in self._holder_slots:
+            d[k] = t
         self.valid.clear()
         self.bound_views = False
 

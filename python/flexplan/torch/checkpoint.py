@@ -226,6 +226,9 @@ def _layouts(st):
 def _fqns(st):
     """module.state_dict() keys -> ("param", plan name) | ("buffer", tensor)"""
     by_id = {id(newp): name for name, (newp, _) in st.params.items()}
+    binder = getattr(st, "_binder", None)
+    if binder is not None:  # between steps the module's slots hold placeholders (docs/torch.md)
+        by_id.update({id(h): name for name, h in binder.holders.items()})
     out = {}
     for k, v in st.module.state_dict(keep_vars=True).items():
         if id(v) in by_id:

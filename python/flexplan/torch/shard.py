@@ -675,8 +675,8 @@ class Sharded:
         ``nn.Parameter`` of the param's shape, dtype and device), readable and
         writable, as FSDP2's ``unshard()`` gives; forwards inside evaluate
         (no plan hook). When the block ends, the elements that changed (on
-        any rank) go back to the main weights on every rank, through the
-        executor's refit (each rank its extents; persistent compute copies
+        any rank) go back to the main weights on every rank, as init="module"
+        writes them (each rank its extents; persistent compute copies
         recast); elements that did not change keep their main value (fp32
         under bf16 compute). Collective: every rank enters and leaves it."""
         if self._closed:
@@ -716,11 +716,8 @@ class Sharded:
                 merged[p.name] = m.contiguous()
             self._binder.release()
             if self.ex.all_reduce_f64([float(changed)])[0]:
-                from safetensors.torch import save_file
-                with tempfile.TemporaryDirectory(prefix="flexplan-unshard-") as d:
-                    path = os.path.join(d, "unshard.safetensors")
-                    save_file(merged, path)
-                    self.ex.load_weights([path])
+                from ._hf import from_module
+                from_module(self.ex, merged)  # each rank its extents, persistent compute copies too
 
     # ---- misc -----------------------------------------------------------------
     def stats(self):
