@@ -769,7 +769,7 @@ static void run_collective(sctx *s, int32_t i) {
           if (ml[l].cls == mk && ml[l].at == lo) dup = true;
       if (dup) continue;
       mlist m = member_read(s, mk, p->ops[i].src.buf, lo, lo + cnt * z);
-      if (!check_read(s, i, mk, op->src.buf, lo, s->tmp2 + m.first, m.n, dt)) {
+      if (!check_read(s, i, mk, op->src.buf, lo, m.n ? s->tmp2 + m.first : NULL, m.n, dt)) {
         nl = -1;
         break;
       }
