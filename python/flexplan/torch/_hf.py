@@ -143,7 +143,9 @@ def from_hf_dir(ex, module, d, named):
     load_buffers(files, module, set(named))
 
 
-def _persistent(ex):
+def persistent_weights(ex):
+    """plan names of params whose compute weight stays unsharded between steps
+    (a persistent buffer: the checkpoint code recasts it after a load too)"""
     js = ex._plan_json
     bufs = js.get("buffers", [])
     out = set()
@@ -168,7 +170,7 @@ def from_module(ex, named):
     v = ex.all_reduce_f64([0.0 if why is None else 1.0]) if ex.world_size > 1 else [0.0 if why is None else 1.0]
     if v[0]:
         raise _err(f"init='module': {why or 'another rank could not read its module'}; no rank changed its weights")
-    pers = _persistent(ex)
+    pers = persistent_weights(ex)
     with torch.no_grad():
         for p in ex.params:
             src = named[p.name].detach().to("cpu").reshape(-1)

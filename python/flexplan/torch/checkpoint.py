@@ -40,6 +40,7 @@ import warnings
 import torch
 
 from ..errors import FlexplanError
+from . import _hf
 
 __all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes"]
 
@@ -557,23 +558,11 @@ def _set_state(opt, mp, k, v):
         s[k] = v
 
 
-def _persistent(st):
-    """plan names of params whose compute weight stays unsharded between steps"""
-    js = st.ex._plan_json
-    bufs = js.get("buffers", [])
-    out = set()
-    for q in js.get("params", []):
-        b = (q.get("weight") or {}).get("buffer", -1)
-        if b is not None and b >= 0 and bufs[b].get("kind") == "persistent":
-            out.add(q["name"])
-    return out
-
-
 def _recast(st):
     """compute weights kept unsharded between steps = cast(new main weights):
     locally where this rank holds the whole param, else gathered (float64
     all-reduce, one param at a time; the same list on every rank)"""
-    pers = _persistent(st)
+    pers = _hf.persistent_weights(st.ex)
     for p in st.ex.params:
         if p.name not in pers or not p.weight.ptr or p.weight.ptr == p.main.ptr:
             continue
