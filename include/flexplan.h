@@ -359,6 +359,101 @@ FP_API fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module);
  * captured: FP_ERR_ORDER). */
 FP_API fp_status fp_exec_sync(fp_exec *x);
 
+/* ---- the hook driver: events from a trainer's own callbacks ------------------
+ * fp_exec_hook takes the plan's segments exactly in order. A trainer that
+ * drives them from its framework's callbacks (flexplan.torch: module
+ * forward hooks, autograd hooks) sees *events* instead, which do not always
+ * fall where the plan puts a segment: a unit of several submodules ends
+ * where the next one begins, a unit whose inputs need no grad fires no
+ * post-backward event, a frozen unit may fire no backward event at all, a
+ * branch not taken or an expert no token was routed to fires nothing, and
+ * activation checkpointing runs a unit's forward again inside its backward.
+ * A driver turns events into the plan's exact hook sequence: an event names
+ * the segment it reached, and the driver calls fp_exec_hook for every
+ * segment up to it, in plan order:
+ *
+ *  - FP_EVENT_PRE_FORWARD(m) may pass the units before m that the forward
+ *    skipped (their pre/post_forward run: the gather and the free, nothing
+ *    computed; their backward segments come in plan order with the rest of
+ *    the micro-batch's backward), never a backward segment; a pre_forward of
+ *    a unit still open (another of its submodules) is a no-op. The first
+ *    forward event of a step issues step_begin.
+ *  - FP_EVENT_POST_FORWARD(m) passes only step_begin, empty segments and the
+ *    post_forward of a unit already open; a repeat is a no-op.
+ *  - FP_EVENT_PRE_BACKWARD(m) / FP_EVENT_POST_BACKWARD(m) may pass anything of
+ *    the current micro-batch's backward (autograd's order is the graph's;
+ *    units that fire no event are issued in plan order), and may repeat
+ *    (one event per output tensor). PRE_BACKWARD sets state.in_backward.
+ *  - FP_EVENT_BACKWARD_DONE: autograd finished this micro-batch; what is left
+ *    of its backward is issued; state.in_backward is cleared.
+ *  - FP_EVENT_RECOMPUTE_BEGIN(m) / FP_EVENT_RECOMPUTE_END(m): m's forward
+ *    runs again inside its backward (activation checkpointing): the begin
+ *    issues pre_backward(m) first when no event reached it, then
+ *    fp_exec_hook's recompute window (pre_forward(m) inside m's backward;
+ *    a plan that does not recompute m refuses it, naming the spec's
+ *    "recompute"); the end closes it (post_forward(m)). A recompute that
+ *    stops early (no end event) is closed just before post_backward(m).
+ *  - FP_EVENT_PRE_OPTIMIZER (a no-op when already issued this step) and
+ *    FP_EVENT_POST_OPTIMIZER (module -1): the step's end.
+ * A module segment with no op on any rank (fp_plan_segment.ops == 0) is not
+ * called: fp_exec_hook skips it when the next module hook comes (its skip
+ * rule); before a step hook (which it never skips to) the driver calls the
+ * deferred ones in order (state.skipped counts the segments never called).
+ * An event the plan does not have ahead is FP_ERR_ORDER with a message
+ * naming the event and what the plan expects next (a forward that does not
+ * follow the plan's order, a unit run after the forward passed it, a second
+ * forward before the optimizer step, the optimizer step before the
+ * micro-batches are through); nothing is issued. fp_exec_hook's own
+ * failures come back with its status and message. While a driver is in
+ * use, call the executor's hooks only through it. The executor must outlive
+ * the driver. A driver allocates only in fp_driver_create. */
+typedef struct fp_driver fp_driver;
+
+typedef enum fp_event {
+  FP_EVENT_PRE_FORWARD = 1,  /* = the fp_hook values of the module hooks */
+  FP_EVENT_POST_FORWARD = 2,
+  FP_EVENT_PRE_BACKWARD = 3,
+  FP_EVENT_POST_BACKWARD = 4,
+  FP_EVENT_PRE_OPTIMIZER = 5,
+  FP_EVENT_POST_OPTIMIZER = 6,
+  FP_EVENT_BACKWARD_DONE = 7,
+  FP_EVENT_RECOMPUTE_BEGIN = 8,
+  FP_EVENT_RECOMPUTE_END = 9,
+} fp_event;
+
+/* Where a driver is; read through the pointer fp_driver_state returns,
+ * which is valid for the driver's life and updated by every call (a
+ * trainer's callbacks read it without a call). */
+typedef struct fp_driver_state {
+  int32_t pos;         /* the next segment of the step (0: between steps, before step_begin) */
+  int32_t micro;       /* the micro-batch of the last segment issued (-1: none this step) */
+  int32_t in_backward; /* 1 from a PRE_BACKWARD event to BACKWARD_DONE */
+  int32_t pre_optimizer; /* the segment index of pre_optimizer */
+  int64_t hooks;       /* fp_exec_hook calls made (recompute windows included) */
+  int64_t skipped;     /* empty module segments never called (the executor skipped them) */
+  int64_t recomputes;  /* recomputed forwards told to the executor */
+  double exec_s;       /* with fp_driver_set_profile on: CPU seconds of the calling thread inside
+                        * fp_exec_hook (CLOCK_THREAD_CPUTIME_ID) */
+  double exec_step_s;  /* of those, inside PRE/POST_OPTIMIZER events */
+} fp_driver_state;
+
+/* A driver over executor x, at x's step start. FP_ERR_ARG for NULL
+ * arguments or an executor that was not created successfully; FP_ERR_NOMEM.
+ * *out is set even on failure (except NULL out and no memory); free it with
+ * fp_driver_free. */
+FP_API fp_status fp_driver_create(fp_exec *x, fp_driver **out);
+/* the last error of a driver ("" when none) */
+FP_API const char *fp_driver_errmsg(const fp_driver *d);
+FP_API void fp_driver_free(fp_driver *d);
+/* Report an event (see above). module: the unit for the module events and
+ * RECOMPUTE_*, -1 for the others (FP_ERR_ARG otherwise, or for an event
+ * outside the enum). */
+FP_API fp_status fp_driver_event(fp_driver *d, fp_event e, int32_t module);
+/* The driver's state (NULL for a NULL driver). */
+FP_API const fp_driver_state *fp_driver_state_of(const fp_driver *d);
+/* Time fp_exec_hook calls (state.exec_s) or not (the default). */
+FP_API fp_status fp_driver_set_profile(fp_driver *d, bool on);
+
 /* NCCL backend: the compute stream (a cudaStream_t): cfg.cuda_stream, or the
  * one the executor made. The trainer launches its forward, backward and
  * optimizer work on it; after a hook returns, work launched on it is ordered

@@ -309,3 +309,8 @@ endif()
 fp_reshard_test(fs4_to_placements3_optim 4 full_shard 4 placements-w3 3 --what weights+optimizer)
 fp_reshard_test(hybrid4_to_ragged6_optim_disjoint 10 hybrid 4 ragged-w6 6 --to-offset 4 --what weights+optimizer)
 fp_reshard_test(fs4_to_bf16_3_optim 4 full_shard 4 bf16 3 --what weights+optimizer)
+
+# the hook driver's state machine (executor/driver.c) over a recorded hook
+# sequence: no executor, no MPI (cmocka)
+fp_unit_test(test_driver)
+target_link_libraries(test_driver PRIVATE flexplan_exec)
