@@ -52,8 +52,56 @@ FP_NCCL_BOOT_DEFAULT, FP_NCCL_BOOT_ID, FP_NCCL_BOOT_MPI, FP_NCCL_BOOT_ENV = rang
 (FP_HOOK_STEP_BEGIN, FP_HOOK_PRE_FORWARD, FP_HOOK_POST_FORWARD, FP_HOOK_PRE_BACKWARD, FP_HOOK_POST_BACKWARD,
  FP_HOOK_PRE_OPTIMIZER, FP_HOOK_POST_OPTIMIZER) = range(7)
 
+(FP_EVENT_PRE_FORWARD, FP_EVENT_POST_FORWARD, FP_EVENT_PRE_BACKWARD, FP_EVENT_POST_BACKWARD, FP_EVENT_PRE_OPTIMIZER,
+ FP_EVENT_POST_OPTIMIZER, FP_EVENT_BACKWARD_DONE, FP_EVENT_RECOMPUTE_BEGIN, FP_EVENT_RECOMPUTE_END) = range(1, 10)
+
 FP_NCCL_ID_BYTES = 128
 FP_ALL_REDUCE_MAX = 4096
+
+# ---- the same enums by name (the one table the package uses) -----------------------
+# fp_hook values
+HOOKS = {"step_begin": FP_HOOK_STEP_BEGIN, "pre_forward": FP_HOOK_PRE_FORWARD, "post_forward": FP_HOOK_POST_FORWARD,
+         "pre_backward": FP_HOOK_PRE_BACKWARD, "post_backward": FP_HOOK_POST_BACKWARD,
+         "pre_optimizer": FP_HOOK_PRE_OPTIMIZER, "post_optimizer": FP_HOOK_POST_OPTIMIZER}
+HOOK_NAMES = tuple(sorted(HOOKS, key=HOOKS.get))  # by fp_hook value
+# fp_backend, fp_progress, fp_cuda_mode values
+BACKENDS = {"mpi": FP_BACKEND_MPI, "nccl": FP_BACKEND_NCCL}
+PROGRESS = {"default": FP_PROGRESS_DEFAULT, "poll": FP_PROGRESS_POLL, "thread": FP_PROGRESS_THREAD}
+CUDA_MODES = {"graph": FP_CUDA_GRAPH, "eager": FP_CUDA_EAGER, "capture_safe": FP_CUDA_CAPTURE_SAFE}
+# fp_elem values -> (name, bytes, struct format for memoryview.cast, __cuda_array_interface__ typestr,
+# the torch dtype's attribute name)
+ELEMS = {FP_ELEM_FP32: ("fp32", 4, "f", "<f4", "float32"), FP_ELEM_BF16: ("bf16", 2, "H", "<i2", "bfloat16"),
+         FP_ELEM_FP16: ("fp16", 2, "e", "<f2", "float16"), FP_ELEM_E4M3: ("e4m3", 1, "B", "|u1", "float8_e4m3fn"),
+         FP_ELEM_E8M0: ("e8m0", 1, "B", "|u1", "float8_e8m0fnu"), FP_ELEM_U8: ("u8", 1, "B", "|u1", "uint8")}
+ELEM_BY_NAME = {v[0]: v for v in ELEMS.values()}
+# the float dtypes a param, main weight or grad may have (model.json "dtype")
+FLOAT_DTYPES = ("fp32", "bf16", "fp16")
+
+
+def elem_size(name):
+    """Bytes per element of a dtype name ("fp32", ...; 1 for unknown names)."""
+    e = ELEM_BY_NAME.get(name)
+    return e[1] if e else 1
+
+
+def torch_dtype(name, default=None):
+    """The torch dtype of a dtype name ("fp32" -> torch.float32, "e4m3" ->
+    torch.float8_e4m3fn where this torch has it, else torch.uint8); default
+    for a name that is not a dtype. Imports torch."""
+    import torch  # pylint: disable=import-outside-toplevel
+    e = ELEM_BY_NAME.get(name)
+    if e is None:
+        return default
+    return getattr(torch, e[4], torch.uint8)
+
+
+def dtype_name(torch_dtype_):
+    """The dtype name of a torch float dtype (torch.float32 -> "fp32"), None
+    for any other."""
+    for n in FLOAT_DTYPES:
+        if torch_dtype(n) == torch_dtype_:
+            return n
+    return None
 
 # ---- structs ---------------------------------------------------------------------
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
@@ -83,6 +131,21 @@ class fp_plan_segment(ctypes.Structure):
     """struct fp_plan_segment: one segment of the plan's step."""
     _fields_ = [("hook", ctypes.c_int), ("module", ctypes.c_int32), ("micro", ctypes.c_int32),
                 ("ops", ctypes.c_int32)]
+
+
+class fp_driver_state(ctypes.Structure):
+    """struct fp_driver_state: where a hook driver is (read in place: fp_driver_state_of)."""
+    _fields_ = [
+        ("pos", ctypes.c_int32),
+        ("micro", ctypes.c_int32),
+        ("in_backward", ctypes.c_int32),
+        ("pre_optimizer", ctypes.c_int32),
+        ("hooks", ctypes.c_int64),
+        ("skipped", ctypes.c_int64),
+        ("recomputes", ctypes.c_int64),
+        ("exec_s", ctypes.c_double),
+        ("exec_step_s", ctypes.c_double),
+    ]
 
 
 class fp_nccl_id(ctypes.Structure):
@@ -207,11 +270,14 @@ class fp_reshard_options(ctypes.Structure):
 
 
 FP_RENDER_PLAN, FP_RENDER_IR, FP_RENDER_EXPLAIN, FP_RENDER_SIMULATE, FP_RENDER_TRACE, FP_RENDER_HTML = range(6)
+# what fp_xfer_render writes (flexplan_compile.h: 0 JSON, 1 text, 2 explain, 3 Chrome trace)
+XFER_RENDER = {"json": 0, "ir": 1, "explain": 2, "trace": 3}
 
 # every struct the header declares, by its C name (tests compare the layouts with a C compiler's)
 STRUCTS = {
     "fp_plan_info": fp_plan_info,
     "fp_plan_segment": fp_plan_segment,
+    "fp_driver_state": fp_driver_state,
     "fp_nccl_id": fp_nccl_id,
     "fp_exec_config": fp_exec_config,
     "fp_tensor": fp_tensor,
@@ -271,6 +337,13 @@ SIGNATURES = {
     "fp_exec_destroy": (None, [_vp]),
     "fp_exec_hook": (_st, [_vp, ctypes.c_int, ctypes.c_int32]),
     "fp_exec_sync": (_st, [_vp]),
+    # the hook driver (events from a trainer's callbacks)
+    "fp_driver_create": (_st, [_vp, _vpp]),
+    "fp_driver_errmsg": (_cs, [_vp]),
+    "fp_driver_free": (None, [_vp]),
+    "fp_driver_event": (_st, [_vp, ctypes.c_int, ctypes.c_int32]),
+    "fp_driver_state_of": (_vp, [_vp]),
+    "fp_driver_set_profile": (_st, [_vp, ctypes.c_bool]),
     "fp_exec_cuda_stream": (_vp, [_vp]),
     "fp_exec_set_cuda_stream": (_st, [_vp, _vp]),
     "fp_exec_all_reduce_f64": (_st, [_vp, _P(ctypes.c_double), ctypes.c_int]),

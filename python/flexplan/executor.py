@@ -34,19 +34,10 @@ def _err(msg, status=1):
 __all__ = ["Executor", "ParamView", "Extent", "mpi_init", "mpi_finalize", "mpi_abort",
            "HOOKS", "BACKENDS"]
 
-# fp_hook values (include/flexplan.h)
-HOOKS = {"step_begin": 0, "pre_forward": 1, "post_forward": 2, "pre_backward": 3,
-         "post_backward": 4, "pre_optimizer": 5, "post_optimizer": 6}
-# fp_backend values
-BACKENDS = {"mpi": 1, "nccl": 2}
-# fp_progress values
-PROGRESS = {"default": 0, "poll": 1, "thread": 2}
-# fp_cuda_mode values
-CUDA_MODES = {"graph": 0, "eager": 1, "capture_safe": 2}
-# fp_elem values -> (name, bytes, struct format for memoryview.cast or None)
-ELEMS = {0: ("fp32", 4, "f"), 1: ("bf16", 2, "H"), 2: ("fp16", 2, "e"), 3: ("e4m3", 1, "B"),
-         4: ("e8m0", 1, "B"), 5: ("u8", 1, "B")}
-FP_ALL_REDUCE_MAX = 4096
+# the enums (include/flexplan.h), defined once in flexplan._lib
+HOOKS, HOOK_NAMES, BACKENDS = _libmod.HOOKS, _libmod.HOOK_NAMES, _libmod.BACKENDS
+PROGRESS, CUDA_MODES, ELEMS = _libmod.PROGRESS, _libmod.CUDA_MODES, _libmod.ELEMS
+FP_ALL_REDUCE_MAX = _libmod.FP_ALL_REDUCE_MAX
 
 
 def _L():
@@ -89,7 +80,7 @@ class _Buf:
 
     @property
     def nbytes(self):
-        return self.numel * {"fp32": 4, "bf16": 2, "fp16": 2}.get(self.dtype, 1)
+        return self.numel * _libmod.elem_size(self.dtype)
 
 
 class ParamView:
@@ -138,7 +129,7 @@ class ParamView:
         if b.ptr == 0 or b.numel == 0:
             return memoryview(b"")
         raw = (ctypes.c_char * b.nbytes).from_address(b.ptr)
-        fmt = {"fp32": "f", "bf16": "H", "fp16": "e"}.get(b.dtype, "B")
+        fmt = _libmod.ELEM_BY_NAME.get(b.dtype, (None, 1, "B"))[2]
         return memoryview(raw).cast("B").cast(fmt)
 
     def tensor(self, which, shaped=None):
@@ -433,9 +424,7 @@ class Executor:
     # -- torch -----------------------------------------------------------
     def _tensor(self, buf, shape):
         import torch
-        dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-              "e4m3": getattr(torch, "float8_e4m3fn", torch.uint8),
-              "e8m0": getattr(torch, "float8_e8m0fnu", torch.uint8)}.get(buf.dtype, torch.uint8)
+        dt = _libmod.torch_dtype(buf.dtype, torch.uint8)
         # the NCCL backend's arena is CUDA memory; where torch has no CUDA device and the
         # executor still made one (the simulated device of docs/simdev.md, whose device
         # memory the host may address), views are CPU tensors as for the MPI backend
@@ -479,7 +468,7 @@ class _CudaArray:
     executor's compute stream). GPU runs: docs/run-record.md."""
 
     def __init__(self, buf, torch_dtype):
-        typestr = {"fp32": "<f4", "fp16": "<f2", "bf16": "<i2"}.get(buf.dtype, "|u1")
+        typestr = _libmod.ELEM_BY_NAME.get(buf.dtype, (None, 1, "B", "|u1"))[3]
         self._buf = buf
         self.__cuda_array_interface__ = {"shape": (buf.numel,), "typestr": typestr,
                                          "data": (buf.ptr, False), "version": 3, "strides": None,
@@ -487,7 +476,6 @@ class _CudaArray:
         self._dtype = torch_dtype
 
 
-HOOK_NAMES = tuple(sorted(HOOKS, key=HOOKS.get))  # by fp_hook value
 
 
 def plan_segments(lib, handle, n):

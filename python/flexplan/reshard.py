@@ -14,7 +14,7 @@ import ctypes
 
 from . import _lib as L
 
-_FORMS = {"json": 0, "ir": 1, "explain": 2, "trace": 3}
+_FORMS = L.XFER_RENDER
 
 
 class Transfer:
