@@ -20,7 +20,8 @@ P=$work/prefix
 "$cmake" --install "$build" --prefix "$P" >"$work/install.log"
 for f in bin/flexplan lib/libflexplan.so include/flexplan.h include/flexplan_compile.h \
          lib/cmake/flexplan/flexplanConfig.cmake lib/cmake/flexplan/flexplanConfigVersion.cmake \
-         lib/pkgconfig/flexplan.pc lib/python3/dist-packages/flexplan/__init__.py; do
+         lib/pkgconfig/flexplan.pc lib/python3/dist-packages/flexplan/__init__.py \
+         lib/python3/dist-packages/flexplan/py.typed lib/python3/dist-packages/flexplan/torch/_shard.py; do
   [ -e "$P/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 echo "installed into $P: $(du -sh "$P" | cut -f1)"

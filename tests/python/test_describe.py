@@ -769,14 +769,38 @@ def test_cli_no_command(tmp_path):
 
 
 def test_shard_is_loaded_lazily(tmp_path):
-    """flexplan.torch exports describe at once and loads .shard (the sharding
+    """flexplan.torch exports describe at once and loads ._shard (the sharding
     wrapper) only when flexplan.torch.shard is first used."""
     env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE_DIR, "python"))
     code = ("import sys, flexplan.torch as ft; assert callable(ft.describe); "
-            "assert 'flexplan.torch.shard' not in sys.modules; "
+            "assert 'flexplan.torch._shard' not in sys.modules; "
             "assert {'describe', 'shard'} <= set(ft.__all__); print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_private_modules_do_not_shadow_functions(tmp_path):
+    """Importing the private modules (or the submodule a user might try,
+    flexplan.torch.shard) never rebinds the package's functions: the modules
+    are _shard and _describe, the functions shard and describe."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE_DIR, "python"))
+    code = ("import importlib, flexplan.torch as ft, flexplan.torch._shard, flexplan.torch._describe\n"
+            "assert callable(ft.shard) and callable(ft.describe), (ft.shard, ft.describe)\n"
+            "assert ft.shard is flexplan.torch._shard.shard and ft.describe is flexplan.torch._describe.describe\n"
+            "for sub in ('flexplan.torch.shard', 'flexplan.torch.describe'):\n"
+            "    try:\n"
+            "        importlib.import_module(sub)\n"
+            "    except ModuleNotFoundError:\n"
+            "        pass\n"
+            "    else:\n"
+            "        raise AssertionError(sub + ' is a module')\n"
+            "assert callable(ft.shard) and callable(ft.describe)\n"
+            "import flexplan, os\n"
+            "assert os.path.isfile(os.path.join(os.path.dirname(flexplan.__file__), 'py.typed'))\n"
+            "print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
 

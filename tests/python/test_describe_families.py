@@ -14,7 +14,7 @@ import flexplan.torch as fpt
 import importlib
 
 T = pytest.importorskip("transformers")
-describe_mod = importlib.import_module("flexplan.torch.describe")
+describe_mod = importlib.import_module("flexplan.torch._describe")
 
 C = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
          num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0)

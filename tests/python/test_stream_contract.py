@@ -8,7 +8,7 @@ import ctypes
 import pytest
 
 from flexplan import _lib
-from flexplan.torch.shard import StreamFollower
+from flexplan.torch._hooks import StreamFollower
 from flexplan.torch._driver import Driver
 
 
@@ -52,17 +52,18 @@ def test_stream_follower_hands_over_changes():
     assert ex.calls == [0x5000, 0]
 
 
-def test_stream_follower_runs_before_every_hook():
-    ex = FakeExecutor()
+def test_stream_follower_runs_before_every_event():
+    # the driver (the C library's fp_driver, here a recording stand-in) hands
+    # torch's current stream over before each event, so every hook the event
+    # issues runs on it
     torch_stream = [0]
-    segs = [("step_begin", -1, 0, 1), ("pre_forward", 0, 0, 1), ("pre_optimizer", -1, 0, 1),
-            ("post_optimizer", -1, 0, 1)]
-    d = Driver(ex, segs, ["fc"])
     order = []
+    ex = FakeExecutor()
     ex.set_cuda_stream = lambda s: order.append(("stream", s))
-    ex.hook = lambda k, m: order.append(("hook", k))
+    d = Driver(1, lambda h, e, m: order.append(("event", e)) or 0, lambda h: b"", lambda h: None,
+               _lib.fp_driver_state(), [("step_begin", -1, 0, 1)], ["fc"])
     d.follow_stream = StreamFollower(ex, 0, current=lambda: torch_stream[0])
-    d._hook("step_begin", -1)
+    d.event(_lib.FP_EVENT_PRE_FORWARD, 0)
     torch_stream[0] = 0x77
-    d._hook("pre_forward", 0)
-    assert order == [("hook", "step_begin"), ("stream", 0x77), ("hook", "pre_forward")]
+    d.event(_lib.FP_EVENT_POST_FORWARD, 0)
+    assert order == [("event", _lib.FP_EVENT_PRE_FORWARD), ("stream", 0x77), ("event", _lib.FP_EVENT_POST_FORWARD)]

@@ -42,8 +42,7 @@ torch.set_num_threads(1)
 import flexplan.torch as fpt  # noqa: E402
 import importlib  # noqa: E402
 
-fshard = importlib.import_module("flexplan.torch.shard")
-fpt.shard = fshard.shard  # importing the submodule rebinds the package's name to it: the function again
+fsetup = importlib.import_module("flexplan.torch._setup")
 from flexplan.executor import mpi_abort, mpi_finalize, mpi_init  # noqa: E402
 
 import torch_models as tm  # noqa: E402
@@ -123,9 +122,9 @@ def main():
     side = ctypes.c_void_p()
     LIB.cudaStreamCreateWithFlags(ctypes.byref(side), 1)  # cudaStreamNonBlocking
     failed = 0
-    real_setup = fshard._nccl_setup
+    real_setup = fsetup.nccl_setup
     if stream_mode == "untold":
-        fshard._nccl_setup = lambda r, w: (r, w, None, None)
+        fsetup.nccl_setup = lambda r, w: (r, w, None, None)
     with tempfile.TemporaryDirectory(prefix=f"fp-simdev-torch-{rank}-") as tmp:
         for name in names:
             try:
@@ -151,7 +150,7 @@ def main():
                 traceback.print_exc()
                 sys.stdout.flush()
                 mpi_abort(1)
-    fshard._nccl_setup = real_setup
+    fsetup.nccl_setup = real_setup
     mpi_finalize()
     return 1 if failed else 0
 

@@ -1,35 +1,46 @@
-"""flexplan for PyTorch modules.
+"""flexplan for PyTorch modules (docs/torch.md, docs/describe.md).
 
-- describe(module, example_inputs=None, *, units=None, name=None) -> dict:
+The public surface, all of it:
+
+- ``describe(module, example_inputs=None, *, units=None, name=None) -> dict``:
   a model.json object for a torch.nn.Module (docs/describe.md).
-- shard(module, plan, ...) -> Sharded: FSDP-style sharding of a module on a
-  compiled plan; optimizer(), clip_grad_norm_(), state() (loaded on first
-  use from flexplan.torch.shard; docs/torch.md).
-- state_dict(st, optimizer=None, *, copy=True), load_state_dict(st, sd,
-  optimizer=None), load_in_place(st, checkpoint_id, optimizer=None): sharded
-  checkpoints through torch.distributed.checkpoint (flexplan.torch.checkpoint;
-  docs/torch.md, "Checkpoints").
+- ``shard(module, plan, ...) -> Sharded``: FSDP-style sharding of a module on
+  a compiled plan; ``optimizer(st, cls, ...)``, ``clip_grad_norm_(st,
+  max_norm)``, ``state(module)``; ``Sharded`` (its methods: docs/torch.md).
+- ``state_dict(st, optimizer=None, *, copy=True)``, ``load_state_dict(st, sd,
+  optimizer=None)``, ``load_in_place(st, checkpoint_id, optimizer=None)``:
+  sharded checkpoints through torch.distributed.checkpoint (the public module
+  ``flexplan.torch.checkpoint``; docs/torch.md, "Checkpoints").
+
+Everything else is private, one module per concern (leading underscore, so
+no module name shadows a function of the package): ``_describe*``
+(tracing a module), ``_shard`` (shard, Sharded), ``_setup`` (the plan
+checked against the module, views, units), ``_hooks`` (every module and
+autograd hook, registered in one place), ``_driver`` (the C library's hook
+driver), ``_params`` (what params hold between steps), ``_optim`` (main
+shards, optimizer state, clipping), ``_hf`` (initial values from Hugging Face
+folders). ``shard`` and the checkpoint functions are loaded on first use.
 """
-from .describe import describe
+from ._describe import describe
 
 __all__ = ["describe", "shard", "optimizer", "clip_grad_norm_", "state", "Sharded", "state_dict",
            "load_state_dict", "load_in_place"]
-_CKPT_NAMES = ("state_dict", "load_state_dict", "load_in_place")
-_SHARD_NAMES = ("shard", "optimizer", "clip_grad_norm_", "state", "Sharded")
+_LAZY = {n: "._shard" for n in ("shard", "optimizer", "clip_grad_norm_", "state", "Sharded")}
+_LAZY.update({n: ".checkpoint" for n in ("state_dict", "load_state_dict", "load_in_place")})
 
 
 def __getattr__(name):
-    """Loads `shard` (flexplan.torch.shard) on first use."""
-    if name in _SHARD_NAMES:
-        import importlib  # pylint: disable=import-outside-toplevel
-        mod = importlib.import_module(".shard", __name__)
-        for n in _SHARD_NAMES:  # the function, not the submodule, is flexplan.torch.shard
-            globals()[n] = getattr(mod, n)
-        return globals()[name]
-    if name in _CKPT_NAMES:
-        import importlib  # pylint: disable=import-outside-toplevel
-        mod = importlib.import_module(".checkpoint", __name__)
-        for n in _CKPT_NAMES:
-            globals()[n] = getattr(mod, n)
-        return globals()[name]
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    """Loads ``shard`` and the checkpoint functions on first use."""
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    import importlib  # pylint: disable=import-outside-toplevel
+    m = importlib.import_module(mod, __name__)
+    for n, where in _LAZY.items():
+        if where == mod:
+            globals()[n] = getattr(m, n)
+    return globals()[name]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -20,13 +20,14 @@ import struct
 
 import torch
 
+from .. import _lib
 from ..errors import FlexplanError
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 
 
-def _err(msg, status=5):  # FP_ERR_WEIGHTS
+def _err(msg, status=_lib.FP_ERR_WEIGHTS):
     return FlexplanError(status, msg)
 
 

@@ -21,9 +21,8 @@ same collectives.
 import torch
 from torch import nn
 
+from .._lib import FP_ERR_ORDER
 from ..errors import FlexplanError
-
-FP_ERR_ORDER = 3
 
 
 class Unsharded(torch.Tensor):

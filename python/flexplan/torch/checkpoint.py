@@ -39,15 +39,16 @@ import warnings
 
 import torch
 
+from .. import _lib
 from ..errors import FlexplanError
 from . import _hf
 
 __all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes"]
 
-_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_TORCH = {n: _lib.torch_dtype(n) for n in _lib.FLOAT_DTYPES}
 
 
-def _err(msg, status=5):  # FP_ERR_WEIGHTS
+def _err(msg, status=_lib.FP_ERR_WEIGHTS):
     return FlexplanError(status, msg)
 
 
@@ -254,7 +255,7 @@ def _check_optimizer(st, opt):
         for mp in g["params"]:
             if id(mp) not in mains or not hasattr(mp, "_flexplan_name"):
                 raise _err("the optimizer steps a tensor that is not one of this state's main_params(): make it "
-                           "with flexplan.torch.optimizer(st, ...)", 1)
+                           "with flexplan.torch.optimizer(st, ...)", _lib.FP_ERR_ARG)
 
 
 def _scalar_state(v):
@@ -417,7 +418,7 @@ def load_state_dict(st, sd, optimizer=None):
     why = None
     try:
         if st.driver.pos != 0:
-            raise _err("load_state_dict: call it between steps (after opt.step(), before the next forward)", 3)
+            raise _err("load_state_dict: call it between steps (after opt.step(), before the next forward)", _lib.FP_ERR_ORDER)
         if optimizer is not None:
             if not isinstance(sd, dict) or "model" not in sd or "optim" not in sd:
                 raise _err("load_state_dict with an optimizer takes {'model': ..., 'optim': ...} as "
@@ -600,7 +601,7 @@ def init_process_group(st=None, backend="gloo", timeout_s=120):
         st = _state(st)
         rank, world, ex = st.rank, st.world_size, st.ex
     else:
-        raise _err("init_process_group needs a Sharded state (its executor shares the port)", 1)
+        raise _err("init_process_group needs a Sharded state (its executor shares the port)", _lib.FP_ERR_ARG)
     port = os.environ.get("MASTER_PORT")
     if port is None:
         p = 0.0
@@ -635,7 +636,7 @@ def load_in_place(st, checkpoint_id, optimizer=None):
     why, sd, reader = None, None, None
     try:
         if st.driver.pos != 0:
-            raise _err("load_in_place: call it between steps (after opt.step(), before the next forward)", 3)
+            raise _err("load_in_place: call it between steps (after opt.step(), before the next forward)", _lib.FP_ERR_ORDER)
         sd = _state_dict(st, optimizer, "in_place")
         reader = FileSystemReader(os.fspath(checkpoint_id))
         md = reader.read_metadata()

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 from torch.utils._pytree import tree_map
 
+from .. import _lib
 from ._describe_errors import error
 from ._describe_trace import Tracer
 from ._describe_units import Unit, default_units, explicit_units
@@ -23,7 +24,7 @@ DEFAULT_INPUT_SHAPE = (1, 128)
 #: the name of the unit holding the params outside every unit
 ROOT_UNIT = "root"
 
-_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_DTYPES = {_lib.torch_dtype(n): n for n in _lib.FLOAT_DTYPES}
 
 
 def _is_causal_lm(module):

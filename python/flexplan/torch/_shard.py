@@ -1,0 +1,475 @@
+"""flexplan.torch.shard and what it returns: train a torch.nn.Module on a
+compiled plan (docs/torch.md).
+
+``shard(module, plan)`` makes every param of the module a view of the
+executor's arena and drives the plan's hooks from the module's own hooks
+(FSDP2's ``fully_shard`` vocabulary where it fits: units are what FSDP calls
+the modules it wraps; flexplan calls them modules). The state it returns,
+``Sharded``, is a small facade over one object per concern:
+
+- ``_setup``: the plan checked against the module, initial values, params
+  made views of the arena, the units;
+- ``_hooks.Hooks``: every module and autograd hook, registered in one place;
+  they report events to ``_driver.Driver``, the C library's hook driver
+  (``fp_driver_*``), which calls the plan's hooks in plan order;
+- ``_params._ParamBinder``: what each module slot holds inside and outside
+  a step (views, placeholders, evaluation gathers, ``unshard()`` copies);
+- ``_optim.MainShards``: the main-weight shards an optimizer steps, the
+  optimizer state the plan holds, clip_grad_norm_.
+"""
+import contextlib
+import os
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+
+import torch
+from torch import nn
+
+from .. import _lib
+from ..errors import FlexplanError
+from ..executor import Executor, mpi_init
+from . import _setup
+from ._driver import Driver
+from ._hooks import Hooks, StreamFollower
+from ._optim import MainShards
+from ._params import _ParamBinder, gather_full
+
+__all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state"]
+
+_BACKENDS = ("mpi", "nccl")
+_PROGRESS = ("default", "poll", "thread")
+_CUDA_MODES = ("graph", "eager", "capture_safe")
+
+
+def _err(msg, status=_lib.FP_ERR_PLAN):
+    return FlexplanError(status, msg)
+
+
+def state(obj: Union[nn.Module, "Sharded"]) -> "Sharded":
+    """The Sharded state of a module given to shard() (or the state itself)."""
+    if isinstance(obj, Sharded):
+        return obj
+    if not isinstance(obj, nn.Module):
+        raise TypeError(f"model_or_state: expected a torch.nn.Module sharded by flexplan.torch.shard or a Sharded "
+                        f"state, got {type(obj).__name__}")
+    st = getattr(obj, "_flexplan_state", None)
+    if st is None:
+        raise _err("not a module sharded by flexplan.torch.shard", _lib.FP_ERR_ARG)
+    return st
+
+
+def _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mode):
+    """Argument errors name the argument: TypeError for a wrong type,
+    ValueError for a value outside the choices."""
+    from ..plan import Plan  # pylint: disable=import-outside-toplevel
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(plan, (Plan, str, os.PathLike)):
+        raise TypeError(f"plan: expected a flexplan.Plan or a plan.json path, got {type(plan).__name__}")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(_BACKENDS)}, got {backend!r}")
+    for name, v in (("rank", rank), ("world_size", world_size)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"{name}: expected an int or None, got {type(v).__name__}")
+    if rank is not None and rank < 0:
+        raise ValueError(f"rank: must be >= 0, got {rank}")
+    if world_size is not None and world_size < 1:
+        raise ValueError(f"world_size: must be >= 1, got {world_size}")
+    if not isinstance(progress, str) or progress not in _PROGRESS:
+        if not isinstance(progress, str):
+            raise TypeError(f"progress: expected a str, got {type(progress).__name__}")
+        raise ValueError(f"progress: expected one of {', '.join(_PROGRESS)}, got {progress!r}")
+    if not isinstance(cuda_mode, str):
+        raise TypeError(f"cuda_mode: expected a str, got {type(cuda_mode).__name__}")
+    if cuda_mode not in _CUDA_MODES:
+        raise ValueError(f"cuda_mode: expected one of {', '.join(_CUDA_MODES)}, got {cuda_mode!r}")
+    if init is not None and init != "module" and not isinstance(init, (str, os.PathLike)):
+        if not isinstance(init, (list, tuple)) or not all(isinstance(p, (str, os.PathLike)) for p in init):
+            raise TypeError(f"init: expected \"module\", a folder or file path, a list of paths, or None, got "
+                            f"{type(init).__name__}")
+
+
+def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[int] = None,
+          world_size: Optional[int] = None, progress: str = "default",
+          init: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]], None] = "module",
+          cast_forward_inputs: bool = True, cuda_mode: str = "graph", profile: bool = False) -> "Sharded":
+    """Shard ``module`` with a compiled plan; returns a ``Sharded`` state (also
+    at ``module._flexplan_state``). The module itself is trained in place:
+    call it, call ``loss.backward()``, then step an optimizer made by
+    ``flexplan.torch.optimizer`` (or ``Sharded.step(opt)``).
+
+    plan: a ``flexplan.Plan`` or a plan.json path, for exactly this module's
+      params (names as ``named_parameters()`` gives them, shapes,
+      ``requires_grad``): another model's plan raises FlexplanError naming the
+      first param that does not match.
+    backend: "mpi" (CPU tensors over the host arena; rank and world from MPI,
+      initialized here when needed) or "nccl" (CUDA tensors over the device
+      arena; rank and world from torch.distributed's env; torch's current
+      stream becomes the plan's compute stream).
+    init: "module" copies the module's current values (every rank must hold
+      the same ones, as with FSDP2): each rank its own extents, in memory; a
+      Hugging Face checkpoint folder (model.safetensors.index.json and its
+      shards, or one model.safetensors; names checked both ways) or a list
+      of safetensors paths loads through the executor's refit, each rank
+      reading only its extents; None leaves the arena's zeros (call
+      ``load`` before the first step). A module on the meta device needs a
+      folder, files (or None).
+    cast_forward_inputs: cast floating inputs of each unit to its param dtype
+      (mixed precision, as FSDP2's MixedPrecisionPolicy does).
+    profile: time the Python hooks (``Sharded.hook_profile()``: host time per
+      hook in Python and inside the executor; bench/torch_bench.py).
+
+    Wrong argument types raise TypeError, values outside the choices
+    ValueError, each naming the argument."""
+    _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mode)
+    if getattr(module, "_flexplan_state", None) is not None:
+        raise _err("module is already sharded", _lib.FP_ERR_ARG)
+    return Sharded(module, plan, backend=backend, rank=rank, world_size=world_size, progress=progress,
+                   init=init, cast_forward_inputs=bool(cast_forward_inputs), cuda_mode=cuda_mode,
+                   profile=bool(profile))
+
+
+class Sharded:
+    """The state of one sharded module: its executor (``ex``), the hook
+    driver (``driver``), the param views (``params``: name -> (Parameter,
+    ParamView)) and the main-weight shards. Public methods: main_params(),
+    named_main_params(), step(optimizer), pre_optimizer(),
+    post_optimizer(), clip_grad_norm_(max_norm), full_state_dict(),
+    save(path), load(paths), unshard(), stats(), hook_profile(), sync(),
+    timing_start(steps), timing_write(path), close()."""
+
+    def __init__(self, module, plan, *, backend, rank, world_size, progress, init, cast_forward_inputs,
+                 cuda_mode, profile=False):
+        self.module = module
+        self.backend = backend
+        self._closed = True  # until set up
+        named = dict(module.named_parameters())
+        cuda_stream = nccl_id = None
+        if backend == "nccl":
+            rank, world_size, cuda_stream, nccl_id = _setup.nccl_setup(rank, world_size)
+        elif rank is None or world_size is None:
+            r, w = mpi_init()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self.rank, self.world_size = rank, world_size
+        if backend == "mpi":
+            # before anything collective: a rank failing in setup must not leave
+            # the others in the setup's collectives
+            _setup.install_abort_on_error()
+        self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
+                                cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
+        self.driver = None
+        try:
+            _setup.check_params(ex, named)
+            _setup.init_values(ex, module, named, init)
+            self.params = _setup.make_views(ex, module, named)
+            self._ugrads = [(newp, p.tensor("ugrad")) for newp, p in self.params.values()
+                            if p.requires_grad and p.ugrad.ptr]
+            self._ugrads = [(newp, g) for newp, g in self._ugrads if g.dtype == newp.dtype and g.shape == newp.shape]
+            self._begin_step_grads()
+            self._shards = MainShards(ex)
+            self._repl = self._shards.repl
+            self.driver = Driver.create(ex)
+            self.driver.set_profile(profile)
+            if backend == "nccl":
+                self.driver.follow_stream = StreamFollower(ex, cuda_stream)
+            self.units, unit_dtype, self._unit_params = _setup.find_units(ex, module, self.params,
+                                                                          cast_forward_inputs)
+            self._hooks = Hooks(self, self.driver, self.units, unit_dtype,
+                                _setup.backward_chain(ex.segments, len(ex.modules)),
+                                _setup.forward_next(ex.segments, len(ex.modules)), profile)
+            self._hooks.register()
+            self._binder = _ParamBinder(self, module, self.params)
+            self._binder.release()  # between steps: placeholders (the views hold no full values yet)
+        except BaseException:
+            if self.driver is not None:
+                self.driver.close()
+            ex.destroy()
+            raise
+        self._unsharded = None  # inside unshard(): {name: full tensor}
+        self.eval_gathers = 0  # params gathered for evaluation forwards
+        self._closed = False
+        module._flexplan_state = self
+
+    # ---- what the hooks call -------------------------------------------------------
+    def _begin_step_grads(self):
+        """.grad of every trainable param = its ugrad view (set again at each
+        step's first forward, in case the user's zero_grad() dropped it)."""
+        for newp, g in self._ugrads:
+            if newp.grad is not g:
+                newp.grad = g
+
+    def _begin_step(self):
+        """The step's first training forward: every slot holds its view."""
+        self._binder.bind_views()
+        self._begin_step_grads()
+
+    def _eval_pre(self, u):
+        """A forward between steps (evaluation: grad disabled, or the module
+        in eval mode): the unit's params get their full values (gathered
+        once, kept until a training step, a refit or a gather of params
+        whose bytes they share); no plan hook runs, nothing is reduced."""
+        if self._unsharded is not None:
+            if torch.is_grad_enabled() and self.module.training:
+                raise _err("a training forward inside unshard(): leave the unshard() block first (inside it "
+                           "forwards evaluate: torch.no_grad() or module.eval())", _lib.FP_ERR_ORDER)
+            return
+        self.eval_gathers += self._binder.gather(self._unit_params[u])
+
+    def hook_profile(self) -> Dict[str, float]:
+        """With shard(..., profile=True): host CPU time of the plan's hooks
+        as this rank's thread ran them so far (time.thread_time: CPU time,
+        so a busy machine that deschedules the process does not inflate
+        it): {"hooks": fp_exec_hook calls, "exec_s": seconds inside
+        fp_exec_hook (the executor, its waits for communication included;
+        the driver measures it in C), "python_s": seconds in flexplan.torch's
+        module/autograd callbacks minus the executor's share of them (the
+        Python layer's own cost), "callbacks": callbacks run, and per-hook
+        means in us}."""
+        d = self.driver.state
+        py = self._hooks.python_s - (d.exec_s - d.exec_step_s)
+        n = max(int(d.hooks), 1)
+        return {"hooks": int(d.hooks), "exec_s": float(d.exec_s), "python_s": py, "callbacks": self._hooks.callbacks,
+                "exec_us_per_hook": 1e6 * d.exec_s / n, "python_us_per_hook": 1e6 * py / n}
+
+    # ---- optimizer --------------------------------------------------------------------
+    def main_params(self) -> List[nn.Parameter]:
+        """The Parameters an optimizer steps: this rank's main-weight shards
+        (flat views of the arena, padding included; ``.grad`` the main-grad
+        shard), one per trainable param of the plan, in the plan's order."""
+        return self._shards.params()
+
+    def named_main_params(self) -> List[Tuple[str, nn.Parameter]]:
+        return self._shards.named()
+
+    def pre_optimizer(self) -> None:
+        """Issue pre_optimizer (idempotent within a step): main grads are final."""
+        self.driver.event(_lib.FP_EVENT_PRE_OPTIMIZER)
+        self._shards.attach_grads()
+
+    def post_optimizer(self) -> None:
+        """Zero the padding of the main shards (outside the extents), then
+        post_optimizer (recasts to compute dtype, the shard_grad_op gathers)."""
+        self._shards.zero_padding()
+        self.driver.event(_lib.FP_EVENT_POST_OPTIMIZER)
+        self._binder.release()  # between steps: placeholders, or full values gathered on demand
+
+    def _adopt_state(self, opt):
+        self._shards.adopt_state(opt)
+
+    @property
+    def _optim_views(self):
+        return self._shards.views
+
+    def step(self, opt: torch.optim.Optimizer, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """pre_optimizer, opt.step(), post_optimizer (for an optimizer over
+        main_params() not made by flexplan.torch.optimizer)."""
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"opt: expected a torch.optim.Optimizer, got {type(opt).__name__}")
+        if closure is not None and not callable(closure):
+            raise TypeError(f"closure: expected a callable or None, got {type(closure).__name__}")
+        self.pre_optimizer()
+        r = opt.step(closure) if closure is not None else opt.step()
+        self.post_optimizer()
+        return r
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ over the sharded main grads: the
+        global norm from one all-reduce of this rank's partial sum (params held
+        by several ranks - hybrid replicas, no_shard, replicate - counted once).
+        Issues pre_optimizer if not yet done. Returns the total norm."""
+        max_norm, norm_type = _positive("max_norm", max_norm), _positive("norm_type", norm_type)
+        self.pre_optimizer()
+        return torch.tensor(self._shards.clip_grad_norm_(max_norm, norm_type, self.rank, self.world_size))
+
+    # ---- weights ------------------------------------------------------------
+    def full_state_dict(self, dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+        """Every param as a full tensor (main dtype, or dtype) on every rank,
+        gathered from the main shards in float64 by all-reduce (exact for
+        fp32/bf16 values; replicated shards counted once). Collective; call it
+        between steps."""
+        out = {}
+        for p in self.ex.params:
+            buf = torch.zeros(p.numel, dtype=torch.float64)
+            mt = p.tensor("main")
+            for s, f, n in p.shard.pairs():
+                buf[f:f + n] = mt[s:s + n].to("cpu", torch.float64)
+            self.ex.all_reduce_f64_buffer(buf.data_ptr(), p.numel)
+            r = self._repl[p.name]
+            if r != 1.0:
+                buf /= r
+            dt = dtype or _lib.torch_dtype(p.main.dtype, torch.float32)
+            out[p.name] = buf.to(dt).view(p.shape)
+        return out
+
+    def save(self, path: Union[str, os.PathLike], dtype: Optional[torch.dtype] = None) -> Union[str, os.PathLike]:
+        """Save the model as one safetensors file of full tensors, written by
+        rank 0 (atomically: a temporary file renamed); it loads back through
+        load() (the executor's refit) or into a plain torch module.
+        Collective."""
+        sd = self.full_state_dict(dtype)
+        if self.rank == 0:
+            from safetensors.torch import save_file
+            tensors = {k: v.contiguous() for k, v in sd.items()}
+            if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+                save_file(tensors, path, metadata={"format": "pt"})  # a device or FIFO: in place
+            else:
+                tmp = f"{path}.tmp{os.getpid()}"
+                save_file(tensors, tmp, metadata={"format": "pt"})
+                os.replace(tmp, path)
+        self.ex.all_reduce_f64([0.0])  # every rank returns once the file exists
+        return path
+
+    def load(self, paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]) -> None:
+        """Load full-tensor safetensors files through the executor's refit
+        (between steps; each rank reads only its extents)."""
+        self.ex.load_weights(paths)
+        self._binder.release()
+
+    @contextlib.contextmanager
+    def unshard(self) -> Iterator["Sharded"]:
+        """Between steps: every param of the module holds its full value (an
+        ``nn.Parameter`` of the param's shape, dtype and device), readable and
+        writable, as FSDP2's ``unshard()`` gives; forwards inside evaluate
+        (no plan hook). When the block ends, the elements that changed (on
+        any rank) go back to the main weights on every rank, as init="module"
+        writes them (each rank its extents; persistent compute copies
+        recast); elements that did not change keep their main value (fp32
+        under bf16 compute). Collective: every rank enters and leaves it."""
+        if self._closed:
+            raise _err("unshard() on a closed flexplan state", _lib.FP_ERR_ARG)
+        if self._unsharded is not None:
+            raise _err("unshard() inside unshard()", _lib.FP_ERR_ORDER)
+        if self.driver.pos != 0:
+            raise _err(f"unshard() inside a training step (the plan expects {self.driver.label(self.driver.pos)} "
+                       f"next): call it between steps, after the optimizer step", _lib.FP_ERR_ORDER)
+        if self.backend == "nccl":
+            self.ex.sync()
+        pvs = self.ex.params
+        full = gather_full(self, pvs)
+        tensors, orig, mains = {}, {}, {}
+        for p, t in zip(pvs, full):
+            view = self.params[p.name][0]
+            mains[p.name] = t.to(_lib.torch_dtype(p.main.dtype, torch.float32)).view(p.shape)
+            val = t.to(view.dtype).view(p.shape).to(view.device)
+            orig[p.name] = val.clone()
+            tensors[p.name] = nn.Parameter(val, requires_grad=p.requires_grad)
+        self._binder.bind(tensors)
+        self._unsharded = tensors
+        try:
+            yield self
+        finally:
+            self._unsharded = None
+            merged, changed = {}, 0
+            for p in pvs:
+                cur = self._binder.current(p.name)
+                m = mains[p.name]
+                if isinstance(cur, torch.Tensor) and tuple(cur.shape) == p.shape:
+                    cur = cur.detach().to("cpu")
+                    diff = cur != orig[p.name].cpu()
+                    if bool(diff.any()):
+                        changed += 1
+                        m = torch.where(diff, cur.to(m.dtype), m)
+                merged[p.name] = m.contiguous()
+            self._binder.release()
+            if self.ex.all_reduce_f64([float(changed)])[0]:
+                from ._hf import from_module
+                from_module(self.ex, merged)  # each rank its extents, persistent compute copies too
+
+    # ---- misc -----------------------------------------------------------------
+    def stats(self) -> Dict[str, Any]:
+        """The executor's statistics (Executor.stats) and the driver's:
+        python_hook_calls (fp_exec_hook calls the driver made),
+        python_recomputes (recomputed forwards told to the executor),
+        python_hooks_skipped (empty segments never called), eval_gathers
+        (params gathered for evaluation forwards)."""
+        s = self.ex.stats()
+        d = self.driver.state
+        s["python_hook_calls"] = int(d.hooks)
+        s["python_recomputes"] = int(d.recomputes)
+        s["eval_gathers"] = self.eval_gathers
+        s["python_hooks_skipped"] = int(d.skipped)
+        return s
+
+    def sync(self) -> None:
+        self.ex.sync()
+
+    def timing_start(self, steps: int) -> None:
+        """Record the next `steps` steps' hooks and ops as this rank ran them
+        (Executor.timing_start); write them with timing_write(path) and draw
+        them with `flexplan viz PLAN --measured FILE...`."""
+        self.ex.timing_start(steps)
+
+    def timing_write(self, path: Union[str, os.PathLike]) -> None:
+        self.ex.timing_write(path)
+
+    def close(self) -> None:
+        """Remove the hooks and destroy the executor (collective). The module's
+        params stay views of freed memory: do not use the module afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        self._hooks.remove()
+        self._binder.closed = True
+        self._binder.release()  # the views' memory is freed below: placeholders raise
+        self.driver.close()
+        self.ex.destroy()
+        self.module._flexplan_state = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+
+
+def _positive(name, v):
+    """A float argument > 0 (inf allowed): TypeError / ValueError naming it."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = float(v)
+        else:
+            raise TypeError(f"{name}: expected a number, got {type(v).__name__}")
+    v = float(v)
+    if not v > 0:
+        raise ValueError(f"{name}: must be > 0, got {v}")
+    return v
+
+
+def optimizer(model_or_state: Union[nn.Module, Sharded], cls: Callable[..., torch.optim.Optimizer], *args: Any,
+              **kwargs: Any) -> torch.optim.Optimizer:
+    """cls(main_params(), *args, **kwargs) with pre_optimizer / post_optimizer
+    hooked around every step(): state sized for this rank's shards only.
+
+    Where the plan holds optimizer state (spec "optimizer"; AdamW by
+    default), the optimizer's state tensors are the plan's views in the
+    arena, never allocations of their own: exp_avg / exp_avg_sq for
+    torch.optim.Adam and AdamW, momentum_buffer for SGD with momentum
+    (torch makes the first one from the first grad; it is copied into the
+    arena after that step, and load_state_dict copies into the views too).
+    A class the plan's optimizer does not describe, or state of another
+    dtype than the main weights, is a FlexplanError: the plan's memory
+    figures would not be what the run uses. A plan with optimizer "none"
+    leaves the state to the optimizer."""
+    st = state(model_or_state)
+    if not callable(cls):
+        raise TypeError(f"cls: expected a torch.optim.Optimizer class (or a callable making one), got "
+                        f"{type(cls).__name__}")
+    opt = cls(st.main_params(), *args, **kwargs)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise TypeError(f"cls: expected a torch.optim.Optimizer class, but it made a {type(opt).__name__}")
+    st._adopt_state(opt)
+    opt.register_step_pre_hook(lambda o, a, k: st.pre_optimizer())
+    opt.register_step_post_hook(lambda o, a, k: st.post_optimizer())
+    return opt
+
+
+def clip_grad_norm_(model_or_state: Union[nn.Module, Sharded], max_norm: float,
+                    norm_type: float = 2.0) -> torch.Tensor:
+    """Clip the sharded grads of a sharded module to a global norm (one
+    all-reduce); returns the total norm, as torch.nn.utils.clip_grad_norm_."""
+    return state(model_or_state).clip_grad_norm_(max_norm, norm_type)
