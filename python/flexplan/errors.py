@@ -40,9 +40,29 @@ class FlexplanError(Exception):
         super().__init__(self.message)
 
     def __reduce__(self):
+        if isinstance(self, (TypeError, ValueError)):  # ArgumentTypeError / ArgumentValueError
+            return (type(self), (self.message, self.status))
         return (type(self), (self.status, self.message))
 
 
 def status_name(status):
     """The name of an fp_status value ("FP_ERR_?" outside the enum)."""
     return STATUS_NAMES[status] if 0 <= status < len(STATUS_NAMES) else "FP_ERR_?"
+
+
+class ArgumentTypeError(FlexplanError, TypeError):
+    """An argument of the wrong type: a TypeError (as Python's own API
+    raises) and a FlexplanError with status FP_ERR_ARG (as flexplan raised
+    before); the message starts with the argument's name."""
+
+    def __init__(self, message, status=1):
+        super().__init__(status, message)
+
+
+class ArgumentValueError(FlexplanError, ValueError):
+    """An argument of the right type but a value outside its choices or
+    range: a ValueError and a FlexplanError (FP_ERR_ARG); the message starts
+    with the argument's name."""
+
+    def __init__(self, message, status=1):
+        super().__init__(status, message)

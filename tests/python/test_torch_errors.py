@@ -8,7 +8,11 @@ CHECKS = ["module_param_not_in_plan", "plan_param_not_in_module", "requires_grad
           "forward_out_of_plan_order", "forward_before_optimizer_step", "optimizer_step_before_backward_done",
           "already_sharded", "not_sharded", "unknown_backend", "bad_nccl_id", "bad_plan_path", "unknown_param",
           "unknown_module", "param_read_between_steps", "backward_of_eval_forward", "training_forward_in_unshard",
-          "unshard_in_unshard", "unshard_inside_step", "param_read_after_close"]
+          "unshard_in_unshard", "unshard_inside_step", "param_read_after_close",
+          # argument errors of Sharded's methods and the checkpoint functions (issue 29, item 7)
+          "clip_max_norm_type", "clip_max_norm_value", "clip_norm_type_value", "step_opt_type",
+          "optimizer_cls_type", "optimizer_cls_makes", "state_dict_optimizer_type", "state_dict_copy_type",
+          "load_state_dict_sd_type", "load_in_place_id_type"]
 
 
 def test_errors():

@@ -39,6 +39,23 @@ def expect(name, fn, status, *needles):
     results.append(f"BAD {name}: no error")
 
 
+def expect_arg(name, fn, exc, arg):
+    """An argument error: exc (TypeError / ValueError) whose message starts
+    with the argument's name."""
+    try:
+        fn()
+    except exc as e:
+        if not str(e).startswith(arg + ":"):
+            results.append(f"BAD {name}: {type(e).__name__} not naming {arg}: {e}")
+        else:
+            results.append(f"OK {name}: {type(e).__name__}: {e}")
+        return
+    except Exception as e:  # noqa: BLE001
+        results.append(f"BAD {name}: {type(e).__name__}: {e}")
+        return
+    results.append(f"BAD {name}: no error")
+
+
 def plan_for(model, name, ga=1, optim=None):
     extra = {"grad_accumulation": ga} if ga > 1 else {}
     if optim:
@@ -160,6 +177,24 @@ def main():
     st = fpt.shard(m, plan_for(m, "mlp", optim={"type": "none"}))
     opt = fpt.optimizer(st, torch.optim.SGD, lr=0.1)
     tm.loss_fn("mlp", m, x, t).backward()
+    opt.step()
+    st.close()
+
+    # Sharded's methods and the checkpoint functions: argument errors name the argument
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    expect_arg("clip_max_norm_type", lambda: st.clip_grad_norm_("1.0"), TypeError, "max_norm")
+    expect_arg("clip_max_norm_value", lambda: fpt.clip_grad_norm_(m, -1.0), ValueError, "max_norm")
+    expect_arg("clip_norm_type_value", lambda: st.clip_grad_norm_(1.0, norm_type=0), ValueError, "norm_type")
+    expect_arg("step_opt_type", lambda: st.step("adamw"), TypeError, "opt")
+    expect_arg("optimizer_cls_type", lambda: fpt.optimizer(st, 3), TypeError, "cls")
+    expect_arg("optimizer_cls_makes", lambda: fpt.optimizer(st, lambda ps: ps), TypeError, "cls")
+    expect_arg("state_dict_optimizer_type", lambda: fpt.state_dict(st, "adamw"), TypeError, "optimizer")
+    expect_arg("state_dict_copy_type", lambda: fpt.state_dict(st, copy="no"), TypeError, "copy")
+    expect_arg("load_state_dict_sd_type", lambda: fpt.load_state_dict(st, [1, 2]), TypeError, "sd")
+    expect_arg("load_in_place_id_type", lambda: fpt.load_in_place(st, 3), TypeError, "checkpoint_id")
+    tm.loss_fn("mlp", m, x, t).backward()  # the state is still usable
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
     opt.step()
     st.close()
 

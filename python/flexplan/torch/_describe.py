@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_map
 
 from .. import _lib
-from ._describe_errors import error
+from ._describe_errors import error, type_error, value_error
 from ._describe_trace import Tracer
 from ._describe_units import Unit, default_units, explicit_units
 
@@ -62,12 +62,12 @@ def _meta_inputs(inputs):
 
 
 def _shape(input_shape):
-    try:
-        shape = tuple(int(x) for x in input_shape)
-    except (TypeError, ValueError):
-        shape = ()
-    if not shape or any(d < 1 for d in shape) or len(shape) != len(tuple(input_shape)):
-        raise error("input_shape: expected positive integers such as (1, 128), got %r" % (input_shape,))
+    if not isinstance(input_shape, (tuple, list, torch.Size)) or \
+            any(isinstance(x, bool) or not isinstance(x, int) for x in input_shape):
+        raise type_error("input_shape: expected positive integers such as (1, 128), got %r" % (input_shape,))
+    shape = tuple(int(x) for x in input_shape)
+    if not shape or any(d < 1 for d in shape):
+        raise value_error("input_shape: expected positive integers such as (1, 128), got %r" % (input_shape,))
     return shape
 
 
@@ -158,12 +158,16 @@ def describe(module, example_inputs=None, *, units=None, name=None, input_shape=
         device, or a unit that never runs.
     """
     if not isinstance(module, nn.Module):
-        raise error("describe: expected a torch.nn.Module, got %s" % type(module).__name__)
-    if name is not None and (not isinstance(name, str) or not name):
-        raise error("name: expected a non-empty string, got %r" % (name,))
+        raise type_error("module: describe expected a torch.nn.Module, got %s" % type(module).__name__)
+    if name is not None and not isinstance(name, str):
+        raise type_error("name: expected a non-empty string, got %r" % (name,))
+    if name is not None and not name:
+        raise value_error("name: expected a non-empty string, got %r" % (name,))
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise type_error("version: expected 1 or 2 (model.json flexplan.model.v1 or v2), got %r" % (version,))
     if version not in (None, 1, 2):
-        raise error("version: expected 1 or 2 (model.json flexplan.model.v1 or v2), got %r"
-                    % (version,))
+        raise value_error("version: expected 1 or 2 (model.json flexplan.model.v1 or v2), got %r"
+                          % (version,))
     mod = _to_meta(module)
     if example_inputs is None:
         inputs = _default_inputs(mod, input_shape)

@@ -9,7 +9,7 @@ import fnmatch
 
 import torch.nn as nn
 
-from ._describe_errors import error
+from ._describe_errors import error, type_error, value_error
 
 
 class Unit:
@@ -185,8 +185,9 @@ def explicit_units(root, spec):
     if isinstance(spec, str) or callable(spec):
         spec = [spec]
     if not isinstance(spec, (list, tuple)) or not spec:
-        raise error("units: expected a non-empty list of module names, fnmatch patterns, groups or a "
-                    "predicate(name, module), got %r" % (spec,))
+        raise (type_error if not isinstance(spec, (list, tuple)) else value_error)(
+            "units: expected a non-empty list of module names, fnmatch patterns, groups or a "
+            "predicate(name, module), got %r" % (spec,))
     units, used = [], set()
     for entry in spec:
         if callable(entry):
@@ -218,8 +219,8 @@ def explicit_units(root, spec):
             else:
                 found = [[x for m in matched for x in m]]
         else:
-            raise error("units: expected a module name, an fnmatch pattern, a group (tuple of names) or a "
-                        "predicate(name, module), got %r" % (entry,))
+            raise type_error("units: expected a module name, an fnmatch pattern, a group (tuple of names) or a "
+                             "predicate(name, module), got %r" % (entry,))
         if not found:
             raise error("units: the predicate %s selects no module" % _describe_entry(entry))
         kept = 0

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .. import _lib
-from ..errors import FlexplanError
+from ..errors import ArgumentTypeError, ArgumentValueError, FlexplanError
 from ..executor import Executor, mpi_init
 from . import _setup
 from ._driver import Driver
@@ -44,12 +44,13 @@ def _err(msg, status=_lib.FP_ERR_PLAN):
     return FlexplanError(status, msg)
 
 
-def state(obj: Union[nn.Module, "Sharded"]) -> "Sharded":
-    """The Sharded state of a module given to shard() (or the state itself)."""
+def state(obj: Union[nn.Module, "Sharded"], what: str = "model_or_state") -> "Sharded":
+    """The Sharded state of a module given to shard() (or the state itself);
+    what: the argument's name in errors."""
     if isinstance(obj, Sharded):
         return obj
     if not isinstance(obj, nn.Module):
-        raise TypeError(f"model_or_state: expected a torch.nn.Module sharded by flexplan.torch.shard or a Sharded "
+        raise ArgumentTypeError(f"{what}: expected a torch.nn.Module sharded by flexplan.torch.shard or a Sharded "
                         f"state, got {type(obj).__name__}")
     st = getattr(obj, "_flexplan_state", None)
     if st is None:
@@ -62,31 +63,31 @@ def _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mo
     ValueError for a value outside the choices."""
     from ..plan import Plan  # pylint: disable=import-outside-toplevel
     if not isinstance(module, nn.Module):
-        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+        raise ArgumentTypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(plan, (Plan, str, os.PathLike)):
-        raise TypeError(f"plan: expected a flexplan.Plan or a plan.json path, got {type(plan).__name__}")
+        raise ArgumentTypeError(f"plan: expected a flexplan.Plan or a plan.json path, got {type(plan).__name__}")
     if not isinstance(backend, str):
-        raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
+        raise ArgumentTypeError(f"backend: expected a str, got {type(backend).__name__}")
     if backend not in _BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(_BACKENDS)}, got {backend!r}")
+        raise ArgumentValueError(f"backend: expected one of {', '.join(_BACKENDS)}, got {backend!r}")
     for name, v in (("rank", rank), ("world_size", world_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise TypeError(f"{name}: expected an int or None, got {type(v).__name__}")
+            raise ArgumentTypeError(f"{name}: expected an int or None, got {type(v).__name__}")
     if rank is not None and rank < 0:
-        raise ValueError(f"rank: must be >= 0, got {rank}")
+        raise ArgumentValueError(f"rank: must be >= 0, got {rank}")
     if world_size is not None and world_size < 1:
-        raise ValueError(f"world_size: must be >= 1, got {world_size}")
+        raise ArgumentValueError(f"world_size: must be >= 1, got {world_size}")
     if not isinstance(progress, str) or progress not in _PROGRESS:
         if not isinstance(progress, str):
-            raise TypeError(f"progress: expected a str, got {type(progress).__name__}")
-        raise ValueError(f"progress: expected one of {', '.join(_PROGRESS)}, got {progress!r}")
+            raise ArgumentTypeError(f"progress: expected a str, got {type(progress).__name__}")
+        raise ArgumentValueError(f"progress: expected one of {', '.join(_PROGRESS)}, got {progress!r}")
     if not isinstance(cuda_mode, str):
-        raise TypeError(f"cuda_mode: expected a str, got {type(cuda_mode).__name__}")
+        raise ArgumentTypeError(f"cuda_mode: expected a str, got {type(cuda_mode).__name__}")
     if cuda_mode not in _CUDA_MODES:
-        raise ValueError(f"cuda_mode: expected one of {', '.join(_CUDA_MODES)}, got {cuda_mode!r}")
+        raise ArgumentValueError(f"cuda_mode: expected one of {', '.join(_CUDA_MODES)}, got {cuda_mode!r}")
     if init is not None and init != "module" and not isinstance(init, (str, os.PathLike)):
         if not isinstance(init, (list, tuple)) or not all(isinstance(p, (str, os.PathLike)) for p in init):
-            raise TypeError(f"init: expected \"module\", a folder or file path, a list of paths, or None, got "
+            raise ArgumentTypeError(f"init: expected \"module\", a folder or file path, a list of paths, or None, got "
                             f"{type(init).__name__}")
 
 
@@ -266,9 +267,9 @@ class Sharded:
         """pre_optimizer, opt.step(), post_optimizer (for an optimizer over
         main_params() not made by flexplan.torch.optimizer)."""
         if not isinstance(opt, torch.optim.Optimizer):
-            raise TypeError(f"opt: expected a torch.optim.Optimizer, got {type(opt).__name__}")
+            raise ArgumentTypeError(f"opt: expected a torch.optim.Optimizer, got {type(opt).__name__}")
         if closure is not None and not callable(closure):
-            raise TypeError(f"closure: expected a callable or None, got {type(closure).__name__}")
+            raise ArgumentTypeError(f"closure: expected a callable or None, got {type(closure).__name__}")
         self.pre_optimizer()
         r = opt.step(closure) if closure is not None else opt.step()
         self.post_optimizer()
@@ -433,10 +434,10 @@ def _positive(name, v):
         if isinstance(v, torch.Tensor) and v.numel() == 1:
             v = float(v)
         else:
-            raise TypeError(f"{name}: expected a number, got {type(v).__name__}")
+            raise ArgumentTypeError(f"{name}: expected a number, got {type(v).__name__}")
     v = float(v)
     if not v > 0:
-        raise ValueError(f"{name}: must be > 0, got {v}")
+        raise ArgumentValueError(f"{name}: must be > 0, got {v}")
     return v
 
 
@@ -457,11 +458,11 @@ def optimizer(model_or_state: Union[nn.Module, Sharded], cls: Callable[..., torc
     leaves the state to the optimizer."""
     st = state(model_or_state)
     if not callable(cls):
-        raise TypeError(f"cls: expected a torch.optim.Optimizer class (or a callable making one), got "
+        raise ArgumentTypeError(f"cls: expected a torch.optim.Optimizer class (or a callable making one), got "
                         f"{type(cls).__name__}")
     opt = cls(st.main_params(), *args, **kwargs)
     if not isinstance(opt, torch.optim.Optimizer):
-        raise TypeError(f"cls: expected a torch.optim.Optimizer class, but it made a {type(opt).__name__}")
+        raise ArgumentTypeError(f"cls: expected a torch.optim.Optimizer class, but it made a {type(opt).__name__}")
     st._adopt_state(opt)
     opt.register_step_pre_hook(lambda o, a, k: st.pre_optimizer())
     opt.register_step_post_hook(lambda o, a, k: st.post_optimizer())

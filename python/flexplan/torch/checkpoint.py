@@ -39,8 +39,10 @@ import warnings
 
 import torch
 
+from collections.abc import Mapping
+
 from .. import _lib
-from ..errors import FlexplanError
+from ..errors import ArgumentTypeError, FlexplanError
 from . import _hf
 
 __all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes"]
@@ -213,8 +215,14 @@ def _box_tensor(L, flat, i):
 
 # ---- the state dict ------------------------------------------------------------
 def _state(st):
-    from .shard import state
-    return state(st)
+    from ._shard import state
+    return state(st, "st")
+
+
+def _check_optimizer_arg(optimizer):
+    """optimizer: a torch.optim.Optimizer or None (ArgumentTypeError naming it)."""
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise ArgumentTypeError(f"optimizer: expected a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
 
 
 def _layouts(st):
@@ -242,7 +250,7 @@ def _fqns(st):
 
 def _optim_keys(st, opt):
     """the per-param state keys the plan holds (or () for optimizer "none")"""
-    from .shard import _PLAN_OPTIMIZERS
+    from ._optim import PLAN_OPTIMIZERS as _PLAN_OPTIMIZERS
     kind = st.ex.optimizer
     if kind == "none":
         return ()
@@ -274,6 +282,9 @@ def state_dict(st, optimizer=None, *, copy=True):
     time); the tensors hold no data of their own (load_state_dict refuses
     them), and the arena must not change until dcp.save returns."""
     st = _state(st)
+    _check_optimizer_arg(optimizer)
+    if not isinstance(copy, bool):
+        raise ArgumentTypeError(f"copy: expected a bool, got {type(copy).__name__}")
     lay = _layouts(st)
     model = {}
     staged = {}
@@ -413,6 +424,10 @@ def load_state_dict(st, sd, optimizer=None):
     its part first and the ranks agree: on any failure every rank raises
     FlexplanError and none changes anything."""
     st = _state(st)
+    _check_optimizer_arg(optimizer)
+    if not isinstance(sd, Mapping):
+        raise ArgumentTypeError(f"sd: expected a state dict (a Mapping from flexplan.torch.state_dict), got "
+                                f"{type(sd).__name__}")
     lay = _layouts(st)
     plan = []  # (kind, args) writes, made only after the vote
     why = None
@@ -633,6 +648,10 @@ def load_in_place(st, checkpoint_id, optimizer=None):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
     st = _state(st)
+    _check_optimizer_arg(optimizer)
+    if not isinstance(checkpoint_id, (str, os.PathLike)):
+        raise ArgumentTypeError(f"checkpoint_id: expected a path (str or os.PathLike), got "
+                                f"{type(checkpoint_id).__name__}")
     why, sd, reader = None, None, None
     try:
         if st.driver.pos != 0:
