@@ -45,8 +45,11 @@ class Driver:
                 lib.fp_driver_free(h)
             raise FlexplanError(st, msg)
         state = _lib.fp_driver_state.from_address(lib.fp_driver_state_of(h))
-        return cls(h.value, lib.fp_driver_event, lib.fp_driver_errmsg, lib.fp_driver_free, state, ex.segments,
-                   ex.modules)
+        # the hot call: a function object of its own without argtypes (ints pass as C ints and
+        # the handle as a c_void_p object: no per-call conversion through argtypes)
+        ev = lib["fp_driver_event"]
+        ev.restype, ev.argtypes = ctypes.c_int, None
+        return cls(h, ev, lib.fp_driver_errmsg, lib.fp_driver_free, state, ex.segments, ex.modules)
 
     def event(self, e, m=-1):
         if self.follow_stream is not None:

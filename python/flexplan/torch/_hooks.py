@@ -7,8 +7,9 @@
   inside backward, ``FP_EVENT_RECOMPUTE_BEGIN(u)`` (activation
   checkpointing); between steps with grad disabled or the module in eval
   mode, an evaluation forward: the unit's params are gathered, no event;
-- forward hook of u's last submodule: ``FP_EVENT_POST_FORWARD(u)`` and a grad
-  hook on each output that needs grad (``FP_EVENT_PRE_BACKWARD(u)``; the
+- forward hook of u's last submodule: ``FP_EVENT_POST_FORWARD(u)`` (where no
+  other unit's pre_forward follows in the plan) and a grad hook on each
+  output that needs grad (``FP_EVENT_PRE_BACKWARD(u)``; the
   first one of a backward queues the engine callback,
   ``FP_EVENT_BACKWARD_DONE``); inside backward, ``FP_EVENT_RECOMPUTE_END(u)``;
 - ``FP_EVENT_POST_BACKWARD(u)``: the backward of an identity autograd
@@ -102,9 +103,9 @@ class Hooks:
     def register(self):
         for u, subs in enumerate(self.units):
             for i, sm in enumerate(subs):
-                self.handles.append(sm.register_forward_pre_hook(self._timed(self._pre_hook(u, i == 0)),
+                self.handles.append(sm.register_forward_pre_hook(self._timed(self._pre_hook(u, i == 0), 3),
                                                                  with_kwargs=True))
-                self.handles.append(sm.register_forward_hook(self._timed(self._post_hook(u, i == len(subs) - 1))))
+                self.handles.append(sm.register_forward_hook(self._timed(self._post_hook(u, i == len(subs) - 1), 3)))
 
     def remove(self):
         for h in self.handles:
@@ -249,7 +250,7 @@ class Hooks:
     def _post_hook(self, u, last):
         st, dstate, event = self.st, self.driver.state, self.event
         grad_enabled = torch.is_grad_enabled
-        gh = self._timed(self._grad_hook(u))
+        gh = self._timed(self._grad_hook(u), 1)
         T = torch.Tensor
         # where the plan's next forward segment is another unit's pre_forward,
         # post_forward(u) is issued by that event (the driver passes it in plan
@@ -278,7 +279,14 @@ class Hooks:
                             isinstance(o, T) or o is None for o in output) else pytree.tree_leaves(output))
                                 if isinstance(t, T) and t.requires_grad]
                     for t in outs:
-                        t.register_hook(gh)
+                        # Tensor.register_hook without its Python wrapper and handle (half the
+                        # cost in a step; the same tensor pre-hook on the node that made t)
+                        fn = t.grad_fn
+                        if fn is not None and t._backward_hooks is None:
+                            t._backward_hooks = {-1: gh}
+                            fn._register_hook_dict(t)
+                        else:
+                            t.register_hook(gh)
                     self.last_out = (u, outs)
             return None
         return post_hook
@@ -296,10 +304,31 @@ class Hooks:
         return grad_hook
 
     # ---- profile -------------------------------------------------------------------------
-    def _timed(self, fn):
+    def _timed(self, fn, arity=None):
+        """fn, timed into python_s / callbacks when profiling (CPU time of
+        this thread); arity 1 or 3 avoids repacking the arguments."""
         if not self.profile:
             return fn
         tt = time.thread_time
+
+        if arity == 3:
+            def timed3(a, b, c):
+                t0 = tt()
+                try:
+                    return fn(a, b, c)
+                finally:
+                    self.python_s += tt() - t0
+                    self.callbacks += 1
+            return timed3
+        if arity == 1:
+            def timed1(a):
+                t0 = tt()
+                try:
+                    return fn(a)
+                finally:
+                    self.python_s += tt() - t0
+                    self.callbacks += 1
+            return timed1
 
         def timed(*a, **k):
             t0 = tt()

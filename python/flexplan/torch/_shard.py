@@ -202,9 +202,16 @@ class Sharded:
                 newp.grad = g
 
     def _begin_step(self):
-        """The step's first training forward: every slot holds its view."""
-        self._binder.bind_views()
-        self._begin_step_grads()
+        """The step's first training forward: every slot holds its view, every
+        view's .grad its ugrad."""
+        b = self._binder
+        if not b.bound_views:
+            for d, k, t in b._view_slots:
+                d[k] = t
+            b.bound_views = True
+        for newp, g in self._ugrads:
+            if newp.grad is not g:
+                newp.grad = g
 
     def _eval_pre(self, u):
         """A forward between steps (evaluation: grad disabled, or the module
