@@ -11,7 +11,7 @@
 #include "ir/ir.h"
 
 /* Run the CLI's compile (inputs as text or files, the policy by
- * fp_policy_parse's number, an optional hardware preset already checked)
+ * fpi_policy_parse's number, an optional hardware preset already checked)
  * and write the plan as plan.json into memory: the text (malloc'd, *len
  * bytes, NUL-terminated) and the compile's time in *ms; or NULL and *msg the
  * diagnostics (malloc'd) after an input error, or NULL and *msg NULL when

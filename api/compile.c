@@ -5,8 +5,8 @@
  * It sits above the planner, the viewers and the plan loader (it knows the
  * handle's layout, executor/exec_impl.h); the executor itself never calls
  * the planner. A compile runs the CLI's pipeline (inputs, policy, preset,
- * fp_compile: api/pipeline.c) in its own arena, writes plan.json into
- * memory and reads it back through fp_plan_read (the loader and verifier of
+ * fpi_compile: api/pipeline.c) in its own arena, writes plan.json into
+ * memory and reads it back through fpi_plan_read (the loader and verifier of
  * fp_plan_load) into a fresh arena, so a compiled handle is exactly the plan
  * the file would give and the compile's temporaries are freed at once. Messages are the
  * diagnostics' text, which is what the CLI prints for the same input. */
@@ -95,13 +95,13 @@ fp_status fp_plan_compile(const fp_compile_options *opt, fp_plan **out) {
   if (!p) return FP_ERR_NOMEM;
   if (!opt) return set_msg(p, FP_ERR_ARG, "fp_plan_compile: options are NULL");
   if (!opt->model_path && !opt->model_text) return set_msg(p, FP_ERR_ARG, "fp_plan_compile: no model given");
-  int policy = opt->policy ? fp_policy_parse(opt->policy) : FP_POLICY_FLEXPLAN;
+  int policy = opt->policy ? fpi_policy_parse(opt->policy) : FP_POLICY_FLEXPLAN;
   if (policy < 0)
     return set_msg(p, FP_ERR_ARG, "error: unknown policy '%s' (expected flexplan or fsdp2)", opt->policy);
   fp_hw preset;
-  if (opt->hardware && !fp_hw_preset(opt->hardware, &preset))
+  if (opt->hardware && !fpi_hw_preset(opt->hardware, &preset))
     return set_msg(p, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", opt->hardware,
-                   fp_hw_preset_list());
+                   fpi_hw_preset_list());
   const char *name = opt->model_path ? opt->model_path : "<model>";
   p->name = dup_str(name);
   if (!p->name) return FP_ERR_NOMEM;
@@ -116,25 +116,25 @@ fp_status fp_plan_compile(const fp_compile_options *opt, fp_plan **out) {
     return st;
   }
   /* the plan as the file would hold it, read back by the loader */
-  p->arena = fp_arena_new();
-  fp_src *src = fp_alloc(p->arena, sizeof *src);
-  src->path = fp_sprintf(p->arena, "%s (compiled plan)", name);
+  p->arena = fpi_arena_new();
+  fp_src *src = fpi_alloc(p->arena, sizeof *src);
+  src->path = fpi_sprintf(p->arena, "%s (compiled plan)", name);
   src->len = len;
-  src->text = fp_strndup(p->arena, text, len);
+  src->text = fpi_strndup(p->arena, text, len);
   free(text);
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_status st = FP_OK;
-  p->prog = fp_plan_read(p->arena, &d, src);
+  p->prog = fpi_plan_read(p->arena, &d, src);
   if (!p->prog) { /* the compiler wrote a plan its loader rejects: a bug, reported as a plan error */
     st = diag_msg(p, FP_ERR_PLAN, &d);
-    fp_arena_free(p->arena);
+    fpi_arena_free(p->arena);
     p->arena = NULL;
   } else {
-    p->hash = fp_prog_hash(p->prog);
+    p->hash = fpi_prog_hash(p->prog);
     st = set_msg(p, FP_OK, "%s", "");
   }
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   return st;
 }
 
@@ -170,16 +170,16 @@ fp_status fp_plan_save(fp_plan *plan, const char *path) {
   /* whole or not at all, as the CLI writes (fp_out: a temporary renamed
    * over a regular file; a device or FIFO written in place) */
   fp_out o;
-  if (!fp_out_open(&o, path))
+  if (!fpi_out_open(&o, path))
     return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot create output: %s", path, strerror(errno));
   errno = 0;
-  bool ok = fp_plan_write(plan->prog, o.f);
+  bool ok = fpi_plan_write(plan->prog, o.f);
   if (!ok) {
     int e = errno;
-    fp_out_abort(&o);
+    fpi_out_abort(&o);
     return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot write output: %s", path, e ? strerror(e) : "write failed");
   }
-  if (!fp_out_commit(&o))
+  if (!fpi_out_commit(&o))
     return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot write output: %s", path,
                    errno ? strerror(errno) : "write failed");
   return set_msg(plan, FP_OK, "%s", "");
@@ -195,52 +195,52 @@ fp_status fp_plan_render(fp_plan *plan, fp_render what, const char *hardware, ch
   const char *name = plan->name ? plan->name : "plan";
   fp_hw hw;
   if (hardware) {
-    if (!fp_hw_preset(hardware, &hw))
+    if (!fpi_hw_preset(hardware, &hw))
       return set_msg(plan, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", hardware,
-                     fp_hw_preset_list());
+                     fpi_hw_preset_list());
   } else if (p->hw.name) {
     hw = p->hw;
   } else {
-    fp_hw_preset("h100-sxm", &hw); /* the CLI's choice (it notes it on stderr) */
+    fpi_hw_preset("h100-sxm", &hw); /* the CLI's choice (it notes it on stderr) */
   }
   mstream ms;
   if (!ms_open(&ms)) return set_msg(plan, FP_ERR_NOMEM, "out of memory");
-  fp_arena *ar = fp_arena_new();
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   bool ok = true;
   st = FP_OK;
   switch (what) {
-    case FP_RENDER_PLAN: ok = fp_plan_write(p, ms.f); break;
-    case FP_RENDER_IR: fp_ir_print(p, ms.f); break;
+    case FP_RENDER_PLAN: ok = fpi_plan_write(p, ms.f); break;
+    case FP_RENDER_IR: fpi_ir_print(p, ms.f); break;
     case FP_RENDER_EXPLAIN:
     case FP_RENDER_SIMULATE: {
       fp_sim sim;
-      if (!fp_simulate(ar, p, &hw, &sim)) {
+      if (!fpi_simulate(ar, p, &hw, &sim)) {
         st = set_msg(plan, FP_ERR_PLAN, "%s: error: the modeled step time on hardware '%s' is not a finite number: "
                      "its rates are too small for the plan's work", name, hw.name);
         break;
       }
       if (what == FP_RENDER_EXPLAIN)
-        fp_ir_explain_modeled(p, sim.start_us, sim.end_us, ms.f);
+        fpi_ir_explain_modeled(p, sim.start_us, sim.end_us, ms.f);
       else
-        fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), ms.f);
+        fpi_sim_print(p, &sim, &hw, fpi_sim_memory(ar, p, &sim), ms.f);
       break;
     }
     case FP_RENDER_TRACE:
     case FP_RENDER_HTML: {
       fp_viz v;
-      if (!fp_viz_build(ar, &d, name, p, &hw, NULL, 0, DEFAULT_RANKS, &v)) {
+      if (!fpi_viz_build(ar, &d, name, p, &hw, NULL, 0, DEFAULT_RANKS, &v)) {
         st = diag_msg(plan, FP_ERR_PLAN, &d);
         break;
       }
-      ok = what == FP_RENDER_TRACE ? fp_viz_trace(&v, ms.f) : fp_viz_html(&v, ms.f);
+      ok = what == FP_RENDER_TRACE ? fpi_viz_trace(&v, ms.f) : fpi_viz_html(&v, ms.f);
       break;
     }
   }
   bool closed = ms_close(&ms);
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   if (st != FP_OK) {
     free(ms.buf);
     return st;

@@ -29,22 +29,22 @@ char *fpa_compile(const char *model_path, const char *model_text, const char *sp
   *msg = NULL;
   *len = 0;
   double t0 = now_ms();
-  fp_arena *ar = fp_arena_new();
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   char *text = NULL;
   fp_model m;
   fp_spec s;
   fp_compiled c;
   fp_hw preset;
-  if (!fp_inputs_load_text(ar, &d, model_path, model_text, spec_path, spec_text, &m, &s)) goto fail;
-  fp_spec_apply_policy(&s, (fp_policy)policy);
-  if (hw_preset && fp_hw_preset(hw_preset, &preset)) s.hw_preset = preset.name; /* the spec's overrides still apply */
-  if (!fp_compile(ar, &d, &m, &s, &c)) goto fail;
+  if (!fpi_inputs_load_text(ar, &d, model_path, model_text, spec_path, spec_text, &m, &s)) goto fail;
+  fpi_spec_apply_policy(&s, (fp_policy)policy);
+  if (hw_preset && fpi_hw_preset(hw_preset, &preset)) s.hw_preset = preset.name; /* the spec's overrides still apply */
+  if (!fpi_compile(ar, &d, &m, &s, &c)) goto fail;
   *ms = now_ms() - t0;
   FILE *f = open_memstream(&text, len);
   if (!f) goto done;
-  bool ok = fp_plan_write(c.prog, f);
+  bool ok = fpi_plan_write(c.prog, f);
   ok = fclose(f) == 0 && ok;
   if (!ok) {
     free(text);
@@ -54,15 +54,15 @@ char *fpa_compile(const char *model_path, const char *model_text, const char *sp
 fail:
   *msg = take(d.buf ? d.buf : "error: the compile failed\n", d.buf ? d.len : strlen("error: the compile failed\n"));
 done:
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   return text;
 }
 
 bool fpa_summary_json(const fp_prog *p, double compile_ms, FILE *f) {
   fp_summary sum;
-  if (!fp_summarize_plan(p, &sum)) return false;
+  if (!fpi_summarize_plan(p, &sum)) return false;
   sum.compile_ms = compile_ms;
-  fp_summary_json(&sum, f);
+  fpi_summary_json(&sum, f);
   return true;
 }

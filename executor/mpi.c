@@ -164,7 +164,7 @@ static fp_status mpi_fail(fp_exec *x, const char *what, int rc) {
 /* ---- prepare: memory and per-op records (local) ------------------------------------- */
 static int64_t align_up(int64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
 
-static bool is_comm(const fp_xop *o) { return fp_op_class(o->code) == FP_OPC_COMM; }
+static bool is_comm(const fp_xop *o) { return fpi_op_class(o->code) == FP_OPC_COMM; }
 
 /* reduce_scatter_v maps on MPI_Ireduce_scatter when the table packs the
  * pieces in rank order from 0 */
@@ -182,7 +182,7 @@ static bool per_root(const fp_xop *o) { return o->code == FP_OP_REDUCE_SCATTER_V
 /* staging bytes of an in-place reduce-scatter (the result lands there first) */
 static int64_t staging_bytes(const fp_xop *o) {
   bool rs = o->code == FP_OP_REDUCE_SCATTER || (o->code == FP_OP_REDUCE_SCATTER_V && !per_root(o));
-  return o->inplace && rs ? align_up(o->n * fp_dtype_size(o->dtype)) : 0;
+  return o->inplace && rs ? align_up(o->n * fpi_dtype_size(o->dtype)) : 0;
 }
 
 
@@ -212,20 +212,20 @@ static fp_status mpi_prepare(fp_exec *x) {
     if (!is_comm(o)) continue;
     if (o->n > INT_MAX || o->G > INT_MAX)
       return fpx_fail(x, FP_ERR_BACKEND, "op %" PRId32 " (%s): %" PRId64 " elements exceed MPI's int count", o->index,
-                      fp_op_name(o->code), o->n);
+                      fpi_op_name(o->code), o->n);
     bool v = o->code == FP_OP_ALL_GATHER_V || o->code == FP_OP_REDUCE_SCATTER_V;
     if (v) {
       for (int64_t k = 0; k < o->G; k++)
         if (o->tab_off[k] > INT_MAX || o->tab_cnt[k] > INT_MAX)
           return fpx_fail(x, FP_ERR_BACKEND, "op %" PRId32 " (%s): its extent table exceeds MPI's int counts",
-                          o->index, fp_op_name(o->code));
+                          o->index, fpi_op_name(o->code));
       nints += 2 * o->G;
     }
     nreq += per_root(o) ? o->G : 1;
     staging += staging_bytes(o);
   }
   int64_t dev = align_up(x->prog->arena_bytes), host = align_up(x->prog->host_bytes), total;
-  if (!fp_add64(dev, host, &total) || !fp_add64(total, staging, &total) || total > (int64_t)(SIZE_MAX / 2))
+  if (!fpi_add64(dev, host, &total) || !fpi_add64(total, staging, &total) || total > (int64_t)(SIZE_MAX / 2))
     return fpx_fail(x, FP_ERR_PLAN, "the arena (%" PRId64 " + %" PRId64 " bytes) is too large", dev, host);
   void *mem = NULL;
   x->stats.allocations++;
@@ -273,7 +273,7 @@ static fp_status mpi_prepare(fp_exec *x) {
     mop *q = &m->mops[j];
     while (o->index >= x->prog->segs[seg].first + x->prog->segs[seg].nops) seg++;
     if (!is_comm(o)) {
-      m->sums[seg].local += fp_op_class(o->code) == FP_OPC_LOCAL;
+      m->sums[seg].local += fpi_op_class(o->code) == FP_OPC_LOCAL;
       continue;
     }
     m->sums[seg].coll++;
@@ -560,10 +560,10 @@ static fp_status mpi_connect(fp_exec *x) {
   for (int32_t c = 0; c < p->ncomms; c++) {
     bool used[FP_NSTREAMS] = {false}, any = false;
     for (int32_t i = 0; i < p->nops; i++)
-      if (p->ops[i].comm == c && fp_op_class(p->ops[i].code) == FP_OPC_COMM) any = used[p->ops[i].stream] = true;
+      if (p->ops[i].comm == c && fpi_op_class(p->ops[i].code) == FP_OPC_COMM) any = used[p->ops[i].stream] = true;
     if (!any) continue;
     const fp_ir_comm *pc = &p->comms[c];
-    int64_t g = fp_comm_index(pc, x->rank);
+    int64_t g = fpi_comm_index(pc, x->rank);
     MPI_Comm split = MPI_COMM_NULL;
     MPI_CHECK_GOTO(x, MPI_Comm_split(boot, (int)(x->rank - g * pc->stride), (int)g, &split), st, fail);
     int sr = -1, ss = 0;
@@ -612,7 +612,7 @@ fail:
 
 /* ---- running ops ------------------------------------------------------------------------- */
 static void run_local(const fp_xop *o) {
-  int64_t sz = fp_dtype_size(o->dtype);
+  int64_t sz = fpi_dtype_size(o->dtype);
   switch (o->code) {
     case FP_OP_CAST: fpk_cast(o->dst, o->dtype, o->src, o->sdtype, o->n); break;
     case FP_OP_COPY:
@@ -623,7 +623,7 @@ static void run_local(const fp_xop *o) {
       /* region j: rows of tab_cnt[j] elements between the table side (at
        * tab_off[j], rows packed) and the rows side (column p, pitched) */
       bool split = o->code == FP_OP_SPLIT_COPY;
-      int64_t ed = fp_dtype_size(o->dtype), es = fp_dtype_size(o->sdtype), col = 0;
+      int64_t ed = fpi_dtype_size(o->dtype), es = fpi_dtype_size(o->sdtype), col = 0;
       for (int64_t j = 0; j < o->ntab; j++) {
         int64_t c = o->tab_cnt[j];
         for (int64_t r = 0; r < o->rows; r++) {
@@ -652,7 +652,7 @@ static void run_local(const fp_xop *o) {
 /* issue one communication op, non-blocking; MPI's return code */
 static int issue(const fp_xop *o, mop *q) {
   int n = (int)o->n, g = (int)o->g, G = (int)o->G, root = o->root;
-  int64_t sz = fp_dtype_size(o->dtype);
+  int64_t sz = fpi_dtype_size(o->dtype);
   switch (o->code) {
     case FP_OP_ALL_GATHER:
       if (o->inplace) return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->dst, n, q->type, q->comm, q->req);
@@ -695,7 +695,7 @@ static void stream_fail(mstate *m, const fp_xop *o, const char *what, int rc) {
   int n = 0;
   if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", rc);
   snprintf(m->fail_msg, sizeof m->fail_msg, "MPI: %s of op %" PRId32 " (%s) failed: %s", what, o->index,
-           fp_op_name(o->code), s);
+           fpi_op_name(o->code), s);
   m->failed = true;
 }
 
@@ -708,7 +708,7 @@ static bool advance(fp_exec *x, mstate *m, hstream *s) {
     if (s->issued == head) { /* nothing in flight: start the head op */
       fp_xop *o = s->ops[head % s->len];
       int64_t step = head / s->len;
-      switch (fp_op_class(o->code)) {
+      switch (fpi_op_class(o->code)) {
         case FP_OPC_SYNC:
           fpx_time_op(x, o, step, false);
           if (o->code == FP_OP_RECORD) {
@@ -758,7 +758,7 @@ static bool advance(fp_exec *x, mstate *m, hstream *s) {
         goto out;
       }
       if (!flag) goto out;
-      if (q->staging) memcpy(o->dst, q->staging, (size_t)(o->n * fp_dtype_size(o->dtype)));
+      if (q->staging) memcpy(o->dst, q->staging, (size_t)(o->n * fpi_dtype_size(o->dtype)));
       if (o->red == FP_RED_AVG && (o->code != FP_OP_REDUCE || o->g == o->root)) fpk_div(o->dst, o->dtype, (double)o->G, o->n);
       fpx_time_op(x, o, head / s->len, true);
       head++;
@@ -871,11 +871,11 @@ static fp_status watchdog(fp_exec *x, mstate *m, double waited_s) {
   const fp_ir_comm *pc = o && o->comm >= 0 && o->comm < x->prog->ncomms ? &x->prog->comms[o->comm] : NULL;
   if (o)
     k += snprintf(msg + k, sizeof msg - (size_t)k, "; rank %" PRId64 " waits for op %" PRId32 " (%s %s%s%s%s, stream %s) of step %" PRId64,
-                  x->rank, o->index, fp_op_name(o->code), fp_dtype_name(o->dtype), pc ? " on communicator '" : "",
-                  pc ? pc->name : "", pc ? "'" : "", fp_stream_name(o->stream), step);
+                  x->rank, o->index, fpi_op_name(o->code), fpi_dtype_name(o->dtype), pc ? " on communicator '" : "",
+                  pc ? pc->name : "", pc ? "'" : "", fpi_stream_name(o->stream), step);
   if (pc && pc->size <= m->wd_n && m->wd != MPI_COMM_NULL && k < (int)sizeof msg) {
     int G = (int)pc->size;
-    int64_t g = fp_comm_index(pc, x->rank), base = x->rank - g * pc->stride;
+    int64_t g = fpi_comm_index(pc, x->rank), base = x->rank - g * pc->stride;
     int64_t *mine = m->wd_msg + 2 * (int64_t)m->wd_n;
     mine[0] = step, mine[1] = o->index;
     MPI_Request *rr = m->wd_req, *sr = m->wd_req + m->wd_n;

@@ -15,7 +15,7 @@
  * order, which is the order the verifier matched), local copies, casts and
  * MXFP8 quantizes with the reference kernels (kernels/kernels.h); a local
  * op reading staging or TO bytes first waits for every send and recv
- * posted so far (fp_tx_waits: the verifier's X4 simulates this wait);
+ * posted so far (fpi_tx_waits: the verifier's X4 simulates this wait);
  * then all requests complete. Receives land in TO's arena at the plan's
  * fixed addresses. A failure in phase 3 (an MPI or NCCL error) leaves TO's
  * need regions partly written; nothing outside them is touched. */
@@ -86,7 +86,7 @@ void fp_xfer_free(fp_xfer *t) {
   if (!t) return;
   if (t->bk && t->bk_free) t->bk_free(t->bk);
   xmpi_free(t->mpi);
-  if (t->arena) fp_arena_free(t->arena);
+  if (t->arena) fpi_arena_free(t->arena);
   free(t->msg);
   free(t);
 }
@@ -97,11 +97,11 @@ fp_status fp_xfer_load(const char *path, fp_xfer **out) {
   *out = t;
   if (!t) return FP_ERR_NOMEM;
   if (!path) return fpx_xfer_fail(t, FP_ERR_ARG, "fp_xfer_load: path is NULL");
-  t->arena = fp_arena_new();
+  t->arena = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_src src;
-  if (fp_src_read(t->arena, &d, path, &src)) t->tx = fp_tx_read(t->arena, &d, &src);
+  if (fpi_src_read(t->arena, &d, path, &src)) t->tx = fpi_tx_read(t->arena, &d, &src);
   fp_status st = t->tx ? FP_OK : FP_ERR_PLAN;
   if (!t->tx) {
     char *m = strdup(d.buf ? d.buf : "fp_xfer_load: failed");
@@ -112,7 +112,7 @@ fp_status fp_xfer_load(const char *path, fp_xfer **out) {
       t->msg = m;
     }
   }
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   return st;
 }
 
@@ -159,9 +159,9 @@ static bool in_shard(const fp_xparam *xp, int64_t base, int64_t sz, int64_t off,
 static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtype dt, int64_t off, int64_t bytes,
                     bool weight_ok, int states) {
   if (xp->host[2]) return false; /* offloaded: transfers move device arenas only */
-  if (dt == mdt && in_shard(xp, xp->off[2], fp_dtype_size(mdt), off, bytes)) return true;
+  if (dt == mdt && in_shard(xp, xp->off[2], fpi_dtype_size(mdt), off, bytes)) return true;
   for (int k = 0; k < states && k < 2 && dt == x->prog->optim_dtype; k++)
-    if (in_shard(xp, xp->off[4 + k], fp_dtype_size(x->prog->optim_dtype), off, bytes)) return true;
+    if (in_shard(xp, xp->off[4 + k], fpi_dtype_size(x->prog->optim_dtype), off, bytes)) return true;
   if (weight_ok && xp->weight_persistent && xp->off[0] >= 0) {
     int64_t a = xp->off[0], b = a + xp->v.weight.numel * fp_elem_size(xp->v.weight.dtype);
     if (off >= a && off + bytes <= b) return true;
@@ -181,16 +181,16 @@ static bool in_scales(const fp_xparam *xp, fp_dtype dt, int64_t off, int64_t byt
  * O(ops x params) */
 static int32_t *param_map(const fp_tx *tx, const fp_exec *x) {
   int32_t *map = malloc(((size_t)tx->nparams + 1) * sizeof *map);
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   FP_ASSERT(map && a);
   fp_namemap m;
-  fp_namemap_init(&m, a, x->prog->nparams);
-  for (int32_t i = 0; i < x->prog->nparams; i++) fp_namemap_put(&m, x->prog->params[i].name, i);
+  fpi_namemap_init(&m, a, x->prog->nparams);
+  for (int32_t i = 0; i < x->prog->nparams; i++) fpi_namemap_put(&m, x->prog->params[i].name, i);
   for (int32_t j = 0; j < tx->nparams; j++) {
-    int32_t q = fp_namemap_get(&m, tx->params[j].name, strlen(tx->params[j].name));
+    int32_t q = fpi_namemap_get(&m, tx->params[j].name, strlen(tx->params[j].name));
     map[j] = q >= 0 ? q : -1;
   }
-  fp_arena_free(a);
+  fpi_arena_free(a);
   return map;
 }
 
@@ -206,17 +206,17 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
   const fp_tx *tx = t->tx;
   /* weights+optimizer also moves each optimizer state the plans hold */
   bool optim = tx->what && !strcmp(tx->what, "weights+optimizer");
-  int sf = optim && from ? fp_optim_states(from->prog->optim) : 0, st = optim && to ? fp_optim_states(to->prog->optim) : 0;
-  int32_t g = fp_tx_prog(tx, me); /* the program this process runs (its own, or the one it repeats) */
+  int sf = optim && from ? fpi_optim_states(from->prog->optim) : 0, st = optim && to ? fpi_optim_states(to->prog->optim) : 0;
+  int32_t g = fpi_tx_prog(tx, me); /* the program this process runs (its own, or the one it repeats) */
   for (int32_t i = tx->first[g]; from && i < tx->first[g + 1]; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = fmap[o->param];
     if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
-                          fp_tx_src_bytes(o), false, sf))
+                          fpi_tx_src_bytes(o), false, sf))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
-                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fp_tx_src_bytes(o),
-                   fp_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
+                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(o),
+                   fpi_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
   }
   for (int32_t k = tx->need_first[g]; to && k < tx->need_first[g + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];
@@ -251,31 +251,31 @@ static char *at(char *from, char *to, char *stage, fp_tx_ref r) {
 /* MXFP8 of a slice starting at flat index full_off: its head (up to the next
  * block boundary) is a block of its own (xfer.h) */
 static void quant(const fp_tx_op *o, uint8_t *dst, uint8_t *sc, const char *src) {
-  int64_t h = fp_tx_head(o->full_off, o->n);
+  int64_t h = fpi_tx_head(o->full_off, o->n);
   if (h > 0) fpk_quantize_mxfp8(dst, sc, src, o->sdtype, h);
-  fpk_quantize_mxfp8(dst + h, sc + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h);
+  fpk_quantize_mxfp8(dst + h, sc + (h > 0), src + h * fpi_dtype_size(o->sdtype), o->sdtype, o->n - h);
 }
 /* the two steps of a split block's MXFP8 (xfer.h), blocks as quant's */
 static void scales(const fp_tx_op *o, uint8_t *sc, const char *src) {
-  int64_t h = fp_tx_head(o->full_off, o->n);
+  int64_t h = fpi_tx_head(o->full_off, o->n);
   if (h > 0) fpk_mxfp8_scales(sc, src, o->sdtype, h);
-  fpk_mxfp8_scales(sc + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h);
+  fpk_mxfp8_scales(sc + (h > 0), src + h * fpi_dtype_size(o->sdtype), o->sdtype, o->n - h);
 }
 static void quant_at(const fp_tx_op *o, uint8_t *dst, const uint8_t *sc, const char *src) {
-  int64_t h = fp_tx_head(o->full_off, o->n);
+  int64_t h = fpi_tx_head(o->full_off, o->n);
   if (h > 0) fpk_quantize_mxfp8_scaled(dst, sc, src, o->sdtype, h);
-  fpk_quantize_mxfp8_scaled(dst + h, sc + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h);
+  fpk_quantize_mxfp8_scaled(dst + h, sc + (h > 0), src + h * fpi_dtype_size(o->sdtype), o->sdtype, o->n - h);
 }
 static void dequant(const fp_tx_op *o, char *dst, const uint8_t *src, const uint8_t *sc) {
-  int64_t h = fp_tx_head(o->full_off, o->n);
+  int64_t h = fpi_tx_head(o->full_off, o->n);
   if (h > 0) fpk_dequantize_mxfp8(dst, o->dtype, src, sc, h);
-  fpk_dequantize_mxfp8(dst + h * fp_dtype_size(o->dtype), o->dtype, src + h, sc + (h > 0), o->n - h);
+  fpk_dequantize_mxfp8(dst + h * fpi_dtype_size(o->dtype), o->dtype, src + h, sc + (h > 0), o->n - h);
 }
 
 /* phase 3 on the MPI backend: this process's ops in order */
 static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, char *stage, MPI_Request *req) {
   const fp_tx *tx = t->tx;
-  int32_t g = me < tx->nprocs ? fp_tx_prog(tx, me) : 0;
+  int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
   int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
   int npost = 0, waited = 0;
   fp_status st = FP_OK;
@@ -283,7 +283,7 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     const fp_tx_op *o = &tx->ops[i];
     char *dst = at(fa, ta, stage, o->dst), *src = at(fa, ta, stage, o->src), *aux = at(fa, ta, stage, o->aux);
     int rc = MPI_SUCCESS;
-    if (fp_tx_waits(o) && waited < npost) {
+    if (fpi_tx_waits(o) && waited < npost) {
       rc = MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE);
       waited = npost;
     }
@@ -291,7 +291,7 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     switch (o->kind) {
       case FP_TX_COPY: { /* with the copies that continue it, as one */
         int64_t n;
-        int32_t end = fp_tx_copy_run(tx, i, hi, &n);
+        int32_t end = fpi_tx_copy_run(tx, i, hi, &n);
         fpk_cast(dst, o->dtype, src, o->sdtype, n);
         i = end - 1;
         break;
@@ -302,10 +302,10 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
       case FP_TX_MAX: fpk_max_u8((uint8_t *)dst, (const uint8_t *)src, (const uint8_t *)aux, o->n); break;
       case FP_TX_QUANT_AT: quant_at(o, (uint8_t *)dst, (const uint8_t *)aux, src); break;
       case FP_TX_SEND:
-        rc = MPI_Isend(src, (int)(o->n * fp_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
+        rc = MPI_Isend(src, (int)(o->n * fpi_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
         break;
       case FP_TX_RECV:
-        rc = MPI_Irecv(dst, (int)(o->n * fp_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
+        rc = MPI_Irecv(dst, (int)(o->n * fpi_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
         break;
       default: break;
     }
@@ -341,13 +341,13 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on the %s backend and the TO executor on %s: a "
                        "transfer runs on one backend", from->bk->name, to->bk->name);
   if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
-  int32_t g = me < tx->nprocs ? fp_tx_prog(tx, me) : 0;
+  int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
   int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0, nreq = 0;
   for (int32_t i = lo; i < hi && backend == FP_BACKEND_MPI; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) {
       nreq++;
-      if (o->n * fp_dtype_size(o->dtype) > INT_MAX && st == FP_OK)
+      if (o->n * fpi_dtype_size(o->dtype) > INT_MAX && st == FP_OK)
         st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d moves more than INT_MAX bytes", i);
     }
   }

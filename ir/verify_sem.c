@@ -140,7 +140,7 @@ static void serr(sctx *s, fp_vloc what, int64_t i, const char *fmt, ...) {
 
 static int64_t esize(const cell *c) {
   if (c->kind == SV_SCALE) return 1;
-  if (c->kind == SV_WEIGHT || c->kind == SV_GRAD) return fp_dtype_size((fp_dtype)c->dt);
+  if (c->kind == SV_WEIGHT || c->kind == SV_GRAD) return fpi_dtype_size((fp_dtype)c->dt);
   return 0;
 }
 static bool has_elems(const cell *c) { return c->kind == SV_WEIGHT || c->kind == SV_GRAD || c->kind == SV_SCALE; }
@@ -400,8 +400,8 @@ static void describe(const sctx *s, const cell *c, char *out, size_t cap) {
       return;
     case SV_WEIGHT:
       snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") main weight v%d in %s%s%s%s%s", pname(s, c->p), c->e,
-               c->e + n, c->ver, fp_dtype_name((fp_dtype)c->dt), c->rnd != c->dt ? " (rounded to " : "",
-               c->rnd != c->dt ? fp_dtype_name((fp_dtype)c->rnd) : "", c->rnd != c->dt ? ")" : "",
+               c->e + n, c->ver, fpi_dtype_name((fp_dtype)c->dt), c->rnd != c->dt ? " (rounded to " : "",
+               c->rnd != c->dt ? fpi_dtype_name((fp_dtype)c->rnd) : "", c->rnd != c->dt ? ")" : "",
                c->fl & F_INEXACT ? " rounded twice" : c->fl & F_MX ? " MXFP8" : "");
       return;
     case SV_GRAD: {
@@ -409,7 +409,7 @@ static void describe(const sctx *s, const cell *c, char *out, size_t cap) {
       digits_text(s, c->digits, dg, sizeof dg);
       slots_text(c->slots, sl, sizeof sl);
       snprintf(out, cap, "grad of %s elements [%" PRId64 ",%" PRId64 ") from backwards {%s} summed over %s scaled %g in %s%s",
-               pname(s, c->p), c->e, c->e + n, sl, dg, c->s, fp_dtype_name((fp_dtype)c->dt),
+               pname(s, c->p), c->e, c->e + n, sl, dg, c->s, fpi_dtype_name((fp_dtype)c->dt),
                c->fl & F_INEXACT ? " rounded twice" : "");
       return;
     }
@@ -435,7 +435,7 @@ static bool build_classes(sctx *s) {
   for (int32_t i = 0; i < p->nops; i++) {
     const fp_op *op = &p->ops[i];
     if (op->comm >= 0 && (reg_addr(&op->dst) || reg_addr(&op->src) || reg_addr(&op->aux) || op->root >= 0 ||
-                          (op->tab >= 0 && !fp_op_regions(op->code)) || op->code == FP_OP_REDUCE ||
+                          (op->tab >= 0 && !fpi_op_regions(op->code)) || op->code == FP_OP_REDUCE ||
                           op->code == FP_OP_BROADCAST))
       s->addr[op->comm] = true;
     if (op->only >= 0 && op->only_comm >= 0) s->addr[op->only_comm] = true;
@@ -458,7 +458,7 @@ static bool build_classes(sctx *s) {
   for (int64_t r = 0; r < W; r++) {
     uint64_t key = 1469598103934665603ull;
     for (int32_t a = 0; a < s->naddr; a++) {
-      key ^= (uint64_t)fp_comm_index(&p->comms[s->addrc[a]], r) + 1;
+      key ^= (uint64_t)fpi_comm_index(&p->comms[s->addrc[a]], r) + 1;
       key *= 1099511628211ull;
     }
     int64_t slot = (int64_t)(key & (uint64_t)(hcap - 1));
@@ -468,7 +468,7 @@ static bool build_classes(sctx *s) {
       if (k < 0) break;
       bool eq = true;
       for (int32_t a = 0; a < s->naddr && eq; a++)
-        eq = fp_comm_index(&p->comms[s->addrc[a]], r) == fp_comm_index(&p->comms[s->addrc[a]], s->rep[k]);
+        eq = fpi_comm_index(&p->comms[s->addrc[a]], r) == fpi_comm_index(&p->comms[s->addrc[a]], s->rep[k]);
       if (eq) break;
       slot = (slot + 1) & (hcap - 1);
     }
@@ -512,11 +512,11 @@ static bool build_classes(sctx *s) {
 
 /* ---- ops: operand resolution ---------------------------------------------------------- */
 static int64_t gidx(const sctx *s, int32_t comm, int64_t r) {
-  return comm >= 0 ? fp_comm_index(&s->p->comms[comm], r) : 0;
+  return comm >= 0 ? fpi_comm_index(&s->p->comms[comm], r) : 0;
 }
 static int64_t member_rank(const sctx *s, int32_t comm, int64_t r, int64_t j) {
   const fp_ir_comm *c = &s->p->comms[comm];
-  return r + (j - fp_comm_index(c, r)) * c->stride;
+  return r + (j - fpi_comm_index(c, r)) * c->stride;
 }
 
 static fp_dtype od(const fp_op *op, int w) {
@@ -530,7 +530,7 @@ static fp_dtype od(const fp_op *op, int w) {
 }
 static const fp_region *opnd(const fp_op *op, int w) { return w == 0 ? &op->dst : w == 1 ? &op->src : &op->aux; }
 static int64_t roff(const sctx *s, const fp_op *op, int w, int64_t g) {
-  return fp_region_offset(s->p, op, opnd(op, w), od(op, w), g);
+  return fpi_region_offset(s->p, op, opnd(op, w), od(op, w), g);
 }
 
 /* the bytes an op reads, checked for undefined and for their dtype; false
@@ -550,7 +550,7 @@ static bool check_read(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, cel
         (c->kind == SV_SCALE && want != FP_U8 && want != FP_E8M0)) {
       describe(s, c, d, sizeof d);
       serr(s, FP_VL_OP, i, "%s reads %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " as %s: holds %s",
-           fp_op_name(s->p->ops[i].code), bname(s, b), at + c->lo, at + c->hi, s->rep[k], fp_dtype_name(want), d);
+           fpi_op_name(s->p->ops[i].code), bname(s, b), at + c->lo, at + c->hi, s->rep[k], fpi_dtype_name(want), d);
       return false;
     }
   }
@@ -573,7 +573,7 @@ static bool fits(fp_dtype a, fp_dtype b) {
 /* convert cells (sizes of `from`) to dtype `to`: positions scale */
 static void convert(sctx *s, int32_t i, const cell *in, int32_t n, fp_dtype from, fp_dtype to, cell **out,
                     int32_t *no, int32_t *cap) {
-  int64_t fz = fp_dtype_size(from), tz = fp_dtype_size(to);
+  int64_t fz = fpi_dtype_size(from), tz = fpi_dtype_size(to);
   *no = 0;
   for (int32_t j = 0; j < n; j++) {
     cell c = in[j];
@@ -651,7 +651,7 @@ static void reduce_lists(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, m
       char d[400];
       describe(s, &a, d, sizeof d);
       serr(s, FP_VL_OP, i, "%s over %s of %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " (step %d) is wrong: %.600s",
-           fp_op_name(op->code), cm->name, bname(s, b), at + x, at + y, s->rep[k], s->step + 1, why);
+           fpi_op_name(op->code), cm->name, bname(s, b), at + x, at + y, s->rep[k], s->step + 1, why);
       reported = true;
     }
     if (why[0]) r = junk(x, y, i);
@@ -701,7 +701,7 @@ static void run_collective(sctx *s, int32_t i) {
   const fp_ir_comm *cm = &p->comms[op->comm];
   int64_t G = cm->size;
   fp_dtype dt = op->dtype;
-  int64_t z = fp_dtype_size(dt);
+  int64_t z = fpi_dtype_size(dt);
   int32_t *from = malloc(((size_t)s->ncls + 1) * sizeof *from), *to = malloc(((size_t)s->ncls + 1) * sizeof *to);
   int64_t *dat = malloc(((size_t)s->ncls + 1) * sizeof *dat);
   int64_t hcap = 16;
@@ -711,16 +711,16 @@ static void run_collective(sctx *s, int32_t i) {
   FP_ASSERT(from && to && dat && hkey && hval);
   for (int64_t h = 0; h < hcap; h++) hkey[h] = -1;
   bool scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
-  bool reduce = fp_op_reduces(op->code);
+  bool reduce = fpi_op_reduces(op->code);
   bool collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
   bool same_all = true; /* every class that runs it gets the same output */
   int32_t first_out = -1;
   s->nout = 0;
   bool p2p = op->code == FP_OP_SEND || op->code == FP_OP_RECV;
-  if (p2p) serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fp_op_name(op->code));
+  if (p2p) serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fpi_op_name(op->code));
   for (int32_t k = 0; k < s->ncls; k++) {
     from[k] = to[k] = s->nout;
-    int64_t r = s->rep[k], g = fp_comm_index(cm, r);
+    int64_t r = s->rep[k], g = fpi_comm_index(cm, r);
     dat[k] = -1;
     if (p2p || !runs_on(s, op, r)) {
       same_all = false;
@@ -745,7 +745,7 @@ static void run_collective(sctx *s, int32_t i) {
       continue;
     }
     const fp_ir_table *tb = op->tab >= 0 ? &p->tabs[op->tab] : NULL;
-    int64_t n = fp_op_count(p, op, g);
+    int64_t n = fpi_op_count(p, op, g);
     s->ntmp2 = 0;
     mlist *ml = malloc((size_t)G * sizeof *ml);
     int32_t nl = 0;
@@ -855,9 +855,9 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
   const fp_op *op = &p->ops[i];
   int64_t r = s->rep[k];
   if (!runs_on(s, op, r)) return;
-  int64_t g = gidx(s, op->comm, r), n = fp_op_count(p, op, g);
+  int64_t g = gidx(s, op->comm, r), n = fpi_op_count(p, op, g);
   fp_dtype dt = op->dtype, sdt = op->sdtype;
-  int64_t z = fp_dtype_size(dt), sz = fp_dtype_size(sdt);
+  int64_t z = fpi_dtype_size(dt), sz = fpi_dtype_size(sdt);
   int32_t db = op->dst.buf, sb = op->src.buf;
   int64_t d0 = op->dst.buf >= 0 ? roff(s, op, 0, g) : 0, s0 = op->src.buf >= 0 ? roff(s, op, 1, g) : 0;
   cell *t = NULL, *u = NULL;
@@ -873,7 +873,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
     case FP_OP_COPY:
     case FP_OP_H2D:
     case FP_OP_D2H: {
-      fp_op_shape sh = fp_op_shape_of(p, op);
+      fp_op_shape sh = fpi_op_shape_of(p, op);
       int64_t rows = op->code == FP_OP_COPY ? sh.rows : 1;
       int64_t nb = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? n : n * sz;
       for (int64_t row = 0; row < rows; row++) {
@@ -977,22 +977,22 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
       bool q = op->code == FP_OP_QUANTIZE_MXFP8;
       fp_dtype in = q ? sdt : FP_E4M3, outd = q ? FP_E4M3 : dt;
       int64_t a0 = op->aux.buf >= 0 ? roff(s, op, 2, g) : 0;
-      map_read(s, rmap(s, k, sb), s0, s0 + n * fp_dtype_size(in), &u, &nu, &cu);
+      map_read(s, rmap(s, k, sb), s0, s0 + n * fpi_dtype_size(in), &u, &nu, &cu);
       if (!check_read(s, i, k, sb, s0, u, nu, in)) {
-        set_junk(s, k, db, d0, n * fp_dtype_size(outd), i);
-        if (q) set_junk(s, k, op->aux.buf, a0, fp_mx_blocks(n), i);
+        set_junk(s, k, db, d0, n * fpi_dtype_size(outd), i);
+        if (q) set_junk(s, k, op->aux.buf, a0, fpi_mx_blocks(n), i);
         break;
       }
       cell *cv = NULL;
       int32_t ncv = 0, ccv = 0;
       /* e4m3 keeps the value's rounding record; the block scales name the blocks */
-      int64_t iz = fp_dtype_size(in), oz = fp_dtype_size(outd);
+      int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(outd);
       for (int32_t j = 0; j < nu; j++) {
         cell c = u[j];
         if (c.kind == SV_WEIGHT) {
           if (q) {
             const fp_ir_param *pq = &p->params[c.p];
-            int64_t fpos = pq->placement == FP_PL_FLAT ? pq->weight.off / fp_dtype_size(pq->param_dtype) + c.e : c.e;
+            int64_t fpos = pq->placement == FP_PL_FLAT ? pq->weight.off / fpi_dtype_size(pq->param_dtype) + c.e : c.e;
             int64_t opos = c.lo / iz; /* its element in the op */
             if ((fpos - opos) % FP_MX_BLOCK) c.fl |= F_INEXACT; /* blocks not those of the flat space */
             c.fl |= F_MX;
@@ -1003,7 +1003,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
         } else if (c.kind != SV_ZERO && c.kind != SV_UNDEF) {
           if (c.kind != SV_JUNK) {
             describe(s, &c, d, sizeof d);
-            serr(s, FP_VL_OP, i, "%s of %s on rank %" PRId64 ": holds %s, not a weight", fp_op_name(op->code),
+            serr(s, FP_VL_OP, i, "%s of %s on rank %" PRId64 ": holds %s, not a weight", fpi_op_name(op->code),
                  bname(s, sb), r, d);
           }
           c = junk(c.lo, c.hi, i);
@@ -1036,7 +1036,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
         map_write(wmap(s, k, op->aux.buf), a0, sc, nsc);
         free(sc);
       } else if (!q && op->aux.buf >= 0) {
-        map_read(s, rmap(s, k, op->aux.buf), a0, a0 + fp_mx_blocks(n), &t, &nt, &ct);
+        map_read(s, rmap(s, k, op->aux.buf), a0, a0 + fpi_mx_blocks(n), &t, &nt, &ct);
         for (int32_t j = 0; j < nt; j++)
           if (t[j].kind != SV_SCALE && t[j].kind != SV_JUNK && t[j].kind != SV_ZERO) { /* zeros: padding blocks */
             describe(s, &t[j], d, sizeof d);
@@ -1054,7 +1054,7 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
       /* region j of the table, rows r: table side [(off[j] + r*cnt[j]) elements],
        * rows side [r*pitch bytes + p_j elements] */
       const fp_ir_table *tb = &p->tabs[op->tab];
-      fp_op_shape sh = fp_op_shape_of(p, op);
+      fp_op_shape sh = fpi_op_shape_of(p, op);
       bool split = op->code == FP_OP_SPLIT_COPY;
       int64_t pj = 0;
       for (int64_t j = 0; j < tb->n; j++) {
@@ -1095,7 +1095,7 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
     return true;
   }
   const fp_ir_comm *c = &s->p->comms[q->comm];
-  int64_t g = fp_comm_index(c, r), G = c->size;
+  int64_t g = fpi_comm_index(c, r), G = c->size;
   switch (q->placement) {
     case FP_PL_SHARD: {
       int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
@@ -1118,7 +1118,7 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
       return true;
     }
     case FP_PL_FLAT: {
-      int64_t es = fp_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk;
+      int64_t es = fpi_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk;
       int64_t lo = a > gc ? a : gc, hi = a + numel < gc + q->chunk ? a + numel : gc + q->chunk;
       if (hi > lo) *e = (piece){1, hi - lo, hi - lo, lo - a, hi - lo, lo - gc, hi - lo};
       return true;
@@ -1142,7 +1142,7 @@ static fp_dtype weight_rnd(const fp_ir_param *q) {
 
 /* does every rank hold the same piece of q */
 static bool same_piece(const fp_ir_param *q) { return q->placement == FP_PL_REPLICATE || q->comm < 0; }
-static int64_t flat_pos(const fp_ir_param *q) { return q->weight.off / fp_dtype_size(q->param_dtype); }
+static int64_t flat_pos(const fp_ir_param *q) { return q->weight.off / fpi_dtype_size(q->param_dtype); }
 
 static const fp_prog *sort_prog; /* for flat_cmp (qsort has no context) */
 static int flat_cmp(const void *a, const void *b) {
@@ -1183,7 +1183,7 @@ static int32_t class_params(sctx *s, int32_t k) {
     while (y < s->nflat && p->params[s->flat[y]].main.buf == q0->main.buf && p->params[s->flat[y]].chunk == q0->chunk &&
            p->params[s->flat[y]].comm == q0->comm)
       y++;
-    int64_t g = fp_comm_index(&p->comms[q0->comm], s->rep[k]), lo = g * q0->chunk, hi = lo + q0->chunk;
+    int64_t g = fpi_comm_index(&p->comms[q0->comm], s->rep[k]), lo = g * q0->chunk, hi = lo + q0->chunk;
     int32_t a = x, b = y; /* the first whose end passes lo (ends are sorted: the params do not overlap) */
     while (a < b) {
       int32_t h = a + (b - a) / 2;
@@ -1202,7 +1202,7 @@ static void init_main(sctx *s, int32_t k, int32_t j, bool pieces) {
   const fp_ir_param *q = &s->p->params[j];
   piece e;
   if (q->main.buf < 0 || !piece_of(s, q, s->rep[k], &e)) return;
-  int64_t mz = fp_dtype_size(q->main_dtype);
+  int64_t mz = fpi_dtype_size(q->main_dtype);
   if (!pieces) {
     int64_t slot = q->placement == FP_PL_FLAT ? q->chunk : e.slot;
     cell z = {.lo = 0, .hi = slot * mz, .kind = SV_ZERO, .p = -1};
@@ -1227,12 +1227,12 @@ static void init_state(sctx *s) {
     if (same_piece(q)) init_main(s, 0, j, false), init_main(s, 0, j, true);
     int64_t numel = numel_of(q);
     if (q->scales.buf >= 0) {
-      cell c = {.lo = 0, .hi = fp_mx_blocks(numel), .kind = SV_SCALE, .p = j, .e = 0};
+      cell c = {.lo = 0, .hi = fpi_mx_blocks(numel), .kind = SV_SCALE, .p = j, .e = 0};
       map_write(wmap(s, 0, q->scales.buf), q->scales.off, &c, 1);
     }
     if (q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT &&
         !(q->weight.buf == q->main.buf && q->weight.off == q->main.off)) {
-      cell c = {.lo = 0, .hi = numel * fp_dtype_size(q->param_dtype), .kind = SV_WEIGHT,
+      cell c = {.lo = 0, .hi = numel * fpi_dtype_size(q->param_dtype), .kind = SV_WEIGHT,
                 .dt = (uint8_t)q->param_dtype, .rnd = (uint8_t)weight_rnd(q), .p = j, .e = 0};
       map_write(wmap(s, 0, q->weight.buf), q->weight.off, &c, 1);
     }
@@ -1251,7 +1251,7 @@ static void check_weight(sctx *s, int32_t seg, int32_t j) {
   const fp_prog *p = s->p;
   const fp_ir_param *q = &p->params[j];
   if (q->weight.buf < 0) return;
-  int64_t numel = numel_of(q), z = fp_dtype_size(q->param_dtype);
+  int64_t numel = numel_of(q), z = fpi_dtype_size(q->param_dtype);
   const fp_seg *sg = &p->segs[seg];
   int32_t ncls = s->uni[q->weight.buf] ? 1 : s->ncls; /* shared: one check covers every class */
   for (int32_t k = 0; k < ncls; k++) {
@@ -1273,8 +1273,8 @@ static void check_weight(sctx *s, int32_t seg, int32_t j) {
       serr(s, FP_VL_SEG, seg,
            "at the end of %s(%s) (step %d), %s elements [%" PRId64 ",%" PRId64 ") in %s on rank %" PRId64
            ": holds %s, needs main weight v%d in %s",
-           fp_seg_name(sg->kind), sg->module >= 0 ? p->mods[sg->module].name : "", s->step + 1, q->name, c->lo / z,
-           c->hi / z, bname(s, q->weight.buf), s->rep[k], d, s->ver[j], fp_dtype_name(q->param_dtype));
+           fpi_seg_name(sg->kind), sg->module >= 0 ? p->mods[sg->module].name : "", s->step + 1, q->name, c->lo / z,
+           c->hi / z, bname(s, q->weight.buf), s->rep[k], d, s->ver[j], fpi_dtype_name(q->param_dtype));
       break;
     }
     free(t);
@@ -1292,7 +1292,7 @@ static void backward(sctx *s, int32_t seg, int32_t j) {
     return;
   }
   if (s->step == 0) s->allslots[j] |= (uint64_t)1 << sl;
-  int64_t numel = numel_of(q), z = fp_dtype_size(q->param_dtype);
+  int64_t numel = numel_of(q), z = fpi_dtype_size(q->param_dtype);
   /* every rank's backward adds the same (its own) grads: once for a shared buffer */
   s->uni_mode = s->uni[q->ugrad.buf];
   int32_t ncls = s->uni_mode ? 1 : s->ncls;
@@ -1341,7 +1341,7 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
   if (!q->requires_grad || q->grad.buf < 0 || s->slot_over[j]) return;
       piece e;
       if (!piece_of(s, q, s->rep[k], &e)) return;
-      int64_t gz = fp_dtype_size(q->grad_dtype);
+      int64_t gz = fpi_dtype_size(q->grad_dtype);
       for (int64_t run = 0; run < e.runs; run++) {
         int64_t at = q->grad.off + (e.shift + run * e.shard_stride) * gz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
@@ -1372,7 +1372,7 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
                "at the optimizer (step %d), the main grad of %s elements [%" PRId64 ",%" PRId64 ") in %s on rank %" PRId64
                " holds %s, needs its grad from backwards {%s} summed over all ranks in %s (%s)",
                s->step + 1, q->name, e0 + c->lo / gz, e0 + c->hi / gz, bname(s, q->grad.buf), s->rep[k], d, sl,
-               fp_dtype_name(q->grad_dtype), why);
+               fpi_dtype_name(q->grad_dtype), why);
           break;
         }
         free(t);
@@ -1387,7 +1387,7 @@ static void bump(sctx *s, int32_t seg, int32_t k, int32_t j) {
   if (!q->requires_grad || q->main.buf < 0) return;
       piece e;
       if (!piece_of(s, q, s->rep[k], &e)) return;
-      int64_t mz = fp_dtype_size(q->main_dtype);
+      int64_t mz = fpi_dtype_size(q->main_dtype);
       for (int64_t run = 0; run < e.runs; run++) {
         int64_t at = q->main.off + (e.shift + run * e.shard_stride) * mz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
@@ -1465,12 +1465,12 @@ static void walk_step(sctx *s) {
     for (int32_t i = sg->first; i < sg->first + sg->nops; i++) {
       for (int32_t x = s->rstart[i]; x < s->rstart[i + 1]; x++) reset_buf(s, s->resets[x], i);
       const fp_op *op = &p->ops[i];
-      fp_opclass c = fp_op_class(op->code);
+      fp_opclass c = fpi_op_class(op->code);
       if (c == FP_OPC_COMM) {
         run_collective(s, i);
       } else if (c == FP_OPC_LOCAL) {
         /* the same on every class: no predicate, no operand or count a rank index moves, shared buffers */
-        bool same = op->only < 0 && (op->tab < 0 || fp_op_regions(op->code));
+        bool same = op->only < 0 && (op->tab < 0 || fpi_op_regions(op->code));
         const fp_region *rg[3] = {&op->dst, &op->src, &op->aux};
         for (int w = 0; w < 3 && same; w++)
           if (rg[w]->buf >= 0) same = rg[w]->stride == 0 && !rg[w]->tabrel && s->uni[rg[w]->buf];
@@ -1483,7 +1483,7 @@ static void walk_step(sctx *s) {
   }
 }
 
-bool fp_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *rctx) {
+bool fpi_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *rctx) {
   sctx s = {.p = p, .report = report, .rctx = rctx, .gscale = NAN};
   if (p->world_size < 1 || p->nsegs == 0) return true;
   s.op_reported = calloc((size_t)p->nops + 1, 1);
@@ -1598,10 +1598,10 @@ static void txerr(txctx *x, int32_t i, int32_t proc, const char *fmt, ...) {
   /* read from a file: messages name it, as the other transfer rules' do */
   const char *where = x->t->src ? x->t->src->path : "xfer";
   if (i >= 0)
-    fp_diag_errorf(x->d, where, "%sop %d (process %d, %s): %s", x->t->src ? "xfer: " : "", i, proc,
-                   fp_tx_kind_name(x->t->ops[i].kind), msg);
+    fpi_diag_errorf(x->d, where, "%sop %d (process %d, %s): %s", x->t->src ? "xfer: " : "", i, proc,
+                   fpi_tx_kind_name(x->t->ops[i].kind), msg);
   else
-    fp_diag_errorf(x->d, where, "%sprocess %d: %s", x->t->src ? "xfer: " : "", proc, msg);
+    fpi_diag_errorf(x->d, where, "%sprocess %d: %s", x->t->src ? "xfer: " : "", proc, msg);
 }
 
 static int send_cmp(const void *a, const void *b) {
@@ -1619,7 +1619,7 @@ static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
   switch ((sv_kind)c->kind) {
     case SV_WEIGHT:
       snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") in %s%s", nm, c->e, c->e + n,
-               fp_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "");
+               fpi_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "");
       return;
     case SV_SCALE: snprintf(out, cap, "MXFP8 scales of %s", nm); return;
     case SV_ZERO: snprintf(out, cap, "zeros"); return;
@@ -1645,7 +1645,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
   int32_t na = 0, ca = 0, nb = 0, cb = 0;
   for (int32_t i = t->first[p]; i < t->first[p + 1]; i++) {
     const fp_tx_op *op = &t->ops[i];
-    int64_t sz = fp_dtype_size(op->sdtype), dz = fp_dtype_size(op->dtype);
+    int64_t sz = fpi_dtype_size(op->sdtype), dz = fpi_dtype_size(op->dtype);
     cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
     switch (op->kind) {
       case FP_TX_COPY:
@@ -1655,7 +1655,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
         if (!dm || !sm) break;
         fp_dtype in = op->kind == FP_TX_DEQUANT ? FP_E4M3 : op->sdtype;
         fp_dtype out = op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT ? FP_E4M3 : op->dtype;
-        int64_t iz = fp_dtype_size(in), oz = fp_dtype_size(out);
+        int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(out);
         map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, &a, &na, &ca);
         nb = 0;
         for (int32_t j = 0; j < na; j++) {
@@ -1664,7 +1664,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
             if (c.dt != in) {
               char dd[300];
               tx_describe(x, &c, dd, sizeof dd);
-              txerr(x, i, p, "reads %s as %s", dd, fp_dtype_name(in));
+              txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
               c.kind = SV_JUNK;
             } else {
               if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
@@ -1678,7 +1678,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
         map_write(dm, op->dst.off, b, nb);
         if (op->kind == FP_TX_QUANT) {
           cmap *am = txspace(x, op->aux);
-          int64_t ns = fp_tx_nscales(op->full_off, op->n);
+          int64_t ns = fpi_tx_nscales(op->full_off, op->n);
           cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
           if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
         }
@@ -1686,7 +1686,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
       }
       case FP_TX_SCALES:
       case FP_TX_MAX: {
-        int64_t ns = op->kind == FP_TX_MAX ? op->n : fp_tx_nscales(op->full_off, op->n);
+        int64_t ns = op->kind == FP_TX_MAX ? op->n : fpi_tx_nscales(op->full_off, op->n);
         cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
         if (dm && ns > 0) map_write(dm, op->dst.off, &sc, 1);
         break;
@@ -1750,7 +1750,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
     const fp_tx_region *r = &t->need[h];
     map_read(NULL, &x->sp[1], r->off, r->off + r->bytes, &a, &na, &ca);
     bool mx = r->param >= 0 && r->param < t->nparams && t->params[r->param].mxfp8;
-    int64_t z = fp_dtype_size(r->dtype);
+    int64_t z = fpi_dtype_size(r->dtype);
     for (int32_t j = 0; j < na; j++) {
       const cell *c = &a[j];
       bool ok;
@@ -1764,7 +1764,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
       tx_describe(x, c, dd, sizeof dd);
       txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s",
             r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo / z,
-            r->full_off + c->hi / z, fp_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
+            r->full_off + c->hi / z, fpi_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
       break;
     }
   }
@@ -1777,7 +1777,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
 #define TX_SEM_MAX_OPS (1 << 20)
 long fp_tx_sem_skipped;
 
-bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d) {
+bool fpi_tx_verify_sem(const fp_tx *t, fp_diag *d) {
   if (t->nops > TX_SEM_MAX_OPS) {
     fp_tx_sem_skipped++;
     return true;
@@ -1804,7 +1804,7 @@ bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d) {
     x.nrsnd = x.nrpay = 0;
     x.unresolved = false;
     for (int32_t p = 0; p < t->nprocs; p++)
-      if (fp_tx_prog(t, p) == p) tx_walk(&x, p, true);
+      if (fpi_tx_prog(t, p) == p) tx_walk(&x, p, true);
     if (x.nrsnd > 1) qsort(x.rsnd, (size_t)x.nrsnd, sizeof *x.rsnd, send_cmp);
     /* this round's sends are the next round's lookups */
     free(x.snd);
@@ -1814,7 +1814,7 @@ bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d) {
     if (!x.unresolved) break; /* no send relays a recv: every payload is final */
   }
   for (int32_t p = 0; p < t->nprocs; p++) {
-    if (fp_tx_prog(t, p) != p) continue;
+    if (fpi_tx_prog(t, p) != p) continue;
     tx_walk(&x, p, false);
     tx_check_needs(&x, p);
   }

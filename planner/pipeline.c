@@ -19,9 +19,9 @@ static const struct {
   fp_pass_fn run;
   fp_phase phase;
 } passes[] = {
-    {"coalesce", fp_pass_coalesce, FP_PHASE_COALESCE},
-    {"memplan", fp_pass_memplan, FP_PHASE_MEMPLAN},
-    {"sync", fp_pass_sync, FP_PHASE_SYNC},
+    {"coalesce", fpi_pass_coalesce, FP_PHASE_COALESCE},
+    {"memplan", fpi_pass_memplan, FP_PHASE_MEMPLAN},
+    {"sync", fpi_pass_sync, FP_PHASE_SYNC},
 };
 
 const char *const fp_phase_names[FP_NPHASES] = {
@@ -30,16 +30,16 @@ const char *const fp_phase_names[FP_NPHASES] = {
 #undef X
 };
 
-double fp_phase_clock(void) {
+double fpi_phase_clock(void) {
   struct timespec t;
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-/* phase k of c's compile ran from t0 (fp_phase_clock) until now */
+/* phase k of c's compile ran from t0 (fpi_phase_clock) until now */
 static void phase_done(fp_compiled *c, fp_phase k, double t0) {
   if (!c->times) return;
-  c->times->ms[k] += fp_phase_clock() - t0;
+  c->times->ms[k] += fpi_phase_clock() - t0;
   c->times->runs[k]++;
 }
 
@@ -67,11 +67,11 @@ static bool verify_each(void) {
  * layout, depths and flags - *lowered NULL: lower, and keep a copy there
  * before the passes change it; else start from a copy of it (a lowering is
  * a pure function of those, so the copy is what lowering again would give;
- * fp_prog_fork: the tables the passes never change are shared) */
+ * fpi_prog_fork: the tables the passes never change are shared) */
 /* the verifier on c's program, timed */
 static bool verify_timed(fp_pass_ctx *ctx, fp_compiled *c) {
-  double t0 = fp_phase_clock();
-  bool ok = fp_pass_verify(ctx, c->prog);
+  double t0 = fpi_phase_clock();
+  bool ok = fpi_pass_verify(ctx, c->prog);
   phase_done(c, FP_PHASE_VERIFY, t0);
   return ok;
 }
@@ -83,27 +83,27 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   out->prefetch_fwd = kf;
   out->prefetch_bwd = kb;
   if (lowered && *lowered) {
-    out->prog = fp_prog_fork(a, *lowered);
+    out->prog = fpi_prog_fork(a, *lowered);
   } else {
-    double t0 = fp_phase_clock();
-    out->prog = fp_lower_step(a, d, &out->layout, kf, kb,
+    double t0 = fpi_phase_clock();
+    out->prog = fpi_lower_step(a, d, &out->layout, kf, kb,
                               (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
                                   (out->replica_each ? FP_LOWER_REPLICA_EACH : 0) |
                                   (out->prep_on_compute ? FP_LOWER_PREP_ON_COMPUTE : 0));
     phase_done(out, FP_PHASE_LOWER, t0);
-    if (lowered && out->prog->nops <= FP_MEMPLAN_TRY_OPS) *lowered = fp_prog_fork(a, out->prog);
+    if (lowered && out->prog->nops <= FP_MEMPLAN_TRY_OPS) *lowered = fpi_prog_fork(a, out->prog);
   }
-  fp_hw_from_spec(out->layout.spec, &out->prog->hw);
+  fpi_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
   fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, hold, NULL, NULL, 0, 0};
   if (hint) ctx.hint_t0 = hint->t0, ctx.hint_t1 = hint->t1, ctx.hint_n = hint->n, ctx.hint_step_us = hint->step_us;
-  /* the verifier runs on the plan the compile keeps (fp_compile), and on
+  /* the verifier runs on the plan the compile keeps (fpi_compile), and on
    * every candidate after every pass when FLEXPLAN_VERIFY_EACH is set (the
    * test suite sets it) */
   bool every = verify_each();
   if (every && !verify_timed(&ctx, out)) return false;
   for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
-    double t0 = fp_phase_clock();
+    double t0 = fpi_phase_clock();
     bool ok = passes[i].run(&ctx, out->prog);
     phase_done(out, passes[i].phase, t0);
     if (!ok) return false;
@@ -111,13 +111,13 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
   }
   /* the modeled step on the spec's machine, and the memory timeline */
   const fp_spec *s = out->layout.spec;
-  double t0 = fp_phase_clock();
-  bool finite = fp_simulate(a, out->prog, &out->prog->hw, &out->sim);
+  double t0 = fpi_phase_clock();
+  bool finite = fpi_simulate(a, out->prog, &out->prog->hw, &out->sim);
   phase_done(out, FP_PHASE_SIMULATE, t0);
   if (!finite) {
     /* the spec's machine is valid (positive numbers) but so slow that a
      * modeled time overflows */
-    fp_diag_json(d, s->src, s->src ? fp_ptr_key(a, s->ptr, "hardware") : "",
+    fpi_diag_json(d, s->src, s->src ? fpi_ptr_key(a, s->ptr, "hardware") : "",
                  "the modeled step time on this hardware overflows (it is not a finite number): the rates are "
                  "too small for the model's work");
     return false;
@@ -127,7 +127,7 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
    * arena plus the activations at their peak, never below the arena. The
    * timeline's peak (memtl->peak_bytes, the bytes live at one instant) is
    * what the viewers draw. */
-  if (!fp_add64(out->prog->arena_bytes, out->stats.activation_peak, &out->stats.peak_bytes))
+  if (!fpi_add64(out->prog->arena_bytes, out->stats.activation_peak, &out->stats.peak_bytes))
     out->stats.peak_bytes = INT64_MAX;
   /* the memory timeline and the lower bound come later (memory_figures):
    * only for a plan that may be kept */
@@ -143,8 +143,8 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
  * bytes; the larger of the sweeps and memplan's clique */
 static void memory_figures(fp_arena *a, fp_compiled *c) {
   if (c->prog->memtl) return;
-  double t0 = fp_phase_clock();
-  c->prog->memtl = fp_sim_memory(a, c->prog, &c->sim);
+  double t0 = fpi_phase_clock();
+  c->prog->memtl = fpi_sim_memory(a, c->prog, &c->sim);
   phase_done(c, FP_PHASE_MEMORY, t0);
   fp_stats *st = &c->stats;
   st->lower_bound_bytes = c->prog->memtl->lower_bound_bytes;
@@ -152,7 +152,7 @@ static void memory_figures(fp_arena *a, fp_compiled *c) {
   if (st->clique_lower_bound_bytes > st->lower_bound_bytes) st->lower_bound_bytes = st->clique_lower_bound_bytes;
 }
 
-/* The modeled lifetimes of c's live ranges for memplan (fp_sim_live_spans).
+/* The modeled lifetimes of c's live ranges for memplan (fpi_sim_live_spans).
  * With `reach`, a range starts no earlier than the trainer reached the hook
  * that opens it - the end of the last compute-stream op before its first op:
  * a gather the ag stream ran early only because nothing held it back (no
@@ -160,20 +160,20 @@ static void memory_figures(fp_arena *a, fp_compiled *c) {
  * with what the trainer freed before the hook (the prefetch depth's bound,
  * as FSDP2 issues gathers in the hook). */
 static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
-  lifetimes *h = fp_alloc(a, sizeof *h);
+  lifetimes *h = fpi_alloc(a, sizeof *h);
   const fp_prog *P = c->prog;
   h->n = P->nlives;
-  h->t0 = fp_alloc_array(a, (size_t)h->n + 1, sizeof *h->t0);
-  h->t1 = fp_alloc_array(a, (size_t)h->n + 1, sizeof *h->t1);
+  h->t0 = fpi_alloc_array(a, (size_t)h->n + 1, sizeof *h->t0);
+  h->t1 = fpi_alloc_array(a, (size_t)h->n + 1, sizeof *h->t1);
   h->step_us = c->sim.step_us;
   h->reach = reach;
-  fp_sim_live_spans(P, &c->sim, h->t0, h->t1);
+  fpi_sim_live_spans(P, &c->sim, h->t0, h->t1);
   if (!reach) return h;
   double *at = malloc(sizeof *at * ((size_t)P->nops + 1)), r = -INFINITY;
   FP_ASSERT(at);
   for (int32_t i = 0; i < P->nops; i++) {
     at[i] = r;
-    if (P->ops[i].stream == FP_STREAM_COMPUTE && fp_op_class(P->ops[i].code) != FP_OPC_SYNC) r = fmax(r, c->sim.end_us[i]);
+    if (P->ops[i].stream == FP_STREAM_COMPUTE && fpi_op_class(P->ops[i].code) != FP_OPC_SYNC) r = fmax(r, c->sim.end_us[i]);
   }
   for (int32_t k = 0; k < h->n; k++)
     if (h->t0[k] == h->t0[k]) h->t0[k] = fmin(h->t1[k], fmax(h->t0[k], at[P->lives[k].first]));
@@ -239,7 +239,7 @@ static bool better(const fp_compiled *c, const fp_compiled *best) {
  * program of `keep`, which a failed candidate may still share. */
 static void drop(fp_arena *a, fp_compiled *c, const fp_compiled *keep) {
   if (!c->prog || (keep && c->prog == keep->prog) || !c->prog->ops) return;
-  fp_arena_release(a, c->prog->ops);
+  fpi_arena_release(a, c->prog->ops);
   c->prog->ops = NULL;
 }
 
@@ -269,13 +269,13 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
   fp_prog *lowered = NULL;
   bool ok = schedule_with(a, d, out, kf, kb, 0, NULL, &lowered);
   if (!ok || out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us || out->prog->nops > FP_MEMPLAN_TRY_OPS) {
-    if (lowered) fp_arena_release(a, lowered->ops);
+    if (lowered) fpi_arena_release(a, lowered->ops);
     if (ok) memory_figures(a, out);
     return ok;
   }
   fp_compiled best = *out, held;
   fp_diag quiet;
-  fp_diag_init(&quiet, NULL);
+  fpi_diag_init(&quiet, NULL);
   double prev = best.sim.step_us; /* each deeper hold must beat the one before */
   for (int hold = 1; hold <= FP_MEMPLAN_HOLD_MAX; hold++) {
     /* plain's rule for the best plan so far: when it leaves no more than
@@ -299,8 +299,8 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
       if (tight) break;
     }
   }
-  fp_diag_free(&quiet);
-  if (lowered) fp_arena_release(a, lowered->ops);
+  fpi_diag_free(&quiet);
+  if (lowered) fpi_arena_release(a, lowered->ops);
   *out = best;
   memory_figures(a, out); /* plain, when it is kept */
   return true;
@@ -310,7 +310,7 @@ static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, i
  * weights again (a cast-only refresh is local: nothing to overlap) */
 static bool has_refresh(const fp_layout *L) {
   for (int b = 0; b < L->nbuckets; b++)
-    if (fp_bucket_refreshed(&L->buckets[b]) && L->buckets[b].sharded) return true;
+    if (fpi_bucket_refreshed(&L->buckets[b]) && L->buckets[b].sharded) return true;
   return false;
 }
 
@@ -319,7 +319,7 @@ static bool has_refresh(const fp_layout *L) {
  * weights (ZeRO-2) is lowered twice when the first leaves communication
  * exposed: refreshing them in post_optimizer, where the next step's forward
  * waits for every refresh gather, and in the next step's forward, prefetched
- * like any gather (fp_lower_step's defer_refresh); the better plan is kept
+ * like any gather (fpi_lower_step's defer_refresh); the better plan is kept
  * (better: fits the device, then modeled step, then arena). */
 static bool schedule_refresh(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
   fp_param_gather pg = out->layout.spec->overlap_param_gather;
@@ -329,10 +329,10 @@ static bool schedule_refresh(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, 
     return true;
   fp_compiled best = *out;
   fp_diag quiet;
-  fp_diag_init(&quiet, NULL);
+  fpi_diag_init(&quiet, NULL);
   out->defer_refresh = true;
   keep_better(a, schedule_memory(a, &quiet, out, kf, kb), out, &best);
-  fp_diag_free(&quiet);
+  fpi_diag_free(&quiet);
   *out = best;
   return true;
 }
@@ -361,10 +361,10 @@ static bool schedule_prep(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
     return true;
   fp_compiled best = *out;
   fp_diag quiet;
-  fp_diag_init(&quiet, NULL);
+  fpi_diag_init(&quiet, NULL);
   out->prep_on_compute = true;
   keep_better(a, schedule_refresh(a, &quiet, out, kf, kb), out, &best);
-  fp_diag_free(&quiet);
+  fpi_diag_free(&quiet);
   *out = best;
   return true;
 }
@@ -390,10 +390,10 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
   if (!can_defer_replica(&out->layout) || out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
   fp_compiled best = *out;
   fp_diag quiet;
-  fp_diag_init(&quiet, NULL);
+  fpi_diag_init(&quiet, NULL);
   out->replica_each = true;
   keep_better(a, schedule_prep(a, &quiet, out, kf, kb), out, &best);
-  fp_diag_free(&quiet);
+  fpi_diag_free(&quiet);
   *out = best;
   return true;
 }
@@ -405,7 +405,7 @@ static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) 
  * not fit, its error (what is live at the peak) is the user's. */
 static bool choose_prefetch(fp_arena *a, fp_diag *d, const fp_spec *s, fp_compiled *out) {
   if (s->overlap_param_gather == FP_PG_ON && !s->fsdp2 && !has_refresh(&out->layout)) {
-    fp_diag_json(d, s->src, fp_ptr_key(a, s->ptr, "overlap_param_gather"),
+    fpi_diag_json(d, s->src, fpi_ptr_key(a, s->ptr, "overlap_param_gather"),
                  "overlap_param_gather is true but no bucket keeps sharded compute weights gathered all step "
                  "(strategy \"%s\"): only shard_grad_op buckets gather them again after the optimizer",
                  fp_strategy_names[s->strategy]);
@@ -419,9 +419,9 @@ static bool choose_prefetch(fp_arena *a, fp_diag *d, const fp_spec *s, fp_compil
   for (int k = FP_PREFETCH_AUTO_MAX; k >= 0; k--) {
     int kf = af ? k : s->prefetch_fwd, kb = ab ? k : s->prefetch_bwd;
     fp_diag quiet;
-    fp_diag_init(&quiet, NULL);
+    fpi_diag_init(&quiet, NULL);
     bool ok = schedule(a, k == 0 && !have ? d : &quiet, out, kf, kb);
-    fp_diag_free(&quiet);
+    fpi_diag_free(&quiet);
     if (!ok) {
       drop(a, out, have ? &best : NULL);
       continue;
@@ -449,9 +449,9 @@ static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spe
 static void keep_figures(fp_arena *a, fp_compiled *c) {
   fp_summary sum;
   c->summary = NULL;
-  fp_summarize(c, 0, &sum);
-  c->summary = fp_memdup(a, &sum, sizeof sum); /* summarize_prog walks every op: once */
-  fp_figures *g = fp_alloc(a, sizeof *g);
+  fpi_summarize(c, 0, &sum);
+  c->summary = fpi_memdup(a, &sum, sizeof sum); /* summarize_prog walks every op: once */
+  fp_figures *g = fpi_alloc(a, sizeof *g);
   *g = (fp_figures){.comm_bytes_per_rank = sum.comm_bytes_per_rank,
                     .persistent_bytes = sum.persistent_bytes,
                     .peak_bytes = sum.peak_bytes,
@@ -465,7 +465,7 @@ static void keep_figures(fp_arena *a, fp_compiled *c) {
   c->prog->figures = g;
 }
 
-bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
   if (!compile_any(a, d, m, s, out)) return false;
   /* the plan kept is verified whole (the candidates that lost never leave
    * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
@@ -473,8 +473,8 @@ bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp
   if (!verify_each() && !verify_timed(&vc, out)) return false;
   /* the semantic check (rule 9) on the kept plan: in the test suite, or on request */
   const char *sem = getenv("FLEXPLAN_VERIFY_SEM");
-  if ((verify_each() || (sem && *sem && strcmp(sem, "0") != 0)) && !fp_pass_verify_sem(&vc, out->prog)) return false;
-  double t0 = fp_phase_clock();
+  if ((verify_each() || (sem && *sem && strcmp(sem, "0") != 0)) && !fpi_pass_verify_sem(&vc, out->prog)) return false;
+  double t0 = fpi_phase_clock();
   keep_figures(a, out);
   phase_done(out, FP_PHASE_SUMMARY, t0);
   return true;
@@ -482,9 +482,9 @@ bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp
 
 static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
   memset(out, 0, sizeof *out);
-  out->times = fp_alloc(a, sizeof *out->times);
+  out->times = fpi_alloc(a, sizeof *out->times);
   if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0)
-    return fp_layout_build(a, d, m, s, &out->layout) && choose_prefetch(a, d, s, out);
+    return fpi_layout_build(a, d, m, s, &out->layout) && choose_prefetch(a, d, s, out);
   /* "buckets": {"auto": {}}: the bucket size with the least modeled step
    * that fits the budget (1 byte = one module per bucket); ties go to the
    * smaller buckets (less memory). None fits: the smallest's error. */
@@ -492,17 +492,17 @@ static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spe
   bool have = false;
   size_t nt = sizeof auto_targets / sizeof auto_targets[0];
   for (size_t i = nt; i-- > 0;) {
-    fp_spec *sc = fp_alloc(a, sizeof *sc);
+    fp_spec *sc = fpi_alloc(a, sizeof *sc);
     *sc = *s;
     sc->auto_target_bytes = auto_targets[i];
     fp_diag quiet;
-    fp_diag_init(&quiet, NULL);
+    fpi_diag_init(&quiet, NULL);
     fp_diag *use = i == 0 && !have ? d : &quiet;
     fp_compiled c;
     memset(&c, 0, sizeof c);
     c.times = out->times;
-    bool ok = fp_layout_build(a, use, m, sc, &c.layout) && choose_prefetch(a, use, sc, &c);
-    fp_diag_free(&quiet);
+    bool ok = fpi_layout_build(a, use, m, sc, &c.layout) && choose_prefetch(a, use, sc, &c);
+    fpi_diag_free(&quiet);
     if (ok && (!have || c.sim.step_us <= best.sim.step_us * (1 + 1e-9))) best = c, have = true;
   }
   fp_phase_times *times = out->times;
@@ -515,7 +515,7 @@ static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spe
 /* bytes a collective moves for the rank: the whole buffer the op covers */
 static int64_t comm_bytes(const fp_prog *p, const fp_op *op) {
   const fp_ir_comm *c = &p->comms[op->comm];
-  int64_t es = fp_dtype_size(op->dtype);
+  int64_t es = fpi_dtype_size(op->dtype);
   switch (op->code) {
   case FP_OP_ALL_GATHER:
   case FP_OP_REDUCE_SCATTER: return c->size * op->count * es;
@@ -558,7 +558,7 @@ static void summarize_frozen(const fp_prog *p, fp_summary *s) {
     if (!b->any) b->any = b->frozen = true;
     b->frozen &= !q->requires_grad && q->placement == FP_PL_REPLICATE && q->main.buf >= 0;
     b->main = q->main.buf, b->weight = q->weight.buf;
-    int64_t n = fp_dtype_size(q->param_dtype);
+    int64_t n = fpi_dtype_size(q->param_dtype);
     for (int k = 0; k < q->ndim; k++) n *= q->shape[k];
     b->gather += n;
   }
@@ -590,16 +590,16 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
   int64_t common = 0;
   for (int i = 0; i < p->nops; i++) {
     const fp_op *op = &p->ops[i];
-    if (fp_op_class(op->code) != FP_OPC_COMM) continue;
+    if (fpi_op_class(op->code) != FP_OPC_COMM) continue;
     s->collectives++;
     int64_t b = comm_bytes(p, op), *sum = op->only >= 0 && op->only < G ? &pred[op->only] : &common;
-    if (!fp_add64(*sum, b, sum)) *sum = INT64_MAX; /* saturate: a figure, not an offset */
+    if (!fpi_add64(*sum, b, sum)) *sum = INT64_MAX; /* saturate: a figure, not an offset */
   }
   int64_t worst = 0;
   for (int64_t g = 0; g < G; g++)
     if (pred[g] > worst) worst = pred[g];
   free(pred);
-  if (!fp_add64(common, worst, &s->comm_bytes_per_rank)) s->comm_bytes_per_rank = INT64_MAX;
+  if (!fpi_add64(common, worst, &s->comm_bytes_per_rank)) s->comm_bytes_per_rank = INT64_MAX;
   for (int b = 0; b < p->nbufs; b++) {
     const fp_ir_buf *B = &p->bufs[b];
     if (B->kind != FP_BUF_PERSISTENT) continue; /* (offload's device staging of the host copies) */
@@ -609,8 +609,8 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
     if (B->host && B->cat < FP_NBUFCATS) s->host_by_cat[B->cat] += B->bytes;
   }
   summarize_frozen(p, s);
-  s->optimizer = fp_optim_name(p->optim);
-  s->optimizer_dtype = p->optim != FP_OPTIM_NONE ? fp_dtype_name(p->optim_dtype) : NULL;
+  s->optimizer = fpi_optim_name(p->optim);
+  s->optimizer_dtype = p->optim != FP_OPTIM_NONE ? fpi_dtype_name(p->optim_dtype) : NULL;
   s->arena_bytes = p->arena_bytes;
   s->host_bytes = p->host_bytes;
   s->hardware = p->hw.name;
@@ -618,7 +618,7 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
   s->memory_budget_bytes = p->memory_budget_bytes;
 }
 
-void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
+void fpi_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
   if (c->summary) {
     *s = *c->summary;
     s->compile_ms = compile_ms;
@@ -635,9 +635,9 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
     for (int j = 0; j < B->nparams; j++) {
       const fp_lparam *p = &L->params[B->lparams[j]];
       int64_t model = 0, kept = 0;
-      if (p->mp->dtype == p->main_dtype || !fp_mul64(p->slot, fp_dtype_size(p->mp->dtype), &model) ||
-          !fp_align64(model, FP_PARAM_ALIGN, &model) || !fp_mul64(p->slot, fp_dtype_size(p->main_dtype), &kept) ||
-          !fp_align64(kept, FP_PARAM_ALIGN, &kept))
+      if (p->mp->dtype == p->main_dtype || !fpi_mul64(p->slot, fpi_dtype_size(p->mp->dtype), &model) ||
+          !fpi_align64(model, FP_PARAM_ALIGN, &model) || !fpi_mul64(p->slot, fpi_dtype_size(p->main_dtype), &kept) ||
+          !fpi_align64(kept, FP_PARAM_ALIGN, &kept))
         continue;
       s->frozen_one_copy_saved_bytes += model - kept;
     }
@@ -654,7 +654,7 @@ void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
   s->compile_ms = compile_ms;
 }
 
-bool fp_summarize_plan(const fp_prog *p, fp_summary *s) {
+bool fpi_summarize_plan(const fp_prog *p, fp_summary *s) {
   const fp_figures *g = p->figures;
   if (!g) return false;
   summarize_prog(p, 0, s);
@@ -671,7 +671,7 @@ bool fp_summarize_plan(const fp_prog *p, fp_summary *s) {
   return true;
 }
 
-void fp_summary_json(const fp_summary *s, FILE *f) {
+void fpi_summary_json(const fp_summary *s, FILE *f) {
   fprintf(f, "{\n  \"model\": \"");
   for (const char *q = s->model; *q; q++) {
     if (*q == '"' || *q == '\\') fputc('\\', f);
@@ -705,7 +705,7 @@ void fp_summary_json(const fp_summary *s, FILE *f) {
           s->prefetch_backward);
   fprintf(f, "  \"hardware\": \"%s\",\n", s->hardware ? s->hardware : "");
   fprintf(f, "  \"device_bytes\": %" PRId64 ",\n  \"over_device_bytes\": %" PRId64 ",\n", s->device_bytes,
-          fp_summary_over_device(s));
+          fpi_summary_over_device(s));
   fprintf(f, "  \"modeled_step_ms\": %.6f,\n  \"modeled_compute_ms\": %.6f,\n", s->modeled_step_ms,
           s->modeled_compute_ms);
   fprintf(f, "  \"modeled_exposed_comm_ms\": %.6f,\n", s->modeled_exposed_comm_ms);
@@ -716,10 +716,10 @@ static void gib(FILE *f, const char *label, int64_t b) {
   fprintf(f, "  %-22s %12.3f GiB  (%" PRId64 " bytes)\n", label, (double)b / (1 << 30), b);
 }
 
-void fp_summary_text(const fp_summary *s, FILE *f) {
+void fpi_summary_text(const fp_summary *s, FILE *f) {
   char hq[128];
   fputs("flexplan: ", f);
-  fp_fput_name(f, s->model);
+  fpi_fput_name(f, s->model);
   fprintf(f, ": %s on %" PRId64 " ranks\n", s->strategy, s->world_size);
   fprintf(f, "  %" PRId64 " params in %" PRId64 " buckets; %" PRId64 " ops, %" PRId64 " collectives per step\n",
           s->params, s->buckets, s->ops, s->collectives);
@@ -748,22 +748,22 @@ void fp_summary_text(const fp_summary *s, FILE *f) {
           s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
   fprintf(f, "  prefetch depth         forward %d, backward %d\n", s->prefetch_forward, s->prefetch_backward);
   fprintf(f, "  modeled on %s: step %.3f ms, compute %.3f ms, exposed communication %.3f ms\n",
-          fp_quote(hq, sizeof hq, s->hardware), s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
-  int64_t over = fp_summary_over_device(s);
+          fpi_quote(hq, sizeof hq, s->hardware), s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
+  int64_t over = fpi_summary_over_device(s);
   if (over > 0)
-    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", fp_quote(hq, sizeof hq, s->hardware),
+    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", fpi_quote(hq, sizeof hq, s->hardware),
             (double)s->device_bytes / (1 << 30), (double)over / (1 << 30));
   fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
 }
 
-int64_t fp_summary_over_device(const fp_summary *s) {
+int64_t fpi_summary_over_device(const fp_summary *s) {
   return s->device_bytes > 0 && s->peak_bytes > s->device_bytes ? s->peak_bytes - s->device_bytes : 0;
 }
 
 /* the items of the peak, largest first: main weights, main grads, the rest
  * of the persistent buffers, the transient arena, the activations */
-void fp_summary_warn_device(const fp_summary *s, FILE *f) {
-  int64_t over = fp_summary_over_device(s);
+void fpi_summary_warn_device(const fp_summary *s, FILE *f) {
+  int64_t over = fpi_summary_over_device(s);
   if (over <= 0 || s->memory_budget_bytes > 0) return;
   typedef struct item {
     const char *name;
@@ -785,8 +785,8 @@ void fp_summary_warn_device(const fp_summary *s, FILE *f) {
     }
   char mq[256], hq[128];
   fprintf(f, "flexplan: warning: %s: the plan needs %.3f GiB per rank at its peak, %.3f GiB more than %s's %.3f GiB "
-          "of device memory; largest: ", fp_quote(mq, sizeof mq, s->model), (double)s->peak_bytes / (1 << 30),
-          (double)over / (1 << 30), s->hardware ? fp_quote(hq, sizeof hq, s->hardware) : "the hardware", (double)s->device_bytes / (1 << 30));
+          "of device memory; largest: ", fpi_quote(mq, sizeof mq, s->model), (double)s->peak_bytes / (1 << 30),
+          (double)over / (1 << 30), s->hardware ? fpi_quote(hq, sizeof hq, s->hardware) : "the hardware", (double)s->device_bytes / (1 << 30));
   for (int i = 0, n = 0; i < 6; i++)
     if (it[i].bytes > 0) fprintf(f, "%s%s %.3f GiB", n++ ? ", " : "", it[i].name, (double)it[i].bytes / (1 << 30));
   fprintf(f, " (set memory_budget_bytes to have the compile fit the plan or refuse it, or shard further)\n");

@@ -37,7 +37,7 @@ static double formula(int32_t param, int64_t e) {
 
 static float get(const void *base, fp_dtype dt, int64_t k) {
   float f;
-  fpk_cast(&f, FP_F32, (const char *)base + k * fp_dtype_size(dt), dt, 1);
+  fpk_cast(&f, FP_F32, (const char *)base + k * fpi_dtype_size(dt), dt, 1);
   return f;
 }
 
@@ -86,7 +86,7 @@ static void fill(fp_exec *x, const fp_plan *plan) {
       for (int64_t k = 0; k < e->runs; k++)
         for (int64_t q = 0; q < e->len; q++) {
           float f = (float)formula(seed(i, w), e->full_off + k * e->full_stride + q);
-          fpk_cast((char *)t->data + (k * e->shard_stride + q) * fp_dtype_size(dt), dt, &f, FP_F32, 1);
+          fpk_cast((char *)t->data + (k * e->shard_stride + q) * fpi_dtype_size(dt), dt, &f, FP_F32, 1);
         }
     }
   }
@@ -154,8 +154,8 @@ static void check(fp_exec *x, const char *what, const fp_plan *src, bool mx_any,
           char wbuf[8];
           fpk_cast(wbuf, td, &want, FP_F32, 1);
           bool ok = mxw ? fabs((double)got - (double)want) <= mx_bound(tf, si, v.numel, el) + fabs(want) * 0x1p-8
-                        : !memcmp(wbuf, (char *)t->data + (k * e->shard_stride + q) * fp_dtype_size(td),
-                                  (size_t)fp_dtype_size(td));
+                        : !memcmp(wbuf, (char *)t->data + (k * e->shard_stride + q) * fpi_dtype_size(td),
+                                  (size_t)fpi_dtype_size(td));
           if (!ok && bad++ < 3)
             EXPECT(0, "%s: %s %s element %" PRId64 " is %.9g, want %.9g%s", what, v.name,
                    w ? "optimizer state" : "main", el, got, want, mxw ? " (within the MXFP8 bound)" : "");
@@ -171,13 +171,13 @@ static void check(fp_exec *x, const char *what, const fp_plan *src, bool mx_any,
         fpk_cast(m, dt, &want, FP_F32, 1);
         fpk_cast(w, pdt, m, dt, 1);
         bool ok = mx ? fabs((double)got - (double)want) <= mx_bound(fdt, si, v.numel, el) + fabs(want) * 0x1p-7
-                     : !memcmp(w, (char *)v.weight.data + el * fp_dtype_size(pdt), (size_t)fp_dtype_size(pdt));
+                     : !memcmp(w, (char *)v.weight.data + el * fpi_dtype_size(pdt), (size_t)fpi_dtype_size(pdt));
         if (!ok && bad++ < 3) EXPECT(0, "%s: %s compute weight element %" PRId64 " is %.9g, want %.9g", what, v.name, el, got, want);
       }
     }
     /* the slot's padding keeps the sentinel */
     int64_t used = e->runs ? (e->runs - 1) * e->shard_stride + e->len : 0;
-    for (int64_t b = used * fp_dtype_size(dt); b < v.main.numel * fp_dtype_size(dt); b++)
+    for (int64_t b = used * fpi_dtype_size(dt); b < v.main.numel * fpi_dtype_size(dt); b++)
       if (((unsigned char *)v.main.data)[b] != SENT && bad++ < 3)
         EXPECT(0, "%s: %s padding byte %" PRId64 " was written", what, v.name, b);
   }
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *model = argv[1], *mxpat = NULL;
-  bool expect_merged = false; /* the pair has copies the executor runs as one (fp_tx_copy_run) */
+  bool expect_merged = false; /* the pair has copies the executor runs as one (fpi_tx_copy_run) */
   bool wire_exact = false;    /* wire = lower bound even where B keeps MXFP8 (no block split between senders) */
   long wire_over = -1;        /* wire - lower bound where B keeps MXFP8: the split blocks' scale exchange (-1: any) */
   int expect_shared = -1;     /* processes of A -> B that repeat another's program (fp_tx.same); -1: any */
@@ -265,7 +265,7 @@ int main(int argc, char **argv) {
            " bytes, expected %ld", info.wire_bytes, info.lower_bound, info.wire_bytes - info.lower_bound, wire_over);
   if (expect_shared >= 0 && ab) {
     int shared = 0;
-    for (int64_t p = 0; p < ab->tx->nprocs; p++) shared += fp_tx_prog(ab->tx, p) != p;
+    for (int64_t p = 0; p < ab->tx->nprocs; p++) shared += fpi_tx_prog(ab->tx, p) != p;
     EXPECT(shared == expect_shared, "A->B: %d processes repeat another's program, expected %d", shared, expect_shared);
   }
   if (tu_failures) return tu_finish();
@@ -305,7 +305,7 @@ int main(int argc, char **argv) {
       r->off += delta;
       fp_status st = fp_xfer_run(ab, xa, xb, NULL);
       EXPECT(st != FP_OK, "a transfer writing outside the weights ran");
-      if (tu_rank < tx->nprocs && fp_tx_prog(tx, tu_rank) == owner) /* (the owner's program, or repeating it) */
+      if (tu_rank < tx->nprocs && fpi_tx_prog(tx, tu_rank) == owner) /* (the owner's program, or repeating it) */
         EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ab), "are not this rank's weights"), "got %s: %s",
                fp_status_name(st), fp_xfer_errmsg(ab));
       else
@@ -323,10 +323,10 @@ int main(int argc, char **argv) {
   if (expect_merged) { /* the checks below then cover copies run as one */
     const fp_tx *t = ab->tx;
     long long merged = 0;
-    int32_t g = tu_rank < t->nprocs ? fp_tx_prog(t, tu_rank) : 0;
+    int32_t g = tu_rank < t->nprocs ? fpi_tx_prog(t, tu_rank) : 0;
     for (int32_t i = tu_rank < t->nprocs ? t->first[g] : 0, hi = tu_rank < t->nprocs ? t->first[g + 1] : 0; i < hi;) {
       int64_t n;
-      int32_t end = fp_tx_copy_run(t, i, hi, &n);
+      int32_t end = fpi_tx_copy_run(t, i, hi, &n);
       merged += end - i > 1;
       i = end;
     }
@@ -339,7 +339,7 @@ int main(int argc, char **argv) {
     const fp_tx *t = ab->tx;
     char *mark = calloc((size_t)B->prog->arena_bytes, 1);
     for (int32_t k = 0; k < t->nneed; k++)
-      if (t->need[k].proc == fp_tx_prog(t, tu_rank)) memset(mark + t->need[k].off, 1, (size_t)t->need[k].bytes);
+      if (t->need[k].proc == fpi_tx_prog(t, tu_rank)) memset(mark + t->need[k].off, 1, (size_t)t->need[k].bytes);
     int64_t bad = 0;
     for (int64_t b = 0; b < B->prog->arena_bytes; b++)
       if (!mark[b] && (unsigned char)xb->dev[b] != SENT) bad++;

@@ -101,7 +101,7 @@ static uint64_t span_key(const void *rec, int k) {
   return (uint64_t)((const span *)rec)->off;
 }
 #define SPAN_BEFORE(x, y, ctx) ((x)->off < (y)->off)
-#define SPAN_FALLBACK(it, n, ctx) fp_sort_records(it, sizeof *(it), n, 1, span_key)
+#define SPAN_FALLBACK(it, n, ctx) fpi_sort_records(it, sizeof *(it), n, 1, span_key)
 INLINE_SORT(sort_spans, span, const void *, SPAN_BEFORE, SPAN_FALLBACK)
 
 /* per buffer: index range into the lives array sorted by buffer */
@@ -248,14 +248,14 @@ static int cmp_perm(const void *a, const void *b) {
 }
 
 static const char *human(fp_arena *a, int64_t b) {
-  if (b >= (int64_t)1 << 30) return fp_sprintf(a, "%.2f GiB", (double)b / (1 << 30));
-  if (b >= (int64_t)1 << 20) return fp_sprintf(a, "%.2f MiB", (double)b / (1 << 20));
-  if (b >= 1024) return fp_sprintf(a, "%.2f KiB", (double)b / 1024);
-  return fp_sprintf(a, "%lld B", (long long)b);
+  if (b >= (int64_t)1 << 30) return fpi_sprintf(a, "%.2f GiB", (double)b / (1 << 30));
+  if (b >= (int64_t)1 << 20) return fpi_sprintf(a, "%.2f MiB", (double)b / (1 << 20));
+  if (b >= 1024) return fpi_sprintf(a, "%.2f KiB", (double)b / 1024);
+  return fpi_sprintf(a, "%lld B", (long long)b);
 }
 
 /* the trainer's activations: live from a module's forward compute op to the
- * backward that frees them (fp_ir_activation_pairs_of), or to the end. A
+ * backward that frees them (fpi_ir_activation_pairs_of), or to the end. A
  * recomputed module keeps only its saved bytes in between: its activations
  * live during its forward op and again during its backward op (which
  * recomputes them). One walk of the ops lists the compute ops; the pairs
@@ -267,7 +267,7 @@ static void activation_deltas(const fp_prog *p, int64_t *delta) {
     if (p->ops[i].code == FP_OP_COMPUTE) cids[nc++] = i;
   int32_t *pair = malloc(sizeof *pair * ((size_t)nc + 1)); /* positions in cids */
   FP_ASSERT(pair);
-  fp_ir_activation_pairs_of(p, cids, nc, pair);
+  fpi_ir_activation_pairs_of(p, cids, nc, pair);
   for (int32_t k = 0; k < nc; k++) {
     int32_t i = cids[k];
     const fp_op *op = &p->ops[i];
@@ -314,7 +314,7 @@ static void report_peak(fp_pass_ctx *c, const fp_prog *p, const fp_ir_live *lv, 
   size_t n = 0;
   for (int k = 0; k < FP_NBUFCATS; k++)
     if (bycat[k] && n < sizeof cats)
-      n += (size_t)snprintf(cats + n, sizeof cats - n, "%s %s, ", fp_buf_cat_name(k), human(c->a, bycat[k]));
+      n += (size_t)snprintf(cats + n, sizeof cats - n, "%s %s, ", fpi_buf_cat_name(k), human(c->a, bycat[k]));
   if (n < sizeof cats) snprintf(cats + n, sizeof cats - n, "activations %s", human(c->a, act));
   n = 0;
   for (int k = 0; k < 5 && top[k] >= 0; k++)
@@ -322,10 +322,10 @@ static void report_peak(fp_pass_ctx *c, const fp_prog *p, const fp_ir_live *lv, 
       n += (size_t)snprintf(bufs + n, sizeof bufs - n, "%s%s (%s)", k ? ", " : "", p->bufs[top[k]].name,
                             human(c->a, p->bufs[top[k]].bytes));
   const fp_seg *S = &p->segs[seg];
-  const char *where = S->module >= 0 ? fp_sprintf(c->a, "%s(%s) of micro-batch %d", fp_seg_name(S->kind),
+  const char *where = S->module >= 0 ? fpi_sprintf(c->a, "%s(%s) of micro-batch %d", fpi_seg_name(S->kind),
                                                   p->mods[S->module].name, S->micro)
-                                     : fp_seg_name(S->kind);
-  fp_diag_json(c->d, s->src, fp_ptr_key(c->a, s->ptr, "memory_budget_bytes"),
+                                     : fpi_seg_name(S->kind);
+  fpi_diag_json(c->d, s->src, fpi_ptr_key(c->a, s->ptr, "memory_budget_bytes"),
                "the plan needs %lld bytes (%s: arena %s + activations %s) but the budget is %lld bytes; over "
                "by %lld bytes (%s). At the peak (op %d, %s) live: %s; largest buffers: %s",
                (long long)need, human(c->a, need), human(c->a, p->arena_bytes), human(c->a, act), (long long)budget,
@@ -337,7 +337,7 @@ static int64_t sat64(__int128 v) { return v > INT64_MAX ? INT64_MAX : (int64_t)v
 /* the arena does not fit int64: the model is too large for any machine */
 static void too_big(fp_pass_ctx *c) {
   const fp_model *m = c->L->model;
-  fp_diag_json(c->d, m->src, m->ptr, "the plan's buffers need more than 2^63 bytes on one rank; "
+  fpi_diag_json(c->d, m->src, m->ptr, "the plan's buffers need more than 2^63 bytes on one rank; "
                "the model '%s' is too large for this mesh (%lld ranks)", m->name, (long long)c->L->world);
 }
 
@@ -532,7 +532,7 @@ static int64_t place(placer *pl, bool best_fit, int64_t *off, int64_t *work) {
     }
     if (at < 0) at = lo;
     int64_t e;
-    if (!fp_add64(at, bytes, &e)) {
+    if (!fpi_add64(at, bytes, &e)) {
       lt_free(&lt);
       lt_free(&tt);
       return -1;
@@ -738,7 +738,7 @@ static int64_t clique_bound(placer *pl, const int64_t *off, int64_t above) {
   return best;
 }
 
-bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
+bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   fp_stats *st = c->stats;
   bool ok = false;
   /* live ranges grouped by buffer */
@@ -819,7 +819,7 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     int64_t *cur = B->host ? &host : &dev;
     if (B->kind == FP_BUF_PERSISTENT) {
       B->offset = *cur;
-      if (!fp_add64(*cur, B->bytes, cur) || !fp_align64(*cur, FP_PARAM_ALIGN, cur)) {
+      if (!fpi_add64(*cur, B->bytes, cur) || !fpi_align64(*cur, FP_PARAM_ALIGN, cur)) {
         too_big(c);
         goto done;
       }
@@ -940,7 +940,7 @@ bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
 
   int64_t budget = c->L->spec->memory_budget_bytes, need;
   /* the arena is allocated whole; the trainer's activations come on top */
-  if (!fp_add64(p->arena_bytes, st->activation_peak, &need)) need = INT64_MAX;
+  if (!fpi_add64(p->arena_bytes, st->activation_peak, &need)) need = INT64_MAX;
   /* (a held plan is only a source of modeled lifetimes for the
    * plan placed by them, never kept: it may exceed the budget) */
   if (budget > 0 && need > budget && p->nops > 0 && c->hold == 0) {
