@@ -795,7 +795,7 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
    * c->hold-th post_backward after it in the micro-batch (1: double
    * buffering the unsharded grads and the reduction's staging; more where
    * the rs stream falls further behind the backward: see
-   * planner/pipeline.c, schedule_memory).
+   * planner/pipeline.c, memplan_next).
    * The verifier and the memory timeline use the real ranges. */
   for (int i = 0; i < p->nlives && c->hold > 0; i++) {
     const fp_op *op = &p->ops[lv[i].last];
@@ -834,7 +834,7 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
    * "squeaky wheel" tries: the buffers that end above the bound go first in
    * the next try (in their order), up to FP_MEMPLAN_RETRIES times. A held
    * plan (c->hold) gets the fixed orders only: its arena is never kept
-   * (planner/pipeline.c, schedule_memory), only its modeled lifetimes
+   * (planner/pipeline.c, memplan_next), only its modeled lifetimes
    * are, and the retries exist to close an arena's last percent */
   placer pl = {.p = p, .lv = lv, .tv = timed ? tv : NULL, .rg = rg, .items = items, .nitems = nitems,
                .ninst = ninst, .dev = dev, .spans = spans, .seen = seen};
