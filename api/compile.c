@@ -3,7 +3,7 @@
  * command line writes about a plan, as strings.
  *
  * It sits above the planner, the viewers and the plan loader (it knows the
- * handle's layout, executor/exec_impl.h); the executor itself never calls
+ * handle's layout, ir/handle.h); the executor itself never calls
  * the planner. A compile runs the CLI's pipeline (inputs, policy, preset,
  * fpi_compile: api/pipeline.c) in its own arena, writes plan.json into
  * memory and reads it back through fpi_plan_read (the loader and verifier of
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "api/api_impl.h"
-#include "executor/exec_impl.h"
+#include "ir/handle.h"
 #include "flexplan_compile.h"
 #include "planner/cost.h"
 #include "planner/front.h"
