@@ -3,10 +3,10 @@
  * command line writes about a plan, as strings.
  *
  * It sits above the planner, the viewers and the plan loader (it knows the
- * handle's layout, executor/exec_impl.h); the executor itself never calls
+ * handle's layout, ir/handle.h); the executor itself never calls
  * the planner. A compile runs the CLI's pipeline (inputs, policy, preset,
- * fp_compile: api/pipeline.c) in its own arena, writes plan.json into
- * memory and reads it back through fp_plan_read (the loader and verifier of
+ * fpi_compile: api/pipeline.c fpa_compile_run, the CLI's too) in its own arena, writes plan.json into
+ * memory and reads it back through fpi_plan_read (the loader and verifier of
  * fp_plan_load) into a fresh arena, so a compiled handle is exactly the plan
  * the file would give and the compile's temporaries are freed at once. Messages are the
  * diagnostics' text, which is what the CLI prints for the same input. */
@@ -19,10 +19,8 @@
 #include <unistd.h>
 
 #include "api/api_impl.h"
-#include "executor/exec_impl.h"
+#include "ir/handle.h"
 #include "flexplan_compile.h"
-#include "planner/cost.h"
-#include "planner/front.h"
 #include "viz/viz.h"
 
 #define DEFAULT_RANKS 16 /* the views: rank 0 and up to 15 other layout classes (as `flexplan viz`) */
@@ -95,46 +93,46 @@ fp_status fp_plan_compile(const fp_compile_options *opt, fp_plan **out) {
   if (!p) return FP_ERR_NOMEM;
   if (!opt) return set_msg(p, FP_ERR_ARG, "fp_plan_compile: options are NULL");
   if (!opt->model_path && !opt->model_text) return set_msg(p, FP_ERR_ARG, "fp_plan_compile: no model given");
-  int policy = opt->policy ? fp_policy_parse(opt->policy) : FP_POLICY_FLEXPLAN;
+  int policy = fpa_policy_parse(opt->policy ? opt->policy : "flexplan");
   if (policy < 0)
     return set_msg(p, FP_ERR_ARG, "error: unknown policy '%s' (expected flexplan or fsdp2)", opt->policy);
   fp_hw preset;
-  if (opt->hardware && !fp_hw_preset(opt->hardware, &preset))
+  if (opt->hardware && !fpa_hw_preset(opt->hardware, &preset))
     return set_msg(p, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", opt->hardware,
-                   fp_hw_preset_list());
+                   fpa_hw_preset_list());
   const char *name = opt->model_path ? opt->model_path : "<model>";
   p->name = dup_str(name);
   if (!p->name) return FP_ERR_NOMEM;
 
   size_t len = 0;
   char *msg = NULL;
-  char *text = fpa_compile(opt->model_path, opt->model_text, opt->spec_path, opt->spec_text, opt->hardware, policy,
-                           &len, &p->compile_ms, &msg);
+  fpa_request rq = {opt->model_path, opt->model_text, opt->spec_path, opt->spec_text, opt->hardware, policy, false};
+  char *text = fpa_compile(&rq, &len, &p->compile_ms, &msg);
   if (!text) {
     fp_status st = msg ? set_msg_n(p, FP_ERR_INPUT, msg, strlen(msg)) : FP_ERR_NOMEM;
     free(msg);
     return st;
   }
   /* the plan as the file would hold it, read back by the loader */
-  p->arena = fp_arena_new();
-  fp_src *src = fp_alloc(p->arena, sizeof *src);
-  src->path = fp_sprintf(p->arena, "%s (compiled plan)", name);
+  p->arena = fpi_arena_new();
+  fp_src *src = fpi_alloc(p->arena, sizeof *src);
+  src->path = fpi_sprintf(p->arena, "%s (compiled plan)", name);
   src->len = len;
-  src->text = fp_strndup(p->arena, text, len);
+  src->text = fpi_strndup(p->arena, text, len);
   free(text);
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_status st = FP_OK;
-  p->prog = fp_plan_read(p->arena, &d, src);
+  p->prog = fpi_plan_read(p->arena, &d, src);
   if (!p->prog) { /* the compiler wrote a plan its loader rejects: a bug, reported as a plan error */
     st = diag_msg(p, FP_ERR_PLAN, &d);
-    fp_arena_free(p->arena);
+    fpi_arena_free(p->arena);
     p->arena = NULL;
   } else {
-    p->hash = fp_prog_hash(p->prog);
+    p->hash = fpi_prog_hash(p->prog);
     st = set_msg(p, FP_OK, "%s", "");
   }
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   return st;
 }
 
@@ -152,7 +150,7 @@ fp_status fp_plan_summary(fp_plan *plan, char **json) {
   if (st != FP_OK) return st;
   mstream ms;
   if (!ms_open(&ms)) return set_msg(plan, FP_ERR_NOMEM, "out of memory");
-  bool have = fpa_summary_json(plan->prog, plan->compile_ms, ms.f);
+  bool have = fpa_plan_summary_json(plan->prog, plan->compile_ms, ms.f);
   if (!ms_close(&ms)) return set_msg(plan, FP_ERR_NOMEM, "out of memory");
   if (!have) {
     free(ms.buf);
@@ -170,16 +168,16 @@ fp_status fp_plan_save(fp_plan *plan, const char *path) {
   /* whole or not at all, as the CLI writes (fp_out: a temporary renamed
    * over a regular file; a device or FIFO written in place) */
   fp_out o;
-  if (!fp_out_open(&o, path))
+  if (!fpi_out_open(&o, path))
     return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot create output: %s", path, strerror(errno));
   errno = 0;
-  bool ok = fp_plan_write(plan->prog, o.f);
+  bool ok = fpi_plan_write(plan->prog, o.f);
   if (!ok) {
     int e = errno;
-    fp_out_abort(&o);
+    fpi_out_abort(&o);
     return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot write output: %s", path, e ? strerror(e) : "write failed");
   }
-  if (!fp_out_commit(&o))
+  if (!fpi_out_commit(&o))
     return set_msg(plan, FP_ERR_INPUT, "%s: error: cannot write output: %s", path,
                    errno ? strerror(errno) : "write failed");
   return set_msg(plan, FP_OK, "%s", "");
@@ -195,52 +193,52 @@ fp_status fp_plan_render(fp_plan *plan, fp_render what, const char *hardware, ch
   const char *name = plan->name ? plan->name : "plan";
   fp_hw hw;
   if (hardware) {
-    if (!fp_hw_preset(hardware, &hw))
+    if (!fpa_hw_preset(hardware, &hw))
       return set_msg(plan, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", hardware,
-                     fp_hw_preset_list());
+                     fpa_hw_preset_list());
   } else if (p->hw.name) {
     hw = p->hw;
   } else {
-    fp_hw_preset("h100-sxm", &hw); /* the CLI's choice (it notes it on stderr) */
+    fpa_hw_preset("h100-sxm", &hw); /* the CLI's choice (it notes it on stderr) */
   }
   mstream ms;
   if (!ms_open(&ms)) return set_msg(plan, FP_ERR_NOMEM, "out of memory");
-  fp_arena *ar = fp_arena_new();
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   bool ok = true;
   st = FP_OK;
   switch (what) {
-    case FP_RENDER_PLAN: ok = fp_plan_write(p, ms.f); break;
-    case FP_RENDER_IR: fp_ir_print(p, ms.f); break;
+    case FP_RENDER_PLAN: ok = fpi_plan_write(p, ms.f); break;
+    case FP_RENDER_IR: fpi_ir_print(p, ms.f); break;
     case FP_RENDER_EXPLAIN:
     case FP_RENDER_SIMULATE: {
       fp_sim sim;
-      if (!fp_simulate(ar, p, &hw, &sim)) {
+      if (!fpi_simulate(ar, p, &hw, &sim)) {
         st = set_msg(plan, FP_ERR_PLAN, "%s: error: the modeled step time on hardware '%s' is not a finite number: "
                      "its rates are too small for the plan's work", name, hw.name);
         break;
       }
       if (what == FP_RENDER_EXPLAIN)
-        fp_ir_explain_modeled(p, sim.start_us, sim.end_us, ms.f);
+        fpi_ir_explain_modeled(p, sim.start_us, sim.end_us, ms.f);
       else
-        fp_sim_print(p, &sim, &hw, fp_sim_memory(ar, p, &sim), ms.f);
+        fpi_sim_print(p, &sim, &hw, fpi_sim_memory(ar, p, &sim), ms.f);
       break;
     }
     case FP_RENDER_TRACE:
     case FP_RENDER_HTML: {
       fp_viz v;
-      if (!fp_viz_build(ar, &d, name, p, &hw, NULL, 0, DEFAULT_RANKS, &v)) {
+      if (!fpi_viz_build(ar, &d, name, p, &hw, NULL, 0, DEFAULT_RANKS, &v)) {
         st = diag_msg(plan, FP_ERR_PLAN, &d);
         break;
       }
-      ok = what == FP_RENDER_TRACE ? fp_viz_trace(&v, ms.f) : fp_viz_html(&v, ms.f);
+      ok = what == FP_RENDER_TRACE ? fpi_viz_trace(&v, ms.f) : fpi_viz_html(&v, ms.f);
       break;
     }
   }
   bool closed = ms_close(&ms);
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   if (st != FP_OK) {
     free(ms.buf);
     return st;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "executor/exec_impl.h"
+#include "ir/handle.h"
 #include "flexplan_compile.h"
 #include "ir/xfer.h"
 #include "planner/reshard.h"
@@ -26,13 +26,13 @@ fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_re
   *out = t;
   if (!t) return FP_ERR_NOMEM;
   if (!from || !to || !from->prog || !to->prog) return set(t, FP_ERR_ARG, "fp_reshard_compile: a plan is NULL or failed to load");
-  t->arena = fp_arena_new();
+  t->arena = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_reshard_opts o = {0};
   if (opt) o = (fp_reshard_opts){opt->what, opt->to_offset, opt->from_offset, opt->mxfp8, opt->nmxfp8};
-  fp_tx *tx = fp_reshard(t->arena, from->prog, NULL, to->prog, NULL, &o, &d);
-  if (tx && !fp_tx_verify(tx, &d)) tx = NULL;
+  fp_tx *tx = fpi_reshard(t->arena, from->prog, NULL, to->prog, NULL, &o, &d);
+  if (tx && !fpi_tx_verify(tx, &d)) tx = NULL;
   fp_status st = tx ? FP_OK : FP_ERR_INPUT;
   if (!tx) {
     /* name the plans the handles came from */
@@ -50,15 +50,15 @@ fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_re
     if (t->msg && (from->name || to->name)) {
       fp_sbuf b = {0};
       for (const char *s = t->msg; *s;) {
-        if (strncmp(s, "<from>", 6) == 0 && from->name) fp_sb_puts(&b, from->name), s += 6;
-        else if (strncmp(s, "<to>", 4) == 0 && to->name) fp_sb_puts(&b, to->name), s += 4;
-        else fp_sb_putc(&b, *s++);
+        if (strncmp(s, "<from>", 6) == 0 && from->name) fpi_sb_puts(&b, from->name), s += 6;
+        else if (strncmp(s, "<to>", 4) == 0 && to->name) fpi_sb_puts(&b, to->name), s += 4;
+        else fpi_sb_putc(&b, *s++);
       }
       set(t, st, b.p);
       free(b.p);
     }
   }
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   t->tx = tx;
   return st;
 }
@@ -73,10 +73,10 @@ fp_status fp_xfer_render(fp_xfer *t, int what, char **out) {
   FILE *f = open_memstream(&m, &n);
   if (!f) return set(t, FP_ERR_NOMEM, "out of memory");
   switch (what) {
-    case 0: fp_tx_write_json(t->tx, f); break;
-    case 1: fp_tx_print(t->tx, f); break;
-    case 2: fp_tx_explain(t->tx, f); break;
-    default: fp_tx_trace(t->tx, f); break;
+    case 0: fpi_tx_write_json(t->tx, f); break;
+    case 1: fpi_tx_print(t->tx, f); break;
+    case 2: fpi_tx_explain(t->tx, f); break;
+    default: fpi_tx_trace(t->tx, f); break;
   }
   if (fclose(f) != 0) {
     free(m);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void fp_internal_error(const char *file, int line, const char *cond) {
+void fpi_internal_error(const char *file, int line, const char *cond) {
   fflush(stdout);
   fprintf(stderr, "%s:%d: internal error: assertion failed: %s\n", file, line, cond);
   exit(70);
@@ -72,13 +72,13 @@ static void chunk_free(fp_chunk *c) {
   else free(c);
 }
 
-fp_arena *fp_arena_new(void) {
+fp_arena *fpi_arena_new(void) {
   fp_arena *a = calloc(1, sizeof *a);
   FP_ASSERT(a);
   return a;
 }
 
-void fp_arena_free(fp_arena *a) {
+void fpi_arena_free(fp_arena *a) {
   if (!a) return;
   for (fp_chunk *c = a->head, *n; c; c = n) {
     n = c->next;
@@ -89,7 +89,7 @@ void fp_arena_free(fp_arena *a) {
 
 static void *alloc_in(fp_arena *a, size_t bytes, bool zero) {
   size_t need = (bytes + 15) & ~(size_t)15;
-  if (need < bytes) fp_internal_error(__FILE__, __LINE__, "allocation size overflow");
+  if (need < bytes) fpi_internal_error(__FILE__, __LINE__, "allocation size overflow");
   fp_chunk *c = a->head;
   if (!c || c->cap - c->used < need) {
     c = chunk_new(need > 65536 ? need : 65536);
@@ -108,55 +108,55 @@ static void *alloc_in(fp_arena *a, size_t bytes, bool zero) {
   return p;
 }
 
-void *fp_alloc(fp_arena *a, size_t bytes) { return alloc_in(a, bytes, true); }
+void *fpi_alloc(fp_arena *a, size_t bytes) { return alloc_in(a, bytes, true); }
 
-void *fp_memdup(fp_arena *a, const void *src, size_t bytes) {
+void *fpi_memdup(fp_arena *a, const void *src, size_t bytes) {
   void *p = alloc_in(a, bytes ? bytes : 1, false);
   if (bytes) memcpy(p, src, bytes);
   return p;
 }
 
-void *fp_alloc_array(fp_arena *a, size_t n, size_t elem) {
+void *fpi_alloc_array(fp_arena *a, size_t n, size_t elem) {
   size_t bytes;
-  if (__builtin_mul_overflow(n, elem, &bytes)) fp_internal_error(__FILE__, __LINE__, "array size overflow");
-  return fp_alloc(a, bytes ? bytes : 1);
+  if (__builtin_mul_overflow(n, elem, &bytes)) fpi_internal_error(__FILE__, __LINE__, "array size overflow");
+  return fpi_alloc(a, bytes ? bytes : 1);
 }
 
-char *fp_strndup(fp_arena *a, const char *s, size_t n) {
-  char *d = fp_alloc(a, n + 1);
+char *fpi_strndup(fp_arena *a, const char *s, size_t n) {
+  char *d = fpi_alloc(a, n + 1);
   memcpy(d, s, n);
   d[n] = 0;
   return d;
 }
 
-char *fp_strdup(fp_arena *a, const char *s) { return fp_strndup(a, s, strlen(s)); }
+char *fpi_strdup(fp_arena *a, const char *s) { return fpi_strndup(a, s, strlen(s)); }
 
-char *fp_strjoin(fp_arena *a, const char *x, const char *sep, const char *y) {
+char *fpi_strjoin(fp_arena *a, const char *x, const char *sep, const char *y) {
   size_t nx = strlen(x), ns = strlen(sep), ny = strlen(y);
-  char *d = fp_alloc(a, nx + ns + ny + 1);
+  char *d = fpi_alloc(a, nx + ns + ny + 1);
   memcpy(d, x, nx);
   memcpy(d + nx, sep, ns);
   memcpy(d + nx + ns, y, ny + 1);
   return d;
 }
 
-char *fp_strjoin_i64(fp_arena *a, const char *x, const char *sep, int64_t i) {
+char *fpi_strjoin_i64(fp_arena *a, const char *x, const char *sep, int64_t i) {
   char digits[24], *e = digits + sizeof digits, *q = e;
   *--q = 0;
   uint64_t u = i < 0 ? 0 - (uint64_t)i : (uint64_t)i;
   do *--q = (char)('0' + u % 10); while ((u /= 10) != 0);
   if (i < 0) *--q = '-';
-  return fp_strjoin(a, x, sep, q);
+  return fpi_strjoin(a, x, sep, q);
 }
 
-char *fp_sprintf(fp_arena *a, const char *fmt, ...) {
+char *fpi_sprintf(fp_arena *a, const char *fmt, ...) {
   va_list ap, aq;
   va_start(ap, fmt);
   va_copy(aq, ap);
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
   FP_ASSERT(n >= 0);
-  char *s = fp_alloc(a, (size_t)n + 1);
+  char *s = fpi_alloc(a, (size_t)n + 1);
   vsnprintf(s, (size_t)n + 1, fmt, aq);
   va_end(aq);
   return s;
@@ -168,7 +168,7 @@ static void *grow_in(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t
   while (nc < need) nc *= 2;
   size_t ob = (size_t)*cap * elem, nbytes;
   if (__builtin_mul_overflow((size_t)nc, elem, &nbytes) || nbytes > SIZE_MAX - sizeof(fp_chunk) - 15)
-    fp_internal_error(__FILE__, __LINE__, "array size overflow");
+    fpi_internal_error(__FILE__, __LINE__, "array size overflow");
   /* an array that has a chunk of its own (one over 64 KiB) grows in place:
    * the old copy is not left behind (pointers into it were stale anyway) */
   if (base && *cap && ob > 65536)
@@ -201,15 +201,15 @@ static void *grow_in(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t
   return nb;
 }
 
-void *fp_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
+void *fpi_grow(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
   return grow_in(a, base, cap, need, elem, true);
 }
 
-void *fp_grow_raw(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
+void *fpi_grow_raw(fp_arena *a, void *base, int64_t *cap, int64_t need, size_t elem) {
   return grow_in(a, base, cap, need, elem, false);
 }
 
-void fp_arena_release(fp_arena *a, void *p) {
+void fpi_arena_release(fp_arena *a, void *p) {
   if (!p) return;
   for (fp_chunk **pc = &a->head; *pc; pc = &(*pc)->next) {
     fp_chunk *c = *pc;
@@ -239,15 +239,15 @@ static uint64_t name_hash(const char *s, size_t len) {
   return h ^ (h >> 29);
 }
 
-void fp_namemap_init(fp_namemap *m, fp_arena *a, int64_t n) {
+void fpi_namemap_init(fp_namemap *m, fp_arena *a, int64_t n) {
   int64_t cap = 16;
   while (cap < 2 * n + 2) cap *= 2;
   FP_ASSERT(cap <= (int64_t)1 << 32); /* the slots' 32 bits of hash place a name */
   m->a = a;
   m->cap = cap;
   m->count = 0;
-  m->slots = fp_alloc_array(a, (size_t)cap, sizeof *m->slots);
-  m->keys = fp_alloc_array(a, (size_t)cap, sizeof *m->keys);
+  m->slots = fpi_alloc_array(a, (size_t)cap, sizeof *m->slots);
+  m->keys = fpi_alloc_array(a, (size_t)cap, sizeof *m->keys);
 }
 
 /* the slot of name (hash h): where it is, or the empty slot where it would go */
@@ -266,7 +266,7 @@ static void namemap_fill(fp_namemap *m, int64_t i, const char *name, uint64_t h,
   m->keys[i] = name;
   if (++m->count * 2 <= m->cap) return;
   fp_namemap old = *m; /* rehash into twice the room */
-  fp_namemap_init(m, old.a, old.count);
+  fpi_namemap_init(m, old.a, old.count);
   for (int64_t j = 0; j < old.cap; j++) {
     if (!old.slots[j].val3) continue;
     int64_t k = (int64_t)(old.slots[j].hash & (uint64_t)(m->cap - 1));
@@ -277,7 +277,7 @@ static void namemap_fill(fp_namemap *m, int64_t i, const char *name, uint64_t h,
   }
 }
 
-void fp_namemap_put(fp_namemap *m, const char *name, int32_t v) {
+void fpi_namemap_put(fp_namemap *m, const char *name, int32_t v) {
   size_t len = strlen(name);
   uint64_t h = name_hash(name, len);
   int64_t i = namemap_slot(m, name, len, h);
@@ -285,7 +285,7 @@ void fp_namemap_put(fp_namemap *m, const char *name, int32_t v) {
   else namemap_fill(m, i, name, h, v);
 }
 
-int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t v) {
+int32_t fpi_namemap_add(fp_namemap *m, const char *name, int32_t v) {
   size_t len = strlen(name);
   uint64_t h = name_hash(name, len);
   int64_t i = namemap_slot(m, name, len, h);
@@ -294,12 +294,12 @@ int32_t fp_namemap_add(fp_namemap *m, const char *name, int32_t v) {
   return -1;
 }
 
-int32_t fp_namemap_get(const fp_namemap *m, const char *name, size_t len) {
+int32_t fpi_namemap_get(const fp_namemap *m, const char *name, size_t len) {
   int64_t i = namemap_slot(m, name, len, name_hash(name, len));
   return m->slots[i].val3 ? m->slots[i].val3 - 3 : -1;
 }
 
-void fp_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void *ctx, int32_t n, int32_t *first) {
+void fpi_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void *ctx, int32_t n, int32_t *first) {
   uint64_t *key = malloc(((size_t)n + 1) * sizeof *key);
   int32_t *idx = malloc(((size_t)n + 1) * sizeof *idx), m = 0;
   FP_ASSERT(key && idx);
@@ -310,7 +310,7 @@ void fp_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void 
     key[m] = name_hash(s, strlen(s)) >> 32; /* 32 bits: two radix passes; equal ones compare text */
     idx[m++] = i;
   }
-  fp_sort_u64(key, idx, m); /* stable: equal hashes keep their indices ascending */
+  fpi_sort_u64(key, idx, m); /* stable: equal hashes keep their indices ascending */
   for (int32_t a = 0, b; a < m; a = b) {
     for (b = a + 1; b < m && key[b] == key[a]; b++) {
       /* the first of the run's earlier names (each the first of its text) it equals */
@@ -327,7 +327,7 @@ void fp_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void 
 }
 
 /* ---- sorting --------------------------------------------------------------- */
-void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
+void fpi_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
   if (n < 2) return;
   /* digits of 16 bits for big inputs, of 8 for small ones (the counts are
    * cleared every pass) */
@@ -372,7 +372,7 @@ void fp_sort_u64(uint64_t *key, int32_t *val, int64_t n) {
   free(cnt);
 }
 
-void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k)) {
+void fpi_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*key)(const void *rec, int k)) {
   if (n < 2) return;
   FP_ASSERT(n <= INT32_MAX);
   unsigned char *r = recs;
@@ -394,7 +394,7 @@ void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*k
   for (int64_t i = 0; i < n; i++) ord[i] = (int32_t)i;
   for (int k = nkeys - 1; k >= 0; k--) {
     for (int64_t i = 0; i < n; i++) kv[i] = key(r + (size_t)ord[i] * elem, k);
-    fp_sort_u64(kv, ord, n);
+    fpi_sort_u64(kv, ord, n);
   }
   free(kv);
   /* the gather in place, one cycle of the permutation at a time (slot i
@@ -417,7 +417,7 @@ void fp_sort_records(void *recs, size_t elem, int64_t n, int nkeys, uint64_t (*k
 }
 
 /* ---- growable strings ------------------------------------------------------------ */
-void fp_sb_grow(fp_sbuf *b, size_t n) {
+void fpi_sb_grow(fp_sbuf *b, size_t n) {
   size_t nc = b->cap ? b->cap : 4096;
   while (nc < b->len + n + 1) nc *= 2;
   b->p = realloc(b->p, nc);
@@ -426,27 +426,27 @@ void fp_sb_grow(fp_sbuf *b, size_t n) {
 }
 
 /* ---- sources ----------------------------------------------------------------- */
-bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
+bool fpi_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
   /* O_NONBLOCK: opening a FIFO with no writer must not hang; only regular
    * files are read (a device like /dev/zero never ends), up to a stated size */
   int fd = open(path, O_RDONLY | O_NONBLOCK);
   if (fd < 0) {
-    fp_diag_errorf(d, path, "cannot open: %s", strerror(errno));
+    fpi_diag_errorf(d, path, "cannot open: %s", strerror(errno));
     return false;
   }
   struct stat sb;
   const char *why = NULL;
   if (fstat(fd, &sb) != 0)
-    why = fp_sprintf(a, "cannot stat: %s", strerror(errno));
+    why = fpi_sprintf(a, "cannot stat: %s", strerror(errno));
   else if (S_ISDIR(sb.st_mode))
     why = "is a directory";
   else if (!S_ISREG(sb.st_mode))
     why = "not a regular file";
   else if (sb.st_size > FP_SRC_MAX_BYTES)
-    why = fp_sprintf(a, "file of %lld bytes exceeds the input limit of %lld bytes", (long long)sb.st_size,
+    why = fpi_sprintf(a, "file of %lld bytes exceeds the input limit of %lld bytes", (long long)sb.st_size,
                      (long long)FP_SRC_MAX_BYTES);
   if (why) {
-    fp_diag_errorf(d, path, "%s", why);
+    fpi_diag_errorf(d, path, "%s", why);
     close(fd);
     return false;
   }
@@ -454,7 +454,7 @@ bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
   if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   FILE *f = fdopen(fd, "rb");
   if (!f) {
-    fp_diag_errorf(d, path, "cannot open: %s", strerror(errno));
+    fpi_diag_errorf(d, path, "cannot open: %s", strerror(errno));
     close(fd);
     return false;
   }
@@ -479,33 +479,33 @@ bool fp_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
   if (too_big) {
     fclose(f);
     free(buf);
-    fp_diag_errorf(d, path, "file exceeds the input limit of %lld bytes", (long long)FP_SRC_MAX_BYTES);
+    fpi_diag_errorf(d, path, "file exceeds the input limit of %lld bytes", (long long)FP_SRC_MAX_BYTES);
     return false;
   }
   bool err = ferror(f);
   fclose(f);
   if (err) {
     free(buf);
-    fp_diag_errorf(d, path, "read error");
+    fpi_diag_errorf(d, path, "read error");
     return false;
   }
-  out->path = fp_strdup(a, path);
-  out->text = fp_strndup(a, buf, len);
+  out->path = fpi_strdup(a, path);
+  out->text = fpi_strndup(a, buf, len);
   out->len = len;
   free(buf);
   if (memchr(out->text, 0, len)) {
     size_t at = (size_t)((const char *)memchr(out->text, 0, len) - out->text), k = 0;
     while (k < at && (out->text[k] == ' ' || out->text[k] == '\t' || out->text[k] == '\n' || out->text[k] == '\r')) k++;
     if (k < at && (out->text[k] == '{' || out->text[k] == '[')) /* a JSON text: the value it is in */
-      fp_diag_at(d, out, at, "%s: unexpected NUL byte", fp_json_path_at(a, out, at));
+      fpi_diag_at(d, out, at, "%s: unexpected NUL byte", fpi_json_path_at(a, out, at));
     else
-      fp_diag_at(d, out, at, "unexpected NUL byte");
+      fpi_diag_at(d, out, at, "unexpected NUL byte");
     return false;
   }
   return true;
 }
 
-void fp_src_linecol(const fp_src *s, size_t off, int *line, int *col) {
+void fpi_src_linecol(const fp_src *s, size_t off, int *line, int *col) {
   int l = 1, c = 1;
   if (off > s->len) off = s->len;
   for (size_t i = 0; i < off; i++) {
@@ -521,13 +521,13 @@ void fp_src_linecol(const fp_src *s, size_t off, int *line, int *col) {
 }
 
 /* ---- diagnostics -------------------------------------------------------------- */
-void fp_diag_init(fp_diag *d, FILE *echo) {
+void fpi_diag_init(fp_diag *d, FILE *echo) {
   memset(d, 0, sizeof *d);
   d->echo = echo;
   d->max_errors = 50;
 }
 
-void fp_diag_free(fp_diag *d) {
+void fpi_diag_free(fp_diag *d) {
   free(d->buf);
   d->buf = NULL;
   d->len = d->cap = 0;
@@ -537,7 +537,7 @@ static void diag_append(fp_diag *d, const char *s) {
   d->nerrors++;
   if (d->max_errors > 0 && d->nerrors > d->max_errors) return;
   fp_sbuf b = {d->buf, d->len, d->cap};
-  fp_sb_puts(&b, s);
+  fpi_sb_puts(&b, s);
   d->buf = b.p;
   d->len = b.len;
   d->cap = b.cap;
@@ -564,24 +564,24 @@ static void diag_emit(fp_diag *d, const char *prefix, const char *fmt, va_list a
    * (C0, DEL and UTF-8 C1) are written as escapes */
   fp_sbuf b = {0};
   for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
-    if (*q == '\n') fp_sb_puts(&b, "\\n");
-    else if (*q == '\t') fp_sb_puts(&b, "\\t");
-    else if (*q == '\r') fp_sb_puts(&b, "\\r");
+    if (*q == '\n') fpi_sb_puts(&b, "\\n");
+    else if (*q == '\t') fpi_sb_puts(&b, "\\t");
+    else if (*q == '\r') fpi_sb_puts(&b, "\\r");
     else if (*q < 0x20 || *q == 0x7f || (*q == 0xc2 && q[1] >= 0x80 && q[1] <= 0x9f)) {
       char e[8];
       snprintf(e, sizeof e, "\\u%04x", *q == 0xc2 ? *++q : *q);
-      fp_sb_puts(&b, e);
+      fpi_sb_puts(&b, e);
     } else {
-      fp_sb_putc(&b, (char)*q);
+      fpi_sb_putc(&b, (char)*q);
     }
   }
-  fp_sb_putc(&b, '\n');
+  fpi_sb_putc(&b, '\n');
   free(s);
   diag_append(d, b.p);
   free(b.p);
 }
 
-void fp_diag_errorf(fp_diag *d, const char *where, const char *fmt, ...) {
+void fpi_diag_errorf(fp_diag *d, const char *where, const char *fmt, ...) {
   char prefix[1100];
   snprintf(prefix, sizeof prefix, "%s: error: ", where);
   va_list ap;
@@ -590,9 +590,9 @@ void fp_diag_errorf(fp_diag *d, const char *where, const char *fmt, ...) {
   va_end(ap);
 }
 
-void fp_diag_at(fp_diag *d, const fp_src *s, size_t off, const char *fmt, ...) {
+void fpi_diag_at(fp_diag *d, const fp_src *s, size_t off, const char *fmt, ...) {
   int line, col;
-  fp_src_linecol(s, off, &line, &col);
+  fpi_src_linecol(s, off, &line, &col);
   char prefix[1100];
   snprintf(prefix, sizeof prefix, "%.1000s:%d:%d: error: ", s->path, line, col);
   va_list ap;
@@ -601,12 +601,12 @@ void fp_diag_at(fp_diag *d, const fp_src *s, size_t off, const char *fmt, ...) {
   va_end(ap);
 }
 
-void fp_diag_vjson(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, va_list ap) {
+void fpi_diag_vjson(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, va_list ap) {
   char prefix[2200];
   if (s) {
     bool exact;
     int line, col;
-    fp_src_linecol(s, fp_json_locate(s, ptr, &exact), &line, &col);
+    fpi_src_linecol(s, fpi_json_locate(s, ptr, &exact), &line, &col);
     snprintf(prefix, sizeof prefix, "%.1000s:%d:%d: error: %.1000s: ", s->path, line, col,
              ptr[0] ? ptr : "/");
   } else {
@@ -615,10 +615,10 @@ void fp_diag_vjson(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt
   diag_emit(d, prefix, fmt, ap);
 }
 
-void fp_diag_json(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, ...) {
+void fpi_diag_json(fp_diag *d, const fp_src *s, const char *ptr, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fp_diag_vjson(d, s, ptr, fmt, ap);
+  fpi_diag_vjson(d, s, ptr, fmt, ap);
   va_end(ap);
 }
 
@@ -632,26 +632,26 @@ static const struct {
 #undef X
 };
 
-const char *fp_dtype_name(fp_dtype t) {
+const char *fpi_dtype_name(fp_dtype t) {
   FP_ASSERT((unsigned)t < FP_NDTYPES);
   return dtypes[t].name;
 }
-int fp_dtype_size(fp_dtype t) {
+int fpi_dtype_size(fp_dtype t) {
   FP_ASSERT((unsigned)t < FP_NDTYPES);
   return dtypes[t].size;
 }
-bool fp_dtype_reducible(fp_dtype t) {
+bool fpi_dtype_reducible(fp_dtype t) {
   FP_ASSERT((unsigned)t < FP_NDTYPES);
   return dtypes[t].reducible;
 }
-int fp_dtype_parse(const char *s) {
+int fpi_dtype_parse(const char *s) {
   for (int i = 0; i < FP_NDTYPES; i++)
     if (!strcmp(s, dtypes[i].name)) return i;
   return -1;
 }
-bool fp_dtype_is_user_float(fp_dtype t) { return t == FP_F32 || t == FP_BF16 || t == FP_F16; }
+bool fpi_dtype_is_user_float(fp_dtype t) { return t == FP_F32 || t == FP_BF16 || t == FP_F16; }
 
-uint64_t fp_fnv1a(uint64_t h, const void *p, size_t n) {
+uint64_t fpi_fnv1a(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
   for (size_t i = 0; i < n; i++) {
     h ^= b[i];
@@ -701,43 +701,43 @@ static void sb_name(fp_sbuf *b, const char *s, bool always) {
   bool bare = *s != 0 && !always;
   for (const unsigned char *q = (const unsigned char *)s; *q && bare; q++) bare = *q != ' ' && !name_unsafe(q);
   if (bare) {
-    fp_sb_puts(b, s);
+    fpi_sb_puts(b, s);
     return;
   }
-  fp_sb_putc(b, '"');
+  fpi_sb_putc(b, '"');
   for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
     if (!name_unsafe(q)) {
-      fp_sb_putc(b, (char)*q);
+      fpi_sb_putc(b, (char)*q);
       continue;
     }
     char e[8];
     switch (*q) {
-      case '"': fp_sb_puts(b, "\\\""); break;
-      case '\\': fp_sb_puts(b, "\\\\"); break;
-      case '\n': fp_sb_puts(b, "\\n"); break;
-      case '\t': fp_sb_puts(b, "\\t"); break;
-      case '\r': fp_sb_puts(b, "\\r"); break;
+      case '"': fpi_sb_puts(b, "\\\""); break;
+      case '\\': fpi_sb_puts(b, "\\\\"); break;
+      case '\n': fpi_sb_puts(b, "\\n"); break;
+      case '\t': fpi_sb_puts(b, "\\t"); break;
+      case '\r': fpi_sb_puts(b, "\\r"); break;
       default:
         snprintf(e, sizeof e, "\\u%04x", *q == 0xc2 ? *++q : *q);
-        fp_sb_puts(b, e);
+        fpi_sb_puts(b, e);
     }
   }
-  fp_sb_putc(b, '"');
+  fpi_sb_putc(b, '"');
 }
 
-void fp_sb_name(fp_sbuf *b, const char *s) { sb_name(b, s, false); }
+void fpi_sb_name(fp_sbuf *b, const char *s) { sb_name(b, s, false); }
 
-void fp_fput_quoted(FILE *f, const char *s) {
+void fpi_fput_quoted(FILE *f, const char *s) {
   fp_sbuf b = {0};
   sb_name(&b, s ? s : "", true);
   fwrite(b.p, 1, b.len, f);
   free(b.p);
 }
 
-const char *fp_quote(char *buf, size_t cap, const char *s) {
+const char *fpi_quote(char *buf, size_t cap, const char *s) {
   FP_ASSERT(cap >= 16);
   fp_sbuf b = {0};
-  fp_sb_name(&b, s);
+  fpi_sb_name(&b, s);
   if (b.len < cap) {
     memcpy(buf, b.p, b.len + 1);
   } else { /* cut on a whole escape or UTF-8 character, then ..." */
@@ -757,14 +757,14 @@ const char *fp_quote(char *buf, size_t cap, const char *s) {
   return buf;
 }
 
-void fp_fput_name(FILE *f, const char *s) {
+void fpi_fput_name(FILE *f, const char *s) {
   fp_sbuf b = {0};
-  fp_sb_name(&b, s);
+  fpi_sb_name(&b, s);
   fwrite(b.p, 1, b.len, f);
   free(b.p);
 }
 
-const char *fp_closest_name(const char *got, const char *const *names) {
+const char *fpi_closest_name(const char *got, const char *const *names) {
   if (!got || !*got || !names) return NULL;
   size_t glen = strlen(got);
   const char *prefixed = NULL, *suffixed = NULL;
@@ -787,7 +787,7 @@ const char *fp_closest_name(const char *got, const char *const *names) {
 }
 
 /* ---- outputs ----------------------------------------------------------- */
-/* The temporaries being written, for fp_out_unlink_all: a signal handler
+/* The temporaries being written, for fpi_out_unlink_all: a signal handler
  * (the CLI's, on SIGTERM, SIGINT, SIGHUP) removes them, so a killed write
  * leaves no PATH.tmp.XXXXXX behind. A fixed table of pointers, read with
  * only async-signal-safe calls (unlink). */
@@ -807,14 +807,14 @@ static void out_untrack(const char *tmp) {
     if (out_live[k] == tmp) out_live[k] = NULL;
 }
 
-void fp_out_unlink_all(void) {
+void fpi_out_unlink_all(void) {
   for (int k = 0; k < OUT_TRACKED; k++) {
     char *t = out_live[k];
     if (t) unlink(t);
   }
 }
 
-bool fp_out_open(fp_out *o, const char *path) {
+bool fpi_out_open(fp_out *o, const char *path) {
   memset(o, 0, sizeof *o);
   o->path = path;
   struct stat st;
@@ -857,7 +857,7 @@ fail:
   return false;
 }
 
-bool fp_out_commit(fp_out *o) {
+bool fpi_out_commit(fp_out *o) {
   bool ok = fflush(o->f) == 0 && !ferror(o->f);
   int e = ok ? 0 : (errno ? errno : EIO);
   if (fclose(o->f) != 0 && ok) ok = false, e = errno;
@@ -871,7 +871,7 @@ bool fp_out_commit(fp_out *o) {
   return ok;
 }
 
-void fp_out_abort(fp_out *o) {
+void fpi_out_abort(fp_out *o) {
   if (o->f) fclose(o->f);
   o->f = NULL;
   if (o->tmp) unlink(o->tmp), out_untrack(o->tmp);

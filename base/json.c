@@ -13,7 +13,7 @@
  *     compares them);
  *   - a tolerant walker that names the JSON pointer of the value at a byte
  *     offset (for an invalid UTF-8 byte);
- *   - fp_json_locate: follows an RFC 6901 pointer through the text to the first
+ *   - fpi_json_locate: follows an RFC 6901 pointer through the text to the first
  *     byte of the value it names. It never reads past the text and never
  *     fails: on anything unexpected it answers the nearest ancestor found. */
 #include "json.h"
@@ -82,7 +82,7 @@ static size_t put_utf8(char *o, unsigned long cp) {
  * never overruns). Writes at most (end - q) bytes to out (a buffer of at least
  * that size), sets *olen, returns the offset just past the closing quote (or n
  * when unterminated). Lone surrogates decode to U+FFFD, as json-c does. */
-size_t fp_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
+size_t fpi_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
   size_t i = q + 1, o = 0;
   while (i < n && t[i] != '"') {
     if (t[i] != '\\') {
@@ -185,10 +185,10 @@ static size_t skip_value(const char *t, size_t n, size_t i) {
 }
 
 /* ---- pointers -------------------------------------------------------------- */
-const char *fp_ptr_key(fp_arena *a, const char *ptr, const char *key) {
+const char *fpi_ptr_key(fp_arena *a, const char *ptr, const char *key) {
   size_t pl = strlen(ptr), extra = 0;
   for (const char *k = key; *k; k++) extra += (*k == '~' || *k == '/') ? 2 : 1;
-  char *s = fp_alloc(a, pl + extra + 2);
+  char *s = fpi_alloc(a, pl + extra + 2);
   memcpy(s, ptr, pl);
   size_t o = pl;
   s[o++] = '/';
@@ -207,22 +207,22 @@ const char *fp_ptr_key(fp_arena *a, const char *ptr, const char *key) {
   return s;
 }
 
-const char *fp_ptr_idx(fp_arena *a, const char *ptr, int64_t i) {
-  return fp_strjoin_i64(a, ptr, "/", i);
+const char *fpi_ptr_idx(fp_arena *a, const char *ptr, int64_t i) {
+  return fpi_strjoin_i64(a, ptr, "/", i);
 }
 
 /* escaped pointer segment for a decoded key, appended to a malloc'd buffer */
 static void sb_put_segment(fp_sbuf *b, const char *key, size_t n) {
-  fp_sb_putn(b, "/", 1);
+  fpi_sb_putn(b, "/", 1);
   for (size_t i = 0; i < n; i++) {
     if (key[i] == '~')
-      fp_sb_putn(b, "~0", 2);
+      fpi_sb_putn(b, "~0", 2);
     else if (key[i] == '/')
-      fp_sb_putn(b, "~1", 2);
+      fpi_sb_putn(b, "~1", 2);
     else if (key[i] == 0)
-      fp_sb_putn(b, "\\u0000", 6);
+      fpi_sb_putn(b, "\\u0000", 6);
     else
-      fp_sb_putn(b, key + i, 1);
+      fpi_sb_putn(b, key + i, 1);
   }
 }
 
@@ -237,7 +237,7 @@ typedef struct pseg {
 static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs, int nseg,
                          bool include_last_key) {
   fp_sbuf b = {0};
-  fp_sb_putn(&b, "", 0);
+  fpi_sb_putn(&b, "", 0);
   for (int k = 0; k < nseg; k++) {
     if (segs[k].is_obj) {
       if (segs[k].key == (size_t)-1) break;
@@ -245,16 +245,16 @@ static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs,
       size_t end = skip_string(t, n, segs[k].key), dl;
       char *dec = malloc(end - segs[k].key + 1);
       FP_ASSERT(dec);
-      fp_json_decode_string(t, n, segs[k].key, dec, &dl);
+      fpi_json_decode_string(t, n, segs[k].key, dec, &dl);
       sb_put_segment(&b, dec, dl);
       free(dec);
     } else {
       char num[32];
       snprintf(num, sizeof num, "/%" PRId64, segs[k].idx);
-      fp_sb_putn(&b, num, strlen(num));
+      fpi_sb_putn(&b, num, strlen(num));
     }
   }
-  char *s = fp_strdup(a, b.p);
+  char *s = fpi_strdup(a, b.p);
   free(b.p);
   return s;
 }
@@ -310,13 +310,13 @@ static char *path_at(fp_arena *a, const char *t, size_t n, size_t off) {
   return path_string(a, t, n, segs, nseg, in_value);
 }
 
-const char *fp_json_path_at(fp_arena *a, const fp_src *s, size_t off) {
+const char *fpi_json_path_at(fp_arena *a, const fp_src *s, size_t off) {
   const char *p = path_at(a, s->text, s->len, off);
   return p[0] ? p : "/";
 }
 
-/* ---- fp_json_locate ---------------------------------------------------------- */
-size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact) {
+/* ---- fpi_json_locate ---------------------------------------------------------- */
+size_t fpi_json_locate(const fp_src *s, const char *ptr, bool *exact) {
   bool ex_dummy;
   if (!exact) exact = &ex_dummy;
   *exact = false;
@@ -365,7 +365,7 @@ size_t fp_json_locate(const fp_src *s, const char *ptr, bool *exact) {
           kbuf = malloc(kcap);
           FP_ASSERT(kbuf);
         }
-        fp_json_decode_string(t, n, i, kbuf, &kl);
+        fpi_json_decode_string(t, n, i, kbuf, &kl);
         i = skip_ws(t, n, end);
         if (i >= n || t[i] != ':') break;
         i = skip_ws(t, n, i + 1);
@@ -451,7 +451,7 @@ static char *str_room(vscan *v, size_t n) {
   if (n > v->sleft) {
     size_t b = v->n + 1 < FP_JSON_STR_BLOCK ? v->n + 1 : FP_JSON_STR_BLOCK;
     if (b < n) b = n;
-    v->sp = fp_alloc(v->a, b);
+    v->sp = fpi_alloc(v->a, b);
     v->sleft = b;
   }
   char *p = v->sp;
@@ -501,8 +501,8 @@ static bool vfail(vscan *v, size_t off, bool include_last_key, const char *fmt, 
 /* a short printable excerpt of t[i..j) for messages */
 static const char *excerpt(vscan *v, size_t i, size_t j) {
   if (j > v->n) j = v->n;
-  if (j - i > 40) return fp_sprintf(v->a, "%.*s...", 37, v->t + i);
-  return fp_strndup(v->a, v->t + i, j - i);
+  if (j - i > 40) return fpi_sprintf(v->a, "%.*s...", 37, v->t + i);
+  return fpi_strndup(v->a, v->t + i, j - i);
 }
 
 /* Each scanner builds the value it accepted in *out (a node of the caller's:
@@ -510,7 +510,7 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
  * text and builds it. */
 static bool v_value(vscan *v, int depth, fp_jv *out);
 
-bool fp_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
+bool fpi_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
   size_t i = q + 1;
 #define BAD(off, ...) return (*at = (off), snprintf(why, cap, __VA_ARGS__), false)
   while (i < n && t[i] != '"') {
@@ -550,12 +550,12 @@ static bool v_string(vscan *v, bool is_key, const char **s, size_t *len) {
   const char *t = v->t;
   size_t n = v->n, q = v->i, end, at;
   char why[96];
-  if (!fp_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
+  if (!fpi_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
   size_t raw = end - q - 2; /* the bytes between the quotes */
   char *o = str_room(v, raw + 1);
   size_t dl = raw;
   if (memchr(t + q + 1, '\\', raw))
-    fp_json_decode_string(t, n, q, o, &dl);
+    fpi_json_decode_string(t, n, q, o, &dl);
   else
     memcpy(o, t + q + 1, raw);
   o[dl] = 0;
@@ -609,7 +609,7 @@ static bool v_number(vscan *v, fp_jv *out) {
     return true;
   }
   char buf[64];
-  char *tok = i - s < sizeof buf ? buf : fp_alloc(v->a, i - s + 1);
+  char *tok = i - s < sizeof buf ? buf : fpi_alloc(v->a, i - s + 1);
   memcpy(tok, t + s, i - s);
   tok[i - s] = 0;
   if (integral) {
@@ -691,15 +691,15 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
       if (2 * (cnt + 1) > tcap) {
         if (!tab) /* the first FP_JV_LINEAR members are hashed now */
           for (size_t k = base; k < v->mlen; k++)
-            v->ms[k].hash = (uint32_t)fp_fnv1a(FP_FNV_INIT, v->ms[k].key, v->ms[k].klen);
-        size_t nc = fp_jv_index_cap(cnt + 1);
+            v->ms[k].hash = (uint32_t)fpi_fnv1a(FP_FNV_INIT, v->ms[k].key, v->ms[k].klen);
+        size_t nc = fpi_jv_index_cap(cnt + 1);
         if (tab && tab != tst) free(tab);
         tab = nc <= 32 ? tst : malloc(nc * sizeof *tab);
         FP_ASSERT(tab);
         tcap = nc;
         index_fill(v, base, cnt, tab, tcap);
       }
-      m.hash = (uint32_t)fp_fnv1a(FP_FNV_INIT, key, klen);
+      m.hash = (uint32_t)fpi_fnv1a(FP_FNV_INIT, key, klen);
       size_t h = m.hash & (tcap - 1);
       for (; tab[h]; h = (h + 1) & (tcap - 1)) {
         const fp_jmem *o = &v->ms[base + tab[h] - 1];
@@ -713,10 +713,10 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
     if (dup != (size_t)-1) {
       fp_src tmp = {"", v->t, v->n};
       int line, col;
-      fp_src_linecol(&tmp, v->mo[dup], &line, &col);
+      fpi_src_linecol(&tmp, v->mo[dup], &line, &col);
       fp_sbuf kb = {0};
       sb_put_segment(&kb, key, klen);
-      vfail(v, koff, false, "duplicate member '%s' (first at line %d, column %d)", fp_strdup(v->a, kb.p + 1), line,
+      vfail(v, koff, false, "duplicate member '%s' (first at line %d, column %d)", fpi_strdup(v->a, kb.p + 1), line,
             col);
       free(kb.p);
       goto done;
@@ -749,10 +749,10 @@ done:
   if (ok) {
     size_t cnt = v->mlen - base;
     *out = (fp_jv){.type = FP_JOBJECT, .n = (uint32_t)cnt};
-    if (cnt) out->mems = fp_memdup(v->a, v->ms + base, cnt * sizeof *v->ms);
+    if (cnt) out->mems = fpi_memdup(v->a, v->ms + base, cnt * sizeof *v->ms);
     if (cnt > FP_JV_LINEAR) {
-      FP_ASSERT(tcap == fp_jv_index_cap(cnt));
-      out->index = fp_memdup(v->a, tab, tcap * sizeof *tab);
+      FP_ASSERT(tcap == fpi_jv_index_cap(cnt));
+      out->index = fpi_memdup(v->a, tab, tcap * sizeof *tab);
     }
     v->nseg--;
   }
@@ -798,7 +798,7 @@ static bool v_array(vscan *v, int depth, fp_jv *out) {
   if (ok) {
     size_t cnt = v->vlen - base;
     *out = (fp_jv){.type = FP_JARRAY, .n = (uint32_t)cnt};
-    if (cnt) out->elems = fp_memdup(v->a, v->vs + base, cnt * sizeof *v->vs);
+    if (cnt) out->elems = fpi_memdup(v->a, v->vs + base, cnt * sizeof *v->vs);
     v->nseg--;
   }
   v->vlen = base;
@@ -842,22 +842,22 @@ static bool v_value(vscan *v, int depth, fp_jv *out) {
 }
 
 /* ---- parse ------------------------------------------------------------------- */
-const fp_jv *fp_json_parse(fp_jctx *c) {
+const fp_jv *fpi_json_parse(fp_jctx *c) {
   const fp_src *s = c->src;
   size_t first = skip_ws(s->text, s->len, 0);
   if (first >= s->len) {
-    fp_diag_at(c->d, s, s->len, "/: empty file: expected a JSON value");
+    fpi_diag_at(c->d, s, s->len, "/: empty file: expected a JSON value");
     return NULL;
   }
   if (s->len > (size_t)INT32_MAX - 1) {
-    fp_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
+    fpi_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
     return NULL;
   }
   /* UTF-8 first (json-c's check let overlong forms and surrogates through) */
-  size_t bad = fp_utf8_invalid(s->text, s->len);
+  size_t bad = fpi_utf8_invalid(s->text, s->len);
   if (bad < s->len) {
     const char *ptr = path_at(c->a, s->text, s->len, bad);
-    fp_diag_at(c->d, s, bad, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/",
+    fpi_diag_at(c->d, s, bad, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/",
                (unsigned char)s->text[bad]);
     return NULL;
   }
@@ -876,14 +876,14 @@ const fp_jv *fp_json_parse(fp_jctx *c) {
     if (v.i < s->len) ok = vfail(&v, v.i, false, "invalid JSON: unexpected data after the value");
   }
   if (!ok) {
-    fp_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
+    fpi_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
     return NULL;
   }
   if (root.type == FP_JNULL) {
-    fp_diag_at(c->d, s, first, "/: the document is null, not a JSON object");
+    fpi_diag_at(c->d, s, first, "/: the document is null, not a JSON object");
     return NULL;
   }
-  return fp_memdup(c->a, &root, sizeof root);
+  return fpi_memdup(c->a, &root, sizeof root);
 }
 
 /* ---- accessors ----------------------------------------------------------------- */
@@ -894,44 +894,44 @@ static const char *at(fp_jctx *c, const char *ptr) {
   return c->here(c);
 }
 
-bool fp_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) {
+bool fpi_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) {
   ptr = at(c, ptr);
   va_list ap;
   va_start(ap, fmt);
-  fp_diag_vjson(c->d, c->src, ptr, fmt, ap);
+  fpi_diag_vjson(c->d, c->src, ptr, fmt, ap);
   va_end(ap);
   return false;
 }
 
-const char *fp_j_describe(fp_arena *a, const fp_jv *v) {
-  switch (fp_jv_type(v)) {
+const char *fpi_j_describe(fp_arena *a, const fp_jv *v) {
+  switch (fpi_jv_type(v)) {
     case FP_JNULL: return "null";
     case FP_JBOOL: return v->b ? "true" : "false";
     case FP_JOBJECT: return "an object";
     case FP_JARRAY: return "an array";
     /* numbers as json-c printed them: integers in decimal, doubles as written */
-    case FP_JINT: return v->big ? fp_sprintf(a, "%" PRIu64, v->u) : fp_sprintf(a, "%" PRId64, v->i);
-    case FP_JDOUBLE: return fp_sprintf(a, "%.40s", v->text);
+    case FP_JINT: return v->big ? fpi_sprintf(a, "%" PRIu64, v->u) : fpi_sprintf(a, "%" PRId64, v->i);
+    case FP_JDOUBLE: return fpi_sprintf(a, "%.40s", v->text);
     case FP_JSTRING:
       if (!v->n) return "an empty string";
-      if (v->n > 40) return fp_sprintf(a, "\"%.37s...\"", v->s);
-      return fp_sprintf(a, "\"%s\"", v->s);
+      if (v->n > 40) return fpi_sprintf(a, "\"%.37s...\"", v->s);
+      return fpi_sprintf(a, "\"%s\"", v->s);
   }
   return "a value";
 }
 
-bool fp_j_is_object(fp_jctx *c, const fp_jv *v, const char *ptr) {
-  if (fp_jv_is(v, FP_JOBJECT)) return true;
-  return fp_j_error(c, ptr, "expected an object, got %s", fp_j_describe(c->a, v));
+bool fpi_j_is_object(fp_jctx *c, const fp_jv *v, const char *ptr) {
+  if (fpi_jv_is(v, FP_JOBJECT)) return true;
+  return fpi_j_error(c, ptr, "expected an object, got %s", fpi_j_describe(c->a, v));
 }
 
-bool fp_j_is_array(fp_jctx *c, const fp_jv *v, const char *ptr) {
-  if (fp_jv_is(v, FP_JARRAY)) return true;
-  return fp_j_error(c, ptr, "expected an array, got %s", fp_j_describe(c->a, v));
+bool fpi_j_is_array(fp_jctx *c, const fp_jv *v, const char *ptr) {
+  if (fpi_jv_is(v, FP_JARRAY)) return true;
+  return fpi_j_error(c, ptr, "expected an array, got %s", fpi_j_describe(c->a, v));
 }
 
-bool fp_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const *allowed) {
-  if (!fp_jv_is(obj, FP_JOBJECT)) return fp_j_is_object(c, obj, ptr);
+bool fpi_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const *allowed) {
+  if (!fpi_jv_is(obj, FP_JOBJECT)) return fpi_j_is_object(c, obj, ptr);
   for (size_t m = 0; m < obj->n; m++) {
     const char *key = obj->mems[m].key;
     bool ok = false;
@@ -939,11 +939,11 @@ bool fp_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const 
     if (ok) continue;
     fp_sbuf b = {0};
     for (int k = 0; allowed[k]; k++) {
-      if (k) fp_sb_putn(&b, ", ", 2);
-      fp_sb_putn(&b, allowed[k], strlen(allowed[k]));
+      if (k) fpi_sb_putn(&b, ", ", 2);
+      fpi_sb_putn(&b, allowed[k], strlen(allowed[k]));
     }
-    const char *near = fp_closest_name(key, allowed);
-    fp_j_error(c, fp_ptr_key(c->a, at(c, ptr), key), "unknown member '%s' (expected one of: %s)%s%s%s", key,
+    const char *near = fpi_closest_name(key, allowed);
+    fpi_j_error(c, fpi_ptr_key(c->a, at(c, ptr), key), "unknown member '%s' (expected one of: %s)%s%s%s", key,
                b.p ? b.p : "", near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
     free(b.p);
     return false;
@@ -954,15 +954,15 @@ bool fp_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const 
 /* obj's member key, or NULL: in order up to FP_JV_LINEAR members, else
  * through the object's index */
 static const fp_jmem *lookup(const fp_jv *obj, const char *key) {
-  if (!fp_jv_is(obj, FP_JOBJECT)) return NULL;
+  if (!fpi_jv_is(obj, FP_JOBJECT)) return NULL;
   size_t kl = strlen(key);
   if (obj->n <= FP_JV_LINEAR) {
     for (size_t m = 0; m < obj->n; m++)
       if (obj->mems[m].klen == kl && memcmp(obj->mems[m].key, key, kl) == 0) return &obj->mems[m];
     return NULL;
   }
-  uint32_t h = (uint32_t)fp_fnv1a(FP_FNV_INIT, key, kl);
-  size_t cap = fp_jv_index_cap(obj->n);
+  uint32_t h = (uint32_t)fpi_fnv1a(FP_FNV_INIT, key, kl);
+  size_t cap = fpi_jv_index_cap(obj->n);
   for (size_t s = h & (cap - 1); obj->index[s]; s = (s + 1) & (cap - 1)) {
     const fp_jmem *m = &obj->mems[obj->index[s] - 1];
     if (m->hash == h && m->klen == kl && memcmp(m->key, key, kl) == 0) return m;
@@ -970,12 +970,12 @@ static const fp_jmem *lookup(const fp_jv *obj, const char *key) {
   return NULL;
 }
 
-const fp_jv *fp_j_get(const fp_jv *obj, const char *key) {
+const fp_jv *fpi_j_get(const fp_jv *obj, const char *key) {
   const fp_jmem *m = lookup(obj, key);
   return m && m->val.type != FP_JNULL ? &m->val : NULL;
 }
 
-bool fp_j_has(const fp_jv *obj, const char *key) { return lookup(obj, key) != NULL; }
+bool fpi_j_has(const fp_jv *obj, const char *key) { return lookup(obj, key) != NULL; }
 
 /* obj's member key in *v. Its JSON pointer is built only when an error is
  * reported (VP below): a model of 45,000 params reads hundreds of
@@ -983,109 +983,109 @@ bool fp_j_has(const fp_jv *obj, const char *key) { return lookup(obj, key) != NU
  * tenth of the parse. false = stop with *ret. */
 static bool member(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
                    const fp_jv **v, bool *ret) {
-  if (!fp_jv_is(obj, FP_JOBJECT)) {
-    *ret = fp_j_is_object(c, obj, ptr);
+  if (!fpi_jv_is(obj, FP_JOBJECT)) {
+    *ret = fpi_j_is_object(c, obj, ptr);
     return false;
   }
   const fp_jmem *m = lookup(obj, key);
   if (!m) {
-    *ret = required ? fp_j_error(c, ptr, "missing required member '%s'", key) : true;
+    *ret = required ? fpi_j_error(c, ptr, "missing required member '%s'", key) : true;
     return false;
   }
   *v = m->val.type != FP_JNULL ? &m->val : NULL;
   return true;
 }
-#define VP fp_ptr_key(c->a, at(c, ptr), key) /* the member's pointer, for an error */
+#define VP fpi_ptr_key(c->a, at(c, ptr), key) /* the member's pointer, for an error */
 
 static const char *int_range(fp_arena *a, int64_t min, int64_t max) {
   if (min == INT64_MIN && max == INT64_MAX) return "an integer";
-  if (max == INT64_MAX) return fp_sprintf(a, "an integer >= %" PRId64, min);
-  if (min == INT64_MIN) return fp_sprintf(a, "an integer <= %" PRId64, max);
-  return fp_sprintf(a, "an integer in [%" PRId64 ", %" PRId64 "]", min, max);
+  if (max == INT64_MAX) return fpi_sprintf(a, "an integer >= %" PRId64, min);
+  if (min == INT64_MIN) return fpi_sprintf(a, "an integer <= %" PRId64, max);
+  return fpi_sprintf(a, "an integer in [%" PRId64 ", %" PRId64 "]", min, max);
 }
 
-bool fp_j_int_v(fp_jctx *c, const fp_jv *v, const char *ptr, int64_t min, int64_t max, int64_t *out) {
-  if (!fp_jv_is(v, FP_JINT))
-    return fp_j_error(c, ptr, "expected %s, got %s", int_range(c->a, min, max), fp_j_describe(c->a, v));
+bool fpi_j_int_v(fp_jctx *c, const fp_jv *v, const char *ptr, int64_t min, int64_t max, int64_t *out) {
+  if (!fpi_jv_is(v, FP_JINT))
+    return fpi_j_error(c, ptr, "expected %s, got %s", int_range(c->a, min, max), fpi_j_describe(c->a, v));
   if (v->big)
-    return fp_j_error(c, ptr, "expected %s, got %s (larger than the int64 maximum)",
-                      int_range(c->a, min, max), fp_j_describe(c->a, v));
+    return fpi_j_error(c, ptr, "expected %s, got %s (larger than the int64 maximum)",
+                      int_range(c->a, min, max), fpi_j_describe(c->a, v));
   int64_t x = v->i;
   if (x < min || x > max)
-    return fp_j_error(c, ptr, "expected %s, got %" PRId64, int_range(c->a, min, max), x);
+    return fpi_j_error(c, ptr, "expected %s, got %" PRId64, int_range(c->a, min, max), x);
   *out = x;
   return true;
 }
 
-bool fp_j_int(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_int(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               int64_t min, int64_t max, int64_t *out) {
   const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (fp_jv_is(v, FP_JINT) && !v->big && v->i >= min && v->i <= max) { /* the common case, no pointer */
+  if (fpi_jv_is(v, FP_JINT) && !v->big && v->i >= min && v->i <= max) { /* the common case, no pointer */
     *out = v->i;
     return true;
   }
-  return fp_j_int_v(c, v, VP, min, max, out);
+  return fpi_j_int_v(c, v, VP, min, max, out);
 }
 
 static const char *num_range(fp_arena *a, double min, double max) {
   bool lo = isfinite(min), hi = isfinite(max);
   if (!lo && !hi) return "a number";
-  if (!hi) return fp_sprintf(a, "a number >= %g", min);
-  if (!lo) return fp_sprintf(a, "a number <= %g", max);
-  return fp_sprintf(a, "a number in [%g, %g]", min, max);
+  if (!hi) return fpi_sprintf(a, "a number >= %g", min);
+  if (!lo) return fpi_sprintf(a, "a number <= %g", max);
+  return fpi_sprintf(a, "a number in [%g, %g]", min, max);
 }
 
-bool fp_j_num(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_num(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               double min, double max, double *out) {
   const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (!fp_jv_is(v, FP_JINT) && !fp_jv_is(v, FP_JDOUBLE))
-    return fp_j_error(c, VP, "expected %s, got %s", num_range(c->a, min, max), fp_j_describe(c->a, v));
-  double x = fp_jv_num(v);
+  if (!fpi_jv_is(v, FP_JINT) && !fpi_jv_is(v, FP_JDOUBLE))
+    return fpi_j_error(c, VP, "expected %s, got %s", num_range(c->a, min, max), fpi_j_describe(c->a, v));
+  double x = fpi_jv_num(v);
   if (!isfinite(x) || x < min || x > max)
-    return fp_j_error(c, VP, "expected %s, got %s", num_range(c->a, min, max), fp_j_describe(c->a, v));
+    return fpi_j_error(c, VP, "expected %s, got %s", num_range(c->a, min, max), fpi_j_describe(c->a, v));
   *out = x;
   return true;
 }
 
-bool fp_j_bool(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required, bool *out) {
+bool fpi_j_bool(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required, bool *out) {
   const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (!fp_jv_is(v, FP_JBOOL))
-    return fp_j_error(c, VP, "expected true or false, got %s", fp_j_describe(c->a, v));
+  if (!fpi_jv_is(v, FP_JBOOL))
+    return fpi_j_error(c, VP, "expected true or false, got %s", fpi_j_describe(c->a, v));
   *out = v->b;
   return true;
 }
 
-bool fp_j_str_v(fp_jctx *c, const fp_jv *v, const char *ptr, const char **out) {
-  if (!fp_jv_is(v, FP_JSTRING) || v->n == 0)
-    return fp_j_error(c, ptr, "expected a non-empty string, got %s", fp_j_describe(c->a, v));
+bool fpi_j_str_v(fp_jctx *c, const fp_jv *v, const char *ptr, const char **out) {
+  if (!fpi_jv_is(v, FP_JSTRING) || v->n == 0)
+    return fpi_j_error(c, ptr, "expected a non-empty string, got %s", fpi_j_describe(c->a, v));
   *out = v->s;
   return true;
 }
 
-bool fp_j_str(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_str(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               const char **out) {
   const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (fp_jv_is(v, FP_JSTRING) && v->n > 0) {
+  if (fpi_jv_is(v, FP_JSTRING) && v->n > 0) {
     *out = v->s;
     return true;
   }
-  return fp_j_str_v(c, v, VP, out);
+  return fpi_j_str_v(c, v, VP, out);
 }
 
-bool fp_j_enum(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_enum(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
                const char *const *names, int *out) {
   const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  const char *s = fp_jv_str(v);
+  const char *s = fpi_jv_str(v);
   if (s)
     for (int k = 0; names[k]; k++)
       if (!strcmp(names[k], s)) {
@@ -1094,24 +1094,24 @@ bool fp_j_enum(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, b
       }
   fp_sbuf b = {0};
   for (int k = 0; names[k]; k++) {
-    if (k) fp_sb_putn(&b, ", ", 2);
-    fp_sb_putn(&b, "\"", 1);
-    fp_sb_putn(&b, names[k], strlen(names[k]));
-    fp_sb_putn(&b, "\"", 1);
+    if (k) fpi_sb_putn(&b, ", ", 2);
+    fpi_sb_putn(&b, "\"", 1);
+    fpi_sb_putn(&b, names[k], strlen(names[k]));
+    fpi_sb_putn(&b, "\"", 1);
   }
-  const char *near = s ? fp_closest_name(s, names) : NULL;
-  fp_j_error(c, VP, "expected one of %s, got %s%s%s%s", b.p ? b.p : "", fp_j_describe(c->a, v),
+  const char *near = s ? fpi_closest_name(s, names) : NULL;
+  fpi_j_error(c, VP, "expected one of %s, got %s%s%s%s", b.p ? b.p : "", fpi_j_describe(c->a, v),
              near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
   free(b.p);
   return false;
 }
 
-bool fp_j_arr(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_arr(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               const fp_jv **out, size_t *n) {
   const fp_jv *v;
   bool ret;
   if (!member(c, obj, ptr, key, required, &v, &ret)) return ret;
-  if (!fp_jv_is(v, FP_JARRAY) && !fp_j_is_array(c, v, VP)) return false;
+  if (!fpi_jv_is(v, FP_JARRAY) && !fpi_j_is_array(c, v, VP)) return false;
   *out = v;
   if (n) *n = v->n;
   return true;

@@ -1,10 +1,10 @@
 /* json.h - strict JSON input with located errors.
  *
- * fp_json_parse checks a text strictly and builds it, in the same pass, as a
+ * fpi_json_parse checks a text strictly and builds it, in the same pass, as a
  * document of fp_jv nodes in the caller's arena: nothing to free, strings
  * decoded and NUL-terminated, object members in document order. Nodes carry
  * no positions, so an error about a value is located by re-scanning the
- * source text along its RFC 6901 pointer (fp_json_locate in base.h). The
+ * source text along its RFC 6901 pointer (fpi_json_locate in base.h). The
  * fp_j_* readers below check one member each and report
  * "file:line:col: error: /pointer: message" through the context's diag;
  * they return false on error. `ptr` is always the pointer of `obj` (or
@@ -25,7 +25,7 @@ typedef struct fp_jctx {
 
 /* ---- the document ------------------------------------------------------ */
 typedef enum fp_jtype {
-  FP_JNULL,   /* null; fp_jv_at and fp_j_get give NULL for it, as for no value */
+  FP_JNULL,   /* null; fpi_jv_at and fpi_j_get give NULL for it, as for no value */
   FP_JBOOL,   /* true or false: b */
   FP_JINT,    /* a number written without '.' or exponent: i (or u, when big) */
   FP_JDOUBLE, /* any other number: d, and text, its n bytes as written */
@@ -54,7 +54,7 @@ struct fp_jv {
     struct {
       const fp_jmem *mems;
       /* above FP_JV_LINEAR members: an open hash of member positions + 1
-       * (0: empty), fp_jv_index_cap(n) slots, probed by fp_jmem.hash;
+       * (0: empty), fpi_jv_index_cap(n) slots, probed by fp_jmem.hash;
        * smaller objects are searched in order */
       const uint32_t *index;
     };
@@ -69,7 +69,7 @@ struct fp_jmem {
 };
 
 #define FP_JV_LINEAR 8
-static inline size_t fp_jv_index_cap(size_t n) {
+static inline size_t fpi_jv_index_cap(size_t n) {
   size_t c = 16;
   while (c < 2 * n) c *= 2;
   return c;
@@ -78,80 +78,80 @@ static inline size_t fp_jv_index_cap(size_t n) {
 /* Parse c->src strictly into c->a. Syntax errors (and duplicate keys,
  * invalid UTF-8, nesting past 64) are located at the offending byte; a null
  * document is an error too. Returns NULL after reporting. */
-const fp_jv *fp_json_parse(fp_jctx *c);
+const fp_jv *fpi_json_parse(fp_jctx *c);
 
-static inline fp_jtype fp_jv_type(const fp_jv *v) { return v ? (fp_jtype)v->type : FP_JNULL; }
-static inline bool fp_jv_is(const fp_jv *v, fp_jtype t) { return fp_jv_type(v) == t; }
+static inline fp_jtype fpi_jv_type(const fp_jv *v) { return v ? (fp_jtype)v->type : FP_JNULL; }
+static inline bool fpi_jv_is(const fp_jv *v, fp_jtype t) { return fpi_jv_type(v) == t; }
 /* elements, members or string bytes; 0 for anything else */
-static inline size_t fp_jv_len(const fp_jv *v) {
-  fp_jtype t = fp_jv_type(v);
+static inline size_t fpi_jv_len(const fp_jv *v) {
+  fp_jtype t = fpi_jv_type(v);
   return t == FP_JARRAY || t == FP_JOBJECT || t == FP_JSTRING ? v->n : 0;
 }
 /* element i of an array: NULL when it is null, i is out of range or v is
  * no array */
-static inline const fp_jv *fp_jv_at(const fp_jv *v, size_t i) {
-  if (!fp_jv_is(v, FP_JARRAY) || i >= v->n || v->elems[i].type == FP_JNULL) return NULL;
+static inline const fp_jv *fpi_jv_at(const fp_jv *v, size_t i) {
+  if (!fpi_jv_is(v, FP_JARRAY) || i >= v->n || v->elems[i].type == FP_JNULL) return NULL;
   return &v->elems[i];
 }
 /* an FP_JINT's value, INT64_MAX when big */
-static inline int64_t fp_jv_int(const fp_jv *v) { return v->big ? INT64_MAX : v->i; }
+static inline int64_t fpi_jv_int(const fp_jv *v) { return v->big ? INT64_MAX : v->i; }
 /* an FP_JINT's or FP_JDOUBLE's value as a double */
-static inline double fp_jv_num(const fp_jv *v) {
+static inline double fpi_jv_num(const fp_jv *v) {
   return v->type == FP_JDOUBLE ? v->d : v->big ? (double)v->u : (double)v->i;
 }
 /* a string's text; NULL when v is no string */
-static inline const char *fp_jv_str(const fp_jv *v) { return fp_jv_is(v, FP_JSTRING) ? v->s : NULL; }
+static inline const char *fpi_jv_str(const fp_jv *v) { return fpi_jv_is(v, FP_JSTRING) ? v->s : NULL; }
 
 /* The JSON string whose opening quote is at t[q], checked strictly (no raw
  * control character, JSON's escapes only, \u with 4 hex digits and never
  * \u0000, surrogates paired): true with *end just past its closing quote;
  * false with *at the offending byte and why (cap bytes) the message. The
  * parser above and readers of their own (ir/xfer_read.c) share it. */
-bool fp_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap);
+bool fpi_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap);
 /* The string at t[q] decoded (tolerantly; a checked one exactly) into out
  * (room for the bytes between its quotes: never more; NULL: only count),
  * its length in *olen (no NUL added); returns the offset past its closing
  * quote (n when unterminated). */
-size_t fp_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen);
+size_t fpi_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen);
 
 /* pointer building: ptr + "/" + escaped(key) ; ptr + "/" + i */
-const char *fp_ptr_key(fp_arena *a, const char *ptr, const char *key);
-const char *fp_ptr_idx(fp_arena *a, const char *ptr, int64_t i);
+const char *fpi_ptr_key(fp_arena *a, const char *ptr, const char *key);
+const char *fpi_ptr_idx(fp_arena *a, const char *ptr, int64_t i);
 
 /* report at ptr (printf-style); always returns false */
-bool fp_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bool fpi_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* v must be an object / array (message names the expected type) */
-bool fp_j_is_object(fp_jctx *c, const fp_jv *v, const char *ptr);
-bool fp_j_is_array(fp_jctx *c, const fp_jv *v, const char *ptr);
+bool fpi_j_is_object(fp_jctx *c, const fp_jv *v, const char *ptr);
+bool fpi_j_is_array(fp_jctx *c, const fp_jv *v, const char *ptr);
 /* every member of obj must be named in allowed (NULL-terminated); the error
  * points at the first unknown member */
-bool fp_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const *allowed);
+bool fpi_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const *allowed);
 /* member, or NULL when absent or null (or obj is no object) */
-const fp_jv *fp_j_get(const fp_jv *obj, const char *key);
+const fp_jv *fpi_j_get(const fp_jv *obj, const char *key);
 /* true when obj is an object holding key (even when its value is null,
- * which fp_j_get cannot tell from absent) */
-bool fp_j_has(const fp_jv *obj, const char *key);
+ * which fpi_j_get cannot tell from absent) */
+bool fpi_j_has(const fp_jv *obj, const char *key);
 /* how a value reads in a message: 4.0, "abc", true, null, an object, ... */
-const char *fp_j_describe(fp_arena *a, const fp_jv *v);
+const char *fpi_j_describe(fp_arena *a, const fp_jv *v);
 
 /* Typed members. Absent and !required: true, *out untouched.
  * Absent and required: error at ptr ("missing required member 'key'"). */
-bool fp_j_int(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_int(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               int64_t min, int64_t max, int64_t *out);
-bool fp_j_num(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_num(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               double min, double max, double *out);
-bool fp_j_bool(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required, bool *out);
-bool fp_j_str(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_bool(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required, bool *out);
+bool fpi_j_str(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               const char **out); /* the document's own string; non-empty */
 /* string member that must be one of names (NULL-terminated); *out = index */
-bool fp_j_enum(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_enum(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
                const char *const *names, int *out);
 /* array member; *out = the array (or NULL when absent and optional) */
-bool fp_j_arr(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
+bool fpi_j_arr(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *key, bool required,
               const fp_jv **out, size_t *n);
 /* the same checks on a bare value (array elements) */
-bool fp_j_int_v(fp_jctx *c, const fp_jv *v, const char *ptr, int64_t min, int64_t max, int64_t *out);
-bool fp_j_str_v(fp_jctx *c, const fp_jv *v, const char *ptr, const char **out);
+bool fpi_j_int_v(fp_jctx *c, const fp_jv *v, const char *ptr, int64_t min, int64_t max, int64_t *out);
+bool fpi_j_str_v(fp_jctx *c, const fp_jv *v, const char *ptr, const char **out);
 
 #endif

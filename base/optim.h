@@ -20,7 +20,7 @@ typedef enum {
 } fp_optim;
 
 /* "none" / "sgd" / "adamw", or NULL for a value out of range */
-static inline const char *fp_optim_name(int k) {
+static inline const char *fpi_optim_name(int k) {
   static const char *const names[] = {
 #define X(e, s, n) s,
       FP_OPTIMS(X)
@@ -29,7 +29,7 @@ static inline const char *fp_optim_name(int k) {
   return k >= 0 && k < FP_NOPTIMS ? names[k] : NULL;
 }
 /* state tensors per main element (0 for a value out of range) */
-static inline int fp_optim_states(int k) {
+static inline int fpi_optim_states(int k) {
   static const int n[] = {
 #define X(e, s, c) c,
       FP_OPTIMS(X)

@@ -11,7 +11,7 @@
 
 /* The offset of the first byte that does not start a valid UTF-8 sequence,
  * or n when all n bytes are valid. */
-static inline size_t fp_utf8_invalid(const char *text, size_t n) {
+static inline size_t fpi_utf8_invalid(const char *text, size_t n) {
   const unsigned char *s = (const unsigned char *)text;
   size_t i = 0;
   while (i < n) {

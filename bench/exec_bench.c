@@ -36,6 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Internals measured (a named exception of tests/layering.py): the bench
+ * builds its programs in the IR (ir/ir.h) and runs the same collectives as
+ * raw MPI on the executor's own arena (struct fp_exec, executor/exec_impl.h),
+ * which the public API does not expose. */
 #include "executor/exec_impl.h"
 #include "flexplan.h"
 #include "ir/ir.h"
@@ -51,24 +55,24 @@ typedef struct bufs {
 } bufs;
 
 static fp_prog *new_prog(fp_arena *a, bufs *b) {
-  fp_prog *p = fp_prog_new(a);
+  fp_prog *p = fpi_prog_new(a);
   p->model = "exec-bench";
   p->strategy = "full_shard";
   p->world_size = world;
   p->ranks_per_node = world;
   p->grad_accumulation = 1;
-  fp_ir_comm_add(p, "world", world, 1);
+  fpi_ir_comm_add(p, "world", world, 1);
   int64_t at = 0;
   for (int i = 0; i < K; i++) {
     char name[32];
     snprintf(name, sizeof name, "m%d", i);
-    fp_ir_module_add(p, fp_strdup(a, name), 0, 0, 0);
+    fpi_ir_module_add(p, fpi_strdup(a, name), 0, 0, 0);
     int *ids[3] = {&b->w[i], &b->g[i], &b->out[i]};
     int64_t bytes[3] = {world * n * 4, world * n * 4, n * 4};
     const char *kind[3] = {"w", "g", "out"};
     for (int k = 0; k < 3; k++) {
       snprintf(name, sizeof name, "b%d.%s", i, kind[k]);
-      *ids[k] = fp_ir_buf_add(p, fp_strdup(a, name), FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, bytes[k]);
+      *ids[k] = fpi_ir_buf_add(p, fpi_strdup(a, name), FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, bytes[k]);
       p->bufs[*ids[k]].offset = at;
       at += (bytes[k] + 255) / 256 * 256;
     }
@@ -78,34 +82,34 @@ static fp_prog *new_prog(fp_arena *a, bufs *b) {
 }
 
 static fp_op *gather(fp_prog *p, fp_stream s, const bufs *b, int i) {
-  fp_op *o = fp_ir_emit(p, FP_OP_ALL_GATHER, s, FP_F32, n);
-  o->comm = 0, o->dst = fp_reg(b->w[i], 0), o->src = fp_reg_g(b->w[i], 0, n * 4);
+  fp_op *o = fpi_ir_emit(p, FP_OP_ALL_GATHER, s, FP_F32, n);
+  o->comm = 0, o->dst = fpi_reg(b->w[i], 0), o->src = fpi_reg_g(b->w[i], 0, n * 4);
   return o;
 }
 static fp_op *rscatter(fp_prog *p, fp_stream s, const bufs *b, int i) {
-  fp_op *o = fp_ir_emit(p, FP_OP_REDUCE_SCATTER, s, FP_F32, n);
-  o->comm = 0, o->dst = fp_reg(b->out[i], 0), o->src = fp_reg(b->g[i], 0);
+  fp_op *o = fpi_ir_emit(p, FP_OP_REDUCE_SCATTER, s, FP_F32, n);
+  o->comm = 0, o->dst = fpi_reg(b->out[i], 0), o->src = fpi_reg(b->g[i], 0);
   return o;
 }
-static void sync_op(fp_prog *p, fp_opcode c, fp_stream s, int ev) { fp_ir_emit(p, c, s, FP_F32, 0)->event = ev; }
+static void sync_op(fp_prog *p, fp_opcode c, fp_stream s, int ev) { fpi_ir_emit(p, c, s, FP_F32, 0)->event = ev; }
 
 /* 1: every op on the compute stream, in the hook that needs it */
 static fp_prog *plan_serial(fp_arena *a) {
   bufs b;
   fp_prog *p = new_prog(a, &b);
-  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
   for (int i = 0; i < K; i++) {
-    fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_PRE_FORWARD, i, 0);
     gather(p, FP_STREAM_COMPUTE, &b, i);
-    fp_ir_seg_begin(p, FP_SEG_POST_FORWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_POST_FORWARD, i, 0);
   }
   for (int i = K - 1; i >= 0; i--) {
-    fp_ir_seg_begin(p, FP_SEG_PRE_BACKWARD, i, 0);
-    fp_ir_seg_begin(p, FP_SEG_POST_BACKWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_PRE_BACKWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_POST_BACKWARD, i, 0);
     rscatter(p, FP_STREAM_COMPUTE, &b, i);
   }
-  fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
-  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
   return p;
 }
 
@@ -114,30 +118,30 @@ static fp_prog *plan_serial(fp_arena *a) {
 static fp_prog *plan_overlap(fp_arena *a) {
   bufs b;
   fp_prog *p = new_prog(a, &b);
-  for (int e = 0; e < 2 * K + 1; e++) fp_ir_event_new(p);
-  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
+  for (int e = 0; e < 2 * K + 1; e++) fpi_ir_event_new(p);
+  fpi_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
   gather(p, FP_STREAM_AG, &b, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_AG, 0);
   for (int i = 0; i < K; i++) {
-    fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_PRE_FORWARD, i, 0);
     if (i + 1 < K) {
       gather(p, FP_STREAM_AG, &b, i + 1);
       sync_op(p, FP_OP_RECORD, FP_STREAM_AG, i + 1);
     }
     sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, i);
-    fp_ir_seg_begin(p, FP_SEG_POST_FORWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_POST_FORWARD, i, 0);
   }
   for (int i = K - 1; i >= 0; i--) {
-    fp_ir_seg_begin(p, FP_SEG_PRE_BACKWARD, i, 0);
-    fp_ir_seg_begin(p, FP_SEG_POST_BACKWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_PRE_BACKWARD, i, 0);
+    fpi_ir_seg_begin(p, FP_SEG_POST_BACKWARD, i, 0);
     sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, K + i);
     sync_op(p, FP_OP_WAIT, FP_STREAM_RS, K + i);
     rscatter(p, FP_STREAM_RS, &b, i);
   }
-  fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_RS, 2 * K);
   sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 2 * K);
-  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
   return p;
 }
 
@@ -145,7 +149,7 @@ static fp_plan *load(fp_prog *p) {
   char path[256];
   snprintf(path, sizeof path, "/tmp/exec-bench-%d-%d.plan.json", (int)getpid(), rank);
   FILE *f = fopen(path, "w");
-  if (!f || !fp_plan_write(p, f)) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (!f || !fpi_plan_write(p, f)) MPI_Abort(MPI_COMM_WORLD, 1);
   fclose(f);
   fp_plan *plan = NULL;
   if (fp_plan_load(path, &plan) != FP_OK) {
@@ -316,7 +320,7 @@ int main(int argc, char **argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
 
   /* 1. overhead */
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_plan *ps = load(plan_serial(a));
   variant v1[4] = {{"raw MPI, MPI_Wait", NULL, false, 0, {0}},
                    {"raw MPI, MPI_Test", NULL, true, 0, {0}},
@@ -374,7 +378,7 @@ int main(int argc, char **argv) {
   fp_exec_destroy(xp);
   fp_exec_destroy(xt);
   fp_plan_free(po);
-  fp_arena_free(a);
+  fpi_arena_free(a);
   MPI_Comm_free(&raw);
   MPI_Finalize();
   return 0;

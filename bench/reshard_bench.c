@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Internals measured (a named exception of tests/layering.py): the raw MPI
+ * version posts the transfer program's own ops (ir/xfer.h, the handle's
+ * struct) on the executors' arenas (struct fp_exec, executor/exec_impl.h),
+ * which the public API does not expose. */
 #include "executor/exec_impl.h"
 #include "flexplan_compile.h"
 #include "ir/xfer.h"
@@ -79,7 +83,7 @@ int main(int argc, char **argv) {
     int nr = 0;
     for (int32_t i = tx->first[me]; i < tx->first[me + 1]; i++) {
       const fp_tx_op *o = &tx->ops[i];
-      int bytes = (int)(o->n * fp_dtype_size(o->dtype));
+      int bytes = (int)(o->n * fpi_dtype_size(o->dtype));
       if (o->kind == FP_TX_SEND) MPI_Isend(xa->dev + o->src.off, bytes, MPI_BYTE, o->peer, 3, MPI_COMM_WORLD, &req[nr++]);
       else if (o->kind == FP_TX_RECV) MPI_Irecv(xb->dev + o->dst.off, bytes, MPI_BYTE, o->peer, 3, MPI_COMM_WORLD, &req[nr++]);
       else if (o->kind == FP_TX_COPY) memcpy(xb->dev + o->dst.off, xa->dev + o->src.off, (size_t)bytes);

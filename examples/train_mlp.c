@@ -606,7 +606,7 @@ static void load_initial(fp_exec *x, float **init) {
     data[i] = init[i];
   }
   char err[512];
-  if (!fp_st_write(path, nparams, ts, data, err, sizeof err)) DIE("%s", err);
+  if (!fpi_st_write(path, nparams, ts, data, err, sizeof err)) DIE("%s", err);
   const char *paths[1] = {path};
   fp_status st = fp_exec_load_weights(x, paths, 1);
   unlink(path);
@@ -836,7 +836,7 @@ static void dump(const char *prefix) {
     data[i] = copies[i];
   }
   char err[512];
-  if (!fp_st_write(path, nparams, ts, data, err, sizeof err)) DIE("%s", err);
+  if (!fpi_st_write(path, nparams, ts, data, err, sizeof err)) DIE("%s", err);
   for (int32_t i = 0; i < nparams; i++) free(copies[i]);
   free(copies), free(ts), free(data);
 }

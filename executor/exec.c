@@ -39,7 +39,7 @@ fp_status fpx_fail(fp_exec *x, fp_status st, const char *fmt, ...) {
 }
 
 int64_t fpx_send_bytes(const fp_xop *o) {
-  int64_t sz = fp_dtype_size(o->dtype);
+  int64_t sz = fpi_dtype_size(o->dtype);
   switch (o->code) {
     case FP_OP_REDUCE_SCATTER: return o->G * o->n * sz;
     case FP_OP_REDUCE_SCATTER_V: {
@@ -63,10 +63,10 @@ void fpx_free(void *p) { free(p); }
 
 const char *fpx_seg_label(const fp_exec *x, int32_t k, char *buf, size_t len) {
   const fp_seg *s = &x->prog->segs[k];
-  if (fp_seg_has_module(s->kind))
-    snprintf(buf, len, "%s(%s)", fp_seg_name(s->kind), x->prog->mods[s->module].name);
+  if (fpi_seg_has_module(s->kind))
+    snprintf(buf, len, "%s(%s)", fpi_seg_name(s->kind), x->prog->mods[s->module].name);
   else
-    snprintf(buf, len, "%s", fp_seg_name(s->kind));
+    snprintf(buf, len, "%s", fpi_seg_name(s->kind));
   return buf;
 }
 
@@ -102,28 +102,28 @@ static fp_dtype opnd_dtype(const fp_op *op, int w) {
  * comm size G); false on overflow */
 static bool opnd_extent(const fp_op *op, const fp_op_shape *sh, int w, int64_t n, int64_t G, int64_t tab_end,
                         int64_t *out) {
-  int64_t sz = fp_dtype_size(opnd_dtype(op, w)), t;
+  int64_t sz = fpi_dtype_size(opnd_dtype(op, w)), t;
   switch (op->code) {
-    case FP_OP_ALL_GATHER: return fp_mul64(w == DST ? G : 1, n, &t) && fp_mul64(t, sz, out);
-    case FP_OP_REDUCE_SCATTER: return fp_mul64(w == SRC ? G : 1, n, &t) && fp_mul64(t, sz, out);
-    case FP_OP_ALL_GATHER_V: return fp_mul64(w == DST ? tab_end : n, sz, out);
-    case FP_OP_REDUCE_SCATTER_V: return fp_mul64(w == SRC ? tab_end : n, sz, out);
+    case FP_OP_ALL_GATHER: return fpi_mul64(w == DST ? G : 1, n, &t) && fpi_mul64(t, sz, out);
+    case FP_OP_REDUCE_SCATTER: return fpi_mul64(w == SRC ? G : 1, n, &t) && fpi_mul64(t, sz, out);
+    case FP_OP_ALL_GATHER_V: return fpi_mul64(w == DST ? tab_end : n, sz, out);
+    case FP_OP_REDUCE_SCATTER_V: return fpi_mul64(w == SRC ? tab_end : n, sz, out);
     case FP_OP_COPY:
-      return fp_mul64(sh->rows - 1, w == DST ? sh->dpitch : sh->spitch, &t) && fp_mul64(n, sz, out) &&
-             fp_add64(t, *out, out);
+      return fpi_mul64(sh->rows - 1, w == DST ? sh->dpitch : sh->spitch, &t) && fpi_mul64(n, sz, out) &&
+             fpi_add64(t, *out, out);
     case FP_OP_SPLIT_COPY:
     case FP_OP_CHUNK_CAT: /* the table side ends at tab_end elements (max off + rows * cnt); the other is rows of n */
-      if ((op->code == FP_OP_SPLIT_COPY) == (w == DST)) return fp_mul64(tab_end, sz, out);
-      return fp_mul64(sh->rows - 1, w == DST ? sh->dpitch : sh->spitch, &t) && fp_mul64(n, sz, out) &&
-             fp_add64(t, *out, out);
+      if ((op->code == FP_OP_SPLIT_COPY) == (w == DST)) return fpi_mul64(tab_end, sz, out);
+      return fpi_mul64(sh->rows - 1, w == DST ? sh->dpitch : sh->spitch, &t) && fpi_mul64(n, sz, out) &&
+             fpi_add64(t, *out, out);
     case FP_OP_QUANTIZE_MXFP8:
     case FP_OP_DEQUANTIZE_MXFP8:
       if (w == AUX) {
         *out = (n + 31) / 32;
         return true;
       }
-      return fp_mul64(n, sz, out);
-    default: return fp_mul64(n, sz, out);
+      return fpi_mul64(n, sz, out);
+    default: return fpi_mul64(n, sz, out);
   }
 }
 
@@ -137,7 +137,7 @@ static fp_status check_table(fp_exec *x, int32_t t, int64_t G, const char *who, 
   *end = 0;
   for (int64_t j = 0; j < tab->n; j++) {
     int64_t e;
-    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fp_add64(tab->off[j], tab->cnt[j], &e))
+    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fpi_add64(tab->off[j], tab->cnt[j], &e))
       return fpx_fail(x, FP_ERR_PLAN, "%s: extent table '%s' entry %" PRId64 " is invalid", who, tab->name, j);
     if (e > *end) *end = e;
   }
@@ -152,9 +152,9 @@ static fp_status check_regions(fp_exec *x, const fp_op *op, const char *who, int
   *end = 0;
   for (int64_t j = 0; j < tab->n; j++) {
     int64_t e, t;
-    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fp_mul64(fp_op_shape_of(x->prog, op).rows, tab->cnt[j], &t) ||
-        !fp_add64(tab->off[j], t, &e) ||
-        !fp_add64(sum, tab->cnt[j], &sum))
+    if (tab->off[j] < 0 || tab->cnt[j] < 0 || !fpi_mul64(fpi_op_shape_of(x->prog, op).rows, tab->cnt[j], &t) ||
+        !fpi_add64(tab->off[j], t, &e) ||
+        !fpi_add64(sum, tab->cnt[j], &sum))
       return fpx_fail(x, FP_ERR_PLAN, "%s: region table '%s' entry %" PRId64 " is invalid", who, tab->name, j);
     if (e > *end) *end = e;
   }
@@ -167,7 +167,7 @@ static fp_status check_regions(fp_exec *x, const fp_op *op, const char *who, int
 static bool runs_here(const fp_exec *x, const fp_op *op) {
   if (op->code == FP_OP_COMPUTE) return false;
   if (op->only < 0) return true;
-  return fp_comm_index(&x->prog->comms[op->only_comm], x->rank) == op->only;
+  return fpi_comm_index(&x->prog->comms[op->only_comm], x->rank) == op->only;
 }
 
 static fp_status check_buffers(fp_exec *x) {
@@ -181,7 +181,7 @@ static fp_status check_buffers(fp_exec *x) {
     if (B->offset < 0)
       return fpx_fail(x, FP_ERR_PLAN, "plan: buffer '%s' has no arena offset (the plan was not memory-planned)",
                       B->name);
-    if (B->bytes < 0 || !fp_add64(B->offset, B->bytes, &end) || end > cap)
+    if (B->bytes < 0 || !fpi_add64(B->offset, B->bytes, &end) || end > cap)
       return fpx_fail(x, FP_ERR_PLAN,
                       "plan: buffer '%s' [%" PRId64 ", +%" PRId64 ") lies outside the %s arena (%" PRId64 " bytes)",
                       B->name, B->offset, B->bytes, B->host ? "host" : "device", cap);
@@ -192,9 +192,9 @@ static fp_status check_buffers(fp_exec *x) {
 static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
   const fp_prog *p = x->prog;
   const fp_op *op = &p->ops[i];
-  fp_op_shape sh = fp_op_shape_of(p, op);
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   char who[64];
-  snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fp_op_name(op->code));
+  snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fpi_op_name(op->code));
   *o = (fp_xop){.index = i,
                 .code = op->code,
                 .stream = op->stream,
@@ -216,10 +216,10 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
                 .done_step = -1};
   if (op->comm >= 0) {
     o->G = p->comms[op->comm].size;
-    o->g = fp_comm_index(&p->comms[op->comm], x->rank);
+    o->g = fpi_comm_index(&p->comms[op->comm], x->rank);
   }
   int64_t tab_end = 0;
-  bool regions = fp_op_regions(op->code);
+  bool regions = fpi_op_regions(op->code);
   if (regions && (op->tab < 0 || sh.rows < 1 || op->dst.tabrel || op->src.tabrel))
     return fpx_fail(x, FP_ERR_PLAN, "%s: needs a region table and rows >= 1", who);
   if (op->tab >= 0) {
@@ -229,7 +229,7 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
     o->tab_cnt = p->tabs[op->tab].cnt;
     o->ntab = p->tabs[op->tab].n;
   }
-  o->n = fp_op_count(p, op, o->g);
+  o->n = fpi_op_count(p, op, o->g);
   if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
   if ((op->code == FP_OP_COPY || regions) && (sh.rows < 1 || sh.dpitch < 0 || sh.spitch < 0))
     return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
@@ -242,9 +242,9 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
     const fp_ir_buf *B = &p->bufs[r->buf];
     fp_dtype dt = opnd_dtype(op, w);
     int64_t start, ext, end, t;
-    bool ok = fp_mul64(o->g, r->stride, &t) && fp_add64(r->off, t, &start);
-    if (ok && r->tabrel) ok = op->tab >= 0 && fp_mul64(o->tab_off[o->g], fp_dtype_size(dt), &t) && fp_add64(start, t, &start);
-    ok = ok && opnd_extent(op, &sh, w, o->n, o->G, tab_end, &ext) && fp_add64(start, ext, &end);
+    bool ok = fpi_mul64(o->g, r->stride, &t) && fpi_add64(r->off, t, &start);
+    if (ok && r->tabrel) ok = op->tab >= 0 && fpi_mul64(o->tab_off[o->g], fpi_dtype_size(dt), &t) && fpi_add64(start, t, &start);
+    ok = ok && opnd_extent(op, &sh, w, o->n, o->G, tab_end, &ext) && fpi_add64(start, ext, &end);
     if (!ok || start < 0 || end > B->bytes)
       return fpx_fail(x, FP_ERR_PLAN,
                       "%s: %s operand lies outside buffer '%s' (%" PRId64 " bytes) on rank %" PRId64, who,
@@ -253,7 +253,7 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
     o->host[w] = B->host;
   }
   /* the in-place forms of ops.def (the verifier allows no other overlap) */
-  int64_t sz = fp_dtype_size(op->dtype);
+  int64_t sz = fpi_dtype_size(op->dtype);
   bool same = (need & 1u << SRC) && (need & 1u << DST) && o->host[DST] == o->host[SRC];
   int64_t d = o->off[DST], s = o->off[SRC];
   switch (op->code) {
@@ -334,11 +334,11 @@ static fp_status view_of(fp_exec *x, const fp_ir_param *q, const char *role, con
   if (v->buf >= p->nbufs) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': %s view has no buffer", q->name, role);
   const fp_ir_buf *B = &p->bufs[v->buf];
   int64_t bytes, end;
-  if (v->off < 0 || !fp_mul64(elems, fp_dtype_size(dt), &bytes) || !fp_add64(v->off, bytes, &end) || end > B->bytes)
+  if (v->off < 0 || !fpi_mul64(elems, fpi_dtype_size(dt), &bytes) || !fpi_add64(v->off, bytes, &end) || end > B->bytes)
     return fpx_fail(x, FP_ERR_PLAN,
                     "plan: param '%s': %s view [%" PRId64 ", +%" PRId64 " %s elements) lies outside buffer '%s' "
                     "(%" PRId64 " bytes) on rank %" PRId64,
-                    q->name, role, v->off, elems, fp_dtype_name(dt), B->name, B->bytes, x->rank);
+                    q->name, role, v->off, elems, fpi_dtype_name(dt), B->name, B->bytes, x->rank);
   out->numel = elems;
   *boff = B->offset + v->off;
   *host = B->host;
@@ -365,7 +365,7 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
   }
   if (q->comm < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is sharded but has no communicator", q->name);
   const fp_ir_comm *c = &p->comms[q->comm];
-  int64_t g = fp_comm_index(c, x->rank), G = c->size;
+  int64_t g = fpi_comm_index(c, x->rank), G = c->size;
   switch (q->placement) {
     case FP_PL_SHARD: {
       int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
@@ -373,7 +373,7 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
       for (int k = 0; k < d; k++) outer *= q->shape[k]; /* products of a shape that verified (fits int64) */
       for (int k = d + 1; k < nd && q->ndim > 0; k++) inner *= q->shape[k];
       int64_t oi = outer * inner, c_rows = oi > 0 ? q->chunk / oi : 0, covered;
-      if (c_rows < 1 || q->chunk != c_rows * oi || !fp_mul64(c_rows, G, &covered) || covered < shape_d)
+      if (c_rows < 1 || q->chunk != c_rows * oi || !fpi_mul64(c_rows, G, &covered) || covered < shape_d)
         return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': shard chunk %" PRId64 " does not split dim %d over %" PRId64
                         " ranks", q->name, q->chunk, d, G);
       int64_t rows = shape_d - g * c_rows;
@@ -399,9 +399,9 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
       /* the bucket's params lie end to end in its flat buffer (the weight
        * view's offset is this param's position); rank g holds flat elements
        * [g*chunk, (g+1)*chunk) at the start of its main / grad views */
-      int64_t es = fp_dtype_size(q->param_dtype), a = q->weight.off / es, lo, hi, gc, end;
-      if (q->weight.off < 0 || q->weight.off % es || q->chunk < 1 || !fp_mul64(g, q->chunk, &gc) ||
-          !fp_add64(gc, q->chunk, &end) || !fp_add64(a, numel, &hi))
+      int64_t es = fpi_dtype_size(q->param_dtype), a = q->weight.off / es, lo, hi, gc, end;
+      if (q->weight.off < 0 || q->weight.off % es || q->chunk < 1 || !fpi_mul64(g, q->chunk, &gc) ||
+          !fpi_add64(gc, q->chunk, &end) || !fpi_add64(a, numel, &hi))
         return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': flat_shard chunk %" PRId64 " or position is invalid",
                         q->name, q->chunk);
       lo = a > gc ? a : gc;
@@ -454,7 +454,7 @@ static fp_status resolve_params(fp_exec *x) {
     *v = (fp_param_view){.name = q->name, .module = q->module, .ndim = q->ndim, .numel = numel,
                          .requires_grad = q->requires_grad};
     memcpy(v->shape, q->shape, sizeof v->shape);
-    int64_t shift, es_m = fp_dtype_size(q->main_dtype), es_g = fp_dtype_size(q->grad_dtype);
+    int64_t shift, es_m = fpi_dtype_size(q->main_dtype), es_g = fpi_dtype_size(q->grad_dtype);
     FPX_CHECK_GOTO(shard_of(x, q, numel, &xp->slot, &v->shard, &shift), st, fail);
     fp_view mv = q->main, gv = q->grad; /* shift < chunk: the views verified for chunk elements */
     if (mv.buf >= 0) mv.off += shift * es_m;
@@ -466,16 +466,16 @@ static fp_status resolve_params(fp_exec *x) {
     FPX_CHECK_GOTO(view_of(x, q, "grad", &gv, q->grad_dtype, q->requires_grad ? xp->slot : 0, &v->grad,
                            &xp->off[3], &xp->host[3]), st, fail);
     xp->off[4] = xp->off[5] = -1;
-    for (int k = 0; k < 2 && q->opt.buf >= 0 && k < fp_optim_states(p->optim); k++) {
+    for (int k = 0; k < 2 && q->opt.buf >= 0 && k < fpi_optim_states(p->optim); k++) {
       /* state plane k of the bucket's optimizer buffer (verified: the planes
        * divide it, the slot of chunk elements lies in each) */
-      int64_t es_o = fp_dtype_size(p->optim_dtype);
-      fp_view ov = {q->opt.buf, q->opt.off + shift * es_o + k * (p->bufs[q->opt.buf].bytes / fp_optim_states(p->optim))};
+      int64_t es_o = fpi_dtype_size(p->optim_dtype);
+      fp_view ov = {q->opt.buf, q->opt.off + shift * es_o + k * (p->bufs[q->opt.buf].bytes / fpi_optim_states(p->optim))};
       FPX_CHECK_GOTO(view_of(x, q, "opt", &ov, p->optim_dtype, xp->slot, &v->optim[k], &xp->off[4 + k], &xp->host[4 + k]), st, fail);
     }
     /* MXFP8 weights (frozen, replicated: weight and main are the same e4m3
      * bytes): their e8m0 block scales */
-    FPX_CHECK_GOTO(view_of(x, q, "scales", &q->scales, FP_E8M0, q->scales.buf >= 0 ? fp_mx_blocks(numel) : 0,
+    FPX_CHECK_GOTO(view_of(x, q, "scales", &q->scales, FP_E8M0, q->scales.buf >= 0 ? fpi_mx_blocks(numel) : 0,
                            &v->scales, &xp->off[6], &xp->host[6]), st, fail);
     bool reduced = q->requires_grad && q->bucket >= 0 && reduce_dt[q->bucket] >= 0;
     v->reduce_dtype = reduced ? (fp_elem)reduce_dt[q->bucket] : (fp_elem)q->grad_dtype;
@@ -598,7 +598,7 @@ static int32_t skippable(const fp_exec *x, fp_hook hook, int32_t module) {
   const fp_prog *p = x->prog;
   for (int32_t k = x->cursor; k < p->nsegs; k++) {
     const fp_seg *s = &p->segs[k];
-    if (!fp_seg_has_module(s->kind)) return 0;
+    if (!fpi_seg_has_module(s->kind)) return 0;
     if (s->kind == (fp_seg_kind)hook && s->module == module) return k - x->cursor;
     if (!seg_empty(x, k)) return 0;
   }
@@ -610,12 +610,12 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   FPX_CHECK(usable(x));
   const fp_prog *p = x->prog;
   if ((unsigned)hook >= FP_NSEGKINDS) return fpx_fail(x, FP_ERR_ARG, "hook %d is not a hook", (int)hook);
-  bool hm = fp_seg_has_module((int)hook);
+  bool hm = fpi_seg_has_module((int)hook);
   if (hm && (module < 0 || module >= p->nmods))
     return fpx_fail(x, FP_ERR_ARG, "%s: module %" PRId32 " is out of range (the plan has %" PRId32 " modules)",
-                    fp_seg_name((int)hook), module, p->nmods);
+                    fpi_seg_name((int)hook), module, p->nmods);
   if (!hm && module != -1)
-    return fpx_fail(x, FP_ERR_ARG, "%s takes no module (pass -1, not %" PRId32 ")", fp_seg_name((int)hook), module);
+    return fpx_fail(x, FP_ERR_ARG, "%s takes no module (pass -1, not %" PRId32 ")", fpi_seg_name((int)hook), module);
   const fp_seg *s = &p->segs[x->cursor];
   /* a recomputed forward inside the backward window of a module the plan
    * recomputes: pre_forward(m) then post_forward(m) between pre_backward(m)
@@ -638,7 +638,7 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
     return fpx_fail(x, FP_ERR_ORDER,
                     "hook %s(%s) called inside the backward of %s, but %s (a recomputed forward runs once, "
                     "pre_forward then post_forward, between pre_backward and post_backward)",
-                    fp_seg_name((int)hook), p->mods[module].name, p->mods[module].name,
+                    fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name,
                     x->recompute == 1   ? "its recomputed forward is already open"
                     : x->recompute == 2 ? "its forward was already recomputed"
                                         : "no recomputed forward is open (call pre_forward first)");
@@ -646,7 +646,7 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   if (window && x->recompute == 1 && (fp_seg_kind)hook == s->kind && module == s->module)
     return fpx_fail(x, FP_ERR_ORDER,
                     "hook %s(%s) called, but the recomputed forward of %s is still open (call post_forward(%s) first)",
-                    fp_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
+                    fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
   int32_t skip = hm ? skippable(x, hook, module) : 0;
   if (skip > 0) {
     if (x->timing) { /* a skipped segment ran nothing: recorded as empty, at this call */
@@ -664,18 +664,18 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
       return fpx_fail(x, FP_ERR_ORDER,
                       "hook %s(%s) called inside the backward of %s, but the plan does not recompute %s "
                       "(add it to the spec's \"recompute\" and compile again)",
-                      fp_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
+                      fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
     char want[160];
     if (hm)
       return fpx_fail(x, FP_ERR_ORDER,
                       "hook %s(%s) called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
                       ", micro-batch %" PRId32 ", step %" PRId64 ")",
-                      fp_seg_name((int)hook), p->mods[module].name, fpx_seg_label(x, x->cursor, want, sizeof want),
+                      fpi_seg_name((int)hook), p->mods[module].name, fpx_seg_label(x, x->cursor, want, sizeof want),
                       x->cursor, p->nsegs, s->micro, x->stats.steps);
     return fpx_fail(x, FP_ERR_ORDER,
                     "hook %s called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
                     ", micro-batch %" PRId32 ", step %" PRId64 ")",
-                    fp_seg_name((int)hook), fpx_seg_label(x, x->cursor, want, sizeof want), x->cursor, p->nsegs,
+                    fpi_seg_name((int)hook), fpx_seg_label(x, x->cursor, want, sizeof want), x->cursor, p->nsegs,
                     s->micro, x->stats.steps);
   }
   x->in_hook = true;

@@ -151,7 +151,7 @@ static fp_status nccl_fail(fp_exec *x, const char *what, ncclResult_t r, ncclCom
 
 /* an op's failure, naming the op */
 static fp_status op_fail(fp_exec *x, const fp_xop *o, const char *what, const char *why) {
-  return fpx_fail(x, FP_ERR_BACKEND, "op %" PRId32 " (%s): %s failed: %s", o->index, fp_op_name(o->code), what, why);
+  return fpx_fail(x, FP_ERR_BACKEND, "op %" PRId32 " (%s): %s failed: %s", o->index, fpi_op_name(o->code), what, why);
 }
 
 fp_status fp_nccl_get_id(fp_nccl_id *out) {
@@ -189,11 +189,11 @@ static ncclDataType_t nccl_type(fp_dtype t) {
 static fp_status check_ops(fp_exec *x) {
   for (int32_t j = 0; j < x->nxops; j++) {
     const fp_xop *o = &x->xops[j];
-    if (fp_op_class(o->code) != FP_OPC_COMM) continue;
+    if (fpi_op_class(o->code) != FP_OPC_COMM) continue;
     for (int w = 0; w < 3; w++)
       if (o->off[w] >= 0 && o->host[w])
         return fpx_fail(x, FP_ERR_PLAN, "op %" PRId32 " (%s): the NCCL backend cannot communicate host (offload) "
-                        "buffers", o->index, fp_op_name(o->code));
+                        "buffers", o->index, fpi_op_name(o->code));
   }
   return FP_OK;
 }
@@ -284,7 +284,7 @@ static fp_status nccl_prepare(fp_exec *x) {
     n->done_made = fpx_alloc(x, (size_t)x->nxops + 1, sizeof *n->done_made);
     if (!n->done || !n->done_made) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
     for (int32_t j = 0; j < x->nxops; j++)
-      if (fp_op_class(x->xops[j].code) == FP_OPC_COMM) {
+      if (fpi_op_class(x->xops[j].code) == FP_OPC_COMM) {
         FPX_CHECK(make_event(x, &n->done[j], &n->done_made[j]));
         x->stats.allocations++;
       }
@@ -375,7 +375,7 @@ static fp_status watchdog(fp_exec *x, const char *what, double waited_s, const c
     if (!n->done_made[j] || named[o->stream] || cudaEventQuery(n->done[j]) != cudaErrorNotReady) continue;
     named[o->stream] = true;
     k += snprintf(msg + k, sizeof msg - (size_t)k, "; waiting on stream %s: op %" PRId32 " (%s on communicator '%s')",
-                  fp_stream_name(o->stream), o->index, fp_op_name(o->code),
+                  fpi_stream_name(o->stream), o->index, fpi_op_name(o->code),
                   o->comm >= 0 ? x->prog->comms[o->comm].name : "?");
   }
   if (own && k < (int)sizeof msg) k += snprintf(msg + k, sizeof msg - (size_t)k, "; waiting on %s", own);
@@ -537,7 +537,7 @@ static fp_status nccl_connect(fp_exec *x) {
   int32_t bad = 0;
   for (int32_t q = 0; q < P->npairs; q++) {
     const fp_ir_comm *c = &p->comms[P->pair_comm[q]];
-    snprintf(n->comm_name[q], sizeof n->comm_name[q], "flexplan:%s:%s", c->name, fp_stream_name(P->pair_stream[q]));
+    snprintf(n->comm_name[q], sizeof n->comm_name[q], "flexplan:%s:%s", c->name, fpi_stream_name(P->pair_stream[q]));
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
     cfg.commName = n->comm_name[q];
@@ -561,7 +561,7 @@ static fp_status nccl_connect(fp_exec *x) {
     NCCL_TRY(x, ncclCommRegister(n->comms[q], n->arena, n->arena_alloc, &n->reg[q]), n->comms[q]);
   for (int32_t j = 0; j < x->nxops; j++) {
     const fp_xop *o = &x->xops[j];
-    if (fp_op_class(o->code) == FP_OPC_COMM) n->op_comm[j] = n->comms[P->pair[o->comm * FP_NSTREAMS + o->stream]];
+    if (fpi_op_class(o->code) == FP_OPC_COMM) n->op_comm[j] = n->comms[P->pair[o->comm * FP_NSTREAMS + o->stream]];
   }
   return FP_OK;
 }
@@ -572,7 +572,7 @@ static fp_status nccl_connect(fp_exec *x) {
  * fused kernel would take one (not written yet: docs/executor.md) */
 static cudaError_t issue_regions(const fp_xop *o, cudaStream_t s) {
   bool split = o->code == FP_OP_SPLIT_COPY;
-  int64_t ed = fp_dtype_size(o->dtype), es = fp_dtype_size(o->sdtype), col = 0;
+  int64_t ed = fpi_dtype_size(o->dtype), es = fpi_dtype_size(o->sdtype), col = 0;
   cudaError_t e = cudaSuccess;
   for (int64_t j = 0; j < o->ntab && e == cudaSuccess; j++) {
     int64_t c = o->tab_cnt[j];
@@ -591,7 +591,7 @@ static cudaError_t issue_regions(const fp_xop *o, cudaStream_t s) {
 }
 
 static fp_status issue_local(fp_exec *x, const fp_xop *o, cudaStream_t s) {
-  int64_t sz = fp_dtype_size(o->dtype);
+  int64_t sz = fpi_dtype_size(o->dtype);
   cudaError_t e = cudaSuccess;
   switch (o->code) {
     case FP_OP_CAST: e = fpk_cuda_cast(o->dst, o->dtype, o->src, o->sdtype, o->n, s); break;
@@ -619,7 +619,7 @@ static fp_status issue_local(fp_exec *x, const fp_xop *o, cudaStream_t s) {
 static fp_status issue_comm(fp_exec *x, const fp_xop *o, ncclComm_t c, cudaStream_t s) {
   size_t n = (size_t)o->n;
   int g = (int)o->g, G = (int)o->G, root = o->root;
-  int64_t sz = fp_dtype_size(o->dtype);
+  int64_t sz = fpi_dtype_size(o->dtype);
   ncclDataType_t t = nccl_type(o->dtype);
   ncclRedOp_t red = o->red == FP_RED_AVG ? ncclAvg : ncclSum; /* ncclAvg: NCCL >= 2.10 */
   ncclResult_t r = ncclSuccess;
@@ -670,7 +670,7 @@ static fp_status issue_run(fp_exec *x, const fpn_item *it, cudaStream_t s) {
   for (int32_t q = 0; q < it->nops && st == FP_OK; q++) {
     const fp_xop *o = ops[q];
     int32_t j = (int32_t)(o - x->xops);
-    bool comm = fp_op_class(o->code) == FP_OPC_COMM;
+    bool comm = fpi_op_class(o->code) == FP_OPC_COMM;
     int32_t grp = comm ? o->group : -1;
     if (grp != open_group) {
       if (open_group >= 0 && ncclGroupEnd() != ncclSuccess) return op_fail(x, o, "ncclGroupEnd", "group failed");

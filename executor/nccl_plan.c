@@ -95,7 +95,7 @@ fp_status fpn_boot_resolve(const fp_exec_config *cfg, bool mpi_up, const char *c
 }
 
 /* ---- the plan ---------------------------------------------------------------------------- */
-static bool is_sync(fp_opcode c) { return fp_op_class(c) == FP_OPC_SYNC; }
+static bool is_sync(fp_opcode c) { return fpi_op_class(c) == FP_OPC_SYNC; }
 
 /* the bytes snprintf put into a buffer of cap bytes, the NUL included */
 static size_t put_len(int r, size_t cap) { return r < 0 ? 1 : (size_t)r >= cap ? cap : (size_t)r + 1; }
@@ -131,10 +131,10 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
     for (int s = 0; s < FP_NSTREAMS; s++) {
       bool used = false;
       for (int32_t i = 0; i < p->nops && !used; i++)
-        used = p->ops[i].comm == c && p->ops[i].stream == (fp_stream)s && fp_op_class(p->ops[i].code) == FP_OPC_COMM;
+        used = p->ops[i].comm == c && p->ops[i].stream == (fp_stream)s && fpi_op_class(p->ops[i].code) == FP_OPC_COMM;
       if (!used) continue;
       const fp_ir_comm *pc = &p->comms[c];
-      int64_t g = fp_comm_index(pc, x->rank);
+      int64_t g = fpi_comm_index(pc, x->rank);
       P->pair[c * FP_NSTREAMS + s] = P->npairs;
       P->pair_comm[P->npairs] = c;
       P->pair_stream[P->npairs] = s;
@@ -154,7 +154,7 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
     int32_t k = p->ops[o->index].seg;
     P->label[j] = (int32_t)at;
     at += put_len(snprintf(P->text + at, LABEL, "op %" PRId32 " seg %" PRId32 " %s %s", o->index, k,
-                           fpx_seg_label(x, k, seg, sizeof seg), fp_op_name(o->code)), LABEL);
+                           fpx_seg_label(x, k, seg, sizeof seg), fpi_op_name(o->code)), LABEL);
   }
 
   /* the items, segment by segment, in program order */
@@ -197,8 +197,8 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
       }
       if (here) {
         const fp_xop *o = &x->xops[j];
-        if (fp_op_class(o->code) == FP_OPC_LOCAL) P->sums[k].local++;
-        if (fp_op_class(o->code) == FP_OPC_COMM) {
+        if (fpi_op_class(o->code) == FP_OPC_LOCAL) P->sums[k].local++;
+        if (fpi_op_class(o->code) == FP_OPC_COMM) {
           P->sums[k].coll++;
           P->sums[k].bytes += fpx_send_bytes(o);
         }
@@ -217,7 +217,7 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
         P->run_label[P->nruns] = (int32_t)at;
         const fp_xop *first = x->sops[it.stream][it.pos], *last = x->sops[it.stream][it.pos + it.nops - 1];
         at += put_len(snprintf(P->text + at, LABEL, "seg %" PRId32 " %s %s ops %" PRId32 "-%" PRId32 " (%" PRId32 ")",
-                               k, fpx_seg_label(x, k, seg, sizeof seg), fp_stream_name(it.stream), first->index,
+                               k, fpx_seg_label(x, k, seg, sizeof seg), fpi_stream_name(it.stream), first->index,
                                last->index, it.nops), LABEL);
         P->nruns++;
       }

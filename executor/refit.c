@@ -50,7 +50,7 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
     const fp_param_view *v = &xp->v;
     src *s = &srcs[i];
     for (int k = 0; k < npaths; k++) {
-      const fp_st_tensor *t = fp_st_find(files[k], v->name);
+      const fp_st_tensor *t = fpi_st_find(files[k], v->name);
       if (!t) continue;
       if (s->t)
         return fpx_fail(x, FP_ERR_WEIGHTS, "refit: param '%s' is in both %s and %s", v->name, paths[s->file], paths[k]);
@@ -73,8 +73,8 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
     }
     if (!float_dtype(t->dtype))
       return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s' is %s in the file; weights load from F32, BF16 or F16",
-                      paths[s->file], v->name, fp_dtype_name(t->dtype));
-    int64_t fsz = fp_dtype_size(t->dtype), need;
+                      paths[s->file], v->name, fpi_dtype_name(t->dtype));
+    int64_t fsz = fpi_dtype_size(t->dtype), need;
     if (t->nbytes != v->numel * fsz)
       return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s' holds %" PRId64 " bytes, its shape needs %" PRId64,
                       paths[s->file], v->name, t->nbytes, v->numel * fsz);
@@ -88,9 +88,9 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
     if (s->full && v->numel * 4 > *widest) *widest = v->numel * 4;
     /* the converted bytes of one param, before the backend copies them
      * (MXFP8: the e4m3 elements, then the scales) */
-    int64_t o = v->shard.runs * v->shard.len * fp_dtype_size(p->params[i].main_dtype);
-    if (s->full && v->numel * fp_dtype_size(p->params[i].param_dtype) > o)
-      o = v->numel * fp_dtype_size(p->params[i].param_dtype);
+    int64_t o = v->shard.runs * v->shard.len * fpi_dtype_size(p->params[i].main_dtype);
+    if (s->full && v->numel * fpi_dtype_size(p->params[i].param_dtype) > o)
+      o = v->numel * fpi_dtype_size(p->params[i].param_dtype);
     if (s->mx) o = v->numel + v->scales.numel;
     if (o > *outmax) *outmax = o;
   }
@@ -102,14 +102,14 @@ static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *
   for (int32_t i = 0; i < x->prog->nparams; i++) {
     const src *s = &srcs[i];
     const fp_extent *e = &x->params[i].v.shard;
-    int64_t fsz = fp_dtype_size(s->t->dtype);
+    int64_t fsz = fpi_dtype_size(s->t->dtype);
     bool ok = true;
     if (s->full) {
-      ok = fp_st_read(s->f, s->t, 0, stage + s->staged, s->t->nbytes, err, sizeof err);
+      ok = fpi_st_read(s->f, s->t, 0, stage + s->staged, s->t->nbytes, err, sizeof err);
       *read += s->t->nbytes;
     } else {
       for (int64_t k = 0; ok && k < e->runs; k++)
-        ok = fp_st_read(s->f, s->t, (e->full_off + k * e->full_stride) * fsz, stage + s->staged + k * e->len * fsz,
+        ok = fpi_st_read(s->f, s->t, (e->full_off + k * e->full_stride) * fsz, stage + s->staged + k * e->len * fsz,
                         e->len * fsz, err, sizeof err);
       *read += e->runs * e->len * fsz;
     }
@@ -128,7 +128,7 @@ static fp_status write_all(fp_exec *x, const src *srcs, const char *stage, char 
     const fp_ir_param *q = &p->params[i];
     const fp_extent *e = &v->shard;
     fp_dtype fdt = s->t->dtype;
-    int64_t fsz = fp_dtype_size(fdt), msz = fp_dtype_size(q->main_dtype), psz = fp_dtype_size(q->param_dtype);
+    int64_t fsz = fpi_dtype_size(fdt), msz = fpi_dtype_size(q->main_dtype), psz = fpi_dtype_size(q->param_dtype);
     const char *data = stage + s->staged;
     if (s->mx) { /* e4m3 elements and e8m0 scales of the whole param; main and weight are these bytes */
       uint8_t *elems = (uint8_t *)out, *scales = elems + v->numel;
@@ -215,7 +215,7 @@ fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths)
       st = fpx_fail(x, FP_ERR_ARG, "refit: path %d is NULL", k);
       goto vote;
     }
-    files[k] = fp_st_open(paths[k], err, sizeof err);
+    files[k] = fpi_st_open(paths[k], err, sizeof err);
     if (!files[k]) {
       st = fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s", err);
       goto vote;
@@ -249,7 +249,7 @@ vote:
 fail:
   if (files)
     for (int k = 0; k < npaths; k++)
-      if (files[k]) fp_st_close(files[k]);
+      if (files[k]) fpi_st_close(files[k]);
   fpx_free(files);
   fpx_free(srcs);
   fpx_free(stage);

@@ -43,7 +43,7 @@ static const struct {
 };
 #define N_ST_DTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
 
-const char *fp_st_dtype_name(fp_dtype t) {
+const char *fpi_st_dtype_name(fp_dtype t) {
   for (int i = 0; i < N_ST_DTYPES; i++)
     if (st_dtypes[i].t == t) return st_dtypes[i].name;
   return NULL;
@@ -411,10 +411,10 @@ static bool tensor_entry(const char *path, const char *P, json_object *val, int6
       return false;
     }
     if (T->shape[d] == 0) zero = true;
-    else if (!ovf && !fp_mul64(numel, T->shape[d], &numel)) ovf = true;
+    else if (!ovf && !fpi_mul64(numel, T->shape[d], &numel)) ovf = true;
   }
   int64_t nbytes = 0;
-  if (!zero && (ovf || !fp_mul64(numel, dtype_size(T->dtype), &nbytes))) {
+  if (!zero && (ovf || !fpi_mul64(numel, dtype_size(T->dtype), &nbytes))) {
     seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
     return false;
   }
@@ -448,13 +448,13 @@ static bool tensor_entry(const char *path, const char *P, json_object *val, int6
            (long long)b, (long long)e, (long long)(e - b), st_dtypes[k].name, (long long)nbytes);
     return false;
   }
-  T->offset = b; /* relative; fp_st_open makes it absolute */
+  T->offset = b; /* relative; fpi_st_open makes it absolute */
   T->nbytes = nbytes;
   return true;
 }
 
 /* ---- open ------------------------------------------------------------------------------ */
-fp_st_file *fp_st_open(const char *path, char *err, size_t errlen) {
+fp_st_file *fpi_st_open(const char *path, char *err, size_t errlen) {
   fp_st_file *f = NULL;
   char *hdr = NULL;
   rawmem *mem = NULL;
@@ -534,7 +534,7 @@ fp_st_file *fp_st_open(const char *path, char *err, size_t errlen) {
   }
 
   /* UTF-8 as RFC 3629 has it (json-c lets overlong forms and surrogates by) */
-  size_t bad = fp_utf8_invalid(hdr, (size_t)N);
+  size_t bad = fpi_utf8_invalid(hdr, (size_t)N);
   if (bad < (size_t)N) {
     seterr(err, errlen, path, "header rejected at header byte %lld: invalid UTF-8 (byte 0x%02x)", (long long)bad,
            (unsigned char)hdr[bad]);
@@ -701,9 +701,9 @@ out:
   return NULL;
 }
 
-int fp_st_count(const fp_st_file *f) { return f ? f->n : 0; }
+int fpi_st_count(const fp_st_file *f) { return f ? f->n : 0; }
 
-const fp_st_tensor *fp_st_get(const fp_st_file *f, int i) {
+const fp_st_tensor *fpi_st_get(const fp_st_file *f, int i) {
   return f && i >= 0 && i < f->n ? &f->t[i] : NULL;
 }
 
@@ -712,22 +712,22 @@ static int find_cmp(const void *key, const void *elem) {
   return strcmp((const char *)key, (*t)->name);
 }
 
-const fp_st_tensor *fp_st_find(const fp_st_file *f, const char *name) {
+const fp_st_tensor *fpi_st_find(const fp_st_file *f, const char *name) {
   if (!f || !name || f->n == 0) return NULL;
   const fp_st_tensor *const *r = bsearch(name, f->byname, (size_t)f->n, sizeof *f->byname, find_cmp);
   return r ? *r : NULL;
 }
 
-bool fp_st_read(fp_st_file *f, const fp_st_tensor *t, int64_t at, void *dst, int64_t nbytes, char *err,
+bool fpi_st_read(fp_st_file *f, const fp_st_tensor *t, int64_t at, void *dst, int64_t nbytes, char *err,
                 size_t errlen) {
   ptrbuf pb;
   if (!f) {
-    if (err && errlen) snprintf(err, errlen, "fp_st_read: no file");
+    if (err && errlen) snprintf(err, errlen, "fpi_st_read: no file");
     return false;
   }
   uintptr_t lo = (uintptr_t)f->t, hi = (uintptr_t)(f->t + f->n), p = (uintptr_t)t;
   if (!t || p < lo || p >= hi || (p - lo) % sizeof *t != 0) {
-    seterr(err, errlen, f->path, "fp_st_read: the tensor is not one of this file's");
+    seterr(err, errlen, f->path, "fpi_st_read: the tensor is not one of this file's");
     return false;
   }
   if (at < 0 || nbytes < 0 || at > t->nbytes || nbytes > t->nbytes - at) {
@@ -749,7 +749,7 @@ bool fp_st_read(fp_st_file *f, const fp_st_tensor *t, int64_t at, void *dst, int
   return true;
 }
 
-void fp_st_close(fp_st_file *f) {
+void fpi_st_close(fp_st_file *f) {
   if (!f) return;
   close(f->fd);
   free(f->t);
@@ -779,7 +779,7 @@ static int name_ptr_cmp(const void *a, const void *b) {
   return strcmp(*x, *y);
 }
 
-bool fp_st_write(const char *path, int n, const fp_st_tensor *tensors, const void *const *data, char *err,
+bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const void *const *data, char *err,
                  size_t errlen) {
   ptrbuf pb;
   bool ok = false, created = false;
@@ -811,7 +811,7 @@ bool fp_st_write(const char *path, int n, const fp_st_tensor *tensors, const voi
       seterr(err, errlen, path, "%s: the name is reserved", P);
       goto out;
     }
-    const char *dn = fp_st_dtype_name(T->dtype);
+    const char *dn = fpi_st_dtype_name(T->dtype);
     if (!dn) {
       seterr(err, errlen, path, "%s: dtype %d has no safetensors name", P, (int)T->dtype);
       goto out;
@@ -840,10 +840,10 @@ bool fp_st_write(const char *path, int n, const fp_st_tensor *tensors, const voi
         goto out;
       }
       if (T->shape[d] == 0) zero = true;
-      else if (!ovf && !fp_mul64(numel, T->shape[d], &numel)) ovf = true;
+      else if (!ovf && !fpi_mul64(numel, T->shape[d], &numel)) ovf = true;
       json_object_array_add(shape, json_object_new_int64(T->shape[d]));
     }
-    if (!zero && (ovf || !fp_mul64(numel, dtype_size(T->dtype), &sizes[i]))) {
+    if (!zero && (ovf || !fpi_mul64(numel, dtype_size(T->dtype), &sizes[i]))) {
       seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
       goto out;
     }
@@ -852,7 +852,7 @@ bool fp_st_write(const char *path, int n, const fp_st_tensor *tensors, const voi
       goto out;
     }
     int64_t end;
-    if (!fp_add64(off, sizes[i], &end)) {
+    if (!fpi_add64(off, sizes[i], &end)) {
       seterr(err, errlen, path, "%s: the file would pass int64 bytes", P);
       goto out;
     }

@@ -160,14 +160,14 @@ fp_status fp_exec_timing_write(fp_exec *x, const char *path) {
   if (nsteps < 1) return fpx_fail(x, FP_ERR_ARG, "fp_exec_timing_write: no step has completed since fp_exec_timing_start");
   FPX_CHECK(fp_exec_sync(x)); /* every op of the recorded steps has ended */
   fp_out o; /* whole or not at all; a device or FIFO written in place */
-  if (!fp_out_open(&o, path))
+  if (!fpi_out_open(&o, path))
     return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, strerror(errno));
   if (!write_steps(x, t, nsteps, o.f)) {
     int e = errno;
-    fp_out_abort(&o);
+    fpi_out_abort(&o);
     return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, e ? strerror(e) : "write failed");
   }
-  if (!fp_out_commit(&o))
+  if (!fpi_out_commit(&o))
     return fpx_fail(x, FP_ERR_ARG, "%s: cannot write the timing record: %s", path, strerror(errno));
   return FP_OK;
 }

@@ -12,7 +12,7 @@
  * fp_xfer_free frees them.
  *
  * A process's ops run on that stream in segments, cut before each local op
- * that waits (fp_tx_waits: it reads staging or TO bytes, which a recv may
+ * that waits (fpi_tx_waits: it reads staging or TO bytes, which a recv may
  * write; the MPI backend waits for every posted send and recv there). A
  * segment's local ops run in order (all but its first read FROM only), then
  * its sends and recvs as one NCCL group (each pair's messages in the order
@@ -155,34 +155,34 @@ static char *at(char *from, char *to, char *stage, fp_tx_ref r) {
 
 /* one local op on stream s (MXFP8: a slice's head before the first block
  * boundary is a block of its own, xfer.h); a copy moves n elements (with
- * the copies that continue it, fp_tx_copy_run) */
+ * the copies that continue it, fpi_tx_copy_run) */
 static cudaError_t local_op(const fp_tx_op *o, int64_t n, char *dst, char *src, char *aux, cudaStream_t s) {
-  int64_t h = o->kind == FP_TX_COPY ? 0 : fp_tx_head(o->full_off, o->n);
+  int64_t h = o->kind == FP_TX_COPY ? 0 : fpi_tx_head(o->full_off, o->n);
   cudaError_t e = cudaSuccess;
   switch (o->kind) {
     case FP_TX_COPY: return fpk_cuda_cast(dst, o->dtype, src, o->sdtype, n, s);
     case FP_TX_QUANT:
       if (h > 0) e = fpk_cuda_quantize_mxfp8((uint8_t *)dst, (uint8_t *)aux, src, o->sdtype, h, s);
       if (e == cudaSuccess)
-        e = fpk_cuda_quantize_mxfp8((uint8_t *)dst + h, (uint8_t *)aux + (h > 0), src + h * fp_dtype_size(o->sdtype),
+        e = fpk_cuda_quantize_mxfp8((uint8_t *)dst + h, (uint8_t *)aux + (h > 0), src + h * fpi_dtype_size(o->sdtype),
                                     o->sdtype, o->n - h, s);
       return e;
     case FP_TX_SCALES:
       if (h > 0) e = fpk_cuda_mxfp8_scales((uint8_t *)dst, src, o->sdtype, h, s);
       if (e == cudaSuccess)
-        e = fpk_cuda_mxfp8_scales((uint8_t *)dst + (h > 0), src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h, s);
+        e = fpk_cuda_mxfp8_scales((uint8_t *)dst + (h > 0), src + h * fpi_dtype_size(o->sdtype), o->sdtype, o->n - h, s);
       return e;
     case FP_TX_QUANT_AT:
       if (h > 0) e = fpk_cuda_quantize_mxfp8_scaled((uint8_t *)dst, (const uint8_t *)aux, src, o->sdtype, h, s);
       if (e == cudaSuccess)
         e = fpk_cuda_quantize_mxfp8_scaled((uint8_t *)dst + h, (const uint8_t *)aux + (h > 0),
-                                           src + h * fp_dtype_size(o->sdtype), o->sdtype, o->n - h, s);
+                                           src + h * fpi_dtype_size(o->sdtype), o->sdtype, o->n - h, s);
       return e;
     case FP_TX_MAX: return fpk_cuda_max_u8((uint8_t *)dst, (const uint8_t *)src, (const uint8_t *)aux, o->n, s);
     case FP_TX_DEQUANT:
       if (h > 0) e = fpk_cuda_dequantize_mxfp8(dst, o->dtype, (const uint8_t *)src, (const uint8_t *)aux, h, s);
       if (e == cudaSuccess)
-        e = fpk_cuda_dequantize_mxfp8(dst + h * fp_dtype_size(o->dtype), o->dtype, (const uint8_t *)src + h,
+        e = fpk_cuda_dequantize_mxfp8(dst + h * fpi_dtype_size(o->dtype), o->dtype, (const uint8_t *)src + h,
                                       (const uint8_t *)aux + (h > 0), o->n - h, s);
       return e;
     default: return cudaErrorInvalidValue;
@@ -236,7 +236,7 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   }
   if (!holds(tx, me)) return FP_OK;
   CUDA_DO(cudaSetDevice(n->device));
-  int32_t prog = fp_tx_prog(tx, me), lo = tx->first[prog], hi = tx->first[prog + 1];
+  int32_t prog = fpi_tx_prog(tx, me), lo = tx->first[prog], hi = tx->first[prog + 1];
   char *stage = n->stage;
   int *rank = malloc(((size_t)tx->nprocs + 1) * sizeof *rank); /* process -> NCCL rank */
   if (!rank) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
@@ -244,7 +244,7 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   fp_status st = FP_OK;
   /* segment by segment (see above): [i, end) */
   for (int32_t i = lo, end = lo; i < hi && st == FP_OK; i = end) {
-    end = fp_tx_segment_end(tx, i, hi);
+    end = fpi_tx_segment_end(tx, i, hi);
     bool any = false;
     for (int32_t k = i; k < end && st == FP_OK; k++) { /* its local ops, in order */
       const fp_tx_op *o = &tx->ops[k];
@@ -253,10 +253,10 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
         continue;
       }
       int64_t cnt;
-      int32_t stop = fp_tx_copy_run(tx, k, end, &cnt);
+      int32_t stop = fpi_tx_copy_run(tx, k, end, &cnt);
       cudaError_t e = local_op(o, cnt, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
                                at(from_dev, to_dev, stage, o->aux), n->s);
-      if (e != cudaSuccess) st = cuda_fail(t, fp_tx_kind_name(o->kind), e);
+      if (e != cudaSuccess) st = cuda_fail(t, fpi_tx_kind_name(o->kind), e);
       k = stop - 1;
     }
     if (!any || st != FP_OK) continue;
@@ -264,7 +264,7 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
     for (int32_t k = i; k < end && r == ncclSuccess; k++) {
       const fp_tx_op *o = &tx->ops[k];
       if (!p2p(o)) continue; /* a local op of the segment (issued above): it has no peer */
-      size_t bytes = (size_t)(o->n * fp_dtype_size(o->dtype));
+      size_t bytes = (size_t)(o->n * fpi_dtype_size(o->dtype));
       int peer = rank[o->peer];
       if (o->kind == FP_TX_SEND) r = ncclSend(at(from_dev, to_dev, stage, o->src), bytes, ncclUint8, peer, n->comm, n->s);
       else r = ncclRecv(at(from_dev, to_dev, stage, o->dst), bytes, ncclUint8, peer, n->comm, n->s);

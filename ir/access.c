@@ -44,7 +44,7 @@ static int many_uses(const fp_prog *p, const fp_op *op, fp_access *out) {
     out[k] = (fp_access){b, true, b >= 0 && use_writes(p, op, b)};
     key[k] = (uint64_t)(uint32_t)b << 32 | (uint32_t)k;
   }
-  fp_sort_u64(key, NULL, n);
+  fpi_sort_u64(key, NULL, n);
   for (int32_t k = 1; k < n; k++) {
     int32_t first = (int32_t)(key[k - 1] & 0xffffffff), dup = (int32_t)(key[k] & 0xffffffff);
     if (out[first].buf != out[dup].buf) continue;
@@ -59,7 +59,7 @@ static int many_uses(const fp_prog *p, const fp_op *op, fp_access *out) {
   return m;
 }
 
-int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out) {
+int fpi_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out) {
   int n = 0;
   switch (op->code) {
   case FP_OP_RECORD:
@@ -89,7 +89,7 @@ static int64_t buf_end(const fp_ir_buf *x) { return x->offset > INT64_MAX - x->b
 
 static bool placed(const fp_ir_buf *x) { return x->offset >= 0 && x->bytes > 0; }
 
-int32_t fp_cut_slot(const int64_t *e, int32_t n, int64_t o) {
+int32_t fpi_cut_slot(const int64_t *e, int32_t n, int64_t o) {
   int32_t lo = 0, hi = n - 1;
   while (lo < hi) {
     int32_t mid = lo + (hi - lo) / 2;
@@ -99,7 +99,7 @@ int32_t fp_cut_slot(const int64_t *e, int32_t n, int64_t o) {
   return lo;
 }
 
-void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
+void fpi_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
   memset(c, 0, sizeof *c);
   int32_t nb = p->nbufs;
   c->lo = malloc(((size_t)nb + 1) * sizeof *c->lo);
@@ -122,7 +122,7 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
       const fp_ir_buf *x = &p->bufs[b];
       if (x->host == host && placed(x)) e[m] = (uint64_t)x->offset, ord[m++] = b;
     }
-    fp_sort_u64(e, ord, m);
+    fpi_sort_u64(e, ord, m);
     int64_t reach = INT64_MIN; /* the furthest end of the buffers before k */
     for (int32_t k = 0; k < m; k++) {
       const fp_ir_buf *x = &p->bufs[ord[k]];
@@ -146,15 +146,15 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
       e[n++] = (uint64_t)x->offset;
       e[n++] = (uint64_t)buf_end(x);
     }
-    fp_sort_u64(e, NULL, n);
+    fpi_sort_u64(e, NULL, n);
     int32_t u = 0;
     for (int32_t k = 0; k < n; k++)
       if (u == 0 || e[k] != e[u - 1]) e[u++] = e[k];
     for (int32_t b = 0; b < nb; b++) {
       const fp_ir_buf *x = &p->bufs[b];
       if (x->host != host || !placed(x) || c->lo[b] < 0) continue;
-      c->lo[b] = (int32_t)(leaves + fp_cut_slot((const int64_t *)e, u, x->offset));
-      c->hi[b] = (int32_t)(leaves + fp_cut_slot((const int64_t *)e, u, buf_end(x)));
+      c->lo[b] = (int32_t)(leaves + fpi_cut_slot((const int64_t *)e, u, x->offset));
+      c->hi[b] = (int32_t)(leaves + fpi_cut_slot((const int64_t *)e, u, buf_end(x)));
       c->row[b] = c->ntree++;
     }
     if (u > 1) leaves += u - 1;
@@ -171,10 +171,10 @@ void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c) {
   c->memo = malloc(((size_t)c->ntree + 1) * sizeof *c->memo);
   c->nbufs = nb;
   FP_ASSERT(c->tag && c->sub && c->iso && c->memo);
-  fp_alias_clocks_reset(c);
+  fpi_alias_clocks_reset(c);
 }
 
-void fp_alias_clocks_reset(fp_alias_clocks *c) {
+void fpi_alias_clocks_reset(fp_alias_clocks *c) {
   memset(c->tag, 0, 2 * (size_t)c->n * NK * sizeof *c->tag);
   memset(c->sub, 0, 2 * (size_t)c->n * NK * sizeof *c->sub);
   memset(c->iso, 0, (size_t)c->niso * NK * sizeof *c->iso);
@@ -182,7 +182,7 @@ void fp_alias_clocks_reset(fp_alias_clocks *c) {
   for (int32_t k = 0; k < c->ntree; k++) c->memo[k].s = -1;
 }
 
-void fp_alias_clocks_free(fp_alias_clocks *c) {
+void fpi_alias_clocks_free(fp_alias_clocks *c) {
   free(c->lo);
   free(c->hi);
   free(c->tag);
@@ -209,7 +209,7 @@ static void note1(fp_alias_clocks *c, int32_t l, int32_t r, int k, int64_t t) {
   for (; a; a >>= 1) chmax(&c->sub[a * NK + k], t);
 }
 
-void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
+void fpi_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t) {
   if (c->lo[b] < 0) { /* no other buffer sees it: no memo goes stale */
     FP_ASSERT(t >= 0 && t <= UINT32_MAX);
     uint32_t *row = c->iso + (int64_t)c->row[b] * NK;
@@ -222,7 +222,7 @@ void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool 
   c->nacc[s]++;
 }
 
-void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r) {
+void fpi_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r) {
   if (c->lo[b] < 0) {
     const uint32_t *row = c->iso + (int64_t)c->row[b] * NK;
     for (int t = 0; t < FP_NSTREAMS; t++)
@@ -262,13 +262,13 @@ void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64
   }
 }
 
-bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b) {
+bool fpi_bufs_overlap(const fp_prog *p, int32_t a, int32_t b) {
   if (a == b) return true;
   const fp_ir_buf *x = &p->bufs[a], *y = &p->bufs[b];
   return placed(x) && placed(y) && x->host == y->host && x->offset < buf_end(y) && y->offset < buf_end(x);
 }
 
-void fp_ir_activation_pairs_of(const fp_prog *p, const int32_t *ids, int32_t n, int32_t *pair) {
+void fpi_ir_activation_pairs_of(const fp_prog *p, const int32_t *ids, int32_t n, int32_t *pair) {
   int32_t *stack = malloc(sizeof *stack * ((size_t)n + 1)); /* positions in ids */
   FP_ASSERT(stack);
   int32_t top = 0;
@@ -295,4 +295,4 @@ void fp_ir_activation_pairs_of(const fp_prog *p, const int32_t *ids, int32_t n, 
   free(stack);
 }
 
-void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair) { fp_ir_activation_pairs_of(p, NULL, p->nops, pair); }
+void fpi_ir_activation_pairs(const fp_prog *p, int32_t *pair) { fpi_ir_activation_pairs_of(p, NULL, p->nops, pair); }

@@ -1,4 +1,4 @@
-/* explain.c - fp_ir_explain: the program as an EXPLAIN-style table (SQLite's
+/* explain.c - fpi_ir_explain: the program as an EXPLAIN-style table (SQLite's
  * EXPLAIN for the VDBE), one row per op, for people reading a plan:
  *
  *   #  segment           stream  op          operands                      count       comm   sync
@@ -10,7 +10,7 @@
  *
  * A wait names the op that recorded its event ("waits e3 (op 19)": the
  * latest record before it in program order; the previous step's last when
- * none precedes it). fp_ir_explain_modeled adds the simulator's modeled
+ * none precedes it). fpi_ir_explain_modeled adds the simulator's modeled
  * start and end of every op (planner/sim.h), in microseconds from the start
  * of the steady-state step.
  *
@@ -34,10 +34,10 @@ static const char *bname(const fp_prog *p, int32_t b) {
   return b >= 0 && b < p->nbufs && p->bufs[b].name ? p->bufs[b].name : "?";
 }
 
-/* names from the input go through fp_quote (escapes, docs/cli.md) */
+/* names from the input go through fpi_quote (escapes, docs/cli.md) */
 static size_t put_region(const fp_prog *p, const fp_region *r, char *buf, size_t cap) {
   char q[256];
-  int n = snprintf(buf, cap, "%s[%" PRId64, fp_quote(q, sizeof q, bname(p, r->buf)), r->off);
+  int n = snprintf(buf, cap, "%s[%" PRId64, fpi_quote(q, sizeof q, bname(p, r->buf)), r->off);
   if (r->stride && n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "%+" PRId64 "*g", r->stride);
   if (r->tabrel && n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "+tab");
   if (n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "]");
@@ -59,18 +59,18 @@ static void c_segment(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   const fp_seg *s = &p->segs[k];
   char q[256];
   if (s->module >= 0 && s->module < p->nmods)
-    snprintf(buf, cap, "%s(%s) mb%" PRId32, fp_seg_name(s->kind), fp_quote(q, sizeof q, p->mods[s->module].name),
+    snprintf(buf, cap, "%s(%s) mb%" PRId32, fpi_seg_name(s->kind), fpi_quote(q, sizeof q, p->mods[s->module].name),
              s->micro);
   else
-    snprintf(buf, cap, "%s mb%" PRId32, fp_seg_name(s->kind), s->micro);
+    snprintf(buf, cap, "%s mb%" PRId32, fpi_seg_name(s->kind), s->micro);
 }
 
 static void c_stream(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
-  snprintf(buf, cap, "%s", fp_stream_name(x->p->ops[i].stream));
+  snprintf(buf, cap, "%s", fpi_stream_name(x->p->ops[i].stream));
 }
 
 static void c_op(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
-  snprintf(buf, cap, "%s", fp_op_name(x->p->ops[i].code));
+  snprintf(buf, cap, "%s", fpi_op_name(x->p->ops[i].code));
 }
 
 static void c_operands(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
@@ -83,7 +83,7 @@ static void c_operands(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
     const char *what = op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward";
     char q[256];
     if (m)
-      snprintf(buf, cap, "%s %s", fp_quote(q, sizeof q, m), what);
+      snprintf(buf, cap, "%s %s", fpi_quote(q, sizeof q, m), what);
     else
       snprintf(buf, cap, "%s", what); /* the optimizer: no module */
     return;
@@ -104,24 +104,24 @@ static void c_count(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   const fp_op *op = &p->ops[i];
   buf[0] = 0;
   if ((unsigned)op->code >= FP_NOPS) return;
-  fp_opclass cls = fp_op_class(op->code);
+  fp_opclass cls = fpi_op_class(op->code);
   if (cls != FP_OPC_COMM && cls != FP_OPC_LOCAL) {
     if (op->code == FP_OP_COMPUTE && op->alpha > 0) snprintf(buf, cap, "%.3g flops", op->alpha);
     return;
   }
-  bool tabled = op->tab >= 0 && op->tab < p->ntabs && p->tabs[op->tab].n > 0 && !fp_op_regions(op->code) &&
+  bool tabled = op->tab >= 0 && op->tab < p->ntabs && p->tabs[op->tab].n > 0 && !fpi_op_regions(op->code) &&
                 (cls == FP_OPC_LOCAL || op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V);
   int64_t n = tabled ? p->tabs[op->tab].cnt[0] : op->count;
   int64_t G = op->comm >= 0 && op->comm < p->ncomms ? p->comms[op->comm].size : 1;
   int64_t mult = op->code == FP_OP_ALL_GATHER || op->code == FP_OP_REDUCE_SCATTER ? G : 1;
   bool bytes_op = op->code == FP_OP_H2D || op->code == FP_OP_D2H;
-  int sz = bytes_op ? 1 : fp_dtype_size(op->dtype);
-  double b = (double)n * (double)mult * sz * (double)(op->code == FP_OP_COPY || fp_op_regions(op->code) ? fp_op_shape_of(p, op).rows : 1);
+  int sz = bytes_op ? 1 : fpi_dtype_size(op->dtype);
+  double b = (double)n * (double)mult * sz * (double)(op->code == FP_OP_COPY || fpi_op_regions(op->code) ? fpi_op_shape_of(p, op).rows : 1);
   const char *unit = "B";
   if (b >= 1024.0 * 1024 * 1024) b /= 1024.0 * 1024 * 1024, unit = "GiB";
   else if (b >= 1024.0 * 1024) b /= 1024.0 * 1024, unit = "MiB";
   else if (b >= 1024) b /= 1024, unit = "KiB";
-  const char *dt = bytes_op ? "bytes" : fp_dtype_name(op->dtype);
+  const char *dt = bytes_op ? "bytes" : fpi_dtype_name(op->dtype);
   if (mult > 1)
     snprintf(buf, cap, "%" PRId64 "x%" PRId64 " %s (%.4g %s)%s", G, n, dt, b, unit, tabled ? " g0" : "");
   else
@@ -135,14 +135,14 @@ static void c_comm(const explain_ctx *x, int32_t i, char *buf, size_t cap) {
   char q[256];
   buf[0] = 0;
   if (op->comm >= 0 && op->comm < p->ncomms)
-    n += (size_t)snprintf(buf, cap, "%s", fp_quote(q, sizeof q, p->comms[op->comm].name));
-  if (op->red != FP_RED_SUM && n < cap) n += (size_t)snprintf(buf + n, cap - n, " red=%s", fp_redop_name(op->red));
+    n += (size_t)snprintf(buf, cap, "%s", fpi_quote(q, sizeof q, p->comms[op->comm].name));
+  if (op->red != FP_RED_SUM && n < cap) n += (size_t)snprintf(buf + n, cap - n, " red=%s", fpi_redop_name(op->red));
   if (op->root >= 0 && n < cap)
     n += (size_t)snprintf(buf + n, cap - n, " %s%" PRId32,
                           op->code == FP_OP_SEND || op->code == FP_OP_RECV ? "dist=" : "root=", op->root);
   if (op->only >= 0 && op->only_comm >= 0 && op->only_comm < p->ncomms && n < cap)
     n += (size_t)snprintf(buf + n, cap - n, " only %" PRId32 "@%s", op->only,
-                          fp_quote(q, sizeof q, p->comms[op->only_comm].name));
+                          fpi_quote(q, sizeof q, p->comms[op->only_comm].name));
   if (op->group >= 0 && n < cap) snprintf(buf + n, cap - n, " group=%" PRId32, op->group);
 }
 
@@ -178,9 +178,9 @@ static const struct {
 #define NCOLS ((int)(sizeof columns / sizeof columns[0]))
 #define NTIMECOLS 2
 
-void fp_ir_explain(const fp_prog *p, FILE *f) { fp_ir_explain_modeled(p, NULL, NULL, f); }
+void fpi_ir_explain(const fp_prog *p, FILE *f) { fpi_ir_explain_modeled(p, NULL, NULL, f); }
 
-void fp_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f) {
+void fpi_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f) {
   explain_ctx x = {p, start_us, end_us, NULL};
   int ncols = start_us && end_us ? NCOLS : NCOLS - NTIMECOLS;
   /* the record each wait refers to: the latest before it; a wait before any

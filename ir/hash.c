@@ -60,7 +60,7 @@ static void wview(hstate *s, const fp_view *v) {
   wi(s, v->off);
 }
 
-uint64_t fp_prog_hash(const fp_prog *p) {
+uint64_t fpi_prog_hash(const fp_prog *p) {
   hstate s = {FP_FNV_INIT};
   /* header */
   wstr(&s, p->model);
@@ -76,9 +76,9 @@ uint64_t fp_prog_hash(const fp_prog *p) {
   if (p->hw.name)
     for (int k = 0; k < FP_HW_NFIELDS; k++) {
       if (fp_hw_fields[k].integer)
-        wi(&s, fp_hw_geti(&p->hw, k));
+        wi(&s, fpi_hw_geti(&p->hw, k));
       else
-        wd(&s, fp_hw_getd(&p->hw, k));
+        wd(&s, fpi_hw_getd(&p->hw, k));
     }
   wi(&s, p->optim);
   if (p->optim != FP_OPTIM_NONE) wi(&s, p->optim_dtype);
@@ -195,7 +195,7 @@ uint64_t fp_prog_hash(const fp_prog *p) {
     wi(&s, op->event);
     wi(&s, op->module);
     wd(&s, op->alpha);
-    fp_op_shape sh = fp_op_shape_of(p, op);
+    fp_op_shape sh = fpi_op_shape_of(p, op);
     wi(&s, sh.rows);
     wi(&s, sh.dpitch);
     wi(&s, sh.spitch);

@@ -2,7 +2,7 @@
  *
  * The name tables come from the X-macros of ir.h and ops.def, so an op,
  * stream, segment kind or buffer category is added in one place. The builder
- * appends to the program's arrays, grown with fp_grow from the program's
+ * appends to the program's arrays, grown with fpi_grow from the program's
  * arena (nothing here is freed on its own); ops go into the current segment,
  * whose op count is kept up to date as ops are emitted, so the program is
  * consistent after every call. */
@@ -26,16 +26,16 @@ static const struct {
 #undef FP_OP
 };
 
-const char *fp_op_name(fp_opcode c) { return (unsigned)c < FP_NOPS ? ops[c].name : "?"; }
+const char *fpi_op_name(fp_opcode c) { return (unsigned)c < FP_NOPS ? ops[c].name : "?"; }
 
-fp_opclass fp_op_class(fp_opcode c) {
+fp_opclass fpi_op_class(fp_opcode c) {
   FP_ASSERT((unsigned)c < FP_NOPS);
   return ops[c].cls;
 }
 
-const char *fp_op_doc(fp_opcode c) { return (unsigned)c < FP_NOPS ? ops[c].doc : "?"; }
+const char *fpi_op_doc(fp_opcode c) { return (unsigned)c < FP_NOPS ? ops[c].doc : "?"; }
 
-int fp_op_parse(const char *name) {
+int fpi_op_parse(const char *name) {
   for (int i = 0; i < FP_NOPS; i++)
     if (!strcmp(name, ops[i].name)) return i;
   return -1;
@@ -46,15 +46,15 @@ static const char *const streams[] = {
     FP_STREAMS(X)
 #undef X
 };
-const char *fp_stream_name(int s) { return s >= 0 && s < FP_NSTREAMS ? streams[s] : "?"; }
+const char *fpi_stream_name(int s) { return s >= 0 && s < FP_NSTREAMS ? streams[s] : "?"; }
 
 static const char *const redops[] = {
 #define X(e, s) s,
     FP_REDOPS(X)
 #undef X
 };
-const char *fp_redop_name(int r) { return r >= 0 && r < FP_NREDOPS ? redops[r] : "?"; }
-bool fp_op_reduces(fp_opcode c) {
+const char *fpi_redop_name(int r) { return r >= 0 && r < FP_NREDOPS ? redops[r] : "?"; }
+bool fpi_op_reduces(fp_opcode c) {
   return c == FP_OP_REDUCE_SCATTER || c == FP_OP_REDUCE_SCATTER_V || c == FP_OP_ALL_REDUCE || c == FP_OP_REDUCE;
 }
 
@@ -66,15 +66,15 @@ static const struct {
     FP_SEGS(X)
 #undef X
 };
-const char *fp_seg_name(int k) { return k >= 0 && k < FP_NSEGKINDS ? segs[k].name : "?"; }
-bool fp_seg_has_module(int k) { return k >= 0 && k < FP_NSEGKINDS && segs[k].module; }
+const char *fpi_seg_name(int k) { return k >= 0 && k < FP_NSEGKINDS ? segs[k].name : "?"; }
+bool fpi_seg_has_module(int k) { return k >= 0 && k < FP_NSEGKINDS && segs[k].module; }
 
 static const char *const bufcats[] = {
 #define X(e, s) s,
     FP_BUFCATS(X)
 #undef X
 };
-const char *fp_buf_cat_name(int c) { return c >= 0 && c < FP_NBUFCATS ? bufcats[c] : "?"; }
+const char *fpi_buf_cat_name(int c) { return c >= 0 && c < FP_NBUFCATS ? bufcats[c] : "?"; }
 
 /* ---- the modeled machine ------------------------------------------------------- */
 #define HWF(f, i) {#f, offsetof(fp_hw, f), i}
@@ -86,9 +86,9 @@ const fp_hw_field fp_hw_fields[FP_HW_NFIELDS] = {
 #undef HWF
 
 /* ---- memory timeline ---------------------------------------------------------- */
-const char *fp_memtl_cat_name(int c) { return c == FP_MEMTL_ACT ? "activations" : fp_buf_cat_name(c); }
+const char *fpi_memtl_cat_name(int c) { return c == FP_MEMTL_ACT ? "activations" : fpi_buf_cat_name(c); }
 
-void fp_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound) {
+void fpi_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound) {
   int64_t pk = 0, lb = 0;
   for (int32_t i = 0; i < t->npts; i++) {
     __int128 all = 0;
@@ -102,7 +102,7 @@ void fp_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound) {
   *lower_bound = lb;
 }
 
-const char *fp_memtl_check(const fp_memtl *t) {
+const char *fpi_memtl_check(const fp_memtl *t) {
   if (t->npts < 0 || (t->npts > 0 && !t->pts)) return "a negative number of points";
   for (int32_t i = 0; i < t->npts; i++) {
     const fp_memtl_point *q = &t->pts[i];
@@ -112,7 +112,7 @@ const char *fp_memtl_check(const fp_memtl *t) {
       if (q->bytes[c] < 0) return "a point has negative bytes";
   }
   int64_t peak, lb;
-  fp_memtl_maxima(t, &peak, &lb);
+  fpi_memtl_maxima(t, &peak, &lb);
   if (t->peak_bytes != peak) return "peak_bytes is not the most bytes live at any point";
   if (t->lower_bound_bytes != lb) return "lower_bound_bytes is not the most arena bytes live at any point";
   return NULL;
@@ -120,15 +120,15 @@ const char *fp_memtl_check(const fp_memtl *t) {
 
 /* by fp_placement_kind */
 static const char *const placements[FP_IR_NPLACEMENTS] = {"shard", "ragged_shard", "owned", "replicate", "flat_shard"};
-const char *fp_ir_placement_name(int k) { return k >= 0 && k < FP_IR_NPLACEMENTS ? placements[k] : "?"; }
-int fp_ir_placement_parse(const char *s) {
+const char *fpi_ir_placement_name(int k) { return k >= 0 && k < FP_IR_NPLACEMENTS ? placements[k] : "?"; }
+int fpi_ir_placement_parse(const char *s) {
   for (int i = 0; i < FP_IR_NPLACEMENTS; i++)
     if (!strcmp(s, placements[i])) return i;
   return -1;
 }
 
 /* ---- names: the bare form (the map is base's fp_namemap) -------------------- */
-bool fp_ir_name_is_bare(const char *s) {
+bool fpi_ir_name_is_bare(const char *s) {
   if (!s || !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_')) return false;
   for (; *s; s++) {
     char c = *s;
@@ -247,7 +247,7 @@ static const uint64_t pow5u[28] = {1ull,
  * further than |d| * 2^-53 (at least half an ulp) from d cannot read back. */
 static size_t fmt_exact(char *buf, char *q, double d, uint64_t N, int t) {
   char nt[20];
-  char *dig = fp_u64_digits(nt, N);
+  char *dig = fpi_u64_digits(nt, N);
   int nd = (int)(nt + 20 - dig), X = nd - 1 + t;
   for (int P = 1; P < nd && P < 17; P++) {
     int m = nd - P; /* digits dropped: at most 19 */
@@ -266,7 +266,7 @@ static size_t fmt_exact(char *buf, char *q, double d, uint64_t N, int t) {
       x++;
     }
     char t2[20];
-    char *s = fp_u64_digits(t2, A);
+    char *s = fpi_u64_digits(t2, A);
     size_t len = (size_t)(fmt_g(q, s, P, x) - buf);
     if (strtod(buf, NULL) == d) return len;
   }
@@ -281,7 +281,7 @@ static size_t fmt_exact(char *buf, char *q, double d, uint64_t N, int t) {
     x++;
   }
   char t2[20];
-  return (size_t)(fmt_g(q, fp_u64_digits(t2, A), 17, x) - buf);
+  return (size_t)(fmt_g(q, fpi_u64_digits(t2, A), 17, x) - buf);
 }
 
 static size_t fmt_double_loop(char buf[40], double d) {
@@ -293,7 +293,7 @@ static size_t fmt_double_loop(char buf[40], double d) {
   return strlen(buf);
 }
 
-size_t fp_fmt_double(char buf[40], double d) {
+size_t fpi_fmt_double(char buf[40], double d) {
   if (isnan(d) || isinf(d)) { /* strtod reads these back */
     snprintf(buf, 40, "%s", isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
     return strlen(buf);
@@ -303,7 +303,7 @@ size_t fp_fmt_double(char buf[40], double d) {
   if (signbit(d)) *q++ = '-';
   if (a < 9007199254740992.0 && a == (double)(uint64_t)a) { /* an integer below 2^53 */
     char t[20];
-    char *dig = fp_u64_digits(t, (uint64_t)a);
+    char *dig = fpi_u64_digits(t, (uint64_t)a);
     int nd = (int)(t + 20 - dig), P = nd;
     while (P > 1 && dig[P - 1] == '0') P--;
     return (size_t)(fmt_g(q, dig, P, nd - 1) - buf);
@@ -348,7 +348,7 @@ size_t fp_fmt_double(char buf[40], double d) {
       x++;
     }
     char t[20];
-    char *s = fp_u64_digits(t, A);
+    char *s = fpi_u64_digits(t, A);
     FP_ASSERT(t + 20 - s == P);
     memcpy(dig, s, (size_t)P);
     size_t len = (size_t)(fmt_g(q, dig, P, x) - buf);
@@ -363,8 +363,8 @@ size_t fp_fmt_double(char buf[40], double d) {
 /* the op record's size (ir.h packs it: a program of 2.2M ops is 334 MB) */
 _Static_assert(sizeof(fp_op) == 152, "fp_op is packed to 152 bytes");
 
-fp_prog *fp_prog_new(fp_arena *a) {
-  fp_prog *p = fp_alloc(a, sizeof *p);
+fp_prog *fpi_prog_new(fp_arena *a) {
+  fp_prog *p = fpi_alloc(a, sizeof *p);
   p->arena = a;
   p->world_size = 1;
   p->ranks_per_node = 1;
@@ -373,7 +373,7 @@ fp_prog *fp_prog_new(fp_arena *a) {
 }
 
 /* a copy of n elements of src (NULL when none), with room for exactly n:
- * fp_grow extends it in place later when it has a chunk of its own */
+ * fpi_grow extends it in place later when it has a chunk of its own */
 static void *dup_array(fp_arena *a, const void *src, int32_t n, int64_t *cap, size_t elem) {
   *cap = n;
   if (!src || n <= 0) {
@@ -381,12 +381,12 @@ static void *dup_array(fp_arena *a, const void *src, int32_t n, int64_t *cap, si
     return NULL;
   }
   size_t bytes;
-  if (__builtin_mul_overflow((size_t)n, elem, &bytes)) fp_internal_error(__FILE__, __LINE__, "array size overflow");
-  return fp_memdup(a, src, bytes);
+  if (__builtin_mul_overflow((size_t)n, elem, &bytes)) fpi_internal_error(__FILE__, __LINE__, "array size overflow");
+  return fpi_memdup(a, src, bytes);
 }
 
-fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src) {
-  fp_prog *p = fp_alloc(a, sizeof *p);
+fp_prog *fpi_prog_fork(fp_arena *a, const fp_prog *src) {
+  fp_prog *p = fpi_alloc(a, sizeof *p);
   *p = *src;
   p->arena = a;
   p->memtl = NULL;
@@ -403,11 +403,11 @@ fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src) {
   return p;
 }
 
-#define GROW(p, arr, n, cap) ((p)->arr = fp_grow((p)->arena, (p)->arr, &(p)->cap, (int64_t)(p)->n + 1, sizeof *(p)->arr))
+#define GROW(p, arr, n, cap) ((p)->arr = fpi_grow((p)->arena, (p)->arr, &(p)->cap, (int64_t)(p)->n + 1, sizeof *(p)->arr))
 
-static const char *name_or_empty(fp_arena *a, const char *s) { return fp_strdup(a, s ? s : ""); }
+static const char *name_or_empty(fp_arena *a, const char *s) { return fpi_strdup(a, s ? s : ""); }
 
-int fp_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride) {
+int fpi_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride) {
   GROW(p, comms, ncomms, cap_comms);
   fp_ir_comm *c = &p->comms[p->ncomms];
   c->name = name_or_empty(p->arena, name);
@@ -416,20 +416,20 @@ int fp_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride) {
   return p->ncomms++;
 }
 
-int fp_ir_table_add(fp_prog *p, const char *name, int64_t n, const int64_t *off, const int64_t *cnt) {
+int fpi_ir_table_add(fp_prog *p, const char *name, int64_t n, const int64_t *off, const int64_t *cnt) {
   FP_ASSERT(n >= 0);
   GROW(p, tabs, ntabs, cap_tabs);
   fp_ir_table *t = &p->tabs[p->ntabs];
   t->name = name_or_empty(p->arena, name);
   t->n = n;
-  t->off = fp_alloc_array(p->arena, (size_t)n, sizeof *t->off);
-  t->cnt = fp_alloc_array(p->arena, (size_t)n, sizeof *t->cnt);
+  t->off = fpi_alloc_array(p->arena, (size_t)n, sizeof *t->off);
+  t->cnt = fpi_alloc_array(p->arena, (size_t)n, sizeof *t->cnt);
   if (n && off) memcpy(t->off, off, (size_t)n * sizeof *off);
   if (n && cnt) memcpy(t->cnt, cnt, (size_t)n * sizeof *cnt);
   return p->ntabs++;
 }
 
-int fp_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat, int bucket, int64_t bytes) {
+int fpi_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat, int bucket, int64_t bytes) {
   GROW(p, bufs, nbufs, cap_bufs);
   fp_ir_buf *b = &p->bufs[p->nbufs];
   b->name = name_or_empty(p->arena, name);
@@ -441,7 +441,7 @@ int fp_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat
   return p->nbufs++;
 }
 
-int fp_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flops_bwd, int64_t act) {
+int fpi_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flops_bwd, int64_t act) {
   GROW(p, mods, nmods, cap_mods);
   fp_ir_module *m = &p->mods[p->nmods];
   m->name = name_or_empty(p->arena, name);
@@ -454,17 +454,17 @@ int fp_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flop
   return p->nmods++;
 }
 
-int fp_ir_bucket_add(fp_prog *p, const char *name) {
+int fpi_ir_bucket_add(fp_prog *p, const char *name) {
   GROW(p, buckets, nbuckets, cap_buckets);
   p->buckets[p->nbuckets] = name_or_empty(p->arena, name);
   return p->nbuckets++;
 }
 
-void fp_ir_param_reserve(fp_prog *p, int32_t n) {
-  p->params = fp_grow(p->arena, p->params, &p->cap_params, (int64_t)p->nparams + n, sizeof *p->params);
+void fpi_ir_param_reserve(fp_prog *p, int32_t n) {
+  p->params = fpi_grow(p->arena, p->params, &p->cap_params, (int64_t)p->nparams + n, sizeof *p->params);
 }
 
-fp_ir_param *fp_ir_param_add(fp_prog *p) {
+fp_ir_param *fpi_ir_param_add(fp_prog *p) {
   GROW(p, params, nparams, cap_params);
   fp_ir_param *q = &p->params[p->nparams++];
   memset(q, 0, sizeof *q);
@@ -475,12 +475,12 @@ fp_ir_param *fp_ir_param_add(fp_prog *p) {
   return q;
 }
 
-int fp_ir_event_new(fp_prog *p) {
+int fpi_ir_event_new(fp_prog *p) {
   FP_ASSERT(p->nevents < INT32_MAX);
   return p->nevents++;
 }
 
-int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro) {
+int fpi_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro) {
   GROW(p, segs, nsegs, cap_segs);
   if (p->nsegs > 0) { /* close the previous one */
     fp_seg *prev = &p->segs[p->nsegs - 1];
@@ -496,10 +496,10 @@ int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro) {
   return p->nsegs++;
 }
 
-fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count) {
-  FP_ASSERT(p->nsegs > 0); /* ops live in segments: call fp_ir_seg_begin first */
+fp_op *fpi_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count) {
+  FP_ASSERT(p->nsegs > 0); /* ops live in segments: call fpi_ir_seg_begin first */
   FP_ASSERT(p->nops < INT32_MAX);
-  p->ops = fp_grow_raw(p->arena, p->ops, &p->cap_ops, (int64_t)p->nops + 1, sizeof *p->ops);
+  p->ops = fpi_grow_raw(p->arena, p->ops, &p->cap_ops, (int64_t)p->nops + 1, sizeof *p->ops);
   fp_op *op = &p->ops[p->nops++];
   memset(op, 0, sizeof *op);
   op->code = code;
@@ -510,17 +510,17 @@ fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t 
   op->module = op->bucket = op->group = op->tab = op->shape = -1;
   op->pass = FP_PASS_FWD;
   op->count = count;
-  op->dst = op->src = op->aux = fp_noreg();
+  op->dst = op->src = op->aux = fpi_noreg();
   p->segs[p->nsegs - 1].nops = p->nops - p->segs[p->nsegs - 1].first;
   return op;
 }
 
-void fp_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op) {
+void fpi_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op) {
   GROW(p, lives, nlives, cap_lives);
   p->lives[p->nlives++] = (fp_ir_live){buf, first_op, last_op};
 }
 
-void fp_ir_op_shape(fp_prog *p, fp_op *op, int64_t rows, int64_t dpitch, int64_t spitch) {
+void fpi_ir_op_shape(fp_prog *p, fp_op *op, int64_t rows, int64_t dpitch, int64_t spitch) {
   if (rows == 1 && !dpitch && !spitch) {
     op->shape = -1;
     return;
@@ -531,9 +531,9 @@ void fp_ir_op_shape(fp_prog *p, fp_op *op, int64_t rows, int64_t dpitch, int64_t
   op->shape = p->nshapes++;
 }
 
-void fp_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n) {
+void fpi_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n) {
   FP_ASSERT(n >= 0 && p->nuses <= INT32_MAX - n);
-  p->uses = fp_grow(p->arena, p->uses, &p->cap_uses, (int64_t)p->nuses + n, sizeof *p->uses);
+  p->uses = fpi_grow(p->arena, p->uses, &p->cap_uses, (int64_t)p->nuses + n, sizeof *p->uses);
   if (n) memcpy(p->uses + p->nuses, bufs, (size_t)n * sizeof *bufs);
   op->uses = p->nuses;
   op->nuses = n;
@@ -541,23 +541,23 @@ void fp_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n) {
 }
 
 /* ---- rank arithmetic ---------------------------------------------------------- */
-int64_t fp_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, fp_dtype dt, int64_t g) {
+int64_t fpi_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, fp_dtype dt, int64_t g) {
   int64_t off = r->off + g * r->stride;
   if (r->tabrel) {
     FP_ASSERT(op->tab >= 0 && op->tab < p->ntabs && g >= 0 && g < p->tabs[op->tab].n);
-    off += p->tabs[op->tab].off[g] * fp_dtype_size(dt);
+    off += p->tabs[op->tab].off[g] * fpi_dtype_size(dt);
   }
   return off;
 }
 
 /* ops whose count on rank g is tab.cnt[g] when they have a table */
 static bool count_from_table(fp_opcode c) {
-  if (fp_op_regions(c)) return false; /* a region table: n is the sum of its counts */
+  if (fpi_op_regions(c)) return false; /* a region table: n is the sum of its counts */
   return c == FP_OP_ALL_GATHER_V || c == FP_OP_REDUCE_SCATTER_V || ((unsigned)c < FP_NOPS && ops[c].cls == FP_OPC_LOCAL);
 }
-bool fp_op_regions(fp_opcode c) { return c == FP_OP_SPLIT_COPY || c == FP_OP_CHUNK_CAT; }
+bool fpi_op_regions(fp_opcode c) { return c == FP_OP_SPLIT_COPY || c == FP_OP_CHUNK_CAT; }
 
-int64_t fp_op_count(const fp_prog *p, const fp_op *op, int64_t g) {
+int64_t fpi_op_count(const fp_prog *p, const fp_op *op, int64_t g) {
   if (op->tab >= 0 && count_from_table(op->code)) {
     FP_ASSERT(op->tab < p->ntabs && g >= 0 && g < p->tabs[op->tab].n);
     return p->tabs[op->tab].cnt[g];

@@ -30,10 +30,10 @@ typedef enum {
   FP_NOPS
 } fp_opcode;
 
-const char *fp_op_name(fp_opcode c);
-fp_opclass fp_op_class(fp_opcode c);
-const char *fp_op_doc(fp_opcode c);
-int fp_op_parse(const char *name); /* -1 if unknown */
+const char *fpi_op_name(fp_opcode c);
+fp_opclass fpi_op_class(fp_opcode c);
+const char *fpi_op_doc(fp_opcode c);
+int fpi_op_parse(const char *name); /* -1 if unknown */
 
 /* streams: X(enum, name) */
 #define FP_STREAMS(X)                                              \
@@ -47,7 +47,7 @@ typedef enum {
 #undef X
   FP_NSTREAMS
 } fp_stream;
-const char *fp_stream_name(int s);
+const char *fpi_stream_name(int s);
 
 /* segment kinds = trainer hooks: X(enum, name, takes a module) */
 #define FP_SEGS(X)                                                           \
@@ -64,8 +64,8 @@ typedef enum {
 #undef X
   FP_NSEGKINDS
 } fp_seg_kind;
-const char *fp_seg_name(int k);
-bool fp_seg_has_module(int k);
+const char *fpi_seg_name(int k);
+bool fpi_seg_has_module(int k);
 
 /* buffer lifetime kinds */
 typedef enum {
@@ -88,7 +88,7 @@ typedef enum {
 #undef X
   FP_NBUFCATS
 } fp_buf_cat;
-const char *fp_buf_cat_name(int c);
+const char *fpi_buf_cat_name(int c);
 
 typedef struct fp_ir_comm {
   const char *name;  /* "world", "shard", "replica", "reshard4", ... */
@@ -162,12 +162,12 @@ typedef struct fp_ir_param {
   int64_t chunk;         /* shard: padded elements per rank; ragged: slot elements */
   fp_view main, grad;    /* shard storage (main dtype / grad dtype) */
   fp_view weight, ugrad; /* unsharded compute weight and grad (param dtype) */
-  fp_view opt;           /* optimizer state (prog.optim_dtype): fp_optim_states(prog.optim)
+  fp_view opt;           /* optimizer state (prog.optim_dtype): fpi_optim_states(prog.optim)
                           * slots of `chunk`-like extent (the main grad's slot elements),
                           * the k-th at opt.off + k * (its buffer's bytes / states) */
   fp_view scales;        /* MXFP8 weights (main_dtype = param_dtype = e4m3, a frozen param kept
                           * unsharded): the e8m0 scales, one per 32-element block of the flat
-                          * param (fp_mx_blocks(numel)), in a persistent buffer; buf -1
+                          * param (fpi_mx_blocks(numel)), in a persistent buffer; buf -1
                           * for every other param */
   int32_t *users;        /* modules other than `module` whose forward also reads it (model.json
                           * v2 "uses": tied weights), in module order; NULL when none */
@@ -199,12 +199,12 @@ typedef enum {
 #undef X
   FP_NREDOPS
 } fp_redop;
-const char *fp_redop_name(int r);
+const char *fpi_redop_name(int r);
 /* true for the opcodes that reduce (and so take a fp_redop) */
-bool fp_op_reduces(fp_opcode c);
+bool fpi_op_reduces(fp_opcode c);
 /* true for the opcodes whose table lists regions (split_copy, chunk_cat:
  * any number of entries, no comm) rather than one extent per rank */
-bool fp_op_regions(fp_opcode c);
+bool fpi_op_regions(fp_opcode c);
 
 /* a strided copy's shape (copy, split_copy, chunk_cat): `rows` rows, each
  * dpitch bytes apart in dst and spitch bytes apart in src. Kept in the
@@ -240,7 +240,7 @@ typedef struct fp_op {
                         * .. +nuses); they count as used by this op */
   int32_t line;      /* .fpir source line it was parsed from (0: built) */
   int32_t shape;     /* its rows and pitches: prog.shapes[shape]; -1: one row, pitches 0
-                      * (fp_op_shape_of reads them, fp_ir_op_shape sets them) */
+                      * (fpi_op_shape_of reads them, fpi_ir_op_shape sets them) */
   int64_t count;     /* elements (see ops.def); with tab >= 0, local ops use tab.cnt[g] */
   double alpha;      /* scale: factor; compute: flops */
   fp_region dst, src, aux;
@@ -274,7 +274,7 @@ typedef struct fp_hw {
   double launch_us;      /* the shortest a local kernel takes */
 } fp_hw;
 
-/* The modeled memory timeline of one step (planner/sim.c fp_sim_memory):
+/* The modeled memory timeline of one step (planner/sim.c fpi_sim_memory):
  * device bytes live per category over modeled time. The arena is the same
  * on every rank (SPMD), so one timeline describes every rank. Derived data:
  * plan.json carries it outside the hash; the .fpir text does not. */
@@ -291,16 +291,16 @@ typedef struct fp_memtl {
   int64_t lower_bound_bytes; /* most arena bytes live at once (no activations) */
 } fp_memtl;
 /* the name of timeline category c (fp_buf_cat names, then "activations") */
-const char *fp_memtl_cat_name(int c);
+const char *fpi_memtl_cat_name(int c);
 /* the most bytes live at any point: all categories, and all but activations */
-void fp_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound);
+void fpi_memtl_maxima(const fp_memtl *t, int64_t *peak, int64_t *lower_bound);
 /* NULL when t is self-consistent (times finite and ordered, bytes >= 0, the
  * two maxima as the points say), else what is wrong */
-const char *fp_memtl_check(const fp_memtl *t);
+const char *fpi_memtl_check(const fp_memtl *t);
 
 /* What a compile knows of its program that the program does not hold: the
  * figures of `flexplan compile --emit=summary` beyond the program's own
- * (planner/pipeline.c fp_summarize). plan.json carries them as "figures",
+ * (planner/pipeline.c fpi_summarize). plan.json carries them as "figures",
  * derived data outside the hash, so a loaded plan summarizes as the compile
  * that wrote it did. */
 typedef struct fp_figures {
@@ -341,53 +341,53 @@ typedef struct fp_prog {
 
 /* op's rows and pitches: {1, 0, 0} when it has none (and for a shape out
  * of range, which the verifier reports) */
-static inline fp_op_shape fp_op_shape_of(const fp_prog *p, const fp_op *op) {
+static inline fp_op_shape fpi_op_shape_of(const fp_prog *p, const fp_op *op) {
   if (op->shape < 0 || op->shape >= p->nshapes) return (fp_op_shape){1, 0, 0};
   return p->shapes[op->shape];
 }
 
 /* ---- builder ------------------------------------------------------------ */
-fp_prog *fp_prog_new(fp_arena *a);
+fp_prog *fpi_prog_new(fp_arena *a);
 /* a copy of src for the passes (coalesce, memplan, sync), which change only
  * its ops, buffers, segments and live ranges: those are its own; the
  * communicators, tables, modules, params, bucket names, use lists and op
  * shapes are shared with src, and neither program may change them after (names too);
  * the derived memtl / figures are not carried */
-fp_prog *fp_prog_fork(fp_arena *a, const fp_prog *src);
-int fp_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride);
-int fp_ir_table_add(fp_prog *p, const char *name, int64_t n, const int64_t *off, const int64_t *cnt);
-int fp_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat, int bucket, int64_t bytes);
-int fp_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flops_bwd, int64_t act);
-int fp_ir_bucket_add(fp_prog *p, const char *name);
-fp_ir_param *fp_ir_param_add(fp_prog *p); /* zeroed except views/comm/tab = -1 */
-void fp_ir_param_reserve(fp_prog *p, int32_t n); /* room for n params (no growth while adding them) */
-int fp_ir_event_new(fp_prog *p);
+fp_prog *fpi_prog_fork(fp_arena *a, const fp_prog *src);
+int fpi_ir_comm_add(fp_prog *p, const char *name, int64_t size, int64_t stride);
+int fpi_ir_table_add(fp_prog *p, const char *name, int64_t n, const int64_t *off, const int64_t *cnt);
+int fpi_ir_buf_add(fp_prog *p, const char *name, fp_buf_kind kind, fp_buf_cat cat, int bucket, int64_t bytes);
+int fpi_ir_module_add(fp_prog *p, const char *name, double flops_fwd, double flops_bwd, int64_t act);
+int fpi_ir_bucket_add(fp_prog *p, const char *name);
+fp_ir_param *fpi_ir_param_add(fp_prog *p); /* zeroed except views/comm/tab = -1 */
+void fpi_ir_param_reserve(fp_prog *p, int32_t n); /* room for n params (no growth while adding them) */
+int fpi_ir_event_new(fp_prog *p);
 /* open a new segment; ops emitted after go into it */
-int fp_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro);
+int fpi_ir_seg_begin(fp_prog *p, fp_seg_kind kind, int module, int micro);
 /* append an op to the current segment: comm/only/root/event/module/bucket/
  * group/tab/shape = -1, regions empty (buf -1), sdtype = dtype */
-fp_op *fp_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count);
+fp_op *fpi_ir_emit(fp_prog *p, fp_opcode code, fp_stream s, fp_dtype dt, int64_t count);
 
 /* add a live range [first_op, last_op] to a transient buffer */
-void fp_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op);
+void fpi_ir_buf_live(fp_prog *p, int buf, int32_t first_op, int32_t last_op);
 /* attach the buffers a compute op's pass uses (copied into prog.uses) */
-void fp_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n);
+void fpi_ir_op_uses(fp_prog *p, fp_op *op, const int32_t *bufs, int n);
 /* give op rows and pitches: a new entry of prog.shapes, unless they are
  * {1, 0, 0} (shape -1) */
-void fp_ir_op_shape(fp_prog *p, fp_op *op, int64_t rows, int64_t dpitch, int64_t spitch);
+void fpi_ir_op_shape(fp_prog *p, fp_op *op, int64_t rows, int64_t dpitch, int64_t spitch);
 
-static inline fp_region fp_reg(int buf, int64_t off) { fp_region r = {buf, false, off, 0}; return r; }
-static inline fp_region fp_reg_g(int buf, int64_t off, int64_t stride) { fp_region r = {buf, false, off, stride}; return r; }
-static inline fp_region fp_reg_t(int buf, int64_t off) { fp_region r = {buf, true, off, 0}; return r; }
-static inline fp_region fp_noreg(void) { fp_region r = {-1, false, 0, 0}; return r; }
+static inline fp_region fpi_reg(int buf, int64_t off) { fp_region r = {buf, false, off, 0}; return r; }
+static inline fp_region fpi_reg_g(int buf, int64_t off, int64_t stride) { fp_region r = {buf, false, off, stride}; return r; }
+static inline fp_region fpi_reg_t(int buf, int64_t off) { fp_region r = {buf, true, off, 0}; return r; }
+static inline fp_region fpi_noreg(void) { fp_region r = {-1, false, 0, 0}; return r; }
 
 /* ---- rank arithmetic ------------------------------------------------------ */
 /* index of global rank r inside communicator c */
-static inline int64_t fp_comm_index(const fp_ir_comm *c, int64_t r) { return (r / c->stride) % c->size; }
+static inline int64_t fpi_comm_index(const fp_ir_comm *c, int64_t r) { return (r / c->stride) % c->size; }
 /* byte offset of region on a rank whose index in the op's comm is g */
-int64_t fp_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, fp_dtype dt, int64_t g);
+int64_t fpi_region_offset(const fp_prog *p, const fp_op *op, const fp_region *r, fp_dtype dt, int64_t g);
 /* element count an op moves/touches on a rank with index g (tables resolved) */
-int64_t fp_op_count(const fp_prog *p, const fp_op *op, int64_t g);
+int64_t fpi_op_count(const fp_prog *p, const fp_op *op, int64_t g);
 
 /* ---- accesses and aliases (ir/access.c) ------------------------------------ */
 /* One buffer an op touches and how. The unit of ordering is the buffer: the
@@ -400,7 +400,7 @@ typedef struct fp_access {
 /* the buffers op reads/writes (operands; compute: its uses, the trainer's
  * backward writing unsharded grads and the optimizer main weights); out
  * needs room for FP_MAX_OPND_ACCESS + op->nuses; returns how many */
-int fp_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out);
+int fpi_op_accesses(const fp_prog *p, const fp_op *op, fp_access *out);
 /* Per stream, the latest clock at which each arena byte was written and
  * read, over every buffer: the latest conflicting access to a buffer is the
  * maximum over its bytes (a buffer conflicts with itself and with every
@@ -428,43 +428,43 @@ typedef struct fp_alias_clocks {
     int64_t seen[FP_NSTREAMS], w[FP_NSTREAMS], r[FP_NSTREAMS];
   } *memo;
 } fp_alias_clocks;
-void fp_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c);
-void fp_alias_clocks_reset(fp_alias_clocks *c); /* forget every access */
-void fp_alias_clocks_free(fp_alias_clocks *c);
+void fpi_alias_clocks_init(const fp_prog *p, fp_alias_clocks *c);
+void fpi_alias_clocks_reset(fp_alias_clocks *c); /* forget every access */
+void fpi_alias_clocks_free(fp_alias_clocks *c);
 /* stream s accessed buffer b at clock t (its own stream's component) */
-void fp_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t);
+void fpi_alias_clocks_note(fp_alias_clocks *c, int32_t b, int s, bool read, bool write, int64_t t);
 /* the latest write w[t] / read r[t] on each stream t other than s over b
  * and every buffer sharing its bytes (0: none; w[s], r[s] are not set). A
  * run of asks from one stream with no access noted on another in between
  * (a bucket's ops, back to back on one stream) is answered from a memo. */
-void fp_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r);
+void fpi_alias_clocks_max(fp_alias_clocks *c, int32_t b, int s, int64_t *w, int64_t *r);
 /* the slot of offset o among n sorted cut points e: the first k with e[k] >= o
  * (n - 1 when none); the slots the clocks and the verifier's rule 6 cut bytes into */
-int32_t fp_cut_slot(const int64_t *e, int32_t n, int64_t o);
+int32_t fpi_cut_slot(const int64_t *e, int32_t n, int64_t o);
 /* buffers a and b conflict: the same buffer, or placed in the same arena
  * with overlapping bytes */
-bool fp_bufs_overlap(const fp_prog *p, int32_t a, int32_t b);
+bool fpi_bufs_overlap(const fp_prog *p, int32_t a, int32_t b);
 /* the trainer's activations: a forward compute op's activations live until
  * the backward of the same module and micro-batch that follows it (the
  * latest unpaired forward). pair[i] (room for p->nops) gets, for a forward
  * compute op, its backward's index or -1 (none: live to the end of the
  * step), for a backward compute op its forward's index or -1, else -1 */
-void fp_ir_activation_pairs(const fp_prog *p, int32_t *pair);
+void fpi_ir_activation_pairs(const fp_prog *p, int32_t *pair);
 /* the same over some ops: ids[0..n) are op indices in program order, every
  * compute op among them (NULL: ids[k] = k); pair[k] (room for n) is the
  * position in ids of k's partner, or -1 */
-void fp_ir_activation_pairs_of(const fp_prog *p, const int32_t *ids, int32_t n, int32_t *pair);
+void fpi_ir_activation_pairs_of(const fp_prog *p, const int32_t *ids, int32_t n, int32_t *pair);
 
 /* ---- text form, verifier, plan.json ------------------------------------- */
 /* print .fpir: deterministic; parse(print(p)) reproduces p */
-void fp_ir_print(const fp_prog *p, FILE *f);
-char *fp_ir_print_str(const fp_prog *p, size_t *len); /* malloc'd */
+void fpi_ir_print(const fp_prog *p, FILE *f);
+char *fpi_ir_print_str(const fp_prog *p, size_t *len); /* malloc'd */
 /* parse .fpir text; located errors ("file:line:col: error: ...") */
-fp_prog *fp_ir_parse(fp_arena *a, fp_diag *d, const fp_src *src);
+fp_prog *fpi_ir_parse(fp_arena *a, fp_diag *d, const fp_src *src);
 /* check a program; reports each problem through d, located with the op's
  * .fpir line when src is given (ops parsed from it), else "op N"; returns
  * true when valid */
-bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
+bool fpi_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
 /* the same with flags: FP_VERIFY_UNORDERED checks a program the sync pass
  * has not run on yet - everything except the happens-before parts of rules
  * 6 and 8 (see ir/verify.c) */
@@ -475,20 +475,20 @@ bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
 /* programs rule 9 left unchecked as too large (rank classes x params sharded
  * outside flat buckets over its limit, ir/verify_sem.c): it passes them */
 extern long fp_ir_sem_skipped;
-bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags);
+bool fpi_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags);
 /* plan.json: {"format":"flexplan.plan.v1","planner_version":..,
  * "hash":"fnv1a64:<hex>", ...}; the hash: FNV-1a 64 (by 64-bit words) over a canonical
  * binary walk of what the .fpir text holds (ir/hash.c) */
-uint64_t fp_prog_hash(const fp_prog *p);
-bool fp_plan_write(const fp_prog *p, FILE *f);
-fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src);
+uint64_t fpi_prog_hash(const fp_prog *p);
+bool fpi_plan_write(const fp_prog *p, FILE *f);
+fp_prog *fpi_plan_read(fp_arena *a, fp_diag *d, const fp_src *src);
 /* the same, verified with FP_VERIFY_* flags (FP_VERIFY_SEM: rule 9 too) */
-fp_prog *fp_plan_read_flags(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags);
+fp_prog *fpi_plan_read_flags(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags);
 /* explain: one row per op (EXPLAIN-style table): index, segment, stream, op,
  * operands, count/bytes, comm, waits/records */
-void fp_ir_explain(const fp_prog *p, FILE *f);
+void fpi_ir_explain(const fp_prog *p, FILE *f);
 /* the same with two more columns, each op's modeled start and end in
  * microseconds (planner/sim.h fp_sim start_us/end_us; NULL: none) */
-void fp_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f);
+void fpi_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f);
 
 #endif

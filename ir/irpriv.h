@@ -14,17 +14,17 @@
 
 /* ---- param placements (fp_placement_kind, base/placement.h) ------------ */
 #define FP_IR_NPLACEMENTS FP_NPLACEMENTS_IR
-const char *fp_ir_placement_name(int k); /* "?" when out of range */
-int fp_ir_placement_parse(const char *s); /* -1 if unknown */
+const char *fpi_ir_placement_name(int k); /* "?" when out of range */
+int fpi_ir_placement_parse(const char *s); /* -1 if unknown */
 
 /* shortest decimal text that reads back (strtod) as exactly d: the first
  * "%.Pg" (P = 1..17) that does; "nan", "inf", "-inf" otherwise. Returns the
  * length of the text. */
-size_t fp_fmt_double(char buf[40], double d);
+size_t fpi_fmt_double(char buf[40], double d);
 
 /* fp_sbuf, the growable string, is in base.h */
 /* decimal digits of v into the end of t[0..20); returns where they start */
-static inline char *fp_u64_digits(char t[20], uint64_t v) {
+static inline char *fpi_u64_digits(char t[20], uint64_t v) {
   char *q = t + 20;
   do {
     *--q = (char)('0' + v % 10);
@@ -33,21 +33,21 @@ static inline char *fp_u64_digits(char t[20], uint64_t v) {
   return q;
 }
 /* "%" PRId64 */
-static inline void fp_sb_i64(fp_sbuf *b, int64_t v) {
+static inline void fpi_sb_i64(fp_sbuf *b, int64_t v) {
   char t[21];
   uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-  char *q = fp_u64_digits(t + 1, u);
+  char *q = fpi_u64_digits(t + 1, u);
   if (v < 0) *--q = '-';
-  fp_sb_putn(b, q, (size_t)(t + 21 - q));
+  fpi_sb_putn(b, q, (size_t)(t + 21 - q));
 }
-/* fp_fmt_double's text */
-static inline void fp_sb_double(fp_sbuf *b, double d) {
-  char *q = fp_sb_room(b, 40);
-  b->len += fp_fmt_double(q, d);
+/* fpi_fmt_double's text */
+static inline void fpi_sb_double(fp_sbuf *b, double d) {
+  char *q = fpi_sb_room(b, 40);
+  b->len += fpi_fmt_double(q, d);
 }
 
 /* bare names print without quotes: [A-Za-z_][A-Za-z0-9_.:/-]* */
-bool fp_ir_name_is_bare(const char *s);
+bool fpi_ir_name_is_bare(const char *s);
 
 /* ---- the modeled machine ------------------------------------------------ */
 /* fp_hw's fields after its name, in the order .fpir and plan.json write
@@ -59,13 +59,13 @@ typedef struct fp_hw_field {
 } fp_hw_field;
 #define FP_HW_NFIELDS 11
 extern const fp_hw_field fp_hw_fields[FP_HW_NFIELDS];
-static inline int64_t *fp_hw_int(fp_hw *h, int k) { return (int64_t *)((char *)h + fp_hw_fields[k].off); }
-static inline double *fp_hw_dbl(fp_hw *h, int k) { return (double *)((char *)h + fp_hw_fields[k].off); }
-static inline int64_t fp_hw_geti(const fp_hw *h, int k) { return *(const int64_t *)((const char *)h + fp_hw_fields[k].off); }
-static inline double fp_hw_getd(const fp_hw *h, int k) { return *(const double *)((const char *)h + fp_hw_fields[k].off); }
+static inline int64_t *fpi_hw_int(fp_hw *h, int k) { return (int64_t *)((char *)h + fp_hw_fields[k].off); }
+static inline double *fpi_hw_dbl(fp_hw *h, int k) { return (double *)((char *)h + fp_hw_fields[k].off); }
+static inline int64_t fpi_hw_geti(const fp_hw *h, int k) { return *(const int64_t *)((const char *)h + fp_hw_fields[k].off); }
+static inline double fpi_hw_getd(const fp_hw *h, int k) { return *(const double *)((const char *)h + fp_hw_fields[k].off); }
 
 /* ---- plan.json ---------------------------------------------------------- */
-/* fp_plan_read first tries a one-pass reader of plans as fp_plan_write writes
+/* fpi_plan_read first tries a one-pass reader of plans as fpi_plan_write writes
  * them and, when it declines, reads with json-c (which locates every error).
  * Tests clear this to compare the two. */
 extern bool fp_plan_fast_read;
@@ -91,8 +91,8 @@ typedef enum {
 } fp_vloc;
 /* report msg about (what, i); ctx is the caller's */
 typedef void (*fp_vreport)(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, const char *msg);
-bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *ctx, unsigned flags);
+bool fpi_ir_verify_with(const fp_prog *p, fp_vreport report, void *ctx, unsigned flags);
 /* rule 9 alone (ir/verify_sem.c): for a program that passes rules 1-8 */
-bool fp_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *ctx);
+bool fpi_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *ctx);
 
 #endif

@@ -7,7 +7,7 @@
  * `#` starts a comment anywhere outside a quoted string; blank lines are
  * ignored. Names are resolved against what was declared before them, so a
  * file reads top to bottom. The reader checks syntax, names and the ranges
- * of the C types; whether the program makes sense is fp_ir_verify's job.
+ * of the C types; whether the program makes sense is fpi_ir_verify's job.
  *
  * It is meant to survive any input: every number is range-checked, nothing
  * is allocated in proportion to a count the text claims (tables grow with
@@ -55,7 +55,7 @@ static bool fail(parser *ps, size_t at, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fp_diag_at(ps->d, ps->src, at, "%s", msg);
+  fpi_diag_at(ps->d, ps->src, at, "%s", msg);
   return false;
 }
 
@@ -63,7 +63,7 @@ static bool fail(parser *ps, size_t at, const char *fmt, ...) {
 static const char *excerpt(parser *ps, size_t at, size_t len) {
   if (at >= ps->eol) return "end of line";
   if (len > 40) len = 40;
-  char *s = fp_alloc(ps->a, len * 4 + 3);
+  char *s = fpi_alloc(ps->a, len * 4 + 3);
   size_t k = 0;
   s[k++] = '\'';
   for (size_t i = 0; i < len; i++) {
@@ -195,7 +195,7 @@ static bool parse_double(parser *ps, double *out, const char *what) {
 static bool parse_quoted(parser *ps, const char **out) {
   size_t at = ps->pos;
   if (!expect_char(ps, '"')) return false;
-  char *buf = fp_alloc(ps->a, ps->eol - ps->pos + 1); /* decoded is never longer */
+  char *buf = fpi_alloc(ps->a, ps->eol - ps->pos + 1); /* decoded is never longer */
   size_t k = 0;
   while (ps->pos < ps->eol && ps->t[ps->pos] != '"') {
     char c = ps->t[ps->pos++];
@@ -243,8 +243,8 @@ static bool parse_name(parser *ps, const char **out, const char *what) {
   const char *s;
   size_t at = ps->pos, len = atom(ps, &s);
   if (len == 0) return fail(ps, at, "expected %s name, found %s", what, excerpt(ps, at, 1));
-  char *nm = fp_strndup(ps->a, s, len);
-  if (!fp_ir_name_is_bare(nm))
+  char *nm = fpi_strndup(ps->a, s, len);
+  if (!fpi_ir_name_is_bare(nm))
     return fail(ps, at, "%s is not a bare name (names that start with a letter or '_' and hold only "
                         "letters, digits and _.:/- can go unquoted)", excerpt(ps, at, len));
   *out = nm;
@@ -267,7 +267,7 @@ static bool parse_ref(parser *ps, int kind, int32_t *out) {
   }
   const char *nm;
   if (!parse_name(ps, &nm, nm_what[kind])) return false;
-  int32_t i = fp_namemap_get(&ps->names[kind], nm, strlen(nm));
+  int32_t i = fpi_namemap_get(&ps->names[kind], nm, strlen(nm));
   if (i == -1) return fail(ps, at, "unknown %s '%s' (declare it before use)", nm_what[kind], nm);
   if (i == FP_NAMEMAP_DUP)
     return fail(ps, at, "%s name '%s' is declared more than once; refer to it as $N", nm_what[kind], nm);
@@ -305,7 +305,7 @@ static bool parse_view(parser *ps, fp_view *v) {
 
 static bool parse_dtype_word(parser *ps, const char *s, size_t len, size_t at, int *out) {
   char buf[64];
-  int t = fp_dtype_parse(atom_cstr(s, len, buf));
+  int t = fpi_dtype_parse(atom_cstr(s, len, buf));
   if (t < 0) return fail(ps, at, "unknown dtype %s", excerpt(ps, at, len));
   *out = t;
   return true;
@@ -344,7 +344,7 @@ static bool close_table(parser *ps) {
   if (ps->noff != ps->tab_n || ps->ncnt != ps->tab_n)
     return fail(ps, ps->tab_at, "table '%s' declares n=%" PRId64 " but has %" PRId64 " offsets and %" PRId64 " counts",
                 ps->tab_name, ps->tab_n, ps->noff, ps->ncnt);
-  int i = fp_ir_table_add(ps->p, ps->tab_name, ps->tab_n, ps->tab_off, ps->tab_cnt);
+  int i = fpi_ir_table_add(ps->p, ps->tab_name, ps->tab_n, ps->tab_off, ps->tab_cnt);
   ps->p->tabs[i].line = ps->tab_line;
   return true;
 }
@@ -359,7 +359,7 @@ static bool table_row(parser *ps, bool cnt) {
     int64_t v;
     if (!parse_int(ps, INT64_MIN, INT64_MAX, &v, cnt ? "table count" : "table offset") || !end_of_field(ps))
       return false;
-    *arr = fp_grow(ps->a, *arr, cap, *n + 1, sizeof **arr);
+    *arr = fpi_grow(ps->a, *arr, cap, *n + 1, sizeof **arr);
     (*arr)[(*n)++] = v;
   }
   return true;
@@ -399,9 +399,9 @@ static bool decl_comm(parser *ps) {
     }
   }
   if (!have_size || !have_stride) return fail(ps, ps->pos, "a communicator needs size= and stride=");
-  int i = fp_ir_comm_add(ps->p, name, size, stride);
+  int i = fpi_ir_comm_add(ps->p, name, size, stride);
   ps->p->comms[i].line = ps->line;
-  fp_namemap_put(&ps->names[NM_COMM], ps->p->comms[i].name, i);
+  fpi_namemap_put(&ps->names[NM_COMM], ps->p->comms[i].name, i);
   return true;
 }
 
@@ -419,15 +419,15 @@ static bool decl_table(parser *ps) {
   ps->tab_line = ps->line;
   ps->tab_off = ps->tab_cnt = NULL;
   ps->noff = ps->ncnt = ps->cap_off = ps->cap_cnt = 0;
-  fp_namemap_put(&ps->names[NM_TAB], name, ps->p->ntabs); /* its index once closed */
+  fpi_namemap_put(&ps->names[NM_TAB], name, ps->p->ntabs); /* its index once closed */
   return true;
 }
 
 static bool decl_bucket(parser *ps) {
   const char *name;
   if (!decl_head(ps, ps->p->nbuckets, "bucket", &name) || !expect_eol(ps)) return false;
-  int i = fp_ir_bucket_add(ps->p, name);
-  fp_namemap_put(&ps->names[NM_BUCKET], ps->p->buckets[i], i);
+  int i = fpi_ir_bucket_add(ps->p, name);
+  fpi_namemap_put(&ps->names[NM_BUCKET], ps->p->buckets[i], i);
   return true;
 }
 
@@ -440,7 +440,7 @@ static bool parse_lives(parser *ps, int32_t buf) {
       return fail(ps, ps->pos, "expected '..' in a live range (FIRST..LAST)");
     ps->pos += 2;
     if (!parse_i32(ps, &last, "live range end")) return false;
-    fp_ir_buf_live(ps->p, buf, first, last);
+    fpi_ir_buf_live(ps->p, buf, first, last);
     if (ps->pos < ps->eol && ps->t[ps->pos] == ',') {
       ps->pos++;
       continue;
@@ -461,7 +461,7 @@ static bool decl_buf(parser *ps) {
   len = atom(ps, &s);
   int cat = -1;
   for (int c = 0; c < FP_NBUFCATS; c++)
-    if (atom_is(s, len, fp_buf_cat_name(c))) cat = c;
+    if (atom_is(s, len, fpi_buf_cat_name(c))) cat = c;
   if (cat < 0) return fail(ps, at, "unknown buffer category %s", excerpt(ps, at, len ? len : 1));
   int64_t bytes = 0, offset = -1;
   int32_t bucket = -1, buf = ps->p->nbufs;
@@ -490,12 +490,12 @@ static bool decl_buf(parser *ps) {
     }
   }
   if (!(seen & 1)) return fail(ps, ps->pos, "a buffer needs bytes=");
-  int i = fp_ir_buf_add(ps->p, name, (fp_buf_kind)kind, (fp_buf_cat)cat, bucket, bytes);
+  int i = fpi_ir_buf_add(ps->p, name, (fp_buf_kind)kind, (fp_buf_cat)cat, bucket, bytes);
   fp_ir_buf *b = &ps->p->bufs[i];
   b->offset = offset;
   b->host = host;
   b->line = ps->line;
-  fp_namemap_put(&ps->names[NM_BUF], b->name, i);
+  fpi_namemap_put(&ps->names[NM_BUF], b->name, i);
   return true;
 }
 
@@ -521,11 +521,11 @@ static bool decl_module(parser *ps) {
                        : int_field(ps, INT64_MIN, INT64_MAX, &saved, "recompute");
     if (!ok) return false;
   }
-  int i = fp_ir_module_add(ps->p, name, ff, fb, act);
+  int i = fpi_ir_module_add(ps->p, name, ff, fb, act);
   ps->p->mods[i].recompute = seen >> 3 & 1;
   ps->p->mods[i].saved_bytes = saved;
   ps->p->mods[i].line = ps->line;
-  fp_namemap_put(&ps->names[NM_MOD], ps->p->mods[i].name, i);
+  fpi_namemap_put(&ps->names[NM_MOD], ps->p->mods[i].name, i);
   return true;
 }
 
@@ -575,7 +575,7 @@ static bool parse_users(parser *ps, fp_ir_param *q) {
     int32_t m;
     if (!parse_ref(ps, NM_MOD, &m)) return false;
     if (q->nusers == INT32_MAX) return fail(ps, ps->pos, "too many users");
-    q->users = fp_grow(ps->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
+    q->users = fpi_grow(ps->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
     q->users[q->nusers++] = m;
     skip_blank(ps);
     if (ps->pos < ps->eol && ps->t[ps->pos] == ',') {
@@ -607,7 +607,7 @@ static bool decl_param(parser *ps) {
       at = ps->pos;
       len = atom(ps, &s);
       char buf[64];
-      int pl = len ? fp_ir_placement_parse(atom_cstr(s, len, buf)) : -1;
+      int pl = len ? fpi_ir_placement_parse(atom_cstr(s, len, buf)) : -1;
       if (pl >= 0 && q.placement < 0) {
         q.placement = pl;
       } else if (atom_is(s, len, "frozen") && !frozen) {
@@ -649,7 +649,7 @@ static bool decl_param(parser *ps) {
     return fail(ps, ps->pos, "a param needs shape=, module=, bucket=, dtypes= and a placement "
                              "(shard, ragged_shard, owned or replicate)");
   q.line = ps->line;
-  *fp_ir_param_add(ps->p) = q;
+  *fpi_ir_param_add(ps->p) = q;
   return true;
 }
 
@@ -669,7 +669,7 @@ static bool seg_line(parser *ps) {
   len = atom(ps, &s);
   int kind = -1;
   for (int k = 0; k < FP_NSEGKINDS; k++)
-    if (atom_is(s, len, fp_seg_name(k))) kind = k;
+    if (atom_is(s, len, fpi_seg_name(k))) kind = k;
   if (kind < 0) return fail(ps, at, "unknown segment kind %s", excerpt(ps, at, len ? len : 1));
   int32_t module = -1, micro = 0;
   if (ps->pos < ps->eol && ps->t[ps->pos] == '(') {
@@ -677,8 +677,8 @@ static bool seg_line(parser *ps) {
     if (!parse_ref(ps, NM_MOD, &module)) return false;
     skip_blank(ps);
     if (!expect_char(ps, ')')) return false;
-  } else if (fp_seg_has_module(kind)) {
-    return fail(ps, ps->pos, "%s needs a module: %s(NAME)", fp_seg_name(kind), fp_seg_name(kind));
+  } else if (fpi_seg_has_module(kind)) {
+    return fail(ps, ps->pos, "%s needs a module: %s(NAME)", fpi_seg_name(kind), fpi_seg_name(kind));
   }
   if (!end_of_field(ps)) return false;
   if (!at_eol(ps)) {
@@ -687,7 +687,7 @@ static bool seg_line(parser *ps) {
     if (!peek_key(ps, &k, &kl, &at) || !atom_is(k, kl, "micro")) return fail(ps, ps->pos, "expected micro=");
     if (!i32_field(ps, &micro, "micro") || !expect_eol(ps)) return false;
   }
-  int i = fp_ir_seg_begin(ps->p, (fp_seg_kind)kind, module, micro);
+  int i = fpi_ir_seg_begin(ps->p, (fp_seg_kind)kind, module, micro);
   ps->p->segs[i].line = ps->line;
   return true;
 }
@@ -705,7 +705,7 @@ static bool parse_uses(parser *ps, int *start) {
     int32_t b;
     if (!parse_ref(ps, NM_BUF, &b)) return false;
     if (p->nuses == INT32_MAX) return fail(ps, ps->pos, "too many uses");
-    p->uses = fp_grow(p->arena, p->uses, &p->cap_uses, (int64_t)p->nuses + 1, sizeof *p->uses);
+    p->uses = fpi_grow(p->arena, p->uses, &p->cap_uses, (int64_t)p->nuses + 1, sizeof *p->uses);
     p->uses[p->nuses++] = b;
     skip_blank(ps);
     if (ps->pos < ps->eol && ps->t[ps->pos] == ',') {
@@ -741,15 +741,15 @@ static bool op_line(parser *ps) {
   len = atom(ps, &s);
   int stream = -1;
   for (int k = 0; k < FP_NSTREAMS; k++)
-    if (atom_is(s, len, fp_stream_name(k))) stream = k;
+    if (atom_is(s, len, fpi_stream_name(k))) stream = k;
   if (stream < 0) return fail(ps, at, "unknown stream %s (expected compute, ag or rs)", excerpt(ps, at, len ? len : 1));
   at = (skip_blank(ps), ps->pos);
   len = atom(ps, &s);
   char buf[64];
-  int code = len ? fp_op_parse(atom_cstr(s, len, buf)) : -1;
+  int code = len ? fpi_op_parse(atom_cstr(s, len, buf)) : -1;
   if (code < 0) return fail(ps, at, "unknown op %s", excerpt(ps, at, len ? len : 1));
   if (!end_of_field(ps)) return false;
-  fp_opclass cls = fp_op_class((fp_opcode)code);
+  fp_opclass cls = fpi_op_class((fp_opcode)code);
   fp_op o;
   memset(&o, 0, sizeof o);
   fp_op_shape sh = {1, 0, 0};
@@ -758,7 +758,7 @@ static bool op_line(parser *ps) {
   unsigned seen = 0;
   o.comm = o.only = o.only_comm = o.root = o.event = o.module = o.bucket = o.group = o.tab = -1;
   o.pass = FP_PASS_FWD;
-  o.dst = o.src = o.aux = fp_noreg();
+  o.dst = o.src = o.aux = fpi_noreg();
   while (!at_eol(ps)) {
     const char *k;
     size_t kl;
@@ -814,7 +814,7 @@ static bool op_line(parser *ps) {
         len = atom(ps, &s);
         int r = -1;
         for (int j = 0; j < FP_NREDOPS; j++)
-          if (atom_is(s, len, fp_redop_name(j))) r = j;
+          if (atom_is(s, len, fpi_redop_name(j))) r = j;
         if (r < 0) return fail(ps, at, "expected red=sum or red=avg");
         o.red = (fp_redop)r;
         ok = end_of_field(ps);
@@ -830,8 +830,8 @@ static bool op_line(parser *ps) {
     if (!ok) return false;
   }
   if (!have_dt && (cls == FP_OPC_COMM || cls == FP_OPC_LOCAL))
-    return fail(ps, ps->pos, "%s needs a dtype (e.g. bf16, or fp32->bf16 for a conversion)", fp_op_name((fp_opcode)code));
-  fp_op *op = fp_ir_emit(ps->p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, o.count);
+    return fail(ps, ps->pos, "%s needs a dtype (e.g. bf16, or fp32->bf16 for a conversion)", fpi_op_name((fp_opcode)code));
+  fp_op *op = fpi_ir_emit(ps->p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, o.count);
   o.code = (fp_opcode)code;
   o.stream = (fp_stream)stream;
   o.dtype = (fp_dtype)dt;
@@ -843,7 +843,7 @@ static bool op_line(parser *ps) {
     o.nuses = ps->p->nuses - nuse;
   }
   *op = o;
-  fp_ir_op_shape(ps->p, op, sh.rows, sh.dpitch, sh.spitch);
+  fpi_ir_op_shape(ps->p, op, sh.rows, sh.dpitch, sh.spitch);
   return true;
 }
 
@@ -872,7 +872,7 @@ static bool header_optim(parser *ps) {
   len = atom(ps, &s);
   int k = -1;
   for (int i = 0; i < FP_NOPTIMS && k < 0; i++)
-    if (atom_is(s, len, fp_optim_name(i))) k = i;
+    if (atom_is(s, len, fpi_optim_name(i))) k = i;
   if (k < 0) return fail(ps, at, "unknown optimizer %s (none, sgd or adamw)", excerpt(ps, at, len ? len : 1));
   p->optim = (fp_optim)k;
   if (!end_of_field(ps)) return false;
@@ -905,8 +905,8 @@ static bool header_hw(parser *ps) {
       if (atom_is(k, kl, fp_hw_fields[i].key)) f = i;
     if (f < 0 || (seen >> f & 1)) return fail(ps, at, "unknown or repeated field %s for the hardware", excerpt(ps, at, kl));
     seen |= 1u << f;
-    bool ok = fp_hw_fields[f].integer ? int_field(ps, INT64_MIN, INT64_MAX, fp_hw_int(&h, f), fp_hw_fields[f].key)
-                                      : parse_double(ps, fp_hw_dbl(&h, f), fp_hw_fields[f].key) && end_of_field(ps);
+    bool ok = fp_hw_fields[f].integer ? int_field(ps, INT64_MIN, INT64_MAX, fpi_hw_int(&h, f), fp_hw_fields[f].key)
+                                      : parse_double(ps, fpi_hw_dbl(&h, f), fp_hw_fields[f].key) && end_of_field(ps);
     if (!ok) return false;
   }
   for (int i = 0; i < FP_HW_NFIELDS; i++)
@@ -939,7 +939,7 @@ static bool line(parser *ps) {
     return op_line(ps);
   }
   for (int k = 0; k < FP_NSTREAMS; k++)
-    if (atom_is(s, len, fp_stream_name(k))) {
+    if (atom_is(s, len, fpi_stream_name(k))) {
       ps->pos = at;
       return op_line(ps);
     }
@@ -979,13 +979,13 @@ static bool line(parser *ps) {
   return fail(ps, at, "unknown directive %s", excerpt(ps, at, len ? len : 1));
 }
 
-fp_prog *fp_ir_parse(fp_arena *a, fp_diag *d, const fp_src *src) {
+fp_prog *fpi_ir_parse(fp_arena *a, fp_diag *d, const fp_src *src) {
   parser ps = {.a = a, .d = d, .src = src, .t = src->text, .n = src->len};
-  ps.p = fp_prog_new(a);
-  for (int k = 0; k < NM_N; k++) fp_namemap_init(&ps.names[k], a, 16);
+  ps.p = fpi_prog_new(a);
+  for (int k = 0; k < NM_N; k++) fpi_namemap_init(&ps.names[k], a, 16);
   bool ok = true;
   /* names must be UTF-8 that plan.json can hold */
-  size_t bad = fp_utf8_invalid(ps.t, ps.n);
+  size_t bad = fpi_utf8_invalid(ps.t, ps.n);
   if (bad < ps.n) {
     fail(&ps, bad, "invalid UTF-8 (byte 0x%02x)", (unsigned char)ps.t[bad]);
     return NULL;

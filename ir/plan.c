@@ -14,7 +14,7 @@
  *
  * The reader first tries a one-pass reader of plans as the writer writes them
  * (see "the fast path" below); whatever that declines is read as follows.
- * The reader trusts nothing: the JSON is parsed strictly (fp_json_parse:
+ * The reader trusts nothing: the JSON is parsed strictly (fpi_json_parse:
  * duplicate keys rejected), every member is type- and range-checked with an
  * error located at its JSON pointer, then the hash is recomputed and
  * compared and the program verified (verifier messages located at /ops/N,
@@ -32,7 +32,7 @@
 
 #define PLAN_FORMAT "flexplan.plan.v1"
 
-/* fp_prog_hash: ir/hash.c (a canonical binary walk, not the text) */
+/* fpi_prog_hash: ir/hash.c (a canonical binary walk, not the text) */
 
 /* ---- writer ----------------------------------------------------------------- */
 /* The file is written into one string, then to f. Its bytes are what json-c's
@@ -48,7 +48,7 @@ typedef struct wr {
   bool ok;
 } wr;
 
-#define W_LIT(w, s) fp_sb_putn(&(w)->b, "" s, sizeof(s) - 1)
+#define W_LIT(w, s) fpi_sb_putn(&(w)->b, "" s, sizeof(s) - 1)
 
 /* a JSON string: \" \\ \b \f \n \r \t, other bytes below 0x20 as \u00hh,
  * everything else (also '/', 0x7f and UTF-8) as is */
@@ -56,11 +56,11 @@ static void w_str(wr *w, const char *s) {
   static const char hex[] = "0123456789abcdef";
   fp_sbuf *b = &w->b;
   if (!s) s = "";
-  fp_sb_putc(b, '"');
+  fpi_sb_putc(b, '"');
   for (;;) {
     const char *r = s;
     while ((unsigned char)*r >= 0x20 && *r != '"' && *r != '\\') r++;
-    if (r > s) fp_sb_putn(b, s, (size_t)(r - s));
+    if (r > s) fpi_sb_putn(b, s, (size_t)(r - s));
     s = r;
     if (!*s) break;
     unsigned char c = (unsigned char)*s++;
@@ -74,16 +74,16 @@ static void w_str(wr *w, const char *s) {
       case '\t': W_LIT(w, "\\t"); break;
       default: {
         char t[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-        fp_sb_putn(b, t, 6);
+        fpi_sb_putn(b, t, 6);
       }
     }
   }
-  fp_sb_putc(b, '"');
+  fpi_sb_putc(b, '"');
 }
 
 /* members of a row: "key":value, the first one opening the object with '{' */
-#define KEY(w, first, k) fp_sb_putn(&(w)->b, (first) ? "{\"" k "\":" : ",\"" k "\":", sizeof(k) + 3)
-static void w_int(wr *w, int64_t v) { fp_sb_i64(&w->b, v); }
+#define KEY(w, first, k) fpi_sb_putn(&(w)->b, (first) ? "{\"" k "\":" : ",\"" k "\":", sizeof(k) + 3)
+static void w_int(wr *w, int64_t v) { fpi_sb_i64(&w->b, v); }
 static void w_bool(wr *w, bool v) {
   if (v)
     W_LIT(w, "true");
@@ -101,7 +101,7 @@ static void w_dbl(wr *w, double d) {
   if (d == 0 && signbit(d))
     W_LIT(w, "-0.0"); /* "-0" would read back as the integer 0 */
   else
-    fp_sb_double(&w->b, d);
+    fpi_sb_double(&w->b, d);
 }
 
 static void w_region(wr *w, const fp_region *r) {
@@ -109,32 +109,32 @@ static void w_region(wr *w, const fp_region *r) {
   M_INT(w, false, "offset", r->off);
   if (r->stride) M_INT(w, false, "stride", r->stride);
   if (r->tabrel) M_BOOL(w, false, "table_relative", true);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static void w_view(wr *w, const fp_view *v) {
   M_INT(w, true, "buffer", v->buf);
   M_INT(w, false, "offset", v->off);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
-static const char *dname(int t) { return t >= 0 && t < FP_NDTYPES ? fp_dtype_name((fp_dtype)t) : "?"; }
+static const char *dname(int t) { return t >= 0 && t < FP_NDTYPES ? fpi_dtype_name((fp_dtype)t) : "?"; }
 
 static void jcomm(wr *w, const fp_prog *p, int32_t i) {
   const fp_ir_comm *c = &p->comms[i];
   M_STR(w, true, "name", c->name);
   M_INT(w, false, "size", c->size);
   M_INT(w, false, "stride", c->stride);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static void w_ints(wr *w, const int64_t *v, int64_t n) {
-  fp_sb_putc(&w->b, '[');
+  fpi_sb_putc(&w->b, '[');
   for (int64_t j = 0; j < n; j++) {
-    if (j) fp_sb_putc(&w->b, ',');
+    if (j) fpi_sb_putc(&w->b, ',');
     w_int(w, v[j]);
   }
-  fp_sb_putc(&w->b, ']');
+  fpi_sb_putc(&w->b, ']');
 }
 
 static void jtable(wr *w, const fp_prog *p, int32_t i) {
@@ -144,7 +144,7 @@ static void jtable(wr *w, const fp_prog *p, int32_t i) {
   w_ints(w, t->off, t->n);
   KEY(w, false, "cnt");
   w_ints(w, t->cnt, t->n);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static void jbucket(wr *w, const fp_prog *p, int32_t i) { w_str(w, p->buckets[i]); }
@@ -154,12 +154,12 @@ static void jbuf(wr *w, const fp_prog *p, int32_t i) {
   M_STR(w, true, "name", b->name);
   if ((unsigned)b->kind > FP_BUF_TRANSIENT || (unsigned)b->cat >= FP_NBUFCATS) w->ok = false;
   M_STR(w, false, "kind", (unsigned)b->kind <= FP_BUF_TRANSIENT ? kind_names[b->kind] : "?");
-  M_STR(w, false, "category", fp_buf_cat_name(b->cat));
+  M_STR(w, false, "category", fpi_buf_cat_name(b->cat));
   M_INT(w, false, "bucket", b->bucket);
   M_BOOL(w, false, "host", b->host);
   M_INT(w, false, "bytes", b->bytes);
   M_INT(w, false, "offset", b->offset);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static void jmodule(wr *w, const fp_prog *p, int32_t i) {
@@ -179,7 +179,7 @@ static void jmodule(wr *w, const fp_prog *p, int32_t i) {
   }
   M_INT(w, false, "activation_bytes", m->activation_bytes);
   if (m->recompute) M_INT(w, false, "recompute_saved_bytes", m->saved_bytes);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static void jparam(wr *w, const fp_prog *p, int32_t i) {
@@ -192,19 +192,19 @@ static void jparam(wr *w, const fp_prog *p, int32_t i) {
   M_INT(w, false, "module", q->module);
   if (q->nusers > 0 && q->users) {
     KEY(w, false, "users");
-    fp_sb_putc(&w->b, '[');
+    fpi_sb_putc(&w->b, '[');
     for (int32_t k = 0; k < q->nusers; k++) {
-      if (k) fp_sb_putc(&w->b, ',');
+      if (k) fpi_sb_putc(&w->b, ',');
       w_int(w, q->users[k]);
     }
-    fp_sb_putc(&w->b, ']');
+    fpi_sb_putc(&w->b, ']');
   }
   M_INT(w, false, "bucket", q->bucket);
   M_STR(w, false, "main_dtype", dname(q->main_dtype));
   M_STR(w, false, "param_dtype", dname(q->param_dtype));
   M_STR(w, false, "grad_dtype", dname(q->grad_dtype));
   M_BOOL(w, false, "requires_grad", q->requires_grad);
-  M_STR(w, false, "placement", fp_ir_placement_name(q->placement));
+  M_STR(w, false, "placement", fpi_ir_placement_name(q->placement));
   M_INT(w, false, "dim", q->dim);
   M_INT(w, false, "comm", q->comm);
   M_INT(w, false, "owner", q->owner);
@@ -226,18 +226,18 @@ static void jparam(wr *w, const fp_prog *p, int32_t i) {
     KEY(w, false, "scales");
     w_view(w, &q->scales);
   }
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static void jseg(wr *w, const fp_prog *p, int32_t i) {
   const fp_seg *s = &p->segs[i];
   if ((unsigned)s->kind >= FP_NSEGKINDS) w->ok = false;
-  M_STR(w, true, "kind", fp_seg_name(s->kind));
+  M_STR(w, true, "kind", fpi_seg_name(s->kind));
   M_INT(w, false, "module", s->module);
   M_INT(w, false, "micro", s->micro);
   M_INT(w, false, "first", s->first);
   M_INT(w, false, "count", s->nops);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static void jlive(wr *w, const fp_prog *p, int32_t i) {
@@ -245,7 +245,7 @@ static void jlive(wr *w, const fp_prog *p, int32_t i) {
   M_INT(w, true, "buffer", l->buf);
   M_INT(w, false, "first", l->first);
   M_INT(w, false, "last", l->last);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 static bool reg_empty(const fp_region *r) { return r->buf == -1 && !r->tabrel && !r->off && !r->stride; }
@@ -258,10 +258,10 @@ static void jop(wr *w, const fp_prog *p, int32_t i) {
     W_LIT(w, "{}");
     return;
   }
-  M_STR(w, true, "op", fp_op_name(op->code));
-  M_STR(w, false, "stream", fp_stream_name(op->stream));
-  M_STR(w, false, "dtype", fp_dtype_name(op->dtype));
-  if (op->sdtype != op->dtype) M_STR(w, false, "sdtype", fp_dtype_name(op->sdtype));
+  M_STR(w, true, "op", fpi_op_name(op->code));
+  M_STR(w, false, "stream", fpi_stream_name(op->stream));
+  M_STR(w, false, "dtype", fpi_dtype_name(op->dtype));
+  if (op->sdtype != op->dtype) M_STR(w, false, "sdtype", fpi_dtype_name(op->sdtype));
   M_INT(w, false, "count", op->count);
   if (!reg_empty(&op->dst)) {
     KEY(w, false, "dst");
@@ -276,7 +276,7 @@ static void jop(wr *w, const fp_prog *p, int32_t i) {
     w_region(w, &op->aux);
   }
   if (op->comm != -1) M_INT(w, false, "comm", op->comm);
-  if (op->red != FP_RED_SUM) M_STR(w, false, "red", fp_redop_name(op->red));
+  if (op->red != FP_RED_SUM) M_STR(w, false, "red", fpi_redop_name(op->red));
   if (op->tab != -1) M_INT(w, false, "table", op->tab);
   if (op->root != -1) M_INT(w, false, "root", op->root);
   if (op->only != -1) M_INT(w, false, "only", op->only);
@@ -292,7 +292,7 @@ static void jop(wr *w, const fp_prog *p, int32_t i) {
       w->ok = false;
     }
   }
-  fp_op_shape sh = fp_op_shape_of(p, op);
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   if (sh.rows != 1) M_INT(w, false, "rows", sh.rows);
   if (sh.dpitch) M_INT(w, false, "dpitch", sh.dpitch);
   if (sh.spitch) M_INT(w, false, "spitch", sh.spitch);
@@ -303,22 +303,22 @@ static void jop(wr *w, const fp_prog *p, int32_t i) {
       w->ok = false;
     } else {
       KEY(w, false, "uses");
-      fp_sb_putc(&w->b, '[');
+      fpi_sb_putc(&w->b, '[');
       for (int32_t k = 0; k < op->nuses; k++) {
-        if (k) fp_sb_putc(&w->b, ',');
+        if (k) fpi_sb_putc(&w->b, ',');
         w_int(w, p->uses[op->uses + k]);
       }
-      fp_sb_putc(&w->b, ']');
+      fpi_sb_putc(&w->b, ']');
     }
   }
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 /* ",\n  \"key\": " */
 static void w_member(wr *w, const char *key, bool first) {
-  if (!first) fp_sb_putc(&w->b, ',');
+  if (!first) fpi_sb_putc(&w->b, ',');
   W_LIT(w, "\n  \"");
-  fp_sb_puts(&w->b, key);
+  fpi_sb_puts(&w->b, key);
   W_LIT(w, "\": ");
 }
 
@@ -326,7 +326,7 @@ static void w_member(wr *w, const char *key, bool first) {
 static void write_array(wr *w, const char *key, const fp_prog *p, int32_t n,
                         void (*row)(wr *, const fp_prog *, int32_t)) {
   w_member(w, key, false);
-  fp_sb_putc(&w->b, '[');
+  fpi_sb_putc(&w->b, '[');
   for (int32_t i = 0; i < n; i++) {
     if (i)
       W_LIT(w, ",\n    ");
@@ -337,7 +337,7 @@ static void write_array(wr *w, const char *key, const fp_prog *p, int32_t n,
   if (n)
     W_LIT(w, "\n  ]");
   else
-    fp_sb_putc(&w->b, ']');
+    fpi_sb_putc(&w->b, ']');
 }
 
 static void write_str(wr *w, const char *key, const char *v, bool first) {
@@ -356,19 +356,19 @@ static void write_hw(wr *w, const fp_hw *h) {
   M_STR(w, true, "name", h->name);
   for (int k = 0; k < FP_HW_NFIELDS; k++) {
     W_LIT(w, ",\"");
-    fp_sb_puts(&w->b, fp_hw_fields[k].key);
+    fpi_sb_puts(&w->b, fp_hw_fields[k].key);
     W_LIT(w, "\":");
     if (fp_hw_fields[k].integer) {
-      w_int(w, fp_hw_geti(h, k));
+      w_int(w, fpi_hw_geti(h, k));
     } else {
-      double x = fp_hw_getd(h, k);
+      double x = fpi_hw_getd(h, k);
       if (dbl_ok(x))
         w_dbl(w, x);
       else
         w->ok = false;
     }
   }
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
 /* "memory_timeline": {.., "points":[\n    [t,bytes...],\n  ]}: derived data,
@@ -377,8 +377,8 @@ static void write_memtl(wr *w, const fp_memtl *t) {
   w_member(w, "memory_timeline", false);
   W_LIT(w, "{\"modeled\":true,\"time_unit\":\"us\",\"categories\":[");
   for (int c = 0; c < FP_MEMTL_NCATS; c++) {
-    if (c) fp_sb_putc(&w->b, ',');
-    w_str(w, fp_memtl_cat_name(c));
+    if (c) fpi_sb_putc(&w->b, ',');
+    w_str(w, fpi_memtl_cat_name(c));
   }
   W_LIT(w, "],\"peak_bytes\":");
   w_int(w, t->peak_bytes);
@@ -396,10 +396,10 @@ static void write_memtl(wr *w, const fp_memtl *t) {
     else
       w->ok = false;
     for (int c = 0; c < FP_MEMTL_NCATS; c++) {
-      fp_sb_putc(&w->b, ',');
+      fpi_sb_putc(&w->b, ',');
       w_int(w, q->bytes[c]);
     }
-    fp_sb_putc(&w->b, ']');
+    fpi_sb_putc(&w->b, ']');
   }
   if (t->npts)
     W_LIT(w, "\n  ]}");
@@ -431,18 +431,18 @@ static void write_figures(wr *w, const fp_figures *g) {
   w_fig(w, g->modeled_compute_ms);
   KEY(w, false, "modeled_exposed_comm_ms");
   w_fig(w, g->modeled_exposed_comm_ms);
-  fp_sb_putc(&w->b, '}');
+  fpi_sb_putc(&w->b, '}');
 }
 
-bool fp_plan_write(const fp_prog *p, FILE *f) {
+bool fpi_plan_write(const fp_prog *p, FILE *f) {
   wr w = {.ok = true};
   char hash[40];
-  snprintf(hash, sizeof hash, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
+  snprintf(hash, sizeof hash, "fnv1a64:%016" PRIx64, fpi_prog_hash(p));
   /* about 130 bytes per op: one allocation for most plans */
-  fp_sb_room(&w.b, 4096 + (size_t)(p->nops > 0 ? p->nops : 0) * 160 + (size_t)(p->nbufs > 0 ? p->nbufs : 0) * 128 +
+  fpi_sb_room(&w.b, 4096 + (size_t)(p->nops > 0 ? p->nops : 0) * 160 + (size_t)(p->nbufs > 0 ? p->nbufs : 0) * 128 +
                        (size_t)(p->nparams > 0 ? p->nparams : 0) * 512 +
                        (size_t)(p->memtl && p->memtl->npts > 0 ? p->memtl->npts : 0) * 96);
-  fp_sb_putc(&w.b, '{');
+  fpi_sb_putc(&w.b, '{');
   write_str(&w, "format", PLAN_FORMAT, true);
   write_str(&w, "planner_version", FP_VERSION, false);
   write_str(&w, "hash", hash, false);
@@ -458,10 +458,10 @@ bool fp_plan_write(const fp_prog *p, FILE *f) {
   if (p->hw.name) write_hw(&w, &p->hw);
   if (p->optim != FP_OPTIM_NONE) {
     w_member(&w, "optimizer", false);
-    M_STR(&w, true, "type", fp_optim_name(p->optim) ? fp_optim_name(p->optim) : "?");
+    M_STR(&w, true, "type", fpi_optim_name(p->optim) ? fpi_optim_name(p->optim) : "?");
     M_STR(&w, false, "state_dtype", dname(p->optim_dtype));
-    fp_sb_putc(&w.b, '}');
-    if (!fp_optim_name(p->optim)) w.ok = false;
+    fpi_sb_putc(&w.b, '}');
+    if (!fpi_optim_name(p->optim)) w.ok = false;
   }
   write_array(&w, "comms", p, p->ncomms, jcomm);
   write_array(&w, "tables", p, p->ntabs, jtable);
@@ -496,8 +496,8 @@ static bool rerr(rd *r, const char *key, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  const char *ptr = key ? fp_ptr_key(r->a, r->ptr, key) : r->ptr;
-  fp_diag_json(r->d, r->src, ptr, "%s", msg);
+  const char *ptr = key ? fpi_ptr_key(r->a, r->ptr, key) : r->ptr;
+  fpi_diag_json(r->d, r->src, ptr, "%s", msg);
   return false;
 }
 
@@ -515,14 +515,14 @@ static void ptr_join(rd *r, const char *base, const char *key) {
 }
 
 static const char *describe(rd *r, const fp_jv *v) {
-  switch (fp_jv_type(v)) {
+  switch (fpi_jv_type(v)) {
     case FP_JNULL: return "null";
     case FP_JBOOL: return "a boolean";
     case FP_JOBJECT: return "an object";
     case FP_JARRAY: return "an array";
     case FP_JSTRING: return "a string";
     case FP_JINT:
-    case FP_JDOUBLE: return fp_j_describe(r->a, v); /* the number as written (doubles) or in decimal */
+    case FP_JDOUBLE: return fpi_j_describe(r->a, v); /* the number as written (doubles) or in decimal */
   }
   return "a value";
 }
@@ -539,12 +539,12 @@ static bool keys(rd *r, const fp_jv *o, const char *const *allowed) {
 }
 
 static bool is_obj(rd *r, const fp_jv *v, const char *key) {
-  if (fp_jv_is(v, FP_JOBJECT)) return true;
+  if (fpi_jv_is(v, FP_JOBJECT)) return true;
   return rerr(r, key, "expected an object, got %s", describe(r, v));
 }
 
 static bool rd_int_v(rd *r, const fp_jv *v, const char *key, int64_t min, int64_t max, int64_t *out) {
-  if (!fp_jv_is(v, FP_JINT))
+  if (!fpi_jv_is(v, FP_JINT))
     return rerr(r, key, "expected an integer, got %s", v ? describe(r, v) : "nothing");
   if (v->big) return rerr(r, key, "integer out of the int64 range");
   int64_t x = v->i;
@@ -555,7 +555,7 @@ static bool rd_int_v(rd *r, const fp_jv *v, const char *key, int64_t min, int64_
 
 /* member key of o: absent and !req -> *out untouched */
 static bool rd_int(rd *r, const fp_jv *o, const char *key, bool req, int64_t min, int64_t max, int64_t *out) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   return rd_int_v(r, v, key, min, max, out);
 }
@@ -568,43 +568,43 @@ static bool rd_i32(rd *r, const fp_jv *o, const char *key, bool req, int32_t min
 }
 
 static bool rd_dbl(rd *r, const fp_jv *o, const char *key, bool req, double *out) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!fp_jv_is(v, FP_JINT) && !fp_jv_is(v, FP_JDOUBLE))
+  if (!fpi_jv_is(v, FP_JINT) && !fpi_jv_is(v, FP_JDOUBLE))
     return rerr(r, key, "expected a number, got %s", describe(r, v));
-  double x = fp_jv_num(v);
+  double x = fpi_jv_num(v);
   if (!isfinite(x)) return rerr(r, key, "number out of range");
   *out = x;
   return true;
 }
 
 static bool rd_bool(rd *r, const fp_jv *o, const char *key, bool req, bool *out) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!fp_jv_is(v, FP_JBOOL)) return rerr(r, key, "expected true or false, got %s", describe(r, v));
+  if (!fpi_jv_is(v, FP_JBOOL)) return rerr(r, key, "expected true or false, got %s", describe(r, v));
   *out = v->b;
   return true;
 }
 
 static bool rd_str_v(rd *r, const fp_jv *v, const char *key, const char **out) {
-  if (!fp_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", v ? describe(r, v) : "nothing");
+  if (!fpi_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", v ? describe(r, v) : "nothing");
   const char *s = v->s;
   if (strlen(s) != v->n) return rerr(r, key, "NUL character in a string");
-  *out = fp_strdup(r->a, s);
+  *out = fpi_strdup(r->a, s);
   return true;
 }
 
 static bool rd_str(rd *r, const fp_jv *o, const char *key, bool req, const char **out) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
   return rd_str_v(r, v, key, out);
 }
 
 /* a string that names one of n things (name(i)) */
 static bool rd_enum(rd *r, const fp_jv *o, const char *key, bool req, const char *(*name)(int), int n, int *out) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!fp_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", describe(r, v));
+  if (!fpi_jv_is(v, FP_JSTRING)) return rerr(r, key, "expected a string, got %s", describe(r, v));
   const char *s = v->s;
   for (int i = 0; i < n; i++)
     if (!strcmp(name(i), s)) {
@@ -614,21 +614,21 @@ static bool rd_enum(rd *r, const fp_jv *o, const char *key, bool req, const char
   return rerr(r, key, "unknown %s '%.60s'", key, s);
 }
 
-static const char *n_dtype(int i) { return fp_dtype_name((fp_dtype)i); }
+static const char *n_dtype(int i) { return fpi_dtype_name((fp_dtype)i); }
 static const char *n_kind(int i) { return kind_names[i]; }
 static const char *n_pass(int i) { return pass_names[i]; }
-static const char *n_red(int i) { return fp_redop_name(i); }
-static const char *n_op(int i) { return fp_op_name((fp_opcode)i); }
+static const char *n_red(int i) { return fpi_redop_name(i); }
+static const char *n_op(int i) { return fpi_op_name((fp_opcode)i); }
 
 /* an array member; n its length */
 static bool rd_arr(rd *r, const fp_jv *o, const char *key, bool req, const fp_jv **out, size_t *n) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   *out = NULL;
   *n = 0;
   if (!v) return req ? rerr(r, NULL, "missing required member '%s'", key) : true;
-  if (!fp_jv_is(v, FP_JARRAY)) return rerr(r, key, "expected an array, got %s", describe(r, v));
+  if (!fpi_jv_is(v, FP_JARRAY)) return rerr(r, key, "expected an array, got %s", describe(r, v));
   *out = v;
-  *n = fp_jv_len(v);
+  *n = fpi_jv_len(v);
   if (*n > INT32_MAX - 1) return rerr(r, key, "too many entries");
   return true;
 }
@@ -638,14 +638,14 @@ static bool elem(rd *r, const fp_jv *arr, const char *name, size_t i, const fp_j
   snprintf(r->ptr, sizeof r->ptr, "/%s", name);
   char k[24];
   snprintf(k, sizeof k, "%zu", i);
-  *o = fp_jv_at(arr, i);
+  *o = fpi_jv_at(arr, i);
   if (!is_obj(r, *o, k)) return false;
   snprintf(r->ptr, sizeof r->ptr, "/%s/%zu", name, i);
   return true;
 }
 
 static bool rregion(rd *r, const fp_jv *o, const char *key, fp_region *out) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   if (!v) return true;
   if (!is_obj(r, v, key)) return false;
   char save[sizeof r->ptr];
@@ -660,7 +660,7 @@ static bool rregion(rd *r, const fp_jv *o, const char *key, fp_region *out) {
 }
 
 static bool rview(rd *r, const fp_jv *o, const char *key, fp_view *out) {
-  const fp_jv *v = fp_j_get(o, key);
+  const fp_jv *v = fpi_j_get(o, key);
   if (!v) return rerr(r, NULL, "missing required member '%s'", key);
   if (!is_obj(r, v, key)) return false;
   char save[sizeof r->ptr];
@@ -685,7 +685,7 @@ static bool read_comms(rd *r, const fp_jv *root, fp_prog *p) {
     if (!elem(r, arr, "comms", i, &o) || !keys(r, o, allowed) || !rd_str(r, o, "name", true, &name) ||
         !rd_int(r, o, "size", true, INT64_MIN, INT64_MAX, &size) || !rd_int(r, o, "stride", true, INT64_MIN, INT64_MAX, &stride))
       return false;
-    fp_ir_comm_add(p, name, size, stride);
+    fpi_ir_comm_add(p, name, size, stride);
   }
   return true;
 }
@@ -702,7 +702,7 @@ static bool read_tables(rd *r, const fp_jv *root, fp_prog *p) {
         !rd_arr(r, o, "off", true, &off, &noff) || !rd_arr(r, o, "cnt", true, &cnt, &ncnt))
       return false;
     if (noff != ncnt) return rerr(r, "cnt", "has %zu entries but off has %zu", ncnt, noff);
-    int t = fp_ir_table_add(p, name, (int64_t)noff, NULL, NULL);
+    int t = fpi_ir_table_add(p, name, (int64_t)noff, NULL, NULL);
     char save[sizeof r->ptr];
     memcpy(save, r->ptr, sizeof save);
     for (int w = 0; w < 2; w++) {
@@ -711,7 +711,7 @@ static bool read_tables(rd *r, const fp_jv *root, fp_prog *p) {
         char k[24];
         snprintf(k, sizeof k, "%zu", j);
         int64_t *dst = w ? &p->tabs[t].cnt[j] : &p->tabs[t].off[j];
-        if (!rd_int_v(r, fp_jv_at(w ? cnt : off, j), k, INT64_MIN, INT64_MAX, dst)) return false;
+        if (!rd_int_v(r, fpi_jv_at(w ? cnt : off, j), k, INT64_MIN, INT64_MAX, dst)) return false;
       }
     }
     memcpy(r->ptr, save, sizeof save);
@@ -729,8 +729,8 @@ static bool read_buckets(rd *r, const fp_jv *root, fp_prog *p) {
     char k[24];
     const char *name;
     snprintf(k, sizeof k, "%zu", i);
-    if (!rd_str_v(r, fp_jv_at(arr, i), k, &name)) return false;
-    fp_ir_bucket_add(p, name);
+    if (!rd_str_v(r, fpi_jv_at(arr, i), k, &name)) return false;
+    fpi_ir_bucket_add(p, name);
   }
   return true;
 }
@@ -748,11 +748,11 @@ static bool read_bufs(rd *r, const fp_jv *root, fp_prog *p) {
     bool host = false;
     int64_t bytes, offset;
     if (!elem(r, arr, "buffers", i, &o) || !keys(r, o, allowed) || !rd_str(r, o, "name", true, &name) ||
-        !rd_enum(r, o, "kind", true, n_kind, 2, &kind) || !rd_enum(r, o, "category", true, fp_buf_cat_name, FP_NBUFCATS, &cat) ||
+        !rd_enum(r, o, "kind", true, n_kind, 2, &kind) || !rd_enum(r, o, "category", true, fpi_buf_cat_name, FP_NBUFCATS, &cat) ||
         !rd_i32(r, o, "bucket", false, -1, &bucket) || !rd_bool(r, o, "host", false, &host) ||
         !rd_int(r, o, "bytes", true, INT64_MIN, INT64_MAX, &bytes) || !rd_int(r, o, "offset", true, INT64_MIN, INT64_MAX, &offset))
       return false;
-    int b = fp_ir_buf_add(p, name, (fp_buf_kind)kind, (fp_buf_cat)cat, bucket, bytes);
+    int b = fpi_ir_buf_add(p, name, (fp_buf_kind)kind, (fp_buf_cat)cat, bucket, bytes);
     p->bufs[b].host = host;
     p->bufs[b].offset = offset;
   }
@@ -770,7 +770,7 @@ static bool read_lives(rd *r, const fp_jv *root, fp_prog *p) {
     if (!elem(r, arr, "lives", i, &o) || !keys(r, o, allowed) || !rd_i32(r, o, "buffer", true, INT32_MIN, &buf) ||
         !rd_i32(r, o, "first", true, INT32_MIN, &first) || !rd_i32(r, o, "last", true, INT32_MIN, &last))
       return false;
-    fp_ir_buf_live(p, buf, first, last);
+    fpi_ir_buf_live(p, buf, first, last);
   }
   return true;
 }
@@ -791,8 +791,8 @@ static bool read_mods(rd *r, const fp_jv *root, fp_prog *p) {
         !rd_int(r, o, "activation_bytes", true, INT64_MIN, INT64_MAX, &act) ||
         !rd_int(r, o, "recompute_saved_bytes", false, INT64_MIN, INT64_MAX, &saved))
       return false;
-    int m = fp_ir_module_add(p, name, ff, fb, act);
-    if (fp_j_has(o, "recompute_saved_bytes")) p->mods[m].recompute = true, p->mods[m].saved_bytes = saved;
+    int m = fpi_ir_module_add(p, name, ff, fb, act);
+    if (fpi_j_has(o, "recompute_saved_bytes")) p->mods[m].recompute = true, p->mods[m].saved_bytes = saved;
   }
   return true;
 }
@@ -821,32 +821,32 @@ static bool read_params(rd *r, const fp_jv *root, fp_prog *p) {
     for (size_t k = 0; k < nd; k++) {
       char key[24];
       snprintf(key, sizeof key, "%zu", k);
-      if (!rd_int_v(r, fp_jv_at(shape, k), key, INT64_MIN, INT64_MAX, &q.shape[k])) return false;
+      if (!rd_int_v(r, fpi_jv_at(shape, k), key, INT64_MIN, INT64_MAX, &q.shape[k])) return false;
     }
     memcpy(r->ptr, save, sizeof save);
     if (!rd_i32(r, o, "module", true, -1, &q.module) || !rd_i32(r, o, "bucket", true, -1, &q.bucket) ||
         !rd_enum(r, o, "main_dtype", true, n_dtype, FP_NDTYPES, &md) || !rd_enum(r, o, "param_dtype", true, n_dtype, FP_NDTYPES, &pd) ||
         !rd_enum(r, o, "grad_dtype", true, n_dtype, FP_NDTYPES, &gd) || !rd_bool(r, o, "requires_grad", true, &q.requires_grad) ||
-        !rd_enum(r, o, "placement", true, fp_ir_placement_name, FP_IR_NPLACEMENTS, &pl) ||
+        !rd_enum(r, o, "placement", true, fpi_ir_placement_name, FP_IR_NPLACEMENTS, &pl) ||
         !rd_i32(r, o, "dim", true, INT32_MIN, &q.dim) || !rd_i32(r, o, "comm", true, -1, &q.comm) ||
         !rd_int(r, o, "owner", true, INT64_MIN, INT64_MAX, &q.owner) || !rd_i32(r, o, "table", true, -1, &q.tab) ||
         !rd_int(r, o, "chunk", true, INT64_MIN, INT64_MAX, &q.chunk) || !rview(r, o, "main", &q.main) ||
         !rview(r, o, "grad", &q.grad) || !rview(r, o, "weight", &q.weight) || !rview(r, o, "ugrad", &q.ugrad) ||
-        (fp_j_get(o, "opt") && !rview(r, o, "opt", &q.opt)) ||
-        (fp_j_get(o, "scales") && !rview(r, o, "scales", &q.scales)))
+        (fpi_j_get(o, "opt") && !rview(r, o, "opt", &q.opt)) ||
+        (fpi_j_get(o, "scales") && !rview(r, o, "scales", &q.scales)))
       return false;
     const fp_jv *users;
     size_t nu;
     if (!rd_arr(r, o, "users", false, &users, &nu)) return false;
-    if (fp_j_has(o, "users")) {
+    if (fpi_j_has(o, "users")) {
       if (nu > INT32_MAX / 2) return rerr(r, "users", "too many users");
-      q.users = fp_alloc_array(p->arena, nu + 1, sizeof *q.users);
+      q.users = fpi_alloc_array(p->arena, nu + 1, sizeof *q.users);
       ptr_join(r, save, "users");
       for (size_t k = 0; k < nu; k++) {
         char key[24];
         int64_t m;
         snprintf(key, sizeof key, "%zu", k);
-        if (!rd_int_v(r, fp_jv_at(users, k), key, INT32_MIN, INT32_MAX, &m)) return false;
+        if (!rd_int_v(r, fpi_jv_at(users, k), key, INT32_MIN, INT32_MAX, &m)) return false;
         q.users[q.nusers++] = (int32_t)m;
       }
       memcpy(r->ptr, save, sizeof save);
@@ -855,7 +855,7 @@ static bool read_params(rd *r, const fp_jv *root, fp_prog *p) {
     q.param_dtype = (fp_dtype)pd;
     q.grad_dtype = (fp_dtype)gd;
     q.placement = pl;
-    *fp_ir_param_add(p) = q;
+    *fpi_ir_param_add(p) = q;
   }
   return true;
 }
@@ -868,12 +868,12 @@ static bool read_op(rd *r, const fp_jv *o, fp_prog *p) {
   int code, stream, dt, sdt = -1, pass = FP_PASS_FWD, red = FP_RED_SUM;
   int64_t count;
   if (!keys(r, o, allowed) || !rd_enum(r, o, "op", true, n_op, FP_NOPS, &code) ||
-      !rd_enum(r, o, "stream", true, fp_stream_name, FP_NSTREAMS, &stream) ||
+      !rd_enum(r, o, "stream", true, fpi_stream_name, FP_NSTREAMS, &stream) ||
       !rd_enum(r, o, "dtype", true, n_dtype, FP_NDTYPES, &dt) || !rd_enum(r, o, "sdtype", false, n_dtype, FP_NDTYPES, &sdt) ||
       !rd_int(r, o, "count", true, INT64_MIN, INT64_MAX, &count) || !rd_enum(r, o, "pass", false, n_pass, 3, &pass) ||
       !rd_enum(r, o, "red", false, n_red, FP_NREDOPS, &red))
     return false;
-  fp_op *op = fp_ir_emit(p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, count);
+  fp_op *op = fpi_ir_emit(p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, count);
   if (sdt >= 0) op->sdtype = (fp_dtype)sdt;
   op->pass = (fp_pass)pass;
   op->red = (fp_redop)red;
@@ -881,7 +881,7 @@ static bool read_op(rd *r, const fp_jv *o, fp_prog *p) {
   size_t nu;
   if (!rd_arr(r, o, "uses", false, &uses, &nu)) return false;
   if (uses) {
-    int32_t *ids = fp_alloc_array(r->a, nu + 1, sizeof *ids);
+    int32_t *ids = fpi_alloc_array(r->a, nu + 1, sizeof *ids);
     char save[sizeof r->ptr];
     memcpy(save, r->ptr, sizeof save);
     ptr_join(r, save, "uses");
@@ -889,12 +889,12 @@ static bool read_op(rd *r, const fp_jv *o, fp_prog *p) {
       char key[24];
       int64_t v;
       snprintf(key, sizeof key, "%zu", k);
-      if (!rd_int_v(r, fp_jv_at(uses, k), key, INT32_MIN, INT32_MAX, &v)) return false;
+      if (!rd_int_v(r, fpi_jv_at(uses, k), key, INT32_MIN, INT32_MAX, &v)) return false;
       ids[k] = (int32_t)v;
     }
     memcpy(r->ptr, save, sizeof save);
     if (p->nuses > INT32_MAX - (int64_t)nu) return rerr(r, "uses", "too many uses");
-    fp_ir_op_uses(p, op, ids, (int)nu);
+    fpi_ir_op_uses(p, op, ids, (int)nu);
   }
   fp_op_shape sh = {1, 0, 0};
   if (!(rregion(r, o, "dst", &op->dst) && rregion(r, o, "src", &op->src) && rregion(r, o, "aux", &op->aux) &&
@@ -907,7 +907,7 @@ static bool read_op(rd *r, const fp_jv *o, fp_prog *p) {
         rd_int(r, o, "spitch", false, INT64_MIN, INT64_MAX, &sh.spitch) && rd_i32(r, o, "bucket", false, -1, &op->bucket) &&
         rd_i32(r, o, "group", false, INT32_MIN, &op->group)))
     return false;
-  fp_ir_op_shape(p, op, sh.rows, sh.dpitch, sh.spitch);
+  fpi_ir_op_shape(p, op, sh.rows, sh.dpitch, sh.spitch);
   return true;
 }
 
@@ -924,14 +924,14 @@ static bool read_segs_ops(rd *r, const fp_jv *root, fp_prog *p) {
     int32_t module = -1, micro = 0;
     int64_t first, count;
     if (!elem(r, segs, "segments", k, &o) || !keys(r, o, allowed) ||
-        !rd_enum(r, o, "kind", true, fp_seg_name, FP_NSEGKINDS, &kind) || !rd_i32(r, o, "module", true, -1, &module) ||
+        !rd_enum(r, o, "kind", true, fpi_seg_name, FP_NSEGKINDS, &kind) || !rd_i32(r, o, "module", true, -1, &module) ||
         !rd_i32(r, o, "micro", true, INT32_MIN, &micro) || !rd_int(r, o, "first", true, 0, INT32_MAX, &first) ||
         !rd_int(r, o, "count", true, 0, INT32_MAX, &count))
       return false;
     if (first != next) return rerr(r, "first", "is %" PRId64 " but the previous segment ends at %" PRId64, first, next);
     if (count > (int64_t)no - first)
       return rerr(r, "count", "%" PRId64 " ops from %" PRId64 " run past the %zu ops", count, first, no);
-    fp_ir_seg_begin(p, (fp_seg_kind)kind, module, micro);
+    fpi_ir_seg_begin(p, (fp_seg_kind)kind, module, micro);
     char save[sizeof r->ptr];
     memcpy(save, r->ptr, sizeof save);
     for (int64_t i = first; i < first + count; i++)
@@ -955,7 +955,7 @@ typedef struct jloc {
 /* "hardware" (optional) */
 static bool read_hw(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = fp_j_get(root, "hardware");
+  const fp_jv *v = fpi_j_get(root, "hardware");
   if (!v) return true;
   if (!is_obj(r, v, "hardware")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/hardware");
@@ -967,20 +967,20 @@ static bool read_hw(rd *r, const fp_jv *root, fp_prog *p) {
   if (!keys(r, v, allowed) || !rd_str(r, v, "name", true, &h.name)) return false;
   for (int k = 0; k < FP_HW_NFIELDS; k++) {
     const char *key = fp_hw_fields[k].key;
-    if (fp_hw_fields[k].integer ? !rd_int(r, v, key, true, INT64_MIN, INT64_MAX, fp_hw_int(&h, k))
-                                : !rd_dbl(r, v, key, true, fp_hw_dbl(&h, k)))
+    if (fp_hw_fields[k].integer ? !rd_int(r, v, key, true, INT64_MIN, INT64_MAX, fpi_hw_int(&h, k))
+                                : !rd_dbl(r, v, key, true, fpi_hw_dbl(&h, k)))
       return false;
   }
   p->hw = h;
   return true;
 }
 
-static const char *n_optim(int i) { return fp_optim_name(i); }
+static const char *n_optim(int i) { return fpi_optim_name(i); }
 
 /* "optimizer": {"type", "state_dtype"}; absent: none */
 static bool read_optim(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = fp_j_get(root, "optimizer");
+  const fp_jv *v = fpi_j_get(root, "optimizer");
   if (!v) return true;
   if (!is_obj(r, v, "optimizer")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/optimizer");
@@ -1003,12 +1003,12 @@ static const char *const figure_keys[] = {"comm_bytes_per_rank", "persistent_byt
  * >= 0, prefetch depths int32, times finite and >= 0 */
 static bool read_figures(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = fp_j_get(root, "figures");
+  const fp_jv *v = fpi_j_get(root, "figures");
   if (!v) return true;
   if (!is_obj(r, v, "figures")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/figures");
   if (!keys(r, v, figure_keys)) return false;
-  fp_figures *g = fp_alloc(r->a, sizeof *g);
+  fp_figures *g = fpi_alloc(r->a, sizeof *g);
   int64_t *ints[7] = {&g->comm_bytes_per_rank, &g->persistent_bytes, &g->peak_bytes, &g->lower_bound_bytes,
                       &g->activation_peak_bytes, &g->prefetch_forward, &g->prefetch_backward};
   double *dbls[3] = {&g->modeled_step_ms, &g->modeled_compute_ms, &g->modeled_exposed_comm_ms};
@@ -1023,10 +1023,10 @@ static bool read_figures(rd *r, const fp_jv *root, fp_prog *p) {
 }
 
 /* "memory_timeline" (optional; derived data outside the hash): its shape, and
- * fp_memtl_check's self-consistency */
+ * fpi_memtl_check's self-consistency */
 static bool read_memtl(rd *r, const fp_jv *root, fp_prog *p) {
   r->ptr[0] = 0;
-  const fp_jv *v = fp_j_get(root, "memory_timeline"), *arr, *pts;
+  const fp_jv *v = fpi_j_get(root, "memory_timeline"), *arr, *pts;
   if (!v) return true;
   if (!is_obj(r, v, "memory_timeline")) return false;
   snprintf(r->ptr, sizeof r->ptr, "/memory_timeline");
@@ -1035,7 +1035,7 @@ static bool read_memtl(rd *r, const fp_jv *root, fp_prog *p) {
   bool modeled = false;
   const char *unit;
   size_t n, np;
-  fp_memtl *t = fp_alloc(r->a, sizeof *t);
+  fp_memtl *t = fpi_alloc(r->a, sizeof *t);
   if (!keys(r, v, allowed) || !rd_bool(r, v, "modeled", true, &modeled) || !rd_str(r, v, "time_unit", true, &unit) ||
       !rd_arr(r, v, "categories", true, &arr, &n) ||
       !rd_int(r, v, "peak_bytes", true, 0, INT64_MAX, &t->peak_bytes) ||
@@ -1046,31 +1046,31 @@ static bool read_memtl(rd *r, const fp_jv *root, fp_prog *p) {
   if (strcmp(unit, "us")) return rerr(r, "time_unit", "expected \"us\", got '%.40s'", unit);
   if (n != FP_MEMTL_NCATS) return rerr(r, "categories", "expected %d categories, got %zu", FP_MEMTL_NCATS, n);
   for (int c = 0; c < FP_MEMTL_NCATS; c++) {
-    const fp_jv *e = fp_jv_at(arr, (size_t)c);
+    const fp_jv *e = fpi_jv_at(arr, (size_t)c);
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/categories");
-    if (!fp_jv_is(e, FP_JSTRING) || strcmp(e->s, fp_memtl_cat_name(c)))
-      return rerr(r, fp_sprintf(r->a, "%d", c), "expected \"%s\"", fp_memtl_cat_name(c));
+    if (!fpi_jv_is(e, FP_JSTRING) || strcmp(e->s, fpi_memtl_cat_name(c)))
+      return rerr(r, fpi_sprintf(r->a, "%d", c), "expected \"%s\"", fpi_memtl_cat_name(c));
   }
-  t->pts = fp_alloc_array(r->a, np + 1, sizeof *t->pts);
+  t->pts = fpi_alloc_array(r->a, np + 1, sizeof *t->pts);
   t->npts = (int32_t)np;
   for (size_t i = 0; i < np; i++) {
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points");
-    const fp_jv *e = fp_jv_at(pts, i);
-    const char *key = fp_sprintf(r->a, "%zu", i);
-    if (!fp_jv_is(e, FP_JARRAY) || fp_jv_len(e) != FP_MEMTL_NCATS + 1)
+    const fp_jv *e = fpi_jv_at(pts, i);
+    const char *key = fpi_sprintf(r->a, "%zu", i);
+    if (!fpi_jv_is(e, FP_JARRAY) || fpi_jv_len(e) != FP_MEMTL_NCATS + 1)
       return rerr(r, key, "expected an array of a time and %d byte counts", FP_MEMTL_NCATS);
     snprintf(r->ptr, sizeof r->ptr, "/memory_timeline/points/%zu", i);
-    const fp_jv *x = fp_jv_at(e, 0);
-    if (!fp_jv_is(x, FP_JINT) && !fp_jv_is(x, FP_JDOUBLE))
+    const fp_jv *x = fpi_jv_at(e, 0);
+    if (!fpi_jv_is(x, FP_JINT) && !fpi_jv_is(x, FP_JDOUBLE))
       return rerr(r, "0", "expected a time in microseconds, got %s", describe(r, x));
-    t->pts[i].t_us = fp_jv_num(x);
+    t->pts[i].t_us = fpi_jv_num(x);
     for (int c = 0; c < FP_MEMTL_NCATS; c++)
-      if (!rd_int_v(r, fp_jv_at(e, (size_t)c + 1), fp_sprintf(r->a, "%d", c + 1), 0, INT64_MAX,
+      if (!rd_int_v(r, fpi_jv_at(e, (size_t)c + 1), fpi_sprintf(r->a, "%d", c + 1), 0, INT64_MAX,
                     &t->pts[i].bytes[c]))
         return false;
   }
   snprintf(r->ptr, sizeof r->ptr, "/memory_timeline");
-  const char *bad = fp_memtl_check(t);
+  const char *bad = fpi_memtl_check(t);
   if (bad) return rerr(r, NULL, "%s", bad);
   p->memtl = t;
   return true;
@@ -1086,14 +1086,14 @@ static void report_json(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
     ptr[0] = 0;
   else
     snprintf(ptr, sizeof ptr, "%s/%" PRId64, arr[what], i);
-  fp_diag_json(l->d, l->src, ptr, "%s", msg);
+  fpi_diag_json(l->d, l->src, ptr, "%s", msg);
 }
 
 static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags) {
   fp_jctx jc = {a, d, src, NULL};
   rd r = {.a = a, .d = d, .src = src};
   fp_prog *p = NULL;
-  const fp_jv *root = fp_json_parse(&jc);
+  const fp_jv *root = fpi_json_parse(&jc);
   if (!root) return NULL;
   if (!is_obj(&r, root, NULL)) goto fail;
   static const char *const allowed[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
@@ -1113,7 +1113,7 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src, unsig
     goto fail;
   }
   if (!keys(&r, root, allowed) || !rd_str(&r, root, "hash", true, &hash)) goto fail;
-  p = fp_prog_new(a);
+  p = fpi_prog_new(a);
   int64_t nev = 0;
   if (!rd_str(&r, root, "model", false, &p->model) || !rd_str(&r, root, "strategy", false, &p->strategy) ||
       !rd_int(&r, root, "world_size", true, INT64_MIN, INT64_MAX, &p->world_size) ||
@@ -1130,21 +1130,21 @@ static fp_prog *plan_read_slow(fp_arena *a, fp_diag *d, const fp_src *src, unsig
       !read_memtl(&r, root, p) || !read_figures(&r, root, p))
     goto fail;
   char want[40];
-  snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
+  snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fpi_prog_hash(p));
   if (fp_plan_check_hash && strcmp(hash, want)) {
     r.ptr[0] = 0;
     rerr(&r, "hash", "content hash mismatch: file says %.60s, content is %s", hash, want);
     goto fail;
   }
   jloc l = {d, src, a};
-  if (!fp_ir_verify_with(p, report_json, &l, flags)) goto fail;
+  if (!fpi_ir_verify_with(p, report_json, &l, flags)) goto fail;
   return p;
 fail:
   return NULL;
 }
 
 /* ---- reader: the fast path --------------------------------------------------- */
-/* A plan as fp_plan_write writes it is read without json-c: one pass over
+/* A plan as fpi_plan_write writes it is read without json-c: one pass over
  * the text, building the program as it goes. It accepts a strict subset of
  * what the reader above accepts and builds the same program from it; on
  * anything else - any syntax error, escape or non-ASCII byte in a string,
@@ -1192,7 +1192,7 @@ static bool fstr_dup(fr *f, const char **out) {
   const char *s;
   size_t n;
   if (!fstr(f, &s, &n)) return false;
-  *out = fp_strndup(f->a, s, n);
+  *out = fpi_strndup(f->a, s, n);
   return true;
 }
 
@@ -1342,7 +1342,7 @@ static bool e_comm(fr *f, void *ctx, int64_t i) {
   f_comm c;
   uint32_t seen;
   if (!fobj(f, a_comm, 7, &seen, m_comm, &c)) return false;
-  fp_ir_comm_add(f->p, c.name, c.size, c.stride);
+  fpi_ir_comm_add(f->p, c.name, c.size, c.stride);
   return true;
 }
 
@@ -1359,7 +1359,7 @@ static bool m_table(fr *f, void *ctx, int k) {
   if (!lit(f, ']')) {
     do {
       if (base + n >= INT32_MAX - 1) return false;
-      f->tab = fp_grow(f->a, f->tab, &f->captab, base + n + 1, sizeof *f->tab);
+      f->tab = fpi_grow(f->a, f->tab, &f->captab, base + n + 1, sizeof *f->tab);
       if (!fint(f, INT64_MIN, INT64_MAX, &f->tab[base + n])) return false;
       n++;
     } while (lit(f, ','));
@@ -1376,7 +1376,7 @@ static bool e_table(fr *f, void *ctx, int64_t i) {
   f_table t = {NULL, -1, -1, true};
   uint32_t seen;
   if (!fobj(f, a_table, 7, &seen, m_table, &t) || t.noff != t.ncnt) return false;
-  fp_ir_table_add(f->p, t.name, t.noff, f->tab, f->tab + t.noff);
+  fpi_ir_table_add(f->p, t.name, t.noff, f->tab, f->tab + t.noff);
   return true;
 }
 
@@ -1385,7 +1385,7 @@ static bool e_bucket(fr *f, void *ctx, int64_t i) {
   (void)ctx, (void)i;
   const char *name;
   if (!fstr_dup(f, &name)) return false;
-  fp_ir_bucket_add(f->p, name);
+  fpi_ir_bucket_add(f->p, name);
   return true;
 }
 
@@ -1397,7 +1397,7 @@ static bool m_buf(fr *f, void *ctx, int k) {
   switch (k) {
     case 0: return fstr_dup(f, &b->name);
     case 1: return fenum(f, n_kind, 2, &b->kind);
-    case 2: return fenum(f, fp_buf_cat_name, FP_NBUFCATS, &b->cat);
+    case 2: return fenum(f, fpi_buf_cat_name, FP_NBUFCATS, &b->cat);
     case 3: return fi32(f, -1, &b->bucket);
     case 4: return fbool(f, &b->host);
     case 5: return fint(f, INT64_MIN, INT64_MAX, &b->bytes);
@@ -1409,7 +1409,7 @@ static bool e_buf(fr *f, void *ctx, int64_t i) {
   f_buf b = {.bucket = -1};
   uint32_t seen;
   if (!fobj(f, a_buf, 0x67, &seen, m_buf, &b)) return false;
-  int k = fp_ir_buf_add(f->p, b.name, (fp_buf_kind)b.kind, (fp_buf_cat)b.cat, b.bucket, b.bytes);
+  int k = fpi_ir_buf_add(f->p, b.name, (fp_buf_kind)b.kind, (fp_buf_cat)b.cat, b.bucket, b.bytes);
   f->p->bufs[k].host = b.host;
   f->p->bufs[k].offset = b.offset;
   return true;
@@ -1423,7 +1423,7 @@ static bool e_live(fr *f, void *ctx, int64_t i) {
   int32_t v[3] = {0, 0, 0};
   uint32_t seen;
   if (!fobj(f, a_live, 7, &seen, m_live, v)) return false;
-  fp_ir_buf_live(f->p, v[0], v[1], v[2]);
+  fpi_ir_buf_live(f->p, v[0], v[1], v[2]);
   return true;
 }
 
@@ -1445,7 +1445,7 @@ static bool e_mod(fr *f, void *ctx, int64_t i) {
   f_mod m;
   uint32_t seen;
   if (!fobj(f, a_mod, 15, &seen, m_mod, &m)) return false;
-  int k = fp_ir_module_add(f->p, m.name, m.ff, m.fb, m.act);
+  int k = fpi_ir_module_add(f->p, m.name, m.ff, m.fb, m.act);
   if (seen >> 4 & 1) f->p->mods[k].recompute = true, f->p->mods[k].saved_bytes = m.saved;
   return true;
 }
@@ -1500,7 +1500,7 @@ static bool m_param(fr *f, void *ctx, int k) {
       *(k == 4 ? &q->main_dtype : k == 5 ? &q->param_dtype : &q->grad_dtype) = (fp_dtype)e;
       return true;
     case 7: return fbool(f, &q->requires_grad);
-    case 8: return fenum(f, fp_ir_placement_name, FP_IR_NPLACEMENTS, &q->placement);
+    case 8: return fenum(f, fpi_ir_placement_name, FP_IR_NPLACEMENTS, &q->placement);
     case 9: return fi32(f, INT32_MIN, &q->dim);
     case 10: return fi32(f, -1, &q->comm);
     case 11: return fint(f, INT64_MIN, INT64_MAX, &q->owner);
@@ -1519,7 +1519,7 @@ static bool m_param(fr *f, void *ctx, int k) {
       do {
         int32_t m;
         if (q->nusers == INT32_MAX || !fi32(f, INT32_MIN, &m)) return false;
-        q->users = fp_grow(f->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
+        q->users = fpi_grow(f->p->arena, q->users, &cap, (int64_t)q->nusers + 1, sizeof *q->users);
         q->users[q->nusers++] = m;
       } while (lit(f, ','));
       return lit(f, ']');
@@ -1533,7 +1533,7 @@ static bool e_param(fr *f, void *ctx, int64_t i) {
   q.opt.buf = q.scales.buf = -1;
   uint32_t seen;
   if (!fobj(f, a_param, 0x3ffff, &seen, m_param, &q)) return false;
-  *fp_ir_param_add(f->p) = q;
+  *fpi_ir_param_add(f->p) = q;
   return true;
 }
 
@@ -1544,7 +1544,7 @@ typedef struct { f_seg *v; int64_t n, cap; int64_t next; } f_segs;
 static bool m_seg(fr *f, void *ctx, int k) {
   f_seg *s = ctx;
   switch (k) {
-    case 0: return fenum(f, fp_seg_name, FP_NSEGKINDS, &s->kind);
+    case 0: return fenum(f, fpi_seg_name, FP_NSEGKINDS, &s->kind);
     case 1: return fi32(f, -1, &s->module);
     case 2: return fi32(f, INT32_MIN, &s->micro);
     case 3: return fint(f, 0, INT32_MAX, &s->first);
@@ -1556,7 +1556,7 @@ static bool e_seg(fr *f, void *ctx, int64_t i) {
   f_seg s;
   uint32_t seen;
   if (!fobj(f, a_seg, 31, &seen, m_seg, &s) || s.first != ss->next) return false;
-  ss->v = fp_grow(f->a, ss->v, &ss->cap, i + 1, sizeof *ss->v);
+  ss->v = fpi_grow(f->a, ss->v, &ss->cap, i + 1, sizeof *ss->v);
   ss->v[i] = s;
   ss->n = i + 1;
   ss->next = s.first + s.count;
@@ -1580,7 +1580,7 @@ static bool m_op(fr *f, void *ctx, int k) {
   fp_op *o = &x->o;
   switch (k) {
     case 0: return fenum(f, n_op, FP_NOPS, &x->code);
-    case 1: return fenum(f, fp_stream_name, FP_NSTREAMS, &x->stream);
+    case 1: return fenum(f, fpi_stream_name, FP_NSTREAMS, &x->stream);
     case 2: return fenum(f, n_dtype, FP_NDTYPES, &x->dt);
     case 3: return fenum(f, n_dtype, FP_NDTYPES, &x->sdt);
     case 4: return fint(f, INT64_MIN, INT64_MAX, &o->count);
@@ -1609,7 +1609,7 @@ static bool m_op(fr *f, void *ctx, int k) {
       do {
         int64_t v;
         if (x->nuses >= INT32_MAX - 1 || !fint(f, INT32_MIN, INT32_MAX, &v)) return false;
-        x->uses = fp_grow(f->a, x->uses, &x->capuses, x->nuses + 1, sizeof *x->uses);
+        x->uses = fpi_grow(f->a, x->uses, &x->capuses, x->nuses + 1, sizeof *x->uses);
         x->uses[x->nuses++] = (int32_t)v;
       } while (lit(f, ','));
       return lit(f, ']');
@@ -1623,14 +1623,14 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
   /* segments that start here (empty ones too) open before the op */
   while (os->seg < os->segs->n && os->segs->v[os->seg].first == i) {
     const f_seg *s = &os->segs->v[os->seg++];
-    fp_ir_seg_begin(p, (fp_seg_kind)s->kind, s->module, s->micro);
+    fpi_ir_seg_begin(p, (fp_seg_kind)s->kind, s->module, s->micro);
   }
   if (os->seg == 0 || i >= os->segs->next) return false; /* not in a segment */
   f_op *x = &os->x;
   fp_op *o = &x->o;
-  /* the defaults of fp_ir_emit and of the reader */
+  /* the defaults of fpi_ir_emit and of the reader */
   o->count = 0;
-  o->dst = o->src = o->aux = fp_noreg();
+  o->dst = o->src = o->aux = fpi_noreg();
   o->comm = o->tab = o->root = o->only = o->only_comm = o->event = o->module = o->bucket = o->group = -1;
   o->alpha = 0;
   x->sh = (fp_op_shape){1, 0, 0};
@@ -1640,13 +1640,13 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
   x->nuses = -1;
   uint32_t seen;
   if (!fobj(f, a_op, 0x17, &seen, m_op, x)) return false;
-  fp_op *op = fp_ir_emit(p, (fp_opcode)x->code, (fp_stream)x->stream, (fp_dtype)x->dt, o->count);
+  fp_op *op = fpi_ir_emit(p, (fp_opcode)x->code, (fp_stream)x->stream, (fp_dtype)x->dt, o->count);
   if (x->sdt >= 0) op->sdtype = (fp_dtype)x->sdt;
   op->pass = (fp_pass)x->pass;
   op->red = (fp_redop)x->red;
   if (x->nuses >= 0) {
     if (p->nuses > INT32_MAX - x->nuses) return false;
-    fp_ir_op_uses(p, op, x->uses, (int)x->nuses);
+    fpi_ir_op_uses(p, op, x->uses, (int)x->nuses);
   }
   op->dst = o->dst;
   op->src = o->src;
@@ -1659,7 +1659,7 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
   op->event = o->event;
   op->module = o->module;
   op->alpha = o->alpha;
-  fp_ir_op_shape(p, op, x->sh.rows, x->sh.dpitch, x->sh.spitch);
+  fpi_ir_op_shape(p, op, x->sh.rows, x->sh.dpitch, x->sh.spitch);
   op->bucket = o->bucket;
   op->group = o->group;
   return true;
@@ -1669,8 +1669,8 @@ static bool e_op(fr *f, void *ctx, int64_t i) {
 static bool m_hw(fr *f, void *ctx, int k) {
   fp_hw *h = ctx;
   if (k == 0) return fstr_dup(f, &h->name);
-  return fp_hw_fields[k - 1].integer ? fint(f, INT64_MIN, INT64_MAX, fp_hw_int(h, k - 1))
-                                     : fdbl(f, fp_hw_dbl(h, k - 1));
+  return fp_hw_fields[k - 1].integer ? fint(f, INT64_MIN, INT64_MAX, fpi_hw_int(h, k - 1))
+                                     : fdbl(f, fpi_hw_dbl(h, k - 1));
 }
 static bool f_hw(fr *f) {
   const char *a_hw[FP_HW_NFIELDS + 2];
@@ -1688,7 +1688,7 @@ static bool f_hw(fr *f) {
 static const char *const a_optim[] = {"type", "state_dtype", NULL};
 static bool m_optim(fr *f, void *ctx, int k) {
   int *v = ctx, e;
-  if (k == 0 ? !fenum(f, fp_optim_name, FP_NOPTIMS, &e) : !fenum(f, n_dtype, FP_NDTYPES, &e)) return false;
+  if (k == 0 ? !fenum(f, fpi_optim_name, FP_NOPTIMS, &e) : !fenum(f, n_dtype, FP_NDTYPES, &e)) return false;
   v[k] = e;
   return true;
 }
@@ -1710,7 +1710,7 @@ static bool fkey_is(fr *f, const char *key) {
 
 /* memory_timeline, members in the writer's order */
 static bool f_memtl(fr *f) {
-  fp_memtl *t = fp_alloc(f->a, sizeof *t);
+  fp_memtl *t = fpi_alloc(f->a, sizeof *t);
   const char *s;
   size_t n;
   bool modeled;
@@ -1719,7 +1719,7 @@ static bool f_memtl(fr *f) {
       !fkey_is(f, "categories") || !lit(f, '['))
     return false;
   for (int c = 0; c < FP_MEMTL_NCATS; c++) {
-    const char *want = fp_memtl_cat_name(c);
+    const char *want = fpi_memtl_cat_name(c);
     if ((c && !lit(f, ',')) || !fstr(f, &s, &n) || n != strlen(want) || memcmp(s, want, n)) return false;
   }
   if (!lit(f, ']') || !lit(f, ',') || !fkey_is(f, "peak_bytes") || !fint(f, 0, INT64_MAX, &t->peak_bytes) ||
@@ -1730,7 +1730,7 @@ static bool f_memtl(fr *f) {
   if (!lit(f, ']')) {
     do {
       if (t->npts >= INT32_MAX - 1) return false;
-      t->pts = fp_grow(f->a, t->pts, &cap, (int64_t)t->npts + 1, sizeof *t->pts);
+      t->pts = fpi_grow(f->a, t->pts, &cap, (int64_t)t->npts + 1, sizeof *t->pts);
       fp_memtl_point *q = &t->pts[t->npts++];
       if (!lit(f, '[') || !fdbl(f, &q->t_us)) return false;
       for (int c = 0; c < FP_MEMTL_NCATS; c++)
@@ -1739,14 +1739,14 @@ static bool f_memtl(fr *f) {
     } while (lit(f, ','));
     if (!lit(f, ']')) return false;
   }
-  if (!lit(f, '}') || fp_memtl_check(t)) return false;
+  if (!lit(f, '}') || fpi_memtl_check(t)) return false;
   f->p->memtl = t;
   return true;
 }
 
 /* figures, members in the writer's order */
 static bool f_figures(fr *f) {
-  fp_figures *g = fp_alloc(f->a, sizeof *g);
+  fp_figures *g = fpi_alloc(f->a, sizeof *g);
   int64_t *ints[7] = {&g->comm_bytes_per_rank, &g->persistent_bytes, &g->peak_bytes, &g->lower_bound_bytes,
                       &g->activation_peak_bytes, &g->prefetch_forward, &g->prefetch_backward};
   double *dbls[3] = {&g->modeled_step_ms, &g->modeled_compute_ms, &g->modeled_exposed_comm_ms};
@@ -1773,9 +1773,9 @@ static const char *const a_root[] = {"format", "planner_version", "hash", "model
 /* the program, or NULL: not taken */
 static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
   if (!src->text || src->len > (size_t)INT32_MAX - 1) return NULL;
-  if (fp_utf8_invalid(src->text, src->len) < src->len) return NULL; /* the slow reader says where */
+  if (fpi_utf8_invalid(src->text, src->len) < src->len) return NULL; /* the slow reader says where */
   fr f = {.s = src->text, .end = src->text + src->len, .a = a};
-  fp_prog *p = f.p = fp_prog_new(a);
+  fp_prog *p = f.p = fpi_prog_new(a);
   f_segs segs = {0};
   f_ops ops = {.segs = &segs};
   const char *hash = NULL;
@@ -1831,21 +1831,21 @@ static fp_prog *plan_read_fast(fp_arena *a, const fp_src *src) {
   if (p->nops != segs.next) return NULL;
   while (ops.seg < segs.n) {
     const f_seg *s = &segs.v[ops.seg++];
-    fp_ir_seg_begin(p, (fp_seg_kind)s->kind, s->module, s->micro);
+    fpi_ir_seg_begin(p, (fp_seg_kind)s->kind, s->module, s->micro);
   }
   char want[40];
-  snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
+  snprintf(want, sizeof want, "fnv1a64:%016" PRIx64, fpi_prog_hash(p));
   if (fp_plan_check_hash && (hashlen != strlen(want) || memcmp(hash, want, hashlen))) return NULL;
   return p;
 }
 
-fp_prog *fp_plan_read_flags(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags) {
+fp_prog *fpi_plan_read_flags(fp_arena *a, fp_diag *d, const fp_src *src, unsigned flags) {
   fp_prog *p = fp_plan_fast_read ? plan_read_fast(a, src) : NULL;
   if (!p) return plan_read_slow(a, d, src, flags);
   fp_plan_fast_reads++;
   jloc l = {d, src, a};
-  return fp_ir_verify_with(p, report_json, &l, flags) ? p : NULL;
+  return fpi_ir_verify_with(p, report_json, &l, flags) ? p : NULL;
 }
 
-fp_prog *fp_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) { return fp_plan_read_flags(a, d, src, 0); }
+fp_prog *fpi_plan_read(fp_arena *a, fp_diag *d, const fp_src *src) { return fpi_plan_read_flags(a, d, src, 0); }
 

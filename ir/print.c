@@ -23,17 +23,17 @@
 #include <string.h>
 
 typedef fp_sbuf sbuf;
-#define sb_putn fp_sb_putn
-#define sb_putc fp_sb_putc
-#define sb_i64 fp_sb_i64
-#define sb_double fp_sb_double
+#define sb_putn fpi_sb_putn
+#define sb_putc fpi_sb_putc
+#define sb_i64 fpi_sb_i64
+#define sb_double fpi_sb_double
 /* a string literal */
-#define sb_lit(b, s) fp_sb_putn((b), "" s, sizeof(s) - 1)
+#define sb_lit(b, s) fpi_sb_putn((b), "" s, sizeof(s) - 1)
 
-static void sb_puts(sbuf *b, const char *s) { fp_sb_putn(b, s, strlen(s)); }
+static void sb_puts(sbuf *b, const char *s) { fpi_sb_putn(b, s, strlen(s)); }
 
 static void sb_pad(sbuf *b, size_t n) {
-  char *q = fp_sb_room(b, n);
+  char *q = fpi_sb_room(b, n);
   memset(q, ' ', n);
   b->len += n;
   q[n] = 0;
@@ -66,7 +66,7 @@ static void sb_quoted(sbuf *b, const char *s) {
   sb_putc(b, '"');
 }
 
-/* bare when it matches [A-Za-z_][A-Za-z0-9_.:/-]* (fp_ir_name_is_bare) */
+/* bare when it matches [A-Za-z_][A-Za-z0-9_.:/-]* (fpi_ir_name_is_bare) */
 static bool bare_char(unsigned char c) {
   static const uint8_t tab[256] = {
       ['_'] = 3, ['.'] = 1, [':'] = 1, ['/'] = 1, ['-'] = 1,
@@ -242,7 +242,7 @@ static int32_t table_len(const fp_prog *p, int kind) {
 static void ref_slow(printer *pr, sbuf *b, int kind, int32_t i) {
   if (i >= 0 && i < table_len(pr->p, kind)) {
     const char *nm = table_name(pr->p, kind, i);
-    if (nm && fp_namemap_get(&pr->names[kind], nm, strlen(nm)) == i) {
+    if (nm && fpi_namemap_get(&pr->names[kind], nm, strlen(nm)) == i) {
       sb_name(b, nm);
       return;
     }
@@ -263,13 +263,13 @@ static void ref(printer *pr, int kind, int32_t i) {
     return;
   }
   if (!pr->reftext[kind]) {
-    pr->reftext[kind] = fp_alloc_array(pr->scratch, (size_t)n, sizeof *pr->reftext[kind]);
-    pr->reflen[kind] = fp_alloc_array(pr->scratch, (size_t)n, sizeof *pr->reflen[kind]);
+    pr->reftext[kind] = fpi_alloc_array(pr->scratch, (size_t)n, sizeof *pr->reftext[kind]);
+    pr->reflen[kind] = fpi_alloc_array(pr->scratch, (size_t)n, sizeof *pr->reflen[kind]);
   }
   if (!pr->reftext[kind][i]) { /* first use: write it once */
     size_t at = b->len;
     ref_slow(pr, b, kind, i);
-    pr->reftext[kind][i] = fp_strndup(pr->scratch, b->p + at, b->len - at);
+    pr->reftext[kind][i] = fpi_strndup(pr->scratch, b->p + at, b->len - at);
     pr->reflen[kind][i] = (uint32_t)(b->len - at);
     return;
   }
@@ -304,7 +304,7 @@ static void view(printer *pr, const char *key, size_t keylen, const fp_view *v) 
 #define REGION(pr, key, r) region((pr), "\t" key "=", sizeof(key) + 1, (r))
 #define VIEW(pr, key, v) view((pr), "\t" key "=", sizeof(key) + 1, (v))
 
-static const char *dtype_name(int t) { return t >= 0 && t < FP_NDTYPES ? fp_dtype_name((fp_dtype)t) : "?"; }
+static const char *dtype_name(int t) { return t >= 0 && t < FP_NDTYPES ? fpi_dtype_name((fp_dtype)t) : "?"; }
 
 /* ---- sections ------------------------------------------------------------------- */
 /* "key N\n" */
@@ -324,9 +324,9 @@ static void print_hw(sbuf *o, const fp_hw *h) {
     sb_puts(o, fp_hw_fields[k].key);
     sb_putc(o, '=');
     if (fp_hw_fields[k].integer)
-      sb_i64(o, fp_hw_geti(h, k));
+      sb_i64(o, fpi_hw_geti(h, k));
     else
-      sb_double(o, fp_hw_getd(h, k));
+      sb_double(o, fpi_hw_getd(h, k));
   }
   sb_putc(o, '\n');
 }
@@ -356,7 +356,7 @@ static void print_header(printer *pr) {
   if (p->hw.name) print_hw(o, &p->hw);
   if (p->optim != FP_OPTIM_NONE) {
     sb_lit(o, "optimizer ");
-    sb_puts(o, fp_optim_name(p->optim) ? fp_optim_name(p->optim) : "?");
+    sb_puts(o, fpi_optim_name(p->optim) ? fpi_optim_name(p->optim) : "?");
     sb_putc(o, ' ');
     sb_puts(o, dtype_name(p->optim_dtype));
     sb_putc(o, '\n');
@@ -425,7 +425,7 @@ static void buf_line(printer *pr, int32_t i) {
   sb_putc(l, '\t');
   sb_puts(l, kind_name(b->kind));
   sb_putc(l, '\t');
-  sb_puts(l, fp_buf_cat_name(b->cat));
+  sb_puts(l, fpi_buf_cat_name(b->cat));
   FIELD(l, "bytes", b->bytes);
   FIELD(l, "offset", b->offset);
   if (b->bucket != -1) {
@@ -480,7 +480,7 @@ static void param_line(printer *pr, int32_t i) {
   sb_putc(l, '/');
   sb_puts(l, dtype_name(q->grad_dtype));
   sb_putc(l, '\t');
-  sb_puts(l, fp_ir_placement_name(q->placement));
+  sb_puts(l, fpi_ir_placement_name(q->placement));
   if (q->dim) FIELD(l, "dim", q->dim);
   if (q->comm != -1) {
     sb_lit(l, "\tcomm=");
@@ -517,8 +517,8 @@ static void seg_line(printer *pr, int32_t i) {
   sb_lit(l, "segment ");
   sb_i64(l, i);
   sb_putc(l, ' ');
-  sb_puts(l, fp_seg_name(s->kind));
-  if (fp_seg_has_module(s->kind) || s->module != -1) {
+  sb_puts(l, fpi_seg_name(s->kind));
+  if (fpi_seg_has_module(s->kind) || s->module != -1) {
     sb_putc(l, '(');
     ref(pr, NM_MOD, s->module);
     sb_putc(l, ')');
@@ -533,14 +533,14 @@ static void seg_line(printer *pr, int32_t i) {
 static void op_line(printer *pr, int32_t i) {
   const fp_op *op = &pr->p->ops[i];
   sbuf *l = &pr->line;
-  fp_opclass cls = (unsigned)op->code < FP_NOPS ? fp_op_class(op->code) : (fp_opclass)-1;
+  fp_opclass cls = (unsigned)op->code < FP_NOPS ? fpi_op_class(op->code) : (fp_opclass)-1;
   bool data = cls == FP_OPC_COMM || cls == FP_OPC_LOCAL;
   bool compute = cls == FP_OPC_COMPUTE;
   sb_i64(l, i);
   sb_putc(l, '\t');
-  sb_puts(l, fp_stream_name(op->stream));
+  sb_puts(l, fpi_stream_name(op->stream));
   sb_putc(l, '\t');
-  sb_puts(l, fp_op_name(op->code));
+  sb_puts(l, fpi_op_name(op->code));
   sb_putc(l, '\t');
   if (data || op->dtype != FP_F32 || op->sdtype != FP_F32) {
     if (op->sdtype != op->dtype) {
@@ -563,7 +563,7 @@ static void op_line(printer *pr, int32_t i) {
   }
   if (op->red != FP_RED_SUM) {
     sb_lit(l, "\tred=");
-    sb_puts(l, fp_redop_name(op->red));
+    sb_puts(l, fpi_redop_name(op->red));
   }
   if (op->tab != -1) {
     sb_lit(l, "\ttab=");
@@ -599,7 +599,7 @@ static void op_line(printer *pr, int32_t i) {
       sb_lit(l, "\talpha=");
     sb_double(l, op->alpha);
   }
-  fp_op_shape sh = fp_op_shape_of(pr->p, op);
+  fp_op_shape sh = fpi_op_shape_of(pr->p, op);
   if (sh.rows != 1) FIELD(l, "rows", sh.rows);
   if (sh.dpitch) FIELD(l, "dpitch", sh.dpitch);
   if (sh.spitch) FIELD(l, "spitch", sh.spitch);
@@ -645,8 +645,8 @@ static void print_ops(printer *pr) {
 static void build_lives(printer *pr, fp_arena *a) {
   const fp_prog *p = pr->p;
   int32_t nb = p->nbufs > 0 ? p->nbufs : 0;
-  pr->lstart = fp_alloc_array(a, (size_t)nb + 2, sizeof *pr->lstart);
-  pr->lord = fp_alloc_array(a, (size_t)(p->nlives > 0 ? p->nlives : 0) + 1, sizeof *pr->lord);
+  pr->lstart = fpi_alloc_array(a, (size_t)nb + 2, sizeof *pr->lstart);
+  pr->lord = fpi_alloc_array(a, (size_t)(p->nlives > 0 ? p->nlives : 0) + 1, sizeof *pr->lord);
   for (int32_t k = 0; k < p->nlives; k++)
     if (p->lives[k].buf >= 0 && p->lives[k].buf < nb) pr->lstart[p->lives[k].buf + 2]++;
   for (int32_t b = 0; b < nb; b++) pr->lstart[b + 2] += pr->lstart[b + 1];
@@ -657,18 +657,18 @@ static void build_lives(printer *pr, fp_arena *a) {
 static void build_names(printer *pr) {
   for (int kind = NM_COMM; kind <= NM_BUCKET; kind++) {
     int32_t n = table_len(pr->p, kind);
-    fp_namemap_init(&pr->names[kind], pr->p->arena, n);
+    fpi_namemap_init(&pr->names[kind], pr->p->arena, n);
     for (int32_t i = 0; i < n; i++) {
       const char *nm = table_name(pr->p, kind, i);
-      if (nm) fp_namemap_put(&pr->names[kind], nm, i);
+      if (nm) fpi_namemap_put(&pr->names[kind], nm, i);
     }
   }
 }
 
-char *fp_ir_print_str(const fp_prog *p, size_t *len) {
+char *fpi_ir_print_str(const fp_prog *p, size_t *len) {
   printer pr = {.p = p};
   /* the name maps live in a scratch arena: printing does not grow p's */
-  fp_arena *scratch = fp_arena_new();
+  fp_arena *scratch = fpi_arena_new();
   fp_prog tmp = *p;
   tmp.arena = scratch;
   pr.p = &tmp;
@@ -676,7 +676,7 @@ char *fp_ir_print_str(const fp_prog *p, size_t *len) {
   build_names(&pr);
   build_lives(&pr, scratch);
   /* about 60 bytes per op line: one allocation for most programs */
-  fp_sb_room(&pr.out, 4096 + (size_t)(p->nops > 0 ? p->nops : 0) * 64 + (size_t)(p->nbufs > 0 ? p->nbufs : 0) * 96)[0] = 0;
+  fpi_sb_room(&pr.out, 4096 + (size_t)(p->nops > 0 ? p->nops : 0) * 64 + (size_t)(p->nbufs > 0 ? p->nbufs : 0) * 96)[0] = 0;
   print_header(&pr);
   table(&pr, "communicators: ranks per instance, rank stride between members", p->ncomms, 5, 2u, comm_line);
   table(&pr, "extent tables: per-rank element offsets and counts", p->ntabs, 4, 2u, table_lines);
@@ -686,7 +686,7 @@ char *fp_ir_print_str(const fp_prog *p, size_t *len) {
   table(&pr, "params: shape, module, bucket, dtypes main/param/grad, placement, storage views", p->nparams, 8, 2u,
         param_line);
   print_ops(&pr);
-  fp_arena_free(scratch);
+  fpi_arena_free(scratch);
   free(pr.line.p);
   free(pr.sec.p);
   free(pr.lend);
@@ -694,9 +694,9 @@ char *fp_ir_print_str(const fp_prog *p, size_t *len) {
   return pr.out.p;
 }
 
-void fp_ir_print(const fp_prog *p, FILE *f) {
+void fpi_ir_print(const fp_prog *p, FILE *f) {
   size_t n;
-  char *s = fp_ir_print_str(p, &n);
+  char *s = fpi_ir_print_str(p, &n);
   fwrite(s, 1, n, f);
   free(s);
 }

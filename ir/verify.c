@@ -1,4 +1,4 @@
-/* verify.c - fp_ir_verify: is a program safe to hand to the executor?
+/* verify.c - fpi_ir_verify: is a program safe to hand to the executor?
  *
  * Run after parsing, after the pipeline and after every pass in tests. It
  * trusts nothing in the program (it may come from a hand-written .fpir or a
@@ -209,14 +209,14 @@ static int32_t imap_get_or_put(imap *m, int64_t k, int32_t v, bool *fresh) {
 }
 
 static bool dtype_ok(int t) { return t >= 0 && t < FP_NDTYPES; }
-static bool is_float(fp_dtype t) { return fp_dtype_is_user_float(t); }
-static int64_t dsize(fp_dtype t) { return fp_dtype_size(t); }
+static bool is_float(fp_dtype t) { return fpi_dtype_is_user_float(t); }
+static int64_t dsize(fp_dtype t) { return fpi_dtype_size(t); }
 
 static const char *bufname(const fp_prog *p, int32_t b) {
   return b >= 0 && b < p->nbufs && p->bufs[b].name ? p->bufs[b].name : "?";
 }
 
-/* names unique within one table (fp_name_firsts: no map probed at random) */
+/* names unique within one table (fpi_name_firsts: no map probed at random) */
 typedef struct nametab {
   const fp_prog *p;
   const char *(*name)(const fp_prog *, int32_t);
@@ -229,7 +229,7 @@ static void check_unique(vctx *v, fp_vloc what, const char *kind, int32_t n, con
   nametab t = {v->p, name};
   int32_t *first = malloc(((size_t)n + 1) * sizeof *first);
   FP_ASSERT(first);
-  fp_name_firsts(nametab_at, &t, n, first);
+  fpi_name_firsts(nametab_at, &t, n, first);
   for (int32_t i = 0; i < n && !stop(v); i++) {
     const char *s = name(v->p, i);
     if (!s) verr(v, what, i, "%s has no name", kind);
@@ -260,7 +260,7 @@ static bool check_header(vctx *v) {
   else if (p->optim != FP_OPTIM_NONE && !dtype_ok(p->optim_dtype))
     verr(v, FP_VL_PROG, 0, "unknown optimizer state dtype %d", (int)p->optim_dtype);
   for (int k = 0; p->hw.name && k < FP_HW_NFIELDS; k++) { /* the modeled machine */
-    double x = fp_hw_fields[k].integer ? (double)fp_hw_geti(&p->hw, k) : fp_hw_getd(&p->hw, k);
+    double x = fp_hw_fields[k].integer ? (double)fpi_hw_geti(&p->hw, k) : fpi_hw_getd(&p->hw, k);
     if (!(isfinite(x) && x > 0)) verr(v, FP_VL_PROG, 0, "hardware %s must be a positive number", fp_hw_fields[k].key);
   }
   if (p->ncomms < 0 || p->ntabs < 0 || p->nbufs < 0 || p->nmods < 0 || p->nparams < 0 || p->nbuckets < 0 ||
@@ -278,7 +278,7 @@ static void check_comms(vctx *v) {
     int64_t span;
     if (c->size < 1 || c->stride < 1) {
       verr(v, FP_VL_COMM, i, "size %" PRId64 " and stride %" PRId64 " must be >= 1", c->size, c->stride);
-    } else if (!fp_mul64(c->size, c->stride, &span) || p->world_size % span != 0) {
+    } else if (!fpi_mul64(c->size, c->stride, &span) || p->world_size % span != 0) {
       verr(v, FP_VL_COMM, i, "size %" PRId64 " x stride %" PRId64 " does not divide world_size %" PRId64, c->size,
            c->stride, p->world_size);
     }
@@ -298,7 +298,7 @@ static void check_tables(vctx *v) {
     }
     for (int64_t j = 0; j < t->n; j++) {
       int64_t e;
-      if (t->off[j] < 0 || t->cnt[j] < 0 || !fp_add64(t->off[j], t->cnt[j], &e)) {
+      if (t->off[j] < 0 || t->cnt[j] < 0 || !fpi_add64(t->off[j], t->cnt[j], &e)) {
         verr(v, FP_VL_TAB, i, "entry %" PRId64 ": offset %" PRId64 " and count %" PRId64 " must be >= 0", j,
              t->off[j], t->cnt[j]);
         ti->ok = false;
@@ -321,7 +321,7 @@ static void check_bufs(vctx *v) {
     if (b->bytes < 0) verr(v, FP_VL_BUF, i, "bytes %" PRId64 " is negative", b->bytes);
     if (b->offset < -1) verr(v, FP_VL_BUF, i, "offset %" PRId64 " is negative (-1: not placed)", b->offset);
     int64_t end, cap = b->host ? p->host_bytes : p->arena_bytes;
-    if (b->offset >= 0 && b->bytes >= 0 && (!fp_add64(b->offset, b->bytes, &end) || end > cap)) /* rule 7 */
+    if (b->offset >= 0 && b->bytes >= 0 && (!fpi_add64(b->offset, b->bytes, &end) || end > cap)) /* rule 7 */
       verr(v, FP_VL_BUF, i, "[%" PRId64 ", +%" PRId64 ") lies outside the %s arena of %" PRId64 " bytes", b->offset,
            b->bytes, b->host ? "host" : "device", cap);
   }
@@ -380,9 +380,9 @@ static void check_view(vctx *v, int32_t i, const char *role, const fp_view *w, i
     return;
   }
   int64_t bytes, end, cap = p->bufs[w->buf].bytes;
-  if (w->off < 0 || !fp_mul64(elems, dsize(dt), &bytes) || !fp_add64(w->off, bytes, &end) || end > cap)
+  if (w->off < 0 || !fpi_mul64(elems, dsize(dt), &bytes) || !fpi_add64(w->off, bytes, &end) || end > cap)
     verr(v, FP_VL_PARAM, i, "%s view [%" PRId64 ", +%" PRId64 " %s elements) lies outside buffer '%s' (%" PRId64 " bytes)",
-         role, w->off, elems, fp_dtype_name(dt), bufname(p, w->buf), cap);
+         role, w->off, elems, fpi_dtype_name(dt), bufname(p, w->buf), cap);
 }
 
 /* the optimizer state of trainable param i: present exactly when the program
@@ -391,12 +391,12 @@ static void check_view(vctx *v, int32_t i, const char *role, const fp_view *w, i
  * inside its plane */
 static void check_opt_view(vctx *v, int32_t i, const fp_ir_param *q, int64_t elems) {
   const fp_prog *p = v->p;
-  int states = fp_optim_states(p->optim);
+  int states = fpi_optim_states(p->optim);
   bool want = states > 0 && q->requires_grad && q->grad.buf >= 0;
   if (q->opt.buf < 0) {
     if (want)
       verr(v, FP_VL_PARAM, i, "the program plans %s state but trainable param '%s' has no opt view",
-           fp_optim_name(p->optim), q->name);
+           fpi_optim_name(p->optim), q->name);
     return;
   }
   if (!want) {
@@ -417,12 +417,12 @@ static void check_opt_view(vctx *v, int32_t i, const fp_ir_param *q, int64_t ele
   if (B->bytes % states)
     verr(v, FP_VL_PARAM, i, "opt view: buffer '%s' (%" PRId64 " bytes) is not %d equal state planes", B->name,
          B->bytes, states);
-  else if (q->opt.off < 0 || !fp_mul64(elems, dsize(p->optim_dtype), &bytes) || !fp_add64(q->opt.off, bytes, &end) ||
+  else if (q->opt.off < 0 || !fpi_mul64(elems, dsize(p->optim_dtype), &bytes) || !fpi_add64(q->opt.off, bytes, &end) ||
            end > plane)
     verr(v, FP_VL_PARAM, i,
          "opt view [%" PRId64 ", +%" PRId64 " %s elements) lies outside the first state plane of '%s' (%" PRId64
          " bytes)",
-         q->opt.off, elems, fp_dtype_name(p->optim_dtype), B->name, plane);
+         q->opt.off, elems, fpi_dtype_name(p->optim_dtype), B->name, plane);
 }
 
 /* MXFP8 weights: a frozen replicated param kept as e4m3 elements (main and
@@ -434,22 +434,22 @@ static void check_mxfp8(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel)
   bool mx = q->main_dtype == FP_E4M3 || q->param_dtype == FP_E4M3;
   if (!mx) {
     if (q->scales.buf >= 0) verr(v, FP_VL_PARAM, i, "scales view on a param that is not MXFP8 (main dtype %s)",
-                                 fp_dtype_name(q->main_dtype));
+                                 fpi_dtype_name(q->main_dtype));
     else if (q->main_dtype == FP_E8M0 || q->main_dtype == FP_U8 || q->param_dtype == FP_E8M0 ||
              q->param_dtype == FP_U8 || q->grad_dtype == FP_E4M3 || q->grad_dtype == FP_E8M0 || q->grad_dtype == FP_U8)
       verr(v, FP_VL_PARAM, i, "dtypes %s/%s/%s: weights are fp32, bf16, fp16 or MXFP8 (e4m3 with scales)",
-           fp_dtype_name(q->main_dtype), fp_dtype_name(q->param_dtype), fp_dtype_name(q->grad_dtype));
+           fpi_dtype_name(q->main_dtype), fpi_dtype_name(q->param_dtype), fpi_dtype_name(q->grad_dtype));
     return;
   }
   if (q->main_dtype != FP_E4M3 || q->param_dtype != FP_E4M3 || q->requires_grad || q->placement != 3 /* replicate */ ||
       q->main.buf != q->weight.buf || q->main.off != q->weight.off) {
     verr(v, FP_VL_PARAM, i, "an MXFP8 param must be frozen and replicated, its main and compute weight one "
                             "e4m3 copy (main %s, param %s, %s, %s)",
-         fp_dtype_name(q->main_dtype), fp_dtype_name(q->param_dtype), q->requires_grad ? "trainable" : "frozen",
-         fp_ir_placement_name(q->placement));
+         fpi_dtype_name(q->main_dtype), fpi_dtype_name(q->param_dtype), q->requires_grad ? "trainable" : "frozen",
+         fpi_ir_placement_name(q->placement));
     return;
   }
-  int64_t nb = fp_mx_blocks(numel), end;
+  int64_t nb = fpi_mx_blocks(numel), end;
   if (q->scales.buf < 0 || q->scales.buf >= p->nbufs) {
     verr(v, FP_VL_PARAM, i, "MXFP8 param '%s' has no scales view in range", q->name);
     return;
@@ -457,7 +457,7 @@ static void check_mxfp8(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel)
   const fp_ir_buf *B = &p->bufs[q->scales.buf];
   if (B->cat != FP_CAT_MAIN_WEIGHT || B->kind != FP_BUF_PERSISTENT)
     verr(v, FP_VL_PARAM, i, "scales view: buffer '%s' is not a persistent main_weight buffer", B->name);
-  else if (q->scales.off < 0 || !fp_add64(q->scales.off, nb, &end) || end > B->bytes)
+  else if (q->scales.off < 0 || !fpi_add64(q->scales.off, nb, &end) || end > B->bytes)
     verr(v, FP_VL_PARAM, i, "scales view [%" PRId64 ", +%" PRId64 " e8m0) lies outside buffer '%s' (%" PRId64 " bytes)",
          q->scales.off, nb, B->name, B->bytes);
   else if (q->scales.buf == q->main.buf && q->scales.off < q->main.off + numel && q->main.off < end)
@@ -503,7 +503,7 @@ static void check_params(vctx *v) {
     int64_t numel = 1;
     bool ok = true;
     for (int k = 0; k < q->ndim; k++)
-      if (q->shape[k] < 1 || !fp_mul64(numel, q->shape[k], &numel)) ok = false;
+      if (q->shape[k] < 1 || !fpi_mul64(numel, q->shape[k], &numel)) ok = false;
     if (!ok) {
       verr(v, FP_VL_PARAM, i, "shape dimensions must be >= 1 and their product fit in int64");
       continue;
@@ -512,7 +512,7 @@ static void check_params(vctx *v) {
       verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
     bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
                    q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */;
-    if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fp_dtype_size(q->param_dtype) != 0))
+    if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))
       verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
     check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
     check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
@@ -537,13 +537,13 @@ static bool check_segments(vctx *v) {
       verr(v, FP_VL_SEG, k, "unknown segment kind %d", (int)s->kind);
       continue;
     }
-    const char *kn = fp_seg_name(s->kind);
+    const char *kn = fpi_seg_name(s->kind);
     if (s->first != next || s->nops < 0 || s->nops > p->nops - s->first)
       verr(v, FP_VL_SEG, k, "covers ops [%" PRId32 ", +%" PRId32 ") but the previous segment ends at %" PRId64
            " (segments must cover the ops in order)", s->first, s->nops, next);
     else
       next = s->first + s->nops;
-    if (fp_seg_has_module(s->kind)) {
+    if (fpi_seg_has_module(s->kind)) {
       if (s->module < 0 || s->module >= p->nmods)
         verr(v, FP_VL_SEG, k, "%s names module %" PRId32 ", out of range (%" PRId32 " modules)", kn, s->module, p->nmods);
     } else if (s->module != -1) {
@@ -608,7 +608,7 @@ static bool region_sums(const fp_ir_table *t, int64_t rows, int64_t *sum, int64_
   *sum = *end = 0;
   for (int64_t j = 0; j < t->n; j++) {
     int64_t x, e;
-    if (!fp_add64(*sum, t->cnt[j], sum) || !fp_mul64(rows, t->cnt[j], &x) || !fp_add64(t->off[j], x, &e)) return false;
+    if (!fpi_add64(*sum, t->cnt[j], sum) || !fpi_mul64(rows, t->cnt[j], &x) || !fpi_add64(t->off[j], x, &e)) return false;
     if (e > *end) *end = e;
   }
   return true;
@@ -625,16 +625,16 @@ static bool check_op_structure(vctx *v, int32_t i) {
     verr(v, FP_VL_OP, i, "unknown opcode %d", (int)op->code);
     return false;
   }
-  const char *on = fp_op_name(op->code);
-  fp_opclass cls = fp_op_class(op->code);
+  const char *on = fpi_op_name(op->code);
+  fp_opclass cls = fpi_op_class(op->code);
   if ((unsigned)op->stream >= FP_NSTREAMS) verr(v, FP_VL_OP, i, "%s: unknown stream %d", on, (int)op->stream);
   if (!dtype_ok(op->dtype) || !dtype_ok(op->sdtype)) verr(v, FP_VL_OP, i, "%s: unknown dtype", on);
   if ((unsigned)op->pass > FP_PASS_OPT) verr(v, FP_VL_OP, i, "%s: unknown pass %d", on, (int)op->pass);
   if ((unsigned)op->red >= FP_NREDOPS)
     verr(v, FP_VL_OP, i, "%s: unknown reduce op %d", on, (int)op->red);
-  else if (op->red != FP_RED_SUM && !fp_op_reduces(op->code))
+  else if (op->red != FP_RED_SUM && !fpi_op_reduces(op->code))
     verr(v, FP_VL_OP, i, "%s takes no red=%s (only reduce_scatter, reduce_scatter_v, all_reduce and reduce reduce)", on,
-         fp_redop_name(op->red));
+         fpi_redop_name(op->red));
 #define RANGE(field, n, what)                                                                                         \
   if (op->field < -1 || op->field >= (n))                                                                             \
     verr(v, FP_VL_OP, i, "%s: " what " %" PRId32 " is out of range (%" PRId32 " defined)", on, op->field, (int32_t)(n));
@@ -670,7 +670,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
   if (cls == FP_OPC_COMPUTE) {
     if (op->pass == FP_PASS_OPT && op->module >= 0) verr(v, FP_VL_OP, i, "compute pass=opt takes no module");
     if (op->pass != FP_PASS_OPT && op->module < 0) verr(v, FP_VL_OP, i, "compute needs a module");
-    if (op->stream != FP_STREAM_COMPUTE) verr(v, FP_VL_OP, i, "compute runs on the compute stream, not %s", fp_stream_name(op->stream));
+    if (op->stream != FP_STREAM_COMPUTE) verr(v, FP_VL_OP, i, "compute runs on the compute stream, not %s", fpi_stream_name(op->stream));
     if (!isfinite(op->alpha) || op->alpha < 0) verr(v, FP_VL_OP, i, "compute flops must be finite and >= 0");
     check_tied_reads(v, i);
   }
@@ -691,8 +691,8 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (present && r->tabrel && op->tab < 0)
       verr(v, FP_VL_OP, i, "%s: %s is table-relative but the op has no table", on, opnd_name(w));
   }
-  fp_op_shape sh = fp_op_shape_of(p, op);
-  if (fp_op_regions(op->code)) { /* a region table: any number of entries, no comm */
+  fp_op_shape sh = fpi_op_shape_of(p, op);
+  if (fpi_op_regions(op->code)) { /* a region table: any number of entries, no comm */
     int64_t sum, end;
     if (op->tab < 0)
       verr(v, FP_VL_OP, i, "%s needs a region table (tab=)", on);
@@ -716,7 +716,7 @@ static bool check_op_structure(vctx *v, int32_t i) {
     else if (!v->tabs[op->tab].ok)
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
   }
-  if (op->code == FP_OP_COPY || fp_op_regions(op->code)) {
+  if (op->code == FP_OP_COPY || fpi_op_regions(op->code)) {
     if (sh.rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, sh.rows);
     if (sh.dpitch < 0 || sh.spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
   } else if (sh.rows != 1 || sh.dpitch || sh.spitch) {
@@ -749,25 +749,25 @@ static fp_dtype opnd_dtype(const fp_op *op, int w) {
 /* bytes the operand covers on rank g */
 static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, int64_t *out) {
   const fp_prog *p = v->p;
-  int64_t n = fp_op_count(p, op, g), sz = dsize(opnd_dtype(op, w)), e = 0, t;
-  fp_op_shape sh = fp_op_shape_of(p, op);
+  int64_t n = fpi_op_count(p, op, g), sz = dsize(opnd_dtype(op, w)), e = 0, t;
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   bool ok = true;
   switch (op->code) {
     case FP_OP_ALL_GATHER:
-      ok = w == OPND_DST ? fp_mul64(G, n, &t) && fp_mul64(t, sz, &e) : fp_mul64(n, sz, &e);
+      ok = w == OPND_DST ? fpi_mul64(G, n, &t) && fpi_mul64(t, sz, &e) : fpi_mul64(n, sz, &e);
       break;
     case FP_OP_REDUCE_SCATTER:
-      ok = w == OPND_SRC ? fp_mul64(G, n, &t) && fp_mul64(t, sz, &e) : fp_mul64(n, sz, &e);
+      ok = w == OPND_SRC ? fpi_mul64(G, n, &t) && fpi_mul64(t, sz, &e) : fpi_mul64(n, sz, &e);
       break;
     case FP_OP_ALL_GATHER_V:
-      ok = fp_mul64(w == OPND_DST ? v->tabs[op->tab].maxend : n, sz, &e);
+      ok = fpi_mul64(w == OPND_DST ? v->tabs[op->tab].maxend : n, sz, &e);
       break;
     case FP_OP_REDUCE_SCATTER_V:
-      ok = fp_mul64(w == OPND_SRC ? v->tabs[op->tab].maxend : n, sz, &e);
+      ok = fpi_mul64(w == OPND_SRC ? v->tabs[op->tab].maxend : n, sz, &e);
       break;
     case FP_OP_COPY: {
       int64_t pitch = w == OPND_DST ? sh.dpitch : sh.spitch;
-      ok = fp_mul64(sh.rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+      ok = fpi_mul64(sh.rows - 1, pitch, &t) && fpi_mul64(n, sz, &e) && fpi_add64(t, e, &e);
       break;
     }
     case FP_OP_SPLIT_COPY:
@@ -777,10 +777,10 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
       bool table_side = (op->code == FP_OP_SPLIT_COPY) == (w == OPND_DST);
       int64_t sum, end;
       if (table_side) {
-        ok = region_sums(&p->tabs[op->tab], sh.rows, &sum, &end) && fp_mul64(end, sz, &e);
+        ok = region_sums(&p->tabs[op->tab], sh.rows, &sum, &end) && fpi_mul64(end, sz, &e);
       } else {
         int64_t pitch = w == OPND_DST ? sh.dpitch : sh.spitch;
-        ok = fp_mul64(sh.rows - 1, pitch, &t) && fp_mul64(n, sz, &e) && fp_add64(t, e, &e);
+        ok = fpi_mul64(sh.rows - 1, pitch, &t) && fpi_mul64(n, sz, &e) && fpi_add64(t, e, &e);
       }
       break;
     }
@@ -790,9 +790,9 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
         e = n / 32;
         break;
       }
-      ok = fp_mul64(n, sz, &e);
+      ok = fpi_mul64(n, sz, &e);
       break;
-    default: ok = fp_mul64(n, sz, &e); break;
+    default: ok = fpi_mul64(n, sz, &e); break;
   }
   *out = e;
   return ok;
@@ -802,9 +802,9 @@ static bool opnd_extent(vctx *v, const fp_op *op, int w, int64_t g, int64_t G, i
 static bool opnd_start(vctx *v, const fp_op *op, int w, int64_t g, int64_t *out) {
   const fp_region *r = operand(op, w);
   int64_t s, t;
-  if (!fp_mul64(g, r->stride, &t) || !fp_add64(r->off, t, &s)) return false;
+  if (!fpi_mul64(g, r->stride, &t) || !fpi_add64(r->off, t, &s)) return false;
   if (r->tabrel) {
-    if (!fp_mul64(v->p->tabs[op->tab].off[g], dsize(opnd_dtype(op, w)), &t) || !fp_add64(s, t, &s)) return false;
+    if (!fpi_mul64(v->p->tabs[op->tab].off[g], dsize(opnd_dtype(op, w)), &t) || !fpi_add64(s, t, &s)) return false;
   }
   *out = s;
   return true;
@@ -812,12 +812,12 @@ static bool opnd_start(vctx *v, const fp_op *op, int w, int64_t g, int64_t *out)
 
 /* the ranks whose operands to check: all of them when a table is involved
  * (extents vary by rank), else the two ends (offsets are linear in g) */
-static bool needs_every_g(const fp_op *op) { return op->tab >= 0 && !fp_op_regions(op->code); }
+static bool needs_every_g(const fp_op *op) { return op->tab >= 0 && !fpi_op_regions(op->code); }
 
 static void check_op_operands(vctx *v, int32_t i) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
-  const char *on = fp_op_name(op->code);
+  const char *on = fpi_op_name(op->code);
   int64_t G = comm_size_or_1(p, op);
   int need = operands_of(op->code);
   bool every = needs_every_g(op);
@@ -838,9 +838,9 @@ static void check_op_operands(vctx *v, int32_t i) {
   memset(overlap_case, 0, sizeof overlap_case);
   for (int64_t gi = 0, ng = every ? G : (G > 1 ? 2 : 1); gi < ng && !stop(v); gi++) {
     int64_t g = every ? gi : gi * (G - 1);
-    if ((op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8) && fp_op_count(p, op, g) % 32) {
+    if ((op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8) && fpi_op_count(p, op, g) % 32) {
       verr(v, FP_VL_OP, i, "%s: count %" PRId64 " (rank index %" PRId64 ") is not a multiple of the 32-element MXFP8 block",
-           on, fp_op_count(p, op, g), g);
+           on, fpi_op_count(p, op, g), g);
       return;
     }
     int64_t st[3] = {0}, en[3] = {0};
@@ -850,7 +850,7 @@ static void check_op_operands(vctx *v, int32_t i) {
       const fp_region *r = operand(op, w);
       const fp_ir_buf *b = &p->bufs[r->buf];
       int64_t ext;
-      if (!opnd_start(v, op, w, g, &st[k]) || !opnd_extent(v, op, w, g, G, &ext) || !fp_add64(st[k], ext, &en[k])) {
+      if (!opnd_start(v, op, w, g, &st[k]) || !opnd_extent(v, op, w, g, G, &ext) || !fpi_add64(st[k], ext, &en[k])) {
         verr(v, FP_VL_OP, i, "%s: %s offset overflows int64 (rank index %" PRId64 ")", on, opnd_name(w), g);
         return;
       }
@@ -875,12 +875,12 @@ static void check_op_operands(vctx *v, int32_t i) {
         /* they overlap: legal only in an in-place form of dst (a=0) and src (c=1) */
         bool legal = false;
         if (a == 0 && c == 1) {
-          int64_t n = fp_op_count(p, op, g), sz = dsize(op->dtype), t;
+          int64_t n = fpi_op_count(p, op, g), sz = dsize(op->dtype), t;
           switch (inplace) {
-            case IP_AG: legal = fp_mul64(g, n, &t) && fp_mul64(t, sz, &t) && st[1] - st[0] == t; break;
-            case IP_RS: legal = fp_mul64(g, n, &t) && fp_mul64(t, sz, &t) && st[0] - st[1] == t; break;
-            case IP_AGV: legal = fp_mul64(p->tabs[op->tab].off[g], sz, &t) && st[1] - st[0] == t; break;
-            case IP_RSV: legal = fp_mul64(p->tabs[op->tab].off[g], sz, &t) && st[0] - st[1] == t; break;
+            case IP_AG: legal = fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[1] - st[0] == t; break;
+            case IP_RS: legal = fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[0] - st[1] == t; break;
+            case IP_AGV: legal = fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[1] - st[0] == t; break;
+            case IP_RSV: legal = fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[0] - st[1] == t; break;
             case IP_SAME: legal = st[0] == st[1]; break;
             case IP_SAME_DT: legal = st[0] == st[1] && op->dtype == op->sdtype; break;
             default: break;
@@ -908,13 +908,13 @@ static void check_op_operands(vctx *v, int32_t i) {
 
 static void check_op_dtypes(vctx *v, int32_t i) {
   const fp_op *op = &v->p->ops[i];
-  const char *on = fp_op_name(op->code), *dn = fp_dtype_name(op->dtype), *sn = fp_dtype_name(op->sdtype);
+  const char *on = fpi_op_name(op->code), *dn = fpi_dtype_name(op->dtype), *sn = fpi_dtype_name(op->sdtype);
   switch (op->code) {
     case FP_OP_REDUCE_SCATTER:
     case FP_OP_REDUCE_SCATTER_V:
     case FP_OP_ALL_REDUCE:
     case FP_OP_REDUCE:
-      if (!fp_dtype_reducible(op->dtype))
+      if (!fpi_dtype_reducible(op->dtype))
         verr(v, FP_VL_OP, i, "%s reduces %s data, which is not reducible (MXFP8 data is gathered as bytes, never reduced)", on, dn);
       /* fallthrough */
     case FP_OP_ALL_GATHER:
@@ -955,7 +955,7 @@ static void check_op_dtypes(vctx *v, int32_t i) {
       break;
     default: break;
   }
-  if (op->code != FP_OP_SCALE && fp_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
+  if (op->code != FP_OP_SCALE && fpi_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
     verr(v, FP_VL_OP, i, "%s takes no alpha", on);
   /* grads are never FP8: no MXFP8 op and no op on e4m3 / e8m0 data touches a
    * grad buffer (gradients are reduced and stored in float types only) */
@@ -968,7 +968,7 @@ static void check_op_dtypes(vctx *v, int32_t i) {
     fp_buf_cat c = v->p->bufs[b].cat;
     if (c == FP_CAT_MAIN_GRAD || c == FP_CAT_UNSHARDED_GRAD)
       verr(v, FP_VL_OP, i, "%s moves FP8 data into or out of %s buffer '%s': grads are never FP8", on,
-           fp_buf_cat_name(c), v->p->bufs[b].name);
+           fpi_buf_cat_name(c), v->p->bufs[b].name);
   }
 }
 
@@ -1009,13 +1009,13 @@ static const predpair *pred_pair(vctx *v, predcache *pc, int32_t oc, int32_t c) 
   FP_ASSERT(first && forbidden);
   for (int64_t r = 0; r < W; r++) first[r] = -1;
   for (int64_t r = 0; r < W; r++) {
-    int64_t base = r - fp_comm_index(C, r) * C->stride;
-    int32_t x = (int32_t)fp_comm_index(O, r);
+    int64_t base = r - fpi_comm_index(C, r) * C->stride;
+    int32_t x = (int32_t)fpi_comm_index(O, r);
     if (first[base] == -1) first[base] = x;
     else if (first[base] != x) first[base] = -2;
   }
   for (int64_t r = 0; r < W; r++)
-    if (first[r - fp_comm_index(C, r) * C->stride] == -2) forbidden[fp_comm_index(O, r)] = 1;
+    if (first[r - fpi_comm_index(C, r) * C->stride] == -2) forbidden[fpi_comm_index(O, r)] = 1;
   free(first);
   if (pc->n == pc->cap) {
     pc->cap = pc->cap ? 2 * pc->cap : 8;
@@ -1035,13 +1035,13 @@ static void pred_free(predcache *pc) {
 static bool comm_sound(const fp_prog *p, int32_t c) {
   int64_t span;
   return c >= 0 && c < p->ncomms && p->comms[c].size >= 1 && p->comms[c].stride >= 1 &&
-         fp_mul64(p->comms[c].size, p->comms[c].stride, &span) && p->world_size % span == 0;
+         fpi_mul64(p->comms[c].size, p->comms[c].stride, &span) && p->world_size % span == 0;
 }
 
 static void check_predicate(vctx *v, predcache *pc, int32_t i) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
-  if (op->only < 0 || fp_op_class(op->code) != FP_OPC_COMM) return;
+  if (op->only < 0 || fpi_op_class(op->code) != FP_OPC_COMM) return;
   /* (the instances are walked by index: a communicator of size or stride 0
    * would divide by zero; rule 7 has reported it) */
   if (!comm_sound(p, op->comm) || !comm_sound(p, op->only_comm)) return;
@@ -1050,11 +1050,11 @@ static void check_predicate(vctx *v, predcache *pc, int32_t i) {
   const fp_ir_comm *c = &p->comms[op->comm], *oc = &p->comms[op->only_comm];
   int64_t a = -1, b = -1;
   for (int64_t r = 0; r < p->world_size && a < 0; r++) {
-    if (fp_comm_index(oc, r) != op->only) continue;
-    int64_t base = r - fp_comm_index(c, r) * c->stride;
+    if (fpi_comm_index(oc, r) != op->only) continue;
+    int64_t base = r - fpi_comm_index(c, r) * c->stride;
     for (int64_t g = 0; g < c->size; g++) {
       int64_t m = base + g * c->stride;
-      if (fp_comm_index(oc, m) != op->only) {
+      if (fpi_comm_index(oc, m) != op->only) {
         a = r, b = m;
         break;
       }
@@ -1062,7 +1062,7 @@ static void check_predicate(vctx *v, predcache *pc, int32_t i) {
   }
   verr(v, FP_VL_OP, i, "%s: only=%" PRId32 "@%s splits an instance of comm '%s': ranks %" PRId64 " and %" PRId64
        " are members of one instance but only rank %" PRId64 " runs it (a collective must run on all members or none)",
-       fp_op_name(op->code), op->only, oc->name, c->name, a, b, a);
+       fpi_op_name(op->code), op->only, oc->name, c->name, a, b, a);
 }
 
 typedef struct p2p {
@@ -1103,7 +1103,7 @@ static void check_p2p(vctx *v, int32_t n) {
       const fp_ir_comm *c = &p->comms[s->comm];
       bool ok = s->dtype == r->dtype;
       for (int64_t g = 0; ok && g < c->size; g++)
-        if (fp_op_count(p, s, g) != fp_op_count(p, r, (g + s->root) % c->size)) ok = false;
+        if (fpi_op_count(p, s, g) != fpi_op_count(p, r, (g + s->root) % c->size)) ok = false;
       if (!ok)
         verr(v, FP_VL_OP, l[ri].op, "recv does not match send op %" PRId32 " (distance %" PRId32 " on comm '%s'): "
              "count and dtype must agree", l[si].op, s->root, c->name);
@@ -1147,7 +1147,7 @@ static bool groupscan_ok(groupscan *g, const fp_prog *p, int32_t i) {
     g->cur = -1;
     return op->group == -1;
   }
-  if ((unsigned)op->code < FP_NOPS && fp_op_class(op->code) != FP_OPC_COMM) return false;
+  if ((unsigned)op->code < FP_NOPS && fpi_op_class(op->code) != FP_OPC_COMM) return false;
   if (op->group == g->cur) return op->stream == p->ops[g->first].stream && op->seg == p->ops[g->first].seg;
   g->cur = op->group;
   g->first = i;
@@ -1170,8 +1170,8 @@ static void check_groups(vctx *v) {
       cur = -1;
       continue;
     }
-    if ((unsigned)op->code < FP_NOPS && fp_op_class(op->code) != FP_OPC_COMM)
-      verr(v, FP_VL_OP, i, "%s is not communication and cannot be grouped", fp_op_name(op->code));
+    if ((unsigned)op->code < FP_NOPS && fpi_op_class(op->code) != FP_OPC_COMM)
+      verr(v, FP_VL_OP, i, "%s is not communication and cannot be grouped", fpi_op_name(op->code));
     if (op->group == cur) {
       const fp_op *f = &p->ops[first];
       if (op->stream != f->stream || op->seg != f->seg)
@@ -1216,7 +1216,7 @@ static void use_buf(vctx *v, int32_t b, int32_t i, int stream, const int64_t *vc
   range *r = range_of(v, b, i);
   if (!r) {
     if (step == 1)
-      verr(v, FP_VL_OP, i, "%s uses buffer '%s' outside its live ranges", fp_op_name(v->p->ops[i].code),
+      verr(v, FP_VL_OP, i, "%s uses buffer '%s' outside its live ranges", fpi_op_name(v->p->ops[i].code),
            v->p->bufs[b].name);
     return;
   }
@@ -1246,7 +1246,7 @@ static int64_t own_clock(const vctx *v, int32_t z, int t, bool write) {
 static int32_t alias_at(const vctx *v, int32_t b, int t, bool write, int64_t clk) {
   for (int32_t y = -1; y < v->p->nbufs; y++) {
     int32_t z = y < 0 ? b : y;
-    if (y >= 0 && (y == b || !fp_bufs_overlap(v->p, b, y))) continue;
+    if (y >= 0 && (y == b || !fpi_bufs_overlap(v->p, b, y))) continue;
     if (own_clock(v, z, t, write) == clk) return z;
   }
   FP_ASSERT(0);
@@ -1258,7 +1258,7 @@ static int32_t alias_at(const vctx *v, int32_t b, int t, bool write, int64_t clk
 static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, const fp_access *x) {
   const fp_prog *p = v->p;
   int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-  fp_alias_clocks_max(&v->al, x->buf, s, w, r);
+  fpi_alias_clocks_max(&v->al, x->buf, s, w, r);
   for (int t = 0; t < FP_NSTREAMS && !race_stop(v); t++) {
     if (t == s) continue;
     bool ww = vc[t] < w[t], rw = x->write && vc[t] < r[t];
@@ -1274,9 +1274,9 @@ static void race_check(vctx *v, int32_t i, int s, const int64_t *vc, int step, c
     if (y != x->buf) snprintf(other, sizeof other, " (it shares arena bytes with '%.120s')", p->bufs[y].name);
     char msg[768]; /* verr's room */
     snprintf(msg, sizeof msg, "%s (stream %s) %s buffer '%s' but op %" PRId32 "%s, which %s '%s'%s on stream %s, does not "
-             "happen before it: a record/wait is missing", fp_op_name(p->ops[i].code), fp_stream_name(s), how,
+             "happen before it: a record/wait is missing", fpi_op_name(p->ops[i].code), fpi_stream_name(s), how,
              p->bufs[x->buf].name, j, step == 2 ? " of the previous step" : "", what, p->bufs[y].name, other,
-             fp_stream_name(t));
+             fpi_stream_name(t));
     if (!v->defer) {
       verr(v, FP_VL_OP, i, "%s", msg);
       return;
@@ -1291,11 +1291,11 @@ static void race_note(vctx *v, int32_t i, int s, const int64_t *vc, int step, co
   struct bufclk *c = v->al.lo[x->buf] >= 0 ? &v->clk[v->al.row[x->buf]] : NULL;
   if (c && x->write) c->w[s] = vc[s];
   if (c && x->read) c->r[s] = vc[s];
-  fp_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
+  fpi_alias_clocks_note(&v->al, x->buf, s, x->read, x->write, vc[s]);
 }
 
 /* one buffer's ranges by (first, last), stably: most buffers have a few
- * (insertion sort), more go to fp_sort_records (qsort moved the whole
+ * (insertion sort), more go to fpi_sort_records (qsort moved the whole
  * records, 2% of a big compile) */
 static uint64_t range_key(const void *rec, int k) {
   const range *r = rec;
@@ -1305,7 +1305,7 @@ static uint64_t range_key(const void *rec, int k) {
 
 static void sort_ranges(range *r, int32_t n) {
   if (n > 16) {
-    fp_sort_records(r, sizeof *r, n, 1, range_key);
+    fpi_sort_records(r, sizeof *r, n, 1, range_key);
     return;
   }
   for (int32_t i = 1; i < n; i++) {
@@ -1447,7 +1447,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       if (step == 2 && synced[s]) {
         if (!unsynced) break;
         if (races) {
-          int na = fp_op_accesses(p, op, v->acc);
+          int na = fpi_op_accesses(p, op, v->acc);
           for (int k = 0; k < na; k++) race_note(v, i, s, vc[s], step, &v->acc[k]);
         }
         continue;
@@ -1461,7 +1461,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
         for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, vc[s], step);
       }
       if (races) {
-        int na = fp_op_accesses(p, op, v->acc);
+        int na = fpi_op_accesses(p, op, v->acc);
         for (int k = 0; k < na && !race_stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
         for (int k = 0; k < na; k++) race_note(v, i, s, vc[s], step, &v->acc[k]);
       }
@@ -1532,7 +1532,7 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
     cut[nc++] = x->offset;
     cut[nc++] = x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes;
   }
-  fp_sort_u64((uint64_t *)cut, NULL, nc); /* offsets and ends are >= 0: they order as unsigned */
+  fpi_sort_u64((uint64_t *)cut, NULL, nc); /* offsets and ends are >= 0: they order as unsigned */
   int32_t u = 0;
   for (int32_t k = 0; k < nc; k++)
     if (u == 0 || cut[k] != cut[u - 1]) cut[u++] = cut[k];
@@ -1549,15 +1549,15 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   for (int32_t k = 0; k < nt; k++) {
     int32_t b = ord[k];
     const fp_ir_buf *x = &p->bufs[b];
-    slo[k] = fp_cut_slot(cut, u, x->offset);
-    shi[k] = fp_cut_slot(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
+    slo[k] = fpi_cut_slot(cut, u, x->offset);
+    shi[k] = fpi_cut_slot(cut, u, x->offset > INT64_MAX - x->bytes ? INT64_MAX : x->offset + x->bytes);
     for (int32_t r = v->rstart[b]; r < v->rstart[b + 1]; r++) {
       rkey[nr] = (uint64_t)(uint32_t)v->rg[r].first << 32 | (uint32_t)r;
       rbuf[nr++] = k;
       for (int32_t z = slo[k]; z < shi[k]; z++) start[z + 1]++;
     }
   }
-  fp_sort_u64(rkey, rbuf, nr);
+  fpi_sort_u64(rkey, rbuf, nr);
   for (int32_t z = 0; z < nslots; z++) start[z + 1] += start[z];
   int32_t *list = malloc(((size_t)start[nslots] + 1) * sizeof *list);
   int64_t *fill = malloc(((size_t)nslots + 1) * sizeof *fill);
@@ -1590,8 +1590,8 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
           int32_t from = x->last1op[s], to = y->min1op[s];
           verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
                "does not happen before this op (stream %s): a record/wait is missing", p->bufs[y->buf].name,
-               p->bufs[x->buf].name, from, p->bufs[x->buf].name, fp_stream_name(p->ops[from].stream),
-               fp_stream_name(p->ops[to].stream));
+               p->bufs[x->buf].name, from, p->bufs[x->buf].name, fpi_stream_name(p->ops[from].stream),
+               fpi_stream_name(p->ops[to].stream));
         }
         break;
       }
@@ -1616,7 +1616,7 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
           verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
                " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
                "is missing", p->bufs[x->buf].name, p->bufs[y->buf].name, from, p->bufs[y->buf].name,
-               fp_stream_name(p->ops[from].stream), fp_stream_name(p->ops[to].stream));
+               fpi_stream_name(p->ops[from].stream), fpi_stream_name(p->ops[to].stream));
         }
         break;
       }
@@ -1648,7 +1648,7 @@ static void check_arena(vctx *v) {
       if (x->host == host && x->offset >= 0 && x->bytes > 0 && (unsigned)x->kind <= FP_BUF_TRANSIENT)
         key[n] = (uint64_t)x->offset, ord[n++] = b;
     }
-    fp_sort_u64(key, ord, n);
+    fpi_sort_u64(key, ord, n);
     /* persistent: overlaps nothing (one sweep with the furthest ends so far) */
     int64_t end_all = 0, end_pers = 0;
     int32_t who_all = -1, who_pers = -1;
@@ -1739,7 +1739,7 @@ static bool check_ops(vctx *v, predcache *pc, bool tables_ok, bool segs, int32_t
   return true;
 }
 
-bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned flags) {
+bool fpi_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned flags) {
   vctx v = {.p = p, .report = report, .rctx = rctx, .unordered = flags & FP_VERIFY_UNORDERED};
   predcache pc = {0};
   if (!check_header(&v)) return false;
@@ -1789,7 +1789,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     bool ranges = v.nerr == 0 && build_ranges(&v);
     if (ranges && !v.unordered) {
       /* rule 8's state */
-      fp_alias_clocks_init(p, &v.al);
+      fpi_alias_clocks_init(p, &v.al);
       v.have_al = true;
       v.clk = calloc((size_t)v.al.ntree + 1, sizeof *v.clk);
       v.acc = malloc(((size_t)v.maxuses + FP_MAX_OPND_ACCESS) * sizeof *v.acc);
@@ -1812,7 +1812,7 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
     }
   }
   pred_free(&pc);
-  if (v.have_al) fp_alias_clocks_free(&v.al);
+  if (v.have_al) fpi_alias_clocks_free(&v.al);
   for (int t = 0; t < FP_NSTREAMS; t++) free(v.clkop[t]);
   free(v.clk);
   free(v.acc);
@@ -1826,11 +1826,11 @@ bool fp_ir_verify_with(const fp_prog *p, fp_vreport report, void *rctx, unsigned
   free(v.pend);
   free(v.held);
   if (v.nerr == 0 && (flags & FP_VERIFY_SEM) && !(flags & FP_VERIFY_UNORDERED))
-    return fp_ir_verify_sem_with(p, report, rctx);
+    return fpi_ir_verify_sem_with(p, report, rctx);
   return v.nerr == 0;
 }
 
-/* ---- fp_ir_verify: messages located in .fpir or by index ------------------------------ */
+/* ---- fpi_ir_verify: messages located in .fpir or by index ------------------------------ */
 typedef struct fpir_loc {
   fp_diag *d;
   const fp_src *src;
@@ -1895,14 +1895,14 @@ static void report_fpir(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
     snprintf(where, sizeof where, "%.1000s:%" PRId32 ":%" PRId32, l->src->path, line, col);
   else
     snprintf(where, sizeof where, "%.1000s", l->src ? l->src->path : "<plan>");
-  fp_diag_errorf(l->d, where, "%s: %s", obj, msg);
+  fpi_diag_errorf(l->d, where, "%s: %s", obj, msg);
 }
 
-bool fp_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags) {
+bool fpi_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags) {
   fpir_loc l = {d, src};
-  return fp_ir_verify_with(p, report_fpir, &l, flags);
+  return fpi_ir_verify_with(p, report_fpir, &l, flags);
 }
 
-bool fp_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src) {
-  return fp_ir_verify_flags(p, d, src, 0);
+bool fpi_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src) {
+  return fpi_ir_verify_flags(p, d, src, 0);
 }

@@ -140,7 +140,7 @@ static void serr(sctx *s, fp_vloc what, int64_t i, const char *fmt, ...) {
 
 static int64_t esize(const cell *c) {
   if (c->kind == SV_SCALE) return 1;
-  if (c->kind == SV_WEIGHT || c->kind == SV_GRAD) return fp_dtype_size((fp_dtype)c->dt);
+  if (c->kind == SV_WEIGHT || c->kind == SV_GRAD) return fpi_dtype_size((fp_dtype)c->dt);
   return 0;
 }
 static bool has_elems(const cell *c) { return c->kind == SV_WEIGHT || c->kind == SV_GRAD || c->kind == SV_SCALE; }
@@ -400,8 +400,8 @@ static void describe(const sctx *s, const cell *c, char *out, size_t cap) {
       return;
     case SV_WEIGHT:
       snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") main weight v%d in %s%s%s%s%s", pname(s, c->p), c->e,
-               c->e + n, c->ver, fp_dtype_name((fp_dtype)c->dt), c->rnd != c->dt ? " (rounded to " : "",
-               c->rnd != c->dt ? fp_dtype_name((fp_dtype)c->rnd) : "", c->rnd != c->dt ? ")" : "",
+               c->e + n, c->ver, fpi_dtype_name((fp_dtype)c->dt), c->rnd != c->dt ? " (rounded to " : "",
+               c->rnd != c->dt ? fpi_dtype_name((fp_dtype)c->rnd) : "", c->rnd != c->dt ? ")" : "",
                c->fl & F_INEXACT ? " rounded twice" : c->fl & F_MX ? " MXFP8" : "");
       return;
     case SV_GRAD: {
@@ -409,7 +409,7 @@ static void describe(const sctx *s, const cell *c, char *out, size_t cap) {
       digits_text(s, c->digits, dg, sizeof dg);
       slots_text(c->slots, sl, sizeof sl);
       snprintf(out, cap, "grad of %s elements [%" PRId64 ",%" PRId64 ") from backwards {%s} summed over %s scaled %g in %s%s",
-               pname(s, c->p), c->e, c->e + n, sl, dg, c->s, fp_dtype_name((fp_dtype)c->dt),
+               pname(s, c->p), c->e, c->e + n, sl, dg, c->s, fpi_dtype_name((fp_dtype)c->dt),
                c->fl & F_INEXACT ? " rounded twice" : "");
       return;
     }
@@ -435,7 +435,7 @@ static bool build_classes(sctx *s) {
   for (int32_t i = 0; i < p->nops; i++) {
     const fp_op *op = &p->ops[i];
     if (op->comm >= 0 && (reg_addr(&op->dst) || reg_addr(&op->src) || reg_addr(&op->aux) || op->root >= 0 ||
-                          (op->tab >= 0 && !fp_op_regions(op->code)) || op->code == FP_OP_REDUCE ||
+                          (op->tab >= 0 && !fpi_op_regions(op->code)) || op->code == FP_OP_REDUCE ||
                           op->code == FP_OP_BROADCAST))
       s->addr[op->comm] = true;
     if (op->only >= 0 && op->only_comm >= 0) s->addr[op->only_comm] = true;
@@ -458,7 +458,7 @@ static bool build_classes(sctx *s) {
   for (int64_t r = 0; r < W; r++) {
     uint64_t key = 1469598103934665603ull;
     for (int32_t a = 0; a < s->naddr; a++) {
-      key ^= (uint64_t)fp_comm_index(&p->comms[s->addrc[a]], r) + 1;
+      key ^= (uint64_t)fpi_comm_index(&p->comms[s->addrc[a]], r) + 1;
       key *= 1099511628211ull;
     }
     int64_t slot = (int64_t)(key & (uint64_t)(hcap - 1));
@@ -468,7 +468,7 @@ static bool build_classes(sctx *s) {
       if (k < 0) break;
       bool eq = true;
       for (int32_t a = 0; a < s->naddr && eq; a++)
-        eq = fp_comm_index(&p->comms[s->addrc[a]], r) == fp_comm_index(&p->comms[s->addrc[a]], s->rep[k]);
+        eq = fpi_comm_index(&p->comms[s->addrc[a]], r) == fpi_comm_index(&p->comms[s->addrc[a]], s->rep[k]);
       if (eq) break;
       slot = (slot + 1) & (hcap - 1);
     }
@@ -512,11 +512,11 @@ static bool build_classes(sctx *s) {
 
 /* ---- ops: operand resolution ---------------------------------------------------------- */
 static int64_t gidx(const sctx *s, int32_t comm, int64_t r) {
-  return comm >= 0 ? fp_comm_index(&s->p->comms[comm], r) : 0;
+  return comm >= 0 ? fpi_comm_index(&s->p->comms[comm], r) : 0;
 }
 static int64_t member_rank(const sctx *s, int32_t comm, int64_t r, int64_t j) {
   const fp_ir_comm *c = &s->p->comms[comm];
-  return r + (j - fp_comm_index(c, r)) * c->stride;
+  return r + (j - fpi_comm_index(c, r)) * c->stride;
 }
 
 static fp_dtype od(const fp_op *op, int w) {
@@ -530,7 +530,7 @@ static fp_dtype od(const fp_op *op, int w) {
 }
 static const fp_region *opnd(const fp_op *op, int w) { return w == 0 ? &op->dst : w == 1 ? &op->src : &op->aux; }
 static int64_t roff(const sctx *s, const fp_op *op, int w, int64_t g) {
-  return fp_region_offset(s->p, op, opnd(op, w), od(op, w), g);
+  return fpi_region_offset(s->p, op, opnd(op, w), od(op, w), g);
 }
 
 /* the bytes an op reads, checked for undefined and for their dtype; false
@@ -550,7 +550,7 @@ static bool check_read(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, cel
         (c->kind == SV_SCALE && want != FP_U8 && want != FP_E8M0)) {
       describe(s, c, d, sizeof d);
       serr(s, FP_VL_OP, i, "%s reads %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " as %s: holds %s",
-           fp_op_name(s->p->ops[i].code), bname(s, b), at + c->lo, at + c->hi, s->rep[k], fp_dtype_name(want), d);
+           fpi_op_name(s->p->ops[i].code), bname(s, b), at + c->lo, at + c->hi, s->rep[k], fpi_dtype_name(want), d);
       return false;
     }
   }
@@ -573,7 +573,7 @@ static bool fits(fp_dtype a, fp_dtype b) {
 /* convert cells (sizes of `from`) to dtype `to`: positions scale */
 static void convert(sctx *s, int32_t i, const cell *in, int32_t n, fp_dtype from, fp_dtype to, cell **out,
                     int32_t *no, int32_t *cap) {
-  int64_t fz = fp_dtype_size(from), tz = fp_dtype_size(to);
+  int64_t fz = fpi_dtype_size(from), tz = fpi_dtype_size(to);
   *no = 0;
   for (int32_t j = 0; j < n; j++) {
     cell c = in[j];
@@ -651,7 +651,7 @@ static void reduce_lists(sctx *s, int32_t i, int32_t k, int32_t b, int64_t at, m
       char d[400];
       describe(s, &a, d, sizeof d);
       serr(s, FP_VL_OP, i, "%s over %s of %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " (step %d) is wrong: %.600s",
-           fp_op_name(op->code), cm->name, bname(s, b), at + x, at + y, s->rep[k], s->step + 1, why);
+           fpi_op_name(op->code), cm->name, bname(s, b), at + x, at + y, s->rep[k], s->step + 1, why);
       reported = true;
     }
     if (why[0]) r = junk(x, y, i);
@@ -701,7 +701,7 @@ static void run_collective(sctx *s, int32_t i) {
   const fp_ir_comm *cm = &p->comms[op->comm];
   int64_t G = cm->size;
   fp_dtype dt = op->dtype;
-  int64_t z = fp_dtype_size(dt);
+  int64_t z = fpi_dtype_size(dt);
   int32_t *from = malloc(((size_t)s->ncls + 1) * sizeof *from), *to = malloc(((size_t)s->ncls + 1) * sizeof *to);
   int64_t *dat = malloc(((size_t)s->ncls + 1) * sizeof *dat);
   int64_t hcap = 16;
@@ -711,16 +711,16 @@ static void run_collective(sctx *s, int32_t i) {
   FP_ASSERT(from && to && dat && hkey && hval);
   for (int64_t h = 0; h < hcap; h++) hkey[h] = -1;
   bool scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
-  bool reduce = fp_op_reduces(op->code);
+  bool reduce = fpi_op_reduces(op->code);
   bool collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
   bool same_all = true; /* every class that runs it gets the same output */
   int32_t first_out = -1;
   s->nout = 0;
   bool p2p = op->code == FP_OP_SEND || op->code == FP_OP_RECV;
-  if (p2p) serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fp_op_name(op->code));
+  if (p2p) serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fpi_op_name(op->code));
   for (int32_t k = 0; k < s->ncls; k++) {
     from[k] = to[k] = s->nout;
-    int64_t r = s->rep[k], g = fp_comm_index(cm, r);
+    int64_t r = s->rep[k], g = fpi_comm_index(cm, r);
     dat[k] = -1;
     if (p2p || !runs_on(s, op, r)) {
       same_all = false;
@@ -745,7 +745,7 @@ static void run_collective(sctx *s, int32_t i) {
       continue;
     }
     const fp_ir_table *tb = op->tab >= 0 ? &p->tabs[op->tab] : NULL;
-    int64_t n = fp_op_count(p, op, g);
+    int64_t n = fpi_op_count(p, op, g);
     s->ntmp2 = 0;
     mlist *ml = malloc((size_t)G * sizeof *ml);
     int32_t nl = 0;
@@ -850,234 +850,276 @@ static void set_junk(sctx *s, int32_t k, int32_t b, int64_t at, int64_t len, int
   map_write(wmap(s, k, b), at, &c, 1);
 }
 
+/* one local op on one rank class: its operands resolved, the scratch lists */
+typedef struct lop {
+  sctx *s;
+  const fp_op *op;
+  int32_t i, k; /* the op, the class */
+  int64_t r, g, n; /* the class's representative rank, its index in the op's communicator, the count */
+  fp_dtype dt, sdt;
+  int64_t z, sz;   /* the dtypes' sizes */
+  int32_t db, sb;  /* destination and source buffers */
+  int64_t d0, s0;  /* their byte offsets */
+  cell *t, *u;
+  int32_t nt, ct, nu, cu;
+  char d[400];
+} lop;
+
+/* cast, copy (rows with pitches), h2d, d2h */
+static void local_copy(lop *L) {
+  sctx *s = L->s;
+  const fp_op *op = L->op;
+  fp_op_shape sh = fpi_op_shape_of(s->p, op);
+  int64_t rows = op->code == FP_OP_COPY ? sh.rows : 1;
+  int64_t nb = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? L->n : L->n * L->sz;
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t so = L->s0 + row * sh.spitch, dof = L->d0 + row * sh.dpitch;
+    map_read(s, rmap(s, L->k, L->sb), so, so + nb, &L->t, &L->nt, &L->ct);
+    if (!check_read(s, L->i, L->k, L->sb, so, L->t, L->nt, od(op, 1))) {
+      set_junk(s, L->k, L->db, dof, L->n * L->z, L->i);
+      continue;
+    }
+    if (op->code == FP_OP_CAST) {
+      convert(s, L->i, L->t, L->nt, L->sdt, L->dt, &L->u, &L->nu, &L->cu);
+      map_write(wmap(s, L->k, L->db), dof, L->u, L->nu);
+    } else {
+      map_write(wmap(s, L->k, L->db), dof, L->t, L->nt);
+    }
+  }
+}
+
+/* scale: only grads (zeros, junk and undefined bytes pass) */
+static void local_scale(lop *L) {
+  sctx *s = L->s;
+  int64_t d0 = L->d0;
+  map_read(s, rmap(s, L->k, L->db), d0, d0 + L->n * L->z, &L->t, &L->nt, &L->ct);
+  if (!check_read(s, L->i, L->k, L->db, d0, L->t, L->nt, L->dt)) {
+    set_junk(s, L->k, L->db, d0, L->n * L->z, L->i);
+    return;
+  }
+  for (int32_t j = 0; j < L->nt; j++) {
+    cell *c = &L->t[j];
+    if (c->kind == SV_GRAD) c->s *= L->op->alpha;
+    else if (c->kind != SV_ZERO && c->kind != SV_JUNK && c->kind != SV_UNDEF) {
+      describe(s, c, L->d, sizeof L->d);
+      serr(s, FP_VL_OP, L->i, "scale of %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s, not a grad",
+           bname(s, L->db), d0 + c->lo, d0 + c->hi, L->r, L->d);
+      *c = junk(c->lo, c->hi, L->i);
+    }
+  }
+  map_write(wmap(s, L->k, L->db), d0, L->t, L->nt);
+}
+
+/* what dst += src holds where dc and sc meet, in *res; NULL, or why the
+ * two cannot be added */
+static const char *add_cells(cell dc, cell sc, fp_dtype dt, int32_t i, int64_t x, int64_t y, cell *res) {
+  if (dc.kind == SV_JUNK || sc.kind == SV_JUNK) *res = junk(x, y, i);
+  else if ((dc.kind == SV_UNDEF || dc.kind == SV_ZERO) && (sc.kind == SV_UNDEF || sc.kind == SV_ZERO))
+    *res = dc.kind == SV_UNDEF ? dc : sc; /* nothing defined meets */
+  else if (dc.kind == SV_UNDEF || sc.kind == SV_UNDEF) return "one of them is undefined";
+  else if (sc.kind == SV_ZERO) *res = dc;
+  else if (dc.kind == SV_ZERO) *res = sc, res->dt = (uint8_t)dt;
+  else if (dc.kind != SV_GRAD || sc.kind != SV_GRAD) return "only grads add";
+  else if (dc.p != sc.p || dc.e != sc.e) return "they are grads of other elements";
+  else if (dc.digits != sc.digits) return "they are summed over other ranks";
+  else if (dc.s != sc.s) return "they are scaled differently";
+  else if (dc.slots & sc.slots) return "it counts a backward twice";
+  else {
+    *res = dc;
+    res->slots |= sc.slots;
+    if (sc.fl & F_INEXACT) res->fl |= F_INEXACT;
+  }
+  return NULL;
+}
+
+/* add: the source converted to the destination's dtype, both lists walked */
+static void local_add(lop *L) {
+  sctx *s = L->s;
+  int32_t i = L->i, k = L->k, db = L->db, sb = L->sb;
+  int64_t d0 = L->d0, s0 = L->s0;
+  map_read(s, rmap(s, k, sb), s0, s0 + L->n * L->sz, &L->u, &L->nu, &L->cu);
+  if (!check_read(s, i, k, sb, s0, L->u, L->nu, L->sdt)) {
+    set_junk(s, k, db, d0, L->n * L->z, i);
+    return;
+  }
+  cell *cv = NULL, *o = NULL;
+  int32_t ncv = 0, ccv = 0, no = 0, co = 0, a = 0, bq = 0;
+  convert(s, i, L->u, L->nu, L->sdt, L->dt, &cv, &ncv, &ccv);
+  map_read(s, rmap(s, k, db), d0, d0 + L->n * L->z, &L->t, &L->nt, &L->ct);
+  if (!check_read(s, i, k, db, d0, L->t, L->nt, L->dt)) {
+    set_junk(s, k, db, d0, L->n * L->z, i);
+    free(cv);
+    return;
+  }
+  const cell *t = L->t;
+  int64_t x = 0, len = L->n * L->z;
+  bool rep = false;
+  while (x < len && a < L->nt && bq < ncv) {
+    int64_t y = t[a].hi < cv[bq].hi ? t[a].hi : cv[bq].hi;
+    cell dc = clip(&t[a], x, y), sc = clip(&cv[bq], x, y), res;
+    const char *why = add_cells(dc, sc, L->dt, i, x, y, &res);
+    if (why) {
+      char d1[400];
+      describe(s, &dc, L->d, sizeof L->d);
+      describe(s, &sc, d1, sizeof d1);
+      if (!rep)
+        serr(s, FP_VL_OP, i, "add into %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " (step %d): %s holds %.300s, %s adds %.300s: %s",
+             bname(s, db), d0 + x, d0 + y, L->r, s->step + 1, bname(s, db), L->d, bname(s, sb), d1, why);
+      rep = true;
+      res = junk(x, y, i);
+    }
+    res.lo = x;
+    res.hi = y;
+    push(&o, &no, &co, &res);
+    x = y;
+    while (a < L->nt && t[a].hi <= x) a++;
+    while (bq < ncv && cv[bq].hi <= x) bq++;
+  }
+  map_write(wmap(s, k, db), d0, o, no);
+  free(o);
+  free(cv);
+}
+
+/* quantize_mxfp8: one scale per 32 elements of the op, each named by its
+ * first element's param block */
+static void mx_scales(lop *L, int64_t a0, int64_t iz) {
+  cell *sc = NULL;
+  int32_t nsc = 0, csc = 0;
+  for (int32_t j = 0; j < L->nu; j++) {
+    cell c = L->u[j];
+    int64_t e0 = c.lo / iz, e1 = c.hi / iz;
+    for (int64_t bk = e0 / FP_MX_BLOCK; bk * FP_MX_BLOCK < e1; bk++) {
+      if (bk * FP_MX_BLOCK < e0) continue;
+      cell x = {.lo = bk, .hi = bk + 1, .kind = SV_ZERO, .p = -1};
+      if (c.kind == SV_WEIGHT) {
+        x.kind = SV_SCALE, x.p = c.p, x.ver = c.ver, x.e = (c.e + (bk * FP_MX_BLOCK - e0)) / FP_MX_BLOCK;
+      } else if (c.kind == SV_UNDEF) {
+        x = c, x.lo = bk, x.hi = bk + 1;
+      } else if (c.kind != SV_ZERO) {
+        x = junk(bk, bk + 1, L->i);
+      }
+      push(&sc, &nsc, &csc, &x);
+    }
+  }
+  map_write(wmap(L->s, L->k, L->op->aux.buf), a0, sc, nsc);
+  free(sc);
+}
+
+/* quantize_mxfp8 / dequantize_mxfp8: e4m3 keeps the value's rounding
+ * record; the block scales name the blocks */
+static void local_mxfp8(lop *L) {
+  sctx *s = L->s;
+  const fp_op *op = L->op;
+  int32_t i = L->i, k = L->k;
+  bool q = op->code == FP_OP_QUANTIZE_MXFP8;
+  fp_dtype in = q ? L->sdt : FP_E4M3, outd = q ? FP_E4M3 : L->dt;
+  int64_t a0 = op->aux.buf >= 0 ? roff(s, op, 2, L->g) : 0, iz = fpi_dtype_size(in), oz = fpi_dtype_size(outd);
+  map_read(s, rmap(s, k, L->sb), L->s0, L->s0 + L->n * iz, &L->u, &L->nu, &L->cu);
+  if (!check_read(s, i, k, L->sb, L->s0, L->u, L->nu, in)) {
+    set_junk(s, k, L->db, L->d0, L->n * oz, i);
+    if (q) set_junk(s, k, op->aux.buf, a0, fpi_mx_blocks(L->n), i);
+    return;
+  }
+  cell *cv = NULL;
+  int32_t ncv = 0, ccv = 0;
+  for (int32_t j = 0; j < L->nu; j++) {
+    cell c = L->u[j];
+    if (c.kind == SV_WEIGHT) {
+      if (q) {
+        const fp_ir_param *pq = &s->p->params[c.p];
+        int64_t fpos = pq->placement == FP_PL_FLAT ? pq->weight.off / fpi_dtype_size(pq->param_dtype) + c.e : c.e;
+        int64_t opos = c.lo / iz; /* its element in the op */
+        if ((fpos - opos) % FP_MX_BLOCK) c.fl |= F_INEXACT; /* blocks not those of the flat space */
+        c.fl |= F_MX;
+      } else if (!(c.fl & F_MX)) {
+        c = junk(c.lo, c.hi, i);
+      }
+      c.dt = (uint8_t)outd;
+    } else if (c.kind != SV_ZERO && c.kind != SV_UNDEF) {
+      if (c.kind != SV_JUNK) {
+        describe(s, &c, L->d, sizeof L->d);
+        serr(s, FP_VL_OP, i, "%s of %s on rank %" PRId64 ": holds %s, not a weight", fpi_op_name(op->code),
+             bname(s, L->sb), L->r, L->d);
+      }
+      c = junk(c.lo, c.hi, i);
+    }
+    c.lo = c.lo / iz * oz;
+    c.hi = c.hi / iz * oz;
+    push(&cv, &ncv, &ccv, &c);
+  }
+  map_write(wmap(s, k, L->db), L->d0, cv, ncv);
+  free(cv);
+  if (q && op->aux.buf >= 0) {
+    mx_scales(L, a0, iz);
+  } else if (!q && op->aux.buf >= 0) {
+    map_read(s, rmap(s, k, op->aux.buf), a0, a0 + fpi_mx_blocks(L->n), &L->t, &L->nt, &L->ct);
+    for (int32_t j = 0; j < L->nt; j++)
+      if (L->t[j].kind != SV_SCALE && L->t[j].kind != SV_JUNK && L->t[j].kind != SV_ZERO) { /* zeros: padding blocks */
+        describe(s, &L->t[j], L->d, sizeof L->d);
+        serr(s, FP_VL_OP, i, "dequantize_mxfp8 reads scales %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s",
+             bname(s, op->aux.buf), a0 + L->t[j].lo, a0 + L->t[j].hi, L->r, L->d);
+        set_junk(s, k, L->db, L->d0, L->n * oz, i);
+        break;
+      }
+  }
+}
+
+/* split_copy / chunk_cat: region j of the table, rows r: table side
+ * [(off[j] + r*cnt[j]) elements], rows side [r*pitch bytes + p_j elements] */
+static void local_regions(lop *L) {
+  sctx *s = L->s;
+  const fp_op *op = L->op;
+  const fp_ir_table *tb = &s->p->tabs[op->tab];
+  fp_op_shape sh = fpi_op_shape_of(s->p, op);
+  bool split = op->code == FP_OP_SPLIT_COPY;
+  int64_t pj = 0;
+  for (int64_t j = 0; j < tb->n; j++) {
+    for (int64_t row = 0; row < sh.rows; row++) {
+      int64_t tside = (tb->off[j] + row * tb->cnt[j]), rside_b = row * (split ? sh.spitch : sh.dpitch);
+      int64_t so = split ? L->s0 + rside_b + pj * L->sz : L->s0 + tside * L->sz;
+      int64_t dof = split ? L->d0 + tside * L->z : L->d0 + rside_b + pj * L->z;
+      map_read(s, rmap(s, L->k, L->sb), so, so + tb->cnt[j] * L->sz, &L->t, &L->nt, &L->ct);
+      if (!check_read(s, L->i, L->k, L->sb, so, L->t, L->nt, L->sdt)) {
+        set_junk(s, L->k, L->db, dof, tb->cnt[j] * L->z, L->i);
+        continue;
+      }
+      convert(s, L->i, L->t, L->nt, L->sdt, L->dt, &L->u, &L->nu, &L->cu);
+      map_write(wmap(s, L->k, L->db), dof, L->u, L->nu);
+    }
+    pj += tb->cnt[j];
+  }
+}
+
 static void run_local(sctx *s, int32_t i, int32_t k) {
   const fp_prog *p = s->p;
   const fp_op *op = &p->ops[i];
   int64_t r = s->rep[k];
   if (!runs_on(s, op, r)) return;
-  int64_t g = gidx(s, op->comm, r), n = fp_op_count(p, op, g);
-  fp_dtype dt = op->dtype, sdt = op->sdtype;
-  int64_t z = fp_dtype_size(dt), sz = fp_dtype_size(sdt);
-  int32_t db = op->dst.buf, sb = op->src.buf;
-  int64_t d0 = op->dst.buf >= 0 ? roff(s, op, 0, g) : 0, s0 = op->src.buf >= 0 ? roff(s, op, 1, g) : 0;
-  cell *t = NULL, *u = NULL;
-  int32_t nt = 0, ct = 0, nu = 0, cu = 0;
-  char d[400];
+  int64_t g = gidx(s, op->comm, r);
+  lop L = {.s = s, .op = op, .i = i, .k = k, .r = r, .g = g, .n = fpi_op_count(p, op, g), .dt = op->dtype,
+           .sdt = op->sdtype, .z = fpi_dtype_size(op->dtype), .sz = fpi_dtype_size(op->sdtype), .db = op->dst.buf,
+           .sb = op->src.buf, .d0 = op->dst.buf >= 0 ? roff(s, op, 0, g) : 0,
+           .s0 = op->src.buf >= 0 ? roff(s, op, 1, g) : 0};
   switch (op->code) {
     case FP_OP_MEMSET: {
-      cell c = {.lo = 0, .hi = n * z, .kind = SV_ZERO, .p = -1};
-      if (c.hi > 0) map_write(wmap(s, k, db), d0, &c, 1);
+      cell c = {.lo = 0, .hi = L.n * L.z, .kind = SV_ZERO, .p = -1};
+      if (c.hi > 0) map_write(wmap(s, k, L.db), L.d0, &c, 1);
       break;
     }
     case FP_OP_CAST:
     case FP_OP_COPY:
     case FP_OP_H2D:
-    case FP_OP_D2H: {
-      fp_op_shape sh = fp_op_shape_of(p, op);
-      int64_t rows = op->code == FP_OP_COPY ? sh.rows : 1;
-      int64_t nb = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? n : n * sz;
-      for (int64_t row = 0; row < rows; row++) {
-        int64_t so = s0 + row * sh.spitch, dof = d0 + row * sh.dpitch;
-        map_read(s, rmap(s, k, sb), so, so + nb, &t, &nt, &ct);
-        if (!check_read(s, i, k, sb, so, t, nt, od(op, 1))) {
-          set_junk(s, k, db, dof, n * z, i);
-          continue;
-        }
-        if (op->code == FP_OP_CAST) {
-          convert(s, i, t, nt, sdt, dt, &u, &nu, &cu);
-          map_write(wmap(s, k, db), dof, u, nu);
-        } else {
-          map_write(wmap(s, k, db), dof, t, nt);
-        }
-      }
-      break;
-    }
-    case FP_OP_SCALE: {
-      map_read(s, rmap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
-      if (!check_read(s, i, k, db, d0, t, nt, dt)) {
-        set_junk(s, k, db, d0, n * z, i);
-        break;
-      }
-      for (int32_t j = 0; j < nt; j++) {
-        if (t[j].kind == SV_GRAD) t[j].s *= op->alpha;
-        else if (t[j].kind != SV_ZERO && t[j].kind != SV_JUNK && t[j].kind != SV_UNDEF) {
-          describe(s, &t[j], d, sizeof d);
-          serr(s, FP_VL_OP, i, "scale of %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s, not a grad",
-               bname(s, db), d0 + t[j].lo, d0 + t[j].hi, r, d);
-          t[j] = junk(t[j].lo, t[j].hi, i);
-        }
-      }
-      map_write(wmap(s, k, db), d0, t, nt);
-      break;
-    }
-    case FP_OP_ADD: {
-      map_read(s, rmap(s, k, sb), s0, s0 + n * sz, &u, &nu, &cu);
-      if (!check_read(s, i, k, sb, s0, u, nu, sdt)) {
-        set_junk(s, k, db, d0, n * z, i);
-        break;
-      }
-      cell *cv = NULL;
-      int32_t ncv = 0, ccv = 0;
-      convert(s, i, u, nu, sdt, dt, &cv, &ncv, &ccv);
-      map_read(s, rmap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
-      if (!check_read(s, i, k, db, d0, t, nt, dt)) {
-        set_junk(s, k, db, d0, n * z, i);
-        free(cv);
-        break;
-      }
-      /* walk both lists */
-      cell *o = NULL;
-      int32_t no = 0, co = 0, a = 0, bq = 0;
-      int64_t x = 0, len = n * z;
-      bool rep = false;
-      while (x < len && a < nt && bq < ncv) {
-        int64_t y = t[a].hi < cv[bq].hi ? t[a].hi : cv[bq].hi;
-        cell dc = clip(&t[a], x, y), sc = clip(&cv[bq], x, y), res;
-        const char *why = NULL;
-        if (dc.kind == SV_JUNK || sc.kind == SV_JUNK) res = junk(x, y, i);
-        else if ((dc.kind == SV_UNDEF || dc.kind == SV_ZERO) && (sc.kind == SV_UNDEF || sc.kind == SV_ZERO))
-          res = dc.kind == SV_UNDEF ? dc : sc; /* nothing defined meets */
-        else if (dc.kind == SV_UNDEF || sc.kind == SV_UNDEF) why = "one of them is undefined";
-        else if (sc.kind == SV_ZERO) res = dc;
-        else if (dc.kind == SV_ZERO) { res = sc; res.dt = dc.kind == SV_ZERO ? (uint8_t)dt : res.dt; }
-        else if (dc.kind != SV_GRAD || sc.kind != SV_GRAD) why = "only grads add";
-        else if (dc.p != sc.p || dc.e != sc.e) why = "they are grads of other elements";
-        else if (dc.digits != sc.digits) why = "they are summed over other ranks";
-        else if (dc.s != sc.s) why = "they are scaled differently";
-        else if (dc.slots & sc.slots) why = "it counts a backward twice";
-        else {
-          res = dc;
-          res.slots |= sc.slots;
-          if (sc.fl & F_INEXACT) res.fl |= F_INEXACT;
-        }
-        if (why) {
-          char d1[400];
-          describe(s, &dc, d, sizeof d);
-          describe(s, &sc, d1, sizeof d1);
-          if (!rep)
-            serr(s, FP_VL_OP, i, "add into %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " (step %d): %s holds %.300s, %s adds %.300s: %s",
-                 bname(s, db), d0 + x, d0 + y, r, s->step + 1, bname(s, db), d, bname(s, sb), d1, why);
-          rep = true;
-          res = junk(x, y, i);
-        }
-        res.lo = x;
-        res.hi = y;
-        push(&o, &no, &co, &res);
-        x = y;
-        while (a < nt && t[a].hi <= x) a++;
-        while (bq < ncv && cv[bq].hi <= x) bq++;
-      }
-      map_write(wmap(s, k, db), d0, o, no);
-      free(o);
-      free(cv);
-      break;
-    }
+    case FP_OP_D2H: local_copy(&L); break;
+    case FP_OP_SCALE: local_scale(&L); break;
+    case FP_OP_ADD: local_add(&L); break;
     case FP_OP_QUANTIZE_MXFP8:
-    case FP_OP_DEQUANTIZE_MXFP8: {
-      bool q = op->code == FP_OP_QUANTIZE_MXFP8;
-      fp_dtype in = q ? sdt : FP_E4M3, outd = q ? FP_E4M3 : dt;
-      int64_t a0 = op->aux.buf >= 0 ? roff(s, op, 2, g) : 0;
-      map_read(s, rmap(s, k, sb), s0, s0 + n * fp_dtype_size(in), &u, &nu, &cu);
-      if (!check_read(s, i, k, sb, s0, u, nu, in)) {
-        set_junk(s, k, db, d0, n * fp_dtype_size(outd), i);
-        if (q) set_junk(s, k, op->aux.buf, a0, fp_mx_blocks(n), i);
-        break;
-      }
-      cell *cv = NULL;
-      int32_t ncv = 0, ccv = 0;
-      /* e4m3 keeps the value's rounding record; the block scales name the blocks */
-      int64_t iz = fp_dtype_size(in), oz = fp_dtype_size(outd);
-      for (int32_t j = 0; j < nu; j++) {
-        cell c = u[j];
-        if (c.kind == SV_WEIGHT) {
-          if (q) {
-            const fp_ir_param *pq = &p->params[c.p];
-            int64_t fpos = pq->placement == FP_PL_FLAT ? pq->weight.off / fp_dtype_size(pq->param_dtype) + c.e : c.e;
-            int64_t opos = c.lo / iz; /* its element in the op */
-            if ((fpos - opos) % FP_MX_BLOCK) c.fl |= F_INEXACT; /* blocks not those of the flat space */
-            c.fl |= F_MX;
-          } else if (!(c.fl & F_MX)) {
-            c = junk(c.lo, c.hi, i);
-          }
-          c.dt = (uint8_t)outd;
-        } else if (c.kind != SV_ZERO && c.kind != SV_UNDEF) {
-          if (c.kind != SV_JUNK) {
-            describe(s, &c, d, sizeof d);
-            serr(s, FP_VL_OP, i, "%s of %s on rank %" PRId64 ": holds %s, not a weight", fp_op_name(op->code),
-                 bname(s, sb), r, d);
-          }
-          c = junk(c.lo, c.hi, i);
-        }
-        c.lo = c.lo / iz * oz;
-        c.hi = c.hi / iz * oz;
-        push(&cv, &ncv, &ccv, &c);
-      }
-      map_write(wmap(s, k, db), d0, cv, ncv);
-      if (q && op->aux.buf >= 0) {
-        /* one scale per 32 elements of the op: name each by its first element's param block */
-        cell *sc = NULL;
-        int32_t nsc = 0, csc = 0;
-        for (int32_t j = 0; j < nu; j++) {
-          cell c = u[j];
-          int64_t e0 = c.lo / iz, e1 = c.hi / iz;
-          for (int64_t bk = e0 / FP_MX_BLOCK; bk * FP_MX_BLOCK < e1; bk++) {
-            if (bk * FP_MX_BLOCK < e0) continue;
-            cell x = {.lo = bk, .hi = bk + 1, .kind = SV_ZERO, .p = -1};
-            if (c.kind == SV_WEIGHT) {
-              x.kind = SV_SCALE, x.p = c.p, x.ver = c.ver, x.e = (c.e + (bk * FP_MX_BLOCK - e0)) / FP_MX_BLOCK;
-            } else if (c.kind == SV_UNDEF) {
-              x = c, x.lo = bk, x.hi = bk + 1;
-            } else if (c.kind != SV_ZERO) {
-              x = junk(bk, bk + 1, i);
-            }
-            push(&sc, &nsc, &csc, &x);
-          }
-        }
-        map_write(wmap(s, k, op->aux.buf), a0, sc, nsc);
-        free(sc);
-      } else if (!q && op->aux.buf >= 0) {
-        map_read(s, rmap(s, k, op->aux.buf), a0, a0 + fp_mx_blocks(n), &t, &nt, &ct);
-        for (int32_t j = 0; j < nt; j++)
-          if (t[j].kind != SV_SCALE && t[j].kind != SV_JUNK && t[j].kind != SV_ZERO) { /* zeros: padding blocks */
-            describe(s, &t[j], d, sizeof d);
-            serr(s, FP_VL_OP, i, "dequantize_mxfp8 reads scales %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s",
-                 bname(s, op->aux.buf), a0 + t[j].lo, a0 + t[j].hi, r, d);
-            set_junk(s, k, db, d0, n * oz, i);
-            break;
-          }
-      }
-      free(cv);
-      break;
-    }
+    case FP_OP_DEQUANTIZE_MXFP8: local_mxfp8(&L); break;
     case FP_OP_SPLIT_COPY:
-    case FP_OP_CHUNK_CAT: {
-      /* region j of the table, rows r: table side [(off[j] + r*cnt[j]) elements],
-       * rows side [r*pitch bytes + p_j elements] */
-      const fp_ir_table *tb = &p->tabs[op->tab];
-      fp_op_shape sh = fp_op_shape_of(p, op);
-      bool split = op->code == FP_OP_SPLIT_COPY;
-      int64_t pj = 0;
-      for (int64_t j = 0; j < tb->n; j++) {
-        for (int64_t row = 0; row < sh.rows; row++) {
-          int64_t tside = (tb->off[j] + row * tb->cnt[j]), rside_b = row * (split ? sh.spitch : sh.dpitch);
-          int64_t so = split ? s0 + rside_b + pj * sz : s0 + tside * sz;
-          int64_t dof = split ? d0 + tside * z : d0 + rside_b + pj * z;
-          map_read(s, rmap(s, k, sb), so, so + tb->cnt[j] * sz, &t, &nt, &ct);
-          if (!check_read(s, i, k, sb, so, t, nt, sdt)) {
-            set_junk(s, k, db, dof, tb->cnt[j] * z, i);
-            continue;
-          }
-          convert(s, i, t, nt, sdt, dt, &u, &nu, &cu);
-          map_write(wmap(s, k, db), dof, u, nu);
-        }
-        pj += tb->cnt[j];
-      }
-      break;
-    }
+    case FP_OP_CHUNK_CAT: local_regions(&L); break;
     default: break;
   }
-  free(t);
-  free(u);
+  free(L.t);
+  free(L.u);
 }
 
 /* ---- params: pieces, initial state, checks --------------------------------------------- */
@@ -1095,7 +1137,7 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
     return true;
   }
   const fp_ir_comm *c = &s->p->comms[q->comm];
-  int64_t g = fp_comm_index(c, r), G = c->size;
+  int64_t g = fpi_comm_index(c, r), G = c->size;
   switch (q->placement) {
     case FP_PL_SHARD: {
       int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
@@ -1118,7 +1160,7 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
       return true;
     }
     case FP_PL_FLAT: {
-      int64_t es = fp_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk;
+      int64_t es = fpi_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk;
       int64_t lo = a > gc ? a : gc, hi = a + numel < gc + q->chunk ? a + numel : gc + q->chunk;
       if (hi > lo) *e = (piece){1, hi - lo, hi - lo, lo - a, hi - lo, lo - gc, hi - lo};
       return true;
@@ -1142,7 +1184,7 @@ static fp_dtype weight_rnd(const fp_ir_param *q) {
 
 /* does every rank hold the same piece of q */
 static bool same_piece(const fp_ir_param *q) { return q->placement == FP_PL_REPLICATE || q->comm < 0; }
-static int64_t flat_pos(const fp_ir_param *q) { return q->weight.off / fp_dtype_size(q->param_dtype); }
+static int64_t flat_pos(const fp_ir_param *q) { return q->weight.off / fpi_dtype_size(q->param_dtype); }
 
 static const fp_prog *sort_prog; /* for flat_cmp (qsort has no context) */
 static int flat_cmp(const void *a, const void *b) {
@@ -1183,7 +1225,7 @@ static int32_t class_params(sctx *s, int32_t k) {
     while (y < s->nflat && p->params[s->flat[y]].main.buf == q0->main.buf && p->params[s->flat[y]].chunk == q0->chunk &&
            p->params[s->flat[y]].comm == q0->comm)
       y++;
-    int64_t g = fp_comm_index(&p->comms[q0->comm], s->rep[k]), lo = g * q0->chunk, hi = lo + q0->chunk;
+    int64_t g = fpi_comm_index(&p->comms[q0->comm], s->rep[k]), lo = g * q0->chunk, hi = lo + q0->chunk;
     int32_t a = x, b = y; /* the first whose end passes lo (ends are sorted: the params do not overlap) */
     while (a < b) {
       int32_t h = a + (b - a) / 2;
@@ -1202,7 +1244,7 @@ static void init_main(sctx *s, int32_t k, int32_t j, bool pieces) {
   const fp_ir_param *q = &s->p->params[j];
   piece e;
   if (q->main.buf < 0 || !piece_of(s, q, s->rep[k], &e)) return;
-  int64_t mz = fp_dtype_size(q->main_dtype);
+  int64_t mz = fpi_dtype_size(q->main_dtype);
   if (!pieces) {
     int64_t slot = q->placement == FP_PL_FLAT ? q->chunk : e.slot;
     cell z = {.lo = 0, .hi = slot * mz, .kind = SV_ZERO, .p = -1};
@@ -1227,12 +1269,12 @@ static void init_state(sctx *s) {
     if (same_piece(q)) init_main(s, 0, j, false), init_main(s, 0, j, true);
     int64_t numel = numel_of(q);
     if (q->scales.buf >= 0) {
-      cell c = {.lo = 0, .hi = fp_mx_blocks(numel), .kind = SV_SCALE, .p = j, .e = 0};
+      cell c = {.lo = 0, .hi = fpi_mx_blocks(numel), .kind = SV_SCALE, .p = j, .e = 0};
       map_write(wmap(s, 0, q->scales.buf), q->scales.off, &c, 1);
     }
     if (q->weight.buf >= 0 && p->bufs[q->weight.buf].kind == FP_BUF_PERSISTENT &&
         !(q->weight.buf == q->main.buf && q->weight.off == q->main.off)) {
-      cell c = {.lo = 0, .hi = numel * fp_dtype_size(q->param_dtype), .kind = SV_WEIGHT,
+      cell c = {.lo = 0, .hi = numel * fpi_dtype_size(q->param_dtype), .kind = SV_WEIGHT,
                 .dt = (uint8_t)q->param_dtype, .rnd = (uint8_t)weight_rnd(q), .p = j, .e = 0};
       map_write(wmap(s, 0, q->weight.buf), q->weight.off, &c, 1);
     }
@@ -1251,7 +1293,7 @@ static void check_weight(sctx *s, int32_t seg, int32_t j) {
   const fp_prog *p = s->p;
   const fp_ir_param *q = &p->params[j];
   if (q->weight.buf < 0) return;
-  int64_t numel = numel_of(q), z = fp_dtype_size(q->param_dtype);
+  int64_t numel = numel_of(q), z = fpi_dtype_size(q->param_dtype);
   const fp_seg *sg = &p->segs[seg];
   int32_t ncls = s->uni[q->weight.buf] ? 1 : s->ncls; /* shared: one check covers every class */
   for (int32_t k = 0; k < ncls; k++) {
@@ -1273,8 +1315,8 @@ static void check_weight(sctx *s, int32_t seg, int32_t j) {
       serr(s, FP_VL_SEG, seg,
            "at the end of %s(%s) (step %d), %s elements [%" PRId64 ",%" PRId64 ") in %s on rank %" PRId64
            ": holds %s, needs main weight v%d in %s",
-           fp_seg_name(sg->kind), sg->module >= 0 ? p->mods[sg->module].name : "", s->step + 1, q->name, c->lo / z,
-           c->hi / z, bname(s, q->weight.buf), s->rep[k], d, s->ver[j], fp_dtype_name(q->param_dtype));
+           fpi_seg_name(sg->kind), sg->module >= 0 ? p->mods[sg->module].name : "", s->step + 1, q->name, c->lo / z,
+           c->hi / z, bname(s, q->weight.buf), s->rep[k], d, s->ver[j], fpi_dtype_name(q->param_dtype));
       break;
     }
     free(t);
@@ -1292,7 +1334,7 @@ static void backward(sctx *s, int32_t seg, int32_t j) {
     return;
   }
   if (s->step == 0) s->allslots[j] |= (uint64_t)1 << sl;
-  int64_t numel = numel_of(q), z = fp_dtype_size(q->param_dtype);
+  int64_t numel = numel_of(q), z = fpi_dtype_size(q->param_dtype);
   /* every rank's backward adds the same (its own) grads: once for a shared buffer */
   s->uni_mode = s->uni[q->ugrad.buf];
   int32_t ncls = s->uni_mode ? 1 : s->ncls;
@@ -1341,7 +1383,7 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
   if (!q->requires_grad || q->grad.buf < 0 || s->slot_over[j]) return;
       piece e;
       if (!piece_of(s, q, s->rep[k], &e)) return;
-      int64_t gz = fp_dtype_size(q->grad_dtype);
+      int64_t gz = fpi_dtype_size(q->grad_dtype);
       for (int64_t run = 0; run < e.runs; run++) {
         int64_t at = q->grad.off + (e.shift + run * e.shard_stride) * gz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
@@ -1372,7 +1414,7 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
                "at the optimizer (step %d), the main grad of %s elements [%" PRId64 ",%" PRId64 ") in %s on rank %" PRId64
                " holds %s, needs its grad from backwards {%s} summed over all ranks in %s (%s)",
                s->step + 1, q->name, e0 + c->lo / gz, e0 + c->hi / gz, bname(s, q->grad.buf), s->rep[k], d, sl,
-               fp_dtype_name(q->grad_dtype), why);
+               fpi_dtype_name(q->grad_dtype), why);
           break;
         }
         free(t);
@@ -1387,7 +1429,7 @@ static void bump(sctx *s, int32_t seg, int32_t k, int32_t j) {
   if (!q->requires_grad || q->main.buf < 0) return;
       piece e;
       if (!piece_of(s, q, s->rep[k], &e)) return;
-      int64_t mz = fp_dtype_size(q->main_dtype);
+      int64_t mz = fpi_dtype_size(q->main_dtype);
       for (int64_t run = 0; run < e.runs; run++) {
         int64_t at = q->main.off + (e.shift + run * e.shard_stride) * mz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
@@ -1465,12 +1507,12 @@ static void walk_step(sctx *s) {
     for (int32_t i = sg->first; i < sg->first + sg->nops; i++) {
       for (int32_t x = s->rstart[i]; x < s->rstart[i + 1]; x++) reset_buf(s, s->resets[x], i);
       const fp_op *op = &p->ops[i];
-      fp_opclass c = fp_op_class(op->code);
+      fp_opclass c = fpi_op_class(op->code);
       if (c == FP_OPC_COMM) {
         run_collective(s, i);
       } else if (c == FP_OPC_LOCAL) {
         /* the same on every class: no predicate, no operand or count a rank index moves, shared buffers */
-        bool same = op->only < 0 && (op->tab < 0 || fp_op_regions(op->code));
+        bool same = op->only < 0 && (op->tab < 0 || fpi_op_regions(op->code));
         const fp_region *rg[3] = {&op->dst, &op->src, &op->aux};
         for (int w = 0; w < 3 && same; w++)
           if (rg[w]->buf >= 0) same = rg[w]->stride == 0 && !rg[w]->tabrel && s->uni[rg[w]->buf];
@@ -1483,7 +1525,7 @@ static void walk_step(sctx *s) {
   }
 }
 
-bool fp_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *rctx) {
+bool fpi_ir_verify_sem_with(const fp_prog *p, fp_vreport report, void *rctx) {
   sctx s = {.p = p, .report = report, .rctx = rctx, .gscale = NAN};
   if (p->world_size < 1 || p->nsegs == 0) return true;
   s.op_reported = calloc((size_t)p->nops + 1, 1);
@@ -1598,10 +1640,10 @@ static void txerr(txctx *x, int32_t i, int32_t proc, const char *fmt, ...) {
   /* read from a file: messages name it, as the other transfer rules' do */
   const char *where = x->t->src ? x->t->src->path : "xfer";
   if (i >= 0)
-    fp_diag_errorf(x->d, where, "%sop %d (process %d, %s): %s", x->t->src ? "xfer: " : "", i, proc,
-                   fp_tx_kind_name(x->t->ops[i].kind), msg);
+    fpi_diag_errorf(x->d, where, "%sop %d (process %d, %s): %s", x->t->src ? "xfer: " : "", i, proc,
+                   fpi_tx_kind_name(x->t->ops[i].kind), msg);
   else
-    fp_diag_errorf(x->d, where, "%sprocess %d: %s", x->t->src ? "xfer: " : "", proc, msg);
+    fpi_diag_errorf(x->d, where, "%sprocess %d: %s", x->t->src ? "xfer: " : "", proc, msg);
 }
 
 static int send_cmp(const void *a, const void *b) {
@@ -1619,7 +1661,7 @@ static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
   switch ((sv_kind)c->kind) {
     case SV_WEIGHT:
       snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") in %s%s", nm, c->e, c->e + n,
-               fp_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "");
+               fpi_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "");
       return;
     case SV_SCALE: snprintf(out, cap, "MXFP8 scales of %s", nm); return;
     case SV_ZERO: snprintf(out, cap, "zeros"); return;
@@ -1645,7 +1687,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
   int32_t na = 0, ca = 0, nb = 0, cb = 0;
   for (int32_t i = t->first[p]; i < t->first[p + 1]; i++) {
     const fp_tx_op *op = &t->ops[i];
-    int64_t sz = fp_dtype_size(op->sdtype), dz = fp_dtype_size(op->dtype);
+    int64_t sz = fpi_dtype_size(op->sdtype), dz = fpi_dtype_size(op->dtype);
     cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
     switch (op->kind) {
       case FP_TX_COPY:
@@ -1655,7 +1697,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
         if (!dm || !sm) break;
         fp_dtype in = op->kind == FP_TX_DEQUANT ? FP_E4M3 : op->sdtype;
         fp_dtype out = op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT ? FP_E4M3 : op->dtype;
-        int64_t iz = fp_dtype_size(in), oz = fp_dtype_size(out);
+        int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(out);
         map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, &a, &na, &ca);
         nb = 0;
         for (int32_t j = 0; j < na; j++) {
@@ -1664,7 +1706,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
             if (c.dt != in) {
               char dd[300];
               tx_describe(x, &c, dd, sizeof dd);
-              txerr(x, i, p, "reads %s as %s", dd, fp_dtype_name(in));
+              txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
               c.kind = SV_JUNK;
             } else {
               if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
@@ -1678,7 +1720,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
         map_write(dm, op->dst.off, b, nb);
         if (op->kind == FP_TX_QUANT) {
           cmap *am = txspace(x, op->aux);
-          int64_t ns = fp_tx_nscales(op->full_off, op->n);
+          int64_t ns = fpi_tx_nscales(op->full_off, op->n);
           cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
           if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
         }
@@ -1686,7 +1728,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
       }
       case FP_TX_SCALES:
       case FP_TX_MAX: {
-        int64_t ns = op->kind == FP_TX_MAX ? op->n : fp_tx_nscales(op->full_off, op->n);
+        int64_t ns = op->kind == FP_TX_MAX ? op->n : fpi_tx_nscales(op->full_off, op->n);
         cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
         if (dm && ns > 0) map_write(dm, op->dst.off, &sc, 1);
         break;
@@ -1750,7 +1792,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
     const fp_tx_region *r = &t->need[h];
     map_read(NULL, &x->sp[1], r->off, r->off + r->bytes, &a, &na, &ca);
     bool mx = r->param >= 0 && r->param < t->nparams && t->params[r->param].mxfp8;
-    int64_t z = fp_dtype_size(r->dtype);
+    int64_t z = fpi_dtype_size(r->dtype);
     for (int32_t j = 0; j < na; j++) {
       const cell *c = &a[j];
       bool ok;
@@ -1764,7 +1806,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
       tx_describe(x, c, dd, sizeof dd);
       txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s",
             r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo / z,
-            r->full_off + c->hi / z, fp_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
+            r->full_off + c->hi / z, fpi_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
       break;
     }
   }
@@ -1777,7 +1819,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
 #define TX_SEM_MAX_OPS (1 << 20)
 long fp_tx_sem_skipped;
 
-bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d) {
+bool fpi_tx_verify_sem(const fp_tx *t, fp_diag *d) {
   if (t->nops > TX_SEM_MAX_OPS) {
     fp_tx_sem_skipped++;
     return true;
@@ -1804,7 +1846,7 @@ bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d) {
     x.nrsnd = x.nrpay = 0;
     x.unresolved = false;
     for (int32_t p = 0; p < t->nprocs; p++)
-      if (fp_tx_prog(t, p) == p) tx_walk(&x, p, true);
+      if (fpi_tx_prog(t, p) == p) tx_walk(&x, p, true);
     if (x.nrsnd > 1) qsort(x.rsnd, (size_t)x.nrsnd, sizeof *x.rsnd, send_cmp);
     /* this round's sends are the next round's lookups */
     free(x.snd);
@@ -1814,7 +1856,7 @@ bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d) {
     if (!x.unresolved) break; /* no send relays a recv: every payload is final */
   }
   for (int32_t p = 0; p < t->nprocs; p++) {
-    if (fp_tx_prog(t, p) != p) continue;
+    if (fpi_tx_prog(t, p) != p) continue;
     tx_walk(&x, p, false);
     tx_check_needs(&x, p);
   }

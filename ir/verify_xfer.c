@@ -5,14 +5,14 @@
  * cannot hang. Rules:
  *  X1 operands: processes and peers exist, every operand lies inside its
  *     space (FROM arena, TO arena, the process's staging), dtypes fit the op
- *     (quantize: e4m3 + e8m0 scales of fp_tx_nscales bytes);
+ *     (quantize: e4m3 + e8m0 scales of fpi_tx_nscales bytes);
  *  X2 coverage: the TO bytes a process writes are exactly its `need`
  *     regions, each byte once (no overlap, nothing outside, nothing missing);
  *  X3 matching: between each ordered pair of processes the k-th send and
  *     the k-th recv carry the same dtype and count (MPI's order);
  *  X4 progress: simulating every process in its order as the MPI executor
  *     runs it (sends and recvs post at once; a local op reading staging or
- *     TO waits for every send and recv posted before it, fp_tx_waits), every
+ *     TO waits for every send and recv posted before it, fpi_tx_waits), every
  *     process finishes - the per-process orders cannot deadlock;
  *  X5 no read of an unwritten byte: FROM reads lie in a `have` region of the
  *     process (the main-weight bytes its FROM rank holds, never padding);
@@ -41,12 +41,12 @@ typedef struct iv {
 } iv;
 
 /* by (proc, a), ties in their order (built by op or region index): a radix
- * sort (fp_sort_records: linear, where qsort made a call per comparison) */
+ * sort (fpi_sort_records: linear, where qsort made a call per comparison) */
 static uint64_t iv_key(const void *rec, int k) {
   const iv *p = rec;
   return k == 0 ? (uint64_t)(uint32_t)p->proc : (uint64_t)p->a;
 }
-static void iv_sort(iv *v, int64_t n) { fp_sort_records(v, sizeof *v, n, 2, iv_key); }
+static void iv_sort(iv *v, int64_t n) { fpi_sort_records(v, sizeof *v, n, 2, iv_key); }
 
 static void err(fp_diag *d, const fp_tx *t, int32_t i, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void err(fp_diag *d, const fp_tx *t, int32_t i, const char *fmt, ...) {
@@ -59,15 +59,15 @@ static void err(fp_diag *d, const fp_tx *t, int32_t i, const char *fmt, ...) {
   if (t->src && p >= 0 && p < t->nprocs && t->first && i >= t->first[p] && i < t->first[p + 1]) {
     /* read from a file: located at the op, "/procs/p/ops/k" */
     snprintf(where, sizeof where, "/procs/%d/ops/%d", p, i - t->first[p]);
-    fp_diag_json(d, t->src, where, "%s (op %d, %s)", msg, i, fp_tx_kind_name(t->ops[i].kind));
+    fpi_diag_json(d, t->src, where, "%s (op %d, %s)", msg, i, fpi_tx_kind_name(t->ops[i].kind));
     return;
   }
   if (i >= 0)
-    snprintf(where, sizeof where, "xfer: op %d (process %d, %s)", i, p, fp_tx_kind_name(t->ops[i].kind));
+    snprintf(where, sizeof where, "xfer: op %d (process %d, %s)", i, p, fpi_tx_kind_name(t->ops[i].kind));
   else
     snprintf(where, sizeof where, "xfer");
-  if (t->src) fp_diag_errorf(d, t->src->path, "%s: %s", where, msg);
-  else fp_diag_errorf(d, where, "%s", msg);
+  if (t->src) fpi_diag_errorf(d, t->src->path, "%s: %s", where, msg);
+  else fpi_diag_errorf(d, where, "%s", msg);
 }
 
 static int64_t space_size(const fp_tx *t, int sp, int32_t proc) {
@@ -86,9 +86,9 @@ static bool opnd_ok(const fp_tx *t, fp_diag *d, int32_t i, const char *role, fp_
     return false;
   }
   int64_t lim = space_size(t, r.space, t->ops[i].proc);
-  if (r.off < 0 || !fp_add64(r.off, bytes, &end) || end > lim) {
+  if (r.off < 0 || !fpi_add64(r.off, bytes, &end) || end > lim) {
     err(d, t, i, "%s %s+%" PRId64 " ..+%" PRId64 " bytes lies outside the process's %s space (%" PRId64 " bytes)",
-        role, fp_tx_space_name(r.space), (int64_t)r.off, bytes, fp_tx_space_name(r.space), lim);
+        role, fpi_tx_space_name(r.space), (int64_t)r.off, bytes, fpi_tx_space_name(r.space), lim);
     return false;
   }
   return true;
@@ -98,16 +98,16 @@ static bool opnd_ok(const fp_tx *t, fp_diag *d, int32_t i, const char *role, fp_
 static int reads(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   int k = 0;
   if (o->kind == FP_TX_RECV) return 0;
-  r[k] = o->src, n[k++] = o->kind == FP_TX_DEQUANT ? o->n : fp_tx_src_bytes(o);
-  if (o->kind == FP_TX_DEQUANT || o->kind == FP_TX_QUANT_AT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
+  r[k] = o->src, n[k++] = o->kind == FP_TX_DEQUANT ? o->n : fpi_tx_src_bytes(o);
+  if (o->kind == FP_TX_DEQUANT || o->kind == FP_TX_QUANT_AT) r[k] = o->aux, n[k++] = fpi_tx_nscales(o->full_off, o->n);
   if (o->kind == FP_TX_MAX) r[k] = o->aux, n[k++] = o->n;
   return k;
 }
 static int writes(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   int k = 0;
   if (o->kind == FP_TX_SEND) return 0;
-  r[k] = o->dst, n[k++] = o->kind == FP_TX_QUANT ? o->n : fp_tx_dst_bytes(o);
-  if (o->kind == FP_TX_QUANT) r[k] = o->aux, n[k++] = fp_tx_nscales(o->full_off, o->n);
+  r[k] = o->dst, n[k++] = o->kind == FP_TX_QUANT ? o->n : fpi_tx_dst_bytes(o);
+  if (o->kind == FP_TX_QUANT) r[k] = o->aux, n[k++] = fpi_tx_nscales(o->full_off, o->n);
   return k;
 }
 
@@ -122,7 +122,7 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
       ok = false;
       continue;
     }
-    int64_t ns = fp_tx_nscales(o->full_off, o->n);
+    int64_t ns = fpi_tx_nscales(o->full_off, o->n);
     switch (o->kind) {
       case FP_TX_SEND:
       case FP_TX_RECV:
@@ -130,42 +130,42 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
           err(d, t, i, "peer %d is not another process of the %" PRId64, o->peer, t->nprocs);
           ok = false;
         }
-        ok &= o->kind == FP_TX_SEND ? opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o))
-                                    : opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o));
+        ok &= o->kind == FP_TX_SEND ? opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o))
+                                    : opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o));
         break;
       case FP_TX_COPY:
         { /* both checked (each reports its own error) */
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o));
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o));
           ok &= dst && src;
         }
         break;
       case FP_TX_QUANT:
         if (o->dtype != FP_E4M3) {
-          err(d, t, i, "quantizes into %s, not e4m3", fp_dtype_name(o->dtype));
+          err(d, t, i, "quantizes into %s, not e4m3", fpi_dtype_name(o->dtype));
           ok = false;
         }
         {
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o)),
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
                aux = opnd_ok(t, d, i, "aux", o->aux, ns);
           ok &= dst && src && aux;
         }
         break;
       case FP_TX_SCALES:
       case FP_TX_QUANT_AT:
-        if (o->dtype != (o->kind == FP_TX_SCALES ? FP_E8M0 : FP_E4M3) || !fp_dtype_is_user_float(o->sdtype)) {
+        if (o->dtype != (o->kind == FP_TX_SCALES ? FP_E8M0 : FP_E4M3) || !fpi_dtype_is_user_float(o->sdtype)) {
           err(d, t, i, "%s %s from %s: expected %s from fp32, bf16 or fp16", o->kind == FP_TX_SCALES ? "takes" : "quantizes into",
-              fp_dtype_name(o->dtype), fp_dtype_name(o->sdtype), o->kind == FP_TX_SCALES ? "e8m0 scales" : "e4m3");
+              fpi_dtype_name(o->dtype), fpi_dtype_name(o->sdtype), o->kind == FP_TX_SCALES ? "e8m0 scales" : "e4m3");
           ok = false;
         }
         {
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fp_tx_src_bytes(o)),
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
                aux = o->kind == FP_TX_SCALES || opnd_ok(t, d, i, "aux", o->aux, ns);
           ok &= dst && src && aux;
         }
         break;
       case FP_TX_MAX:
         if (o->dtype != FP_E8M0 || o->sdtype != FP_E8M0) {
-          err(d, t, i, "takes the max of %s into %s: expected e8m0 scales", fp_dtype_name(o->sdtype), fp_dtype_name(o->dtype));
+          err(d, t, i, "takes the max of %s into %s: expected e8m0 scales", fpi_dtype_name(o->sdtype), fpi_dtype_name(o->dtype));
           ok = false;
         }
         {
@@ -176,11 +176,11 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
         break;
       case FP_TX_DEQUANT:
         if (o->sdtype != FP_E4M3) {
-          err(d, t, i, "dequantizes from %s, not e4m3", fp_dtype_name(o->sdtype));
+          err(d, t, i, "dequantizes from %s, not e4m3", fpi_dtype_name(o->sdtype));
           ok = false;
         }
         {
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, fp_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, o->n),
+          bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, o->n),
                aux = opnd_ok(t, d, i, "aux", o->aux, ns);
           ok &= dst && src && aux;
         }
@@ -308,7 +308,7 @@ static bool check_match(const fp_tx *t, fp_diag *d, int32_t *match) {
       const fp_tx_op *x = &t->ops[S[a].op], *y = &t->ops[R[b].op];
       if (x->dtype != y->dtype || x->n != y->n) {
         err(d, t, R[b].op, "receives %" PRId64 " %s but its matching send, op %d, sends %" PRId64 " %s", y->n,
-            fp_dtype_name(y->dtype), S[a].op, x->n, fp_dtype_name(x->dtype));
+            fpi_dtype_name(y->dtype), S[a].op, x->n, fpi_dtype_name(x->dtype));
         ok = false;
       }
       match[S[a].op] = R[b].op;
@@ -370,7 +370,7 @@ static bool check_space(const fp_tx *t, fp_diag *d, int64_t p, int sp, seg_scrat
     }
   }
   if (nc == 0) return true;
-  fp_sort_u64(z->c, NULL, nc);
+  fpi_sort_u64(z->c, NULL, nc);
   int64_t m = 0;
   for (int64_t k = 0; k < nc; k++)
     if (m == 0 || z->c[m - 1] != z->c[k]) z->c[m++] = z->c[k];
@@ -388,13 +388,13 @@ static bool check_space(const fp_tx *t, fp_diag *d, int64_t p, int sp, seg_scrat
         int32_t w = z->wr[s];
         if (w < 0 || w >= i) {
           err(d, t, i, "reads %s bytes [%" PRIu64 ", %" PRId64 ") no earlier op of the process wrote",
-              fp_tx_space_name(sp), z->c[s], r[q].off + n[q]);
+              fpi_tx_space_name(sp), z->c[s], r[q].off + n[q]);
           ok = false;
           break;
         }
         if (t->ops[i].kind == FP_TX_SEND && t->ops[w].kind == FP_TX_RECV) {
           err(d, t, i, "sends %s bytes from %" PRIu64 " that op %d received: a process forwards nothing (its sends "
-              "do not wait for its recvs)", fp_tx_space_name(sp), z->c[s], w);
+              "do not wait for its recvs)", fpi_tx_space_name(sp), z->c[s], w);
           ok = false;
           break;
         }
@@ -468,7 +468,7 @@ static bool check_reads(const fp_tx *t, fp_diag *d) {
 }
 
 /* X4: every process finishes, simulated as the MPI executor runs: sends and
- * recvs post at once; an op that fp_tx_waits waits for every send and recv
+ * recvs post at once; an op that fpi_tx_waits waits for every send and recv
  * its process posted before it, each of which completes once its match is
  * posted. A worklist: a blocked process waits on the one whose op it needs
  * posted and runs again when that one moves. */
@@ -489,13 +489,13 @@ static bool check_progress(const fp_tx *t, fp_diag *d, const int32_t *match) {
     while (pc[p] < t->first[p + 1]) {
       int32_t i = pc[p];
       int64_t blocker = -1;
-      while (fp_tx_waits(&t->ops[i]) && wc[p] < i) {
+      while (fpi_tx_waits(&t->ops[i]) && wc[p] < i) {
         int32_t j = wc[p], m = t->ops[j].kind == FP_TX_SEND || t->ops[j].kind == FP_TX_RECV ? match[j] : -2;
         if (m == -1) break;                                    /* unmatched (X3): never completes */
         if (m >= 0 && pc[t->ops[m].proc] <= m) { blocker = t->ops[m].proc; break; }
         wc[p]++;
       }
-      if (fp_tx_waits(&t->ops[i]) && wc[p] < i) {
+      if (fpi_tx_waits(&t->ops[i]) && wc[p] < i) {
         if (blocker >= 0) nextw[p] = head[blocker], head[blocker] = p;
         break;
       }
@@ -532,9 +532,9 @@ static void same_err(fp_diag *d, const fp_tx *t, int64_t p, const char *msg) {
   char where[64];
   if (t->src) {
     snprintf(where, sizeof where, "/procs/%" PRId64 "/same", p);
-    fp_diag_json(d, t->src, where, "%s", msg);
+    fpi_diag_json(d, t->src, where, "%s", msg);
   } else {
-    fp_diag_errorf(d, "xfer", "process %" PRId64 ": %s", p, msg);
+    fpi_diag_errorf(d, "xfer", "process %" PRId64 ": %s", p, msg);
   }
 }
 static bool check_same(const fp_tx *t, fp_diag *d) {
@@ -567,7 +567,7 @@ static bool check_same(const fp_tx *t, fp_diag *d) {
   return ok;
 }
 
-bool fp_tx_verify(const fp_tx *t, fp_diag *d) {
+bool fpi_tx_verify(const fp_tx *t, fp_diag *d) {
   int errs = d->nerrors;
   for (int32_t i = 1; i < t->nops; i++)
     if (t->ops[i].proc < t->ops[i - 1].proc) {
@@ -583,6 +583,6 @@ bool fp_tx_verify(const fp_tx *t, fp_diag *d) {
   if (m && r) check_progress(t, d, match);
   free(match);
   /* X7 (ir/verify_sem.c): what the TO bytes hold */
-  if (d->nerrors == errs) fp_tx_verify_sem(t, d);
+  if (d->nerrors == errs) fpi_tx_verify_sem(t, d);
   return d->nerrors == errs;
 }

@@ -12,66 +12,66 @@
 static const char *const kind_names[FP_TX_NKINDS] = {"copy",         "send",       "recv",
                                                      "quantize_mxfp8", "dequantize_mxfp8", "mxfp8_scales",
                                                      "max_scales",   "quantize_mxfp8_at"};
-const char *fp_tx_kind_name(int k) { return k >= 0 && k < FP_TX_NKINDS ? kind_names[k] : "?"; }
-const char *fp_tx_space_name(int s) {
+const char *fpi_tx_kind_name(int k) { return k >= 0 && k < FP_TX_NKINDS ? kind_names[k] : "?"; }
+const char *fpi_tx_space_name(int s) {
   static const char *const n[] = {"-", "from", "to", "stage"};
   return s >= 0 && s <= FP_SP_STAGE ? n[s] : "?";
 }
 
-int64_t fp_tx_head(int64_t full_off, int64_t n) {
+int64_t fpi_tx_head(int64_t full_off, int64_t n) {
   int64_t r = full_off % 32;
   int64_t h = r ? 32 - r : 0;
   return h < n ? h : n;
 }
-int64_t fp_tx_nscales(int64_t full_off, int64_t n) {
-  int64_t h = fp_tx_head(full_off, n);
+int64_t fpi_tx_nscales(int64_t full_off, int64_t n) {
+  int64_t h = fpi_tx_head(full_off, n);
   return (h > 0 ? 1 : 0) + (n - h + 31) / 32;
 }
 
-fp_tx *fp_tx_new(fp_arena *a) {
-  fp_tx *t = fp_alloc(a, sizeof *t);
+fp_tx *fpi_tx_new(fp_arena *a) {
+  fp_tx *t = fpi_alloc(a, sizeof *t);
   t->arena = a;
   t->what = "weights";
   return t;
 }
 
-fp_tx_op *fp_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
-  t->ops = fp_grow(t->arena, t->ops, &t->cap_ops, t->nops + 1, sizeof *t->ops);
+fp_tx_op *fpi_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
+  t->ops = fpi_grow(t->arena, t->ops, &t->cap_ops, t->nops + 1, sizeof *t->ops);
   fp_tx_op *o = &t->ops[t->nops++];
   *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
   o->dst.space = o->src.space = o->aux.space = FP_SP_NONE;
   return o;
 }
 
-void fp_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
+void fpi_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
                       int64_t full_off, fp_dtype dt) {
   fp_tx_region **v = need ? &t->need : &t->have;
   int32_t *n = need ? &t->nneed : &t->nhave;
   int64_t *cap = need ? &t->cap_need : &t->cap_have;
-  *v = fp_grow(t->arena, *v, cap, *n + 1, sizeof **v);
+  *v = fpi_grow(t->arena, *v, cap, *n + 1, sizeof **v);
   (*v)[(*n)++] = (fp_tx_region){proc, param, off, bytes, full_off, dt};
 }
 
-int64_t fp_tx_dst_bytes(const fp_tx_op *o) {
+int64_t fpi_tx_dst_bytes(const fp_tx_op *o) {
   return o->kind == FP_TX_SEND     ? 0
-         : o->kind == FP_TX_SCALES ? fp_tx_nscales(o->full_off, o->n)
-                                   : o->n * fp_dtype_size(o->dtype);
+         : o->kind == FP_TX_SCALES ? fpi_tx_nscales(o->full_off, o->n)
+                                   : o->n * fpi_dtype_size(o->dtype);
 }
-int64_t fp_tx_src_bytes(const fp_tx_op *o) {
-  return o->kind == FP_TX_RECV ? 0 : o->n * fp_dtype_size(o->sdtype);
+int64_t fpi_tx_src_bytes(const fp_tx_op *o) {
+  return o->kind == FP_TX_RECV ? 0 : o->n * fpi_dtype_size(o->sdtype);
 }
 
-int32_t fp_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi) {
+int32_t fpi_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi) {
   int32_t end = i + 1;
-  while (end < hi && !fp_tx_waits(&t->ops[end])) end++;
+  while (end < hi && !fpi_tx_waits(&t->ops[end])) end++;
   return end;
 }
 
-int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n) {
+int32_t fpi_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n) {
   const fp_tx_op *a = &t->ops[i];
   *n = a->n;
   if (a->kind != FP_TX_COPY) return i + 1;
-  int64_t ds = fp_dtype_size(a->dtype), ss = fp_dtype_size(a->sdtype), dst = a->dst.off, src = a->src.off;
+  int64_t ds = fpi_dtype_size(a->dtype), ss = fpi_dtype_size(a->sdtype), dst = a->dst.off, src = a->src.off;
   int32_t j = i + 1;
   for (; j < hi; j++) {
     const fp_tx_op *b = &t->ops[j];
@@ -86,11 +86,11 @@ int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n) {
 /* Sorts n records of size sz stably by the int32_t process at byte offset
  * at of each (a counting sort into a copy: O(n + nprocs); applying the
  * permutation in place by its cycles saved the copy's memory but took
- * fp_tx_finish from 5% to 20% of llama3-405b 16,384 -> 8,192's profile);
+ * fpi_tx_finish from 5% to 20% of llama3-405b 16,384 -> 8,192's profile);
  * returns first[nprocs + 1] (records of process p
  * are [first[p], first[p+1])) in t's arena. */
 static int32_t *group_by_proc(fp_tx *t, void *v, int32_t n, size_t sz, size_t at) {
-  int32_t *first = fp_alloc_array(t->arena, (size_t)t->nprocs + 2, sizeof *first);
+  int32_t *first = fpi_alloc_array(t->arena, (size_t)t->nprocs + 2, sizeof *first);
   char *b = v;
   bool sorted = true;
   for (int32_t i = 0; i < n; i++) {
@@ -118,19 +118,19 @@ static int32_t *group_by_proc(fp_tx *t, void *v, int32_t n, size_t sz, size_t at
   return first;
 }
 
-void fp_tx_finish(fp_tx *t) {
+void fpi_tx_finish(fp_tx *t) {
   /* by process, each process's ops (and needs) in emission order */
   t->first = group_by_proc(t, t->ops, t->nops, sizeof *t->ops, offsetof(fp_tx_op, proc));
   t->need_first = group_by_proc(t, t->need, t->nneed, sizeof *t->need, offsetof(fp_tx_region, proc));
-  int64_t *sent = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *sent);
-  int64_t *recvd = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *recvd);
+  int64_t *sent = fpi_alloc_array(t->arena, (size_t)t->nprocs, sizeof *sent);
+  int64_t *recvd = fpi_alloc_array(t->arena, (size_t)t->nprocs, sizeof *recvd);
   /* how many processes run each process's program (local work repeated) */
-  int64_t *runs = fp_alloc_array(t->arena, (size_t)t->nprocs, sizeof *runs);
-  for (int64_t p = 0; p < t->nprocs; p++) runs[fp_tx_prog(t, p)]++;
+  int64_t *runs = fpi_alloc_array(t->arena, (size_t)t->nprocs, sizeof *runs);
+  for (int64_t p = 0; p < t->nprocs; p++) runs[fpi_tx_prog(t, p)]++;
   t->wire_bytes = t->local_bytes = 0;
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *o = &t->ops[i];
-    int64_t reps = o->proc >= 0 && o->proc < t->nprocs ? runs[o->proc] : 1, b = o->n * fp_dtype_size(o->dtype);
+    int64_t reps = o->proc >= 0 && o->proc < t->nprocs ? runs[o->proc] : 1, b = o->n * fpi_dtype_size(o->dtype);
     if (o->kind == FP_TX_RECV) {
       t->wire_bytes += b;
       recvd[o->proc] += b;
@@ -139,7 +139,7 @@ void fp_tx_finish(fp_tx *t) {
     } else if (o->kind == FP_TX_COPY && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
       t->local_bytes += b * reps;
     } else if (o->kind == FP_TX_QUANT && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
-      t->local_bytes += (b + fp_tx_nscales(o->full_off, o->n)) * reps; /* into a TO param kept as MXFP8 */
+      t->local_bytes += (b + fpi_tx_nscales(o->full_off, o->n)) * reps; /* into a TO param kept as MXFP8 */
     } else if (o->kind == FP_TX_QUANT_AT && o->dst.space == FP_SP_TO && o->src.space == FP_SP_FROM) {
       t->local_bytes += b * reps; /* its own part of a split block (the scale comes from the exchange) */
     }
@@ -155,7 +155,7 @@ static void ref_str(char *s, size_t n, fp_tx_ref r) {
   if (r.space == FP_SP_NONE)
     snprintf(s, n, "-");
   else
-    snprintf(s, n, "%s+%" PRId64, fp_tx_space_name(r.space), (int64_t)r.off);
+    snprintf(s, n, "%s+%" PRId64, fpi_tx_space_name(r.space), (int64_t)r.off);
 }
 
 static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
@@ -163,12 +163,12 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
   ref_str(d, sizeof d, o->dst);
   ref_str(s, sizeof s, o->src);
   ref_str(a, sizeof a, o->aux);
-  fprintf(f, "  %s", fp_tx_kind_name(o->kind));
+  fprintf(f, "  %s", fpi_tx_kind_name(o->kind));
   if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) fprintf(f, " peer=%d", o->peer);
-  fprintf(f, " %s", fp_dtype_name(o->dtype));
-  if (o->sdtype != o->dtype) fprintf(f, "<-%s", fp_dtype_name(o->sdtype));
+  fprintf(f, " %s", fpi_dtype_name(o->dtype));
+  if (o->sdtype != o->dtype) fprintf(f, "<-%s", fpi_dtype_name(o->sdtype));
   fprintf(f, " n=%" PRId64 " param=", o->n);
-  fp_fput_name(f, t->params[o->param].name);
+  fpi_fput_name(f, t->params[o->param].name);
   fprintf(f, "[%" PRId64 "..%" PRId64 ")", o->full_off, o->full_off + o->n);
   if (o->dst.space) fprintf(f, " dst=%s", d);
   if (o->src.space) fprintf(f, " src=%s", s);
@@ -176,10 +176,10 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
   fputc('\n', f);
 }
 
-void fp_tx_print(const fp_tx *t, FILE *f) {
+void fpi_tx_print(const fp_tx *t, FILE *f) {
   fprintf(f, "# flexplan transfer program (docs/reshard.md)\n");
   fputs("xfer model=", f);
-  fp_fput_quoted(f, t->model);
+  fpi_fput_quoted(f, t->model);
   fprintf(f, " what=%s from_world=%" PRId64 " to_world=%" PRId64 " from_offset=%" PRId64
              " to_offset=%" PRId64 " procs=%" PRId64 "\n",
           t->what, t->from_world, t->to_world, t->from_offset, t->to_offset, t->nprocs);
@@ -187,26 +187,26 @@ void fp_tx_print(const fp_tx *t, FILE *f) {
   fprintf(f, "to hash=fnv1a64:%016" PRIx64 " arena=%" PRId64 "\n", t->to_hash, t->to_arena);
   for (int32_t i = 0; i < t->nparams; i++) {
     fputs("param ", f);
-    fp_fput_name(f, t->params[i].name);
+    fpi_fput_name(f, t->params[i].name);
     fprintf(f, " numel=%" PRId64 "%s\n", t->params[i].numel, t->params[i].mxfp8 ? " wire=mxfp8" : "");
   }
   for (int64_t p = 0; p < t->nprocs; p++) {
-    if (fp_tx_prog(t, p) != p) { /* a shared local program */
-      fprintf(f, "proc %" PRId64 " stage=%" PRId64 ": same as proc %d\n", p, t->stage_bytes[p], fp_tx_prog(t, p));
+    if (fpi_tx_prog(t, p) != p) { /* a shared local program */
+      fprintf(f, "proc %" PRId64 " stage=%" PRId64 ": same as proc %d\n", p, t->stage_bytes[p], fpi_tx_prog(t, p));
       continue;
     }
     fprintf(f, "proc %" PRId64 " stage=%" PRId64 ":\n", p, t->stage_bytes[p]);
     for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++) {
       fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=", t->need[i].off, t->need[i].bytes,
-              fp_dtype_name(t->need[i].dtype));
-      fp_fput_name(f, t->params[t->need[i].param].name);
+              fpi_dtype_name(t->need[i].dtype));
+      fpi_fput_name(f, t->params[t->need[i].param].name);
       fprintf(f, "[%" PRId64 "..]\n", t->need[i].full_off);
     }
     for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) op_line(t, &t->ops[j], f);
   }
 }
 
-void fp_tx_explain(const fp_tx *t, FILE *f) {
+void fpi_tx_explain(const fp_tx *t, FILE *f) {
   fprintf(f, "%-6s %-5s %-17s %-5s %-10s %-12s %-12s %-12s %s\n", "op", "proc", "kind", "peer", "dtype", "bytes",
           "dst", "src", "param[elements]");
   for (int32_t i = 0; i < t->nops; i++) {
@@ -215,13 +215,13 @@ void fp_tx_explain(const fp_tx *t, FILE *f) {
     ref_str(d, sizeof d, o->dst);
     ref_str(s, sizeof s, o->src);
     snprintf(pe, sizeof pe, o->peer >= 0 ? "%d" : "-", o->peer);
-    int64_t b = o->kind == FP_TX_SEND ? fp_tx_src_bytes(o) : fp_tx_dst_bytes(o);
+    int64_t b = o->kind == FP_TX_SEND ? fpi_tx_src_bytes(o) : fpi_tx_dst_bytes(o);
     fprintf(f, "%-6d %-5d %-17s %-5s %-10s %-12" PRId64 " %-12s %-12s %s[%" PRId64 "..%" PRId64 ")\n", i, o->proc,
-            fp_tx_kind_name(o->kind), pe, fp_dtype_name(o->dtype), b, d, s, fp_quote(nq, sizeof nq, t->params[o->param].name), o->full_off,
+            fpi_tx_kind_name(o->kind), pe, fpi_dtype_name(o->dtype), b, d, s, fpi_quote(nq, sizeof nq, t->params[o->param].name), o->full_off,
             o->full_off + o->n);
   }
   int64_t shared = 0;
-  for (int64_t p = 0; p < t->nprocs; p++) shared += fp_tx_prog(t, p) != p;
+  for (int64_t p = 0; p < t->nprocs; p++) shared += fpi_tx_prog(t, p) != p;
   if (shared)
     fprintf(f, "%" PRId64 " of the %" PRId64 " processes repeat another process's program (local work only)\n", shared,
             t->nprocs);
@@ -247,10 +247,10 @@ static void json_str(FILE *f, const char *s) {
 
 static void json_ref(FILE *f, const char *k, fp_tx_ref r) {
   if (r.space == FP_SP_NONE) return;
-  fprintf(f, ",\"%s\":[\"%s\",%" PRId64 "]", k, fp_tx_space_name(r.space), (int64_t)r.off);
+  fprintf(f, ",\"%s\":[\"%s\",%" PRId64 "]", k, fpi_tx_space_name(r.space), (int64_t)r.off);
 }
 
-bool fp_tx_write_json(const fp_tx *t, FILE *f) {
+bool fpi_tx_write_json(const fp_tx *t, FILE *f) {
   fprintf(f, "{\"format\":\"flexplan.xfer.v1\",\"model\":");
   json_str(f, t->model ? t->model : "");
   fprintf(f, ",\"what\":\"%s\",\"from\":{\"hash\":\"fnv1a64:%016" PRIx64 "\",\"world_size\":%" PRId64
@@ -269,22 +269,22 @@ bool fp_tx_write_json(const fp_tx *t, FILE *f) {
   fprintf(f, "],\n\"procs\":[");
   for (int64_t p = 0; p < t->nprocs; p++) {
     fprintf(f, "%s\n{\"stage_bytes\":%" PRId64, p ? "," : "", t->stage_bytes[p]);
-    if (fp_tx_prog(t, p) != p) fprintf(f, ",\"same\":%d", fp_tx_prog(t, p));
+    if (fpi_tx_prog(t, p) != p) fprintf(f, ",\"same\":%d", fpi_tx_prog(t, p));
     fprintf(f, ",\"need\":[");
     bool first = true;
     for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++) {
       const fp_tx_region *r = &t->need[i];
       fprintf(f, "%s[%d,%" PRId64 ",%" PRId64 ",%" PRId64 ",\"%s\"]", first ? "" : ",", r->param, r->off, r->bytes,
-              r->full_off, fp_dtype_name(r->dtype));
+              r->full_off, fpi_dtype_name(r->dtype));
       first = false;
     }
     fprintf(f, "],\"ops\":[");
     for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) {
       const fp_tx_op *o = &t->ops[j];
-      fprintf(f, "%s\n {\"op\":\"%s\"", j > t->first[p] ? "," : "", fp_tx_kind_name(o->kind));
+      fprintf(f, "%s\n {\"op\":\"%s\"", j > t->first[p] ? "," : "", fpi_tx_kind_name(o->kind));
       if (o->peer >= 0) fprintf(f, ",\"peer\":%d", o->peer);
       fprintf(f, ",\"param\":%d,\"dtype\":\"%s\",\"sdtype\":\"%s\",\"n\":%" PRId64 ",\"full_off\":%" PRId64, o->param,
-              fp_dtype_name(o->dtype), fp_dtype_name(o->sdtype), o->n, o->full_off);
+              fpi_dtype_name(o->dtype), fpi_dtype_name(o->sdtype), o->n, o->full_off);
       json_ref(f, "dst", o->dst);
       json_ref(f, "src", o->src);
       json_ref(f, "aux", o->aux);
@@ -296,7 +296,7 @@ bool fp_tx_write_json(const fp_tx *t, FILE *f) {
   return !ferror(f);
 }
 
-void fp_tx_trace(const fp_tx *t, FILE *f) {
+void fpi_tx_trace(const fp_tx *t, FILE *f) {
   fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
   bool first = true;
   for (int64_t p = 0; p < t->nprocs; p++) {
@@ -305,15 +305,15 @@ void fp_tx_trace(const fp_tx *t, FILE *f) {
             first ? "" : ",\n", p, p, p >= t->from_offset && p < t->from_offset + t->from_world ? " FROM" : "",
             p >= t->to_offset && p < t->to_offset + t->to_world ? " TO" : "");
     first = false;
-    int32_t g = fp_tx_prog(t, p); /* a shared program shows on every process that runs it */
+    int32_t g = fpi_tx_prog(t, p); /* a shared program shows on every process that runs it */
     for (int32_t j = t->first[g]; j < t->first[g + 1]; j++) {
       const fp_tx_op *o = &t->ops[j];
-      int64_t b = o->kind == FP_TX_SEND ? fp_tx_src_bytes(o) : fp_tx_dst_bytes(o);
+      int64_t b = o->kind == FP_TX_SEND ? fpi_tx_src_bytes(o) : fpi_tx_dst_bytes(o);
       char name[64];
       if (o->peer >= 0)
-        snprintf(name, sizeof name, "%s %s %d", fp_tx_kind_name(o->kind), o->kind == FP_TX_SEND ? "to" : "from", o->peer);
+        snprintf(name, sizeof name, "%s %s %d", fpi_tx_kind_name(o->kind), o->kind == FP_TX_SEND ? "to" : "from", o->peer);
       else
-        snprintf(name, sizeof name, "%s", fp_tx_kind_name(o->kind));
+        snprintf(name, sizeof name, "%s", fpi_tx_kind_name(o->kind));
       fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%" PRId64 ",\"tid\":0,\"ts\":%d,\"dur\":1,\"name\":\"%s\","
                  "\"args\":{\"op\":%d,\"bytes\":%" PRId64 ",\"param\":",
               p, j - t->first[g], name, j, b);

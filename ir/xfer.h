@@ -39,7 +39,7 @@ typedef enum {
   FP_TX_QUANT_AT, /* dst n e4m3 = MXFP8 elements of src n (sdtype) at the scales aux reads (at least their own) */
   FP_TX_NKINDS
 } fp_tx_kind;
-const char *fp_tx_kind_name(int k);
+const char *fpi_tx_kind_name(int k);
 
 typedef enum {
   FP_SP_NONE,  /* no operand */
@@ -47,7 +47,7 @@ typedef enum {
   FP_SP_TO,    /* TO plan's device arena on this process */
   FP_SP_STAGE, /* the transfer's staging buffer on this process */
 } fp_tx_space;
-const char *fp_tx_space_name(int s);
+const char *fpi_tx_space_name(int s);
 
 /* An operand: a space and a byte offset in it, packed in 8 bytes (a
  * transfer between large plans has millions of ops: the op record is 56
@@ -76,10 +76,10 @@ typedef struct fp_tx_op {
  * [32k, 32k+32)); a slice starting inside a block begins with a short block
  * of its own (its own scale, amax over the elements present), likewise at
  * its end */
-int64_t fp_tx_nscales(int64_t full_off, int64_t n);
+int64_t fpi_tx_nscales(int64_t full_off, int64_t n);
 /* the head of such a slice: elements before the first block boundary (0 when
  * full_off is aligned; at most n) */
-int64_t fp_tx_head(int64_t full_off, int64_t n);
+int64_t fpi_tx_head(int64_t full_off, int64_t n);
 
 /* A region a process must end up with (TO: written exactly once) or may
  * read (FROM: the main-weight bytes it holds, padding excluded). */
@@ -117,7 +117,7 @@ typedef struct fp_tx {
    * local work (no send or recv) - and has none of its own; -1 otherwise.
    * The planner shares the program of processes whose ranks have the same
    * indices in every communicator of both plans (planner/reshard.c
-   * classes()); fp_tx_prog resolves it */
+   * classes()); fpi_tx_prog resolves it */
   int32_t *same;
   /* figures */
   int64_t wire_bytes;     /* bytes received over the wire (sum of recvs) */
@@ -129,32 +129,32 @@ typedef struct fp_tx {
 } fp_tx;
 
 /* the process whose ops and needs process p runs: p, or the one it repeats */
-static inline int32_t fp_tx_prog(const fp_tx *t, int64_t p) {
+static inline int32_t fpi_tx_prog(const fp_tx *t, int64_t p) {
   return t->same && t->same[p] >= 0 ? t->same[p] : (int32_t)p;
 }
 
 /* builder */
-fp_tx *fp_tx_new(fp_arena *a);
-fp_tx_op *fp_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n);
-void fp_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
+fp_tx *fpi_tx_new(fp_arena *a);
+fp_tx_op *fpi_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n);
+void fpi_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
                       int64_t full_off, fp_dtype dt);
 /* sort ops and needs stably by process and set first[] and need_first[];
  * figures from the ops */
-void fp_tx_finish(fp_tx *t);
+void fpi_tx_finish(fp_tx *t);
 
 /* whether op o, run by the MPI executor (executor/xfer.c), first waits for
  * every send and recv its process posted before it: a local op (not a
  * send) reading staging or TO bytes, which a recv may have written. The
  * verifier's X4 simulates exactly this. */
-static inline bool fp_tx_waits(const fp_tx_op *o) {
+static inline bool fpi_tx_waits(const fp_tx_op *o) {
   return o->kind != FP_TX_SEND && o->kind != FP_TX_RECV &&
          (o->src.space == FP_SP_STAGE || o->src.space == FP_SP_TO || o->aux.space == FP_SP_STAGE ||
           o->aux.space == FP_SP_TO);
 }
 
 /* bytes an operand covers: dst/src of op (aux: scales) */
-int64_t fp_tx_dst_bytes(const fp_tx_op *o);
-int64_t fp_tx_src_bytes(const fp_tx_op *o);
+int64_t fpi_tx_dst_bytes(const fp_tx_op *o);
+int64_t fpi_tx_src_bytes(const fp_tx_op *o);
 
 /* The executors run consecutive copies as one when they continue each
  * other: ops[i .. end) are copies of one dtype pair, each one's source and
@@ -163,36 +163,36 @@ int64_t fp_tx_src_bytes(const fp_tx_op *o);
  * kernel launch instead of one per param on a GPU). Returns end (> i; i + 1
  * for any other op, or a copy nothing continues) and their elements in *n;
  * hi: the end of the process's ops. */
-int32_t fp_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n);
+int32_t fpi_tx_copy_run(const fp_tx *t, int32_t i, int32_t hi, int64_t *n);
 
 /* The NCCL backend (executor/xfer_nccl.c) runs a process's ops in
  * segments: ops[i .. end), end the next op after i that waits
- * (fp_tx_waits) or hi. A segment's local ops run in order, then its sends
+ * (fpi_tx_waits) or hi. A segment's local ops run in order, then its sends
  * and recvs as one NCCL group; the next segment starts when the group is
  * done - where the MPI executor waits for every posted request. */
-int32_t fp_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi);
+int32_t fpi_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi);
 
 /* the verifier (ir/verify_xfer.c): rules X1..X6 (docs/reshard.md); each
  * problem reported through d as "op N (process p): ..."; true when valid */
-bool fp_tx_verify(const fp_tx *t, fp_diag *d);
+bool fpi_tx_verify(const fp_tx *t, fp_diag *d);
 /* X7 (ir/verify_sem.c): after the transfer every TO need region holds
  * exactly its param's FROM elements, converted as the transform says
  * (MXFP8 exactly for params on the wire as MXFP8); false after reporting */
-bool fp_tx_verify_sem(const fp_tx *t, fp_diag *d);
+bool fpi_tx_verify_sem(const fp_tx *t, fp_diag *d);
 extern long fp_tx_sem_skipped; /* transfers X7 passed unchecked as too large (over 2^20 ops) */
 
 /* text form: a header, the params, the requirements and every process's
  * ops (one line each); explain: one row per op with its bytes and the
  * figures; JSON: "flexplan.xfer.v1" */
-void fp_tx_print(const fp_tx *t, FILE *f);
-void fp_tx_explain(const fp_tx *t, FILE *f);
-bool fp_tx_write_json(const fp_tx *t, FILE *f);
+void fpi_tx_print(const fp_tx *t, FILE *f);
+void fpi_tx_explain(const fp_tx *t, FILE *f);
+bool fpi_tx_write_json(const fp_tx *t, FILE *f);
 /* read the JSON back (ir/xfer_read.c): every member checked, located errors
- * on d, then fp_tx_verify; NULL on any error. FROM reads are checked against
+ * on d, then fpi_tx_verify; NULL on any error. FROM reads are checked against
  * FROM's arena size only (the file does not carry FROM's layout) */
-fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src);
+fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src);
 /* the Chrome trace of the transfer: one track per process, ops as slices in
  * program order (unit: 1 us per op, with the bytes in args) */
-void fp_tx_trace(const fp_tx *t, FILE *f);
+void fpi_tx_trace(const fp_tx *t, FILE *f);
 
 #endif

@@ -1,5 +1,5 @@
 /* xfer_read.c - reading a transfer program back from its JSON
- * ("flexplan.xfer.v1", what ir/xfer.c fp_tx_write_json writes and `flexplan
+ * ("flexplan.xfer.v1", what ir/xfer.c fpi_tx_write_json writes and `flexplan
  * reshard -o` saves). Every process of a transfer loads the whole file (the
  * verifier needs every process's ops), and at 16,384 ranks that file has
  * millions of ops, so it is read by a pull parser of its own straight into
@@ -42,7 +42,7 @@ static bool fail_at(rd *r, size_t off, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (r->d->nerrors < MAXERR) fp_diag_at(r->d, r->src, off, "%s: %s", r->ptr[0] ? r->ptr : "/", msg);
+  if (r->d->nerrors < MAXERR) fpi_diag_at(r->d, r->src, off, "%s: %s", r->ptr[0] ? r->ptr : "/", msg);
   r->bad = true;
   return false;
 }
@@ -106,10 +106,10 @@ static bool str(rd *r, char *buf, size_t cap, const char **out) {
   if (r->i >= r->n || r->t[r->i] != '"') return fail_at(r, r->i, "expected a string, got %s", got(r));
   size_t end, at, len;
   char why[96];
-  if (!fp_json_check_string(r->t, r->n, r->i, &end, &at, why, sizeof why)) return fail_at(r, at, "%s", why);
+  if (!fpi_json_check_string(r->t, r->n, r->i, &end, &at, why, sizeof why)) return fail_at(r, at, "%s", why);
   size_t room = end - r->i - 1; /* the decoded text is never longer than the bytes between the quotes */
-  char *o = buf && room < cap ? buf : fp_alloc(r->a, room + 1);
-  fp_json_decode_string(r->t, r->n, r->i, o, &len);
+  char *o = buf && room < cap ? buf : fpi_alloc(r->a, room + 1);
+  fpi_json_decode_string(r->t, r->n, r->i, o, &len);
   o[len] = 0;
   if (buf && o != buf) { /* too long for buf: cut (a key or a name of no member) */
     size_t k = len < cap - 1 ? len : cap - 1;
@@ -230,7 +230,7 @@ static bool dtype(rd *r, fp_dtype *out) {
   char s[40];
   const char *v;
   if (!str(r, s, sizeof s, &v)) return false;
-  int t = fp_dtype_parse(v);
+  int t = fpi_dtype_parse(v);
   if (t < 0) return fail_at(r, at, "unknown dtype '%s'", v);
   *out = (fp_dtype)t;
   return true;
@@ -305,7 +305,7 @@ static bool params(rd *r, fp_tx *t) {
   int m;
   while ((m = arr_next(r, &first)) > 0) {
     if (t->nparams == INT32_MAX) return fail_at(r, r->i, "too many params");
-    t->params = fp_grow(r->a, t->params, &t->cap_params, t->nparams + 1, sizeof *t->params);
+    t->params = fpi_grow(r->a, t->params, &t->cap_params, t->nparams + 1, sizeof *t->params);
     fp_tx_param *q = &t->params[t->nparams];
     size_t p = push_idx(r, t->nparams++);
     obj o;
@@ -343,7 +343,7 @@ static bool need(rd *r, fp_tx *t, int32_t p) {
   if (!expect(r, ',', "',' (a need region is [param, byte offset, bytes, first element, dtype])") || !dtype(r, &dt) ||
       !expect(r, ']', "']' (a need region is [param, byte offset, bytes, first element, dtype])"))
     return false;
-  fp_tx_region_add(t, true, p, (int32_t)v[0], v[1], v[2], v[3], dt);
+  fpi_tx_region_add(t, true, p, (int32_t)v[0], v[1], v[2], v[3], dt);
   return true;
 }
 
@@ -352,7 +352,7 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
   obj o;
   int k, m;
   if (!obj_open(r, &o, keys, 0x7D)) return false; /* all but peer, dst, src, aux */
-  fp_tx_op *x = fp_tx_emit(t, FP_TX_COPY, p, 0, FP_F32, 0);
+  fp_tx_op *x = fpi_tx_emit(t, FP_TX_COPY, p, 0, FP_F32, 0);
   while ((m = obj_next(r, &o, &k)) > 0) {
     size_t pk = push_key(r, keys[k]);
     size_t at = (ws(r), r->i);
@@ -365,7 +365,7 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
         int kk = -1;
         ok = str(r, s, sizeof s, &kind);
         for (int z = 0; ok && z < FP_TX_NKINDS; z++)
-          if (!strcmp(kind, fp_tx_kind_name(z))) kk = z;
+          if (!strcmp(kind, fpi_tx_kind_name(z))) kk = z;
         if (ok && kk < 0) ok = fail_at(r, at, "unknown op '%s'", kind);
         x->kind = (fp_tx_kind)(kk < 0 ? 0 : kk);
         break;
@@ -397,8 +397,8 @@ static bool proc(rd *r, fp_tx *t, int64_t *cap_stage, int64_t *cap_same) {
    * the verifier checks it) */
   static const char *const keys[] = {"stage_bytes", "need", "ops", "same", NULL};
   int32_t p = (int32_t)t->nprocs;
-  t->stage_bytes = fp_grow(r->a, t->stage_bytes, cap_stage, t->nprocs + 1, sizeof *t->stage_bytes);
-  t->same = fp_grow(r->a, t->same, cap_same, t->nprocs + 1, sizeof *t->same);
+  t->stage_bytes = fpi_grow(r->a, t->stage_bytes, cap_stage, t->nprocs + 1, sizeof *t->stage_bytes);
+  t->same = fpi_grow(r->a, t->same, cap_same, t->nprocs + 1, sizeof *t->same);
   t->same[p] = -1;
   t->nprocs++;
   obj o;
@@ -435,12 +435,12 @@ static bool check_ranges(rd *r, fp_tx *t, int64_t nprocs_file) {
   char ptr[160];
   int64_t fe = t->from_offset + t->from_world, te = t->to_offset + t->to_world;
   if (nprocs_file != (fe > te ? fe : te)) {
-    fp_diag_json(r->d, r->src, "/processes",
+    fpi_diag_json(r->d, r->src, "/processes",
                  "does not equal max(from.rank_offset + from.world_size, to.rank_offset + to.world_size)");
     return false;
   }
   if (t->nprocs != nprocs_file) {
-    fp_diag_json(r->d, r->src, "/procs", "expected an array of one entry per process (%" PRId64 "), got %" PRId64,
+    fpi_diag_json(r->d, r->src, "/procs", "expected an array of one entry per process (%" PRId64 "), got %" PRId64,
                  nprocs_file, t->nprocs);
     return false;
   }
@@ -451,12 +451,12 @@ static bool check_ranges(rd *r, fp_tx *t, int64_t nprocs_file) {
     if (i > 0 && o->proc != t->ops[i - 1].proc) k = 0;
     if (o->param >= t->nparams) {
       snprintf(ptr, sizeof ptr, "/procs/%d/ops/%d/param", o->proc, k);
-      fp_diag_json(r->d, r->src, ptr, "%d is not a param (the transfer has %d)", o->param, t->nparams);
+      fpi_diag_json(r->d, r->src, ptr, "%d is not a param (the transfer has %d)", o->param, t->nparams);
       ok = false;
     }
     if (o->peer >= t->nprocs) {
       snprintf(ptr, sizeof ptr, "/procs/%d/ops/%d/peer", o->proc, k);
-      fp_diag_json(r->d, r->src, ptr, "%d is not a process (the transfer has %" PRId64 ")", o->peer, t->nprocs);
+      fpi_diag_json(r->d, r->src, ptr, "%d is not a process (the transfer has %" PRId64 ")", o->peer, t->nprocs);
       ok = false;
     }
   }
@@ -465,18 +465,18 @@ static bool check_ranges(rd *r, fp_tx *t, int64_t nprocs_file) {
     if (i > 0 && t->need[i].proc != t->need[i - 1].proc) k = 0;
     if (t->need[i].param >= t->nparams) {
       snprintf(ptr, sizeof ptr, "/procs/%d/need/%d/0", t->need[i].proc, k);
-      fp_diag_json(r->d, r->src, ptr, "%d is not a param (the transfer has %d)", t->need[i].param, t->nparams);
+      fpi_diag_json(r->d, r->src, ptr, "%d is not a param (the transfer has %d)", t->need[i].param, t->nparams);
       ok = false;
     }
   }
   return ok;
 }
 
-fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
+fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   static const char *const keys[] = {"format", "model", "what", "from", "to", "processes", "figures", "params",
                                      "procs", NULL};
   rd r = {.a = a, .d = d, .src = src, .t = src->text, .n = src->len};
-  fp_tx *t = fp_tx_new(a);
+  fp_tx *t = fpi_tx_new(a);
   int64_t nprocs_file = 0, cap_stage = 0, cap_same = 0;
   obj o;
   int k, m = -1;
@@ -537,13 +537,13 @@ fp_tx *fp_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *x = &t->ops[i];
     if (x->src.space == FP_SP_FROM)
-      fp_tx_region_add(t, false, x->proc, x->param, x->src.off, fp_tx_src_bytes(x), x->full_off, x->sdtype);
+      fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(x), x->full_off, x->sdtype);
   }
-  if (!t->stage_bytes) t->stage_bytes = fp_alloc_array(a, 1, sizeof *t->stage_bytes);
-  if (!t->params) t->params = fp_alloc_array(a, 1, sizeof *t->params);
-  fp_tx_finish(t); /* (the ops are grouped already: op k of process p is /procs/p/ops/k) */
+  if (!t->stage_bytes) t->stage_bytes = fpi_alloc_array(a, 1, sizeof *t->stage_bytes);
+  if (!t->params) t->params = fpi_alloc_array(a, 1, sizeof *t->params);
+  fpi_tx_finish(t); /* (the ops are grouped already: op k of process p is /procs/p/ops/k) */
   t->src = src;
-  bool ok = fp_tx_verify(t, d);
+  bool ok = fpi_tx_verify(t, d);
   t->src = NULL; /* the caller's fp_src need not outlive the read */
   return ok ? t : NULL;
 }

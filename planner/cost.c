@@ -66,7 +66,7 @@ static const fp_hw presets[] = {
 };
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
 
-bool fp_hw_preset(const char *name, fp_hw *out) {
+bool fpi_hw_preset(const char *name, fp_hw *out) {
   for (int i = 0; name && i < NPRESETS; i++)
     if (!strcmp(presets[i].name, name)) {
       *out = presets[i];
@@ -75,10 +75,10 @@ bool fp_hw_preset(const char *name, fp_hw *out) {
   return false;
 }
 
-const char *fp_hw_preset_list(void) { return "h100-sxm, h200"; }
+const char *fpi_hw_preset_list(void) { return "h100-sxm, h200"; }
 
-void fp_hw_from_spec(const fp_spec *s, fp_hw *out) {
-  bool known = fp_hw_preset(s->hw_preset, out);
+void fpi_hw_from_spec(const fp_spec *s, fp_hw *out) {
+  bool known = fpi_hw_preset(s->hw_preset, out);
   FP_ASSERT(known); /* the spec parser accepts preset names only */
   if (s->hw_gpus_per_node > 0) out->gpus_per_node = s->hw_gpus_per_node;
   if (s->hw_hbm_bytes > 0) out->hbm_bytes = s->hw_hbm_bytes;
@@ -90,14 +90,14 @@ void fp_hw_from_spec(const fp_spec *s, fp_hw *out) {
 
 static bool pos(double x) { return isfinite(x) && x > 0; }
 
-bool fp_hw_valid(const fp_hw *h) {
+bool fpi_hw_valid(const fp_hw *h) {
   return h->name && h->gpus_per_node > 0 && h->hbm_bytes > 0 && pos(h->flops) && pos(h->nvlink_gbps) &&
          pos(h->ib_gbps) && pos(h->hbm_gbps) && pos(h->pcie_gbps) && pos(h->base_us) && pos(h->nvlink_hop_us) &&
          pos(h->net_hop_us) && pos(h->launch_us);
 }
 
 /* ---- communicators on the mesh ---------------------------------------------------- */
-fp_comm_geo fp_comm_geometry(const fp_prog *P, const fp_ir_comm *c) {
+fp_comm_geo fpi_comm_geometry(const fp_prog *P, const fp_ir_comm *c) {
   int64_t S = c->size > 0 ? c->size : 1, T = c->stride > 0 ? c->stride : 1;
   int64_t N = P->ranks_per_node > 0 ? P->ranks_per_node : 1;
   int64_t k = T >= N ? 1 : N / T; /* members b, b+T, ... within one node */
@@ -112,7 +112,7 @@ static double xfer_us(double bytes, double gbps) { return bytes / (gbps * 1e3); 
 
 /* the largest count of a table-driven op over the ranks (the slowest rank) */
 static double max_count(const fp_prog *P, const fp_op *op) {
-  if (op->tab < 0 || op->tab >= P->ntabs || fp_op_regions(op->code)) return (double)op->count;
+  if (op->tab < 0 || op->tab >= P->ntabs || fpi_op_regions(op->code)) return (double)op->count;
   const fp_ir_table *t = &P->tabs[op->tab];
   int64_t m = 0;
   for (int64_t g = 0; g < t->n; g++)
@@ -131,8 +131,8 @@ static double sum_count(const fp_prog *P, const fp_op *op) {
 static fp_cost comm_cost(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
   fp_cost c = {0, 0};
   if (op->comm < 0 || op->comm >= P->ncomms) return c;
-  fp_comm_geo g = fp_comm_geometry(P, &P->comms[op->comm]);
-  double S = (double)g.size, es = fp_dtype_size(op->dtype), n = (double)op->count;
+  fp_comm_geo g = fpi_comm_geometry(P, &P->comms[op->comm]);
+  double S = (double)g.size, es = fpi_dtype_size(op->dtype), n = (double)op->count;
   if (g.size <= 1) return c;
   double bw = g.nodes == 1 ? hw->nvlink_gbps : fmin(hw->nvlink_gbps, (double)g.per_node * hw->ib_gbps);
   int64_t intra, inter;  /* ring steps inside a node and between nodes */
@@ -184,13 +184,13 @@ static fp_cost comm_cost(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
 
 /* a copy's rows (at least 1) */
 static int64_t rows_of(const fp_prog *P, const fp_op *op) {
-  int64_t rows = fp_op_shape_of(P, op).rows;
+  int64_t rows = fpi_op_shape_of(P, op).rows;
   return rows > 0 ? rows : 1;
 }
 
 /* bytes a local kernel reads and writes */
 static double local_bytes(const fp_prog *P, const fp_op *op) {
-  double n = max_count(P, op), d = fp_dtype_size(op->dtype), s = fp_dtype_size(op->sdtype);
+  double n = max_count(P, op), d = fpi_dtype_size(op->dtype), s = fpi_dtype_size(op->sdtype);
   switch (op->code) {
     case FP_OP_CAST: return n * (s + d);
     case FP_OP_COPY: return (double)rows_of(P, op) * n * d * 2;
@@ -226,9 +226,9 @@ static double opt_bytes(const fp_prog *P, const fp_op *op) {
   return b;
 }
 
-fp_cost fp_cost_terms(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
+fp_cost fpi_cost_terms(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
   fp_cost c = {0, 0};
-  switch (fp_op_class(op->code)) {
+  switch (fpi_op_class(op->code)) {
     case FP_OPC_COMM: return comm_cost(P, op, hw);
     case FP_OPC_LOCAL: {
       bool host = op->code == FP_OP_H2D || op->code == FP_OP_D2H;
@@ -247,15 +247,15 @@ fp_cost fp_cost_terms(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
   return c;
 }
 
-double fp_cost_op_us(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
-  fp_cost c = fp_cost_terms(P, op, hw);
+double fpi_cost_op_us(const fp_prog *P, const fp_op *op, const fp_hw *hw) {
+  fp_cost c = fpi_cost_terms(P, op, hw);
   return c.lat_us + c.bw_us;
 }
 
-double fp_cost_group_us(const fp_prog *P, int32_t first, int32_t n, const fp_hw *hw) {
+double fpi_cost_group_us(const fp_prog *P, int32_t first, int32_t n, const fp_hw *hw) {
   double lat = 0, bw = 0;
   for (int32_t i = first; i < first + n; i++) {
-    fp_cost c = fp_cost_terms(P, &P->ops[i], hw);
+    fp_cost c = fpi_cost_terms(P, &P->ops[i], hw);
     lat = fmax(lat, c.lat_us);
     bw += c.bw_us;
   }

@@ -15,13 +15,13 @@
 #include "front.h"
 
 /* the preset of that name into *out; false (out untouched) when unknown */
-bool fp_hw_preset(const char *name, fp_hw *out);
+bool fpi_hw_preset(const char *name, fp_hw *out);
 /* the preset names, for messages: "h100-sxm, h200" */
-const char *fp_hw_preset_list(void);
+const char *fpi_hw_preset_list(void);
 /* the spec's hardware: its preset, then its overrides (fields > 0) */
-void fp_hw_from_spec(const fp_spec *s, fp_hw *out);
+void fpi_hw_from_spec(const fp_spec *s, fp_hw *out);
 /* every field a positive finite number */
-bool fp_hw_valid(const fp_hw *hw);
+bool fpi_hw_valid(const fp_hw *hw);
 
 /* where one instance of a communicator lies on the mesh (ranks_per_node
  * from the program): members per node and nodes spanned */
@@ -30,7 +30,7 @@ typedef struct fp_comm_geo {
   int64_t per_node; /* members sharing a node (k); 1 when the stride spans a node */
   int64_t nodes;    /* nodes the instance spans: ceil(S / k) */
 } fp_comm_geo;
-fp_comm_geo fp_comm_geometry(const fp_prog *P, const fp_ir_comm *c);
+fp_comm_geo fpi_comm_geometry(const fp_prog *P, const fp_ir_comm *c);
 
 /* an op's modeled time as a latency and a bandwidth term, in microseconds
  * (local kernels and compute: all in bw_us) */
@@ -38,11 +38,11 @@ typedef struct fp_cost {
   double lat_us;
   double bw_us;
 } fp_cost;
-fp_cost fp_cost_terms(const fp_prog *P, const fp_op *op, const fp_hw *hw);
+fp_cost fpi_cost_terms(const fp_prog *P, const fp_op *op, const fp_hw *hw);
 /* lat_us + bw_us of one op issued alone */
-double fp_cost_op_us(const fp_prog *P, const fp_op *op, const fp_hw *hw);
+double fpi_cost_op_us(const fp_prog *P, const fp_op *op, const fp_hw *hw);
 /* a grouped call, ops[first .. first+n): issued as one, it pays the largest
  * latency of its members once, plus the sum of their bandwidth terms */
-double fp_cost_group_us(const fp_prog *P, int32_t first, int32_t n, const fp_hw *hw);
+double fpi_cost_group_us(const fp_prog *P, int32_t first, int32_t n, const fp_hw *hw);
 
 #endif

@@ -5,7 +5,7 @@
  * computed from it later (shard sizes, buffers, ...) live in layout.h. Every
  * struct keeps the JSON pointer it came from (`ptr`) so later stages can
  * report located errors against the right file; params and modules, many,
- * have theirs formatted on demand (fp_param_ptr, fp_module_ptr). */
+ * have theirs formatted on demand (fpi_param_ptr, fpi_module_ptr). */
 #ifndef FP_FRONT_H
 #define FP_FRONT_H
 
@@ -55,8 +55,8 @@ typedef struct fp_model {
 
 /* the JSON pointer of param p of m ("/model/modules/3/params/1") and of
  * module i, formatted on demand (for messages: a model's params keep none) */
-const char *fp_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p);
-const char *fp_module_ptr(fp_arena *a, const fp_model *m, int i);
+const char *fpi_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p);
+const char *fpi_module_ptr(fp_arena *a, const fp_model *m, int i);
 
 /* ---- spec ------------------------------------------------------------- */
 typedef enum {
@@ -153,7 +153,7 @@ typedef struct fp_spec {
   fp_optim optim;              /* "optimizer".type: the state the plan holds; default adamw */
   fp_dtype optim_dtype;        /* "optimizer".state_dtype: default fp32 */
   const char *hw_preset;       /* default "h100-sxm" */
-  /* set by a policy, not by the spec file (see fp_spec_apply_policy) */
+  /* set by a policy, not by the spec file (see fpi_spec_apply_policy) */
   bool fsdp2;                  /* the fsdp2 policy: only the root stays unsharded after
                                 * forward; shard_grad_op is reshard_after_forward=False
                                 * (gathered per step, resharded after backward) */
@@ -169,48 +169,48 @@ typedef struct fp_spec {
  * runtime does it, for comparison on the same cost model */
 typedef enum {
   FP_POLICY_FLEXPLAN, /* the spec as written */
-  FP_POLICY_FSDP2,    /* PyTorch FSDP2's defaults (see fp_spec_apply_policy) */
+  FP_POLICY_FSDP2,    /* PyTorch FSDP2's defaults (see fpi_spec_apply_policy) */
 } fp_policy;
 /* "flexplan" / "fsdp2" -> policy; -1 if unknown */
-int fp_policy_parse(const char *name);
+int fpi_policy_parse(const char *name);
 /* rewrite a parsed spec as the policy lowers it. fsdp2: one bucket per
  * module, every param Shard(0), reshard after forward (the last module
  * excepted, as FSDP2 leaves the root unresharded), prefetch 1 forward and 1
  * backward, copy-in / copy-out staging around every gather and reduce;
  * strategy, mesh, mixed precision, accumulation and budget stay */
-void fp_spec_apply_policy(fp_spec *s, fp_policy p);
+void fpi_spec_apply_policy(fp_spec *s, fp_policy p);
 
 /* ---- entry points (planner/model.c, planner/spec.c) -------------------- */
 /* Load a model file. If it holds {"model":..., "spec":...}, *embedded_spec
- * gets the spec's document (the caller parses it with fp_spec_parse,
+ * gets the spec's document (the caller parses it with fpi_spec_parse,
  * pointer "/spec", source *src_out; it lives in the arena a); else NULL.
  * Model pointers are then prefixed "/model". Returns false after reporting
  * located errors. */
 struct fp_jv;
-bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
+bool fpi_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out,
                    const struct fp_jv **embedded_spec, const fp_src **src_out);
-bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root,
+bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root,
                     const char *ptr, fp_model *out);
 /* Parse a spec; root may be NULL (no spec given: all defaults). Semantic
  * checks that need only the spec (world % intra_node_size, ...) are done
  * here; checks against the model are the layout's. */
-bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root,
+bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root,
                    const char *ptr, fp_spec *out);
-bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out);
+bool fpi_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out);
 /* the same from a source already in memory (src->path names it in messages) */
-bool fp_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out,
+bool fpi_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out,
                        const struct fp_jv **embedded_spec, const fp_src **src_out);
-bool fp_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out);
+bool fpi_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out);
 
 /* The compiler's inputs (planner/inputs.c): a model file, which may embed
  * its spec, and an optional separate spec file (both at once is an error);
  * no spec at all gives the defaults. */
-bool fp_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
+bool fpi_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
                     fp_spec *s);
 /* the same where either input may be JSON text instead of a file: a non-NULL
  * *_text is the input, and *_path (or "<model>" / "<spec>") its name in
  * messages (the public compile API, api/compile.c) */
-bool fp_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
+bool fpi_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
                          const char *spec_path, const char *spec_text, fp_model *m, fp_spec *s);
 
 #endif

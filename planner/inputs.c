@@ -8,33 +8,33 @@
 
 /* the source of one input: its text, or its file read */
 static const fp_src *input_src(fp_arena *a, fp_diag *d, const char *path, const char *text, const char *dflt) {
-  fp_src *src = fp_alloc(a, sizeof *src);
-  if (!text) return fp_src_read(a, d, path, src) ? src : NULL;
+  fp_src *src = fpi_alloc(a, sizeof *src);
+  if (!text) return fpi_src_read(a, d, path, src) ? src : NULL;
   src->path = path ? path : dflt;
   src->len = strlen(text);
-  src->text = fp_strndup(a, text, src->len);
+  src->text = fpi_strndup(a, text, src->len);
   return src;
 }
 
-bool fp_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
+bool fpi_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
                          const char *spec_path, const char *spec_text, fp_model *m, fp_spec *s) {
   const fp_jv *embedded = NULL;
   const fp_src *msrc = input_src(a, d, model_path, model_text, "<model>"), *ssrc;
   bool ok = false, have_spec = spec_path || spec_text;
-  if (!msrc || !fp_model_load_src(a, d, msrc, m, &embedded, &msrc)) goto done;
+  if (!msrc || !fpi_model_load_src(a, d, msrc, m, &embedded, &msrc)) goto done;
   if (have_spec && embedded) {
-    fp_diag_json(d, msrc, "/spec", "the model file embeds a spec, and --spec names another; use one");
+    fpi_diag_json(d, msrc, "/spec", "the model file embeds a spec, and --spec names another; use one");
     goto done;
   }
   if (have_spec)
-    ok = (ssrc = input_src(a, d, spec_path, spec_text, "<spec>")) && fp_spec_load_src(a, d, ssrc, s);
+    ok = (ssrc = input_src(a, d, spec_path, spec_text, "<spec>")) && fpi_spec_load_src(a, d, ssrc, s);
   else
-    ok = fp_spec_parse(a, d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", s);
+    ok = fpi_spec_parse(a, d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", s);
 done:
   return ok;
 }
 
-bool fp_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
+bool fpi_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
                     fp_spec *s) {
-  return fp_inputs_load_text(a, d, model_path, NULL, spec_path, NULL, m, s);
+  return fpi_inputs_load_text(a, d, model_path, NULL, spec_path, NULL, m, s);
 }

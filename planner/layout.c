@@ -33,13 +33,13 @@ static bool has_name(const char *const *names, const char *key) {
   return false;
 }
 
-bool fp_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
-  if (!fp_j_is_object(c, o, ptr)) return false;
+bool fpi_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
+  if (!fpi_j_is_object(c, o, ptr)) return false;
   const char *kinds[FP_NPLACEMENTS + 1];
   for (int k = 0; k < FP_NPLACEMENTS; k++) kinds[k] = fp_placements[k]->name;
   kinds[FP_NPLACEMENTS] = NULL;
   int kind;
-  if (!fp_j_enum(c, o, ptr, "kind", true, kinds, &kind)) return false;
+  if (!fpi_j_enum(c, o, ptr, "kind", true, kinds, &kind)) return false;
   const fp_placement_impl *impl = fp_placements[kind];
   const char *allowed[16] = {"kind"};
   int n = 1;
@@ -54,12 +54,12 @@ bool fp_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placemen
     for (int k = 0; k < FP_NPLACEMENTS; k++) {
       if (!has_name(fp_placements[k]->members, key)) continue;
       const char *list = "";
-      for (int j = 0; allowed[j]; j++) list = fp_sprintf(c->a, "%s%s%s", list, j ? ", " : "", allowed[j]);
-      return fp_j_error(c, fp_ptr_key(c->a, ptr, key),
+      for (int j = 0; allowed[j]; j++) list = fpi_sprintf(c->a, "%s%s%s", list, j ? ", " : "", allowed[j]);
+      return fpi_j_error(c, fpi_ptr_key(c->a, ptr, key),
                         "member '%s' does not apply to placement kind \"%s\" (expected one of: %s)", key,
                         impl->name, list);
     }
-    return fp_j_keys(c, o, ptr, allowed); /* reports the unknown member */
+    return fpi_j_keys(c, o, ptr, allowed); /* reports the unknown member */
   }
   memset(p, 0, sizeof *p);
   p->kind = (fp_placement_kind)kind;
@@ -69,12 +69,12 @@ bool fp_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placemen
   return impl->parse(c, o, ptr, p);
 }
 
-const char *fp_bucket_ptr(const fp_layout *L, const fp_bucket *B) {
+const char *fpi_bucket_ptr(const fp_layout *L, const fp_bucket *B) {
   if (B->spec) return B->spec->ptr;
-  return B->module >= 0 ? fp_module_ptr(L->a, L->model, B->module) : L->model->ptr;
+  return B->module >= 0 ? fpi_module_ptr(L->a, L->model, B->module) : L->model->ptr;
 }
 
-bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...) {
+bool fpi_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...) {
   const fp_src *src = in_model ? L->model->src : L->spec->src;
   if (!in_model && !src) {
     /* no spec file: defaults are being applied; blame the model file */
@@ -83,17 +83,17 @@ bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *f
   }
   va_list ap;
   va_start(ap, fmt);
-  fp_diag_vjson(L->d, src, ptr, fmt, ap);
+  fpi_diag_vjson(L->d, src, ptr, fmt, ap);
   va_end(ap);
   return false;
 }
 
-const char *fp_layout_ptr(fp_layout *L, const char *base, const char *key) {
+const char *fpi_layout_ptr(fp_layout *L, const char *base, const char *key) {
   if (!base) return L->spec->ptr ? L->spec->ptr : "";
-  return fp_ptr_key(L->a, base, key);
+  return fpi_ptr_key(L->a, base, key);
 }
 
-int64_t fp_param_inner(const fp_param *p, int dim) {
+int64_t fpi_param_inner(const fp_param *p, int dim) {
   int64_t n = 1;
   for (int i = dim + 1; i < p->ndim; i++) n *= p->shape[i]; /* <= numel: no overflow */
   return n;
@@ -127,10 +127,10 @@ static void matcher_init(fp_arena *a, const fp_spec *s, bucket_matcher *x) {
   for (int b = 0; b < s->nbuckets; b++) npat += (size_t)s->buckets[b].npatterns;
   size_t cap = 16;
   while (cap < 2 * npat + 2) cap *= 2;
-  x->lit = fp_alloc_array(a, cap, sizeof *x->lit);
-  x->litb = fp_alloc_array(a, cap, sizeof *x->litb);
+  x->lit = fpi_alloc_array(a, cap, sizeof *x->lit);
+  x->litb = fpi_alloc_array(a, cap, sizeof *x->litb);
   x->mask = cap - 1;
-  x->globs = fp_alloc_array(a, (size_t)s->nbuckets + 1, sizeof *x->globs);
+  x->globs = fpi_alloc_array(a, (size_t)s->nbuckets + 1, sizeof *x->globs);
   x->nglobs = 0;
   for (int b = 0; b < s->nbuckets; b++) {
     bool glob = false;
@@ -180,7 +180,7 @@ typedef struct {
 static void bucket_index_init(fp_layout *L, bucket_index *x, int nparams) {
   size_t cap = 16;
   while (cap < 2 * (size_t)nparams + 2) cap *= 2;
-  x->slot = fp_alloc_array(L->a, cap, sizeof *x->slot);
+  x->slot = fpi_alloc_array(L->a, cap, sizeof *x->slot);
   for (size_t i = 0; i < cap; i++) x->slot[i] = -1;
   x->mask = cap - 1;
 }
@@ -199,7 +199,7 @@ static int find_or_add_bucket(fp_layout *L, bucket_index *x, bucket_key *keys, b
   }
 }
 
-static int64_t param_bytes(const fp_param *p, fp_dtype t) { return p->numel * fp_dtype_size(t); }
+static int64_t param_bytes(const fp_param *p, fp_dtype t) { return p->numel * fpi_dtype_size(t); }
 
 /* Bucket names become IR names (and buffer names "<bucket>.main" ...), so two
  * buckets must not share one. Automatic names (a module's own bucket, a
@@ -221,16 +221,16 @@ static const char *describe_bucket(fp_layout *L, const bucket_key *k) {
   const fp_model *m = L->model;
   const fp_spec *s = L->spec;
   if (k->spec >= 0 && k->module >= 0)
-    return fp_sprintf(L->a, "the per_module split of bucket '%s' for module '%s'", s->buckets[k->spec].name,
+    return fpi_sprintf(L->a, "the per_module split of bucket '%s' for module '%s'", s->buckets[k->spec].name,
                       m->modules[k->module].name);
-  if (k->spec >= 0) return fp_sprintf(L->a, "the bucket at %s", s->buckets[k->spec].ptr);
-  if (k->module >= 0) return fp_sprintf(L->a, "the automatic bucket of module '%s'", m->modules[k->module].name);
-  return fp_sprintf(L->a, "automatic bucket %d", k->auto_id);
+  if (k->spec >= 0) return fpi_sprintf(L->a, "the bucket at %s", s->buckets[k->spec].ptr);
+  if (k->module >= 0) return fpi_sprintf(L->a, "the automatic bucket of module '%s'", m->modules[k->module].name);
+  return fpi_sprintf(L->a, "automatic bucket %d", k->auto_id);
 }
 
 static bool check_bucket_names(fp_layout *L, const bucket_key *keys) {
   if (L->nbuckets < 2) return true;
-  named_bucket *v = fp_alloc_array(L->a, (size_t)L->nbuckets, sizeof *v);
+  named_bucket *v = fpi_alloc_array(L->a, (size_t)L->nbuckets, sizeof *v);
   for (int b = 0; b < L->nbuckets; b++) v[b] = (named_bucket){L->buckets[b].name, b};
   qsort(v, (size_t)L->nbuckets, sizeof *v, cmp_named_bucket);
   for (int i = 1; i < L->nbuckets; i++) {
@@ -242,7 +242,7 @@ static bool check_bucket_names(fp_layout *L, const bucket_key *keys) {
     /* at least one came from the spec (module names and auto<N> are unique) */
     const bucket_key *blame = y_exact ? y : x_exact ? x : x->spec > y->spec ? x : y;
     const bucket_key *other = blame == y ? x : y;
-    return fp_layout_error(L, false, fp_ptr_key(L->a, L->spec->buckets[blame->spec].ptr, "name"),
+    return fpi_layout_error(L, false, fpi_ptr_key(L->a, L->spec->buckets[blame->spec].ptr, "name"),
                            "bucket name '%s' is also the name of %s; rename the bucket", v[i].name,
                            describe_bucket(L, other));
   }
@@ -252,7 +252,7 @@ static bool check_bucket_names(fp_layout *L, const bucket_key *keys) {
 static bool assign_buckets(fp_layout *L, int *bucket_of) {
   const fp_model *m = L->model;
   const fp_spec *s = L->spec;
-  bucket_key *keys = fp_alloc_array(L->a, (size_t)m->nparams + 1, sizeof *keys);
+  bucket_key *keys = fpi_alloc_array(L->a, (size_t)m->nparams + 1, sizeof *keys);
   bucket_index bx;
   bucket_index_init(L, &bx, m->nparams);
   L->nbuckets = 0;
@@ -260,7 +260,7 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     /* pack consecutive modules (in first-use forward order) up to target bytes
      * of unsharded param-dtype weights */
     int64_t target = s->auto_target_bytes ? s->auto_target_bytes : (int64_t)64 << 20;
-    int *group_of = fp_alloc_array(L->a, (size_t)m->nmodules, sizeof(int));
+    int *group_of = fpi_alloc_array(L->a, (size_t)m->nmodules, sizeof(int));
     for (int i = 0; i < m->nmodules; i++) group_of[i] = -1;
     int group = -1;
     int64_t acc = 0;
@@ -298,29 +298,29 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     }
     /* a bucket spec that matched nothing is almost certainly a typo */
     if (s->bucket_mode == FP_BUCKETS_LIST) {
-      bool *used = fp_alloc_array(L->a, (size_t)s->nbuckets + 1, sizeof *used);
+      bool *used = fpi_alloc_array(L->a, (size_t)s->nbuckets + 1, sizeof *used);
       for (int i = 0; i < L->nbuckets; i++)
         if (keys[i].spec >= 0) used[keys[i].spec] = true;
       for (int b = 0; b < s->nbuckets; b++) {
         if (!used[b])
-          return fp_layout_error(L, false, fp_ptr_key(L->a, s->buckets[b].ptr, "params"),
+          return fpi_layout_error(L, false, fpi_ptr_key(L->a, s->buckets[b].ptr, "params"),
                                  "bucket '%s' matches no parameter", s->buckets[b].name);
       }
     }
   }
-  L->buckets = fp_alloc_array(L->a, (size_t)L->nbuckets, sizeof(fp_bucket));
-  int *nparams_of = fp_alloc_array(L->a, (size_t)L->nbuckets + 1, sizeof(int)); /* room each bucket needs */
+  L->buckets = fpi_alloc_array(L->a, (size_t)L->nbuckets, sizeof(fp_bucket));
+  int *nparams_of = fpi_alloc_array(L->a, (size_t)L->nbuckets + 1, sizeof(int)); /* room each bucket needs */
   for (int i = 0; i < m->nparams; i++) nparams_of[bucket_of[i]]++;
   for (int b = 0; b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
     bucket_key k = keys[b];
     const fp_bucket_spec *bs = k.spec >= 0 ? &s->buckets[k.spec] : NULL;
     if (bs && k.module >= 0)
-      B->name = fp_sprintf(L->a, "%s.%s", bs->name, m->modules[k.module].name);
+      B->name = fpi_sprintf(L->a, "%s.%s", bs->name, m->modules[k.module].name);
     else if (bs)
       B->name = bs->name;
     else if (k.auto_id >= 0)
-      B->name = fp_sprintf(L->a, "auto%d", k.auto_id);
+      B->name = fpi_sprintf(L->a, "auto%d", k.auto_id);
     else
       B->name = m->modules[k.module].name;
     B->mp = bs ? bs->mp : s->mp;
@@ -329,7 +329,7 @@ static bool assign_buckets(fp_layout *L, int *bucket_of) {
     B->offload = bs && bs->offload;
     B->fp8_gather = bs && bs->fp8_gather && !s->staged; /* the fsdp2 baseline gathers in the param dtype */
     B->module = bs ? -1 : k.module;
-    B->lparams = fp_alloc_array(L->a, (size_t)nparams_of[b], sizeof(int));
+    B->lparams = fpi_alloc_array(L->a, (size_t)nparams_of[b], sizeof(int));
   }
   return check_bucket_names(L, keys);
 }
@@ -339,7 +339,7 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
   const fp_model *m = L->model;
   const fp_spec *s = L->spec;
   bool ok = true;
-  fp_placement_spec *repl = fp_alloc(L->a, sizeof *repl);
+  fp_placement_spec *repl = fpi_alloc(L->a, sizeof *repl);
   repl->kind = FP_PL_REPLICATE;
   repl->rank = -1;
   repl->ptr = s->ptr;
@@ -386,7 +386,7 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
    * the file straight into it, as the compute copy was cast before. */
   for (int b = 0; ok && b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
-    if (B->trainable || B->sharded || B->offload || B->mp.param == FP_E4M3 || !fp_dtype_is_user_float(B->mp.param))
+    if (B->trainable || B->sharded || B->offload || B->mp.param == FP_E4M3 || !fpi_dtype_is_user_float(B->mp.param))
       continue;
     for (int j = 0; j < B->nparams; j++) L->params[B->lparams[j]].main_dtype = B->mp.param;
   }
@@ -403,23 +403,23 @@ static bool check_mxfp8(fp_layout *L) {
   for (int b = 0; b < L->nbuckets; b++) {
     const fp_bucket *B = &L->buckets[b];
     if (B->mp.param != FP_E4M3) continue;
-    const char *ptr = B->mp.param_ptr ? B->mp.param_ptr : fp_layout_ptr(L, NULL, NULL);
+    const char *ptr = B->mp.param_ptr ? B->mp.param_ptr : fpi_layout_ptr(L, NULL, NULL);
     for (int j = 0; j < B->nparams; j++) {
       const fp_lparam *p = &L->params[B->lparams[j]];
       if (p->mp->requires_grad)
-        return fp_layout_error(L, false, ptr,
+        return fpi_layout_error(L, false, ptr,
                                "bucket '%s' keeps its weights as MXFP8, but param '%s' requires grad: MXFP8 "
                                "weights are frozen (requires_grad false in the model); to train, gather in "
                                "MXFP8 instead (\"gather_dtype\": \"mxfp8\")",
                                B->name, p->mp->name);
       if (!p->replicated)
-        return fp_layout_error(L, false, ptr,
+        return fpi_layout_error(L, false, ptr,
                                "bucket '%s' keeps its weights as MXFP8, whole on every rank, but param '%s' is "
                                "placed %s: place the bucket's params replicate (or use strategy no_shard)",
                                B->name, p->mp->name, p->impl->name);
     }
     if (B->offload)
-      return fp_layout_error(L, false, fp_ptr_key(L->a, B->spec->ptr, "offload"), "bucket '%s' keeps its weights as MXFP8 on the device; it cannot be "
+      return fpi_layout_error(L, false, fpi_ptr_key(L->a, B->spec->ptr, "offload"), "bucket '%s' keeps its weights as MXFP8 on the device; it cannot be "
                                             "offloaded", B->name);
   }
   return true;
@@ -439,7 +439,7 @@ static int cmp_bytes_desc(const void *a, const void *b, void *ctx) {
 static void sort_with(int *v, int n, fp_layout *L) {
   /* insertion sort is too slow for big models; use a simple merge sort */
   if (n < 2) return;
-  int *tmp = fp_alloc_array(L->a, (size_t)n, sizeof(int));
+  int *tmp = fpi_alloc_array(L->a, (size_t)n, sizeof(int));
   for (int w = 1; w < n; w *= 2) {
     for (int lo = 0; lo < n; lo += 2 * w) {
       int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
@@ -473,19 +473,19 @@ static void sift_down(bin *h, int64_t n, int64_t i) {
 }
 
 static void pack_owned(fp_layout *L) {
-  int *autos = fp_alloc_array(L->a, (size_t)L->nparams + 1, sizeof(int));
+  int *autos = fpi_alloc_array(L->a, (size_t)L->nparams + 1, sizeof(int));
   int nauto = 0;
   for (int i = 0; i < L->nparams; i++) {
     fp_lparam *p = &L->params[i];
     if (p->pl->kind == FP_PL_OWNED && p->owner < 0) autos[nauto++] = i;
   }
   if (nauto == 0) return;
-  bin *h = fp_alloc_array(L->a, (size_t)L->G, sizeof(bin));
+  bin *h = fpi_alloc_array(L->a, (size_t)L->G, sizeof(bin));
   for (int64_t r = 0; r < L->G; r++) h[r] = (bin){0, r};
   for (int i = 0; i < L->nparams; i++) {
     const fp_lparam *p = &L->params[i];
     if (p->pl->kind == FP_PL_OWNED && p->owner >= 0 &&
-        !fp_add64(h[p->owner].load, param_bytes(p->mp, p->main_dtype), &h[p->owner].load))
+        !fpi_add64(h[p->owner].load, param_bytes(p->mp, p->main_dtype), &h[p->owner].load))
       h[p->owner].load = INT64_MAX;
   }
   for (int64_t i = L->G / 2; i-- > 0;) sift_down(h, L->G, i);
@@ -493,7 +493,7 @@ static void pack_owned(fp_layout *L) {
   for (int k = 0; k < nauto; k++) {
     fp_lparam *p = &L->params[autos[k]];
     p->owner = h[0].rank;
-    if (!fp_add64(h[0].load, param_bytes(p->mp, p->main_dtype), &h[0].load)) h[0].load = INT64_MAX;
+    if (!fpi_add64(h[0].load, param_bytes(p->mp, p->main_dtype), &h[0].load)) h[0].load = INT64_MAX;
     sift_down(h, L->G, 0);
   }
 }
@@ -527,14 +527,14 @@ static bool flat_eligible_staged(const fp_layout *L, const fp_bucket *B) {
  * dtype; the per-rank chunk rounded up to one too. Returns the chunk, or -1
  * on int64 overflow. */
 static int64_t flat_chunk_of(const fp_layout *L, const fp_bucket *B, int64_t *offs) {
-  int64_t ae = FP_PARAM_ALIGN / fp_dtype_size(B->mp.param), at = 0, c;
+  int64_t ae = FP_PARAM_ALIGN / fpi_dtype_size(B->mp.param), at = 0, c;
   for (int j = 0; j < B->nparams; j++) {
     const fp_lparam *p = &L->params[B->lparams[j]];
-    if (!fp_align64(at, ae, &at)) return -1;
+    if (!fpi_align64(at, ae, &at)) return -1;
     if (offs) offs[j] = at;
-    if (!fp_add64(at, p->mp->numel, &at)) return -1;
+    if (!fpi_add64(at, p->mp->numel, &at)) return -1;
   }
-  if (!fp_align64(fp_ceil_div(at, L->G), ae, &c)) return -1;
+  if (!fpi_align64(fpi_ceil_div(at, L->G), ae, &c)) return -1;
   return c;
 }
 
@@ -559,7 +559,7 @@ static double op_us(flat_model *fm, fp_opcode code, fp_dtype dt, fp_dtype sdt, i
   op.comm = 0;
   op.tab = -1;
   op.group = -1;
-  fp_cost c = fp_cost_terms(&fm->P, &op, &fm->hw);
+  fp_cost c = fpi_cost_terms(&fm->P, &op, &fm->hw);
   if (terms) *terms = c;
   return c.lat_us + c.bw_us;
 }
@@ -573,7 +573,7 @@ static double grouped_us(flat_model *fm, fp_opcode code, fp_dtype dt, const int6
     fp_cost c;
     op_us(fm, code, dt, dt, counts[j], &c);
     /* in double: a param near the int64 limit is reported by the storage layout */
-    double bytes = (double)counts[j] * (double)fm->comm.size * (double)fp_dtype_size(dt);
+    double bytes = (double)counts[j] * (double)fm->comm.size * (double)fpi_dtype_size(dt);
     if (bytes <= (double)FP_COALESCE_MAX_BYTES) {
       lat = run ? fmax(lat, c.lat_us) : c.lat_us;
       bw += c.bw_us;
@@ -587,14 +587,14 @@ static double grouped_us(flat_model *fm, fp_opcode code, fp_dtype dt, const int6
   return total + lat + bw;
 }
 
-double fp_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat) {
+double fpi_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat) {
   flat_model fm;
   memset(&fm, 0, sizeof fm);
   fm.comm = (fp_ir_comm){.name = "shard", .size = L->G, .stride = 1};
   fm.P.comms = &fm.comm;
   fm.P.ncomms = 1;
   fm.P.ranks_per_node = L->spec->ranks_per_node;
-  fp_hw_from_spec(L->spec, &fm.hw);
+  fpi_hw_from_spec(L->spec, &fm.hw);
   const fp_mp *mp = &B->mp;
   fp_dtype main = L->params[B->lparams[0]].main_dtype;
   double us = 0;
@@ -614,14 +614,14 @@ double fp_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat) {
   for (int j = 0; j < B->nparams; j++) {
     const fp_lparam *p = &L->params[B->lparams[j]];
     /* shard(0)'s chunk (p->chunk is the flat one once the bucket is flat) */
-    cnt[j] = fp_ceil_div(p->mp->shape[0], L->G) * fp_param_inner(p->mp, 0);
+    cnt[j] = fpi_ceil_div(p->mp->shape[0], L->G) * fpi_param_inner(p->mp, 0);
     us += op_us(&fm, mp->param == main ? FP_OP_COPY : FP_OP_CAST, mp->param, main, cnt[j], NULL);
     if (p->mp->requires_grad) us += op_us(&fm, FP_OP_SCALE, mp->main_grad, mp->main_grad, cnt[j], NULL);
   }
   us += grouped_us(&fm, FP_OP_ALL_GATHER, mp->param, cnt, B->nparams);
   for (int j = 0; j < B->nparams; j++) {
     const fp_lparam *p = &L->params[B->lparams[j]];
-    if (p->mp->requires_grad) cnt[ntrain++] = fp_ceil_div(p->mp->shape[0], L->G) * fp_param_inner(p->mp, 0);
+    if (p->mp->requires_grad) cnt[ntrain++] = fpi_ceil_div(p->mp->shape[0], L->G) * fpi_param_inner(p->mp, 0);
   }
   us += grouped_us(&fm, FP_OP_REDUCE_SCATTER, mp->reduce, cnt, ntrain);
   free(cnt);
@@ -636,12 +636,12 @@ static bool choose_flat(fp_layout *L) {
     fp_bucket *B = &L->buckets[b];
     fp_coll_mode mode = B->spec ? B->spec->coll : L->spec->coll;
     if (B->fp8_gather) { /* MXFP8 blocks need the flat layout's 32-element-aligned chunks */
-      const char *gp = fp_ptr_key(L->a, B->spec->ptr, "gather_dtype");
+      const char *gp = fpi_ptr_key(L->a, B->spec->ptr, "gather_dtype");
       if (!B->sharded)
-        return fp_layout_error(L, false, gp, "bucket '%s' is not sharded: it gathers nothing to send as MXFP8",
+        return fpi_layout_error(L, false, gp, "bucket '%s' is not sharded: it gathers nothing to send as MXFP8",
                                B->name);
       if (mode == FP_COLL_PER_PARAM || !flat_eligible(L, B) || flat_chunk_of(L, B, NULL) < 0)
-        return fp_layout_error(L, false, gp,
+        return fpi_layout_error(L, false, gp,
                                "bucket '%s' cannot gather as MXFP8: it needs flat collectives (every param placed "
                                "shard on dim 0 in one main dtype, \"collectives\" not \"per_param\")",
                                B->name);
@@ -652,17 +652,17 @@ static bool choose_flat(fp_layout *L) {
     bool ok = flat_eligible(L, B);
     if (mode == FP_COLL_FLAT && !ok) {
       if (L->spec->staged) continue; /* a policy's staging wins over the spec */
-      const char *ptr = B->spec ? fp_ptr_key(L->a, B->spec->ptr, "collectives")
-                                : fp_ptr_key(L->a, fp_ptr_key(L->a, fp_layout_ptr(L, NULL, NULL), "defaults"),
+      const char *ptr = B->spec ? fpi_ptr_key(L->a, B->spec->ptr, "collectives")
+                                : fpi_ptr_key(L->a, fpi_ptr_key(L->a, fpi_layout_ptr(L, NULL, NULL), "defaults"),
                                              "collectives");
-      return fp_layout_error(L, false, ptr,
+      return fpi_layout_error(L, false, ptr,
                              "bucket '%s' cannot be flat: every param must be placed shard on dim 0 in one "
                              "main dtype",
                              B->name);
     }
     if (!ok) continue;
     if (flat_chunk_of(L, B, NULL) < 0) continue; /* per param reports the overflow */
-    B->flat = mode == FP_COLL_FLAT || fp_layout_bucket_us(L, B, true) < fp_layout_bucket_us(L, B, false);
+    B->flat = mode == FP_COLL_FLAT || fpi_layout_bucket_us(L, B, true) < fpi_layout_bucket_us(L, B, false);
   }
   return true;
 }
@@ -670,13 +670,13 @@ static bool choose_flat(fp_layout *L) {
 /* offsets of a flat bucket: every storage is the flat space (unsharded
  * ones) or one rank's chunk of it (shard ones) */
 static bool layout_flat(fp_layout *L, fp_bucket *B) {
-  int64_t *offs = fp_alloc_array(L->a, (size_t)B->nparams + 1, sizeof(int64_t));
+  int64_t *offs = fpi_alloc_array(L->a, (size_t)B->nparams + 1, sizeof(int64_t));
   int64_t C = flat_chunk_of(L, B, offs), n;
   const fp_lparam *p0 = &L->params[B->lparams[0]];
-  int64_t em = fp_dtype_size(p0->main_dtype), eg = fp_dtype_size(B->mp.main_grad), ep = fp_dtype_size(B->mp.param),
-          er = fp_dtype_size(B->mp.reduce);
-  if (C < 0 || !fp_mul64(C, L->G, &n) || !fp_mul64(n, 8, &n))
-    return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p0->mp), "bucket '%s' grows past int64 byte sizes", B->name);
+  int64_t em = fpi_dtype_size(p0->main_dtype), eg = fpi_dtype_size(B->mp.main_grad), ep = fpi_dtype_size(B->mp.param),
+          er = fpi_dtype_size(B->mp.reduce);
+  if (C < 0 || !fpi_mul64(C, L->G, &n) || !fpi_mul64(n, 8, &n))
+    return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p0->mp), "bucket '%s' grows past int64 byte sizes", B->name);
   n /= 8; /* G * C, with room for 8-byte elements */
   B->flat_chunk = C;
   bool cast = B->mp.reduce != B->mp.param;
@@ -694,13 +694,13 @@ static bool layout_flat(fp_layout *L, fp_bucket *B) {
     p->rin_off = train && cast ? offs[j] * er : -1;
   }
   int64_t t = 0; /* C * 8 fits (checked above): aligning it cannot overflow */
-  fp_align64(C * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
+  fpi_align64(C * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
   B->unsharded_bytes = n * ep;
   if (B->trainable) {
-    fp_align64(C * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
+    fpi_align64(C * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
     B->ugrad_bytes = n * ep;
     B->rin_bytes = cast ? n * er : 0;
-    fp_align64(C * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
+    fpi_align64(C * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
   }
   return true;
 }
@@ -710,15 +710,15 @@ static bool layout_flat(fp_layout *L, fp_bucket *B) {
  * end in the shard storages, staging of G rows of the packed shards */
 static bool layout_unit(fp_layout *L, fp_bucket *B) {
   const fp_lparam *p0 = &L->params[B->lparams[0]];
-  int64_t em = fp_dtype_size(p0->main_dtype), eg = fp_dtype_size(B->mp.main_grad), ep = fp_dtype_size(B->mp.param),
-          er = fp_dtype_size(B->mp.reduce);
+  int64_t em = fpi_dtype_size(p0->main_dtype), eg = fpi_dtype_size(B->mp.main_grad), ep = fpi_dtype_size(B->mp.param),
+          er = fpi_dtype_size(B->mp.reduce);
   int64_t S = 0, U = 0, n, t = 0;
   for (int j = 0; j < B->nparams; j++) {
     fp_lparam *p = &L->params[B->lparams[j]];
     bool train = p->mp->requires_grad;
     int64_t a;
-    if (!fp_align64(U, FP_PARAM_ALIGN / ep, &a) || !fp_add64(a, p->padded_numel, &U) || !fp_add64(S, p->chunk, &n))
-      return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p->mp), "bucket '%s' grows past int64 byte sizes", B->name);
+    if (!fpi_align64(U, FP_PARAM_ALIGN / ep, &a) || !fpi_add64(a, p->padded_numel, &U) || !fpi_add64(S, p->chunk, &n))
+      return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p->mp), "bucket '%s' grows past int64 byte sizes", B->name);
     p->shard_off = S * em;
     p->grad_off = train ? S * eg : -1;
     p->rout_off = train ? S * er : -1;
@@ -729,17 +729,17 @@ static bool layout_unit(fp_layout *L, fp_bucket *B) {
     p->rstage_off = train ? S * er : -1;
     S = n;
   }
-  if (!fp_mul64(S, L->G, &n) || !fp_mul64(n, 8, &t) || !fp_mul64(U, 8, &t))
-    return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p0->mp), "bucket '%s' grows past int64 byte sizes", B->name);
+  if (!fpi_mul64(S, L->G, &n) || !fpi_mul64(n, 8, &t) || !fpi_mul64(U, 8, &t))
+    return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p0->mp), "bucket '%s' grows past int64 byte sizes", B->name);
   B->unit_chunk = S;
-  fp_align64(S * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
-  fp_align64(U * ep, FP_PARAM_ALIGN, &t), B->unsharded_bytes = t;
+  fpi_align64(S * em, FP_PARAM_ALIGN, &t), B->shard_bytes = t;
+  fpi_align64(U * ep, FP_PARAM_ALIGN, &t), B->unsharded_bytes = t;
   B->gstage_bytes = n * ep;
   if (B->trainable) {
-    fp_align64(S * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
+    fpi_align64(S * eg, FP_PARAM_ALIGN, &t), B->grad_bytes = t;
     B->ugrad_bytes = B->unsharded_bytes;
     B->rin_bytes = 0;
-    fp_align64(S * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
+    fpi_align64(S * er, FP_PARAM_ALIGN, &t), B->rout_bytes = t;
     B->rstage_bytes = n * er;
   }
   return true;
@@ -773,7 +773,7 @@ static bool slot_at(storage *st, int64_t owner, int64_t bytes, int64_t *off) {
     cur = &st->owned[k];
   }
   int64_t a, e;
-  if (!fp_align64(*cur, FP_PARAM_ALIGN, &a) || !fp_add64(a, bytes, &e)) return false;
+  if (!fpi_align64(*cur, FP_PARAM_ALIGN, &a) || !fpi_add64(a, bytes, &e)) return false;
   *off = a;
   *cur = e;
   if (owner >= 0 && e > st->max_owned) st->max_owned = e;
@@ -782,8 +782,8 @@ static bool slot_at(storage *st, int64_t owner, int64_t bytes, int64_t *off) {
 
 static bool storage_total(storage *st, int64_t *base, int64_t *total) {
   int64_t b, t;
-  if (!fp_align64(st->common, FP_PARAM_ALIGN, &b) || !fp_add64(b, st->max_owned, &t) ||
-      !fp_align64(t, FP_PARAM_ALIGN, &t))
+  if (!fpi_align64(st->common, FP_PARAM_ALIGN, &b) || !fpi_add64(b, st->max_owned, &t) ||
+      !fpi_align64(t, FP_PARAM_ALIGN, &t))
     return false;
   *base = b;
   *total = t;
@@ -791,23 +791,23 @@ static bool storage_total(storage *st, int64_t *base, int64_t *total) {
 }
 
 /* Optimizer state mirrors the main grads: a trainable bucket's state buffer
- * holds fp_optim_states planes, each the main-grad storage's element layout
+ * holds fpi_optim_states planes, each the main-grad storage's element layout
  * in the state dtype (one plane is exp_avg, the next exp_avg_sq, ...), so a
  * param's state slot k covers exactly its grad slot's elements on every
  * rank, whatever the placement, and the optimizer's element-wise update
  * reads the same runs of weight, grad and state. */
 static bool layout_optim(fp_layout *L) {
-  int states = fp_optim_states(L->spec->optim);
-  int64_t es = fp_dtype_size(L->spec->optim_dtype);
+  int states = fpi_optim_states(L->spec->optim);
+  int64_t es = fpi_dtype_size(L->spec->optim_dtype);
   for (int b = 0; b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
     B->opt_bytes = 0;
     for (int j = 0; j < B->nparams; j++) L->params[B->lparams[j]].opt_off = -1;
     if (!states || !B->trainable || B->grad_bytes <= 0) continue;
-    int64_t eg = fp_dtype_size(B->mp.main_grad), plane;
-    if (!fp_mul64(B->grad_bytes / eg, es, &plane) || !fp_align64(plane, FP_PARAM_ALIGN, &plane) ||
-        !fp_mul64(plane, states, &B->opt_bytes))
-      return fp_layout_error(L, true, fp_bucket_ptr(L, B), "bucket '%s': its optimizer state grows past int64 byte sizes", B->name);
+    int64_t eg = fpi_dtype_size(B->mp.main_grad), plane;
+    if (!fpi_mul64(B->grad_bytes / eg, es, &plane) || !fpi_align64(plane, FP_PARAM_ALIGN, &plane) ||
+        !fpi_mul64(plane, states, &B->opt_bytes))
+      return fpi_layout_error(L, true, fpi_bucket_ptr(L, B), "bucket '%s': its optimizer state grows past int64 byte sizes", B->name);
     for (int j = 0; j < B->nparams; j++) {
       fp_lparam *p = &L->params[B->lparams[j]];
       if (p->mp->requires_grad && p->grad_off >= 0) p->opt_off = p->grad_off / eg * es; /* < plane: no overflow */
@@ -833,8 +833,8 @@ static bool layout_storages(fp_layout *L) {
     for (int k = 0; k < NST; k++) {
       st[k] = (storage){0};
       st[k].cap = B->nparams;
-      st[k].owner = fp_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
-      st[k].owned = fp_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
+      st[k].owner = fpi_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
+      st[k].owned = fpi_alloc_array(L->a, (size_t)B->nparams, sizeof(int64_t));
     }
     const fp_lparam *last = NULL;
     for (int j = 0; j < B->nparams; j++) {
@@ -843,16 +843,16 @@ static bool layout_storages(fp_layout *L) {
       int64_t mb, gb, ub, rb, ob, gs, rs;
       bool train = p->mp->requires_grad;
       last = p;
-      if (!fp_mul64(p->slot, fp_dtype_size(p->main_dtype), &mb) ||
-          !fp_mul64(p->slot, fp_dtype_size(p->grad_dtype), &gb) ||
-          !fp_mul64(p->padded_numel, fp_dtype_size(p->param_dtype), &ub) ||
-          !fp_mul64(p->padded_numel, fp_dtype_size(p->reduce_dtype), &rb) ||
-          !fp_mul64(p->slot, fp_dtype_size(p->reduce_dtype), &ob))
-        return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p->mp), "parameter '%s' is too large for int64 byte sizes",
+      if (!fpi_mul64(p->slot, fpi_dtype_size(p->main_dtype), &mb) ||
+          !fpi_mul64(p->slot, fpi_dtype_size(p->grad_dtype), &gb) ||
+          !fpi_mul64(p->padded_numel, fpi_dtype_size(p->param_dtype), &ub) ||
+          !fpi_mul64(p->padded_numel, fpi_dtype_size(p->reduce_dtype), &rb) ||
+          !fpi_mul64(p->slot, fpi_dtype_size(p->reduce_dtype), &ob))
+        return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p->mp), "parameter '%s' is too large for int64 byte sizes",
                                p->mp->name);
       bool ok = slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
       if (ok && p->main_dtype == FP_E4M3) /* MXFP8: the scales follow the elements */
-        ok = slot_at(&st[MAIN], -1, fp_mx_blocks(p->padded_numel), &p->scale_off);
+        ok = slot_at(&st[MAIN], -1, fpi_mx_blocks(p->padded_numel), &p->scale_off);
       if (ok && train) {
         ok = slot_at(&st[GRAD], own, gb, &p->grad_off) && slot_at(&st[UGRAD], -1, ub, &p->ugrad_off) &&
              slot_at(&st[ROUT], own, ob, &p->rout_off);
@@ -860,19 +860,19 @@ static bool layout_storages(fp_layout *L) {
       }
       if (ok && p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) {
         int64_t n;
-        ok = fp_mul64(p->chunk, L->G, &n) && fp_mul64(n, fp_dtype_size(p->param_dtype), &gs) &&
-             fp_mul64(n, fp_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);
+        ok = fpi_mul64(p->chunk, L->G, &n) && fpi_mul64(n, fpi_dtype_size(p->param_dtype), &gs) &&
+             fpi_mul64(n, fpi_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);
         if (ok && train) ok = slot_at(&st[RST], -1, rs, &p->rstage_off);
       }
       if (!ok)
-        return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, p->mp),
+        return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p->mp),
                                "bucket '%s' grows past int64 byte sizes with parameter '%s'", B->name,
                                p->mp->name);
     }
     int64_t base[NST], total[NST];
     for (int k = 0; k < NST; k++)
       if (!storage_total(&st[k], &base[k], &total[k]))
-        return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, last->mp),
+        return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, last->mp),
                                "bucket '%s' grows past int64 byte sizes with parameter '%s'", B->name,
                                last->mp->name);
     /* shift owned slots past the common part */
@@ -899,13 +899,13 @@ static bool layout_storages(fp_layout *L) {
 static bool mark_recompute(fp_layout *L) {
   const fp_model *m = L->model;
   const fp_spec *s = L->spec;
-  L->recompute = fp_alloc_array(L->a, (size_t)m->nmodules + 1, sizeof(bool));
+  L->recompute = fpi_alloc_array(L->a, (size_t)m->nmodules + 1, sizeof(bool));
   for (int k = 0; k < s->nrecompute; k++) {
     bool any = false;
     for (int i = 0; i < m->nmodules; i++)
       if (fnmatch(s->recompute[k], m->modules[i].name, 0) == 0) any = L->recompute[i] = true;
     if (!any)
-      return fp_layout_error(L, false, fp_ptr_idx(L->a, fp_ptr_key(L->a, fp_layout_ptr(L, NULL, NULL), "recompute"), k),
+      return fpi_layout_error(L, false, fpi_ptr_idx(L->a, fpi_ptr_key(L->a, fpi_layout_ptr(L, NULL, NULL), "recompute"), k),
                              "recompute pattern '%s' matches no module", s->recompute[k]);
   }
   return true;
@@ -915,7 +915,7 @@ static bool mark_recompute(fp_layout *L) {
 static bool finish_buckets(fp_layout *L) {
   const fp_model *m = L->model;
   const fp_spec *s = L->spec;
-  int *bucket_of = fp_alloc_array(L->a, (size_t)L->nparams + 1, sizeof(int));
+  int *bucket_of = fpi_alloc_array(L->a, (size_t)L->nparams + 1, sizeof(int));
   for (int i = 0; i < L->nparams; i++) bucket_of[i] = L->params[i].bucket;
   for (int b = 0; b < L->nbuckets; b++) {
     L->buckets[b].first_pos = -1;
@@ -934,8 +934,8 @@ static bool finish_buckets(fp_layout *L) {
     fp_bucket *B = &L->buckets[b];
     FP_ASSERT(B->first_pos >= 0); /* the front end requires every module in forward_order */
     int64_t r = B->reshard;
-    const char *ptr = B->spec ? fp_ptr_key(L->a, B->spec->ptr, "reshard_after_forward")
-                              : fp_ptr_key(L->a, fp_ptr_key(L->a, s->ptr, "defaults"), "reshard_after_forward");
+    const char *ptr = B->spec ? fpi_ptr_key(L->a, B->spec->ptr, "reshard_after_forward")
+                              : fpi_ptr_key(L->a, fpi_ptr_key(L->a, s->ptr, "defaults"), "reshard_after_forward");
     /* ZeRO-2/DDP and fully replicated buckets keep their compute weights */
     B->persistent_unsharded =
         (s->strategy == FP_SHARD_GRAD_OP && !s->fsdp2) || s->strategy == FP_NO_SHARD || !B->sharded;
@@ -958,7 +958,7 @@ static bool finish_buckets(fp_layout *L) {
       continue;
     }
     if (r > 0 && L->G % r != 0)
-      return fp_layout_error(L, false, ptr,
+      return fpi_layout_error(L, false, ptr,
                              "reshard_after_forward %lld does not divide the shard group size %lld (bucket '%s')",
                              (long long)r, (long long)L->G, B->name);
     if (r == FP_RESHARD_TRUE || r == L->G)
@@ -971,8 +971,8 @@ static bool finish_buckets(fp_layout *L) {
     B->reshard = r;
     if (r > 1 && r < L->G) {
       int64_t c;
-      if (!fp_align64(fp_ceil_div(B->unsharded_bytes, r), FP_PARAM_ALIGN, &c))
-        return fp_layout_error(L, false, ptr, "bucket '%s' is too large", B->name);
+      if (!fpi_align64(fpi_ceil_div(B->unsharded_bytes, r), FP_PARAM_ALIGN, &c))
+        return fpi_layout_error(L, false, ptr, "bucket '%s' is too large", B->name);
       B->reshard_chunk = c;
       B->unsharded_bytes = c * r; /* the gather writes r whole chunks */
     }
@@ -980,7 +980,7 @@ static bool finish_buckets(fp_layout *L) {
   return true;
 }
 
-bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *L) {
+bool fpi_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *L) {
   memset(L, 0, sizeof *L);
   L->a = a;
   L->d = d;
@@ -990,8 +990,8 @@ bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *
   L->G = s->strategy == FP_HYBRID_SHARD ? s->intra_node_size : s->world_size;
   L->R = s->world_size / L->G;
   L->nparams = m->nparams;
-  L->params = fp_alloc_array(a, (size_t)m->nparams + 1, sizeof(fp_lparam));
-  int *bucket_of = fp_alloc_array(a, (size_t)m->nparams + 1, sizeof(int));
+  L->params = fpi_alloc_array(a, (size_t)m->nparams + 1, sizeof(fp_lparam));
+  int *bucket_of = fpi_alloc_array(a, (size_t)m->nparams + 1, sizeof(int));
   if (!assign_buckets(L, bucket_of)) return false;
   if (!resolve_params(L, bucket_of)) return false;
   if (!check_mxfp8(L)) return false;

@@ -17,11 +17,11 @@ struct fp_jctx;
 struct fp_jv;
 
 /* one rank's piece of a param, in elements of the flattened (padded) param */
-typedef struct fp_extent {
+typedef struct fpi_layout_extent {
   int64_t begin;   /* first element this rank holds (flat index into the padded param) */
   int64_t count;   /* elements it stores (padding included for shard) */
   int64_t valid;   /* of those, elements inside the real (unpadded) param */
-} fp_extent;
+} fpi_layout_extent;
 
 /* The placement contract (FlexShard's idea, in C): one file per placement,
  * one row in fp_placements[]. */
@@ -36,7 +36,7 @@ typedef struct fp_placement_impl {
    * size, cut points, owner. Located errors through L's diag. */
   bool (*layout)(struct fp_layout *L, struct fp_lparam *p);
   /* the extent of p on shard-group rank g */
-  fp_extent (*extent)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
+  fpi_layout_extent (*extent)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
   /* elements of p's slot in the shard storage on rank g (0: nothing stored) */
   int64_t (*slot_elems)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
   /* emit the unshard of p (main shard -> unsharded compute weight) on comm;
@@ -51,7 +51,7 @@ typedef struct fp_placement_impl {
 
 extern const fp_placement_impl *const fp_placements[FP_NPLACEMENTS];
 /* parse a placement object: kind, then the kind's own members */
-bool fp_placement_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, fp_placement_spec *out);
+bool fpi_placement_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, fp_placement_spec *out);
 extern const fp_placement_impl fp_placement_shard, fp_placement_ragged, fp_placement_owned,
     fp_placement_replicate;
 
@@ -74,7 +74,7 @@ typedef struct fp_lparam {
   int64_t grad_off;              /* main grads (grad dtype, slot elems) */
   int64_t opt_off;               /* optimizer state plane 0 (state dtype, slot elems); -1 none */
   int64_t scale_off;             /* MXFP8 weights (main = param dtype = e4m3): the e8m0 scales in the
-                                  * main storage, fp_mx_blocks(padded_numel) bytes; else -1 */
+                                  * main storage, fpi_mx_blocks(padded_numel) bytes; else -1 */
   int64_t unsharded_off;         /* compute weights (param dtype, padded_numel) */
   int64_t ugrad_off;             /* trainer's grads (param dtype, padded_numel) */
   int64_t rin_off;               /* grads cast to the reduce dtype (padded_numel) */
@@ -127,14 +127,14 @@ typedef struct fp_bucket {
   bool unit;
   int64_t unit_chunk;
   int module;                    /* a default bucket's module (its pointer names the bucket in
-                                  * messages: fp_bucket_ptr); -1 otherwise */
+                                  * messages: fpi_bucket_ptr); -1 otherwise */
   const fp_bucket_spec *spec;    /* the request it came from; NULL: default bucket */
 } fp_bucket;
 
 /* a bucket whose persistent compute weights the step refreshes from its
  * updated main weights (ZeRO-2's all-gather when sharded, a replica's cast
  * otherwise): in post_optimizer, or in the next forward (lower.h) */
-static inline bool fp_bucket_refreshed(const fp_bucket *B) { return B->persistent_unsharded && B->trainable; }
+static inline bool fpi_bucket_refreshed(const fp_bucket *B) { return B->persistent_unsharded && B->trainable; }
 
 typedef struct fp_layout {
   fp_arena *a;
@@ -156,19 +156,19 @@ typedef struct fp_layout {
 } fp_layout;
 
 /* build the layout; false after located errors */
-bool fp_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *out);
+bool fpi_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *out);
 /* modeled microseconds of one forward gather and one reduction of bucket B,
  * per param (grouped as coalesce groups them) or flat (docs/cost-model.md) */
-double fp_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat);
+double fpi_layout_bucket_us(const fp_layout *L, const fp_bucket *B, bool flat);
 /* report a layout error at a pointer of the spec (or model) file */
 /* where bucket B was asked for: its spec's pointer, its module's (a
  * default bucket), or the model's */
-const char *fp_bucket_ptr(const fp_layout *L, const fp_bucket *B);
-bool fp_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...)
+const char *fpi_bucket_ptr(const fp_layout *L, const fp_bucket *B);
+bool fpi_layout_error(fp_layout *L, bool in_model, const char *ptr, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* pointer of member `key` under `base` (base NULL: the spec's root) */
-const char *fp_layout_ptr(fp_layout *L, const char *base, const char *key);
+const char *fpi_layout_ptr(fp_layout *L, const char *base, const char *key);
 /* total elements of a param's padded unsharded region, etc. */
-int64_t fp_param_inner(const fp_param *p, int dim); /* product of shape[dim+1..] */
+int64_t fpi_param_inner(const fp_param *p, int dim); /* product of shape[dim+1..] */
 
 #endif

@@ -44,37 +44,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-fp_op *fp_lw_emit(fp_lower *lw, fp_opcode code, fp_dtype dt, int64_t count) {
-  fp_lw_phase ph = fp_op_class(code) == FP_OPC_COMM ? FP_PH_COMM : lw->seen_comm ? FP_PH_POST : FP_PH_PRE;
+fp_op *fpi_lw_emit(fp_lower *lw, fp_opcode code, fp_dtype dt, int64_t count) {
+  fp_lw_phase ph = fpi_op_class(code) == FP_OPC_COMM ? FP_PH_COMM : lw->seen_comm ? FP_PH_POST : FP_PH_PRE;
   if (ph == FP_PH_COMM) lw->seen_comm = true;
   if (lw->phase != FP_PH_ALL && ph != lw->phase) {
     memset(&lw->dropped, 0, sizeof lw->dropped); /* the caller fills it in; nobody reads it */
     return &lw->dropped;
   }
-  fp_op *op = fp_ir_emit(lw->P, code, lw->stream, dt, count);
+  fp_op *op = fpi_ir_emit(lw->P, code, lw->stream, dt, count);
   op->bucket = lw->bucket;
   return op;
 }
 
-fp_op *fp_lw_convert(fp_lower *lw, fp_dtype dt, fp_dtype sdt, int64_t count, fp_region dst, fp_region src) {
-  fp_op *op = fp_lw_emit(lw, dt == sdt ? FP_OP_COPY : FP_OP_CAST, dt, count);
+fp_op *fpi_lw_convert(fp_lower *lw, fp_dtype dt, fp_dtype sdt, int64_t count, fp_region dst, fp_region src) {
+  fp_op *op = fpi_lw_emit(lw, dt == sdt ? FP_OP_COPY : FP_OP_CAST, dt, count);
   op->sdtype = sdt;
   op->dst = dst;
   op->src = src;
   if (op->code == FP_OP_COPY) {
-    int64_t es = fp_dtype_size(dt);
-    fp_ir_op_shape(lw->P, op, 1, count * es, count * es);
+    int64_t es = fpi_dtype_size(dt);
+    fpi_ir_op_shape(lw->P, op, 1, count * es, count * es);
   }
   return op;
 }
 
-int fp_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k) {
+int fpi_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k) {
   int b = lw->bufs[bucket][k];
   FP_ASSERT(b >= 0);
   return b;
 }
 
-void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op) {
+void fpi_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op) {
   if (p->pl->kind != FP_PL_OWNED) return;
   op->only = (int32_t)p->owner;
   op->only_comm = lw->c_shard;
@@ -103,7 +103,7 @@ static void close_range(fp_lower *lw, int buf, bool optional) {
   int32_t last = lw->P->nops - 1;
   while (last >= first && !op_uses(lw->P, &lw->P->ops[last], buf)) last--;
   FP_ASSERT(optional || last >= first); /* a range with no use is a lowering bug */
-  if (last >= first) fp_ir_buf_live(lw->P, buf, first, last);
+  if (last >= first) fpi_ir_buf_live(lw->P, buf, first, last);
   lw->open_at[buf] = -1;
 }
 static void close_buf(fp_lower *lw, int buf) { close_range(lw, buf, false); }
@@ -113,7 +113,7 @@ static void close_opt(fp_lower *lw, int buf) { close_range(lw, buf, true); }
 static int add_buf(fp_lower *lw, int b, fp_bucket_buf k, const char *what, fp_buf_kind kind, fp_buf_cat cat,
                    int64_t bytes) {
   if (bytes <= 0) return -1;
-  int id = fp_ir_buf_add(lw->P, fp_strjoin(lw->a, lw->L->buckets[b].name, ".", what), kind, cat, b, bytes);
+  int id = fpi_ir_buf_add(lw->P, fpi_strjoin(lw->a, lw->L->buckets[b].name, ".", what), kind, cat, b, bytes);
   lw->bufs[b][k] = id;
   return id;
 }
@@ -145,43 +145,43 @@ static void setup(fp_lower *lw) {
   P->optim = s->optim;
   P->optim_dtype = s->optim != FP_OPTIM_NONE ? s->optim_dtype : FP_F32;
 
-  lw->c_world = fp_ir_comm_add(P, "world", L->world, 1);
-  lw->c_shard = L->G == L->world ? lw->c_world : fp_ir_comm_add(P, "shard", L->G, 1);
-  lw->c_replica = L->R > 1 ? fp_ir_comm_add(P, "replica", L->R, L->G) : -1;
-  lw->c_reshard = fp_alloc_array(lw->a, (size_t)L->nbuckets, sizeof(int));
-  lw->unit_tab = fp_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->unit_tab);
+  lw->c_world = fpi_ir_comm_add(P, "world", L->world, 1);
+  lw->c_shard = L->G == L->world ? lw->c_world : fpi_ir_comm_add(P, "shard", L->G, 1);
+  lw->c_replica = L->R > 1 ? fpi_ir_comm_add(P, "replica", L->R, L->G) : -1;
+  lw->c_reshard = fpi_alloc_array(lw->a, (size_t)L->nbuckets, sizeof(int));
+  lw->unit_tab = fpi_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->unit_tab);
   for (int b = 0; b < L->nbuckets; b++) lw->unit_tab[b] = -1;
   for (int b = 0; b < L->nbuckets; b++) {
     lw->c_reshard[b] = -1;
     int64_t g = L->buckets[b].reshard;
     if (L->buckets[b].reshard_chunk == 0) continue;
-    const char *name = fp_sprintf(lw->a, "reshard%lld", (long long)g);
+    const char *name = fpi_sprintf(lw->a, "reshard%lld", (long long)g);
     for (int c = 0; c < P->ncomms; c++)
       if (!strcmp(P->comms[c].name, name)) lw->c_reshard[b] = c;
-    if (lw->c_reshard[b] < 0) lw->c_reshard[b] = fp_ir_comm_add(P, name, g, 1);
+    if (lw->c_reshard[b] < 0) lw->c_reshard[b] = fpi_ir_comm_add(P, name, g, 1);
   }
 
   for (int i = 0; i < m->nmodules; i++) {
     const fp_module *M = &m->modules[i];
-    int k = fp_ir_module_add(P, M->name, M->flops_fwd, M->flops_bwd, M->activation_bytes);
+    int k = fpi_ir_module_add(P, M->name, M->flops_fwd, M->flops_bwd, M->activation_bytes);
     if (L->recompute[i]) P->mods[k].recompute = true, P->mods[k].saved_bytes = M->activation_bytes_checkpointed;
   }
-  for (int b = 0; b < L->nbuckets; b++) fp_ir_bucket_add(P, L->buckets[b].name);
+  for (int b = 0; b < L->nbuckets; b++) fpi_ir_bucket_add(P, L->buckets[b].name);
 
   /* extent tables for ragged params: one entry per shard-group rank */
   for (int i = 0; i < L->nparams; i++) {
     fp_lparam *p = &L->params[i];
     if (!p->cuts) continue;
-    int64_t *off = fp_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
-    int64_t *cnt = fp_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
+    int64_t *off = fpi_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
+    int64_t *cnt = fpi_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
     for (int64_t g = 0; g < L->G; g++) {
       off[g] = p->cuts[g];
       cnt[g] = p->cuts[g + 1] - p->cuts[g];
     }
-    p->tab = fp_ir_table_add(P, p->mp->name, L->G, off, cnt);
+    p->tab = fpi_ir_table_add(P, p->mp->name, L->G, off, cnt);
   }
 
-  lw->bufs = fp_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->bufs);
+  lw->bufs = fpi_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->bufs);
   for (int b = 0; b < L->nbuckets; b++) {
     const fp_bucket *B = &L->buckets[b];
     for (int k = 0; k < FP_NBB; k++) lw->bufs[b][k] = -1;
@@ -234,10 +234,10 @@ static void setup(fp_lower *lw) {
     P->nparams = L->nparams;
     P->cap_params = L->nparams;
   } else {
-    fp_ir_param_reserve(P, L->nparams);
+    fpi_ir_param_reserve(P, L->nparams);
     for (int i = 0; i < L->nparams; i++) {
       const fp_lparam *p = &L->params[i];
-      fp_ir_param *q = fp_ir_param_add(P);
+      fp_ir_param *q = fpi_ir_param_add(P);
       q->name = p->mp->name;
       q->ndim = p->mp->ndim;
       memcpy(q->shape, p->mp->shape, sizeof q->shape);
@@ -266,12 +266,12 @@ static void setup(fp_lower *lw) {
     for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read a param, by module */
       for (int j = 0; j < m->modules[k].nuses; j++) {
         fp_ir_param *q = &P->params[P->nparams - L->nparams + m->modules[k].uses[j]];
-        if (!q->users) q->users = fp_alloc_array(lw->a, (size_t)m->nmodules, sizeof *q->users);
+        if (!q->users) q->users = fpi_alloc_array(lw->a, (size_t)m->nmodules, sizeof *q->users);
         q->users[q->nusers++] = k;
       }
     L->ir_params = P->params;
   }
-  lw->open_at = fp_alloc_array(lw->a, (size_t)P->nbufs + 1, sizeof(int32_t));
+  lw->open_at = fpi_alloc_array(lw->a, (size_t)P->nbufs + 1, sizeof(int32_t));
   for (int i = 0; i < P->nbufs; i++) lw->open_at[i] = -1;
 }
 
@@ -285,7 +285,7 @@ static void on_slot(const fp_lower *lw, const fp_lparam *p, fp_op *op) {
   } else {
     op->count = p->slot;
   }
-  fp_lw_only_owner(lw, p, op);
+  fpi_lw_only_owner(lw, p, op);
 }
 
 static const fp_lparam *bucket_param(const fp_lower *lw, int b, int j) {
@@ -297,41 +297,41 @@ static const fp_lparam *bucket_param(const fp_lower *lw, int b, int j) {
 static void unshard_flat(fp_lower *lw, int b) {
   const fp_bucket *B = &lw->L->buckets[b];
   const fp_lparam *p0 = bucket_param(lw, b, 0);
-  int main = fp_lw_buf(lw, b, FP_BB_MAIN), u = fp_lw_buf(lw, b, FP_BB_UNSH);
-  int64_t C = B->flat_chunk, es = fp_dtype_size(B->mp.param);
+  int main = fpi_lw_buf(lw, b, FP_BB_MAIN), u = fpi_lw_buf(lw, b, FP_BB_UNSH);
+  int64_t C = B->flat_chunk, es = fpi_dtype_size(B->mp.param);
   lw->phase = FP_PH_ALL;
   if (B->fp8_gather) { /* MXFP8 on the wire: quantize the rank's chunk, gather data and scales, dequantize */
-    int qd = fp_lw_buf(lw, b, FP_BB_QD), qs = fp_lw_buf(lw, b, FP_BB_QS);
+    int qd = fpi_lw_buf(lw, b, FP_BB_QD), qs = fpi_lw_buf(lw, b, FP_BB_QS);
     int64_t S = C / 32;
     open_buf(lw, qd);
     open_buf(lw, qs);
-    fp_op *q = fp_lw_emit(lw, FP_OP_QUANTIZE_MXFP8, FP_E4M3, C);
+    fp_op *q = fpi_lw_emit(lw, FP_OP_QUANTIZE_MXFP8, FP_E4M3, C);
     q->sdtype = p0->main_dtype;
     q->comm = lw->c_shard;
-    q->dst = fp_reg_g(qd, 0, C);
-    q->aux = fp_reg_g(qs, 0, S);
-    q->src = fp_reg(main, 0);
+    q->dst = fpi_reg_g(qd, 0, C);
+    q->aux = fpi_reg_g(qs, 0, S);
+    q->src = fpi_reg(main, 0);
     for (int k = 0; k < 2; k++) {
-      fp_op *ag = fp_lw_emit(lw, FP_OP_ALL_GATHER, k ? FP_E8M0 : FP_E4M3, k ? S : C);
+      fp_op *ag = fpi_lw_emit(lw, FP_OP_ALL_GATHER, k ? FP_E8M0 : FP_E4M3, k ? S : C);
       ag->comm = lw->c_shard;
-      ag->dst = fp_reg(k ? qs : qd, 0);
-      ag->src = fp_reg_g(k ? qs : qd, 0, k ? S : C);
+      ag->dst = fpi_reg(k ? qs : qd, 0);
+      ag->src = fpi_reg_g(k ? qs : qd, 0, k ? S : C);
     }
-    fp_op *dq = fp_lw_emit(lw, FP_OP_DEQUANTIZE_MXFP8, B->mp.param, lw->L->G * C);
+    fp_op *dq = fpi_lw_emit(lw, FP_OP_DEQUANTIZE_MXFP8, B->mp.param, lw->L->G * C);
     dq->sdtype = FP_E4M3;
-    dq->dst = fp_reg(u, 0);
-    dq->src = fp_reg(qd, 0);
-    dq->aux = fp_reg(qs, 0);
+    dq->dst = fpi_reg(u, 0);
+    dq->src = fpi_reg(qd, 0);
+    dq->aux = fpi_reg(qs, 0);
     close_buf(lw, qd);
     close_buf(lw, qs);
     return;
   }
-  fp_op *op = fp_lw_convert(lw, B->mp.param, p0->main_dtype, C, fp_reg_g(u, 0, C * es), fp_reg(main, 0));
+  fp_op *op = fpi_lw_convert(lw, B->mp.param, p0->main_dtype, C, fpi_reg_g(u, 0, C * es), fpi_reg(main, 0));
   op->comm = lw->c_shard;
-  op = fp_lw_emit(lw, FP_OP_ALL_GATHER, B->mp.param, C);
+  op = fpi_lw_emit(lw, FP_OP_ALL_GATHER, B->mp.param, C);
   op->comm = lw->c_shard;
-  op->dst = fp_reg(u, 0);
-  op->src = fp_reg_g(u, 0, C * es);
+  op->dst = fpi_reg(u, 0);
+  op->src = fpi_reg_g(u, 0, C * es);
 }
 
 /* The region table of params [j0, j1) of fsdp2 unit b (split_copy,
@@ -343,8 +343,8 @@ static void unshard_flat(fp_lower *lw, int b) {
 static int unit_regions(fp_lower *lw, int b, int j0, int j1, int64_t *n) {
   const fp_bucket *B = &lw->L->buckets[b];
   bool whole = j0 == 0 && j1 == B->nparams;
-  int64_t ep = fp_dtype_size(B->mp.param), *off = fp_alloc_array(lw->a, (size_t)(j1 - j0), sizeof *off),
-          *cnt = fp_alloc_array(lw->a, (size_t)(j1 - j0), sizeof *cnt);
+  int64_t ep = fpi_dtype_size(B->mp.param), *off = fpi_alloc_array(lw->a, (size_t)(j1 - j0), sizeof *off),
+          *cnt = fpi_alloc_array(lw->a, (size_t)(j1 - j0), sizeof *cnt);
   *n = 0;
   for (int j = j0; j < j1; j++) {
     const fp_lparam *p = bucket_param(lw, b, j);
@@ -353,9 +353,9 @@ static int unit_regions(fp_lower *lw, int b, int j0, int j1, int64_t *n) {
     *n += p->chunk;
   }
   if (whole && lw->unit_tab[b] >= 0) return lw->unit_tab[b];
-  const char *name = whole ? fp_sprintf(lw->a, "%s.regions", B->name)
-                           : fp_sprintf(lw->a, "%s.regions.%d", B->name, (int)lw->P->ntabs);
-  int t = fp_ir_table_add(lw->P, name, j1 - j0, off, cnt);
+  const char *name = whole ? fpi_sprintf(lw->a, "%s.regions", B->name)
+                           : fpi_sprintf(lw->a, "%s.regions.%d", B->name, (int)lw->P->ntabs);
+  int t = fpi_ir_table_add(lw->P, name, j1 - j0, off, cnt);
   if (whole) lw->unit_tab[b] = t;
   return t;
 }
@@ -381,22 +381,22 @@ static bool next_run(const fp_lower *lw, int b, bool trainable_only, int *j0, in
 static void unshard_unit(fp_lower *lw, int b, bool trainable_only) {
   const fp_bucket *B = &lw->L->buckets[b];
   const fp_lparam *p0 = bucket_param(lw, b, 0);
-  int main = fp_lw_buf(lw, b, FP_BB_MAIN), u = fp_lw_buf(lw, b, FP_BB_UNSH), gst = fp_lw_buf(lw, b, FP_BB_GST);
-  int64_t S = B->unit_chunk, es = fp_dtype_size(B->mp.param), n;
+  int main = fpi_lw_buf(lw, b, FP_BB_MAIN), u = fpi_lw_buf(lw, b, FP_BB_UNSH), gst = fpi_lw_buf(lw, b, FP_BB_GST);
+  int64_t S = B->unit_chunk, es = fpi_dtype_size(B->mp.param), n;
   lw->phase = FP_PH_ALL;
-  fp_op *op = fp_lw_convert(lw, B->mp.param, p0->main_dtype, S, fp_reg_g(gst, 0, S * es), fp_reg(main, 0));
+  fp_op *op = fpi_lw_convert(lw, B->mp.param, p0->main_dtype, S, fpi_reg_g(gst, 0, S * es), fpi_reg(main, 0));
   op->comm = lw->c_shard;
-  op = fp_lw_emit(lw, FP_OP_ALL_GATHER, B->mp.param, S);
+  op = fpi_lw_emit(lw, FP_OP_ALL_GATHER, B->mp.param, S);
   op->comm = lw->c_shard;
-  op->dst = fp_reg(gst, 0);
-  op->src = fp_reg_g(gst, 0, S * es);
+  op->dst = fpi_reg(gst, 0);
+  op->src = fpi_reg_g(gst, 0, S * es);
   for (int j0 = 0, j1 = 0; next_run(lw, b, trainable_only, &j0, &j1);) {
     int t = unit_regions(lw, b, j0, j1, &n);
-    op = fp_lw_emit(lw, FP_OP_SPLIT_COPY, B->mp.param, n);
+    op = fpi_lw_emit(lw, FP_OP_SPLIT_COPY, B->mp.param, n);
     op->tab = t;
-    fp_ir_op_shape(lw->P, op, lw->L->G, 0, S * es);
-    op->dst = fp_reg(u, 0);
-    op->src = fp_reg(gst, bucket_param(lw, b, j0)->gstage_off);
+    fpi_ir_op_shape(lw->P, op, lw->L->G, 0, S * es);
+    op->dst = fpi_reg(u, 0);
+    op->src = fpi_reg(gst, bucket_param(lw, b, j0)->gstage_off);
   }
 }
 
@@ -407,9 +407,9 @@ static void stage_main(fp_lower *lw, int b) {
   int d = lw->bufs[b][FP_BB_MAIN];
   open_buf(lw, d);
   lw->stream = FP_STREAM_COPY;
-  fp_op *op = fp_lw_emit(lw, FP_OP_H2D, FP_U8, lw->P->bufs[d].bytes);
-  op->dst = fp_reg(d, 0);
-  op->src = fp_reg(lw->bufs[b][FP_BB_HMAIN], 0);
+  fp_op *op = fpi_lw_emit(lw, FP_OP_H2D, FP_U8, lw->P->bufs[d].bytes);
+  op->dst = fpi_reg(d, 0);
+  op->src = fpi_reg(lw->bufs[b][FP_BB_HMAIN], 0);
   lw->stream = FP_STREAM_AG;
 }
 
@@ -456,7 +456,7 @@ static redio reduce_io(const fp_lower *lw, int b, const fp_lparam *p, int micro)
   redio io = {bb[FP_BB_UGRAD], -1, p->ugrad_off, 0, false};
   if (p->rin_off >= 0) io.sbuf = bb[FP_BB_RIN], io.soff = p->rin_off;
   io.direct = micro == 0 && p->reduce_dtype == p->grad_dtype;
-  io.dbuf = io.direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT);
+  io.dbuf = io.direct ? bb[FP_BB_GRAD] : fpi_lw_buf(lw, b, FP_BB_ROUT);
   io.doff = io.direct ? p->grad_off : p->rout_off;
   return io;
 }
@@ -526,45 +526,45 @@ static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t
                           bool direct, int micro, bool last, const divide *dv, bool defer) {
   fp_op *op;
   if (dv->pre != 0) {
-    op = fp_lw_emit(lw, FP_OP_SCALE, rd, n * lw->L->G);
-    op->dst = fp_reg(src, 0);
+    op = fpi_lw_emit(lw, FP_OP_SCALE, rd, n * lw->L->G);
+    op->dst = fpi_reg(src, 0);
     op->alpha = dv->pre;
   }
-  op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, n);
+  op = fpi_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, n);
   op->comm = lw->c_shard;
   op->red = dv->red;
-  op->dst = fp_reg(dst, 0);
-  op->src = fp_reg(src, 0);
+  op->dst = fpi_reg(dst, 0);
+  op->src = fpi_reg(src, 0);
   if (lw->c_replica >= 0 && !defer) {
-    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, rd, n);
+    op = fpi_lw_emit(lw, FP_OP_ALL_REDUCE, rd, n);
     op->comm = lw->c_replica;
     op->red = dv->red;
-    op->dst = op->src = fp_reg(dst, 0);
+    op->dst = op->src = fpi_reg(dst, 0);
   }
   if (dv->post != 0) {
-    op = fp_lw_emit(lw, FP_OP_SCALE, rd, n);
-    op->dst = fp_reg(dst, 0);
+    op = fpi_lw_emit(lw, FP_OP_SCALE, rd, n);
+    op->dst = fpi_reg(dst, 0);
     op->alpha = dv->post;
   }
   if (!direct) {
     if (micro == 0) {
-      fp_lw_convert(lw, gd, rd, n, fp_reg(bb[FP_BB_GRAD], 0), fp_reg(dst, 0));
+      fpi_lw_convert(lw, gd, rd, n, fpi_reg(bb[FP_BB_GRAD], 0), fpi_reg(dst, 0));
     } else {
-      op = fp_lw_emit(lw, FP_OP_ADD, gd, n);
+      op = fpi_lw_emit(lw, FP_OP_ADD, gd, n);
       op->sdtype = rd;
-      op->dst = fp_reg(bb[FP_BB_GRAD], 0);
-      op->src = fp_reg(dst, 0);
+      op->dst = fpi_reg(bb[FP_BB_GRAD], 0);
+      op->src = fpi_reg(dst, 0);
     }
   }
   if (last && defer) { /* the micro-batches' sum, once across the replicas */
-    op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, gd, n);
+    op = fpi_lw_emit(lw, FP_OP_ALL_REDUCE, gd, n);
     op->comm = lw->c_replica;
     op->red = dv->red;
-    op->dst = op->src = fp_reg(bb[FP_BB_GRAD], 0);
+    op->dst = op->src = fpi_reg(bb[FP_BB_GRAD], 0);
   }
   if (last && dv->last != 0) {
-    op = fp_lw_emit(lw, FP_OP_SCALE, gd, n);
-    op->dst = fp_reg(bb[FP_BB_GRAD], 0);
+    op = fpi_lw_emit(lw, FP_OP_SCALE, gd, n);
+    op->dst = fpi_reg(bb[FP_BB_GRAD], 0);
     op->alpha = dv->last;
   }
 }
@@ -591,12 +591,12 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
   fp_dtype pd = B->mp.param, rd = B->mp.reduce, gd = B->mp.main_grad;
   int src = bb[FP_BB_UGRAD];
   bool direct = micro == 0 && rd == gd;
-  int dst = direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT);
+  int dst = direct ? bb[FP_BB_GRAD] : fpi_lw_buf(lw, b, FP_BB_ROUT);
   lw->phase = FP_PH_ALL;
   if (rd != pd) {
-    src = fp_lw_buf(lw, b, FP_BB_RIN);
+    src = fpi_lw_buf(lw, b, FP_BB_RIN);
     lw->stream = prep_stream(lw);
-    fp_lw_convert(lw, rd, pd, n, fp_reg(src, 0), fp_reg(bb[FP_BB_UGRAD], 0));
+    fpi_lw_convert(lw, rd, pd, n, fpi_reg(src, 0), fpi_reg(bb[FP_BB_UGRAD], 0));
     lw->stream = FP_STREAM_RS;
   }
   divide dv = flexplan_divide(lw);
@@ -612,27 +612,27 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
 static void reduce_unit(fp_lower *lw, int b, int micro, bool last) {
   const fp_bucket *B = &lw->L->buckets[b];
   const int *bb = lw->bufs[b];
-  int64_t S = B->unit_chunk, er = fp_dtype_size(B->mp.reduce);
+  int64_t S = B->unit_chunk, er = fpi_dtype_size(B->mp.reduce);
   fp_dtype pd = B->mp.param, rd = B->mp.reduce, gd = B->mp.main_grad;
   bool direct = micro == 0 && rd == gd;
-  int dst = direct ? bb[FP_BB_GRAD] : fp_lw_buf(lw, b, FP_BB_ROUT), rst = fp_lw_buf(lw, b, FP_BB_RST);
+  int dst = direct ? bb[FP_BB_GRAD] : fpi_lw_buf(lw, b, FP_BB_ROUT), rst = fpi_lw_buf(lw, b, FP_BB_RST);
   lw->phase = FP_PH_ALL;
   fp_op *op;
   bool frozen = false;
   for (int j = 0; j < B->nparams; j++) frozen |= !bucket_param(lw, b, j)->mp->requires_grad;
   if (frozen) { /* frozen params leave their columns of the staging unwritten: zero it */
-    op = fp_lw_emit(lw, FP_OP_MEMSET, rd, S * lw->L->G);
-    op->dst = fp_reg(rst, 0);
+    op = fpi_lw_emit(lw, FP_OP_MEMSET, rd, S * lw->L->G);
+    op->dst = fpi_reg(rst, 0);
   }
   for (int j0 = 0, j1 = 0; next_run(lw, b, true, &j0, &j1);) {
     int64_t n;
     int t = unit_regions(lw, b, j0, j1, &n);
-    op = fp_lw_emit(lw, FP_OP_CHUNK_CAT, rd, n);
+    op = fpi_lw_emit(lw, FP_OP_CHUNK_CAT, rd, n);
     op->sdtype = pd;
     op->tab = t;
-    fp_ir_op_shape(lw->P, op, lw->L->G, S * er, 0);
-    op->dst = fp_reg(rst, bucket_param(lw, b, j0)->rstage_off);
-    op->src = fp_reg(bb[FP_BB_UGRAD], 0);
+    fpi_ir_op_shape(lw->P, op, lw->L->G, S * er, 0);
+    op->dst = fpi_reg(rst, bucket_param(lw, b, j0)->rstage_off);
+    op->src = fpi_reg(bb[FP_BB_UGRAD], 0);
   }
   divide dv = fsdp2_divide(lw, rd);
   reduce_chunks(lw, bb, rst, dst, S, rd, gd, direct, micro, last, &dv, false); /* (fsdp2: every micro-batch) */
@@ -665,8 +665,8 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
       redio io = reduce_io(lw, b, p, micro);
       lw->seen_comm = false;
       if (p->rin_off >= 0)
-        fp_lw_convert(lw, p->reduce_dtype, p->param_dtype, p->padded_numel, fp_reg(bb[FP_BB_RIN], p->rin_off),
-                      fp_reg(bb[FP_BB_UGRAD], p->ugrad_off));
+        fpi_lw_convert(lw, p->reduce_dtype, p->param_dtype, p->padded_numel, fpi_reg(bb[FP_BB_RIN], p->rin_off),
+                      fpi_reg(bb[FP_BB_UGRAD], p->ugrad_off));
       p->impl->lower_reduce(lw, p, io.sbuf, io.soff, io.dbuf, io.doff);
     }
   }
@@ -679,10 +679,10 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
     const fp_lparam *p = bucket_param(lw, b, j);
     if (!p->mp->requires_grad || p->replicated) continue;
     redio io = reduce_io(lw, b, p, micro);
-    fp_op *op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->reduce_dtype, p->slot);
+    fp_op *op = fpi_lw_emit(lw, FP_OP_ALL_REDUCE, p->reduce_dtype, p->slot);
     op->comm = lw->c_replica;
-    op->dst = op->src = fp_reg(io.dbuf, io.doff);
-    fp_lw_only_owner(lw, p, op);
+    op->dst = op->src = fpi_reg(io.dbuf, io.doff);
+    fpi_lw_only_owner(lw, p, op);
   }
   for (int j = 0; j < B->nparams && !B->flat && !B->unit; j++) {
     const fp_lparam *p = bucket_param(lw, b, j);
@@ -691,29 +691,29 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
     fp_op *op;
     if (!io.direct) {
       if (micro == 0) {
-        op = fp_lw_convert(lw, p->grad_dtype, p->reduce_dtype, 0, fp_reg(bb[FP_BB_GRAD], p->grad_off),
-                           fp_reg(io.dbuf, io.doff));
+        op = fpi_lw_convert(lw, p->grad_dtype, p->reduce_dtype, 0, fpi_reg(bb[FP_BB_GRAD], p->grad_off),
+                           fpi_reg(io.dbuf, io.doff));
       } else {
-        op = fp_lw_emit(lw, FP_OP_ADD, p->grad_dtype, 0);
+        op = fpi_lw_emit(lw, FP_OP_ADD, p->grad_dtype, 0);
         op->sdtype = p->reduce_dtype;
-        op->dst = fp_reg(bb[FP_BB_GRAD], p->grad_off);
-        op->src = fp_reg(io.dbuf, io.doff);
+        op->dst = fpi_reg(bb[FP_BB_GRAD], p->grad_off);
+        op->src = fpi_reg(io.dbuf, io.doff);
       }
       on_slot(lw, p, op);
       if (op->code == FP_OP_COPY) {
-        int64_t pitch = op->count * fp_dtype_size(op->dtype);
-        fp_ir_op_shape(lw->P, op, 1, pitch, pitch);
+        int64_t pitch = op->count * fpi_dtype_size(op->dtype);
+        fpi_ir_op_shape(lw->P, op, 1, pitch, pitch);
       }
     }
     if (last && defer && !p->replicated) { /* the micro-batches' sum, once across the replicas */
-      op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->grad_dtype, p->slot);
+      op = fpi_lw_emit(lw, FP_OP_ALL_REDUCE, p->grad_dtype, p->slot);
       op->comm = lw->c_replica;
-      op->dst = op->src = fp_reg(bb[FP_BB_GRAD], p->grad_off);
-      fp_lw_only_owner(lw, p, op);
+      op->dst = op->src = fpi_reg(bb[FP_BB_GRAD], p->grad_off);
+      fpi_lw_only_owner(lw, p, op);
     }
     if (last) {
-      op = fp_lw_emit(lw, FP_OP_SCALE, p->grad_dtype, 0);
-      op->dst = fp_reg(bb[FP_BB_GRAD], p->grad_off);
+      op = fpi_lw_emit(lw, FP_OP_SCALE, p->grad_dtype, 0);
+      op->dst = fpi_reg(bb[FP_BB_GRAD], p->grad_off);
       op->alpha = f;
       on_slot(lw, p, op);
     }
@@ -724,9 +724,9 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   close_buf(lw, bb[FP_BB_UGRAD]);
   if (B->offload && last) { /* the final main grad to the host, on the copy stream */
     lw->stream = FP_STREAM_COPY;
-    fp_op *op = fp_lw_emit(lw, FP_OP_D2H, FP_U8, lw->P->bufs[bb[FP_BB_GRAD]].bytes);
-    op->dst = fp_reg(bb[FP_BB_HGRAD], 0);
-    op->src = fp_reg(bb[FP_BB_GRAD], 0);
+    fp_op *op = fpi_lw_emit(lw, FP_OP_D2H, FP_U8, lw->P->bufs[bb[FP_BB_GRAD]].bytes);
+    op->dst = fpi_reg(bb[FP_BB_HGRAD], 0);
+    op->src = fpi_reg(bb[FP_BB_GRAD], 0);
     close_buf(lw, bb[FP_BB_GRAD]);
   }
   lw->stream = FP_STREAM_COMPUTE;
@@ -750,7 +750,7 @@ static int module_buckets(const fp_lower *lw, int mod, int *out) {
 static void compute(fp_lower *lw, int mod, fp_pass pass, int *scratch, int32_t *ids) {
   const fp_module *M = &lw->L->model->modules[mod];
   lw->bucket = -1;
-  fp_op *op = fp_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
+  fp_op *op = fpi_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
   op->module = mod;
   op->pass = pass;
   /* a recomputed module's backward runs its forward again first */
@@ -764,7 +764,7 @@ static void compute(fp_lower *lw, int mod, fp_pass pass, int *scratch, int32_t *
   int m = 0;
   for (int k = 0; k < n; k++)
     if (ids[k] >= 0) ids[m++] = ids[k];
-  fp_ir_op_uses(lw->P, op, ids, m);
+  fpi_ir_op_uses(lw->P, op, ids, m);
 }
 
 /* ---- prefetch: where each bucket's all-gathers are issued ------------------ */
@@ -787,18 +787,18 @@ static int by_last_desc(const void *a, const void *b) {
  * in the pre_backward of the bucket kb before it. */
 static void plan_prefetch(fp_lower *lw) {
   fp_layout *L = lw->L;
-  int nb = L->nbuckets, *ord = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int)), n = 0;
-  lw->fwd_issue = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
-  lw->bwd_issue = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+  int nb = L->nbuckets, *ord = fpi_alloc_array(lw->a, (size_t)nb + 1, sizeof(int)), n = 0;
+  lw->fwd_issue = fpi_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+  lw->bwd_issue = fpi_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
   for (int b = 0; b < nb; b++) lw->fwd_issue[b] = lw->bwd_issue[b] = -1;
   sort_L = L;
   for (int b = 0; b < nb; b++)
-    if (!L->buckets[b].persistent_unsharded || (lw->defer_refresh && fp_bucket_refreshed(&L->buckets[b]))) ord[n++] = b;
+    if (!L->buckets[b].persistent_unsharded || (lw->defer_refresh && fpi_bucket_refreshed(&L->buckets[b]))) ord[n++] = b;
   qsort(ord, (size_t)n, sizeof *ord, by_first);
   for (int r = 0; r < n; r++) lw->fwd_issue[ord[r]] = L->buckets[ord[r < lw->kf ? 0 : r - lw->kf]].first_pos;
   for (int b = 0; b < nb; b++) ord[b] = b;
   qsort(ord, (size_t)nb, sizeof *ord, by_last_desc);
-  lw->bwd_order = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+  lw->bwd_order = fpi_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
   memcpy(lw->bwd_order, ord, (size_t)nb * sizeof(int));
   for (int r = 0; r < nb; r++) {
     const fp_bucket *B = &L->buckets[ord[r]];
@@ -827,10 +827,10 @@ static void backward_gather(fp_lower *lw, int b) {
   }
   lw->stream = FP_STREAM_AG;
   lw->bucket = b;
-  fp_op *op = fp_lw_emit(lw, FP_OP_ALL_GATHER, FP_U8, B->reshard_chunk);
+  fp_op *op = fpi_lw_emit(lw, FP_OP_ALL_GATHER, FP_U8, B->reshard_chunk);
   op->comm = lw->c_reshard[b];
-  op->dst = fp_reg(u, 0);
-  op->src = fp_reg(lw->bufs[b][FP_BB_RESH], 0);
+  op->dst = fpi_reg(u, 0);
+  op->src = fpi_reg(lw->bufs[b][FP_BB_RESH], 0);
   close_buf(lw, lw->bufs[b][FP_BB_RESH]);
   lw->stream = FP_STREAM_COMPUTE;
 }
@@ -852,7 +852,7 @@ static int pos_key(const fp_lower *lw, int k, int b) {
 static void poslists_build(fp_lower *lw, poslists *pl) {
   int np = lw->L->model->norder, nb = lw->L->nbuckets;
   for (int k = 0; k < AT_N; k++) {
-    int *st = fp_alloc_array(lw->a, (size_t)np + 2, sizeof(int)), *li = fp_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
+    int *st = fpi_alloc_array(lw->a, (size_t)np + 2, sizeof(int)), *li = fpi_alloc_array(lw->a, (size_t)nb + 1, sizeof(int));
     memset(st, 0, ((size_t)np + 2) * sizeof(int));
     for (int b = 0; b < nb; b++) {
       int pos = pos_key(lw, k, b);
@@ -876,10 +876,10 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids, con
   const fp_model *m = L->model;
   for (int pos = 0; pos < m->norder; pos++) {
     int mod = m->order[pos];
-    fp_ir_seg_begin(lw->P, FP_SEG_PRE_FORWARD, mod, micro);
+    fpi_ir_seg_begin(lw->P, FP_SEG_PRE_FORWARD, mod, micro);
     FOR_AT(pl, AT_FWD_ISSUE, pos, b) forward_gather(lw, b, micro);
     compute(lw, mod, FP_PASS_FWD, scratch, ids);
-    fp_ir_seg_begin(lw->P, FP_SEG_POST_FORWARD, mod, micro);
+    fpi_ir_seg_begin(lw->P, FP_SEG_POST_FORWARD, mod, micro);
     FOR_AT(pl, AT_LAST, pos, b) {
       const fp_bucket *B = &L->buckets[b];
       if (B->last_pos != pos || B->persistent_unsharded || B->reshard == 0) continue;
@@ -888,33 +888,33 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids, con
       if (B->reshard_chunk > 0) {
         int r = lw->bufs[b][FP_BB_RESH];
         open_buf(lw, r);
-        fp_op *op = fp_lw_emit(lw, FP_OP_COPY, FP_U8, B->reshard_chunk);
+        fp_op *op = fpi_lw_emit(lw, FP_OP_COPY, FP_U8, B->reshard_chunk);
         op->comm = lw->c_reshard[b];
-        op->dst = fp_reg(r, 0);
-        op->src = fp_reg_g(u, 0, B->reshard_chunk);
-        fp_ir_op_shape(lw->P, op, 1, B->reshard_chunk, B->reshard_chunk);
+        op->dst = fpi_reg(r, 0);
+        op->src = fpi_reg_g(u, 0, B->reshard_chunk);
+        fpi_ir_op_shape(lw->P, op, 1, B->reshard_chunk, B->reshard_chunk);
       }
       close_buf(lw, u);
     }
   }
   for (int pos = m->norder - 1; pos >= 0; pos--) {
     int mod = m->order[pos];
-    fp_ir_seg_begin(lw->P, FP_SEG_PRE_BACKWARD, mod, micro);
+    fpi_ir_seg_begin(lw->P, FP_SEG_PRE_BACKWARD, mod, micro);
     FOR_AT(pl, AT_LAST, pos, b) {
       const fp_bucket *B = &L->buckets[b];
       if (B->last_pos != pos || !B->trainable) continue;
       lw->bucket = b;
       int ug = lw->bufs[b][FP_BB_UGRAD];
       open_buf(lw, ug);
-      fp_op *op = fp_lw_emit(lw, FP_OP_MEMSET, B->mp.param, B->ugrad_bytes / fp_dtype_size(B->mp.param));
-      op->dst = fp_reg(ug, 0);
+      fp_op *op = fpi_lw_emit(lw, FP_OP_MEMSET, B->mp.param, B->ugrad_bytes / fpi_dtype_size(B->mp.param));
+      op->dst = fpi_reg(ug, 0);
     }
     /* in backward order: the bucket used first is gathered first, then the
      * ones prefetched behind it (FSDP2's order at its first pre_backward);
      * the position lists keep that order (poslists_build) */
     FOR_AT(pl, AT_BWD_ISSUE, pos, b) backward_gather(lw, b);
     compute(lw, mod, FP_PASS_BWD, scratch, ids);
-    fp_ir_seg_begin(lw->P, FP_SEG_POST_BACKWARD, mod, micro);
+    fpi_ir_seg_begin(lw->P, FP_SEG_POST_BACKWARD, mod, micro);
     FOR_AT(pl, AT_FIRST, pos, b) {
       const fp_bucket *B = &L->buckets[b];
       if (B->first_pos != pos) continue;
@@ -928,7 +928,7 @@ static void micro_batch(fp_lower *lw, int micro, int *scratch, int32_t *ids, con
  * main weight; then persistent compute weights are refreshed */
 static void optimizer(fp_lower *lw, int32_t *ids) {
   fp_layout *L = lw->L;
-  fp_ir_seg_begin(lw->P, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(lw->P, FP_SEG_PRE_OPTIMIZER, -1, 0);
   lw->bucket = -1;
   int n = 0;
   for (int b = 0; b < L->nbuckets; b++) {
@@ -937,24 +937,24 @@ static void optimizer(fp_lower *lw, int32_t *ids) {
     if (owner_buf(lw, b, FP_BB_GRAD) >= 0) ids[n++] = owner_buf(lw, b, FP_BB_GRAD);
     if (lw->bufs[b][FP_BB_OPT] >= 0) ids[n++] = lw->bufs[b][FP_BB_OPT];
   }
-  fp_op *op = fp_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
+  fp_op *op = fpi_lw_emit(lw, FP_OP_COMPUTE, FP_F32, 0);
   op->pass = FP_PASS_OPT;
-  fp_ir_op_uses(lw->P, op, ids, n);
-  fp_ir_seg_begin(lw->P, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_op_uses(lw->P, op, ids, n);
+  fpi_ir_seg_begin(lw->P, FP_SEG_POST_OPTIMIZER, -1, 0);
   for (int b = 0; b < L->nbuckets; b++) {
     const fp_bucket *B = &L->buckets[b];
-    if (!fp_bucket_refreshed(B) || lw->defer_refresh) continue;
+    if (!fpi_bucket_refreshed(B) || lw->defer_refresh) continue;
     unshard_bucket(lw, b, true);
   }
 }
 
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, unsigned flags) {
+fp_prog *fpi_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, unsigned flags) {
   (void)d;
   FP_ASSERT(kf >= 0 && kb >= 0);
   fp_lower lw = {0};
   lw.L = L;
   lw.a = a;
-  lw.P = fp_prog_new(a);
+  lw.P = fpi_prog_new(a);
   lw.stream = FP_STREAM_COMPUTE;
   lw.bucket = -1;
   lw.kf = kf;
@@ -964,9 +964,9 @@ fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, un
   lw.prep_on_compute = (flags & FP_LOWER_PREP_ON_COMPUTE) && !L->spec->fsdp2;
   setup(&lw);
   plan_prefetch(&lw);
-  int *scratch = fp_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));
-  int32_t *ids = fp_alloc_array(a, 3 * (size_t)L->nbuckets + 2, sizeof(int32_t));
-  fp_ir_seg_begin(lw.P, FP_SEG_STEP_BEGIN, -1, 0);
+  int *scratch = fpi_alloc_array(a, (size_t)L->nbuckets + 1, sizeof(int));
+  int32_t *ids = fpi_alloc_array(a, 3 * (size_t)L->nbuckets + 2, sizeof(int32_t));
+  fpi_ir_seg_begin(lw.P, FP_SEG_STEP_BEGIN, -1, 0);
   poslists pl;
   poslists_build(&lw, &pl);
   for (int k = 0; k < L->spec->grad_accumulation; k++) micro_batch(&lw, k, scratch, ids, &pl);

@@ -17,7 +17,7 @@ typedef enum {
   FP_BB_GST,    /* chunk-major gather staging (shard dim > 0) */
   FP_BB_RST,    /* chunk-major reduce staging (shard dim > 0) */
   FP_BB_RESH,   /* the partially sharded copy kept for backward */
-  FP_BB_OPT,    /* optimizer state (persistent; fp_optim_states planes) */
+  FP_BB_OPT,    /* optimizer state (persistent; fpi_optim_states planes) */
   FP_BB_QD,     /* MXFP8 gather: e4m3 data of the G chunks (transient) */
   FP_BB_QS,     /* MXFP8 gather: their e8m0 scales, one per 32 elements (transient) */
   FP_BB_HMAIN,  /* offload: the main weights in host memory (MAIN is then their device staging) */
@@ -63,15 +63,15 @@ typedef struct fp_lower {
 } fp_lower;
 
 /* emit an op on lw->stream for lw->bucket */
-fp_op *fp_lw_emit(fp_lower *lw, fp_opcode code, fp_dtype dt, int64_t count);
+fp_op *fpi_lw_emit(fp_lower *lw, fp_opcode code, fp_dtype dt, int64_t count);
 /* dst(dt) = src(sdt): a cast, or a copy when the dtypes agree */
-fp_op *fp_lw_convert(fp_lower *lw, fp_dtype dt, fp_dtype sdt, int64_t count, fp_region dst, fp_region src);
+fp_op *fpi_lw_convert(fp_lower *lw, fp_dtype dt, fp_dtype sdt, int64_t count, fp_region dst, fp_region src);
 /* the bucket's IR buffer of a kind (asserts it exists) */
-int fp_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k);
+int fpi_lw_buf(const fp_lower *lw, int bucket, fp_bucket_buf k);
 /* apply the only-on-owner predicate of an owned param to op */
-void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
+void fpi_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
 
-/* fp_lower_step's choices (a bit set) */
+/* fpi_lower_step's choices (a bit set) */
 #define FP_LOWER_DEFER_REFRESH 1u  /* refresh persistent compute weights in the next step's first
                                     * forward, not in post_optimizer (planner/lower.c) */
 #define FP_LOWER_REPLICA_EACH 2u   /* hybrid: all-reduce across replicas every micro-batch, not once
@@ -81,6 +81,6 @@ void fp_lw_only_owner(const fp_lower *lw, const fp_lparam *p, fp_op *op);
                                      * right after the backward, not on the rs stream (reduce_bucket) */
 /* the whole lowering: one training step of L into a new program, with
  * forward / backward prefetch depths kf / kb and the FP_LOWER_* choices */
-fp_prog *fp_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, unsigned flags);
+fp_prog *fpi_lower_step(fp_arena *a, fp_diag *d, fp_layout *L, int kf, int kb, unsigned flags);
 
 #endif

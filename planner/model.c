@@ -31,13 +31,13 @@ static void ns_init(fp_arena *a, nameset *s, size_t n) {
   size_t cap = 16;
   while (cap < 2 * n + 2) cap *= 2;
   s->cap = cap;
-  s->names = fp_alloc_array(a, cap, sizeof *s->names);
-  s->idx = fp_alloc_array(a, cap, sizeof *s->idx);
+  s->names = fpi_alloc_array(a, cap, sizeof *s->names);
+  s->idx = fpi_alloc_array(a, cap, sizeof *s->idx);
 }
 
 /* insert; returns the index stored earlier under the same name, or -1 */
 static int ns_put(nameset *s, const char *name, int idx) {
-  size_t h = (size_t)fp_fnv1a(FP_FNV_INIT, name, strlen(name)) & (s->cap - 1);
+  size_t h = (size_t)fpi_fnv1a(FP_FNV_INIT, name, strlen(name)) & (s->cap - 1);
   while (s->names[h]) {
     if (!strcmp(s->names[h], name)) return s->idx[h];
     h = (h + 1) & (s->cap - 1);
@@ -48,7 +48,7 @@ static int ns_put(nameset *s, const char *name, int idx) {
 }
 
 static int ns_get(const nameset *s, const char *name) {
-  size_t h = (size_t)fp_fnv1a(FP_FNV_INIT, name, strlen(name)) & (s->cap - 1);
+  size_t h = (size_t)fpi_fnv1a(FP_FNV_INIT, name, strlen(name)) & (s->cap - 1);
   while (s->names[h]) {
     if (!strcmp(s->names[h], name)) return s->idx[h];
     h = (h + 1) & (s->cap - 1);
@@ -70,8 +70,8 @@ typedef struct mctx {
 
 /* "<base>/modules/mi", or its param pi's ("/params/pi" after it; pi >= 0) */
 static const char *unit_ptr(fp_arena *a, const char *base, int mi, int pi) {
-  if (pi < 0) return fp_sprintf(a, "%s/modules/%d", base, mi);
-  return fp_sprintf(a, "%s/modules/%d/params/%d", base, mi, pi);
+  if (pi < 0) return fpi_sprintf(a, "%s/modules/%d", base, mi);
+  return fpi_sprintf(a, "%s/modules/%d/params/%d", base, mi, pi);
 }
 
 static const char *mctx_here(const fp_jctx *c) {
@@ -80,11 +80,11 @@ static const char *mctx_here(const fp_jctx *c) {
 }
 
 /* the pointer of member key of the object being read */
-static const char *here_key(fp_jctx *c, const char *key) { return fp_ptr_key(c->a, c->here(c), key); }
+static const char *here_key(fp_jctx *c, const char *key) { return fpi_ptr_key(c->a, c->here(c), key); }
 
-const char *fp_module_ptr(fp_arena *a, const fp_model *m, int i) { return unit_ptr(a, m->ptr, i, -1); }
+const char *fpi_module_ptr(fp_arena *a, const fp_model *m, int i) { return unit_ptr(a, m->ptr, i, -1); }
 
-const char *fp_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p) {
+const char *fpi_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p) {
   int mi = p->module;
   return unit_ptr(a, m->ptr, mi, (int)(p - m->params) - m->modules[mi].first_param);
 }
@@ -92,16 +92,16 @@ const char *fp_param_ptr(fp_arena *a, const fp_model *m, const fp_param *p) {
 /* ---- pieces ----------------------------------------------------------------- */
 /* the model's "format": v1 or v2 into *version */
 static bool check_format(fp_jctx *c, const fp_jv *root, const char *ptr, int *version) {
-  const fp_jv *v = fp_j_get(root, "format");
-  if (!fp_j_has(root, "format"))
-    return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\" or \"%s\")", FP_MODEL_FORMAT_V2,
+  const fp_jv *v = fpi_j_get(root, "format");
+  if (!fpi_j_has(root, "format"))
+    return fpi_j_error(c, ptr, "missing required member 'format' (expected \"%s\" or \"%s\")", FP_MODEL_FORMAT_V2,
                       FP_MODEL_FORMAT_V1);
-  const char *f = fp_jv_str(v);
+  const char *f = fpi_jv_str(v);
   if (f && !strcmp(f, FP_MODEL_FORMAT_V1)) return *version = 1, true;
   if (f && !strcmp(f, FP_MODEL_FORMAT_V2)) return *version = 2, true;
   bool is_spec = f && !strcmp(f, "flexplan.spec.v1");
-  return fp_j_error(c, fp_ptr_key(c->a, ptr, "format"), "expected \"%s\" or \"%s\", got %s%s", FP_MODEL_FORMAT_V2,
-                    FP_MODEL_FORMAT_V1, fp_j_describe(c->a, v), is_spec ? " (this is a spec: pass it with --spec)" : "");
+  return fpi_j_error(c, fpi_ptr_key(c->a, ptr, "format"), "expected \"%s\" or \"%s\", got %s%s", FP_MODEL_FORMAT_V2,
+                    FP_MODEL_FORMAT_V1, fpi_j_describe(c->a, v), is_spec ? " (this is a spec: pass it with --spec)" : "");
 }
 
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
@@ -110,34 +110,34 @@ static const fp_dtype dtype_vals[] = {FP_F32, FP_BF16, FP_F16};
 /* the param object pv (the context's pi of its mi) */
 static bool parse_param(fp_jctx *c, const fp_jv *pv, int module, fp_param *p) {
   static const char *const keys[] = {"name", "shape", "dtype", "requires_grad", NULL};
-  if (!fp_j_keys(c, pv, NULL, keys)) return false;
-  if (!fp_j_str(c, pv, NULL, "name", true, &p->name)) return false;
+  if (!fpi_j_keys(c, pv, NULL, keys)) return false;
+  if (!fpi_j_str(c, pv, NULL, "name", true, &p->name)) return false;
   const fp_jv *shape;
   size_t nd;
-  if (!fp_j_arr(c, pv, NULL, "shape", true, &shape, &nd)) return false;
+  if (!fpi_j_arr(c, pv, NULL, "shape", true, &shape, &nd)) return false;
   if (nd < 1 || nd > FP_MAX_DIMS)
-    return fp_j_error(c, here_key(c, "shape"), "expected 1 to %d dimensions, got %zu", FP_MAX_DIMS, nd);
+    return fpi_j_error(c, here_key(c, "shape"), "expected 1 to %d dimensions, got %zu", FP_MAX_DIMS, nd);
   p->ndim = (int)nd;
   p->numel = 1;
   for (size_t k = 0; k < nd; k++) {
     const fp_jv *e = &shape->elems[k];
     if (e->type == FP_JINT && !e->big && e->i >= 1 && e->i < INT64_MAX) /* the common case */
       p->shape[k] = e->i;
-    else if (!fp_j_int_v(c, fp_jv_at(shape, k), fp_ptr_idx(c->a, here_key(c, "shape"), (int64_t)k), 1, INT64_MAX,
+    else if (!fpi_j_int_v(c, fpi_jv_at(shape, k), fpi_ptr_idx(c->a, here_key(c, "shape"), (int64_t)k), 1, INT64_MAX,
                          &p->shape[k]))
       return false;
-    if (!fp_mul64(p->numel, p->shape[k], &p->numel))
-      return fp_j_error(c, here_key(c, "shape"), "parameter too large: the number of elements overflows int64");
+    if (!fpi_mul64(p->numel, p->shape[k], &p->numel))
+      return fpi_j_error(c, here_key(c, "shape"), "parameter too large: the number of elements overflows int64");
   }
   int64_t bytes;
-  if (!fp_mul64(p->numel, 4, &bytes))
-    return fp_j_error(c, here_key(c, "shape"), "parameter too large: %" PRId64 " elements of 4 bytes overflow int64",
+  if (!fpi_mul64(p->numel, 4, &bytes))
+    return fpi_j_error(c, here_key(c, "shape"), "parameter too large: %" PRId64 " elements of 4 bytes overflow int64",
                       p->numel);
   int di = 0;
-  if (!fp_j_enum(c, pv, NULL, "dtype", false, dtype_names, &di)) return false;
+  if (!fpi_j_enum(c, pv, NULL, "dtype", false, dtype_names, &di)) return false;
   p->dtype = dtype_vals[di];
   p->requires_grad = true;
-  if (!fp_j_bool(c, pv, NULL, "requires_grad", false, &p->requires_grad)) return false;
+  if (!fpi_j_bool(c, pv, NULL, "requires_grad", false, &p->requires_grad)) return false;
   p->module = module;
   return true;
 }
@@ -147,26 +147,26 @@ static bool parse_module(fp_jctx *c, const fp_jv *mv, int version, fp_module *m)
   static const char *const keys1[] = {"name", "params", "flops_fwd", "flops_bwd", "activation_bytes", NULL};
   static const char *const keys2[] = {"name", "params", "uses", "flops_fwd", "flops_bwd", "activation_bytes",
                                       "activation_bytes_checkpointed", NULL};
-  if (version == 1 && fp_j_has(mv, "uses"))
-    return fp_j_error(c, here_key(c, "uses"),
+  if (version == 1 && fpi_j_has(mv, "uses"))
+    return fpi_j_error(c, here_key(c, "uses"),
                       "'uses' (tied weights) needs \"format\": \"%s\" (this file is %s)", FP_MODEL_FORMAT_V2,
                       FP_MODEL_FORMAT_V1);
-  if (version == 1 && fp_j_has(mv, "activation_bytes_checkpointed"))
-    return fp_j_error(c, here_key(c, "activation_bytes_checkpointed"),
+  if (version == 1 && fpi_j_has(mv, "activation_bytes_checkpointed"))
+    return fpi_j_error(c, here_key(c, "activation_bytes_checkpointed"),
                       "'activation_bytes_checkpointed' needs \"format\": \"%s\" (this file is %s)",
                       FP_MODEL_FORMAT_V2, FP_MODEL_FORMAT_V1);
-  if (!fp_j_keys(c, mv, NULL, version == 1 ? keys1 : keys2)) return false;
-  if (!fp_j_str(c, mv, NULL, "name", true, &m->name)) return false;
+  if (!fpi_j_keys(c, mv, NULL, version == 1 ? keys1 : keys2)) return false;
+  if (!fpi_j_str(c, mv, NULL, "name", true, &m->name)) return false;
   m->flops_fwd = 0;
-  if (!fp_j_num(c, mv, NULL, "flops_fwd", false, 0, INFINITY, &m->flops_fwd)) return false;
+  if (!fpi_j_num(c, mv, NULL, "flops_fwd", false, 0, INFINITY, &m->flops_fwd)) return false;
   m->flops_bwd = 2 * m->flops_fwd;
-  if (!fp_j_num(c, mv, NULL, "flops_bwd", false, 0, INFINITY, &m->flops_bwd)) return false;
+  if (!fpi_j_num(c, mv, NULL, "flops_bwd", false, 0, INFINITY, &m->flops_bwd)) return false;
   if (!isfinite(m->flops_bwd))
-    return fp_j_error(c, here_key(c, "flops_fwd"), "flops_fwd too large (2 * flops_fwd is not finite)");
+    return fpi_j_error(c, here_key(c, "flops_fwd"), "flops_fwd too large (2 * flops_fwd is not finite)");
   m->activation_bytes = 0;
-  if (!fp_j_int(c, mv, NULL, "activation_bytes", false, 0, INT64_MAX, &m->activation_bytes)) return false;
+  if (!fpi_j_int(c, mv, NULL, "activation_bytes", false, 0, INT64_MAX, &m->activation_bytes)) return false;
   m->activation_bytes_checkpointed = 0;
-  if (!fp_j_int(c, mv, NULL, "activation_bytes_checkpointed", false, 0, INT64_MAX,
+  if (!fpi_j_int(c, mv, NULL, "activation_bytes_checkpointed", false, 0, INT64_MAX,
                 &m->activation_bytes_checkpointed))
     return false;
   return true;
@@ -175,17 +175,17 @@ static bool parse_module(fp_jctx *c, const fp_jv *mv, int version, fp_module *m)
 /* `; did you mean "x"?` for an unknown NAME among the first N of the model's
  * params (PARAMS) or modules, or "" */
 static const char *near_name(fp_arena *a, const fp_model *m, bool params, int n, const char *name) {
-  const char **names = fp_alloc_array(a, (size_t)n + 1, sizeof *names);
+  const char **names = fpi_alloc_array(a, (size_t)n + 1, sizeof *names);
   for (int k = 0; k < n; k++) names[k] = params ? m->params[k].name : m->modules[k].name;
-  const char *near = fp_closest_name(name, names);
-  return near ? fp_sprintf(a, "; did you mean \"%s\"?", near) : "";
+  const char *near = fpi_closest_name(name, names);
+  return near ? fpi_sprintf(a, "; did you mean \"%s\"?", near) : "";
 }
 
 /* element k of a string array: its text, or an error at its pointer (up/k) */
 static bool str_elem(fp_jctx *c, const fp_jv *arr, size_t k, const char *up, const char **out) {
   const fp_jv *e = &arr->elems[k];
   if (e->type == FP_JSTRING && e->n > 0) return *out = e->s, true;
-  return fp_j_str_v(c, fp_jv_at(arr, k), fp_ptr_idx(c->a, up, (int64_t)k), out);
+  return fpi_j_str_v(c, fpi_jv_at(arr, k), fpi_ptr_idx(c->a, up, (int64_t)k), out);
 }
 
 /* v2 "uses" of module i (the context's mi), once every module's params are
@@ -194,24 +194,24 @@ static bool parse_uses(fp_jctx *c, const fp_jv *mv, int i, const nameset *pnames
   fp_module *m = &out->modules[i];
   const fp_jv *ua = NULL;
   size_t nu = 0;
-  if (!fp_j_arr(c, mv, NULL, "uses", false, &ua, &nu)) return false;
+  if (!fpi_j_arr(c, mv, NULL, "uses", false, &ua, &nu)) return false;
   if (!ua) return true;
   const char *up = here_key(c, "uses");
-  if (nu == 0) return fp_j_error(c, up, "expected a non-empty array of param names, got an empty array");
-  if (nu > INT32_MAX / 2) return fp_j_error(c, up, "too many uses (%zu)", nu);
-  m->uses = fp_alloc_array(c->a, nu, sizeof *m->uses);
+  if (nu == 0) return fpi_j_error(c, up, "expected a non-empty array of param names, got an empty array");
+  if (nu > INT32_MAX / 2) return fpi_j_error(c, up, "too many uses (%zu)", nu);
+  m->uses = fpi_alloc_array(c->a, nu, sizeof *m->uses);
   for (size_t k = 0; k < nu; k++) {
     const char *name;
     if (!str_elem(c, ua, k, up, &name)) return false;
-#define EP fp_ptr_idx(c->a, up, (int64_t)k)
+#define EP fpi_ptr_idx(c->a, up, (int64_t)k)
     int pi = ns_get(pnames, name);
     if (pi < 0)
-      return fp_j_error(c, EP, "unknown param '%s' in uses (it must be declared in another module's params)%s", name,
+      return fpi_j_error(c, EP, "unknown param '%s' in uses (it must be declared in another module's params)%s", name,
                         near_name(c->a, out, true, out->nparams, name));
     if (out->params[pi].module == i)
-      return fp_j_error(c, EP, "param '%s' is this module's own (uses names params declared by other modules)", name);
+      return fpi_j_error(c, EP, "param '%s' is this module's own (uses names params declared by other modules)", name);
     for (int j = 0; j < m->nuses; j++)
-      if (m->uses[j] == pi) return fp_j_error(c, EP, "param '%s' appears twice in uses", name);
+      if (m->uses[j] == pi) return fpi_j_error(c, EP, "param '%s' appears twice in uses", name);
 #undef EP
     m->uses[m->nuses++] = pi;
   }
@@ -219,71 +219,71 @@ static bool parse_uses(fp_jctx *c, const fp_jv *mv, int i, const nameset *pnames
 }
 
 /* ---- entry points --------------------------------------------------------------- */
-bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
+bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
                     fp_model *out) {
   memset(out, 0, sizeof *out);
   out->src = src;
-  out->ptr = ptr = ptr ? fp_strdup(a, ptr) : "";
+  out->ptr = ptr = ptr ? fpi_strdup(a, ptr) : "";
   mctx x = {.c = {a, d, src, mctx_here}, .ptr = ptr};
   fp_jctx *c = &x.c;
-  if (!fp_j_is_object(c, root, ptr)) return false;
+  if (!fpi_j_is_object(c, root, ptr)) return false;
   if (!check_format(c, root, ptr, &out->version)) return false;
   static const char *const keys[] = {"format", "name", "modules", "forward_order", NULL};
-  if (!fp_j_keys(c, root, ptr, keys)) return false;
-  if (!fp_j_str(c, root, ptr, "name", true, &out->name)) return false;
+  if (!fpi_j_keys(c, root, ptr, keys)) return false;
+  if (!fpi_j_str(c, root, ptr, "name", true, &out->name)) return false;
 
   const fp_jv *mods;
   size_t nm;
-  if (!fp_j_arr(c, root, ptr, "modules", true, &mods, &nm)) return false;
-  const char *msp = fp_ptr_key(a, ptr, "modules");
-  if (nm == 0) return fp_j_error(c, msp, "expected a non-empty array of modules, got an empty array");
-  if (nm > INT32_MAX / 2) return fp_j_error(c, msp, "too many modules (%zu)", nm);
+  if (!fpi_j_arr(c, root, ptr, "modules", true, &mods, &nm)) return false;
+  const char *msp = fpi_ptr_key(a, ptr, "modules");
+  if (nm == 0) return fpi_j_error(c, msp, "expected a non-empty array of modules, got an empty array");
+  if (nm > INT32_MAX / 2) return fpi_j_error(c, msp, "too many modules (%zu)", nm);
 
   /* count params first so the arrays are allocated once */
   size_t total = 0;
   for (size_t i = 0; i < nm; i++) {
-    const fp_jv *pa = fp_j_get(fp_jv_at(mods, i), "params");
-    if (fp_jv_is(pa, FP_JARRAY)) total += pa->n;
+    const fp_jv *pa = fpi_j_get(fpi_jv_at(mods, i), "params");
+    if (fpi_jv_is(pa, FP_JARRAY)) total += pa->n;
   }
-  if (total > INT32_MAX / 2) return fp_j_error(c, msp, "too many params (%zu)", total);
-  out->modules = fp_alloc_array(a, nm, sizeof *out->modules);
-  out->params = fp_alloc_array(a, total ? total : 1, sizeof *out->params);
+  if (total > INT32_MAX / 2) return fpi_j_error(c, msp, "too many params (%zu)", total);
+  out->modules = fpi_alloc_array(a, nm, sizeof *out->modules);
+  out->params = fpi_alloc_array(a, total ? total : 1, sizeof *out->params);
   nameset mnames, pnames;
   ns_init(a, &mnames, nm);
   ns_init(a, &pnames, total);
 
   for (size_t i = 0; i < nm; i++) {
-    const fp_jv *mv = fp_jv_at(mods, i);
+    const fp_jv *mv = fpi_jv_at(mods, i);
     x.mi = (int)i;
     x.pi = -1;
     fp_module *m = &out->modules[i];
-    if (!fp_j_is_object(c, mv, NULL)) return false;
+    if (!fpi_j_is_object(c, mv, NULL)) return false;
     if (!parse_module(c, mv, out->version, m)) return false;
     int prev = ns_put(&mnames, m->name, (int)i);
     if (prev >= 0)
-      return fp_j_error(c, here_key(c, "name"), "duplicate module name '%s' (also %s)", m->name,
-                        fp_module_ptr(a, out, prev));
+      return fpi_j_error(c, here_key(c, "name"), "duplicate module name '%s' (also %s)", m->name,
+                        fpi_module_ptr(a, out, prev));
     const fp_jv *pa = NULL;
     size_t np = 0;
     /* v2: a module that only reads tied params has none of its own
      * (checked with its uses below) */
-    bool need_params = out->version == 1 || !fp_j_has(mv, "uses");
-    if (!fp_j_arr(c, mv, NULL, "params", need_params, &pa, &np)) return false;
+    bool need_params = out->version == 1 || !fpi_j_has(mv, "uses");
+    if (!fpi_j_arr(c, mv, NULL, "params", need_params, &pa, &np)) return false;
     if (!pa) np = 0;
     if (np == 0 && need_params)
-      return fp_j_error(c, here_key(c, "params"), "expected a non-empty array of params, got an empty array");
+      return fpi_j_error(c, here_key(c, "params"), "expected a non-empty array of params, got an empty array");
     m->first_param = out->nparams;
     m->nparams = (int)np;
     for (size_t k = 0; k < np; k++) {
-      const fp_jv *pv = fp_jv_at(pa, k);
+      const fp_jv *pv = fpi_jv_at(pa, k);
       x.pi = (int)k;
-      if (!fp_j_is_object(c, pv, NULL)) return false;
+      if (!fpi_j_is_object(c, pv, NULL)) return false;
       fp_param *p = &out->params[out->nparams];
       if (!parse_param(c, pv, (int)i, p)) return false;
       int pprev = ns_put(&pnames, p->name, out->nparams);
       if (pprev >= 0)
-        return fp_j_error(c, here_key(c, "name"), "duplicate param name '%s' (also %s)", p->name,
-                          fp_param_ptr(a, out, &out->params[pprev]));
+        return fpi_j_error(c, here_key(c, "name"), "duplicate param name '%s' (also %s)", p->name,
+                          fpi_param_ptr(a, out, &out->params[pprev]));
       out->nparams++;
     }
   }
@@ -292,7 +292,7 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
     for (size_t i = 0; i < nm; i++) {
       x.mi = (int)i;
       x.pi = -1;
-      if (!parse_uses(c, fp_jv_at(mods, i), (int)i, &pnames, out)) return false;
+      if (!parse_uses(c, fpi_jv_at(mods, i), (int)i, &pnames, out)) return false;
     }
 
   /* forward_order: default the order of modules; if given, it must name every
@@ -300,24 +300,24 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
    * nor reduced: almost certainly a mistake in the input) */
   const fp_jv *fo = NULL;
   size_t nfo = 0;
-  if (!fp_j_arr(c, root, ptr, "forward_order", false, &fo, &nfo)) return false;
+  if (!fpi_j_arr(c, root, ptr, "forward_order", false, &fo, &nfo)) return false;
   if (!fo) {
     out->norder = out->nmodules;
-    out->order = fp_alloc_array(a, nm, sizeof *out->order);
+    out->order = fpi_alloc_array(a, nm, sizeof *out->order);
     for (int i = 0; i < out->nmodules; i++) out->order[i] = i;
     return true;
   }
-  const char *fop = fp_ptr_key(a, ptr, "forward_order");
-  if (nfo == 0) return fp_j_error(c, fop, "expected a non-empty array of module names, got an empty array");
-  if (nfo > INT32_MAX / 2) return fp_j_error(c, fop, "forward_order too long (%zu)", nfo);
-  out->order = fp_alloc_array(a, nfo, sizeof *out->order);
-  bool *seen = fp_alloc_array(a, nm, sizeof *seen);
+  const char *fop = fpi_ptr_key(a, ptr, "forward_order");
+  if (nfo == 0) return fpi_j_error(c, fop, "expected a non-empty array of module names, got an empty array");
+  if (nfo > INT32_MAX / 2) return fpi_j_error(c, fop, "forward_order too long (%zu)", nfo);
+  out->order = fpi_alloc_array(a, nfo, sizeof *out->order);
+  bool *seen = fpi_alloc_array(a, nm, sizeof *seen);
   for (size_t k = 0; k < nfo; k++) {
     const char *name;
     if (!str_elem(c, fo, k, fop, &name)) return false;
     int mi = ns_get(&mnames, name);
     if (mi < 0)
-      return fp_j_error(c, fp_ptr_idx(a, fop, (int64_t)k), "unknown module '%s' in forward_order%s", name,
+      return fpi_j_error(c, fpi_ptr_idx(a, fop, (int64_t)k), "unknown module '%s' in forward_order%s", name,
                         near_name(a, out, false, out->nmodules, name));
     out->order[k] = mi;
     seen[mi] = true;
@@ -325,38 +325,38 @@ bool fp_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
   out->norder = (int)nfo;
   for (size_t i = 0; i < nm; i++)
     if (!seen[i])
-      return fp_j_error(c, fop, "module '%s' is not in forward_order (every module must run)",
+      return fpi_j_error(c, fop, "module '%s' is not in forward_order (every module must run)",
                         out->modules[i].name);
   return true;
 }
 
-bool fp_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out, const fp_jv **embedded_spec,
+bool fpi_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out, const fp_jv **embedded_spec,
                    const fp_src **src_out) {
   if (embedded_spec) *embedded_spec = NULL;
   if (src_out) *src_out = NULL;
-  fp_src *src = fp_alloc(a, sizeof *src);
-  if (!fp_src_read(a, d, path, src)) return false;
-  return fp_model_load_src(a, d, src, out, embedded_spec, src_out);
+  fp_src *src = fpi_alloc(a, sizeof *src);
+  if (!fpi_src_read(a, d, path, src)) return false;
+  return fpi_model_load_src(a, d, src, out, embedded_spec, src_out);
 }
 
-bool fp_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out, const fp_jv **embedded_spec,
+bool fpi_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out, const fp_jv **embedded_spec,
                        const fp_src **src_out) {
   if (embedded_spec) *embedded_spec = NULL;
   if (src_out) *src_out = src;
   fp_jctx c = {a, d, src, NULL};
-  const fp_jv *root = fp_json_parse(&c);
+  const fp_jv *root = fpi_json_parse(&c);
   if (!root) return false;
-  if (!fp_j_is_object(&c, root, "")) return false;
-  if (!fp_j_has(root, "format") && (fp_j_has(root, "model") || fp_j_has(root, "spec"))) {
+  if (!fpi_j_is_object(&c, root, "")) return false;
+  if (!fpi_j_has(root, "format") && (fpi_j_has(root, "model") || fpi_j_has(root, "spec"))) {
     /* the combined form */
     static const char *const keys[] = {"model", "spec", NULL};
-    if (!fp_j_keys(&c, root, "", keys)) return false;
-    if (!fp_j_has(root, "model")) return fp_j_error(&c, "", "missing required member 'model'");
-    const fp_jv *spec = fp_j_get(root, "spec");
-    if (fp_j_has(root, "spec") && !fp_j_is_object(&c, spec, "/spec")) return false;
-    if (!fp_model_parse(a, d, src, fp_j_get(root, "model"), "/model", out)) return false;
+    if (!fpi_j_keys(&c, root, "", keys)) return false;
+    if (!fpi_j_has(root, "model")) return fpi_j_error(&c, "", "missing required member 'model'");
+    const fp_jv *spec = fpi_j_get(root, "spec");
+    if (fpi_j_has(root, "spec") && !fpi_j_is_object(&c, spec, "/spec")) return false;
+    if (!fpi_model_parse(a, d, src, fpi_j_get(root, "model"), "/model", out)) return false;
     if (embedded_spec && spec) *embedded_spec = spec;
     return true;
   }
-  return fp_model_parse(a, d, src, root, "", out);
+  return fpi_model_parse(a, d, src, root, "", out);
 }

@@ -33,7 +33,7 @@ typedef struct fp_phase_times {
   int32_t runs[FP_NPHASES];
 } fp_phase_times;
 /* this thread's CPU time in ms (a phase's start and end) */
-double fp_phase_clock(void);
+double fpi_phase_clock(void);
 
 typedef struct fp_compiled {
   fp_layout layout;
@@ -45,7 +45,7 @@ typedef struct fp_compiled {
   bool defer_refresh; /* persistent compute weights refreshed in the next forward (lower.h) */
   bool replica_each;  /* hybrid: replicas all-reduced every micro-batch (lower.h FP_LOWER_REPLICA_EACH) */
   bool prep_on_compute; /* reductions' casts and staging on the compute stream (FP_LOWER_PREP_ON_COMPUTE) */
-  struct fp_summary *summary; /* the kept plan's summary (fp_compile), which fp_summarize copies; NULL before */
+  struct fp_summary *summary; /* the kept plan's summary (fpi_compile), which fpi_summarize copies; NULL before */
   fp_phase_times *times;      /* where the compile's time went: every candidate adds to the same table */
 } fp_compiled;
 
@@ -54,7 +54,7 @@ typedef struct fp_compiled {
 
 /* layout -> lower -> passes (the verifier after each) -> simulator; false
  * after user errors were reported through d */
-bool fp_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out);
+bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out);
 
 /* the figures of --emit=summary (see docs/cli.md for each field) */
 typedef struct fp_summary {
@@ -79,17 +79,17 @@ typedef struct fp_summary {
   double compile_ms;
 } fp_summary;
 
-void fp_summarize(const fp_compiled *c, double compile_ms, fp_summary *out);
+void fpi_summarize(const fp_compiled *c, double compile_ms, fp_summary *out);
 /* the summary of a plan read back (plan.json): the program's figures and
  * the compile's (prog->figures); compile_ms 0. False when the plan carries
  * no figures. */
-bool fp_summarize_plan(const fp_prog *p, fp_summary *out);
-void fp_summary_json(const fp_summary *s, FILE *f);
-void fp_summary_text(const fp_summary *s, FILE *f);
+bool fpi_summarize_plan(const fp_prog *p, fp_summary *out);
+void fpi_summary_json(const fp_summary *s, FILE *f);
+void fpi_summary_text(const fp_summary *s, FILE *f);
 /* bytes the peak is over the device memory (0: it fits, or unknown) */
-int64_t fp_summary_over_device(const fp_summary *s);
+int64_t fpi_summary_over_device(const fp_summary *s);
 /* without a budget, a peak over the device memory: one warning line naming
  * the overshoot and the largest items; nothing otherwise */
-void fp_summary_warn_device(const fp_summary *s, FILE *f);
+void fpi_summary_warn_device(const fp_summary *s, FILE *f);
 
 #endif

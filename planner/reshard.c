@@ -11,7 +11,7 @@
  * dtypes differ is cast by the sender into staging and sent in TO's dtype,
  * so the wire carries exactly the bytes each destination lacks. Params
  * matching an MXFP8 pattern are quantized by the sender (blocks aligned to
- * the full param, xfer.h fp_tx_nscales) and dequantized by the receiver.
+ * the full param, xfer.h fpi_tx_nscales) and dequantized by the receiver.
  * A TO param the plan keeps as MXFP8 (param_dtype "mxfp8": e4m3 elements
  * and e8m0 scales, no full-precision copy) receives MXFP8 straight into
  * those buffers: the sender quantizes the whole blocks of its piece and
@@ -53,12 +53,12 @@ static int64_t numel_of(const fp_ir_param *q) {
  * optimizer state k, a plane of the bucket's state buffer), and its element size */
 static int64_t slot_base(const fp_prog *p, const fp_ir_param *q, int which, int64_t *sz) {
   if (which == 0) {
-    *sz = fp_dtype_size(q->main_dtype);
+    *sz = fpi_dtype_size(q->main_dtype);
     return p->bufs[q->main.buf].offset + q->main.off;
   }
   const fp_ir_buf *B = &p->bufs[q->opt.buf];
-  *sz = fp_dtype_size(p->optim_dtype);
-  return B->offset + q->opt.off + (which - 1) * (B->bytes / fp_optim_states(p->optim));
+  *sz = fpi_dtype_size(p->optim_dtype);
+  return B->offset + q->opt.off + (which - 1) * (B->bytes / fpi_optim_states(p->optim));
 }
 
 /* the runs rank r holds of q's main weights or optimizer state `which`
@@ -72,7 +72,7 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r
     runs = 1, len = numel;
   } else {
     const fp_ir_comm *c = &p->comms[q->comm];
-    int64_t g = fp_comm_index(c, r);
+    int64_t g = fpi_comm_index(c, r);
     if (q->placement == FP_PL_SHARD) {
       int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
       int64_t shape_d = q->ndim > 0 ? q->shape[d] : 1, outer = 1, inner = 1;
@@ -91,7 +91,7 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r
       /* the bucket's params end to end (the weight view's offset is the
        * param's position); rank g holds flat [g*chunk, (g+1)*chunk), at the
        * start of its main view, so this param's piece is shifted into it */
-      int64_t es = fp_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk, end = gc + q->chunk;
+      int64_t es = fpi_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk, end = gc + q->chunk;
       int64_t lo = a > gc ? a : gc, hi = a + numel < end ? a + numel : end;
       if (hi > lo) runs = 1, len = hi - lo, foff = lo - a, base += (lo - gc) * sz;
     }
@@ -116,14 +116,14 @@ typedef struct hmemo {
 static void memo_build(fp_arena *a, const fp_prog *p, const fp_ir_param *q, int which, hmemo *m) {
   m->c = q->placement == FP_PL_REPLICATE ? NULL : &p->comms[q->comm];
   int64_t G = m->c ? m->c->size : 1, total = 0, nr;
-  m->first = fp_alloc_array(a, (size_t)G + 1, sizeof *m->first);
+  m->first = fpi_alloc_array(a, (size_t)G + 1, sizeof *m->first);
   for (int64_t g = 0; g < G; g++) {
     holdings(p, q, which, m->c ? g * m->c->stride : 0, NULL, 0, &nr);
     m->first[g] = total;
     total += nr;
   }
   m->first[G] = total;
-  m->runs = fp_alloc_array(a, (size_t)total + 1, sizeof *m->runs);
+  m->runs = fpi_alloc_array(a, (size_t)total + 1, sizeof *m->runs);
   for (int64_t g = 0; g < G; g++)
     holdings(p, q, which, m->c ? g * m->c->stride : 0, m->runs + m->first[g], (int)(m->first[g + 1] - m->first[g]), &nr);
 }
@@ -131,7 +131,7 @@ static void memo_build(fp_arena *a, const fp_prog *p, const fp_ir_param *q, int 
 /* rank r's runs (holdings(), from the memo): their count, *out pointing at
  * them; the caller sets the rank */
 static int64_t memo_get(const hmemo *m, int64_t r, const run **out) {
-  int64_t g = m->c ? fp_comm_index(m->c, r) : 0;
+  int64_t g = m->c ? fpi_comm_index(m->c, r) : 0;
   *out = m->runs + m->first[g];
   return m->first[g + 1] - m->first[g];
 }
@@ -189,7 +189,7 @@ static int64_t stage_take(planner *P, int32_t proc, int64_t bytes) {
 }
 
 static fp_tx_op *late(planner *P, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
-  P->late = fp_grow(P->t->arena, P->late, &P->cap_late, P->nlate + 1, sizeof *P->late);
+  P->late = fpi_grow(P->t->arena, P->late, &P->cap_late, P->nlate + 1, sizeof *P->late);
   fp_tx_op *o = &P->late[P->nlate++];
   *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
   return o;
@@ -197,7 +197,7 @@ static fp_tx_op *late(planner *P, fp_tx_kind k, int32_t proc, int32_t param, fp_
 
 /* an op of exchange round r (planner.pre) */
 static fp_tx_op *xchg(planner *P, int r, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
-  P->pre[r] = fp_grow(P->t->arena, P->pre[r], &P->cap_pre[r], P->npre[r] + 1, sizeof *P->pre[r]);
+  P->pre[r] = fpi_grow(P->t->arena, P->pre[r], &P->cap_pre[r], P->npre[r] + 1, sizeof *P->pre[r]);
   fp_tx_op *o = &P->pre[r][P->npre[r]++];
   *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
   o->dst.space = o->src.space = o->aux.space = FP_SP_NONE;
@@ -216,8 +216,8 @@ static struct kq *kq_find(planner *P, int32_t proc, int64_t e, int64_t n) {
     int64_t cap = P->kq_cap ? 2 * P->kq_cap : 1024;
     struct kq *old = P->kq;
     int64_t ocap = P->kq_cap;
-    P->kq = fp_alloc_array(P->t->arena, (size_t)cap, sizeof *P->kq);
-    P->kq_slots = fp_alloc_array(P->t->arena, (size_t)cap, sizeof *P->kq_slots);
+    P->kq = fpi_alloc_array(P->t->arena, (size_t)cap, sizeof *P->kq);
+    P->kq_slots = fpi_alloc_array(P->t->arena, (size_t)cap, sizeof *P->kq_slots);
     for (int64_t k = 0; k < cap; k++) P->kq[k].proc = -1;
     P->kq_cap = cap, P->kq_used = 0;
     for (int64_t k = 0; k < ocap; k++)
@@ -235,11 +235,11 @@ static struct kq *kq_find(planner *P, int32_t proc, int64_t e, int64_t n) {
 
 static void keep_whole(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, fp_dtype fdt) {
   fp_tx *t = P->t;
-  int64_t src = s->byte + (e - s->a) * fp_dtype_size(fdt), ns = fp_mx_blocks(n);
+  int64_t src = s->byte + (e - s->a) * fpi_dtype_size(fdt), ns = fpi_mx_blocks(n);
   int32_t sp = (int32_t)(s->rank + t->from_offset);
   fp_tx_ref data = ref(FP_SP_TO, P->kdata + e), scales = ref(FP_SP_TO, P->kscales + e / FP_MX_BLOCK);
   if (sp == d) {
-    fp_tx_op *o = fp_tx_emit(t, FP_TX_QUANT, d, pi, FP_E4M3, n);
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_QUANT, d, pi, FP_E4M3, n);
     o->sdtype = fdt, o->full_off = e, o->dst = data, o->src = ref(FP_SP_FROM, src), o->aux = scales;
     return;
   }
@@ -249,18 +249,18 @@ static void keep_whole(planner *P, int32_t pi, const run *s, int64_t e, int64_t 
     int64_t q0 = stage_take(P, sp, n), qs0 = stage_take(P, sp, ns);
     *m = (struct kq){sp, e, n, q0, qs0};
     P->kq_slots[P->kq_used++] = m - P->kq;
-    o = fp_tx_emit(t, FP_TX_QUANT, sp, pi, FP_E4M3, n);
+    o = fpi_tx_emit(t, FP_TX_QUANT, sp, pi, FP_E4M3, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, m->q), o->src = ref(FP_SP_FROM, src),
     o->aux = ref(FP_SP_STAGE, m->qs);
   }
   int64_t q = m->q, qs = m->qs;
-  o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
+  o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
   o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q);
-  o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, ns);
+  o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, ns);
   o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, qs);
-  o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
   o->peer = sp, o->full_off = e, o->dst = data;
-  o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
   o->peer = sp, o->full_off = e, o->dst = scales;
   P->load[s->rank] += n + ns;
 }
@@ -270,8 +270,8 @@ static void keep_whole(planner *P, int32_t pi, const run *s, int64_t e, int64_t 
  * FROM run s: noted, and planned with the block's other parts once the
  * param's pieces are known (split_blocks) */
 static void keep_part(planner *P, const run *s, int64_t e, int64_t n, int32_t d, int64_t blk, fp_dtype fdt) {
-  P->kp = fp_grow(P->t->arena, P->kp, &P->cap_kp, P->nkp + 1, sizeof *P->kp);
-  P->kp[P->nkp++] = (struct kpart){blk, e, n, s->byte + (e - s->a) * fp_dtype_size(fdt), d,
+  P->kp = fpi_grow(P->t->arena, P->kp, &P->cap_kp, P->nkp + 1, sizeof *P->kp);
+  P->kp[P->nkp++] = (struct kpart){blk, e, n, s->byte + (e - s->a) * fpi_dtype_size(fdt), d,
                                    (int32_t)(s->rank + P->t->from_offset)};
 }
 
@@ -299,165 +299,225 @@ static uint64_t kpart_key(const void *rec, int k) {
  *   reference MXFP8, bit for bit; the wire carries each destination's lacked
  *   bytes plus one scale byte per part the leader lacks and per quantizer
  *   that is no TO process of the block. */
+/* a quantizer (proc, part): its FROM byte, where it quantizes to, where it reads the scale */
+struct qz {
+  int32_t proc, part;
+  int64_t src;
+  fp_tx_ref out, scale;
+};
+
+/* one split block being planned (split_blocks): its wanted parts kp[lo, hi),
+ * and scratch sized for the most parts of any block */
+typedef struct sblock {
+  planner *P;
+  int32_t pi;
+  fp_dtype fdt;
+  int64_t fsz;
+  const struct kpart *kp;
+  int64_t lo, hi, blk, b0, blen;
+  int32_t *procs, np; /* the TO processes wanting parts */
+  bool *gather;       /* per process: it holds every part itself */
+  int64_t *pe, *pn;   /* the parts' element ranges, in element order */
+  int32_t npart;
+  int32_t *kx, *kj;   /* per wanted part k: its process's index in procs, its part's in pe */
+  struct qz *qz;      /* the quantizers */
+  int32_t nq;
+  int32_t *sender;    /* per part: its quantizer for others (qz index) */
+  int32_t lead;       /* the leader process, -1 until chosen */
+  fp_tx_ref fin;      /* where the leader holds the block's scale */
+} sblock;
+
+/* the block's parts, in element order, and its processes */
+static void block_parts(sblock *B) {
+  const struct kpart *kp = B->kp;
+  B->np = B->npart = B->nq = 0;
+  B->lead = -1;
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    if (B->npart == 0 || B->pe[B->npart - 1] != kp[k].e) B->pe[B->npart] = kp[k].e, B->pn[B->npart] = kp[k].n, B->npart++;
+    FP_ASSERT(B->pn[B->npart - 1] == kp[k].n);
+    int32_t x = 0;
+    while (x < B->np && B->procs[x] != kp[k].d) x++;
+    if (x == B->np) B->procs[B->np] = kp[k].d, B->gather[B->np] = true, B->np++;
+    B->gather[x] &= kp[k].sp == kp[k].d;
+    B->kx[k] = x, B->kj[k] = B->npart - 1;
+  }
+  FP_ASSERT(B->npart >= 2);
+}
+
+/* gather processes: copy the parts into staging, quantize the block there;
+ * the first is the leader. true when some process exchanges. */
+static bool block_gathers(sblock *B) {
+  planner *P = B->P;
+  bool xchange = false;
+  for (int32_t x = 0; x < B->np; x++) {
+    xchange |= !B->gather[x];
+    if (!B->gather[x]) continue;
+    if (B->lead < 0) B->lead = B->procs[x];
+    int64_t st = stage_take(P, B->procs[x], B->blen * B->fsz);
+    for (int64_t k = B->lo; k < B->hi; k++) {
+      const struct kpart *c = &B->kp[k];
+      if (c->d != B->procs[x]) continue;
+      fp_tx_op *o = fpi_tx_emit(P->t, FP_TX_COPY, B->procs[x], B->pi, B->fdt, c->n);
+      o->full_off = c->e, o->dst = ref(FP_SP_STAGE, st + (c->e - B->b0) * B->fsz), o->src = ref(FP_SP_FROM, c->src);
+    }
+    fp_tx_op *q = late(P, FP_TX_QUANT, B->procs[x], B->pi, FP_E4M3, B->blen);
+    q->sdtype = B->fdt, q->full_off = B->b0, q->dst = ref(FP_SP_TO, P->kdata + B->b0), q->src = ref(FP_SP_STAGE, st),
+    q->aux = ref(FP_SP_TO, P->kscales + B->blk);
+  }
+  return xchange;
+}
+
+/* quantizers: the exchange processes' own parts, then one sender per part
+ * some exchange process lacks (a gather process holding the part, else the
+ * cover's sender) */
+static void block_quantizers(sblock *B) {
+  const struct kpart *kp = B->kp;
+  for (int32_t j = 0; j < B->npart; j++) B->sender[j] = -1;
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    int32_t j = B->kj[k];
+    if (B->gather[B->kx[k]] || kp[k].sp != kp[k].d) continue;
+    B->qz[B->nq] = (struct qz){kp[k].d, j, kp[k].src, ref(FP_SP_TO, B->P->kdata + kp[k].e), {0}};
+    if (B->sender[j] < 0) B->sender[j] = B->nq;
+    B->nq++;
+  }
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    int32_t j = B->kj[k];
+    if (B->gather[B->kx[k]] || kp[k].sp == kp[k].d || B->sender[j] >= 0) continue;
+    int32_t by = kp[k].sp;
+    int64_t src = kp[k].src;
+    for (int64_t g = B->lo; g < B->hi; g++)
+      if (kp[g].e == kp[k].e && kp[g].sp == kp[g].d) {
+        by = kp[g].d, src = kp[g].src;
+        break;
+      }
+    B->qz[B->nq] = (struct qz){by, j, src, ref(FP_SP_STAGE, stage_take(B->P, by, B->pn[j])), {0}};
+    B->sender[j] = B->nq++;
+  }
+  /* the leader, where no gather process is: the quantizer of the most
+   * parts (ties: an exchange process, the first) */
+  if (B->lead >= 0) return;
+  int32_t best = -1;
+  for (int32_t q = 0; q < B->nq; q++) {
+    int32_t cnt = 0;
+    for (int32_t r = 0; r < B->nq; r++) cnt += B->qz[r].proc == B->qz[q].proc;
+    cnt = 2 * cnt + (B->qz[q].out.space == FP_SP_TO);
+    if (cnt > best) best = cnt, B->lead = B->qz[q].proc;
+  }
+}
+
+/* rounds 0 and 1: each part's scale byte at the leader (its own, or sent by
+ * the part's quantizer), and their running max, the last one into B->fin
+ * (TO's scales where the leader is an exchange process, which keeps it) */
+static void block_scale(sblock *B) {
+  planner *P = B->P;
+  int32_t lead = B->lead;
+  bool lead_to = false;
+  for (int32_t x = 0; x < B->np; x++) lead_to |= B->procs[x] == lead && !B->gather[x];
+  int64_t prev = -1;
+  B->fin = lead_to ? ref(FP_SP_TO, P->kscales + B->blk) : ref(FP_SP_STAGE, stage_take(P, lead, 1));
+  for (int32_t j = 0; j < B->npart; j++) {
+    int64_t src = -1; /* the part in the leader's FROM shard */
+    for (int64_t k = B->lo; k < B->hi && src < 0; k++) /* (every quantizer's bytes come from such a k) */
+      if (B->kj[k] == j && B->kp[k].sp == lead) src = B->kp[k].src;
+    int64_t xj = stage_take(P, lead, 1);
+    fp_tx_op *o;
+    if (src >= 0) {
+      o = xchg(P, 0, FP_TX_SCALES, lead, B->pi, FP_E8M0, B->pn[j]);
+      o->sdtype = B->fdt, o->full_off = B->pe[j], o->dst = ref(FP_SP_STAGE, xj), o->src = ref(FP_SP_FROM, src);
+    } else {
+      const struct qz *by = &B->qz[B->sender[j]]; /* (every part has one: exchange processes want them all) */
+      int64_t at = stage_take(P, by->proc, 1);
+      o = xchg(P, 0, FP_TX_SCALES, by->proc, B->pi, FP_E8M0, B->pn[j]);
+      o->sdtype = B->fdt, o->full_off = B->pe[j], o->dst = ref(FP_SP_STAGE, at), o->src = ref(FP_SP_FROM, by->src);
+      o = xchg(P, 0, FP_TX_SEND, by->proc, B->pi, FP_E8M0, 1);
+      o->peer = lead, o->full_off = B->pe[j], o->src = ref(FP_SP_STAGE, at);
+      o = xchg(P, 0, FP_TX_RECV, lead, B->pi, FP_E8M0, 1);
+      o->peer = by->proc, o->full_off = B->pe[j], o->dst = ref(FP_SP_STAGE, xj);
+      P->load[by->proc - P->t->from_offset] += 1;
+    }
+    if (prev >= 0) {
+      o = xchg(P, 1, FP_TX_MAX, lead, B->pi, FP_E8M0, 1);
+      o->full_off = B->b0, o->src = ref(FP_SP_STAGE, prev), o->aux = ref(FP_SP_STAGE, xj);
+      o->dst = j == B->npart - 1 ? B->fin : ref(FP_SP_STAGE, stage_take(P, lead, 1));
+      prev = o->dst.off;
+    } else {
+      prev = xj;
+    }
+  }
+}
+
+/* round 2: the scale to every exchange process and quantizer but the
+ * leader, once per process (into TO's scales for an exchange process,
+ * which keeps it), and where each quantizer reads it */
+static void block_share_scale(sblock *B) {
+  planner *P = B->P;
+  for (int32_t x = 0; x < B->np + B->nq; x++) {
+    int32_t p = x < B->np ? B->procs[x] : B->qz[x - B->np].proc;
+    if (p == B->lead || (x < B->np && B->gather[x])) continue;
+    bool seen = false, into_to = false;
+    for (int32_t y = 0; y < x && !seen; y++)
+      seen = y < B->np ? B->procs[y] == p && !B->gather[y] : B->qz[y - B->np].proc == p;
+    for (int32_t y = 0; y < B->np; y++) into_to |= B->procs[y] == p && !B->gather[y];
+    if (seen) continue;
+    fp_tx_ref at = into_to ? ref(FP_SP_TO, P->kscales + B->blk) : ref(FP_SP_STAGE, stage_take(P, p, 1));
+    fp_tx_op *o = xchg(P, 2, FP_TX_SEND, B->lead, B->pi, FP_E8M0, 1);
+    o->peer = p, o->full_off = B->b0, o->src = B->fin;
+    o = xchg(P, 2, FP_TX_RECV, p, B->pi, FP_E8M0, 1);
+    o->peer = B->lead, o->full_off = B->b0, o->dst = at;
+    P->load[B->lead - P->t->from_offset] += 1;
+    for (int32_t q = 0; q < B->nq; q++)
+      if (B->qz[q].proc == p) B->qz[q].scale = at;
+  }
+  for (int32_t q = 0; q < B->nq; q++)
+    if (B->qz[q].proc == B->lead) B->qz[q].scale = B->fin;
+}
+
+/* round 3: the parts at the scale; then each sent to the processes lacking it */
+static void block_quantize(sblock *B) {
+  planner *P = B->P;
+  for (int32_t q = 0; q < B->nq; q++) {
+    const struct qz *z = &B->qz[q];
+    FP_ASSERT(z->scale.space != FP_SP_NONE);
+    fp_tx_op *o = xchg(P, 3, FP_TX_QUANT_AT, z->proc, B->pi, FP_E4M3, B->pn[z->part]);
+    o->sdtype = B->fdt, o->full_off = B->pe[z->part], o->dst = z->out, o->src = ref(FP_SP_FROM, z->src), o->aux = z->scale;
+  }
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    const struct kpart *c = &B->kp[k];
+    int32_t j = B->kj[k];
+    if (B->gather[B->kx[k]] || c->sp == c->d) continue;
+    const struct qz *by = &B->qz[B->sender[j]];
+    fp_tx_op *o = fpi_tx_emit(P->t, FP_TX_SEND, by->proc, B->pi, FP_E4M3, B->pn[j]);
+    o->peer = c->d, o->full_off = B->pe[j], o->src = by->out;
+    o = fpi_tx_emit(P->t, FP_TX_RECV, c->d, B->pi, FP_E4M3, B->pn[j]);
+    o->peer = by->proc, o->full_off = B->pe[j], o->dst = ref(FP_SP_TO, P->kdata + B->pe[j]);
+    P->load[by->proc - P->t->from_offset] += B->pn[j];
+  }
+}
+
 static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
-  fp_tx *t = P->t;
-  fp_arena *a = t->arena;
+  fp_arena *a = P->t->arena;
   struct kpart *kp = P->kp;
-  int64_t nkp = P->nkp, fsz = fp_dtype_size(fdt);
+  int64_t nkp = P->nkp;
   P->nkp = 0;
   if (nkp == 0) return;
-  fp_sort_records(kp, sizeof *kp, nkp, 2, kpart_key);
-  /* per block scratch: its processes (gather or exchange), parts, quantizers */
-  int32_t *procs = fp_alloc_array(a, (size_t)nkp + 1, sizeof *procs);
-  bool *gather = fp_alloc_array(a, (size_t)nkp + 1, sizeof *gather);
-  int64_t *pe = fp_alloc_array(a, (size_t)nkp + 1, sizeof *pe), *pn = fp_alloc_array(a, (size_t)nkp + 1, sizeof *pn);
-  int32_t *kx = fp_alloc_array(a, (size_t)nkp + 1, sizeof *kx), *kj = fp_alloc_array(a, (size_t)nkp + 1, sizeof *kj);
-  /* (per wanted part k: its process's index in procs, its part's in pe) */
-  /* quantizers (proc, part): their FROM byte, where they quantize to, where they read the scale */
-  struct qz { int32_t proc, part; int64_t src; fp_tx_ref out, scale; } *qz = fp_alloc_array(a, (size_t)nkp + 1, sizeof *qz);
-  int32_t *sender = fp_alloc_array(a, (size_t)nkp + 1, sizeof *sender); /* per part: its quantizer for others (qz index) */
+  fpi_sort_records(kp, sizeof *kp, nkp, 2, kpart_key);
+  size_t n = (size_t)nkp + 1;
+  sblock B = {.P = P, .pi = pi, .fdt = fdt, .fsz = fpi_dtype_size(fdt), .kp = kp,
+              .procs = fpi_alloc_array(a, n, sizeof *B.procs), .gather = fpi_alloc_array(a, n, sizeof *B.gather),
+              .pe = fpi_alloc_array(a, n, sizeof *B.pe), .pn = fpi_alloc_array(a, n, sizeof *B.pn),
+              .kx = fpi_alloc_array(a, n, sizeof *B.kx), .kj = fpi_alloc_array(a, n, sizeof *B.kj),
+              .qz = fpi_alloc_array(a, n, sizeof *B.qz), .sender = fpi_alloc_array(a, n, sizeof *B.sender)};
   for (int64_t lo = 0, hi; lo < nkp; lo = hi) {
-    int64_t blk = kp[lo].blk, b0 = blk * FP_MX_BLOCK;
+    int64_t blk = kp[lo].blk;
     for (hi = lo; hi < nkp && kp[hi].blk == blk;) hi++;
-    int32_t np = 0, nq = 0, npart = 0;
-    for (int64_t k = lo; k < hi; k++) { /* the parts, in element order; the processes */
-      if (npart == 0 || pe[npart - 1] != kp[k].e) pe[npart] = kp[k].e, pn[npart] = kp[k].n, npart++;
-      FP_ASSERT(pn[npart - 1] == kp[k].n);
-      int32_t x = 0;
-      while (x < np && procs[x] != kp[k].d) x++;
-      if (x == np) procs[np] = kp[k].d, gather[np] = true, np++;
-      gather[x] &= kp[k].sp == kp[k].d;
-      kx[k] = x, kj[k] = npart - 1;
-    }
-    FP_ASSERT(npart >= 2);
-    int64_t blen = P->knumel - b0 < FP_MX_BLOCK ? P->knumel - b0 : FP_MX_BLOCK;
-    int32_t lead = -1;
-    /* gather processes: copy the parts into staging, quantize the block there */
-    for (int32_t x = 0; x < np; x++) {
-      if (!gather[x]) continue;
-      if (lead < 0) lead = procs[x];
-      int64_t st = stage_take(P, procs[x], blen * fsz);
-      for (int64_t k = lo; k < hi; k++) {
-        if (kp[k].d != procs[x]) continue;
-        fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, procs[x], pi, fdt, kp[k].n);
-        o->full_off = kp[k].e, o->dst = ref(FP_SP_STAGE, st + (kp[k].e - b0) * fsz), o->src = ref(FP_SP_FROM, kp[k].src);
-      }
-      fp_tx_op *q = late(P, FP_TX_QUANT, procs[x], pi, FP_E4M3, blen);
-      q->sdtype = fdt, q->full_off = b0, q->dst = ref(FP_SP_TO, P->kdata + b0), q->src = ref(FP_SP_STAGE, st),
-      q->aux = ref(FP_SP_TO, P->kscales + blk);
-    }
-    bool xchange = false;
-    for (int32_t x = 0; x < np; x++) xchange |= !gather[x];
-    if (!xchange) continue;
-    /* quantizers: the exchange processes' own parts, then one sender per
-     * part some exchange process lacks (a holder among the processes, else
-     * the cover's choice) */
-    for (int32_t j = 0; j < npart; j++) sender[j] = -1;
-    for (int64_t k = lo; k < hi; k++) {
-      int32_t j = kj[k];
-      if (gather[kx[k]] || kp[k].sp != kp[k].d) continue;
-      qz[nq] = (struct qz){kp[k].d, j, kp[k].src, ref(FP_SP_TO, P->kdata + kp[k].e), {0}};
-      if (sender[j] < 0) sender[j] = nq;
-      nq++;
-    }
-    for (int64_t k = lo; k < hi; k++) {
-      int32_t j = kj[k];
-      if (gather[kx[k]] || kp[k].sp == kp[k].d || sender[j] >= 0) continue;
-      /* a gather process holding the part, else the cover's sender */
-      int32_t by = kp[k].sp;
-      int64_t src = kp[k].src;
-      for (int64_t g = lo; g < hi; g++)
-        if (kp[g].e == kp[k].e && kp[g].sp == kp[g].d) {
-          by = kp[g].d, src = kp[g].src;
-          break;
-        }
-      qz[nq] = (struct qz){by, j, src, ref(FP_SP_STAGE, stage_take(P, by, pn[j])), {0}};
-      sender[j] = nq++;
-    }
-    /* the leader: a gather process (it holds every part), else the
-     * quantizer of the most parts (ties: an exchange process, the first) */
-    if (lead < 0) {
-      int32_t best = -1;
-      for (int32_t q = 0; q < nq; q++) {
-        int32_t cnt = 0;
-        for (int32_t r = 0; r < nq; r++) cnt += qz[r].proc == qz[q].proc;
-        cnt = 2 * cnt + (qz[q].out.space == FP_SP_TO);
-        if (cnt > best) best = cnt, lead = qz[q].proc;
-      }
-    }
-    bool lead_to = false; /* the leader keeps the scale in TO (an exchange process) */
-    for (int32_t x = 0; x < np; x++) lead_to |= procs[x] == lead && !gather[x];
-    /* round 0: each part's scale byte at the leader */
-    int64_t prev = -1;
-    fp_tx_ref fin = lead_to ? ref(FP_SP_TO, P->kscales + blk) : ref(FP_SP_STAGE, stage_take(P, lead, 1));
-    for (int32_t j = 0; j < npart; j++) {
-      int64_t src = -1; /* the part in the leader's FROM shard */
-      for (int64_t k = lo; k < hi && src < 0; k++) /* (every quantizer's bytes come from such a k) */
-        if (kj[k] == j && kp[k].sp == lead) src = kp[k].src;
-      int64_t xj = stage_take(P, lead, 1);
-      fp_tx_op *o;
-      if (src >= 0) {
-        o = xchg(P, 0, FP_TX_SCALES, lead, pi, FP_E8M0, pn[j]);
-        o->sdtype = fdt, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, xj), o->src = ref(FP_SP_FROM, src);
-      } else {
-        const struct qz *by = &qz[sender[j]]; /* (every part has one: exchange processes want them all) */
-        int64_t at = stage_take(P, by->proc, 1);
-        o = xchg(P, 0, FP_TX_SCALES, by->proc, pi, FP_E8M0, pn[j]);
-        o->sdtype = fdt, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, at), o->src = ref(FP_SP_FROM, by->src);
-        o = xchg(P, 0, FP_TX_SEND, by->proc, pi, FP_E8M0, 1);
-        o->peer = lead, o->full_off = pe[j], o->src = ref(FP_SP_STAGE, at);
-        o = xchg(P, 0, FP_TX_RECV, lead, pi, FP_E8M0, 1);
-        o->peer = by->proc, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, xj);
-        P->load[by->proc - t->from_offset] += 1;
-      }
-      /* round 1: the running max, the last one where the leader keeps it */
-      if (prev >= 0) {
-        o = xchg(P, 1, FP_TX_MAX, lead, pi, FP_E8M0, 1);
-        o->full_off = b0, o->src = ref(FP_SP_STAGE, prev), o->aux = ref(FP_SP_STAGE, xj);
-        o->dst = j == npart - 1 ? fin : ref(FP_SP_STAGE, stage_take(P, lead, 1));
-        prev = o->dst.off;
-      } else {
-        prev = xj;
-      }
-    }
-    /* round 2: the scale to every exchange process and quantizer but the
-     * leader, once per process (into TO's scales for an exchange process,
-     * which keeps it), and where each quantizer reads it */
-    for (int32_t x = 0; x < np + nq; x++) {
-      int32_t p = x < np ? procs[x] : qz[x - np].proc;
-      if (p == lead || (x < np && gather[x])) continue;
-      bool seen = false, into_to = false;
-      for (int32_t y = 0; y < x && !seen; y++) seen = y < np ? procs[y] == p && !gather[y] : qz[y - np].proc == p;
-      for (int32_t y = 0; y < np; y++) into_to |= procs[y] == p && !gather[y];
-      if (seen) continue;
-      fp_tx_ref at = into_to ? ref(FP_SP_TO, P->kscales + blk) : ref(FP_SP_STAGE, stage_take(P, p, 1));
-      fp_tx_op *o = xchg(P, 2, FP_TX_SEND, lead, pi, FP_E8M0, 1);
-      o->peer = p, o->full_off = b0, o->src = fin;
-      o = xchg(P, 2, FP_TX_RECV, p, pi, FP_E8M0, 1);
-      o->peer = lead, o->full_off = b0, o->dst = at;
-      P->load[lead - t->from_offset] += 1;
-      for (int32_t q = 0; q < nq; q++)
-        if (qz[q].proc == p) qz[q].scale = at;
-    }
-    for (int32_t q = 0; q < nq; q++)
-      if (qz[q].proc == lead) qz[q].scale = fin;
-    /* round 3: the parts at the scale; then each sent to the processes lacking it */
-    for (int32_t q = 0; q < nq; q++) {
-      FP_ASSERT(qz[q].scale.space != FP_SP_NONE);
-      fp_tx_op *o = xchg(P, 3, FP_TX_QUANT_AT, qz[q].proc, pi, FP_E4M3, pn[qz[q].part]);
-      o->sdtype = fdt, o->full_off = pe[qz[q].part], o->dst = qz[q].out, o->src = ref(FP_SP_FROM, qz[q].src),
-      o->aux = qz[q].scale;
-    }
-    for (int64_t k = lo; k < hi; k++) {
-      int32_t j = kj[k];
-      if (gather[kx[k]] || kp[k].sp == kp[k].d) continue;
-      const struct qz *by = &qz[sender[j]];
-      fp_tx_op *o = fp_tx_emit(t, FP_TX_SEND, by->proc, pi, FP_E4M3, pn[j]);
-      o->peer = kp[k].d, o->full_off = pe[j], o->src = by->out;
-      o = fp_tx_emit(t, FP_TX_RECV, kp[k].d, pi, FP_E4M3, pn[j]);
-      o->peer = by->proc, o->full_off = pe[j], o->dst = ref(FP_SP_TO, P->kdata + pe[j]);
-      P->load[by->proc - t->from_offset] += pn[j];
-    }
+    B.lo = lo, B.hi = hi, B.blk = blk, B.b0 = blk * FP_MX_BLOCK;
+    B.blen = P->knumel - B.b0 < FP_MX_BLOCK ? P->knumel - B.b0 : FP_MX_BLOCK;
+    block_parts(&B);
+    if (!block_gathers(&B)) continue;
+    block_quantizers(&B);
+    block_scale(&B);
+    block_share_scale(&B);
+    block_quantize(&B);
   }
 }
 
@@ -492,27 +552,27 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
     piece_keep(P, pi, s, e, n, d, fdt);
     return;
   }
-  int64_t src = s->byte + (e - s->a) * fp_dtype_size(fdt);
+  int64_t src = s->byte + (e - s->a) * fpi_dtype_size(fdt);
   int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
   if (sp == d) {
-    fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, d, pi, tdt, n);
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, d, pi, tdt, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
     return;
   }
   if (mx) {
-    int64_t ns = fp_tx_nscales(e, n);
+    int64_t ns = fpi_tx_nscales(e, n);
     int64_t q = stage_take(P, sp, n), qs = stage_take(P, sp, ns);
-    fp_tx_op *o = fp_tx_emit(t, FP_TX_QUANT, sp, pi, FP_E4M3, n);
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_QUANT, sp, pi, FP_E4M3, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, q), o->src = ref(FP_SP_FROM, src),
     o->aux = ref(FP_SP_STAGE, qs);
-    o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
+    o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
     o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q);
-    o = fp_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, ns);
+    o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, ns);
     o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, qs);
     int64_t r = stage_take(P, d, n), rs = stage_take(P, d, ns);
-    o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
+    o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
     o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, r);
-    o = fp_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
+    o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
     o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, rs);
     o = late(P, FP_TX_DEQUANT, d, pi, tdt, n);
     o->sdtype = FP_E4M3, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_STAGE, r),
@@ -522,16 +582,16 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   }
   fp_tx_ref from = ref(FP_SP_FROM, src);
   if (fdt != tdt) { /* the sender casts into staging, the wire carries TO's dtype */
-    int64_t c = stage_take(P, sp, n * fp_dtype_size(tdt));
-    fp_tx_op *o = fp_tx_emit(t, FP_TX_COPY, sp, pi, tdt, n);
+    int64_t c = stage_take(P, sp, n * fpi_dtype_size(tdt));
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, sp, pi, tdt, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, c), o->src = from;
     from = ref(FP_SP_STAGE, c);
   }
-  fp_tx_op *o = fp_tx_emit(t, FP_TX_SEND, sp, pi, tdt, n);
+  fp_tx_op *o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, tdt, n);
   o->peer = d, o->full_off = e, o->src = from;
-  o = fp_tx_emit(t, FP_TX_RECV, d, pi, tdt, n);
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, tdt, n);
   o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_TO, dst);
-  P->load[sp] += n * fp_dtype_size(tdt);
+  P->load[sp] += n * fpi_dtype_size(tdt);
 }
 
 /* Groups: the FROM runs of one param sorted by start fall into blocks of
@@ -548,7 +608,7 @@ typedef struct group {
 
 /* the groups of fr (sorted by start, then rank); false when runs overlap */
 static bool make_groups(fp_arena *a, const run *fr, int64_t nfr, group **out, int64_t *ng) {
-  group *g = fp_alloc_array(a, (size_t)nfr + 1, sizeof *g);
+  group *g = fpi_alloc_array(a, (size_t)nfr + 1, sizeof *g);
   int64_t n = 0;
   for (int64_t k = 0; k < nfr; k++) {
     if (n > 0 && fr[g[n - 1].first].a == fr[k].a && fr[g[n - 1].first].len == fr[k].len) {
@@ -564,7 +624,7 @@ static bool make_groups(fp_arena *a, const run *fr, int64_t nfr, group **out, in
 
 static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64_t ng, int64_t a, int64_t len,
                          int32_t d, int64_t dst, fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
-  int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
+  int64_t e = a, end = a + len, tsz = fpi_dtype_size(tdt);
   while (e < end) {
     int64_t lo = 0, hi = ng; /* the last group starting at or before e */
     while (lo < hi) {
@@ -604,7 +664,7 @@ static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64
 /* the general case (runs that overlap without being equal): the FROM runs are sorted by start; cover TO run [a, a+len) of TO proc d */
 static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a, int64_t len, int32_t d, int64_t dst,
                   fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
-  int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
+  int64_t e = a, end = a + len, tsz = fpi_dtype_size(tdt);
   while (e < end) {
     /* the runs holding e: candidates; the piece ends at the nearest boundary */
     int64_t stop = end;
@@ -639,7 +699,7 @@ static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a,
  * cut at the own runs' ends; false on a gap */
 static bool cover_local(planner *P, int32_t pi, const run *own, int64_t nown, int64_t a, int64_t len, int32_t d,
                         int64_t dst, fp_dtype fdt, fp_dtype tdt, bool mx) {
-  int64_t e = a, end = a + len, tsz = fp_dtype_size(tdt);
+  int64_t e = a, end = a + len, tsz = fpi_dtype_size(tdt);
   for (int64_t k = 0; k < nown && e < end; k++) {
     run s = own[k];
     s.rank = (int32_t)(d - P->t->from_offset);
@@ -681,8 +741,8 @@ static void classes(planner *P, int64_t from_offset, int64_t to_offset) {
   /* the communicators some param's runs depend on, per plan */
   int32_t *cm[2], nc[2] = {0, 0};
   for (int k = 0; k < 2; k++) {
-    bool *used = fp_alloc_array(a, (size_t)pr[k]->ncomms + 1, sizeof *used);
-    cm[k] = fp_alloc_array(a, (size_t)pr[k]->ncomms + 1, sizeof *cm[k]);
+    bool *used = fpi_alloc_array(a, (size_t)pr[k]->ncomms + 1, sizeof *used);
+    cm[k] = fpi_alloc_array(a, (size_t)pr[k]->ncomms + 1, sizeof *cm[k]);
     for (int32_t i = 0; i < pr[k]->nparams; i++) {
       const fp_ir_param *q = &pr[k]->params[i];
       if (q->placement != FP_PL_REPLICATE && q->comm >= 0 && !used[q->comm]) used[q->comm] = true, cm[k][nc[k]++] = q->comm;
@@ -690,18 +750,18 @@ static void classes(planner *P, int64_t from_offset, int64_t to_offset) {
   }
   int64_t K = 2 + nc[0] + nc[1], n = t->nprocs, cap = 16;
   while (cap < 2 * n) cap *= 2;
-  int64_t *keys = fp_alloc_array(a, (size_t)(n * K), sizeof *keys); /* per process; a class's is its owner's */
-  int32_t *slot = fp_alloc_array(a, (size_t)cap, sizeof *slot);
+  int64_t *keys = fpi_alloc_array(a, (size_t)(n * K), sizeof *keys); /* per process; a class's is its owner's */
+  int32_t *slot = fpi_alloc_array(a, (size_t)cap, sizeof *slot);
   for (int64_t k = 0; k < cap; k++) slot[k] = -1;
-  P->owner = fp_alloc_array(a, (size_t)n, sizeof *P->owner);
-  P->member = fp_alloc_array(a, (size_t)n, sizeof *P->member);
-  P->local = fp_alloc_array(a, (size_t)n, sizeof *P->local);
+  P->owner = fpi_alloc_array(a, (size_t)n, sizeof *P->owner);
+  P->member = fpi_alloc_array(a, (size_t)n, sizeof *P->member);
+  P->local = fpi_alloc_array(a, (size_t)n, sizeof *P->local);
   for (int64_t p = 0; p < n; p++) {
     int64_t *v = keys + p * K, rk[2] = {p - from_offset, p - to_offset}, x = 0;
     for (int k = 0; k < 2; k++) {
       bool has = rk[k] >= 0 && rk[k] < pr[k]->world_size;
       v[x++] = has;
-      for (int32_t c = 0; c < nc[k]; c++) v[x++] = has ? fp_comm_index(&pr[k]->comms[cm[k][c]], rk[k]) : -1;
+      for (int32_t c = 0; c < nc[k]; c++) v[x++] = has ? fpi_comm_index(&pr[k]->comms[cm[k][c]], rk[k]) : -1;
     }
     uint64_t h = 1469598103934665603u;
     for (int64_t k = 0; k < K; k++) h = (h ^ (uint64_t)v[k]) * 1099511628211u;
@@ -713,8 +773,8 @@ static void classes(planner *P, int64_t from_offset, int64_t to_offset) {
   }
   /* a class is local when its owner holds, as a FROM rank, every element it
    * needs as a TO rank (main weights, states, a compute weight kept whole) */
-  bool *ok = fp_alloc_array(a, (size_t)n, sizeof *ok);
-  int32_t *cand = fp_alloc_array(a, (size_t)n + 1, sizeof *cand), ncand = 0; /* the owners that hold both ranks */
+  bool *ok = fpi_alloc_array(a, (size_t)n, sizeof *ok);
+  int32_t *cand = fpi_alloc_array(a, (size_t)n + 1, sizeof *cand), ncand = 0; /* the owners that hold both ranks */
   for (int64_t p = 0; p < n; p++)
     if ((ok[p] = P->owner[p] == p && p - from_offset >= 0 && p - from_offset < P->from->world_size &&
                  p - to_offset >= 0 && p - to_offset < P->to->world_size))
@@ -776,11 +836,11 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
       for (int64_t r = 0; r < from->world_size; r++) {
         const run *mr;
         int64_t got = memo_get(&fm, r, &mr);
-        P->fr = fp_grow_raw(a, P->fr, &P->cap_fr, nfr + got + 1, sizeof *P->fr);
+        P->fr = fpi_grow_raw(a, P->fr, &P->cap_fr, nfr + got + 1, sizeof *P->fr);
         for (int64_t k = 0; k < got; k++) P->fr[nfr + k] = mr[k], P->fr[nfr + k].rank = (int32_t)r;
         nfr += got;
       }
-      fp_sort_records(P->fr, sizeof *P->fr, nfr, 1, run_start);
+      fpi_sort_records(P->fr, sizeof *P->fr, nfr, 1, run_start);
       grouped = make_groups(a, P->fr, nfr, &gs, &ng);
       built = true;
     }
@@ -796,25 +856,25 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
     if (P->keep) { /* one run, the whole param (replicated), then its scales */
       FP_ASSERT(full);
       P->kdata = tr[0].byte, P->klast = -1;
-      fp_tx_region_add(t, true, dp, j, P->kscales, fp_mx_blocks(numel), 0, FP_E8M0);
+      fpi_tx_region_add(t, true, dp, j, P->kscales, fpi_mx_blocks(numel), 0, FP_E8M0);
     }
     for (int64_t k = 0; k < got; k++) {
-      int64_t bytes = tr[k].len * fp_dtype_size(tdt);
-      fp_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, tdt);
+      int64_t bytes = tr[k].len * fpi_dtype_size(tdt);
+      fpi_tx_region_add(t, true, dp, j, tr[k].byte, bytes, tr[k].a, tdt);
       if (!COVER(tr[k].a, tr[k].len, tr[k].byte, tdt)) {
-        fp_diag_errorf(d, fname, "param '%s': elements from %" PRId64 " are held by no rank of the plan", q->name,
+        fpi_diag_errorf(d, fname, "param '%s': elements from %" PRId64 " are held by no rank of the plan", q->name,
                        tr[k].a);
         return false;
       }
     }
     if (!persistent) continue;
     /* the compute weight the TO plan keeps unsharded between steps */
-    fp_tx_region_add(t, true, dp, j, wbase, numel * fp_dtype_size(q->param_dtype), 0, q->param_dtype);
+    fpi_tx_region_add(t, true, dp, j, wbase, numel * fpi_dtype_size(q->param_dtype), 0, q->param_dtype);
     if (full) { /* derived from the new main weights, as the plan's own refresh does */
       fp_tx_op *c = late(P, FP_TX_COPY, dp, j, q->param_dtype, numel);
       c->sdtype = q->main_dtype, c->dst = ref(FP_SP_TO, wbase), c->src = ref(FP_SP_TO, tr[0].byte);
     } else if (!COVER(0, numel, wbase, q->param_dtype)) {
-      fp_diag_errorf(d, fname, "param '%s' is not held whole by the ranks of the plan", q->name);
+      fpi_diag_errorf(d, fname, "param '%s' is not held whole by the ranks of the plan", q->name);
       return false;
     }
 #undef COVER
@@ -829,8 +889,8 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
  * holds bytes nobody asks for needs none) */
 static void add_haves(planner *P) {
   fp_tx *t = P->t;
-  int32_t *reads = fp_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *reads), nr = 0;
-  bool *seen = fp_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *seen);
+  int32_t *reads = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *reads), nr = 0;
+  bool *seen = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *seen);
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *o = &t->ops[i];
     if (o->src.space == FP_SP_FROM && !seen[o->proc]) seen[o->proc] = true, reads[nr++] = o->proc;
@@ -845,18 +905,18 @@ static void add_haves(planner *P) {
         const run *mr;
         int64_t got = memo_get(&fm, reads[k] - t->from_offset, &mr);
         for (int64_t x = 0; x < got; x++)
-          fp_tx_region_add(t, false, reads[k], j, mr[x].byte, mr[x].len * fp_dtype_size(fdt), mr[x].a, fdt);
+          fpi_tx_region_add(t, false, reads[k], j, mr[x].byte, mr[x].len * fpi_dtype_size(fdt), mr[x].a, fdt);
       }
     }
   }
 }
 
-fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
+fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
                   const fp_reshard_opts *o, fp_diag *d) {
   int errs = d->nerrors;
   const char *fname = fs ? fs->path : "<from>", *tname = ts ? ts->path : "<to>";
 #define ERR_AT(src, name, ptr, ...) \
-  ((src) ? fp_diag_json(d, (src), (ptr), __VA_ARGS__) : fp_diag_errorf(d, (name), __VA_ARGS__))
+  ((src) ? fpi_diag_json(d, (src), (ptr), __VA_ARGS__) : fpi_diag_errorf(d, (name), __VA_ARGS__))
   const char *what = o->what ? o->what : "weights";
   int nstates = 0; /* optimizer states moved per trainable param */
   if (strcmp(what, "weights") == 0) {
@@ -867,18 +927,18 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
              "{\"type\": \"none\"}); compile both plans with the trainer's optimizer");
     else if (from->optim != to->optim)
       ERR_AT(ts, tname, "/optimizer/type", "--what weights+optimizer: this plan holds %s state and %s holds %s: "
-             "state moves only between plans of one optimizer", fp_optim_name(to->optim), fname,
-             fp_optim_name(from->optim));
+             "state moves only between plans of one optimizer", fpi_optim_name(to->optim), fname,
+             fpi_optim_name(from->optim));
     else
-      nstates = fp_optim_states(to->optim);
+      nstates = fpi_optim_states(to->optim);
   } else {
-    fp_diag_errorf(d, "reshard", "--what '%s': expected weights or weights+optimizer", what);
+    fpi_diag_errorf(d, "reshard", "--what '%s': expected weights or weights+optimizer", what);
   }
   if (o->to_offset < 0 || o->to_offset > from->world_size + o->from_offset)
-    fp_diag_errorf(d, "reshard", "--to-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after FROM's last rank at most)",
+    fpi_diag_errorf(d, "reshard", "--to-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after FROM's last rank at most)",
                    o->to_offset, from->world_size + o->from_offset);
   if (o->from_offset < 0 || o->from_offset > to->world_size + o->to_offset)
-    fp_diag_errorf(d, "reshard", "--from-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after TO's last rank at most)",
+    fpi_diag_errorf(d, "reshard", "--from-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after TO's last rank at most)",
                    o->from_offset, to->world_size + o->to_offset);
   if (strcmp(from->model ? from->model : "", to->model ? to->model : "") != 0)
     ERR_AT(ts, tname, "/model", "the plans are of different models: '%s' (%s) and '%s'", from->model ? from->model : "",
@@ -888,15 +948,15 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   /* params by name (a name map: DeepSeek-V3's 45,000 params compared by
    * scanning were two thirds of its transfer's compile): every TO param
    * must be a FROM param of the same shape, and every FROM param a TO param */
-  int32_t *fi = fp_alloc_array(a, (size_t)to->nparams + 1, sizeof *fi);
-  bool *matched = fp_alloc_array(a, (size_t)from->nparams + 1, sizeof *matched);
+  int32_t *fi = fpi_alloc_array(a, (size_t)to->nparams + 1, sizeof *fi);
+  bool *matched = fpi_alloc_array(a, (size_t)from->nparams + 1, sizeof *matched);
   fp_namemap names;
-  fp_namemap_init(&names, a, from->nparams);
-  for (int32_t i = 0; i < from->nparams; i++) fp_namemap_put(&names, from->params[i].name, i);
+  fpi_namemap_init(&names, a, from->nparams);
+  for (int32_t i = 0; i < from->nparams; i++) fpi_namemap_put(&names, from->params[i].name, i);
   for (int32_t j = 0; j < to->nparams; j++) {
     const fp_ir_param *q = &to->params[j];
     char ptr[64];
-    fi[j] = fp_namemap_get(&names, q->name, strlen(q->name));
+    fi[j] = fpi_namemap_get(&names, q->name, strlen(q->name));
     if (fi[j] < 0) fi[j] = -1; /* (a plan's names are unique: the verifier checks) */
     else matched[fi[j]] = true;
     snprintf(ptr, sizeof ptr, "/params/%d/name", j);
@@ -959,20 +1019,20 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   if (d->nerrors > errs) return NULL;
 #undef ERR_AT
 
-  fp_tx *t = fp_tx_new(a);
+  fp_tx *t = fpi_tx_new(a);
   t->model = to->model;
   t->what = nstates ? "weights+optimizer" : "weights";
-  t->from_hash = fp_prog_hash(from), t->to_hash = fp_prog_hash(to);
+  t->from_hash = fpi_prog_hash(from), t->to_hash = fpi_prog_hash(to);
   t->from_world = from->world_size, t->to_world = to->world_size, t->to_offset = o->to_offset;
   t->from_offset = o->from_offset;
   t->nprocs = o->from_offset + from->world_size > o->to_offset + to->world_size ? o->from_offset + from->world_size
                                                                                  : o->to_offset + to->world_size;
   t->from_arena = from->arena_bytes, t->to_arena = to->arena_bytes;
   planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates};
-  t->same = fp_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
-  P.load = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
-  P.stage = fp_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
-  t->params = fp_alloc_array(a, (size_t)to->nparams + 1, sizeof *t->params);
+  t->same = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
+  P.load = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
+  P.stage = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
+  t->params = fpi_alloc_array(a, (size_t)to->nparams + 1, sizeof *t->params);
   t->nparams = to->nparams;
   t->cap_params = to->nparams + 1;
   for (int32_t j = 0; j < to->nparams; j++) {
@@ -987,7 +1047,7 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
    * in A, which then run their own copy of the class's local work, and,
    * where a class's owner sends, the first member that does not: it takes
    * over the class (a repeated program has no send) */
-  int32_t *list = fp_alloc_array(a, (size_t)to->world_size + 1, sizeof *list), nlist = 0;
+  int32_t *list = fpi_alloc_array(a, (size_t)to->world_size + 1, sizeof *list), nlist = 0;
   for (int64_t r = 0; r < to->world_size; r++)
     if (!P.member[r + o->to_offset]) list[nlist++] = (int32_t)(r + o->to_offset);
   for (int phase = 0; phase < 2; phase++) {
@@ -995,8 +1055,8 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
       /* after A every op is an owner's local work or a send, recv or
        * sender-side cast: a process with ops other than its own local work
        * sends */
-      bool *sends = fp_alloc_array(a, (size_t)t->nprocs + 1, sizeof *sends);
-      int32_t *heir = fp_alloc_array(a, (size_t)t->nprocs + 1, sizeof *heir); /* per owner: the member taking over */
+      bool *sends = fpi_alloc_array(a, (size_t)t->nprocs + 1, sizeof *sends);
+      int32_t *heir = fpi_alloc_array(a, (size_t)t->nprocs + 1, sizeof *heir); /* per owner: the member taking over */
       for (int32_t i = 0; i < t->nops; i++)
         if (P.member[t->ops[i].proc] || t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV)
           sends[t->ops[i].proc] = true;
@@ -1027,11 +1087,11 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P.member[p] ? P.owner[p] : -1;
   /* every process's order: the exchange rounds, the ops emitted in place
    * (sends, recvs, local copies and sender-side work), then the late ones
-   * (fp_tx_finish sorts by process, stably) */
+   * (fpi_tx_finish sorts by process, stably) */
   int64_t npre = 0, nmain = t->nops;
   for (int r = 0; r < 4; r++) npre += P.npre[r];
   FP_ASSERT(npre + nmain + P.nlate < INT32_MAX);
-  t->ops = fp_grow(a, t->ops, &t->cap_ops, npre + nmain + P.nlate + 1, sizeof *t->ops);
+  t->ops = fpi_grow(a, t->ops, &t->cap_ops, npre + nmain + P.nlate + 1, sizeof *t->ops);
   if (npre) { /* the rounds in front (in place: a transfer may have tens of millions of ops) */
     memmove(t->ops + npre, t->ops, (size_t)nmain * sizeof *t->ops);
     for (int r = 0, at = 0; r < 4; at += (int)P.npre[r], r++)
@@ -1044,6 +1104,6 @@ fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_p
   t->stage_bytes = P.stage;
   for (int64_t p = 0; p < t->nprocs; p++) FP_ASSERT(P.stage[p] < FP_TX_OFF_LIMIT);
   add_haves(&P);
-  fp_tx_finish(t);
+  fpi_tx_finish(t);
   return t;
 }

@@ -21,7 +21,7 @@ typedef struct fp_reshard_opts {
  * plan.json sources, so errors about them are located
  * ("to.plan.json:3:5: error: /params/2/shape: ..."). Returns NULL with the
  * errors on d when the plans do not fit together or the options are bad. */
-fp_tx *fp_reshard(fp_arena *a, const fp_prog *from, const fp_src *from_src, const fp_prog *to, const fp_src *to_src,
+fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *from_src, const fp_prog *to, const fp_src *to_src,
                   const fp_reshard_opts *o, fp_diag *d);
 
 #endif

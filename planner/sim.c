@@ -13,15 +13,15 @@
 
 #include "cost.h"
 
-bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
+bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   memset(out, 0, sizeof *out);
-  if (!fp_hw_valid(hw)) return false;
+  if (!fpi_hw_valid(hw)) return false;
   int32_t n = P->nops;
-  out->start_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->start_us);
-  out->end_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->end_us);
-  out->segs = fp_alloc_array(a, (size_t)P->nsegs + 1, sizeof *out->segs);
-  out->exposed_us = fp_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_us);
-  out->exposed_by = fp_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_by);
+  out->start_us = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->start_us);
+  out->end_us = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->end_us);
+  out->segs = fpi_alloc_array(a, (size_t)P->nsegs + 1, sizeof *out->segs);
+  out->exposed_us = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_us);
+  out->exposed_by = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_by);
   out->nsegs = P->nsegs;
   double *dur = malloc(sizeof *dur * ((size_t)n + 1));
   int32_t *lead = malloc(sizeof *lead * ((size_t)n + 1)); /* first op of i's grouped call (i alone) */
@@ -40,12 +40,12 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
     const fp_op *op = &P->ops[i];
     int32_t j = i + 1;
     oi[i] = (struct opinfo){op->seg, op->event, (uint8_t)op->code, (uint8_t)op->stream};
-    if (op->group >= 0 && fp_op_class(op->code) == FP_OPC_COMM) {
+    if (op->group >= 0 && fpi_op_class(op->code) == FP_OPC_COMM) {
       for (; j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream; j++)
         oi[j] = (struct opinfo){P->ops[j].seg, P->ops[j].event, (uint8_t)P->ops[j].code, (uint8_t)P->ops[j].stream};
-      dur[i] = fp_cost_group_us(P, i, j - i, hw);
+      dur[i] = fpi_cost_group_us(P, i, j - i, hw);
     } else {
-      dur[i] = fp_cost_op_us(P, op, hw);
+      dur[i] = fpi_cost_op_us(P, op, hw);
     }
     for (int32_t k = i; k < j; k++) lead[k] = i, out->exposed_by[k] = -1;
     for (int32_t k = i + 1; k < j; k++) dur[k] = 0;
@@ -70,7 +70,7 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
       int s = op->stream;
       FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
       fp_sim_seg *sg = &out->segs[op->seg];
-      fp_opclass cls = fp_op_class((fp_opcode)op->code);
+      fp_opclass cls = fpi_op_class((fp_opcode)op->code);
       double st, en;
       if (lead[i] != i) { /* a later member of a grouped call: runs with the first */
         st = out->start_us[lead[i]];
@@ -186,9 +186,9 @@ static void sort_events(ev_list *L) {
   mem_ev *out = malloc(((size_t)n + 1) * sizeof *out);
   FP_ASSERT(key && ord && out);
   for (int64_t i = 0; i < n; i++) key[i] = (uint64_t)L->v[i].order, ord[i] = (int32_t)i;
-  fp_sort_u64(key, ord, n);
+  fpi_sort_u64(key, ord, n);
   for (int64_t i = 0; i < n; i++) key[i] = time_key(L->v[ord[i]].t);
-  fp_sort_u64(key, ord, n);
+  fpi_sort_u64(key, ord, n);
   for (int64_t i = 0; i < n; i++) out[i] = L->v[ord[i]];
   free(key);
   free(ord);
@@ -255,8 +255,8 @@ static void touch_op(span *sp, const int32_t *rs, int32_t nb, const fp_prog *P, 
 
 static int64_t sat(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
 
-fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
-  fp_memtl *tl = fp_alloc(a, sizeof *tl);
+fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
+  fp_memtl *tl = fpi_alloc(a, sizeof *tl);
   int32_t nb = P->nbufs;
   /* live ranges by buffer, sorted; a transient buffer without one gets one
    * over the whole program */
@@ -315,7 +315,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
    * or to the end of the step without one */
   int32_t *pair = malloc(sizeof *pair * ((size_t)nc + 1));
   FP_ASSERT(pair);
-  fp_ir_activation_pairs_of(P, cids, nc, pair);
+  fpi_ir_activation_pairs_of(P, cids, nc, pair);
   for (int32_t k = 0; k < nc; k++) {
     int32_t i = cids[k];
     const fp_op *op = &P->ops[i];
@@ -334,7 +334,7 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
 
   sort_events(&L);
   int64_t cap = 0;
-  tl->pts = fp_grow(a, NULL, &cap, 1, sizeof *tl->pts);
+  tl->pts = fpi_grow(a, NULL, &cap, 1, sizeof *tl->pts);
   tl->npts = 1; /* the persistent buffers, from the start of the step */
   tl->pts[0].t_us = tstart;
   for (int c = 0; c < FP_MEMTL_NCATS; c++) tl->pts[0].bytes[c] = sat(cur[c]);
@@ -356,10 +356,10 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
       continue;
     }
     initial = false;
-    tl->pts = fp_grow(a, tl->pts, &cap, (int64_t)tl->npts + 1, sizeof *tl->pts);
+    tl->pts = fpi_grow(a, tl->pts, &cap, (int64_t)tl->npts + 1, sizeof *tl->pts);
     tl->pts[tl->npts++] = q;
   }
-  fp_memtl_maxima(tl, &tl->peak_bytes, &tl->lower_bound_bytes);
+  fpi_memtl_maxima(tl, &tl->peak_bytes, &tl->lower_bound_bytes);
   free(L.v);
   free(rs);
   free(sp);
@@ -367,9 +367,9 @@ fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   return tl;
 }
 
-void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1) {
+void fpi_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1) {
   int32_t nb = P->nbufs;
-  /* the ranges by buffer, sorted by first op (as fp_sim_memory), each
+  /* the ranges by buffer, sorted by first op (as fpi_sim_memory), each
    * remembering its index in P->lives */
   int32_t *rs = calloc((size_t)nb + 2, sizeof *rs), *fill = malloc(sizeof *fill * ((size_t)nb + 1));
   span *sp = calloc((size_t)P->nlives + 1, sizeof *sp);
@@ -399,11 +399,11 @@ void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1
 
 /* ---- report ------------------------------------------------------------------- */
 static const char *hook(const fp_prog *P, const fp_seg *S, char *buf, size_t n) {
-  char q[256]; /* a module's name from the input: quoted (fp_quote) */
+  char q[256]; /* a module's name from the input: quoted (fpi_quote) */
   if (S->module >= 0 && S->module < P->nmods)
-    snprintf(buf, n, "%s(%s)", fp_seg_name(S->kind), fp_quote(q, sizeof q, P->mods[S->module].name));
+    snprintf(buf, n, "%s(%s)", fpi_seg_name(S->kind), fpi_quote(q, sizeof q, P->mods[S->module].name));
   else
-    snprintf(buf, n, "%s", fp_seg_name(S->kind));
+    snprintf(buf, n, "%s", fpi_seg_name(S->kind));
   return buf;
 }
 
@@ -418,7 +418,7 @@ static int cmp_exposed(const void *x, const void *y) {
   return (a->at > b->at) - (a->at < b->at);
 }
 
-void fp_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f) {
+void fpi_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f) {
   int32_t n = 0;
   for (int32_t i = 0; i < P->nops; i++) n += S->exposed_us[i] > 0;
   double step = S->step_us;
@@ -441,20 +441,20 @@ void fp_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f) {
     int32_t by = S->exposed_by[v[k].at];
     const fp_op *o = by >= 0 ? &P->ops[by] : w;
     fprintf(f, "%5d  %10.3f  %5.1f%%  %6d  %-16s  %-24.60s  %s\n", (int)k + 1, v[k].us / 1e3,
-            step > 0 ? 100 * v[k].us / step : 0.0, (int)(by >= 0 ? by : v[k].at), fp_op_name(o->code),
-            o->bucket >= 0 && o->bucket < P->nbuckets ? fp_quote(bq, sizeof bq, P->buckets[o->bucket]) : "-",
+            step > 0 ? 100 * v[k].us / step : 0.0, (int)(by >= 0 ? by : v[k].at), fpi_op_name(o->code),
+            o->bucket >= 0 && o->bucket < P->nbuckets ? fpi_quote(bq, sizeof bq, P->buckets[o->bucket]) : "-",
             hook(P, &P->segs[w->seg], buf, sizeof buf));
   }
   free(v);
 }
 
-void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f) {
+void fpi_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f) {
   fputs("flexplan simulate: ", f);
-  fp_fput_name(f, P->model);
+  fpi_fput_name(f, P->model);
   fputs(", ", f);
-  fp_fput_name(f, P->strategy);
+  fpi_fput_name(f, P->strategy);
   fprintf(f, " on %lld ranks (%lld per node), hardware ", (long long)P->world_size, (long long)P->ranks_per_node);
-  fp_fput_name(f, hw->name);
+  fpi_fput_name(f, hw->name);
   fputc('\n', f);
   fprintf(f, "  %.1f TFLOP/s, NVLink %.1f GB/s, network %.1f GB/s per NIC, HBM %.0f GB/s; latency %.1f us + "
              "%.1f us per NVLink step, %.1f us per network step\n",
@@ -485,7 +485,7 @@ void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_m
   fprintf(f, "  modeled local kernels on compute  %14.3f ms\n", S->compute_local_us / 1e3);
   fprintf(f, "  modeled stream busy               ");
   for (int s = 0; s < FP_NSTREAMS; s++)
-    fprintf(f, "%s%s %.3f ms", s ? ", " : "", fp_stream_name(s), S->busy_us[s] / 1e3);
+    fprintf(f, "%s%s %.3f ms", s ? ", " : "", fpi_stream_name(s), S->busy_us[s] / 1e3);
   fprintf(f, "\n");
   if (tl) {
     fprintf(f, "  modeled peak memory per rank      %14.3f GiB  (%lld bytes, activations included)\n",
@@ -495,7 +495,7 @@ void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_m
   {
     char hq[128];
     fprintf(f, "  device memory                     %14.3f GiB  (%s)\n", (double)hw->hbm_bytes / (1 << 30),
-            fp_quote(hq, sizeof hq, hw->name));
+            fpi_quote(hq, sizeof hq, hw->name));
   }
   }
 }

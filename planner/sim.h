@@ -45,11 +45,11 @@ typedef struct fp_sim {
   int32_t nsegs;
 } fp_sim;
 
-/* Replay P (a program that passed fp_ir_verify) on hw into *out (arrays in
- * a). False when hw is not a valid machine (fp_hw_valid) or the modeled
+/* Replay P (a program that passed fpi_ir_verify) on hw into *out (arrays in
+ * a). False when hw is not a valid machine (fpi_hw_valid) or the modeled
  * times overflow (rates so small that the step is not a finite number; *out
  * is then meaningless). */
-bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out);
+bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out);
 
 /* The modeled memory timeline of the reported step from the simulated times:
  * persistent device buffers all step; each live range of a transient device
@@ -62,22 +62,22 @@ bool fp_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out);
  * the device and not in it. Points are in time order; at one instant frees
  * come before allocations (a range ending at t and one starting at t never
  * overlap), except that a range of zero length is live at its instant. */
-fp_memtl *fp_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S);
+fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S);
 
 /* The modeled span of every live range of P (P->nlives, in order) on the
  * replay S, as the memory timeline counts it: t0[k] the start of the first
  * op in range k that uses its buffer, t1[k] the end of the last; NaN for
  * both when no op in it does. memplan places by these (docs/schedule.md). */
-void fp_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1);
+void fpi_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t1);
 
 /* Print the exposed communication of the reported step ranked, the largest
  * first (at most `top` rows; <= 0: all): the op the compute stream waited
  * for, its bucket, the hook whose segment waited, modeled ms and share of
  * the step. */
-void fp_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f);
+void fpi_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f);
 
 /* Print the per-segment table and the totals, every figure labelled
  * modeled; tl (may be NULL) adds the memory figures. */
-void fp_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f);
+void fpi_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f);
 
 #endif

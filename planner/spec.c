@@ -53,7 +53,7 @@ static void set_defaults(fp_spec *s) {
 static bool parse_coll(fp_jctx *c, const fp_jv *o, const char *ptr, fp_coll_mode *out) {
   static const char *const modes[] = {"auto", "per_param", "flat", NULL};
   int m = -1;
-  if (!fp_j_enum(c, o, ptr, "collectives", false, modes, &m)) return false;
+  if (!fpi_j_enum(c, o, ptr, "collectives", false, modes, &m)) return false;
   if (m >= 0) *out = (fp_coll_mode)m;
   return true;
 }
@@ -65,29 +65,29 @@ static bool parse_mp(fp_jctx *c, const fp_jv *o, const char *ptr, fp_mp *mp) {
    * once as e4m3 elements with e8m0 block scales (planner/layout.c
    * check_mxfp8 says where it is allowed); FP_E4M3 stands for it */
   static const char *const param_names[] = {"fp32", "bf16", "fp16", "mxfp8", NULL};
-  if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
+  if (!fpi_j_is_object(c, o, ptr) || !fpi_j_keys(c, o, ptr, keys)) return false;
   fp_dtype *dst[] = {&mp->param, &mp->reduce, &mp->main_grad};
   for (int k = 0; k < 3; k++) {
     int di = -1;
-    if (!fp_j_enum(c, o, ptr, keys[k], false, k == 0 ? param_names : dtype_names, &di)) return false;
+    if (!fpi_j_enum(c, o, ptr, keys[k], false, k == 0 ? param_names : dtype_names, &di)) return false;
     if (di >= 0) *dst[k] = di == 3 ? FP_E4M3 : dtype_vals[di];
-    if (di >= 0 && k == 0) mp->param_ptr = fp_ptr_key(c->a, ptr, keys[0]);
+    if (di >= 0 && k == 0) mp->param_ptr = fpi_ptr_key(c->a, ptr, keys[0]);
   }
   return true;
 }
 
 /* reshard_after_forward: true | false | integer >= 1 */
 static bool parse_reshard(fp_jctx *c, const fp_jv *obj, const char *ptr, int64_t *out) {
-  if (!fp_j_has(obj, "reshard_after_forward")) return true;
-  const fp_jv *v = fp_j_get(obj, "reshard_after_forward");
-  const char *vp = fp_ptr_key(c->a, ptr, "reshard_after_forward");
-  if (fp_jv_is(v, FP_JBOOL)) {
+  if (!fpi_j_has(obj, "reshard_after_forward")) return true;
+  const fp_jv *v = fpi_j_get(obj, "reshard_after_forward");
+  const char *vp = fpi_ptr_key(c->a, ptr, "reshard_after_forward");
+  if (fpi_jv_is(v, FP_JBOOL)) {
     *out = v->b ? FP_RESHARD_TRUE : 0;
     return true;
   }
-  if (fp_jv_is(v, FP_JINT)) return fp_j_int_v(c, v, vp, 1, FP_MAX_WORLD, out);
-  return fp_j_error(c, vp, "expected true, false or an integer group size >= 1, got %s",
-                    fp_j_describe(c->a, v));
+  if (fpi_jv_is(v, FP_JINT)) return fpi_j_int_v(c, v, vp, 1, FP_MAX_WORLD, out);
+  return fpi_j_error(c, vp, "expected true, false or an integer group size >= 1, got %s",
+                    fpi_j_describe(c->a, v));
 }
 
 /* non-empty array of non-empty strings (patterns) */
@@ -95,18 +95,18 @@ static bool parse_patterns(fp_jctx *c, const fp_jv *obj, const char *ptr, const 
                            bool allow_empty, const char ***out, int *n) {
   const fp_jv *arr = NULL;
   size_t na = 0;
-  if (!fp_j_arr(c, obj, ptr, key, required, &arr, &na)) return false;
+  if (!fpi_j_arr(c, obj, ptr, key, required, &arr, &na)) return false;
   if (!arr) return true;
-  const char *ap = fp_ptr_key(c->a, ptr, key);
+  const char *ap = fpi_ptr_key(c->a, ptr, key);
   if (na == 0 && !allow_empty)
-    return fp_j_error(c, ap, "expected a non-empty array of patterns, got an empty array");
-  if (na > INT32_MAX / 2) return fp_j_error(c, ap, "too many patterns");
-  *out = fp_alloc_array(c->a, na ? na : 1, sizeof **out);
+    return fpi_j_error(c, ap, "expected a non-empty array of patterns, got an empty array");
+  if (na > INT32_MAX / 2) return fpi_j_error(c, ap, "too many patterns");
+  *out = fpi_alloc_array(c->a, na ? na : 1, sizeof **out);
   for (size_t k = 0; k < na; k++) {
     const fp_jv *e = &arr->elems[k];
     if (e->type == FP_JSTRING && e->n > 0) /* the common case: no pointer formatted */
       (*out)[k] = e->s;
-    else if (!fp_j_str_v(c, fp_jv_at(arr, k), fp_ptr_idx(c->a, ap, (int64_t)k), &(*out)[k]))
+    else if (!fpi_j_str_v(c, fpi_jv_at(arr, k), fpi_ptr_idx(c->a, ap, (int64_t)k), &(*out)[k]))
       return false;
   }
   *n = (int)na;
@@ -116,36 +116,36 @@ static bool parse_patterns(fp_jctx *c, const fp_jv *obj, const char *ptr, const 
 static bool parse_bucket(fp_jctx *c, const fp_spec *s, const fp_jv *o, const char *ptr, fp_bucket_spec *b) {
   static const char *const keys[] = {"name", "params", "split", "placement", "mixed_precision",
                                      "reshard_after_forward", "collectives", "offload", "gather_dtype", NULL};
-  if (!fp_j_is_object(c, o, ptr) || !fp_j_keys(c, o, ptr, keys)) return false;
+  if (!fpi_j_is_object(c, o, ptr) || !fpi_j_keys(c, o, ptr, keys)) return false;
   b->ptr = ptr;
-  if (!fp_j_str(c, o, ptr, "name", true, &b->name)) return false;
+  if (!fpi_j_str(c, o, ptr, "name", true, &b->name)) return false;
   if (!parse_patterns(c, o, ptr, "params", true, false, &b->patterns, &b->npatterns)) return false;
   static const char *const splits[] = {"per_module", NULL};
   int split = -1;
-  if (!fp_j_enum(c, o, ptr, "split", false, splits, &split)) return false;
+  if (!fpi_j_enum(c, o, ptr, "split", false, splits, &split)) return false;
   b->per_module = split == 0;
   b->placement = s->placement;
-  if (fp_j_has(o, "placement")) {
-    if (!fp_placement_parse(c, fp_j_get(o, "placement"), fp_ptr_key(c->a, ptr, "placement"), &b->placement))
+  if (fpi_j_has(o, "placement")) {
+    if (!fpi_placement_parse(c, fpi_j_get(o, "placement"), fpi_ptr_key(c->a, ptr, "placement"), &b->placement))
       return false;
     b->has_placement = true;
   }
   b->mp = s->mp;
-  if (fp_j_has(o, "mixed_precision") &&
-      !parse_mp(c, fp_j_get(o, "mixed_precision"), fp_ptr_key(c->a, ptr, "mixed_precision"), &b->mp))
+  if (fpi_j_has(o, "mixed_precision") &&
+      !parse_mp(c, fpi_j_get(o, "mixed_precision"), fpi_ptr_key(c->a, ptr, "mixed_precision"), &b->mp))
     return false;
   b->reshard = s->reshard;
   if (!parse_reshard(c, o, ptr, &b->reshard)) return false;
   b->coll = s->coll;
   if (!parse_coll(c, o, ptr, &b->coll)) return false;
-  if (!fp_j_bool(c, o, ptr, "offload", false, &b->offload)) return false;
+  if (!fpi_j_bool(c, o, ptr, "offload", false, &b->offload)) return false;
   /* "gather_dtype": what the bucket's weights travel as: "param" (its param
    * dtype, default) or "mxfp8" (e4m3 elements with one e8m0 scale per 32) */
   static const char *const gdts[] = {"param", "mxfp8", "e4m3", NULL};
   int g = -1;
-  if (!fp_j_enum(c, o, ptr, "gather_dtype", false, gdts, &g)) return false;
+  if (!fpi_j_enum(c, o, ptr, "gather_dtype", false, gdts, &g)) return false;
   if (g == 2)
-    return fp_j_error(c, fp_ptr_key(c->a, ptr, "gather_dtype"),
+    return fpi_j_error(c, fpi_ptr_key(c->a, ptr, "gather_dtype"),
                       "\"e4m3\" without block scales would need one scale per tensor from an amax all-reduce before "
                       "every gather; use \"mxfp8\" (e4m3 with a power-of-two scale per 32 elements)");
   b->fp8_gather = g == 1;
@@ -153,44 +153,44 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, const fp_jv *o, const cha
 }
 
 static bool parse_buckets(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
-  if (fp_jv_is(v, FP_JOBJECT)) {
+  if (fpi_jv_is(v, FP_JOBJECT)) {
     static const char *const keys[] = {"auto", NULL};
-    if (!fp_j_keys(c, v, ptr, keys)) return false;
-    if (!fp_j_has(v, "auto"))
-      return fp_j_error(c, ptr, "missing required member 'auto' (buckets is a list or {\"auto\": {...}})");
-    const fp_jv *au = fp_j_get(v, "auto");
-    const char *aup = fp_ptr_key(c->a, ptr, "auto");
+    if (!fpi_j_keys(c, v, ptr, keys)) return false;
+    if (!fpi_j_has(v, "auto"))
+      return fpi_j_error(c, ptr, "missing required member 'auto' (buckets is a list or {\"auto\": {...}})");
+    const fp_jv *au = fpi_j_get(v, "auto");
+    const char *aup = fpi_ptr_key(c->a, ptr, "auto");
     static const char *const akeys[] = {"target_bytes", NULL};
-    if (!fp_j_is_object(c, au, aup) || !fp_j_keys(c, au, aup, akeys)) return false;
-    if (!fp_j_int(c, au, aup, "target_bytes", false, 1, INT64_MAX, &s->auto_target_bytes)) return false;
+    if (!fpi_j_is_object(c, au, aup) || !fpi_j_keys(c, au, aup, akeys)) return false;
+    if (!fpi_j_int(c, au, aup, "target_bytes", false, 1, INT64_MAX, &s->auto_target_bytes)) return false;
     s->bucket_mode = FP_BUCKETS_AUTO;
     return true;
   }
-  if (!fp_jv_is(v, FP_JARRAY))
-    return fp_j_error(c, ptr, "expected an array of buckets or {\"auto\": {...}}, got %s",
-                      fp_j_describe(c->a, v));
-  size_t nb = fp_jv_len(v);
+  if (!fpi_jv_is(v, FP_JARRAY))
+    return fpi_j_error(c, ptr, "expected an array of buckets or {\"auto\": {...}}, got %s",
+                      fpi_j_describe(c->a, v));
+  size_t nb = fpi_jv_len(v);
   if (nb == 0)
-    return fp_j_error(c, ptr, "expected a non-empty array of buckets, got an empty array (leave "
+    return fpi_j_error(c, ptr, "expected a non-empty array of buckets, got an empty array (leave "
                               "'buckets' out for one bucket per module)");
-  if (nb > INT32_MAX / 2) return fp_j_error(c, ptr, "too many buckets");
+  if (nb > INT32_MAX / 2) return fpi_j_error(c, ptr, "too many buckets");
   s->bucket_mode = FP_BUCKETS_LIST;
-  s->buckets = fp_alloc_array(c->a, nb, sizeof *s->buckets);
+  s->buckets = fpi_alloc_array(c->a, nb, sizeof *s->buckets);
   /* the names seen so far, by hash (open addressing; -1 empty): linear in buckets */
   size_t cap = 16;
   while (cap < 2 * nb) cap *= 2;
-  int32_t *seen = fp_alloc_array(c->a, cap, sizeof *seen);
+  int32_t *seen = fpi_alloc_array(c->a, cap, sizeof *seen);
   for (size_t k = 0; k < cap; k++) seen[k] = -1;
   for (size_t i = 0; i < nb; i++) {
     fp_bucket_spec *b = &s->buckets[i];
-    if (!parse_bucket(c, s, fp_jv_at(v, i), fp_ptr_idx(c->a, ptr, (int64_t)i), b))
+    if (!parse_bucket(c, s, fpi_jv_at(v, i), fpi_ptr_idx(c->a, ptr, (int64_t)i), b))
       return false;
     uint64_t h = 1469598103934665603u; /* FNV-1a */
     for (const unsigned char *q = (const unsigned char *)b->name; *q; q++) h = (h ^ *q) * 1099511628211u;
     size_t k = (size_t)h & (cap - 1);
     for (; seen[k] >= 0; k = (k + 1) & (cap - 1))
       if (!strcmp(s->buckets[seen[k]].name, b->name))
-        return fp_j_error(c, fp_ptr_key(c->a, b->ptr, "name"), "duplicate bucket name '%s' (also %s)",
+        return fpi_j_error(c, fpi_ptr_key(c->a, b->ptr, "name"), "duplicate bucket name '%s' (also %s)",
                           b->name, s->buckets[seen[k]].ptr);
     seen[k] = (int32_t)i;
     s->nbuckets++;
@@ -200,48 +200,48 @@ static bool parse_buckets(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *pt
 
 /* one prefetch depth: 0..64 or "auto" */
 static bool parse_depth(fp_jctx *c, const fp_jv *o, const char *ptr, const char *key, int *out) {
-  if (!fp_j_has(o, key)) return true;
-  const fp_jv *v = fp_j_get(o, key);
-  const char *vp = fp_ptr_key(c->a, ptr, key);
-  if (fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")) {
+  if (!fpi_j_has(o, key)) return true;
+  const fp_jv *v = fpi_j_get(o, key);
+  const char *vp = fpi_ptr_key(c->a, ptr, key);
+  if (fpi_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")) {
     *out = FP_PREFETCH_AUTO;
     return true;
   }
-  if (!fp_jv_is(v, FP_JINT))
-    return fp_j_error(c, vp, "expected an integer in [0, %d] or \"auto\", got %s", FP_MAX_PREFETCH,
-                      fp_j_describe(c->a, v));
+  if (!fpi_jv_is(v, FP_JINT))
+    return fpi_j_error(c, vp, "expected an integer in [0, %d] or \"auto\", got %s", FP_MAX_PREFETCH,
+                      fpi_j_describe(c->a, v));
   int64_t d;
-  if (!fp_j_int_v(c, v, vp, 0, FP_MAX_PREFETCH, &d)) return false;
+  if (!fpi_j_int_v(c, v, vp, 0, FP_MAX_PREFETCH, &d)) return false;
   *out = (int)d;
   return true;
 }
 
 static bool parse_prefetch(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
-  if (fp_jv_is(v, FP_JSTRING)) {
+  if (fpi_jv_is(v, FP_JSTRING)) {
     if (strcmp(v->s, "auto"))
-      return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
-                        fp_j_describe(c->a, v));
+      return fpi_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
+                        fpi_j_describe(c->a, v));
     s->prefetch_fwd = s->prefetch_bwd = FP_PREFETCH_AUTO;
     return true;
   }
-  if (!fp_jv_is(v, FP_JOBJECT))
-    return fp_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
-                      fp_j_describe(c->a, v));
+  if (!fpi_jv_is(v, FP_JOBJECT))
+    return fpi_j_error(c, ptr, "expected \"auto\" or {\"forward\": ..., \"backward\": ...}, got %s",
+                      fpi_j_describe(c->a, v));
   static const char *const keys[] = {"forward", "backward", NULL};
-  if (!fp_j_keys(c, v, ptr, keys)) return false;
+  if (!fpi_j_keys(c, v, ptr, keys)) return false;
   return parse_depth(c, v, ptr, "forward", &s->prefetch_fwd) &&
          parse_depth(c, v, ptr, "backward", &s->prefetch_bwd);
 }
 
 /* number > 0 (optional) */
 static bool pos_num(fp_jctx *c, const fp_jv *o, const char *ptr, const char *key, double *out) {
-  if (!fp_j_has(o, key)) return true;
-  const fp_jv *v = fp_j_get(o, key);
+  if (!fpi_j_has(o, key)) return true;
+  const fp_jv *v = fpi_j_get(o, key);
   double x = NAN;
-  if (v && (fp_jv_is(v, FP_JINT) || fp_jv_is(v, FP_JDOUBLE)))
-    x = fp_jv_num(v);
+  if (v && (fpi_jv_is(v, FP_JINT) || fpi_jv_is(v, FP_JDOUBLE)))
+    x = fpi_jv_num(v);
   if (!(isfinite(x) && x > 0))
-    return fp_j_error(c, fp_ptr_key(c->a, ptr, key), "expected a number > 0, got %s", fp_j_describe(c->a, v));
+    return fpi_j_error(c, fpi_ptr_key(c->a, ptr, key), "expected a number > 0, got %s", fpi_j_describe(c->a, v));
   *out = x;
   return true;
 }
@@ -251,13 +251,13 @@ static bool pos_num(fp_jctx *c, const fp_jv *o, const char *ptr, const char *key
 static bool parse_optimizer(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
   static const char *const keys[] = {"type", "state_dtype", NULL};
   static const char *const types[] = {"none", "sgd", "adamw", NULL}; /* fp_optim order */
-  if (!fp_j_is_object(c, v, ptr) || !fp_j_keys(c, v, ptr, keys)) return false;
+  if (!fpi_j_is_object(c, v, ptr) || !fpi_j_keys(c, v, ptr, keys)) return false;
   int t = -1, di = -1;
-  if (!fp_j_enum(c, v, ptr, "type", true, types, &t) || !fp_j_enum(c, v, ptr, "state_dtype", false, dtype_names, &di))
+  if (!fpi_j_enum(c, v, ptr, "type", true, types, &t) || !fpi_j_enum(c, v, ptr, "state_dtype", false, dtype_names, &di))
     return false;
   s->optim = (fp_optim)t;
   if (di >= 0 && t == FP_OPTIM_NONE)
-    return fp_j_error(c, fp_ptr_key(c->a, ptr, "state_dtype"), "optimizer \"none\" holds no state: remove 'state_dtype'");
+    return fpi_j_error(c, fpi_ptr_key(c->a, ptr, "state_dtype"), "optimizer \"none\" holds no state: remove 'state_dtype'");
   if (di >= 0) s->optim_dtype = dtype_vals[di];
   return true;
 }
@@ -265,18 +265,18 @@ static bool parse_optimizer(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *
 static bool parse_hardware(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *ptr) {
   static const char *const keys[] = {"preset", "gpus_per_node", "flops", "nvlink_gbps", "ib_gbps",
                                      "hbm_gbps", "hbm_bytes", NULL};
-  if (!fp_j_is_object(c, v, ptr) || !fp_j_keys(c, v, ptr, keys)) return false;
+  if (!fpi_j_is_object(c, v, ptr) || !fpi_j_keys(c, v, ptr, keys)) return false;
   static const char *const presets[] = {"h100-sxm", "h200", NULL};
   int pi = -1;
-  if (!fp_j_enum(c, v, ptr, "preset", false, presets, &pi)) return false;
+  if (!fpi_j_enum(c, v, ptr, "preset", false, presets, &pi)) return false;
   if (pi >= 0) s->hw_preset = presets[pi];
-  return fp_j_int(c, v, ptr, "gpus_per_node", false, 1, INT64_MAX, &s->hw_gpus_per_node) &&
+  return fpi_j_int(c, v, ptr, "gpus_per_node", false, 1, INT64_MAX, &s->hw_gpus_per_node) &&
          pos_num(c, v, ptr, "flops", &s->hw_flops) && pos_num(c, v, ptr, "nvlink_gbps", &s->hw_nvlink_gbps) &&
          pos_num(c, v, ptr, "ib_gbps", &s->hw_ib_gbps) && pos_num(c, v, ptr, "hbm_gbps", &s->hw_hbm_gbps) &&
-         fp_j_int(c, v, ptr, "hbm_bytes", false, 1, INT64_MAX, &s->hw_hbm_bytes);
+         fpi_j_int(c, v, ptr, "hbm_bytes", false, 1, INT64_MAX, &s->hw_hbm_bytes);
 }
 
-bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
+bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
                    fp_spec *out) {
   set_defaults(out);
   if (!root) {
@@ -285,39 +285,39 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root
   }
   fp_jctx cx = {a, d, src, NULL}, *c = &cx;
   out->src = src;
-  out->ptr = ptr = ptr ? fp_strdup(a, ptr) : "";
+  out->ptr = ptr = ptr ? fpi_strdup(a, ptr) : "";
   out->placement.ptr = ptr;
-  if (!fp_j_is_object(c, root, ptr)) return false;
-  const fp_jv *fmt = fp_j_get(root, "format");
-  if (!fp_j_has(root, "format"))
-    return fp_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", FP_SPEC_FORMAT);
-  if (!fp_jv_is(fmt, FP_JSTRING) || strcmp(fmt->s, FP_SPEC_FORMAT))
-    return fp_j_error(c, fp_ptr_key(a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
-                      fp_j_describe(a, fmt));
+  if (!fpi_j_is_object(c, root, ptr)) return false;
+  const fp_jv *fmt = fpi_j_get(root, "format");
+  if (!fpi_j_has(root, "format"))
+    return fpi_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", FP_SPEC_FORMAT);
+  if (!fpi_jv_is(fmt, FP_JSTRING) || strcmp(fmt->s, FP_SPEC_FORMAT))
+    return fpi_j_error(c, fpi_ptr_key(a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
+                      fpi_j_describe(a, fmt));
   static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
                                      "no_shard", "recompute", "prefetch", "grad_accumulation",
                                      "memory_budget_bytes", "hardware", "overlap_param_gather", "optimizer", NULL};
-  if (!fp_j_keys(c, root, ptr, keys)) return false;
+  if (!fpi_j_keys(c, root, ptr, keys)) return false;
 
   /* mesh */
-  if (fp_j_has(root, "mesh")) {
-    const fp_jv *m = fp_j_get(root, "mesh");
-    const char *mp = fp_ptr_key(a, ptr, "mesh");
+  if (fpi_j_has(root, "mesh")) {
+    const fp_jv *m = fpi_j_get(root, "mesh");
+    const char *mp = fpi_ptr_key(a, ptr, "mesh");
     static const char *const mkeys[] = {"world_size", "ranks_per_node", NULL};
-    if (!fp_j_is_object(c, m, mp) || !fp_j_keys(c, m, mp, mkeys)) return false;
-    if (!fp_j_int(c, m, mp, "world_size", false, 1, FP_MAX_WORLD, &out->world_size)) return false;
+    if (!fpi_j_is_object(c, m, mp) || !fpi_j_keys(c, m, mp, mkeys)) return false;
+    if (!fpi_j_int(c, m, mp, "world_size", false, 1, FP_MAX_WORLD, &out->world_size)) return false;
     /* default: the largest divisor of world_size that is <= 8 (every node
      * runs the same number of ranks; min(8, world_size) when world_size is
      * a multiple of 8 or below 8) */
     out->ranks_per_node = 8;
     while (out->world_size % out->ranks_per_node) out->ranks_per_node--;
-    if (!fp_j_int(c, m, mp, "ranks_per_node", false, 1, FP_MAX_WORLD, &out->ranks_per_node)) return false;
-    const char *rp = fp_ptr_key(a, mp, "ranks_per_node");
+    if (!fpi_j_int(c, m, mp, "ranks_per_node", false, 1, FP_MAX_WORLD, &out->ranks_per_node)) return false;
+    const char *rp = fpi_ptr_key(a, mp, "ranks_per_node");
     if (out->ranks_per_node > out->world_size)
-      return fp_j_error(c, rp, "ranks_per_node %" PRId64 " is larger than world_size %" PRId64,
+      return fpi_j_error(c, rp, "ranks_per_node %" PRId64 " is larger than world_size %" PRId64,
                         out->ranks_per_node, out->world_size);
     if (out->world_size % out->ranks_per_node)
-      return fp_j_error(c, rp,
+      return fpi_j_error(c, rp,
                         "world_size %" PRId64 " is not a multiple of ranks_per_node %" PRId64
                         " (every node runs the same number of ranks)",
                         out->world_size, out->ranks_per_node);
@@ -325,93 +325,93 @@ bool fp_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root
 
   /* strategy and hybrid_shard */
   int st = FP_FULL_SHARD;
-  if (!fp_j_enum(c, root, ptr, "strategy", false, fp_strategy_names, &st)) return false;
+  if (!fpi_j_enum(c, root, ptr, "strategy", false, fp_strategy_names, &st)) return false;
   out->strategy = (fp_strategy)st;
-  const char *hp = fp_ptr_key(a, ptr, "hybrid_shard");
+  const char *hp = fpi_ptr_key(a, ptr, "hybrid_shard");
   if (out->strategy == FP_HYBRID_SHARD) {
-    if (!fp_j_has(root, "hybrid_shard"))
-      return fp_j_error(c, ptr, "missing required member 'hybrid_shard' (strategy is \"hybrid_shard\")");
-    const fp_jv *h = fp_j_get(root, "hybrid_shard");
+    if (!fpi_j_has(root, "hybrid_shard"))
+      return fpi_j_error(c, ptr, "missing required member 'hybrid_shard' (strategy is \"hybrid_shard\")");
+    const fp_jv *h = fpi_j_get(root, "hybrid_shard");
     static const char *const hkeys[] = {"intra_node_size", NULL};
-    if (!fp_j_is_object(c, h, hp) || !fp_j_keys(c, h, hp, hkeys)) return false;
-    if (!fp_j_int(c, h, hp, "intra_node_size", true, 1, FP_MAX_WORLD, &out->intra_node_size)) return false;
-    const char *ip = fp_ptr_key(a, hp, "intra_node_size");
+    if (!fpi_j_is_object(c, h, hp) || !fpi_j_keys(c, h, hp, hkeys)) return false;
+    if (!fpi_j_int(c, h, hp, "intra_node_size", true, 1, FP_MAX_WORLD, &out->intra_node_size)) return false;
+    const char *ip = fpi_ptr_key(a, hp, "intra_node_size");
     if (out->intra_node_size > out->world_size)
-      return fp_j_error(c, ip, "intra_node_size %" PRId64 " is larger than world_size %" PRId64,
+      return fpi_j_error(c, ip, "intra_node_size %" PRId64 " is larger than world_size %" PRId64,
                         out->intra_node_size, out->world_size);
     if (out->world_size % out->intra_node_size)
-      return fp_j_error(c, ip, "world_size %" PRId64 " is not a multiple of intra_node_size %" PRId64,
+      return fpi_j_error(c, ip, "world_size %" PRId64 " is not a multiple of intra_node_size %" PRId64,
                         out->world_size, out->intra_node_size);
-  } else if (fp_j_has(root, "hybrid_shard")) {
-    return fp_j_error(c, hp, "'hybrid_shard' is only allowed with strategy \"hybrid_shard\" (strategy is \"%s\")",
+  } else if (fpi_j_has(root, "hybrid_shard")) {
+    return fpi_j_error(c, hp, "'hybrid_shard' is only allowed with strategy \"hybrid_shard\" (strategy is \"%s\")",
                       fp_strategy_names[out->strategy]);
   }
 
   /* defaults */
-  if (fp_j_has(root, "defaults")) {
-    const fp_jv *dv = fp_j_get(root, "defaults");
-    const char *dp = fp_ptr_key(a, ptr, "defaults");
+  if (fpi_j_has(root, "defaults")) {
+    const fp_jv *dv = fpi_j_get(root, "defaults");
+    const char *dp = fpi_ptr_key(a, ptr, "defaults");
     static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", "collectives", NULL};
-    if (!fp_j_is_object(c, dv, dp) || !fp_j_keys(c, dv, dp, dkeys)) return false;
-    if (fp_j_has(dv, "placement") &&
-        !fp_placement_parse(c, fp_j_get(dv, "placement"), fp_ptr_key(a, dp, "placement"), &out->placement))
+    if (!fpi_j_is_object(c, dv, dp) || !fpi_j_keys(c, dv, dp, dkeys)) return false;
+    if (fpi_j_has(dv, "placement") &&
+        !fpi_placement_parse(c, fpi_j_get(dv, "placement"), fpi_ptr_key(a, dp, "placement"), &out->placement))
       return false;
-    if (fp_j_has(dv, "mixed_precision") &&
-        !parse_mp(c, fp_j_get(dv, "mixed_precision"), fp_ptr_key(a, dp, "mixed_precision"), &out->mp))
+    if (fpi_j_has(dv, "mixed_precision") &&
+        !parse_mp(c, fpi_j_get(dv, "mixed_precision"), fpi_ptr_key(a, dp, "mixed_precision"), &out->mp))
       return false;
     if (!parse_reshard(c, dv, dp, &out->reshard)) return false;
     if (!parse_coll(c, dv, dp, &out->coll)) return false;
   }
 
-  if (fp_j_has(root, "buckets") && !parse_buckets(c, out, fp_j_get(root, "buckets"), fp_ptr_key(a, ptr, "buckets")))
+  if (fpi_j_has(root, "buckets") && !parse_buckets(c, out, fpi_j_get(root, "buckets"), fpi_ptr_key(a, ptr, "buckets")))
     return false;
   if (!parse_patterns(c, root, ptr, "no_shard", false, true, &out->no_shard, &out->nno_shard)) return false;
   if (!parse_patterns(c, root, ptr, "recompute", false, true, &out->recompute, &out->nrecompute)) return false;
-  if (fp_j_has(root, "prefetch") &&
-      !parse_prefetch(c, out, fp_j_get(root, "prefetch"), fp_ptr_key(a, ptr, "prefetch")))
+  if (fpi_j_has(root, "prefetch") &&
+      !parse_prefetch(c, out, fpi_j_get(root, "prefetch"), fpi_ptr_key(a, ptr, "prefetch")))
     return false;
-  if (!fp_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
-  if (fp_j_has(root, "overlap_param_gather")) { /* "auto" | true | false */
-    const fp_jv *v = fp_j_get(root, "overlap_param_gather");
-    if (fp_jv_is(v, FP_JBOOL))
+  if (!fpi_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
+  if (fpi_j_has(root, "overlap_param_gather")) { /* "auto" | true | false */
+    const fp_jv *v = fpi_j_get(root, "overlap_param_gather");
+    if (fpi_jv_is(v, FP_JBOOL))
       out->overlap_param_gather = v->b ? FP_PG_ON : FP_PG_OFF;
-    else if (!(fp_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")))
-      return fp_j_error(c, fp_ptr_key(a, ptr, "overlap_param_gather"), "expected \"auto\", true or false, got %s",
-                        fp_j_describe(a, v));
+    else if (!(fpi_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")))
+      return fpi_j_error(c, fpi_ptr_key(a, ptr, "overlap_param_gather"), "expected \"auto\", true or false, got %s",
+                        fpi_j_describe(a, v));
   }
-  if (!fp_j_int(c, root, ptr, "memory_budget_bytes", false, 1, INT64_MAX, &out->memory_budget_bytes)) return false;
-  if (fp_j_has(root, "hardware") &&
-      !parse_hardware(c, out, fp_j_get(root, "hardware"), fp_ptr_key(a, ptr, "hardware")))
+  if (!fpi_j_int(c, root, ptr, "memory_budget_bytes", false, 1, INT64_MAX, &out->memory_budget_bytes)) return false;
+  if (fpi_j_has(root, "hardware") &&
+      !parse_hardware(c, out, fpi_j_get(root, "hardware"), fpi_ptr_key(a, ptr, "hardware")))
     return false;
-  if (fp_j_has(root, "optimizer") &&
-      !parse_optimizer(c, out, fp_j_get(root, "optimizer"), fp_ptr_key(a, ptr, "optimizer")))
+  if (fpi_j_has(root, "optimizer") &&
+      !parse_optimizer(c, out, fpi_j_get(root, "optimizer"), fpi_ptr_key(a, ptr, "optimizer")))
     return false;
   return true;
 }
 
-bool fp_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {
-  fp_src *src = fp_alloc(a, sizeof *src);
+bool fpi_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {
+  fp_src *src = fpi_alloc(a, sizeof *src);
   set_defaults(out);
-  if (!fp_src_read(a, d, path, src)) return false;
-  return fp_spec_load_src(a, d, src, out);
+  if (!fpi_src_read(a, d, path, src)) return false;
+  return fpi_spec_load_src(a, d, src, out);
 }
 
-bool fp_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out) {
+bool fpi_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out) {
   set_defaults(out);
   fp_jctx c = {a, d, src, NULL};
-  const fp_jv *root = fp_json_parse(&c);
+  const fp_jv *root = fpi_json_parse(&c);
   if (!root) return false;
-  return fp_spec_parse(a, d, src, root, "", out);
+  return fpi_spec_parse(a, d, src, root, "", out);
 }
 
 /* ---- policies ------------------------------------------------------------------- */
-int fp_policy_parse(const char *name) {
+int fpi_policy_parse(const char *name) {
   if (!strcmp(name, "flexplan")) return FP_POLICY_FLEXPLAN;
   if (!strcmp(name, "fsdp2")) return FP_POLICY_FSDP2;
   return -1;
 }
 
-void fp_spec_apply_policy(fp_spec *s, fp_policy p) {
+void fpi_spec_apply_policy(fp_spec *s, fp_policy p) {
   if (p != FP_POLICY_FSDP2) return;
   /* the spec's bucket list names FSDP2's units (fully_shard groups, which
    * may span modules); otherwise one unit per module */

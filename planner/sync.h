@@ -7,6 +7,6 @@
 
 #include "../ir/ir.h"
 
-void fp_sync_program(fp_prog *p);
+void fpi_sync_program(fp_prog *p);
 
 #endif

@@ -80,21 +80,21 @@ typedef struct tprog {
 
 static inline tprog tp_new(int W) {
   tprog t;
-  t.a = fp_arena_new();
-  t.p = fp_prog_new(t.a);
+  t.a = fpi_arena_new();
+  t.p = fpi_prog_new(t.a);
   t.p->model = "exec-test";
   t.p->strategy = "full_shard";
   t.p->world_size = W;
   t.p->ranks_per_node = W;
   t.p->grad_accumulation = 1;
-  t.world = fp_ir_comm_add(t.p, "world", W, 1);
-  t.module = fp_ir_module_add(t.p, "m", 0, 0, 0);
+  t.world = fpi_ir_comm_add(t.p, "world", W, 1);
+  t.module = fpi_ir_module_add(t.p, "m", 0, 0, 0);
   return t;
 }
 
 /* a persistent buffer placed after the previous ones of its arena */
 static inline int tp_buf(tprog *t, const char *name, int64_t bytes, bool host) {
-  int b = fp_ir_buf_add(t->p, name, FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, bytes);
+  int b = fpi_ir_buf_add(t->p, name, FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, bytes);
   int64_t *end = host ? &t->p->host_bytes : &t->p->arena_bytes;
   t->p->bufs[b].offset = *end;
   t->p->bufs[b].host = host;
@@ -102,10 +102,10 @@ static inline int tp_buf(tprog *t, const char *name, int64_t bytes, bool host) {
   return b;
 }
 
-static inline fp_op *tp_op(tprog *t, fp_opcode c, fp_stream s, fp_dtype dt, int64_t n) { return fp_ir_emit(t->p, c, s, dt, n); }
+static inline fp_op *tp_op(tprog *t, fp_opcode c, fp_stream s, fp_dtype dt, int64_t n) { return fpi_ir_emit(t->p, c, s, dt, n); }
 
 static inline fp_op *tp_sync(tprog *t, fp_opcode c, fp_stream s, int ev) {
-  fp_op *o = fp_ir_emit(t->p, c, s, FP_F32, 0);
+  fp_op *o = fpi_ir_emit(t->p, c, s, FP_F32, 0);
   o->event = ev;
   return o;
 }
@@ -115,8 +115,8 @@ static inline fp_op *tp_sync(tprog *t, fp_opcode c, fp_stream s, int ev) {
  * that place their own events are left as written. */
 static inline void tp_order(const tprog *t) {
   for (int32_t i = 0; i < t->p->nops; i++)
-    if (fp_op_class(t->p->ops[i].code) == FP_OPC_SYNC) return;
-  fp_sync_program(t->p);
+    if (fpi_op_class(t->p->ops[i].code) == FP_OPC_SYNC) return;
+  fpi_sync_program(t->p);
 }
 
 /* write the program as plan.json (a file per rank) */
@@ -124,7 +124,7 @@ static inline void tp_write(const tprog *t, char *path, size_t len) {
   tp_order(t);
   snprintf(path, len, "/tmp/fp-exec-test-%d-%d.plan.json", (int)getpid(), tu_rank);
   FILE *f = fopen(path, "w");
-  if (!f || !fp_plan_write(t->p, f)) {
+  if (!f || !fpi_plan_write(t->p, f)) {
     fprintf(stderr, "rank %d: cannot write %s\n", tu_rank, path);
     exit(2);
   }
@@ -161,7 +161,7 @@ static inline fp_exec *tp_exec(const fp_plan *plan, fp_progress mode) {
 static inline void tp_step(fp_exec *x) {
   const fp_prog *p = x->prog;
   for (int32_t k = 0; k < p->nsegs; k++) {
-    fp_status st = fp_exec_hook(x, (fp_hook)p->segs[k].kind, fp_seg_has_module(p->segs[k].kind) ? p->segs[k].module : -1);
+    fp_status st = fp_exec_hook(x, (fp_hook)p->segs[k].kind, fpi_seg_has_module(p->segs[k].kind) ? p->segs[k].module : -1);
     EXPECT(st == FP_OK, "hook %d: %s", (int)k, fp_exec_errmsg(x));
   }
 }

@@ -18,25 +18,25 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: fp_frontcheck model|spec|input FILE\n");
     return 2;
   }
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   bool ok = false;
   fp_model m;
   fp_spec s;
   if (!strcmp(argv[1], "spec")) {
-    ok = fp_spec_load(a, &d, argv[2], &s);
+    ok = fpi_spec_load(a, &d, argv[2], &s);
   } else if (!strcmp(argv[1], "model")) {
     fp_src src;
-    if (fp_src_read(a, &d, argv[2], &src)) {
+    if (fpi_src_read(a, &d, argv[2], &src)) {
       fp_jctx c = {a, &d, &src, NULL};
-      const fp_jv *root = fp_json_parse(&c);
-      ok = root && fp_model_parse(a, &d, &src, root, "", &m);
+      const fp_jv *root = fpi_json_parse(&c);
+      ok = root && fpi_model_parse(a, &d, &src, root, "", &m);
     }
   } else {
-    ok = fp_inputs_load(a, &d, argv[2], NULL, &m, &s);
+    ok = fpi_inputs_load(a, &d, argv[2], NULL, &m, &s);
   }
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return ok ? 0 : 1;
 }

@@ -26,7 +26,7 @@ add_test(NAME ir_plan_schema
                  --gen $<TARGET_FILE:ir_golden> ${CMAKE_CURRENT_BINARY_DIR} ${FP_IR_GOOD})
 set_tests_properties(ir_plan_schema PROPERTIES LABELS golden TIMEOUT 60)
 
-# the writers' fast paths against the code they replace: fp_fmt_double against
+# the writers' fast paths against the code they replace: fpi_fmt_double against
 # the snprintf/strtod loop, plan.json strings against json-c's escaping
 fp_unit_test(test_fmt)
 

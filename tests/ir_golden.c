@@ -35,9 +35,9 @@ static char *slurp(const char *path, size_t *len) {
 
 static int good(const char *path, bool update) {
   int rc = 1;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_src src;
   char *out = NULL, *want = NULL, *again = NULL, *plan = NULL;
   size_t plen = 0;
@@ -45,10 +45,10 @@ static int good(const char *path, bool update) {
   strcpy(exp, path);
   char *dot = strrchr(exp, '.');
   strcpy(dot ? dot : exp + strlen(exp), ".expected");
-  if (!fp_src_read(a, &d, path, &src)) goto done;
-  fp_prog *p = fp_ir_parse(a, &d, &src);
-  if (!p || !fp_ir_verify(p, &d, &src)) goto done;
-  out = fp_ir_print_str(p, NULL);
+  if (!fpi_src_read(a, &d, path, &src)) goto done;
+  fp_prog *p = fpi_ir_parse(a, &d, &src);
+  if (!p || !fpi_ir_verify(p, &d, &src)) goto done;
+  out = fpi_ir_print_str(p, NULL);
   if (update) {
     FILE *f = fopen(exp, "wb");
     if (!f || fputs(out, f) < 0 || fclose(f)) {
@@ -67,22 +67,22 @@ static int good(const char *path, bool update) {
   }
   /* the expected text is canonical: it prints back to itself */
   fp_src es = {exp, want, strlen(want)};
-  fp_prog *q = fp_ir_parse(a, &d, &es);
+  fp_prog *q = fpi_ir_parse(a, &d, &es);
   if (!q) goto done;
-  again = fp_ir_print_str(q, NULL);
+  again = fpi_ir_print_str(q, NULL);
   if (strcmp(again, want)) {
     fprintf(stderr, "%s: not canonical (print(parse(x)) != x)\n", exp);
     goto done;
   }
   /* and survives plan.json */
   FILE *m = open_memstream(&plan, &plen);
-  bool wrote = fp_plan_write(q, m);
+  bool wrote = fpi_plan_write(q, m);
   fclose(m);
   if (!wrote) goto done;
   fp_src ps = {"<plan>", plan, plen};
-  fp_prog *r = fp_plan_read(a, &d, &ps);
+  fp_prog *r = fpi_plan_read(a, &d, &ps);
   if (!r) goto done;
-  if (fp_prog_hash(r) != fp_prog_hash(p)) {
+  if (fpi_prog_hash(r) != fpi_prog_hash(p)) {
     fprintf(stderr, "%s: plan.json round trip changed the program\n", path);
     goto done;
   }
@@ -93,19 +93,19 @@ done:
   free(want);
   free(again);
   free(plan);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return rc;
 }
 
 static int bad(const char *path) {
   int rc = 1;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_src src;
   const char *tag = "# expect: ";
-  if (!fp_src_read(a, &d, path, &src)) {
+  if (!fpi_src_read(a, &d, path, &src)) {
     fputs(d.buf, stderr);
     goto done;
   }
@@ -114,9 +114,9 @@ static int bad(const char *path) {
     goto done;
   }
   const char *fb = src.text + strlen(tag), *fe = strchr(fb, '\n');
-  char *frag = fp_strndup(a, fb, fe ? (size_t)(fe - fb) : strlen(fb));
-  fp_prog *p = fp_ir_parse(a, &d, &src);
-  bool ok = p && fp_ir_verify(p, &d, &src);
+  char *frag = fpi_strndup(a, fb, fe ? (size_t)(fe - fb) : strlen(fb));
+  fp_prog *p = fpi_ir_parse(a, &d, &src);
+  bool ok = p && fpi_ir_verify(p, &d, &src);
   if (ok) {
     fprintf(stderr, "%s: expected an error containing '%s', but the program is valid\n", path, frag);
     goto done;
@@ -127,25 +127,25 @@ static int bad(const char *path) {
   }
   rc = 0;
 done:
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return rc;
 }
 
 static int plan(const char *path, const char *out) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_src src;
   int rc = 1;
-  fp_prog *p = fp_src_read(a, &d, path, &src) ? fp_ir_parse(a, &d, &src) : NULL;
+  fp_prog *p = fpi_src_read(a, &d, path, &src) ? fpi_ir_parse(a, &d, &src) : NULL;
   FILE *f = p ? fopen(out, "wb") : NULL;
   if (f) {
-    bool ok = fp_plan_write(p, f);
+    bool ok = fpi_plan_write(p, f);
     rc = fclose(f) == 0 && ok ? 0 : 1;
   }
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return rc;
 }
 

@@ -61,7 +61,7 @@ static uint64_t kc_rand(void) {
 }
 
 static int64_t kc_size(fp_dtype t) { return t == FP_F32 ? 4 : t == FP_E4M3 ? 1 : 2; }
-static const char *kc_name(fp_dtype t) { return fp_dtype_name(t); }
+static const char *kc_name(fp_dtype t) { return fpi_dtype_name(t); }
 
 /* source fills */
 enum { FILL_BITS, FILL_VALUES, FILL_SPECIAL, NFILLS };

@@ -1,6 +1,6 @@
 /* sigterm_write.c - an LD_PRELOAD shim for harden31_cli.sh (issue 31, item
  * 5): the first fwrite to a file whose name holds ".tmp." (an output's
- * temporary, base.c fp_out_open) writes half its bytes, flushes them, and
+ * temporary, base.c fpi_out_open) writes half its bytes, flushes them, and
  * then the process gets SIGTERM, as a `kill` in the middle of a large write
  * would; the test checks that nothing named X.tmp.XXXXXX is left behind. */
 #define _GNU_SOURCE

@@ -1,18 +1,18 @@
 /* test_base.c - the base layer's sort and arena, and the IR's alias clocks,
  * against plain oracles.
  *
- * fp_sort_u64 (a radix sort) must give qsort's order of (key, position):
+ * fpi_sort_u64 (a radix sort) must give qsort's order of (key, position):
  * ascending keys, equal keys in their first order, each val moved with its
  * key; checked on keys with few distinct values, on full 64-bit ones, on
  * keys that differ only in one 16-bit digit, and on sorted and reversed
- * input. fp_sort_records must give qsort's order of records by two keys
- * and then their position. fp_name_firsts must name, for every name, the
+ * input. fpi_sort_records must give qsort's order of records by two keys
+ * and then their position. fpi_name_firsts must name, for every name, the
  * lowest earlier index with the same text (brute force over names drawn
  * from a small pool, with NULLs, equal prefixes and one name many times).
  *
  * The arena hands out big arrays from mappings of their own and grows them
- * with mremap: fp_grow must keep the contents and give zeroed room, and
- * fp_arena_release must leave every other allocation alone.
+ * with mremap: fpi_grow must keep the contents and give zeroed room, and
+ * fpi_arena_release must leave every other allocation alone.
  *
  * fp_alias_clocks (ir/access.c) keeps buffers that share no byte in rows of
  * their own and the rest in a segment tree; the answer for a buffer must be
@@ -58,7 +58,7 @@ static void check_sort(uint64_t *key, int64_t n, bool with_val) {
     if (val) val[i] = (int32_t)i;
   }
   qsort(want, (size_t)n, sizeof *want, kv_cmp);
-  fp_sort_u64(key, val, n);
+  fpi_sort_u64(key, val, n);
   for (int64_t i = 0; i < n; i++) {
     assert_int_equal(key[i], want[i].key);
     if (val) assert_int_equal(val[i], want[i].pos);
@@ -67,19 +67,19 @@ static void check_sort(uint64_t *key, int64_t n, bool with_val) {
   free(val);
 }
 
-/* fp_strjoin / fp_strjoin_i64 against snprintf, at the integers' edges */
+/* fpi_strjoin / fpi_strjoin_i64 against snprintf, at the integers' edges */
 static void test_strjoin(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
-  assert_string_equal(fp_strjoin(a, "b3", ".", "weight"), "b3.weight");
-  assert_string_equal(fp_strjoin(a, "", "", ""), "");
+  fp_arena *a = fpi_arena_new();
+  assert_string_equal(fpi_strjoin(a, "b3", ".", "weight"), "b3.weight");
+  assert_string_equal(fpi_strjoin(a, "", "", ""), "");
   const int64_t v[] = {0, 1, -1, 9, 10, 99, 100, 123456789, -987654321, INT64_MAX, INT64_MIN, INT64_MIN + 1};
   for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
     char want[64];
     snprintf(want, sizeof want, "/model/modules/%lld", (long long)v[k]);
-    assert_string_equal(fp_strjoin_i64(a, "/model/modules", "/", v[k]), want);
+    assert_string_equal(fpi_strjoin_i64(a, "/model/modules", "/", v[k]), want);
   }
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 static void test_sort_u64(void **state) {
@@ -107,7 +107,7 @@ static void test_sort_u64(void **state) {
   }
 }
 
-/* records sorted by (a, b), ties in their first order: fp_sort_records
+/* records sorted by (a, b), ties in their first order: fpi_sort_records
  * against qsort with the position as the last key */
 typedef struct rec {
   uint32_t a;
@@ -137,7 +137,7 @@ static void test_sort_records(void **state) {
       want[i] = got[i];
     }
     qsort(want, (size_t)n, sizeof *want, rec_cmp);
-    fp_sort_records(got, sizeof *got, n, 2, rec_key);
+    fpi_sort_records(got, sizeof *got, n, 2, rec_key);
     for (int64_t i = 0; i < n; i++)
       if (got[i].pos != want[i].pos) fail_msg("n %lld: record %lld is #%d, want #%d", (long long)n, (long long)i, got[i].pos, want[i].pos);
     free(got);
@@ -168,7 +168,7 @@ static void test_name_firsts(void **state) {
         names[i] = pool[r / 4 % (sizeof pool / sizeof *pool)];
       }
     }
-    fp_name_firsts(pool_name, names, n, got);
+    fpi_name_firsts(pool_name, names, n, got);
     for (int32_t i = 0; i < n; i++) {
       int32_t want = -1;
       for (int32_t j = 0; j < i && names[i] && want < 0; j++)
@@ -183,15 +183,15 @@ static void test_name_firsts(void **state) {
 
 static void test_arena_big(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
-  int32_t *small = fp_alloc_array(a, 100, sizeof *small);
+  fp_arena *a = fpi_arena_new();
+  int32_t *small = fpi_alloc_array(a, 100, sizeof *small);
   for (int i = 0; i < 100; i++) small[i] = i * 7;
   /* an array grown one element at a time from 16 to 3M: through malloc'd
    * chunks, into a mapping, then mremap'd */
   int64_t cap = 0, n = 3000000;
   int64_t *arr = NULL;
   for (int64_t i = 0; i < n; i++) {
-    arr = fp_grow(a, arr, &cap, i + 1, sizeof *arr);
+    arr = fpi_grow(a, arr, &cap, i + 1, sizeof *arr);
     if (i + 1 == cap || (i & (i - 1)) == 0) /* the room past i is zero when it is handed out */
       for (int64_t j = i; j < cap; j += 4093) assert_int_equal(arr[j], 0);
     arr[i] = i * 31 + 1;
@@ -199,19 +199,19 @@ static void test_arena_big(void **state) {
   for (int64_t i = 0; i < n; i++)
     if (arr[i] != i * 31 + 1) fail_msg("element %lld is %lld", (long long)i, (long long)arr[i]);
   /* a big one-off allocation is zeroed */
-  unsigned char *big = fp_alloc(a, (size_t)5 << 20);
+  unsigned char *big = fpi_alloc(a, (size_t)5 << 20);
   for (size_t i = 0; i < (size_t)5 << 20; i += 4096) assert_int_equal(big[i], 0);
   memset(big, 0xab, (size_t)5 << 20);
   /* releasing the big ones leaves the rest; releasing a small one is a no-op */
-  fp_arena_release(a, arr);
-  fp_arena_release(a, small);
-  fp_arena_release(a, NULL);
+  fpi_arena_release(a, arr);
+  fpi_arena_release(a, small);
+  fpi_arena_release(a, NULL);
   for (int i = 0; i < 100; i++) assert_int_equal(small[i], i * 7);
   assert_int_equal(big[12345], 0xab);
-  fp_arena_release(a, big);
-  char *s = fp_strdup(a, "still here");
+  fpi_arena_release(a, big);
+  char *s = fpi_strdup(a, "still here");
   assert_string_equal(s, "still here");
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* brute force: the latest write / read per stream over every buffer that
@@ -220,7 +220,7 @@ static void brute(const fp_prog *p, int64_t (*w)[FP_NSTREAMS], int64_t (*r)[FP_N
                   int64_t *bw, int64_t *br) {
   for (int t = 0; t < FP_NSTREAMS; t++) bw[t] = br[t] = 0;
   for (int32_t o = 0; o < p->nbufs; o++) {
-    if (!fp_bufs_overlap(p, b, o)) continue;
+    if (!fpi_bufs_overlap(p, b, o)) continue;
     for (int t = 0; t < FP_NSTREAMS; t++) {
       if (t == s) continue;
       if (w[o][t] > bw[t]) bw[t] = w[o][t];
@@ -251,7 +251,7 @@ static void test_alias_clocks(void **state) {
     p.bufs = bufs;
     p.nbufs = nb;
     fp_alias_clocks c;
-    fp_alias_clocks_init(&p, &c);
+    fpi_alias_clocks_init(&p, &c);
     int64_t (*w)[FP_NSTREAMS] = calloc((size_t)nb, sizeof *w), (*r)[FP_NSTREAMS] = calloc((size_t)nb, sizeof *r);
     int64_t clock[FP_NSTREAMS] = {0};
     assert_true(w && r);
@@ -261,7 +261,7 @@ static void test_alias_clocks(void **state) {
       int s = (int)(x >> 20 & 0xff) % FP_NSTREAMS;
       if (x >> 32 & 1) { /* ask */
         int64_t gw[FP_NSTREAMS], gr[FP_NSTREAMS], bw[FP_NSTREAMS], br[FP_NSTREAMS];
-        fp_alias_clocks_max(&c, b, s, gw, gr);
+        fpi_alias_clocks_max(&c, b, s, gw, gr);
         brute(&p, w, r, b, s, bw, br);
         for (int t = 0; t < FP_NSTREAMS; t++)
           if (t != s && (gw[t] != bw[t] || gr[t] != br[t]))
@@ -271,12 +271,12 @@ static void test_alias_clocks(void **state) {
       } else { /* note */
         bool rd = x >> 33 & 1, wr = !rd || (x >> 34 & 1);
         int64_t t = ++clock[s];
-        fp_alias_clocks_note(&c, b, s, rd, wr, t);
+        fpi_alias_clocks_note(&c, b, s, rd, wr, t);
         if (wr) w[b][s] = t;
         if (rd) r[b][s] = t;
       }
     }
-    fp_alias_clocks_free(&c);
+    fpi_alias_clocks_free(&c);
     free(w);
     free(r);
     free(bufs);

@@ -22,17 +22,17 @@ static tprog build(int n) {
   tprog t = tp_new(W);
   int w = tp_buf(&t, "w", (int64_t)W * n * 4, false), g = tp_buf(&t, "g", (int64_t)W * n * 4, false);
   int out = tp_buf(&t, "out", (int64_t)n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, (int64_t)n * 4);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
+  o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, (int64_t)n * 4);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(out, 0), o->src = fp_reg(g, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  o->comm = t.world, o->dst = fpi_reg(out, 0), o->src = fpi_reg(g, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
   return t;
 }
 
@@ -155,8 +155,8 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   fp_plan_free(other);
   fp_plan_free(plan);
-  fp_arena_free(t.a);
-  fp_arena_free(t2.a);
+  fpi_arena_free(t.a);
+  fpi_arena_free(t2.a);
   alarm(0);
   return tu_finish();
 }

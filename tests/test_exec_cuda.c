@@ -37,7 +37,7 @@ static int b_a32, b_b16, b_c32, b_e8, b_sc, b_dq, b_cp, b_ms, b_agd, b_agi, b_ag
 static fp_plan *every_op_plan(void) {
   tprog t = tp_new(1);
   int64_t off[1] = {3}, cnt[1] = {AGN - 5};
-  int tab = fp_ir_table_add(t.p, "pieces", 1, off, cnt);
+  int tab = fpi_ir_table_add(t.p, "pieces", 1, off, cnt);
   b_a32 = tp_buf(&t, "a32", N * 4, false);
   b_b16 = tp_buf(&t, "b16", N * 2, false);
   b_c32 = tp_buf(&t, "c32", N * 4, false);
@@ -61,63 +61,63 @@ static fp_plan *every_op_plan(void) {
   b_hst = tp_buf(&t, "hst", 256, true);
   b_hd = tp_buf(&t, "hd", 256, false);
   b_hst2 = tp_buf(&t, "hst2", 200, true);
-  fp_ir_param *q = fp_ir_param_add(t.p);
+  fp_ir_param *q = fpi_ir_param_add(t.p);
   q->name = "m.weight", q->ndim = 1, q->shape[0] = 64, q->module = t.module, q->bucket = -1;
   q->main_dtype = q->param_dtype = q->grad_dtype = FP_F32;
   q->placement = 3; /* replicate */
   q->main = (fp_view){b_w, 0};
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o;
   /* ag: cast, gathers, quantize, a gather of e4m3 bytes over a table */
   o = tp_op(&t, FP_OP_CAST, FP_STREAM_AG, FP_BF16, N);
-  o->sdtype = FP_F32, o->dst = fp_reg(b_b16, 0), o->src = fp_reg(b_a32, 0);
+  o->sdtype = FP_F32, o->dst = fpi_reg(b_b16, 0), o->src = fpi_reg(b_a32, 0);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_BF16, AGN);
-  o->comm = t.world, o->dst = fp_reg(b_agd, 0), o->src = fp_reg(b_b16, 2 * 10);
+  o->comm = t.world, o->dst = fpi_reg(b_agd, 0), o->src = fpi_reg(b_b16, 2 * 10);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, AGN);
-  o->comm = t.world, o->dst = fp_reg(b_agi, 0), o->src = fp_reg_g(b_agi, 0, AGN * 4);
+  o->comm = t.world, o->dst = fpi_reg(b_agi, 0), o->src = fpi_reg_g(b_agi, 0, AGN * 4);
   o = tp_op(&t, FP_OP_QUANTIZE_MXFP8, FP_STREAM_AG, FP_E4M3, N / 32 * 32);
-  o->sdtype = FP_BF16, o->dst = fp_reg(b_e8, 0), o->src = fp_reg(b_b16, 0), o->aux = fp_reg(b_sc, 0);
+  o->sdtype = FP_BF16, o->dst = fpi_reg(b_e8, 0), o->src = fpi_reg(b_b16, 0), o->aux = fpi_reg(b_sc, 0);
   o = tp_op(&t, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_E4M3, 0);
-  o->comm = t.world, o->tab = tab, o->dst = fp_reg(b_agv, 0), o->src = fp_reg(b_e8, 7);
+  o->comm = t.world, o->tab = tab, o->dst = fpi_reg(b_agv, 0), o->src = fpi_reg(b_e8, 7);
   /* compute: add, scale, 2-D copy, memset, dequantize, h2d, d2h */
   o = tp_op(&t, FP_OP_ADD, FP_STREAM_COMPUTE, FP_F32, N);
-  o->sdtype = FP_BF16, o->dst = fp_reg(b_c32, 0), o->src = fp_reg(b_b16, 0);
+  o->sdtype = FP_BF16, o->dst = fpi_reg(b_c32, 0), o->src = fpi_reg(b_b16, 0);
   o = tp_op(&t, FP_OP_ADD, FP_STREAM_COMPUTE, FP_F32, 64); /* reads the param: refits show */
-  o->dst = fp_reg(b_c32, 0), o->src = fp_reg(b_w, 0);
+  o->dst = fpi_reg(b_c32, 0), o->src = fpi_reg(b_w, 0);
   o = tp_op(&t, FP_OP_SCALE, FP_STREAM_COMPUTE, FP_F32, N);
-  o->alpha = 0.37, o->dst = fp_reg(b_c32, 0);
+  o->alpha = 0.37, o->dst = fpi_reg(b_c32, 0);
   o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, W_ELEMS);
-  o->dst = fp_reg(b_cp, 4), o->src = fp_reg(b_a32, 12);
-  fp_ir_op_shape(t.p, o, ROWS, DP * 4, SP * 4);
+  o->dst = fpi_reg(b_cp, 4), o->src = fpi_reg(b_a32, 12);
+  fpi_ir_op_shape(t.p, o, ROWS, DP * 4, SP * 4);
   o = tp_op(&t, FP_OP_MEMSET, FP_STREAM_COMPUTE, FP_F16, 150);
-  o->dst = fp_reg(b_ms, 6);
+  o->dst = fpi_reg(b_ms, 6);
   o = tp_op(&t, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_COMPUTE, FP_BF16, N / 32 * 32);
-  o->sdtype = FP_E4M3, o->dst = fp_reg(b_dq, 0), o->src = fp_reg(b_e8, 0), o->aux = fp_reg(b_sc, 0);
+  o->sdtype = FP_E4M3, o->dst = fpi_reg(b_dq, 0), o->src = fpi_reg(b_e8, 0), o->aux = fpi_reg(b_sc, 0);
   o = tp_op(&t, FP_OP_H2D, FP_STREAM_COMPUTE, FP_U8, 200);
-  o->dst = fp_reg(b_hd, 0), o->src = fp_reg(b_hst, 16);
+  o->dst = fpi_reg(b_hd, 0), o->src = fpi_reg(b_hst, 16);
   o = tp_op(&t, FP_OP_D2H, FP_STREAM_COMPUTE, FP_U8, 200);
-  o->dst = fp_reg(b_hst2, 0), o->src = fp_reg(b_c32, 40);
+  o->dst = fpi_reg(b_hst2, 0), o->src = fpi_reg(b_c32, 40);
   /* rs: every reduction (in place and not), broadcast, a send/recv pair */
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, AGN);
-  o->comm = t.world, o->dst = fp_reg(b_rs, 0), o->src = fp_reg(b_c32, 8);
+  o->comm = t.world, o->dst = fpi_reg(b_rs, 0), o->src = fpi_reg(b_c32, 8);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_BF16, AGN);
-  o->comm = t.world, o->dst = fp_reg_g(b_rsi, 0, AGN * 2), o->src = fp_reg(b_rsi, 0);
+  o->comm = t.world, o->dst = fpi_reg_g(b_rsi, 0, AGN * 2), o->src = fpi_reg(b_rsi, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER_V, FP_STREAM_RS, FP_F32, 0);
-  o->comm = t.world, o->tab = tab, o->dst = fp_reg(b_rsv, 0), o->src = fp_reg(b_c32, 100);
+  o->comm = t.world, o->tab = tab, o->dst = fpi_reg(b_rsv, 0), o->src = fpi_reg(b_c32, 100);
   o = tp_op(&t, FP_OP_ALL_REDUCE, FP_STREAM_RS, FP_BF16, AGN);
-  o->comm = t.world, o->dst = fp_reg(b_ar, 0), o->src = fp_reg(b_ar, 0);
+  o->comm = t.world, o->dst = fpi_reg(b_ar, 0), o->src = fpi_reg(b_ar, 0);
   o = tp_op(&t, FP_OP_BROADCAST, FP_STREAM_RS, FP_F32, AGN);
-  o->comm = t.world, o->root = 0, o->dst = fp_reg(b_bc, 0), o->src = fp_reg(b_c32, 200);
+  o->comm = t.world, o->root = 0, o->dst = fpi_reg(b_bc, 0), o->src = fpi_reg(b_c32, 200);
   o = tp_op(&t, FP_OP_REDUCE, FP_STREAM_RS, FP_F32, AGN);
-  o->comm = t.world, o->root = 0, o->dst = fp_reg(b_rd, 0), o->src = fp_reg(b_bc, 0);
+  o->comm = t.world, o->root = 0, o->dst = fpi_reg(b_rd, 0), o->src = fpi_reg(b_bc, 0);
   o = tp_op(&t, FP_OP_SEND, FP_STREAM_RS, FP_F32, AGN);
-  o->comm = t.world, o->root = 0, o->src = fp_reg(b_tx, 0), o->group = 0;
+  o->comm = t.world, o->root = 0, o->src = fpi_reg(b_tx, 0), o->group = 0;
   o = tp_op(&t, FP_OP_RECV, FP_STREAM_RS, FP_F32, AGN);
-  o->comm = t.world, o->root = 0, o->dst = fp_reg(b_rx, 0), o->group = 0;
+  o->comm = t.world, o->root = 0, o->dst = fpi_reg(b_rx, 0), o->group = 0;
   o = tp_op(&t, FP_OP_COPY, FP_STREAM_RS, FP_F32, AGN);
-  o->dst = fp_reg(b_tx, 0), o->src = fp_reg(b_rx, 0);
+  o->dst = fpi_reg(b_tx, 0), o->src = fpi_reg(b_rx, 0);
   fp_plan *plan = tp_load(&t);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
   return plan;
 }
 
@@ -175,7 +175,7 @@ static void refit(fp_exec *x, float base) {
   ts.shape[0] = 64;
   const void *data[1] = {w};
   char err[256];
-  EXPECT(fp_st_write(path, 1, &ts, data, err, sizeof err), "%s", err);
+  EXPECT(fpi_st_write(path, 1, &ts, data, err, sizeof err), "%s", err);
   fp_param_view before, after;
   fp_exec_param(x, "m.weight", &before);
   const char *paths[1] = {path};

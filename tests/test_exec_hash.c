@@ -38,11 +38,11 @@ static tprog build(int world, int variant) {
   tprog t = tp_new(world);
   if (variant) t.p->model = "exec-test-other";
   int w = tp_buf(&t, "w", (int64_t)world * n * 4, false), out = tp_buf(&t, "out", n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, n * 4);
+  o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, n * 4);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(out, 0), o->src = fp_reg(w, 0);
+  o->comm = t.world, o->dst = fpi_reg(out, 0), o->src = fpi_reg(w, 0);
   return t;
 }
 
@@ -60,7 +60,7 @@ static void expect_fail(const char *what, tprog t, fp_status want, const char *f
          n_dup, n_coll);
   fp_exec_destroy(x);
   fp_plan_free(plan);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
 }
 
 int main(int argc, char **argv) {
@@ -76,9 +76,9 @@ int main(int argc, char **argv) {
     tprog a = build(tu_world, 0), b = build(tu_world, 1);
     tp_order(&a); /* what tp_write will write */
     tp_order(&b);
-    snprintf(h0, sizeof h0, "fnv1a64:%016" PRIx64, fp_prog_hash(a.p));
-    snprintf(h1, sizeof h1, "fnv1a64:%016" PRIx64, fp_prog_hash(b.p));
-    fp_arena_free(tu_rank == 1 ? a.a : b.a);
+    snprintf(h0, sizeof h0, "fnv1a64:%016" PRIx64, fpi_prog_hash(a.p));
+    snprintf(h1, sizeof h1, "fnv1a64:%016" PRIx64, fpi_prog_hash(b.p));
+    fpi_arena_free(tu_rank == 1 ? a.a : b.a);
     expect_fail("different plans", tu_rank == 1 ? b : a, FP_ERR_MISMATCH, h0, h1);
   }
   /* rank 1's setup fails locally (its plan is for another world size) */
@@ -97,6 +97,6 @@ int main(int argc, char **argv) {
   EXPECT(n_coll == 2, "%d collectives", n_coll);
   fp_exec_destroy(x);
   fp_plan_free(plan);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
   return tu_finish();
 }

@@ -45,7 +45,7 @@ static void *tensor(int32_t i, fp_dtype dt, int salt) {
   float *f = calloc((size_t)n, 4);
   for (int64_t k = 0; k < n; k++) f[k] = value(i, k, salt);
   if (dt == FP_F32) return f;
-  void *h = calloc((size_t)n, (size_t)fp_dtype_size(dt));
+  void *h = calloc((size_t)n, (size_t)fpi_dtype_size(dt));
   fpk_cast(h, dt, f, FP_F32, n);
   free(f);
   return h;
@@ -61,14 +61,14 @@ static void write_file(const char *path, fp_dtype dt, int salt, int32_t bad_shap
     memcpy(ts[i].shape, views[i].shape, sizeof ts[i].shape);
     if (i == bad_shape) {
       ts[i].shape[0] += 1;
-      own[i] = calloc((size_t)(views[i].numel + views[i].numel / views[i].shape[0]), (size_t)fp_dtype_size(dt));
+      own[i] = calloc((size_t)(views[i].numel + views[i].numel / views[i].shape[0]), (size_t)fpi_dtype_size(dt));
     } else {
       own[i] = tensor(i, dt, salt);
     }
     data[i] = own[i];
   }
   char err[512];
-  if (!fp_st_write(path, np, ts, data, err, sizeof err)) {
+  if (!fpi_st_write(path, np, ts, data, err, sizeof err)) {
     fprintf(stderr, "rank %d: %s\n", tu_rank, err);
     exit(2);
   }
@@ -92,7 +92,7 @@ static void check_mx(fp_dtype dt, int salt, const char *when) {
   for (int32_t i = 0; i < np; i++) {
     if (!is_mx(i)) continue;
     const fp_param_view *v = &views[i];
-    uint8_t *e = malloc((size_t)v->numel), *s = malloc((size_t)fp_mx_blocks(v->numel));
+    uint8_t *e = malloc((size_t)v->numel), *s = malloc((size_t)fpi_mx_blocks(v->numel));
     expected_mx(i, dt, salt, e, s);
     int64_t bad = -1;
     for (int64_t k = 0; k < v->numel && bad < 0; k++)
@@ -115,7 +115,7 @@ static void check_main(fp_dtype dt, int salt, const char *when) {
     const fp_param_view *v = &views[i];
     const fp_extent *e = &v->shard;
     fp_dtype mdt = (fp_dtype)v->main.dtype;
-    int64_t msz = fp_dtype_size(mdt), bad = 0;
+    int64_t msz = fpi_dtype_size(mdt), bad = 0;
     float *full = tensor(i, FP_F32, salt);
     for (int64_t r = 0; r < e->runs; r++)
       for (int64_t k = 0; k < e->len; k++) {
@@ -136,7 +136,7 @@ static void check_gathered(int32_t m, int salt) {
     const fp_param_view *v = &views[i];
     if (v->module != m || is_mx(i)) continue;
     fp_dtype pdt = (fp_dtype)v->weight.dtype;
-    int64_t psz = fp_dtype_size(pdt), bad = 0;
+    int64_t psz = fpi_dtype_size(pdt), bad = 0;
     float *full = tensor(i, FP_F32, salt);
     for (int64_t k = 0; k < v->numel; k++) {
       char want[8];
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
   const fp_prog *p = x->prog;
   for (int32_t k = 0; k < p->nsegs; k++) {
     const fp_seg *s = &p->segs[k];
-    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "hook %d: %s",
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fpi_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "hook %d: %s",
            (int)k, fp_exec_errmsg(x));
     if (s->kind == FP_SEG_PRE_FORWARD) {
       check_gathered(s->module, 1);

@@ -42,7 +42,7 @@ static void finish(fp_exec *x, fp_plan *plan, tprog *t) {
   EXPECT(s.progress == (mode == FP_PROGRESS_DEFAULT ? FP_PROGRESS_THREAD : mode), "progress mode %d", (int)s.progress);
   fp_exec_destroy(x);
   fp_plan_free(plan);
-  fp_arena_free(t->a);
+  fpi_arena_free(t->a);
 }
 
 /* ---- all_gather, in place and not; fp32 and bf16 ------------------------------------------ */
@@ -51,13 +51,13 @@ static void case_all_gather(void) {
   tprog t = tp_new(W);
   int src = tp_buf(&t, "src", n * 4, false), dst = tp_buf(&t, "dst", (int64_t)W * n * 4, false);
   int ip = tp_buf(&t, "inplace", (int64_t)W * n * 4, false), h = tp_buf(&t, "half", (int64_t)W * n * 2, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_COMPUTE, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(dst, 0), o->src = fp_reg(src, 0);
+  o->comm = t.world, o->dst = fpi_reg(dst, 0), o->src = fpi_reg(src, 0);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(ip, 0), o->src = fp_reg_g(ip, 0, n * 4);
+  o->comm = t.world, o->dst = fpi_reg(ip, 0), o->src = fpi_reg_g(ip, 0, n * 4);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_RS, FP_BF16, n);
-  o->comm = t.world, o->dst = fp_reg(h, 0), o->src = fp_reg_g(h, 0, n * 2);
+  o->comm = t.world, o->dst = fpi_reg(h, 0), o->src = fpi_reg_g(h, 0, n * 2);
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   float *s = tp_mem(x, src), *d = tp_mem(x, dst), *q = tp_mem(x, ip);
@@ -85,14 +85,14 @@ static void case_all_gather_v(void) {
   tprog t = tp_new(W);
   int64_t off[64], cnt[64];
   for (int j = 0; j < W; j++) off[j] = (int64_t)j * slot + 1, cnt[j] = (j * 5 + 3) % 6; /* gaps; some 0 */
-  int tab = fp_ir_table_add(t.p, "pieces", W, off, cnt);
+  int tab = fpi_ir_table_add(t.p, "pieces", W, off, cnt);
   int src = tp_buf(&t, "src", slot * 4, false), dst = tp_buf(&t, "dst", ((int64_t)W * slot + 1) * 4, false);
   int ip = tp_buf(&t, "inplace", ((int64_t)W * slot + 1) * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_F32, 0);
-  o->comm = t.world, o->tab = tab, o->dst = fp_reg(dst, 0), o->src = fp_reg(src, 0);
+  o->comm = t.world, o->tab = tab, o->dst = fpi_reg(dst, 0), o->src = fpi_reg(src, 0);
   o = tp_op(&t, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_F32, 0);
-  o->comm = t.world, o->tab = tab, o->dst = fp_reg(ip, 0), o->src = fp_reg_t(ip, 0);
+  o->comm = t.world, o->tab = tab, o->dst = fpi_reg(ip, 0), o->src = fpi_reg_t(ip, 0);
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   float *s = tp_mem(x, src), *d = tp_mem(x, dst), *q = tp_mem(x, ip);
@@ -154,14 +154,14 @@ static float reduced(float s, fp_dtype dt, fp_redop red, int W) {
 
 static void case_reductions(fp_dtype dt, fp_redop red) {
   const int W = tu_world, n = 7;
-  const int64_t sz = fp_dtype_size(dt);
+  const int64_t sz = fpi_dtype_size(dt);
   tprog t = tp_new(W);
   int64_t off[64], cnt[64], at = 0;
   for (int j = 0; j < W; j++) cnt[j] = (j + 2) % 4, off[j] = at, at += cnt[j]; /* packed: MPI_Ireduce_scatter */
-  int packed = fp_ir_table_add(t.p, "packed", W, off, cnt);
+  int packed = fpi_ir_table_add(t.p, "packed", W, off, cnt);
   int64_t goff[64];
   for (int j = 0; j < W; j++) goff[j] = (W - 1 - j) * 4; /* reversed with gaps: one reduce per root */
-  int gappy = fp_ir_table_add(t.p, "gappy", W, goff, cnt);
+  int gappy = fpi_ir_table_add(t.p, "gappy", W, goff, cnt);
   int64_t total = (int64_t)W * n;
   int rs_src = tp_buf(&t, "rs.src", total * sz, false), rs_dst = tp_buf(&t, "rs.dst", n * sz, false);
   int rs_ip = tp_buf(&t, "rs.inplace", total * sz, false);
@@ -171,27 +171,27 @@ static void case_reductions(fp_dtype dt, fp_redop red) {
   int ar_src = tp_buf(&t, "ar.src", n * sz, false), ar_dst = tp_buf(&t, "ar.dst", n * sz, false);
   int ar_ip = tp_buf(&t, "ar.inplace", n * sz, false);
   int rd_dst = tp_buf(&t, "rd.dst", n * sz, false), rd_ip = tp_buf(&t, "rd.inplace", n * sz, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, dt, n);
-  o->comm = t.world, o->dst = fp_reg(rs_dst, 0), o->src = fp_reg(rs_src, 0);
+  o->comm = t.world, o->dst = fpi_reg(rs_dst, 0), o->src = fpi_reg(rs_src, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, dt, n);
-  o->comm = t.world, o->dst = fp_reg_g(rs_ip, 0, n * sz), o->src = fp_reg(rs_ip, 0);
+  o->comm = t.world, o->dst = fpi_reg_g(rs_ip, 0, n * sz), o->src = fpi_reg(rs_ip, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER_V, FP_STREAM_AG, dt, 0);
-  o->comm = t.world, o->tab = packed, o->dst = fp_reg(v_dst, 0), o->src = fp_reg(v_src, 0);
+  o->comm = t.world, o->tab = packed, o->dst = fpi_reg(v_dst, 0), o->src = fpi_reg(v_src, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER_V, FP_STREAM_AG, dt, 0);
-  o->comm = t.world, o->tab = packed, o->dst = fp_reg_t(v_ip, 0), o->src = fp_reg(v_ip, 0);
+  o->comm = t.world, o->tab = packed, o->dst = fpi_reg_t(v_ip, 0), o->src = fpi_reg(v_ip, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER_V, FP_STREAM_COMPUTE, dt, 0);
-  o->comm = t.world, o->tab = gappy, o->dst = fp_reg(g_dst, 0), o->src = fp_reg(v_src, 0);
+  o->comm = t.world, o->tab = gappy, o->dst = fpi_reg(g_dst, 0), o->src = fpi_reg(v_src, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER_V, FP_STREAM_COMPUTE, dt, 0);
-  o->comm = t.world, o->tab = gappy, o->dst = fp_reg_t(g_ip, 0), o->src = fp_reg(g_ip, 0);
+  o->comm = t.world, o->tab = gappy, o->dst = fpi_reg_t(g_ip, 0), o->src = fpi_reg(g_ip, 0);
   o = tp_op(&t, FP_OP_ALL_REDUCE, FP_STREAM_RS, dt, n);
-  o->comm = t.world, o->dst = fp_reg(ar_dst, 0), o->src = fp_reg(ar_src, 0);
+  o->comm = t.world, o->dst = fpi_reg(ar_dst, 0), o->src = fpi_reg(ar_src, 0);
   o = tp_op(&t, FP_OP_ALL_REDUCE, FP_STREAM_AG, dt, n);
-  o->comm = t.world, o->dst = o->src = fp_reg(ar_ip, 0);
+  o->comm = t.world, o->dst = o->src = fpi_reg(ar_ip, 0);
   o = tp_op(&t, FP_OP_REDUCE, FP_STREAM_RS, dt, n);
-  o->comm = t.world, o->root = 0, o->dst = fp_reg(rd_dst, 0), o->src = fp_reg(ar_src, 0);
+  o->comm = t.world, o->root = 0, o->dst = fpi_reg(rd_dst, 0), o->src = fpi_reg(ar_src, 0);
   o = tp_op(&t, FP_OP_REDUCE, FP_STREAM_RS, dt, n);
-  o->comm = t.world, o->root = W - 1, o->dst = o->src = fp_reg(rd_ip, 0);
+  o->comm = t.world, o->root = W - 1, o->dst = o->src = fpi_reg(rd_ip, 0);
   for (int32_t k = 0; k < t.p->nops; k++) t.p->ops[k].red = red;
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
@@ -207,7 +207,7 @@ static void case_reductions(fp_dtype dt, fp_redop red) {
   tp_step(x);
   EXPECT(fp_exec_sync(x) == FP_OK, "sync: %s", fp_exec_errmsg(x));
   const int g = tu_rank;
-  const char *dn = fp_dtype_name(dt);
+  const char *dn = fpi_dtype_name(dt);
 #define R(v) reduced((v), dt, red, W)
   for (int64_t i = 0; i < n; i++) {
     float want = R(sum_ival(W, g * n + i));
@@ -241,18 +241,18 @@ static void case_broadcast_p2p(void) {
   int src = tp_buf(&t, "src", n * 4, false), dst = tp_buf(&t, "dst", n * 4, false);
   int ip = tp_buf(&t, "inplace", n * 4, false), rx = tp_buf(&t, "rx", n * 4, false);
   int rx2 = tp_buf(&t, "rx2", n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_BROADCAST, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->root = W - 1, o->dst = fp_reg(dst, 0), o->src = fp_reg(src, 0);
+  o->comm = t.world, o->root = W - 1, o->dst = fpi_reg(dst, 0), o->src = fpi_reg(src, 0);
   o = tp_op(&t, FP_OP_BROADCAST, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->root = 0, o->dst = o->src = fp_reg(ip, 0);
+  o->comm = t.world, o->root = 0, o->dst = o->src = fpi_reg(ip, 0);
   /* a ring shift by 1 and by W-1, each a group */
   for (int k = 0; k < 2; k++) {
     int d = k == 0 ? 1 % W : (W - 1) % W;
     o = tp_op(&t, FP_OP_SEND, FP_STREAM_RS, FP_F32, n);
-    o->comm = t.world, o->root = d, o->src = fp_reg(src, 0), o->group = k;
+    o->comm = t.world, o->root = d, o->src = fpi_reg(src, 0), o->group = k;
     o = tp_op(&t, FP_OP_RECV, FP_STREAM_RS, FP_F32, n);
-    o->comm = t.world, o->root = d, o->dst = fp_reg(k ? rx2 : rx, 0), o->group = k;
+    o->comm = t.world, o->root = d, o->dst = fpi_reg(k ? rx2 : rx, 0), o->group = k;
   }
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
@@ -281,20 +281,20 @@ static void case_regions(void) {
   const int R = 3;
   tprog t = tp_new(tu_world);
   int64_t off[2] = {0, 8}, cnt[2] = {2, 3};
-  int tab = fp_ir_table_add(t.p, "regions", 2, off, cnt);
+  int tab = fpi_ir_table_add(t.p, "regions", 2, off, cnt);
   int st = tp_buf(&t, "stage", R * 6 * 4, false), u = tp_buf(&t, "unsharded", 17 * 4, false);
   int g16 = tp_buf(&t, "grad16", 17 * 2, false), g32 = tp_buf(&t, "grad32", 17 * 4, false);
   int r1 = tp_buf(&t, "rows16", R * 6 * 4, false), r2 = tp_buf(&t, "rows32", R * 6 * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_SPLIT_COPY, FP_STREAM_AG, FP_F32, 5);
-  o->tab = tab, o->dst = fp_reg(u, 0), o->src = fp_reg(st, 0);
-  fp_ir_op_shape(t.p, o, R, 0, 6 * 4);
+  o->tab = tab, o->dst = fpi_reg(u, 0), o->src = fpi_reg(st, 0);
+  fpi_ir_op_shape(t.p, o, R, 0, 6 * 4);
   o = tp_op(&t, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 5); /* bf16 -> fp32 as it copies */
-  o->sdtype = FP_BF16, o->tab = tab, o->dst = fp_reg(r1, 0), o->src = fp_reg(g16, 0);
-  fp_ir_op_shape(t.p, o, R, 6 * 4, 0);
+  o->sdtype = FP_BF16, o->tab = tab, o->dst = fpi_reg(r1, 0), o->src = fpi_reg(g16, 0);
+  fpi_ir_op_shape(t.p, o, R, 6 * 4, 0);
   o = tp_op(&t, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 5);
-  o->tab = tab, o->dst = fp_reg(r2, 0), o->src = fp_reg(g32, 0);
-  fp_ir_op_shape(t.p, o, R, 6 * 4, 0);
+  o->tab = tab, o->dst = fpi_reg(r2, 0), o->src = fpi_reg(g32, 0);
+  fpi_ir_op_shape(t.p, o, R, 6 * 4, 0);
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   float *S = tp_mem(x, st), *U = tp_mem(x, u), *G32 = tp_mem(x, g32), *R1 = tp_mem(x, r1), *R2 = tp_mem(x, r2);
@@ -327,32 +327,32 @@ static void case_local(void) {
   int h16 = tp_buf(&t, "h16", n * 2, false), mx = tp_buf(&t, "mx", n, false), sc = tp_buf(&t, "sc", n / 32, false);
   int dq = tp_buf(&t, "dq", n * 4, false), cp = tp_buf(&t, "cp", 4 * 16 * 4, false), z = tp_buf(&t, "z", n * 4, false);
   int host = tp_buf(&t, "host", n * 4, true), back = tp_buf(&t, "back", n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_CAST, FP_STREAM_COMPUTE, FP_BF16, n);
-  o->sdtype = FP_F32, o->dst = fp_reg(b16, 0), o->src = fp_reg(a, 0);
+  o->sdtype = FP_F32, o->dst = fpi_reg(b16, 0), o->src = fpi_reg(a, 0);
   o = tp_op(&t, FP_OP_CAST, FP_STREAM_COMPUTE, FP_F16, n);
-  o->sdtype = FP_F32, o->dst = fp_reg(h16, 0), o->src = fp_reg(a, 0);
+  o->sdtype = FP_F32, o->dst = fpi_reg(h16, 0), o->src = fpi_reg(a, 0);
   o = tp_op(&t, FP_OP_CAST, FP_STREAM_COMPUTE, FP_F32, n);
-  o->sdtype = FP_BF16, o->dst = fp_reg(c, 0), o->src = fp_reg(b16, 0);
+  o->sdtype = FP_BF16, o->dst = fpi_reg(c, 0), o->src = fpi_reg(b16, 0);
   o = tp_op(&t, FP_OP_ADD, FP_STREAM_COMPUTE, FP_F32, n);
-  o->sdtype = FP_F16, o->dst = fp_reg(c, 0), o->src = fp_reg(h16, 0);
+  o->sdtype = FP_F16, o->dst = fpi_reg(c, 0), o->src = fpi_reg(h16, 0);
   o = tp_op(&t, FP_OP_ADD, FP_STREAM_COMPUTE, FP_F32, n); /* in place: doubles */
-  o->dst = o->src = fp_reg(c, 0);
+  o->dst = o->src = fpi_reg(c, 0);
   o = tp_op(&t, FP_OP_SCALE, FP_STREAM_COMPUTE, FP_F32, n);
-  o->dst = fp_reg(c, 0), o->alpha = 0.375;
+  o->dst = fpi_reg(c, 0), o->alpha = 0.375;
   o = tp_op(&t, FP_OP_QUANTIZE_MXFP8, FP_STREAM_COMPUTE, FP_E4M3, n);
-  o->sdtype = FP_F32, o->dst = fp_reg(mx, 0), o->src = fp_reg(a, 0), o->aux = fp_reg(sc, 0);
+  o->sdtype = FP_F32, o->dst = fpi_reg(mx, 0), o->src = fpi_reg(a, 0), o->aux = fpi_reg(sc, 0);
   o = tp_op(&t, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_COMPUTE, FP_F32, n);
-  o->sdtype = FP_E4M3, o->dst = fp_reg(dq, 0), o->src = fp_reg(mx, 0), o->aux = fp_reg(sc, 0);
+  o->sdtype = FP_E4M3, o->dst = fpi_reg(dq, 0), o->src = fpi_reg(mx, 0), o->aux = fpi_reg(sc, 0);
   o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, 3); /* 4 rows of 3 out of rows of 16 */
-  o->dst = fp_reg(cp, 4), o->src = fp_reg(a, 8);
-  fp_ir_op_shape(t.p, o, 4, 16 * 4, 8 * 4);
+  o->dst = fpi_reg(cp, 4), o->src = fpi_reg(a, 8);
+  fpi_ir_op_shape(t.p, o, 4, 16 * 4, 8 * 4);
   o = tp_op(&t, FP_OP_MEMSET, FP_STREAM_COMPUTE, FP_F32, n - 2);
-  o->dst = fp_reg(z, 4);
+  o->dst = fpi_reg(z, 4);
   o = tp_op(&t, FP_OP_D2H, FP_STREAM_RS, FP_U8, n * 4);
-  o->dst = fp_reg(host, 0), o->src = fp_reg(a, 0);
+  o->dst = fpi_reg(host, 0), o->src = fpi_reg(a, 0);
   o = tp_op(&t, FP_OP_H2D, FP_STREAM_RS, FP_U8, n * 4);
-  o->dst = fp_reg(back, 0), o->src = fp_reg(host, 0);
+  o->dst = fpi_reg(back, 0), o->src = fpi_reg(host, 0);
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   float *A = tp_mem(x, a), *Z = tp_mem(x, z);
@@ -404,31 +404,31 @@ static void case_events(void) {
   tprog t = tp_new(W);
   int mainb = tp_buf(&t, "main", n * 4, false), w = tp_buf(&t, "w", (int64_t)W * n * 4, false);
   int seen = tp_buf(&t, "seen", (int64_t)W * n * 4, false), acc = tp_buf(&t, "acc", (int64_t)W * n * 4, false);
-  for (int e = 0; e < 6; e++) fp_ir_event_new(t.p);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  for (int e = 0; e < 6; e++) fpi_ir_event_new(t.p);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_COPY, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg_g(w, 0, n * 4), o->src = fp_reg(mainb, 0);
-  fp_ir_op_shape(t.p, o, 1, n * 4, n * 4);
+  o->comm = t.world, o->dst = fpi_reg_g(w, 0, n * 4), o->src = fpi_reg(mainb, 0);
+  fpi_ir_op_shape(t.p, o, 1, n * 4, n * 4);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, n * 4);
+  o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, n * 4);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_AG, 0);
   o = tp_sync(&t, FP_OP_RECORD, FP_STREAM_COMPUTE, 3);
   o->only = 0, o->only_comm = t.world;
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_RS, 0);
   o = tp_op(&t, FP_OP_ADD, FP_STREAM_RS, FP_F32, (int64_t)W * n);
-  o->dst = fp_reg(acc, 0), o->src = fp_reg(w, 0);
+  o->dst = fpi_reg(acc, 0), o->src = fpi_reg(w, 0);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_RS, 4);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 0);
   o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, (int64_t)W * n);
-  o->dst = fp_reg(seen, 0), o->src = fp_reg(w, 0);
-  fp_ir_op_shape(t.p, o, 1, (int64_t)W * n * 4, (int64_t)W * n * 4);
+  o->dst = fpi_reg(seen, 0), o->src = fpi_reg(w, 0);
+  fpi_ir_op_shape(t.p, o, 1, (int64_t)W * n * 4, (int64_t)W * n * 4);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_COMPUTE, 1);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 4);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_RS, 3);
   o = tp_op(&t, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0); /* a placeholder: never run */
   o->module = t.module;
-  fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 1);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_COMPUTE, 3);
   /* the next step's gather overwrites w, which this step's copy read */
@@ -470,18 +470,18 @@ static void case_subcomms(void) {
   const int W = tu_world, n = 3;
   if (W % 2) return;
   tprog t = tp_new(W);
-  int pair = fp_ir_comm_add(t.p, "pair", 2, 1), rep = fp_ir_comm_add(t.p, "rep", W / 2, 2);
+  int pair = fpi_ir_comm_add(t.p, "pair", 2, 1), rep = fpi_ir_comm_add(t.p, "rep", W / 2, 2);
   int src = tp_buf(&t, "src", n * 4, false), ag = tp_buf(&t, "ag", 2 * n * 4, false);
   int ar = tp_buf(&t, "ar", n * 4, false), bc = tp_buf(&t, "bc", n * 2, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = pair, o->dst = fp_reg(ag, 0), o->src = fp_reg(src, 0);
+  o->comm = pair, o->dst = fpi_reg(ag, 0), o->src = fpi_reg(src, 0);
   o = tp_op(&t, FP_OP_ALL_REDUCE, FP_STREAM_RS, FP_F32, n);
-  o->comm = rep, o->dst = fp_reg(ar, 0), o->src = fp_reg(src, 0);
+  o->comm = rep, o->dst = fpi_reg(ar, 0), o->src = fpi_reg(src, 0);
   o = tp_op(&t, FP_OP_CAST, FP_STREAM_COMPUTE, FP_BF16, n);
-  o->sdtype = FP_F32, o->dst = fp_reg(bc, 0), o->src = fp_reg(src, 0), o->only = 1, o->only_comm = pair;
+  o->sdtype = FP_F32, o->dst = fpi_reg(bc, 0), o->src = fpi_reg(src, 0), o->only = 1, o->only_comm = pair;
   o = tp_op(&t, FP_OP_BROADCAST, FP_STREAM_COMPUTE, FP_BF16, n);
-  o->comm = pair, o->root = 1, o->dst = o->src = fp_reg(bc, 0), o->only = 0, o->only_comm = rep;
+  o->comm = pair, o->root = 1, o->dst = o->src = fpi_reg(bc, 0), o->only = 0, o->only_comm = rep;
   fp_plan *plan = tp_load(&t);
   fp_exec *x = tp_exec(plan, mode);
   float *s = tp_mem(x, src);

@@ -17,27 +17,27 @@ static tprog build(void) {
   const int W = tu_world, n = 8;
   tprog t = tp_new(W);
   t.p->grad_accumulation = 2;
-  int m1 = fp_ir_module_add(t.p, "second", 0, 0, 0);
+  int m1 = fpi_ir_module_add(t.p, "second", 0, 0, 0);
   int mods[2] = {t.module, m1};
   int w = tp_buf(&t, "w", (int64_t)W * n * 4, false), g = tp_buf(&t, "g", (int64_t)W * n * 4, false);
   int out = tp_buf(&t, "out", n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   for (int micro = 0; micro < 2; micro++) {
     for (int k = 0; k < 2; k++) {
-      fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, mods[k], micro);
+      fpi_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, mods[k], micro);
       fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-      o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, n * 4);
-      fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, mods[k], micro);
+      o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, n * 4);
+      fpi_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, mods[k], micro);
     }
     for (int k = 1; k >= 0; k--) {
-      fp_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, mods[k], micro);
-      fp_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, mods[k], micro);
+      fpi_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, mods[k], micro);
+      fpi_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, mods[k], micro);
       fp_op *o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, n);
-      o->comm = t.world, o->dst = fp_reg(out, 0), o->src = fp_reg(g, 0);
+      o->comm = t.world, o->dst = fpi_reg(out, 0), o->src = fpi_reg(g, 0);
     }
   }
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
   return t;
 }
 
@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
   expect_order(x, FP_HOOK_PRE_FORWARD, m0, "pre_forward(m)", "the plan does not recompute m");
   for (int32_t k = x->cursor; k < x->prog->nsegs; k++) { /* finish the step */
     const fp_seg *s = &x->prog->segs[k];
-    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fpi_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));
   }
   fp_exec_get_stats(x, &s1);
@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
   EXPECT(fp_exec_all_reduce_f64(x, &one, 1) == FP_OK && one == tu_world, "mid-step sum %g", one);
   for (int32_t k = 1; k < x->prog->nsegs; k++) {
     const fp_seg *s = &x->prog->segs[k];
-    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fpi_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));
   }
   /* a recompute right after a skipped (empty) pre_backward(second) */
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
   fp_exec_get_stats(x, &r0);
   for (int32_t k = 0; x->prog->segs[k].kind != FP_SEG_PRE_BACKWARD; k++) {
     const fp_seg *s = &x->prog->segs[k];
-    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fpi_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));
   }
   EXPECT(fp_exec_hook(x, FP_HOOK_PRE_FORWARD, m1) == FP_OK, "recompute after a skip: %s", fp_exec_errmsg(x));
@@ -173,11 +173,11 @@ int main(int argc, char **argv) {
   EXPECT(r1.skipped == r0.skipped + 1, "skipped %" PRId64 " -> %" PRId64, r0.skipped, r1.skipped);
   for (int32_t k = x->cursor; k < x->prog->nsegs; k++) {
     const fp_seg *s = &x->prog->segs[k];
-    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fpi_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));
   }
   fp_exec_destroy(x);
   fp_plan_free(plan);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
   return tu_finish();
 }

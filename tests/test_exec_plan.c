@@ -58,7 +58,7 @@ static tprog base_w(int W) {
   tprog t = tp_new(W);
   int mainb = tp_buf(&t, "m.main", 256, false), w = tp_buf(&t, "m.weight", 256 * W, false);
   int ug = tp_buf(&t, "m.ugrad", 256 * W, false), gr = tp_buf(&t, "m.grad", 256, false);
-  fp_ir_param *q = fp_ir_param_add(t.p);
+  fp_ir_param *q = fpi_ir_param_add(t.p);
   q->name = "m.weight";
   q->ndim = 2;
   q->shape[0] = 4 * W;
@@ -74,22 +74,22 @@ static tprog base_w(int W) {
   q->grad = (fp_view){gr, 0};
   q->weight = (fp_view){w, 0};
   q->ugrad = (fp_view){ug, 0};
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   fp_op *o = tp_op(&t, FP_OP_COPY, FP_STREAM_COMPUTE, FP_F32, 64);
-  o->comm = t.world, o->dst = fp_reg_g(w, 0, 256), o->src = fp_reg(mainb, 0);
-  fp_ir_op_shape(t.p, o, 1, 256, 256);
+  o->comm = t.world, o->dst = fpi_reg_g(w, 0, 256), o->src = fpi_reg(mainb, 0);
+  fpi_ir_op_shape(t.p, o, 1, 256, 256);
   o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_COMPUTE, FP_F32, 64);
-  o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, 256);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
+  o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, 256);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
   o = tp_op(&t, FP_OP_MEMSET, FP_STREAM_COMPUTE, FP_F32, 64 * W);
-  o->dst = fp_reg(ug, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
+  o->dst = fpi_reg(ug, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, 64);
-  o->comm = t.world, o->dst = fp_reg(gr, 0), o->src = fp_reg(ug, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  o->comm = t.world, o->dst = fpi_reg(gr, 0), o->src = fpi_reg(ug, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
   return t;
 }
 static tprog base(void) { return base_w(tu_world); }
@@ -169,7 +169,7 @@ static void hostile_files(void) {
   EXPECT(fp_plan_load("x", NULL) == FP_ERR_ARG, "NULL out");
   free(bad);
   free(good);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
 }
 
 /* ---- programs the reader accepts (hash and verifier pass) but this run cannot use ------ */
@@ -182,7 +182,7 @@ static void expect_create_fails(const char *what, tprog *t, int world, fp_status
   EXPECT(strstr(fp_exec_errmsg(x), frag), "%s: message '%s' lacks '%s'", what, fp_exec_errmsg(x), frag);
   fp_exec_destroy(x);
   fp_plan_free(plan);
-  fp_arena_free(t->a);
+  fpi_arena_free(t->a);
 }
 
 static void unusable_plans(void) {
@@ -244,7 +244,7 @@ static void unusable_plans(void) {
   EXPECT(fp_exec_param_at(x, 1, &v) == FP_ERR_ARG, "param index out of range");
   fp_exec_destroy(x);
   fp_plan_free(plan);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
 }
 
 int main(int argc, char **argv) {

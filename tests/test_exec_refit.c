@@ -27,7 +27,7 @@ static void *tensor(int32_t i, fp_dtype dt, int salt) {
   float *f = calloc((size_t)n, 4);
   for (int64_t k = 0; k < n; k++) f[k] = tu_val(1000 * salt + i, k);
   if (dt == FP_F32) return f;
-  void *h = calloc((size_t)n, (size_t)fp_dtype_size(dt));
+  void *h = calloc((size_t)n, (size_t)fpi_dtype_size(dt));
   fpk_cast(h, dt, f, FP_F32, n);
   free(f);
   return h;
@@ -53,7 +53,7 @@ static void write_file(const char *path, int32_t lo, int32_t hi, fp_dtype dt, in
     n++;
   }
   char err[512];
-  if (!fp_st_write(path, n, ts, data, err, sizeof err)) {
+  if (!fpi_st_write(path, n, ts, data, err, sizeof err)) {
     fprintf(stderr, "rank %d: %s\n", tu_rank, err);
     exit(2);
   }
@@ -80,7 +80,7 @@ static void check_loaded(fp_dtype fdt, int salt, const char *what) {
     for (int64_t k = 0; k < e->runs; k++)
       for (int64_t q = 0; q < e->len; q++) {
         char want[4];
-        fpk_cast(want, (fp_dtype)v.main.dtype, (char *)file + (e->full_off + k * e->full_stride + q) * fp_dtype_size(fdt),
+        fpk_cast(want, (fp_dtype)v.main.dtype, (char *)file + (e->full_off + k * e->full_stride + q) * fpi_dtype_size(fdt),
                  fdt, 1);
         if (memcmp((char *)v.main.data + (k * e->shard_stride + q) * msz, want, (size_t)msz)) {
           EXPECT(0, "%s: %s main[%" PRId64 "] %g is not the file's %g", what, v.name, k * e->shard_stride + q,
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
   /* the next step gathers them */
   for (int32_t k = 0; k < x->prog->nsegs; k++) {
     const fp_seg *s = &x->prog->segs[k];
-    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fpi_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));
     if (s->kind == FP_SEG_PRE_FORWARD) check_gathered(s->module, FP_F32, 1);
   }

@@ -15,19 +15,19 @@ static tprog build(void) {
   tprog t = tp_new(W);
   int w = tp_buf(&t, "w", (int64_t)W * n * 4, false), g = tp_buf(&t, "g", (int64_t)W * n * 4, false);
   int out = tp_buf(&t, "out", n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, n * 4);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
+  o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, n * 4);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
   o = tp_op(&t, FP_OP_MEMSET, FP_STREAM_COMPUTE, FP_F32, (int64_t)W * n);
-  o->dst = fp_reg(g, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
+  o->dst = fpi_reg(g, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(out, 0), o->src = fp_reg(g, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  o->comm = t.world, o->dst = fpi_reg(out, 0), o->src = fpi_reg(g, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
   return t;
 }
 
@@ -42,7 +42,7 @@ static void check_file(const char *path, const fp_prog *p, int64_t first, int64_
          "format");
   EXPECT(json_object_object_get_ex(root, "rank", &v) && json_object_get_int(v) == tu_rank, "rank");
   char hash[32];
-  snprintf(hash, sizeof hash, "fnv1a64:%016" PRIx64, fp_prog_hash(p));
+  snprintf(hash, sizeof hash, "fnv1a64:%016" PRIx64, fpi_prog_hash(p));
   EXPECT(json_object_object_get_ex(root, "plan_hash", &v) && !strcmp(json_object_get_string(v), hash), "plan hash");
   EXPECT(json_object_object_get_ex(root, "steps", &steps) && json_object_array_length(steps) == (size_t)nsteps,
          "%zu steps recorded, %" PRId64 " asked for", json_object_array_length(steps), nsteps);
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
   EXPECT(fp_exec_timing_write(x, path) == FP_ERR_ORDER, "write mid-step");
   for (int32_t k = 1; k < x->prog->nsegs; k++) { /* finish the step */
     const fp_seg *s = &x->prog->segs[k];
-    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fp_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
+    EXPECT(fp_exec_hook(x, (fp_hook)s->kind, fpi_seg_has_module(s->kind) ? s->module : -1) == FP_OK, "%s",
            fp_exec_errmsg(x));
   }
   /* three more steps, of which the record keeps the first (it holds 2) */
@@ -128,6 +128,6 @@ int main(int argc, char **argv) {
   unlink(path);
   fp_exec_destroy(x);
   fp_plan_free(plan);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
   return tu_finish();
 }

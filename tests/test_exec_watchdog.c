@@ -22,21 +22,21 @@ static tprog build(void) {
   tprog t = tp_new(W);
   int w = tp_buf(&t, "w", (int64_t)W * n * 4, false), g = tp_buf(&t, "g", (int64_t)W * n * 4, false);
   int out = tp_buf(&t, "out", n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, n * 4);
+  o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, n * 4);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_AG, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(out, 0), o->src = fp_reg(g, 0);
+  o->comm = t.world, o->dst = fpi_reg(out, 0), o->src = fpi_reg(g, 0);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_RS, 1);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 1);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
   t.p->nevents = 2;
   return t;
 }
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
   const int victim = tu_world - 1;
   tprog t = build();
   fp_plan *plan = tp_load(&t);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
   const char *env = getenv("FLEXPLAN_TIMEOUT");
   EXPECT(env && !strcmp(env, "1"), "ctest sets FLEXPLAN_TIMEOUT=1 (got %s)", env ? env : "nothing");
 

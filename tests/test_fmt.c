@@ -1,7 +1,7 @@
 /* test_fmt.c - the fast paths of the IR's writers and of the plan reader
  * against the slow code they replace.
  *
- * fp_fmt_double (ir/ir.c) must give exactly the text of the loop it replaced
+ * fpi_fmt_double (ir/ir.c) must give exactly the text of the loop it replaced
  * (kept below as the oracle) for every double: compared on random bit
  * patterns, integers, short decimals (ties in the 17-digit form), dyadic
  * fractions, their neighbours and the edge values. FP_FMT_N=<count> raises
@@ -11,7 +11,7 @@
  * escaped exactly as json-c's serializer escapes them: compared for every
  * byte value and for random byte strings, through a model name.
  *
- * fp_plan_read takes a one-pass reader for plans as the writer writes them
+ * fpi_plan_read takes a one-pass reader for plans as the writer writes them
  * and falls back to the json-c reader for anything else; both must give the
  * same program, or the same messages. Compared on the plans of the golden
  * programs, on their members reordered and re-spaced, and on thousands of
@@ -32,7 +32,7 @@
 #include "ir/irpriv.h"
 #include "planner/sim.h"
 
-/* the old fp_fmt_double: the oracle */
+/* the old fpi_fmt_double: the oracle */
 static void oracle(char buf[40], double d) {
   if (isnan(d) || isinf(d)) {
     snprintf(buf, 40, "%s", isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
@@ -59,10 +59,10 @@ static void check(double d) {
   char want[40], got[40];
   memset(got, 'x', sizeof got);
   oracle(want, d);
-  size_t n = fp_fmt_double(got, d);
+  size_t n = fpi_fmt_double(got, d);
   nchecked++;
   if (strcmp(want, got) || n != strlen(want)) {
-    if (nfailed++ < 20) print_error("%a: fp_fmt_double '%s' (len %zu), oracle '%s'\n", d, got, n, want);
+    if (nfailed++ < 20) print_error("%a: fpi_fmt_double '%s' (len %zu), oracle '%s'\n", d, got, n, want);
   }
 }
 
@@ -132,22 +132,22 @@ static void test_fmt_double(void **state) {
     /* ratios such as flops and scale factors */
     check4((double)(next() % 100000 + 1) / (double)(next() % 100000 + 1));
   }
-  print_message("fp_fmt_double: %ld doubles compared with the oracle, %ld differ\n", nchecked, nfailed);
+  print_message("fpi_fmt_double: %ld doubles compared with the oracle, %ld differ\n", nchecked, nfailed);
   assert_int_equal(nfailed, 0);
 }
 
 /* the plan's "model" member as written */
 static char *plan_model(const char *name) {
-  fp_arena *a = fp_arena_new();
-  fp_prog *p = fp_prog_new(a);
+  fp_arena *a = fpi_arena_new();
+  fp_prog *p = fpi_prog_new(a);
   p->model = name;
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   assert_non_null(f);
-  fp_plan_write(p, f);
+  fpi_plan_write(p, f);
   fclose(f);
-  fp_arena_free(a);
+  fpi_arena_free(a);
   const char *k = strstr(buf, "\n  \"model\": ");
   assert_non_null(k);
   k += strlen("\n  \"model\": ");
@@ -198,22 +198,22 @@ static void read_both(const char *text, size_t len) {
   bool ok[2];
   for (int w = 0; w < 2; w++) {
     fp_plan_fast_read = w == 0;
-    fp_arena *a = fp_arena_new();
+    fp_arena *a = fpi_arena_new();
     fp_diag d;
-    fp_diag_init(&d, NULL);
+    fpi_diag_init(&d, NULL);
     d.max_errors = 100;
-    char *t = fp_strndup(a, text, len);
+    char *t = fpi_strndup(a, text, len);
     fp_src src = {"plan.json", t, len};
-    fp_prog *p = fp_plan_read(a, &d, &src);
+    fp_prog *p = fpi_plan_read(a, &d, &src);
     ok[w] = p != NULL;
     if (p) { /* the program, and the plan it writes (with its memory timeline) */
       char *pl = NULL;
       size_t pn = 0;
       FILE *f = open_memstream(&pl, &pn);
       assert_non_null(f);
-      assert_true(fp_plan_write(p, f));
+      assert_true(fpi_plan_write(p, f));
       fclose(f);
-      char *ir = fp_ir_print_str(p, NULL);
+      char *ir = fpi_ir_print_str(p, NULL);
       out[w] = malloc(strlen(ir) + pn + 1);
       strcpy(out[w], ir);
       strcat(out[w], pl);
@@ -221,8 +221,8 @@ static void read_both(const char *text, size_t len) {
       free(pl);
     }
     msg[w] = strdup(d.buf ? d.buf : "");
-    fp_diag_free(&d);
-    fp_arena_free(a);
+    fpi_diag_free(&d);
+    fpi_arena_free(a);
   }
   fp_plan_fast_read = true;
   nread++;
@@ -259,23 +259,23 @@ static json_object *reversed(json_object *v) {
 }
 
 static char *plan_of(const char *path, size_t *len) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_src src;
-  assert_true(fp_src_read(a, &d, path, &src));
-  fp_prog *p = fp_ir_parse(a, &d, &src);
+  assert_true(fpi_src_read(a, &d, path, &src));
+  fp_prog *p = fpi_ir_parse(a, &d, &src);
   assert_non_null(p);
   fp_sim sim;
-  if (p->hw.name && fp_simulate(a, p, &p->hw, &sim)) /* a memory timeline too */
-    p->memtl = fp_sim_memory(a, p, &sim);
+  if (p->hw.name && fpi_simulate(a, p, &p->hw, &sim)) /* a memory timeline too */
+    p->memtl = fpi_sim_memory(a, p, &sim);
   char *buf = NULL;
   FILE *f = open_memstream(&buf, len);
   assert_non_null(f);
-  assert_true(fp_plan_write(p, f));
+  assert_true(fpi_plan_write(p, f));
   fclose(f);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return buf;
 }
 
@@ -306,12 +306,12 @@ static int64_t any_int(void) {
 /* the program of path with random changes, written as a plan (its hash
  * right): the fast path reads what the writer writes */
 static void read_changed(const char *path) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_src src;
-  assert_true(fp_src_read(a, &d, path, &src));
-  fp_prog *p = fp_ir_parse(a, &d, &src);
+  assert_true(fpi_src_read(a, &d, path, &src));
+  fp_prog *p = fpi_ir_parse(a, &d, &src);
   assert_non_null(p);
   for (int k = 0; k < 4; k++) {
     int what = (int)(next() % 8);
@@ -328,12 +328,12 @@ static void read_changed(const char *path) {
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   assert_non_null(f);
-  fp_plan_write(p, f);
+  fpi_plan_write(p, f);
   fclose(f);
   read_both(buf, len);
   free(buf);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 static void read_variants(const char *path) {
@@ -417,7 +417,7 @@ static void test_plan_read(void **state) {
     }
     closedir(dir);
   }
-  print_message("fp_plan_read: %d programs, %ld texts read both ways, the same (%ld taken by the fast path)\n", files,
+  print_message("fpi_plan_read: %d programs, %ld texts read both ways, the same (%ld taken by the fast path)\n", files,
                 nread, fp_plan_fast_reads);
   assert_true(files >= 2);
 }

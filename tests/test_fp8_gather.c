@@ -31,7 +31,7 @@ static double formula(int32_t param, int64_t e) {
 
 static float as_f32(const void *base, fp_dtype dt, int64_t k) {
   float f;
-  fpk_cast(&f, FP_F32, (const char *)base + k * fp_dtype_size(dt), dt, 1);
+  fpk_cast(&f, FP_F32, (const char *)base + k * fpi_dtype_size(dt), dt, 1);
   return f;
 }
 
@@ -63,16 +63,16 @@ static ref *references(const fp_prog *p) {
     for (int32_t j = 0; j < p->nops && !mx; j++)
       mx = p->ops[j].code == FP_OP_DEQUANTIZE_MXFP8 && p->ops[j].dst.buf == q->weight.buf;
     b->mx = mx;
-    b->n = p->bufs[q->weight.buf].bytes / fp_dtype_size(q->param_dtype);
+    b->n = p->bufs[q->weight.buf].bytes / fpi_dtype_size(q->param_dtype);
     b->exact = calloc((size_t)b->n, sizeof(float));
-    b->want = calloc((size_t)b->n, (size_t)fp_dtype_size(q->param_dtype));
+    b->want = calloc((size_t)b->n, (size_t)fpi_dtype_size(q->param_dtype));
     b->scale = calloc((size_t)b->n / 32 + 1, 1);
   }
   for (int32_t i = 0; i < p->nparams; i++) { /* the params end to end at their weight offsets */
     const fp_ir_param *q = &p->params[i];
     ref *b = &r[q->bucket];
     if (!b->exact) continue;
-    int64_t a = q->weight.off / fp_dtype_size(q->param_dtype), n = 1;
+    int64_t a = q->weight.off / fpi_dtype_size(q->param_dtype), n = 1;
     for (int k = 0; k < q->ndim; k++) n *= q->shape[k];
     for (int64_t e = 0; e < n; e++) b->exact[a + e] = main_value(q->main_dtype, i, e);
   }
@@ -99,7 +99,7 @@ static int64_t check_module(fp_exec *x, const ref *r, int32_t m, const char *whe
     const ref *b = &r[q->bucket];
     fp_param_view v;
     fp_exec_param_at(x, i, &v);
-    int64_t a = q->weight.off / fp_dtype_size(q->param_dtype), es = fp_dtype_size(q->param_dtype);
+    int64_t a = q->weight.off / fpi_dtype_size(q->param_dtype), es = fpi_dtype_size(q->param_dtype);
     for (int64_t e = 0; e < v.numel; e++) {
       const char *got = (const char *)v.weight.data + e * es;
       float g = as_f32(v.weight.data, q->param_dtype, e), want = b->exact[a + e];
@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
     for (int64_t k = 0; k < e->runs; k++)
       for (int64_t j = 0; j < e->len; j++) {
         float f = (float)formula(i, e->full_off + k * e->full_stride + j);
-        fpk_cast((char *)v.main.data + (k * e->shard_stride + j) * fp_dtype_size(dt), dt, &f, FP_F32, 1);
+        fpk_cast((char *)v.main.data + (k * e->shard_stride + j) * fpi_dtype_size(dt), dt, &f, FP_F32, 1);
       }
   }
   ref *r = references(p);
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
   for (int32_t i = 0; i < p->nparams; i++) { /* zero grads reduced: zero, in a float dtype */
     fp_param_view v;
     fp_exec_param_at(x, i, &v);
-    EXPECT(!v.grad.data || fp_dtype_reducible((fp_dtype)v.grad.dtype), "%s: main grad dtype %s", v.name,
+    EXPECT(!v.grad.data || fpi_dtype_reducible((fp_dtype)v.grad.dtype), "%s: main grad dtype %s", v.name,
            fp_elem_name(v.grad.dtype));
     for (int64_t e = 0; v.grad.data && e < v.grad.numel; e++)
       if (as_f32(v.grad.data, (fp_dtype)v.grad.dtype, e) != 0) {

@@ -1,5 +1,5 @@
 /* test_frontend.c - unit tests of the front end: base/json.c (strict
- * parse, fp_json_locate, accessors), planner/model.c and planner/spec.c. */
+ * parse, fpi_json_locate, accessors), planner/model.c and planner/spec.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,8 +25,8 @@ typedef struct fx {
 
 static int setup(void **state) {
   fx *f = calloc(1, sizeof *f);
-  f->a = fp_arena_new();
-  fp_diag_init(&f->d, NULL);
+  f->a = fpi_arena_new();
+  fpi_diag_init(&f->d, NULL);
   f->c = (fp_jctx){f->a, &f->d, &f->src, NULL};
   *state = f;
   return 0;
@@ -34,22 +34,22 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fx *f = *state;
-  fp_diag_free(&f->d);
-  fp_arena_free(f->a);
+  fpi_diag_free(&f->d);
+  fpi_arena_free(f->a);
   free(f);
   return 0;
 }
 
 static void set_text(fx *f, const char *text) {
   f->src.path = "in.json";
-  f->src.text = fp_strdup(f->a, text);
+  f->src.text = fpi_strdup(f->a, text);
   f->src.len = strlen(text);
 }
 
 /* parse text; NULL on error (the message is in f->d.buf) */
 static const fp_jv *parse(fx *f, const char *text) {
   set_text(f, text);
-  return fp_json_parse(&f->c);
+  return fpi_json_parse(&f->c);
 }
 
 /* the first diagnostic line starts with want and contains frag */
@@ -62,14 +62,14 @@ static void assert_diag(fx *f, const char *want_prefix, const char *frag) {
 }
 
 static void reset_diag(fx *f) {
-  fp_diag_free(&f->d);
-  fp_diag_init(&f->d, NULL);
+  fpi_diag_free(&f->d);
+  fpi_diag_init(&f->d, NULL);
 }
 
-/* ---- fp_json_locate ----------------------------------------------------------- */
+/* ---- fpi_json_locate ----------------------------------------------------------- */
 static void check_loc(fx *f, const char *ptr, const char *want_at, bool want_exact) {
   bool exact;
-  size_t off = fp_json_locate(&f->src, ptr, &exact);
+  size_t off = fpi_json_locate(&f->src, ptr, &exact);
   assert_true(off <= f->src.len);
   if (strncmp(f->src.text + off, want_at, strlen(want_at)) || exact != want_exact) {
     fprintf(stderr, "ptr %s: at %zu '%.20s' exact=%d; want '%s' exact=%d\n", ptr, off, f->src.text + off,
@@ -127,71 +127,71 @@ static void test_locate_fuzz(void **state) {
     fp_src s = {"fuzz", text, (size_t)n};
     for (size_t p = 0; p < sizeof ptrs / sizeof *ptrs; p++) {
       bool exact;
-      size_t off = fp_json_locate(&s, ptrs[p], &exact);
+      size_t off = fpi_json_locate(&s, ptrs[p], &exact);
       assert_true(off <= (size_t)n);
     }
     /* the strict parse and its error path must survive it too */
     set_text(f, text);
-    (void)fp_json_parse(&f->c);
+    (void)fpi_json_parse(&f->c);
     reset_diag(f);
     x = x * 6364136223846793005ull + 1442695040888963407ull;
   }
   bool exact;
-  assert_int_equal(fp_json_locate(NULL, "/a", &exact), 0);
+  assert_int_equal(fpi_json_locate(NULL, "/a", &exact), 0);
   fp_src empty = {"e", "", 0};
-  assert_int_equal(fp_json_locate(&empty, "/a", &exact), 0);
+  assert_int_equal(fpi_json_locate(&empty, "/a", &exact), 0);
   assert_false(exact);
 }
 
 static void test_ptr_build(void **state) {
   fx *f = *state;
-  assert_string_equal(fp_ptr_key(f->a, "/x", "a/b~c"), "/x/a~1b~0c");
-  assert_string_equal(fp_ptr_key(f->a, "", ""), "/");
-  assert_string_equal(fp_ptr_idx(f->a, "/m", 12), "/m/12");
+  assert_string_equal(fpi_ptr_key(f->a, "/x", "a/b~c"), "/x/a~1b~0c");
+  assert_string_equal(fpi_ptr_key(f->a, "", ""), "/");
+  assert_string_equal(fpi_ptr_idx(f->a, "/m", 12), "/m/12");
   /* a built pointer finds its member again */
   set_text(f, "{\"a/b~c\": [0, {\"\": 5}]}");
-  check_loc(f, fp_ptr_key(f->a, fp_ptr_idx(f->a, fp_ptr_key(f->a, "", "a/b~c"), 1), ""), "5}", true);
+  check_loc(f, fpi_ptr_key(f->a, fpi_ptr_idx(f->a, fpi_ptr_key(f->a, "", "a/b~c"), 1), ""), "5}", true);
 }
 
 /* ---- strict parse -------------------------------------------------------------- */
 /* v (our document) holds what o (json-c's parse of the same text) holds:
  * types, values, doubles' text, uint64 above INT64_MAX, strings' bytes,
- * members in document order and found by fp_j_get (through the index past
+ * members in document order and found by fpi_j_get (through the index past
  * FP_JV_LINEAR members) */
 static bool same_as_jsonc(const fp_jv *v, json_object *o) {
   switch (json_object_get_type(o)) {
-    case json_type_null: return fp_jv_type(v) == FP_JNULL;
-    case json_type_boolean: return fp_jv_is(v, FP_JBOOL) && v->b == json_object_get_boolean(o);
+    case json_type_null: return fpi_jv_type(v) == FP_JNULL;
+    case json_type_boolean: return fpi_jv_is(v, FP_JBOOL) && v->b == json_object_get_boolean(o);
     case json_type_int:
-      if (!fp_jv_is(v, FP_JINT)) return false;
+      if (!fpi_jv_is(v, FP_JINT)) return false;
       if (v->big) return json_object_get_uint64(o) == v->u && json_object_get_int64(o) == INT64_MAX;
       return json_object_get_int64(o) == v->i && (v->i < 0 || json_object_get_uint64(o) == (uint64_t)v->i);
     case json_type_double:
-      return fp_jv_is(v, FP_JDOUBLE) && memcmp(&v->d, &(double){json_object_get_double(o)}, sizeof v->d) == 0 &&
+      return fpi_jv_is(v, FP_JDOUBLE) && memcmp(&v->d, &(double){json_object_get_double(o)}, sizeof v->d) == 0 &&
              strlen(v->text) == v->n && !strcmp(v->text, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     case json_type_string:
-      return fp_jv_is(v, FP_JSTRING) && v->n == (size_t)json_object_get_string_len(o) &&
+      return fpi_jv_is(v, FP_JSTRING) && v->n == (size_t)json_object_get_string_len(o) &&
              memcmp(v->s, json_object_get_string(o), v->n) == 0 && v->s[v->n] == 0;
     case json_type_array:
-      if (!fp_jv_is(v, FP_JARRAY) || v->n != json_object_array_length(o)) return false;
+      if (!fpi_jv_is(v, FP_JARRAY) || v->n != json_object_array_length(o)) return false;
       for (size_t k = 0; k < v->n; k++)
         if (!same_as_jsonc(&v->elems[k], json_object_array_get_idx(o, k))) return false;
       return true;
     case json_type_object: {
-      if (!fp_jv_is(v, FP_JOBJECT) || v->n != (size_t)json_object_object_length(o)) return false;
+      if (!fpi_jv_is(v, FP_JOBJECT) || v->n != (size_t)json_object_object_length(o)) return false;
       size_t k = 0;
       json_object_object_foreach(o, key, val) {
         const fp_jmem *m = &v->mems[k++];
         if (strcmp(m->key, key) || m->klen != strlen(key) || !same_as_jsonc(&m->val, val)) return false;
-        if (!fp_j_has(v, key) || fp_j_get(v, key) != (m->val.type == FP_JNULL ? NULL : &m->val)) return false;
+        if (!fpi_j_has(v, key) || fpi_j_get(v, key) != (m->val.type == FP_JNULL ? NULL : &m->val)) return false;
       }
-      return !fp_j_has(v, "no such key") && !fp_j_get(v, "no such key");
+      return !fpi_j_has(v, "no such key") && !fpi_j_get(v, "no such key");
     }
   }
   return false;
 }
 
-/* the document fp_json_parse builds in its one pass holds what json-c's own
+/* the document fpi_json_parse builds in its one pass holds what json-c's own
  * parser builds from the same (valid) text: types, values, doubles' text,
  * uint64 above INT64_MAX, escapes, nesting, null members */
 static void test_parse_matches_jsonc(void **state) {
@@ -234,7 +234,7 @@ static void test_parse_matches_jsonc(void **state) {
   assert_non_null(ours);
   assert_non_null(ref);
   assert_true(same_as_jsonc(ours, ref));
-  assert_int_equal(fp_jv_len(ours), 60);
+  assert_int_equal(fpi_jv_len(ours), 60);
   assert_non_null(ours->index);
   json_object_put(ref);
 }
@@ -326,48 +326,48 @@ static void test_int64_edges(void **state) {
                          " \"f\": 1.0, \"b\": true, \"s\": \"4\", \"neg\": -4, \"n\": null, \"u\": 18446744073709551615}");
   assert_non_null(r);
   int64_t v = 0;
-  assert_true(fp_j_int(&f->c, r, "", "max", true, 1, INT64_MAX, &v));
+  assert_true(fpi_j_int(&f->c, r, "", "max", true, 1, INT64_MAX, &v));
   assert_true(v == INT64_MAX);
-  assert_true(fp_j_int(&f->c, r, "", "min", true, INT64_MIN, INT64_MAX, &v));
+  assert_true(fpi_j_int(&f->c, r, "", "min", true, INT64_MIN, INT64_MAX, &v));
   assert_true(v == INT64_MIN);
   assert_int_equal(f->d.nerrors, 0);
-  assert_false(fp_j_int(&f->c, r, "", "over", true, 1, INT64_MAX, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "over", true, 1, INT64_MAX, &v));
   assert_diag(f, "in.json:1:38: error: /over: ", "expected an integer >= 1, got 9223372036854775808");
   reset_diag(f);
-  assert_false(fp_j_int(&f->c, r, "", "u", true, 0, INT64_MAX, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "u", true, 0, INT64_MAX, &v));
   assert_diag(f, "in.json:1:", "larger than the int64 maximum");
   reset_diag(f);
-  assert_false(fp_j_int(&f->c, r, "", "f", true, 1, INT64_MAX, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "f", true, 1, INT64_MAX, &v));
   assert_diag(f, "in.json:1:", "/f: expected an integer >= 1, got 1.0");
   reset_diag(f);
-  assert_false(fp_j_int(&f->c, r, "", "b", true, 1, INT64_MAX, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "b", true, 1, INT64_MAX, &v));
   assert_diag(f, "in.json:1:", "/b: expected an integer >= 1, got true");
   reset_diag(f);
-  assert_false(fp_j_int(&f->c, r, "", "s", true, 1, 10, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "s", true, 1, 10, &v));
   assert_diag(f, "in.json:1:", "/s: expected an integer in [1, 10], got \"4\"");
   reset_diag(f);
-  assert_false(fp_j_int(&f->c, r, "", "neg", true, 1, INT64_MAX, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "neg", true, 1, INT64_MAX, &v));
   assert_diag(f, "in.json:1:", "/neg: expected an integer >= 1, got -4");
   reset_diag(f);
-  assert_false(fp_j_int(&f->c, r, "", "n", false, 1, INT64_MAX, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "n", false, 1, INT64_MAX, &v));
   assert_diag(f, "in.json:1:", "/n: expected an integer >= 1, got null");
   reset_diag(f);
   v = 77;
-  assert_true(fp_j_int(&f->c, r, "", "absent", false, 1, INT64_MAX, &v));
+  assert_true(fpi_j_int(&f->c, r, "", "absent", false, 1, INT64_MAX, &v));
   assert_int_equal(v, 77);
-  assert_false(fp_j_int(&f->c, r, "", "absent", true, 1, INT64_MAX, &v));
+  assert_false(fpi_j_int(&f->c, r, "", "absent", true, 1, INT64_MAX, &v));
   assert_diag(f, "in.json:1:1: error: /: ", "missing required member 'absent'");
   reset_diag(f);
   /* numbers: ints and doubles; booleans are not numbers */
   double d = 0;
-  assert_true(fp_j_num(&f->c, r, "", "f", true, 0, 10, &d));
+  assert_true(fpi_j_num(&f->c, r, "", "f", true, 0, 10, &d));
   assert_true(d == 1.0);
-  assert_true(fp_j_num(&f->c, r, "", "max", true, 0, 1e300, &d));
-  assert_false(fp_j_num(&f->c, r, "", "b", true, 0, 10, &d));
+  assert_true(fpi_j_num(&f->c, r, "", "max", true, 0, 1e300, &d));
+  assert_false(fpi_j_num(&f->c, r, "", "b", true, 0, 10, &d));
   assert_diag(f, "in.json:1:", "expected a number in [0, 10], got true");
   reset_diag(f);
   static const char *const keys[] = {"max", "over", "min", "f", "b", "s", "neg", "n", NULL};
-  assert_false(fp_j_keys(&f->c, r, "", keys));
+  assert_false(fpi_j_keys(&f->c, r, "", keys));
   assert_diag(f, "in.json:1:", "/u: unknown member 'u' (expected one of: max, over, min, f, b, s, neg, n)");
 }
 
@@ -375,7 +375,7 @@ static void test_int64_edges(void **state) {
 static bool model_from(fx *f, const char *text, fp_model *m) {
   const fp_jv *r = parse(f, text);
   if (!r) return false;
-  bool ok = fp_model_parse(f->a, &f->d, &f->src, r, "", m);
+  bool ok = fpi_model_parse(f->a, &f->d, &f->src, r, "", m);
   return ok;
 }
 
@@ -402,9 +402,9 @@ static void test_model_ok(void **state) {
   assert_true(m.params[0].requires_grad);
   assert_int_equal(m.params[1].dtype, FP_BF16);
   assert_false(m.params[1].requires_grad);
-  assert_string_equal(fp_param_ptr(f->a, &m, &m.params[1]), "/modules/0/params/1");
-  assert_string_equal(fp_param_ptr(f->a, &m, &m.params[2]), "/modules/1/params/0");
-  assert_string_equal(fp_module_ptr(f->a, &m, 1), "/modules/1");
+  assert_string_equal(fpi_param_ptr(f->a, &m, &m.params[1]), "/modules/0/params/1");
+  assert_string_equal(fpi_param_ptr(f->a, &m, &m.params[2]), "/modules/1/params/0");
+  assert_string_equal(fpi_module_ptr(f->a, &m, 1), "/modules/1");
   assert_int_equal(m.params[2].module, 1);
   assert_true(m.params[2].numel == INT64_MAX / 4); /* the largest whose fp32 bytes fit */
   assert_true(m.modules[0].flops_bwd == 10.0);             /* 2 x flops_fwd */
@@ -447,11 +447,11 @@ static void test_model_errors(void **state) {
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     reset_diag(f);
-    char *text = fp_sprintf(f->a, MODEL_HEAD "%s", cases[k].body);
+    char *text = fpi_sprintf(f->a, MODEL_HEAD "%s", cases[k].body);
     assert_false(model_from(f, text, &m));
     assert_int_equal(f->d.nerrors, 1);
     assert_diag(f, "in.json:1:", cases[k].frag);
-    char *want = fp_sprintf(f->a, "error: %s", cases[k].ptr);
+    char *want = fpi_sprintf(f->a, "error: %s", cases[k].ptr);
     if (!strstr(f->d.buf, want)) {
       fprintf(stderr, "got %s want %s\n", f->d.buf, want);
       fail();
@@ -473,7 +473,7 @@ static void test_model_errors(void **state) {
 static void test_spec_defaults(void **state) {
   fx *f = *state;
   fp_spec s;
-  assert_true(fp_spec_parse(f->a, &f->d, NULL, NULL, "", &s));
+  assert_true(fpi_spec_parse(f->a, &f->d, NULL, NULL, "", &s));
   assert_null(s.src);
   assert_int_equal(s.world_size, 8);
   assert_int_equal(s.ranks_per_node, 8);
@@ -496,14 +496,14 @@ static void test_spec_defaults(void **state) {
   assert_true(s.hw_flops == 0);
   /* a minimal spec: the same defaults; ranks_per_node = min(8, world) */
   const fp_jv *r = parse(f, "{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": 4}}");
-  assert_true(fp_spec_parse(f->a, &f->d, &f->src, r, "", &s));
+  assert_true(fpi_spec_parse(f->a, &f->d, &f->src, r, "", &s));
   assert_int_equal(s.world_size, 4);
   assert_int_equal(s.ranks_per_node, 4);
   r = parse(f, "{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": 12}}");
-  assert_true(fp_spec_parse(f->a, &f->d, &f->src, r, "", &s));
+  assert_true(fpi_spec_parse(f->a, &f->d, &f->src, r, "", &s));
   assert_int_equal(s.ranks_per_node, 6); /* the largest divisor <= 8 */
   r = parse(f, "{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": 16384}}");
-  assert_true(fp_spec_parse(f->a, &f->d, &f->src, r, "", &s));
+  assert_true(fpi_spec_parse(f->a, &f->d, &f->src, r, "", &s));
   assert_int_equal(s.ranks_per_node, 8);
   assert_ptr_equal(s.src, &f->src);
   assert_int_equal(f->d.nerrors, 0);
@@ -526,7 +526,7 @@ static void test_spec_merge(void **state) {
                          " \"no_shard\": [\"v.*\"], \"prefetch\": {\"forward\": \"auto\"}, \"grad_accumulation\": 3,"
                          " \"memory_budget_bytes\": 1000, \"hardware\": {\"preset\": \"h200\", \"flops\": 1e15, \"hbm_bytes\": 5}}");
   assert_non_null(r);
-  bool ok = fp_spec_parse(f->a, &f->d, &f->src, r, "", &s);
+  bool ok = fpi_spec_parse(f->a, &f->d, &f->src, r, "", &s);
   if (!ok) fprintf(stderr, "%s", f->d.buf);
   assert_true(ok);
   assert_int_equal(s.strategy, FP_HYBRID_SHARD);
@@ -570,13 +570,13 @@ static void test_spec_merge(void **state) {
 
   /* auto buckets, prefetch "auto" */
   r = parse(f, "{\"format\": \"flexplan.spec.v1\", \"buckets\": {\"auto\": {\"target_bytes\": 1024}}, \"prefetch\": \"auto\"}");
-  assert_true(fp_spec_parse(f->a, &f->d, &f->src, r, "", &s));
+  assert_true(fpi_spec_parse(f->a, &f->d, &f->src, r, "", &s));
   assert_int_equal(s.bucket_mode, FP_BUCKETS_AUTO);
   assert_int_equal(s.auto_target_bytes, 1024);
   assert_int_equal(s.prefetch_fwd, FP_PREFETCH_AUTO);
   assert_int_equal(s.prefetch_bwd, FP_PREFETCH_AUTO);
   r = parse(f, "{\"format\": \"flexplan.spec.v1\", \"buckets\": {\"auto\": {}}}");
-  assert_true(fp_spec_parse(f->a, &f->d, &f->src, r, "", &s));
+  assert_true(fpi_spec_parse(f->a, &f->d, &f->src, r, "", &s));
   assert_int_equal(s.auto_target_bytes, 0);
 }
 
@@ -600,15 +600,15 @@ static void test_embedded(void **state) {
   fp_model m;
   const fp_jv *spec = NULL;
   const fp_src *src = NULL;
-  assert_true(fp_model_load(f->a, &f->d, path, &m, &spec, &src));
+  assert_true(fpi_model_load(f->a, &f->d, path, &m, &spec, &src));
   assert_non_null(spec);
   assert_non_null(src);
   assert_string_equal(m.ptr, "/model");
-  assert_string_equal(fp_param_ptr(f->a, &m, &m.params[0]), "/model/modules/0/params/0");
+  assert_string_equal(fpi_param_ptr(f->a, &m, &m.params[0]), "/model/modules/0/params/0");
   assert_ptr_equal(m.src, src);
   fp_spec s;
-  assert_false(fp_spec_parse(f->a, &f->d, src, spec, "/spec", &s));
-  char *want = fp_sprintf(f->a, "%s:3:28: error: /spec/prefetch/backward: ", path);
+  assert_false(fpi_spec_parse(f->a, &f->d, src, spec, "/spec", &s));
+  char *want = fpi_sprintf(f->a, "%s:3:28: error: /spec/prefetch/backward: ", path);
   assert_diag(f, want, "expected an integer in [0, 64], got 65");
   unlink(path);
   free(path);
@@ -616,14 +616,14 @@ static void test_embedded(void **state) {
   /* combined without a spec: *embedded_spec stays NULL, defaults apply */
   reset_diag(f);
   path = write_tmp("{\"model\": " MODEL_HEAD "{\"name\": \"a\", \"params\": [{\"name\": \"w\", \"shape\": [8]}]}]}}");
-  assert_true(fp_model_load(f->a, &f->d, path, &m, &spec, &src));
+  assert_true(fpi_model_load(f->a, &f->d, path, &m, &spec, &src));
   assert_null(spec);
   unlink(path);
   free(path);
 
   /* a bare model */
   path = write_tmp(MODEL_HEAD "{\"name\": \"a\", \"params\": [{\"name\": \"w\", \"shape\": [8]}]}]}");
-  assert_true(fp_model_load(f->a, &f->d, path, &m, &spec, &src));
+  assert_true(fpi_model_load(f->a, &f->d, path, &m, &spec, &src));
   assert_null(spec);
   assert_string_equal(m.ptr, "");
   unlink(path);
@@ -632,7 +632,7 @@ static void test_embedded(void **state) {
   /* errors inside the embedded model are prefixed /model */
   path = write_tmp("{\"spec\": {\"format\": \"flexplan.spec.v1\"},\n \"model\": " MODEL_HEAD
                    "{\"name\": \"a\", \"params\": [{\"name\": \"w\", \"shape\": [0]}]}]}}");
-  assert_false(fp_model_load(f->a, &f->d, path, &m, &spec, &src));
+  assert_false(fpi_model_load(f->a, &f->d, path, &m, &spec, &src));
   assert_null(spec);
   if (!strstr(f->d.buf, ":2:117: error: /model/modules/0/params/0/shape/0: expected an integer >= 1, got 0"))
     fprintf(stderr, "%s", f->d.buf);
@@ -644,7 +644,7 @@ static void test_embedded(void **state) {
   reset_diag(f);
   path = write_tmp("{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": 64}, \"strategy\": \"hybrid_shard\","
                    " \"hybrid_shard\": {\"intra_node_size\": 48}}");
-  assert_false(fp_spec_load(f->a, &f->d, path, &s));
+  assert_false(fpi_spec_load(f->a, &f->d, path, &s));
   assert_non_null(strstr(f->d.buf, "error: /hybrid_shard/intra_node_size: world_size 64 is not a multiple of"
                                    " intra_node_size 48"));
   unlink(path);
@@ -652,7 +652,7 @@ static void test_embedded(void **state) {
 
   /* a missing file */
   reset_diag(f);
-  assert_false(fp_model_load(f->a, &f->d, "/nonexistent/model.json", &m, &spec, &src));
+  assert_false(fpi_model_load(f->a, &f->d, "/nonexistent/model.json", &m, &spec, &src));
   assert_non_null(strstr(f->d.buf, "/nonexistent/model.json: error: cannot open"));
 }
 

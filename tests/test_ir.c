@@ -28,7 +28,7 @@ typedef struct kit {
   int main, grad, host, unsh, ugrad, rin, mx;
 } kit;
 
-static fp_op *emit(fp_prog *p, fp_opcode c, fp_stream s, fp_dtype dt, int64_t n) { return fp_ir_emit(p, c, s, dt, n); }
+static fp_op *emit(fp_prog *p, fp_opcode c, fp_stream s, fp_dtype dt, int64_t n) { return fpi_ir_emit(p, c, s, dt, n); }
 
 static fp_op *sync_op(fp_prog *p, fp_opcode c, fp_stream s, int ev) {
   fp_op *o = emit(p, c, s, FP_F32, 0);
@@ -38,7 +38,7 @@ static fp_op *sync_op(fp_prog *p, fp_opcode c, fp_stream s, int ev) {
 
 static kit kitchen(fp_arena *a) {
   kit k;
-  fp_prog *p = k.p = fp_prog_new(a);
+  fp_prog *p = k.p = fpi_prog_new(a);
   p->model = "kitchen-sink";
   p->strategy = "hybrid_shard";
   p->world_size = 4;
@@ -50,20 +50,20 @@ static kit kitchen(fp_arena *a) {
   p->hw = (fp_hw){.name = "test machine", .gpus_per_node = 4, .hbm_bytes = 1 << 20, .flops = 1e12,
                   .nvlink_gbps = 100, .ib_gbps = 10.5, .hbm_gbps = 1000, .pcie_gbps = 0.1, .base_us = 5,
                   .nvlink_hop_us = 1, .net_hop_us = 2.25, .launch_us = 1e-3};
-  k.world = fp_ir_comm_add(p, "world", 4, 1);
-  k.shard = fp_ir_comm_add(p, "shard", 2, 1);
-  k.replica = fp_ir_comm_add(p, "replica", 2, 2);
+  k.world = fpi_ir_comm_add(p, "world", 4, 1);
+  k.shard = fpi_ir_comm_add(p, "shard", 2, 1);
+  k.replica = fpi_ir_comm_add(p, "replica", 2, 2);
   int64_t off[2] = {0, 64}, cnt[2] = {64, 64};
-  k.tab = fp_ir_table_add(p, "t.ragged", 2, off, cnt);
-  k.b0 = fp_ir_bucket_add(p, "b0");
-  k.b1 = fp_ir_bucket_add(p, "bucket one");
-  k.main = fp_ir_buf_add(p, "b0.main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, k.b0, 256);
-  k.grad = fp_ir_buf_add(p, "b0.grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, k.b0, 256);
-  k.host = fp_ir_buf_add(p, "b0.offload", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, k.b0, 256);
-  k.unsh = fp_ir_buf_add(p, "b0.unsharded", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_WEIGHT, k.b0, 256);
-  k.ugrad = fp_ir_buf_add(p, "b0.ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, k.b0, 256);
-  k.rin = fp_ir_buf_add(p, "b0.reduce", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 512);
-  k.mx = fp_ir_buf_add(p, "b1.mx", FP_BUF_TRANSIENT, FP_CAT_RESHARD, k.b1, 256);
+  k.tab = fpi_ir_table_add(p, "t.ragged", 2, off, cnt);
+  k.b0 = fpi_ir_bucket_add(p, "b0");
+  k.b1 = fpi_ir_bucket_add(p, "bucket one");
+  k.main = fpi_ir_buf_add(p, "b0.main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, k.b0, 256);
+  k.grad = fpi_ir_buf_add(p, "b0.grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, k.b0, 256);
+  k.host = fpi_ir_buf_add(p, "b0.offload", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, k.b0, 256);
+  k.unsh = fpi_ir_buf_add(p, "b0.unsharded", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_WEIGHT, k.b0, 256);
+  k.ugrad = fpi_ir_buf_add(p, "b0.ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, k.b0, 256);
+  k.rin = fpi_ir_buf_add(p, "b0.reduce", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 512);
+  k.mx = fpi_ir_buf_add(p, "b1.mx", FP_BUF_TRANSIENT, FP_CAT_RESHARD, k.b1, 256);
   p->bufs[k.main].offset = 0;
   p->bufs[k.grad].offset = 256;
   p->bufs[k.host].offset = 0;
@@ -72,13 +72,13 @@ static kit kitchen(fp_arena *a) {
   p->bufs[k.ugrad].offset = 768;
   p->bufs[k.rin].offset = 1024;
   p->bufs[k.mx].offset = 1536;
-  k.m0 = fp_ir_module_add(p, "layers.0", 1e9, 2e9, 1024);
+  k.m0 = fpi_ir_module_add(p, "layers.0", 1e9, 2e9, 1024);
   p->mods[k.m0].recompute = true; /* activation checkpointing: keeps 96 of its 1024 bytes */
   p->mods[k.m0].saved_bytes = 96;
-  k.m1 = fp_ir_module_add(p, "weird \"name\"\t2", 0.1, 0.2, 0);
-  fp_ir_param *q = fp_ir_param_add(p);
+  k.m1 = fpi_ir_module_add(p, "weird \"name\"\t2", 0.1, 0.2, 0);
+  fp_ir_param *q = fpi_ir_param_add(p);
   q->name = "layers.0.w";
-  q->users = fp_alloc_array(a, 1, sizeof *q->users); /* tied: the other module reads it too */
+  q->users = fpi_alloc_array(a, 1, sizeof *q->users); /* tied: the other module reads it too */
   q->users[0] = k.m1;
   q->nusers = 1;
   q->ndim = 2;
@@ -98,7 +98,7 @@ static kit kitchen(fp_arena *a) {
   q->grad = (fp_view){k.grad, 0};
   q->weight = (fp_view){k.unsh, 0};
   q->ugrad = (fp_view){k.ugrad, 0};
-  q = fp_ir_param_add(p);
+  q = fpi_ir_param_add(p);
   q->name = "weird.bias";
   q->ndim = 1;
   q->shape[0] = 128;
@@ -115,27 +115,27 @@ static kit kitchen(fp_arena *a) {
   q->chunk = 64;
   q->main = (fp_view){k.main, 0};
   q->weight = (fp_view){k.unsh, 0};
-  for (int e = 0; e < 8; e++) fp_ir_event_new(p);
+  for (int e = 0; e < 8; e++) fpi_ir_event_new(p);
   fp_op *o;
   /* step_begin */
-  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
   o = emit(p, FP_OP_MEMSET, FP_STREAM_RS, FP_F32, 64);
-  o->dst = fp_reg(k.grad, 0);
+  o->dst = fpi_reg(k.grad, 0);
   o = emit(p, FP_OP_H2D, FP_STREAM_AG, FP_U8, 256);
-  o->dst = fp_reg(k.main, 0);
-  o->src = fp_reg(k.host, 0);
+  o->dst = fpi_reg(k.main, 0);
+  o->src = fpi_reg(k.host, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_AG, 0);
   /* pre_forward(layers.0) */
-  fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, k.m0, 0);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_FORWARD, k.m0, 0);
   o = emit(p, FP_OP_CAST, FP_STREAM_AG, FP_BF16, 64);
   o->sdtype = FP_F32;
-  o->dst = fp_reg_g(k.unsh, 0, 128);
-  o->src = fp_reg(k.main, 0);
+  o->dst = fpi_reg_g(k.unsh, 0, 128);
+  o->src = fpi_reg(k.main, 0);
   o->comm = k.shard;
   o->bucket = k.b0;
   o = emit(p, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_BF16, 64);
-  o->dst = fp_reg(k.unsh, 0);
-  o->src = fp_reg_g(k.unsh, 0, 128);
+  o->dst = fpi_reg(k.unsh, 0);
+  o->src = fpi_reg_g(k.unsh, 0, 128);
   o->comm = k.shard;
   o->bucket = k.b0;
   o->group = 3;
@@ -144,20 +144,20 @@ static kit kitchen(fp_arena *a) {
   o = emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
   o->module = k.m0;
   o->alpha = 1e9;
-  fp_ir_op_uses(p, o, (int32_t[]){k.unsh}, 1);
+  fpi_ir_op_uses(p, o, (int32_t[]){k.unsh}, 1);
   /* post_forward(layers.0): an owned-style broadcast */
-  fp_ir_seg_begin(p, FP_SEG_POST_FORWARD, k.m0, 0);
+  fpi_ir_seg_begin(p, FP_SEG_POST_FORWARD, k.m0, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 2);
   sync_op(p, FP_OP_WAIT, FP_STREAM_AG, 2);
   o = emit(p, FP_OP_BROADCAST, FP_STREAM_AG, FP_BF16, 64);
-  o->dst = o->src = fp_reg(k.unsh, 0);
+  o->dst = o->src = fpi_reg(k.unsh, 0);
   o->comm = k.shard;
   o->root = 1;
   /* pre_backward(layers.0): ragged gather in place */
-  fp_ir_seg_begin(p, FP_SEG_PRE_BACKWARD, k.m0, 0);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_BACKWARD, k.m0, 0);
   o = emit(p, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_BF16, 128);
-  o->dst = fp_reg(k.unsh, 0);
-  o->src = fp_reg_t(k.unsh, 0);
+  o->dst = fpi_reg(k.unsh, 0);
+  o->src = fpi_reg_t(k.unsh, 0);
   o->comm = k.shard;
   o->tab = k.tab;
   sync_op(p, FP_OP_RECORD, FP_STREAM_AG, 3);
@@ -166,89 +166,89 @@ static kit kitchen(fp_arena *a) {
   o->module = k.m0;
   o->pass = FP_PASS_BWD;
   o->alpha = 2e9;
-  fp_ir_op_uses(p, o, (int32_t[]){k.unsh, k.ugrad}, 2);
+  fpi_ir_op_uses(p, o, (int32_t[]){k.unsh, k.ugrad}, 2);
   /* post_backward(layers.0): reductions and local math */
-  fp_ir_seg_begin(p, FP_SEG_POST_BACKWARD, k.m0, 0);
+  fpi_ir_seg_begin(p, FP_SEG_POST_BACKWARD, k.m0, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 4);
   sync_op(p, FP_OP_WAIT, FP_STREAM_RS, 4);
   o = emit(p, FP_OP_CAST, FP_STREAM_RS, FP_F32, 128);
   o->sdtype = FP_BF16;
-  o->dst = fp_reg(k.rin, 0);
-  o->src = fp_reg(k.ugrad, 0);
+  o->dst = fpi_reg(k.rin, 0);
+  o->src = fpi_reg(k.ugrad, 0);
   o = emit(p, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, 64);
-  o->dst = fp_reg_g(k.rin, 0, 256);
-  o->src = fp_reg(k.rin, 0);
+  o->dst = fpi_reg_g(k.rin, 0, 256);
+  o->src = fpi_reg(k.rin, 0);
   o->comm = k.shard;
   o = emit(p, FP_OP_REDUCE_SCATTER_V, FP_STREAM_RS, FP_F32, 128);
-  o->dst = fp_reg_t(k.rin, 0);
-  o->src = fp_reg(k.rin, 0);
+  o->dst = fpi_reg_t(k.rin, 0);
+  o->src = fpi_reg(k.rin, 0);
   o->comm = k.shard;
   o->tab = k.tab;
   o = emit(p, FP_OP_ALL_REDUCE, FP_STREAM_RS, FP_F32, 64);
-  o->dst = o->src = fp_reg(k.rin, 0);
+  o->dst = o->src = fpi_reg(k.rin, 0);
   o->comm = k.replica;
   o = emit(p, FP_OP_REDUCE, FP_STREAM_RS, FP_F32, 64);
-  o->dst = fp_reg(k.rin, 256);
-  o->src = fp_reg(k.rin, 0);
+  o->dst = fpi_reg(k.rin, 256);
+  o->src = fpi_reg(k.rin, 0);
   o->comm = k.replica;
   o->root = 0;
   o = emit(p, FP_OP_ADD, FP_STREAM_RS, FP_F32, 64);
-  o->dst = fp_reg(k.grad, 0);
-  o->src = fp_reg_g(k.rin, 0, 256);
+  o->dst = fpi_reg(k.grad, 0);
+  o->src = fpi_reg_g(k.rin, 0, 256);
   o->comm = k.shard;
   o = emit(p, FP_OP_SCALE, FP_STREAM_RS, FP_F32, 64);
-  o->dst = fp_reg(k.grad, 0);
+  o->dst = fpi_reg(k.grad, 0);
   o->alpha = 0.5;
   o = emit(p, FP_OP_SEND, FP_STREAM_RS, FP_F32, 64);
-  o->src = fp_reg(k.rin, 0);
+  o->src = fpi_reg(k.rin, 0);
   o->comm = k.replica;
   o->root = 1;
   o->group = 7;
   o = emit(p, FP_OP_RECV, FP_STREAM_RS, FP_F32, 64);
-  o->dst = fp_reg(k.rin, 256);
+  o->dst = fpi_reg(k.rin, 256);
   o->comm = k.replica;
   o->root = 1;
   o->group = 7;
   o = emit(p, FP_OP_COPY, FP_STREAM_RS, FP_F32, 16);
-  fp_ir_op_shape(p, o, 4, 64, 128);
-  o->dst = fp_reg(k.grad, 0);
-  o->src = fp_reg(k.rin, 0);
+  fpi_ir_op_shape(p, o, 4, 64, 128);
+  o->dst = fpi_reg(k.grad, 0);
+  o->src = fpi_reg(k.rin, 0);
   /* fsdp2's copy-out and chunk_cat over a region table: two regions of 4
    * elements, 2 rows: split_copy rin[128..192) -> rin[0..64) (the table
    * side ends at max(0 + 2*4, 8 + 2*4) = 16 elements), then chunk_cat
    * of bf16 regions rin[384..416) into fp32 rows rin[256..320) */
   int64_t roff[2] = {0, 8}, rcnt[2] = {4, 4};
-  int rtab = fp_ir_table_add(p, "b0.regions", 2, roff, rcnt);
+  int rtab = fpi_ir_table_add(p, "b0.regions", 2, roff, rcnt);
   o = emit(p, FP_OP_SPLIT_COPY, FP_STREAM_RS, FP_F32, 8);
   o->tab = rtab;
-  fp_ir_op_shape(p, o, 2, 0, 32);
-  o->dst = fp_reg(k.rin, 0);
-  o->src = fp_reg(k.rin, 128);
+  fpi_ir_op_shape(p, o, 2, 0, 32);
+  o->dst = fpi_reg(k.rin, 0);
+  o->src = fpi_reg(k.rin, 128);
   o = emit(p, FP_OP_CHUNK_CAT, FP_STREAM_RS, FP_F32, 8);
   o->sdtype = FP_BF16;
   o->tab = rtab;
-  fp_ir_op_shape(p, o, 2, 32, 0);
-  o->dst = fp_reg(k.rin, 256);
-  o->src = fp_reg(k.rin, 384);
+  fpi_ir_op_shape(p, o, 2, 32, 0);
+  o->dst = fpi_reg(k.rin, 256);
+  o->src = fpi_reg(k.rin, 384);
   o = emit(p, FP_OP_QUANTIZE_MXFP8, FP_STREAM_RS, FP_E4M3, 64);
   o->sdtype = FP_F32;
-  o->dst = fp_reg(k.mx, 0);
-  o->src = fp_reg(k.rin, 0);
-  o->aux = fp_reg(k.mx, 128);
+  o->dst = fpi_reg(k.mx, 0);
+  o->src = fpi_reg(k.rin, 0);
+  o->aux = fpi_reg(k.mx, 128);
   o = emit(p, FP_OP_DEQUANTIZE_MXFP8, FP_STREAM_RS, FP_BF16, 64);
   o->sdtype = FP_E4M3;
-  o->dst = fp_reg(k.rin, 384); /* (never into grads: the verifier refuses FP8 next to them) */
-  o->src = fp_reg(k.mx, 0);
-  o->aux = fp_reg(k.mx, 128);
+  o->dst = fpi_reg(k.rin, 384); /* (never into grads: the verifier refuses FP8 next to them) */
+  o->src = fpi_reg(k.mx, 0);
+  o->aux = fpi_reg(k.mx, 128);
   o = emit(p, FP_OP_D2H, FP_STREAM_RS, FP_U8, 256);
-  o->dst = fp_reg(k.host, 0);
-  o->src = fp_reg(k.main, 0);
+  o->dst = fpi_reg(k.host, 0);
+  o->src = fpi_reg(k.main, 0);
   sync_op(p, FP_OP_RECORD, FP_STREAM_RS, 5);
   /* second micro-batch of the oddly named module: a predicated collective */
-  fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, k.m1, 1);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_FORWARD, k.m1, 1);
   sync_op(p, FP_OP_WAIT, FP_STREAM_AG, 5);
   o = emit(p, FP_OP_BROADCAST, FP_STREAM_AG, FP_BF16, 64);
-  o->dst = o->src = fp_reg(k.unsh, 0);
+  o->dst = o->src = fpi_reg(k.unsh, 0);
   o->comm = k.shard;
   o->root = 0;
   o->only = 0;
@@ -257,23 +257,23 @@ static kit kitchen(fp_arena *a) {
   sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 6);
   o = emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
   o->module = k.m1;
-  fp_ir_op_uses(p, o, (int32_t[]){k.unsh}, 1);
-  fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_op_uses(p, o, (int32_t[]){k.unsh}, 1);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
   sync_op(p, FP_OP_WAIT, FP_STREAM_COMPUTE, 5);
-  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
   /* the next step's gathers overwrite what this step's compute read */
   sync_op(p, FP_OP_RECORD, FP_STREAM_COMPUTE, 7);
   sync_op(p, FP_OP_WAIT, FP_STREAM_AG, 7);
   /* declared live ranges: the unsharded grad twice (backward, and a range
    * no op uses), the reduce staging once (to the dequantize into it); the
    * others are first..last use */
-  fp_ir_buf_live(p, k.ugrad, 14, 17);
-  fp_ir_buf_live(p, k.rin, 17, 30);
-  fp_ir_buf_live(p, k.ugrad, 30, 30);
+  fpi_ir_buf_live(p, k.ugrad, 14, 17);
+  fpi_ir_buf_live(p, k.rin, 17, 30);
+  fpi_ir_buf_live(p, k.ugrad, 30, 30);
   return k;
 }
 
-static char *print(const fp_prog *p) { return fp_ir_print_str(p, NULL); }
+static char *print(const fp_prog *p) { return fpi_ir_print_str(p, NULL); }
 
 static fp_src mksrc(const char *path, const char *text) {
   fp_src s = {path, text, strlen(text)};
@@ -283,16 +283,16 @@ static fp_src mksrc(const char *path, const char *text) {
 /* parse text; NULL on error (messages in d) */
 static fp_prog *parse(fp_arena *a, fp_diag *d, const char *text) {
   fp_src s = mksrc("t.fpir", text);
-  return fp_ir_parse(a, d, &s);
+  return fpi_ir_parse(a, d, &s);
 }
 
 /* verify and return the messages (malloc'd copy, "" when valid) */
 static char *verify_msgs(const fp_prog *p, bool *ok) {
   fp_diag d;
-  fp_diag_init(&d, NULL);
-  *ok = fp_ir_verify(p, &d, NULL);
+  fpi_diag_init(&d, NULL);
+  *ok = fpi_ir_verify(p, &d, NULL);
   char *s = strdup(d.buf ? d.buf : "");
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   return s;
 }
 
@@ -318,11 +318,11 @@ static char *verify_msgs(const fp_prog *p, bool *ok) {
 /* ---- builder ------------------------------------------------------------------ */
 static void test_builder(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
-  fp_prog *p = fp_prog_new(a);
+  fp_arena *a = fpi_arena_new();
+  fp_prog *p = fpi_prog_new(a);
   assert_int_equal(p->world_size, 1);
-  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
-  fp_op *o = fp_ir_emit(p, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_BF16, 5);
+  fpi_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
+  fp_op *o = fpi_ir_emit(p, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_BF16, 5);
   assert_int_equal(o->comm, -1);
   assert_int_equal(o->only, -1);
   assert_int_equal(o->only_comm, -1);
@@ -334,43 +334,43 @@ static void test_builder(void **state) {
   assert_int_equal(o->tab, -1);
   assert_int_equal(o->dst.buf, -1);
   assert_int_equal(o->shape, -1);
-  assert_int_equal(fp_op_shape_of(p, o).rows, 1);
+  assert_int_equal(fpi_op_shape_of(p, o).rows, 1);
   assert_int_equal(o->sdtype, FP_BF16);
   assert_int_equal(o->count, 5);
   assert_int_equal(p->segs[0].nops, 1);
-  for (int i = 0; i < 100; i++) fp_ir_emit(p, FP_OP_MEMSET, FP_STREAM_RS, FP_F32, i);
-  fp_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  for (int i = 0; i < 100; i++) fpi_ir_emit(p, FP_OP_MEMSET, FP_STREAM_RS, FP_F32, i);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_OPTIMIZER, -1, 0);
   assert_int_equal(p->segs[0].nops, 101);
   assert_int_equal(p->segs[1].first, 101);
   assert_int_equal(p->segs[1].nops, 0);
   assert_int_equal(p->ops[100].seg, 0);
-  fp_ir_param *q = fp_ir_param_add(p);
+  fp_ir_param *q = fpi_ir_param_add(p);
   assert_int_equal(q->main.buf, -1);
   assert_int_equal(q->ugrad.buf, -1);
   assert_int_equal(q->comm, -1);
   assert_int_equal(q->tab, -1);
   int64_t off[3] = {0, 1, 2}, cnt[3] = {1, 1, 1};
-  int t = fp_ir_table_add(p, "t", 3, off, cnt);
+  int t = fpi_ir_table_add(p, "t", 3, off, cnt);
   assert_int_equal(p->tabs[t].off[2], 2);
   /* names, opcodes, rank arithmetic */
-  for (int c = 0; c < FP_NOPS; c++) assert_int_equal(fp_op_parse(fp_op_name((fp_opcode)c)), c);
-  assert_int_equal(fp_op_parse("nope"), -1);
-  assert_string_equal(fp_stream_name(FP_STREAM_RS), "rs");
-  assert_string_equal(fp_seg_name(FP_SEG_POST_BACKWARD), "post_backward");
-  assert_true(fp_seg_has_module(FP_SEG_PRE_FORWARD));
-  assert_false(fp_seg_has_module(FP_SEG_STEP_BEGIN));
-  assert_string_equal(fp_buf_cat_name(FP_CAT_RESHARD), "reshard");
-  assert_string_equal(fp_op_class(FP_OP_WAIT) == FP_OPC_SYNC ? "sync" : "?", "sync");
+  for (int c = 0; c < FP_NOPS; c++) assert_int_equal(fpi_op_parse(fpi_op_name((fp_opcode)c)), c);
+  assert_int_equal(fpi_op_parse("nope"), -1);
+  assert_string_equal(fpi_stream_name(FP_STREAM_RS), "rs");
+  assert_string_equal(fpi_seg_name(FP_SEG_POST_BACKWARD), "post_backward");
+  assert_true(fpi_seg_has_module(FP_SEG_PRE_FORWARD));
+  assert_false(fpi_seg_has_module(FP_SEG_STEP_BEGIN));
+  assert_string_equal(fpi_buf_cat_name(FP_CAT_RESHARD), "reshard");
+  assert_string_equal(fpi_op_class(FP_OP_WAIT) == FP_OPC_SYNC ? "sync" : "?", "sync");
   fp_ir_comm c = {"r", 2, 2, 0};
-  assert_int_equal(fp_comm_index(&c, 5), 0); /* (5/2)%2 */
-  assert_int_equal(fp_comm_index(&c, 3), 1);
-  fp_op *v = fp_ir_emit(p, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_BF16, 0);
+  assert_int_equal(fpi_comm_index(&c, 5), 0); /* (5/2)%2 */
+  assert_int_equal(fpi_comm_index(&c, 3), 1);
+  fp_op *v = fpi_ir_emit(p, FP_OP_ALL_GATHER_V, FP_STREAM_AG, FP_BF16, 0);
   v->tab = t;
-  fp_region r = fp_reg_t(0, 10);
+  fp_region r = fpi_reg_t(0, 10);
   r.stride = 100;
-  assert_int_equal(fp_region_offset(p, v, &r, FP_BF16, 2), 10 + 200 + 4);
-  assert_int_equal(fp_op_count(p, v, 1), 1);
-  fp_arena_free(a);
+  assert_int_equal(fpi_region_offset(p, v, &r, FP_BF16, 2), 10 + 200 + 4);
+  assert_int_equal(fpi_op_count(p, v, 1), 1);
+  fpi_arena_free(a);
 }
 
 /* ---- print / parse ------------------------------------------------------------------ */
@@ -380,7 +380,7 @@ static bool region_equal(const fp_region *a, const fp_region *b) {
 
 /* every field but line (structs have padding: no memcmp) */
 static bool op_equal(const fp_prog *pa, const fp_op *a, const fp_prog *pb, const fp_op *b) {
-  fp_op_shape sa = fp_op_shape_of(pa, a), sb = fp_op_shape_of(pb, b);
+  fp_op_shape sa = fpi_op_shape_of(pa, a), sb = fpi_op_shape_of(pb, b);
   bool alpha = (isnan(a->alpha) && isnan(b->alpha)) ||
                (a->alpha == b->alpha && signbit(a->alpha) == signbit(b->alpha));
   return a->code == b->code && a->stream == b->stream && a->dtype == b->dtype && a->sdtype == b->sdtype &&
@@ -406,9 +406,9 @@ static bool param_equal(const fp_ir_param *a, const fp_ir_param *b) {
 }
 
 static void roundtrip(const fp_prog *p) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   char *t1 = print(p);
   fp_prog *q = parse(a, &d, t1);
   assert_non_null(q);
@@ -417,7 +417,7 @@ static void roundtrip(const fp_prog *p) {
   assert_string_equal(t1, t2);
   /* the content hash is the same for the program and its parsed text
    * (a canonical walk: live ranges per buffer, lines left out) */
-  assert_true(fp_prog_hash(q) == fp_prog_hash(p));
+  assert_true(fpi_prog_hash(q) == fpi_prog_hash(p));
   /* the structs agree too (parsed ops carry their line) */
   assert_int_equal(q->nops, p->nops);
   for (int32_t i = 0; i < p->nops; i++) assert_true(op_equal(p, &p->ops[i], q, &q->ops[i]));
@@ -464,16 +464,16 @@ static void roundtrip(const fp_prog *p) {
     x.name = y.name = NULL;
     assert_memory_equal(&x, &y, sizeof x);
   }
-  assert_int_equal(fp_prog_hash(p), fp_prog_hash(q));
+  assert_int_equal(fpi_prog_hash(p), fpi_prog_hash(q));
   free(t1);
   free(t2);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 static void test_kitchen_valid_and_roundtrip(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   EXPECT_VALID(k.p);
   roundtrip(k.p);
@@ -481,21 +481,21 @@ static void test_kitchen_valid_and_roundtrip(void **state) {
   bool seen[FP_NOPS] = {0};
   for (int32_t i = 0; i < k.p->nops; i++) seen[k.p->ops[i].code] = true;
   for (int c = 0; c < FP_NOPS; c++) {
-    if (!seen[c]) fprintf(stderr, "kitchen lacks %s\n", fp_op_name((fp_opcode)c));
+    if (!seen[c]) fprintf(stderr, "kitchen lacks %s\n", fpi_op_name((fp_opcode)c));
     assert_true(seen[c]);
   }
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
-/* fp_prog_fork: the fork prints as the original, and what the passes change
+/* fpi_prog_fork: the fork prints as the original, and what the passes change
  * in either (buffer offsets, ops added in place, segments and live ranges
  * moved) leaves the other as it was; the other tables are shared */
 static void test_fork(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   char *orig = print(k.p);
-  fp_prog *q = fp_prog_fork(a, k.p);
+  fp_prog *q = fpi_prog_fork(a, k.p);
   char *copy = print(q);
   assert_string_equal(copy, orig);
   assert_ptr_equal(q->params, k.p->params);
@@ -504,13 +504,13 @@ static void test_fork(void **state) {
   q->ops[0].count += 7;
   q->segs[0].nops += 1;
   q->lives[0].last += 1;
-  for (int i = 0; i < 5000; i++) fp_ir_emit(q, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 1);
-  fp_ir_buf_add(q, "extra", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
-  fp_ir_buf_live(q, q->nbufs - 1, 3, 4);
+  for (int i = 0; i < 5000; i++) fpi_ir_emit(q, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 1);
+  fpi_ir_buf_add(q, "extra", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
+  fpi_ir_buf_live(q, q->nbufs - 1, 3, 4);
   char *after = print(k.p);
   assert_string_equal(after, orig);
   /* and the other way round */
-  fp_prog *r = fp_prog_fork(a, k.p);
+  fp_prog *r = fpi_prog_fork(a, k.p);
   k.p->bufs[0].offset += 512;
   k.p->ops[0].count += 1;
   k.p->segs[1].first += 1;
@@ -518,33 +518,33 @@ static void test_fork(void **state) {
   char *r1 = print(r);
   assert_string_equal(r1, orig);
   free(orig), free(copy), free(after), free(r1);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* a program that is not valid but must still print and parse back exactly:
  * duplicate and odd names, out-of-range references, odd numbers */
 static void test_odd_roundtrip(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
-  fp_prog *p = fp_prog_new(a);
+  fp_arena *a = fpi_arena_new();
+  fp_prog *p = fpi_prog_new(a);
   p->world_size = -3;
   p->arena_bytes = INT64_MAX;
   p->host_bytes = INT64_MIN;
   p->nevents = INT32_MAX;
-  fp_ir_comm_add(p, "", 0, -1);
-  fp_ir_comm_add(p, "dup", 1, 1);
-  fp_ir_comm_add(p, "dup", 1, 1);
-  fp_ir_table_add(p, "empty", 0, NULL, NULL);
+  fpi_ir_comm_add(p, "", 0, -1);
+  fpi_ir_comm_add(p, "dup", 1, 1);
+  fpi_ir_comm_add(p, "dup", 1, 1);
+  fpi_ir_table_add(p, "empty", 0, NULL, NULL);
   int64_t big[20];
   for (int i = 0; i < 20; i++) big[i] = i % 2 ? INT64_MIN : INT64_MAX - i;
-  fp_ir_table_add(p, "0starts-with-digit", 20, big, big);
-  fp_ir_bucket_add(p, "x\x01y\\z");
-  fp_ir_buf_add(p, "b", FP_BUF_TRANSIENT, FP_CAT_STAGING, 7, -5);
-  fp_ir_buf_add(p, "b", FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, 0);
-  fp_ir_buf_add(p, "caf\xc3\xa9", FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, 0);
-  fp_ir_module_add(p, "m", NAN, -INFINITY, -1);
-  fp_ir_module_add(p, "m2", -0.0, 1e-310, INT64_MAX);
-  fp_ir_param *q = fp_ir_param_add(p);
+  fpi_ir_table_add(p, "0starts-with-digit", 20, big, big);
+  fpi_ir_bucket_add(p, "x\x01y\\z");
+  fpi_ir_buf_add(p, "b", FP_BUF_TRANSIENT, FP_CAT_STAGING, 7, -5);
+  fpi_ir_buf_add(p, "b", FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, 0);
+  fpi_ir_buf_add(p, "caf\xc3\xa9", FP_BUF_PERSISTENT, FP_CAT_STAGING, -1, 0);
+  fpi_ir_module_add(p, "m", NAN, -INFINITY, -1);
+  fpi_ir_module_add(p, "m2", -0.0, 1e-310, INT64_MAX);
+  fp_ir_param *q = fpi_ir_param_add(p);
   q->name = "p";
   q->ndim = 0;
   q->module = -7;
@@ -553,13 +553,13 @@ static void test_odd_roundtrip(void **state) {
   q->placement = 3;
   q->dim = -2;
   q->requires_grad = true;
-  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, 5, -1);
-  fp_ir_seg_begin(p, FP_SEG_PRE_FORWARD, -1, 3);
-  fp_op *o = fp_ir_emit(p, FP_OP_COPY, FP_STREAM_COMPUTE, FP_E8M0, -9);
+  fpi_ir_seg_begin(p, FP_SEG_STEP_BEGIN, 5, -1);
+  fpi_ir_seg_begin(p, FP_SEG_PRE_FORWARD, -1, 3);
+  fp_op *o = fpi_ir_emit(p, FP_OP_COPY, FP_STREAM_COMPUTE, FP_E8M0, -9);
   o->sdtype = FP_U8;
-  o->dst = fp_reg_g(1, -4, -8);
+  o->dst = fpi_reg_g(1, -4, -8);
   o->dst.tabrel = true;
-  o->src = fp_reg_g(-1, 0, 3);
+  o->src = fpi_reg_g(-1, 0, 3);
   o->aux.tabrel = true;
   o->comm = 2;
   o->only = -5;
@@ -571,28 +571,28 @@ static void test_odd_roundtrip(void **state) {
   o->bucket = 0;
   o->group = INT32_MAX;
   o->tab = 9;
-  fp_ir_op_shape(p, o, 0, -1, INT64_MIN);
+  fpi_ir_op_shape(p, o, 0, -1, INT64_MIN);
   o->alpha = -0.0;
-  o = fp_ir_emit(p, FP_OP_RECORD, FP_STREAM_AG, FP_BF16, 3);
+  o = fpi_ir_emit(p, FP_OP_RECORD, FP_STREAM_AG, FP_BF16, 3);
   o->alpha = 1.0 / 3.0;
-  o = fp_ir_emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
+  o = fpi_ir_emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
   o->alpha = NAN;
-  fp_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(p, FP_SEG_POST_OPTIMIZER, -1, 0);
   roundtrip(p);
   char *t = print(p);
   assert_non_null(strstr(t, "comm=$2"));      /* duplicate name: by index */
   assert_non_null(strstr(t, "\"x\\x01y\\\\z\"")); /* escapes */
   assert_non_null(strstr(t, "flops=nan"));
   free(t);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* hand-written text: comments, blank lines, optional indices, CRLF */
 static void test_parse_handwritten(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   const char *text =
       "# a comment\r\n"
       "fpir 1   # trailing comment\r\n"
@@ -612,8 +612,8 @@ static void test_parse_handwritten(void **state) {
   assert_int_equal(p->ops[1].dtype, FP_F16);
   assert_int_equal(p->bufs[1].offset, 64);
   EXPECT_VALID(p);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 /* located parse errors */
@@ -668,17 +668,17 @@ static void test_parse_errors(void **state) {
        "t.fpir:3:9: error: a second 'hardware' line"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    fp_arena *a = fp_arena_new();
+    fp_arena *a = fpi_arena_new();
     fp_diag d;
-    fp_diag_init(&d, NULL);
+    fpi_diag_init(&d, NULL);
     fp_prog *p = parse(a, &d, cases[i].text);
     if (p || !d.buf || !strstr(d.buf, cases[i].frag))
       fprintf(stderr, "case %zu: want '%s', got '%s'\n", i, cases[i].frag, d.buf ? d.buf : "(nothing)");
     assert_null(p);
     assert_non_null(d.buf);
     assert_non_null(strstr(d.buf, cases[i].frag));
-    fp_diag_free(&d);
-    fp_arena_free(a);
+    fpi_diag_free(&d);
+    fpi_arena_free(a);
   }
 }
 
@@ -693,20 +693,20 @@ static uint64_t next_rand(void) {
 }
 
 static void fuzz_one_fpir(const char *text, size_t len) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   char *t = malloc(len + 1);
   memcpy(t, text, len);
   t[len] = 0;
   fp_src s = {"f.fpir", t, strlen(t)};
-  fp_prog *p = fp_ir_parse(a, &d, &s);
+  fp_prog *p = fpi_ir_parse(a, &d, &s);
   if (p) {
     bool ok;
     free(verify_msgs(p, &ok)); /* must not crash on whatever parsed */
     char *t1 = print(p);
     fp_src s1 = {"g.fpir", t1, strlen(t1)};
-    fp_prog *q = fp_ir_parse(a, &d, &s1);
+    fp_prog *q = fpi_ir_parse(a, &d, &s1);
     assert_non_null(q);
     char *t2 = print(q);
     assert_string_equal(t1, t2);
@@ -716,13 +716,13 @@ static void fuzz_one_fpir(const char *text, size_t len) {
     assert_true(d.nerrors > 0);
   }
   free(t);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 static void test_fpir_hostile(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   char *text = print(k.p);
   size_t len = strlen(text);
@@ -754,7 +754,7 @@ static void test_fpir_hostile(void **state) {
   };
   for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) fuzz_one_fpir(lines[i], strlen(lines[i]));
   free(text);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* ---- plan.json ---------------------------------------------------------------------- */
@@ -762,39 +762,39 @@ static char *plan_text(const fp_prog *p) {
   char *buf = NULL;
   size_t n = 0;
   FILE *f = open_memstream(&buf, &n);
-  assert_true(fp_plan_write(p, f));
+  assert_true(fpi_plan_write(p, f));
   fclose(f);
   return buf;
 }
 
 static fp_prog *plan_read(fp_arena *a, fp_diag *d, const char *text) {
   fp_src s = mksrc("plan.json", text);
-  return fp_plan_read(a, d, &s);
+  return fpi_plan_read(a, d, &s);
 }
 
 /* a small self-consistent memory timeline for the kitchen */
 static fp_memtl *kitchen_memtl(fp_arena *a) {
-  fp_memtl *t = fp_alloc(a, sizeof *t);
+  fp_memtl *t = fpi_alloc(a, sizeof *t);
   t->npts = 3;
-  t->pts = fp_alloc_array(a, 3, sizeof *t->pts);
+  t->pts = fpi_alloc_array(a, 3, sizeof *t->pts);
   t->pts[0] = (fp_memtl_point){-0.5, {256, 256, 0, 0, 0, 0, 0, 0}};
   t->pts[1] = (fp_memtl_point){2.25, {256, 256, 256, 0, 512, 0, 0, 1024}};
   t->pts[2] = (fp_memtl_point){1e6, {256, 256, 0, 256, 0, 256, 0, 0}};
-  fp_memtl_maxima(t, &t->peak_bytes, &t->lower_bound_bytes);
+  fpi_memtl_maxima(t, &t->peak_bytes, &t->lower_bound_bytes);
   assert_int_equal(t->peak_bytes, 2304);
   assert_int_equal(t->lower_bound_bytes, 1280);
-  assert_null(fp_memtl_check(t));
+  assert_null(fpi_memtl_check(t));
   return t;
 }
 
 static void test_plan_roundtrip(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   k.p->memtl = kitchen_memtl(a);
   char *j = plan_text(k.p);
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_prog *q = plan_read(a, &d, j);
   assert_non_null(q);
   char *t1 = print(k.p), *t2 = print(q);
@@ -808,9 +808,9 @@ static void test_plan_roundtrip(void **state) {
   assert_memory_equal(q->memtl->pts, k.p->memtl->pts, 3 * sizeof *q->memtl->pts);
   assert_int_equal(q->memtl->peak_bytes, 2304);
   /* the timeline is outside the hash */
-  assert_int_equal(fp_prog_hash(q), fp_prog_hash(k.p));
+  assert_int_equal(fpi_prog_hash(q), fpi_prog_hash(k.p));
   char want[40];
-  snprintf(want, sizeof want, "\"fnv1a64:%016llx\"", (unsigned long long)fp_prog_hash(k.p));
+  snprintf(want, sizeof want, "\"fnv1a64:%016llx\"", (unsigned long long)fpi_prog_hash(k.p));
   assert_non_null(strstr(j, want));
   assert_non_null(strstr(j, "\"format\": \"flexplan.plan.v1\""));
   assert_true(q->mods[k.m0].recompute && q->mods[k.m0].saved_bytes == 96 && !q->mods[k.m1].recompute);
@@ -819,20 +819,20 @@ static void test_plan_roundtrip(void **state) {
   free(t2);
   free(j);
   free(j2);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 static void expect_plan_error(const char *text, const char *frag) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_prog *q = plan_read(a, &d, text);
   if (q || !d.buf || !strstr(d.buf, frag)) fprintf(stderr, "want '%s', got '%s'\n", frag, d.buf ? d.buf : "(nothing)");
   assert_null(q);
   assert_non_null(strstr(d.buf, frag));
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 /* replace the first occurrence of from with to (malloc'd) */
@@ -859,14 +859,14 @@ static void test_plan_red(void **state) {
       "   1  rs  reduce_scatter  fp32  n=32  dst=r[256]  src=r[0]  comm=world\n"
       "   2  rs  record  ev=0\n"
       "segment pre_optimizer\n   3  compute  wait  ev=0\nsegment post_optimizer\n";
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_prog *p = parse(a, &d, text);
   assert_non_null(p);
   assert_int_equal(p->ops[0].red, FP_RED_AVG);
   assert_int_equal(p->ops[1].red, FP_RED_SUM);
-  assert_true(fp_ir_verify(p, &d, NULL));
+  assert_true(fpi_ir_verify(p, &d, NULL));
   char *t1 = print(p);
   assert_non_null(strstr(t1, "red=avg"));
   assert_null(strstr(strstr(t1, "reduce_scatter"), "red="));
@@ -909,13 +909,13 @@ static void test_plan_red(void **state) {
   free(t1);
   free(t2);
   free(j);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 static void test_plan_tampered(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   k.p->memtl = kitchen_memtl(a);
   char *j = plan_text(k.p);
@@ -989,40 +989,40 @@ static void test_plan_tampered(void **state) {
   expect_plan_error(t, "/memory_timeline/modeled: must be true");
   free(t);
   free(j);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* a plan whose hash matches but whose program is invalid: verifier messages
  * are located by JSON pointer */
 static void test_plan_verified(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   k.p->ops[4].count = 65; /* the all_gather overruns its buffer */
   char *j = plan_text(k.p);
   expect_plan_error(j, "/ops/4: all_gather: dst [0, 260) is outside buffer 'b0.unsharded'");
   free(j);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 static void fuzz_one_plan(const char *text, size_t len) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   char *t = malloc(len + 1);
   memcpy(t, text, len);
   t[len] = 0;
   fp_src s = {"p.json", t, strlen(t)};
-  fp_prog *p = fp_plan_read(a, &d, &s);
+  fp_prog *p = fpi_plan_read(a, &d, &s);
   if (!p) assert_true(d.nerrors > 0);
   free(t);
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 static void test_plan_hostile(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   char *j = plan_text(k.p);
   size_t len = strlen(j);
@@ -1049,18 +1049,18 @@ static void test_plan_hostile(void **state) {
   };
   for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) fuzz_one_plan(docs[i], strlen(docs[i]));
   free(j);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* ---- verifier: one negative test per rule ---------------------------------------------- */
 typedef void (*mutator)(kit *k);
 
 static void check_mutation(mutator f, const char *frag) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   f(&k);
   EXPECT_ERROR(k.p, frag);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* op index of the n-th op with code c */
@@ -1150,10 +1150,10 @@ static void m_transient_nohb(kit *k) {
    * is ordered after mx's last use on rs only through event 5; wait on an
    * unrelated event instead */
   fp_prog *p = k->p;
-  int b = fp_ir_buf_add(p, "late", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
+  int b = fpi_ir_buf_add(p, "late", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
   p->bufs[b].offset = 1536;
   int32_t bc = find_op(p, FP_OP_BROADCAST, 1);
-  p->ops[bc].dst = p->ops[bc].src = fp_reg(b, 0);
+  p->ops[bc].dst = p->ops[bc].src = fpi_reg(b, 0);
   assert_int_equal(p->ops[bc - 1].code, FP_OP_WAIT);
   assert_int_equal(p->ops[bc - 1].event, 5);
   p->ops[bc - 1].event = 2;
@@ -1163,19 +1163,19 @@ static void m_cross_step(kit *k) {
    * with unsh, whose last use is the compute of the last module: ag never
    * waits for compute afterwards, so the next step's use is unordered */
   fp_prog *p = k->p;
-  int b = fp_ir_buf_add(p, "early", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 64);
+  int b = fpi_ir_buf_add(p, "early", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 64);
   p->bufs[b].offset = 512;
-  p->ops[0].dst = fp_reg(b, 0); /* the step_begin memset, moved to ag */
+  p->ops[0].dst = fpi_reg(b, 0); /* the step_begin memset, moved to ag */
   p->ops[0].count = 16;
   p->ops[0].stream = FP_STREAM_AG;
   p->ops[p->nops - 1].stream = FP_STREAM_RS; /* the end-of-step wait no longer holds ag back */
 }
 
-static void m_use_outside_live(kit *k) { fp_ir_buf_live(k->p, k->unsh, 3, 4); }
-static void m_live_persistent(kit *k) { fp_ir_buf_live(k->p, k->main, 0, 1); }
-static void m_live_overlap(kit *k) { fp_ir_buf_live(k->p, k->ugrad, 16, 20); }
-static void m_live_range(kit *k) { fp_ir_buf_live(k->p, k->ugrad, 30, 99); }
-static void m_uses_noncompute(kit *k) { fp_ir_op_uses(k->p, &k->p->ops[0], (int32_t[]){k->rin}, 1); }
+static void m_use_outside_live(kit *k) { fpi_ir_buf_live(k->p, k->unsh, 3, 4); }
+static void m_live_persistent(kit *k) { fpi_ir_buf_live(k->p, k->main, 0, 1); }
+static void m_live_overlap(kit *k) { fpi_ir_buf_live(k->p, k->ugrad, 16, 20); }
+static void m_live_range(kit *k) { fpi_ir_buf_live(k->p, k->ugrad, 30, 99); }
+static void m_uses_noncompute(kit *k) { fpi_ir_op_uses(k->p, &k->p->ops[0], (int32_t[]){k->rin}, 1); }
 static void m_uses_range(kit *k) { k->p->uses[0] = 99; }
 
 /* rule 7 */
@@ -1196,7 +1196,7 @@ static void m_opt_cat(kit *k) {
 }
 static void m_opt_plane(kit *k) { /* two planes of 128 bytes: a 64-element fp32 slot does not fit one */
   fp_prog *p = k->p;
-  int b = fp_ir_buf_add(p, "b0.optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, k->b0, 256);
+  int b = fpi_ir_buf_add(p, "b0.optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, k->b0, 256);
   p->bufs[b].offset = p->arena_bytes;
   p->arena_bytes += 256;
   p->optim = FP_OPTIM_ADAMW, p->optim_dtype = FP_F32;
@@ -1205,7 +1205,7 @@ static void m_opt_plane(kit *k) { /* two planes of 128 bytes: a 64-element fp32 
 }
 static void m_opt_frozen(kit *k) { /* a valid AdamW layout, then a slot for the frozen param too */
   fp_prog *p = k->p;
-  int b = fp_ir_buf_add(p, "b0.optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, k->b0, 512);
+  int b = fpi_ir_buf_add(p, "b0.optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, k->b0, 512);
   p->bufs[b].offset = p->arena_bytes;
   p->arena_bytes += 512;
   p->optim = FP_OPTIM_ADAMW, p->optim_dtype = FP_F32;
@@ -1295,7 +1295,7 @@ static void test_verify_rules(void **state) {
  * first: the verifier checks both on one walk and holds the other reports */
 static void test_verify_seg_first(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   int32_t ms = find_op(k.p, FP_OP_MEMSET, 0);
   assert_true(ms < 5);
@@ -1311,34 +1311,34 @@ static void test_verify_seg_first(void **state) {
   assert_non_null(buf);
   assert_true(seg < buf);
   free(m);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* arena bytes reused between the live ranges of another buffer, ordered by
  * stream order and events: valid */
 static void test_verify_reuse_ok(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   fp_prog *p = k.p;
-  int gap = fp_ir_buf_add(p, "gap", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
+  int gap = fpi_ir_buf_add(p, "gap", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
   p->bufs[gap].offset = p->bufs[k.ugrad].offset; /* between ugrad's two live ranges */
   int32_t sc = find_op(p, FP_OP_SCALE, 0);
-  p->ops[sc].dst = fp_reg(gap, 0);
+  p->ops[sc].dst = fpi_reg(gap, 0);
   EXPECT_VALID(p);
   roundtrip(p);
   /* the same reuse on another stream without an event is caught */
   p->ops[sc].stream = FP_STREAM_AG;
   EXPECT_ERROR(p, "buffer 'gap' reuses the arena bytes of 'b0.ugrad' but op 14");
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* verifier messages located in the .fpir the program came from */
 static void test_verify_located(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   const char *text =
       "fpir 1\n"
       "world_size 2\n"
@@ -1348,27 +1348,27 @@ static void test_verify_located(void **state) {
       "segment step_begin\n"
       "  0 ag all_gather fp32 n=16 dst=x[0] src=x[0] comm=w\n";
   fp_src s = mksrc("loc.fpir", text);
-  fp_prog *p = fp_ir_parse(a, &d, &s);
+  fp_prog *p = fpi_ir_parse(a, &d, &s);
   assert_non_null(p);
-  assert_false(fp_ir_verify(p, &d, &s));
+  assert_false(fpi_ir_verify(p, &d, &s));
   assert_non_null(strstr(d.buf, "loc.fpir:7:1: error: op 0: all_gather: dst [0, 128) is outside buffer 'x'"));
-  fp_diag_free(&d);
-  fp_diag_init(&d, NULL);
-  assert_false(fp_ir_verify(p, &d, NULL));
+  fpi_diag_free(&d);
+  fpi_diag_init(&d, NULL);
+  assert_false(fpi_ir_verify(p, &d, NULL));
   assert_non_null(strstr(d.buf, "<plan>: error: op 0: all_gather"));
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 /* ---- explain -------------------------------------------------------------------------- */
 static void test_explain(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   kit k = kitchen(a);
   char *buf = NULL;
   size_t n = 0;
   FILE *f = open_memstream(&buf, &n);
-  fp_ir_explain(k.p, f);
+  fpi_ir_explain(k.p, f);
   fclose(f);
   assert_non_null(strstr(buf, "segment"));
   assert_non_null(strstr(buf, "all_gather"));
@@ -1383,12 +1383,12 @@ static void test_explain(void **state) {
   free(buf);
   /* with modeled times: two more columns, still one row per op; a wait names
    * the op that recorded its event */
-  double *st = fp_alloc_array(a, (size_t)k.p->nops, sizeof *st), *en = fp_alloc_array(a, (size_t)k.p->nops, sizeof *en);
+  double *st = fpi_alloc_array(a, (size_t)k.p->nops, sizeof *st), *en = fpi_alloc_array(a, (size_t)k.p->nops, sizeof *en);
   for (int32_t i = 0; i < k.p->nops; i++) st[i] = 1.5 * i, en[i] = 1.5 * i + 0.25;
   buf = NULL;
   n = 0;
   f = open_memstream(&buf, &n);
-  fp_ir_explain_modeled(k.p, st, en, f);
+  fpi_ir_explain_modeled(k.p, st, en, f);
   fclose(f);
   assert_non_null(strstr(buf, "modeled start us  modeled end us\n"));
   assert_non_null(strstr(buf, "4.500           4.750\n")); /* op 3 */
@@ -1405,7 +1405,7 @@ static void test_explain(void **state) {
   for (char *c = buf; *c; c++) lines += *c == '\n';
   assert_int_equal(lines, k.p->nops + 1);
   free(buf);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 int main(void) {

@@ -29,21 +29,21 @@ typedef struct {
 /* parse {"model":..,"spec":..} from text and build the layout */
 static bool build(fx *f, const char *text) {
   memset(f, 0, sizeof *f);
-  f->a = fp_arena_new();
-  fp_diag_init(&f->d, NULL);
+  f->a = fpi_arena_new();
+  fpi_diag_init(&f->d, NULL);
   f->src = (fp_src){"t.json", text, strlen(text)};
   fp_jctx c = {f->a, &f->d, &f->src, NULL};
-  const fp_jv *root = fp_json_parse(&c);
+  const fp_jv *root = fpi_json_parse(&c);
   assert_non_null(root);
-  bool ok = fp_model_parse(f->a, &f->d, &f->src, fp_j_get(root, "model"), "/model", &f->m) &&
-            fp_spec_parse(f->a, &f->d, &f->src, fp_j_get(root, "spec"), "/spec", &f->s) &&
-            fp_layout_build(f->a, &f->d, &f->m, &f->s, &f->L);
+  bool ok = fpi_model_parse(f->a, &f->d, &f->src, fpi_j_get(root, "model"), "/model", &f->m) &&
+            fpi_spec_parse(f->a, &f->d, &f->src, fpi_j_get(root, "spec"), "/spec", &f->s) &&
+            fpi_layout_build(f->a, &f->d, &f->m, &f->s, &f->L);
   return ok;
 }
 
 static void done(fx *f) {
-  fp_diag_free(&f->d);
-  fp_arena_free(f->a);
+  fpi_diag_free(&f->d);
+  fpi_arena_free(f->a);
 }
 
 static const fp_lparam *param(const fx *f, const char *name) {
@@ -64,7 +64,7 @@ static void shard_padding(void **state) {
   /* 10 rows over 4 ranks: 3 rows each, padded to 12 rows of 4 */
   assert_int_equal(p->chunk, 12);
   assert_int_equal(p->padded_numel, 48);
-  fp_extent e = p->impl->extent(&f.L, p, 3);
+  fpi_layout_extent e = p->impl->extent(&f.L, p, 3);
   assert_int_equal(e.begin, 36);
   assert_int_equal(e.count, 12);
   assert_int_equal(e.valid, 4); /* row 9 only */
@@ -84,7 +84,7 @@ static void shard_dim1(void **state) {
   assert_int_equal(p->padded_numel, 30); /* the param layout is not padded */
   assert_true(p->gstage_off >= 0);
   assert_int_equal(f.L.buckets[0].gstage_bytes, 256); /* 4 ranks x 9 x bf16 = 72 -> 256 */
-  fp_extent e = p->impl->extent(&f.L, p, 3);
+  fpi_layout_extent e = p->impl->extent(&f.L, p, 3);
   assert_int_equal(e.valid, 3); /* column 9 of 3 rows */
   done(&f);
 }
@@ -161,8 +161,8 @@ static void hybrid_groups(void **state) {
   assert_int_equal(param(&f, "w")->chunk, 16);
   /* replica group: stride 4, size 4: rank 13 is index 3 of {1,5,9,13} */
   fp_ir_comm rep = {.name = "replica", .size = 4, .stride = 4}, shard = {.name = "shard", .size = 4, .stride = 1};
-  assert_int_equal(fp_comm_index(&rep, 13), 3);
-  assert_int_equal(fp_comm_index(&shard, 13), 1);
+  assert_int_equal(fpi_comm_index(&rep, 13), 3);
+  assert_int_equal(fpi_comm_index(&shard, 13), 1);
   done(&f);
 }
 
@@ -281,7 +281,7 @@ static void tied_and_recompute(void **state) {
   assert_int_equal(f.L.buckets[bh].reshard, 0);
   assert_true(!f.L.recompute[0] && f.L.recompute[1] && f.L.recompute[2] && !f.L.recompute[3]);
 
-  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1, 0);
+  fp_prog *P = fpi_lower_step(f.a, &f.d, &f.L, 1, 1, 0);
   assert_non_null(P);
   assert_true(P->mods[1].recompute && P->mods[1].saved_bytes == 64 && P->mods[2].recompute &&
               P->mods[2].saved_bytes == 0 && !P->mods[0].recompute && !P->mods[3].recompute);
@@ -349,7 +349,7 @@ static void flat_layout(void **state) {
   assert_int_equal(B->grad_bytes, 128 * 4);
   /* the lowering: one cast/copy, one all-gather, one reduce-scatter, one
    * scale per step for the bucket; params flat_shard with chunk C */
-  fp_prog *P = fp_lower_step(f.a, &f.d, &f.L, 1, 1, 0);
+  fp_prog *P = fpi_lower_step(f.a, &f.d, &f.L, 1, 1, 0);
   int ag = 0, rs = 0;
   for (int32_t i = 0; i < P->nops; i++) {
     ag += P->ops[i].code == FP_OP_ALL_GATHER;
@@ -391,8 +391,8 @@ static void flat_choice_by_cost(void **state) {
                         "\"params\":[{\"name\":\"w\",\"shape\":[64,32]},{\"name\":\"b\",\"shape\":[64]}]}]},"
                         "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":8}," FP32 "}}}"));
   const fp_bucket *B = &f.L.buckets[0];
-  NEARLY(fp_layout_bucket_us(&f.L, B, false), 8 + 2 * (32.2 + 7392.0 / 370800));
-  NEARLY(fp_layout_bucket_us(&f.L, B, true), 4 + 2 * (32.2 + 8960.0 / 370800));
+  NEARLY(fpi_layout_bucket_us(&f.L, B, false), 8 + 2 * (32.2 + 7392.0 / 370800));
+  NEARLY(fpi_layout_bucket_us(&f.L, B, true), 4 + 2 * (32.2 + 8960.0 / 370800));
   assert_true(B->flat);
   done(&f);
   /* one param [8,3]: per param, chunk 3: 4 us + 2 x (32.2 + 8*3*4*7/8 / 370800);
@@ -401,8 +401,8 @@ static void flat_choice_by_cost(void **state) {
   assert_true(build(&f, MODEL1("[8,3]") "\"spec\":{\"format\":\"flexplan.spec.v1\",\"mesh\":{\"world_size\":8}," FP32
                                         "}}}"));
   B = &f.L.buckets[0];
-  NEARLY(fp_layout_bucket_us(&f.L, B, false), 4 + 2 * (32.2 + 84.0 / 370800));
-  NEARLY(fp_layout_bucket_us(&f.L, B, true), 4 + 2 * (32.2 + 1792.0 / 370800));
+  NEARLY(fpi_layout_bucket_us(&f.L, B, false), 4 + 2 * (32.2 + 84.0 / 370800));
+  NEARLY(fpi_layout_bucket_us(&f.L, B, true), 4 + 2 * (32.2 + 1792.0 / 370800));
   assert_false(B->flat);
   assert_int_equal(f.L.params[0].pl->kind, FP_PL_SHARD);
   done(&f);

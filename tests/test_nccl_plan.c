@@ -111,11 +111,11 @@ static void check_rank(const char *name, rankview *rv) {
         CHECK(p->ops[o->index].seg == k, "%s rank %" PRId64 ": op %d issued in segment %d, it belongs to %d", name,
               x->rank, o->index, k, p->ops[o->index].seg);
         CHECK((int)o->stream == it->stream, "%s: op %d on another stream than its item", name, o->index);
-        bool sync = fp_op_class(o->code) == FP_OPC_SYNC;
-        CHECK(sync == (it->kind == FPN_SYNC), "%s: op %d (%s) in a %s item", name, o->index, fp_op_name(o->code),
+        bool sync = fpi_op_class(o->code) == FP_OPC_SYNC;
+        CHECK(sync == (it->kind == FPN_SYNC), "%s: op %d (%s) in a %s item", name, o->index, fpi_op_name(o->code),
               it->kind == FPN_SYNC ? "sync" : "run");
         CHECK(o->index > last_on[o->stream], "%s rank %" PRId64 ": stream %s sees op %d after op %" PRId64, name, x->rank,
-              fp_stream_name(o->stream), o->index, last_on[o->stream]);
+              fpi_stream_name(o->stream), o->index, last_on[o->stream]);
         last_on[o->stream] = o->index;
         if (sync) {
           CHECK(o->index > last_sync, "%s rank %" PRId64 ": record/wait %d issued after record/wait %" PRId64, name,
@@ -127,7 +127,7 @@ static void check_rank(const char *name, rankview *rv) {
       if (it->kind == FPN_RUN) { /* no record/wait of the stream inside the run's program span */
         int32_t a = x->sops[it->stream][it->pos]->index, b = x->sops[it->stream][it->pos + it->nops - 1]->index;
         for (int32_t i = a; i <= b; i++)
-          CHECK(!(p->ops[i].stream == (fp_stream)it->stream && fp_op_class(p->ops[i].code) == FP_OPC_SYNC),
+          CHECK(!(p->ops[i].stream == (fp_stream)it->stream && fpi_op_class(p->ops[i].code) == FP_OPC_SYNC),
                 "%s rank %" PRId64 ": run %d-%d crosses record/wait %d of its stream", name, x->rank, a, b, i);
         CHECK(it->run >= 0 && it->run < P->nruns && P->run_item[it->run] == t, "%s: run numbering", name);
         CHECK(strstr(P->text + P->run_label[it->run], "seg ") == P->text + P->run_label[it->run], "%s: run label",
@@ -171,7 +171,7 @@ static void check_cross_rank(const char *name, rankview *rv, int nranks) {
   int32_t *comm_ops = malloc(sizeof *comm_ops * (size_t)(p->nops + 1));
   int32_t nc = 0;
   for (int32_t i = 0; i < p->nops; i++)
-    if (fp_op_class(p->ops[i].code) == FP_OPC_COMM) comm_ops[nc++] = i;
+    if (fpi_op_class(p->ops[i].code) == FP_OPC_COMM) comm_ops[nc++] = i;
   for (int a = 1; a < nranks; a++)
     for (int32_t u = 0; u < nc; u++)
       for (int32_t v = u + 1; v < nc; v++) {
@@ -199,7 +199,7 @@ static void check_cross_rank(const char *name, rankview *rv, int nranks) {
       for (int b = 0; b < nranks; b++)
         if (rv[b].P.color[q] == P->color[q]) {
           members++;
-          CHECK(rv[b].P.key[q] == fp_comm_index(c, rv[b].x->rank), "%s: key", name);
+          CHECK(rv[b].P.key[q] == fpi_comm_index(c, rv[b].x->rank), "%s: key", name);
           CHECK(rv[b].x->rank == P->color[q] + rv[b].P.key[q] * c->stride, "%s: color %d does not hold rank %" PRId64,
                 name, P->color[q], rv[b].x->rank);
         }

@@ -81,9 +81,9 @@ static const char *mkfile(char buf[128], const char *header, size_t datalen) {
 static void expect_fail(const char *path, const char *fragment) {
   char err[512];
   memset(err, 'x', sizeof err);
-  fp_st_file *f = fp_st_open(path, err, sizeof err);
+  fp_st_file *f = fpi_st_open(path, err, sizeof err);
   if (f) {
-    fp_st_close(f);
+    fpi_st_close(f);
     fail_msg("%s opened, expected an error with \"%s\"", path, fragment);
   }
   size_t pl = strlen(path);
@@ -115,23 +115,23 @@ static void round_trip(void **state) {
   int n = (int)(sizeof ts / sizeof ts[0]);
   char p[128], err[256];
   newpath(p);
-  assert_true(fp_st_write(p, n, ts, data, err, sizeof err));
+  assert_true(fpi_st_write(p, n, ts, data, err, sizeof err));
 
-  fp_st_file *f = fp_st_open(p, err, sizeof err);
+  fp_st_file *f = fpi_st_open(p, err, sizeof err);
   if (!f) fail_msg("%s", err);
-  assert_int_equal(fp_st_count(f), n);
+  assert_int_equal(fpi_st_count(f), n);
   int64_t prev = 0;
   for (int i = 0; i < n; i++) { /* file order */
-    const fp_st_tensor *t = fp_st_get(f, i);
+    const fp_st_tensor *t = fpi_st_get(f, i);
     assert_non_null(t);
     assert_true(t->offset >= prev);
     prev = t->offset + t->nbytes;
   }
-  assert_null(fp_st_get(f, n));
-  assert_null(fp_st_get(f, -1));
-  assert_true(fp_st_get(f, 0)->offset % 8 == 0); /* the writer aligns the data */
+  assert_null(fpi_st_get(f, n));
+  assert_null(fpi_st_get(f, -1));
+  assert_true(fpi_st_get(f, 0)->offset % 8 == 0); /* the writer aligns the data */
   for (int i = 0; i < n; i++) {
-    const fp_st_tensor *t = fp_st_find(f, ts[i].name);
+    const fp_st_tensor *t = fpi_st_find(f, ts[i].name);
     assert_non_null(t);
     assert_string_equal(t->name, ts[i].name);
     assert_int_equal(t->dtype, ts[i].dtype);
@@ -144,38 +144,38 @@ static void round_trip(void **state) {
     static const int size[] = {[FP_F32] = 4, [FP_BF16] = 2, [FP_F16] = 2, [FP_E4M3] = 1, [FP_E8M0] = 1, [FP_U8] = 1};
     assert_int_equal(t->nbytes, numel * size[t->dtype]);
     unsigned char buf[64];
-    assert_true(fp_st_read(f, t, 0, buf, t->nbytes, err, sizeof err));
+    assert_true(fpi_st_read(f, t, 0, buf, t->nbytes, err, sizeof err));
     if (t->nbytes) assert_memory_equal(buf, data[i], (size_t)t->nbytes);
   }
-  assert_null(fp_st_find(f, "nope"));
-  assert_null(fp_st_find(f, ""));
+  assert_null(fpi_st_find(f, "nope"));
+  assert_null(fpi_st_find(f, ""));
 
   /* partial reads, and refused ones */
-  const fp_st_tensor *t = fp_st_find(f, "w");
+  const fp_st_tensor *t = fpi_st_find(f, "w");
   float part[2];
-  assert_true(fp_st_read(f, t, 8, part, 8, err, sizeof err));
+  assert_true(fpi_st_read(f, t, 8, part, 8, err, sizeof err));
   assert_true(part[0] == 3.0f && part[1] == 4.0f);
-  assert_true(fp_st_read(f, t, 24, NULL, 0, err, sizeof err));
-  assert_false(fp_st_read(f, t, 20, part, 8, err, sizeof err));
+  assert_true(fpi_st_read(f, t, 24, NULL, 0, err, sizeof err));
+  assert_false(fpi_st_read(f, t, 20, part, 8, err, sizeof err));
   assert_non_null(strstr(err, "/w: cannot read 8 bytes at byte 20: the tensor has 24"));
   assert_int_equal(strncmp(err, p, strlen(p)), 0);
-  assert_false(fp_st_read(f, t, -1, part, 1, err, sizeof err));
-  assert_false(fp_st_read(f, t, 0, part, -1, err, sizeof err));
-  assert_false(fp_st_read(f, t, INT64_MAX, part, INT64_MAX, err, sizeof err));
+  assert_false(fpi_st_read(f, t, -1, part, 1, err, sizeof err));
+  assert_false(fpi_st_read(f, t, 0, part, -1, err, sizeof err));
+  assert_false(fpi_st_read(f, t, INT64_MAX, part, INT64_MAX, err, sizeof err));
   fp_st_tensor fake = *t;
-  assert_false(fp_st_read(f, &fake, 0, part, 4, err, sizeof err));
+  assert_false(fpi_st_read(f, &fake, 0, part, 4, err, sizeof err));
   assert_non_null(strstr(err, "not one of this file's"));
-  assert_false(fp_st_read(f, (const fp_st_tensor *)((const char *)t + 1), 0, part, 4, err, sizeof err));
+  assert_false(fpi_st_read(f, (const fp_st_tensor *)((const char *)t + 1), 0, part, 4, err, sizeof err));
 
   /* truncated after opening: a short read, reported */
-  const fp_st_tensor *last = fp_st_get(f, n - 1);
+  const fp_st_tensor *last = fpi_st_get(f, n - 1);
   assert_int_equal(truncate(p, last->offset + 1), 0);
   unsigned char big[16];
-  assert_false(fp_st_read(f, last, 0, big, last->nbytes, err, sizeof err));
+  assert_false(fpi_st_read(f, last, 0, big, last->nbytes, err, sizeof err));
   assert_non_null(strstr(err, "short read"));
-  fp_st_close(f);
-  fp_st_close(NULL);
-  assert_int_equal(fp_st_count(NULL), 0);
+  fpi_st_close(f);
+  fpi_st_close(NULL);
+  assert_int_equal(fpi_st_count(NULL), 0);
 }
 
 /* a file written by hand as other writers do: __metadata__, spaces after the
@@ -189,30 +189,30 @@ static void hand_written(void **state) {
          "\"a\":{\"shape\":[2],\"data_offsets\":[0,8],\"dtype\":\"F32\"},"
          "\"z\":{\"dtype\":\"F8_E4M3\",\"shape\":[0],\"data_offsets\":[12,12]}}     ",
          12);
-  fp_st_file *f = fp_st_open(p, err, sizeof err);
+  fp_st_file *f = fpi_st_open(p, err, sizeof err);
   if (!f) fail_msg("%s", err);
-  assert_int_equal(fp_st_count(f), 3);
-  assert_string_equal(fp_st_get(f, 0)->name, "a");
-  assert_string_equal(fp_st_get(f, 1)->name, "b");
-  assert_string_equal(fp_st_get(f, 2)->name, "z");
-  const fp_st_tensor *b = fp_st_find(f, "b");
+  assert_int_equal(fpi_st_count(f), 3);
+  assert_string_equal(fpi_st_get(f, 0)->name, "a");
+  assert_string_equal(fpi_st_get(f, 1)->name, "b");
+  assert_string_equal(fpi_st_get(f, 2)->name, "z");
+  const fp_st_tensor *b = fpi_st_find(f, "b");
   size_t hl = strlen("{\"__metadata__\":{\"format\":\"pt\"},"
                      "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[8,12]},"
                      "\"a\":{\"shape\":[2],\"data_offsets\":[0,8],\"dtype\":\"F32\"},"
                      "\"z\":{\"dtype\":\"F8_E4M3\",\"shape\":[0],\"data_offsets\":[12,12]}}     ");
   assert_int_equal(b->offset, (int64_t)(8 + hl + 8));
   unsigned char d[4];
-  assert_true(fp_st_read(f, b, 0, d, 4, err, sizeof err));
+  assert_true(fpi_st_read(f, b, 0, d, 4, err, sizeof err));
   unsigned char want[4] = {8, 9, 10, 11};
   assert_memory_equal(d, want, 4);
-  fp_st_close(f);
+  fpi_st_close(f);
 
   /* an empty header object and no data is a valid, empty file */
-  f = fp_st_open(mkfile(p, "{}", 0), err, sizeof err);
+  f = fpi_st_open(mkfile(p, "{}", 0), err, sizeof err);
   if (!f) fail_msg("%s", err);
-  assert_int_equal(fp_st_count(f), 0);
-  assert_null(fp_st_find(f, "a"));
-  fp_st_close(f);
+  assert_int_equal(fpi_st_count(f), 0);
+  assert_null(fpi_st_find(f, "a"));
+  fpi_st_close(f);
 }
 
 /* ---- broken files ------------------------------------------------------------------- */
@@ -343,29 +343,29 @@ static void writer_refusals(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     newpath(p);
     memset(err, 0, sizeof err);
-    assert_false(fp_st_write(p, cases[i].n, cases[i].t, data, err, sizeof err));
+    assert_false(fpi_st_write(p, cases[i].n, cases[i].t, data, err, sizeof err));
     if (!strstr(err, cases[i].frag) || strncmp(err, p, strlen(p)) != 0)
       fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].frag);
     assert_int_equal(access(p, F_OK), -1); /* nothing left behind */
   }
   fp_st_tensor one = {.name = "a", .dtype = FP_F32, .ndim = 1, .shape = {2}};
   const void *nodata[1] = {NULL};
-  assert_false(fp_st_write(newpath(p), 1, &one, nodata, err, sizeof err));
+  assert_false(fpi_st_write(newpath(p), 1, &one, nodata, err, sizeof err));
   assert_non_null(strstr(err, "/a: no data for 8 bytes"));
   snprintf(p, sizeof p, "%s/no/such/dir.safetensors", dir);
-  assert_false(fp_st_write(p, 1, &one, data, err, sizeof err));
+  assert_false(fpi_st_write(p, 1, &one, data, err, sizeof err));
   assert_non_null(strstr(err, "cannot create"));
   /* zero tensors: a valid empty file */
-  assert_true(fp_st_write(newpath(p), 0, NULL, NULL, err, sizeof err));
-  fp_st_file *f = fp_st_open(p, err, sizeof err);
+  assert_true(fpi_st_write(newpath(p), 0, NULL, NULL, err, sizeof err));
+  fp_st_file *f = fpi_st_open(p, err, sizeof err);
   assert_non_null(f);
-  assert_int_equal(fp_st_count(f), 0);
-  fp_st_close(f);
+  assert_int_equal(fpi_st_count(f), 0);
+  fpi_st_close(f);
   /* a tiny err buffer is cut, still terminated */
   char tiny[8];
-  assert_null(fp_st_open(dir, tiny, sizeof tiny));
+  assert_null(fpi_st_open(dir, tiny, sizeof tiny));
   assert_int_equal(strlen(tiny), 7);
-  assert_null(fp_st_open(dir, NULL, 0));
+  assert_null(fpi_st_open(dir, NULL, 0));
 }
 
 /* ---- random edits: open cleanly or refuse, never crash ------------------------------------- */
@@ -386,7 +386,7 @@ static void random_edits(void **state) {
                        {.name = "b", .dtype = FP_BF16, .ndim = 1, .shape = {3}},
                        {.name = "e", .dtype = FP_U8, .ndim = 1, .shape = {0}}};
   const void *data[] = {w, b16, NULL};
-  assert_true(fp_st_write(newpath(p), 3, ts, data, err, sizeof err));
+  assert_true(fpi_st_write(newpath(p), 3, ts, data, err, sizeof err));
   FILE *fi = fopen(p, "rb");
   assert_non_null(fi);
   unsigned char orig[1024];
@@ -420,20 +420,20 @@ static void random_edits(void **state) {
     assert_int_equal(pwrite(fd, b, m, 0), (ssize_t)m);
     assert_int_equal(ftruncate(fd, (off_t)m), 0);
     assert_int_equal(close(fd), 0);
-    fp_st_file *f = fp_st_open(q, err, sizeof err);
+    fp_st_file *f = fpi_st_open(q, err, sizeof err);
     if (!f) {
       if (strncmp(err, q, strlen(q)) != 0 || strlen(err) <= strlen(q) + 2) fail_msg("bad message: %s", err);
       continue;
     }
     opened++;
-    for (int i = 0; i < fp_st_count(f); i++) { /* every tensor of an accepted file reads */
-      const fp_st_tensor *t = fp_st_get(f, i);
+    for (int i = 0; i < fpi_st_count(f); i++) { /* every tensor of an accepted file reads */
+      const fp_st_tensor *t = fpi_st_get(f, i);
       assert_true(t->offset >= 8 && t->offset + t->nbytes <= (int64_t)m);
       unsigned char buf[1100];
       assert_true(t->nbytes <= (int64_t)sizeof buf);
-      if (!fp_st_read(f, t, 0, buf, t->nbytes, err, sizeof err)) fail_msg("%s", err);
+      if (!fpi_st_read(f, t, 0, buf, t->nbytes, err, sizeof err)) fail_msg("%s", err);
     }
-    fp_st_close(f);
+    fpi_st_close(f);
   }
   print_message("random edits: %d of %d opened\n", opened, iters);
 }

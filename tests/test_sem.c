@@ -2,8 +2,8 @@
  * corpus.
  *
  * Sources: every example (compiled here) and every golden .fpir of
- * tests/ir. Each original goes through plan.json (fp_plan_write, then
- * fp_plan_read_flags with FP_VERIFY_SEM) and must be accepted - except the
+ * tests/ir. Each original goes through plan.json (fpi_plan_write, then
+ * fpi_plan_read_flags with FP_VERIFY_SEM) and must be accepted - except the
  * four hand-written goldens that do not compute a step (avg and
  * three_streams reduce bf16 grads as fp32; hybrid_ragged stages its main
  * weights from a host buffer nobody loads, and has send/recv; full_shard
@@ -15,7 +15,7 @@
  * op changed (sum <-> avg), an op's dtype changed, a scale's factor
  * changed, a collective's communicator changed, a post_optimizer refresh op
  * removed. Every mutant is written as plan.json (which re-hashes it:
- * fp_plan_write takes fp_prog_hash of the mutated program) and read back:
+ * fpi_plan_write takes fpi_prog_hash of the mutated program) and read back:
  * rejected by the reader or rules 1-8, rejected by rule 9 only, or accepted.
  * The table goes to stdout; the test fails when an original is rejected or
  * when rule 9 rejects less than MIN_SEM of the mutants rules 1-8 accept
@@ -49,27 +49,27 @@ static int roundtrip(const fp_prog *p, char *msg, size_t cap) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
-  bool wrote = f && fp_plan_write(p, f);
+  bool wrote = f && fpi_plan_write(p, f);
   if (f) fclose(f);
   if (!wrote) {
     free(buf);
     return 1;
   }
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_src src = {.path = "plan.json", .text = buf, .len = len};
-  fp_prog *q = fp_plan_read_flags(a, &d, &src, 0);
+  fp_prog *q = fpi_plan_read_flags(a, &d, &src, 0);
   int r = 1;
   if (q) {
     fp_diag d2;
-    fp_diag_init(&d2, NULL);
-    r = fp_ir_verify_flags(q, &d2, NULL, FP_VERIFY_SEM) ? 0 : 2;
+    fpi_diag_init(&d2, NULL);
+    r = fpi_ir_verify_flags(q, &d2, NULL, FP_VERIFY_SEM) ? 0 : 2;
     if (msg) snprintf(msg, cap, "%s", d2.buf ? d2.buf : "");
-    fp_diag_free(&d2);
+    fpi_diag_free(&d2);
   }
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   free(buf);
   return r;
 }
@@ -89,7 +89,7 @@ static void del_op(fp_prog *p, int32_t i) {
 }
 
 static bool data_op(const fp_op *op) {
-  fp_opclass c = fp_op_class(op->code);
+  fp_opclass c = fpi_op_class(op->code);
   return c == FP_OPC_COMM || c == FP_OPC_LOCAL;
 }
 
@@ -101,14 +101,14 @@ static bool opnd_bytes(const fp_prog *p, const fp_op *op, int w, int32_t *buf, i
   fp_dtype dt = w == 1 ? op->sdtype : op->dtype;
   if (op->code == FP_OP_QUANTIZE_MXFP8) dt = w == 0 ? FP_E4M3 : w == 2 ? FP_E8M0 : op->sdtype;
   if (op->code == FP_OP_DEQUANTIZE_MXFP8) dt = w == 1 ? FP_E4M3 : w == 2 ? FP_E8M0 : op->dtype;
-  int64_t G = op->comm >= 0 ? p->comms[op->comm].size : 1, n = fp_op_count(p, op, 0), z = fp_dtype_size(dt);
+  int64_t G = op->comm >= 0 ? p->comms[op->comm].size : 1, n = fpi_op_count(p, op, 0), z = fpi_dtype_size(dt);
   if (op->code == FP_OP_H2D || op->code == FP_OP_D2H) z = 1;
-  if (w == 2) n = fp_mx_blocks(n), z = 1;
+  if (w == 2) n = fpi_mx_blocks(n), z = 1;
   int64_t ext = n * z;
   if ((op->code == FP_OP_ALL_GATHER && w == 0) || (op->code == FP_OP_REDUCE_SCATTER && w == 1)) ext *= G;
-  fp_op_shape sh = fp_op_shape_of(p, op);
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   if (op->code == FP_OP_COPY && sh.rows > 1) ext += (sh.rows - 1) * (w == 0 ? sh.dpitch : sh.spitch);
-  if (op->tab >= 0 || fp_op_regions(op->code)) ext = p->bufs[r->buf].bytes; /* tables: the whole buffer */
+  if (op->tab >= 0 || fpi_op_regions(op->code)) ext = p->bufs[r->buf].bytes; /* tables: the whole buffer */
   *buf = r->buf;
   *lo = r->tabrel ? 0 : r->off;
   *hi = r->tabrel ? p->bufs[r->buf].bytes : *lo + ext;
@@ -138,11 +138,11 @@ static bool candidate(const fp_prog *p, int k, int32_t i) {
              conflict(p, op, &p->ops[i + 1]);
     case M_OFFSET: return data_op(op) && (op->dst.buf >= 0 || op->src.buf >= 0) && op->code != FP_OP_MEMSET;
     case M_REDUCE_DEL:
-    case M_REDOP: return fp_op_reduces(op->code);
+    case M_REDOP: return fpi_op_reduces(op->code);
     case M_DTYPE:
       return data_op(op) && (op->dtype == FP_F32 || op->dtype == FP_BF16 || op->dtype == FP_F16);
     case M_SCALE: return op->code == FP_OP_SCALE;
-    case M_COMM: return fp_op_class(op->code) == FP_OPC_COMM && p->ncomms > 1;
+    case M_COMM: return fpi_op_class(op->code) == FP_OPC_COMM && p->ncomms > 1;
     case M_REFRESH_DEL: return data_op(op) && p->segs[op->seg].kind == FP_SEG_POST_OPTIMIZER;
   }
   return false;
@@ -158,8 +158,8 @@ static void mutate(fp_prog *p, int k, int32_t i, int nth) {
       break;
     }
     case M_OFFSET:
-      if (op->src.buf >= 0 && (nth % 2 || op->dst.buf < 0)) op->src.off += fp_dtype_size(op->sdtype);
-      else op->dst.off += fp_dtype_size(op->dtype);
+      if (op->src.buf >= 0 && (nth % 2 || op->dst.buf < 0)) op->src.off += fpi_dtype_size(op->sdtype);
+      else op->dst.off += fpi_dtype_size(op->dtype);
       break;
     case M_REDUCE_DEL:
     case M_REFRESH_DEL: del_op(p, i); break;
@@ -184,8 +184,8 @@ static void corpus(const char *name, const fp_prog *p) {
     int take = nc < PER_KIND ? nc : PER_KIND;
     for (int t = 0; t < take; t++) {
       int32_t i = c[(int64_t)t * nc / take];
-      fp_arena *a = fp_arena_new();
-      fp_prog *m = fp_prog_fork(a, p);
+      fp_arena *a = fpi_arena_new();
+      fp_prog *m = fpi_prog_fork(a, p);
       mutate(m, k, i, t);
       char msg[2048];
       int r = roundtrip(m, msg, sizeof msg);
@@ -194,9 +194,9 @@ static void corpus(const char *name, const fp_prog *p) {
       else if (r == 2) T[k].sem++;
       else {
         T[k].accepted++;
-        printf("  accepted: %s, %s at op %d (%s)\n", name, kind_name[k], i, fp_op_name(p->ops[i].code));
+        printf("  accepted: %s, %s at op %d (%s)\n", name, kind_name[k], i, fpi_op_name(p->ops[i].code));
       }
-      fp_arena_free(a);
+      fpi_arena_free(a);
     }
     free(c);
   }
@@ -238,37 +238,37 @@ int main(void) {
       {"hybrid_ragged", "dequantize_mxfp8 reads scales emb.s [0,4) on rank 0: holds undefined"},
   };
   for (size_t e = 0; e < sizeof examples / sizeof *examples; e++) {
-    fp_arena *a = fp_arena_new();
+    fp_arena *a = fpi_arena_new();
     fp_diag d;
-    fp_diag_init(&d, stderr);
+    fpi_diag_init(&d, stderr);
     fp_model m;
     fp_spec s;
     fp_compiled c;
-    const char *path = fp_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]);
-    if (!fp_inputs_load(a, &d, path, NULL, &m, &s) || !fp_compile(a, &d, &m, &s, &c)) {
+    const char *path = fpi_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]);
+    if (!fpi_inputs_load(a, &d, path, NULL, &m, &s) || !fpi_compile(a, &d, &m, &s, &c)) {
       printf("FAIL %s: does not compile\n", examples[e]);
       fails++;
     } else {
       original(examples[e], c.prog, NULL);
     }
-    fp_diag_free(&d);
-    fp_arena_free(a);
+    fpi_diag_free(&d);
+    fpi_arena_free(a);
   }
   for (size_t g = 0; g < sizeof goldens / sizeof *goldens; g++) {
-    fp_arena *a = fp_arena_new();
+    fp_arena *a = fpi_arena_new();
     fp_diag d;
-    fp_diag_init(&d, stderr);
+    fpi_diag_init(&d, stderr);
     fp_src src;
-    const char *path = fp_sprintf(a, "%s/tests/ir/%s.fpir", FP_SOURCE_DIR, goldens[g].name);
-    fp_prog *p = fp_src_read(a, &d, path, &src) ? fp_ir_parse(a, &d, &src) : NULL;
-    if (!p || !fp_ir_verify(p, &d, &src)) {
+    const char *path = fpi_sprintf(a, "%s/tests/ir/%s.fpir", FP_SOURCE_DIR, goldens[g].name);
+    fp_prog *p = fpi_src_read(a, &d, path, &src) ? fpi_ir_parse(a, &d, &src) : NULL;
+    if (!p || !fpi_ir_verify(p, &d, &src)) {
       printf("FAIL %s: does not parse and verify\n", goldens[g].name);
       fails++;
     } else {
       original(goldens[g].name, p, goldens[g].must);
     }
-    fp_diag_free(&d);
-    fp_arena_free(a);
+    fpi_diag_free(&d);
+    fpi_arena_free(a);
   }
   int n = 0, st = 0, se = 0, ac = 0;
   printf("\n%-20s %8s %12s %10s %9s %14s\n", "mutation", "mutants", "rules 1-8", "rule 9", "accepted",

@@ -30,15 +30,15 @@
 /* parse tests/sim/<name>.fpir (verified unless told otherwise) and simulate */
 static fp_prog *load(fp_arena *a, const char *name, bool verify, fp_sim *S) {
   fp_diag d;
-  fp_diag_init(&d, stderr);
-  fp_src *src = fp_alloc(a, sizeof *src);
-  const char *path = fp_sprintf(a, "%s/tests/sim/%s.fpir", FP_SOURCE_DIR, name);
-  assert_true(fp_src_read(a, &d, path, src));
-  fp_prog *p = fp_ir_parse(a, &d, src);
+  fpi_diag_init(&d, stderr);
+  fp_src *src = fpi_alloc(a, sizeof *src);
+  const char *path = fpi_sprintf(a, "%s/tests/sim/%s.fpir", FP_SOURCE_DIR, name);
+  assert_true(fpi_src_read(a, &d, path, src));
+  fp_prog *p = fpi_ir_parse(a, &d, src);
   assert_non_null(p);
-  if (verify) assert_true(fp_ir_verify(p, &d, src));
-  fp_diag_free(&d);
-  assert_true(fp_simulate(a, p, &p->hw, S));
+  if (verify) assert_true(fpi_ir_verify(p, &d, src));
+  fpi_diag_free(&d);
+  assert_true(fpi_simulate(a, p, &p->hw, S));
   return p;
 }
 
@@ -83,12 +83,12 @@ static void timeline(const fp_memtl *tl, const pt *want, int n, int64_t peak, in
   }
   assert_int_equal(tl->peak_bytes, peak);
   assert_int_equal(tl->lower_bound_bytes, lb);
-  assert_null(fp_memtl_check(tl));
+  assert_null(fpi_memtl_check(tl));
 }
 
 static void test_overlap(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_sim S;
   fp_prog *p = load(a, "overlap", true, &S);
   totals(&S, 30, 20, 10, 0);
@@ -103,7 +103,7 @@ static void test_overlap(void **state) {
   seg_row(&S, 3, 20, 30, 10, 0);
   NEAR(S.busy_us[FP_STREAM_AG], 20);
   NEAR(S.busy_us[FP_STREAM_COMPUTE], 20);
-  fp_memtl *tl = fp_sim_memory(a, p, &S);
+  fp_memtl *tl = fpi_sim_memory(a, p, &S);
   const pt want[] = {
       {0, {4000, 0, 8000, 0, 0, 0, 0, 0}},
       {10, {4000, 0, 16000, 0, 0, 0, 0, 100}},
@@ -111,12 +111,12 @@ static void test_overlap(void **state) {
       {30, {4000, 0, 0, 0, 0, 0, 0, 0}},
   };
   timeline(tl, want, 4, 20100, 20000);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 static void test_serial(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_sim S;
   fp_prog *p = load(a, "serial", true, &S);
   totals(&S, 54, 30, 20, 4);
@@ -124,7 +124,7 @@ static void test_serial(void **state) {
   op_at(&S, 4, 44, 54); /* reduce_scatter */
   seg_row(&S, 1, 0, 20, 10, 10);
   seg_row(&S, 4, 44, 54, 0, 10); /* post_backward */
-  fp_memtl *tl = fp_sim_memory(a, p, &S);
+  fp_memtl *tl = fpi_sim_memory(a, p, &S);
   const pt want[] = {
       {0, {0, 0, 8000, 0, 0, 0, 0, 0}},
       {10, {0, 0, 8000, 0, 0, 0, 0, 500}},
@@ -133,12 +133,12 @@ static void test_serial(void **state) {
       {54, {0, 0, 0, 0, 0, 0, 0, 0}},
   };
   timeline(tl, want, 5, 16500, 16000);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 static void test_streams(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_sim S;
   fp_prog *p = load(a, "streams", true, &S);
   totals(&S, 84, 60, 24, 0);
@@ -152,7 +152,7 @@ static void test_streams(void **state) {
   NEAR(S.busy_us[FP_STREAM_AG], 14);
   NEAR(S.busy_us[FP_STREAM_RS], 20);
   NEAR(S.busy_us[FP_STREAM_COMPUTE], 60);
-  fp_memtl *tl = fp_sim_memory(a, p, &S);
+  fp_memtl *tl = fpi_sim_memory(a, p, &S);
   const pt want[] = {
       {0, {0, 0, 16000, 0, 0, 0, 0, 0}},      {14, {0, 0, 16000, 0, 0, 0, 0, 100}},
       {24, {0, 0, 16000, 0, 0, 0, 0, 200}},   {34, {0, 0, 16000, 8000, 0, 0, 0, 200}},
@@ -160,12 +160,12 @@ static void test_streams(void **state) {
       {74, {0, 0, 0, 8000, 0, 0, 0, 0}},      {84, {0, 0, 0, 0, 0, 0, 0, 0}},
   };
   timeline(tl, want, 8, 24200, 24000);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 static void test_prev_step(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_sim S;
   load(a, "prev_step", false, &S);
   totals(&S, 24, 10, 10, 4);
@@ -173,33 +173,33 @@ static void test_prev_step(void **state) {
   op_at(&S, 1, 0, 10); /* gather */
   op_at(&S, 4, 10, 20);
   op_at(&S, 5, 20, 24);
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 /* a zero-length use (a compute of no flops) is live at its instant */
 static void test_zero_length(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
-  fp_prog *p = fp_prog_new(a);
+  fp_arena *a = fpi_arena_new();
+  fp_prog *p = fpi_prog_new(a);
   p->world_size = 1;
   fp_hw h;
-  assert_true(fp_hw_preset("h100-sxm", &h));
-  int b = fp_ir_buf_add(p, "b", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 1000);
-  int m = fp_ir_module_add(p, "m", 0, 0, 0);
-  fp_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
-  fp_op *o = fp_ir_emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
+  assert_true(fpi_hw_preset("h100-sxm", &h));
+  int b = fpi_ir_buf_add(p, "b", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 1000);
+  int m = fpi_ir_module_add(p, "m", 0, 0, 0);
+  fpi_ir_seg_begin(p, FP_SEG_STEP_BEGIN, -1, 0);
+  fp_op *o = fpi_ir_emit(p, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 0);
   o->module = m;
-  fp_ir_op_uses(p, o, (int32_t[]){b}, 1);
+  fpi_ir_op_uses(p, o, (int32_t[]){b}, 1);
   fp_sim S;
-  assert_true(fp_simulate(a, p, &h, &S));
+  assert_true(fpi_simulate(a, p, &h, &S));
   NEAR(S.step_us, 0);
-  fp_memtl *tl = fp_sim_memory(a, p, &S);
+  fp_memtl *tl = fpi_sim_memory(a, p, &S);
   const pt want[] = {{0, {0, 0, 0, 0, 1000, 0, 0, 0}}, {0, {0}}};
   timeline(tl, want, 2, 1000, 1000);
   /* an invalid machine is refused */
   h.flops = 0;
-  assert_false(fp_simulate(a, p, &h, &S));
-  fp_arena_free(a);
+  assert_false(fpi_simulate(a, p, &h, &S));
+  fpi_arena_free(a);
 }
 
 /* every example compiles to a program whose simulation is consistent: on
@@ -210,24 +210,24 @@ static void test_examples(void **state) {
   static const char *const names[] = {"tiny-mlp", "tiny-mlp-hybrid", "tiny-mlp-zero2", "tiny-mlp-ragged",
                                       "tiny-mlp-ddp", "llama3-8b", "mixtral-8x7b", "paligemma-3b-224"};
   for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-    fp_arena *a = fp_arena_new();
+    fp_arena *a = fpi_arena_new();
     fp_diag d;
-    fp_diag_init(&d, stderr);
+    fpi_diag_init(&d, stderr);
     fp_model m;
     fp_spec s;
     fp_compiled c;
-    const char *path = fp_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, names[k]);
-    assert_true(fp_inputs_load(a, &d, path, NULL, &m, &s));
-    assert_true(fp_compile(a, &d, &m, &s, &c));
+    const char *path = fpi_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, names[k]);
+    assert_true(fpi_inputs_load(a, &d, path, NULL, &m, &s));
+    assert_true(fpi_compile(a, &d, &m, &s, &c));
     const fp_prog *p = c.prog;
     assert_non_null(p->hw.name);
     assert_non_null(p->memtl);
-    assert_null(fp_memtl_check(p->memtl));
+    assert_null(fpi_memtl_check(p->memtl));
     bool one_stream = true;
     double sum = 0, compute = 0;
     for (int32_t i = 0; i < p->nops; i++) {
       one_stream &= p->ops[i].stream == FP_STREAM_COMPUTE && p->ops[i].group < 0;
-      double t = fp_cost_op_us(p, &p->ops[i], &p->hw);
+      double t = fpi_cost_op_us(p, &p->ops[i], &p->hw);
       if (p->ops[i].group < 0) NEAR(c.sim.end_us[i] - c.sim.start_us[i], t); /* a group is charged as one */
       sum += t;
       if (p->ops[i].code == FP_OP_COMPUTE) compute += t;
@@ -241,8 +241,8 @@ static void test_examples(void **state) {
       assert_int_equal(p->memtl->lower_bound_bytes, c.stats.lower_bound_bytes);
       assert_int_equal(p->memtl->peak_bytes, c.stats.peak_bytes);
     }
-    fp_diag_free(&d);
-    fp_arena_free(a);
+    fpi_diag_free(&d);
+    fpi_arena_free(a);
   }
 }
 
@@ -255,10 +255,10 @@ static void test_examples(void **state) {
  * backward) = 4160. memplan's activation peak and the simulated timeline's
  * agree; l0's backward costs flops_fwd + flops_bwd */
 static int64_t compile_act_peak(bool recompute, double *bwd_flops) {
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
-  const char *text = fp_sprintf(
+  fpi_diag_init(&d, stderr);
+  const char *text = fpi_sprintf(
       a,
       "{\"model\":{\"format\":\"flexplan.model.v2\",\"name\":\"r\",\"modules\":["
       "{\"name\":\"l0\",\"params\":[{\"name\":\"l0.w\",\"shape\":[64,64]}],\"flops_fwd\":1e9,"
@@ -269,14 +269,14 @@ static int64_t compile_act_peak(bool recompute, double *bwd_flops) {
       recompute ? ",\"recompute\":[\"l0\"]" : "");
   fp_src src = {"t.json", text, strlen(text)};
   fp_jctx c = {a, &d, &src, NULL};
-  const fp_jv *root = fp_json_parse(&c);
+  const fp_jv *root = fpi_json_parse(&c);
   assert_non_null(root);
   fp_model m;
   fp_spec s;
   fp_compiled out;
-  assert_true(fp_model_parse(a, &d, &src, fp_j_get(root, "model"), "/model", &m));
-  assert_true(fp_spec_parse(a, &d, &src, fp_j_get(root, "spec"), "/spec", &s));
-  assert_true(fp_compile(a, &d, &m, &s, &out));
+  assert_true(fpi_model_parse(a, &d, &src, fpi_j_get(root, "model"), "/model", &m));
+  assert_true(fpi_spec_parse(a, &d, &src, fpi_j_get(root, "spec"), "/spec", &s));
+  assert_true(fpi_compile(a, &d, &m, &s, &out));
   const fp_prog *p = out.prog;
   int64_t tl_peak = 0;
   for (int32_t i = 0; i < p->memtl->npts; i++)
@@ -286,8 +286,8 @@ static int64_t compile_act_peak(bool recompute, double *bwd_flops) {
     if (p->ops[i].code == FP_OP_COMPUTE && p->ops[i].pass == FP_PASS_BWD && p->ops[i].module == 0)
       *bwd_flops = p->ops[i].alpha;
   int64_t peak = out.stats.activation_peak;
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return peak;
 }
 

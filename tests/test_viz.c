@@ -25,25 +25,25 @@
 
 static fp_prog *compile_example(fp_arena *a, const char *name) {
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_model m;
   fp_spec s;
   fp_compiled c;
-  const char *path = fp_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, name);
-  assert_true(fp_inputs_load(a, &d, path, NULL, &m, &s));
-  assert_true(fp_compile(a, &d, &m, &s, &c));
-  fp_diag_free(&d);
+  const char *path = fpi_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, name);
+  assert_true(fpi_inputs_load(a, &d, path, NULL, &m, &s));
+  assert_true(fpi_compile(a, &d, &m, &s, &c));
+  fpi_diag_free(&d);
   return c.prog;
 }
 
 static fp_prog *parse_sim(fp_arena *a, const char *name) {
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   fp_src src;
-  assert_true(fp_src_read(a, &d, fp_sprintf(a, "%s/tests/sim/%s.fpir", FP_SOURCE_DIR, name), &src));
-  fp_prog *p = fp_ir_parse(a, &d, &src);
+  assert_true(fpi_src_read(a, &d, fpi_sprintf(a, "%s/tests/sim/%s.fpir", FP_SOURCE_DIR, name), &src));
+  fp_prog *p = fpi_ir_parse(a, &d, &src);
   assert_non_null(p);
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   return p;
 }
 
@@ -84,7 +84,7 @@ static void check_view(const fp_viz *v) {
     assert_int_equal(p->ops[f->record].code, FP_OP_RECORD);
     assert_int_equal(p->ops[f->record].event, p->ops[f->wait].event);
     int32_t from, to;
-    fp_viz_flow_ends(v, f, v->ranks[0].rank, &from, &to);
+    fpi_viz_flow_ends(v, f, v->ranks[0].rank, &from, &to);
     assert_int_equal(p->ops[from].stream, p->ops[f->record].stream);
     assert_int_equal(p->ops[to].stream, p->ops[f->wait].stream);
     assert_true(from <= f->record && to >= f->wait);
@@ -95,7 +95,7 @@ static void check_view(const fp_viz *v) {
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
-    assert_true(w ? fp_viz_html(v, f) : fp_viz_trace(v, f));
+    assert_true(w ? fpi_viz_html(v, f) : fpi_viz_trace(v, f));
     fclose(f);
     assert_non_null(strstr(buf, "modeled"));
     char hash[40];
@@ -114,17 +114,17 @@ static void test_examples(void **state) {
   } ex[] = {{"tiny-mlp", 1},        {"tiny-mlp-ragged", 4}, {"tiny-mlp-hybrid", 1}, {"tiny-mlp-zero2", 1},
             {"tiny-mlp-ddp", 1},    {"llama3-8b", 1},       {"paligemma-3b-224", 1}, {"mixtral-8x7b", 1}};
   for (size_t k = 0; k < sizeof ex / sizeof ex[0]; k++) {
-    fp_arena *a = fp_arena_new();
+    fp_arena *a = fpi_arena_new();
     fp_prog *p = compile_example(a, ex[k].name);
     fp_viz v;
-    assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 16, &v));
+    assert_true(fpi_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 16, &v));
     check_view(&v);
     if (v.nclasses != ex[k].classes) fail_msg("%s: %d layout classes, want %d", ex[k].name, v.nclasses, ex[k].classes);
     assert_int_equal(v.nranks, ex[k].classes);
     assert_int_equal(v.ranks[0].rank, 0);
     /* the plan's budget, else the device memory */
     assert_int_equal(v.budget, p->memory_budget_bytes > 0 ? p->memory_budget_bytes : p->hw.hbm_bytes);
-    fp_arena_free(a);
+    fpi_arena_free(a);
   }
 }
 
@@ -132,17 +132,17 @@ static void test_sim_programs(void **state) {
   (void)state;
   static const char *const names[] = {"serial", "streams", "overlap", "prev_step"};
   for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-    fp_arena *a = fp_arena_new();
+    fp_arena *a = fpi_arena_new();
     fp_prog *p = parse_sim(a, names[k]);
     fp_hw hw;
     if (p->hw.name)
       hw = p->hw;
     else
-      assert_true(fp_hw_preset("h100-sxm", &hw));
+      assert_true(fpi_hw_preset("h100-sxm", &hw));
     fp_viz v;
-    assert_true(fp_viz_build(a, NULL, NULL, p, &hw, NULL, 0, 0, &v));
+    assert_true(fpi_viz_build(a, NULL, NULL, p, &hw, NULL, 0, 0, &v));
     check_view(&v);
-    fp_arena_free(a);
+    fpi_arena_free(a);
   }
 }
 
@@ -151,7 +151,7 @@ static void test_sim_programs(void **state) {
  * the page's text is escaped */
 static void test_hostile_names(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_prog *p = compile_example(a, "tiny-mlp");
   const char *evil = "</script><b onmouseover=\"x\">'&\xff\xc3";
   p->model = evil;
@@ -159,12 +159,12 @@ static void test_hostile_names(void **state) {
   p->bufs[0].name = evil;
   p->mods[0].name = evil;
   fp_viz v;
-  assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 0, &v));
+  assert_true(fpi_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 0, &v));
   for (int w = 0; w < 2; w++) {
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
-    assert_true(w ? fp_viz_html(&v, f) : fp_viz_trace(&v, f));
+    assert_true(w ? fpi_viz_html(&v, f) : fpi_viz_trace(&v, f));
     fclose(f);
     assert_null(strstr(buf, "</script><b")); /* neither raw in the data nor in the text */
     assert_null(strstr(buf, "<b onmouseover"));
@@ -173,42 +173,42 @@ static void test_hostile_names(void **state) {
     if (w) assert_non_null(strstr(buf, "<title>flexplan: &lt;/script&gt;&lt;b onmouseover=&quot;x&quot;&gt;&#39;&amp;"));
     free(buf);
   }
-  fp_arena_free(a);
+  fpi_arena_free(a);
 }
 
 static void test_ranks(void **state) {
   (void)state;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_prog *p = compile_example(a, "tiny-mlp-ragged");
   fp_viz v;
   int64_t pick[] = {3, 1};
-  assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, pick, 2, 0, &v));
+  assert_true(fpi_viz_build(a, NULL, NULL, p, &p->hw, pick, 2, 0, &v));
   assert_int_equal(v.nranks, 2);
   assert_int_equal(v.ranks[0].rank, 3);
   assert_int_equal(v.ranks[1].rank, 1);
   /* the owned ops of rank 0 do not run on rank 3 */
   int32_t skipped = 0;
-  for (int32_t i = 0; i < p->nops; i++) skipped += !fp_viz_runs(&v, i, 3);
+  for (int32_t i = 0; i < p->nops; i++) skipped += !fpi_viz_runs(&v, i, 3);
   assert_true(skipped > 0);
   /* a default of at most 2 classes */
-  assert_true(fp_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 2, &v));
+  assert_true(fpi_viz_build(a, NULL, NULL, p, &p->hw, NULL, 0, 2, &v));
   assert_int_equal(v.nranks, 2);
   assert_int_equal(v.nclasses, 4);
   /* outside the world: a user error */
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   int64_t bad[] = {0, 4};
-  assert_false(fp_viz_build(a, &d, NULL, p, &p->hw, bad, 2, 0, &v));
+  assert_false(fpi_viz_build(a, &d, NULL, p, &p->hw, bad, 2, 0, &v));
   assert_non_null(strstr(d.buf, "flexplan: error: --ranks: rank 4 is not a rank of the plan (world_size 4)"));
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   /* a machine so slow that the step is not a finite number: a user error */
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   fp_hw slow = p->hw;
   slow.nvlink_gbps = 1e-310;
-  assert_false(fp_viz_build(a, &d, "p.fpir", p, &slow, NULL, 0, 0, &v));
+  assert_false(fpi_viz_build(a, &d, "p.fpir", p, &slow, NULL, 0, 0, &v));
   assert_non_null(strstr(d.buf, "p.fpir: error: the modeled step time on hardware 'h100-sxm' is not a finite number"));
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
 }
 
 int main(void) {

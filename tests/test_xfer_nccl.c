@@ -70,9 +70,9 @@ static bool mxfp8_edit(fp_tx *tx) {
       continue;
     fp_tx_op c = *o;
     c.full_off += 5;
-    int64_t st = tx->stage_bytes[0], ns = fp_tx_nscales(c.full_off, c.n);
-    fp_tx_op *q = fp_tx_emit(tx, FP_TX_QUANT, 0, c.param, FP_E4M3, c.n);
-    fp_tx_op *d = fp_tx_emit(tx, FP_TX_DEQUANT, 0, c.param, FP_F32, c.n);
+    int64_t st = tx->stage_bytes[0], ns = fpi_tx_nscales(c.full_off, c.n);
+    fp_tx_op *q = fpi_tx_emit(tx, FP_TX_QUANT, 0, c.param, FP_E4M3, c.n);
+    fp_tx_op *d = fpi_tx_emit(tx, FP_TX_DEQUANT, 0, c.param, FP_F32, c.n);
     q->sdtype = c.sdtype, q->full_off = d->full_off = c.full_off;
     q->src = c.src;
     q->dst = d->src = (fp_tx_ref){FP_SP_STAGE, st};
@@ -80,9 +80,9 @@ static bool mxfp8_edit(fp_tx *tx) {
     d->dst = c.dst;
     d->sdtype = FP_E4M3;
     tx->stage_bytes[0] = st + c.n + ns;
-    tx->ops[i].n = 0; /* (fp_tx_emit may have moved the array: index again) */
+    tx->ops[i].n = 0; /* (fpi_tx_emit may have moved the array: index again) */
     tx->ops[i].kind = FP_TX_COPY;
-    fp_tx_finish(tx);
+    fpi_tx_finish(tx);
     return true;
   }
   return false;

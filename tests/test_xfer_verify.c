@@ -4,7 +4,7 @@
  * for every posted request) are caught, as are staging written twice and a
  * process forwarding what it received; the planner's
  * located errors for plans that do not fit together; the MXFP8 block split
- * of a slice that starts inside a block (fp_tx_head / fp_tx_nscales). */
+ * of a slice that starts inside a block (fpi_tx_head / fpi_tx_nscales). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,23 +53,23 @@ static fp_plan *compile(const char *spec, int world) {
 /* verify t; expect valid (want == NULL) or an error containing want */
 static void expect(const fp_tx *t, const char *want, const char *what) {
   fp_diag d;
-  fp_diag_init(&d, NULL);
-  bool ok = fp_tx_verify(t, &d);
+  fpi_diag_init(&d, NULL);
+  bool ok = fpi_tx_verify(t, &d);
   const char *msg = d.buf ? d.buf : "";
   if (!want)
     CHECK(ok, "%s: should verify, got: %s", what, msg);
   else
     CHECK(!ok && strstr(msg, want), "%s: expected an error containing '%s', got: %s", what, want, ok ? "(valid)" : msg);
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
 }
 
 /* a deep copy of t's ops (the mutations change only ops and needs) */
 static fp_tx *clone(fp_arena *a, const fp_tx *t) {
-  fp_tx *c = fp_alloc(a, sizeof *c);
+  fp_tx *c = fpi_alloc(a, sizeof *c);
   *c = *t;
-  c->ops = fp_alloc_array(a, (size_t)t->nops + 1, sizeof *c->ops);
+  c->ops = fpi_alloc_array(a, (size_t)t->nops + 1, sizeof *c->ops);
   memcpy(c->ops, t->ops, (size_t)t->nops * sizeof *c->ops);
-  c->need = fp_alloc_array(a, (size_t)t->nneed + 1, sizeof *c->need);
+  c->need = fpi_alloc_array(a, (size_t)t->nneed + 1, sizeof *c->need);
   memcpy(c->need, t->need, (size_t)t->nneed * sizeof *c->need);
   return c;
 }
@@ -80,13 +80,13 @@ static int32_t find(const fp_tx *t, fp_tx_kind k, int space) {
   return -1;
 }
 
-/* fp_tx_read of text must fail with want in its message, located at byte
+/* fpi_tx_read of text must fail with want in its message, located at byte
  * offset at of the text (-1: anywhere in t.xfer.json) */
 static void expect_read(fp_arena *a, const char *text, const char *want, long at, const char *what) {
   fp_src s = {"t.xfer.json", text, strlen(text)};
   fp_diag d;
-  fp_diag_init(&d, NULL);
-  fp_tx *t = fp_tx_read(a, &d, &s);
+  fpi_diag_init(&d, NULL);
+  fp_tx *t = fpi_tx_read(a, &d, &s);
   char where[64] = "t.xfer.json:";
   if (at >= 0) {
     int line = 1, col = 1;
@@ -95,7 +95,7 @@ static void expect_read(fp_arena *a, const char *text, const char *want, long at
   }
   CHECK(!t && d.buf && strstr(d.buf, want) && strstr(d.buf, where), "%s: expected '%s' at '%s', got: %s", what, want,
         where, t ? "(accepted)" : d.buf ? d.buf : "(no message)");
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
 }
 
 /* text with the first occurrence of old replaced by new (malloc'd) */
@@ -111,21 +111,21 @@ static char *edit(const char *text, const char *old, const char *new, long *at) 
 
 /* a hand-built transfer of nprocs processes, each holding FROM and TO
  * arenas of 64 bytes and 32 bytes of staging, with one param "w" of 16
- * f32; the caller emits ops and regions, then fp_tx_finish */
+ * f32; the caller emits ops and regions, then fpi_tx_finish */
 static fp_tx *hand(fp_arena *a, int32_t nprocs) {
-  fp_tx *t = fp_tx_new(a);
+  fp_tx *t = fpi_tx_new(a);
   t->nprocs = t->from_world = t->to_world = nprocs;
   t->from_arena = t->to_arena = 64;
-  t->params = fp_alloc_array(a, 1, sizeof *t->params);
+  t->params = fpi_alloc_array(a, 1, sizeof *t->params);
   t->nparams = 1;
   t->params[0] = (fp_tx_param){"w", 16, false};
-  t->stage_bytes = fp_alloc_array(a, (size_t)nprocs, sizeof *t->stage_bytes);
+  t->stage_bytes = fpi_alloc_array(a, (size_t)nprocs, sizeof *t->stage_bytes);
   for (int32_t p = 0; p < nprocs; p++) t->stage_bytes[p] = 32;
   return t;
 }
 
 static fp_tx_op *op(fp_tx *t, fp_tx_kind k, int32_t p, int32_t peer, fp_tx_ref dst, fp_tx_ref src) {
-  fp_tx_op *o = fp_tx_emit(t, k, p, 0, FP_F32, 4);
+  fp_tx_op *o = fpi_tx_emit(t, k, p, 0, FP_F32, 4);
   o->peer = peer, o->dst = dst, o->src = src;
   return o;
 }
@@ -138,14 +138,14 @@ int main(int argc, char **argv) {
   dir = argv[1];
   fp_plan *A = compile("full_shard", 4), *B = compile("placements-w3", 3);
   if (!A || !B) return 1;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   const char *pats[] = {"fc0.weight"};
   fp_reshard_opts o = {.what = "weights", .mxfp8 = pats, .nmxfp8 = 1};
-  fp_tx *t = fp_reshard(a, A->prog, NULL, B->prog, NULL, &o, &d);
+  fp_tx *t = fpi_reshard(a, A->prog, NULL, B->prog, NULL, &o, &d);
   CHECK(t != NULL, "reshard: %s", d.buf ? d.buf : "");
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   if (!t) return 1;
   expect(t, NULL, "the compiled transfer");
   CHECK(t->wire_bytes < t->lower_bound, "MXFP8 on the wire should take fewer bytes");
@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
   expect(c, "written twice", "X2 overlap");
   /* X2: a need region nobody writes */
   c = clone(a, t);
-  c->need = fp_grow(a, c->need, &c->cap_need, c->nneed + 1, sizeof *c->need);
+  c->need = fpi_grow(a, c->need, &c->cap_need, c->nneed + 1, sizeof *c->need);
   c->need[c->nneed++] = (fp_tx_region){0, 0, c->to_arena - 8, 8, 0, FP_F32};
   expect(c, "never written", "X2 missing bytes");
   /* X2: a write outside every need region */
@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
   /* X5: a FROM read of bytes the rank does not hold */
   c = clone(a, t);
   i = find(c, FP_TX_SEND, FP_SP_FROM);
-  c->ops[i].src.off = c->from_arena - fp_tx_src_bytes(&c->ops[i]);
+  c->ops[i].src.off = c->from_arena - fpi_tx_src_bytes(&c->ops[i]);
   expect(c, "does not hold", "X5 FROM read");
   /* X5: staging read before anything wrote it (the dequantize moved first) */
   c = clone(a, t);
@@ -213,25 +213,25 @@ int main(int argc, char **argv) {
   expect(c, "no earlier op of the process wrote", "X5 staging read");
 
   /* X4: two processes that each wait for the other's data before sending */
-  fp_tx *dl = fp_tx_new(a);
+  fp_tx *dl = fpi_tx_new(a);
   dl->nprocs = dl->from_world = dl->to_world = 2;
   dl->from_arena = dl->to_arena = 64;
-  dl->params = fp_alloc_array(a, 1, sizeof *dl->params);
+  dl->params = fpi_alloc_array(a, 1, sizeof *dl->params);
   dl->nparams = 1;
   dl->params[0] = (fp_tx_param){"w", 8, false};
   for (int32_t p = 0; p < 2; p++) {
-    fp_tx_op *r = fp_tx_emit(dl, FP_TX_RECV, p, 0, FP_F32, 4);
+    fp_tx_op *r = fpi_tx_emit(dl, FP_TX_RECV, p, 0, FP_F32, 4);
     r->peer = 1 - p, r->dst = (fp_tx_ref){FP_SP_STAGE, 0}, r->full_off = 4 * (1 - p);
-    fp_tx_op *cp = fp_tx_emit(dl, FP_TX_COPY, p, 0, FP_F32, 4);
+    fp_tx_op *cp = fpi_tx_emit(dl, FP_TX_COPY, p, 0, FP_F32, 4);
     cp->dst = (fp_tx_ref){FP_SP_TO, 16}, cp->src = (fp_tx_ref){FP_SP_STAGE, 0};
-    fp_tx_op *s = fp_tx_emit(dl, FP_TX_SEND, p, 0, FP_F32, 4);
+    fp_tx_op *s = fpi_tx_emit(dl, FP_TX_SEND, p, 0, FP_F32, 4);
     s->peer = 1 - p, s->src = (fp_tx_ref){FP_SP_FROM, 0}, s->full_off = 4 * p;
-    fp_tx_region_add(dl, true, p, 0, 16, 16, 4 * (1 - p), FP_F32); /* the peer's elements (X7) */
-    fp_tx_region_add(dl, false, p, 0, 0, 16, 4 * p, FP_F32);
+    fpi_tx_region_add(dl, true, p, 0, 16, 16, 4 * (1 - p), FP_F32); /* the peer's elements (X7) */
+    fpi_tx_region_add(dl, false, p, 0, 0, 16, 4 * p, FP_F32);
   }
-  dl->stage_bytes = fp_alloc_array(a, 2, sizeof *dl->stage_bytes);
+  dl->stage_bytes = fpi_alloc_array(a, 2, sizeof *dl->stage_bytes);
   dl->stage_bytes[0] = dl->stage_bytes[1] = 16;
-  fp_tx_finish(dl);
+  fpi_tx_finish(dl);
   expect(dl, "deadlock", "X4 deadlock");
   /* the same with the sends first: valid */
   for (int32_t p = 0; p < 2; p++) {
@@ -261,15 +261,15 @@ int main(int argc, char **argv) {
       op(w, FP_TX_COPY, p, -1, ST0, FR0);
       op(w, FP_TX_COPY, p, -1, TO16, ST0);
       if (!sends_first) op(w, FP_TX_SEND, p, 1 - p, NONE, FR0);
-      fp_tx_region_add(w, true, p, 0, 0, 16, 4 * (1 - p), FP_F32); /* received: the peer's elements (X7) */
-      fp_tx_region_add(w, true, p, 0, 16, 16, 4 * p, FP_F32);      /* staged: its own */
-      fp_tx_region_add(w, false, p, 0, 0, 16, 4 * p, FP_F32);
+      fpi_tx_region_add(w, true, p, 0, 0, 16, 4 * (1 - p), FP_F32); /* received: the peer's elements (X7) */
+      fpi_tx_region_add(w, true, p, 0, 16, 16, 4 * p, FP_F32);      /* staged: its own */
+      fpi_tx_region_add(w, false, p, 0, 0, 16, 4 * p, FP_F32);
     }
-    fp_tx_finish(w);
+    fpi_tx_finish(w);
     expect(w, sends_first ? NULL : "deadlock", sends_first ? "X4 wait-all, sends first" : "X4 wait-all deadlock");
   }
 
-  /* copies the executors run as one (fp_tx_copy_run): those that continue
+  /* copies the executors run as one (fpi_tx_copy_run): those that continue
    * the previous one in both spaces, with its dtypes; a gap, another
    * dtype or another kind ends the run */
   {
@@ -280,13 +280,13 @@ int main(int argc, char **argv) {
     op(w, FP_TX_COPY, 0, -1, (fp_tx_ref){FP_SP_TO, 52}, (fp_tx_ref){FP_SP_FROM, 48})->sdtype = FP_BF16; /* 3 */
     op(w, FP_TX_SEND, 0, 1, NONE, FR0);                                            /* 4 */
     op(w, FP_TX_RECV, 1, 0, TO0, NONE);                                            /* 5 */
-    fp_tx_finish(w);
+    fpi_tx_finish(w);
     int64_t n = 0;
-    CHECK(fp_tx_copy_run(w, 0, 5, &n) == 2 && n == 8, "copies 0 and 1 run as one of 8 (got n %lld)", (long long)n);
-    CHECK(fp_tx_copy_run(w, 2, 5, &n) == 3 && n == 4, "a gap ends the run");
-    CHECK(fp_tx_copy_run(w, 3, 5, &n) == 4 && n == 4, "another dtype, then a send, end the run");
-    CHECK(fp_tx_copy_run(w, 4, 5, &n) == 5 && n == 4, "a send runs alone");
-    CHECK(fp_tx_copy_run(w, 1, 2, &n) == 2 && n == 4, "hi bounds the run");
+    CHECK(fpi_tx_copy_run(w, 0, 5, &n) == 2 && n == 8, "copies 0 and 1 run as one of 8 (got n %lld)", (long long)n);
+    CHECK(fpi_tx_copy_run(w, 2, 5, &n) == 3 && n == 4, "a gap ends the run");
+    CHECK(fpi_tx_copy_run(w, 3, 5, &n) == 4 && n == 4, "another dtype, then a send, end the run");
+    CHECK(fpi_tx_copy_run(w, 4, 5, &n) == 5 && n == 4, "a send runs alone");
+    CHECK(fpi_tx_copy_run(w, 1, 2, &n) == 2 && n == 4, "hi bounds the run");
   }
 
   /* X5: staging written twice (an Isend could still be reading it) */
@@ -295,9 +295,9 @@ int main(int argc, char **argv) {
     op(w, FP_TX_COPY, 0, -1, ST0, FR0);
     op(w, FP_TX_COPY, 0, -1, (fp_tx_ref){FP_SP_STAGE, 8}, FR0);
     op(w, FP_TX_COPY, 0, -1, TO0, ST0);
-    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_F32);
-    fp_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
-    fp_tx_finish(w);
+    fpi_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_F32);
+    fpi_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
+    fpi_tx_finish(w);
     expect(w, "staging is written once", "X5 staging written twice");
   }
 
@@ -309,9 +309,9 @@ int main(int argc, char **argv) {
     op(w, FP_TX_RECV, 1, 0, ST0, NONE);
     op(w, FP_TX_SEND, 1, 2, NONE, ST0);
     op(w, FP_TX_RECV, 2, 1, TO0, NONE);
-    fp_tx_region_add(w, true, 2, 0, 0, 16, 0, FP_F32);
-    fp_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
-    fp_tx_finish(w);
+    fpi_tx_region_add(w, true, 2, 0, 0, 16, 0, FP_F32);
+    fpi_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
+    fpi_tx_finish(w);
     expect(w, "forwards nothing", "X5 forwarding");
   }
 
@@ -320,52 +320,52 @@ int main(int argc, char **argv) {
   {
     fp_prog big = *B->prog;
     big.arena_bytes = (int64_t)1 << 58;
-    fp_diag_init(&d, NULL);
-    CHECK(!fp_reshard(a, A->prog, NULL, &big, NULL, &o, &d) && d.buf && strstr(d.buf, "less than 2^58 bytes"),
+    fpi_diag_init(&d, NULL);
+    CHECK(!fpi_reshard(a, A->prog, NULL, &big, NULL, &o, &d) && d.buf && strstr(d.buf, "less than 2^58 bytes"),
           "huge arena: %s", d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
   }
   {
     fp_prog to = *B->prog;
     to.model = "other";
-    fp_diag_init(&d, NULL);
-    CHECK(!fp_reshard(a, A->prog, NULL, &to, NULL, &o, &d) && d.buf && strstr(d.buf, "different models"),
+    fpi_diag_init(&d, NULL);
+    CHECK(!fpi_reshard(a, A->prog, NULL, &to, NULL, &o, &d) && d.buf && strstr(d.buf, "different models"),
           "another model: %s", d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
-    fp_ir_param *ps = fp_alloc_array(a, (size_t)to.nparams, sizeof *ps);
+    fpi_diag_free(&d);
+    fp_ir_param *ps = fpi_alloc_array(a, (size_t)to.nparams, sizeof *ps);
     memcpy(ps, B->prog->params, (size_t)to.nparams * sizeof *ps);
     to.model = B->prog->model, to.params = ps;
     ps[1].shape[0] += 1;
-    fp_diag_init(&d, NULL);
-    CHECK(!fp_reshard(a, A->prog, NULL, &to, NULL, &o, &d) && d.buf && strstr(d.buf, "has shape [21] here and [20]"),
+    fpi_diag_init(&d, NULL);
+    CHECK(!fpi_reshard(a, A->prog, NULL, &to, NULL, &o, &d) && d.buf && strstr(d.buf, "has shape [21] here and [20]"),
           "another shape: %s", d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     ps[1].shape[0] -= 1;
     ps[2].name = "renamed.weight";
-    fp_diag_init(&d, NULL);
-    CHECK(!fp_reshard(a, A->prog, NULL, &to, NULL, &o, &d) && d.buf && strstr(d.buf, "'renamed.weight' is not in") &&
+    fpi_diag_init(&d, NULL);
+    CHECK(!fpi_reshard(a, A->prog, NULL, &to, NULL, &o, &d) && d.buf && strstr(d.buf, "'renamed.weight' is not in") &&
               strstr(d.buf, "'fc1.weight' is not in"),
           "another name: %s", d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     /* weights+optimizer: both plans hold AdamW state (the default) */
     fp_reshard_opts wo = {.what = "weights+optimizer"};
-    fp_diag_init(&d, NULL);
-    fp_tx *wt = fp_reshard(a, A->prog, NULL, B->prog, NULL, &wo, &d);
-    CHECK(wt && !strcmp(wt->what, "weights+optimizer") && fp_tx_verify(wt, &d),
+    fpi_diag_init(&d, NULL);
+    fp_tx *wt = fpi_reshard(a, A->prog, NULL, B->prog, NULL, &wo, &d);
+    CHECK(wt && !strcmp(wt->what, "weights+optimizer") && fpi_tx_verify(wt, &d),
           "weights+optimizer: %s", d.buf ? d.buf : "(refused)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     fp_prog none = *B->prog, sgd = *B->prog;
     none.optim = FP_OPTIM_NONE;
-    fp_diag_init(&d, NULL);
-    CHECK(!fp_reshard(a, A->prog, NULL, &none, NULL, &wo, &d) && d.buf && strstr(d.buf, "holds no optimizer state"),
+    fpi_diag_init(&d, NULL);
+    CHECK(!fpi_reshard(a, A->prog, NULL, &none, NULL, &wo, &d) && d.buf && strstr(d.buf, "holds no optimizer state"),
           "weights+optimizer to a plan without state: %s", d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     sgd.optim = FP_OPTIM_SGD;
-    fp_diag_init(&d, NULL);
-    CHECK(!fp_reshard(a, A->prog, NULL, &sgd, NULL, &wo, &d) && d.buf &&
+    fpi_diag_init(&d, NULL);
+    CHECK(!fpi_reshard(a, A->prog, NULL, &sgd, NULL, &wo, &d) && d.buf &&
               strstr(d.buf, "this plan holds sgd state and <from> holds adamw"),
           "weights+optimizer between optimizers: %s", d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
   }
 
   /* reading a saved transfer back: the same text; a bad member is located */
@@ -373,18 +373,18 @@ int main(int argc, char **argv) {
     char *js = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&js, &n);
-    fp_tx_write_json(t, f);
+    fpi_tx_write_json(t, f);
     fclose(f);
     fp_src s = {"t.xfer.json", js, n};
-    fp_diag_init(&d, NULL);
-    fp_tx *back = fp_tx_read(a, &d, &s);
+    fpi_diag_init(&d, NULL);
+    fp_tx *back = fpi_tx_read(a, &d, &s);
     CHECK(back != NULL, "read back: %s", d.buf ? d.buf : "");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     if (back) {
       char *js2 = NULL;
       size_t n2 = 0;
       FILE *g = open_memstream(&js2, &n2);
-      fp_tx_write_json(back, g);
+      fpi_tx_write_json(back, g);
       fclose(g);
       CHECK(n == n2 && !memcmp(js, js2, n), "the read-back transfer writes different JSON");
       free(js2);
@@ -429,12 +429,12 @@ int main(int argc, char **argv) {
     at = at ? strstr(at, "\"n\":") : NULL;
     if (at) at[4] = at[4] == '9' ? '1' : (char)(at[4] + 1);
     fp_src s2 = {"t.xfer.json", bad, n};
-    fp_diag_init(&d, NULL);
-    CHECK(at && !fp_tx_read(a, &d, &s2) && d.buf && strstr(d.buf, "matching send") &&
+    fpi_diag_init(&d, NULL);
+    CHECK(at && !fpi_tx_read(a, &d, &s2) && d.buf && strstr(d.buf, "matching send") &&
               strstr(d.buf, "t.xfer.json:") && strstr(d.buf, ": error: /procs/"),
           "tampered count (located at the op): %s",
           d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     /* a member of the wrong type, located */
     char *bad2 = malloc(n + 8), *pr = strstr(js, "\"processes\":");
     if (pr) {
@@ -443,11 +443,11 @@ int main(int argc, char **argv) {
       sprintf(bad2, "%.*s\"processes\":\"x\"%s", (int)(pr - js), js, rest);
     }
     fp_src s3 = {"t.xfer.json", bad2, strlen(bad2)};
-    fp_diag_init(&d, NULL);
-    CHECK(pr && !fp_tx_read(a, &d, &s3) && d.buf && strstr(d.buf, "t.xfer.json:1:") &&
+    fpi_diag_init(&d, NULL);
+    CHECK(pr && !fpi_tx_read(a, &d, &s3) && d.buf && strstr(d.buf, "t.xfer.json:1:") &&
               strstr(d.buf, "/processes: expected an integer"),
           "wrong type: %s", d.buf ? d.buf : "(accepted)");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     free(bad);
     free(bad2);
     free(js);
@@ -462,15 +462,15 @@ int main(int argc, char **argv) {
     fp_tx *w = hand(a, 1);
     static const int64_t aux1[] = {49, 48, 40, 49};
     for (int k = 0; k < 2; k++) {
-      fp_tx_op *q = fp_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, 8);
+      fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, 8);
       q->sdtype = FP_F32, q->full_off = 8 * k, q->src = (fp_tx_ref){FP_SP_FROM, 32 * k},
       q->dst = (fp_tx_ref){FP_SP_TO, 8 * k};
       q->aux = (fp_tx_ref){c == 3 && k ? FP_SP_FROM : FP_SP_TO, k ? aux1[c] : 48};
     }
-    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_E4M3);
-    fp_tx_region_add(w, true, 0, 0, 48, 2, 0, FP_E8M0);
-    fp_tx_region_add(w, false, 0, 0, 0, 64, 0, FP_F32);
-    fp_tx_finish(w);
+    fpi_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_E4M3);
+    fpi_tx_region_add(w, true, 0, 0, 48, 2, 0, FP_E8M0);
+    fpi_tx_region_add(w, false, 0, 0, 0, 64, 0, FP_F32);
+    fpi_tx_finish(w);
     static const char *const want[] = {NULL, "a byte written twice", "writes TO bytes from 40 (op 1) that no need",
                                        "writes into FROM's arena"};
     static const char *const what[] = {"X2 quantizes into TO", "X2 a scale written twice", "X2 a scale outside the need",
@@ -486,14 +486,14 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 6; c++) {
     fp_tx *w = hand(a, 1);
     for (int k = 0; k < 2; k++) {
-      fp_tx_op *o = fp_tx_emit(w, FP_TX_SCALES, 0, 0, c == 1 && k ? FP_F32 : FP_E8M0, 8);
+      fp_tx_op *o = fpi_tx_emit(w, FP_TX_SCALES, 0, 0, c == 1 && k ? FP_F32 : FP_E8M0, 8);
       o->sdtype = FP_F32, o->full_off = 8 * k, o->src = (fp_tx_ref){FP_SP_FROM, 32 * k}, o->dst = (fp_tx_ref){FP_SP_STAGE, k};
     }
-    fp_tx_op *m = fp_tx_emit(w, FP_TX_MAX, 0, 0, FP_E8M0, 1);
+    fp_tx_op *m = fpi_tx_emit(w, FP_TX_MAX, 0, 0, FP_E8M0, 1);
     m->sdtype = c == 2 ? FP_F32 : FP_E8M0, m->dst = (fp_tx_ref){FP_SP_TO, 48}, m->src = (fp_tx_ref){FP_SP_STAGE, 0},
     m->aux = (fp_tx_ref){FP_SP_STAGE, c == 5 ? 32 : 1};
     for (int k = 0; k < 2; k++) {
-      fp_tx_op *q = fp_tx_emit(w, FP_TX_QUANT_AT, 0, 0, c == 3 && k ? FP_BF16 : FP_E4M3, 8);
+      fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT_AT, 0, 0, c == 3 && k ? FP_BF16 : FP_E4M3, 8);
       q->sdtype = FP_F32, q->full_off = 8 * k, q->src = (fp_tx_ref){FP_SP_FROM, 32 * k}, q->dst = (fp_tx_ref){FP_SP_TO, 8 * k},
       q->aux = (fp_tx_ref){FP_SP_TO, 48};
     }
@@ -501,10 +501,10 @@ int main(int argc, char **argv) {
       fp_tx_op tmp = w->ops[2];
       w->ops[2] = w->ops[3], w->ops[3] = tmp;
     }
-    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_E4M3);
-    fp_tx_region_add(w, true, 0, 0, 48, 1, 0, FP_E8M0);
-    fp_tx_region_add(w, false, 0, 0, 0, 64, 0, FP_F32);
-    fp_tx_finish(w);
+    fpi_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_E4M3);
+    fpi_tx_region_add(w, true, 0, 0, 48, 1, 0, FP_E8M0);
+    fpi_tx_region_add(w, false, 0, 0, 0, 64, 0, FP_F32);
+    fpi_tx_finish(w);
     static const char *const want[] = {NULL, "takes fp32 from fp32: expected e8m0 scales", "takes the max of fp32",
                                        "quantizes into bf16 from fp32: expected e4m3",
                                        "reads to bytes [48, 49) no earlier op", "aux stage+32 ..+1 bytes lies outside"};
@@ -528,7 +528,7 @@ int main(int argc, char **argv) {
     static const int32_t want[] = {3, 6, 7};
     int32_t k = 0;
     for (int32_t i = 0, end; i < 7; i = end, k++) {
-      end = fp_tx_segment_end(w, i, 7);
+      end = fpi_tx_segment_end(w, i, 7);
       CHECK(k < 3 && end == want[k], "segment %d of the hand-built process ends at %d", k, end);
     }
     CHECK(k == 3, "%d segments, expected 3", k);
@@ -543,12 +543,12 @@ int main(int argc, char **argv) {
     op(w, FP_TX_COPY, 0, -1, TO0, FR0);
     if (c == 2) op(w, FP_TX_SEND, 0, 2, NONE, FR0), op(w, FP_TX_RECV, 2, 0, TO16, NONE);
     if (c == 1) op(w, FP_TX_COPY, 1, -1, TO16, FR0);
-    fp_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_F32);
-    fp_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
-    if (c == 1) fp_tx_region_add(w, true, 1, 0, 16, 16, 0, FP_F32), fp_tx_region_add(w, false, 1, 0, 0, 16, 0, FP_F32);
-    if (c == 2) fp_tx_region_add(w, true, 2, 0, 16, 16, 0, FP_F32);
-    fp_tx_finish(w);
-    w->same = fp_alloc_array(a, 3, sizeof *w->same);
+    fpi_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_F32);
+    fpi_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
+    if (c == 1) fpi_tx_region_add(w, true, 1, 0, 16, 16, 0, FP_F32), fpi_tx_region_add(w, false, 1, 0, 0, 16, 0, FP_F32);
+    if (c == 2) fpi_tx_region_add(w, true, 2, 0, 16, 16, 0, FP_F32);
+    fpi_tx_finish(w);
+    w->same = fpi_alloc_array(a, 3, sizeof *w->same);
     static const int32_t same1[] = {0, 0, 0, 1, 0, 0}, same2[] = {0, -1, -1, 0, 1, 0};
     w->same[0] = -1, w->same[1] = c == 3 ? 1 : same1[c], w->same[2] = same2[c];
     static const char *const want[] = {NULL, "has ops or needs of its own", "with sends or recvs",
@@ -562,28 +562,28 @@ int main(int argc, char **argv) {
   {
     fp_plan *H6 = compile("hybrid", 6), *H4 = compile("hybrid", 4);
     fp_reshard_opts ho = {.what = "weights"};
-    fp_diag_init(&d, NULL);
-    fp_tx *h = H6 && H4 ? fp_reshard(a, H6->prog, NULL, H4->prog, NULL, &ho, &d) : NULL;
+    fpi_diag_init(&d, NULL);
+    fp_tx *h = H6 && H4 ? fpi_reshard(a, H6->prog, NULL, H4->prog, NULL, &ho, &d) : NULL;
     CHECK(h && h->same && h->same[2] == 0 && h->same[3] == 1 && h->same[0] < 0 && h->first[2] == h->first[3],
           "hybrid 6 -> 4: processes 2 and 3 should repeat 0 and 1: %s", d.buf ? d.buf : "");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     /* every TO byte is copied locally, by each process that runs a program */
     int64_t needed = 0;
     for (int64_t p = 0; h && p < h->nprocs; p++)
-      for (int32_t k = h->need_first[fp_tx_prog(h, p)]; k < h->need_first[fp_tx_prog(h, p) + 1]; k++)
+      for (int32_t k = h->need_first[fpi_tx_prog(h, p)]; k < h->need_first[fpi_tx_prog(h, p) + 1]; k++)
         needed += h->need[k].bytes;
     CHECK(h && h->local_bytes == needed && h->wire_bytes == 0, "local bytes %lld, the TO bytes %lld",
           h ? (long long)h->local_bytes : -1LL, (long long)needed);
     char *js = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&js, &n);
-    if (h) fp_tx_write_json(h, f);
+    if (h) fpi_tx_write_json(h, f);
     fclose(f);
     fp_src s = {"t.xfer.json", js, n};
-    fp_diag_init(&d, NULL);
-    fp_tx *back = h ? fp_tx_read(a, &d, &s) : NULL;
+    fpi_diag_init(&d, NULL);
+    fp_tx *back = h ? fpi_tx_read(a, &d, &s) : NULL;
     CHECK(back && back->same[2] == 0 && back->same[3] == 1 && back->same[1] < 0, "read back: %s", d.buf ? d.buf : "");
-    fp_diag_free(&d);
+    fpi_diag_free(&d);
     char *bad = js ? edit(js, "\"same\":1", "\"same\":3", NULL) : NULL;
     if (bad) expect_read(a, bad, "/procs/3/same: repeats no other process", -1, "same pointing at itself");
     CHECK(bad != NULL, "no \"same\":1 in the JSON");
@@ -594,11 +594,11 @@ int main(int argc, char **argv) {
   }
 
   /* MXFP8 blocks of a slice: aligned to the full param */
-  CHECK(fp_tx_head(0, 100) == 0 && fp_tx_nscales(0, 100) == 4, "aligned slice");
-  CHECK(fp_tx_head(65, 65) == 31 && fp_tx_nscales(65, 65) == 3, "slice [65,130): head 31, then 32 and 2");
-  CHECK(fp_tx_head(33, 5) == 5 && fp_tx_nscales(33, 5) == 1, "a slice inside one block");
+  CHECK(fpi_tx_head(0, 100) == 0 && fpi_tx_nscales(0, 100) == 4, "aligned slice");
+  CHECK(fpi_tx_head(65, 65) == 31 && fpi_tx_nscales(65, 65) == 3, "slice [65,130): head 31, then 32 and 2");
+  CHECK(fpi_tx_head(33, 5) == 5 && fpi_tx_nscales(33, 5) == 1, "a slice inside one block");
 
-  fp_arena_free(a);
+  fpi_arena_free(a);
   fp_plan_free(A);
   fp_plan_free(B);
   printf("%s: %d failed check(s)\n", failures ? "FAIL" : "ok", failures);

@@ -4,7 +4,7 @@
  * Options are parsed by getopt_long from one table of commands (their
  * synopsis, help and long options), so every command has --help and every
  * option takes "--opt value" and "--opt=value"; unknown names get the
- * closest known one suggested (fp_closest_name). docs/cli.md.
+ * closest known one suggested (fpi_closest_name). docs/cli.md.
  *
  * Exit status: 0 ok, 1 input error (located messages on stderr), 2 usage,
  * 70 internal error (FP_ASSERT). Outputs are written atomically: into a
@@ -23,12 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ir/ir.h"
-#include "planner/cost.h"
-#include "planner/front.h"
+#include "api/api_impl.h"
 #include "base/json.h"
-#include "planner/pipeline.h"
-#include "planner/reshard.h"
+#include "ir/ir.h"
+#include "ir/xfer.h"
 #include "viz/viz.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
@@ -250,7 +248,7 @@ static const char *or_list(char *buf, size_t len, const char *const *names) {
 
 /* `; did you mean 'x'?` for GOT among NAMES, or "" (PREFIX goes before x) */
 static const char *did_you_mean(char *buf, size_t len, const char *got, const char *const *names, const char *prefix) {
-  const char *near = fp_closest_name(got, names);
+  const char *near = fpi_closest_name(got, names);
   if (!near) return "";
   snprintf(buf, len, "; did you mean '%s%s'?", prefix, near);
   return buf;
@@ -395,7 +393,7 @@ static bool out_open(out_file *o, const char *path) {
     return true;
   }
   o->path = path;
-  if (!fp_out_open(&o->out, path)) {
+  if (!fpi_out_open(&o->out, path)) {
     fprintf(stderr, "%s: error: cannot create output: %s\n", path, strerror(errno));
     return false;
   }
@@ -405,7 +403,7 @@ static bool out_open(out_file *o, const char *path) {
 
 static bool out_commit(out_file *o) {
   if (!o->path) return stdout_written();
-  if (fp_out_commit(&o->out)) return true;
+  if (fpi_out_commit(&o->out)) return true;
   fprintf(stderr, "%s: error: cannot write output: %s\n", o->path, strerror(errno));
   return false;
 }
@@ -417,9 +415,9 @@ static void write_failed(const char *out, const char *what, int err) {
 }
 
 /* SIGTERM, SIGINT, SIGHUP or SIGPIPE during a write: remove the temporary
- * (fp_out_unlink_all), then die of the signal as before */
+ * (fpi_out_unlink_all), then die of the signal as before */
 static void on_fatal_signal(int sig) {
-  fp_out_unlink_all();
+  fpi_out_unlink_all();
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -438,7 +436,7 @@ static void remove_temporaries_on_signals(void) {
 
 /* a write that failed before commit: nothing is left behind */
 static void out_abort(out_file *o) {
-  if (o->path) fp_out_abort(&o->out);
+  if (o->path) fpi_out_abort(&o->out);
 }
 
 /* ---- default output names ----------------------------------------------------- */
@@ -456,7 +454,7 @@ static const char *default_output(fp_arena *ar, const char *name, const char *fa
     n = MAX_DEFAULT_STEM;
     while (n > 0 && ((unsigned char)name[n] & 0xc0) == 0x80) n--; /* not inside a UTF-8 character */
   }
-  char *stem = fp_strndup(ar, name, n);
+  char *stem = fpi_strndup(ar, name, n);
   bool changed = n != strlen(name);
   for (size_t k = 0; k < n; k++) {
     unsigned char c = (unsigned char)stem[k];
@@ -468,24 +466,24 @@ static const char *default_output(fp_arena *ar, const char *name, const char *fa
     }
   }
   /* with no '/' and no leading '.', the name is one component and never "." or ".." */
-  const char *out = fp_sprintf(ar, "%s.%s", stem, ext);
+  const char *out = fpi_sprintf(ar, "%s.%s", stem, ext);
   if (changed) {
     char q[300];
     fprintf(stderr, "flexplan: note: the name %s from the input is not a safe file name; writing %s (choose with -o)\n",
-            fp_quote(q, sizeof q, name), out);
+            fpi_quote(q, sizeof q, name), out);
   }
   return out;
 }
 
 /* ---- reading plans and IR --------------------------------------------------- */
 static fp_prog *read_program_flags(fp_arena *a, fp_diag *d, const char *path, unsigned flags) {
-  fp_src *src = fp_alloc(a, sizeof *src);
-  if (!fp_src_read(a, d, path, src)) return NULL;
+  fp_src *src = fpi_alloc(a, sizeof *src);
+  if (!fpi_src_read(a, d, path, src)) return NULL;
   const char *q = src->text;
   while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-  if (*q == '{') return fp_plan_read_flags(a, d, src, flags);
-  fp_prog *p = fp_ir_parse(a, d, src);
-  if (p && !fp_ir_verify_flags(p, d, src, flags)) return NULL;
+  if (*q == '{') return fpi_plan_read_flags(a, d, src, flags);
+  fp_prog *p = fpi_ir_parse(a, d, src);
+  if (p && !fpi_ir_verify_flags(p, d, src, flags)) return NULL;
   return p;
 }
 static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) { return read_program_flags(a, d, path, 0); }
@@ -494,7 +492,7 @@ static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) { return
 static int unknown_preset(const char *name) {
   char near[128];
   fprintf(stderr, "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)%s\n", name,
-          fp_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
+          fpa_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
   return EXIT_INPUT;
 }
 
@@ -502,27 +500,24 @@ static int unknown_preset(const char *name) {
  * h100-sxm with a note; false when PRESET is unknown (reported) */
 static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_hw *hw) {
   if (preset) {
-    if (!fp_hw_preset(preset, hw)) return unknown_preset(preset), false;
+    if (!fpa_hw_preset(preset, hw)) return unknown_preset(preset), false;
   } else if (p->hw.name) {
     *hw = p->hw;
   } else {
-    fp_hw_preset("h100-sxm", hw);
+    fpa_hw_preset("h100-sxm", hw);
     fprintf(stderr, "%s: note: the plan names no hardware; simulating on h100-sxm\n", path);
   }
   return true;
 }
 
-/* fp_simulate of p on hw; false after reporting a step that is not a finite
- * number (a verified plan's machine is valid, but its rates may be absurdly
- * small for the plan's work) */
-static bool simulate_plan(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const char *path, fp_sim *sim) {
-  if (fp_simulate(ar, p, hw, sim)) return true;
+/* the modeled step on hw was not a finite number (a verified plan's machine
+ * is valid, but its rates may be absurdly small for the plan's work) */
+static void not_finite(const fp_hw *hw, const char *path) {
   fp_diag d; /* a diagnostic: the machine's name (from the plan) printed with escapes */
-  fp_diag_init(&d, stderr);
-  fp_diag_errorf(&d, path, "the modeled step time on hardware '%s' is not a finite number: its rates are too small for "
+  fpi_diag_init(&d, stderr);
+  fpi_diag_errorf(&d, path, "the modeled step time on hardware '%s' is not a finite number: its rates are too small for "
                  "the plan's work", hw->name);
-  fp_diag_free(&d);
-  return false;
+  fpi_diag_free(&d);
 }
 
 /* ---- viz: --ranks and the writers ------------------------------------------------ */
@@ -584,7 +579,7 @@ static bool write_view(fp_arena *ar, fp_diag *d, const char *where, const fp_pro
                        const rank_list *ranks, viz_format fmt, const fp_viz_measured *meas, int32_t nmeas,
                        out_file *o) {
   fp_viz v;
-  if (!fp_viz_build(ar, d, where, p, hw, ranks && ranks->n ? ranks->v : NULL, ranks ? ranks->n : 0, MAX_DEFAULT_RANKS,
+  if (!fpi_viz_build(ar, d, where, p, hw, ranks && ranks->n ? ranks->v : NULL, ranks ? ranks->n : 0, MAX_DEFAULT_RANKS,
                     &v))
     return false;
   if ((!ranks || !ranks->n) && v.nclasses > v.nranks)
@@ -598,9 +593,9 @@ static bool write_view(fp_arena *ar, fp_diag *d, const char *where, const fp_pro
     fprintf(stderr, "  rank %lld measured (step %lld, %s): step %.3f ms, %.3f ms of it inside hooks; modeled on %s: "
             "step %.3f ms, exposed communication %.3f ms\n",
             (long long)meas[k].rank, (long long)meas[k].step, meas[k].path, meas[k].end_us / 1e3, hooks / 1e3,
-            fp_quote(hq, sizeof hq, v.hw.name), v.sim.step_us / 1e3, v.sim.exposed_comm_us / 1e3);
+            fpi_quote(hq, sizeof hq, v.hw.name), v.sim.step_us / 1e3, v.sim.exposed_comm_us / 1e3);
   }
-  return fmt == VIZ_TRACE ? fp_viz_trace(&v, o->f) : fp_viz_html(&v, o->f);
+  return fmt == VIZ_TRACE ? fpi_viz_trace(&v, o->f) : fpi_viz_html(&v, o->f);
 }
 
 /* ---- compile / check ----------------------------------------------------------- */
@@ -612,37 +607,11 @@ typedef enum {
   EMIT_HTML,    /* what viz --format=html writes */
 } emit_kind;
 
-/* compile/check with no spec: say which defaults apply (a note, stderr) */
-static void note_defaults(const char *model, const fp_spec *s, bool hw_given) {
-  fprintf(stderr,
-          "%s: note: no spec (none embedded, no --spec); the defaults apply: %s on %lld ranks (%lld per node), "
-          "one bucket per module, params %s, reductions %s, main grads %s, prefetch %d forward and %d backward",
-          model, fp_strategy_names[s->strategy], (long long)s->world_size, (long long)s->ranks_per_node,
-          fp_dtype_name(s->mp.param), fp_dtype_name(s->mp.reduce), fp_dtype_name(s->mp.main_grad), s->prefetch_fwd,
-          s->prefetch_bwd);
-  if (!hw_given) fprintf(stderr, ", hardware %s", s->hw_preset);
-  fprintf(stderr, " (docs/input-format.md)\n");
-}
-
-/* --time: each phase's CPU time (this thread's), on stderr; the sum leaves
- * out building the layout, choosing among candidates and writing */
-static void print_times(const char *model, double input_ms, const fp_phase_times *t) {
-  double sum = input_ms;
-  fprintf(stderr, "%s: compile time by phase (CPU ms):\n  %-16s %10.1f\n", model, "read inputs", input_ms);
-  for (int k = 0; k < FP_NPHASES; k++) {
-    sum += t->ms[k];
-    fprintf(stderr, "  %-16s %10.1f", fp_phase_names[k], t->ms[k]);
-    if (t->runs[k] > 1) fprintf(stderr, "  (%d runs)", (int)t->runs[k]);
-    fputc('\n', stderr);
-  }
-  fprintf(stderr, "  %-16s %10.1f\n", "sum", sum);
-}
-
 static int cmd_compile(const command *cmd, int argc, char **argv) {
   const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;
   bool check_only = !strcmp(cmd->name, "check");
   emit_kind emit = EMIT_PLAN;
-  fp_policy policy = FP_POLICY_FLEXPLAN;
+  int policy = fpa_policy_parse("flexplan");
   rank_list ranks = {.n = 0};
   bool have_ranks = false, timing = false;
   argp ap;
@@ -659,7 +628,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
         break;
       case OPT_POLICY:
         if ((e = enum_value(cmd, "policy", v, policy_names)) < 0) return EXIT_USAGE;
-        policy = (fp_policy)fp_policy_parse(policy_names[e]);
+        policy = fpa_policy_parse(policy_names[e]);
         break;
       case OPT_HARDWARE: hw = v; break;
       case OPT_SPEC: spec = v; break;
@@ -678,30 +647,20 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   if (have_ranks && emit != EMIT_TRACE && emit != EMIT_HTML)
     return usage_error(cmd, "--ranks picks the ranks of --emit=trace or --emit=html");
   fp_hw preset;
-  if (hw && !fp_hw_preset(hw, &preset)) return unknown_preset(hw);
+  if (hw && !fpa_hw_preset(hw, &preset)) return unknown_preset(hw);
 
-  double t0 = now_ms();
-  fp_arena *ar = fp_arena_new();
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
-  fp_model m;
-  fp_spec s;
-  fp_compiled c;
-  double in0 = fp_phase_clock();
-  if (!fp_inputs_load(ar, &d, model, spec, &m, &s)) goto done;
-  double input_ms = fp_phase_clock() - in0;
-  if (!s.src) note_defaults(model, &s, hw != NULL);
-  fp_spec_apply_policy(&s, policy);
-  if (hw) s.hw_preset = preset.name; /* the spec's overrides still apply */
-  if (!fp_compile(ar, &d, &m, &s, &c)) goto done;
-  double ms = now_ms() - t0;
-  if (timing) print_times(model, input_ms, c.times);
-  fp_summary sum;
-  fp_summarize(&c, ms, &sum);
+  fpa_request rq = {.model_path = model, .spec_path = spec, .hw_preset = hw, .policy = policy, .notes = true};
+  fpa_compiled c;
+  if (!fpa_compile_run(ar, &d, &rq, &c)) goto done;
+  if (timing) fpa_print_times(&c, model, stderr);
+  const fp_prog *prog = c.prog;
   if (check_only) {
-    fprintf(stderr, "%s: ok: %s, %lld ops, arena %.3f GiB\n", model, sum.strategy, (long long)sum.ops,
-            (double)sum.arena_bytes / (1 << 30));
+    fprintf(stderr, "%s: ok: %s, %lld ops, arena %.3f GiB\n", model, prog->strategy, (long long)prog->nops,
+            (double)prog->arena_bytes / (1 << 30));
     rc = EXIT_OK;
     goto done;
   }
@@ -709,7 +668,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
     if (emit == EMIT_SUMMARY)
       out = "-";
     else
-      out = default_output(ar, m.name, "model",
+      out = default_output(ar, c.model_name, "model",
                            emit == EMIT_PLAN   ? "plan.json"
                            : emit == EMIT_IR   ? "fpir"
                            : emit == EMIT_HTML ? "html"
@@ -720,12 +679,12 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   bool ok = true;
   errno = 0;
   switch (emit) {
-  case EMIT_PLAN: ok = fp_plan_write(c.prog, o.f); break;
-  case EMIT_IR: fp_ir_print(c.prog, o.f); break;
-  case EMIT_SUMMARY: fp_summary_json(&sum, o.f); break;
+  case EMIT_PLAN: ok = fpi_plan_write(prog, o.f); break;
+  case EMIT_IR: fpi_ir_print(prog, o.f); break;
+  case EMIT_SUMMARY: fpa_summary_json(&c, o.f); break;
   case EMIT_TRACE:
   case EMIT_HTML:
-    ok = write_view(ar, &d, model, c.prog, &c.prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, NULL, 0, &o);
+    ok = write_view(ar, &d, model, prog, &prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, NULL, 0, &o);
     break;
   }
   if (!ok) {
@@ -736,14 +695,14 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   }
   if (!out_commit(&o)) goto done;
   if (emit != EMIT_SUMMARY) {
-    fp_summary_text(&sum, stderr);
+    fpa_summary_text(&c, stderr);
     if (o.path) fprintf(stderr, "  wrote %s\n", o.path);
   }
-  fp_summary_warn_device(&sum, stderr);
+  fpa_summary_warn_device(&c, stderr);
   rc = EXIT_OK;
 done:
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   return rc;
 }
 
@@ -761,22 +720,22 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
     path = v;
   }
   if (!path) return usage_error(cmd, "missing FILE");
-  fp_arena *ar = fp_arena_new();
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   int rc = EXIT_INPUT;
   if (is_xfer_file(path)) { /* a transfer (flexplan reshard -o): read, verified as reshard does, printed as --emit=ir */
-    fp_src *src = fp_alloc(ar, sizeof *src);
-    fp_tx *t = fp_src_read(ar, &d, path, src) ? fp_tx_read(ar, &d, src) : NULL;
-    if (t && fp_tx_verify(t, &d)) {
+    fp_src *src = fpi_alloc(ar, sizeof *src);
+    fp_tx *t = fpi_src_read(ar, &d, path, src) ? fpi_tx_read(ar, &d, src) : NULL;
+    if (t && fpi_tx_verify(t, &d)) {
       rc = EXIT_OK;
-      if (!strcmp(cmd->name, "print")) fp_tx_print(t, stdout);
+      if (!strcmp(cmd->name, "print")) fpi_tx_print(t, stdout);
       else fprintf(stderr, "%s: ok: a transfer of %lld processes, %d ops, %lld bytes on the wire\n", path,
                    (long long)t->nprocs, t->nops, (long long)t->wire_bytes);
       if (!stdout_written()) rc = EXIT_INPUT;
     }
-    fp_diag_free(&d);
-    fp_arena_free(ar);
+    fpi_diag_free(&d);
+    fpi_arena_free(ar);
     return rc;
   }
   /* verify: rule 9 (the semantic check, ir/verify_sem.c) too */
@@ -786,42 +745,24 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
     fprintf(stderr, "%s: note: the semantic check (rule 9) was skipped: too many rank classes x sharded params\n", path);
   if (p) {
     rc = EXIT_OK;
-    if (!strcmp(cmd->name, "print")) fp_ir_print(p, stdout);
+    if (!strcmp(cmd->name, "print")) fpi_ir_print(p, stdout);
     else fprintf(stderr, "%s: ok: %d ops in %d segments, arena %lld bytes\n", path, p->nops, p->nsegs,
                  (long long)p->arena_bytes);
     if (!stdout_written()) rc = EXIT_INPUT;
   }
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   return rc;
 }
 
 /* ---- explain and simulate: a plan replayed on a machine ---------------------------- */
-/* What a command does with the replayed plan: print it to stdout. */
-typedef void (*modeled_fn)(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim);
-
-static void print_explain(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
-  (void)ar, (void)hw;
-  fp_ir_explain_modeled(p, sim->start_us, sim->end_us, stdout);
-}
-
-/* explain --exposed: the ranked table of exposed communication only */
-static void print_exposed(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
-  (void)ar, (void)hw;
-  fp_sim_print_exposed(p, sim, 0, stdout);
-}
-
-static void print_simulation(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
-  fp_sim_print(p, sim, hw, fp_sim_memory(ar, p, sim), stdout);
-}
-
 /* COMMAND PLAN [--hardware PRESET] [--exposed]: read the plan, simulate it
  * on the preset (default: the plan's machine), and print it (explain: one
  * row per op, or with --exposed the ranked exposed communication; simulate:
  * the segments and totals) */
 static int cmd_modeled(const command *cmd, int argc, char **argv) {
   const char *path = NULL, *hwname = NULL, *v;
-  modeled_fn print = !strcmp(cmd->name, "simulate") ? print_simulation : print_explain;
+  fpa_show what = !strcmp(cmd->name, "simulate") ? FPA_SHOW_SIMULATION : FPA_SHOW_EXPLAIN;
   argp ap;
   argp_init(&ap, cmd, argc, argv);
   int k, rc;
@@ -829,7 +770,7 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
     switch (k) {
       case ARG_STOP: return ap.rc;
       case OPT_HARDWARE: hwname = v; break;
-      case OPT_EXPOSED: print = print_exposed; break;
+      case OPT_EXPOSED: what = FPA_SHOW_EXPOSED; break;
       case ARG_OPERAND:
         if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
         path = v;
@@ -838,19 +779,20 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
   }
   if (!path) return usage_error(cmd, "missing PLAN");
   fp_hw hw;
-  if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
-  fp_arena *ar = fp_arena_new();
+  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  fp_sim sim;
-  if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
-    print(ar, p, &hw, &sim);
-    rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
+  if (p && pick_hw(p, hwname, path, &hw)) {
+    if (!fpa_modeled_print(ar, p, &hw, what, stdout))
+      not_finite(&hw, path);
+    else
+      rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   return rc;
 }
 
@@ -905,16 +847,16 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   if (nmeasured && fmt != VIZ_TRACE)
     return usage_error(cmd, "--measured steps are drawn in the trace (--format=trace), not in 'html'");
   fp_hw hw;
-  if (hwname && !fp_hw_preset(hwname, &hw)) return unknown_preset(hwname);
-  fp_arena *ar = fp_arena_new();
+  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
   if (!p || !pick_hw(p, hwname, path, &hw)) goto done;
-  fp_viz_measured *meas = fp_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *meas);
+  fp_viz_measured *meas = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *meas);
   for (int32_t k = 0; k < nmeasured; k++)
-    if (!fp_viz_measured_read(ar, &d, measured_paths[k], p, &meas[k])) goto done;
+    if (!fpi_viz_measured_read(ar, &d, measured_paths[k], p, &meas[k])) goto done;
   if (!out) out = default_output(ar, p->model, "plan", fmt == VIZ_HTML ? "html" : "trace.json");
   out_file o;
   if (!out_open(&o, out)) goto done;
@@ -929,8 +871,8 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   if (o.path) fprintf(stderr, "  wrote %s\n", o.path);
   rc = EXIT_OK;
 done:
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   return rc;
 }
 
@@ -980,39 +922,38 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
     free(pats);
     return rc;
   }
-  fp_arena *ar = fp_arena_new();
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   /* the patterns without their "=mxfp8" */
-  for (int i = 0; i < npats; i++) pats[i] = fp_strndup(ar, pats[i], strlen(pats[i]) - 6);
+  for (int i = 0; i < npats; i++) pats[i] = fpi_strndup(ar, pats[i], strlen(pats[i]) - 6);
   rc = EXIT_INPUT;
   fp_src *src[2];
   fp_prog *prog[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
-    src[k] = fp_alloc(ar, sizeof *src[k]);
-    if (fp_src_read(ar, &d, paths[k], src[k])) prog[k] = fp_plan_read(ar, &d, src[k]);
+    src[k] = fpi_alloc(ar, sizeof *src[k]);
+    if (fpi_src_read(ar, &d, paths[k], src[k])) prog[k] = fpi_plan_read(ar, &d, src[k]);
   }
   if (prog[0] && prog[1]) {
-    fp_reshard_opts o = {what, off, foff, pats, npats};
     double t0 = now_ms();
-    fp_tx *t = fp_reshard(ar, prog[0], src[0], prog[1], src[1], &o, &d);
+    fp_tx *t = fpa_reshard(ar, prog[0], src[0], prog[1], src[1], what, off, foff, pats, npats, &d);
     double t1 = now_ms();
-    if (t && fp_tx_verify(t, &d)) {
+    if (t && fpi_tx_verify(t, &d)) {
       double t2 = now_ms();
       rc = EXIT_OK;
       out_file of;
       if (out) {
         if (!out_open(&of, out)) rc = EXIT_INPUT;
         else {
-          fp_tx_write_json(t, of.f);
+          fpi_tx_write_json(t, of.f);
           if (!out_commit(&of)) rc = EXIT_INPUT;
         }
       }
       if (rc == EXIT_OK) {
-        if (!strcmp(emit, "ir")) fp_tx_print(t, stdout);
-        else if (!strcmp(emit, "explain")) fp_tx_explain(t, stdout);
-        else if (!strcmp(emit, "json")) fp_tx_write_json(t, stdout);
-        else if (!strcmp(emit, "trace")) fp_tx_trace(t, stdout);
+        if (!strcmp(emit, "ir")) fpi_tx_print(t, stdout);
+        else if (!strcmp(emit, "explain")) fpi_tx_explain(t, stdout);
+        else if (!strcmp(emit, "json")) fpi_tx_write_json(t, stdout);
+        else if (!strcmp(emit, "trace")) fpi_tx_trace(t, stdout);
         else
           printf("{\"processes\":%lld,\"ops\":%d,\"wire_bytes\":%lld,\"lower_bound_bytes\":%lld,"
                  "\"ratio\":%.3f,\"local_bytes\":%lld,\"max_send_bytes\":%lld,\"max_recv_bytes\":%lld,"
@@ -1024,8 +965,8 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
       }
     }
   }
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   free(pats);
   return rc;
 }
@@ -1034,7 +975,7 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
 static bool is_xfer_file(const char *path) {
   char head[256] = {0};
   struct stat st;
-  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false; /* a FIFO is never opened here (fp_src_read says) */
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false; /* a FIFO is never opened here (fpi_src_read says) */
   FILE *f = fopen(path, "r");
   if (!f) return false;
   size_t n = fread(head, 1, sizeof head - 1, f);
@@ -1044,22 +985,22 @@ static bool is_xfer_file(const char *path) {
 }
 
 static int cmd_viz_xfer(const char *path, const char *out) {
-  fp_arena *ar = fp_arena_new();
+  fp_arena *ar = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, stderr);
-  fp_src *src = fp_alloc(ar, sizeof *src);
-  fp_tx *t = fp_src_read(ar, &d, path, src) ? fp_tx_read(ar, &d, src) : NULL;
+  fpi_diag_init(&d, stderr);
+  fp_src *src = fpi_alloc(ar, sizeof *src);
+  fp_tx *t = fpi_src_read(ar, &d, path, src) ? fpi_tx_read(ar, &d, src) : NULL;
   int rc = EXIT_INPUT;
   if (t) {
     const char *o = out ? out : default_output(ar, t->model, "transfer", "xfer.trace.json");
     out_file of;
     if (out_open(&of, o)) {
-      fp_tx_trace(t, of.f);
+      fpi_tx_trace(t, of.f);
       if (out_commit(&of)) rc = EXIT_OK;
     }
   }
-  fp_diag_free(&d);
-  fp_arena_free(ar);
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
   return rc;
 }
 

@@ -1,4 +1,4 @@
-/* html.c - fp_viz_html: a view as one self-contained HTML page (docs/viz.md).
+/* html.c - fpi_viz_html: a view as one self-contained HTML page (docs/viz.md).
  *
  * The page is a short static summary, the view's data as JSON in a
  * <script type="application/json"> element, and the viewer (viz/viz.js and
@@ -58,7 +58,7 @@ OPCOL(op_group, fprintf(f, "%" PRId32, op->group))
 OPCOL(op_comm, fprintf(f, "%" PRId32, op->comm))
 OPCOL(op_dtype, fprintf(f, "%d", (int)op->dtype))
 OPCOL(op_sdtype, fprintf(f, "%d", (int)op->sdtype))
-OPCOL(op_count, fp_jw_i64(f, op->count))
+OPCOL(op_count, fpi_jw_i64(f, op->count))
 OPCOL(op_event, fprintf(f, "%" PRId32, op->event))
 OPCOL(op_module, fprintf(f, "%" PRId32, op->module))
 OPCOL(op_pass, fprintf(f, "%d", (int)op->pass))
@@ -66,22 +66,22 @@ OPCOL(op_dst, fprintf(f, "%" PRId32, op->dst.buf))
 OPCOL(op_src, fprintf(f, "%" PRId32, op->src.buf))
 OPCOL(op_only, fprintf(f, "%" PRId32, op->only))
 OPCOL(op_flops, fprintf(f, "%.6g", op->code == FP_OP_COMPUTE ? op->alpha : 0.0))
-OPCOL(op_st, fp_jw_us(f, v->sim.start_us[k]))
-OPCOL(op_en, fp_jw_us(f, v->sim.end_us[k]))
-OPCOL(op_bytes, fp_jw_i64(f, fp_viz_bytes(v, k, v->ranks[0].rank)))
+OPCOL(op_st, fpi_jw_us(f, v->sim.start_us[k]))
+OPCOL(op_en, fpi_jw_us(f, v->sim.end_us[k]))
+OPCOL(op_bytes, fpi_jw_i64(f, fpi_viz_bytes(v, k, v->ranks[0].rank)))
 
 static void seg_label(FILE *f, const fp_viz *v, int32_t k) {
   char buf[512];
-  fp_viz_seg_label(v, k, buf, sizeof buf);
-  fp_jw_str(f, buf);
+  fpi_viz_seg_label(v, k, buf, sizeof buf);
+  fpi_jw_str(f, buf);
 }
-static void seg_st(FILE *f, const fp_viz *v, int32_t k) { fp_jw_us(f, v->sim.segs[k].start_us); }
-static void seg_en(FILE *f, const fp_viz *v, int32_t k) { fp_jw_us(f, v->sim.segs[k].end_us); }
+static void seg_st(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_us(f, v->sim.segs[k].start_us); }
+static void seg_en(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_us(f, v->sim.segs[k].end_us); }
 static void seg_kind(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%d", (int)v->p->segs[k].kind); }
 
-static void buf_name(FILE *f, const fp_viz *v, int32_t k) { fp_jw_str(f, v->p->bufs[k].name); }
+static void buf_name(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_str(f, v->p->bufs[k].name); }
 static void buf_cat(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%d", (int)v->p->bufs[k].cat); }
-static void buf_bytes(FILE *f, const fp_viz *v, int32_t k) { fp_jw_i64(f, v->p->bufs[k].bytes); }
+static void buf_bytes(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_i64(f, v->p->bufs[k].bytes); }
 static void buf_pers(FILE *f, const fp_viz *v, int32_t k) {
   fputc(v->p->bufs[k].kind == FP_BUF_PERSISTENT ? '1' : '0', f);
 }
@@ -92,54 +92,58 @@ static void life_buf(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%" PRId3
 static void life_mod(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%" PRId32, v->lives[k].module); }
 static void life_micro(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%" PRId32, v->lives[k].micro); }
 static void life_cat(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%d", v->lives[k].cat); }
-static void life_bytes(FILE *f, const fp_viz *v, int32_t k) { fp_jw_i64(f, v->lives[k].bytes); }
-static void life_t0(FILE *f, const fp_viz *v, int32_t k) { fp_jw_us(f, v->lives[k].t0); }
-static void life_t1(FILE *f, const fp_viz *v, int32_t k) { fp_jw_us(f, v->lives[k].t1); }
+static void life_bytes(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_i64(f, v->lives[k].bytes); }
+static void life_t0(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_us(f, v->lives[k].t0); }
+static void life_t1(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_us(f, v->lives[k].t1); }
 
 static void name_list(FILE *f, const char *key, const char *const *names, int32_t n, bool comma) {
   fprintf(f, "%s\"%s\":[", comma ? "," : "", key);
   for (int32_t k = 0; k < n; k++) {
     if (k) fputc(',', f);
-    fp_jw_str(f, names[k]);
+    fpi_jw_str(f, names[k]);
   }
   fputc(']', f);
 }
 
-static void write_data(FILE *f, const fp_viz *v) {
+/* the page's "meta": the plan, the model's figures, the time range */
+static void write_meta(FILE *f, const fp_viz *v) {
   const fp_prog *p = v->p;
-  /* meta */
-  fprintf(f, "{\"meta\":{\"model\":");
-  fp_jw_str(f, p->model);
+  fputs("{\"meta\":{\"model\":", f);
+  fpi_jw_str(f, p->model);
   fputs(",\"strategy\":", f);
-  fp_jw_str(f, p->strategy);
+  fpi_jw_str(f, p->strategy);
   fprintf(f, ",\"world_size\":%" PRId64 ",\"ranks_per_node\":%" PRId64 ",\"grad_accumulation\":%" PRId64,
           p->world_size, p->ranks_per_node, p->grad_accumulation);
   fprintf(f, ",\"hash\":\"fnv1a64:%016" PRIx64 "\",\"hardware\":", v->hash);
-  fp_jw_str(f, v->hw.name);
+  fpi_jw_str(f, v->hw.name);
   fputs(",\"step_us\":", f);
-  fp_jw_us(f, v->sim.step_us);
+  fpi_jw_us(f, v->sim.step_us);
   fputs(",\"compute_us\":", f);
-  fp_jw_us(f, v->sim.compute_us);
+  fpi_jw_us(f, v->sim.compute_us);
   fputs(",\"exposed_us\":", f);
-  fp_jw_us(f, v->sim.exposed_comm_us);
+  fpi_jw_us(f, v->sim.exposed_comm_us);
   fputs(",\"t_lo\":", f);
-  fp_jw_us(f, v->t_lo);
+  fpi_jw_us(f, v->t_lo);
   fputs(",\"t_hi\":", f);
-  fp_jw_us(f, v->t_hi);
+  fpi_jw_us(f, v->t_hi);
   fprintf(f, ",\"arena_bytes\":%" PRId64 ",\"peak_bytes\":%" PRId64 ",\"lower_bound_bytes\":%" PRId64
              ",\"budget\":%" PRId64 ",\"budget_from_plan\":%s,\"hbm_bytes\":%" PRId64 ",\"nclasses\":%" PRId32
              ",\"nops\":%" PRId32 "}",
           p->arena_bytes, v->tl->peak_bytes, v->tl->lower_bound_bytes, v->budget, v->budget_from_plan ? "true" : "false",
           v->hw.hbm_bytes, v->nclasses, p->nops);
-  /* name tables */
+}
+
+/* the name tables (streams, categories, opcodes, ...), the buckets, modules and communicators */
+static void write_names(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   const char *streams[FP_NSTREAMS], *cats[FP_MEMTL_NCATS], *opnames[FP_NOPS], *opcls[FP_NOPS], *dtypes[FP_NDTYPES],
       *segkinds[FP_NSEGKINDS];
   static const char *const clsname[] = {"comm", "local", "sync", "compute"};
-  for (int s = 0; s < FP_NSTREAMS; s++) streams[s] = fp_stream_name(s);
-  for (int c = 0; c < FP_MEMTL_NCATS; c++) cats[c] = fp_memtl_cat_name(c);
-  for (int c = 0; c < FP_NOPS; c++) opnames[c] = fp_op_name((fp_opcode)c), opcls[c] = clsname[fp_op_class((fp_opcode)c)];
-  for (int c = 0; c < FP_NDTYPES; c++) dtypes[c] = fp_dtype_name((fp_dtype)c);
-  for (int c = 0; c < FP_NSEGKINDS; c++) segkinds[c] = fp_seg_name(c);
+  for (int s = 0; s < FP_NSTREAMS; s++) streams[s] = fpi_stream_name(s);
+  for (int c = 0; c < FP_MEMTL_NCATS; c++) cats[c] = fpi_memtl_cat_name(c);
+  for (int c = 0; c < FP_NOPS; c++) opnames[c] = fpi_op_name((fp_opcode)c), opcls[c] = clsname[fpi_op_class((fp_opcode)c)];
+  for (int c = 0; c < FP_NDTYPES; c++) dtypes[c] = fpi_dtype_name((fp_dtype)c);
+  for (int c = 0; c < FP_NSEGKINDS; c++) segkinds[c] = fpi_seg_name(c);
   name_list(f, "streams", streams, FP_NSTREAMS, true);
   name_list(f, "cats", cats, FP_MEMTL_NCATS, true);
   name_list(f, "opnames", opnames, FP_NOPS, true);
@@ -151,13 +155,18 @@ static void write_data(FILE *f, const fp_viz *v) {
   fputs(",\"mods\":[", f);
   for (int32_t k = 0; k < p->nmods; k++) {
     if (k) fputc(',', f);
-    fp_jw_str(f, p->mods[k].name);
+    fpi_jw_str(f, p->mods[k].name);
   }
   fputs("],\"comms\":[", f);
   for (int32_t k = 0; k < p->ncomms; k++) {
     if (k) fputc(',', f);
-    fp_jw_str(f, p->comms[k].name);
+    fpi_jw_str(f, p->comms[k].name);
   }
+}
+
+/* the buffers, segments and ops, one column per field */
+static void write_tables(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   fputs("]\n,\"bufs\":{", f);
   column(f, "name", v, p->nbufs, buf_name, false);
   column(f, "cat", v, p->nbufs, buf_cat, true);
@@ -183,7 +192,11 @@ static void write_data(FILE *f, const fp_viz *v) {
     column(f, opcols[c].name, v, p->nops, opcols[c].fn, c > 0);
     fputc('\n', f);
   }
-  /* ranks: what differs from the first rank shown, and the ends of each flow */
+}
+
+/* the flows, and per rank shown what differs from the first and the ends of each flow */
+static void write_ranks(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   fputs("}\n,\"flows\":[", f);
   for (int32_t j = 0; j < v->nflows; j++)
     fprintf(f, "%s[%" PRId32 ",%" PRId32 ",%d]", j ? "," : "", v->flows[j].wait, v->flows[j].record,
@@ -195,30 +208,35 @@ static void write_data(FILE *f, const fp_viz *v) {
             R->rank, R->cls, R->members);
     bool first = true;
     for (int32_t i = 0; i < p->nops; i++)
-      if (!fp_viz_runs(v, i, R->rank)) fprintf(f, "%s%" PRId32, first ? "" : ",", i), first = false;
+      if (!fpi_viz_runs(v, i, R->rank)) fprintf(f, "%s%" PRId32, first ? "" : ",", i), first = false;
     fputs("],\"bytes\":[", f);
     first = true;
     for (int32_t j = 0; j < v->nrdep; j++) {
       int32_t i = v->rdep[j];
-      int64_t b = fp_viz_bytes(v, i, R->rank);
-      if (b != fp_viz_bytes(v, i, v->ranks[0].rank))
+      int64_t b = fpi_viz_bytes(v, i, R->rank);
+      if (b != fpi_viz_bytes(v, i, v->ranks[0].rank))
         fprintf(f, "%s[%" PRId32 ",%" PRId64 "]", first ? "" : ",", i, b), first = false;
     }
     fputs("],\"flows\":[", f);
     for (int32_t j = 0; j < v->nflows; j++) {
       int32_t from, to;
-      fp_viz_flow_ends(v, &v->flows[j], R->rank, &from, &to);
+      fpi_viz_flow_ends(v, &v->flows[j], R->rank, &from, &to);
       fprintf(f, "%s[%" PRId32 ",%" PRId32 "]", j ? "," : "", from, to);
     }
     fputs("]}", f);
   }
+}
+
+/* the exposed communication, in time and ranked */
+static void write_exposed(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   fputs("]\n,\"exposed\":[", f);
   for (int32_t j = 0; j < v->nexposed; j++) {
     const fp_viz_exposed *x = &v->exposed[j];
     fputs(j ? ",[" : "[", f);
-    fp_jw_us(f, x->t0);
+    fpi_jw_us(f, x->t0);
     fputc(',', f);
-    fp_jw_us(f, x->t1);
+    fpi_jw_us(f, x->t1);
     fprintf(f, ",%" PRId32 ",%" PRId32 "]", x->op, x->cause);
   }
   /* the exposed communication ranked as `flexplan explain --exposed` ranks
@@ -227,21 +245,25 @@ static void write_data(FILE *f, const fp_viz *v) {
   fputs("]\n,\"exposed_rank\":[", f);
   int32_t nr = 0;
   for (int32_t i = 0; i < p->nops; i++) nr += v->sim.exposed_us[i] > 0;
-  exposed_row *rk = fp_alloc_array(v->a, (size_t)nr + 1, sizeof *rk);
+  exposed_row *rk = fpi_alloc_array(v->a, (size_t)nr + 1, sizeof *rk);
   nr = 0;
   for (int32_t i = 0; i < p->nops; i++)
     if (v->sim.exposed_us[i] > 0) rk[nr++] = (exposed_row){v->sim.exposed_us[i], i};
   qsort(rk, (size_t)nr, sizeof *rk, cmp_exposed_row);
   for (int32_t j = 0; j < nr; j++) {
     fprintf(f, "%s[%" PRId32 ",%" PRId32 ",", j ? "," : "", rk[j].at, v->sim.exposed_by[rk[j].at]);
-    fp_jw_us(f, rk[j].us);
+    fpi_jw_us(f, rk[j].us);
     fputc(']', f);
   }
+}
+
+/* the memory timeline and the live ranges; closes the data object */
+static void write_memory(FILE *f, const fp_viz *v) {
   fputs("]\n,\"mem\":{\"pts\":[", f);
   for (int32_t k = 0; k < v->tl->npts; k++) {
     const fp_memtl_point *q = &v->tl->pts[k];
     fputs(k ? ",[" : "[", f);
-    fp_jw_us(f, q->t_us);
+    fpi_jw_us(f, q->t_us);
     for (int c = 0; c < FP_MEMTL_NCATS; c++) fprintf(f, ",%" PRId64, q->bytes[c]);
     fputc(']', f);
   }
@@ -259,22 +281,31 @@ static void write_data(FILE *f, const fp_viz *v) {
   fputs("}}\n", f);
 }
 
-bool fp_viz_html(const fp_viz *v, FILE *f) {
+static void write_data(FILE *f, const fp_viz *v) {
+  write_meta(f, v);
+  write_names(f, v);
+  write_tables(f, v);
+  write_ranks(f, v);
+  write_exposed(f, v);
+  write_memory(f, v);
+}
+
+bool fpi_viz_html(const fp_viz *v, FILE *f) {
   const fp_prog *p = v->p;
   fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
         "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>flexplan: ",
         f);
-  fp_html_text(f, p->model ? p->model : "plan");
+  fpi_html_text(f, p->model ? p->model : "plan");
   fputs(" (modeled schedule)</title>\n<style>\n", f);
   fputs(fp_viz_css, f);
   fputs("</style>\n</head>\n<body>\n<header id=\"summary\"><h1>flexplan: ", f);
-  fp_html_text(f, p->model ? p->model : "plan");
+  fpi_html_text(f, p->model ? p->model : "plan");
   fputs("</h1> <span class=\"sub\">", f);
-  fp_html_text(f, p->strategy ? p->strategy : "");
+  fpi_html_text(f, p->strategy ? p->strategy : "");
   fprintf(f, ", %" PRId64 " ranks, modeled on ", p->world_size);
-  fp_html_text(f, v->hw.name ? v->hw.name : "?");
+  fpi_html_text(f, v->hw.name ? v->hw.name : "?");
   fprintf(f, "; plan fnv1a64:%016" PRIx64 "; every time on this page is modeled, not measured</span></header>\n", v->hash);
   fputs("<noscript><p>This page draws the plan with JavaScript.</p></noscript>\n<div id=\"app\"></div>\n"
         "<script type=\"application/json\" id=\"fpdata\">\n",

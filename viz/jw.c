@@ -16,7 +16,7 @@ static int utf8_len(const unsigned char *s) {
   return n;
 }
 
-void fp_jw_str(FILE *f, const char *s) {
+void fpi_jw_str(FILE *f, const char *s) {
   if (!s) {
     fputs("null", f);
     return;
@@ -48,15 +48,15 @@ void fp_jw_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-void fp_jw_us(FILE *f, double us) {
+void fpi_jw_us(FILE *f, double us) {
   if (!isfinite(us)) us = 0;
   if (fabs(us) < 0.0005) us = 0;
   fprintf(f, "%.3f", us);
 }
 
-void fp_jw_i64(FILE *f, int64_t v) { fprintf(f, "%" PRId64, v); }
+void fpi_jw_i64(FILE *f, int64_t v) { fprintf(f, "%" PRId64, v); }
 
-void fp_html_text(FILE *f, const char *s) {
+void fpi_html_text(FILE *f, const char *s) {
   for (const unsigned char *p = (const unsigned char *)s; p && *p;) {
     int n = *p < 0x80 ? 1 : utf8_len(p);
     switch (*p) {

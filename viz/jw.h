@@ -10,13 +10,13 @@
 #include <stdio.h>
 
 /* "s" with escapes (NULL writes null) */
-void fp_jw_str(FILE *f, const char *s);
+void fpi_jw_str(FILE *f, const char *s);
 /* a time in microseconds: three decimals (nanoseconds), "-0.000" written as 0 */
-void fp_jw_us(FILE *f, double us);
+void fpi_jw_us(FILE *f, double us);
 /* an int64 */
-void fp_jw_i64(FILE *f, int64_t v);
+void fpi_jw_i64(FILE *f, int64_t v);
 /* text with the HTML specials escaped (&, <, >, ", '); bytes that are not
  * UTF-8 become U+FFFD */
-void fp_html_text(FILE *f, const char *s);
+void fpi_html_text(FILE *f, const char *s);
 
 #endif

@@ -1,4 +1,4 @@
-/* trace.c - fp_viz_trace: a view as Chrome Trace Event JSON (the JSON Object
+/* trace.c - fpi_viz_trace: a view as Chrome Trace Event JSON (the JSON Object
  * Format of the "Trace Event Format" document), which Perfetto
  * (ui.perfetto.dev) and chrome://tracing open. docs/viz.md describes the
  * file; tests/viz_trace_check.py checks its structure.
@@ -46,7 +46,7 @@ static double r3(double us) { return round(us * 1000) / 1000; }
 
 static void ts(tw *w, double t_us) {
   fputs("\"ts\":", w->f);
-  fp_jw_us(w->f, r3(t_us - w->t0));
+  fpi_jw_us(w->f, r3(t_us - w->t0));
 }
 
 /* "ts":..,"dur":.. of a slice from t0 to t1 (simulator times): dur is the
@@ -54,7 +54,7 @@ static void ts(tw *w, double t_us) {
 static void ts_dur(tw *w, double t0, double t1) {
   ts(w, t0);
   fputs(",\"dur\":", w->f);
-  fp_jw_us(w->f, r3(t1 - w->t0) - r3(t0 - w->t0));
+  fpi_jw_us(w->f, r3(t1 - w->t0) - r3(t0 - w->t0));
 }
 
 static int64_t pid_of(int64_t rank) { return rank + 1; }
@@ -66,9 +66,9 @@ static void meta(tw *w, const char *name, int64_t pid, int64_t tid, const char *
   if (tid >= 0) fprintf(w->f, ",\"tid\":%" PRId64, tid);
   fprintf(w->f, ",\"args\":{\"%s\":", key);
   if (sval)
-    fp_jw_str(w->f, sval);
+    fpi_jw_str(w->f, sval);
   else
-    fp_jw_i64(w->f, ival);
+    fpi_jw_i64(w->f, ival);
   fputs("}}", w->f);
 }
 
@@ -82,7 +82,7 @@ static int32_t group_last(const fp_viz *v, int64_t rank, int32_t i) {
   if (p->ops[i].group < 0) return i;
   for (int32_t j = i + 1; j < p->nops && p->ops[j].group == p->ops[i].group && p->ops[j].stream == p->ops[i].stream;
        j++)
-    if (fp_viz_runs(v, j, rank)) last = j;
+    if (fpi_viz_runs(v, j, rank)) last = j;
   return last;
 }
 
@@ -96,52 +96,52 @@ static void op_event(tw *w, const fp_viz *v, int64_t rank, int32_t i, int32_t la
   int64_t bytes = 0;
   int32_t nmem = 0;
   for (int32_t j = i; j <= last; j++) {
-    if (!fp_viz_runs(v, j, rank)) continue;
+    if (!fpi_viz_runs(v, j, rank)) continue;
     st = fmin(st, v->sim.start_us[j]);
     en = fmax(en, v->sim.end_us[j]);
-    bytes += fp_viz_bytes(v, j, rank);
+    bytes += fpi_viz_bytes(v, j, rank);
     nmem++;
   }
   ev_begin(w);
-  fp_viz_op_label(v, i, lab, sizeof lab);
+  fpi_viz_op_label(v, i, lab, sizeof lab);
   if (nmem > 1)
     snprintf(buf, sizeof buf, "group %" PRId32 ": %s + %" PRId32 " more", op->group, lab, nmem - 1);
   else
     snprintf(buf, sizeof buf, "%s", lab);
   fputs("{\"ph\":\"X\",\"name\":", f);
-  fp_jw_str(f, buf);
+  fpi_jw_str(f, buf);
   static const char *const cls[] = {"comm", "local", "sync", "compute"};
-  fprintf(f, ",\"cat\":\"%s\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",", cls[fp_op_class(op->code)], pid_of(rank),
+  fprintf(f, ",\"cat\":\"%s\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",", cls[fpi_op_class(op->code)], pid_of(rank),
           tid_of(rank, op->stream));
   ts_dur(w, st, en);
   fprintf(f, ",\"args\":{\"op\":%" PRId32 ",", i);
   if (last > i) fprintf(f, "\"last_op\":%" PRId32 ",", last);
-  fprintf(f, "\"opcode\":\"%s\",\"segment\":", fp_op_name(op->code));
-  fp_viz_seg_label(v, op->seg, buf, sizeof buf);
-  fp_jw_str(f, buf);
-  fprintf(f, ",\"stream\":\"%s\",\"bucket\":", fp_stream_name(op->stream));
-  fp_jw_str(f, op->bucket >= 0 && op->bucket < p->nbuckets ? p->buckets[op->bucket] : NULL);
+  fprintf(f, "\"opcode\":\"%s\",\"segment\":", fpi_op_name(op->code));
+  fpi_viz_seg_label(v, op->seg, buf, sizeof buf);
+  fpi_jw_str(f, buf);
+  fprintf(f, ",\"stream\":\"%s\",\"bucket\":", fpi_stream_name(op->stream));
+  fpi_jw_str(f, op->bucket >= 0 && op->bucket < p->nbuckets ? p->buckets[op->bucket] : NULL);
   fputs(",\"bytes\":", f);
-  fp_jw_i64(f, bytes);
+  fpi_jw_i64(f, bytes);
   fputs(",\"modeled_us\":", f);
-  fp_jw_us(f, en - st);
+  fpi_jw_us(f, en - st);
   fputs(",\"modeled_start_us\":", f);
-  fp_jw_us(f, st);
+  fpi_jw_us(f, st);
   fputs(",\"modeled_end_us\":", f);
-  fp_jw_us(f, en);
-  fp_opclass c = fp_op_class(op->code);
+  fpi_jw_us(f, en);
+  fp_opclass c = fpi_op_class(op->code);
   if (c == FP_OPC_COMM || c == FP_OPC_LOCAL) {
-    fprintf(f, ",\"dtype\":\"%s\"", fp_dtype_name(op->dtype));
+    fprintf(f, ",\"dtype\":\"%s\"", fpi_dtype_name(op->dtype));
     if (op->comm >= 0 && op->comm < p->ncomms) {
       fputs(",\"comm\":", f);
-      fp_jw_str(f, p->comms[op->comm].name);
+      fpi_jw_str(f, p->comms[op->comm].name);
     }
-    if (fp_op_reduces(op->code)) fprintf(f, ",\"red\":\"%s\"", fp_redop_name(op->red));
+    if (fpi_op_reduces(op->code)) fprintf(f, ",\"red\":\"%s\"", fpi_redop_name(op->red));
   }
   if (op->group >= 0) fprintf(f, ",\"group\":%" PRId32, op->group);
   if (c == FP_OPC_SYNC) fprintf(f, ",\"event\":%" PRId32, op->event);
   if (op->code == FP_OP_COMPUTE) fprintf(f, ",\"flops\":%.6g", op->alpha);
-  if (op->only >= 0) fprintf(f, ",\"rank_index\":%" PRId64, fp_viz_g(v, i, rank));
+  if (op->only >= 0) fprintf(f, ",\"rank_index\":%" PRId64, fpi_viz_g(v, i, rank));
   fputs("}}", f);
 }
 
@@ -151,7 +151,7 @@ static void flow_event(tw *w, const fp_viz *v, int64_t rank, int32_t i, const ch
   double t = (v->sim.start_us[i] + v->sim.end_us[i]) / 2;
   ev_begin(w);
   fprintf(w->f, "{\"ph\":\"%s\",%s\"id\":%" PRId64 ",\"name\":", ph, ph[0] == 'f' ? "\"bp\":\"e\"," : "", id);
-  fp_jw_str(w->f, name);
+  fpi_jw_str(w->f, name);
   fprintf(w->f, ",\"cat\":\"dependency\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",", pid_of(rank),
           tid_of(rank, v->p->ops[i].stream));
   ts(w, t);
@@ -169,7 +169,7 @@ static void counters(tw *w, const fp_viz *v, int64_t rank) {
     fprintf(f, "{\"ph\":\"C\",\"name\":\"memory (modeled)\",\"pid\":%" PRId64 ",", pid_of(rank));
     ts(w, t);
     fputs(",\"args\":{", f);
-    for (int c = 0; c < FP_MEMTL_NCATS; c++) fprintf(f, "%s\"%s\":%" PRId64, c ? "," : "", fp_memtl_cat_name(c), q->bytes[c]);
+    for (int c = 0; c < FP_MEMTL_NCATS; c++) fprintf(f, "%s\"%s\":%" PRId64, c ? "," : "", fpi_memtl_cat_name(c), q->bytes[c]);
     fputs("}}", f);
   }
   for (int k = 0; k < 2; k++) {
@@ -195,17 +195,17 @@ static void lifetimes(tw *w, const fp_viz *v, int64_t rank, int64_t *id) {
     for (int e = 0; e < 2; e++) {
       ev_begin(w);
       fprintf(f, "{\"ph\":\"%c\",\"cat\":\"memory\",\"id\":%" PRId64 ",\"name\":", e ? 'e' : 'b', my);
-      fp_jw_str(f, name);
+      fpi_jw_str(f, name);
       fprintf(f, ",\"pid\":%" PRId64 ",", pid_of(rank));
       ts(w, e ? l->t1 : l->t0);
       if (!e) {
         fprintf(f, ",\"args\":{\"category\":\"%s\",\"bytes\":%" PRId64 ",\"from_op\":%" PRId32 ",\"to_op\":%" PRId32,
-                fp_memtl_cat_name(l->cat), l->bytes, l->first, l->last);
+                fpi_memtl_cat_name(l->cat), l->bytes, l->first, l->last);
         if (l->buf >= 0) fprintf(f, ",\"offset\":%" PRId64, p->bufs[l->buf].offset);
         fputs(",\"modeled_start_us\":", f);
-        fp_jw_us(f, l->t0);
+        fpi_jw_us(f, l->t0);
         fputs(",\"modeled_end_us\":", f);
-        fp_jw_us(f, l->t1);
+        fpi_jw_us(f, l->t1);
         fputs("}", f);
       }
       fputs("}", f);
@@ -228,11 +228,11 @@ static int64_t mtid(const fp_viz_measured *m, int t) { return mpid(m) * 10 + t +
 static void mslice(tw *w, const fp_viz_measured *m, int t, const char *name, const char *cat, double t0, double t1) {
   ev_begin(w);
   fputs("{\"ph\":\"X\",\"name\":", w->f);
-  fp_jw_str(w->f, name);
+  fpi_jw_str(w->f, name);
   fprintf(w->f, ",\"cat\":\"%s\",\"pid\":%" PRId64 ",\"tid\":%" PRId64 ",\"ts\":", cat, mpid(m), mtid(m, t));
-  fp_jw_us(w->f, r3(t0));
+  fpi_jw_us(w->f, r3(t0));
   fputs(",\"dur\":", w->f);
-  fp_jw_us(w->f, r3(t1) - r3(t0));
+  fpi_jw_us(w->f, r3(t1) - r3(t0));
 }
 
 /* the trainer's work between two hooks, named by the hook that ends it */
@@ -243,7 +243,7 @@ static void trainer_label(const fp_viz *v, int32_t next, char *buf, size_t cap) 
     case FP_SEG_POST_FORWARD: snprintf(buf, cap, "forward %s", mod); break;
     case FP_SEG_POST_BACKWARD: snprintf(buf, cap, "backward %s", mod); break;
     case FP_SEG_POST_OPTIMIZER: snprintf(buf, cap, "optimizer"); break;
-    default: snprintf(buf, cap, "trainer, before %s", fp_seg_name((int)s->kind)); break;
+    default: snprintf(buf, cap, "trainer, before %s", fpi_seg_name((int)s->kind)); break;
   }
 }
 
@@ -256,11 +256,11 @@ static void measured_events(tw *w, const fp_viz *v, const fp_viz_measured *m) {
   meta(w, "process_sort_index", mpid(m), -1, "sort_index", NULL, v->nranks + (m - v->measured));
   static const char *const extra[] = {"hooks", "trainer"};
   for (int t = 0; t < MT_N; t++) {
-    meta(w, "thread_name", mpid(m), mtid(m, t), "name", t < FP_NSTREAMS ? fp_stream_name(t) : extra[t - FP_NSTREAMS], 0);
+    meta(w, "thread_name", mpid(m), mtid(m, t), "name", t < FP_NSTREAMS ? fpi_stream_name(t) : extra[t - FP_NSTREAMS], 0);
     meta(w, "thread_sort_index", mpid(m), mtid(m, t), "sort_index", NULL, t);
   }
   for (int32_t k = 0; k < p->nsegs; k++) {
-    fp_viz_seg_label(v, k, buf, sizeof buf);
+    fpi_viz_seg_label(v, k, buf, sizeof buf);
     mslice(w, m, MT_HOOKS, buf, "hook", m->hook_t[2 * k], m->hook_t[2 * k + 1]);
     fprintf(w->f, ",\"args\":{\"segment\":%" PRId32 "}}", k);
     if (k + 1 < p->nsegs && m->hook_t[2 * k + 2] > m->hook_t[2 * k + 1]) {
@@ -282,14 +282,14 @@ static void measured_events(tw *w, const fp_viz *v, const fp_viz_measured *m) {
         last = j;
         t0 = fmin(t0, m->op_t[2 * j]), t1 = fmax(t1, m->op_t[2 * j + 1]);
       }
-    fp_viz_op_label(v, i, lab, sizeof lab);
+    fpi_viz_op_label(v, i, lab, sizeof lab);
     if (last > i) snprintf(buf, sizeof buf, "group %" PRId32 ": %s + %" PRId32 " more", op->group, lab, last - i);
     else snprintf(buf, sizeof buf, "%s", lab);
-    mslice(w, m, op->stream, buf, cls[fp_op_class(op->code)], t0, t1);
+    mslice(w, m, op->stream, buf, cls[fpi_op_class(op->code)], t0, t1);
     fprintf(w->f, ",\"args\":{\"op\":%" PRId32 ",\"last_op\":%" PRId32 ",\"measured_us\":", i, last);
-    fp_jw_us(w->f, t1 - t0);
+    fpi_jw_us(w->f, t1 - t0);
     fputs(",\"modeled_us\":", w->f);
-    fp_jw_us(w->f, v->sim.end_us[last] - v->sim.start_us[i]);
+    fpi_jw_us(w->f, v->sim.end_us[last] - v->sim.start_us[i]);
     fputs("}}", w->f);
     i = last;
   }
@@ -302,7 +302,7 @@ static double in_hooks(const fp_viz *v, const fp_viz_measured *m) {
   return t;
 }
 
-bool fp_viz_trace(const fp_viz *v, FILE *f) {
+bool fpi_viz_trace(const fp_viz *v, FILE *f) {
   const fp_prog *p = v->p;
   tw w = {f, true, v->t_lo};
   char buf[512];
@@ -312,17 +312,17 @@ bool fp_viz_trace(const fp_viz *v, FILE *f) {
           "ts 0 is the earliest modeled op start of the steady-state step\",",
           v->nmeasured ? " outside the 'measured' processes" : "");
   fprintf(f, "\"plan_hash\":\"fnv1a64:%016" PRIx64 "\",\"model\":", v->hash);
-  fp_jw_str(f, p->model);
+  fpi_jw_str(f, p->model);
   fputs(",\"strategy\":", f);
-  fp_jw_str(f, p->strategy);
+  fpi_jw_str(f, p->strategy);
   fprintf(f, ",\"world_size\":%" PRId64 ",\"hardware\":", p->world_size);
-  fp_jw_str(f, v->hw.name);
+  fpi_jw_str(f, v->hw.name);
   fputs(",\"modeled_step_us\":", f);
-  fp_jw_us(f, v->sim.step_us);
+  fpi_jw_us(f, v->sim.step_us);
   fputs(",\"modeled_exposed_comm_us\":", f);
-  fp_jw_us(f, v->sim.exposed_comm_us);
+  fpi_jw_us(f, v->sim.exposed_comm_us);
   fputs(",\"ts_origin_us\":", f);
-  fp_jw_us(f, v->t_lo);
+  fpi_jw_us(f, v->t_lo);
   fprintf(f, ",\"memory_budget_bytes\":%" PRId64 ",\"budget_source\":\"%s\",\"layout_classes\":%" PRId32,
           v->budget, v->budget_from_plan ? "plan" : "device memory (the plan has no budget)", v->nclasses);
   if (v->nmeasured) {
@@ -330,11 +330,11 @@ bool fp_viz_trace(const fp_viz *v, FILE *f) {
     for (int32_t k = 0; k < v->nmeasured; k++) {
       const fp_viz_measured *m = &v->measured[k];
       fprintf(f, "%s{\"rank\":%" PRId64 ",\"step\":%" PRId64 ",\"file\":", k ? "," : "", m->rank, m->step);
-      fp_jw_str(f, m->path);
+      fpi_jw_str(f, m->path);
       fputs(",\"step_us\":", f);
-      fp_jw_us(f, m->end_us);
+      fpi_jw_us(f, m->end_us);
       fputs(",\"in_hooks_us\":", f);
-      fp_jw_us(f, in_hooks(v, m));
+      fpi_jw_us(f, in_hooks(v, m));
       fputs("}", f);
     }
     fputs("],\"measured_note\":\"processes named 'measured' hold times the executor recorded "
@@ -354,14 +354,14 @@ bool fp_viz_trace(const fp_viz *v, FILE *f) {
     meta(&w, "process_labels", pid, -1, "labels", buf, 0);
     meta(&w, "process_sort_index", pid, -1, "sort_index", NULL, k);
     for (int s = 0; s < FP_NSTREAMS; s++) {
-      meta(&w, "thread_name", pid, tid_of(R->rank, s), "name", fp_stream_name(s), 0);
+      meta(&w, "thread_name", pid, tid_of(R->rank, s), "name", fpi_stream_name(s), 0);
       meta(&w, "thread_sort_index", pid, tid_of(R->rank, s), "sort_index", NULL, s);
     }
   }
   for (int32_t k = 0; k < v->nranks; k++) {
     int64_t r = v->ranks[k].rank;
     for (int32_t i = 0; i < p->nops; i++) {
-      if (!fp_viz_runs(v, i, r)) continue;
+      if (!fpi_viz_runs(v, i, r)) continue;
       int32_t last = group_last(v, r, i);
       op_event(&w, v, r, i, last);
       i = last;
@@ -369,7 +369,7 @@ bool fp_viz_trace(const fp_viz *v, FILE *f) {
     for (int32_t j = 0; j < v->nflows; j++) {
       const fp_viz_flow *fl = &v->flows[j];
       int32_t from, to;
-      fp_viz_flow_ends(v, fl, r, &from, &to);
+      fpi_viz_flow_ends(v, fl, r, &from, &to);
       snprintf(buf, sizeof buf, "e%" PRId32 ": op %" PRId32 " -> op %" PRId32 "%s", p->ops[fl->wait].event, from, to,
                fl->next_step ? " (next step)" : "");
       ++id;

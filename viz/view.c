@@ -1,9 +1,9 @@
-/* view.c - fp_viz_build: everything the viewers show, computed once (see
+/* view.c - fpi_viz_build: everything the viewers show, computed once (see
  * viz.h): the simulator's times, the memory timeline and the live intervals
  * it is made of, the dependency of every wait, the exposed communication on
  * the compute stream, and the ranks to show (layout classes).
  *
- * The live intervals follow fp_sim_memory's rule exactly (planner/sim.h):
+ * The live intervals follow fpi_sim_memory's rule exactly (planner/sim.h):
  * a transient device buffer is live, in each of its live ranges, from the
  * start of the first op in the range that uses it to the end of the last;
  * activations from the start of a module's forward compute of a micro-batch
@@ -18,33 +18,33 @@
 #include <string.h>
 
 /* ---- per-rank work ------------------------------------------------------------ */
-int64_t fp_viz_g(const fp_viz *v, int32_t i, int64_t r) {
+int64_t fpi_viz_g(const fp_viz *v, int32_t i, int64_t r) {
   const fp_op *op = &v->p->ops[i];
   if (op->comm < 0 || op->comm >= v->p->ncomms) return 0;
-  return fp_comm_index(&v->p->comms[op->comm], r);
+  return fpi_comm_index(&v->p->comms[op->comm], r);
 }
 
-bool fp_viz_runs(const fp_viz *v, int32_t i, int64_t r) {
+bool fpi_viz_runs(const fp_viz *v, int32_t i, int64_t r) {
   const fp_op *op = &v->p->ops[i];
   if (op->only < 0 || op->only_comm < 0 || op->only_comm >= v->p->ncomms) return true;
-  return fp_comm_index(&v->p->comms[op->only_comm], r) == op->only;
+  return fpi_comm_index(&v->p->comms[op->only_comm], r) == op->only;
 }
 
 /* the element count op i uses on rank r, tables resolved (0 when the table
  * has no entry for the rank's index: the verifier rules that out) */
 static int64_t count_on(const fp_viz *v, int32_t i, int64_t r) {
   const fp_op *op = &v->p->ops[i];
-  int64_t g = fp_viz_g(v, i, r);
+  int64_t g = fpi_viz_g(v, i, r);
   if (op->tab >= 0 && (op->tab >= v->p->ntabs || g >= v->p->tabs[op->tab].n)) return 0;
-  return fp_op_count(v->p, op, g);
+  return fpi_op_count(v->p, op, g);
 }
 
-int64_t fp_viz_bytes(const fp_viz *v, int32_t i, int64_t r) {
+int64_t fpi_viz_bytes(const fp_viz *v, int32_t i, int64_t r) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
-  fp_opclass cls = fp_op_class(op->code);
+  fp_opclass cls = fpi_op_class(op->code);
   if (cls != FP_OPC_COMM && cls != FP_OPC_LOCAL) return 0;
-  int64_t sz = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? 1 : fp_dtype_size(op->dtype);
+  int64_t sz = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? 1 : fpi_dtype_size(op->dtype);
   int64_t G = op->comm >= 0 && op->comm < p->ncomms ? p->comms[op->comm].size : 1;
   int64_t n = count_on(v, i, r);
   if ((op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V) && op->tab >= 0 && op->tab < p->ntabs) {
@@ -52,14 +52,14 @@ int64_t fp_viz_bytes(const fp_viz *v, int32_t i, int64_t r) {
     for (int64_t j = 0; j < p->tabs[op->tab].n; j++) n += p->tabs[op->tab].cnt[j];
   } else if (op->code == FP_OP_ALL_GATHER || op->code == FP_OP_REDUCE_SCATTER) {
     n *= G;
-  } else if (op->code == FP_OP_COPY || fp_op_regions(op->code)) {
-    n *= fp_op_shape_of(p, op).rows;
+  } else if (op->code == FP_OP_COPY || fpi_op_regions(op->code)) {
+    n *= fpi_op_shape_of(p, op).rows;
   }
   return n * sz;
 }
 
 /* ---- labels ------------------------------------------------------------------- */
-void fp_viz_op_label(const fp_viz *v, int32_t i, char *buf, size_t cap) {
+void fpi_viz_op_label(const fp_viz *v, int32_t i, char *buf, size_t cap) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
   if (op->code == FP_OP_COMPUTE) {
@@ -67,38 +67,38 @@ void fp_viz_op_label(const fp_viz *v, int32_t i, char *buf, size_t cap) {
     const char *what = op->pass == FP_PASS_BWD ? "backward" : op->pass == FP_PASS_OPT ? "optimizer" : "forward";
     snprintf(buf, cap, m ? "%s %s" : "%s", what, m);
   } else if (op->code == FP_OP_RECORD || op->code == FP_OP_WAIT) {
-    snprintf(buf, cap, "%s e%" PRId32, fp_op_name(op->code), op->event);
+    snprintf(buf, cap, "%s e%" PRId32, fpi_op_name(op->code), op->event);
   } else if (op->bucket >= 0 && op->bucket < p->nbuckets) {
-    snprintf(buf, cap, "%s %s", fp_op_name(op->code), p->buckets[op->bucket]);
+    snprintf(buf, cap, "%s %s", fpi_op_name(op->code), p->buckets[op->bucket]);
   } else {
-    snprintf(buf, cap, "%s", fp_op_name(op->code));
+    snprintf(buf, cap, "%s", fpi_op_name(op->code));
   }
 }
 
-void fp_viz_seg_label(const fp_viz *v, int32_t k, char *buf, size_t cap) {
+void fpi_viz_seg_label(const fp_viz *v, int32_t k, char *buf, size_t cap) {
   const fp_prog *p = v->p;
   const fp_seg *s = &p->segs[k];
   if (s->module >= 0 && s->module < p->nmods)
-    snprintf(buf, cap, "%s(%s) mb%" PRId32, fp_seg_name(s->kind), p->mods[s->module].name, s->micro);
+    snprintf(buf, cap, "%s(%s) mb%" PRId32, fpi_seg_name(s->kind), p->mods[s->module].name, s->micro);
   else
-    snprintf(buf, cap, "%s", fp_seg_name(s->kind));
+    snprintf(buf, cap, "%s", fpi_seg_name(s->kind));
 }
 
 /* ---- flows -------------------------------------------------------------------- */
-static bool timed(const fp_op *op) { return fp_op_class(op->code) != FP_OPC_SYNC; }
+static bool timed(const fp_op *op) { return fpi_op_class(op->code) != FP_OPC_SYNC; }
 
-void fp_viz_flow_ends(const fp_viz *v, const fp_viz_flow *f, int64_t r, int32_t *from, int32_t *to) {
+void fpi_viz_flow_ends(const fp_viz *v, const fp_viz_flow *f, int64_t r, int32_t *from, int32_t *to) {
   const fp_prog *p = v->p;
   fp_stream s = p->ops[f->record].stream, w = p->ops[f->wait].stream;
   *from = f->record;
   for (int32_t i = f->record - 1; i >= 0; i--)
-    if (p->ops[i].stream == s && timed(&p->ops[i]) && fp_viz_runs(v, i, r)) {
+    if (p->ops[i].stream == s && timed(&p->ops[i]) && fpi_viz_runs(v, i, r)) {
       *from = i;
       break;
     }
   *to = f->wait;
   for (int32_t i = f->wait + 1; i < p->nops; i++)
-    if (p->ops[i].stream == w && timed(&p->ops[i]) && fp_viz_runs(v, i, r)) {
+    if (p->ops[i].stream == w && timed(&p->ops[i]) && fpi_viz_runs(v, i, r)) {
       *to = i;
       break;
     }
@@ -108,15 +108,15 @@ static void build_flows(fp_viz *v) {
   const fp_prog *p = v->p;
   int32_t nw = 0;
   for (int32_t i = 0; i < p->nops; i++) nw += p->ops[i].code == FP_OP_WAIT;
-  v->flows = fp_alloc_array(v->a, (size_t)nw + 1, sizeof *v->flows);
-  int32_t *last = fp_alloc_array(v->a, (size_t)p->nevents + 1, sizeof *last); /* latest record so far */
-  int32_t *final = fp_alloc_array(v->a, (size_t)p->nevents + 1, sizeof *final); /* the last in the step */
-  bool *after = fp_alloc_array(v->a, FP_NSTREAMS, sizeof *after); /* a timed op seen later on the stream */
+  v->flows = fpi_alloc_array(v->a, (size_t)nw + 1, sizeof *v->flows);
+  int32_t *last = fpi_alloc_array(v->a, (size_t)p->nevents + 1, sizeof *last); /* latest record so far */
+  int32_t *final = fpi_alloc_array(v->a, (size_t)p->nevents + 1, sizeof *final); /* the last in the step */
+  bool *after = fpi_alloc_array(v->a, FP_NSTREAMS, sizeof *after); /* a timed op seen later on the stream */
   for (int32_t e = 0; e < p->nevents; e++) last[e] = final[e] = -1;
   for (int32_t i = 0; i < p->nops; i++)
     if (p->ops[i].code == FP_OP_RECORD && p->ops[i].event >= 0 && p->ops[i].event < p->nevents) final[p->ops[i].event] = i;
   /* which waits have no timed op after them on their stream: scan backwards */
-  bool *tail = fp_alloc_array(v->a, (size_t)p->nops + 1, sizeof *tail);
+  bool *tail = fpi_alloc_array(v->a, (size_t)p->nops + 1, sizeof *tail);
   for (int32_t i = p->nops - 1; i >= 0; i--) {
     const fp_op *op = &p->ops[i];
     if ((unsigned)op->stream >= FP_NSTREAMS) continue;
@@ -135,7 +135,7 @@ static void build_flows(fp_viz *v) {
   }
 }
 
-/* ---- exposed communication on the compute stream (fp_simulate's rule) ------------ */
+/* ---- exposed communication on the compute stream (fpi_simulate's rule) ------------ */
 static void build_exposed(fp_viz *v) {
   const fp_prog *p = v->p;
   const fp_sim *S = &v->sim;
@@ -160,11 +160,11 @@ static void build_exposed(fp_viz *v) {
       if (f < v->nflows && v->flows[f].wait == i && p->ops[v->flows[f].record].stream != FP_STREAM_COMPUTE &&
           S->start_us[i] > clock) {
         int32_t from, to;
-        fp_viz_flow_ends(v, &v->flows[f], 0, &from, &to);
+        fpi_viz_flow_ends(v, &v->flows[f], 0, &from, &to);
         x = (fp_viz_exposed){clock, S->start_us[i], i, from != v->flows[f].record ? from : -1};
         add = true;
       }
-    } else if (fp_op_class(op->code) == FP_OPC_COMM) {
+    } else if (fpi_op_class(op->code) == FP_OPC_COMM) {
       /* a collective on the compute stream: all of it is exposed (a grouped
        * call once: its later members share its times) */
       bool member = op->group >= 0 && op->group == lead_group && S->start_us[i] == lead_st;
@@ -176,7 +176,7 @@ static void build_exposed(fp_viz *v) {
       }
     }
     if (add) {
-      v->exposed = fp_grow(v->a, v->exposed, &cap, (int64_t)v->nexposed + 1, sizeof *v->exposed);
+      v->exposed = fpi_grow(v->a, v->exposed, &cap, (int64_t)v->nexposed + 1, sizeof *v->exposed);
       v->exposed[v->nexposed++] = x;
       v->exposed_us += x.t1 - x.t0;
     }
@@ -184,7 +184,7 @@ static void build_exposed(fp_viz *v) {
   }
 }
 
-/* ---- live intervals (fp_sim_memory's rule) ---------------------------------------- */
+/* ---- live intervals (fpi_sim_memory's rule) ---------------------------------------- */
 typedef struct {
   int32_t buf, first, last;
   double t0, t1;
@@ -234,17 +234,17 @@ static void build_lives(fp_viz *v) {
   const fp_prog *p = v->p;
   const fp_sim *S = &v->sim;
   int32_t nb = p->nbufs;
-  int32_t *rs = fp_alloc_array(v->a, (size_t)nb + 2, sizeof *rs);
+  int32_t *rs = fpi_alloc_array(v->a, (size_t)nb + 2, sizeof *rs);
   for (int32_t k = 0; k < p->nlives; k++) rs[p->lives[k].buf + 1]++;
   for (int32_t b = 0; b < nb; b++)
     if (p->bufs[b].kind == FP_BUF_TRANSIENT && rs[b + 1] == 0) rs[b + 1] = 1;
   for (int32_t b = 0; b < nb; b++) rs[b + 1] += rs[b];
   int32_t nsp = rs[nb];
-  span *sp = fp_alloc_array(v->a, (size_t)nsp + 1, sizeof *sp);
-  int32_t *opf = fp_alloc_array(v->a, 2 * (size_t)nsp + 2, sizeof *opf);
+  span *sp = fpi_alloc_array(v->a, (size_t)nsp + 1, sizeof *sp);
+  int32_t *opf = fpi_alloc_array(v->a, 2 * (size_t)nsp + 2, sizeof *opf);
   int32_t k = 0;
   for (int32_t j = 0; j < p->nlives; j++) sp[k++] = (span){p->lives[j].buf, p->lives[j].first, p->lives[j].last, 0, 0, false};
-  bool *ranged = fp_alloc_array(v->a, (size_t)nb + 1, sizeof *ranged);
+  bool *ranged = fpi_alloc_array(v->a, (size_t)nb + 1, sizeof *ranged);
   for (int32_t j = 0; j < p->nlives; j++) ranged[p->lives[j].buf] = true;
   for (int32_t b = 0; b < nb; b++) /* a transient buffer without a live range: the whole step */
     if (p->bufs[b].kind == FP_BUF_TRANSIENT && !ranged[b]) sp[k++] = (span){b, 0, p->nops - 1, 0, 0, false};
@@ -268,14 +268,14 @@ static void build_lives(fp_viz *v) {
     }
     for (int32_t j = rs[b]; j < rs[b + 1]; j++) {
       if (!sp[j].used) continue;
-      v->lives = fp_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
+      v->lives = fpi_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
       v->lives[v->nlives++] = (fp_viz_life){b, -1, -1, B->cat, B->bytes, sp[j].t0, sp[j].t1, opf[2 * j], opf[2 * j + 1]};
     }
   }
   /* activations: a forward compute to the backward that frees them, or to
    * the end of the step without one */
-  int32_t *pair = fp_alloc_array(v->a, (size_t)p->nops + 1, sizeof *pair);
-  fp_ir_activation_pairs(p, pair);
+  int32_t *pair = fpi_alloc_array(v->a, (size_t)p->nops + 1, sizeof *pair);
+  fpi_ir_activation_pairs(p, pair);
   for (int32_t i = 0; i < p->nops; i++) {
     const fp_op *fw = &p->ops[i];
     if (fw->code != FP_OP_COMPUTE || fw->module < 0 || fw->module >= p->nmods) continue;
@@ -283,7 +283,7 @@ static void build_lives(fp_viz *v) {
     /* a recomputed module (as the simulator's timeline): its activations
      * during its forward and its backward op, its saved bytes in between */
     if (M->recompute && (fw->pass == FP_PASS_FWD || fw->pass == FP_PASS_BWD) && M->activation_bytes > 0) {
-      v->lives = fp_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
+      v->lives = fpi_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
       v->lives[v->nlives++] = (fp_viz_life){-1, fw->module, p->segs[fw->seg].micro, FP_MEMTL_ACT, M->activation_bytes,
                                             S->start_us[i], S->end_us[i], i, i};
     }
@@ -291,7 +291,7 @@ static void build_lives(fp_viz *v) {
     int64_t bytes = M->recompute ? M->saved_bytes : M->activation_bytes;
     if (bytes <= 0) continue;
     int32_t b = pair[i];
-    v->lives = fp_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
+    v->lives = fpi_grow(v->a, v->lives, &cap, (int64_t)v->nlives + 1, sizeof *v->lives);
     v->lives[v->nlives++] = (fp_viz_life){-1, fw->module, p->segs[fw->seg].micro, FP_MEMTL_ACT, bytes,
                                           S->start_us[i], b >= 0 ? S->end_us[b] : v->t_hi, i,
                                           b >= 0 ? b : p->nops - 1};
@@ -318,9 +318,9 @@ static uint64_t rank_sig(const fp_viz *v, int64_t r) {
   uint64_t h = FP_FNV_INIT;
   for (int32_t k = 0; k < v->nrdep; k++) {
     int32_t i = v->rdep[k];
-    int64_t w[2] = {fp_viz_runs(v, i, r), 0};
+    int64_t w[2] = {fpi_viz_runs(v, i, r), 0};
     if (w[0]) w[1] = count_on(v, i, r);
-    h = fp_fnv1a(h, w, sizeof w);
+    h = fpi_fnv1a(h, w, sizeof w);
   }
   return h;
 }
@@ -328,7 +328,7 @@ static uint64_t rank_sig(const fp_viz *v, int64_t r) {
 static bool same_work(const fp_viz *v, int64_t r, int64_t q) {
   for (int32_t k = 0; k < v->nrdep; k++) {
     int32_t i = v->rdep[k];
-    bool a = fp_viz_runs(v, i, r), b = fp_viz_runs(v, i, q);
+    bool a = fpi_viz_runs(v, i, r), b = fpi_viz_runs(v, i, q);
     if (a != b || (a && count_on(v, i, r) != count_on(v, i, q))) return false;
   }
   return true;
@@ -344,8 +344,8 @@ static int32_t classify(fp_viz *v, int32_t *cls, int64_t *rep) {
   }
   int64_t cap = 1;
   while (cap < 2 * W) cap *= 2;
-  uint64_t *hk = fp_alloc_array(v->a, (size_t)cap, sizeof *hk);
-  int32_t *hv = fp_alloc_array(v->a, (size_t)cap, sizeof *hv);
+  uint64_t *hk = fpi_alloc_array(v->a, (size_t)cap, sizeof *hk);
+  int32_t *hv = fpi_alloc_array(v->a, (size_t)cap, sizeof *hv);
   for (int64_t j = 0; j < cap; j++) hv[j] = -1;
   int32_t n = 0;
   for (int64_t r = 0; r < W; r++) {
@@ -368,7 +368,7 @@ static int32_t classify(fp_viz *v, int32_t *cls, int64_t *rep) {
   return n;
 }
 
-bool fp_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, const fp_hw *hw, const int64_t *ranks,
+bool fpi_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, const fp_hw *hw, const int64_t *ranks,
                   int32_t n, int32_t max_default, fp_viz *out) {
   memset(out, 0, sizeof *out);
   out->a = a;
@@ -378,20 +378,20 @@ bool fp_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, 
   for (int32_t k = 0; k < n; k++)
     if (ranks[k] < 0 || ranks[k] >= P->world_size) {
       if (d)
-        fp_diag_errorf(d, "flexplan", "--ranks: rank %" PRId64 " is not a rank of the plan (world_size %" PRId64 ")",
+        fpi_diag_errorf(d, "flexplan", "--ranks: rank %" PRId64 " is not a rank of the plan (world_size %" PRId64 ")",
                        ranks[k], P->world_size);
       return false;
     }
-  if (!fp_simulate(a, P, hw, &out->sim)) { /* a valid machine, but too slow for a finite step */
+  if (!fpi_simulate(a, P, hw, &out->sim)) { /* a valid machine, but too slow for a finite step */
     if (d)
-      fp_diag_errorf(d, where ? where : "<plan>",
+      fpi_diag_errorf(d, where ? where : "<plan>",
                      "the modeled step time on hardware '%s' is not a finite number: its rates are too small for the "
                      "plan's work",
                      hw->name ? hw->name : "?");
     return false;
   }
-  out->tl = fp_sim_memory(a, P, &out->sim);
-  out->hash = fp_prog_hash(P);
+  out->tl = fpi_sim_memory(a, P, &out->sim);
+  out->hash = fpi_prog_hash(P);
   out->t_lo = 0;
   out->t_hi = 0;
   for (int32_t i = 0; i < P->nops; i++) {
@@ -413,22 +413,22 @@ bool fp_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, 
   check_peak(out);
 
   /* the ops whose work depends on the rank, then the classes */
-  out->rdep = fp_alloc_array(a, (size_t)P->nops + 1, sizeof *out->rdep);
+  out->rdep = fpi_alloc_array(a, (size_t)P->nops + 1, sizeof *out->rdep);
   for (int32_t i = 0; i < P->nops; i++)
     if (P->ops[i].only >= 0 || P->ops[i].tab >= 0) out->rdep[out->nrdep++] = i;
-  int32_t *cls = fp_alloc_array(a, (size_t)P->world_size, sizeof *cls);
-  int64_t *rep = fp_alloc_array(a, (size_t)P->world_size, sizeof *rep);
+  int32_t *cls = fpi_alloc_array(a, (size_t)P->world_size, sizeof *cls);
+  int64_t *rep = fpi_alloc_array(a, (size_t)P->world_size, sizeof *rep);
   out->nclasses = classify(out, cls, rep);
-  int64_t *members = fp_alloc_array(a, (size_t)out->nclasses, sizeof *members);
+  int64_t *members = fpi_alloc_array(a, (size_t)out->nclasses, sizeof *members);
   for (int64_t r = 0; r < P->world_size; r++) members[cls[r]]++;
   if (n > 0) {
-    out->ranks = fp_alloc_array(a, (size_t)n, sizeof *out->ranks);
+    out->ranks = fpi_alloc_array(a, (size_t)n, sizeof *out->ranks);
     for (int32_t k = 0; k < n; k++) out->ranks[k] = (fp_viz_rank){ranks[k], cls[ranks[k]], members[cls[ranks[k]]]};
     out->nranks = n;
   } else {
     int32_t m = out->nclasses;
     if (max_default > 0 && m > max_default) m = max_default;
-    out->ranks = fp_alloc_array(a, (size_t)m, sizeof *out->ranks);
+    out->ranks = fpi_alloc_array(a, (size_t)m, sizeof *out->ranks);
     for (int32_t c = 0; c < m; c++) out->ranks[c] = (fp_viz_rank){rep[c], c, members[c]};
     out->nranks = m;
   }

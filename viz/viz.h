@@ -68,14 +68,14 @@ typedef struct fp_viz_measured {
 /* Read a measured-timing record ("flexplan.timing.v1") for program p: its
  * plan hash must be p's and its numbering p's; the last step is taken.
  * Located errors through d; false after reporting. */
-bool fp_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_prog *p, fp_viz_measured *out);
+bool fpi_viz_measured_read(fp_arena *a, fp_diag *d, const char *path, const fp_prog *p, fp_viz_measured *out);
 
 typedef struct fp_viz {
   fp_arena *a;
   const fp_prog *p;
   fp_hw hw;               /* the machine simulated */
   fp_sim sim;             /* modeled times of the steady-state step */
-  fp_memtl *tl;           /* modeled memory timeline (fp_sim_memory) */
+  fp_memtl *tl;           /* modeled memory timeline (fpi_sim_memory) */
   fp_viz_life *lives;     /* transient buffers' intervals, then activations'; by t0 */
   int32_t nlives;
   int64_t persistent_bytes[FP_MEMTL_NCATS]; /* persistent device buffers, live all step */
@@ -92,7 +92,7 @@ typedef struct fp_viz {
   fp_viz_rank *ranks;     /* the ranks shown, in the order given (default: by rank) */
   int32_t nranks;
   int32_t nclasses;       /* layout classes among all ranks */
-  uint64_t hash;          /* fp_prog_hash */
+  uint64_t hash;          /* fpi_prog_hash */
   const fp_viz_measured *measured; /* measured steps drawn beside the modeled one (set by the caller) */
   int32_t nmeasured;
   /* private: ops whose work depends on the rank (only=, table counts) */
@@ -107,30 +107,30 @@ typedef struct fp_viz {
  * outside [0, world_size) ("flexplan: error: --ranks: ..."), and a machine so
  * slow that the modeled step is not a finite number ("WHERE: error: ...",
  * where names the plan). */
-bool fp_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, const fp_hw *hw, const int64_t *ranks,
+bool fpi_viz_build(fp_arena *a, fp_diag *d, const char *where, const fp_prog *P, const fp_hw *hw, const int64_t *ranks,
                   int32_t n, int32_t max_default, fp_viz *out);
 
 /* does op i run on rank r (its `only=` predicate) */
-bool fp_viz_runs(const fp_viz *v, int32_t i, int64_t r);
+bool fpi_viz_runs(const fp_viz *v, int32_t i, int64_t r);
 /* the bytes op i moves or touches on rank r: a gather's or reduce-scatter's
  * whole buffer (G x count, or the table's sum for the v-forms), else count x
  * element size on that rank (x rows for a copy); 0 for sync and compute */
-int64_t fp_viz_bytes(const fp_viz *v, int32_t i, int64_t r);
+int64_t fpi_viz_bytes(const fp_viz *v, int32_t i, int64_t r);
 /* the index of rank r in op i's communicator (0 without one) */
-int64_t fp_viz_g(const fp_viz *v, int32_t i, int64_t r);
+int64_t fpi_viz_g(const fp_viz *v, int32_t i, int64_t r);
 /* the ends of flow f as rank r sees them: *from, the last op on the record's
  * stream before the record that runs on r and takes time (the record itself
  * when none); *to, the first such op after the wait on its stream (the wait
  * itself when none follows in this step) */
-void fp_viz_flow_ends(const fp_viz *v, const fp_viz_flow *f, int64_t r, int32_t *from, int32_t *to);
+void fpi_viz_flow_ends(const fp_viz *v, const fp_viz_flow *f, int64_t r, int32_t *from, int32_t *to);
 /* a short label of op i into buf: "all_gather b3", "forward layers.3", "wait e12" */
-void fp_viz_op_label(const fp_viz *v, int32_t i, char *buf, size_t cap);
+void fpi_viz_op_label(const fp_viz *v, int32_t i, char *buf, size_t cap);
 /* segment seg's label into buf: "pre_forward(layers.3) mb0" */
-void fp_viz_seg_label(const fp_viz *v, int32_t seg, char *buf, size_t cap);
+void fpi_viz_seg_label(const fp_viz *v, int32_t seg, char *buf, size_t cap);
 
 /* Chrome Trace Event JSON (docs/viz.md); false on a write error */
-bool fp_viz_trace(const fp_viz *v, FILE *f);
+bool fpi_viz_trace(const fp_viz *v, FILE *f);
 /* one self-contained HTML page (docs/viz.md); false on a write error */
-bool fp_viz_html(const fp_viz *v, FILE *f);
+bool fpi_viz_html(const fp_viz *v, FILE *f);
 
 #endif

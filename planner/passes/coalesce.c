@@ -12,7 +12,7 @@
 
 /* bytes one collective moves on a rank (its largest operand) */
 static int64_t op_bytes(const fp_prog *p, const fp_op *op) {
-  int64_t es = fp_dtype_size(op->dtype), g = p->comms[op->comm].size, n = op->count;
+  int64_t es = fpi_dtype_size(op->dtype), g = p->comms[op->comm].size, n = op->count;
   if (op->tab >= 0) {
     const fp_ir_table *t = &p->tabs[op->tab];
     n = 0;
@@ -25,13 +25,13 @@ static int64_t op_bytes(const fp_prog *p, const fp_op *op) {
 
 static bool joins(const fp_prog *p, const fp_op *prev, const fp_op *op) {
   return prev->seg == op->seg && prev->stream == op->stream && prev->comm == op->comm &&
-         fp_op_class(prev->code) == FP_OPC_COMM && fp_op_class(op->code) == FP_OPC_COMM &&
+         fpi_op_class(prev->code) == FP_OPC_COMM && fpi_op_class(op->code) == FP_OPC_COMM &&
          prev->code != FP_OP_SEND && prev->code != FP_OP_RECV && op->code != FP_OP_SEND &&
          op->code != FP_OP_RECV && op_bytes(p, prev) <= FP_COALESCE_MAX_BYTES &&
          op_bytes(p, op) <= FP_COALESCE_MAX_BYTES;
 }
 
-bool fp_pass_coalesce(fp_pass_ctx *c, fp_prog *p) {
+bool fpi_pass_coalesce(fp_pass_ctx *c, fp_prog *p) {
   (void)c;
   int32_t next = 0;
   for (int32_t i = 0; i < p->nops;) {

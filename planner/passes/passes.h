@@ -35,7 +35,7 @@ typedef struct fp_pass_ctx {
   /* memplan by modeled lifetimes: per live range (index into prog.lives,
    * nlives of them; the same lowering gives the same ranges) the modeled
    * start and end of its uses on an earlier schedule of this step
-   * (fp_sim_live_spans; NaN: unused), and that schedule's step. Two ranges
+   * (fpi_sim_live_spans; NaN: unused), and that schedule's step. Two ranges
    * whose spans overlap, within a step or from one step into the next, then
    * never share bytes. NULL: program order only. */
   const double *hint_t0, *hint_t1;
@@ -48,10 +48,10 @@ typedef bool (*fp_pass_fn)(fp_pass_ctx *c, fp_prog *p);
 /* collectives up to this many bytes per rank are grouped by coalesce */
 #define FP_COALESCE_MAX_BYTES ((int64_t)32 << 20)
 
-bool fp_pass_coalesce(fp_pass_ctx *c, fp_prog *p); /* group small collectives */
-bool fp_pass_memplan(fp_pass_ctx *c, fp_prog *p); /* arena offsets, peak, budget */
-bool fp_pass_sync(fp_pass_ctx *c, fp_prog *p);    /* the record/wait edges the program needs */
-bool fp_pass_verify(fp_pass_ctx *c, fp_prog *p);  /* the IR verifier (internal bug on failure) */
-bool fp_pass_verify_sem(fp_pass_ctx *c, fp_prog *p); /* rules 1-8 and the semantic check, rule 9 */
+bool fpi_pass_coalesce(fp_pass_ctx *c, fp_prog *p); /* group small collectives */
+bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p); /* arena offsets, peak, budget */
+bool fpi_pass_sync(fp_pass_ctx *c, fp_prog *p);    /* the record/wait edges the program needs */
+bool fpi_pass_verify(fp_pass_ctx *c, fp_prog *p);  /* the IR verifier (internal bug on failure) */
+bool fpi_pass_verify_sem(fp_pass_ctx *c, fp_prog *p); /* rules 1-8 and the semantic check, rule 9 */
 
 #endif

@@ -44,7 +44,7 @@ typedef struct sctx {
   int32_t n;
   fp_alias_clocks al; /* per byte and stream: the clocks of the last write / read */
   int32_t *clkop[FP_NSTREAMS]; /* per stream: the op that ticked its clock to each value */
-  fp_access *acc;    /* every op's accesses (fp_op_accesses), op i's at acc[afirst[i] .. afirst[i + 1]) */
+  fp_access *acc;    /* every op's accesses (fpi_op_accesses), op i's at acc[afirst[i] .. afirst[i + 1]) */
   int32_t *afirst;
   int32_t *glast;                        /* per op: last op of its group (itself) */
   uint8_t *info;                         /* per op: its stream, and OPENS when it opens its group
@@ -83,7 +83,7 @@ static const int32_t *rec_clock(const sctx *c, int32_t p, int32_t i, int step) {
 static int64_t walk(sctx *c, int mode) {
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  fp_alias_clocks_reset(&c->al);
+  fpi_alias_clocks_reset(&c->al);
   int64_t unordered = 0;
   /* step 2 as the verifier walks it (ir/verify.c walk_clocks): once stream
    * s has seen all of step 1, an op on s conflicts with no step-1 access,
@@ -126,7 +126,7 @@ static int64_t walk(sctx *c, int mode) {
           for (int32_t k = c->afirst[j]; k < c->afirst[j + 1]; k++) {
             const fp_access *x = &c->acc[k];
             int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-            fp_alias_clocks_max(&c->al, x->buf, s, w, r);
+            fpi_alias_clocks_max(&c->al, x->buf, s, w, r);
             for (int t = 0; t < FP_NSTREAMS; t++) {
               if (t == s) continue;
               if (w[t] > vc[s][t] && w[t] > need[t]) need[t] = w[t], needop[t] = c->clkop[t][w[t]];
@@ -167,7 +167,7 @@ static int64_t walk(sctx *c, int mode) {
       c->clkop[s][vc[s][s]] = i;
       for (int t = 0; t < FP_NSTREAMS; t++) c->snap[i][step - 1][t] = (int32_t)vc[s][t];
       for (int32_t k = c->afirst[i]; k < c->afirst[i + 1]; k++)
-        fp_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s][s]);
+        fpi_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s][s]);
     }
     if (step == 1) /* the waits at the end of the step */
       for (int s = 0; s < FP_NSTREAMS; s++)
@@ -180,8 +180,8 @@ static int64_t walk(sctx *c, int mode) {
 static fp_op sync_op(fp_opcode code, int stream, int32_t seg, int32_t event) {
   return (fp_op){.code = code, .stream = (fp_stream)stream, .dtype = FP_F32, .sdtype = FP_F32, .seg = seg,
                  .comm = -1, .only = -1, .only_comm = -1, .root = -1, .event = event, .module = -1,
-                 .bucket = -1, .group = -1, .tab = -1, .shape = -1, .dst = fp_noreg(), .src = fp_noreg(),
-                 .aux = fp_noreg()};
+                 .bucket = -1, .group = -1, .tab = -1, .shape = -1, .dst = fpi_noreg(), .src = fpi_noreg(),
+                 .aux = fpi_noreg()};
 }
 
 /* a record or wait the pass adds, and where it goes in the new order */
@@ -248,7 +248,7 @@ static void rebuild(sctx *c, fp_prog *P) {
       add[nadd++] = (added){m++, seg, evof[c->glast[p]], FP_OP_WAIT, s};
     }
   FP_ASSERT(m <= cap && nadd == m - n);
-  P->ops = fp_grow_raw(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops); /* every slot below m is written */
+  P->ops = fpi_grow_raw(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops); /* every slot below m is written */
   fp_op *ops = P->ops;
   /* one pass back to front: the added ops after old op i (add is in
    * order of place) go in before it moves, so the array is written once,
@@ -274,14 +274,14 @@ static void rebuild(sctx *c, fp_prog *P) {
   free(newidx);
 }
 
-bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
+bool fpi_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   cx->synced = true;
   sctx c = {.P = P, .n = P->nops};
   FP_ASSERT(P->nops < INT32_MAX / 2 - 2); /* the clocks fit snap's 32 bits */
   /* one walk of the ops (2.2M ops are 334 MB to read) for everything the
    * walks need of them: each op's accesses (the walks read them four times
    * or more), stream, group, and what the arrays are sized by */
-  fp_alias_clocks_init(P, &c.al);
+  fpi_alias_clocks_init(P, &c.al);
   size_t n1 = (size_t)P->nops + 1;
   size_t per[FP_NSTREAMS] = {0}; /* a stream ticks once per op of its own, each step */
   c.afirst = malloc(n1 * sizeof *c.afirst);
@@ -292,7 +292,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   FP_ASSERT(c.afirst && c.glast && c.info && c.acc);
   for (int32_t i = 0, open = 0; i < P->nops; i++) {
     const fp_op *op = &P->ops[i];
-    FP_ASSERT(fp_op_class(op->code) != FP_OPC_SYNC);
+    FP_ASSERT(fpi_op_class(op->code) != FP_OPC_SYNC);
     FP_ASSERT(nacc <= INT32_MAX - (int64_t)op->nuses - FP_MAX_OPND_ACCESS);
     if (nacc + op->nuses + FP_MAX_OPND_ACCESS > cap) {
       while (nacc + op->nuses + FP_MAX_OPND_ACCESS > cap) cap *= 2;
@@ -300,7 +300,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
       FP_ASSERT(c.acc);
     }
     c.afirst[i] = (int32_t)nacc;
-    nacc += fp_op_accesses(P, op, c.acc + nacc);
+    nacc += fpi_op_accesses(P, op, c.acc + nacc);
     per[op->stream]++;
     bool opens = group_first(P, i);
     c.info[i] = (uint8_t)(op->stream | (op->code == FP_OP_COMPUTE ? COMPUTE : 0) | (opens ? OPENS : 0));
@@ -336,7 +336,7 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
     }
   }
   rebuild(&c, P);
-  fp_alias_clocks_free(&c.al);
+  fpi_alias_clocks_free(&c.al);
   for (int t = 0; t < FP_NSTREAMS; t++) free(c.clkop[t]);
   free(c.acc);
   free(c.afirst);
@@ -347,8 +347,8 @@ bool fp_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   return true;
 }
 
-void fp_sync_program(fp_prog *p) {
+void fpi_sync_program(fp_prog *p) {
   fp_pass_ctx c;
   memset(&c, 0, sizeof c);
-  fp_pass_sync(&c, p);
+  fpi_pass_sync(&c, p);
 }

@@ -17,35 +17,35 @@ static const char *const ragged_members[] = {"units", "align_elems", NULL};
 static bool ragged_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
   const fp_jv *u;
   size_t nu;
-  if (!fp_j_arr(c, o, ptr, "units", true, &u, &nu)) return false;
-  const char *up = fp_ptr_key(c->a, ptr, "units");
-  if (nu == 0) return fp_j_error(c, up, "expected a non-empty array of integers, got an empty array");
+  if (!fpi_j_arr(c, o, ptr, "units", true, &u, &nu)) return false;
+  const char *up = fpi_ptr_key(c->a, ptr, "units");
+  if (nu == 0) return fpi_j_error(c, up, "expected a non-empty array of integers, got an empty array");
   if (nu > FP_MAX_WORLD)
-    return fp_j_error(c, up, "expected at most %d units (one per shard-group rank), got %zu", FP_MAX_WORLD, nu);
-  p->units = fp_alloc_array(c->a, nu, sizeof *p->units);
+    return fpi_j_error(c, up, "expected at most %d units (one per shard-group rank), got %zu", FP_MAX_WORLD, nu);
+  p->units = fpi_alloc_array(c->a, nu, sizeof *p->units);
   p->nunits = (int)nu;
   int64_t sum = 0;
   for (size_t k = 0; k < nu; k++) {
-    if (!fp_j_int_v(c, fp_jv_at(u, k), fp_ptr_idx(c->a, up, (int64_t)k), 0, INT64_MAX,
+    if (!fpi_j_int_v(c, fpi_jv_at(u, k), fpi_ptr_idx(c->a, up, (int64_t)k), 0, INT64_MAX,
                     &p->units[k]))
       return false;
-    if (!fp_add64(sum, p->units[k], &sum)) return fp_j_error(c, up, "the sum of units overflows int64");
+    if (!fpi_add64(sum, p->units[k], &sum)) return fpi_j_error(c, up, "the sum of units overflows int64");
   }
-  if (sum == 0) return fp_j_error(c, up, "units must not all be 0 (their sum must be positive)");
-  return fp_j_int(c, o, ptr, "align_elems", false, 1, INT64_MAX, &p->align_elems);
+  if (sum == 0) return fpi_j_error(c, up, "units must not all be 0 (their sum must be positive)");
+  return fpi_j_int(c, o, ptr, "align_elems", false, 1, INT64_MAX, &p->align_elems);
 }
 
 static bool ragged_layout(fp_layout *L, fp_lparam *p) {
   const fp_placement_spec *pl = p->pl;
   if (pl->nunits != L->G)
-    return fp_layout_error(L, false, fp_layout_ptr(L, pl->ptr, "units"),
+    return fpi_layout_error(L, false, fpi_layout_ptr(L, pl->ptr, "units"),
                            "ragged_shard needs one unit count per rank of the shard group (%lld), got %d",
                            (long long)L->G, pl->nunits);
   __int128 total = 0, prefix = 0;
   for (int r = 0; r < pl->nunits; r++) total += pl->units[r];
   FP_ASSERT(total > 0); /* the front end rejects an all-zero units list */
   int64_t n = p->mp->numel, align = pl->align_elems;
-  p->cuts = fp_alloc_array(L->a, (size_t)L->G + 1, sizeof(int64_t));
+  p->cuts = fpi_alloc_array(L->a, (size_t)L->G + 1, sizeof(int64_t));
   int64_t slot = 0;
   for (int64_t r = 0; r <= L->G; r++) {
     if (r == L->G) {
@@ -63,10 +63,10 @@ static bool ragged_layout(fp_layout *L, fp_lparam *p) {
   return true;
 }
 
-static fp_extent ragged_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
+static fpi_layout_extent ragged_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
   (void)L;
   int64_t c = p->cuts[g + 1] - p->cuts[g];
-  fp_extent e = {p->cuts[g], c, c};
+  fpi_layout_extent e = {p->cuts[g], c, c};
   return e;
 }
 
@@ -76,25 +76,25 @@ static int64_t ragged_slot(const fp_layout *L, const fp_lparam *p, int64_t g) {
 }
 
 static void ragged_unshard(fp_lower *lw, const fp_lparam *p) {
-  int main = fp_lw_buf(lw, p->bucket, FP_BB_MAIN), u = fp_lw_buf(lw, p->bucket, FP_BB_UNSH);
-  fp_op *op = fp_lw_convert(lw, p->param_dtype, p->main_dtype, 0, fp_reg_t(u, p->unsharded_off),
-                            fp_reg(main, p->shard_off));
+  int main = fpi_lw_buf(lw, p->bucket, FP_BB_MAIN), u = fpi_lw_buf(lw, p->bucket, FP_BB_UNSH);
+  fp_op *op = fpi_lw_convert(lw, p->param_dtype, p->main_dtype, 0, fpi_reg_t(u, p->unsharded_off),
+                            fpi_reg(main, p->shard_off));
   op->comm = lw->c_shard;
   op->tab = p->tab;
-  op = fp_lw_emit(lw, FP_OP_ALL_GATHER_V, p->param_dtype, 0);
+  op = fpi_lw_emit(lw, FP_OP_ALL_GATHER_V, p->param_dtype, 0);
   op->comm = lw->c_shard;
   op->tab = p->tab;
-  op->dst = fp_reg(u, p->unsharded_off);
-  op->src = fp_reg_t(u, p->unsharded_off);
+  op->dst = fpi_reg(u, p->unsharded_off);
+  op->src = fpi_reg_t(u, p->unsharded_off);
 }
 
 static void ragged_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int64_t src_off, int dst_buf,
                           int64_t dst_off) {
-  fp_op *op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER_V, p->reduce_dtype, 0);
+  fp_op *op = fpi_lw_emit(lw, FP_OP_REDUCE_SCATTER_V, p->reduce_dtype, 0);
   op->comm = lw->c_shard;
   op->tab = p->tab;
-  op->dst = fp_reg(dst_buf, dst_off);
-  op->src = fp_reg(src_buf, src_off);
+  op->dst = fpi_reg(dst_buf, dst_off);
+  op->src = fpi_reg(src_buf, src_off);
 }
 
 const fp_placement_impl fp_placement_ragged = {

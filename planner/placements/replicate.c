@@ -19,9 +19,9 @@ static bool replicate_layout(fp_layout *L, fp_lparam *p) {
   return true;
 }
 
-static fp_extent replicate_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
+static fpi_layout_extent replicate_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
   (void)L, (void)g;
-  fp_extent e = {0, p->mp->numel, p->mp->numel};
+  fpi_layout_extent e = {0, p->mp->numel, p->mp->numel};
   return e;
 }
 
@@ -31,17 +31,17 @@ static int64_t replicate_slot(const fp_layout *L, const fp_lparam *p, int64_t g)
 }
 
 static void replicate_unshard(fp_lower *lw, const fp_lparam *p) {
-  fp_lw_convert(lw, p->param_dtype, p->main_dtype, p->mp->numel,
-                fp_reg(fp_lw_buf(lw, p->bucket, FP_BB_UNSH), p->unsharded_off),
-                fp_reg(fp_lw_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off));
+  fpi_lw_convert(lw, p->param_dtype, p->main_dtype, p->mp->numel,
+                fpi_reg(fpi_lw_buf(lw, p->bucket, FP_BB_UNSH), p->unsharded_off),
+                fpi_reg(fpi_lw_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off));
 }
 
 static void replicate_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int64_t src_off, int dst_buf,
                              int64_t dst_off) {
-  fp_op *op = fp_lw_emit(lw, FP_OP_ALL_REDUCE, p->reduce_dtype, p->mp->numel);
+  fp_op *op = fpi_lw_emit(lw, FP_OP_ALL_REDUCE, p->reduce_dtype, p->mp->numel);
   op->comm = lw->c_world;
-  op->dst = fp_reg(dst_buf, dst_off);
-  op->src = fp_reg(src_buf, src_off);
+  op->dst = fpi_reg(dst_buf, dst_off);
+  op->src = fpi_reg(src_buf, src_off);
 }
 
 const fp_placement_impl fp_placement_replicate = {

@@ -23,7 +23,7 @@ static const char *const shard_members[] = {"dim", NULL};
 
 static bool shard_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
   int64_t dim = 0;
-  if (!fp_j_int(c, o, ptr, "dim", false, 0, FP_MAX_DIMS - 1, &dim)) return false;
+  if (!fpi_j_int(c, o, ptr, "dim", false, 0, FP_MAX_DIMS - 1, &dim)) return false;
   p->dim = (int)dim;
   return true;
 }
@@ -32,12 +32,12 @@ static bool shard_layout(fp_layout *L, fp_lparam *p) {
   const fp_param *mp = p->mp;
   int d = p->pl->dim;
   if (d >= mp->ndim)
-    return fp_layout_error(L, false, fp_layout_ptr(L, p->pl->ptr, "dim"),
+    return fpi_layout_error(L, false, fpi_layout_ptr(L, p->pl->ptr, "dim"),
                            "dim %d is out of range for parameter '%s' of %d dimension%s", d, mp->name, mp->ndim,
                            mp->ndim == 1 ? "" : "s");
-  int64_t c = fp_ceil_div(mp->shape[d], L->G), chunk, padded;
-  if (!fp_mul64(outer_of(mp, d) * fp_param_inner(mp, d), c, &chunk) || !fp_mul64(chunk, L->G, &padded))
-    return fp_layout_error(L, true, fp_param_ptr(L->a, L->model, mp), "parameter '%s' is too large when padded for %lld ranks",
+  int64_t c = fpi_ceil_div(mp->shape[d], L->G), chunk, padded;
+  if (!fpi_mul64(outer_of(mp, d) * fpi_param_inner(mp, d), c, &chunk) || !fpi_mul64(chunk, L->G, &padded))
+    return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, mp), "parameter '%s' is too large when padded for %lld ranks",
                            mp->name, (long long)L->G);
   p->chunk = chunk;
   p->slot = chunk;
@@ -45,14 +45,14 @@ static bool shard_layout(fp_layout *L, fp_lparam *p) {
   return true;
 }
 
-static fp_extent shard_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
+static fpi_layout_extent shard_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
   (void)L;
   const fp_param *mp = p->mp;
   int d = p->pl->dim;
-  int64_t c = fp_ceil_div(mp->shape[d], L->G);
+  int64_t c = fpi_ceil_div(mp->shape[d], L->G);
   int64_t rows = mp->shape[d] - g * c;
   rows = rows < 0 ? 0 : rows > c ? c : rows;
-  fp_extent e = {d == 0 ? g * p->chunk : g * c, p->chunk, rows * (p->chunk / c)};
+  fpi_layout_extent e = {d == 0 ? g * p->chunk : g * c, p->chunk, rows * (p->chunk / c)};
   return e;
 }
 
@@ -66,56 +66,56 @@ static void block_copies(fp_lower *lw, const fp_lparam *p, fp_dtype dt, int stag
                          int buf, int64_t off, bool to_param) {
   const fp_param *mp = p->mp;
   int d = p->pl->dim;
-  int64_t es = fp_dtype_size(dt), c = fp_ceil_div(mp->shape[d], lw->L->G);
-  int64_t inner = fp_param_inner(mp, d), outer = outer_of(mp, d);
+  int64_t es = fpi_dtype_size(dt), c = fpi_ceil_div(mp->shape[d], lw->L->G);
+  int64_t inner = fpi_param_inner(mp, d), outer = outer_of(mp, d);
   for (int64_t g = 0; g < lw->L->G; g++) {
     int64_t rows = mp->shape[d] - g * c;
     if (rows <= 0) break;
     if (rows > c) rows = c;
-    fp_region st = fp_reg(stage_buf, stage_off + g * p->chunk * es);
-    fp_region pa = fp_reg(buf, off + g * c * inner * es);
-    fp_op *op = fp_lw_emit(lw, FP_OP_COPY, dt, rows * inner);
+    fp_region st = fpi_reg(stage_buf, stage_off + g * p->chunk * es);
+    fp_region pa = fpi_reg(buf, off + g * c * inner * es);
+    fp_op *op = fpi_lw_emit(lw, FP_OP_COPY, dt, rows * inner);
     op->dst = to_param ? pa : st;
     op->src = to_param ? st : pa;
-    fp_ir_op_shape(lw->P, op, outer, (to_param ? mp->shape[d] * inner : c * inner) * es,
+    fpi_ir_op_shape(lw->P, op, outer, (to_param ? mp->shape[d] * inner : c * inner) * es,
                    (to_param ? c * inner : mp->shape[d] * inner) * es);
   }
 }
 
 static void shard_unshard(fp_lower *lw, const fp_lparam *p) {
-  int main = fp_lw_buf(lw, p->bucket, FP_BB_MAIN), u = fp_lw_buf(lw, p->bucket, FP_BB_UNSH);
-  int64_t es = fp_dtype_size(p->param_dtype);
+  int main = fpi_lw_buf(lw, p->bucket, FP_BB_MAIN), u = fpi_lw_buf(lw, p->bucket, FP_BB_UNSH);
+  int64_t es = fpi_dtype_size(p->param_dtype);
   int gbuf = u;
   int64_t goff = p->unsharded_off;
   bool staged = p->pl->dim > 0 || lw->L->spec->staged;
   if (staged) {
-    gbuf = fp_lw_buf(lw, p->bucket, FP_BB_GST);
+    gbuf = fpi_lw_buf(lw, p->bucket, FP_BB_GST);
     goff = p->gstage_off;
   }
-  fp_op *op = fp_lw_convert(lw, p->param_dtype, p->main_dtype, p->chunk, fp_reg_g(gbuf, goff, p->chunk * es),
-                            fp_reg(main, p->shard_off));
+  fp_op *op = fpi_lw_convert(lw, p->param_dtype, p->main_dtype, p->chunk, fpi_reg_g(gbuf, goff, p->chunk * es),
+                            fpi_reg(main, p->shard_off));
   op->comm = lw->c_shard;
-  op = fp_lw_emit(lw, FP_OP_ALL_GATHER, p->param_dtype, p->chunk);
+  op = fpi_lw_emit(lw, FP_OP_ALL_GATHER, p->param_dtype, p->chunk);
   op->comm = lw->c_shard;
-  op->dst = fp_reg(gbuf, goff);
-  op->src = fp_reg_g(gbuf, goff, p->chunk * es);
+  op->dst = fpi_reg(gbuf, goff);
+  op->src = fpi_reg_g(gbuf, goff, p->chunk * es);
   if (staged) block_copies(lw, p, p->param_dtype, gbuf, goff, u, p->unsharded_off, true);
 }
 
 static void shard_reduce(fp_lower *lw, const fp_lparam *p, int src_buf, int64_t src_off, int dst_buf,
                          int64_t dst_off) {
   if (p->pl->dim > 0 || lw->L->spec->staged) {
-    int rst = fp_lw_buf(lw, p->bucket, FP_BB_RST);
-    fp_op *z = fp_lw_emit(lw, FP_OP_MEMSET, p->reduce_dtype, p->chunk * lw->L->G);
-    z->dst = fp_reg(rst, p->rstage_off);
+    int rst = fpi_lw_buf(lw, p->bucket, FP_BB_RST);
+    fp_op *z = fpi_lw_emit(lw, FP_OP_MEMSET, p->reduce_dtype, p->chunk * lw->L->G);
+    z->dst = fpi_reg(rst, p->rstage_off);
     block_copies(lw, p, p->reduce_dtype, rst, p->rstage_off, src_buf, src_off, false);
     src_buf = rst;
     src_off = p->rstage_off;
   }
-  fp_op *op = fp_lw_emit(lw, FP_OP_REDUCE_SCATTER, p->reduce_dtype, p->chunk);
+  fp_op *op = fpi_lw_emit(lw, FP_OP_REDUCE_SCATTER, p->reduce_dtype, p->chunk);
   op->comm = lw->c_shard;
-  op->dst = fp_reg(dst_buf, dst_off);
-  op->src = fp_reg(src_buf, src_off);
+  op->dst = fpi_reg(dst_buf, dst_off);
+  op->src = fpi_reg(src_buf, src_off);
 }
 
 const fp_placement_impl fp_placement_shard = {

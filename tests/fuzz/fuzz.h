@@ -32,21 +32,21 @@ static inline void fuzz_plan_roundtrip(fp_arena *a, const fp_prog *p) {
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   FUZZ_CHECK(f);
-  bool written = fp_plan_write(p, f);
+  bool written = fpi_plan_write(p, f);
   FUZZ_CHECK(fclose(f) == 0 && written);
   fp_src src = {"roundtrip.plan.json", buf, len};
   fp_diag d;
-  fp_diag_init(&d, stderr);
+  fpi_diag_init(&d, stderr);
   bool check = fp_plan_check_hash;
   fp_plan_check_hash = true;
   for (int fast = 0; fast < 2; fast++) {
     fp_plan_fast_read = fast;
-    fp_prog *q = fp_plan_read(a, &d, &src);
-    FUZZ_CHECK(q && fp_prog_hash(q) == fp_prog_hash(p));
+    fp_prog *q = fpi_plan_read(a, &d, &src);
+    FUZZ_CHECK(q && fpi_prog_hash(q) == fpi_prog_hash(p));
   }
   fp_plan_fast_read = true;
   fp_plan_check_hash = check;
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   free(buf);
 }
 
@@ -56,14 +56,14 @@ static inline void fuzz_fpir_roundtrip(fp_arena *a, const fp_prog *p) {
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   FUZZ_CHECK(f);
-  fp_ir_print(p, f);
+  fpi_ir_print(p, f);
   FUZZ_CHECK(fclose(f) == 0);
   fp_src src = {"roundtrip.fpir", buf, len};
   fp_diag d;
-  fp_diag_init(&d, stderr);
-  fp_prog *q = fp_ir_parse(a, &d, &src);
-  FUZZ_CHECK(q && fp_ir_verify(q, &d, &src) && fp_prog_hash(q) == fp_prog_hash(p));
-  fp_diag_free(&d);
+  fpi_diag_init(&d, stderr);
+  fp_prog *q = fpi_ir_parse(a, &d, &src);
+  FUZZ_CHECK(q && fpi_ir_verify(q, &d, &src) && fpi_prog_hash(q) == fpi_prog_hash(p));
+  fpi_diag_free(&d);
   free(buf);
 }
 
@@ -75,16 +75,16 @@ static inline void fuzz_fpir_roundtrip(fp_arena *a, const fp_prog *p) {
 static inline void fuzz_model(fp_arena *a, const fp_prog *p) {
   fp_hw hw;
   if (p->hw.name) hw = p->hw;
-  else FUZZ_CHECK(fp_hw_preset("h100-sxm", &hw));
+  else FUZZ_CHECK(fpi_hw_preset("h100-sxm", &hw));
   fp_sim sim;
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   FUZZ_CHECK(f);
-  if (fp_simulate(a, p, &hw, &sim)) {
-    fp_ir_explain_modeled(p, sim.start_us, sim.end_us, f);
-    fp_sim_print_exposed(p, &sim, 0, f);
-    fp_sim_print(p, &sim, &hw, fp_sim_memory(a, p, &sim), f);
+  if (fpi_simulate(a, p, &hw, &sim)) {
+    fpi_ir_explain_modeled(p, sim.start_us, sim.end_us, f);
+    fpi_sim_print_exposed(p, &sim, 0, f);
+    fpi_sim_print(p, &sim, &hw, fpi_sim_memory(a, p, &sim), f);
   }
   fclose(f);
   free(buf);

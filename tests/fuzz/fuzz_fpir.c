@@ -14,21 +14,21 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_MAX_INPUT) return 0;
-  fp_arena *a = fp_arena_new();
-  char *text = fp_alloc(a, size + 1);
+  fp_arena *a = fpi_arena_new();
+  char *text = fpi_alloc(a, size + 1);
   if (size) memcpy(text, data, size);
   fp_src src = {"fuzz.fpir", text, size};
   fp_diag d;
-  fp_diag_init(&d, NULL);
-  fp_prog *p = fp_ir_parse(a, &d, &src);
-  bool ok = p && fp_ir_verify(p, &d, &src);
+  fpi_diag_init(&d, NULL);
+  fp_prog *p = fpi_ir_parse(a, &d, &src);
+  bool ok = p && fpi_ir_verify(p, &d, &src);
   if (!ok) FUZZ_CHECK(d.nerrors > 0);
   if (ok) {
     fuzz_fpir_roundtrip(a, p);
     fuzz_plan_roundtrip(a, p);
     fuzz_model(a, p);
   }
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return 0;
 }

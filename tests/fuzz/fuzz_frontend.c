@@ -22,10 +22,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_MAX_INPUT) return 0;
-  fp_arena *a = fp_arena_new();
+  fp_arena *a = fpi_arena_new();
   fp_diag d;
-  fp_diag_init(&d, NULL);
-  char *text = fp_alloc(a, size + 1);
+  fpi_diag_init(&d, NULL);
+  char *text = fpi_alloc(a, size + 1);
   if (size) memcpy(text, data, size);
   fp_src src = {"fuzz.json", text, size};
   const struct fp_jv *embedded = NULL;
@@ -33,16 +33,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fp_model m;
   fp_spec s;
   fp_compiled c;
-  bool ok = fp_model_load_src(a, &d, &src, &m, &embedded, &msrc) &&
-            fp_spec_parse(a, &d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", &s);
+  bool ok = fpi_model_load_src(a, &d, &src, &m, &embedded, &msrc) &&
+            fpi_spec_parse(a, &d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", &s);
   /* a world of more ranks than FUZZ_MAX_WORLD compiles the same program
    * (plans are SPMD) but slower tables: not worth the fuzzer's time */
   if (ok && s.world_size <= FUZZ_MAX_WORLD) {
-    ok = fp_compile(a, &d, &m, &s, &c);
+    ok = fpi_compile(a, &d, &m, &s, &c);
     if (ok) fuzz_plan_roundtrip(a, c.prog);
   }
   if (!ok) FUZZ_CHECK(d.nerrors > 0 && d.buf && strstr(d.buf, "error: "));
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return 0;
 }

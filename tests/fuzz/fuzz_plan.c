@@ -1,4 +1,4 @@
-/* fuzz_plan.c - libFuzzer target: the plan loader (ir/plan.c, fp_plan_read:
+/* fuzz_plan.c - libFuzzer target: the plan loader (ir/plan.c, fpi_plan_read:
  * what `flexplan verify` and every executor rank read).
  *
  * The content hash is not checked here (fp_plan_check_hash), so that mutated
@@ -15,30 +15,30 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_MAX_INPUT) return 0;
-  fp_arena *a = fp_arena_new();
-  char *text = fp_alloc(a, size + 1);
+  fp_arena *a = fpi_arena_new();
+  char *text = fpi_alloc(a, size + 1);
   if (size) memcpy(text, data, size);
   fp_src src = {"fuzz.plan.json", text, size};
   fp_diag d1, d2;
-  fp_diag_init(&d1, NULL);
-  fp_diag_init(&d2, NULL);
+  fpi_diag_init(&d1, NULL);
+  fpi_diag_init(&d2, NULL);
   fp_plan_check_hash = false;
   fp_plan_fast_read = true;
-  fp_prog *p = fp_plan_read(a, &d1, &src); /* fast, or json-c when it declines */
+  fp_prog *p = fpi_plan_read(a, &d1, &src); /* fast, or json-c when it declines */
   fp_plan_fast_read = false;
-  fp_prog *q = fp_plan_read(a, &d2, &src); /* json-c only */
+  fp_prog *q = fpi_plan_read(a, &d2, &src); /* json-c only */
   fp_plan_fast_read = true;
   fp_plan_check_hash = true;
   FUZZ_CHECK((p == NULL) == (q == NULL));
   if (!p) FUZZ_CHECK(d1.nerrors > 0 && d2.nerrors > 0);
   if (p) {
-    FUZZ_CHECK(fp_prog_hash(p) == fp_prog_hash(q));
+    FUZZ_CHECK(fpi_prog_hash(p) == fpi_prog_hash(q));
     fuzz_plan_roundtrip(a, p);
     fuzz_fpir_roundtrip(a, p);
     fuzz_model(a, p);
   }
-  fp_diag_free(&d1);
-  fp_diag_free(&d2);
-  fp_arena_free(a);
+  fpi_diag_free(&d1);
+  fpi_diag_free(&d2);
+  fpi_arena_free(a);
   return 0;
 }

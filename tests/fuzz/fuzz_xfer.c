@@ -1,5 +1,5 @@
 /* fuzz_xfer.c - libFuzzer target: the transfer loader (ir/xfer_read.c,
- * fp_tx_read: what fp_xfer_load and `flexplan viz T.xfer.json` read, on
+ * fpi_tx_read: what fp_xfer_load and `flexplan viz T.xfer.json` read, on
  * every process of a transfer).
  *
  * Properties: a refusal leaves an error located in the file; an accepted
@@ -21,36 +21,36 @@ static char *render(const fp_tx *t, void (*f)(const fp_tx *, FILE *), size_t *n)
   return buf;
 }
 
-static void write_json(const fp_tx *t, FILE *f) { FUZZ_CHECK(fp_tx_write_json(t, f)); }
+static void write_json(const fp_tx *t, FILE *f) { FUZZ_CHECK(fpi_tx_write_json(t, f)); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_MAX_INPUT) return 0;
-  fp_arena *a = fp_arena_new();
-  char *text = fp_alloc(a, size + 1);
+  fp_arena *a = fpi_arena_new();
+  char *text = fpi_alloc(a, size + 1);
   if (size) memcpy(text, data, size);
   fp_src src = {"fuzz.xfer.json", text, size};
   fp_diag d;
-  fp_diag_init(&d, NULL);
-  fp_tx *t = fp_tx_read(a, &d, &src);
+  fpi_diag_init(&d, NULL);
+  fp_tx *t = fpi_tx_read(a, &d, &src);
   if (!t) FUZZ_CHECK(d.nerrors > 0 && d.buf && strstr(d.buf, "fuzz.xfer.json"));
   if (t) {
     size_t n1, n2, n;
     char *j1 = render(t, write_json, &n1);
     fp_src back = {"back.xfer.json", j1, n1};
     fp_diag d2;
-    fp_diag_init(&d2, stderr);
-    fp_tx *u = fp_tx_read(a, &d2, &back);
+    fpi_diag_init(&d2, stderr);
+    fp_tx *u = fpi_tx_read(a, &d2, &back);
     FUZZ_CHECK(u);
     char *j2 = render(u, write_json, &n2);
     FUZZ_CHECK(n1 == n2 && memcmp(j1, j2, n1) == 0);
-    free(render(t, fp_tx_print, &n));
-    free(render(t, fp_tx_explain, &n));
-    free(render(t, fp_tx_trace, &n));
+    free(render(t, fpi_tx_print, &n));
+    free(render(t, fpi_tx_explain, &n));
+    free(render(t, fpi_tx_trace, &n));
     free(j1);
     free(j2);
-    fp_diag_free(&d2);
+    fpi_diag_free(&d2);
   }
-  fp_diag_free(&d);
-  fp_arena_free(a);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
   return 0;
 }

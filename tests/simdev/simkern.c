@@ -28,7 +28,7 @@ enum { K_CAST, K_ADD, K_SCALE, K_MEMSET, K_COPY2D, K_QUANT, K_SCALES, K_QUANT_SC
 
 static bool float_dt(fp_dtype t) { return t == FP_F32 || t == FP_BF16 || t == FP_F16; }
 static bool cast_dt(fp_dtype t) { return float_dt(t) || t == FP_E4M3; }
-static int64_t sz(fp_dtype t) { return fp_dtype_size(t); }
+static int64_t sz(fp_dtype t) { return fpi_dtype_size(t); }
 
 static void krun(void *a) {
   karg *k = a;
@@ -252,8 +252,8 @@ static void mrun(void *a) {
       break;
     }
     case M_SGD: {
-      void *mw = sd_dev(m->main, (size_t)(m->n * fp_dtype_size((fp_dtype)m->mdt)));
-      const void *g = sd_dev(m->grad, (size_t)(m->n * fp_dtype_size((fp_dtype)m->gdt)));
+      void *mw = sd_dev(m->main, (size_t)(m->n * fpi_dtype_size((fp_dtype)m->mdt)));
+      const void *g = sd_dev(m->grad, (size_t)(m->n * fpi_dtype_size((fp_dtype)m->gdt)));
       if (!mw || !g) return;
       for (int64_t k = 0; k < m->n; k++)
         put(mw, m->mdt, k, MLP_SUB(get(mw, m->mdt, k), MLP_MUL(m->lr, get(g, m->gdt, k))));

@@ -19,14 +19,14 @@
 static fp_plan *small_plan(void) {
   tprog t = tp_new(1);
   int w = tp_buf(&t, "w", 64 * 4, false), g = tp_buf(&t, "g", 64 * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, 64);
-  o->comm = t.world, o->dst = fp_reg(g, 0), o->src = fp_reg(w, 0);
+  o->comm = t.world, o->dst = fpi_reg(g, 0), o->src = fpi_reg(w, 0);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_AG, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 0);
   t.p->nevents = 1;
   fp_plan *plan = tp_load(&t);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
   return plan;
 }
 

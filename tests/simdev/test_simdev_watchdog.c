@@ -17,17 +17,17 @@ static tprog build(void) {
   const int W = tu_world, n = 8;
   tprog t = tp_new(W);
   int w = tp_buf(&t, "w", (int64_t)W * n * 4, false);
-  fp_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_STEP_BEGIN, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_FORWARD, t.module, 0);
   fp_op *o = tp_op(&t, FP_OP_ALL_GATHER, FP_STREAM_AG, FP_F32, n);
-  o->comm = t.world, o->dst = fp_reg(w, 0), o->src = fp_reg_g(w, 0, n * 4);
+  o->comm = t.world, o->dst = fpi_reg(w, 0), o->src = fpi_reg_g(w, 0, n * 4);
   tp_sync(&t, FP_OP_RECORD, FP_STREAM_AG, 0);
   tp_sync(&t, FP_OP_WAIT, FP_STREAM_COMPUTE, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
-  fp_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_FORWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_BACKWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
+  fpi_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
   t.p->nevents = 1;
   return t;
 }
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
   alarm(120);
   tprog t = build();
   fp_plan *plan = tp_load(&t);
-  fp_arena_free(t.a);
+  fpi_arena_free(t.a);
   cudaSetDevice(tu_rank); /* one device per rank (NCCL refuses two ranks on one) */
   fp_exec_config cfg = {.backend = FP_BACKEND_NCCL, .rank = tu_rank, .world_size = tu_world,
                         .cuda_mode = FP_CUDA_EAGER, .timeout_s = 1};

@@ -8,11 +8,11 @@
  * messages; everything the reader allocated is freed with its arena, so a
  * tampered, truncated or hostile file leaks nothing (tests/test_exec_plan.c,
  * run under ASan). Checks that depend on the rank (operands resolved against
- * the arena, views, tables) are made by fp_exec_create (exec.c). */
+ * the arena, views, tables) are made by fp_exec_create (executor/exec.c). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec_impl.h"
+#include "ir/handle.h"
 
 /* ---- names ----------------------------------------------------------------- */
 const char *fp_version(void) { return FP_VERSION_STRING; }
@@ -25,9 +25,9 @@ const char *fp_status_name(fp_status s) {
   return (unsigned)s < sizeof names / sizeof *names ? names[s] : "FP_ERR_?";
 }
 
-int fp_elem_size(fp_elem t) { return (unsigned)t < FP_NDTYPES ? fp_dtype_size((fp_dtype)t) : 0; }
-const char *fp_elem_name(fp_elem t) { return (unsigned)t < FP_NDTYPES ? fp_dtype_name((fp_dtype)t) : "?"; }
-const char *fp_hook_name(fp_hook h) { return (unsigned)h < FP_NSEGKINDS ? fp_seg_name((int)h) : NULL; }
+int fp_elem_size(fp_elem t) { return (unsigned)t < FP_NDTYPES ? fpi_dtype_size((fp_dtype)t) : 0; }
+const char *fp_elem_name(fp_elem t) { return (unsigned)t < FP_NDTYPES ? fpi_dtype_name((fp_dtype)t) : "?"; }
+const char *fp_hook_name(fp_hook h) { return (unsigned)h < FP_NSEGKINDS ? fpi_seg_name((int)h) : NULL; }
 
 /* ---- loading ----------------------------------------------------------------- */
 static char *dup_msg(const char *s, size_t n) {
@@ -42,7 +42,7 @@ static char *dup_msg(const char *s, size_t n) {
 static fp_status plan_fail(fp_plan *p, fp_status st, const char *msg, size_t len) {
   free(p->msg);
   p->msg = dup_msg(msg, len);
-  fp_arena_free(p->arena);
+  fpi_arena_free(p->arena);
   p->arena = NULL;
   p->prog = NULL;
   return p->msg ? st : FP_ERR_NOMEM;
@@ -60,22 +60,22 @@ fp_status fp_plan_load_flags(const char *path, unsigned flags, fp_plan **out) {
   }
   fp_status st = FP_OK;
   fp_diag d;
-  fp_diag_init(&d, NULL);
+  fpi_diag_init(&d, NULL);
   d.max_errors = 20; /* enough to see what is wrong; a hostile file may have thousands */
-  p->arena = fp_arena_new();
+  p->arena = fpi_arena_new();
   fp_src src;
   unsigned vf = flags & FP_LOAD_SEMANTIC ? FP_VERIFY_SEM : 0;
-  if (!fp_src_read(p->arena, &d, path, &src) || !(p->prog = fp_plan_read_flags(p->arena, &d, &src, vf))) {
+  if (!fpi_src_read(p->arena, &d, path, &src) || !(p->prog = fpi_plan_read_flags(p->arena, &d, &src, vf))) {
     FP_ASSERT(d.nerrors > 0 && d.buf); /* the reader reports every rejection */
     st = plan_fail(p, FP_ERR_PLAN, d.buf, d.len);
     goto fail;
   }
-  p->hash = fp_prog_hash(p->prog);
+  p->hash = fpi_prog_hash(p->prog);
   p->msg = dup_msg("", 0);
   p->name = dup_msg(path, strlen(path));
   if (!p->msg || !p->name) st = FP_ERR_NOMEM;
 fail:
-  fp_diag_free(&d);
+  fpi_diag_free(&d);
   return st;
 }
 
@@ -83,7 +83,7 @@ const char *fp_plan_errmsg(const fp_plan *plan) { return plan && plan->msg ? pla
 
 void fp_plan_free(fp_plan *plan) {
   if (!plan) return;
-  fp_arena_free(plan->arena);
+  fpi_arena_free(plan->arena);
   free(plan->msg);
   free(plan->name);
   free(plan);
@@ -105,8 +105,8 @@ fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out) {
       .nsegments = p->nsegs,
       .nops = p->nops,
       .hash = plan->hash,
-      .optimizer = fp_optim_name(p->optim),
-      .optim_states = fp_optim_states(p->optim),
+      .optimizer = fpi_optim_name(p->optim),
+      .optim_states = fpi_optim_states(p->optim),
       .optim_dtype = (fp_elem)p->optim_dtype,
   };
   return FP_OK;
