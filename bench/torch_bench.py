@@ -15,7 +15,9 @@ torch.multiprocessing with gloo on 127.0.0.1. A job's step time is the
 median of its steps after --warmup; the figure is the median over
 repetitions. Printed: both medians, their ratio (flexplan / FSDP2; < 1:
 flexplan faster), and flexplan's host time per hook (Python layer and the
-executor), from shard(..., profile=True).
+executor, CPU time of the rank's thread; the executor's share measured in C
+by the hook driver), from shard(..., profile=True), with the Python
+callbacks a step makes.
 """
 import argparse
 import json
@@ -192,11 +194,13 @@ def main():
     py = statistics.median(p["python_us_per_hook"] for p in profs)
     ex = statistics.median(p["exec_us_per_hook"] for p in profs)
     hooks = profs[0]["hooks"] / profs[0]["steps"] if profs else 0
+    callbacks = profs[0]["callbacks"] / profs[0]["steps"] if profs else 0
     print(f"model: tiny Llama hidden {a.hidden}, {a.layers} layers, seq {a.seq}, batch {a.batch}/rank, "
           f"{a.np} ranks x 1 thread, full_shard fp32, AdamW; {a.reps} interleaved reps x "
           f"{a.steps - a.warmup} timed steps")
     print(f"step time median: flexplan.torch (MPI) {f * 1e3:.2f} ms, FSDP2 (gloo) {g * 1e3:.2f} ms")
     print(f"ratio flexplan / fsdp2: {f / g:.3f}")
+    print(f"flexplan Python callbacks per step: {callbacks:.0f} (module and autograd hooks) for {hooks:.0f} plan hooks")
     print(f"flexplan host time per hook: {py:.1f} us in the Python layer, {ex:.1f} us in fp_exec_hook "
           f"(its waits included); {hooks:.0f} hooks per step = {hooks * (py + ex) / 1e3:.2f} ms/step "
           f"({100 * hooks * (py + ex) / 1e6 / f:.1f}% of the step)")
