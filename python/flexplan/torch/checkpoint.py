@@ -285,6 +285,12 @@ def state_dict(st, optimizer=None, *, copy=True):
     _check_optimizer_arg(optimizer)
     if not isinstance(copy, bool):
         raise ArgumentTypeError(f"copy: expected a bool, got {type(copy).__name__}")
+    return _make_state_dict(st, optimizer, copy)
+
+
+def _make_state_dict(st, optimizer, copy):
+    """state_dict's work; copy may also be "in_place" (load_in_place's
+    dataless views of the arena)."""
     lay = _layouts(st)
     model = {}
     staged = {}
@@ -679,7 +685,7 @@ def load_in_place(st, checkpoint_id, optimizer=None):
 
 
 def _state_dict(st, optimizer, mode):
-    return state_dict(st, optimizer, copy=mode)
+    return _make_state_dict(_state(st), optimizer, mode)
 
 
 def _check_metadata(sd, md, reader, where):
