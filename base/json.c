@@ -442,6 +442,7 @@ typedef struct vscan {
    * decoded bytes and its NUL never outnumber its quoted text) */
   char *sp;
   size_t sleft;
+  bool pull; /* for fpi_jp: a double's text is the source's */
 } vscan;
 
 #define FP_JSON_STR_BLOCK ((size_t)256 << 10)
@@ -632,10 +633,13 @@ static bool v_number(vscan *v, fp_jv *out) {
   } else {
     double d = strtod(tok, NULL);
     if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
-    char *text = str_room(v, i - s + 1); /* kept: messages quote a number as written */
-    memcpy(text, tok, i - s + 1);
     out->d = d;
-    out->text = text;
+    out->text = v->t + s; /* messages quote a number as written: its n bytes */
+    if (!v->pull) {       /* the document's own copy, NUL-terminated */
+      char *text = str_room(v, i - s + 1);
+      memcpy(text, tok, i - s + 1);
+      out->text = text;
+    }
     out->n = (uint32_t)(i - s);
   }
   v->i = i;
@@ -886,6 +890,187 @@ const fp_jv *fpi_json_parse(fp_jctx *c) {
   return fpi_memdup(c->a, &root, sizeof root);
 }
 
+/* ---- the pull parser ------------------------------------------------------------ */
+struct fp_jp {
+  vscan v;                              /* the scanner, its open containers in v.segs */
+  bool first[FP_JSON_MAX_DEPTH + 8];    /* per open container: nothing read from it yet */
+  char *sbuf, *kbuf;                    /* scratch for strings not kept, and keys */
+  size_t scap, kcap;
+  const fp_src *src;
+};
+
+fp_jp *fpi_jp_new(fp_arena *a, const fp_src *src) {
+  fp_jp *p = fpi_alloc(a, sizeof *p);
+  memset(p, 0, sizeof *p);
+  p->v.a = a;
+  p->v.t = src->text;
+  p->v.n = src->len;
+  p->v.pull = true;
+  p->src = src;
+  return p;
+}
+
+/* room for n bytes in a scratch buffer of the arena (grown by doubling) */
+static char *scratch(fp_arena *a, char **buf, size_t *cap, size_t n) {
+  if (n > *cap) {
+    *cap = n < 64 ? 64 : 2 * n;
+    *buf = fpi_alloc(a, *cap);
+  }
+  return *buf;
+}
+
+/* the string at t[q] when it is plain (no escape, no control character):
+ * true with *end just past its closing quote */
+static inline bool plain_string(const char *t, size_t n, size_t q, size_t *end) {
+  size_t i = q + 1;
+  while (i < n && (unsigned char)t[i] >= 0x20 && t[i] != '"' && t[i] != '\\') i++;
+  if (i >= n || t[i] != '"') return false;
+  *end = i + 1;
+  return true;
+}
+
+/* the string at the cursor into the arena (keep) or the scratch buffer */
+static bool jp_string(fp_jp *p, bool keep, fp_jv *out) {
+  vscan *v = &p->v;
+  size_t q = v->i, end, at;
+  char why[96];
+  bool plain = plain_string(v->t, v->n, q, &end);
+  if (!plain && !fpi_json_check_string(v->t, v->n, q, &end, &at, why, sizeof why))
+    return vfail(v, at, true, "%s", why);
+  size_t raw = end - q - 2, dl = raw;
+  if (plain && !keep) { /* the text's own bytes */
+    *out = (fp_jv){.type = FP_JSTRING, .n = (uint32_t)raw, .s = v->t + q + 1};
+    v->i = end;
+    return true;
+  }
+  char *o = keep ? str_room(v, raw + 1) : scratch(v->a, &p->sbuf, &p->scap, raw + 1);
+  if (!plain)
+    fpi_json_decode_string(v->t, v->n, q, o, &dl);
+  else
+    memcpy(o, v->t + q + 1, raw);
+  o[dl] = 0;
+  if (keep) {
+    v->sp -= raw - dl;
+    v->sleft += raw - dl;
+  }
+  *out = (fp_jv){.type = FP_JSTRING, .n = (uint32_t)dl, .s = o};
+  v->i = end;
+  return true;
+}
+
+static bool jp_scalar(fp_jp *p, fp_jv *out, bool keep, bool whole) {
+  vscan *v = &p->v;
+  v->i = skip_ws(v->t, v->n, v->i);
+  if (v->i >= v->n) return vfail(v, v->i, true, "invalid JSON: unexpected end of data");
+  char ch = v->t[v->i];
+  if (ch == '"') return jp_string(p, keep, out);
+  if (ch == '{' || ch == '[') {
+    if (whole) {
+      if (!v_value(v, v->nseg + 1, out)) return false;
+      out->n = 0;
+      return true;
+    }
+    if (v->nseg >= FP_JSON_MAX_DEPTH)
+      return vfail(v, v->i, true, "invalid JSON: nesting deeper than %d", FP_JSON_MAX_DEPTH);
+    pseg *sg = &v->segs[v->nseg];
+    *sg = (pseg){ch == '{', (size_t)-1, 0};
+    p->first[v->nseg++] = true;
+    v->i++;
+    *out = (fp_jv){.type = ch == '{' ? FP_JOBJECT : FP_JARRAY};
+    return true;
+  }
+  if (ch == '-' || (ch >= '0' && ch <= '9')) return v_number(v, out);
+  return v_value(v, v->nseg + 1, out);
+}
+
+bool fpi_jp_value(fp_jp *p, fp_jv *out, bool keep) { return !p->v.failed && jp_scalar(p, out, keep, false); }
+bool fpi_jp_scalar(fp_jp *p, fp_jv *out, bool keep) { return !p->v.failed && jp_scalar(p, out, keep, true); }
+
+int fpi_jp_next(fp_jp *p, const char **key, size_t *klen) {
+  vscan *v = &p->v;
+  if (v->failed || v->nseg == 0) return -1;
+  const char *t = v->t;
+  size_t n = v->n;
+  pseg *sg = &v->segs[v->nseg - 1];
+  char close = sg->is_obj ? '}' : ']';
+  v->i = skip_ws(t, n, v->i);
+  if (v->i < n && t[v->i] == close) {
+    v->i++;
+    v->nseg--;
+    return 0;
+  }
+  if (!p->first[v->nseg - 1]) {
+    if (v->i >= n || t[v->i] != ',')
+      return vfail(v, v->i, !sg->is_obj,
+                   sg->is_obj ? "invalid JSON: expected ',' or '}' in object" : "invalid JSON: expected ',' or ']' in array"),
+             -1;
+    v->i = skip_ws(t, n, v->i + 1);
+    if (!sg->is_obj) sg->idx++;
+  }
+  p->first[v->nseg - 1] = false;
+  if (!sg->is_obj) return 1;
+  sg->key = (size_t)-1;
+  if (v->i >= n || t[v->i] != '"')
+    return vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes"), -1;
+  size_t q = v->i, end, at;
+  char why[96];
+  bool plain = plain_string(t, n, q, &end);
+  if (!plain && !fpi_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, false, "%s", why), -1;
+  size_t dl = end - q - 2;
+  const char *o = t + q + 1;
+  if (!plain) {
+    char *k = scratch(v->a, &p->kbuf, &p->kcap, dl + 1);
+    fpi_json_decode_string(t, n, q, k, &dl);
+    o = k;
+  }
+  v->i = skip_ws(t, n, end);
+  if (v->i >= n || t[v->i] != ':') return vfail(v, v->i, false, "invalid JSON: expected ':' after member name"), -1;
+  v->i++;
+  sg->key = q;
+  *key = o;
+  *klen = dl;
+  return 1;
+}
+
+char fpi_jp_peek(fp_jp *p) {
+  vscan *v = &p->v;
+  v->i = skip_ws(v->t, v->n, v->i);
+  return v->i < v->n ? v->t[v->i] : 0;
+}
+
+bool fpi_jp_end(fp_jp *p) {
+  vscan *v = &p->v;
+  if (v->failed) return false;
+  v->i = skip_ws(v->t, v->n, v->i);
+  return v->i >= v->n || vfail(v, v->i, false, "invalid JSON: unexpected data after the value");
+}
+
+const char *fpi_jp_ptr(fp_jp *p) {
+  const vscan *v = &p->v;
+  return path_string(v->a, v->t, v->n, v->segs, v->nseg, true);
+}
+
+bool fpi_jp_report(fp_jp *p, fp_diag *d) {
+  const vscan *v = &p->v;
+  FP_ASSERT(v->failed);
+  fpi_diag_at(d, p->src, v->err_off, "%s: %s", v->err_ptr[0] ? v->err_ptr : "/", v->err_msg);
+  return false;
+}
+
+void fpi_jp_mark(const fp_jp *p, fp_jp_mark *m) {
+  const vscan *v = &p->v;
+  const pseg *sg = &v->segs[v->nseg - 1];
+  *m = (fp_jp_mark){v->i, sg->key, sg->idx, v->nseg, sg->is_obj, p->first[v->nseg - 1]};
+}
+
+void fpi_jp_seek(fp_jp *p, const fp_jp_mark *m) {
+  vscan *v = &p->v;
+  v->i = m->i;
+  v->nseg = m->nseg;
+  v->segs[m->nseg - 1] = (pseg){m->is_obj, m->key, m->idx};
+  p->first[m->nseg - 1] = m->first;
+}
+
 /* ---- accessors ----------------------------------------------------------------- */
 /* ptr, or the lazily built one for NULL */
 static const char *at(fp_jctx *c, const char *ptr) {
@@ -911,7 +1096,7 @@ const char *fpi_j_describe(fp_arena *a, const fp_jv *v) {
     case FP_JARRAY: return "an array";
     /* numbers as json-c printed them: integers in decimal, doubles as written */
     case FP_JINT: return v->big ? fpi_sprintf(a, "%" PRIu64, v->u) : fpi_sprintf(a, "%" PRId64, v->i);
-    case FP_JDOUBLE: return fpi_sprintf(a, "%.40s", v->text);
+    case FP_JDOUBLE: return fpi_sprintf(a, "%.*s", v->n < 40 ? (int)v->n : 40, v->text);
     case FP_JSTRING:
       if (!v->n) return "an empty string";
       if (v->n > 40) return fpi_sprintf(a, "\"%.37s...\"", v->s);

@@ -47,7 +47,7 @@ struct fp_jv {
     uint64_t u;
     struct {
       double d;
-      const char *text; /* NUL-terminated */
+      const char *text; /* n bytes (NUL-terminated in a document) */
     };
     const char *s;
     const fp_jv *elems;
@@ -101,6 +101,51 @@ static inline double fpi_jv_num(const fp_jv *v) {
 }
 /* a string's text; NULL when v is no string */
 static inline const char *fpi_jv_str(const fp_jv *v) { return fpi_jv_is(v, FP_JSTRING) ? v->s : NULL; }
+
+/* ---- the pull parser --------------------------------------------------------
+ * The same strict scanner, driven by the reader instead of building a tree:
+ * values come one at a time in document order, and the reader checks each
+ * as it comes (plan.json, whose tree would cost more than the program it
+ * holds). It tracks the JSON pointer of the value at the cursor, built only
+ * for a message (fpi_jp_ptr). A syntax error stops it: fpi_jp_value and
+ * fpi_jp_next return false / -1 and fpi_jp_report reports it as
+ * fpi_json_parse would, at its byte. The text must be checked UTF-8 first
+ * (fpi_utf8_invalid). */
+typedef struct fp_jp fp_jp;
+fp_jp *fpi_jp_new(fp_arena *a, const fp_src *src);
+/* the next value: a scalar read whole into *out (a string decoded: kept in
+ * the arena and NUL-terminated when keep, else its n bytes valid until the
+ * next call, and not NUL-terminated); '{' or '[' opened (out->type
+ * FP_JOBJECT or FP_JARRAY, n 0), its members or elements then come from
+ * fpi_jp_next */
+bool fpi_jp_value(fp_jp *p, fp_jv *out, bool keep);
+/* the next value, a container read whole and dropped (out->type tells what
+ * it was); scalars as fpi_jp_value */
+bool fpi_jp_scalar(fp_jp *p, fp_jv *out, bool keep);
+/* the innermost open container's next member (its name: *klen bytes at
+ * *key, valid until the next call, not NUL-terminated) or element (key may
+ * be NULL): 1, its value next; 0: the container closed; -1: error */
+int fpi_jp_next(fp_jp *p, const char **key, size_t *klen);
+/* the next byte that is not whitespace (0 at the end) */
+char fpi_jp_peek(fp_jp *p);
+/* only whitespace left (else an error) */
+bool fpi_jp_end(fp_jp *p);
+/* the pointer of the value at the cursor (of the container, when none of
+ * its members or elements has come yet or it just closed) */
+const char *fpi_jp_ptr(fp_jp *p);
+/* report the syntax error that stopped it; false */
+bool fpi_jp_report(fp_jp *p, fp_diag *d);
+/* where the cursor is, to come back to (a value read later): the cursor and
+ * the innermost open container; the containers around it must be the same
+ * when fpi_jp_seek comes back */
+typedef struct fp_jp_mark {
+  size_t i, key;
+  int64_t idx;
+  int nseg;
+  bool is_obj, first;
+} fp_jp_mark;
+void fpi_jp_mark(const fp_jp *p, fp_jp_mark *m);
+void fpi_jp_seek(fp_jp *p, const fp_jp_mark *m);
 
 /* The JSON string whose opening quote is at t[q], checked strictly (no raw
  * control character, JSON's escapes only, \u with 4 hex digits and never
