@@ -58,6 +58,8 @@ int fpx_nccl_device(const fp_exec *x);
  * (cfg.bootstrap or MPI_COMM_WORLD) joins, whatever `local` says; every
  * rank returns the same verdict */
 fp_status fpx_mpi_agree(fp_exec *x, fp_status local);
+/* a transfer abandoned requests on x's arena (xfer.c): x fails from now on and keeps its memory */
+void fpx_mpi_abandon(fp_exec *x, const char *why);
 
 /* create an executor with a given backend table (exec.c): fp_exec_create
  * after its backend lookup. Tests use it with backends of their own. */

@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "backend_impl.h"
 #include "kernels/kernels.h"
 
@@ -306,198 +307,46 @@ fail:
   return st;
 }
 
-static void keep_for_mpi(void *p);
 
 /* ---- agree: the ranks compare plan hashes and setup results ---------------------------- */
 static MPI_Comm boot_comm(const fp_exec *x) {
   return x->cfg.bootstrap ? *(const MPI_Comm *)x->cfg.bootstrap : MPI_COMM_WORLD;
 }
 
-/* ---- the agreement under the watchdog (x->timeout_s > 0) ----
- * A rank that never calls fp_exec_create (its plan failed to load: a
- * tampered file) must not leave the others in a collective forever, and a
- * collective cannot be abandoned. So with a timeout the agreement is point
- * to point, on the bootstrap communicator with a tag of its own: every rank
- * sends rank 0 a hello (its attempt number, plan hash, whether its setup
- * failed); rank 0 collects hellos for timeout_s, decides, and sends each
- * rank that joined the verdict for its attempt: ok, a rank failed, the
- * hashes differ, or these ranks did not join (FP_ERR_TIMEOUT, naming them).
- * A rank that gets no verdict in 2 x timeout_s + 1 s (rank 0 did not come)
- * fails with FP_ERR_TIMEOUT naming rank 0 and withdraws its hello (MPI keeps
- * the order of one sender's messages, so rank 0's next agreement drops the
- * pair); a verdict for an earlier attempt is dropped the same way. */
-#define AGREE_TAG 31131 /* below every MPI's MPI_TAG_UB (32767 at least) */
-enum { AG_HELLO = 1, AG_WITHDRAW = 2 };
-enum { AV_OK, AV_FAILED, AV_MISMATCH, AV_TIMEOUT };
-#define AV_LIST 8   /* ranks a verdict names */
-#define AV_LEN (6 + AV_LIST)
-static int64_t agree_attempts; /* this process's watched agreements, for matching verdicts */
-
-/* a hello/withdraw to rank 0; the buffers are static (the send completes
- * eagerly in any MPI; a request left pending is freed, never waited for) */
-static void agree_send0(MPI_Comm boot, int64_t kind, int64_t attempt, uint64_t h, int64_t failed) {
-  static int64_t msg[2][4];
-  int64_t *m = msg[kind == AG_WITHDRAW];
-  m[0] = kind, m[1] = attempt, m[2] = (int64_t)h, m[3] = failed;
-  MPI_Request r = MPI_REQUEST_NULL;
-  if (MPI_Isend(m, 4, MPI_INT64_T, 0, AGREE_TAG, boot, &r) == MPI_SUCCESS) MPI_Request_free(&r);
-}
-
-/* rank 0: collect, decide, answer; *v is the verdict (v[0] unused) */
-static fp_status agree_root(fp_exec *x, MPI_Comm boot, int size, uint64_t h, bool failed, int64_t *v) {
-  typedef struct joined {
-    int64_t attempt, hash, failed;
-    bool in;
-  } joined;
-  joined *j = calloc((size_t)size, sizeof *j);
-  int64_t (*out)[AV_LEN] = calloc((size_t)size, sizeof *out);
-  MPI_Request *sr = calloc((size_t)size, sizeof *sr);
-  if (!j || !out || !sr) {
-    free(j), free(out), free(sr);
-    return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
-  }
-  j[0] = (joined){0, (int64_t)h, failed, true};
-  int n = 1;
-  int64_t in[4];
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_Status status;
-  double t0 = fpx_now_us();
-  /* Receive until every rank joined; then take in what is already queued
-   * too: a hello another agreement left is followed by its withdrawal (sent
-   * before its next hello, in order), so the count is only final once the
-   * queue is empty */
-  for (;;) {
-    int done = 0;
-    if (n == size) {
-      MPI_Iprobe(MPI_ANY_SOURCE, AGREE_TAG, boot, &done, &status);
-      if (!done || MPI_Recv(in, 4, MPI_INT64_T, status.MPI_SOURCE, AGREE_TAG, boot, &status) != MPI_SUCCESS) break;
-    } else {
-      if (r == MPI_REQUEST_NULL && MPI_Irecv(in, 4, MPI_INT64_T, MPI_ANY_SOURCE, AGREE_TAG, boot, &r) != MPI_SUCCESS)
-        break;
-      if (MPI_Test(&r, &done, &status) != MPI_SUCCESS) break;
-      if (!done && fpx_now_us() - t0 <= x->timeout_s * 1e6) {
-        sched_yield();
-        continue;
-      }
-      if (!done) { /* the time is up: cancel, unless the receive completed meanwhile */
-        int cancelled = 0;
-        MPI_Cancel(&r);
-        MPI_Wait(&r, &status);
-        MPI_Test_cancelled(&status, &cancelled);
-        if (cancelled) break;
-      }
-      r = MPI_REQUEST_NULL;
-    }
-    int src = status.MPI_SOURCE;
-    if (src > 0 && src < size) {
-      if (in[0] == AG_HELLO) {
-        n += !j[src].in;
-        j[src] = (joined){in[1], in[2], in[3], true};
-      } else if (in[0] == AG_WITHDRAW && j[src].in && j[src].attempt == in[1]) {
-        j[src].in = false;
-        n--;
-      }
-    }
-    if (n < size && fpx_now_us() - t0 > x->timeout_s * 1e6 && r == MPI_REQUEST_NULL) {
-      /* past the limit: only what is queued now still counts */
-      MPI_Iprobe(MPI_ANY_SOURCE, AGREE_TAG, boot, &done, &status);
-      if (!done) break;
-    }
-  }
-  memset(v, 0, AV_LEN * sizeof *v);
-  if (n < size) {
-    v[1] = AV_TIMEOUT, v[2] = size - n;
-    for (int k = 1, m = 0; k < size && m < AV_LIST; k++)
-      if (!j[k].in) v[6 + m++] = k;
-  } else {
-    for (int k = 0; k < size && v[1] == AV_OK; k++)
-      if (j[k].failed) v[1] = AV_FAILED, v[2] = k;
-    for (int k = 1; k < size && v[1] == AV_OK; k++)
-      if (j[k].hash != (int64_t)h) v[1] = AV_MISMATCH, v[2] = (int64_t)h, v[3] = k, v[4] = j[k].hash;
-  }
-  for (int k = 1; k < size; k++) {
-    sr[k] = MPI_REQUEST_NULL;
-    if (!j[k].in) continue;
-    memcpy(out[k], v, sizeof out[k]);
-    out[k][0] = j[k].attempt;
-    MPI_Isend(out[k], AV_LEN, MPI_INT64_T, k, AGREE_TAG, boot, &sr[k]);
-  }
-  /* small messages go out eagerly; one that is still pending after a
-   * timeout is freed and its buffer kept */
-  int all = 0;
-  for (double t1 = fpx_now_us(); !all && fpx_now_us() - t1 < x->timeout_s * 1e6;) {
-    MPI_Testall(size - 1, sr + 1, &all, MPI_STATUSES_IGNORE);
-    if (!all) sched_yield();
-  }
-  bool kept = false;
-  for (int k = 1; k < size && !all; k++)
-    if (sr[k] != MPI_REQUEST_NULL) MPI_Request_free(&sr[k]), kept = true;
-  if (kept) keep_for_mpi(out);
-  else free(out);
-  free(sr);
-  free(j);
-  return FP_OK;
-}
-
-/* any other rank: hello to rank 0, then its verdict for this attempt */
-static fp_status agree_other(fp_exec *x, MPI_Comm boot, uint64_t h, bool failed, int64_t *v) {
-  int64_t attempt = ++agree_attempts;
-  agree_send0(boot, AG_HELLO, attempt, h, failed);
-  MPI_Request r = MPI_REQUEST_NULL;
-  double t0 = fpx_now_us(), limit = (2 * x->timeout_s + 1) * 1e6;
-  for (;;) {
-    if (MPI_Irecv(v, AV_LEN, MPI_INT64_T, 0, AGREE_TAG, boot, &r) != MPI_SUCCESS)
-      return fpx_fail(x, FP_ERR_BACKEND, "MPI_Irecv failed in the executor's agreement");
-    int done = 0;
-    while (!done && fpx_now_us() - t0 < limit) {
-      MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-      if (!done) sched_yield();
-    }
-    if (!done) {
-      MPI_Status status;
-      int cancelled = 0;
-      MPI_Cancel(&r);
-      MPI_Wait(&r, &status);
-      MPI_Test_cancelled(&status, &cancelled);
-      if (!cancelled && v[0] == attempt) return FP_OK;
-      agree_send0(boot, AG_WITHDRAW, attempt, h, failed);
-      return fpx_fail(x, FP_ERR_TIMEOUT,
-                      "watchdog: fp_exec_create: the ranks' agreement on the plan got no answer from rank 0 within "
-                      "%g s (timeout %g s): rank 0 did not join; no collective of the plan was issued",
-                      (fpx_now_us() - t0) / 1e6, x->timeout_s);
-    }
-    if (v[0] == attempt) return FP_OK; /* else a verdict for an earlier attempt that timed out: dropped */
-  }
-}
-
-static fp_status agree_watched(fp_exec *x, MPI_Comm boot, int rank, int size, fp_status local) {
+/* ---- the agreement under the watchdog (x->timeout_s > 0): agree.c ---- */
+static fp_status agree_watched(fp_exec *x, MPI_Comm boot, fp_status local) {
   uint64_t h = x->plan ? x->plan->hash : 0;
-  int64_t v[AV_LEN];
-  fp_status st = rank == 0 ? agree_root(x, boot, size, h, local != FP_OK, v)
-                           : agree_other(x, boot, h, local != FP_OK, v);
-  if (st != FP_OK) return local != FP_OK ? local : st;
-  if (v[1] == AV_TIMEOUT) {
-    char list[160] = "";
-    for (int k = 0; k < v[2] && k < AV_LIST; k++)
-      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%" PRId64, k ? ", " : " ", v[6 + k]);
-    if (v[2] > AV_LIST) snprintf(list + strlen(list), sizeof list - strlen(list), " and %" PRId64 " more", v[2] - AV_LIST);
+  const int64_t none[FPX_AGREE_VALS] = {0};
+  fpx_agreement a;
+  fpx_agree_watched(boot, FPX_AGREE_TAG_EXEC, x->timeout_s, h, local != FP_OK, none, &a);
+  if (a.verdict == FPX_AV_ERROR)
+    return local != FP_OK ? local : fpx_fail(x, FP_ERR_BACKEND, "MPI failed in the executor's agreement");
+  if (a.verdict == FPX_AV_NO_ROOT)
+    return local != FP_OK ? local
+                          : fpx_fail(x, FP_ERR_TIMEOUT,
+                                     "watchdog: fp_exec_create: the ranks' agreement on the plan got no answer from "
+                                     "rank 0 within %g s (timeout %g s): rank 0 did not join; no collective of the "
+                                     "plan was issued", a.waited_s, x->timeout_s);
+  if (a.verdict == FPX_AV_TIMEOUT) {
+    char list[160];
+    fpx_agree_list(&a, list, sizeof list);
     char why[FPX_MSG_CAP];
     snprintf(why, sizeof why, "%s", local != FP_OK ? x->msg : "");
     return fpx_fail(x, FP_ERR_TIMEOUT,
                     "watchdog: fp_exec_create: %" PRId64 " rank(s) did not join the ranks' agreement on the plan "
-                    "within %g s (timeout): did not join:%s; no collective of the plan was issued%s%.900s",
-                    v[2], x->timeout_s, list, local != FP_OK ? "; this rank's setup failed too: " : "", why);
+                    "within %g s (timeout): did not join: %s; no collective of the plan was issued%s%.900s",
+                    a.missing, x->timeout_s, list, local != FP_OK ? "; this rank's setup failed too: " : "", why);
   }
   if (local != FP_OK) return local;
-  if (v[1] == AV_FAILED)
+  if (a.verdict == FPX_AV_FAILED)
     return fpx_fail(x, FP_ERR_MISMATCH,
                     "rank %" PRId64 " failed its executor setup (its message says why); no collective of the plan was "
-                    "issued", v[2]);
-  if (v[1] == AV_MISMATCH)
+                    "issued", a.rank);
+  if (a.verdict == FPX_AV_MISMATCH)
     return fpx_fail(x, FP_ERR_MISMATCH,
                     "plan hash mismatch: rank 0 has fnv1a64:%016" PRIx64 ", rank %" PRId64 " has fnv1a64:%016" PRIx64
                     "; every rank must load the same plan; no collective of the plan was issued",
-                    (uint64_t)v[2], v[3], (uint64_t)v[4]);
+                    a.root_hash, a.rank, a.other_hash);
   return FP_OK;
 }
 
@@ -519,7 +368,7 @@ fp_status fpx_mpi_agree(fp_exec *x, fp_status local) {
   if (local == FP_OK && (rank != x->cfg.rank || size != x->cfg.world_size))
     local = fpx_fail(x, FP_ERR_ARG, "config says rank %d of %d, the bootstrap communicator rank %d of %d",
                      x->cfg.rank, x->cfg.world_size, rank, size);
-  if (x->timeout_s > 0) return agree_watched(x, boot, rank, size, local);
+  if (x->timeout_s > 0) return agree_watched(x, boot, local);
   uint64_t h = x->plan ? x->plan->hash : 0;
   uint64_t v[3] = {h, ~h, local != FP_OK}, r[3];
   MPI_Allreduce(v, r, 3, MPI_UINT64_T, MPI_MAX, boot);
@@ -1040,22 +889,18 @@ static fp_status mpi_write(fp_exec *x, char *dst, int64_t dpitch, const char *sr
   return FP_OK;
 }
 
-/* Memory an abandoned MPI request may still write into (after a watchdog):
- * never freed, but kept reachable from here, so a leak checker (and a
- * reader) sees it was kept on purpose. */
-static struct kept {
-  struct kept *next;
-  void *p;
-} *kept_for_mpi;
-static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void keep_for_mpi(void *p) {
-  struct kept *k = p ? malloc(sizeof *k) : NULL;
-  if (!k) return;
-  pthread_mutex_lock(&kept_mu);
-  *k = (struct kept){kept_for_mpi, p};
-  kept_for_mpi = k;
-  pthread_mutex_unlock(&kept_mu);
+/* A transfer's watchdog (xfer.c) gave up on requests that read or write
+ * this executor's arena: it fails from now on with the transfer's message,
+ * and its memory stays when it is destroyed (as after its own watchdog). */
+void fpx_mpi_abandon(fp_exec *x, const char *why) {
+  mstate *m = ms(x);
+  if (!m) return;
+  take(m); /* the progress thread reads these under mu */
+  if (!m->failed) snprintf(m->fail_msg, sizeof m->fail_msg, "%s", why);
+  m->failed = m->timed_out = true;
+  give(m);
+  x->broken = true;
+  fpx_fail(x, FP_ERR_TIMEOUT, "%s", why);
 }
 
 static void mpi_destroy(fp_exec *x) {
@@ -1089,7 +934,7 @@ static void mpi_destroy(fp_exec *x) {
     }
   }
   if (!m->timed_out) free(m->mem);
-  else keep_for_mpi(m->mem), keep_for_mpi(m->ar);
+  else fpx_keep_for_mpi(m->mem), fpx_keep_for_mpi(m->ar);
   fpx_free(m->wd_req);
   fpx_free(m->wd_msg);
   if (!m->timed_out) fpx_free(m->ar);

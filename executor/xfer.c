@@ -6,9 +6,11 @@
  * Three phases, like a refit: (1) local checks (the executors' plans are the
  * transfer's FROM and TO, their ranks are this process's, the communicator
  * is big enough, both between steps, staging allocated; NCCL: the device,
- * the stream and the order it can run); (2) agreement: one MPI_Allreduce of
- * the outcome (and of the backend) over the caller's communicator, so if
- * any process fails its checks every process fails and none writes; (3)
+ * the stream and the order it can run); (2) agreement over the caller's
+ * communicator (agree.c: point to point through process 0, under the
+ * executors' watchdog timeout) of the outcome, the transfer's identity and
+ * the backend, so if any process fails its checks every process fails and
+ * none writes, and one that never comes is named; (3)
  * the ops of this process, over the transfer's own duplicate of the
  * communicator (kept on the handle, with the staging, between runs). On
  * MPI, in order: sends and recvs posted without blocking (MPI_Isend/MPI_Irecv of bytes, one tag: MPI keeps each pair's
@@ -19,11 +21,16 @@
  * then all requests complete. Receives land in TO's arena at the plan's
  * fixed addresses. A failure in phase 3 (an MPI or NCCL error) leaves TO's
  * need regions partly written; nothing outside them is touched. */
+#include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "backend_impl.h"
 #include "ir/xfer.h"
 #include "kernels/kernels.h"
@@ -272,8 +279,79 @@ static void dequant(const fp_tx_op *o, char *dst, const uint8_t *src, const uint
   fpk_dequantize_mxfp8(dst + h * fpi_dtype_size(o->dtype), o->dtype, src + h, sc + (h > 0), o->n - h);
 }
 
+/* The transfer's watchdog: its executors' timeout (the larger), else
+ * FLEXPLAN_TIMEOUT for a process holding neither; 0: none */
+static double xfer_timeout(const fp_exec *from, const fp_exec *to) {
+  double t = 0;
+  if (from && from->timeout_s > t) t = from->timeout_s;
+  if (to && to->timeout_s > t) t = to->timeout_s;
+  if (from || to) return t;
+  const char *e = getenv("FLEXPLAN_TIMEOUT");
+  char *end;
+  double v = e && *e ? strtod(e, &end) : 0;
+  return e && *e && !*end && v > 0 && v <= 1e9 ? v : 0;
+}
+
+/* what must be the same transfer on every process */
+static uint64_t tx_identity(const fp_tx *tx) {
+  uint64_t h = tx->from_hash * 0x9E3779B97F4A7C15ull ^ tx->to_hash;
+  const int64_t v[] = {tx->nprocs, tx->from_offset, tx->from_world, tx->to_offset, tx->to_world, tx->nops};
+  for (size_t i = 0; i < sizeof v / sizeof *v; i++) h = (h ^ (uint64_t)v[i]) * 0x100000001B3ull;
+  return h;
+}
+
+/* Complete the posted requests req[from, n). With a timeout, polled: past
+ * it, the pending ones are abandoned (freed; *abandoned set, so the caller
+ * keeps the memory they may still touch) and the error names their peers.
+ * Post k is the k-th send or recv of this process's ops [lo, hi). */
+static fp_status wait_posted(fp_xfer *t, int32_t lo, int32_t hi, MPI_Request *req, int from, int n, double timeout_s,
+                             bool *abandoned) {
+  if (from >= n) return FP_OK;
+  if (timeout_s <= 0)
+    return MPI_Waitall(n - from, req + from, MPI_STATUSES_IGNORE) == MPI_SUCCESS
+               ? FP_OK : fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed completing the transfer");
+  double t0 = fpx_now_us();
+  for (int polls = 0;; polls++) {
+    int flag = 0;
+    if (MPI_Testall(n - from, req + from, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed completing the transfer");
+    if (flag) return FP_OK;
+    if (polls % 64 == 0 && fpx_now_us() - t0 > timeout_s * 1e6) break;
+    sched_yield();
+  }
+  /* which are still pending: Testsome sets the completed ones to MPI_REQUEST_NULL */
+  int outcount = 0;
+  int *idx = malloc((size_t)(n - from) * sizeof *idx);
+  if (idx) MPI_Testsome(n - from, req + from, &outcount, idx, MPI_STATUSES_IGNORE);
+  free(idx);
+  char peers[200] = "";
+  size_t len = 0;
+  int named = 0, pending = 0;
+  for (int32_t i = lo, k = 0; i < hi && k < n; i++) {
+    const fp_tx_op *o = &t->tx->ops[i];
+    if (o->kind != FP_TX_SEND && o->kind != FP_TX_RECV) continue;
+    if (k++ < from || req[k - 1] == MPI_REQUEST_NULL) continue;
+    pending++;
+    char one[48];
+    snprintf(one, sizeof one, "%s %s process %d", named ? "," : "", o->kind == FP_TX_SEND ? "a send to" : "a receive from",
+             (int)o->peer);
+    if (named < 8 && len + strlen(one) < sizeof peers) {
+      memcpy(peers + len, one, strlen(one) + 1);
+      len += strlen(one);
+      named++;
+    }
+    MPI_Request_free(&req[k - 1]);
+  }
+  *abandoned = true;
+  return fpx_xfer_fail(t, FP_ERR_TIMEOUT,
+                       "watchdog: fp_xfer_run: %d transfer(s) did not complete within %g s (timeout %g s):%s%s; the "
+                       "TO weights are partly written and both executors are unusable",
+                       pending, (fpx_now_us() - t0) / 1e6, timeout_s, peers, pending > named ? " and more" : "");
+}
+
 /* phase 3 on the MPI backend: this process's ops in order */
-static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, char *stage, MPI_Request *req) {
+static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, char *stage, MPI_Request *req,
+                         double timeout_s, bool *abandoned) {
   const fp_tx *tx = t->tx;
   int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
   int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
@@ -284,10 +362,10 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     char *dst = at(fa, ta, stage, o->dst), *src = at(fa, ta, stage, o->src), *aux = at(fa, ta, stage, o->aux);
     int rc = MPI_SUCCESS;
     if (fpi_tx_waits(o) && waited < npost) {
-      rc = MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE);
+      st = wait_posted(t, lo, hi, req, waited, npost, timeout_s, abandoned);
       waited = npost;
+      if (st != FP_OK) break;
     }
-    if (rc != MPI_SUCCESS) break;
     switch (o->kind) {
       case FP_TX_COPY: { /* with the copies that continue it, as one */
         int64_t n;
@@ -311,9 +389,44 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     }
     if (rc != MPI_SUCCESS) st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed at op %d", i);
   }
-  if (st == FP_OK && waited < npost && MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-    st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed completing the transfer");
+  if (st != FP_OK && !*abandoned && waited < npost) /* an MPI failure: what was posted still completes first */
+    MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE);
+  else if (st == FP_OK)
+    st = wait_posted(t, lo, hi, req, waited, npost, timeout_s, abandoned);
   return st;
+}
+
+/* the agreement said no: this process's error (a failure of its own checks stays its message) */
+static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, double timeout_s) {
+  char list[160];
+  switch (a->verdict) {
+    case FPX_AV_TIMEOUT:
+      fpx_agree_list(a, list, sizeof list);
+      return fpx_xfer_fail(t, FP_ERR_TIMEOUT,
+                           "watchdog: fp_xfer_run: %" PRId64 " process(es) did not join the processes' agreement "
+                           "within %g s (timeout): did not join: %s; nothing was written%s%.600s",
+                           a->missing, timeout_s, list, st != FP_OK ? "; this process failed its checks too: " : "",
+                           st != FP_OK && t->msg ? t->msg : "");
+    case FPX_AV_NO_ROOT:
+      return st != FP_OK ? st
+                         : fpx_xfer_fail(t, FP_ERR_TIMEOUT,
+                                         "watchdog: fp_xfer_run: the processes' agreement got no answer from process 0 "
+                                         "within %g s (timeout %g s): process 0 did not join; nothing was written",
+                                         a->waited_s, timeout_s);
+    case FPX_AV_FAILED:
+      return st != FP_OK ? st
+                         : fpx_xfer_fail(t, FP_ERR_MISMATCH,
+                                         "xfer: another process failed its checks (process %" PRId64 "); nothing was "
+                                         "written", a->rank);
+    case FPX_AV_MISMATCH:
+      return st != FP_OK ? st
+                         : fpx_xfer_fail(t, FP_ERR_MISMATCH,
+                                         "xfer: the processes hold different transfers (process 0 and process %" PRId64
+                                         " differ in their plans' hashes, offsets or ops); nothing was written",
+                                         a->rank);
+    default:
+      return st != FP_OK ? st : fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed");
+  }
 }
 
 fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
@@ -377,20 +490,24 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
   if (st == FP_OK && backend == FP_BACKEND_NCCL)
     st = fpx_xfer_nccl_prepare(t, has_from ? from : NULL, has_to ? to : NULL, me, base, &fresh);
 #endif
-  /* agreement, one collective on the caller's communicator (every process
-   * calls it, in the same order as the caller's other collectives there):
-   * the outcome, one backend (the largest and the smallest of the processes
-   * holding executors), whether the NCCL communicator is made, whether any
-   * process duplicates its communicator again (then all do: a collective) */
-  int mine[5] = {st != FP_OK, backend, backend ? -backend : -100, fresh, redup}, all[5] = {0};
-  if (MPI_Allreduce(mine, all, 5, MPI_INT, MPI_MAX, base) != MPI_SUCCESS) {
-    st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed");
+  /* agreement over the caller's communicator, point to point under the
+   * watchdog (agree.c; every process calls it, in the same order as the
+   * caller's other agreements there): the outcome, that every process holds
+   * this transfer, and the max of: one backend (the largest and the
+   * smallest of the processes holding executors), whether the NCCL
+   * communicator is made, whether any process duplicates its communicator
+   * again (then all do: a collective). Without a timeout it waits as long as
+   * it takes, like the collective it replaces. */
+  double timeout_s = xfer_timeout(has_from ? from : NULL, has_to ? to : NULL);
+  const int64_t mine[FPX_AGREE_VALS] = {st != FP_OK, backend, backend ? -backend : -100, fresh, redup};
+  fpx_agreement a;
+  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(tx), st != FP_OK, mine,
+                    &a);
+  if (a.verdict != FPX_AV_OK) {
+    st = agree_failed(t, st, &a, timeout_s);
     goto out;
   }
-  if (all[0]) {
-    if (st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: another process failed its checks; nothing was written");
-    goto out;
-  }
+  const int64_t *all = a.max;
   if (all[4]) { /* every process has its state (a process without failed, above) */
     if (m->dup != MPI_COMM_NULL) {
       MPI_Comm_free(&m->dup);
@@ -411,7 +528,15 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
   }
   char *fa = has_from ? from->dev : NULL, *ta = has_to ? to->dev : NULL;
   if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
-    st = run_mpi(t, me, c, fa, ta, stage, req);
+    bool abandoned = false;
+    st = run_mpi(t, me, c, fa, ta, stage, req, timeout_s, &abandoned);
+    if (abandoned) { /* pending requests may still touch the staging, both arenas and the duplicate */
+      fpx_keep_for_mpi(m->stage);
+      m->stage = NULL, m->stage_cap = 0;
+      m->dup = MPI_COMM_NULL; /* leaked: a request is pending on it */
+      if (has_from && from) fpx_mpi_abandon(from, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
+      if (has_to && to) fpx_mpi_abandon(to, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
+    }
   } else {
 #ifdef FP_HAVE_CUDA
     st = fpx_xfer_nccl_run(t, me, base, c, all[3] != 0, fa, ta);

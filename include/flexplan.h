@@ -591,9 +591,13 @@ FP_API void fp_xfer_free(fp_xfer *t);
  * side (the executors' plans are the transfer's, their ranks this
  * process's, and every byte range it reads or writes lies in that rank's
  * weights of the param it names - FP_ERR_PLAN otherwise, for a tampered
- * file), then all agree (one MPI_Allreduce) before any byte moves: a check
- * failing anywhere fails everywhere with TO unchanged (FP_ERR_ARG,
- * FP_ERR_PLAN, FP_ERR_MISMATCH, FP_ERR_ORDER). TO's main weights (and the compute weights
+ * file), then all agree (point to point through process 0 of comm) before
+ * any byte moves: a check failing anywhere fails everywhere with TO unchanged
+ * (FP_ERR_ARG, FP_ERR_PLAN, FP_ERR_MISMATCH, FP_ERR_ORDER). With a timeout
+ * (the executors' fp_exec_config.timeout_s, else FLEXPLAN_TIMEOUT) a process
+ * that does not join the agreement, or whose data does not arrive, is named
+ * with FP_ERR_TIMEOUT instead of a hang; after a timeout in the data phase
+ * both executors are unusable (docs/executor.md, "The watchdog"). TO's main weights (and the compute weights
  * it keeps unsharded between steps) are written in place, at their fixed
  * addresses. An MPI, CUDA or NCCL failure while moving (FP_ERR_BACKEND) may
  * leave those bytes partly written; nothing else of TO's arena is touched. */

@@ -850,234 +850,276 @@ static void set_junk(sctx *s, int32_t k, int32_t b, int64_t at, int64_t len, int
   map_write(wmap(s, k, b), at, &c, 1);
 }
 
+/* one local op on one rank class: its operands resolved, the scratch lists */
+typedef struct lop {
+  sctx *s;
+  const fp_op *op;
+  int32_t i, k; /* the op, the class */
+  int64_t r, g, n; /* the class's representative rank, its index in the op's communicator, the count */
+  fp_dtype dt, sdt;
+  int64_t z, sz;   /* the dtypes' sizes */
+  int32_t db, sb;  /* destination and source buffers */
+  int64_t d0, s0;  /* their byte offsets */
+  cell *t, *u;
+  int32_t nt, ct, nu, cu;
+  char d[400];
+} lop;
+
+/* cast, copy (rows with pitches), h2d, d2h */
+static void local_copy(lop *L) {
+  sctx *s = L->s;
+  const fp_op *op = L->op;
+  fp_op_shape sh = fpi_op_shape_of(s->p, op);
+  int64_t rows = op->code == FP_OP_COPY ? sh.rows : 1;
+  int64_t nb = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? L->n : L->n * L->sz;
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t so = L->s0 + row * sh.spitch, dof = L->d0 + row * sh.dpitch;
+    map_read(s, rmap(s, L->k, L->sb), so, so + nb, &L->t, &L->nt, &L->ct);
+    if (!check_read(s, L->i, L->k, L->sb, so, L->t, L->nt, od(op, 1))) {
+      set_junk(s, L->k, L->db, dof, L->n * L->z, L->i);
+      continue;
+    }
+    if (op->code == FP_OP_CAST) {
+      convert(s, L->i, L->t, L->nt, L->sdt, L->dt, &L->u, &L->nu, &L->cu);
+      map_write(wmap(s, L->k, L->db), dof, L->u, L->nu);
+    } else {
+      map_write(wmap(s, L->k, L->db), dof, L->t, L->nt);
+    }
+  }
+}
+
+/* scale: only grads (zeros, junk and undefined bytes pass) */
+static void local_scale(lop *L) {
+  sctx *s = L->s;
+  int64_t d0 = L->d0;
+  map_read(s, rmap(s, L->k, L->db), d0, d0 + L->n * L->z, &L->t, &L->nt, &L->ct);
+  if (!check_read(s, L->i, L->k, L->db, d0, L->t, L->nt, L->dt)) {
+    set_junk(s, L->k, L->db, d0, L->n * L->z, L->i);
+    return;
+  }
+  for (int32_t j = 0; j < L->nt; j++) {
+    cell *c = &L->t[j];
+    if (c->kind == SV_GRAD) c->s *= L->op->alpha;
+    else if (c->kind != SV_ZERO && c->kind != SV_JUNK && c->kind != SV_UNDEF) {
+      describe(s, c, L->d, sizeof L->d);
+      serr(s, FP_VL_OP, L->i, "scale of %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s, not a grad",
+           bname(s, L->db), d0 + c->lo, d0 + c->hi, L->r, L->d);
+      *c = junk(c->lo, c->hi, L->i);
+    }
+  }
+  map_write(wmap(s, L->k, L->db), d0, L->t, L->nt);
+}
+
+/* what dst += src holds where dc and sc meet, in *res; NULL, or why the
+ * two cannot be added */
+static const char *add_cells(cell dc, cell sc, fp_dtype dt, int32_t i, int64_t x, int64_t y, cell *res) {
+  if (dc.kind == SV_JUNK || sc.kind == SV_JUNK) *res = junk(x, y, i);
+  else if ((dc.kind == SV_UNDEF || dc.kind == SV_ZERO) && (sc.kind == SV_UNDEF || sc.kind == SV_ZERO))
+    *res = dc.kind == SV_UNDEF ? dc : sc; /* nothing defined meets */
+  else if (dc.kind == SV_UNDEF || sc.kind == SV_UNDEF) return "one of them is undefined";
+  else if (sc.kind == SV_ZERO) *res = dc;
+  else if (dc.kind == SV_ZERO) *res = sc, res->dt = (uint8_t)dt;
+  else if (dc.kind != SV_GRAD || sc.kind != SV_GRAD) return "only grads add";
+  else if (dc.p != sc.p || dc.e != sc.e) return "they are grads of other elements";
+  else if (dc.digits != sc.digits) return "they are summed over other ranks";
+  else if (dc.s != sc.s) return "they are scaled differently";
+  else if (dc.slots & sc.slots) return "it counts a backward twice";
+  else {
+    *res = dc;
+    res->slots |= sc.slots;
+    if (sc.fl & F_INEXACT) res->fl |= F_INEXACT;
+  }
+  return NULL;
+}
+
+/* add: the source converted to the destination's dtype, both lists walked */
+static void local_add(lop *L) {
+  sctx *s = L->s;
+  int32_t i = L->i, k = L->k, db = L->db, sb = L->sb;
+  int64_t d0 = L->d0, s0 = L->s0;
+  map_read(s, rmap(s, k, sb), s0, s0 + L->n * L->sz, &L->u, &L->nu, &L->cu);
+  if (!check_read(s, i, k, sb, s0, L->u, L->nu, L->sdt)) {
+    set_junk(s, k, db, d0, L->n * L->z, i);
+    return;
+  }
+  cell *cv = NULL, *o = NULL;
+  int32_t ncv = 0, ccv = 0, no = 0, co = 0, a = 0, bq = 0;
+  convert(s, i, L->u, L->nu, L->sdt, L->dt, &cv, &ncv, &ccv);
+  map_read(s, rmap(s, k, db), d0, d0 + L->n * L->z, &L->t, &L->nt, &L->ct);
+  if (!check_read(s, i, k, db, d0, L->t, L->nt, L->dt)) {
+    set_junk(s, k, db, d0, L->n * L->z, i);
+    free(cv);
+    return;
+  }
+  const cell *t = L->t;
+  int64_t x = 0, len = L->n * L->z;
+  bool rep = false;
+  while (x < len && a < L->nt && bq < ncv) {
+    int64_t y = t[a].hi < cv[bq].hi ? t[a].hi : cv[bq].hi;
+    cell dc = clip(&t[a], x, y), sc = clip(&cv[bq], x, y), res;
+    const char *why = add_cells(dc, sc, L->dt, i, x, y, &res);
+    if (why) {
+      char d1[400];
+      describe(s, &dc, L->d, sizeof L->d);
+      describe(s, &sc, d1, sizeof d1);
+      if (!rep)
+        serr(s, FP_VL_OP, i, "add into %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " (step %d): %s holds %.300s, %s adds %.300s: %s",
+             bname(s, db), d0 + x, d0 + y, L->r, s->step + 1, bname(s, db), L->d, bname(s, sb), d1, why);
+      rep = true;
+      res = junk(x, y, i);
+    }
+    res.lo = x;
+    res.hi = y;
+    push(&o, &no, &co, &res);
+    x = y;
+    while (a < L->nt && t[a].hi <= x) a++;
+    while (bq < ncv && cv[bq].hi <= x) bq++;
+  }
+  map_write(wmap(s, k, db), d0, o, no);
+  free(o);
+  free(cv);
+}
+
+/* quantize_mxfp8: one scale per 32 elements of the op, each named by its
+ * first element's param block */
+static void mx_scales(lop *L, int64_t a0, int64_t iz) {
+  cell *sc = NULL;
+  int32_t nsc = 0, csc = 0;
+  for (int32_t j = 0; j < L->nu; j++) {
+    cell c = L->u[j];
+    int64_t e0 = c.lo / iz, e1 = c.hi / iz;
+    for (int64_t bk = e0 / FP_MX_BLOCK; bk * FP_MX_BLOCK < e1; bk++) {
+      if (bk * FP_MX_BLOCK < e0) continue;
+      cell x = {.lo = bk, .hi = bk + 1, .kind = SV_ZERO, .p = -1};
+      if (c.kind == SV_WEIGHT) {
+        x.kind = SV_SCALE, x.p = c.p, x.ver = c.ver, x.e = (c.e + (bk * FP_MX_BLOCK - e0)) / FP_MX_BLOCK;
+      } else if (c.kind == SV_UNDEF) {
+        x = c, x.lo = bk, x.hi = bk + 1;
+      } else if (c.kind != SV_ZERO) {
+        x = junk(bk, bk + 1, L->i);
+      }
+      push(&sc, &nsc, &csc, &x);
+    }
+  }
+  map_write(wmap(L->s, L->k, L->op->aux.buf), a0, sc, nsc);
+  free(sc);
+}
+
+/* quantize_mxfp8 / dequantize_mxfp8: e4m3 keeps the value's rounding
+ * record; the block scales name the blocks */
+static void local_mxfp8(lop *L) {
+  sctx *s = L->s;
+  const fp_op *op = L->op;
+  int32_t i = L->i, k = L->k;
+  bool q = op->code == FP_OP_QUANTIZE_MXFP8;
+  fp_dtype in = q ? L->sdt : FP_E4M3, outd = q ? FP_E4M3 : L->dt;
+  int64_t a0 = op->aux.buf >= 0 ? roff(s, op, 2, L->g) : 0, iz = fpi_dtype_size(in), oz = fpi_dtype_size(outd);
+  map_read(s, rmap(s, k, L->sb), L->s0, L->s0 + L->n * iz, &L->u, &L->nu, &L->cu);
+  if (!check_read(s, i, k, L->sb, L->s0, L->u, L->nu, in)) {
+    set_junk(s, k, L->db, L->d0, L->n * oz, i);
+    if (q) set_junk(s, k, op->aux.buf, a0, fpi_mx_blocks(L->n), i);
+    return;
+  }
+  cell *cv = NULL;
+  int32_t ncv = 0, ccv = 0;
+  for (int32_t j = 0; j < L->nu; j++) {
+    cell c = L->u[j];
+    if (c.kind == SV_WEIGHT) {
+      if (q) {
+        const fp_ir_param *pq = &s->p->params[c.p];
+        int64_t fpos = pq->placement == FP_PL_FLAT ? pq->weight.off / fpi_dtype_size(pq->param_dtype) + c.e : c.e;
+        int64_t opos = c.lo / iz; /* its element in the op */
+        if ((fpos - opos) % FP_MX_BLOCK) c.fl |= F_INEXACT; /* blocks not those of the flat space */
+        c.fl |= F_MX;
+      } else if (!(c.fl & F_MX)) {
+        c = junk(c.lo, c.hi, i);
+      }
+      c.dt = (uint8_t)outd;
+    } else if (c.kind != SV_ZERO && c.kind != SV_UNDEF) {
+      if (c.kind != SV_JUNK) {
+        describe(s, &c, L->d, sizeof L->d);
+        serr(s, FP_VL_OP, i, "%s of %s on rank %" PRId64 ": holds %s, not a weight", fpi_op_name(op->code),
+             bname(s, L->sb), L->r, L->d);
+      }
+      c = junk(c.lo, c.hi, i);
+    }
+    c.lo = c.lo / iz * oz;
+    c.hi = c.hi / iz * oz;
+    push(&cv, &ncv, &ccv, &c);
+  }
+  map_write(wmap(s, k, L->db), L->d0, cv, ncv);
+  free(cv);
+  if (q && op->aux.buf >= 0) {
+    mx_scales(L, a0, iz);
+  } else if (!q && op->aux.buf >= 0) {
+    map_read(s, rmap(s, k, op->aux.buf), a0, a0 + fpi_mx_blocks(L->n), &L->t, &L->nt, &L->ct);
+    for (int32_t j = 0; j < L->nt; j++)
+      if (L->t[j].kind != SV_SCALE && L->t[j].kind != SV_JUNK && L->t[j].kind != SV_ZERO) { /* zeros: padding blocks */
+        describe(s, &L->t[j], L->d, sizeof L->d);
+        serr(s, FP_VL_OP, i, "dequantize_mxfp8 reads scales %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s",
+             bname(s, op->aux.buf), a0 + L->t[j].lo, a0 + L->t[j].hi, L->r, L->d);
+        set_junk(s, k, L->db, L->d0, L->n * oz, i);
+        break;
+      }
+  }
+}
+
+/* split_copy / chunk_cat: region j of the table, rows r: table side
+ * [(off[j] + r*cnt[j]) elements], rows side [r*pitch bytes + p_j elements] */
+static void local_regions(lop *L) {
+  sctx *s = L->s;
+  const fp_op *op = L->op;
+  const fp_ir_table *tb = &s->p->tabs[op->tab];
+  fp_op_shape sh = fpi_op_shape_of(s->p, op);
+  bool split = op->code == FP_OP_SPLIT_COPY;
+  int64_t pj = 0;
+  for (int64_t j = 0; j < tb->n; j++) {
+    for (int64_t row = 0; row < sh.rows; row++) {
+      int64_t tside = (tb->off[j] + row * tb->cnt[j]), rside_b = row * (split ? sh.spitch : sh.dpitch);
+      int64_t so = split ? L->s0 + rside_b + pj * L->sz : L->s0 + tside * L->sz;
+      int64_t dof = split ? L->d0 + tside * L->z : L->d0 + rside_b + pj * L->z;
+      map_read(s, rmap(s, L->k, L->sb), so, so + tb->cnt[j] * L->sz, &L->t, &L->nt, &L->ct);
+      if (!check_read(s, L->i, L->k, L->sb, so, L->t, L->nt, L->sdt)) {
+        set_junk(s, L->k, L->db, dof, tb->cnt[j] * L->z, L->i);
+        continue;
+      }
+      convert(s, L->i, L->t, L->nt, L->sdt, L->dt, &L->u, &L->nu, &L->cu);
+      map_write(wmap(s, L->k, L->db), dof, L->u, L->nu);
+    }
+    pj += tb->cnt[j];
+  }
+}
+
 static void run_local(sctx *s, int32_t i, int32_t k) {
   const fp_prog *p = s->p;
   const fp_op *op = &p->ops[i];
   int64_t r = s->rep[k];
   if (!runs_on(s, op, r)) return;
-  int64_t g = gidx(s, op->comm, r), n = fpi_op_count(p, op, g);
-  fp_dtype dt = op->dtype, sdt = op->sdtype;
-  int64_t z = fpi_dtype_size(dt), sz = fpi_dtype_size(sdt);
-  int32_t db = op->dst.buf, sb = op->src.buf;
-  int64_t d0 = op->dst.buf >= 0 ? roff(s, op, 0, g) : 0, s0 = op->src.buf >= 0 ? roff(s, op, 1, g) : 0;
-  cell *t = NULL, *u = NULL;
-  int32_t nt = 0, ct = 0, nu = 0, cu = 0;
-  char d[400];
+  int64_t g = gidx(s, op->comm, r);
+  lop L = {.s = s, .op = op, .i = i, .k = k, .r = r, .g = g, .n = fpi_op_count(p, op, g), .dt = op->dtype,
+           .sdt = op->sdtype, .z = fpi_dtype_size(op->dtype), .sz = fpi_dtype_size(op->sdtype), .db = op->dst.buf,
+           .sb = op->src.buf, .d0 = op->dst.buf >= 0 ? roff(s, op, 0, g) : 0,
+           .s0 = op->src.buf >= 0 ? roff(s, op, 1, g) : 0};
   switch (op->code) {
     case FP_OP_MEMSET: {
-      cell c = {.lo = 0, .hi = n * z, .kind = SV_ZERO, .p = -1};
-      if (c.hi > 0) map_write(wmap(s, k, db), d0, &c, 1);
+      cell c = {.lo = 0, .hi = L.n * L.z, .kind = SV_ZERO, .p = -1};
+      if (c.hi > 0) map_write(wmap(s, k, L.db), L.d0, &c, 1);
       break;
     }
     case FP_OP_CAST:
     case FP_OP_COPY:
     case FP_OP_H2D:
-    case FP_OP_D2H: {
-      fp_op_shape sh = fpi_op_shape_of(p, op);
-      int64_t rows = op->code == FP_OP_COPY ? sh.rows : 1;
-      int64_t nb = op->code == FP_OP_H2D || op->code == FP_OP_D2H ? n : n * sz;
-      for (int64_t row = 0; row < rows; row++) {
-        int64_t so = s0 + row * sh.spitch, dof = d0 + row * sh.dpitch;
-        map_read(s, rmap(s, k, sb), so, so + nb, &t, &nt, &ct);
-        if (!check_read(s, i, k, sb, so, t, nt, od(op, 1))) {
-          set_junk(s, k, db, dof, n * z, i);
-          continue;
-        }
-        if (op->code == FP_OP_CAST) {
-          convert(s, i, t, nt, sdt, dt, &u, &nu, &cu);
-          map_write(wmap(s, k, db), dof, u, nu);
-        } else {
-          map_write(wmap(s, k, db), dof, t, nt);
-        }
-      }
-      break;
-    }
-    case FP_OP_SCALE: {
-      map_read(s, rmap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
-      if (!check_read(s, i, k, db, d0, t, nt, dt)) {
-        set_junk(s, k, db, d0, n * z, i);
-        break;
-      }
-      for (int32_t j = 0; j < nt; j++) {
-        if (t[j].kind == SV_GRAD) t[j].s *= op->alpha;
-        else if (t[j].kind != SV_ZERO && t[j].kind != SV_JUNK && t[j].kind != SV_UNDEF) {
-          describe(s, &t[j], d, sizeof d);
-          serr(s, FP_VL_OP, i, "scale of %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s, not a grad",
-               bname(s, db), d0 + t[j].lo, d0 + t[j].hi, r, d);
-          t[j] = junk(t[j].lo, t[j].hi, i);
-        }
-      }
-      map_write(wmap(s, k, db), d0, t, nt);
-      break;
-    }
-    case FP_OP_ADD: {
-      map_read(s, rmap(s, k, sb), s0, s0 + n * sz, &u, &nu, &cu);
-      if (!check_read(s, i, k, sb, s0, u, nu, sdt)) {
-        set_junk(s, k, db, d0, n * z, i);
-        break;
-      }
-      cell *cv = NULL;
-      int32_t ncv = 0, ccv = 0;
-      convert(s, i, u, nu, sdt, dt, &cv, &ncv, &ccv);
-      map_read(s, rmap(s, k, db), d0, d0 + n * z, &t, &nt, &ct);
-      if (!check_read(s, i, k, db, d0, t, nt, dt)) {
-        set_junk(s, k, db, d0, n * z, i);
-        free(cv);
-        break;
-      }
-      /* walk both lists */
-      cell *o = NULL;
-      int32_t no = 0, co = 0, a = 0, bq = 0;
-      int64_t x = 0, len = n * z;
-      bool rep = false;
-      while (x < len && a < nt && bq < ncv) {
-        int64_t y = t[a].hi < cv[bq].hi ? t[a].hi : cv[bq].hi;
-        cell dc = clip(&t[a], x, y), sc = clip(&cv[bq], x, y), res;
-        const char *why = NULL;
-        if (dc.kind == SV_JUNK || sc.kind == SV_JUNK) res = junk(x, y, i);
-        else if ((dc.kind == SV_UNDEF || dc.kind == SV_ZERO) && (sc.kind == SV_UNDEF || sc.kind == SV_ZERO))
-          res = dc.kind == SV_UNDEF ? dc : sc; /* nothing defined meets */
-        else if (dc.kind == SV_UNDEF || sc.kind == SV_UNDEF) why = "one of them is undefined";
-        else if (sc.kind == SV_ZERO) res = dc;
-        else if (dc.kind == SV_ZERO) { res = sc; res.dt = dc.kind == SV_ZERO ? (uint8_t)dt : res.dt; }
-        else if (dc.kind != SV_GRAD || sc.kind != SV_GRAD) why = "only grads add";
-        else if (dc.p != sc.p || dc.e != sc.e) why = "they are grads of other elements";
-        else if (dc.digits != sc.digits) why = "they are summed over other ranks";
-        else if (dc.s != sc.s) why = "they are scaled differently";
-        else if (dc.slots & sc.slots) why = "it counts a backward twice";
-        else {
-          res = dc;
-          res.slots |= sc.slots;
-          if (sc.fl & F_INEXACT) res.fl |= F_INEXACT;
-        }
-        if (why) {
-          char d1[400];
-          describe(s, &dc, d, sizeof d);
-          describe(s, &sc, d1, sizeof d1);
-          if (!rep)
-            serr(s, FP_VL_OP, i, "add into %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 " (step %d): %s holds %.300s, %s adds %.300s: %s",
-                 bname(s, db), d0 + x, d0 + y, r, s->step + 1, bname(s, db), d, bname(s, sb), d1, why);
-          rep = true;
-          res = junk(x, y, i);
-        }
-        res.lo = x;
-        res.hi = y;
-        push(&o, &no, &co, &res);
-        x = y;
-        while (a < nt && t[a].hi <= x) a++;
-        while (bq < ncv && cv[bq].hi <= x) bq++;
-      }
-      map_write(wmap(s, k, db), d0, o, no);
-      free(o);
-      free(cv);
-      break;
-    }
+    case FP_OP_D2H: local_copy(&L); break;
+    case FP_OP_SCALE: local_scale(&L); break;
+    case FP_OP_ADD: local_add(&L); break;
     case FP_OP_QUANTIZE_MXFP8:
-    case FP_OP_DEQUANTIZE_MXFP8: {
-      bool q = op->code == FP_OP_QUANTIZE_MXFP8;
-      fp_dtype in = q ? sdt : FP_E4M3, outd = q ? FP_E4M3 : dt;
-      int64_t a0 = op->aux.buf >= 0 ? roff(s, op, 2, g) : 0;
-      map_read(s, rmap(s, k, sb), s0, s0 + n * fpi_dtype_size(in), &u, &nu, &cu);
-      if (!check_read(s, i, k, sb, s0, u, nu, in)) {
-        set_junk(s, k, db, d0, n * fpi_dtype_size(outd), i);
-        if (q) set_junk(s, k, op->aux.buf, a0, fpi_mx_blocks(n), i);
-        break;
-      }
-      cell *cv = NULL;
-      int32_t ncv = 0, ccv = 0;
-      /* e4m3 keeps the value's rounding record; the block scales name the blocks */
-      int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(outd);
-      for (int32_t j = 0; j < nu; j++) {
-        cell c = u[j];
-        if (c.kind == SV_WEIGHT) {
-          if (q) {
-            const fp_ir_param *pq = &p->params[c.p];
-            int64_t fpos = pq->placement == FP_PL_FLAT ? pq->weight.off / fpi_dtype_size(pq->param_dtype) + c.e : c.e;
-            int64_t opos = c.lo / iz; /* its element in the op */
-            if ((fpos - opos) % FP_MX_BLOCK) c.fl |= F_INEXACT; /* blocks not those of the flat space */
-            c.fl |= F_MX;
-          } else if (!(c.fl & F_MX)) {
-            c = junk(c.lo, c.hi, i);
-          }
-          c.dt = (uint8_t)outd;
-        } else if (c.kind != SV_ZERO && c.kind != SV_UNDEF) {
-          if (c.kind != SV_JUNK) {
-            describe(s, &c, d, sizeof d);
-            serr(s, FP_VL_OP, i, "%s of %s on rank %" PRId64 ": holds %s, not a weight", fpi_op_name(op->code),
-                 bname(s, sb), r, d);
-          }
-          c = junk(c.lo, c.hi, i);
-        }
-        c.lo = c.lo / iz * oz;
-        c.hi = c.hi / iz * oz;
-        push(&cv, &ncv, &ccv, &c);
-      }
-      map_write(wmap(s, k, db), d0, cv, ncv);
-      if (q && op->aux.buf >= 0) {
-        /* one scale per 32 elements of the op: name each by its first element's param block */
-        cell *sc = NULL;
-        int32_t nsc = 0, csc = 0;
-        for (int32_t j = 0; j < nu; j++) {
-          cell c = u[j];
-          int64_t e0 = c.lo / iz, e1 = c.hi / iz;
-          for (int64_t bk = e0 / FP_MX_BLOCK; bk * FP_MX_BLOCK < e1; bk++) {
-            if (bk * FP_MX_BLOCK < e0) continue;
-            cell x = {.lo = bk, .hi = bk + 1, .kind = SV_ZERO, .p = -1};
-            if (c.kind == SV_WEIGHT) {
-              x.kind = SV_SCALE, x.p = c.p, x.ver = c.ver, x.e = (c.e + (bk * FP_MX_BLOCK - e0)) / FP_MX_BLOCK;
-            } else if (c.kind == SV_UNDEF) {
-              x = c, x.lo = bk, x.hi = bk + 1;
-            } else if (c.kind != SV_ZERO) {
-              x = junk(bk, bk + 1, i);
-            }
-            push(&sc, &nsc, &csc, &x);
-          }
-        }
-        map_write(wmap(s, k, op->aux.buf), a0, sc, nsc);
-        free(sc);
-      } else if (!q && op->aux.buf >= 0) {
-        map_read(s, rmap(s, k, op->aux.buf), a0, a0 + fpi_mx_blocks(n), &t, &nt, &ct);
-        for (int32_t j = 0; j < nt; j++)
-          if (t[j].kind != SV_SCALE && t[j].kind != SV_JUNK && t[j].kind != SV_ZERO) { /* zeros: padding blocks */
-            describe(s, &t[j], d, sizeof d);
-            serr(s, FP_VL_OP, i, "dequantize_mxfp8 reads scales %s [%" PRId64 ",%" PRId64 ") on rank %" PRId64 ": holds %s",
-                 bname(s, op->aux.buf), a0 + t[j].lo, a0 + t[j].hi, r, d);
-            set_junk(s, k, db, d0, n * oz, i);
-            break;
-          }
-      }
-      free(cv);
-      break;
-    }
+    case FP_OP_DEQUANTIZE_MXFP8: local_mxfp8(&L); break;
     case FP_OP_SPLIT_COPY:
-    case FP_OP_CHUNK_CAT: {
-      /* region j of the table, rows r: table side [(off[j] + r*cnt[j]) elements],
-       * rows side [r*pitch bytes + p_j elements] */
-      const fp_ir_table *tb = &p->tabs[op->tab];
-      fp_op_shape sh = fpi_op_shape_of(p, op);
-      bool split = op->code == FP_OP_SPLIT_COPY;
-      int64_t pj = 0;
-      for (int64_t j = 0; j < tb->n; j++) {
-        for (int64_t row = 0; row < sh.rows; row++) {
-          int64_t tside = (tb->off[j] + row * tb->cnt[j]), rside_b = row * (split ? sh.spitch : sh.dpitch);
-          int64_t so = split ? s0 + rside_b + pj * sz : s0 + tside * sz;
-          int64_t dof = split ? d0 + tside * z : d0 + rside_b + pj * z;
-          map_read(s, rmap(s, k, sb), so, so + tb->cnt[j] * sz, &t, &nt, &ct);
-          if (!check_read(s, i, k, sb, so, t, nt, sdt)) {
-            set_junk(s, k, db, dof, tb->cnt[j] * z, i);
-            continue;
-          }
-          convert(s, i, t, nt, sdt, dt, &u, &nu, &cu);
-          map_write(wmap(s, k, db), dof, u, nu);
-        }
-        pj += tb->cnt[j];
-      }
-      break;
-    }
+    case FP_OP_CHUNK_CAT: local_regions(&L); break;
     default: break;
   }
-  free(t);
-  free(u);
+  free(L.t);
+  free(L.u);
 }
 
 /* ---- params: pieces, initial state, checks --------------------------------------------- */

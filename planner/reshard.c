@@ -299,165 +299,225 @@ static uint64_t kpart_key(const void *rec, int k) {
  *   reference MXFP8, bit for bit; the wire carries each destination's lacked
  *   bytes plus one scale byte per part the leader lacks and per quantizer
  *   that is no TO process of the block. */
+/* a quantizer (proc, part): its FROM byte, where it quantizes to, where it reads the scale */
+struct qz {
+  int32_t proc, part;
+  int64_t src;
+  fp_tx_ref out, scale;
+};
+
+/* one split block being planned (split_blocks): its wanted parts kp[lo, hi),
+ * and scratch sized for the most parts of any block */
+typedef struct sblock {
+  planner *P;
+  int32_t pi;
+  fp_dtype fdt;
+  int64_t fsz;
+  const struct kpart *kp;
+  int64_t lo, hi, blk, b0, blen;
+  int32_t *procs, np; /* the TO processes wanting parts */
+  bool *gather;       /* per process: it holds every part itself */
+  int64_t *pe, *pn;   /* the parts' element ranges, in element order */
+  int32_t npart;
+  int32_t *kx, *kj;   /* per wanted part k: its process's index in procs, its part's in pe */
+  struct qz *qz;      /* the quantizers */
+  int32_t nq;
+  int32_t *sender;    /* per part: its quantizer for others (qz index) */
+  int32_t lead;       /* the leader process, -1 until chosen */
+  fp_tx_ref fin;      /* where the leader holds the block's scale */
+} sblock;
+
+/* the block's parts, in element order, and its processes */
+static void block_parts(sblock *B) {
+  const struct kpart *kp = B->kp;
+  B->np = B->npart = B->nq = 0;
+  B->lead = -1;
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    if (B->npart == 0 || B->pe[B->npart - 1] != kp[k].e) B->pe[B->npart] = kp[k].e, B->pn[B->npart] = kp[k].n, B->npart++;
+    FP_ASSERT(B->pn[B->npart - 1] == kp[k].n);
+    int32_t x = 0;
+    while (x < B->np && B->procs[x] != kp[k].d) x++;
+    if (x == B->np) B->procs[B->np] = kp[k].d, B->gather[B->np] = true, B->np++;
+    B->gather[x] &= kp[k].sp == kp[k].d;
+    B->kx[k] = x, B->kj[k] = B->npart - 1;
+  }
+  FP_ASSERT(B->npart >= 2);
+}
+
+/* gather processes: copy the parts into staging, quantize the block there;
+ * the first is the leader. true when some process exchanges. */
+static bool block_gathers(sblock *B) {
+  planner *P = B->P;
+  bool xchange = false;
+  for (int32_t x = 0; x < B->np; x++) {
+    xchange |= !B->gather[x];
+    if (!B->gather[x]) continue;
+    if (B->lead < 0) B->lead = B->procs[x];
+    int64_t st = stage_take(P, B->procs[x], B->blen * B->fsz);
+    for (int64_t k = B->lo; k < B->hi; k++) {
+      const struct kpart *c = &B->kp[k];
+      if (c->d != B->procs[x]) continue;
+      fp_tx_op *o = fpi_tx_emit(P->t, FP_TX_COPY, B->procs[x], B->pi, B->fdt, c->n);
+      o->full_off = c->e, o->dst = ref(FP_SP_STAGE, st + (c->e - B->b0) * B->fsz), o->src = ref(FP_SP_FROM, c->src);
+    }
+    fp_tx_op *q = late(P, FP_TX_QUANT, B->procs[x], B->pi, FP_E4M3, B->blen);
+    q->sdtype = B->fdt, q->full_off = B->b0, q->dst = ref(FP_SP_TO, P->kdata + B->b0), q->src = ref(FP_SP_STAGE, st),
+    q->aux = ref(FP_SP_TO, P->kscales + B->blk);
+  }
+  return xchange;
+}
+
+/* quantizers: the exchange processes' own parts, then one sender per part
+ * some exchange process lacks (a gather process holding the part, else the
+ * cover's sender) */
+static void block_quantizers(sblock *B) {
+  const struct kpart *kp = B->kp;
+  for (int32_t j = 0; j < B->npart; j++) B->sender[j] = -1;
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    int32_t j = B->kj[k];
+    if (B->gather[B->kx[k]] || kp[k].sp != kp[k].d) continue;
+    B->qz[B->nq] = (struct qz){kp[k].d, j, kp[k].src, ref(FP_SP_TO, B->P->kdata + kp[k].e), {0}};
+    if (B->sender[j] < 0) B->sender[j] = B->nq;
+    B->nq++;
+  }
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    int32_t j = B->kj[k];
+    if (B->gather[B->kx[k]] || kp[k].sp == kp[k].d || B->sender[j] >= 0) continue;
+    int32_t by = kp[k].sp;
+    int64_t src = kp[k].src;
+    for (int64_t g = B->lo; g < B->hi; g++)
+      if (kp[g].e == kp[k].e && kp[g].sp == kp[g].d) {
+        by = kp[g].d, src = kp[g].src;
+        break;
+      }
+    B->qz[B->nq] = (struct qz){by, j, src, ref(FP_SP_STAGE, stage_take(B->P, by, B->pn[j])), {0}};
+    B->sender[j] = B->nq++;
+  }
+  /* the leader, where no gather process is: the quantizer of the most
+   * parts (ties: an exchange process, the first) */
+  if (B->lead >= 0) return;
+  int32_t best = -1;
+  for (int32_t q = 0; q < B->nq; q++) {
+    int32_t cnt = 0;
+    for (int32_t r = 0; r < B->nq; r++) cnt += B->qz[r].proc == B->qz[q].proc;
+    cnt = 2 * cnt + (B->qz[q].out.space == FP_SP_TO);
+    if (cnt > best) best = cnt, B->lead = B->qz[q].proc;
+  }
+}
+
+/* rounds 0 and 1: each part's scale byte at the leader (its own, or sent by
+ * the part's quantizer), and their running max, the last one into B->fin
+ * (TO's scales where the leader is an exchange process, which keeps it) */
+static void block_scale(sblock *B) {
+  planner *P = B->P;
+  int32_t lead = B->lead;
+  bool lead_to = false;
+  for (int32_t x = 0; x < B->np; x++) lead_to |= B->procs[x] == lead && !B->gather[x];
+  int64_t prev = -1;
+  B->fin = lead_to ? ref(FP_SP_TO, P->kscales + B->blk) : ref(FP_SP_STAGE, stage_take(P, lead, 1));
+  for (int32_t j = 0; j < B->npart; j++) {
+    int64_t src = -1; /* the part in the leader's FROM shard */
+    for (int64_t k = B->lo; k < B->hi && src < 0; k++) /* (every quantizer's bytes come from such a k) */
+      if (B->kj[k] == j && B->kp[k].sp == lead) src = B->kp[k].src;
+    int64_t xj = stage_take(P, lead, 1);
+    fp_tx_op *o;
+    if (src >= 0) {
+      o = xchg(P, 0, FP_TX_SCALES, lead, B->pi, FP_E8M0, B->pn[j]);
+      o->sdtype = B->fdt, o->full_off = B->pe[j], o->dst = ref(FP_SP_STAGE, xj), o->src = ref(FP_SP_FROM, src);
+    } else {
+      const struct qz *by = &B->qz[B->sender[j]]; /* (every part has one: exchange processes want them all) */
+      int64_t at = stage_take(P, by->proc, 1);
+      o = xchg(P, 0, FP_TX_SCALES, by->proc, B->pi, FP_E8M0, B->pn[j]);
+      o->sdtype = B->fdt, o->full_off = B->pe[j], o->dst = ref(FP_SP_STAGE, at), o->src = ref(FP_SP_FROM, by->src);
+      o = xchg(P, 0, FP_TX_SEND, by->proc, B->pi, FP_E8M0, 1);
+      o->peer = lead, o->full_off = B->pe[j], o->src = ref(FP_SP_STAGE, at);
+      o = xchg(P, 0, FP_TX_RECV, lead, B->pi, FP_E8M0, 1);
+      o->peer = by->proc, o->full_off = B->pe[j], o->dst = ref(FP_SP_STAGE, xj);
+      P->load[by->proc - P->t->from_offset] += 1;
+    }
+    if (prev >= 0) {
+      o = xchg(P, 1, FP_TX_MAX, lead, B->pi, FP_E8M0, 1);
+      o->full_off = B->b0, o->src = ref(FP_SP_STAGE, prev), o->aux = ref(FP_SP_STAGE, xj);
+      o->dst = j == B->npart - 1 ? B->fin : ref(FP_SP_STAGE, stage_take(P, lead, 1));
+      prev = o->dst.off;
+    } else {
+      prev = xj;
+    }
+  }
+}
+
+/* round 2: the scale to every exchange process and quantizer but the
+ * leader, once per process (into TO's scales for an exchange process,
+ * which keeps it), and where each quantizer reads it */
+static void block_share_scale(sblock *B) {
+  planner *P = B->P;
+  for (int32_t x = 0; x < B->np + B->nq; x++) {
+    int32_t p = x < B->np ? B->procs[x] : B->qz[x - B->np].proc;
+    if (p == B->lead || (x < B->np && B->gather[x])) continue;
+    bool seen = false, into_to = false;
+    for (int32_t y = 0; y < x && !seen; y++)
+      seen = y < B->np ? B->procs[y] == p && !B->gather[y] : B->qz[y - B->np].proc == p;
+    for (int32_t y = 0; y < B->np; y++) into_to |= B->procs[y] == p && !B->gather[y];
+    if (seen) continue;
+    fp_tx_ref at = into_to ? ref(FP_SP_TO, P->kscales + B->blk) : ref(FP_SP_STAGE, stage_take(P, p, 1));
+    fp_tx_op *o = xchg(P, 2, FP_TX_SEND, B->lead, B->pi, FP_E8M0, 1);
+    o->peer = p, o->full_off = B->b0, o->src = B->fin;
+    o = xchg(P, 2, FP_TX_RECV, p, B->pi, FP_E8M0, 1);
+    o->peer = B->lead, o->full_off = B->b0, o->dst = at;
+    P->load[B->lead - P->t->from_offset] += 1;
+    for (int32_t q = 0; q < B->nq; q++)
+      if (B->qz[q].proc == p) B->qz[q].scale = at;
+  }
+  for (int32_t q = 0; q < B->nq; q++)
+    if (B->qz[q].proc == B->lead) B->qz[q].scale = B->fin;
+}
+
+/* round 3: the parts at the scale; then each sent to the processes lacking it */
+static void block_quantize(sblock *B) {
+  planner *P = B->P;
+  for (int32_t q = 0; q < B->nq; q++) {
+    const struct qz *z = &B->qz[q];
+    FP_ASSERT(z->scale.space != FP_SP_NONE);
+    fp_tx_op *o = xchg(P, 3, FP_TX_QUANT_AT, z->proc, B->pi, FP_E4M3, B->pn[z->part]);
+    o->sdtype = B->fdt, o->full_off = B->pe[z->part], o->dst = z->out, o->src = ref(FP_SP_FROM, z->src), o->aux = z->scale;
+  }
+  for (int64_t k = B->lo; k < B->hi; k++) {
+    const struct kpart *c = &B->kp[k];
+    int32_t j = B->kj[k];
+    if (B->gather[B->kx[k]] || c->sp == c->d) continue;
+    const struct qz *by = &B->qz[B->sender[j]];
+    fp_tx_op *o = fpi_tx_emit(P->t, FP_TX_SEND, by->proc, B->pi, FP_E4M3, B->pn[j]);
+    o->peer = c->d, o->full_off = B->pe[j], o->src = by->out;
+    o = fpi_tx_emit(P->t, FP_TX_RECV, c->d, B->pi, FP_E4M3, B->pn[j]);
+    o->peer = by->proc, o->full_off = B->pe[j], o->dst = ref(FP_SP_TO, P->kdata + B->pe[j]);
+    P->load[by->proc - P->t->from_offset] += B->pn[j];
+  }
+}
+
 static void split_blocks(planner *P, int32_t pi, fp_dtype fdt) {
-  fp_tx *t = P->t;
-  fp_arena *a = t->arena;
+  fp_arena *a = P->t->arena;
   struct kpart *kp = P->kp;
-  int64_t nkp = P->nkp, fsz = fpi_dtype_size(fdt);
+  int64_t nkp = P->nkp;
   P->nkp = 0;
   if (nkp == 0) return;
   fpi_sort_records(kp, sizeof *kp, nkp, 2, kpart_key);
-  /* per block scratch: its processes (gather or exchange), parts, quantizers */
-  int32_t *procs = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *procs);
-  bool *gather = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *gather);
-  int64_t *pe = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *pe), *pn = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *pn);
-  int32_t *kx = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *kx), *kj = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *kj);
-  /* (per wanted part k: its process's index in procs, its part's in pe) */
-  /* quantizers (proc, part): their FROM byte, where they quantize to, where they read the scale */
-  struct qz { int32_t proc, part; int64_t src; fp_tx_ref out, scale; } *qz = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *qz);
-  int32_t *sender = fpi_alloc_array(a, (size_t)nkp + 1, sizeof *sender); /* per part: its quantizer for others (qz index) */
+  size_t n = (size_t)nkp + 1;
+  sblock B = {.P = P, .pi = pi, .fdt = fdt, .fsz = fpi_dtype_size(fdt), .kp = kp,
+              .procs = fpi_alloc_array(a, n, sizeof *B.procs), .gather = fpi_alloc_array(a, n, sizeof *B.gather),
+              .pe = fpi_alloc_array(a, n, sizeof *B.pe), .pn = fpi_alloc_array(a, n, sizeof *B.pn),
+              .kx = fpi_alloc_array(a, n, sizeof *B.kx), .kj = fpi_alloc_array(a, n, sizeof *B.kj),
+              .qz = fpi_alloc_array(a, n, sizeof *B.qz), .sender = fpi_alloc_array(a, n, sizeof *B.sender)};
   for (int64_t lo = 0, hi; lo < nkp; lo = hi) {
-    int64_t blk = kp[lo].blk, b0 = blk * FP_MX_BLOCK;
+    int64_t blk = kp[lo].blk;
     for (hi = lo; hi < nkp && kp[hi].blk == blk;) hi++;
-    int32_t np = 0, nq = 0, npart = 0;
-    for (int64_t k = lo; k < hi; k++) { /* the parts, in element order; the processes */
-      if (npart == 0 || pe[npart - 1] != kp[k].e) pe[npart] = kp[k].e, pn[npart] = kp[k].n, npart++;
-      FP_ASSERT(pn[npart - 1] == kp[k].n);
-      int32_t x = 0;
-      while (x < np && procs[x] != kp[k].d) x++;
-      if (x == np) procs[np] = kp[k].d, gather[np] = true, np++;
-      gather[x] &= kp[k].sp == kp[k].d;
-      kx[k] = x, kj[k] = npart - 1;
-    }
-    FP_ASSERT(npart >= 2);
-    int64_t blen = P->knumel - b0 < FP_MX_BLOCK ? P->knumel - b0 : FP_MX_BLOCK;
-    int32_t lead = -1;
-    /* gather processes: copy the parts into staging, quantize the block there */
-    for (int32_t x = 0; x < np; x++) {
-      if (!gather[x]) continue;
-      if (lead < 0) lead = procs[x];
-      int64_t st = stage_take(P, procs[x], blen * fsz);
-      for (int64_t k = lo; k < hi; k++) {
-        if (kp[k].d != procs[x]) continue;
-        fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, procs[x], pi, fdt, kp[k].n);
-        o->full_off = kp[k].e, o->dst = ref(FP_SP_STAGE, st + (kp[k].e - b0) * fsz), o->src = ref(FP_SP_FROM, kp[k].src);
-      }
-      fp_tx_op *q = late(P, FP_TX_QUANT, procs[x], pi, FP_E4M3, blen);
-      q->sdtype = fdt, q->full_off = b0, q->dst = ref(FP_SP_TO, P->kdata + b0), q->src = ref(FP_SP_STAGE, st),
-      q->aux = ref(FP_SP_TO, P->kscales + blk);
-    }
-    bool xchange = false;
-    for (int32_t x = 0; x < np; x++) xchange |= !gather[x];
-    if (!xchange) continue;
-    /* quantizers: the exchange processes' own parts, then one sender per
-     * part some exchange process lacks (a holder among the processes, else
-     * the cover's choice) */
-    for (int32_t j = 0; j < npart; j++) sender[j] = -1;
-    for (int64_t k = lo; k < hi; k++) {
-      int32_t j = kj[k];
-      if (gather[kx[k]] || kp[k].sp != kp[k].d) continue;
-      qz[nq] = (struct qz){kp[k].d, j, kp[k].src, ref(FP_SP_TO, P->kdata + kp[k].e), {0}};
-      if (sender[j] < 0) sender[j] = nq;
-      nq++;
-    }
-    for (int64_t k = lo; k < hi; k++) {
-      int32_t j = kj[k];
-      if (gather[kx[k]] || kp[k].sp == kp[k].d || sender[j] >= 0) continue;
-      /* a gather process holding the part, else the cover's sender */
-      int32_t by = kp[k].sp;
-      int64_t src = kp[k].src;
-      for (int64_t g = lo; g < hi; g++)
-        if (kp[g].e == kp[k].e && kp[g].sp == kp[g].d) {
-          by = kp[g].d, src = kp[g].src;
-          break;
-        }
-      qz[nq] = (struct qz){by, j, src, ref(FP_SP_STAGE, stage_take(P, by, pn[j])), {0}};
-      sender[j] = nq++;
-    }
-    /* the leader: a gather process (it holds every part), else the
-     * quantizer of the most parts (ties: an exchange process, the first) */
-    if (lead < 0) {
-      int32_t best = -1;
-      for (int32_t q = 0; q < nq; q++) {
-        int32_t cnt = 0;
-        for (int32_t r = 0; r < nq; r++) cnt += qz[r].proc == qz[q].proc;
-        cnt = 2 * cnt + (qz[q].out.space == FP_SP_TO);
-        if (cnt > best) best = cnt, lead = qz[q].proc;
-      }
-    }
-    bool lead_to = false; /* the leader keeps the scale in TO (an exchange process) */
-    for (int32_t x = 0; x < np; x++) lead_to |= procs[x] == lead && !gather[x];
-    /* round 0: each part's scale byte at the leader */
-    int64_t prev = -1;
-    fp_tx_ref fin = lead_to ? ref(FP_SP_TO, P->kscales + blk) : ref(FP_SP_STAGE, stage_take(P, lead, 1));
-    for (int32_t j = 0; j < npart; j++) {
-      int64_t src = -1; /* the part in the leader's FROM shard */
-      for (int64_t k = lo; k < hi && src < 0; k++) /* (every quantizer's bytes come from such a k) */
-        if (kj[k] == j && kp[k].sp == lead) src = kp[k].src;
-      int64_t xj = stage_take(P, lead, 1);
-      fp_tx_op *o;
-      if (src >= 0) {
-        o = xchg(P, 0, FP_TX_SCALES, lead, pi, FP_E8M0, pn[j]);
-        o->sdtype = fdt, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, xj), o->src = ref(FP_SP_FROM, src);
-      } else {
-        const struct qz *by = &qz[sender[j]]; /* (every part has one: exchange processes want them all) */
-        int64_t at = stage_take(P, by->proc, 1);
-        o = xchg(P, 0, FP_TX_SCALES, by->proc, pi, FP_E8M0, pn[j]);
-        o->sdtype = fdt, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, at), o->src = ref(FP_SP_FROM, by->src);
-        o = xchg(P, 0, FP_TX_SEND, by->proc, pi, FP_E8M0, 1);
-        o->peer = lead, o->full_off = pe[j], o->src = ref(FP_SP_STAGE, at);
-        o = xchg(P, 0, FP_TX_RECV, lead, pi, FP_E8M0, 1);
-        o->peer = by->proc, o->full_off = pe[j], o->dst = ref(FP_SP_STAGE, xj);
-        P->load[by->proc - t->from_offset] += 1;
-      }
-      /* round 1: the running max, the last one where the leader keeps it */
-      if (prev >= 0) {
-        o = xchg(P, 1, FP_TX_MAX, lead, pi, FP_E8M0, 1);
-        o->full_off = b0, o->src = ref(FP_SP_STAGE, prev), o->aux = ref(FP_SP_STAGE, xj);
-        o->dst = j == npart - 1 ? fin : ref(FP_SP_STAGE, stage_take(P, lead, 1));
-        prev = o->dst.off;
-      } else {
-        prev = xj;
-      }
-    }
-    /* round 2: the scale to every exchange process and quantizer but the
-     * leader, once per process (into TO's scales for an exchange process,
-     * which keeps it), and where each quantizer reads it */
-    for (int32_t x = 0; x < np + nq; x++) {
-      int32_t p = x < np ? procs[x] : qz[x - np].proc;
-      if (p == lead || (x < np && gather[x])) continue;
-      bool seen = false, into_to = false;
-      for (int32_t y = 0; y < x && !seen; y++) seen = y < np ? procs[y] == p && !gather[y] : qz[y - np].proc == p;
-      for (int32_t y = 0; y < np; y++) into_to |= procs[y] == p && !gather[y];
-      if (seen) continue;
-      fp_tx_ref at = into_to ? ref(FP_SP_TO, P->kscales + blk) : ref(FP_SP_STAGE, stage_take(P, p, 1));
-      fp_tx_op *o = xchg(P, 2, FP_TX_SEND, lead, pi, FP_E8M0, 1);
-      o->peer = p, o->full_off = b0, o->src = fin;
-      o = xchg(P, 2, FP_TX_RECV, p, pi, FP_E8M0, 1);
-      o->peer = lead, o->full_off = b0, o->dst = at;
-      P->load[lead - t->from_offset] += 1;
-      for (int32_t q = 0; q < nq; q++)
-        if (qz[q].proc == p) qz[q].scale = at;
-    }
-    for (int32_t q = 0; q < nq; q++)
-      if (qz[q].proc == lead) qz[q].scale = fin;
-    /* round 3: the parts at the scale; then each sent to the processes lacking it */
-    for (int32_t q = 0; q < nq; q++) {
-      FP_ASSERT(qz[q].scale.space != FP_SP_NONE);
-      fp_tx_op *o = xchg(P, 3, FP_TX_QUANT_AT, qz[q].proc, pi, FP_E4M3, pn[qz[q].part]);
-      o->sdtype = fdt, o->full_off = pe[qz[q].part], o->dst = qz[q].out, o->src = ref(FP_SP_FROM, qz[q].src),
-      o->aux = qz[q].scale;
-    }
-    for (int64_t k = lo; k < hi; k++) {
-      int32_t j = kj[k];
-      if (gather[kx[k]] || kp[k].sp == kp[k].d) continue;
-      const struct qz *by = &qz[sender[j]];
-      fp_tx_op *o = fpi_tx_emit(t, FP_TX_SEND, by->proc, pi, FP_E4M3, pn[j]);
-      o->peer = kp[k].d, o->full_off = pe[j], o->src = by->out;
-      o = fpi_tx_emit(t, FP_TX_RECV, kp[k].d, pi, FP_E4M3, pn[j]);
-      o->peer = by->proc, o->full_off = pe[j], o->dst = ref(FP_SP_TO, P->kdata + pe[j]);
-      P->load[by->proc - t->from_offset] += pn[j];
-    }
+    B.lo = lo, B.hi = hi, B.blk = blk, B.b0 = blk * FP_MX_BLOCK;
+    B.blen = P->knumel - B.b0 < FP_MX_BLOCK ? P->knumel - B.b0 : FP_MX_BLOCK;
+    block_parts(&B);
+    if (!block_gathers(&B)) continue;
+    block_quantizers(&B);
+    block_scale(&B);
+    block_share_scale(&B);
+    block_quantize(&B);
   }
 }
 

@@ -231,6 +231,19 @@ function(fp_reshard_test name np sa wa sb wb)
               ${wb} ${ARGN})
 endfunction()
 fp_reshard_test(fs2_to_placements3 3 full_shard 2 placements-w3 3)
+# the transfer's watchdog (issue 31): a process away from the agreement, then
+# process 0 away, then one whose data sends are lost (test_reshard_wd wraps
+# MPI_Isend: the network losing them), each named by the others within the
+# timeout, never a hang
+add_executable(test_reshard_wd ${CMAKE_CURRENT_SOURCE_DIR}/test_reshard.c)
+target_compile_definitions(test_reshard_wd PRIVATE FP_TEST_WRAP_ISEND)
+target_link_libraries(test_reshard_wd PRIVATE flexplan_api PkgConfig::JSONC m)
+target_link_options(test_reshard_wd PRIVATE "LINKER:--wrap=MPI_Isend")
+fp_mpi_test(reshard_watchdog 3 test_reshard_wd ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+            ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json 3 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json 2
+            --watchdog 1)
+set_property(TEST reshard_watchdog APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
+set_tests_properties(reshard_watchdog PROPERTIES TIMEOUT 120)
 fp_reshard_test(fs4_to_fs2 4 full_shard 4 full_shard 2)
 # flat hybrid buckets of params that fill whole alignment units: adjacent
 # params' pieces continue each other, and the executor copies them as one

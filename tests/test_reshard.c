@@ -20,14 +20,35 @@
  * elements and e8m0 scales in B's arena must equal the C reference kernel's
  * quantization of the whole param (fpk_quantize_mxfp8 of A's values) byte
  * for byte, whoever sent which slice; the way back must be refused (B holds
- * no full-precision copy). */
+ * no full-precision copy).
+ * With --watchdog (run with FLEXPLAN_TIMEOUT=1 and 3 processes) a transfer
+ * must time out rather than hang: a process that stays away from the
+ * agreement is named by the others, process 0 staying away is named too, TO
+ * is unchanged, and the next run works; built as test_reshard_wd (every
+ * MPI_Isend of the transfer's data passes through __wrap_MPI_Isend below), a
+ * process whose sends are lost makes its receivers time out naming it. */
 #include <fnmatch.h>
 #include <math.h>
+#include <unistd.h>
 
 #include "exec_util.h"
 #include "compile_util.h"
 #include "ir/xfer.h"
 #include "kernels/kernels.h"
+
+#ifdef FP_TEST_WRAP_ISEND
+/* the network losing one process's transfer data (tag 7: xfer.c's data tag) */
+static int g_drop_from = -1;
+int __real_MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm, MPI_Request *req);
+int __wrap_MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm, MPI_Request *req);
+int __wrap_MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm, MPI_Request *req) {
+  if (tag == 7 && tu_rank == g_drop_from) {
+    *req = MPI_REQUEST_NULL;
+    return MPI_SUCCESS;
+  }
+  return __real_MPI_Isend(buf, count, dt, dest, tag, comm, req);
+}
+#endif
 
 static double formula(int32_t param, int64_t e) {
   /* varied signs and magnitudes (so MXFP8 blocks get different scales) */
@@ -183,6 +204,64 @@ static void check(fp_exec *x, const char *what, const fp_plan *src, bool mx_any,
   }
 }
 
+static int64_t changed_bytes(const fp_exec *xb, const fp_plan *B) {
+  int64_t changed = 0;
+  for (int64_t b = 0; xb && b < B->prog->arena_bytes; b++) changed += (unsigned char)xb->dev[b] != SENT;
+  return changed;
+}
+
+/* --watchdog: one process stays away from a run (the one given, then
+ * process 0); the others must fail with FP_ERR_TIMEOUT naming it, TO
+ * unchanged. FLEXPLAN_TIMEOUT=1: the others give up within 1 s (process 0
+ * away: 2 x 1 + 1 s); the barrier lets the one away come back after. */
+static void watchdog_away(fp_xfer *ab, fp_exec *xa, fp_exec *xb, const fp_plan *B, int away) {
+  if (xb) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+  if (tu_rank != away) {
+    fp_status st = fp_xfer_run(ab, xa, xb, NULL);
+    char want[64];
+    snprintf(want, sizeof want, away ? "did not join: %d;" : "process 0 did not join", away);
+    EXPECT(st == FP_ERR_TIMEOUT && strstr(fp_xfer_errmsg(ab), want) && strstr(fp_xfer_errmsg(ab), "nothing was written"),
+           "process %d away: got %s: %s", away, fp_status_name(st), fp_xfer_errmsg(ab));
+    EXPECT(changed_bytes(xb, B) == 0, "a transfer that timed out changed %" PRId64 " TO bytes", changed_bytes(xb, B));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+#ifdef FP_TEST_WRAP_ISEND
+/* the data sent by process `victim` is lost: every process with a receive
+ * from it times out naming it (and its executors are unusable after); the
+ * others complete */
+static void watchdog_lost(fp_xfer *ab, fp_exec *xa, fp_exec *xb, int victim) {
+  const fp_tx *t = ab->tx;
+  bool waits = false;
+  if (tu_rank < t->nprocs) {
+    int32_t g = fpi_tx_prog(t, tu_rank);
+    for (int32_t i = t->first[g]; i < t->first[g + 1]; i++)
+      waits |= t->ops[i].kind == FP_TX_RECV && t->ops[i].peer == victim;
+  }
+  int any = waits;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT(any, "no process receives from process %d: the lost sends test nothing", victim);
+  g_drop_from = victim;
+  fp_status st = fp_xfer_run(ab, xa, xb, NULL);
+  g_drop_from = -1;
+  char want[64];
+  snprintf(want, sizeof want, "a receive from process %d", victim);
+  if (waits) {
+    EXPECT(st == FP_ERR_TIMEOUT && strstr(fp_xfer_errmsg(ab), "watchdog: fp_xfer_run") &&
+               strstr(fp_xfer_errmsg(ab), want),
+           "lost sends of process %d: got %s: %s", victim, fp_status_name(st), fp_xfer_errmsg(ab));
+    fp_exec *x = xb ? xb : xa;
+    fp_status h = fp_exec_hook(x, FP_HOOK_STEP_BEGIN, -1);
+    EXPECT(h != FP_OK && strstr(fp_exec_errmsg(x), "fp_xfer_run"), "an executor after the transfer's watchdog: %s: %s",
+           fp_status_name(h), fp_exec_errmsg(x));
+  } else {
+    EXPECT(st == FP_OK, "process %d (no receive from %d): %s", tu_rank, victim, fp_xfer_errmsg(ab));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+#endif
+
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   if (argc < 6) {
@@ -195,6 +274,7 @@ int main(int argc, char **argv) {
   bool wire_exact = false;    /* wire = lower bound even where B keeps MXFP8 (no block split between senders) */
   long wire_over = -1;        /* wire - lower bound where B keeps MXFP8: the split blocks' scale exchange (-1: any) */
   int expect_shared = -1;     /* processes of A -> B that repeat another's program (fp_tx.same); -1: any */
+  bool watchdog = false;      /* --watchdog 1: the timeouts (FLEXPLAN_TIMEOUT=1, 3 processes) */
   int wa = atoi(argv[3]), wb = atoi(argv[5]);
   long off = 0;
   for (int i = 6; i + 1 < argc; i += 2) {
@@ -205,7 +285,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--wire-exact")) wire_exact = atoi(argv[i + 1]) != 0;
     if (!strcmp(argv[i], "--wire-over")) wire_over = atol(argv[i + 1]);
     if (!strcmp(argv[i], "--expect-shared")) expect_shared = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--watchdog")) watchdog = atoi(argv[i + 1]) != 0;
   }
+  if (watchdog) alarm(100); /* a hang is a failure, never a stuck CI job */
   fp_plan *A = tu_compile(model, argv[2], wa), *B = tu_compile(model, argv[4], wb);
   if (!A || !B) return tu_finish();
   const char *what = g_states ? "weights+optimizer" : "weights";
@@ -368,6 +450,13 @@ int main(int argc, char **argv) {
     if (inB) check(xb, "A->B after a failed run", A, mxpat != NULL, mxpat);
     MPI_Comm_free(&w2);
   }
+  if (watchdog) {
+    watchdog_away(ab, xa, xb, B, tu_world - 1);
+    watchdog_away(ab, xa, xb, B, 0);
+    if (inB) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+    EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B after the timeouts: %s", fp_xfer_errmsg(ab));
+    if (inB) check(xb, "A->B after the timeouts", A, mxpat != NULL, mxpat);
+  }
   if (ba) {
     if (inA) memset(xa->dev, SENT, (size_t)A->prog->arena_bytes);
     EXPECT(fp_xfer_run(ba, xb, xa, NULL) == FP_OK, "run B->A: %s", fp_xfer_errmsg(ba));
@@ -397,6 +486,9 @@ int main(int argc, char **argv) {
       }
     }
   }
+#ifdef FP_TEST_WRAP_ISEND
+  if (watchdog) watchdog_lost(ab, xa, xb, 1); /* last: the executors it times out are unusable */
+#endif
   if (tu_rank == 0)
     printf("transfer %d -> %d (%s, to-offset %ld%s%s): %" PRId64 " processes, %d ops, wire %" PRId64 " bytes, lower "
            "bound %" PRId64 ", local %" PRId64 "\n",

@@ -105,10 +105,10 @@ static void name_list(FILE *f, const char *key, const char *const *names, int32_
   fputc(']', f);
 }
 
-static void write_data(FILE *f, const fp_viz *v) {
+/* the page's "meta": the plan, the model's figures, the time range */
+static void write_meta(FILE *f, const fp_viz *v) {
   const fp_prog *p = v->p;
-  /* meta */
-  fprintf(f, "{\"meta\":{\"model\":");
+  fputs("{\"meta\":{\"model\":", f);
   fpi_jw_str(f, p->model);
   fputs(",\"strategy\":", f);
   fpi_jw_str(f, p->strategy);
@@ -131,7 +131,11 @@ static void write_data(FILE *f, const fp_viz *v) {
              ",\"nops\":%" PRId32 "}",
           p->arena_bytes, v->tl->peak_bytes, v->tl->lower_bound_bytes, v->budget, v->budget_from_plan ? "true" : "false",
           v->hw.hbm_bytes, v->nclasses, p->nops);
-  /* name tables */
+}
+
+/* the name tables (streams, categories, opcodes, ...), the buckets, modules and communicators */
+static void write_names(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   const char *streams[FP_NSTREAMS], *cats[FP_MEMTL_NCATS], *opnames[FP_NOPS], *opcls[FP_NOPS], *dtypes[FP_NDTYPES],
       *segkinds[FP_NSEGKINDS];
   static const char *const clsname[] = {"comm", "local", "sync", "compute"};
@@ -158,6 +162,11 @@ static void write_data(FILE *f, const fp_viz *v) {
     if (k) fputc(',', f);
     fpi_jw_str(f, p->comms[k].name);
   }
+}
+
+/* the buffers, segments and ops, one column per field */
+static void write_tables(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   fputs("]\n,\"bufs\":{", f);
   column(f, "name", v, p->nbufs, buf_name, false);
   column(f, "cat", v, p->nbufs, buf_cat, true);
@@ -183,7 +192,11 @@ static void write_data(FILE *f, const fp_viz *v) {
     column(f, opcols[c].name, v, p->nops, opcols[c].fn, c > 0);
     fputc('\n', f);
   }
-  /* ranks: what differs from the first rank shown, and the ends of each flow */
+}
+
+/* the flows, and per rank shown what differs from the first and the ends of each flow */
+static void write_ranks(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   fputs("}\n,\"flows\":[", f);
   for (int32_t j = 0; j < v->nflows; j++)
     fprintf(f, "%s[%" PRId32 ",%" PRId32 ",%d]", j ? "," : "", v->flows[j].wait, v->flows[j].record,
@@ -212,6 +225,11 @@ static void write_data(FILE *f, const fp_viz *v) {
     }
     fputs("]}", f);
   }
+}
+
+/* the exposed communication, in time and ranked */
+static void write_exposed(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
   fputs("]\n,\"exposed\":[", f);
   for (int32_t j = 0; j < v->nexposed; j++) {
     const fp_viz_exposed *x = &v->exposed[j];
@@ -237,6 +255,10 @@ static void write_data(FILE *f, const fp_viz *v) {
     fpi_jw_us(f, rk[j].us);
     fputc(']', f);
   }
+}
+
+/* the memory timeline and the live ranges; closes the data object */
+static void write_memory(FILE *f, const fp_viz *v) {
   fputs("]\n,\"mem\":{\"pts\":[", f);
   for (int32_t k = 0; k < v->tl->npts; k++) {
     const fp_memtl_point *q = &v->tl->pts[k];
@@ -257,6 +279,15 @@ static void write_data(FILE *f, const fp_viz *v) {
   column(f, "t0", v, v->nlives, life_t0, true);
   column(f, "t1", v, v->nlives, life_t1, true);
   fputs("}}\n", f);
+}
+
+static void write_data(FILE *f, const fp_viz *v) {
+  write_meta(f, v);
+  write_names(f, v);
+  write_tables(f, v);
+  write_ranks(f, v);
+  write_exposed(f, v);
+  write_memory(f, v);
 }
 
 bool fpi_viz_html(const fp_viz *v, FILE *f) {

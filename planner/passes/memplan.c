@@ -738,26 +738,17 @@ static int64_t clique_bound(placer *pl, const int64_t *off, int64_t above) {
   return best;
 }
 
-bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
-  fp_stats *st = c->stats;
-  bool ok = false;
-  /* live ranges grouped by buffer */
-  fp_ir_live *lv = malloc(sizeof *lv * ((size_t)p->nlives + 1));
-  ranges *rg = calloc((size_t)p->nbufs + 1, sizeof *rg);
-  item *items = malloc(sizeof *items * ((size_t)p->nbufs + 1));
-  span *spans = malloc(sizeof *spans * ((size_t)p->nbufs + 1));
-  int32_t *seen = malloc(sizeof *seen * ((size_t)p->nbufs + 1));
-  int64_t *delta = calloc((size_t)p->nops + 2, sizeof *delta);
-  int64_t *actd = calloc((size_t)p->nops + 2, sizeof *actd);
-  FP_ASSERT(lv && rg && items && spans && seen && delta && actd);
+/* lv (a copy of the program's live ranges) sorted by buffer, and where
+ * the plan was simulated (c->hint_*) the modeled spans of each range, two
+ * per range (this step, the next), in the same order in *tvp; rg[buf]
+ * indexes lv. Returns the number of modeled instances (0: untimed). */
+static int32_t group_ranges(fp_pass_ctx *c, const fp_prog *p, fp_ir_live *lv, fp_ir_live **tvp, ranges *rg) {
   if (p->nlives) memcpy(lv, p->lives, sizeof *lv * (size_t)p->nlives);
-  /* the modeled spans, two per range (this step, the next), in the same
-   * order as lv once both are sorted by buffer */
   bool timed = c->hint_t0 && c->hint_t1 && c->hint_n == p->nlives && p->nlives > 0;
-  fp_ir_live *tv = NULL;
   int32_t ninst = 0;
+  *tvp = NULL;
   if (timed) {
-    tv = malloc(sizeof *tv * (2 * (size_t)p->nlives + 1));
+    fp_ir_live *tv = malloc(sizeof *tv * (2 * (size_t)p->nlives + 1));
     FP_ASSERT(tv);
     ninst = time_ranges(c, p, tv);
     /* sort lv by buffer carrying each range's spans along: the key of range
@@ -775,6 +766,7 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     memcpy(lv, tmp, sizeof *lv * (size_t)p->nlives);
     free(perm);
     free(tmp);
+    *tvp = tv;
   } else {
     qsort(lv, (size_t)p->nlives, sizeof *lv, cmp_live);
   }
@@ -782,21 +774,21 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     if (rg[lv[i].buf].n == 0) rg[lv[i].buf].first = i;
     rg[lv[i].buf].n++;
   }
-  /* the real ranges, sorted as lv (the lower bound is theirs) */
-  fp_ir_live *raw = malloc(sizeof *raw * ((size_t)p->nlives + 1));
-  FP_ASSERT(raw);
-  if (p->nlives) memcpy(raw, lv, sizeof *lv * (size_t)p->nlives);
-  /* A range that ends on the rs stream in a post_backward ends when that
-   * stream gets there, well after the hooks that follow: the rs stream casts
-   * and reduces a layer's grads while the compute stream runs the next
-   * backward. Reusing those bytes at once (for the next layer's grads, or
-   * the weights it gathers) would make the next backward wait for the
-   * reduction, so for placement the range is held until the end of the
-   * c->hold-th post_backward after it in the micro-batch (1: double
-   * buffering the unsharded grads and the reduction's staging; more where
-   * the rs stream falls further behind the backward: see
-   * planner/pipeline.c, schedule_memory).
-   * The verifier and the memory timeline use the real ranges. */
+  return ninst;
+}
+
+/* A range that ends on the rs stream in a post_backward ends when that
+ * stream gets there, well after the hooks that follow: the rs stream casts
+ * and reduces a layer's grads while the compute stream runs the next
+ * backward. Reusing those bytes at once (for the next layer's grads, or
+ * the weights it gathers) would make the next backward wait for the
+ * reduction, so for placement the range is held until the end of the
+ * c->hold-th post_backward after it in the micro-batch (1: double
+ * buffering the unsharded grads and the reduction's staging; more where
+ * the rs stream falls further behind the backward: see
+ * planner/pipeline.c, schedule_memory).
+ * The verifier and the memory timeline use the real ranges. */
+static void hold_ranges(const fp_pass_ctx *c, const fp_prog *p, fp_ir_live *lv) {
   for (int i = 0; i < p->nlives && c->hold > 0; i++) {
     const fp_op *op = &p->ops[lv[i].last];
     fp_buf_cat cat = p->bufs[lv[i].buf].cat;
@@ -810,34 +802,77 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
     if (k < p->nsegs && p->segs[k].micro == p->segs[op->seg].micro)
       lv[i].last = p->segs[k].first + p->segs[k].nops - 1;
   }
+}
 
-  /* persistent buffers back to back (device and host arenas apart) */
-  int64_t dev = 0, host = 0;
-  int nitems = 0;
+/* persistent buffers back to back (device and host arenas apart); the
+ * transient ones listed in items. false: an arena past int64 */
+static bool place_persistent(fp_pass_ctx *c, fp_prog *p, item *items, int *nitems, int64_t *dev, int64_t *host) {
+  *dev = *host = 0;
+  *nitems = 0;
   for (int b = 0; b < p->nbufs; b++) {
     fp_ir_buf *B = &p->bufs[b];
-    int64_t *cur = B->host ? &host : &dev;
+    int64_t *cur = B->host ? host : dev;
     if (B->kind == FP_BUF_PERSISTENT) {
       B->offset = *cur;
       if (!fpi_add64(*cur, B->bytes, cur) || !fpi_align64(*cur, FP_PARAM_ALIGN, cur)) {
         too_big(c);
-        goto done;
+        return false;
       }
     } else {
       FP_ASSERT(!B->host); /* host staging is not lowered yet */
-      items[nitems++] = (item){b, B->bytes};
+      items[(*nitems)++] = (item){b, B->bytes};
     }
   }
-  st->persistent_bytes = dev;
-  /* transient: greedy, in each of a few orders (placer), the smallest arena
-   * kept; then, while it is above the bound of the ranges it honours,
-   * "squeaky wheel" tries: the buffers that end above the bound go first in
-   * the next try (in their order), up to FP_MEMPLAN_RETRIES times. A held
-   * plan (c->hold) gets the fixed orders only: its arena is never kept
-   * (planner/pipeline.c, schedule_memory), only its modeled lifetimes
-   * are, and the retries exist to close an arena's last percent */
-  placer pl = {.p = p, .lv = lv, .tv = timed ? tv : NULL, .rg = rg, .items = items, .nitems = nitems,
-               .ninst = ninst, .dev = dev, .spans = spans, .seen = seen};
+  return true;
+}
+
+/* the next "squeaky wheel" order: the order tried last (the best of the
+ * fixed ones first), its buffers above the bound first; false when that is
+ * the order just tried, unchanged (it places the same again, and so would
+ * every try after it: each reorders the one before) */
+static bool squeaky_order(placer *pl, int order, const item *seq, const int64_t *best, const int64_t *off,
+                          int64_t bound, item *next) {
+  int nitems = pl->nitems;
+  item *items = pl->items;
+  const item *from = order == NORDERS ? seq : items;
+  const int64_t *at = order == NORDERS ? best : off;
+  int n = 0;
+  for (int i = 0; i < nitems; i++)
+    if (at[from[i].buf] + from[i].bytes > bound) next[n++] = from[i];
+  for (int i = 0; i < nitems; i++)
+    if (at[from[i].buf] + from[i].bytes <= bound) next[n++] = from[i];
+  int same = order > NORDERS;
+  for (int i = 0; i < nitems && same; i++) same = items[i].buf == next[i].buf;
+  if (same) return false;
+  memcpy(items, next, sizeof *items * (size_t)nitems);
+  return true;
+}
+
+/* whether fixed order `order` lists the buffers as one tried before with
+ * the same fit (by size and by size then start often agree): it would place
+ * them the same. tried[] keeps a hash of each order's sequence. */
+static bool tried_before(const placer *pl, int order, uint64_t *tried) {
+  uint64_t h = FP_FNV_INIT;
+  for (int i = 0; i < pl->nitems; i++) h = (h ^ (uint32_t)pl->items[i].buf) * 0x100000001b3ull; /* FNV, a buffer a step */
+  tried[order] = h;
+  bool dup = false;
+  for (int o = 0; o < order && !dup; o++) dup = tried[o] == h && (o == ORDER_SIZE_BEST_FIT) == (order == ORDER_SIZE_BEST_FIT);
+  return dup;
+}
+
+/* Transient buffers: greedy, in each of a few orders (placer), the smallest
+ * arena kept; then, while it is above the bound of the ranges it honours,
+ * "squeaky wheel" tries: the buffers that end above the bound go first in
+ * the next try (in their order), up to FP_MEMPLAN_RETRIES times. A held
+ * plan (c->hold) gets the fixed orders only: its arena is never kept
+ * (planner/pipeline.c, schedule_memory), only its modeled lifetimes are,
+ * and the retries exist to close an arena's last percent. Sets the
+ * buffers' offsets; *end is the arena's end, *bound the ranges' bound.
+ * false: an arena past int64. */
+static bool place_transient(fp_pass_ctx *c, placer *pl, int64_t *delta, int64_t *end, int64_t *bound) {
+  fp_prog *p = pl->p;
+  int nitems = pl->nitems;
+  item *items = pl->items;
   int64_t *off = malloc(sizeof *off * ((size_t)p->nbufs + 1)), *best = malloc(sizeof *best * ((size_t)p->nbufs + 1));
   double *key = malloc(sizeof *key * ((size_t)p->nbufs + 1));
   item *seq = malloc(sizeof *seq * ((size_t)nitems + 1)), *next = malloc(sizeof *next * ((size_t)nitems + 1));
@@ -845,72 +880,48 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   /* the bound of the ranges placed by: the sweeps first (cheap, and often
    * reached); when no order reaches them, the heaviest clique through the
    * buffers that end above them (rarely more than the sweeps, never less) */
-  int64_t bound = sweep_bound(&pl, delta);
-  bool cliqued = false;
-  int64_t end = -1;
+  *bound = sweep_bound(pl, delta);
+  *end = -1;
+  bool cliqued = false, ok = true;
   int64_t work = 0;
   uint64_t tried[NORDERS]; /* per fixed order: a hash of the sequence it tried */
   int tries = NORDERS + (c->hold > 0 ? 0 : FP_MEMPLAN_RETRIES);
-  for (int order = 0; order < tries && (end < 0 || (end > bound && work < FP_MEMPLAN_WORK)); order++) {
+  for (int order = 0; order < tries && (*end < 0 || (*end > *bound && work < FP_MEMPLAN_WORK)); order++) {
     if (order == NORDERS && !cliqued) {
-      int64_t q = dev + clique_bound(&pl, best, bound);
-      if (q > bound) bound = q;
+      int64_t q = pl->dev + clique_bound(pl, best, *bound);
+      if (q > *bound) *bound = q;
       cliqued = true;
-      if (end <= bound) break;
+      if (*end <= *bound) break;
     }
     if (order < NORDERS) {
-      order_items(&pl, order, key);
-      /* an order that lists the buffers as one tried before with the same
-       * fit places them the same (by size and by size then start often
-       * agree): skipped */
-      uint64_t h = FP_FNV_INIT;
-      for (int i = 0; i < nitems; i++) h = (h ^ (uint32_t)items[i].buf) * 0x100000001b3ull; /* FNV, a buffer a step */
-      tried[order] = h;
-      bool dup = false;
-      for (int o = 0; o < order && !dup; o++)
-        dup = tried[o] == h && (o == ORDER_SIZE_BEST_FIT) == (order == ORDER_SIZE_BEST_FIT);
-      if (dup) continue;
-    } else { /* the order tried last (the best of the fixed ones first), its buffers above the bound first */
-      const item *from = order == NORDERS ? seq : items;
-      const int64_t *at = order == NORDERS ? best : off;
-      int n = 0;
-      for (int i = 0; i < nitems; i++)
-        if (at[from[i].buf] + from[i].bytes > bound) next[n++] = from[i];
-      for (int i = 0; i < nitems; i++)
-        if (at[from[i].buf] + from[i].bytes <= bound) next[n++] = from[i];
-      /* the order just tried, unchanged: it places the same again, and so
-       * would every try after it (each reorders the one before) */
-      int same = order > NORDERS;
-      for (int i = 0; i < nitems && same; i++) same = items[i].buf == next[i].buf;
-      if (same) break;
-      memcpy(items, next, sizeof *items * (size_t)nitems);
+      order_items(pl, order, key);
+      if (tried_before(pl, order, tried)) continue;
+    } else if (!squeaky_order(pl, order, seq, best, off, *bound, next)) {
+      break;
     }
-    int64_t e = place(&pl, order == ORDER_SIZE_BEST_FIT, off, &work);
+    int64_t e = place(pl, order == ORDER_SIZE_BEST_FIT, off, &work);
     if (e < 0) {
-      free(off), free(best), free(key), free(seq), free(next);
       too_big(c);
-      goto done;
+      ok = false;
+      break;
     }
-    if (end < 0 || e < end) {
-      end = e;
+    if (*end < 0 || e < *end) {
+      *end = e;
       for (int i = 0; i < nitems; i++) best[items[i].buf] = off[items[i].buf];
       memcpy(seq, items, sizeof *items * (size_t)nitems);
     }
   }
-  /* held ranges are a choice: the bound reported is the real ranges' */
-  if (c->hold > 0) {
-    pl.lv = raw;
-    bound = sweep_bound(&pl, delta);
-  }
-  int64_t real = bound;
-  for (int i = 0; i < nitems; i++) p->bufs[items[i].buf].offset = best[items[i].buf];
+  for (int i = 0; ok && i < nitems; i++) p->bufs[items[i].buf].offset = best[items[i].buf];
   free(off), free(best), free(key), free(seq), free(next);
-  memset(delta, 0, sizeof *delta * ((size_t)p->nops + 2));
-  p->arena_bytes = end;
-  p->host_bytes = host;
+  return ok;
+}
 
-  /* lower bound and modeled peak: sweep the live bytes over op order (the
-   * real ranges: holding a range longer is a choice, not a need) */
+/* lower bound and modeled peak: sweep the live bytes over op order (the
+ * real ranges: holding a range longer is a choice, not a need); *act_at is
+ * the op at the activations' peak */
+static void memory_figures(fp_stats *st, const fp_prog *p, int64_t dev, int64_t *delta, int64_t *actd,
+                           int32_t *peak_at, int32_t *act_at) {
+  memset(delta, 0, sizeof *delta * ((size_t)p->nops + 2));
   for (int i = 0; i < p->nlives; i++) {
     delta[p->lives[i].first] += p->bufs[p->lives[i].buf].bytes;
     delta[p->lives[i].last + 1] -= p->bufs[p->lives[i].buf].bytes;
@@ -918,25 +929,58 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   activation_deltas(p, actd);
   /* 128-bit sums: many buffers may share bytes, their total need not fit */
   __int128 live = dev, act = 0, lb = dev, peak = dev, act_peak = 0;
-  int32_t peak_at = 0, act_at = 0;
+  *peak_at = *act_at = 0;
   for (int i = 0; i < p->nops; i++) {
     live += delta[i];
     act += actd[i];
     if (live > lb) lb = live;
     if (live + act > peak) {
       peak = live + act;
-      peak_at = i;
+      *peak_at = i;
     }
     if (act > act_peak) {
       act_peak = act;
-      act_at = i;
+      *act_at = i;
     }
   }
   st->lower_bound_bytes = st->order_lower_bound_bytes = sat64(lb);
-  st->clique_lower_bound_bytes = real;
   st->peak_bytes = sat64(peak);
-  st->peak_op = peak_at;
+  st->peak_op = *peak_at;
   st->activation_peak = sat64(act_peak);
+}
+
+bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
+  fp_stats *st = c->stats;
+  bool ok = false;
+  fp_ir_live *lv = malloc(sizeof *lv * ((size_t)p->nlives + 1)), *tv = NULL;
+  ranges *rg = calloc((size_t)p->nbufs + 1, sizeof *rg);
+  item *items = malloc(sizeof *items * ((size_t)p->nbufs + 1));
+  span *spans = malloc(sizeof *spans * ((size_t)p->nbufs + 1));
+  int32_t *seen = malloc(sizeof *seen * ((size_t)p->nbufs + 1));
+  int64_t *delta = calloc((size_t)p->nops + 2, sizeof *delta);
+  int64_t *actd = calloc((size_t)p->nops + 2, sizeof *actd);
+  fp_ir_live *raw = malloc(sizeof *raw * ((size_t)p->nlives + 1));
+  FP_ASSERT(lv && rg && items && spans && seen && delta && actd && raw);
+  int32_t ninst = group_ranges(c, p, lv, &tv, rg);
+  if (p->nlives > 0) memcpy(raw, lv, sizeof *lv * (size_t)p->nlives); /* the real ranges, sorted as lv */
+  hold_ranges(c, p, lv);
+  int64_t dev, host, end, bound;
+  int nitems;
+  if (!place_persistent(c, p, items, &nitems, &dev, &host)) goto done;
+  st->persistent_bytes = dev;
+  placer pl = {.p = p, .lv = lv, .tv = tv, .rg = rg, .items = items, .nitems = nitems,
+               .ninst = ninst, .dev = dev, .spans = spans, .seen = seen};
+  if (!place_transient(c, &pl, delta, &end, &bound)) goto done;
+  /* held ranges are a choice: the bound reported is the real ranges' */
+  if (c->hold > 0) {
+    pl.lv = raw;
+    bound = sweep_bound(&pl, delta);
+  }
+  p->arena_bytes = end;
+  p->host_bytes = host;
+  int32_t peak_at, act_at;
+  memory_figures(st, p, dev, delta, actd, &peak_at, &act_at);
+  st->clique_lower_bound_bytes = bound;
 
   int64_t budget = c->L->spec->memory_budget_bytes, need;
   /* the arena is allocated whole; the trainer's activations come on top */
@@ -944,7 +988,7 @@ bool fpi_pass_memplan(fp_pass_ctx *c, fp_prog *p) {
   /* (a held plan is only a source of modeled lifetimes for the
    * plan placed by them, never kept: it may exceed the budget) */
   if (budget > 0 && need > budget && p->nops > 0 && c->hold == 0) {
-    report_peak(c, p, lv, act_peak > 0 ? act_at : peak_at, need, budget, st->activation_peak);
+    report_peak(c, p, lv, st->activation_peak > 0 ? act_at : peak_at, need, budget, st->activation_peak);
     goto done;
   }
   ok = true;
