@@ -965,10 +965,15 @@ static bool jp_scalar(fp_jp *p, fp_jv *out, bool keep, bool whole) {
   char ch = v->t[v->i];
   if (ch == '"') return jp_string(p, keep, out);
   if (ch == '{' || ch == '[') {
-    if (whole) {
-      if (!v_value(v, v->nseg + 1, out)) return false;
+    if (whole) { /* built (in the arena) and dropped; the stacks freed */
+      bool ok = v_value(v, v->nseg + 1, out);
+      free(v->vs);
+      free(v->ms);
+      free(v->mo);
+      v->vs = NULL, v->ms = NULL, v->mo = NULL;
+      v->vcap = v->mcap = 0;
       out->n = 0;
-      return true;
+      return ok;
     }
     if (v->nseg >= FP_JSON_MAX_DEPTH)
       return vfail(v, v->i, true, "invalid JSON: nesting deeper than %d", FP_JSON_MAX_DEPTH);
