@@ -506,6 +506,23 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
   return fpi_strndup(v->a, v->t + i, j - i);
 }
 
+/* what the text holds at off, for "expected X, got Y" (vfail says "the
+ * file ends early" at the end) */
+static const char *got(vscan *v, size_t off) {
+  char ch = off < v->n ? v->t[off] : 0;
+  switch (ch) {
+    case '"': return "a string";
+    case '{': return "an object";
+    case '[': return "an array";
+    case 't': case 'f': return "a boolean";
+    case 'n': return "null";
+    default:
+      if (ch == '-' || (ch >= '0' && ch <= '9')) return "a number";
+      if (ch > ' ' && ch < 0x7f) return fpi_sprintf(v->a, "'%c'", ch);
+      return "something that is not JSON";
+  }
+}
+
 /* Each scanner builds the value it accepted in *out (a node of the caller's:
  * the stacks may move under a pointer into them): one pass both checks the
  * text and builds it. */
@@ -679,7 +696,7 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
   for (;;) {
     v->i = skip_ws(t, n, v->i);
     if (v->i >= n || t[v->i] != '"') {
-      vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes");
+      vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes, got %s", got(v, v->i));
       goto done;
     }
     size_t koff = v->i, klen;
@@ -727,7 +744,7 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
     }
     v->i = skip_ws(t, n, v->i);
     if (v->i >= n || t[v->i] != ':') {
-      vfail(v, v->i, false, "invalid JSON: expected ':' after member name");
+      vfail(v, v->i, false, "invalid JSON: expected ':' after member name, got %s", got(v, v->i));
       goto done;
     }
     v->i = skip_ws(t, n, v->i + 1);
@@ -746,7 +763,7 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
       goto done;
     }
     sg->key = (size_t)-1;
-    vfail(v, v->i, false, "invalid JSON: expected ',' or '}' in object");
+    vfail(v, v->i, false, "invalid JSON: expected ',' or '}' in object, got %s", got(v, v->i));
     goto done;
   }
 done:
@@ -795,7 +812,7 @@ static bool v_array(vscan *v, int depth, fp_jv *out) {
       break;
     }
     v->nseg--;
-    vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array");
+    vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array, got %s", got(v, v->i));
     v->vlen = base;
     return false;
   }
@@ -846,25 +863,29 @@ static bool v_value(vscan *v, int depth, fp_jv *out) {
 }
 
 /* ---- parse ------------------------------------------------------------------- */
-const fp_jv *fpi_json_parse(fp_jctx *c) {
-  const fp_src *s = c->src;
+bool fpi_json_text_ok(fp_arena *a, fp_diag *d, const fp_src *s) {
   size_t first = skip_ws(s->text, s->len, 0);
   if (first >= s->len) {
-    fpi_diag_at(c->d, s, s->len, "/: empty file: expected a JSON value");
-    return NULL;
+    fpi_diag_at(d, s, s->len, "/: empty file: expected a JSON value");
+    return false;
   }
   if (s->len > (size_t)INT32_MAX - 1) {
-    fpi_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
-    return NULL;
+    fpi_diag_at(d, s, 0, "/: file too large (more than 2 GiB)");
+    return false;
   }
   /* UTF-8 first (json-c's check let overlong forms and surrogates through) */
   size_t bad = fpi_utf8_invalid(s->text, s->len);
   if (bad < s->len) {
-    const char *ptr = path_at(c->a, s->text, s->len, bad);
-    fpi_diag_at(c->d, s, bad, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/",
-               (unsigned char)s->text[bad]);
-    return NULL;
+    const char *ptr = path_at(a, s->text, s->len, bad);
+    fpi_diag_at(d, s, bad, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/", (unsigned char)s->text[bad]);
+    return false;
   }
+  return true;
+}
+
+const fp_jv *fpi_json_parse(fp_jctx *c) {
+  const fp_src *s = c->src;
+  if (!fpi_json_text_ok(c->a, c->d, s)) return NULL;
   /* one pass: the strict scanner checks the text and builds the document
    * (json-c's parser was laxer - NaN, single quotes, "1.", control
    * characters, clamped integers, the last of duplicate keys - and its
@@ -884,7 +905,7 @@ const fp_jv *fpi_json_parse(fp_jctx *c) {
     return NULL;
   }
   if (root.type == FP_JNULL) {
-    fpi_diag_at(c->d, s, first, "/: the document is null, not a JSON object");
+    fpi_diag_at(c->d, s, skip_ws(s->text, s->len, 0), "/: the document is null, not a JSON object");
     return NULL;
   }
   return fpi_memdup(c->a, &root, sizeof root);
@@ -1006,8 +1027,8 @@ int fpi_jp_next(fp_jp *p, const char **key, size_t *klen) {
   }
   if (!p->first[v->nseg - 1]) {
     if (v->i >= n || t[v->i] != ',')
-      return vfail(v, v->i, !sg->is_obj,
-                   sg->is_obj ? "invalid JSON: expected ',' or '}' in object" : "invalid JSON: expected ',' or ']' in array"),
+      return vfail(v, v->i, !sg->is_obj, "invalid JSON: expected ',' or '%c' in %s, got %s", close,
+                   sg->is_obj ? "object" : "array", got(v, v->i)),
              -1;
     v->i = skip_ws(t, n, v->i + 1);
     if (!sg->is_obj) sg->idx++;
@@ -1016,7 +1037,7 @@ int fpi_jp_next(fp_jp *p, const char **key, size_t *klen) {
   if (!sg->is_obj) return 1;
   sg->key = (size_t)-1;
   if (v->i >= n || t[v->i] != '"')
-    return vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes"), -1;
+    return vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes, got %s", got(v, v->i)), -1;
   size_t q = v->i, end, at;
   char why[96];
   bool plain = plain_string(t, n, q, &end);
@@ -1029,7 +1050,8 @@ int fpi_jp_next(fp_jp *p, const char **key, size_t *klen) {
     o = k;
   }
   v->i = skip_ws(t, n, end);
-  if (v->i >= n || t[v->i] != ':') return vfail(v, v->i, false, "invalid JSON: expected ':' after member name"), -1;
+  if (v->i >= n || t[v->i] != ':')
+    return vfail(v, v->i, false, "invalid JSON: expected ':' after member name, got %s", got(v, v->i)), -1;
   v->i++;
   sg->key = q;
   *key = o;
@@ -1053,6 +1075,23 @@ bool fpi_jp_end(fp_jp *p) {
 const char *fpi_jp_ptr(fp_jp *p) {
   const vscan *v = &p->v;
   return path_string(v->a, v->t, v->n, v->segs, v->nseg, true);
+}
+
+const char *fpi_jp_ptr_container(fp_jp *p) {
+  const vscan *v = &p->v;
+  return path_string(v->a, v->t, v->n, v->segs, v->nseg > 0 ? v->nseg - 1 : 0, true);
+}
+
+size_t fpi_jp_pos(fp_jp *p) {
+  vscan *v = &p->v;
+  v->i = skip_ws(v->t, v->n, v->i);
+  return v->i;
+}
+
+size_t fpi_jp_key_pos(const fp_jp *p) {
+  const vscan *v = &p->v;
+  FP_ASSERT(v->nseg > 0 && v->segs[v->nseg - 1].is_obj);
+  return v->segs[v->nseg - 1].key;
 }
 
 bool fpi_jp_report(fp_jp *p, fp_diag *d) {

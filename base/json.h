@@ -112,6 +112,9 @@ static inline const char *fpi_jv_str(const fp_jv *v) { return fpi_jv_is(v, FP_JS
  * fpi_json_parse would, at its byte. The text must be checked UTF-8 first
  * (fpi_utf8_invalid). */
 typedef struct fp_jp fp_jp;
+/* what must hold before either reads a text: not empty (nor only
+ * whitespace), under 2 GiB, valid UTF-8; false after reporting which */
+bool fpi_json_text_ok(fp_arena *a, fp_diag *d, const fp_src *s);
 fp_jp *fpi_jp_new(fp_arena *a, const fp_src *src);
 /* the next value: a scalar read whole into *out (a string decoded: kept in
  * the arena and NUL-terminated when keep, else its n bytes valid until the
@@ -133,6 +136,13 @@ bool fpi_jp_end(fp_jp *p);
 /* the pointer of the value at the cursor (of the container, when none of
  * its members or elements has come yet or it just closed) */
 const char *fpi_jp_ptr(fp_jp *p);
+/* the pointer of the innermost open container (of the object, while one
+ * of its member names is being judged) */
+const char *fpi_jp_ptr_container(fp_jp *p);
+/* the byte offset of the next byte that is not whitespace (the value
+ * next), and of the innermost object's current member name (its quote) */
+size_t fpi_jp_pos(fp_jp *p);
+size_t fpi_jp_key_pos(const fp_jp *p);
 /* report the syntax error that stopped it; false */
 bool fpi_jp_report(fp_jp *p, fp_diag *d);
 /* where the cursor is, to come back to (a value read later): the cursor and
