@@ -82,7 +82,7 @@ static size_t put_utf8(char *o, unsigned long cp) {
  * never overruns). Writes at most (end - q) bytes to out (a buffer of at least
  * that size), sets *olen, returns the offset just past the closing quote (or n
  * when unterminated). Lone surrogates decode to U+FFFD, as json-c does. */
-size_t fpi_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
+static size_t decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
   size_t i = q + 1, o = 0;
   while (i < n && t[i] != '"') {
     if (t[i] != '\\') {
@@ -245,7 +245,7 @@ static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs,
       size_t end = skip_string(t, n, segs[k].key), dl;
       char *dec = malloc(end - segs[k].key + 1);
       FP_ASSERT(dec);
-      fpi_json_decode_string(t, n, segs[k].key, dec, &dl);
+      decode_string(t, n, segs[k].key, dec, &dl);
       sb_put_segment(&b, dec, dl);
       free(dec);
     } else {
@@ -365,7 +365,7 @@ size_t fpi_json_locate(const fp_src *s, const char *ptr, bool *exact) {
           kbuf = malloc(kcap);
           FP_ASSERT(kbuf);
         }
-        fpi_json_decode_string(t, n, i, kbuf, &kl);
+        decode_string(t, n, i, kbuf, &kl);
         i = skip_ws(t, n, end);
         if (i >= n || t[i] != ':') break;
         i = skip_ws(t, n, i + 1);
@@ -528,7 +528,11 @@ static const char *got(vscan *v, size_t off) {
  * text and builds it. */
 static bool v_value(vscan *v, int depth, fp_jv *out);
 
-bool fpi_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
+/* The JSON string whose opening quote is at t[q], checked strictly (no raw
+ * control character, JSON's escapes only, \u with 4 hex digits and never
+ * \u0000, surrogates paired): true with *end just past its closing quote;
+ * false with *at the offending byte and why (cap bytes) the message. */
+static bool check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
   size_t i = q + 1;
 #define BAD(off, ...) return (*at = (off), snprintf(why, cap, __VA_ARGS__), false)
   while (i < n && t[i] != '"') {
@@ -568,12 +572,12 @@ static bool v_string(vscan *v, bool is_key, const char **s, size_t *len) {
   const char *t = v->t;
   size_t n = v->n, q = v->i, end, at;
   char why[96];
-  if (!fpi_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
+  if (!check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
   size_t raw = end - q - 2; /* the bytes between the quotes */
   char *o = str_room(v, raw + 1);
   size_t dl = raw;
   if (memchr(t + q + 1, '\\', raw))
-    fpi_json_decode_string(t, n, q, o, &dl);
+    decode_string(t, n, q, o, &dl);
   else
     memcpy(o, t + q + 1, raw);
   o[dl] = 0;
@@ -863,34 +867,44 @@ static bool v_value(vscan *v, int depth, fp_jv *out) {
 }
 
 /* ---- parse ------------------------------------------------------------------- */
-bool fpi_json_text_ok(fp_arena *a, fp_diag *d, const fp_src *s) {
+/* what must hold before a text is read (see fpi_json_text_ok), into *e */
+static bool text_check(fp_arena *a, const fp_src *s, fp_jerr *e) {
   size_t first = skip_ws(s->text, s->len, 0);
   if (first >= s->len) {
-    fpi_diag_at(d, s, s->len, "/: empty file: expected a JSON value");
+    e->off = s->len;
+    snprintf(e->msg, sizeof e->msg, "/: empty file: expected a JSON value");
     return false;
   }
   if (s->len > (size_t)INT32_MAX - 1) {
-    fpi_diag_at(d, s, 0, "/: file too large (more than 2 GiB)");
+    e->off = 0;
+    snprintf(e->msg, sizeof e->msg, "/: file too large (more than 2 GiB)");
     return false;
   }
   /* UTF-8 first (json-c's check let overlong forms and surrogates through) */
   size_t bad = fpi_utf8_invalid(s->text, s->len);
   if (bad < s->len) {
     const char *ptr = path_at(a, s->text, s->len, bad);
-    fpi_diag_at(d, s, bad, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/", (unsigned char)s->text[bad]);
+    e->off = bad;
+    snprintf(e->msg, sizeof e->msg, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/", (unsigned char)s->text[bad]);
     return false;
   }
   return true;
 }
 
-const fp_jv *fpi_json_parse(fp_jctx *c) {
-  const fp_src *s = c->src;
-  if (!fpi_json_text_ok(c->a, c->d, s)) return NULL;
+bool fpi_json_text_ok(fp_arena *a, fp_diag *d, const fp_src *s) {
+  fp_jerr e;
+  if (text_check(a, s, &e)) return true;
+  fpi_diag_at(d, s, e.off, "%s", e.msg);
+  return false;
+}
+
+const fp_jv *fpi_json_parse_text(fp_arena *a, const fp_src *s, fp_jerr *e) {
+  if (!text_check(a, s, e)) return NULL;
   /* one pass: the strict scanner checks the text and builds the document
    * (json-c's parser was laxer - NaN, single quotes, "1.", control
    * characters, clamped integers, the last of duplicate keys - and its
    * objects cost a malloc each) */
-  vscan v = {.a = c->a, .t = s->text, .n = s->len};
+  vscan v = {.a = a, .t = s->text, .n = s->len};
   fp_jv root;
   bool ok = v_value(&v, 1, &root);
   free(v.vs);
@@ -901,14 +915,52 @@ const fp_jv *fpi_json_parse(fp_jctx *c) {
     if (v.i < s->len) ok = vfail(&v, v.i, false, "invalid JSON: unexpected data after the value");
   }
   if (!ok) {
-    fpi_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
+    e->off = v.err_off;
+    snprintf(e->msg, sizeof e->msg, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
     return NULL;
   }
   if (root.type == FP_JNULL) {
-    fpi_diag_at(c->d, s, skip_ws(s->text, s->len, 0), "/: the document is null, not a JSON object");
+    e->off = skip_ws(s->text, s->len, 0);
+    snprintf(e->msg, sizeof e->msg, "/: the document is null, not a JSON object");
     return NULL;
   }
-  return fpi_memdup(c->a, &root, sizeof root);
+  return fpi_memdup(a, &root, sizeof root);
+}
+
+const fp_jv *fpi_json_parse(fp_jctx *c) {
+  fp_jerr e;
+  const fp_jv *root = fpi_json_parse_text(c->a, c->src, &e);
+  if (!root) fpi_diag_at(c->d, c->src, e.off, "%s", e.msg);
+  return root;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+void fpi_json_put_string(fp_sbuf *b, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  if (!s) s = "";
+  fpi_sb_putc(b, '"');
+  for (;;) {
+    const char *r = s;
+    while ((unsigned char)*r >= 0x20 && *r != '"' && *r != '\\') r++;
+    if (r > s) fpi_sb_putn(b, s, (size_t)(r - s));
+    s = r;
+    if (!*s) break;
+    unsigned char c = (unsigned char)*s++;
+    switch (c) {
+      case '"': fpi_sb_putn(b, "\\\"", 2); break;
+      case '\\': fpi_sb_putn(b, "\\\\", 2); break;
+      case '\b': fpi_sb_putn(b, "\\b", 2); break;
+      case '\f': fpi_sb_putn(b, "\\f", 2); break;
+      case '\n': fpi_sb_putn(b, "\\n", 2); break;
+      case '\r': fpi_sb_putn(b, "\\r", 2); break;
+      case '\t': fpi_sb_putn(b, "\\t", 2); break;
+      default: {
+        char t[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        fpi_sb_putn(b, t, 6);
+      }
+    }
+  }
+  fpi_sb_putc(b, '"');
 }
 
 /* ---- the pull parser ------------------------------------------------------------ */
@@ -956,7 +1008,7 @@ static bool jp_string(fp_jp *p, bool keep, fp_jv *out) {
   size_t q = v->i, end, at;
   char why[96];
   bool plain = plain_string(v->t, v->n, q, &end);
-  if (!plain && !fpi_json_check_string(v->t, v->n, q, &end, &at, why, sizeof why))
+  if (!plain && !check_string(v->t, v->n, q, &end, &at, why, sizeof why))
     return vfail(v, at, true, "%s", why);
   size_t raw = end - q - 2, dl = raw;
   if (plain && !keep) { /* the text's own bytes */
@@ -966,7 +1018,7 @@ static bool jp_string(fp_jp *p, bool keep, fp_jv *out) {
   }
   char *o = keep ? str_room(v, raw + 1) : scratch(v->a, &p->sbuf, &p->scap, raw + 1);
   if (!plain)
-    fpi_json_decode_string(v->t, v->n, q, o, &dl);
+    decode_string(v->t, v->n, q, o, &dl);
   else
     memcpy(o, v->t + q + 1, raw);
   o[dl] = 0;
@@ -1041,12 +1093,12 @@ int fpi_jp_next(fp_jp *p, const char **key, size_t *klen) {
   size_t q = v->i, end, at;
   char why[96];
   bool plain = plain_string(t, n, q, &end);
-  if (!plain && !fpi_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, false, "%s", why), -1;
+  if (!plain && !check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, false, "%s", why), -1;
   size_t dl = end - q - 2;
   const char *o = t + q + 1;
   if (!plain) {
     char *k = scratch(v->a, &p->kbuf, &p->kcap, dl + 1);
-    fpi_json_decode_string(t, n, q, k, &dl);
+    decode_string(t, n, q, k, &dl);
     o = k;
   }
   v->i = skip_ws(t, n, end);

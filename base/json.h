@@ -80,6 +80,21 @@ static inline size_t fpi_jv_index_cap(size_t n) {
  * document is an error too. Returns NULL after reporting. */
 const fp_jv *fpi_json_parse(fp_jctx *c);
 
+/* The same without a diag, for a reader whose messages take another form
+ * (executor/safetensors.c): NULL with the error's byte offset and its
+ * "pointer: message" in *e (the checks of fpi_json_text_ok included). */
+typedef struct fp_jerr {
+  size_t off;
+  char msg[600];
+} fp_jerr;
+const fp_jv *fpi_json_parse_text(fp_arena *a, const fp_src *s, fp_jerr *e);
+
+/* s as a JSON string, quoted, as json-c wrote it with
+ * JSON_C_TO_STRING_NOSLASHESCAPE (plan.json and safetensors headers stay
+ * byte-identical): '"' '\\' and control characters escaped, \b \f \n \r \t
+ * by name, the rest as \u00xx; NULL as "" */
+void fpi_json_put_string(fp_sbuf *b, const char *s);
+
 static inline fp_jtype fpi_jv_type(const fp_jv *v) { return v ? (fp_jtype)v->type : FP_JNULL; }
 static inline bool fpi_jv_is(const fp_jv *v, fp_jtype t) { return fpi_jv_type(v) == t; }
 /* elements, members or string bytes; 0 for anything else */
@@ -156,18 +171,6 @@ typedef struct fp_jp_mark {
 } fp_jp_mark;
 void fpi_jp_mark(const fp_jp *p, fp_jp_mark *m);
 void fpi_jp_seek(fp_jp *p, const fp_jp_mark *m);
-
-/* The JSON string whose opening quote is at t[q], checked strictly (no raw
- * control character, JSON's escapes only, \u with 4 hex digits and never
- * \u0000, surrogates paired): true with *end just past its closing quote;
- * false with *at the offending byte and why (cap bytes) the message. The
- * parser above and readers of their own (ir/xfer_read.c) share it. */
-bool fpi_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap);
-/* The string at t[q] decoded (tolerantly; a checked one exactly) into out
- * (room for the bytes between its quotes: never more; NULL: only count),
- * its length in *olen (no NUL added); returns the offset past its closing
- * quote (n when unterminated). */
-size_t fpi_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen);
 
 /* pointer building: ptr + "/" + escaped(key) ; ptr + "/" + i */
 const char *fpi_ptr_key(fp_arena *a, const char *ptr, const char *key);

@@ -53,34 +53,7 @@ typedef struct wr {
 
 /* a JSON string: \" \\ \b \f \n \r \t, other bytes below 0x20 as \u00hh,
  * everything else (also '/', 0x7f and UTF-8) as is */
-static void w_str(wr *w, const char *s) {
-  static const char hex[] = "0123456789abcdef";
-  fp_sbuf *b = &w->b;
-  if (!s) s = "";
-  fpi_sb_putc(b, '"');
-  for (;;) {
-    const char *r = s;
-    while ((unsigned char)*r >= 0x20 && *r != '"' && *r != '\\') r++;
-    if (r > s) fpi_sb_putn(b, s, (size_t)(r - s));
-    s = r;
-    if (!*s) break;
-    unsigned char c = (unsigned char)*s++;
-    switch (c) {
-      case '"': W_LIT(w, "\\\""); break;
-      case '\\': W_LIT(w, "\\\\"); break;
-      case '\b': W_LIT(w, "\\b"); break;
-      case '\f': W_LIT(w, "\\f"); break;
-      case '\n': W_LIT(w, "\\n"); break;
-      case '\r': W_LIT(w, "\\r"); break;
-      case '\t': W_LIT(w, "\\t"); break;
-      default: {
-        char t[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-        fpi_sb_putn(b, t, 6);
-      }
-    }
-  }
-  fpi_sb_putc(b, '"');
-}
+static void w_str(wr *w, const char *s) { fpi_json_put_string(&w->b, s); }
 
 /* members of a row: "key":value, the first one opening the object with '{' */
 #define KEY(w, first, k) fpi_sb_putn(&(w)->b, (first) ? "{\"" k "\":" : ",\"" k "\":", sizeof(k) + 3)
