@@ -3,9 +3,9 @@
  * command line writes about a plan, as strings.
  *
  * It sits above the planner, the viewers and the plan loader (it knows the
- * handle's layout, executor/exec_impl.h); the executor itself never calls
+ * handle's layout, ir/handle.h); the executor itself never calls
  * the planner. A compile runs the CLI's pipeline (inputs, policy, preset,
- * fpi_compile: api/pipeline.c) in its own arena, writes plan.json into
+ * fpi_compile: api/pipeline.c fpa_compile_run, the CLI's too) in its own arena, writes plan.json into
  * memory and reads it back through fpi_plan_read (the loader and verifier of
  * fp_plan_load) into a fresh arena, so a compiled handle is exactly the plan
  * the file would give and the compile's temporaries are freed at once. Messages are the
@@ -19,10 +19,8 @@
 #include <unistd.h>
 
 #include "api/api_impl.h"
-#include "executor/exec_impl.h"
+#include "ir/handle.h"
 #include "flexplan_compile.h"
-#include "planner/cost.h"
-#include "planner/front.h"
 #include "viz/viz.h"
 
 #define DEFAULT_RANKS 16 /* the views: rank 0 and up to 15 other layout classes (as `flexplan viz`) */
@@ -95,21 +93,21 @@ fp_status fp_plan_compile(const fp_compile_options *opt, fp_plan **out) {
   if (!p) return FP_ERR_NOMEM;
   if (!opt) return set_msg(p, FP_ERR_ARG, "fp_plan_compile: options are NULL");
   if (!opt->model_path && !opt->model_text) return set_msg(p, FP_ERR_ARG, "fp_plan_compile: no model given");
-  int policy = opt->policy ? fpi_policy_parse(opt->policy) : FP_POLICY_FLEXPLAN;
+  int policy = fpa_policy_parse(opt->policy ? opt->policy : "flexplan");
   if (policy < 0)
     return set_msg(p, FP_ERR_ARG, "error: unknown policy '%s' (expected flexplan or fsdp2)", opt->policy);
   fp_hw preset;
-  if (opt->hardware && !fpi_hw_preset(opt->hardware, &preset))
+  if (opt->hardware && !fpa_hw_preset(opt->hardware, &preset))
     return set_msg(p, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", opt->hardware,
-                   fpi_hw_preset_list());
+                   fpa_hw_preset_list());
   const char *name = opt->model_path ? opt->model_path : "<model>";
   p->name = dup_str(name);
   if (!p->name) return FP_ERR_NOMEM;
 
   size_t len = 0;
   char *msg = NULL;
-  char *text = fpa_compile(opt->model_path, opt->model_text, opt->spec_path, opt->spec_text, opt->hardware, policy,
-                           &len, &p->compile_ms, &msg);
+  fpa_request rq = {opt->model_path, opt->model_text, opt->spec_path, opt->spec_text, opt->hardware, policy, false};
+  char *text = fpa_compile(&rq, &len, &p->compile_ms, &msg);
   if (!text) {
     fp_status st = msg ? set_msg_n(p, FP_ERR_INPUT, msg, strlen(msg)) : FP_ERR_NOMEM;
     free(msg);
@@ -152,7 +150,7 @@ fp_status fp_plan_summary(fp_plan *plan, char **json) {
   if (st != FP_OK) return st;
   mstream ms;
   if (!ms_open(&ms)) return set_msg(plan, FP_ERR_NOMEM, "out of memory");
-  bool have = fpa_summary_json(plan->prog, plan->compile_ms, ms.f);
+  bool have = fpa_plan_summary_json(plan->prog, plan->compile_ms, ms.f);
   if (!ms_close(&ms)) return set_msg(plan, FP_ERR_NOMEM, "out of memory");
   if (!have) {
     free(ms.buf);
@@ -195,13 +193,13 @@ fp_status fp_plan_render(fp_plan *plan, fp_render what, const char *hardware, ch
   const char *name = plan->name ? plan->name : "plan";
   fp_hw hw;
   if (hardware) {
-    if (!fpi_hw_preset(hardware, &hw))
+    if (!fpa_hw_preset(hardware, &hw))
       return set_msg(plan, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", hardware,
-                     fpi_hw_preset_list());
+                     fpa_hw_preset_list());
   } else if (p->hw.name) {
     hw = p->hw;
   } else {
-    fpi_hw_preset("h100-sxm", &hw); /* the CLI's choice (it notes it on stderr) */
+    fpa_hw_preset("h100-sxm", &hw); /* the CLI's choice (it notes it on stderr) */
   }
   mstream ms;
   if (!ms_open(&ms)) return set_msg(plan, FP_ERR_NOMEM, "out of memory");

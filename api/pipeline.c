@@ -1,7 +1,7 @@
-/* pipeline.c - the compile API's side of the planner (api/api_impl.h says
- * why it is apart from api/compile.c): the CLI's compile as one call that
- * returns plan.json text or the diagnostics, and the summary of a plan read
- * back. */
+/* pipeline.c - api/'s side of the planner (api/api_impl.h): the one compile
+ * path of the command line and of fp_plan_compile, the summary, and the
+ * planner's other entry points the command line uses (hardware presets,
+ * the modeled step, the transfer compiler). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -9,11 +9,46 @@
 #include "api/api_impl.h"
 #include "planner/cost.h"
 #include "planner/pipeline.h"
+#include "planner/reshard.h"
 
 static double now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* no spec: say which defaults apply (a note, stderr) */
+static void note_defaults(const char *model, const fp_spec *s, bool hw_given) {
+  fprintf(stderr,
+          "%s: note: no spec (none embedded, no --spec); the defaults apply: %s on %lld ranks (%lld per node), "
+          "one bucket per module, params %s, reductions %s, main grads %s, prefetch %d forward and %d backward",
+          model, fp_strategy_names[s->strategy], (long long)s->world_size, (long long)s->ranks_per_node,
+          fpi_dtype_name(s->mp.param), fpi_dtype_name(s->mp.reduce), fpi_dtype_name(s->mp.main_grad), s->prefetch_fwd,
+          s->prefetch_bwd);
+  if (!hw_given) fprintf(stderr, ", hardware %s", s->hw_preset);
+  fprintf(stderr, " (docs/input-format.md)\n");
+}
+
+bool fpa_compile_run(fp_arena *a, fp_diag *d, const fpa_request *rq, fpa_compiled *out) {
+  double t0 = now_ms(), in0 = fpi_phase_clock();
+  fp_model m;
+  fp_spec s;
+  fp_hw preset;
+  memset(out, 0, sizeof *out);
+  if (!fpi_inputs_load_text(a, d, rq->model_path, rq->model_text, rq->spec_path, rq->spec_text, &m, &s)) return false;
+  out->input_ms = fpi_phase_clock() - in0;
+  if (rq->notes && !s.src) note_defaults(rq->model_path, &s, rq->hw_preset != NULL);
+  fpi_spec_apply_policy(&s, (fp_policy)rq->policy);
+  if (rq->hw_preset && fpi_hw_preset(rq->hw_preset, &preset)) s.hw_preset = preset.name; /* the spec's overrides still apply */
+  fp_compiled *c = fpi_alloc(a, sizeof *c);
+  if (!fpi_compile(a, d, &m, &s, c)) return false;
+  out->ms = now_ms() - t0;
+  out->prog = c->prog;
+  out->model_name = m.name;
+  out->times = c->times;
+  out->summary = fpi_alloc(a, sizeof *out->summary);
+  fpi_summarize(c, out->ms, out->summary);
+  return true;
 }
 
 static char *take(const char *s, size_t n) {
@@ -24,45 +59,76 @@ static char *take(const char *s, size_t n) {
   return m;
 }
 
-char *fpa_compile(const char *model_path, const char *model_text, const char *spec_path, const char *spec_text,
-                  const char *hw_preset, int policy, size_t *len, double *ms, char **msg) {
+char *fpa_compile(const fpa_request *rq, size_t *len, double *ms, char **msg) {
   *msg = NULL;
   *len = 0;
-  double t0 = now_ms();
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, NULL);
   char *text = NULL;
-  fp_model m;
-  fp_spec s;
-  fp_compiled c;
-  fp_hw preset;
-  if (!fpi_inputs_load_text(ar, &d, model_path, model_text, spec_path, spec_text, &m, &s)) goto fail;
-  fpi_spec_apply_policy(&s, (fp_policy)policy);
-  if (hw_preset && fpi_hw_preset(hw_preset, &preset)) s.hw_preset = preset.name; /* the spec's overrides still apply */
-  if (!fpi_compile(ar, &d, &m, &s, &c)) goto fail;
-  *ms = now_ms() - t0;
-  FILE *f = open_memstream(&text, len);
-  if (!f) goto done;
-  bool ok = fpi_plan_write(c.prog, f);
-  ok = fclose(f) == 0 && ok;
-  if (!ok) {
-    free(text);
-    text = NULL;
+  fpa_compiled c;
+  if (!fpa_compile_run(ar, &d, rq, &c)) {
+    const char *failed = "error: the compile failed\n";
+    *msg = take(d.buf ? d.buf : failed, d.buf ? d.len : strlen(failed));
+  } else {
+    *ms = c.ms;
+    FILE *f = open_memstream(&text, len);
+    if (f) {
+      bool ok = fpi_plan_write(c.prog, f);
+      ok = fclose(f) == 0 && ok;
+      if (!ok) free(text), text = NULL;
+    }
   }
-  goto done;
-fail:
-  *msg = take(d.buf ? d.buf : "error: the compile failed\n", d.buf ? d.len : strlen("error: the compile failed\n"));
-done:
   fpi_diag_free(&d);
   fpi_arena_free(ar);
   return text;
 }
 
-bool fpa_summary_json(const fp_prog *p, double compile_ms, FILE *f) {
+/* ---- the summary ------------------------------------------------------------- */
+void fpa_print_times(const fpa_compiled *c, const char *model, FILE *f) {
+  const fp_phase_times *t = c->times;
+  double sum = c->input_ms;
+  fprintf(f, "%s: compile time by phase (CPU ms):\n  %-16s %10.1f\n", model, "read inputs", c->input_ms);
+  for (int k = 0; k < FP_NPHASES; k++) {
+    sum += t->ms[k];
+    fprintf(f, "  %-16s %10.1f", fp_phase_names[k], t->ms[k]);
+    if (t->runs[k] > 1) fprintf(f, "  (%d runs)", (int)t->runs[k]);
+    fputc('\n', f);
+  }
+  fprintf(f, "  %-16s %10.1f\n", "sum", sum);
+}
+
+void fpa_summary_json(const fpa_compiled *c, FILE *f) { fpi_summary_json(c->summary, f); }
+void fpa_summary_text(const fpa_compiled *c, FILE *f) { fpi_summary_text(c->summary, f); }
+void fpa_summary_warn_device(const fpa_compiled *c, FILE *f) { fpi_summary_warn_device(c->summary, f); }
+
+bool fpa_plan_summary_json(const fp_prog *p, double compile_ms, FILE *f) {
   fp_summary sum;
   if (!fpi_summarize_plan(p, &sum)) return false;
   sum.compile_ms = compile_ms;
   fpi_summary_json(&sum, f);
   return true;
+}
+
+/* ---- names, the modeled step, transfers -------------------------------------- */
+int fpa_policy_parse(const char *name) { return fpi_policy_parse(name); }
+bool fpa_hw_preset(const char *name, fp_hw *out) { return fpi_hw_preset(name, out); }
+const char *fpa_hw_preset_list(void) { return fpi_hw_preset_list(); }
+
+bool fpa_modeled_print(fp_arena *a, const fp_prog *p, const fp_hw *hw, fpa_show what, FILE *f) {
+  fp_sim sim;
+  if (!fpi_simulate(a, p, hw, &sim)) return false;
+  switch (what) {
+  case FPA_SHOW_EXPLAIN: fpi_ir_explain_modeled(p, sim.start_us, sim.end_us, f); break;
+  case FPA_SHOW_EXPOSED: fpi_sim_print_exposed(p, &sim, 0, f); break;
+  case FPA_SHOW_SIMULATION: fpi_sim_print(p, &sim, hw, fpi_sim_memory(a, p, &sim), f); break;
+  }
+  return true;
+}
+
+fp_tx *fpa_reshard(fp_arena *a, const fp_prog *from, const fp_src *from_src, const fp_prog *to, const fp_src *to_src,
+                   const char *what, int64_t to_offset, int64_t from_offset, const char *const *mxfp8, int nmxfp8,
+                   fp_diag *d) {
+  fp_reshard_opts o = {what, to_offset, from_offset, mxfp8, nmxfp8};
+  return fpi_reshard(a, from, from_src, to, to_src, &o, d);
 }

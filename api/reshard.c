@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "executor/exec_impl.h"
+#include "ir/handle.h"
 #include "flexplan_compile.h"
 #include "ir/xfer.h"
 #include "planner/reshard.h"

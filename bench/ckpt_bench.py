@@ -16,7 +16,8 @@ get_state_dict + dcp.load + set_state_dict. Before each phase the heap is
 trimmed (malloc_trim) so freed memory of the last phase does not hide this
 one's growth. Each rank: wall time of save and
 load (best of reps, barrier before and after), and peak RSS (VmRSS sampled
-every 2 ms by a thread) above the RSS before the phase; the bound it is
+every 2 ms by a thread) above the RSS before the phase (the most of the
+reps, and each rep's, printed per rank); the bound it is
 compared with is this rank's shards (weights + AdamW state, fp32) plus the
 largest tensor. Prints one row per rank and side, and the ratios
 flexplan / FSDP2 (medians over ranks). Not run by the tests (timings).
@@ -111,6 +112,7 @@ def measure(phases, barrier, reps):
                 dt = time.perf_counter() - t0
             best_t = dt if best_t is None else min(best_t, dt)
             best_m = max(best_m, pk.extra)
+            out.setdefault(name + "_reps_mib", []).append(round(pk.extra / (1 << 20), 1))
         out[name + "_s"], out[name + "_rss_extra"] = best_t, best_m
     return out
 
@@ -266,6 +268,11 @@ def main():
               f"({f:.4g} vs {g:.4g})")
     worst = max(max(r["save_rss_extra"], r["load_rss_extra"], r["load_in_place_rss_extra"]) /
                 (r["shard_bytes"] + r["largest"]) for r in rows["flexplan"])
+    print("RSS growth per repetition (MiB), per rank:")
+    for side, rs in rows.items():
+        for r in rs:
+            reps = "  ".join(f"{k[:-9]} {r[k]}" for k in sorted(r) if k.endswith("_reps_mib"))
+            print(f"  {side:9} {r['rank']:>4}  {reps}")
     print(f"flexplan: the most any rank's RSS grew in save or load, over its bound (shards + one tensor): "
           f"{worst:.2f}; the model is {params * 12 / max(r['shard_bytes'] + r['largest'] for r in rows['flexplan']):.1f}"
           f"x that bound")

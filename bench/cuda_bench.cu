@@ -29,6 +29,8 @@
 #include <nccl.h>
 
 #include "flexplan.h"
+/* internals measured (a named exception of tests/layering.py): the CUDA
+ * kernels themselves, below the executor */
 #include "kernels/kernels_cuda.h"
 
 #define CK(call)                                                                             \

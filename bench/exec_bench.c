@@ -36,6 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Internals measured (a named exception of tests/layering.py): the bench
+ * builds its programs in the IR (ir/ir.h) and runs the same collectives as
+ * raw MPI on the executor's own arena (struct fp_exec, executor/exec_impl.h),
+ * which the public API does not expose. */
 #include "executor/exec_impl.h"
 #include "flexplan.h"
 #include "ir/ir.h"

@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Internals measured (a named exception of tests/layering.py): the raw MPI
+ * version posts the transfer program's own ops (ir/xfer.h, the handle's
+ * struct) on the executors' arenas (struct fp_exec, executor/exec_impl.h),
+ * which the public API does not expose. */
 #include "executor/exec_impl.h"
 #include "flexplan_compile.h"
 #include "ir/xfer.h"

@@ -13,6 +13,7 @@
 #define FP_EXEC_IMPL_H
 
 #include "flexplan.h"
+#include "ir/handle.h"
 #include "ir/ir.h"
 
 /* ---- checks --------------------------------------------------------------- */
@@ -27,39 +28,7 @@
     if ((st) != FP_OK) goto label;       \
   } while (0)
 
-/* the public enums mirror the IR's: hooks are segment kinds, elems dtypes */
-_Static_assert(FP_HOOK_STEP_BEGIN == (int)FP_SEG_STEP_BEGIN && FP_HOOK_POST_OPTIMIZER == (int)FP_SEG_POST_OPTIMIZER &&
-                   FP_NSEGKINDS == 7,
-               "fp_hook mirrors fp_seg_kind");
-_Static_assert(FP_ELEM_FP32 == (int)FP_F32 && FP_ELEM_BF16 == (int)FP_BF16 && FP_ELEM_FP16 == (int)FP_F16 &&
-                   FP_ELEM_E4M3 == (int)FP_E4M3 && FP_ELEM_E8M0 == (int)FP_E8M0 && FP_ELEM_U8 == (int)FP_U8 &&
-                   FP_NDTYPES == 6,
-               "fp_elem mirrors fp_dtype");
-
 #define FPX_MSG_CAP 2048 /* an executor's message: fixed, so hooks never allocate for it */
-
-/* ---- plans ------------------------------------------------------------------ */
-struct fp_plan {
-  fp_arena *arena; /* everything the reader made */
-  fp_prog *prog;   /* NULL when loading failed */
-  uint64_t hash;
-  char *msg;       /* malloc'd; "" when none */
-  /* the public compile API (api/compile.c) */
-  double compile_ms; /* the compile's time (a compiled plan; 0 for a loaded one) */
-  char *name;      /* malloc'd: the file or model the plan came from, for messages (NULL: none) */
-};
-
-/* ---- transfer programs (ir/xfer.h; api/reshard.c makes them, xfer.c runs them) ---- */
-struct fp_tx;
-struct fp_xfer {
-  fp_arena *arena;   /* everything the planner made */
-  struct fp_tx *tx;  /* NULL when compiling failed */
-  char *msg;         /* malloc'd; "" when none */
-  void *bk;          /* the NCCL backend's state between runs (xfer_nccl.c); NULL on MPI */
-  void (*bk_free)(void *);
-  void *mpi;         /* kept between runs (xfer.c): the duplicate communicator, staging, requests */
-  int checked;       /* 1 + the process whose executors' layouts passed check_layout; 0: none */
-};
 
 /* ---- the program resolved for one rank ----------------------------------------- */
 /* One op as this rank runs it. Ops this rank skips (`only`) and compute

@@ -17,11 +17,11 @@ struct fp_jctx;
 struct fp_jv;
 
 /* one rank's piece of a param, in elements of the flattened (padded) param */
-typedef struct fp_extent {
+typedef struct fpi_layout_extent {
   int64_t begin;   /* first element this rank holds (flat index into the padded param) */
   int64_t count;   /* elements it stores (padding included for shard) */
   int64_t valid;   /* of those, elements inside the real (unpadded) param */
-} fp_extent;
+} fpi_layout_extent;
 
 /* The placement contract (FlexShard's idea, in C): one file per placement,
  * one row in fp_placements[]. */
@@ -36,7 +36,7 @@ typedef struct fp_placement_impl {
    * size, cut points, owner. Located errors through L's diag. */
   bool (*layout)(struct fp_layout *L, struct fp_lparam *p);
   /* the extent of p on shard-group rank g */
-  fp_extent (*extent)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
+  fpi_layout_extent (*extent)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
   /* elements of p's slot in the shard storage on rank g (0: nothing stored) */
   int64_t (*slot_elems)(const struct fp_layout *L, const struct fp_lparam *p, int64_t g);
   /* emit the unshard of p (main shard -> unsharded compute weight) on comm;

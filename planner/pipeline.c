@@ -1,7 +1,11 @@
-/* pipeline.c - the compiler, as one readable function of plain calls:
- * layout, lower one training step (and give it the spec's machine), then the
- * passes in order with the verifier after each, then the simulator (modeled
- * step time and memory timeline). And the summary of what came out. */
+/* pipeline.c - the compiler: the layout, then the candidate search, in which
+ * every candidate is one plain sequence - lower one training step (and give
+ * it the spec's machine), the passes in order (the verifier after each under
+ * FLEXPLAN_VERIFY_EACH), the simulator (modeled step time) - and the search
+ * itself is a table of axes (prefetch depth, collectives, cast placement,
+ * overlap_param_gather, memplan holds) walked by one keep-the-better loop.
+ * Then the kept plan's memory timeline, verifier and figures; and the
+ * summary of what came out. */
 #include "pipeline.h"
 
 #include <inttypes.h>
@@ -43,6 +47,8 @@ static void phase_done(fp_compiled *c, fp_phase k, double t0) {
   c->times->runs[k]++;
 }
 
+/* ---- one candidate: lower, the passes, the simulator -------------------------- */
+
 /* modeled lifetimes for memplan (fp_pass_ctx.hint_*): NULL, or the spans of
  * an earlier schedule of the same lowering */
 typedef struct lifetimes {
@@ -52,22 +58,34 @@ typedef struct lifetimes {
   bool reach; /* starts held to the hook's (spans_of) */
 } lifetimes;
 
+/* What the candidate search (below) sets for the next candidate besides the
+ * depths and lowering flags, which are fp_compiled's own */
+typedef struct search {
+  fp_arena *a;
+  int hold;              /* memplan's hold (fp_pass_ctx.hold): 0 but for a held plan */
+  const lifetimes *hint; /* memplan by these lifetimes (NULL: by program order) */
+  /* the lowering of the current depths and flags, before the passes: the
+   * memory plans after the first start from copies of it (a lowering is a
+   * pure function of those, so the copy is what lowering again would give;
+   * fpi_prog_fork: the tables the passes never change are shared). NULL:
+   * lower, and keep a copy there when the program is small enough
+   * (FP_MEMPLAN_TRY_OPS) for the memory plans to be tried */
+  fp_prog *lowered;
+  bool tight;                /* the last plan by lifetimes packed its ranges at their bound */
+  double prev;               /* the last held plan's step (plain's before the first) */
+  const lifetimes *spans[2]; /* the last held plan's lifetimes: as modeled, held to their hooks */
+} search;
+
 /* FLEXPLAN_VERIFY_EACH: verify every candidate after every pass */
 static bool verify_each(void) {
   const char *each = getenv("FLEXPLAN_VERIFY_EACH");
   return each && *each && strcmp(each, "0") != 0;
 }
 
-/* the most ops a program may have for memplan's candidates to be tried
- * (schedule_memory) */
+/* the most ops a program may have for memplan's candidates (and the cast
+ * placement's) to be tried */
 #define FP_MEMPLAN_TRY_OPS 100000
 
-/* lower the layout with prefetch depths kf / kb and run the passes. lowered:
- * NULL, or where the lowering is kept for the next schedules of the same
- * layout, depths and flags - *lowered NULL: lower, and keep a copy there
- * before the passes change it; else start from a copy of it (a lowering is
- * a pure function of those, so the copy is what lowering again would give;
- * fpi_prog_fork: the tables the passes never change are shared) */
 /* the verifier on c's program, timed */
 static bool verify_timed(fp_pass_ctx *ctx, fp_compiled *c) {
   double t0 = fpi_phase_clock();
@@ -76,26 +94,30 @@ static bool verify_timed(fp_pass_ctx *ctx, fp_compiled *c) {
   return ok;
 }
 
-static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb, int hold,
-                          const lifetimes *hint, fp_prog **lowered) {
-  out->reach = hint && hint->reach;
+static void memory_figures(fp_arena *a, fp_compiled *c);
+
+/* One candidate: lower the layout at out's depths and flags (or copy the
+ * lowering kept), run the passes, simulate the step on the spec's machine */
+static bool build(search *S, fp_diag *d, fp_compiled *out) {
+  fp_arena *a = S->a;
+  out->reach = S->hint && S->hint->reach;
+  S->tight = false;
   memset(&out->stats, 0, sizeof out->stats);
-  out->prefetch_fwd = kf;
-  out->prefetch_bwd = kb;
-  if (lowered && *lowered) {
-    out->prog = fpi_prog_fork(a, *lowered);
+  if (S->lowered) {
+    out->prog = fpi_prog_fork(a, S->lowered);
   } else {
     double t0 = fpi_phase_clock();
-    out->prog = fpi_lower_step(a, d, &out->layout, kf, kb,
+    out->prog = fpi_lower_step(a, d, &out->layout, out->prefetch_fwd, out->prefetch_bwd,
                               (out->defer_refresh ? FP_LOWER_DEFER_REFRESH : 0) |
                                   (out->replica_each ? FP_LOWER_REPLICA_EACH : 0) |
                                   (out->prep_on_compute ? FP_LOWER_PREP_ON_COMPUTE : 0));
     phase_done(out, FP_PHASE_LOWER, t0);
-    if (lowered && out->prog->nops <= FP_MEMPLAN_TRY_OPS) *lowered = fpi_prog_fork(a, out->prog);
+    if (out->prog->nops <= FP_MEMPLAN_TRY_OPS) S->lowered = fpi_prog_fork(a, out->prog);
   }
   fpi_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
-  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, hold, NULL, NULL, 0, 0};
+  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, S->hold, NULL, NULL, 0, 0};
+  const lifetimes *hint = S->hint;
   if (hint) ctx.hint_t0 = hint->t0, ctx.hint_t1 = hint->t1, ctx.hint_n = hint->n, ctx.hint_step_us = hint->step_us;
   /* the verifier runs on the plan the compile keeps (fpi_compile), and on
    * every candidate after every pass when FLEXPLAN_VERIFY_EACH is set (the
@@ -129,9 +151,13 @@ static bool schedule_with(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int
    * what the viewers draw. */
   if (!fpi_add64(out->prog->arena_bytes, out->stats.activation_peak, &out->stats.peak_bytes))
     out->stats.peak_bytes = INT64_MAX;
-  /* the memory timeline and the lower bound come later (memory_figures):
-   * only for a plan that may be kept */
+  /* the memory timeline and the lower bound: for a plan by lifetimes now
+   * (whether a tighter packing exists), else for the plan kept (fpi_compile) */
   out->prog->memtl = NULL;
+  if (hint) {
+    memory_figures(a, out);
+    S->tight = out->prog->arena_bytes <= out->stats.lower_bound_bytes;
+  }
   return true;
 }
 
@@ -181,38 +207,9 @@ static lifetimes *spans_of(fp_arena *a, const fp_compiled *c, bool reach) {
   return h;
 }
 
-/* The memory plan of one lowering, chosen by modeled time. Candidates, each
- * tried only when the one before leaves something to gain:
- *   plain     placement by program order only. When the compute stream
- *             waits for communication no more than FP_MEMPLAN_TRY_EXPOSED
- *             of the step, or the program is larger than
- *             FP_MEMPLAN_TRY_OPS: kept;
- *   held h    what a post_backward's reduction reads (unsharded grads,
- *             staging) held until the h-th post_backward after it, so the
- *             next layers' backward and gathers never wait for the rs
- *             stream (h = 1: double buffering; deeper where the reductions
- *             are slower than the backward and fall further behind it each
- *             layer). Only a source of lifetimes, never kept itself - its
- *             holds are by program order, not by time. h = 1, 2, ... up to
- *             FP_MEMPLAN_HOLD_MAX, while each is faster than the one before
- *             (h = 1 than plain) and the best plan so far leaves more than
- *             FP_MEMPLAN_TRY_EXPOSED of its step exposed (plain's rule);
- *             the timed plans of each are candidates;
- *   timed     placed by the modeled lifetimes of a `held` (spans_of):
- *             buffers whose uses overlap in held's timeline never share
- *             bytes, so double buffering stays exactly where the timeline
- *             overlaps the two, and no reuse of bytes makes a stream wait
- *             that the timeline did not. If its arena is above the bound of
- *             its ranges, once more with the lifetimes held to their hooks
- *             (spans_of's `reach`: fewer overlaps, often a tighter packing).
- * The plan kept has the least modeled step; of plans within FP_STEP_SLACK of
- * it, the smallest arena (so a second buffer that buys no modeled time is not
- * kept); a plan that fits the hardware's device memory beats one that does
- * not (fits_device). Budget: plain is planned first, with the caller's diagnostics; when
- * even it does not fit, nothing does. `held` is not held to the budget (it
- * is never kept; a budget that binds would otherwise keep the plan placed
- * by its lifetimes from being tried); the plans placed by them are.
- * docs/schedule.md, "memplan". */
+/* ---- which candidate is kept ----------------------------------------------- */
+/* Of plans within FP_STEP_SLACK of the least modeled step, the smallest arena
+ * (so a second buffer that buys no modeled time is not kept) */
 #define FP_STEP_SLACK 1e-3
 /* whether c's peak (the arena, persistent buffers included, plus the
  * activations at their peak) fits the hardware's device memory */
@@ -221,9 +218,9 @@ static bool fits_device(const fp_compiled *c) {
   return hbm <= 0 || c->stats.peak_bytes <= hbm;
 }
 
-/* Without a budget the hardware's device memory still decides first: a plan
- * that fits is better than a faster one that does not (with a budget, plans
- * over it never get here). */
+/* c beats best: a plan that fits the hardware's device memory beats one that
+ * does not (with a budget, plans over it never get here), then the modeled
+ * step (FP_STEP_SLACK), then the arena */
 static bool better(const fp_compiled *c, const fp_compiled *best) {
   bool cf = fits_device(c), bf = fits_device(best);
   if (cf != bf) return cf;
@@ -231,6 +228,12 @@ static bool better(const fp_compiled *c, const fp_compiled *best) {
   if (s < t * (1 - FP_STEP_SLACK)) return true;
   if (t < s * (1 - FP_STEP_SLACK)) return false;
   return c->prog->arena_bytes < best->prog->arena_bytes;
+}
+
+/* c beats best on the modeled step alone, a tie going to c (tried later:
+ * the shallower depth, the smaller buckets) */
+static bool faster(const fp_compiled *c, const fp_compiled *best) {
+  return c->sim.step_us <= best->sim.step_us * (1 + 1e-9);
 }
 
 /* A candidate that lost (or failed half way) gives its op array back to the
@@ -243,130 +246,58 @@ static void drop(fp_arena *a, fp_compiled *c, const fp_compiled *keep) {
   c->prog->ops = NULL;
 }
 
-/* *best becomes the better of it and the candidate just built in *out (ok:
- * it was built); the other one is dropped */
-static void keep_better(fp_arena *a, bool ok, fp_compiled *out, fp_compiled *best) {
-  if (ok && better(out, best)) {
-    drop(a, best, out);
-    *best = *out;
-  } else {
-    drop(a, out, best);
-  }
-}
+/* ---- the candidate search: a table of axes --------------------------------- */
+/* Each axis is one choice the compile makes by building candidates and
+ * keeping the better. The axes nest in the order of the table (the first
+ * outermost), so each candidate of an axis is the best of the axes after it.
+ * An axis's `next` readies value i of it in c (the values in the order
+ * tried), seen the best kept so far (NULL: none yet), and says whether to
+ * build it (TRY), pass it over (SKIP) or end the axis (STOP): its guard, so
+ * that a candidate is only tried where it can pay. Where values after the
+ * first need a first candidate to compare with, the first reports its
+ * errors; where each is tried on its own (each_alone), the last reports
+ * them if none before it was built. */
+enum { TRY, SKIP, STOP };
+typedef struct axis {
+  const char *name, *why;
+  int (*count)(const fp_compiled *c); /* the values it has */
+  bool each_alone;
+  int (*next)(search *S, fp_compiled *c, const fp_compiled *best, int i);
+  bool (*wins)(const fp_compiled *c, const fp_compiled *best); /* c is kept over best */
+} axis;
 
-/* Each candidate after plain costs the passes and the simulator again, on a
- * copy of plain's lowering. They are tried only where they can pay: when plain leaves
- * more than FP_MEMPLAN_TRY_EXPOSED of the step exposed (below that, no memory
- * plan can buy more than that share), and on programs of at most
+/* Each candidate after the first costs the passes and the simulator again.
+ * They are tried only where they can pay: when the best leaves more than
+ * FP_MEMPLAN_TRY_EXPOSED of the step exposed (below that, no memory plan or
+ * cast placement can buy more than that share), and on programs of at most
  * FP_MEMPLAN_TRY_OPS ops (larger ones - 100,000 one-param buckets, 2.2M ops;
- * DeepSeek-V3 with every expert its own unit, 162k ops - keep plain: there
- * the candidates tripled the compile and bought no modeled time). */
+ * DeepSeek-V3 with every expert its own unit, 162k ops - keep the first:
+ * there the candidates tripled the compile and bought no modeled time). */
 #define FP_MEMPLAN_TRY_EXPOSED 0.02
 #define FP_MEMPLAN_HOLD_MAX 4
-static bool schedule_memory(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
-  /* the candidates start from copies of plain's lowering (a small program's:
-   * a copy is cheap, the lowering is not) */
-  fp_prog *lowered = NULL;
-  bool ok = schedule_with(a, d, out, kf, kb, 0, NULL, &lowered);
-  if (!ok || out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us || out->prog->nops > FP_MEMPLAN_TRY_OPS) {
-    if (lowered) fpi_arena_release(a, lowered->ops);
-    if (ok) memory_figures(a, out);
-    return ok;
-  }
-  fp_compiled best = *out, held;
-  fp_diag quiet;
-  fpi_diag_init(&quiet, NULL);
-  double prev = best.sim.step_us; /* each deeper hold must beat the one before */
-  for (int hold = 1; hold <= FP_MEMPLAN_HOLD_MAX; hold++) {
-    /* plain's rule for the best plan so far: when it leaves no more than
-     * FP_MEMPLAN_TRY_EXPOSED of its step exposed, no deeper hold can buy more */
-    if (hold > 1 && best.sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * best.sim.step_us) break;
-    if (!schedule_with(a, &quiet, out, kf, kb, hold, NULL, &lowered) || !(out->sim.step_us < prev * (1 - FP_STEP_SLACK))) {
-      drop(a, out, &best);
-      break;
-    }
-    prev = out->sim.step_us;
-    held = *out;
-    /* it only lends its lifetimes: taken (both ways), its op array goes
-     * back before the timed plans are built (the memory is used again) */
-    const lifetimes *spans[2] = {spans_of(a, &held, false), spans_of(a, &held, true)};
-    drop(a, &held, &best);
-    for (int reach = 0; reach < 2; reach++) {
-      bool ok = schedule_with(a, &quiet, out, kf, kb, 0, spans[reach], &lowered);
-      if (ok) memory_figures(a, out);
-      bool tight = ok && out->prog->arena_bytes <= out->stats.lower_bound_bytes; /* no tighter packing exists */
-      keep_better(a, ok, out, &best);
-      if (tight) break;
-    }
-  }
-  fpi_diag_free(&quiet);
-  if (lowered) fpi_arena_release(a, lowered->ops);
-  *out = best;
-  memory_figures(a, out); /* plain, when it is kept */
-  return true;
+static bool exposed_over(const fp_compiled *c, double share) { return c->sim.exposed_comm_us > share * c->sim.step_us; }
+
+/* prefetch depths: as given, or "auto" - from the deepest FP_PREFETCH_AUTO_MAX
+ * down to 0. With a budget the first (deepest) whose plan fits it; without
+ * one, the least modeled step (`faster`: the shallowest of equals, deeper
+ * buys nothing then but memory). A depth that does not fit is passed over;
+ * if even depth 0 does not fit, its error (what is live at the peak) is the
+ * user's. */
+static bool depth_auto(const fp_spec *s) { return s->prefetch_fwd == FP_PREFETCH_AUTO || s->prefetch_bwd == FP_PREFETCH_AUTO; }
+static int depth_count(const fp_compiled *c) { return depth_auto(c->layout.spec) ? FP_PREFETCH_AUTO_MAX + 1 : 1; }
+static int depth_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)S;
+  const fp_spec *s = c->layout.spec;
+  if (best && s->memory_budget_bytes > 0) return STOP;
+  int k = FP_PREFETCH_AUTO_MAX - i;
+  c->prefetch_fwd = s->prefetch_fwd == FP_PREFETCH_AUTO ? k : s->prefetch_fwd;
+  c->prefetch_bwd = s->prefetch_bwd == FP_PREFETCH_AUTO ? k : s->prefetch_bwd;
+  return TRY;
 }
 
-/* whether the layout has a bucket that gathers its persistent compute
- * weights again (a cast-only refresh is local: nothing to overlap) */
-static bool has_refresh(const fp_layout *L) {
-  for (int b = 0; b < L->nbuckets; b++)
-    if (fpi_bucket_refreshed(&L->buckets[b]) && L->buckets[b].sharded) return true;
-  return false;
-}
-
-/* One lowering at prefetch depths kf / kb, its memory plan chosen by
- * schedule_memory. A layout whose sharded buckets keep persistent compute
- * weights (ZeRO-2) is lowered twice when the first leaves communication
- * exposed: refreshing them in post_optimizer, where the next step's forward
- * waits for every refresh gather, and in the next step's forward, prefetched
- * like any gather (fpi_lower_step's defer_refresh); the better plan is kept
- * (better: fits the device, then modeled step, then arena). */
-static bool schedule_refresh(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
-  fp_param_gather pg = out->layout.spec->overlap_param_gather;
-  out->defer_refresh = pg == FP_PG_ON;
-  if (!schedule_memory(a, d, out, kf, kb)) return false;
-  if (pg != FP_PG_AUTO || !has_refresh(&out->layout) || out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us)
-    return true;
-  fp_compiled best = *out;
-  fp_diag quiet;
-  fpi_diag_init(&quiet, NULL);
-  out->defer_refresh = true;
-  keep_better(a, schedule_memory(a, &quiet, out, kf, kb), out, &best);
-  fpi_diag_free(&quiet);
-  *out = best;
-  return true;
-}
-
-/* whether some reduction has local preparation to move: a trainable
- * bucket that casts its grads into another reduce dtype (not under
- * --policy fsdp2, which runs it on the rs stream as FSDP2 does) */
-static bool has_reduce_prep(const fp_layout *L) {
-  if (L->spec->fsdp2) return false;
-  for (int b = 0; b < L->nbuckets; b++)
-    if (L->buckets[b].trainable && L->buckets[b].mp.reduce != L->buckets[b].mp.param) return true;
-  return false;
-}
-
-/* A reduction's casts and staging on the rs stream (the reductions start
- * later, the backward runs free) or on the compute stream right after the
- * backward (where the reductions are slower than the backward, the rs
- * stream then only reduces: deepseek-v3-16b). Tried only where it can pay,
- * as memplan's candidates (more than FP_MEMPLAN_TRY_EXPOSED of the step
- * exposed, at most FP_MEMPLAN_TRY_OPS ops); the better plan is kept. */
-static bool schedule_prep(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
-  out->prep_on_compute = false;
-  if (!schedule_refresh(a, d, out, kf, kb)) return false;
-  if (!has_reduce_prep(&out->layout) || out->sim.exposed_comm_us <= FP_MEMPLAN_TRY_EXPOSED * out->sim.step_us ||
-      out->prog->nops > FP_MEMPLAN_TRY_OPS)
-    return true;
-  fp_compiled best = *out;
-  fp_diag quiet;
-  fpi_diag_init(&quiet, NULL);
-  out->prep_on_compute = true;
-  keep_better(a, schedule_refresh(a, &quiet, out, kf, kb), out, &best);
-  fpi_diag_free(&quiet);
-  *out = best;
-  return true;
+static int two(const fp_compiled *c) {
+  (void)c;
+  return 2;
 }
 
 /* whether the lowering can defer hybrid replicas' all-reduce to the step's
@@ -379,63 +310,190 @@ static bool can_defer_replica(const fp_layout *L) {
   return false;
 }
 
-/* Hybrid with accumulation: the replicas' all-reduce once per step over the
- * summed micro-batches (fewer, but all at the end of the step), or every
- * micro-batch (hidden behind the next one's compute); both are lowered and
- * the better plan kept (better: fits the device, then modeled step, then
- * arena). */
-static bool schedule(fp_arena *a, fp_diag *d, fp_compiled *out, int kf, int kb) {
-  out->replica_each = false;
-  if (!schedule_prep(a, d, out, kf, kb)) return false;
-  if (!can_defer_replica(&out->layout) || out->sim.exposed_comm_us <= FP_STEP_SLACK * out->sim.step_us) return true;
-  fp_compiled best = *out;
-  fp_diag quiet;
-  fpi_diag_init(&quiet, NULL);
-  out->replica_each = true;
-  keep_better(a, schedule_prep(a, &quiet, out, kf, kb), out, &best);
-  fpi_diag_free(&quiet);
-  *out = best;
-  return true;
+/* hybrid with accumulation: the replicas' all-reduce once per step over the
+ * summed micro-batches (fewer, but all at the end of the step), then every
+ * micro-batch (hidden behind the next one's compute) where communication is
+ * exposed */
+static int replica_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)S;
+  if (i > 0 && !(best && can_defer_replica(&best->layout) && exposed_over(best, FP_STEP_SLACK))) return STOP;
+  c->replica_each = i == 1;
+  return TRY;
 }
 
-/* prefetch depths for a built layout: as given, or "auto" - with a budget,
- * the deepest depth whose plan fits it; without one, the depth with the
- * least modeled step (the shallowest of equals: deeper buys nothing then but
- * memory). A depth that does not fit is tried quietly; if even depth 0 does
- * not fit, its error (what is live at the peak) is the user's. */
-static bool choose_prefetch(fp_arena *a, fp_diag *d, const fp_spec *s, fp_compiled *out) {
-  if (s->overlap_param_gather == FP_PG_ON && !s->fsdp2 && !has_refresh(&out->layout)) {
-    fpi_diag_json(d, s->src, fpi_ptr_key(a, s->ptr, "overlap_param_gather"),
-                 "overlap_param_gather is true but no bucket keeps sharded compute weights gathered all step "
-                 "(strategy \"%s\"): only shard_grad_op buckets gather them again after the optimizer",
-                 fp_strategy_names[s->strategy]);
-    return false;
+/* whether some reduction has local preparation to move: a trainable
+ * bucket that casts its grads into another reduce dtype (not under
+ * --policy fsdp2, which runs it on the rs stream as FSDP2 does) */
+static bool has_reduce_prep(const fp_layout *L) {
+  if (L->spec->fsdp2) return false;
+  for (int b = 0; b < L->nbuckets; b++)
+    if (L->buckets[b].trainable && L->buckets[b].mp.reduce != L->buckets[b].mp.param) return true;
+  return false;
+}
+
+/* a reduction's casts and staging on the rs stream (the reductions start
+ * later, the backward runs free), then on the compute stream right after
+ * the backward (where the reductions are slower than the backward, the rs
+ * stream then only reduces: deepseek-v3-16b), as memplan's candidates are
+ * tried */
+static int prep_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)S;
+  if (i > 0 && !(best && has_reduce_prep(&best->layout) && exposed_over(best, FP_MEMPLAN_TRY_EXPOSED) &&
+                 best->prog->nops <= FP_MEMPLAN_TRY_OPS))
+    return STOP;
+  c->prep_on_compute = i == 1;
+  return TRY;
+}
+
+/* whether the layout has a bucket that gathers its persistent compute
+ * weights again (a cast-only refresh is local: nothing to overlap) */
+static bool has_refresh(const fp_layout *L) {
+  for (int b = 0; b < L->nbuckets; b++)
+    if (fpi_bucket_refreshed(&L->buckets[b]) && L->buckets[b].sharded) return true;
+  return false;
+}
+
+/* overlap_param_gather: a layout whose sharded buckets keep persistent
+ * compute weights (ZeRO-2) refreshes them in post_optimizer, where the next
+ * step's forward waits for every refresh gather (false), or in the next
+ * step's forward, prefetched like any gather (true: fpi_lower_step's
+ * defer_refresh); "auto": the first, then the second where communication
+ * is exposed */
+static int refresh_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)S;
+  fp_param_gather pg = c->layout.spec->overlap_param_gather;
+  if (i > 0 && !(best && pg == FP_PG_AUTO && has_refresh(&best->layout) && exposed_over(best, FP_STEP_SLACK))) return STOP;
+  c->defer_refresh = i == 1 || pg == FP_PG_ON;
+  return TRY;
+}
+
+/* The memory plan of one lowering. Values:
+ *   0         plain: placement by program order only; a fresh lowering of
+ *             the depths and flags the axes before set, which the others
+ *             copy;
+ *   2h-1, 2h  timed by held h (h = 1 .. FP_MEMPLAN_HOLD_MAX): `held h` holds
+ *             what a post_backward's reduction reads (unsharded grads,
+ *             staging) until the h-th post_backward after it, so the next
+ *             layers' backward and gathers never wait for the rs stream (h =
+ *             1: double buffering; deeper where the reductions are slower
+ *             than the backward and fall further behind it each layer). It
+ *             is only a source of lifetimes, never kept itself - its holds
+ *             are by program order, not by time - built while each is faster
+ *             than the one before (h = 1 than plain). The timed plans are
+ *             placed by its modeled lifetimes (spans_of): buffers whose uses
+ *             overlap in held's timeline never share bytes, so double
+ *             buffering stays exactly where the timeline overlaps the two,
+ *             and no reuse of bytes makes a stream wait that the timeline did
+ *             not. If 2h-1's arena is above the bound of its ranges, 2h holds
+ *             the lifetimes to their hooks (spans_of's `reach`: fewer
+ *             overlaps, often a tighter packing).
+ * Held plans are tried while the best leaves more than
+ * FP_MEMPLAN_TRY_EXPOSED of its step exposed (and plain has at most
+ * FP_MEMPLAN_TRY_OPS ops). Budget: plain is planned first, with the caller's
+ * diagnostics; when even it does not fit, nothing does. `held` is not held
+ * to the budget (it is never kept; a budget that binds would otherwise keep
+ * the plan placed by its lifetimes from being tried); the timed plans are.
+ * docs/schedule.md, "memplan". */
+static int memplan_count(const fp_compiled *c) {
+  (void)c;
+  return 1 + 2 * FP_MEMPLAN_HOLD_MAX;
+}
+static int memplan_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  S->hold = 0;
+  S->hint = NULL;
+  if (i == 0) { /* plain: lower anew */
+    if (S->lowered) fpi_arena_release(S->a, S->lowered->ops);
+    S->lowered = NULL;
+    return TRY;
   }
-  bool af = s->prefetch_fwd == FP_PREFETCH_AUTO, ab = s->prefetch_bwd == FP_PREFETCH_AUTO;
-  if (!af && !ab) return schedule(a, d, out, s->prefetch_fwd, s->prefetch_bwd);
-  bool budget = s->memory_budget_bytes > 0;
+  if (!best) return STOP;
+  if (i % 2 == 0) { /* held to the hooks: unless the one as modeled was tight */
+    if (S->tight) return SKIP;
+    S->hint = S->spans[1];
+    return TRY;
+  }
+  if (i == 1 && best->prog->nops > FP_MEMPLAN_TRY_OPS) return STOP;
+  if (!exposed_over(best, FP_MEMPLAN_TRY_EXPOSED)) return STOP;
+  if (i == 1) S->prev = best->sim.step_us; /* plain */
+  fp_compiled held = *c;
+  fp_diag quiet;
+  fpi_diag_init(&quiet, NULL);
+  S->hold = (i + 1) / 2;
+  bool ok = build(S, &quiet, &held);
+  fpi_diag_free(&quiet);
+  S->hold = 0;
+  if (!ok || !(held.sim.step_us < S->prev * (1 - FP_STEP_SLACK))) {
+    drop(S->a, &held, best);
+    return STOP;
+  }
+  S->prev = held.sim.step_us;
+  /* it only lends its lifetimes: taken (both ways), its op array goes back
+   * before the timed plans are built (the memory is used again) */
+  S->spans[0] = spans_of(S->a, &held, false);
+  S->spans[1] = spans_of(S->a, &held, true);
+  drop(S->a, &held, best);
+  S->hint = S->spans[0];
+  return TRY;
+}
+
+static const axis axes[] = {
+    {"prefetch depth", "deeper prefetch hides more gathers but holds more memory", depth_count, true, depth_next,
+     faster},
+    {"collectives", "hybrid replicas all-reduce every micro-batch (hidden) or once per step (fewer)", two, false,
+     replica_next, better},
+    {"cast placement", "a reduction's casts on the rs stream or on the compute stream", two, false, prep_next, better},
+    {"overlap_param_gather", "ZeRO-2's refresh gathers after the optimizer or in the next forward", two, false,
+     refresh_next, better},
+    {"memplan holds", "reuse bytes by program order, or by the lifetimes of a double-buffered schedule", memplan_count,
+     false, memplan_next, better},
+};
+#define NAXES (int)(sizeof axes / sizeof axes[0])
+
+/* the best candidate of the axes from `level` on into *out (false: none
+ * was built; the errors in d) */
+static bool search_axes(search *S, fp_diag *d, fp_compiled *out, int level) {
+  if (level == NAXES) return build(S, d, out);
+  const axis *x = &axes[level];
   fp_compiled best;
   bool have = false;
-  for (int k = FP_PREFETCH_AUTO_MAX; k >= 0; k--) {
-    int kf = af ? k : s->prefetch_fwd, kb = ab ? k : s->prefetch_bwd;
+  for (int i = 0, n = x->count(out); i < n; i++) {
+    int go = x->next(S, out, have ? &best : NULL, i);
+    if (go == STOP) break;
+    if (go == SKIP) continue;
     fp_diag quiet;
     fpi_diag_init(&quiet, NULL);
-    bool ok = schedule(a, k == 0 && !have ? d : &quiet, out, kf, kb);
+    bool ok = search_axes(S, !have && (!x->each_alone || i == n - 1) ? d : &quiet, out, level + 1);
     fpi_diag_free(&quiet);
-    if (!ok) {
-      drop(a, out, have ? &best : NULL);
-      continue;
-    }
-    if (budget) return true;
-    if (!have || out->sim.step_us <= best.sim.step_us * (1 + 1e-9)) {
-      if (have) drop(a, &best, out);
+    if (ok && (!have || x->wins(out, &best))) {
+      if (have) drop(S->a, &best, out);
       best = *out, have = true;
     } else {
-      drop(a, out, &best);
+      drop(S->a, out, have ? &best : NULL);
     }
   }
   if (have) *out = best;
   return have;
+}
+
+/* ---- the compile: layout, then the search (lower, passes, simulate) ---------- */
+/* overlap_param_gather true needs something to overlap */
+static bool check_param_gather(fp_arena *a, fp_diag *d, const fp_layout *L) {
+  const fp_spec *s = L->spec;
+  if (s->overlap_param_gather != FP_PG_ON || s->fsdp2 || has_refresh(L)) return true;
+  fpi_diag_json(d, s->src, fpi_ptr_key(a, s->ptr, "overlap_param_gather"),
+               "overlap_param_gather is true but no bucket keeps sharded compute weights gathered all step "
+               "(strategy \"%s\"): only shard_grad_op buckets gather them again after the optimizer",
+               fp_strategy_names[s->strategy]);
+  return false;
+}
+
+/* the layout of s and the best plan of it */
+static bool compile_layout(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  if (!fpi_layout_build(a, d, m, s, &out->layout) || !check_param_gather(a, d, &out->layout)) return false;
+  search S = {.a = a};
+  bool ok = search_axes(&S, d, out, 0);
+  if (S.lowered) fpi_arena_release(a, S.lowered->ops);
+  return ok;
 }
 
 /* bucket sizes "auto" without a target tries (unsharded bytes per bucket) */
@@ -443,7 +501,29 @@ static const int64_t auto_targets[] = {1, (int64_t)16 << 20, (int64_t)32 << 20, 
                                        (int64_t)128 << 20, (int64_t)256 << 20, (int64_t)512 << 20,
                                        (int64_t)1 << 30, (int64_t)2 << 30};
 
-static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out);
+/* the layout: as the spec buckets it, or "buckets": {"auto": {}}: the bucket
+ * size with the least modeled step that fits the budget (1 byte = one module
+ * per bucket); ties go to the smaller buckets (less memory). None fits: the
+ * smallest's error. */
+static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0) return compile_layout(a, d, m, s, out);
+  fp_compiled best;
+  bool have = false;
+  size_t nt = sizeof auto_targets / sizeof auto_targets[0];
+  for (size_t i = nt; i-- > 0;) {
+    fp_spec *sc = fpi_alloc(a, sizeof *sc);
+    *sc = *s;
+    sc->auto_target_bytes = auto_targets[i];
+    fp_diag quiet;
+    fpi_diag_init(&quiet, NULL);
+    fp_compiled c = *out; /* its phase times */
+    bool ok = compile_layout(a, i == 0 && !have ? d : &quiet, m, sc, &c);
+    fpi_diag_free(&quiet);
+    if (ok && (!have || faster(&c, &best))) best = c, have = true;
+  }
+  if (have) *out = best;
+  return have;
+}
 
 /* the compile's figures on the program (fp_figures: plan.json's "figures") */
 static void keep_figures(fp_arena *a, fp_compiled *c) {
@@ -465,8 +545,13 @@ static void keep_figures(fp_arena *a, fp_compiled *c) {
   c->prog->figures = g;
 }
 
+/* layout -> (per candidate: lower -> passes -> simulate) -> the kept plan's
+ * memory timeline, verifier and figures */
 bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  memset(out, 0, sizeof *out);
+  out->times = fpi_alloc(a, sizeof *out->times);
   if (!compile_any(a, d, m, s, out)) return false;
+  memory_figures(a, out);
   /* the plan kept is verified whole (the candidates that lost never leave
    * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
   fp_pass_ctx vc = {a, d, &out->layout, &out->stats, true, 0, NULL, NULL, 0, 0};
@@ -478,37 +563,6 @@ bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, f
   keep_figures(a, out);
   phase_done(out, FP_PHASE_SUMMARY, t0);
   return true;
-}
-
-static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
-  memset(out, 0, sizeof *out);
-  out->times = fpi_alloc(a, sizeof *out->times);
-  if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0)
-    return fpi_layout_build(a, d, m, s, &out->layout) && choose_prefetch(a, d, s, out);
-  /* "buckets": {"auto": {}}: the bucket size with the least modeled step
-   * that fits the budget (1 byte = one module per bucket); ties go to the
-   * smaller buckets (less memory). None fits: the smallest's error. */
-  fp_compiled best;
-  bool have = false;
-  size_t nt = sizeof auto_targets / sizeof auto_targets[0];
-  for (size_t i = nt; i-- > 0;) {
-    fp_spec *sc = fpi_alloc(a, sizeof *sc);
-    *sc = *s;
-    sc->auto_target_bytes = auto_targets[i];
-    fp_diag quiet;
-    fpi_diag_init(&quiet, NULL);
-    fp_diag *use = i == 0 && !have ? d : &quiet;
-    fp_compiled c;
-    memset(&c, 0, sizeof c);
-    c.times = out->times;
-    bool ok = fpi_layout_build(a, use, m, sc, &c.layout) && choose_prefetch(a, use, sc, &c);
-    fpi_diag_free(&quiet);
-    if (ok && (!have || c.sim.step_us <= best.sim.step_us * (1 + 1e-9))) best = c, have = true;
-  }
-  fp_phase_times *times = out->times;
-  if (have) *out = best;
-  out->times = times;
-  return have;
 }
 
 /* ---- summary ----------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a reduction's local preparation runs (planner/pipeline.c,
-schedule_prep; lower.c prep_stream): the cast of the unsharded grads into the
+prep_next; lower.c prep_stream): the cast of the unsharded grads into the
 reduce dtype goes on the rs stream, before the reduce-scatter, or on the
 compute stream right after the backward; the compile lowers both where
 communication is exposed and keeps the faster modeled step.

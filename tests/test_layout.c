@@ -64,7 +64,7 @@ static void shard_padding(void **state) {
   /* 10 rows over 4 ranks: 3 rows each, padded to 12 rows of 4 */
   assert_int_equal(p->chunk, 12);
   assert_int_equal(p->padded_numel, 48);
-  fp_extent e = p->impl->extent(&f.L, p, 3);
+  fpi_layout_extent e = p->impl->extent(&f.L, p, 3);
   assert_int_equal(e.begin, 36);
   assert_int_equal(e.count, 12);
   assert_int_equal(e.valid, 4); /* row 9 only */
@@ -84,7 +84,7 @@ static void shard_dim1(void **state) {
   assert_int_equal(p->padded_numel, 30); /* the param layout is not padded */
   assert_true(p->gstage_off >= 0);
   assert_int_equal(f.L.buckets[0].gstage_bytes, 256); /* 4 ranks x 9 x bf16 = 72 -> 256 */
-  fp_extent e = p->impl->extent(&f.L, p, 3);
+  fpi_layout_extent e = p->impl->extent(&f.L, p, 3);
   assert_int_equal(e.valid, 3); /* column 9 of 3 rows */
   done(&f);
 }

@@ -23,12 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ir/ir.h"
-#include "planner/cost.h"
-#include "planner/front.h"
+#include "api/api_impl.h"
 #include "base/json.h"
-#include "planner/pipeline.h"
-#include "planner/reshard.h"
+#include "ir/ir.h"
+#include "ir/xfer.h"
 #include "viz/viz.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 70 };
@@ -494,7 +492,7 @@ static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) { return
 static int unknown_preset(const char *name) {
   char near[128];
   fprintf(stderr, "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)%s\n", name,
-          fpi_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
+          fpa_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
   return EXIT_INPUT;
 }
 
@@ -502,27 +500,24 @@ static int unknown_preset(const char *name) {
  * h100-sxm with a note; false when PRESET is unknown (reported) */
 static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_hw *hw) {
   if (preset) {
-    if (!fpi_hw_preset(preset, hw)) return unknown_preset(preset), false;
+    if (!fpa_hw_preset(preset, hw)) return unknown_preset(preset), false;
   } else if (p->hw.name) {
     *hw = p->hw;
   } else {
-    fpi_hw_preset("h100-sxm", hw);
+    fpa_hw_preset("h100-sxm", hw);
     fprintf(stderr, "%s: note: the plan names no hardware; simulating on h100-sxm\n", path);
   }
   return true;
 }
 
-/* fpi_simulate of p on hw; false after reporting a step that is not a finite
- * number (a verified plan's machine is valid, but its rates may be absurdly
- * small for the plan's work) */
-static bool simulate_plan(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const char *path, fp_sim *sim) {
-  if (fpi_simulate(ar, p, hw, sim)) return true;
+/* the modeled step on hw was not a finite number (a verified plan's machine
+ * is valid, but its rates may be absurdly small for the plan's work) */
+static void not_finite(const fp_hw *hw, const char *path) {
   fp_diag d; /* a diagnostic: the machine's name (from the plan) printed with escapes */
   fpi_diag_init(&d, stderr);
   fpi_diag_errorf(&d, path, "the modeled step time on hardware '%s' is not a finite number: its rates are too small for "
                  "the plan's work", hw->name);
   fpi_diag_free(&d);
-  return false;
 }
 
 /* ---- viz: --ranks and the writers ------------------------------------------------ */
@@ -612,37 +607,11 @@ typedef enum {
   EMIT_HTML,    /* what viz --format=html writes */
 } emit_kind;
 
-/* compile/check with no spec: say which defaults apply (a note, stderr) */
-static void note_defaults(const char *model, const fp_spec *s, bool hw_given) {
-  fprintf(stderr,
-          "%s: note: no spec (none embedded, no --spec); the defaults apply: %s on %lld ranks (%lld per node), "
-          "one bucket per module, params %s, reductions %s, main grads %s, prefetch %d forward and %d backward",
-          model, fp_strategy_names[s->strategy], (long long)s->world_size, (long long)s->ranks_per_node,
-          fpi_dtype_name(s->mp.param), fpi_dtype_name(s->mp.reduce), fpi_dtype_name(s->mp.main_grad), s->prefetch_fwd,
-          s->prefetch_bwd);
-  if (!hw_given) fprintf(stderr, ", hardware %s", s->hw_preset);
-  fprintf(stderr, " (docs/input-format.md)\n");
-}
-
-/* --time: each phase's CPU time (this thread's), on stderr; the sum leaves
- * out building the layout, choosing among candidates and writing */
-static void print_times(const char *model, double input_ms, const fp_phase_times *t) {
-  double sum = input_ms;
-  fprintf(stderr, "%s: compile time by phase (CPU ms):\n  %-16s %10.1f\n", model, "read inputs", input_ms);
-  for (int k = 0; k < FP_NPHASES; k++) {
-    sum += t->ms[k];
-    fprintf(stderr, "  %-16s %10.1f", fp_phase_names[k], t->ms[k]);
-    if (t->runs[k] > 1) fprintf(stderr, "  (%d runs)", (int)t->runs[k]);
-    fputc('\n', stderr);
-  }
-  fprintf(stderr, "  %-16s %10.1f\n", "sum", sum);
-}
-
 static int cmd_compile(const command *cmd, int argc, char **argv) {
   const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;
   bool check_only = !strcmp(cmd->name, "check");
   emit_kind emit = EMIT_PLAN;
-  fp_policy policy = FP_POLICY_FLEXPLAN;
+  int policy = fpa_policy_parse("flexplan");
   rank_list ranks = {.n = 0};
   bool have_ranks = false, timing = false;
   argp ap;
@@ -659,7 +628,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
         break;
       case OPT_POLICY:
         if ((e = enum_value(cmd, "policy", v, policy_names)) < 0) return EXIT_USAGE;
-        policy = (fp_policy)fpi_policy_parse(policy_names[e]);
+        policy = fpa_policy_parse(policy_names[e]);
         break;
       case OPT_HARDWARE: hw = v; break;
       case OPT_SPEC: spec = v; break;
@@ -678,30 +647,20 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   if (have_ranks && emit != EMIT_TRACE && emit != EMIT_HTML)
     return usage_error(cmd, "--ranks picks the ranks of --emit=trace or --emit=html");
   fp_hw preset;
-  if (hw && !fpi_hw_preset(hw, &preset)) return unknown_preset(hw);
+  if (hw && !fpa_hw_preset(hw, &preset)) return unknown_preset(hw);
 
-  double t0 = now_ms();
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
-  fp_model m;
-  fp_spec s;
-  fp_compiled c;
-  double in0 = fpi_phase_clock();
-  if (!fpi_inputs_load(ar, &d, model, spec, &m, &s)) goto done;
-  double input_ms = fpi_phase_clock() - in0;
-  if (!s.src) note_defaults(model, &s, hw != NULL);
-  fpi_spec_apply_policy(&s, policy);
-  if (hw) s.hw_preset = preset.name; /* the spec's overrides still apply */
-  if (!fpi_compile(ar, &d, &m, &s, &c)) goto done;
-  double ms = now_ms() - t0;
-  if (timing) print_times(model, input_ms, c.times);
-  fp_summary sum;
-  fpi_summarize(&c, ms, &sum);
+  fpa_request rq = {.model_path = model, .spec_path = spec, .hw_preset = hw, .policy = policy, .notes = true};
+  fpa_compiled c;
+  if (!fpa_compile_run(ar, &d, &rq, &c)) goto done;
+  if (timing) fpa_print_times(&c, model, stderr);
+  const fp_prog *prog = c.prog;
   if (check_only) {
-    fprintf(stderr, "%s: ok: %s, %lld ops, arena %.3f GiB\n", model, sum.strategy, (long long)sum.ops,
-            (double)sum.arena_bytes / (1 << 30));
+    fprintf(stderr, "%s: ok: %s, %lld ops, arena %.3f GiB\n", model, prog->strategy, (long long)prog->nops,
+            (double)prog->arena_bytes / (1 << 30));
     rc = EXIT_OK;
     goto done;
   }
@@ -709,7 +668,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
     if (emit == EMIT_SUMMARY)
       out = "-";
     else
-      out = default_output(ar, m.name, "model",
+      out = default_output(ar, c.model_name, "model",
                            emit == EMIT_PLAN   ? "plan.json"
                            : emit == EMIT_IR   ? "fpir"
                            : emit == EMIT_HTML ? "html"
@@ -720,12 +679,12 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   bool ok = true;
   errno = 0;
   switch (emit) {
-  case EMIT_PLAN: ok = fpi_plan_write(c.prog, o.f); break;
-  case EMIT_IR: fpi_ir_print(c.prog, o.f); break;
-  case EMIT_SUMMARY: fpi_summary_json(&sum, o.f); break;
+  case EMIT_PLAN: ok = fpi_plan_write(prog, o.f); break;
+  case EMIT_IR: fpi_ir_print(prog, o.f); break;
+  case EMIT_SUMMARY: fpa_summary_json(&c, o.f); break;
   case EMIT_TRACE:
   case EMIT_HTML:
-    ok = write_view(ar, &d, model, c.prog, &c.prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, NULL, 0, &o);
+    ok = write_view(ar, &d, model, prog, &prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, NULL, 0, &o);
     break;
   }
   if (!ok) {
@@ -736,10 +695,10 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   }
   if (!out_commit(&o)) goto done;
   if (emit != EMIT_SUMMARY) {
-    fpi_summary_text(&sum, stderr);
+    fpa_summary_text(&c, stderr);
     if (o.path) fprintf(stderr, "  wrote %s\n", o.path);
   }
-  fpi_summary_warn_device(&sum, stderr);
+  fpa_summary_warn_device(&c, stderr);
   rc = EXIT_OK;
 done:
   fpi_diag_free(&d);
@@ -797,31 +756,13 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
 }
 
 /* ---- explain and simulate: a plan replayed on a machine ---------------------------- */
-/* What a command does with the replayed plan: print it to stdout. */
-typedef void (*modeled_fn)(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim);
-
-static void print_explain(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
-  (void)ar, (void)hw;
-  fpi_ir_explain_modeled(p, sim->start_us, sim->end_us, stdout);
-}
-
-/* explain --exposed: the ranked table of exposed communication only */
-static void print_exposed(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
-  (void)ar, (void)hw;
-  fpi_sim_print_exposed(p, sim, 0, stdout);
-}
-
-static void print_simulation(fp_arena *ar, const fp_prog *p, const fp_hw *hw, const fp_sim *sim) {
-  fpi_sim_print(p, sim, hw, fpi_sim_memory(ar, p, sim), stdout);
-}
-
 /* COMMAND PLAN [--hardware PRESET] [--exposed]: read the plan, simulate it
  * on the preset (default: the plan's machine), and print it (explain: one
  * row per op, or with --exposed the ranked exposed communication; simulate:
  * the segments and totals) */
 static int cmd_modeled(const command *cmd, int argc, char **argv) {
   const char *path = NULL, *hwname = NULL, *v;
-  modeled_fn print = !strcmp(cmd->name, "simulate") ? print_simulation : print_explain;
+  fpa_show what = !strcmp(cmd->name, "simulate") ? FPA_SHOW_SIMULATION : FPA_SHOW_EXPLAIN;
   argp ap;
   argp_init(&ap, cmd, argc, argv);
   int k, rc;
@@ -829,7 +770,7 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
     switch (k) {
       case ARG_STOP: return ap.rc;
       case OPT_HARDWARE: hwname = v; break;
-      case OPT_EXPOSED: print = print_exposed; break;
+      case OPT_EXPOSED: what = FPA_SHOW_EXPOSED; break;
       case ARG_OPERAND:
         if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
         path = v;
@@ -838,16 +779,17 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
   }
   if (!path) return usage_error(cmd, "missing PLAN");
   fp_hw hw;
-  if (hwname && !fpi_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  fp_sim sim;
-  if (p && pick_hw(p, hwname, path, &hw) && simulate_plan(ar, p, &hw, path, &sim)) {
-    print(ar, p, &hw, &sim);
-    rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
+  if (p && pick_hw(p, hwname, path, &hw)) {
+    if (!fpa_modeled_print(ar, p, &hw, what, stdout))
+      not_finite(&hw, path);
+    else
+      rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
   }
   fpi_diag_free(&d);
   fpi_arena_free(ar);
@@ -905,7 +847,7 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   if (nmeasured && fmt != VIZ_TRACE)
     return usage_error(cmd, "--measured steps are drawn in the trace (--format=trace), not in 'html'");
   fp_hw hw;
-  if (hwname && !fpi_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
@@ -993,9 +935,8 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
     if (fpi_src_read(ar, &d, paths[k], src[k])) prog[k] = fpi_plan_read(ar, &d, src[k]);
   }
   if (prog[0] && prog[1]) {
-    fp_reshard_opts o = {what, off, foff, pats, npats};
     double t0 = now_ms();
-    fp_tx *t = fpi_reshard(ar, prog[0], src[0], prog[1], src[1], &o, &d);
+    fp_tx *t = fpa_reshard(ar, prog[0], src[0], prog[1], src[1], what, off, foff, pats, npats, &d);
     double t1 = now_ms();
     if (t && fpi_tx_verify(t, &d)) {
       double t2 = now_ms();

@@ -786,7 +786,7 @@ static int32_t group_ranges(fp_pass_ctx *c, const fp_prog *p, fp_ir_live *lv, fp
  * c->hold-th post_backward after it in the micro-batch (1: double
  * buffering the unsharded grads and the reduction's staging; more where
  * the rs stream falls further behind the backward: see
- * planner/pipeline.c, schedule_memory).
+ * planner/pipeline.c, memplan_next).
  * The verifier and the memory timeline use the real ranges. */
 static void hold_ranges(const fp_pass_ctx *c, const fp_prog *p, fp_ir_live *lv) {
   for (int i = 0; i < p->nlives && c->hold > 0; i++) {
@@ -865,7 +865,7 @@ static bool tried_before(const placer *pl, int order, uint64_t *tried) {
  * "squeaky wheel" tries: the buffers that end above the bound go first in
  * the next try (in their order), up to FP_MEMPLAN_RETRIES times. A held
  * plan (c->hold) gets the fixed orders only: its arena is never kept
- * (planner/pipeline.c, schedule_memory), only its modeled lifetimes are,
+ * (planner/pipeline.c, memplan_next), only its modeled lifetimes are,
  * and the retries exist to close an arena's last percent. Sets the
  * buffers' offsets; *end is the arena's end, *bound the ranges' bound.
  * false: an arena past int64. */

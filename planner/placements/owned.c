@@ -38,10 +38,10 @@ static bool owned_layout(fp_layout *L, fp_lparam *p) {
   return true;
 }
 
-static fp_extent owned_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
+static fpi_layout_extent owned_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
   (void)L;
   int64_t n = g == p->owner ? p->mp->numel : 0;
-  fp_extent e = {0, n, n};
+  fpi_layout_extent e = {0, n, n};
   return e;
 }
 

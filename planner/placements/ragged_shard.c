@@ -63,10 +63,10 @@ static bool ragged_layout(fp_layout *L, fp_lparam *p) {
   return true;
 }
 
-static fp_extent ragged_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
+static fpi_layout_extent ragged_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
   (void)L;
   int64_t c = p->cuts[g + 1] - p->cuts[g];
-  fp_extent e = {p->cuts[g], c, c};
+  fpi_layout_extent e = {p->cuts[g], c, c};
   return e;
 }
 

@@ -19,9 +19,9 @@ static bool replicate_layout(fp_layout *L, fp_lparam *p) {
   return true;
 }
 
-static fp_extent replicate_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
+static fpi_layout_extent replicate_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
   (void)L, (void)g;
-  fp_extent e = {0, p->mp->numel, p->mp->numel};
+  fpi_layout_extent e = {0, p->mp->numel, p->mp->numel};
   return e;
 }
 

@@ -45,14 +45,14 @@ static bool shard_layout(fp_layout *L, fp_lparam *p) {
   return true;
 }
 
-static fp_extent shard_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
+static fpi_layout_extent shard_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
   (void)L;
   const fp_param *mp = p->mp;
   int d = p->pl->dim;
   int64_t c = fpi_ceil_div(mp->shape[d], L->G);
   int64_t rows = mp->shape[d] - g * c;
   rows = rows < 0 ? 0 : rows > c ? c : rows;
-  fp_extent e = {d == 0 ? g * p->chunk : g * c, p->chunk, rows * (p->chunk / c)};
+  fpi_layout_extent e = {d == 0 ? g * p->chunk : g * c, p->chunk, rows * (p->chunk / c)};
   return e;
 }
 

@@ -8,11 +8,11 @@
  * messages; everything the reader allocated is freed with its arena, so a
  * tampered, truncated or hostile file leaks nothing (tests/test_exec_plan.c,
  * run under ASan). Checks that depend on the rank (operands resolved against
- * the arena, views, tables) are made by fp_exec_create (exec.c). */
+ * the arena, views, tables) are made by fp_exec_create (executor/exec.c). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec_impl.h"
+#include "ir/handle.h"
 
 /* ---- names ----------------------------------------------------------------- */
 const char *fp_version(void) { return FP_VERSION_STRING; }
