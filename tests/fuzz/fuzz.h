@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                                  \
   } while (0)
 
-/* p written as plan.json and read back (both readers, hash checked) is the
+/* p written as plan.json and read back (hash checked) is the
  * same program; aborts when not */
 static inline void fuzz_plan_roundtrip(fp_arena *a, const fp_prog *p) {
   char *buf = NULL;
