@@ -82,7 +82,7 @@ static size_t put_utf8(char *o, unsigned long cp) {
  * never overruns). Writes at most (end - q) bytes to out (a buffer of at least
  * that size), sets *olen, returns the offset just past the closing quote (or n
  * when unterminated). Lone surrogates decode to U+FFFD, as json-c does. */
-size_t fpi_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
+static size_t decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen) {
   size_t i = q + 1, o = 0;
   while (i < n && t[i] != '"') {
     if (t[i] != '\\') {
@@ -245,7 +245,7 @@ static char *path_string(fp_arena *a, const char *t, size_t n, const pseg *segs,
       size_t end = skip_string(t, n, segs[k].key), dl;
       char *dec = malloc(end - segs[k].key + 1);
       FP_ASSERT(dec);
-      fpi_json_decode_string(t, n, segs[k].key, dec, &dl);
+      decode_string(t, n, segs[k].key, dec, &dl);
       sb_put_segment(&b, dec, dl);
       free(dec);
     } else {
@@ -365,7 +365,7 @@ size_t fpi_json_locate(const fp_src *s, const char *ptr, bool *exact) {
           kbuf = malloc(kcap);
           FP_ASSERT(kbuf);
         }
-        fpi_json_decode_string(t, n, i, kbuf, &kl);
+        decode_string(t, n, i, kbuf, &kl);
         i = skip_ws(t, n, end);
         if (i >= n || t[i] != ':') break;
         i = skip_ws(t, n, i + 1);
@@ -442,6 +442,7 @@ typedef struct vscan {
    * decoded bytes and its NUL never outnumber its quoted text) */
   char *sp;
   size_t sleft;
+  bool pull; /* for fpi_jp: a double's text is the source's */
 } vscan;
 
 #define FP_JSON_STR_BLOCK ((size_t)256 << 10)
@@ -505,12 +506,33 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
   return fpi_strndup(v->a, v->t + i, j - i);
 }
 
+/* what the text holds at off, for "expected X, got Y" (vfail says "the
+ * file ends early" at the end) */
+static const char *got(vscan *v, size_t off) {
+  char ch = off < v->n ? v->t[off] : 0;
+  switch (ch) {
+    case '"': return "a string";
+    case '{': return "an object";
+    case '[': return "an array";
+    case 't': case 'f': return "a boolean";
+    case 'n': return "null";
+    default:
+      if (ch == '-' || (ch >= '0' && ch <= '9')) return "a number";
+      if (ch > ' ' && ch < 0x7f) return fpi_sprintf(v->a, "'%c'", ch);
+      return "something that is not JSON";
+  }
+}
+
 /* Each scanner builds the value it accepted in *out (a node of the caller's:
  * the stacks may move under a pointer into them): one pass both checks the
  * text and builds it. */
 static bool v_value(vscan *v, int depth, fp_jv *out);
 
-bool fpi_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
+/* The JSON string whose opening quote is at t[q], checked strictly (no raw
+ * control character, JSON's escapes only, \u with 4 hex digits and never
+ * \u0000, surrogates paired): true with *end just past its closing quote;
+ * false with *at the offending byte and why (cap bytes) the message. */
+static bool check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap) {
   size_t i = q + 1;
 #define BAD(off, ...) return (*at = (off), snprintf(why, cap, __VA_ARGS__), false)
   while (i < n && t[i] != '"') {
@@ -550,12 +572,12 @@ static bool v_string(vscan *v, bool is_key, const char **s, size_t *len) {
   const char *t = v->t;
   size_t n = v->n, q = v->i, end, at;
   char why[96];
-  if (!fpi_json_check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
+  if (!check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, !is_key, "%s", why);
   size_t raw = end - q - 2; /* the bytes between the quotes */
   char *o = str_room(v, raw + 1);
   size_t dl = raw;
   if (memchr(t + q + 1, '\\', raw))
-    fpi_json_decode_string(t, n, q, o, &dl);
+    decode_string(t, n, q, o, &dl);
   else
     memcpy(o, t + q + 1, raw);
   o[dl] = 0;
@@ -632,10 +654,13 @@ static bool v_number(vscan *v, fp_jv *out) {
   } else {
     double d = strtod(tok, NULL);
     if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
-    char *text = str_room(v, i - s + 1); /* kept: messages quote a number as written */
-    memcpy(text, tok, i - s + 1);
     out->d = d;
-    out->text = text;
+    out->text = v->t + s; /* messages quote a number as written: its n bytes */
+    if (!v->pull) {       /* the document's own copy, NUL-terminated */
+      char *text = str_room(v, i - s + 1);
+      memcpy(text, tok, i - s + 1);
+      out->text = text;
+    }
     out->n = (uint32_t)(i - s);
   }
   v->i = i;
@@ -675,7 +700,7 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
   for (;;) {
     v->i = skip_ws(t, n, v->i);
     if (v->i >= n || t[v->i] != '"') {
-      vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes");
+      vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes, got %s", got(v, v->i));
       goto done;
     }
     size_t koff = v->i, klen;
@@ -723,7 +748,7 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
     }
     v->i = skip_ws(t, n, v->i);
     if (v->i >= n || t[v->i] != ':') {
-      vfail(v, v->i, false, "invalid JSON: expected ':' after member name");
+      vfail(v, v->i, false, "invalid JSON: expected ':' after member name, got %s", got(v, v->i));
       goto done;
     }
     v->i = skip_ws(t, n, v->i + 1);
@@ -742,7 +767,7 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
       goto done;
     }
     sg->key = (size_t)-1;
-    vfail(v, v->i, false, "invalid JSON: expected ',' or '}' in object");
+    vfail(v, v->i, false, "invalid JSON: expected ',' or '}' in object, got %s", got(v, v->i));
     goto done;
   }
 done:
@@ -791,7 +816,7 @@ static bool v_array(vscan *v, int depth, fp_jv *out) {
       break;
     }
     v->nseg--;
-    vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array");
+    vfail(v, v->i, true, "invalid JSON: expected ',' or ']' in array, got %s", got(v, v->i));
     v->vlen = base;
     return false;
   }
@@ -842,30 +867,44 @@ static bool v_value(vscan *v, int depth, fp_jv *out) {
 }
 
 /* ---- parse ------------------------------------------------------------------- */
-const fp_jv *fpi_json_parse(fp_jctx *c) {
-  const fp_src *s = c->src;
+/* what must hold before a text is read (see fpi_json_text_ok), into *e */
+static bool text_check(fp_arena *a, const fp_src *s, fp_jerr *e) {
   size_t first = skip_ws(s->text, s->len, 0);
   if (first >= s->len) {
-    fpi_diag_at(c->d, s, s->len, "/: empty file: expected a JSON value");
-    return NULL;
+    e->off = s->len;
+    snprintf(e->msg, sizeof e->msg, "/: empty file: expected a JSON value");
+    return false;
   }
   if (s->len > (size_t)INT32_MAX - 1) {
-    fpi_diag_at(c->d, s, 0, "/: file too large (more than 2 GiB)");
-    return NULL;
+    e->off = 0;
+    snprintf(e->msg, sizeof e->msg, "/: file too large (more than 2 GiB)");
+    return false;
   }
   /* UTF-8 first (json-c's check let overlong forms and surrogates through) */
   size_t bad = fpi_utf8_invalid(s->text, s->len);
   if (bad < s->len) {
-    const char *ptr = path_at(c->a, s->text, s->len, bad);
-    fpi_diag_at(c->d, s, bad, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/",
-               (unsigned char)s->text[bad]);
-    return NULL;
+    const char *ptr = path_at(a, s->text, s->len, bad);
+    e->off = bad;
+    snprintf(e->msg, sizeof e->msg, "%s: invalid UTF-8 (byte 0x%02x)", ptr[0] ? ptr : "/", (unsigned char)s->text[bad]);
+    return false;
   }
+  return true;
+}
+
+bool fpi_json_text_ok(fp_arena *a, fp_diag *d, const fp_src *s) {
+  fp_jerr e;
+  if (text_check(a, s, &e)) return true;
+  fpi_diag_at(d, s, e.off, "%s", e.msg);
+  return false;
+}
+
+const fp_jv *fpi_json_parse_text(fp_arena *a, const fp_src *s, fp_jerr *e) {
+  if (!text_check(a, s, e)) return NULL;
   /* one pass: the strict scanner checks the text and builds the document
    * (json-c's parser was laxer - NaN, single quotes, "1.", control
    * characters, clamped integers, the last of duplicate keys - and its
    * objects cost a malloc each) */
-  vscan v = {.a = c->a, .t = s->text, .n = s->len};
+  vscan v = {.a = a, .t = s->text, .n = s->len};
   fp_jv root;
   bool ok = v_value(&v, 1, &root);
   free(v.vs);
@@ -876,14 +915,256 @@ const fp_jv *fpi_json_parse(fp_jctx *c) {
     if (v.i < s->len) ok = vfail(&v, v.i, false, "invalid JSON: unexpected data after the value");
   }
   if (!ok) {
-    fpi_diag_at(c->d, s, v.err_off, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
+    e->off = v.err_off;
+    snprintf(e->msg, sizeof e->msg, "%s: %s", v.err_ptr[0] ? v.err_ptr : "/", v.err_msg);
     return NULL;
   }
   if (root.type == FP_JNULL) {
-    fpi_diag_at(c->d, s, first, "/: the document is null, not a JSON object");
+    e->off = skip_ws(s->text, s->len, 0);
+    snprintf(e->msg, sizeof e->msg, "/: the document is null, not a JSON object");
     return NULL;
   }
-  return fpi_memdup(c->a, &root, sizeof root);
+  return fpi_memdup(a, &root, sizeof root);
+}
+
+const fp_jv *fpi_json_parse(fp_jctx *c) {
+  fp_jerr e;
+  const fp_jv *root = fpi_json_parse_text(c->a, c->src, &e);
+  if (!root) fpi_diag_at(c->d, c->src, e.off, "%s", e.msg);
+  return root;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+void fpi_json_put_string(fp_sbuf *b, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  if (!s) s = "";
+  fpi_sb_putc(b, '"');
+  for (;;) {
+    const char *r = s;
+    while ((unsigned char)*r >= 0x20 && *r != '"' && *r != '\\') r++;
+    if (r > s) fpi_sb_putn(b, s, (size_t)(r - s));
+    s = r;
+    if (!*s) break;
+    unsigned char c = (unsigned char)*s++;
+    switch (c) {
+      case '"': fpi_sb_putn(b, "\\\"", 2); break;
+      case '\\': fpi_sb_putn(b, "\\\\", 2); break;
+      case '\b': fpi_sb_putn(b, "\\b", 2); break;
+      case '\f': fpi_sb_putn(b, "\\f", 2); break;
+      case '\n': fpi_sb_putn(b, "\\n", 2); break;
+      case '\r': fpi_sb_putn(b, "\\r", 2); break;
+      case '\t': fpi_sb_putn(b, "\\t", 2); break;
+      default: {
+        char t[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        fpi_sb_putn(b, t, 6);
+      }
+    }
+  }
+  fpi_sb_putc(b, '"');
+}
+
+/* ---- the pull parser ------------------------------------------------------------ */
+struct fp_jp {
+  vscan v;                              /* the scanner, its open containers in v.segs */
+  bool first[FP_JSON_MAX_DEPTH + 8];    /* per open container: nothing read from it yet */
+  char *sbuf, *kbuf;                    /* scratch for strings not kept, and keys */
+  size_t scap, kcap;
+  const fp_src *src;
+};
+
+fp_jp *fpi_jp_new(fp_arena *a, const fp_src *src) {
+  fp_jp *p = fpi_alloc(a, sizeof *p);
+  memset(p, 0, sizeof *p);
+  p->v.a = a;
+  p->v.t = src->text;
+  p->v.n = src->len;
+  p->v.pull = true;
+  p->src = src;
+  return p;
+}
+
+/* room for n bytes in a scratch buffer of the arena (grown by doubling) */
+static char *scratch(fp_arena *a, char **buf, size_t *cap, size_t n) {
+  if (n > *cap) {
+    *cap = n < 64 ? 64 : 2 * n;
+    *buf = fpi_alloc(a, *cap);
+  }
+  return *buf;
+}
+
+/* the string at t[q] when it is plain (no escape, no control character):
+ * true with *end just past its closing quote */
+static inline bool plain_string(const char *t, size_t n, size_t q, size_t *end) {
+  size_t i = q + 1;
+  while (i < n && (unsigned char)t[i] >= 0x20 && t[i] != '"' && t[i] != '\\') i++;
+  if (i >= n || t[i] != '"') return false;
+  *end = i + 1;
+  return true;
+}
+
+/* the string at the cursor into the arena (keep) or the scratch buffer */
+static bool jp_string(fp_jp *p, bool keep, fp_jv *out) {
+  vscan *v = &p->v;
+  size_t q = v->i, end, at;
+  char why[96];
+  bool plain = plain_string(v->t, v->n, q, &end);
+  if (!plain && !check_string(v->t, v->n, q, &end, &at, why, sizeof why))
+    return vfail(v, at, true, "%s", why);
+  size_t raw = end - q - 2, dl = raw;
+  if (plain && !keep) { /* the text's own bytes */
+    *out = (fp_jv){.type = FP_JSTRING, .n = (uint32_t)raw, .s = v->t + q + 1};
+    v->i = end;
+    return true;
+  }
+  char *o = keep ? str_room(v, raw + 1) : scratch(v->a, &p->sbuf, &p->scap, raw + 1);
+  if (!plain)
+    decode_string(v->t, v->n, q, o, &dl);
+  else
+    memcpy(o, v->t + q + 1, raw);
+  o[dl] = 0;
+  if (keep) {
+    v->sp -= raw - dl;
+    v->sleft += raw - dl;
+  }
+  *out = (fp_jv){.type = FP_JSTRING, .n = (uint32_t)dl, .s = o};
+  v->i = end;
+  return true;
+}
+
+static bool jp_scalar(fp_jp *p, fp_jv *out, bool keep, bool whole) {
+  vscan *v = &p->v;
+  v->i = skip_ws(v->t, v->n, v->i);
+  if (v->i >= v->n) return vfail(v, v->i, true, "invalid JSON: unexpected end of data");
+  char ch = v->t[v->i];
+  if (ch == '"') return jp_string(p, keep, out);
+  if (ch == '{' || ch == '[') {
+    if (whole) { /* built (in the arena) and dropped; the stacks freed */
+      bool ok = v_value(v, v->nseg + 1, out);
+      free(v->vs);
+      free(v->ms);
+      free(v->mo);
+      v->vs = NULL, v->ms = NULL, v->mo = NULL;
+      v->vcap = v->mcap = 0;
+      out->n = 0;
+      return ok;
+    }
+    if (v->nseg >= FP_JSON_MAX_DEPTH)
+      return vfail(v, v->i, true, "invalid JSON: nesting deeper than %d", FP_JSON_MAX_DEPTH);
+    pseg *sg = &v->segs[v->nseg];
+    *sg = (pseg){ch == '{', (size_t)-1, 0};
+    p->first[v->nseg++] = true;
+    v->i++;
+    *out = (fp_jv){.type = ch == '{' ? FP_JOBJECT : FP_JARRAY};
+    return true;
+  }
+  if (ch == '-' || (ch >= '0' && ch <= '9')) return v_number(v, out);
+  return v_value(v, v->nseg + 1, out);
+}
+
+bool fpi_jp_value(fp_jp *p, fp_jv *out, bool keep) { return !p->v.failed && jp_scalar(p, out, keep, false); }
+bool fpi_jp_scalar(fp_jp *p, fp_jv *out, bool keep) { return !p->v.failed && jp_scalar(p, out, keep, true); }
+
+int fpi_jp_next(fp_jp *p, const char **key, size_t *klen) {
+  vscan *v = &p->v;
+  if (v->failed || v->nseg == 0) return -1;
+  const char *t = v->t;
+  size_t n = v->n;
+  pseg *sg = &v->segs[v->nseg - 1];
+  char close = sg->is_obj ? '}' : ']';
+  v->i = skip_ws(t, n, v->i);
+  if (v->i < n && t[v->i] == close) {
+    v->i++;
+    v->nseg--;
+    return 0;
+  }
+  if (!p->first[v->nseg - 1]) {
+    if (v->i >= n || t[v->i] != ',')
+      return vfail(v, v->i, !sg->is_obj, "invalid JSON: expected ',' or '%c' in %s, got %s", close,
+                   sg->is_obj ? "object" : "array", got(v, v->i)),
+             -1;
+    v->i = skip_ws(t, n, v->i + 1);
+    if (!sg->is_obj) sg->idx++;
+  }
+  p->first[v->nseg - 1] = false;
+  if (!sg->is_obj) return 1;
+  sg->key = (size_t)-1;
+  if (v->i >= n || t[v->i] != '"')
+    return vfail(v, v->i, false, "invalid JSON: expected a member name in double quotes, got %s", got(v, v->i)), -1;
+  size_t q = v->i, end, at;
+  char why[96];
+  bool plain = plain_string(t, n, q, &end);
+  if (!plain && !check_string(t, n, q, &end, &at, why, sizeof why)) return vfail(v, at, false, "%s", why), -1;
+  size_t dl = end - q - 2;
+  const char *o = t + q + 1;
+  if (!plain) {
+    char *k = scratch(v->a, &p->kbuf, &p->kcap, dl + 1);
+    decode_string(t, n, q, k, &dl);
+    o = k;
+  }
+  v->i = skip_ws(t, n, end);
+  if (v->i >= n || t[v->i] != ':')
+    return vfail(v, v->i, false, "invalid JSON: expected ':' after member name, got %s", got(v, v->i)), -1;
+  v->i++;
+  sg->key = q;
+  *key = o;
+  *klen = dl;
+  return 1;
+}
+
+char fpi_jp_peek(fp_jp *p) {
+  vscan *v = &p->v;
+  v->i = skip_ws(v->t, v->n, v->i);
+  return v->i < v->n ? v->t[v->i] : 0;
+}
+
+bool fpi_jp_end(fp_jp *p) {
+  vscan *v = &p->v;
+  if (v->failed) return false;
+  v->i = skip_ws(v->t, v->n, v->i);
+  return v->i >= v->n || vfail(v, v->i, false, "invalid JSON: unexpected data after the value");
+}
+
+const char *fpi_jp_ptr(fp_jp *p) {
+  const vscan *v = &p->v;
+  return path_string(v->a, v->t, v->n, v->segs, v->nseg, true);
+}
+
+const char *fpi_jp_ptr_container(fp_jp *p) {
+  const vscan *v = &p->v;
+  return path_string(v->a, v->t, v->n, v->segs, v->nseg > 0 ? v->nseg - 1 : 0, true);
+}
+
+size_t fpi_jp_pos(fp_jp *p) {
+  vscan *v = &p->v;
+  v->i = skip_ws(v->t, v->n, v->i);
+  return v->i;
+}
+
+size_t fpi_jp_key_pos(const fp_jp *p) {
+  const vscan *v = &p->v;
+  FP_ASSERT(v->nseg > 0 && v->segs[v->nseg - 1].is_obj);
+  return v->segs[v->nseg - 1].key;
+}
+
+bool fpi_jp_report(fp_jp *p, fp_diag *d) {
+  const vscan *v = &p->v;
+  FP_ASSERT(v->failed);
+  fpi_diag_at(d, p->src, v->err_off, "%s: %s", v->err_ptr[0] ? v->err_ptr : "/", v->err_msg);
+  return false;
+}
+
+void fpi_jp_mark(const fp_jp *p, fp_jp_mark *m) {
+  const vscan *v = &p->v;
+  const pseg *sg = &v->segs[v->nseg - 1];
+  *m = (fp_jp_mark){v->i, sg->key, sg->idx, v->nseg, sg->is_obj, p->first[v->nseg - 1]};
+}
+
+void fpi_jp_seek(fp_jp *p, const fp_jp_mark *m) {
+  vscan *v = &p->v;
+  v->i = m->i;
+  v->nseg = m->nseg;
+  v->segs[m->nseg - 1] = (pseg){m->is_obj, m->key, m->idx};
+  p->first[m->nseg - 1] = m->first;
 }
 
 /* ---- accessors ----------------------------------------------------------------- */
@@ -911,7 +1192,7 @@ const char *fpi_j_describe(fp_arena *a, const fp_jv *v) {
     case FP_JARRAY: return "an array";
     /* numbers as json-c printed them: integers in decimal, doubles as written */
     case FP_JINT: return v->big ? fpi_sprintf(a, "%" PRIu64, v->u) : fpi_sprintf(a, "%" PRId64, v->i);
-    case FP_JDOUBLE: return fpi_sprintf(a, "%.40s", v->text);
+    case FP_JDOUBLE: return fpi_sprintf(a, "%.*s", v->n < 40 ? (int)v->n : 40, v->text);
     case FP_JSTRING:
       if (!v->n) return "an empty string";
       if (v->n > 40) return fpi_sprintf(a, "\"%.37s...\"", v->s);

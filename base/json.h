@@ -47,7 +47,7 @@ struct fp_jv {
     uint64_t u;
     struct {
       double d;
-      const char *text; /* NUL-terminated */
+      const char *text; /* n bytes (NUL-terminated in a document) */
     };
     const char *s;
     const fp_jv *elems;
@@ -80,6 +80,21 @@ static inline size_t fpi_jv_index_cap(size_t n) {
  * document is an error too. Returns NULL after reporting. */
 const fp_jv *fpi_json_parse(fp_jctx *c);
 
+/* The same without a diag, for a reader whose messages take another form
+ * (executor/safetensors.c): NULL with the error's byte offset and its
+ * "pointer: message" in *e (the checks of fpi_json_text_ok included). */
+typedef struct fp_jerr {
+  size_t off;
+  char msg[600];
+} fp_jerr;
+const fp_jv *fpi_json_parse_text(fp_arena *a, const fp_src *s, fp_jerr *e);
+
+/* s as a JSON string, quoted, as json-c wrote it with
+ * JSON_C_TO_STRING_NOSLASHESCAPE (plan.json and safetensors headers stay
+ * byte-identical): '"' '\\' and control characters escaped, \b \f \n \r \t
+ * by name, the rest as \u00xx; NULL as "" */
+void fpi_json_put_string(fp_sbuf *b, const char *s);
+
 static inline fp_jtype fpi_jv_type(const fp_jv *v) { return v ? (fp_jtype)v->type : FP_JNULL; }
 static inline bool fpi_jv_is(const fp_jv *v, fp_jtype t) { return fpi_jv_type(v) == t; }
 /* elements, members or string bytes; 0 for anything else */
@@ -102,17 +117,60 @@ static inline double fpi_jv_num(const fp_jv *v) {
 /* a string's text; NULL when v is no string */
 static inline const char *fpi_jv_str(const fp_jv *v) { return fpi_jv_is(v, FP_JSTRING) ? v->s : NULL; }
 
-/* The JSON string whose opening quote is at t[q], checked strictly (no raw
- * control character, JSON's escapes only, \u with 4 hex digits and never
- * \u0000, surrogates paired): true with *end just past its closing quote;
- * false with *at the offending byte and why (cap bytes) the message. The
- * parser above and readers of their own (ir/xfer_read.c) share it. */
-bool fpi_json_check_string(const char *t, size_t n, size_t q, size_t *end, size_t *at, char *why, size_t cap);
-/* The string at t[q] decoded (tolerantly; a checked one exactly) into out
- * (room for the bytes between its quotes: never more; NULL: only count),
- * its length in *olen (no NUL added); returns the offset past its closing
- * quote (n when unterminated). */
-size_t fpi_json_decode_string(const char *t, size_t n, size_t q, char *out, size_t *olen);
+/* ---- the pull parser --------------------------------------------------------
+ * The same strict scanner, driven by the reader instead of building a tree:
+ * values come one at a time in document order, and the reader checks each
+ * as it comes (plan.json, whose tree would cost more than the program it
+ * holds). It tracks the JSON pointer of the value at the cursor, built only
+ * for a message (fpi_jp_ptr). A syntax error stops it: fpi_jp_value and
+ * fpi_jp_next return false / -1 and fpi_jp_report reports it as
+ * fpi_json_parse would, at its byte. The text must be checked UTF-8 first
+ * (fpi_utf8_invalid). */
+typedef struct fp_jp fp_jp;
+/* what must hold before either reads a text: not empty (nor only
+ * whitespace), under 2 GiB, valid UTF-8; false after reporting which */
+bool fpi_json_text_ok(fp_arena *a, fp_diag *d, const fp_src *s);
+fp_jp *fpi_jp_new(fp_arena *a, const fp_src *src);
+/* the next value: a scalar read whole into *out (a string decoded: kept in
+ * the arena and NUL-terminated when keep, else its n bytes valid until the
+ * next call, and not NUL-terminated); '{' or '[' opened (out->type
+ * FP_JOBJECT or FP_JARRAY, n 0), its members or elements then come from
+ * fpi_jp_next */
+bool fpi_jp_value(fp_jp *p, fp_jv *out, bool keep);
+/* the next value, a container read whole and dropped (out->type tells what
+ * it was); scalars as fpi_jp_value */
+bool fpi_jp_scalar(fp_jp *p, fp_jv *out, bool keep);
+/* the innermost open container's next member (its name: *klen bytes at
+ * *key, valid until the next call, not NUL-terminated) or element (key may
+ * be NULL): 1, its value next; 0: the container closed; -1: error */
+int fpi_jp_next(fp_jp *p, const char **key, size_t *klen);
+/* the next byte that is not whitespace (0 at the end) */
+char fpi_jp_peek(fp_jp *p);
+/* only whitespace left (else an error) */
+bool fpi_jp_end(fp_jp *p);
+/* the pointer of the value at the cursor (of the container, when none of
+ * its members or elements has come yet or it just closed) */
+const char *fpi_jp_ptr(fp_jp *p);
+/* the pointer of the innermost open container (of the object, while one
+ * of its member names is being judged) */
+const char *fpi_jp_ptr_container(fp_jp *p);
+/* the byte offset of the next byte that is not whitespace (the value
+ * next), and of the innermost object's current member name (its quote) */
+size_t fpi_jp_pos(fp_jp *p);
+size_t fpi_jp_key_pos(const fp_jp *p);
+/* report the syntax error that stopped it; false */
+bool fpi_jp_report(fp_jp *p, fp_diag *d);
+/* where the cursor is, to come back to (a value read later): the cursor and
+ * the innermost open container; the containers around it must be the same
+ * when fpi_jp_seek comes back */
+typedef struct fp_jp_mark {
+  size_t i, key;
+  int64_t idx;
+  int nseg;
+  bool is_obj, first;
+} fp_jp_mark;
+void fpi_jp_mark(const fp_jp *p, fp_jp_mark *m);
+void fpi_jp_seek(fp_jp *p, const fp_jp_mark *m);
 
 /* pointer building: ptr + "/" + escaped(key) ; ptr + "/" + i */
 const char *fpi_ptr_key(fp_arena *a, const char *ptr, const char *key);

@@ -4,11 +4,6 @@
  * bit for bit. Speed is not the point: the sizes are a test's. */
 #include "examples/mlp_cuda.h"
 #include "examples/mlp_math.h"
-#include "kernels/convert.h"
-
-extern "C" {
-#include "base/base.h" /* fp_dtype */
-}
 
 #define THREADS 128
 static unsigned blocks(int64_t n) {
@@ -62,24 +57,15 @@ __global__ void k_loss(const float *y, const float *t, float *dy, int64_t n, int
   LOOP(k, n) dy[k] = MLP_DIV(MLP_SUB(y[k], t[k]), (float)B);
 }
 
-__device__ float get(const void *p, int dt, int64_t k) {
-  switch (dt) {
-    case FP_BF16: return fpkc_bf16_to_f32(((const uint16_t *)p)[k]);
-    case FP_F16: return fpkc_f16_to_f32(((const uint16_t *)p)[k]);
-    default: return ((const float *)p)[k];
-  }
-}
-__device__ void put(void *p, int dt, int64_t k, float v) {
-  switch (dt) {
-    case FP_BF16: ((uint16_t *)p)[k] = fpkc_f32_to_bf16(v); break;
-    case FP_F16: ((uint16_t *)p)[k] = fpkc_f32_to_f16(v); break;
-    default: ((float *)p)[k] = v;
-  }
+__global__ void k_sgd(void *main, int mdt, const void *grad, int gdt, int64_t n, float lr) {
+  LOOP(k, n) mlp_put(main, mdt, k, MLP_SUB(mlp_get(main, mdt, k), MLP_MUL(lr, mlp_get(grad, gdt, k))));
 }
 
-__global__ void k_sgd(void *main, int mdt, const void *grad, int gdt, int64_t n, float lr) {
-  LOOP(k, n) put(main, mdt, k, MLP_SUB(get(main, mdt, k), MLP_MUL(lr, get(grad, gdt, k))));
-}
+__global__ void k_cast(void *dst, int dt, const void *src, int st, int64_t n) { LOOP(k, n) mlp_cast1(dst, dt, src, st, k); }
+
+__global__ void k_add(void *dst, int dt, const void *src, int st, int64_t n) { LOOP(k, n) mlp_add1(dst, dt, src, st, k); }
+
+static bool float_elem(int t) { return t == FP_ELEM_FP32 || t == FP_ELEM_BF16 || t == FP_ELEM_FP16; }
 
 extern "C" cudaError_t mlpc_fwd(const float *W, const float *b, const float *h, float *z, float *y, int64_t in,
                                 int64_t out, int B, bool last, cudaStream_t s) {
@@ -110,7 +96,20 @@ extern "C" cudaError_t mlpc_loss_grad(const float *y, const float *t, float *dy,
 }
 extern "C" cudaError_t mlpc_sgd(void *main, int main_dt, const void *grad, int grad_dt, int64_t n, float lr,
                                 cudaStream_t s) {
+  if (!float_elem(main_dt) || !float_elem(grad_dt)) return cudaErrorInvalidValue;
   if (n <= 0) return cudaSuccess;
   k_sgd<<<blocks(n), THREADS, 0, s>>>(main, main_dt, grad, grad_dt, n, lr);
+  return cudaGetLastError();
+}
+extern "C" cudaError_t mlpc_cast(void *dst, int dt, const void *src, int st, int64_t n, cudaStream_t s) {
+  if (!float_elem(dt) || !float_elem(st)) return cudaErrorInvalidValue;
+  if (n <= 0 || (dst == src && dt == st)) return cudaSuccess;
+  k_cast<<<blocks(n), THREADS, 0, s>>>(dst, dt, src, st, n);
+  return cudaGetLastError();
+}
+extern "C" cudaError_t mlpc_add(void *dst, int dt, const void *src, int st, int64_t n, cudaStream_t s) {
+  if (!float_elem(dt) || !float_elem(st)) return cudaErrorInvalidValue;
+  if (n <= 0) return cudaSuccess;
+  k_add<<<blocks(n), THREADS, 0, s>>>(dst, dt, src, st, n);
   return cudaGetLastError();
 }

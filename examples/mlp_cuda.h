@@ -28,9 +28,16 @@ cudaError_t mlpc_db(const float *dz, float *db, int64_t out, int B, cudaStream_t
 cudaError_t mlpc_dh(const float *dz, const float *W, float *dh, int64_t in, int64_t out, int B, cudaStream_t s);
 /* dy = (y - t) / B (n = B * out) */
 cudaError_t mlpc_loss_grad(const float *y, const float *t, float *dy, int64_t n, int B, cudaStream_t s);
-/* main = main - lr * grad, in fp32, rounded to the main dtype; dtypes are
- * fp_dtype values among fp32, bf16, fp16 */
+/* Dtypes below are fp_elem codes (include/flexplan.h) among FP_ELEM_FP32,
+ * _BF16 and _FP16; elements convert and add as mlp_math.h says (the
+ * executor's kernels' bits); n <= 0 queues nothing; another dtype is
+ * cudaErrorInvalidValue, nothing queued. */
+/* main = main - lr * grad, in fp32, rounded to the main dtype */
 cudaError_t mlpc_sgd(void *main, int main_dt, const void *grad, int grad_dt, int64_t n, float lr, cudaStream_t s);
+/* dst[k] = src[k] converted to dt (the same dtype: a copy of the bits) */
+cudaError_t mlpc_cast(void *dst, int dt, const void *src, int st, int64_t n, cudaStream_t s);
+/* dst[k] += src[k]: one fp32 add, rounded to dt */
+cudaError_t mlpc_add(void *dst, int dt, const void *src, int st, int64_t n, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -80,14 +80,11 @@
 #include <unistd.h>
 
 #include "examples/mlp_math.h"
-#include "executor/safetensors.h"
 #include "flexplan.h"
-#include "kernels/kernels.h"
 #ifdef FP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "examples/mlp_cuda.h"
-#include "kernels/kernels_cuda.h"
 #endif
 
 static int rank, world;
@@ -129,8 +126,7 @@ static layer *L;
 static pinfo *P;
 static fp_plan_info info;
 
-/* fp_elem and the kernels' fp_dtype share their values */
-static fp_dtype dt(fp_elem e) { return (fp_dtype)e; }
+static bool float_elem(fp_elem t) { return t == FP_ELEM_FP32 || t == FP_ELEM_BF16 || t == FP_ELEM_FP16; }
 
 static void build_model(fp_exec *x, const fp_plan *plan) {
   nparams = info.nparams;
@@ -144,6 +140,9 @@ static void build_model(fp_exec *x, const fp_plan *plan) {
     if (P[i].v.scales.data) /* fp_param_view.scales: e4m3 elements whose values need their block scales */
       DIE("param '%s' is MXFP8 in the plan (e4m3 weights with e8m0 block scales); train_mlp computes with float "
           "weights: give its bucket a float param_dtype", P[i].v.name);
+    if (!float_elem(P[i].main_dt) || !float_elem(P[i].param_dt) ||
+        (P[i].v.requires_grad && (!float_elem(P[i].grad_dt) || !float_elem(P[i].reduce_dt))))
+      DIE("param '%s': train_mlp computes in fp32, bf16 and fp16 only", P[i].v.name);
   }
   nlayers = info.nmodules;
   L = xcalloc((size_t)nlayers, sizeof *L);
@@ -293,10 +292,31 @@ static void loss_grad(acts *a, int B) {
   for (int64_t k = 0; k < n; k++) a->dh[nlayers][k] = MLP_DIV(MLP_SUB(a->h[nlayers][k], a->t[k]), (float)B);
 }
 
-static float elem(const void *p, fp_elem t, int64_t k) {
-  float f;
-  fpk_cast(&f, FP_F32, (const char *)p + k * fp_elem_size(t), dt(t), 1);
-  return f;
+/* ---- elementwise arithmetic on arrays of fp_elem dtypes (fp32, bf16, fp16) ------------
+ * the example's own, with the executor's kernels' bits (mlp_math.h): the
+ * reference trainer checks the library with code that is not the library's */
+/* element k as fp32 */
+static float elem(const void *p, fp_elem t, int64_t k) { return mlp_get(p, (int)t, k); }
+
+/* dst = src converted to dt; the same dtype: a copy of the bits */
+static void cast_n(void *dst, fp_elem dt, const void *src, fp_elem st, int64_t n) {
+  if (dt == st) {
+    if (n > 0) memmove(dst, src, (size_t)n * (size_t)fp_elem_size(dt));
+    return;
+  }
+  for (int64_t k = 0; k < n; k++) mlp_cast1(dst, (int)dt, src, (int)st, k);
+}
+
+/* dst += src: each an fp32 add of the widened values, rounded once to dt */
+static void add_n(void *dst, fp_elem dt, const void *src, fp_elem st, int64_t n) {
+  for (int64_t k = 0; k < n; k++) mlp_add1(dst, (int)dt, src, (int)st, k);
+}
+
+/* dst *= alpha: alpha rounded to fp32 first, then each an fp32 product
+ * rounded once to dt */
+static void scale_n(void *dst, fp_elem dt, double alpha, int64_t n) {
+  float al = (float)alpha;
+  for (int64_t k = 0; k < n; k++) mlp_put(dst, (int)dt, k, mlp_canon(MLP_MUL(mlp_get(dst, (int)dt, k), al)));
 }
 
 static bool sixteen(fp_elem t) { return t == FP_ELEM_BF16 || t == FP_ELEM_FP16; }
@@ -331,7 +351,7 @@ static ref ref_new(float **init) {
     r.w[i] = xcalloc((size_t)n, 4);
     r.g32[i] = xcalloc((size_t)n, 4);
     r.sabs[i] = xcalloc((size_t)n, 4);
-    fpk_cast(r.main[i], dt(P[i].main_dt), init[i], FP_F32, n); /* as the refit converts */
+    cast_n(r.main[i], P[i].main_dt, init[i], FP_ELEM_FP32, n); /* as the refit converts */
   }
   return r;
 }
@@ -347,21 +367,16 @@ static void ref_free(ref *r) {
 static void ref_weights(ref *r) {
   for (int32_t i = 0; i < nparams; i++) {
     int64_t n = P[i].v.numel;
-    fpk_cast(r->ug[i], dt(P[i].param_dt), r->main[i], dt(P[i].main_dt), n);
-    fpk_cast(r->w[i], FP_F32, r->ug[i], dt(P[i].param_dt), n);
+    cast_n(r->ug[i], P[i].param_dt, r->main[i], P[i].main_dt, n);
+    cast_n(r->w[i], FP_ELEM_FP32, r->ug[i], P[i].param_dt, n);
   }
 }
 
 /* the SGD update both trainers apply: main = main - lr * grad, in fp32,
  * rounded to the main dtype */
 static void sgd(void *main, fp_elem mdt, const void *grad, fp_elem gdt, int64_t n, float lr) {
-  for (int64_t k = 0; k < n; k++) {
-    float m, g;
-    fpk_cast(&m, FP_F32, (const char *)main + k * fp_elem_size(mdt), dt(mdt), 1);
-    fpk_cast(&g, FP_F32, (const char *)grad + k * fp_elem_size(gdt), dt(gdt), 1);
-    m = MLP_SUB(m, MLP_MUL(lr, g)); /* as mlpc_sgd */
-    fpk_cast((char *)main + k * fp_elem_size(mdt), dt(mdt), &m, FP_F32, 1);
-  }
+  for (int64_t k = 0; k < n; k++) /* as mlpc_sgd */
+    mlp_put(main, (int)mdt, k, MLP_SUB(mlp_get(main, (int)mdt, k), MLP_MUL(lr, mlp_get(grad, (int)gdt, k))));
 }
 
 /* unit roundoff of a dtype (half its ulp at 1) */
@@ -410,34 +425,34 @@ static void ref_step(ref *r, uint64_t seed, int64_t t, int B, float lr, int64_t 
         int32_t ids[2] = {l->w, l->b};
         for (int q = 0; q < 2; q++) { /* the backward's accumulation into ugrad (a tied weight: twice) */
           int32_t i = ids[q];
-          if (i >= 0 && P[i].v.requires_grad) fpk_add(r->ug[i], dt(P[i].param_dt), r->g32[i], FP_F32, P[i].v.numel);
+          if (i >= 0 && P[i].v.requires_grad) add_n(r->ug[i], P[i].param_dt, r->g32[i], FP_ELEM_FP32, P[i].v.numel);
         }
       }
       for (int32_t i = 0; i < nparams; i++) { /* cast to the reduce dtype, sum over ranks */
         if (!P[i].v.requires_grad) continue;
         int64_t n = P[i].v.numel;
-        fp_dtype pd = dt(P[i].param_dt), rd = dt(P[i].reduce_dt);
+        fp_elem pd = P[i].param_dt, rd = P[i].reduce_dt;
         if (rr == 0) {
-          fpk_cast(r->red[i], rd, r->ug[i], pd, n);
-          add_abs(r->sabs[i], r->red[i], P[i].reduce_dt, n);
+          cast_n(r->red[i], rd, r->ug[i], pd, n);
+          add_abs(r->sabs[i], r->red[i], rd, n);
         } else {
           void *tmp = r->g32[i]; /* reuse as the cast's output */
-          fpk_cast(tmp, rd, r->ug[i], pd, n);
-          add_abs(r->sabs[i], tmp, P[i].reduce_dt, n);
-          fpk_reduce_sum(r->red[i], tmp, rd, n);
+          cast_n(tmp, rd, r->ug[i], pd, n);
+          add_abs(r->sabs[i], tmp, rd, n);
+          add_n(r->red[i], rd, tmp, rd, n); /* the reduction's sum, in the reduce dtype */
         }
       }
     }
     for (int32_t i = 0; i < nparams; i++) {
       if (!P[i].v.requires_grad) continue;
       int64_t n = P[i].v.numel;
-      if (k == 0) fpk_cast(r->grad[i], dt(P[i].grad_dt), r->red[i], dt(P[i].reduce_dt), n);
-      else fpk_add(r->grad[i], dt(P[i].grad_dt), r->red[i], dt(P[i].reduce_dt), n);
+      if (k == 0) cast_n(r->grad[i], P[i].grad_dt, r->red[i], P[i].reduce_dt, n);
+      else add_n(r->grad[i], P[i].grad_dt, r->red[i], P[i].reduce_dt, n);
     }
   }
   for (int32_t i = 0; i < nparams; i++) {
     if (!P[i].v.requires_grad) continue;
-    fpk_scale(r->grad[i], dt(P[i].grad_dt), 1.0 / ((double)world * (double)ga), P[i].v.numel);
+    scale_n(r->grad[i], P[i].grad_dt, 1.0 / ((double)world * (double)ga), P[i].v.numel);
     sgd(r->main[i], P[i].main_dt, r->grad[i], P[i].grad_dt, P[i].v.numel, lr);
     /* the same scale and lr carry a grad difference into the weight */
     double k = reduction_bound(i, ga) * (double)lr / ((double)world * (double)ga);
@@ -568,17 +583,16 @@ static void check_gathered(const ref *r, int32_t i, int64_t step, const char *ho
   const char *wdata = host_of(&v->weight, 0), *mdata = host_of(&v->main, 1);
   if (step == 0) { /* the whole weight: both sides cast the same loaded weights */
     void *want = xcalloc((size_t)v->numel, (size_t)sz);
-    fpk_cast(want, dt(P[i].param_dt), r->main[i], dt(P[i].main_dt), v->numel);
+    cast_n(want, P[i].param_dt, r->main[i], P[i].main_dt, v->numel);
     if (memcmp(wdata, want, (size_t)(v->numel * sz)))
       FAIL("step 0, %s: gathered %s differs from the loaded weights", hook, v->name);
     free(want);
   }
   const fp_extent *e = &v->shard; /* the part this rank holds: its shard, cast */
   for (int64_t k = 0; k < e->runs; k++) {
-    char want[16];
+    uint32_t want[1];
     for (int64_t q = 0; q < e->len; q++) {
-      fpk_cast(want, dt(P[i].param_dt), mdata + (k * e->shard_stride + q) * fp_elem_size(P[i].main_dt),
-               dt(P[i].main_dt), 1);
+      cast_n(want, P[i].param_dt, mdata + (k * e->shard_stride + q) * fp_elem_size(P[i].main_dt), P[i].main_dt, 1);
       if (memcmp(wdata + (e->full_off + k * e->full_stride + q) * sz, want, (size_t)sz)) {
         FAIL("step %" PRId64 ", %s: gathered %s[%" PRId64 "] is not this rank's shard", step, hook, v->name,
              e->full_off + k * e->full_stride + q);
@@ -586,6 +600,95 @@ static void check_gathered(const ref *r, int32_t i, int64_t step, const char *ho
       }
     }
   }
+}
+
+/* ---- safetensors files ------------------------------------------------------------------
+ * The format: an 8-byte little-endian length N, N bytes of JSON header - an
+ * object of tensor name -> {"dtype", "shape", "data_offsets": [begin, end)
+ * in the data that follows} - then the data, the tensors' bytes back to
+ * back. The header is padded with spaces to a multiple of 8, so the data
+ * starts 8-aligned; the library's reader (fp_exec_load_weights) is strict:
+ * the tensors must tile the data exactly. */
+typedef struct st_tensor {
+  const char *name, *dtype; /* dtype: "F32", "U8", ... */
+  int ndim;
+  const int64_t *shape;
+  const void *data;         /* bytes of it */
+  int64_t bytes;
+} st_tensor;
+
+typedef struct strbuf {
+  char *p;
+  size_t len, cap;
+} strbuf;
+
+static void sb_put(strbuf *b, const char *s, size_t n) {
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (b->len + n + 1 > cap) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) DIE("out of memory");
+    b->p = p, b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = 0;
+}
+static void sb_str(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+static void sb_i64(strbuf *b, int64_t v) {
+  char t[32];
+  sb_put(b, t, (size_t)snprintf(t, sizeof t, "%" PRId64, v));
+}
+
+/* s as a JSON string: quote, backslash and control characters escaped
+ * (\b \f \n \r \t, else \u00xx), other bytes as they are (UTF-8 passes) */
+static void sb_json_string(strbuf *b, const char *s) {
+  sb_put(b, "\"", 1);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    const char *esc = *c == '"' ? "\\\"" : *c == '\\' ? "\\\\" : *c == '\b' ? "\\b" : *c == '\f' ? "\\f"
+                      : *c == '\n' ? "\\n" : *c == '\r' ? "\\r" : *c == '\t' ? "\\t" : NULL;
+    char u[8];
+    if (esc) sb_str(b, esc);
+    else if (*c < 0x20) sb_put(b, u, (size_t)snprintf(u, sizeof u, "\\u%04x", *c));
+    else sb_put(b, (const char *)c, 1);
+  }
+  sb_put(b, "\"", 1);
+}
+
+static void st_write(const char *path, int n, const st_tensor *t) {
+  strbuf h = {0};
+  sb_str(&h, "{");
+  int64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    if (i) sb_str(&h, ",");
+    sb_json_string(&h, t[i].name);
+    sb_str(&h, ":{\"dtype\":");
+    sb_json_string(&h, t[i].dtype);
+    sb_str(&h, ",\"shape\":[");
+    for (int d = 0; d < t[i].ndim; d++) {
+      if (d) sb_str(&h, ",");
+      sb_i64(&h, t[i].shape[d]);
+    }
+    sb_str(&h, "],\"data_offsets\":[");
+    sb_i64(&h, off);
+    sb_str(&h, ",");
+    sb_i64(&h, off += t[i].bytes);
+    sb_str(&h, "]}");
+  }
+  sb_str(&h, "}");
+  while (h.len % 8) sb_str(&h, " ");
+  unsigned char len[8];
+  for (int k = 0; k < 8; k++) len[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
+  FILE *f = fopen(path, "wb");
+  if (!f) DIE("%s: cannot create: %s", path, strerror(errno));
+  bool ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.p, 1, h.len, f) == h.len;
+  for (int i = 0; ok && i < n; i++)
+    ok = !t[i].bytes || fwrite(t[i].data, 1, (size_t)t[i].bytes, f) == (size_t)t[i].bytes;
+  if (fclose(f) != 0 || !ok) {
+    unlink(path);
+    DIE("%s: write failed", path);
+  }
+  free(h.p);
 }
 
 /* ---- the distributed trainer ----------------------------------------------------------- */
@@ -598,21 +701,16 @@ static void load_initial(fp_exec *x, float **init) {
   const char *dir = getenv("TMPDIR");
   char path[512];
   snprintf(path, sizeof path, "%s/train_mlp.%d.%d.safetensors", dir && *dir ? dir : "/tmp", (int)getpid(), rank);
-  fp_st_tensor *ts = xcalloc((size_t)nparams, sizeof *ts);
-  const void **data = xcalloc((size_t)nparams, sizeof *data);
-  for (int32_t i = 0; i < nparams; i++) {
-    ts[i] = (fp_st_tensor){.name = P[i].v.name, .dtype = FP_F32, .ndim = P[i].v.ndim};
-    memcpy(ts[i].shape, P[i].v.shape, sizeof ts[i].shape);
-    data[i] = init[i];
-  }
-  char err[512];
-  if (!fpi_st_write(path, nparams, ts, data, err, sizeof err)) DIE("%s", err);
+  st_tensor *ts = xcalloc((size_t)nparams, sizeof *ts);
+  for (int32_t i = 0; i < nparams; i++)
+    ts[i] = (st_tensor){.name = P[i].v.name, .dtype = "F32", .ndim = P[i].v.ndim, .shape = P[i].v.shape,
+                        .data = init[i], .bytes = P[i].v.numel * 4};
+  st_write(path, nparams, ts);
   const char *paths[1] = {path};
   fp_status st = fp_exec_load_weights(x, paths, 1);
   unlink(path);
   if (st != FP_OK) DIE("load weights: %s", fp_exec_errmsg(x));
   free(ts);
-  free(data);
 }
 
 static void usage(void) {
@@ -651,8 +749,8 @@ static void cpu_step(run *R, int64_t t) {
         check_gathered(R->r, l->w, t, "pre_forward");
         if (l->b >= 0) check_gathered(R->r, l->b, t, "pre_forward");
       }
-      fpk_cast(R->wbuf, FP_F32, P[l->w].v.weight.data, dt(P[l->w].param_dt), P[l->w].v.numel);
-      if (l->b >= 0) fpk_cast(R->bbuf, FP_F32, P[l->b].v.weight.data, dt(P[l->b].param_dt), l->out);
+      cast_n(R->wbuf, FP_ELEM_FP32, P[l->w].v.weight.data, P[l->w].param_dt, P[l->w].v.numel);
+      if (l->b >= 0) cast_n(R->bbuf, FP_ELEM_FP32, P[l->b].v.weight.data, P[l->b].param_dt, l->out);
       layer_fwd(l, m == nlayers - 1, R->wbuf, l->b >= 0 ? R->bbuf : NULL, a->h[m], a->z[m], a->h[m + 1], B);
       hook(x, FP_HOOK_POST_FORWARD, l->module);
       /* recomputed in backward: keep only the input h[m] (the checkpoint) */
@@ -664,10 +762,10 @@ static void cpu_step(run *R, int64_t t) {
       hook(x, FP_HOOK_PRE_BACKWARD, l->module);
       const fp_param_view *w = &P[l->w].v, *b = l->b >= 0 ? &P[l->b].v : NULL;
       if (R->r && k == 0) check_gathered(R->r, l->w, t, "pre_backward");
-      fpk_cast(R->wbuf, FP_F32, w->weight.data, dt(P[l->w].param_dt), w->numel);
+      cast_n(R->wbuf, FP_ELEM_FP32, w->weight.data, P[l->w].param_dt, w->numel);
       if (l->recompute) { /* the forward again, from the saved input, on the weights pre_backward gathered */
         hook(x, FP_HOOK_PRE_FORWARD, l->module);
-        if (l->b >= 0) fpk_cast(R->bbuf, FP_F32, b->weight.data, dt(P[l->b].param_dt), l->out);
+        if (l->b >= 0) cast_n(R->bbuf, FP_ELEM_FP32, b->weight.data, P[l->b].param_dt, l->out);
         layer_fwd(l, m == nlayers - 1, R->wbuf, l->b >= 0 ? R->bbuf : NULL, a->h[m], a->z[m], R->ybuf, B);
         hook(x, FP_HOOK_POST_FORWARD, l->module);
       }
@@ -675,8 +773,8 @@ static void cpu_step(run *R, int64_t t) {
       layer_bwd(l, m == nlayers - 1, R->wbuf, a->h[m], a->z[m], a->dh[m + 1], a->dz, tw ? R->gW : NULL,
                 tb ? R->gb : NULL, m > 0 ? a->dh[m] : NULL, B);
       /* the backward accumulates into the unsharded grads (zeroed by pre_backward) */
-      if (tw) fpk_add(w->ugrad.data, dt(P[l->w].param_dt), R->gW, FP_F32, w->numel);
-      if (tb) fpk_add(b->ugrad.data, dt(P[l->b].param_dt), R->gb, FP_F32, b->numel);
+      if (tw) add_n(w->ugrad.data, P[l->w].param_dt, R->gW, FP_ELEM_FP32, w->numel);
+      if (tb) add_n(b->ugrad.data, P[l->b].param_dt, R->gb, FP_ELEM_FP32, b->numel);
       hook(x, FP_HOOK_POST_BACKWARD, l->module);
     }
   }
@@ -755,8 +853,8 @@ static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
         check_gathered(R->r, l->w, t, "pre_forward");
         if (l->b >= 0) check_gathered(R->r, l->b, t, "pre_forward");
       }
-      CK(fpk_cuda_cast(G->w, FP_F32, P[l->w].v.weight.data, dt(P[l->w].param_dt), P[l->w].v.numel, S));
-      if (l->b >= 0) CK(fpk_cuda_cast(G->b, FP_F32, P[l->b].v.weight.data, dt(P[l->b].param_dt), l->out, S));
+      CK(mlpc_cast(G->w, FP_ELEM_FP32, P[l->w].v.weight.data, P[l->w].param_dt, P[l->w].v.numel, S));
+      if (l->b >= 0) CK(mlpc_cast(G->b, FP_ELEM_FP32, P[l->b].v.weight.data, P[l->b].param_dt, l->out, S));
       CK(mlpc_fwd(G->w, l->b >= 0 ? G->b : NULL, hin, G->z[m], G->h[m + 1], l->in, l->out, B, m == nlayers - 1, S));
       hook(x, FP_HOOK_POST_FORWARD, l->module);
     }
@@ -767,14 +865,14 @@ static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
       hook(x, FP_HOOK_PRE_BACKWARD, l->module);
       const fp_param_view *w = &P[l->w].v, *b = l->b >= 0 ? &P[l->b].v : NULL;
       if (checks && k == 0) check_gathered(R->r, l->w, t, "pre_backward");
-      CK(fpk_cuda_cast(G->w, FP_F32, w->weight.data, dt(P[l->w].param_dt), w->numel, S));
+      CK(mlpc_cast(G->w, FP_ELEM_FP32, w->weight.data, P[l->w].param_dt, w->numel, S));
       bool tw = w->requires_grad, tb = b && b->requires_grad;
       CK(mlpc_dz(G->z[m], G->dh[m + 1], G->dz, (int64_t)B * l->out, m == nlayers - 1, S));
       if (tw) CK(mlpc_dW(G->dz, hin, G->gW, l->in, l->out, B, S));
       if (tb) CK(mlpc_db(G->dz, G->gb, l->out, B, S));
       if (m > 0) CK(mlpc_dh(G->dz, G->w, G->dh[m], l->in, l->out, B, S));
-      if (tw) CK(fpk_cuda_add(w->ugrad.data, dt(P[l->w].param_dt), G->gW, FP_F32, w->numel, S));
-      if (tb) CK(fpk_cuda_add(b->ugrad.data, dt(P[l->b].param_dt), G->gb, FP_F32, b->numel, S));
+      if (tw) CK(mlpc_add(w->ugrad.data, P[l->w].param_dt, G->gW, FP_ELEM_FP32, w->numel, S));
+      if (tb) CK(mlpc_add(b->ugrad.data, P[l->b].param_dt, G->gb, FP_ELEM_FP32, b->numel, S));
       hook(x, FP_HOOK_POST_BACKWARD, l->module);
     }
   }
@@ -823,22 +921,173 @@ static void gpu_step(run *R, gpu *G, int64_t t, fp_cuda_mode mode) {
 static void dump(const char *prefix) {
   char path[1024];
   snprintf(path, sizeof path, "%s.rank%d.safetensors", prefix, rank);
-  fp_st_tensor *ts = xcalloc((size_t)nparams, sizeof *ts);
-  const void **data = xcalloc((size_t)nparams, sizeof *data);
+  st_tensor *ts = xcalloc((size_t)nparams, sizeof *ts);
+  int64_t *sizes = xcalloc((size_t)nparams, sizeof *sizes);
   void **copies = xcalloc((size_t)nparams, sizeof *copies);
   for (int32_t i = 0; i < nparams; i++) {
     const fp_tensor *m = &P[i].v.main;
-    int64_t bytes = m->numel * fp_elem_size(m->dtype);
-    ts[i] = (fp_st_tensor){.name = P[i].v.name, .dtype = FP_U8, .ndim = 1};
-    ts[i].shape[0] = bytes;
-    copies[i] = xcalloc((size_t)bytes, 1);
-    if (bytes) memcpy(copies[i], host_of(m, 0), (size_t)bytes);
-    data[i] = copies[i];
+    sizes[i] = m->numel * fp_elem_size(m->dtype);
+    copies[i] = xcalloc((size_t)sizes[i], 1);
+    if (sizes[i]) memcpy(copies[i], host_of(m, 0), (size_t)sizes[i]);
+    ts[i] = (st_tensor){.name = P[i].v.name, .dtype = "U8", .ndim = 1, .shape = &sizes[i], .data = copies[i],
+                        .bytes = sizes[i]};
   }
-  char err[512];
-  if (!fpi_st_write(path, nparams, ts, data, err, sizeof err)) DIE("%s", err);
+  st_write(path, nparams, ts);
   for (int32_t i = 0; i < nparams; i++) free(copies[i]);
-  free(copies), free(ts), free(data);
+  free(copies), free(ts), free(sizes);
+}
+
+/* the command line */
+typedef struct opts {
+  const char *plan, *dump, *timing;
+  long steps, B, refit_at;
+  unsigned long long seed;
+  float lr;
+  bool check, nccl;
+  fp_progress progress;
+  fp_cuda_mode mode;
+} opts;
+
+/* usage() on anything wrong */
+static opts parse_args(int argc, char **argv) {
+  opts o = {.steps = -1, .B = 4, .refit_at = -1, .seed = 1, .lr = 0.1f, .progress = FP_PROGRESS_DEFAULT,
+            .mode = FP_CUDA_GRAPH};
+  for (int k = 1; k < argc; k++) {
+    const char *a = argv[k], *v = k + 1 < argc ? argv[k + 1] : NULL;
+    char *end = NULL;
+    errno = 0;
+    if (!strcmp(a, "--check")) o.check = true;
+    else if (!v) usage();
+    else if (!strcmp(a, "--plan")) o.plan = v, k++;
+    else if (!strcmp(a, "--steps")) o.steps = strtol(v, &end, 10), k++;
+    else if (!strcmp(a, "--seed")) o.seed = strtoull(v, &end, 10), k++;
+    else if (!strcmp(a, "--lr")) o.lr = strtof(v, &end), k++;
+    else if (!strcmp(a, "--batch")) o.B = strtol(v, &end, 10), k++;
+    else if (!strcmp(a, "--refit-at")) o.refit_at = strtol(v, &end, 10), k++;
+    else if (!strcmp(a, "--dump")) o.dump = v, k++;
+    else if (!strcmp(a, "--timing")) o.timing = v, k++;
+    else if (!strcmp(a, "--progress") && (!strcmp(v, "poll") || !strcmp(v, "thread")))
+      o.progress = !strcmp(v, "poll") ? FP_PROGRESS_POLL : FP_PROGRESS_THREAD, k++;
+    else if (!strcmp(a, "--backend") && (!strcmp(v, "mpi") || !strcmp(v, "nccl"))) o.nccl = !strcmp(v, "nccl"), k++;
+    else if (!strcmp(a, "--mode") && !strcmp(v, "graph")) o.mode = FP_CUDA_GRAPH, k++;
+    else if (!strcmp(a, "--mode") && !strcmp(v, "eager")) o.mode = FP_CUDA_EAGER, k++;
+    else if (!strcmp(a, "--mode") && !strcmp(v, "capture")) o.mode = FP_CUDA_CAPTURE_SAFE, k++;
+    else if (!strcmp(a, "--stream") && stream_mode_of(v) >= 0) stream_mode = stream_mode_of(v), k++;
+    else if (!strcmp(a, "--upload") && (!strcmp(v, "ordered") || !strcmp(v, "unordered")))
+      upload_unordered = !strcmp(v, "unordered"), k++;
+    else usage();
+    if (end && (*end || errno)) usage();
+  }
+  if (!o.plan || o.steps < 0 || o.B < 1 || o.B > 4096 || !(o.lr > 0) || (o.nccl && o.progress != FP_PROGRESS_DEFAULT))
+    usage();
+  if (o.mode == FP_CUDA_CAPTURE_SAFE && stream_mode != ST_SIDE && stream_mode != ST_EXECUTOR)
+    DIE("--mode capture captures the trainer's stream: --stream side or executor (the legacy stream cannot be "
+        "captured, and a captured step cannot move between streams)");
+  return o;
+}
+
+/* the executor's configuration; with --backend nccl: the device, the
+ * trainer's streams and the one the executor is told (--stream). Exits 77
+ * without a CUDA device, 2 in a build without CUDA. */
+static fp_exec_config exec_config(const opts *o) {
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = rank, .world_size = world, .progress = o->progress};
+  if (!o->nccl) return cfg;
+#ifdef FP_HAVE_CUDA
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev < 1) {
+    if (rank == 0)
+      printf("train_mlp: SKIPPED: no CUDA device (cudaGetDeviceCount: %s)\n", e ? cudaGetErrorString(e) : "0 devices");
+    MPI_Finalize();
+    exit(77);
+  }
+  CK(cudaSetDevice(rank % ndev));
+  CK(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&S2, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&U, cudaStreamNonBlocking));
+  on_gpu = true;
+  void *given = S;
+  if (stream_mode == ST_LEGACY || stream_mode == ST_LEGACY_UNTOLD) S = cudaStreamLegacy;
+  if (stream_mode == ST_LEGACY) given = FP_CUDA_STREAM_LEGACY;
+  if (stream_mode == ST_EXECUTOR || stream_mode == ST_LEGACY_UNTOLD) given = NULL;
+  return (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = rank, .world_size = world, .cuda_mode = o->mode,
+                          .cuda_stream = given};
+#else
+  if (rank == 0) fprintf(stderr, "train_mlp: --backend nccl: flexplan was built without CUDA\n");
+  MPI_Finalize();
+  exit(2);
+#endif
+}
+
+/* the trainer's buffers for a run of the options, on x (maxn: the largest
+ * view's elements) */
+static run run_new(fp_exec *x, const ref *r, const opts *o, int64_t maxn) {
+  run R = {.x = x, .r = r, .seed = o->seed, .B = (int)o->B, .lr = o->lr, .ga = info.grad_accumulation,
+           .a = acts_new((int)o->B)};
+  R.wbuf = xcalloc((size_t)maxn, 4), R.bbuf = xcalloc((size_t)maxn, 4), R.gW = xcalloc((size_t)maxn, 4);
+  R.gb = xcalloc((size_t)maxn, 4);
+  int64_t widest = 1;
+  for (int m = 0; m < nlayers; m++) widest = L[m].out > widest ? L[m].out : widest;
+  R.ybuf = xcalloc((size_t)(o->B * widest), 4);
+  return R;
+}
+
+static void run_free(run *R) {
+  acts_free(&R->a);
+  free(R->wbuf), free(R->bbuf), free(R->gW), free(R->gb), free(R->ybuf);
+}
+
+/* --refit-at: new weights (another seed) into the same addresses before
+ * step t, and into the reference */
+static void refit(fp_exec *x, ref *r, float **init, const opts *o, int64_t t) {
+  for (int32_t i = 0; i < nparams; i++) {
+    free(init[i]);
+    init[i] = init_weights(o->seed + 7919 * (uint64_t)t, i, fan_in_of(i));
+  }
+  load_initial(x, init);
+  for (int32_t i = 0; i < nparams; i++) {
+    fp_param_view v;
+    fp_exec_param_at(x, i, &v);
+    if (v.weight.data != P[i].v.weight.data || v.ugrad.data != P[i].v.ugrad.data ||
+        v.main.data != P[i].v.main.data || v.grad.data != P[i].v.grad.data)
+      FAIL("refit at step %" PRId64 " moved a view of %s", t, P[i].v.name);
+    if (r) cast_n(r->main[i], P[i].main_dt, init[i], FP_ELEM_FP32, P[i].v.numel);
+  }
+}
+
+/* the executor's counters after the run: no allocation inside a hook, and
+ * graphs exactly in graph mode */
+static void check_stats(const fp_exec_stats *s, const opts *o) {
+  if (s->hook_allocations) FAIL("%" PRId64 " allocations inside hooks", s->hook_allocations);
+  if (on_gpu && o->mode == FP_CUDA_GRAPH && o->steps >= 2 && (s->graphs < 1 || s->graph_launches < 1))
+    FAIL("graph mode ran %ld steps but captured %" PRId64 " graphs and launched %" PRId64, o->steps, s->graphs,
+         s->graph_launches);
+  if (on_gpu && o->mode != FP_CUDA_GRAPH && s->graphs) FAIL("%" PRId64 " graphs captured outside graph mode", s->graphs);
+}
+
+/* every rank's failures and differences, summed on rank 0, which prints
+ * the summary; returns whether any rank failed */
+static bool report(const opts *o, const fp_exec_stats *s) {
+  int any = 0;
+  double amax = 0, rmax = 0;
+  MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Reduce(&max_abs, &amax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&max_rel, &rmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (rank != 0) return any != 0;
+  const char *how = !on_gpu                         ? (s->progress == FP_PROGRESS_THREAD ? "mpi, progress thread" : "mpi, progress poll")
+                    : o->mode == FP_CUDA_GRAPH ? "nccl, graph mode"
+                    : o->mode == FP_CUDA_EAGER ? "nccl, eager mode"
+                                               : "nccl, whole steps captured by the trainer";
+  printf("train_mlp: %s (%s, %" PRId64 " ranks, %" PRId64 " micro-batch(es)), %ld step(s), %s: %s\n", info.model,
+         info.strategy, info.world_size, info.grad_accumulation, o->steps, how,
+         !o->check ? "trained" : any ? "CHECK FAILED" : "matches the reference");
+  if (on_gpu)
+    printf("train_mlp: %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " graph launches, %" PRId64
+           " NCCL communicators\n", s->graphs, s->graph_nodes, s->graph_launches, s->nccl_comms);
+  if (o->check)
+    printf("train_mlp: max |w - ref| = %.3g, max relative = %.3g (weights above 1e-3); gathered weights bit-exact: %s\n",
+           amax, rmax, any ? "see errors" : "yes");
+  return any != 0;
 }
 
 int main(int argc, char **argv) {
@@ -846,75 +1095,11 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const char *plan_path = NULL, *dump_prefix = NULL, *timing_prefix = NULL;
-  long steps = -1, B = 4, refit_at = -1;
-  unsigned long long seed = 1;
-  float lr = 0.1f;
-  bool check = false, nccl = false;
-  fp_progress progress = FP_PROGRESS_DEFAULT;
-  fp_cuda_mode mode = FP_CUDA_GRAPH;
-  for (int k = 1; k < argc; k++) {
-    const char *a = argv[k], *v = k + 1 < argc ? argv[k + 1] : NULL;
-    char *end = NULL;
-    errno = 0;
-    if (!strcmp(a, "--check")) check = true;
-    else if (!v) usage();
-    else if (!strcmp(a, "--plan")) plan_path = v, k++;
-    else if (!strcmp(a, "--steps")) steps = strtol(v, &end, 10), k++;
-    else if (!strcmp(a, "--seed")) seed = strtoull(v, &end, 10), k++;
-    else if (!strcmp(a, "--lr")) lr = strtof(v, &end), k++;
-    else if (!strcmp(a, "--batch")) B = strtol(v, &end, 10), k++;
-    else if (!strcmp(a, "--refit-at")) refit_at = strtol(v, &end, 10), k++;
-    else if (!strcmp(a, "--dump")) dump_prefix = v, k++;
-    else if (!strcmp(a, "--timing")) timing_prefix = v, k++;
-    else if (!strcmp(a, "--progress") && (!strcmp(v, "poll") || !strcmp(v, "thread")))
-      progress = !strcmp(v, "poll") ? FP_PROGRESS_POLL : FP_PROGRESS_THREAD, k++;
-    else if (!strcmp(a, "--backend") && (!strcmp(v, "mpi") || !strcmp(v, "nccl"))) nccl = !strcmp(v, "nccl"), k++;
-    else if (!strcmp(a, "--mode") && !strcmp(v, "graph")) mode = FP_CUDA_GRAPH, k++;
-    else if (!strcmp(a, "--mode") && !strcmp(v, "eager")) mode = FP_CUDA_EAGER, k++;
-    else if (!strcmp(a, "--mode") && !strcmp(v, "capture")) mode = FP_CUDA_CAPTURE_SAFE, k++;
-    else if (!strcmp(a, "--stream") && stream_mode_of(v) >= 0) stream_mode = stream_mode_of(v), k++;
-    else if (!strcmp(a, "--upload") && (!strcmp(v, "ordered") || !strcmp(v, "unordered")))
-      upload_unordered = !strcmp(v, "unordered"), k++;
-    else usage();
-    if (end && (*end || errno)) usage();
-  }
-  if (!plan_path || steps < 0 || B < 1 || B > 4096 || !(lr > 0) || (nccl && progress != FP_PROGRESS_DEFAULT)) usage();
-  if (mode == FP_CUDA_CAPTURE_SAFE && stream_mode != ST_SIDE && stream_mode != ST_EXECUTOR)
-    DIE("--mode capture captures the trainer's stream: --stream side or executor (the legacy stream cannot be "
-        "captured, and a captured step cannot move between streams)");
-
-  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = rank, .world_size = world, .progress = progress};
-  if (nccl) {
-#ifdef FP_HAVE_CUDA
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev < 1) {
-      if (rank == 0)
-        printf("train_mlp: SKIPPED: no CUDA device (cudaGetDeviceCount: %s)\n", e ? cudaGetErrorString(e) : "0 devices");
-      MPI_Finalize();
-      return 77;
-    }
-    CK(cudaSetDevice(rank % ndev));
-    CK(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&S2, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&U, cudaStreamNonBlocking));
-    on_gpu = true;
-    void *given = S;
-    if (stream_mode == ST_LEGACY || stream_mode == ST_LEGACY_UNTOLD) S = cudaStreamLegacy;
-    if (stream_mode == ST_LEGACY) given = FP_CUDA_STREAM_LEGACY;
-    if (stream_mode == ST_EXECUTOR || stream_mode == ST_LEGACY_UNTOLD) given = NULL;
-    cfg = (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = rank, .world_size = world, .cuda_mode = mode,
-                           .cuda_stream = given};
-#else
-    if (rank == 0) fprintf(stderr, "train_mlp: --backend nccl: flexplan was built without CUDA\n");
-    MPI_Finalize();
-    return 2;
-#endif
-  }
+  opts o = parse_args(argc, argv);
+  fp_exec_config cfg = exec_config(&o);
 
   fp_plan *plan = NULL;
-  if (fp_plan_load(plan_path, &plan) != FP_OK) DIE("%s", fp_plan_errmsg(plan));
+  if (fp_plan_load(o.plan, &plan) != FP_OK) DIE("%s", fp_plan_errmsg(plan));
   fp_plan_get_info(plan, &info);
   fp_exec *x = NULL;
   fp_status st = fp_exec_create(plan, &cfg, &x);
@@ -923,7 +1108,7 @@ int main(int argc, char **argv) {
   if (on_gpu && stream_mode == ST_EXECUTOR) S = fp_exec_cuda_stream(x);
 #endif
   build_model(x, plan);
-  if (timing_prefix && steps > 0 && fp_exec_timing_start(x, (int32_t)(steps < 65536 ? steps : 65536)) != FP_OK)
+  if (o.timing && o.steps > 0 && fp_exec_timing_start(x, (int32_t)(o.steps < 65536 ? o.steps : 65536)) != FP_OK)
     DIE("timing: %s", fp_exec_errmsg(x));
   int64_t maxn = 1;
   for (int32_t i = 0; i < nparams; i++) {
@@ -933,18 +1118,13 @@ int main(int argc, char **argv) {
   hview[0] = xcalloc((size_t)maxn, 4);
   hview[1] = xcalloc((size_t)maxn, 4);
   float **init = xcalloc((size_t)nparams, sizeof *init);
-  for (int32_t i = 0; i < nparams; i++) init[i] = init_weights(seed, i, fan_in_of(i));
+  for (int32_t i = 0; i < nparams; i++) init[i] = init_weights(o.seed, i, fan_in_of(i));
   load_initial(x, init);
   ref r = {0};
-  if (check) r = ref_new(init);
+  if (o.check) r = ref_new(init);
 
   int64_t ga = info.grad_accumulation;
-  run R = {.x = x, .r = check ? &r : NULL, .seed = seed, .B = (int)B, .lr = lr, .ga = ga, .a = acts_new((int)B)};
-  R.wbuf = xcalloc((size_t)maxn, 4), R.bbuf = xcalloc((size_t)maxn, 4), R.gW = xcalloc((size_t)maxn, 4);
-  R.gb = xcalloc((size_t)maxn, 4);
-  int64_t widest = 1;
-  for (int m = 0; m < nlayers; m++) widest = L[m].out > widest ? L[m].out : widest;
-  R.ybuf = xcalloc((size_t)(B * widest), 4);
+  run R = run_new(x, o.check ? &r : NULL, &o, maxn);
   if (on_gpu)
     for (int m = 0; m < nlayers; m++)
       if (L[m].tied || L[m].recompute)
@@ -952,72 +1132,36 @@ int main(int argc, char **argv) {
             fp_plan_module_name(plan, m));
 #ifdef FP_HAVE_CUDA
   gpu G;
-  if (on_gpu) gpu_new(&G, (int)B, ga, maxn);
+  if (on_gpu) gpu_new(&G, (int)o.B, ga, maxn);
 #endif
-  for (int64_t t = 0; t < steps; t++) {
-    if (t == refit_at && t > 0) { /* new weights into the same addresses */
-      for (int32_t i = 0; i < nparams; i++) {
-        free(init[i]);
-        init[i] = init_weights(seed + 7919 * (uint64_t)t, i, fan_in_of(i));
-      }
-      load_initial(x, init);
-      for (int32_t i = 0; i < nparams; i++) {
-        fp_param_view v;
-        fp_exec_param_at(x, i, &v);
-        if (v.weight.data != P[i].v.weight.data || v.ugrad.data != P[i].v.ugrad.data ||
-            v.main.data != P[i].v.main.data || v.grad.data != P[i].v.grad.data)
-          FAIL("refit at step %" PRId64 " moved a view of %s", t, P[i].v.name);
-        if (check) fpk_cast(r.main[i], dt(P[i].main_dt), init[i], FP_F32, P[i].v.numel);
-      }
-    }
+  for (int64_t t = 0; t < o.steps; t++) {
+    if (t == o.refit_at && t > 0) refit(x, o.check ? &r : NULL, init, &o, t);
 #ifdef FP_HAVE_CUDA
-    if (on_gpu) gpu_step(&R, &G, t, mode);
+    if (on_gpu) gpu_step(&R, &G, t, o.mode);
     else
 #endif
       cpu_step(&R, t);
-    if (check) {
-      ref_step(&r, seed, t, (int)B, lr, ga);
+    if (o.check) {
+      ref_step(&r, o.seed, t, (int)o.B, o.lr, ga);
       check_main(&r, t);
     }
   }
   if (fp_exec_sync(x) != FP_OK) DIE("sync: %s", fp_exec_errmsg(x));
-  if (dump_prefix) dump(dump_prefix);
-  if (timing_prefix) { /* every step's measured times: PREFIX<rank>.json */
+  if (o.dump) dump(o.dump);
+  if (o.timing) { /* every step's measured times: PREFIX<rank>.json */
     char path[4096];
-    snprintf(path, sizeof path, "%s%d.json", timing_prefix, rank);
+    snprintf(path, sizeof path, "%s%d.json", o.timing, rank);
     if (fp_exec_timing_write(x, path) != FP_OK) DIE("timing: %s", fp_exec_errmsg(x));
   }
   fp_exec_stats s;
   fp_exec_get_stats(x, &s);
-  if (s.hook_allocations) FAIL("%" PRId64 " allocations inside hooks", s.hook_allocations);
-  if (on_gpu && mode == FP_CUDA_GRAPH && steps >= 2 && (s.graphs < 1 || s.graph_launches < 1))
-    FAIL("graph mode ran %ld steps but captured %" PRId64 " graphs and launched %" PRId64, steps, s.graphs,
-         s.graph_launches);
-  if (on_gpu && mode != FP_CUDA_GRAPH && s.graphs) FAIL("%" PRId64 " graphs captured outside graph mode", s.graphs);
+  check_stats(&s, &o);
   fp_exec_destroy(x);
+  bool any = report(&o, &s);
 
-  int any = 0;
-  double amax = 0, rmax = 0;
-  MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Reduce(&max_abs, &amax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  MPI_Reduce(&max_rel, &rmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  const char *how = !on_gpu                       ? (s.progress == FP_PROGRESS_THREAD ? "mpi, progress thread" : "mpi, progress poll")
-                    : mode == FP_CUDA_GRAPH         ? "nccl, graph mode"
-                    : mode == FP_CUDA_EAGER         ? "nccl, eager mode"
-                                                    : "nccl, whole steps captured by the trainer";
-  if (rank == 0)
-    printf("train_mlp: %s (%s, %" PRId64 " ranks, %" PRId64 " micro-batch(es)), %ld step(s), %s: %s\n", info.model,
-           info.strategy, info.world_size, ga, steps, how,
-           !check ? "trained" : any ? "CHECK FAILED" : "matches the reference");
-  if (rank == 0 && on_gpu)
-    printf("train_mlp: %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " graph launches, %" PRId64
-           " NCCL communicators\n", s.graphs, s.graph_nodes, s.graph_launches, s.nccl_comms);
-  if (rank == 0 && check)
-    printf("train_mlp: max |w - ref| = %.3g, max relative = %.3g (weights above 1e-3); gathered weights bit-exact: %s\n",
-           amax, rmax, any ? "see errors" : "yes");
   for (int32_t i = 0; i < nparams; i++) free(init[i]);
   free(init);
-  if (check) ref_free(&r);
+  if (o.check) ref_free(&r);
 #ifdef FP_HAVE_CUDA
   if (on_gpu) {
     gpu_free(&G, ga);
@@ -1026,8 +1170,8 @@ int main(int argc, char **argv) {
     if (stream_mode == ST_SIDE) cudaStreamDestroy(S);
   }
 #endif
-  acts_free(&R.a);
-  free(R.wbuf), free(R.bbuf), free(R.gW), free(R.gb), free(R.ybuf), free(L), free(P), free(hview[0]), free(hview[1]);
+  run_free(&R);
+  free(L), free(P), free(hview[0]), free(hview[1]);
   fp_plan_free(plan);
   MPI_Finalize();
   return any ? 1 : 0;

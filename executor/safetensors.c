@@ -1,23 +1,21 @@
 /* safetensors.c - the strict safetensors reader and the small writer of
  * safetensors.h.
  *
- * Opening reads the 8-byte length and the header only. The header is first
- * walked by a small strict JSON scanner of our own, which json-c's parser
- * does not replace: json-c accepts single-quoted strings and NaN even in
- * strict mode, keeps only the last of two members with the same name, and
- * cuts a name at an escaped \u0000. The scanner rejects all of these and
- * records, for every top-level member, its raw name and how many members
- * its value has, so that duplicates are caught at both levels by comparing
- * with what json-c kept. json-c then gives the tree that is checked member
- * by member. Every number is checked before it is used, in int64 with
- * overflow checks. */
+ * Opening reads the 8-byte length and the header only. The header is
+ * parsed by base/json.c, the strict JSON reader every input of flexplan
+ * shares (fpi_json_parse_text: UTF-8 checked, single quotes, NaN, raw
+ * control characters, \u0000 and members named twice - at any level, also
+ * once their escapes are decoded - refused, each located at its header byte
+ * with its JSON pointer). Its document is then checked member by member.
+ * Every number is checked before it is used, in int64 with overflow
+ * checks. The writer prints the header itself (fpi_json_put_string), byte
+ * for byte what json-c printed before. */
 #include "safetensors.h"
 
-#include "base/utf8.h"
+#include "base/json.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,223 +95,6 @@ static const char *ptr_tok(ptrbuf *b, const char *s, size_t len) {
 }
 static const char *ptr_name(ptrbuf *b, const char *name) { return ptr_tok(b, name, strlen(name)); }
 
-/* ---- the strict scanner ------------------------------------------------------------ */
-typedef struct {
-  const char *key; /* raw text between the quotes (escapes not decoded) */
-  size_t keylen;
-  int members;     /* members of the value when it is an object, else -1 */
-} rawmem;
-
-typedef struct {
-  const char *p, *begin, *end;
-  const char *why; /* first failure */
-  const char *at;
-} jscan;
-
-static bool jfail(jscan *s, const char *why) {
-  if (!s->why) s->why = why, s->at = s->p;
-  return false;
-}
-static void jws(jscan *s) {
-  while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')) s->p++;
-}
-static bool jlit(jscan *s, const char *w) {
-  size_t n = strlen(w);
-  if ((size_t)(s->end - s->p) < n || memcmp(s->p, w, n) != 0) return jfail(s, "a JSON value expected");
-  s->p += n;
-  return true;
-}
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-/* a string at s->p; *nul set when it holds \u0000 */
-static bool jstr(jscan *s, bool *nul) {
-  if (s->p >= s->end || *s->p != '"') return jfail(s, "a string in double quotes expected");
-  s->p++;
-  while (s->p < s->end) {
-    unsigned char c = (unsigned char)*s->p;
-    if (c == '"') {
-      s->p++;
-      return true;
-    }
-    if (c < 0x20) return jfail(s, "control character in a string");
-    s->p++;
-    if (c != '\\') continue;
-    if (s->p >= s->end) break;
-    char e = *s->p;
-    if (e == 'u') {
-      if (s->end - s->p < 5) break;
-      int v = 0;
-      for (int i = 1; i <= 4; i++) {
-        int h = hexval(s->p[i]);
-        if (h < 0) return jfail(s, "bad \\u escape");
-        v = v * 16 + h;
-      }
-      if (v == 0 && nul) *nul = true;
-      s->p += 5;
-    } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
-      s->p++;
-    } else {
-      return jfail(s, "bad escape in a string");
-    }
-  }
-  return jfail(s, "unterminated string");
-}
-static bool jdigits(jscan *s) {
-  const char *q = s->p;
-  while (s->p < s->end && *s->p >= '0' && *s->p <= '9') s->p++;
-  return s->p > q || jfail(s, "digit expected");
-}
-static bool jnum(jscan *s) {
-  if (s->p < s->end && *s->p == '-') s->p++;
-  if (s->p < s->end && *s->p == '0') s->p++;
-  else if (!jdigits(s)) return false;
-  if (s->p < s->end && *s->p == '.') {
-    s->p++;
-    if (!jdigits(s)) return false;
-  }
-  if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
-    s->p++;
-    if (s->p < s->end && (*s->p == '+' || *s->p == '-')) s->p++;
-    if (!jdigits(s)) return false;
-  }
-  return true;
-}
-static bool jvalue(jscan *s, int depth, int *members);
-static bool jobject(jscan *s, int depth, int *members) {
-  int n = 0;
-  s->p++; /* '{' */
-  jws(s);
-  if (s->p < s->end && *s->p == '}') {
-    s->p++;
-    if (members) *members = 0;
-    return true;
-  }
-  for (;;) {
-    jws(s);
-    bool nul = false;
-    const char *k = s->p;
-    if (!jstr(s, &nul)) return false;
-    if (nul) {
-      s->p = k;
-      return jfail(s, "a member name holds \\u0000");
-    }
-    jws(s);
-    if (s->p >= s->end || *s->p != ':') return jfail(s, "':' expected");
-    s->p++;
-    jws(s);
-    if (!jvalue(s, depth + 1, NULL)) return false;
-    n++;
-    jws(s);
-    if (s->p < s->end && *s->p == ',') {
-      s->p++;
-      continue;
-    }
-    if (s->p < s->end && *s->p == '}') {
-      s->p++;
-      if (members) *members = n;
-      return true;
-    }
-    return jfail(s, "',' or '}' expected");
-  }
-}
-static bool jvalue(jscan *s, int depth, int *members) {
-  if (members) *members = -1;
-  if (depth > 64) return jfail(s, "nested too deeply");
-  if (s->p >= s->end) return jfail(s, "a JSON value expected");
-  switch (*s->p) {
-  case '{': return jobject(s, depth, members);
-  case '[':
-    s->p++;
-    jws(s);
-    if (s->p < s->end && *s->p == ']') {
-      s->p++;
-      return true;
-    }
-    for (;;) {
-      jws(s);
-      if (!jvalue(s, depth + 1, NULL)) return false;
-      jws(s);
-      if (s->p < s->end && *s->p == ',') {
-        s->p++;
-        continue;
-      }
-      if (s->p < s->end && *s->p == ']') {
-        s->p++;
-        return true;
-      }
-      return jfail(s, "',' or ']' expected");
-    }
-  case '"': return jstr(s, NULL);
-  case 't': return jlit(s, "true");
-  case 'f': return jlit(s, "false");
-  case 'n': return jlit(s, "null");
-  default:
-    if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')) return jnum(s);
-    return jfail(s, "a JSON value expected");
-  }
-}
-
-/* The whole header: one object, then only whitespace. Fills *mem (malloc'd)
- * with the top-level members in order. */
-static bool jtop(jscan *s, rawmem **mem, int *nmem) {
-  int cap = 0;
-  *mem = NULL;
-  *nmem = 0;
-  jws(s);
-  if (s->p >= s->end || *s->p != '{') return jfail(s, "the header must be a JSON object");
-  s->p++;
-  jws(s);
-  if (s->p < s->end && *s->p == '}') s->p++;
-  else
-    for (;;) {
-      jws(s);
-      rawmem m = {s->p + 1, 0, -1};
-      bool nul = false;
-      if (!jstr(s, &nul)) return false;
-      if (nul) {
-        s->p = m.key - 1;
-        return jfail(s, "a tensor name holds \\u0000");
-      }
-      m.keylen = (size_t)(s->p - 1 - m.key);
-      jws(s);
-      if (s->p >= s->end || *s->p != ':') return jfail(s, "':' expected");
-      s->p++;
-      jws(s);
-      if (!jvalue(s, 1, &m.members)) return false;
-      if (*nmem == cap) {
-        if (cap > (1 << 28)) return jfail(s, "too many members");
-        cap = cap ? 2 * cap : 64;
-        rawmem *g = realloc(*mem, (size_t)cap * sizeof *g);
-        if (!g) return jfail(s, "out of memory");
-        *mem = g;
-      }
-      (*mem)[(*nmem)++] = m;
-      jws(s);
-      if (s->p < s->end && *s->p == ',') {
-        s->p++;
-        continue;
-      }
-      if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        break;
-      }
-      return jfail(s, "',' or '}' expected");
-    }
-  jws(s);
-  if (s->p != s->end) return jfail(s, "only whitespace may follow the header object");
-  return true;
-}
-
-static int rawcmp(const void *a, const void *b) {
-  const rawmem *x = a, *y = b;
-  if (x->keylen != y->keylen) return x->keylen < y->keylen ? -1 : 1;
-  return memcmp(x->key, y->key, x->keylen);
-}
-
 /* ---- reading helpers ---------------------------------------------------------------- */
 /* pread n bytes at off; returns the bytes read (< n only at end of file) or -1 */
 static int64_t pread_full(int fd, void *buf, int64_t n, int64_t off) {
@@ -331,13 +112,12 @@ static int64_t pread_full(int fd, void *buf, int64_t n, int64_t off) {
   return got;
 }
 
-/* a JSON integer >= 0 that fits int64 (json-c saturates larger ones) */
-static const char *get_count(json_object *o, int64_t *out) {
-  if (!json_object_is_type(o, json_type_int)) return "must be an integer";
-  int64_t v = json_object_get_int64(o);
-  if (v < 0) return "must not be negative";
-  if (v == INT64_MAX && json_object_get_uint64(o) != (uint64_t)INT64_MAX) return "is too large";
-  *out = v;
+/* a JSON integer >= 0 that fits int64 */
+static const char *get_count(const fp_jv *o, int64_t *out) {
+  if (!fpi_jv_is(o, FP_JINT)) return "must be an integer";
+  if (o->big) return "is too large";
+  if (o->i < 0) return "must not be negative";
+  *out = o->i;
   return NULL;
 }
 
@@ -353,83 +133,66 @@ static int by_name(const void *a, const void *b) {
   return strcmp((*x)->name, (*y)->name);
 }
 
-/* One tensor entry (an object; its duplicate members already ruled out):
- * fills T's dtype, shape, nbytes and offset (relative to the data buffer).
- * P is the entry's JSON pointer for messages. */
-static bool tensor_entry(const char *path, const char *P, json_object *val, int64_t datalen, fp_st_tensor *T,
-                         char *err, size_t errlen) {
-  ptrbuf pb2;
-  json_object *jd = NULL, *js = NULL, *jo = NULL;
-  json_object_object_foreach(val, ik, iv) {
-    if (strcmp(ik, "dtype") == 0) jd = iv;
-    else if (strcmp(ik, "shape") == 0) js = iv;
-    else if (strcmp(ik, "data_offsets") == 0) jo = iv;
-    else {
-      seterr(err, errlen, path, "%s%s: unknown member (a tensor has dtype, shape, data_offsets)", P,
-             ptr_name(&pb2, ik));
-      return false;
-    }
-  }
-  if (!jd || !js || !jo) {
-    seterr(err, errlen, path, "%s: missing \"%s\"", P, !jd ? "dtype" : !js ? "shape" : "data_offsets");
-    return false;
-  }
-  /* dtype */
-  if (!json_object_is_type(jd, json_type_string)) {
+/* A tensor's dtype (a string naming one of st_dtypes): its index */
+static bool entry_dtype(const char *path, const char *P, const fp_jv *jd, int *k, char *err, size_t errlen) {
+  if (!fpi_jv_is(jd, FP_JSTRING)) {
     seterr(err, errlen, path, "%s/dtype: must be a string", P);
     return false;
   }
-  const char *ds = json_object_get_string(jd);
-  int k = 0;
-  while (k < N_ST_DTYPES && strcmp(ds, st_dtypes[k].name) != 0) k++;
-  if (k == N_ST_DTYPES || strlen(ds) != (size_t)json_object_get_string_len(jd)) {
-    ptrbuf db;
-    seterr(err, errlen, path,
-           "%s/dtype: unsupported dtype \"%s\" (supported: F32, BF16, F16, F8_E4M3, F8_E8M0, U8)", P,
-           ptr_name(&db, ds) + 1);
-    return false;
-  }
-  T->dtype = st_dtypes[k].t;
-  /* shape */
-  if (!json_object_is_type(js, json_type_array)) {
+  for (*k = 0; *k < N_ST_DTYPES; ++*k)
+    if (strcmp(jd->s, st_dtypes[*k].name) == 0) return true;
+  ptrbuf db;
+  seterr(err, errlen, path, "%s/dtype: unsupported dtype \"%s\" (supported: F32, BF16, F16, F8_E4M3, F8_E8M0, U8)",
+         P, ptr_name(&db, jd->s) + 1);
+  return false;
+}
+
+/* A tensor's shape (an array of at most FP_ST_MAX_DIMS counts) into T, and
+ * its size in bytes */
+static bool entry_shape(const char *path, const char *P, const fp_jv *js, fp_st_tensor *T, int64_t *nbytes,
+                        char *err, size_t errlen) {
+  if (!fpi_jv_is(js, FP_JARRAY)) {
     seterr(err, errlen, path, "%s/shape: must be an array of integers", P);
     return false;
   }
-  size_t nd = json_object_array_length(js);
-  if (nd > FP_ST_MAX_DIMS) {
-    seterr(err, errlen, path, "%s/shape: %zu dimensions, at most %d supported", P, nd, FP_ST_MAX_DIMS);
+  if (js->n > FP_ST_MAX_DIMS) {
+    seterr(err, errlen, path, "%s/shape: %u dimensions, at most %d supported", P, (unsigned)js->n, FP_ST_MAX_DIMS);
     return false;
   }
-  T->ndim = (int)nd;
+  T->ndim = (int)js->n;
   int64_t numel = 1;
   bool zero = false, ovf = false;
-  for (size_t d = 0; d < nd; d++) {
-    json_object *e = json_object_array_get_idx(js, d);
-    const char *why = get_count(e, &T->shape[d]);
+  for (uint32_t d = 0; d < js->n; d++) {
+    const char *why = get_count(&js->elems[d], &T->shape[d]);
     if (why) {
-      seterr(err, errlen, path, "%s/shape/%zu: a dimension %s", P, d, why);
+      seterr(err, errlen, path, "%s/shape/%u: a dimension %s", P, (unsigned)d, why);
       return false;
     }
     if (T->shape[d] == 0) zero = true;
     else if (!ovf && !fpi_mul64(numel, T->shape[d], &numel)) ovf = true;
   }
-  int64_t nbytes = 0;
-  if (!zero && (ovf || !fpi_mul64(numel, dtype_size(T->dtype), &nbytes))) {
+  *nbytes = 0;
+  if (!zero && (ovf || !fpi_mul64(numel, dtype_size(T->dtype), nbytes))) {
     seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
     return false;
   }
-  /* data_offsets */
-  if (!json_object_is_type(jo, json_type_array) || json_object_array_length(jo) != 2) {
+  return true;
+}
+
+/* A tensor's data_offsets ([begin, end] in the data buffer, nbytes apart) */
+static bool entry_offsets(const char *path, const char *P, const fp_jv *jo, int64_t datalen, int64_t nbytes,
+                          const char *dname, int64_t *begin, char *err, size_t errlen) {
+  if (!fpi_jv_is(jo, FP_JARRAY) || jo->n != 2) {
     seterr(err, errlen, path, "%s/data_offsets: must be an array of two integers [begin, end]", P);
     return false;
   }
   int64_t b, e;
-  const char *why = get_count(json_object_array_get_idx(jo, 0), &b);
+  const char *why = get_count(&jo->elems[0], &b);
   if (why) {
     seterr(err, errlen, path, "%s/data_offsets/0: begin %s", P, why);
     return false;
   }
-  why = get_count(json_object_array_get_idx(jo, 1), &e);
+  why = get_count(&jo->elems[1], &e);
   if (why) {
     seterr(err, errlen, path, "%s/data_offsets/1: end %s", P, why);
     return false;
@@ -445,227 +208,216 @@ static bool tensor_entry(const char *path, const char *P, json_object *val, int6
   }
   if (e - b != nbytes) {
     seterr(err, errlen, path, "%s/data_offsets: [%lld, %lld) is %lld bytes, but the shape and dtype %s need %lld", P,
-           (long long)b, (long long)e, (long long)(e - b), st_dtypes[k].name, (long long)nbytes);
+           (long long)b, (long long)e, (long long)(e - b), dname, (long long)nbytes);
     return false;
   }
-  T->offset = b; /* relative; fpi_st_open makes it absolute */
-  T->nbytes = nbytes;
+  *begin = b;
+  return true;
+}
+
+/* One tensor entry (an object; names are unique at every level, the parser
+ * saw to it): fills T's dtype, shape, nbytes and offset (relative to the
+ * data buffer). P is the entry's JSON pointer for messages. */
+static bool tensor_entry(const char *path, const char *P, const fp_jv *val, int64_t datalen, fp_st_tensor *T,
+                         char *err, size_t errlen) {
+  const fp_jv *jv[3] = {NULL, NULL, NULL}; /* dtype, shape, data_offsets (null counts as given) */
+  static const char *const names[3] = {"dtype", "shape", "data_offsets"};
+  for (uint32_t m = 0; m < val->n; m++) {
+    int k = 0;
+    while (k < 3 && strcmp(val->mems[m].key, names[k]) != 0) k++;
+    if (k == 3) {
+      ptrbuf pb2;
+      seterr(err, errlen, path, "%s%s: unknown member (a tensor has dtype, shape, data_offsets)", P,
+             ptr_name(&pb2, val->mems[m].key));
+      return false;
+    }
+    jv[k] = &val->mems[m].val;
+  }
+  for (int k = 0; k < 3; k++)
+    if (!jv[k]) {
+      seterr(err, errlen, path, "%s: missing \"%s\"", P, names[k]);
+      return false;
+    }
+  int k;
+  int64_t nbytes;
+  if (!entry_dtype(path, P, jv[0], &k, err, errlen)) return false;
+  T->dtype = st_dtypes[k].t;
+  if (!entry_shape(path, P, jv[1], T, &nbytes, err, errlen)) return false;
+  if (!entry_offsets(path, P, jv[2], datalen, nbytes, st_dtypes[k].name, &T->offset, err, errlen)) return false;
+  T->nbytes = nbytes; /* the offset is relative; fpi_st_open makes it absolute */
   return true;
 }
 
 /* ---- open ------------------------------------------------------------------------------ */
-fp_st_file *fpi_st_open(const char *path, char *err, size_t errlen) {
-  fp_st_file *f = NULL;
-  char *hdr = NULL;
-  rawmem *mem = NULL;
-  int nmem = 0;
-  json_object *root = NULL;
-  json_tokener *tok = NULL;
-  fp_st_tensor *t = NULL;
-  ptrbuf pb, pb2;
-  bool ok = false;
-
-  if (err && errlen) err[0] = 0;
+/* path opened read-only: a regular file, *size bytes; -1 after the message */
+static int open_file(const char *path, int64_t *size, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* O_NONBLOCK: a FIFO must not hang us */
   if (fd < 0) {
     seterr(err, errlen, path, "cannot open: %s", strerror(errno));
-    return NULL;
+    return -1;
   }
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
     seterr(err, errlen, path, "cannot stat: %s", strerror(errno));
-    goto out;
-  }
-  if (!S_ISREG(sb.st_mode)) {
+  } else if (!S_ISREG(sb.st_mode)) {
     seterr(err, errlen, path, "not a regular file");
-    goto out;
+  } else {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *size = (int64_t)sb.st_size;
+    return fd;
   }
-  int fl = fcntl(fd, F_GETFL);
-  if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-  int64_t size = (int64_t)sb.st_size;
+  close(fd);
+  return -1;
+}
 
-  /* the header length */
+/* the header's length (checked against the file's size) */
+static bool header_length(int fd, const char *path, int64_t size, int64_t *N, char *err, size_t errlen) {
   unsigned char lb[8];
   if (size < 8) {
     seterr(err, errlen, path, "file is %lld bytes, too short for the 8-byte header length", (long long)size);
-    goto out;
+    return false;
   }
   errno = 0;
   if (pread_full(fd, lb, 8, 0) != 8) {
     seterr(err, errlen, path, "cannot read the header length: %s", errno ? strerror(errno) : "file ended");
-    goto out;
+    return false;
   }
   uint64_t hl = 0;
   for (int i = 7; i >= 0; i--) hl = hl << 8 | lb[i];
   if (hl > (uint64_t)FP_ST_MAX_HEADER) {
     seterr(err, errlen, path, "header length %llu exceeds the %d-byte limit", (unsigned long long)hl,
            FP_ST_MAX_HEADER);
-    goto out;
+    return false;
   }
   if ((int64_t)hl > size - 8) {
     seterr(err, errlen, path, "header length %llu runs past the end of the file (%lld bytes after the length)",
            (unsigned long long)hl, (long long)(size - 8));
-    goto out;
+    return false;
   }
-  int64_t N = (int64_t)hl, data0 = 8 + N, datalen = size - data0;
-  if (N < 2) {
-    seterr(err, errlen, path, "header length %lld is too short for a JSON object", (long long)N);
-    goto out;
+  *N = (int64_t)hl;
+  if (*N < 2) {
+    seterr(err, errlen, path, "header length %lld is too short for a JSON object", (long long)*N);
+    return false;
   }
-  hdr = malloc((size_t)N + 1);
+  return true;
+}
+
+/* the header's text (malloc'd, NUL-terminated, *N bytes): an object with
+ * no NUL byte; NULL after the message */
+static char *read_header(int fd, const char *path, int64_t size, int64_t *N, char *err, size_t errlen) {
+  if (!header_length(fd, path, size, N, err, errlen)) return NULL;
+  char *hdr = malloc((size_t)*N + 1);
   if (!hdr) {
-    seterr(err, errlen, path, "out of memory for a %lld-byte header", (long long)N);
-    goto out;
+    seterr(err, errlen, path, "out of memory for a %lld-byte header", (long long)*N);
+    return NULL;
   }
   errno = 0;
-  if (pread_full(fd, hdr, N, 8) != N) {
+  const char *nul;
+  if (pread_full(fd, hdr, *N, 8) != *N)
     seterr(err, errlen, path, "cannot read the header: %s", errno ? strerror(errno) : "file ended");
-    goto out;
-  }
-  hdr[N] = 0;
-  if (hdr[0] != '{') {
+  else if (hdr[0] != '{')
     seterr(err, errlen, path, "header does not start with '{'");
-    goto out;
+  else if ((nul = memchr(hdr, 0, (size_t)*N)) != NULL)
+    seterr(err, errlen, path, "header holds a NUL byte at header byte %lld", (long long)(nul - hdr));
+  else {
+    hdr[*N] = 0;
+    return hdr;
   }
-  if (memchr(hdr, 0, (size_t)N)) {
-    seterr(err, errlen, path, "header holds a NUL byte at header byte %lld",
-           (long long)((const char *)memchr(hdr, 0, (size_t)N) - hdr));
-    goto out;
-  }
+  free(hdr);
+  return NULL;
+}
 
-  /* UTF-8 as RFC 3629 has it (json-c lets overlong forms and surrogates by) */
-  size_t bad = fpi_utf8_invalid(hdr, (size_t)N);
-  if (bad < (size_t)N) {
-    seterr(err, errlen, path, "header rejected at header byte %lld: invalid UTF-8 (byte 0x%02x)", (long long)bad,
-           (unsigned char)hdr[bad]);
-    goto out;
-  }
-  /* strict JSON, and the raw member list */
-  jscan sc = {hdr, hdr, hdr + N, NULL, NULL};
-  if (!jtop(&sc, &mem, &nmem)) {
-    seterr(err, errlen, path, "header rejected at header byte %lld: %s", (long long)(sc.at - hdr), sc.why);
-    goto out;
-  }
-  tok = json_tokener_new();
-  if (!tok) {
-    seterr(err, errlen, path, "out of memory");
-    goto out;
-  }
-  int flags = JSON_TOKENER_STRICT;
-#ifdef JSON_TOKENER_VALIDATE_UTF8
-  flags |= JSON_TOKENER_VALIDATE_UTF8;
-#endif
-  json_tokener_set_flags(tok, flags);
-  root = json_tokener_parse_ex(tok, hdr, (int)N);
-  enum json_tokener_error je = json_tokener_get_error(tok);
-  if (!root || je != json_tokener_success) {
-    seterr(err, errlen, path, "header is not valid JSON: %s",
-           je == json_tokener_continue ? "it ends early" : json_tokener_error_desc(je));
-    goto out;
-  }
-  if (!json_object_is_type(root, json_type_object)) {
-    seterr(err, errlen, path, "the header must be a JSON object");
-    goto out;
-  }
-  if (json_object_object_length(root) != nmem) {
-    qsort(mem, (size_t)nmem, sizeof *mem, rawcmp);
-    for (int i = 1; i < nmem; i++)
-      if (rawcmp(&mem[i - 1], &mem[i]) == 0) {
-        seterr(err, errlen, path, "%s: duplicate name in the header", ptr_tok(&pb, mem[i].key, mem[i].keylen));
-        goto out;
-      }
-    seterr(err, errlen, path, "two header members have the same name once their escapes are decoded");
-    goto out;
-  }
-
-  /* each member */
-  t = calloc((size_t)(nmem ? nmem : 1), sizeof *t);
-  if (!t) {
-    seterr(err, errlen, path, "out of memory");
-    goto out;
-  }
-  int nt = 0, i = -1;
-  size_t namebytes = 0;
-  bool have_meta = false;
-  json_object_object_foreach(root, key, val) {
-    i++;
-    const rawmem *rm = &mem[i];
-    const char *P = ptr_name(&pb, key);
-    if (!memchr(rm->key, '\\', rm->keylen) && (strlen(key) != rm->keylen || memcmp(key, rm->key, rm->keylen))) {
-      seterr(err, errlen, path, "%s: header member order could not be matched (internal)", P);
-      goto out;
-    }
-    bool is_obj = json_object_is_type(val, json_type_object);
-    if (is_obj && json_object_object_length(val) != rm->members) {
-      seterr(err, errlen, path, "%s: duplicate member name", P);
-      goto out;
-    }
+/* The header's members: the tensors into t (room for all), *nt of them,
+ * their names' bytes (NULs included) in *namebytes; "__metadata__" must be
+ * an object of strings */
+static bool header_tensors(const char *path, const fp_jv *root, int64_t datalen, fp_st_tensor *t, int *nt,
+                           size_t *namebytes, char *err, size_t errlen) {
+  ptrbuf pb, pb2;
+  *nt = 0;
+  *namebytes = 0;
+  for (uint32_t i = 0; i < root->n; i++) {
+    const char *key = root->mems[i].key;
+    const fp_jv *val = &root->mems[i].val;
+    bool is_obj = fpi_jv_is(val, FP_JOBJECT);
     if (strcmp(key, "__metadata__") == 0) {
-      if (have_meta) { /* cannot happen after the duplicate check; kept for safety */
-        seterr(err, errlen, path, "/__metadata__: given twice");
-        goto out;
-      }
-      have_meta = true;
       if (!is_obj) {
         seterr(err, errlen, path, "/__metadata__: must be an object of strings");
-        goto out;
+        return false;
       }
-      json_object_object_foreach(val, mk, mv) {
-        if (!json_object_is_type(mv, json_type_string)) {
-          seterr(err, errlen, path, "/__metadata__%s: must be a string", ptr_name(&pb2, mk));
-          goto out;
+      for (uint32_t m = 0; m < val->n; m++)
+        if (!fpi_jv_is(&val->mems[m].val, FP_JSTRING)) {
+          seterr(err, errlen, path, "/__metadata__%s: must be a string", ptr_name(&pb2, val->mems[m].key));
+          return false;
         }
-      }
       continue;
     }
+    const char *P = ptr_name(&pb, key);
     if (!is_obj) {
       seterr(err, errlen, path, "%s: a tensor entry must be an object", P);
-      goto out;
+      return false;
     }
-    fp_st_tensor *T = &t[nt];
-    T->name = key; /* json-c's copy until the pool is built */
-    if (!tensor_entry(path, P, val, datalen, T, err, errlen)) goto out;
-    namebytes += strlen(key) + 1;
-    nt++;
+    fp_st_tensor *T = &t[*nt];
+    T->name = key; /* the document's copy until the file's pool is built */
+    if (!tensor_entry(path, P, val, datalen, T, err, errlen)) return false;
+    *namebytes += root->mems[i].klen + 1;
+    ++*nt;
   }
+  return true;
+}
 
-  /* the tensors must tile the data buffer: no overlap, no hole, nothing after */
+/* the tensors must tile the data buffer: no overlap, no hole, nothing after
+ * (sorts t by offset) */
+static bool tile_check(const char *path, fp_st_tensor *t, int nt, int64_t datalen, char *err, size_t errlen) {
+  ptrbuf pb, pb2;
   qsort(t, (size_t)nt, sizeof *t, by_offset);
   int64_t pos = 0;
   for (int j = 0; j < nt; j++) {
     if (t[j].offset < pos) {
       seterr(err, errlen, path, "%s/data_offsets: [%lld, %lld) overlaps %s", ptr_name(&pb, t[j].name),
              (long long)t[j].offset, (long long)(t[j].offset + t[j].nbytes), ptr_name(&pb2, t[j - 1].name));
-      goto out;
+      return false;
     }
     if (t[j].offset > pos) {
       seterr(err, errlen, path, "data bytes [%lld, %lld) belong to no tensor (before %s); the format allows no holes",
              (long long)pos, (long long)t[j].offset, ptr_name(&pb, t[j].name));
-      goto out;
+      return false;
     }
     pos = t[j].offset + t[j].nbytes;
   }
   if (pos != datalen) {
     seterr(err, errlen, path, "%lld bytes after the last tensor's data belong to no tensor",
            (long long)(datalen - pos));
-    goto out;
+    return false;
   }
+  return true;
+}
 
-  /* the file handle: names copied out of json-c into one block */
-  f = calloc(1, sizeof *f);
-  if (!f) {
-    seterr(err, errlen, path, "out of memory");
-    goto out;
+/* the file handle over fd and t (both its own from now on, also when it
+ * fails): the names copied into one block, the offsets made absolute, the
+ * index by name */
+static fp_st_file *make_file(int fd, const char *path, fp_st_tensor *t, int nt, size_t namebytes, int64_t data0,
+                             char *err, size_t errlen) {
+  fp_st_file *f = calloc(1, sizeof *f);
+  if (f) {
+    f->fd = fd;
+    f->n = nt;
+    f->t = t;
+    f->path = strdup(path);
+    f->names = malloc(namebytes ? namebytes : 1);
+    f->byname = malloc((size_t)(nt ? nt : 1) * sizeof *f->byname);
   }
-  f->fd = fd;
-  f->n = nt;
-  f->t = t;
-  f->path = strdup(path);
-  f->names = malloc(namebytes ? namebytes : 1);
-  f->byname = malloc((size_t)(nt ? nt : 1) * sizeof *f->byname);
-  if (!f->path || !f->names || !f->byname) {
+  if (!f || !f->path || !f->names || !f->byname) {
     seterr(err, errlen, path, "out of memory");
-    goto out;
+    if (f) {
+      free(f->path);
+      free(f->names);
+      free(f->byname);
+      free(f);
+    }
+    free(t);
+    close(fd);
+    return NULL;
   }
   char *q = f->names;
   for (int j = 0; j < nt; j++) {
@@ -676,29 +428,48 @@ fp_st_file *fpi_st_open(const char *path, char *err, size_t errlen) {
     t[j].offset += data0;
     f->byname[j] = &t[j];
   }
-  qsort(f->byname, (size_t)nt, sizeof *f->byname, by_name);
-  for (int j = 1; j < nt; j++)
-    if (strcmp(f->byname[j - 1]->name, f->byname[j]->name) == 0) {
-      seterr(err, errlen, path, "%s: duplicate name in the header", ptr_name(&pb, f->byname[j]->name));
-      goto out;
-    }
-  ok = true;
+  qsort(f->byname, (size_t)nt, sizeof *f->byname, by_name); /* names are unique: the parser refuses a repeat */
+  return f;
+}
 
-out:
-  free(hdr);
-  free(mem);
-  if (tok) json_tokener_free(tok);
-  json_object_put(root);
-  if (ok) return f;
-  if (f) {
-    free(f->path);
-    free(f->names);
-    free(f->byname);
-    free(f);
+fp_st_file *fpi_st_open(const char *path, char *err, size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  int64_t size = 0, N = 0;
+  int fd = open_file(path, &size, err, errlen);
+  if (fd < 0) return NULL;
+  char *hdr = read_header(fd, path, size, &N, err, errlen);
+  if (!hdr) {
+    close(fd);
+    return NULL;
   }
-  free(t);
-  close(fd);
-  return NULL;
+  /* strict JSON (base/json.c): its errors located at their header byte */
+  fp_arena *a = fpi_arena_new();
+  fp_src src = {path, hdr, (size_t)N};
+  fp_jerr je;
+  const fp_jv *root = fpi_json_parse_text(a, &src, &je);
+  fp_st_tensor *t = NULL;
+  int nt = 0;
+  size_t namebytes = 0;
+  int64_t data0 = 8 + N, datalen = size - data0;
+  bool ok = false;
+  if (!root)
+    seterr(err, errlen, path, "header rejected at header byte %zu: %s", je.off, je.msg);
+  else if (!fpi_jv_is(root, FP_JOBJECT)) /* (it starts with '{') */
+    seterr(err, errlen, path, "the header must be a JSON object");
+  else if (!(t = calloc(root->n ? root->n : 1, sizeof *t)))
+    seterr(err, errlen, path, "out of memory");
+  else
+    ok = header_tensors(path, root, datalen, t, &nt, &namebytes, err, errlen) &&
+         tile_check(path, t, nt, datalen, err, errlen);
+  fp_st_file *f = NULL;
+  if (ok) f = make_file(fd, path, t, nt, namebytes, data0, err, errlen); /* (names copied out of the arena) */
+  fpi_arena_free(a);
+  free(hdr);
+  if (!ok) {
+    free(t);
+    close(fd);
+  }
+  return f;
 }
 
 int fpi_st_count(const fp_st_file *f) { return f ? f->n : 0; }
@@ -779,12 +550,17 @@ static int name_ptr_cmp(const void *a, const void *b) {
   return strcmp(*x, *y);
 }
 
+static void sb_i64(fp_sbuf *b, int64_t v) {
+  char t[24];
+  fpi_sb_putn(b, t, (size_t)snprintf(t, sizeof t, "%lld", (long long)v));
+}
+
 bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const void *const *data, char *err,
                  size_t errlen) {
   ptrbuf pb;
   bool ok = false, created = false;
   int fd = -1;
-  json_object *root = NULL;
+  fp_sbuf h = {0}; /* the header: {"name":{"dtype":..,"shape":[..],"data_offsets":[b,e]},..} */
   int64_t *sizes = NULL;
   const char **names = NULL;
   if (err && errlen) err[0] = 0;
@@ -794,8 +570,8 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
   }
   sizes = calloc((size_t)(n ? n : 1), sizeof *sizes);
   names = calloc((size_t)(n ? n : 1), sizeof *names);
-  root = json_object_new_object();
-  if (!sizes || !names || !root) {
+  fpi_sb_putc(&h, '{');
+  if (!sizes || !names) {
     seterr(err, errlen, path, "out of memory");
     goto out;
   }
@@ -822,18 +598,11 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
     }
     int64_t numel = 1;
     bool zero = false, ovf = false;
-    json_object *shape = json_object_new_array();
-    json_object *info = json_object_new_object();
-    json_object *offs = json_object_new_array();
-    if (!shape || !info || !offs) {
-      json_object_put(shape), json_object_put(info), json_object_put(offs);
-      seterr(err, errlen, path, "out of memory");
-      goto out;
-    }
-    json_object_object_add(info, "dtype", json_object_new_string(dn));
-    json_object_object_add(info, "shape", shape);
-    json_object_object_add(info, "data_offsets", offs);
-    json_object_object_add(root, T->name, info);
+    if (i) fpi_sb_putc(&h, ',');
+    fpi_json_put_string(&h, T->name);
+    fpi_sb_puts(&h, ":{\"dtype\":");
+    fpi_json_put_string(&h, dn);
+    fpi_sb_puts(&h, ",\"shape\":[");
     for (int d = 0; d < T->ndim; d++) {
       if (T->shape[d] < 0) {
         seterr(err, errlen, path, "%s/shape/%d: dimension %lld is negative", P, d, (long long)T->shape[d]);
@@ -841,8 +610,10 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
       }
       if (T->shape[d] == 0) zero = true;
       else if (!ovf && !fpi_mul64(numel, T->shape[d], &numel)) ovf = true;
-      json_object_array_add(shape, json_object_new_int64(T->shape[d]));
+      if (d) fpi_sb_putc(&h, ',');
+      sb_i64(&h, T->shape[d]);
     }
+    fpi_sb_puts(&h, "],\"data_offsets\":[");
     if (!zero && (ovf || !fpi_mul64(numel, dtype_size(T->dtype), &sizes[i]))) {
       seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
       goto out;
@@ -856,8 +627,10 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
       seterr(err, errlen, path, "%s: the file would pass int64 bytes", P);
       goto out;
     }
-    json_object_array_add(offs, json_object_new_int64(off));
-    json_object_array_add(offs, json_object_new_int64(end));
+    sb_i64(&h, off);
+    fpi_sb_putc(&h, ',');
+    sb_i64(&h, end);
+    fpi_sb_puts(&h, "]}");
     off = end;
     names[i] = T->name;
   }
@@ -868,13 +641,8 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
       goto out;
     }
 
-  size_t hlen;
-  const char *h = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE,
-                                                    &hlen);
-  if (!h) {
-    seterr(err, errlen, path, "out of memory");
-    goto out;
-  }
+  fpi_sb_putc(&h, '}');
+  size_t hlen = h.len;
   size_t padded = (hlen + 7) / 8 * 8; /* the data starts 8-aligned: 8 + padded */
   if (padded > (size_t)FP_ST_MAX_HEADER) {
     seterr(err, errlen, path, "header of %zu bytes exceeds the %d-byte limit", padded, FP_ST_MAX_HEADER);
@@ -889,7 +657,7 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
   }
   created = true;
   static const char spaces[8] = "        ";
-  bool wok = write_full(fd, lb, 8) && write_full(fd, h, hlen) && write_full(fd, spaces, padded - hlen);
+  bool wok = write_full(fd, lb, 8) && write_full(fd, h.p, hlen) && write_full(fd, spaces, padded - hlen);
   for (int i = 0; wok && i < n; i++)
     if (sizes[i] > 0) wok = write_full(fd, data[i], (size_t)sizes[i]);
   if (!wok) {
@@ -907,7 +675,7 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
 out:
   if (fd >= 0) close(fd);
   if (!ok && created) unlink(path);
-  json_object_put(root);
+  free(h.p);
   free(sizes);
   free(names);
   return ok;

@@ -65,12 +65,7 @@ static inline int64_t fpi_hw_geti(const fp_hw *h, int k) { return *(const int64_
 static inline double fpi_hw_getd(const fp_hw *h, int k) { return *(const double *)((const char *)h + fp_hw_fields[k].off); }
 
 /* ---- plan.json ---------------------------------------------------------- */
-/* fpi_plan_read first tries a one-pass reader of plans as fpi_plan_write writes
- * them and, when it declines, reads with json-c (which locates every error).
- * Tests clear this to compare the two. */
-extern bool fp_plan_fast_read;
-extern long fp_plan_fast_reads; /* plans the fast path took */
-/* Both readers refuse a plan whose content hash does not match; the fuzz
+/* fpi_plan_read refuses a plan whose content hash does not match; the fuzz
  * targets (tests/fuzz) clear this so that mutated plans reach the tables'
  * checks and the verifier. Never cleared anywhere else. */
 extern bool fp_plan_check_hash;

@@ -2,12 +2,14 @@
  * ("flexplan.xfer.v1", what ir/xfer.c fpi_tx_write_json writes and `flexplan
  * reshard -o` saves). Every process of a transfer loads the whole file (the
  * verifier needs every process's ops), and at 16,384 ranks that file has
- * millions of ops, so it is read by a pull parser of its own straight into
- * the fp_tx: one pass, no tree of JSON objects (json-c's tree of a 2M-op
- * transfer was 6.2 GB and 28 s; docs/reshard.md). The reader trusts
- * nothing: the text is strict JSON (a syntax error is located at its byte),
+ * millions of ops, so it is read with base/json.c's pull parser (fpi_jp_*,
+ * the scanner every JSON input of flexplan shares) straight into the fp_tx:
+ * one pass, no tree of JSON objects (json-c's tree of a 2M-op transfer was
+ * 6.2 GB and 28 s; docs/reshard.md). The reader trusts nothing: the text is
+ * strict JSON (valid UTF-8 first; a syntax error is located at its byte),
  * every member is known, present where required and not repeated, of its
- * type and range ("file:line:col: error: /procs/2/ops/5/param: ..."); then
+ * type and range ("file:line:col: error: /procs/2/ops/5/param: ...", the
+ * pointer the pull parser tracks, built only for a message); then
  * the whole transfer verifier runs. The figures are recomputed from the
  * ops, never taken from the file (but for the lower bound, which needs the
  * plans). */
@@ -26,53 +28,53 @@ typedef struct rd {
   fp_arena *a;
   fp_diag *d;
   const fp_src *src;
-  const char *t;
-  size_t n, i;     /* the text and the read position */
-  bool bad;        /* an error was reported */
-  char ptr[256];   /* the JSON pointer of the value being read */
-  size_t plen;
-  char got[8];     /* got()'s answer for a stray character */
+  fp_jp *jp;   /* base/json.c's pull parser: the syntax, and the pointer */
+  bool bad;    /* an error was reported */
 } rd;
 
-/* ---- errors and the pointer ------------------------------------------------- */
-static bool fail_at(rd *r, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool fail_at(rd *r, size_t off, const char *fmt, ...) {
+/* ---- errors ------------------------------------------------------------------ */
+static bool vfail(rd *r, size_t off, const char *ptr, const char *fmt, va_list ap) {
   char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (r->d->nerrors < MAXERR) fpi_diag_at(r->d, r->src, off, "%s: %s", r->ptr[0] ? r->ptr : "/", msg);
+  if (r->d->nerrors < MAXERR) fpi_diag_at(r->d, r->src, off, "%s: %s", ptr[0] ? ptr : "/", msg);
   r->bad = true;
   return false;
 }
 
-static size_t push_key(rd *r, const char *k) {
-  size_t o = r->plen;
-  int w = snprintf(r->ptr + o, sizeof r->ptr - o, "/%s", k);
-  r->plen = w < 0 || (size_t)w >= sizeof r->ptr - o ? sizeof r->ptr - 1 : o + (size_t)w;
-  return o;
-}
-static size_t push_idx(rd *r, int64_t k) {
-  size_t o = r->plen;
-  int w = snprintf(r->ptr + o, sizeof r->ptr - o, "/%" PRId64, k);
-  r->plen = w < 0 || (size_t)w >= sizeof r->ptr - o ? sizeof r->ptr - 1 : o + (size_t)w;
-  return o;
-}
-static void pop(rd *r, size_t o) {
-  r->plen = o;
-  r->ptr[o] = 0;
+/* an error about the value at off, at the cursor's pointer (the member or
+ * element being read, or the container that just closed) */
+static bool fail_at(rd *r, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail_at(rd *r, size_t off, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfail(r, off, fpi_jp_ptr(r->jp), fmt, ap);
+  va_end(ap);
+  return false;
 }
 
-/* ---- lexing ----------------------------------------------------------------- */
-static void ws(rd *r) {
-  while (r->i < r->n && (r->t[r->i] == ' ' || r->t[r->i] == '\t' || r->t[r->i] == '\n' || r->t[r->i] == '\r')) r->i++;
+/* an error about the member name just read: at the name, the object's
+ * pointer */
+static bool fail_key(rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail_key(rd *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfail(r, fpi_jp_key_pos(r->jp), fpi_jp_ptr_container(r->jp), fmt, ap);
+  va_end(ap);
+  return false;
 }
 
-/* what the text holds at i, for "expected X, got Y" */
+/* the syntax error that stopped the pull parser, located at its byte */
+static bool syntax(rd *r) {
+  if (!r->bad && r->d->nerrors < MAXERR) fpi_jp_report(r->jp, r->d);
+  r->bad = true;
+  return false;
+}
+
+/* what the text holds next, for "expected X, got Y" */
 static const char *got(rd *r) {
-  if (r->i >= r->n) return "the end of the file";
-  char c = r->t[r->i];
+  size_t at = fpi_jp_pos(r->jp);
+  if (at >= r->src->len) return "the end of the file";
+  char c = r->src->text[at];
   switch (c) {
     case '"': return "a string";
     case '{': return "an object";
@@ -81,152 +83,125 @@ static const char *got(rd *r) {
     case 'n': return "null";
     default:
       if (c == '-' || (c >= '0' && c <= '9')) return "a number";
-      if (c > ' ' && c < 0x7f) {
-        snprintf(r->got, sizeof r->got, "'%c'", c);
-        return r->got;
-      }
+      if (c > ' ' && c < 0x7f) return fpi_sprintf(r->a, "'%c'", c);
       return "something that is not JSON";
   }
 }
 
-static bool expect(rd *r, char c, const char *what) {
-  ws(r);
-  if (r->i < r->n && r->t[r->i] == c) {
-    r->i++;
-    return true;
-  }
-  return fail_at(r, r->i, "expected %s, got %s", what, got(r));
-}
-
-/* One JSON string (base/json.c checks it as the parser does, then decodes
- * it). Into buf (cap bytes; a longer string comes back cut, *out still
- * set) when buf is given, else into the arena. */
+/* ---- scalars ------------------------------------------------------------------ */
+/* One JSON string, checked and decoded by the pull parser. Kept in the
+ * arena (buf NULL), else into buf (cap bytes; a longer string comes back
+ * cut: a name of nothing the reader knows). */
 static bool str(rd *r, char *buf, size_t cap, const char **out) {
-  ws(r);
-  if (r->i >= r->n || r->t[r->i] != '"') return fail_at(r, r->i, "expected a string, got %s", got(r));
-  size_t end, at, len;
-  char why[96];
-  if (!fpi_json_check_string(r->t, r->n, r->i, &end, &at, why, sizeof why)) return fail_at(r, at, "%s", why);
-  size_t room = end - r->i - 1; /* the decoded text is never longer than the bytes between the quotes */
-  char *o = buf && room < cap ? buf : fpi_alloc(r->a, room + 1);
-  fpi_json_decode_string(r->t, r->n, r->i, o, &len);
-  o[len] = 0;
-  if (buf && o != buf) { /* too long for buf: cut (a key or a name of no member) */
-    size_t k = len < cap - 1 ? len : cap - 1;
-    memcpy(buf, o, k);
+  size_t at = fpi_jp_pos(r->jp);
+  if (at >= r->src->len || r->src->text[at] != '"') return fail_at(r, at, "expected a string, got %s", got(r));
+  fp_jv v;
+  if (!fpi_jp_value(r->jp, &v, buf == NULL)) return syntax(r);
+  if (buf) {
+    size_t k = v.n < cap - 1 ? v.n : cap - 1;
+    memcpy(buf, v.s, k);
     buf[k] = 0;
-    o = buf;
   }
-  r->i = end;
-  *out = o;
+  *out = buf ? buf : v.s;
   return true;
 }
 
 /* one integer in [lo, hi] (no fraction, no exponent) */
 static bool integer(rd *r, int64_t lo, int64_t hi, int64_t *out) {
-  ws(r);
-  size_t at = r->i, j = r->i;
-  bool neg = j < r->n && r->t[j] == '-';
-  if (neg) j++;
-  if (j >= r->n || r->t[j] < '0' || r->t[j] > '9') return fail_at(r, at, "expected an integer, got %s", got(r));
-  if (r->t[j] == '0' && j + 1 < r->n && r->t[j + 1] >= '0' && r->t[j + 1] <= '9')
-    return fail_at(r, at, "a number with a leading zero");
-  uint64_t v = 0;
-  bool over = false;
-  for (; j < r->n && r->t[j] >= '0' && r->t[j] <= '9'; j++) {
-    unsigned dgt = (unsigned)(r->t[j] - '0');
-    if (v > (UINT64_MAX - dgt) / 10) over = true;
-    else v = v * 10 + dgt;
-  }
-  if (j < r->n && (r->t[j] == '.' || r->t[j] == 'e' || r->t[j] == 'E'))
+  size_t at = fpi_jp_pos(r->jp);
+  char c = at < r->src->len ? r->src->text[at] : 0;
+  if (c != '-' && (c < '0' || c > '9')) return fail_at(r, at, "expected an integer, got %s", got(r));
+  fp_jv v;
+  if (!fpi_jp_value(r->jp, &v, false)) return syntax(r);
+  if (v.type != FP_JINT)
     return fail_at(r, at, "expected an integer, got a number with a fraction or an exponent");
-  r->i = j;
-  if (over || v > (uint64_t)INT64_MAX + (neg ? 1u : 0u))
-    return fail_at(r, at, "%.*s does not fit in 64 bits", (int)(j - at), r->t + at);
-  int64_t x = neg ? (int64_t)(0 - v) : (int64_t)v;
-  if (x < lo || x > hi) return fail_at(r, at, "%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", x, lo, hi);
-  *out = x;
+  if (v.big) return fail_at(r, at, "%" PRIu64 " does not fit in 64 bits", v.u);
+  if (v.i < lo || v.i > hi) return fail_at(r, at, "%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", v.i, lo, hi);
+  *out = v.i;
   return true;
 }
 
 /* ---- objects and arrays ------------------------------------------------------ */
 /* An object's members: after obj_open, each call reads the next key into k
- * (its index in keys, or an error for a key not there or seen before) and
- * the ':'; 1: a member follows, 0: the object ended (the required members,
- * a mask over keys, checked), -1: an error. */
+ * (its index in keys, or an error for a key not there or seen before); 1: a
+ * member follows, 0: the object ended (the required members, a mask over
+ * keys, checked), -1: an error. */
 typedef struct obj {
   size_t at;          /* the '{' */
   const char *const *keys;
   unsigned seen, required;
-  bool first;
 } obj;
 
+/* the container at the cursor must be c ('{' or '['): opened */
+static bool open_as(rd *r, char c, size_t *at) {
+  *at = fpi_jp_pos(r->jp);
+  if (*at >= r->src->len || r->src->text[*at] != c)
+    return fail_at(r, *at, "expected %s, got %s", c == '{' ? "an object" : "an array", got(r));
+  fp_jv v;
+  return fpi_jp_value(r->jp, &v, false) || syntax(r);
+}
+
 static bool obj_open(rd *r, obj *o, const char *const *keys, unsigned required) {
-  ws(r);
-  *o = (obj){r->i, keys, 0, required, true};
-  if (r->i < r->n && r->t[r->i] == '{') {
-    r->i++;
-    return true;
-  }
-  return fail_at(r, r->i, "expected an object, got %s", got(r));
+  *o = (obj){0, keys, 0, required};
+  return open_as(r, '{', &o->at);
 }
 
 static int obj_next(rd *r, obj *o, int *k) {
-  ws(r);
-  if (r->i < r->n && r->t[r->i] == '}') { /* after '{' or after a member */
-    r->i++;
+  const char *key;
+  size_t kl;
+  int st = fpi_jp_next(r->jp, &key, &kl);
+  if (st < 0) return syntax(r), -1;
+  if (st == 0) {
     for (int z = 0; o->keys[z]; z++)
-      if ((o->required >> z & 1) && !(o->seen >> z & 1)) {
-        fail_at(r, o->at, "missing member '%s'", o->keys[z]);
-        return -1;
-      }
+      if ((o->required >> z & 1) && !(o->seen >> z & 1)) return fail_at(r, o->at, "missing member '%s'", o->keys[z]), -1;
     return 0;
   }
-  if (!o->first && !expect(r, ',', "',' or '}'")) return -1;
-  o->first = false;
-  ws(r);
-  size_t kat = r->i;
-  char key[40];
-  const char *kp;
-  if (!str(r, key, sizeof key, &kp)) return -1;
-  if (!expect(r, ':', "':'")) return -1;
   for (int z = 0; o->keys[z]; z++)
-    if (!strcmp(o->keys[z], key)) {
-      if (o->seen >> z & 1) {
-        fail_at(r, kat, "member '%s' appears twice", key);
-        return -1;
-      }
+    if (!strncmp(o->keys[z], key, kl) && !o->keys[z][kl]) {
+      if (o->seen >> z & 1) return fail_key(r, "member '%s' appears twice", o->keys[z]), -1;
       o->seen |= 1u << z;
       *k = z;
       return 1;
     }
-  fail_at(r, kat, "unknown member '%s'", key);
-  return -1;
+  return fail_key(r, "unknown member '%.*s'", kl < 40 ? (int)kl : 40, key), -1;
 }
 
-/* an array's items: 1: an item follows, 0: it ended, -1: an error */
+/* an array's items: after arr_open, 1: an item follows, 0: it ended, -1:
+ * an error */
 static bool arr_open(rd *r) {
-  ws(r);
-  if (r->i < r->n && r->t[r->i] == '[') {
-    r->i++;
-    return true;
-  }
-  return fail_at(r, r->i, "expected an array, got %s", got(r));
+  size_t at;
+  return open_as(r, '[', &at);
 }
-static int arr_next(rd *r, bool *first) {
-  ws(r);
-  if (r->i < r->n && r->t[r->i] == ']') {
-    r->i++;
-    return 0;
-  }
-  if (!*first && !expect(r, ',', "',' or ']'")) return -1;
-  *first = false;
-  return 1;
+static int arr_next(rd *r) {
+  int st = fpi_jp_next(r->jp, NULL, NULL);
+  return st < 0 ? (syntax(r), -1) : st;
+}
+
+/* A fixed array ("tuple"): after tup_open, tup_next before element k of n:
+ * an error for too few; tup_end after the last: an error for too many.
+ * shape says what the elements are. */
+typedef struct tup {
+  size_t at;
+  const char *shape;
+} tup;
+static bool tup_open(rd *r, tup *u, const char *shape) {
+  u->shape = shape;
+  return open_as(r, '[', &u->at);
+}
+static bool tup_next(rd *r, tup *u, int k, int n) {
+  int st = arr_next(r);
+  if (st > 0) return true;
+  return st == 0 && fail_at(r, u->at, "expected %d elements (%s), got %d", n, u->shape, k);
+}
+static bool tup_end(rd *r, tup *u, int n) {
+  int st = arr_next(r);
+  if (st == 0) return true;
+  return st > 0 && fail_at(r, fpi_jp_pos(r->jp), "expected %d elements (%s), got more", n, u->shape);
 }
 
 /* ---- the members of a transfer ---------------------------------------------- */
 static bool dtype(rd *r, fp_dtype *out) {
-  size_t at = (ws(r), r->i);
+  size_t at = fpi_jp_pos(r->jp);
   char s[40];
   const char *v;
   if (!str(r, s, sizeof s, &v)) return false;
@@ -237,7 +212,7 @@ static bool dtype(rd *r, fp_dtype *out) {
 }
 
 static bool hash(rd *r, uint64_t *out) {
-  size_t at = (ws(r), r->i);
+  size_t at = fpi_jp_pos(r->jp);
   char s[32];
   const char *h;
   if (!str(r, s, sizeof s, &h)) return false;
@@ -250,8 +225,9 @@ static bool hash(rd *r, uint64_t *out) {
 
 /* ["from"|"to"|"stage", byte offset] */
 static bool ref(rd *r, fp_tx_ref *out) {
-  if (!arr_open(r)) return false;
-  size_t at = (ws(r), r->i);
+  tup u;
+  if (!tup_open(r, &u, "an operand is [space, byte offset]") || !tup_next(r, &u, 0, 2)) return false;
+  size_t at = fpi_jp_pos(r->jp);
   char s[40];
   const char *sp;
   if (!str(r, s, sizeof s, &sp)) return false;
@@ -259,8 +235,7 @@ static bool ref(rd *r, fp_tx_ref *out) {
   if (x < 0) return fail_at(r, at, "unknown space '%s' (expected from, to or stage)", sp);
   out->space = (unsigned)x;
   int64_t off = 0;
-  bool ok = expect(r, ',', "',' and a byte offset") && integer(r, 0, FP_TX_OFF_LIMIT - 1, &off) &&
-            expect(r, ']', "']' (an operand is [space, byte offset])");
+  bool ok = tup_next(r, &u, 1, 2) && integer(r, 0, FP_TX_OFF_LIMIT - 1, &off) && tup_end(r, &u, 2);
   out->off = off;
   return ok;
 }
@@ -272,10 +247,8 @@ static bool side(rd *r, uint64_t *h, int64_t *world, int64_t *arena, int64_t *of
   int k, m;
   if (!obj_open(r, &o, keys, 0xF)) return false;
   while ((m = obj_next(r, &o, &k)) > 0) {
-    size_t p = push_key(r, keys[k]);
     bool ok = k == 0 ? hash(r, h) : k == 1 ? integer(r, 1, INT32_MAX, world)
             : k == 2 ? integer(r, 0, INT64_MAX, arena) : integer(r, 0, INT32_MAX, offset);
-    pop(r, p);
     if (!ok) return false;
   }
   return m == 0;
@@ -288,10 +261,8 @@ static bool figures(rd *r, fp_tx *t) {
   int k, m;
   if (!obj_open(r, &o, keys, 0)) return false;
   while ((m = obj_next(r, &o, &k)) > 0) {
-    size_t p = push_key(r, keys[k]);
     int64_t v;
     bool ok = integer(r, 0, INT64_MAX, &v);
-    pop(r, p);
     if (!ok) return false;
     if (k == 1) t->lower_bound = v; /* the rest are recomputed from the ops */
   }
@@ -301,19 +272,16 @@ static bool figures(rd *r, fp_tx *t) {
 static bool params(rd *r, fp_tx *t) {
   static const char *const keys[] = {"name", "numel", "wire", NULL};
   if (!arr_open(r)) return false;
-  bool first = true;
   int m;
-  while ((m = arr_next(r, &first)) > 0) {
-    if (t->nparams == INT32_MAX) return fail_at(r, r->i, "too many params");
+  while ((m = arr_next(r)) > 0) {
+    if (t->nparams == INT32_MAX) return fail_at(r, fpi_jp_pos(r->jp), "too many params");
     t->params = fpi_grow(r->a, t->params, &t->cap_params, t->nparams + 1, sizeof *t->params);
-    fp_tx_param *q = &t->params[t->nparams];
-    size_t p = push_idx(r, t->nparams++);
+    fp_tx_param *q = &t->params[t->nparams++];
     obj o;
     int k, mm;
     if (!obj_open(r, &o, keys, 0x7)) return false;
     while ((mm = obj_next(r, &o, &k)) > 0) {
-      size_t pk = push_key(r, keys[k]);
-      size_t at = (ws(r), r->i);
+      size_t at = fpi_jp_pos(r->jp);
       char w[16];
       const char *wire;
       bool ok = k == 0 ? str(r, NULL, 0, &q->name) : k == 1 ? integer(r, 0, INT64_MAX, &q->numel) : str(r, w, sizeof w, &wire);
@@ -321,28 +289,23 @@ static bool params(rd *r, fp_tx *t) {
         if (strcmp(wire, "plain") && strcmp(wire, "mxfp8")) ok = fail_at(r, at, "expected \"plain\" or \"mxfp8\"");
         q->mxfp8 = !strcmp(wire, "mxfp8");
       }
-      pop(r, pk);
       if (!ok) return false;
     }
     if (mm < 0) return false;
-    pop(r, p);
   }
   return m == 0;
 }
 
 /* [param, byte offset, bytes, first element, dtype] */
 static bool need(rd *r, fp_tx *t, int32_t p) {
+  static const int64_t hi[4] = {INT32_MAX, INT64_MAX / 2, INT64_MAX / 2, INT64_MAX};
   int64_t v[4];
   fp_dtype dt;
-  if (!arr_open(r)) return false;
-  for (int k = 0; k < 4; k++) {
-    static const int64_t hi[4] = {INT32_MAX, INT64_MAX / 2, INT64_MAX / 2, INT64_MAX};
-    if (k && !expect(r, ',', "',' (a need region is [param, byte offset, bytes, first element, dtype])")) return false;
-    if (!integer(r, 0, hi[k], &v[k])) return false;
-  }
-  if (!expect(r, ',', "',' (a need region is [param, byte offset, bytes, first element, dtype])") || !dtype(r, &dt) ||
-      !expect(r, ']', "']' (a need region is [param, byte offset, bytes, first element, dtype])"))
-    return false;
+  tup u;
+  if (!tup_open(r, &u, "a need region is [param, byte offset, bytes, first element, dtype]")) return false;
+  for (int k = 0; k < 4; k++)
+    if (!tup_next(r, &u, k, 5) || !integer(r, 0, hi[k], &v[k])) return false;
+  if (!tup_next(r, &u, 4, 5) || !dtype(r, &dt) || !tup_end(r, &u, 5)) return false;
   fpi_tx_region_add(t, true, p, (int32_t)v[0], v[1], v[2], v[3], dt);
   return true;
 }
@@ -354,8 +317,7 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
   if (!obj_open(r, &o, keys, 0x7D)) return false; /* all but peer, dst, src, aux */
   fp_tx_op *x = fpi_tx_emit(t, FP_TX_COPY, p, 0, FP_F32, 0);
   while ((m = obj_next(r, &o, &k)) > 0) {
-    size_t pk = push_key(r, keys[k]);
-    size_t at = (ws(r), r->i);
+    size_t at = fpi_jp_pos(r->jp);
     int64_t v = 0;
     bool ok = true;
     switch (k) {
@@ -386,7 +348,6 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
       case 6: ok = integer(r, 0, INT64_MAX / 2, &x->full_off); break;
       default: ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux); break;
     }
-    pop(r, pk);
     if (!ok) return false;
   }
   return m == 0;
@@ -405,7 +366,6 @@ static bool proc(rd *r, fp_tx *t, int64_t *cap_stage, int64_t *cap_same) {
   int k, m;
   if (!obj_open(r, &o, keys, 0x7)) return false;
   while ((m = obj_next(r, &o, &k)) > 0) {
-    size_t pk = push_key(r, keys[k]);
     bool ok = true;
     if (k == 0) {
       ok = integer(r, 0, INT64_MAX / 2, &t->stage_bytes[p]);
@@ -415,16 +375,10 @@ static bool proc(rd *r, fp_tx *t, int64_t *cap_stage, int64_t *cap_same) {
       t->same[p] = (int32_t)v;
     } else {
       ok = arr_open(r);
-      bool first = true;
       int mm = 0;
-      for (int64_t j = 0; ok && (mm = arr_next(r, &first)) > 0; j++) {
-        size_t pj = push_idx(r, j);
-        ok = k == 1 ? need(r, t, p) : op(r, t, p);
-        pop(r, pj);
-      }
+      while (ok && (mm = arr_next(r)) > 0) ok = k == 1 ? need(r, t, p) : op(r, t, p);
       ok = ok && mm == 0;
     }
-    pop(r, pk);
     if (!ok) return false;
   }
   return m == 0;
@@ -475,15 +429,15 @@ static bool check_ranges(rd *r, fp_tx *t, int64_t nprocs_file) {
 fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   static const char *const keys[] = {"format", "model", "what", "from", "to", "processes", "figures", "params",
                                      "procs", NULL};
-  rd r = {.a = a, .d = d, .src = src, .t = src->text, .n = src->len};
+  if (!fpi_json_text_ok(a, d, src)) return NULL; /* empty, too large, not UTF-8 */
+  rd r = {.a = a, .d = d, .src = src, .jp = fpi_jp_new(a, src)};
   fp_tx *t = fpi_tx_new(a);
   int64_t nprocs_file = 0, cap_stage = 0, cap_same = 0;
   obj o;
   int k, m = -1;
   if (obj_open(&r, &o, keys, 0x1BF)) /* all but figures */
     while ((m = obj_next(&r, &o, &k)) > 0) {
-      size_t pk = push_key(&r, keys[k]);
-      size_t at = (ws(&r), r.i);
+      size_t at = fpi_jp_pos(r.jp);
       const char *s = NULL;
       char w[32];
       bool ok;
@@ -507,27 +461,20 @@ fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
         case 7: ok = params(&r, t); break;
         default: {
           ok = arr_open(&r);
-          bool first = true;
           int mm = 0;
-          while (ok && (mm = arr_next(&r, &first)) > 0) {
+          while (ok && (mm = arr_next(&r)) > 0) {
             if (t->nprocs == INT32_MAX) {
-              ok = fail_at(&r, r.i, "too many processes");
+              ok = fail_at(&r, fpi_jp_pos(r.jp), "too many processes");
               break;
             }
-            size_t pp = push_idx(&r, t->nprocs);
             ok = proc(&r, t, &cap_stage, &cap_same);
-            pop(&r, pp);
           }
           ok = ok && mm == 0;
         }
       }
-      pop(&r, pk);
       if (!ok) break;
     }
-  if (m == 0) {
-    ws(&r);
-    if (r.i < r.n) fail_at(&r, r.i, "text after the transfer's object");
-  }
+  if (m == 0 && fpi_jp_pos(r.jp) < src->len) fail_at(&r, fpi_jp_pos(r.jp), "text after the transfer's object");
   if (r.bad || m != 0 || !check_ranges(&r, t, nprocs_file)) return NULL;
   /* FROM bytes readable: what the ops read from FROM must be checked
    * against the FROM plan itself, which the file does not carry; the

@@ -147,6 +147,7 @@ foreach(t order hash refit timing)
   add_executable(test_exec_${t} ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_${t}.c)
   target_link_libraries(test_exec_${t} PRIVATE flexplan_exec)
 endforeach()
+target_link_libraries(test_exec_timing PRIVATE PkgConfig::JSONC) # the file read by json-c: an independent reader
 fp_mpi_test(exec_order 2 test_exec_order)
 fp_mpi_test(exec_timing 2 test_exec_timing)
 fp_mpi_test(exec_hash_np2 2 test_exec_hash)

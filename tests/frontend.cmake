@@ -1,6 +1,7 @@
 # Front end (base/json.c, planner/model.c, planner/spec.c): unit tests, the bad-input
 # corpus (through the CLI) and the C-vs-JSON-Schema agreement test.
 fp_unit_test(test_frontend)
+target_link_libraries(test_frontend PRIVATE PkgConfig::JSONC)
 set_tests_properties(test_frontend PROPERTIES LABELS "unit;frontend")
 
 # parse + validate only, exit 0/1: used by schema_agree.py (independent of the CLI)

@@ -29,6 +29,7 @@ set_tests_properties(ir_plan_schema PROPERTIES LABELS golden TIMEOUT 60)
 # the writers' fast paths against the code they replace: fpi_fmt_double against
 # the snprintf/strtod loop, plan.json strings against json-c's escaping
 fp_unit_test(test_fmt)
+target_link_libraries(test_fmt PRIVATE PkgConfig::JSONC)
 
 # the radix sort against qsort, the arena's mapped chunks, and the alias
 # clocks against a brute-force maximum over overlapping buffers

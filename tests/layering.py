@@ -54,16 +54,6 @@ EXCEPTIONS = {
     "bench/cuda_bench.cu": (
         {"kernels/kernels_cuda.h"},
         "measures the CUDA kernels themselves (bandwidth per dtype pair), below the executor"),
-    "examples/train_mlp.c": (
-        {"examples/mlp_math.h", "examples/mlp_cuda.h", "executor/safetensors.h", "kernels/kernels.h",
-         "kernels/kernels_cuda.h"},
-        "NOT YET behind the public API (issue 33 item 3, open): the reference trainer's casts and "
-        "sums must be the executor's bit for bit (kernels/), and it writes its initial weights with "
-        "the safetensors writer"),
-    "examples/mlp_cuda.cu": (
-        {"examples/mlp_math.h", "examples/mlp_cuda.h", "kernels/convert.h", "base/base.h"},
-        "NOT YET behind the public API (issue 33 item 3, open): the GPU layers convert bf16/fp16 as "
-        "the executor's kernels do (kernels/convert.h, fp_dtype)"),
 }
 INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

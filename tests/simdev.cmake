@@ -25,7 +25,7 @@ set_target_properties(flexplan_exec_simdev_obj PROPERTIES POSITION_INDEPENDENT_C
 target_include_directories(flexplan_exec_simdev_obj BEFORE PRIVATE ${FP_SIMDEV_DIR}/include)
 target_include_directories(flexplan_exec_simdev_obj PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
 target_compile_definitions(flexplan_exec_simdev_obj PUBLIC FP_HAVE_CUDA=1)
-target_link_libraries(flexplan_exec_simdev_obj PUBLIC PkgConfig::JSONC MPI::MPI_C Threads::Threads m)
+target_link_libraries(flexplan_exec_simdev_obj PUBLIC MPI::MPI_C Threads::Threads m)
 add_library(flexplan_exec_simdev STATIC $<TARGET_OBJECTS:flexplan_exec_simdev_obj>)
 target_link_libraries(flexplan_exec_simdev PUBLIC flexplan_exec_simdev_obj fp_simdev flexplan_core flexplan_kernels
                       flexplan_st)
@@ -96,7 +96,7 @@ fp_sim_parity(mutation_unordered_upload mlp full_shard 2 --expect-fail --seeds 1
 add_executable(test_exec_cuda_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_cuda.c)
 target_link_libraries(test_exec_cuda_simdev PRIVATE flexplan_exec_simdev)
 add_library(flexplan_api_simdev STATIC $<TARGET_OBJECTS:flexplan_api_obj>)
-target_link_libraries(flexplan_api_simdev PUBLIC flexplan_viz flexplan_exec_simdev PkgConfig::JSONC MPI::MPI_C)
+target_link_libraries(flexplan_api_simdev PUBLIC flexplan_viz flexplan_exec_simdev MPI::MPI_C)
 add_executable(test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_nccl.c)
 target_link_libraries(test_xfer_nccl_simdev PRIVATE flexplan_api_simdev PkgConfig::JSONC m)
 add_executable(test_exec_nccl_nodev_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_nccl_nodev.c)

@@ -393,7 +393,7 @@ int main(int argc, char **argv) {
     {
       long at;
       char *e = edit(js, "\"processes\":", "\"processes\";", &at);
-      if (e) expect_read(a, e, "/: expected ':', got ';'", at + 11, "syntax");
+      if (e) expect_read(a, e, "/: invalid JSON: expected ':' after member name, got ';'", at + 11, "syntax");
       free(e);
       e = edit(js, "\"what\":", "\"bogus\":1,\"what\":", &at);
       if (e) expect_read(a, e, "/: unknown member 'bogus'", at, "unknown member");
@@ -410,6 +410,35 @@ int main(int argc, char **argv) {
       e = edit(js, "\"op\":\"", "\"op\":\"teleport", &at);
       if (e) expect_read(a, e, "/op: unknown op 'teleport", at + 5, "unknown op");
       free(e);
+      /* fixed arrays: too few elements (at the array), too many (at the first extra) */
+      e = edit(js, "\"need\":[[", "\"need\":[[0,0,0,0],[", &at);
+      CHECK(e, "the edit applies");
+      if (e) expect_read(a, e, "/need/0: expected 5 elements (a need region is [param, byte offset, bytes, first element, dtype]), got 4",
+                         at + 8, "need region too short");
+      free(e);
+      e = edit(js, "\"dst\":[\"to\",0]", "\"dst\":[\"to\",0,7]", &at);
+      CHECK(e, "the edit applies");
+      if (e) expect_read(a, e, "/dst/2: expected 2 elements (an operand is [space, byte offset]), got more", at + 14, "operand too long");
+      free(e);
+      e = edit(js, "\"dst\":[\"to\",0]", "\"dst\":[\"to\"]", &at);
+      CHECK(e, "the edit applies");
+      if (e) expect_read(a, e, "/dst: expected 2 elements (an operand is [space, byte offset]), got 1", at + 6, "operand too short");
+      free(e);
+      /* an integer past 64 bits, a member of the wrong type */
+      e = edit(js, "\"n\":", "\"n\":9223372036854775808,\"x\":", &at);
+      CHECK(e, "the edit applies");
+      if (e) expect_read(a, e, "/n: 9223372036854775808 does not fit in 64 bits", at + 4, "64 bits");
+      free(e);
+      e = edit(js, "\"figures\":", "\"figures\":[],\"x\":", &at);
+      CHECK(e, "the edit applies");
+      if (e) expect_read(a, e, "/figures: expected an object, got an array", at + 10, "figures an array");
+      free(e);
+      /* bad UTF-8 in a name (the text is checked whole first), an empty file */
+      e = edit(js, "\"model\":\"", "\"model\":\"\xff", &at);
+      CHECK(e, "the edit applies");
+      if (e) expect_read(a, e, "/model: invalid UTF-8 (byte 0xff)", at + 9, "UTF-8");
+      free(e);
+      expect_read(a, " \n", "/: empty file: expected a JSON value", 2, "empty");
       size_t n0 = strlen(js);
       e = malloc(n0 + 3);
       snprintf(e, n0 + 3, "%s x", js);

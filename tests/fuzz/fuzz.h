@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                                  \
   } while (0)
 
-/* p written as plan.json and read back (both readers, hash checked) is the
+/* p written as plan.json and read back (hash checked) is the
  * same program; aborts when not */
 static inline void fuzz_plan_roundtrip(fp_arena *a, const fp_prog *p) {
   char *buf = NULL;
@@ -39,12 +39,8 @@ static inline void fuzz_plan_roundtrip(fp_arena *a, const fp_prog *p) {
   fpi_diag_init(&d, stderr);
   bool check = fp_plan_check_hash;
   fp_plan_check_hash = true;
-  for (int fast = 0; fast < 2; fast++) {
-    fp_plan_fast_read = fast;
-    fp_prog *q = fpi_plan_read(a, &d, &src);
-    FUZZ_CHECK(q && fpi_prog_hash(q) == fpi_prog_hash(p));
-  }
-  fp_plan_fast_read = true;
+  fp_prog *q = fpi_plan_read(a, &d, &src);
+  FUZZ_CHECK(q && fpi_prog_hash(q) == fpi_prog_hash(p));
   fp_plan_check_hash = check;
   fpi_diag_free(&d);
   free(buf);

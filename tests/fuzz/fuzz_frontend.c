@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <json.h>
-
 #include "ir/ir.h"
 #include "planner/front.h"
 #include "planner/pipeline.h"

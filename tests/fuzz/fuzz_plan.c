@@ -2,10 +2,8 @@
  * what `flexplan verify` and every executor rank read).
  *
  * The content hash is not checked here (fp_plan_check_hash), so that mutated
- * plans reach the tables' checks and the verifier. Properties: the fast
- * reader and the json-c reader agree (both accept or both refuse, and
- * accepted plans are the same program); a refusal leaves a located error; an
- * accepted plan written back as plan.json reads as itself, prints as .fpir
+ * plans reach the tables' checks and the verifier. Properties: a refusal
+ * leaves a located error; an accepted plan written back as plan.json reads as itself, prints as .fpir
  * that parses and verifies as itself, and replays in the simulator. */
 #include <stdint.h>
 #include <string.h>
@@ -19,26 +17,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fpi_alloc(a, size + 1);
   if (size) memcpy(text, data, size);
   fp_src src = {"fuzz.plan.json", text, size};
-  fp_diag d1, d2;
+  fp_diag d1;
   fpi_diag_init(&d1, NULL);
-  fpi_diag_init(&d2, NULL);
   fp_plan_check_hash = false;
-  fp_plan_fast_read = true;
-  fp_prog *p = fpi_plan_read(a, &d1, &src); /* fast, or json-c when it declines */
-  fp_plan_fast_read = false;
-  fp_prog *q = fpi_plan_read(a, &d2, &src); /* json-c only */
-  fp_plan_fast_read = true;
+  fp_prog *p = fpi_plan_read(a, &d1, &src);
   fp_plan_check_hash = true;
-  FUZZ_CHECK((p == NULL) == (q == NULL));
-  if (!p) FUZZ_CHECK(d1.nerrors > 0 && d2.nerrors > 0);
+  if (!p) FUZZ_CHECK(d1.nerrors > 0 && d1.buf && strstr(d1.buf, ": error: "));
   if (p) {
-    FUZZ_CHECK(fpi_prog_hash(p) == fpi_prog_hash(q));
     fuzz_plan_roundtrip(a, p);
     fuzz_fpir_roundtrip(a, p);
     fuzz_model(a, p);
   }
   fpi_diag_free(&d1);
-  fpi_diag_free(&d2);
   fpi_arena_free(a);
   return 0;
 }

@@ -25,6 +25,11 @@ for f in bin/flexplan lib/libflexplan.so include/flexplan.h include/flexplan_com
   [ -e "$P/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 echo "installed into $P: $(du -sh "$P" | cut -f1)"
+# the library reads and writes JSON itself (base/json.c): no JSON library
+# among what it loads (docs/design.md, "One JSON reader")
+if ldd "$P/lib/libflexplan.so" | grep -q json; then
+  echo "libflexplan.so links a JSON library:"; ldd "$P/lib/libflexplan.so"; exit 1
+fi
 
 # sanitizer builds: the outside programs must load the ASan runtime first
 cflags=

@@ -1,9 +1,9 @@
 /* simkern.c - the kernels' launchers on the simulated device: each
  * fpk_cuda_* of kernels/kernels_cuda.h enqueues the C reference of the same
- * name (kernels/ref.c) on its stream, and train_mlp's layers (mlpc_* of
- * examples/mlp_cuda.h) enqueue the CPU trainer's arithmetic
- * (examples/mlp_math.h), so a simulated run computes the bits a GPU run
- * does. Pointers are checked and translated when the work runs (sd_dev): a
+ * name (kernels/ref.c) on its stream, and train_mlp's layers and element
+ * casts and adds (mlpc_* of examples/mlp_cuda.h) enqueue the CPU trainer's
+ * arithmetic (examples/mlp_math.h, the example's own conversions), so a
+ * simulated run computes the bits a GPU run does. Pointers are checked and translated when the work runs (sd_dev): a
  * kernel that touches memory that is neither device memory nor pinned host
  * memory is an illegal address. Argument errors are reported at launch as
  * the CUDA launchers report them (cudaErrorInvalidValue, nothing queued). */
@@ -161,29 +161,18 @@ typedef struct marg {
   float *zo, *yo, *out;
   void *main;
   const void *grad;
-  int mdt, gdt, B;
+  int mdt, gdt, B; /* mdt, gdt: fp_elem codes (M_SGD's main and grad; M_CAST's and M_ADD's dst and src) */
   int64_t in, outn, n;
   bool last;
   float lr;
 } marg;
-enum { M_FWD, M_DZ, M_DW, M_DB, M_DH, M_LOSS, M_SGD };
+enum { M_FWD, M_DZ, M_DW, M_DB, M_DH, M_LOSS, M_SGD, M_CAST, M_ADD };
 
 #define F(p, cnt) ((float *)sd_dev((p), (size_t)(cnt) * 4))
 
-static float get(const void *p, int dt, int64_t k) {
-  switch (dt) {
-    case FP_BF16: return fpk_bf16_to_f32(((const uint16_t *)p)[k]);
-    case FP_F16: return fpk_f16_to_f32(((const uint16_t *)p)[k]);
-    default: return ((const float *)p)[k];
-  }
-}
-static void put(void *p, int dt, int64_t k, float v) {
-  switch (dt) {
-    case FP_BF16: ((uint16_t *)p)[k] = fpk_f32_to_bf16(v); break;
-    case FP_F16: ((uint16_t *)p)[k] = fpk_f32_to_f16(v); break;
-    default: ((float *)p)[k] = v;
-  }
-}
+/* the bytes of n elements of fp_elem dtype t */
+static size_t elem_bytes(int t, int64_t n) { return (size_t)n * (t == FP_ELEM_FP32 ? 4u : 2u); }
+static bool float_elem(int t) { return t == FP_ELEM_FP32 || t == FP_ELEM_BF16 || t == FP_ELEM_FP16; }
 
 static void mrun(void *a) {
   marg *m = a;
@@ -252,11 +241,21 @@ static void mrun(void *a) {
       break;
     }
     case M_SGD: {
-      void *mw = sd_dev(m->main, (size_t)(m->n * fpi_dtype_size((fp_dtype)m->mdt)));
-      const void *g = sd_dev(m->grad, (size_t)(m->n * fpi_dtype_size((fp_dtype)m->gdt)));
+      void *mw = sd_dev(m->main, elem_bytes(m->mdt, m->n));
+      const void *g = sd_dev(m->grad, elem_bytes(m->gdt, m->n));
       if (!mw || !g) return;
       for (int64_t k = 0; k < m->n; k++)
-        put(mw, m->mdt, k, MLP_SUB(get(mw, m->mdt, k), MLP_MUL(m->lr, get(g, m->gdt, k))));
+        mlp_put(mw, m->mdt, k, MLP_SUB(mlp_get(mw, m->mdt, k), MLP_MUL(m->lr, mlp_get(g, m->gdt, k))));
+      break;
+    }
+    case M_CAST:
+    case M_ADD: {
+      void *d = sd_dev(m->main, elem_bytes(m->mdt, m->n));
+      const void *src = sd_dev(m->grad, elem_bytes(m->gdt, m->n));
+      if (!d || !src) return;
+      for (int64_t k = 0; k < m->n; k++)
+        if (m->op == M_CAST) mlp_cast1(d, m->mdt, src, m->gdt, k);
+        else mlp_add1(d, m->mdt, src, m->gdt, k);
       break;
     }
   }
@@ -290,6 +289,17 @@ cudaError_t mlpc_loss_grad(const float *y, const float *t, float *dy, int64_t n,
   return mlaunch((marg){.op = M_LOSS, .y = y, .t = t, .out = dy, .n = n, .B = B}, s);
 }
 cudaError_t mlpc_sgd(void *main, int main_dt, const void *grad, int grad_dt, int64_t n, float lr, cudaStream_t s) {
+  if (!float_elem(main_dt) || !float_elem(grad_dt)) return cudaErrorInvalidValue;
   if (n <= 0) return cudaSuccess;
   return mlaunch((marg){.op = M_SGD, .main = main, .mdt = main_dt, .grad = grad, .gdt = grad_dt, .n = n, .lr = lr}, s);
+}
+cudaError_t mlpc_cast(void *dst, int dt, const void *src, int st, int64_t n, cudaStream_t s) {
+  if (!float_elem(dt) || !float_elem(st)) return cudaErrorInvalidValue;
+  if (n <= 0 || (dst == src && dt == st)) return cudaSuccess;
+  return mlaunch((marg){.op = M_CAST, .main = dst, .mdt = dt, .grad = src, .gdt = st, .n = n}, s);
+}
+cudaError_t mlpc_add(void *dst, int dt, const void *src, int st, int64_t n, cudaStream_t s) {
+  if (!float_elem(dt) || !float_elem(st)) return cudaErrorInvalidValue;
+  if (n <= 0) return cudaSuccess;
+  return mlaunch((marg){.op = M_ADD, .main = dst, .mdt = dt, .grad = src, .gdt = st, .n = n}, s);
 }
