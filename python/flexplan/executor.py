@@ -27,7 +27,7 @@ from . import _lib as _libmod
 from .errors import FlexplanError
 
 
-def _err(msg, status=1):
+def _err(msg, status=_libmod.FP_ERR_ARG):
     return FlexplanError(status, msg)
 
 

@@ -290,6 +290,16 @@ def run_config(name, rank, world, tmp):
         # hooks with nothing to do were never called, and the executor agrees
         if stats["skipped"] != stats["python_hooks_skipped"]:
             return "FAIL", f"executor skipped {stats['skipped']}, flexplan.torch {stats['python_hooks_skipped']}"
+        # post_backward inferred from the next unit's pre_backward on a chain of units (a decoder
+        # layer's hidden states: no identity function), explicit where the inputs are not the
+        # previous unit's outputs (experts fed a routed subset of tokens)
+        pbf = stats["python_post_backward_functions"]
+        # (the Llama's head takes a slice of the norm's output, made outside the units: one per micro-batch)
+        if kind == "llama" and not opts.get("checkpoint") and not opts.get("compile") and pbf != STEPS * ga:
+            return "FAIL", f"the Llama's units are a chain but for the head's input (a slice): {pbf} post-backward " \
+                           f"functions applied, want {STEPS * ga} (one per micro-batch)"
+        if opts.get("units") is tm.MOE_EXPERT_UNITS and not pbf:
+            return "FAIL", "experts fed a routed subset of tokens got no post-backward function"
         # every recomputed forward of a unit the plan recomputes reached the executor, inside its backward window
         if opts.get("checkpoint"):
             import fnmatch

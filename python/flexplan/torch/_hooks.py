@@ -95,6 +95,7 @@ class Hooks:
         self.python_s = 0.0  # CPU seconds inside the callbacks (profile)
         self.callbacks = 0
         self.last_out = None  # (unit, [outputs with a grad hook]) of the last unit's forward
+        self.post_backward_functions = 0  # identity functions applied (units whose post_backward is not inferred)
         self.handles = []
         self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
         self.event = self._event_fn()
@@ -220,6 +221,7 @@ class Hooks:
         if chained:  # nothing needs grad, or post_backward(u) comes with pre_backward(chain[u])
             return args, kwargs
         pos, kw = pos or [], kw or []
+        self.post_backward_functions += 1
         outs = _PostBackward.apply(self, u, *[args[i] for i in pos], *[kwargs[k] for k in kw])
         if len(pos) + len(kw) == 1:
             outs = (outs,)
@@ -239,6 +241,7 @@ class Hooks:
         flat, spec = pytree.tree_flatten((args, kwargs))
         idx = [i for i, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.requires_grad]
         if idx:
+            self.post_backward_functions += 1
             outs = _PostBackward.apply(self, u, *[flat[i] for i in idx])
             if len(idx) == 1:
                 outs = (outs,)

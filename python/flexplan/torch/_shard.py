@@ -391,13 +391,17 @@ class Sharded:
         python_hook_calls (fp_exec_hook calls the driver made),
         python_recomputes (recomputed forwards told to the executor),
         python_hooks_skipped (empty segments never called), eval_gathers
-        (params gathered for evaluation forwards)."""
+        (params gathered for evaluation forwards),
+        python_post_backward_functions (identity autograd functions applied
+        to units' inputs: units whose post_backward is not inferred from the
+        next unit's pre_backward)."""
         s = self.ex.stats()
         d = self.driver.state
         s["python_hook_calls"] = int(d.hooks)
         s["python_recomputes"] = int(d.recomputes)
         s["eval_gathers"] = self.eval_gathers
         s["python_hooks_skipped"] = int(d.skipped)
+        s["python_post_backward_functions"] = self._hooks.post_backward_functions
         return s
 
     def sync(self) -> None:
