@@ -74,10 +74,6 @@ class Driver:
     def pos(self):
         return self.state.pos
 
-    @property
-    def at_optimizer(self):
-        return self.state.pos in (self.state.pre_optimizer, self.state.pre_optimizer + 1)
-
     def close(self):
         """Free the driver (before the executor is destroyed)."""
         if self._h is not None:

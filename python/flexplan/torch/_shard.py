@@ -268,7 +268,8 @@ class Sharded:
 
     @property
     def _optim_views(self):
-        return self._shards.views
+        """{main param: {state key: view}} the optimizer adopted ({} when none did)."""
+        return self._shards.views or {}
 
     def step(self, opt: torch.optim.Optimizer, closure: Optional[Callable[[], Any]] = None) -> Any:
         """pre_optimizer, opt.step(), post_optimizer (for an optimizer over
