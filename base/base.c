@@ -458,15 +458,19 @@ bool fpi_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
     close(fd);
     return false;
   }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  FP_ASSERT(buf);
+  /* read straight into the arena, sized by fstat (one pass over the
+   * bytes); a file that grows while it is read moves to a growing heap
+   * buffer and is copied in at the end */
+  size_t cap = (size_t)sb.st_size + 2, len = 0;
+  char *buf = fpi_alloc(a, cap), *heap = NULL;
   bool too_big = false;
   for (;;) {
     if (len + 1 >= cap) {
+      char *nb = realloc(heap, cap * 2);
+      FP_ASSERT(nb);
+      if (!heap) memcpy(nb, buf, len);
+      heap = buf = nb;
       cap *= 2;
-      buf = realloc(buf, cap);
-      FP_ASSERT(buf);
     }
     size_t n = fread(buf + len, 1, cap - len - 1, f);
     len += n;
@@ -476,23 +480,19 @@ bool fpi_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
       break;
     }
   }
-  if (too_big) {
-    fclose(f);
-    free(buf);
-    fpi_diag_errorf(d, path, "file exceeds the input limit of %lld bytes", (long long)FP_SRC_MAX_BYTES);
-    return false;
-  }
   bool err = ferror(f);
   fclose(f);
-  if (err) {
-    free(buf);
-    fpi_diag_errorf(d, path, "read error");
+  if (too_big || err) {
+    free(heap);
+    if (too_big) fpi_diag_errorf(d, path, "file exceeds the input limit of %lld bytes", (long long)FP_SRC_MAX_BYTES);
+    else fpi_diag_errorf(d, path, "read error");
     return false;
   }
   out->path = fpi_strdup(a, path);
-  out->text = fpi_strndup(a, buf, len);
+  if (!heap) buf[len] = 0;
+  out->text = heap ? fpi_strndup(a, heap, len) : buf;
   out->len = len;
-  free(buf);
+  free(heap);
   if (memchr(out->text, 0, len)) {
     size_t at = (size_t)((const char *)memchr(out->text, 0, len) - out->text), k = 0;
     while (k < at && (out->text[k] == ' ' || out->text[k] == '\t' || out->text[k] == '\n' || out->text[k] == '\r')) k++;

@@ -682,10 +682,16 @@ static bool fobj(rd *r, const char *const *allowed, uint32_t req, uint32_t *seen
   const char *key;
   size_t kl;
   int st;
+  int last = -1;
   while ((st = fpi_jp_next(r->jp, &key, &kl)) > 0) {
+    /* the writer's order is allowed's, so the name after the last one
+     * matched is tried first; then all of them */
     int k = -1;
+    const char *g = last >= 0 ? allowed[last + 1] : allowed[0];
+    if (g && g[0] == key[0] && !strncmp(g, key, kl) && !g[kl]) k = last + 1;
     for (int i = 0; allowed[i] && k < 0; i++)
       if (allowed[i][0] == key[0] && !strncmp(allowed[i], key, kl) && !allowed[i][kl]) k = i;
+    last = k;
     if (k < 0) return rerr(r, NULL, "unknown member '%.*s'", (int)kl, key);
     if (pres >> k & 1) return rerr(r, NULL, "duplicate member '%s'", allowed[k]); /* (the parse says where the first is) */
     pres |= 1u << k;

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "ir/ir.h"
@@ -181,6 +182,51 @@ static void test_name_firsts(void **state) {
   }
 }
 
+/* fpi_src_read: a regular file whole and NUL-terminated (read into the arena
+ * at its fstat size); a file whose size fstat does not know (/proc: 0) and
+ * that is longer than that, through the heap; a NUL byte and a directory
+ * refused */
+static void test_src_read(void **state) {
+  (void)state;
+  fp_arena *a = fpi_arena_new();
+  fp_diag d;
+  fpi_diag_init(&d, NULL);
+  char path[] = "/tmp/test_base_src_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  char text[70000];
+  for (size_t i = 0; i < sizeof text; i++) text[i] = (char)('a' + i % 26);
+  assert_int_equal(write(fd, text, sizeof text), (ssize_t)sizeof text);
+  close(fd);
+  fp_src s;
+  assert_true(fpi_src_read(a, &d, path, &s));
+  assert_int_equal(s.len, sizeof text);
+  assert_memory_equal(s.text, text, sizeof text);
+  assert_int_equal(s.text[s.len], 0);
+  /* /proc/self/status: fstat says 0 bytes */
+  fp_src p;
+  assert_true(fpi_src_read(a, &d, "/proc/self/status", &p));
+  assert_true(p.len > 100 && strstr(p.text, "Name:") && strstr(p.text, "Pid:"));
+  assert_int_equal(p.text[p.len], 0);
+  assert_int_equal(strlen(p.text), p.len);
+  /* a NUL byte, a directory */
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs("{\"a\": 1", f);
+  fputc(0, f);
+  fputs("}", f);
+  fclose(f);
+  fp_diag e;
+  fpi_diag_init(&e, NULL);
+  assert_false(fpi_src_read(a, &e, path, &s));
+  assert_false(fpi_src_read(a, &e, "/tmp", &s));
+  assert_int_equal(e.nerrors, 2);
+  fpi_diag_free(&e);
+  unlink(path);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
+}
+
 static void test_arena_big(void **state) {
   (void)state;
   fp_arena *a = fpi_arena_new();
@@ -286,6 +332,7 @@ static void test_alias_clocks(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_strjoin),
+      cmocka_unit_test(test_src_read),
       cmocka_unit_test(test_sort_u64),
       cmocka_unit_test(test_sort_records),
       cmocka_unit_test(test_name_firsts),
