@@ -506,10 +506,10 @@ static const char *excerpt(vscan *v, size_t i, size_t j) {
   return fpi_strndup(v->a, v->t + i, j - i);
 }
 
-/* what the text holds at off, for "expected X, got Y" (vfail says "the
- * file ends early" at the end) */
-static const char *got(vscan *v, size_t off) {
-  char ch = off < v->n ? v->t[off] : 0;
+/* what text[off] starts, for "expected X, got Y" (json.h) */
+const char *fpi_json_got(fp_arena *a, const char *t, size_t n, size_t off) {
+  if (off >= n) return "the end of the file";
+  char ch = t[off];
   switch (ch) {
     case '"': return "a string";
     case '{': return "an object";
@@ -518,10 +518,12 @@ static const char *got(vscan *v, size_t off) {
     case 'n': return "null";
     default:
       if (ch == '-' || (ch >= '0' && ch <= '9')) return "a number";
-      if (ch > ' ' && ch < 0x7f) return fpi_sprintf(v->a, "'%c'", ch);
+      if (ch > ' ' && ch < 0x7f) return fpi_sprintf(a, "'%c'", ch);
       return "something that is not JSON";
   }
 }
+/* (vfail says "the file ends early" at the end, whatever got says) */
+static const char *got(vscan *v, size_t off) { return fpi_json_got(v->a, v->t, v->n, off); }
 
 /* Each scanner builds the value it accepted in *out (a node of the caller's:
  * the stacks may move under a pointer into them): one pass both checks the

@@ -158,6 +158,8 @@ const char *fpi_jp_ptr_container(fp_jp *p);
  * next), and of the innermost object's current member name (its quote) */
 size_t fpi_jp_pos(fp_jp *p);
 size_t fpi_jp_key_pos(const fp_jp *p);
+/* what text[off] starts, for "expected X, got Y": "a string", "an object", ..., "';'", "the end of the file" */
+const char *fpi_json_got(fp_arena *a, const char *text, size_t len, size_t off);
 /* report the syntax error that stopped it; false */
 bool fpi_jp_report(fp_jp *p, fp_diag *d);
 /* where the cursor is, to come back to (a value read later): the cursor and

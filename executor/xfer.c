@@ -324,29 +324,34 @@ static fp_status wait_posted(fp_xfer *t, int32_t lo, int32_t hi, MPI_Request *re
   int *idx = malloc((size_t)(n - from) * sizeof *idx);
   if (idx) MPI_Testsome(n - from, req + from, &outcount, idx, MPI_STATUSES_IGNORE);
   free(idx);
-  char peers[200] = "";
+  /* the peers they wait for, each (direction, peer) once, the first 8 named */
+  char peers[400] = "";
   size_t len = 0;
   int named = 0, pending = 0;
+  bool more = false;
   for (int32_t i = lo, k = 0; i < hi && k < n; i++) {
     const fp_tx_op *o = &t->tx->ops[i];
     if (o->kind != FP_TX_SEND && o->kind != FP_TX_RECV) continue;
     if (k++ < from || req[k - 1] == MPI_REQUEST_NULL) continue;
     pending++;
-    char one[48];
-    snprintf(one, sizeof one, "%s %s process %d", named ? "," : "", o->kind == FP_TX_SEND ? "a send to" : "a receive from",
-             (int)o->peer);
-    if (named < 8 && len + strlen(one) < sizeof peers) {
-      memcpy(peers + len, one, strlen(one) + 1);
-      len += strlen(one);
-      named++;
-    }
     MPI_Request_free(&req[k - 1]);
+    char one[48];
+    snprintf(one, sizeof one, " %s process %d,", o->kind == FP_TX_SEND ? "a send to" : "a receive from", (int)o->peer);
+    if (strstr(peers, one)) continue;
+    if (named == 8) {
+      more = true;
+      continue;
+    }
+    memcpy(peers + len, one, strlen(one) + 1);
+    len += strlen(one);
+    named++;
   }
+  if (len) peers[len - 1] = 0; /* the last comma */
   *abandoned = true;
   return fpx_xfer_fail(t, FP_ERR_TIMEOUT,
                        "watchdog: fp_xfer_run: %d transfer(s) did not complete within %g s (timeout %g s):%s%s; the "
                        "TO weights are partly written and both executors are unusable",
-                       pending, (fpx_now_us() - t0) / 1e6, timeout_s, peers, pending > named ? " and more" : "");
+                       pending, (fpx_now_us() - t0) / 1e6, timeout_s, peers, more ? " and more" : "");
 }
 
 /* phase 3 on the MPI backend: this process's ops in order */

@@ -71,22 +71,7 @@ static bool syntax(rd *r) {
 }
 
 /* what the text holds next, for "expected X, got Y" */
-static const char *got(rd *r) {
-  size_t at = fpi_jp_pos(r->jp);
-  if (at >= r->src->len) return "the end of the file";
-  char c = r->src->text[at];
-  switch (c) {
-    case '"': return "a string";
-    case '{': return "an object";
-    case '[': return "an array";
-    case 't': case 'f': return "a boolean";
-    case 'n': return "null";
-    default:
-      if (c == '-' || (c >= '0' && c <= '9')) return "a number";
-      if (c > ' ' && c < 0x7f) return fpi_sprintf(r->a, "'%c'", c);
-      return "something that is not JSON";
-  }
-}
+static const char *got(rd *r) { return fpi_json_got(r->a, r->src->text, r->src->len, fpi_jp_pos(r->jp)); }
 
 /* ---- scalars ------------------------------------------------------------------ */
 /* One JSON string, checked and decoded by the pull parser. Kept in the

@@ -453,6 +453,15 @@ int main(int argc, char **argv) {
   if (watchdog) {
     watchdog_away(ab, xa, xb, B, tu_world - 1);
     watchdog_away(ab, xa, xb, B, 0);
+    if (ba) { /* the last process runs the way back while the others run A->B: refused everywhere */
+      if (inB) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+      bool last = tu_rank == tu_world - 1;
+      fp_xfer *t = last ? ba : ab;
+      fp_status st = last ? fp_xfer_run(ba, xb, xa, NULL) : fp_xfer_run(ab, xa, xb, NULL);
+      EXPECT(st == FP_ERR_MISMATCH && strstr(fp_xfer_errmsg(t), "hold different transfers"),
+             "different transfers on the processes: got %s: %s", fp_status_name(st), fp_xfer_errmsg(t));
+      EXPECT(changed_bytes(xb, B) == 0, "refused transfers changed %" PRId64 " TO bytes", changed_bytes(xb, B));
+    }
     if (inB) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
     EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B after the timeouts: %s", fp_xfer_errmsg(ab));
     if (inB) check(xb, "A->B after the timeouts", A, mxpat != NULL, mxpat);
