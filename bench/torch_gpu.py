@@ -146,12 +146,47 @@ def job_plain(a, c, device):
     return train(a, c, m, adamw(c, m.parameters()), device, autocast=True)
 
 
-def job_flexplan(a, c, device, mode, stream):
+# --runs flexplan-<mode>-<stream>-<diag>: the device synchronized around
+# the driver's events of one kind (torch.cuda.synchronize() before and
+# after fp_driver_event), which takes every cross-stream race at those
+# hooks away: a run whose losses move back to FSDP2's under a sync names
+# the hooks where the plan's work and torch's are not ordered. "blocking":
+# CUDA_LAUNCH_BLOCKING=1 (spawn sets it). Any other diag: an unchanged
+# repeat (rep1, rep2: does the run give the same losses twice?).
+SYNC_DIAGS = {"syncall": range(1, 10), "syncfwd": (1, 2), "syncbwd": (3, 4, 7, 8, 9), "syncopt": (5, 6)}
+
+
+def sync_driver_events(events):
+    """Driver.create wrapped: every fp_driver_event of one of `events`
+    between two torch.cuda.synchronize() calls (diagnosis only)."""
+    import torch
+    from flexplan.torch import _driver
+    create = _driver.Driver.create.__func__
+
+    def wrapped(cls, ex):
+        d = create(cls, ex)
+        raw = d._ev
+
+        def ev(h, e, m):
+            if e in events:
+                torch.cuda.synchronize()
+            r = raw(h, e, m)
+            if e in events:
+                torch.cuda.synchronize()
+            return r
+        d._ev = ev
+        return d
+    _driver.Driver.create = classmethod(wrapped)
+
+
+def job_flexplan(a, c, device, mode, stream, diag=None):
     import contextlib
     import torch
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import flexplan
     import flexplan.torch as fpt
+    if diag in SYNC_DIAGS:
+        sync_driver_events(frozenset(SYNC_DIAGS[diag]))
     m = build_model(c, device)
     desc = fpt.describe(m, (torch.zeros(c["batch"], c["seq"], dtype=torch.long),), name="llama_gpu_check")
     spec = {"format": "flexplan.spec.v1", "mesh": {"world_size": 1}, "strategy": "full_shard",
@@ -189,8 +224,8 @@ def run_job(a):
     elif name == "plain":
         losses, times = job_plain(a, c, device)
     elif name.startswith("flexplan"):
-        _, mode, stream = name.split("-")
-        losses, times = job_flexplan(a, c, device, mode, stream)
+        parts = name.split("-")
+        losses, times = job_flexplan(a, c, device, parts[1], parts[2], parts[3] if len(parts) > 3 else None)
     else:
         sys.exit(f"unknown job {name}")
     with open(a.result, "w") as f:
@@ -207,6 +242,8 @@ def spawn(a, name, c, workdir):
     cmd = [sys.executable, os.path.abspath(__file__), f"--job={name}", f"--result={res}", f"--cfg={json.dumps(c)}",
            f"--steps={a.steps}"] + (["--tiny"] if a.tiny else [])
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if name.endswith("-blocking"):
+        env["CUDA_LAUNCH_BLOCKING"] = "1"
     if a.tiny:
         env.update(OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
         mpiexec = os.environ.get("FLEXPLAN_MPIEXEC") or shutil.which("mpiexec")

@@ -35,4 +35,18 @@ static inline void fp_need_gpu(const char *test) {
     }                                                                                                   \
   } while (0)
 
+/* Host-to-device fills that the executor's streams may read at once.
+ * cudaMemcpy from pageable memory returns once the bytes are staged and
+ * cudaMemset of device memory may return before it ran; both run on the
+ * legacy stream, which non-blocking streams (the executor's) are not
+ * ordered after. So: the call, then the device synchronized. */
+static inline cudaError_t fp_gpu_upload(void *dev, const void *host, size_t n) {
+  cudaError_t e = cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice);
+  return e == cudaSuccess ? cudaDeviceSynchronize() : e;
+}
+static inline cudaError_t fp_gpu_fill(void *dev, int byte, size_t n) {
+  cudaError_t e = cudaMemset(dev, byte, n);
+  return e == cudaSuccess ? cudaDeviceSynchronize() : e;
+}
+
 #endif

@@ -141,7 +141,7 @@ static void fill_init(const fp_prog *p) {
 
 static void load_init(fp_exec *x, bool gpu) {
   if (gpu) {
-    CUDA_OK(cudaMemcpy(x->dev, init_dev, (size_t)dev_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(fp_gpu_upload(x->dev, init_dev, (size_t)dev_bytes));
   } else {
     memcpy(x->dev, init_dev, (size_t)dev_bytes);
   }

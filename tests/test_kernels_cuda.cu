@@ -14,12 +14,17 @@ static cudaStream_t S;
 static uint8_t *dA, *dB, *dC; /* device scratch: dst, src, scales */
 static int64_t cap_bytes;
 
+/* uploads go on S, the kernels' stream: cudaMemcpy from pageable memory
+ * returns once the bytes are staged, and its DMA on the legacy stream is not
+ * ordered before work on a non-blocking stream (the first H200 run of this
+ * test read half-uploaded sources at 2^20 elements) */
 static void up(uint8_t *d, const uint8_t *h, int64_t n) {
   if (n > cap_bytes) {
     fprintf(stderr, "case too large for the scratch buffers\n");
     exit(1);
   }
-  CUDA_OK(cudaMemcpy(d, h, (size_t)n, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpyAsync(d, h, (size_t)n, cudaMemcpyHostToDevice, S));
+  CUDA_OK(cudaStreamSynchronize(S)); /* h may change once this returns */
 }
 static void down(uint8_t *h, const uint8_t *d, int64_t n) {
   CUDA_OK(cudaStreamSynchronize(S));
@@ -121,7 +126,7 @@ static void captured(void) {
   CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
   for (int rep = 0; rep < 2; rep++) {
     kc_fill((uint8_t *)x, N, FP_F32, rep ? FILL_BITS : FILL_VALUES);
-    CUDA_OK(cudaMemcpy(dB, x, N * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpyAsync(dB, x, N * 4, cudaMemcpyHostToDevice, cs)); /* ordered before the replay */
     CUDA_OK(cudaGraphLaunch(ge, cs));
     CUDA_OK(cudaStreamSynchronize(cs));
     CUDA_OK(cudaMemcpy(got, dA, N * 2, cudaMemcpyDeviceToHost));

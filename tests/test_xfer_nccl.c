@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "exec_util.h"
+#include "tests/gpu_util.h"
 #include "compile_util.h"
 #include "ir/xfer.h"
 
@@ -118,7 +119,7 @@ int main(int argc, char **argv) {
   if (tu_failures) return tu_finish();
   size_t na = (size_t)A->prog->arena_bytes, nb = (size_t)B->prog->arena_bytes;
   fill(ma->dev, (int64_t)na);
-  EXPECT(cudaMemcpy(ga->dev, ma->dev, na, cudaMemcpyHostToDevice) == cudaSuccess, "fill the NCCL FROM arena");
+  EXPECT(fp_gpu_upload(ga->dev, ma->dev, na) == cudaSuccess, "fill the NCCL FROM arena");
 
   /* a mixed pair is refused before anything moves */
   memset(mb->dev, SENT, nb);
@@ -132,14 +133,14 @@ int main(int argc, char **argv) {
   } runs[] = {{ab, "A->B"}, {ab, "A->B again"}, {mx, "A->B with MXFP8"}};
   for (size_t r = 0; r < sizeof runs / sizeof runs[0] - !have_mx; r++) {
     memset(mb->dev, SENT, nb);
-    EXPECT(cudaMemset(gb->dev, SENT, nb) == cudaSuccess, "sentinel");
+    EXPECT(fp_gpu_fill(gb->dev, SENT, nb) == cudaSuccess, "sentinel");
     EXPECT(fp_xfer_run(runs[r].t, ma, mb, NULL) == FP_OK, "%s on MPI: %s", runs[r].what, fp_xfer_errmsg(runs[r].t));
     EXPECT(fp_xfer_run(runs[r].t, ga, gb, NULL) == FP_OK, "%s on NCCL: %s", runs[r].what, fp_xfer_errmsg(runs[r].t));
     same_to(B, mb, gb, runs[r].what);
   }
   /* and back, into sentinel FROM arenas */
   memset(ma->dev, SENT, na);
-  EXPECT(cudaMemset(ga->dev, SENT, na) == cudaSuccess, "sentinel");
+  EXPECT(fp_gpu_fill(ga->dev, SENT, na) == cudaSuccess, "sentinel");
   EXPECT(fp_xfer_run(ba, mb, ma, NULL) == FP_OK, "B->A on MPI: %s", fp_xfer_errmsg(ba));
   EXPECT(fp_xfer_run(ba, gb, ga, NULL) == FP_OK, "B->A on NCCL: %s", fp_xfer_errmsg(ba));
   same_to(A, ma, ga, "B->A");
@@ -157,9 +158,9 @@ int main(int argc, char **argv) {
       size_t nf = (size_t)F->prog->arena_bytes, nk = (size_t)K->prog->arena_bytes;
       if (!tu_failures) {
         fill(mf->dev, (int64_t)nf);
-        EXPECT(cudaMemcpy(gf->dev, mf->dev, nf, cudaMemcpyHostToDevice) == cudaSuccess, "fill");
+        EXPECT(fp_gpu_upload(gf->dev, mf->dev, nf) == cudaSuccess, "fill");
         memset(mk->dev, SENT, nk);
-        EXPECT(cudaMemset(gk->dev, SENT, nk) == cudaSuccess, "sentinel");
+        EXPECT(fp_gpu_fill(gk->dev, SENT, nk) == cudaSuccess, "sentinel");
         EXPECT(fp_xfer_run(fk, mf, mk, NULL) == FP_OK, "into MXFP8 on MPI: %s", fp_xfer_errmsg(fk));
         EXPECT(fp_xfer_run(fk, gf, gk, NULL) == FP_OK, "into MXFP8 on NCCL: %s", fp_xfer_errmsg(fk));
         same_to(K, mk, gk, "into MXFP8 weights");
