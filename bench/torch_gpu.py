@@ -217,9 +217,11 @@ def run_job(a):
     device = "cpu" if a.tiny else "cuda"
     import torch
     torch.set_num_threads(1 if a.tiny else torch.get_num_threads())
+    if os.environ.get("FP_TORCH_DETERMINISTIC") == "1":
+        torch.use_deterministic_algorithms(True, warn_only=True)
     t0 = time.perf_counter()
     name = a.job
-    if name == "fsdp2":
+    if name == "fsdp2" or name.startswith("fsdp2-"):  # fsdp2-rep2: a repeat of the reference
         losses, times = job_fsdp2(a, c, device)
     elif name == "plain":
         losses, times = job_plain(a, c, device)
@@ -244,6 +246,8 @@ def spawn(a, name, c, workdir):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if name.endswith("-blocking"):
         env["CUDA_LAUNCH_BLOCKING"] = "1"
+    if a.deterministic:  # cuBLAS without split-K atomics; torch's deterministic kernels (run_job)
+        env.update(CUBLAS_WORKSPACE_CONFIG=":4096:8", FP_TORCH_DETERMINISTIC="1")
     if a.tiny:
         env.update(OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
         mpiexec = os.environ.get("FLEXPLAN_MPIEXEC") or shutil.which("mpiexec")
@@ -284,6 +288,9 @@ def main():
     ap.add_argument("--job-timeout", type=int, default=None, help="seconds per run (default 150; --tiny 300)")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="change the model or data: vocab, hidden, layers, inter, heads, kv_heads, batch, seq, lr, attn")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="every run with torch.use_deterministic_algorithms(True, warn_only=True) and "
+                         "CUBLAS_WORKSPACE_CONFIG=:4096:8 (with --set attn=eager: repeats give the same losses)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--cfg", help=argparse.SUPPRESS)
