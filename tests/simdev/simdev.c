@@ -995,6 +995,15 @@ static int where(const void *p, size_t bytes) {
   return find_pin(p, bytes ? bytes : 1) >= 0 ? 1 : 0;
 }
 
+static bool stream_idle(void *a) { return !pending((struct CUstream_st *)a); }
+static bool legacy_idle(void *unused) { /* the legacy stream waits for every blocking stream too */
+  (void)unused;
+  if (pending(&legacy_stream)) return false;
+  for (int k = 0; k < nstreams; k++)
+    if (!(streams[k]->flags & cudaStreamNonBlocking) && pending(streams[k])) return false;
+  return true;
+}
+
 typedef struct until {
   struct CUstream_st *s;
   uint64_t seq;
@@ -1004,9 +1013,15 @@ static bool reached(void *a) {
   return u->s->done >= u->seq;
 }
 
-/* a copy (or memset: value >= 0) on stream h; sync: the host waits for it */
+/* a copy (or memset: value >= 0) on stream h. synchronous: cudaMemcpy or
+ * cudaMemset (not the Async forms), whose host waits follow CUDA's "API
+ * synchronization behavior": from pageable host memory to the device, a sync
+ * of the stream, then the host's bytes staged and no wait for the copy; from
+ * pinned host memory, to host memory, or between host buffers, the host waits
+ * for the copy; device to device and memset of device memory, no wait. Either
+ * form waits when the destination is pageable host memory. */
 static cudaError_t copy(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows,
-                        enum cudaMemcpyKind kind, int value, cudaStream_t h, bool sync) {
+                        enum cudaMemcpyKind kind, int value, cudaStream_t h, bool synchronous) {
   struct CUstream_st *s = S(h);
   if (!s) return cudaErrorInvalidResourceHandle;
   if ((!dst || (value < 0 && !src)) && width && rows) return cudaErrorInvalidValue;
@@ -1032,10 +1047,15 @@ static cudaError_t copy(void *dst, size_t dpitch, const void *src, size_t spitch
     invalidate(s->cap, "a copy from or to pageable host memory during the capture");
     return cudaErrorStreamCaptureUnsupported;
   }
-  if (sync) {
+  if (synchronous) {
     e = sd_capture_forbids("a synchronous copy or memset");
     if (e != cudaSuccess) return e;
   }
+  /* the host waits for the copy: a synchronous one that is not pageable -> device, device -> device or a
+   * memset; any copy to pageable host memory */
+  bool sync = (synchronous && value < 0 && !(wd == 2 && ws != 1)) || pageable_dst;
+  if (synchronous && pageable_src && wd == 2) /* CUDA: "a stream sync is performed before the copy is initiated" */
+    sd_drive(s->legacy ? legacy_idle : stream_idle, s, s, "a synchronous copy from pageable memory");
   if (pageable_src && width && rows) { /* staged: the host's bytes are taken now */
     char *snap = malloc(sspan);
     memcpy(snap, src, sspan);
@@ -1043,7 +1063,6 @@ static cudaError_t copy(void *dst, size_t dpitch, const void *src, size_t spitch
     c.snap = true;
   }
   c.dst_pageable = pageable_dst;
-  if (pageable_dst) sync = true; /* to pageable memory: the host waits */
   if (s->cap) {
     if (s->cap->invalid) return cudaErrorStreamCaptureInvalidated;
     sd_node *n = cap_node(s, N_FN);
@@ -1122,15 +1141,6 @@ cudaError_t cudaStreamGetFlags(cudaStream_t h, unsigned *flags) {
   if (!s || !flags) LEAVE(cudaErrorInvalidValue);
   *flags = s->flags;
   LEAVE(cudaSuccess);
-}
-
-static bool stream_idle(void *a) { return !pending((struct CUstream_st *)a); }
-static bool legacy_idle(void *unused) { /* the legacy stream waits for every blocking stream too */
-  (void)unused;
-  if (pending(&legacy_stream)) return false;
-  for (int k = 0; k < nstreams; k++)
-    if (!(streams[k]->flags & cudaStreamNonBlocking) && pending(streams[k])) return false;
-  return true;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t h) {
