@@ -824,6 +824,10 @@ static void gpu_new(gpu *G, int B, int64_t ga, int64_t maxn) {
     G->in[k] = dalloc((int64_t)B * L[0].in);
     G->tg[k] = dalloc((int64_t)B * L[nlayers - 1].out);
   }
+  /* dalloc's cudaMemset runs on the legacy stream and may return before it
+   * ran: S (non-blocking) is not ordered after it, so the zeros could land
+   * on what the first step wrote */
+  CK(cudaDeviceSynchronize());
 }
 
 static void gpu_free(gpu *G, int64_t ga) {
