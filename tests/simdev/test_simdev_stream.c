@@ -10,11 +10,136 @@
  *    is done before a copy the new stream runs after a step); NULL and the
  *    MPI backend refused (FP_ERR_ARG), a switch while the compute stream is
  *    being captured refused (FP_ERR_ORDER), the executor usable after each
- *    refusal. */
+ *    refusal;
+ *  - the synchronous copies (CUDA's "API synchronization behavior"):
+ *    cudaMemcpy from pageable host memory or device to device, and
+ *    cudaMemset, return before the legacy stream ran them, so a kernel on a
+ *    non-blocking stream may read the old bytes (the H200 kernel harness's
+ *    failure) - a sweep of seeds, each in a child process, must show it
+ *    under some seed, and never with the device synchronized first, the copy
+ *    on the reading stream, a blocking reading stream, or a pinned source
+ *    (whose cudaMemcpy the host waits for). */
 #include <cuda_runtime_api.h>
+#include <errno.h>
+#include <sys/wait.h>
 
 #include "kernels/kernels_cuda.h"
 #include "tests/exec_util.h"
+
+/* ---- the synchronous copies against a non-blocking stream ---- */
+enum { R_PAGEABLE, R_D2D, R_MEMSET, R_SYNCED, R_SAME_STREAM, R_BLOCKING, R_PINNED, R_NCASES };
+static const char *const case_name[R_NCASES] = {
+    "cudaMemcpy pageable -> device",   "cudaMemcpy device -> device",    "cudaMemset",
+    "cudaMemcpy + cudaDeviceSynchronize", "cudaMemcpyAsync on the reading stream", "a blocking reading stream",
+    "cudaMemcpy pinned -> device"};
+/* the cases where the reader may see the old bytes */
+static bool may_race(int c) { return c == R_PAGEABLE || c == R_D2D || c == R_MEMSET; }
+enum { RACE_BYTES = 256, RACE_ROUNDS = 4, RACE_SEEDS = 8, OLD = 0x11, NEW = 0x22, LATER = 0x33 };
+enum { SAW_NEW, SAW_OLD, SAW_OTHER };
+
+/* one round of case c: d holds OLD (the device synchronized), the call puts
+ * NEW there, a kernel on stream s copies d to e, the host reads e back on s */
+static int race_round(int c) {
+  unsigned char h[RACE_BYTES], got[RACE_BYTES], *pin = NULL, *d = NULL, *src = NULL, *e = NULL;
+  cudaStream_t s = NULL;
+  const size_t n = RACE_BYTES;
+  cudaError_t st = cudaStreamCreateWithFlags(&s, c == R_BLOCKING ? cudaStreamDefault : cudaStreamNonBlocking);
+  if (st == cudaSuccess) st = cudaMalloc((void **)&d, n);
+  if (st == cudaSuccess) st = cudaMalloc((void **)&src, n);
+  if (st == cudaSuccess) st = cudaMalloc((void **)&e, n);
+  if (st == cudaSuccess) st = cudaHostAlloc((void **)&pin, n, 0);
+  memset(h, OLD, n);
+  if (st == cudaSuccess) st = cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+  memset(h, NEW, n);
+  if (st == cudaSuccess) st = cudaMemcpy(src, h, n, cudaMemcpyHostToDevice);
+  if (st == cudaSuccess) st = cudaDeviceSynchronize();
+  if (pin) memset(pin, NEW, n);
+  if (st == cudaSuccess) {
+    switch (c) {
+      case R_D2D: st = cudaMemcpy(d, src, n, cudaMemcpyDeviceToDevice); break;
+      case R_MEMSET: st = cudaMemset(d, NEW, n); break;
+      case R_SAME_STREAM: st = cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, s); break;
+      case R_PINNED: st = cudaMemcpy(d, pin, n, cudaMemcpyHostToDevice); break;
+      default: st = cudaMemcpy(d, h, n, cudaMemcpyHostToDevice); break;
+    }
+  }
+  memset(h, LATER, n); /* staged when the copy was queued: never read */
+  if (st == cudaSuccess && c == R_SYNCED) st = cudaDeviceSynchronize();
+  if (st == cudaSuccess) st = fpk_cuda_copy2d(e, (int64_t)n, d, (int64_t)n, (int64_t)n, 1, s);
+  if (st == cudaSuccess) st = cudaMemcpyAsync(got, e, n, cudaMemcpyDeviceToHost, s); /* the host waits for s */
+  cudaError_t end = cudaDeviceSynchronize();
+  int r = SAW_OTHER;
+  if (st == cudaSuccess && end == cudaSuccess) {
+    int nnew = 0, nold = 0;
+    for (size_t k = 0; k < n; k++) nnew += got[k] == NEW, nold += got[k] == OLD;
+    r = nnew == (int)n ? SAW_NEW : nold == (int)n ? SAW_OLD : SAW_OTHER;
+  } else {
+    fprintf(stderr, "%s: %s\n", case_name[c], cudaGetErrorString(st != cudaSuccess ? st : end));
+  }
+  cudaFree(d), cudaFree(src), cudaFree(e), cudaFreeHost(pin);
+  if (s) cudaStreamDestroy(s);
+  return r;
+}
+
+/* a child process on its own seed: RACE_ROUNDS rounds of every case, the
+ * counts (SAW_*) written to fd */
+static void race_child(unsigned seed, int fd) {
+  char v[16];
+  snprintf(v, sizeof v, "%u", seed);
+  setenv("FP_SIMDEV_SEED", v, 1); /* read when the simulator starts: at the child's first CUDA call */
+  int counts[R_NCASES][3] = {{0}};
+  for (int k = 0; k < RACE_ROUNDS; k++)
+    for (int c = 0; c < R_NCASES; c++) counts[c][race_round(c)]++;
+  int ok = write(fd, counts, sizeof counts) == (ssize_t)sizeof counts;
+  close(fd);
+  exit(ok ? 0 : 1);
+}
+
+/* seeds 1..RACE_SEEDS, one child each (before this process starts the
+ * simulator or MPI): a racing case must read the old bytes under some seed,
+ * and no case may read anything but the old or the new bytes */
+static void race_sweep(void) {
+  int total[R_NCASES][3] = {{0}};
+  char seeds[R_NCASES][64] = {{0}};
+  for (unsigned seed = 1; seed <= RACE_SEEDS; seed++) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+      EXPECT(0, "pipe: %s", strerror(errno));
+      return;
+    }
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      race_child(seed, fds[1]);
+    }
+    close(fds[1]);
+    int counts[R_NCASES][3], status = 0;
+    ssize_t got = pid > 0 ? read(fds[0], counts, sizeof counts) : -1;
+    close(fds[0]);
+    if (pid > 0) waitpid(pid, &status, 0);
+    EXPECT(got == (ssize_t)sizeof counts && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "seed %u: the child failed (read %zd bytes, status %d)", seed, got, status);
+    if (got != (ssize_t)sizeof counts) continue;
+    for (int c = 0; c < R_NCASES; c++) {
+      for (int k = 0; k < 3; k++) total[c][k] += counts[c][k];
+      size_t len = strlen(seeds[c]);
+      if (counts[c][SAW_OLD]) snprintf(seeds[c] + len, sizeof seeds[c] - len, " %u", seed);
+    }
+  }
+  for (int c = 0; c < R_NCASES; c++) {
+    printf("sync copies: %-38s new %2d, old %2d, other %d of %d rounds; old under seeds:%s\n", case_name[c],
+           total[c][SAW_NEW], total[c][SAW_OLD], total[c][SAW_OTHER], RACE_SEEDS * RACE_ROUNDS,
+           seeds[c][0] ? seeds[c] : " none");
+    EXPECT(total[c][SAW_OTHER] == 0, "%s: the reader saw neither the old nor the new bytes", case_name[c]);
+    if (may_race(c))
+      EXPECT(total[c][SAW_OLD] > 0, "%s: no seed of %d let a non-blocking stream read the old bytes", case_name[c],
+             RACE_SEEDS);
+    else
+      EXPECT(total[c][SAW_OLD] == 0, "%s: the reader saw the old bytes (seeds%s)", case_name[c], seeds[c]);
+  }
+  fflush(stdout);
+}
 
 static fp_plan *small_plan(void) {
   tprog t = tp_new(1);
@@ -40,6 +165,7 @@ static fp_exec *make(const fp_plan *plan, void *stream, fp_backend b) {
 }
 
 int main(int argc, char **argv) {
+  race_sweep(); /* first: its children start the simulator each on their own seed */
   tu_init(&argc, &argv);
   fp_plan *plan = small_plan();
   cudaStream_t side, other;
