@@ -30,8 +30,10 @@
 #   --deps-only   do step 1 only and say what was found and what was carried
 #                 (runs anywhere: no GPU, no build)
 #   --no-cpu-tests  accepted and ignored (the CPU tests are off unless asked)
-# The commit recorded is `git rev-parse HEAD`, or $FP_COMMIT where the copy of
-# the tree has no .git (pass it in the device command: FP_COMMIT=<sha> bench/gpu.sh "$OUT").
+# The commit recorded is $FP_COMMIT when set (pass it in the device command:
+# FP_COMMIT=<sha> bench/gpu.sh "$OUT"; the device tool's copy of the tree can
+# carry a .git of an earlier call), else `git rev-parse HEAD` (+modified when
+# the tracked files differ from it).
 # Exit status: 0 when everything built, passed and ran; 1 otherwise (the
 # logs say what); 2 for a usage error.
 #
@@ -253,8 +255,12 @@ fi
 phase bench
 
 # ---- 6. the results file -----------------------------------------------------------------------
-COMMIT=$(git rev-parse HEAD 2> /dev/null || echo "${FP_COMMIT:-unknown}")
-DIRTY=$(git status --porcelain --untracked-files=no 2> /dev/null | head -1)
+if [ -n "${FP_COMMIT:-}" ]; then
+  COMMIT=$FP_COMMIT DIRTY=""
+else
+  COMMIT=$(git rev-parse HEAD 2> /dev/null || echo unknown)
+  DIRTY=$(git status --porcelain --untracked-files=no 2> /dev/null | head -1)
+fi
 mkdir -p bench/results
 "$PY" - "$OUT" "bench/results/$SLUG.json" "$GPU_SUMMARY" "$GPU_SKIPPED" "$CPU_SUMMARY" "$FAILED" "$COMMIT" \
   "${DIRTY:+modified}" "$TORCH_STATUS" "$PHASES $((SECONDS - T_START))" << 'EOF'

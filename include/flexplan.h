@@ -432,8 +432,8 @@ typedef struct fp_driver_state {
   int64_t hooks;       /* fp_exec_hook calls made (recompute windows included) */
   int64_t skipped;     /* empty module segments never called (the executor skipped them) */
   int64_t recomputes;  /* recomputed forwards told to the executor */
-  double exec_s;       /* with fp_driver_set_profile on: CPU seconds of the calling thread inside
-                        * fp_exec_hook (CLOCK_THREAD_CPUTIME_ID) */
+  double exec_s;       /* with fp_driver_set_profile on: seconds inside fp_exec_hook
+                        * (CLOCK_MONOTONIC: read without a system call; profile on an idle machine) */
   double exec_step_s;  /* of those, inside PRE/POST_OPTIMIZER events */
 } fp_driver_state;
 

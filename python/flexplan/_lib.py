@@ -29,16 +29,11 @@ _lib = None
 _lib_path = None
 
 # ---- enums (include/flexplan.h) --------------------------------------------------
-FP_OK = 0
-FP_ERR_ARG = 1
-FP_ERR_PLAN = 2
-FP_ERR_ORDER = 3
-FP_ERR_MISMATCH = 4
-FP_ERR_WEIGHTS = 5
-FP_ERR_BACKEND = 6
-FP_ERR_NOMEM = 7
-FP_ERR_INPUT = 8
-FP_ERR_TIMEOUT = 9
+# fp_status, in the enum's order (flexplan.errors names a status from this)
+STATUS_NAMES = ("FP_OK", "FP_ERR_ARG", "FP_ERR_PLAN", "FP_ERR_ORDER", "FP_ERR_MISMATCH", "FP_ERR_WEIGHTS",
+                "FP_ERR_BACKEND", "FP_ERR_NOMEM", "FP_ERR_INPUT", "FP_ERR_TIMEOUT")
+(FP_OK, FP_ERR_ARG, FP_ERR_PLAN, FP_ERR_ORDER, FP_ERR_MISMATCH, FP_ERR_WEIGHTS, FP_ERR_BACKEND, FP_ERR_NOMEM,
+ FP_ERR_INPUT, FP_ERR_TIMEOUT) = range(len(STATUS_NAMES))
 
 FP_ELEM_FP32, FP_ELEM_BF16, FP_ELEM_FP16, FP_ELEM_E4M3, FP_ELEM_E8M0, FP_ELEM_U8 = range(6)
 

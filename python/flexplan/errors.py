@@ -6,21 +6,6 @@ message `file:line:col: error: /json/pointer: ...` that the command line
 prints for the same input.
 """
 
-# fp_status values (include/flexplan.h), in the enum's order
-STATUS_NAMES = (
-    "FP_OK",
-    "FP_ERR_ARG",
-    "FP_ERR_PLAN",
-    "FP_ERR_ORDER",
-    "FP_ERR_MISMATCH",
-    "FP_ERR_WEIGHTS",
-    "FP_ERR_BACKEND",
-    "FP_ERR_NOMEM",
-    "FP_ERR_INPUT",
-    "FP_ERR_TIMEOUT",
-)
-
-
 class FlexplanError(Exception):
     """An error reported by flexplan.
 
@@ -46,8 +31,16 @@ class FlexplanError(Exception):
 
 
 def status_name(status):
-    """The name of an fp_status value ("FP_ERR_?" outside the enum)."""
+    """The name of an fp_status value ("FP_ERR_?" outside the enum); the
+    names are _lib.STATUS_NAMES (imported here, not at the top: _lib imports
+    this module)."""
+    from ._lib import STATUS_NAMES  # pylint: disable=import-outside-toplevel
     return STATUS_NAMES[status] if 0 <= status < len(STATUS_NAMES) else "FP_ERR_?"
+
+
+def _arg_status():
+    from ._lib import FP_ERR_ARG  # pylint: disable=import-outside-toplevel
+    return FP_ERR_ARG
 
 
 class ArgumentTypeError(FlexplanError, TypeError):
@@ -55,8 +48,8 @@ class ArgumentTypeError(FlexplanError, TypeError):
     raises) and a FlexplanError with status FP_ERR_ARG (as flexplan raised
     before); the message starts with the argument's name."""
 
-    def __init__(self, message, status=1):
-        super().__init__(status, message)
+    def __init__(self, message, status=None):
+        super().__init__(_arg_status() if status is None else status, message)
 
 
 class ArgumentValueError(FlexplanError, ValueError):
@@ -64,5 +57,5 @@ class ArgumentValueError(FlexplanError, ValueError):
     range: a ValueError and a FlexplanError (FP_ERR_ARG); the message starts
     with the argument's name."""
 
-    def __init__(self, message, status=1):
-        super().__init__(status, message)
+    def __init__(self, message, status=None):
+        super().__init__(_arg_status() if status is None else status, message)

@@ -7,8 +7,9 @@ made."""
 
 def error(message):
     """A flexplan.FlexplanError (FP_ERR_ARG) carrying `message`, to be raised."""
-    from flexplan.errors import FlexplanError, STATUS_NAMES  # pylint: disable=import-outside-toplevel
-    return FlexplanError(STATUS_NAMES.index("FP_ERR_ARG"), message)
+    from flexplan._lib import FP_ERR_ARG  # pylint: disable=import-outside-toplevel
+    from flexplan.errors import FlexplanError  # pylint: disable=import-outside-toplevel
+    return FlexplanError(FP_ERR_ARG, message)
 
 
 def type_error(message):

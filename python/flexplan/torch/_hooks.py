@@ -189,38 +189,33 @@ class Hooks:
     def _post_backward_inputs(self, u, args, kwargs):
         """The unit's inputs that need grad go through _PostBackward (its
         backward is post_backward(u)), unless they are all outputs of the
-        unit the plan's backward runs next (module docstring). Fast path:
-        tensors among the positional and keyword arguments, and
-        tuples/lists of tensors that need no grad (a decoder layer's rotary
-        cos/sin); anything deeper goes through torch's pytree."""
+        unit the plan's backward runs next (module docstring). One pass
+        decides that (the common case: a decoder layer's hidden states
+        come from the layer before, its masks and rotary cos/sin need no
+        grad); only otherwise are the inputs collected. Tensors among the
+        positional and keyword arguments, and tuples/lists/dicts of tensors
+        that need no grad, take the fast path; anything deeper goes through
+        torch's pytree."""
         T = torch.Tensor
         lo, self.last_out = self.last_out, None
         outs = lo[1] if lo is not None and lo[0] == self.chain[u] else ()
-        pos = kw = None
         chained = True  # every input that needs grad is one of outs
-        for i, a in enumerate(args):
+        for a in (*args, *kwargs.values()) if kwargs else args:
             if isinstance(a, T):
-                if a.requires_grad:
-                    if pos is None:
-                        pos = []
-                    pos.append(i)
-                    if chained and not any(a is o for o in outs):
-                        chained = False
-            elif isinstance(a, (tuple, list, dict)) and not _no_grad_leaves(a):
-                return self._post_backward_pytree(u, args, kwargs)
-        for k, a in kwargs.items():
-            if isinstance(a, T):
-                if a.requires_grad:
-                    if kw is None:
-                        kw = []
-                    kw.append(k)
-                    if chained and not any(a is o for o in outs):
-                        chained = False
+                if chained and a.requires_grad and not any(a is o for o in outs):
+                    chained = False
             elif isinstance(a, (tuple, list, dict)) and not _no_grad_leaves(a):
                 return self._post_backward_pytree(u, args, kwargs)
         if chained:  # nothing needs grad, or post_backward(u) comes with pre_backward(chain[u])
             return args, kwargs
-        pos, kw = pos or [], kw or []
+        return self._post_backward_apply(u, args, kwargs)
+
+    def _post_backward_apply(self, u, args, kwargs):
+        """_PostBackward over the tensors among args and kwargs that need
+        grad (no container holds one: _post_backward_inputs checked)."""
+        T = torch.Tensor
+        pos = [i for i, a in enumerate(args) if isinstance(a, T) and a.requires_grad]
+        kw = [k for k, a in kwargs.items() if isinstance(a, T) and a.requires_grad]
         self.post_backward_functions += 1
         outs = _PostBackward.apply(self, u, *[args[i] for i in pos], *[kwargs[k] for k in kw])
         if len(pos) + len(kw) == 1:
@@ -308,11 +303,14 @@ class Hooks:
 
     # ---- profile -------------------------------------------------------------------------
     def _timed(self, fn, arity=None):
-        """fn, timed into python_s / callbacks when profiling (CPU time of
-        this thread); arity 1 or 3 avoids repacking the arguments."""
+        """fn, timed into python_s / callbacks when profiling
+        (time.perf_counter, the clock the C driver times the executor with:
+        read in user space, where the thread's CPU clock is a system call
+        that cools the caches of what it measures); arity 1 or 3 avoids
+        repacking the arguments."""
         if not self.profile:
             return fn
-        tt = time.thread_time
+        tt = time.perf_counter
 
         if arity == 3:
             def timed3(a, b, c):

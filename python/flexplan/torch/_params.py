@@ -82,7 +82,7 @@ class _ParamBinder:
                 self.overlaps[n].append(o)
                 self.overlaps[o].append(n)
         self.closed = False
-        # (slot dict, key, tensor) for the two bindings every step makes
+        # (slot dict, key, tensor) for the two bindings every step makes (the views: Sharded._begin_step)
         self._view_slots = [(m._parameters, k, views[n][0]) for n, sl in self.slots.items() for m, k in sl]
         self._holder_slots = [(m._parameters, k, self.holders[n]) for n, sl in self.slots.items() for m, k in sl]
 
@@ -94,13 +94,6 @@ class _ParamBinder:
     def _set(self, name, t):
         for m, k in self.slots.get(name, ()):
             m._parameters[k] = t
-
-    def bind_views(self):
-        """Training step: every slot holds its view."""
-        if not self.bound_views:
-            for d, k, t in self._view_slots:
-                d[k] = t
-            self.bound_views = True
 
     def release(self):
         """End of a step, a refit, unshard(): views with a valid full value

@@ -183,6 +183,11 @@ class Sharded:
             self._hooks.register()
             self._binder = _ParamBinder(self, module, self.params)
             self._binder.release()  # between steps: placeholders (the views hold no full values yet)
+            # (slot dict, key, view, its ugrad or None): what _begin_step binds
+            ug = {id(newp): g for newp, g in self._ugrads}
+            self._step_slots = [(d, k, t, ug.get(id(t))) for d, k, t in self._binder._view_slots]
+            slotted = {id(t) for _, _, t, _ in self._step_slots}
+            self._unslotted_grads = [(newp, g) for newp, g in self._ugrads if id(newp) not in slotted]
         except BaseException:
             if self.driver is not None:
                 self.driver.close()
@@ -203,15 +208,20 @@ class Sharded:
 
     def _begin_step(self):
         """The step's first training forward: every slot holds its view, every
-        view's .grad its ugrad."""
+        view's .grad its ugrad (one pass over the slots: this runs in the
+        first forward pre-hook of every step)."""
         b = self._binder
-        if not b.bound_views:
-            for d, k, t in b._view_slots:
-                d[k] = t
-            b.bound_views = True
-        for newp, g in self._ugrads:
+        if b.bound_views:
+            self._begin_step_grads()
+            return
+        for d, k, t, g in self._step_slots:
+            d[k] = t
+            if g is not None and t.grad is not g:
+                t.grad = g
+        for newp, g in self._unslotted_grads:  # views no module slot holds (none, as a rule)
             if newp.grad is not g:
                 newp.grad = g
+        b.bound_views = True
 
     def _eval_pre(self, u):
         """A forward between steps (evaluation: grad disabled, or the module
@@ -226,10 +236,13 @@ class Sharded:
         self.eval_gathers += self._binder.gather(self._unit_params[u])
 
     def hook_profile(self) -> Dict[str, float]:
-        """With shard(..., profile=True): host CPU time of the plan's hooks
-        as this rank's thread ran them so far (time.thread_time: CPU time,
-        so a busy machine that deschedules the process does not inflate
-        it): {"hooks": fp_exec_hook calls, "exec_s": seconds inside
+        """With shard(..., profile=True): host time of the plan's hooks as
+        this rank's thread ran them so far (time.perf_counter and the C
+        driver's CLOCK_MONOTONIC, both read without a system call: the
+        thread's CPU clock costs a system call per reading, which also cools
+        the caches of the code measured; a process descheduled inside a
+        callback counts as busy, so profile on an idle machine):
+        {"hooks": fp_exec_hook calls, "exec_s": seconds inside
         fp_exec_hook (the executor, its waits for communication included;
         the driver measures it in C), "python_s": seconds in flexplan.torch's
         module/autograd callbacks minus the executor's share of them (the
