@@ -15,9 +15,11 @@ torch.multiprocessing with gloo on 127.0.0.1. A job's step time is the
 median of its steps after --warmup; the figure is the median over
 repetitions. Printed: both medians, their ratio (flexplan / FSDP2; < 1:
 flexplan faster), and flexplan's host time per hook (Python layer and the
-executor, CPU time of the rank's thread; the executor's share measured in C
-by the hook driver), from shard(..., profile=True), with the Python
-callbacks a step makes.
+executor; the executor's share measured in C by the hook driver around
+fp_exec_hook, the callbacks in Python, both with the monotonic clock read
+without a system call: run it on an idle machine, a descheduled rank counts
+as busy), from shard(..., profile=True), with the Python callbacks a step
+makes.
 """
 import argparse
 import json
