@@ -183,11 +183,10 @@ class Sharded:
             self._hooks.register()
             self._binder = _ParamBinder(self, module, self.params)
             self._binder.release()  # between steps: placeholders (the views hold no full values yet)
-            # (slot dict, key, view, its ugrad or None): what _begin_step binds
+            # (slot dict, key, view, its ugrad or None): what _begin_step binds (every view is the
+            # param of some module slot: make_views put it there)
             ug = {id(newp): g for newp, g in self._ugrads}
             self._step_slots = [(d, k, t, ug.get(id(t))) for d, k, t in self._binder._view_slots]
-            slotted = {id(t) for _, _, t, _ in self._step_slots}
-            self._unslotted_grads = [(newp, g) for newp, g in self._ugrads if id(newp) not in slotted]
         except BaseException:
             if self.driver is not None:
                 self.driver.close()
@@ -218,9 +217,6 @@ class Sharded:
             d[k] = t
             if g is not None and t.grad is not g:
                 t.grad = g
-        for newp, g in self._unslotted_grads:  # views no module slot holds (none, as a rule)
-            if newp.grad is not g:
-                newp.grad = g
         b.bound_views = True
 
     def _eval_pre(self, u):
