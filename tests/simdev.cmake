@@ -154,3 +154,26 @@ set_property(TEST simdev_torch APPEND PROPERTY ENVIRONMENT
 add_executable(test_simdev_stream ${FP_SIMDEV_DIR}/test_simdev_stream.c)
 target_link_libraries(test_simdev_stream PRIVATE flexplan_exec_simdev)
 fp_simdev_test(stream_contract 1 test_simdev_stream)
+
+# gpu_kernels' program on the simulated device: tests/test_kernels_cuda.cu
+# holds no device code (it launches through kernels/kernels_cuda.h), so it
+# compiles as C++ against the simulator's headers (a wrapper file: the .cu
+# itself stays CUDA for tests/gpu.cmake). The kernels are the C references
+# here, so what this checks is the test's own use of the runtime - uploads,
+# launches on a non-blocking stream, read-backs, the captured graph - and the
+# launchers' refusals: the first H200 run of it read half-uploaded inputs
+# (docs/run-record.md), which the simulator now shows under some seeds.
+enable_language(CXX)
+file(GENERATE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda_simdev.cpp
+     CONTENT "#include \"tests/test_kernels_cuda.cu\"\n")
+add_executable(test_kernels_cuda_simdev ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda_simdev.cpp)
+target_include_directories(test_kernels_cuda_simdev BEFORE PRIVATE ${FP_SIMDEV_DIR}/include)
+target_include_directories(test_kernels_cuda_simdev PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
+target_compile_options(test_kernels_cuda_simdev PRIVATE -Wall -Wextra $<$<BOOL:${FP_WERROR}>:-Werror>
+                       $<$<BOOL:${FP_SANITIZE}>:-fsanitize=address,undefined;-fno-sanitize-recover=undefined;-fno-omit-frame-pointer>)
+target_link_libraries(test_kernels_cuda_simdev PRIVATE fp_simdev flexplan_kernels flexplan_core)
+fp_simdev_test(kernels 1 test_kernels_cuda_simdev)
+string(REPLACE "," ";" fp_kseeds "${FP_SIMDEV_SEEDS}")
+foreach(seed ${fp_kseeds}) # the long case at 70001 elements, as kernels_emul
+  set_property(TEST simdev_kernels_seed${seed} APPEND PROPERTY ENVIRONMENT FP_KERNEL_CASES_N=70001)
+endforeach()
