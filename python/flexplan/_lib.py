@@ -90,14 +90,6 @@ def torch_dtype(name, default=None):
     return getattr(torch, e[4], torch.uint8)
 
 
-def dtype_name(torch_dtype_):
-    """The dtype name of a torch float dtype (torch.float32 -> "fp32"), None
-    for any other."""
-    for n in FLOAT_DTYPES:
-        if torch_dtype(n) == torch_dtype_:
-            return n
-    return None
-
 # ---- structs ---------------------------------------------------------------------
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
 

@@ -476,8 +476,6 @@ class _CudaArray:
         self._dtype = torch_dtype
 
 
-
-
 def plan_segments(lib, handle, n):
     """The plan's step as [(hook name, module, micro-batch, ops)]
     (fp_plan_segment_at)."""

@@ -347,4 +347,3 @@ def _describe_with(mod, module, inputs, chosen, units, name, version):
             "name": name or type(module).__name__,
             "modules": mods,
             "forward_order": [u.name for u in order if u.name in kept]}
-

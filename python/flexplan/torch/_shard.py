@@ -35,9 +35,8 @@ from ._params import _ParamBinder, gather_full
 
 __all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state"]
 
-_BACKENDS = ("mpi", "nccl")
-_PROGRESS = ("default", "poll", "thread")
-_CUDA_MODES = ("graph", "eager", "capture_safe")
+# the choices, as the C enums name them (flexplan._lib)
+_BACKENDS, _PROGRESS, _CUDA_MODES = tuple(_lib.BACKENDS), tuple(_lib.PROGRESS), tuple(_lib.CUDA_MODES)
 
 
 def _err(msg, status=_lib.FP_ERR_PLAN):
@@ -51,7 +50,7 @@ def state(obj: Union[nn.Module, "Sharded"], what: str = "model_or_state") -> "Sh
         return obj
     if not isinstance(obj, nn.Module):
         raise ArgumentTypeError(f"{what}: expected a torch.nn.Module sharded by flexplan.torch.shard or a Sharded "
-                        f"state, got {type(obj).__name__}")
+                                f"state, got {type(obj).__name__}")
     st = getattr(obj, "_flexplan_state", None)
     if st is None:
         raise _err("not a module sharded by flexplan.torch.shard", _lib.FP_ERR_ARG)
@@ -87,8 +86,8 @@ def _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mo
         raise ArgumentValueError(f"cuda_mode: expected one of {', '.join(_CUDA_MODES)}, got {cuda_mode!r}")
     if init is not None and init != "module" and not isinstance(init, (str, os.PathLike)):
         if not isinstance(init, (list, tuple)) or not all(isinstance(p, (str, os.PathLike)) for p in init):
-            raise ArgumentTypeError(f"init: expected \"module\", a folder or file path, a list of paths, or None, got "
-                            f"{type(init).__name__}")
+            raise ArgumentTypeError(f"init: expected \"module\", a folder or file path, a list of paths, or None, "
+                                    f"got {type(init).__name__}")
 
 
 def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[int] = None,
@@ -308,17 +307,9 @@ class Sharded:
         fp32/bf16 values; replicated shards counted once). Collective; call it
         between steps."""
         out = {}
-        for p in self.ex.params:
-            buf = torch.zeros(p.numel, dtype=torch.float64)
-            mt = p.tensor("main")
-            for s, f, n in p.shard.pairs():
-                buf[f:f + n] = mt[s:s + n].to("cpu", torch.float64)
-            self.ex.all_reduce_f64_buffer(buf.data_ptr(), p.numel)
-            r = self._repl[p.name]
-            if r != 1.0:
-                buf /= r
+        for p in self.ex.params:  # one param at a time: one float64 copy of the largest at most
             dt = dtype or _lib.torch_dtype(p.main.dtype, torch.float32)
-            out[p.name] = buf.to(dt).view(p.shape)
+            out[p.name] = gather_full(self, [p])[0].to(dt).view(p.shape)
         return out
 
     def save(self, path: Union[str, os.PathLike], dtype: Optional[torch.dtype] = None) -> Union[str, os.PathLike]:
@@ -447,8 +438,6 @@ class Sharded:
         return False
 
 
-
-
 def _positive(name, v):
     """A float argument > 0 (inf allowed): TypeError / ValueError naming it."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -480,7 +469,7 @@ def optimizer(model_or_state: Union[nn.Module, Sharded], cls: Callable[..., torc
     st = state(model_or_state)
     if not callable(cls):
         raise ArgumentTypeError(f"cls: expected a torch.optim.Optimizer class (or a callable making one), got "
-                        f"{type(cls).__name__}")
+                                f"{type(cls).__name__}")
     opt = cls(st.main_params(), *args, **kwargs)
     if not isinstance(opt, torch.optim.Optimizer):
         raise ArgumentTypeError(f"cls: expected a torch.optim.Optimizer class, but it made a {type(opt).__name__}")

@@ -36,10 +36,9 @@ import ctypes
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 
 import torch
-
-from collections.abc import Mapping
 
 from .. import _lib
 from ..errors import ArgumentTypeError, FlexplanError
@@ -662,7 +661,7 @@ def load_in_place(st, checkpoint_id, optimizer=None):
     try:
         if st.driver.pos != 0:
             raise _err("load_in_place: call it between steps (after opt.step(), before the next forward)", _lib.FP_ERR_ORDER)
-        sd = _state_dict(st, optimizer, "in_place")
+        sd = _make_state_dict(st, optimizer, "in_place")
         reader = FileSystemReader(os.fspath(checkpoint_id))
         md = reader.read_metadata()
         _check_metadata(sd, md, reader, os.fspath(checkpoint_id))
@@ -682,10 +681,6 @@ def load_in_place(st, checkpoint_id, optimizer=None):
                    f"arena is partly loaded: load a checkpoint again before training ({type(e).__name__}: "
                    f"{str(e)[:300]})") from None
     load_state_dict(st, sd, optimizer)
-
-
-def _state_dict(st, optimizer, mode):
-    return _make_state_dict(_state(st), optimizer, mode)
 
 
 def _check_metadata(sd, md, reader, where):
