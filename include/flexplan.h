@@ -144,6 +144,12 @@ typedef struct fp_plan_info {
   const char *optimizer;
   int32_t optim_states;
   fp_elem optim_dtype;
+  /* The mesh's tensor-parallel size (spec "mesh": {"tp": T}; 1 without one).
+   * Ranks are ordered tp innermost, as torch's init_device_mesh((W // T, T),
+   * ("dp", "tp")) orders them: rank r has tp index r % T and dp index r / T.
+   * Each rank's params are its tp-local slices (fp_plan_param_tp_dim), and
+   * every collective of the plan runs among the ranks of one tp index. */
+  int64_t tp_size;
 } fp_plan_info;
 FP_API fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out);
 
@@ -160,6 +166,13 @@ FP_API int32_t fp_plan_module_index(const fp_plan *plan, const char *name);
  * (pre_backward(m) already gathered what the recompute reads). See
  * fp_exec_hook. */
 FP_API int fp_plan_module_recompute(const fp_plan *plan, int32_t m);
+/* The tensor-parallel placement of param i (the index fp_exec_param_at
+ * takes) on a mesh with tp_size > 1: the dim of the global tensor that is
+ * split over the tp ranks (the rank with tp index t holds the t-th of
+ * tp_size equal contiguous slices along it; its views have that slice's
+ * shape), or -1 when every tp rank holds the whole param (replicated over
+ * tp, and always when tp_size is 1); -2 when i is out of range. */
+FP_API int32_t fp_plan_param_tp_dim(const fp_plan *plan, int32_t i);
 /* Tied weights (model.json v2 "uses"): the params declared by other modules
  * that module m's forward also reads. Writes the first min(n, cap) param
  * indices (as fp_exec_param_at takes them, in param order) to params and

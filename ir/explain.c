@@ -180,8 +180,37 @@ static const struct {
 
 void fpi_ir_explain(const fp_prog *p, FILE *f) { fpi_ir_explain_modeled(p, NULL, NULL, f); }
 
+/* the ranks of one dp group: "0, 2, 4, 6", or the first three and the last
+ * of a long one ("0, 8, 16, ..., 16376 (2048 ranks)") */
+static void dp_group(FILE *f, int64_t t, int64_t dp, int64_t tp) {
+  if (dp <= 6) {
+    for (int64_t g = 0; g < dp; g++) fprintf(f, "%s%" PRId64, g ? ", " : "", t + g * tp);
+    return;
+  }
+  fprintf(f, "%" PRId64 ", %" PRId64 ", %" PRId64 ", ..., %" PRId64 " (%" PRId64 " ranks)", t, t + tp, t + 2 * tp,
+          t + (dp - 1) * tp, dp);
+}
+
+void fpi_ir_mesh_text(FILE *f, const char *indent, int64_t world, int64_t tp) {
+  if (tp <= 1 || world < tp || world % tp) return;
+  int64_t dp = world / tp;
+  fprintf(f, "%smesh: %" PRId64 " ranks = dp %" PRId64 " x tp %" PRId64
+             " (tp innermost: rank r has tp index r %% %" PRId64 ", dp index r / %" PRId64 ")\n",
+          indent, world, dp, tp, tp, tp);
+  int64_t shown = tp <= 4 ? tp : 2;
+  for (int64_t t = 0; t < shown; t++) {
+    fprintf(f, "%s  dp group of tp index %" PRId64 ": ranks ", indent, t);
+    dp_group(f, t, dp, tp);
+    fputc('\n', f);
+  }
+  if (shown < tp)
+    fprintf(f, "%s  ... and so on to tp index %" PRId64 ": ranks %" PRId64 " + %" PRId64 " x g\n", indent, tp - 1,
+            tp - 1, tp);
+}
+
 void fpi_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f) {
   explain_ctx x = {p, start_us, end_us, NULL};
+  fpi_ir_mesh_text(f, "# ", p->world_size, p->tp);
   int ncols = start_us && end_us ? NCOLS : NCOLS - NTIMECOLS;
   /* the record each wait refers to: the latest before it; a wait before any
    * record of its event in this step refers to the previous step's, the

@@ -68,6 +68,10 @@ uint64_t fpi_prog_hash(const fp_prog *p) {
   wi(&s, p->world_size);
   wi(&s, p->ranks_per_node);
   wi(&s, p->grad_accumulation);
+  if (p->tp != 1) { /* only where set: every other plan's hash is unchanged */
+    wi(&s, 0x7e9);
+    wi(&s, p->tp);
+  }
   wi(&s, p->arena_bytes);
   wi(&s, p->host_bytes);
   wi(&s, p->nevents);
@@ -155,6 +159,10 @@ uint64_t fpi_prog_hash(const fp_prog *p) {
     wi(&s, q->owner);
     wi(&s, q->tab);
     wi(&s, q->chunk);
+    if (q->tp_dim != -1) { /* only where set */
+      wi(&s, 0x7e9d);
+      wi(&s, q->tp_dim);
+    }
     wview(&s, &q->main);
     wview(&s, &q->grad);
     wview(&s, &q->weight);

@@ -369,6 +369,7 @@ fp_prog *fpi_prog_new(fp_arena *a) {
   p->world_size = 1;
   p->ranks_per_node = 1;
   p->grad_accumulation = 1;
+  p->tp = 1;
   return p;
 }
 
@@ -469,7 +470,7 @@ fp_ir_param *fpi_ir_param_add(fp_prog *p) {
   fp_ir_param *q = &p->params[p->nparams++];
   memset(q, 0, sizeof *q);
   q->name = "";
-  q->comm = q->tab = -1;
+  q->comm = q->tab = q->tp_dim = -1;
   q->owner = -1;
   q->main.buf = q->grad.buf = q->weight.buf = q->ugrad.buf = q->opt.buf = q->scales.buf = -1;
   return q;

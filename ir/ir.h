@@ -160,6 +160,9 @@ typedef struct fp_ir_param {
   int64_t owner;         /* owned: rank in comm; else -1 */
   int32_t tab;           /* ragged: extent table (elements of the flat param); else -1 */
   int64_t chunk;         /* shard: padded elements per rank; ragged: slot elements */
+  int32_t tp_dim;        /* the dim sharded over the mesh's tp ranks (prog.tp > 1): shape is this
+                          * rank's slice, the global shape has shape[tp_dim] * tp; -1: the param is
+                          * whole on every tp rank (replicated over tp), or tp is 1 */
   fp_view main, grad;    /* shard storage (main dtype / grad dtype) */
   fp_view weight, ugrad; /* unsharded compute weight and grad (param dtype) */
   fp_view opt;           /* optimizer state (prog.optim_dtype): fpi_optim_states(prog.optim)
@@ -315,6 +318,9 @@ typedef struct fp_prog {
   const char *model;
   const char *strategy;
   int64_t world_size, ranks_per_node, grad_accumulation;
+  int64_t tp;               /* the mesh's tensor-parallel size (tp innermost; default 1): each
+                             * rank's params are its tp-local slices and its communicators run
+                             * over the ranks of its tp index (strides multiples of tp) */
   int64_t arena_bytes;      /* memplan: bytes of the device arena */
   int64_t host_bytes;       /* memplan: bytes of the host arena */
   fp_hw hw;                 /* the modeled machine (name NULL: none) */
@@ -487,6 +493,10 @@ fp_prog *fpi_plan_read_flags(fp_arena *a, fp_diag *d, const fp_src *src, unsigne
 /* explain: one row per op (EXPLAIN-style table): index, segment, stream, op,
  * operands, count/bytes, comm, waits/records */
 void fpi_ir_explain(const fp_prog *p, FILE *f);
+/* the mesh of a plan with a tp dimension (tp > 1; nothing otherwise): its
+ * dp x tp shape and the ranks of each tp index's dp group, each line
+ * starting with indent (summaries, explain, viewers) */
+void fpi_ir_mesh_text(FILE *f, const char *indent, int64_t world, int64_t tp);
 /* the same with two more columns, each op's modeled start and end in
  * microseconds (planner/sim.h fp_sim start_us/end_us; NULL: none) */
 void fpi_ir_explain_modeled(const fp_prog *p, const double *start_us, const double *end_us, FILE *f);

@@ -592,14 +592,14 @@ static bool decl_param(parser *ps) {
   if (!decl_head(ps, ps->p->nparams, "param", &name)) return false;
   fp_ir_param q = {0};
   q.name = name;
-  q.module = q.bucket = q.comm = q.tab = -1;
+  q.module = q.bucket = q.comm = q.tab = q.tp_dim = -1;
   q.owner = -1;
   q.main.buf = q.grad.buf = q.weight.buf = q.ugrad.buf = q.opt.buf = q.scales.buf = -1;
   q.requires_grad = true;
   q.placement = -1;
   static const char *const keys[] = {"shape", "module", "bucket", "dtypes", "dim",    "comm",  "owner",
                                      "tab",   "chunk",  "main",   "grad",   "weight", "ugrad", "users", "opt",
-                                     "scales", NULL};
+                                     "scales", "tp_dim", NULL};
   unsigned seen = 0;
   bool frozen = false;
   while (!at_eol(ps)) {
@@ -641,7 +641,8 @@ static bool decl_param(parser *ps) {
       case 12: ok = parse_view(ps, &q.ugrad); break;
       case 13: ok = parse_users(ps, &q); break;
       case 14: ok = parse_view(ps, &q.opt); break;
-      default: ok = parse_view(ps, &q.scales); break;
+      case 15: ok = parse_view(ps, &q.scales); break;
+      default: ok = i32_field(ps, &q.tp_dim, "tp_dim"); break;
     }
     if (!ok) return false;
   }
@@ -964,6 +965,7 @@ static bool line(parser *ps) {
     return header_int(ps, INT64_MIN, INT64_MAX, &p->ranks_per_node, "ranks_per_node");
   if (atom_is(s, len, "grad_accumulation"))
     return header_int(ps, INT64_MIN, INT64_MAX, &p->grad_accumulation, "grad_accumulation");
+  if (atom_is(s, len, "tp")) return header_int(ps, INT64_MIN, INT64_MAX, &p->tp, "tp");
   if (atom_is(s, len, "arena_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->arena_bytes, "arena_bytes");
   if (atom_is(s, len, "host_bytes")) return header_int(ps, INT64_MIN, INT64_MAX, &p->host_bytes, "host_bytes");
   if (atom_is(s, len, "hardware")) return header_hw(ps);

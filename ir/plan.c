@@ -184,6 +184,7 @@ static void jparam(wr *w, const fp_prog *p, int32_t i) {
   M_INT(w, false, "owner", q->owner);
   M_INT(w, false, "table", q->tab);
   M_INT(w, false, "chunk", q->chunk);
+  if (q->tp_dim != -1) M_INT(w, false, "tp_dim", q->tp_dim);
   KEY(w, false, "main");
   w_view(w, &q->main);
   KEY(w, false, "grad");
@@ -424,6 +425,7 @@ bool fpi_plan_write(const fp_prog *p, FILE *f) {
   if (p->strategy) write_str(&w, "strategy", p->strategy, false);
   write_int(&w, "world_size", p->world_size);
   write_int(&w, "ranks_per_node", p->ranks_per_node);
+  if (p->tp != 1) write_int(&w, "tp", p->tp);
   write_int(&w, "grad_accumulation", p->grad_accumulation);
   write_int(&w, "arena_bytes", p->arena_bytes);
   write_int(&w, "host_bytes", p->host_bytes);
@@ -876,7 +878,7 @@ static bool rview(rd *r, fp_view *v) {
 /* params */
 static const char *const a_param[] = {"name",  "shape",  "module", "bucket", "main_dtype", "param_dtype", "grad_dtype",
                                       "requires_grad", "placement", "dim", "comm", "owner", "table", "chunk",
-                                      "main",  "grad",   "weight", "ugrad",  "users", "opt", "scales", NULL};
+                                      "main",  "grad",   "weight", "ugrad",  "users", "opt", "scales", "tp_dim", NULL};
 typedef struct { fp_ir_param q; int64_t capusers; } f_param;
 static bool e_user(rd *r, void *ctx, int64_t i) {
   f_param *x = ctx;
@@ -919,6 +921,7 @@ static bool m_param(rd *r, void *ctx, int k) {
     case 17: return rview(r, &q->ugrad);
     case 19: return rview(r, &q->opt);
     case 20: return rview(r, &q->scales);
+    case 21: return rd_i32(r, INT32_MIN, &q->tp_dim);
     default: return farr(r, e_user, x); /* users: module indices */
   }
 }
@@ -927,6 +930,7 @@ static bool e_param(rd *r, void *ctx, int64_t i) {
   f_param x;
   memset(&x, 0, sizeof x);
   x.q.opt.buf = x.q.scales.buf = -1;
+  x.q.tp_dim = -1;
   uint32_t seen, present;
   if (!fobj(r, a_param, 0x3ffff, &seen, &present, m_param, &x)) return false;
   if ((present >> 18 & 1) && !x.q.users) x.q.users = fpi_alloc_array(r->p->arena, 1, sizeof *x.q.users);
@@ -1207,7 +1211,8 @@ static bool f_figures(rd *r) {
 static const char *const a_root[] = {"format", "planner_version", "hash", "model", "strategy", "world_size",
                                      "ranks_per_node", "grad_accumulation", "arena_bytes", "host_bytes", "events",
                                      "memory_budget_bytes", "hardware", "optimizer", "comms", "tables", "buckets", "buffers",
-                                     "lives", "modules", "params", "segments", "ops", "memory_timeline", "figures", NULL};
+                                     "lives", "modules", "params", "segments", "ops", "memory_timeline", "figures", "tp",
+                                     NULL};
 #define ROOT_REQUIRED \
   (((1u << 25) - 1) & ~(1u << 3 | 1u << 4 | 1u << 11 | 1u << 12 | 1u << 13 | 1u << 23 | 1u << 24))
 enum { R_SEGMENTS = 21, R_OPS = 22 };
@@ -1257,6 +1262,7 @@ static bool m_root(rd *r, void *ctx, int k) {
       fp_jv skip;
       return fpi_jp_scalar(r->jp, &skip, false) || syntax(r);
     case 23: return f_memtl(r);
+    case 25: return rd_i64(r, &p->tp);
     default: return f_figures(r);
   }
 }

@@ -108,8 +108,14 @@ fp_status fp_plan_get_info(const fp_plan *plan, fp_plan_info *out) {
       .optimizer = fpi_optim_name(p->optim),
       .optim_states = fpi_optim_states(p->optim),
       .optim_dtype = (fp_elem)p->optim_dtype,
+      .tp_size = p->tp,
   };
   return FP_OK;
+}
+
+int32_t fp_plan_param_tp_dim(const fp_plan *plan, int32_t i) {
+  if (!plan || !plan->prog || i < 0 || i >= plan->prog->nparams) return -2;
+  return plan->prog->params[i].tp_dim;
 }
 
 const char *fp_plan_module_name(const fp_plan *plan, int32_t m) {

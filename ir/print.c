@@ -348,6 +348,7 @@ static void print_header(printer *pr) {
   }
   header_int(o, "world_size", p->world_size);
   header_int(o, "ranks_per_node", p->ranks_per_node);
+  if (p->tp != 1) header_int(o, "tp", p->tp);
   header_int(o, "grad_accumulation", p->grad_accumulation);
   header_int(o, "arena_bytes", p->arena_bytes);
   header_int(o, "host_bytes", p->host_bytes);
@@ -492,6 +493,7 @@ static void param_line(printer *pr, int32_t i) {
     ref(pr, NM_TAB, q->tab);
   }
   if (q->chunk) FIELD(l, "chunk", q->chunk);
+  if (q->tp_dim != -1) FIELD(l, "tp_dim", q->tp_dim);
   if (!q->requires_grad) sb_lit(l, "\tfrozen");
   VIEW(pr, "main", &q->main);
   VIEW(pr, "grad", &q->grad);

@@ -250,6 +250,8 @@ static bool check_header(vctx *v) {
   if (p->world_size < 1 || p->world_size > MAX_WORLD)
     verr(v, FP_VL_PROG, 0, "world_size %" PRId64 " is out of range [1, %d]", p->world_size, MAX_WORLD);
   if (p->ranks_per_node < 1) verr(v, FP_VL_PROG, 0, "ranks_per_node %" PRId64 " must be >= 1", p->ranks_per_node);
+  if (p->tp < 1 || (p->world_size >= 1 && p->world_size % p->tp != 0))
+    verr(v, FP_VL_PROG, 0, "tp %" PRId64 " does not divide world_size %" PRId64, p->tp, p->world_size);
   if (p->grad_accumulation < 1 || p->grad_accumulation > INT32_MAX)
     verr(v, FP_VL_PROG, 0, "grad_accumulation %" PRId64 " must be in [1, %d]", p->grad_accumulation, INT32_MAX);
   if (p->arena_bytes < 0) verr(v, FP_VL_PROG, 0, "arena_bytes %" PRId64 " is negative", p->arena_bytes);
@@ -281,6 +283,11 @@ static void check_comms(vctx *v) {
     } else if (!fpi_mul64(c->size, c->stride, &span) || p->world_size % span != 0) {
       verr(v, FP_VL_COMM, i, "size %" PRId64 " x stride %" PRId64 " does not divide world_size %" PRId64, c->size,
            c->stride, p->world_size);
+    } else if (p->tp > 1 && c->stride % p->tp != 0) {
+      /* the plan's collectives stay inside one tp index: the model's TP
+       * collectives run over the other ranks of a tp group */
+      verr(v, FP_VL_COMM, i, "stride %" PRId64 " is not a multiple of tp %" PRId64 " (a communicator would join ranks "
+           "of different tp indices)", c->stride, p->tp);
     }
   }
   check_unique(v, FP_VL_COMM, "communicator", p->ncomms, comm_nm);
@@ -510,6 +517,9 @@ static void check_params(vctx *v) {
     }
     if (q->dim < 0 || (q->ndim > 0 && q->dim >= q->ndim) || (q->ndim == 0 && q->dim != 0))
       verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
+    if (q->tp_dim != -1 && (p->tp <= 1 || q->tp_dim < 0 || q->tp_dim >= q->ndim))
+      verr(v, FP_VL_PARAM, i, "tp_dim %" PRId32 " is not a dimension of a %d-d param sharded over tp %" PRId64,
+           q->tp_dim, q->ndim, p->tp);
     bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
                    q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */;
     if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))

@@ -96,6 +96,8 @@ typedef struct sctx {
   int32_t nbound;
   uint64_t *cdig;       /* per comm: its digit ranges (0: not a digit range) */
   uint64_t world_dig;
+  uint64_t dp_dig;   /* the digits of one dp group, every tp-th rank (world_dig when tp is 1):
+                      * what a main grad is summed over */
   /* state: per buffer one map shared by every class while it is the same
    * on all (uni[b]: sh[b]), else one per class (st[k * nbufs + b]) */
   cmap *st, *sh;
@@ -363,6 +365,10 @@ static void digits_text(const sctx *s, uint64_t d, char *out, size_t cap) {
     snprintf(out, cap, "all ranks");
     return;
   }
+  if (d == s->dp_dig) {
+    snprintf(out, cap, "the ranks of its dp group");
+    return;
+  }
   size_t n = 0;
   out[0] = 0;
   for (int32_t c = 0; c < s->p->ncomms && n < cap; c++)
@@ -488,6 +494,7 @@ static bool build_classes(sctx *s) {
   /* digits: the bounds 1, W and each comm's stride and stride * size must nest */
   s->bound[s->nbound++] = 1;
   s->bound[s->nbound++] = W;
+  if (p->tp > 1 && W % p->tp == 0) s->bound[s->nbound++] = p->tp; /* tp innermost: a dp group is every tp-th rank */
   for (int32_t c = 0; c < p->ncomms && s->nbound < 64; c++) {
     s->bound[s->nbound++] = p->comms[c].stride;
     if (s->nbound < 64) s->bound[s->nbound++] = p->comms[c].stride * p->comms[c].size;
@@ -500,7 +507,10 @@ static bool build_classes(sctx *s) {
   bool nest = s->bound[s->nbound - 1] == W;
   for (int32_t k = 1; k < s->nbound && nest; k++) nest = s->bound[k] % s->bound[k - 1] == 0;
   if (nest) {
-    for (int32_t k = 0; k + 1 < s->nbound; k++) s->world_dig |= (uint64_t)1 << k;
+    for (int32_t k = 0; k + 1 < s->nbound; k++) {
+      s->world_dig |= (uint64_t)1 << k;
+      if (s->bound[k] >= p->tp) s->dp_dig |= (uint64_t)1 << k;
+    }
     for (int32_t c = 0; c < p->ncomms; c++) {
       int64_t lo = p->comms[c].stride, hi = lo * p->comms[c].size;
       for (int32_t k = 0; k + 1 < s->nbound; k++)
@@ -1379,7 +1389,7 @@ static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
 static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
   const fp_prog *p = s->p;
   const fp_ir_param *q = &p->params[j];
-  double W = (double)p->world_size, A = (double)p->grad_accumulation;
+  double W = (double)(p->world_size / (p->tp > 0 ? p->tp : 1)), A = (double)p->grad_accumulation; /* the dp size */
   if (!q->requires_grad || q->grad.buf < 0 || s->slot_over[j]) return;
       piece e;
       if (!piece_of(s, q, s->rep[k], &e)) return;
@@ -1396,7 +1406,7 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
           if (c->kind == SV_ZERO && s->allslots[j] == 0) continue;
           if (c->kind != SV_GRAD || c->p != j || c->e != e0 + c->lo / gz) snprintf(why, sizeof why, "not its grad");
           else if (c->slots != s->allslots[j]) snprintf(why, sizeof why, "backwards missing");
-          else if (c->digits != s->world_dig) snprintf(why, sizeof why, "ranks missing");
+          else if (c->digits != s->dp_dig) snprintf(why, sizeof why, c->digits & ~s->dp_dig ? "summed over other tp ranks" : "ranks missing");
           else if (c->dt != q->grad_dtype) snprintf(why, sizeof why, "dtype is not the main-grad dtype");
           else if (c->fl & F_INEXACT) snprintf(why, sizeof why, "rounded twice");
           else if (isnan(s->gscale)) {
@@ -1412,8 +1422,9 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
           slots_text(s->allslots[j], sl, sizeof sl);
           serr(s, FP_VL_SEG, seg,
                "at the optimizer (step %d), the main grad of %s elements [%" PRId64 ",%" PRId64 ") in %s on rank %" PRId64
-               " holds %s, needs its grad from backwards {%s} summed over all ranks in %s (%s)",
+               " holds %s, needs its grad from backwards {%s} summed over %s in %s (%s)",
                s->step + 1, q->name, e0 + c->lo / gz, e0 + c->hi / gz, bname(s, q->grad.buf), s->rep[k], d, sl,
+               s->dp_dig == s->world_dig ? "all ranks" : "the ranks of its dp group",
                fpi_dtype_name(q->grad_dtype), why);
           break;
         }

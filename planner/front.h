@@ -25,6 +25,8 @@ typedef struct fp_param {
   fp_dtype dtype;              /* main (optimizer) weight dtype; default fp32 */
   bool requires_grad;          /* default true; false = frozen */
   int module;                  /* index into fp_model.modules */
+  int tp_dim;                  /* v2 "tp": the dim sharded over the mesh's tp ranks; -1 replicated
+                                * (the default). shape is the global shape */
 } fp_param;
 
 typedef struct fp_module {
@@ -131,8 +133,10 @@ typedef struct fp_spec {
   const char *ptr;             /* "" or "/spec" */
   int64_t world_size;          /* default 8 */
   int64_t ranks_per_node;      /* default min(8, world_size) */
+  int64_t tp;                  /* mesh "tp": the tensor-parallel size (tp innermost); default 1.
+                                * FSDP runs over the world_size / tp ranks of each tp index */
   fp_strategy strategy;        /* default full_shard */
-  int64_t intra_node_size;     /* hybrid_shard's shard group size; 0 otherwise */
+  int64_t intra_node_size;     /* hybrid_shard's shard group size (in dp ranks); 0 otherwise */
   fp_placement_spec placement; /* defaults.placement: default shard dim 0 */
   fp_mp mp;                    /* defaults: bf16 / fp32 / fp32 */
   int64_t reshard;             /* defaults.reshard_after_forward: default true */

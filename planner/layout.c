@@ -17,6 +17,7 @@
 #include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
+#include <inttypes.h>
 #include <string.h>
 
 const fp_placement_impl *const fp_placements[FP_NPLACEMENTS] = {
@@ -980,15 +981,60 @@ static bool finish_buckets(fp_layout *L) {
   return true;
 }
 
+/* The model as one rank of a tp group holds it: every param the model
+ * shards over tp ("tp": {"kind": "shard", "dim": d}) with shape[d] / tp,
+ * and the compute of the modules holding one, flops and activations, a
+ * tp-th of the module's (matmuls split over tp exactly; the replicated
+ * norms between them are small: docs/layout.md, "Tensor parallelism").
+ * Everything after the layout plans these local shapes. tp = 1: m itself. */
+static bool localize_tp(fp_layout *L, const fp_model *m, const fp_model **out) {
+  int64_t T = L->spec->tp;
+  *out = m;
+  if (T <= 1) return true;
+  fp_model *lm = fpi_alloc(L->a, sizeof *lm);
+  *lm = *m;
+  lm->params = fpi_alloc_array(L->a, (size_t)m->nparams + 1, sizeof *lm->params);
+  lm->modules = fpi_alloc_array(L->a, (size_t)m->nmodules + 1, sizeof *lm->modules);
+  memcpy(lm->modules, m->modules, (size_t)m->nmodules * sizeof *lm->modules);
+  bool *split = fpi_alloc_array(L->a, (size_t)m->nmodules + 1, sizeof *split);
+  for (int i = 0; i < m->nparams; i++) {
+    const fp_param *p = &m->params[i];
+    fp_param *q = &lm->params[i];
+    *q = *p;
+    if (p->tp_dim < 0) continue;
+    if (p->shape[p->tp_dim] % T)
+      return fpi_layout_error(L, true, fpi_ptr_key(L->a, fpi_ptr_key(L->a, fpi_param_ptr(L->a, m, p), "tp"), "dim"),
+                             "param '%s': dim %d (size %" PRId64 ") is not divisible by the mesh's tp %" PRId64
+                             " (%s: %s/mesh/tp)",
+                             p->name, p->tp_dim, p->shape[p->tp_dim], T, L->spec->src ? L->spec->src->path : "the spec",
+                             L->spec->ptr);
+    q->shape[p->tp_dim] /= T;
+    q->numel /= T;
+    fp_module *M = &lm->modules[p->module];
+    if (!split[p->module]) { /* once per module */
+      split[p->module] = true;
+      M->flops_fwd /= (double)T;
+      M->flops_bwd /= (double)T;
+      M->activation_bytes /= T;
+      M->activation_bytes_checkpointed /= T;
+    }
+  }
+  *out = lm;
+  return true;
+}
+
 bool fpi_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_layout *L) {
   memset(L, 0, sizeof *L);
   L->a = a;
   L->d = d;
   L->model = m;
   L->spec = s;
-  L->world = s->world_size;
-  L->G = s->strategy == FP_HYBRID_SHARD ? s->intra_node_size : s->world_size;
-  L->R = s->world_size / L->G;
+  if (!localize_tp(L, m, &m)) return false;
+  L->model = m;
+  L->T = s->tp;
+  L->world = s->world_size / s->tp;
+  L->G = s->strategy == FP_HYBRID_SHARD ? s->intra_node_size : L->world;
+  L->R = L->world / L->G;
   L->nparams = m->nparams;
   L->params = fpi_alloc_array(a, (size_t)m->nparams + 1, sizeof(fp_lparam));
   int *bucket_of = fpi_alloc_array(a, (size_t)m->nparams + 1, sizeof(int));

@@ -139,9 +139,11 @@ static inline bool fpi_bucket_refreshed(const fp_bucket *B) { return B->persiste
 typedef struct fp_layout {
   fp_arena *a;
   fp_diag *d;
-  const fp_model *model;
+  const fp_model *model;        /* with a tp dimension: the tp-local model (each rank's slices) */
   const fp_spec *spec;
-  int64_t world;                 /* world size */
+  int64_t world;                 /* ranks FSDP runs over: the dp size, world_size / T */
+  int64_t T;                     /* the mesh's tp size: the dp group of a rank is the ranks of its
+                                  * tp index, every T-th (communicator strides are multiples of T) */
   int64_t G;                     /* shard group size (world, or intra_node_size) */
   int64_t R;                     /* replicas of each shard group (world / G) */
   fp_lparam *params;             /* one per model param, model order */

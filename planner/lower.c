@@ -145,9 +145,13 @@ static void setup(fp_lower *lw) {
   P->optim = s->optim;
   P->optim_dtype = s->optim != FP_OPTIM_NONE ? s->optim_dtype : FP_F32;
 
-  lw->c_world = fpi_ir_comm_add(P, "world", L->world, 1);
-  lw->c_shard = L->G == L->world ? lw->c_world : fpi_ir_comm_add(P, "shard", L->G, 1);
-  lw->c_replica = L->R > 1 ? fpi_ir_comm_add(P, "replica", L->R, L->G) : -1;
+  /* with a tp dimension every communicator runs over the ranks of one tp
+   * index: strides in units of T (tp innermost), and "world" is "dp" */
+  int64_t T = L->T;
+  P->tp = T;
+  lw->c_world = fpi_ir_comm_add(P, T > 1 ? "dp" : "world", L->world, T);
+  lw->c_shard = L->G == L->world ? lw->c_world : fpi_ir_comm_add(P, "shard", L->G, T);
+  lw->c_replica = L->R > 1 ? fpi_ir_comm_add(P, "replica", L->R, L->G * T) : -1;
   lw->c_reshard = fpi_alloc_array(lw->a, (size_t)L->nbuckets, sizeof(int));
   lw->unit_tab = fpi_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->unit_tab);
   for (int b = 0; b < L->nbuckets; b++) lw->unit_tab[b] = -1;
@@ -158,7 +162,7 @@ static void setup(fp_lower *lw) {
     const char *name = fpi_sprintf(lw->a, "reshard%lld", (long long)g);
     for (int c = 0; c < P->ncomms; c++)
       if (!strcmp(P->comms[c].name, name)) lw->c_reshard[b] = c;
-    if (lw->c_reshard[b] < 0) lw->c_reshard[b] = fpi_ir_comm_add(P, name, g, 1);
+    if (lw->c_reshard[b] < 0) lw->c_reshard[b] = fpi_ir_comm_add(P, name, g, T);
   }
 
   for (int i = 0; i < m->nmodules; i++) {
@@ -253,6 +257,7 @@ static void setup(fp_lower *lw) {
       q->owner = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
       q->tab = p->tab;
       q->chunk = p->chunk;
+      q->tp_dim = p->mp->tp_dim >= 0 && L->T > 1 ? p->mp->tp_dim : -1;
       const int *bb = lw->bufs[p->bucket];
       q->main = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off};
       if (p->mp->requires_grad) {

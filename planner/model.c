@@ -108,9 +108,42 @@ static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const fp_dtype dtype_vals[] = {FP_F32, FP_BF16, FP_F16};
 
 /* the param object pv (the context's pi of its mi) */
-static bool parse_param(fp_jctx *c, const fp_jv *pv, int module, fp_param *p) {
-  static const char *const keys[] = {"name", "shape", "dtype", "requires_grad", NULL};
-  if (!fpi_j_keys(c, pv, NULL, keys)) return false;
+/* v2 "tp": the param's tensor-parallel placement over the mesh's tp
+ * dimension: {"kind": "shard", "dim": d} (each tp rank holds a contiguous
+ * 1/tp of dim d, as DTensor's Shard(d)) or {"kind": "replicate"} (the
+ * default: every tp rank holds all of it). The shape stays the global one;
+ * the layout checks dim d against the spec's tp. */
+static bool parse_tp(fp_jctx *c, const fp_jv *pv, fp_param *p) {
+  p->tp_dim = -1;
+  if (!fpi_j_has(pv, "tp")) return true;
+  const fp_jv *t = fpi_j_get(pv, "tp");
+  const char *tp = here_key(c, "tp");
+  static const char *const kinds[] = {"replicate", "shard", NULL};
+  static const char *const keys[] = {"kind", "dim", NULL};
+  int k = -1;
+  if (!fpi_j_is_object(c, t, tp) || !fpi_j_keys(c, t, tp, keys) || !fpi_j_enum(c, t, tp, "kind", true, kinds, &k))
+    return false;
+  if (k == 0) {
+    if (fpi_j_has(t, "dim"))
+      return fpi_j_error(c, fpi_ptr_key(c->a, tp, "dim"), "'dim' is only allowed with \"kind\": \"shard\"");
+    return true;
+  }
+  int64_t d = 0;
+  if (!fpi_j_int(c, t, tp, "dim", true, 0, FP_MAX_DIMS - 1, &d)) return false;
+  if (d >= p->ndim)
+    return fpi_j_error(c, fpi_ptr_key(c->a, tp, "dim"), "dim %" PRId64 " is out of range for a param of %d dimension%s",
+                      d, p->ndim, p->ndim == 1 ? "" : "s");
+  p->tp_dim = (int)d;
+  return true;
+}
+
+static bool parse_param(fp_jctx *c, const fp_jv *pv, int module, int version, fp_param *p) {
+  static const char *const keys1[] = {"name", "shape", "dtype", "requires_grad", NULL};
+  static const char *const keys2[] = {"name", "shape", "dtype", "requires_grad", "tp", NULL};
+  if (version == 1 && fpi_j_has(pv, "tp"))
+    return fpi_j_error(c, here_key(c, "tp"), "'tp' (a tensor-parallel placement) needs \"format\": \"%s\" (this file is %s)",
+                      FP_MODEL_FORMAT_V2, FP_MODEL_FORMAT_V1);
+  if (!fpi_j_keys(c, pv, NULL, version == 1 ? keys1 : keys2)) return false;
   if (!fpi_j_str(c, pv, NULL, "name", true, &p->name)) return false;
   const fp_jv *shape;
   size_t nd;
@@ -139,7 +172,7 @@ static bool parse_param(fp_jctx *c, const fp_jv *pv, int module, fp_param *p) {
   p->requires_grad = true;
   if (!fpi_j_bool(c, pv, NULL, "requires_grad", false, &p->requires_grad)) return false;
   p->module = module;
-  return true;
+  return parse_tp(c, pv, p);
 }
 
 /* the module object mv (the context's mi) */
@@ -279,7 +312,7 @@ bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *ro
       x.pi = (int)k;
       if (!fpi_j_is_object(c, pv, NULL)) return false;
       fp_param *p = &out->params[out->nparams];
-      if (!parse_param(c, pv, (int)i, p)) return false;
+      if (!parse_param(c, pv, (int)i, out->version, p)) return false;
       int pprev = ns_put(&pnames, p->name, out->nparams);
       if (pprev >= 0)
         return fpi_j_error(c, here_key(c, "name"), "duplicate param name '%s' (also %s)", p->name,

@@ -634,6 +634,7 @@ static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
   s->model = p->model;
   s->strategy = p->strategy;
   s->world_size = p->world_size;
+  s->tp = p->tp;
   s->buckets = p->nbuckets;
   s->params = p->nparams;
   s->ops = p->nops;
@@ -735,6 +736,7 @@ void fpi_summary_json(const fp_summary *s, FILE *f) {
       fputc(*q, f);
   }
   fprintf(f, "\",\n  \"world_size\": %" PRId64 ",\n  \"strategy\": \"%s\",\n", s->world_size, s->strategy);
+  if (s->tp > 1) fprintf(f, "  \"tp\": %" PRId64 ",\n  \"dp\": %" PRId64 ",\n", s->tp, s->world_size / s->tp);
   fprintf(f, "  \"buckets\": %" PRId64 ",\n  \"params\": %" PRId64 ",\n  \"ops\": %" PRId64 ",\n", s->buckets,
           s->params, s->ops);
   fprintf(f, "  \"collectives\": %" PRId64 ",\n", s->collectives);
@@ -775,9 +777,11 @@ void fpi_summary_text(const fp_summary *s, FILE *f) {
   fputs("flexplan: ", f);
   fpi_fput_name(f, s->model);
   fprintf(f, ": %s on %" PRId64 " ranks\n", s->strategy, s->world_size);
+  fpi_ir_mesh_text(f, "  ", s->world_size, s->tp);
   fprintf(f, "  %" PRId64 " params in %" PRId64 " buckets; %" PRId64 " ops, %" PRId64 " collectives per step\n",
           s->params, s->buckets, s->ops, s->collectives);
-  fprintf(f, "  per rank (the rank that needs most):\n");
+  fprintf(f, s->tp > 1 ? "  per rank (the rank that needs most; its tp-local slices):\n"
+                       : "  per rank (the rank that needs most):\n");
   gib(f, "main weights (shard)", s->param_shard_bytes);
   gib(f, "main grads (shard)", s->grad_shard_bytes);
   if (s->optimizer_dtype) {

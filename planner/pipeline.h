@@ -60,6 +60,7 @@ bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, f
 typedef struct fp_summary {
   const char *model, *strategy;
   int64_t world_size, buckets, params, ops, collectives;
+  int64_t tp;                   /* the mesh's tp size (1: none); per-rank bytes are tp-local */
   int64_t param_shard_bytes, grad_shard_bytes, persistent_bytes, comm_bytes_per_rank;
   const char *optimizer;        /* the optimizer whose state the plan holds ("none", "sgd", "adamw") */
   const char *optimizer_dtype;  /* its state dtype (NULL: none) */

@@ -940,6 +940,13 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   if (o->from_offset < 0 || o->from_offset > to->world_size + o->to_offset)
     fpi_diag_errorf(d, "reshard", "--from-offset %" PRId64 ": must lie in [0, %" PRId64 "] (after TO's last rank at most)",
                    o->from_offset, to->world_size + o->to_offset);
+  /* a tp-local slice is another tensor on every tp index: the transfer
+   * planner maps whole params between dp layouts only */
+  if (from->tp > 1 || to->tp > 1)
+    ERR_AT(from->tp > 1 ? fs : ts, from->tp > 1 ? fname : tname, "/tp",
+           "the plan has a tp dimension (tp %" PRId64 "): resharding between plans with tensor parallelism is not "
+           "supported yet; move the weights through a checkpoint (flexplan.torch state_dict / DCP)",
+           from->tp > 1 ? from->tp : to->tp);
   if (strcmp(from->model ? from->model : "", to->model ? to->model : "") != 0)
     ERR_AT(ts, tname, "/model", "the plans are of different models: '%s' (%s) and '%s'", from->model ? from->model : "",
            fname, to->model ? to->model : "");

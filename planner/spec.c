@@ -29,6 +29,7 @@ static void set_defaults(fp_spec *s) {
   s->ptr = "";
   s->world_size = 8;
   s->ranks_per_node = 8;
+  s->tp = 1;
   s->strategy = FP_FULL_SHARD;
   s->placement.kind = FP_PL_SHARD;
   s->placement.dim = 0;
@@ -303,7 +304,7 @@ bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
   if (fpi_j_has(root, "mesh")) {
     const fp_jv *m = fpi_j_get(root, "mesh");
     const char *mp = fpi_ptr_key(a, ptr, "mesh");
-    static const char *const mkeys[] = {"world_size", "ranks_per_node", NULL};
+    static const char *const mkeys[] = {"world_size", "ranks_per_node", "tp", NULL};
     if (!fpi_j_is_object(c, m, mp) || !fpi_j_keys(c, m, mp, mkeys)) return false;
     if (!fpi_j_int(c, m, mp, "world_size", false, 1, FP_MAX_WORLD, &out->world_size)) return false;
     /* default: the largest divisor of world_size that is <= 8 (every node
@@ -321,6 +322,18 @@ bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
                         "world_size %" PRId64 " is not a multiple of ranks_per_node %" PRId64
                         " (every node runs the same number of ranks)",
                         out->world_size, out->ranks_per_node);
+    /* the tensor-parallel dimension: tp consecutive ranks (tp innermost,
+     * as torch's init_device_mesh((W // T, T), ("dp", "tp")) orders them) */
+    if (!fpi_j_int(c, m, mp, "tp", false, 1, FP_MAX_WORLD, &out->tp)) return false;
+    const char *tpp = fpi_ptr_key(a, mp, "tp");
+    if (out->world_size % out->tp)
+      return fpi_j_error(c, tpp, "tp %" PRId64 " does not divide world_size %" PRId64, out->tp, out->world_size);
+    if (out->ranks_per_node % out->tp)
+      return fpi_j_error(c, tpp,
+                        "a tp group of %" PRId64 " ranks would cross a node boundary (ranks_per_node %" PRId64
+                        "): tensor parallelism's per-layer collectives need the node's own links, so tp must "
+                        "divide ranks_per_node (set ranks_per_node to the size of one NVLink domain)",
+                        out->tp, out->ranks_per_node);
   }
 
   /* strategy and hybrid_shard */
@@ -336,12 +349,16 @@ bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
     if (!fpi_j_is_object(c, h, hp) || !fpi_j_keys(c, h, hp, hkeys)) return false;
     if (!fpi_j_int(c, h, hp, "intra_node_size", true, 1, FP_MAX_WORLD, &out->intra_node_size)) return false;
     const char *ip = fpi_ptr_key(a, hp, "intra_node_size");
-    if (out->intra_node_size > out->world_size)
-      return fpi_j_error(c, ip, "intra_node_size %" PRId64 " is larger than world_size %" PRId64,
-                        out->intra_node_size, out->world_size);
-    if (out->world_size % out->intra_node_size)
-      return fpi_j_error(c, ip, "world_size %" PRId64 " is not a multiple of intra_node_size %" PRId64,
-                        out->world_size, out->intra_node_size);
+    /* with a tp dimension the shard group counts dp ranks (one per tp
+     * group): replicate x shard x tp = world_size */
+    int64_t dp = out->world_size / out->tp;
+    const char *dpw = out->tp > 1 ? "the dp size (world_size / tp)" : "world_size";
+    if (out->intra_node_size > dp)
+      return fpi_j_error(c, ip, "intra_node_size %" PRId64 " is larger than %s %" PRId64, out->intra_node_size, dpw,
+                        dp);
+    if (dp % out->intra_node_size)
+      return fpi_j_error(c, ip, "%s %" PRId64 " is not a multiple of intra_node_size %" PRId64, dpw, dp,
+                        out->intra_node_size);
   } else if (fpi_j_has(root, "hybrid_shard")) {
     return fpi_j_error(c, hp, "'hybrid_shard' is only allowed with strategy \"hybrid_shard\" (strategy is \"%s\")",
                       fp_strategy_names[out->strategy]);

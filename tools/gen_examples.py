@@ -123,7 +123,8 @@ class Model:
 
   def json(self):
     # v2 only where a v2 member is used ("uses": tied weights)
-    v2 = any("uses" in m or "activation_bytes_checkpointed" in m for m in self.modules)
+    v2 = any("uses" in m or "activation_bytes_checkpointed" in m or any("tp" in p for p in m["params"])
+             for m in self.modules)
     out = {"format": "flexplan.model.v2" if v2 else "flexplan.model.v1", "name": self.name, "modules": self.modules}
     if self.order is not None:
       out["forward_order"] = self.order
@@ -203,12 +204,32 @@ def act_lm_head(T, d, vocab):
   return BF16 * T * d + (2 + 4) * T * vocab
 
 
-def llama3(size, world, strategy, extra_spec, b, s, full_ac):
+# torchtitan's tensor-parallel plan for Llama 3 (parallelize_llama): q/k/v and
+# w1/w3 ColwiseParallel (weight [out, in] split along out: Shard(0)), wo and w2
+# RowwiseParallel (split along in: Shard(1)), the embedding RowwiseParallel
+# (its [vocab, dim] weight split along vocab: Shard(0)), the output projection
+# ColwiseParallel (Shard(0)); the norms stay whole on every tp rank
+LLAMA3_TP = {"attention.wq": 0, "attention.wk": 0, "attention.wv": 0, "attention.wo": 1,
+             "feed_forward.w1": 0, "feed_forward.w3": 0, "feed_forward.w2": 1,
+             "tok_embeddings": 0, "output": 0}
+
+
+def tp_mark(params):
+  """the params of torchtitan's Llama TP plan, marked with their tp dim"""
+  for p in params:
+    base = p["name"].rsplit(".", 1)[0]
+    key = base.split(".", 2)[2] if base.startswith("layers.") else base
+    if key in LLAMA3_TP:
+      p["tp"] = {"kind": "shard", "dim": LLAMA3_TP[key]}
+  return params
+
+
+def llama3(size, world, strategy, extra_spec, b, s, full_ac, tp=1, name=None):
   d, L, H, KV, F = LLAMA3[size]
   hd = d // H
   kvd = KV * hd
   T = b * s
-  m = Model("llama3-" + size)
+  m = Model(name or "llama3-" + size)
   m.module("tok_embeddings", [P("tok_embeddings.weight", LLAMA3_VOCAB, d)],
            flops=T * d, act=8 * T)  # saves the int64 token ids
   blk_mm = d * d + 2 * kvd * d + d * d + 3 * F * d
@@ -228,13 +249,18 @@ def llama3(size, world, strategy, extra_spec, b, s, full_ac):
   m.module("output", lin("output", LLAMA3_VOCAB, d),
            flops=2 * T * LLAMA3_VOCAB * d, act=act_lm_head(T, d, LLAMA3_VOCAB))
   assert m.numel() == LLAMA3_TOTAL[size], (size, m.numel())
+  if tp > 1:
+    for mod in m.modules:
+      tp_mark(mod["params"])
   sp = spec(world, strategy, **extra_spec)
+  if tp > 1:
+    sp["mesh"]["tp"] = tp
   sp["buckets"] = [
       {"name": "embed", "params": ["tok_embeddings.*"]},
       {"name": "block", "params": ["layers.*"], "split": "per_module"},
       {"name": "head", "params": ["norm.*", "output.*"]},
   ]
-  sp["prefetch"] = {"forward": 1, "backward": 1}
+  sp["prefetch"] = sp.pop("prefetch", {"forward": 1, "backward": 1})
   for k in ("grad_accumulation", "memory_budget_bytes", "hardware"):
     if k in extra_spec:
       sp[k] = sp.pop(k)  # keep a stable, readable key order
@@ -534,6 +560,15 @@ def examples():
   ex["llama3-405b"] = llama3("405b", 16384, "hybrid_shard", {
       "hybrid_shard": {"intra_node_size": 8},
       "hardware": {"preset": "h100-sxm"}}, LLAMA_B, LLAMA_S, full_ac=True)
+  # FSDP x TP as torchtitan trains them: 70B as FSDP 32 x TP 8, 405B with
+  # tp 8 inside each node, sharded over 32 dp ranks and replicated 64 times (HSDP)
+  ex["llama3-70b-tp8"] = llama3("70b", 256, "full_shard", {
+      "prefetch": {"forward": "auto", "backward": "auto"}, "grad_accumulation": 2,
+      "memory_budget_bytes": 80 * GiB, "hardware": {"preset": "h100-sxm"}}, LLAMA_B, LLAMA_S, full_ac=True, tp=8,
+      name="llama3-70b-tp8")
+  ex["llama3-405b-tp8"] = llama3("405b", 16384, "hybrid_shard", {
+      "hybrid_shard": {"intra_node_size": 32},
+      "hardware": {"preset": "h100-sxm"}}, LLAMA_B, LLAMA_S, full_ac=True, tp=8, name="llama3-405b-tp8")
   ex["deepseek-v3-16b"] = deepseek_v3_16b(LLAMA_B, LLAMA_S)
   ex["mixtral-8x7b"] = mixtral_8x7b(LLAMA_B, LLAMA_S)
   ex["paligemma-3b-224"] = paligemma_3b(VLM_B, VLM_TEXT)

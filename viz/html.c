@@ -114,6 +114,7 @@ static void write_meta(FILE *f, const fp_viz *v) {
   fpi_jw_str(f, p->strategy);
   fprintf(f, ",\"world_size\":%" PRId64 ",\"ranks_per_node\":%" PRId64 ",\"grad_accumulation\":%" PRId64,
           p->world_size, p->ranks_per_node, p->grad_accumulation);
+  if (p->tp > 1) fprintf(f, ",\"tp\":%" PRId64, p->tp);
   fprintf(f, ",\"hash\":\"fnv1a64:%016" PRIx64 "\",\"hardware\":", v->hash);
   fpi_jw_str(f, v->hw.name);
   fputs(",\"step_us\":", f);
@@ -304,9 +305,16 @@ bool fpi_viz_html(const fp_viz *v, FILE *f) {
   fpi_html_text(f, p->model ? p->model : "plan");
   fputs("</h1> <span class=\"sub\">", f);
   fpi_html_text(f, p->strategy ? p->strategy : "");
-  fprintf(f, ", %" PRId64 " ranks, modeled on ", p->world_size);
+  fprintf(f, ", %" PRId64 " ranks", p->world_size);
+  if (p->tp > 1) fprintf(f, " (dp %" PRId64 " x tp %" PRId64 ", bytes per rank tp-local)", p->world_size / p->tp, p->tp);
+  fputs(", modeled on ", f);
   fpi_html_text(f, v->hw.name ? v->hw.name : "?");
   fprintf(f, "; plan fnv1a64:%016" PRIx64 "; every time on this page is modeled, not measured</span></header>\n", v->hash);
+  if (p->tp > 1) { /* the dp groups, per tp index (digits and words only: no escaping needed) */
+    fputs("<pre class=\"mesh\">", f);
+    fpi_ir_mesh_text(f, "", p->world_size, p->tp);
+    fputs("</pre>\n", f);
+  }
   fputs("<noscript><p>This page draws the plan with JavaScript.</p></noscript>\n<div id=\"app\"></div>\n"
         "<script type=\"application/json\" id=\"fpdata\">\n",
         f);

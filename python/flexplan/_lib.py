@@ -111,6 +111,7 @@ class fp_plan_info(ctypes.Structure):
         ("optimizer", ctypes.c_char_p),
         ("optim_states", ctypes.c_int32),
         ("optim_dtype", ctypes.c_int),
+        ("tp_size", ctypes.c_int64),
     ]
 
 
@@ -315,6 +316,7 @@ SIGNATURES = {
     "fp_plan_module_name": (_cs, [_vp, ctypes.c_int32]),
     "fp_plan_module_index": (ctypes.c_int32, [_vp, _cs]),
     "fp_plan_module_recompute": (ctypes.c_int, [_vp, ctypes.c_int32]),
+    "fp_plan_param_tp_dim": (ctypes.c_int32, [_vp, ctypes.c_int32]),
     "fp_plan_module_uses": (ctypes.c_int32, [_vp, ctypes.c_int32, _P(ctypes.c_int32), ctypes.c_int32]),
     "fp_plan_segment_at": (_st, [_vp, ctypes.c_int32, _P(fp_plan_segment)]),
     # executors

@@ -59,7 +59,8 @@ class Plan:
     def info(self):
         """The plan's figures as a dict: model, strategy, world_size,
         grad_accumulation, arena_bytes, host_bytes, modules, params, segments,
-        ops, hash (the content hash, "fnv1a64:<16 hex>")."""
+        ops, hash (the content hash, "fnv1a64:<16 hex>"), optimizer, tp (the
+        mesh's tensor-parallel size, 1 without one)."""
         i = L.fp_plan_info()
         L.check(L.lib().fp_plan_get_info(self._handle, ctypes.byref(i)), lambda: self.errmsg)
         return {
@@ -75,6 +76,7 @@ class Plan:
             "ops": i.nops,
             "hash": "fnv1a64:%016x" % i.hash,
             "optimizer": L.text(i.optimizer) or "none",
+            "tp": i.tp_size,
         }
 
     @property
@@ -93,6 +95,19 @@ class Plan:
             if n is None:
                 return out
             out.append(L.text(n))
+
+    @property
+    def tp_size(self):
+        """The mesh's tensor-parallel size (1 without a tp dimension)."""
+        return self.info["tp"]
+
+    def param_tp_dim(self, i):
+        """The dim of param i's global tensor split over the tp ranks, or
+        None when every tp rank holds all of it (replicated over tp)."""
+        d = L.lib().fp_plan_param_tp_dim(self._handle, int(i))
+        if d == -2:
+            raise IndexError(f"param index {i} out of range")
+        return None if d < 0 else d
 
     def module_index(self, name):
         """The index of a module name; KeyError when the plan has none."""

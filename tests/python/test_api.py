@@ -394,3 +394,21 @@ def test_plan_segments_from_the_library(tmp_path, cli, spec_extra):
     assert lib.fp_plan_segment_at(None, 0, ctypes.byref(seg)) == 1
     assert lib.fp_plan_segment_at(plan._handle, 0, None) == 1
     plan.close()
+
+
+
+def test_tp_mesh_from_the_library():
+    """A plan on a dp x tp mesh: the tp size and each param's tp dim come
+    from the library (a plan without tp says 1 and None)."""
+    path = os.path.join(SOURCE_DIR, "tests", "golden", "tp_full_shard.json")
+    doc = json.load(open(path))
+    with flexplan.compile(doc["model"], doc["spec"]) as plan:
+        assert plan.tp_size == 2 and plan.info["tp"] == 2
+        params = [p for m in doc["model"]["modules"] for p in m["params"]]
+        for i, p in enumerate(params):
+            tp = p.get("tp", {"kind": "replicate"})
+            assert plan.param_tp_dim(i) == (tp["dim"] if tp["kind"] == "shard" else None), p["name"]
+        with pytest.raises(IndexError):
+            plan.param_tp_dim(len(params))
+    with flexplan.compile(*split(TINY)) as plain:
+        assert plain.tp_size == 1 and plain.param_tp_dim(0) is None
