@@ -830,6 +830,18 @@ static bool check_op_structure(vctx *v, int32_t i) {
            p->tabs[op->tab].name, p->tabs[op->tab].n, p->comms[op->comm].name, p->comms[op->comm].size);
     else if (!v->tabs[op->tab].ok)
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
+    else if (op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V) {
+      /* the members' extents tile the gathered (scattered) span in rank
+       * order, as the executor's v-collectives and rule 9 take them: a gap
+       * would be bytes no member writes, an overlap two writers */
+      const fp_ir_table *t = &p->tabs[op->tab];
+      for (int64_t g = 0, at = 0; g < t->n; at = t->off[g] + t->cnt[g], g++)
+        if (t->off[g] != at) {
+          verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", needs %" PRId64
+               " (the members' extents tile the span in rank order)", on, t->name, g, t->off[g], at);
+          break;
+        }
+    }
   }
   if (op->code == FP_OP_COPY || fpi_op_regions(op->code)) {
     if (sh.rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, sh.rows);
