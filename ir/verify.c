@@ -11,7 +11,15 @@
  *     table covers the op array in order; step_begin first, pre_optimizer
  *     and post_optimizer last; module segments name a module.
  *  2. operands in bounds on every rank (the op's extent per operand; linear
- *     regions at g = 0 and g = G-1, table-relative ones at every g).
+ *     regions at g = 0 and g = G-1, table-relative ones at every g), and
+ *     element-aligned: every operand offset, per-rank stride and row pitch,
+ *     and every param view, a multiple of its dtype's element size (bytes
+ *     read half an element off are another number). Every param's layout
+ *     as the spec's placement makes it and the executor cuts it: a shard's
+ *     chunk ceil(dim / G) rows, a ragged param's extents tiling the
+ *     flattened param in rank order with chunk their largest, an owned or
+ *     replicated param's chunk its size, a flat bucket's one chunk
+ *     ceil(end / G) aligned to FP_PARAM_ALIGN bytes.
  *  3. dtypes and bytes: casts between float types, reductions only of
  *     reducible dtypes (MXFP8 is never reduced), in-place forms as NCCL
  *     allows them, otherwise src and dst never overlap.
@@ -390,6 +398,9 @@ static void check_view(vctx *v, int32_t i, const char *role, const fp_view *w, i
   if (w->off < 0 || !fpi_mul64(elems, dsize(dt), &bytes) || !fpi_add64(w->off, bytes, &end) || end > cap)
     verr(v, FP_VL_PARAM, i, "%s view [%" PRId64 ", +%" PRId64 " %s elements) lies outside buffer '%s' (%" PRId64 " bytes)",
          role, w->off, elems, fpi_dtype_name(dt), bufname(p, w->buf), cap);
+  else if (dsize(dt) > 0 && w->off % dsize(dt))
+    verr(v, FP_VL_PARAM, i, "%s view offset %" PRId64 " in buffer '%s' is not a multiple of the %s element size (%d bytes)",
+         role, w->off, bufname(p, w->buf), fpi_dtype_name(dt), (int)dsize(dt));
 }
 
 /* the optimizer state of trainable param i: present exactly when the program
@@ -420,7 +431,12 @@ static void check_opt_view(vctx *v, int32_t i, const fp_ir_param *q, int64_t ele
     verr(v, FP_VL_PARAM, i, "opt view: buffer '%s' is not a persistent optimizer_state buffer", B->name);
     return;
   }
-  int64_t plane = B->bytes / states, bytes, end;
+  int64_t plane = B->bytes / states, bytes, end, oz = dsize(p->optim_dtype);
+  if (oz > 0 && (q->opt.off % oz || plane % oz)) {
+    verr(v, FP_VL_PARAM, i, "opt view offset %" PRId64 " or state plane %" PRId64 " bytes in '%s' is not a multiple of the "
+         "%s element size (%d bytes)", q->opt.off, plane, B->name, fpi_dtype_name(p->optim_dtype), (int)oz);
+    return;
+  }
   if (B->bytes % states)
     verr(v, FP_VL_PARAM, i, "opt view: buffer '%s' (%" PRId64 " bytes) is not %d equal state planes", B->name,
          B->bytes, states);
@@ -470,6 +486,103 @@ static void check_mxfp8(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel)
   else if (q->scales.buf == q->main.buf && q->scales.off < q->main.off + numel && q->main.off < end)
     verr(v, FP_VL_PARAM, i, "scales view [%" PRId64 ", %" PRId64 ") overlaps the param's e4m3 elements [%" PRId64
                             ", %" PRId64 ")", q->scales.off, end, q->main.off, q->main.off + numel);
+}
+
+/* the layout the spec's placement gives param i (planner/placements/, the
+ * flat space of planner/layout.c) and the executor cuts (executor/exec.c
+ * shard_of): recomputed from the shape and the group size and compared, so
+ * that a plan the executor would refuse at setup, or one whose pieces miss
+ * or repeat elements, fails here first */
+static void check_layout(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel) {
+  const fp_prog *p = v->p;
+  const char *pn = fpi_ir_placement_name(q->placement);
+  if (q->placement == FP_PL_REPLICATE) {
+    if (q->chunk != numel && q->chunk != 0)
+      verr(v, FP_VL_PARAM, i, "replicate chunk %" PRId64 " is not the param's %" PRId64 " elements", q->chunk, numel);
+    return;
+  }
+  if (q->comm < 0 || q->comm >= p->ncomms) {
+    verr(v, FP_VL_PARAM, i, "%s param '%s' has no communicator to shard over", pn, q->name);
+    return;
+  }
+  int64_t G = p->comms[q->comm].size;
+  if (G < 1) return; /* the communicator's own check reports it */
+  switch (q->placement) {
+    case FP_PL_SHARD: {
+      int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
+      int64_t shape_d = q->ndim > 0 ? q->shape[d] : 1, oi = 1, want;
+      for (int k = 0; k < nd && q->ndim > 0; k++)
+        if (k != d) oi *= q->shape[k]; /* a factor of numel: fits */
+      if (!fpi_mul64(fpi_ceil_div(shape_d, G), oi, &want)) return;
+      if (q->chunk != want)
+        verr(v, FP_VL_PARAM, i, "shard chunk %" PRId64 " is not the layout's ceil(%" PRId64 " / %" PRId64 ") x %" PRId64
+             " = %" PRId64 " elements (dim %d over comm '%s')", q->chunk, shape_d, G, oi, want, d, p->comms[q->comm].name);
+      return;
+    }
+    case FP_PL_RAGGED: {
+      if (q->tab < 0 || q->tab >= p->ntabs || !v->tabs[q->tab].ok) {
+        verr(v, FP_VL_PARAM, i, "ragged_shard param '%s' has no valid extent table", q->name);
+        return;
+      }
+      const fp_ir_table *t = &p->tabs[q->tab];
+      if (t->n != G) {
+        verr(v, FP_VL_PARAM, i, "extent table '%s' has %" PRId64 " entries, comm '%s' %" PRId64 " ranks", t->name, t->n,
+             p->comms[q->comm].name, G);
+        return;
+      }
+      int64_t at = 0, most = 0;
+      for (int64_t g = 0; g < G; g++) {
+        if (t->off[g] != at) {
+          verr(v, FP_VL_PARAM, i, "extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", needs %" PRId64
+               " (the ragged extents tile the flattened param in rank order)", t->name, g, t->off[g], at);
+          return;
+        }
+        at = t->off[g] + t->cnt[g]; /* the table's check: no overflow */
+        if (t->cnt[g] > most) most = t->cnt[g];
+      }
+      if (at != numel)
+        verr(v, FP_VL_PARAM, i, "extent table '%s' covers %" PRId64 " elements, the param has %" PRId64, t->name, at,
+             numel);
+      else if (q->chunk != most)
+        verr(v, FP_VL_PARAM, i, "ragged_shard chunk %" PRId64 " is not the largest extent of table '%s' (%" PRId64 ")",
+             q->chunk, t->name, most);
+      return;
+    }
+    case FP_PL_OWNED:
+      if (q->owner < 0 || q->owner >= G)
+        verr(v, FP_VL_PARAM, i, "owned param '%s': owner %" PRId64 " is not a rank of comm '%s' (size %" PRId64 ")",
+             q->name, q->owner, p->comms[q->comm].name, G);
+      else if (q->chunk != numel)
+        verr(v, FP_VL_PARAM, i, "owned chunk %" PRId64 " is not the param's %" PRId64 " elements", q->chunk, numel);
+      return;
+    case FP_PL_FLAT: {
+      /* the bucket's flat space: every flat param of its main buffer, end to end */
+      int64_t es = dsize(q->param_dtype), end = 0, want, ae = FP_PARAM_ALIGN / (es > 0 ? es : 1);
+      if (es < 1 || q->weight.buf < 0) return; /* reported with the views */
+      for (int32_t j = 0; j < p->nparams; j++) {
+        const fp_ir_param *o = &p->params[j];
+        if (o->placement != FP_PL_FLAT || o->main.buf != q->main.buf || o->weight.buf < 0 || o->ndim < 0 || o->ndim > 8)
+          continue;
+        if (o->comm != q->comm || dsize(o->param_dtype) != es) {
+          verr(v, FP_VL_PARAM, i, "flat_shard params '%s' and '%s' share main buffer '%s' but not their comm and dtype",
+               q->name, o->name, bufname(p, q->main.buf));
+          return;
+        }
+        int64_t n = 1, e;
+        for (int k = 0; k < o->ndim; k++)
+          if (o->shape[k] < 1 || !fpi_mul64(n, o->shape[k], &n)) return; /* its own check reports it */
+        if (!fpi_add64(o->weight.off / es, n, &e)) return;
+        if (e > end) end = e;
+      }
+      if (!fpi_align64(fpi_ceil_div(end, G), ae, &want)) return;
+      if (q->chunk != want)
+        verr(v, FP_VL_PARAM, i, "flat_shard chunk %" PRId64 " is not the layout's ceil(%" PRId64 " / %" PRId64
+             ") elements aligned to %" PRId64 " = %" PRId64 " (the flat space of main buffer '%s')",
+             q->chunk, end, G, ae, want, bufname(p, q->main.buf));
+      return;
+    }
+    default: return;
+  }
 }
 
 static void check_params(vctx *v) {
@@ -530,6 +643,8 @@ static void check_params(vctx *v) {
     check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
     check_opt_view(v, i, q, sharded ? q->chunk : 0);
     check_mxfp8(v, i, q, numel);
+    if (q->placement >= 0 && q->placement < FP_IR_NPLACEMENTS && (q->main.buf >= 0 || q->placement != FP_PL_REPLICATE))
+      check_layout(v, i, q, numel);
   }
   check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
 }
@@ -725,6 +840,18 @@ static bool check_op_structure(vctx *v, int32_t i) {
            p->tabs[op->tab].name, p->tabs[op->tab].n, p->comms[op->comm].name, p->comms[op->comm].size);
     else if (!v->tabs[op->tab].ok)
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
+    else if (op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V) {
+      /* the members' extents tile the gathered (scattered) span in rank
+       * order, as the executor's v-collectives and rule 9 take them: a gap
+       * would be bytes no member writes, an overlap two writers */
+      const fp_ir_table *t = &p->tabs[op->tab];
+      for (int64_t g = 0, at = 0; g < t->n; at = t->off[g] + t->cnt[g], g++)
+        if (t->off[g] != at) {
+          verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", needs %" PRId64
+               " (the members' extents tile the span in rank order)", on, t->name, g, t->off[g], at);
+          break;
+        }
+    }
   }
   if (op->code == FP_OP_COPY || fpi_op_regions(op->code)) {
     if (sh.rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, sh.rows);
@@ -843,6 +970,25 @@ static void check_op_operands(vctx *v, int32_t i) {
     case FP_OP_REDUCE: inplace = IP_SAME; break;
     case FP_OP_ADD: inplace = IP_SAME_DT; break;
     default: break;
+  }
+  /* element alignment: where an operand starts on any rank (its offset, the
+   * per-rank stride, a table entry times the element size, each row's
+   * pitch), a whole number of its elements */
+  fp_op_shape ash = fpi_op_shape_of(p, op);
+  for (int k = 0; k < 3; k++) {
+    int w = 1 << k;
+    if (!(need & w)) continue;
+    const fp_region *r = operand(op, w);
+    fp_dtype dt = opnd_dtype(op, w);
+    int64_t z = dsize(dt), pitch = w == OPND_DST ? ash.dpitch : w == OPND_SRC ? ash.spitch : 0;
+    if (z <= 1) continue;
+    const char *what = r->off % z ? "offset" : r->stride % z ? "per-rank stride" : pitch % z ? "row pitch" : NULL;
+    if (what) {
+      verr(v, FP_VL_OP, i, "%s: %s %s %" PRId64 " in buffer '%s' is not a multiple of the %s element size (%d bytes)",
+           on, opnd_name(w), what, r->off % z ? r->off : r->stride % z ? r->stride : pitch, p->bufs[r->buf].name,
+           fpi_dtype_name(dt), (int)z);
+      return;
+    }
   }
   int overlap_case[3][3]; /* per pair: disjointness case at the first g (0 none yet) */
   memset(overlap_case, 0, sizeof overlap_case);

@@ -185,6 +185,20 @@ static void expect_create_fails(const char *what, tprog *t, int world, fp_status
   fpi_arena_free(t->a);
 }
 
+/* ---- layouts the executor would refuse at setup: the loader's verifier refuses them first ---- */
+static void expect_load_fails(const char *what, tprog *t, const char *frag) {
+  char path[256];
+  tp_write(t, path, sizeof path);
+  fp_plan *plan = NULL;
+  fp_status st = fp_plan_load(path, &plan);
+  unlink(path);
+  EXPECT(st == FP_ERR_PLAN, "%s: status %s", what, fp_status_name(st));
+  EXPECT(strstr(fp_plan_errmsg(plan), frag) && strstr(fp_plan_errmsg(plan), ": error: /params/0: "),
+         "%s: message '%s' lacks '%s'", what, fp_plan_errmsg(plan), frag);
+  fp_plan_free(plan);
+  fpi_arena_free(t->a);
+}
+
 static void unusable_plans(void) {
   tprog t = base();
   t.p->bufs[1].offset = -1; /* not memory-planned: the verifier allows it */
@@ -192,15 +206,15 @@ static void unusable_plans(void) {
 
   t = base();
   t.p->params[0].chunk = 60; /* does not split 4*W rows of 16 */
-  expect_create_fails("inconsistent shard chunk", &t, tu_world, FP_ERR_PLAN, "does not split");
+  expect_load_fails("inconsistent shard chunk", &t, "shard chunk 60 is not the layout's ceil(");
 
   t = base();
   t.p->params[0].placement = 2; /* owned, but no owner */
-  expect_create_fails("owned without an owner", &t, tu_world, FP_ERR_PLAN, "owner");
+  expect_load_fails("owned without an owner", &t, "owner -1 is not a rank of comm");
 
   t = base();
   t.p->params[0].placement = 1; /* ragged without a table */
-  expect_create_fails("ragged without a table", &t, tu_world, FP_ERR_PLAN, "no extent table");
+  expect_load_fails("ragged without a table", &t, "has no valid extent table");
 
   t = base_w(tu_world + 1);
   expect_create_fails("a plan for another world size", &t, tu_world, FP_ERR_PLAN, "the plan is for");

@@ -1097,7 +1097,34 @@ static void m_table_n(kit *k) { k->p->tabs[0].n = 1; }
 /* rule 2: bounds */
 static void m_ag_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_ALL_GATHER, 0)].count = 65; }
 static void m_copy_bounds(kit *k) { k->p->shapes[k->p->ops[find_op(k->p, FP_OP_COPY, 0)].shape].rows = 5; }
-static void m_tab_entry(kit *k) { k->p->tabs[0].off[1] = 65; }
+/* an op's extent table moved past the buffer (the ragged param keeps a
+ * correct table of its own, so only the op's bounds are wrong) */
+static void m_tab_entry(kit *k) {
+  int64_t off[2] = {0, 64}, cnt[2] = {64, 64};
+  k->p->params[1].tab = fpi_ir_table_add(k->p, "t.param", 2, off, cnt);
+  k->p->tabs[0].cnt[1] = 65;
+}
+static void m_vtab_gap(kit *k) {
+  int64_t off[2] = {0, 64}, cnt[2] = {64, 64};
+  k->p->params[1].tab = fpi_ir_table_add(k->p, "t.param", 2, off, cnt);
+  k->p->tabs[0].off[1] = 65;
+}
+/* rule 2: element alignment (an operand or a view half an element off) */
+static void m_off_half(kit *k) { k->p->ops[find_op(k->p, FP_OP_MEMSET, 0)].dst.off = 2; }
+static void m_src_off3(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].src.off += 3; }
+static void m_stride_half(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].dst.stride = 129; }
+static void m_view_half(kit *k) { k->p->params[1].main.off = 1; }
+/* rule 2: the layout the placement implies */
+static void m_shard_chunk(kit *k) { k->p->params[0].chunk = 63; }
+static void m_ragged_shift(kit *k) { k->p->tabs[0].off[0] = 1; }
+static void m_ragged_cover(kit *k) { k->p->tabs[0].cnt[1] = 63; }
+static void m_ragged_chunk(kit *k) { k->p->params[1].chunk = 65; }
+static void m_owned_chunk(kit *k) { k->p->params[1].placement = 2; /* owned */ }
+static void m_owned_owner(kit *k) {
+  k->p->params[1].placement = 2; /* owned */
+  k->p->params[1].chunk = 128;
+  k->p->params[1].owner = -1;
+}
 static void m_aux_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_QUANTIZE_MXFP8, 0)].aux.off = 255; }
 static void m_stride_bounds(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].dst.stride = 200; }
 static void m_missing_src(kit *k) { k->p->ops[find_op(k->p, FP_OP_CAST, 0)].src.buf = -1; }
@@ -1237,6 +1264,17 @@ static void test_verify_rules(void **state) {
       {m_ag_bounds, "op 4: all_gather: dst [0, 260) is outside buffer 'b0.unsharded' (256 bytes)"},
       {m_copy_bounds, "copy: dst [0, 320) is outside buffer 'b0.grad'"},
       {m_tab_entry, "all_gather_v: dst [0, 258) is outside buffer 'b0.unsharded'"},
+      {m_vtab_gap, "all_gather_v: extent table 't.ragged' entry 1 starts at element 65, needs 64 (the members' extents tile"},
+      {m_off_half, "op 0: memset: dst offset 2 in buffer 'b0.grad' is not a multiple of the fp32 element size (4 bytes)"},
+      {m_src_off3, "cast: src offset 3 in buffer 'b0.main' is not a multiple of the fp32 element size (4 bytes)"},
+      {m_stride_half, "cast: dst per-rank stride 129 in buffer 'b0.unsharded' is not a multiple of the bf16 element size"},
+      {m_view_half, "param 1 'weird.bias': main view offset 1 in buffer 'b0.main' is not a multiple of the bf16 element size (2 bytes)"},
+      {m_shard_chunk, "param 0 'layers.0.w': shard chunk 63 is not the layout's ceil(8 / 2) x 16 = 64 elements"},
+      {m_ragged_shift, "param 1 'weird.bias': extent table 't.ragged' entry 0 starts at element 1, needs 0"},
+      {m_ragged_cover, "param 1 'weird.bias': extent table 't.ragged' covers 127 elements, the param has 128"},
+      {m_ragged_chunk, "param 1 'weird.bias': ragged_shard chunk 65 is not the largest extent of table 't.ragged' (64)"},
+      {m_owned_chunk, "param 1 'weird.bias': owned chunk 64 is not the param's 128 elements"},
+      {m_owned_owner, "owned param 'weird.bias': owner -1 is not a rank of comm 'shard' (size 2)"},
       {m_aux_bounds, "quantize_mxfp8: aux [255, 257) is outside buffer 'b1.mx'"},
       {m_stride_bounds, "cast: dst [200, 328) is outside buffer 'b0.unsharded' (256 bytes) on rank index 1"},
       {m_missing_src, "cast needs a src operand"},

@@ -32,20 +32,35 @@
 #define PER_KIND 24
 #define MIN_SEM 0.95
 
-enum { M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL, M_NKINDS };
-static const char *kind_name[M_NKINDS] = {"ops swapped",      "offset +1 element", "reduce removed",
-                                          "reduce op changed", "dtype changed",     "scale changed",
-                                          "group changed",    "refresh removed"};
+enum {
+  M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL,
+  /* the strict classes (issue 40): every mutant must be rejected, with a located message */
+  M_SUBELEM, M_SCALE_ONE, M_SCALE_DROP, M_SCALE_WORLD, M_EXTENT, M_CHUNK, M_NKINDS
+};
+#define M_STRICT M_SUBELEM
+static const char *kind_name[M_NKINDS] = {"ops swapped",       "offset +1 element",  "reduce removed",
+                                          "reduce op changed", "dtype changed",      "scale changed",
+                                          "group changed",     "refresh removed",    "offset < 1 element",
+                                          "every scale to 1",  "every scale dropped", "scales 1/world only",
+                                          "extent off by one", "chunk off by one"};
+
+/* what a mutation walks: ops, params or the whole program once */
+static int32_t space(const fp_prog *p, int k) {
+  if (k == M_SCALE_ONE || k == M_SCALE_DROP || k == M_SCALE_WORLD) return 1;
+  if (k == M_EXTENT || k == M_CHUNK) return p->nparams;
+  return p->nops;
+}
 
 typedef struct tally {
   int n, structural, sem, accepted;
+  char first[600]; /* the first rejection's message (strict classes) */
 } tally;
 static tally T[M_NKINDS];
 static int fails;
 
 /* plan.json text of p, read back: 0 accepted, 1 rejected by the reader or
  * rules 1-8, 2 rejected by rule 9; msg gets rule 9's first message */
-static int roundtrip(const fp_prog *p, char *msg, size_t cap) {
+static int roundtrip(const fp_prog *p, char *msg, size_t cap, char *rmsg, size_t rcap) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -60,11 +75,14 @@ static int roundtrip(const fp_prog *p, char *msg, size_t cap) {
   fpi_diag_init(&d, NULL);
   fp_src src = {.path = "plan.json", .text = buf, .len = len};
   fp_prog *q = fpi_plan_read_flags(a, &d, &src, 0);
+  if (rmsg) snprintf(rmsg, rcap, "%s", d.buf ? d.buf : "");
   int r = 1;
   if (q) {
-    fp_diag d2;
+    fp_diag d2; /* read again with rule 9: its messages located in the file, as the loader gives them */
     fpi_diag_init(&d2, NULL);
-    r = fpi_ir_verify_flags(q, &d2, NULL, FP_VERIFY_SEM) ? 0 : 2;
+    fp_arena *a2 = fpi_arena_new();
+    r = fpi_plan_read_flags(a2, &d2, &src, FP_VERIFY_SEM) ? 0 : 2;
+    fpi_arena_free(a2);
     if (msg) snprintf(msg, cap, "%s", d2.buf ? d2.buf : "");
     fpi_diag_free(&d2);
   }
@@ -144,8 +162,30 @@ static bool candidate(const fp_prog *p, int k, int32_t i) {
     case M_SCALE: return op->code == FP_OP_SCALE;
     case M_COMM: return fpi_op_class(op->code) == FP_OPC_COMM && p->ncomms > 1;
     case M_REFRESH_DEL: return data_op(op) && p->segs[op->seg].kind == FP_SEG_POST_OPTIMIZER;
+    case M_SUBELEM: { /* an operand whose elements are wider than a byte */
+      if (!data_op(op) || op->code == FP_OP_H2D || op->code == FP_OP_D2H) return false;
+      int64_t zd = op->dst.buf >= 0 ? fpi_dtype_size(op->dtype) : 0, zs = op->src.buf >= 0 ? fpi_dtype_size(op->sdtype) : 0;
+      if (op->code == FP_OP_QUANTIZE_MXFP8) zd = 1;
+      if (op->code == FP_OP_DEQUANTIZE_MXFP8) zs = 1;
+      return zd > 1 || zs > 1;
+    }
+    case M_SCALE_WORLD: /* several micro-batches: the divide by their number left out */
+      if (p->grad_accumulation < 2) return false;
+      /* fall through */
+    case M_SCALE_ONE:
+    case M_SCALE_DROP:
+      for (int32_t j = 0; j < p->nops; j++)
+        if (p->ops[j].code == FP_OP_SCALE) return true;
+      return false;
   }
   return false;
+}
+
+/* the param mutations: a ragged param's table, a sharded param's chunk */
+static bool param_candidate(const fp_prog *p, int k, int32_t j) {
+  const fp_ir_param *q = &p->params[j];
+  if (k == M_EXTENT) return q->placement == FP_PL_RAGGED && q->tab >= 0;
+  return q->placement != FP_PL_REPLICATE && q->chunk > 1 && (q->main.buf >= 0 || q->weight.buf >= 0);
 }
 
 static void mutate(fp_prog *p, int k, int32_t i, int nth) {
@@ -173,28 +213,97 @@ static void mutate(fp_prog *p, int k, int32_t i, int nth) {
     }
     case M_SCALE: op->alpha *= 2; break;
     case M_COMM: op->comm = (op->comm + 1) % p->ncomms; break;
+    case M_SUBELEM: { /* 1 .. z-1 bytes into an element of dst or src */
+      bool dst = op->dst.buf >= 0 && fpi_dtype_size(op->code == FP_OP_QUANTIZE_MXFP8 ? FP_U8 : op->dtype) > 1;
+      bool src = op->src.buf >= 0 && fpi_dtype_size(op->code == FP_OP_DEQUANTIZE_MXFP8 ? FP_U8 : op->sdtype) > 1;
+      bool use_src = src && (!dst || nth % 2);
+      int64_t z = fpi_dtype_size(use_src ? op->sdtype : op->dtype), by = 1 + (nth / 2) % (z - 1);
+      if (use_src) op->src.off += by;
+      else op->dst.off += by;
+      break;
+    }
+    case M_SCALE_ONE:
+      for (int32_t j = 0; j < p->nops; j++)
+        if (p->ops[j].code == FP_OP_SCALE) p->ops[j].alpha = 1;
+      break;
+    case M_SCALE_WORLD:
+      for (int32_t j = 0; j < p->nops; j++)
+        if (p->ops[j].code == FP_OP_SCALE) p->ops[j].alpha *= (double)p->grad_accumulation;
+      break;
+    case M_SCALE_DROP:
+      for (int32_t j = p->nops - 1; j >= 0; j--)
+        if (p->ops[j].code == FP_OP_SCALE) del_op(p, j);
+      break;
+    case M_EXTENT: { /* one entry's start or count moved by one element */
+      fp_ir_table *t = &p->tabs[p->params[i].tab];
+      int64_t g = (nth / 4) % t->n;
+      switch (nth % 4) {
+        case 0: t->off[g]++; break;
+        case 1: if (t->off[g] > 0) t->off[g]--; else t->off[g]++; break;
+        case 2: t->cnt[g]++; break;
+        default: if (t->cnt[g] > 0) t->cnt[g]--; else t->cnt[g]++; break;
+      }
+      break;
+    }
+    case M_CHUNK: p->params[i].chunk += nth % 2 ? 1 : -1; break;
   }
+}
+
+/* a fork shares its params and tables with the original: copies to mutate */
+static void own_params(fp_arena *a, fp_prog *m) {
+  fp_ir_param *q = fpi_alloc(a, ((size_t)m->nparams + 1) * sizeof *q);
+  memcpy(q, m->params, (size_t)m->nparams * sizeof *q);
+  m->params = q;
+  fp_ir_table *t = fpi_alloc(a, ((size_t)m->ntabs + 1) * sizeof *t);
+  memcpy(t, m->tabs, (size_t)m->ntabs * sizeof *t);
+  for (int32_t j = 0; j < m->ntabs; j++) {
+    int64_t *off = fpi_alloc(a, ((size_t)t[j].n + 1) * sizeof *off), *cnt = fpi_alloc(a, ((size_t)t[j].n + 1) * sizeof *cnt);
+    memcpy(off, t[j].off, (size_t)t[j].n * sizeof *off);
+    memcpy(cnt, t[j].cnt, (size_t)t[j].n * sizeof *cnt);
+    t[j].off = off, t[j].cnt = cnt;
+  }
+  m->tabs = t;
 }
 
 static void corpus(const char *name, const fp_prog *p) {
   for (int k = 0; k < M_NKINDS; k++) {
-    int32_t *c = malloc(((size_t)p->nops + 1) * sizeof *c), nc = 0;
-    for (int32_t i = 0; i < p->nops; i++)
-      if (candidate(p, k, i)) c[nc++] = i;
-    int take = nc < PER_KIND ? nc : PER_KIND;
+    int32_t ns = space(p, k), *c = malloc(((size_t)ns + 1) * sizeof *c), nc = 0;
+    for (int32_t i = 0; i < ns; i++)
+      if (ns == p->nparams && (k == M_EXTENT || k == M_CHUNK) ? param_candidate(p, k, i) : candidate(p, k, i)) c[nc++] = i;
+    bool per_param = k == M_EXTENT || k == M_CHUNK; /* several mutants of one param */
+    int64_t most = per_param ? (int64_t)nc * (k == M_EXTENT ? 16 : 2) : nc;
+    int take = most < PER_KIND ? (int)most : PER_KIND;
     for (int t = 0; t < take; t++) {
-      int32_t i = c[(int64_t)t * nc / take];
+      int32_t i = per_param ? c[t % nc] : c[(int64_t)t * nc / take];
+      int nth = per_param ? t / nc : t;
       fp_arena *a = fpi_arena_new();
       fp_prog *m = fpi_prog_fork(a, p);
-      mutate(m, k, i, t);
-      char msg[2048];
-      int r = roundtrip(m, msg, sizeof msg);
+      if (per_param) own_params(a, m);
+      mutate(m, k, i, nth);
+      char msg[2048], rmsg[2048];
+      int r = roundtrip(m, msg, sizeof msg, rmsg, sizeof rmsg);
       T[k].n++;
       if (r == 1) T[k].structural++;
       else if (r == 2) T[k].sem++;
       else {
         T[k].accepted++;
-        printf("  accepted: %s, %s at op %d (%s)\n", name, kind_name[k], i, fpi_op_name(p->ops[i].code));
+        if (k >= M_STRICT) fails++;
+        if (space(p, k) == p->nops)
+          printf("  accepted: %s, %s at op %d (%s)\n", name, kind_name[k], i, fpi_op_name(p->ops[i].code));
+        else
+          printf("  %saccepted: %s, %s at param %d (%s, chunk %" PRId64 " -> %" PRId64 ")\n", k >= M_STRICT ? "FAIL " : "", name, kind_name[k], i, p->params[i].name, p->params[i].chunk, m->params[i].chunk);
+      }
+      if (k >= M_STRICT && r != 0) {
+        /* a located message: plan.json:LINE:COL: error: /pointer: ... (the reader)
+         * or "plan.json:...: error: segment/op ..." (rule 9 through the loader's locations) */
+        const char *m0 = r == 1 ? rmsg : msg;
+        char *nl = strchr(m0, '\n');
+        int len = nl ? (int)(nl - m0) : (int)strlen(m0);
+        if (strncmp(m0, "plan.json:", 10) || m0[10] < '1' || m0[10] > '9' || !strstr(m0, ": error: /")) {
+          printf("FAIL %s, %s at %d: the message is not located: %.*s\n", name, kind_name[k], i, len, m0);
+          fails++;
+        }
+        if (!T[k].first[0]) snprintf(T[k].first, sizeof T[k].first, "%s: %.*s", name, len, m0);
       }
       fpi_arena_free(a);
     }
@@ -204,7 +313,7 @@ static void corpus(const char *name, const fp_prog *p) {
 
 static void original(const char *name, const fp_prog *p, const char *must) {
   char msg[4096];
-  int r = roundtrip(p, msg, sizeof msg);
+  int r = roundtrip(p, msg, sizeof msg, NULL, 0);
   if (must) {
     if (r != 2 || !strstr(msg, must)) {
       printf("FAIL %s: wanted rule 9 to reject it with \"%s\", got %d: %s\n", name, must, r, msg);
@@ -282,6 +391,14 @@ int main(void) {
   double share = se + ac ? (double)se / (se + ac) : 1;
   printf("%-20s %8d %12d %10d %9d %13.1f%%\n", "all", n, st, se, ac, 100 * share);
   printf("rejected in all: %d of %d (%.1f%%)\n", st + se, n, n ? 100.0 * (st + se) / n : 0.0);
+  printf("\nthe strict classes (every mutant rejected, located), a message of each:\n");
+  for (int k = M_STRICT; k < M_NKINDS; k++) {
+    printf("  %-20s %s\n", kind_name[k], T[k].first);
+    if (T[k].n == 0) {
+      printf("FAIL: no mutant of class '%s'\n", kind_name[k]);
+      fails++;
+    }
+  }
   if (share < MIN_SEM) {
     printf("FAIL: rule 9 rejects %.1f%% of the mutants rules 1-8 accept (want >= %.0f%%)\n", 100 * share,
            100 * MIN_SEM);
