@@ -1411,8 +1411,8 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
           else if (c->fl & F_INEXACT) snprintf(why, sizeof why, "rounded twice");
           else if (!near(c->s, 1 / (W * A)))
             snprintf(why, sizeof why,
-                     "scaled %.9g, the step's mean needs 1/%.17g: %" PRId64 " ranks x %" PRId64 " micro-batches",
-                     c->s, W * A, p->world_size, p->grad_accumulation);
+                     "scaled %.9g, the step's mean needs 1/%.17g: %" PRId64 " %sranks x %" PRId64 " micro-batches",
+                     c->s, W * A, (int64_t)W, p->tp > 1 ? "dp " : "", p->grad_accumulation);
           if (!why[0]) continue;
           char d[400], sl[200];
           describe(s, c, d, sizeof d);
