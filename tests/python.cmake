@@ -53,6 +53,7 @@ fp_add_pytest(python_describe_families test_describe_families.py TIMEOUT 300)
 # (tests/python/torch_mpi.py), one per rank count, many configs per run.
 fp_add_pytest(python_torch_parity test_torch_parity.py LABELS mpi TIMEOUT 1500)
 fp_add_pytest(python_torch_fsdp2 test_torch_fsdp2.py LABELS mpi TIMEOUT 600)
+fp_add_pytest(python_torch_tp test_torch_tp.py LABELS mpi TIMEOUT 900)
 fp_add_pytest(python_torch_faults test_torch_faults.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_torch_example test_torch_example.py LABELS mpi TIMEOUT 300)
 fp_add_pytest(python_executor test_executor_py.py LABELS mpi TIMEOUT 300)

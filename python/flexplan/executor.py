@@ -114,6 +114,11 @@ class ParamView:
         self.optim = [_Buf(v.optim[k]) for k in range(ex.optim_states)] if self.requires_grad else []
         self.reduce_dtype = ELEMS.get(int(v.reduce_dtype), ("?",))[0]
         self.scales = _Buf(v.scales)
+        # tensor parallelism (the Executor sets them): the dim of the global
+        # tensor split over the tp ranks (None: whole on every tp rank), and
+        # the global shape (shape with that dim times tp)
+        self.tp_dim = None
+        self.global_shape = self.shape
 
     @property
     def mxfp8(self):
@@ -253,12 +258,19 @@ class Executor:
         # the optimizer whose state the plan holds ("none", "sgd", "adamw")
         self.optimizer = (info.optimizer or b"none").decode()
         self.optim_states = int(info.optim_states)
+        # the mesh's tensor-parallel size: params are this rank's tp-local slices
+        self.tp = int(info.tp_size) or 1
+        self.tp_rank = self.rank % self.tp
         self.modules = [lib.fp_plan_module_name(self._plan_handle, m).decode() for m in range(self.nmodules)]
         self.params = []
         for i in range(self.nparams):
             v = S.fp_param_view()
             _check(lib, lib.fp_exec_param_at(self._x, i, ctypes.byref(v)), self._x, "fp_exec_param_at")
-            self.params.append(ParamView(self, i, v))
+            pv = ParamView(self, i, v)
+            d = int(lib.fp_plan_param_tp_dim(self._plan_handle, i))
+            pv.tp_dim = d if d >= 0 else None
+            pv.global_shape = tuple(s * self.tp if k == d else s for k, s in enumerate(pv.shape))
+            self.params.append(pv)
         self._by_name = {p.name: p for p in self.params}
         # (kind, module, micro-batch, ops): ops not counting compute placeholders,
         # which the executor drops (a segment of only those is empty to it),

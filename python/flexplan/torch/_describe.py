@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_map
 
 from .. import _lib
+from . import _tp
 from ._describe_errors import error, type_error, value_error
 from ._describe_trace import Tracer
 from ._describe_units import Unit, default_units, explicit_units
@@ -34,23 +35,62 @@ def _is_causal_lm(module):
             and isinstance(getattr(cfg, "vocab_size", None), int))
 
 
+def _tp_of(p):
+    """A module param's tensor-parallel placement for model.json ("tp"):
+    {"kind": "shard", "dim": d} for a DTensor Shard(d) on a 1-D mesh,
+    {"kind": "replicate"} for Replicate(), None for a plain tensor."""
+    if not _tp.is_dtensor(p):
+        return None
+    from torch.distributed.tensor import Replicate, Shard  # pylint: disable=import-outside-toplevel
+    if p.device_mesh.ndim != 1 or len(p.placements) != 1:
+        raise error("a param is a DTensor on a %d-D mesh: describe the module after parallelize_module on the "
+                    "mesh's \"tp\" dimension and before fully_shard" % p.device_mesh.ndim)
+    pl = p.placements[0]
+    if isinstance(pl, Shard):
+        return {"kind": "shard", "dim": int(pl.dim)}
+    if isinstance(pl, Replicate):
+        return {"kind": "replicate"}
+    raise error("a param is a DTensor with placement %r over tp: model.json knows Shard(d) and Replicate()" % (pl,))
+
+
+def _drop_tp_hooks(mod):
+    """The TP hooks of a meta copy (torch's distribute_module: inputs to
+    DTensors, outputs back): the copy runs as the whole, unparallelized
+    model on global shapes, so its FLOPs and activations are the model's."""
+    for m in mod.modules():
+        for hooks in (m._forward_pre_hooks, m._forward_hooks):
+            for k in [k for k, h in hooks.items()
+                      if getattr(h, "__module__", "").startswith("torch.distributed.tensor")]:
+                del hooks[k]
+
+
 def _to_meta(module):
     """`module` itself when every param and buffer is on the meta device, else
     a copy whose params and buffers are meta tensors (the original is left as
-    it is; no weight is copied). Tied params stay tied in the copy."""
-    tensors = list(module.parameters()) + list(module.buffers())
-    if all(t.is_meta for t in tensors):
+    it is; no weight is copied). Tied params stay tied in the copy. A
+    tensor-parallel module (DTensor params) becomes its whole model: plain
+    meta params of the global shapes (each marked with its "tp" placement,
+    ``_flexplan_tp``) and no TP hooks."""
+    params = list(module.parameters())
+    tensors = params + list(module.buffers())
+    tp = any(_tp.is_dtensor(p) for p in params)
+    if all(t.is_meta for t in tensors) and not tp:
         return module
     memo = {}
-    for p in module.parameters():
-        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    for p in params:
+        newp = nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=p.requires_grad)
+        newp._flexplan_tp = _tp_of(p)
+        memo[id(p)] = newp
     for b in module.buffers():
-        memo[id(b)] = torch.empty_like(b, device="meta")
+        memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device="meta")
     try:
-        return copy.deepcopy(module, memo)
+        out = copy.deepcopy(module, memo)
     except Exception as e:  # pylint: disable=broad-except
         raise error("cannot make a meta-device copy of the module (%s: %s); build it under "
                     "`with torch.device(\"meta\"):` instead" % (type(e).__name__, e)) from e
+    if tp:
+        _drop_tp_hooks(out)
+    return out
 
 
 def _meta_inputs(inputs):
@@ -323,7 +363,12 @@ def _describe_with(mod, module, inputs, chosen, units, name, version):
     if tied and version == 1:
         raise error("version: 1 cannot describe tied params (unit '%s' reads '%s', declared by "
                     "another unit): use version 2 or None" % (tied[0].name, uses[tied[0]][0]))
-    v2 = bool(tied) or version == 2
+    tp = {pid: getattr(p, "_flexplan_tp", None) for pid, (_, p) in params.items()}
+    tp_names = [pn for pid, (pn, _) in params.items() if tp[pid]]
+    if tp_names and version == 1:
+        raise error("version: 1 cannot describe tensor-parallel params ('%s' is a DTensor): use version 2 or None"
+                    % tp_names[0])
+    v2 = bool(tied) or bool(tp_names) or version == 2
     mods = []
     for u in sorted(allu, key=lambda u: first[u]):
         if not declared[u] and not uses[u]:
@@ -339,6 +384,9 @@ def _describe_with(mod, module, inputs, chosen, units, name, version):
                             "shape": list(p.shape) if p.dim() else [1],
                             "dtype": _DTYPES[p.dtype],
                             "requires_grad": bool(p.requires_grad)} for pn, p in declared[u]]
+            for e, (_, p) in zip(m["params"], declared[u]):
+                if getattr(p, "_flexplan_tp", None):
+                    e["tp"] = p._flexplan_tp
         if uses[u]:
             m["uses"] = uses[u]
         mods.append(m)

@@ -20,6 +20,13 @@ PLAN_OPTIMIZERS = {
 }
 
 
+def _global_numel(p):
+    n = 1
+    for s in getattr(p, "global_shape", p.shape):
+        n *= int(s)
+    return n
+
+
 def _err(msg, status=_lib.FP_ERR_PLAN):
     return FlexplanError(status, msg)
 
@@ -52,7 +59,9 @@ class MainShards:
             self.main.append((mp, gt, p, mask))
         # one collective at setup
         total = ex.all_reduce_f64(held) if held else []
-        self.repl = {p.name: (total[i] / p.numel if p.numel else 1.0) for i, p in enumerate(ex.params)}
+        # per global element (a tp-sharded param's slices are distinct elements of it; a param
+        # replicated over tp is held by every tp rank)
+        self.repl = {p.name: (total[i] / _global_numel(p) if p.numel else 1.0) for i, p in enumerate(ex.params)}
         self.views = None  # optimizer-state views adopted by the optimizer
 
     def params(self):

@@ -23,6 +23,7 @@ from torch import nn
 
 from .._lib import FP_ERR_ORDER
 from ..errors import FlexplanError
+from . import _tp
 
 
 class Unsharded(torch.Tensor):
@@ -127,10 +128,10 @@ class _ParamBinder:
         if st.backend == "nccl":
             st.ex.sync()  # the plan's post_optimizer work writes these bytes too
         pvs = [self.views[n][1] for n in todo]
-        full = gather_full(st, pvs)
+        full = gather_full(st, pvs, local=True)
         with torch.no_grad():
             for n, t in zip(todo, full):
-                p = self.views[n][0]
+                p = _tp.local(self.views[n][0])
                 p.copy_(t.view(p.shape).to(p.dtype))
         for n in todo:
             for o in self.overlaps[n]:
@@ -142,26 +143,36 @@ class _ParamBinder:
         return len(todo)
 
 
-def gather_full(st, pvs):
+def gather_full(st, pvs, local=False):
     """The full values of the given params (ParamViews) as flat float64 CPU
     tensors, from this rank's main shards: one float64 buffer, summed across
-    ranks (collective), divided by each param's replication count."""
-    total = sum(p.numel for p in pvs)
+    ranks (collective), divided by each param's replication count. On a
+    mesh with tp, in global coordinates (each tp rank writes its slice at
+    its place along the tp dim: _tp.scatter_local); local=True returns this
+    rank's tp-local values instead (evaluation gathers)."""
+    ex = st.ex
+    sizes = [_tp.global_numel(p) for p in pvs]
+    total = sum(sizes)
     buf = torch.zeros(total, dtype=torch.float64)
     off = 0
-    for p in pvs:
+    for p, size in zip(pvs, sizes):
         mt = p.tensor("main")
+        dst = buf[off:off + size] if p.tp_dim is None else torch.zeros(p.numel, dtype=torch.float64)
         for s, f, n in p.shard.pairs():
-            buf[off + f:off + f + n] = mt[s:s + n].to("cpu", torch.float64)
-        off += p.numel
+            dst[f:f + n] = mt[s:s + n].to("cpu", torch.float64)
+        if p.tp_dim is not None:
+            _tp.scatter_local(p, ex.tp, ex.tp_rank, dst, buf[off:off + size])
+        off += size
     if total:
-        st.ex.all_reduce_f64_buffer(buf.data_ptr(), total)
+        ex.all_reduce_f64_buffer(buf.data_ptr(), total)
     out, off = [], 0
-    for p in pvs:
-        t = buf[off:off + p.numel]
+    for p, size in zip(pvs, sizes):
+        t = buf[off:off + size]
         r = st._repl[p.name]
         if r != 1.0:
             t /= r
+        if local and p.tp_dim is not None:
+            t = _tp.take_local(p, ex.tp, ex.tp_rank, t)
         out.append(t)
-        off += p.numel
+        off += size
     return out

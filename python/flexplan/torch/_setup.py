@@ -12,6 +12,7 @@ from torch import nn
 
 from .. import _lib
 from ..errors import FlexplanError
+from . import _tp
 
 __all__ = ["check_params", "init_values", "make_views", "find_units", "forward_next", "backward_chain", "nccl_setup",
            "install_abort_on_error"]
@@ -22,16 +23,17 @@ def _err(msg, status=_lib.FP_ERR_PLAN):
 
 
 def check_params(ex, named):
-    """The plan must be for this module: names, shapes, requires_grad; no
-    MXFP8 param (not a float nn.Parameter)."""
+    """The plan must be for this module: names, shapes (global shapes: a
+    tensor-parallel param's DTensor shape is its global one), requires_grad;
+    no MXFP8 param (not a float nn.Parameter)."""
     for p in ex.params:
         t = named.get(p.name)
         if t is None:
             raise _err(f"the plan is not for this module: plan param {p.name!r} "
                        f"(plan module {ex.modules[p.module]!r}) is not a param of the module")
-        if tuple(t.shape) != p.shape:
+        if tuple(t.shape) != p.global_shape:
             raise _err(f"the plan is not for this module: param {p.name!r} has shape "
-                       f"{list(t.shape)} in the module but {list(p.shape)} in the plan")
+                       f"{list(t.shape)} in the module but {list(p.global_shape)} in the plan")
         if bool(t.requires_grad) != p.requires_grad:
             raise _err(f"the plan is not for this module: param {p.name!r} has requires_grad="
                        f"{bool(t.requires_grad)} in the module but {p.requires_grad} in the plan")
@@ -59,7 +61,11 @@ def init_values(ex, module, named, init):
             raise _err("init='module' needs materialized params; the module is on the meta device "
                        "(pass init=[paths] or init=None and call load())", _lib.FP_ERR_ARG)
         from ._hf import from_module  # pylint: disable=import-outside-toplevel
-        from_module(ex, named)  # each rank copies its extents, in memory (no file)
+        from_module(ex, {n: _tp.local(t) for n, t in named.items()})  # each rank its extents, in memory
+    elif ex.tp > 1 and init is not None:
+        raise _err("init from files on a mesh with tp > 1: the files hold global tensors and the executor's refit "
+                   "reads whole params; use init=\"module\" or load a torch.distributed.checkpoint "
+                   "(flexplan.torch.load_state_dict) instead", _lib.FP_ERR_ARG)
     elif init is not None and hf_dir(init):
         from ._hf import from_hf_dir  # pylint: disable=import-outside-toplevel
         from_hf_dir(ex, module, init, named)  # a Hugging Face folder, read by extent
@@ -69,14 +75,16 @@ def init_values(ex, module, named, init):
 
 def make_views(ex, module, named):
     """Every plan param becomes an nn.Parameter over its unsharded compute
-    buffer, in every module slot that holds it (a tied weight's two).
+    buffer, in every module slot that holds it (a tied weight's two); a
+    tensor-parallel param a DTensor like the module's over it (_tp.wrap).
     Returns {name: (Parameter, ParamView)}."""
     old_to_new, params = {}, {}
     for p in ex.params:
         w = p.tensor("weight")
         if w.numel() != p.numel:
             raise _err(f"param {p.name!r}: this rank has no unsharded compute buffer")
-        newp = nn.Parameter(w, requires_grad=p.requires_grad)
+        old = named[p.name]
+        newp = nn.Parameter(_tp.wrap(w, old) if _tp.is_dtensor(old) else w, requires_grad=p.requires_grad)
         old_to_new[id(named[p.name])] = newp
         params[p.name] = (newp, p)
     for m in module.modules():

@@ -27,7 +27,7 @@ from torch import nn
 from .. import _lib
 from ..errors import ArgumentTypeError, ArgumentValueError, FlexplanError
 from ..executor import Executor, mpi_init
-from . import _setup
+from . import _setup, _tp
 from ._driver import Driver
 from ._hooks import Hooks, StreamFollower
 from ._optim import MainShards
@@ -93,7 +93,8 @@ def _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mo
 def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[int] = None,
           world_size: Optional[int] = None, progress: str = "default",
           init: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]], None] = "module",
-          cast_forward_inputs: bool = True, cuda_mode: str = "graph", profile: bool = False) -> "Sharded":
+          cast_forward_inputs: bool = True, cuda_mode: str = "graph", profile: bool = False,
+          mesh: Any = None) -> "Sharded":
     """Shard ``module`` with a compiled plan; returns a ``Sharded`` state (also
     at ``module._flexplan_state``). The module itself is trained in place:
     call it, call ``loss.backward()``, then step an optimizer made by
@@ -119,6 +120,10 @@ def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[
       (mixed precision, as FSDP2's MixedPrecisionPolicy does).
     profile: time the Python hooks (``Sharded.hook_profile()``: host time per
       hook in Python and inside the executor; bench/torch_bench.py).
+    mesh: for a plan with a tp dimension, the ("dp", "tp") DeviceMesh the
+      module was parallelized on (or its "tp" submesh); None takes the tp
+      mesh from the module's DTensor params. Checked against the plan (sizes,
+      tp innermost) and the params' placements (docs/torch.md, "FSDP x TP").
 
     Wrong argument types raise TypeError, values outside the choices
     ValueError, each naming the argument."""
@@ -127,7 +132,7 @@ def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[
         raise _err("module is already sharded", _lib.FP_ERR_ARG)
     return Sharded(module, plan, backend=backend, rank=rank, world_size=world_size, progress=progress,
                    init=init, cast_forward_inputs=bool(cast_forward_inputs), cuda_mode=cuda_mode,
-                   profile=bool(profile))
+                   profile=bool(profile), mesh=mesh)
 
 
 class Sharded:
@@ -140,7 +145,7 @@ class Sharded:
     timing_start(steps), timing_write(path), close()."""
 
     def __init__(self, module, plan, *, backend, rank, world_size, progress, init, cast_forward_inputs,
-                 cuda_mode, profile=False):
+                 cuda_mode, profile=False, mesh=None):
         self.module = module
         self.backend = backend
         self._closed = True  # until set up
@@ -162,11 +167,15 @@ class Sharded:
         self.driver = None
         try:
             _setup.check_params(ex, named)
+            _tp.refuse_sequence_parallel(module)
+            self.tp_mesh = _tp.check(ex, named, mesh)
             _setup.init_values(ex, module, named, init)
             self.params = _setup.make_views(ex, module, named)
             self._ugrads = [(newp, p.tensor("ugrad")) for newp, p in self.params.values()
                             if p.requires_grad and p.ugrad.ptr]
-            self._ugrads = [(newp, g) for newp, g in self._ugrads if g.dtype == newp.dtype and g.shape == newp.shape]
+            # a tensor-parallel param's .grad: a DTensor like it over the ugrad (autograd adds in place)
+            self._ugrads = [(newp, _tp.wrap(g, newp) if _tp.is_dtensor(newp) else g) for newp, g in self._ugrads
+                            if g.dtype == newp.dtype and tuple(g.shape) == tuple(_tp.local(newp).shape)]
             self._begin_step_grads()
             self._shards = MainShards(ex)
             self._repl = self._shards.repl
@@ -304,12 +313,13 @@ class Sharded:
     def full_state_dict(self, dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
         """Every param as a full tensor (main dtype, or dtype) on every rank,
         gathered from the main shards in float64 by all-reduce (exact for
-        fp32/bf16 values; replicated shards counted once). Collective; call it
-        between steps."""
+        fp32/bf16 values; replicated shards counted once); on a mesh with tp,
+        the global tensors (every tp rank's slice in place). Collective; call
+        it between steps."""
         out = {}
         for p in self.ex.params:  # one param at a time: one float64 copy of the largest at most
             dt = dtype or _lib.torch_dtype(p.main.dtype, torch.float32)
-            out[p.name] = gather_full(self, [p])[0].to(dt).view(p.shape)
+            out[p.name] = gather_full(self, [p])[0].to(dt).view(p.global_shape)
         return out
 
     def save(self, path: Union[str, os.PathLike], dtype: Optional[torch.dtype] = None) -> Union[str, os.PathLike]:
@@ -333,6 +343,10 @@ class Sharded:
     def load(self, paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]) -> None:
         """Load full-tensor safetensors files through the executor's refit
         (between steps; each rank reads only its extents)."""
+        if self.ex.tp > 1:
+            raise _err("load(): the files hold global tensors and the refit reads whole params, so a plan with tp "
+                       "cannot load them yet: load a torch.distributed.checkpoint (flexplan.torch.load_state_dict) "
+                       "or use unshard()", _lib.FP_ERR_ARG)
         self.ex.load_weights(paths)
         self._binder.release()
 
@@ -356,14 +370,15 @@ class Sharded:
         if self.backend == "nccl":
             self.ex.sync()
         pvs = self.ex.params
-        full = gather_full(self, pvs)
+        full = gather_full(self, pvs, local=True)  # a tensor-parallel param: its tp-local slice, whole over dp
         tensors, orig, mains = {}, {}, {}
         for p, t in zip(pvs, full):
             view = self.params[p.name][0]
             mains[p.name] = t.to(_lib.torch_dtype(p.main.dtype, torch.float32)).view(p.shape)
             val = t.to(view.dtype).view(p.shape).to(view.device)
             orig[p.name] = val.clone()
-            tensors[p.name] = nn.Parameter(val, requires_grad=p.requires_grad)
+            tensors[p.name] = nn.Parameter(_tp.wrap(val, view) if _tp.is_dtensor(view) else val,
+                                           requires_grad=p.requires_grad)
         self._binder.bind(tensors)
         self._unsharded = tensors
         try:
@@ -373,6 +388,7 @@ class Sharded:
             merged, changed = {}, 0
             for p in pvs:
                 cur = self._binder.current(p.name)
+                cur = _tp.local(cur) if _tp.is_dtensor(cur) else cur
                 m = mains[p.name]
                 if isinstance(cur, torch.Tensor) and tuple(cur.shape) == p.shape:
                     cur = cur.detach().to("cpu")

@@ -224,10 +224,22 @@ def _check_optimizer_arg(optimizer):
         raise ArgumentTypeError(f"optimizer: expected a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
 
 
+def _param_layout(p, tp_rank):
+    """A param's boxes in its global coordinates: a tensor-parallel slice's
+    boxes moved along the tp dim to the slice's place (tp index x local
+    size), so that DCP sees the global tensor FSDP2 + TP saves"""
+    boxes = _extent_boxes(p.shape, p.shard)
+    if p.tp_dim is not None:
+        d, shift = p.tp_dim, tp_rank * p.shape[p.tp_dim]
+        boxes = [(tuple(o + shift if k == d else o for k, o in enumerate(off)), sz, so, ss)
+                 for off, sz, so, ss in boxes]
+    return _Layout(p.global_shape, boxes)
+
+
 def _layouts(st):
     lay = getattr(st, "_ckpt_layouts", None)
     if lay is None:
-        lay = {p.name: _Layout(p.shape, _extent_boxes(p.shape, p.shard)) for p in st.ex.params}
+        lay = {p.name: _param_layout(p, st.ex.tp_rank) for p in st.ex.params}
         st._ckpt_layouts = lay
     return lay
 
@@ -589,19 +601,14 @@ def _recast(st):
             continue
         w = p.tensor("weight").view(-1)
         mt = p.tensor("main")
-        if st._repl[p.name] >= st.world_size:  # every rank holds the whole param
+        # every rank holds its whole (tp-local) param: a tp slice is held by the dp ranks of its tp index
+        if st._repl[p.name] * (st.ex.tp if p.tp_dim is not None else 1) >= st.world_size:
             full = torch.empty(p.numel, dtype=mt.dtype)
             for s, f, n in p.shard.pairs():
                 full[f:f + n] = mt[s:s + n]
         else:
-            full = torch.zeros(p.numel, dtype=torch.float64)
-            for s, f, n in p.shard.pairs():
-                full[f:f + n] = mt[s:s + n].to(torch.float64)
-            st.ex.all_reduce_f64_buffer(full.data_ptr(), p.numel)
-            r = st._repl[p.name]
-            if r != 1.0:
-                full /= r
-            full = full.to(mt.dtype)
+            from ._params import gather_full  # pylint: disable=import-outside-toplevel
+            full = gather_full(st, [p], local=True)[0].to(mt.dtype)
         with torch.no_grad():
             w.copy_(full.to(w.dtype))
 
