@@ -58,15 +58,18 @@ def out(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tp"))
 
 
-def record(out, dp, tp, dt, clip=0.0):
-    worker(NP, str(dp), str(tp), dt, str(STEPS), str(clip), out)
-    with open(os.path.join(out, f"tp_{dp}x{tp}_{dt}.json")) as f:
+def record(out, dp, tp, dt, clip=0.0, ga=1):
+    worker(NP, str(dp), str(tp), dt, str(STEPS), str(clip), out, str(ga))
+    with open(os.path.join(out, f"tp_{dp}x{tp}_{dt}_ga{ga}.json")) as f:
         return json.load(f)
 
 
-@pytest.mark.parametrize("dp,tp,clip", [(2, 2, 1.0), (1, 4, 0.0), (4, 1, 0.0)])
-def test_fp32_against_fsdp2_and_one_process(out, dp, tp, clip):
-    r = record(out, dp, tp, "fp32", clip)
+@pytest.mark.parametrize("dp,tp,clip,ga", [(2, 2, 1.0, 1), (2, 2, 0.0, 2), (1, 4, 0.0, 1), (4, 1, 0.0, 1)])
+def test_fp32_against_fsdp2_and_one_process(out, dp, tp, clip, ga):
+    """(2 x 2 twice: with clipping; with 2 micro-batches per step) every
+    step's loss, the final weights, and an evaluation forward between
+    steps (no_grad) against FSDP2 + TP's"""
+    r = record(out, dp, tp, "fp32", clip, ga)
     fl, fs, sg = r["flexplan_losses"], r["fsdp2_losses"], r["single_losses"]
     assert len(fl) == STEPS
     assert close(fl, fs, LOSS_ATOL, LOSS_RTOL), (fl, fs, worst(fl, fs, LOSS_ATOL, LOSS_RTOL))
@@ -74,6 +77,7 @@ def test_fp32_against_fsdp2_and_one_process(out, dp, tp, clip):
     # final weights: the largest |a - b| / (atol + rtol |b|) (<= 1 is within)
     assert r["weights_vs_fsdp2"][0] <= 1.0, r["weights_vs_fsdp2"]  # at 1e-5 + 1e-5 |ref|
     assert r["weights_vs_single"][0] <= 1.0, r["weights_vs_single"]  # at W_ATOL + W_RTOL |ref|
+    assert r["eval_vs_fsdp2"] <= 1.0, r["eval_vs_fsdp2"]  # logits at 1e-5 + 1e-5 |ref|
     if clip:
         fn, sn, gn = r["flexplan_norms"], r["fsdp2_norms"], r["single_norms"]
         assert len(fn) == STEPS and close(fn, sn, 1e-6, 1e-5), (fn, sn)

@@ -10,11 +10,13 @@ same init and data:
   the root of the same parallelized module (torch's recipe);
 - one process (rank 0 only): the unparallelized model on the whole batch.
 
-usage: tp_worker.py DP TP DTYPE STEPS CLIP OUT [CKPT]
+usage: tp_worker.py DP TP DTYPE STEPS CLIP OUT [GA]
+       tp_worker.py errors OUT          (2 ranks: describe() and shard()'s refusals)
   DTYPE fp32 | bf16 (param and reduce dtype of both sharded runs)
   CLIP  0 (none) or the max norm
-  CKPT  (optional) a DCP checkpoint folder: flexplan saves its state there
-        after the steps ("save"), or loads it first ("load:<dir>")
+  GA    micro-batches per step (default 1): each dp rank's batch split in GA
+After the steps each run evaluates a batch under torch.no_grad() (flexplan:
+an evaluation forward between steps, gathering what it reads).
 Launched by mpiexec (the executor on MPI; gloo from MPI's env and
 FP_MASTER_PORT) or by torchrun (gloo from torchrun's env). Rank 0 writes
 OUT/tp_<dp>x<tp>_<dtype>.json: every step's loss of each run (the global
@@ -99,7 +101,17 @@ def full_weights(module):
     return out
 
 
-def run_fsdp2(dp, tp, mesh, data, dtype, steps, clip):
+def micro(ids, ga):
+    n = ids.shape[0] // ga
+    return [ids[i * n:(i + 1) * n] for i in range(ga)]
+
+
+def evaluate(m, ids):
+    with torch.no_grad():
+        return m(input_ids=ids).logits.float().clone()
+
+
+def run_fsdp2(dp, tp, mesh, data, dtype, steps, clip, ga):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
     m = tiny_llama()
@@ -113,15 +125,17 @@ def run_fsdp2(dp, tp, mesh, data, dtype, steps, clip):
     dpi = dist.get_rank() // tp
     losses, norms = [], []
     for s in range(steps):
-        ids = data[s][dpi * BATCH:(dpi + 1) * BATCH]
-        loss = lm_loss(m, ids)
-        loss.backward()
+        total = 0.0
+        for ids in micro(data[s][dpi * BATCH:(dpi + 1) * BATCH], ga):
+            loss = lm_loss(m, ids)
+            (loss / ga).backward()  # FSDP2 leaves the micro-batch mean to the trainer
+            total += float(loss) / ga
         if clip:
             norms.append(float(_fsdp2_clip(m, clip)))
         opt.step()
         opt.zero_grad()
-        losses.append(float(loss))
-    return losses, norms, full_weights(m)
+        losses.append(total)
+    return losses, norms, full_weights(m), evaluate(m, data[0][:BATCH])
 
 
 def _fsdp2_clip(m, clip):
@@ -142,7 +156,7 @@ def _fsdp2_clip(m, clip):
     return total
 
 
-def run_flexplan(dp, tp, mesh, data, dtype, steps, clip, ckpt):
+def run_flexplan(dp, tp, mesh, data, dtype, steps, clip, ga):
     from torch.distributed.tensor.parallel import parallelize_module
     m = tiny_llama()
     if tp > 1:
@@ -150,27 +164,25 @@ def run_flexplan(dp, tp, mesh, data, dtype, steps, clip, ckpt):
     model = fpt.describe(m, (data[0][:BATCH],))
     dn = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
     spec = {"format": "flexplan.spec.v1", "mesh": {"world_size": dp * tp, "ranks_per_node": dp * tp, "tp": tp},
-            "defaults": {"mixed_precision": {"param_dtype": dn, "reduce_dtype": dn, "main_grad_dtype": "fp32"}}}
+            "defaults": {"mixed_precision": {"param_dtype": dn, "reduce_dtype": dn, "main_grad_dtype": "fp32"}},
+            "grad_accumulation": ga}
     plan = flexplan.compile(model, spec)
     st = fpt.shard(m, plan, mesh=mesh if tp > 1 else None)
     opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-2, weight_decay=0.01)
-    if ckpt and ckpt.startswith("load:"):
-        import torch.distributed.checkpoint as dcp
-        sd = fpt.state_dict(st, opt)
-        dcp.load(sd, checkpoint_id=ckpt[5:])
-        fpt.load_state_dict(st, sd, opt)
     dpi = dist.get_rank() // tp
     losses, norms = [], []
     for s in range(steps):
-        ids = data[s][dpi * BATCH:(dpi + 1) * BATCH]
-        loss = lm_loss(m, ids)
-        loss.backward()
+        total = 0.0
+        for ids in micro(data[s][dpi * BATCH:(dpi + 1) * BATCH], ga):
+            loss = lm_loss(m, ids)
+            loss.backward()  # the plan divides by the micro-batches
+            total += float(loss) / ga
         if clip:
             norms.append(float(fpt.clip_grad_norm_(st, clip)))
         opt.step()
-        losses.append(float(loss))
+        losses.append(total)
     full = st.full_state_dict(torch.float32)
-    return losses, norms, full, (st, opt, model)
+    return losses, norms, full, st, evaluate(m, data[0][:BATCH])
 
 
 def run_single(data, steps, clip, dp):
@@ -266,7 +278,7 @@ def main():
         errors(sys.argv[2])
         return
     dp, tp, dt, steps, clip, out = sys.argv[1:7]
-    ckpt = sys.argv[7] if len(sys.argv) > 7 else None
+    ga = int(sys.argv[7]) if len(sys.argv) > 7 else 1
     dp, tp, steps, clip = int(dp), int(tp), int(steps), float(clip)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dt]
     init_dist()
@@ -274,16 +286,13 @@ def main():
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     data = batches(steps, dp)
     dp_group = mesh["dp"].get_group()
-    fl, fn, fw, keep = run_flexplan(dp, tp, mesh, data, dtype, steps, clip, ckpt)
-    if ckpt == "save":
-        import torch.distributed.checkpoint as dcp
-        st, opt, _ = keep
-        dcp.save(fpt.state_dict(st, opt), checkpoint_id=os.path.join(out, f"ckpt_{dp}x{tp}"))
+    fl, fn, fw, st, fe = run_flexplan(dp, tp, mesh, data, dtype, steps, clip, ga)
     fl = [mean_over_dp(x, dp_group) for x in fl]
-    sl, sn, sw = run_fsdp2(dp, tp, mesh, data, dtype, steps, clip)
+    sl, sn, sw, se = run_fsdp2(dp, tp, mesh, data, dtype, steps, clip, ga)
     sl = [mean_over_dp(x, dp_group) for x in sl]
-    rec = {"dp": dp, "tp": tp, "dtype": dt, "flexplan_losses": fl, "fsdp2_losses": sl,
-           "flexplan_norms": fn, "fsdp2_norms": sn}
+    rec = {"dp": dp, "tp": tp, "dtype": dt, "ga": ga, "flexplan_losses": fl, "fsdp2_losses": sl,
+           "flexplan_norms": fn, "fsdp2_norms": sn,
+           "eval_vs_fsdp2": float(((fe - se).abs() / (1e-5 + 1e-5 * se.abs())).max())}
     if dist.get_rank() == 0:
         rl, rn, rw = run_single(data, steps, clip, dp)
         rec.update(single_losses=rl, single_norms=rn,
@@ -291,9 +300,9 @@ def main():
                    # AdamW amplifies rounding differences of the grads over the steps (test_torch_fsdp2's
                    # tolerance against one process)
                    weights_vs_single=maxdiff(fw, rw, 1e-4, 1e-3), fsdp2_vs_single=maxdiff(sw, rw, 1e-4, 1e-3))
-        with open(os.path.join(out, f"tp_{dp}x{tp}_{dt}{'_' + ckpt.split(':')[0] if ckpt else ''}.json"), "w") as f:
+        with open(os.path.join(out, f"tp_{dp}x{tp}_{dt}_ga{ga}.json"), "w") as f:
             json.dump(rec, f)
-    keep[0].close()
+    st.close()
     dist.barrier()
     dist.destroy_process_group()
     if "OMPI_COMM_WORLD_RANK" in os.environ:
