@@ -97,8 +97,18 @@ static void vhold(vheld **q, int32_t *n, int32_t *cap, fp_vloc what, int64_t i, 
   (*q)[(*n)++] = (vheld){what, i, m};
 }
 
+/* a flat bucket's flat space, per main buffer: the end of its last flat
+ * param (elements), and the first flat param's comm and element size (every
+ * other must share them) - one pass over the params, not one per param */
+typedef struct flatinfo {
+  int64_t end;
+  int32_t first;   /* the first flat param of the buffer; -1: none */
+  int32_t mixed;   /* a flat param whose comm or dtype differs from first's; -1: none */
+} flatinfo;
+
 typedef struct vctx {
   const fp_prog *p;
+  flatinfo *flat; /* per buffer (check_params): NULL when the buffer table is bad */
   fp_vreport report;
   void *rctx;
   int nerr;
@@ -556,24 +566,17 @@ static void check_layout(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel
         verr(v, FP_VL_PARAM, i, "owned chunk %" PRId64 " is not the param's %" PRId64 " elements", q->chunk, numel);
       return;
     case FP_PL_FLAT: {
-      /* the bucket's flat space: every flat param of its main buffer, end to end */
-      int64_t es = dsize(q->param_dtype), end = 0, want, ae = FP_PARAM_ALIGN / (es > 0 ? es : 1);
-      if (es < 1 || q->weight.buf < 0) return; /* reported with the views */
-      for (int32_t j = 0; j < p->nparams; j++) {
-        const fp_ir_param *o = &p->params[j];
-        if (o->placement != FP_PL_FLAT || o->main.buf != q->main.buf || o->weight.buf < 0 || o->ndim < 0 || o->ndim > 8)
-          continue;
-        if (o->comm != q->comm || dsize(o->param_dtype) != es) {
-          verr(v, FP_VL_PARAM, i, "flat_shard params '%s' and '%s' share main buffer '%s' but not their comm and dtype",
-               q->name, o->name, bufname(p, q->main.buf));
-          return;
-        }
-        int64_t n = 1, e;
-        for (int k = 0; k < o->ndim; k++)
-          if (o->shape[k] < 1 || !fpi_mul64(n, o->shape[k], &n)) return; /* its own check reports it */
-        if (!fpi_add64(o->weight.off / es, n, &e)) return;
-        if (e > end) end = e;
+      /* the bucket's flat space: every flat param of its main buffer, end to end (flat_spaces) */
+      int64_t es = dsize(q->param_dtype), end, want, ae = FP_PARAM_ALIGN / (es > 0 ? es : 1);
+      if (es < 1 || q->weight.buf < 0 || !v->flat || q->main.buf < 0 || q->main.buf >= p->nbufs) return;
+      const flatinfo *fi = &v->flat[q->main.buf];
+      if (fi->mixed >= 0) {
+        const fp_ir_param *o = &p->params[fi->first], *x = &p->params[fi->mixed];
+        verr(v, FP_VL_PARAM, i, "flat_shard params '%s' and '%s' share main buffer '%s' but not their comm and dtype",
+             o->name, x->name, bufname(p, q->main.buf));
+        return;
       }
+      if ((end = fi->end) < 0) return; /* a flat param's own check reports it */
       if (!fpi_align64(fpi_ceil_div(end, G), ae, &want)) return;
       if (q->chunk != want)
         verr(v, FP_VL_PARAM, i, "flat_shard chunk %" PRId64 " is not the layout's ceil(%" PRId64 " / %" PRId64
@@ -585,8 +588,40 @@ static void check_layout(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel
   }
 }
 
+/* per main buffer, the flat space its flat_shard params tile (one pass) */
+static void flat_spaces(vctx *v) {
+  const fp_prog *p = v->p;
+  v->flat = p->nbufs > 0 ? malloc((size_t)p->nbufs * sizeof *v->flat) : NULL;
+  if (!v->flat) return;
+  for (int32_t b = 0; b < p->nbufs; b++) v->flat[b] = (flatinfo){0, -1, -1};
+  for (int32_t j = 0; j < p->nparams; j++) {
+    const fp_ir_param *o = &p->params[j];
+    if (o->placement != FP_PL_FLAT || o->main.buf < 0 || o->main.buf >= p->nbufs || o->weight.buf < 0 || o->ndim < 0 ||
+        o->ndim > 8 || !dtype_ok(o->param_dtype))
+      continue;
+    flatinfo *fi = &v->flat[o->main.buf];
+    int64_t es = dsize(o->param_dtype), n = 1, e;
+    if (fi->first < 0) {
+      fi->first = j;
+    } else {
+      const fp_ir_param *f = &p->params[fi->first];
+      if ((o->comm != f->comm || dsize(f->param_dtype) != es) && fi->mixed < 0) fi->mixed = j;
+    }
+    if (fi->end < 0) continue;
+    bool ok = es > 0;
+    for (int k = 0; ok && k < o->ndim; k++)
+      if (o->shape[k] < 1 || !fpi_mul64(n, o->shape[k], &n)) ok = false;
+    if (!ok || !fpi_add64(o->weight.off / es, n, &e)) {
+      fi->end = -1; /* its own check reports it */
+      continue;
+    }
+    if (e > fi->end) fi->end = e;
+  }
+}
+
 static void check_params(vctx *v) {
   const fp_prog *p = v->p;
+  flat_spaces(v);
   for (int32_t i = 0; i < p->nparams && !stop(v); i++) {
     const fp_ir_param *q = &p->params[i];
     if (q->module < 0 || q->module >= p->nmods)
@@ -647,6 +682,8 @@ static void check_params(vctx *v) {
       check_layout(v, i, q, numel);
   }
   check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
+  free(v->flat);
+  v->flat = NULL;
 }
 
 /* ---- rule 1: segments --------------------------------------------------------------- */
