@@ -76,7 +76,7 @@ def make_views(ex, module, named):
         w = p.tensor("weight")
         if w.numel() != p.numel:
             raise _err(f"param {p.name!r}: this rank has no unsharded compute buffer")
-        newp = nn.Parameter(w, requires_grad=p.requires_grad)
+        newp = ex._hand_out(nn.Parameter(w, requires_grad=p.requires_grad))  # emptied by destroy()
         old_to_new[id(named[p.name])] = newp
         params[p.name] = (newp, p)
     for m in module.modules():
