@@ -18,7 +18,11 @@
  * operand offsets are computed once; each wait is tied to the record it
  * waits for (the last one before it in program order, else the previous
  * step's last one, else none: a no-op); each stream gets its op list, each
- * segment its end position on every stream. */
+ * segment its end position on every stream.
+ *
+ * Before all that, a plan whose load did not run the semantic check (rule
+ * 9, ir/verify_sem.c) gets it here, unless its load opted out
+ * (FP_LOAD_NO_SEMANTIC): a plan `flexplan verify` rejects never runs. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -518,6 +522,27 @@ fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec
   return fpx_create_with(plan, cfg, bk, out);
 }
 
+/* rule 9 on a plan loaded without it: its first message, unlocated (the
+ * file's positions are gone; `flexplan verify` gives them) */
+static fp_status check_semantics(fp_exec *x, const fp_plan *plan) {
+  fp_diag d;
+  fpi_diag_init(&d, NULL);
+  d.max_errors = 1;
+  fp_status st = FP_OK;
+  if (!fpi_ir_verify_sem_only(plan->prog, &d, NULL)) {
+    const char *m = d.buf ? d.buf : "", *e = strstr(m, "error: ");
+    if (e) m = e + 7;
+    int n = (int)strcspn(m, "\n");
+    const char *nm = plan->name ? plan->name : "<plan>";
+    st = fpx_fail(x, FP_ERR_PLAN,
+                  "plan '%s' fails the semantic check (rule 9, docs/ir.md): it does not compute the training step it "
+                  "claims: %.*s (`flexplan verify %s` locates every error; a plan loaded with FP_LOAD_NO_SEMANTIC "
+                  "runs unchecked)", nm, n, m, nm);
+  }
+  fpi_diag_free(&d);
+  return st;
+}
+
 fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const fp_backend_impl *bk, fp_exec **out) {
   if (!out) return FP_ERR_ARG;
   fp_exec *x = *out = calloc(1, sizeof *x);
@@ -549,6 +574,8 @@ fp_status fpx_create_with(const fp_plan *plan, const fp_exec_config *cfg, const 
   else if (plan->prog->world_size != cfg->world_size)
     st = fpx_fail(x, FP_ERR_PLAN, "the plan is for %" PRId64 " ranks, this run has %d", plan->prog->world_size,
                   cfg->world_size);
+  else if (plan->sem == FP_PLAN_SEM_UNCHECKED)
+    st = check_semantics(x, plan);
   if (st == FP_OK) {
     x->plan = plan;
     x->prog = plan->prog;

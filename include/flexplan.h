@@ -123,6 +123,12 @@ FP_API fp_status fp_plan_load(const char *path, fp_plan **out);
  * grad the sum over all ranks and micro-batches, nothing reads undefined
  * bytes. Its failures are FP_ERR_PLAN with located messages, as above. */
 #define FP_LOAD_SEMANTIC 1u
+/* Without FP_LOAD_SEMANTIC the loader checks rules 1-8 only, and
+ * fp_exec_create runs rule 9 on the plan before anything is allocated, so a
+ * plan that `flexplan verify` rejects never runs (FP_ERR_PLAN at create, on
+ * every rank). FP_LOAD_NO_SEMANTIC opts out of that: the executors created
+ * from this plan run it unchecked (what it costs: docs/executor.md). */
+#define FP_LOAD_NO_SEMANTIC 2u
 FP_API fp_status fp_plan_load_flags(const char *path, unsigned flags, fp_plan **out);
 /* the last error of a plan handle ("" when none); valid until fp_plan_free */
 FP_API const char *fp_plan_errmsg(const fp_plan *plan);

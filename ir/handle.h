@@ -27,7 +27,12 @@ struct fp_plan {
   /* the public compile API (api/compile.c) */
   double compile_ms; /* the compile's time (a compiled plan; 0 for a loaded one) */
   char *name;      /* malloc'd: the file or model the plan came from, for messages (NULL: none) */
+  int sem;         /* the semantic check (rule 9): FP_PLAN_SEM_* */
 };
+/* fp_plan.sem: whether rule 9 ran on the plan. fp_exec_create runs it on a
+ * plan where it did not (so a plan `flexplan verify` rejects never runs),
+ * unless the loader was told to skip it (FP_LOAD_NO_SEMANTIC) */
+enum { FP_PLAN_SEM_UNCHECKED = 0, FP_PLAN_SEM_PASSED = 1, FP_PLAN_SEM_SKIPPED = 2 };
 
 /* ---- transfer programs (ir/xfer.h; api/reshard.c makes them, executor/xfer.c loads
  * and runs them) ---- */

@@ -482,6 +482,9 @@ bool fpi_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src);
  * outside flat buckets over its limit, ir/verify_sem.c): it passes them */
 extern long fp_ir_sem_skipped;
 bool fpi_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags);
+/* rule 9 alone, for a program that already passed rules 1-8 (a loaded plan:
+ * fp_exec_create's check, executor/exec.c) */
+bool fpi_ir_verify_sem_only(const fp_prog *p, fp_diag *d, const fp_src *src);
 /* plan.json: {"format":"flexplan.plan.v1","planner_version":..,
  * "hash":"fnv1a64:<hex>", ...}; the hash: FNV-1a 64 (by 64-bit words) over a canonical
  * binary walk of what the .fpir text holds (ir/hash.c) */

@@ -64,6 +64,18 @@ fp_status fp_plan_load_flags(const char *path, unsigned flags, fp_plan **out) {
   d.max_errors = 20; /* enough to see what is wrong; a hostile file may have thousands */
   p->arena = fpi_arena_new();
   fp_src src;
+  if ((flags & FP_LOAD_SEMANTIC) && (flags & FP_LOAD_NO_SEMANTIC)) {
+    static const char m[] = "fp_plan_load_flags: FP_LOAD_SEMANTIC and FP_LOAD_NO_SEMANTIC together";
+    fpi_diag_free(&d);
+    return plan_fail(p, FP_ERR_ARG, m, sizeof m - 1);
+  }
+  if (flags & ~(FP_LOAD_SEMANTIC | FP_LOAD_NO_SEMANTIC)) {
+    static const char m[] = "fp_plan_load_flags: unknown flags (FP_LOAD_SEMANTIC, FP_LOAD_NO_SEMANTIC)";
+    fpi_diag_free(&d);
+    return plan_fail(p, FP_ERR_ARG, m, sizeof m - 1);
+  }
+  p->sem = flags & FP_LOAD_SEMANTIC ? FP_PLAN_SEM_PASSED : flags & FP_LOAD_NO_SEMANTIC ? FP_PLAN_SEM_SKIPPED
+                                                                                    : FP_PLAN_SEM_UNCHECKED;
   unsigned vf = flags & FP_LOAD_SEMANTIC ? FP_VERIFY_SEM : 0;
   if (!fpi_src_read(p->arena, &d, path, &src) || !(p->prog = fpi_plan_read_flags(p->arena, &d, &src, vf))) {
     FP_ASSERT(d.nerrors > 0 && d.buf); /* the reader reports every rejection */

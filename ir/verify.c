@@ -877,17 +877,20 @@ static bool check_op_structure(vctx *v, int32_t i) {
            p->tabs[op->tab].name, p->tabs[op->tab].n, p->comms[op->comm].name, p->comms[op->comm].size);
     else if (!v->tabs[op->tab].ok)
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
-    else if (op->code == FP_OP_ALL_GATHER_V || op->code == FP_OP_REDUCE_SCATTER_V) {
-      /* the members' extents tile the gathered (scattered) span in rank
-       * order, as the executor's v-collectives and rule 9 take them: a gap
-       * would be bytes no member writes, an overlap two writers */
+    else if (op->code == FP_OP_ALL_GATHER_V) {
+      /* the members' pieces land in rank order, none over another (two
+       * writers of one byte); gaps are left as they were */
       const fp_ir_table *t = &p->tabs[op->tab];
-      for (int64_t g = 0, at = 0; g < t->n; at = t->off[g] + t->cnt[g], g++)
-        if (t->off[g] != at) {
-          verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", needs %" PRId64
-               " (the members' extents tile the span in rank order)", on, t->name, g, t->off[g], at);
+      for (int64_t g = 0, at = 0; g < t->n; g++) {
+        if (t->cnt[g] == 0) continue;
+        if (t->off[g] < at) {
+          verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", inside the "
+               "pieces before it (they end at %" PRId64 "): the members' pieces lie in rank order, none over another",
+               on, t->name, g, t->off[g], at);
           break;
         }
+        at = t->off[g] + t->cnt[g];
+      }
     }
   }
   if (op->code == FP_OP_COPY || fpi_op_regions(op->code)) {
@@ -2094,6 +2097,11 @@ static void report_fpir(void *ctx, const fp_prog *p, fp_vloc what, int64_t i, co
 bool fpi_ir_verify_flags(const fp_prog *p, fp_diag *d, const fp_src *src, unsigned flags) {
   fpir_loc l = {d, src};
   return fpi_ir_verify_with(p, report_fpir, &l, flags);
+}
+
+bool fpi_ir_verify_sem_only(const fp_prog *p, fp_diag *d, const fp_src *src) {
+  fpir_loc l = {d, src};
+  return fpi_ir_verify_sem_with(p, report_fpir, &l);
 }
 
 bool fpi_ir_verify(const fp_prog *p, fp_diag *d, const fp_src *src) {

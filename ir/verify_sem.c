@@ -721,6 +721,18 @@ static void run_collective(sctx *s, int32_t i) {
   FP_ASSERT(from && to && dat && hkey && hval);
   for (int64_t h = 0; h < hcap; h++) hkey[h] = -1;
   bool scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
+  /* an all_gather_v whose pieces leave gaps (rules 1-8: in rank order, none
+   * over another): the gaps keep what this class's dst held, so its output
+   * is its own, not its instance's */
+  bool gaps = false;
+  int64_t gend = 0; /* the pieces' end (elements) */
+  if (op->code == FP_OP_ALL_GATHER_V) {
+    const fp_ir_table *t = &p->tabs[op->tab];
+    for (int64_t j = 0, at = 0; j < t->n; at = t->off[j] + t->cnt[j], j++) {
+      gaps |= t->off[j] != at;
+      if (t->off[j] + t->cnt[j] > gend) gend = t->off[j] + t->cnt[j];
+    }
+  }
   bool reduce = fpi_op_reduces(op->code);
   bool collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
   bool same_all = true; /* every class that runs it gets the same output */
@@ -743,7 +755,7 @@ static void run_collective(sctx *s, int32_t i) {
     dat[k] = roff(s, op, 0, g);
     /* computed for this instance already? */
     int64_t inst = r - g * cm->stride, h = (int64_t)(((uint64_t)inst * 0x9E3779B97F4A7C15ull) >> 7) & (hcap - 1);
-    if (!scatter) {
+    if (!scatter && !gaps) {
       while (hkey[h] >= 0 && hkey[h] != inst) h = (h + 1) & (hcap - 1);
       if (hkey[h] == inst) {
         from[k] = from[hval[h]], to[k] = to[hval[h]];
@@ -759,6 +771,8 @@ static void run_collective(sctx *s, int32_t i) {
     s->ntmp2 = 0;
     mlist *ml = malloc((size_t)G * sizeof *ml);
     int32_t nl = 0;
+    cmap gm = {0}; /* gaps: the output over this class's dst, each piece written in */
+    if (gaps) map_read(s, rmap(s, k, op->dst.buf), dat[k], dat[k] + gend * z, &gm.c, &gm.n, &gm.cap);
     int64_t jlo = 0, jhi = G;
     if (op->code == FP_OP_BROADCAST) jlo = op->root, jhi = op->root + 1;
     for (int64_t j = jlo; j < jhi; j++) {
@@ -788,6 +802,10 @@ static void run_collective(sctx *s, int32_t i) {
         if (collapse) break; /* the same bytes on every member */
       } else {
         int64_t base = op->code == FP_OP_ALL_GATHER ? j * n * z : op->code == FP_OP_ALL_GATHER_V ? tb->off[j] * z : 0;
+        if (gaps) {
+          map_write(&gm, base, s->tmp2 + m.first, m.n);
+          continue;
+        }
         for (int32_t q = 0; q < m.n; q++) {
           cell c = s->tmp2[m.first + q];
           c.lo += base;
@@ -796,6 +814,9 @@ static void run_collective(sctx *s, int32_t i) {
         }
       }
     }
+    if (gaps && nl >= 0)
+      for (int32_t q = 0; q < gm.n; q++) out_push(s, &gm.c[q]);
+    map_free(&gm);
     if (nl < 0) {
       s->nout = from[k];
       cell c = junk(0, (op->code == FP_OP_ALL_GATHER ? G * n : n) * z, i);
@@ -809,12 +830,12 @@ static void run_collective(sctx *s, int32_t i) {
     }
     free(ml);
     to[k] = s->nout;
-    if (!scatter) hkey[h] = inst, hval[h] = k;
+    if (!scatter && !gaps) hkey[h] = inst, hval[h] = k;
     if (first_out < 0) first_out = k;
-    else if (scatter || (from[k] != from[first_out] && !collapse)) same_all = false;
+    else if (scatter || gaps || (from[k] != from[first_out] && !collapse)) same_all = false;
   }
   /* the outputs of different instances may still agree */
-  if (!same_all && first_out >= 0 && !scatter) {
+  if (!same_all && first_out >= 0 && !scatter && !gaps) {
     same_all = true;
     for (int32_t k = 0; k < s->ncls && same_all; k++) {
       if (dat[k] < 0 || dat[k] != dat[first_out]) {

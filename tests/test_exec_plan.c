@@ -54,7 +54,10 @@ static void expect_rejected(const char *what, const char *text, size_t n, const 
 }
 
 /* a small valid program: a gather and a reduction per step, one param */
-static tprog base_w(int W) {
+/* alpha != 0: the grads scaled by it after the reduce-scatter (1/W: a whole
+ * training step, rule 9 passes; anything else, or none at W > 1: rules 1-8
+ * pass, rule 9 does not) */
+static tprog base_ws(int W, double alpha) {
   tprog t = tp_new(W);
   int mainb = tp_buf(&t, "m.main", 256, false), w = tp_buf(&t, "m.weight", 256 * W, false);
   int ug = tp_buf(&t, "m.ugrad", 256 * W, false), gr = tp_buf(&t, "m.grad", 256, false);
@@ -88,10 +91,16 @@ static tprog base_w(int W) {
   fpi_ir_seg_begin(t.p, FP_SEG_POST_BACKWARD, t.module, 0);
   o = tp_op(&t, FP_OP_REDUCE_SCATTER, FP_STREAM_RS, FP_F32, 64);
   o->comm = t.world, o->dst = fpi_reg(gr, 0), o->src = fpi_reg(ug, 0);
+  if (alpha != 0) {
+    o = tp_op(&t, FP_OP_SCALE, FP_STREAM_RS, FP_F32, 64);
+    o->dst = fpi_reg(gr, 0);
+    o->alpha = alpha;
+  }
   fpi_ir_seg_begin(t.p, FP_SEG_PRE_OPTIMIZER, -1, 0);
   fpi_ir_seg_begin(t.p, FP_SEG_POST_OPTIMIZER, -1, 0);
   return t;
 }
+static tprog base_w(int W) { return base_ws(W, 0); }
 static tprog base(void) { return base_w(tu_world); }
 
 static void write_plan(const tprog *t, char **text, size_t *n) {
@@ -261,9 +270,67 @@ static void unusable_plans(void) {
   fpi_arena_free(t.a);
 }
 
+/* ---- the semantic check (rule 9) at create: a plan `flexplan verify` rejects never runs ---- */
+static fp_status load_flags(const tprog *t, unsigned flags, fp_plan **plan) {
+  char path[256];
+  tp_write(t, path, sizeof path);
+  fp_status st = fp_plan_load_flags(path, flags, plan);
+  unlink(path);
+  return st;
+}
+
+static fp_status create(const fp_plan *plan, fp_exec **x) {
+  fp_exec_config cfg = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = tu_world, .progress = FP_PROGRESS_POLL};
+  return fp_exec_create(plan, &cfg, x);
+}
+
+static void semantic_at_create(void) {
+  /* grads scaled by 1/(2W): rules 1-8 pass, rule 9 does not */
+  tprog t = base_ws(tu_world, 0.5 / tu_world);
+  fp_plan *plan = NULL;
+  fp_exec *x = NULL;
+  EXPECT(load_flags(&t, 0, &plan) == FP_OK, "unscaled plan loads (rules 1-8): %s", fp_plan_errmsg(plan));
+  fp_status st = create(plan, &x);
+  char want[64];
+  snprintf(want, sizeof want, "scaled %.9g, the step's mean needs 1/%d", 0.5 / tu_world, tu_world);
+  EXPECT(st == FP_ERR_PLAN && strstr(fp_exec_errmsg(x), "fails the semantic check (rule 9") &&
+             strstr(fp_exec_errmsg(x), want) && strstr(fp_exec_errmsg(x), "at the optimizer (step 1), the main grad of m.weight"),
+         "unscaled plan at create: %s: %s", fp_status_name(st), fp_exec_errmsg(x));
+  fp_exec_destroy(x);
+  fp_plan_free(plan);
+  /* the documented opt-out runs it */
+  EXPECT(load_flags(&t, FP_LOAD_NO_SEMANTIC, &plan) == FP_OK, "NO_SEMANTIC load: %s", fp_plan_errmsg(plan));
+  st = create(plan, &x);
+  EXPECT(st == FP_OK, "NO_SEMANTIC create: %s", fp_exec_errmsg(x));
+  fp_exec_destroy(x);
+  fp_plan_free(plan);
+  /* FP_LOAD_SEMANTIC refuses it at load, located */
+  st = load_flags(&t, FP_LOAD_SEMANTIC, &plan);
+  EXPECT(st == FP_ERR_PLAN && strstr(fp_plan_errmsg(plan), ": error: /segments/") && strstr(fp_plan_errmsg(plan), want),
+         "SEMANTIC load: %s", fp_plan_errmsg(plan));
+  fp_plan_free(plan);
+  /* flags: both, or unknown ones, are an argument error */
+  st = load_flags(&t, FP_LOAD_SEMANTIC | FP_LOAD_NO_SEMANTIC, &plan);
+  EXPECT(st == FP_ERR_ARG && strstr(fp_plan_errmsg(plan), "together"), "both flags: %s", fp_plan_errmsg(plan));
+  fp_plan_free(plan);
+  st = load_flags(&t, 8, &plan);
+  EXPECT(st == FP_ERR_ARG && strstr(fp_plan_errmsg(plan), "unknown flags"), "flag 8: %s", fp_plan_errmsg(plan));
+  fp_plan_free(plan);
+  fpi_arena_free(t.a);
+  /* the step's divide added: it computes the step, and create runs it */
+  t = base_ws(tu_world, 1.0 / tu_world);
+  EXPECT(load_flags(&t, 0, &plan) == FP_OK, "scaled plan loads: %s", fp_plan_errmsg(plan));
+  st = create(plan, &x);
+  EXPECT(st == FP_OK, "scaled plan at create: %s", fp_exec_errmsg(x));
+  fp_exec_destroy(x);
+  fp_plan_free(plan);
+  fpi_arena_free(t.a);
+}
+
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   hostile_files();
   unusable_plans();
+  semantic_at_create();
   return tu_finish();
 }

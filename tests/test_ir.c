@@ -1102,12 +1102,12 @@ static void m_copy_bounds(kit *k) { k->p->shapes[k->p->ops[find_op(k->p, FP_OP_C
 static void m_tab_entry(kit *k) {
   int64_t off[2] = {0, 64}, cnt[2] = {64, 64};
   k->p->params[1].tab = fpi_ir_table_add(k->p, "t.param", 2, off, cnt);
-  k->p->tabs[0].cnt[1] = 65;
+  k->p->tabs[0].off[1] = 65;
 }
-static void m_vtab_gap(kit *k) {
+static void m_vtab_overlap(kit *k) {
   int64_t off[2] = {0, 64}, cnt[2] = {64, 64};
   k->p->params[1].tab = fpi_ir_table_add(k->p, "t.param", 2, off, cnt);
-  k->p->tabs[0].off[1] = 65;
+  k->p->tabs[0].off[1] = 63;
 }
 /* rule 2: element alignment (an operand or a view half an element off) */
 static void m_off_half(kit *k) { k->p->ops[find_op(k->p, FP_OP_MEMSET, 0)].dst.off = 2; }
@@ -1264,7 +1264,7 @@ static void test_verify_rules(void **state) {
       {m_ag_bounds, "op 4: all_gather: dst [0, 260) is outside buffer 'b0.unsharded' (256 bytes)"},
       {m_copy_bounds, "copy: dst [0, 320) is outside buffer 'b0.grad'"},
       {m_tab_entry, "all_gather_v: dst [0, 258) is outside buffer 'b0.unsharded'"},
-      {m_vtab_gap, "all_gather_v: extent table 't.ragged' entry 1 starts at element 65, needs 64 (the members' extents tile"},
+      {m_vtab_overlap, "all_gather_v: extent table 't.ragged' entry 1 starts at element 63, inside the pieces before it (they end at 64)"},
       {m_off_half, "op 0: memset: dst offset 2 in buffer 'b0.grad' is not a multiple of the fp32 element size (4 bytes)"},
       {m_src_off3, "cast: src offset 3 in buffer 'b0.main' is not a multiple of the fp32 element size (4 bytes)"},
       {m_stride_half, "cast: dst per-rank stride 129 in buffer 'b0.unsharded' is not a multiple of the bf16 element size"},

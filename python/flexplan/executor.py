@@ -18,10 +18,19 @@ message and changes nothing. ``flexplan.torch.shard`` drives them from a
 
 MPI: ``mpi_init()`` / ``mpi_finalize()`` / ``mpi_abort()`` wrap the library's
 ``fp_mpi_*`` helpers, so a trainer started by ``mpirun`` needs no mpi4py.
+
+Lifetime: ``destroy()`` frees the arena. Every later call of the executor or
+of a ParamView raises ``FlexplanError`` saying the executor is closed, and
+every memoryview and tensor it handed out (``buffer()``, ``tensor()``) is
+emptied first (memoryviews released, tensors set to an empty storage), so
+none of them reads or writes the freed memory. Tensors a caller derived
+from those by slicing or ``view`` share the arena memory and must not
+outlive ``destroy()``.
 """
 import ctypes
 import json
 import os
+import weakref
 
 from . import _lib as _libmod
 from .errors import FlexplanError
@@ -29,6 +38,11 @@ from .errors import FlexplanError
 
 def _err(msg, status=_libmod.FP_ERR_ARG):
     return FlexplanError(status, msg)
+
+
+def _closed_err(what):
+    return FlexplanError(_libmod.FP_ERR_ARG, f"{what}: the executor is closed (destroy() freed its arena): its "
+                                             f"views and tensors are gone; create a new Executor")
 
 
 __all__ = ["Executor", "ParamView", "Extent", "mpi_init", "mpi_finalize", "mpi_abort",
@@ -130,12 +144,13 @@ class ParamView:
         'grad', 'scales'), typed where Python's struct module has the type
         (fp32 'f', fp16 'e'; bf16 as raw 16-bit 'H'; e4m3 and e8m0 as bytes
         'B'). Empty when this rank holds none."""
+        self._ex._live(f"ParamView({self.name!r}).buffer")
         b = getattr(self, which)
         if b.ptr == 0 or b.numel == 0:
             return memoryview(b"")
         raw = (ctypes.c_char * b.nbytes).from_address(b.ptr)
         fmt = _libmod.ELEM_BY_NAME.get(b.dtype, (None, 1, "B"))[2]
-        return memoryview(raw).cast("B").cast(fmt)
+        return self._ex._hand_out(memoryview(raw).cast("B").cast(fmt))
 
     def tensor(self, which, shaped=None):
         """A torch tensor over one view (no copy). shaped: the full shape for
@@ -143,6 +158,7 @@ class ParamView:
         also be 'optim0' / 'optim1': optimizer state k (flat, like 'main'), or
         'scales' (flat). e4m3 views are torch.float8_e4m3fn and e8m0 views
         torch.float8_e8m0fnu where this torch has them, else torch.uint8."""
+        self._ex._live(f"ParamView({self.name!r}).tensor")
         b = self.optim[int(which[5:])] if which.startswith("optim") else getattr(self, which)
         return self._ex._tensor(b, self.shape if (
             shaped if shaped is not None else which in ("weight", "ugrad")) else None)
@@ -212,6 +228,7 @@ class Executor:
                  cuda_stream=None, cuda_mode="graph", nccl_id=None):
         self._x = None
         self._lib = lib = _L()
+        self._handed = {}  # id -> weakref of every memoryview / tensor over the arena handed out
         if backend not in BACKENDS:
             raise _err(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         self.backend = backend
@@ -292,9 +309,50 @@ class Executor:
         return self._plan_json_cache
 
     # -- lifetime --------------------------------------------------------
+    @property
+    def closed(self):
+        """True once destroy() ran (or setup failed)."""
+        return self._x is None
+
+    def _live(self, what):
+        """FlexplanError naming `what` when the executor is closed."""
+        if self._x is None:
+            raise _closed_err(what)
+
+    def _hand_out(self, obj):
+        """obj (a memoryview or tensor over the arena), remembered weakly so
+        destroy() can empty it before the arena is freed."""
+        k = id(obj)
+        handed = self._handed
+        handed[k] = weakref.ref(obj, lambda _r, k=k, h=handed: h.pop(k, None))
+        return obj
+
+    def _empty_handed(self):
+        """Before the arena is freed: every memoryview handed out released,
+        every tensor set to an empty storage (reads see no elements)."""
+        refs, self._handed = list(self._handed.values()), {}
+        torch = None
+        for r in refs:
+            o = r()
+            if o is None:
+                continue
+            if isinstance(o, memoryview):
+                try:
+                    o.release()
+                except (BufferError, ValueError):
+                    pass
+                continue
+            if torch is None:
+                import torch
+            with torch.no_grad():
+                o.grad = None
+                o.set_()
+
     def destroy(self):
-        """Wait for all issued work and free the executor (collective)."""
+        """Wait for all issued work and free the executor (collective). Every
+        view and tensor handed out is emptied first (module docstring)."""
         if self._x is not None:
+            self._empty_handed()
             self._lib.fp_exec_destroy(self._x)
             self._x = None
         h = getattr(self, "_plan_handle", None)
@@ -320,6 +378,7 @@ class Executor:
     def hook(self, hook, module=-1):
         """Run the plan's next segment: hook is a name ('pre_forward', ...) or
         an fp_hook value; module a module index or name (-1 for step hooks)."""
+        self._live("hook")
         h = HOOKS[hook] if isinstance(hook, str) else int(hook)
         m = self.module_index(module) if isinstance(module, str) else int(module)
         st = self._lib.fp_exec_hook(self._x, h, m)
@@ -349,11 +408,13 @@ class Executor:
 
     def sync(self):
         """Wait for every piece of work issued so far, on every stream."""
+        self._live("sync")
         _check(self._lib, self._lib.fp_exec_sync(self._x), self._x, "sync")
 
     def all_reduce_f64(self, values):
         """Sum a list of floats across every rank (collective, in place
         semantics: returns the sums). Chunked by FP_ALL_REDUCE_MAX."""
+        self._live("all_reduce_f64")
         vals = [float(v) for v in values]
         out = []
         for i in range(0, max(len(vals), 1), FP_ALL_REDUCE_MAX):
@@ -369,6 +430,7 @@ class Executor:
     def all_reduce_f64_buffer(self, addr, n):
         """Sum n doubles at a raw address (e.g. a float64 tensor's data_ptr())
         across every rank, in place, in chunks of FP_ALL_REDUCE_MAX."""
+        self._live("all_reduce_f64_buffer")
         for i in range(0, n, FP_ALL_REDUCE_MAX):
             k = min(FP_ALL_REDUCE_MAX, n - i)
             p = ctypes.cast(ctypes.c_void_p(addr + 8 * i), ctypes.POINTER(ctypes.c_double))
@@ -376,6 +438,7 @@ class Executor:
 
     # -- views, weights, stats --------------------------------------------
     def module_index(self, name):
+        self._live("module_index")
         m = self._lib.fp_plan_module_index(self._plan_handle, _libmod.cstr(name, "name", allow_none=False))
         if m < 0:
             raise _err(f"the plan has no module {name!r}")
@@ -383,6 +446,7 @@ class Executor:
 
     def param(self, name):
         """The ParamView of a param by name (FlexplanError if the plan has none)."""
+        self._live(f"param({name!r})")
         try:
             return self._by_name[name]
         except KeyError:
@@ -392,6 +456,7 @@ class Executor:
         """Refit from safetensors files of full tensors (between steps): every
         param of the plan exactly once, exact shape, F32/BF16/F16. Each rank
         reads only what it stores; a failed refit changes nothing."""
+        self._live("load_weights")
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         enc = [_libmod.fsencode(p, "paths") for p in paths]
@@ -400,6 +465,7 @@ class Executor:
 
     def stats(self):
         """fp_exec_get_stats as a dict."""
+        self._live("stats")
         s = _libmod.fp_exec_stats()
         _check(self._lib, self._lib.fp_exec_get_stats(self._x, ctypes.byref(s)), self._x, "stats")
         return {k: (int(getattr(s, k)) if not isinstance(getattr(s, k), float) else getattr(s, k))
@@ -408,12 +474,14 @@ class Executor:
     def timing_start(self, steps):
         """Opt-in measured timing: record when each hook and op of the next
         `steps` steps ran on this rank (between steps; MPI backend)."""
+        self._live("timing_start")
         f = _timing_fn("fp_exec_timing_start", [ctypes.c_void_p, ctypes.c_int32])
         _check(self._lib, f(self._x, int(steps)), self._x, "timing_start")
 
     def timing_write(self, path):
         """Write the recorded steps (flexplan.timing.v1 JSON; draw them with
         `flexplan viz PLAN --measured FILE...`)."""
+        self._live("timing_write")
         f = _timing_fn("fp_exec_timing_write", [ctypes.c_void_p, ctypes.c_char_p])
         _check(self._lib, f(self._x, _libmod.fsencode(path, "path")), self._x, "timing_write")
 
@@ -422,6 +490,7 @@ class Executor:
         cudaStream_t; 0 is CUDA's legacy default stream, torch's default). From
         the next hook on it is the plan's compute stream, ordered after
         everything issued on the old one (fp_exec_set_cuda_stream)."""
+        self._live("set_cuda_stream")
         if stream is None:
             raise TypeError("set_cuda_stream: stream is a cudaStream_t (0: the legacy default stream), not None")
         arg = _libmod.cuda_stream_arg(stream)
@@ -430,11 +499,13 @@ class Executor:
 
     def cuda_stream(self):
         """NCCL backend: the compute stream (a cudaStream_t as an int); None for MPI."""
+        self._live("cuda_stream")
         p = self._lib.fp_exec_cuda_stream(self._x)
         return int(p) if p else None
 
     # -- torch -----------------------------------------------------------
     def _tensor(self, buf, shape):
+        self._live("tensor")
         import torch
         dt = _libmod.torch_dtype(buf.dtype, torch.uint8)
         # the NCCL backend's arena is CUDA memory; where torch has no CUDA device and the
@@ -456,7 +527,7 @@ class Executor:
             t = torch.as_tensor(_CudaArray(buf, dt), device="cuda")
             if t.dtype != dt:
                 t = t.view(dt)
-        return t.view(shape) if shape is not None else t
+        return self._hand_out(t.view(shape) if shape is not None else t)
 
 
 def _timing_fn(name, argtypes):

@@ -186,16 +186,26 @@ class Plan:
         return "<flexplan.Plan %s %s world=%d ops=%d>" % (i["model"], i["strategy"], i["world_size"], i["ops"])
 
 
-def load(path, semantic=False):
+FP_LOAD_SEMANTIC = 1
+FP_LOAD_NO_SEMANTIC = 2
+
+
+def load(path, semantic=False, unchecked=False):
     """Load and verify a plan.json (written by `flexplan compile` or
     Plan.save()). Raises FlexplanError with the located message when the
     file is unreadable, malformed, tampered with or fails verification.
     semantic=True also runs the semantic check (the verifier's rule 9,
-    docs/ir.md): the plan computes the training step it claims."""
+    docs/ir.md): the plan computes the training step it claims. Without it
+    an Executor made from the plan runs that check when it is created (a
+    plan `flexplan verify` rejects never runs); unchecked=True opts out of
+    that (docs/executor.md says what the check costs)."""
     lib = L.lib()
     h = ctypes.c_void_p()
-    if semantic:
-        return _plan_or_raise(lib, lib.fp_plan_load_flags(L.fsencode(path, "path"), 1, ctypes.byref(h)), h)
+    if semantic and unchecked:
+        raise FlexplanError(L.FP_ERR_ARG, "flexplan.load: semantic=True and unchecked=True contradict each other")
+    flags = FP_LOAD_SEMANTIC if semantic else FP_LOAD_NO_SEMANTIC if unchecked else 0
+    if flags:
+        return _plan_or_raise(lib, lib.fp_plan_load_flags(L.fsencode(path, "path"), flags, ctypes.byref(h)), h)
     return _plan_or_raise(lib, lib.fp_plan_load(L.fsencode(path, "path"), ctypes.byref(h)), h)
 
 

@@ -9,6 +9,8 @@ import ctypes
 import json
 import os
 
+import pytest
+
 import flexplan
 from flexplan import _lib as L
 from conftest import SOURCE_DIR
@@ -18,6 +20,54 @@ def one_rank_plan():
     d = json.load(open(os.path.join(SOURCE_DIR, "examples", "tiny-mlp.json")))
     spec = dict(d["spec"], mesh={"world_size": 1, "ranks_per_node": 1})
     return flexplan.compile(d["model"], spec)
+
+
+def rehashed(path, text):
+    """text written to path with the content hash the loader computes (its
+    mismatch message names it): a plan tampered with after the compile"""
+    import re
+    open(path, "w").write(text)
+    try:
+        flexplan.load(path).close()
+        return
+    except flexplan.FlexplanError as e:
+        m = re.search(r"file says (fnv1a64:[0-9a-f]+), content is (fnv1a64:[0-9a-f]+)", str(e))
+        assert m, str(e)
+        open(path, "w").write(text.replace(m.group(1), m.group(2), 1))
+
+
+def test_semantic_check_at_create(tmp_path):
+    """A plan that passes rules 1-8 but not rule 9 (every grad scale halved)
+    loads, and an Executor of it is refused at create with the rule-9
+    message; load(semantic=True) refuses it located; load(unchecked=True)
+    is the documented opt-out."""
+    assert L.lib().fp_mpi_init(None, None) == L.FP_OK  # before the test below finalizes MPI
+    good = str(tmp_path / "good.json")
+    one_rank_plan().save(good)
+    d = json.load(open(good))
+    assert any(o["op"] == "scale" for o in d["ops"])
+    for o in d["ops"]:
+        if o["op"] == "scale":
+            o["alpha"] = o["alpha"] / 2
+    bad = str(tmp_path / "bad.json")
+    rehashed(bad, json.dumps(d, indent=1))
+    with flexplan.load(good) as plan:  # a compiled plan passes at create
+        with flexplan.Executor(plan, rank=0, world_size=1):
+            pass
+    with flexplan.load(bad) as plan:  # rules 1-8 pass
+        with pytest.raises(flexplan.FlexplanError) as e:
+            flexplan.Executor(plan, rank=0, world_size=1)
+        assert e.value.status_name == "FP_ERR_PLAN"
+        assert "fails the semantic check (rule 9" in str(e.value)
+        assert "scaled 0.5, the step's mean needs 1/1: 1 ranks x 1 micro-batches" in str(e.value)
+    with pytest.raises(flexplan.FlexplanError) as e:
+        flexplan.load(bad, semantic=True)
+    assert str(e.value).startswith(bad + ":") and ": error: /segments/" in str(e.value)
+    with flexplan.load(bad, unchecked=True) as plan:
+        with flexplan.Executor(plan, rank=0, world_size=1):
+            pass
+    with pytest.raises(flexplan.FlexplanError, match="contradict"):
+        flexplan.load(bad, semantic=True, unchecked=True)
 
 
 def test_one_step_from_a_compiled_plan():
@@ -68,3 +118,4 @@ def test_one_step_from_a_compiled_plan():
     assert lib.fp_mpi_finalize() == L.FP_OK  # finalized already: a no-op
     # MPI cannot start again once finalized
     assert lib.fp_mpi_init(None, None) == L.FP_ERR_BACKEND
+

@@ -207,9 +207,72 @@ def main():
     with Executor(good, 0, 1) as ex:
         expect("unknown_param", lambda: ex.param("nope"), "FP_ERR_ARG", "the plan has no param 'nope'")
         expect("unknown_module", lambda: ex.hook("pre_forward", "nope"), "FP_ERR_ARG", "no module 'nope'")
+    lifetimes(good, x, t)
     print("\n".join(results), flush=True)
     mpi_finalize()
     return 1 if any(r.startswith("BAD") for r in results) else 0
+
+
+def holds(name, cond, what):
+    results.append(f"OK {name}: {what}" if cond else f"BAD {name}: {what}")
+
+
+def lifetimes(good, x, t):
+    """Issue 40: what an Executor or a Sharded handed out is invalidated by
+    destroy() / close(); every later call says the object is closed; an
+    optimizer of another state or over the module's own params is refused."""
+    ex = Executor(good, 0, 1)
+    pv = ex.param("layers.0.weight")
+    w, mv = pv.tensor("weight"), pv.buffer("main")
+    ex.destroy()
+    expect("executor_param_after_destroy", lambda: ex.param("layers.0.weight"), "FP_ERR_ARG",
+           "param('layers.0.weight'): the executor is closed")
+    expect("executor_hook_after_destroy", lambda: ex.hook("step_begin"), "FP_ERR_ARG", "hook: the executor is closed")
+    expect("view_tensor_after_destroy", lambda: pv.tensor("weight"), "FP_ERR_ARG", "the executor is closed")
+    expect("view_buffer_after_destroy", lambda: pv.buffer("main"), "FP_ERR_ARG", "the executor is closed")
+    holds("handed_tensor_emptied", w.numel() == 0 and w.untyped_storage().nbytes() == 0,
+          f"a weight tensor taken before destroy() has {w.numel()} elements after it")
+    try:
+        mv[0]
+        holds("handed_memoryview_released", False, "a memoryview taken before destroy() still reads")
+    except ValueError as e:
+        holds("handed_memoryview_released", "released" in str(e), str(e))
+
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
+    tm.loss_fn("mlp", m, x, t).backward()
+    opt.step()
+    mains = st.main_params()
+    st.close()
+    expect("opt_step_after_close", opt.step, "FP_ERR_ARG", "the flexplan state is closed")
+    expect("clip_after_close", lambda: fpt.clip_grad_norm_(st, 1.0), "FP_ERR_ARG", "the flexplan state is closed")
+    expect("clip_of_module_after_close", lambda: fpt.clip_grad_norm_(m, 1.0), "FP_ERR_ARG",
+           "the module's flexplan state is closed")
+    expect("save_after_close", lambda: st.save(os.path.join(TMP, "closed.safetensors")), "FP_ERR_ARG",
+           "save: the flexplan state is closed")
+    expect("full_state_dict_after_close", st.full_state_dict, "FP_ERR_ARG", "full_state_dict: the flexplan state")
+    expect("state_dict_after_close", lambda: fpt.state_dict(st), "FP_ERR_ARG", "the flexplan state is closed")
+    holds("main_params_emptied", all(p.numel() == 0 for p in mains) and all(p.grad is None for p in mains),
+          f"main shards taken before close(): {[p.numel() for p in mains]} elements")
+    expect("shard_after_close", lambda: fpt.shard(m, good), "FP_ERR_ARG", "was sharded before and its state closed")
+
+    # an optimizer of another state; one over the module's own params (FSDP2's habit)
+    m1, m2 = tm.mlp(), tm.mlp()
+    st1, st2 = fpt.shard(m1, plan_for(m1, "mlp")), fpt.shard(m2, plan_for(m2, "mlp"))
+    opt1 = fpt.optimizer(st1, torch.optim.AdamW, lr=1e-3)
+    tm.loss_fn("mlp", m2, x, t).backward()
+    expect("optimizer_of_another_state", lambda: st2.step(opt1), "FP_ERR_ARG",
+           "the optimizer steps another sharded module's state")
+    st1.close()
+    st2.close()
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    plain = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    tm.loss_fn("mlp", m, x, t).backward()
+    expect("torch_optimizer_over_module_params", plain.step, "FP_ERR_ARG", "steps the sharded module's own param",
+           "flexplan.torch.optimizer(model, AdamW")
+    st.close()
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ class MainShards:
             if not p.requires_grad:
                 continue
             mt, gt = p.tensor("main"), p.tensor("grad")
-            mp = nn.Parameter(mt, requires_grad=True)
+            mp = ex._hand_out(nn.Parameter(mt, requires_grad=True))  # emptied by destroy()
             if gt.numel() and gt.dtype != mt.dtype:
                 raise _err(f"param {p.name!r}: main-grad dtype {p.grad.dtype} differs from the main "
                            f"dtype {p.main.dtype}; torch optimizers need them equal")

@@ -84,7 +84,11 @@ def make_views(ex, module, named):
         if w.numel() != p.numel:
             raise _err(f"param {p.name!r}: this rank has no unsharded compute buffer")
         old = named[p.name]
-        newp = nn.Parameter(_tp.wrap(w, old) if _tp.is_dtensor(old) else w, requires_grad=p.requires_grad)
+        if _tp.is_dtensor(old):  # a DTensor like the module's; its local tensor (a view of w) is emptied by destroy()
+            newp = nn.Parameter(_tp.wrap(w, old), requires_grad=p.requires_grad)
+            ex._hand_out(newp._local_tensor)  # the Parameter's own DTensor (nn.Parameter may make a new one)
+        else:
+            newp = ex._hand_out(nn.Parameter(w, requires_grad=p.requires_grad))  # emptied by destroy()
         old_to_new[id(named[p.name])] = newp
         params[p.name] = (newp, p)
     for m in module.modules():

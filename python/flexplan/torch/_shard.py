@@ -19,10 +19,12 @@ the modules it wraps; flexplan calls them modules). The state it returns,
 """
 import contextlib
 import os
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import torch
 from torch import nn
+from torch.optim import optimizer as _optimizer_mod
 
 from .. import _lib
 from ..errors import ArgumentTypeError, ArgumentValueError, FlexplanError
@@ -47,14 +49,36 @@ def state(obj: Union[nn.Module, "Sharded"], what: str = "model_or_state") -> "Sh
     """The Sharded state of a module given to shard() (or the state itself);
     what: the argument's name in errors."""
     if isinstance(obj, Sharded):
+        obj._live(what)
         return obj
     if not isinstance(obj, nn.Module):
         raise ArgumentTypeError(f"{what}: expected a torch.nn.Module sharded by flexplan.torch.shard or a Sharded "
                                 f"state, got {type(obj).__name__}")
     st = getattr(obj, "_flexplan_state", None)
     if st is None:
+        if getattr(obj, "_flexplan_closed", False):
+            raise _err(f"{what}: the module's flexplan state is closed (Sharded.close() destroyed its executor and "
+                       f"its params hold no values)", _lib.FP_ERR_ARG)
         raise _err("not a module sharded by flexplan.torch.shard", _lib.FP_ERR_ARG)
     return st
+
+
+_OPT_HOOK = []  # the global optimizer pre-hook, registered at the first shard()
+
+
+def _refuse_module_params(opt, args, kwargs):
+    """Every torch optimizer's step (a global pre-hook): one built over a
+    sharded module's own params (FSDP2's habit, model.parameters()) would
+    step the unsharded compute buffers the plan overwrites: refused at its
+    first step, before it touches anything."""
+    for g in opt.param_groups:
+        for p in g["params"]:
+            name = getattr(p, "_flexplan_view", None)
+            if name is not None:
+                raise _err(f"this {type(opt).__name__} steps the sharded module's own param {name!r} "
+                           f"(model.parameters()): under flexplan the optimizer steps the main-weight shards; "
+                           f"build it with flexplan.torch.optimizer(model, {type(opt).__name__}, ...)",
+                           _lib.FP_ERR_ARG)
 
 
 def _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mode):
@@ -130,6 +154,9 @@ def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[
     _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mode)
     if getattr(module, "_flexplan_state", None) is not None:
         raise _err("module is already sharded", _lib.FP_ERR_ARG)
+    if getattr(module, "_flexplan_closed", False):
+        raise _err("module was sharded before and its state closed (Sharded.close()): its params are placeholders "
+                   "that hold no values; shard a new module (with its weights) instead", _lib.FP_ERR_ARG)
     return Sharded(module, plan, backend=backend, rank=rank, world_size=world_size, progress=progress,
                    init=init, cast_forward_inputs=bool(cast_forward_inputs), cuda_mode=cuda_mode,
                    profile=bool(profile), mesh=mesh)
@@ -174,7 +201,8 @@ class Sharded:
             self._ugrads = [(newp, p.tensor("ugrad")) for newp, p in self.params.values()
                             if p.requires_grad and p.ugrad.ptr]
             # a tensor-parallel param's .grad: a DTensor like it over the ugrad (autograd adds in place)
-            self._ugrads = [(newp, _tp.wrap(g, newp) if _tp.is_dtensor(newp) else g) for newp, g in self._ugrads
+            self._ugrads = [(newp, _tp.wrap(g, newp, ex._hand_out) if _tp.is_dtensor(newp) else g)
+                            for newp, g in self._ugrads
                             if g.dtype == newp.dtype and tuple(g.shape) == tuple(_tp.local(newp).shape)]
             self._begin_step_grads()
             self._shards = MainShards(ex)
@@ -204,6 +232,26 @@ class Sharded:
         self.eval_gathers = 0  # params gathered for evaluation forwards
         self._closed = False
         module._flexplan_state = self
+        me = weakref.ref(self)
+        for mp in self._shards.params():
+            mp._flexplan_owner = me
+        for newp, pv in self.params.values():
+            newp._flexplan_view = pv.name
+        for n, h in self._binder.holders.items():
+            h._flexplan_view = n
+        if not _OPT_HOOK:
+            _OPT_HOOK.append(_optimizer_mod.register_optimizer_step_pre_hook(_refuse_module_params))
+
+    # ---- lifetime -------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _live(self, what: str) -> None:
+        """FlexplanError naming `what` once close() ran."""
+        if self._closed:
+            raise _err(f"{what}: the flexplan state is closed (Sharded.close() destroyed its executor): its views, "
+                       f"optimizer state and checkpoints are gone", _lib.FP_ERR_ARG)
 
     # ---- what the hooks call -------------------------------------------------------
     def _begin_step_grads(self):
@@ -263,19 +311,23 @@ class Sharded:
         """The Parameters an optimizer steps: this rank's main-weight shards
         (flat views of the arena, padding included; ``.grad`` the main-grad
         shard), one per trainable param of the plan, in the plan's order."""
+        self._live("main_params")
         return self._shards.params()
 
     def named_main_params(self) -> List[Tuple[str, nn.Parameter]]:
+        self._live("named_main_params")
         return self._shards.named()
 
     def pre_optimizer(self) -> None:
         """Issue pre_optimizer (idempotent within a step): main grads are final."""
+        self._live("pre_optimizer (an optimizer step)")
         self.driver.event(_lib.FP_EVENT_PRE_OPTIMIZER)
         self._shards.attach_grads()
 
     def post_optimizer(self) -> None:
         """Zero the padding of the main shards (outside the extents), then
         post_optimizer (recasts to compute dtype, the shard_grad_op gathers)."""
+        self._live("post_optimizer")
         self._shards.zero_padding()
         self.driver.event(_lib.FP_EVENT_POST_OPTIMIZER)
         self._binder.release()  # between steps: placeholders, or full values gathered on demand
@@ -291,8 +343,18 @@ class Sharded:
     def step(self, opt: torch.optim.Optimizer, closure: Optional[Callable[[], Any]] = None) -> Any:
         """pre_optimizer, opt.step(), post_optimizer (for an optimizer over
         main_params() not made by flexplan.torch.optimizer)."""
+        self._live("step")
         if not isinstance(opt, torch.optim.Optimizer):
             raise ArgumentTypeError(f"opt: expected a torch.optim.Optimizer, got {type(opt).__name__}")
+        mine = {id(p) for p in self.main_params()}
+        other = [p for g in opt.param_groups for p in g["params"] if id(p) not in mine]
+        if other:
+            owner = getattr(other[0], "_flexplan_owner", None)
+            whose = ("another sharded module's state (its params are that Sharded's main_params())"
+                     if owner is not None and owner() is not None and owner() is not self else
+                     "params that are not this state's main_params()")
+            raise _err(f"step: the optimizer steps {whose}: build it with flexplan.torch.optimizer(model, cls, ...) "
+                       f"of this module", _lib.FP_ERR_ARG)
         if closure is not None and not callable(closure):
             raise ArgumentTypeError(f"closure: expected a callable or None, got {type(closure).__name__}")
         self.pre_optimizer()
@@ -305,6 +367,7 @@ class Sharded:
         global norm from one all-reduce of this rank's partial sum (params held
         by several ranks - hybrid replicas, no_shard, replicate - counted once).
         Issues pre_optimizer if not yet done. Returns the total norm."""
+        self._live("clip_grad_norm_")
         max_norm, norm_type = _positive("max_norm", max_norm), _positive("norm_type", norm_type)
         self.pre_optimizer()
         return torch.tensor(self._shards.clip_grad_norm_(max_norm, norm_type, self.rank, self.world_size))
@@ -316,6 +379,7 @@ class Sharded:
         fp32/bf16 values; replicated shards counted once); on a mesh with tp,
         the global tensors (every tp rank's slice in place). Collective; call
         it between steps."""
+        self._live("full_state_dict")
         out = {}
         for p in self.ex.params:  # one param at a time: one float64 copy of the largest at most
             dt = dtype or _lib.torch_dtype(p.main.dtype, torch.float32)
@@ -327,6 +391,7 @@ class Sharded:
         rank 0 (atomically: a temporary file renamed); it loads back through
         load() (the executor's refit) or into a plain torch module.
         Collective."""
+        self._live("save")
         sd = self.full_state_dict(dtype)
         if self.rank == 0:
             from safetensors.torch import save_file
@@ -343,6 +408,7 @@ class Sharded:
     def load(self, paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]) -> None:
         """Load full-tensor safetensors files through the executor's refit
         (between steps; each rank reads only its extents)."""
+        self._live("load")
         if self.ex.tp > 1:
             raise _err("load(): the files hold global tensors and the refit reads whole params, so a plan with tp "
                        "cannot load them yet: load a torch.distributed.checkpoint (flexplan.torch.load_state_dict) "
@@ -422,6 +488,7 @@ class Sharded:
         return s
 
     def sync(self) -> None:
+        self._live("sync")
         self.ex.sync()
 
     def timing_start(self, steps: int) -> None:
@@ -435,7 +502,10 @@ class Sharded:
 
     def close(self) -> None:
         """Remove the hooks and destroy the executor (collective). The module's
-        params stay views of freed memory: do not use the module afterwards."""
+        params become placeholders that raise FlexplanError on any use, every
+        tensor handed out over the arena (views, main shards, grads,
+        optimizer state) is emptied (Executor.destroy), and every later call
+        of this state raises FlexplanError saying it is closed."""
         if self._closed:
             return
         self._closed = True
@@ -445,6 +515,7 @@ class Sharded:
         self.driver.close()
         self.ex.destroy()
         self.module._flexplan_state = None
+        self.module._flexplan_closed = True
 
     def __enter__(self):
         return self

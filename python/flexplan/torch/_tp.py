@@ -146,12 +146,17 @@ def _check_order(ex, tp_mesh):
                    f"mesh_dim_names=(\"dp\", \"tp\"))")
 
 
-def wrap(view, ref):
+def wrap(view, ref, hand_out=None):
     """A DTensor like the module's param ref (mesh, placements, global shape)
-    over view, the arena's local tensor (no copy)."""
+    over view, the arena's local tensor (no copy). hand_out (the executor's
+    _hand_out): its local tensor, a view of `view`, is emptied with the
+    arena when the executor is destroyed."""
     from torch.distributed.tensor import DTensor  # pylint: disable=import-outside-toplevel
-    return DTensor.from_local(view, ref.device_mesh, ref.placements, run_check=False, shape=ref.shape,
-                              stride=ref.stride())
+    t = DTensor.from_local(view, ref.device_mesh, ref.placements, run_check=False, shape=ref.shape,
+                           stride=ref.stride())
+    if hand_out is not None:
+        hand_out(t._local_tensor)
+    return t
 
 
 def global_numel(p):
