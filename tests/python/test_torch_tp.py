@@ -135,5 +135,6 @@ def test_describe_and_refusals(out):
         "load_files": "load(): the files hold global tensors",
         "mesh_4": "the plan is for 4 ranks",
     }
+    assert r["closed_local_numel"] == [0, 0], r["closed_local_numel"]  # emptied with the arena by close()
     for case, frag in msgs.items():
         assert r[case] is not None and frag in r[case], (case, r[case])

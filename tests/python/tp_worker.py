@@ -255,7 +255,12 @@ def errors(out):
         st.load(os.path.join(out, "none.safetensors"))
     except flexplan.FlexplanError as e:
         rec["load_files"] = str(e)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    view = st.params[name][0]
     st.close()
+    # after close() no DTensor view or grad keeps the freed arena's bytes
+    rec["closed_local_numel"] = [view._local_tensor.numel(), view.grad._local_tensor.numel() if view.grad is not None
+                                 else 0]
     if dist.get_rank() == 0:
         with open(os.path.join(out, "tp_errors.json"), "w") as f:
             json.dump(rec, f)
