@@ -49,3 +49,24 @@ def test_simdev_torch_mutation_untold_stream():
             caught.append(seed)
     print(f"the planted H200 bug was caught under seeds {caught}")
     assert caught, "torch on the legacy stream with the plan on an unordered stream of its own went unnoticed"
+
+
+@pytest.mark.parametrize("dtype,seed", [("fp32", 1), ("bf16", 2)])
+def test_simdev_fsdp_x_tp(dtype, seed):
+    """FSDP x TP on a dp 2 x tp 2 mesh (tp_simdev_worker.py): the NCCL
+    backend's communicators split per tp index, under an adversarial
+    scheduler seed, every step's loss and the main weights equal to the MPI
+    backend's"""
+    if not LIB or not os.path.exists(LIB):
+        pytest.skip("libflexplan_simdev.so not built (FLEXPLAN_SIMDEV_LIBRARY)")
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = str(s.getsockname()[1])
+    s.close()
+    env = {"FLEXPLAN_LIBRARY": LIB, "FP_SIMDEV_HOST_VISIBLE": "1", "FP_SIMDEV_SEED": str(seed),
+           "FP_SIMDEV_HANG_S": "120", "FP_MASTER_PORT": port}
+    rc, out = run_mpi(4, "tp_simdev_worker.py", dtype, timeout=600, env=env)
+    lines = [l for l in out.splitlines() if l.startswith(("PASS", "FAIL"))]
+    print("\n".join(lines))
+    assert rc == 0 and any(l.startswith("PASS") for l in lines), out[-6000:]
