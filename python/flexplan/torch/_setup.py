@@ -12,6 +12,7 @@ from torch import nn
 
 from .. import _lib
 from ..errors import FlexplanError
+from ._params import PlanParam
 
 __all__ = ["check_params", "init_values", "make_views", "find_units", "forward_next", "backward_chain", "nccl_setup",
            "install_abort_on_error"]
@@ -76,7 +77,8 @@ def make_views(ex, module, named):
         w = p.tensor("weight")
         if w.numel() != p.numel:
             raise _err(f"param {p.name!r}: this rank has no unsharded compute buffer")
-        newp = ex._hand_out(nn.Parameter(w, requires_grad=p.requires_grad))  # emptied by destroy()
+        newp = ex._hand_out(PlanParam(w, requires_grad=p.requires_grad))  # emptied by destroy()
+        newp._flexplan_view = p.name
         old_to_new[id(named[p.name])] = newp
         params[p.name] = (newp, p)
     for m in module.modules():
