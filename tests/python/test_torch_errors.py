@@ -18,7 +18,12 @@ CHECKS = ["module_param_not_in_plan", "plan_param_not_in_module", "requires_grad
           "view_buffer_after_destroy", "handed_tensor_emptied", "handed_memoryview_released", "opt_step_after_close",
           "clip_after_close", "clip_of_module_after_close", "save_after_close", "full_state_dict_after_close",
           "state_dict_after_close", "main_params_emptied", "shard_after_close", "optimizer_of_another_state",
-          "torch_optimizer_over_module_params"]
+          "torch_optimizer_over_module_params",
+          # FSDP2 habits (issue 40)
+          "torch_clip_grad_norm_after_backward", "clip_then_train_on", "requires_grad_after_shard",
+          "module_requires_grad_after_shard", "requires_grad_attr_after_shard", "requires_grad_inside_step",
+          "torch_save_state_dict", "torch_save_state_dict_no_file", "pickle_param", "state_dict_in_unshard",
+          "ga2_grads_rebound"]
 
 
 def test_errors():

@@ -208,6 +208,7 @@ def main():
         expect("unknown_param", lambda: ex.param("nope"), "FP_ERR_ARG", "the plan has no param 'nope'")
         expect("unknown_module", lambda: ex.hook("pre_forward", "nope"), "FP_ERR_ARG", "no module 'nope'")
     lifetimes(good, x, t)
+    fsdp2_habits(x, t)
     print("\n".join(results), flush=True)
     mpi_finalize()
     return 1 if any(r.startswith("BAD") for r in results) else 0
@@ -272,6 +273,54 @@ def lifetimes(good, x, t):
     tm.loss_fn("mlp", m, x, t).backward()
     expect("torch_optimizer_over_module_params", plain.step, "FP_ERR_ARG", "steps the sharded module's own param",
            "flexplan.torch.optimizer(model, AdamW")
+    st.close()
+
+
+def fsdp2_habits(x, t):
+    """Issue 40: what an FSDP2 user does by habit works or fails at once."""
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
+    tm.loss_fn("mlp", m, x, t).backward()
+    expect("torch_clip_grad_norm_after_backward", lambda: torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0),
+           "FP_ERR_ORDER", "the .grad of param 'layers.0.weight' after backward",
+           "flexplan.torch.clip_grad_norm_(model, max_norm)")
+    norm = fpt.clip_grad_norm_(m, 1.0)  # the sharded way still works after the refusal
+    opt.step()
+    tm.loss_fn("mlp", m, x, t).backward()  # the next step binds the grads again
+    opt.step()
+    holds("clip_then_train_on", bool(torch.isfinite(norm)) and float(norm) > 0, f"norm {float(norm)}")
+    expect("requires_grad_after_shard", lambda: m.layers[0].weight.requires_grad_(False), "FP_ERR_ARG",
+           "param 'layers.0.weight': requires_grad_(False) after shard()", "the plan fixes which params train")
+    expect("module_requires_grad_after_shard", lambda: m.requires_grad_(False), "FP_ERR_ARG",
+           "requires_grad_(False) after shard()")
+
+    def set_attr():
+        m.layers[1].bias.requires_grad = False
+    expect("requires_grad_attr_after_shard", set_attr, "FP_ERR_ARG", "'layers.1.bias': requires_grad_(False)")
+    tm.loss_fn("mlp", m, x, t).backward()
+    expect("requires_grad_inside_step", lambda: m.layers[0].weight.requires_grad_(False), "FP_ERR_ARG",
+           "requires_grad_(False) after shard()")
+    opt.step()
+    path = os.path.join(TMP, "habit.pt")
+    expect("torch_save_state_dict", lambda: torch.save(m.state_dict(), path), "FP_ERR_ARG",
+           "model.state_dict() of a sharded module", "flexplan.torch.state_dict(model)")
+    holds("torch_save_state_dict_no_file", not os.path.exists(path), f"{path} exists after the refusal")
+    expect("pickle_param", lambda: torch.save(m.layers[0].weight, os.path.join(TMP, "p.pt")), "FP_ERR_ARG",
+           "param 'layers.0.weight' of a sharded module cannot be pickled")
+    with st.unshard():
+        sd = m.state_dict()  # inside unshard(): full copies, as FSDP2's unshard gives
+    holds("state_dict_in_unshard", sd["layers.0.weight"].shape == (24, 12), str(sd["layers.0.weight"].shape))
+    st.close()
+    # several micro-batches: the grads are bound again for each backward
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp", ga=2))
+    opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-3)
+    for _ in range(2):
+        for _mb in range(2):
+            tm.loss_fn("mlp", m, x, t).backward()
+        opt.step()
+    holds("ga2_grads_rebound", True, "two steps of two micro-batches")
     st.close()
 
 

@@ -138,6 +138,7 @@ class Hooks:
     def _backward_done(self):
         self.last_out = None
         self.event(_DONE, -1)
+        self.st._drop_grads()  # the ugrads are reduced and their bytes reused: .grad raises now
 
     # ---- the hooks ---------------------------------------------------------------------
     def _pre_hook(self, u, first):
@@ -159,6 +160,8 @@ class Hooks:
                 if dstate.pos == 0:
                     self.last_out = None
                     st._begin_step()
+                elif st._grads_gone:  # the next micro-batch: the ugrads are .grad again
+                    st._begin_step_grads()
                 # every submodule of the unit reports it (a no-op while the unit is open): a unit
                 # whose first submodule did not run still gathers before the others compute
                 event(_PF, u)

@@ -21,9 +21,77 @@ same collectives.
 import torch
 from torch import nn
 
-from .._lib import FP_ERR_ORDER
+from .._lib import FP_ERR_ARG, FP_ERR_ORDER
 from ..errors import FlexplanError
 from . import _tp
+
+
+def _no_pickle(name):
+    return FlexplanError(FP_ERR_ARG, (
+        f"param {name!r} of a sharded module cannot be pickled (torch.save of model.state_dict() or of a param): "
+        f"its values are spread over the ranks' main shards. Save with flexplan.torch.state_dict(model) "
+        f"(torch.distributed.checkpoint), Sharded.full_state_dict() or Sharded.save(path)"))
+
+
+def _no_requires_grad(name, plan_rg, want):
+    return FlexplanError(FP_ERR_ARG, (
+        f"param {name!r}: requires_grad_({want}) after shard(): the plan fixes which params train "
+        f"(requires_grad={plan_rg} there) and would ignore the change; freeze params before compiling the plan "
+        f"(requires_grad in the model, or the spec) and shard again"))
+
+
+class PlanParam(nn.Parameter):
+    """The nn.Parameter over a param's unsharded view: requires_grad is the
+    plan's (requires_grad_ / the setter to another value raise), and it
+    does not pickle (FlexplanError naming the param)."""
+
+    def requires_grad_(self, requires_grad=True):
+        if bool(requires_grad) != torch.Tensor.requires_grad.__get__(self):
+            raise _no_requires_grad(getattr(self, "_flexplan_view", "?"), not requires_grad, bool(requires_grad))
+        return self
+
+    @property
+    def requires_grad(self):
+        return torch.Tensor.requires_grad.__get__(self)
+
+    @requires_grad.setter
+    def requires_grad(self, v):
+        self.requires_grad_(v)
+
+    def __reduce_ex__(self, proto):
+        raise _no_pickle(getattr(self, "_flexplan_view", "?"))
+
+
+class GradGone(torch.Tensor):
+    """A param's .grad once the step's backward is over: the plan has
+    reduced its unsharded grad into the main-grad shards and reuses those
+    bytes, so any use raises (torch.nn.utils.clip_grad_norm_ over
+    model.parameters() among them), naming what to call instead."""
+
+    @staticmethod
+    def __new__(cls, like, name):
+        t = torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype, device=like.device,
+                                                requires_grad=False)
+        t._fp_name = name
+        return t
+
+    def __repr__(self, **_):
+        return f"<flexplan: the grad of {self._fp_name!r}, reduced into the main-grad shards>"
+
+    def __reduce_ex__(self, proto):
+        raise _no_pickle(self._fp_name)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        g = next((a for a in args if isinstance(a, GradGone)), None)
+        if g is not None and func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
+            return GradGone(g, g._fp_name)
+        name = g._fp_name if g is not None else "?"
+        raise FlexplanError(FP_ERR_ORDER, (
+            f"the .grad of param {name!r} after backward ({func} on it): the plan has already reduced it into the "
+            f"main-grad shards and reuses its bytes. Clip with flexplan.torch.clip_grad_norm_(model, max_norm) "
+            f"(the global norm of the sharded main grads); the grads are the main shards' .grad "
+            f"(Sharded.main_params())"))
 
 
 class Unsharded(torch.Tensor):
@@ -40,6 +108,25 @@ class Unsharded(torch.Tensor):
 
     def __repr__(self, **_):
         return f"<flexplan: param {self._fp_name!r} {self._fp_why()}>"
+
+    def __reduce_ex__(self, proto):
+        raise _no_pickle(self._fp_name)
+
+    def requires_grad_(self, requires_grad=True):
+        plan_rg = getattr(self, "_fp_plan_rg", None)
+        if plan_rg is None:  # nn.Parameter() making the holder
+            return torch.Tensor.requires_grad_(self, requires_grad)
+        if bool(requires_grad) != plan_rg:
+            raise _no_requires_grad(self._fp_name, plan_rg, bool(requires_grad))
+        return self
+
+    @property
+    def requires_grad(self):
+        return torch.Tensor.requires_grad.__get__(self)
+
+    @requires_grad.setter
+    def requires_grad(self, v):
+        self.requires_grad_(v)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -69,6 +156,8 @@ class _ParamBinder:
                     self.slots.setdefault(ids[id(t)], []).append((m, k))
         self.holders = {n: nn.Parameter(Unsharded(p, n, self._why), requires_grad=False)
                         for n, (p, _) in views.items()}
+        for n, (_, pv) in views.items():  # requires_grad_ to another value than the plan's raises
+            self.holders[n]._fp_plan_rg = pv.requires_grad
         self.valid = set()  # views that hold their full current value between steps
         self.bound_views = False  # every slot holds its view (inside a training step)
         # params whose weight bytes overlap (the plan reuses them): gathering

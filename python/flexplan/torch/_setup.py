@@ -13,6 +13,7 @@ from torch import nn
 from .. import _lib
 from ..errors import FlexplanError
 from . import _tp
+from ._params import PlanParam
 
 __all__ = ["check_params", "init_values", "make_views", "find_units", "forward_next", "backward_chain", "nccl_setup",
            "install_abort_on_error"]
@@ -88,7 +89,8 @@ def make_views(ex, module, named):
             newp = nn.Parameter(_tp.wrap(w, old), requires_grad=p.requires_grad)
             ex._hand_out(newp._local_tensor)  # the Parameter's own DTensor (nn.Parameter may make a new one)
         else:
-            newp = ex._hand_out(nn.Parameter(w, requires_grad=p.requires_grad))  # emptied by destroy()
+            newp = ex._hand_out(PlanParam(w, requires_grad=p.requires_grad))  # emptied by destroy()
+        newp._flexplan_view = p.name
         old_to_new[id(named[p.name])] = newp
         params[p.name] = (newp, p)
     for m in module.modules():

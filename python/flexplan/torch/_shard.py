@@ -33,7 +33,7 @@ from . import _setup, _tp
 from ._driver import Driver
 from ._hooks import Hooks, StreamFollower
 from ._optim import MainShards
-from ._params import _ParamBinder, gather_full
+from ._params import GradGone, _ParamBinder, gather_full
 
 __all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state"]
 
@@ -204,6 +204,13 @@ class Sharded:
             self._ugrads = [(newp, _tp.wrap(g, newp, ex._hand_out) if _tp.is_dtensor(newp) else g)
                             for newp, g in self._ugrads
                             if g.dtype == newp.dtype and tuple(g.shape) == tuple(_tp.local(newp).shape)]
+            names = {id(newp): pv.name for newp, pv in self.params.values()}
+            # after a backward, each .grad is a placeholder that raises (GradGone): the bytes are reused
+            # (a tensor-parallel param keeps its DTensor grad: torch's own clip_grad_norm_ refuses grads on two
+            # meshes anyway, docs/torch.md "FSDP x TP")
+            self._gone = [(newp, GradGone(g, names[id(newp)])) for newp, g in self._ugrads
+                          if not _tp.is_dtensor(newp)]
+            self._grads_gone = False
             self._begin_step_grads()
             self._shards = MainShards(ex)
             self._repl = self._shards.repl
@@ -232,6 +239,7 @@ class Sharded:
         self.eval_gathers = 0  # params gathered for evaluation forwards
         self._closed = False
         module._flexplan_state = self
+        self._sd_hook = module.register_state_dict_pre_hook(self._state_dict_pre)
         me = weakref.ref(self)
         for mp in self._shards.params():
             mp._flexplan_owner = me
@@ -256,10 +264,33 @@ class Sharded:
     # ---- what the hooks call -------------------------------------------------------
     def _begin_step_grads(self):
         """.grad of every trainable param = its ugrad view (set again at each
-        step's first forward, in case the user's zero_grad() dropped it)."""
+        step's first forward, in case the user's zero_grad() dropped it, and
+        at each micro-batch's after _drop_grads)."""
         for newp, g in self._ugrads:
             if newp.grad is not g:
                 newp.grad = g
+        self._grads_gone = False
+
+    def _drop_grads(self):
+        """The end of a backward: the plan has reduced the unsharded grads
+        into the main-grad shards and reuses their bytes, so each .grad
+        becomes a placeholder that raises on use (torch.nn.utils
+        .clip_grad_norm_ over model.parameters() would read other buffers'
+        bytes and scale them in place)."""
+        for newp, ph in self._gone:
+            newp.grad = ph
+        self._grads_gone = True
+
+    def _state_dict_pre(self, module, prefix, keep_vars):
+        """module.state_dict() (torch.save(model.state_dict()), FSDP2's habit)
+        outside unshard(): refused before anything is written; flexplan's own
+        readers ask with keep_vars=True."""
+        if keep_vars or self._unsharded is not None or self._closed:
+            return
+        raise _err("model.state_dict() of a sharded module: its params' values are spread over the ranks' main "
+                   "shards. Save with flexplan.torch.state_dict(model) (torch.distributed.checkpoint), "
+                   "Sharded.full_state_dict() or Sharded.save(path); or take it inside `with state.unshard():`",
+                   _lib.FP_ERR_ARG)
 
     def _begin_step(self):
         """The step's first training forward: every slot holds its view, every
@@ -274,6 +305,7 @@ class Sharded:
             if g is not None and t.grad is not g:
                 t.grad = g
         b.bound_views = True
+        self._grads_gone = False
 
     def _eval_pre(self, u):
         """A forward between steps (evaluation: grad disabled, or the module
@@ -510,6 +542,7 @@ class Sharded:
             return
         self._closed = True
         self._hooks.remove()
+        self._sd_hook.remove()
         self._binder.closed = True
         self._binder.release()  # the views' memory is freed below: placeholders raise
         self.driver.close()
