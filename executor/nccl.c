@@ -45,6 +45,16 @@
  * compute stream. No hook path synchronizes, allocates or adds a host
  * callback.
  *
+ * One graph per step (fp_exec_capture_begin/end; docs/cuda.md, "One graph
+ * per step"): the same capture-safe hooks inside a capture the executor is
+ * told about. Begin checks what a whole-step capture needs (capture-safe
+ * mode, the compute stream capturing, between steps, after a warm-up step)
+ * and remembers the capture; every call while it is open checks the
+ * capture is still the compute stream's (wcap_check: one invalidated, or
+ * ended without fp_exec_capture_end, breaks the executor with what
+ * happened); end checks a whole number of steps was captured and joins the
+ * side streams back.
+ *
  * The watchdog (x->timeout_s: fp_exec_config.timeout_s or FLEXPLAN_TIMEOUT;
  * docs/cuda.md, "Watchdog"): hooks only enqueue, so what can wait forever
  * for a rank that never comes is the host waiting for the device
@@ -121,6 +131,11 @@ typedef struct nstate {
   cudaGraph_t *graphs;     /* P.nruns */
   cudaGraphExec_t *execs;
   bool captured;
+  /* one graph per step (fp_exec_capture_begin/end; docs/cuda.md, "One graph per step") */
+  unsigned long long wcap; /* the compute stream's capture fp_exec_capture_begin joined (0: none) */
+  uint8_t wcap_sides;      /* the side streams forked into it */
+  int64_t wcap_steps;      /* stats.steps at fp_exec_capture_begin */
+  int64_t live;            /* graphs captured that way and not released */
   /* the watchdog (x->timeout_s > 0) */
   cudaEvent_t *done;       /* per xop: recorded when a communication op completes */
   bool *done_made;
@@ -742,6 +757,7 @@ static fp_status fork_side(fp_exec *x, int s, unsigned long long cap) {
   }
   CUDA_TRY(x, cudaEventRecord(n->fork_ev, n->st[FP_STREAM_COMPUTE]));
   CUDA_TRY(x, cudaStreamWaitEvent(n->st[s], n->fork_ev, 0));
+  if (cap && cap == n->wcap) n->wcap_sides |= (uint8_t)(1u << s);
   return FP_OK;
 }
 
@@ -793,6 +809,110 @@ static fp_status capture_all(fp_exec *x) {
   return FP_OK;
 }
 
+/* ---- one graph per step: fp_exec_capture_begin / _end ------------------------------------------------------ */
+/* the side streams of mask as "ag, rs" */
+static const char *side_names(uint8_t mask, char *buf, size_t len) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (mask & (1u << s))
+      k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%s", k ? ", " : "", fpi_stream_name(s));
+  if (!k) snprintf(buf, len, "none");
+  return buf;
+}
+
+/* While fp_exec_capture_begin's capture is open, every call checks it is
+ * still the compute stream's: a capture that was invalidated, or ended
+ * without fp_exec_capture_end, leaves the executor's place in the step to a
+ * graph that will never run - the executor fails (FP_ERR_BACKEND, broken)
+ * with what happened. WHAT names the call. */
+static fp_status wcap_check(fp_exec *x, const char *what) {
+  nstate *n = ns(x);
+  if (!n->wcap) return FP_OK;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &id));
+  if (cs == cudaStreamCaptureStatusActive && id == n->wcap) return FP_OK;
+  char sides[64], here[96];
+  side_names(n->wcap_sides, sides, sizeof sides);
+  if (x->cursor) fpx_seg_label(x, x->cursor, here, sizeof here);
+  unsigned long long was = n->wcap;
+  n->wcap = 0;
+  x->broken = true;
+  if (cs == cudaStreamCaptureStatusInvalidated && id == was)
+    return fpx_fail(x, FP_ERR_BACKEND,
+                    "%s: the capture begun by fp_exec_capture_begin was invalidated by an operation CUDA refuses "
+                    "inside a capture (a host synchronization such as cudaStreamSynchronize or tensor.item(), an "
+                    "allocation, a synchronous copy) made after it began; nothing of it can be replayed, and the "
+                    "executor's place in the step belongs to it: destroy the executor", what);
+  return fpx_fail(x, FP_ERR_BACKEND,
+                  "%s: the capture begun by fp_exec_capture_begin ended without fp_exec_capture_end%s%s: the plan's "
+                  "side streams forked into it (%s) were not joined back into the compute stream, so CUDA refuses "
+                  "to end it (cudaErrorStreamCaptureUnjoined), and the executor's place in the step belongs to a "
+                  "graph that does not exist: destroy the executor", what, x->cursor ? " inside a step, before " : "",
+                  x->cursor ? here : "", sides);
+}
+
+static fp_status nccl_capture(fp_exec *x, int op, int64_t *live) {
+  nstate *n = ns(x);
+  if (op == FPX_CAPTURE_LIVE) {
+    *live = n->live;
+    return FP_OK;
+  }
+  if (op == FPX_CAPTURE_RELEASE) {
+    if (!n->live)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_release: no graph captured with fp_exec_capture_begin/end "
+                      "is live");
+    n->live--;
+    return FP_OK;
+  }
+  const char *fn = op == FPX_CAPTURE_BEGIN ? "fp_exec_capture_begin" : "fp_exec_capture_end";
+  FPX_CHECK(wcap_check(x, fn));
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &id));
+  char want[96];
+  if (op == FPX_CAPTURE_BEGIN) {
+    if (n->wcap)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin: the capture it began is still open (call "
+                      "fp_exec_capture_end first)");
+    if (n->mode != FP_CUDA_CAPTURE_SAFE)
+      return fpx_fail(x, FP_ERR_ARG, "fp_exec_capture_begin: cuda_mode is %s; a step captured by the trainer needs "
+                      "FP_CUDA_CAPTURE_SAFE (%s)", n->mode == FP_CUDA_GRAPH ? "FP_CUDA_GRAPH" : "FP_CUDA_EAGER",
+                      n->mode == FP_CUDA_GRAPH ? "graph mode captures per-hook graphs of its own and synchronizes "
+                      "the device once to do it" : "eager hooks refuse to run inside a capture");
+    if (cs == cudaStreamCaptureStatusInvalidated)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin: the compute stream's capture is already invalidated");
+    if (cs != cudaStreamCaptureStatusActive)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin: the compute stream is not being captured: begin the "
+                      "capture on fp_exec_cuda_stream(x) first (cudaStreamBeginCapture, or torch.cuda.graph on "
+                      "the stream the executor was given)");
+    if (x->cursor)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin inside a step (the plan expects %s next): a captured "
+                      "step starts at step_begin", fpx_seg_label(x, x->cursor, want, sizeof want));
+    if (x->stats.steps < 1)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin before any uncaptured step: run one step outside the "
+                      "capture first (NCCL sets up its connections at a communicator's first collectives, which a "
+                      "capture cannot hold)");
+    n->wcap = id;
+    n->wcap_sides = 0;
+    n->wcap_steps = x->stats.steps;
+    return FP_OK;
+  }
+  if (!n->wcap) return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_end without fp_exec_capture_begin");
+  if (x->cursor)
+    return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_end inside a step (the plan expects %s next): capture whole "
+                    "steps, step_begin .. post_optimizer (the capture goes on)",
+                    fpx_seg_label(x, x->cursor, want, sizeof want));
+  if (x->stats.steps == n->wcap_steps)
+    return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_end: no step was captured since fp_exec_capture_begin (the "
+                    "capture goes on)");
+  FPX_CHECK(join_sides(x, id));
+  n->wcap = 0;
+  n->live++;
+  return FP_OK;
+}
+
 /* ---- hooks ------------------------------------------------------------------------------------------------ */
 static fp_status run_items(fp_exec *x, int32_t seg, unsigned long long cap) {
   nstate *n = ns(x);
@@ -823,6 +943,12 @@ static fp_status nccl_run_segment(fp_exec *x, int32_t seg) {
   nstate *n = ns(x);
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   unsigned long long cap = 0;
+  char what[96 + 8];
+  if (n->wcap) {
+    char l[96];
+    snprintf(what, sizeof what, "hook %s", fpx_seg_label(x, seg, l, sizeof l));
+    FPX_CHECK(wcap_check(x, what));
+  }
   CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &cap));
   if (cs == cudaStreamCaptureStatusInvalidated)
     return fpx_fail(x, FP_ERR_BACKEND, "the compute stream's capture was invalidated (a capture error earlier)");
@@ -865,6 +991,7 @@ static fp_status nccl_set_stream(fp_exec *x, void *stream) {
   nstate *n = ns(x);
   cudaStream_t s = (cudaStream_t)stream, old = n->st[FP_STREAM_COMPUTE];
   if (s == old) return FP_OK;
+  FPX_CHECK(wcap_check(x, "fp_exec_set_cuda_stream"));
   if (capturing(n))
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_set_cuda_stream while the compute stream is being captured");
   CUDA_TRY(x, cudaEventRecord(n->fork_ev, old));
@@ -880,6 +1007,7 @@ static fp_status nccl_set_stream(fp_exec *x, void *stream) {
 
 static fp_status nccl_sync(fp_exec *x) {
   nstate *n = ns(x);
+  FPX_CHECK(wcap_check(x, "fp_exec_sync"));
   if (capturing(n))
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_sync (or a refit) while the compute stream is being captured: the "
                     "host cannot wait for the device inside a capture");
@@ -912,6 +1040,7 @@ static fp_status nccl_write(fp_exec *x, char *dst, int64_t dpitch, const char *s
  * the host waits for the result */
 static fp_status nccl_all_reduce_f64(fp_exec *x, double *v, int cnt) {
   nstate *n = ns(x);
+  FPX_CHECK(wcap_check(x, "fp_exec_all_reduce_f64"));
   if (capturing(n))
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_all_reduce_f64 while the compute stream is being captured: the host "
                     "cannot wait for the result inside a capture");
@@ -995,4 +1124,5 @@ const fp_backend_impl fp_backend_nccl = {
     .all_reduce_f64 = nccl_all_reduce_f64,
     .destroy = nccl_destroy,
     .set_stream = nccl_set_stream,
+    .capture = nccl_capture,
 };

@@ -73,7 +73,7 @@ static void t_destroy(fp_exec *x) {
   free(x->host);
 }
 static const fp_backend_impl test_backend = {"test", t_prepare, t_agree, t_ok, t_run, t_ok, t_write, t_destroy, NULL,
-                                             NULL};
+                                             NULL, NULL};
 
 /* ---- one rank's issue order --------------------------------------------------------------- */
 typedef struct rankview {
