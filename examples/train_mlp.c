@@ -1152,12 +1152,16 @@ static void refit(fp_exec *x, ref *r, float **init, const opts *o, int64_t t) {
 }
 
 /* the executor's counters after the run: no allocation inside a hook, and
- * graphs exactly in graph mode */
-static void check_stats(const fp_exec_stats *s, const opts *o) {
+ * graphs exactly in graph mode, at most one launch per hook (hooks0: the
+ * hooks of the warm-up step, which launches none) */
+static void check_stats(const fp_exec_stats *s, const opts *o, int64_t hooks0) {
   if (s->hook_allocations) FAIL("%" PRId64 " allocations inside hooks", s->hook_allocations);
   if (on_gpu && o->mode == FP_CUDA_GRAPH && o->steps >= 2 && (s->graphs < 1 || s->graph_launches < 1))
     FAIL("graph mode ran %ld steps but captured %" PRId64 " graphs and launched %" PRId64, o->steps, s->graphs,
          s->graph_launches);
+  if (on_gpu && o->mode == FP_CUDA_GRAPH && (s->graph_launches > s->hooks - hooks0 || s->graphs > info.nsegments))
+    FAIL("graph mode: %" PRId64 " graph launches for %" PRId64 " hooks after the warm-up, %" PRId64 " graphs for %"
+         PRId32 " segments (at most one each)", s->graph_launches, s->hooks - hooks0, s->graphs, info.nsegments);
   if (on_gpu && o->mode != FP_CUDA_GRAPH && s->graphs) FAIL("%" PRId64 " graphs captured outside graph mode", s->graphs);
 }
 
@@ -1179,8 +1183,9 @@ static bool report(const opts *o, const fp_exec_stats *s) {
          info.strategy, info.world_size, info.grad_accumulation, o->steps, how,
          !o->check ? "trained" : any ? "CHECK FAILED" : "matches the reference");
   if (on_gpu)
-    printf("train_mlp: %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " graph launches, %" PRId64
-           " NCCL communicators\n", s->graphs, s->graph_nodes, s->graph_launches, s->nccl_comms);
+    printf("train_mlp: %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " graph launches for %" PRId64
+           " hooks, %" PRId64 " NCCL communicators\n", s->graphs, s->graph_nodes, s->graph_launches, s->hooks,
+           s->nccl_comms);
   if (o->check)
     printf("train_mlp: max |w - ref| = %.3g, max relative = %.3g (weights above 1e-3); gathered weights bit-exact: %s\n",
            amax, rmax, any ? "see errors" : "yes");
@@ -1231,6 +1236,7 @@ int main(int argc, char **argv) {
   gpu G;
   if (on_gpu) gpu_new(&G, (int)o.B, ga, maxn);
 #endif
+  int64_t hooks0 = 0; /* hooks of step 0 */
   for (int64_t t = 0; t < o.steps; t++) {
     if (t == o.refit_at && t > 0) refit(x, o.check ? &r : NULL, init, &o, t);
 #ifdef FP_HAVE_CUDA
@@ -1238,6 +1244,11 @@ int main(int argc, char **argv) {
     else
 #endif
       cpu_step(&R, t);
+    if (t == 0) {
+      fp_exec_stats s0;
+      fp_exec_get_stats(x, &s0);
+      hooks0 = s0.hooks;
+    }
     if (o.check) {
       ref_step(&r, o.seed, t, (int)o.B, o.lr, ga);
       check_main(&r, t);
@@ -1255,7 +1266,7 @@ int main(int argc, char **argv) {
 #endif
   fp_exec_stats s;
   fp_exec_get_stats(x, &s);
-  check_stats(&s, &o);
+  check_stats(&s, &o, hooks0);
   fp_exec_destroy(x);
   bool any = report(&o, &s);
 

@@ -27,10 +27,12 @@
  *
  * Hooks (run_segment) issue the segment's items (nccl_plan.h): records and
  * waits as cudaEventRecord / cudaStreamWaitEvent, runs op by op (eager and
- * capture-safe modes) or as one cudaGraphLaunch each (graph mode, from the
- * step after the warm-up). Every op is issued inside an NVTX range named
- * "op <index> seg <k> <hook>(<module>) <opcode>"; a graph launch inside one
- * named after its run. A hook never synchronizes with the device and
+ * capture-safe modes); in graph mode, from the step after the warm-up, a
+ * segment with a run is one cudaGraphLaunch of a graph holding all its
+ * items on all its streams (capture_seg, launch_seg; docs/cuda.md "Modes").
+ * Every op is issued (or captured) inside an NVTX range named
+ * "op <index> seg <k> <hook>(<module>) <opcode>"; a graph launch inside the
+ * hook's. A hook never synchronizes with the device and
  * returns as soon as its work is enqueued; the trainer's work on the
  * compute stream is ordered after it by stream order.
  *
@@ -95,6 +97,11 @@
 _Static_assert(sizeof(ncclUniqueId) == FP_NCCL_ID_BYTES, "fp_nccl_id holds an ncclUniqueId");
 
 #define SEG_LABEL 96
+/* graph mode: a graph whose segment has work on several streams is launched
+ * on one of these, segment k on k mod N (docs/cuda.md, "One graph launch per
+ * hook": a launch holds its stream until every node is done, so graph k
+ * waits for graph k - N and for nothing else outside the plan's events) */
+#define FPN_LAUNCH_STREAMS 16
 #define SCRATCH_BYTES (FP_ALL_REDUCE_MAX * sizeof(double))
 
 typedef struct nstate {
@@ -127,10 +134,16 @@ typedef struct nstate {
   void **reg;              /* P.npairs: registration handles */
   char (*comm_name)[64];
   ncclComm_t *op_comm;     /* per xop: its communicator (NULL for local/sync ops) */
-  /* graphs (graph mode) */
-  cudaGraph_t *graphs;     /* P.nruns */
+  /* graphs (graph mode): one per segment with a run on this rank */
+  cudaGraph_t *graphs;     /* nsegs */
   cudaGraphExec_t *execs;
   bool captured;
+  cudaStream_t capo;       /* the origin of a several-stream segment's capture (forks and joins only) */
+  cudaStream_t lst[FPN_LAUNCH_STREAMS]; /* where several-stream graphs are launched, segment k on k mod N */
+  cudaEvent_t head_ev[FP_NSTREAMS], tail_ev[FP_NSTREAMS]; /* a launch's start on, and end of, each stream */
+  cudaEvent_t fork_in, join_in[FP_NSTREAMS]; /* the captures' own fork and joins */
+  cudaEvent_t *iev;        /* per record slot: its edge to waits inside the same segment's graph */
+  bool graph_events_made;
   /* one graph per step (fp_exec_capture_begin/end; docs/cuda.md, "One graph per step") */
   unsigned long long wcap; /* the compute stream's capture fp_exec_capture_begin joined (0: none) */
   uint8_t wcap_sides;      /* the side streams forked into it */
@@ -258,8 +271,8 @@ static fp_status nccl_prepare(fp_exec *x) {
   n->reg = fpx_alloc(x, (size_t)P->npairs + 1, sizeof *n->reg);
   n->comm_name = fpx_alloc(x, (size_t)P->npairs + 1, sizeof *n->comm_name);
   n->op_comm = fpx_alloc(x, (size_t)x->nxops + 1, sizeof *n->op_comm);
-  n->graphs = fpx_alloc(x, (size_t)P->nruns + 1, sizeof *n->graphs);
-  n->execs = fpx_alloc(x, (size_t)P->nruns + 1, sizeof *n->execs);
+  n->graphs = fpx_alloc(x, (size_t)p->nsegs + 1, sizeof *n->graphs);
+  n->execs = fpx_alloc(x, (size_t)p->nsegs + 1, sizeof *n->execs);
   n->seg_label = fpx_alloc(x, (size_t)p->nsegs + 1, sizeof *n->seg_label);
   if (!n->ev || !n->ev_made || !n->rec_cap || !n->comms || !n->reg || !n->comm_name || !n->op_comm || !n->graphs ||
       !n->execs || !n->seg_label)
@@ -290,6 +303,23 @@ static fp_status nccl_prepare(fp_exec *x) {
       CUDA_TRY(x, cudaStreamGetPriority(n->st[s], &prio));
       FPX_CHECK(make_stream(x, &n->cap[s], prio));
     }
+  if (n->mode == FP_CUDA_GRAPH) { /* one graph per hook: forks, joins and launch streams */
+    FPX_CHECK(make_stream(x, &n->capo, greatest));
+    for (int k = 0; k < FPN_LAUNCH_STREAMS; k++) FPX_CHECK(make_stream(x, &n->lst[k], greatest));
+    n->iev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->iev);
+    if (!n->iev) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+    n->graph_events_made = true; /* from here on destroy frees what is not NULL */
+    bool made = false;
+    for (int32_t k = 0; k < P->nevents; k++)
+      if (P->rec_use[k] & FPN_REC_LOCAL) FPX_CHECK(make_event(x, &n->iev[k], &made));
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      FPX_CHECK(make_event(x, &n->head_ev[s], &made));
+      FPX_CHECK(make_event(x, &n->tail_ev[s], &made));
+      FPX_CHECK(make_event(x, &n->join_in[s], &made));
+    }
+    FPX_CHECK(make_event(x, &n->fork_in, &made));
+    x->stats.allocations += 1 + 3 * FP_NSTREAMS + P->nevents;
+  }
 
   /* events */
   for (int32_t k = 0; k < P->nevents; k++) FPX_CHECK(make_event(x, &n->ev[k], &n->ev_made[k]));
@@ -778,34 +808,127 @@ static fp_status join_sides(fp_exec *x, unsigned long long cap) {
   return FP_OK;
 }
 
-/* ---- graph mode: capture every run once ---------------------------------------------------------------- */
-static fp_status capture_all(fp_exec *x) {
+/* ---- graph mode: one graph per hook ------------------------------------------------------------------------ */
+/* a record or wait of segment k inside k's capture, on capture stream cs:
+ * a record waited on inside the segment is an edge (its internal event), one
+ * waited on elsewhere an external record node; a wait on a record of the
+ * segment is that edge, on any other record an external wait node (the
+ * record made before the launch) */
+static cudaError_t capture_sync(fp_exec *x, const fp_xop *o, cudaStream_t cs, int32_t k) {
   nstate *n = ns(x);
   const fpn_plan *P = &n->P;
+  cudaError_t e = cudaSuccess;
+  if (o->code == FP_OP_RECORD) {
+    int32_t slot = P->event_slot[o - x->xops];
+    if (P->rec_use[slot] & FPN_REC_LOCAL) e = cudaEventRecord(n->iev[slot], cs);
+    if (e == cudaSuccess && (P->rec_use[slot] & FPN_REC_AWAY))
+      e = cudaEventRecordWithFlags(n->ev[slot], cs, cudaEventRecordExternal);
+  } else if (o->rec) {
+    int32_t slot = P->event_slot[o->rec - x->xops];
+    if (!o->rec_prev && x->prog->ops[o->rec->index].seg == x->prog->ops[o->index].seg)
+      e = cudaStreamWaitEvent(cs, n->iev[slot], 0);
+    else
+      e = cudaStreamWaitEvent(cs, n->ev[slot], cudaEventWaitExternal);
+  }
+  (void)k;
+  return e;
+}
+
+static int single_stream(uint8_t mask) {
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (mask == (1u << s)) return s;
+  return -1;
+}
+
+/* Segment k's items captured as one graph. On one stream: captured on that
+ * stream's capture stream, launched on the stream itself (the same as
+ * issuing the items there). On several: captured from an origin stream that
+ * forks every stream of the segment (each waits first for the launch's head
+ * event, recorded on the real stream just before the launch) and joins them
+ * back after each records its tail event; launched on a launch stream, the
+ * real streams then wait for their tail events. */
+static fp_status capture_seg(fp_exec *x, int32_t k) {
+  nstate *n = ns(x);
+  const fpn_plan *P = &n->P;
+  uint8_t mask = P->seg_streams[k];
+  int one = single_stream(mask);
+  cudaStream_t origin = one >= 0 ? n->cap[one] : n->capo;
+  CUDA_TRY(x, cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+  fp_status st = FP_OK;
+  cudaError_t e = cudaSuccess;
+  const char *what = "";
+  if (one < 0) {
+    e = cudaEventRecord(n->fork_in, origin);
+    what = "the fork";
+    for (int s = 0; s < FP_NSTREAMS && e == cudaSuccess; s++)
+      if (mask & (1u << s)) {
+        e = cudaStreamWaitEvent(n->cap[s], n->fork_in, 0);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(n->cap[s], n->head_ev[s], cudaEventWaitExternal);
+      }
+  }
+  for (int32_t t = P->seg_first[k]; t < P->seg_first[k + 1] && e == cudaSuccess && st == FP_OK; t++) {
+    const fpn_item *it = &P->items[t];
+    if (it->kind == FPN_SYNC) {
+      e = capture_sync(x, &x->xops[it->xop], n->cap[it->stream], k);
+      what = "a record or wait";
+    } else {
+      st = issue_run(x, it, n->cap[it->stream]);
+    }
+  }
+  if (one < 0)
+    for (int s = 0; s < FP_NSTREAMS && e == cudaSuccess && st == FP_OK; s++)
+      if (mask & (1u << s)) {
+        what = "the join";
+        e = cudaEventRecordWithFlags(n->tail_ev[s], n->cap[s], cudaEventRecordExternal);
+        if (e == cudaSuccess) e = cudaEventRecord(n->join_in[s], n->cap[s]);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(origin, n->join_in[s], 0);
+      }
+  cudaGraph_t g = NULL;
+  cudaError_t ee = cudaStreamEndCapture(origin, &g);
+  if (st != FP_OK || e != cudaSuccess || ee != cudaSuccess) { /* NCCL may be unusable now */
+    if (g) cudaGraphDestroy(g);
+    if (st != FP_OK) return st;
+    char l[96];
+    return fpx_fail(x, FP_ERR_BACKEND, "CUDA: capturing the graph of segment %" PRId32 " %s failed at %s: %s",
+                    k, fpx_seg_label(x, k, l, sizeof l), e != cudaSuccess ? what : "cudaStreamEndCapture",
+                    cudaGetErrorString(e != cudaSuccess ? e : ee));
+  }
+  n->graphs[k] = g;
+  size_t nodes = 0;
+  CUDA_TRY(x, cudaGraphGetNodes(g, NULL, &nodes));
+  CUDA_TRY(x, cudaGraphInstantiateWithFlags(&n->execs[k], g, cudaGraphInstantiateFlagUseNodePriority));
+  CUDA_TRY(x, cudaGraphUpload(n->execs[k], one >= 0 ? n->st[one] : n->lst[k % FPN_LAUNCH_STREAMS]));
+  x->stats.graphs++;
+  x->stats.graph_nodes += (int64_t)nodes;
+  return FP_OK;
+}
+
+static fp_status capture_all(fp_exec *x) {
+  nstate *n = ns(x);
   /* the warm-up step has finished: NCCL has connected every communicator */
   for (int s = 0; s < FP_NSTREAMS; s++)
     FPX_CHECK(wait_stream(x, n->st[s], "the warm-up step, before the graphs are captured", NULL));
-  for (int32_t r = 0; r < P->nruns; r++) {
-    const fpn_item *it = &P->items[P->run_item[r]];
-    cudaStream_t cs = n->cap[it->stream];
-    CUDA_TRY(x, cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-    fp_status st = issue_run(x, it, cs);
-    cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamEndCapture(cs, &g);
-    if (st != FP_OK) { /* NCCL may be unusable now (a failed capture poisons the communicator) */
-      if (g) cudaGraphDestroy(g);
-      return st;
-    }
-    if (e != cudaSuccess) return cuda_fail(x, "cudaStreamEndCapture", e);
-    n->graphs[r] = g;
-    size_t nodes = 0;
-    CUDA_TRY(x, cudaGraphGetNodes(g, NULL, &nodes));
-    CUDA_TRY(x, cudaGraphInstantiateWithFlags(&n->execs[r], g, cudaGraphInstantiateFlagUseNodePriority));
-    CUDA_TRY(x, cudaGraphUpload(n->execs[r], n->st[it->stream]));
-    x->stats.graphs++;
-    x->stats.graph_nodes += (int64_t)nodes;
-  }
+  for (int32_t k = 0; k < x->prog->nsegs; k++)
+    if (n->P.seg_has_run[k]) FPX_CHECK(capture_seg(x, k));
   n->captured = true;
+  return FP_OK;
+}
+
+/* segment seg's graph: one launch, with the head and tail events of a
+ * several-stream graph around it */
+static fp_status launch_seg(fp_exec *x, int32_t seg) {
+  nstate *n = ns(x);
+  uint8_t mask = n->P.seg_streams[seg];
+  int one = single_stream(mask);
+  if (one < 0)
+    for (int s = 0; s < FP_NSTREAMS; s++)
+      if (mask & (1u << s)) CUDA_TRY(x, cudaEventRecord(n->head_ev[s], n->st[s]));
+  cudaError_t e = cudaGraphLaunch(n->execs[seg], one >= 0 ? n->st[one] : n->lst[seg % FPN_LAUNCH_STREAMS]);
+  if (e != cudaSuccess) return cuda_fail(x, "cudaGraphLaunch", e);
+  x->stats.graph_launches++;
+  if (one < 0)
+    for (int s = 0; s < FP_NSTREAMS; s++)
+      if (mask & (1u << s)) CUDA_TRY(x, cudaStreamWaitEvent(n->st[s], n->tail_ev[s], 0));
   return FP_OK;
 }
 
@@ -917,7 +1040,12 @@ static fp_status nccl_capture(fp_exec *x, int op, int64_t *live) {
 static fp_status run_items(fp_exec *x, int32_t seg, unsigned long long cap) {
   nstate *n = ns(x);
   const fpn_plan *P = &n->P;
-  bool graphs = n->captured;
+  if (n->captured && n->execs[seg]) { /* graph mode: the whole hook as one launch */
+    RANGE_PUSH(n->seg_label[seg]);
+    fp_status st = launch_seg(x, seg);
+    RANGE_POP();
+    return st;
+  }
   for (int32_t t = P->seg_first[seg]; t < P->seg_first[seg + 1]; t++) {
     const fpn_item *it = &P->items[t];
     if (it->kind == FPN_SYNC) {
@@ -926,12 +1054,6 @@ static fp_status run_items(fp_exec *x, int32_t seg, unsigned long long cap) {
       fp_status st = issue_sync(x, o, cap);
       RANGE_POP();
       FPX_CHECK(st);
-    } else if (graphs) {
-      RANGE_PUSH(P->text + P->run_label[it->run]);
-      cudaError_t e = cudaGraphLaunch(n->execs[it->run], n->st[it->stream]);
-      RANGE_POP();
-      if (e != cudaSuccess) return cuda_fail(x, "cudaGraphLaunch", e);
-      x->stats.graph_launches++;
     } else {
       FPX_CHECK(issue_run(x, it, n->st[it->stream]));
     }
@@ -1057,10 +1179,21 @@ static void nccl_destroy(fp_exec *x) {
   if (n->device_ok) cudaSetDevice(n->device);
   bool cap = n->device_ok && capturing(n);
   if (!x->broken && !cap && n->device_ok) nccl_sync(x);
-  for (int32_t r = 0; r < n->P.nruns; r++) {
+  for (int32_t r = 0; r < x->prog->nsegs; r++) {
     if (n->execs && n->execs[r]) cudaGraphExecDestroy(n->execs[r]);
     if (n->graphs && n->graphs[r]) cudaGraphDestroy(n->graphs[r]);
   }
+  if (n->graph_events_made) {
+    for (int32_t k = 0; n->iev && k < n->P.nevents; k++)
+      if (n->iev[k]) cudaEventDestroy(n->iev[k]);
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      if (n->head_ev[s]) cudaEventDestroy(n->head_ev[s]);
+      if (n->tail_ev[s]) cudaEventDestroy(n->tail_ev[s]);
+      if (n->join_in[s]) cudaEventDestroy(n->join_in[s]);
+    }
+    if (n->fork_in) cudaEventDestroy(n->fork_in);
+  }
+  fpx_free(n->iev);
   /* communicators: finalize collectively (every rank calls destroy), or
    * abort when something failed */
   for (int32_t q = 0; n->comms && q < n->P.npairs; q++) {
@@ -1093,6 +1226,9 @@ static void nccl_destroy(fp_exec *x) {
     if (n->own[s] && n->st[s]) cudaStreamDestroy(n->st[s]);
     if (n->cap[s]) cudaStreamDestroy(n->cap[s]);
   }
+  if (n->capo) cudaStreamDestroy(n->capo);
+  for (int k = 0; k < FPN_LAUNCH_STREAMS; k++)
+    if (n->lst[k]) cudaStreamDestroy(n->lst[k]);
   fpx_free(n->ev);
   fpx_free(n->ev_made);
   fpx_free(n->rec_cap);

@@ -192,11 +192,11 @@ typedef enum fp_progress {
 /* NCCL backend: how a step's work reaches the GPU (docs/cuda.md, "Modes"). */
 typedef enum fp_cuda_mode {
   FP_CUDA_GRAPH = 0,        /* step 0 runs eagerly (a warm-up: NCCL connects lazily); the first
-                             * step_begin after it captures every segment's work on each stream
-                             * into CUDA graphs (ThreadLocal capture, once: it synchronizes and
-                             * allocates graph memory there, and nowhere else); later hooks
-                             * launch those graphs, with the record/wait between streams as
-                             * events. The default. */
+                             * step_begin after it captures each segment's work on all its
+                             * streams into one CUDA graph (ThreadLocal capture, once: it
+                             * synchronizes and allocates graph memory there, and nowhere
+                             * else); later hooks launch it: at most one graph launch per hook,
+                             * events around it ordering each stream's part. The default. */
   FP_CUDA_EAGER = 1,        /* every op launched on every step (debugging, profiling op by op) */
   FP_CUDA_CAPTURE_SAFE = 2, /* every op launched on every step, and every hook may run inside the
                              * trainer's own stream capture of the compute stream: no
@@ -667,8 +667,8 @@ typedef struct fp_exec_stats {
   uint64_t plan_hash;
   /* NCCL backend */
   fp_cuda_mode cuda_mode;   /* the mode in use */
-  int64_t graphs;           /* CUDA graphs captured (FP_CUDA_GRAPH: one per run of consecutive ops of
-                             * one stream inside a segment between two records/waits) */
+  int64_t graphs;           /* CUDA graphs captured (FP_CUDA_GRAPH: one per segment with work beyond
+                             * records and waits on this rank) */
   int64_t graph_nodes;      /* nodes in those graphs, NCCL's own included */
   int64_t graph_launches;   /* cudaGraphLaunch calls made by hooks */
   int64_t nccl_comms;       /* NCCL communicators made (ncclCommSplit, one per plan communicator
