@@ -1116,8 +1116,14 @@ static fp_status nccl_set_stream(fp_exec *x, void *stream) {
   FPX_CHECK(wcap_check(x, "fp_exec_set_cuda_stream"));
   if (capturing(n))
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_set_cuda_stream while the compute stream is being captured");
+  /* the new stream may already be capturing (torch.cuda.graph switches to its
+   * capture stream, then begins the capture, before the step's first hook):
+   * the old stream's work is then outside the capture, an external wait */
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CUDA_TRY(x, capture_info(s, &cs, &id));
   CUDA_TRY(x, cudaEventRecord(n->fork_ev, old));
-  CUDA_TRY(x, cudaStreamWaitEvent(s, n->fork_ev, 0));
+  CUDA_TRY(x, cudaStreamWaitEvent(s, n->fork_ev, cs == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0));
   if (n->own[FP_STREAM_COMPUTE]) {
     n->made_compute = old;
     n->own[FP_STREAM_COMPUTE] = false;

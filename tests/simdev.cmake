@@ -192,6 +192,11 @@ fp_add_pytest(simdev_torch test_torch_simdev.py LABELS simdev TIMEOUT 1200)
 set_property(TEST simdev_torch APPEND PROPERTY ENVIRONMENT
              "FLEXPLAN_SIMDEV_LIBRARY=$<TARGET_FILE:flexplan_simdev_shared>")
 
+# flexplan.torch's whole-step capture contract (tests/python/test_torch_capture.py)
+fp_add_pytest(simdev_torch_capture test_torch_capture.py LABELS simdev TIMEOUT 900)
+set_property(TEST simdev_torch_capture APPEND PROPERTY ENVIRONMENT
+             "FLEXPLAN_SIMDEV_LIBRARY=$<TARGET_FILE:flexplan_simdev_shared>")
+
 # the stream contract's resolution on the C side
 add_executable(test_simdev_stream ${FP_SIMDEV_DIR}/test_simdev_stream.c)
 target_link_libraries(test_simdev_stream PRIVATE flexplan_exec_simdev)
