@@ -11,7 +11,8 @@
  *     (clock_gettime around fp_exec_hook; the device synchronized after
  *     each step so a full launch queue never blocks a hook), on each --plan
  *     (world size 1), steps 2.. (after the warm-up and the capture);
- *  3. the size of the captured graphs: graphs, nodes, launches per step.
+ *  3. the size of the captured graphs: graphs, nodes, launches per step and
+ *     per hook (graph mode: at most one a hook, docs/cuda.md).
  *
  * usage: cuda_bench --out FILE [--mib M] [--reps R] [--steps S] --plan PLAN...
  * Exits 77 without a CUDA device. */
@@ -99,6 +100,7 @@ static double now_us(void) {
 struct hookres {
   double us_median, us_mean, us_p90;
   int64_t hooks, graphs, nodes, launches_per_step, ops;
+  double launches_per_hook; /* graph mode: at most 1 (one graph per hook with work) */
 };
 
 static const char *mode_name(fp_cuda_mode m) {
@@ -165,9 +167,11 @@ static hookres bench_hooks(const char *path, fp_cuda_mode mode, int steps, FILE 
   r.graphs = s1.graphs, r.nodes = s1.graph_nodes;
   r.launches_per_step = steps > 2 ? (s1.graph_launches - s0.graph_launches) / (steps - 2) : 0;
   r.ops = (s1.local_ops + s1.collectives) / (s1.steps ? s1.steps : 1);
+  r.launches_per_hook = r.hooks ? (double)r.launches_per_step / (double)r.hooks : 0;
   fprintf(log, "%s %s: %" PRId64 " hooks/step, %" PRId64 " ops/step: %.2f us/hook median (mean %.2f, p90 %.2f); "
-          "%" PRId64 " graphs, %" PRId64 " nodes, %" PRId64 " launches/step\n", path, mode_name(mode), r.hooks, r.ops,
-          r.us_median, r.us_mean, r.us_p90, r.graphs, r.nodes, r.launches_per_step);
+          "%" PRId64 " graphs, %" PRId64 " nodes, %" PRId64 " launches/step (%.2f per hook)\n", path, mode_name(mode),
+          r.hooks, r.ops, r.us_median, r.us_mean, r.us_p90, r.graphs, r.nodes, r.launches_per_step,
+          r.launches_per_hook);
   fp_exec_destroy(x);
   fp_plan_free(plan);
   return r;
@@ -265,8 +269,9 @@ int main(int argc, char **argv) {
       fprintf(f, "    {\"plan\": \"%s\", \"mode\": \"%s\", \"hooks_per_step\": %" PRId64 ", \"ops_per_step\": %" PRId64
                  ", \"host_us_per_hook_median\": %.2f, \"host_us_per_hook_mean\": %.2f, \"host_us_per_hook_p90\": %.2f"
                  ", \"graphs\": %" PRId64 ", \"graph_nodes\": %" PRId64 ", \"graph_launches_per_step\": %" PRId64
-                 "}%s\n", base ? base + 1 : plans[p], mode_name((fp_cuda_mode)m), r.hooks, r.ops, r.us_median,
-              r.us_mean, r.us_p90, r.graphs, r.nodes, r.launches_per_step,
+                 ", \"graph_launches_per_hook\": %.3f}%s\n", base ? base + 1 : plans[p], mode_name((fp_cuda_mode)m),
+              r.hooks, r.ops, r.us_median, r.us_mean, r.us_p90, r.graphs, r.nodes, r.launches_per_step,
+              r.launches_per_hook,
               p + 1 < plans.size() || m < FP_CUDA_CAPTURE_SAFE ? "," : "");
     }
   }

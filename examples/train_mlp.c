@@ -4,8 +4,9 @@
  *
  *   mpirun -n W train_mlp --plan PLAN --steps N [--check] [--seed S]
  *          [--lr LR] [--batch B] [--progress poll|thread]
- *          [--backend mpi|nccl] [--mode graph|eager|capture]
+ *          [--backend mpi|nccl] [--mode graph|eager|capture|step]
  *          [--stream side|legacy|executor|switch|legacy-untold] [--upload ordered|unordered]
+ *          [--plant unjoined|sync|exec-sync|alloc]
  *          [--refit-at K] [--dump PREFIX]
  *
  * It loads any compiled plan whose modules are linear layers: module m has
@@ -49,8 +50,20 @@
  * default), eager, or capture - the executor in FP_CUDA_CAPTURE_SAFE mode
  * and the trainer capturing its whole step (hooks, layers, optimizer) on its
  * compute stream at step 1 and replaying that graph from then on (the
- * gathered-weight checks are skipped for replayed steps: no hook runs). It
- * exits 77 when there is no CUDA device. --stream picks the stream the GPU
+ * gathered-weight checks are skipped for replayed steps: no hook runs), or
+ * step - the same through the executor's capture API (include/flexplan.h,
+ * "one CUDA graph per training step"): a global-mode capture of step 1
+ * between fp_exec_capture_begin and fp_exec_capture_end, which joins the
+ * plan's streams back, checked to leave the executor's allocation count
+ * alone, replayed with cudaGraphLaunch and no hook from step 2 on, and
+ * released (fp_exec_capture_release) before the executor is destroyed. It
+ * exits 77 when there is no CUDA device. --plant (with --mode step) puts a
+ * trainer's capture mistake into step 1 that must fail the run with a clear
+ * error: unjoined (the capture ended after the backward, without
+ * fp_exec_capture_end, the reduce-scatters not joined back), sync
+ * (cudaStreamSynchronize of the compute stream in the forward, as
+ * tensor.item()), exec-sync (fp_exec_sync in the forward), alloc (cudaMalloc
+ * in the forward). --stream picks the stream the GPU
  * trainer computes on and what it tells the executor (side: its own stream,
  * the default; legacy: CUDA's legacy default stream as FP_CUDA_STREAM_LEGACY;
  * executor: NULL, then fp_exec_cuda_stream; switch: another stream every
@@ -529,6 +542,16 @@ static int stream_mode_of(const char *v) {
   return -1;
 }
 static void *hview[2];     /* host copies of views (NCCL), the largest view each */
+/* --mode step (one graph per step through fp_exec_capture_begin/end) and its planted mistakes */
+static bool step_api;
+enum { PLANT_NONE, PLANT_UNJOINED, PLANT_SYNC, PLANT_EXEC_SYNC, PLANT_ALLOC };
+static int plant;
+static int plant_of(const char *v) {
+  static const char *names[] = {"unjoined", "sync", "exec-sync", "alloc"};
+  for (int k = 0; k < 4; k++)
+    if (!strcmp(v, names[k])) return k + 1;
+  return -1;
+}
 #ifdef FP_HAVE_CUDA
 static cudaStream_t S;     /* the trainer's compute stream (NCCL) */
 static cudaStream_t S2;    /* --stream switch: the other one */
@@ -716,9 +739,9 @@ static void load_initial(fp_exec *x, float **init) {
 static void usage(void) {
   if (rank == 0)
     fprintf(stderr, "usage: train_mlp --plan PLAN --steps N [--check] [--seed S] [--lr LR] [--batch B] "
-                    "[--progress poll|thread] [--backend mpi|nccl] [--mode graph|eager|capture] [--refit-at K] "
+                    "[--progress poll|thread] [--backend mpi|nccl] [--mode graph|eager|capture|step] [--refit-at K] "
                     "[--dump PREFIX] [--timing PREFIX] [--stream side|legacy|executor|switch|legacy-untold] "
-                    "[--upload ordered|unordered]\n");
+                    "[--upload ordered|unordered] [--plant unjoined|sync|exec-sync|alloc]\n");
   MPI_Finalize();
   exit(2);
 }
@@ -791,9 +814,11 @@ typedef struct gpu {
   float **h, **z, **dh; /* per layer boundary, as acts (h[0] unused: the micro-batch's input) */
   float *dz, *w, *b, *gW, *gb;
   float **in, **tg;     /* per micro-batch: input and target (uploaded before the step) */
-  cudaGraph_t g;        /* --mode capture: the whole step */
+  cudaGraph_t g;        /* --mode capture, step: the whole step */
   cudaGraphExec_t ge;
   bool have_graph;
+  bool capturing;       /* inside the capture (the planted mistakes go there) */
+  int64_t hooks_at_capture; /* --mode step: stats.hooks after the capture (replays call none) */
 } gpu;
 
 static float *dalloc(int64_t n) {
@@ -842,6 +867,24 @@ static void gpu_free(gpu *G, int64_t ga) {
   free(G->h), free(G->z), free(G->dh), free(G->in), free(G->tg);
 }
 
+/* --plant sync, exec-sync, alloc: what a trainer must not do inside its
+ * capture, done after the first layer's forward; the run goes on to the
+ * next hook, which must fail with the executor's account of it (or, for
+ * exec-sync, the refusal itself) */
+static void plant_in_forward(fp_exec *x) {
+  cudaError_t e = cudaSuccess;
+  if (plant == PLANT_SYNC) e = cudaStreamSynchronize(S);
+  if (plant == PLANT_ALLOC) {
+    void *p = NULL;
+    e = cudaMalloc(&p, 256);
+    if (e == cudaSuccess) cudaFree(p);
+  }
+  if (plant == PLANT_EXEC_SYNC && fp_exec_sync(x) != FP_OK) DIE("planted fp_exec_sync: %s", fp_exec_errmsg(x));
+  if (plant == PLANT_SYNC || plant == PLANT_ALLOC)
+    fprintf(stderr, "train_mlp: rank %d: planted %s inside the capture: %s\n", rank,
+            plant == PLANT_SYNC ? "cudaStreamSynchronize" : "cudaMalloc", cudaGetErrorString(e));
+}
+
 /* the step's hooks and the layers' kernels, all on S; checks need the
  * device idle (not while capturing) */
 static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
@@ -860,6 +903,7 @@ static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
       CK(mlpc_cast(G->w, FP_ELEM_FP32, P[l->w].v.weight.data, P[l->w].param_dt, P[l->w].v.numel, S));
       if (l->b >= 0) CK(mlpc_cast(G->b, FP_ELEM_FP32, P[l->b].v.weight.data, P[l->b].param_dt, l->out, S));
       CK(mlpc_fwd(G->w, l->b >= 0 ? G->b : NULL, hin, G->z[m], G->h[m + 1], l->in, l->out, B, m == nlayers - 1, S));
+      if (G->capturing && m == 0 && k == 0) plant_in_forward(x);
       hook(x, FP_HOOK_POST_FORWARD, l->module);
     }
     CK(mlpc_loss_grad(G->h[nlayers], G->tg[k], G->dh[nlayers], (int64_t)B * L[nlayers - 1].out, B, S));
@@ -880,6 +924,7 @@ static void gpu_body(run *R, gpu *G, int64_t t, bool checks) {
       hook(x, FP_HOOK_POST_BACKWARD, l->module);
     }
   }
+  if (G->capturing && plant == PLANT_UNJOINED) return; /* planted: the optimizer left out of the graph */
   hook(x, FP_HOOK_PRE_OPTIMIZER, -1);
   for (int32_t i = 0; i < nparams; i++)
     if (P[i].v.requires_grad && P[i].v.main.data)
@@ -910,14 +955,58 @@ static void gpu_step(run *R, gpu *G, int64_t t, fp_cuda_mode mode) {
     gpu_body(R, G, t, R->r != NULL);
     return;
   }
-  if (!G->have_graph) { /* the whole step - hooks, layers, optimizer - as one graph */
+  if (!G->have_graph && !step_api) { /* the whole step - hooks, layers, optimizer - as one graph */
     CK(cudaStreamBeginCapture(S, cudaStreamCaptureModeThreadLocal));
     gpu_body(R, G, t, false);
     CK(cudaStreamEndCapture(S, &G->g));
     CK(cudaGraphInstantiate(&G->ge, G->g, 0));
     G->have_graph = true;
   }
+  if (!G->have_graph) { /* --mode step: the same through the executor's capture API, in global mode */
+    fp_exec *x = R->x;
+    fp_exec_stats s0, s1;
+    CK(cudaStreamBeginCapture(S, cudaStreamCaptureModeGlobal));
+    if (fp_exec_capture_begin(x) != FP_OK) DIE("fp_exec_capture_begin: %s", fp_exec_errmsg(x));
+    fp_exec_get_stats(x, &s0);
+    G->capturing = true;
+    gpu_body(R, G, t, false);
+    G->capturing = false;
+    if (plant == PLANT_UNJOINED) { /* planted: the capture ends after the backward; fp_exec_capture_end refuses */
+      if (fp_exec_capture_end(x) != FP_ERR_ORDER) DIE("fp_exec_capture_end inside a step was not refused");
+      fprintf(stderr, "train_mlp: rank %d: fp_exec_capture_end refused: %s\n", rank, fp_exec_errmsg(x));
+    } else if (fp_exec_capture_end(x) != FP_OK) {
+      DIE("fp_exec_capture_end: %s", fp_exec_errmsg(x));
+    }
+    fp_exec_get_stats(x, &s1);
+    if (s1.allocations != s0.allocations)
+      FAIL("the executor allocated %" PRId64 " times inside the capture", s1.allocations - s0.allocations);
+    cudaError_t e = cudaStreamEndCapture(S, &G->g);
+    if (e != cudaSuccess) { /* the executor's next call says what happened to its side of the capture */
+      fprintf(stderr, "train_mlp: rank %d: cudaStreamEndCapture: %s (%s)\n", rank, cudaGetErrorString(e),
+              cudaGetErrorName(e));
+      if (fp_exec_sync(x) != FP_OK) DIE("after the failed capture: %s", fp_exec_errmsg(x));
+      DIE("cudaStreamEndCapture failed");
+    }
+    CK(cudaGraphInstantiate(&G->ge, G->g, 0));
+    G->have_graph = true;
+    G->hooks_at_capture = s1.hooks;
+    if (fp_exec_capture_live(x) != 1) FAIL("fp_exec_capture_live: %" PRId64 ", expected 1", fp_exec_capture_live(x));
+  }
   CK(cudaGraphLaunch(G->ge, S));
+}
+
+/* --mode step, after the last step: the replays called no hook; the graph
+ * destroyed and released before the executor is */
+static void gpu_release(fp_exec *x, gpu *G) {
+  if (!step_api || !G->have_graph) return;
+  fp_exec_stats s;
+  fp_exec_get_stats(x, &s);
+  if (s.hooks != G->hooks_at_capture) FAIL("%" PRId64 " hooks ran during the replays", s.hooks - G->hooks_at_capture);
+  CK(cudaGraphExecDestroy(G->ge));
+  CK(cudaGraphDestroy(G->g));
+  G->have_graph = false;
+  if (fp_exec_capture_release(x) != FP_OK) DIE("fp_exec_capture_release: %s", fp_exec_errmsg(x));
+  if (fp_exec_capture_live(x) != 0) FAIL("fp_exec_capture_live after the release: %" PRId64, fp_exec_capture_live(x));
 }
 #endif
 
@@ -976,6 +1065,8 @@ static opts parse_args(int argc, char **argv) {
     else if (!strcmp(a, "--mode") && !strcmp(v, "graph")) o.mode = FP_CUDA_GRAPH, k++;
     else if (!strcmp(a, "--mode") && !strcmp(v, "eager")) o.mode = FP_CUDA_EAGER, k++;
     else if (!strcmp(a, "--mode") && !strcmp(v, "capture")) o.mode = FP_CUDA_CAPTURE_SAFE, k++;
+    else if (!strcmp(a, "--mode") && !strcmp(v, "step")) o.mode = FP_CUDA_CAPTURE_SAFE, step_api = true, k++;
+    else if (!strcmp(a, "--plant") && plant_of(v) > 0) plant = plant_of(v), k++;
     else if (!strcmp(a, "--stream") && stream_mode_of(v) >= 0) stream_mode = stream_mode_of(v), k++;
     else if (!strcmp(a, "--upload") && (!strcmp(v, "ordered") || !strcmp(v, "unordered")))
       upload_unordered = !strcmp(v, "unordered"), k++;
@@ -984,6 +1075,7 @@ static opts parse_args(int argc, char **argv) {
   }
   if (!o.plan || o.steps < 0 || o.B < 1 || o.B > 4096 || !(o.lr > 0) || (o.nccl && o.progress != FP_PROGRESS_DEFAULT))
     usage();
+  if (plant && !step_api) DIE("--plant goes with --mode step");
   if (o.mode == FP_CUDA_CAPTURE_SAFE && stream_mode != ST_SIDE && stream_mode != ST_EXECUTOR)
     DIE("--mode capture captures the trainer's stream: --stream side or executor (the legacy stream cannot be "
         "captured, and a captured step cannot move between streams)");
@@ -1060,12 +1152,16 @@ static void refit(fp_exec *x, ref *r, float **init, const opts *o, int64_t t) {
 }
 
 /* the executor's counters after the run: no allocation inside a hook, and
- * graphs exactly in graph mode */
-static void check_stats(const fp_exec_stats *s, const opts *o) {
+ * graphs exactly in graph mode, at most one launch per hook (hooks0: the
+ * hooks of the warm-up step, which launches none) */
+static void check_stats(const fp_exec_stats *s, const opts *o, int64_t hooks0) {
   if (s->hook_allocations) FAIL("%" PRId64 " allocations inside hooks", s->hook_allocations);
   if (on_gpu && o->mode == FP_CUDA_GRAPH && o->steps >= 2 && (s->graphs < 1 || s->graph_launches < 1))
     FAIL("graph mode ran %ld steps but captured %" PRId64 " graphs and launched %" PRId64, o->steps, s->graphs,
          s->graph_launches);
+  if (on_gpu && o->mode == FP_CUDA_GRAPH && (s->graph_launches > s->hooks - hooks0 || s->graphs > info.nsegments))
+    FAIL("graph mode: %" PRId64 " graph launches for %" PRId64 " hooks after the warm-up, %" PRId64 " graphs for %"
+         PRId32 " segments (at most one each)", s->graph_launches, s->hooks - hooks0, s->graphs, info.nsegments);
   if (on_gpu && o->mode != FP_CUDA_GRAPH && s->graphs) FAIL("%" PRId64 " graphs captured outside graph mode", s->graphs);
 }
 
@@ -1081,13 +1177,15 @@ static bool report(const opts *o, const fp_exec_stats *s) {
   const char *how = !on_gpu                         ? (s->progress == FP_PROGRESS_THREAD ? "mpi, progress thread" : "mpi, progress poll")
                     : o->mode == FP_CUDA_GRAPH ? "nccl, graph mode"
                     : o->mode == FP_CUDA_EAGER ? "nccl, eager mode"
+                    : step_api                 ? "nccl, one graph per step (fp_exec_capture_begin/end)"
                                                : "nccl, whole steps captured by the trainer";
   printf("train_mlp: %s (%s, %" PRId64 " ranks, %" PRId64 " micro-batch(es)), %ld step(s), %s: %s\n", info.model,
          info.strategy, info.world_size, info.grad_accumulation, o->steps, how,
          !o->check ? "trained" : any ? "CHECK FAILED" : "matches the reference");
   if (on_gpu)
-    printf("train_mlp: %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " graph launches, %" PRId64
-           " NCCL communicators\n", s->graphs, s->graph_nodes, s->graph_launches, s->nccl_comms);
+    printf("train_mlp: %" PRId64 " graphs (%" PRId64 " nodes), %" PRId64 " graph launches for %" PRId64
+           " hooks, %" PRId64 " NCCL communicators\n", s->graphs, s->graph_nodes, s->graph_launches, s->hooks,
+           s->nccl_comms);
   if (o->check)
     printf("train_mlp: max |w - ref| = %.3g, max relative = %.3g (weights above 1e-3); gathered weights bit-exact: %s\n",
            amax, rmax, any ? "see errors" : "yes");
@@ -1138,6 +1236,7 @@ int main(int argc, char **argv) {
   gpu G;
   if (on_gpu) gpu_new(&G, (int)o.B, ga, maxn);
 #endif
+  int64_t hooks0 = 0; /* hooks of step 0 */
   for (int64_t t = 0; t < o.steps; t++) {
     if (t == o.refit_at && t > 0) refit(x, o.check ? &r : NULL, init, &o, t);
 #ifdef FP_HAVE_CUDA
@@ -1145,6 +1244,11 @@ int main(int argc, char **argv) {
     else
 #endif
       cpu_step(&R, t);
+    if (t == 0) {
+      fp_exec_stats s0;
+      fp_exec_get_stats(x, &s0);
+      hooks0 = s0.hooks;
+    }
     if (o.check) {
       ref_step(&r, o.seed, t, (int)o.B, o.lr, ga);
       check_main(&r, t);
@@ -1157,9 +1261,12 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s%d.json", o.timing, rank);
     if (fp_exec_timing_write(x, path) != FP_OK) DIE("timing: %s", fp_exec_errmsg(x));
   }
+#ifdef FP_HAVE_CUDA
+  if (on_gpu) gpu_release(x, &G);
+#endif
   fp_exec_stats s;
   fp_exec_get_stats(x, &s);
-  check_stats(&s, &o);
+  check_stats(&s, &o, hooks0);
   fp_exec_destroy(x);
   bool any = report(&o, &s);
 

@@ -44,7 +44,11 @@ struct fp_backend_impl {
   fp_status (*all_reduce_f64)(fp_exec *x, double *values, int n);
   /* NCCL: the trainer's compute stream changes (fp_exec_set_cuda_stream); NULL: the backend has none */
   fp_status (*set_stream)(fp_exec *x, void *stream);
+  /* NCCL: one graph per step (fp_exec_capture_*): op FPX_CAPTURE_BEGIN, _END,
+   * _RELEASE; *live gets the graphs not released. NULL: cannot be captured */
+  fp_status (*capture)(fp_exec *x, int op, int64_t *live);
 };
+enum { FPX_CAPTURE_BEGIN, FPX_CAPTURE_END, FPX_CAPTURE_RELEASE, FPX_CAPTURE_LIVE };
 
 extern const fp_backend_impl fp_backend_mpi; /* executor/mpi.c */
 #ifdef FP_HAVE_CUDA

@@ -791,6 +791,29 @@ fp_status fp_exec_set_cuda_stream(fp_exec *x, void *stream) {
   return x->bk->set_stream(x, stream);
 }
 
+/* one graph per step: the NCCL backend does the work (nccl.c, "whole-step capture") */
+static fp_status capture_op(fp_exec *x, int op, const char *fn, int64_t *live) {
+  if (!x) return FP_ERR_ARG;
+  FPX_CHECK(usable(x));
+  if (!x->bk->capture)
+    return fpx_fail(x, FP_ERR_ARG, "%s: the %s backend has no CUDA stream to capture (FP_BACKEND_NCCL only)", fn,
+                    x->bk->name);
+  fp_status st = x->bk->capture(x, op, live);
+  if (st == FP_ERR_BACKEND) x->broken = true;
+  return st;
+}
+fp_status fp_exec_capture_begin(fp_exec *x) { return capture_op(x, FPX_CAPTURE_BEGIN, "fp_exec_capture_begin", NULL); }
+fp_status fp_exec_capture_end(fp_exec *x) { return capture_op(x, FPX_CAPTURE_END, "fp_exec_capture_end", NULL); }
+fp_status fp_exec_capture_release(fp_exec *x) {
+  return capture_op(x, FPX_CAPTURE_RELEASE, "fp_exec_capture_release", NULL);
+}
+int64_t fp_exec_capture_live(const fp_exec *x) {
+  int64_t live = 0;
+  if (!x) return -1;
+  if (x->created && x->bk->capture) x->bk->capture((fp_exec *)x, FPX_CAPTURE_LIVE, &live);
+  return live;
+}
+
 #ifndef FP_HAVE_CUDA
 fp_status fp_nccl_get_id(fp_nccl_id *out) {
   if (out) memset(out, 0, sizeof *out);

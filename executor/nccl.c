@@ -27,10 +27,12 @@
  *
  * Hooks (run_segment) issue the segment's items (nccl_plan.h): records and
  * waits as cudaEventRecord / cudaStreamWaitEvent, runs op by op (eager and
- * capture-safe modes) or as one cudaGraphLaunch each (graph mode, from the
- * step after the warm-up). Every op is issued inside an NVTX range named
- * "op <index> seg <k> <hook>(<module>) <opcode>"; a graph launch inside one
- * named after its run. A hook never synchronizes with the device and
+ * capture-safe modes); in graph mode, from the step after the warm-up, a
+ * segment with a run is one cudaGraphLaunch of a graph holding all its
+ * items on all its streams (capture_seg, launch_seg; docs/cuda.md "Modes").
+ * Every op is issued (or captured) inside an NVTX range named
+ * "op <index> seg <k> <hook>(<module>) <opcode>"; a graph launch inside the
+ * hook's. A hook never synchronizes with the device and
  * returns as soon as its work is enqueued; the trainer's work on the
  * compute stream is ordered after it by stream order.
  *
@@ -44,6 +46,16 @@
  * compute stream); post_optimizer joins the side streams back into the
  * compute stream. No hook path synchronizes, allocates or adds a host
  * callback.
+ *
+ * One graph per step (fp_exec_capture_begin/end; docs/cuda.md, "One graph
+ * per step"): the same capture-safe hooks inside a capture the executor is
+ * told about. Begin checks what a whole-step capture needs (capture-safe
+ * mode, the compute stream capturing, between steps, after a warm-up step)
+ * and remembers the capture; every call while it is open checks the
+ * capture is still the compute stream's (wcap_check: one invalidated, or
+ * ended without fp_exec_capture_end, breaks the executor with what
+ * happened); end checks a whole number of steps was captured and joins the
+ * side streams back.
  *
  * The watchdog (x->timeout_s: fp_exec_config.timeout_s or FLEXPLAN_TIMEOUT;
  * docs/cuda.md, "Watchdog"): hooks only enqueue, so what can wait forever
@@ -85,6 +97,11 @@
 _Static_assert(sizeof(ncclUniqueId) == FP_NCCL_ID_BYTES, "fp_nccl_id holds an ncclUniqueId");
 
 #define SEG_LABEL 96
+/* graph mode: a graph whose segment has work on several streams is launched
+ * on one of these, segment k on k mod N (docs/cuda.md, "One graph launch per
+ * hook": a launch holds its stream until every node is done, so graph k
+ * waits for graph k - N and for nothing else outside the plan's events) */
+#define FPN_LAUNCH_STREAMS 16
 #define SCRATCH_BYTES (FP_ALL_REDUCE_MAX * sizeof(double))
 
 typedef struct nstate {
@@ -117,10 +134,21 @@ typedef struct nstate {
   void **reg;              /* P.npairs: registration handles */
   char (*comm_name)[64];
   ncclComm_t *op_comm;     /* per xop: its communicator (NULL for local/sync ops) */
-  /* graphs (graph mode) */
-  cudaGraph_t *graphs;     /* P.nruns */
+  /* graphs (graph mode): one per segment with a run on this rank */
+  cudaGraph_t *graphs;     /* nsegs */
   cudaGraphExec_t *execs;
   bool captured;
+  cudaStream_t capo;       /* the origin of a several-stream segment's capture (forks and joins only) */
+  cudaStream_t lst[FPN_LAUNCH_STREAMS]; /* where several-stream graphs are launched, segment k on k mod N */
+  cudaEvent_t head_ev[FP_NSTREAMS], tail_ev[FP_NSTREAMS]; /* a launch's start on, and end of, each stream */
+  cudaEvent_t fork_in, join_in[FP_NSTREAMS]; /* the captures' own fork and joins */
+  cudaEvent_t *iev;        /* per record slot: its edge to waits inside the same segment's graph */
+  bool graph_events_made;
+  /* one graph per step (fp_exec_capture_begin/end; docs/cuda.md, "One graph per step") */
+  unsigned long long wcap; /* the compute stream's capture fp_exec_capture_begin joined (0: none) */
+  uint8_t wcap_sides;      /* the side streams forked into it */
+  int64_t wcap_steps;      /* stats.steps at fp_exec_capture_begin */
+  int64_t live;            /* graphs captured that way and not released */
   /* the watchdog (x->timeout_s > 0) */
   cudaEvent_t *done;       /* per xop: recorded when a communication op completes */
   bool *done_made;
@@ -243,8 +271,8 @@ static fp_status nccl_prepare(fp_exec *x) {
   n->reg = fpx_alloc(x, (size_t)P->npairs + 1, sizeof *n->reg);
   n->comm_name = fpx_alloc(x, (size_t)P->npairs + 1, sizeof *n->comm_name);
   n->op_comm = fpx_alloc(x, (size_t)x->nxops + 1, sizeof *n->op_comm);
-  n->graphs = fpx_alloc(x, (size_t)P->nruns + 1, sizeof *n->graphs);
-  n->execs = fpx_alloc(x, (size_t)P->nruns + 1, sizeof *n->execs);
+  n->graphs = fpx_alloc(x, (size_t)p->nsegs + 1, sizeof *n->graphs);
+  n->execs = fpx_alloc(x, (size_t)p->nsegs + 1, sizeof *n->execs);
   n->seg_label = fpx_alloc(x, (size_t)p->nsegs + 1, sizeof *n->seg_label);
   if (!n->ev || !n->ev_made || !n->rec_cap || !n->comms || !n->reg || !n->comm_name || !n->op_comm || !n->graphs ||
       !n->execs || !n->seg_label)
@@ -275,6 +303,23 @@ static fp_status nccl_prepare(fp_exec *x) {
       CUDA_TRY(x, cudaStreamGetPriority(n->st[s], &prio));
       FPX_CHECK(make_stream(x, &n->cap[s], prio));
     }
+  if (n->mode == FP_CUDA_GRAPH) { /* one graph per hook: forks, joins and launch streams */
+    FPX_CHECK(make_stream(x, &n->capo, greatest));
+    for (int k = 0; k < FPN_LAUNCH_STREAMS; k++) FPX_CHECK(make_stream(x, &n->lst[k], greatest));
+    n->iev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->iev);
+    if (!n->iev) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+    n->graph_events_made = true; /* from here on destroy frees what is not NULL */
+    bool made = false;
+    for (int32_t k = 0; k < P->nevents; k++)
+      if (P->rec_use[k] & FPN_REC_LOCAL) FPX_CHECK(make_event(x, &n->iev[k], &made));
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      FPX_CHECK(make_event(x, &n->head_ev[s], &made));
+      FPX_CHECK(make_event(x, &n->tail_ev[s], &made));
+      FPX_CHECK(make_event(x, &n->join_in[s], &made));
+    }
+    FPX_CHECK(make_event(x, &n->fork_in, &made));
+    x->stats.allocations += 1 + 3 * FP_NSTREAMS + P->nevents;
+  }
 
   /* events */
   for (int32_t k = 0; k < P->nevents; k++) FPX_CHECK(make_event(x, &n->ev[k], &n->ev_made[k]));
@@ -742,6 +787,7 @@ static fp_status fork_side(fp_exec *x, int s, unsigned long long cap) {
   }
   CUDA_TRY(x, cudaEventRecord(n->fork_ev, n->st[FP_STREAM_COMPUTE]));
   CUDA_TRY(x, cudaStreamWaitEvent(n->st[s], n->fork_ev, 0));
+  if (cap && cap == n->wcap) n->wcap_sides |= (uint8_t)(1u << s);
   return FP_OK;
 }
 
@@ -762,34 +808,231 @@ static fp_status join_sides(fp_exec *x, unsigned long long cap) {
   return FP_OK;
 }
 
-/* ---- graph mode: capture every run once ---------------------------------------------------------------- */
-static fp_status capture_all(fp_exec *x) {
+/* ---- graph mode: one graph per hook ------------------------------------------------------------------------ */
+/* a record or wait of segment k inside k's capture, on capture stream cs:
+ * a record waited on inside the segment is an edge (its internal event), one
+ * waited on elsewhere an external record node; a wait on a record of the
+ * segment is that edge, on any other record an external wait node (the
+ * record made before the launch) */
+static cudaError_t capture_sync(fp_exec *x, const fp_xop *o, cudaStream_t cs, int32_t k) {
   nstate *n = ns(x);
   const fpn_plan *P = &n->P;
+  cudaError_t e = cudaSuccess;
+  if (o->code == FP_OP_RECORD) {
+    int32_t slot = P->event_slot[o - x->xops];
+    if (P->rec_use[slot] & FPN_REC_LOCAL) e = cudaEventRecord(n->iev[slot], cs);
+    if (e == cudaSuccess && (P->rec_use[slot] & FPN_REC_AWAY))
+      e = cudaEventRecordWithFlags(n->ev[slot], cs, cudaEventRecordExternal);
+  } else if (o->rec) {
+    int32_t slot = P->event_slot[o->rec - x->xops];
+    if (!o->rec_prev && x->prog->ops[o->rec->index].seg == x->prog->ops[o->index].seg)
+      e = cudaStreamWaitEvent(cs, n->iev[slot], 0);
+    else
+      e = cudaStreamWaitEvent(cs, n->ev[slot], cudaEventWaitExternal);
+  }
+  (void)k;
+  return e;
+}
+
+static int single_stream(uint8_t mask) {
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (mask == (1u << s)) return s;
+  return -1;
+}
+
+/* Segment k's items captured as one graph. On one stream: captured on that
+ * stream's capture stream, launched on the stream itself (the same as
+ * issuing the items there). On several: captured from an origin stream that
+ * forks every stream of the segment (each waits first for the launch's head
+ * event, recorded on the real stream just before the launch) and joins them
+ * back after each records its tail event; launched on a launch stream, the
+ * real streams then wait for their tail events. */
+static fp_status capture_seg(fp_exec *x, int32_t k) {
+  nstate *n = ns(x);
+  const fpn_plan *P = &n->P;
+  uint8_t mask = P->seg_streams[k];
+  int one = single_stream(mask);
+  cudaStream_t origin = one >= 0 ? n->cap[one] : n->capo;
+  CUDA_TRY(x, cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+  fp_status st = FP_OK;
+  cudaError_t e = cudaSuccess;
+  const char *what = "";
+  if (one < 0) {
+    e = cudaEventRecord(n->fork_in, origin);
+    what = "the fork";
+    for (int s = 0; s < FP_NSTREAMS && e == cudaSuccess; s++)
+      if (mask & (1u << s)) {
+        e = cudaStreamWaitEvent(n->cap[s], n->fork_in, 0);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(n->cap[s], n->head_ev[s], cudaEventWaitExternal);
+      }
+  }
+  for (int32_t t = P->seg_first[k]; t < P->seg_first[k + 1] && e == cudaSuccess && st == FP_OK; t++) {
+    const fpn_item *it = &P->items[t];
+    if (it->kind == FPN_SYNC) {
+      e = capture_sync(x, &x->xops[it->xop], n->cap[it->stream], k);
+      what = "a record or wait";
+    } else {
+      st = issue_run(x, it, n->cap[it->stream]);
+    }
+  }
+  if (one < 0)
+    for (int s = 0; s < FP_NSTREAMS && e == cudaSuccess && st == FP_OK; s++)
+      if (mask & (1u << s)) {
+        what = "the join";
+        e = cudaEventRecordWithFlags(n->tail_ev[s], n->cap[s], cudaEventRecordExternal);
+        if (e == cudaSuccess) e = cudaEventRecord(n->join_in[s], n->cap[s]);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(origin, n->join_in[s], 0);
+      }
+  cudaGraph_t g = NULL;
+  cudaError_t ee = cudaStreamEndCapture(origin, &g);
+  if (st != FP_OK || e != cudaSuccess || ee != cudaSuccess) { /* NCCL may be unusable now */
+    if (g) cudaGraphDestroy(g);
+    if (st != FP_OK) return st;
+    char l[96];
+    return fpx_fail(x, FP_ERR_BACKEND, "CUDA: capturing the graph of segment %" PRId32 " %s failed at %s: %s",
+                    k, fpx_seg_label(x, k, l, sizeof l), e != cudaSuccess ? what : "cudaStreamEndCapture",
+                    cudaGetErrorString(e != cudaSuccess ? e : ee));
+  }
+  n->graphs[k] = g;
+  size_t nodes = 0;
+  CUDA_TRY(x, cudaGraphGetNodes(g, NULL, &nodes));
+  CUDA_TRY(x, cudaGraphInstantiateWithFlags(&n->execs[k], g, cudaGraphInstantiateFlagUseNodePriority));
+  CUDA_TRY(x, cudaGraphUpload(n->execs[k], one >= 0 ? n->st[one] : n->lst[k % FPN_LAUNCH_STREAMS]));
+  x->stats.graphs++;
+  x->stats.graph_nodes += (int64_t)nodes;
+  return FP_OK;
+}
+
+static fp_status capture_all(fp_exec *x) {
+  nstate *n = ns(x);
   /* the warm-up step has finished: NCCL has connected every communicator */
   for (int s = 0; s < FP_NSTREAMS; s++)
     FPX_CHECK(wait_stream(x, n->st[s], "the warm-up step, before the graphs are captured", NULL));
-  for (int32_t r = 0; r < P->nruns; r++) {
-    const fpn_item *it = &P->items[P->run_item[r]];
-    cudaStream_t cs = n->cap[it->stream];
-    CUDA_TRY(x, cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-    fp_status st = issue_run(x, it, cs);
-    cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamEndCapture(cs, &g);
-    if (st != FP_OK) { /* NCCL may be unusable now (a failed capture poisons the communicator) */
-      if (g) cudaGraphDestroy(g);
-      return st;
-    }
-    if (e != cudaSuccess) return cuda_fail(x, "cudaStreamEndCapture", e);
-    n->graphs[r] = g;
-    size_t nodes = 0;
-    CUDA_TRY(x, cudaGraphGetNodes(g, NULL, &nodes));
-    CUDA_TRY(x, cudaGraphInstantiateWithFlags(&n->execs[r], g, cudaGraphInstantiateFlagUseNodePriority));
-    CUDA_TRY(x, cudaGraphUpload(n->execs[r], n->st[it->stream]));
-    x->stats.graphs++;
-    x->stats.graph_nodes += (int64_t)nodes;
-  }
+  for (int32_t k = 0; k < x->prog->nsegs; k++)
+    if (n->P.seg_has_run[k]) FPX_CHECK(capture_seg(x, k));
   n->captured = true;
+  return FP_OK;
+}
+
+/* segment seg's graph: one launch, with the head and tail events of a
+ * several-stream graph around it */
+static fp_status launch_seg(fp_exec *x, int32_t seg) {
+  nstate *n = ns(x);
+  uint8_t mask = n->P.seg_streams[seg];
+  int one = single_stream(mask);
+  if (one < 0)
+    for (int s = 0; s < FP_NSTREAMS; s++)
+      if (mask & (1u << s)) CUDA_TRY(x, cudaEventRecord(n->head_ev[s], n->st[s]));
+  cudaError_t e = cudaGraphLaunch(n->execs[seg], one >= 0 ? n->st[one] : n->lst[seg % FPN_LAUNCH_STREAMS]);
+  if (e != cudaSuccess) return cuda_fail(x, "cudaGraphLaunch", e);
+  x->stats.graph_launches++;
+  if (one < 0)
+    for (int s = 0; s < FP_NSTREAMS; s++)
+      if (mask & (1u << s)) CUDA_TRY(x, cudaStreamWaitEvent(n->st[s], n->tail_ev[s], 0));
+  return FP_OK;
+}
+
+/* ---- one graph per step: fp_exec_capture_begin / _end ------------------------------------------------------ */
+/* the side streams of mask as "ag, rs" */
+static const char *side_names(uint8_t mask, char *buf, size_t len) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (mask & (1u << s))
+      k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%s", k ? ", " : "", fpi_stream_name(s));
+  if (!k) snprintf(buf, len, "none");
+  return buf;
+}
+
+/* While fp_exec_capture_begin's capture is open, every call checks it is
+ * still the compute stream's: a capture that was invalidated, or ended
+ * without fp_exec_capture_end, leaves the executor's place in the step to a
+ * graph that will never run - the executor fails (FP_ERR_BACKEND, broken)
+ * with what happened. WHAT names the call. */
+static fp_status wcap_check(fp_exec *x, const char *what) {
+  nstate *n = ns(x);
+  if (!n->wcap) return FP_OK;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &id));
+  if (cs == cudaStreamCaptureStatusActive && id == n->wcap) return FP_OK;
+  char sides[64], here[96];
+  side_names(n->wcap_sides, sides, sizeof sides);
+  if (x->cursor) fpx_seg_label(x, x->cursor, here, sizeof here);
+  unsigned long long was = n->wcap;
+  n->wcap = 0;
+  x->broken = true;
+  if (cs == cudaStreamCaptureStatusInvalidated && id == was)
+    return fpx_fail(x, FP_ERR_BACKEND,
+                    "%s: the capture begun by fp_exec_capture_begin was invalidated by an operation CUDA refuses "
+                    "inside a capture (a host synchronization such as cudaStreamSynchronize or tensor.item(), an "
+                    "allocation, a synchronous copy) made after it began; nothing of it can be replayed, and the "
+                    "executor's place in the step belongs to it: destroy the executor", what);
+  return fpx_fail(x, FP_ERR_BACKEND,
+                  "%s: the capture begun by fp_exec_capture_begin ended without fp_exec_capture_end%s%s: the plan's "
+                  "side streams forked into it (%s) were not joined back into the compute stream, so CUDA refuses "
+                  "to end it (cudaErrorStreamCaptureUnjoined), and the executor's place in the step belongs to a "
+                  "graph that does not exist: destroy the executor", what, x->cursor ? " inside a step, before " : "",
+                  x->cursor ? here : "", sides);
+}
+
+static fp_status nccl_capture(fp_exec *x, int op, int64_t *live) {
+  nstate *n = ns(x);
+  if (op == FPX_CAPTURE_LIVE) {
+    *live = n->live;
+    return FP_OK;
+  }
+  if (op == FPX_CAPTURE_RELEASE) {
+    if (!n->live)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_release: no graph captured with fp_exec_capture_begin/end "
+                      "is live");
+    n->live--;
+    return FP_OK;
+  }
+  const char *fn = op == FPX_CAPTURE_BEGIN ? "fp_exec_capture_begin" : "fp_exec_capture_end";
+  FPX_CHECK(wcap_check(x, fn));
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &id));
+  char want[96];
+  if (op == FPX_CAPTURE_BEGIN) {
+    if (n->wcap)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin: the capture it began is still open (call "
+                      "fp_exec_capture_end first)");
+    if (n->mode != FP_CUDA_CAPTURE_SAFE)
+      return fpx_fail(x, FP_ERR_ARG, "fp_exec_capture_begin: cuda_mode is %s; a step captured by the trainer needs "
+                      "FP_CUDA_CAPTURE_SAFE (%s)", n->mode == FP_CUDA_GRAPH ? "FP_CUDA_GRAPH" : "FP_CUDA_EAGER",
+                      n->mode == FP_CUDA_GRAPH ? "graph mode captures per-hook graphs of its own and synchronizes "
+                      "the device once to do it" : "eager hooks refuse to run inside a capture");
+    if (cs == cudaStreamCaptureStatusInvalidated)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin: the compute stream's capture is already invalidated");
+    if (cs != cudaStreamCaptureStatusActive)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin: the compute stream is not being captured: begin the "
+                      "capture on fp_exec_cuda_stream(x) first (cudaStreamBeginCapture, or torch.cuda.graph on "
+                      "the stream the executor was given)");
+    if (x->cursor)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin inside a step (the plan expects %s next): a captured "
+                      "step starts at step_begin", fpx_seg_label(x, x->cursor, want, sizeof want));
+    if (x->stats.steps < 1)
+      return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_begin before any uncaptured step: run one step outside the "
+                      "capture first (NCCL sets up its connections at a communicator's first collectives, which a "
+                      "capture cannot hold)");
+    n->wcap = id;
+    n->wcap_sides = 0;
+    n->wcap_steps = x->stats.steps;
+    return FP_OK;
+  }
+  if (!n->wcap) return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_end without fp_exec_capture_begin");
+  if (x->cursor)
+    return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_end inside a step (the plan expects %s next): capture whole "
+                    "steps, step_begin .. post_optimizer (the capture goes on)",
+                    fpx_seg_label(x, x->cursor, want, sizeof want));
+  if (x->stats.steps == n->wcap_steps)
+    return fpx_fail(x, FP_ERR_ORDER, "fp_exec_capture_end: no step was captured since fp_exec_capture_begin (the "
+                    "capture goes on)");
+  FPX_CHECK(join_sides(x, id));
+  n->wcap = 0;
+  n->live++;
   return FP_OK;
 }
 
@@ -797,7 +1040,12 @@ static fp_status capture_all(fp_exec *x) {
 static fp_status run_items(fp_exec *x, int32_t seg, unsigned long long cap) {
   nstate *n = ns(x);
   const fpn_plan *P = &n->P;
-  bool graphs = n->captured;
+  if (n->captured && n->execs[seg]) { /* graph mode: the whole hook as one launch */
+    RANGE_PUSH(n->seg_label[seg]);
+    fp_status st = launch_seg(x, seg);
+    RANGE_POP();
+    return st;
+  }
   for (int32_t t = P->seg_first[seg]; t < P->seg_first[seg + 1]; t++) {
     const fpn_item *it = &P->items[t];
     if (it->kind == FPN_SYNC) {
@@ -806,12 +1054,6 @@ static fp_status run_items(fp_exec *x, int32_t seg, unsigned long long cap) {
       fp_status st = issue_sync(x, o, cap);
       RANGE_POP();
       FPX_CHECK(st);
-    } else if (graphs) {
-      RANGE_PUSH(P->text + P->run_label[it->run]);
-      cudaError_t e = cudaGraphLaunch(n->execs[it->run], n->st[it->stream]);
-      RANGE_POP();
-      if (e != cudaSuccess) return cuda_fail(x, "cudaGraphLaunch", e);
-      x->stats.graph_launches++;
     } else {
       FPX_CHECK(issue_run(x, it, n->st[it->stream]));
     }
@@ -823,6 +1065,12 @@ static fp_status nccl_run_segment(fp_exec *x, int32_t seg) {
   nstate *n = ns(x);
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   unsigned long long cap = 0;
+  char what[96 + 8];
+  if (n->wcap) {
+    char l[96];
+    snprintf(what, sizeof what, "hook %s", fpx_seg_label(x, seg, l, sizeof l));
+    FPX_CHECK(wcap_check(x, what));
+  }
   CUDA_TRY(x, capture_info(n->st[FP_STREAM_COMPUTE], &cs, &cap));
   if (cs == cudaStreamCaptureStatusInvalidated)
     return fpx_fail(x, FP_ERR_BACKEND, "the compute stream's capture was invalidated (a capture error earlier)");
@@ -865,10 +1113,17 @@ static fp_status nccl_set_stream(fp_exec *x, void *stream) {
   nstate *n = ns(x);
   cudaStream_t s = (cudaStream_t)stream, old = n->st[FP_STREAM_COMPUTE];
   if (s == old) return FP_OK;
+  FPX_CHECK(wcap_check(x, "fp_exec_set_cuda_stream"));
   if (capturing(n))
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_set_cuda_stream while the compute stream is being captured");
+  /* the new stream may already be capturing (torch.cuda.graph switches to its
+   * capture stream, then begins the capture, before the step's first hook):
+   * the old stream's work is then outside the capture, an external wait */
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CUDA_TRY(x, capture_info(s, &cs, &id));
   CUDA_TRY(x, cudaEventRecord(n->fork_ev, old));
-  CUDA_TRY(x, cudaStreamWaitEvent(s, n->fork_ev, 0));
+  CUDA_TRY(x, cudaStreamWaitEvent(s, n->fork_ev, cs == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0));
   if (n->own[FP_STREAM_COMPUTE]) {
     n->made_compute = old;
     n->own[FP_STREAM_COMPUTE] = false;
@@ -880,6 +1135,7 @@ static fp_status nccl_set_stream(fp_exec *x, void *stream) {
 
 static fp_status nccl_sync(fp_exec *x) {
   nstate *n = ns(x);
+  FPX_CHECK(wcap_check(x, "fp_exec_sync"));
   if (capturing(n))
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_sync (or a refit) while the compute stream is being captured: the "
                     "host cannot wait for the device inside a capture");
@@ -912,6 +1168,7 @@ static fp_status nccl_write(fp_exec *x, char *dst, int64_t dpitch, const char *s
  * the host waits for the result */
 static fp_status nccl_all_reduce_f64(fp_exec *x, double *v, int cnt) {
   nstate *n = ns(x);
+  FPX_CHECK(wcap_check(x, "fp_exec_all_reduce_f64"));
   if (capturing(n))
     return fpx_fail(x, FP_ERR_ORDER, "fp_exec_all_reduce_f64 while the compute stream is being captured: the host "
                     "cannot wait for the result inside a capture");
@@ -928,10 +1185,21 @@ static void nccl_destroy(fp_exec *x) {
   if (n->device_ok) cudaSetDevice(n->device);
   bool cap = n->device_ok && capturing(n);
   if (!x->broken && !cap && n->device_ok) nccl_sync(x);
-  for (int32_t r = 0; r < n->P.nruns; r++) {
+  for (int32_t r = 0; r < x->prog->nsegs; r++) {
     if (n->execs && n->execs[r]) cudaGraphExecDestroy(n->execs[r]);
     if (n->graphs && n->graphs[r]) cudaGraphDestroy(n->graphs[r]);
   }
+  if (n->graph_events_made) {
+    for (int32_t k = 0; n->iev && k < n->P.nevents; k++)
+      if (n->iev[k]) cudaEventDestroy(n->iev[k]);
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      if (n->head_ev[s]) cudaEventDestroy(n->head_ev[s]);
+      if (n->tail_ev[s]) cudaEventDestroy(n->tail_ev[s]);
+      if (n->join_in[s]) cudaEventDestroy(n->join_in[s]);
+    }
+    if (n->fork_in) cudaEventDestroy(n->fork_in);
+  }
+  fpx_free(n->iev);
   /* communicators: finalize collectively (every rank calls destroy), or
    * abort when something failed */
   for (int32_t q = 0; n->comms && q < n->P.npairs; q++) {
@@ -964,6 +1232,9 @@ static void nccl_destroy(fp_exec *x) {
     if (n->own[s] && n->st[s]) cudaStreamDestroy(n->st[s]);
     if (n->cap[s]) cudaStreamDestroy(n->cap[s]);
   }
+  if (n->capo) cudaStreamDestroy(n->capo);
+  for (int k = 0; k < FPN_LAUNCH_STREAMS; k++)
+    if (n->lst[k]) cudaStreamDestroy(n->lst[k]);
   fpx_free(n->ev);
   fpx_free(n->ev_made);
   fpx_free(n->rec_cap);
@@ -995,4 +1266,5 @@ const fp_backend_impl fp_backend_nccl = {
     .all_reduce_f64 = nccl_all_reduce_f64,
     .destroy = nccl_destroy,
     .set_stream = nccl_set_stream,
+    .capture = nccl_capture,
 };

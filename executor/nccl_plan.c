@@ -228,6 +228,24 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
   }
   P->seg_first[nsegs] = P->nitems;
   FP_ASSERT(j == nx);
+
+  /* one graph per hook (graph mode): the streams of each segment, and how
+   * each record is waited on */
+  P->seg_streams = fpx_alloc(x, (size_t)nsegs + 1, 1);
+  P->seg_has_run = fpx_alloc(x, (size_t)nsegs + 1, 1);
+  P->rec_use = fpx_alloc(x, (size_t)P->nevents + 1, 1);
+  if (!P->seg_streams || !P->seg_has_run || !P->rec_use) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  for (int32_t k = 0; k < nsegs; k++)
+    for (int32_t t = P->seg_first[k]; t < P->seg_first[k + 1]; t++) {
+      P->seg_streams[k] |= (uint8_t)(1u << P->items[t].stream);
+      if (P->items[t].kind == FPN_RUN) P->seg_has_run[k] = 1;
+    }
+  for (int32_t w = 0; w < nx; w++) {
+    const fp_xop *o = &x->xops[w];
+    if (o->code != FP_OP_WAIT || !o->rec) continue;
+    bool local = !o->rec_prev && p->ops[o->index].seg == p->ops[o->rec->index].seg;
+    P->rec_use[P->event_slot[o->rec - x->xops]] |= local ? FPN_REC_LOCAL : FPN_REC_AWAY;
+  }
   return FP_OK;
 }
 
@@ -246,6 +264,9 @@ void fpn_plan_free(fpn_plan *P) {
   fpx_free(P->run_label);
   fpx_free(P->sums);
   fpx_free(P->text);
+  fpx_free(P->seg_streams);
+  fpx_free(P->seg_has_run);
+  fpx_free(P->rec_use);
   memset(P, 0, sizeof *P);
 }
 

@@ -9,8 +9,8 @@
  *  - the issue list: each segment as a sequence of items in the order a hook
  *    issues them - a record or wait (issued as a CUDA event operation), or
  *    a run: the consecutive non-sync ops of one stream between two of that
- *    stream's records/waits (eager: launched op by op; graph mode: one CUDA
- *    graph);
+ *    stream's records/waits (launched op by op; graph mode captures a whole
+ *    segment's items, runs and records/waits, as one CUDA graph);
  *  - per record op, its CUDA event; per segment, the side streams that get
  *    work (capture-safe mode forks them into the trainer's capture); the
  *    NVTX range names; what each segment adds to the statistics.
@@ -52,7 +52,7 @@ typedef struct fpn_item {
   int32_t xop;   /* SYNC: the record/wait (index into x->xops); RUN: its first op (-1: empty here) */
   int32_t pos;   /* RUN: position of the first op in x->sops[stream] */
   int32_t nops;  /* RUN: ops (consecutive in x->sops[stream]); 0: nothing on this rank */
-  int32_t run;   /* RUN: the run's index (its graph in graph mode); -1 when empty */
+  int32_t run;   /* RUN: the run's index; -1 when empty */
   int32_t prog_first; /* the program index of the item's first op (its place in the order) */
 } fpn_item;
 
@@ -64,7 +64,7 @@ typedef struct fpn_plan {
   fpn_item *items;
   int32_t nitems;
   int32_t *seg_first;     /* nsegs + 1: segment k's items are [seg_first[k], seg_first[k+1]) */
-  int32_t nruns;          /* non-empty runs: graphs in graph mode */
+  int32_t nruns;          /* non-empty runs */
   int32_t *run_item;      /* nruns: the item of each run */
   /* communicators: pair[c * FP_NSTREAMS + s] = index of the NCCL communicator
    * for plan communicator c on stream s, -1 when no NCCL op uses it */
@@ -81,7 +81,17 @@ typedef struct fpn_plan {
   char *text;
   int32_t *label, *run_label; /* offsets into text */
   fpn_segsum *sums;       /* nsegs */
+  /* graph mode, one graph per hook: per segment, bit s set when stream s has
+   * an item (run or record/wait) on this rank, and whether a run is among
+   * them (only such segments get a graph); per record event slot, how its
+   * waits see it: FPN_REC_LOCAL a wait in the same segment of the same step
+   * (an edge inside the segment's graph), FPN_REC_AWAY a wait in another
+   * segment or the next step (an external event-record node) */
+  uint8_t *seg_streams;
+  uint8_t *seg_has_run;
+  uint8_t *rec_use;
 } fpn_plan;
+enum { FPN_REC_LOCAL = 1, FPN_REC_AWAY = 2 };
 
 /* build from x's resolved program (exec.c): allocations through fpx_alloc
  * (counted), none later */

@@ -211,11 +211,11 @@ typedef enum fp_progress {
 /* NCCL backend: how a step's work reaches the GPU (docs/cuda.md, "Modes"). */
 typedef enum fp_cuda_mode {
   FP_CUDA_GRAPH = 0,        /* step 0 runs eagerly (a warm-up: NCCL connects lazily); the first
-                             * step_begin after it captures every segment's work on each stream
-                             * into CUDA graphs (ThreadLocal capture, once: it synchronizes and
-                             * allocates graph memory there, and nowhere else); later hooks
-                             * launch those graphs, with the record/wait between streams as
-                             * events. The default. */
+                             * step_begin after it captures each segment's work on all its
+                             * streams into one CUDA graph (ThreadLocal capture, once: it
+                             * synchronizes and allocates graph memory there, and nowhere
+                             * else); later hooks launch it: at most one graph launch per hook,
+                             * events around it ordering each stream's part. The default. */
   FP_CUDA_EAGER = 1,        /* every op launched on every step (debugging, profiling op by op) */
   FP_CUDA_CAPTURE_SAFE = 2, /* every op launched on every step, and every hook may run inside the
                              * trainer's own stream capture of the compute stream: no
@@ -490,6 +490,59 @@ FP_API void *fp_exec_cuda_stream(const fp_exec *x);
  * outlive the executor or the next call. */
 FP_API fp_status fp_exec_set_cuda_stream(fp_exec *x, void *stream);
 
+/* ---- one CUDA graph per training step (NCCL backend, FP_CUDA_CAPTURE_SAFE) ----
+ * docs/cuda.md, "One graph per step". The trainer captures whole steps - its
+ * own kernels and every hook's gathers, reduce-scatters, casts, records and
+ * waits - into one CUDA graph on the compute stream and replays it with
+ * cudaGraphLaunch, calling no hook:
+ *
+ *   one step (or more) uncaptured: NCCL connects at its first collectives
+ *   cudaStreamBeginCapture(fp_exec_cuda_stream(x), cudaStreamCaptureModeGlobal);
+ *   fp_exec_capture_begin(x);
+ *   step_begin .. post_optimizer (one or more whole steps, every micro-batch),
+ *     the trainer's kernels on the compute stream;
+ *   fp_exec_capture_end(x);                 joins the plan's streams back
+ *   cudaStreamEndCapture(...); cudaGraphInstantiate(...);
+ *   each step: cudaGraphLaunch(exec, stream);   no hook, no host synchronization
+ *   cudaGraphExecDestroy / cudaGraphDestroy; fp_exec_capture_release(x);
+ *
+ * Inside the capture every hook forks the plan's side streams (all-gather,
+ * reduce-scatter, host copy) from the compute stream when they first get
+ * work and captures its ops on them; no hook path synchronizes, allocates
+ * or adds a host callback, so the capture never breaks on the executor's
+ * account. Buffer addresses never change: refits (fp_exec_load_weights)
+ * between replays write into the addresses the graph reads. Not allowed
+ * while capturing (FP_ERR_ORDER, nothing issued): fp_exec_sync,
+ * fp_exec_all_reduce_f64, refits, fp_exec_set_cuda_stream.
+ *
+ * fp_exec_capture_begin: the compute stream must already be capturing,
+ * between steps, after at least one uncaptured step. FP_ERR_ARG: not the
+ * NCCL backend, or a cuda_mode other than FP_CUDA_CAPTURE_SAFE (graph mode
+ * captures its own per-hook graphs and synchronizes once to do it);
+ * FP_ERR_ORDER: the compute stream is not capturing (or its capture was
+ * invalidated), inside a step, no warm-up step yet, a capture already begun.
+ * Nothing changes on a refusal. */
+FP_API fp_status fp_exec_capture_begin(fp_exec *x);
+/* After the last captured post_optimizer, before cudaStreamEndCapture: every
+ * side stream forked into the capture is joined back into the compute
+ * stream (CUDA refuses to end a capture with unjoined work), and the
+ * executor counts one live graph. FP_ERR_ORDER (nothing changes, the capture
+ * goes on): no capture begun, the capture holds no step or ends inside one.
+ * FP_ERR_BACKEND (the executor is unusable from then on: its place in the
+ * step belongs to a graph that will never exist): the capture was
+ * invalidated by something CUDA refuses inside a capture (a host
+ * synchronization, an allocation, a synchronous copy), or it ended without
+ * fp_exec_capture_end. Any hook or call that finds the capture begun here
+ * gone fails the same way, naming the streams that were never joined. */
+FP_API fp_status fp_exec_capture_end(fp_exec *x);
+/* The trainer destroyed a graph it captured with fp_exec_capture_begin/end.
+ * FP_ERR_ORDER when none is live. */
+FP_API fp_status fp_exec_capture_release(fp_exec *x);
+/* Graphs captured with fp_exec_capture_begin/end and not released (they
+ * read and write the executor's arena: destroy the executor only when this
+ * is 0); -1 for NULL. */
+FP_API int64_t fp_exec_capture_live(const fp_exec *x);
+
 /* Sum `n` doubles across every rank of the executor's world, in place: one
  * collective that every rank calls with the same n, at the same point of
  * its hook sequence (e.g. the squared norms of the grad shards for
@@ -633,8 +686,8 @@ typedef struct fp_exec_stats {
   uint64_t plan_hash;
   /* NCCL backend */
   fp_cuda_mode cuda_mode;   /* the mode in use */
-  int64_t graphs;           /* CUDA graphs captured (FP_CUDA_GRAPH: one per run of consecutive ops of
-                             * one stream inside a segment between two records/waits) */
+  int64_t graphs;           /* CUDA graphs captured (FP_CUDA_GRAPH: one per segment with work beyond
+                             * records and waits on this rank) */
   int64_t graph_nodes;      /* nodes in those graphs, NCCL's own included */
   int64_t graph_launches;   /* cudaGraphLaunch calls made by hooks */
   int64_t nccl_comms;       /* NCCL communicators made (ncclCommSplit, one per plan communicator

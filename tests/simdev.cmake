@@ -76,6 +76,48 @@ fp_sim_parity(mxfp8_gather mlp fp8-gather 4 --no-check)
 fp_sim_parity(full_shard_fsdp2 mlp full_shard 2 --policy fsdp2)
 fp_sim_parity(hybrid_2x2 mlp hybrid 4)
 fp_sim_parity(hybrid_2x2_ga2 mlp hybrid-ga2 4)
+# one CUDA graph per step through the executor's capture API (train_mlp --mode
+# step; include/flexplan.h, docs/cuda.md "One graph per step"): step 0 eager,
+# step 1 captured whole in a global-mode capture between fp_exec_capture_begin
+# and _end, steps 2.. replayed with no hook and a refit before step 2; eight
+# scheduler seeds, every run of either mode byte for byte equal to the others
+# (--sim-exact) and to the MPI run (bytes at 1-2 ranks, 1e-5 at 3-4)
+set(FP_SIMDEV_STEP_SEEDS 1,2,3,4,5,6,7,8)
+if(FP_SANITIZE)
+  set(FP_SIMDEV_STEP_SEEDS 1)
+endif()
+function(fp_sim_step name model spec np)
+  fp_sim_parity(step_${name} ${model} ${spec} ${np} --modes eager,step --seeds ${FP_SIMDEV_STEP_SEEDS} --sim-exact
+                ${ARGN})
+endfunction()
+foreach(np 1 2 3 4)
+  fp_sim_step(full_shard mlp full_shard ${np})
+  fp_sim_step(shard_grad_op mlp shard_grad_op ${np})
+  fp_sim_step(bf16 mlp bf16 ${np})
+  fp_sim_step(ga2 mlp ga2 ${np})
+  fp_sim_step(no_shard_frozen mlp-frozen no_shard ${np})
+  fp_sim_step(offload mlp offload ${np})
+endforeach()
+fp_sim_step(mxfp8_gather mlp fp8-gather 2 --no-check)
+fp_sim_step(mxfp8_gather mlp fp8-gather 4 --no-check)
+fp_sim_step(hybrid_2x2 mlp hybrid 4)
+fp_sim_step(hybrid_2x2_ga2 mlp hybrid-ga2 4)
+fp_sim_step(full_shard_fsdp2 mlp full_shard 2 --policy fsdp2)
+fp_sim_step(stream_executor mlp full_shard 2 --trainer-args=--stream=executor)
+# the trainer's capture mistakes (train_mlp --plant), each caught with a clear
+# error on every rank and seed: the capture ended after the backward without
+# fp_exec_capture_end (the plan's side streams not joined back), a host
+# synchronization and an allocation inside the capture (CUDA invalidates
+# it; the executor's next hook says so), fp_exec_sync inside it (refused)
+function(fp_sim_plant name regex)
+  fp_sim_parity(step_plant_${name} mlp ga2 2 --modes step --seeds 1,2 --no-check --trainer-args=--plant=${name}
+                "--expect-error=${regex}")
+endfunction()
+fp_sim_plant(unjoined "ended without fp_exec_capture_end inside a step, before pre_optimizer: the plan's side streams forked into it \\(ag, rs\\) were not joined back")
+fp_sim_plant(sync "hook post_forward\\(fc0\\): the capture begun by fp_exec_capture_begin was invalidated")
+fp_sim_plant(alloc "hook post_forward\\(fc0\\): the capture begun by fp_exec_capture_begin was invalidated")
+fp_sim_plant(exec-sync "planted fp_exec_sync: fp_exec_sync \\(or a refit\\) while the compute stream is being captured")
+
 # the stream contract: the trainer on the legacy default stream (handed over
 # as FP_CUDA_STREAM_LEGACY), on the executor's own stream, and on another
 # stream every step (fp_exec_set_cuda_stream)
@@ -85,7 +127,7 @@ fp_sim_parity(stream_switch mlp ga2 3 --modes eager,graph --trainer-args=--strea
 
 # mutation tests: each planted ordering bug must make the parity fail under
 # some seed among the first few (sim_parity.py --expect-fail names them)
-fp_sim_parity(mutation_drop_wait mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes eager,graph
+fp_sim_parity(mutation_drop_wait mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes eager,graph,step
               --env FP_SIMDEV_DROP_WAIT=0)
 fp_sim_parity(mutation_untold_legacy_stream mlp full_shard 2 --expect-fail --seeds 1,2,3,4,5 --modes eager,graph
               --trainer-args=--stream=legacy-untold)
@@ -148,6 +190,11 @@ target_link_options(flexplan_simdev_shared PRIVATE "LINKER:--no-undefined" "LINK
 # flexplan.torch on the simulated device (tests/python/test_torch_simdev.py)
 fp_add_pytest(simdev_torch test_torch_simdev.py LABELS simdev TIMEOUT 1200)
 set_property(TEST simdev_torch APPEND PROPERTY ENVIRONMENT
+             "FLEXPLAN_SIMDEV_LIBRARY=$<TARGET_FILE:flexplan_simdev_shared>")
+
+# flexplan.torch's whole-step capture contract (tests/python/test_torch_capture.py)
+fp_add_pytest(simdev_torch_capture test_torch_capture.py LABELS simdev TIMEOUT 900)
+set_property(TEST simdev_torch_capture APPEND PROPERTY ENVIRONMENT
              "FLEXPLAN_SIMDEV_LIBRARY=$<TARGET_FILE:flexplan_simdev_shared>")
 
 # the stream contract's resolution on the C side

@@ -9,13 +9,20 @@
  *    own compute stream and replaying them - must leave both arenas (device
  *    and host) identical, byte for byte; at world size 1 every reduction is
  *    a copy, so this is exact;
- *  - graph mode captured graphs and launched them; no hook allocated;
+ *  - graph mode captured one graph for the segment's three streams and
+ *    launched it once per hook; no hook allocated;
  *  - a hook called while the compute stream is being captured in graph mode
  *    is refused (FP_ERR_ORDER) and the executor stays usable; fp_exec_sync
  *    inside a capture is refused;
  *  - a refit keeps every view's address, and the graphs captured before it
  *    compute with the new weights (the arena equals the MPI run's, which
  *    made the same refit);
+ *  - one graph per step through the capture API (fp_exec_capture_begin/end,
+ *    a global-mode capture of step 1, replays and a refit between them):
+ *    the arenas equal the MPI run's; its refusals (the MPI backend, graph
+ *    mode, no capture, before the warm-up step, inside a step, end without
+ *    begin, no step captured, release with no graph) each with its status
+ *    and message, nothing changed by them; fp_exec_capture_live counts;
  *  - the executor's own stream when none is given; each bootstrap (MPI, an
  *    id from fp_nccl_get_id, NCCL_COMM_ID) gives a working executor.
  * Exits 77 without a CUDA device (after checking the program on the MPI
@@ -212,6 +219,60 @@ static void run_steps(fp_exec *x, bool capture, cudaStream_t s) {
   }
 }
 
+/* --- one graph per step through the capture API ------------------------------------------------- */
+#define REFUSED(call, want, text, ...)                                                                        \
+  do {                                                                                                        \
+    fp_status st_ = (call);                                                                                   \
+    EXPECT(st_ == (want) && strstr(fp_exec_errmsg(x), text), __VA_ARGS__);                                     \
+    if (st_ != (want) || !strstr(fp_exec_errmsg(x), text)) printf("  got %d: %s\n", (int)st_, fp_exec_errmsg(x)); \
+  } while (0)
+
+/* STEPS steps, step 1 captured whole with the capture API and replayed from
+ * step 2 (a refit before REFIT_AT); the refusals of the API on the way */
+static void run_steps_api(fp_exec *x, cudaStream_t s) {
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal)); /* before the warm-up step: refused */
+  REFUSED(fp_exec_capture_begin(x), FP_ERR_ORDER, "before any uncaptured step", "capture_begin before step 0");
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  if (g) cudaGraphDestroy(g);
+  g = NULL;
+  REFUSED(fp_exec_capture_end(x), FP_ERR_ORDER, "without fp_exec_capture_begin", "capture_end without begin");
+  REFUSED(fp_exec_capture_release(x), FP_ERR_ORDER, "no graph captured", "release with no graph");
+  for (int t = 0; t < STEPS; t++) {
+    if (t == REFIT_AT) refit(x, 0.25f);
+    if (t == 0) {
+      REFUSED(fp_exec_capture_begin(x), FP_ERR_ORDER, "not being captured", "capture_begin, no capture");
+      tp_step(x);
+      continue;
+    }
+    if (!ge) {
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      EXPECT(fp_exec_capture_end(x) == FP_ERR_ORDER, "capture_end before begin");
+      EXPECT(fp_exec_capture_begin(x) == FP_OK, "capture_begin: %s", fp_exec_errmsg(x));
+      REFUSED(fp_exec_capture_begin(x), FP_ERR_ORDER, "still open", "capture_begin twice");
+      REFUSED(fp_exec_capture_end(x), FP_ERR_ORDER, "no step was captured", "capture_end with no step");
+      tp_step(x); /* one segment: capture_end inside a step is train_mlp's (--plant unjoined) */
+      REFUSED(fp_exec_sync(x), FP_ERR_ORDER, "being captured", "sync inside the capture");
+      REFUSED(fp_exec_set_cuda_stream(x, FP_CUDA_STREAM_PER_THREAD), FP_ERR_ORDER, "being captured",
+              "set_cuda_stream inside the capture");
+      double one = 1.0;
+      REFUSED(fp_exec_all_reduce_f64(x, &one, 1), FP_ERR_ORDER, "being captured", "all-reduce inside the capture");
+      EXPECT(fp_exec_capture_end(x) == FP_OK, "capture_end: %s", fp_exec_errmsg(x));
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+      EXPECT(fp_exec_capture_live(x) == 1, "one live graph: %" PRId64, fp_exec_capture_live(x));
+      REFUSED(fp_exec_capture_begin(x), FP_ERR_ORDER, "not being captured", "capture_begin after the capture");
+    }
+    CUDA_OK(cudaGraphLaunch(ge, s));
+  }
+  CUDA_OK(cudaStreamSynchronize(s));
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  EXPECT(fp_exec_capture_release(x) == FP_OK, "release: %s", fp_exec_errmsg(x));
+  EXPECT(fp_exec_capture_live(x) == 0, "no live graph: %" PRId64, fp_exec_capture_live(x));
+}
+
 static const fp_prog *the_prog; /* names the buffer of a difference */
 static int compare(const char *what, const uint8_t *a, const uint8_t *b, int64_t n) {
   bool host = strstr(what, "host") != NULL;
@@ -243,6 +304,8 @@ int main(int argc, char **argv) {
   load_init(x, false);
   run_steps(x, false, NULL);
   arenas(x, false, ref_dev, ref_host);
+  REFUSED(fp_exec_capture_begin(x), FP_ERR_ARG, "FP_BACKEND_NCCL only", "capture_begin on the MPI backend");
+  EXPECT(fp_exec_capture_live(x) == 0 && fp_exec_capture_live(NULL) == -1, "capture_live on MPI, NULL");
   fp_exec_destroy(x);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
@@ -271,7 +334,8 @@ int main(int argc, char **argv) {
     fp_exec_get_stats(x, &st);
     EXPECT(st.hook_allocations == 0, "%s: %" PRId64 " allocations in hooks", names[m], st.hook_allocations);
     if (m == FP_CUDA_GRAPH)
-      EXPECT(st.graphs > 0 && st.graph_nodes >= st.graphs && st.graph_launches >= (STEPS - 1) * st.graphs,
+      /* one segment with work on all three streams: one graph, one launch per hook after the warm-up */
+      EXPECT(st.graphs == 1 && st.graph_nodes >= st.graphs && st.graph_launches == STEPS - 1,
              "graph mode: %" PRId64 " graphs, %" PRId64 " nodes, %" PRId64 " launches", st.graphs, st.graph_nodes,
              st.graph_launches);
     else
@@ -281,6 +345,8 @@ int main(int argc, char **argv) {
            st.graph_launches, st.nccl_comms, tu_failures ? "checked against" : "equal to");
     /* refusals inside a capture leave the executor usable */
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    if (m != FP_CUDA_CAPTURE_SAFE)
+      REFUSED(fp_exec_capture_begin(x), FP_ERR_ARG, "needs FP_CUDA_CAPTURE_SAFE", "%s: capture_begin", names[m]);
     fp_status hs = fp_exec_hook(x, FP_HOOK_STEP_BEGIN, -1);
     if (m != FP_CUDA_CAPTURE_SAFE)
       EXPECT(hs == FP_ERR_ORDER && strstr(fp_exec_errmsg(x), "CAPTURE_SAFE"), "%s: hook inside a capture: %s",
@@ -301,6 +367,21 @@ int main(int argc, char **argv) {
     EXPECT(fp_exec_sync(x) == FP_OK, "%s: sync: %s", names[m], fp_exec_errmsg(x));
     fp_exec_destroy(x);
   }
+  /* one graph per step through the capture API */
+  x = make(plan, (fp_exec_config){.backend = FP_BACKEND_NCCL, .rank = 0, .world_size = 1,
+                                  .cuda_mode = FP_CUDA_CAPTURE_SAFE, .cuda_stream = s});
+  load_init(x, true);
+  int before = tu_failures;
+  run_steps_api(x, s);
+  arenas(x, true, got_dev, got_host);
+  compare("capture API: device arena", got_dev, ref_dev, dev_bytes);
+  compare("capture API: host arena", got_host, ref_host, host_bytes);
+  fp_exec_stats cst;
+  fp_exec_get_stats(x, &cst);
+  EXPECT(cst.hook_allocations == 0, "capture API: %" PRId64 " allocations in hooks", cst.hook_allocations);
+  printf("capture API: %" PRId64 " hooked steps (one captured), %d replays: arenas %s the MPI run's\n", cst.steps,
+         STEPS - 2, tu_failures > before ? "checked against" : "equal to");
+  fp_exec_destroy(x);
   /* bootstraps, the executor's own stream */
   fp_nccl_id id;
   EXPECT(fp_nccl_get_id(&id) == FP_OK, "fp_nccl_get_id");

@@ -73,7 +73,7 @@ static void t_destroy(fp_exec *x) {
   free(x->host);
 }
 static const fp_backend_impl test_backend = {"test", t_prepare, t_agree, t_ok, t_run, t_ok, t_write, t_destroy, NULL,
-                                             NULL};
+                                             NULL, NULL};
 
 /* ---- one rank's issue order --------------------------------------------------------------- */
 typedef struct rankview {
@@ -136,7 +136,25 @@ static void check_rank(const char *name, rankview *rv) {
     }
     CHECK(side == P->seg_side[k], "%s rank %" PRId64 ": side streams of segment %d: %x, flagged %x", name, x->rank, k,
           side, P->seg_side[k]);
+    /* one graph per hook: the segment's streams, and whether it has a run */
+    uint8_t all = 0, run = 0;
+    for (int32_t t = P->seg_first[k]; t < P->seg_first[k + 1]; t++)
+      all |= (uint8_t)(1u << P->items[t].stream), run |= P->items[t].kind == FPN_RUN;
+    CHECK(all == P->seg_streams[k] && run == P->seg_has_run[k], "%s rank %" PRId64 ": segment %d: streams %x run %d, "
+          "flagged %x %d", name, x->rank, k, all, run, P->seg_streams[k], P->seg_has_run[k]);
   }
+  /* how each record is waited on: inside its segment (same step) or elsewhere */
+  uint8_t *use = calloc((size_t)P->nevents + 1, 1);
+  for (int32_t j = 0; j < nx; j++) {
+    const fp_xop *o = &x->xops[j];
+    if (o->code != FP_OP_WAIT || !o->rec) continue;
+    bool same = !o->rec_prev && p->ops[o->index].seg == p->ops[o->rec->index].seg;
+    use[P->event_slot[o->rec - x->xops]] |= same ? FPN_REC_LOCAL : FPN_REC_AWAY;
+  }
+  for (int32_t e = 0; e < P->nevents; e++)
+    CHECK(use[e] == P->rec_use[e], "%s rank %" PRId64 ": event %d waited on %x, flagged %x", name, x->rank, e, use[e],
+          P->rec_use[e]);
+  free(use);
   for (int32_t j = 0; j < nx; j++) {
     const fp_xop *o = &x->xops[j];
     CHECK(seen[j] == 1, "%s rank %" PRId64 ": op %d issued %d times", name, x->rank, o->index, seen[j]);

@@ -336,6 +336,11 @@ SIGNATURES = {
     "fp_exec_cuda_stream": (_vp, [_vp]),
     "fp_exec_set_cuda_stream": (_st, [_vp, _vp]),
     "fp_exec_all_reduce_f64": (_st, [_vp, _P(ctypes.c_double), ctypes.c_int]),
+    # one CUDA graph per step (include/flexplan.h; flexplan.torch._capture)
+    "fp_exec_capture_begin": (_st, [_vp]),
+    "fp_exec_capture_end": (_st, [_vp]),
+    "fp_exec_capture_release": (_st, [_vp]),
+    "fp_exec_capture_live": (ctypes.c_int64, [_vp]),
     "fp_exec_timing_start": (_st, [_vp, ctypes.c_int32]),
     "fp_exec_timing_write": (_st, [_vp, _cs]),
     "fp_exec_param": (_st, [_vp, _cs, _P(fp_param_view)]),

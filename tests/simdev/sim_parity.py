@@ -20,6 +20,12 @@ catch the planted bug); prints which seeds caught it.
 --trainer-args: extra train_mlp arguments for the simulated runs (a=b is a b).
 --env NAME=VALUE: an environment variable for the simulated runs (a planted bug).
 --no-check: no --check (MXFP8 gathers are lossy by design: only the MPI run is the reference).
+--sim-exact: besides, every simulated run must equal the first one byte for byte, at any N (the
+simulated NCCL sums in one fixed order whatever the scheduler and the mode: a captured step that
+computes anything else is caught even where the MPI comparison has a tolerance); prints whether
+the runs also equal the MPI run byte for byte.
+--expect-error REGEX: every run must fail with REGEX in its output (a planted capture mistake,
+train_mlp --plant: the error must be caught, and say what happened).
 
 usage: sim_parity.py --flexplan EXE --train EXE --train-sim EXE --mpiexec "MPIEXEC;NPFLAG;PREFLAGS..."
                      --dir tests/mpi --model M --spec S --np N [--policy P] [--seeds 1,2,3]
@@ -97,6 +103,8 @@ def main():
     ap.add_argument("--trainer-args", default="")
     ap.add_argument("--no-check", action="store_true", help="no --check (MXFP8 gathers are lossy by design)")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the simulated runs only")
+    ap.add_argument("--sim-exact", action="store_true", help="every simulated run equals the first, byte for byte")
+    ap.add_argument("--expect-error", default="", help="every run fails with this regex in its output")
     a = ap.parse_args()
     mpiexec = a.mpiexec.split(";")
     with open(os.path.join(a.dir, a.spec + ".spec.json")) as f:
@@ -139,6 +147,7 @@ def main():
         if a.mutate_plan:
             subprocess.run(a.mutate_plan.split() + [plan], check=True)
         orders, failed, caught = set(), [], []
+        first, mpi_exact = None, True
         for mode in modes:
             for seed in seeds:
                 prefix = os.path.join(tmp, f"{mode}-{seed}")
@@ -149,12 +158,28 @@ def main():
                     orders.add(h[0][1])
                 what = f"{mode}, seed {seed}"
                 bad = []
+                if a.expect_error:
+                    if not p.returncode or not re.search(a.expect_error, p.stdout + p.stderr):
+                        print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
+                        failed.append(f"{what}: exit {p.returncode}, expected a failure matching {a.expect_error!r}")
+                    else:
+                        caught.append(what)
+                        msg = re.search(".*(" + a.expect_error + ").*", p.stdout + p.stderr).group(0)
+                        print(f"sim_parity: {what}: failed as expected: {msg.strip()[:400]}", flush=True)
+                    continue
                 if p.returncode:
                     bad = [f"exit {p.returncode}"]
                 else:
                     for r in range(a.np):
                         got = read_dump(f"{prefix}.rank{r}.safetensors")
                         bad += [f"rank {r}: {b}" for b in compare(ref[r], got, dtypes, a.np <= 2)]
+                        mpi_exact = mpi_exact and got == ref[r]
+                        if a.sim_exact:
+                            if first is None or len(first) <= r:
+                                first = (first or []) + [got]
+                            else:
+                                bad += [f"rank {r}: against the first simulated run: {b}"
+                                        for b in compare(first[r], got, dtypes, True)]
                 if bad:
                     caught.append(what)
                     if not a.expect_fail:
@@ -164,6 +189,12 @@ def main():
                 print(f"sim_parity: {a.model}/{a.spec} np {a.np} {what}: {'DIFFERS: ' + bad[0] if bad else 'ok'}",
                       flush=True)
         print(f"sim_parity: {len(orders)} distinct scheduling orders over {len(modes) * len(seeds)} runs")
+        if a.expect_error:
+            if failed:
+                print("sim_parity: FAIL:\n  " + "\n  ".join(failed), file=sys.stderr)
+                return 1
+            print(f"sim_parity: ok: every run failed with {a.expect_error!r}")
+            return 0
         if a.expect_fail:
             if not caught:
                 print("sim_parity: FAIL: the planted bug was not caught under any seed", file=sys.stderr)
@@ -175,7 +206,8 @@ def main():
             print("sim_parity: FAIL:\n  " + "\n  ".join(failed), file=sys.stderr)
             return 1
         print(f"sim_parity: ok: {a.model}/{a.spec} ({a.policy}) at {a.np} ranks: {', '.join(modes)} x seeds {a.seeds} "
-              f"equal the MPI run")
+              f"equal the MPI run" + (" and each other, byte for byte" if a.sim_exact else "") +
+              f"; the MPI run's bytes: {'equal' if mpi_exact else 'within 1e-5 (its sums in another order)'}")
         return 0
 
 

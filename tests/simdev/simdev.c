@@ -28,7 +28,10 @@
  *    hashes).
  *  - Stream capture records items as graph nodes with their dependencies
  *    (forks and joins through events, external event nodes); a launch runs
- *    the nodes in a seeded topological order. What the runtime refuses
+ *    the nodes in a seeded topological order. A launch records the events
+ *    of its external record nodes where it stands in its stream's order
+ *    (a wait issued after the launch waits for that node), and its external
+ *    wait nodes wait for the records made before it. What the runtime refuses
  *    during a capture (synchronizing, querying a capturing stream,
  *    allocating, the legacy stream in global mode, unjoined forks) is
  *    refused with CUDA's error codes, and the capture is invalidated.
@@ -251,9 +254,12 @@ cudaError_t sd_free(void *p) {
 }
 
 /* ---- streams, items, events, captures ---------------------------------------------------------------------- */
-typedef struct sd_dep {
+struct sd_run;
+typedef struct sd_dep { /* item seq of stream s; or, with run, node `node` of that graph launch (item seq) */
   struct CUstream_st *s;
   uint64_t seq;
+  struct sd_run *run; /* alive while s->done < seq (freed when its item completes) */
+  int node;
 } sd_dep;
 
 enum {
@@ -340,9 +346,11 @@ struct CUstream_st {
 struct CUevent_st {
   uint32_t magic;
   unsigned flags;
-  int state; /* 0: never recorded (or recorded by a graph node: complete), 1: (s, seq), 2: in capture */
+  int state; /* 0: never recorded, 1: (s, seq[, run, node]), 2: in capture */
   struct CUstream_st *s;
   uint64_t seq;
+  struct sd_run *run; /* recorded by an external record node of a graph launch: that launch's run, */
+  int node;           /* and the node (the launch records it: CUDA's stream order, at the launch) */
   sd_capture *cap;
   int *front, nfront;
 };
@@ -395,11 +403,14 @@ static struct CUevent_st *E(cudaEvent_t e) {
   return NULL;
 }
 
-static bool dep_done(const sd_dep *d) { return !d->s || d->s->done >= d->seq; }
+/* a graph node's record is done when its node is, or (the run freed) its launch completed */
+static bool dep_done(const sd_dep *d) {
+  return !d->s || d->s->done >= d->seq || (d->run && d->run->done[d->node]);
+}
 static bool pending(const struct CUstream_st *s) { return s->done < s->nseq; }
 
 static bool event_done(const struct CUevent_st *e) {
-  return e->state != 1 || e->s->done >= e->seq;
+  return e->state != 1 || dep_done(&(sd_dep){e->s, e->seq, e->run, e->node});
 }
 
 /* ---- captures ---- */
@@ -496,11 +507,11 @@ static sd_item *new_item(struct CUstream_st *s, int kind) {
     for (int k = 0; k < nstreams; k++)
       if (!(streams[k]->flags & cudaStreamNonBlocking) && pending(streams[k])) {
         it->deps = realloc(it->deps, (size_t)(it->ndeps + 1) * sizeof *it->deps);
-        it->deps[it->ndeps++] = (sd_dep){streams[k], streams[k]->nseq};
+        it->deps[it->ndeps++] = (sd_dep){.s = streams[k], .seq = streams[k]->nseq};
       }
   } else if (!(s->flags & cudaStreamNonBlocking) && pending(&legacy_stream)) {
     it->deps = malloc(sizeof *it->deps);
-    it->deps[it->ndeps++] = (sd_dep){&legacy_stream, legacy_stream.nseq};
+    it->deps[it->ndeps++] = (sd_dep){.s = &legacy_stream, .seq = legacy_stream.nseq};
   }
   return it;
 }
@@ -515,7 +526,7 @@ static void push(struct CUstream_st *s, sd_item *it) {
 
 static void add_dep(sd_item *it, struct CUstream_st *s, uint64_t seq) {
   it->deps = realloc(it->deps, (size_t)(it->ndeps + 1) * sizeof *it->deps);
-  it->deps[it->ndeps++] = (sd_dep){s, seq};
+  it->deps[it->ndeps++] = (sd_dep){.s = s, .seq = seq};
 }
 
 /* the legacy stream while a capture forbids it */
@@ -627,7 +638,7 @@ static int graph_step(struct CUstream_st *s, sd_run *r) {
     int adv = 1;
     switch (n->kind) {
       case N_FN: n->fn(n->arg); break;
-      case N_EVREC: n->ev->state = 0; break; /* recorded now: complete */
+      case N_EVREC: break; /* the launch recorded the event (it points at this node) */
       case N_EVWAIT: adv = dep_done(&r->wsnap[k]) ? 1 : 0; break;
       case N_NCCL: adv = sd_ntask_advance(r->tasks[k]); break;
       default: break;
@@ -1207,7 +1218,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t ev, unsigned flags) 
     LEAVE(cudaSuccess);
   }
   sd_item *it = new_item(s, K_MARK);
-  if (e->state == 1) add_dep(it, e->s, e->seq);
+  if (e->state == 1) {
+    add_dep(it, e->s, e->seq);
+    it->deps[it->ndeps - 1].run = e->run;
+    it->deps[it->ndeps - 1].node = e->node;
+  }
   push(s, it);
   LEAVE(cudaSuccess);
 }
@@ -1266,6 +1281,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t ev, cudaStream_t h, unsigned fl
   e->state = 1;
   e->s = s;
   e->seq = it->seq;
+  e->run = NULL;
   LEAVE(cudaSuccess);
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
@@ -1438,13 +1454,25 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t h) {
       r->tasks[k] = sd_ntask_clone(nd->task);
       sd_ntask_bind(r->tasks[k]);
     } else if (nd->kind == N_EVWAIT && nd->ev->state == 1) {
-      r->wsnap[k] = (sd_dep){nd->ev->s, nd->ev->seq};
+      r->wsnap[k] = (sd_dep){nd->ev->s, nd->ev->seq, nd->ev->run, nd->ev->node};
     }
   }
   x->inflight++;
   sd_item *it = new_item(s, K_GRAPH);
   it->run = r;
   push(s, it);
+  /* the launch records its external record nodes' events, in stream order (a
+   * wait issued after it waits for the node; the waits above took the
+   * records made before it) */
+  for (int k = 0; k < n; k++) {
+    struct CUevent_st *ev = x->g.nodes[k].kind == N_EVREC ? x->g.nodes[k].ev : NULL;
+    if (!ev || !E(ev)) continue;
+    ev->state = 1;
+    ev->s = s;
+    ev->seq = it->seq;
+    ev->run = r;
+    ev->node = k;
+  }
   LEAVE(cudaSuccess);
 }
 cudaError_t cudaGraphGetNodes(cudaGraph_t hg, cudaGraphNode_t *nodes, size_t *n) {

@@ -31,6 +31,7 @@ from ..errors import ArgumentTypeError, ArgumentValueError, FlexplanError
 from ..executor import Executor, mpi_init
 from . import _setup, _tp
 from ._driver import Driver
+from ._capture import StepCapture
 from ._hooks import Hooks, StreamFollower
 from ._optim import MainShards
 from ._params import GradGone, _ParamBinder, gather_full
@@ -169,7 +170,8 @@ class Sharded:
     named_main_params(), step(optimizer), pre_optimizer(),
     post_optimizer(), clip_grad_norm_(max_norm), full_state_dict(),
     save(path), load(paths), unshard(), stats(), hook_profile(), sync(),
-    timing_start(steps), timing_write(path), close()."""
+    timing_start(steps), timing_write(path), graphs_live(), release_graph(),
+    close() (docs/torch.md, "One graph per step": inside torch.cuda.graph)."""
 
     def __init__(self, module, plan, *, backend, rank, world_size, progress, init, cast_forward_inputs,
                  cuda_mode, profile=False, mesh=None):
@@ -192,6 +194,7 @@ class Sharded:
         self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
                                 cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
         self.driver = None
+        self._capture = StepCapture(self, cuda_mode)
         try:
             _setup.check_params(ex, named)
             _tp.refuse_sequence_parallel(module)
@@ -295,7 +298,10 @@ class Sharded:
     def _begin_step(self):
         """The step's first training forward: every slot holds its view, every
         view's .grad its ugrad (one pass over the slots: this runs in the
-        first forward pre-hook of every step)."""
+        first forward pre-hook of every step). Inside torch.cuda.graph the
+        step is captured whole (_capture.StepCapture: refused here, before
+        anything is issued, when it cannot be)."""
+        self._capture.step_begin()
         b = self._binder
         if b.bound_views:
             self._begin_step_grads()
@@ -362,6 +368,7 @@ class Sharded:
         self._live("post_optimizer")
         self._shards.zero_padding()
         self.driver.event(_lib.FP_EVENT_POST_OPTIMIZER)
+        self._capture.step_end()  # a captured step: the plan's streams joined back
         self._binder.release()  # between steps: placeholders, or full values gathered on demand
 
     def _adopt_state(self, opt):
@@ -401,6 +408,7 @@ class Sharded:
         Issues pre_optimizer if not yet done. Returns the total norm."""
         self._live("clip_grad_norm_")
         max_norm, norm_type = _positive("max_norm", max_norm), _positive("norm_type", norm_type)
+        self._capture.check_host_wait("clip_grad_norm_")
         self.pre_optimizer()
         return torch.tensor(self._shards.clip_grad_norm_(max_norm, norm_type, self.rank, self.world_size))
 
@@ -532,14 +540,34 @@ class Sharded:
     def timing_write(self, path: Union[str, os.PathLike]) -> None:
         self.ex.timing_write(path)
 
+    def graphs_live(self) -> int:
+        """CUDA graphs captured over this module's steps (inside
+        torch.cuda.graph) and not released with release_graph()."""
+        return 0 if self._closed else self._capture.live()
+
+    def release_graph(self) -> None:
+        """Say that a graph captured over this module's steps is gone (after
+        g.reset() or the last reference dropped): close() refuses while one
+        is live, since a replay would read and write freed memory."""
+        if self._closed:
+            raise _err("release_graph(): the module was closed", _lib.FP_ERR_ORDER)
+        self._capture.release()
+
     def close(self) -> None:
         """Remove the hooks and destroy the executor (collective). The module's
         params become placeholders that raise FlexplanError on any use, every
         tensor handed out over the arena (views, main shards, grads,
         optimizer state) is emptied (Executor.destroy), and every later call
-        of this state raises FlexplanError saying it is closed."""
+        of this state raises FlexplanError saying it is closed. An error
+        while a CUDA graph captured over its steps is live (graphs_live();
+        release_graph() once it is destroyed)."""
         if self._closed:
             return
+        live = self._capture.live()
+        if live:
+            raise _err(f"close(): {live} CUDA graph(s) captured over this module's steps are live; a replay would "
+                       "read and write the executor's freed memory: destroy the graph (g.reset(), or drop every "
+                       "reference to it), call release_graph(), then close()", _lib.FP_ERR_ORDER)
         self._closed = True
         self._hooks.remove()
         self._sd_hook.remove()

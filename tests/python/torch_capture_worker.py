@@ -1,0 +1,233 @@
+"""MPI worker: flexplan.torch's whole-step capture contract (docs/torch.md,
+"One graph per step") on the NCCL backend running on the simulated CUDA
+device, where the CPU can check it. Run under ``mpirun -n N python
+torch_capture_worker.py`` with FLEXPLAN_LIBRARY = libflexplan_simdev.so and
+FP_SIMDEV_HOST_VISIBLE=1 (torch_simdev_worker.py says how torch's kernels
+stand for the device's).
+
+What stands for ``torch.cuda.graph(g)``: the worker switches torch's current
+stream to a capture stream of its own and begins a global-mode capture on it
+(the simulator's cudaStreamBeginCapture, as torch does), and
+``StepCapture.capturing`` asks the simulator whether that stream is
+capturing. Torch's own kernels run on the CPU at capture time (here they
+cannot be captured): what is checked is flexplan's side of the contract.
+
+Checks (rank 0 prints PASS/FAIL per check; exit 1 on a failure):
+- a captured training step (forward, backward, AdamW step, zero_grad) after
+  one uncaptured step: no error, and the capture ends joined and valid - the
+  simulator invalidates a capture on any host synchronization or allocation
+  from any thread, and refuses to end one with a stream not joined back - so
+  flexplan.torch neither synchronized nor allocated on the device inside it;
+  one live graph; the graph replays (instantiate, launch twice, synchronize)
+  with no hook called (the driver's hook count does not move) and no Python
+  callback (the graph's nodes are the executor's kernels, copies, NCCL
+  calls and events: the replay completes from C);
+- close() with the graph live is an error naming it; release_graph(), then
+  close() works;
+- refused at capture start, with a FlexplanError naming step_begin and the
+  reason, nothing issued (the uncaptured step after it matches): cuda_mode
+  "graph"; a capture before any uncaptured step;
+- clip_grad_norm_ inside the capture is refused naming it; ending the
+  capture there (mid-step, the plan's streams not joined back) makes the next
+  call fail with the executor's account of it."""
+import ctypes
+import os
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch_simdev_worker as sw  # noqa: E402  (the simulated device's stand-ins for torch.cuda)
+
+import flexplan.torch as fpt  # noqa: E402
+from flexplan.errors import FlexplanError  # noqa: E402
+from flexplan.executor import mpi_abort, mpi_finalize, mpi_init  # noqa: E402
+import importlib  # noqa: E402
+
+fcap = importlib.import_module("flexplan.torch._capture")
+
+import torch_models as tm  # noqa: E402
+import torch_worker as tw  # noqa: E402
+
+LIB, CURRENT = sw.LIB, sw.CURRENT
+_vp = ctypes.c_void_p
+LIB.cudaStreamBeginCapture.argtypes = [_vp, ctypes.c_int]
+LIB.cudaStreamEndCapture.argtypes = [_vp, ctypes.POINTER(_vp)]
+LIB.cudaStreamIsCapturing.argtypes = [_vp, ctypes.POINTER(ctypes.c_int)]
+LIB.cudaGraphInstantiate.argtypes = [ctypes.POINTER(_vp), _vp, ctypes.c_ulonglong]
+LIB.cudaGraphLaunch.argtypes = [_vp, _vp]
+LIB.cudaGraphExecDestroy.argtypes = [_vp]
+LIB.cudaGraphDestroy.argtypes = [_vp]
+GLOBAL = 0  # cudaStreamCaptureModeGlobal: torch.cuda.graph's default
+
+
+def capturing():
+    s = ctypes.c_int(0)
+    return LIB.cudaStreamIsCapturing(_vp(CURRENT[0] or None), ctypes.byref(s)) == 0 and s.value != 0
+
+
+fcap.StepCapture.capturing = staticmethod(capturing)
+
+
+class DeviceOrder(sw.DeviceOrder):
+    """sw.DeviceOrder, except inside a capture: a kernel launched there is
+    captured, not run, so nothing waits (here it runs on the CPU)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if capturing():
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+RESULTS = []
+
+
+def check(rank, what, ok, detail=""):
+    RESULTS.append(ok)
+    if rank == 0:
+        print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
+
+
+def step(st, opt, kind, rank, world, t, clip=False):
+    inp, tgt = tm.batch(kind, t * world + rank)
+    loss = tm.loss_fn(kind, st.module, inp, tgt)
+    loss.backward()
+    if clip:
+        st.clip_grad_norm_(1.0)
+    opt.step()
+    opt.zero_grad()
+    return float(loss.detach())
+
+
+def begin(stream):
+    CURRENT[0] = stream
+    rc = LIB.cudaStreamBeginCapture(_vp(stream), GLOBAL)
+    assert rc == 0, f"cudaStreamBeginCapture: {rc}"
+
+
+def end(stream):
+    g = _vp()
+    rc = LIB.cudaStreamEndCapture(_vp(stream), ctypes.byref(g))
+    return rc, g
+
+
+def raises(fn, *texts):
+    try:
+        fn()
+    except FlexplanError as e:
+        return all(t in str(e) for t in texts), str(e)
+    return False, "no error"
+
+
+def run(rank, world, plan, kind, a, b):
+    model = tw.make_model(kind)
+    # --- the captured step ---
+    st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode="capture_safe")
+    opt = fpt.optimizer(st, tm.adamw)
+    with DeviceOrder():
+        CURRENT[0] = a
+        step(st, opt, kind, rank, world, 0)  # uncaptured: NCCL's warm-up
+        begin(b)
+        err = ""
+        try:
+            step(st, opt, kind, rank, world, 1)
+        except FlexplanError as e:
+            err = str(e)
+        rc, g = end(b)
+        check(rank, "a whole step captured inside the capture, no error", not err, err)
+        check(rank, "the capture ended joined and valid (no host synchronization, allocation or unjoined stream)",
+              rc == 0 and bool(g.value), f"cudaStreamEndCapture returned {rc}")
+        check(rank, "one live graph", st.graphs_live() == 1, f"graphs_live() = {st.graphs_live()}")
+        hooks = int(st.driver.state.hooks)
+        ge = _vp()
+        rcs = [LIB.cudaGraphInstantiate(ctypes.byref(ge), g, 0)]
+        rcs += [LIB.cudaGraphLaunch(ge, _vp(b)) for _ in range(2)]
+        rcs.append(LIB.cudaStreamSynchronize(_vp(b)))
+        check(rank, "two replays from C, no hook called", rcs == [0, 0, 0, 0] and int(st.driver.state.hooks) == hooks,
+              f"return codes {rcs}, hooks {hooks} -> {int(st.driver.state.hooks)}")
+        ok, msg = raises(st.close, "close()", "1 CUDA graph(s)", "release_graph()")
+        check(rank, "close() with a live graph is an error", ok, msg)
+        LIB.cudaGraphExecDestroy(ge)
+        LIB.cudaGraphDestroy(g)
+        st.release_graph()
+        CURRENT[0] = a
+        step(st, opt, kind, rank, world, 2)  # an uncaptured step after the replays (back on a)
+        ok, msg = raises(st.release_graph, "no graph captured")
+        check(rank, "release_graph() with none live is an error", ok, msg)
+    st.close()
+    check(rank, "close() after release_graph()", True)
+
+    # --- refused at capture start: nothing issued, the executor usable ---
+    for mode, warm, texts in (("graph", True, ("step_begin", "cuda_mode 'graph' cannot be captured")),
+                              ("capture_safe", False, ("step_begin", "before any uncaptured step"))):
+        model = tw.make_model(kind)
+        st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode=mode)
+        opt = fpt.optimizer(st, tm.adamw)
+        with DeviceOrder():
+            CURRENT[0] = a
+            if warm:
+                step(st, opt, kind, rank, world, 0)
+            begin(b)
+            ok, msg = raises(lambda: step(st, opt, kind, rank, world, 1), *texts)
+            rc, g = end(b)
+            if g.value:
+                LIB.cudaGraphDestroy(g)
+            check(rank, f"refused at capture start ({mode}{'' if warm else ', no warm-up'})", ok, msg)
+            CURRENT[0] = a
+            opt.zero_grad()
+            err = ""
+            try:
+                step(st, opt, kind, rank, world, 1)
+            except FlexplanError as e:
+                err = str(e)
+            check(rank, f"usable after the refusal ({mode})", not err, err)
+        st.close()
+
+    # --- clip_grad_norm_ inside the capture; the capture ended mid-step ---
+    model = tw.make_model(kind)
+    st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode="capture_safe")
+    opt = fpt.optimizer(st, tm.adamw)
+    with DeviceOrder():
+        CURRENT[0] = a
+        step(st, opt, kind, rank, world, 0)
+        begin(b)
+        ok, msg = raises(lambda: step(st, opt, kind, rank, world, 1, clip=True), "clip_grad_norm_",
+                         "cannot hold")
+        check(rank, "clip_grad_norm_ inside the capture is refused", ok, msg)
+        rc, g = end(b)  # mid-step: the plan's streams were never joined back
+        CURRENT[0] = a
+        ok, msg = raises(st.sync, "ended without fp_exec_capture_end")
+        check(rank, "a capture ended mid-step is reported at the next call", ok and rc != 0,
+              f"cudaStreamEndCapture {rc}; {msg}")
+    st.close()
+
+
+def main():
+    rank, world = mpi_init()
+    LIB.cudaSetDevice(rank)
+    a, b = ctypes.c_void_p(), ctypes.c_void_p()
+    LIB.cudaStreamCreateWithFlags(ctypes.byref(a), 1)  # cudaStreamNonBlocking
+    LIB.cudaStreamCreateWithFlags(ctypes.byref(b), 1)
+    with tempfile.TemporaryDirectory(prefix=f"fp-capture-torch-{rank}-") as tmp:
+        for name in sys.argv[1:]:
+            try:
+                kind, strategy, extra, opts = tw.CONFIGS[name]
+                model_js = tw.describe_model(kind, tw.make_model(kind), [])
+                spec = tw.spec_for(strategy, extra, world, dict(opts, kind=kind))
+                plan = tw.compile_plan(model_js, spec, os.path.join(tmp, f"{name}.plan.json"))
+                if rank == 0:
+                    print(f"-- {name} np={world}", flush=True)
+                run(rank, world, plan, kind, a.value, b.value)
+            except Exception as e:  # a rank failing ends every rank (no hang)
+                sys.stdout.write(f"FAIL {name} np={world} rank {rank}: {type(e).__name__}: {e}\n")
+                traceback.print_exc()
+                sys.stdout.flush()
+                mpi_abort(1)
+    mpi_finalize()
+    return 0 if all(RESULTS) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
