@@ -50,7 +50,8 @@ struct fp_backend_impl {
 };
 enum { FPX_CAPTURE_BEGIN, FPX_CAPTURE_END, FPX_CAPTURE_RELEASE, FPX_CAPTURE_LIVE };
 
-extern const fp_backend_impl fp_backend_mpi; /* executor/mpi.c */
+extern const fp_backend_impl fp_backend_mpi;      /* executor/mpi.c */
+extern const fp_backend_impl fp_backend_external; /* executor/external.c */
 #ifdef FP_HAVE_CUDA
 extern const fp_backend_impl fp_backend_nccl; /* executor/nccl.c */
 /* the CUDA device an NCCL executor runs on (transfers: xfer_nccl.c) */

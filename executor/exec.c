@@ -509,6 +509,7 @@ fp_status fp_exec_create(const fp_plan *plan, const fp_exec_config *cfg, fp_exec
   if (!out) return FP_ERR_ARG;
   const fp_backend_impl *bk = NULL;
   if (cfg && cfg->backend == FP_BACKEND_MPI) bk = &fp_backend_mpi;
+  if (cfg && cfg->backend == FP_BACKEND_EXTERNAL) bk = &fp_backend_external;
 #ifdef FP_HAVE_CUDA
   if (cfg && cfg->backend == FP_BACKEND_NCCL) bk = &fp_backend_nccl;
 #else

@@ -78,8 +78,8 @@ static fp_status between_steps(fp_exec *x, const char *what) {
 fp_status fp_exec_timing_start(fp_exec *x, int32_t steps) {
   if (!x) return FP_ERR_ARG;
   FPX_CHECK(between_steps(x, "fp_exec_timing_start"));
-  if (x->cfg.backend != FP_BACKEND_MPI)
-    return fpx_fail(x, FP_ERR_ARG, "measured timing is recorded by the MPI backend only (docs/executor.md)");
+  if (x->cfg.backend != FP_BACKEND_MPI && x->cfg.backend != FP_BACKEND_EXTERNAL)
+    return fpx_fail(x, FP_ERR_ARG, "measured timing is recorded by the host backends only (MPI, external; docs/executor.md)");
   if (steps < 1 || steps > TIMING_MAX_STEPS)
     return fpx_fail(x, FP_ERR_ARG, "fp_exec_timing_start: steps must be 1..%d, not %" PRId32, TIMING_MAX_STEPS, steps);
   fpx_timing_free(x);

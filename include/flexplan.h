@@ -195,6 +195,9 @@ typedef enum fp_backend {
   FP_BACKEND_MPI = 1,  /* host memory, MPI collectives (the reference backend CI runs) */
   FP_BACKEND_NCCL = 2, /* CUDA device memory, NCCL collectives, CUDA graphs (docs/cuda.md);
                         * FP_ERR_ARG from fp_exec_create when flexplan was built without CUDA */
+  FP_BACKEND_EXTERNAL = 3, /* host memory, the collectives of a transport the caller provides
+                        * (fp_exec_config.transport: flexplan.torch's over torch.distributed
+                        * process groups); the MPI backend's streams and progress */
 } fp_backend;
 
 /* How the MPI backend drives the plan's communication streams. */
@@ -284,7 +287,78 @@ typedef struct fp_exec_config {
    * (seconds; unset, empty or 0: no timeout; anything but a number >= 0 is
    * FP_ERR_ARG at create); < 0: no timeout whatever the environment says. */
   double timeout_s;
+  /* ---- FP_BACKEND_EXTERNAL (ignored by the others) ----
+   * The transport the plan's communication goes through (below); it must
+   * outlive the executor. */
+  const struct fp_transport *transport;
 } fp_exec_config;
+
+/* ---- the external transport (FP_BACKEND_EXTERNAL) ------------------------------
+ * The executor runs the plan on host memory exactly as the MPI backend does
+ * (the same streams, progress modes, local kernels, watchdog and agreement;
+ * docs/executor.md, "The external backend"), and hands every communication
+ * op to the caller's transport: a table of C functions over the caller's
+ * own process groups (flexplan.torch's calls torch.distributed; a C program
+ * may wrap any library). Reductions are sums; the executor divides an
+ * average itself. Every function returns 0 on success; anything else is a
+ * failure whose message `error` writes. Functions may be called from the
+ * executor's progress thread (FP_PROGRESS_THREAD), never from two threads
+ * at once for one executor. */
+typedef enum fp_coll {
+  FP_COLL_ALL_GATHER = 0,       /* dst[j*count ..] <- member j's src[count], j in 0..size-1 (src may be
+                                 * dst + index*count: in place) */
+  FP_COLL_ALL_GATHER_V = 1,     /* dst[displs[j] ..] <- member j's src[counts[j]] (src may be dst +
+                                 * displs[index]: in place) */
+  FP_COLL_REDUCE_SCATTER = 2,   /* dst[count] <- the sum over members of src[index*count ..] */
+  FP_COLL_REDUCE_SCATTER_V = 3, /* dst[counts[index]] <- the sum over members of src[displs[index] ..] */
+  FP_COLL_ALL_REDUCE = 4,       /* dst[count] <- the sum over members of src[count] (src may be dst) */
+  FP_COLL_BROADCAST = 5,        /* dst[count] <- member root's dst */
+  FP_COLL_REDUCE = 6,           /* on member root: dst[count] <- the sum of src[count] (src may be dst);
+                                 * dst is not written elsewhere */
+  FP_COLL_SEND = 7,             /* src[count] to member `root` (the peer) */
+  FP_COLL_RECV = 8,             /* dst[count] from member `root` (the peer) */
+  FP_COLL_ALL_REDUCE_F64 = 9,   /* doubles (dtype ignored): dst[count] <- the sum of src[count] (src ==
+                                 * dst); fp_exec_all_reduce_f64, on the world group */
+} fp_coll;
+
+typedef struct fp_coll_args {
+  fp_coll coll;
+  fp_elem dtype;                  /* src and dst elements; sums only of FP32, BF16, FP16 */
+  int64_t group;                  /* what new_group returned for this op's group */
+  int64_t index, size;            /* this rank's index in the group, its size */
+  int64_t count;                  /* elements, as the op says above */
+  const void *src;                /* NULL where the op reads nothing */
+  void *dst;                      /* NULL where the op writes nothing */
+  int64_t root;                   /* BROADCAST, REDUCE: the root's index; SEND, RECV: the peer's */
+  const int64_t *counts, *displs; /* _V: size entries, in elements */
+} fp_coll_args;
+
+typedef struct fp_transport {
+  void *ctx; /* passed back to every function */
+  /* The group of this rank among the world's ranks r with equal
+   * r - ((r / stride) % size) * stride (a plan communicator instance: size
+   * ranks, stride apart; docs/ir.md): its handle into *group. Called on
+   * every rank in the same order with the same arguments (each rank gets
+   * its own instance), after the agreement; groups live as long as the
+   * transport. Ops on one group are issued in the same order on every rank;
+   * the executor asks for one group per (communicator, stream) that
+   * communicates, and one world group (size = world, stride 1). */
+  int (*new_group)(void *ctx, int64_t size, int64_t stride, int64_t *group);
+  /* start one op, non-blocking: its handle into *request */
+  int (*start)(void *ctx, const fp_coll_args *op, int64_t *request);
+  /* *done = 1 when the request finished (its handle is then released), 0 while it runs */
+  int (*test)(void *ctx, int64_t request, int *done);
+  /* A key-value store every rank of the world reaches without collectives
+   * (torch.distributed's TCPStore): the agreement and the watchdog's reports
+   * go through it, so a rank that never arrives cannot block them. set:
+   * value[len] under key. get: wait at most wait_s seconds (< 0: no limit)
+   * for the key, then copy at most cap bytes of its value; returns 0 when
+   * found, 1 when not within wait_s, anything else on a failure. */
+  int (*store_set)(void *ctx, const char *key, const void *value, int64_t len);
+  int (*store_get)(void *ctx, const char *key, void *value, int64_t cap, double wait_s);
+  /* the message of the last failure, into buf[cap] (NUL-terminated) */
+  void (*error)(void *ctx, char *buf, int64_t cap);
+} fp_transport;
 
 /* NCCL backend: a new unique id (ncclGetUniqueId), for FP_NCCL_BOOT_ID: rank 0
  * calls it and ships the bytes to the other ranks. FP_ERR_BACKEND when

@@ -39,6 +39,11 @@ FP_ELEM_FP32, FP_ELEM_BF16, FP_ELEM_FP16, FP_ELEM_E4M3, FP_ELEM_E8M0, FP_ELEM_U8
 
 FP_BACKEND_MPI = 1
 FP_BACKEND_NCCL = 2
+FP_BACKEND_EXTERNAL = 3
+
+# fp_coll: the ops an external transport runs
+(FP_COLL_ALL_GATHER, FP_COLL_ALL_GATHER_V, FP_COLL_REDUCE_SCATTER, FP_COLL_REDUCE_SCATTER_V, FP_COLL_ALL_REDUCE,
+ FP_COLL_BROADCAST, FP_COLL_REDUCE, FP_COLL_SEND, FP_COLL_RECV, FP_COLL_ALL_REDUCE_F64) = range(10)
 
 FP_PROGRESS_DEFAULT, FP_PROGRESS_POLL, FP_PROGRESS_THREAD = range(3)
 FP_CUDA_GRAPH, FP_CUDA_EAGER, FP_CUDA_CAPTURE_SAFE = range(3)
@@ -60,7 +65,8 @@ HOOKS = {"step_begin": FP_HOOK_STEP_BEGIN, "pre_forward": FP_HOOK_PRE_FORWARD, "
          "pre_optimizer": FP_HOOK_PRE_OPTIMIZER, "post_optimizer": FP_HOOK_POST_OPTIMIZER}
 HOOK_NAMES = tuple(sorted(HOOKS, key=HOOKS.get))  # by fp_hook value
 # fp_backend, fp_progress, fp_cuda_mode values
-BACKENDS = {"mpi": FP_BACKEND_MPI, "nccl": FP_BACKEND_NCCL}
+# ("torch": the external backend over torch.distributed process groups, flexplan._torchdist)
+BACKENDS = {"mpi": FP_BACKEND_MPI, "nccl": FP_BACKEND_NCCL, "torch": FP_BACKEND_EXTERNAL}
 PROGRESS = {"default": FP_PROGRESS_DEFAULT, "poll": FP_PROGRESS_POLL, "thread": FP_PROGRESS_THREAD}
 CUDA_MODES = {"graph": FP_CUDA_GRAPH, "eager": FP_CUDA_EAGER, "capture_safe": FP_CUDA_CAPTURE_SAFE}
 # fp_elem values -> (name, bytes, struct format for memoryview.cast, __cuda_array_interface__ typestr,
@@ -154,6 +160,47 @@ class fp_exec_config(ctypes.Structure):
         ("nccl_boot", ctypes.c_int),
         ("nccl_id", fp_nccl_id),
         ("timeout_s", ctypes.c_double),  # the watchdog (0: FLEXPLAN_TIMEOUT)
+        ("transport", ctypes.c_void_p),  # const fp_transport * (FP_BACKEND_EXTERNAL)
+    ]
+
+
+class fp_coll_args(ctypes.Structure):
+    """struct fp_coll_args: one op an external transport starts."""
+    _fields_ = [
+        ("coll", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("group", ctypes.c_int64),
+        ("index", ctypes.c_int64),
+        ("size", ctypes.c_int64),
+        ("count", ctypes.c_int64),
+        ("src", ctypes.c_void_p),
+        ("dst", ctypes.c_void_p),
+        ("root", ctypes.c_int64),
+        ("counts", c_int64_p),
+        ("displs", c_int64_p),
+    ]
+
+
+# the transport's functions (include/flexplan.h, struct fp_transport)
+TRANSPORT_NEW_GROUP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, c_int64_p)
+TRANSPORT_START = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(fp_coll_args), c_int64_p)
+TRANSPORT_TEST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int))
+TRANSPORT_STORE_SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64)
+TRANSPORT_STORE_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64,
+                                       ctypes.c_double)
+TRANSPORT_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+
+
+class fp_transport(ctypes.Structure):
+    """struct fp_transport: the functions of an external transport."""
+    _fields_ = [
+        ("ctx", ctypes.c_void_p),
+        ("new_group", TRANSPORT_NEW_GROUP),
+        ("start", TRANSPORT_START),
+        ("test", TRANSPORT_TEST),
+        ("store_set", TRANSPORT_STORE_SET),
+        ("store_get", TRANSPORT_STORE_GET),
+        ("error", TRANSPORT_ERROR),
     ]
 
 
@@ -268,6 +315,8 @@ STRUCTS = {
     "fp_driver_state": fp_driver_state,
     "fp_nccl_id": fp_nccl_id,
     "fp_exec_config": fp_exec_config,
+    "fp_coll_args": fp_coll_args,
+    "fp_transport": fp_transport,
     "fp_tensor": fp_tensor,
     "fp_extent": fp_extent,
     "fp_param_view": fp_param_view,

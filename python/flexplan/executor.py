@@ -7,8 +7,8 @@ executor's life (refits included):
 
 - without torch, as ``memoryview`` objects (``ParamView.buffer("weight")``)
   or raw ``(address, dtype, numel)`` triples;
-- with torch, as tensors: on the MPI backend ``torch.frombuffer`` over host
-  memory; on the NCCL backend ``torch.as_tensor`` over an object exposing
+- with torch, as tensors: on the MPI and torch backends ``torch.frombuffer``
+  over host memory; on the NCCL backend ``torch.as_tensor`` over an object exposing
   ``__cuda_array_interface__`` (device memory; GPU runs: docs/run-record.md).
 
 Hooks (``step_begin``, ``pre_forward(m)``, ...) run the plan's next segment;
@@ -214,8 +214,11 @@ class Executor:
     Executor(plan, rank=None, world_size=None, backend="mpi", progress="default",
              cuda_stream=None, cuda_mode="graph")
 
-    plan: a ``flexplan.Plan`` or a plan.json path. rank / world_size default to
-    MPI's (``mpi_init()``). NCCL backend: cuda_stream (an int cudaStream_t, e.g.
+    plan: a ``flexplan.Plan`` or a plan.json path. backend: "mpi", "nccl", or
+    "torch" (host memory, the plan's collectives on torch.distributed process
+    groups: flexplan._torchdist; torch.distributed must be initialized). rank /
+    world_size default to torch.distributed's for "torch", else to MPI's
+    (``mpi_init()``). NCCL backend: cuda_stream (an int cudaStream_t, e.g.
     ``torch.cuda.current_stream().cuda_stream``) becomes the plan's compute
     stream; nccl_id (bytes from ``nccl_get_id()`` on rank 0, shipped by the
     caller's own channel) bootstraps NCCL (FP_NCCL_BOOT_ID), else the
@@ -243,6 +246,13 @@ class Executor:
             raise
 
     def _init_rest(self, lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id):
+        self._transport = None
+        if self.backend == "torch":
+            # the external backend over torch.distributed (flexplan._torchdist): no MPI
+            from ._torchdist import TorchTransport  # pylint: disable=import-outside-toplevel
+            self._transport = TorchTransport()
+            rank = self._transport.rank if rank is None else rank
+            world_size = self._transport.world if world_size is None else world_size
         if rank is None or world_size is None:
             r, w = mpi_init()
             rank = r if rank is None else rank
@@ -262,6 +272,8 @@ class Executor:
                 raise _err(f"nccl_id must be {ctypes.sizeof(S.fp_nccl_id)} bytes, got {len(nccl_id)}")
             cfg.nccl_boot = 1  # FP_NCCL_BOOT_ID
             ctypes.memmove(ctypes.byref(cfg.nccl_id), bytes(nccl_id), len(nccl_id))
+        if self._transport is not None:
+            cfg.transport = self._transport.address()
         x = ctypes.c_void_p()
         st = lib.fp_exec_create(self._plan_handle, ctypes.byref(cfg), ctypes.byref(x))
         self._x = x if x.value else None
@@ -511,7 +523,7 @@ class Executor:
         # the NCCL backend's arena is CUDA memory; where torch has no CUDA device and the
         # executor still made one (the simulated device of docs/simdev.md, whose device
         # memory the host may address), views are CPU tensors as for the MPI backend
-        on_host = self.backend == "mpi" or not torch.cuda.is_available()
+        on_host = self.backend in ("mpi", "torch") or not torch.cuda.is_available()
         if buf.ptr == 0 or buf.numel == 0:
             t = torch.empty(0, dtype=dt, device="cpu" if on_host else "cuda")
             return t.view(shape) if shape is not None and buf.numel == 0 and _numel(shape) == 0 else t

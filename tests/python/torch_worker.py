@@ -1,5 +1,8 @@
-"""MPI worker for the flexplan.torch parity tests: run under
-``mpirun -n N python torch_worker.py CONFIG...``; every rank runs every
+"""Worker for the flexplan.torch parity tests: run under
+``mpirun -n N python torch_worker.py CONFIG...`` (the MPI backend) or
+``torchrun --nproc-per-node N torch_worker.py CONFIG...`` (torch.distributed
+on gloo, no MPI: flexplan.torch picks its "torch" backend, as a torchrun
+user's script gets it: tests/python/test_torchrun.py); every rank runs every
 config in one process set (cheaper than one mpirun per config), each one
 training a tiny model with flexplan.torch.shard for 10 steps of AdamW and
 comparing the final params (gathered from the main shards) with the
@@ -46,6 +49,35 @@ torch.set_num_threads(1)
 import flexplan  # noqa: E402
 import flexplan.torch as fpt  # noqa: E402
 from flexplan.executor import mpi_init, mpi_finalize, mpi_abort  # noqa: E402
+
+# torchrun sets TORCHELASTIC_RUN_ID in every worker's environment
+TORCHRUN = "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def launch_init():
+    """(rank, world): torch.distributed on gloo under torchrun, else MPI."""
+    if TORCHRUN:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        return dist.get_rank(), dist.get_world_size()
+    return mpi_init()
+
+
+def launch_abort(code=1):
+    """End every rank: MPI_Abort, or (torchrun) exit: torchrun stops the others."""
+    if TORCHRUN:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    mpi_abort(code)
+
+
+def launch_finalize():
+    if TORCHRUN:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+    else:
+        launch_finalize()
 
 import torch_models as tm  # noqa: E402
 
@@ -502,7 +534,7 @@ def compare(got, ref, bf16, stats):
 
 
 def main():
-    rank, world = mpi_init()
+    rank, world = launch_init()
     names = sys.argv[1:] or list(CONFIGS)
     failed = 0
     with tempfile.TemporaryDirectory(prefix=f"fp-torch-{rank}-") as tmp:
@@ -514,11 +546,11 @@ def main():
                 sys.stdout.write(f"FAIL {name} np={world} rank {rank}: {type(e).__name__}: {e}\n")
                 traceback.print_exc()
                 sys.stdout.flush()
-                mpi_abort(1)
+                launch_abort(1)
             if rank == 0:
                 print(f"{verdict} {name} np={world} {msg} ({time.time() - t0:.1f}s)", flush=True)
             failed += verdict == "FAIL"
-    mpi_finalize()
+    launch_finalize()
     return 1 if failed else 0
 
 

@@ -16,7 +16,7 @@ from . import _tp
 from ._params import PlanParam
 
 __all__ = ["check_params", "init_values", "make_views", "find_units", "forward_next", "backward_chain", "nccl_setup",
-           "install_abort_on_error"]
+           "default_backend", "dist_rank_world", "install_abort_on_error"]
 
 
 def _err(msg, status=_lib.FP_ERR_PLAN):
@@ -180,6 +180,36 @@ def _follower(segments, nmodules, kind, next_kind):
         if len(seen[u]) == 1:
             out[u] = next(iter(seen[u]))
     return out
+
+
+# set by mpirun / mpiexec (Open MPI, MPICH and PMIx launchers) in every rank's environment
+_MPI_LAUNCH_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+def default_backend():
+    """shard()'s backend when none is given: "nccl" where torch.distributed
+    is initialized on NCCL and CUDA is available (NCCL's id shipped over the
+    process group: nccl_setup); "torch" where it is initialized otherwise
+    (gloo: the plan's collectives on its process groups) and mpirun did not
+    start this process; else "mpi". A script under mpirun that initializes
+    torch.distributed for its checkpoints keeps the MPI backend it had."""
+    import torch.distributed as dist  # pylint: disable=import-outside-toplevel
+    if not (dist.is_available() and dist.is_initialized()):
+        return "mpi"
+    if "nccl" in str(dist.get_backend()) and torch.cuda.is_available():
+        return "nccl"
+    if any(k in os.environ for k in _MPI_LAUNCH_ENV):
+        return "mpi"
+    return "torch"
+
+
+def dist_rank_world(rank, world_size):
+    """backend "torch": rank and world from torch.distributed (initialized)."""
+    import torch.distributed as dist  # pylint: disable=import-outside-toplevel
+    if not (dist.is_available() and dist.is_initialized()):
+        raise FlexplanError(_lib.FP_ERR_ARG, "backend 'torch' needs torch.distributed initialized "
+                            "(dist.init_process_group(\"gloo\"), e.g. in a script launched by torchrun)")
+    return (dist.get_rank() if rank is None else rank), (dist.get_world_size() if world_size is None else world_size)
 
 
 def nccl_setup(rank, world_size):

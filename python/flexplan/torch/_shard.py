@@ -90,9 +90,9 @@ def _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mo
         raise ArgumentTypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(plan, (Plan, str, os.PathLike)):
         raise ArgumentTypeError(f"plan: expected a flexplan.Plan or a plan.json path, got {type(plan).__name__}")
-    if not isinstance(backend, str):
-        raise ArgumentTypeError(f"backend: expected a str, got {type(backend).__name__}")
-    if backend not in _BACKENDS:
+    if backend is not None and not isinstance(backend, str):
+        raise ArgumentTypeError(f"backend: expected a str or None, got {type(backend).__name__}")
+    if backend is not None and backend not in _BACKENDS:
         raise ArgumentValueError(f"backend: expected one of {', '.join(_BACKENDS)}, got {backend!r}")
     for name, v in (("rank", rank), ("world_size", world_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
@@ -115,7 +115,7 @@ def _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mo
                                     f"got {type(init).__name__}")
 
 
-def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[int] = None,
+def shard(module: nn.Module, plan: Any, *, backend: Optional[str] = None, rank: Optional[int] = None,
           world_size: Optional[int] = None, progress: str = "default",
           init: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]], None] = "module",
           cast_forward_inputs: bool = True, cuda_mode: str = "graph", profile: bool = False,
@@ -129,10 +129,17 @@ def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[
       params (names as ``named_parameters()`` gives them, shapes,
       ``requires_grad``): another model's plan raises FlexplanError naming the
       first param that does not match.
-    backend: "mpi" (CPU tensors over the host arena; rank and world from MPI,
-      initialized here when needed) or "nccl" (CUDA tensors over the device
-      arena; rank and world from torch.distributed's env; torch's current
-      stream becomes the plan's compute stream).
+    backend: "torch" (CPU tensors over the host arena, the plan's collectives
+      on torch.distributed process groups: a script launched by torchrun;
+      rank and world from torch.distributed), "mpi" (CPU tensors over the
+      host arena; rank and world from MPI, initialized here when needed) or
+      "nccl" (CUDA tensors over the device arena; rank and world from
+      torch.distributed's env, NCCL's id shipped over it; torch's current
+      stream becomes the plan's compute stream). None (the default): "nccl"
+      when torch.distributed is initialized on NCCL and CUDA is available,
+      "torch" when it is initialized otherwise and the process was not
+      started by mpirun, else "mpi" (docs/torch.md, "Launching with
+      torchrun").
     init: "module" copies the module's current values (every rank must hold
       the same ones, as with FSDP2): each rank its own extents, in memory; a
       Hugging Face checkpoint folder (model.safetensors.index.json and its
@@ -153,6 +160,8 @@ def shard(module: nn.Module, plan: Any, *, backend: str = "mpi", rank: Optional[
     Wrong argument types raise TypeError, values outside the choices
     ValueError, each naming the argument."""
     _check_args(module, plan, backend, rank, world_size, progress, init, cuda_mode)
+    if backend is None:
+        backend = _setup.default_backend()
     if getattr(module, "_flexplan_state", None) is not None:
         raise _err("module is already sharded", _lib.FP_ERR_ARG)
     if getattr(module, "_flexplan_closed", False):
@@ -182,6 +191,8 @@ class Sharded:
         cuda_stream = nccl_id = None
         if backend == "nccl":
             rank, world_size, cuda_stream, nccl_id = _setup.nccl_setup(rank, world_size)
+        elif backend == "torch":
+            rank, world_size = _setup.dist_rank_world(rank, world_size)
         elif rank is None or world_size is None:
             r, w = mpi_init()
             rank = r if rank is None else rank
