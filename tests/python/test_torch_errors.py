@@ -26,7 +26,9 @@ CHECKS = ["module_param_not_in_plan", "plan_param_not_in_module", "requires_grad
           "ga2_grads_rebound",
           # a step abandoned between forward and backward (issue 40)
           "abandoned_forward_named_ga1", "abandoned_eval_named_ga1", "abandoned_step_recovers_ga1",
-          "abandoned_forward_named_ga2", "abandoned_eval_named_ga2", "abandoned_step_recovers_ga2"]
+          "abandoned_forward_named_ga2", "abandoned_eval_named_ga2", "abandoned_step_recovers_ga2",
+          # loads refuse extra keys and dtype changes (issue 40)
+          "load_in_place_extra_key", "load_in_place_dtype", "sharded_load_extra_key"]
 
 
 def test_errors():

@@ -210,6 +210,7 @@ def main():
     lifetimes(good, x, t)
     fsdp2_habits(x, t)
     recovery()
+    strict_loads(x, t)
     print("\n".join(results), flush=True)
     mpi_finalize()
     return 1 if any(r.startswith("BAD") for r in results) else 0
@@ -370,6 +371,41 @@ def recovery():
         same = all(torch.equal(a[k], b[k]) for k in a) and torch.equal(ea, eb)
         diff = max(float((a[k] - b[k]).abs().max()) for k in a)
         holds(f"abandoned_step_recovers_ga{ga}", same, f"after an abandoned step: params differ by at most {diff:g}")
+
+
+def strict_loads(x, t):
+    """Issue 40: a load names a key the module does not have, or a tensor of
+    another dtype, instead of ignoring or converting it."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file, save_file
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    fpt.checkpoint.init_process_group(st)
+    good = os.path.join(TMP, "strict_good")
+    dcp.save(fpt.state_dict(st), checkpoint_id=good)
+    fpt.load_in_place(st, good)  # the checkpoint of this state loads
+    sd = fpt.state_dict(st)
+    sd["extra.weight"] = torch.zeros(3)
+    bad = os.path.join(TMP, "strict_extra")
+    dcp.save(sd, checkpoint_id=bad)
+    expect("load_in_place_extra_key", lambda: fpt.load_in_place(st, bad), "FP_ERR_WEIGHTS",
+           "the checkpoint holds 1 key(s) this state does not have: extra.weight", "no rank changed its state")
+    sd = fpt.state_dict(st)
+    sd["layers.0.bias"] = torch.zeros(sd["layers.0.bias"].shape, dtype=torch.int32)
+    bad = os.path.join(TMP, "strict_dtype")
+    dcp.save(sd, checkpoint_id=bad)
+    expect("load_in_place_dtype", lambda: fpt.load_in_place(st, bad), "FP_ERR_WEIGHTS",
+           "layers.0.bias is int32 in the checkpoint, float32 here: a load converts no dtype")
+    path = os.path.join(TMP, "strict.safetensors")
+    st.save(path)
+    tensors = load_file(path)
+    tensors["layers.9.weight"] = torch.zeros(2)
+    path2 = os.path.join(TMP, "strict_extra.safetensors")
+    save_file(tensors, path2)
+    expect("sharded_load_extra_key", lambda: st.load(path2), "FP_ERR_WEIGHTS",
+           "holds 1 tensor(s) the module does not have: layers.9.weight")
+    st.load(path)  # the file it saved loads
+    st.close()
 
 
 if __name__ == "__main__":

@@ -474,8 +474,20 @@ class Sharded:
 
     def load(self, paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]) -> None:
         """Load full-tensor safetensors files through the executor's refit
-        (between steps; each rank reads only its extents)."""
+        (between steps; each rank reads only its extents). A tensor the
+        module does not have is refused, naming it (as a Hugging Face folder
+        at init is)."""
         self._live("load")
+        from ._hf import _header_names  # pylint: disable=import-outside-toplevel
+        files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        known = set(self.params) | set(self.module.state_dict(keep_vars=True))
+        for f in files:
+            if not isinstance(f, (str, os.PathLike)) or not os.path.isfile(f):
+                break  # the executor's refit names the bad argument or the missing file
+            extra = [n for n in _header_names(os.fspath(f)) if n not in known]
+            if extra:
+                raise _err(f"load: {os.fspath(f)} holds {len(extra)} tensor(s) the module does not have: "
+                           f"{', '.join(extra[:8])}" + (" ..." if len(extra) > 8 else ""), _lib.FP_ERR_WEIGHTS)
         self.ex.load_weights(paths)
         self._binder.release()
 

@@ -694,6 +694,10 @@ def _check_metadata(sd, md, reader, where):
     if missing:
         raise _err(f"{where}: the checkpoint lacks {len(missing)} key(s): {', '.join(missing[:6])}"
                    + (" ..." if len(missing) > 6 else ""))
+    extra = [k for k in md.state_dict_metadata if k not in flat]
+    if extra:  # another model's (or a larger) checkpoint: nothing of it is dropped silently
+        raise _err(f"{where}: the checkpoint holds {len(extra)} key(s) this state does not have: "
+                   f"{', '.join(extra[:6])}" + (" ..." if len(extra) > 6 else ""))
     storage = md.storage_data
 
     def file_ok(index):
@@ -720,6 +724,10 @@ def _check_metadata(sd, md, reader, where):
         shape = L.shape if L is not None else tuple(v.shape)
         if tuple(m.size) != tuple(shape):
             raise _err(f"{where}: {k} has shape {list(m.size)} in the checkpoint, {list(shape)} here")
+        cdt = getattr(getattr(m, "properties", None), "dtype", None)
+        if cdt is not None and cdt != v.dtype:  # DCP would convert it (an int32 tensor read as float)
+            raise _err(f"{where}: {k} is {str(cdt).replace('torch.', '')} in the checkpoint, "
+                       f"{str(v.dtype).replace('torch.', '')} here: a load converts no dtype")
         boxes = [(b[0], b[1]) for b in L.boxes] if L is not None else [((0,) * len(shape), tuple(shape))]
         for off, sz in boxes:
             need = _prod(sz)
