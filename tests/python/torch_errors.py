@@ -209,6 +209,8 @@ def main():
         expect("unknown_module", lambda: ex.hook("pre_forward", "nope"), "FP_ERR_ARG", "no module 'nope'")
     lifetimes(good, x, t)
     fsdp2_habits(x, t)
+    recovery()
+    strict_loads(x, t)
     print("\n".join(results), flush=True)
     mpi_finalize()
     return 1 if any(r.startswith("BAD") for r in results) else 0
@@ -321,6 +323,88 @@ def fsdp2_habits(x, t):
             tm.loss_fn("mlp", m, x, t).backward()
         opt.step()
     holds("ga2_grads_rebound", True, "two steps of two micro-batches")
+    st.close()
+
+
+def recovery():
+    """Issue 40: a forward whose loss raises (caught) leaves the step open;
+    the next forward (training or evaluation) names the cause, abandon_step()
+    drops it, and training goes on exactly as a run without that step."""
+    def run(ga, fail):
+        m = tm.mlp()
+        st = fpt.shard(m, plan_for(m, "mlp", ga=ga))
+        opt = fpt.optimizer(st, torch.optim.AdamW, lr=1e-2)
+        g = 0
+        for step in range(3):
+            if fail and step == 1:
+                for mb in range(ga):
+                    xb, tb = tm.batch("mlp", 100 + mb)
+                    if mb == ga - 1:  # the last micro-batch's loss raises, and is caught
+                        out = m(xb)
+                        try:
+                            raise RuntimeError(f"loss failed on {tuple(out.shape)}")
+                        except RuntimeError:
+                            pass
+                    else:
+                        tm.loss_fn("mlp", m, xb, tb).backward()
+                tag = f"ga{ga}"
+                expect(f"abandoned_forward_named_{tag}", lambda: m(xb), "FP_ERR_ORDER",
+                       "the previous step's forward ran and its backward never did",
+                       "flexplan.torch.abandon_step(model)")
+                with torch.no_grad():
+                    expect(f"abandoned_eval_named_{tag}", lambda: m(xb), "FP_ERR_ORDER",
+                           "its backward never did")
+                fpt.abandon_step(m)
+            for _ in range(ga):
+                xb, tb = tm.batch("mlp", g)
+                g += 1
+                tm.loss_fn("mlp", m, xb, tb).backward()
+            opt.step()
+        with torch.no_grad():
+            ev = m(tm.batch("mlp", 0)[0]).clone()  # an evaluation forward after the recovery
+        with st.unshard():
+            vals = {k: v.detach().clone() for k, v in m.state_dict().items()}
+        st.close()
+        return vals, ev
+    for ga in (1, 2):
+        (a, ea), (b, eb) = run(ga, False), run(ga, True)
+        same = all(torch.equal(a[k], b[k]) for k in a) and torch.equal(ea, eb)
+        diff = max(float((a[k] - b[k]).abs().max()) for k in a)
+        holds(f"abandoned_step_recovers_ga{ga}", same, f"after an abandoned step: params differ by at most {diff:g}")
+
+
+def strict_loads(x, t):
+    """Issue 40: a load names a key the module does not have, or a tensor of
+    another dtype, instead of ignoring or converting it."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file, save_file
+    m = tm.mlp()
+    st = fpt.shard(m, plan_for(m, "mlp"))
+    fpt.checkpoint.init_process_group(st)
+    good = os.path.join(TMP, "strict_good")
+    dcp.save(fpt.state_dict(st), checkpoint_id=good)
+    fpt.load_in_place(st, good)  # the checkpoint of this state loads
+    sd = fpt.state_dict(st)
+    sd["extra.weight"] = torch.zeros(3)
+    bad = os.path.join(TMP, "strict_extra")
+    dcp.save(sd, checkpoint_id=bad)
+    expect("load_in_place_extra_key", lambda: fpt.load_in_place(st, bad), "FP_ERR_WEIGHTS",
+           "the checkpoint holds 1 key(s) this state does not have: extra.weight", "no rank changed its state")
+    sd = fpt.state_dict(st)
+    sd["layers.0.bias"] = torch.zeros(sd["layers.0.bias"].shape, dtype=torch.int32)
+    bad = os.path.join(TMP, "strict_dtype")
+    dcp.save(sd, checkpoint_id=bad)
+    expect("load_in_place_dtype", lambda: fpt.load_in_place(st, bad), "FP_ERR_WEIGHTS",
+           "layers.0.bias is int32 in the checkpoint, float32 here: a load converts no dtype")
+    path = os.path.join(TMP, "strict.safetensors")
+    st.save(path)
+    tensors = load_file(path)
+    tensors["layers.9.weight"] = torch.zeros(2)
+    path2 = os.path.join(TMP, "strict_extra.safetensors")
+    save_file(tensors, path2)
+    expect("sharded_load_extra_key", lambda: st.load(path2), "FP_ERR_WEIGHTS",
+           "holds 1 tensor(s) the module does not have: layers.9.weight")
+    st.load(path)  # the file it saved loads
     st.close()
 
 

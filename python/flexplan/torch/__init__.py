@@ -23,10 +23,11 @@ folders). ``shard`` and the checkpoint functions are loaded on first use.
 """
 from ._describe import describe
 
-__all__ = ["describe", "shard", "optimizer", "clip_grad_norm_", "state", "Sharded", "state_dict",
-           "load_state_dict", "load_in_place"]
-_LAZY = {n: "._shard" for n in ("shard", "optimizer", "clip_grad_norm_", "state", "Sharded")}
-_LAZY.update({n: ".checkpoint" for n in ("state_dict", "load_state_dict", "load_in_place")})
+__all__ = ["describe", "shard", "optimizer", "clip_grad_norm_", "state", "Sharded", "abandon_step", "state_dict",
+           "load_state_dict", "load_in_place", "save_checkpoint", "load_checkpoint"]
+_LAZY = {n: "._shard" for n in ("shard", "optimizer", "clip_grad_norm_", "state", "Sharded", "abandon_step")}
+_LAZY.update({n: ".checkpoint" for n in ("state_dict", "load_state_dict", "load_in_place", "save_checkpoint",
+                                          "load_checkpoint")})
 
 
 def __getattr__(name):

@@ -84,7 +84,7 @@ def hf_paths(d, ex, module):
     files = hf_files(d)
     plan = [p.name for p in ex.params]
     missing = [n for n in plan if n not in files]
-    known = set(module.state_dict().keys()) | set(plan)
+    known = set(module.state_dict(keep_vars=True).keys()) | set(plan)  # keep_vars: no refusal (Sharded._state_dict_pre)
     extra = [n for n in files if n not in known]
     if missing or extra:
         parts = []

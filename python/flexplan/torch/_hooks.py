@@ -137,6 +137,7 @@ class Hooks:
 
     def _backward_done(self):
         self.last_out = None
+        self.st._fwd_open = False
         self.event(_DONE, -1)
         self.st._drop_grads()  # the ugrads are reduced and their bytes reused: .grad raises now
 
@@ -164,7 +165,12 @@ class Hooks:
                     st._begin_step_grads()
                 # every submodule of the unit reports it (a no-op while the unit is open): a unit
                 # whose first submodule did not run still gathers before the others compute
-                event(_PF, u)
+                try:
+                    event(_PF, u)
+                except FlexplanError as e:
+                    raise st._abandoned_error(u, e) from None
+                if not st._fwd_open:  # the micro-batch's forward starts at u
+                    st._fwd_open, st._fwd_first = True, u
             changed = False
             if dt is not None:  # mixed precision only, as FSDP2
                 args, kwargs = cast(dt, args, kwargs)

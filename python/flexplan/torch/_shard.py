@@ -36,7 +36,7 @@ from ._hooks import Hooks, StreamFollower
 from ._optim import MainShards
 from ._params import GradGone, _ParamBinder, gather_full
 
-__all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state"]
+__all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state", "abandon_step"]
 
 # the choices, as the C enums name them (flexplan._lib)
 _BACKENDS, _PROGRESS, _CUDA_MODES = tuple(_lib.BACKENDS), tuple(_lib.PROGRESS), tuple(_lib.CUDA_MODES)
@@ -225,6 +225,8 @@ class Sharded:
             self._gone = [(newp, GradGone(g, names[id(newp)])) for newp, g in self._ugrads
                           if not _tp.is_dtensor(newp)]
             self._grads_gone = False
+            self._fwd_open = False  # a training forward of this micro-batch ran; its backward has not ended
+            self._fwd_first = -1  # the unit that forward started at
             self._begin_step_grads()
             self._shards = MainShards(ex)
             self._repl = self._shards.repl
@@ -274,6 +276,53 @@ class Sharded:
         if self._closed:
             raise _err(f"{what}: the flexplan state is closed (Sharded.close() destroyed its executor): its views, "
                        f"optimizer state and checkpoints are gone", _lib.FP_ERR_ARG)
+
+    # ---- an abandoned step -----------------------------------------------------------
+    def _abandoned_error(self, u, e):
+        """The driver refused a forward's pre_forward(u): where the previous
+        forward of this micro-batch ran and no backward followed, that is
+        the cause, and abandon_step() the way out; else the driver's own
+        message."""
+        if not (isinstance(e, FlexplanError) and e.status_name == "FP_ERR_ORDER" and self._fwd_open and
+                u == self._fwd_first and not self.driver.state.in_backward):
+            return e
+        return _err(f"a forward reached {self.ex.modules[u]!r} again, where the previous forward started: the "
+                    f"previous step's forward ran and its backward never did (an exception between the forward "
+                    f"and loss.backward()?): call flexplan.torch.abandon_step(model) (Sharded.abandon_step()) to "
+                    f"drop that step and start a new one (or the model runs {self.ex.modules[u]!r} twice in one "
+                    f"forward, which the plan does not allow). The hook driver said: {e}", _lib.FP_ERR_ORDER)
+
+    def abandon_step(self) -> None:
+        """Drop a step whose forward ran but whose backward never did (or
+        never finished), e.g. after an exception in the loss: the plan's
+        remaining hooks run with nothing computed (zero grads, no optimizer
+        step), so the main weights and the optimizer state stay as they were
+        before the step, and the next forward starts a new step. A no-op
+        between steps. Collective: every rank calls it at the same point (as
+        every rank ran the abandoned forward)."""
+        self._live("abandon_step")
+        d, segs, ev = self.driver.state, self.ex.segments, self.driver.event
+        pre_opt = len(segs) - 2
+        events = {"pre_forward": _lib.FP_EVENT_PRE_FORWARD, "post_forward": _lib.FP_EVENT_POST_FORWARD,
+                  "pre_backward": _lib.FP_EVENT_PRE_BACKWARD, "post_backward": _lib.FP_EVENT_POST_BACKWARD}
+        if d.pos == 0:
+            self._fwd_open = False
+            return
+        while 0 < d.pos < pre_opt:
+            kind, m, mb, _ = segs[d.pos]
+            before = d.pos
+            ev(events[kind], m)
+            if d.in_backward and (d.pos == 0 or d.pos >= pre_opt or segs[d.pos][2] != mb):
+                ev(_lib.FP_EVENT_BACKWARD_DONE, -1)  # the micro-batch's backward is over
+            if d.pos == before:
+                raise _err(f"abandon_step: the plan does not move past {self.driver.label(before)}",
+                           _lib.FP_ERR_ORDER)
+        if d.pos == pre_opt:
+            self.pre_optimizer()
+        if d.pos == pre_opt + 1:
+            self.post_optimizer()  # no optimizer step between: the main weights are the step's start
+        self._fwd_open = False
+        self._hooks.last_out = None
 
     # ---- what the hooks call -------------------------------------------------------
     def _begin_step_grads(self):
@@ -458,12 +507,24 @@ class Sharded:
 
     def load(self, paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]) -> None:
         """Load full-tensor safetensors files through the executor's refit
-        (between steps; each rank reads only its extents)."""
+        (between steps; each rank reads only its extents). A tensor the
+        module does not have is refused, naming it (as a Hugging Face folder
+        at init is)."""
         self._live("load")
         if self.ex.tp > 1:
             raise _err("load(): the files hold global tensors and the refit reads whole params, so a plan with tp "
                        "cannot load them yet: load a torch.distributed.checkpoint (flexplan.torch.load_state_dict) "
                        "or use unshard()", _lib.FP_ERR_ARG)
+        from ._hf import _header_names  # pylint: disable=import-outside-toplevel
+        files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        known = set(self.params) | set(self.module.state_dict(keep_vars=True))
+        for f in files:
+            if not isinstance(f, (str, os.PathLike)) or not os.path.isfile(f):
+                break  # the executor's refit names the bad argument or the missing file
+            extra = [n for n in _header_names(os.fspath(f)) if n not in known]
+            if extra:
+                raise _err(f"load: {os.fspath(f)} holds {len(extra)} tensor(s) the module does not have: "
+                           f"{', '.join(extra[:8])}" + (" ..." if len(extra) > 8 else ""), _lib.FP_ERR_WEIGHTS)
         self.ex.load_weights(paths)
         self._binder.release()
 
@@ -636,6 +697,12 @@ def optimizer(model_or_state: Union[nn.Module, Sharded], cls: Callable[..., torc
     opt.register_step_pre_hook(lambda o, a, k: st.pre_optimizer())
     opt.register_step_post_hook(lambda o, a, k: st.post_optimizer())
     return opt
+
+
+def abandon_step(model_or_state: Union[nn.Module, Sharded]) -> None:
+    """Drop the step whose forward ran but whose backward never did
+    (Sharded.abandon_step); collective."""
+    state(model_or_state).abandon_step()
 
 
 def clip_grad_norm_(model_or_state: Union[nn.Module, Sharded], max_norm: float,

@@ -33,9 +33,12 @@ files present and long enough), the ranks agree, then dcp.load reads into
 the arena's views. docs/torch.md, "Checkpoints (torch.distributed.checkpoint)".
 """
 import ctypes
+import json
 import os
+import shutil
 import sys
 import warnings
+import zlib
 from collections.abc import Mapping
 
 import torch
@@ -44,7 +47,12 @@ from .. import _lib
 from ..errors import ArgumentTypeError, FlexplanError
 from . import _hf
 
-__all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes"]
+__all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes",
+           "save_checkpoint", "load_checkpoint", "CHECKSUMS"]
+
+# the checksum file save_checkpoint writes beside DCP's .metadata (flexplan.checksums.v1):
+# one CRC-32 per storage item (a chunk of a tensor in a .distcp file, or a pickled value)
+CHECKSUMS = "flexplan.checksums.json"
 
 _TORCH = {n: _lib.torch_dtype(n) for n in _lib.FLOAT_DTYPES}
 
@@ -671,7 +679,7 @@ def load_in_place(st, checkpoint_id, optimizer=None):
         sd = _make_state_dict(st, optimizer, "in_place")
         reader = FileSystemReader(os.fspath(checkpoint_id))
         md = reader.read_metadata()
-        _check_metadata(sd, md, reader, os.fspath(checkpoint_id))
+        _verify_checksums(os.fspath(checkpoint_id), md, _check_metadata(sd, md, reader, os.fspath(checkpoint_id)))
     except FlexplanError as e:
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
@@ -690,9 +698,176 @@ def load_in_place(st, checkpoint_id, optimizer=None):
     load_state_dict(st, sd, optimizer)
 
 
+# ---- checksummed, atomic saves (issue 40) ----------------------------------------------
+def _kill_point(st, point):
+    """tests/python/ckpt_kill.py: FLEXPLAN_CKPT_KILL="rank:point" ends that
+    rank at that point of save_checkpoint (os._exit: no cleanup runs)."""
+    k = os.environ.get("FLEXPLAN_CKPT_KILL")
+    if k and k == f"{st.rank}:{point}":
+        sys.stdout.flush()
+        os._exit(17)
+
+
+def _crc_file_range(path, off, n):
+    crc = 0
+    with open(path, "rb") as f:
+        f.seek(off)
+        while n > 0:
+            b = f.read(min(n, 1 << 24))
+            if not b:
+                break
+            crc = zlib.crc32(b, crc)
+            n -= len(b)
+    return crc
+
+
+def _items(md):
+    """[(relative path, offset, length, fqn, chunk offsets)] of every storage item, in a fixed order"""
+    out = []
+    for idx, info in md.storage_data.items():
+        out.append((info.relative_path, int(info.offset), int(info.length), idx.fqn,
+                    list(idx.offset) if idx.offset is not None else None))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return out
+
+
+def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
+    """dcp.save of state_dict(st, optimizer), checksummed and atomic: DCP
+    writes into a fresh folder beside checkpoint_id, every rank then
+    checksums a share of the storage items (CRC-32 of each chunk's bytes),
+    rank 0 writes them (CHECKSUMS) and, once everything is complete on
+    disk, moves the folder into place. An existing checkpoint_id is
+    refused unless overwrite=True; then it is moved aside and removed only
+    after the new one is in place. A rank killed at any point leaves the
+    old checkpoint whole, or no checkpoint at checkpoint_id (a load
+    refuses it), never a mixture. Collective; between steps; needs
+    torch.distributed (init_process_group)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    st = _state(st)
+    _check_optimizer_arg(optimizer)
+    if not isinstance(checkpoint_id, (str, os.PathLike)):
+        raise ArgumentTypeError(f"checkpoint_id: expected a path (str or os.PathLike), got "
+                                f"{type(checkpoint_id).__name__}")
+    if not isinstance(overwrite, bool):
+        raise ArgumentTypeError(f"overwrite: expected a bool, got {type(overwrite).__name__}")
+    path = os.path.abspath(os.fspath(checkpoint_id))
+    exists = os.path.exists(path)
+    why = None
+    if st.driver.pos != 0:
+        why = "save_checkpoint: call it between steps (after opt.step(), before the next forward)"
+    elif exists and not overwrite:
+        why = f"save_checkpoint: {path} exists: pass overwrite=True to replace it (atomically)"
+    elif exists and not os.path.isdir(path):
+        why = f"save_checkpoint: {path} exists and is not a checkpoint folder"
+    fail = _vote(st, why is None, why)
+    if fail is not None:
+        raise _err(fail, _lib.FP_ERR_ARG)
+    token = int(st.ex.all_reduce_f64([float(os.getpid() % 1000003) if st.rank == 0 else 0.0])[0])
+    tmp = f"{path}.flexplan-tmp-{token}"
+    _kill_point(st, "start")
+    dcp.save(state_dict(st, optimizer), checkpoint_id=tmp)
+    _kill_point(st, "saved")
+    items = _items(FileSystemReader(tmp).read_metadata())
+    mine = [(i, _crc_file_range(os.path.join(tmp, it[0]), it[1], it[2]))
+            for i, it in enumerate(items) if i % st.world_size == st.rank]
+    every = [None] * st.world_size
+    dist.all_gather_object(every, mine)
+    crcs = dict(c for part in every for c in part)
+    _kill_point(st, "checksummed")
+    if st.rank == 0:
+        doc = {"format": "flexplan.checksums.v1", "algorithm": "crc32",
+               "items": [{"file": f, "offset": o, "length": n, "key": k, "chunk": c, "crc32": crcs[i]}
+                         for i, (f, o, n, k, c) in enumerate(items)]}
+        t = os.path.join(tmp, CHECKSUMS + ".tmp")
+        with open(t, "w") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(t, os.path.join(tmp, CHECKSUMS))
+        for name in os.listdir(tmp):  # every file durable before the folder moves into place
+            fd = os.open(os.path.join(tmp, name), os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+    dist.barrier()
+    _kill_point(st, "written")
+    if st.rank == 0:
+        aside = f"{path}.flexplan-old-{token}"
+        if exists:
+            os.rename(path, aside)
+            _kill_point(st, "swap")
+        os.rename(tmp, path)
+        if exists:
+            shutil.rmtree(aside, ignore_errors=True)
+    dist.barrier()
+    return path
+
+
+def _verify_checksums(where, md, indexes):
+    """the CRC-32 of every storage item in indexes against CHECKSUMS (a
+    checkpoint without the file: nothing to check, False)"""
+    f = os.path.join(where, CHECKSUMS)
+    if not os.path.exists(f):
+        return False
+    try:
+        with open(f) as fh:
+            doc = json.load(fh)
+        saved = {(it["file"], int(it["offset"]), int(it["length"])): int(it["crc32"]) for it in doc["items"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _err(f"{where}: {CHECKSUMS} is unreadable ({type(e).__name__}: {e})") from None
+    for idx in indexes:
+        info = md.storage_data[idx]
+        key = (info.relative_path, int(info.offset), int(info.length))
+        want = saved.get(key)
+        lo, hi = key[1], key[1] + key[2]
+        what = f"{idx.fqn}" + (f" (chunk at {list(idx.offset)})" if idx.offset is not None else "")
+        if want is None:
+            raise _err(f"{where}/{key[0]}: bytes [{lo}, {hi}) of {what} have no checksum in {CHECKSUMS} "
+                       f"(the files and the checksums are of different saves)")
+        got = _crc_file_range(os.path.join(where, key[0]), key[1], key[2])
+        if got != want:
+            raise _err(f"{where}/{key[0]}: bytes [{lo}, {hi}) of {what} fail their checksum (crc32 {got:08x}, "
+                       f"saved {want:08x}): the checkpoint is corrupt")
+    return True
+
+
+def load_checkpoint(st, checkpoint_id, optimizer=None):
+    """The staged load, verified: every rank checks the metadata (as
+    load_in_place) and the checksums of the items it will read, the ranks
+    agree, then dcp.load into state_dict(st, optimizer) and
+    load_state_dict. Collective; between steps."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    st = _state(st)
+    _check_optimizer_arg(optimizer)
+    if not isinstance(checkpoint_id, (str, os.PathLike)):
+        raise ArgumentTypeError(f"checkpoint_id: expected a path (str or os.PathLike), got "
+                                f"{type(checkpoint_id).__name__}")
+    where = os.fspath(checkpoint_id)
+    why, sd, reader = None, None, None
+    try:
+        if st.driver.pos != 0:
+            raise _err("load_checkpoint: call it between steps", _lib.FP_ERR_ORDER)
+        sd = state_dict(st, optimizer)
+        reader = FileSystemReader(where)
+        md = reader.read_metadata()
+        _verify_checksums(where, md, _check_metadata(sd, md, reader, where))
+    except FlexplanError as e:
+        why = str(e)
+    except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
+        why = f"{where}: {type(e).__name__}: {e}"
+    fail = _vote(st, why is None, why)
+    if fail is not None:
+        raise _err(f"load_checkpoint: {fail}; no rank changed its state")
+    dcp.load(sd, storage_reader=reader)
+    load_state_dict(st, sd, optimizer)
+
+
 def _check_metadata(sd, md, reader, where):
     """every key of sd in the checkpoint, shapes equal, this rank's boxes
-    covered by saved chunks whose files hold their bytes"""
+    covered by saved chunks whose files hold their bytes; returns the
+    storage items this rank reads"""
     from torch.distributed.checkpoint._nested_dict import flatten_state_dict
     from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
     flat, _ = flatten_state_dict(sd)
@@ -701,10 +876,16 @@ def _check_metadata(sd, md, reader, where):
     if missing:
         raise _err(f"{where}: the checkpoint lacks {len(missing)} key(s): {', '.join(missing[:6])}"
                    + (" ..." if len(missing) > 6 else ""))
+    extra = [k for k in md.state_dict_metadata if k not in flat]
+    if extra:  # another model's (or a larger) checkpoint: nothing of it is dropped silently
+        raise _err(f"{where}: the checkpoint holds {len(extra)} key(s) this state does not have: "
+                   f"{', '.join(extra[:6])}" + (" ..." if len(extra) > 6 else ""))
     storage = md.storage_data
+    used = {}
 
     def file_ok(index):
         info = storage.get(index)
+        used[index] = True
         if info is None:
             raise _err(f"{where}: no storage for {index.fqn} at {list(index.offset or [])}")
         path = os.path.join(where, info.relative_path)
@@ -727,6 +908,10 @@ def _check_metadata(sd, md, reader, where):
         shape = L.shape if L is not None else tuple(v.shape)
         if tuple(m.size) != tuple(shape):
             raise _err(f"{where}: {k} has shape {list(m.size)} in the checkpoint, {list(shape)} here")
+        cdt = getattr(getattr(m, "properties", None), "dtype", None)
+        if cdt is not None and cdt != v.dtype:  # DCP would convert it (an int32 tensor read as float)
+            raise _err(f"{where}: {k} is {str(cdt).replace('torch.', '')} in the checkpoint, "
+                       f"{str(v.dtype).replace('torch.', '')} here: a load converts no dtype")
         boxes = [(b[0], b[1]) for b in L.boxes] if L is not None else [((0,) * len(shape), tuple(shape))]
         for off, sz in boxes:
             need = _prod(sz)
@@ -741,3 +926,4 @@ def _check_metadata(sd, md, reader, where):
             if got != need:
                 raise _err(f"{where}: the checkpoint's chunks of {k} cover {got} of the {need} elements of "
                            f"this rank's box at {list(off)}")
+    return list(used)
