@@ -12,7 +12,13 @@
  *     each step so a full launch queue never blocks a hook), on each --plan
  *     (world size 1), steps 2.. (after the warm-up and the capture);
  *  3. the size of the captured graphs: graphs, nodes, launches per step and
- *     per hook (graph mode: at most one a hook, docs/cuda.md).
+ *     per hook (graph mode: at most one a hook, docs/cuda.md);
+ *  4. one graph per step (capture-safe mode, fp_exec_capture_begin/end):
+ *     the plan's whole step captured once, then host time per replayed
+ *     step (clock_gettime around cudaGraphLaunch, the device synchronized
+ *     between replays) and device time per step (CUDA events around the
+ *     launch), medians over --steps replays; the plan's work only (no
+ *     model compute).
  *
  * usage: cuda_bench --out FILE [--mib M] [--reps R] [--steps S] --plan PLAN...
  * Exits 77 without a CUDA device. */
@@ -177,6 +183,82 @@ static hookres bench_hooks(const char *path, fp_cuda_mode mode, int steps, FILE 
   return r;
 }
 
+/* ---- one graph per step ------------------------------------------------------------------ */
+struct stepres {
+  double host_us, device_ms;
+  int64_t hooks;
+};
+
+static stepres bench_step(const char *path, int replays, FILE *log) {
+  fp_plan *plan = NULL;
+  if (fp_plan_load(path, &plan) != FP_OK) {
+    fprintf(stderr, "%s: %s\n", path, fp_plan_errmsg(plan));
+    exit(1);
+  }
+  fp_plan_info info;
+  fp_plan_get_info(plan, &info);
+  fp_exec_config cfg = {};
+  cfg.backend = FP_BACKEND_NCCL, cfg.rank = 0, cfg.world_size = 1, cfg.cuda_mode = FP_CUDA_CAPTURE_SAFE;
+  cfg.cuda_stream = S;
+  fp_exec *x = NULL;
+  if (fp_exec_create(plan, &cfg, &x) != FP_OK) {
+    fprintf(stderr, "%s: fp_exec_create: %s\n", path, fp_exec_errmsg(x));
+    exit(1);
+  }
+  auto step = [&] { /* every segment of the plan, in order */
+    for (int32_t k = 0; k < info.nsegments; k++) {
+      fp_plan_segment sg;
+      if (fp_plan_segment_at(plan, k, &sg) != FP_OK || fp_exec_hook(x, sg.hook, sg.module) != FP_OK) {
+        fprintf(stderr, "%s: segment %d: %s\n", path, (int)k, fp_exec_errmsg(x));
+        exit(1);
+      }
+    }
+  };
+  step(); /* uncaptured: NCCL's warm-up */
+  CK(cudaStreamSynchronize(S));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(S, cudaStreamCaptureModeGlobal));
+  if (fp_exec_capture_begin(x) != FP_OK) {
+    fprintf(stderr, "%s: fp_exec_capture_begin: %s\n", path, fp_exec_errmsg(x));
+    exit(1);
+  }
+  step();
+  if (fp_exec_capture_end(x) != FP_OK) {
+    fprintf(stderr, "%s: fp_exec_capture_end: %s\n", path, fp_exec_errmsg(x));
+    exit(1);
+  }
+  CK(cudaStreamEndCapture(S, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphUpload(ge, S));
+  std::vector<double> host, dev;
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int r = 0; r < replays + 3; r++) {
+    CK(cudaEventRecord(e0, S));
+    double a = now_us();
+    CK(cudaGraphLaunch(ge, S));
+    double b = now_us();
+    CK(cudaEventRecord(e1, S));
+    CK(cudaStreamSynchronize(S));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 3) host.push_back(b - a), dev.push_back(ms);
+  }
+  stepres res = {median(host), median(dev), info.nsegments};
+  fprintf(log, "%s one graph per step: %" PRId64 " hooks captured; %.2f us host per replayed step, %.4f ms device\n",
+          path, res.hooks, res.host_us, res.device_ms);
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  fp_exec_capture_release(x);
+  fp_exec_destroy(x);
+  fp_plan_free(plan);
+  return res;
+}
+
 int main(int argc, char **argv) {
   const char *out = NULL;
   std::vector<const char *> plans;
@@ -274,6 +356,14 @@ int main(int argc, char **argv) {
               r.launches_per_hook,
               p + 1 < plans.size() || m < FP_CUDA_CAPTURE_SAFE ? "," : "");
     }
+  }
+  fprintf(f, "  ],\n  \"step_graph\": [\n");
+  for (size_t p = 0; p < plans.size(); p++) {
+    stepres r = bench_step(plans[p], steps, stdout);
+    const char *base = strrchr(plans[p], '/');
+    fprintf(f, "    {\"plan\": \"%s\", \"hooks_per_step\": %" PRId64 ", \"host_us_per_replayed_step_median\": %.2f"
+               ", \"device_ms_per_step_median\": %.4f}%s\n", base ? base + 1 : plans[p], r.hooks, r.host_us,
+            r.device_ms, p + 1 < plans.size() ? "," : "");
   }
   fprintf(f, "  ]\n}\n");
   fclose(f);

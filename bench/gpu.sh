@@ -18,7 +18,8 @@
 #      FSDP2 and plain torch on a 1B Llama, every step's loss within 2e-3 of
 #      FSDP2's, ms/step ratios;
 #   5. build-gpu/cuda_bench: the kernels as a fraction of a device-to-device
-#      copy, host time per hook, graph sizes;
+#      copy, host time per hook, graph sizes and launches per hook, host time
+#      per replayed whole-step graph (step_graph);
 #   6. bench/results/<gpu-name>.json: the figures, the test counts, the
 #      PyTorch check, the phases' seconds and the commit; and in OUTDIR every
 #      log, the plans, nvidia-smi, and a copy of the results file.

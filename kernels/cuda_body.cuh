@@ -8,10 +8,14 @@
  * A slot is V consecutive elements, V chosen so that the narrower operand
  * moves 16 bytes (V = 16 / the smaller element size): fp32 -> bf16 is 8
  * elements (32 bytes in, 16 out), e4m3 -> fp32 16 (16 in, 64 out), so
- * both sides move whole 16-byte vectors. When every pointer of a launch is
- * 16-byte aligned (`aligned`, decided once per launch) a full slot moves as
- * 16-byte loads and stores (uint4); the last, partial slot and unaligned
- * launches go element by element.
+ * both sides move whole 16-byte vectors - except where the destination is
+ * the wider side (widening casts, dequantization): there the destination
+ * moves 16 bytes and the source 4 or 8 (cast_vec, dequant_k::SLOT), so
+ * every store instruction of a warp writes one contiguous span. When every
+ * pointer of a launch is 16-byte aligned (`aligned`, decided once per
+ * launch) a full slot moves as 16-, 8- or 4-byte words (uint4, uint2,
+ * uint32_t); the last, partial slot and unaligned launches go element by
+ * element.
  *
  * Bytes in flight: a thread handles U slots a pass (a "tile" of U x
  * threads-per-block slots per block), U = the fewest that make it load at
@@ -81,29 +85,53 @@ template <int A, int B> struct vec {
   enum { V = 16 / (SA < SB ? SA : SB) };
 };
 
-/* V elements of T, 16-byte aligned so they load and store as uint4 */
-template <typename T, int V> struct alignas(16) pack {
+/* a cast's slot: the narrower side moves 16 bytes, except where the
+ * destination is the wider side (bf16 -> fp32, e4m3 -> anything): there the
+ * destination moves 16 bytes and the source 4 or 8. Decision (issue 39):
+ * with 16 bytes on the narrow side, a widening cast stored 32 or 64 bytes a
+ * lane, two or four 16-byte stores a lane 32 or 64 bytes apart, so each
+ * store instruction of a warp wrote every other 16 bytes of its span; the
+ * H200 measured bf16 -> fp32 at 0.64 of a copy while fp32 -> bf16, whose
+ * wide side is loaded, reached 0.99. With the destination at 16 bytes a lane
+ * every store instruction of a warp writes 512 contiguous bytes, and the
+ * narrow loads (8 or 4 bytes a lane) are contiguous too. Not measured yet. */
+template <int DT, int ST> struct cast_vec {
+  enum { SD = (int)sizeof(typename elt<DT>::T), SS = (int)sizeof(typename elt<ST>::T) };
+  enum { V = SD > SS ? 16 / SD : vec<DT, ST>::V };
+};
+
+/* the word a slot of B bytes moves as: 16 bytes (uint4) for a multiple of
+ * 16, else 8 (uint2) or 4 (uint32_t) */
+template <int B> struct word { typedef uint4 T; };
+template <> struct word<8> { typedef uint2 T; };
+template <> struct word<4> { typedef uint32_t T; };
+
+/* V elements of T, aligned to the word they move as (16 bytes at most) */
+template <typename T, int V> struct alignas(V * sizeof(T) >= 16 ? 16 : V * sizeof(T)) pack {
   T e[V];
 };
 
-/* a full slot from / to 16-byte aligned memory; V * sizeof(T) is a
- * multiple of 16 */
+/* a full slot from / to memory aligned to its word (launches whose
+ * pointers are all 16-byte aligned); V * sizeof(T) is 4, 8 or a multiple of
+ * 16 */
 template <typename T, int V> FPK_HDT void vload(pack<T, V> &p, const T *src) {
 #ifdef __CUDA_ARCH__
-  const uint4 *q = reinterpret_cast<const uint4 *>(src);
-  uint4 *o = reinterpret_cast<uint4 *>(p.e);
+  typedef typename word<(int)(V * sizeof(T))>::T W;
+  const W *q = reinterpret_cast<const W *>(src);
+  W *o = reinterpret_cast<W *>(p.e);
 FPK_UNROLL
-  for (int i = 0; i < (int)(V * sizeof(T) / 16); i++) o[i] = q[i];
+  for (int i = 0; i < (int)(V * sizeof(T) / sizeof(W)); i++) o[i] = q[i];
 #else
   memcpy(p.e, src, sizeof p.e);
 #endif
 }
 template <typename T, int V> FPK_HDT void vstore(T *dst, const pack<T, V> &p) {
 #ifdef __CUDA_ARCH__
-  const uint4 *q = reinterpret_cast<const uint4 *>(p.e);
-  uint4 *o = reinterpret_cast<uint4 *>(dst);
+  typedef typename word<(int)(V * sizeof(T))>::T W;
+  const W *q = reinterpret_cast<const W *>(p.e);
+  W *o = reinterpret_cast<W *>(dst);
 FPK_UNROLL
-  for (int i = 0; i < (int)(V * sizeof(T) / 16); i++) o[i] = q[i];
+  for (int i = 0; i < (int)(V * sizeof(T) / sizeof(W)); i++) o[i] = q[i];
 #else
   memcpy(dst, p.e, sizeof p.e);
 #endif
@@ -113,9 +141,10 @@ FPK_UNROLL
 enum { THREADS = 256, MAX_BLOCKS = 4096 };
 
 /* slots a thread handles per pass when one slot loads L bytes: the fewest
- * that load at least 64 bytes, 1 to 4 */
+ * that load at least 64 bytes, 1 to 8 (8: the 8-byte loads of the widening
+ * casts and of dequantization to bf16) */
 template <int L> struct per_thread {
-  static constexpr int U0 = (64 + L - 1) / L, U = U0 < 1 ? 1 : U0 > 4 ? 4 : U0;
+  static constexpr int U0 = (64 + L - 1) / L, U = U0 < 1 ? 1 : U0 > 8 ? 8 : U0;
 };
 
 /* the number of slots of n elements */
@@ -142,7 +171,7 @@ FPK_HDT int64_t tile_step(unsigned blocks, int U) { return (int64_t)blocks * THR
 template <int DT, int ST> struct cast_k {
   typedef typename elt<DT>::T D;
   typedef typename elt<ST>::T S;
-  static constexpr int V = vec<DT, ST>::V, U = per_thread<V * (int)sizeof(S)>::U;
+  static constexpr int V = cast_vec<DT, ST>::V, U = per_thread<V * (int)sizeof(S)>::U;
   static FPK_HDT void tile(void *dst, const void *src, int64_t n, int64_t t0, bool aligned) {
     D *d = (D *)dst;
     const S *s = (const S *)src;
@@ -298,36 +327,40 @@ FPK_UNROLL
     for (int64_t j = 0; j < MX_SLOT && i0 + j < n; j++) dst[i0 + j] = out.e[j];
 }
 
-/* dequantize: U slots of 16 elements (each inside one block) a thread a
- * pass; the bytes and the scale bytes of all U are loaded first */
+/* dequantize: U slots of SLOT elements (each inside one block) a thread a
+ * pass, SLOT such that the destination moves 16 bytes a lane (8 to bf16 or
+ * fp16, 4 to fp32: the widening casts' decision above; it was 16, two or
+ * four strided 16-byte stores a lane, 0.63 of a copy on the H200); the bytes
+ * and the scale bytes of all U are loaded first */
 template <int DT> struct dequant_k {
   typedef typename elt<DT>::T D;
-  static constexpr int U = per_thread<MX_SLOT>::U;
+  enum { SLOT = 16 / (int)sizeof(D) };
+  static constexpr int U = per_thread<SLOT>::U;
   static FPK_HDT void tile(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n, int64_t t0,
                            bool aligned) {
     D *d = (D *)dst;
-    pack<uint8_t, MX_SLOT> in[U];
+    pack<uint8_t, SLOT> in[U];
     uint8_t sb[U];
 FPK_UNROLL
     for (int k = 0; k < U; k++) {
-      int64_t i0 = (t0 + (int64_t)k * THREADS) * MX_SLOT;
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * SLOT;
       sb[k] = i0 < n ? scales[i0 / 32] : 0;
-      if (aligned && i0 + MX_SLOT <= n) vload(in[k], src + i0);
+      if (aligned && i0 + SLOT <= n) vload(in[k], src + i0);
     }
 FPK_UNROLL
     for (int k = 0; k < U; k++) {
-      int64_t i0 = (t0 + (int64_t)k * THREADS) * MX_SLOT;
+      int64_t i0 = (t0 + (int64_t)k * THREADS) * SLOT;
       if (i0 >= n) continue;
       bool nan = sb[k] == 0xff;
       float s = fpkc_mx_scale(nan ? 0 : sb[k]);
-      if (aligned && i0 + MX_SLOT <= n) {
-        pack<D, MX_SLOT> out;
+      if (aligned && i0 + SLOT <= n) {
+        pack<D, SLOT> out;
 FPK_UNROLL
-        for (int j = 0; j < MX_SLOT; j++)
+        for (int j = 0; j < SLOT; j++)
           out.e[j] = elt<DT>::put(nan ? fpkc_u2f(0x7fc00000u) : fpkc_canon(fpkc_mul_rn(fpkc_e4m3_to_f32_sel(in[k].e[j]), s)));
         vstore(d + i0, out);
       } else {
-        for (int64_t j = 0; j < MX_SLOT && i0 + j < n; j++)
+        for (int64_t j = 0; j < SLOT && i0 + j < n; j++)
           d[i0 + j] = elt<DT>::put(nan ? fpkc_u2f(0x7fc00000u)
                                        : fpkc_canon(fpkc_mul_rn(fpkc_e4m3_to_f32_sel(src[i0 + j]), s)));
       }

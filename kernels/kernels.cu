@@ -84,7 +84,7 @@ template <int DT> __global__ void __launch_bounds__(THREADS) k_dequantize(void *
                                                                           const uint8_t *scales, int64_t n,
                                                                           bool aligned) {
   typedef dequant_k<DT> K;
-  TILE_LOOP(t0, K::U, nslots<MX_SLOT>(n)) K::tile(dst, src, scales, n, t0, aligned);
+  TILE_LOOP(t0, K::U, nslots<K::SLOT>(n)) K::tile(dst, src, scales, n, t0, aligned);
 }
 
 /* the blocks of the one-element-a-thread kernels (the two-step MXFP8 and
@@ -251,7 +251,7 @@ extern "C" cudaError_t fpk_cuda_max_u8(uint8_t *dst, const uint8_t *a, const uin
 
 template <int DT> static cudaError_t dequant1(void *dst, const uint8_t *src, const uint8_t *scales, int64_t n,
                                               cudaStream_t s) {
-  k_dequantize<DT><<<blocks_for(nslots<MX_SLOT>(n), dequant_k<DT>::U), THREADS, 0, s>>>(dst, src, scales, n, aligned16(dst, src));
+  k_dequantize<DT><<<blocks_for(nslots<dequant_k<DT>::SLOT>(n), dequant_k<DT>::U), THREADS, 0, s>>>(dst, src, scales, n, aligned16(dst, src));
   return launched();
 }
 

@@ -172,7 +172,7 @@ static void emu_quantize2(uint8_t *dst, int64_t, int64_t doff, uint8_t *scales, 
 template <int DT> static void dq1(void *d, const uint8_t *s, const uint8_t *sc, int64_t n) {
   typedef dequant_k<DT> K;
   bool al = aligned16(d, s);
-  emu_grid(nslots<MX_SLOT>(n), K::U, [&](int64_t t0) { K::tile(d, s, sc, n, t0, al); });
+  emu_grid(nslots<K::SLOT>(n), K::U, [&](int64_t t0) { K::tile(d, s, sc, n, t0, al); });
 }
 static void emu_dequantize(uint8_t *dst, int64_t, int64_t doff, fp_dtype dt, const uint8_t *src, int64_t,
                            int64_t soff, const uint8_t *scales, int64_t, int64_t n) {

@@ -10,6 +10,8 @@ one rank (and --policy), then runs train_mlp under mpiexec -n 1:
            replayed from then on
   capture  NCCL, FP_CUDA_CAPTURE_SAFE, the trainer capturing its whole step
            at step 1 and replaying it
+  step     the same through the executor's capture API (fp_exec_capture_begin
+           / _end, a global-mode capture; docs/cuda.md "One graph per step")
 each with --check (every step against train_mlp's single-process reference;
 the gathered weights bit for bit) and a refit with new weights before step
 --refit-at (after the graphs were captured: they are replayed after it), then
@@ -59,7 +61,8 @@ def main():
         # eager first: without a GPU it is the one that says so (77), at once
         runs = [("eager", ["--backend", "nccl", "--mode", "eager"]), ("mpi", ["--backend", "mpi"]),
                 ("graph", ["--backend", "nccl", "--mode", "graph"]),
-                ("capture", ["--backend", "nccl", "--mode", "capture"])]
+                ("capture", ["--backend", "nccl", "--mode", "capture"]),
+                ("step", ["--backend", "nccl", "--mode", "step"])]
         dumps = {}
         for name, args in runs:
             prefix = os.path.join(tmp, name)
@@ -78,7 +81,7 @@ def main():
         if bad:
             print(f"train_parity: FAIL: main weights differ from the MPI run's: {', '.join(bad)}", file=sys.stderr)
             return 1
-        print(f"train_parity: ok: {a.model}/{a.spec} ({a.policy}): mpi, eager, graph and capture runs give the same "
+        print(f"train_parity: ok: {a.model}/{a.spec} ({a.policy}): mpi, eager, graph, capture and step runs give the same "
               f"main weights after {a.steps} steps (refit before step {a.refit_at})")
         return 0
 

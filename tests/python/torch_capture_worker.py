@@ -21,7 +21,10 @@ Checks (rank 0 prints PASS/FAIL per check; exit 1 on a failure):
   one live graph; the graph replays (instantiate, launch twice, synchronize)
   with no hook called (the driver's hook count does not move) and no Python
   callback (the graph's nodes are the executor's kernels, copies, NCCL
-  calls and events: the replay completes from C);
+  calls and events: the replay completes from C); between replays an
+  evaluation forward runs and a refit (st.load) writes new values into the
+  same addresses (the main views do not move, full_state_dict reads the
+  new values back), and the graph replays after both;
 - close() with the graph live is an error naming it; release_graph(), then
   close() works;
 - refused at capture start, with a FlexplanError naming step_begin and the
@@ -40,6 +43,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import torch_simdev_worker as sw  # noqa: E402  (the simulated device's stand-ins for torch.cuda)
+
+import safetensors.torch  # noqa: E402
+import torch  # noqa: E402
 
 import flexplan.torch as fpt  # noqa: E402
 from flexplan.errors import FlexplanError  # noqa: E402
@@ -82,6 +88,7 @@ class DeviceOrder(sw.DeviceOrder):
 
 
 RESULTS = []
+TMP = [None]
 
 
 def check(rank, what, ok, detail=""):
@@ -147,6 +154,29 @@ def run(rank, world, plan, kind, a, b):
         rcs.append(LIB.cudaStreamSynchronize(_vp(b)))
         check(rank, "two replays from C, no hook called", rcs == [0, 0, 0, 0] and int(st.driver.state.hooks) == hooks,
               f"return codes {rcs}, hooks {hooks} -> {int(st.driver.state.hooks)}")
+        # between replays: an evaluation forward, and a refit into the same addresses
+        CURRENT[0] = a
+        inp, _ = tm.batch(kind, 99)
+        err = ""
+        try:
+            with torch.no_grad():
+                st.module(inp)
+            sd = st.full_state_dict()
+            sd = {k: (v * 0.5).contiguous() for k, v in sd.items()}
+            path = os.path.join(TMP[0], "refit.safetensors")
+            safetensors.torch.save_file(sd, path)
+            ptrs = [p.data_ptr() for _, p in st.named_main_params()]
+            st.load(path)
+            moved = ptrs != [p.data_ptr() for _, p in st.named_main_params()]
+            after = st.full_state_dict()
+            wrong = [k for k in sd if not torch.equal(after[k].to(sd[k].dtype), sd[k])]
+        except FlexplanError as e:
+            err, moved, wrong = str(e), False, []
+        CURRENT[0] = b
+        rc2 = [LIB.cudaGraphLaunch(ge, _vp(b)), LIB.cudaStreamSynchronize(_vp(b))]
+        check(rank, "an evaluation forward and a refit between replays, then a replay",
+              not err and not moved and not wrong and rc2 == [0, 0],
+              err or f"views moved {moved}, refit values wrong for {wrong}, replay {rc2}")
         ok, msg = raises(st.close, "close()", "1 CUDA graph(s)", "release_graph()")
         check(rank, "close() with a live graph is an error", ok, msg)
         LIB.cudaGraphExecDestroy(ge)
@@ -211,6 +241,7 @@ def main():
     LIB.cudaStreamCreateWithFlags(ctypes.byref(a), 1)  # cudaStreamNonBlocking
     LIB.cudaStreamCreateWithFlags(ctypes.byref(b), 1)
     with tempfile.TemporaryDirectory(prefix=f"fp-capture-torch-{rank}-") as tmp:
+        TMP[0] = tmp
         for name in sys.argv[1:]:
             try:
                 kind, strategy, extra, opts = tw.CONFIGS[name]
