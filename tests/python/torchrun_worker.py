@@ -1,14 +1,17 @@
 """Worker for test_torchrun.py: flexplan.torch in a script launched by
-``torchrun --nproc-per-node N torchrun_worker.py MODE`` (torch.distributed on
-gloo, no MPI), for what goes wrong across ranks. Each rank prints ``OK
-<mode> r<rank>: ...`` when what it checks held, ``BAD <mode> r<rank>: ...``
-otherwise; the test reads those lines.
+``torchrun --nproc-per-node N torchrun_worker.py MODE[:TIMEOUT],...``
+(torch.distributed on gloo, no MPI), for what goes wrong across ranks; the
+modes run in order in one launch (FLEXPLAN_TIMEOUT set to TIMEOUT for a
+mode, unset without). Each rank prints ``OK <mode> r<rank>: ...`` when what
+it checks held, ``BAD <mode> r<rank>: ...`` otherwise; the test reads those
+lines. watchdog and join leave rank 1 behind (an executor mid-step, one
+executor fewer): they come last.
 
 Modes:
 - nompi: shard() with no backend, rank or world picks "torch"; two AdamW
-  steps; a DCP save of flexplan.torch.state_dict on the default group; MPI
-  was never initialized in this process (MPI_Initialized, through the
-  library's own MPI, still says 0);
+  steps; a DCP round trip on the default group (save, perturb every main
+  weight, load back: bit for bit); MPI was never initialized in this
+  process (MPI_Initialized, through the library's own MPI, still says 0);
 - mismatch: rank 1 loads a plan of another spec (another hash): every rank's
   shard() raises FP_ERR_MISMATCH naming both hashes (with FLEXPLAN_TIMEOUT
   the agreement is the store's watched one, without it the same store keys
@@ -61,6 +64,16 @@ def step(model, opt, rank, world, k):
     return float(loss)
 
 
+def _store():
+    return dist.distributed_c10d._get_default_store()  # pylint: disable=protected-access
+
+
+def wait_done(mode):
+    """rank 1 of watchdog / join: alive (not calling flexplan) until rank 0 has its error"""
+    import datetime
+    _store().wait([f"fp-test/done/{mode}"], datetime.timedelta(seconds=120))
+
+
 def mode_nompi(rank, world, tmp):
     model, p = plan(rank, world, tmp)
     st = fpt.shard(model, p)
@@ -72,6 +85,16 @@ def mode_nompi(rank, world, tmp):
     box = [os.path.join(tmp, "dcp") if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)
     dcp.save(fpt.state_dict(st, opt), checkpoint_id=box[0])
+    before = {n: p.detach().clone() for n, p in st.named_main_params()}
+    with torch.no_grad():
+        for _, p in st.named_main_params():
+            p.add_(1.0)
+    sd = fpt.state_dict(st, opt)
+    dcp.load(sd, checkpoint_id=box[0])
+    fpt.load_state_dict(st, sd, opt)
+    for n, p in st.named_main_params():
+        if not torch.equal(p, before[n]):
+            return f"BAD: {n} differs after the DCP round trip"
     flag = ctypes.c_int(-1)
     ctypes.CDLL(None).MPI_Initialized(ctypes.byref(flag))  # the library's MPI, loaded globally
     if flag.value != 0:
@@ -96,7 +119,7 @@ def mode_watchdog(rank, world, tmp):
     opt = fpt.optimizer(st, tm.adamw)
     step(model, opt, rank, world, 0)
     if rank == 1:  # stops calling hooks, stays alive until rank 0 has reported
-        time.sleep(float(os.environ["FLEXPLAN_TIMEOUT"]) * 4 + 2)
+        wait_done("watchdog")
         return "OK: stopped"
     t0 = time.time()
     try:
@@ -112,7 +135,7 @@ def mode_watchdog(rank, world, tmp):
 def mode_join(rank, world, tmp):
     model, p = plan(rank, world, tmp)
     if rank == 1:
-        time.sleep(float(os.environ["FLEXPLAN_TIMEOUT"]) * 3 + 2)
+        wait_done("join")
         return "OK: never joined"
     try:
         fpt.shard(model, p)
@@ -124,16 +147,20 @@ def mode_join(rank, world, tmp):
 
 
 def main():
-    mode = sys.argv[1]
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    with tempfile.TemporaryDirectory(prefix=f"fp-torchrun-{rank}-") as tmp:
-        try:
-            verdict = globals()["mode_" + mode](rank, world, tmp)
-        except Exception:  # noqa: BLE001
-            verdict = "BAD: " + traceback.format_exc()
-    word, _, rest = verdict.partition(": ")
-    print(f"{word} {mode} r{rank}: {rest}", flush=True)
+    for item in sys.argv[1].split(","):
+        mode, _, timeout = item.partition(":")
+        os.environ["FLEXPLAN_TIMEOUT"] = timeout
+        with tempfile.TemporaryDirectory(prefix=f"fp-torchrun-{rank}-") as tmp:
+            try:
+                verdict = globals()["mode_" + mode](rank, world, tmp)
+            except Exception:  # noqa: BLE001
+                verdict = "BAD: " + traceback.format_exc()
+        word, _, rest = verdict.partition(": ")
+        print(f"{word} {item} r{rank}: {rest}", flush=True)
+        if rank == 0:
+            _store().set(f"fp-test/done/{mode}", "1")
     # after a watchdog the process group still holds ops that never finish: leave without
     # tearing it down (torchrun's job ends with the processes)
     os._exit(0)
