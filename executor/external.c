@@ -183,6 +183,17 @@ static fp_status ext_prepare(fp_exec *x) {
   for (int64_t k = 0; k < (int64_t)x->prog->ncomms * FP_NSTREAMS; k++) e->groups[k] = -1;
   for (int32_t j = 0; j < x->nxops; j++) {
     fp_xop *o = &x->xops[j];
+    if (!is_comm(o) || !staged(o)) continue;
+    e->eops[j].staging = stage;
+    stage += fpx_host_align((o->code == FP_OP_REDUCE_SCATTER_V ? o->tab_cnt[o->g] : o->n) * fpi_dtype_size(o->dtype));
+  }
+  return FP_OK;
+}
+
+/* every op's arguments, once the arena's pointers are set (after prepare) */
+static void make_args(fp_exec *x, estate *e) {
+  for (int32_t j = 0; j < x->nxops; j++) {
+    fp_xop *o = &x->xops[j];
     if (!is_comm(o)) continue;
     eop *q = &e->eops[j];
     int64_t sz = fpi_dtype_size(o->dtype);
@@ -204,10 +215,7 @@ static fp_status ext_prepare(fp_exec *x) {
       case FP_OP_REDUCE_SCATTER_V:
         a->coll = o->code == FP_OP_REDUCE_SCATTER ? FP_COLL_REDUCE_SCATTER : FP_COLL_REDUCE_SCATTER_V;
         if (o->code == FP_OP_REDUCE_SCATTER_V) a->counts = o->tab_cnt, a->displs = o->tab_off, a->count = o->tab_cnt[o->g];
-        if (staged(o)) {
-          q->staging = a->dst = stage;
-          stage += fpx_host_align(a->count * sz);
-        }
+        if (q->staging) a->dst = q->staging;
         break;
       case FP_OP_ALL_REDUCE:
         a->coll = FP_COLL_ALL_REDUCE;
@@ -233,7 +241,6 @@ static fp_status ext_prepare(fp_exec *x) {
       default: FP_ASSERT(!"not a communication op");
     }
   }
-  return FP_OK;
 }
 
 /* ---- agree: through the store, under the watchdog when there is one ---------------------- */
@@ -310,6 +317,7 @@ static fp_status ext_connect(fp_exec *x) {
   }
   int rc = e->t->new_group(e->t->ctx, x->world, 1, &e->world);
   if (rc != 0) return tfail(x, "new_group", rc);
+  make_args(x, e);
   for (int32_t j = 0; j < x->nxops; j++)
     if (is_comm(&x->xops[j])) e->eops[j].a.group = e->groups[(int64_t)x->xops[j].comm * FP_NSTREAMS + x->xops[j].stream];
   return fpx_host_start(x, &e->h);
