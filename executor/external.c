@@ -24,14 +24,13 @@
  * every rank but 0 puts its (plan hash, setup failed) under its key, rank 0
  * collects them for at most the timeout and puts the verdict (agree.h's
  * fpx_agreement) under one key, which every other rank waits for at most
- * 2 x timeout + 1 s; keys are numbered per executor created in this process
- * (every rank creates its executors in the same order: fp_exec_create is
- * collective). A rank whose watchdog fires puts its (step, op) under its key
+ * 2 x timeout + 1 s; keys are numbered per executor created by the calling
+ * thread (every rank creates its executors in the same order: fp_exec_create
+ * is collective). A rank whose watchdog fires puts its (step, op) under its key
  * and reads those of the other ranks of the op's communicator instance for
  * one more timeout. */
 #include <inttypes.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +58,10 @@ typedef struct estate {
 
 static estate *es(fp_exec *x) { return (estate *)x->bks; }
 
-static _Atomic int64_t created; /* executors this process created on this backend: their key numbers */
+/* executors this thread created on this backend: their key numbers (a rank
+ * creates its executors in one order, fp_exec_create being collective;
+ * per thread, so ranks run as threads of one process number theirs too) */
+static _Thread_local int64_t created;
 
 static bool is_comm(const fp_xop *o) { return fpi_op_class(o->code) == FP_OPC_COMM; }
 
@@ -249,7 +251,7 @@ enum { V_VERDICT, V_RANK, V_ROOT_HASH, V_OTHER_HASH, V_MISSING, V_LIST, V_LEN = 
 static fp_status ext_agree(fp_exec *x, fp_status local) {
   estate *e = es(x);
   if (!e) return local; /* no transport to agree through: prepare said why */
-  e->seq = atomic_fetch_add(&created, 1);
+  e->seq = created++;
   double limit = x->timeout_s > 0 ? x->timeout_s : -1;
   uint64_t h = x->plan ? x->plan->hash : 0;
   int64_t hello[2] = {(int64_t)h, local != FP_OK};
