@@ -13,7 +13,8 @@
  * on 2 and 3 ranks, hybrid_shard 2 x 2: replica all-reduces);
  * fp_exec_all_reduce_f64 sums; a plan-hash mismatch fails every rank
  * (FP_ERR_MISMATCH naming both hashes); a transport that fails its start
- * fails the hook (FP_ERR_BACKEND with the transport's message); a rank that
+ * fails the hook, one that fails its groups or its store fails the
+ * create (FP_ERR_BACKEND with the transport's message); a rank that
  * stops calling hooks ends the other's hook in the watchdog (FP_ERR_TIMEOUT
  * naming the op and the rank that did not arrive); a missing transport is
  * FP_ERR_ARG.
@@ -84,6 +85,8 @@ typedef struct rank_ctx {
   int64_t calls;        /* new_group calls so far */
   int64_t mine[MAXG];   /* this rank's group per handle */
   int fail_start;       /* inject: start fails */
+  int fail_group;       /* inject: new_group fails */
+  int fail_store;       /* inject: store_set fails */
   char err[128];
 } rank_ctx;
 
@@ -92,6 +95,10 @@ static int64_t index_in(const group *g, int rank) { return (rank - g->base) / g-
 static int t_new_group(void *ctx, int64_t size, int64_t stride, int64_t *out) {
   rank_ctx *c = ctx;
   world *w = c->w;
+  if (c->fail_group) {
+    snprintf(c->err, sizeof c->err, "injected group failure");
+    return -3;
+  }
   int64_t gi = (c->rank / stride) % size, base = c->rank - gi * stride, call = c->calls++;
   pthread_mutex_lock(&w->mu);
   int k = 0;
@@ -210,7 +217,10 @@ static int t_test(void *ctx, int64_t req, int *done) {
 static int t_store_set(void *ctx, const char *key, const void *v, int64_t len) {
   rank_ctx *c = ctx;
   world *w = c->w;
-  if (len > (int64_t)sizeof w->store[0].v) return -1;
+  if (c->fail_store || len > (int64_t)sizeof w->store[0].v) {
+    snprintf(c->err, sizeof c->err, "injected store failure");
+    return -5;
+  }
   pthread_mutex_lock(&w->mu);
   kv *e = &w->store[w->nkv++];
   snprintf(e->key, sizeof e->key, "%s", key);
@@ -295,12 +305,14 @@ static void check_grad(void *a_, int64_t s, int64_t f) {
 
 static void *rank_main(void *arg) {
   job *j = arg;
-  rank_ctx c = {.w = j->w, .rank = j->rank};
+  rank_ctx c = {.w = j->w, .rank = j->rank, .fail_group = !strcmp(j->mode, "fail_group"),
+               .fail_store = !strcmp(j->mode, "fail_store")};
   fp_transport t = {&c, t_new_group, t_start, t_test, t_store_set, t_store_get, t_error};
   fp_plan_info info;
   fp_plan_get_info(j->plan, &info);
   fp_exec_config cfg = {.backend = FP_BACKEND_EXTERNAL, .rank = j->rank, .world_size = (int)info.world_size,
-                        .transport = &t, .timeout_s = !strcmp(j->mode, "watchdog") ? 1.0 : -1};
+                        .transport = &t,
+                        .timeout_s = !strcmp(j->mode, "watchdog") || !strcmp(j->mode, "fail_store") ? 1.0 : -1};
   fp_exec *x = NULL;
   j->st = fp_exec_create(j->plan, &cfg, &x);
   snprintf(j->msg, sizeof j->msg, "%s", fp_exec_errmsg(x));
@@ -441,6 +453,17 @@ int main(int argc, char **argv) {
              strstr(jobs[0].msg, ": 1"),
          "watchdog rank 0: %s %s", fp_status_name(jobs[0].st), jobs[0].msg);
   EXPECT(jobs[1].st == FP_OK, "watchdog rank 1: %s", jobs[1].msg);
+  /* a transport whose groups or store fail: every rank's create fails with its message */
+  run_world(same, 2, "fail_group", jobs);
+  for (int r = 0; r < 2; r++)
+    EXPECT(jobs[r].st == FP_ERR_BACKEND && strstr(jobs[r].msg, "transport: new_group failed") &&
+               strstr(jobs[r].msg, "injected group failure"),
+           "fail_group rank %d: %s %s", r, fp_status_name(jobs[r].st), jobs[r].msg);
+  run_world(same, 2, "fail_store", jobs);
+  for (int r = 0; r < 2; r++)
+    EXPECT(jobs[r].st == FP_ERR_BACKEND && strstr(jobs[r].msg, "the store failed in the executor's agreement") &&
+               strstr(jobs[r].msg, "injected store failure"),
+           "fail_store rank %d: %s %s", r, fp_status_name(jobs[r].st), jobs[r].msg);
   /* no transport: FP_ERR_ARG naming it */
   fp_exec_config cfg = {.backend = FP_BACKEND_EXTERNAL, .rank = 0, .world_size = 2};
   fp_exec *x = NULL;
