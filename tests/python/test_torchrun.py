@@ -14,7 +14,8 @@ mpirun tests:
   torchrun too: the mpirun suite's resume on other world sizes);
 - across ranks: a plan-hash mismatch refused on every rank (with and without
   a timeout), the watchdog naming the op and the rank that stopped calling
-  hooks, the agreement naming a rank that never created its executor
+  hooks, the agreement naming a rank that never created its executor, an
+  exception inside torch.distributed failing the hook with its text
   (torchrun_worker.py);
 - on one process: the backend's argument errors.
 """
@@ -93,7 +94,7 @@ def test_same_params_and_losses_as_fsdp2(out, kind):
     print(f"{kind}: max |flexplan (torchrun) - fsdp2| = {worst:.3g}")
 
 
-MODES = ["nompi", "mismatch", "mismatch:5", "watchdog:5", "join:3"]
+MODES = ["nompi", "mismatch", "mismatch:5", "cbfail", "watchdog:5", "join:3"]
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +120,10 @@ def test_no_mpi_anywhere_and_dcp_on_the_default_group(faults):
 def test_plan_hash_mismatch_refused_on_every_rank(faults, mode):
     """without a timeout (store keys waited for without a limit) and with one"""
     _ok(faults, mode)
+
+
+def test_torch_distributed_failing_inside_the_transport(faults):
+    _ok(faults, "cbfail")
 
 
 def test_watchdog_names_the_op_and_the_rank_that_stopped(faults):

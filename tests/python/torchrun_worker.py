@@ -16,6 +16,8 @@ Modes:
   shard() raises FP_ERR_MISMATCH naming both hashes (with FLEXPLAN_TIMEOUT
   the agreement is the store's watched one, without it the same store keys
   waited for without a limit);
+- cbfail: torch.distributed raises inside the transport (an all-gather):
+  every rank's hook fails with FP_ERR_BACKEND and the exception's text;
 - watchdog: one step on every rank, then rank 1 stops calling hooks (sleeps,
   alive): rank 0's next step fails with FP_ERR_TIMEOUT naming the op it
   waits for and rank 1 as not arrived (FLEXPLAN_TIMEOUT set by the test);
@@ -110,6 +112,29 @@ def mode_mismatch(rank, world, tmp):
     except flexplan.FlexplanError as e:
         ok = e.status_name == "FP_ERR_MISMATCH" and "plan hash mismatch" in str(e) and "rank 1 has" in str(e)
         return ("OK: " if ok else "BAD: ") + f"{e.status_name}: {e}"
+    return "BAD: no error"
+
+
+def mode_cbfail(rank, world, tmp):
+    """torch.distributed raising inside the transport's callback: the hook fails with
+    FP_ERR_BACKEND carrying the exception's message (every rank, no hang)"""
+    model, p = plan(rank, world, tmp)
+    st = fpt.shard(model, p)
+    opt = fpt.optimizer(st, tm.adamw)
+    orig = dist.all_gather_into_tensor
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected all_gather failure")
+    dist.all_gather_into_tensor = boom
+    try:
+        step(model, opt, rank, world, 0)
+    except flexplan.FlexplanError as e:
+        s = str(e)
+        ok = e.status_name == "FP_ERR_BACKEND" and "transport: issue of op" in s and \
+            "RuntimeError: injected all_gather failure" in s
+        return ("OK: " if ok else "BAD: ") + f"{e.status_name}: {s}"
+    finally:
+        dist.all_gather_into_tensor = orig
     return "BAD: no error"
 
 
