@@ -24,14 +24,13 @@
  * every rank but 0 puts its (plan hash, setup failed) under its key, rank 0
  * collects them for at most the timeout and puts the verdict (agree.h's
  * fpx_agreement) under one key, which every other rank waits for at most
- * 2 x timeout + 1 s; keys are numbered per executor created in this process
- * (every rank creates its executors in the same order: fp_exec_create is
- * collective). A rank whose watchdog fires puts its (step, op) under its key
+ * 2 x timeout + 1 s; keys are numbered per executor created by the calling
+ * thread (every rank creates its executors in the same order: fp_exec_create
+ * is collective). A rank whose watchdog fires puts its (step, op) under its key
  * and reads those of the other ranks of the op's communicator instance for
  * one more timeout. */
 #include <inttypes.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +58,10 @@ typedef struct estate {
 
 static estate *es(fp_exec *x) { return (estate *)x->bks; }
 
-static _Atomic int64_t created; /* executors this process created on this backend: their key numbers */
+/* executors this thread created on this backend: their key numbers (a rank
+ * creates its executors in one order, fp_exec_create being collective;
+ * per thread, so ranks run as threads of one process number theirs too) */
+static _Thread_local int64_t created;
 
 static bool is_comm(const fp_xop *o) { return fpi_op_class(o->code) == FP_OPC_COMM; }
 
@@ -183,6 +185,17 @@ static fp_status ext_prepare(fp_exec *x) {
   for (int64_t k = 0; k < (int64_t)x->prog->ncomms * FP_NSTREAMS; k++) e->groups[k] = -1;
   for (int32_t j = 0; j < x->nxops; j++) {
     fp_xop *o = &x->xops[j];
+    if (!is_comm(o) || !staged(o)) continue;
+    e->eops[j].staging = stage;
+    stage += fpx_host_align((o->code == FP_OP_REDUCE_SCATTER_V ? o->tab_cnt[o->g] : o->n) * fpi_dtype_size(o->dtype));
+  }
+  return FP_OK;
+}
+
+/* every op's arguments, once the arena's pointers are set (after prepare) */
+static void make_args(fp_exec *x, estate *e) {
+  for (int32_t j = 0; j < x->nxops; j++) {
+    fp_xop *o = &x->xops[j];
     if (!is_comm(o)) continue;
     eop *q = &e->eops[j];
     int64_t sz = fpi_dtype_size(o->dtype);
@@ -204,10 +217,7 @@ static fp_status ext_prepare(fp_exec *x) {
       case FP_OP_REDUCE_SCATTER_V:
         a->coll = o->code == FP_OP_REDUCE_SCATTER ? FP_COLL_REDUCE_SCATTER : FP_COLL_REDUCE_SCATTER_V;
         if (o->code == FP_OP_REDUCE_SCATTER_V) a->counts = o->tab_cnt, a->displs = o->tab_off, a->count = o->tab_cnt[o->g];
-        if (staged(o)) {
-          q->staging = a->dst = stage;
-          stage += fpx_host_align(a->count * sz);
-        }
+        if (q->staging) a->dst = q->staging;
         break;
       case FP_OP_ALL_REDUCE:
         a->coll = FP_COLL_ALL_REDUCE;
@@ -233,7 +243,6 @@ static fp_status ext_prepare(fp_exec *x) {
       default: FP_ASSERT(!"not a communication op");
     }
   }
-  return FP_OK;
 }
 
 /* ---- agree: through the store, under the watchdog when there is one ---------------------- */
@@ -242,7 +251,7 @@ enum { V_VERDICT, V_RANK, V_ROOT_HASH, V_OTHER_HASH, V_MISSING, V_LIST, V_LEN = 
 static fp_status ext_agree(fp_exec *x, fp_status local) {
   estate *e = es(x);
   if (!e) return local; /* no transport to agree through: prepare said why */
-  e->seq = atomic_fetch_add(&created, 1);
+  e->seq = created++;
   double limit = x->timeout_s > 0 ? x->timeout_s : -1;
   uint64_t h = x->plan ? x->plan->hash : 0;
   int64_t hello[2] = {(int64_t)h, local != FP_OK};
@@ -310,6 +319,7 @@ static fp_status ext_connect(fp_exec *x) {
   }
   int rc = e->t->new_group(e->t->ctx, x->world, 1, &e->world);
   if (rc != 0) return tfail(x, "new_group", rc);
+  make_args(x, e);
   for (int32_t j = 0; j < x->nxops; j++)
     if (is_comm(&x->xops[j])) e->eops[j].a.group = e->groups[(int64_t)x->xops[j].comm * FP_NSTREAMS + x->xops[j].stream];
   return fpx_host_start(x, &e->h);

@@ -32,7 +32,10 @@
  * (or fp_mpi_init) before fp_exec_create and MPI_Finalize (or
  * fp_mpi_finalize) after fp_exec_destroy). See
  * docs/executor.md for the backend's decisions, its checks and its figures.
- * FP_BACKEND_NCCL runs on a CUDA device with NCCL collectives, the plan's
+ * FP_BACKEND_EXTERNAL runs on host memory as FP_BACKEND_MPI does, with the
+ * collectives of a transport the caller provides (fp_transport, below:
+ * flexplan.torch's over torch.distributed, for trainers launched by
+ * torchrun; no MPI). FP_BACKEND_NCCL runs on a CUDA device with NCCL collectives, the plan's
  * streams as CUDA streams and its events as CUDA events, and replays each
  * segment as CUDA graphs over an arena whose addresses never change (one
  * process per GPU; the trainer calls cudaSetDevice first). It exists when

@@ -138,6 +138,14 @@ fp_parity_fsdp2(bf16_params mlp bf16 4)
 fp_parity_fsdp2(frozen mlp-frozen full_shard 3)
 
 # hostile plans, plans this run cannot use, config errors (one rank)
+# the external backend (issue 38) through its public transport table, with a
+# fake transport: every rank a thread of one process (no MPI, no torch; runs
+# under ASan/UBSan in the asan preset, where the Python tests cannot)
+add_executable(test_exec_external ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_external.c)
+target_link_libraries(test_exec_external PRIVATE flexplan_exec flexplan_api m)
+add_test(NAME exec_external COMMAND test_exec_external ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json)
+set_tests_properties(exec_external PROPERTIES LABELS unit TIMEOUT 120)
+
 add_executable(test_exec_plan ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_plan.c)
 target_link_libraries(test_exec_plan PRIVATE flexplan_exec)
 fp_mpi_test(exec_plan 1 test_exec_plan)

@@ -3,6 +3,11 @@
 embeddings) on N CPU ranks with flexplan.torch.
 
     mpirun -n 2 python3 examples/torch/train_gpt.py --steps 60
+    torchrun --nproc-per-node 2 examples/torch/train_gpt.py --steps 60
+
+(under torchrun the script initializes torch.distributed on gloo and
+flexplan.torch runs the plan's collectives on its process groups: no MPI;
+docs/torch.md, "Launching with torchrun")
 
 (from the source tree: PYTHONPATH=python and the library in build/, or an
 installed flexplan). Every rank builds the same model from the same seed,
@@ -95,7 +100,13 @@ def main():
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
-    rank, world = mpi_init()
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ  # set by torchrun
+    if torchrun:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = mpi_init()
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=256, hidden_size=a.hidden, intermediate_size=a.hidden * 3,
                       num_hidden_layers=a.layers, num_attention_heads=4, num_key_value_heads=2,
@@ -154,7 +165,10 @@ def main():
             print(f"saved {a.save}")
     st.close()
     plan.close()
-    mpi_finalize()
+    if torchrun:
+        dist.destroy_process_group()
+    else:
+        mpi_finalize()
 
 
 if __name__ == "__main__":

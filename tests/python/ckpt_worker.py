@@ -1,5 +1,7 @@
 """MPI worker for tests/python/test_torch_checkpoint.py (flexplan.torch's
-DCP checkpoints): ``mpirun -n N python ckpt_worker.py PHASE DIR CONFIG...``.
+DCP checkpoints): ``mpirun -n N python ckpt_worker.py PHASE DIR CONFIG...``;
+also under ``torchrun --nproc-per-node N`` (torch.distributed on gloo from
+the launch, flexplan.torch's "torch" backend, no MPI: test_torchrun.py).
 Every rank runs every config; rank 0 prints ``PASS name ...`` or
 ``FAIL name why`` per config; exit status 1 when any failed.
 
@@ -450,9 +452,15 @@ def run_corrupt(name, rank, world, d):
 
 def main():
     phases, d, names = sys.argv[1].split(","), sys.argv[2], sys.argv[3:]
-    rank, world = mpi_init()
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ  # set by torchrun
+    if torchrun:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = mpi_init()
     bad = 0
-    boot = None
+    boot = True if torchrun else None
     # corrupt and fsdp2: the first config only (the failure paths are the same for every config)
     for phase, name in [(ph, n) for ph in phases for n in (names[:1] if ph in ("corrupt", "fsdp2", "hf") else names)]:
         try:
@@ -471,7 +479,8 @@ def main():
     import torch.distributed as dist
     if dist.is_initialized():
         dist.destroy_process_group()
-    mpi_finalize()
+    if not torchrun:
+        mpi_finalize()
     sys.exit(1 if bad else 0)
 
 

@@ -243,6 +243,8 @@ def run_config(name, rank, world, tmp):
         _wrap_checkpoint(kind, model)
     routing = watch_routing(kind, model)
     st = fpt.shard(model, plan)
+    if os.environ.get("FP_EXPECT_BACKEND", st.backend) != st.backend:  # the launch chose it (test_torchrun.py)
+        return "FAIL", f"shard() chose backend {st.backend!r}, want {os.environ['FP_EXPECT_BACKEND']!r}"
     if opts.get("compile"):
         compile_units(kind, model)
     make_opt = tm.sgd_momentum if opts.get("sgd") else tm.adamw
