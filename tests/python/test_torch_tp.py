@@ -23,6 +23,7 @@ import socket
 import pytest
 
 from torch_mpi import run_mpi
+from torch_run import run_torchrun
 
 NP = 4
 STEPS = 8
@@ -83,6 +84,23 @@ def test_fp32_against_fsdp2_and_one_process(out, dp, tp, clip, ga):
         assert len(fn) == STEPS and close(fn, sn, 1e-6, 1e-5), (fn, sn)
         assert close(fn, gn, 1e-6, 1e-5), (fn, gn)
         assert any(x > clip for x in fn)  # the clip acted
+
+
+def test_under_torchrun(out):
+    """launched as torchtitan users launch: torchrun, gloo, no MPI; the plan's
+    collectives on torch.distributed process groups (the default backend
+    under torchrun), 2 x 2 with clipping: as under mpiexec"""
+    d = os.path.join(out, "torchrun")
+    os.makedirs(d)
+    rc, log = run_torchrun(NP, "tp_worker.py", "2", "2", "fp32", str(STEPS), "1.0", d, timeout=600)
+    assert rc == 0, log[-6000:]
+    with open(os.path.join(d, "tp_2x2_fp32_ga1.json")) as f:
+        r = json.load(f)
+    assert r["backend"] == "torch", r["backend"]
+    fl, fs, sg = r["flexplan_losses"], r["fsdp2_losses"], r["single_losses"]
+    assert close(fl, fs, LOSS_ATOL, LOSS_RTOL) and close(fl, sg, LOSS_ATOL, LOSS_RTOL), (fl, fs, sg)
+    assert r["weights_vs_fsdp2"][0] <= 1.0 and r["weights_vs_single"][0] <= 1.0, r
+    assert close(r["flexplan_norms"], r["fsdp2_norms"], 1e-6, 1e-5), r
 
 
 def test_bf16_against_fsdp2(out):

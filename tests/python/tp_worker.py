@@ -295,7 +295,7 @@ def main():
     fl = [mean_over_dp(x, dp_group) for x in fl]
     sl, sn, sw, se = run_fsdp2(dp, tp, mesh, data, dtype, steps, clip, ga)
     sl = [mean_over_dp(x, dp_group) for x in sl]
-    rec = {"dp": dp, "tp": tp, "dtype": dt, "ga": ga, "flexplan_losses": fl, "fsdp2_losses": sl,
+    rec = {"dp": dp, "tp": tp, "dtype": dt, "ga": ga, "backend": st.backend, "flexplan_losses": fl, "fsdp2_losses": sl,
            "flexplan_norms": fn, "fsdp2_norms": sn,
            "eval_vs_fsdp2": float(((fe - se).abs() / (1e-5 + 1e-5 * se.abs())).max())}
     if dist.get_rank() == 0:
