@@ -117,7 +117,19 @@ static bool parse_tp(fp_jctx *c, const fp_jv *pv, fp_param *p) {
   p->tp_dim = -1;
   if (!fpi_j_has(pv, "tp")) return true;
   const fp_jv *t = fpi_j_get(pv, "tp");
-  const char *tp = here_key(c, "tp");
+  /* the common cases, read without formatting a pointer (a 405B model has a
+   * thousand of them): {"kind": "replicate"}, {"kind": "shard", "dim": d} */
+  if (fpi_jv_is(t, FP_JOBJECT) && t->n <= 2) {
+    const char *kind = fpi_jv_str(fpi_j_get(t, "kind"));
+    const fp_jv *dv = fpi_j_get(t, "dim");
+    if (kind && !strcmp(kind, "replicate") && t->n == 1) return true;
+    if (kind && !strcmp(kind, "shard") && t->n == 2 && fpi_jv_is(dv, FP_JINT) && !dv->big && dv->i >= 0 &&
+        dv->i < p->ndim) {
+      p->tp_dim = (int)dv->i;
+      return true;
+    }
+  }
+  const char *tp = here_key(c, "tp"); /* anything else: the located checks below */
   static const char *const kinds[] = {"replicate", "shard", NULL};
   static const char *const keys[] = {"kind", "dim", NULL};
   int k = -1;
