@@ -203,9 +203,10 @@ typedef enum fp_backend {
                         * process groups); the MPI backend's streams and progress */
 } fp_backend;
 
-/* How the MPI backend drives the plan's communication streams. */
+/* How the host backends (MPI, external) drive the plan's communication streams. */
 typedef enum fp_progress {
-  FP_PROGRESS_DEFAULT = 0, /* MPI: THREAD where MPI_THREAD_MULTIPLE is provided, else POLL
+  FP_PROGRESS_DEFAULT = 0, /* MPI: THREAD where MPI_THREAD_MULTIPLE is provided, else POLL;
+                            * external: POLL (its transport's ops progress on their own)
                             * (docs/executor.md says why) */
   FP_PROGRESS_POLL = 1,    /* streams advance inside hooks only (any MPI thread level);
                             * background communication waits for the next hook */
@@ -263,7 +264,7 @@ typedef struct fp_exec_config {
                           * rank/size are `rank`/`world_size`; NULL means MPI_COMM_WORLD. The
                           * executor duplicates what it needs; the communicator need only live
                           * through fp_exec_create. */
-  fp_progress progress;  /* MPI only; NCCL: FP_PROGRESS_DEFAULT (the GPU drives its streams) */
+  fp_progress progress;  /* MPI and external; NCCL: FP_PROGRESS_DEFAULT (the GPU drives its streams) */
   /* ---- FP_BACKEND_NCCL (ignored by FP_BACKEND_MPI) ----
    * The device is the calling thread's current CUDA device (cudaSetDevice). */
   fp_cuda_mode cuda_mode;
