@@ -196,6 +196,16 @@ static int t_start(void *ctx, const fp_coll_args *a, int64_t *req) {
              a->index, a->size, (int)a->dtype);
     return -1;
   }
+  /* the table's contract: a reduce-scatter's dst never overlaps its src (the
+   * executor stages an in-place one) */
+  if (a->coll == FP_COLL_REDUCE_SCATTER || a->coll == FP_COLL_REDUCE_SCATTER_V) {
+    const char *s0 = a->src, *d0 = a->dst;
+    int64_t span = a->coll == FP_COLL_REDUCE_SCATTER ? a->size * a->count : a->displs[a->size - 1] + a->counts[a->size - 1];
+    if (d0 + a->count * 4 > s0 && d0 < s0 + span * 4) {
+      snprintf(c->err, sizeof c->err, "reduce-scatter: dst overlaps src");
+      return -1;
+    }
+  }
   pthread_mutex_lock(&w->mu);
   int64_t k = g->next[me]++;
   slot *s = &g->slots[k % SLOTS];
@@ -402,7 +412,8 @@ static fp_plan *compile(const char *model, const char *spec, const char *policy)
   return p;
 }
 
-#define MP "\"defaults\": {\"mixed_precision\": {\"param_dtype\": \"fp32\", \"reduce_dtype\": \"fp32\", \"main_grad_dtype\": \"fp32\"}}"
+#define MP0 "\"defaults\": {\"mixed_precision\": {\"param_dtype\": \"fp32\", \"reduce_dtype\": \"fp32\", \"main_grad_dtype\": \"fp32\"}"
+#define MP MP0 "}"
 
 int main(int argc, char **argv) {
   if (argc != 2) {
@@ -414,16 +425,19 @@ int main(int argc, char **argv) {
   job jobs[MAXW];
   /* training: full_shard on 2 and 3 ranks (padded shards), hybrid 2 x 2; the
    * fsdp2 policy's plan (averages: reduce-scatters with red=avg, divided by
-   * the executor after the transport's sum) */
-  const struct { int W; const char *extra, *policy; } cases[] = {
-      {2, "\"strategy\": \"full_shard\"", NULL},
-      {3, "\"strategy\": \"full_shard\"", NULL},
-      {4, "\"strategy\": \"hybrid_shard\", \"hybrid_shard\": {\"intra_node_size\": 2}", NULL},
-      {2, "\"strategy\": \"full_shard\"", "fsdp2"},
+   * the executor after the transport's sum); one flat bucket on 3 ranks */
+  const struct { int W; const char *extra, *policy, *dflt; } cases[] = {
+      {2, "\"strategy\": \"full_shard\"", NULL, NULL},
+      {3, "\"strategy\": \"full_shard\"", NULL, NULL},
+      {4, "\"strategy\": \"hybrid_shard\", \"hybrid_shard\": {\"intra_node_size\": 2}", NULL, NULL},
+      {2, "\"strategy\": \"full_shard\"", "fsdp2", NULL},
+      {3, "\"strategy\": \"full_shard\", \"buckets\": [{\"name\": \"all\", \"params\": [\"*\"]}]", NULL,
+       ", \"collectives\": \"flat\""},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    snprintf(spec, sizeof spec, "{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": %d%s}, %s, " MP "}",
-             cases[k].W, cases[k].W == 4 ? ", \"ranks_per_node\": 2" : "", cases[k].extra);
+    snprintf(spec, sizeof spec, "{\"format\": \"flexplan.spec.v1\", \"mesh\": {\"world_size\": %d%s}, %s, " MP0 "%s}}",
+             cases[k].W, cases[k].W == 4 ? ", \"ranks_per_node\": 2" : "", cases[k].extra,
+             cases[k].dflt ? cases[k].dflt : "");
     fp_plan *p = compile(argv[1], spec, cases[k].policy);
     const fp_plan *plans[MAXW];
     for (int r = 0; r < cases[k].W; r++) plans[r] = p;
