@@ -77,7 +77,7 @@ def launch_finalize():
         import torch.distributed as dist
         dist.destroy_process_group()
     else:
-        launch_finalize()
+        mpi_finalize()
 
 import torch_models as tm  # noqa: E402
 
