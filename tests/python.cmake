@@ -65,7 +65,7 @@ fp_add_pytest(python_reshard test_reshard.py)
 # at 1-4 ranks, resume on another world size and plan, corrupt checkpoints
 fp_add_pytest(python_torch_checkpoint test_torch_checkpoint.py LABELS mpi TIMEOUT 900)
 # checksummed, atomic saves: kill points and corruption (issue 40)
-fp_add_pytest(python_torch_ckpt_safety test_torch_ckpt_safety.py LABELS mpi TIMEOUT 900)
+fp_add_pytest(python_torch_ckpt_safety test_torch_ckpt_safety.py LABELS mpi TIMEOUT 1500)
 # launched by torchrun (issue 38): torch.distributed on gloo, no MPI, the external
 # backend over its process groups; each test launches its own torchrun runs
 # (tests/python/torch_run.py: python -m torch.distributed.run --standalone

@@ -8,10 +8,11 @@ import os
 
 from torch_mpi import run_mpi
 
-# (rank, point) of save_checkpoint: before anything, after DCP's files, after the
+# (rank, point) of save_checkpoint: before anything, after this rank's DCP data files
+# but before DCP's metadata (where DCP's own in-place save leaves a mixture), after DCP's files, after the
 # checksums were taken, after they were written and every file synced, between
 # moving the old checkpoint aside and the new one into place (rank 0 renames)
-POINTS = ["1:start", "1:saved", "0:checksummed", "1:written", "0:swap"]
+POINTS = ["1:start", "1:wrote", "1:saved", "0:checksummed", "1:written", "0:swap"]
 PATHS = ("load_in_place", "load_checkpoint")
 
 

@@ -767,7 +767,21 @@ def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
     token = int(st.ex.all_reduce_f64([float(os.getpid() % 1000003) if st.rank == 0 else 0.0])[0])
     tmp = f"{path}.flexplan-tmp-{token}"
     _kill_point(st, "start")
-    dcp.save(state_dict(st, optimizer), checkpoint_id=tmp)
+    writer = None
+    if os.environ.get("FLEXPLAN_CKPT_KILL", "").endswith(":wrote"):
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        class _KillAfterWrite(FileSystemWriter):  # the kill point between this rank's files and the metadata
+            def write_data(self, plan, planner):
+                fut = super().write_data(plan, planner)
+                fut.wait()
+                _kill_point(st, "wrote")
+                return fut
+        writer = _KillAfterWrite(tmp)
+    if writer is not None:
+        dcp.save(state_dict(st, optimizer), storage_writer=writer)
+    else:
+        dcp.save(state_dict(st, optimizer), checkpoint_id=tmp)
     _kill_point(st, "saved")
     items = _items(FileSystemReader(tmp).read_metadata())
     mine = [(i, _crc_file_range(os.path.join(tmp, it[0]), it[1], it[2]))
