@@ -28,7 +28,9 @@
  * operation, one rounding - so the results are the reference's, bit for
  * bit. The conversions are convert.h's branch-free forms (*_sel: the same
  * results as the reference's, checked on every 8- and 16-bit input and a
- * stride of fp32 inputs by the emulator test).
+ * stride of fp32 inputs by the emulator test), except fp32 -> e4m3 on sm_89
+ * and later: the hardware's conversion instruction (to_e4m3, which the GPU
+ * test checks against ref.c).
  *
  * MXFP8 quantization: a slot is 16 elements, two slots per 32-element block
  * (lanes 2j and 2j+1 of a warp, for each of the thread's U slots); each
@@ -46,6 +48,10 @@ extern "C" {
 #include "base/base.h" /* fp_dtype */
 }
 #include "kernels/convert.h"
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#include <cuda_fp8.h>
+#define FPK_HW_E4M3 1 /* the conversion instruction of sm_89 and later */
+#endif
 
 #define FPK_HDT __host__ __device__ __forceinline__
 #ifdef __CUDA_ARCH__
@@ -57,6 +63,35 @@ extern "C" {
 namespace fpk {
 
 /* ---- element types --------------------------------------------------------------- */
+/* fp32 -> e4m3 as ref.c (round to nearest even, |x| at or past 464 and
+ * Inf saturated to 448 with x's sign, NaN the canonical 0x7f). On sm_89
+ * and later one instruction (cvt.rn.satfinite.e4m3x2.f32: the same
+ * rounding and saturation) with the NaN made canonical (the instruction
+ * keeps its sign); elsewhere, and in the host emulation, convert.h's
+ * branch-free form. The GPU test checks the instruction against ref.c
+ * (random bits, specials, values); the emulator checks the other form. */
+FPK_HDT uint8_t e4m3_nan_fix(float x, uint8_t v) {
+  return (fpkc_f2u(x) & 0x7fffffffu) > 0x7f800000u ? (uint8_t)0x7f : v;
+}
+FPK_HDT uint8_t to_e4m3(float x) {
+#ifdef FPK_HW_E4M3
+  return e4m3_nan_fix(x, (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+#else
+  return fpkc_f32_to_e4m3_sel(x);
+#endif
+}
+/* two at once (one instruction on sm_89+): *lo from a, *hi from b */
+FPK_HDT void to_e4m3x2(uint8_t &lo, uint8_t &hi, float a, float b) {
+#ifdef FPK_HW_E4M3
+  __nv_fp8x2_storage_t w = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  lo = e4m3_nan_fix(a, (uint8_t)(w & 0xffu));
+  hi = e4m3_nan_fix(b, (uint8_t)(w >> 8));
+#else
+  lo = fpkc_f32_to_e4m3_sel(a);
+  hi = fpkc_f32_to_e4m3_sel(b);
+#endif
+}
+
 template <int DT> struct elt;
 template <> struct elt<FP_F32> {
   typedef uint32_t T; /* the bits */
@@ -76,7 +111,7 @@ template <> struct elt<FP_F16> {
 template <> struct elt<FP_E4M3> {
   typedef uint8_t T;
   static FPK_HDT float get(T v) { return fpkc_e4m3_to_f32_sel(v); }
-  static FPK_HDT T put(float f) { return fpkc_f32_to_e4m3_sel(f); }
+  static FPK_HDT T put(float f) { return to_e4m3(f); }
 };
 
 /* elements per slot for a pair of element sizes: the narrower moves 16 bytes */
@@ -321,7 +356,10 @@ FPK_HDT void mx_store(uint8_t *dst, uint8_t *scales, int64_t n, int64_t t, const
   pack<uint8_t, MX_SLOT> out;
   float inv = fpkc_mx_inv_scale(bad ? 0 : sb);
 FPK_UNROLL
-  for (int j = 0; j < MX_SLOT; j++) out.e[j] = bad ? 0x7f : fpkc_f32_to_e4m3_sel(fpkc_mul_rn(p.v[j], inv));
+  for (int j = 0; j < MX_SLOT; j += 2) to_e4m3x2(out.e[j], out.e[j + 1], fpkc_mul_rn(p.v[j], inv), fpkc_mul_rn(p.v[j + 1], inv));
+  if (bad)
+FPK_UNROLL
+    for (int j = 0; j < MX_SLOT; j++) out.e[j] = 0x7f;
   if (aligned && i0 + MX_SLOT <= n) vstore(dst + i0, out);
   else
     for (int64_t j = 0; j < MX_SLOT && i0 + j < n; j++) dst[i0 + j] = out.e[j];
@@ -387,7 +425,7 @@ template <int ST> FPK_HDT void mx_scale_block(uint8_t *scales, const void *src, 
 template <int ST> FPK_HDT void mx_scaled_elem(uint8_t *dst, const uint8_t *scales, const void *src, int64_t i) {
   uint8_t sb = scales[i / 32];
   dst[i] = sb == 0xff ? 0x7f
-                       : fpkc_f32_to_e4m3_sel(fpkc_mul_rn(elt<ST>::get(((const typename elt<ST>::T *)src)[i]),
+                       : to_e4m3(fpkc_mul_rn(elt<ST>::get(((const typename elt<ST>::T *)src)[i]),
                                                           fpkc_mx_inv_scale(sb)));
 }
 
