@@ -28,6 +28,9 @@
 #   --cpu-tests   also run the CPU unit and mpi tests (step 3)
 #   --no-torch    leave out the PyTorch check (step 4)
 #   --nsys        also take an Nsight Systems trace of train_mlp (when nsys exists)
+#   --tests REGEX only the GPU tests matching REGEX (ctest -R; a short rerun)
+#   --torch-args "ARGS"  more arguments for bench/torch_gpu.py (e.g.
+#                 "--models 126m --runs fsdp2,flexplan-step": a short rerun)
 #   --deps-only   do step 1 only and say what was found and what was carried
 #                 (runs anywhere: no GPU, no build)
 #   --no-cpu-tests  accepted and ignored (the CPU tests are off unless asked)
@@ -42,10 +45,10 @@
 # use); the compute capability is GPU_SM.
 set -uo pipefail
 usage() {
-  echo "usage: bench/gpu.sh [--cpu-tests] [--no-torch] [--nsys] [--deps-only] OUTDIR" >&2
+  echo "usage: bench/gpu.sh [--cpu-tests] [--no-torch] [--nsys] [--tests REGEX] [--torch-args ARGS] [--deps-only] OUTDIR" >&2
   exit 2
 }
-CPU_TESTS=0 TORCH=1 NSYS=0 DEPS_ONLY=0 OUT=""
+CPU_TESTS=0 TORCH=1 NSYS=0 DEPS_ONLY=0 OUT="" TESTS_RE="" TORCH_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-tests) CPU_TESTS=1 ;;
@@ -53,6 +56,8 @@ while [ $# -gt 0 ]; do
     --no-torch) TORCH=0 ;;
     --nsys) NSYS=1 ;;
     --deps-only) DEPS_ONLY=1 ;;
+    --tests) shift; [ $# -gt 0 ] || usage; TESTS_RE=$1 ;;
+    --torch-args) shift; [ $# -gt 0 ] || usage; TORCH_ARGS=$1 ;;
     -h | --help) usage ;;
     -*) echo "bench/gpu.sh: unknown option $1" >&2; usage ;;
     *) [ -z "$OUT" ] || usage; OUT=$1 ;;
@@ -194,7 +199,7 @@ phase build
 
 # ---- 3. tests -----------------------------------------------------------------------------
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300 > "$OUT/ctest-gpu.log" 2>&1
+ctest --test-dir build-gpu -L gpu ${TESTS_RE:+-R "$TESTS_RE"} --output-on-failure --timeout 300 > "$OUT/ctest-gpu.log" 2>&1
 GPU_RC=$?
 GPU_SKIPPED=$(grep -c '(Skipped)' "$OUT/ctest-gpu.log" || true)
 GPU_SUMMARY=$(grep -E 'tests passed' "$OUT/ctest-gpu.log" | tail -1)
@@ -215,7 +220,7 @@ fi
 TORCH_STATUS="not run"
 if [ "$TORCH" = 1 ]; then
   if PYTHONPATH=$ROOTDIR/python${PYTHONPATH:+:$PYTHONPATH} FLEXPLAN_LIBRARY=$ROOTDIR/build-gpu/libflexplan.so \
-    "$PY" bench/torch_gpu.py --out "$OUT/torch_gpu.json" --workdir "$OUT/torch_gpu" --job-timeout 120 \
+    "$PY" bench/torch_gpu.py --out "$OUT/torch_gpu.json" --workdir "$OUT/torch_gpu" --job-timeout 120 $TORCH_ARGS \
     2>&1 | tee "$OUT/torch_gpu.log"; then
     TORCH_STATUS=passed
   else

@@ -29,6 +29,13 @@ failure, not the script's):
   side stream (``side``), shard() and every step included;
 - flexplan-safe: cuda_mode="capture_safe" and a capturable AdamW whose
   learning rate is a device tensor, every step eager;
+- flexplan-safe-float: the same with FSDP2's AdamW (float learning rate,
+  not capturable): whether capture_safe mode alone gives FSDP2's losses;
+  fsdp2-capturable: FSDP2 with AdamW(capturable=True): how far the
+  capturable optimizer's arithmetic alone moves the losses;
+- plain-step: plain as one graph per step (the same recipe, capturable
+  AdamW): torch's own whole-step graph, whose host time per replay is the
+  floor flexplan-step's is compared with;
 - flexplan-step: the same steps as one CUDA graph per step (issue 39;
   docs/torch.md "One graph per step"): 3 eager steps on a side stream, one
   step captured with ``torch.cuda.graph`` (forward, loss, backward, AdamW,
@@ -56,8 +63,9 @@ FSDP2's ten losses bit for bit.
 
 Checked: every step's loss of every flexplan run within --rtol relative of
 FSDP2's (default 1e-5 deterministic, 1e-2 with --nondeterministic;
---rtol-capturable, 2e-3, for the capturable-AdamW runs, whose optimizer
-rounds otherwise than FSDP2's), flexplan-step equal to flexplan-safe; exit
+--rtol-capturable, 5e-3, for the capturable-AdamW runs, whose optimizer
+rounds otherwise than FSDP2's: FSDP2 itself moves by 2.03e-3 over 20
+steps when its AdamW is made capturable, H200 2026-11-28), flexplan-step equal to flexplan-safe; exit
 status 1 otherwise, or when a run fails. Timed:
 each step between two ``torch.cuda.synchronize()``; ms/step is the median of
 the steps after --warmup (2: the first holds lazy init, NCCL connection and
@@ -132,9 +140,15 @@ def batch(c, g, device):
     return ids[:, :-1].contiguous().to(device), ids[:, 1:].contiguous().to(device)
 
 
-def loss_of(m, c, x, y):
+def loss_of(m, c, x, y, mask=None):
+    """The mean cross entropy; mask: a prepared 4-D additive causal mask
+    (transformers uses it as given), for the whole-step graph, where
+    transformers' own mask making copies a host scalar to the device,
+    which a capture refuses; the same values as the one it makes (0 on and
+    below the diagonal, bf16's lowest above), so the same losses."""
     import torch
-    logits = m(input_ids=x).logits
+    kw = {} if mask is None else {"attention_mask": mask, "use_cache": False}
+    logits = m(input_ids=x, **kw).logits
     return torch.nn.functional.cross_entropy(logits.float().reshape(-1, c["vocab"]), y.reshape(-1))
 
 
@@ -183,7 +197,7 @@ def train(a, c, m, opt, device, autocast=None):
     return losses, times
 
 
-def job_fsdp2(a, c, device):
+def job_fsdp2(a, c, device, capturable=False):
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -201,7 +215,8 @@ def job_fsdp2(a, c, device):
     for layer in m.model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp)
     fully_shard(m, mesh=mesh, mp_policy=mp)
-    opt = adamw(c, m.parameters())
+    opt = adamw(c, m.parameters()) if not capturable else \
+        torch.optim.AdamW(m.parameters(), lr=c["lr"], capturable=True, **ADAMW)
     r = train(a, c, m, opt, device)
     dist.destroy_process_group()
     return r
@@ -290,7 +305,7 @@ def capturable_adamw(st, c, fpt):
     return fpt.optimizer(st, torch.optim.AdamW, lr=lr, capturable=True, **ADAMW)
 
 
-def job_flexplan_step(a, c, graph):
+def job_flexplan_step(a, c, graph, capturable=True):
     """flexplan-safe: cuda_mode="capture_safe" with a capturable AdamW,
     every step eager (the reference the graph must equal bit for bit);
     flexplan-step: the same, PyTorch's whole-network recipe (docs/torch.md
@@ -311,13 +326,16 @@ def job_flexplan_step(a, c, graph):
     st = fpt.shard(m, plan, backend="nccl", rank=0, world_size=1, cuda_mode="capture_safe")
     torch.cuda.synchronize()
     shard_bytes = free0 - torch.cuda.mem_get_info()[0]
-    opt = capturable_adamw(st, c, fpt)
+    opt = capturable_adamw(st, c, fpt) if capturable else fpt.optimizer(st, torch.optim.AdamW, lr=c["lr"], **ADAMW)
     sx, sy = batch(c, 0, "cuda")
     sx, sy = sx.clone(), sy.clone()  # the static inputs: every step's batch copied in
     losses, times, host = [], [], []
 
+    S = c["seq"]
+    mask = torch.full((S, S), torch.finfo(torch.bfloat16).min, dtype=torch.bfloat16, device="cuda").triu(1)[None, None]
+
     def step_body():
-        loss = loss_of(m, c, sx, sy)
+        loss = loss_of(m, c, sx, sy, mask)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -356,12 +374,71 @@ def job_flexplan_step(a, c, graph):
     if host:
         extra["host_us_per_replay"] = round(1e6 * statistics.median(host), 2)
         extra["host_us_per_replay_max"] = round(1e6 * max(host), 2)
+        extra["host_us_all"] = [round(1e6 * h, 1) for h in host]
     if g is not None:
         extra["graphs_live"] = st.graphs_live()
         g.reset()
         st.release_graph()
     st.close()
     plan.close()
+    return losses, times, extra
+
+
+def job_plain_step(a, c):
+    """plain-step: the plain run (fp32 model, bf16 autocast, no sharding)
+    as one CUDA graph per step, with the same recipe and a capturable AdamW:
+    the host time per replay of a whole-step graph holding torch's kernels
+    only, beside flexplan-step's (which holds the plan's work as well)."""
+    import torch
+    m = build_model(c, "cuda")
+    lr = torch.tensor(c["lr"], dtype=torch.float32, device="cuda")
+    opt = torch.optim.AdamW(m.parameters(), lr=lr, capturable=True, **ADAMW)
+    sx, sy = batch(c, 0, "cuda")
+    sx, sy = sx.clone(), sy.clone()
+    S = c["seq"]
+    mask = torch.full((S, S), torch.finfo(torch.float32).min, device="cuda").triu(1)[None, None]
+
+    def step_body():
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+            logits = m(input_ids=sx, attention_mask=mask, use_cache=False).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, c["vocab"]), sy.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    warm = min(STEP_WARMUP, a.steps)
+    g = static_loss = None
+    losses, times, host = [], [], []
+    for step in range(a.steps):
+        if step == a.steps // 2:
+            halve_lr(opt)
+        x, y = batch(c, step, "cuda")
+        sx.copy_(x)
+        sy.copy_(y)
+        if step == warm:
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                static_loss = step_body()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if g is None:
+            with torch.cuda.stream(side):
+                loss = step_body()
+        else:
+            g.replay()
+            host.append(time.perf_counter() - t0)
+            loss = static_loss
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.item()))
+    extra = {"replays": len(host), "warm_steps": warm, "host_us_all": [round(1e6 * h, 1) for h in host]}
+    if host:
+        extra["host_us_per_replay"] = round(1e6 * statistics.median(host), 2)
+        extra["host_us_per_replay_max"] = round(1e6 * max(host), 2)
     return losses, times, extra
 
 
@@ -386,12 +463,17 @@ def run_job(a):
     t0 = time.perf_counter()
     name = a.job
     extra = {}
-    if name == "fsdp2" or name.startswith("fsdp2-"):  # fsdp2-rep2: a repeat of the reference
+    if name == "fsdp2-capturable":  # AdamW(capturable=True): how much the capturable arithmetic alone moves
+        losses, times = job_fsdp2(a, c, device, capturable=True)
+    elif name == "fsdp2" or name.startswith("fsdp2-"):  # fsdp2-rep2: a repeat of the reference
         losses, times = job_fsdp2(a, c, device)
     elif name == "plain":
         losses, times = job_plain(a, c, device)
-    elif name in ("flexplan-safe", "flexplan-step"):
-        losses, times, extra = job_flexplan_step(a, c, graph=name == "flexplan-step")
+    elif name == "plain-step":
+        losses, times, extra = job_plain_step(a, c)
+    elif name in ("flexplan-safe", "flexplan-step", "flexplan-safe-float"):
+        losses, times, extra = job_flexplan_step(a, c, graph=name == "flexplan-step",
+                                                 capturable=name != "flexplan-safe-float")
     elif name.startswith("flexplan"):
         parts = name.split("-")
         losses, times, extra = job_flexplan(a, c, device, parts[1], parts[2], parts[3] if len(parts) > 3 else None)
@@ -518,9 +600,11 @@ def compare(a, key, c, runs, workdir):
     print(f"torch_gpu: {key}: ms/step ratios (same invocation, same device): "
           + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
     target = STEP_TARGETS.get(key)
-    if st and "host_us_per_replay" in st:
-        print(f"torch_gpu: {key}: flexplan-step host time per replay: median {st['host_us_per_replay']:.1f} us, "
-              f"max {st['host_us_per_replay_max']:.1f} us (target <= 50 us)")
+    for n in ("flexplan-step", "plain-step"):
+        r = results.get(n, {})
+        if "host_us_per_replay" in r:
+            print(f"torch_gpu: {key}: {n} host time per replay: median {r['host_us_per_replay']:.1f} us, "
+                  f"max {r['host_us_per_replay_max']:.1f} us (target <= 50 us): " + " ".join(map(str, r["host_us_all"])))
     if target and "flexplan-step / fsdp2" in ratios:
         print(f"torch_gpu: {key}: flexplan-step / fsdp2 = {ratios['flexplan-step / fsdp2']:.3f} (target <= {target})")
     for name, r in results.items():
@@ -548,9 +632,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="steps left out of ms/step")
     ap.add_argument("--rtol", type=float, default=None,
                     help="relative loss tolerance against FSDP2 (default 1e-5; 1e-2 with --nondeterministic)")
-    ap.add_argument("--rtol-capturable", type=float, default=2e-3,
+    ap.add_argument("--rtol-capturable", type=float, default=5e-3,
                     help="the same for flexplan-safe and flexplan-step, whose capturable AdamW rounds otherwise "
-                         "than FSDP2's (default 2e-3)")
+                         "than FSDP2's (default 5e-3: on the H200, 2026-11-28, FSDP2 with AdamW(capturable=True) "
+                         "moved 2.03e-3 from FSDP2 over 20 steps, flexplan-safe 2.07e-3)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny Llama, gloo and MPI")
     ap.add_argument("--models", default=None,
                     help="comma-separated, of " + ", ".join(MODELS) + " (default 126m,1b; --tiny: tiny)")

@@ -49,6 +49,8 @@ extern "C" {
 }
 #include "kernels/convert.h"
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #define FPK_HW_E4M3 1 /* the conversion instruction of sm_89 and later */
 #endif
@@ -370,6 +372,18 @@ FPK_UNROLL
  * fp16, 4 to fp32: the widening casts' decision above; it was 16, two or
  * four strided 16-byte stores a lane, 0.63 of a copy on the H200); the bytes
  * and the scale bytes of all U are loaded first */
+#ifdef FPK_HW_E4M3
+/* one dequantized bf16 by the instructions (x: the e4m3 byte v as fp32, by
+ * the hardware): ref.c's result bit for bit - an e4m3 NaN (and a NaN
+ * block) gives ref.c's canonical quiet NaN 0x7fc0, every other value is
+ * finite or Inf after the exact product's rounding, which the instruction
+ * rounds to nearest even as fpkc_f32_to_bf16 does */
+__device__ __forceinline__ uint16_t dq_bf16(uint8_t v, float x, float s, bool nan) {
+  uint16_t r = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(x, s)));
+  return nan || (v & 0x7fu) == 0x7fu ? (uint16_t)0x7fc0u : r;
+}
+#endif
+
 template <int DT> struct dequant_k {
   typedef typename elt<DT>::T D;
   enum { SLOT = 16 / (int)sizeof(D) };
@@ -393,6 +407,18 @@ FPK_UNROLL
       float s = fpkc_mx_scale(nan ? 0 : sb[k]);
       if (aligned && i0 + SLOT <= n) {
         pack<D, SLOT> out;
+#ifdef FPK_HW_E4M3
+        if (DT == FP_BF16) { /* the instructions: e4m3x2 -> f16x2 (exact), f16 -> f32, x s, -> bf16 (RNE) */
+FPK_UNROLL
+          for (int j = 0; j < SLOT; j += 2) {
+            __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)(in[k].e[j] | (in[k].e[j + 1] << 8)), __NV_E4M3);
+            float2 f = __half22float2(__half2(h));
+            out.e[j] = (D)dq_bf16(in[k].e[j], f.x, s, nan);
+            out.e[j + 1] = (D)dq_bf16(in[k].e[j + 1], f.y, s, nan);
+          }
+        } else
+#endif
 FPK_UNROLL
         for (int j = 0; j < SLOT; j++)
           out.e[j] = elt<DT>::put(nan ? fpkc_u2f(0x7fc00000u) : fpkc_canon(fpkc_mul_rn(fpkc_e4m3_to_f32_sel(in[k].e[j]), s)));
