@@ -412,6 +412,14 @@ static int32_t time_ranges(fp_pass_ctx *c, const fp_prog *p, fp_ir_live *tv) {
  * orders and retries exist to close the last percent on models of a few
  * thousand buffers; a model of 100,000 small buckets keeps its first try */
 #define FP_MEMPLAN_WORK ((int64_t)20000000)
+/* a placement by program order (no modeled lifetimes) stops its retries
+ * after this many in a row left the smallest arena where it was. Measured
+ * over the shipped examples (2026-11-28): by program order a retry lowered
+ * the arena in one of eleven (deepseek-v3-16b), at the first retry, and
+ * llama3-405b-tp8 ran all 16 for nothing, twice (a third of its memplan
+ * time); by modeled lifetimes the retries still paid at the 10th
+ * (paligemma-3b-224), so those keep all of them */
+#define FP_MEMPLAN_STALE_ORDER 2
 enum {
   ORDER_SIZE,          /* largest first (ties: buffer order) */
   ORDER_SIZE_BEST_FIT, /* largest first, each in the smallest gap that fits */
@@ -885,8 +893,10 @@ static bool place_transient(fp_pass_ctx *c, placer *pl, int64_t *delta, int64_t 
   bool cliqued = false, ok = true;
   int64_t work = 0;
   uint64_t tried[NORDERS]; /* per fixed order: a hash of the sequence it tried */
-  int tries = NORDERS + (c->hold > 0 ? 0 : FP_MEMPLAN_RETRIES);
-  for (int order = 0; order < tries && (*end < 0 || (*end > *bound && work < FP_MEMPLAN_WORK)); order++) {
+  int tries = NORDERS + (c->hold > 0 ? 0 : FP_MEMPLAN_RETRIES), stale = 0;
+  int stale_max = c->hint_n > 0 ? FP_MEMPLAN_RETRIES : FP_MEMPLAN_STALE_ORDER;
+  for (int order = 0; order < tries && (*end < 0 || (*end > *bound && work < FP_MEMPLAN_WORK)) && stale < stale_max;
+       order++) {
     if (order == NORDERS && !cliqued) {
       int64_t q = pl->dev + clique_bound(pl, best, *bound);
       if (q > *bound) *bound = q;
@@ -905,6 +915,7 @@ static bool place_transient(fp_pass_ctx *c, placer *pl, int64_t *delta, int64_t 
       ok = false;
       break;
     }
+    stale = order >= NORDERS && !(e < *end) ? stale + 1 : 0;
     if (*end < 0 || e < *end) {
       *end = e;
       for (int i = 0; i < nitems; i++) best[items[i].buf] = off[items[i].buf];
