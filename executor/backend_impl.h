@@ -42,6 +42,10 @@ struct fp_backend_impl {
                      int64_t rows);
   void (*destroy)(fp_exec *x);
   fp_status (*all_reduce_f64)(fp_exec *x, double *values, int n);
+  /* fp_exec_all_reduce_f64_dev: device values, enqueued on the compute
+   * stream, not waited for (max: the maximum); NULL where values are host
+   * memory */
+  fp_status (*all_reduce_dev)(fp_exec *x, double *values, int n, int max);
   /* NCCL: the trainer's compute stream changes (fp_exec_set_cuda_stream); NULL: the backend has none */
   fp_status (*set_stream)(fp_exec *x, void *stream);
   /* NCCL: one graph per step (fp_exec_capture_*): op FPX_CAPTURE_BEGIN, _END,

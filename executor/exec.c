@@ -738,6 +738,23 @@ fp_status fp_exec_all_reduce_f64(fp_exec *x, double *values, int n) {
   return st;
 }
 
+fp_status fp_exec_all_reduce_f64_dev(fp_exec *x, double *values, int n, int max) {
+  if (!x) return FP_ERR_ARG;
+  FPX_CHECK(usable(x));
+  if (n < 0 || n > FP_ALL_REDUCE_MAX || (n > 0 && !values))
+    return fpx_fail(x, FP_ERR_ARG, "fp_exec_all_reduce_f64_dev: %d values (expected 0 to %d, and a buffer)", n,
+                    FP_ALL_REDUCE_MAX);
+  if (!x->bk->all_reduce_dev)
+    return fpx_fail(x, FP_ERR_BACKEND,
+                    "fp_exec_all_reduce_f64_dev: the %s backend keeps its values in host memory and has no reduction "
+                    "on a device stream (use fp_exec_all_reduce_f64)",
+                    x->bk->name);
+  if (n == 0) return FP_OK;
+  fp_status st = x->bk->all_reduce_dev(x, values, n, max);
+  if (st == FP_ERR_BACKEND || st == FP_ERR_TIMEOUT) x->broken = true;
+  return st;
+}
+
 fp_status fp_exec_sync(fp_exec *x) {
   if (!x) return FP_ERR_ARG;
   FPX_CHECK(usable(x));

@@ -1178,6 +1178,19 @@ static fp_status nccl_all_reduce_f64(fp_exec *x, double *v, int cnt) {
   return FP_OK;
 }
 
+/* fp_exec_all_reduce_f64_dev: the caller's device doubles, in place, on the
+ * world communicator, enqueued on the compute stream (inside a capture:
+ * torch's capture stream, so the graph holds it); nothing waited for */
+static fp_status nccl_all_reduce_dev(fp_exec *x, double *v, int cnt, int max) {
+  nstate *n = ns(x);
+  FPX_CHECK(wcap_check(x, "fp_exec_all_reduce_f64_dev"));
+  NCCL_TRY(x, ncclAllReduce(v, v, (size_t)cnt, ncclFloat64, max ? ncclMax : ncclSum, n->world, n->st[FP_STREAM_COMPUTE]),
+           n->world);
+  x->stats.collectives++;
+  x->stats.bytes_moved += (int64_t)cnt * (int64_t)sizeof *v;
+  return FP_OK;
+}
+
 /* ---- destroy ------------------------------------------------------------------------------------------------- */
 static void nccl_destroy(fp_exec *x) {
   nstate *n = ns(x);
@@ -1264,6 +1277,7 @@ const fp_backend_impl fp_backend_nccl = {
     .sync = nccl_sync,
     .write = nccl_write,
     .all_reduce_f64 = nccl_all_reduce_f64,
+    .all_reduce_dev = nccl_all_reduce_dev,
     .destroy = nccl_destroy,
     .set_stream = nccl_set_stream,
     .capture = nccl_capture,

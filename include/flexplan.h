@@ -638,6 +638,21 @@ FP_API int64_t fp_exec_capture_live(const fp_exec *x);
 #define FP_ALL_REDUCE_MAX 4096
 FP_API fp_status fp_exec_all_reduce_f64(fp_exec *x, double *values, int n);
 
+/* The same reduction with no host wait, so that it can be captured into
+ * one graph per step (clip_grad_norm_ inside torch.cuda.graph): the n
+ * doubles at `values` are device memory the caller owns, and the
+ * all-reduce (the sum over every rank, or with `max` nonzero the maximum)
+ * is enqueued on the trainer's compute stream (fp_exec_set_cuda_stream,
+ * or torch's capture stream inside fp_exec_capture_begin / _end) on the
+ * world communicator, in place, after the work queued there and before
+ * what the caller queues next; the result is read in stream order, never
+ * waited for here. Every rank calls it with the same n at the same point
+ * of its hook sequence, between hooks. NCCL backend only (FP_ERR_BACKEND
+ * on the MPI and external backends, whose values are host memory:
+ * fp_exec_all_reduce_f64); n in [0, FP_ALL_REDUCE_MAX], values non-NULL
+ * when n > 0 (FP_ERR_ARG). */
+FP_API fp_status fp_exec_all_reduce_f64_dev(fp_exec *x, double *values, int n, int max);
+
 /* ---- MPI from programs that do not link MPI (e.g. Python over ctypes) ---- */
 /* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (so the MPI backend can
  * use its progress thread), unless MPI is already initialized; then this

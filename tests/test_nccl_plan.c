@@ -73,7 +73,7 @@ static void t_destroy(fp_exec *x) {
   free(x->host);
 }
 static const fp_backend_impl test_backend = {"test", t_prepare, t_agree, t_ok, t_run, t_ok, t_write, t_destroy, NULL,
-                                             NULL, NULL};
+                                             NULL, NULL, NULL};
 
 /* ---- one rank's issue order --------------------------------------------------------------- */
 typedef struct rankview {
@@ -253,6 +253,14 @@ static int run_plan(const char *path) {
       CHECK(fp_exec_all_reduce_f64(rv[r].x, &v, 1) == FP_ERR_BACKEND &&
                 strstr(fp_exec_errmsg(rv[r].x), "the test backend has no reduction") && !rv[r].x->broken,
             "%s: all-reduce without a backend reduction: %s", path, fp_exec_errmsg(rv[r].x));
+      CHECK(fp_exec_all_reduce_f64_dev(rv[r].x, &v, 1, 0) == FP_ERR_BACKEND &&
+                strstr(fp_exec_errmsg(rv[r].x), "the test backend keeps its values in host memory") &&
+                !rv[r].x->broken,
+            "%s: device all-reduce without a backend reduction: %s", path, fp_exec_errmsg(rv[r].x));
+      CHECK(fp_exec_all_reduce_f64_dev(rv[r].x, NULL, 1, 0) == FP_ERR_ARG &&
+                strstr(fp_exec_errmsg(rv[r].x), "fp_exec_all_reduce_f64_dev: 1 values (expected 0 to 4096, and a "
+                                                "buffer)"),
+            "%s: device all-reduce of NULL: %s", path, fp_exec_errmsg(rv[r].x));
     }
     items += rv[r].P.nitems;
     runs += rv[r].P.nruns;

@@ -385,6 +385,7 @@ SIGNATURES = {
     "fp_exec_cuda_stream": (_vp, [_vp]),
     "fp_exec_set_cuda_stream": (_st, [_vp, _vp]),
     "fp_exec_all_reduce_f64": (_st, [_vp, _P(ctypes.c_double), ctypes.c_int]),
+    "fp_exec_all_reduce_f64_dev": (_st, [_vp, _vp, ctypes.c_int, ctypes.c_int]),
     # one CUDA graph per step (include/flexplan.h; flexplan.torch._capture)
     "fp_exec_capture_begin": (_st, [_vp]),
     "fp_exec_capture_end": (_st, [_vp]),

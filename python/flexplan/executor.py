@@ -448,6 +448,15 @@ class Executor:
             p = ctypes.cast(ctypes.c_void_p(addr + 8 * i), ctypes.POINTER(ctypes.c_double))
             _check(self._lib, self._lib.fp_exec_all_reduce_f64(self._x, p, k), self._x, "all_reduce_f64")
 
+    def all_reduce_f64_device(self, addr, n, op_max=False):
+        """Sum (or with op_max, the maximum) n doubles of device memory at
+        addr across every rank, in place, enqueued on the trainer's compute
+        stream and not waited for (fp_exec_all_reduce_f64_dev: it can be
+        captured into a graph); the NCCL backend only."""
+        self._live("all_reduce_f64_device")
+        _check(self._lib, self._lib.fp_exec_all_reduce_f64_dev(self._x, ctypes.c_void_p(addr), int(n), int(bool(op_max))),
+               self._x, "all_reduce_f64_device")
+
     # -- views, weights, stats --------------------------------------------
     def module_index(self, name):
         self._live("module_index")

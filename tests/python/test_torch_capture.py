@@ -22,4 +22,4 @@ def test_torch_capture_contract(np_, seed):
     lines = [l for l in out.splitlines() if l.split(" ", 1)[0] in ("PASS", "FAIL")]
     print("\n".join(lines))
     assert rc == 0 and lines and all(l.startswith("PASS") for l in lines), out[-6000:]
-    assert len(lines) == 2 * 14, out[-6000:]
+    assert len(lines) == 2 * 16, out[-6000:]

@@ -30,9 +30,13 @@ Checks (rank 0 prints PASS/FAIL per check; exit 1 on a failure):
 - refused at capture start, with a FlexplanError naming step_begin and the
   reason, nothing issued (the uncaptured step after it matches): cuda_mode
   "graph"; a capture before any uncaptured step;
-- clip_grad_norm_ inside the capture is refused naming it; ending the
-  capture there (mid-step, the plan's streams not joined back) makes the next
-  call fail with the executor's account of it."""
+- clip_grad_norm_: its device path (the one a capture takes) gives the
+  host path's total norm and clipped grads bit for bit (2-norm scaling and
+  not, inf-norm), uncaptured; inside the capture a step with clipping ends
+  joined and valid (no host wait: the all-reduce is captured on the capture
+  stream) and its graph replays;
+- ending the capture mid-step (after the backward, the plan's streams not
+  joined back) makes the next call fail with the executor's account of it."""
 import ctypes
 import os
 import sys
@@ -66,6 +70,7 @@ LIB.cudaGraphInstantiate.argtypes = [ctypes.POINTER(_vp), _vp, ctypes.c_ulonglon
 LIB.cudaGraphLaunch.argtypes = [_vp, _vp]
 LIB.cudaGraphExecDestroy.argtypes = [_vp]
 LIB.cudaGraphDestroy.argtypes = [_vp]
+LIB.cudaMalloc.argtypes = [ctypes.POINTER(_vp), ctypes.c_size_t]
 GLOBAL = 0  # cudaStreamCaptureModeGlobal: torch.cuda.graph's default
 
 
@@ -75,6 +80,23 @@ def capturing():
 
 
 fcap.StepCapture.capturing = staticmethod(capturing)
+foptim = importlib.import_module("flexplan.torch._optim")
+KEEP = []  # the simulated device buffers handed to torch (kept alive)
+
+
+def sim_reduce_buffer(device):
+    """clip_grad_norm_device's device double in the simulated device's memory
+    (host visible), as a torch tensor: what torch.zeros(device="cuda") is on a GPU"""
+    p = _vp()
+    rc = LIB.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8))
+    assert rc == 0, f"cudaMalloc: {rc}"
+    arr = (ctypes.c_double * 1).from_address(p.value)
+    arr[0] = 0.0
+    KEEP.append(arr)
+    return torch.frombuffer(arr, dtype=torch.float64)
+
+
+foptim.MainShards.reduce_buffer = staticmethod(sim_reduce_buffer)
 
 
 class DeviceOrder(sw.DeviceOrder):
@@ -215,7 +237,58 @@ def run(rank, world, plan, kind, a, b):
             check(rank, f"usable after the refusal ({mode})", not err, err)
         st.close()
 
-    # --- clip_grad_norm_ inside the capture; the capture ended mid-step ---
+    # --- clip_grad_norm_: the device path against the host path; inside the capture ---
+    model = tw.make_model(kind)
+    st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode="capture_safe")
+    opt = fpt.optimizer(st, tm.adamw)
+    with DeviceOrder():
+        CURRENT[0] = a
+        step(st, opt, kind, rank, world, 0)
+        # the same grads clipped both ways (uncaptured: the device path's all-reduce and torch's
+        # kernels run in stream order here), by a norm that scales them and by one that does not
+        inp, tgt = tm.batch(kind, world + rank)
+        tm.loss_fn(kind, st.module, inp, tgt).backward()
+        st.pre_optimizer()
+        grads = [gt.clone() for _, gt, _, _ in st._shards.main]
+        same, detail = True, []
+        for max_norm, p in ((1e-3, 2.0), (1e3, 2.0), (1e-3, float("inf"))):
+            for (_, gt, _, _), g0 in zip(st._shards.main, grads):
+                gt.copy_(g0)
+            t_host = st._shards.clip_grad_norm_(max_norm, p, rank, world)
+            host = [gt.clone() for _, gt, _, _ in st._shards.main]
+            for (_, gt, _, _), g0 in zip(st._shards.main, grads):
+                gt.copy_(g0)
+            t_dev = st._shards.clip_grad_norm_device(max_norm, p)
+            dev = [gt.clone() for _, gt, _, _ in st._shards.main]
+            ok = float(t_dev) == float(torch.tensor(t_host, dtype=torch.float32)) and \
+                all(torch.equal(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(host, dev))
+            same = same and ok
+            detail.append(f"max_norm {max_norm} p {p}: total {t_host!r} vs {float(t_dev)!r}, grads "
+                          f"{'equal' if ok else 'differ'}")
+        check(rank, "clip_grad_norm_'s device path gives the host path's norm and grads bit for bit", same,
+              "; ".join(detail))
+        opt.step()  # the step those grads belong to ends (post_optimizer)
+        opt.zero_grad()
+        begin(b)
+        err = ""
+        try:
+            step(st, opt, kind, rank, world, 1, clip=True)
+        except FlexplanError as e:
+            err = str(e)
+        rc, g = end(b)
+        check(rank, "clip_grad_norm_ inside the capture: no error, the capture ends joined and valid",
+              not err and rc == 0 and bool(g.value), err or f"cudaStreamEndCapture returned {rc}")
+        ge = _vp()
+        rcs = [LIB.cudaGraphInstantiate(ctypes.byref(ge), g, 0), LIB.cudaGraphLaunch(ge, _vp(b)),
+               LIB.cudaStreamSynchronize(_vp(b))] if g.value else [-1]
+        check(rank, "the graph with the device all-reduce replays", rcs == [0, 0, 0], f"return codes {rcs}")
+        if g.value:
+            LIB.cudaGraphExecDestroy(ge)
+            LIB.cudaGraphDestroy(g)
+        st.release_graph()
+    st.close()
+
+    # --- the capture ended mid-step ---
     model = tw.make_model(kind)
     st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode="capture_safe")
     opt = fpt.optimizer(st, tm.adamw)
@@ -223,10 +296,9 @@ def run(rank, world, plan, kind, a, b):
         CURRENT[0] = a
         step(st, opt, kind, rank, world, 0)
         begin(b)
-        ok, msg = raises(lambda: step(st, opt, kind, rank, world, 1, clip=True), "clip_grad_norm_",
-                         "cannot hold")
-        check(rank, "clip_grad_norm_ inside the capture is refused", ok, msg)
-        rc, g = end(b)  # mid-step: the plan's streams were never joined back
+        inp, tgt = tm.batch(kind, world + rank)
+        tm.loss_fn(kind, st.module, inp, tgt).backward()  # no optimizer step: the capture ends mid-step
+        rc, g = end(b)  # the plan's streams were never joined back
         CURRENT[0] = a
         ok, msg = raises(st.sync, "ended without fp_exec_capture_end")
         check(rank, "a capture ended mid-step is reported at the next call", ok and rc != 0,

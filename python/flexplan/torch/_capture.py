@@ -24,8 +24,12 @@ synchronization, no allocation, no host callback: the executor's
 capture-safe mode), so ``g.replay()`` replays it with no Python. Between
 steps ``live()`` counts the graphs captured and not released
 (``Sharded.release_graph()`` after ``g.reset()`` / ``del g``); close() with
-one live is an error. Host reductions (clip_grad_norm_, full_state_dict,
-refits) are refused inside the capture (``check_host_wait``).
+one live is an error. clip_grad_norm_ inside the capture reduces on the
+device (``in_capture``: fp_exec_all_reduce_f64_dev on the capture stream,
+the norm and the scale as device tensors: _optim.py); host reductions
+(full_state_dict, refits) are refused inside it by the executor
+(fp_exec_all_reduce_f64 and refits while the compute stream is being
+captured: FP_ERR_ORDER).
 
 ``capturing`` is torch's ``torch.cuda.is_current_stream_capturing`` (an
 attribute, so a test on the simulated device can stand its own in)."""
@@ -87,13 +91,10 @@ class StepCapture:
         if s:
             self._fail(s, "post_optimizer", _lib.text(lib.fp_exec_errmsg(ex._x)))
 
-    def check_host_wait(self, what):
-        """what (a call that waits for the device on the host) is refused
-        inside a capture."""
-        if self.active or (self.st.backend == "nccl" and type(self).capturing()):
-            self._fail(_lib.FP_ERR_ORDER, what, "it waits on the host for a reduction over the ranks (an all-reduce "
-                       "through fp_exec_all_reduce_f64), which a captured graph cannot hold; call it outside the "
-                       "capture")
+    def in_capture(self):
+        """Whether this step is being captured: clip_grad_norm_ then takes
+        its device path (no host wait, the same bits)."""
+        return self.active or (self.st.backend == "nccl" and type(self).capturing())
 
     def live(self):
         ex = self.st.ex

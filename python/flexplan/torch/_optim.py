@@ -39,6 +39,8 @@ class MainShards:
     def __init__(self, ex):
         self.ex = ex
         self.main = []  # (Parameter over main shard, grad tensor, ParamView, pad mask or None)
+        self.held_idx = {}  # param name -> indices of the held elements of its main shard (padded shards)
+        self._red = None  # clip_grad_norm_device's reduction buffer
         held = []
         for p in ex.params:
             held.append(float(p.shard.held))
@@ -54,6 +56,9 @@ class MainShards:
                 mask = torch.zeros(mt.numel(), dtype=torch.bool, device=mt.device)
                 for s, _, n in p.shard.pairs():
                     mask[s:s + n] = True
+                # the held elements' indices, in order: g[held] selects what g[mask] does without
+                # asking the device how many there are (a host wait a captured graph cannot hold)
+                self.held_idx[p.name] = mask.nonzero().flatten()
             mp.grad = gt if gt.numel() == mt.numel() else None
             mp._flexplan_name = p.name
             self.main.append((mp, gt, p, mask))
@@ -140,16 +145,25 @@ class MainShards:
         opt.register_load_state_dict_post_hook(adopt)
         self.views = views
 
+    # the device double clip_grad_norm_device reduces in (a test on the
+    # simulated device stands its own device memory in)
+    reduce_buffer = staticmethod(lambda device: torch.zeros(1, dtype=torch.float64, device=device))
+
+    def _held_grads(self):
+        """(fp32 grads of the held elements, replication count) per param
+        with a main-grad shard, in order"""
+        for _, gt, p, mask in self.main:
+            if gt.numel() == 0:
+                continue
+            g = gt.float() if mask is None else gt.float()[self.held_idx[p.name]]
+            yield g, self.repl[p.name]
+
     def clip_grad_norm_(self, max_norm, norm_type, rank, world_size):
         """torch.nn.utils.clip_grad_norm_ over the main-grad shards; one
         all-reduce. Returns the total norm (a float)."""
         local = 0.0
         with torch.no_grad():
-            for _, gt, p, mask in self.main:
-                if gt.numel() == 0:
-                    continue
-                r = self.repl[p.name]
-                g = gt.float() if mask is None else gt.float()[mask]
+            for g, r in self._held_grads():
                 if math.isinf(norm_type):
                     local = max(local, float(g.abs().max()))
                 else:
@@ -160,7 +174,8 @@ class MainShards:
             vals[rank] = local
             total = max(self.ex.all_reduce_f64(vals))
         else:
-            total = self.ex.all_reduce_f64([local])[0] ** (1.0 / norm_type)
+            total = self.ex.all_reduce_f64([local])[0]
+            total = math.sqrt(total) if norm_type == 2 else total ** (1.0 / norm_type)
         coef = min(float(max_norm) / (total + 1e-6), 1.0)
         if coef < 1.0:
             with torch.no_grad():
@@ -168,3 +183,45 @@ class MainShards:
                     if gt.numel():
                         gt.mul_(coef)
         return total
+
+    def clip_grad_norm_device(self, max_norm, norm_type):
+        """clip_grad_norm_ with no host wait, so that a captured graph holds
+        it (one graph per step): the partial sums, the all-reduce
+        (fp_exec_all_reduce_f64_dev, on the compute stream) and the scaling
+        stay on the device. The same operations as clip_grad_norm_, in its
+        order, so the same bits: float64 partial sums added in param order
+        (0 + x is x), the sum (or, for the inf norm, the maximum) over the
+        ranks by NCCL as there, sqrt for the 2-norm (correctly rounded on
+        both sides; another p takes the device's pow, which may differ from
+        the host's in the last place), the coefficient in float64 and the
+        grads scaled by it rounded to fp32 (bf16 grads through fp32, as the
+        host's scalar multiply does) - by 1.0 when it is not below 1, which
+        changes no value. Returns the total norm as a 0-dim fp32 tensor on
+        the device."""
+        inf = math.isinf(norm_type)
+        device = next((gt.device for _, gt, _, _ in self.main if gt.numel()), self.ex.params[0].tensor("main").device
+                      if self.ex.params else torch.device("cuda"))
+        with torch.no_grad():
+            local = torch.zeros((), dtype=torch.float64, device=device)
+            for g, r in self._held_grads():
+                if inf:
+                    local = torch.maximum(local, g.abs().max().double())
+                else:
+                    local = local + g.abs().pow(norm_type).sum(dtype=torch.float64) / r
+            if self._red is None:  # the reduction's device double, made once (the first time: in the graph's pool)
+                self._red = type(self).reduce_buffer(device)
+            buf = self._red
+            buf.copy_(local.reshape(1))
+            self.ex.all_reduce_f64_device(buf.data_ptr(), 1, op_max=inf)
+            total = buf[0].clone()
+            if not inf:
+                total = total.sqrt() if norm_type == 2 else total.pow(1.0 / norm_type)
+            coef = (float(max_norm) / (total + 1e-6)).clamp(max=1.0).float()
+            for _, gt, _, _ in self.main:
+                if not gt.numel():
+                    continue
+                if gt.dtype == torch.float32:
+                    gt.mul_(coef)
+                else:
+                    gt.copy_(gt.float().mul_(coef))
+        return total.float()

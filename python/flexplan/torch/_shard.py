@@ -468,8 +468,9 @@ class Sharded:
         Issues pre_optimizer if not yet done. Returns the total norm."""
         self._live("clip_grad_norm_")
         max_norm, norm_type = _positive("max_norm", max_norm), _positive("norm_type", norm_type)
-        self._capture.check_host_wait("clip_grad_norm_")
         self.pre_optimizer()
+        if self._capture.in_capture():  # one graph per step: no host wait, the same bits (_optim.py)
+            return self._shards.clip_grad_norm_device(max_norm, norm_type)
         return torch.tensor(self._shards.clip_grad_norm_(max_norm, norm_type, self.rank, self.world_size))
 
     # ---- weights ------------------------------------------------------------
