@@ -51,7 +51,9 @@ typedef struct fp_placement_impl {
 
 extern const fp_placement_impl *const fp_placements[FP_NPLACEMENTS];
 /* parse a placement object: kind, then the kind's own members */
-bool fpi_placement_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, fp_placement_spec *out);
+struct fpi_plugins;
+bool fpi_placement_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, const struct fpi_plugins *plugins,
+                         fp_placement_spec *out);
 extern const fp_placement_impl fp_placement_shard, fp_placement_ragged, fp_placement_owned,
     fp_placement_replicate;
 

@@ -273,6 +273,7 @@ class fp_compile_options(ctypes.Structure):
         ("spec_text", ctypes.c_char_p),
         ("hardware", ctypes.c_char_p),
         ("policy", ctypes.c_char_p),
+        ("placements", ctypes.c_void_p),  # fp_placement_set * (flexplan.placement)
     ]
 
 
