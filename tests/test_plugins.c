@@ -68,6 +68,7 @@ static void pieces_of(const fp_placement_plugin *pl, void *user, const fp_placem
   int64_t n = -1;
   char err[128];
   assert_int_equal(pl->pieces(user, p, g, got, 8, &n, err, sizeof err), FP_OK);
+  assert_true(n <= 8);
   assert_int_equal(n, nwant);
   for (int64_t k = 0; k < n; k++) {
     assert_int_equal(got[k].begin, want[k].begin);
@@ -177,7 +178,8 @@ static void block_cyclic_two_runs_refused(void **state) {
 }
 
 /* ---- planted faults ------------------------------------------------------------------ */
-typedef enum { TWICE, NEVER, OUTSIDE, MISALIGNED, BCAST2, UNPAIRED, REFUSE, NOT_EVEN } fault;
+typedef enum { TWICE, NEVER, OUTSIDE, MISALIGNED, BCAST2, UNPAIRED, REFUSE, NOT_EVEN, ALIGN0, BADENUM, TOO_MANY, CHANGES,
+               NEGATIVE, PIECE_ERR, OUT_OF_ORDER } fault;
 
 static fp_status f_describe(void *user, const fp_placement_param *p, fp_placement_layout *out, char *err,
                             size_t errcap) {
@@ -187,6 +189,8 @@ static fp_status f_describe(void *user, const fp_placement_param *p, fp_placemen
   out->unshard = f == BCAST2 ? FP_UNSHARD_BROADCAST : f == NOT_EVEN ? FP_UNSHARD_ALL_GATHER : FP_UNSHARD_ALL_GATHER_V;
   out->reduce = f == BCAST2 ? FP_REDUCE_TO_OWNER : f == NOT_EVEN ? FP_REDUCE_REDUCE_SCATTER : FP_REDUCE_REDUCE_SCATTER_V;
   if (f == UNPAIRED) out->reduce = FP_REDUCE_ALL_REDUCE;
+  if (f == ALIGN0) out->align_elems = 0;
+  if (f == BADENUM) out->unshard = (fp_unshard)7;
   if (f == REFUSE) {
     snprintf(err, errcap, "this param is too small for me");
     return FP_ERR_ARG;
@@ -205,6 +209,12 @@ static fp_status f_pieces(void *user, const fp_placement_param *p, int64_t g, fp
   if (f == OUTSIDE && g == 1) c += 1;                  /* one past the end */
   if (f == MISALIGNED) b = g ? 5 : 0, c = g ? p->numel - 5 : 5; /* cut at 5, claimed 4 */
   if (f == NOT_EVEN) b = g ? 10 : 0, c = g ? p->numel - 10 : 10;
+  if (f == OUT_OF_ORDER) b = g ? 0 : p->numel - h, c = g ? p->numel - h : h; /* rank 1 first */
+  static int calls;
+  if (f == TOO_MANY && g == 1) return *n = 1000, FP_OK;
+  if (f == CHANGES && g == 1) return *n = cap + 1 + calls++, FP_OK; /* never fits */
+  if (f == NEGATIVE && g == 1) return *n = -2, FP_OK;
+  if (f == PIECE_ERR && g == 1) return snprintf(err, errcap, "no piece for you"), FP_ERR_ARG;
   *n = 1;
   if (cap > 0) out[0] = (fp_piece){b, c};
   return FP_OK;
@@ -267,6 +277,28 @@ static void fault_not_even(void **state) {
                          "dims over 2 ranks (use all_gather_v for uneven runs)");
 }
 
+static void fault_alignment(void **state) {
+  (void)state;
+  expect_fault(ALIGN0, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': param 'fc0.weight': "
+                       "alignment 0 is not a positive element count");
+  expect_fault(BADENUM, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': param 'fc0.weight': "
+                        "unknown unshard collective 7 or reduction 1");
+}
+static void fault_piece_counts(void **state) {
+  (void)state;
+  expect_fault(TOO_MANY, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': param 'fc0.weight': "
+                         "rank 1 gives 1000 pieces of a param of 260 elements");
+  expect_fault(CHANGES, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': param 'fc0.weight', "
+                        "rank 1: its pieces changed between two calls");
+  expect_fault(NEGATIVE, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': param 'fc0.weight', "
+                         "rank 1: a negative piece count -2");
+  expect_fault(PIECE_ERR, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': param 'fc0.weight', "
+                          "rank 1: no piece for you");
+  expect_fault(OUT_OF_ORDER, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': all_gather_v "
+                             "gathers the ranks' runs in rank order, but rank 0's run of param 'fc0.weight' begins at "
+                             "element 130, not at 0 where the runs of the ranks before it end");
+}
+
 /* ---- the set and the spec ------------------------------------------------------------ */
 static void set_refusals(void **state) {
   (void)state;
@@ -309,6 +341,7 @@ int main(void) {
       cmocka_unit_test(fault_outside),          cmocka_unit_test(fault_misaligned),
       cmocka_unit_test(fault_broadcast_two),    cmocka_unit_test(fault_unpaired),
       cmocka_unit_test(fault_refuse),           cmocka_unit_test(fault_not_even),
+      cmocka_unit_test(fault_alignment),        cmocka_unit_test(fault_piece_counts),
       cmocka_unit_test(set_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -345,9 +345,10 @@ bool fpi_plugin_resolve(fp_layout *L, fp_lparam *p) {
       return fpi_layout_error(L, false, pl->ptr, "%s: param '%s', rank %lld: %s", w, mp->name, (long long)g,
                              err[0] ? err : "refused");
     if (n > cap) {
-      if (n > INT32_MAX)
-        return fpi_layout_error(L, false, pl->ptr, "%s: param '%s': rank %lld has %lld pieces (too many)", w, mp->name,
-                               (long long)g, (long long)n);
+      if (n > mp->numel) /* more pieces than elements: some are empty (and the count may be garbage) */
+        return fpi_layout_error(L, false, pl->ptr,
+                               "%s: param '%s': rank %lld gives %lld pieces of a param of %lld elements", w, mp->name,
+                               (long long)g, (long long)n, (long long)mp->numel);
       cap = n;
       buf = fpi_alloc_array(L->a, (size_t)cap, sizeof *buf);
       if (!x->pieces(x->ctx, &pp, g, buf, cap, &n, err, sizeof err) || n > cap)

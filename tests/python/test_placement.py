@@ -122,6 +122,16 @@ def test_faulty_plugins_refused(fault, msg):
     assert e.value.status == flexplan._lib.FP_ERR_INPUT  # pylint: disable=protected-access
 
 
+def test_unknown_collective_refused():
+    bad = Faulty("twice")
+    bad.unshard = "scatter"
+    s = spec(2, {"kind": "faulty"}, {"kind": "shard"}, {"kind": "shard"})
+    with pytest.raises(flexplan.FlexplanError) as e:
+        flexplan.compile(MLP, s, placements=bad)
+    assert str(e.value) == AT + ("param 'fc0.weight': ValueError: unknown unshard collective 'scatter' (expected one "
+                                 "of all_gather, all_gather_v, broadcast, none)")
+
+
 def test_bad_arguments():
     with pytest.raises(TypeError):
         flexplan.compile(MLP, None, placements=[object()])
