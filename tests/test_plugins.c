@@ -179,7 +179,7 @@ static void block_cyclic_two_runs_refused(void **state) {
 
 /* ---- planted faults ------------------------------------------------------------------ */
 typedef enum { TWICE, NEVER, OUTSIDE, MISALIGNED, BCAST2, UNPAIRED, REFUSE, NOT_EVEN, ALIGN0, BADENUM, TOO_MANY, CHANGES,
-               NEGATIVE, PIECE_ERR, OUT_OF_ORDER } fault;
+               NEGATIVE, PIECE_ERR, OUT_OF_ORDER, REPLICA_SHORT, REPLICA_TWICE } fault;
 
 static fp_status f_describe(void *user, const fp_placement_param *p, fp_placement_layout *out, char *err,
                             size_t errcap) {
@@ -190,6 +190,7 @@ static fp_status f_describe(void *user, const fp_placement_param *p, fp_placemen
   out->reduce = f == BCAST2 ? FP_REDUCE_TO_OWNER : f == NOT_EVEN ? FP_REDUCE_REDUCE_SCATTER : FP_REDUCE_REDUCE_SCATTER_V;
   if (f == UNPAIRED) out->reduce = FP_REDUCE_ALL_REDUCE;
   if (f == ALIGN0) out->align_elems = 0;
+  if (f == REPLICA_SHORT || f == REPLICA_TWICE) out->unshard = FP_UNSHARD_NONE, out->reduce = FP_REDUCE_ALL_REDUCE;
   if (f == BADENUM) out->unshard = (fp_unshard)7;
   if (f == REFUSE) {
     snprintf(err, errcap, "this param is too small for me");
@@ -210,6 +211,14 @@ static fp_status f_pieces(void *user, const fp_placement_param *p, int64_t g, fp
   if (f == MISALIGNED) b = g ? 5 : 0, c = g ? p->numel - 5 : 5; /* cut at 5, claimed 4 */
   if (f == NOT_EVEN) b = g ? 10 : 0, c = g ? p->numel - 10 : 10;
   if (f == OUT_OF_ORDER) b = g ? 0 : p->numel - h, c = g ? p->numel - h : h; /* rank 1 first */
+  if (f == REPLICA_SHORT || f == REPLICA_TWICE) { /* every rank the whole param, but rank 1 */
+    int64_t k = 0;
+    if (k < cap) out[k] = (fp_piece){0, g == 1 && f == REPLICA_SHORT ? p->numel - 1 : p->numel};
+    k++;
+    if (g == 1 && f == REPLICA_TWICE && k < cap) out[k] = (fp_piece){3, 1};
+    if (g == 1 && f == REPLICA_TWICE) k++;
+    return *n = k, FP_OK;
+  }
   static int calls;
   if (f == TOO_MANY && g == 1) return *n = 1000, FP_OK;
   if (f == CHANGES && g == 1) return *n = cap + 1 + calls++, FP_OK; /* never fits */
@@ -299,6 +308,16 @@ static void fault_piece_counts(void **state) {
                              "element 130, not at 0 where the runs of the ranks before it end");
 }
 
+static void fault_replicas(void **state) {
+  (void)state;
+  expect_fault(REPLICA_SHORT, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': element 259 of "
+                              "param 'fc0.weight' is held by no rank (unshard none: every rank holds it all; not "
+                              "rank 1)");
+  expect_fault(REPLICA_TWICE, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'faulty': element 3 of "
+                              "param 'fc0.weight' is held twice by rank 1 (unshard none: each rank holds each element "
+                              "once)");
+}
+
 /* ---- the set and the spec ------------------------------------------------------------ */
 static void set_refusals(void **state) {
   (void)state;
@@ -342,6 +361,7 @@ int main(void) {
       cmocka_unit_test(fault_broadcast_two),    cmocka_unit_test(fault_unpaired),
       cmocka_unit_test(fault_refuse),           cmocka_unit_test(fault_not_even),
       cmocka_unit_test(fault_alignment),        cmocka_unit_test(fault_piece_counts),
+      cmocka_unit_test(fault_replicas),
       cmocka_unit_test(set_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

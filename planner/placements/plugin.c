@@ -120,6 +120,11 @@ static bool cover_once(fp_layout *L, const fp_placement_spec *pl, const fp_param
       return fpi_layout_error(L, false, pl->ptr, "%s: element %lld of param '%s' is held by no rank%s%s", w,
                              (long long)next, mp->name, per_rank ? " (unshard none: every rank holds it all; not " : "",
                              per_rank ? fpi_sprintf(L->a, "%s)", by) : "");
+    if (v[k].begin < next && per_rank)
+      return fpi_layout_error(L, false, pl->ptr,
+                             "%s: element %lld of param '%s' is held twice by rank %lld (unshard none: each rank "
+                             "holds each element once)",
+                             w, (long long)v[k].begin, mp->name, (long long)v[k].rank);
     if (v[k].begin < next)
       return fpi_layout_error(L, false, pl->ptr, "%s: element %lld of param '%s' is held twice (rank %lld and rank %lld)",
                              w, (long long)v[k].begin, mp->name, (long long)last_rank, (long long)v[k].rank);
