@@ -4,7 +4,10 @@
  *   block_cyclic  rows dealt round-robin to the shard group's ranks in blocks
  *                 of `block` rows (ScaLAPACK's 1-D block-cyclic
  *                 distribution): rank g holds row blocks g, g+G, g+2G, ...;
- *                 unsharded by all_gather_v, reduced by reduce_scatter_v.
+ *                 unsharded by all_gather_v, reduced by reduce_scatter_v
+ *                 (planned where a rank's blocks are one run, or where the
+ *                 blocks divide the rows; a short last block among several
+ *                 per rank is refused, located).
  *   expert_owned  each MoE expert's params wholly on one rank of the group:
  *                 the expert index i read from the param's name after
  *                 `marker` ("experts." : "layers.3.experts.5.w1" is expert

@@ -40,16 +40,17 @@ extern "C" {
  * by exactly one rank (for unshard "none": every rank holds the whole param,
  * each element once), the unshard collective and the reduction a matching
  * pair; then it lays the pieces out as the built-in placement that holds the
- * same elements the same way (an even split of a dim for all_gather, one run
- * per rank in rank order for all_gather_v, one owner for broadcast, every
- * rank for none), so the plan is lowered and verified like any other. A
- * plug-in whose layout fails a check, or that the IR cannot express (more
- * than one run per rank unless it is an even shard of a dim), gets a located
- * error at its spec object naming it, the param, the rank and the element,
- * and no plan. */
+ * same elements the same way (an even split of a dim for all_gather; for
+ * all_gather_v one run per rank in rank order, or equal blocks dealt
+ * round-robin that divide the param; one owner for broadcast; every rank
+ * for none), so the plan is lowered and verified like any other. A plug-in
+ * whose layout fails a check, or that no layout holds (several runs per
+ * rank of unequal length), gets a located error at its spec object naming
+ * it, the param, the rank and the element, and no plan. */
 typedef enum fp_unshard {
   FP_UNSHARD_ALL_GATHER = 0,   /* equal pieces per rank (padded), gathered */
-  FP_UNSHARD_ALL_GATHER_V = 1, /* one run per rank, in rank order, of any length */
+  FP_UNSHARD_ALL_GATHER_V = 1, /* one run per rank, in rank order, of any length; or blocks of one
+                                * length dividing the param, dealt round-robin */
   FP_UNSHARD_BROADCAST = 2,    /* one rank holds it all and broadcasts it */
   FP_UNSHARD_NONE = 3,         /* every rank holds it all */
 } fp_unshard;

@@ -84,6 +84,7 @@ typedef struct fp_placement_spec {
   int nunits;
   int64_t align_elems;         /* ragged: cut points are multiples (default 1) */
   int64_t rank;                /* owned: shard-group rank, or -1 = auto */
+  int64_t block;               /* cyclic (a plug-in's layout only): elements per block */
   const char *ptr;             /* where it was written (for errors) */
   /* a plug-in placement (planner/plugin.h): its name and table; kind is then
    * meaningless until the layout resolves it into the built-in kind that lays

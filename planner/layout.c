@@ -21,11 +21,12 @@
 #include <inttypes.h>
 #include <string.h>
 
-const fp_placement_impl *const fp_placements[FP_NPLACEMENTS] = {
+const fp_placement_impl *const fp_placements[FP_NPLACEMENTS_IR] = {
     [FP_PL_SHARD] = &fp_placement_shard,
     [FP_PL_RAGGED] = &fp_placement_ragged,
     [FP_PL_OWNED] = &fp_placement_owned,
     [FP_PL_REPLICATE] = &fp_placement_replicate,
+    [FP_PL_CYCLIC] = &fp_placement_cyclic,
 };
 
 /* ---- placement specs: the kind picks the placement, which reads the rest -- */
@@ -371,6 +372,7 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     p->bucket = bucket_of[i];
     p->owner = -1;
     p->tab = -1;
+    p->stab = -1;
     p->shard_off = p->grad_off = p->unsharded_off = p->ugrad_off = -1;
     p->rin_off = p->rout_off = p->gstage_off = p->rstage_off = -1;
     p->flat_off = -1;
@@ -883,7 +885,7 @@ static bool layout_storages(fp_layout *L) {
              slot_at(&st[ROUT], own, ob, &p->rout_off);
         if (ok && p->reduce_dtype != p->param_dtype) ok = slot_at(&st[RIN], -1, rb, &p->rin_off);
       }
-      if (ok && p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) {
+      if (ok && ((p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) || p->pl->kind == FP_PL_CYCLIC)) {
         int64_t n;
         ok = fpi_mul64(p->chunk, L->G, &n) && fpi_mul64(n, fpi_dtype_size(p->param_dtype), &gs) &&
              fpi_mul64(n, fpi_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);

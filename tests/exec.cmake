@@ -361,3 +361,8 @@ endforeach()
 foreach(np 1 3 4)
   fp_plugin_parity(plugin_block_cyclic mlp block-cyclic ${np})
 endforeach()
+# rows dealt one at a time: from 2 ranks on a rank holds several rows
+# (cyclic_shard: a v-gather into staging, one strided copy per rank)
+foreach(np 1 2 3 4)
+  fp_plugin_parity(plugin_row_cyclic mlp row-cyclic ${np})
+endforeach()

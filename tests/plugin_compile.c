@@ -5,8 +5,9 @@
  *
  *   plugin_compile compile MODEL --spec SPEC [--policy P] -o PLAN
  *
- * block_cyclic deals rows in blocks of 8; expert_owned reads the expert
- * index after "experts.". Exit 1 with the compiler's located messages on
+ * block_cyclic deals rows in blocks of 8, row_cyclic one row at a time
+ * (the same plug-in, block 1); expert_owned reads the expert index after
+ * "experts.". Exit 1 with the compiler's located messages on
  * stderr when the plan does not compile. */
 #include <stdio.h>
 #include <string.h>
@@ -25,10 +26,11 @@ int main(int argc, char **argv) {
   }
   if (argc < 3 || strcmp(argv[1], "compile") || !o.model_path || !out)
     return fprintf(stderr, "usage: plugin_compile compile MODEL --spec SPEC [--policy P] -o PLAN\n"), 2;
-  ex_block_cyclic bc = {8};
+  ex_block_cyclic bc = {8}, rows = {1};
   ex_expert_owned eo = {"experts."};
   fp_placement_set *set = NULL;
-  if (fp_placement_set_create(&set) != FP_OK || ex_placements_add(set, &bc, &eo) != FP_OK)
+  if (fp_placement_set_create(&set) != FP_OK || ex_placements_add(set, &bc, &eo) != FP_OK ||
+      fp_placement_set_add(set, "row_cyclic", &ex_block_cyclic_plugin, &rows) != FP_OK)
     return fprintf(stderr, "plugin_compile: %s\n", fp_placement_set_errmsg(set)), 1;
   o.placements = set;
   fp_plan *plan = NULL;

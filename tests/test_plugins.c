@@ -158,8 +158,33 @@ static void expert_owned_is_owned(void **state) {
   fp_placement_set_free(set);
 }
 
-/* what no ragged run can hold: rank 0 gets blocks 0 and 2 of fc0 at 2 ranks */
-static void block_cyclic_two_runs_refused(void **state) {
+/* blocks of 4 rows at 2 ranks: rank 0 holds blocks 0, 2, 4 of fc0 (3 x 52
+ * elements), rank 1 blocks 1 and 3: the cyclic_shard layout, gathered into
+ * staging chunks of 156 elements and copied out, 3 and 2 rows of 52, 104
+ * apart in the param */
+static void block_cyclic_is_cyclic(void **state) {
+  (void)state;
+  ex_block_cyclic bc = {4};
+  ex_expert_owned eo = {"experts."};
+  fp_placement_set *set = examples(&bc, &eo);
+  char *s = spec4(2, "{\"kind\": \"block_cyclic\"}", "{\"kind\": \"shard\"}", "{\"kind\": \"shard\"}"), *msg;
+  char *ir = compile(mlp, s, set, &msg);
+  if (!ir) fail_msg("%s", msg);
+  assert_non_null(strstr(ir, "param  0  fc0.weight  shape=[20,13]  module=fc0  bucket=fc0  dtypes=fp32/fp32/fp32  "
+                             "cyclic_shard  comm=world  tab=fc0.weight  chunk=156  "));
+  assert_non_null(strstr(ir, "copy              fp32  n=52   dst=fc0.weight[0]  src=fc0.gstage[0]  rows=3  dpitch=416  "
+                             "spitch=208"));
+  assert_non_null(strstr(ir, "copy              fp32  n=52   dst=fc0.weight[208]  src=fc0.gstage[624]  rows=2  "
+                             "dpitch=416  spitch=208"));
+  assert_non_null(strstr(ir, "all_gather_v      fp32  n=0    dst=fc0.gstage[0]  src=fc0.gstage[0+tab]  comm=world  "
+                             "tab=fc0.weight.stage"));
+  free(ir), free(s);
+  fp_placement_set_free(set);
+}
+
+/* what no IR layout holds: blocks of 8 rows of 20 at 2 ranks, rank 0 holding
+ * rows 0-7 and the short last block 16-19 */
+static void block_cyclic_short_block_refused(void **state) {
   (void)state;
   ex_block_cyclic bc = {8};
   ex_expert_owned eo = {"experts."};
@@ -167,12 +192,14 @@ static void block_cyclic_two_runs_refused(void **state) {
   const char *k = "{\"kind\": \"block_cyclic\"}";
   char *s = spec4(2, k, k, k), *msg;
   assert_null(compile(mlp, s, set, &msg));
-  assert_string_equal(msg, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'block_cyclic': all_gather_v "
-                           "gathers one run per rank, but rank 0 holds the runs [0, 104) and [208, 260) of param "
-                           "'fc0.weight' (several runs per rank lower only as the even split of a dim: all_gather)\n"
-                           "<spec>:5:51: error: /buckets/1/placement: placement plug-in 'block_cyclic': all_gather_v "
-                           "gathers one run per rank, but rank 0 holds the runs [0, 160) and [320, 380) of param "
-                           "'fc1.weight' (several runs per rank lower only as the even split of a dim: all_gather)");
+  assert_string_equal(msg, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'block_cyclic': rank 0 holds "
+                           "the runs [0, 104) and [208, 260) of param 'fc0.weight': several runs per rank lower only as "
+                           "equal blocks dealt round-robin that divide the param (all_gather_v), or as the even split "
+                           "of a dim (all_gather)\n"
+                           "<spec>:5:51: error: /buckets/1/placement: placement plug-in 'block_cyclic': rank 0 holds "
+                           "the runs [0, 160) and [320, 380) of param 'fc1.weight': several runs per rank lower only as "
+                           "equal blocks dealt round-robin that divide the param (all_gather_v), or as the even split "
+                           "of a dim (all_gather)");
   free(msg), free(s);
   fp_placement_set_free(set);
 }
@@ -355,7 +382,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(block_cyclic_by_hand),   cmocka_unit_test(expert_owned_by_hand),
       cmocka_unit_test(block_cyclic_is_ragged), cmocka_unit_test(expert_owned_is_owned),
-      cmocka_unit_test(block_cyclic_two_runs_refused),
+      cmocka_unit_test(block_cyclic_is_cyclic), cmocka_unit_test(block_cyclic_short_block_refused),
       cmocka_unit_test(fault_twice),            cmocka_unit_test(fault_never),
       cmocka_unit_test(fault_outside),          cmocka_unit_test(fault_misaligned),
       cmocka_unit_test(fault_broadcast_two),    cmocka_unit_test(fault_unpaired),

@@ -82,6 +82,13 @@ static void builtin_pieces(const fp_layout *L, const fp_lparam *p, pieces *s, fp
       for (int64_t g = 0; g < L->G; g++)
         if (p->cuts[g + 1] > p->cuts[g]) push(L->a, s, g, 0, p->cuts[g], p->cuts[g + 1] - p->cuts[g]);
       return;
+    case FP_PL_CYCLIC: {
+      lay->unshard = FPI_UNSHARD_ALL_GATHER_V, lay->reduce = FPI_REDUCE_REDUCE_SCATTER_V;
+      int64_t b = p->pl->block;
+      for (int64_t g = 0; g < L->G; g++)
+        for (int64_t k = 0; (g + k * L->G) * b < n; k++) push(L->a, s, g, k, (g + k * L->G) * b, b);
+      return;
+    }
     case FP_PL_OWNED:
       lay->unshard = FPI_UNSHARD_BROADCAST, lay->reduce = FPI_REDUCE_TO_OWNER;
       push(L->a, s, p->owner, 0, 0, n);
@@ -241,6 +248,23 @@ static int cmp_rank(const void *x, const void *y) {
   return a->index < b->index ? -1 : a->index > b->index;
 }
 
+/* runs (by rank) that are blocks of one size b dividing the param, dealt
+ * round-robin (rank g: blocks g, g+G, ...), some rank holding two or more:
+ * the cyclic_shard layout */
+static bool cyclic(const fp_layout *L, const fp_param *mp, const pieces *runs, fp_placement_spec *out) {
+  if (runs->n <= L->G || runs->v[0].rank != 0 || runs->v[0].begin != 0) return false;
+  int64_t b = runs->v[0].count, G = L->G;
+  if (mp->numel % b) return false;
+  for (int64_t k = 0, i = 0; k < runs->n; k++, i++) {
+    const rpiece *e = &runs->v[k];
+    if (k > 0 && e->rank != runs->v[k - 1].rank) i = 0; /* i: the run's index on its rank */
+    if (e->count != b || e->begin != (e->rank + i * G) * b) return false;
+  }
+  out->kind = FP_PL_CYCLIC;
+  out->block = b;
+  return true;
+}
+
 /* the built-in spec the checked pieces are (the pieces sorted by rank) */
 static bool express(fp_layout *L, fp_lparam *p, const fpi_pl_layout *lay, pieces *s, fp_placement_spec *out) {
   const fp_placement_spec *pl = p->pl;
@@ -261,6 +285,7 @@ static bool express(fp_layout *L, fp_lparam *p, const fpi_pl_layout *lay, pieces
       out->rank = runs.v[0].rank;
       return true;
     case FPI_UNSHARD_ALL_GATHER_V: {
+      if (cyclic(L, mp, &runs, out)) return true;
       int64_t end = 0;
       out->kind = FP_PL_RAGGED;
       out->nunits = (int)L->G;
@@ -270,9 +295,9 @@ static bool express(fp_layout *L, fp_lparam *p, const fpi_pl_layout *lay, pieces
         const rpiece *b = k > 0 ? &runs.v[k - 1] : NULL;
         if (b && e->rank == b->rank)
           return fpi_layout_error(L, false, pl->ptr,
-                                 "%s: all_gather_v gathers one run per rank, but rank %lld holds the runs [%lld, %lld) "
-                                 "and [%lld, %lld) of param '%s' (several runs per rank lower only as the even split "
-                                 "of a dim: all_gather)",
+                                 "%s: rank %lld holds the runs [%lld, %lld) and [%lld, %lld) of param '%s': several "
+                                 "runs per rank lower only as equal blocks dealt round-robin that divide the param "
+                                 "(all_gather_v), or as the even split of a dim (all_gather)",
                                  w, (long long)e->rank, (long long)b->begin, (long long)(b->begin + b->count),
                                  (long long)e->begin, (long long)(e->begin + e->count), mp->name);
         if (e->begin != end)

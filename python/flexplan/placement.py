@@ -77,8 +77,9 @@ class Placement:
 
 class BlockCyclic(Placement):
     """Rows dealt round-robin to the ranks in blocks of ``block`` rows (rank g
-    holds row blocks g, g+G, ...): all_gather_v, so it plans where each
-    rank's blocks form one run (otherwise the compile says so, located)."""
+    holds row blocks g, g+G, ...): all_gather_v. It plans where each rank's
+    blocks form one run, or where the blocks divide the rows; a short last
+    block among several per rank is refused, located."""
 
     name = "block_cyclic"
 

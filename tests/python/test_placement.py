@@ -64,6 +64,22 @@ def test_block_cyclic_plan_is_ragged():
     assert a.to_ir() == b.to_ir()
 
 
+def test_block_cyclic_several_blocks():
+    """blocks of 4 rows of fc0 at 2 ranks: rank 0 holds blocks 0, 2, 4, rank 1
+    blocks 1, 3 (cyclic_shard: staging chunks of 156, strided copies out);
+    blocks of 8 leave a short last block there, which no layout holds"""
+    s = spec(2, {"kind": "block_cyclic"}, {"kind": "shard"}, {"kind": "shard"})
+    ir = flexplan.compile(MLP, s, placements=fpl.BlockCyclic(4)).to_ir()
+    assert "cyclic_shard  comm=world  tab=fc0.weight  chunk=156  " in ir
+    assert "dst=fc0.weight[208]  src=fc0.gstage[624]  rows=2  dpitch=416  spitch=208" in ir
+    with pytest.raises(flexplan.FlexplanError) as e:
+        flexplan.compile(MLP, s, placements=fpl.BlockCyclic(8))
+    assert str(e.value) == ("<spec>:1:230: error: /buckets/0/placement: placement plug-in 'block_cyclic': rank 0 holds "
+                            "the runs [0, 104) and [208, 260) of param 'fc0.weight': several runs per rank lower only "
+                            "as equal blocks dealt round-robin that divide the param (all_gather_v), or as the even "
+                            "split of a dim (all_gather)")
+
+
 def test_registered_expert_owned_plan_is_owned():
     fpl.register(fpl.ExpertOwned(marker="fc"), name="by_layer")
     try:

@@ -139,15 +139,15 @@ CONFIGS = {
     "moe_layer_units_no_shard": ("moe", "no_shard", {}, {"units": tm.MOE_UNITS}),
     # placement plug-ins (flexplan.placement, registered below): each expert
     # wholly on rank e mod N; rows dealt in blocks of 8 (24 rows: one run per
-    # rank at 3 and 4 ranks; at 2, rank 0 would hold blocks 0 and 2, which
-    # the compile refuses, located: tests/python/test_placement.py)
+    # rank at 3 and 4 ranks, ragged; at 2, rank 0 holds blocks 0 and 2: the
+    # cyclic_shard layout)
     "moe_expert_owned": ("moe", "full_shard", {"buckets": [
         {"name": "experts", "params": ["moe.experts.*"], "split": "per_module", "placement": {"kind": "expert_owned"}},
     ]}, {"units": tm.MOE_EXPERT_UNITS, "eval": True}),
     "mlp_block_cyclic": ("mlp", "full_shard", {"buckets": [
         {"name": "l01", "params": ["layers.0.*", "layers.1.*"], "split": "per_module",
          "placement": {"kind": "block_cyclic"}},
-    ]}, {"worlds": [3, 4], "eval": True, "unshard": True}),
+    ]}, {"worlds": [2, 3, 4], "eval": True, "unshard": True}),
     # regional torch.compile: each unit's forward compiled (flexplan's module
     # hooks stay outside the compiled code), 2 ranks only (compiling is slow)
     "llama_compile": ("llama", "full_shard", {}, {"compile": True, "world": 2}),
