@@ -366,3 +366,8 @@ endforeach()
 foreach(np 1 2 3 4)
   fp_plugin_parity(plugin_row_cyclic mlp row-cyclic ${np})
 endforeach()
+# ... under hybrid_shard 2x2 with accumulation, and shard_grad_op with bf16
+# compute and an offloaded bucket
+fp_plugin_parity(plugin_row_cyclic_hybrid_ga2 mlp row-cyclic-hybrid-ga2 4)
+fp_plugin_parity(plugin_row_cyclic_offload_sgo mlp row-cyclic-offload-sgo 2)
+fp_plugin_parity(plugin_row_cyclic_offload_sgo mlp row-cyclic-offload-sgo 3)
