@@ -19,7 +19,13 @@ typedef struct fpa_request {
   const char *hw_preset;               /* NULL, or a preset fpa_hw_preset knows (the spec's overrides apply) */
   int policy;                          /* fpa_policy_parse's number */
   bool notes;                          /* no spec: say which defaults apply (a note on stderr) */
+  const struct fpi_plugins *plugins;   /* placement plug-ins the spec may name (NULL: none;
+                                        * fpa_placement_plugins) */
 } fpa_request;
+
+/* the planner's view of a public plug-in set (api/plugins.c; NULL for NULL) */
+struct fp_placement_set;
+const struct fpi_plugins *fpa_placement_plugins(const struct fp_placement_set *set);
 
 typedef struct fpa_compiled {
   fp_prog *prog;          /* the plan (in the compile's arena) */

@@ -106,7 +106,8 @@ fp_status fp_plan_compile(const fp_compile_options *opt, fp_plan **out) {
 
   size_t len = 0;
   char *msg = NULL;
-  fpa_request rq = {opt->model_path, opt->model_text, opt->spec_path, opt->spec_text, opt->hardware, policy, false};
+  fpa_request rq = {opt->model_path, opt->model_text, opt->spec_path,  opt->spec_text,
+                    opt->hardware,   policy,          false,           fpa_placement_plugins(opt->placements)};
   char *text = fpa_compile(&rq, &len, &p->compile_ms, &msg);
   if (!text) {
     fp_status st = msg ? set_msg_n(p, FP_ERR_INPUT, msg, strlen(msg)) : FP_ERR_NOMEM;

@@ -35,7 +35,8 @@ bool fpa_compile_run(fp_arena *a, fp_diag *d, const fpa_request *rq, fpa_compile
   fp_spec s;
   fp_hw preset;
   memset(out, 0, sizeof *out);
-  if (!fpi_inputs_load_text(a, d, rq->model_path, rq->model_text, rq->spec_path, rq->spec_text, &m, &s)) return false;
+  if (!fpi_inputs_load_text(a, d, rq->model_path, rq->model_text, rq->spec_path, rq->spec_text, rq->plugins, &m, &s))
+    return false;
   out->input_ms = fpi_phase_clock() - in0;
   if (rq->notes && !s.src) note_defaults(rq->model_path, &s, rq->hw_preset != NULL);
   fpi_spec_apply_policy(&s, (fp_policy)rq->policy);

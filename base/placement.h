@@ -16,6 +16,11 @@ typedef enum {
    * ranks each hold one contiguous range of the bucket's concatenated
    * params (docs/layout.md, "Flat buckets") */
   FP_PL_FLAT = FP_NPLACEMENTS,
+  /* IR only, what a placement plug-in's block-cyclic layout becomes
+   * (docs/placements.md): blocks of b elements dealt round-robin, rank g
+   * holding blocks g, g+G, g+2G, ... stored one after another in its slot;
+   * the param's extent table gives b (off[g] = g*b) and each rank's count */
+  FP_PL_CYCLIC,
   FP_NPLACEMENTS_IR
 } fp_placement_kind;
 

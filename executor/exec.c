@@ -417,6 +417,20 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
       }
       return FP_OK;
     }
+    case FP_PL_CYCLIC: { /* blocks g, g+G, ... of b elements, one after another in the slot */
+      int64_t end;
+      if (q->tab < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is cyclic but has no extent table", q->name);
+      char who[300];
+      snprintf(who, sizeof who, "plan: param '%s'", q->name);
+      FPX_CHECK(check_table(x, q->tab, G, who, &end));
+      const fp_ir_table *t = &p->tabs[q->tab];
+      int64_t b = fpi_cyclic_block(t), span;
+      if (b < 1 || t->cnt[g] % b || t->cnt[g] > q->chunk || !fpi_mul64(G, b, &span))
+        return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
+      *slot = q->chunk;
+      if (t->cnt[g] > 0) *e = (fp_extent){t->cnt[g] / b, b, b, g * b, span};
+      return FP_OK;
+    }
     case FP_PL_OWNED:
       if (q->owner < 0 || q->owner >= G)
         return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': owner %" PRId64 " is not a rank of its group", q->name,

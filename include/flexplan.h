@@ -680,7 +680,9 @@ typedef struct fp_tensor {
  * flattened) param: for k in [0, runs), shard elements
  * [k*shard_stride, k*shard_stride + len) are full elements
  * [full_off + k*full_stride, ... + len). One run for dim-0 shards, ragged
- * shards, owned and replicated params; `outer` runs for a shard on dim > 0.
+ * shards, owned and replicated params; `outer` runs for a shard on dim > 0;
+ * one run per block for a block-cyclic plug-in's layout (docs/placements.md:
+ * blocks of len elements, G * len apart).
  * runs == 0 when this rank holds nothing. Shard elements outside the runs
  * are padding (zero). */
 typedef struct fp_extent {

@@ -24,6 +24,98 @@
 extern "C" {
 #endif
 
+/* ---- placement plug-ins (docs/placements.md) --------------------------------
+ * A placement says how one param is spread over the ranks of its shard
+ * group: which elements of the flattened (row-major) param each rank holds,
+ * the collective that unshards it for compute and the reduction of its
+ * gradient. The four built-in kinds (shard, ragged_shard, owned, replicate)
+ * are placements; a plug-in is one more, registered by name in a
+ * fp_placement_set that fp_compile_options.placements hands to the compile,
+ * and named in the spec like a built-in: {"kind": "<name>"} (the object has
+ * no other member: a plug-in's parameters are those of the instance
+ * registered, through `user`).
+ *
+ * The compile checks what a plug-in gives before planning anything: every
+ * piece inside the param and on the alignment it claims, every element held
+ * by exactly one rank (for unshard "none": every rank holds the whole param,
+ * each element once), the unshard collective and the reduction a matching
+ * pair; then it lays the pieces out as the built-in placement that holds the
+ * same elements the same way (an even split of a dim for all_gather; for
+ * all_gather_v one run per rank in rank order, or equal blocks dealt
+ * round-robin that divide the param; one owner for broadcast; every rank
+ * for none), so the plan is lowered and verified like any other. A plug-in
+ * whose layout fails a check, or that no layout holds (several runs per
+ * rank of unequal length), gets a located error at its spec object naming
+ * it, the param, the rank and the element, and no plan. */
+typedef enum fp_unshard {
+  FP_UNSHARD_ALL_GATHER = 0,   /* equal pieces per rank (padded), gathered */
+  FP_UNSHARD_ALL_GATHER_V = 1, /* one run per rank, in rank order, of any length; or blocks of one
+                                * length dividing the param, dealt round-robin */
+  FP_UNSHARD_BROADCAST = 2,    /* one rank holds it all and broadcasts it */
+  FP_UNSHARD_NONE = 3,         /* every rank holds it all */
+} fp_unshard;
+typedef enum fp_reduce {
+  FP_REDUCE_REDUCE_SCATTER = 0,   /* with all_gather */
+  FP_REDUCE_REDUCE_SCATTER_V = 1, /* with all_gather_v */
+  FP_REDUCE_TO_OWNER = 2,         /* with broadcast: reduce to the owner */
+  FP_REDUCE_ALL_REDUCE = 3,       /* with none */
+} fp_reduce;
+
+/* elements [begin, begin + count) of the flattened param */
+typedef struct fp_piece {
+  int64_t begin, count;
+} fp_piece;
+
+/* what a plug-in is told of a param */
+typedef struct fp_placement_param {
+  const char *name;       /* the param's name (model.json) */
+  const char *module;     /* its module's name */
+  int ndim;
+  const int64_t *shape;   /* ndim sizes (each rank's tp slice under tensor parallelism) */
+  int64_t numel;
+  int64_t group_size;     /* ranks of the shard group: pieces go to ranks 0 .. group_size-1 */
+  int64_t elem_bytes;     /* bytes of one element of its main weights */
+} fp_placement_param;
+
+/* what a plug-in says of a param besides its pieces */
+typedef struct fp_placement_layout {
+  int64_t align_elems;    /* every piece begins on a multiple of it and is a multiple long, but a
+                           * piece that ends the param (>= 1; 1 when not set) */
+  fp_unshard unshard;
+  fp_reduce reduce;
+} fp_placement_layout;
+
+/* A plug-in: two functions, called while compiling (on the compiling
+ * thread, never after fp_plan_compile returns). Each returns FP_OK, or
+ * another status with a message (NUL-terminated, at most errcap bytes) in
+ * err: the compile reports it, located, and fails. */
+typedef struct fp_placement_plugin {
+  /* the alignment, unshard collective and reduction for param p */
+  fp_status (*describe)(void *user, const fp_placement_param *p, fp_placement_layout *out, char *err,
+                        size_t errcap);
+  /* rank's pieces of p, in the order its shard stores them: at most cap of
+   * them into out and how many there are into *n (the compile calls again
+   * with room for *n when *n > cap); ranks holding nothing give none */
+  fp_status (*pieces)(void *user, const fp_placement_param *p, int64_t rank, fp_piece *out, int64_t cap,
+                      int64_t *n, char *err, size_t errcap);
+} fp_placement_plugin;
+
+/* The plug-ins a compile may name: an opaque set. Create it, add plug-ins,
+ * pass it in fp_compile_options.placements (to any number of compiles),
+ * free it after the last. Functions on one set from one thread at a time. */
+typedef struct fp_placement_set fp_placement_set;
+/* FP_ERR_ARG: out is NULL; FP_ERR_NOMEM */
+FP_API fp_status fp_placement_set_create(fp_placement_set **out);
+/* Register plugin (its table is copied; user is passed back to it) under
+ * name: [a-z][a-z0-9_]* , at most 63 characters, not a built-in kind
+ * (shard, ragged_shard, owned, replicate) nor a name already in the set.
+ * FP_ERR_ARG otherwise, with the reason in fp_placement_set_errmsg. */
+FP_API fp_status fp_placement_set_add(fp_placement_set *set, const char *name, const fp_placement_plugin *plugin,
+                                      void *user);
+/* the message of the last failed call on set ("" after a success) */
+FP_API const char *fp_placement_set_errmsg(const fp_placement_set *set);
+FP_API void fp_placement_set_free(fp_placement_set *set);
+
 /* What to compile. The model is model_text (JSON text) when it is not NULL,
  * else the file model_path; it may be a model.json or {"model":..,
  * "spec":..}. The spec likewise (spec_text, else spec_path); with neither,
@@ -36,6 +128,7 @@ typedef struct fp_compile_options {
                          * overrides still apply); NULL: the spec's */
   const char *policy;   /* "flexplan" (NULL: the default, as specified) or "fsdp2" (lowered as
                          * PyTorch FSDP2 does by default; a baseline for comparison) */
+  const fp_placement_set *placements; /* plug-ins the spec's placements may name (NULL: none) */
 } fp_compile_options;
 
 /* Compile (`flexplan compile`). FP_ERR_INPUT when the inputs are invalid

@@ -119,7 +119,8 @@ const char *fpi_memtl_check(const fp_memtl *t) {
 }
 
 /* by fp_placement_kind */
-static const char *const placements[FP_IR_NPLACEMENTS] = {"shard", "ragged_shard", "owned", "replicate", "flat_shard"};
+static const char *const placements[FP_IR_NPLACEMENTS] = {"shard", "ragged_shard", "owned", "replicate", "flat_shard",
+                                                                   "cyclic_shard"};
 const char *fpi_ir_placement_name(int k) { return k >= 0 && k < FP_IR_NPLACEMENTS ? placements[k] : "?"; }
 int fpi_ir_placement_parse(const char *s) {
   for (int i = 0; i < FP_IR_NPLACEMENTS; i++)

@@ -388,6 +388,11 @@ static inline fp_region fpi_reg_t(int buf, int64_t off) { fp_region r = {buf, tr
 static inline fp_region fpi_noreg(void) { fp_region r = {-1, false, 0, 0}; return r; }
 
 /* ---- rank arithmetic ------------------------------------------------------ */
+/* a cyclic_shard param's block (elements) from its extent table t, whose
+ * entry g is {g * block, elements rank g holds}: rank g holds the blocks
+ * g, g+G, ... (cnt[g] / block of them), stored in order in its slot.
+ * 0 for a table of fewer than 2 entries (the verifier refuses it) */
+static inline int64_t fpi_cyclic_block(const fp_ir_table *t) { return t->n > 1 ? t->off[1] : 0; }
 /* index of global rank r inside communicator c */
 static inline int64_t fpi_comm_index(const fp_ir_comm *c, int64_t r) { return (r / c->stride) % c->size; }
 /* byte offset of region on a rank whose index in the op's comm is g */

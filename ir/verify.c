@@ -498,6 +498,36 @@ static void check_mxfp8(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel)
                             ", %" PRId64 ")", q->scales.off, end, q->main.off, q->main.off + numel);
 }
 
+/* cyclic_shard: the table is {g * b, blocks of rank g * b} for a block b
+ * dividing the param, over at least 2 ranks, the slot the largest count */
+static void check_cyclic(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel, int64_t G) {
+  const fp_prog *p = v->p;
+  if (q->tab < 0 || q->tab >= p->ntabs || !v->tabs[q->tab].ok) {
+    verr(v, FP_VL_PARAM, i, "cyclic_shard param '%s' has no valid extent table", q->name);
+    return;
+  }
+  const fp_ir_table *t = &p->tabs[q->tab];
+  int64_t b = fpi_cyclic_block(t), most = 0;
+  if (t->n != G || G < 2 || b < 1 || numel % b) {
+    verr(v, FP_VL_PARAM, i, "extent table '%s' of cyclic_shard param '%s' needs one entry per rank of comm '%s' (%" PRId64
+         ", at least 2) and a block (entry 1's offset, %" PRId64 ") dividing its %" PRId64 " elements", t->name, q->name,
+         p->comms[q->comm].name, G, b, numel);
+    return;
+  }
+  for (int64_t g = 0, nb = numel / b; g < G; g++) {
+    int64_t want = g < nb ? (nb - g + G - 1) / G * b : 0;
+    if (t->off[g] != g * b || t->cnt[g] != want) {
+      verr(v, FP_VL_PARAM, i, "extent table '%s' entry %" PRId64 " is [%" PRId64 ", +%" PRId64 "), the blocks of %" PRId64
+           " elements dealt round-robin give [%" PRId64 ", +%" PRId64 ")", t->name, g, t->off[g], t->cnt[g], b, g * b, want);
+      return;
+    }
+    if (want > most) most = want;
+  }
+  if (q->chunk != most)
+    verr(v, FP_VL_PARAM, i, "cyclic_shard chunk %" PRId64 " is not the largest extent of table '%s' (%" PRId64 ")",
+         q->chunk, t->name, most);
+}
+
 /* the layout the spec's placement gives param i (planner/placements/, the
  * flat space of planner/layout.c) and the executor cuts (executor/exec.c
  * shard_of): recomputed from the shape and the group size and compared, so
@@ -558,6 +588,7 @@ static void check_layout(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel
              q->chunk, t->name, most);
       return;
     }
+    case FP_PL_CYCLIC: check_cyclic(v, i, q, numel, G); return;
     case FP_PL_OWNED:
       if (q->owner < 0 || q->owner >= G)
         verr(v, FP_VL_PARAM, i, "owned param '%s': owner %" PRId64 " is not a rank of comm '%s' (size %" PRId64 ")",
@@ -669,7 +700,8 @@ static void check_params(vctx *v) {
       verr(v, FP_VL_PARAM, i, "tp_dim %" PRId32 " is not a dimension of a %d-d param sharded over tp %" PRId64,
            q->tp_dim, q->ndim, p->tp);
     bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
-                   q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */;
+                   q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */ ||
+                   q->placement == FP_PL_CYCLIC;
     if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))
       verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
     check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);

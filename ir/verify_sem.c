@@ -1196,6 +1196,15 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
       if (hi > lo) *e = (piece){1, hi - lo, hi - lo, lo - a, hi - lo, lo - gc, hi - lo};
       return true;
     }
+    case FP_PL_CYCLIC: { /* blocks g, g+G, ... one after another in the slot */
+      if (q->tab < 0 || s->p->tabs[q->tab].n != G) return false;
+      const fp_ir_table *t = &s->p->tabs[q->tab];
+      int64_t b = fpi_cyclic_block(t);
+      if (b < 1 || t->cnt[g] % b) return false;
+      e->slot = q->chunk;
+      if (t->cnt[g] > 0) *e = (piece){t->cnt[g] / b, b, b, g * b, G * b, 0, q->chunk};
+      return true;
+    }
     case FP_PL_OWNED:
       if (g == q->owner) *e = (piece){1, numel, numel, 0, numel, 0, numel};
       return true;

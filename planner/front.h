@@ -84,7 +84,13 @@ typedef struct fp_placement_spec {
   int nunits;
   int64_t align_elems;         /* ragged: cut points are multiples (default 1) */
   int64_t rank;                /* owned: shard-group rank, or -1 = auto */
+  int64_t block;               /* cyclic (a plug-in's layout only): elements per block */
   const char *ptr;             /* where it was written (for errors) */
+  /* a plug-in placement (planner/plugin.h): its name and table; kind is then
+   * meaningless until the layout resolves it into the built-in kind that lays
+   * its checked pieces out (fpi_plugin_resolve), which keeps the name */
+  const char *plugin;
+  const struct fpi_plugin *plug;
 } fp_placement_spec;
 
 typedef struct fp_mp {
@@ -164,6 +170,7 @@ typedef struct fp_spec {
   bool staged;                 /* shard(0) params gather and reduce through chunk-major
                                 * staging with copy-in / copy-out (FSDP2's foreach
                                 * all-gather copy-out and reduce-scatter chunk_cat) */
+  const struct fpi_plugins *plugins; /* the placement plug-ins a "kind" may name (NULL: none) */
   /* hardware overrides; 0 = take the preset's value */
   double hw_flops, hw_nvlink_gbps, hw_ib_gbps, hw_hbm_gbps;
   int64_t hw_gpus_per_node, hw_hbm_bytes;
@@ -200,11 +207,18 @@ bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp
  * here; checks against the model are the layout's. */
 bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root,
                    const char *ptr, fp_spec *out);
+/* the same where a placement's "kind" may also name one of plugins (NULL:
+ * the built-in kinds only) */
+struct fpi_plugins;
+bool fpi_spec_parse_with(fp_arena *a, fp_diag *d, const fp_src *src, const struct fp_jv *root, const char *ptr,
+                        const struct fpi_plugins *plugins, fp_spec *out);
 bool fpi_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out);
 /* the same from a source already in memory (src->path names it in messages) */
 bool fpi_model_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_model *out,
                        const struct fp_jv **embedded_spec, const fp_src **src_out);
 bool fpi_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out);
+bool fpi_spec_load_src_with(fp_arena *a, fp_diag *d, const fp_src *src, const struct fpi_plugins *plugins,
+                           fp_spec *out);
 
 /* The compiler's inputs (planner/inputs.c): a model file, which may embed
  * its spec, and an optional separate spec file (both at once is an error);
@@ -215,6 +229,7 @@ bool fpi_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char
  * *_text is the input, and *_path (or "<model>" / "<spec>") its name in
  * messages (the public compile API, api/compile.c) */
 bool fpi_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
-                         const char *spec_path, const char *spec_text, fp_model *m, fp_spec *s);
+                         const char *spec_path, const char *spec_text, const struct fpi_plugins *plugins,
+                         fp_model *m, fp_spec *s);
 
 #endif

@@ -17,7 +17,8 @@ static const fp_src *input_src(fp_arena *a, fp_diag *d, const char *path, const 
 }
 
 bool fpi_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const char *model_text,
-                         const char *spec_path, const char *spec_text, fp_model *m, fp_spec *s) {
+                         const char *spec_path, const char *spec_text, const struct fpi_plugins *plugins,
+                         fp_model *m, fp_spec *s) {
   const fp_jv *embedded = NULL;
   const fp_src *msrc = input_src(a, d, model_path, model_text, "<model>"), *ssrc;
   bool ok = false, have_spec = spec_path || spec_text;
@@ -27,14 +28,14 @@ bool fpi_inputs_load_text(fp_arena *a, fp_diag *d, const char *model_path, const
     goto done;
   }
   if (have_spec)
-    ok = (ssrc = input_src(a, d, spec_path, spec_text, "<spec>")) && fpi_spec_load_src(a, d, ssrc, s);
+    ok = (ssrc = input_src(a, d, spec_path, spec_text, "<spec>")) && fpi_spec_load_src_with(a, d, ssrc, plugins, s);
   else
-    ok = fpi_spec_parse(a, d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", s);
+    ok = fpi_spec_parse_with(a, d, embedded ? msrc : NULL, embedded, embedded ? "/spec" : "", plugins, s);
 done:
   return ok;
 }
 
 bool fpi_inputs_load(fp_arena *a, fp_diag *d, const char *model_path, const char *spec_path, fp_model *m,
                     fp_spec *s) {
-  return fpi_inputs_load_text(a, d, model_path, NULL, spec_path, NULL, m, s);
+  return fpi_inputs_load_text(a, d, model_path, NULL, spec_path, NULL, NULL, m, s);
 }

@@ -11,6 +11,7 @@
 #include "layout.h"
 
 #include "cost.h"
+#include "plugin.h"
 #include "../base/json.h"
 #include "passes/passes.h"
 
@@ -20,11 +21,12 @@
 #include <inttypes.h>
 #include <string.h>
 
-const fp_placement_impl *const fp_placements[FP_NPLACEMENTS] = {
+const fp_placement_impl *const fp_placements[FP_NPLACEMENTS_IR] = {
     [FP_PL_SHARD] = &fp_placement_shard,
     [FP_PL_RAGGED] = &fp_placement_ragged,
     [FP_PL_OWNED] = &fp_placement_owned,
     [FP_PL_REPLICATE] = &fp_placement_replicate,
+    [FP_PL_CYCLIC] = &fp_placement_cyclic,
 };
 
 /* ---- placement specs: the kind picks the placement, which reads the rest -- */
@@ -34,8 +36,25 @@ static bool has_name(const char *const *names, const char *key) {
   return false;
 }
 
-bool fpi_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, fp_placement_spec *p) {
+bool fpi_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, const fpi_plugins *plugins,
+                         fp_placement_spec *p) {
   if (!fpi_j_is_object(c, o, ptr)) return false;
+  /* a registered plug-in: its parameters are its own (the registered
+   * instance's), so its object has nothing but "kind" */
+  const fp_jv *kv = fpi_j_get(o, "kind");
+  const fpi_plugin *plug = fpi_jv_is(kv, FP_JSTRING) ? fpi_plugin_find(plugins, kv->s) : NULL;
+  if (plug) {
+    static const char *const only_kind[] = {"kind", NULL};
+    if (!fpi_j_keys(c, o, ptr, only_kind)) return false;
+    memset(p, 0, sizeof *p);
+    p->kind = FP_PL_SHARD; /* until the layout resolves it */
+    p->align_elems = 1;
+    p->rank = -1;
+    p->ptr = ptr;
+    p->plugin = plug->name;
+    p->plug = plug;
+    return true;
+  }
   const char *kinds[FP_NPLACEMENTS + 1];
   for (int k = 0; k < FP_NPLACEMENTS; k++) kinds[k] = fp_placements[k]->name;
   kinds[FP_NPLACEMENTS] = NULL;
@@ -353,6 +372,7 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     p->bucket = bucket_of[i];
     p->owner = -1;
     p->tab = -1;
+    p->stab = -1;
     p->shard_off = p->grad_off = p->unsharded_off = p->ugrad_off = -1;
     p->rin_off = p->rout_off = p->gstage_off = p->rstage_off = -1;
     p->flat_off = -1;
@@ -365,12 +385,18 @@ static bool resolve_params(fp_layout *L, const int *bucket_of) {
     p->grad_dtype = B->mp.main_grad;
     bool no_shard = s->strategy == FP_NO_SHARD || matches(s->no_shard, s->nno_shard, mp->name);
     p->pl = no_shard ? repl : (B->spec && B->spec->has_placement) ? &B->spec->placement : &s->placement;
-    p->impl = fp_placements[p->pl->kind];
-    p->replicated = p->pl->kind == FP_PL_REPLICATE;
     /* one error per placement spec, not one per param that uses it */
     bool failed_before = false;
     for (int j = 0; j < i && !ok && !failed_before; j++) failed_before = L->params[j].pl == p->pl && L->params[j].slot < 0;
-    if (failed_before || !p->impl->layout(L, p)) {
+    /* a plug-in: its checked pieces become the built-in spec laying them out */
+    if (failed_before || (p->pl->plug && !fpi_plugin_resolve(L, p))) {
+      p->slot = -1;
+      ok = false;
+      continue;
+    }
+    p->impl = fp_placements[p->pl->kind];
+    p->replicated = p->pl->kind == FP_PL_REPLICATE;
+    if (!p->impl->layout(L, p)) {
       p->slot = -1;
       ok = false;
       continue;
@@ -859,7 +885,7 @@ static bool layout_storages(fp_layout *L) {
              slot_at(&st[ROUT], own, ob, &p->rout_off);
         if (ok && p->reduce_dtype != p->param_dtype) ok = slot_at(&st[RIN], -1, rb, &p->rin_off);
       }
-      if (ok && p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) {
+      if (ok && ((p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) || p->pl->kind == FP_PL_CYCLIC)) {
         int64_t n;
         ok = fpi_mul64(p->chunk, L->G, &n) && fpi_mul64(n, fpi_dtype_size(p->param_dtype), &gs) &&
              fpi_mul64(n, fpi_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);
@@ -1042,6 +1068,7 @@ bool fpi_layout_build(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec 
   if (!resolve_params(L, bucket_of)) return false;
   if (!check_mxfp8(L)) return false;
   pack_owned(L);
+  if (!fpi_layout_check_pieces(L)) return false;
   if (!choose_flat(L)) return false;
   if (!layout_storages(L)) return false;
   if (!layout_optim(L)) return false;

@@ -49,11 +49,15 @@ typedef struct fp_placement_impl {
                        int dst_buf, int64_t dst_off);
 } fp_placement_impl;
 
-extern const fp_placement_impl *const fp_placements[FP_NPLACEMENTS];
+/* indexed by kind: the spec's kinds, then (NULL for flat_shard) cyclic_shard,
+ * which only a plug-in's layout becomes (planner/placements/cyclic.c) */
+extern const fp_placement_impl *const fp_placements[FP_NPLACEMENTS_IR];
 /* parse a placement object: kind, then the kind's own members */
-bool fpi_placement_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, fp_placement_spec *out);
+struct fpi_plugins;
+bool fpi_placement_parse(struct fp_jctx *c, const struct fp_jv *o, const char *ptr, const struct fpi_plugins *plugins,
+                         fp_placement_spec *out);
 extern const fp_placement_impl fp_placement_shard, fp_placement_ragged, fp_placement_owned,
-    fp_placement_replicate;
+    fp_placement_replicate, fp_placement_cyclic;
 
 typedef struct fp_lparam {
   int param;                     /* index into model->params */
@@ -81,7 +85,9 @@ typedef struct fp_lparam {
   int64_t rout_off;              /* reduction output (reduce dtype, slot elems) */
   int64_t gstage_off;            /* shard dim > 0: chunk-major gather (param dtype, G*chunk) */
   int64_t rstage_off;            /* shard dim > 0: chunk-major reduce input (reduce dtype, G*chunk) */
-  int tab;                       /* ragged: IR extent table (set by the lowering); else -1 */
+  int tab;                       /* ragged, cyclic: IR extent table (set by the lowering); else -1 */
+  int stab;                      /* cyclic: the staging table of its v-collectives (entry g:
+                                  * {g * chunk, rank g's elements}; set by the lowering); else -1 */
   int64_t flat_off;              /* flat bucket: first element in the bucket's flat space; else -1 */
 } fp_lparam;
 

@@ -172,9 +172,25 @@ static void setup(fp_lower *lw) {
   }
   for (int b = 0; b < L->nbuckets; b++) fpi_ir_bucket_add(P, L->buckets[b].name);
 
-  /* extent tables for ragged params: one entry per shard-group rank */
+  /* extent tables for ragged params: one entry per shard-group rank; for
+   * cyclic ones the param's (entry g: its first block, its elements) and
+   * the staging one of its v-collectives (entry g: rank g's chunk) */
   for (int i = 0; i < L->nparams; i++) {
     fp_lparam *p = &L->params[i];
+    if (p->pl->kind == FP_PL_CYCLIC) {
+      int64_t *off = fpi_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
+      int64_t *cnt = fpi_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
+      int64_t *soff = fpi_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
+      for (int64_t g = 0; g < L->G; g++) {
+        fpi_layout_extent e = p->impl->extent(L, p, g);
+        off[g] = e.begin;
+        cnt[g] = e.count;
+        soff[g] = g * p->chunk;
+      }
+      p->tab = fpi_ir_table_add(P, p->mp->name, L->G, off, cnt);
+      p->stab = fpi_ir_table_add(P, fpi_sprintf(lw->a, "%s.stage", p->mp->name), L->G, soff, cnt);
+      continue;
+    }
     if (!p->cuts) continue;
     int64_t *off = fpi_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
     int64_t *cnt = fpi_alloc_array(lw->a, (size_t)L->G, sizeof(int64_t));
@@ -283,7 +299,7 @@ static void setup(fp_lower *lw) {
 /* ---- pieces of the step ----------------------------------------------------- */
 /* set count / table / predicate of an op acting on p's shard slot */
 static void on_slot(const fp_lower *lw, const fp_lparam *p, fp_op *op) {
-  if (p->pl->kind == FP_PL_RAGGED) {
+  if (p->pl->kind == FP_PL_RAGGED || p->pl->kind == FP_PL_CYCLIC) {
     op->tab = p->tab;
     op->count = 0;
     op->comm = lw->c_shard;

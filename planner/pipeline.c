@@ -556,9 +556,14 @@ bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, f
    * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
   fp_pass_ctx vc = {a, d, &out->layout, &out->stats, true, 0, NULL, NULL, 0, 0};
   if (!verify_each() && !verify_timed(&vc, out)) return false;
-  /* the semantic check (rule 9) on the kept plan: in the test suite, or on request */
+  /* the semantic check (rule 9) on the kept plan: in the test suite, on
+   * request, and always where a placement plug-in laid a param out (the
+   * plan then proves it computes the step before it is returned) */
   const char *sem = getenv("FLEXPLAN_VERIFY_SEM");
-  if ((verify_each() || (sem && *sem && strcmp(sem, "0") != 0)) && !fpi_pass_verify_sem(&vc, out->prog)) return false;
+  bool plugged = false;
+  for (int i = 0; i < out->layout.nparams && !plugged; i++) plugged = out->layout.params[i].pl->plugin != NULL;
+  if ((verify_each() || plugged || (sem && *sem && strcmp(sem, "0") != 0)) && !fpi_pass_verify_sem(&vc, out->prog))
+    return false;
   double t0 = fpi_phase_clock();
   keep_figures(a, out);
   phase_done(out, FP_PHASE_SUMMARY, t0);

@@ -85,6 +85,10 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r
     } else if (q->placement == FP_PL_RAGGED) {
       const fp_ir_table *t = &p->tabs[q->tab];
       if (t->cnt[g] > 0) runs = 1, len = t->cnt[g], foff = t->off[g];
+    } else if (q->placement == FP_PL_CYCLIC) {
+      const fp_ir_table *t = &p->tabs[q->tab];
+      int64_t b = fpi_cyclic_block(t);
+      if (t->cnt[g] > 0) runs = t->cnt[g] / b, len = b, sstride = b, foff = g * b, fstride = t->n * b;
     } else if (q->placement == FP_PL_OWNED) {
       if (g == q->owner) runs = 1, len = numel;
     } else if (q->placement == FP_PL_FLAT) {

@@ -127,7 +127,8 @@ static bool parse_bucket(fp_jctx *c, const fp_spec *s, const fp_jv *o, const cha
   b->per_module = split == 0;
   b->placement = s->placement;
   if (fpi_j_has(o, "placement")) {
-    if (!fpi_placement_parse(c, fpi_j_get(o, "placement"), fpi_ptr_key(c->a, ptr, "placement"), &b->placement))
+    if (!fpi_placement_parse(c, fpi_j_get(o, "placement"), fpi_ptr_key(c->a, ptr, "placement"), s->plugins,
+                             &b->placement))
       return false;
     b->has_placement = true;
   }
@@ -279,7 +280,13 @@ static bool parse_hardware(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *p
 
 bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
                    fp_spec *out) {
+  return fpi_spec_parse_with(a, d, src, root, ptr, NULL, out);
+}
+
+bool fpi_spec_parse_with(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
+                        const struct fpi_plugins *plugins, fp_spec *out) {
   set_defaults(out);
+  out->plugins = plugins;
   if (!root) {
     out->src = NULL;
     return true;
@@ -371,7 +378,8 @@ bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
     static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", "collectives", NULL};
     if (!fpi_j_is_object(c, dv, dp) || !fpi_j_keys(c, dv, dp, dkeys)) return false;
     if (fpi_j_has(dv, "placement") &&
-        !fpi_placement_parse(c, fpi_j_get(dv, "placement"), fpi_ptr_key(a, dp, "placement"), &out->placement))
+        !fpi_placement_parse(c, fpi_j_get(dv, "placement"), fpi_ptr_key(a, dp, "placement"), out->plugins,
+                             &out->placement))
       return false;
     if (fpi_j_has(dv, "mixed_precision") &&
         !parse_mp(c, fpi_j_get(dv, "mixed_precision"), fpi_ptr_key(a, dp, "mixed_precision"), &out->mp))
@@ -414,11 +422,16 @@ bool fpi_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {
 }
 
 bool fpi_spec_load_src(fp_arena *a, fp_diag *d, const fp_src *src, fp_spec *out) {
+  return fpi_spec_load_src_with(a, d, src, NULL, out);
+}
+
+bool fpi_spec_load_src_with(fp_arena *a, fp_diag *d, const fp_src *src, const struct fpi_plugins *plugins,
+                           fp_spec *out) {
   set_defaults(out);
   fp_jctx c = {a, d, src, NULL};
   const fp_jv *root = fpi_json_parse(&c);
   if (!root) return false;
-  return fpi_spec_parse(a, d, src, root, "", out);
+  return fpi_spec_parse_with(a, d, src, root, "", plugins, out);
 }
 
 /* ---- policies ------------------------------------------------------------------- */
@@ -440,6 +453,8 @@ void fpi_spec_apply_policy(fp_spec *s, fp_policy p) {
   s->auto_target_bytes = 0;
   s->placement.kind = FP_PL_SHARD;
   s->placement.dim = 0;
+  s->placement.plugin = NULL;
+  s->placement.plug = NULL;
   s->reshard = s->strategy == FP_SHARD_GRAD_OP ? 0 : FP_RESHARD_TRUE;
   for (int b = 0; b < s->nbuckets; b++) {
     s->buckets[b].has_placement = false;

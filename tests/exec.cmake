@@ -336,3 +336,38 @@ fp_reshard_test(fs4_to_bf16_3_optim 4 full_shard 4 bf16 3 --what weights+optimiz
 # sequence: no executor, no MPI (cmocka)
 fp_unit_test(test_driver)
 target_link_libraries(test_driver PRIVATE flexplan_exec)
+
+# placement plug-ins (docs/placements.md): the example plug-ins of
+# examples/placements.h compiled by plugin_compile (the CLI's compile with
+# them registered) and trained against the single-process reference.
+# block_cyclic (blocks of 8 rows) at 2 ranks deals fc0's rows 0-7 and 16-19
+# to rank 0, two runs, which no IR placement holds: refused, located
+# (test_plugins asserts the message); at 1, 3 and 4 ranks every rank's
+# blocks are one run
+add_executable(plugin_compile ${CMAKE_CURRENT_SOURCE_DIR}/plugin_compile.c ${CMAKE_SOURCE_DIR}/examples/placements.c)
+target_link_libraries(plugin_compile PRIVATE flexplan_api)
+function(fp_plugin_parity name model spec np)
+  add_test(NAME parity_${name}_np${np}
+           COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_plan.py --flexplan $<TARGET_FILE:plugin_compile>
+                   --model ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${model}.model.json
+                   --spec ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${spec}.spec.json --np ${np}
+                   "--mpiexec=${FP_MPIEXEC_CMD}" -- $<TARGET_FILE:train_mlp> --plan {plan} --steps 4 --check)
+  set_tests_properties(parity_${name}_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np}
+                       ENVIRONMENT "${FP_MPI_ENV}")
+endfunction()
+foreach(np 1 2 3 4)
+  fp_plugin_parity(plugin_expert_owned mlp-experts expert-owned ${np})
+endforeach()
+foreach(np 1 3 4)
+  fp_plugin_parity(plugin_block_cyclic mlp block-cyclic ${np})
+endforeach()
+# rows dealt one at a time: from 2 ranks on a rank holds several rows
+# (cyclic_shard: a v-gather into staging, one strided copy per rank)
+foreach(np 1 2 3 4)
+  fp_plugin_parity(plugin_row_cyclic mlp row-cyclic ${np})
+endforeach()
+# ... under hybrid_shard 2x2 with accumulation, and shard_grad_op with bf16
+# compute and an offloaded bucket
+fp_plugin_parity(plugin_row_cyclic_hybrid_ga2 mlp row-cyclic-hybrid-ga2 4)
+fp_plugin_parity(plugin_row_cyclic_offload_sgo mlp row-cyclic-offload-sgo 2)
+fp_plugin_parity(plugin_row_cyclic_offload_sgo mlp row-cyclic-offload-sgo 3)

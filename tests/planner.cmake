@@ -50,3 +50,11 @@ set_tests_properties(replica_defer PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME reduce_prep COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reduce_prep.py --cmd $<TARGET_FILE:flexplan>
          --examples ${CMAKE_SOURCE_DIR}/examples)
 set_tests_properties(reduce_prep PROPERTIES LABELS golden TIMEOUT 300)
+
+# placement plug-ins (docs/placements.md): the example plug-ins against
+# hand-computed layouts and the plans of the equivalent built-in specs, and
+# planted faulty plug-ins rejected with their located messages
+add_executable(test_plugins ${CMAKE_CURRENT_SOURCE_DIR}/test_plugins.c ${CMAKE_SOURCE_DIR}/examples/placements.c)
+target_link_libraries(test_plugins PRIVATE flexplan_api PkgConfig::CMOCKA)
+add_test(NAME test_plugins COMMAND test_plugins)
+set_tests_properties(test_plugins PROPERTIES TIMEOUT 300 LABELS unit)

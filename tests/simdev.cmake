@@ -224,3 +224,25 @@ string(REPLACE "," ";" fp_kseeds "${FP_SIMDEV_SEEDS}")
 foreach(seed ${fp_kseeds}) # the long case at 70001 elements, as kernels_emul
   set_property(TEST simdev_kernels_seed${seed} APPEND PROPERTY ENVIRONMENT FP_KERNEL_CASES_N=70001)
 endforeach()
+
+# placement plug-ins (docs/placements.md): the example plug-ins' plans
+# (compiled by tests/plugin_compile.c, the CLI's compile with them
+# registered) on the simulated device against the MPI backend
+function(fp_sim_plugin_parity name model spec np)
+  add_test(NAME simdev_parity_${name}_np${np}
+           COMMAND ${FP_PYTHON} ${FP_SIMDEV_DIR}/sim_parity.py --flexplan $<TARGET_FILE:plugin_compile>
+                   --train $<TARGET_FILE:train_mlp> --train-sim $<TARGET_FILE:train_mlp_simdev>
+                   "--mpiexec=${FP_MPIEXEC_CMD}" --dir ${CMAKE_CURRENT_SOURCE_DIR}/mpi --model ${model} --spec ${spec}
+                   --np ${np} --seeds ${FP_SIMDEV_SEEDS})
+  set_tests_properties(simdev_parity_${name}_np${np} PROPERTIES LABELS "simdev;mpi" TIMEOUT 600 PROCESSORS ${np}
+                       ENVIRONMENT "${FP_SIMDEV_ENV}")
+endfunction()
+foreach(np 1 2 3 4)
+  fp_sim_plugin_parity(plugin_expert_owned mlp-experts expert-owned ${np})
+endforeach()
+foreach(np 3 4)
+  fp_sim_plugin_parity(plugin_block_cyclic mlp block-cyclic ${np})
+endforeach()
+foreach(np 2 3 4)
+  fp_sim_plugin_parity(plugin_row_cyclic mlp row-cyclic ${np})
+endforeach()

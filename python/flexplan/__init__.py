@@ -20,11 +20,12 @@ from ._version import __version__
 from .errors import FlexplanError
 from .plan import Plan, compile, load  # noqa: A004 - flexplan.compile is the API's name
 from .reshard import Transfer, load_transfer, reshard
+from . import placement
 
 from .executor import Executor
 
 __all__ = ["compile", "load", "Plan", "reshard", "load_transfer", "Transfer", "FlexplanError", "Executor", "version",
-           "library_path", "__version__"]
+           "library_path", "placement", "__version__"]
 
 
 def version():

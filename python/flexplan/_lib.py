@@ -273,7 +273,44 @@ class fp_compile_options(ctypes.Structure):
         ("spec_text", ctypes.c_char_p),
         ("hardware", ctypes.c_char_p),
         ("policy", ctypes.c_char_p),
+        ("placements", ctypes.c_void_p),  # fp_placement_set * (flexplan.placement)
     ]
+
+
+class fp_piece(ctypes.Structure):
+    """struct fp_piece (flexplan_compile.h): elements [begin, begin + count) of a flattened param."""
+    _fields_ = [("begin", ctypes.c_int64), ("count", ctypes.c_int64)]
+
+
+class fp_placement_param(ctypes.Structure):
+    """struct fp_placement_param (flexplan_compile.h): what a placement plug-in is told of a param."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("module", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("numel", ctypes.c_int64),
+        ("group_size", ctypes.c_int64),
+        ("elem_bytes", ctypes.c_int64),
+    ]
+
+
+class fp_placement_layout(ctypes.Structure):
+    """struct fp_placement_layout (flexplan_compile.h): alignment, unshard collective, reduction."""
+    _fields_ = [("align_elems", ctypes.c_int64), ("unshard", ctypes.c_int), ("reduce", ctypes.c_int)]
+
+
+# the plug-in's two functions (fp_status is an int)
+PLACEMENT_DESCRIBE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(fp_placement_param),
+                                         ctypes.POINTER(fp_placement_layout), ctypes.c_void_p, ctypes.c_size_t)
+PLACEMENT_PIECES_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(fp_placement_param),
+                                       ctypes.c_int64, ctypes.POINTER(fp_piece), ctypes.c_int64,
+                                       ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p, ctypes.c_size_t)
+
+
+class fp_placement_plugin(ctypes.Structure):
+    """struct fp_placement_plugin (flexplan_compile.h)."""
+    _fields_ = [("describe", PLACEMENT_DESCRIBE_FN), ("pieces", PLACEMENT_PIECES_FN)]
 
 
 class fp_xfer_info(ctypes.Structure):
@@ -322,6 +359,10 @@ STRUCTS = {
     "fp_param_view": fp_param_view,
     "fp_exec_stats": fp_exec_stats,
     "fp_compile_options": fp_compile_options,
+    "fp_piece": fp_piece,
+    "fp_placement_param": fp_placement_param,
+    "fp_placement_layout": fp_placement_layout,
+    "fp_placement_plugin": fp_placement_plugin,
     "fp_xfer_info": fp_xfer_info,
     "fp_reshard_options": fp_reshard_options,
 }
@@ -403,6 +444,11 @@ SIGNATURES = {
     "fp_plan_save": (_st, [_vp, _cs]),
     "fp_plan_render": (_st, [_vp, ctypes.c_int, _cs, _vpp]),
     "fp_free": (None, [_vp]),
+    # placement plug-ins (flexplan_compile.h; flexplan.placement)
+    "fp_placement_set_create": (_st, [_vpp]),
+    "fp_placement_set_add": (_st, [_vp, _cs, _P(fp_placement_plugin), _vp]),
+    "fp_placement_set_errmsg": (_cs, [_vp]),
+    "fp_placement_set_free": (None, [_vp]),
     # MPI
     "fp_mpi_init": (_st, [_P(ctypes.c_int), _P(ctypes.c_int)]),
     "fp_mpi_finalize": (_st, []),

@@ -237,7 +237,7 @@ def _source(x, what):
     raise TypeError("%s: expected a dict, JSON text or a path, got %s" % (what, type(x).__name__))
 
 
-def compile(model, spec=None, *, hardware=None, policy="flexplan"):  # noqa: A001 - the API's name
+def compile(model, spec=None, *, hardware=None, policy="flexplan", placements=None):  # noqa: A001 - the API's name
     """Compile a model and a sharding spec into a Plan (`flexplan compile`).
 
     Args:
@@ -250,6 +250,10 @@ def compile(model, spec=None, *, hardware=None, policy="flexplan"):  # noqa: A00
             spec's; None: the spec's.
         policy: "flexplan" (as specified) or "fsdp2" (lowered as PyTorch
             FSDP2 does by default, a baseline for comparison).
+        placements: placement plug-ins the spec may name besides those
+            registered (flexplan.placement.register): a
+            flexplan.placement.Placement, a list of them (each under its
+            name) or a {name: Placement} dict; docs/placements.md.
 
     Raises FlexplanError with the located messages the CLI prints for the
     same input (status FP_ERR_INPUT), or FP_ERR_ARG for an unknown preset or
@@ -258,8 +262,11 @@ def compile(model, spec=None, *, hardware=None, policy="flexplan"):  # noqa: A00
     lib = L.lib()
     mp, mt = _source(model, "model")
     sp, st_ = _source(spec, "spec")
-    opt = L.fp_compile_options(model_path=mp, model_text=mt, spec_path=sp, spec_text=st_,
-                               hardware=L.cstr(hardware, "hardware"),
-                               policy=L.cstr(policy, "policy"))
-    h = ctypes.c_void_p()
-    return _plan_or_raise(lib, lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h)), h)
+    from . import placement as _pl  # pylint: disable=import-outside-toplevel
+    plugins = _pl._resolve(placements)  # pylint: disable=protected-access
+    with _pl._Set(plugins) as pset:  # pylint: disable=protected-access
+        opt = L.fp_compile_options(model_path=mp, model_text=mt, spec_path=sp, spec_text=st_,
+                                   hardware=L.cstr(hardware, "hardware"),
+                                   policy=L.cstr(policy, "policy"), placements=pset.h if plugins else None)
+        h = ctypes.c_void_p()
+        return _plan_or_raise(lib, lib.fp_plan_compile(ctypes.byref(opt), ctypes.byref(h)), h)

@@ -29,8 +29,13 @@ def value(i, e):
     return struct.unpack("f", struct.pack("f", math.sin(0.37 * e + 1.3 * i) * (1 + (e % 5))))[0]
 
 
-A = flexplan.compile(model, spec("full_shard"))
-B = flexplan.compile(model, spec(sys.argv[1]))
+# the placement plug-ins tests/mpi's plug-in specs name (docs/placements.md)
+flexplan.placement.register(flexplan.placement.BlockCyclic(1), name="row_cyclic")
+flexplan.placement.register(flexplan.placement.BlockCyclic(8))
+# "X:Y": from spec X to spec Y; "Y": from full_shard
+src_spec, _, dst_spec = sys.argv[1].rpartition(":")
+A = flexplan.compile(model, spec(src_spec or "full_shard"))
+B = flexplan.compile(model, spec(dst_spec))
 t = flexplan.reshard(A, B, transform=sys.argv[2:] or None)
 xa, xb = flexplan.Executor(A), flexplan.Executor(B)
 names = [p.name for p in xa.params]

@@ -48,6 +48,10 @@ torch.set_num_threads(1)
 
 import flexplan  # noqa: E402
 import flexplan.torch as fpt  # noqa: E402
+
+if hasattr(flexplan, "placement"):  # the plug-ins the "moe_expert_owned" and "mlp_block_cyclic" specs name
+    flexplan.placement.register(flexplan.placement.ExpertOwned())
+    flexplan.placement.register(flexplan.placement.BlockCyclic(8))
 from flexplan.executor import mpi_init, mpi_finalize, mpi_abort  # noqa: E402
 
 # torchrun sets TORCHELASTIC_RUN_ID in every worker's environment
@@ -133,6 +137,17 @@ CONFIGS = {
     "moe_expert_units_sgo_ga2": ("moe", "shard_grad_op", {"grad_accumulation": 2}, {"units": tm.MOE_EXPERT_UNITS}),
     "moe_layer_units": ("moe", "full_shard", {}, {"units": tm.MOE_UNITS}),
     "moe_layer_units_no_shard": ("moe", "no_shard", {}, {"units": tm.MOE_UNITS}),
+    # placement plug-ins (flexplan.placement, registered below): each expert
+    # wholly on rank e mod N; rows dealt in blocks of 8 (24 rows: one run per
+    # rank at 3 and 4 ranks, ragged; at 2, rank 0 holds blocks 0 and 2: the
+    # cyclic_shard layout)
+    "moe_expert_owned": ("moe", "full_shard", {"buckets": [
+        {"name": "experts", "params": ["moe.experts.*"], "split": "per_module", "placement": {"kind": "expert_owned"}},
+    ]}, {"units": tm.MOE_EXPERT_UNITS, "eval": True}),
+    "mlp_block_cyclic": ("mlp", "full_shard", {"buckets": [
+        {"name": "l01", "params": ["layers.0.*", "layers.1.*"], "split": "per_module",
+         "placement": {"kind": "block_cyclic"}},
+    ]}, {"worlds": [2, 3, 4], "eval": True, "unshard": True}),
     # regional torch.compile: each unit's forward compiled (flexplan's module
     # hooks stay outside the compiled code), 2 ranks only (compiling is slow)
     "llama_compile": ("llama", "full_shard", {}, {"compile": True, "world": 2}),
@@ -231,6 +246,8 @@ def run_config(name, rank, world, tmp):
     kind, strategy, extra, opts = CONFIGS[name]
     if opts.get("world", world) != world:
         return "SKIP", f"needs {opts['world']} ranks"
+    if world not in opts.get("worlds", [world]):
+        return "SKIP", f"needs {' or '.join(map(str, opts['worlds']))} ranks"
     if kind == "mlp" and "buckets" in extra and world == 1:
         return "SKIP", "placements need 2+ ranks"
     ga = extra.get("grad_accumulation", 1)
