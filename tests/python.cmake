@@ -74,3 +74,22 @@ fp_add_pytest(python_torch_ckpt_safety test_torch_ckpt_safety.py LABELS mpi TIME
 # (tests/python/torch_run.py: python -m torch.distributed.run --standalone
 # --nproc-per-node N), as the mpirun tests launch theirs
 fp_add_pytest(python_torchrun test_torchrun.py LABELS torchrun TIMEOUT 1200)
+
+# Issue 40, item 5 under AddressSanitizer: an Executor's views after
+# destroy() (tests/python/lifetime_asan.py), the venv's interpreter with the
+# ASan and UBSan runtimes preloaded and this (ASan) build's library, so that
+# a read or write of freed memory inside the library aborts the run. Only in
+# the asan preset (the default preset's Python tests run the same checks
+# with torch: torch_errors.py, "lifetimes").
+if(FP_SANITIZE)
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so OUTPUT_VARIABLE fp_libasan
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libubsan.so OUTPUT_VARIABLE fp_libubsan
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  add_test(NAME asan_python_lifetimes
+           COMMAND sh -c "[ -x \"$1\" ] || { echo \"skipped: no Python test environment: $1\"; exit 77; }; exec \"$@\""
+                   sh ${FP_VENV_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/lifetime_asan.py)
+  set_tests_properties(asan_python_lifetimes PROPERTIES LABELS "python;asan" TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${FP_MPI_ENV};LD_PRELOAD=${fp_libasan} ${fp_libubsan};PYTHONPATH=${CMAKE_SOURCE_DIR}/python;FLEXPLAN_LIBRARY=$<TARGET_FILE:flexplan_shared>;FLEXPLAN_SOURCE_DIR=${CMAKE_SOURCE_DIR};ASAN_OPTIONS=detect_leaks=0:abort_on_error=1")
+  # (the interpreter's own allocations live to exit: leaks are not this test's question)
+endif()
