@@ -152,6 +152,9 @@ def test_describe_and_refusals(out):
         "init_files": "init from files on a mesh with tp > 1",
         "load_files": "load(): the files hold global tensors",
         "mesh_4": "the plan is for 4 ranks",
+        "torch_clip": "the plan has already reduced it into the main-grad shards and reuses its bytes. Clip with "
+                      "flexplan.torch.clip_grad_norm_",
+        "tp_grad_use": "the .grad of param 'model.layers.0.self_attn.q_proj.weight' after backward",
     }
     assert r["closed_local_numel"] == [0, 0], r["closed_local_numel"]  # emptied with the arena by close()
     for case, frag in msgs.items():

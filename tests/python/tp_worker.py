@@ -255,8 +255,21 @@ def errors(out):
         st.load(os.path.join(out, "none.safetensors"))
     except flexplan.FlexplanError as e:
         rec["load_files"] = str(e)
+    # FSDP2's habit after a backward: torch's clip over the module's DTensor grads raises at its first
+    # touch of a grad (the plan reuses those bytes), naming flexplan.torch.clip_grad_norm_
+    lm_loss(st.module, ids).backward()
+    try:
+        torch.nn.utils.clip_grad_norm_(st.module.parameters(), 1.0)
+        rec["torch_clip"] = None
+    except flexplan.FlexplanError as e:
+        rec["torch_clip"] = str(e)
     name = "model.layers.0.self_attn.q_proj.weight"
     view = st.params[name][0]
+    try:  # a tensor-parallel param's DTensor grad, read directly
+        float(view.grad.to_local().abs().sum())
+        rec["tp_grad_use"] = None
+    except flexplan.FlexplanError as e:
+        rec["tp_grad_use"] = str(e)
     st.close()
     # after close() no DTensor view or grad keeps the freed arena's bytes
     rec["closed_local_numel"] = [view._local_tensor.numel(), view.grad._local_tensor.numel() if view.grad is not None

@@ -62,6 +62,11 @@ class PlanParam(nn.Parameter):
         raise _no_pickle(getattr(self, "_flexplan_view", "?"))
 
 
+# shape-preserving views that keep a GradGone a GradGone (detach, alias, and
+# view to its own shape, as DTensor.from_local takes one of its local tensor)
+_GONE_VIEWS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.view.default)
+
+
 class GradGone(torch.Tensor):
     """A param's .grad once the step's backward is over: the plan has
     reduced its unsharded grad into the main-grad shards and reuses those
@@ -84,8 +89,11 @@ class GradGone(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         g = next((a for a in args if isinstance(a, GradGone)), None)
-        if g is not None and func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
-            return GradGone(g, g._fp_name)
+        if g is None:  # a foreach op: a list of tensors
+            g = next((t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, GradGone)), None)
+        if g is not None and func in _GONE_VIEWS and args[0] is g and (
+                func is not torch.ops.aten.view.default or tuple(args[1]) == tuple(g.shape)):
+            return GradGone(g, g._fp_name)  # the same placeholder (DTensor.from_local takes a view of it)
         name = g._fp_name if g is not None else "?"
         raise FlexplanError(FP_ERR_ORDER, (
             f"the .grad of param {name!r} after backward ({func} on it): the plan has already reduced it into the "

@@ -220,10 +220,10 @@ class Sharded:
                             if g.dtype == newp.dtype and tuple(g.shape) == tuple(_tp.local(newp).shape)]
             names = {id(newp): pv.name for newp, pv in self.params.values()}
             # after a backward, each .grad is a placeholder that raises (GradGone): the bytes are reused
-            # (a tensor-parallel param keeps its DTensor grad: torch's own clip_grad_norm_ refuses grads on two
-            # meshes anyway, docs/torch.md "FSDP x TP")
-            self._gone = [(newp, GradGone(g, names[id(newp)])) for newp, g in self._ugrads
-                          if not _tp.is_dtensor(newp)]
+            # (a tensor-parallel param's: a DTensor like its grad over a placeholder local tensor)
+            self._gone = [(newp, _tp.wrap(GradGone(_tp.local(g) if _tp.is_dtensor(newp) else g, names[id(newp)]),
+                                          newp) if _tp.is_dtensor(newp) else GradGone(g, names[id(newp)]))
+                          for newp, g in self._ugrads]
             self._grads_gone = False
             self._fwd_open = False  # a training forward of this micro-batch ran; its backward has not ended
             self._fwd_first = -1  # the unit that forward started at
@@ -646,6 +646,9 @@ class Sharded:
         self._sd_hook.remove()
         self._binder.closed = True
         self._binder.release()  # the views' memory is freed below: placeholders raise
+        for newp, ph in self._gone:  # a grad placeholder of the last backward holds nothing either
+            if newp.grad is ph:
+                newp.grad = None
         self.driver.close()
         self.ex.destroy()
         self.module._flexplan_state = None
