@@ -9,8 +9,12 @@
  * with its JSON pointer). Its document is then checked member by member.
  * Every number is checked before it is used, in int64 with overflow
  * checks. The writer prints the header itself (fpi_json_put_string), byte
- * for byte what json-c printed before. */
+ * for byte what json-c printed before. The public fp_safetensors_* of
+ * flexplan.h (at the end) are this reader's names, for callers that match a
+ * folder of files against a plan before the refit (flexplan.torch). */
 #include "safetensors.h"
+
+#include "flexplan.h"
 
 #include "base/json.h"
 
@@ -679,4 +683,38 @@ out:
   free(sizes);
   free(names);
   return ok;
+}
+
+/* ---- the public face (flexplan.h): a file's names, as the refit reads them ---- */
+struct fp_safetensors {
+  fp_st_file *f; /* NULL after a failed open */
+  char err[512];
+};
+
+fp_status fp_safetensors_open(const char *path, fp_safetensors **out) {
+  if (!out) return FP_ERR_ARG;
+  fp_safetensors *s = calloc(1, sizeof *s);
+  *out = s;
+  if (!s) return FP_ERR_NOMEM;
+  if (!path) {
+    snprintf(s->err, sizeof s->err, "fp_safetensors_open: path is NULL");
+    return FP_ERR_ARG;
+  }
+  s->f = fpi_st_open(path, s->err, sizeof s->err);
+  return s->f ? FP_OK : FP_ERR_WEIGHTS;
+}
+
+const char *fp_safetensors_errmsg(const fp_safetensors *s) { return s ? s->err : "no safetensors handle"; }
+
+int64_t fp_safetensors_count(const fp_safetensors *s) { return s ? fpi_st_count(s->f) : 0; }
+
+const char *fp_safetensors_name(const fp_safetensors *s, int64_t i) {
+  if (!s || i < 0 || i >= fpi_st_count(s->f)) return NULL;
+  return fpi_st_get(s->f, (int)i)->name;
+}
+
+void fp_safetensors_close(fp_safetensors *s) {
+  if (!s) return;
+  fpi_st_close(s->f);
+  free(s);
 }

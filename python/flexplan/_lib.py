@@ -366,6 +366,7 @@ SIGNATURES = {
     "fp_plan_module_index": (ctypes.c_int32, [_vp, _cs]),
     "fp_plan_module_recompute": (ctypes.c_int, [_vp, ctypes.c_int32]),
     "fp_plan_param_tp_dim": (ctypes.c_int32, [_vp, ctypes.c_int32]),
+    "fp_plan_param_weight_persistent": (ctypes.c_int, [_vp, ctypes.c_int32]),
     "fp_plan_module_uses": (ctypes.c_int32, [_vp, ctypes.c_int32, _P(ctypes.c_int32), ctypes.c_int32]),
     "fp_plan_segment_at": (_st, [_vp, ctypes.c_int32, _P(fp_plan_segment)]),
     # executors
@@ -395,6 +396,12 @@ SIGNATURES = {
     "fp_exec_param": (_st, [_vp, _cs, _P(fp_param_view)]),
     "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
+    # safetensors files, as the refit reads them
+    "fp_safetensors_open": (_st, [_cs, _vpp]),
+    "fp_safetensors_errmsg": (_cs, [_vp]),
+    "fp_safetensors_count": (ctypes.c_int64, [_vp]),
+    "fp_safetensors_name": (_cs, [_vp, ctypes.c_int64]),
+    "fp_safetensors_close": (None, [_vp]),
     "fp_exec_get_stats": (_st, [_vp, _P(fp_exec_stats)]),
     # the compile API (flexplan_compile.h)
     "fp_plan_compile": (_st, [_P(fp_compile_options), _vpp]),

@@ -5,6 +5,8 @@ FlexplanError carrying the library's message: for inputs, the located
 message `file:line:col: error: /json/pointer: ...` that the command line
 prints for the same input.
 """
+from typing import Callable, Optional
+
 
 class FlexplanError(Exception):
     """An error reported by flexplan.
@@ -59,3 +61,15 @@ class ArgumentValueError(FlexplanError, ValueError):
 
     def __init__(self, message, status=None):
         super().__init__(_arg_status() if status is None else status, message)
+
+
+def error_maker(default_status: int) -> Callable[..., FlexplanError]:
+    """The package's one error helper: ``_err = error_maker(FP_ERR_PLAN)``
+    gives a module ``_err(message, status=None)``, the FlexplanError of a
+    fault the Python side finds itself, with the module's usual status
+    unless the call names another (the C side's faults come with theirs)."""
+
+    def _err(message: str, status: Optional[int] = None) -> FlexplanError:
+        return FlexplanError(default_status if status is None else status, message)
+
+    return _err

@@ -28,16 +28,50 @@ from those by slicing or ``view`` share the arena memory and must not
 outlive ``destroy()``.
 """
 import ctypes
-import json
 import os
 import weakref
 
 from . import _lib as _libmod
-from .errors import FlexplanError
+from .errors import error_maker, FlexplanError
 
 
-def _err(msg, status=_libmod.FP_ERR_ARG):
-    return FlexplanError(status, msg)
+_err = error_maker(_libmod.FP_ERR_ARG)  # the package's one error helper (flexplan.errors)
+
+
+def _vote(ex, why, what):
+    """Every rank's verdict on a step each rank tried on its own (reading
+    files, checking a module): None when every rank succeeded, else this
+    rank's message (why), or, on a rank that succeeded, one naming the rank
+    that failed or how many did ("could not <what>"). Collective: every rank
+    calls it (fp_exec_all_reduce_f64)."""
+    ok = why is None
+    if ex.world_size == 1:
+        return why
+    v = ex.all_reduce_f64([0.0 if ok else 1.0, 0.0 if ok else float(ex.rank)])
+    if v[0] == 0:
+        return None
+    if not ok:
+        return why
+    if v[0] == 1:
+        return f"rank {v[1]:.0f} could not {what} (its message says why)"
+    return f"{v[0]:.0f} ranks could not {what} (their messages say why)"
+
+
+def safetensors_names(path):
+    """The tensor names of a safetensors file, read by the library's own
+    reader (fp_safetensors_open: the checks the refit makes); FlexplanError
+    (FP_ERR_WEIGHTS, "path: ...") for a file that is not one."""
+    lib = _L()
+    h = ctypes.c_void_p()
+    st = lib.fp_safetensors_open(_libmod.fsencode(path, "path"), ctypes.byref(h))
+    try:
+        if st != 0:
+            msg = lib.fp_safetensors_errmsg(h).decode() if h.value else ""
+            raise FlexplanError(st, msg or f"{os.fspath(path)}: {lib.fp_status_name(st).decode()}")
+        return [lib.fp_safetensors_name(h, i).decode() for i in range(lib.fp_safetensors_count(h))]
+    finally:
+        if h.value:
+            lib.fp_safetensors_close(h)
 
 
 def _closed_err(what):
@@ -133,6 +167,10 @@ class ParamView:
         # the global shape (shape with that dim times tp)
         self.tp_dim = None
         self.global_shape = self.shape
+        # whether the plan keeps the compute weight between steps (the Executor
+        # sets it, from fp_plan_param_weight_persistent): code that writes the
+        # main weights itself refreshes such a weight from them too
+        self.weight_persistent = False
 
     @property
     def mxfp8(self):
@@ -237,8 +275,6 @@ class Executor:
         self.backend = backend
         self.plan = plan
         self._plan_handle = _plan_handle(plan)
-        self._plan_src = plan
-        self._plan_json_cache = None
         try:
             self._init_rest(lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id)
         except BaseException:
@@ -299,26 +335,13 @@ class Executor:
             d = int(lib.fp_plan_param_tp_dim(self._plan_handle, i))
             pv.tp_dim = d if d >= 0 else None
             pv.global_shape = tuple(s * self.tp if k == d else s for k, s in enumerate(pv.shape))
+            pv.weight_persistent = lib.fp_plan_param_weight_persistent(self._plan_handle, i) == 1
             self.params.append(pv)
         self._by_name = {p.name: p for p in self.params}
         # (kind, module, micro-batch, ops): ops not counting compute placeholders,
         # which the executor drops (a segment of only those is empty to it),
         # from the library (fp_plan_segment_at), not from plan.json
         self.segments = plan_segments(lib, self._plan_handle, int(info.nsegments))
-
-    @property
-    def _plan_json(self):
-        """The plan's JSON, read on first use (flexplan.torch's checkpoint
-        code asks which compute weights are persistent; the hooks and the
-        segments never need it: fp_plan_segment_at)."""
-        if self._plan_json_cache is None:
-            src = self._plan_src
-            if isinstance(src, (str, os.PathLike)):
-                with open(os.fspath(src)) as f:
-                    self._plan_json_cache = json.load(f)
-            else:
-                self._plan_json_cache = _plan_obj_json(src)
-        return self._plan_json_cache
 
     # -- lifetime --------------------------------------------------------
     @property
@@ -616,28 +639,3 @@ def _plan_obj_handle(plan):
         if h is not None:
             return h
     raise _err("not a plan: pass a flexplan.Plan or a plan.json path")
-
-
-def _plan_obj_json(plan):
-    for attr in ("json", "to_json", "text"):
-        v = getattr(plan, attr, None)
-        if v is None:
-            continue
-        v = v() if callable(v) else v
-        if isinstance(v, dict):
-            return v
-        if isinstance(v, (str, bytes)):
-            return json.loads(v)
-    for attr in ("path", "_path"):
-        v = getattr(plan, attr, None)
-        if isinstance(v, str) and os.path.exists(v):
-            with open(v) as f:
-                return json.load(f)
-    if not hasattr(plan, "save"):
-        raise _err("this flexplan.Plan cannot give its segments (no save()); pass the plan.json path")
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "plan.json")
-        plan.save(p)
-        with open(p) as f:
-            return json.load(f)

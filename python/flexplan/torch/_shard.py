@@ -27,8 +27,8 @@ from torch import nn
 from torch.optim import optimizer as _optimizer_mod
 
 from .. import _lib
-from ..errors import ArgumentTypeError, ArgumentValueError, FlexplanError
-from ..executor import Executor, mpi_init
+from ..errors import ArgumentTypeError, ArgumentValueError, error_maker, FlexplanError
+from ..executor import Executor, mpi_init, safetensors_names
 from . import _setup, _tp
 from ._driver import Driver
 from ._capture import StepCapture
@@ -42,8 +42,7 @@ __all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state", "abandon
 _BACKENDS, _PROGRESS, _CUDA_MODES = tuple(_lib.BACKENDS), tuple(_lib.PROGRESS), tuple(_lib.CUDA_MODES)
 
 
-def _err(msg, status=_lib.FP_ERR_PLAN):
-    return FlexplanError(status, msg)
+_err = error_maker(_lib.FP_ERR_PLAN)  # the package's one error helper (flexplan.errors)
 
 
 def state(obj: Union[nn.Module, "Sharded"], what: str = "model_or_state") -> "Sharded":
@@ -515,13 +514,12 @@ class Sharded:
             raise _err("load(): the files hold global tensors and the refit reads whole params, so a plan with tp "
                        "cannot load them yet: load a torch.distributed.checkpoint (flexplan.torch.load_state_dict) "
                        "or use unshard()", _lib.FP_ERR_ARG)
-        from ._hf import _header_names  # pylint: disable=import-outside-toplevel
         files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
         known = set(self.params) | set(self.module.state_dict(keep_vars=True))
         for f in files:
             if not isinstance(f, (str, os.PathLike)) or not os.path.isfile(f):
                 break  # the executor's refit names the bad argument or the missing file
-            extra = [n for n in _header_names(os.fspath(f)) if n not in known]
+            extra = [n for n in safetensors_names(f) if n not in known]
             if extra:
                 raise _err(f"load: {os.fspath(f)} holds {len(extra)} tensor(s) the module does not have: "
                            f"{', '.join(extra[:8])}" + (" ..." if len(extra) > 8 else ""), _lib.FP_ERR_WEIGHTS)

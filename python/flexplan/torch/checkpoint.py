@@ -44,7 +44,8 @@ from collections.abc import Mapping
 import torch
 
 from .. import _lib
-from ..errors import ArgumentTypeError, FlexplanError
+from ..errors import ArgumentTypeError, error_maker, FlexplanError
+from ..executor import _vote
 from . import _hf
 
 __all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes",
@@ -57,8 +58,7 @@ CHECKSUMS = "flexplan.checksums.json"
 _TORCH = {n: _lib.torch_dtype(n) for n in _lib.FLOAT_DTYPES}
 
 
-def _err(msg, status=_lib.FP_ERR_WEIGHTS):
-    return FlexplanError(status, msg)
+_err = error_maker(_lib.FP_ERR_WEIGHTS)  # the package's one error helper (flexplan.errors)
 
 
 # ---- boxes -------------------------------------------------------------------
@@ -404,20 +404,6 @@ def _optim_state_dict(st, opt, lay, copy=True):
 
 
 # ---- loading -------------------------------------------------------------------
-def _vote(st, ok, why):
-    """every rank's verdict: returns None when all succeeded, else the message"""
-    if st.world_size == 1:
-        return None if ok else why
-    v = st.ex.all_reduce_f64([0.0 if ok else 1.0, 0.0 if ok else float(st.rank)])
-    if v[0] == 0:
-        return None
-    if not ok:
-        return why
-    if v[0] == 1:
-        return f"rank {v[1]:.0f} could not load the state dict (its message says why)"
-    return f"{v[0]:.0f} ranks could not load the state dict (their messages say why)"
-
-
 def _source(fqn, v, L, dtype_ok=True):
     """check one value of a state dict against the layout; returns
     ("staged", tensor) | ("full", tensor)"""
@@ -498,7 +484,7 @@ def load_state_dict(st, sd, optimizer=None):
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
         why = f"{type(e).__name__}: {e}"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(f"load_state_dict: {fail}; no rank changed its state")
     _write(st, plan, lay, optimizer)
@@ -684,7 +670,7 @@ def load_in_place(st, checkpoint_id, optimizer=None):
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
         why = f"{os.fspath(checkpoint_id)}: {type(e).__name__}: {e}"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(f"load_in_place: {fail}; no rank changed its state")
     try:
@@ -761,7 +747,7 @@ def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
         why = f"save_checkpoint: {path} exists: pass overwrite=True to replace it (atomically)"
     elif exists and not os.path.isdir(path):
         why = f"save_checkpoint: {path} exists and is not a checkpoint folder"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(fail, _lib.FP_ERR_ARG)
     token = int(st.ex.all_reduce_f64([float(os.getpid() % 1000003) if st.rank == 0 else 0.0])[0])
@@ -871,7 +857,7 @@ def load_checkpoint(st, checkpoint_id, optimizer=None):
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
         why = f"{where}: {type(e).__name__}: {e}"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(f"load_checkpoint: {fail}; no rank changed its state")
     dcp.load(sd, storage_reader=reader)
