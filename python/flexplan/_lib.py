@@ -56,6 +56,9 @@ FP_NCCL_BOOT_DEFAULT, FP_NCCL_BOOT_ID, FP_NCCL_BOOT_MPI, FP_NCCL_BOOT_ENV = rang
  FP_EVENT_POST_OPTIMIZER, FP_EVENT_BACKWARD_DONE, FP_EVENT_RECOMPUTE_BEGIN, FP_EVENT_RECOMPUTE_END) = range(1, 10)
 
 FP_NCCL_ID_BYTES = 128
+# fp_plan_load_flags flags
+FP_LOAD_SEMANTIC = 1
+FP_LOAD_NO_SEMANTIC = 2
 FP_ALL_REDUCE_MAX = 4096
 
 # ---- the same enums by name (the one table the package uses) -----------------------

@@ -306,7 +306,7 @@ class Executor:
         if nccl_id is not None:
             if len(nccl_id) != ctypes.sizeof(S.fp_nccl_id):
                 raise _err(f"nccl_id must be {ctypes.sizeof(S.fp_nccl_id)} bytes, got {len(nccl_id)}")
-            cfg.nccl_boot = 1  # FP_NCCL_BOOT_ID
+            cfg.nccl_boot = S.FP_NCCL_BOOT_ID
             ctypes.memmove(ctypes.byref(cfg.nccl_id), bytes(nccl_id), len(nccl_id))
         if self._transport is not None:
             cfg.transport = self._transport.address()

@@ -186,8 +186,7 @@ class Plan:
         return "<flexplan.Plan %s %s world=%d ops=%d>" % (i["model"], i["strategy"], i["world_size"], i["ops"])
 
 
-FP_LOAD_SEMANTIC = 1
-FP_LOAD_NO_SEMANTIC = 2
+FP_LOAD_SEMANTIC, FP_LOAD_NO_SEMANTIC = L.FP_LOAD_SEMANTIC, L.FP_LOAD_NO_SEMANTIC
 
 
 def load(path, semantic=False, unchecked=False):
