@@ -47,6 +47,12 @@ fp_add_pytest(python_stream_contract test_stream_contract.py)
 fp_add_pytest(python_capi_exec test_capi_exec.py MPI 1)
 # the enums and defines flexplan._lib copies, against include/*.h (issue 42)
 fp_add_pytest(python_enums test_enums.py)
+# the public Python API annotated whole, and mypy over the package (issue 42)
+fp_add_pytest(python_typing test_typing.py)
+add_test(NAME python_mypy
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/python/run_mypy.sh ${FP_VENV_PYTHON} ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/mypy-cache)
+set_tests_properties(python_mypy PROPERTIES LABELS "python;lint" TIMEOUT 600 SKIP_RETURN_CODE 77)
 fp_add_pytest(python_describe test_describe.py)
 # transformers families beyond Llama, T5's default units, long sequences scaled (issue 29)
 fp_add_pytest(python_describe_families test_describe_families.py TIMEOUT 300)

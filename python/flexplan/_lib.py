@@ -66,7 +66,7 @@ FP_ALL_REDUCE_MAX = 4096
 HOOKS = {"step_begin": FP_HOOK_STEP_BEGIN, "pre_forward": FP_HOOK_PRE_FORWARD, "post_forward": FP_HOOK_POST_FORWARD,
          "pre_backward": FP_HOOK_PRE_BACKWARD, "post_backward": FP_HOOK_POST_BACKWARD,
          "pre_optimizer": FP_HOOK_PRE_OPTIMIZER, "post_optimizer": FP_HOOK_POST_OPTIMIZER}
-HOOK_NAMES = tuple(sorted(HOOKS, key=HOOKS.get))  # by fp_hook value
+HOOK_NAMES = tuple(sorted(HOOKS, key=lambda h: HOOKS[h]))  # by fp_hook value
 # fp_backend, fp_progress, fp_cuda_mode values
 # ("torch": the external backend over torch.distributed process groups, flexplan._torchdist)
 BACKENDS = {"mpi": FP_BACKEND_MPI, "nccl": FP_BACKEND_NCCL, "torch": FP_BACKEND_EXTERNAL}

@@ -20,7 +20,7 @@ the modules it wraps; flexplan calls them modules). The state it returns,
 import contextlib
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Type, Union
 
 import torch
 from torch import nn
@@ -63,7 +63,7 @@ def state(obj: Union[nn.Module, "Sharded"], what: str = "model_or_state") -> "Sh
     return st
 
 
-_OPT_HOOK = []  # the global optimizer pre-hook, registered at the first shard()
+_OPT_HOOK: List[Any] = []  # the global optimizer pre-hook, registered at the first shard()
 
 
 def _refuse_module_params(opt, args, kwargs):
@@ -181,8 +181,9 @@ class Sharded:
     timing_start(steps), timing_write(path), graphs_live(), release_graph(),
     close() (docs/torch.md, "One graph per step": inside torch.cuda.graph)."""
 
-    def __init__(self, module, plan, *, backend, rank, world_size, progress, init, cast_forward_inputs,
-                 cuda_mode, profile=False, mesh=None):
+    def __init__(self, module: nn.Module, plan: Any, *, backend: str, rank: Optional[int], world_size: Optional[int],
+                 progress: str, init: Any, cast_forward_inputs: bool, cuda_mode: str, profile: bool = False,
+                 mesh: Any = None) -> None:
         self.module = module
         self.backend = backend
         self._closed = True  # until set up
@@ -203,7 +204,7 @@ class Sharded:
             _setup.install_abort_on_error()
         self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
                                 cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
-        self.driver = None
+        self.driver: Any = None
         self._capture = StepCapture(self, cuda_mode)
         try:
             _setup.check_params(ex, named)
@@ -250,10 +251,10 @@ class Sharded:
                 self.driver.close()
             ex.destroy()
             raise
-        self._unsharded = None  # inside unshard(): {name: full tensor}
+        self._unsharded: Optional[Dict[str, Any]] = None  # inside unshard(): {name: full tensor}
         self.eval_gathers = 0  # params gathered for evaluation forwards
         self._closed = False
-        module._flexplan_state = self
+        setattr(module, "_flexplan_state", self)  # (setattr: nn.Module's attributes are typed as tensors)
         self._sd_hook = module.register_state_dict_pre_hook(self._state_dict_pre)
         me = weakref.ref(self)
         for mp in self._shards.params():
@@ -645,13 +646,13 @@ class Sharded:
         self._binder.release()  # the views' memory is freed below: placeholders raise
         self.driver.close()
         self.ex.destroy()
-        self.module._flexplan_state = None
-        self.module._flexplan_closed = True
+        setattr(self.module, "_flexplan_state", None)
+        setattr(self.module, "_flexplan_closed", True)
 
-    def __enter__(self):
+    def __enter__(self) -> "Sharded":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 

@@ -40,6 +40,7 @@ import sys
 import warnings
 import zlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -47,6 +48,9 @@ from .. import _lib
 from ..errors import ArgumentTypeError, error_maker, FlexplanError
 from ..executor import _vote
 from . import _hf
+
+if TYPE_CHECKING:  # annotations only (_shard imports torch.distributed lazily)
+    from ._shard import Sharded
 
 __all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes",
            "save_checkpoint", "load_checkpoint", "CHECKSUMS"]
@@ -77,13 +81,13 @@ def _contig_strides(sizes):
     return tuple(reversed(st))
 
 
-def flat_boxes(shape, start, n):
+def flat_boxes(shape: Sequence[int], start: int, n: int) -> List[Tuple[Tuple[int, ...], Tuple[int, ...], int]]:
     """The elements [start, start + n) of a row-major tensor of `shape` as
     boxes: [(offsets, sizes, flat_start)], in flat order, each box contiguous
     in the flat tensor. A range that cuts rows gives a partial row, whole
     rows, a partial row (each partial row split the same way one dim down)."""
     shape = tuple(int(s) for s in shape)
-    out = []
+    out: List[Tuple[Tuple[int, ...], Tuple[int, ...], int]] = []
     if n <= 0:
         return out
     if not shape:
@@ -289,7 +293,8 @@ def _scalar_state(v):
     return isinstance(v, torch.Tensor) and v.numel() == 1 and v.dim() == 0
 
 
-def state_dict(st, optimizer=None, *, copy=True):
+def state_dict(st: "Sharded", optimizer: Optional[torch.optim.Optimizer] = None, *,
+               copy: bool = True) -> Dict[str, Any]:
     """This rank's part of the model (and optimizer) state, for
     torch.distributed.checkpoint (module docstring). Call it between steps.
     Not collective.
@@ -428,7 +433,7 @@ def _source(fqn, v, L, dtype_ok=True):
     raise _err(f"{fqn}: shape {list(v.shape)} in the state dict, the plan says {list(L.shape)}")
 
 
-def load_state_dict(st, sd, optimizer=None):
+def load_state_dict(st: "Sharded", sd: Mapping, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
     """Put a state dict from state_dict(st, ...) (filled by dcp.load), or
     one of full tensors, into the arena: main shards, compute copies,
     optimizer state, buffers. Collective; between steps. Every rank checks
@@ -440,7 +445,7 @@ def load_state_dict(st, sd, optimizer=None):
         raise ArgumentTypeError(f"sd: expected a state dict (a Mapping from flexplan.torch.state_dict), got "
                                 f"{type(sd).__name__}")
     lay = _layouts(st)
-    plan = []  # (kind, args) writes, made only after the vote
+    plan: List[Tuple[Any, ...]] = []  # (kind, args) writes, made only after the vote
     why = None
     try:
         if st.driver.pos != 0:
@@ -607,7 +612,7 @@ def _recast(st):
             w.copy_(full.to(w.dtype))
 
 
-def init_process_group(st=None, backend="gloo", timeout_s=120):
+def init_process_group(st: Optional["Sharded"] = None, backend: str = "gloo", timeout_s: float = 120) -> None:
     """torch.distributed for DCP under mpirun (no torchrun): rank and world
     from the executor (or MPI), MASTER_ADDR 127.0.0.1 (or the env's), a port
     chosen by rank 0 and shared over the executor's all-reduce. A no-op
@@ -639,7 +644,8 @@ def init_process_group(st=None, backend="gloo", timeout_s=120):
 
 
 
-def load_in_place(st, checkpoint_id, optimizer=None):
+def load_in_place(st: "Sharded", checkpoint_id: Union[str, "os.PathLike[str]"],
+                  optimizer: Optional[torch.optim.Optimizer] = None) -> None:
     """Load a DCP checkpoint straight into the arena, holding nothing of the
     shards beyond it (DCP's read buffer of one chunk): every rank first
     checks the checkpoint's metadata against its own boxes (every key
@@ -658,7 +664,9 @@ def load_in_place(st, checkpoint_id, optimizer=None):
     if not isinstance(checkpoint_id, (str, os.PathLike)):
         raise ArgumentTypeError(f"checkpoint_id: expected a path (str or os.PathLike), got "
                                 f"{type(checkpoint_id).__name__}")
-    why, sd, reader = None, None, None
+    why: Optional[str] = None
+    sd: Any = None
+    reader: Any = None
     try:
         if st.driver.pos != 0:
             raise _err("load_in_place: call it between steps (after opt.step(), before the next forward)", _lib.FP_ERR_ORDER)
@@ -717,7 +725,8 @@ def _items(md):
     return out
 
 
-def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
+def save_checkpoint(st: "Sharded", checkpoint_id: Union[str, "os.PathLike[str]"],
+                    optimizer: Optional[torch.optim.Optimizer] = None, *, overwrite: bool = False) -> str:
     """dcp.save of state_dict(st, optimizer), checksummed and atomic: DCP
     writes into a fresh folder beside checkpoint_id, every rank then
     checksums a share of the storage items (CRC-32 of each chunk's bytes),
@@ -772,7 +781,7 @@ def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
     items = _items(FileSystemReader(tmp).read_metadata())
     mine = [(i, _crc_file_range(os.path.join(tmp, it[0]), it[1], it[2]))
             for i, it in enumerate(items) if i % st.world_size == st.rank]
-    every = [None] * st.world_size
+    every: List[Any] = [None] * st.world_size
     dist.all_gather_object(every, mine)
     crcs = dict(c for part in every for c in part)
     _kill_point(st, "checksummed")
@@ -832,7 +841,8 @@ def _verify_checksums(where, md, indexes):
     return True
 
 
-def load_checkpoint(st, checkpoint_id, optimizer=None):
+def load_checkpoint(st: "Sharded", checkpoint_id: Union[str, "os.PathLike[str]"],
+                    optimizer: Optional[torch.optim.Optimizer] = None) -> None:
     """The staged load, verified: every rank checks the metadata (as
     load_in_place) and the checksums of the items it will read, the ranks
     agree, then dcp.load into state_dict(st, optimizer) and
@@ -845,7 +855,9 @@ def load_checkpoint(st, checkpoint_id, optimizer=None):
         raise ArgumentTypeError(f"checkpoint_id: expected a path (str or os.PathLike), got "
                                 f"{type(checkpoint_id).__name__}")
     where = os.fspath(checkpoint_id)
-    why, sd, reader = None, None, None
+    why: Optional[str] = None
+    sd: Any = None
+    reader: Any = None
     try:
         if st.driver.pos != 0:
             raise _err("load_checkpoint: call it between steps", _lib.FP_ERR_ORDER)
