@@ -16,6 +16,12 @@ add_test(NAME install_consumers
 set_tests_properties(install_consumers PROPERTIES LABELS "install;mpi" TIMEOUT 300 ENVIRONMENT "${FP_MPI_ENV}")
 
 # the layers point one way: base/ under everything, ir/ never includes
-# planner/ or executor/, executor/ never planner/, kernels/ only base/
+# planner/ or executor/, executor/ never planner/, kernels/ only base/;
+# includes direct and transitive, and the CMake link graph
 add_test(NAME layering COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/layering.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(layering PROPERTIES LABELS unit TIMEOUT 60)
+# ... and it finds what it is for: a violation of each kind planted in a tree
+# of its own (a transitive include, a link to a layer above, MPI on api/, two
+# layers in one library)
+add_test(NAME layering_planted COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/layering.py --self-test)
+set_tests_properties(layering_planted PROPERTIES LABELS unit TIMEOUT 60)
