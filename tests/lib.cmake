@@ -25,3 +25,11 @@ set_tests_properties(layering PROPERTIES LABELS unit TIMEOUT 60)
 # layers in one library)
 add_test(NAME layering_planted COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/layering.py --self-test)
 set_tests_properties(layering_planted PROPERTIES LABELS unit TIMEOUT 60)
+
+# no product function over 100 lines or cyclomatic complexity 40
+# (tests/func_size.py: its own measure, lizard's figures; a commented
+# exceptions list), and the measure itself on code counted by hand
+add_test(NAME function_size COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/func_size.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(function_size PROPERTIES LABELS unit TIMEOUT 60)
+add_test(NAME function_size_planted COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/func_size.py --self-test)
+set_tests_properties(function_size_planted PROPERTIES LABELS unit TIMEOUT 60)
