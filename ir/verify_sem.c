@@ -700,158 +700,207 @@ static mlist member_read(sctx *s, int32_t mk, int32_t b, int64_t lo, int64_t hi)
 
 static void out_push(sctx *s, const cell *c) { push(&s->out, &s->nout, &s->capout, c); }
 
-/* one collective on every class: outputs first (members read the state
- * before the op), then written. A class's output depends on its members'
- * classes and, for the scatters, its own index: the non-scatters are
- * computed once per communicator instance; a source the same on every class
- * at an offset no member index moves is read once. */
-static void run_collective(sctx *s, int32_t i) {
+/* One collective on every class (run_collective), in its steps: what the
+ * op is (coll_open), each class's output (class_output, reading its
+ * members: read_members), whether the outputs agree across instances
+ * (outputs_agree), then every class's dst written (write_outputs). */
+typedef struct coll {
+  int32_t i;
+  const fp_op *op;
+  const fp_ir_comm *cm;
+  const fp_ir_table *tb; /* the op's table, or NULL */
+  int64_t G, z;
+  fp_dtype dt;
+  int32_t *from, *to;    /* each class's output: s->out[from[k] .. to[k]) */
+  int64_t *dat;          /* each class's dst offset (-1: it does not run the op) */
+  int64_t hcap, *hkey;   /* the outputs computed per communicator instance */
+  int32_t *hval;
+  bool scatter, gaps, reduce, collapse, p2p;
+  int64_t gend;          /* gaps: the pieces' end (elements) */
+  bool same_all;         /* every class that runs it gets the same output */
+  int32_t first_out;
+} coll;
+
+static void coll_open(sctx *s, int32_t i, coll *c) {
   const fp_prog *p = s->p;
   const fp_op *op = &p->ops[i];
-  const fp_ir_comm *cm = &p->comms[op->comm];
-  int64_t G = cm->size;
-  fp_dtype dt = op->dtype;
-  int64_t z = fpi_dtype_size(dt);
-  int32_t *from = malloc(((size_t)s->ncls + 1) * sizeof *from), *to = malloc(((size_t)s->ncls + 1) * sizeof *to);
-  int64_t *dat = malloc(((size_t)s->ncls + 1) * sizeof *dat);
-  int64_t hcap = 16;
-  while (hcap < 2 * (int64_t)s->ncls) hcap *= 2;
-  int64_t *hkey = malloc((size_t)hcap * sizeof *hkey);
-  int32_t *hval = malloc((size_t)hcap * sizeof *hval);
-  FP_ASSERT(from && to && dat && hkey && hval);
-  for (int64_t h = 0; h < hcap; h++) hkey[h] = -1;
-  bool scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
+  *c = (coll){.i = i, .op = op, .cm = &p->comms[op->comm], .tb = op->tab >= 0 ? &p->tabs[op->tab] : NULL,
+              .dt = op->dtype, .same_all = true, .first_out = -1};
+  c->G = c->cm->size;
+  c->z = fpi_dtype_size(c->dt);
+  c->from = malloc(((size_t)s->ncls + 1) * sizeof *c->from);
+  c->to = malloc(((size_t)s->ncls + 1) * sizeof *c->to);
+  c->dat = malloc(((size_t)s->ncls + 1) * sizeof *c->dat);
+  c->hcap = 16;
+  while (c->hcap < 2 * (int64_t)s->ncls) c->hcap *= 2;
+  c->hkey = malloc((size_t)c->hcap * sizeof *c->hkey);
+  c->hval = malloc((size_t)c->hcap * sizeof *c->hval);
+  FP_ASSERT(c->from && c->to && c->dat && c->hkey && c->hval);
+  for (int64_t h = 0; h < c->hcap; h++) c->hkey[h] = -1;
+  c->scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
   /* an all_gather_v whose pieces leave gaps (rules 1-8: in rank order, none
    * over another): the gaps keep what this class's dst held, so its output
    * is its own, not its instance's */
-  bool gaps = false;
-  int64_t gend = 0; /* the pieces' end (elements) */
   if (op->code == FP_OP_ALL_GATHER_V) {
-    const fp_ir_table *t = &p->tabs[op->tab];
+    const fp_ir_table *t = c->tb;
     for (int64_t j = 0, at = 0; j < t->n; at = t->off[j] + t->cnt[j], j++) {
-      gaps |= t->off[j] != at;
-      if (t->off[j] + t->cnt[j] > gend) gend = t->off[j] + t->cnt[j];
+      c->gaps |= t->off[j] != at;
+      if (t->off[j] + t->cnt[j] > c->gend) c->gend = t->off[j] + t->cnt[j];
     }
   }
-  bool reduce = fpi_op_reduces(op->code);
-  bool collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
-  bool same_all = true; /* every class that runs it gets the same output */
-  int32_t first_out = -1;
+  c->reduce = fpi_op_reduces(op->code);
+  c->collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
+  c->p2p = op->code == FP_OP_SEND || op->code == FP_OP_RECV;
   s->nout = 0;
-  bool p2p = op->code == FP_OP_SEND || op->code == FP_OP_RECV;
-  if (p2p) serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fpi_op_name(op->code));
+}
+
+static void coll_close(coll *c) {
+  free(c->from);
+  free(c->to);
+  free(c->dat);
+  free(c->hkey);
+  free(c->hval);
+}
+
+/* member j's source bytes for a class of index g (n elements per rank) */
+static void member_extent(const sctx *s, const coll *c, int64_t j, int64_t g, int64_t n, int64_t *lo, int64_t *cnt) {
+  int64_t so = roff(s, c->op, 1, j), z = c->z;
+  switch (c->op->code) {
+    case FP_OP_ALL_GATHER: *lo = so, *cnt = n; break;
+    case FP_OP_ALL_GATHER_V: *lo = so, *cnt = c->tb->cnt[j]; break;
+    case FP_OP_REDUCE_SCATTER: *lo = so + g * n * z, *cnt = n; break;
+    case FP_OP_REDUCE_SCATTER_V: *lo = so + c->tb->off[g] * z, *cnt = c->tb->cnt[g]; break;
+    default: *lo = so, *cnt = n; break; /* all_reduce, reduce, broadcast */
+  }
+}
+
+/* a class's members read (its rank r, index g): a reduction's lists into ml, a
+ * gather's pieces pushed out (or, with gaps, written into gm). The number
+ * of lists; -1 when a read failed (reported) */
+static int32_t read_members(sctx *s, const coll *c, int64_t r, int64_t g, int64_t n, mlist *ml, cmap *gm) {
+  const fp_op *op = c->op;
+  int64_t z = c->z;
+  int32_t nl = 0;
+  int64_t jlo = 0, jhi = c->G;
+  if (op->code == FP_OP_BROADCAST) jlo = op->root, jhi = op->root + 1;
+  for (int64_t j = jlo; j < jhi; j++) {
+    int64_t rj = member_rank(s, op->comm, r, j);
+    int32_t mk = c->collapse ? 0 : s->cls_of[rj];
+    int64_t lo, cnt;
+    member_extent(s, c, j, g, n, &lo, &cnt);
+    /* a member of a class already read at the same bytes adds nothing new */
+    bool dup = false;
+    if (c->reduce)
+      for (int32_t l = nl - 1; l >= 0 && !dup; l--)
+        if (ml[l].cls == mk && ml[l].at == lo) dup = true;
+    if (dup) continue;
+    mlist m = member_read(s, mk, op->src.buf, lo, lo + cnt * z);
+    if (!check_read(s, c->i, mk, op->src.buf, lo, m.n ? s->tmp2 + m.first : NULL, m.n, c->dt)) return -1;
+    if (c->reduce) {
+      ml[nl++] = m;
+      if (c->collapse) break; /* the same bytes on every member */
+      continue;
+    }
+    int64_t base = op->code == FP_OP_ALL_GATHER     ? j * n * z
+                   : op->code == FP_OP_ALL_GATHER_V ? c->tb->off[j] * z
+                                                    : 0;
+    if (c->gaps) {
+      map_write(gm, base, s->tmp2 + m.first, m.n);
+      continue;
+    }
+    for (int32_t q = 0; q < m.n; q++) {
+      cell x = s->tmp2[m.first + q];
+      x.lo += base;
+      x.hi += base;
+      out_push(s, &x);
+    }
+  }
+  return nl;
+}
+
+/* class k's output pushed: its members' reads (read_members), then junk
+ * for a failed read, or the reduction of the lists */
+static void class_reads(sctx *s, const coll *c, int32_t k, int64_t r, int64_t g) {
+  const fp_op *op = c->op;
+  int64_t n = fpi_op_count(s->p, op, g);
+  s->ntmp2 = 0;
+  mlist *ml = malloc((size_t)c->G * sizeof *ml);
+  FP_ASSERT(ml);
+  cmap gm = {0}; /* gaps: the output over this class's dst, each piece written in */
+  if (c->gaps) map_read(s, rmap(s, k, op->dst.buf), c->dat[k], c->dat[k] + c->gend * c->z, &gm.c, &gm.n, &gm.cap);
+  int32_t nl = read_members(s, c, r, g, n, ml, &gm);
+  if (c->gaps && nl >= 0)
+    for (int32_t q = 0; q < gm.n; q++) out_push(s, &gm.c[q]);
+  map_free(&gm);
+  if (nl < 0) {
+    s->nout = c->from[k];
+    cell x = junk(0, (op->code == FP_OP_ALL_GATHER ? c->G * n : n) * c->z, c->i);
+    if (x.hi > 0) out_push(s, &x);
+  } else if (c->reduce && nl > 0) {
+    cell *t = NULL;
+    int32_t no = 0, cap = 0;
+    reduce_lists(s, c->i, k, op->dst.buf, c->dat[k], ml, nl, op, &t, &no, &cap);
+    for (int32_t q = 0; q < no; q++) out_push(s, &t[q]);
+    free(t);
+  }
+  free(ml);
+}
+
+/* A class's output depends on its members' classes and, for the scatters,
+ * its own index: the non-scatters are computed once per communicator
+ * instance; a source the same on every class at an offset no member index
+ * moves is read once. */
+static void class_output(sctx *s, coll *c, int32_t k) {
+  const fp_op *op = c->op;
+  c->from[k] = c->to[k] = s->nout;
+  int64_t r = s->rep[k], g = fpi_comm_index(c->cm, r);
+  c->dat[k] = -1;
+  if (c->p2p || !runs_on(s, op, r) || (op->code == FP_OP_REDUCE && g != op->root)) {
+    c->same_all = false;
+    return;
+  }
+  c->dat[k] = roff(s, op, 0, g);
+  /* computed for this instance already? */
+  int64_t inst = r - g * c->cm->stride, h = (int64_t)(((uint64_t)inst * 0x9E3779B97F4A7C15ull) >> 7) & (c->hcap - 1);
+  bool per_instance = !c->scatter && !c->gaps;
+  if (per_instance) {
+    while (c->hkey[h] >= 0 && c->hkey[h] != inst) h = (h + 1) & (c->hcap - 1);
+    if (c->hkey[h] == inst) {
+      c->from[k] = c->from[c->hval[h]], c->to[k] = c->to[c->hval[h]];
+      return;
+    }
+  }
+  if (c->collapse && c->reduce && !c->scatter && c->first_out >= 0) { /* every class sums the same */
+    c->from[k] = c->from[c->first_out], c->to[k] = c->to[c->first_out];
+    return;
+  }
+  class_reads(s, c, k, r, g);
+  c->to[k] = s->nout;
+  if (per_instance) c->hkey[h] = inst, c->hval[h] = k;
+  if (c->first_out < 0) c->first_out = k;
+  else if (!per_instance || (c->from[k] != c->from[c->first_out] && !c->collapse)) c->same_all = false;
+}
+
+/* the outputs of different instances may still agree */
+static bool outputs_agree(const sctx *s, const coll *c) {
+  int32_t f = c->first_out;
   for (int32_t k = 0; k < s->ncls; k++) {
-    from[k] = to[k] = s->nout;
-    int64_t r = s->rep[k], g = fpi_comm_index(cm, r);
-    dat[k] = -1;
-    if (p2p || !runs_on(s, op, r)) {
-      same_all = false;
-      continue;
-    }
-    if (op->code == FP_OP_REDUCE && g != op->root) {
-      same_all = false;
-      continue;
-    }
-    dat[k] = roff(s, op, 0, g);
-    /* computed for this instance already? */
-    int64_t inst = r - g * cm->stride, h = (int64_t)(((uint64_t)inst * 0x9E3779B97F4A7C15ull) >> 7) & (hcap - 1);
-    if (!scatter && !gaps) {
-      while (hkey[h] >= 0 && hkey[h] != inst) h = (h + 1) & (hcap - 1);
-      if (hkey[h] == inst) {
-        from[k] = from[hval[h]], to[k] = to[hval[h]];
-        continue;
-      }
-    }
-    if (collapse && reduce && !scatter && first_out >= 0) { /* every class sums the same */
-      from[k] = from[first_out], to[k] = to[first_out];
-      continue;
-    }
-    const fp_ir_table *tb = op->tab >= 0 ? &p->tabs[op->tab] : NULL;
-    int64_t n = fpi_op_count(p, op, g);
-    s->ntmp2 = 0;
-    mlist *ml = malloc((size_t)G * sizeof *ml);
-    int32_t nl = 0;
-    cmap gm = {0}; /* gaps: the output over this class's dst, each piece written in */
-    if (gaps) map_read(s, rmap(s, k, op->dst.buf), dat[k], dat[k] + gend * z, &gm.c, &gm.n, &gm.cap);
-    int64_t jlo = 0, jhi = G;
-    if (op->code == FP_OP_BROADCAST) jlo = op->root, jhi = op->root + 1;
-    for (int64_t j = jlo; j < jhi; j++) {
-      int64_t rj = member_rank(s, op->comm, r, j);
-      int32_t mk = collapse ? 0 : s->cls_of[rj];
-      int64_t so = roff(s, op, 1, j), lo, cnt;
-      switch (op->code) {
-        case FP_OP_ALL_GATHER: lo = so, cnt = n; break;
-        case FP_OP_ALL_GATHER_V: lo = so, cnt = tb->cnt[j]; break;
-        case FP_OP_REDUCE_SCATTER: lo = so + g * n * z, cnt = n; break;
-        case FP_OP_REDUCE_SCATTER_V: lo = so + tb->off[g] * z, cnt = tb->cnt[g]; break;
-        default: lo = so, cnt = n; break; /* all_reduce, reduce, broadcast */
-      }
-      /* a member of a class already read at the same bytes adds nothing new */
-      bool dup = false;
-      if (reduce)
-        for (int32_t l = nl - 1; l >= 0 && !dup; l--)
-          if (ml[l].cls == mk && ml[l].at == lo) dup = true;
-      if (dup) continue;
-      mlist m = member_read(s, mk, p->ops[i].src.buf, lo, lo + cnt * z);
-      if (!check_read(s, i, mk, op->src.buf, lo, m.n ? s->tmp2 + m.first : NULL, m.n, dt)) {
-        nl = -1;
-        break;
-      }
-      if (reduce) {
-        ml[nl++] = m;
-        if (collapse) break; /* the same bytes on every member */
-      } else {
-        int64_t base = op->code == FP_OP_ALL_GATHER ? j * n * z : op->code == FP_OP_ALL_GATHER_V ? tb->off[j] * z : 0;
-        if (gaps) {
-          map_write(&gm, base, s->tmp2 + m.first, m.n);
-          continue;
-        }
-        for (int32_t q = 0; q < m.n; q++) {
-          cell c = s->tmp2[m.first + q];
-          c.lo += base;
-          c.hi += base;
-          out_push(s, &c);
-        }
-      }
-    }
-    if (gaps && nl >= 0)
-      for (int32_t q = 0; q < gm.n; q++) out_push(s, &gm.c[q]);
-    map_free(&gm);
-    if (nl < 0) {
-      s->nout = from[k];
-      cell c = junk(0, (op->code == FP_OP_ALL_GATHER ? G * n : n) * z, i);
-      if (c.hi > 0) out_push(s, &c);
-    } else if (reduce && nl > 0) {
-      cell *t = NULL;
-      int32_t no = 0, cap = 0;
-      reduce_lists(s, i, k, op->dst.buf, dat[k], ml, nl, op, &t, &no, &cap);
-      for (int32_t q = 0; q < no; q++) out_push(s, &t[q]);
-      free(t);
-    }
-    free(ml);
-    to[k] = s->nout;
-    if (!scatter && !gaps) hkey[h] = inst, hval[h] = k;
-    if (first_out < 0) first_out = k;
-    else if (scatter || gaps || (from[k] != from[first_out] && !collapse)) same_all = false;
+    if (c->dat[k] < 0 || c->dat[k] != c->dat[f]) return false;
+    if (c->from[k] == c->from[f]) continue;
+    cmap x = {s->out + c->from[k], c->to[k] - c->from[k], 0}, y = {s->out + c->from[f], c->to[f] - c->from[f], 0};
+    if (!map_equal(&x, &y)) return false;
   }
-  /* the outputs of different instances may still agree */
-  if (!same_all && first_out >= 0 && !scatter && !gaps) {
-    same_all = true;
-    for (int32_t k = 0; k < s->ncls && same_all; k++) {
-      if (dat[k] < 0 || dat[k] != dat[first_out]) {
-        same_all = false;
-        break;
-      }
-      if (from[k] == from[first_out]) continue;
-      cmap x = {s->out + from[k], to[k] - from[k], 0}, y = {s->out + from[first_out], to[first_out] - from[first_out], 0};
-      same_all = map_equal(&x, &y);
-    }
-  }
-  int32_t db = op->dst.buf;
-  if (db < 0) first_out = -1, same_all = false; /* a send: nothing written */
-  if (same_all && first_out >= 0 && !s->uni[db] && to[first_out] > from[first_out]) {
+  return true;
+}
+
+/* every class's dst written with its output (once, shared, where they all agree) */
+static void write_outputs(sctx *s, coll *c) {
+  int32_t db = c->op->dst.buf, f = c->first_out;
+  bool same_all = c->same_all;
+  if (db < 0) f = -1, same_all = false; /* a send: nothing written */
+  if (same_all && f >= 0 && !s->uni[db] && c->to[f] > c->from[f]) {
     /* every class gets the same bytes: shared again when they agree elsewhere */
-    int64_t lo = dat[first_out], hi = lo + s->out[to[first_out] - 1].hi;
+    int64_t lo = c->dat[f], hi = lo + s->out[c->to[f] - 1].hi;
     bool agree = true;
     for (int32_t k = 1; k < s->ncls && agree; k++) agree = map_equal_outside(smap(s, 0, db), smap(s, k, db), lo, hi);
     if (agree) {
@@ -860,18 +909,27 @@ static void run_collective(sctx *s, int32_t i) {
       s->uni[db] = true;
     }
   }
-  if (same_all && first_out >= 0 && s->uni[db] && to[first_out] > from[first_out]) {
-    map_write(&s->sh[db], dat[first_out], s->out + from[first_out], to[first_out] - from[first_out]);
-  } else {
-    for (int32_t k = 0; k < s->ncls && db >= 0; k++)
-      if (to[k] > from[k] && dat[k] >= 0) map_write(wmap(s, k, db), dat[k], s->out + from[k], to[k] - from[k]);
-    if (same_all && db >= 0) try_unify(s, db);
+  if (same_all && f >= 0 && s->uni[db] && c->to[f] > c->from[f]) {
+    map_write(&s->sh[db], c->dat[f], s->out + c->from[f], c->to[f] - c->from[f]);
+    return;
   }
-  free(from);
-  free(to);
-  free(dat);
-  free(hkey);
-  free(hval);
+  for (int32_t k = 0; k < s->ncls && db >= 0; k++)
+    if (c->to[k] > c->from[k] && c->dat[k] >= 0)
+      map_write(wmap(s, k, db), c->dat[k], s->out + c->from[k], c->to[k] - c->from[k]);
+  if (same_all && db >= 0) try_unify(s, db);
+}
+
+/* one collective on every class: outputs first (members read the state
+ * before the op), then written */
+static void run_collective(sctx *s, int32_t i) {
+  coll c;
+  coll_open(s, i, &c);
+  if (c.p2p)
+    serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fpi_op_name(c.op->code));
+  for (int32_t k = 0; k < s->ncls; k++) class_output(s, &c, k);
+  if (!c.same_all && c.first_out >= 0 && !c.scatter && !c.gaps) c.same_all = outputs_agree(s, &c);
+  write_outputs(s, &c);
+  coll_close(&c);
 }
 
 /* ---- local ops ------------------------------------------------------------------------ */

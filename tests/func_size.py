@@ -53,7 +53,6 @@ EXCEPTIONS = {
     "ir/verify.c:walk_clocks": NOT_YET,
     "ir/verify.c:check_reuse": NOT_YET,
     "ir/verify_sem.c:build_classes": NOT_YET,
-    "ir/verify_sem.c:run_collective": NOT_YET,
     "ir/verify_sem.c:tx_walk": NOT_YET,
     "ir/verify_xfer.c:check_ops": NOT_YET,
     "planner/lower.c:setup": NOT_YET,
