@@ -61,7 +61,6 @@ EXCEPTIONS = {
     "executor/exec.c:fp_exec_hook": NOT_YET,
     "executor/nccl.c:nccl_prepare": NOT_YET,
     "executor/nccl.c:nccl_destroy": NOT_YET,
-    "executor/safetensors.c:fpi_st_write": NOT_YET,
     "tools/flexplan.c:cmd_compile": NOT_YET,
     "tools/flexplan.c:cmd_reshard": NOT_YET,
     "examples/train_mlp.c:parse_args": NOT_YET,
