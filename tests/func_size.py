@@ -44,7 +44,6 @@ EXCEPTIONS = {
     "base/json.c:fpi_json_locate": NOT_YET,
     "base/json.c:v_number": NOT_YET,
     "base/json.c:v_object": NOT_YET,
-    "ir/parse.c:op_line": NOT_YET,
     "ir/verify.c:check_params": NOT_YET,
     "ir/verify.c:check_op_structure": NOT_YET,
     "ir/verify.c:check_op_operands": NOT_YET,
