@@ -779,16 +779,13 @@ static bool region_sums(const fp_ir_table *t, int64_t rows, int64_t *sum, int64_
 static const fp_region *operand(const fp_op *op, int w) { return w == OPND_DST ? &op->dst : w == OPND_SRC ? &op->src : &op->aux; }
 static const char *opnd_name(int w) { return w == OPND_DST ? "dst" : w == OPND_SRC ? "src" : "aux"; }
 
-static bool check_op_structure(vctx *v, int32_t i) {
+/* check_op_structure's steps, each reporting what it finds, in the order
+ * the op's fields are read: its enums and references in range (op_ranges,
+ * op_buffers), then what its kind needs (op_needs, op_operands), its table
+ * (op_table), its shape and its root (op_shape, op_root) */
+static void op_ranges(vctx *v, int32_t i, const char *on) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
-  int n0 = v->nerr;
-  if ((unsigned)op->code >= FP_NOPS) {
-    verr(v, FP_VL_OP, i, "unknown opcode %d", (int)op->code);
-    return false;
-  }
-  const char *on = fpi_op_name(op->code);
-  fp_opclass cls = fpi_op_class(op->code);
   if ((unsigned)op->stream >= FP_NSTREAMS) verr(v, FP_VL_OP, i, "%s: unknown stream %d", on, (int)op->stream);
   if (!dtype_ok(op->dtype) || !dtype_ok(op->sdtype)) verr(v, FP_VL_OP, i, "%s: unknown dtype", on);
   if ((unsigned)op->pass > FP_PASS_OPT) verr(v, FP_VL_OP, i, "%s: unknown pass %d", on, (int)op->pass);
@@ -808,6 +805,12 @@ static bool check_op_structure(vctx *v, int32_t i) {
   RANGE(bucket, p->nbuckets, "bucket")
   RANGE(event, p->nevents, "event")
 #undef RANGE
+}
+
+/* the operands' buffers and the uses list in range */
+static void op_buffers(vctx *v, int32_t i, const char *on, fp_opclass cls) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (op->dst.buf < -1 || op->dst.buf >= p->nbufs || op->src.buf < -1 || op->src.buf >= p->nbufs ||
       op->aux.buf < -1 || op->aux.buf >= p->nbufs)
     verr(v, FP_VL_OP, i, "%s: an operand's buffer is out of range (%" PRId32 " buffers)", on, p->nbufs);
@@ -824,8 +827,13 @@ static bool check_op_structure(vctx *v, int32_t i) {
         break;
       }
   }
-  if (v->nerr != n0) return false;
-  /* what the op needs */
+}
+
+/* what the op's kind needs: a communicator, an event, a module, a table,
+ * a count, a rank of its only= communicator */
+static void op_needs(vctx *v, int32_t i, const char *on, fp_opclass cls) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (cls == FP_OPC_COMM && op->comm < 0) verr(v, FP_VL_OP, i, "%s needs a communicator", on);
   if (cls == FP_OPC_SYNC && op->event < 0) verr(v, FP_VL_OP, i, "%s needs an event", on);
   if (cls != FP_OPC_SYNC && op->event >= 0) verr(v, FP_VL_OP, i, "%s takes no event", on);
@@ -844,6 +852,11 @@ static bool check_op_structure(vctx *v, int32_t i) {
   if (op->only >= 0 && op->only_comm >= 0 && op->only >= p->comms[op->only_comm].size)
     verr(v, FP_VL_OP, i, "%s: only=%" PRId32 " is not a rank of comm '%s' (size %" PRId64 ")", on, op->only,
          p->comms[op->only_comm].name, p->comms[op->only_comm].size);
+}
+
+/* the operands the op's kind reads and writes, and only those */
+static void op_operands(vctx *v, int32_t i, const char *on) {
+  const fp_op *op = &v->p->ops[i];
   int need = operands_of(op->code);
   for (int w = OPND_DST; w <= OPND_AUX; w <<= 1) {
     const fp_region *r = operand(op, w);
@@ -853,7 +866,32 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (present && r->tabrel && op->tab < 0)
       verr(v, FP_VL_OP, i, "%s: %s is table-relative but the op has no table", on, opnd_name(w));
   }
-  fp_op_shape sh = fpi_op_shape_of(p, op);
+}
+
+/* an all_gather_v's pieces land in rank order, none over another */
+static void check_gatherv_order(vctx *v, int32_t i, const char *on) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  /* the members' pieces land in rank order, none over another (two
+   * writers of one byte); gaps are left as they were */
+  const fp_ir_table *t = &p->tabs[op->tab];
+  for (int64_t g = 0, at = 0; g < t->n; g++) {
+    if (t->cnt[g] == 0) continue;
+    if (t->off[g] < at) {
+      verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", inside the "
+           "pieces before it (they end at %" PRId64 "): the members' pieces lie in rank order, none over another",
+           on, t->name, g, t->off[g], at);
+      return;
+    }
+    at = t->off[g] + t->cnt[g];
+  }
+}
+
+/* the op's table: a region table (any number of entries, no comm), or one
+ * entry per member of its communicator */
+static void op_table(vctx *v, int32_t i, const char *on, fp_op_shape sh) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (fpi_op_regions(op->code)) { /* a region table: any number of entries, no comm */
     int64_t sum, end;
     if (op->tab < 0)
@@ -877,28 +915,26 @@ static bool check_op_structure(vctx *v, int32_t i) {
            p->tabs[op->tab].name, p->tabs[op->tab].n, p->comms[op->comm].name, p->comms[op->comm].size);
     else if (!v->tabs[op->tab].ok)
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
-    else if (op->code == FP_OP_ALL_GATHER_V) {
-      /* the members' pieces land in rank order, none over another (two
-       * writers of one byte); gaps are left as they were */
-      const fp_ir_table *t = &p->tabs[op->tab];
-      for (int64_t g = 0, at = 0; g < t->n; g++) {
-        if (t->cnt[g] == 0) continue;
-        if (t->off[g] < at) {
-          verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", inside the "
-               "pieces before it (they end at %" PRId64 "): the members' pieces lie in rank order, none over another",
-               on, t->name, g, t->off[g], at);
-          break;
-        }
-        at = t->off[g] + t->cnt[g];
-      }
-    }
+    else if (op->code == FP_OP_ALL_GATHER_V)
+      check_gatherv_order(v, i, on);
   }
+}
+
+/* rows and pitches: copies and region ops only */
+static void op_shape(vctx *v, int32_t i, const char *on, fp_op_shape sh) {
+  const fp_op *op = &v->p->ops[i];
   if (op->code == FP_OP_COPY || fpi_op_regions(op->code)) {
     if (sh.rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, sh.rows);
     if (sh.dpitch < 0 || sh.spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
   } else if (sh.rows != 1 || sh.dpitch || sh.spitch) {
     verr(v, FP_VL_OP, i, "%s takes no rows or pitches", on);
   }
+}
+
+/* a root: broadcast, reduce, send and recv need one, in their communicator */
+static void op_root(vctx *v, int32_t i, const char *on) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (op->root != -1) {
     bool rooted = op->code == FP_OP_BROADCAST || op->code == FP_OP_REDUCE || op->code == FP_OP_SEND || op->code == FP_OP_RECV;
     if (!rooted) verr(v, FP_VL_OP, i, "%s takes no root", on);
@@ -909,6 +945,27 @@ static bool check_op_structure(vctx *v, int32_t i) {
     verr(v, FP_VL_OP, i, "%s needs a root (%s)", on,
          op->code == FP_OP_SEND || op->code == FP_OP_RECV ? "the peer's distance in the comm" : "a rank of the comm");
   }
+}
+
+static bool check_op_structure(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  int n0 = v->nerr;
+  if ((unsigned)op->code >= FP_NOPS) {
+    verr(v, FP_VL_OP, i, "unknown opcode %d", (int)op->code);
+    return false;
+  }
+  const char *on = fpi_op_name(op->code);
+  fp_opclass cls = fpi_op_class(op->code);
+  op_ranges(v, i, on);
+  op_buffers(v, i, on, cls);
+  if (v->nerr != n0) return false;
+  op_needs(v, i, on, cls);
+  op_operands(v, i, on);
+  fp_op_shape sh = fpi_op_shape_of(p, op);
+  op_table(v, i, on, sh);
+  op_shape(v, i, on, sh);
+  op_root(v, i, on);
   return v->nerr == n0;
 }
 
