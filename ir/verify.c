@@ -1048,29 +1048,34 @@ static bool opnd_start(vctx *v, const fp_op *op, int w, int64_t g, int64_t *out)
  * (extents vary by rank), else the two ends (offsets are linear in g) */
 static bool needs_every_g(const fp_op *op) { return op->tab >= 0 && !fpi_op_regions(op->code); }
 
-static void check_op_operands(vctx *v, int32_t i) {
-  const fp_prog *p = v->p;
-  const fp_op *op = &p->ops[i];
-  const char *on = fpi_op_name(op->code);
-  int64_t G = comm_size_or_1(p, op);
-  int need = operands_of(op->code);
-  bool every = needs_every_g(op);
-  /* overlap rule for dst vs src: 0 never, else the in-place form */
-  enum { IP_NONE, IP_AG, IP_AGV, IP_RS, IP_RSV, IP_SAME, IP_SAME_DT } inplace = IP_NONE;
-  switch (op->code) {
-    case FP_OP_ALL_GATHER: inplace = IP_AG; break;
-    case FP_OP_ALL_GATHER_V: inplace = IP_AGV; break;
-    case FP_OP_REDUCE_SCATTER: inplace = IP_RS; break;
-    case FP_OP_REDUCE_SCATTER_V: inplace = IP_RSV; break;
+/* check_op_operands in its steps: the elements aligned (operands_aligned),
+ * then at the ranks checked each operand inside its buffer
+ * (operands_inside) and no two overlapping but in the op's in-place form
+ * (operands_apart), then host memory touched by h2d and d2h only
+ * (operands_host). */
+/* overlap rule for dst vs src: none, or the in-place form */
+typedef enum { IP_NONE, IP_AG, IP_AGV, IP_RS, IP_RSV, IP_SAME, IP_SAME_DT } inplace_form;
+
+static inplace_form inplace_of(fp_opcode code) {
+  switch (code) {
+    case FP_OP_ALL_GATHER: return IP_AG;
+    case FP_OP_ALL_GATHER_V: return IP_AGV;
+    case FP_OP_REDUCE_SCATTER: return IP_RS;
+    case FP_OP_REDUCE_SCATTER_V: return IP_RSV;
     case FP_OP_ALL_REDUCE:
     case FP_OP_BROADCAST:
-    case FP_OP_REDUCE: inplace = IP_SAME; break;
-    case FP_OP_ADD: inplace = IP_SAME_DT; break;
-    default: break;
+    case FP_OP_REDUCE: return IP_SAME;
+    case FP_OP_ADD: return IP_SAME_DT;
+    default: return IP_NONE;
   }
-  /* element alignment: where an operand starts on any rank (its offset, the
-   * per-rank stride, a table entry times the element size, each row's
-   * pitch), a whole number of its elements */
+}
+
+/* element alignment: where an operand starts on any rank (its offset, the
+ * per-rank stride, a table entry times the element size, each row's
+ * pitch), a whole number of its elements */
+static bool operands_aligned(vctx *v, int32_t i, const char *on, int need) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   fp_op_shape ash = fpi_op_shape_of(p, op);
   for (int k = 0; k < 3; k++) {
     int w = 1 << k;
@@ -1084,70 +1089,88 @@ static void check_op_operands(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s: %s %s %" PRId64 " in buffer '%s' is not a multiple of the %s element size (%d bytes)",
            on, opnd_name(w), what, r->off % z ? r->off : r->stride % z ? r->stride : pitch, p->bufs[r->buf].name,
            fpi_dtype_name(dt), (int)z);
-      return;
+      return false;
     }
   }
-  int overlap_case[3][3]; /* per pair: disjointness case at the first g (0 none yet) */
-  memset(overlap_case, 0, sizeof overlap_case);
-  for (int64_t gi = 0, ng = every ? G : (G > 1 ? 2 : 1); gi < ng && !stop(v); gi++) {
-    int64_t g = every ? gi : gi * (G - 1);
-    if ((op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8) && fpi_op_count(p, op, g) % 32) {
-      verr(v, FP_VL_OP, i, "%s: count %" PRId64 " (rank index %" PRId64 ") is not a multiple of the 32-element MXFP8 block",
-           on, fpi_op_count(p, op, g), g);
-      return;
-    }
-    int64_t st[3] = {0}, en[3] = {0};
-    for (int k = 0; k < 3; k++) {
-      int w = 1 << k;
-      if (!(need & w)) continue;
-      const fp_region *r = operand(op, w);
-      const fp_ir_buf *b = &p->bufs[r->buf];
-      int64_t ext;
-      if (!opnd_start(v, op, w, g, &st[k]) || !opnd_extent(v, op, w, g, G, &ext) || !fpi_add64(st[k], ext, &en[k])) {
-        verr(v, FP_VL_OP, i, "%s: %s offset overflows int64 (rank index %" PRId64 ")", on, opnd_name(w), g);
-        return;
-      }
-      if (st[k] < 0 || en[k] > b->bytes) {
-        verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") is outside buffer '%s' (%" PRId64 " bytes) on rank index %" PRId64,
-             on, opnd_name(w), st[k], en[k], b->name, b->bytes, g);
-        return;
-      }
-    }
-    /* overlaps between operands in the same buffer */
-    for (int a = 0; a < 3; a++)
-      for (int c = a + 1; c < 3; c++) {
-        int wa = 1 << a, wc = 1 << c;
-        if (!(need & wa) || !(need & wc) || operand(op, wa)->buf != operand(op, wc)->buf) continue;
-        if (en[a] == st[a] || en[c] == st[c]) continue; /* empty */
-        int cs = en[a] <= st[c] ? 1 : en[c] <= st[a] ? 2 : 3;
-        if (cs != 3) {
-          if (!overlap_case[a][c]) overlap_case[a][c] = cs;
-          else if (overlap_case[a][c] != cs && !every) cs = 3; /* crossed between the ends */
-          if (cs != 3) continue;
-        }
-        /* they overlap: legal only in an in-place form of dst (a=0) and src (c=1) */
-        bool legal = false;
-        if (a == 0 && c == 1) {
-          int64_t n = fpi_op_count(p, op, g), sz = dsize(op->dtype), t;
-          switch (inplace) {
-            case IP_AG: legal = fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[1] - st[0] == t; break;
-            case IP_RS: legal = fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[0] - st[1] == t; break;
-            case IP_AGV: legal = fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[1] - st[0] == t; break;
-            case IP_RSV: legal = fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[0] - st[1] == t; break;
-            case IP_SAME: legal = st[0] == st[1]; break;
-            case IP_SAME_DT: legal = st[0] == st[1] && op->dtype == op->sdtype; break;
-            default: break;
-          }
-        }
-        if (!legal) {
-          verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") and %s [%" PRId64 ", %" PRId64 ") overlap in buffer '%s'%s",
-               on, opnd_name(wa), st[a], en[a], opnd_name(wc), st[c], en[c], p->bufs[operand(op, wa)->buf].name,
-               inplace != IP_NONE && a == 0 && c == 1 ? " and are not the in-place form" : "");
-          return;
-        }
-      }
+  return true;
+}
+
+/* on rank index g: the MXFP8 block count, and each operand [st, en) inside its buffer */
+static bool operands_inside(vctx *v, int32_t i, const char *on, int need, int64_t g, int64_t G, int64_t st[3],
+                            int64_t en[3]) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  if ((op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8) && fpi_op_count(p, op, g) % 32) {
+    verr(v, FP_VL_OP, i, "%s: count %" PRId64 " (rank index %" PRId64 ") is not a multiple of the 32-element MXFP8 block",
+         on, fpi_op_count(p, op, g), g);
+    return false;
   }
-  /* host memory: only h2d / d2h touch it, each on its side */
+  for (int k = 0; k < 3; k++) {
+    int w = 1 << k;
+    if (!(need & w)) continue;
+    const fp_region *r = operand(op, w);
+    const fp_ir_buf *b = &p->bufs[r->buf];
+    int64_t ext;
+    if (!opnd_start(v, op, w, g, &st[k]) || !opnd_extent(v, op, w, g, G, &ext) || !fpi_add64(st[k], ext, &en[k])) {
+      verr(v, FP_VL_OP, i, "%s: %s offset overflows int64 (rank index %" PRId64 ")", on, opnd_name(w), g);
+      return false;
+    }
+    if (st[k] < 0 || en[k] > b->bytes) {
+      verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") is outside buffer '%s' (%" PRId64 " bytes) on rank index %" PRId64,
+           on, opnd_name(w), st[k], en[k], b->name, b->bytes, g);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* dst and src overlapping on rank index g as the in-place form allows */
+static bool inplace_legal(const fp_prog *p, const fp_op *op, inplace_form inplace, int64_t g, const int64_t st[3]) {
+  int64_t n = fpi_op_count(p, op, g), sz = dsize(op->dtype), t;
+  switch (inplace) {
+    case IP_AG: return fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[1] - st[0] == t;
+    case IP_RS: return fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[0] - st[1] == t;
+    case IP_AGV: return fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[1] - st[0] == t;
+    case IP_RSV: return fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[0] - st[1] == t;
+    case IP_SAME: return st[0] == st[1];
+    case IP_SAME_DT: return st[0] == st[1] && op->dtype == op->sdtype;
+    default: return false;
+  }
+}
+
+/* overlaps between operands in the same buffer on rank index g; cases[a][c]
+ * keeps which side pair (a, c) was on at the first rank (0: none yet), so
+ * that checking only the ends still sees a pair that crosses between them */
+static bool operands_apart(vctx *v, int32_t i, const char *on, int need, bool every, int64_t g, const int64_t st[3],
+                           const int64_t en[3], int cases[3][3]) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  inplace_form inplace = inplace_of(op->code);
+  for (int a = 0; a < 3; a++)
+    for (int c = a + 1; c < 3; c++) {
+      int wa = 1 << a, wc = 1 << c;
+      if (!(need & wa) || !(need & wc) || operand(op, wa)->buf != operand(op, wc)->buf) continue;
+      if (en[a] == st[a] || en[c] == st[c]) continue; /* empty */
+      int cs = en[a] <= st[c] ? 1 : en[c] <= st[a] ? 2 : 3;
+      if (cs != 3) {
+        if (!cases[a][c]) cases[a][c] = cs;
+        else if (cases[a][c] != cs && !every) cs = 3; /* crossed between the ends */
+        if (cs != 3) continue;
+      }
+      /* they overlap: legal only in an in-place form of dst (a=0) and src (c=1) */
+      if (a == 0 && c == 1 && inplace_legal(p, op, inplace, g, st)) continue;
+      verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") and %s [%" PRId64 ", %" PRId64 ") overlap in buffer '%s'%s",
+           on, opnd_name(wa), st[a], en[a], opnd_name(wc), st[c], en[c], p->bufs[operand(op, wa)->buf].name,
+           inplace != IP_NONE && a == 0 && c == 1 ? " and are not the in-place form" : "");
+      return false;
+    }
+  return true;
+}
+
+/* host memory: only h2d / d2h touch it, each on its side */
+static void operands_host(vctx *v, int32_t i, const char *on, int need) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   for (int k = 0; k < 3; k++) {
     int w = 1 << k;
     if (!(need & w)) continue;
@@ -1157,6 +1180,25 @@ static void check_op_operands(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s: %s buffer '%s' is %s memory; %s", on, opnd_name(w), p->bufs[operand(op, w)->buf].name,
            host ? "host" : "device", want ? "it must be a host buffer" : "only h2d/d2h touch host buffers");
   }
+}
+
+static void check_op_operands(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  const char *on = fpi_op_name(op->code);
+  int64_t G = comm_size_or_1(p, op);
+  int need = operands_of(op->code);
+  bool every = needs_every_g(op);
+  if (!operands_aligned(v, i, on, need)) return;
+  int cases[3][3]; /* per pair: disjointness case at the first g (0 none yet) */
+  memset(cases, 0, sizeof cases);
+  for (int64_t gi = 0, ng = every ? G : (G > 1 ? 2 : 1); gi < ng && !stop(v); gi++) {
+    int64_t g = every ? gi : gi * (G - 1);
+    int64_t st[3] = {0}, en[3] = {0};
+    if (!operands_inside(v, i, on, need, g, G, st, en) || !operands_apart(v, i, on, need, every, g, st, en, cases))
+      return;
+  }
+  operands_host(v, i, on, need);
 }
 
 static void check_op_dtypes(vctx *v, int32_t i) {
