@@ -633,9 +633,11 @@ static int32_t skippable(const fp_exec *x, fp_hook hook, int32_t module) {
   return 0;
 }
 
-fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
-  if (!x) return FP_ERR_ARG;
-  FPX_CHECK(usable(x));
+/* fp_exec_hook in its steps: the arguments (hook_args), a recomputed
+ * forward inside a backward window (recompute_enter, in_recompute), the
+ * empty segments a trainer may skip (skip_empty), the plan's order
+ * (out_of_order), then the segment run (run_hook). */
+static fp_status hook_args(fp_exec *x, fp_hook hook, int32_t module) {
   const fp_prog *p = x->prog;
   if ((unsigned)hook >= FP_NSEGKINDS) return fpx_fail(x, FP_ERR_ARG, "hook %d is not a hook", (int)hook);
   bool hm = fpi_seg_has_module((int)hook);
@@ -644,68 +646,97 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
                     fpi_seg_name((int)hook), module, p->nmods);
   if (!hm && module != -1)
     return fpx_fail(x, FP_ERR_ARG, "%s takes no module (pass -1, not %" PRId32 ")", fpi_seg_name((int)hook), module);
+  return FP_OK;
+}
+
+/* a recomputed forward inside the backward window of a module the plan
+ * recomputes: pre_forward(m) then post_forward(m) between pre_backward(m)
+ * and post_backward(m), once; nothing runs (pre_backward gathered what
+ * the recompute reads). A trainer that skipped an empty pre_backward(m)
+ * opens the window from there. */
+static void recompute_enter(fp_exec *x, fp_hook hook, int32_t module) {
+  const fp_prog *p = x->prog;
   const fp_seg *s = &p->segs[x->cursor];
-  /* a recomputed forward inside the backward window of a module the plan
-   * recomputes: pre_forward(m) then post_forward(m) between pre_backward(m)
-   * and post_backward(m), once; nothing runs (pre_backward gathered what
-   * the recompute reads). A trainer that skipped an empty pre_backward(m)
-   * opens the window from there. */
   if (hook == FP_HOOK_PRE_FORWARD && p->mods[module].recompute && s->kind == FP_SEG_PRE_BACKWARD &&
       s->module == module && x->cursor + 1 < p->nsegs && p->segs[x->cursor + 1].kind == FP_SEG_POST_BACKWARD &&
       p->segs[x->cursor + 1].module == module && seg_empty(x, x->cursor)) {
     x->cursor++;
     x->stats.skipped++;
     x->recompute = 0;
-    s = &p->segs[x->cursor];
   }
-  bool window = s->kind == FP_SEG_POST_BACKWARD && x->cursor > 0 && p->segs[x->cursor - 1].kind == FP_SEG_PRE_BACKWARD &&
-                p->segs[x->cursor - 1].module == s->module && p->mods[s->module].recompute;
-  if (window && module == s->module && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD)) {
-    if (hook == FP_HOOK_PRE_FORWARD && x->recompute == 0) return x->recompute = 1, x->stats.hooks++, FP_OK;
-    if (hook == FP_HOOK_POST_FORWARD && x->recompute == 1) return x->recompute = 2, x->stats.hooks++, FP_OK;
-    return fpx_fail(x, FP_ERR_ORDER,
-                    "hook %s(%s) called inside the backward of %s, but %s (a recomputed forward runs once, "
-                    "pre_forward then post_forward, between pre_backward and post_backward)",
-                    fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name,
-                    x->recompute == 1   ? "its recomputed forward is already open"
-                    : x->recompute == 2 ? "its forward was already recomputed"
-                                        : "no recomputed forward is open (call pre_forward first)");
+}
+
+/* inside a recompute window: true when the hook was the window's own
+ * (*st: FP_OK, or the order error) */
+static bool in_recompute(fp_exec *x, fp_hook hook, int32_t module, fp_status *st) {
+  const fp_prog *p = x->prog;
+  const fp_seg *s = &p->segs[x->cursor];
+  bool window = s->kind == FP_SEG_POST_BACKWARD && x->cursor > 0 &&
+                p->segs[x->cursor - 1].kind == FP_SEG_PRE_BACKWARD && p->segs[x->cursor - 1].module == s->module &&
+                p->mods[s->module].recompute;
+  if (!window) return false;
+  const char *hn = fpi_seg_name((int)hook);
+  if (module == s->module && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD)) {
+    if (hook == FP_HOOK_PRE_FORWARD && x->recompute == 0) return x->recompute = 1, x->stats.hooks++, *st = FP_OK, true;
+    if (hook == FP_HOOK_POST_FORWARD && x->recompute == 1) return x->recompute = 2, x->stats.hooks++, *st = FP_OK, true;
+    *st = fpx_fail(x, FP_ERR_ORDER,
+                   "hook %s(%s) called inside the backward of %s, but %s (a recomputed forward runs once, "
+                   "pre_forward then post_forward, between pre_backward and post_backward)",
+                   hn, p->mods[module].name, p->mods[module].name,
+                   x->recompute == 1   ? "its recomputed forward is already open"
+                   : x->recompute == 2 ? "its forward was already recomputed"
+                                       : "no recomputed forward is open (call pre_forward first)");
+    return true;
   }
-  if (window && x->recompute == 1 && (fp_seg_kind)hook == s->kind && module == s->module)
+  if (x->recompute == 1 && (fp_seg_kind)hook == s->kind && module == s->module) {
+    *st = fpx_fail(x, FP_ERR_ORDER,
+                   "hook %s(%s) called, but the recomputed forward of %s is still open (call post_forward(%s) first)",
+                   hn, p->mods[module].name, p->mods[module].name, p->mods[module].name);
+    return true;
+  }
+  return false;
+}
+
+/* the empty segments before the hook's, which the trainer may skip */
+static void skip_empty(fp_exec *x, fp_hook hook, int32_t module) {
+  int32_t skip = fpi_seg_has_module((int)hook) ? skippable(x, hook, module) : 0;
+  if (skip <= 0) return;
+  if (x->timing) { /* a skipped segment ran nothing: recorded as empty, at this call */
+    double now = fpx_now_us();
+    for (int32_t k = 0; k < skip; k++) fpx_time_hook(x, x->cursor + k, now, now);
+  }
+  x->cursor += skip; /* a module hook is never the step's last segment: no wrap */
+  x->stats.skipped += skip;
+}
+
+/* the hook is not the plan's next: say what is */
+static fp_status out_of_order(fp_exec *x, fp_hook hook, int32_t module) {
+  const fp_prog *p = x->prog;
+  const fp_seg *s = &p->segs[x->cursor];
+  bool hm = fpi_seg_has_module((int)hook);
+  if (hm && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD) &&
+      (s->kind == FP_SEG_PRE_BACKWARD || s->kind == FP_SEG_POST_BACKWARD) && s->module == module &&
+      !p->mods[module].recompute)
     return fpx_fail(x, FP_ERR_ORDER,
-                    "hook %s(%s) called, but the recomputed forward of %s is still open (call post_forward(%s) first)",
+                    "hook %s(%s) called inside the backward of %s, but the plan does not recompute %s "
+                    "(add it to the spec's \"recompute\" and compile again)",
                     fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
-  int32_t skip = hm ? skippable(x, hook, module) : 0;
-  if (skip > 0) {
-    if (x->timing) { /* a skipped segment ran nothing: recorded as empty, at this call */
-      double now = fpx_now_us();
-      for (int32_t k = 0; k < skip; k++) fpx_time_hook(x, x->cursor + k, now, now);
-    }
-    x->cursor += skip; /* a module hook is never the step's last segment: no wrap */
-    x->stats.skipped += skip;
-    s = &p->segs[x->cursor];
-  }
-  if (s->kind != (fp_seg_kind)hook || (hm && s->module != module)) {
-    if (hm && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD) &&
-        (s->kind == FP_SEG_PRE_BACKWARD || s->kind == FP_SEG_POST_BACKWARD) && s->module == module &&
-        !p->mods[module].recompute)
-      return fpx_fail(x, FP_ERR_ORDER,
-                      "hook %s(%s) called inside the backward of %s, but the plan does not recompute %s "
-                      "(add it to the spec's \"recompute\" and compile again)",
-                      fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
-    char want[160];
-    if (hm)
-      return fpx_fail(x, FP_ERR_ORDER,
-                      "hook %s(%s) called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
-                      ", micro-batch %" PRId32 ", step %" PRId64 ")",
-                      fpi_seg_name((int)hook), p->mods[module].name, fpx_seg_label(x, x->cursor, want, sizeof want),
-                      x->cursor, p->nsegs, s->micro, x->stats.steps);
+  char want[160];
+  if (hm)
     return fpx_fail(x, FP_ERR_ORDER,
-                    "hook %s called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
+                    "hook %s(%s) called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
                     ", micro-batch %" PRId32 ", step %" PRId64 ")",
-                    fpi_seg_name((int)hook), fpx_seg_label(x, x->cursor, want, sizeof want), x->cursor, p->nsegs,
-                    s->micro, x->stats.steps);
-  }
+                    fpi_seg_name((int)hook), p->mods[module].name, fpx_seg_label(x, x->cursor, want, sizeof want),
+                    x->cursor, p->nsegs, s->micro, x->stats.steps);
+  return fpx_fail(x, FP_ERR_ORDER,
+                  "hook %s called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
+                  ", micro-batch %" PRId32 ", step %" PRId64 ")",
+                  fpi_seg_name((int)hook), fpx_seg_label(x, x->cursor, want, sizeof want), x->cursor, p->nsegs,
+                  s->micro, x->stats.steps);
+}
+
+/* the segment at the cursor run, and the cursor moved on */
+static fp_status run_hook(fp_exec *x) {
   x->in_hook = true;
   double t_in = x->timing ? fpx_now_us() : 0;
   fp_status st = x->bk->run_segment(x, x->cursor);
@@ -717,11 +748,25 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   }
   x->stats.hooks++;
   x->recompute = 0;
-  if (++x->cursor == p->nsegs) {
+  if (++x->cursor == x->prog->nsegs) {
     x->cursor = 0;
     x->stats.steps++;
   }
   return FP_OK;
+}
+
+fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
+  if (!x) return FP_ERR_ARG;
+  FPX_CHECK(usable(x));
+  FPX_CHECK(hook_args(x, hook, module));
+  recompute_enter(x, hook, module);
+  fp_status st;
+  if (in_recompute(x, hook, module, &st)) return st;
+  skip_empty(x, hook, module);
+  const fp_seg *s = &x->prog->segs[x->cursor];
+  if (s->kind != (fp_seg_kind)hook || (fpi_seg_has_module((int)hook) && s->module != module))
+    return out_of_order(x, hook, module);
+  return run_hook(x);
 }
 
 fp_status fp_exec_all_reduce_f64(fp_exec *x, double *values, int n) {
