@@ -193,12 +193,13 @@ static fp_status check_buffers(fp_exec *x) {
   return FP_OK;
 }
 
-static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
+/* resolve_op in its steps: the op's fields (xop_init), its table
+ * (resolve_table), each operand's bytes in the arena (resolve_operand), and
+ * whether it runs in place (inplace_on_rank) */
+static void xop_init(const fp_exec *x, int32_t i, fp_xop *o) {
   const fp_prog *p = x->prog;
   const fp_op *op = &p->ops[i];
   fp_op_shape sh = fpi_op_shape_of(p, op);
-  char who[64];
-  snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fpi_op_name(op->code));
   *o = (fp_xop){.index = i,
                 .code = op->code,
                 .stream = op->stream,
@@ -222,54 +223,80 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
     o->G = p->comms[op->comm].size;
     o->g = fpi_comm_index(&p->comms[op->comm], x->rank);
   }
-  int64_t tab_end = 0;
+}
+
+/* the op's table checked against its communicator (or its regions); *tab_end: where the table ends */
+static fp_status resolve_table(fp_exec *x, const fp_op *op, fp_xop *o, const char *who, int64_t *tab_end) {
+  const fp_prog *p = x->prog;
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   bool regions = fpi_op_regions(op->code);
+  *tab_end = 0;
   if (regions && (op->tab < 0 || sh.rows < 1 || op->dst.tabrel || op->src.tabrel))
     return fpx_fail(x, FP_ERR_PLAN, "%s: needs a region table and rows >= 1", who);
-  if (op->tab >= 0) {
-    if (regions) FPX_CHECK(check_regions(x, op, who, &tab_end));
-    else FPX_CHECK(check_table(x, op->tab, o->G, who, &tab_end));
-    o->tab_off = p->tabs[op->tab].off;
-    o->tab_cnt = p->tabs[op->tab].cnt;
-    o->ntab = p->tabs[op->tab].n;
-  }
-  o->n = fpi_op_count(p, op, o->g);
-  if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
-  if ((op->code == FP_OP_COPY || regions) && (sh.rows < 1 || sh.dpitch < 0 || sh.spitch < 0))
-    return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
-  unsigned need = operands_of(op->code);
+  if (op->tab < 0) return FP_OK;
+  if (regions) FPX_CHECK(check_regions(x, op, who, tab_end));
+  else FPX_CHECK(check_table(x, op->tab, o->G, who, tab_end));
+  o->tab_off = p->tabs[op->tab].off;
+  o->tab_cnt = p->tabs[op->tab].cnt;
+  o->ntab = p->tabs[op->tab].n;
+  return FP_OK;
+}
+
+/* operand w's bytes on this rank, inside its buffer: o->off[w], o->host[w] */
+static fp_status resolve_operand(fp_exec *x, const fp_op *op, fp_xop *o, int w, int64_t tab_end, const char *who) {
+  const fp_prog *p = x->prog;
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   const fp_region *regs[3] = {&op->dst, &op->src, &op->aux};
-  for (int w = 0; w < 3; w++) {
-    if (!(need & 1u << w)) continue;
-    const fp_region *r = regs[w];
-    if (r->buf < 0 || r->buf >= p->nbufs) return fpx_fail(x, FP_ERR_PLAN, "%s: operand %d has no buffer", who, w);
-    const fp_ir_buf *B = &p->bufs[r->buf];
-    fp_dtype dt = opnd_dtype(op, w);
-    int64_t start, ext, end, t;
-    bool ok = fpi_mul64(o->g, r->stride, &t) && fpi_add64(r->off, t, &start);
-    if (ok && r->tabrel) ok = op->tab >= 0 && fpi_mul64(o->tab_off[o->g], fpi_dtype_size(dt), &t) && fpi_add64(start, t, &start);
-    ok = ok && opnd_extent(op, &sh, w, o->n, o->G, tab_end, &ext) && fpi_add64(start, ext, &end);
-    if (!ok || start < 0 || end > B->bytes)
-      return fpx_fail(x, FP_ERR_PLAN,
-                      "%s: %s operand lies outside buffer '%s' (%" PRId64 " bytes) on rank %" PRId64, who,
-                      w == DST ? "dst" : w == SRC ? "src" : "aux", B->name, B->bytes, x->rank);
-    o->off[w] = B->offset + start; /* inside the arena: check_buffers */
-    o->host[w] = B->host;
-  }
-  /* the in-place forms of ops.def (the verifier allows no other overlap) */
+  const fp_region *r = regs[w];
+  if (r->buf < 0 || r->buf >= p->nbufs) return fpx_fail(x, FP_ERR_PLAN, "%s: operand %d has no buffer", who, w);
+  const fp_ir_buf *B = &p->bufs[r->buf];
+  fp_dtype dt = opnd_dtype(op, w);
+  int64_t start, ext, end, t;
+  bool ok = fpi_mul64(o->g, r->stride, &t) && fpi_add64(r->off, t, &start);
+  if (ok && r->tabrel) ok = op->tab >= 0 && fpi_mul64(o->tab_off[o->g], fpi_dtype_size(dt), &t) && fpi_add64(start, t, &start);
+  ok = ok && opnd_extent(op, &sh, w, o->n, o->G, tab_end, &ext) && fpi_add64(start, ext, &end);
+  if (!ok || start < 0 || end > B->bytes)
+    return fpx_fail(x, FP_ERR_PLAN, "%s: %s operand lies outside buffer '%s' (%" PRId64 " bytes) on rank %" PRId64, who,
+                    w == DST ? "dst" : w == SRC ? "src" : "aux", B->name, B->bytes, x->rank);
+  o->off[w] = B->offset + start; /* inside the arena: check_buffers */
+  o->host[w] = B->host;
+  return FP_OK;
+}
+
+/* the in-place forms of ops.def (the verifier allows no other overlap) */
+static bool inplace_on_rank(const fp_op *op, const fp_xop *o, unsigned need) {
   int64_t sz = fpi_dtype_size(op->dtype);
   bool same = (need & 1u << SRC) && (need & 1u << DST) && o->host[DST] == o->host[SRC];
   int64_t d = o->off[DST], s = o->off[SRC];
   switch (op->code) {
-    case FP_OP_ALL_GATHER: o->inplace = same && s == d + o->g * o->n * sz; break;
-    case FP_OP_ALL_GATHER_V: o->inplace = same && s == d + o->tab_off[o->g] * sz; break;
-    case FP_OP_REDUCE_SCATTER: o->inplace = same && d == s + o->g * o->n * sz; break;
-    case FP_OP_REDUCE_SCATTER_V: o->inplace = same && d == s + o->tab_off[o->g] * sz; break;
+    case FP_OP_ALL_GATHER: return same && s == d + o->g * o->n * sz;
+    case FP_OP_ALL_GATHER_V: return same && s == d + o->tab_off[o->g] * sz;
+    case FP_OP_REDUCE_SCATTER: return same && d == s + o->g * o->n * sz;
+    case FP_OP_REDUCE_SCATTER_V: return same && d == s + o->tab_off[o->g] * sz;
     case FP_OP_ALL_REDUCE:
     case FP_OP_BROADCAST:
-    case FP_OP_REDUCE: o->inplace = same && s == d; break;
-    default: break;
+    case FP_OP_REDUCE: return same && s == d;
+    default: return false;
   }
+}
+
+static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
+  const fp_prog *p = x->prog;
+  const fp_op *op = &p->ops[i];
+  fp_op_shape sh = fpi_op_shape_of(p, op);
+  char who[64];
+  snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fpi_op_name(op->code));
+  xop_init(x, i, o);
+  int64_t tab_end;
+  FPX_CHECK(resolve_table(x, op, o, who, &tab_end));
+  o->n = fpi_op_count(p, op, o->g);
+  if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
+  if ((op->code == FP_OP_COPY || fpi_op_regions(op->code)) && (sh.rows < 1 || sh.dpitch < 0 || sh.spitch < 0))
+    return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
+  unsigned need = operands_of(op->code);
+  for (int w = 0; w < 3; w++)
+    if (need & 1u << w) FPX_CHECK(resolve_operand(x, op, o, w, tab_end, who));
+  o->inplace = inplace_on_rank(op, o, need);
   if ((op->code == FP_OP_BROADCAST || op->code == FP_OP_REDUCE || op->code == FP_OP_SEND || op->code == FP_OP_RECV) &&
       (op->root < 0 || op->root >= o->G))
     return fpx_fail(x, FP_ERR_PLAN, "%s: root %" PRId32 " is not a rank of its communicator", who, op->root);
