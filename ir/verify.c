@@ -619,67 +619,93 @@ static void flat_spaces(vctx *v) {
   }
 }
 
+/* check_params per param in its steps: its references in range
+ * (param_refs, with its tied users: param_users), its dtypes and shape
+ * (param_shape: false stops the param's checks there), then its dims and
+ * views (param_views) */
+static void param_users(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_ir_param *q = &p->params[i];
+  for (int32_t k = 0; k < q->nusers; k++) { /* tied weights: other modules, each once */
+    int32_t u = q->users ? q->users[k] : -1;
+    if (u < 0 || u >= p->nmods)
+      verr(v, FP_VL_PARAM, i, "user %" PRId32 " is out of range (%" PRId32 " modules)", u, p->nmods);
+    else if (u == q->module)
+      verr(v, FP_VL_PARAM, i, "user '%s' is the param's own module", p->mods[u].name);
+    for (int32_t j = 0; j < k; j++)
+      if (q->users[j] == u) verr(v, FP_VL_PARAM, i, "user %" PRId32 " appears twice", u);
+  }
+}
+
+static void param_refs(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_ir_param *q = &p->params[i];
+  if (q->module < 0 || q->module >= p->nmods)
+    verr(v, FP_VL_PARAM, i, "module %" PRId32 " is out of range (%" PRId32 " modules)", q->module, p->nmods);
+  if (q->bucket < -1 || q->bucket >= p->nbuckets)
+    verr(v, FP_VL_PARAM, i, "bucket %" PRId32 " is out of range (%" PRId32 " buckets)", q->bucket, p->nbuckets);
+  if (q->comm < -1 || q->comm >= p->ncomms)
+    verr(v, FP_VL_PARAM, i, "comm %" PRId32 " is out of range (%" PRId32 " communicators)", q->comm, p->ncomms);
+  if (q->tab < -1 || q->tab >= p->ntabs)
+    verr(v, FP_VL_PARAM, i, "table %" PRId32 " is out of range (%" PRId32 " tables)", q->tab, p->ntabs);
+  if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) verr(v, FP_VL_PARAM, i, "unknown placement %d", q->placement);
+  param_users(v, i);
+  if (q->chunk < 0) verr(v, FP_VL_PARAM, i, "chunk %" PRId64 " is negative", q->chunk);
+  if (q->owner < -1) verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is out of range", q->owner);
+  if (q->comm >= 0 && q->comm < p->ncomms && q->owner >= p->comms[q->comm].size)
+    verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is not a rank of comm '%s' (size %" PRId64 ")", q->owner,
+         p->comms[q->comm].name, p->comms[q->comm].size);
+}
+
+/* dtypes known, ndim in range, the shape's product in int64: *numel */
+static bool param_shape(vctx *v, int32_t i, int64_t *numel) {
+  const fp_ir_param *q = &v->p->params[i];
+  if (!dtype_ok(q->main_dtype) || !dtype_ok(q->param_dtype) || !dtype_ok(q->grad_dtype)) {
+    verr(v, FP_VL_PARAM, i, "unknown dtype");
+    return false;
+  }
+  if (q->ndim < 0 || q->ndim > 8) {
+    verr(v, FP_VL_PARAM, i, "ndim %d is out of range [0, 8]", q->ndim);
+    return false;
+  }
+  *numel = 1;
+  bool ok = true;
+  for (int k = 0; k < q->ndim; k++)
+    if (q->shape[k] < 1 || !fpi_mul64(*numel, q->shape[k], numel)) ok = false;
+  if (!ok) verr(v, FP_VL_PARAM, i, "shape dimensions must be >= 1 and their product fit in int64");
+  return ok;
+}
+
+/* the split dims, then every view of the param and its layout */
+static void param_views(vctx *v, int32_t i, int64_t numel) {
+  const fp_prog *p = v->p;
+  const fp_ir_param *q = &p->params[i];
+  if (q->dim < 0 || (q->ndim > 0 && q->dim >= q->ndim) || (q->ndim == 0 && q->dim != 0))
+    verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
+  if (q->tp_dim != -1 && (p->tp <= 1 || q->tp_dim < 0 || q->tp_dim >= q->ndim))
+    verr(v, FP_VL_PARAM, i, "tp_dim %" PRId32 " is not a dimension of a %d-d param sharded over tp %" PRId64,
+         q->tp_dim, q->ndim, p->tp);
+  bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
+                 q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */;
+  if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))
+    verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
+  check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
+  check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
+  check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
+  check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
+  check_opt_view(v, i, q, sharded ? q->chunk : 0);
+  check_mxfp8(v, i, q, numel);
+  if (q->placement >= 0 && q->placement < FP_IR_NPLACEMENTS && (q->main.buf >= 0 || q->placement != FP_PL_REPLICATE))
+    check_layout(v, i, q, numel);
+}
+
 static void check_params(vctx *v) {
   const fp_prog *p = v->p;
   flat_spaces(v);
   for (int32_t i = 0; i < p->nparams && !stop(v); i++) {
-    const fp_ir_param *q = &p->params[i];
-    if (q->module < 0 || q->module >= p->nmods)
-      verr(v, FP_VL_PARAM, i, "module %" PRId32 " is out of range (%" PRId32 " modules)", q->module, p->nmods);
-    if (q->bucket < -1 || q->bucket >= p->nbuckets)
-      verr(v, FP_VL_PARAM, i, "bucket %" PRId32 " is out of range (%" PRId32 " buckets)", q->bucket, p->nbuckets);
-    if (q->comm < -1 || q->comm >= p->ncomms)
-      verr(v, FP_VL_PARAM, i, "comm %" PRId32 " is out of range (%" PRId32 " communicators)", q->comm, p->ncomms);
-    if (q->tab < -1 || q->tab >= p->ntabs)
-      verr(v, FP_VL_PARAM, i, "table %" PRId32 " is out of range (%" PRId32 " tables)", q->tab, p->ntabs);
-    if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) verr(v, FP_VL_PARAM, i, "unknown placement %d", q->placement);
-    for (int32_t k = 0; k < q->nusers; k++) { /* tied weights: other modules, each once */
-      int32_t u = q->users ? q->users[k] : -1;
-      if (u < 0 || u >= p->nmods)
-        verr(v, FP_VL_PARAM, i, "user %" PRId32 " is out of range (%" PRId32 " modules)", u, p->nmods);
-      else if (u == q->module)
-        verr(v, FP_VL_PARAM, i, "user '%s' is the param's own module", p->mods[u].name);
-      for (int32_t j = 0; j < k; j++)
-        if (q->users[j] == u) verr(v, FP_VL_PARAM, i, "user %" PRId32 " appears twice", u);
-    }
-    if (q->chunk < 0) verr(v, FP_VL_PARAM, i, "chunk %" PRId64 " is negative", q->chunk);
-    if (q->owner < -1) verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is out of range", q->owner);
-    if (q->comm >= 0 && q->comm < p->ncomms && q->owner >= p->comms[q->comm].size)
-      verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is not a rank of comm '%s' (size %" PRId64 ")", q->owner,
-           p->comms[q->comm].name, p->comms[q->comm].size);
-    if (!dtype_ok(q->main_dtype) || !dtype_ok(q->param_dtype) || !dtype_ok(q->grad_dtype)) {
-      verr(v, FP_VL_PARAM, i, "unknown dtype");
-      continue;
-    }
-    if (q->ndim < 0 || q->ndim > 8) {
-      verr(v, FP_VL_PARAM, i, "ndim %d is out of range [0, 8]", q->ndim);
-      continue;
-    }
-    int64_t numel = 1;
-    bool ok = true;
-    for (int k = 0; k < q->ndim; k++)
-      if (q->shape[k] < 1 || !fpi_mul64(numel, q->shape[k], &numel)) ok = false;
-    if (!ok) {
-      verr(v, FP_VL_PARAM, i, "shape dimensions must be >= 1 and their product fit in int64");
-      continue;
-    }
-    if (q->dim < 0 || (q->ndim > 0 && q->dim >= q->ndim) || (q->ndim == 0 && q->dim != 0))
-      verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
-    if (q->tp_dim != -1 && (p->tp <= 1 || q->tp_dim < 0 || q->tp_dim >= q->ndim))
-      verr(v, FP_VL_PARAM, i, "tp_dim %" PRId32 " is not a dimension of a %d-d param sharded over tp %" PRId64,
-           q->tp_dim, q->ndim, p->tp);
-    bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
-                   q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */;
-    if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))
-      verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
-    check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
-    check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
-    check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
-    check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
-    check_opt_view(v, i, q, sharded ? q->chunk : 0);
-    check_mxfp8(v, i, q, numel);
-    if (q->placement >= 0 && q->placement < FP_IR_NPLACEMENTS && (q->main.buf >= 0 || q->placement != FP_PL_REPLICATE))
-      check_layout(v, i, q, numel);
+    param_refs(v, i);
+    int64_t numel;
+    if (param_shape(v, i, &numel)) param_views(v, i, numel);
   }
   check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
   free(v->flat);
@@ -1201,7 +1227,10 @@ static void check_op_operands(vctx *v, int32_t i) {
   operands_host(v, i, on, need);
 }
 
-static void check_op_dtypes(vctx *v, int32_t i) {
+/* check_op_dtypes in its steps: the dtypes the op's kind takes
+ * (dtypes_of_kind), alpha only where it means something, and no FP8 data
+ * in a grad buffer (no_fp8_grads) */
+static void dtypes_of_kind(vctx *v, int32_t i) {
   const fp_op *op = &v->p->ops[i];
   const char *on = fpi_op_name(op->code), *dn = fpi_dtype_name(op->dtype), *sn = fpi_dtype_name(op->sdtype);
   switch (op->code) {
@@ -1250,8 +1279,11 @@ static void check_op_dtypes(vctx *v, int32_t i) {
       break;
     default: break;
   }
-  if (op->code != FP_OP_SCALE && fpi_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
-    verr(v, FP_VL_OP, i, "%s takes no alpha", on);
+}
+
+static void no_fp8_grads(vctx *v, int32_t i) {
+  const fp_op *op = &v->p->ops[i];
+  const char *on = fpi_op_name(op->code);
   /* grads are never FP8: no MXFP8 op and no op on e4m3 / e8m0 data touches a
    * grad buffer (gradients are reduced and stored in float types only) */
   bool fp8 = op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8 || op->dtype == FP_E4M3 ||
@@ -1265,6 +1297,15 @@ static void check_op_dtypes(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s moves FP8 data into or out of %s buffer '%s': grads are never FP8", on,
            fpi_buf_cat_name(c), v->p->bufs[b].name);
   }
+}
+
+static void check_op_dtypes(vctx *v, int32_t i) {
+  const fp_op *op = &v->p->ops[i];
+  const char *on = fpi_op_name(op->code);
+  dtypes_of_kind(v, i);
+  if (op->code != FP_OP_SCALE && fpi_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
+    verr(v, FP_VL_OP, i, "%s takes no alpha", on);
+  no_fp8_grads(v, i);
 }
 
 /* ---- rule 5: collectives match on every rank ------------------------------------------ */

@@ -44,8 +44,6 @@ EXCEPTIONS = {
     "base/json.c:fpi_json_locate": NOT_YET,
     "base/json.c:v_number": NOT_YET,
     "base/json.c:v_object": NOT_YET,
-    "ir/verify.c:check_params": NOT_YET,
-    "ir/verify.c:check_op_dtypes": NOT_YET,
     "ir/verify.c:walk_clocks": NOT_YET,
     "ir/verify.c:check_reuse": NOT_YET,
     "ir/verify_sem.c:build_classes": NOT_YET,
