@@ -1856,9 +1856,19 @@ static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y) {
 }
 
 /* the transient buffers ord[0..nt) of one arena */
-static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
+/* check_reuse in its steps: the arena cut into slots at the buffers' ends,
+ * each slot listing the live ranges over it by first op (reuse_slots),
+ * then one sweep forward (live together, and step 1's order:
+ * reuse_forward_slot) and one backward (the next step's order:
+ * reuse_backward_slot) over each slot */
+typedef struct slots {
+  int32_t nslots;
+  int64_t *start; /* slot z's ranges: list[start[z] .. start[z + 1]) */
+  int32_t *list;
+} slots;
+
+static void reuse_slots(vctx *v, const int32_t *ord, int32_t nt, slots *S) {
   const fp_prog *p = v->p;
-  if (nt < 2) return;
   int64_t *cut = malloc(2 * (size_t)nt * sizeof *cut);
   int32_t *slo = malloc((size_t)nt * sizeof *slo), *shi = malloc((size_t)nt * sizeof *shi);
   FP_ASSERT(cut && slo && shi);
@@ -1901,73 +1911,88 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   for (int32_t z = 0; z < nslots; z++) fill[z] = start[z];
   for (int32_t k = 0; k < nr; k++)
     for (int32_t z = slo[rbuf[k]]; z < shi[rbuf[k]]; z++) list[fill[z]++] = (int32_t)(uint32_t)rkey[k];
-  imap seen;
-  imap_init(&seen, 16);
-  /* forward: live together, and step 1 order */
-  for (int32_t z = 0; z < nslots && !stop(v); z++) {
-    best2 last, use[FP_NSTREAMS];
-    best2_clear(&last);
-    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
-    for (int64_t k = start[z]; k < start[z + 1] && !stop(v); k++) {
-      const range *y = &v->rg[list[k]];
-      int32_t xr;
-      bool together = best2_other(&last, y->buf, &xr) >= y->first;
-      if (together && pair_fresh(&seen, v, xr, list[k])) {
-        const range *x = &v->rg[xr];
-        verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
-             ") share arena bytes and are live at the same time", p->bufs[x->buf].name, x->first, x->last,
-             p->bufs[y->buf].name, y->first, y->last);
-      }
-      for (int s = 0; s < FP_NSTREAMS && !v->unordered && !together; s++) {
-        int64_t lu = best2_other(&use[s], y->buf, &xr);
-        if (lu <= 0 || y->min1[s] >= lu) continue;
-        if (pair_fresh(&seen, v, xr, list[k])) {
-          const range *x = &v->rg[xr];
-          int32_t from = x->last1op[s], to = y->min1op[s];
-          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
-               "does not happen before this op (stream %s): a record/wait is missing", p->bufs[y->buf].name,
-               p->bufs[x->buf].name, from, p->bufs[x->buf].name, fpi_stream_name(p->ops[from].stream),
-               fpi_stream_name(p->ops[to].stream));
-        }
-        break;
-      }
-      best2_add(&last, y->last, y->buf, list[k]);
-      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], y->last1[s], y->buf, list[k]);
-    }
-  }
-  /* backward: a later range's uses happen before an earlier one's in the next step */
-  for (int32_t z = 0; z < nslots && !stop(v) && !v->unordered; z++) {
-    best2 use[FP_NSTREAMS];
-    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
-    for (int64_t k = start[z + 1] - 1; k >= start[z] && !stop(v); k--) {
-      const range *x = &v->rg[list[k]];
-      for (int s = 0; s < FP_NSTREAMS; s++) {
-        int32_t yr;
-        int64_t lu = best2_other(&use[s], x->buf, &yr);
-        if (lu <= 0 || x->min2[s] >= lu) continue;
-        const range *y = &v->rg[yr];
-        if (y->first <= x->last) continue; /* live together: reported above */
-        if (pair_fresh(&seen, v, list[k], yr)) {
-          int32_t from = y->last1op[s], to = x->min2op[s];
-          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
-               " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
-               "is missing", p->bufs[x->buf].name, p->bufs[y->buf].name, from, p->bufs[y->buf].name,
-               fpi_stream_name(p->ops[from].stream), fpi_stream_name(p->ops[to].stream));
-        }
-        break;
-      }
-      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], x->last1[s], x->buf, list[k]);
-    }
-  }
-  imap_free(&seen);
+  *S = (slots){nslots, start, list};
   free(cut);
   free(slo);
   free(shi);
   free(rkey);
   free(rbuf);
-  free(start);
-  free(list);
   free(fill);
+}
+
+/* forward over slot z: live together, and step 1 order */
+static void reuse_forward_slot(vctx *v, const slots *S, int32_t z, imap *seen) {
+  const fp_prog *p = v->p;
+  best2 last, use[FP_NSTREAMS];
+  best2_clear(&last);
+  for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+  for (int64_t k = S->start[z]; k < S->start[z + 1] && !stop(v); k++) {
+    int32_t rk = S->list[k];
+    const range *y = &v->rg[rk];
+    int32_t xr;
+    bool together = best2_other(&last, y->buf, &xr) >= y->first;
+    if (together && pair_fresh(seen, v, xr, rk)) {
+      const range *x = &v->rg[xr];
+      verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
+           ") share arena bytes and are live at the same time", p->bufs[x->buf].name, x->first, x->last,
+           p->bufs[y->buf].name, y->first, y->last);
+    }
+    for (int s = 0; s < FP_NSTREAMS && !v->unordered && !together; s++) {
+      int64_t lu = best2_other(&use[s], y->buf, &xr);
+      if (lu <= 0 || y->min1[s] >= lu) continue;
+      if (pair_fresh(seen, v, xr, rk)) {
+        const range *x = &v->rg[xr];
+        int32_t from = x->last1op[s], to = y->min1op[s];
+        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
+             "does not happen before this op (stream %s): a record/wait is missing", p->bufs[y->buf].name,
+             p->bufs[x->buf].name, from, p->bufs[x->buf].name, fpi_stream_name(p->ops[from].stream),
+             fpi_stream_name(p->ops[to].stream));
+      }
+      break;
+    }
+    best2_add(&last, y->last, y->buf, rk);
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], y->last1[s], y->buf, rk);
+  }
+}
+
+/* backward over slot z: a later range's uses happen before an earlier one's in the next step */
+static void reuse_backward_slot(vctx *v, const slots *S, int32_t z, imap *seen) {
+  const fp_prog *p = v->p;
+  best2 use[FP_NSTREAMS];
+  for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+  for (int64_t k = S->start[z + 1] - 1; k >= S->start[z] && !stop(v); k--) {
+    int32_t rk = S->list[k];
+    const range *x = &v->rg[rk];
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      int32_t yr;
+      int64_t lu = best2_other(&use[s], x->buf, &yr);
+      if (lu <= 0 || x->min2[s] >= lu) continue;
+      const range *y = &v->rg[yr];
+      if (y->first <= x->last) continue; /* live together: reported above */
+      if (pair_fresh(seen, v, rk, yr)) {
+        int32_t from = y->last1op[s], to = x->min2op[s];
+        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
+             " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
+             "is missing", p->bufs[x->buf].name, p->bufs[y->buf].name, from, p->bufs[y->buf].name,
+             fpi_stream_name(p->ops[from].stream), fpi_stream_name(p->ops[to].stream));
+      }
+      break;
+    }
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], x->last1[s], x->buf, rk);
+  }
+}
+
+static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
+  if (nt < 2) return;
+  slots S;
+  reuse_slots(v, ord, nt, &S);
+  imap seen;
+  imap_init(&seen, 16);
+  for (int32_t z = 0; z < S.nslots && !stop(v); z++) reuse_forward_slot(v, &S, z, &seen);
+  for (int32_t z = 0; z < S.nslots && !stop(v) && !v->unordered; z++) reuse_backward_slot(v, &S, z, &seen);
+  imap_free(&seen);
+  free(S.start);
+  free(S.list);
 }
 
 static void check_arena(vctx *v) {
