@@ -1715,23 +1715,100 @@ static bool build_ranges(vctx *v) {
  * stream. The step is walked twice (the executor replays it), so arena reuse
  * is also checked across the end of one step and the start of the next.
  * Rule 4 (a wait needs an earlier record) is checked on the first walk. */
+/* walk_clocks in its steps: the events' clocks (evmap: each event's dense
+ * slot, given when the walk first meets it: through a table when the ids
+ * are small, a compiled plan numbering its events 0..nevents-1, else a hash
+ * map; at most nevops slots), each op's wait and record (op_clock), and what
+ * the op notes for the later rules (op_notes) */
+typedef struct evmap {
+  int32_t *dense; /* event id -> slot, or NULL: the map */
+  imap ev;
+  int32_t nev;
+  int64_t (*evc)[FP_NSTREAMS]; /* each slot's recorded clock */
+  bool *recorded;
+} evmap;
+
+static void evmap_open(const vctx *v, evmap *m) {
+  int32_t maxev = v->maxev;
+  m->nev = 0;
+  m->dense = maxev <= 2 * (int64_t)v->p->nops + 64 ? malloc(((size_t)maxev + 2) * sizeof *m->dense) : NULL;
+  imap_init(&m->ev, m->dense ? 0 : 16);
+  for (int32_t k = 0; m->dense && k <= maxev; k++) m->dense[k] = -1;
+  m->evc = calloc((size_t)v->nevops + 1, sizeof *m->evc);
+  m->recorded = calloc((size_t)v->nevops + 1, sizeof *m->recorded);
+  FP_ASSERT(m->evc && m->recorded);
+}
+
+static void evmap_close(const vctx *v, evmap *m) {
+  FP_ASSERT(m->nev <= v->nevops);
+  imap_free(&m->ev);
+  free(m->dense);
+  free(m->evc);
+  free(m->recorded);
+}
+
+static int32_t evmap_slot(evmap *m, int32_t id) {
+  if (id < 0) return -1;
+  if (m->dense) {
+    if (m->dense[id] < 0) m->dense[id] = m->nev++;
+    return m->dense[id];
+  }
+  bool fresh;
+  int32_t e = imap_get_or_put(&m->ev, id, m->nev, &fresh);
+  m->nev += fresh;
+  return e;
+}
+
+/* op i on stream s: a wait joins its event's clock (rule 4: recorded
+ * before), the stream ticks, a record keeps the clock */
+static void op_clock(vctx *v, int32_t i, evmap *m, int64_t vc[FP_NSTREAMS][FP_NSTREAMS], bool races) {
+  const fp_op *op = &v->p->ops[i];
+  int s = op->stream;
+  int32_t e = evmap_slot(m, op->event);
+  if (op->code == FP_OP_WAIT) {
+    if (!m->recorded[e]) {
+      if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
+    } else {
+      for (int k = 0; k < FP_NSTREAMS; k++)
+        if (m->evc[e][k] > vc[s][k]) vc[s][k] = m->evc[e][k];
+    }
+  }
+  vc[s][s]++;
+  if (races) v->clkop[s][vc[s][s]] = i;
+  if (op->code == FP_OP_RECORD) {
+    memcpy(m->evc[e], vc[s], sizeof vc[s]);
+    m->recorded[e] = true;
+  }
+}
+
+/* op i's buffer uses (rules 6, 7) and accesses (rule 8), checked and noted */
+static void op_notes(vctx *v, int32_t i, const int64_t *clock, int step, bool ranges, bool races) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  int s = op->stream;
+  if (ranges) {
+    const int32_t *extra;
+    int ne = op_bufs(p, op, &extra);
+    use_buf(v, op->dst.buf, i, s, clock, step);
+    use_buf(v, op->src.buf, i, s, clock, step);
+    use_buf(v, op->aux.buf, i, s, clock, step);
+    for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, clock, step);
+  }
+  if (races) {
+    int na = fpi_op_accesses(p, op, v->acc);
+    for (int k = 0; k < na && !race_stop(v); k++) race_check(v, i, s, clock, step, &v->acc[k]);
+    for (int k = 0; k < na; k++) race_note(v, i, s, clock, step, &v->acc[k]);
+  }
+}
+
 static void walk_clocks(vctx *v, bool ranges, bool races) {
   const fp_prog *p = v->p;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  /* each event's dense slot, given when the walk first meets it: through
-   * a table when the ids are small (a compiled plan numbers its events
-   * 0..nevents-1), else a hash map; at most nevops slots */
-  int32_t nev = 0, maxev = v->maxev;
   bool has_ops[FP_NSTREAMS], synced[FP_NSTREAMS];
   for (int t = 0; t < FP_NSTREAMS; t++) has_ops[t] = v->per[t] > 0;
-  int32_t *dense = maxev <= 2 * (int64_t)p->nops + 64 ? malloc(((size_t)maxev + 2) * sizeof *dense) : NULL;
-  imap ev; /* event id -> dense slot, when there is no table */
-  imap_init(&ev, dense ? 0 : 16);
-  for (int32_t k = 0; dense && k <= maxev; k++) dense[k] = -1;
-  int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)v->nevops + 1, sizeof *evc);
-  bool *recorded = calloc((size_t)v->nevops + 1, sizeof *recorded);
-  FP_ASSERT(evc && recorded);
+  evmap m;
+  evmap_open(v, &m);
   /* Step 2 (the next replay) only adds what crosses the step boundary. Once
    * stream s has seen all of step 1 (vc[s] >= step1end componentwise), an op
    * on s conflicts with no step-1 access (rule 8 reports only those in step
@@ -1752,29 +1829,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
       int s = op->stream;
-      int32_t e = -1, id = op->event;
-      if (id >= 0 && dense) {
-        if (dense[id] < 0) dense[id] = nev++;
-        e = dense[id];
-      } else if (id >= 0) {
-        bool fresh;
-        e = imap_get_or_put(&ev, id, nev, &fresh);
-        nev += fresh;
-      }
-      if (op->code == FP_OP_WAIT) {
-        if (!recorded[e]) {
-          if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
-        } else {
-          for (int k = 0; k < FP_NSTREAMS; k++)
-            if (evc[e][k] > vc[s][k]) vc[s][k] = evc[e][k];
-        }
-      }
-      vc[s][s]++;
-      if (races) v->clkop[s][vc[s][s]] = i;
-      if (op->code == FP_OP_RECORD) {
-        memcpy(evc[e], vc[s], sizeof vc[s]);
-        recorded[e] = true;
-      }
+      op_clock(v, i, &m, vc, races);
       if (step == 2 && !synced[s]) {
         bool all = true;
         for (int t = 0; t < FP_NSTREAMS; t++) all &= vc[s][t] >= v->step1end[t];
@@ -1788,26 +1843,10 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
         }
         continue;
       }
-      if (ranges) {
-        const int32_t *extra;
-        int ne = op_bufs(p, op, &extra);
-        use_buf(v, op->dst.buf, i, s, vc[s], step);
-        use_buf(v, op->src.buf, i, s, vc[s], step);
-        use_buf(v, op->aux.buf, i, s, vc[s], step);
-        for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, vc[s], step);
-      }
-      if (races) {
-        int na = fpi_op_accesses(p, op, v->acc);
-        for (int k = 0; k < na && !race_stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
-        for (int k = 0; k < na; k++) race_note(v, i, s, vc[s], step, &v->acc[k]);
-      }
+      op_notes(v, i, vc[s], step, ranges, races);
     }
   }
-  FP_ASSERT(nev <= v->nevops);
-  imap_free(&ev);
-  free(dense);
-  free(evc);
-  free(recorded);
+  evmap_close(v, &m);
 }
 
 /* Rule 6 over transient buffers that share arena bytes: every pair of live
