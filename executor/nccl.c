@@ -238,22 +238,8 @@ static fp_status make_event(fp_exec *x, cudaEvent_t *e, bool *made) {
   return FP_OK;
 }
 
-static fp_status nccl_prepare(fp_exec *x) {
-  char msg[512];
-  fpn_boot boot;
-  if (fpn_boot_resolve(&x->cfg, mpi_up(), getenv("NCCL_COMM_ID"), &boot, msg, sizeof msg) != FP_OK)
-    return fpx_fail(x, FP_ERR_ARG, "%s", msg);
-  nstate *n = x->bks = fpx_alloc(x, 1, sizeof *n);
-  if (!n) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
-  n->boot = boot;
-  n->mode = x->cfg.cuda_mode;
-  x->stats.cuda_mode = n->mode;
-  FPX_CHECK(check_ops(x));
-  FPX_CHECK(fpn_plan_build(x, &n->P));
-  const fpn_plan *P = &n->P;
-  const fp_prog *p = x->prog;
-
-  /* the device: the caller's current one */
+/* the device: the caller's current one */
+static fp_status prepare_device(fp_exec *x, nstate *n) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count < 1)
@@ -262,8 +248,13 @@ static fp_status nccl_prepare(fp_exec *x) {
   CUDA_TRY(x, cudaGetDevice(&n->device));
   CUDA_TRY(x, cudaSetDevice(n->device)); /* makes the context current */
   n->device_ok = true;
+  return FP_OK;
+}
 
-  /* per-op and per-run records */
+/* per-op and per-run records, and each segment's label */
+static fp_status prepare_records(fp_exec *x, nstate *n) {
+  const fpn_plan *P = &n->P;
+  const fp_prog *p = x->prog;
   n->ev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->ev);
   n->ev_made = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->ev_made);
   n->rec_cap = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->rec_cap);
@@ -281,8 +272,33 @@ static fp_status nccl_prepare(fp_exec *x) {
     char l[80];
     snprintf(n->seg_label[k], SEG_LABEL, "hook seg %" PRId32 " %s", k, fpx_seg_label(x, k, l, sizeof l));
   }
+  return FP_OK;
+}
 
-  /* streams: communication at the highest priority */
+/* graph mode, one graph per hook: forks, joins and launch streams */
+static fp_status prepare_graph_events(fp_exec *x, nstate *n, int greatest) {
+  const fpn_plan *P = &n->P;
+  FPX_CHECK(make_stream(x, &n->capo, greatest));
+  for (int k = 0; k < FPN_LAUNCH_STREAMS; k++) FPX_CHECK(make_stream(x, &n->lst[k], greatest));
+  n->iev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->iev);
+  if (!n->iev) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  n->graph_events_made = true; /* from here on destroy frees what is not NULL */
+  bool made = false;
+  for (int32_t k = 0; k < P->nevents; k++)
+    if (P->rec_use[k] & FPN_REC_LOCAL) FPX_CHECK(make_event(x, &n->iev[k], &made));
+  for (int s = 0; s < FP_NSTREAMS; s++) {
+    FPX_CHECK(make_event(x, &n->head_ev[s], &made));
+    FPX_CHECK(make_event(x, &n->tail_ev[s], &made));
+    FPX_CHECK(make_event(x, &n->join_in[s], &made));
+  }
+  FPX_CHECK(make_event(x, &n->fork_in, &made));
+  x->stats.allocations += 1 + 3 * FP_NSTREAMS + P->nevents;
+  return FP_OK;
+}
+
+/* streams: communication at the highest priority (graph mode: capture
+ * streams of the priority they replay at, then the graphs' own) */
+static fp_status prepare_streams(fp_exec *x, nstate *n) {
   int least = 0, greatest = 0;
   CUDA_TRY(x, cudaDeviceGetStreamPriorityRange(&least, &greatest));
   if (x->cfg.cuda_stream) {
@@ -303,25 +319,13 @@ static fp_status nccl_prepare(fp_exec *x) {
       CUDA_TRY(x, cudaStreamGetPriority(n->st[s], &prio));
       FPX_CHECK(make_stream(x, &n->cap[s], prio));
     }
-  if (n->mode == FP_CUDA_GRAPH) { /* one graph per hook: forks, joins and launch streams */
-    FPX_CHECK(make_stream(x, &n->capo, greatest));
-    for (int k = 0; k < FPN_LAUNCH_STREAMS; k++) FPX_CHECK(make_stream(x, &n->lst[k], greatest));
-    n->iev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->iev);
-    if (!n->iev) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
-    n->graph_events_made = true; /* from here on destroy frees what is not NULL */
-    bool made = false;
-    for (int32_t k = 0; k < P->nevents; k++)
-      if (P->rec_use[k] & FPN_REC_LOCAL) FPX_CHECK(make_event(x, &n->iev[k], &made));
-    for (int s = 0; s < FP_NSTREAMS; s++) {
-      FPX_CHECK(make_event(x, &n->head_ev[s], &made));
-      FPX_CHECK(make_event(x, &n->tail_ev[s], &made));
-      FPX_CHECK(make_event(x, &n->join_in[s], &made));
-    }
-    FPX_CHECK(make_event(x, &n->fork_in, &made));
-    x->stats.allocations += 1 + 3 * FP_NSTREAMS + P->nevents;
-  }
+  if (n->mode == FP_CUDA_GRAPH) FPX_CHECK(prepare_graph_events(x, n, greatest));
+  return FP_OK;
+}
 
-  /* events */
+/* events: the plan's, the fork's and joins, and the watchdog's (one per communication op) */
+static fp_status prepare_events(fp_exec *x, nstate *n) {
+  const fpn_plan *P = &n->P;
   for (int32_t k = 0; k < P->nevents; k++) FPX_CHECK(make_event(x, &n->ev[k], &n->ev_made[k]));
   FPX_CHECK(make_event(x, &n->fork_ev, &n->fork_made));
   if (x->timeout_s > 0) { /* the watchdog's: one per communication op */
@@ -336,8 +340,13 @@ static fp_status nccl_prepare(fp_exec *x) {
   }
   for (int s = 0; s < FP_NSTREAMS; s++) FPX_CHECK(make_event(x, &n->join_ev[s], &n->join_made[s]));
   x->stats.allocations += P->nevents + 1 + FP_NSTREAMS;
+  return FP_OK;
+}
 
-  /* the agreement's words */
+/* the agreement's words, then the arenas: once, zeroed */
+static fp_status prepare_arenas(fp_exec *x, nstate *n) {
+  const fp_prog *p = x->prog;
+  cudaError_t e;
   CUDA_TRY(x, cudaMalloc((void **)&n->scratch, SCRATCH_BYTES));
   x->stats.allocations++;
 
@@ -364,6 +373,25 @@ static fp_status nccl_prepare(fp_exec *x) {
   x->host = n->host;
   x->stats.arena_bytes = dev + host;
   return FP_OK;
+}
+
+static fp_status nccl_prepare(fp_exec *x) {
+  char msg[512];
+  fpn_boot boot;
+  if (fpn_boot_resolve(&x->cfg, mpi_up(), getenv("NCCL_COMM_ID"), &boot, msg, sizeof msg) != FP_OK)
+    return fpx_fail(x, FP_ERR_ARG, "%s", msg);
+  nstate *n = x->bks = fpx_alloc(x, 1, sizeof *n);
+  if (!n) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  n->boot = boot;
+  n->mode = x->cfg.cuda_mode;
+  x->stats.cuda_mode = n->mode;
+  FPX_CHECK(check_ops(x));
+  FPX_CHECK(fpn_plan_build(x, &n->P));
+  FPX_CHECK(prepare_device(x, n));
+  FPX_CHECK(prepare_records(x, n));
+  FPX_CHECK(prepare_streams(x, n));
+  FPX_CHECK(prepare_events(x, n));
+  return prepare_arenas(x, n);
 }
 
 /* ---- the watchdog ------------------------------------------------------------------------------ */
