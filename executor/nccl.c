@@ -1207,12 +1207,10 @@ static fp_status nccl_all_reduce_f64(fp_exec *x, double *v, int cnt) {
 }
 
 /* ---- destroy ------------------------------------------------------------------------------------------------- */
-static void nccl_destroy(fp_exec *x) {
-  nstate *n = ns(x);
-  if (!n) return;
-  if (n->device_ok) cudaSetDevice(n->device);
-  bool cap = n->device_ok && capturing(n);
-  if (!x->broken && !cap && n->device_ok) nccl_sync(x);
+/* nccl_destroy in its steps: the graphs and their events
+ * (destroy_graphs), the communicators (destroy_comms), the memory, events
+ * and streams (destroy_cuda), then the records */
+static void destroy_graphs(fp_exec *x, nstate *n) {
   for (int32_t r = 0; r < x->prog->nsegs; r++) {
     if (n->execs && n->execs[r]) cudaGraphExecDestroy(n->execs[r]);
     if (n->graphs && n->graphs[r]) cudaGraphDestroy(n->graphs[r]);
@@ -1228,24 +1226,29 @@ static void nccl_destroy(fp_exec *x) {
     if (n->fork_in) cudaEventDestroy(n->fork_in);
   }
   fpx_free(n->iev);
-  /* communicators: finalize collectively (every rank calls destroy), or
-   * abort when something failed */
+}
+
+/* one communicator: finalized collectively (every rank calls destroy), or
+ * aborted when something failed */
+static void end_comm(ncclComm_t c, bool broken) {
+  if (broken) {
+    ncclCommAbort(c);
+    return;
+  }
+  ncclCommFinalize(c);
+  ncclCommDestroy(c);
+}
+
+static void destroy_comms(fp_exec *x, nstate *n) {
   for (int32_t q = 0; n->comms && q < n->P.npairs; q++) {
     if (!n->comms[q]) continue;
     if (n->reg[q]) ncclCommDeregister(n->comms[q], n->reg[q]);
-    if (x->broken) ncclCommAbort(n->comms[q]);
-    else {
-      ncclCommFinalize(n->comms[q]);
-      ncclCommDestroy(n->comms[q]);
-    }
+    end_comm(n->comms[q], x->broken);
   }
-  if (n->world) {
-    if (x->broken) ncclCommAbort(n->world);
-    else {
-      ncclCommFinalize(n->world);
-      ncclCommDestroy(n->world);
-    }
-  }
+  if (n->world) end_comm(n->world, x->broken);
+}
+
+static void destroy_cuda(fp_exec *x, nstate *n) {
   if (n->made_compute) cudaStreamDestroy(n->made_compute);
   if (n->arena) ncclMemFree(n->arena);
   if (n->host) cudaFreeHost(n->host);
@@ -1263,6 +1266,17 @@ static void nccl_destroy(fp_exec *x) {
   if (n->capo) cudaStreamDestroy(n->capo);
   for (int k = 0; k < FPN_LAUNCH_STREAMS; k++)
     if (n->lst[k]) cudaStreamDestroy(n->lst[k]);
+}
+
+static void nccl_destroy(fp_exec *x) {
+  nstate *n = ns(x);
+  if (!n) return;
+  if (n->device_ok) cudaSetDevice(n->device);
+  bool cap = n->device_ok && capturing(n);
+  if (!x->broken && !cap && n->device_ok) nccl_sync(x);
+  destroy_graphs(x, n);
+  destroy_comms(x, n);
+  destroy_cuda(x, n);
   fpx_free(n->ev);
   fpx_free(n->ev_made);
   fpx_free(n->rec_cap);

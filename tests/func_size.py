@@ -50,7 +50,6 @@ EXCEPTIONS = {
     "planner/model.c:fpi_model_parse": NOT_YET,
     "planner/spec.c:fpi_spec_parse": NOT_YET,
     "planner/passes/sync.c:walk": NOT_YET,
-    "executor/nccl.c:nccl_destroy": NOT_YET,
     "tools/flexplan.c:cmd_compile": NOT_YET,
     "tools/flexplan.c:cmd_reshard": NOT_YET,
     "examples/train_mlp.c:parse_args": NOT_YET,
