@@ -46,7 +46,6 @@ EXCEPTIONS = {
     "base/json.c:v_object": NOT_YET,
     "ir/verify_sem.c:build_classes": NOT_YET,
     "ir/verify_sem.c:tx_walk": NOT_YET,
-    "ir/verify_xfer.c:check_ops": NOT_YET,
     "planner/spec.c:fpi_spec_parse": NOT_YET,
     "planner/passes/sync.c:walk": NOT_YET,
     "tools/flexplan.c:cmd_compile": NOT_YET,
