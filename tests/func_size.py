@@ -47,7 +47,6 @@ EXCEPTIONS = {
     "ir/verify_sem.c:build_classes": NOT_YET,
     "ir/verify_sem.c:tx_walk": NOT_YET,
     "planner/spec.c:fpi_spec_parse": NOT_YET,
-    "planner/passes/sync.c:walk": NOT_YET,
     "tools/flexplan.c:cmd_compile": NOT_YET,
     "tools/flexplan.c:cmd_reshard": NOT_YET,
     "examples/train_mlp.c:parse_args": NOT_YET,
