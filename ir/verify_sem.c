@@ -431,9 +431,12 @@ static int i64cmp(const void *a, const void *b) {
 
 static bool reg_addr(const fp_region *r) { return r->buf >= 0 && (r->stride != 0 || r->tabrel); }
 
-static bool build_classes(sctx *s) {
+/* build_classes in its steps: the communicators that address ranks
+ * (addressing_comms), the ranks' classes (rank_classes: distinct index
+ * tuples over them), then the digits (class_digits: the bounds 1, W and
+ * each comm's stride and stride * size must nest) */
+static void addressing_comms(sctx *s) {
   const fp_prog *p = s->p;
-  int64_t W = p->world_size;
   s->addr = calloc((size_t)p->ncomms + 1, sizeof *s->addr);
   s->addrc = malloc(((size_t)p->ncomms + 1) * sizeof *s->addrc);
   s->cdig = calloc((size_t)p->ncomms + 1, sizeof *s->cdig);
@@ -450,12 +453,25 @@ static bool build_classes(sctx *s) {
     if (p->params[j].comm >= 0 && p->params[j].placement != FP_PL_REPLICATE) s->addr[p->params[j].comm] = true;
   for (int32_t c = 0; c < p->ncomms; c++)
     if (s->addr[c]) s->addrc[s->naddr++] = c;
-  /* classes: distinct index tuples over the addressing comms */
+}
+
+/* ranks r and q have the same index in every addressing comm */
+static bool same_tuple(const sctx *s, int64_t r, int64_t q) {
+  const fp_prog *p = s->p;
+  for (int32_t a = 0; a < s->naddr; a++)
+    if (fpi_comm_index(&p->comms[s->addrc[a]], r) != fpi_comm_index(&p->comms[s->addrc[a]], q)) return false;
+  return true;
+}
+
+/* classes: distinct index tuples over the addressing comms, through a hash
+ * of tuples -> class */
+static void rank_classes(sctx *s) {
+  const fp_prog *p = s->p;
+  int64_t W = p->world_size;
   s->cls_of = malloc((size_t)W * sizeof *s->cls_of);
   FP_ASSERT(s->cls_of);
   int64_t cap = 64;
   s->rep = malloc((size_t)cap * sizeof *s->rep);
-  /* a hash of tuples -> class */
   int64_t hcap = 1024;
   while (hcap < 4 * W && hcap < ((int64_t)1 << 26)) hcap *= 2;
   int32_t *h = malloc((size_t)hcap * sizeof *h);
@@ -469,15 +485,7 @@ static bool build_classes(sctx *s) {
     }
     int64_t slot = (int64_t)(key & (uint64_t)(hcap - 1));
     int32_t k;
-    for (;;) {
-      k = h[slot];
-      if (k < 0) break;
-      bool eq = true;
-      for (int32_t a = 0; a < s->naddr && eq; a++)
-        eq = fpi_comm_index(&p->comms[s->addrc[a]], r) == fpi_comm_index(&p->comms[s->addrc[a]], s->rep[k]);
-      if (eq) break;
-      slot = (slot + 1) & (hcap - 1);
-    }
+    while ((k = h[slot]) >= 0 && !same_tuple(s, r, s->rep[k])) slot = (slot + 1) & (hcap - 1);
     if (k < 0) {
       if (s->ncls == cap) {
         cap *= 2;
@@ -491,7 +499,13 @@ static bool build_classes(sctx *s) {
     s->cls_of[r] = k;
   }
   free(h);
-  /* digits: the bounds 1, W and each comm's stride and stride * size must nest */
+}
+
+/* digits: the bounds 1, W and each comm's stride and stride * size, sorted;
+ * false when they do not nest */
+static bool class_digits(sctx *s) {
+  const fp_prog *p = s->p;
+  int64_t W = p->world_size;
   s->bound[s->nbound++] = 1;
   s->bound[s->nbound++] = W;
   if (p->tp > 1 && W % p->tp == 0) s->bound[s->nbound++] = p->tp; /* tp innermost: a dp group is every tp-th rank */
@@ -506,18 +520,23 @@ static bool build_classes(sctx *s) {
   s->nbound = u;
   bool nest = s->bound[s->nbound - 1] == W;
   for (int32_t k = 1; k < s->nbound && nest; k++) nest = s->bound[k] % s->bound[k - 1] == 0;
-  if (nest) {
-    for (int32_t k = 0; k + 1 < s->nbound; k++) {
-      s->world_dig |= (uint64_t)1 << k;
-      if (s->bound[k] >= p->tp) s->dp_dig |= (uint64_t)1 << k;
-    }
-    for (int32_t c = 0; c < p->ncomms; c++) {
-      int64_t lo = p->comms[c].stride, hi = lo * p->comms[c].size;
-      for (int32_t k = 0; k + 1 < s->nbound; k++)
-        if (s->bound[k] >= lo && s->bound[k + 1] <= hi) s->cdig[c] |= (uint64_t)1 << k;
-    }
+  if (!nest) return false;
+  for (int32_t k = 0; k + 1 < s->nbound; k++) {
+    s->world_dig |= (uint64_t)1 << k;
+    if (s->bound[k] >= p->tp) s->dp_dig |= (uint64_t)1 << k;
   }
-  return nest;
+  for (int32_t c = 0; c < p->ncomms; c++) {
+    int64_t lo = p->comms[c].stride, hi = lo * p->comms[c].size;
+    for (int32_t k = 0; k + 1 < s->nbound; k++)
+      if (s->bound[k] >= lo && s->bound[k + 1] <= hi) s->cdig[c] |= (uint64_t)1 << k;
+  }
+  return true;
+}
+
+static bool build_classes(sctx *s) {
+  addressing_comms(s);
+  rank_classes(s);
+  return class_digits(s);
 }
 
 /* ---- ops: operand resolution ---------------------------------------------------------- */
