@@ -1777,7 +1777,11 @@ static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
 }
 
 /* walk process p's program; record its sends when `record` */
-static void tx_walk(txctx *x, int32_t p, bool record) {
+/* tx_walk in its steps: the spaces set up (tx_spaces: FROM holds the
+ * weights the process has), then each op: a conversion or copy
+ * (tx_convert), scales, a send (tx_send: its payload recorded), a recv
+ * (tx_recv: the payload its send recorded) */
+static void tx_spaces(txctx *x, int32_t p) {
   const fp_tx *t = x->t;
   int64_t size[3] = {t->from_arena, t->to_arena, t->stage_bytes[p]};
   for (int s = 0; s < 3; s++) map_set_all(NULL, &x->sp[s], size[s], SV_UNDEF, -1);
@@ -1788,105 +1792,125 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
               .p = r->param, .e = r->full_off};
     map_write(&x->sp[0], r->off, &c, 1);
   }
-  int32_t *nsent = x->nsent, *nrecv = x->nrecv;
+}
+
+/* copy, quantize or dequantize: the source's cells converted into dst
+ * (a weight read as another dtype becomes junk, reported); a quantize
+ * writes its scales too. a, b: scratch lists */
+static void tx_convert(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca, cell **b, int32_t *cb) {
+  const fp_tx_op *op = &x->t->ops[i];
+  cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
+  if (!dm || !sm) return;
+  fp_dtype in = op->kind == FP_TX_DEQUANT ? FP_E4M3 : op->sdtype;
+  fp_dtype out = op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT ? FP_E4M3 : op->dtype;
+  int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(out);
+  int32_t na = 0, nb = 0;
+  map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, a, &na, ca);
+  for (int32_t j = 0; j < na; j++) {
+    cell c = (*a)[j];
+    if (c.kind == SV_WEIGHT) {
+      if (c.dt != in) {
+        char dd[300];
+        tx_describe(x, &c, dd, sizeof dd);
+        txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
+        c.kind = SV_JUNK;
+      } else {
+        if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
+        c.dt = (uint8_t)out;
+      }
+    }
+    c.lo = c.lo / iz * oz;
+    c.hi = c.hi / iz * oz;
+    push(b, &nb, cb, &c);
+  }
+  map_write(dm, op->dst.off, *b, nb);
+  if (op->kind == FP_TX_QUANT) {
+    cmap *am = txspace(x, op->aux);
+    int64_t ns = fpi_tx_nscales(op->full_off, op->n);
+    cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
+    if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
+  }
+}
+
+/* a send: counted per peer; recorded (its payload's cells) when record */
+static void tx_send(txctx *x, int32_t p, int32_t i, bool record, cell **a, int32_t *ca) {
+  const fp_tx *t = x->t;
+  const fp_tx_op *op = &t->ops[i];
+  cmap *sm = txspace(x, op->src);
+  if (!sm || op->peer < 0 || op->peer >= t->nprocs) return;
+  int32_t k = x->nsent[op->peer]++;
+  if (!record) return;
+  int32_t na = 0;
+  map_read(NULL, sm, op->src.off, op->src.off + op->n * fpi_dtype_size(op->sdtype), a, &na, ca);
+  txsend e = {p, op->peer, k, x->nrpay, 0};
+  for (int32_t j = 0; j < na; j++) {
+    if ((*a)[j].kind == SV_JUNK) x->unresolved = true; /* it relays what a recv not resolved yet wrote */
+    cell c = (*a)[j];
+    if (j == 0 && x->nrpay > 0) { /* never merged into the previous payload */
+      if (x->nrpay == x->caprpay) {
+        x->caprpay = 2 * x->caprpay;
+        x->rpay = realloc(x->rpay, (size_t)x->caprpay * sizeof *x->rpay);
+        FP_ASSERT(x->rpay);
+      }
+      x->rpay[x->nrpay++] = c;
+    } else {
+      push(&x->rpay, &x->nrpay, &x->caprpay, &c);
+    }
+  }
+  e.n = x->nrpay - e.first;
+  if (x->nrsnd == x->caprsnd) {
+    x->caprsnd = x->caprsnd ? 2 * x->caprsnd : 64;
+    x->rsnd = realloc(x->rsnd, (size_t)x->caprsnd * sizeof *x->rsnd);
+    FP_ASSERT(x->rsnd);
+  }
+  x->rsnd[x->nrsnd++] = e;
+}
+
+/* a recv: the payload its send recorded, or junk when none was */
+static void tx_recv(txctx *x, int32_t p, int32_t i) {
+  const fp_tx *t = x->t;
+  const fp_tx_op *op = &t->ops[i];
+  cmap *dm = txspace(x, op->dst);
+  if (!dm || op->peer < 0 || op->peer >= t->nprocs) return;
+  txsend key = {op->peer, p, x->nrecv[op->peer]++, 0, 0};
+  txsend *hit = x->snd ? bsearch(&key, x->snd, (size_t)x->nsnd, sizeof *x->snd, send_cmp) : NULL;
+  if (!hit) {
+    cell c = {.lo = 0, .hi = op->n * fpi_dtype_size(op->dtype), .kind = SV_JUNK, .p = -1, .ver = i};
+    map_write(dm, op->dst.off, &c, 1);
+  } else {
+    map_write(dm, op->dst.off, x->pay + hit->first, hit->n);
+  }
+}
+
+static void tx_walk(txctx *x, int32_t p, bool record) {
+  const fp_tx *t = x->t;
+  tx_spaces(x, p);
   cell *a = NULL, *b = NULL;
-  int32_t na = 0, ca = 0, nb = 0, cb = 0;
+  int32_t ca = 0, cb = 0;
   for (int32_t i = t->first[p]; i < t->first[p + 1]; i++) {
     const fp_tx_op *op = &t->ops[i];
-    int64_t sz = fpi_dtype_size(op->sdtype), dz = fpi_dtype_size(op->dtype);
-    cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
     switch (op->kind) {
       case FP_TX_COPY:
       case FP_TX_QUANT:
       case FP_TX_QUANT_AT:
-      case FP_TX_DEQUANT: {
-        if (!dm || !sm) break;
-        fp_dtype in = op->kind == FP_TX_DEQUANT ? FP_E4M3 : op->sdtype;
-        fp_dtype out = op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT ? FP_E4M3 : op->dtype;
-        int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(out);
-        map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, &a, &na, &ca);
-        nb = 0;
-        for (int32_t j = 0; j < na; j++) {
-          cell c = a[j];
-          if (c.kind == SV_WEIGHT) {
-            if (c.dt != in) {
-              char dd[300];
-              tx_describe(x, &c, dd, sizeof dd);
-              txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
-              c.kind = SV_JUNK;
-            } else {
-              if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
-              c.dt = (uint8_t)out;
-            }
-          }
-          c.lo = c.lo / iz * oz;
-          c.hi = c.hi / iz * oz;
-          push(&b, &nb, &cb, &c);
-        }
-        map_write(dm, op->dst.off, b, nb);
-        if (op->kind == FP_TX_QUANT) {
-          cmap *am = txspace(x, op->aux);
-          int64_t ns = fpi_tx_nscales(op->full_off, op->n);
-          cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
-          if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
-        }
-        break;
-      }
+      case FP_TX_DEQUANT: tx_convert(x, p, i, &a, &ca, &b, &cb); break;
       case FP_TX_SCALES:
       case FP_TX_MAX: {
+        cmap *dm = txspace(x, op->dst);
         int64_t ns = op->kind == FP_TX_MAX ? op->n : fpi_tx_nscales(op->full_off, op->n);
         cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
         if (dm && ns > 0) map_write(dm, op->dst.off, &sc, 1);
         break;
       }
-      case FP_TX_SEND: {
-        if (!sm || op->peer < 0 || op->peer >= t->nprocs) break;
-        int32_t k = nsent[op->peer]++;
-        if (!record) break;
-        map_read(NULL, sm, op->src.off, op->src.off + op->n * sz, &a, &na, &ca);
-        txsend e = {p, op->peer, k, x->nrpay, 0};
-        for (int32_t j = 0; j < na; j++) {
-          if (a[j].kind == SV_JUNK) x->unresolved = true; /* it relays what a recv not resolved yet wrote */
-          cell c = a[j];
-          if (j == 0 && x->nrpay > 0) { /* never merged into the previous payload */
-            if (x->nrpay == x->caprpay) {
-              x->caprpay = 2 * x->caprpay;
-              x->rpay = realloc(x->rpay, (size_t)x->caprpay * sizeof *x->rpay);
-              FP_ASSERT(x->rpay);
-            }
-            x->rpay[x->nrpay++] = c;
-          } else {
-            push(&x->rpay, &x->nrpay, &x->caprpay, &c);
-          }
-        }
-        e.n = x->nrpay - e.first;
-        if (x->nrsnd == x->caprsnd) {
-          x->caprsnd = x->caprsnd ? 2 * x->caprsnd : 64;
-          x->rsnd = realloc(x->rsnd, (size_t)x->caprsnd * sizeof *x->rsnd);
-          FP_ASSERT(x->rsnd);
-        }
-        x->rsnd[x->nrsnd++] = e;
-        break;
-      }
-      case FP_TX_RECV: {
-        if (!dm || op->peer < 0 || op->peer >= t->nprocs) break;
-        txsend key = {op->peer, p, nrecv[op->peer]++, 0, 0};
-        txsend *hit = x->snd ? bsearch(&key, x->snd, (size_t)x->nsnd, sizeof *x->snd, send_cmp) : NULL;
-        if (!hit) {
-          cell c = {.lo = 0, .hi = op->n * dz, .kind = SV_JUNK, .p = -1, .ver = i};
-          map_write(dm, op->dst.off, &c, 1);
-        } else {
-          map_write(dm, op->dst.off, x->pay + hit->first, hit->n);
-        }
-        break;
-      }
+      case FP_TX_SEND: tx_send(x, p, i, record, &a, &ca); break;
+      case FP_TX_RECV: tx_recv(x, p, i); break;
       default: break;
     }
   }
   free(a);
   free(b);
   for (int32_t i = t->first[p]; i < t->first[p + 1]; i++) /* only the peers it touched */
-    if (t->ops[i].peer >= 0 && t->ops[i].peer < t->nprocs) nsent[t->ops[i].peer] = nrecv[t->ops[i].peer] = 0;
+    if (t->ops[i].peer >= 0 && t->ops[i].peer < t->nprocs) x->nsent[t->ops[i].peer] = x->nrecv[t->ops[i].peer] = 0;
 }
 
 /* X7: every need region holds exactly its FROM elements */

@@ -44,7 +44,6 @@ EXCEPTIONS = {
     "base/json.c:fpi_json_locate": NOT_YET,
     "base/json.c:v_number": NOT_YET,
     "base/json.c:v_object": NOT_YET,
-    "ir/verify_sem.c:tx_walk": NOT_YET,
     "planner/spec.c:fpi_spec_parse": NOT_YET,
     "tools/flexplan.c:cmd_compile": NOT_YET,
     "tools/flexplan.c:cmd_reshard": NOT_YET,
