@@ -47,7 +47,6 @@ EXCEPTIONS = {
     "planner/spec.c:fpi_spec_parse": NOT_YET,
     "tools/flexplan.c:cmd_compile": NOT_YET,
     "tools/flexplan.c:cmd_reshard": NOT_YET,
-    "examples/train_mlp.c:parse_args": NOT_YET,
 }
 
 KEYWORDS = re.compile(r"\b(if|for|while|case)\b|&&|\|\||\?")
