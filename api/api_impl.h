@@ -2,7 +2,7 @@
  * (api/compile.c) and the command line (tools/flexplan.c) need of the
  * planner, as calls on base/ and IR types; api/pipeline.c implements it on
  * the planner's. The command line includes this header and never a
- * planner/ one (docs/design.md, "Layers"). */
+ * planner/ one (docs/architecture.md, "The layers"). */
 #ifndef FP_API_IMPL_H
 #define FP_API_IMPL_H
 

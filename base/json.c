@@ -1213,23 +1213,72 @@ bool fpi_j_is_array(fp_jctx *c, const fp_jv *v, const char *ptr) {
   return fpi_j_error(c, ptr, "expected an array, got %s", fpi_j_describe(c->a, v));
 }
 
+/* ---- the members check (json.h) ---- */
+void fpi_jkeys_init(fp_jkeys *k, const char *const *names, uint32_t required) {
+  *k = (fp_jkeys){names, required, 0, -1};
+}
+
+static bool name_is(const char *name, const char *key, size_t kl) {
+  return name[0] == (kl ? key[0] : 0) && !strncmp(name, key, kl) && !name[kl];
+}
+
+/* "unknown member 'k' (expected one of: ...)", and the closest name */
+static const char *unknown_msg(fp_arena *a, const char *key, size_t kl, const char *const *names) {
+  fp_sbuf b = {0};
+  for (int k = 0; names[k]; k++) {
+    if (k) fpi_sb_putn(&b, ", ", 2);
+    fpi_sb_putn(&b, names[k], strlen(names[k]));
+  }
+  const char *near = fpi_closest_name(fpi_strndup(a, key, kl), names);
+  int shown = kl > 60 ? 57 : (int)kl;
+  const char *m = fpi_sprintf(a, "unknown member '%.*s%s' (expected one of: %s)%s%s%s", shown, key,
+                              kl > 60 ? "..." : "", b.p ? b.p : "", near ? "; did you mean \"" : "", near ? near : "",
+                              near ? "\"?" : "");
+  free(b.p);
+  return m;
+}
+
+int fpi_jkeys_member(fp_jkeys *k, fp_arena *a, const char *key, size_t kl, const char **msg) {
+  int z = -1;
+  const char *next = k->last >= 0 ? k->names[k->last + 1] : k->names[0];
+  if (next && name_is(next, key, kl)) z = k->last + 1;
+  for (int i = 0; k->names[i] && z < 0; i++)
+    if (name_is(k->names[i], key, kl)) z = i;
+  if (z < 0) {
+    *msg = unknown_msg(a, key, kl, k->names);
+    return -1;
+  }
+  k->last = z;
+  if (z < 32) {
+    if (k->seen >> z & 1) {
+      *msg = fpi_sprintf(a, "duplicate member '%s'", k->names[z]);
+      return -1;
+    }
+    k->seen |= 1u << z;
+  }
+  return z;
+}
+
+const char *fpi_j_missing_msg(fp_arena *a, const char *key) {
+  return fpi_sprintf(a, "missing required member '%s'", key);
+}
+
+const char *fpi_jkeys_missing(const fp_jkeys *k, fp_arena *a) {
+  for (int i = 0; i < 32 && k->names[i]; i++)
+    if ((k->required >> i & 1) && !(k->seen >> i & 1)) return fpi_j_missing_msg(a, k->names[i]);
+  return NULL;
+}
+
+/* the document's objects: their keys are unique (the parser saw to it),
+ * so only unknown names are left to find */
 bool fpi_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const *allowed) {
   if (!fpi_jv_is(obj, FP_JOBJECT)) return fpi_j_is_object(c, obj, ptr);
+  fp_jkeys k;
+  fpi_jkeys_init(&k, allowed, 0);
   for (size_t m = 0; m < obj->n; m++) {
-    const char *key = obj->mems[m].key;
-    bool ok = false;
-    for (int k = 0; allowed[k] && !ok; k++) ok = !strcmp(allowed[k], key);
-    if (ok) continue;
-    fp_sbuf b = {0};
-    for (int k = 0; allowed[k]; k++) {
-      if (k) fpi_sb_putn(&b, ", ", 2);
-      fpi_sb_putn(&b, allowed[k], strlen(allowed[k]));
-    }
-    const char *near = fpi_closest_name(key, allowed);
-    fpi_j_error(c, fpi_ptr_key(c->a, at(c, ptr), key), "unknown member '%s' (expected one of: %s)%s%s%s", key,
-               b.p ? b.p : "", near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
-    free(b.p);
-    return false;
+    const char *msg;
+    if (fpi_jkeys_member(&k, c->a, obj->mems[m].key, obj->mems[m].klen, &msg) >= 0) continue;
+    return fpi_j_error(c, fpi_ptr_key(c->a, at(c, ptr), obj->mems[m].key), "%s", msg);
   }
   return true;
 }
@@ -1272,7 +1321,7 @@ static bool member(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *ke
   }
   const fp_jmem *m = lookup(obj, key);
   if (!m) {
-    *ret = required ? fpi_j_error(c, ptr, "missing required member '%s'", key) : true;
+    *ret = required ? fpi_j_error(c, ptr, "%s", fpi_j_missing_msg(c->a, key)) : true;
     return false;
   }
   *v = m->val.type != FP_JNULL ? &m->val : NULL;

@@ -185,8 +185,38 @@ bool fpi_j_error(fp_jctx *c, const char *ptr, const char *fmt, ...) __attribute_
 bool fpi_j_is_object(fp_jctx *c, const fp_jv *v, const char *ptr);
 bool fpi_j_is_array(fp_jctx *c, const fp_jv *v, const char *ptr);
 /* every member of obj must be named in allowed (NULL-terminated); the error
- * points at the first unknown member */
+ * points at the first unknown member (the members check below) */
 bool fpi_j_keys(fp_jctx *c, const fp_jv *obj, const char *ptr, const char *const *allowed);
+
+/* ---- the members check ---------------------------------------------------
+ * One check of an object's member names, shared by every reader: the
+ * document's (fpi_j_keys, and the "missing required member" of the typed
+ * members below) and the pull readers of plan.json (ir/plan.c) and of
+ * transfer programs (ir/xfer_read.c). A member must be one of names, come
+ * at most once, and the required ones must all come. One wording per fault,
+ * whoever reads:
+ *   unknown member 'k' (expected one of: a, b, c); did you mean "b"?
+ *   duplicate member 'k'
+ *   missing required member 'k'
+ * The caller reports the message where its reader locates things: the
+ * first two at the member (its pointer), the third at the object. (The
+ * tree parser finds duplicates as it parses and adds where the first one
+ * is; a pull reader, which keeps no positions, cannot.) */
+typedef struct fp_jkeys {
+  const char *const *names; /* NULL-terminated; at most 32 when required or seen matter */
+  uint32_t required;        /* a mask over names */
+  uint32_t seen;            /* the names met so far */
+  int last;                 /* the index last met: the one after it is tried first (writers keep the order) */
+} fp_jkeys;
+void fpi_jkeys_init(fp_jkeys *k, const char *const *names, uint32_t required);
+/* the member named key (kl bytes): its index in names, now seen; or -1 with
+ * *msg the fault (unknown or duplicate), in a */
+int fpi_jkeys_member(fp_jkeys *k, fp_arena *a, const char *key, size_t kl, const char **msg);
+/* after the object closed: NULL, or the fault about the first required
+ * name (in names' order) that did not come */
+const char *fpi_jkeys_missing(const fp_jkeys *k, fp_arena *a);
+/* the wording of that fault for one name (the typed readers' required members) */
+const char *fpi_j_missing_msg(fp_arena *a, const char *key);
 /* member, or NULL when absent or null (or obj is no object) */
 const fp_jv *fpi_j_get(const fp_jv *obj, const char *key);
 /* true when obj is an object holding key (even when its value is null,

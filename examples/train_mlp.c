@@ -1041,6 +1041,38 @@ typedef struct opts {
   fp_cuda_mode mode;
 } opts;
 
+/* an option that takes a number or a path: true when a is one (its value
+ * parsed from v, *end where strtol and friends stopped) */
+static bool value_option(opts *o, const char *a, const char *v, char **end) {
+  if (!strcmp(a, "--plan")) o->plan = v;
+  else if (!strcmp(a, "--steps")) o->steps = strtol(v, end, 10);
+  else if (!strcmp(a, "--seed")) o->seed = strtoull(v, end, 10);
+  else if (!strcmp(a, "--lr")) o->lr = strtof(v, end);
+  else if (!strcmp(a, "--batch")) o->B = strtol(v, end, 10);
+  else if (!strcmp(a, "--refit-at")) o->refit_at = strtol(v, end, 10);
+  else if (!strcmp(a, "--dump")) o->dump = v;
+  else if (!strcmp(a, "--timing")) o->timing = v;
+  else return false;
+  return true;
+}
+
+/* an option that takes one of a few words: true when a is one and v is one of its words */
+static bool choice_option(opts *o, const char *a, const char *v) {
+  if (!strcmp(a, "--progress") && (!strcmp(v, "poll") || !strcmp(v, "thread")))
+    o->progress = !strcmp(v, "poll") ? FP_PROGRESS_POLL : FP_PROGRESS_THREAD;
+  else if (!strcmp(a, "--backend") && (!strcmp(v, "mpi") || !strcmp(v, "nccl"))) o->nccl = !strcmp(v, "nccl");
+  else if (!strcmp(a, "--mode") && !strcmp(v, "graph")) o->mode = FP_CUDA_GRAPH;
+  else if (!strcmp(a, "--mode") && !strcmp(v, "eager")) o->mode = FP_CUDA_EAGER;
+  else if (!strcmp(a, "--mode") && !strcmp(v, "capture")) o->mode = FP_CUDA_CAPTURE_SAFE;
+  else if (!strcmp(a, "--mode") && !strcmp(v, "step")) o->mode = FP_CUDA_CAPTURE_SAFE, step_api = true;
+  else if (!strcmp(a, "--plant") && plant_of(v) > 0) plant = plant_of(v);
+  else if (!strcmp(a, "--stream") && stream_mode_of(v) >= 0) stream_mode = stream_mode_of(v);
+  else if (!strcmp(a, "--upload") && (!strcmp(v, "ordered") || !strcmp(v, "unordered")))
+    upload_unordered = !strcmp(v, "unordered");
+  else return false;
+  return true;
+}
+
 /* usage() on anything wrong */
 static opts parse_args(int argc, char **argv) {
   opts o = {.steps = -1, .B = 4, .refit_at = -1, .seed = 1, .lr = 0.1f, .progress = FP_PROGRESS_DEFAULT,
@@ -1051,25 +1083,7 @@ static opts parse_args(int argc, char **argv) {
     errno = 0;
     if (!strcmp(a, "--check")) o.check = true;
     else if (!v) usage();
-    else if (!strcmp(a, "--plan")) o.plan = v, k++;
-    else if (!strcmp(a, "--steps")) o.steps = strtol(v, &end, 10), k++;
-    else if (!strcmp(a, "--seed")) o.seed = strtoull(v, &end, 10), k++;
-    else if (!strcmp(a, "--lr")) o.lr = strtof(v, &end), k++;
-    else if (!strcmp(a, "--batch")) o.B = strtol(v, &end, 10), k++;
-    else if (!strcmp(a, "--refit-at")) o.refit_at = strtol(v, &end, 10), k++;
-    else if (!strcmp(a, "--dump")) o.dump = v, k++;
-    else if (!strcmp(a, "--timing")) o.timing = v, k++;
-    else if (!strcmp(a, "--progress") && (!strcmp(v, "poll") || !strcmp(v, "thread")))
-      o.progress = !strcmp(v, "poll") ? FP_PROGRESS_POLL : FP_PROGRESS_THREAD, k++;
-    else if (!strcmp(a, "--backend") && (!strcmp(v, "mpi") || !strcmp(v, "nccl"))) o.nccl = !strcmp(v, "nccl"), k++;
-    else if (!strcmp(a, "--mode") && !strcmp(v, "graph")) o.mode = FP_CUDA_GRAPH, k++;
-    else if (!strcmp(a, "--mode") && !strcmp(v, "eager")) o.mode = FP_CUDA_EAGER, k++;
-    else if (!strcmp(a, "--mode") && !strcmp(v, "capture")) o.mode = FP_CUDA_CAPTURE_SAFE, k++;
-    else if (!strcmp(a, "--mode") && !strcmp(v, "step")) o.mode = FP_CUDA_CAPTURE_SAFE, step_api = true, k++;
-    else if (!strcmp(a, "--plant") && plant_of(v) > 0) plant = plant_of(v), k++;
-    else if (!strcmp(a, "--stream") && stream_mode_of(v) >= 0) stream_mode = stream_mode_of(v), k++;
-    else if (!strcmp(a, "--upload") && (!strcmp(v, "ordered") || !strcmp(v, "unordered")))
-      upload_unordered = !strcmp(v, "unordered"), k++;
+    else if (value_option(&o, a, v, &end) || choice_option(&o, a, v)) k++;
     else usage();
     if (end && (*end || errno)) usage();
   }

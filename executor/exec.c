@@ -193,12 +193,13 @@ static fp_status check_buffers(fp_exec *x) {
   return FP_OK;
 }
 
-static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
+/* resolve_op in its steps: the op's fields (xop_init), its table
+ * (resolve_table), each operand's bytes in the arena (resolve_operand), and
+ * whether it runs in place (inplace_on_rank) */
+static void xop_init(const fp_exec *x, int32_t i, fp_xop *o) {
   const fp_prog *p = x->prog;
   const fp_op *op = &p->ops[i];
   fp_op_shape sh = fpi_op_shape_of(p, op);
-  char who[64];
-  snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fpi_op_name(op->code));
   *o = (fp_xop){.index = i,
                 .code = op->code,
                 .stream = op->stream,
@@ -222,54 +223,80 @@ static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
     o->G = p->comms[op->comm].size;
     o->g = fpi_comm_index(&p->comms[op->comm], x->rank);
   }
-  int64_t tab_end = 0;
+}
+
+/* the op's table checked against its communicator (or its regions); *tab_end: where the table ends */
+static fp_status resolve_table(fp_exec *x, const fp_op *op, fp_xop *o, const char *who, int64_t *tab_end) {
+  const fp_prog *p = x->prog;
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   bool regions = fpi_op_regions(op->code);
+  *tab_end = 0;
   if (regions && (op->tab < 0 || sh.rows < 1 || op->dst.tabrel || op->src.tabrel))
     return fpx_fail(x, FP_ERR_PLAN, "%s: needs a region table and rows >= 1", who);
-  if (op->tab >= 0) {
-    if (regions) FPX_CHECK(check_regions(x, op, who, &tab_end));
-    else FPX_CHECK(check_table(x, op->tab, o->G, who, &tab_end));
-    o->tab_off = p->tabs[op->tab].off;
-    o->tab_cnt = p->tabs[op->tab].cnt;
-    o->ntab = p->tabs[op->tab].n;
-  }
-  o->n = fpi_op_count(p, op, o->g);
-  if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
-  if ((op->code == FP_OP_COPY || regions) && (sh.rows < 1 || sh.dpitch < 0 || sh.spitch < 0))
-    return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
-  unsigned need = operands_of(op->code);
+  if (op->tab < 0) return FP_OK;
+  if (regions) FPX_CHECK(check_regions(x, op, who, tab_end));
+  else FPX_CHECK(check_table(x, op->tab, o->G, who, tab_end));
+  o->tab_off = p->tabs[op->tab].off;
+  o->tab_cnt = p->tabs[op->tab].cnt;
+  o->ntab = p->tabs[op->tab].n;
+  return FP_OK;
+}
+
+/* operand w's bytes on this rank, inside its buffer: o->off[w], o->host[w] */
+static fp_status resolve_operand(fp_exec *x, const fp_op *op, fp_xop *o, int w, int64_t tab_end, const char *who) {
+  const fp_prog *p = x->prog;
+  fp_op_shape sh = fpi_op_shape_of(p, op);
   const fp_region *regs[3] = {&op->dst, &op->src, &op->aux};
-  for (int w = 0; w < 3; w++) {
-    if (!(need & 1u << w)) continue;
-    const fp_region *r = regs[w];
-    if (r->buf < 0 || r->buf >= p->nbufs) return fpx_fail(x, FP_ERR_PLAN, "%s: operand %d has no buffer", who, w);
-    const fp_ir_buf *B = &p->bufs[r->buf];
-    fp_dtype dt = opnd_dtype(op, w);
-    int64_t start, ext, end, t;
-    bool ok = fpi_mul64(o->g, r->stride, &t) && fpi_add64(r->off, t, &start);
-    if (ok && r->tabrel) ok = op->tab >= 0 && fpi_mul64(o->tab_off[o->g], fpi_dtype_size(dt), &t) && fpi_add64(start, t, &start);
-    ok = ok && opnd_extent(op, &sh, w, o->n, o->G, tab_end, &ext) && fpi_add64(start, ext, &end);
-    if (!ok || start < 0 || end > B->bytes)
-      return fpx_fail(x, FP_ERR_PLAN,
-                      "%s: %s operand lies outside buffer '%s' (%" PRId64 " bytes) on rank %" PRId64, who,
-                      w == DST ? "dst" : w == SRC ? "src" : "aux", B->name, B->bytes, x->rank);
-    o->off[w] = B->offset + start; /* inside the arena: check_buffers */
-    o->host[w] = B->host;
-  }
-  /* the in-place forms of ops.def (the verifier allows no other overlap) */
+  const fp_region *r = regs[w];
+  if (r->buf < 0 || r->buf >= p->nbufs) return fpx_fail(x, FP_ERR_PLAN, "%s: operand %d has no buffer", who, w);
+  const fp_ir_buf *B = &p->bufs[r->buf];
+  fp_dtype dt = opnd_dtype(op, w);
+  int64_t start, ext, end, t;
+  bool ok = fpi_mul64(o->g, r->stride, &t) && fpi_add64(r->off, t, &start);
+  if (ok && r->tabrel) ok = op->tab >= 0 && fpi_mul64(o->tab_off[o->g], fpi_dtype_size(dt), &t) && fpi_add64(start, t, &start);
+  ok = ok && opnd_extent(op, &sh, w, o->n, o->G, tab_end, &ext) && fpi_add64(start, ext, &end);
+  if (!ok || start < 0 || end > B->bytes)
+    return fpx_fail(x, FP_ERR_PLAN, "%s: %s operand lies outside buffer '%s' (%" PRId64 " bytes) on rank %" PRId64, who,
+                    w == DST ? "dst" : w == SRC ? "src" : "aux", B->name, B->bytes, x->rank);
+  o->off[w] = B->offset + start; /* inside the arena: check_buffers */
+  o->host[w] = B->host;
+  return FP_OK;
+}
+
+/* the in-place forms of ops.def (the verifier allows no other overlap) */
+static bool inplace_on_rank(const fp_op *op, const fp_xop *o, unsigned need) {
   int64_t sz = fpi_dtype_size(op->dtype);
   bool same = (need & 1u << SRC) && (need & 1u << DST) && o->host[DST] == o->host[SRC];
   int64_t d = o->off[DST], s = o->off[SRC];
   switch (op->code) {
-    case FP_OP_ALL_GATHER: o->inplace = same && s == d + o->g * o->n * sz; break;
-    case FP_OP_ALL_GATHER_V: o->inplace = same && s == d + o->tab_off[o->g] * sz; break;
-    case FP_OP_REDUCE_SCATTER: o->inplace = same && d == s + o->g * o->n * sz; break;
-    case FP_OP_REDUCE_SCATTER_V: o->inplace = same && d == s + o->tab_off[o->g] * sz; break;
+    case FP_OP_ALL_GATHER: return same && s == d + o->g * o->n * sz;
+    case FP_OP_ALL_GATHER_V: return same && s == d + o->tab_off[o->g] * sz;
+    case FP_OP_REDUCE_SCATTER: return same && d == s + o->g * o->n * sz;
+    case FP_OP_REDUCE_SCATTER_V: return same && d == s + o->tab_off[o->g] * sz;
     case FP_OP_ALL_REDUCE:
     case FP_OP_BROADCAST:
-    case FP_OP_REDUCE: o->inplace = same && s == d; break;
-    default: break;
+    case FP_OP_REDUCE: return same && s == d;
+    default: return false;
   }
+}
+
+static fp_status resolve_op(fp_exec *x, int32_t i, fp_xop *o) {
+  const fp_prog *p = x->prog;
+  const fp_op *op = &p->ops[i];
+  fp_op_shape sh = fpi_op_shape_of(p, op);
+  char who[64];
+  snprintf(who, sizeof who, "plan: op %" PRId32 " (%s)", i, fpi_op_name(op->code));
+  xop_init(x, i, o);
+  int64_t tab_end;
+  FPX_CHECK(resolve_table(x, op, o, who, &tab_end));
+  o->n = fpi_op_count(p, op, o->g);
+  if (o->n < 0) return fpx_fail(x, FP_ERR_PLAN, "%s: count %" PRId64 " is negative", who, o->n);
+  if ((op->code == FP_OP_COPY || fpi_op_regions(op->code)) && (sh.rows < 1 || sh.dpitch < 0 || sh.spitch < 0))
+    return fpx_fail(x, FP_ERR_PLAN, "%s: rows/pitches are invalid", who);
+  unsigned need = operands_of(op->code);
+  for (int w = 0; w < 3; w++)
+    if (need & 1u << w) FPX_CHECK(resolve_operand(x, op, o, w, tab_end, who));
+  o->inplace = inplace_on_rank(op, o, need);
   if ((op->code == FP_OP_BROADCAST || op->code == FP_OP_REDUCE || op->code == FP_OP_SEND || op->code == FP_OP_RECV) &&
       (op->root < 0 || op->root >= o->G))
     return fpx_fail(x, FP_ERR_PLAN, "%s: root %" PRId32 " is not a rank of its communicator", who, op->root);
@@ -353,6 +380,42 @@ static fp_status view_of(fp_exec *x, const fp_ir_param *q, const char *role, con
                               : FP_OK;
 }
 
+/* shard_of's shard placement: rank g's rows of dim d, chunk / (outer x
+ * inner) rows a rank */
+static fp_status shard_rows(fp_exec *x, const fp_ir_param *q, int64_t g, int64_t G, int64_t *slot, fp_extent *e) {
+  int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
+  int64_t shape_d = q->ndim > 0 ? q->shape[d] : 1, outer = 1, inner = 1;
+  for (int k = 0; k < d; k++) outer *= q->shape[k]; /* products of a shape that verified (fits int64) */
+  for (int k = d + 1; k < nd && q->ndim > 0; k++) inner *= q->shape[k];
+  int64_t oi = outer * inner, c_rows = oi > 0 ? q->chunk / oi : 0, covered;
+  if (c_rows < 1 || q->chunk != c_rows * oi || !fpi_mul64(c_rows, G, &covered) || covered < shape_d)
+    return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': shard chunk %" PRId64 " does not split dim %d over %" PRId64
+                    " ranks", q->name, q->chunk, d, G);
+  int64_t rows = shape_d - g * c_rows;
+  rows = rows < 0 ? 0 : rows > c_rows ? c_rows : rows;
+  *slot = q->chunk;
+  if (rows > 0) *e = (fp_extent){outer, rows * inner, c_rows * inner, g * c_rows * inner, shape_d * inner};
+  return FP_OK;
+}
+
+/* shard_of's cyclic_shard placement: blocks g, g+G, ... of b elements, one
+ * after another in the slot */
+static fp_status shard_cyclic(fp_exec *x, const fp_ir_param *q, int64_t g, int64_t G, int64_t *slot, fp_extent *e) {
+  const fp_prog *p = x->prog;
+  int64_t end;
+  if (q->tab < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is cyclic but has no extent table", q->name);
+  char who[300];
+  snprintf(who, sizeof who, "plan: param '%s'", q->name);
+  FPX_CHECK(check_table(x, q->tab, G, who, &end));
+  const fp_ir_table *t = &p->tabs[q->tab];
+  int64_t b = fpi_cyclic_block(t), span;
+  if (b < 1 || t->cnt[g] % b || t->cnt[g] > q->chunk || !fpi_mul64(G, b, &span))
+    return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
+  *slot = q->chunk;
+  if (t->cnt[g] > 0) *e = (fp_extent){t->cnt[g] / b, b, b, g * b, span};
+  return FP_OK;
+}
+
 /* what this rank holds of param q: slot elements, the extent runs, and
  * where its slot starts in the main / grad views (elements past their
  * offsets: nonzero only for a flat_shard piece, see docs/layout.md) */
@@ -371,21 +434,7 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
   const fp_ir_comm *c = &p->comms[q->comm];
   int64_t g = fpi_comm_index(c, x->rank), G = c->size;
   switch (q->placement) {
-    case FP_PL_SHARD: {
-      int d = q->dim, nd = q->ndim > 0 ? q->ndim : 1;
-      int64_t shape_d = q->ndim > 0 ? q->shape[d] : 1, outer = 1, inner = 1;
-      for (int k = 0; k < d; k++) outer *= q->shape[k]; /* products of a shape that verified (fits int64) */
-      for (int k = d + 1; k < nd && q->ndim > 0; k++) inner *= q->shape[k];
-      int64_t oi = outer * inner, c_rows = oi > 0 ? q->chunk / oi : 0, covered;
-      if (c_rows < 1 || q->chunk != c_rows * oi || !fpi_mul64(c_rows, G, &covered) || covered < shape_d)
-        return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': shard chunk %" PRId64 " does not split dim %d over %" PRId64
-                        " ranks", q->name, q->chunk, d, G);
-      int64_t rows = shape_d - g * c_rows;
-      rows = rows < 0 ? 0 : rows > c_rows ? c_rows : rows;
-      *slot = q->chunk;
-      if (rows > 0) *e = (fp_extent){outer, rows * inner, c_rows * inner, g * c_rows * inner, shape_d * inner};
-      return FP_OK;
-    }
+    case FP_PL_SHARD: return shard_rows(x, q, g, G, slot, e);
     case FP_PL_RAGGED: {
       int64_t end;
       if (q->tab < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is ragged but has no extent table", q->name);
@@ -417,20 +466,7 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
       }
       return FP_OK;
     }
-    case FP_PL_CYCLIC: { /* blocks g, g+G, ... of b elements, one after another in the slot */
-      int64_t end;
-      if (q->tab < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is cyclic but has no extent table", q->name);
-      char who[300];
-      snprintf(who, sizeof who, "plan: param '%s'", q->name);
-      FPX_CHECK(check_table(x, q->tab, G, who, &end));
-      const fp_ir_table *t = &p->tabs[q->tab];
-      int64_t b = fpi_cyclic_block(t), span;
-      if (b < 1 || t->cnt[g] % b || t->cnt[g] > q->chunk || !fpi_mul64(G, b, &span))
-        return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
-      *slot = q->chunk;
-      if (t->cnt[g] > 0) *e = (fp_extent){t->cnt[g] / b, b, b, g * b, span};
-      return FP_OK;
-    }
+    case FP_PL_CYCLIC: return shard_cyclic(x, q, g, G, slot, e);
     case FP_PL_OWNED:
       if (q->owner < 0 || q->owner >= G)
         return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': owner %" PRId64 " is not a rank of its group", q->name,
@@ -647,9 +683,11 @@ static int32_t skippable(const fp_exec *x, fp_hook hook, int32_t module) {
   return 0;
 }
 
-fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
-  if (!x) return FP_ERR_ARG;
-  FPX_CHECK(usable(x));
+/* fp_exec_hook in its steps: the arguments (hook_args), a recomputed
+ * forward inside a backward window (recompute_enter, in_recompute), the
+ * empty segments a trainer may skip (skip_empty), the plan's order
+ * (out_of_order), then the segment run (run_hook). */
+static fp_status hook_args(fp_exec *x, fp_hook hook, int32_t module) {
   const fp_prog *p = x->prog;
   if ((unsigned)hook >= FP_NSEGKINDS) return fpx_fail(x, FP_ERR_ARG, "hook %d is not a hook", (int)hook);
   bool hm = fpi_seg_has_module((int)hook);
@@ -658,68 +696,97 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
                     fpi_seg_name((int)hook), module, p->nmods);
   if (!hm && module != -1)
     return fpx_fail(x, FP_ERR_ARG, "%s takes no module (pass -1, not %" PRId32 ")", fpi_seg_name((int)hook), module);
+  return FP_OK;
+}
+
+/* a recomputed forward inside the backward window of a module the plan
+ * recomputes: pre_forward(m) then post_forward(m) between pre_backward(m)
+ * and post_backward(m), once; nothing runs (pre_backward gathered what
+ * the recompute reads). A trainer that skipped an empty pre_backward(m)
+ * opens the window from there. */
+static void recompute_enter(fp_exec *x, fp_hook hook, int32_t module) {
+  const fp_prog *p = x->prog;
   const fp_seg *s = &p->segs[x->cursor];
-  /* a recomputed forward inside the backward window of a module the plan
-   * recomputes: pre_forward(m) then post_forward(m) between pre_backward(m)
-   * and post_backward(m), once; nothing runs (pre_backward gathered what
-   * the recompute reads). A trainer that skipped an empty pre_backward(m)
-   * opens the window from there. */
   if (hook == FP_HOOK_PRE_FORWARD && p->mods[module].recompute && s->kind == FP_SEG_PRE_BACKWARD &&
       s->module == module && x->cursor + 1 < p->nsegs && p->segs[x->cursor + 1].kind == FP_SEG_POST_BACKWARD &&
       p->segs[x->cursor + 1].module == module && seg_empty(x, x->cursor)) {
     x->cursor++;
     x->stats.skipped++;
     x->recompute = 0;
-    s = &p->segs[x->cursor];
   }
-  bool window = s->kind == FP_SEG_POST_BACKWARD && x->cursor > 0 && p->segs[x->cursor - 1].kind == FP_SEG_PRE_BACKWARD &&
-                p->segs[x->cursor - 1].module == s->module && p->mods[s->module].recompute;
-  if (window && module == s->module && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD)) {
-    if (hook == FP_HOOK_PRE_FORWARD && x->recompute == 0) return x->recompute = 1, x->stats.hooks++, FP_OK;
-    if (hook == FP_HOOK_POST_FORWARD && x->recompute == 1) return x->recompute = 2, x->stats.hooks++, FP_OK;
-    return fpx_fail(x, FP_ERR_ORDER,
-                    "hook %s(%s) called inside the backward of %s, but %s (a recomputed forward runs once, "
-                    "pre_forward then post_forward, between pre_backward and post_backward)",
-                    fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name,
-                    x->recompute == 1   ? "its recomputed forward is already open"
-                    : x->recompute == 2 ? "its forward was already recomputed"
-                                        : "no recomputed forward is open (call pre_forward first)");
+}
+
+/* inside a recompute window: true when the hook was the window's own
+ * (*st: FP_OK, or the order error) */
+static bool in_recompute(fp_exec *x, fp_hook hook, int32_t module, fp_status *st) {
+  const fp_prog *p = x->prog;
+  const fp_seg *s = &p->segs[x->cursor];
+  bool window = s->kind == FP_SEG_POST_BACKWARD && x->cursor > 0 &&
+                p->segs[x->cursor - 1].kind == FP_SEG_PRE_BACKWARD && p->segs[x->cursor - 1].module == s->module &&
+                p->mods[s->module].recompute;
+  if (!window) return false;
+  const char *hn = fpi_seg_name((int)hook);
+  if (module == s->module && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD)) {
+    if (hook == FP_HOOK_PRE_FORWARD && x->recompute == 0) return x->recompute = 1, x->stats.hooks++, *st = FP_OK, true;
+    if (hook == FP_HOOK_POST_FORWARD && x->recompute == 1) return x->recompute = 2, x->stats.hooks++, *st = FP_OK, true;
+    *st = fpx_fail(x, FP_ERR_ORDER,
+                   "hook %s(%s) called inside the backward of %s, but %s (a recomputed forward runs once, "
+                   "pre_forward then post_forward, between pre_backward and post_backward)",
+                   hn, p->mods[module].name, p->mods[module].name,
+                   x->recompute == 1   ? "its recomputed forward is already open"
+                   : x->recompute == 2 ? "its forward was already recomputed"
+                                       : "no recomputed forward is open (call pre_forward first)");
+    return true;
   }
-  if (window && x->recompute == 1 && (fp_seg_kind)hook == s->kind && module == s->module)
+  if (x->recompute == 1 && (fp_seg_kind)hook == s->kind && module == s->module) {
+    *st = fpx_fail(x, FP_ERR_ORDER,
+                   "hook %s(%s) called, but the recomputed forward of %s is still open (call post_forward(%s) first)",
+                   hn, p->mods[module].name, p->mods[module].name, p->mods[module].name);
+    return true;
+  }
+  return false;
+}
+
+/* the empty segments before the hook's, which the trainer may skip */
+static void skip_empty(fp_exec *x, fp_hook hook, int32_t module) {
+  int32_t skip = fpi_seg_has_module((int)hook) ? skippable(x, hook, module) : 0;
+  if (skip <= 0) return;
+  if (x->timing) { /* a skipped segment ran nothing: recorded as empty, at this call */
+    double now = fpx_now_us();
+    for (int32_t k = 0; k < skip; k++) fpx_time_hook(x, x->cursor + k, now, now);
+  }
+  x->cursor += skip; /* a module hook is never the step's last segment: no wrap */
+  x->stats.skipped += skip;
+}
+
+/* the hook is not the plan's next: say what is */
+static fp_status out_of_order(fp_exec *x, fp_hook hook, int32_t module) {
+  const fp_prog *p = x->prog;
+  const fp_seg *s = &p->segs[x->cursor];
+  bool hm = fpi_seg_has_module((int)hook);
+  if (hm && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD) &&
+      (s->kind == FP_SEG_PRE_BACKWARD || s->kind == FP_SEG_POST_BACKWARD) && s->module == module &&
+      !p->mods[module].recompute)
     return fpx_fail(x, FP_ERR_ORDER,
-                    "hook %s(%s) called, but the recomputed forward of %s is still open (call post_forward(%s) first)",
+                    "hook %s(%s) called inside the backward of %s, but the plan does not recompute %s "
+                    "(add it to the spec's \"recompute\" and compile again)",
                     fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
-  int32_t skip = hm ? skippable(x, hook, module) : 0;
-  if (skip > 0) {
-    if (x->timing) { /* a skipped segment ran nothing: recorded as empty, at this call */
-      double now = fpx_now_us();
-      for (int32_t k = 0; k < skip; k++) fpx_time_hook(x, x->cursor + k, now, now);
-    }
-    x->cursor += skip; /* a module hook is never the step's last segment: no wrap */
-    x->stats.skipped += skip;
-    s = &p->segs[x->cursor];
-  }
-  if (s->kind != (fp_seg_kind)hook || (hm && s->module != module)) {
-    if (hm && (hook == FP_HOOK_PRE_FORWARD || hook == FP_HOOK_POST_FORWARD) &&
-        (s->kind == FP_SEG_PRE_BACKWARD || s->kind == FP_SEG_POST_BACKWARD) && s->module == module &&
-        !p->mods[module].recompute)
-      return fpx_fail(x, FP_ERR_ORDER,
-                      "hook %s(%s) called inside the backward of %s, but the plan does not recompute %s "
-                      "(add it to the spec's \"recompute\" and compile again)",
-                      fpi_seg_name((int)hook), p->mods[module].name, p->mods[module].name, p->mods[module].name);
-    char want[160];
-    if (hm)
-      return fpx_fail(x, FP_ERR_ORDER,
-                      "hook %s(%s) called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
-                      ", micro-batch %" PRId32 ", step %" PRId64 ")",
-                      fpi_seg_name((int)hook), p->mods[module].name, fpx_seg_label(x, x->cursor, want, sizeof want),
-                      x->cursor, p->nsegs, s->micro, x->stats.steps);
+  char want[160];
+  if (hm)
     return fpx_fail(x, FP_ERR_ORDER,
-                    "hook %s called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
+                    "hook %s(%s) called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
                     ", micro-batch %" PRId32 ", step %" PRId64 ")",
-                    fpi_seg_name((int)hook), fpx_seg_label(x, x->cursor, want, sizeof want), x->cursor, p->nsegs,
-                    s->micro, x->stats.steps);
-  }
+                    fpi_seg_name((int)hook), p->mods[module].name, fpx_seg_label(x, x->cursor, want, sizeof want),
+                    x->cursor, p->nsegs, s->micro, x->stats.steps);
+  return fpx_fail(x, FP_ERR_ORDER,
+                  "hook %s called, but the plan expects %s next (segment %" PRId32 " of %" PRId32
+                  ", micro-batch %" PRId32 ", step %" PRId64 ")",
+                  fpi_seg_name((int)hook), fpx_seg_label(x, x->cursor, want, sizeof want), x->cursor, p->nsegs,
+                  s->micro, x->stats.steps);
+}
+
+/* the segment at the cursor run, and the cursor moved on */
+static fp_status run_hook(fp_exec *x) {
   x->in_hook = true;
   double t_in = x->timing ? fpx_now_us() : 0;
   fp_status st = x->bk->run_segment(x, x->cursor);
@@ -731,11 +798,25 @@ fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
   }
   x->stats.hooks++;
   x->recompute = 0;
-  if (++x->cursor == p->nsegs) {
+  if (++x->cursor == x->prog->nsegs) {
     x->cursor = 0;
     x->stats.steps++;
   }
   return FP_OK;
+}
+
+fp_status fp_exec_hook(fp_exec *x, fp_hook hook, int32_t module) {
+  if (!x) return FP_ERR_ARG;
+  FPX_CHECK(usable(x));
+  FPX_CHECK(hook_args(x, hook, module));
+  recompute_enter(x, hook, module);
+  fp_status st;
+  if (in_recompute(x, hook, module, &st)) return st;
+  skip_empty(x, hook, module);
+  const fp_seg *s = &x->prog->segs[x->cursor];
+  if (s->kind != (fp_seg_kind)hook || (fpi_seg_has_module((int)hook) && s->module != module))
+    return out_of_order(x, hook, module);
+  return run_hook(x);
 }
 
 fp_status fp_exec_all_reduce_f64(fp_exec *x, double *values, int n) {

@@ -238,22 +238,8 @@ static fp_status make_event(fp_exec *x, cudaEvent_t *e, bool *made) {
   return FP_OK;
 }
 
-static fp_status nccl_prepare(fp_exec *x) {
-  char msg[512];
-  fpn_boot boot;
-  if (fpn_boot_resolve(&x->cfg, mpi_up(), getenv("NCCL_COMM_ID"), &boot, msg, sizeof msg) != FP_OK)
-    return fpx_fail(x, FP_ERR_ARG, "%s", msg);
-  nstate *n = x->bks = fpx_alloc(x, 1, sizeof *n);
-  if (!n) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
-  n->boot = boot;
-  n->mode = x->cfg.cuda_mode;
-  x->stats.cuda_mode = n->mode;
-  FPX_CHECK(check_ops(x));
-  FPX_CHECK(fpn_plan_build(x, &n->P));
-  const fpn_plan *P = &n->P;
-  const fp_prog *p = x->prog;
-
-  /* the device: the caller's current one */
+/* the device: the caller's current one */
+static fp_status prepare_device(fp_exec *x, nstate *n) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count < 1)
@@ -262,8 +248,13 @@ static fp_status nccl_prepare(fp_exec *x) {
   CUDA_TRY(x, cudaGetDevice(&n->device));
   CUDA_TRY(x, cudaSetDevice(n->device)); /* makes the context current */
   n->device_ok = true;
+  return FP_OK;
+}
 
-  /* per-op and per-run records */
+/* per-op and per-run records, and each segment's label */
+static fp_status prepare_records(fp_exec *x, nstate *n) {
+  const fpn_plan *P = &n->P;
+  const fp_prog *p = x->prog;
   n->ev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->ev);
   n->ev_made = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->ev_made);
   n->rec_cap = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->rec_cap);
@@ -281,8 +272,33 @@ static fp_status nccl_prepare(fp_exec *x) {
     char l[80];
     snprintf(n->seg_label[k], SEG_LABEL, "hook seg %" PRId32 " %s", k, fpx_seg_label(x, k, l, sizeof l));
   }
+  return FP_OK;
+}
 
-  /* streams: communication at the highest priority */
+/* graph mode, one graph per hook: forks, joins and launch streams */
+static fp_status prepare_graph_events(fp_exec *x, nstate *n, int greatest) {
+  const fpn_plan *P = &n->P;
+  FPX_CHECK(make_stream(x, &n->capo, greatest));
+  for (int k = 0; k < FPN_LAUNCH_STREAMS; k++) FPX_CHECK(make_stream(x, &n->lst[k], greatest));
+  n->iev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->iev);
+  if (!n->iev) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  n->graph_events_made = true; /* from here on destroy frees what is not NULL */
+  bool made = false;
+  for (int32_t k = 0; k < P->nevents; k++)
+    if (P->rec_use[k] & FPN_REC_LOCAL) FPX_CHECK(make_event(x, &n->iev[k], &made));
+  for (int s = 0; s < FP_NSTREAMS; s++) {
+    FPX_CHECK(make_event(x, &n->head_ev[s], &made));
+    FPX_CHECK(make_event(x, &n->tail_ev[s], &made));
+    FPX_CHECK(make_event(x, &n->join_in[s], &made));
+  }
+  FPX_CHECK(make_event(x, &n->fork_in, &made));
+  x->stats.allocations += 1 + 3 * FP_NSTREAMS + P->nevents;
+  return FP_OK;
+}
+
+/* streams: communication at the highest priority (graph mode: capture
+ * streams of the priority they replay at, then the graphs' own) */
+static fp_status prepare_streams(fp_exec *x, nstate *n) {
   int least = 0, greatest = 0;
   CUDA_TRY(x, cudaDeviceGetStreamPriorityRange(&least, &greatest));
   if (x->cfg.cuda_stream) {
@@ -303,25 +319,13 @@ static fp_status nccl_prepare(fp_exec *x) {
       CUDA_TRY(x, cudaStreamGetPriority(n->st[s], &prio));
       FPX_CHECK(make_stream(x, &n->cap[s], prio));
     }
-  if (n->mode == FP_CUDA_GRAPH) { /* one graph per hook: forks, joins and launch streams */
-    FPX_CHECK(make_stream(x, &n->capo, greatest));
-    for (int k = 0; k < FPN_LAUNCH_STREAMS; k++) FPX_CHECK(make_stream(x, &n->lst[k], greatest));
-    n->iev = fpx_alloc(x, (size_t)P->nevents + 1, sizeof *n->iev);
-    if (!n->iev) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
-    n->graph_events_made = true; /* from here on destroy frees what is not NULL */
-    bool made = false;
-    for (int32_t k = 0; k < P->nevents; k++)
-      if (P->rec_use[k] & FPN_REC_LOCAL) FPX_CHECK(make_event(x, &n->iev[k], &made));
-    for (int s = 0; s < FP_NSTREAMS; s++) {
-      FPX_CHECK(make_event(x, &n->head_ev[s], &made));
-      FPX_CHECK(make_event(x, &n->tail_ev[s], &made));
-      FPX_CHECK(make_event(x, &n->join_in[s], &made));
-    }
-    FPX_CHECK(make_event(x, &n->fork_in, &made));
-    x->stats.allocations += 1 + 3 * FP_NSTREAMS + P->nevents;
-  }
+  if (n->mode == FP_CUDA_GRAPH) FPX_CHECK(prepare_graph_events(x, n, greatest));
+  return FP_OK;
+}
 
-  /* events */
+/* events: the plan's, the fork's and joins, and the watchdog's (one per communication op) */
+static fp_status prepare_events(fp_exec *x, nstate *n) {
+  const fpn_plan *P = &n->P;
   for (int32_t k = 0; k < P->nevents; k++) FPX_CHECK(make_event(x, &n->ev[k], &n->ev_made[k]));
   FPX_CHECK(make_event(x, &n->fork_ev, &n->fork_made));
   if (x->timeout_s > 0) { /* the watchdog's: one per communication op */
@@ -336,8 +340,13 @@ static fp_status nccl_prepare(fp_exec *x) {
   }
   for (int s = 0; s < FP_NSTREAMS; s++) FPX_CHECK(make_event(x, &n->join_ev[s], &n->join_made[s]));
   x->stats.allocations += P->nevents + 1 + FP_NSTREAMS;
+  return FP_OK;
+}
 
-  /* the agreement's words */
+/* the agreement's words, then the arenas: once, zeroed */
+static fp_status prepare_arenas(fp_exec *x, nstate *n) {
+  const fp_prog *p = x->prog;
+  cudaError_t e;
   CUDA_TRY(x, cudaMalloc((void **)&n->scratch, SCRATCH_BYTES));
   x->stats.allocations++;
 
@@ -364,6 +373,25 @@ static fp_status nccl_prepare(fp_exec *x) {
   x->host = n->host;
   x->stats.arena_bytes = dev + host;
   return FP_OK;
+}
+
+static fp_status nccl_prepare(fp_exec *x) {
+  char msg[512];
+  fpn_boot boot;
+  if (fpn_boot_resolve(&x->cfg, mpi_up(), getenv("NCCL_COMM_ID"), &boot, msg, sizeof msg) != FP_OK)
+    return fpx_fail(x, FP_ERR_ARG, "%s", msg);
+  nstate *n = x->bks = fpx_alloc(x, 1, sizeof *n);
+  if (!n) return fpx_fail(x, FP_ERR_NOMEM, "out of memory");
+  n->boot = boot;
+  n->mode = x->cfg.cuda_mode;
+  x->stats.cuda_mode = n->mode;
+  FPX_CHECK(check_ops(x));
+  FPX_CHECK(fpn_plan_build(x, &n->P));
+  FPX_CHECK(prepare_device(x, n));
+  FPX_CHECK(prepare_records(x, n));
+  FPX_CHECK(prepare_streams(x, n));
+  FPX_CHECK(prepare_events(x, n));
+  return prepare_arenas(x, n);
 }
 
 /* ---- the watchdog ------------------------------------------------------------------------------ */
@@ -1192,12 +1220,10 @@ static fp_status nccl_all_reduce_dev(fp_exec *x, double *v, int cnt, int max) {
 }
 
 /* ---- destroy ------------------------------------------------------------------------------------------------- */
-static void nccl_destroy(fp_exec *x) {
-  nstate *n = ns(x);
-  if (!n) return;
-  if (n->device_ok) cudaSetDevice(n->device);
-  bool cap = n->device_ok && capturing(n);
-  if (!x->broken && !cap && n->device_ok) nccl_sync(x);
+/* nccl_destroy in its steps: the graphs and their events
+ * (destroy_graphs), the communicators (destroy_comms), the memory, events
+ * and streams (destroy_cuda), then the records */
+static void destroy_graphs(fp_exec *x, nstate *n) {
   for (int32_t r = 0; r < x->prog->nsegs; r++) {
     if (n->execs && n->execs[r]) cudaGraphExecDestroy(n->execs[r]);
     if (n->graphs && n->graphs[r]) cudaGraphDestroy(n->graphs[r]);
@@ -1213,24 +1239,29 @@ static void nccl_destroy(fp_exec *x) {
     if (n->fork_in) cudaEventDestroy(n->fork_in);
   }
   fpx_free(n->iev);
-  /* communicators: finalize collectively (every rank calls destroy), or
-   * abort when something failed */
+}
+
+/* one communicator: finalized collectively (every rank calls destroy), or
+ * aborted when something failed */
+static void end_comm(ncclComm_t c, bool broken) {
+  if (broken) {
+    ncclCommAbort(c);
+    return;
+  }
+  ncclCommFinalize(c);
+  ncclCommDestroy(c);
+}
+
+static void destroy_comms(fp_exec *x, nstate *n) {
   for (int32_t q = 0; n->comms && q < n->P.npairs; q++) {
     if (!n->comms[q]) continue;
     if (n->reg[q]) ncclCommDeregister(n->comms[q], n->reg[q]);
-    if (x->broken) ncclCommAbort(n->comms[q]);
-    else {
-      ncclCommFinalize(n->comms[q]);
-      ncclCommDestroy(n->comms[q]);
-    }
+    end_comm(n->comms[q], x->broken);
   }
-  if (n->world) {
-    if (x->broken) ncclCommAbort(n->world);
-    else {
-      ncclCommFinalize(n->world);
-      ncclCommDestroy(n->world);
-    }
-  }
+  if (n->world) end_comm(n->world, x->broken);
+}
+
+static void destroy_cuda(fp_exec *x, nstate *n) {
   if (n->made_compute) cudaStreamDestroy(n->made_compute);
   if (n->arena) ncclMemFree(n->arena);
   if (n->host) cudaFreeHost(n->host);
@@ -1248,6 +1279,17 @@ static void nccl_destroy(fp_exec *x) {
   if (n->capo) cudaStreamDestroy(n->capo);
   for (int k = 0; k < FPN_LAUNCH_STREAMS; k++)
     if (n->lst[k]) cudaStreamDestroy(n->lst[k]);
+}
+
+static void nccl_destroy(fp_exec *x) {
+  nstate *n = ns(x);
+  if (!n) return;
+  if (n->device_ok) cudaSetDevice(n->device);
+  bool cap = n->device_ok && capturing(n);
+  if (!x->broken && !cap && n->device_ok) nccl_sync(x);
+  destroy_graphs(x, n);
+  destroy_comms(x, n);
+  destroy_cuda(x, n);
   fpx_free(n->ev);
   fpx_free(n->ev_made);
   fpx_free(n->rec_cap);

@@ -100,11 +100,12 @@ static bool is_sync(fp_opcode c) { return fpi_op_class(c) == FP_OPC_SYNC; }
 /* the bytes snprintf put into a buffer of cap bytes, the NUL included */
 static size_t put_len(int r, size_t cap) { return r < 0 ? 1 : (size_t)r >= cap ? cap : (size_t)r + 1; }
 
-fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
+enum { FPN_LABEL = 128 }; /* the longest label of an op or a run, NUL included */
+
+/* every array of the plan, sized by upper bounds: one item per op; runs at most one per op */
+static fp_status plan_alloc(fp_exec *x, fpn_plan *P) {
   const fp_prog *p = x->prog;
-  memset(P, 0, sizeof *P);
   int32_t nsegs = p->nsegs, nx = x->nxops;
-  /* upper bounds: one item per op; runs at most one per op */
   P->items = fpx_alloc(x, (size_t)p->nops + 1, sizeof *P->items);
   P->seg_first = fpx_alloc(x, (size_t)nsegs + 1, sizeof *P->seg_first);
   P->run_item = fpx_alloc(x, (size_t)nx + 1, sizeof *P->run_item);
@@ -118,14 +119,17 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
   P->label = fpx_alloc(x, (size_t)nx + 1, sizeof *P->label);
   P->run_label = fpx_alloc(x, (size_t)nx + 1, sizeof *P->run_label);
   P->sums = fpx_alloc(x, (size_t)nsegs + 1, sizeof *P->sums);
-  enum { LABEL = 128 };
-  P->text = fpx_alloc(x, (size_t)(2 * nx + 1) * LABEL, 1);
+  P->text = fpx_alloc(x, (size_t)(2 * nx + 1) * FPN_LABEL, 1);
   if (!P->items || !P->seg_first || !P->run_item || !P->pair || !P->pair_comm || !P->pair_stream || !P->color ||
       !P->key || !P->event_slot || !P->seg_side || !P->label || !P->run_label || !P->sums || !P->text)
     return fpx_fail(x, FP_ERR_NOMEM, "out of memory planning the NCCL backend");
+  return FP_OK;
+}
 
-  /* communicators: from the whole program, so every rank makes the same
-   * splits in the same order */
+/* communicators: from the whole program, so every rank makes the same
+ * splits in the same order */
+static void plan_pairs(const fp_exec *x, fpn_plan *P) {
+  const fp_prog *p = x->prog;
   for (int32_t k = 0; k < p->ncomms * FP_NSTREAMS; k++) P->pair[k] = -1;
   for (int32_t c = 0; c < p->ncomms; c++)
     for (int s = 0; s < FP_NSTREAMS; s++) {
@@ -143,94 +147,112 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
       P->npairs++;
     }
 
-  /* events: one per record op this rank issues */
-  for (int32_t j = 0; j < nx; j++) P->event_slot[j] = x->xops[j].code == FP_OP_RECORD ? P->nevents++ : -1;
+}
 
-  /* labels */
-  size_t at = 0;
+/* one event per record op this rank issues, and each op's label; *at: the
+ * labels' bytes so far */
+static void plan_labels(fp_exec *x, fpn_plan *P, size_t *at_) {
+  const fp_prog *p = x->prog;
+  int32_t nx = x->nxops;
+  size_t at = *at_;
+  for (int32_t j = 0; j < nx; j++) P->event_slot[j] = x->xops[j].code == FP_OP_RECORD ? P->nevents++ : -1;
   char seg[96];
   for (int32_t j = 0; j < nx; j++) {
     const fp_xop *o = &x->xops[j];
     int32_t k = p->ops[o->index].seg;
     P->label[j] = (int32_t)at;
-    at += put_len(snprintf(P->text + at, LABEL, "op %" PRId32 " seg %" PRId32 " %s %s", o->index, k,
-                           fpx_seg_label(x, k, seg, sizeof seg), fpi_op_name(o->code)), LABEL);
+    at += put_len(snprintf(P->text + at, FPN_LABEL, "op %" PRId32 " seg %" PRId32 " %s %s", o->index, k,
+                           fpx_seg_label(x, k, seg, sizeof seg), fpi_op_name(o->code)), FPN_LABEL);
   }
+  *at_ = at;
+}
 
-  /* the items, segment by segment, in program order */
-  int32_t j = 0; /* the next xop */
-  for (int32_t k = 0; k < nsegs; k++) {
-    const fp_seg *S = &p->segs[k];
-    int32_t open[FP_NSTREAMS]; /* the item of each stream's open run, -1: none */
-    for (int s = 0; s < FP_NSTREAMS; s++) open[s] = -1;
-    int32_t pos[FP_NSTREAMS];  /* this rank's position in each stream's op list */
-    for (int s = 0; s < FP_NSTREAMS; s++) pos[s] = k ? x->seg_end[k - 1][s] : 0;
-    P->seg_first[k] = P->nitems;
-    for (int32_t i = S->first; i < S->first + S->nops; i++) {
-      const fp_op *op = &p->ops[i];
-      bool here = j < nx && x->xops[j].index == i;
-      int s = (int)op->stream;
-      if (op->code == FP_OP_COMPUTE) { /* a placeholder: never resolved, issues nothing */
-        FP_ASSERT(!here);
-        continue;
+/* segment k's items in program order: a run per stream between syncs, each
+ * sync its own item, whether or not this rank issues ops in them; *j: the
+ * next xop */
+static void segment_items(fp_exec *x, fpn_plan *P, int32_t k, int32_t *j_) {
+  const fp_prog *p = x->prog;
+  int32_t nx = x->nxops, j = *j_;
+  const fp_seg *S = &p->segs[k];
+  int32_t open[FP_NSTREAMS]; /* the item of each stream's open run, -1: none */
+  for (int s = 0; s < FP_NSTREAMS; s++) open[s] = -1;
+  int32_t pos[FP_NSTREAMS];  /* this rank's position in each stream's op list */
+  for (int s = 0; s < FP_NSTREAMS; s++) pos[s] = k ? x->seg_end[k - 1][s] : 0;
+  P->seg_first[k] = P->nitems;
+  for (int32_t i = S->first; i < S->first + S->nops; i++) {
+    const fp_op *op = &p->ops[i];
+    bool here = j < nx && x->xops[j].index == i;
+    int s = (int)op->stream;
+    if (op->code == FP_OP_COMPUTE) { /* a placeholder: never resolved, issues nothing */
+      FP_ASSERT(!here);
+      continue;
+    }
+    if (is_sync(op->code)) {
+      open[s] = -1; /* closes the stream's run on every rank, issued here or not */
+      if (here) {
+        P->items[P->nitems++] = (fpn_item){FPN_SYNC, s, j, pos[s], 1, -1, i};
+        pos[s]++;
       }
-      if (is_sync(op->code)) {
-        open[s] = -1; /* closes the stream's run on every rank, issued here or not */
-        if (here) {
-          P->items[P->nitems++] = (fpn_item){FPN_SYNC, s, j, pos[s], 1, -1, i};
-          pos[s]++;
-        }
-      } else {
-        if (open[s] < 0) {
-          open[s] = P->nitems;
-          P->items[P->nitems++] = (fpn_item){FPN_RUN, s, -1, pos[s], 0, -1, i};
-        }
-        if (here) {
-          fpn_item *it = &P->items[open[s]];
-          if (it->nops == 0) {
-            it->xop = j;
-            it->pos = pos[s];
-          }
-          it->nops++;
-          pos[s]++;
-        }
+    } else {
+      if (open[s] < 0) {
+        open[s] = P->nitems;
+        P->items[P->nitems++] = (fpn_item){FPN_RUN, s, -1, pos[s], 0, -1, i};
       }
       if (here) {
-        const fp_xop *o = &x->xops[j];
-        if (fpi_op_class(o->code) == FP_OPC_LOCAL) P->sums[k].local++;
-        if (fpi_op_class(o->code) == FP_OPC_COMM) {
-          P->sums[k].coll++;
-          P->sums[k].bytes += fpx_send_bytes(o);
+        fpn_item *it = &P->items[open[s]];
+        if (it->nops == 0) {
+          it->xop = j;
+          it->pos = pos[s];
         }
-        j++;
+        it->nops++;
+        pos[s]++;
       }
     }
-    for (int s = 0; s < FP_NSTREAMS; s++) FP_ASSERT(pos[s] == x->seg_end[k][s]);
-    /* drop the runs that are empty on this rank; number the others */
-    int32_t w = P->seg_first[k];
-    for (int32_t r = P->seg_first[k]; r < P->nitems; r++) {
-      fpn_item it = P->items[r];
-      if (it.kind == FPN_RUN && it.nops == 0) continue;
-      if (it.kind == FPN_RUN) {
-        it.run = P->nruns;
-        P->run_item[P->nruns] = w;
-        P->run_label[P->nruns] = (int32_t)at;
-        const fp_xop *first = x->sops[it.stream][it.pos], *last = x->sops[it.stream][it.pos + it.nops - 1];
-        at += put_len(snprintf(P->text + at, LABEL, "seg %" PRId32 " %s %s ops %" PRId32 "-%" PRId32 " (%" PRId32 ")",
-                               k, fpx_seg_label(x, k, seg, sizeof seg), fpi_stream_name(it.stream), first->index,
-                               last->index, it.nops), LABEL);
-        P->nruns++;
+    if (here) {
+      const fp_xop *o = &x->xops[j];
+      if (fpi_op_class(o->code) == FP_OPC_LOCAL) P->sums[k].local++;
+      if (fpi_op_class(o->code) == FP_OPC_COMM) {
+        P->sums[k].coll++;
+        P->sums[k].bytes += fpx_send_bytes(o);
       }
-      if (it.stream != FP_STREAM_COMPUTE) P->seg_side[k] |= (uint8_t)(1u << it.stream);
-      P->items[w++] = it;
+      j++;
     }
-    P->nitems = w;
   }
-  P->seg_first[nsegs] = P->nitems;
-  FP_ASSERT(j == nx);
+  for (int s = 0; s < FP_NSTREAMS; s++) FP_ASSERT(pos[s] == x->seg_end[k][s]);
+  *j_ = j;
+}
 
-  /* one graph per hook (graph mode): the streams of each segment, and how
-   * each record is waited on */
+/* segment k's runs that are empty on this rank dropped, the others
+ * numbered and labelled (*at: the labels' bytes so far) */
+static void segment_runs(fp_exec *x, fpn_plan *P, int32_t k, size_t *at_) {
+  size_t at = *at_;
+  char seg[96];
+  int32_t w = P->seg_first[k];
+  for (int32_t r = P->seg_first[k]; r < P->nitems; r++) {
+    fpn_item it = P->items[r];
+    if (it.kind == FPN_RUN && it.nops == 0) continue;
+    if (it.kind == FPN_RUN) {
+      it.run = P->nruns;
+      P->run_item[P->nruns] = w;
+      P->run_label[P->nruns] = (int32_t)at;
+      const fp_xop *first = x->sops[it.stream][it.pos], *last = x->sops[it.stream][it.pos + it.nops - 1];
+      at += put_len(snprintf(P->text + at, FPN_LABEL, "seg %" PRId32 " %s %s ops %" PRId32 "-%" PRId32 " (%" PRId32 ")",
+                             k, fpx_seg_label(x, k, seg, sizeof seg), fpi_stream_name(it.stream), first->index,
+                             last->index, it.nops), FPN_LABEL);
+      P->nruns++;
+    }
+    if (it.stream != FP_STREAM_COMPUTE) P->seg_side[k] |= (uint8_t)(1u << it.stream);
+    P->items[w++] = it;
+  }
+  P->nitems = w;
+  *at_ = at;
+}
+
+/* one graph per hook (graph mode): the streams of each segment, and how
+ * each record is waited on */
+static fp_status plan_graphs(fp_exec *x, fpn_plan *P) {
+  const fp_prog *p = x->prog;
+  int32_t nsegs = p->nsegs, nx = x->nxops;
   P->seg_streams = fpx_alloc(x, (size_t)nsegs + 1, 1);
   P->seg_has_run = fpx_alloc(x, (size_t)nsegs + 1, 1);
   P->rec_use = fpx_alloc(x, (size_t)P->nevents + 1, 1);
@@ -247,6 +269,24 @@ fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
     P->rec_use[P->event_slot[o->rec - x->xops]] |= local ? FPN_REC_LOCAL : FPN_REC_AWAY;
   }
   return FP_OK;
+}
+
+fp_status fpn_plan_build(fp_exec *x, fpn_plan *P) {
+  const fp_prog *p = x->prog;
+  memset(P, 0, sizeof *P);
+  fp_status st = plan_alloc(x, P);
+  if (st != FP_OK) return st;
+  plan_pairs(x, P);
+  size_t at = 0;
+  plan_labels(x, P, &at);
+  int32_t j = 0; /* the next xop */
+  for (int32_t k = 0; k < p->nsegs; k++) {
+    segment_items(x, P, k, &j);
+    segment_runs(x, P, k, &at);
+  }
+  P->seg_first[p->nsegs] = P->nitems;
+  FP_ASSERT(j == x->nxops);
+  return plan_graphs(x, P);
 }
 
 void fpn_plan_free(fpn_plan *P) {

@@ -9,8 +9,12 @@
  * with its JSON pointer). Its document is then checked member by member.
  * Every number is checked before it is used, in int64 with overflow
  * checks. The writer prints the header itself (fpi_json_put_string), byte
- * for byte what json-c printed before. */
+ * for byte what json-c printed before. The public fp_safetensors_* of
+ * flexplan.h (at the end) are this reader's names, for callers that match a
+ * folder of files against a plan before the refit (flexplan.torch). */
 #include "safetensors.h"
+
+#include "flexplan.h"
 
 #include "base/json.h"
 
@@ -555,21 +559,136 @@ static void sb_i64(fp_sbuf *b, int64_t v) {
   fpi_sb_putn(b, t, (size_t)snprintf(t, sizeof t, "%lld", (long long)v));
 }
 
+/* tensor T's shape, checked, into the header; *numel its elements (0 when
+ * a dimension is 0; *ovf when the product overflows) */
+static bool put_shape(const char *path, const char *P, const fp_st_tensor *T, fp_sbuf *h, int64_t *numel,
+                      bool *zero, bool *ovf, char *err, size_t errlen) {
+  *numel = 1;
+  *zero = *ovf = false;
+  for (int d = 0; d < T->ndim; d++) {
+    if (T->shape[d] < 0) {
+      seterr(err, errlen, path, "%s/shape/%d: dimension %lld is negative", P, d, (long long)T->shape[d]);
+      return false;
+    }
+    if (T->shape[d] == 0) *zero = true;
+    else if (!*ovf && !fpi_mul64(*numel, T->shape[d], numel)) *ovf = true;
+    if (d) fpi_sb_putc(h, ',');
+    sb_i64(h, T->shape[d]);
+  }
+  return true;
+}
+
+/* tensor i's entry of the header, checked ("name":{"dtype":..,"shape":[..],
+ * "data_offsets":[b,e]}); *off: where its data starts, then ends; *size its
+ * bytes */
+static bool put_entry(const char *path, ptrbuf *pb, const fp_st_tensor *T, int i, const void *const *data,
+                      int64_t *off, fp_sbuf *h, int64_t *size, char *err, size_t errlen) {
+  if (!T->name) {
+    seterr(err, errlen, path, "tensor %d has no name", i);
+    return false;
+  }
+  const char *P = ptr_name(pb, T->name);
+  if (strcmp(T->name, "__metadata__") == 0) {
+    seterr(err, errlen, path, "%s: the name is reserved", P);
+    return false;
+  }
+  const char *dn = fpi_st_dtype_name(T->dtype);
+  if (!dn) {
+    seterr(err, errlen, path, "%s: dtype %d has no safetensors name", P, (int)T->dtype);
+    return false;
+  }
+  if (T->ndim < 0 || T->ndim > FP_ST_MAX_DIMS) {
+    seterr(err, errlen, path, "%s: ndim %d is not in 0..%d", P, T->ndim, FP_ST_MAX_DIMS);
+    return false;
+  }
+  int64_t numel;
+  bool zero, ovf;
+  if (i) fpi_sb_putc(h, ',');
+  fpi_json_put_string(h, T->name);
+  fpi_sb_puts(h, ":{\"dtype\":");
+  fpi_json_put_string(h, dn);
+  fpi_sb_puts(h, ",\"shape\":[");
+  if (!put_shape(path, P, T, h, &numel, &zero, &ovf, err, errlen)) return false;
+  fpi_sb_puts(h, "],\"data_offsets\":[");
+  if (!zero && (ovf || !fpi_mul64(numel, dtype_size(T->dtype), size))) {
+    seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
+    return false;
+  }
+  if (*size > 0 && (!data || !data[i])) {
+    seterr(err, errlen, path, "%s: no data for %lld bytes", P, (long long)*size);
+    return false;
+  }
+  int64_t end;
+  if (!fpi_add64(*off, *size, &end)) {
+    seterr(err, errlen, path, "%s: the file would pass int64 bytes", P);
+    return false;
+  }
+  sb_i64(h, *off);
+  fpi_sb_putc(h, ',');
+  sb_i64(h, end);
+  fpi_sb_puts(h, "]}");
+  *off = end;
+  return true;
+}
+
+/* no two of the n names alike (sorted here) */
+static bool names_unique(const char *path, ptrbuf *pb, const char **names, int n, char *err, size_t errlen) {
+  qsort(names, (size_t)n, sizeof *names, name_ptr_cmp);
+  for (int i = 1; i < n; i++)
+    if (strcmp(names[i - 1], names[i]) == 0) {
+      seterr(err, errlen, path, "%s: two tensors have this name", ptr_name(pb, names[i]));
+      return false;
+    }
+  return true;
+}
+
+/* the file: the header's length, the header padded with spaces to 8 bytes,
+ * the tensors' data in order; removed again when any write fails */
+static bool write_file(const char *path, const fp_sbuf *h, int n, const int64_t *sizes, const void *const *data,
+                       char *err, size_t errlen) {
+  size_t hlen = h->len;
+  size_t padded = (hlen + 7) / 8 * 8; /* the data starts 8-aligned: 8 + padded */
+  if (padded > (size_t)FP_ST_MAX_HEADER) {
+    seterr(err, errlen, path, "header of %zu bytes exceeds the %d-byte limit", padded, FP_ST_MAX_HEADER);
+    return false;
+  }
+  unsigned char lb[8];
+  for (int i = 0; i < 8; i++) lb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    seterr(err, errlen, path, "cannot create: %s", strerror(errno));
+    return false;
+  }
+  static const char spaces[8] = "        ";
+  bool wok = write_full(fd, lb, 8) && write_full(fd, h->p, hlen) && write_full(fd, spaces, padded - hlen);
+  for (int i = 0; wok && i < n; i++)
+    if (sizes[i] > 0) wok = write_full(fd, data[i], (size_t)sizes[i]);
+  if (!wok) {
+    seterr(err, errlen, path, "write failed: %s", strerror(errno));
+    close(fd);
+    unlink(path);
+    return false;
+  }
+  if (close(fd) != 0) {
+    seterr(err, errlen, path, "write failed: %s", strerror(errno));
+    unlink(path);
+    return false;
+  }
+  return true;
+}
+
 bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const void *const *data, char *err,
                  size_t errlen) {
   ptrbuf pb;
-  bool ok = false, created = false;
-  int fd = -1;
+  bool ok = false;
   fp_sbuf h = {0}; /* the header: {"name":{"dtype":..,"shape":[..],"data_offsets":[b,e]},..} */
-  int64_t *sizes = NULL;
-  const char **names = NULL;
   if (err && errlen) err[0] = 0;
   if (n < 0 || (n > 0 && !tensors)) {
     seterr(err, errlen, path, "no tensors given");
     return false;
   }
-  sizes = calloc((size_t)(n ? n : 1), sizeof *sizes);
-  names = calloc((size_t)(n ? n : 1), sizeof *names);
+  int64_t *sizes = calloc((size_t)(n ? n : 1), sizeof *sizes);
+  const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
   fpi_sb_putc(&h, '{');
   if (!sizes || !names) {
     seterr(err, errlen, path, "out of memory");
@@ -577,106 +696,49 @@ bool fpi_st_write(const char *path, int n, const fp_st_tensor *tensors, const vo
   }
   int64_t off = 0;
   for (int i = 0; i < n; i++) {
-    const fp_st_tensor *T = &tensors[i];
-    if (!T->name) {
-      seterr(err, errlen, path, "tensor %d has no name", i);
-      goto out;
-    }
-    const char *P = ptr_name(&pb, T->name);
-    if (strcmp(T->name, "__metadata__") == 0) {
-      seterr(err, errlen, path, "%s: the name is reserved", P);
-      goto out;
-    }
-    const char *dn = fpi_st_dtype_name(T->dtype);
-    if (!dn) {
-      seterr(err, errlen, path, "%s: dtype %d has no safetensors name", P, (int)T->dtype);
-      goto out;
-    }
-    if (T->ndim < 0 || T->ndim > FP_ST_MAX_DIMS) {
-      seterr(err, errlen, path, "%s: ndim %d is not in 0..%d", P, T->ndim, FP_ST_MAX_DIMS);
-      goto out;
-    }
-    int64_t numel = 1;
-    bool zero = false, ovf = false;
-    if (i) fpi_sb_putc(&h, ',');
-    fpi_json_put_string(&h, T->name);
-    fpi_sb_puts(&h, ":{\"dtype\":");
-    fpi_json_put_string(&h, dn);
-    fpi_sb_puts(&h, ",\"shape\":[");
-    for (int d = 0; d < T->ndim; d++) {
-      if (T->shape[d] < 0) {
-        seterr(err, errlen, path, "%s/shape/%d: dimension %lld is negative", P, d, (long long)T->shape[d]);
-        goto out;
-      }
-      if (T->shape[d] == 0) zero = true;
-      else if (!ovf && !fpi_mul64(numel, T->shape[d], &numel)) ovf = true;
-      if (d) fpi_sb_putc(&h, ',');
-      sb_i64(&h, T->shape[d]);
-    }
-    fpi_sb_puts(&h, "],\"data_offsets\":[");
-    if (!zero && (ovf || !fpi_mul64(numel, dtype_size(T->dtype), &sizes[i]))) {
-      seterr(err, errlen, path, "%s/shape: the tensor's size overflows int64", P);
-      goto out;
-    }
-    if (sizes[i] > 0 && (!data || !data[i])) {
-      seterr(err, errlen, path, "%s: no data for %lld bytes", P, (long long)sizes[i]);
-      goto out;
-    }
-    int64_t end;
-    if (!fpi_add64(off, sizes[i], &end)) {
-      seterr(err, errlen, path, "%s: the file would pass int64 bytes", P);
-      goto out;
-    }
-    sb_i64(&h, off);
-    fpi_sb_putc(&h, ',');
-    sb_i64(&h, end);
-    fpi_sb_puts(&h, "]}");
-    off = end;
-    names[i] = T->name;
+    if (!put_entry(path, &pb, &tensors[i], i, data, &off, &h, &sizes[i], err, errlen)) goto out;
+    names[i] = tensors[i].name;
   }
-  qsort(names, (size_t)n, sizeof *names, name_ptr_cmp);
-  for (int i = 1; i < n; i++)
-    if (strcmp(names[i - 1], names[i]) == 0) {
-      seterr(err, errlen, path, "%s: two tensors have this name", ptr_name(&pb, names[i]));
-      goto out;
-    }
-
+  if (!names_unique(path, &pb, names, n, err, errlen)) goto out;
   fpi_sb_putc(&h, '}');
-  size_t hlen = h.len;
-  size_t padded = (hlen + 7) / 8 * 8; /* the data starts 8-aligned: 8 + padded */
-  if (padded > (size_t)FP_ST_MAX_HEADER) {
-    seterr(err, errlen, path, "header of %zu bytes exceeds the %d-byte limit", padded, FP_ST_MAX_HEADER);
-    goto out;
-  }
-  unsigned char lb[8];
-  for (int i = 0; i < 8; i++) lb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    seterr(err, errlen, path, "cannot create: %s", strerror(errno));
-    goto out;
-  }
-  created = true;
-  static const char spaces[8] = "        ";
-  bool wok = write_full(fd, lb, 8) && write_full(fd, h.p, hlen) && write_full(fd, spaces, padded - hlen);
-  for (int i = 0; wok && i < n; i++)
-    if (sizes[i] > 0) wok = write_full(fd, data[i], (size_t)sizes[i]);
-  if (!wok) {
-    seterr(err, errlen, path, "write failed: %s", strerror(errno));
-    goto out;
-  }
-  if (close(fd) != 0) {
-    fd = -1;
-    seterr(err, errlen, path, "write failed: %s", strerror(errno));
-    goto out;
-  }
-  fd = -1;
-  ok = true;
-
+  ok = write_file(path, &h, n, sizes, data, err, errlen);
 out:
-  if (fd >= 0) close(fd);
-  if (!ok && created) unlink(path);
   free(h.p);
   free(sizes);
   free(names);
   return ok;
+}
+
+/* ---- the public face (flexplan.h): a file's names, as the refit reads them ---- */
+struct fp_safetensors {
+  fp_st_file *f; /* NULL after a failed open */
+  char err[512];
+};
+
+fp_status fp_safetensors_open(const char *path, fp_safetensors **out) {
+  if (!out) return FP_ERR_ARG;
+  fp_safetensors *s = calloc(1, sizeof *s);
+  *out = s;
+  if (!s) return FP_ERR_NOMEM;
+  if (!path) {
+    snprintf(s->err, sizeof s->err, "fp_safetensors_open: path is NULL");
+    return FP_ERR_ARG;
+  }
+  s->f = fpi_st_open(path, s->err, sizeof s->err);
+  return s->f ? FP_OK : FP_ERR_WEIGHTS;
+}
+
+const char *fp_safetensors_errmsg(const fp_safetensors *s) { return s ? s->err : "no safetensors handle"; }
+
+int64_t fp_safetensors_count(const fp_safetensors *s) { return s ? fpi_st_count(s->f) : 0; }
+
+const char *fp_safetensors_name(const fp_safetensors *s, int64_t i) {
+  if (!s || i < 0 || i >= fpi_st_count(s->f)) return NULL;
+  return fpi_st_get(s->f, (int)i)->name;
+}
+
+void fp_safetensors_close(fp_safetensors *s) {
+  if (!s) return;
+  fpi_st_close(s->f);
+  free(s);
 }

@@ -36,7 +36,7 @@
 #include "kernels/kernels.h"
 #include "xfer_nccl.h"
 
-/* What a transfer keeps between runs on MPI (fp_xfer.mpi): its duplicate of
+/* What a transfer keeps between runs on MPI (fpx_xfer_state.mpi): its duplicate of
  * the caller's communicator (made again only when the caller's group
  * changes), the staging and the request array (grown, never shrunk). With
  * these and the layout checked once, a run of 64 params of 16 KiB went
@@ -89,10 +89,18 @@ fp_status fpx_xfer_fail(fp_xfer *t, fp_status st, const char *fmt, ...) {
 }
 
 const char *fp_xfer_errmsg(const fp_xfer *t) { return t && t->msg ? t->msg : ""; }
+struct fpx_xfer_state *fpx_xfer_state(fp_xfer *t) {
+  if (!t->run) t->run = calloc(1, sizeof *t->run);
+  return t->run;
+}
+
 void fp_xfer_free(fp_xfer *t) {
   if (!t) return;
-  if (t->bk && t->bk_free) t->bk_free(t->bk);
-  xmpi_free(t->mpi);
+  if (t->run) {
+    if (t->run->bk && t->run->bk_free) t->run->bk_free(t->run->bk);
+    xmpi_free(t->run->mpi);
+    free(t->run);
+  }
   if (t->arena) fpi_arena_free(t->arena);
   free(t->msg);
   free(t);
@@ -237,12 +245,12 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
 }
 
 static fp_status check_layout(fp_xfer *t, fp_exec *from, fp_exec *to, int me) {
-  if (t->checked == me + 1) return FP_OK;
+  if (t->run && t->run->checked == me + 1) return FP_OK;
   int32_t *fmap = from ? param_map(t->tx, from) : NULL, *tmap = to ? param_map(t->tx, to) : NULL;
   fp_status st = check_layout_maps(t, from, to, me, fmap, tmap);
   free(fmap);
   free(tmap);
-  if (st == FP_OK) t->checked = me + 1;
+  if (st == FP_OK && fpx_xfer_state(t)) t->run->checked = me + 1; /* (no memory: checked again next run) */
   return st;
 }
 
@@ -470,8 +478,9 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     }
   }
   int fresh = 0;
-  if (!t->mpi && (t->mpi = calloc(1, sizeof(xmpi))) != NULL) ((xmpi *)t->mpi)->dup = MPI_COMM_NULL;
-  xmpi *m = t->mpi;
+  struct fpx_xfer_state *s = fpx_xfer_state(t);
+  if (s && !s->mpi && (s->mpi = calloc(1, sizeof(xmpi))) != NULL) ((xmpi *)s->mpi)->dup = MPI_COMM_NULL;
+  xmpi *m = s ? s->mpi : NULL;
   if (!m && st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory"); /* fails at the agreement */
   if (m && st == FP_OK && backend == FP_BACKEND_MPI) {
     if (!reserve((void **)&m->stage, &m->stage_cap, (size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16) ||

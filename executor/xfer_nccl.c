@@ -112,18 +112,20 @@ fp_status fpx_xfer_nccl_prepare(fp_xfer *t, fp_exec *from, fp_exec *to, int me, 
   if (to && fp_exec_sync(to) != FP_OK)
     return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: the TO executor: %s", fp_exec_errmsg(to));
   CUDA_DO(cudaSetDevice(dev));
-  xnccl *n = t->bk;
+  struct fpx_xfer_state *s = fpx_xfer_state(t);
+  if (!s) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
+  xnccl *n = s->bk;
   if (n && n->device != dev) { /* executors on another device than the last run's: start over */
     xnccl_free(n);
-    t->bk = n = NULL;
+    s->bk = n = NULL;
   }
   if (!n) {
     n = calloc(1, sizeof *n);
     if (!n) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
     n->device = dev;
     n->procs = MPI_GROUP_NULL;
-    t->bk = n;
-    t->bk_free = xnccl_free;
+    s->bk = n;
+    s->bk_free = xnccl_free;
     CUDA_DO(cudaStreamCreateWithFlags(&n->s, cudaStreamNonBlocking));
   }
   size_t need = (size_t)tx->stage_bytes[me];
@@ -209,7 +211,7 @@ static fp_status wait_done(fp_xfer *t, xnccl *n) {
 
 fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool fresh, char *from_dev, char *to_dev) {
   const fp_tx *tx = t->tx;
-  xnccl *n = t->bk;
+  xnccl *n = t->run->bk;
   if (fresh) {
     struct {
       int ok;

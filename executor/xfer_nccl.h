@@ -9,6 +9,17 @@
 
 #include "exec_impl.h"
 
+/* What a transfer keeps between runs (fp_xfer.run), the executor's own:
+ * ir/handle.h's fp_xfer holds only the pointer. */
+struct fpx_xfer_state {
+  void *bk;                /* the NCCL backend's state (xfer_nccl.c); NULL on MPI */
+  void (*bk_free)(void *);
+  void *mpi;               /* xfer.c's: the duplicate communicator, staging, requests */
+  int checked;             /* 1 + the process whose executors' layouts passed check_layout; 0: none */
+};
+/* t's state between runs, made on first use; NULL when memory runs out (xfer.c) */
+struct fpx_xfer_state *fpx_xfer_state(fp_xfer *t);
+
 /* set the handle's message; returns st (xfer.c) */
 fp_status fpx_xfer_fail(fp_xfer *t, fp_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

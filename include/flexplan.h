@@ -182,6 +182,14 @@ FP_API int fp_plan_module_recompute(const fp_plan *plan, int32_t m);
  * shape), or -1 when every tp rank holds the whole param (replicated over
  * tp, and always when tp_size is 1); -2 when i is out of range. */
 FP_API int32_t fp_plan_param_tp_dim(const fp_plan *plan, int32_t i);
+/* Whether the plan keeps param i's unsharded compute weight (fp_param_view
+ * .weight) between steps, in a buffer of the executor's life, instead of
+ * gathering it for each forward and backward: a param no rank shards, and
+ * an MXFP8 one (whose weight is its main bytes). 1 yes, 0 no, -1 when i is
+ * out of range. A trainer that writes the main weights itself (an initial
+ * copy, a checkpoint load) must refresh such a weight from them too;
+ * flexplan.torch asks this instead of reading plan.json. */
+FP_API int fp_plan_param_weight_persistent(const fp_plan *plan, int32_t i);
 /* Tied weights (model.json v2 "uses"): the params declared by other modules
  * that module m's forward also reads. Writes the first min(n, cap) param
  * indices (as fp_exec_param_at takes them, in param order) to params and
@@ -764,6 +772,24 @@ FP_API fp_status fp_exec_param_at(fp_exec *x, int32_t index, fp_param_view *out)
  * all-reduce of two numbers). NCCL: it synchronizes the device (not
  * allowed while the compute stream is being captured). */
 FP_API fp_status fp_exec_load_weights(fp_exec *x, const char *const *paths, int npaths);
+
+/* A safetensors file as the refit reads it: fp_safetensors_open checks
+ * path the way fp_exec_load_weights does (the 8-byte length, the strict
+ * JSON header, each tensor's dtype, shape and bytes inside the data) and
+ * gives its tensors' names (in the order of their data), so a caller can match a folder of
+ * files against a plan before any rank refits (flexplan.torch's init=DIR)
+ * without a second reader. FP_ERR_WEIGHTS with "path: ..." (the header's
+ * faults located at their header byte and JSON pointer) for a file that is
+ * not one, FP_ERR_ARG for NULL arguments. *out is set even on failure
+ * (but when memory runs out) and must be closed. */
+typedef struct fp_safetensors fp_safetensors;
+FP_API fp_status fp_safetensors_open(const char *path, fp_safetensors **out);
+FP_API const char *fp_safetensors_errmsg(const fp_safetensors *f);
+/* the number of tensors (0 for a file that failed to open), and the name of
+ * tensor i (NULL when out of range; owned by f) */
+FP_API int64_t fp_safetensors_count(const fp_safetensors *f);
+FP_API const char *fp_safetensors_name(const fp_safetensors *f, int64_t i);
+FP_API void fp_safetensors_close(fp_safetensors *f);
 
 /* ---- statistics -------------------------------------------------------- */
 typedef struct fp_exec_stats {

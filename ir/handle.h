@@ -2,7 +2,9 @@
  * (include/flexplan.h fp_plan), made by the loader (ir/plan_load.c) and the
  * compile API (api/compile.c), run by the executor; and the transfer program
  * (fp_xfer), made by api/reshard.c, run by executor/xfer.c. Here, below both
- * api/ and executor/, so that neither includes the other. */
+ * api/ and executor/, so that neither includes the other. Only what both
+ * sides read is here: what the executor keeps between runs is its own
+ * (executor/xfer_nccl.h), behind one pointer no one else follows. */
 #ifndef FP_IR_HANDLE_H
 #define FP_IR_HANDLE_H
 
@@ -37,14 +39,13 @@ enum { FP_PLAN_SEM_UNCHECKED = 0, FP_PLAN_SEM_PASSED = 1, FP_PLAN_SEM_SKIPPED = 
 /* ---- transfer programs (ir/xfer.h; api/reshard.c makes them, executor/xfer.c loads
  * and runs them) ---- */
 struct fp_tx;
+struct fpx_xfer_state; /* the executor's (executor/xfer_nccl.h) */
 struct fp_xfer {
   fp_arena *arena;   /* everything the planner made */
   struct fp_tx *tx;  /* NULL when compiling failed */
   char *msg;         /* malloc'd; "" when none */
-  void *bk;          /* the NCCL backend's state between runs (xfer_nccl.c); NULL on MPI */
-  void (*bk_free)(void *);
-  void *mpi;         /* kept between runs (xfer.c): the duplicate communicator, staging, requests */
-  int checked;       /* 1 + the process whose executors' layouts passed check_layout; 0: none */
+  struct fpx_xfer_state *run; /* what the executor keeps between runs: made by the first
+                               * fp_xfer_run, freed by fp_xfer_free; NULL before */
 };
 
 #endif

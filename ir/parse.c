@@ -726,7 +726,19 @@ static const char *const op_keys[K_NKEYS] = {"n",      "dst",  "src",   "aux",  
                                              "rows",   "dpitch", "spitch", "bucket", "group", "uses",
                                              "red"};
 
-static bool op_line(parser *ps) {
+/* An op line in its steps: the head (op_head: index, stream, op), then
+ * its fields (op_fields: the dtype word, op_dtype, and each key=value,
+ * op_field), then the op emitted. What the fields say so far: */
+typedef struct op_text {
+  fp_op o;
+  fp_op_shape sh;
+  int dt, sdt, nuse; /* nuse: index into p->uses where this op's list starts */
+  bool have_dt;
+  unsigned seen;     /* the fields met, by K_* */
+} op_text;
+
+/* [INDEX] STREAM OP: *stream and *code */
+static bool op_head(parser *ps, int *stream, int *code) {
   const char *s;
   size_t at, len;
   int64_t idx = -1;
@@ -740,45 +752,97 @@ static bool op_line(parser *ps) {
   if (ps->p->nops == INT32_MAX) return fail(ps, idx_at, "too many ops");
   at = (skip_blank(ps), ps->pos);
   len = atom(ps, &s);
-  int stream = -1;
+  *stream = -1;
   for (int k = 0; k < FP_NSTREAMS; k++)
-    if (atom_is(s, len, fpi_stream_name(k))) stream = k;
-  if (stream < 0) return fail(ps, at, "unknown stream %s (expected compute, ag or rs)", excerpt(ps, at, len ? len : 1));
+    if (atom_is(s, len, fpi_stream_name(k))) *stream = k;
+  if (*stream < 0)
+    return fail(ps, at, "unknown stream %s (expected compute, ag or rs)", excerpt(ps, at, len ? len : 1));
   at = (skip_blank(ps), ps->pos);
   len = atom(ps, &s);
   char buf[64];
-  int code = len ? fpi_op_parse(atom_cstr(s, len, buf)) : -1;
-  if (code < 0) return fail(ps, at, "unknown op %s", excerpt(ps, at, len ? len : 1));
-  if (!end_of_field(ps)) return false;
-  fp_opclass cls = fpi_op_class((fp_opcode)code);
-  fp_op o;
-  memset(&o, 0, sizeof o);
-  fp_op_shape sh = {1, 0, 0};
-  int dt = FP_F32, sdt = -1, nuse = -1; /* nuse: index into ps->p->uses where this op's list starts */
-  bool have_dt = false;
-  unsigned seen = 0;
-  o.comm = o.only = o.only_comm = o.root = o.event = o.module = o.bucket = o.group = o.tab = -1;
-  o.pass = FP_PASS_FWD;
-  o.dst = o.src = o.aux = fpi_noreg();
+  *code = len ? fpi_op_parse(atom_cstr(s, len, buf)) : -1;
+  if (*code < 0) return fail(ps, at, "unknown op %s", excerpt(ps, at, len ? len : 1));
+  return end_of_field(ps);
+}
+
+/* the dtype word: D, or S->D for a conversion */
+static bool op_dtype(parser *ps, op_text *x) {
+  const char *s;
+  size_t at = ps->pos, len = atom(ps, &s);
+  if (x->have_dt || len == 0) return fail(ps, at, "unexpected %s", excerpt(ps, at, len ? len : 1));
+  x->have_dt = true;
+  const char *arrow = NULL;
+  for (size_t i = 0; i + 1 < len; i++)
+    if (s[i] == '-' && s[i + 1] == '>') arrow = s + i;
+  if (arrow) {
+    size_t l1 = (size_t)(arrow - s);
+    if (!parse_dtype_word(ps, s, l1, at, &x->sdt) ||
+        !parse_dtype_word(ps, arrow + 2, len - l1 - 2, at + l1 + 2, &x->dt))
+      return false;
+  } else if (!parse_dtype_word(ps, s, len, at, &x->dt)) {
+    return false;
+  }
+  return end_of_field(ps);
+}
+
+/* pass=fwd|bwd|opt */
+static bool pass_field(parser *ps, fp_op *o) {
+  const char *s;
+  size_t at = ps->pos, len = atom(ps, &s);
+  if (atom_is(s, len, "fwd")) o->pass = FP_PASS_FWD;
+  else if (atom_is(s, len, "bwd")) o->pass = FP_PASS_BWD;
+  else if (atom_is(s, len, "opt")) o->pass = FP_PASS_OPT;
+  else return fail(ps, at, "expected pass=fwd, pass=bwd or pass=opt");
+  return end_of_field(ps);
+}
+
+/* red=sum|avg */
+static bool red_field(parser *ps, fp_op *o) {
+  const char *s;
+  size_t at = ps->pos, len = atom(ps, &s);
+  int r = -1;
+  for (int j = 0; j < FP_NREDOPS; j++)
+    if (atom_is(s, len, fpi_redop_name(j))) r = j;
+  if (r < 0) return fail(ps, at, "expected red=sum or red=avg");
+  o->red = (fp_redop)r;
+  return end_of_field(ps);
+}
+
+/* the value of field f (a K_*) */
+static bool op_field(parser *ps, int f, op_text *x) {
+  fp_op *o = &x->o;
+  switch (f) {
+    case K_N: return int_field(ps, INT64_MIN, INT64_MAX, &o->count, "n");
+    case K_DST: return parse_region(ps, &o->dst);
+    case K_SRC: return parse_region(ps, &o->src);
+    case K_AUX: return parse_region(ps, &o->aux);
+    case K_COMM: return ref_field(ps, NM_COMM, &o->comm);
+    case K_TAB: return ref_field(ps, NM_TAB, &o->tab);
+    case K_ROOT: return i32_field(ps, &o->root, "root");
+    case K_ONLY:
+      return parse_i32(ps, &o->only, "only") && expect_char(ps, '@') && ref_field(ps, NM_COMM, &o->only_comm);
+    case K_EV: return i32_field(ps, &o->event, "ev");
+    case K_MODULE: return ref_field(ps, NM_MOD, &o->module);
+    case K_PASS: return pass_field(ps, o);
+    case K_ALPHA: return parse_double(ps, &o->alpha, "alpha") && end_of_field(ps);
+    case K_RED: return red_field(ps, o);
+    case K_ROWS: return int_field(ps, INT64_MIN, INT64_MAX, &x->sh.rows, "rows");
+    case K_DPITCH: return int_field(ps, INT64_MIN, INT64_MAX, &x->sh.dpitch, "dpitch");
+    case K_SPITCH: return int_field(ps, INT64_MIN, INT64_MAX, &x->sh.spitch, "spitch");
+    case K_BUCKET: return ref_field(ps, NM_BUCKET, &o->bucket);
+    case K_GROUP: return i32_field(ps, &o->group, "group");
+    case K_USES: return parse_uses(ps, &x->nuse);
+  }
+  return true;
+}
+
+/* the rest of the line: the dtype word and key=value fields, each once */
+static bool op_fields(parser *ps, op_text *x) {
   while (!at_eol(ps)) {
     const char *k;
-    size_t kl;
+    size_t kl, at;
     if (!peek_key(ps, &k, &kl, &at)) { /* the dtype: D or S->D */
-      at = ps->pos;
-      len = atom(ps, &s);
-      if (have_dt || len == 0) return fail(ps, at, "unexpected %s", excerpt(ps, at, len ? len : 1));
-      have_dt = true;
-      const char *arrow = NULL;
-      for (size_t i = 0; i + 1 < len; i++)
-        if (s[i] == '-' && s[i + 1] == '>') arrow = s + i;
-      if (arrow) {
-        size_t l1 = (size_t)(arrow - s);
-        if (!parse_dtype_word(ps, s, l1, at, &sdt) || !parse_dtype_word(ps, arrow + 2, len - l1 - 2, at + l1 + 2, &dt))
-          return false;
-      } else if (!parse_dtype_word(ps, s, len, at, &dt)) {
-        return false;
-      }
-      if (!end_of_field(ps)) return false;
+      if (!op_dtype(ps, x)) return false;
       continue;
     }
     int f = -1;
@@ -786,65 +850,39 @@ static bool op_line(parser *ps) {
       if (atom_is(k, kl, op_keys[j])) f = j;
     if (atom_is(k, kl, "flops")) f = K_ALPHA;
     if (f < 0) return fail(ps, at, "unknown op field %s", excerpt(ps, at, kl));
-    if (seen >> f & 1) return fail(ps, at, "repeated op field %s", excerpt(ps, at, kl));
-    seen |= 1u << f;
-    bool ok = true;
-    switch (f) {
-      case K_N: ok = int_field(ps, INT64_MIN, INT64_MAX, &o.count, "n"); break;
-      case K_DST: ok = parse_region(ps, &o.dst); break;
-      case K_SRC: ok = parse_region(ps, &o.src); break;
-      case K_AUX: ok = parse_region(ps, &o.aux); break;
-      case K_COMM: ok = ref_field(ps, NM_COMM, &o.comm); break;
-      case K_TAB: ok = ref_field(ps, NM_TAB, &o.tab); break;
-      case K_ROOT: ok = i32_field(ps, &o.root, "root"); break;
-      case K_ONLY: ok = parse_i32(ps, &o.only, "only") && expect_char(ps, '@') && ref_field(ps, NM_COMM, &o.only_comm); break;
-      case K_EV: ok = i32_field(ps, &o.event, "ev"); break;
-      case K_MODULE: ok = ref_field(ps, NM_MOD, &o.module); break;
-      case K_PASS:
-        at = ps->pos;
-        len = atom(ps, &s);
-        if (atom_is(s, len, "fwd")) o.pass = FP_PASS_FWD;
-        else if (atom_is(s, len, "bwd")) o.pass = FP_PASS_BWD;
-        else if (atom_is(s, len, "opt")) o.pass = FP_PASS_OPT;
-        else return fail(ps, at, "expected pass=fwd, pass=bwd or pass=opt");
-        ok = end_of_field(ps);
-        break;
-      case K_ALPHA: ok = parse_double(ps, &o.alpha, "alpha") && end_of_field(ps); break;
-      case K_RED: {
-        at = ps->pos;
-        len = atom(ps, &s);
-        int r = -1;
-        for (int j = 0; j < FP_NREDOPS; j++)
-          if (atom_is(s, len, fpi_redop_name(j))) r = j;
-        if (r < 0) return fail(ps, at, "expected red=sum or red=avg");
-        o.red = (fp_redop)r;
-        ok = end_of_field(ps);
-        break;
-      }
-      case K_ROWS: ok = int_field(ps, INT64_MIN, INT64_MAX, &sh.rows, "rows"); break;
-      case K_DPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &sh.dpitch, "dpitch"); break;
-      case K_SPITCH: ok = int_field(ps, INT64_MIN, INT64_MAX, &sh.spitch, "spitch"); break;
-      case K_BUCKET: ok = ref_field(ps, NM_BUCKET, &o.bucket); break;
-      case K_GROUP: ok = i32_field(ps, &o.group, "group"); break;
-      case K_USES: ok = parse_uses(ps, &nuse); break;
-    }
-    if (!ok) return false;
+    if (x->seen >> f & 1) return fail(ps, at, "repeated op field %s", excerpt(ps, at, kl));
+    x->seen |= 1u << f;
+    if (!op_field(ps, f, x)) return false;
   }
-  if (!have_dt && (cls == FP_OPC_COMM || cls == FP_OPC_LOCAL))
-    return fail(ps, ps->pos, "%s needs a dtype (e.g. bf16, or fp32->bf16 for a conversion)", fpi_op_name((fp_opcode)code));
-  fp_op *op = fpi_ir_emit(ps->p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)dt, o.count);
-  o.code = (fp_opcode)code;
-  o.stream = (fp_stream)stream;
-  o.dtype = (fp_dtype)dt;
-  o.sdtype = sdt >= 0 ? (fp_dtype)sdt : (fp_dtype)dt;
-  o.seg = op->seg;
-  o.line = ps->line;
-  if (nuse >= 0) {
-    o.uses = nuse;
-    o.nuses = ps->p->nuses - nuse;
+  return true;
+}
+
+static bool op_line(parser *ps) {
+  int stream = -1, code = -1;
+  if (!op_head(ps, &stream, &code)) return false;
+  fp_opclass cls = fpi_op_class((fp_opcode)code);
+  op_text x = {.sh = {1, 0, 0}, .dt = FP_F32, .sdt = -1, .nuse = -1};
+  fp_op *o = &x.o;
+  o->comm = o->only = o->only_comm = o->root = o->event = o->module = o->bucket = o->group = o->tab = -1;
+  o->pass = FP_PASS_FWD;
+  o->dst = o->src = o->aux = fpi_noreg();
+  if (!op_fields(ps, &x)) return false;
+  if (!x.have_dt && (cls == FP_OPC_COMM || cls == FP_OPC_LOCAL))
+    return fail(ps, ps->pos, "%s needs a dtype (e.g. bf16, or fp32->bf16 for a conversion)",
+                fpi_op_name((fp_opcode)code));
+  fp_op *op = fpi_ir_emit(ps->p, (fp_opcode)code, (fp_stream)stream, (fp_dtype)x.dt, o->count);
+  o->code = (fp_opcode)code;
+  o->stream = (fp_stream)stream;
+  o->dtype = (fp_dtype)x.dt;
+  o->sdtype = x.sdt >= 0 ? (fp_dtype)x.sdt : (fp_dtype)x.dt;
+  o->seg = op->seg;
+  o->line = ps->line;
+  if (x.nuse >= 0) {
+    o->uses = x.nuse;
+    o->nuses = ps->p->nuses - x.nuse;
   }
-  *op = o;
-  fpi_ir_op_shape(ps->p, op, sh.rows, sh.dpitch, sh.spitch);
+  *op = *o;
+  fpi_ir_op_shape(ps->p, op, x.sh.rows, x.sh.dpitch, x.sh.spitch);
   return true;
 }
 

@@ -516,7 +516,7 @@ static bool plan_header_ok(fp_arena *a, fp_diag *d, const fp_src *src) {
       const char *ptr = k ? "/planner_version" : "/format";
       ok = false;
       if (!v)
-        fpi_diag_json(d, src, "", "missing required member '%s'", keys[k]);
+        fpi_diag_json(d, src, "", "%s", fpi_j_missing_msg(tmp, keys[k]));
       else if (!fpi_jv_is(v, FP_JSTRING))
         fpi_diag_json(d, src, ptr, "expected a string, got %s", describe(tmp, v));
       else if (k == 0 && strcmp(v->s, want[k]))
@@ -674,29 +674,20 @@ static bool open_as(rd *r, fp_jtype t) {
 
 /* An object at the cursor: member(r, ctx, k) reads the value of allowed[k]
  * (at most 32 names); a null value is an absent member (but in *present).
- * Then every bit of req must be in *seen ("missing required member", in
- * allowed's order). */
+ * The names are judged by base/json.c's members check (unknown, duplicate,
+ * and at the end every bit of req in *seen, in allowed's order). */
 static bool fobj(rd *r, const char *const *allowed, uint32_t req, uint32_t *seen, uint32_t *present,
                  bool (*member)(rd *, void *, int), void *ctx) {
-  uint32_t pres = 0;
   *seen = 0;
   if (!open_as(r, FP_JOBJECT)) return false;
-  const char *key;
+  fp_jkeys ks;
+  fpi_jkeys_init(&ks, allowed, req);
+  const char *key, *msg;
   size_t kl;
   int st;
-  int last = -1;
   while ((st = fpi_jp_next(r->jp, &key, &kl)) > 0) {
-    /* the writer's order is allowed's, so the name after the last one
-     * matched is tried first; then all of them */
-    int k = -1;
-    const char *g = last >= 0 ? allowed[last + 1] : allowed[0];
-    if (g && g[0] == key[0] && !strncmp(g, key, kl) && !g[kl]) k = last + 1;
-    for (int i = 0; allowed[i] && k < 0; i++)
-      if (allowed[i][0] == key[0] && !strncmp(allowed[i], key, kl) && !allowed[i][kl]) k = i;
-    last = k;
-    if (k < 0) return rerr(r, NULL, "unknown member '%.*s'", (int)kl, key);
-    if (pres >> k & 1) return rerr(r, NULL, "duplicate member '%s'", allowed[k]); /* (the parse says where the first is) */
-    pres |= 1u << k;
+    int k = fpi_jkeys_member(&ks, r->a, key, kl, &msg);
+    if (k < 0) return rerr(r, NULL, "%s", msg); /* (a duplicate: the whole parse says where the first is) */
     if (fpi_jp_peek(r->jp) == 'n') {
       fp_jv v;
       const fp_jv *x;
@@ -707,9 +698,11 @@ static bool fobj(rd *r, const char *const *allowed, uint32_t req, uint32_t *seen
     if (!member(r, ctx, k)) return false;
   }
   if (st < 0) return syntax(r);
-  if (present) *present = pres;
-  for (int i = 0; allowed[i]; i++)
-    if ((req >> i & 1) && !(*seen >> i & 1)) return rerr(r, NULL, "missing required member '%s'", allowed[i]);
+  if (present) *present = ks.seen;
+  /* null stands for absent: the required names must have come with values */
+  fp_jkeys valued = ks;
+  valued.seen = *seen;
+  if ((msg = fpi_jkeys_missing(&valued, r->a))) return rerr(r, NULL, "%s", msg);
   return true;
 }
 
@@ -1093,7 +1086,7 @@ static bool f_optim(rd *r) {
   int v[2] = {0, 0};
   uint32_t seen;
   if (!fobj(r, a_optim, 1, &seen, NULL, m_optim, v)) return false;
-  if (v[0] != FP_OPTIM_NONE && !(seen & 2)) return rerr(r, NULL, "missing required member 'state_dtype'");
+  if (v[0] != FP_OPTIM_NONE && !(seen & 2)) return rerr(r, NULL, "%s", fpi_j_missing_msg(r->a, "state_dtype"));
   r->p->optim = (fp_optim)v[0];
   r->p->optim_dtype = (fp_dtype)v[1];
   return true;

@@ -130,6 +130,13 @@ int32_t fp_plan_param_tp_dim(const fp_plan *plan, int32_t i) {
   return plan->prog->params[i].tp_dim;
 }
 
+int fp_plan_param_weight_persistent(const fp_plan *plan, int32_t i) {
+  if (!plan || !plan->prog || i < 0 || i >= plan->prog->nparams) return -1;
+  const fp_prog *p = plan->prog;
+  int32_t b = p->params[i].weight.buf;
+  return b >= 0 && p->bufs[b].kind == FP_BUF_PERSISTENT;
+}
+
 const char *fp_plan_module_name(const fp_plan *plan, int32_t m) {
   if (!plan || !plan->prog || m < 0 || m >= plan->prog->nmods) return NULL;
   return plan->prog->mods[m].name;

@@ -498,6 +498,38 @@ static void check_mxfp8(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel)
                             ", %" PRId64 ")", q->scales.off, end, q->main.off, q->main.off + numel);
 }
 
+/* ragged_shard: the table's extents tile the flattened param in rank order,
+ * the chunk their largest */
+static void check_ragged(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel, int64_t G) {
+  const fp_prog *p = v->p;
+  if (q->tab < 0 || q->tab >= p->ntabs || !v->tabs[q->tab].ok) {
+    verr(v, FP_VL_PARAM, i, "ragged_shard param '%s' has no valid extent table", q->name);
+    return;
+  }
+  const fp_ir_table *t = &p->tabs[q->tab];
+  if (t->n != G) {
+    verr(v, FP_VL_PARAM, i, "extent table '%s' has %" PRId64 " entries, comm '%s' %" PRId64 " ranks", t->name, t->n,
+         p->comms[q->comm].name, G);
+    return;
+  }
+  int64_t at = 0, most = 0;
+  for (int64_t g = 0; g < G; g++) {
+    if (t->off[g] != at) {
+      verr(v, FP_VL_PARAM, i, "extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", needs %" PRId64
+           " (the ragged extents tile the flattened param in rank order)", t->name, g, t->off[g], at);
+      return;
+    }
+    at = t->off[g] + t->cnt[g]; /* the table's check: no overflow */
+    if (t->cnt[g] > most) most = t->cnt[g];
+  }
+  if (at != numel)
+    verr(v, FP_VL_PARAM, i, "extent table '%s' covers %" PRId64 " elements, the param has %" PRId64, t->name, at,
+         numel);
+  else if (q->chunk != most)
+    verr(v, FP_VL_PARAM, i, "ragged_shard chunk %" PRId64 " is not the largest extent of table '%s' (%" PRId64 ")",
+         q->chunk, t->name, most);
+}
+
 /* cyclic_shard: the table is {g * b, blocks of rank g * b} for a block b
  * dividing the param, over at least 2 ranks, the slot the largest count */
 static void check_cyclic(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel, int64_t G) {
@@ -559,35 +591,7 @@ static void check_layout(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel
              " = %" PRId64 " elements (dim %d over comm '%s')", q->chunk, shape_d, G, oi, want, d, p->comms[q->comm].name);
       return;
     }
-    case FP_PL_RAGGED: {
-      if (q->tab < 0 || q->tab >= p->ntabs || !v->tabs[q->tab].ok) {
-        verr(v, FP_VL_PARAM, i, "ragged_shard param '%s' has no valid extent table", q->name);
-        return;
-      }
-      const fp_ir_table *t = &p->tabs[q->tab];
-      if (t->n != G) {
-        verr(v, FP_VL_PARAM, i, "extent table '%s' has %" PRId64 " entries, comm '%s' %" PRId64 " ranks", t->name, t->n,
-             p->comms[q->comm].name, G);
-        return;
-      }
-      int64_t at = 0, most = 0;
-      for (int64_t g = 0; g < G; g++) {
-        if (t->off[g] != at) {
-          verr(v, FP_VL_PARAM, i, "extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", needs %" PRId64
-               " (the ragged extents tile the flattened param in rank order)", t->name, g, t->off[g], at);
-          return;
-        }
-        at = t->off[g] + t->cnt[g]; /* the table's check: no overflow */
-        if (t->cnt[g] > most) most = t->cnt[g];
-      }
-      if (at != numel)
-        verr(v, FP_VL_PARAM, i, "extent table '%s' covers %" PRId64 " elements, the param has %" PRId64, t->name, at,
-             numel);
-      else if (q->chunk != most)
-        verr(v, FP_VL_PARAM, i, "ragged_shard chunk %" PRId64 " is not the largest extent of table '%s' (%" PRId64 ")",
-             q->chunk, t->name, most);
-      return;
-    }
+    case FP_PL_RAGGED: check_ragged(v, i, q, numel, G); return;
     case FP_PL_CYCLIC: check_cyclic(v, i, q, numel, G); return;
     case FP_PL_OWNED:
       if (q->owner < 0 || q->owner >= G)
@@ -650,68 +654,94 @@ static void flat_spaces(vctx *v) {
   }
 }
 
+/* check_params per param in its steps: its references in range
+ * (param_refs, with its tied users: param_users), its dtypes and shape
+ * (param_shape: false stops the param's checks there), then its dims and
+ * views (param_views) */
+static void param_users(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_ir_param *q = &p->params[i];
+  for (int32_t k = 0; k < q->nusers; k++) { /* tied weights: other modules, each once */
+    int32_t u = q->users ? q->users[k] : -1;
+    if (u < 0 || u >= p->nmods)
+      verr(v, FP_VL_PARAM, i, "user %" PRId32 " is out of range (%" PRId32 " modules)", u, p->nmods);
+    else if (u == q->module)
+      verr(v, FP_VL_PARAM, i, "user '%s' is the param's own module", p->mods[u].name);
+    for (int32_t j = 0; j < k; j++)
+      if (q->users[j] == u) verr(v, FP_VL_PARAM, i, "user %" PRId32 " appears twice", u);
+  }
+}
+
+static void param_refs(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_ir_param *q = &p->params[i];
+  if (q->module < 0 || q->module >= p->nmods)
+    verr(v, FP_VL_PARAM, i, "module %" PRId32 " is out of range (%" PRId32 " modules)", q->module, p->nmods);
+  if (q->bucket < -1 || q->bucket >= p->nbuckets)
+    verr(v, FP_VL_PARAM, i, "bucket %" PRId32 " is out of range (%" PRId32 " buckets)", q->bucket, p->nbuckets);
+  if (q->comm < -1 || q->comm >= p->ncomms)
+    verr(v, FP_VL_PARAM, i, "comm %" PRId32 " is out of range (%" PRId32 " communicators)", q->comm, p->ncomms);
+  if (q->tab < -1 || q->tab >= p->ntabs)
+    verr(v, FP_VL_PARAM, i, "table %" PRId32 " is out of range (%" PRId32 " tables)", q->tab, p->ntabs);
+  if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) verr(v, FP_VL_PARAM, i, "unknown placement %d", q->placement);
+  param_users(v, i);
+  if (q->chunk < 0) verr(v, FP_VL_PARAM, i, "chunk %" PRId64 " is negative", q->chunk);
+  if (q->owner < -1) verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is out of range", q->owner);
+  if (q->comm >= 0 && q->comm < p->ncomms && q->owner >= p->comms[q->comm].size)
+    verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is not a rank of comm '%s' (size %" PRId64 ")", q->owner,
+         p->comms[q->comm].name, p->comms[q->comm].size);
+}
+
+/* dtypes known, ndim in range, the shape's product in int64: *numel */
+static bool param_shape(vctx *v, int32_t i, int64_t *numel) {
+  const fp_ir_param *q = &v->p->params[i];
+  if (!dtype_ok(q->main_dtype) || !dtype_ok(q->param_dtype) || !dtype_ok(q->grad_dtype)) {
+    verr(v, FP_VL_PARAM, i, "unknown dtype");
+    return false;
+  }
+  if (q->ndim < 0 || q->ndim > 8) {
+    verr(v, FP_VL_PARAM, i, "ndim %d is out of range [0, 8]", q->ndim);
+    return false;
+  }
+  *numel = 1;
+  bool ok = true;
+  for (int k = 0; k < q->ndim; k++)
+    if (q->shape[k] < 1 || !fpi_mul64(*numel, q->shape[k], numel)) ok = false;
+  if (!ok) verr(v, FP_VL_PARAM, i, "shape dimensions must be >= 1 and their product fit in int64");
+  return ok;
+}
+
+/* the split dims, then every view of the param and its layout */
+static void param_views(vctx *v, int32_t i, int64_t numel) {
+  const fp_prog *p = v->p;
+  const fp_ir_param *q = &p->params[i];
+  if (q->dim < 0 || (q->ndim > 0 && q->dim >= q->ndim) || (q->ndim == 0 && q->dim != 0))
+    verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
+  if (q->tp_dim != -1 && (p->tp <= 1 || q->tp_dim < 0 || q->tp_dim >= q->ndim))
+    verr(v, FP_VL_PARAM, i, "tp_dim %" PRId32 " is not a dimension of a %d-d param sharded over tp %" PRId64,
+         q->tp_dim, q->ndim, p->tp);
+  bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
+                 q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */ ||
+                 q->placement == FP_PL_CYCLIC;
+  if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))
+    verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
+  check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
+  check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
+  check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
+  check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
+  check_opt_view(v, i, q, sharded ? q->chunk : 0);
+  check_mxfp8(v, i, q, numel);
+  if (q->placement >= 0 && q->placement < FP_IR_NPLACEMENTS && (q->main.buf >= 0 || q->placement != FP_PL_REPLICATE))
+    check_layout(v, i, q, numel);
+}
+
 static void check_params(vctx *v) {
   const fp_prog *p = v->p;
   flat_spaces(v);
   for (int32_t i = 0; i < p->nparams && !stop(v); i++) {
-    const fp_ir_param *q = &p->params[i];
-    if (q->module < 0 || q->module >= p->nmods)
-      verr(v, FP_VL_PARAM, i, "module %" PRId32 " is out of range (%" PRId32 " modules)", q->module, p->nmods);
-    if (q->bucket < -1 || q->bucket >= p->nbuckets)
-      verr(v, FP_VL_PARAM, i, "bucket %" PRId32 " is out of range (%" PRId32 " buckets)", q->bucket, p->nbuckets);
-    if (q->comm < -1 || q->comm >= p->ncomms)
-      verr(v, FP_VL_PARAM, i, "comm %" PRId32 " is out of range (%" PRId32 " communicators)", q->comm, p->ncomms);
-    if (q->tab < -1 || q->tab >= p->ntabs)
-      verr(v, FP_VL_PARAM, i, "table %" PRId32 " is out of range (%" PRId32 " tables)", q->tab, p->ntabs);
-    if (q->placement < 0 || q->placement >= FP_IR_NPLACEMENTS) verr(v, FP_VL_PARAM, i, "unknown placement %d", q->placement);
-    for (int32_t k = 0; k < q->nusers; k++) { /* tied weights: other modules, each once */
-      int32_t u = q->users ? q->users[k] : -1;
-      if (u < 0 || u >= p->nmods)
-        verr(v, FP_VL_PARAM, i, "user %" PRId32 " is out of range (%" PRId32 " modules)", u, p->nmods);
-      else if (u == q->module)
-        verr(v, FP_VL_PARAM, i, "user '%s' is the param's own module", p->mods[u].name);
-      for (int32_t j = 0; j < k; j++)
-        if (q->users[j] == u) verr(v, FP_VL_PARAM, i, "user %" PRId32 " appears twice", u);
-    }
-    if (q->chunk < 0) verr(v, FP_VL_PARAM, i, "chunk %" PRId64 " is negative", q->chunk);
-    if (q->owner < -1) verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is out of range", q->owner);
-    if (q->comm >= 0 && q->comm < p->ncomms && q->owner >= p->comms[q->comm].size)
-      verr(v, FP_VL_PARAM, i, "owner %" PRId64 " is not a rank of comm '%s' (size %" PRId64 ")", q->owner,
-           p->comms[q->comm].name, p->comms[q->comm].size);
-    if (!dtype_ok(q->main_dtype) || !dtype_ok(q->param_dtype) || !dtype_ok(q->grad_dtype)) {
-      verr(v, FP_VL_PARAM, i, "unknown dtype");
-      continue;
-    }
-    if (q->ndim < 0 || q->ndim > 8) {
-      verr(v, FP_VL_PARAM, i, "ndim %d is out of range [0, 8]", q->ndim);
-      continue;
-    }
-    int64_t numel = 1;
-    bool ok = true;
-    for (int k = 0; k < q->ndim; k++)
-      if (q->shape[k] < 1 || !fpi_mul64(numel, q->shape[k], &numel)) ok = false;
-    if (!ok) {
-      verr(v, FP_VL_PARAM, i, "shape dimensions must be >= 1 and their product fit in int64");
-      continue;
-    }
-    if (q->dim < 0 || (q->ndim > 0 && q->dim >= q->ndim) || (q->ndim == 0 && q->dim != 0))
-      verr(v, FP_VL_PARAM, i, "dim %" PRId32 " is not a dimension of a %d-d param", q->dim, q->ndim);
-    if (q->tp_dim != -1 && (p->tp <= 1 || q->tp_dim < 0 || q->tp_dim >= q->ndim))
-      verr(v, FP_VL_PARAM, i, "tp_dim %" PRId32 " is not a dimension of a %d-d param sharded over tp %" PRId64,
-           q->tp_dim, q->ndim, p->tp);
-    bool sharded = q->placement == 0 /* shard */ || q->placement == 1 /* ragged_shard */ ||
-                   q->placement == 4 /* flat_shard: main / grad views start at the rank's chunk */ ||
-                   q->placement == FP_PL_CYCLIC;
-    if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))
-      verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
-    check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
-    check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
-    check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
-    check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
-    check_opt_view(v, i, q, sharded ? q->chunk : 0);
-    check_mxfp8(v, i, q, numel);
-    if (q->placement >= 0 && q->placement < FP_IR_NPLACEMENTS && (q->main.buf >= 0 || q->placement != FP_PL_REPLICATE))
-      check_layout(v, i, q, numel);
+    param_refs(v, i);
+    int64_t numel;
+    if (param_shape(v, i, &numel)) param_views(v, i, numel);
   }
   check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
   free(v->flat);
@@ -811,16 +841,13 @@ static bool region_sums(const fp_ir_table *t, int64_t rows, int64_t *sum, int64_
 static const fp_region *operand(const fp_op *op, int w) { return w == OPND_DST ? &op->dst : w == OPND_SRC ? &op->src : &op->aux; }
 static const char *opnd_name(int w) { return w == OPND_DST ? "dst" : w == OPND_SRC ? "src" : "aux"; }
 
-static bool check_op_structure(vctx *v, int32_t i) {
+/* check_op_structure's steps, each reporting what it finds, in the order
+ * the op's fields are read: its enums and references in range (op_ranges,
+ * op_buffers), then what its kind needs (op_needs, op_operands), its table
+ * (op_table), its shape and its root (op_shape, op_root) */
+static void op_ranges(vctx *v, int32_t i, const char *on) {
   const fp_prog *p = v->p;
   const fp_op *op = &p->ops[i];
-  int n0 = v->nerr;
-  if ((unsigned)op->code >= FP_NOPS) {
-    verr(v, FP_VL_OP, i, "unknown opcode %d", (int)op->code);
-    return false;
-  }
-  const char *on = fpi_op_name(op->code);
-  fp_opclass cls = fpi_op_class(op->code);
   if ((unsigned)op->stream >= FP_NSTREAMS) verr(v, FP_VL_OP, i, "%s: unknown stream %d", on, (int)op->stream);
   if (!dtype_ok(op->dtype) || !dtype_ok(op->sdtype)) verr(v, FP_VL_OP, i, "%s: unknown dtype", on);
   if ((unsigned)op->pass > FP_PASS_OPT) verr(v, FP_VL_OP, i, "%s: unknown pass %d", on, (int)op->pass);
@@ -840,6 +867,12 @@ static bool check_op_structure(vctx *v, int32_t i) {
   RANGE(bucket, p->nbuckets, "bucket")
   RANGE(event, p->nevents, "event")
 #undef RANGE
+}
+
+/* the operands' buffers and the uses list in range */
+static void op_buffers(vctx *v, int32_t i, const char *on, fp_opclass cls) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (op->dst.buf < -1 || op->dst.buf >= p->nbufs || op->src.buf < -1 || op->src.buf >= p->nbufs ||
       op->aux.buf < -1 || op->aux.buf >= p->nbufs)
     verr(v, FP_VL_OP, i, "%s: an operand's buffer is out of range (%" PRId32 " buffers)", on, p->nbufs);
@@ -856,8 +889,13 @@ static bool check_op_structure(vctx *v, int32_t i) {
         break;
       }
   }
-  if (v->nerr != n0) return false;
-  /* what the op needs */
+}
+
+/* what the op's kind needs: a communicator, an event, a module, a table,
+ * a count, a rank of its only= communicator */
+static void op_needs(vctx *v, int32_t i, const char *on, fp_opclass cls) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (cls == FP_OPC_COMM && op->comm < 0) verr(v, FP_VL_OP, i, "%s needs a communicator", on);
   if (cls == FP_OPC_SYNC && op->event < 0) verr(v, FP_VL_OP, i, "%s needs an event", on);
   if (cls != FP_OPC_SYNC && op->event >= 0) verr(v, FP_VL_OP, i, "%s takes no event", on);
@@ -876,6 +914,11 @@ static bool check_op_structure(vctx *v, int32_t i) {
   if (op->only >= 0 && op->only_comm >= 0 && op->only >= p->comms[op->only_comm].size)
     verr(v, FP_VL_OP, i, "%s: only=%" PRId32 " is not a rank of comm '%s' (size %" PRId64 ")", on, op->only,
          p->comms[op->only_comm].name, p->comms[op->only_comm].size);
+}
+
+/* the operands the op's kind reads and writes, and only those */
+static void op_operands(vctx *v, int32_t i, const char *on) {
+  const fp_op *op = &v->p->ops[i];
   int need = operands_of(op->code);
   for (int w = OPND_DST; w <= OPND_AUX; w <<= 1) {
     const fp_region *r = operand(op, w);
@@ -885,7 +928,32 @@ static bool check_op_structure(vctx *v, int32_t i) {
     if (present && r->tabrel && op->tab < 0)
       verr(v, FP_VL_OP, i, "%s: %s is table-relative but the op has no table", on, opnd_name(w));
   }
-  fp_op_shape sh = fpi_op_shape_of(p, op);
+}
+
+/* an all_gather_v's pieces land in rank order, none over another */
+static void check_gatherv_order(vctx *v, int32_t i, const char *on) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  /* the members' pieces land in rank order, none over another (two
+   * writers of one byte); gaps are left as they were */
+  const fp_ir_table *t = &p->tabs[op->tab];
+  for (int64_t g = 0, at = 0; g < t->n; g++) {
+    if (t->cnt[g] == 0) continue;
+    if (t->off[g] < at) {
+      verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", inside the "
+           "pieces before it (they end at %" PRId64 "): the members' pieces lie in rank order, none over another",
+           on, t->name, g, t->off[g], at);
+      return;
+    }
+    at = t->off[g] + t->cnt[g];
+  }
+}
+
+/* the op's table: a region table (any number of entries, no comm), or one
+ * entry per member of its communicator */
+static void op_table(vctx *v, int32_t i, const char *on, fp_op_shape sh) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (fpi_op_regions(op->code)) { /* a region table: any number of entries, no comm */
     int64_t sum, end;
     if (op->tab < 0)
@@ -909,28 +977,26 @@ static bool check_op_structure(vctx *v, int32_t i) {
            p->tabs[op->tab].name, p->tabs[op->tab].n, p->comms[op->comm].name, p->comms[op->comm].size);
     else if (!v->tabs[op->tab].ok)
       verr(v, FP_VL_OP, i, "%s: table '%s' is invalid", on, p->tabs[op->tab].name);
-    else if (op->code == FP_OP_ALL_GATHER_V) {
-      /* the members' pieces land in rank order, none over another (two
-       * writers of one byte); gaps are left as they were */
-      const fp_ir_table *t = &p->tabs[op->tab];
-      for (int64_t g = 0, at = 0; g < t->n; g++) {
-        if (t->cnt[g] == 0) continue;
-        if (t->off[g] < at) {
-          verr(v, FP_VL_OP, i, "%s: extent table '%s' entry %" PRId64 " starts at element %" PRId64 ", inside the "
-               "pieces before it (they end at %" PRId64 "): the members' pieces lie in rank order, none over another",
-               on, t->name, g, t->off[g], at);
-          break;
-        }
-        at = t->off[g] + t->cnt[g];
-      }
-    }
+    else if (op->code == FP_OP_ALL_GATHER_V)
+      check_gatherv_order(v, i, on);
   }
+}
+
+/* rows and pitches: copies and region ops only */
+static void op_shape(vctx *v, int32_t i, const char *on, fp_op_shape sh) {
+  const fp_op *op = &v->p->ops[i];
   if (op->code == FP_OP_COPY || fpi_op_regions(op->code)) {
     if (sh.rows < 1) verr(v, FP_VL_OP, i, "%s: rows %" PRId64 " must be >= 1", on, sh.rows);
     if (sh.dpitch < 0 || sh.spitch < 0) verr(v, FP_VL_OP, i, "%s: pitches must be >= 0", on);
   } else if (sh.rows != 1 || sh.dpitch || sh.spitch) {
     verr(v, FP_VL_OP, i, "%s takes no rows or pitches", on);
   }
+}
+
+/* a root: broadcast, reduce, send and recv need one, in their communicator */
+static void op_root(vctx *v, int32_t i, const char *on) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   if (op->root != -1) {
     bool rooted = op->code == FP_OP_BROADCAST || op->code == FP_OP_REDUCE || op->code == FP_OP_SEND || op->code == FP_OP_RECV;
     if (!rooted) verr(v, FP_VL_OP, i, "%s takes no root", on);
@@ -941,6 +1007,27 @@ static bool check_op_structure(vctx *v, int32_t i) {
     verr(v, FP_VL_OP, i, "%s needs a root (%s)", on,
          op->code == FP_OP_SEND || op->code == FP_OP_RECV ? "the peer's distance in the comm" : "a rank of the comm");
   }
+}
+
+static bool check_op_structure(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  int n0 = v->nerr;
+  if ((unsigned)op->code >= FP_NOPS) {
+    verr(v, FP_VL_OP, i, "unknown opcode %d", (int)op->code);
+    return false;
+  }
+  const char *on = fpi_op_name(op->code);
+  fp_opclass cls = fpi_op_class(op->code);
+  op_ranges(v, i, on);
+  op_buffers(v, i, on, cls);
+  if (v->nerr != n0) return false;
+  op_needs(v, i, on, cls);
+  op_operands(v, i, on);
+  fp_op_shape sh = fpi_op_shape_of(p, op);
+  op_table(v, i, on, sh);
+  op_shape(v, i, on, sh);
+  op_root(v, i, on);
   return v->nerr == n0;
 }
 
@@ -1023,29 +1110,34 @@ static bool opnd_start(vctx *v, const fp_op *op, int w, int64_t g, int64_t *out)
  * (extents vary by rank), else the two ends (offsets are linear in g) */
 static bool needs_every_g(const fp_op *op) { return op->tab >= 0 && !fpi_op_regions(op->code); }
 
-static void check_op_operands(vctx *v, int32_t i) {
-  const fp_prog *p = v->p;
-  const fp_op *op = &p->ops[i];
-  const char *on = fpi_op_name(op->code);
-  int64_t G = comm_size_or_1(p, op);
-  int need = operands_of(op->code);
-  bool every = needs_every_g(op);
-  /* overlap rule for dst vs src: 0 never, else the in-place form */
-  enum { IP_NONE, IP_AG, IP_AGV, IP_RS, IP_RSV, IP_SAME, IP_SAME_DT } inplace = IP_NONE;
-  switch (op->code) {
-    case FP_OP_ALL_GATHER: inplace = IP_AG; break;
-    case FP_OP_ALL_GATHER_V: inplace = IP_AGV; break;
-    case FP_OP_REDUCE_SCATTER: inplace = IP_RS; break;
-    case FP_OP_REDUCE_SCATTER_V: inplace = IP_RSV; break;
+/* check_op_operands in its steps: the elements aligned (operands_aligned),
+ * then at the ranks checked each operand inside its buffer
+ * (operands_inside) and no two overlapping but in the op's in-place form
+ * (operands_apart), then host memory touched by h2d and d2h only
+ * (operands_host). */
+/* overlap rule for dst vs src: none, or the in-place form */
+typedef enum { IP_NONE, IP_AG, IP_AGV, IP_RS, IP_RSV, IP_SAME, IP_SAME_DT } inplace_form;
+
+static inplace_form inplace_of(fp_opcode code) {
+  switch (code) {
+    case FP_OP_ALL_GATHER: return IP_AG;
+    case FP_OP_ALL_GATHER_V: return IP_AGV;
+    case FP_OP_REDUCE_SCATTER: return IP_RS;
+    case FP_OP_REDUCE_SCATTER_V: return IP_RSV;
     case FP_OP_ALL_REDUCE:
     case FP_OP_BROADCAST:
-    case FP_OP_REDUCE: inplace = IP_SAME; break;
-    case FP_OP_ADD: inplace = IP_SAME_DT; break;
-    default: break;
+    case FP_OP_REDUCE: return IP_SAME;
+    case FP_OP_ADD: return IP_SAME_DT;
+    default: return IP_NONE;
   }
-  /* element alignment: where an operand starts on any rank (its offset, the
-   * per-rank stride, a table entry times the element size, each row's
-   * pitch), a whole number of its elements */
+}
+
+/* element alignment: where an operand starts on any rank (its offset, the
+ * per-rank stride, a table entry times the element size, each row's
+ * pitch), a whole number of its elements */
+static bool operands_aligned(vctx *v, int32_t i, const char *on, int need) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   fp_op_shape ash = fpi_op_shape_of(p, op);
   for (int k = 0; k < 3; k++) {
     int w = 1 << k;
@@ -1059,70 +1151,88 @@ static void check_op_operands(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s: %s %s %" PRId64 " in buffer '%s' is not a multiple of the %s element size (%d bytes)",
            on, opnd_name(w), what, r->off % z ? r->off : r->stride % z ? r->stride : pitch, p->bufs[r->buf].name,
            fpi_dtype_name(dt), (int)z);
-      return;
+      return false;
     }
   }
-  int overlap_case[3][3]; /* per pair: disjointness case at the first g (0 none yet) */
-  memset(overlap_case, 0, sizeof overlap_case);
-  for (int64_t gi = 0, ng = every ? G : (G > 1 ? 2 : 1); gi < ng && !stop(v); gi++) {
-    int64_t g = every ? gi : gi * (G - 1);
-    if ((op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8) && fpi_op_count(p, op, g) % 32) {
-      verr(v, FP_VL_OP, i, "%s: count %" PRId64 " (rank index %" PRId64 ") is not a multiple of the 32-element MXFP8 block",
-           on, fpi_op_count(p, op, g), g);
-      return;
-    }
-    int64_t st[3] = {0}, en[3] = {0};
-    for (int k = 0; k < 3; k++) {
-      int w = 1 << k;
-      if (!(need & w)) continue;
-      const fp_region *r = operand(op, w);
-      const fp_ir_buf *b = &p->bufs[r->buf];
-      int64_t ext;
-      if (!opnd_start(v, op, w, g, &st[k]) || !opnd_extent(v, op, w, g, G, &ext) || !fpi_add64(st[k], ext, &en[k])) {
-        verr(v, FP_VL_OP, i, "%s: %s offset overflows int64 (rank index %" PRId64 ")", on, opnd_name(w), g);
-        return;
-      }
-      if (st[k] < 0 || en[k] > b->bytes) {
-        verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") is outside buffer '%s' (%" PRId64 " bytes) on rank index %" PRId64,
-             on, opnd_name(w), st[k], en[k], b->name, b->bytes, g);
-        return;
-      }
-    }
-    /* overlaps between operands in the same buffer */
-    for (int a = 0; a < 3; a++)
-      for (int c = a + 1; c < 3; c++) {
-        int wa = 1 << a, wc = 1 << c;
-        if (!(need & wa) || !(need & wc) || operand(op, wa)->buf != operand(op, wc)->buf) continue;
-        if (en[a] == st[a] || en[c] == st[c]) continue; /* empty */
-        int cs = en[a] <= st[c] ? 1 : en[c] <= st[a] ? 2 : 3;
-        if (cs != 3) {
-          if (!overlap_case[a][c]) overlap_case[a][c] = cs;
-          else if (overlap_case[a][c] != cs && !every) cs = 3; /* crossed between the ends */
-          if (cs != 3) continue;
-        }
-        /* they overlap: legal only in an in-place form of dst (a=0) and src (c=1) */
-        bool legal = false;
-        if (a == 0 && c == 1) {
-          int64_t n = fpi_op_count(p, op, g), sz = dsize(op->dtype), t;
-          switch (inplace) {
-            case IP_AG: legal = fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[1] - st[0] == t; break;
-            case IP_RS: legal = fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[0] - st[1] == t; break;
-            case IP_AGV: legal = fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[1] - st[0] == t; break;
-            case IP_RSV: legal = fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[0] - st[1] == t; break;
-            case IP_SAME: legal = st[0] == st[1]; break;
-            case IP_SAME_DT: legal = st[0] == st[1] && op->dtype == op->sdtype; break;
-            default: break;
-          }
-        }
-        if (!legal) {
-          verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") and %s [%" PRId64 ", %" PRId64 ") overlap in buffer '%s'%s",
-               on, opnd_name(wa), st[a], en[a], opnd_name(wc), st[c], en[c], p->bufs[operand(op, wa)->buf].name,
-               inplace != IP_NONE && a == 0 && c == 1 ? " and are not the in-place form" : "");
-          return;
-        }
-      }
+  return true;
+}
+
+/* on rank index g: the MXFP8 block count, and each operand [st, en) inside its buffer */
+static bool operands_inside(vctx *v, int32_t i, const char *on, int need, int64_t g, int64_t G, int64_t st[3],
+                            int64_t en[3]) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  if ((op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8) && fpi_op_count(p, op, g) % 32) {
+    verr(v, FP_VL_OP, i, "%s: count %" PRId64 " (rank index %" PRId64 ") is not a multiple of the 32-element MXFP8 block",
+         on, fpi_op_count(p, op, g), g);
+    return false;
   }
-  /* host memory: only h2d / d2h touch it, each on its side */
+  for (int k = 0; k < 3; k++) {
+    int w = 1 << k;
+    if (!(need & w)) continue;
+    const fp_region *r = operand(op, w);
+    const fp_ir_buf *b = &p->bufs[r->buf];
+    int64_t ext;
+    if (!opnd_start(v, op, w, g, &st[k]) || !opnd_extent(v, op, w, g, G, &ext) || !fpi_add64(st[k], ext, &en[k])) {
+      verr(v, FP_VL_OP, i, "%s: %s offset overflows int64 (rank index %" PRId64 ")", on, opnd_name(w), g);
+      return false;
+    }
+    if (st[k] < 0 || en[k] > b->bytes) {
+      verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") is outside buffer '%s' (%" PRId64 " bytes) on rank index %" PRId64,
+           on, opnd_name(w), st[k], en[k], b->name, b->bytes, g);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* dst and src overlapping on rank index g as the in-place form allows */
+static bool inplace_legal(const fp_prog *p, const fp_op *op, inplace_form inplace, int64_t g, const int64_t st[3]) {
+  int64_t n = fpi_op_count(p, op, g), sz = dsize(op->dtype), t;
+  switch (inplace) {
+    case IP_AG: return fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[1] - st[0] == t;
+    case IP_RS: return fpi_mul64(g, n, &t) && fpi_mul64(t, sz, &t) && st[0] - st[1] == t;
+    case IP_AGV: return fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[1] - st[0] == t;
+    case IP_RSV: return fpi_mul64(p->tabs[op->tab].off[g], sz, &t) && st[0] - st[1] == t;
+    case IP_SAME: return st[0] == st[1];
+    case IP_SAME_DT: return st[0] == st[1] && op->dtype == op->sdtype;
+    default: return false;
+  }
+}
+
+/* overlaps between operands in the same buffer on rank index g; cases[a][c]
+ * keeps which side pair (a, c) was on at the first rank (0: none yet), so
+ * that checking only the ends still sees a pair that crosses between them */
+static bool operands_apart(vctx *v, int32_t i, const char *on, int need, bool every, int64_t g, const int64_t st[3],
+                           const int64_t en[3], int cases[3][3]) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  inplace_form inplace = inplace_of(op->code);
+  for (int a = 0; a < 3; a++)
+    for (int c = a + 1; c < 3; c++) {
+      int wa = 1 << a, wc = 1 << c;
+      if (!(need & wa) || !(need & wc) || operand(op, wa)->buf != operand(op, wc)->buf) continue;
+      if (en[a] == st[a] || en[c] == st[c]) continue; /* empty */
+      int cs = en[a] <= st[c] ? 1 : en[c] <= st[a] ? 2 : 3;
+      if (cs != 3) {
+        if (!cases[a][c]) cases[a][c] = cs;
+        else if (cases[a][c] != cs && !every) cs = 3; /* crossed between the ends */
+        if (cs != 3) continue;
+      }
+      /* they overlap: legal only in an in-place form of dst (a=0) and src (c=1) */
+      if (a == 0 && c == 1 && inplace_legal(p, op, inplace, g, st)) continue;
+      verr(v, FP_VL_OP, i, "%s: %s [%" PRId64 ", %" PRId64 ") and %s [%" PRId64 ", %" PRId64 ") overlap in buffer '%s'%s",
+           on, opnd_name(wa), st[a], en[a], opnd_name(wc), st[c], en[c], p->bufs[operand(op, wa)->buf].name,
+           inplace != IP_NONE && a == 0 && c == 1 ? " and are not the in-place form" : "");
+      return false;
+    }
+  return true;
+}
+
+/* host memory: only h2d / d2h touch it, each on its side */
+static void operands_host(vctx *v, int32_t i, const char *on, int need) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
   for (int k = 0; k < 3; k++) {
     int w = 1 << k;
     if (!(need & w)) continue;
@@ -1134,7 +1244,29 @@ static void check_op_operands(vctx *v, int32_t i) {
   }
 }
 
-static void check_op_dtypes(vctx *v, int32_t i) {
+static void check_op_operands(vctx *v, int32_t i) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  const char *on = fpi_op_name(op->code);
+  int64_t G = comm_size_or_1(p, op);
+  int need = operands_of(op->code);
+  bool every = needs_every_g(op);
+  if (!operands_aligned(v, i, on, need)) return;
+  int cases[3][3]; /* per pair: disjointness case at the first g (0 none yet) */
+  memset(cases, 0, sizeof cases);
+  for (int64_t gi = 0, ng = every ? G : (G > 1 ? 2 : 1); gi < ng && !stop(v); gi++) {
+    int64_t g = every ? gi : gi * (G - 1);
+    int64_t st[3] = {0}, en[3] = {0};
+    if (!operands_inside(v, i, on, need, g, G, st, en) || !operands_apart(v, i, on, need, every, g, st, en, cases))
+      return;
+  }
+  operands_host(v, i, on, need);
+}
+
+/* check_op_dtypes in its steps: the dtypes the op's kind takes
+ * (dtypes_of_kind), alpha only where it means something, and no FP8 data
+ * in a grad buffer (no_fp8_grads) */
+static void dtypes_of_kind(vctx *v, int32_t i) {
   const fp_op *op = &v->p->ops[i];
   const char *on = fpi_op_name(op->code), *dn = fpi_dtype_name(op->dtype), *sn = fpi_dtype_name(op->sdtype);
   switch (op->code) {
@@ -1183,8 +1315,11 @@ static void check_op_dtypes(vctx *v, int32_t i) {
       break;
     default: break;
   }
-  if (op->code != FP_OP_SCALE && fpi_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
-    verr(v, FP_VL_OP, i, "%s takes no alpha", on);
+}
+
+static void no_fp8_grads(vctx *v, int32_t i) {
+  const fp_op *op = &v->p->ops[i];
+  const char *on = fpi_op_name(op->code);
   /* grads are never FP8: no MXFP8 op and no op on e4m3 / e8m0 data touches a
    * grad buffer (gradients are reduced and stored in float types only) */
   bool fp8 = op->code == FP_OP_QUANTIZE_MXFP8 || op->code == FP_OP_DEQUANTIZE_MXFP8 || op->dtype == FP_E4M3 ||
@@ -1198,6 +1333,15 @@ static void check_op_dtypes(vctx *v, int32_t i) {
       verr(v, FP_VL_OP, i, "%s moves FP8 data into or out of %s buffer '%s': grads are never FP8", on,
            fpi_buf_cat_name(c), v->p->bufs[b].name);
   }
+}
+
+static void check_op_dtypes(vctx *v, int32_t i) {
+  const fp_op *op = &v->p->ops[i];
+  const char *on = fpi_op_name(op->code);
+  dtypes_of_kind(v, i);
+  if (op->code != FP_OP_SCALE && fpi_op_class(op->code) != FP_OPC_COMPUTE && op->alpha != 0)
+    verr(v, FP_VL_OP, i, "%s takes no alpha", on);
+  no_fp8_grads(v, i);
 }
 
 /* ---- rule 5: collectives match on every rank ------------------------------------------ */
@@ -1607,23 +1751,100 @@ static bool build_ranges(vctx *v) {
  * stream. The step is walked twice (the executor replays it), so arena reuse
  * is also checked across the end of one step and the start of the next.
  * Rule 4 (a wait needs an earlier record) is checked on the first walk. */
+/* walk_clocks in its steps: the events' clocks (evmap: each event's dense
+ * slot, given when the walk first meets it: through a table when the ids
+ * are small, a compiled plan numbering its events 0..nevents-1, else a hash
+ * map; at most nevops slots), each op's wait and record (op_clock), and what
+ * the op notes for the later rules (op_notes) */
+typedef struct evmap {
+  int32_t *dense; /* event id -> slot, or NULL: the map */
+  imap ev;
+  int32_t nev;
+  int64_t (*evc)[FP_NSTREAMS]; /* each slot's recorded clock */
+  bool *recorded;
+} evmap;
+
+static void evmap_open(const vctx *v, evmap *m) {
+  int32_t maxev = v->maxev;
+  m->nev = 0;
+  m->dense = maxev <= 2 * (int64_t)v->p->nops + 64 ? malloc(((size_t)maxev + 2) * sizeof *m->dense) : NULL;
+  imap_init(&m->ev, m->dense ? 0 : 16);
+  for (int32_t k = 0; m->dense && k <= maxev; k++) m->dense[k] = -1;
+  m->evc = calloc((size_t)v->nevops + 1, sizeof *m->evc);
+  m->recorded = calloc((size_t)v->nevops + 1, sizeof *m->recorded);
+  FP_ASSERT(m->evc && m->recorded);
+}
+
+static void evmap_close(const vctx *v, evmap *m) {
+  FP_ASSERT(m->nev <= v->nevops);
+  imap_free(&m->ev);
+  free(m->dense);
+  free(m->evc);
+  free(m->recorded);
+}
+
+static int32_t evmap_slot(evmap *m, int32_t id) {
+  if (id < 0) return -1;
+  if (m->dense) {
+    if (m->dense[id] < 0) m->dense[id] = m->nev++;
+    return m->dense[id];
+  }
+  bool fresh;
+  int32_t e = imap_get_or_put(&m->ev, id, m->nev, &fresh);
+  m->nev += fresh;
+  return e;
+}
+
+/* op i on stream s: a wait joins its event's clock (rule 4: recorded
+ * before), the stream ticks, a record keeps the clock */
+static void op_clock(vctx *v, int32_t i, evmap *m, int64_t vc[FP_NSTREAMS][FP_NSTREAMS], bool races) {
+  const fp_op *op = &v->p->ops[i];
+  int s = op->stream;
+  int32_t e = evmap_slot(m, op->event);
+  if (op->code == FP_OP_WAIT) {
+    if (!m->recorded[e]) {
+      if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
+    } else {
+      for (int k = 0; k < FP_NSTREAMS; k++)
+        if (m->evc[e][k] > vc[s][k]) vc[s][k] = m->evc[e][k];
+    }
+  }
+  vc[s][s]++;
+  if (races) v->clkop[s][vc[s][s]] = i;
+  if (op->code == FP_OP_RECORD) {
+    memcpy(m->evc[e], vc[s], sizeof vc[s]);
+    m->recorded[e] = true;
+  }
+}
+
+/* op i's buffer uses (rules 6, 7) and accesses (rule 8), checked and noted */
+static void op_notes(vctx *v, int32_t i, const int64_t *clock, int step, bool ranges, bool races) {
+  const fp_prog *p = v->p;
+  const fp_op *op = &p->ops[i];
+  int s = op->stream;
+  if (ranges) {
+    const int32_t *extra;
+    int ne = op_bufs(p, op, &extra);
+    use_buf(v, op->dst.buf, i, s, clock, step);
+    use_buf(v, op->src.buf, i, s, clock, step);
+    use_buf(v, op->aux.buf, i, s, clock, step);
+    for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, clock, step);
+  }
+  if (races) {
+    int na = fpi_op_accesses(p, op, v->acc);
+    for (int k = 0; k < na && !race_stop(v); k++) race_check(v, i, s, clock, step, &v->acc[k]);
+    for (int k = 0; k < na; k++) race_note(v, i, s, clock, step, &v->acc[k]);
+  }
+}
+
 static void walk_clocks(vctx *v, bool ranges, bool races) {
   const fp_prog *p = v->p;
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
-  /* each event's dense slot, given when the walk first meets it: through
-   * a table when the ids are small (a compiled plan numbers its events
-   * 0..nevents-1), else a hash map; at most nevops slots */
-  int32_t nev = 0, maxev = v->maxev;
   bool has_ops[FP_NSTREAMS], synced[FP_NSTREAMS];
   for (int t = 0; t < FP_NSTREAMS; t++) has_ops[t] = v->per[t] > 0;
-  int32_t *dense = maxev <= 2 * (int64_t)p->nops + 64 ? malloc(((size_t)maxev + 2) * sizeof *dense) : NULL;
-  imap ev; /* event id -> dense slot, when there is no table */
-  imap_init(&ev, dense ? 0 : 16);
-  for (int32_t k = 0; dense && k <= maxev; k++) dense[k] = -1;
-  int64_t (*evc)[FP_NSTREAMS] = calloc((size_t)v->nevops + 1, sizeof *evc);
-  bool *recorded = calloc((size_t)v->nevops + 1, sizeof *recorded);
-  FP_ASSERT(evc && recorded);
+  evmap m;
+  evmap_open(v, &m);
   /* Step 2 (the next replay) only adds what crosses the step boundary. Once
    * stream s has seen all of step 1 (vc[s] >= step1end componentwise), an op
    * on s conflicts with no step-1 access (rule 8 reports only those in step
@@ -1644,29 +1865,7 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
       const fp_op *op = &p->ops[i];
       if (v->badop[i]) continue;
       int s = op->stream;
-      int32_t e = -1, id = op->event;
-      if (id >= 0 && dense) {
-        if (dense[id] < 0) dense[id] = nev++;
-        e = dense[id];
-      } else if (id >= 0) {
-        bool fresh;
-        e = imap_get_or_put(&ev, id, nev, &fresh);
-        nev += fresh;
-      }
-      if (op->code == FP_OP_WAIT) {
-        if (!recorded[e]) {
-          if (!races || v->defer) verr(v, FP_VL_OP, i, "wait on event %" PRId32 " that no earlier op records", op->event); /* rule 4 */
-        } else {
-          for (int k = 0; k < FP_NSTREAMS; k++)
-            if (evc[e][k] > vc[s][k]) vc[s][k] = evc[e][k];
-        }
-      }
-      vc[s][s]++;
-      if (races) v->clkop[s][vc[s][s]] = i;
-      if (op->code == FP_OP_RECORD) {
-        memcpy(evc[e], vc[s], sizeof vc[s]);
-        recorded[e] = true;
-      }
+      op_clock(v, i, &m, vc, races);
       if (step == 2 && !synced[s]) {
         bool all = true;
         for (int t = 0; t < FP_NSTREAMS; t++) all &= vc[s][t] >= v->step1end[t];
@@ -1680,26 +1879,10 @@ static void walk_clocks(vctx *v, bool ranges, bool races) {
         }
         continue;
       }
-      if (ranges) {
-        const int32_t *extra;
-        int ne = op_bufs(p, op, &extra);
-        use_buf(v, op->dst.buf, i, s, vc[s], step);
-        use_buf(v, op->src.buf, i, s, vc[s], step);
-        use_buf(v, op->aux.buf, i, s, vc[s], step);
-        for (int k = 0; k < ne; k++) use_buf(v, extra[k], i, s, vc[s], step);
-      }
-      if (races) {
-        int na = fpi_op_accesses(p, op, v->acc);
-        for (int k = 0; k < na && !race_stop(v); k++) race_check(v, i, s, vc[s], step, &v->acc[k]);
-        for (int k = 0; k < na; k++) race_note(v, i, s, vc[s], step, &v->acc[k]);
-      }
+      op_notes(v, i, vc[s], step, ranges, races);
     }
   }
-  FP_ASSERT(nev <= v->nevops);
-  imap_free(&ev);
-  free(dense);
-  free(evc);
-  free(recorded);
+  evmap_close(v, &m);
 }
 
 /* Rule 6 over transient buffers that share arena bytes: every pair of live
@@ -1748,9 +1931,19 @@ static bool pair_fresh(imap *seen, const vctx *v, int32_t x, int32_t y) {
 }
 
 /* the transient buffers ord[0..nt) of one arena */
-static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
+/* check_reuse in its steps: the arena cut into slots at the buffers' ends,
+ * each slot listing the live ranges over it by first op (reuse_slots),
+ * then one sweep forward (live together, and step 1's order:
+ * reuse_forward_slot) and one backward (the next step's order:
+ * reuse_backward_slot) over each slot */
+typedef struct slots {
+  int32_t nslots;
+  int64_t *start; /* slot z's ranges: list[start[z] .. start[z + 1]) */
+  int32_t *list;
+} slots;
+
+static void reuse_slots(vctx *v, const int32_t *ord, int32_t nt, slots *S) {
   const fp_prog *p = v->p;
-  if (nt < 2) return;
   int64_t *cut = malloc(2 * (size_t)nt * sizeof *cut);
   int32_t *slo = malloc((size_t)nt * sizeof *slo), *shi = malloc((size_t)nt * sizeof *shi);
   FP_ASSERT(cut && slo && shi);
@@ -1793,73 +1986,88 @@ static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
   for (int32_t z = 0; z < nslots; z++) fill[z] = start[z];
   for (int32_t k = 0; k < nr; k++)
     for (int32_t z = slo[rbuf[k]]; z < shi[rbuf[k]]; z++) list[fill[z]++] = (int32_t)(uint32_t)rkey[k];
-  imap seen;
-  imap_init(&seen, 16);
-  /* forward: live together, and step 1 order */
-  for (int32_t z = 0; z < nslots && !stop(v); z++) {
-    best2 last, use[FP_NSTREAMS];
-    best2_clear(&last);
-    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
-    for (int64_t k = start[z]; k < start[z + 1] && !stop(v); k++) {
-      const range *y = &v->rg[list[k]];
-      int32_t xr;
-      bool together = best2_other(&last, y->buf, &xr) >= y->first;
-      if (together && pair_fresh(&seen, v, xr, list[k])) {
-        const range *x = &v->rg[xr];
-        verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
-             ") share arena bytes and are live at the same time", p->bufs[x->buf].name, x->first, x->last,
-             p->bufs[y->buf].name, y->first, y->last);
-      }
-      for (int s = 0; s < FP_NSTREAMS && !v->unordered && !together; s++) {
-        int64_t lu = best2_other(&use[s], y->buf, &xr);
-        if (lu <= 0 || y->min1[s] >= lu) continue;
-        if (pair_fresh(&seen, v, xr, list[k])) {
-          const range *x = &v->rg[xr];
-          int32_t from = x->last1op[s], to = y->min1op[s];
-          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
-               "does not happen before this op (stream %s): a record/wait is missing", p->bufs[y->buf].name,
-               p->bufs[x->buf].name, from, p->bufs[x->buf].name, fpi_stream_name(p->ops[from].stream),
-               fpi_stream_name(p->ops[to].stream));
-        }
-        break;
-      }
-      best2_add(&last, y->last, y->buf, list[k]);
-      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], y->last1[s], y->buf, list[k]);
-    }
-  }
-  /* backward: a later range's uses happen before an earlier one's in the next step */
-  for (int32_t z = 0; z < nslots && !stop(v) && !v->unordered; z++) {
-    best2 use[FP_NSTREAMS];
-    for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
-    for (int64_t k = start[z + 1] - 1; k >= start[z] && !stop(v); k--) {
-      const range *x = &v->rg[list[k]];
-      for (int s = 0; s < FP_NSTREAMS; s++) {
-        int32_t yr;
-        int64_t lu = best2_other(&use[s], x->buf, &yr);
-        if (lu <= 0 || x->min2[s] >= lu) continue;
-        const range *y = &v->rg[yr];
-        if (y->first <= x->last) continue; /* live together: reported above */
-        if (pair_fresh(&seen, v, list[k], yr)) {
-          int32_t from = y->last1op[s], to = x->min2op[s];
-          verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
-               " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
-               "is missing", p->bufs[x->buf].name, p->bufs[y->buf].name, from, p->bufs[y->buf].name,
-               fpi_stream_name(p->ops[from].stream), fpi_stream_name(p->ops[to].stream));
-        }
-        break;
-      }
-      for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], x->last1[s], x->buf, list[k]);
-    }
-  }
-  imap_free(&seen);
+  *S = (slots){nslots, start, list};
   free(cut);
   free(slo);
   free(shi);
   free(rkey);
   free(rbuf);
-  free(start);
-  free(list);
   free(fill);
+}
+
+/* forward over slot z: live together, and step 1 order */
+static void reuse_forward_slot(vctx *v, const slots *S, int32_t z, imap *seen) {
+  const fp_prog *p = v->p;
+  best2 last, use[FP_NSTREAMS];
+  best2_clear(&last);
+  for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+  for (int64_t k = S->start[z]; k < S->start[z + 1] && !stop(v); k++) {
+    int32_t rk = S->list[k];
+    const range *y = &v->rg[rk];
+    int32_t xr;
+    bool together = best2_other(&last, y->buf, &xr) >= y->first;
+    if (together && pair_fresh(seen, v, xr, rk)) {
+      const range *x = &v->rg[xr];
+      verr(v, FP_VL_OP, y->first, "buffers '%s' (live over ops %" PRId32 "..%" PRId32 ") and '%s' (ops %" PRId32 "..%" PRId32
+           ") share arena bytes and are live at the same time", p->bufs[x->buf].name, x->first, x->last,
+           p->bufs[y->buf].name, y->first, y->last);
+    }
+    for (int s = 0; s < FP_NSTREAMS && !v->unordered && !together; s++) {
+      int64_t lu = best2_other(&use[s], y->buf, &xr);
+      if (lu <= 0 || y->min1[s] >= lu) continue;
+      if (pair_fresh(seen, v, xr, rk)) {
+        const range *x = &v->rg[xr];
+        int32_t from = x->last1op[s], to = y->min1op[s];
+        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' but op %" PRId32 " (a use of '%s', stream %s) "
+             "does not happen before this op (stream %s): a record/wait is missing", p->bufs[y->buf].name,
+             p->bufs[x->buf].name, from, p->bufs[x->buf].name, fpi_stream_name(p->ops[from].stream),
+             fpi_stream_name(p->ops[to].stream));
+      }
+      break;
+    }
+    best2_add(&last, y->last, y->buf, rk);
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], y->last1[s], y->buf, rk);
+  }
+}
+
+/* backward over slot z: a later range's uses happen before an earlier one's in the next step */
+static void reuse_backward_slot(vctx *v, const slots *S, int32_t z, imap *seen) {
+  const fp_prog *p = v->p;
+  best2 use[FP_NSTREAMS];
+  for (int s = 0; s < FP_NSTREAMS; s++) best2_clear(&use[s]);
+  for (int64_t k = S->start[z + 1] - 1; k >= S->start[z] && !stop(v); k--) {
+    int32_t rk = S->list[k];
+    const range *x = &v->rg[rk];
+    for (int s = 0; s < FP_NSTREAMS; s++) {
+      int32_t yr;
+      int64_t lu = best2_other(&use[s], x->buf, &yr);
+      if (lu <= 0 || x->min2[s] >= lu) continue;
+      const range *y = &v->rg[yr];
+      if (y->first <= x->last) continue; /* live together: reported above */
+      if (pair_fresh(seen, v, rk, yr)) {
+        int32_t from = y->last1op[s], to = x->min2op[s];
+        verr(v, FP_VL_OP, to, "buffer '%s' reuses the arena bytes of '%s' in the next step but op %" PRId32
+             " (the previous step's use of '%s', stream %s) does not happen before this op (stream %s): a record/wait "
+             "is missing", p->bufs[x->buf].name, p->bufs[y->buf].name, from, p->bufs[y->buf].name,
+             fpi_stream_name(p->ops[from].stream), fpi_stream_name(p->ops[to].stream));
+      }
+      break;
+    }
+    for (int s = 0; s < FP_NSTREAMS; s++) best2_add(&use[s], x->last1[s], x->buf, rk);
+  }
+}
+
+static void check_reuse(vctx *v, const int32_t *ord, int32_t nt) {
+  if (nt < 2) return;
+  slots S;
+  reuse_slots(v, ord, nt, &S);
+  imap seen;
+  imap_init(&seen, 16);
+  for (int32_t z = 0; z < S.nslots && !stop(v); z++) reuse_forward_slot(v, &S, z, &seen);
+  for (int32_t z = 0; z < S.nslots && !stop(v) && !v->unordered; z++) reuse_backward_slot(v, &S, z, &seen);
+  imap_free(&seen);
+  free(S.start);
+  free(S.list);
 }
 
 static void check_arena(vctx *v) {

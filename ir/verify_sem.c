@@ -431,9 +431,12 @@ static int i64cmp(const void *a, const void *b) {
 
 static bool reg_addr(const fp_region *r) { return r->buf >= 0 && (r->stride != 0 || r->tabrel); }
 
-static bool build_classes(sctx *s) {
+/* build_classes in its steps: the communicators that address ranks
+ * (addressing_comms), the ranks' classes (rank_classes: distinct index
+ * tuples over them), then the digits (class_digits: the bounds 1, W and
+ * each comm's stride and stride * size must nest) */
+static void addressing_comms(sctx *s) {
   const fp_prog *p = s->p;
-  int64_t W = p->world_size;
   s->addr = calloc((size_t)p->ncomms + 1, sizeof *s->addr);
   s->addrc = malloc(((size_t)p->ncomms + 1) * sizeof *s->addrc);
   s->cdig = calloc((size_t)p->ncomms + 1, sizeof *s->cdig);
@@ -450,12 +453,25 @@ static bool build_classes(sctx *s) {
     if (p->params[j].comm >= 0 && p->params[j].placement != FP_PL_REPLICATE) s->addr[p->params[j].comm] = true;
   for (int32_t c = 0; c < p->ncomms; c++)
     if (s->addr[c]) s->addrc[s->naddr++] = c;
-  /* classes: distinct index tuples over the addressing comms */
+}
+
+/* ranks r and q have the same index in every addressing comm */
+static bool same_tuple(const sctx *s, int64_t r, int64_t q) {
+  const fp_prog *p = s->p;
+  for (int32_t a = 0; a < s->naddr; a++)
+    if (fpi_comm_index(&p->comms[s->addrc[a]], r) != fpi_comm_index(&p->comms[s->addrc[a]], q)) return false;
+  return true;
+}
+
+/* classes: distinct index tuples over the addressing comms, through a hash
+ * of tuples -> class */
+static void rank_classes(sctx *s) {
+  const fp_prog *p = s->p;
+  int64_t W = p->world_size;
   s->cls_of = malloc((size_t)W * sizeof *s->cls_of);
   FP_ASSERT(s->cls_of);
   int64_t cap = 64;
   s->rep = malloc((size_t)cap * sizeof *s->rep);
-  /* a hash of tuples -> class */
   int64_t hcap = 1024;
   while (hcap < 4 * W && hcap < ((int64_t)1 << 26)) hcap *= 2;
   int32_t *h = malloc((size_t)hcap * sizeof *h);
@@ -469,15 +485,7 @@ static bool build_classes(sctx *s) {
     }
     int64_t slot = (int64_t)(key & (uint64_t)(hcap - 1));
     int32_t k;
-    for (;;) {
-      k = h[slot];
-      if (k < 0) break;
-      bool eq = true;
-      for (int32_t a = 0; a < s->naddr && eq; a++)
-        eq = fpi_comm_index(&p->comms[s->addrc[a]], r) == fpi_comm_index(&p->comms[s->addrc[a]], s->rep[k]);
-      if (eq) break;
-      slot = (slot + 1) & (hcap - 1);
-    }
+    while ((k = h[slot]) >= 0 && !same_tuple(s, r, s->rep[k])) slot = (slot + 1) & (hcap - 1);
     if (k < 0) {
       if (s->ncls == cap) {
         cap *= 2;
@@ -491,7 +499,13 @@ static bool build_classes(sctx *s) {
     s->cls_of[r] = k;
   }
   free(h);
-  /* digits: the bounds 1, W and each comm's stride and stride * size must nest */
+}
+
+/* digits: the bounds 1, W and each comm's stride and stride * size, sorted;
+ * false when they do not nest */
+static bool class_digits(sctx *s) {
+  const fp_prog *p = s->p;
+  int64_t W = p->world_size;
   s->bound[s->nbound++] = 1;
   s->bound[s->nbound++] = W;
   if (p->tp > 1 && W % p->tp == 0) s->bound[s->nbound++] = p->tp; /* tp innermost: a dp group is every tp-th rank */
@@ -506,18 +520,23 @@ static bool build_classes(sctx *s) {
   s->nbound = u;
   bool nest = s->bound[s->nbound - 1] == W;
   for (int32_t k = 1; k < s->nbound && nest; k++) nest = s->bound[k] % s->bound[k - 1] == 0;
-  if (nest) {
-    for (int32_t k = 0; k + 1 < s->nbound; k++) {
-      s->world_dig |= (uint64_t)1 << k;
-      if (s->bound[k] >= p->tp) s->dp_dig |= (uint64_t)1 << k;
-    }
-    for (int32_t c = 0; c < p->ncomms; c++) {
-      int64_t lo = p->comms[c].stride, hi = lo * p->comms[c].size;
-      for (int32_t k = 0; k + 1 < s->nbound; k++)
-        if (s->bound[k] >= lo && s->bound[k + 1] <= hi) s->cdig[c] |= (uint64_t)1 << k;
-    }
+  if (!nest) return false;
+  for (int32_t k = 0; k + 1 < s->nbound; k++) {
+    s->world_dig |= (uint64_t)1 << k;
+    if (s->bound[k] >= p->tp) s->dp_dig |= (uint64_t)1 << k;
   }
-  return nest;
+  for (int32_t c = 0; c < p->ncomms; c++) {
+    int64_t lo = p->comms[c].stride, hi = lo * p->comms[c].size;
+    for (int32_t k = 0; k + 1 < s->nbound; k++)
+      if (s->bound[k] >= lo && s->bound[k + 1] <= hi) s->cdig[c] |= (uint64_t)1 << k;
+  }
+  return true;
+}
+
+static bool build_classes(sctx *s) {
+  addressing_comms(s);
+  rank_classes(s);
+  return class_digits(s);
 }
 
 /* ---- ops: operand resolution ---------------------------------------------------------- */
@@ -700,158 +719,207 @@ static mlist member_read(sctx *s, int32_t mk, int32_t b, int64_t lo, int64_t hi)
 
 static void out_push(sctx *s, const cell *c) { push(&s->out, &s->nout, &s->capout, c); }
 
-/* one collective on every class: outputs first (members read the state
- * before the op), then written. A class's output depends on its members'
- * classes and, for the scatters, its own index: the non-scatters are
- * computed once per communicator instance; a source the same on every class
- * at an offset no member index moves is read once. */
-static void run_collective(sctx *s, int32_t i) {
+/* One collective on every class (run_collective), in its steps: what the
+ * op is (coll_open), each class's output (class_output, reading its
+ * members: read_members), whether the outputs agree across instances
+ * (outputs_agree), then every class's dst written (write_outputs). */
+typedef struct coll {
+  int32_t i;
+  const fp_op *op;
+  const fp_ir_comm *cm;
+  const fp_ir_table *tb; /* the op's table, or NULL */
+  int64_t G, z;
+  fp_dtype dt;
+  int32_t *from, *to;    /* each class's output: s->out[from[k] .. to[k]) */
+  int64_t *dat;          /* each class's dst offset (-1: it does not run the op) */
+  int64_t hcap, *hkey;   /* the outputs computed per communicator instance */
+  int32_t *hval;
+  bool scatter, gaps, reduce, collapse, p2p;
+  int64_t gend;          /* gaps: the pieces' end (elements) */
+  bool same_all;         /* every class that runs it gets the same output */
+  int32_t first_out;
+} coll;
+
+static void coll_open(sctx *s, int32_t i, coll *c) {
   const fp_prog *p = s->p;
   const fp_op *op = &p->ops[i];
-  const fp_ir_comm *cm = &p->comms[op->comm];
-  int64_t G = cm->size;
-  fp_dtype dt = op->dtype;
-  int64_t z = fpi_dtype_size(dt);
-  int32_t *from = malloc(((size_t)s->ncls + 1) * sizeof *from), *to = malloc(((size_t)s->ncls + 1) * sizeof *to);
-  int64_t *dat = malloc(((size_t)s->ncls + 1) * sizeof *dat);
-  int64_t hcap = 16;
-  while (hcap < 2 * (int64_t)s->ncls) hcap *= 2;
-  int64_t *hkey = malloc((size_t)hcap * sizeof *hkey);
-  int32_t *hval = malloc((size_t)hcap * sizeof *hval);
-  FP_ASSERT(from && to && dat && hkey && hval);
-  for (int64_t h = 0; h < hcap; h++) hkey[h] = -1;
-  bool scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
+  *c = (coll){.i = i, .op = op, .cm = &p->comms[op->comm], .tb = op->tab >= 0 ? &p->tabs[op->tab] : NULL,
+              .dt = op->dtype, .same_all = true, .first_out = -1};
+  c->G = c->cm->size;
+  c->z = fpi_dtype_size(c->dt);
+  c->from = malloc(((size_t)s->ncls + 1) * sizeof *c->from);
+  c->to = malloc(((size_t)s->ncls + 1) * sizeof *c->to);
+  c->dat = malloc(((size_t)s->ncls + 1) * sizeof *c->dat);
+  c->hcap = 16;
+  while (c->hcap < 2 * (int64_t)s->ncls) c->hcap *= 2;
+  c->hkey = malloc((size_t)c->hcap * sizeof *c->hkey);
+  c->hval = malloc((size_t)c->hcap * sizeof *c->hval);
+  FP_ASSERT(c->from && c->to && c->dat && c->hkey && c->hval);
+  for (int64_t h = 0; h < c->hcap; h++) c->hkey[h] = -1;
+  c->scatter = op->code == FP_OP_REDUCE_SCATTER || op->code == FP_OP_REDUCE_SCATTER_V;
   /* an all_gather_v whose pieces leave gaps (rules 1-8: in rank order, none
    * over another): the gaps keep what this class's dst held, so its output
    * is its own, not its instance's */
-  bool gaps = false;
-  int64_t gend = 0; /* the pieces' end (elements) */
   if (op->code == FP_OP_ALL_GATHER_V) {
-    const fp_ir_table *t = &p->tabs[op->tab];
+    const fp_ir_table *t = c->tb;
     for (int64_t j = 0, at = 0; j < t->n; at = t->off[j] + t->cnt[j], j++) {
-      gaps |= t->off[j] != at;
-      if (t->off[j] + t->cnt[j] > gend) gend = t->off[j] + t->cnt[j];
+      c->gaps |= t->off[j] != at;
+      if (t->off[j] + t->cnt[j] > c->gend) c->gend = t->off[j] + t->cnt[j];
     }
   }
-  bool reduce = fpi_op_reduces(op->code);
-  bool collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
-  bool same_all = true; /* every class that runs it gets the same output */
-  int32_t first_out = -1;
+  c->reduce = fpi_op_reduces(op->code);
+  c->collapse = op->src.buf >= 0 && s->uni[op->src.buf] && op->src.stride == 0 && !op->src.tabrel;
+  c->p2p = op->code == FP_OP_SEND || op->code == FP_OP_RECV;
   s->nout = 0;
-  bool p2p = op->code == FP_OP_SEND || op->code == FP_OP_RECV;
-  if (p2p) serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fpi_op_name(op->code));
+}
+
+static void coll_close(coll *c) {
+  free(c->from);
+  free(c->to);
+  free(c->dat);
+  free(c->hkey);
+  free(c->hval);
+}
+
+/* member j's source bytes for a class of index g (n elements per rank) */
+static void member_extent(const sctx *s, const coll *c, int64_t j, int64_t g, int64_t n, int64_t *lo, int64_t *cnt) {
+  int64_t so = roff(s, c->op, 1, j), z = c->z;
+  switch (c->op->code) {
+    case FP_OP_ALL_GATHER: *lo = so, *cnt = n; break;
+    case FP_OP_ALL_GATHER_V: *lo = so, *cnt = c->tb->cnt[j]; break;
+    case FP_OP_REDUCE_SCATTER: *lo = so + g * n * z, *cnt = n; break;
+    case FP_OP_REDUCE_SCATTER_V: *lo = so + c->tb->off[g] * z, *cnt = c->tb->cnt[g]; break;
+    default: *lo = so, *cnt = n; break; /* all_reduce, reduce, broadcast */
+  }
+}
+
+/* a class's members read (its rank r, index g): a reduction's lists into ml, a
+ * gather's pieces pushed out (or, with gaps, written into gm). The number
+ * of lists; -1 when a read failed (reported) */
+static int32_t read_members(sctx *s, const coll *c, int64_t r, int64_t g, int64_t n, mlist *ml, cmap *gm) {
+  const fp_op *op = c->op;
+  int64_t z = c->z;
+  int32_t nl = 0;
+  int64_t jlo = 0, jhi = c->G;
+  if (op->code == FP_OP_BROADCAST) jlo = op->root, jhi = op->root + 1;
+  for (int64_t j = jlo; j < jhi; j++) {
+    int64_t rj = member_rank(s, op->comm, r, j);
+    int32_t mk = c->collapse ? 0 : s->cls_of[rj];
+    int64_t lo, cnt;
+    member_extent(s, c, j, g, n, &lo, &cnt);
+    /* a member of a class already read at the same bytes adds nothing new */
+    bool dup = false;
+    if (c->reduce)
+      for (int32_t l = nl - 1; l >= 0 && !dup; l--)
+        if (ml[l].cls == mk && ml[l].at == lo) dup = true;
+    if (dup) continue;
+    mlist m = member_read(s, mk, op->src.buf, lo, lo + cnt * z);
+    if (!check_read(s, c->i, mk, op->src.buf, lo, m.n ? s->tmp2 + m.first : NULL, m.n, c->dt)) return -1;
+    if (c->reduce) {
+      ml[nl++] = m;
+      if (c->collapse) break; /* the same bytes on every member */
+      continue;
+    }
+    int64_t base = op->code == FP_OP_ALL_GATHER     ? j * n * z
+                   : op->code == FP_OP_ALL_GATHER_V ? c->tb->off[j] * z
+                                                    : 0;
+    if (c->gaps) {
+      map_write(gm, base, s->tmp2 + m.first, m.n);
+      continue;
+    }
+    for (int32_t q = 0; q < m.n; q++) {
+      cell x = s->tmp2[m.first + q];
+      x.lo += base;
+      x.hi += base;
+      out_push(s, &x);
+    }
+  }
+  return nl;
+}
+
+/* class k's output pushed: its members' reads (read_members), then junk
+ * for a failed read, or the reduction of the lists */
+static void class_reads(sctx *s, const coll *c, int32_t k, int64_t r, int64_t g) {
+  const fp_op *op = c->op;
+  int64_t n = fpi_op_count(s->p, op, g);
+  s->ntmp2 = 0;
+  mlist *ml = malloc((size_t)c->G * sizeof *ml);
+  FP_ASSERT(ml);
+  cmap gm = {0}; /* gaps: the output over this class's dst, each piece written in */
+  if (c->gaps) map_read(s, rmap(s, k, op->dst.buf), c->dat[k], c->dat[k] + c->gend * c->z, &gm.c, &gm.n, &gm.cap);
+  int32_t nl = read_members(s, c, r, g, n, ml, &gm);
+  if (c->gaps && nl >= 0)
+    for (int32_t q = 0; q < gm.n; q++) out_push(s, &gm.c[q]);
+  map_free(&gm);
+  if (nl < 0) {
+    s->nout = c->from[k];
+    cell x = junk(0, (op->code == FP_OP_ALL_GATHER ? c->G * n : n) * c->z, c->i);
+    if (x.hi > 0) out_push(s, &x);
+  } else if (c->reduce && nl > 0) {
+    cell *t = NULL;
+    int32_t no = 0, cap = 0;
+    reduce_lists(s, c->i, k, op->dst.buf, c->dat[k], ml, nl, op, &t, &no, &cap);
+    for (int32_t q = 0; q < no; q++) out_push(s, &t[q]);
+    free(t);
+  }
+  free(ml);
+}
+
+/* A class's output depends on its members' classes and, for the scatters,
+ * its own index: the non-scatters are computed once per communicator
+ * instance; a source the same on every class at an offset no member index
+ * moves is read once. */
+static void class_output(sctx *s, coll *c, int32_t k) {
+  const fp_op *op = c->op;
+  c->from[k] = c->to[k] = s->nout;
+  int64_t r = s->rep[k], g = fpi_comm_index(c->cm, r);
+  c->dat[k] = -1;
+  if (c->p2p || !runs_on(s, op, r) || (op->code == FP_OP_REDUCE && g != op->root)) {
+    c->same_all = false;
+    return;
+  }
+  c->dat[k] = roff(s, op, 0, g);
+  /* computed for this instance already? */
+  int64_t inst = r - g * c->cm->stride, h = (int64_t)(((uint64_t)inst * 0x9E3779B97F4A7C15ull) >> 7) & (c->hcap - 1);
+  bool per_instance = !c->scatter && !c->gaps;
+  if (per_instance) {
+    while (c->hkey[h] >= 0 && c->hkey[h] != inst) h = (h + 1) & (c->hcap - 1);
+    if (c->hkey[h] == inst) {
+      c->from[k] = c->from[c->hval[h]], c->to[k] = c->to[c->hval[h]];
+      return;
+    }
+  }
+  if (c->collapse && c->reduce && !c->scatter && c->first_out >= 0) { /* every class sums the same */
+    c->from[k] = c->from[c->first_out], c->to[k] = c->to[c->first_out];
+    return;
+  }
+  class_reads(s, c, k, r, g);
+  c->to[k] = s->nout;
+  if (per_instance) c->hkey[h] = inst, c->hval[h] = k;
+  if (c->first_out < 0) c->first_out = k;
+  else if (!per_instance || (c->from[k] != c->from[c->first_out] && !c->collapse)) c->same_all = false;
+}
+
+/* the outputs of different instances may still agree */
+static bool outputs_agree(const sctx *s, const coll *c) {
+  int32_t f = c->first_out;
   for (int32_t k = 0; k < s->ncls; k++) {
-    from[k] = to[k] = s->nout;
-    int64_t r = s->rep[k], g = fpi_comm_index(cm, r);
-    dat[k] = -1;
-    if (p2p || !runs_on(s, op, r)) {
-      same_all = false;
-      continue;
-    }
-    if (op->code == FP_OP_REDUCE && g != op->root) {
-      same_all = false;
-      continue;
-    }
-    dat[k] = roff(s, op, 0, g);
-    /* computed for this instance already? */
-    int64_t inst = r - g * cm->stride, h = (int64_t)(((uint64_t)inst * 0x9E3779B97F4A7C15ull) >> 7) & (hcap - 1);
-    if (!scatter && !gaps) {
-      while (hkey[h] >= 0 && hkey[h] != inst) h = (h + 1) & (hcap - 1);
-      if (hkey[h] == inst) {
-        from[k] = from[hval[h]], to[k] = to[hval[h]];
-        continue;
-      }
-    }
-    if (collapse && reduce && !scatter && first_out >= 0) { /* every class sums the same */
-      from[k] = from[first_out], to[k] = to[first_out];
-      continue;
-    }
-    const fp_ir_table *tb = op->tab >= 0 ? &p->tabs[op->tab] : NULL;
-    int64_t n = fpi_op_count(p, op, g);
-    s->ntmp2 = 0;
-    mlist *ml = malloc((size_t)G * sizeof *ml);
-    int32_t nl = 0;
-    cmap gm = {0}; /* gaps: the output over this class's dst, each piece written in */
-    if (gaps) map_read(s, rmap(s, k, op->dst.buf), dat[k], dat[k] + gend * z, &gm.c, &gm.n, &gm.cap);
-    int64_t jlo = 0, jhi = G;
-    if (op->code == FP_OP_BROADCAST) jlo = op->root, jhi = op->root + 1;
-    for (int64_t j = jlo; j < jhi; j++) {
-      int64_t rj = member_rank(s, op->comm, r, j);
-      int32_t mk = collapse ? 0 : s->cls_of[rj];
-      int64_t so = roff(s, op, 1, j), lo, cnt;
-      switch (op->code) {
-        case FP_OP_ALL_GATHER: lo = so, cnt = n; break;
-        case FP_OP_ALL_GATHER_V: lo = so, cnt = tb->cnt[j]; break;
-        case FP_OP_REDUCE_SCATTER: lo = so + g * n * z, cnt = n; break;
-        case FP_OP_REDUCE_SCATTER_V: lo = so + tb->off[g] * z, cnt = tb->cnt[g]; break;
-        default: lo = so, cnt = n; break; /* all_reduce, reduce, broadcast */
-      }
-      /* a member of a class already read at the same bytes adds nothing new */
-      bool dup = false;
-      if (reduce)
-        for (int32_t l = nl - 1; l >= 0 && !dup; l--)
-          if (ml[l].cls == mk && ml[l].at == lo) dup = true;
-      if (dup) continue;
-      mlist m = member_read(s, mk, p->ops[i].src.buf, lo, lo + cnt * z);
-      if (!check_read(s, i, mk, op->src.buf, lo, m.n ? s->tmp2 + m.first : NULL, m.n, dt)) {
-        nl = -1;
-        break;
-      }
-      if (reduce) {
-        ml[nl++] = m;
-        if (collapse) break; /* the same bytes on every member */
-      } else {
-        int64_t base = op->code == FP_OP_ALL_GATHER ? j * n * z : op->code == FP_OP_ALL_GATHER_V ? tb->off[j] * z : 0;
-        if (gaps) {
-          map_write(&gm, base, s->tmp2 + m.first, m.n);
-          continue;
-        }
-        for (int32_t q = 0; q < m.n; q++) {
-          cell c = s->tmp2[m.first + q];
-          c.lo += base;
-          c.hi += base;
-          out_push(s, &c);
-        }
-      }
-    }
-    if (gaps && nl >= 0)
-      for (int32_t q = 0; q < gm.n; q++) out_push(s, &gm.c[q]);
-    map_free(&gm);
-    if (nl < 0) {
-      s->nout = from[k];
-      cell c = junk(0, (op->code == FP_OP_ALL_GATHER ? G * n : n) * z, i);
-      if (c.hi > 0) out_push(s, &c);
-    } else if (reduce && nl > 0) {
-      cell *t = NULL;
-      int32_t no = 0, cap = 0;
-      reduce_lists(s, i, k, op->dst.buf, dat[k], ml, nl, op, &t, &no, &cap);
-      for (int32_t q = 0; q < no; q++) out_push(s, &t[q]);
-      free(t);
-    }
-    free(ml);
-    to[k] = s->nout;
-    if (!scatter && !gaps) hkey[h] = inst, hval[h] = k;
-    if (first_out < 0) first_out = k;
-    else if (scatter || gaps || (from[k] != from[first_out] && !collapse)) same_all = false;
+    if (c->dat[k] < 0 || c->dat[k] != c->dat[f]) return false;
+    if (c->from[k] == c->from[f]) continue;
+    cmap x = {s->out + c->from[k], c->to[k] - c->from[k], 0}, y = {s->out + c->from[f], c->to[f] - c->from[f], 0};
+    if (!map_equal(&x, &y)) return false;
   }
-  /* the outputs of different instances may still agree */
-  if (!same_all && first_out >= 0 && !scatter && !gaps) {
-    same_all = true;
-    for (int32_t k = 0; k < s->ncls && same_all; k++) {
-      if (dat[k] < 0 || dat[k] != dat[first_out]) {
-        same_all = false;
-        break;
-      }
-      if (from[k] == from[first_out]) continue;
-      cmap x = {s->out + from[k], to[k] - from[k], 0}, y = {s->out + from[first_out], to[first_out] - from[first_out], 0};
-      same_all = map_equal(&x, &y);
-    }
-  }
-  int32_t db = op->dst.buf;
-  if (db < 0) first_out = -1, same_all = false; /* a send: nothing written */
-  if (same_all && first_out >= 0 && !s->uni[db] && to[first_out] > from[first_out]) {
+  return true;
+}
+
+/* every class's dst written with its output (once, shared, where they all agree) */
+static void write_outputs(sctx *s, coll *c) {
+  int32_t db = c->op->dst.buf, f = c->first_out;
+  bool same_all = c->same_all;
+  if (db < 0) f = -1, same_all = false; /* a send: nothing written */
+  if (same_all && f >= 0 && !s->uni[db] && c->to[f] > c->from[f]) {
     /* every class gets the same bytes: shared again when they agree elsewhere */
-    int64_t lo = dat[first_out], hi = lo + s->out[to[first_out] - 1].hi;
+    int64_t lo = c->dat[f], hi = lo + s->out[c->to[f] - 1].hi;
     bool agree = true;
     for (int32_t k = 1; k < s->ncls && agree; k++) agree = map_equal_outside(smap(s, 0, db), smap(s, k, db), lo, hi);
     if (agree) {
@@ -860,18 +928,27 @@ static void run_collective(sctx *s, int32_t i) {
       s->uni[db] = true;
     }
   }
-  if (same_all && first_out >= 0 && s->uni[db] && to[first_out] > from[first_out]) {
-    map_write(&s->sh[db], dat[first_out], s->out + from[first_out], to[first_out] - from[first_out]);
-  } else {
-    for (int32_t k = 0; k < s->ncls && db >= 0; k++)
-      if (to[k] > from[k] && dat[k] >= 0) map_write(wmap(s, k, db), dat[k], s->out + from[k], to[k] - from[k]);
-    if (same_all && db >= 0) try_unify(s, db);
+  if (same_all && f >= 0 && s->uni[db] && c->to[f] > c->from[f]) {
+    map_write(&s->sh[db], c->dat[f], s->out + c->from[f], c->to[f] - c->from[f]);
+    return;
   }
-  free(from);
-  free(to);
-  free(dat);
-  free(hkey);
-  free(hval);
+  for (int32_t k = 0; k < s->ncls && db >= 0; k++)
+    if (c->to[k] > c->from[k] && c->dat[k] >= 0)
+      map_write(wmap(s, k, db), c->dat[k], s->out + c->from[k], c->to[k] - c->from[k]);
+  if (same_all && db >= 0) try_unify(s, db);
+}
+
+/* one collective on every class: outputs first (members read the state
+ * before the op), then written */
+static void run_collective(sctx *s, int32_t i) {
+  coll c;
+  coll_open(s, i, &c);
+  if (c.p2p)
+    serr(s, FP_VL_OP, i, "%s: point-to-point transfers are not modeled by the semantic check", fpi_op_name(c.op->code));
+  for (int32_t k = 0; k < s->ncls; k++) class_output(s, &c, k);
+  if (!c.same_all && c.first_out >= 0 && !c.scatter && !c.gaps) c.same_all = outputs_agree(s, &c);
+  write_outputs(s, &c);
+  coll_close(&c);
 }
 
 /* ---- local ops ------------------------------------------------------------------------ */
@@ -1709,7 +1786,11 @@ static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
 }
 
 /* walk process p's program; record its sends when `record` */
-static void tx_walk(txctx *x, int32_t p, bool record) {
+/* tx_walk in its steps: the spaces set up (tx_spaces: FROM holds the
+ * weights the process has), then each op: a conversion or copy
+ * (tx_convert), scales, a send (tx_send: its payload recorded), a recv
+ * (tx_recv: the payload its send recorded) */
+static void tx_spaces(txctx *x, int32_t p) {
   const fp_tx *t = x->t;
   int64_t size[3] = {t->from_arena, t->to_arena, t->stage_bytes[p]};
   for (int s = 0; s < 3; s++) map_set_all(NULL, &x->sp[s], size[s], SV_UNDEF, -1);
@@ -1720,105 +1801,125 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
               .p = r->param, .e = r->full_off};
     map_write(&x->sp[0], r->off, &c, 1);
   }
-  int32_t *nsent = x->nsent, *nrecv = x->nrecv;
+}
+
+/* copy, quantize or dequantize: the source's cells converted into dst
+ * (a weight read as another dtype becomes junk, reported); a quantize
+ * writes its scales too. a, b: scratch lists */
+static void tx_convert(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca, cell **b, int32_t *cb) {
+  const fp_tx_op *op = &x->t->ops[i];
+  cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
+  if (!dm || !sm) return;
+  fp_dtype in = op->kind == FP_TX_DEQUANT ? FP_E4M3 : op->sdtype;
+  fp_dtype out = op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT ? FP_E4M3 : op->dtype;
+  int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(out);
+  int32_t na = 0, nb = 0;
+  map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, a, &na, ca);
+  for (int32_t j = 0; j < na; j++) {
+    cell c = (*a)[j];
+    if (c.kind == SV_WEIGHT) {
+      if (c.dt != in) {
+        char dd[300];
+        tx_describe(x, &c, dd, sizeof dd);
+        txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
+        c.kind = SV_JUNK;
+      } else {
+        if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
+        c.dt = (uint8_t)out;
+      }
+    }
+    c.lo = c.lo / iz * oz;
+    c.hi = c.hi / iz * oz;
+    push(b, &nb, cb, &c);
+  }
+  map_write(dm, op->dst.off, *b, nb);
+  if (op->kind == FP_TX_QUANT) {
+    cmap *am = txspace(x, op->aux);
+    int64_t ns = fpi_tx_nscales(op->full_off, op->n);
+    cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
+    if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
+  }
+}
+
+/* a send: counted per peer; recorded (its payload's cells) when record */
+static void tx_send(txctx *x, int32_t p, int32_t i, bool record, cell **a, int32_t *ca) {
+  const fp_tx *t = x->t;
+  const fp_tx_op *op = &t->ops[i];
+  cmap *sm = txspace(x, op->src);
+  if (!sm || op->peer < 0 || op->peer >= t->nprocs) return;
+  int32_t k = x->nsent[op->peer]++;
+  if (!record) return;
+  int32_t na = 0;
+  map_read(NULL, sm, op->src.off, op->src.off + op->n * fpi_dtype_size(op->sdtype), a, &na, ca);
+  txsend e = {p, op->peer, k, x->nrpay, 0};
+  for (int32_t j = 0; j < na; j++) {
+    if ((*a)[j].kind == SV_JUNK) x->unresolved = true; /* it relays what a recv not resolved yet wrote */
+    cell c = (*a)[j];
+    if (j == 0 && x->nrpay > 0) { /* never merged into the previous payload */
+      if (x->nrpay == x->caprpay) {
+        x->caprpay = 2 * x->caprpay;
+        x->rpay = realloc(x->rpay, (size_t)x->caprpay * sizeof *x->rpay);
+        FP_ASSERT(x->rpay);
+      }
+      x->rpay[x->nrpay++] = c;
+    } else {
+      push(&x->rpay, &x->nrpay, &x->caprpay, &c);
+    }
+  }
+  e.n = x->nrpay - e.first;
+  if (x->nrsnd == x->caprsnd) {
+    x->caprsnd = x->caprsnd ? 2 * x->caprsnd : 64;
+    x->rsnd = realloc(x->rsnd, (size_t)x->caprsnd * sizeof *x->rsnd);
+    FP_ASSERT(x->rsnd);
+  }
+  x->rsnd[x->nrsnd++] = e;
+}
+
+/* a recv: the payload its send recorded, or junk when none was */
+static void tx_recv(txctx *x, int32_t p, int32_t i) {
+  const fp_tx *t = x->t;
+  const fp_tx_op *op = &t->ops[i];
+  cmap *dm = txspace(x, op->dst);
+  if (!dm || op->peer < 0 || op->peer >= t->nprocs) return;
+  txsend key = {op->peer, p, x->nrecv[op->peer]++, 0, 0};
+  txsend *hit = x->snd ? bsearch(&key, x->snd, (size_t)x->nsnd, sizeof *x->snd, send_cmp) : NULL;
+  if (!hit) {
+    cell c = {.lo = 0, .hi = op->n * fpi_dtype_size(op->dtype), .kind = SV_JUNK, .p = -1, .ver = i};
+    map_write(dm, op->dst.off, &c, 1);
+  } else {
+    map_write(dm, op->dst.off, x->pay + hit->first, hit->n);
+  }
+}
+
+static void tx_walk(txctx *x, int32_t p, bool record) {
+  const fp_tx *t = x->t;
+  tx_spaces(x, p);
   cell *a = NULL, *b = NULL;
-  int32_t na = 0, ca = 0, nb = 0, cb = 0;
+  int32_t ca = 0, cb = 0;
   for (int32_t i = t->first[p]; i < t->first[p + 1]; i++) {
     const fp_tx_op *op = &t->ops[i];
-    int64_t sz = fpi_dtype_size(op->sdtype), dz = fpi_dtype_size(op->dtype);
-    cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
     switch (op->kind) {
       case FP_TX_COPY:
       case FP_TX_QUANT:
       case FP_TX_QUANT_AT:
-      case FP_TX_DEQUANT: {
-        if (!dm || !sm) break;
-        fp_dtype in = op->kind == FP_TX_DEQUANT ? FP_E4M3 : op->sdtype;
-        fp_dtype out = op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT ? FP_E4M3 : op->dtype;
-        int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(out);
-        map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, &a, &na, &ca);
-        nb = 0;
-        for (int32_t j = 0; j < na; j++) {
-          cell c = a[j];
-          if (c.kind == SV_WEIGHT) {
-            if (c.dt != in) {
-              char dd[300];
-              tx_describe(x, &c, dd, sizeof dd);
-              txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
-              c.kind = SV_JUNK;
-            } else {
-              if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
-              c.dt = (uint8_t)out;
-            }
-          }
-          c.lo = c.lo / iz * oz;
-          c.hi = c.hi / iz * oz;
-          push(&b, &nb, &cb, &c);
-        }
-        map_write(dm, op->dst.off, b, nb);
-        if (op->kind == FP_TX_QUANT) {
-          cmap *am = txspace(x, op->aux);
-          int64_t ns = fpi_tx_nscales(op->full_off, op->n);
-          cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
-          if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
-        }
-        break;
-      }
+      case FP_TX_DEQUANT: tx_convert(x, p, i, &a, &ca, &b, &cb); break;
       case FP_TX_SCALES:
       case FP_TX_MAX: {
+        cmap *dm = txspace(x, op->dst);
         int64_t ns = op->kind == FP_TX_MAX ? op->n : fpi_tx_nscales(op->full_off, op->n);
         cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
         if (dm && ns > 0) map_write(dm, op->dst.off, &sc, 1);
         break;
       }
-      case FP_TX_SEND: {
-        if (!sm || op->peer < 0 || op->peer >= t->nprocs) break;
-        int32_t k = nsent[op->peer]++;
-        if (!record) break;
-        map_read(NULL, sm, op->src.off, op->src.off + op->n * sz, &a, &na, &ca);
-        txsend e = {p, op->peer, k, x->nrpay, 0};
-        for (int32_t j = 0; j < na; j++) {
-          if (a[j].kind == SV_JUNK) x->unresolved = true; /* it relays what a recv not resolved yet wrote */
-          cell c = a[j];
-          if (j == 0 && x->nrpay > 0) { /* never merged into the previous payload */
-            if (x->nrpay == x->caprpay) {
-              x->caprpay = 2 * x->caprpay;
-              x->rpay = realloc(x->rpay, (size_t)x->caprpay * sizeof *x->rpay);
-              FP_ASSERT(x->rpay);
-            }
-            x->rpay[x->nrpay++] = c;
-          } else {
-            push(&x->rpay, &x->nrpay, &x->caprpay, &c);
-          }
-        }
-        e.n = x->nrpay - e.first;
-        if (x->nrsnd == x->caprsnd) {
-          x->caprsnd = x->caprsnd ? 2 * x->caprsnd : 64;
-          x->rsnd = realloc(x->rsnd, (size_t)x->caprsnd * sizeof *x->rsnd);
-          FP_ASSERT(x->rsnd);
-        }
-        x->rsnd[x->nrsnd++] = e;
-        break;
-      }
-      case FP_TX_RECV: {
-        if (!dm || op->peer < 0 || op->peer >= t->nprocs) break;
-        txsend key = {op->peer, p, nrecv[op->peer]++, 0, 0};
-        txsend *hit = x->snd ? bsearch(&key, x->snd, (size_t)x->nsnd, sizeof *x->snd, send_cmp) : NULL;
-        if (!hit) {
-          cell c = {.lo = 0, .hi = op->n * dz, .kind = SV_JUNK, .p = -1, .ver = i};
-          map_write(dm, op->dst.off, &c, 1);
-        } else {
-          map_write(dm, op->dst.off, x->pay + hit->first, hit->n);
-        }
-        break;
-      }
+      case FP_TX_SEND: tx_send(x, p, i, record, &a, &ca); break;
+      case FP_TX_RECV: tx_recv(x, p, i); break;
       default: break;
     }
   }
   free(a);
   free(b);
   for (int32_t i = t->first[p]; i < t->first[p + 1]; i++) /* only the peers it touched */
-    if (t->ops[i].peer >= 0 && t->ops[i].peer < t->nprocs) nsent[t->ops[i].peer] = nrecv[t->ops[i].peer] = 0;
+    if (t->ops[i].peer >= 0 && t->ops[i].peer < t->nprocs) x->nsent[t->ops[i].peer] = x->nrecv[t->ops[i].peer] = 0;
 }
 
 /* X7: every need region holds exactly its FROM elements */

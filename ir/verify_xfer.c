@@ -111,6 +111,79 @@ static int writes(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   return k;
 }
 
+/* X1 for op i of its kind: its dtypes and each operand it reads or writes
+ * (every operand checked, each reporting its own error) */
+static bool op_kind_ok(const fp_tx *t, fp_diag *d, int32_t i) {
+  const fp_tx_op *o = &t->ops[i];
+  bool ok = true;
+  int64_t ns = fpi_tx_nscales(o->full_off, o->n);
+  switch (o->kind) {
+    case FP_TX_SEND:
+    case FP_TX_RECV:
+      if (o->peer < 0 || o->peer >= t->nprocs || o->peer == o->proc) {
+        err(d, t, i, "peer %d is not another process of the %" PRId64, o->peer, t->nprocs);
+        ok = false;
+      }
+      ok &= o->kind == FP_TX_SEND ? opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o))
+                                  : opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o));
+      break;
+    case FP_TX_COPY:
+      { /* both checked (each reports its own error) */
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o));
+        ok &= dst && src;
+      }
+      break;
+    case FP_TX_QUANT:
+      if (o->dtype != FP_E4M3) {
+        err(d, t, i, "quantizes into %s, not e4m3", fpi_dtype_name(o->dtype));
+        ok = false;
+      }
+      {
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
+             aux = opnd_ok(t, d, i, "aux", o->aux, ns);
+        ok &= dst && src && aux;
+      }
+      break;
+    case FP_TX_SCALES:
+    case FP_TX_QUANT_AT:
+      if (o->dtype != (o->kind == FP_TX_SCALES ? FP_E8M0 : FP_E4M3) || !fpi_dtype_is_user_float(o->sdtype)) {
+        err(d, t, i, "%s %s from %s: expected %s from fp32, bf16 or fp16", o->kind == FP_TX_SCALES ? "takes" : "quantizes into",
+            fpi_dtype_name(o->dtype), fpi_dtype_name(o->sdtype), o->kind == FP_TX_SCALES ? "e8m0 scales" : "e4m3");
+        ok = false;
+      }
+      {
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
+             aux = o->kind == FP_TX_SCALES || opnd_ok(t, d, i, "aux", o->aux, ns);
+        ok &= dst && src && aux;
+      }
+      break;
+    case FP_TX_MAX:
+      if (o->dtype != FP_E8M0 || o->sdtype != FP_E8M0) {
+        err(d, t, i, "takes the max of %s into %s: expected e8m0 scales", fpi_dtype_name(o->sdtype), fpi_dtype_name(o->dtype));
+        ok = false;
+      }
+      {
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, o->n),
+             aux = opnd_ok(t, d, i, "aux", o->aux, o->n);
+        ok &= dst && src && aux;
+      }
+      break;
+    case FP_TX_DEQUANT:
+      if (o->sdtype != FP_E4M3) {
+        err(d, t, i, "dequantizes from %s, not e4m3", fpi_dtype_name(o->sdtype));
+        ok = false;
+      }
+      {
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, o->n),
+             aux = opnd_ok(t, d, i, "aux", o->aux, ns);
+        ok &= dst && src && aux;
+      }
+      break;
+    default: break;
+  }
+  return ok;
+}
+
 /* X1 */
 static bool check_ops(const fp_tx *t, fp_diag *d) {
   bool ok = true;
@@ -122,71 +195,7 @@ static bool check_ops(const fp_tx *t, fp_diag *d) {
       ok = false;
       continue;
     }
-    int64_t ns = fpi_tx_nscales(o->full_off, o->n);
-    switch (o->kind) {
-      case FP_TX_SEND:
-      case FP_TX_RECV:
-        if (o->peer < 0 || o->peer >= t->nprocs || o->peer == o->proc) {
-          err(d, t, i, "peer %d is not another process of the %" PRId64, o->peer, t->nprocs);
-          ok = false;
-        }
-        ok &= o->kind == FP_TX_SEND ? opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o))
-                                    : opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o));
-        break;
-      case FP_TX_COPY:
-        { /* both checked (each reports its own error) */
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o));
-          ok &= dst && src;
-        }
-        break;
-      case FP_TX_QUANT:
-        if (o->dtype != FP_E4M3) {
-          err(d, t, i, "quantizes into %s, not e4m3", fpi_dtype_name(o->dtype));
-          ok = false;
-        }
-        {
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
-               aux = opnd_ok(t, d, i, "aux", o->aux, ns);
-          ok &= dst && src && aux;
-        }
-        break;
-      case FP_TX_SCALES:
-      case FP_TX_QUANT_AT:
-        if (o->dtype != (o->kind == FP_TX_SCALES ? FP_E8M0 : FP_E4M3) || !fpi_dtype_is_user_float(o->sdtype)) {
-          err(d, t, i, "%s %s from %s: expected %s from fp32, bf16 or fp16", o->kind == FP_TX_SCALES ? "takes" : "quantizes into",
-              fpi_dtype_name(o->dtype), fpi_dtype_name(o->sdtype), o->kind == FP_TX_SCALES ? "e8m0 scales" : "e4m3");
-          ok = false;
-        }
-        {
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
-               aux = o->kind == FP_TX_SCALES || opnd_ok(t, d, i, "aux", o->aux, ns);
-          ok &= dst && src && aux;
-        }
-        break;
-      case FP_TX_MAX:
-        if (o->dtype != FP_E8M0 || o->sdtype != FP_E8M0) {
-          err(d, t, i, "takes the max of %s into %s: expected e8m0 scales", fpi_dtype_name(o->sdtype), fpi_dtype_name(o->dtype));
-          ok = false;
-        }
-        {
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, o->n),
-               aux = opnd_ok(t, d, i, "aux", o->aux, o->n);
-          ok &= dst && src && aux;
-        }
-        break;
-      case FP_TX_DEQUANT:
-        if (o->sdtype != FP_E4M3) {
-          err(d, t, i, "dequantizes from %s, not e4m3", fpi_dtype_name(o->sdtype));
-          ok = false;
-        }
-        {
-          bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, o->n),
-               aux = opnd_ok(t, d, i, "aux", o->aux, ns);
-          ok &= dst && src && aux;
-        }
-        break;
-      default: break;
-    }
+    ok &= op_kind_ok(t, d, i);
     if (o->dst.space == FP_SP_FROM || (o->kind == FP_TX_QUANT && o->aux.space == FP_SP_FROM)) {
       err(d, t, i, "writes into FROM's arena, which a transfer only reads");
       ok = false;

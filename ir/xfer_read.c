@@ -52,13 +52,13 @@ static bool fail_at(rd *r, size_t off, const char *fmt, ...) {
   return false;
 }
 
-/* an error about the member name just read: at the name, the object's
- * pointer */
+/* an error about the member name just read: at the name, the member's
+ * pointer (as every reader of base/json.c's members check reports it) */
 static bool fail_key(rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool fail_key(rd *r, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vfail(r, fpi_jp_key_pos(r->jp), fpi_jp_ptr_container(r->jp), fmt, ap);
+  vfail(r, fpi_jp_key_pos(r->jp), fpi_jp_ptr(r->jp), fmt, ap);
   va_end(ap);
   return false;
 }
@@ -108,13 +108,12 @@ static bool integer(rd *r, int64_t lo, int64_t hi, int64_t *out) {
 
 /* ---- objects and arrays ------------------------------------------------------ */
 /* An object's members: after obj_open, each call reads the next key into k
- * (its index in keys, or an error for a key not there or seen before); 1: a
- * member follows, 0: the object ended (the required members, a mask over
- * keys, checked), -1: an error. */
+ * (its index in keys, or an error for a key not there or seen before: the
+ * members check of base/json.c); 1: a member follows, 0: the object ended
+ * (the required members, a mask over keys, checked), -1: an error. */
 typedef struct obj {
-  size_t at;          /* the '{' */
-  const char *const *keys;
-  unsigned seen, required;
+  size_t at; /* the '{' */
+  fp_jkeys ks;
 } obj;
 
 /* the container at the cursor must be c ('{' or '['): opened */
@@ -127,28 +126,22 @@ static bool open_as(rd *r, char c, size_t *at) {
 }
 
 static bool obj_open(rd *r, obj *o, const char *const *keys, unsigned required) {
-  *o = (obj){0, keys, 0, required};
+  o->at = 0;
+  fpi_jkeys_init(&o->ks, keys, required);
   return open_as(r, '{', &o->at);
 }
 
 static int obj_next(rd *r, obj *o, int *k) {
-  const char *key;
+  const char *key, *msg;
   size_t kl;
   int st = fpi_jp_next(r->jp, &key, &kl);
   if (st < 0) return syntax(r), -1;
   if (st == 0) {
-    for (int z = 0; o->keys[z]; z++)
-      if ((o->required >> z & 1) && !(o->seen >> z & 1)) return fail_at(r, o->at, "missing member '%s'", o->keys[z]), -1;
+    if ((msg = fpi_jkeys_missing(&o->ks, r->a))) return fail_at(r, o->at, "%s", msg), -1;
     return 0;
   }
-  for (int z = 0; o->keys[z]; z++)
-    if (!strncmp(o->keys[z], key, kl) && !o->keys[z][kl]) {
-      if (o->seen >> z & 1) return fail_key(r, "member '%s' appears twice", o->keys[z]), -1;
-      o->seen |= 1u << z;
-      *k = z;
-      return 1;
-    }
-  return fail_key(r, "unknown member '%.*s'", kl < 40 ? (int)kl : 40, key), -1;
+  if ((*k = fpi_jkeys_member(&o->ks, r->a, key, kl, &msg)) < 0) return fail_key(r, "%s", msg), -1;
+  return 1;
 }
 
 /* an array's items: after arr_open, 1: an item follows, 0: it ended, -1:

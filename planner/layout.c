@@ -843,6 +843,41 @@ static bool layout_optim(fp_layout *L) {
   return true;
 }
 
+/* the storages of one bucket (layout_storages) */
+enum { MAIN, GRAD, UNSH, UGRAD, RIN, ROUT, GST, RST, NST };
+
+/* param p's slots in its bucket's storages st: false (the error reported)
+ * when p's own sizes do not fit int64; *ok false when a storage grows past
+ * int64 with it */
+static bool param_slots(fp_layout *L, storage *st, fp_lparam *p, bool *ok) {
+  int64_t own = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
+  int64_t mb, gb, ub, rb, ob, gs, rs;
+  bool train = p->mp->requires_grad;
+  if (!fpi_mul64(p->slot, fpi_dtype_size(p->main_dtype), &mb) ||
+      !fpi_mul64(p->slot, fpi_dtype_size(p->grad_dtype), &gb) ||
+      !fpi_mul64(p->padded_numel, fpi_dtype_size(p->param_dtype), &ub) ||
+      !fpi_mul64(p->padded_numel, fpi_dtype_size(p->reduce_dtype), &rb) ||
+      !fpi_mul64(p->slot, fpi_dtype_size(p->reduce_dtype), &ob))
+    return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p->mp), "parameter '%s' is too large for int64 byte sizes",
+                           p->mp->name);
+  bool k = slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
+  if (k && p->main_dtype == FP_E4M3) /* MXFP8: the scales follow the elements */
+    k = slot_at(&st[MAIN], -1, fpi_mx_blocks(p->padded_numel), &p->scale_off);
+  if (k && train) {
+    k = slot_at(&st[GRAD], own, gb, &p->grad_off) && slot_at(&st[UGRAD], -1, ub, &p->ugrad_off) &&
+        slot_at(&st[ROUT], own, ob, &p->rout_off);
+    if (k && p->reduce_dtype != p->param_dtype) k = slot_at(&st[RIN], -1, rb, &p->rin_off);
+  }
+  if (k && ((p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) || p->pl->kind == FP_PL_CYCLIC)) {
+    int64_t n;
+    k = fpi_mul64(p->chunk, L->G, &n) && fpi_mul64(n, fpi_dtype_size(p->param_dtype), &gs) &&
+        fpi_mul64(n, fpi_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);
+    if (k && train) k = slot_at(&st[RST], -1, rs, &p->rstage_off);
+  }
+  *ok = k;
+  return true;
+}
+
 static bool layout_storages(fp_layout *L) {
   for (int b = 0; b < L->nbuckets; b++) {
     fp_bucket *B = &L->buckets[b];
@@ -855,7 +890,6 @@ static bool layout_storages(fp_layout *L) {
       if (!layout_unit(L, B)) return false;
       continue;
     }
-    enum { MAIN, GRAD, UNSH, UGRAD, RIN, ROUT, GST, RST, NST };
     storage st[NST];
     for (int k = 0; k < NST; k++) {
       st[k] = (storage){0};
@@ -866,31 +900,9 @@ static bool layout_storages(fp_layout *L) {
     const fp_lparam *last = NULL;
     for (int j = 0; j < B->nparams; j++) {
       fp_lparam *p = &L->params[B->lparams[j]];
-      int64_t own = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
-      int64_t mb, gb, ub, rb, ob, gs, rs;
-      bool train = p->mp->requires_grad;
       last = p;
-      if (!fpi_mul64(p->slot, fpi_dtype_size(p->main_dtype), &mb) ||
-          !fpi_mul64(p->slot, fpi_dtype_size(p->grad_dtype), &gb) ||
-          !fpi_mul64(p->padded_numel, fpi_dtype_size(p->param_dtype), &ub) ||
-          !fpi_mul64(p->padded_numel, fpi_dtype_size(p->reduce_dtype), &rb) ||
-          !fpi_mul64(p->slot, fpi_dtype_size(p->reduce_dtype), &ob))
-        return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p->mp), "parameter '%s' is too large for int64 byte sizes",
-                               p->mp->name);
-      bool ok = slot_at(&st[MAIN], own, mb, &p->shard_off) && slot_at(&st[UNSH], -1, ub, &p->unsharded_off);
-      if (ok && p->main_dtype == FP_E4M3) /* MXFP8: the scales follow the elements */
-        ok = slot_at(&st[MAIN], -1, fpi_mx_blocks(p->padded_numel), &p->scale_off);
-      if (ok && train) {
-        ok = slot_at(&st[GRAD], own, gb, &p->grad_off) && slot_at(&st[UGRAD], -1, ub, &p->ugrad_off) &&
-             slot_at(&st[ROUT], own, ob, &p->rout_off);
-        if (ok && p->reduce_dtype != p->param_dtype) ok = slot_at(&st[RIN], -1, rb, &p->rin_off);
-      }
-      if (ok && ((p->pl->kind == FP_PL_SHARD && (p->pl->dim > 0 || L->spec->staged)) || p->pl->kind == FP_PL_CYCLIC)) {
-        int64_t n;
-        ok = fpi_mul64(p->chunk, L->G, &n) && fpi_mul64(n, fpi_dtype_size(p->param_dtype), &gs) &&
-             fpi_mul64(n, fpi_dtype_size(p->reduce_dtype), &rs) && slot_at(&st[GST], -1, gs, &p->gstage_off);
-        if (ok && train) ok = slot_at(&st[RST], -1, rs, &p->rstage_off);
-      }
+      bool ok = false;
+      if (!param_slots(L, st, p, &ok)) return false;
       if (!ok)
         return fpi_layout_error(L, true, fpi_param_ptr(L->a, L->model, p->mp),
                                "bucket '%s' grows past int64 byte sizes with parameter '%s'", B->name,

@@ -132,11 +132,11 @@ static int owner_buf(const fp_lower *lw, int b, fp_bucket_buf k) {
   return lw->L->buckets[b].offload ? lw->bufs[b][h] : lw->bufs[b][k];
 }
 
-static void setup(fp_lower *lw) {
-  fp_layout *L = lw->L;
+/* the program's header: model, strategy, mesh, optimizer */
+static void setup_header(fp_lower *lw) {
   fp_prog *P = lw->P;
-  const fp_model *m = L->model;
-  const fp_spec *s = L->spec;
+  const fp_model *m = lw->L->model;
+  const fp_spec *s = lw->L->spec;
   P->model = m->name;
   P->strategy = fp_strategy_names[s->strategy];
   P->world_size = s->world_size;
@@ -144,7 +144,13 @@ static void setup(fp_lower *lw) {
   P->grad_accumulation = s->grad_accumulation;
   P->optim = s->optim;
   P->optim_dtype = s->optim != FP_OPTIM_NONE ? s->optim_dtype : FP_F32;
+}
 
+/* the communicators: the world (dp with tp), the shard group, the replicas,
+ * and one per reshard group size */
+static void setup_comms(fp_lower *lw) {
+  fp_layout *L = lw->L;
+  fp_prog *P = lw->P;
   /* with a tp dimension every communicator runs over the ranks of one tp
    * index: strides in units of T (tp innermost), and "world" is "dp" */
   int64_t T = L->T;
@@ -164,17 +170,26 @@ static void setup(fp_lower *lw) {
       if (!strcmp(P->comms[c].name, name)) lw->c_reshard[b] = c;
     if (lw->c_reshard[b] < 0) lw->c_reshard[b] = fpi_ir_comm_add(P, name, g, T);
   }
+}
 
+/* the modules (with what recompute saves) and the bucket names */
+static void setup_modules(fp_lower *lw) {
+  fp_layout *L = lw->L;
+  fp_prog *P = lw->P;
+  const fp_model *m = L->model;
   for (int i = 0; i < m->nmodules; i++) {
     const fp_module *M = &m->modules[i];
     int k = fpi_ir_module_add(P, M->name, M->flops_fwd, M->flops_bwd, M->activation_bytes);
     if (L->recompute[i]) P->mods[k].recompute = true, P->mods[k].saved_bytes = M->activation_bytes_checkpointed;
   }
   for (int b = 0; b < L->nbuckets; b++) fpi_ir_bucket_add(P, L->buckets[b].name);
+}
 
-  /* extent tables for ragged params: one entry per shard-group rank; for
-   * cyclic ones the param's (entry g: its first block, its elements) and
-   * the staging one of its v-collectives (entry g: rank g's chunk) */
+/* extent tables for ragged params: one entry per shard-group rank; for
+ * cyclic ones the param's (entry g: its first block, its elements) and
+ * the staging one of its v-collectives (entry g: rank g's chunk) */
+static void setup_tables(fp_lower *lw) {
+  fp_layout *L = lw->L;
   for (int i = 0; i < L->nparams; i++) {
     fp_lparam *p = &L->params[i];
     if (p->pl->kind == FP_PL_CYCLIC) {
@@ -187,8 +202,8 @@ static void setup(fp_lower *lw) {
         cnt[g] = e.count;
         soff[g] = g * p->chunk;
       }
-      p->tab = fpi_ir_table_add(P, p->mp->name, L->G, off, cnt);
-      p->stab = fpi_ir_table_add(P, fpi_sprintf(lw->a, "%s.stage", p->mp->name), L->G, soff, cnt);
+      p->tab = fpi_ir_table_add(lw->P, p->mp->name, L->G, off, cnt);
+      p->stab = fpi_ir_table_add(lw->P, fpi_sprintf(lw->a, "%s.stage", p->mp->name), L->G, soff, cnt);
       continue;
     }
     if (!p->cuts) continue;
@@ -198,52 +213,92 @@ static void setup(fp_lower *lw) {
       off[g] = p->cuts[g];
       cnt[g] = p->cuts[g + 1] - p->cuts[g];
     }
-    p->tab = fpi_ir_table_add(P, p->mp->name, L->G, off, cnt);
+    p->tab = fpi_ir_table_add(lw->P, p->mp->name, L->G, off, cnt);
   }
+}
 
-  lw->bufs = fpi_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->bufs);
-  for (int b = 0; b < L->nbuckets; b++) {
-    const fp_bucket *B = &L->buckets[b];
-    for (int k = 0; k < FP_NBB; k++) lw->bufs[b][k] = -1;
-    bool acc = s->grad_accumulation > 1, cast_out = false;
-    for (int j = 0; j < B->nparams; j++) {
-      const fp_lparam *p = &L->params[B->lparams[j]];
-      if (p->mp->requires_grad && p->reduce_dtype != p->grad_dtype) cast_out = true;
-    }
-    fp_buf_kind ukind = B->persistent_unsharded ? FP_BUF_PERSISTENT : FP_BUF_TRANSIENT;
-    if (B->offload) {
-      /* offload: what the optimizer owns lives in host memory; the device
-       * holds the main shard only from its h2d to the gather that reads
-       * it, and the main grad from the first reduction of the step to its
-       * d2h after the last (both on the copy stream) */
-      add_host(lw, b, FP_BB_HMAIN, "main", FP_CAT_MAIN_WEIGHT, B->shard_bytes);
-      if (B->trainable) add_host(lw, b, FP_BB_HGRAD, "grad", FP_CAT_MAIN_GRAD, B->grad_bytes);
-      add_host(lw, b, FP_BB_OPT, "optim", FP_CAT_OPT_STATE, B->opt_bytes);
-      add_buf(lw, b, FP_BB_MAIN, "main.dev", FP_BUF_TRANSIENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
-      if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad.dev", FP_BUF_TRANSIENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
-    } else {
-      add_buf(lw, b, FP_BB_MAIN, "main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
-      if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
-      add_buf(lw, b, FP_BB_OPT, "optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, B->opt_bytes);
-    }
-    if (B->weight_in_main)
-      lw->bufs[b][FP_BB_UNSH] = lw->bufs[b][FP_BB_MAIN];
-    else
-      add_buf(lw, b, FP_BB_UNSH, "weight", ukind, FP_CAT_UNSHARDED_WEIGHT, B->unsharded_bytes);
-    if (B->trainable) {
-      add_buf(lw, b, FP_BB_UGRAD, "ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, B->ugrad_bytes);
-      add_buf(lw, b, FP_BB_RIN, "rin", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rin_bytes);
-      if (acc || cast_out) add_buf(lw, b, FP_BB_ROUT, "rout", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rout_bytes);
-      add_buf(lw, b, FP_BB_RST, "rstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rstage_bytes);
-    }
-    add_buf(lw, b, FP_BB_GST, "gstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->gstage_bytes);
-    if (B->fp8_gather) { /* G chunks of e4m3 data and their e8m0 scales (chunks: multiples of 32) */
-      add_buf(lw, b, FP_BB_QD, "mx", FP_BUF_TRANSIENT, FP_CAT_STAGING, L->G * B->flat_chunk);
-      add_buf(lw, b, FP_BB_QS, "mxscale", FP_BUF_TRANSIENT, FP_CAT_STAGING, L->G * B->flat_chunk / 32);
-    }
-    add_buf(lw, b, FP_BB_RESH, "reshard", FP_BUF_TRANSIENT, FP_CAT_RESHARD, B->reshard_chunk);
+/* bucket b's buffers: main weights, grads and optimizer state (in host
+ * memory when offloaded), the unsharded weight and grad, the staging of
+ * reductions and gathers, MXFP8 gathers, resharding */
+static void bucket_buffers(fp_lower *lw, int b) {
+  fp_layout *L = lw->L;
+  const fp_spec *s = L->spec;
+  const fp_bucket *B = &L->buckets[b];
+  for (int k = 0; k < FP_NBB; k++) lw->bufs[b][k] = -1;
+  bool acc = s->grad_accumulation > 1, cast_out = false;
+  for (int j = 0; j < B->nparams; j++) {
+    const fp_lparam *p = &L->params[B->lparams[j]];
+    if (p->mp->requires_grad && p->reduce_dtype != p->grad_dtype) cast_out = true;
   }
+  fp_buf_kind ukind = B->persistent_unsharded ? FP_BUF_PERSISTENT : FP_BUF_TRANSIENT;
+  if (B->offload) {
+    /* offload: what the optimizer owns lives in host memory; the device
+     * holds the main shard only from its h2d to the gather that reads
+     * it, and the main grad from the first reduction of the step to its
+     * d2h after the last (both on the copy stream) */
+    add_host(lw, b, FP_BB_HMAIN, "main", FP_CAT_MAIN_WEIGHT, B->shard_bytes);
+    if (B->trainable) add_host(lw, b, FP_BB_HGRAD, "grad", FP_CAT_MAIN_GRAD, B->grad_bytes);
+    add_host(lw, b, FP_BB_OPT, "optim", FP_CAT_OPT_STATE, B->opt_bytes);
+    add_buf(lw, b, FP_BB_MAIN, "main.dev", FP_BUF_TRANSIENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
+    if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad.dev", FP_BUF_TRANSIENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
+  } else {
+    add_buf(lw, b, FP_BB_MAIN, "main", FP_BUF_PERSISTENT, FP_CAT_MAIN_WEIGHT, B->shard_bytes);
+    if (B->trainable) add_buf(lw, b, FP_BB_GRAD, "grad", FP_BUF_PERSISTENT, FP_CAT_MAIN_GRAD, B->grad_bytes);
+    add_buf(lw, b, FP_BB_OPT, "optim", FP_BUF_PERSISTENT, FP_CAT_OPT_STATE, B->opt_bytes);
+  }
+  if (B->weight_in_main)
+    lw->bufs[b][FP_BB_UNSH] = lw->bufs[b][FP_BB_MAIN];
+  else
+    add_buf(lw, b, FP_BB_UNSH, "weight", ukind, FP_CAT_UNSHARDED_WEIGHT, B->unsharded_bytes);
+  if (B->trainable) {
+    add_buf(lw, b, FP_BB_UGRAD, "ugrad", FP_BUF_TRANSIENT, FP_CAT_UNSHARDED_GRAD, B->ugrad_bytes);
+    add_buf(lw, b, FP_BB_RIN, "rin", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rin_bytes);
+    if (acc || cast_out) add_buf(lw, b, FP_BB_ROUT, "rout", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rout_bytes);
+    add_buf(lw, b, FP_BB_RST, "rstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->rstage_bytes);
+  }
+  add_buf(lw, b, FP_BB_GST, "gstage", FP_BUF_TRANSIENT, FP_CAT_STAGING, B->gstage_bytes);
+  if (B->fp8_gather) { /* G chunks of e4m3 data and their e8m0 scales (chunks: multiples of 32) */
+    add_buf(lw, b, FP_BB_QD, "mx", FP_BUF_TRANSIENT, FP_CAT_STAGING, L->G * B->flat_chunk);
+    add_buf(lw, b, FP_BB_QS, "mxscale", FP_BUF_TRANSIENT, FP_CAT_STAGING, L->G * B->flat_chunk / 32);
+  }
+  add_buf(lw, b, FP_BB_RESH, "reshard", FP_BUF_TRANSIENT, FP_CAT_RESHARD, B->reshard_chunk);
+}
 
+/* param p's entry of the program's param table */
+static void ir_param_fill(fp_lower *lw, const fp_lparam *p, fp_ir_param *q) {
+  const fp_layout *L = lw->L;
+  q->name = p->mp->name;
+  q->ndim = p->mp->ndim;
+  memcpy(q->shape, p->mp->shape, sizeof q->shape);
+  q->module = p->mp->module;
+  q->bucket = p->bucket;
+  q->main_dtype = p->main_dtype;
+  q->param_dtype = p->param_dtype;
+  q->grad_dtype = p->grad_dtype;
+  q->requires_grad = p->mp->requires_grad;
+  q->placement = p->flat_off >= 0 ? FP_PL_FLAT : (int)p->pl->kind;
+  q->dim = p->pl->kind == FP_PL_SHARD ? p->pl->dim : 0;
+  q->comm = p->replicated ? lw->c_world : lw->c_shard;
+  q->owner = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
+  q->tab = p->tab;
+  q->chunk = p->chunk;
+  q->tp_dim = p->mp->tp_dim >= 0 && L->T > 1 ? p->mp->tp_dim : -1;
+  const int *bb = lw->bufs[p->bucket];
+  q->main = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off};
+  if (p->mp->requires_grad) {
+    q->grad = (fp_view){owner_buf(lw, p->bucket, FP_BB_GRAD), p->grad_off};
+    q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
+  }
+  q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
+  if (p->opt_off >= 0 && bb[FP_BB_OPT] >= 0) q->opt = (fp_view){bb[FP_BB_OPT], p->opt_off};
+  if (p->scale_off >= 0) q->scales = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->scale_off};
+}
+
+/* the param table, with the tied users */
+static void setup_params(fp_lower *lw) {
+  fp_layout *L = lw->L;
+  fp_prog *P = lw->P;
+  const fp_model *m = L->model;
   /* the param table depends on the layout alone (its buffers and
    * communicators are added above in the same order every time): made
    * once, shared by the candidates the pipeline lowers (45,000 params of
@@ -255,35 +310,7 @@ static void setup(fp_lower *lw) {
     P->cap_params = L->nparams;
   } else {
     fpi_ir_param_reserve(P, L->nparams);
-    for (int i = 0; i < L->nparams; i++) {
-      const fp_lparam *p = &L->params[i];
-      fp_ir_param *q = fpi_ir_param_add(P);
-      q->name = p->mp->name;
-      q->ndim = p->mp->ndim;
-      memcpy(q->shape, p->mp->shape, sizeof q->shape);
-      q->module = p->mp->module;
-      q->bucket = p->bucket;
-      q->main_dtype = p->main_dtype;
-      q->param_dtype = p->param_dtype;
-      q->grad_dtype = p->grad_dtype;
-      q->requires_grad = p->mp->requires_grad;
-      q->placement = p->flat_off >= 0 ? FP_PL_FLAT : (int)p->pl->kind;
-      q->dim = p->pl->kind == FP_PL_SHARD ? p->pl->dim : 0;
-      q->comm = p->replicated ? lw->c_world : lw->c_shard;
-      q->owner = p->pl->kind == FP_PL_OWNED ? p->owner : -1;
-      q->tab = p->tab;
-      q->chunk = p->chunk;
-      q->tp_dim = p->mp->tp_dim >= 0 && L->T > 1 ? p->mp->tp_dim : -1;
-      const int *bb = lw->bufs[p->bucket];
-      q->main = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->shard_off};
-      if (p->mp->requires_grad) {
-        q->grad = (fp_view){owner_buf(lw, p->bucket, FP_BB_GRAD), p->grad_off};
-        q->ugrad = (fp_view){bb[FP_BB_UGRAD], p->ugrad_off};
-      }
-      q->weight = (fp_view){bb[FP_BB_UNSH], p->unsharded_off};
-      if (p->opt_off >= 0 && bb[FP_BB_OPT] >= 0) q->opt = (fp_view){bb[FP_BB_OPT], p->opt_off};
-      if (p->scale_off >= 0) q->scales = (fp_view){owner_buf(lw, p->bucket, FP_BB_MAIN), p->scale_off};
-    }
+    for (int i = 0; i < L->nparams; i++) ir_param_fill(lw, &L->params[i], fpi_ir_param_add(P));
     for (int k = 0; k < m->nmodules; k++) /* tied: the other modules that read a param, by module */
       for (int j = 0; j < m->modules[k].nuses; j++) {
         fp_ir_param *q = &P->params[P->nparams - L->nparams + m->modules[k].uses[j]];
@@ -292,8 +319,19 @@ static void setup(fp_lower *lw) {
       }
     L->ir_params = P->params;
   }
-  lw->open_at = fpi_alloc_array(lw->a, (size_t)P->nbufs + 1, sizeof(int32_t));
-  for (int i = 0; i < P->nbufs; i++) lw->open_at[i] = -1;
+}
+
+static void setup(fp_lower *lw) {
+  fp_layout *L = lw->L;
+  setup_header(lw);
+  setup_comms(lw);
+  setup_modules(lw);
+  setup_tables(lw);
+  lw->bufs = fpi_alloc_array(lw->a, (size_t)L->nbuckets + 1, sizeof *lw->bufs);
+  for (int b = 0; b < L->nbuckets; b++) bucket_buffers(lw, b);
+  setup_params(lw);
+  lw->open_at = fpi_alloc_array(lw->a, (size_t)lw->P->nbufs + 1, sizeof(int32_t));
+  for (int i = 0; i < lw->P->nbufs; i++) lw->open_at[i] = -1;
 }
 
 /* ---- pieces of the step ----------------------------------------------------- */

@@ -264,27 +264,61 @@ static bool parse_uses(fp_jctx *c, const fp_jv *mv, int i, const nameset *pnames
 }
 
 /* ---- entry points --------------------------------------------------------------- */
-bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
-                    fp_model *out) {
-  memset(out, 0, sizeof *out);
-  out->src = src;
-  out->ptr = ptr = ptr ? fpi_strdup(a, ptr) : "";
-  mctx x = {.c = {a, d, src, mctx_here}, .ptr = ptr};
-  fp_jctx *c = &x.c;
-  if (!fpi_j_is_object(c, root, ptr)) return false;
-  if (!check_format(c, root, ptr, &out->version)) return false;
-  static const char *const keys[] = {"format", "name", "modules", "forward_order", NULL};
-  if (!fpi_j_keys(c, root, ptr, keys)) return false;
-  if (!fpi_j_str(c, root, ptr, "name", true, &out->name)) return false;
+/* fpi_model_parse in its steps: the modules with their params
+ * (parse_module_list, each by module_entry), the tied uses, then the
+ * forward order (parse_forward_order) */
 
+/* module i of mods, with its params; names unique across the model */
+static bool module_entry(mctx *x, const fp_jv *mods, size_t i, nameset *mnames, nameset *pnames, fp_model *out) {
+  fp_jctx *c = &x->c;
+  fp_arena *a = c->a;
+  const fp_jv *mv = fpi_jv_at(mods, i);
+  x->mi = (int)i;
+  x->pi = -1;
+  fp_module *m = &out->modules[i];
+  if (!fpi_j_is_object(c, mv, NULL)) return false;
+  if (!parse_module(c, mv, out->version, m)) return false;
+  int prev = ns_put(mnames, m->name, (int)i);
+  if (prev >= 0)
+    return fpi_j_error(c, here_key(c, "name"), "duplicate module name '%s' (also %s)", m->name,
+                      fpi_module_ptr(a, out, prev));
+  const fp_jv *pa = NULL;
+  size_t np = 0;
+  /* v2: a module that only reads tied params has none of its own
+   * (checked with its uses below) */
+  bool need_params = out->version == 1 || !fpi_j_has(mv, "uses");
+  if (!fpi_j_arr(c, mv, NULL, "params", need_params, &pa, &np)) return false;
+  if (!pa) np = 0;
+  if (np == 0 && need_params)
+    return fpi_j_error(c, here_key(c, "params"), "expected a non-empty array of params, got an empty array");
+  m->first_param = out->nparams;
+  m->nparams = (int)np;
+  for (size_t k = 0; k < np; k++) {
+    const fp_jv *pv = fpi_jv_at(pa, k);
+    x->pi = (int)k;
+    if (!fpi_j_is_object(c, pv, NULL)) return false;
+    fp_param *p = &out->params[out->nparams];
+    if (!parse_param(c, pv, (int)i, out->version, p)) return false;
+    int pprev = ns_put(pnames, p->name, out->nparams);
+    if (pprev >= 0)
+      return fpi_j_error(c, here_key(c, "name"), "duplicate param name '%s' (also %s)", p->name,
+                        fpi_param_ptr(a, out, &out->params[pprev]));
+    out->nparams++;
+  }
+  return true;
+}
+
+/* "modules": every module and its params (the params counted first, so
+ * the arrays are allocated once), then the tied uses (v2) */
+static bool parse_module_list(mctx *x, const fp_jv *root, const char *ptr, nameset *mnames, fp_model *out) {
+  fp_jctx *c = &x->c;
+  fp_arena *a = c->a;
   const fp_jv *mods;
   size_t nm;
   if (!fpi_j_arr(c, root, ptr, "modules", true, &mods, &nm)) return false;
   const char *msp = fpi_ptr_key(a, ptr, "modules");
   if (nm == 0) return fpi_j_error(c, msp, "expected a non-empty array of modules, got an empty array");
   if (nm > INT32_MAX / 2) return fpi_j_error(c, msp, "too many modules (%zu)", nm);
-
-  /* count params first so the arrays are allocated once */
   size_t total = 0;
   for (size_t i = 0; i < nm; i++) {
     const fp_jv *pa = fpi_j_get(fpi_jv_at(mods, i), "params");
@@ -293,56 +327,28 @@ bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *ro
   if (total > INT32_MAX / 2) return fpi_j_error(c, msp, "too many params (%zu)", total);
   out->modules = fpi_alloc_array(a, nm, sizeof *out->modules);
   out->params = fpi_alloc_array(a, total ? total : 1, sizeof *out->params);
-  nameset mnames, pnames;
-  ns_init(a, &mnames, nm);
+  nameset pnames;
+  ns_init(a, mnames, nm);
   ns_init(a, &pnames, total);
-
-  for (size_t i = 0; i < nm; i++) {
-    const fp_jv *mv = fpi_jv_at(mods, i);
-    x.mi = (int)i;
-    x.pi = -1;
-    fp_module *m = &out->modules[i];
-    if (!fpi_j_is_object(c, mv, NULL)) return false;
-    if (!parse_module(c, mv, out->version, m)) return false;
-    int prev = ns_put(&mnames, m->name, (int)i);
-    if (prev >= 0)
-      return fpi_j_error(c, here_key(c, "name"), "duplicate module name '%s' (also %s)", m->name,
-                        fpi_module_ptr(a, out, prev));
-    const fp_jv *pa = NULL;
-    size_t np = 0;
-    /* v2: a module that only reads tied params has none of its own
-     * (checked with its uses below) */
-    bool need_params = out->version == 1 || !fpi_j_has(mv, "uses");
-    if (!fpi_j_arr(c, mv, NULL, "params", need_params, &pa, &np)) return false;
-    if (!pa) np = 0;
-    if (np == 0 && need_params)
-      return fpi_j_error(c, here_key(c, "params"), "expected a non-empty array of params, got an empty array");
-    m->first_param = out->nparams;
-    m->nparams = (int)np;
-    for (size_t k = 0; k < np; k++) {
-      const fp_jv *pv = fpi_jv_at(pa, k);
-      x.pi = (int)k;
-      if (!fpi_j_is_object(c, pv, NULL)) return false;
-      fp_param *p = &out->params[out->nparams];
-      if (!parse_param(c, pv, (int)i, out->version, p)) return false;
-      int pprev = ns_put(&pnames, p->name, out->nparams);
-      if (pprev >= 0)
-        return fpi_j_error(c, here_key(c, "name"), "duplicate param name '%s' (also %s)", p->name,
-                          fpi_param_ptr(a, out, &out->params[pprev]));
-      out->nparams++;
-    }
-  }
+  for (size_t i = 0; i < nm; i++)
+    if (!module_entry(x, mods, i, mnames, &pnames, out)) return false;
   out->nmodules = (int)nm;
   if (out->version >= 2)
     for (size_t i = 0; i < nm; i++) {
-      x.mi = (int)i;
-      x.pi = -1;
+      x->mi = (int)i;
+      x->pi = -1;
       if (!parse_uses(c, fpi_jv_at(mods, i), (int)i, &pnames, out)) return false;
     }
+  return true;
+}
 
-  /* forward_order: default the order of modules; if given, it must name every
-   * module at least once (a module that never runs would never be gathered
-   * nor reduced: almost certainly a mistake in the input) */
+/* forward_order: default the order of modules; if given, it must name every
+ * module at least once (a module that never runs would never be gathered
+ * nor reduced: almost certainly a mistake in the input) */
+static bool parse_forward_order(mctx *x, const fp_jv *root, const char *ptr, nameset *mnames, fp_model *out) {
+  fp_jctx *c = &x->c;
+  fp_arena *a = c->a;
+  size_t nm = (size_t)out->nmodules;
   const fp_jv *fo = NULL;
   size_t nfo = 0;
   if (!fpi_j_arr(c, root, ptr, "forward_order", false, &fo, &nfo)) return false;
@@ -360,7 +366,7 @@ bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *ro
   for (size_t k = 0; k < nfo; k++) {
     const char *name;
     if (!str_elem(c, fo, k, fop, &name)) return false;
-    int mi = ns_get(&mnames, name);
+    int mi = ns_get(mnames, name);
     if (mi < 0)
       return fpi_j_error(c, fpi_ptr_idx(a, fop, (int64_t)k), "unknown module '%s' in forward_order%s", name,
                         near_name(a, out, false, out->nmodules, name));
@@ -373,6 +379,23 @@ bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *ro
       return fpi_j_error(c, fop, "module '%s' is not in forward_order (every module must run)",
                         out->modules[i].name);
   return true;
+}
+
+bool fpi_model_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
+                    fp_model *out) {
+  memset(out, 0, sizeof *out);
+  out->src = src;
+  out->ptr = ptr = ptr ? fpi_strdup(a, ptr) : "";
+  mctx x = {.c = {a, d, src, mctx_here}, .ptr = ptr};
+  fp_jctx *c = &x.c;
+  if (!fpi_j_is_object(c, root, ptr)) return false;
+  if (!check_format(c, root, ptr, &out->version)) return false;
+  static const char *const keys[] = {"format", "name", "modules", "forward_order", NULL};
+  if (!fpi_j_keys(c, root, ptr, keys)) return false;
+  if (!fpi_j_str(c, root, ptr, "name", true, &out->name)) return false;
+  nameset mnames;
+  if (!parse_module_list(&x, root, ptr, &mnames, out)) return false;
+  return parse_forward_order(&x, root, ptr, &mnames, out);
 }
 
 bool fpi_model_load(fp_arena *a, fp_diag *d, const char *path, fp_model *out, const fp_jv **embedded_spec,

@@ -9,7 +9,7 @@ function(fp_mpi_test name np exe)
 endfunction()
 
 add_executable(test_exec_ops ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_ops.c)
-target_link_libraries(test_exec_ops PRIVATE flexplan_exec)
+target_link_libraries(test_exec_ops PRIVATE flexplan_exec flexplan_core) # (exec_util.h builds plans with the planner)
 foreach(np 1 2 3 4)
   fp_mpi_test(exec_ops_np${np} ${np} test_exec_ops)
 endforeach()
@@ -147,13 +147,13 @@ add_test(NAME exec_external COMMAND test_exec_external ${CMAKE_CURRENT_SOURCE_DI
 set_tests_properties(exec_external PROPERTIES LABELS unit TIMEOUT 120)
 
 add_executable(test_exec_plan ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_plan.c)
-target_link_libraries(test_exec_plan PRIVATE flexplan_exec)
+target_link_libraries(test_exec_plan PRIVATE flexplan_exec flexplan_core) # (exec_util.h builds plans with the planner)
 fp_mpi_test(exec_plan 1 test_exec_plan)
 
 # hook order, plan-hash agreement, refit validation
 foreach(t order hash refit timing)
   add_executable(test_exec_${t} ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_${t}.c)
-  target_link_libraries(test_exec_${t} PRIVATE flexplan_exec)
+  target_link_libraries(test_exec_${t} PRIVATE flexplan_exec flexplan_core) # (exec_util.h builds plans with the planner)
 endforeach()
 target_link_libraries(test_exec_timing PRIVATE PkgConfig::JSONC) # the file read by json-c: an independent reader
 fp_mpi_test(exec_order 2 test_exec_order)
@@ -164,7 +164,7 @@ fp_plan_test(exec_refit mlp placements-w3 3 $<TARGET_FILE:test_exec_refit> {plan
 # the watchdog: a rank that stops calling hooks; FLEXPLAN_TIMEOUT=1 (the test
 # also arms alarm(60): it fails, never hangs)
 add_executable(test_exec_watchdog ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_watchdog.c)
-target_link_libraries(test_exec_watchdog PRIVATE flexplan_exec)
+target_link_libraries(test_exec_watchdog PRIVATE flexplan_exec flexplan_core) # (exec_util.h builds plans with the planner)
 foreach(mode poll thread)
   fp_mpi_test(exec_watchdog_${mode} 3 test_exec_watchdog ${mode})
   set_property(TEST exec_watchdog_${mode} APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
@@ -175,7 +175,7 @@ endforeach()
 # never creates its executor; the others fail with FP_ERR_TIMEOUT naming it
 # (FLEXPLAN_TIMEOUT=1; the test arms alarm(60) and ctest's timeout is 120 s)
 add_executable(test_exec_create_watchdog ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_create_watchdog.c)
-target_link_libraries(test_exec_create_watchdog PRIVATE flexplan_exec)
+target_link_libraries(test_exec_create_watchdog PRIVATE flexplan_exec flexplan_core) # (exec_util.h builds plans with the planner)
 fp_mpi_test(exec_create_watchdog 3 test_exec_create_watchdog)
 set_property(TEST exec_create_watchdog APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
 set_tests_properties(exec_create_watchdog PROPERTIES TIMEOUT 120)
@@ -194,7 +194,7 @@ set_tests_properties(nccl_plan PROPERTIES LABELS unit TIMEOUT 300)
 # once and cleanly (skipped, 77, where there is a device)
 if(FP_HAVE_CUDA)
   add_executable(test_exec_nccl_nodev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_nccl_nodev.c)
-  target_link_libraries(test_exec_nccl_nodev PRIVATE flexplan_exec)
+  target_link_libraries(test_exec_nccl_nodev PRIVATE flexplan_exec flexplan_core) # (exec_util.h builds plans with the planner)
   fp_mpi_test(exec_nccl_nodev_np2 2 test_exec_nccl_nodev)
   set_tests_properties(exec_nccl_nodev_np2 PROPERTIES SKIP_RETURN_CODE 77)
 endif()
@@ -212,7 +212,7 @@ set_tests_properties(viz_measured PROPERTIES LABELS "mpi;golden" TIMEOUT 300 PRO
 # reference kernels' round trip of the whole flat bucket (bit for bit) and
 # the format's bound; reshard 2 regathers for backward; grads stay float
 add_executable(test_fp8_gather ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_gather.c)
-target_link_libraries(test_fp8_gather PRIVATE flexplan_api PkgConfig::JSONC m)
+target_link_libraries(test_fp8_gather PRIVATE flexplan_api flexplan_exec PkgConfig::JSONC m)
 foreach(np 2 4)
   fp_mpi_test(fp8_gather_np${np} ${np} test_fp8_gather ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/fp8-gather.spec.json)
@@ -222,7 +222,7 @@ endforeach()
 # views (one e4m3 copy, the e8m0 scales where the plan puts them), refits
 # against fpk_quantize_mxfp8 byte for byte, a refused refit, whole steps
 add_executable(test_exec_mxfp8 ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_mxfp8.c)
-target_link_libraries(test_exec_mxfp8 PRIVATE flexplan_api PkgConfig::JSONC m)
+target_link_libraries(test_exec_mxfp8 PRIVATE flexplan_api flexplan_exec PkgConfig::JSONC m)
 foreach(np 1 2 3)
   fp_mpi_test(exec_mxfp8_np${np} ${np} test_exec_mxfp8 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json
               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/frozen-mxfp8.spec.json)
@@ -233,7 +233,7 @@ endforeach()
 # executors (and back), and checks every TO shard byte against the full
 # tensors it computes. fp_reshard_test(name np specA worldA specB worldB [opts])
 add_executable(test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/test_reshard.c)
-target_link_libraries(test_reshard PRIVATE flexplan_api PkgConfig::JSONC m)
+target_link_libraries(test_reshard PRIVATE flexplan_api flexplan_exec PkgConfig::JSONC m)
 function(fp_reshard_test name np sa wa sb wb)
   fp_mpi_test(reshard_${name} ${np} test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sa}.spec.json ${wa} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sb}.spec.json
@@ -246,7 +246,7 @@ fp_reshard_test(fs2_to_placements3 3 full_shard 2 placements-w3 3)
 # timeout, never a hang
 add_executable(test_reshard_wd ${CMAKE_CURRENT_SOURCE_DIR}/test_reshard.c)
 target_compile_definitions(test_reshard_wd PRIVATE FP_TEST_WRAP_ISEND)
-target_link_libraries(test_reshard_wd PRIVATE flexplan_api PkgConfig::JSONC m)
+target_link_libraries(test_reshard_wd PRIVATE flexplan_api flexplan_exec PkgConfig::JSONC m)
 target_link_options(test_reshard_wd PRIVATE "LINKER:--wrap=MPI_Isend")
 fp_mpi_test(reshard_watchdog 3 test_reshard_wd ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
             ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json 3 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json 2
@@ -301,7 +301,7 @@ fp_reshard_keep_test(perparam4_to_keep2 4 per-param 4 2 --wire-over 7)
 fp_reshard_keep_test(perparam2_to_keep3_disjoint 5 per-param 2 3 --to-offset 2 --wire-over 4)
 # the transfer verifier's rules, one broken transfer each, and the planner's errors
 add_executable(test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_verify.c)
-target_link_libraries(test_xfer_verify PRIVATE flexplan_api)
+target_link_libraries(test_xfer_verify PRIVATE flexplan_api flexplan_exec)
 add_test(NAME xfer_verify COMMAND test_xfer_verify ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
 # the issue's chain: 8-rank full_shard -> 4-rank hybrid 2x2 -> 6-rank ragged
 # shard -> 8-rank full_shard, each leg a round trip (A -> B -> A bit-exact)

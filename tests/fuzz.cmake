@@ -48,7 +48,7 @@ if(fp_fuzz_why STREQUAL "")
   # the sources of the components the targets link, as the main build has them
   # (a base-layer component, when there is one, first)
   set(fp_fuzz_sources "")
-  foreach(c flexplan_base flexplan_core flexplan_st)
+  foreach(c flexplan_base flexplan_ir flexplan_planner flexplan_st)
     if(TARGET ${c}_obj)
       get_target_property(s ${c}_obj SOURCES)
       list(APPEND fp_fuzz_sources ${s})

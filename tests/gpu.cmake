@@ -71,7 +71,7 @@ fp_gpu_parity(ga2 mlp ga2 flexplan)
 # each mode; refusals inside a capture; a refit under captured graphs;
 # bootstraps (runs the MPI half first: that part needs no GPU)
 add_executable(test_exec_cuda ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_cuda.c)
-target_link_libraries(test_exec_cuda PRIVATE flexplan_exec)
+target_link_libraries(test_exec_cuda PRIVATE flexplan_exec flexplan_core) # (exec_util.h builds plans with the planner)
 fp_mpi_test(gpu_exec 1 test_exec_cuda)
 set_tests_properties(gpu_exec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu ENVIRONMENT "${FP_GPU_MPI_ENV}")
 
@@ -81,7 +81,7 @@ set_tests_properties(gpu_exec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 RESOURCE
 # block, twice (the communicator kept), and back; then into a plan that keeps
 # frozen params as MXFP8 (the CUDA quantize into TO's elements and scales)
 add_executable(test_xfer_nccl ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_nccl.c)
-target_link_libraries(test_xfer_nccl PRIVATE flexplan_api PkgConfig::JSONC m)
+target_link_libraries(test_xfer_nccl PRIVATE flexplan_api flexplan_exec PkgConfig::JSONC m)
 fp_mpi_test(gpu_xfer 1 test_xfer_nccl ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
             ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json
             ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json)

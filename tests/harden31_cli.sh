@@ -155,7 +155,7 @@ has out "xfer model=$esc what=weights from_world=4 to_world=2"
 raw_free out "print of a transfer"
 sed 's/"ops":/"opz":/' "$tmp/evil.xfer.json" >"$tmp/bad.xfer.json"
 expect 1 "$fp" verify "$tmp/bad.xfer.json"
-matches err "bad.xfer.json:[0-9]*:[0-9]*: error: /procs/0: unknown member 'opz'"
+matches err "bad.xfer.json:[0-9]*:[0-9]*: error: /procs/0/opz: unknown member 'opz' (expected one of: stage_bytes, need, ops, same); did you mean \"ops\"?"
 
 # ---- 6: frozen weights once under mixed precision ------------------------------------
 # fc1 frozen and kept whole (no_shard), bf16 compute over fp32 main weights:

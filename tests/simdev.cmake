@@ -27,7 +27,7 @@ target_include_directories(flexplan_exec_simdev_obj PUBLIC ${CMAKE_SOURCE_DIR} $
 target_compile_definitions(flexplan_exec_simdev_obj PUBLIC FP_HAVE_CUDA=1)
 target_link_libraries(flexplan_exec_simdev_obj PUBLIC MPI::MPI_C Threads::Threads m)
 add_library(flexplan_exec_simdev STATIC $<TARGET_OBJECTS:flexplan_exec_simdev_obj>)
-target_link_libraries(flexplan_exec_simdev PUBLIC flexplan_exec_simdev_obj fp_simdev flexplan_core flexplan_kernels
+target_link_libraries(flexplan_exec_simdev PUBLIC flexplan_exec_simdev_obj fp_simdev flexplan_ir flexplan_kernels
                       flexplan_st)
 
 # train_mlp on the simulated device (--backend nccl)
@@ -136,15 +136,15 @@ fp_sim_parity(mutation_unordered_upload mlp full_shard 2 --expect-fail --seeds 1
 
 # the GPU tests' own programs on the simulated device (tests/gpu.cmake runs them on a GPU)
 add_executable(test_exec_cuda_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_cuda.c)
-target_link_libraries(test_exec_cuda_simdev PRIVATE flexplan_exec_simdev)
+target_link_libraries(test_exec_cuda_simdev PRIVATE flexplan_exec_simdev flexplan_core) # (exec_util.h builds plans with the planner)
 add_library(flexplan_api_simdev STATIC $<TARGET_OBJECTS:flexplan_api_obj>)
-target_link_libraries(flexplan_api_simdev PUBLIC flexplan_viz flexplan_exec_simdev MPI::MPI_C)
+target_link_libraries(flexplan_api_simdev PUBLIC flexplan_viz flexplan_planner flexplan_exec_simdev)
 add_executable(test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_nccl.c)
 target_link_libraries(test_xfer_nccl_simdev PRIVATE flexplan_api_simdev PkgConfig::JSONC m)
 add_executable(test_exec_nccl_nodev_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec_nccl_nodev.c)
-target_link_libraries(test_exec_nccl_nodev_simdev PRIVATE flexplan_exec_simdev)
+target_link_libraries(test_exec_nccl_nodev_simdev PRIVATE flexplan_exec_simdev flexplan_core) # (exec_util.h builds plans with the planner)
 add_executable(test_simdev_watchdog ${FP_SIMDEV_DIR}/test_simdev_watchdog.c)
-target_link_libraries(test_simdev_watchdog PRIVATE flexplan_exec_simdev)
+target_link_libraries(test_simdev_watchdog PRIVATE flexplan_exec_simdev flexplan_core) # (exec_util.h builds plans with the planner)
 
 # fp_simdev_test(name np exe args...): an MPI test on the simulated device, once per seed of FP_SIMDEV_SEEDS
 function(fp_simdev_test name np exe)
@@ -180,7 +180,7 @@ set_tests_properties(simdev_exec_nccl_nodev_np2 PROPERTIES LABELS "simdev;mpi" T
 # simulated device, for flexplan.torch's tests (tests/simdev/torch_sim_worker.py):
 # torch CPU tensors over simulated device memory (FP_SIMDEV_HOST_VISIBLE=1)
 add_library(flexplan_simdev_shared SHARED)
-target_link_libraries(flexplan_simdev_shared PRIVATE flexplan_base_obj flexplan_core_obj flexplan_kernels_obj
+target_link_libraries(flexplan_simdev_shared PRIVATE flexplan_base_obj flexplan_ir_obj flexplan_planner_obj flexplan_kernels_obj
                       flexplan_st_obj flexplan_viz_obj flexplan_api_obj flexplan_exec_simdev_obj fp_simdev_obj)
 set_target_properties(flexplan_simdev_shared PROPERTIES OUTPUT_NAME flexplan_simdev)
 # -Bsymbolic: its own cuda*/nccl* calls bind to the simulator, never to a CUDA runtime
@@ -199,7 +199,7 @@ set_property(TEST simdev_torch_capture APPEND PROPERTY ENVIRONMENT
 
 # the stream contract's resolution on the C side
 add_executable(test_simdev_stream ${FP_SIMDEV_DIR}/test_simdev_stream.c)
-target_link_libraries(test_simdev_stream PRIVATE flexplan_exec_simdev)
+target_link_libraries(test_simdev_stream PRIVATE flexplan_exec_simdev flexplan_core) # (exec_util.h builds plans with the planner)
 fp_simdev_test(stream_contract 1 test_simdev_stream)
 
 # gpu_kernels' program on the simulated device: tests/test_kernels_cuda.cu

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "executor/safetensors.h"
+#include "flexplan.h"
 
 static char dir[64];
 static int nfile;
@@ -478,9 +479,52 @@ static void random_edits(void **state) {
   print_message("random edits: %d of %d opened\n", opened, iters);
 }
 
+/* the public face (fp_safetensors_*): the names the refit reads, and the
+ * reader's message on the handle for a file that is none, a missing file
+ * and a NULL path; every handle closed (LeakSanitizer checks the failed
+ * ones too) */
+static void public_names(void **state) {
+  (void)state;
+  float w[2] = {1, 2};
+  uint16_t b[3] = {1, 2, 3};
+  fp_st_tensor ts[] = {{.name = "b.w", .dtype = FP_F32, .ndim = 1, .shape = {2}},
+                       {.name = "a.w", .dtype = FP_BF16, .ndim = 2, .shape = {1, 3}}};
+  const void *data[] = {w, b};
+  char p[128], err[256];
+  assert_true(fpi_st_write(newpath(p), 2, ts, data, err, sizeof err));
+  fp_safetensors *f = NULL;
+  assert_int_equal(fp_safetensors_open(p, &f), FP_OK);
+  assert_int_equal(fp_safetensors_count(f), 2);
+  assert_string_equal(fp_safetensors_name(f, 0), "b.w"); /* in the order of their data */
+  assert_string_equal(fp_safetensors_name(f, 1), "a.w");
+  assert_null(fp_safetensors_name(f, 2));
+  assert_null(fp_safetensors_name(f, -1));
+  assert_string_equal(fp_safetensors_errmsg(f), "");
+  fp_safetensors_close(f);
+
+  write_bytes(newpath(p), "\x04\0\0\0\0\0\0\0{\"a\"", 12);
+  assert_int_equal(fp_safetensors_open(p, &f), FP_ERR_WEIGHTS);
+  assert_non_null(f);
+  assert_int_equal(fp_safetensors_count(f), 0);
+  assert_null(fp_safetensors_name(f, 0));
+  if (!strstr(fp_safetensors_errmsg(f), p) || !strstr(fp_safetensors_errmsg(f), "header"))
+    fail_msg("got: %s", fp_safetensors_errmsg(f));
+  fp_safetensors_close(f);
+
+  assert_int_equal(fp_safetensors_open("/nonexistent/x.safetensors", &f), FP_ERR_WEIGHTS);
+  if (!strstr(fp_safetensors_errmsg(f), "/nonexistent/x.safetensors")) fail_msg("got: %s", fp_safetensors_errmsg(f));
+  fp_safetensors_close(f);
+  assert_int_equal(fp_safetensors_open(NULL, &f), FP_ERR_ARG);
+  assert_string_equal(fp_safetensors_errmsg(f), "fp_safetensors_open: path is NULL");
+  fp_safetensors_close(f);
+  assert_int_equal(fp_safetensors_open(p, NULL), FP_ERR_ARG);
+  fp_safetensors_close(NULL);
+  assert_int_equal(fp_safetensors_count(NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(round_trip),      cmocka_unit_test(hand_written), cmocka_unit_test(broken_files),
+      cmocka_unit_test(round_trip),      cmocka_unit_test(public_names),      cmocka_unit_test(hand_written), cmocka_unit_test(broken_files),
       cmocka_unit_test(writer_refusals), cmocka_unit_test(writer_bytes), cmocka_unit_test(random_edits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

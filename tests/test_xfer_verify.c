@@ -396,10 +396,13 @@ int main(int argc, char **argv) {
       if (e) expect_read(a, e, "/: invalid JSON: expected ':' after member name, got ';'", at + 11, "syntax");
       free(e);
       e = edit(js, "\"what\":", "\"bogus\":1,\"what\":", &at);
-      if (e) expect_read(a, e, "/: unknown member 'bogus'", at, "unknown member");
+      if (e) expect_read(a, e,
+                         "/bogus: unknown member 'bogus' (expected one of: format, model, what, from, to, processes, "
+                         "figures, params, procs)",
+                         at, "unknown member");
       free(e);
       e = edit(js, "\"what\":", "\"model\":\"x\",\"what\":", &at);
-      if (e) expect_read(a, e, "member 'model' appears twice", at, "duplicate member");
+      if (e) expect_read(a, e, "/model: duplicate member 'model'", at, "duplicate member");
       free(e);
       e = edit(js, "\"param\":0,", "\"param\":99999,", &at);
       if (e) expect_read(a, e, "/procs/0/ops/0/param: 99999 is not a param", at + 8, "param out of range");
@@ -449,7 +452,7 @@ int main(int argc, char **argv) {
       expect_read(a, e, ": error: ", -1, "cut short");
       free(e);
     }
-    expect_read(a, "{\"format\":\"flexplan.xfer.v1\"}", "/: missing member 'model'", 0, "missing member");
+    expect_read(a, "{\"format\":\"flexplan.xfer.v1\"}", "/: missing required member 'model'", 0, "missing member");
     expect_read(a, "{\"format\":\"flexplan.plan.v1\"}", "/format: expected \"flexplan.xfer.v1\"", 10, "a plan");
     expect_read(a, "{\"format\":\"flexplan.xfer.v1\",\"model\":\"a\\q\"}", "/model: invalid JSON: invalid escape sequence in string", 39, "escape");
     expect_read(a, "{\"format\":\"flexplan.xfer.v1\",\"model\":\"a\\u0000\"}", "/model: \\u0000 (NUL) is not allowed in strings", 39, "NUL");

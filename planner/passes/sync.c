@@ -78,6 +78,77 @@ static const int32_t *rec_clock(const sctx *c, int32_t p, int32_t i, int step) {
   return step == 2 ? c->snap[q][0] : NULL;
 }
 
+/* walk's steps for an op (group) i on stream s that opens its group: the
+ * waits decided before it joined (join_waits), what it needs from the
+ * other streams (needed_from), and the waits chosen for that (choose_waits) */
+static void join_waits(const sctx *c, int32_t i, int step, int64_t *vc) {
+  for (int t = 0; t < FP_NSTREAMS; t++)
+    if (c->wp[i][t] >= 0) {
+      const int32_t *o = rec_clock(c, c->wp[i][t], i, step);
+      if (o) join(vc, o);
+    }
+}
+
+/* per other stream t: the latest clock of a conflicting access (need[t])
+ * not yet ordered before the group, and its op (needop[t], -1: none);
+ * true when any */
+static bool needed_from(sctx *c, int32_t i, int s, const int64_t *vc, int64_t need[FP_NSTREAMS],
+                        int32_t needop[FP_NSTREAMS]) {
+  for (int t = 0; t < FP_NSTREAMS; t++) need[t] = 0, needop[t] = -1;
+  for (int32_t j = i; j <= c->glast[i]; j++) {
+    for (int32_t k = c->afirst[j]; k < c->afirst[j + 1]; k++) {
+      const fp_access *x = &c->acc[k];
+      int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
+      fpi_alias_clocks_max(&c->al, x->buf, s, w, r);
+      for (int t = 0; t < FP_NSTREAMS; t++) {
+        if (t == s) continue;
+        if (w[t] > vc[t] && w[t] > need[t]) need[t] = w[t], needop[t] = c->clkop[t][w[t]];
+        if (x->write && r[t] > vc[t] && r[t] > need[t]) need[t] = r[t], needop[t] = c->clkop[t][r[t]];
+      }
+    }
+  }
+  bool any = false;
+  for (int t = 0; t < FP_NSTREAMS; t++) any |= needop[t] >= 0;
+  return any;
+}
+
+/* the waits for what is needed, but for a stream another chosen wait
+ * already covers: before the group in step 1, at the end of the step for
+ * a producer of the previous step */
+static void choose_waits(sctx *c, int32_t i, int s, int step, int64_t *vc, const int64_t need[FP_NSTREAMS],
+                         int32_t needop[FP_NSTREAMS]) {
+  const int32_t *clock[FP_NSTREAMS] = {0};
+  for (int t = 0; t < FP_NSTREAMS; t++)
+    if (needop[t] >= 0) {
+      clock[t] = rec_clock(c, needop[t], i, step);
+      FP_ASSERT(clock[t]); /* step 1 conflicts come from earlier ops */
+    }
+  for (int t = 0; t < FP_NSTREAMS; t++)
+    for (int u = 0; u < FP_NSTREAMS && needop[t] >= 0; u++)
+      if (u != t && needop[u] >= 0 && clock[u][t] >= need[t]) needop[t] = -1;
+  for (int t = 0; t < FP_NSTREAMS; t++) {
+    if (needop[t] < 0) continue;
+    if (step == 1) {
+      c->wp[i][t] = needop[t];
+    } else {
+      /* from the previous step only: wait at the end of the step for
+       * the latest such producer */
+      int32_t *e = &c->endw[s][t];
+      if (*e < 0 || c->snap[c->glast[*e]][0][t] < clock[t][t]) *e = needop[t];
+    }
+    join(vc, clock[t]);
+  }
+}
+
+/* op i ticks its stream: its clock op, snapshot and accesses noted */
+static void tick(sctx *c, int32_t i, int s, int step, int64_t *vc) {
+  vc[s]++;
+  c->clkop[s][vc[s]] = i;
+  for (int t = 0; t < FP_NSTREAMS; t++) c->snap[i][step - 1][t] = (int32_t)vc[t];
+  for (int32_t k = c->afirst[i]; k < c->afirst[i + 1]; k++)
+    fpi_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s]);
+}
+
 /* one walk over two steps: ANALYZE decides waits; CHECK counts conflicts
  * left unordered by the waits decided so far */
 static int64_t walk(sctx *c, int mode) {
@@ -105,69 +176,20 @@ static int64_t walk(sctx *c, int mode) {
       bool opens = c->info[i] & OPENS;
       if (step == 2 && !unsynced) break;
       if (opens) {
-        /* the waits decided before this op (or group) */
-        for (int t = 0; t < FP_NSTREAMS; t++)
-          if (c->wp[i][t] >= 0) {
-            const int32_t *o = rec_clock(c, c->wp[i][t], i, step);
-            if (o) join(vc[s], o);
-          }
+        join_waits(c, i, step, vc[s]);
         if (step == 2 && !synced[s]) {
           bool all = true;
           for (int t = 0; t < FP_NSTREAMS; t++) all &= vc[s][t] >= step1end[t];
           if (all) synced[s] = true, unsynced--;
         }
       }
-      if (opens && !(step == 2 && synced[s])) {
-        /* what the op (group) needs from the other streams */
-        int64_t need[FP_NSTREAMS] = {0};
-        int32_t needop[FP_NSTREAMS];
-        for (int t = 0; t < FP_NSTREAMS; t++) needop[t] = -1;
-        for (int32_t j = i; j <= c->glast[i]; j++) {
-          for (int32_t k = c->afirst[j]; k < c->afirst[j + 1]; k++) {
-            const fp_access *x = &c->acc[k];
-            int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
-            fpi_alias_clocks_max(&c->al, x->buf, s, w, r);
-            for (int t = 0; t < FP_NSTREAMS; t++) {
-              if (t == s) continue;
-              if (w[t] > vc[s][t] && w[t] > need[t]) need[t] = w[t], needop[t] = c->clkop[t][w[t]];
-              if (x->write && r[t] > vc[s][t] && r[t] > need[t]) need[t] = r[t], needop[t] = c->clkop[t][r[t]];
-            }
-          }
-        }
-        bool any = false;
-        for (int t = 0; t < FP_NSTREAMS; t++) any |= needop[t] >= 0;
-        if (any && mode == CHECK) {
-          unordered++;
-        } else if (any) {
-          /* drop a stream another chosen wait already covers */
-          const int32_t *clock[FP_NSTREAMS] = {0};
-          for (int t = 0; t < FP_NSTREAMS; t++)
-            if (needop[t] >= 0) {
-              clock[t] = rec_clock(c, needop[t], i, step);
-              FP_ASSERT(clock[t]); /* step 1 conflicts come from earlier ops */
-            }
-          for (int t = 0; t < FP_NSTREAMS; t++)
-            for (int u = 0; u < FP_NSTREAMS && needop[t] >= 0; u++)
-              if (u != t && needop[u] >= 0 && clock[u][t] >= need[t]) needop[t] = -1;
-          for (int t = 0; t < FP_NSTREAMS; t++) {
-            if (needop[t] < 0) continue;
-            if (step == 1) {
-              c->wp[i][t] = needop[t];
-            } else {
-              /* from the previous step only: wait at the end of the step for
-               * the latest such producer */
-              int32_t *e = &c->endw[s][t];
-              if (*e < 0 || c->snap[c->glast[*e]][0][t] < clock[t][t]) *e = needop[t];
-            }
-            join(vc[s], clock[t]);
-          }
-        }
+      int64_t need[FP_NSTREAMS];
+      int32_t needop[FP_NSTREAMS];
+      if (opens && !(step == 2 && synced[s]) && needed_from(c, i, s, vc[s], need, needop)) {
+        if (mode == CHECK) unordered++;
+        else choose_waits(c, i, s, step, vc[s], need, needop);
       }
-      vc[s][s]++;
-      c->clkop[s][vc[s][s]] = i;
-      for (int t = 0; t < FP_NSTREAMS; t++) c->snap[i][step - 1][t] = (int32_t)vc[s][t];
-      for (int32_t k = c->afirst[i]; k < c->afirst[i + 1]; k++)
-        fpi_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s][s]);
+      tick(c, i, s, step, vc[s]);
     }
     if (step == 1) /* the waits at the end of the step */
       for (int s = 0; s < FP_NSTREAMS; s++)

@@ -28,13 +28,13 @@ __all__ = ["compile", "load", "Plan", "reshard", "load_transfer", "Transfer", "F
            "library_path", "placement", "__version__"]
 
 
-def version():
+def version() -> str:
     """The loaded library's version string (fp_version()), e.g. "0.2.0"."""
     from . import _lib
     return _lib.text(_lib.lib().fp_version())
 
 
-def library_path():
+def library_path() -> str:
     """The path of the libflexplan.so this process loaded."""
     from . import _lib
     return _lib.library_path()

@@ -56,6 +56,9 @@ FP_NCCL_BOOT_DEFAULT, FP_NCCL_BOOT_ID, FP_NCCL_BOOT_MPI, FP_NCCL_BOOT_ENV = rang
  FP_EVENT_POST_OPTIMIZER, FP_EVENT_BACKWARD_DONE, FP_EVENT_RECOMPUTE_BEGIN, FP_EVENT_RECOMPUTE_END) = range(1, 10)
 
 FP_NCCL_ID_BYTES = 128
+# fp_plan_load_flags flags
+FP_LOAD_SEMANTIC = 1
+FP_LOAD_NO_SEMANTIC = 2
 FP_ALL_REDUCE_MAX = 4096
 
 # ---- the same enums by name (the one table the package uses) -----------------------
@@ -63,7 +66,7 @@ FP_ALL_REDUCE_MAX = 4096
 HOOKS = {"step_begin": FP_HOOK_STEP_BEGIN, "pre_forward": FP_HOOK_PRE_FORWARD, "post_forward": FP_HOOK_POST_FORWARD,
          "pre_backward": FP_HOOK_PRE_BACKWARD, "post_backward": FP_HOOK_POST_BACKWARD,
          "pre_optimizer": FP_HOOK_PRE_OPTIMIZER, "post_optimizer": FP_HOOK_POST_OPTIMIZER}
-HOOK_NAMES = tuple(sorted(HOOKS, key=HOOKS.get))  # by fp_hook value
+HOOK_NAMES = tuple(sorted(HOOKS, key=lambda h: HOOKS[h]))  # by fp_hook value
 # fp_backend, fp_progress, fp_cuda_mode values
 # ("torch": the external backend over torch.distributed process groups, flexplan._torchdist)
 BACKENDS = {"mpi": FP_BACKEND_MPI, "nccl": FP_BACKEND_NCCL, "torch": FP_BACKEND_EXTERNAL}
@@ -407,6 +410,7 @@ SIGNATURES = {
     "fp_plan_module_index": (ctypes.c_int32, [_vp, _cs]),
     "fp_plan_module_recompute": (ctypes.c_int, [_vp, ctypes.c_int32]),
     "fp_plan_param_tp_dim": (ctypes.c_int32, [_vp, ctypes.c_int32]),
+    "fp_plan_param_weight_persistent": (ctypes.c_int, [_vp, ctypes.c_int32]),
     "fp_plan_module_uses": (ctypes.c_int32, [_vp, ctypes.c_int32, _P(ctypes.c_int32), ctypes.c_int32]),
     "fp_plan_segment_at": (_st, [_vp, ctypes.c_int32, _P(fp_plan_segment)]),
     # executors
@@ -437,6 +441,12 @@ SIGNATURES = {
     "fp_exec_param": (_st, [_vp, _cs, _P(fp_param_view)]),
     "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
+    # safetensors files, as the refit reads them
+    "fp_safetensors_open": (_st, [_cs, _vpp]),
+    "fp_safetensors_errmsg": (_cs, [_vp]),
+    "fp_safetensors_count": (ctypes.c_int64, [_vp]),
+    "fp_safetensors_name": (_cs, [_vp, ctypes.c_int64]),
+    "fp_safetensors_close": (None, [_vp]),
     "fp_exec_get_stats": (_st, [_vp, _P(fp_exec_stats)]),
     # the compile API (flexplan_compile.h)
     "fp_plan_compile": (_st, [_P(fp_compile_options), _vpp]),

@@ -28,19 +28,57 @@ from those by slicing or ``view`` share the arena memory and must not
 outlive ``destroy()``.
 """
 import ctypes
-import json
 import os
 import weakref
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 from . import _lib as _libmod
-from .errors import FlexplanError
+from .errors import error_maker, FlexplanError
+
+if TYPE_CHECKING:  # annotations only
+    from .plan import Plan
 
 
-def _err(msg, status=_libmod.FP_ERR_ARG):
-    return FlexplanError(status, msg)
+_err = error_maker(_libmod.FP_ERR_ARG)  # the package's one error helper (flexplan.errors)
 
 
-def _closed_err(what):
+def _vote(ex: "Executor", why: Optional[str], what: str) -> Optional[str]:
+    """Every rank's verdict on a step each rank tried on its own (reading
+    files, checking a module): None when every rank succeeded, else this
+    rank's message (why), or, on a rank that succeeded, one naming the rank
+    that failed or how many did ("could not <what>"). Collective: every rank
+    calls it (fp_exec_all_reduce_f64)."""
+    ok = why is None
+    if ex.world_size == 1:
+        return why
+    v = ex.all_reduce_f64([0.0 if ok else 1.0, 0.0 if ok else float(ex.rank)])
+    if v[0] == 0:
+        return None
+    if not ok:
+        return why
+    if v[0] == 1:
+        return f"rank {v[1]:.0f} could not {what} (its message says why)"
+    return f"{v[0]:.0f} ranks could not {what} (their messages say why)"
+
+
+def safetensors_names(path: Union[str, "os.PathLike[str]"]) -> List[str]:
+    """The tensor names of a safetensors file, read by the library's own
+    reader (fp_safetensors_open: the checks the refit makes); FlexplanError
+    (FP_ERR_WEIGHTS, "path: ...") for a file that is not one."""
+    lib = _L()
+    h = ctypes.c_void_p()
+    st = lib.fp_safetensors_open(_libmod.fsencode(path, "path"), ctypes.byref(h))
+    try:
+        if st != 0:
+            msg = lib.fp_safetensors_errmsg(h).decode() if h.value else ""
+            raise FlexplanError(st, msg or f"{os.fspath(path)}: {lib.fp_status_name(st).decode()}")
+        return [lib.fp_safetensors_name(h, i).decode() for i in range(lib.fp_safetensors_count(h))]
+    finally:
+        if h.value:
+            lib.fp_safetensors_close(h)
+
+
+def _closed_err(what: str) -> FlexplanError:
     return FlexplanError(_libmod.FP_ERR_ARG, f"{what}: the executor is closed (destroy() freed its arena): its "
                                              f"views and tensors are gone; create a new Executor")
 
@@ -54,8 +92,8 @@ PROGRESS, CUDA_MODES, ELEMS = _libmod.PROGRESS, _libmod.CUDA_MODES, _libmod.ELEM
 FP_ALL_REDUCE_MAX = _libmod.FP_ALL_REDUCE_MAX
 
 
-def _L():
-    return _libmod.lib() if callable(getattr(_libmod, "lib", None)) else _libmod.LIB
+def _L() -> Any:
+    return _libmod.lib()
 
 
 class Extent:
@@ -64,21 +102,21 @@ class Extent:
     elements [full_off + k*full_stride, +len). runs == 0: nothing held."""
     __slots__ = ("runs", "len", "shard_stride", "full_off", "full_stride")
 
-    def __init__(self, e):
+    def __init__(self, e: Any) -> None:
         self.runs, self.len = int(e.runs), int(e.len)
         self.shard_stride, self.full_off, self.full_stride = int(e.shard_stride), int(e.full_off), int(e.full_stride)
 
-    def pairs(self):
+    def pairs(self) -> List[Tuple[int, int, int]]:
         """[(shard_start, full_start, length), ...] one per run."""
         return [(k * self.shard_stride, self.full_off + k * self.full_stride, self.len)
                 for k in range(self.runs)]
 
     @property
-    def held(self):
+    def held(self) -> int:
         """elements of the full param this rank holds"""
         return self.runs * self.len
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Extent(runs={self.runs}, len={self.len}, shard_stride={self.shard_stride}, "
                 f"full_off={self.full_off}, full_stride={self.full_stride})")
 
@@ -87,13 +125,13 @@ class _Buf:
     """One fp_tensor: an address in the arena, its dtype and element count."""
     __slots__ = ("ptr", "dtype", "numel")
 
-    def __init__(self, t):
+    def __init__(self, t: Any) -> None:
         self.ptr = int(t.data or 0)
         self.dtype = ELEMS.get(int(t.dtype), ("?", 0, None))[0]
         self.numel = int(t.numel)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return self.numel * _libmod.elem_size(self.dtype)
 
 
@@ -114,7 +152,7 @@ class ParamView:
     e4m3(weight[e]) * 2**(scales[e // 32] - 127). For every other param
     ``scales`` is empty."""
 
-    def __init__(self, ex, index, v):
+    def __init__(self, ex: "Executor", index: int, v: Any) -> None:
         self._ex = ex
         self.index = index
         self.name = v.name.decode()
@@ -131,15 +169,19 @@ class ParamView:
         # tensor parallelism (the Executor sets them): the dim of the global
         # tensor split over the tp ranks (None: whole on every tp rank), and
         # the global shape (shape with that dim times tp)
-        self.tp_dim = None
+        self.tp_dim: Optional[int] = None
         self.global_shape = self.shape
+        # whether the plan keeps the compute weight between steps (the Executor
+        # sets it, from fp_plan_param_weight_persistent): code that writes the
+        # main weights itself refreshes such a weight from them too
+        self.weight_persistent = False
 
     @property
-    def mxfp8(self):
+    def mxfp8(self) -> bool:
         """True for an MXFP8 param (e4m3 weight plus e8m0 ``scales``)."""
         return self.scales.numel > 0
 
-    def buffer(self, which):
+    def buffer(self, which: str) -> memoryview:
         """A memoryview over one view's bytes ('weight', 'ugrad', 'main',
         'grad', 'scales'), typed where Python's struct module has the type
         (fp32 'f', fp16 'e'; bf16 as raw 16-bit 'H'; e4m3 and e8m0 as bytes
@@ -150,9 +192,9 @@ class ParamView:
             return memoryview(b"")
         raw = (ctypes.c_char * b.nbytes).from_address(b.ptr)
         fmt = _libmod.ELEM_BY_NAME.get(b.dtype, (None, 1, "B"))[2]
-        return self._ex._hand_out(memoryview(raw).cast("B").cast(fmt))
+        return self._ex._hand_out(memoryview(raw).cast("B").cast(fmt))  # type: ignore[call-overload]  # fmt from ELEMS
 
-    def tensor(self, which, shaped=None):
+    def tensor(self, which: str, shaped: Optional[bool] = None) -> Any:
         """A torch tensor over one view (no copy). shaped: the full shape for
         'weight' and 'ugrad' (default), flat for 'main' and 'grad'. which may
         also be 'optim0' / 'optim1': optimizer state k (flat, like 'main'), or
@@ -163,18 +205,18 @@ class ParamView:
         return self._ex._tensor(b, self.shape if (
             shaped if shaped is not None else which in ("weight", "ugrad")) else None)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ParamView({self.name!r}, shape={self.shape}, module={self.module}, shard={self.shard})"
 
 
-def _check(lib, st, x, what):
+def _check(lib: Any, st: int, x: Any, what: str) -> None:
     if st != 0:
         msg = lib.fp_exec_errmsg(x).decode() if x else ""
         name = lib.fp_status_name(st).decode()
         raise FlexplanError(st, msg if msg else f"{what}: {name}")
 
 
-def mpi_init():
+def mpi_init() -> Tuple[int, int]:
     """MPI_Init_thread (MPI_THREAD_MULTIPLE) unless already initialized;
     returns (rank, world_size) of MPI_COMM_WORLD."""
     lib = _L()
@@ -185,7 +227,7 @@ def mpi_init():
     return r.value, w.value
 
 
-def nccl_get_id():
+def nccl_get_id() -> bytes:
     """A new NCCL unique id (bytes) for Executor(..., nccl_id=...): made on
     rank 0, shipped to every rank by the trainer (e.g. torch.distributed)."""
     lib = _L()
@@ -196,13 +238,13 @@ def nccl_get_id():
     return bytes(out.bytes)
 
 
-def mpi_finalize():
+def mpi_finalize() -> None:
     """MPI_Finalize (a no-op when MPI is not initialized or finalized already)."""
     lib = _L()
     lib.fp_mpi_finalize()
 
 
-def mpi_abort(code=1):
+def mpi_abort(code: int = 1) -> None:
     """MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job. Never returns."""
     lib = _L()
     lib.fp_mpi_abort(int(code))
@@ -227,18 +269,17 @@ class Executor:
     collective) before ``mpi_finalize()``.
     """
 
-    def __init__(self, plan, rank=None, world_size=None, backend="mpi", progress="default",
-                 cuda_stream=None, cuda_mode="graph", nccl_id=None):
+    def __init__(self, plan: Union["Plan", str, "os.PathLike[str]"], rank: Optional[int] = None,
+                 world_size: Optional[int] = None, backend: str = "mpi", progress: str = "default",
+                 cuda_stream: Optional[int] = None, cuda_mode: str = "graph", nccl_id: Optional[bytes] = None) -> None:
         self._x = None
         self._lib = lib = _L()
-        self._handed = {}  # id -> weakref of every memoryview / tensor over the arena handed out
+        self._handed: Dict[int, Any] = {}  # id -> weakref of every memoryview / tensor over the arena handed out
         if backend not in BACKENDS:
             raise _err(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         self.backend = backend
         self.plan = plan
         self._plan_handle = _plan_handle(plan)
-        self._plan_src = plan
-        self._plan_json_cache = None
         try:
             self._init_rest(lib, rank, world_size, progress, cuda_mode, cuda_stream, nccl_id)
         except BaseException:
@@ -270,7 +311,7 @@ class Executor:
         if nccl_id is not None:
             if len(nccl_id) != ctypes.sizeof(S.fp_nccl_id):
                 raise _err(f"nccl_id must be {ctypes.sizeof(S.fp_nccl_id)} bytes, got {len(nccl_id)}")
-            cfg.nccl_boot = 1  # FP_NCCL_BOOT_ID
+            cfg.nccl_boot = S.FP_NCCL_BOOT_ID
             ctypes.memmove(ctypes.byref(cfg.nccl_id), bytes(nccl_id), len(nccl_id))
         if self._transport is not None:
             cfg.transport = self._transport.address()
@@ -299,6 +340,7 @@ class Executor:
             d = int(lib.fp_plan_param_tp_dim(self._plan_handle, i))
             pv.tp_dim = d if d >= 0 else None
             pv.global_shape = tuple(s * self.tp if k == d else s for k, s in enumerate(pv.shape))
+            pv.weight_persistent = lib.fp_plan_param_weight_persistent(self._plan_handle, i) == 1
             self.params.append(pv)
         self._by_name = {p.name: p for p in self.params}
         # (kind, module, micro-batch, ops): ops not counting compute placeholders,
@@ -306,23 +348,9 @@ class Executor:
         # from the library (fp_plan_segment_at), not from plan.json
         self.segments = plan_segments(lib, self._plan_handle, int(info.nsegments))
 
-    @property
-    def _plan_json(self):
-        """The plan's JSON, read on first use (flexplan.torch's checkpoint
-        code asks which compute weights are persistent; the hooks and the
-        segments never need it: fp_plan_segment_at)."""
-        if self._plan_json_cache is None:
-            src = self._plan_src
-            if isinstance(src, (str, os.PathLike)):
-                with open(os.fspath(src)) as f:
-                    self._plan_json_cache = json.load(f)
-            else:
-                self._plan_json_cache = _plan_obj_json(src)
-        return self._plan_json_cache
-
     # -- lifetime --------------------------------------------------------
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True once destroy() ran (or setup failed)."""
         return self._x is None
 
@@ -360,7 +388,7 @@ class Executor:
                 o.grad = None
                 o.set_()
 
-    def destroy(self):
+    def destroy(self) -> None:
         """Wait for all issued work and free the executor (collective). Every
         view and tensor handed out is emptied first (module docstring)."""
         if self._x is not None:
@@ -374,20 +402,20 @@ class Executor:
 
     close = destroy
 
-    def __enter__(self):
+    def __enter__(self) -> "Executor":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.destroy()
         return False
 
-    def __del__(self):
+    def __del__(self) -> None:
         # never collective from the garbage collector: a rank destroying here
         # while others do not would hang; destroy() explicitly.
         pass
 
     # -- hooks -----------------------------------------------------------
-    def hook(self, hook, module=-1):
+    def hook(self, hook: Union[str, int], module: Union[str, int] = -1) -> None:
         """Run the plan's next segment: hook is a name ('pre_forward', ...) or
         an fp_hook value; module a module index or name (-1 for step hooks)."""
         self._live("hook")
@@ -397,38 +425,38 @@ class Executor:
         if st != 0:
             _check(self._lib, st, self._x, "hook")
 
-    def step_begin(self):
+    def step_begin(self) -> None:
         self.hook(0, -1)
 
-    def pre_forward(self, m):
+    def pre_forward(self, m: Union[str, int]) -> None:
         self.hook(1, m)
 
-    def post_forward(self, m):
+    def post_forward(self, m: Union[str, int]) -> None:
         self.hook(2, m)
 
-    def pre_backward(self, m):
+    def pre_backward(self, m: Union[str, int]) -> None:
         self.hook(3, m)
 
-    def post_backward(self, m):
+    def post_backward(self, m: Union[str, int]) -> None:
         self.hook(4, m)
 
-    def pre_optimizer(self):
+    def pre_optimizer(self) -> None:
         self.hook(5, -1)
 
-    def post_optimizer(self):
+    def post_optimizer(self) -> None:
         self.hook(6, -1)
 
-    def sync(self):
+    def sync(self) -> None:
         """Wait for every piece of work issued so far, on every stream."""
         self._live("sync")
         _check(self._lib, self._lib.fp_exec_sync(self._x), self._x, "sync")
 
-    def all_reduce_f64(self, values):
+    def all_reduce_f64(self, values: Sequence[float]) -> List[float]:
         """Sum a list of floats across every rank (collective, in place
         semantics: returns the sums). Chunked by FP_ALL_REDUCE_MAX."""
         self._live("all_reduce_f64")
         vals = [float(v) for v in values]
-        out = []
+        out: List[float] = []
         for i in range(0, max(len(vals), 1), FP_ALL_REDUCE_MAX):
             chunk = vals[i:i + FP_ALL_REDUCE_MAX]
             if not chunk:
@@ -439,7 +467,7 @@ class Executor:
             out.extend(arr)
         return out
 
-    def all_reduce_f64_buffer(self, addr, n):
+    def all_reduce_f64_buffer(self, addr: int, n: int) -> None:
         """Sum n doubles at a raw address (e.g. a float64 tensor's data_ptr())
         across every rank, in place, in chunks of FP_ALL_REDUCE_MAX."""
         self._live("all_reduce_f64_buffer")
@@ -448,7 +476,7 @@ class Executor:
             p = ctypes.cast(ctypes.c_void_p(addr + 8 * i), ctypes.POINTER(ctypes.c_double))
             _check(self._lib, self._lib.fp_exec_all_reduce_f64(self._x, p, k), self._x, "all_reduce_f64")
 
-    def all_reduce_f64_device(self, addr, n, op_max=False):
+    def all_reduce_f64_device(self, addr: int, n: int, op_max: bool = False) -> None:
         """Sum (or with op_max, the maximum) n doubles of device memory at
         addr across every rank, in place, enqueued on the trainer's compute
         stream and not waited for (fp_exec_all_reduce_f64_dev: it can be
@@ -458,14 +486,14 @@ class Executor:
                self._x, "all_reduce_f64_device")
 
     # -- views, weights, stats --------------------------------------------
-    def module_index(self, name):
+    def module_index(self, name: str) -> int:
         self._live("module_index")
         m = self._lib.fp_plan_module_index(self._plan_handle, _libmod.cstr(name, "name", allow_none=False))
         if m < 0:
             raise _err(f"the plan has no module {name!r}")
         return m
 
-    def param(self, name):
+    def param(self, name: str) -> ParamView:
         """The ParamView of a param by name (FlexplanError if the plan has none)."""
         self._live(f"param({name!r})")
         try:
@@ -473,7 +501,7 @@ class Executor:
         except KeyError:
             raise _err(f"the plan has no param {name!r}") from None
 
-    def load_weights(self, paths):
+    def load_weights(self, paths: Union[Union[str, "os.PathLike[str]"], Sequence[Union[str, "os.PathLike[str]"]]]) -> None:
         """Refit from safetensors files of full tensors (between steps): every
         param of the plan exactly once, exact shape, F32/BF16/F16. Each rank
         reads only what it stores; a failed refit changes nothing."""
@@ -484,29 +512,29 @@ class Executor:
         arr = (ctypes.c_char_p * len(enc))(*enc)
         _check(self._lib, self._lib.fp_exec_load_weights(self._x, arr, len(enc)), self._x, "load_weights")
 
-    def stats(self):
+    def stats(self) -> Dict[str, Union[int, float]]:
         """fp_exec_get_stats as a dict."""
         self._live("stats")
         s = _libmod.fp_exec_stats()
         _check(self._lib, self._lib.fp_exec_get_stats(self._x, ctypes.byref(s)), self._x, "stats")
         return {k: (int(getattr(s, k)) if not isinstance(getattr(s, k), float) else getattr(s, k))
-                for k, _ in s._fields_}
+                for k in (f[0] for f in s._fields_)}
 
-    def timing_start(self, steps):
+    def timing_start(self, steps: int) -> None:
         """Opt-in measured timing: record when each hook and op of the next
         `steps` steps ran on this rank (between steps; MPI backend)."""
         self._live("timing_start")
         f = _timing_fn("fp_exec_timing_start", [ctypes.c_void_p, ctypes.c_int32])
         _check(self._lib, f(self._x, int(steps)), self._x, "timing_start")
 
-    def timing_write(self, path):
+    def timing_write(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Write the recorded steps (flexplan.timing.v1 JSON; draw them with
         `flexplan viz PLAN --measured FILE...`)."""
         self._live("timing_write")
         f = _timing_fn("fp_exec_timing_write", [ctypes.c_void_p, ctypes.c_char_p])
         _check(self._lib, f(self._x, _libmod.fsencode(path, "path")), self._x, "timing_write")
 
-    def set_cuda_stream(self, stream):
+    def set_cuda_stream(self, stream: int) -> None:
         """NCCL backend: the trainer now computes on ``stream`` (an int
         cudaStream_t; 0 is CUDA's legacy default stream, torch's default). From
         the next hook on it is the plan's compute stream, ordered after
@@ -518,7 +546,7 @@ class Executor:
         _check(self._lib, self._lib.fp_exec_set_cuda_stream(self._x, ctypes.c_void_p(arg)), self._x,
                "set_cuda_stream")
 
-    def cuda_stream(self):
+    def cuda_stream(self) -> Optional[int]:
         """NCCL backend: the compute stream (a cudaStream_t as an int); None for MPI."""
         self._live("cuda_stream")
         p = self._lib.fp_exec_cuda_stream(self._x)
@@ -625,28 +653,3 @@ def _plan_obj_handle(plan):
         if h is not None:
             return h
     raise _err("not a plan: pass a flexplan.Plan or a plan.json path")
-
-
-def _plan_obj_json(plan):
-    for attr in ("json", "to_json", "text"):
-        v = getattr(plan, attr, None)
-        if v is None:
-            continue
-        v = v() if callable(v) else v
-        if isinstance(v, dict):
-            return v
-        if isinstance(v, (str, bytes)):
-            return json.loads(v)
-    for attr in ("path", "_path"):
-        v = getattr(plan, attr, None)
-        if isinstance(v, str) and os.path.exists(v):
-            with open(v) as f:
-                return json.load(f)
-    if not hasattr(plan, "save"):
-        raise _err("this flexplan.Plan cannot give its segments (no save()); pass the plan.json path")
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "plan.json")
-        plan.save(p)
-        with open(p) as f:
-            return json.load(f)

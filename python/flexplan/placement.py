@@ -24,6 +24,7 @@ exception in one becomes the compile's located error (its text).
 """
 import ctypes
 import threading
+from typing import Dict, Optional
 
 from . import _lib as L
 from .errors import FlexplanError
@@ -60,7 +61,7 @@ class Placement:
     rank order), ``broadcast`` with ``reduce`` (one rank holds it all),
     ``none`` with ``all_reduce`` (every rank holds it all)."""
 
-    name = None
+    name: Optional[str] = None
     align_elems = 1
     unshard = "all_gather_v"
     reduce = "reduce_scatter_v"
@@ -135,7 +136,7 @@ class ExpertOwned(Placement):
         return [(0, param.numel)] if self.expert(param.name) % param.group_size == rank else []
 
 
-_registry = {}
+_registry: Dict[str, "Placement"] = {}
 _lock = threading.Lock()
 
 

@@ -11,8 +11,14 @@ cannot deadlock, no read of an unwritten byte); docs/reshard.md says how.
 """
 
 import ctypes
+import os
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from . import _lib as L
+
+if TYPE_CHECKING:  # annotations only: no import cycle at run time
+    from .executor import Executor
+    from .plan import Plan
 
 _FORMS = L.XFER_RENDER
 
@@ -20,72 +26,72 @@ _FORMS = L.XFER_RENDER
 class Transfer:
     """A compiled transfer (an fp_xfer handle). It keeps the two plans alive."""
 
-    def __init__(self, handle, from_plan, to_plan):
+    def __init__(self, handle: Optional[int], from_plan: Optional["Plan"], to_plan: Optional["Plan"]) -> None:
         self._h = handle
         self._plans = (from_plan, to_plan)
 
-    def close(self):
+    def close(self) -> None:
         if self._h:
             L.lib().fp_xfer_free(self._h)
             self._h = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Transfer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def errmsg(self):
+    def errmsg(self) -> str:
         return L.text(L.lib().fp_xfer_errmsg(self._h)) if self._h else ""
 
     @property
-    def info(self):
+    def info(self) -> Dict[str, Any]:
         """The figures: from_world, to_world, to_offset, processes, nops,
         wire_bytes, lower_bound, local_bytes, max_send_bytes, max_recv_bytes,
         from_offset."""
         i = L.fp_xfer_info()
         L.check(L.lib().fp_xfer_get_info(self._h, ctypes.byref(i)), lambda: self.errmsg)
-        return {k: getattr(i, k) for k, _ in L.fp_xfer_info._fields_}
+        return {f[0]: getattr(i, f[0]) for f in L.fp_xfer_info._fields_}
 
-    def _render(self, form):
+    def _render(self, form: str) -> str:
         out = ctypes.c_void_p()
         L.check(L.lib().fp_xfer_render(self._h, _FORMS[form], ctypes.byref(out)), lambda: self.errmsg)
         return L.take_string(out.value)
 
-    def to_json(self):
+    def to_json(self) -> str:
         """The transfer as JSON text ("flexplan.xfer.v1", what `flexplan reshard -o` writes)."""
         return self._render("json")
 
-    def to_ir(self):
+    def to_ir(self) -> str:
         """The text form (`flexplan reshard --emit=ir`)."""
         return self._render("ir")
 
-    def explain(self):
+    def explain(self) -> str:
         """One row per op and the figures (`flexplan reshard --emit=explain`)."""
         return self._render("explain")
 
-    def to_trace(self):
+    def to_trace(self) -> str:
         """A Chrome trace: one track per process (`--emit=trace`)."""
         return self._render("trace")
 
-    def save(self, path):
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> Union[str, "os.PathLike[str]"]:
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.to_json())
         return path
 
-    def run(self, from_executor, to_executor):
+    def run(self, from_executor: Optional["Executor"], to_executor: Optional["Executor"]) -> None:
         """Run it (collective over MPI_COMM_WORLD). Pass this process's
         executors of the two plans, None where it holds no rank; all on one
         backend, MPI or NCCL (the NCCL communicator the first run makes is
         kept on the transfer for the next runs)."""
-        def h(x):  # a flexplan.Executor (its fp_exec in _x), or a raw handle
+        def h(x: Any) -> Any:  # a flexplan.Executor (its fp_exec in _x), or a raw handle
             if x is None:
                 return None
             v = getattr(x, "_x", x)
@@ -93,14 +99,14 @@ class Transfer:
         L.check(L.lib().fp_xfer_run(self._h, h(from_executor), h(to_executor), None), lambda: self.errmsg)
 
 
-def load_transfer(path):
+def load_transfer(path: Union[str, "os.PathLike[str]"]) -> Transfer:
     """Load a transfer saved as JSON (Transfer.save, `flexplan reshard -o`);
     checked and verified by the library. Raises FlexplanError (located)."""
     h = ctypes.c_void_p()
     return _transfer_or_raise(L.lib().fp_xfer_load(L.fsencode(path, "path"), ctypes.byref(h)), h, None, None)
 
 
-def _transfer_or_raise(st, h, from_plan, to_plan):
+def _transfer_or_raise(st: int, h: ctypes.c_void_p, from_plan: Optional["Plan"], to_plan: Optional["Plan"]) -> Transfer:
     """The Transfer a load or compile made, or FlexplanError with the message
     it kept on the handle (the handle is freed then)."""
     t = Transfer(h.value, from_plan, to_plan)
@@ -111,7 +117,8 @@ def _transfer_or_raise(st, h, from_plan, to_plan):
     return t
 
 
-def reshard(from_plan, to_plan, *, transform=None, what="weights", to_offset=0, from_offset=0):
+def reshard(from_plan: "Plan", to_plan: "Plan", *, transform: Union[None, Dict[str, str], List[str]] = None,
+            what: str = "weights", to_offset: int = 0, from_offset: int = 0) -> Transfer:
     """Compile the transfer of the main weights from `from_plan`'s ranks to
     `to_plan`'s (flexplan.Plan objects of one model). transform: {pattern:
     "mxfp8"} (fnmatch patterns over param names) or ["pattern=mxfp8", ...];

@@ -161,13 +161,17 @@ def same(a, b):
 def check_compute(st):
     """every compute weight this rank holds between steps = cast(main)"""
     full = gather(st, lambda p: p.tensor("main"))
+    with open(os.fspath(st.ex.plan)) as f:  # the plan.json this test compiled, read here as the reference
+        js = json.load(f)
     for newp, p in st.params.values():
         if not p.weight.ptr:
             continue
-        js = st.ex._plan_json
         q = next(x for x in js["params"] if x["name"] == p.name)
         b = q.get("weight", {}).get("buffer", -1)
-        if b < 0 or js["buffers"][b]["kind"] != "persistent":
+        kept = b >= 0 and js["buffers"][b]["kind"] == "persistent"
+        if p.weight_persistent != kept:
+            return f"{p.name}: the library says weight_persistent={p.weight_persistent}, plan.json {kept}"
+        if not kept:
             continue
         want = full[p.name].to(newp.dtype)
         if not torch.equal(newp.detach(), want):

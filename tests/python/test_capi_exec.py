@@ -119,3 +119,57 @@ def test_one_step_from_a_compiled_plan():
     # MPI cannot start again once finalized
     assert lib.fp_mpi_init(None, None) == L.FP_ERR_BACKEND
 
+
+
+def test_weight_persistent_matches_plan_json(tmp_path):
+    """fp_plan_param_weight_persistent (what flexplan.torch asks instead of
+    reading plan.json) against plan.json itself: a param's compute weight is
+    persistent exactly when its weight's buffer has kind "persistent". The
+    plan holds both kinds (no_shard keeps fc1's weights whole)."""
+    d = json.load(open(os.path.join(SOURCE_DIR, "examples", "tiny-mlp.json")))
+    spec = dict(d["spec"], mesh={"world_size": 2, "ranks_per_node": 2}, no_shard=["fc1.*"])
+    path = str(tmp_path / "plan.json")
+    flexplan.compile(d["model"], spec).save(path)
+    js = json.load(open(path))
+    want = [(q.get("weight") or {}).get("buffer", -1) for q in js["params"]]
+    want = [b is not None and b >= 0 and js["buffers"][b]["kind"] == "persistent" for b in want]
+    assert any(want) and not all(want), want
+    lib = L.lib()
+    with flexplan.load(path) as plan:
+        h = plan._handle
+        got = [lib.fp_plan_param_weight_persistent(h, i) for i in range(len(want))]
+        assert got == [int(w) for w in want]
+        assert lib.fp_plan_param_weight_persistent(h, -1) == -1
+        assert lib.fp_plan_param_weight_persistent(h, len(want)) == -1
+        assert lib.fp_plan_param_weight_persistent(None, 0) == -1
+
+
+def test_safetensors_names_from_the_c_reader(tmp_path):
+    """flexplan.executor.safetensors_names reads a file's names through
+    fp_safetensors_open (the refit's reader): every name, and the reader's
+    located message for a header that is not strict JSON, a header longer
+    than the file, and a missing file (FP_ERR_WEIGHTS each)."""
+    import struct
+    from flexplan.executor import safetensors_names
+    good = str(tmp_path / "good.safetensors")  # written by hand, as the format says (no torch in this process)
+    hdr = json.dumps({"b.w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                      "a.w": {"dtype": "BF16", "shape": [3, 2], "data_offsets": [8, 20]},
+                      "__metadata__": {"format": "pt"}}).encode()
+    open(good, "wb").write(struct.pack("<Q", len(hdr)) + hdr + bytes(20))
+    assert sorted(safetensors_names(good)) == ["a.w", "b.w"]
+    hdr = b'{"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    dup = str(tmp_path / "dup.safetensors")
+    open(dup, "wb").write(struct.pack("<Q", len(hdr)) + hdr + b"\0" * 4)
+    with pytest.raises(flexplan.FlexplanError) as e:
+        safetensors_names(dup)
+    assert e.value.status_name == "FP_ERR_WEIGHTS"
+    assert str(e.value) == (dup + ": header rejected at header byte 54: /: duplicate member 't' "
+                            "(first at line 1, column 2)"), str(e.value)
+    short = str(tmp_path / "short.safetensors")
+    open(short, "wb").write(struct.pack("<Q", 1000) + b"{}")
+    with pytest.raises(flexplan.FlexplanError, match=r"^" + short + r": ") as e:
+        safetensors_names(short)
+    assert e.value.status_name == "FP_ERR_WEIGHTS"
+    with pytest.raises(flexplan.FlexplanError, match="nope.safetensors") as e:
+        safetensors_names(str(tmp_path / "nope.safetensors"))
+    assert e.value.status_name == "FP_ERR_WEIGHTS"

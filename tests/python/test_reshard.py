@@ -127,7 +127,8 @@ def test_save_load(plans, tmp_path):
     d["procs"][1]["ops"][0]["peer"] = 0
     d["comment"] = "hand-edited"
     json.dump(d, open(q, "w"))
-    with pytest.raises(flexplan.FlexplanError, match=r"bad.xfer.json:\d+:\d+: error: /: unknown member 'comment'"):
+    with pytest.raises(flexplan.FlexplanError, match=r"bad.xfer.json:\d+:\d+: error: /comment: unknown member 'comment' "
+                             r"\(expected one of: format, model, what, from, to, processes, figures, params, procs\)$"):
         flexplan.load_transfer(q)
     del d["comment"]
     d["processes"] = "4"

@@ -179,3 +179,11 @@ def test_hf_folder_errors(tmp_path):
     idx.write_text("{not json")
     with pytest.raises(FlexplanError, match="not a safetensors index"):
         hf_files(tmp_path)
+    # a shard that is no safetensors file: the library's reader says why, located in its header
+    idx.write_text(json.dumps({"weight_map": {"a.weight": "model-1.safetensors"}}))
+    bad = tmp_path / "model-1.safetensors"
+    hdr = b'{"a.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},}'
+    bad.write_bytes(len(hdr).to_bytes(8, "little") + hdr + bytes(8))
+    with pytest.raises(FlexplanError, match=r"^" + str(bad) + r": header rejected at header byte \d+: ") as e:
+        hf_files(tmp_path)
+    assert e.value.status_name == "FP_ERR_WEIGHTS"

@@ -7,6 +7,7 @@ activation bytes saved for backward per unit, and which units read which
 parameters (tied weights). The rules are written down in docs/describe.md.
 """
 import copy
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -160,8 +161,9 @@ def _assign(root, units):
     return where
 
 
-def describe(module, example_inputs=None, *, units=None, name=None, input_shape=None,
-             version=None):
+def describe(module: nn.Module, example_inputs: Any = None, *, units: Optional[Sequence[Any]] = None,
+             name: Optional[str] = None, input_shape: Optional[Sequence[int]] = None,
+             version: Optional[int] = None) -> Dict[str, Any]:
     """Describe `module` as a flexplan model.json object (a dict).
 
     Args:
@@ -384,9 +386,9 @@ def _describe_with(mod, module, inputs, chosen, units, name, version):
                             "shape": list(p.shape) if p.dim() else [1],
                             "dtype": _DTYPES[p.dtype],
                             "requires_grad": bool(p.requires_grad)} for pn, p in declared[u]]
-            for e, (_, p) in zip(m["params"], declared[u]):
+            for entry, (_, p) in zip(m["params"], declared[u]):
                 if getattr(p, "_flexplan_tp", None):
-                    e["tp"] = p._flexplan_tp
+                    entry["tp"] = p._flexplan_tp
         if uses[u]:
             m["uses"] = uses[u]
         mods.append(m)

@@ -16,32 +16,18 @@ folder read by extent, or the module's own values copied in memory.
 """
 import json
 import os
-import struct
 
 import torch
 
 from .. import _lib
-from ..errors import FlexplanError
+from ..executor import _vote, safetensors_names
+from ..errors import error_maker, FlexplanError
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 
 
-def _err(msg, status=_lib.FP_ERR_WEIGHTS):
-    return FlexplanError(status, msg)
-
-
-def _header_names(path):
-    """the tensor names of a safetensors file (its header only)"""
-    try:
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            if n > 100 << 20:
-                raise ValueError(f"header of {n} bytes")
-            hdr = json.loads(f.read(n))
-    except (OSError, ValueError, struct.error) as e:
-        raise _err(f"{path}: not a readable safetensors file ({e})") from None
-    return [k for k in hdr if k != "__metadata__"]
+_err = error_maker(_lib.FP_ERR_WEIGHTS)  # the package's one error helper (flexplan.errors)
 
 
 def is_hf_dir(path):
@@ -68,13 +54,13 @@ def hf_files(d):
             out[name] = p
         # the index names every tensor of its files, and only those
         for p in sorted(set(out.values())):
-            for name in _header_names(p):
+            for name in safetensors_names(p):
                 if out.get(name) != p:
                     raise _err(f"{p}: tensor {name!r} is not in {INDEX}'s weight_map for this file")
         return out
     single = os.path.join(d, SINGLE)
     if os.path.exists(single):
-        return {name: single for name in _header_names(single)}
+        return {name: single for name in safetensors_names(single)}
     raise _err(f"{d}: neither {INDEX} nor {SINGLE} (a Hugging Face checkpoint folder, as save_pretrained writes it)")
 
 
@@ -119,15 +105,6 @@ def load_buffers(files, module, plan_names):
             bufs[k].copy_(t)
 
 
-def _vote(ex, why):
-    if ex.world_size == 1:
-        return why
-    v = ex.all_reduce_f64([0.0 if why is None else 1.0, 0.0 if why is None else float(ex.rank)])
-    if not v[0]:
-        return None
-    return why or f"rank {v[1]:.0f} could not read the checkpoint (its message says why)"
-
-
 def from_hf_dir(ex, module, d, named):
     """init=DIR: check the folder against the plan and the module on every
     rank, agree, then the refit (each rank reads its extents) and the
@@ -137,7 +114,7 @@ def from_hf_dir(ex, module, d, named):
         paths, files = hf_paths(d, ex, module)
     except FlexplanError as e:
         why = str(e)
-    why = _vote(ex, why)
+    why = _vote(ex, why, "read the checkpoint")
     if why is not None:
         raise _err(why)
     ex.load_weights(paths)
@@ -146,15 +123,9 @@ def from_hf_dir(ex, module, d, named):
 
 def persistent_weights(ex):
     """plan names of params whose compute weight stays unsharded between steps
-    (a persistent buffer: the checkpoint code recasts it after a load too)"""
-    js = ex._plan_json
-    bufs = js.get("buffers", [])
-    out = set()
-    for q in js.get("params", []):
-        b = (q.get("weight") or {}).get("buffer", -1)
-        if b is not None and b >= 0 and bufs[b].get("kind") == "persistent":
-            out.add(q["name"])
-    return out
+    (a persistent buffer: the checkpoint code recasts it after a load too),
+    as the library says (fp_plan_param_weight_persistent)"""
+    return {p.name for p in ex.params if p.weight_persistent}
 
 
 def from_module(ex, named):
@@ -168,9 +139,9 @@ def from_module(ex, named):
         if tuple(t.shape) != p.shape:
             why = f"param {p.name!r}: shape {list(t.shape)}, the plan says {list(p.shape)}"
             break
-    v = ex.all_reduce_f64([0.0 if why is None else 1.0]) if ex.world_size > 1 else [0.0 if why is None else 1.0]
-    if v[0]:
-        raise _err(f"init='module': {why or 'another rank could not read its module'}; no rank changed its weights")
+    why = _vote(ex, why, "read its module")
+    if why is not None:
+        raise _err(f"init='module': {why}; no rank changed its weights")
     pers = persistent_weights(ex)
     with torch.no_grad():
         for p in ex.params:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .. import _lib
-from ..errors import FlexplanError
+from ..errors import error_maker, FlexplanError
 
 __all__ = ["MainShards", "PLAN_OPTIMIZERS"]
 
@@ -27,8 +27,7 @@ def _global_numel(p):
     return n
 
 
-def _err(msg, status=_lib.FP_ERR_PLAN):
-    return FlexplanError(status, msg)
+_err = error_maker(_lib.FP_ERR_PLAN)  # the package's one error helper (flexplan.errors)
 
 
 class MainShards:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .. import _lib
-from ..errors import FlexplanError
+from ..errors import error_maker, FlexplanError
 from . import _tp
 from ._params import PlanParam
 
@@ -19,8 +19,7 @@ __all__ = ["check_params", "init_values", "make_views", "find_units", "forward_n
            "default_backend", "dist_rank_world", "install_abort_on_error"]
 
 
-def _err(msg, status=_lib.FP_ERR_PLAN):
-    return FlexplanError(status, msg)
+_err = error_maker(_lib.FP_ERR_PLAN)  # the package's one error helper (flexplan.errors)
 
 
 def check_params(ex, named):

@@ -20,15 +20,15 @@ the modules it wraps; flexplan calls them modules). The state it returns,
 import contextlib
 import os
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Type, Union
 
 import torch
 from torch import nn
 from torch.optim import optimizer as _optimizer_mod
 
 from .. import _lib
-from ..errors import ArgumentTypeError, ArgumentValueError, FlexplanError
-from ..executor import Executor, mpi_init
+from ..errors import ArgumentTypeError, ArgumentValueError, error_maker, FlexplanError
+from ..executor import Executor, mpi_init, safetensors_names
 from . import _setup, _tp
 from ._driver import Driver
 from ._capture import StepCapture
@@ -42,8 +42,7 @@ __all__ = ["shard", "Sharded", "optimizer", "clip_grad_norm_", "state", "abandon
 _BACKENDS, _PROGRESS, _CUDA_MODES = tuple(_lib.BACKENDS), tuple(_lib.PROGRESS), tuple(_lib.CUDA_MODES)
 
 
-def _err(msg, status=_lib.FP_ERR_PLAN):
-    return FlexplanError(status, msg)
+_err = error_maker(_lib.FP_ERR_PLAN)  # the package's one error helper (flexplan.errors)
 
 
 def state(obj: Union[nn.Module, "Sharded"], what: str = "model_or_state") -> "Sharded":
@@ -64,7 +63,7 @@ def state(obj: Union[nn.Module, "Sharded"], what: str = "model_or_state") -> "Sh
     return st
 
 
-_OPT_HOOK = []  # the global optimizer pre-hook, registered at the first shard()
+_OPT_HOOK: List[Any] = []  # the global optimizer pre-hook, registered at the first shard()
 
 
 def _refuse_module_params(opt, args, kwargs):
@@ -182,8 +181,9 @@ class Sharded:
     timing_start(steps), timing_write(path), graphs_live(), release_graph(),
     close() (docs/torch.md, "One graph per step": inside torch.cuda.graph)."""
 
-    def __init__(self, module, plan, *, backend, rank, world_size, progress, init, cast_forward_inputs,
-                 cuda_mode, profile=False, mesh=None):
+    def __init__(self, module: nn.Module, plan: Any, *, backend: str, rank: Optional[int], world_size: Optional[int],
+                 progress: str, init: Any, cast_forward_inputs: bool, cuda_mode: str, profile: bool = False,
+                 mesh: Any = None) -> None:
         self.module = module
         self.backend = backend
         self._closed = True  # until set up
@@ -204,7 +204,7 @@ class Sharded:
             _setup.install_abort_on_error()
         self.ex = ex = Executor(plan, rank, world_size, backend=backend, progress=progress,
                                 cuda_stream=cuda_stream, cuda_mode=cuda_mode, nccl_id=nccl_id)
-        self.driver = None
+        self.driver: Any = None
         self._capture = StepCapture(self, cuda_mode)
         try:
             _setup.check_params(ex, named)
@@ -251,10 +251,10 @@ class Sharded:
                 self.driver.close()
             ex.destroy()
             raise
-        self._unsharded = None  # inside unshard(): {name: full tensor}
+        self._unsharded: Optional[Dict[str, Any]] = None  # inside unshard(): {name: full tensor}
         self.eval_gathers = 0  # params gathered for evaluation forwards
         self._closed = False
-        module._flexplan_state = self
+        setattr(module, "_flexplan_state", self)  # (setattr: nn.Module's attributes are typed as tensors)
         self._sd_hook = module.register_state_dict_pre_hook(self._state_dict_pre)
         me = weakref.ref(self)
         for mp in self._shards.params():
@@ -516,13 +516,12 @@ class Sharded:
             raise _err("load(): the files hold global tensors and the refit reads whole params, so a plan with tp "
                        "cannot load them yet: load a torch.distributed.checkpoint (flexplan.torch.load_state_dict) "
                        "or use unshard()", _lib.FP_ERR_ARG)
-        from ._hf import _header_names  # pylint: disable=import-outside-toplevel
         files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
         known = set(self.params) | set(self.module.state_dict(keep_vars=True))
         for f in files:
             if not isinstance(f, (str, os.PathLike)) or not os.path.isfile(f):
                 break  # the executor's refit names the bad argument or the missing file
-            extra = [n for n in _header_names(os.fspath(f)) if n not in known]
+            extra = [n for n in safetensors_names(f) if n not in known]
             if extra:
                 raise _err(f"load: {os.fspath(f)} holds {len(extra)} tensor(s) the module does not have: "
                            f"{', '.join(extra[:8])}" + (" ..." if len(extra) > 8 else ""), _lib.FP_ERR_WEIGHTS)
@@ -651,13 +650,13 @@ class Sharded:
                 newp.grad = None
         self.driver.close()
         self.ex.destroy()
-        self.module._flexplan_state = None
-        self.module._flexplan_closed = True
+        setattr(self.module, "_flexplan_state", None)
+        setattr(self.module, "_flexplan_closed", True)
 
-    def __enter__(self):
+    def __enter__(self) -> "Sharded":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 

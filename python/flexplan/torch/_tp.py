@@ -20,14 +20,13 @@ all-reduce over the world sums them (``global_index``)."""
 import torch
 
 from .. import _lib
-from ..errors import FlexplanError
+from ..errors import error_maker, FlexplanError
 
 __all__ = ["is_dtensor", "local", "check", "wrap", "global_numel", "scatter_local", "take_local",
            "refuse_sequence_parallel"]
 
 
-def _err(msg, status=_lib.FP_ERR_PLAN):
-    return FlexplanError(status, msg)
+_err = error_maker(_lib.FP_ERR_PLAN)  # the package's one error helper (flexplan.errors)
 
 
 def _dtensor_cls():

@@ -40,12 +40,17 @@ import sys
 import warnings
 import zlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from .. import _lib
-from ..errors import ArgumentTypeError, FlexplanError
+from ..errors import ArgumentTypeError, error_maker, FlexplanError
+from ..executor import _vote
 from . import _hf
+
+if TYPE_CHECKING:  # annotations only (_shard imports torch.distributed lazily)
+    from ._shard import Sharded
 
 __all__ = ["state_dict", "load_state_dict", "load_in_place", "init_process_group", "flat_boxes",
            "save_checkpoint", "load_checkpoint", "CHECKSUMS"]
@@ -57,8 +62,7 @@ CHECKSUMS = "flexplan.checksums.json"
 _TORCH = {n: _lib.torch_dtype(n) for n in _lib.FLOAT_DTYPES}
 
 
-def _err(msg, status=_lib.FP_ERR_WEIGHTS):
-    return FlexplanError(status, msg)
+_err = error_maker(_lib.FP_ERR_WEIGHTS)  # the package's one error helper (flexplan.errors)
 
 
 # ---- boxes -------------------------------------------------------------------
@@ -77,13 +81,13 @@ def _contig_strides(sizes):
     return tuple(reversed(st))
 
 
-def flat_boxes(shape, start, n):
+def flat_boxes(shape: Sequence[int], start: int, n: int) -> List[Tuple[Tuple[int, ...], Tuple[int, ...], int]]:
     """The elements [start, start + n) of a row-major tensor of `shape` as
     boxes: [(offsets, sizes, flat_start)], in flat order, each box contiguous
     in the flat tensor. A range that cuts rows gives a partial row, whole
     rows, a partial row (each partial row split the same way one dim down)."""
     shape = tuple(int(s) for s in shape)
-    out = []
+    out: List[Tuple[Tuple[int, ...], Tuple[int, ...], int]] = []
     if n <= 0:
         return out
     if not shape:
@@ -289,7 +293,8 @@ def _scalar_state(v):
     return isinstance(v, torch.Tensor) and v.numel() == 1 and v.dim() == 0
 
 
-def state_dict(st, optimizer=None, *, copy=True):
+def state_dict(st: "Sharded", optimizer: Optional[torch.optim.Optimizer] = None, *,
+               copy: bool = True) -> Dict[str, Any]:
     """This rank's part of the model (and optimizer) state, for
     torch.distributed.checkpoint (module docstring). Call it between steps.
     Not collective.
@@ -404,20 +409,6 @@ def _optim_state_dict(st, opt, lay, copy=True):
 
 
 # ---- loading -------------------------------------------------------------------
-def _vote(st, ok, why):
-    """every rank's verdict: returns None when all succeeded, else the message"""
-    if st.world_size == 1:
-        return None if ok else why
-    v = st.ex.all_reduce_f64([0.0 if ok else 1.0, 0.0 if ok else float(st.rank)])
-    if v[0] == 0:
-        return None
-    if not ok:
-        return why
-    if v[0] == 1:
-        return f"rank {v[1]:.0f} could not load the state dict (its message says why)"
-    return f"{v[0]:.0f} ranks could not load the state dict (their messages say why)"
-
-
 def _source(fqn, v, L, dtype_ok=True):
     """check one value of a state dict against the layout; returns
     ("staged", tensor) | ("full", tensor)"""
@@ -442,7 +433,7 @@ def _source(fqn, v, L, dtype_ok=True):
     raise _err(f"{fqn}: shape {list(v.shape)} in the state dict, the plan says {list(L.shape)}")
 
 
-def load_state_dict(st, sd, optimizer=None):
+def load_state_dict(st: "Sharded", sd: Mapping, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
     """Put a state dict from state_dict(st, ...) (filled by dcp.load), or
     one of full tensors, into the arena: main shards, compute copies,
     optimizer state, buffers. Collective; between steps. Every rank checks
@@ -454,7 +445,7 @@ def load_state_dict(st, sd, optimizer=None):
         raise ArgumentTypeError(f"sd: expected a state dict (a Mapping from flexplan.torch.state_dict), got "
                                 f"{type(sd).__name__}")
     lay = _layouts(st)
-    plan = []  # (kind, args) writes, made only after the vote
+    plan: List[Tuple[Any, ...]] = []  # (kind, args) writes, made only after the vote
     why = None
     try:
         if st.driver.pos != 0:
@@ -498,7 +489,7 @@ def load_state_dict(st, sd, optimizer=None):
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
         why = f"{type(e).__name__}: {e}"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(f"load_state_dict: {fail}; no rank changed its state")
     _write(st, plan, lay, optimizer)
@@ -621,7 +612,7 @@ def _recast(st):
             w.copy_(full.to(w.dtype))
 
 
-def init_process_group(st=None, backend="gloo", timeout_s=120):
+def init_process_group(st: Optional["Sharded"] = None, backend: str = "gloo", timeout_s: float = 120) -> None:
     """torch.distributed for DCP under mpirun (no torchrun): rank and world
     from the executor (or MPI), MASTER_ADDR 127.0.0.1 (or the env's), a port
     chosen by rank 0 and shared over the executor's all-reduce. A no-op
@@ -653,7 +644,8 @@ def init_process_group(st=None, backend="gloo", timeout_s=120):
 
 
 
-def load_in_place(st, checkpoint_id, optimizer=None):
+def load_in_place(st: "Sharded", checkpoint_id: Union[str, "os.PathLike[str]"],
+                  optimizer: Optional[torch.optim.Optimizer] = None) -> None:
     """Load a DCP checkpoint straight into the arena, holding nothing of the
     shards beyond it (DCP's read buffer of one chunk): every rank first
     checks the checkpoint's metadata against its own boxes (every key
@@ -672,7 +664,9 @@ def load_in_place(st, checkpoint_id, optimizer=None):
     if not isinstance(checkpoint_id, (str, os.PathLike)):
         raise ArgumentTypeError(f"checkpoint_id: expected a path (str or os.PathLike), got "
                                 f"{type(checkpoint_id).__name__}")
-    why, sd, reader = None, None, None
+    why: Optional[str] = None
+    sd: Any = None
+    reader: Any = None
     try:
         if st.driver.pos != 0:
             raise _err("load_in_place: call it between steps (after opt.step(), before the next forward)", _lib.FP_ERR_ORDER)
@@ -684,7 +678,7 @@ def load_in_place(st, checkpoint_id, optimizer=None):
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
         why = f"{os.fspath(checkpoint_id)}: {type(e).__name__}: {e}"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(f"load_in_place: {fail}; no rank changed its state")
     try:
@@ -731,7 +725,8 @@ def _items(md):
     return out
 
 
-def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
+def save_checkpoint(st: "Sharded", checkpoint_id: Union[str, "os.PathLike[str]"],
+                    optimizer: Optional[torch.optim.Optimizer] = None, *, overwrite: bool = False) -> str:
     """dcp.save of state_dict(st, optimizer), checksummed and atomic: DCP
     writes into a fresh folder beside checkpoint_id, every rank then
     checksums a share of the storage items (CRC-32 of each chunk's bytes),
@@ -761,7 +756,7 @@ def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
         why = f"save_checkpoint: {path} exists: pass overwrite=True to replace it (atomically)"
     elif exists and not os.path.isdir(path):
         why = f"save_checkpoint: {path} exists and is not a checkpoint folder"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(fail, _lib.FP_ERR_ARG)
     token = int(st.ex.all_reduce_f64([float(os.getpid() % 1000003) if st.rank == 0 else 0.0])[0])
@@ -786,7 +781,7 @@ def save_checkpoint(st, checkpoint_id, optimizer=None, *, overwrite=False):
     items = _items(FileSystemReader(tmp).read_metadata())
     mine = [(i, _crc_file_range(os.path.join(tmp, it[0]), it[1], it[2]))
             for i, it in enumerate(items) if i % st.world_size == st.rank]
-    every = [None] * st.world_size
+    every: List[Any] = [None] * st.world_size
     dist.all_gather_object(every, mine)
     crcs = dict(c for part in every for c in part)
     _kill_point(st, "checksummed")
@@ -846,7 +841,8 @@ def _verify_checksums(where, md, indexes):
     return True
 
 
-def load_checkpoint(st, checkpoint_id, optimizer=None):
+def load_checkpoint(st: "Sharded", checkpoint_id: Union[str, "os.PathLike[str]"],
+                    optimizer: Optional[torch.optim.Optimizer] = None) -> None:
     """The staged load, verified: every rank checks the metadata (as
     load_in_place) and the checksums of the items it will read, the ranks
     agree, then dcp.load into state_dict(st, optimizer) and
@@ -859,7 +855,9 @@ def load_checkpoint(st, checkpoint_id, optimizer=None):
         raise ArgumentTypeError(f"checkpoint_id: expected a path (str or os.PathLike), got "
                                 f"{type(checkpoint_id).__name__}")
     where = os.fspath(checkpoint_id)
-    why, sd, reader = None, None, None
+    why: Optional[str] = None
+    sd: Any = None
+    reader: Any = None
     try:
         if st.driver.pos != 0:
             raise _err("load_checkpoint: call it between steps", _lib.FP_ERR_ORDER)
@@ -871,7 +869,7 @@ def load_checkpoint(st, checkpoint_id, optimizer=None):
         why = str(e)
     except Exception as e:  # noqa: BLE001 - any local failure must reach the vote
         why = f"{where}: {type(e).__name__}: {e}"
-    fail = _vote(st, why is None, why)
+    fail = _vote(st.ex, why, "load the state dict")
     if fail is not None:
         raise _err(f"load_checkpoint: {fail}; no rank changed its state")
     dcp.load(sd, storage_reader=reader)
