@@ -16,7 +16,7 @@
 typedef struct fpa_request {
   const char *model_path, *model_text; /* a non-NULL *_text is the input, *_path its name */
   const char *spec_path, *spec_text;   /* both NULL: the model's embedded spec, or the defaults */
-  const char *hw_preset;               /* NULL, or a preset fpa_hw_preset knows (the spec's overrides apply) */
+  const char *hw_preset;               /* NULL, a preset, or a hardware file (fpa_hw_lookup; the spec's overrides apply) */
   int policy;                          /* fpa_policy_parse's number */
   bool notes;                          /* no spec: say which defaults apply (a note on stderr) */
 } fpa_request;
@@ -56,6 +56,10 @@ bool fpa_plan_summary_json(const fp_prog *p, double compile_ms, FILE *f);
 int fpa_policy_parse(const char *name);
 bool fpa_hw_preset(const char *name, fp_hw *out);
 const char *fpa_hw_preset_list(void); /* "h100-sxm, h200" */
+/* --hardware ARG: a preset or a hardware file (1), a bad file (0, reported
+ * on d), neither (-1, unreported); planner/hwfile.h */
+int fpa_hw_lookup(fp_arena *a, fp_diag *d, const char *arg, fp_hw *out);
+bool fpa_hw_arg_is_file(const char *arg);
 
 /* ---- explain / simulate ------------------------------------------------------- */
 typedef enum {

@@ -8,6 +8,7 @@
 
 #include "api/api_impl.h"
 #include "planner/cost.h"
+#include "planner/hwfile.h"
 #include "planner/pipeline.h"
 #include "planner/reshard.h"
 
@@ -39,7 +40,17 @@ bool fpa_compile_run(fp_arena *a, fp_diag *d, const fpa_request *rq, fpa_compile
   out->input_ms = fpi_phase_clock() - in0;
   if (rq->notes && !s.src) note_defaults(rq->model_path, &s, rq->hw_preset != NULL);
   fpi_spec_apply_policy(&s, (fp_policy)rq->policy);
-  if (rq->hw_preset && fpi_hw_preset(rq->hw_preset, &preset)) s.hw_preset = preset.name; /* the spec's overrides still apply */
+  if (rq->hw_preset) { /* a preset or a hardware file; the spec's overrides still apply */
+    int got = fpi_hw_lookup(a, d, rq->hw_preset, &preset);
+    if (got == 0) return false;
+    if (got > 0 && fpi_hw_arg_is_file(rq->hw_preset)) {
+      fp_hw *base = fpi_alloc(a, sizeof *base);
+      *base = preset;
+      s.hw_base = base;
+    } else if (got > 0) {
+      s.hw_preset = preset.name;
+    }
+  }
   fp_compiled *c = fpi_alloc(a, sizeof *c);
   if (!fpi_compile(a, d, &m, &s, c)) return false;
   out->ms = now_ms() - t0;
@@ -113,6 +124,8 @@ bool fpa_plan_summary_json(const fp_prog *p, double compile_ms, FILE *f) {
 /* ---- names, the modeled step, transfers -------------------------------------- */
 int fpa_policy_parse(const char *name) { return fpi_policy_parse(name); }
 bool fpa_hw_preset(const char *name, fp_hw *out) { return fpi_hw_preset(name, out); }
+int fpa_hw_lookup(fp_arena *a, fp_diag *d, const char *arg, fp_hw *out) { return fpi_hw_lookup(a, d, arg, out); }
+bool fpa_hw_arg_is_file(const char *arg) { return fpi_hw_arg_is_file(arg); }
 const char *fpa_hw_preset_list(void) { return fpi_hw_preset_list(); }
 
 bool fpa_modeled_print(fp_arena *a, const fp_prog *p, const fp_hw *hw, fpa_show what, FILE *f) {

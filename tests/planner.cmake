@@ -6,6 +6,8 @@ add_test(NAME golden_lowering
 set_tests_properties(golden_lowering PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_cli.sh $<TARGET_FILE:flexplan> ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli PROPERTIES LABELS cli TIMEOUT 300)
+add_test(NAME hwfile COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_hwfile.sh $<TARGET_FILE:flexplan> ${CMAKE_SOURCE_DIR})
+set_tests_properties(hwfile PROPERTIES LABELS cli TIMEOUT 120)
 # random models and specs through the whole compiler: compile + verify + print
 # agree, or a located rejection; never an internal error
 add_test(NAME random_specs COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/random_specs.py

@@ -39,7 +39,7 @@ enum {
   OPT_SPEC = 256, /* --spec SPEC */
   OPT_EMIT,       /* --emit KIND */
   OPT_TIME,       /* --time */
-  OPT_HARDWARE,   /* --hardware PRESET */
+  OPT_HARDWARE,   /* --hardware PRESET|FILE */
   OPT_POLICY,     /* --policy P */
   OPT_RANKS,      /* --ranks LIST */
   OPT_FORMAT,     /* --format trace|html */
@@ -95,7 +95,7 @@ typedef struct command {
 static const command commands[] = {
     {"compile", compile_opts, "-:ho:",
      "compile MODEL [--spec SPEC] [-o OUT] [--emit plan|ir|summary|trace|html]\n"
-     "          [--hardware PRESET] [--policy flexplan|fsdp2] [--ranks LIST] [--time]",
+     "          [--hardware HW] [--policy flexplan|fsdp2] [--ranks LIST] [--time]",
      "compile a model into a plan (plan.json), its IR, a summary, a trace or a page",
      "Compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into a plan.\n"
      "\n"
@@ -106,20 +106,20 @@ static const command commands[] = {
      "                    the summary goes to standard output\n"
      "  --emit KIND       plan (plan.json, default), ir (the .fpir text), summary\n"
      "                    (JSON figures), trace or html (what 'viz' writes)\n"
-     "  --hardware PRESET replace the spec's hardware preset (h100-sxm, h200)\n"
+     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200) or a\n                    hardware file (docs/cost-model.md)\n"
      "  --policy P        flexplan (default: the spec as written) or fsdp2 (lower as\n"
      "                    PyTorch FSDP2 does by default: a baseline to compare)\n"
      "  --ranks LIST      the ranks --emit trace|html shows, e.g. 0,3,8-11\n"
      "  --time            print the CPU time of each phase of the compile on stderr\n"
      "  -h, --help        this text\n"},
     {"check", check_opts, "-:h",
-     "check MODEL [--spec SPEC] [--hardware PRESET] [--policy flexplan|fsdp2] [--time]",
+     "check MODEL [--spec SPEC] [--hardware HW] [--policy flexplan|fsdp2] [--time]",
      "run the whole compiler, write nothing",
      "Run the whole compiler on MODEL (as 'compile' does) and write nothing; print\n"
      "a one-line summary on standard error.\n"
      "\n"
      "  --spec SPEC       a separate spec.json (not with a spec embedded in MODEL)\n"
-     "  --hardware PRESET replace the spec's hardware preset (h100-sxm, h200)\n"
+     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200) or a\n                    hardware file (docs/cost-model.md)\n"
      "  --policy P        flexplan (default) or fsdp2\n"
      "  --time            print the CPU time of each phase of the compile on stderr\n"
      "  -h, --help        this text\n"},
@@ -134,24 +134,24 @@ static const command commands[] = {
      "\n"
      "  -h, --help        this text\n"},
     {"explain", explain_opts, "-:h",
-     "explain FILE [--hardware PRESET] [--exposed]",
+     "explain FILE [--hardware HW] [--exposed]",
      "a plan as a table, one row per op, with the modeled start and end",
      "Print a plan.json or .fpir as a table, one row per op, with the modeled start\n"
      "and end of each (simulated as 'simulate' does).\n"
      "\n"
-     "  --hardware PRESET model on this preset (default: the plan's machine)\n"
+     "  --hardware HW     model on this preset or hardware file (default: the plan's\n                    machine)\n"
      "  --exposed         print the exposed communication ranked instead (op,\n"
      "                    bucket, the hook that waits, ms)\n"
      "  -h, --help        this text\n"},
     {"simulate", simulate_opts, "-:h",
-     "simulate PLAN [--hardware PRESET]", "the modeled time per segment and the totals",
-     "Replay a plan.json or .fpir on the plan's hardware (or PRESET) and print the\n"
+     "simulate PLAN [--hardware HW]", "the modeled time per segment and the totals",
+     "Replay a plan.json or .fpir on the plan's hardware (or HW) and print the\n"
      "modeled time per segment and the totals (docs/cost-model.md).\n"
      "\n"
-     "  --hardware PRESET model on this preset (h100-sxm, h200)\n"
+     "  --hardware HW     model on this preset (h100-sxm, h200) or hardware file\n"
      "  -h, --help        this text\n"},
     {"viz", viz_opts, "-:ho:",
-     "viz PLAN [--format trace|html] [-o OUT] [--ranks LIST] [--hardware PRESET]\n"
+     "viz PLAN [--format trace|html] [-o OUT] [--ranks LIST] [--hardware HW]\n"
      "          [--measured FILE ...]",
      "the modeled schedule for Perfetto (trace) or as one HTML page",
      "Write the modeled schedule of a plan.json or .fpir as Chrome Trace Event JSON\n"
@@ -163,7 +163,7 @@ static const command commands[] = {
      "                    <model name>.trace.json / .html\n"
      "  --ranks LIST      the ranks shown, e.g. 0,3,8-11 (default: rank 0 and one\n"
      "                    rank of every other layout class)\n"
-     "  --hardware PRESET model on this preset (default: the plan's machine)\n"
+     "  --hardware HW     model on this preset or hardware file (default: the plan's\n                    machine)\n"
      "  --measured FILE   (repeatable) add the step an executor recorded\n"
      "                    (fp_exec_timing_write) beside the modeled one (trace only)\n"
      "  -h, --help        this text\n"},
@@ -488,19 +488,30 @@ static fp_prog *read_program_flags(fp_arena *a, fp_diag *d, const char *path, un
 }
 static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) { return read_program_flags(a, d, path, 0); }
 
-/* --hardware names no preset: an input error (exit 1) */
+/* --hardware names no preset and no file: an input error (exit 1) */
 static int unknown_preset(const char *name) {
   char near[128];
-  fprintf(stderr, "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)%s\n", name,
-          fpa_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
+  fprintf(stderr,
+          "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)%s; a hardware file is "
+          "named by a path holding '/' or '.' (e.g. ./hw.json)\n",
+          name, fpa_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
   return EXIT_INPUT;
 }
 
-/* the machine to model P on: PRESET (--hardware), else the plan's, else
- * h100-sxm with a note; false when PRESET is unknown (reported) */
-static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_hw *hw) {
+/* --hardware ARG names a preset or looks like a file (read later) */
+static bool hw_arg_known(const char *arg) {
+  fp_hw h;
+  return fpa_hw_preset(arg, &h) || fpa_hw_arg_is_file(arg);
+}
+
+/* the machine to model P on: --hardware's preset or file, else the plan's,
+ * else h100-sxm with a note; false when the preset is unknown or the file
+ * bad (reported) */
+static bool pick_hw(fp_arena *a, fp_diag *d, const fp_prog *p, const char *preset, const char *path, fp_hw *hw) {
   if (preset) {
-    if (!fpa_hw_preset(preset, hw)) return unknown_preset(preset), false;
+    int got = fpa_hw_lookup(a, d, preset, hw);
+    if (got < 0) return unknown_preset(preset), false;
+    if (got == 0) return false;
   } else if (p->hw.name) {
     *hw = p->hw;
   } else {
@@ -646,8 +657,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   if (!model) return usage_error(cmd, "missing MODEL");
   if (have_ranks && emit != EMIT_TRACE && emit != EMIT_HTML)
     return usage_error(cmd, "--ranks picks the ranks of --emit=trace or --emit=html");
-  fp_hw preset;
-  if (hw && !fpa_hw_preset(hw, &preset)) return unknown_preset(hw);
+  if (hw && !hw_arg_known(hw)) return unknown_preset(hw);
 
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
@@ -756,7 +766,7 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
 }
 
 /* ---- explain and simulate: a plan replayed on a machine ---------------------------- */
-/* COMMAND PLAN [--hardware PRESET] [--exposed]: read the plan, simulate it
+/* COMMAND PLAN [--hardware HW] [--exposed]: read the plan, simulate it
  * on the preset (default: the plan's machine), and print it (explain: one
  * row per op, or with --exposed the ranked exposed communication; simulate:
  * the segments and totals) */
@@ -779,13 +789,13 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
   }
   if (!path) return usage_error(cmd, "missing PLAN");
   fp_hw hw;
-  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  if (hwname && !hw_arg_known(hwname)) return unknown_preset(hwname);
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  if (p && pick_hw(p, hwname, path, &hw)) {
+  if (p && pick_hw(ar, &d, p, hwname, path, &hw)) {
     if (!fpa_modeled_print(ar, p, &hw, what, stdout))
       not_finite(&hw, path);
     else
@@ -847,13 +857,13 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   if (nmeasured && fmt != VIZ_TRACE)
     return usage_error(cmd, "--measured steps are drawn in the trace (--format=trace), not in 'html'");
   fp_hw hw;
-  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  if (hwname && !hw_arg_known(hwname)) return unknown_preset(hwname);
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  if (!p || !pick_hw(p, hwname, path, &hw)) goto done;
+  if (!p || !pick_hw(ar, &d, p, hwname, path, &hw)) goto done;
   fp_viz_measured *meas = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *meas);
   for (int32_t k = 0; k < nmeasured; k++)
     if (!fpi_viz_measured_read(ar, &d, measured_paths[k], p, &meas[k])) goto done;
