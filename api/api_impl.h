@@ -60,6 +60,13 @@ const char *fpa_hw_preset_list(void); /* "h100-sxm, h200" */
  * on d), neither (-1, unreported); planner/hwfile.h */
 int fpa_hw_lookup(fp_arena *a, fp_diag *d, const char *arg, fp_hw *out);
 bool fpa_hw_arg_is_file(const char *arg);
+/* flexplan calibrate (planner/calib.c): fit a machine, starting from
+ * *start, to nrecs timing records of P (op_t[r]: [nops][2], hook_t[r]:
+ * [nsegs][2], as viz/measured.c reads them); write it as a hardware file
+ * named `name` to hw_out and the fit's residuals per op kind to report.
+ * False with the reason in err (too few or inconsistent records). */
+bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op_t, const double *const *hook_t,
+                   int32_t nrecs, const char *name, FILE *hw_out, FILE *report, char *err, size_t cap);
 
 /* ---- explain / simulate ------------------------------------------------------- */
 typedef enum {

@@ -34,6 +34,8 @@ add_test(NAME fsdp2_scale COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/fsdp2
 set_tests_properties(fsdp2_scale PROPERTIES LABELS golden TIMEOUT 600)
 # the cost model against hand-computed figures
 fp_unit_test(test_cost)
+# calibration: synthesized records fitted back to their machine (planner/calib.c)
+fp_unit_test(test_calib)
 # the simulator on hand-written programs (tests/sim/*.fpir: figures computed
 # by hand) and on compiled examples
 fp_unit_test(test_sim)
@@ -52,3 +54,8 @@ set_tests_properties(replica_defer PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME reduce_prep COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reduce_prep.py --cmd $<TARGET_FILE:flexplan>
          --examples ${CMAKE_SOURCE_DIR}/examples)
 set_tests_properties(reduce_prep PROPERTIES LABELS golden TIMEOUT 300)
+# flexplan calibrate end to end: records synthesized from explain's modeled
+# durations on a known hardware file, fitted back; the refusals (calibrate_cli.py)
+add_test(NAME calibrate_cli COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/calibrate_cli.py $<TARGET_FILE:flexplan>
+                                    ${CMAKE_CURRENT_BINARY_DIR}/calibrate_cli)
+set_tests_properties(calibrate_cli PROPERTIES LABELS cli TIMEOUT 120)

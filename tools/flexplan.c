@@ -48,7 +48,8 @@ enum {
   OPT_TRANSFORM,  /* --transform PATTERN=mxfp8 (repeatable) */
   OPT_WHAT,       /* --what weights|weights+optimizer */
   OPT_TO_OFFSET,  /* --to-offset N */
-  OPT_FROM_OFFSET /* --from-offset M */
+  OPT_FROM_OFFSET, /* --from-offset M */
+  OPT_NAME         /* --name NAME */
 };
 #define O_HELP {"help", no_argument, NULL, 'h'}
 #define O_OUT {"output", required_argument, NULL, 'o'}
@@ -67,6 +68,8 @@ static const struct option simulate_opts[] = {O_HW, O_HELP, O_END};
 static const struct option explain_opts[] = {O_HW, {"exposed", no_argument, NULL, OPT_EXPOSED}, O_HELP, O_END};
 static const struct option viz_opts[] = {{"format", required_argument, NULL, OPT_FORMAT}, O_OUT, O_RANKS, O_HW,
                                          {"measured", required_argument, NULL, OPT_MEASURED}, O_HELP, O_END};
+static const struct option calibrate_opts[] = {O_OUT, O_HW, {"measured", required_argument, NULL, OPT_MEASURED},
+                                               {"name", required_argument, NULL, OPT_NAME}, O_HELP, O_END};
 static const struct option reshard_opts[] = {{"transform", required_argument, NULL, OPT_TRANSFORM},
                                              {"what", required_argument, NULL, OPT_WHAT},
                                              {"to-offset", required_argument, NULL, OPT_TO_OFFSET},
@@ -166,6 +169,21 @@ static const command commands[] = {
      "  --hardware HW     model on this preset or hardware file (default: the plan's\n                    machine)\n"
      "  --measured FILE   (repeatable) add the step an executor recorded\n"
      "                    (fp_exec_timing_write) beside the modeled one (trace only)\n"
+     "  -h, --help        this text\n"},
+    {"calibrate", calibrate_opts, "-:ho:",
+     "calibrate PLAN --measured FILE ... -o HW.json [--hardware HW] [--name NAME]",
+     "fit the cost model's machine to measured steps; write a hardware file",
+     "Fit the machine of the cost model to the timing records an executor wrote\n"
+     "(fp_exec_timing_write, train_mlp --timing) for PLAN, and write it as a\n"
+     "hardware file for --hardware FILE; print the fit's residuals per op kind.\n"
+     "docs/cost-model.md, \"Calibration\".\n"
+     "\n"
+     "  --measured FILE   (repeatable, at least one) a timing record of PLAN; its\n"
+     "                    last step is fitted\n"
+     "  -o, --output OUT  the hardware file to write (required)\n"
+     "  --hardware HW     the machine to start from and keep what the records do\n"
+     "                    not determine (default: the plan's)\n"
+     "  --name NAME       the fitted machine's name (default: calibrated)\n"
      "  -h, --help        this text\n"},
     {"reshard", reshard_opts, "-:ho:",
      "reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
@@ -810,6 +828,68 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
 #define MAX_MEASURED 64
 
 static int cmd_viz_xfer(const char *path, const char *out);
+
+/* calibrate PLAN --measured FILE ... -o OUT: fit, write the hardware file,
+ * print the residuals (stdout) */
+static int cmd_calibrate(const command *cmd, int argc, char **argv) {
+  const char *path = NULL, *hwname = NULL, *out = NULL, *name = "calibrated", *v;
+  const char *measured_paths[MAX_MEASURED];
+  int32_t nmeasured = 0;
+  argp ap;
+  argp_init(&ap, cmd, argc, argv);
+  int k, rc;
+  while ((k = argp_next(&ap, &v)) != ARG_END) {
+    switch (k) {
+      case ARG_STOP: return ap.rc;
+      case OPT_MEASURED:
+        if (nmeasured == MAX_MEASURED) return usage_error(cmd, "at most 64 --measured files (got more at '%s')", v);
+        measured_paths[nmeasured++] = v;
+        break;
+      case 'o': out = v; break;
+      case OPT_HARDWARE: hwname = v; break;
+      case OPT_NAME: name = v; break;
+      case ARG_OPERAND:
+        if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
+        path = v;
+        break;
+    }
+  }
+  if (!path) return usage_error(cmd, "missing PLAN");
+  if (!nmeasured) return usage_error(cmd, "missing --measured FILE (a timing record of the plan)");
+  if (!out) return usage_error(cmd, "missing -o OUT (the hardware file to write)");
+  for (const char *q = name; *q; q++)
+    if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || strchr("._-+", *q)))
+      return usage_error(cmd, "--name: expected letters, digits or . _ - + (got '%s')", name);
+  if (!*name || strlen(name) > 64) return usage_error(cmd, "--name: expected 1 to 64 characters");
+  if (hwname && !hw_arg_known(hwname)) return unknown_preset(hwname);
+  fp_arena *ar = fpi_arena_new();
+  fp_diag d;
+  fpi_diag_init(&d, stderr);
+  rc = EXIT_INPUT;
+  fp_hw hw;
+  fp_prog *p = read_program(ar, &d, path);
+  if (!p || !pick_hw(ar, &d, p, hwname, path, &hw)) goto done;
+  const double **op_t = fpi_alloc_array(ar, (size_t)nmeasured, sizeof *op_t);
+  const double **hook_t = fpi_alloc_array(ar, (size_t)nmeasured, sizeof *hook_t);
+  for (int32_t r = 0; r < nmeasured; r++) {
+    fp_viz_measured m;
+    if (!fpi_viz_measured_read(ar, &d, measured_paths[r], p, &m)) goto done;
+    op_t[r] = m.op_t, hook_t[r] = m.hook_t;
+  }
+  out_file o;
+  if (!out_open(&o, out)) goto done;
+  char err[600];
+  if (!fpa_calibrate(p, &hw, op_t, hook_t, nmeasured, name, o.f, o.path ? stdout : stderr, err, sizeof err)) {
+    out_abort(&o);
+    fprintf(stderr, "%s: error: %s\n", path, err);
+    goto done;
+  }
+  if (out_commit(&o)) rc = EXIT_OK;
+done:
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
+  return rc;
+}
 static bool is_xfer_file(const char *path);
 
 static int cmd_viz(const command *cmd, int argc, char **argv) {
@@ -1077,6 +1157,7 @@ int main(int argc, char **argv) {
   if (!strcmp(name, "compile") || !strcmp(name, "check")) return cmd_compile(c, argc, argv);
   if (!strcmp(name, "simulate") || !strcmp(name, "explain")) return cmd_modeled(c, argc, argv);
   if (!strcmp(name, "viz")) return cmd_viz(c, argc, argv);
+  if (!strcmp(name, "calibrate")) return cmd_calibrate(c, argc, argv);
   if (!strcmp(name, "reshard")) return cmd_reshard(c, argc, argv);
   return cmd_file(c, argc, argv); /* print, verify */
 }
