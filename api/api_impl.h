@@ -65,6 +65,9 @@ bool fpa_hw_arg_is_file(const char *arg);
  * [nsegs][2], as viz/measured.c reads them); write it as a hardware file
  * named `name` to hw_out and the fit's residuals per op kind to report.
  * False with the reason in err (too few or inconsistent records). */
+/* simulate --measured: P on hw against nrecs records (planner/compare.c) */
+bool fpa_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const double *const *op_t,
+                       const double *const *hook_t, const char *const *names, int32_t nrecs, FILE *f);
 bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op_t, const double *const *hook_t,
                    int32_t nrecs, const char *name, FILE *hw_out, FILE *report, char *err, size_t cap);
 

@@ -9,6 +9,7 @@
 #include "api/api_impl.h"
 #include "planner/cost.h"
 #include "planner/calib.h"
+#include "planner/compare.h"
 #include "planner/hwfile.h"
 #include "planner/pipeline.h"
 #include "planner/reshard.h"
@@ -176,4 +177,11 @@ bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op
           c.hw.pcie_gbps, c.hw.launch_us, c.hw.flops);
   if (c.kept[0]) fprintf(report, "  not fitted: %s\n", c.kept);
   return true;
+}
+
+bool fpa_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const double *const *op_t,
+                       const double *const *hook_t, const char *const *names, int32_t nrecs, FILE *f) {
+  fp_calib_rec *recs = fpi_alloc_array(a, (size_t)(nrecs > 0 ? nrecs : 1), sizeof *recs);
+  for (int32_t r = 0; r < nrecs; r++) recs[r] = (fp_calib_rec){op_t[r], hook_t[r]};
+  return fpi_compare_print(a, P, hw, recs, names, nrecs, f);
 }

@@ -8,7 +8,8 @@ deterministic noise, one per rank; `flexplan calibrate` must write a
 hardware file that `simulate --hardware` accepts, whose fitted values are
 within the tolerance docs/cost-model.md states (10%) of TRUTH's where the
 records determine them, and whose modeled step is within 10% of TRUTH's.
-Then the refusals: no op timed (too few records), usage errors, a record of
+`simulate --measured` prints the step's modeled against measured time, checked
+against the records read here. Then the refusals: no op timed (too few records), usage errors, a record of
 another plan (located), and nothing written on error.
 
 usage: calibrate_cli.py FLEXPLAN WORKDIR
@@ -131,6 +132,27 @@ def main():
         fail(f"modeled step on the fit {got} ms, on the truth {ref} ms")
     print(f"fit: {r.stdout.strip()}\nstep: fit {got} ms, truth {ref} ms")
 
+    # simulate --measured: the step row against an independent reading of the
+    # records (each record's latest time, the median of two = their mean)
+    r = run(fp, "simulate", plan_path, "--hardware", truth_path, *recs)
+    m = re.search(r"^  step: modeled ([0-9.]+) ms, measured ([0-9.]+) ms \(median\)\s+([-+][0-9.]+)%$", r.stdout, re.M)
+    if not m:
+        fail("simulate --measured: no step row:\n" + r.stdout[-1500:])
+    lat = []
+    for k in range(2):
+        with open(os.path.join(work, f"t.{k}.json")) as f:
+            st = json.load(f)["steps"][-1]
+        lat.append(max([o[2] for o in st["ops"]] + [h[2] for h in st["hooks"]]))
+    want_meas = sum(lat) / 2 / 1e3
+    if abs(float(m.group(2)) - want_meas) > 0.0015 or float(m.group(1)) != ref:
+        fail(f"step row {m.group(0)!r}: want measured {want_meas:.3f} ms, modeled {ref} ms")
+    want_err = 100 * (ref - want_meas) / want_meas
+    if abs(float(m.group(3)) - want_err) > 0.2:
+        fail(f"step error {m.group(3)}%, want {want_err:.1f}%")
+    rows = re.findall(r"^\s+\d+\s+(pre|post)_\w+\(fc\d\)\s+0\s+[0-9.]+\s+[0-9.]+\s+[-+][0-9.]+%$", r.stdout, re.M)
+    if len(rows) < 10:
+        fail(f"simulate --measured: {len(rows)} hook rows:\n" + r.stdout[-1500:])
+
     # refusals: nothing written
     os.remove(out)
     empty = synth(plan, {i: (n, 0.0) for i, (n, _) in durs.items()}, 0, rng, 0)
@@ -146,6 +168,9 @@ def main():
     r = run(fp, "calibrate", plan_path, "--measured", z, "-o", out, want=1)
     if not re.search(r"z.json:1:\d+: error: /plan_hash: the record is of another plan", r.stderr):
         fail("no located error for another plan's record: " + r.stderr)
+    r = run(fp, "simulate", plan_path, "--measured", z, want=1)
+    if not re.search(r"z.json:1:\d+: error: /plan_hash: the record is of another plan", r.stderr) or r.stdout:
+        fail("simulate --measured with another plan's record: " + r.stderr + r.stdout[:200])
     r = run(fp, "calibrate", plan_path, "-o", out, want=2)
     if "missing --measured FILE" not in r.stderr:
         fail(r.stderr)

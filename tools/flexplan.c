@@ -64,7 +64,8 @@ static const struct option compile_opts[] = {O_SPEC, O_OUT, {"emit", required_ar
                                              O_RANKS, O_TIME, O_HELP, O_END};
 static const struct option check_opts[] = {O_SPEC, O_HW, O_POLICY, O_TIME, O_HELP, O_END};
 static const struct option file_opts[] = {O_HELP, O_END};
-static const struct option simulate_opts[] = {O_HW, O_HELP, O_END};
+static const struct option simulate_opts[] = {O_HW, {"measured", required_argument, NULL, OPT_MEASURED}, O_HELP,
+                                              O_END};
 static const struct option explain_opts[] = {O_HW, {"exposed", no_argument, NULL, OPT_EXPOSED}, O_HELP, O_END};
 static const struct option viz_opts[] = {{"format", required_argument, NULL, OPT_FORMAT}, O_OUT, O_RANKS, O_HW,
                                          {"measured", required_argument, NULL, OPT_MEASURED}, O_HELP, O_END};
@@ -147,11 +148,13 @@ static const command commands[] = {
      "                    bucket, the hook that waits, ms)\n"
      "  -h, --help        this text\n"},
     {"simulate", simulate_opts, "-:h",
-     "simulate PLAN [--hardware HW]", "the modeled time per segment and the totals",
+     "simulate PLAN [--hardware HW] [--measured FILE ...]", "the modeled time per segment and the totals",
      "Replay a plan.json or .fpir on the plan's hardware (or HW) and print the\n"
      "modeled time per segment and the totals (docs/cost-model.md).\n"
      "\n"
      "  --hardware HW     model on this preset (h100-sxm, h200) or hardware file\n"
+     "  --measured FILE   (repeatable) a timing record of the plan: print modeled\n"
+     "                    against measured per hook and per step, and the error\n"
      "  -h, --help        this text\n"},
     {"viz", viz_opts, "-:ho:",
      "viz PLAN [--format trace|html] [-o OUT] [--ranks LIST] [--hardware HW]\n"
@@ -788,8 +791,11 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
  * on the preset (default: the plan's machine), and print it (explain: one
  * row per op, or with --exposed the ranked exposed communication; simulate:
  * the segments and totals) */
+#define MAX_MEASURED 64
 static int cmd_modeled(const command *cmd, int argc, char **argv) {
   const char *path = NULL, *hwname = NULL, *v;
+  const char *measured_paths[MAX_MEASURED];
+  int32_t nmeasured = 0;
   fpa_show what = !strcmp(cmd->name, "simulate") ? FPA_SHOW_SIMULATION : FPA_SHOW_EXPLAIN;
   argp ap;
   argp_init(&ap, cmd, argc, argv);
@@ -799,6 +805,10 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
       case ARG_STOP: return ap.rc;
       case OPT_HARDWARE: hwname = v; break;
       case OPT_EXPOSED: what = FPA_SHOW_EXPOSED; break;
+      case OPT_MEASURED:
+        if (nmeasured == MAX_MEASURED) return usage_error(cmd, "at most 64 --measured files (got more at '%s')", v);
+        measured_paths[nmeasured++] = v;
+        break;
       case ARG_OPERAND:
         if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
         path = v;
@@ -814,7 +824,23 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
   if (p && pick_hw(ar, &d, p, hwname, path, &hw)) {
-    if (!fpa_modeled_print(ar, p, &hw, what, stdout))
+    /* the records first: a bad one prints nothing */
+    const double **op_t = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *op_t);
+    const double **hook_t = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *hook_t);
+    const char **names = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *names);
+    bool ok = true;
+    for (int32_t r = 0; ok && r < nmeasured; r++) {
+      fp_viz_measured m;
+      ok = fpi_viz_measured_read(ar, &d, measured_paths[r], p, &m);
+      if (ok) {
+        op_t[r] = m.op_t, hook_t[r] = m.hook_t;
+        names[r] = fpi_sprintf(ar, "%s (rank %lld, step %lld)", measured_paths[r], (long long)m.rank, (long long)m.step);
+      }
+    }
+    if (!ok)
+      ;
+    else if (!fpa_modeled_print(ar, p, &hw, what, stdout) ||
+             (nmeasured && !fpa_compare_print(ar, p, &hw, op_t, hook_t, names, nmeasured, stdout)))
       not_finite(&hw, path);
     else
       rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
@@ -825,7 +851,6 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
 }
 
 /* ---- viz ------------------------------------------------------------------------- */
-#define MAX_MEASURED 64
 
 static int cmd_viz_xfer(const char *path, const char *out);
 
