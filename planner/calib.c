@@ -112,6 +112,30 @@ static void kept(fp_calib *out, const char *what) {
   snprintf(out->kept + n, sizeof out->kept - n, "%s%s", n ? "; " : "", what);
 }
 
+/* the two collectives that contradict the model most plainly: of two ops
+ * with the same latency terms, the one moving more bytes measured shorter
+ * (the largest such ratio), appended to a refusal as "; e.g. ..." */
+static void evidence(const fp_prog *P, const samples *s, const fp_hw *hw, char *buf, size_t cap) {
+  double best = 1;
+  int64_t bi = -1, bj = -1;
+  for (int64_t i = 0; i < s->n; i++)
+    for (int64_t j = 0; j < s->n; j++) {
+      double ri[NCOL], rj[NCOL];
+      coll_row(P, &P->ops[s->v[i].op], hw, ri);
+      coll_row(P, &P->ops[s->v[j].op], hw, rj);
+      if (ri[0] != rj[0] || ri[1] != rj[1] || ri[2] != rj[2]) continue;
+      double bytes_i = ri[3] + ri[4], bytes_j = rj[3] + rj[4];
+      if (bytes_i > bytes_j && s->v[i].us < s->v[j].us && s->v[j].us / s->v[i].us > best)
+        best = s->v[j].us / s->v[i].us, bi = i, bj = j;
+    }
+  if (bi < 0) return;
+  const fp_op *a = &P->ops[s->v[bi].op], *b = &P->ops[s->v[bj].op];
+  snprintf(buf, cap,
+           "; e.g. op %d (%s of %lld elements) took at least %.1f us, op %d (%s of %lld elements) at least %.1f us",
+           (int)s->v[bi].op, fpi_op_name(a->code), (long long)a->count, s->v[bi].us, (int)s->v[bj].op,
+           fpi_op_name(b->code), (long long)b->count, s->v[bj].us);
+}
+
 /* weighted least squares for the collectives by modified Gram-Schmidt:
  * columns taken in a fixed order, each kept only when it is not (nearly) a
  * combination of those kept before */
@@ -205,12 +229,14 @@ static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *o
   for (int j = 0; j < k; j++) /* a per-step latency below 0: fit again without it */
     if ((cols[j] == 1 || cols[j] == 2) && !(x[j] > 0)) return fit_colls(P, s, hw, out, err, cap, drop | 1u << cols[j]);
   for (int j = 0; j < k; j++)
-    if (!(isfinite(x[j]) && x[j] > 0))
-      return snprintf(err, cap,
-                      "inconsistent records: the collectives' fit gives %s %s %g, not a positive number (are the "
-                      "records of one machine, and steady-state steps?)",
-                      col_names[cols[j]], cols[j] >= 3 ? "inverse" : "=", x[j]),
-             false;
+    if (!(isfinite(x[j]) && x[j] > 0)) {
+      int n0 = snprintf(err, cap,
+                        "inconsistent records: the collectives' fit gives %s %s %g, not a positive number (are the "
+                        "records of one machine, and steady-state steps?)",
+                        col_names[cols[j]], cols[j] >= 3 ? "inverse" : "=", x[j]);
+      if (n0 > 0 && (size_t)n0 < cap) evidence(P, s, hw, err + n0, cap - (size_t)n0);
+      return false;
+    }
   for (int j = 0; j < k; j++) set_param(hw, cols[j], x[j]);
   return true;
 }

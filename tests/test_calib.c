@@ -179,6 +179,8 @@ static void test_refused(void **st) {
     if (fpi_op_class(P->ops[i].code) == FP_OPC_COMM && ot[2 * i] >= 0)
       ot[2 * i + 1] = ot[2 * i] + 1e4 / (1 + fpi_cost_op_us(P, &P->ops[i], &unit));
   refuse(P, &r, 1, "inconsistent records: the collectives' fit gives");
+  /* with the two ops that show it: more bytes, less time */
+  refuse(P, &r, 1, "not a positive number (are the records of one machine, and steady-state steps?); e.g. op ");
   fpi_arena_free(a);
 }
 
