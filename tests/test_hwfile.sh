@@ -58,6 +58,37 @@ has out "hardware slow-net"
 step_plan=$(step out)
 [ "$step_plan" = "$(step slow)" ] && ok || bad "the plan's own machine models $step_plan ms, the file $(step slow) ms"
 
+# choices follow the file: with buckets and prefetch "auto", a CPU-like
+# machine (rates fitted by calibrate on the development machine) and
+# h100-sxm pick differently, and on that machine the plan picked for it models
+# no slower than the one picked for h100-sxm (simulated independently)
+python3 - "$tmp" <<'P'
+import json, sys
+d = sys.argv[1]
+dims = [384, 512, 256, 640, 320, 128]
+mods = [{"name": f"fc{i}", "params": [{"name": f"fc{i}.weight", "shape": [dims[i + 1], dims[i]]},
+                                      {"name": f"fc{i}.bias", "shape": [dims[i + 1]]}],
+         "flops_fwd": 2 * 64 * dims[i] * dims[i + 1], "flops_bwd": 4 * 64 * dims[i] * dims[i + 1]} for i in range(5)]
+json.dump({"model": {"format": "flexplan.model.v1", "name": "mlp", "modules": mods},
+           "spec": {"format": "flexplan.spec.v1", "mesh": {"world_size": 2}, "strategy": "full_shard",
+                    "buckets": {"auto": {}}, "prefetch": "auto"}}, open(d + "/auto.json", "w"))
+json.dump({"format": "flexplan-hardware/1", "name": "cpu-like", "base": "h100-sxm", "flops": 3.35e9,
+           "hbm_gbps": 12.3, "launch_us": 17.9, "nvlink_gbps": 3.0, "base_us": 60}, open(d + "/cpu.json", "w"))
+P
+expect 0 "$fp" compile "$tmp/auto.json" --hardware h100-sxm -o "$tmp/a_h100.json"
+expect 0 "$fp" compile "$tmp/auto.json" --hardware "$tmp/cpu.json" -o "$tmp/a_cpu.json"
+expect 0 "$fp" compile "$tmp/auto.json" --hardware h100-sxm --emit=summary -o "$tmp/s_h100.json"
+expect 0 "$fp" compile "$tmp/auto.json" --hardware "$tmp/cpu.json" --emit=summary -o "$tmp/s_cpu.json"
+choice() { python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(s['buckets'], s['prefetch_forward'], s['prefetch_backward'])" "$1"; }
+[ "$(choice "$tmp/s_h100.json")" != "$(choice "$tmp/s_cpu.json")" ] && ok ||
+  bad "the same buckets/prefetch on h100-sxm and the CPU-like file: $(choice "$tmp/s_cpu.json")"
+expect 0 "$fp" simulate "$tmp/a_cpu.json" --hardware "$tmp/cpu.json"
+cp "$tmp/out" "$tmp/sim_cpu"
+expect 0 "$fp" simulate "$tmp/a_h100.json" --hardware "$tmp/cpu.json"
+cp "$tmp/out" "$tmp/sim_h100"
+awk -v a="$(step sim_cpu)" -v b="$(step sim_h100)" 'BEGIN { exit !(a > 0 && a <= b) }' && ok ||
+  bad "on the CPU-like machine the plan chosen for it models $(step sim_cpu) ms, the h100-sxm choice $(step sim_h100) ms"
+
 # errors: located, exit 1, nothing written
 bad_file() { # TEXT WANT: the file TEXT is refused with WANT in the message
   printf '%s' "$1" >"$tmp/e.json"
