@@ -433,6 +433,17 @@ bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *rec
   for (int k = 0; k < FP_CALIB_NKINDS; k++)
     residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : NULL, hw, &out->kinds[k]);
   free(model_c);
+  /* a fit that misses half its ops by more than half is no fit: the records
+   * do not follow the model (peers' arrival, a loaded machine) */
+  for (int k = 0; k < FP_CALIB_NKINDS; k++)
+    if (out->kinds[k].n && out->kinds[k].med_rel > FP_CALIB_MAX_MEDIAN) {
+      snprintf(err, cap,
+               "inconsistent records: the fitted model is off by a median %.0f%% on the %lld %s durations (more "
+               "than %.0f%%): they do not follow the cost model (peers' arrival or a loaded machine?)",
+               100 * out->kinds[k].med_rel, (long long)out->kinds[k].n, fpi_calib_kind_name(k),
+               100 * FP_CALIB_MAX_MEDIAN);
+      goto done;
+    }
   ok = true;
   goto done;
 oom:

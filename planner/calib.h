@@ -31,11 +31,16 @@ typedef struct fp_calib {
   char kept[256];                      /* the fields kept from the start, and why ("" none) */
 } fp_calib;
 
+/* a fit whose median |modeled - measured| / measured on some op kind is
+ * above this is refused (the records do not follow the model) */
+#define FP_CALIB_MAX_MEDIAN 0.5
+
 /* the kind's name in messages: "collective", "local kernel", "host copy", "compute" */
 const char *fpi_calib_kind_name(int k);
 /* Fit hw to the records, starting from (and keeping what cannot be fitted
  * of) *start. False with the reason in err (too few or inconsistent
- * records: a fitted rate or latency <= 0, or nothing measured). */
+ * records: a fitted rate or latency <= 0, a median residual above
+ * FP_CALIB_MAX_MEDIAN, or nothing measured). */
 bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *recs, int32_t nrecs, fp_calib *out,
                    char *err, size_t cap);
 
