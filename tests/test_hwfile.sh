@@ -89,6 +89,19 @@ cp "$tmp/out" "$tmp/sim_h100"
 awk -v a="$(step sim_cpu)" -v b="$(step sim_h100)" 'BEGIN { exit !(a > 0 && a <= b) }' && ok ||
   bad "on the CPU-like machine the plan chosen for it models $(step sim_cpu) ms, the h100-sxm choice $(step sim_h100) ms"
 
+# the h200 refit checked in (bench/h200_hwfit.py): it loads, and its rate is
+# the relative least-squares rate of the H200 kernel figures, recomputed here
+expect 0 "$fp" simulate "$tmp/p.json" --hardware "$src/bench/results/nvidia-h200.hw.json"
+has out "hardware h200-fit"
+python3 - "$src" <<'P' && ok || bad "nvidia-h200.hw.json's hbm_gbps is not the fit of nvidia-h200.json's kernels"
+import json, sys
+r = json.load(open(sys.argv[1] + "/bench/results/nvidia-h200.json"))
+hw = json.load(open(sys.argv[1] + "/bench/results/nvidia-h200.hw.json"))
+g = [k["bytes"] / (k["ms"] * 1e6) for k in r["kernels"]]
+want = sum(x * x for x in g) / sum(g)
+sys.exit(0 if abs(hw["hbm_gbps"] - want) < 0.01 * want and hw["base"] == "h200" else 1)
+P
+
 # errors: located, exit 1, nothing written
 bad_file() { # TEXT WANT: the file TEXT is refused with WANT in the message
   printf '%s' "$1" >"$tmp/e.json"
