@@ -16,7 +16,7 @@
 typedef struct fpa_request {
   const char *model_path, *model_text; /* a non-NULL *_text is the input, *_path its name */
   const char *spec_path, *spec_text;   /* both NULL: the model's embedded spec, or the defaults */
-  const char *hw_preset;               /* NULL, or a preset fpa_hw_preset knows (the spec's overrides apply) */
+  const char *hw_preset;               /* NULL, a preset, or a hardware file (fpa_hw_lookup; the spec's overrides apply) */
   int policy;                          /* fpa_policy_parse's number */
   bool notes;                          /* no spec: say which defaults apply (a note on stderr) */
   const struct fpi_plugins *plugins;   /* placement plug-ins the spec may name (NULL: none;
@@ -62,6 +62,20 @@ bool fpa_plan_summary_json(const fp_prog *p, double compile_ms, FILE *f);
 int fpa_policy_parse(const char *name);
 bool fpa_hw_preset(const char *name, fp_hw *out);
 const char *fpa_hw_preset_list(void); /* "h100-sxm, h200" */
+/* --hardware ARG: a preset or a hardware file (1), a bad file (0, reported
+ * on d), neither (-1, unreported); planner/hwfile.h */
+int fpa_hw_lookup(fp_arena *a, fp_diag *d, const char *arg, fp_hw *out);
+bool fpa_hw_arg_is_file(const char *arg);
+/* flexplan calibrate (planner/calib.c): fit a machine, starting from
+ * *start, to nrecs timing records of P (op_t[r]: [nops][2], hook_t[r]:
+ * [nsegs][2], as viz/measured.c reads them); write it as a hardware file
+ * named `name` to hw_out and the fit's residuals per op kind to report.
+ * False with the reason in err (too few or inconsistent records). */
+/* simulate --measured: P on hw against nrecs records (planner/compare.c) */
+bool fpa_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const double *const *op_t,
+                       const double *const *hook_t, const char *const *names, int32_t nrecs, FILE *f);
+bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op_t, const double *const *hook_t,
+                   int32_t nrecs, const char *name, FILE *hw_out, FILE *report, char *err, size_t cap);
 
 /* ---- explain / simulate ------------------------------------------------------- */
 typedef enum {

@@ -97,7 +97,7 @@ fp_status fp_plan_compile(const fp_compile_options *opt, fp_plan **out) {
   if (policy < 0)
     return set_msg(p, FP_ERR_ARG, "error: unknown policy '%s' (expected flexplan or fsdp2)", opt->policy);
   fp_hw preset;
-  if (opt->hardware && !fpa_hw_preset(opt->hardware, &preset))
+  if (opt->hardware && !fpa_hw_preset(opt->hardware, &preset) && !fpa_hw_arg_is_file(opt->hardware))
     return set_msg(p, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", opt->hardware,
                    fpa_hw_preset_list());
   const char *name = opt->model_path ? opt->model_path : "<model>";
@@ -184,6 +184,24 @@ fp_status fp_plan_save(fp_plan *plan, const char *path) {
   return set_msg(plan, FP_OK, "%s", "");
 }
 
+/* a hardware file into *hw, its name (at most 64 bytes: planner/hwfile.c)
+ * copied into namebuf; false with the located error as the handle's */
+static bool read_hw_file(fp_plan *plan, const char *path, fp_hw *hw, char namebuf[72]) {
+  fp_arena *ar = fpi_arena_new();
+  fp_diag d;
+  fpi_diag_init(&d, NULL);
+  bool ok = fpa_hw_lookup(ar, &d, path, hw) > 0;
+  if (ok) {
+    snprintf(namebuf, 72, "%s", hw->name);
+    hw->name = namebuf;
+  } else {
+    diag_msg(plan, FP_ERR_INPUT, &d);
+  }
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
+  return ok;
+}
+
 fp_status fp_plan_render(fp_plan *plan, fp_render what, const char *hardware, char **out) {
   if (!out) return FP_ERR_ARG;
   *out = NULL;
@@ -193,10 +211,14 @@ fp_status fp_plan_render(fp_plan *plan, fp_render what, const char *hardware, ch
   const fp_prog *p = plan->prog;
   const char *name = plan->name ? plan->name : "plan";
   fp_hw hw;
-  if (hardware) {
-    if (!fpa_hw_preset(hardware, &hw))
+  char hwname[72];
+  if (hardware && !fpa_hw_preset(hardware, &hw)) {
+    if (!fpa_hw_arg_is_file(hardware))
       return set_msg(plan, FP_ERR_ARG, "error: unknown hardware preset '%s' (expected one of: %s)", hardware,
                      fpa_hw_preset_list());
+    if (!read_hw_file(plan, hardware, &hw, hwname)) return FP_ERR_INPUT;
+  } else if (hardware) {
+    /* the preset, read above */
   } else if (p->hw.name) {
     hw = p->hw;
   } else {

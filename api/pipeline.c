@@ -8,6 +8,9 @@
 
 #include "api/api_impl.h"
 #include "planner/cost.h"
+#include "planner/calib.h"
+#include "planner/compare.h"
+#include "planner/hwfile.h"
 #include "planner/pipeline.h"
 #include "planner/reshard.h"
 
@@ -40,7 +43,17 @@ bool fpa_compile_run(fp_arena *a, fp_diag *d, const fpa_request *rq, fpa_compile
   out->input_ms = fpi_phase_clock() - in0;
   if (rq->notes && !s.src) note_defaults(rq->model_path, &s, rq->hw_preset != NULL);
   fpi_spec_apply_policy(&s, (fp_policy)rq->policy);
-  if (rq->hw_preset && fpi_hw_preset(rq->hw_preset, &preset)) s.hw_preset = preset.name; /* the spec's overrides still apply */
+  if (rq->hw_preset) { /* a preset or a hardware file; the spec's overrides still apply */
+    int got = fpi_hw_lookup(a, d, rq->hw_preset, &preset);
+    if (got == 0) return false;
+    if (got > 0 && fpi_hw_arg_is_file(rq->hw_preset)) {
+      fp_hw *base = fpi_alloc(a, sizeof *base);
+      *base = preset;
+      s.hw_base = base;
+    } else if (got > 0) {
+      s.hw_preset = preset.name;
+    }
+  }
   fp_compiled *c = fpi_alloc(a, sizeof *c);
   if (!fpi_compile(a, d, &m, &s, c)) return false;
   out->ms = now_ms() - t0;
@@ -114,6 +127,8 @@ bool fpa_plan_summary_json(const fp_prog *p, double compile_ms, FILE *f) {
 /* ---- names, the modeled step, transfers -------------------------------------- */
 int fpa_policy_parse(const char *name) { return fpi_policy_parse(name); }
 bool fpa_hw_preset(const char *name, fp_hw *out) { return fpi_hw_preset(name, out); }
+int fpa_hw_lookup(fp_arena *a, fp_diag *d, const char *arg, fp_hw *out) { return fpi_hw_lookup(a, d, arg, out); }
+bool fpa_hw_arg_is_file(const char *arg) { return fpi_hw_arg_is_file(arg); }
 const char *fpa_hw_preset_list(void) { return fpi_hw_preset_list(); }
 
 bool fpa_modeled_print(fp_arena *a, const fp_prog *p, const fp_hw *hw, fpa_show what, FILE *f) {
@@ -132,4 +147,42 @@ fp_tx *fpa_reshard(fp_arena *a, const fp_prog *from, const fp_src *from_src, con
                    fp_diag *d) {
   fp_reshard_opts o = {what, to_offset, from_offset, mxfp8, nmxfp8};
   return fpi_reshard(a, from, from_src, to, to_src, &o, d);
+}
+
+bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op_t, const double *const *hook_t,
+                   int32_t nrecs, const char *name, FILE *hw_out, FILE *report, char *err, size_t cap) {
+  fp_calib_rec *recs = calloc(nrecs > 0 ? (size_t)nrecs : 1, sizeof *recs);
+  if (!recs) return snprintf(err, cap, "out of memory"), false;
+  for (int32_t r = 0; r < nrecs; r++) recs[r] = (fp_calib_rec){op_t[r], hook_t[r]};
+  fp_calib c;
+  bool ok = fpi_calibrate(P, start, recs, nrecs, &c, err, cap);
+  free(recs);
+  if (!ok) return false;
+  c.hw.name = name;
+  char note[512];
+  snprintf(note, sizeof note, "fitted by flexplan calibrate from %d timing record(s) of %s, starting from %s%s%s",
+           (int)nrecs, P->model ? P->model : "a plan", start->name, c.kept[0] ? "; " : "", c.kept);
+  fpi_hw_write(&c.hw, note, hw_out);
+  fprintf(report, "flexplan calibrate: %s from %d record(s), starting from %s\n", name, (int)nrecs, start->name);
+  fprintf(report, "  %-14s %8s %12s %12s\n", "op kind", "fitted", "median |err|", "max |err|");
+  for (int k = 0; k < FP_CALIB_NKINDS; k++)
+    if (c.kinds[k].n)
+      fprintf(report, "  %-14s %8lld %11.1f%% %11.1f%%\n", fpi_calib_kind_name(k), (long long)c.kinds[k].n,
+              100 * c.kinds[k].med_rel, 100 * c.kinds[k].max_rel);
+    else
+      fprintf(report, "  %-14s %8d %12s %12s\n", fpi_calib_kind_name(k), 0, "-", "-");
+  fprintf(report,
+          "  fitted: base_us %.3g, nvlink_hop_us %.3g, net_hop_us %.3g, nvlink_gbps %.4g, ib_gbps %.4g, hbm_gbps %.4g, "
+          "pcie_gbps %.4g, launch_us %.3g, flops %.4g\n",
+          c.hw.base_us, c.hw.nvlink_hop_us, c.hw.net_hop_us, c.hw.nvlink_gbps, c.hw.ib_gbps, c.hw.hbm_gbps,
+          c.hw.pcie_gbps, c.hw.launch_us, c.hw.flops);
+  if (c.kept[0]) fprintf(report, "  not fitted: %s\n", c.kept);
+  return true;
+}
+
+bool fpa_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const double *const *op_t,
+                       const double *const *hook_t, const char *const *names, int32_t nrecs, FILE *f) {
+  fp_calib_rec *recs = fpi_alloc_array(a, (size_t)(nrecs > 0 ? nrecs : 1), sizeof *recs);
+  for (int32_t r = 0; r < nrecs; r++) recs[r] = (fp_calib_rec){op_t[r], hook_t[r]};
+  return fpi_compare_print(a, P, hw, recs, names, nrecs, f);
 }

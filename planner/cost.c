@@ -78,8 +78,12 @@ bool fpi_hw_preset(const char *name, fp_hw *out) {
 const char *fpi_hw_preset_list(void) { return "h100-sxm, h200"; }
 
 void fpi_hw_from_spec(const fp_spec *s, fp_hw *out) {
-  bool known = fpi_hw_preset(s->hw_preset, out);
-  FP_ASSERT(known); /* the spec parser accepts preset names only */
+  if (s->hw_base) {
+    *out = *s->hw_base; /* a hardware file (--hardware FILE) */
+  } else {
+    bool known = fpi_hw_preset(s->hw_preset, out);
+    FP_ASSERT(known); /* the spec parser accepts preset names only */
+  }
   if (s->hw_gpus_per_node > 0) out->gpus_per_node = s->hw_gpus_per_node;
   if (s->hw_hbm_bytes > 0) out->hbm_bytes = s->hw_hbm_bytes;
   if (s->hw_flops > 0) out->flops = s->hw_flops;

@@ -18,7 +18,8 @@
 bool fpi_hw_preset(const char *name, fp_hw *out);
 /* the preset names, for messages: "h100-sxm, h200" */
 const char *fpi_hw_preset_list(void);
-/* the spec's hardware: its preset, then its overrides (fields > 0) */
+/* the spec's hardware: its preset (or hw_base, from a hardware file), then
+ * its overrides (fields > 0) */
 void fpi_hw_from_spec(const fp_spec *s, fp_hw *out);
 /* every field a positive finite number */
 bool fpi_hw_valid(const fp_hw *hw);

@@ -163,6 +163,8 @@ typedef struct fp_spec {
   fp_optim optim;              /* "optimizer".type: the state the plan holds; default adamw */
   fp_dtype optim_dtype;        /* "optimizer".state_dtype: default fp32 */
   const char *hw_preset;       /* default "h100-sxm" */
+  const struct fp_hw *hw_base; /* set by --hardware FILE (planner/hwfile.c): the machine
+                                * the overrides below apply to, in place of hw_preset */
   /* set by a policy, not by the spec file (see fpi_spec_apply_policy) */
   bool fsdp2;                  /* the fsdp2 policy: only the root stays unsharded after
                                 * forward; shard_grad_op is reshard_after_forward=False

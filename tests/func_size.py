@@ -45,6 +45,9 @@ EXCEPTIONS = {
     "base/json.c:v_number": NOT_YET,
     "base/json.c:v_object": NOT_YET,
     "planner/spec.c:fpi_spec_parse_with": NOT_YET,
+    # issue 43's calibration, merged at the end of the session that wrote it: split next
+    "planner/calib.c:fit_colls": "issue 43's new fit, merged last: not split yet",
+    "planner/calib.c:fpi_calibrate": "issue 43's new fit, merged last: not split yet",
     "tools/flexplan.c:cmd_compile": NOT_YET,
     "tools/flexplan.c:cmd_reshard": NOT_YET,
 }

@@ -6,6 +6,8 @@ add_test(NAME golden_lowering
 set_tests_properties(golden_lowering PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_cli.sh $<TARGET_FILE:flexplan> ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli PROPERTIES LABELS cli TIMEOUT 300)
+add_test(NAME hwfile COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_hwfile.sh $<TARGET_FILE:flexplan> ${CMAKE_SOURCE_DIR})
+set_tests_properties(hwfile PROPERTIES LABELS cli TIMEOUT 120)
 # random models and specs through the whole compiler: compile + verify + print
 # agree, or a located rejection; never an internal error
 add_test(NAME random_specs COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/random_specs.py
@@ -32,6 +34,8 @@ add_test(NAME fsdp2_scale COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/fsdp2
 set_tests_properties(fsdp2_scale PROPERTIES LABELS golden TIMEOUT 600)
 # the cost model against hand-computed figures
 fp_unit_test(test_cost)
+# calibration: synthesized records fitted back to their machine (planner/calib.c)
+fp_unit_test(test_calib)
 # the simulator on hand-written programs (tests/sim/*.fpir: figures computed
 # by hand) and on compiled examples
 fp_unit_test(test_sim)
@@ -58,3 +62,9 @@ add_executable(test_plugins ${CMAKE_CURRENT_SOURCE_DIR}/test_plugins.c ${CMAKE_S
 target_link_libraries(test_plugins PRIVATE flexplan_api PkgConfig::CMOCKA)
 add_test(NAME test_plugins COMMAND test_plugins)
 set_tests_properties(test_plugins PROPERTIES TIMEOUT 300 LABELS unit)
+
+# flexplan calibrate end to end: records synthesized from explain's modeled
+# durations on a known hardware file, fitted back; the refusals (calibrate_cli.py)
+add_test(NAME calibrate_cli COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/calibrate_cli.py $<TARGET_FILE:flexplan>
+                                    ${CMAKE_CURRENT_BINARY_DIR}/calibrate_cli)
+set_tests_properties(calibrate_cli PROPERTIES LABELS cli TIMEOUT 120)

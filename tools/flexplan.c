@@ -39,7 +39,7 @@ enum {
   OPT_SPEC = 256, /* --spec SPEC */
   OPT_EMIT,       /* --emit KIND */
   OPT_TIME,       /* --time */
-  OPT_HARDWARE,   /* --hardware PRESET */
+  OPT_HARDWARE,   /* --hardware PRESET|FILE */
   OPT_POLICY,     /* --policy P */
   OPT_RANKS,      /* --ranks LIST */
   OPT_FORMAT,     /* --format trace|html */
@@ -48,7 +48,8 @@ enum {
   OPT_TRANSFORM,  /* --transform PATTERN=mxfp8 (repeatable) */
   OPT_WHAT,       /* --what weights|weights+optimizer */
   OPT_TO_OFFSET,  /* --to-offset N */
-  OPT_FROM_OFFSET /* --from-offset M */
+  OPT_FROM_OFFSET, /* --from-offset M */
+  OPT_NAME         /* --name NAME */
 };
 #define O_HELP {"help", no_argument, NULL, 'h'}
 #define O_OUT {"output", required_argument, NULL, 'o'}
@@ -63,10 +64,13 @@ static const struct option compile_opts[] = {O_SPEC, O_OUT, {"emit", required_ar
                                              O_RANKS, O_TIME, O_HELP, O_END};
 static const struct option check_opts[] = {O_SPEC, O_HW, O_POLICY, O_TIME, O_HELP, O_END};
 static const struct option file_opts[] = {O_HELP, O_END};
-static const struct option simulate_opts[] = {O_HW, O_HELP, O_END};
+static const struct option simulate_opts[] = {O_HW, {"measured", required_argument, NULL, OPT_MEASURED}, O_HELP,
+                                              O_END};
 static const struct option explain_opts[] = {O_HW, {"exposed", no_argument, NULL, OPT_EXPOSED}, O_HELP, O_END};
 static const struct option viz_opts[] = {{"format", required_argument, NULL, OPT_FORMAT}, O_OUT, O_RANKS, O_HW,
                                          {"measured", required_argument, NULL, OPT_MEASURED}, O_HELP, O_END};
+static const struct option calibrate_opts[] = {O_OUT, O_HW, {"measured", required_argument, NULL, OPT_MEASURED},
+                                               {"name", required_argument, NULL, OPT_NAME}, O_HELP, O_END};
 static const struct option reshard_opts[] = {{"transform", required_argument, NULL, OPT_TRANSFORM},
                                              {"what", required_argument, NULL, OPT_WHAT},
                                              {"to-offset", required_argument, NULL, OPT_TO_OFFSET},
@@ -95,7 +99,7 @@ typedef struct command {
 static const command commands[] = {
     {"compile", compile_opts, "-:ho:",
      "compile MODEL [--spec SPEC] [-o OUT] [--emit plan|ir|summary|trace|html]\n"
-     "          [--hardware PRESET] [--policy flexplan|fsdp2] [--ranks LIST] [--time]",
+     "          [--hardware HW] [--policy flexplan|fsdp2] [--ranks LIST] [--time]",
      "compile a model into a plan (plan.json), its IR, a summary, a trace or a page",
      "Compile MODEL (model.json, or {\"model\":..,\"spec\":..}) into a plan.\n"
      "\n"
@@ -106,20 +110,20 @@ static const command commands[] = {
      "                    the summary goes to standard output\n"
      "  --emit KIND       plan (plan.json, default), ir (the .fpir text), summary\n"
      "                    (JSON figures), trace or html (what 'viz' writes)\n"
-     "  --hardware PRESET replace the spec's hardware preset (h100-sxm, h200)\n"
+     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200) or a\n                    hardware file (docs/cost-model.md)\n"
      "  --policy P        flexplan (default: the spec as written) or fsdp2 (lower as\n"
      "                    PyTorch FSDP2 does by default: a baseline to compare)\n"
      "  --ranks LIST      the ranks --emit trace|html shows, e.g. 0,3,8-11\n"
      "  --time            print the CPU time of each phase of the compile on stderr\n"
      "  -h, --help        this text\n"},
     {"check", check_opts, "-:h",
-     "check MODEL [--spec SPEC] [--hardware PRESET] [--policy flexplan|fsdp2] [--time]",
+     "check MODEL [--spec SPEC] [--hardware HW] [--policy flexplan|fsdp2] [--time]",
      "run the whole compiler, write nothing",
      "Run the whole compiler on MODEL (as 'compile' does) and write nothing; print\n"
      "a one-line summary on standard error.\n"
      "\n"
      "  --spec SPEC       a separate spec.json (not with a spec embedded in MODEL)\n"
-     "  --hardware PRESET replace the spec's hardware preset (h100-sxm, h200)\n"
+     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200) or a\n                    hardware file (docs/cost-model.md)\n"
      "  --policy P        flexplan (default) or fsdp2\n"
      "  --time            print the CPU time of each phase of the compile on stderr\n"
      "  -h, --help        this text\n"},
@@ -134,24 +138,26 @@ static const command commands[] = {
      "\n"
      "  -h, --help        this text\n"},
     {"explain", explain_opts, "-:h",
-     "explain FILE [--hardware PRESET] [--exposed]",
+     "explain FILE [--hardware HW] [--exposed]",
      "a plan as a table, one row per op, with the modeled start and end",
      "Print a plan.json or .fpir as a table, one row per op, with the modeled start\n"
      "and end of each (simulated as 'simulate' does).\n"
      "\n"
-     "  --hardware PRESET model on this preset (default: the plan's machine)\n"
+     "  --hardware HW     model on this preset or hardware file (default: the plan's\n                    machine)\n"
      "  --exposed         print the exposed communication ranked instead (op,\n"
      "                    bucket, the hook that waits, ms)\n"
      "  -h, --help        this text\n"},
     {"simulate", simulate_opts, "-:h",
-     "simulate PLAN [--hardware PRESET]", "the modeled time per segment and the totals",
-     "Replay a plan.json or .fpir on the plan's hardware (or PRESET) and print the\n"
+     "simulate PLAN [--hardware HW] [--measured FILE ...]", "the modeled time per segment and the totals",
+     "Replay a plan.json or .fpir on the plan's hardware (or HW) and print the\n"
      "modeled time per segment and the totals (docs/cost-model.md).\n"
      "\n"
-     "  --hardware PRESET model on this preset (h100-sxm, h200)\n"
+     "  --hardware HW     model on this preset (h100-sxm, h200) or hardware file\n"
+     "  --measured FILE   (repeatable) a timing record of the plan: print modeled\n"
+     "                    against measured per hook and per step, and the error\n"
      "  -h, --help        this text\n"},
     {"viz", viz_opts, "-:ho:",
-     "viz PLAN [--format trace|html] [-o OUT] [--ranks LIST] [--hardware PRESET]\n"
+     "viz PLAN [--format trace|html] [-o OUT] [--ranks LIST] [--hardware HW]\n"
      "          [--measured FILE ...]",
      "the modeled schedule for Perfetto (trace) or as one HTML page",
      "Write the modeled schedule of a plan.json or .fpir as Chrome Trace Event JSON\n"
@@ -163,9 +169,24 @@ static const command commands[] = {
      "                    <model name>.trace.json / .html\n"
      "  --ranks LIST      the ranks shown, e.g. 0,3,8-11 (default: rank 0 and one\n"
      "                    rank of every other layout class)\n"
-     "  --hardware PRESET model on this preset (default: the plan's machine)\n"
+     "  --hardware HW     model on this preset or hardware file (default: the plan's\n                    machine)\n"
      "  --measured FILE   (repeatable) add the step an executor recorded\n"
      "                    (fp_exec_timing_write) beside the modeled one (trace only)\n"
+     "  -h, --help        this text\n"},
+    {"calibrate", calibrate_opts, "-:ho:",
+     "calibrate PLAN --measured FILE ... -o HW.json [--hardware HW] [--name NAME]",
+     "fit the cost model's machine to measured steps; write a hardware file",
+     "Fit the machine of the cost model to the timing records an executor wrote\n"
+     "(fp_exec_timing_write, train_mlp --timing) for PLAN, and write it as a\n"
+     "hardware file for --hardware FILE; print the fit's residuals per op kind.\n"
+     "docs/cost-model.md, \"Calibration\".\n"
+     "\n"
+     "  --measured FILE   (repeatable, at least one) a timing record of PLAN; its\n"
+     "                    last step is fitted\n"
+     "  -o, --output OUT  the hardware file to write (required)\n"
+     "  --hardware HW     the machine to start from and keep what the records do\n"
+     "                    not determine (default: the plan's)\n"
+     "  --name NAME       the fitted machine's name (default: calibrated)\n"
      "  -h, --help        this text\n"},
     {"reshard", reshard_opts, "-:ho:",
      "reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
@@ -488,19 +509,30 @@ static fp_prog *read_program_flags(fp_arena *a, fp_diag *d, const char *path, un
 }
 static fp_prog *read_program(fp_arena *a, fp_diag *d, const char *path) { return read_program_flags(a, d, path, 0); }
 
-/* --hardware names no preset: an input error (exit 1) */
+/* --hardware names no preset and no file: an input error (exit 1) */
 static int unknown_preset(const char *name) {
   char near[128];
-  fprintf(stderr, "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)%s\n", name,
-          fpa_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
+  fprintf(stderr,
+          "flexplan: error: --hardware: unknown hardware preset '%s' (expected one of: %s)%s; a hardware file is "
+          "named by a path holding '/' or '.' (e.g. ./hw.json)\n",
+          name, fpa_hw_preset_list(), did_you_mean(near, sizeof near, name, preset_names, ""));
   return EXIT_INPUT;
 }
 
-/* the machine to model P on: PRESET (--hardware), else the plan's, else
- * h100-sxm with a note; false when PRESET is unknown (reported) */
-static bool pick_hw(const fp_prog *p, const char *preset, const char *path, fp_hw *hw) {
+/* --hardware ARG names a preset or looks like a file (read later) */
+static bool hw_arg_known(const char *arg) {
+  fp_hw h;
+  return fpa_hw_preset(arg, &h) || fpa_hw_arg_is_file(arg);
+}
+
+/* the machine to model P on: --hardware's preset or file, else the plan's,
+ * else h100-sxm with a note; false when the preset is unknown or the file
+ * bad (reported) */
+static bool pick_hw(fp_arena *a, fp_diag *d, const fp_prog *p, const char *preset, const char *path, fp_hw *hw) {
   if (preset) {
-    if (!fpa_hw_preset(preset, hw)) return unknown_preset(preset), false;
+    int got = fpa_hw_lookup(a, d, preset, hw);
+    if (got < 0) return unknown_preset(preset), false;
+    if (got == 0) return false;
   } else if (p->hw.name) {
     *hw = p->hw;
   } else {
@@ -646,8 +678,7 @@ static int cmd_compile(const command *cmd, int argc, char **argv) {
   if (!model) return usage_error(cmd, "missing MODEL");
   if (have_ranks && emit != EMIT_TRACE && emit != EMIT_HTML)
     return usage_error(cmd, "--ranks picks the ranks of --emit=trace or --emit=html");
-  fp_hw preset;
-  if (hw && !fpa_hw_preset(hw, &preset)) return unknown_preset(hw);
+  if (hw && !hw_arg_known(hw)) return unknown_preset(hw);
 
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
@@ -756,12 +787,15 @@ static int cmd_file(const command *cmd, int argc, char **argv) {
 }
 
 /* ---- explain and simulate: a plan replayed on a machine ---------------------------- */
-/* COMMAND PLAN [--hardware PRESET] [--exposed]: read the plan, simulate it
+/* COMMAND PLAN [--hardware HW] [--exposed]: read the plan, simulate it
  * on the preset (default: the plan's machine), and print it (explain: one
  * row per op, or with --exposed the ranked exposed communication; simulate:
  * the segments and totals) */
+#define MAX_MEASURED 64
 static int cmd_modeled(const command *cmd, int argc, char **argv) {
   const char *path = NULL, *hwname = NULL, *v;
+  const char *measured_paths[MAX_MEASURED];
+  int32_t nmeasured = 0;
   fpa_show what = !strcmp(cmd->name, "simulate") ? FPA_SHOW_SIMULATION : FPA_SHOW_EXPLAIN;
   argp ap;
   argp_init(&ap, cmd, argc, argv);
@@ -771,6 +805,10 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
       case ARG_STOP: return ap.rc;
       case OPT_HARDWARE: hwname = v; break;
       case OPT_EXPOSED: what = FPA_SHOW_EXPOSED; break;
+      case OPT_MEASURED:
+        if (nmeasured == MAX_MEASURED) return usage_error(cmd, "at most 64 --measured files (got more at '%s')", v);
+        measured_paths[nmeasured++] = v;
+        break;
       case ARG_OPERAND:
         if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
         path = v;
@@ -779,14 +817,30 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
   }
   if (!path) return usage_error(cmd, "missing PLAN");
   fp_hw hw;
-  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  if (hwname && !hw_arg_known(hwname)) return unknown_preset(hwname);
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  if (p && pick_hw(p, hwname, path, &hw)) {
-    if (!fpa_modeled_print(ar, p, &hw, what, stdout))
+  if (p && pick_hw(ar, &d, p, hwname, path, &hw)) {
+    /* the records first: a bad one prints nothing */
+    const double **op_t = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *op_t);
+    const double **hook_t = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *hook_t);
+    const char **names = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *names);
+    bool ok = true;
+    for (int32_t r = 0; ok && r < nmeasured; r++) {
+      fp_viz_measured m;
+      ok = fpi_viz_measured_read(ar, &d, measured_paths[r], p, &m);
+      if (ok) {
+        op_t[r] = m.op_t, hook_t[r] = m.hook_t;
+        names[r] = fpi_sprintf(ar, "%s (rank %lld, step %lld)", measured_paths[r], (long long)m.rank, (long long)m.step);
+      }
+    }
+    if (!ok)
+      ;
+    else if (!fpa_modeled_print(ar, p, &hw, what, stdout) ||
+             (nmeasured && !fpa_compare_print(ar, p, &hw, op_t, hook_t, names, nmeasured, stdout)))
       not_finite(&hw, path);
     else
       rc = stdout_written() ? EXIT_OK : EXIT_INPUT;
@@ -797,9 +851,70 @@ static int cmd_modeled(const command *cmd, int argc, char **argv) {
 }
 
 /* ---- viz ------------------------------------------------------------------------- */
-#define MAX_MEASURED 64
 
 static int cmd_viz_xfer(const char *path, const char *out);
+
+/* calibrate PLAN --measured FILE ... -o OUT: fit, write the hardware file,
+ * print the residuals (stdout) */
+static int cmd_calibrate(const command *cmd, int argc, char **argv) {
+  const char *path = NULL, *hwname = NULL, *out = NULL, *name = "calibrated", *v;
+  const char *measured_paths[MAX_MEASURED];
+  int32_t nmeasured = 0;
+  argp ap;
+  argp_init(&ap, cmd, argc, argv);
+  int k, rc;
+  while ((k = argp_next(&ap, &v)) != ARG_END) {
+    switch (k) {
+      case ARG_STOP: return ap.rc;
+      case OPT_MEASURED:
+        if (nmeasured == MAX_MEASURED) return usage_error(cmd, "at most 64 --measured files (got more at '%s')", v);
+        measured_paths[nmeasured++] = v;
+        break;
+      case 'o': out = v; break;
+      case OPT_HARDWARE: hwname = v; break;
+      case OPT_NAME: name = v; break;
+      case ARG_OPERAND:
+        if (path) return usage_error(cmd, "unexpected argument '%s' (one PLAN only)", v);
+        path = v;
+        break;
+    }
+  }
+  if (!path) return usage_error(cmd, "missing PLAN");
+  if (!nmeasured) return usage_error(cmd, "missing --measured FILE (a timing record of the plan)");
+  if (!out) return usage_error(cmd, "missing -o OUT (the hardware file to write)");
+  for (const char *q = name; *q; q++)
+    if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || strchr("._-+", *q)))
+      return usage_error(cmd, "--name: expected letters, digits or . _ - + (got '%s')", name);
+  if (!*name || strlen(name) > 64) return usage_error(cmd, "--name: expected 1 to 64 characters");
+  if (hwname && !hw_arg_known(hwname)) return unknown_preset(hwname);
+  fp_arena *ar = fpi_arena_new();
+  fp_diag d;
+  fpi_diag_init(&d, stderr);
+  rc = EXIT_INPUT;
+  fp_hw hw;
+  fp_prog *p = read_program(ar, &d, path);
+  if (!p || !pick_hw(ar, &d, p, hwname, path, &hw)) goto done;
+  const double **op_t = fpi_alloc_array(ar, (size_t)nmeasured, sizeof *op_t);
+  const double **hook_t = fpi_alloc_array(ar, (size_t)nmeasured, sizeof *hook_t);
+  for (int32_t r = 0; r < nmeasured; r++) {
+    fp_viz_measured m;
+    if (!fpi_viz_measured_read(ar, &d, measured_paths[r], p, &m)) goto done;
+    op_t[r] = m.op_t, hook_t[r] = m.hook_t;
+  }
+  out_file o;
+  if (!out_open(&o, out)) goto done;
+  char err[600];
+  if (!fpa_calibrate(p, &hw, op_t, hook_t, nmeasured, name, o.f, o.path ? stdout : stderr, err, sizeof err)) {
+    out_abort(&o);
+    fprintf(stderr, "%s: error: %s\n", path, err);
+    goto done;
+  }
+  if (out_commit(&o)) rc = EXIT_OK;
+done:
+  fpi_diag_free(&d);
+  fpi_arena_free(ar);
+  return rc;
+}
 static bool is_xfer_file(const char *path);
 
 static int cmd_viz(const command *cmd, int argc, char **argv) {
@@ -847,13 +962,13 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
   if (nmeasured && fmt != VIZ_TRACE)
     return usage_error(cmd, "--measured steps are drawn in the trace (--format=trace), not in 'html'");
   fp_hw hw;
-  if (hwname && !fpa_hw_preset(hwname, &hw)) return unknown_preset(hwname);
+  if (hwname && !hw_arg_known(hwname)) return unknown_preset(hwname);
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
   rc = EXIT_INPUT;
   fp_prog *p = read_program(ar, &d, path);
-  if (!p || !pick_hw(p, hwname, path, &hw)) goto done;
+  if (!p || !pick_hw(ar, &d, p, hwname, path, &hw)) goto done;
   fp_viz_measured *meas = fpi_alloc_array(ar, (size_t)(nmeasured ? nmeasured : 1), sizeof *meas);
   for (int32_t k = 0; k < nmeasured; k++)
     if (!fpi_viz_measured_read(ar, &d, measured_paths[k], p, &meas[k])) goto done;
@@ -1067,6 +1182,7 @@ int main(int argc, char **argv) {
   if (!strcmp(name, "compile") || !strcmp(name, "check")) return cmd_compile(c, argc, argv);
   if (!strcmp(name, "simulate") || !strcmp(name, "explain")) return cmd_modeled(c, argc, argv);
   if (!strcmp(name, "viz")) return cmd_viz(c, argc, argv);
+  if (!strcmp(name, "calibrate")) return cmd_calibrate(c, argc, argv);
   if (!strcmp(name, "reshard")) return cmd_reshard(c, argc, argv);
   return cmd_file(c, argc, argv); /* print, verify */
 }

@@ -264,6 +264,33 @@ def test_bad_model_files_raise_the_clis_messages(cli):
         assert str(e.value) == err.rstrip("\n"), name
 
 
+def test_hardware_file(tmp_path):
+    """A hardware file wherever a preset is taken (planner/hwfile.c): the plan
+    records its machine, rendering on it follows it, a bad file raises the
+    CLI's located message (FP_ERR_INPUT)."""
+    hw = tmp_path / "slow.json"
+    hw.write_text(json.dumps({"format": "flexplan-hardware/1", "name": "slow-net", "base": "h100-sxm",
+                              "nvlink_gbps": 3.708, "base_us": 100}))
+    with flexplan.compile(TINY, hardware=str(hw)) as plan:
+        saved = json.loads(plan.to_json())
+        text = plan.simulate()
+        assert "hardware slow-net" in text
+        assert "NVLink 3.7 GB/s" in text
+        assert "hardware h100-sxm" in plan.simulate(hardware="h100-sxm")
+    assert saved["hardware"]["name"] == "slow-net"
+    assert saved["hardware"]["nvlink_gbps"] == 3.708
+    with flexplan.compile(TINY) as plan:
+        assert "hardware slow-net" in plan.simulate(hardware=str(hw))
+        bad = tmp_path / "bad.json"
+        bad.write_text('{"format": "flexplan-hardware/1", "name": "x", "base": "h100-sxm", "flops": 0}')
+        with pytest.raises(flexplan.FlexplanError, match=r"bad.json:1:\d+: error: /flops: expected a number > 0") as e:
+            plan.simulate(hardware=str(bad))
+        assert e.value.status_name == "FP_ERR_INPUT"
+    with pytest.raises(flexplan.FlexplanError, match=r"bad.json:1:\d+: error: /flops") as e:
+        flexplan.compile(TINY, hardware=str(bad))
+    assert e.value.status_name == "FP_ERR_INPUT"
+
+
 def test_bad_arguments():
     with pytest.raises(flexplan.FlexplanError, match="unknown hardware preset 'h300'") as e:
         flexplan.compile(TINY, hardware="h300")

@@ -1,0 +1,456 @@
+/* calib.c - fit the cost model's machine to measured steps (see calib.h and
+ * docs/cost-model.md, "Calibration").
+ *
+ * Each measured op duration is one equation "modeled(op, hw) = measured".
+ * The cost model (cost.c) is linear in the latencies and in the inverse
+ * bandwidths for a collective, so those are fitted by weighted linear least
+ * squares (rows divided by the measured time: the fit minimizes relative
+ * error, so a 2 us op counts as much as a 2 ms one). The columns are read
+ * off the model itself, by evaluating fpi_cost_terms on unit machines, so
+ * the fit can never disagree with the model about an op's steps or bytes.
+ * A column the records cannot tell apart from those before it (all
+ * collectives of one communicator size: per-step latency is then part of
+ * the call latency) is set near 0, and said so; a term no measured op has
+ * (the network's, on one node) keeps the starting machine's value. Local kernels, max(launch,
+ * bytes / bandwidth), are not linear: a search over a log grid, refined
+ * twice. The compute rate is the flops of each forward and backward over
+ * the trainer's measured time between the hook that ends that segment and
+ * the next one's entry (where the compute placeholder sits). */
+#include "calib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+
+const char *fpi_calib_kind_name(int k) {
+  static const char *const n[] = {"collective", "local kernel", "host copy", "compute"};
+  return k >= 0 && k < FP_CALIB_NKINDS ? n[k] : "?";
+}
+
+#define HUGE_RATE 1e30
+#define NCOL 5 /* base_us, nvlink_hop_us, net_hop_us, 1/nvlink_gbps, 1/ib_gbps */
+static const char *const col_names[NCOL] = {"base_us", "nvlink_hop_us", "net_hop_us", "nvlink_gbps", "ib_gbps"};
+
+typedef struct sample {
+  int32_t op;
+  double us; /* measured */
+} sample;
+
+typedef struct samples {
+  sample *v;
+  int64_t n, cap;
+} samples;
+
+static bool push(samples *s, int32_t op, double us) {
+  if (s->n == s->cap) {
+    int64_t c = s->cap ? 2 * s->cap : 64;
+    sample *v = realloc(s->v, (size_t)c * sizeof *v);
+    if (!v) return false;
+    s->v = v;
+    s->cap = c;
+  }
+  s->v[s->n++] = (sample){op, us};
+  return true;
+}
+
+/* a machine with every latency 0 and every rate huge: probe one term at a time */
+static fp_hw zero_hw(const fp_hw *start) {
+  fp_hw h = *start;
+  h.flops = h.nvlink_gbps = h.ib_gbps = h.hbm_gbps = h.pcie_gbps = HUGE_RATE;
+  h.base_us = h.nvlink_hop_us = h.net_hop_us = h.launch_us = 0;
+  return h;
+}
+
+/* the row of collective op: modeled = row . (base, nvhop, nethop, 1/nv, 1/ib) */
+static void coll_row(const fp_prog *P, const fp_op *op, const fp_hw *start, double row[NCOL]) {
+  fp_hw h = zero_hw(start);
+  h.base_us = 1;
+  row[0] = fpi_cost_terms(P, op, &h).lat_us;
+  h.base_us = 0, h.nvlink_hop_us = 1;
+  row[1] = fpi_cost_terms(P, op, &h).lat_us;
+  h.nvlink_hop_us = 0, h.net_hop_us = 1;
+  row[2] = fpi_cost_terms(P, op, &h).lat_us;
+  h.net_hop_us = 0;
+  fp_comm_geo g = fpi_comm_geometry(P, &P->comms[op->comm]);
+  /* inside a node NVLink's rate binds; across nodes the NICs' (the model's
+   * min(nvlink, k * ib) taken on its network side) */
+  if (g.nodes == 1) {
+    h.nvlink_gbps = 1;
+    row[3] = fpi_cost_terms(P, op, &h).bw_us;
+    row[4] = 0;
+  } else {
+    h.ib_gbps = 1;
+    row[3] = 0;
+    row[4] = fpi_cost_terms(P, op, &h).bw_us;
+  }
+}
+
+static double hw_param(const fp_hw *h, int c) {
+  switch (c) {
+    case 0: return h->base_us;
+    case 1: return h->nvlink_hop_us;
+    case 2: return h->net_hop_us;
+    case 3: return 1 / h->nvlink_gbps;
+    default: return 1 / h->ib_gbps;
+  }
+}
+static void set_param(fp_hw *h, int c, double x) {
+  switch (c) {
+    case 0: h->base_us = x; break;
+    case 1: h->nvlink_hop_us = x; break;
+    case 2: h->net_hop_us = x; break;
+    case 3: h->nvlink_gbps = 1 / x; break;
+    default: h->ib_gbps = 1 / x; break;
+  }
+}
+
+static void kept(fp_calib *out, const char *what) {
+  size_t n = strlen(out->kept);
+  snprintf(out->kept + n, sizeof out->kept - n, "%s%s", n ? "; " : "", what);
+}
+
+/* the two collectives that contradict the model most plainly: of two ops
+ * with the same latency terms, the one moving more bytes measured shorter
+ * (the largest such ratio), appended to a refusal as "; e.g. ..." */
+static void evidence(const fp_prog *P, const samples *s, const fp_hw *hw, char *buf, size_t cap) {
+  double best = 1;
+  int64_t bi = -1, bj = -1;
+  for (int64_t i = 0; i < s->n; i++)
+    for (int64_t j = 0; j < s->n; j++) {
+      double ri[NCOL], rj[NCOL];
+      coll_row(P, &P->ops[s->v[i].op], hw, ri);
+      coll_row(P, &P->ops[s->v[j].op], hw, rj);
+      if (ri[0] != rj[0] || ri[1] != rj[1] || ri[2] != rj[2]) continue;
+      double bytes_i = ri[3] + ri[4], bytes_j = rj[3] + rj[4];
+      if (bytes_i > bytes_j && s->v[i].us < s->v[j].us && s->v[j].us / s->v[i].us > best)
+        best = s->v[j].us / s->v[i].us, bi = i, bj = j;
+    }
+  if (bi < 0) return;
+  const fp_op *a = &P->ops[s->v[bi].op], *b = &P->ops[s->v[bj].op];
+  snprintf(buf, cap,
+           "; e.g. op %d (%s of %lld elements) took at least %.1f us, op %d (%s of %lld elements) at least %.1f us",
+           (int)s->v[bi].op, fpi_op_name(a->code), (long long)a->count, s->v[bi].us, (int)s->v[bj].op,
+           fpi_op_name(b->code), (long long)b->count, s->v[bj].us);
+}
+
+/* weighted least squares for the collectives by modified Gram-Schmidt:
+ * columns taken in a fixed order, each kept only when it is not (nearly) a
+ * combination of those kept before */
+static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *out, char *err, size_t cap,
+                      unsigned drop) {
+  int64_t n = s->n;
+  double *A = calloc((size_t)(n * NCOL + n), sizeof *A), *b = A ? A + n * NCOL : NULL;
+  if (!A) return snprintf(err, cap, "out of memory"), false;
+  bool any[NCOL] = {0};
+  for (int64_t i = 0; i < n; i++) {
+    double row[NCOL];
+    coll_row(P, &P->ops[s->v[i].op], hw, row);
+    for (int c = 0; c < NCOL; c++) {
+      A[c * n + i] = row[c] / s->v[i].us;
+      if (row[c] != 0) any[c] = true;
+    }
+    b[i] = 1;
+  }
+  static const int order[NCOL] = {0, 3, 4, 1, 2};
+  int cols[NCOL], k = 0;
+  double R[NCOL][NCOL] = {{0}}, qb[NCOL] = {0};
+  double *Q = calloc((size_t)(n * NCOL), sizeof *Q);
+  if (!Q) return free(A), snprintf(err, cap, "out of memory"), false;
+  for (int oi = 0; oi < NCOL; oi++) {
+    int c = order[oi];
+    if (!any[c]) continue; /* no op measured has this term: nothing to fit */
+    if (drop >> c & 1) { /* a per-step latency that came out negative: none */
+      set_param(hw, c, 1e-3);
+      char buf[120];
+      snprintf(buf, sizeof buf, "%s set to 0.001 (fitted below 0: the call latency takes it)", col_names[c]);
+      kept(out, buf);
+      continue;
+    }
+    double *q = Q + k * n, norm0 = 0;
+    for (int64_t i = 0; i < n; i++) q[i] = A[c * n + i], norm0 += q[i] * q[i];
+    double rr[NCOL] = {0};
+    for (int j = 0; j < k; j++) {
+      double d = 0;
+      for (int64_t i = 0; i < n; i++) d += Q[j * n + i] * q[i];
+      rr[j] = d;
+      for (int64_t i = 0; i < n; i++) q[i] -= d * Q[j * n + i];
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < n; i++) norm += q[i] * q[i];
+    if (norm <= 1e-4 * norm0) { /* not identifiable from these records (within 1%) */
+      if (c == 3 || c == 4) {
+        free(A), free(Q);
+        return snprintf(err, cap,
+                        "too few records: the collectives measured cannot tell %s from the call latency (they all "
+                        "move the same bytes per rank); measure a plan with buckets of different sizes",
+                        col_names[c]),
+               false;
+      }
+      /* a per-step latency the records cannot separate from the call's:
+       * the call latency takes it all (the step latency set near 0) */
+      set_param(hw, c, 1e-3);
+      char buf[120];
+      snprintf(buf, sizeof buf, "%s set to 0.001 (the collectives measured all take the same ring steps)",
+               col_names[c]);
+      kept(out, buf);
+      continue;
+    }
+    norm = sqrt(norm);
+    for (int64_t i = 0; i < n; i++) q[i] /= norm;
+    for (int j = 0; j < k; j++) R[j][k] = rr[j];
+    R[k][k] = norm;
+    cols[k++] = c;
+  }
+  if (n < 2 * k) {
+    free(A), free(Q);
+    return snprintf(err, cap, "too few records: %lld collective durations for %d unknowns (at least %d needed)",
+                    (long long)n, k, 2 * k),
+           false;
+  }
+  /* b minus the contribution of the columns kept at the start's values */
+  for (int c = 0; c < NCOL; c++) {
+    bool in = false;
+    for (int j = 0; j < k; j++) in |= cols[j] == c;
+    if (!in && any[c])
+      for (int64_t i = 0; i < n; i++) b[i] -= A[c * n + i] * hw_param(hw, c);
+  }
+  for (int j = 0; j < k; j++)
+    for (int64_t i = 0; i < n; i++) qb[j] += Q[j * n + i] * b[i];
+  double x[NCOL];
+  for (int j = k - 1; j >= 0; j--) {
+    double v = qb[j];
+    for (int l = j + 1; l < k; l++) v -= R[j][l] * x[l];
+    x[j] = v / R[j][j];
+  }
+  free(A), free(Q);
+  for (int j = 0; j < k; j++) /* a per-step latency below 0: fit again without it */
+    if ((cols[j] == 1 || cols[j] == 2) && !(x[j] > 0)) return fit_colls(P, s, hw, out, err, cap, drop | 1u << cols[j]);
+  for (int j = 0; j < k; j++)
+    if (!(isfinite(x[j]) && x[j] > 0)) {
+      int n0 = snprintf(err, cap,
+                        "inconsistent records: the collectives' fit gives %s %s %g, not a positive number (are the "
+                        "records of one machine, and steady-state steps?)",
+                        col_names[cols[j]], cols[j] >= 3 ? "inverse" : "=", x[j]);
+      if (n0 > 0 && (size_t)n0 < cap) evidence(P, s, hw, err + n0, cap - (size_t)n0);
+      return false;
+    }
+  for (int j = 0; j < k; j++) set_param(hw, cols[j], x[j]);
+  return true;
+}
+
+/* local kernels: max(launch, bytes / rate) by a log-grid search */
+static double local_err(const double *bytes, const samples *s, double launch, double rate) {
+  double e = 0;
+  for (int64_t i = 0; i < s->n; i++) {
+    double m = fmax(launch, bytes[i] / (rate * 1e3)), r = (m - s->v[i].us) / s->v[i].us;
+    e += r * r;
+  }
+  return e;
+}
+
+static bool fit_local(const fp_prog *P, const samples *s, double *launch, double *rate, bool host, fp_calib *out) {
+  double *bytes = malloc((size_t)s->n * sizeof *bytes);
+  if (!bytes) return false;
+  fp_hw h = zero_hw(&(fp_hw){0});
+  h.hbm_gbps = h.pcie_gbps = 1;
+  double lo = INFINITY, hi = 0;
+  for (int64_t i = 0; i < s->n; i++) {
+    bytes[i] = fpi_cost_terms(P, &P->ops[s->v[i].op], &h).bw_us * 1e3;
+    lo = fmin(lo, bytes[i]), hi = fmax(hi, bytes[i]);
+  }
+  double best_l = *launch, best_r = *rate, best = INFINITY;
+  if (hi <= lo * 1.01) { /* one size: its time is all one term; the rate is kept */
+    double *t = malloc((size_t)s->n * sizeof *t);
+    if (!t) return free(bytes), false;
+    for (int64_t i = 0; i < s->n; i++) t[i] = s->v[i].us;
+    for (int64_t i = 1; i < s->n; i++) /* insertion sort: the median */
+      for (int64_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
+        double x = t[j];
+        t[j] = t[j - 1], t[j - 1] = x;
+      }
+    *launch = t[s->n / 2];
+    free(t);
+    kept(out, host ? "pcie_gbps kept (the host copies measured are all one size)"
+                   : "hbm_gbps kept (the local kernels measured are all one size)");
+    free(bytes);
+    return true;
+  }
+  double l0 = log10(1e-3), l1 = log10(1e5), r0 = log10(1e-3), r1 = log10(1e6);
+  for (int pass = 0; pass < 3; pass++) {
+    int N = 80;
+    for (int i = 0; i <= N; i++)
+      for (int j = 0; j <= N; j++) {
+        double l = pow(10, l0 + (l1 - l0) * i / N), r = pow(10, r0 + (r1 - r0) * j / N);
+        double e = local_err(bytes, s, l, r);
+        if (e < best) best = e, best_l = l, best_r = r;
+      }
+    double wl = (l1 - l0) / N * 2, wr = (r1 - r0) / N * 2;
+    l0 = log10(best_l) - wl, l1 = log10(best_l) + wl, r0 = log10(best_r) - wr, r1 = log10(best_r) + wr;
+  }
+  /* no kernel at the floor: the launch time is not determined; keep the
+   * start's, below the shortest kernel measured */
+  bool floor = false;
+  double shortest = INFINITY;
+  for (int64_t i = 0; i < s->n; i++) {
+    floor |= bytes[i] / (best_r * 1e3) < best_l;
+    shortest = fmin(shortest, s->v[i].us);
+  }
+  free(bytes);
+  *rate = best_r;
+  if (floor) {
+    *launch = best_l;
+  } else if (!host) {
+    *launch = fmin(*launch, shortest / 2);
+    kept(out, "launch_us kept (every local kernel measured is longer than it)");
+  }
+  return true;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* residuals of kind k: modeled (on hw) against measured */
+static void residuals(const fp_prog *P, const samples *s, const double *model_us, const fp_hw *hw, fp_calib_kind *o) {
+  o->n = s->n;
+  o->med_rel = o->max_rel = 0;
+  if (!s->n) return;
+  double *r = malloc((size_t)s->n * sizeof *r);
+  if (!r) return;
+  for (int64_t i = 0; i < s->n; i++) {
+    double m = model_us ? model_us[i] : fpi_cost_op_us(P, &P->ops[s->v[i].op], hw);
+    r[i] = fabs(m - s->v[i].us) / s->v[i].us;
+    o->max_rel = fmax(o->max_rel, r[i]);
+  }
+  qsort(r, (size_t)s->n, sizeof *r, cmp_dbl);
+  o->med_rel = s->n % 2 ? r[s->n / 2] : (r[s->n / 2 - 1] + r[s->n / 2]) / 2;
+  free(r);
+}
+
+bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *recs, int32_t nrecs, fp_calib *out,
+                   char *err, size_t cap) {
+  memset(out, 0, sizeof *out);
+  out->hw = *start;
+  samples S[FP_CALIB_NKINDS] = {{0}};
+  double *alpha = NULL; /* compute: the flops of each sample */
+  double *mind = NULL;  /* per op: the shortest measured time (INFINITY: none) */
+  int64_t nalpha = 0;
+  bool ok = false;
+  if (nrecs <= 0) {
+    snprintf(err, cap, "too few records: none given");
+    goto done;
+  }
+  alpha = malloc((size_t)(P->nops + 1) * (size_t)nrecs * sizeof *alpha);
+  mind = malloc((size_t)(P->nops + 1) * sizeof *mind);
+  if (!alpha || !mind) goto oom;
+  for (int32_t i = 0; i < P->nops; i++) mind[i] = INFINITY;
+  for (int32_t r = 0; r < nrecs; r++) {
+    const double *ot = recs[r].op_t, *ht = recs[r].hook_t;
+    for (int32_t sg = 0; sg < P->nsegs; sg++) {
+      const fp_seg *seg = &P->segs[sg];
+      for (int32_t i = seg->first; i < seg->first + seg->nops; i++) {
+        const fp_op *op = &P->ops[i];
+        double t0 = ot[2 * i], t1 = ot[2 * i + 1], d = t1 - t0;
+        fp_opclass cls = fpi_op_class(op->code);
+        if (cls == FP_OPC_COMPUTE) {
+          /* the trainer's work after this segment's hook, before the next's */
+          if (op->module < 0 || !(op->alpha > 0) || sg + 1 >= P->nsegs) continue;
+          double g = ht[2 * (sg + 1)] - ht[2 * sg + 1];
+          if (!(g > 0)) continue;
+          if (!push(&S[FP_CALIB_COMPUTE], i, g)) goto oom;
+          alpha[nalpha++] = op->alpha;
+          continue;
+        }
+        if (t0 < 0 || !(d > 0)) continue; /* not run by this rank, or too short to time */
+        /* a group's members are issued as one: not separable */
+        if (cls == FP_OPC_COMM && (op->group >= 0 || op->comm < 0 || P->comms[op->comm].size <= 1)) continue;
+        if (cls == FP_OPC_COMM || cls == FP_OPC_LOCAL) mind[i] = fmin(mind[i], d);
+      }
+    }
+  }
+  /* one sample per op: its shortest time over the records. A collective's
+   * recorded time runs from its issue to the sweep that saw it complete, so
+   * it includes waiting for the last peer to issue and for the poll; those
+   * only add, and the shortest is the nearest to the transfer itself. */
+  for (int32_t i = 0; i < P->nops; i++) {
+    if (!isfinite(mind[i])) continue;
+    const fp_op *op = &P->ops[i];
+    int k = fpi_op_class(op->code) == FP_OPC_COMM                    ? FP_CALIB_COLL
+            : op->code == FP_OP_H2D || op->code == FP_OP_D2H ? FP_CALIB_HOST
+                                                               : FP_CALIB_LOCAL;
+    if (!push(&S[k], i, mind[i])) goto oom;
+  }
+  int64_t total = 0;
+  for (int k = 0; k < FP_CALIB_NKINDS; k++) total += S[k].n;
+  if (!total) {
+    snprintf(err, cap, "too few records: no op or trainer time with a positive duration was measured");
+    goto done;
+  }
+  fp_hw *hw = &out->hw;
+  if (S[FP_CALIB_COLL].n) {
+    if (!fit_colls(P, &S[FP_CALIB_COLL], hw, out, err, cap, 0)) goto done;
+  } else {
+    kept(out, "collective latencies and bandwidths kept (no collective of 2 or more ranks was measured)");
+  }
+  if (S[FP_CALIB_LOCAL].n) {
+    if (!fit_local(P, &S[FP_CALIB_LOCAL], &hw->launch_us, &hw->hbm_gbps, false, out)) goto oom;
+  } else {
+    kept(out, "hbm_gbps and launch_us kept (no local kernel was measured)");
+  }
+  if (S[FP_CALIB_HOST].n) {
+    double launch = hw->launch_us;
+    if (!fit_local(P, &S[FP_CALIB_HOST], &launch, &hw->pcie_gbps, true, out)) goto oom;
+  }
+  double *model_c = NULL;
+  if (S[FP_CALIB_COMPUTE].n) {
+    /* minimize sum ((alpha x - g) / g)^2: x = sum(alpha/g) / sum(alpha^2/g^2) */
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < S[FP_CALIB_COMPUTE].n; i++) {
+      double a = alpha[i], g = S[FP_CALIB_COMPUTE].v[i].us;
+      num += a / g, den += a * a / (g * g);
+    }
+    double x = num / den; /* us per flop */
+    if (!(isfinite(x) && x > 0)) {
+      snprintf(err, cap, "inconsistent records: the compute rate fitted is not a positive number");
+      goto done;
+    }
+    hw->flops = 1e6 / x;
+    model_c = malloc((size_t)S[FP_CALIB_COMPUTE].n * sizeof *model_c);
+    if (!model_c) goto oom;
+    for (int64_t i = 0; i < S[FP_CALIB_COMPUTE].n; i++) model_c[i] = alpha[i] / hw->flops * 1e6;
+  } else {
+    kept(out, "flops kept (no forward or backward with flops was measured)");
+  }
+  if (!fpi_hw_valid(hw)) {
+    free(model_c);
+    snprintf(err, cap, "inconsistent records: the fitted machine has a rate or latency that is not a positive number");
+    goto done;
+  }
+  for (int k = 0; k < FP_CALIB_NKINDS; k++)
+    residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : NULL, hw, &out->kinds[k]);
+  free(model_c);
+  /* a fit that misses half its ops by more than half is no fit: the records
+   * do not follow the model (peers' arrival, a loaded machine) */
+  for (int k = 0; k < FP_CALIB_NKINDS; k++)
+    if (out->kinds[k].n && out->kinds[k].med_rel > FP_CALIB_MAX_MEDIAN) {
+      snprintf(err, cap,
+               "inconsistent records: the fitted model is off by a median %.0f%% on the %lld %s durations (more "
+               "than %.0f%%): they do not follow the cost model (peers' arrival or a loaded machine?)",
+               100 * out->kinds[k].med_rel, (long long)out->kinds[k].n, fpi_calib_kind_name(k),
+               100 * FP_CALIB_MAX_MEDIAN);
+      goto done;
+    }
+  ok = true;
+  goto done;
+oom:
+  snprintf(err, cap, "out of memory");
+done:
+  for (int k = 0; k < FP_CALIB_NKINDS; k++) free(S[k].v);
+  free(alpha);
+  free(mind);
+  return ok;
+}

@@ -1,0 +1,47 @@
+/* calib.h - fit the cost model's machine to measured steps (flexplan calibrate).
+ *
+ * Input: one plan and the executor's timing records of it (any ranks, any
+ * number of runs): per record, each op's measured [start, end] (-1 where the
+ * rank did not run it) and each hook's [enter, leave], as
+ * fp_exec_timing_write writes them (docs/viz.md, "Measured beside
+ * modeled"). Output: a machine (fp_hw) whose modeled op times fit the
+ * measured ones by least squares on the relative error, and the fit's
+ * residuals per op kind. docs/cost-model.md, "Calibration", says what is
+ * fitted from what and what is kept from the starting machine. */
+#ifndef FP_CALIB_H
+#define FP_CALIB_H
+
+#include "../ir/ir.h"
+
+typedef struct fp_calib_rec {
+  const double *op_t;   /* [nops][2] start, end (us); start < 0: not run */
+  const double *hook_t; /* [nsegs][2] enter, leave (us) */
+} fp_calib_rec;
+
+enum { FP_CALIB_COLL, FP_CALIB_LOCAL, FP_CALIB_HOST, FP_CALIB_COMPUTE, FP_CALIB_NKINDS };
+
+typedef struct fp_calib_kind {
+  int64_t n;              /* measured durations fitted */
+  double med_rel, max_rel; /* |modeled - measured| / measured over them */
+} fp_calib_kind;
+
+typedef struct fp_calib {
+  fp_hw hw;                            /* the fitted machine (name: the start's) */
+  fp_calib_kind kinds[FP_CALIB_NKINDS];
+  char kept[256];                      /* the fields kept from the start, and why ("" none) */
+} fp_calib;
+
+/* a fit whose median |modeled - measured| / measured on some op kind is
+ * above this is refused (the records do not follow the model) */
+#define FP_CALIB_MAX_MEDIAN 0.5
+
+/* the kind's name in messages: "collective", "local kernel", "host copy", "compute" */
+const char *fpi_calib_kind_name(int k);
+/* Fit hw to the records, starting from (and keeping what cannot be fitted
+ * of) *start. False with the reason in err (too few or inconsistent
+ * records: a fitted rate or latency <= 0, a median residual above
+ * FP_CALIB_MAX_MEDIAN, or nothing measured). */
+bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *recs, int32_t nrecs, fp_calib *out,
+                   char *err, size_t cap);
+
+#endif
