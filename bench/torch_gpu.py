@@ -305,6 +305,53 @@ def capturable_adamw(st, c, fpt):
     return fpt.optimizer(st, torch.optim.AdamW, lr=lr, capturable=True, **ADAMW)
 
 
+def run_steps(a, c, opt, sx, sy, step_body, graph):
+    """a.steps steps of step_body over the static inputs sx, sy (each
+    step's batch copied in first; the lr halved before the middle one):
+    graph False, every step eager on the current stream; graph True,
+    PyTorch's whole-network recipe - STEP_WARMUP steps eager on a side
+    stream, then one step captured with torch.cuda.graph (capturing runs
+    nothing) and replayed for it and every later step. (losses, per-step
+    seconds with the device synchronized around each, extra: the replays'
+    host time - the g.replay() call alone - and counts, the graph or None)."""
+    import contextlib
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    warm = min(STEP_WARMUP, a.steps) if graph else a.steps
+    g = static_loss = None
+    losses, times, host = [], [], []
+    for step in range(a.steps):
+        if step == a.steps // 2:
+            halve_lr(opt)
+        x, y = batch(c, step, "cuda")
+        sx.copy_(x)
+        sy.copy_(y)
+        if step == warm:
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                static_loss = step_body()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if g is None:
+            with torch.cuda.stream(side) if graph else contextlib.nullcontext():
+                loss = step_body()
+        else:
+            g.replay()
+            host.append(time.perf_counter() - t0)
+            loss = static_loss
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.item()))
+    extra = {"replays": len(host), "warm_steps": warm if graph else None}
+    if host:
+        extra.update(host_us_per_replay=round(1e6 * statistics.median(host), 2),
+                     host_us_per_replay_max=round(1e6 * max(host), 2), host_us_all=[round(1e6 * h, 1) for h in host])
+    return losses, times, extra, g
+
+
 def job_flexplan_step(a, c, graph, capturable=True):
     """flexplan-safe: cuda_mode="capture_safe" with a capturable AdamW,
     every step eager (the reference the graph must equal bit for bit);
@@ -329,8 +376,6 @@ def job_flexplan_step(a, c, graph, capturable=True):
     opt = capturable_adamw(st, c, fpt) if capturable else fpt.optimizer(st, torch.optim.AdamW, lr=c["lr"], **ADAMW)
     sx, sy = batch(c, 0, "cuda")
     sx, sy = sx.clone(), sy.clone()  # the static inputs: every step's batch copied in
-    losses, times, host = [], [], []
-
     S = c["seq"]
     mask = torch.full((S, S), torch.finfo(torch.bfloat16).min, dtype=torch.bfloat16, device="cuda").triu(1)[None, None]
 
@@ -340,41 +385,8 @@ def job_flexplan_step(a, c, graph, capturable=True):
         opt.step()
         opt.zero_grad()
         return loss
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    warm = a.steps if not graph else min(STEP_WARMUP, a.steps)
-    g = static_loss = None
-    for step in range(a.steps):
-        if step == a.steps // 2:
-            halve_lr(opt)
-        x, y = batch(c, step, "cuda")
-        sx.copy_(x)
-        sy.copy_(y)
-        if step == warm:  # capture once (capturing runs nothing), then replay this step
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                static_loss = step_body()
-            torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        if g is None:
-            with torch.cuda.stream(side) if graph else contextlib_null():
-                loss = step_body()
-        else:
-            g.replay()
-            host.append(time.perf_counter() - t0)
-            loss = static_loss
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.item()))
-    extra = {"arena_planned_bytes": arena_planned, "shard_device_bytes": shard_bytes,
-             "replays": len(host), "warm_steps": warm if graph else None}
-    if host:
-        extra["host_us_per_replay"] = round(1e6 * statistics.median(host), 2)
-        extra["host_us_per_replay_max"] = round(1e6 * max(host), 2)
-        extra["host_us_all"] = [round(1e6 * h, 1) for h in host]
+    losses, times, extra, g = run_steps(a, c, opt, sx, sy, step_body, graph)
+    extra.update(arena_planned_bytes=arena_planned, shard_device_bytes=shard_bytes)
     if g is not None:
         extra["graphs_live"] = st.graphs_live()
         g.reset()
@@ -406,45 +418,8 @@ def job_plain_step(a, c):
         opt.step()
         opt.zero_grad()
         return loss
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    warm = min(STEP_WARMUP, a.steps)
-    g = static_loss = None
-    losses, times, host = [], [], []
-    for step in range(a.steps):
-        if step == a.steps // 2:
-            halve_lr(opt)
-        x, y = batch(c, step, "cuda")
-        sx.copy_(x)
-        sy.copy_(y)
-        if step == warm:
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                static_loss = step_body()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        if g is None:
-            with torch.cuda.stream(side):
-                loss = step_body()
-        else:
-            g.replay()
-            host.append(time.perf_counter() - t0)
-            loss = static_loss
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.item()))
-    extra = {"replays": len(host), "warm_steps": warm, "host_us_all": [round(1e6 * h, 1) for h in host]}
-    if host:
-        extra["host_us_per_replay"] = round(1e6 * statistics.median(host), 2)
-        extra["host_us_per_replay_max"] = round(1e6 * max(host), 2)
+    losses, times, extra, _ = run_steps(a, c, opt, sx, sy, step_body, graph=True)
     return losses, times, extra
-
-
-def contextlib_null():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 def gpu_spec():

@@ -198,8 +198,7 @@ class MainShards:
         changes no value. Returns the total norm as a 0-dim fp32 tensor on
         the device."""
         inf = math.isinf(norm_type)
-        device = next((gt.device for _, gt, _, _ in self.main if gt.numel()), self.ex.params[0].tensor("main").device
-                      if self.ex.params else torch.device("cuda"))
+        device = self.main[0][1].device if self.main else torch.device("cuda")
         with torch.no_grad():
             local = torch.zeros((), dtype=torch.float64, device=device)
             for g, r in self._held_grads():

@@ -221,9 +221,8 @@ class Sharded:
             names = {id(newp): pv.name for newp, pv in self.params.values()}
             # after a backward, each .grad is a placeholder that raises (GradGone): the bytes are reused
             # (a tensor-parallel param's: a DTensor like its grad over a placeholder local tensor)
-            self._gone = [(newp, _tp.wrap(GradGone(_tp.local(g) if _tp.is_dtensor(newp) else g, names[id(newp)]),
-                                          newp) if _tp.is_dtensor(newp) else GradGone(g, names[id(newp)]))
-                          for newp, g in self._ugrads]
+            self._gone = [(newp, _tp.wrap(GradGone(_tp.local(g), names[id(newp)]), newp) if _tp.is_dtensor(newp)
+                           else GradGone(g, names[id(newp)])) for newp, g in self._ugrads]
             self._grads_gone = False
             self._fwd_open = False  # a training forward of this micro-batch ran; its backward has not ended
             self._fwd_first = -1  # the unit that forward started at
