@@ -25,15 +25,6 @@ static double median(double *v, int32_t n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static const char *hook(const fp_prog *P, const fp_seg *S, char *buf, size_t n) {
-  char q[256];
-  if (S->module >= 0 && S->module < P->nmods)
-    snprintf(buf, n, "%s(%s)", fpi_seg_name(S->kind), fpi_quote(q, sizeof q, P->mods[S->module].name));
-  else
-    snprintf(buf, n, "%s", fpi_seg_name(S->kind));
-  return buf;
-}
-
 static void rel(FILE *f, double m, double x) {
   if (x > 0) fprintf(f, "  %+9.1f%%", 100 * (m - x) / x);
   else fprintf(f, "  %10s", "-");
@@ -48,12 +39,7 @@ bool fpi_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const fp_
   for (int32_t r = 0; r < nrecs; r++) fprintf(f, " %s", names[r]);
   fprintf(f, "); times in microseconds from the step's start\n");
   char buf[320];
-  int w = 4;
-  for (int32_t k = 0; k < P->nsegs; k++) {
-    int l = (int)strlen(hook(P, &P->segs[k], buf, sizeof buf));
-    if (l > w) w = l;
-  }
-  if (w > 60) w = 60;
+  int w = fpi_sim_hook_width(P);
   fprintf(f, "%5s  %-*s  %5s  %16s  %16s  %11s\n", "seg", w, "hook", "micro", "modeled done at", "measured done at",
           "error");
   double abs_sum = 0;
@@ -69,7 +55,7 @@ bool fpi_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const fp_
     }
     if (!n) continue; /* no op of this hook was timed (empty, or sync only) */
     double x = median(v, n), m = sim.segs[k].end_us;
-    fprintf(f, "%5d  %-*.*s  %5d  %16.3f  %16.3f", (int)k, w, w, hook(P, S, buf, sizeof buf), (int)S->micro, m, x);
+    fprintf(f, "%5d  %-*.*s  %5d  %16.3f  %16.3f", (int)k, w, w, fpi_sim_hook_label(P, S, buf, sizeof buf), (int)S->micro, m, x);
     rel(f, m, x);
     fputc('\n', f);
     if (x > 0) abs_sum += fabs(m - x) / x, nrows++;

@@ -398,13 +398,23 @@ void fpi_sim_live_spans(const fp_prog *P, const fp_sim *S, double *t0, double *t
 }
 
 /* ---- report ------------------------------------------------------------------- */
-static const char *hook(const fp_prog *P, const fp_seg *S, char *buf, size_t n) {
+const char *fpi_sim_hook_label(const fp_prog *P, const fp_seg *S, char *buf, size_t n) {
   char q[256]; /* a module's name from the input: quoted (fpi_quote) */
   if (S->module >= 0 && S->module < P->nmods)
     snprintf(buf, n, "%s(%s)", fpi_seg_name(S->kind), fpi_quote(q, sizeof q, P->mods[S->module].name));
   else
     snprintf(buf, n, "%s", fpi_seg_name(S->kind));
   return buf;
+}
+
+int fpi_sim_hook_width(const fp_prog *P) {
+  char buf[512];
+  int w = 4;
+  for (int32_t k = 0; k < P->nsegs; k++) {
+    int l = (int)strlen(fpi_sim_hook_label(P, &P->segs[k], buf, sizeof buf));
+    if (l > w) w = l;
+  }
+  return w > 60 ? 60 : w;
 }
 
 typedef struct exposed_row {
@@ -443,7 +453,7 @@ void fpi_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f) 
     fprintf(f, "%5d  %10.3f  %5.1f%%  %6d  %-16s  %-24.60s  %s\n", (int)k + 1, v[k].us / 1e3,
             step > 0 ? 100 * v[k].us / step : 0.0, (int)(by >= 0 ? by : v[k].at), fpi_op_name(o->code),
             o->bucket >= 0 && o->bucket < P->nbuckets ? fpi_quote(bq, sizeof bq, P->buckets[o->bucket]) : "-",
-            hook(P, &P->segs[w->seg], buf, sizeof buf));
+            fpi_sim_hook_label(P, &P->segs[w->seg], buf, sizeof buf));
   }
   free(v);
 }
@@ -462,17 +472,12 @@ void fpi_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_
   fprintf(f, "every figure below is modeled (docs/cost-model.md), not measured; times in microseconds from the\n"
              "start of a steady-state step\n\n");
   char buf[512];
-  int w = 4;
-  for (int32_t k = 0; k < S->nsegs; k++) {
-    int l = (int)strlen(hook(P, &P->segs[k], buf, sizeof buf));
-    if (l > w) w = l;
-  }
-  if (w > 60) w = 60;
+  int w = fpi_sim_hook_width(P);
   fprintf(f, "%5s  %-*s  %5s  %14s  %14s  %14s  %14s\n", "seg", w, "hook", "micro", "modeled start", "modeled end",
           "modeled comp.", "modeled exp.");
   for (int32_t k = 0; k < S->nsegs; k++) {
     const fp_sim_seg *g = &S->segs[k];
-    fprintf(f, "%5d  %-*.*s  %5d  %14.3f  %14.3f  %14.3f  %14.3f\n", k, w, w, hook(P, &P->segs[k], buf, sizeof buf),
+    fprintf(f, "%5d  %-*.*s  %5d  %14.3f  %14.3f  %14.3f  %14.3f\n", k, w, w, fpi_sim_hook_label(P, &P->segs[k], buf, sizeof buf),
             P->segs[k].micro, g->start_us, g->end_us, g->compute_us, g->exposed_us);
   }
   double step = S->step_us;

@@ -80,4 +80,9 @@ void fpi_sim_print_exposed(const fp_prog *P, const fp_sim *S, int top, FILE *f);
  * modeled; tl (may be NULL) adds the memory figures. */
 void fpi_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_memtl *tl, FILE *f);
 
+/* a segment's hook as the reports print it ("pre_forward('layers.0')"),
+ * into buf; and the width of the reports' hook column for P (4 to 60) */
+const char *fpi_sim_hook_label(const fp_prog *P, const fp_seg *S, char *buf, size_t n);
+int fpi_sim_hook_width(const fp_prog *P);
+
 #endif
