@@ -183,7 +183,10 @@ def main():
             except Exception:  # noqa: BLE001
                 verdict = "BAD: " + traceback.format_exc()
         word, _, rest = verdict.partition(": ")
-        print(f"{word} {item} r{rank}: {rest}", flush=True)
+        # one write of the whole line: both ranks share the launcher's pipe, and print's text and newline
+        # as two writes let the other rank's line land between them (seen once in CI)
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), f"{word} {item} r{rank}: {rest}\n".encode())
         if rank == 0:
             _store().set(f"fp-test/done/{mode}", "1")
     # after a watchdog the process group still holds ops that never finish: leave without
