@@ -17,17 +17,24 @@ timing record on, then checks, against the plan:
   stretch of trainer work; slices on one thread never overlap partially
   (dur is rounded end minus rounded start); otherData lists the records;
 - errors, located: a record of another plan, a file that is not a record,
-  an op index outside the plan, broken JSON, a missing file; --measured with
-  --format=html is a usage error (exit 2).
+  an op index outside the plan, broken JSON, a missing file;
+- the HTML page (--format=html --measured): its data holds each record's
+  times as read; in headless Chromium (when installed) its self-test is ok
+  with every modeled and measured op drawn, the measured hooks lined up with
+  the modeled ones (checked on the drawn elements), a measured op's tooltip
+  giving both durations, every op still drawn with the hooks as measured,
+  no console output, and a screenshot that is not blank.
 Exit status 0 when every check passes, 1 otherwise.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from viz_trace_check import runs_on  # noqa: E402  (the same only= rule the trace check uses)
+import viz_html_check as vhc  # noqa: E402  (chromium, the page's self-test, the screenshot check)
 
 failures = []
 
@@ -136,6 +143,56 @@ def expect_error(cmd, code, *needles):
              f"should hold {needles}")
 
 
+def check_page(flexplan, plan, plan_path, files, work):
+    """the HTML page with the measured rows, in headless Chromium"""
+    page = os.path.join(work, "measured.html")
+    cmd = [flexplan, "viz", plan_path, "--format=html", "-o", page] + [a for p in files for a in ("--measured", p)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return fail(f"viz --format=html --measured: exit {r.returncode}: {r.stderr}")
+    html = open(page, encoding="utf-8").read()
+    m = re.search(r'<script type="application/json" id="fpdata">\n(.*?)</script>', html, re.S)
+    data = json.loads(m.group(1)) if m else {}
+    recs = [json.load(open(p))["steps"][-1] for p in files]
+    meas = data.get("measured", [])
+    if len(meas) != len(files):
+        return fail(f"html: {len(meas)} measured records in the page's data, want {len(files)}")
+    timed = 0
+    for k, (mm, rec) in enumerate(zip(meas, recs)):
+        ops = {o[0]: o for o in rec["ops"]}
+        timed += len(ops)
+        st = [ops[i][1] if i in ops else -1 for i in range(len(plan["ops"]))]
+        if any(abs(a - b) > 5e-4 for a, b in zip(mm["st"], st)) or mm["hook_st"] != [h[1] for h in rec["hooks"]]:
+            fail(f"html: record {k}'s op starts or hook entries differ from {files[k]}")
+    if "except in the rows marked measured" not in html:
+        fail("html: the header does not say which times are measured")
+    chrome = vhc.find_chromium()
+    if not chrome:
+        print("viz_measured: chromium is not installed: the page was not loaded (CI installs it)")
+        return
+    vhc.static_checks(html, "measured page")
+    dom, cons, _ = vhc.load(chrome, page, hash="#selftest")
+    for line in cons:
+        fail(f"measured page: console output: {line}")
+    rec = vhc.selftest(dom, "measured page")
+    if rec:
+        mc = rec.get("measured_check") or {}
+        modeled = sum(1 for o in plan["ops"] if runs_on(plan, o, 0))
+        print(f"viz_measured: page: {rec['covered']} of {rec['expected']} ops drawn ({modeled} modeled + {timed} measured), "
+              f"{mc.get('hooks_compared')} measured hooks compared, {mc.get('worst_px')} px off the modeled ones at most, "
+              f"{mc.get('work')} stretches of trainer work")
+        if rec.get("measured") != len(files) or rec.get("expected") != modeled + timed:
+            fail(f"measured page: {rec.get('measured')} measured rows, {rec.get('expected')} ops expected; "
+                 f"want {len(files)} and {modeled} + {timed}")
+        if not mc.get("hooks_compared") or not mc.get("work"):
+            fail(f"measured page: lined-up hooks or trainer work not drawn: {mc}")
+        if len(re.findall(r'<g clip-path="url\(#clip\)" data-m="\d+"', dom)) != len(files):
+            fail("measured page: the DOM does not hold one measured row per record")
+    vhc.screenshot_checks(chrome, page, os.path.join(work, "measured.png"), "measured page")
+    failures.extend(vhc.failures)
+    del vhc.failures[:]
+
+
 def main():
     if len(sys.argv) != 7:
         sys.exit(__doc__)
@@ -199,8 +256,7 @@ def main():
     expect_error([flexplan, "viz", plan_path, "--measured", broken, "-o", out], 1, f"{broken}:2:")
     expect_error([flexplan, "viz", plan_path, "--measured", os.path.join(work, "missing.json"), "-o", out], 1,
                  "missing.json")
-    expect_error([flexplan, "viz", plan_path, "--format=html", "--measured", files[0], "-o", out], 2,
-                 "--measured steps are drawn in the trace")
+    check_page(flexplan, plan, plan_path, files, work)
     for f in failures:
         print("FAIL:", f)
     print(f"viz_measured: {'FAIL' if failures else 'ok'} ({len(failures)} failure(s))")

@@ -171,7 +171,7 @@ static const command commands[] = {
      "                    rank of every other layout class)\n"
      "  --hardware HW     model on this preset or hardware file (default: the plan's\n                    machine)\n"
      "  --measured FILE   (repeatable) add the step an executor recorded\n"
-     "                    (fp_exec_timing_write) beside the modeled one (trace only)\n"
+     "                    (fp_exec_timing_write) under the modeled one\n"
      "  -h, --help        this text\n"},
     {"calibrate", calibrate_opts, "-:ho:",
      "calibrate PLAN --measured FILE ... -o HW.json [--hardware HW] [--name NAME]",
@@ -959,8 +959,6 @@ static int cmd_viz(const command *cmd, int argc, char **argv) {
     if (fmt != VIZ_TRACE) return usage_error(cmd, "a transfer draws as a trace only, not html");
     return cmd_viz_xfer(path, out);
   }
-  if (nmeasured && fmt != VIZ_TRACE)
-    return usage_error(cmd, "--measured steps are drawn in the trace (--format=trace), not in 'html'");
   fp_hw hw;
   if (hwname && !hw_arg_known(hwname)) return unknown_preset(hwname);
   fp_arena *ar = fpi_arena_new();

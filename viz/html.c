@@ -78,6 +78,7 @@ static void seg_label(FILE *f, const fp_viz *v, int32_t k) {
 static void seg_st(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_us(f, v->sim.segs[k].start_us); }
 static void seg_en(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_us(f, v->sim.segs[k].end_us); }
 static void seg_kind(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%d", (int)v->p->segs[k].kind); }
+static void seg_mod(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%" PRId32, v->p->segs[k].module); }
 
 static void buf_name(FILE *f, const fp_viz *v, int32_t k) { fpi_jw_str(f, v->p->bufs[k].name); }
 static void buf_cat(FILE *f, const fp_viz *v, int32_t k) { fprintf(f, "%d", (int)v->p->bufs[k].cat); }
@@ -178,6 +179,7 @@ static void write_tables(FILE *f, const fp_viz *v) {
   fputs("}\n,\"segs\":{", f);
   column(f, "label", v, p->nsegs, seg_label, false);
   column(f, "kind", v, p->nsegs, seg_kind, true);
+  column(f, "mod", v, p->nsegs, seg_mod, true);
   column(f, "st", v, p->nsegs, seg_st, true);
   column(f, "en", v, p->nsegs, seg_en, true);
   fputs("}\n,\"ops\":{", f);
@@ -282,12 +284,47 @@ static void write_memory(FILE *f, const fp_viz *v) {
   fputs("}}\n", f);
 }
 
+/* the measured steps (--measured): per record its rank, step, file, end,
+ * each hook's enter and leave, and each op's start and end (-1 where the
+ * rank did not run it), in microseconds from the step's step_begin */
+static void write_measured(FILE *f, const fp_viz *v) {
+  const fp_prog *p = v->p;
+  fputs("]\n,\"measured\":[", f);
+  for (int32_t k = 0; k < v->nmeasured; k++) {
+    const fp_viz_measured *m = &v->measured[k];
+    fprintf(f, "%s{\"rank\":%" PRId64 ",\"step\":%" PRId64 ",\"path\":", k ? "\n," : "", m->rank, m->step);
+    fpi_jw_str(f, m->path);
+    fputs(",\"end\":", f);
+    fpi_jw_us(f, m->end_us);
+    const struct {
+      const char *name;
+      const double *t;
+      int32_t n, stride;
+    } cols[] = {{"hook_st", m->hook_t, p->nsegs, 0}, {"hook_en", m->hook_t, p->nsegs, 1},
+                {"st", m->op_t, p->nops, 0},         {"en", m->op_t, p->nops, 1}};
+    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+      fprintf(f, ",\"%s\":[", cols[c].name);
+      for (int32_t i = 0; i < cols[c].n; i++) {
+        double t = cols[c].t[2 * i + cols[c].stride];
+        if (i) fputc(',', f);
+        if (t < 0)
+          fputs("-1", f); /* not run by this rank */
+        else
+          fpi_jw_us(f, t);
+      }
+      fputc(']', f);
+    }
+    fputc('}', f);
+  }
+}
+
 static void write_data(FILE *f, const fp_viz *v) {
   write_meta(f, v);
   write_names(f, v);
   write_tables(f, v);
   write_ranks(f, v);
   write_exposed(f, v);
+  write_measured(f, v);
   write_memory(f, v);
 }
 
@@ -299,7 +336,7 @@ bool fpi_viz_html(const fp_viz *v, FILE *f) {
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>flexplan: ",
         f);
   fpi_html_text(f, p->model ? p->model : "plan");
-  fputs(" (modeled schedule)</title>\n<style>\n", f);
+  fputs(v->nmeasured ? " (modeled and measured)</title>\n<style>\n" : " (modeled schedule)</title>\n<style>\n", f);
   fputs(fp_viz_css, f);
   fputs("</style>\n</head>\n<body>\n<header id=\"summary\"><h1>flexplan: ", f);
   fpi_html_text(f, p->model ? p->model : "plan");
@@ -309,7 +346,9 @@ bool fpi_viz_html(const fp_viz *v, FILE *f) {
   if (p->tp > 1) fprintf(f, " (dp %" PRId64 " x tp %" PRId64 ", bytes per rank tp-local)", p->world_size / p->tp, p->tp);
   fputs(", modeled on ", f);
   fpi_html_text(f, v->hw.name ? v->hw.name : "?");
-  fprintf(f, "; plan fnv1a64:%016" PRIx64 "; every time on this page is modeled, not measured</span></header>\n", v->hash);
+  fprintf(f, "; plan fnv1a64:%016" PRIx64 "; %s</span></header>\n", v->hash,
+          v->nmeasured ? "every time on this page is modeled, except in the rows marked measured (the executor's records)"
+                       : "every time on this page is modeled, not measured");
   if (p->tp > 1) { /* the dp groups, per tp index (digits and words only: no escaping needed) */
     fputs("<pre class=\"mesh\">", f);
     fpi_ir_mesh_text(f, "", p->world_size, p->tp);

@@ -5,7 +5,10 @@
  * per stream with a box per op coloured by kind, exposed communication on the
  * compute lane, and arrows for the waits; below, the memory timeline stacked
  * by category with the budget and the peak, and a list of what is live at the
- * peak (or at a clicked instant). Wheel zooms, drag pans, shift-drag zooms to
+ * peak (or at a clicked instant). With --measured, each measured record is a
+ * row under the modeled ranks: its ops per stream, its hooks and the
+ * trainer's work between them, drawn as measured or with its hooks lined up
+ * with the modeled ones. Wheel zooms, drag pans, shift-drag zooms to
  * a range. Every redraw walks only the ops in view and merges runs of boxes
  * narrower than a pixel into one grey box, so a plan of any size draws a few
  * thousand elements at most. After the first draw it writes a self-test
@@ -33,8 +36,12 @@
   var NS = "http" + "://www.w3.org/2000/svg"; /* the SVG namespace: a name, never fetched */
 
   /* ---- layout constants (px) ------------------------------------------------ */
-  var LABEL_W = 178, RIGHT = 14, AXIS_H = 24, RANK_H = 20, HOOK_H = 15, LANE_H = 28, LANE_GAP = 4;
+  var LABEL_W = 178, RIGHT = 14, AXIS_H = 24, RANK_H = 20, HOOK_H = 17, LANE_H = 28, LANE_GAP = 4;
   var MEM_H = 190, MEM_GAP = 30, MEM_AXIS = 20, MIN_PX = 1, MAX_ARROWS = 400;
+  /* a compute op is never drawn narrower than this: on a fast machine the
+   * modeled forward of a small model is far under a pixel, yet it is what
+   * the step is for */
+  var MIN_COMPUTE_PX = 3;
 
   /* ---- kinds and formats ------------------------------------------------------ */
   var KIND = {
@@ -98,7 +105,80 @@
     return {rank: rk.rank, cls: rk.cls, members: rk.members, skip: skip, bytes: bytes, flows: rk.flows,
             lanes: lanes.map(function (l) { return Int32Array.from(l); }), nops: nops};
   });
-  function bytesOn(r, i) { return R[r].bytes[i] !== undefined ? R[r].bytes[i] : O.bytes[i]; }
+  function bytesOn(row, i) { return row.bytes[i] !== undefined ? row.bytes[i] : O.bytes[i]; }
+  /* per lane, the running maximum of the ends drawn: the search for the first
+   * op in view needs it (a measured op can end after the next one on its
+   * stream by a rounding) */
+  function prefixMax(L, en) {
+    var pm = new Float64Array(L.length), mx = -Infinity;
+    for (var k = 0; k < L.length; k++) { mx = Math.max(mx, en[L[k]]); pm[k] = mx; }
+    return pm;
+  }
+  R.forEach(function (rk) { rk.ST = ST; rk.EN = EN; rk.pm = rk.lanes.map(function (L) { return prefixMax(L, EN); }); });
+
+  /* ---- measured steps (--measured) ---------------------------------------------
+   * A row per record, under the modeled ranks: the ops it ran per stream in
+   * the order they started, its hooks, and the trainer's work between them.
+   * Its times are drawn on the modeled axis as measured (microseconds from
+   * the step's start), or with the hooks lined up: each stretch from one
+   * hook's entry to the next stretched onto the modeled segment (the
+   * "line up hooks" box; the tooltips always give the measured times). */
+  var NSEG = D.segs.st.length, MEAS = D.measured || [];
+  var MR = MEAS.map(function (m) {
+    var lanes = D.streams.map(function () { return []; }), nops = 0;
+    for (var i = 0; i < N; i++) if (m.st[i] >= 0) { lanes[O.stream[i]].push(i); nops++; }
+    lanes.forEach(function (L) { L.sort(function (a, b) { return m.st[a] - m.st[b] || a - b; }); });
+    var same = R.filter(function (rk) { return rk.rank === m.rank; })[0];
+    return {m: m, rank: m.rank, lanes: lanes.map(function (L) { return Int32Array.from(L); }), nops: nops,
+            bytes: same ? same.bytes : {}, ST: new Float64Array(N), EN: new Float64Array(N),
+            HS: new Float64Array(NSEG), HE: new Float64Array(NSEG), END: 0, pm: []};
+  });
+  var aligned = MR.length > 0;
+  /* measured time -> drawn time: the identity, or piecewise linear through
+   * (hook k's entry, modeled segment k's start) and (the last hook's exit,
+   * the last segment's end); outside them, the whole step's ratio */
+  function warpOf(m) {
+    if (!aligned || !NSEG) return function (t) { return t; };
+    var a = [], b = [];
+    for (var k = 0; k < NSEG; k++) { a.push(m.hook_st[k]); b.push(MH_ST[k]); }
+    a.push(m.hook_en[NSEG - 1]); b.push(MH_EN[NSEG - 1]);
+    var n = a.length, g = a[n - 1] > a[0] ? (b[n - 1] - b[0]) / (a[n - 1] - a[0]) : 1;
+    return function (t) {
+      if (t <= a[0]) return b[0] + (t - a[0]) * g;
+      if (t >= a[n - 1]) return b[n - 1] + (t - a[n - 1]) * g;
+      var lo = 0, hi = n - 1; /* a[lo] <= t < a[hi] */
+      while (hi - lo > 1) { var md = (lo + hi) >> 1; if (a[md] <= t) lo = md; else hi = md; }
+      return a[hi] > a[lo] ? b[lo] + (t - a[lo]) / (a[hi] - a[lo]) * (b[hi] - b[lo]) : b[lo];
+    };
+  }
+  /* the trainer's work between hook k-1 and hook k, named by the hook that ends it */
+  function workKind(k) {
+    var kd = D.segkinds[D.segs.kind[k]];
+    return kd === "post_forward" ? "fwd" : kd === "post_backward" ? "bwd" : kd === "post_optimizer" ? "opt" : "other";
+  }
+  function workLabel(k) {
+    var kd = workKind(k), mod = D.segs.mod[k] >= 0 ? " " + D.mods[D.segs.mod[k]] : "";
+    return kd === "fwd" ? "forward" + mod : kd === "bwd" ? "backward" + mod : kd === "opt" ? "optimizer" :
+      "trainer, before " + D.segkinds[D.segs.kind[k]];
+  }
+  /* The trainer's hooks in the model, the measured record's counterpart:
+   * hook k is entered when the compute stream (the trainer) reaches segment
+   * k, and left when the segment's other ops on that stream (its waits, its
+   * local work) are done; its compute ops then are the trainer's work until
+   * the next hook. (A segment's own extent, the earliest start to the latest
+   * end of its ops on any stream, is in the hook's tooltip.) */
+  var MH_ST = new Float64Array(NSEG), MH_EN = new Float64Array(NSEG), MH_END = 0;
+  (function () {
+    var cur = 0, k = -1;
+    for (var i = 0; i < N; i++) {
+      for (; k < O.seg[i]; ) { k++; MH_ST[k] = cur; MH_EN[k] = cur; }
+      if (O.stream[i] !== 0) continue;
+      cur = Math.max(cur, EN[i]);
+      if (opClass(i) !== "compute") MH_EN[k] = Math.max(MH_EN[k], cur);
+    }
+    for (; k < NSEG - 1; ) { k++; MH_ST[k] = cur; MH_EN[k] = cur; }
+    MH_END = Math.max(cur, M.t_hi);
+  })();
   var waitRecord = {}; /* wait op -> record op */
   D.flows.forEach(function (f) { waitRecord[f[0]] = f[1]; });
   var exposedByWait = {};
@@ -138,6 +218,8 @@
     "<button data-act=\"in\" title=\"zoom in (+)\">+</button><button data-act=\"out\" title=\"zoom out (-)\">\u2212</button>" +
     "<button data-act=\"peak\" title=\"zoom to the memory peak\">peak</button>" +
     "<label><input type=\"checkbox\" id=\"arrows\" checked> dependency arrows</label>" +
+    (MR.length ? "<label title=\"draw each measured step with its hooks at the modeled hooks' times; unchecked: as measured\">" +
+                 "<input type=\"checkbox\" id=\"align\" checked> line up hooks</label>" : "") +
     "<span class=\"hint\">wheel: zoom \u00b7 drag: pan \u00b7 shift-drag: zoom to a range \u00b7 click the memory chart: what is live then</span></div>" +
     "<div id=\"legend\"></div><div id=\"status\"></div>" +
     "<div id=\"plot\"><svg id=\"svg\" xmlns=\"" + NS + "\"></svg></div>" +
@@ -152,7 +234,11 @@
     ["exposed communication", fmtUs(M.exposed_us) + (M.step_us > 0 ? " (" + (100 * M.exposed_us / M.step_us).toFixed(1) + "%)" : "")],
     ["peak memory", fmtBytes(M.peak_bytes)], [budgetName, fmtBytes(M.budget) + (M.budget_from_plan ? "" : " (no budget in the plan)")],
     ["arena", fmtBytes(M.arena_bytes)], ["ops", fmtInt(M.nops)], ["layout classes", String(M.nclasses)]
-  ].map(function (f) { return "<span class=\"fig\"><span class=\"k\">" + esc(f[0]) + "</span> " + esc(f[1]) + "</span>"; }).join("");
+  ].concat(MEAS.map(function (m) {
+    var e = M.step_us > 0 ? " (model " + (M.step_us >= m.end ? "" : "\u2212") + (100 * Math.abs(m.end - M.step_us) / m.end).toFixed(1) +
+            "% " + (M.step_us >= m.end ? "over" : "under") + ")" : "";
+    return ["measured step, rank " + m.rank, fmtUs(m.end) + e];
+  })).map(function (f) { return "<span class=\"fig\"><span class=\"k\">" + esc(f[0]) + "</span> " + esc(f[1]) + "</span>"; }).join("");
   /* the exposed communication ranked (as `flexplan explain --exposed`):
    * the op the compute stream waited for, its bucket, the hook that waited;
    * a row zooms to the wait */
@@ -189,18 +275,37 @@
   var width = 1200, W = 1000, v0 = 0, v1 = 1;
   var span0 = Math.max(M.t_hi - M.t_lo, 1e-3), pad = span0 * 0.01;
   var full0 = M.t_lo - pad, full1 = M.t_hi + pad;
+  /* the measured rows' drawn times, and the whole view (the modeled step and every row) */
+  function placeMeasured() {
+    var lo = M.t_lo, hi = M.t_hi;
+    MR.forEach(function (row) {
+      var m = row.m, w = warpOf(m);
+      for (var i = 0; i < N; i++) if (m.st[i] >= 0) { row.ST[i] = w(m.st[i]); row.EN[i] = w(m.en[i]); }
+      for (var k = 0; k < NSEG; k++) { row.HS[k] = w(m.hook_st[k]); row.HE[k] = w(m.hook_en[k]); }
+      row.END = w(m.end);
+      row.pm = row.lanes.map(function (L) { return prefixMax(L, row.EN); });
+      lo = Math.min(lo, w(0));
+      hi = Math.max(hi, row.END);
+    });
+    var sp = Math.max(hi - lo, 1e-3);
+    full0 = lo - sp * 0.01;
+    full1 = hi + sp * 0.01;
+  }
+  placeMeasured();
   var laneY = []; /* [rank][stream] = y of the lane's top */
   var memTop = 0, height = 0;
   function layout() {
     width = Math.max(600, Math.floor(document.getElementById("plot").clientWidth || window.innerWidth - 16));
     W = width - LABEL_W - RIGHT;
     var y = AXIS_H;
-    laneY = R.map(function () {
+    function block() {
       var top = y + RANK_H + HOOK_H + 2, ys = [];
       for (var s = 0; s < D.streams.length; s++) ys.push(top + s * (LANE_H + LANE_GAP));
       y = top + D.streams.length * (LANE_H + LANE_GAP) + 6;
       return ys;
-    });
+    }
+    laneY = R.map(function (rk) { rk.y = block(); return rk.y; });
+    MR.forEach(function (row) { row.y = block(); });
     memTop = y + MEM_GAP;
     height = memTop + MEM_H + MEM_AXIS + 6;
     svg.setAttribute("width", width);
@@ -229,16 +334,18 @@
     }
     out.push("</g>");
   }
-  function lowerBound(lane, t) { /* the first op in the lane that ends at or after t */
-    var lo = 0, hi = lane.length;
-    while (lo < hi) { var m = (lo + hi) >> 1; if (EN[lane[m]] < t) lo = m + 1; else hi = m; }
+  function lowerBound(pm, t) { /* the first position in a lane whose running maximum end is at or after t */
+    var lo = 0, hi = pm.length;
+    while (lo < hi) { var m = (lo + hi) >> 1; if (pm[m] < t) lo = m + 1; else hi = m; }
     return lo;
   }
-  function lane(out, r, s) {
-    var L = R[r].lanes[s], y = laneY[r][s], h = LANE_H, ticks = [];
+  /* lane s of a row (a modeled rank or a measured record); merged boxes and
+   * ticks carry the lane positions they cover (data-ka, data-kb) */
+  function lane(out, row, s) {
+    var L = row.lanes[s], y = row.y[s], h = LANE_H, ticks = [], ST = row.ST, EN = row.EN;
     var agg = null;
     function box(i, x0, x1, yy, hh) {
-      var w = Math.max(MIN_PX, x1 - x0);
+      var w = Math.max(opClass(i) === "compute" ? MIN_COMPUTE_PX : MIN_PX, x1 - x0);
       out.push("<rect class=\"op k-" + kindOf(i) + "\" data-op=\"" + i + "\" x=\"" + f1(x0) + "\" y=\"" + f1(yy) +
                "\" width=\"" + f1(w) + "\" height=\"" + f1(hh) + "\"/>");
       stats.boxes++;
@@ -255,26 +362,27 @@
         agg = null;
         return;
       }
-      out.push("<rect class=\"agg\" data-a=\"" + agg.a + "\" data-b=\"" + agg.b + "\" data-n=\"" + agg.n + "\" data-s=\"" + s +
+      out.push("<rect class=\"agg\" data-a=\"" + agg.a + "\" data-b=\"" + agg.b + "\" data-ka=\"" + agg.ka + "\" data-kb=\"" + agg.kb +
+               "\" data-n=\"" + agg.n + "\" data-s=\"" + s +
                "\" x=\"" + f1(agg.x0) + "\" y=\"" + y + "\" width=\"" + f1(Math.max(MIN_PX, agg.x1 - agg.x0)) + "\" height=\"" + h + "\"/>");
       stats.aggs++;
       stats.merged += agg.n;
       agg = null;
     }
-    for (var k = lowerBound(L, v0); k < L.length; k++) {
+    for (var k = lowerBound(row.pm[s], v0); k < L.length; k++) {
       var i = L[k];
       if (ST[i] > v1) break;
-      if (opClass(i) === "sync") { ticks.push(i); continue; }
+      if (opClass(i) === "sync") { ticks.push(k); continue; }
       var j = k; /* a grouped call: its members run as one, with one start and end */
       if (O.group[i] >= 0)
         while (j + 1 < L.length && O.group[L[j + 1]] === O.group[i] && ST[L[j + 1]] === ST[i]) j++;
       var x0 = Xc(ST[i]), x1 = Xc(EN[i]), n = j - k + 1;
       if (x1 - x0 < MIN_PX) {
-        if (agg && x0 - agg.x1 < MIN_PX) { agg.x1 = Math.max(agg.x1, x1); agg.b = L[j]; agg.n += n; }
-        else { flush(); agg = {x0: x0, x1: x1, a: i, b: L[j], n: n}; }
+        if (agg && x0 - agg.x1 < MIN_PX) { agg.x1 = Math.max(agg.x1, x1); agg.b = L[j]; agg.kb = j; agg.n += n; }
+        else { flush(); agg = {x0: x0, x1: x1, a: i, b: L[j], ka: k, kb: j, n: n}; }
       } else if (n > 1 && h / n < 3) {
         flush(); /* too many members to stack: one box for the call */
-        agg = {x0: x0, x1: x1, a: i, b: L[j], n: n};
+        agg = {x0: x0, x1: x1, a: i, b: L[j], ka: k, kb: j, n: n};
         flush();
       } else {
         flush();
@@ -295,6 +403,7 @@
         stats.boxes++;
       } else {
         out.push("<rect class=\"agg tick\" data-sync=\"" + (rec ? "record" : "wait") + "\" data-a=\"" + tk.a + "\" data-b=\"" + tk.b +
+                 "\" data-ka=\"" + tk.ka + "\" data-kb=\"" + tk.kb +
                  "\" data-n=\"" + tk.n + "\" data-s=\"" + s + "\" x=\"" + f1(tk.x - 0.75) + "\" y=\"" + f1(rec ? y : y + h * 0.7) +
                  "\" width=\"1.5\" height=\"" + f1(h * 0.3) + "\"/>");
         stats.aggs++;
@@ -302,12 +411,12 @@
       }
       tk = null;
     }
-    ticks.forEach(function (i) {
-      var x = Xc(ST[i]), kd = opName(i);
+    ticks.forEach(function (k) {
+      var i = L[k], x = Xc(ST[i]), kd = opName(i);
       tk = tks[kd];
-      if (tk && x - tk.x < MIN_PX) { tk.n++; tk.b = i; return; }
+      if (tk && x - tk.x < MIN_PX) { tk.n++; tk.b = i; tk.kb = k; return; }
       flushTick();
-      tks[kd] = {x: x, a: i, b: i, n: 1};
+      tks[kd] = {x: x, a: i, b: i, ka: k, kb: k, n: 1};
     });
     tk = tks.record; flushTick();
     tk = tks.wait; flushTick();
@@ -321,19 +430,48 @@
                f1(Math.max(MIN_PX, b - a)) + "\" height=\"" + (LANE_H + 4) + "\"/>");
     });
   }
-  function hooks(out, r) {
-    var y = laneY[r][0] - HOOK_H - 2, G = D.segs;
-    for (var k = 0; k < G.st.length; k++) {
-      if (G.en[k] < v0 || G.st[k] > v1) continue;
-      var a = Xc(G.st[k]), b = Xc(G.en[k]);
-      if (b - a < 2) continue;
-      out.push("<rect class=\"seg sk-" + G.kind[k] + "\" data-seg=\"" + k + "\" x=\"" + f1(a) + "\" y=\"" + y + "\" width=\"" +
-               f1(b - a) + "\" height=\"" + HOOK_H + "\"/>");
-      var room = Math.floor((b - a - 4) / 5.6);
-      if (room >= 6) {
-        var t = G.label[k];
-        out.push("<text class=\"sl\" x=\"" + f1(a + 2) + "\" y=\"" + (y + HOOK_H - 4) + "\">" +
-                 esc(t.length > room ? t.slice(0, room - 1) + "\u2026" : t) + "</text>");
+  /* the longest of a segment's labels that fits in room characters:
+   * "pre_forward(layers.3) mb0", "pre_forward(layers.3)", "layers.3", "3" */
+  function segLabelFit(k, room) {
+    var full = D.segs.label[k], mod = D.segs.mod[k] >= 0 ? D.mods[D.segs.mod[k]] : "";
+    var forms = [full, full.replace(/ mb0$/, ""), mod || D.segkinds[D.segs.kind[k]], mod.split(".").pop()];
+    for (var f = 0; f < forms.length; f++) if (forms[f] && forms[f].length <= room) return forms[f];
+    return "";
+  }
+  function segLabel(out, k, a, b, y) {
+    var t = segLabelFit(k, Math.floor((b - a - 3) / 6.1));
+    if (t) out.push("<text class=\"sl\" x=\"" + f1(a + 2) + "\" y=\"" + (y + HOOK_H - 5) + "\">" + esc(t) + "</text>");
+  }
+  /* the hooks lane, modeled (attr "seg") or measured ("mseg"): hook k from
+   * its entry to the next hook's entry, the hook call itself a dark bar at
+   * its foot; labelled where the label fits */
+  function hookLane(out, y, HS, HE, end, attr) {
+    for (var k = 0; k < NSEG; k++) {
+      var t0 = HS[k], t1 = k + 1 < NSEG ? HS[k + 1] : Math.max(HE[k], end);
+      if (t1 < v0 || t0 > v1) continue;
+      var a = Xc(t0), b = Xc(t1), c = Xc(HE[k]);
+      if (b - a >= 2) {
+        out.push("<rect class=\"seg sk-" + D.segs.kind[k] + "\" data-" + attr + "=\"" + k + "\" x=\"" + f1(a) + "\" y=\"" + y +
+                 "\" width=\"" + f1(b - a) + "\" height=\"" + HOOK_H + "\"/>");
+        segLabel(out, k, a, b, y);
+      }
+      if (c - a >= 1)
+        out.push("<rect class=\"hookcall\" data-" + attr + "=\"" + k + "\" x=\"" + f1(a) + "\" y=\"" + (y + HOOK_H - 3) + "\" width=\"" +
+                 f1(c - a) + "\" height=\"3\"/>");
+    }
+  }
+  function hooks(out, r) { hookLane(out, laneY[r][0] - HOOK_H - 2, MH_ST, MH_EN, MH_END, "seg"); }
+  /* a measured row's hooks, and on its compute lane the trainer's work
+   * between one hook's exit and the next hook's entry, coloured as the
+   * compute it is */
+  function mhooks(out, row) {
+    var yc = row.y[0];
+    hookLane(out, row.y[0] - HOOK_H - 2, row.HS, row.HE, row.END, "mseg");
+    for (var k = 0; k < NSEG; k++) {
+      if (k + 1 < NSEG && row.HS[k + 1] > row.HE[k] && !(row.HS[k + 1] < v0 || row.HE[k] > v1)) {
+        var x0 = Xc(row.HE[k]), x1 = Xc(row.HS[k + 1]);
+        out.push("<rect class=\"tw k-" + workKind(k + 1) + "\" data-tw=\"" + (k + 1) + "\" x=\"" + f1(x0) + "\" y=\"" + (yc + 4) +
+                 "\" width=\"" + f1(Math.max(MIN_PX, x1 - x0)) + "\" height=\"" + (LANE_H - 8) + "\"/>");
       }
     }
   }
@@ -434,9 +572,25 @@
       out.push("<g clip-path=\"url(#clip)\" data-r=\"" + r + "\">");
       hooks(out, r);
       exposed(out, r);
-      for (var s = 0; s < D.streams.length; s++) lane(out, r, s);
+      for (var s = 0; s < D.streams.length; s++) lane(out, rk, s);
       var na = arrows(out, r);
       if (na < 0) stats.arrowsHidden = true; else stats.arrows += na;
+      out.push("</g>");
+    });
+    MR.forEach(function (row, q) {
+      var m = row.m, y0 = row.y[0] - HOOK_H - RANK_H - 2;
+      out.push("<text class=\"rank meas\" x=\"8\" y=\"" + (y0 + 14) + "\">" + esc("rank " + m.rank + " measured") + "</text>");
+      out.push("<text class=\"rank2\" x=\"" + LABEL_W + "\" y=\"" + (y0 + 14) + "\">" + esc(m.path + " \u00b7 step " + m.step + " \u00b7 " +
+               fmtUs(m.end) + " measured against " + fmtUs(M.step_us) + " modeled \u00b7 " + fmtInt(row.nops) + " ops timed \u00b7 " +
+               (aligned ? "hooks lined up with the modeled ones" : "drawn as measured")) + "</text>");
+      out.push("<text class=\"ln\" x=\"8\" y=\"" + (row.y[0] - 5) + "\">hooks (measured)</text>");
+      D.streams.forEach(function (s, k) {
+        out.push("<rect class=\"lanebg meas\" x=\"" + LABEL_W + "\" y=\"" + row.y[k] + "\" width=\"" + W + "\" height=\"" + LANE_H + "\"/>");
+        out.push("<text class=\"ln\" x=\"8\" y=\"" + (row.y[k] + LANE_H / 2 + 4) + "\">" + esc(s) + (k === 0 ? " (trainer)" : "") + "</text>");
+      });
+      out.push("<g clip-path=\"url(#clip)\" data-m=\"" + q + "\">");
+      mhooks(out, row);
+      for (var s = 0; s < D.streams.length; s++) lane(out, row, s);
       out.push("</g>");
     });
     var gut = [];
@@ -481,8 +635,18 @@
   }
 
   /* ---- tooltips ----------------------------------------------------------------------- */
-  function opTip(i, r) {
-    var lines = ["<b>op " + i + " \u00b7 " + esc(label(i)) + "</b>",
+  function durLine(what, t0, t1) { return what + " " + esc(fmtUs(t0)) + " \u2192 " + esc(fmtUs(t1)) + " (" + esc(fmtUs(t1 - t0)) + ")"; }
+  function ratio(meas, model) {
+    return model > 0 ? " \u00b7 " + (meas / model).toFixed(meas / model >= 100 ? 0 : 2) + "\u00d7 the modeled" : "";
+  }
+  /* op i as a measured row ran it, against the model */
+  function measuredLines(i, row) {
+    var m = row.m;
+    return [durLine("measured on rank " + m.rank + ":", m.st[i], m.en[i]) + ratio(m.en[i] - m.st[i], EN[i] - ST[i])];
+  }
+  function opTip(i, row) {
+    var meas = row.m !== undefined;
+    var lines = ["<b>op " + i + " \u00b7 " + esc(label(i)) + "</b>" + (meas ? " <span class=\"hint\">(measured row)</span>" : ""),
       esc(D.segs.label[O.seg[i]]) + " \u00b7 stream " + esc(D.streams[O.stream[i]])];
     var c = opClass(i);
     if (c === "comm" || c === "local") {
@@ -490,7 +654,7 @@
       if (O.bucket[i] >= 0) parts.push("bucket " + esc(D.buckets[O.bucket[i]]));
       if (O.comm[i] >= 0) parts.push("comm " + esc(D.comms[O.comm[i]]));
       parts.push(esc(D.dtypes[O.dtype[i]]) + (O.sdtype[i] !== O.dtype[i] ? " from " + esc(D.dtypes[O.sdtype[i]]) : ""));
-      parts.push(esc(fmtBytes(bytesOn(r, i))));
+      parts.push(esc(fmtBytes(bytesOn(row, i))));
       lines.push(parts.join(" \u00b7 "));
       var ops = [];
       if (O.dst[i] >= 0) ops.push(esc(D.bufs.name[O.dst[i]]));
@@ -506,25 +670,52 @@
         lines.push("<span class=\"hot\">compute idles " + esc(fmtUs(x[1] - x[0])) + " here</span>");
       }
     }
-    lines.push("modeled " + esc(fmtUs(ST[i])) + " \u2192 " + esc(fmtUs(EN[i])) + " (" + esc(fmtUs(EN[i] - ST[i])) + ")");
+    lines.push(durLine("modeled", ST[i], EN[i]));
+    if (meas) lines.push.apply(lines, measuredLines(i, row));
+    else MR.forEach(function (mr) { if (mr.m.st[i] >= 0) lines.push.apply(lines, measuredLines(i, mr)); });
     return lines.join("<br>");
   }
-  function aggTip(el, r) {
-    var a = +el.dataset.a, b = +el.dataset.b, s = +el.dataset.s, L = R[r].lanes[s], counts = {};
+  function aggTip(el, row) {
+    var a = +el.dataset.a, b = +el.dataset.b, s = +el.dataset.s, L = row.lanes[s], counts = {};
     var n = 0, bytes = 0, sync = el.dataset.sync; /* "record" or "wait" for merged ticks */
-    for (var k = lowerBound(L, ST[a]); k < L.length; k++) {
+    var meas = 0, model = 0;
+    for (var k = +el.dataset.ka; k <= +el.dataset.kb; k++) {
       var i = L[k];
-      if (i < a) continue;
-      if (i > b) break;
       if (sync ? opName(i) !== sync : opClass(i) === "sync") continue; /* box merges hold timed ops, tick merges one sync kind */
       var kd = kindOf(i);
       counts[kd] = (counts[kd] || 0) + 1;
-      bytes += bytesOn(r, i);
+      bytes += bytesOn(row, i);
+      model += EN[i] - ST[i];
+      if (row.m) meas += row.m.en[i] - row.m.st[i];
       n++;
     }
+    if (n !== +el.dataset.n) errors.push("a merged box of " + el.dataset.n + " ops covers " + n);
     return "<b>" + fmtInt(+el.dataset.n) + " ops merged</b> (each narrower than a pixel: zoom in)<br>ops " + a + " \u2026 " + b +
       "<br>" + Object.keys(counts).map(function (k) { return esc(k) + " \u00d7" + counts[k]; }).join(", ") +
-      (bytes ? "<br>" + esc(fmtBytes(bytes)) + " moved" : "") + "<br>modeled " + esc(fmtUs(ST[a])) + " \u2192 " + esc(fmtUs(EN[b]));
+      (bytes ? "<br>" + esc(fmtBytes(bytes)) + " moved" : "") +
+      (row.m ? "<br>measured on rank " + row.m.rank + ": " + esc(fmtUs(row.m.st[a])) + " \u2192 " + esc(fmtUs(row.m.en[b])) +
+               ", the ops' durations add to " + esc(fmtUs(meas)) + " (modeled " + esc(fmtUs(model)) + ")"
+             : "<br>modeled " + esc(fmtUs(ST[a])) + " \u2192 " + esc(fmtUs(EN[b])));
+  }
+  /* hook k, modeled, and what each measured row (or the one hovered) took */
+  function segTip(k, row) {
+    var mnext = (k + 1 < NSEG ? MH_ST[k + 1] : Math.max(MH_EN[k], MH_END)) - MH_ST[k];
+    var lines = ["<b>" + esc(D.segs.label[k]) + "</b>" + (row ? " <span class=\"hint\">(measured row)</span>" : ""),
+      "hook (segment " + k + ")", durLine("modeled: the hook", MH_ST[k], MH_EN[k]) + ", to the next hook " + esc(fmtUs(mnext)),
+      durLine("modeled: its ops, on every stream,", D.segs.st[k], D.segs.en[k])];
+    (row ? [row] : MR).forEach(function (mr) {
+      var m = mr.m, next = k + 1 < NSEG ? m.hook_st[k + 1] : Math.max(m.hook_en[k], m.end);
+      lines.push(durLine("measured on rank " + m.rank + ": the hook", m.hook_st[k], m.hook_en[k]) + ", to the next hook " +
+                 esc(fmtUs(next - m.hook_st[k])) + ratio(next - m.hook_st[k], mnext));
+    });
+    return lines.join("<br>");
+  }
+  /* the trainer's work before hook k on a measured row */
+  function workTip(k, row) {
+    var m = row.m;
+    return "<b>" + esc(workLabel(k)) + "</b> <span class=\"hint\">(the trainer's own work between two hooks)</span><br>" +
+      durLine("measured on rank " + m.rank + ":", m.hook_en[k - 1], m.hook_st[k]) + "<br>" +
+      durLine("modeled:", MH_EN[k - 1], MH_ST[k]) + ratio(m.hook_st[k] - m.hook_en[k - 1], MH_ST[k] - MH_EN[k - 1]);
   }
   function expTip(j) {
     var x = D.exposed[j], w = x[2];
@@ -554,20 +745,24 @@
     tip.style.left = x + "px";
     tip.style.top = y + "px";
   }
+  /* the row an element is drawn in: a modeled rank (data-r) or a measured record (data-m) */
+  function rowOf(el) {
+    var g = el.closest ? el.closest("[data-r],[data-m]") : null;
+    if (g && g.dataset.m !== undefined) return MR[+g.dataset.m];
+    return R[g ? +g.dataset.r : 0];
+  }
   function svgX(ev) { var b = svg.getBoundingClientRect(); return ev.clientX - b.left; }
   function svgY(ev) { var b = svg.getBoundingClientRect(); return ev.clientY - b.top; }
   function inMemory(ev) { var y = svgY(ev); return y >= memTop && y <= memTop + MEM_H && svgX(ev) >= LABEL_W; }
   svg.addEventListener("mousemove", function (ev) {
     if (drag) return;
-    var el = ev.target, g = el.closest ? el.closest("[data-r]") : null, r = g ? +g.dataset.r : 0;
-    if (el.dataset && el.dataset.op !== undefined) return showTip(opTip(+el.dataset.op, r), ev);
-    if (el.dataset && el.dataset.n !== undefined) return showTip(aggTip(el, r), ev);
+    var el = ev.target, row = rowOf(el);
+    if (el.dataset && el.dataset.op !== undefined) return showTip(opTip(+el.dataset.op, row), ev);
+    if (el.dataset && el.dataset.n !== undefined) return showTip(aggTip(el, row), ev);
     if (el.dataset && el.dataset.x !== undefined) return showTip(expTip(+el.dataset.x), ev);
-    if (el.dataset && el.dataset.seg !== undefined) {
-      var k = +el.dataset.seg;
-      return showTip("<b>" + esc(D.segs.label[k]) + "</b><br>hook (segment " + k + ")<br>modeled " + esc(fmtUs(D.segs.st[k])) +
-                     " \u2192 " + esc(fmtUs(D.segs.en[k])), ev);
-    }
+    if (el.dataset && el.dataset.seg !== undefined) return showTip(segTip(+el.dataset.seg, null), ev);
+    if (el.dataset && el.dataset.mseg !== undefined) return showTip(segTip(+el.dataset.mseg, row), ev);
+    if (el.dataset && el.dataset.tw !== undefined) return showTip(workTip(+el.dataset.tw, row), ev);
     if (el.dataset && el.dataset.w !== undefined) {
       var w = +el.dataset.w;
       return showTip("<b>dependency</b>: op " + w + " (" + esc(label(w)) + ") waits for op " + waitRecord[w] + " (" +
@@ -657,6 +852,12 @@
     }
   });
   arrowsBox.addEventListener("change", redraw);
+  function setAligned(on) {
+    aligned = on;
+    placeMeasured();
+    setView(full0, full1);
+  }
+  if (MR.length) document.getElementById("align").addEventListener("change", function (ev) { setAligned(ev.target.checked); redraw(); });
   document.addEventListener("keydown", function (ev) {
     if (ev.target && ev.target.tagName === "INPUT") return;
     var sp = v1 - v0;
@@ -689,9 +890,13 @@
    * pans, a click on the memory chart lists what is live */
   var tips = 0;
   if (/selftest/.test(window.location.hash || "") && drawn) try {
-    R.forEach(function (rk, r) { for (var i = 0; i < N; i++) if (!rk.skip[i]) { opTip(i, r); tips++; } });
+    R.forEach(function (rk) { for (var i = 0; i < N; i++) if (!rk.skip[i]) { opTip(i, rk); tips++; } });
+    MR.forEach(function (row) {
+      for (var i = 0; i < N; i++) if (row.m.st[i] >= 0) { opTip(i, row); tips++; }
+      for (var k = 0; k < NSEG; k++) { segTip(k, row); tips++; if (k) { workTip(k, row); tips++; } }
+    });
     svg.querySelectorAll("rect.agg").forEach(function (el) {
-      aggTip(el, +el.closest("[data-r]").dataset.r);
+      aggTip(el, rowOf(el));
       tips++;
     });
     D.exposed.forEach(function (x, j) { expTip(j); tips++; });
@@ -726,10 +931,48 @@
   } catch (e) {
     errors.push("tooltip: " + String(e && e.stack || e));
   }
-  var boxes = svg.querySelectorAll("rect.op").length, merged = 0;
-  svg.querySelectorAll("rect.agg").forEach(function (el) { merged += +el.dataset.n; });
-  var expected = 0;
-  R.forEach(function (rk) { expected += rk.nops; });
+  /* #selftest with measured rows: drawn as measured, every op is still
+   * covered; lined up, each measured hook starts where the modeled one does */
+  var measuredCheck = null;
+  if (/selftest/.test(window.location.hash || "") && drawn && MR.length) try {
+    setAligned(false);
+    render();
+    var cov = covered();
+    if (cov[0] !== cov[1]) errors.push("drawn as measured: " + cov[0] + " ops drawn of " + cov[1]);
+    setAligned(true);
+    render();
+    var worst = 0, nseg = 0;
+    svg.querySelectorAll("rect.seg[data-seg]").forEach(function (el) {
+      var k = el.dataset.seg, x = +el.getAttribute("x");
+      svg.querySelectorAll("g[data-m] rect.seg[data-mseg=\"" + k + "\"]").forEach(function (me) {
+        worst = Math.max(worst, Math.abs(+me.getAttribute("x") - x));
+        nseg++;
+      });
+    });
+    if (worst > 0.11) errors.push("lined up, a measured hook is " + worst + " px from the modeled one");
+    /* a real mousemove over a measured op: its tooltip gives both durations */
+    var mop = svg.querySelector("g[data-m] rect.op"), mtip = "";
+    if (mop) {
+      var mb = mop.getBoundingClientRect();
+      mop.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: mb.left + mb.width / 2, clientY: mb.top + mb.height / 2}));
+      mtip = tip.hidden ? "" : tip.textContent;
+      tip.hidden = true;
+      if (mtip.indexOf("modeled") < 0 || mtip.indexOf("measured on rank") < 0) errors.push("a measured op's tooltip: " + mtip);
+    } else {
+      errors.push("no measured op drawn");
+    }
+    measuredCheck = {hooks_compared: nseg, worst_px: worst, work: svg.querySelectorAll("rect.tw").length, tip: mtip};
+  } catch (e) {
+    errors.push("measured rows: " + String(e && e.stack || e));
+  }
+  function covered() {
+    var bx = svg.querySelectorAll("rect.op").length, mg = 0, ex = 0;
+    svg.querySelectorAll("rect.agg").forEach(function (el) { mg += +el.dataset.n; });
+    R.forEach(function (rk) { ex += rk.nops; });
+    MR.forEach(function (row) { ex += row.nops; });
+    return [bx + mg, ex, bx, mg];
+  }
+  var cv = covered(), boxes = cv[2], merged = cv[3], expected = cv[1];
   var ok = drawn && errors.length === 0 && boxes + merged === expected && !!document.getElementById("peak-mark");
   var st = document.getElementById("fpviz-selftest");
   var tEnd = window.performance ? performance.now() : 0;
@@ -744,6 +987,7 @@
   }
   st.textContent = JSON.stringify({status: ok ? "ok" : "error", errors: errors, boxes: boxes, merged: merged,
                                    covered: boxes + merged, expected: expected, ranks: R.length, width: width, tips: tips,
+                                   measured: MR.length, measured_check: measuredCheck,
                                    /* ms from navigation start: page parsed and script started, drawn */
                                    script_start_ms: Math.round(tStart), setup_ms: Math.round(tDraw - tStart),
                                    draw_ms: Math.round(tEnd - tDraw), ready_ms: Math.round(tEnd),
