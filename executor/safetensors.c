@@ -11,7 +11,14 @@
  * checks. The writer prints the header itself (fpi_json_put_string), byte
  * for byte what json-c printed before. The public fp_safetensors_* of
  * flexplan.h (at the end) are this reader's names, for callers that match a
- * folder of files against a plan before the refit (flexplan.torch). */
+ * folder of files against a plan before the refit (flexplan.torch).
+ *
+ * Checksums: a file whose "__metadata__" holds "flexplan.crc32" (and
+ * "flexplan.crc32.block_bytes") carries the CRC-32 of every block of its
+ * data buffer (flexplan.torch's Sharded.save writes them; docs/torch.md).
+ * Every read checks, once per block, each block it touches, so a refit or
+ * an init from a corrupt file fails, naming the bytes and the tensor, before
+ * anything is written; a file without them is read unchecked. */
 #include "safetensors.h"
 
 #include "flexplan.h"
@@ -34,7 +41,18 @@ struct fp_st_file {
   fp_st_tensor *t;          /* in file order */
   const fp_st_tensor **byname; /* sorted by name */
   char *names;              /* every name, NUL-terminated, one block */
+  int64_t data0;            /* file offset of the data buffer */
+  /* checksums ("flexplan.crc32"; nblk == 0: none) */
+  int64_t blk, nblk;        /* block bytes, blocks */
+  uint32_t *crc;            /* the saved CRC-32 of each block */
+  unsigned char *checked;   /* per block: verified already */
+  unsigned char *buf;       /* CRC_CHUNK bytes to read a block through */
+  uint32_t table[256];      /* CRC-32 (IEEE 802.3, reflected) */
 };
+
+#define CRC_KEY "flexplan.crc32"
+#define CRC_BLOCK_KEY "flexplan.crc32.block_bytes"
+#define CRC_CHUNK 65536
 
 /* ---- dtypes ---------------------------------------------------------------- */
 static const struct {
@@ -432,8 +450,65 @@ static fp_st_file *make_file(int fd, const char *path, fp_st_tensor *t, int nt, 
     t[j].offset += data0;
     f->byname[j] = &t[j];
   }
+  f->data0 = data0;
   qsort(f->byname, (size_t)nt, sizeof *f->byname, by_name); /* names are unique: the parser refuses a repeat */
   return f;
+}
+
+/* "__metadata__"'s checksums into *f (none: f->nblk stays 0); false after
+ * the message */
+static bool crc_meta(const char *path, const fp_jv *root, int64_t datalen, fp_st_file *f, char *err, size_t errlen) {
+  const fp_jv *md = NULL;
+  for (uint32_t i = 0; i < root->n; i++)
+    if (!strcmp(root->mems[i].key, "__metadata__")) md = &root->mems[i].val;
+  const char *hex = NULL, *bs = NULL;
+  for (uint32_t m = 0; md && m < md->n; m++) {
+    if (!strcmp(md->mems[m].key, CRC_KEY)) hex = fpi_jv_str(&md->mems[m].val);
+    if (!strcmp(md->mems[m].key, CRC_BLOCK_KEY)) bs = fpi_jv_str(&md->mems[m].val);
+  }
+  if (!hex && !bs) return true;
+  char *end = NULL;
+  long long b = bs ? strtoll(bs, &end, 10) : 0;
+  if (!bs || !hex || !*bs || *end || b < 4096 || b > (1LL << 30)) {
+    seterr(err, errlen, path, "/__metadata__/%s: %s", hex ? CRC_BLOCK_KEY : CRC_KEY,
+           hex ? "expected the block size of the checksums, 4096 .. 2^30 bytes in decimal" : "missing beside "
+           CRC_BLOCK_KEY);
+    return false;
+  }
+  int64_t n = (datalen + b - 1) / b;
+  if ((int64_t)strlen(hex) != 8 * n) {
+    seterr(err, errlen, path, "/__metadata__/" CRC_KEY ": holds %zu hex digits; %lld blocks of %lld bytes need %lld",
+           strlen(hex), (long long)n, b, (long long)(8 * n));
+    return false;
+  }
+  f->crc = malloc((size_t)(n ? n : 1) * sizeof *f->crc);
+  f->checked = calloc((size_t)(n ? n : 1), 1);
+  f->buf = malloc(CRC_CHUNK);
+  if (!f->crc || !f->checked || !f->buf) {
+    seterr(err, errlen, path, "out of memory for %lld checksums", (long long)n);
+    return false;
+  }
+  for (int64_t k = 0; k < n; k++) {
+    uint32_t v = 0;
+    for (int d = 0; d < 8; d++) {
+      char c = hex[8 * k + d];
+      int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (x < 0) {
+        seterr(err, errlen, path, "/__metadata__/" CRC_KEY ": '%c' at digit %lld is not a lowercase hex digit", c,
+               (long long)(8 * k + d));
+        return false;
+      }
+      v = v << 4 | (uint32_t)x;
+    }
+    f->crc[k] = v;
+  }
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int j = 0; j < 8; j++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    f->table[i] = c;
+  }
+  f->blk = b, f->nblk = n;
+  return true;
 }
 
 fp_st_file *fpi_st_open(const char *path, char *err, size_t errlen) {
@@ -467,6 +542,10 @@ fp_st_file *fpi_st_open(const char *path, char *err, size_t errlen) {
          tile_check(path, t, nt, datalen, err, errlen);
   fp_st_file *f = NULL;
   if (ok) f = make_file(fd, path, t, nt, namebytes, data0, err, errlen); /* (names copied out of the arena) */
+  if (f && !crc_meta(path, root, datalen, f, err, errlen)) {
+    fpi_st_close(f);
+    f = NULL;
+  }
   fpi_arena_free(a);
   free(hdr);
   if (!ok) {
@@ -493,6 +572,38 @@ const fp_st_tensor *fpi_st_find(const fp_st_file *f, const char *name) {
   return r ? *r : NULL;
 }
 
+/* the blocks of data bytes [lo, hi) not checked yet, against their saved
+ * CRC-32 (t names the tensor in the message) */
+static bool crc_check(fp_st_file *f, const fp_st_tensor *t, int64_t lo, int64_t hi, char *err, size_t errlen) {
+  ptrbuf pb;
+  for (int64_t k = lo / f->blk; k < f->nblk && k * f->blk < hi; k++) {
+    if (f->checked[k]) continue;
+    uint32_t c = 0xFFFFFFFFu;
+    int64_t b0 = k * f->blk, n = f->blk, got = 0;
+    while (got < n) {
+      int64_t want = n - got < CRC_CHUNK ? n - got : CRC_CHUNK;
+      errno = 0;
+      int64_t r = pread_full(f->fd, f->buf, want, f->data0 + b0 + got);
+      if (r < 0) {
+        seterr(err, errlen, f->path, "%s: read failed: %s", ptr_name(&pb, t->name), strerror(errno));
+        return false;
+      }
+      for (int64_t i = 0; i < r; i++) c = f->table[(c ^ f->buf[i]) & 0xFF] ^ (c >> 8);
+      got += r;
+      if (r < want) break; /* the last block ends with the file */
+    }
+    c ^= 0xFFFFFFFFu;
+    if (c != f->crc[k]) {
+      seterr(err, errlen, f->path, "%s: bytes [%lld, %lld) of the data buffer fail their checksum (crc32 %08x, "
+             "saved %08x): the file is corrupt", ptr_name(&pb, t->name), (long long)b0, (long long)(b0 + got), c,
+             f->crc[k]);
+      return false;
+    }
+    f->checked[k] = 1;
+  }
+  return true;
+}
+
 bool fpi_st_read(fp_st_file *f, const fp_st_tensor *t, int64_t at, void *dst, int64_t nbytes, char *err,
                 size_t errlen) {
   ptrbuf pb;
@@ -511,6 +622,8 @@ bool fpi_st_read(fp_st_file *f, const fp_st_tensor *t, int64_t at, void *dst, in
     return false;
   }
   if (nbytes == 0) return true;
+  if (f->nblk && !crc_check(f, t, t->offset - f->data0 + at, t->offset - f->data0 + at + nbytes, err, errlen))
+    return false;
   errno = 0;
   int64_t got = pread_full(f->fd, dst, nbytes, t->offset + at);
   if (got != nbytes) {
@@ -526,6 +639,9 @@ bool fpi_st_read(fp_st_file *f, const fp_st_tensor *t, int64_t at, void *dst, in
 
 void fpi_st_close(fp_st_file *f) {
   if (!f) return;
+  free(f->crc);
+  free(f->checked);
+  free(f->buf);
   close(f->fd);
   free(f->t);
   free(f->byname);

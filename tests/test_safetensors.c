@@ -216,6 +216,95 @@ static void hand_written(void **state) {
   fpi_st_close(f);
 }
 
+/* ---- checksums ("flexplan.crc32" in __metadata__) ------------------------------------------ */
+/* CRC-32 bit by bit (the reader uses a table): the independent reference */
+static uint32_t crc32_bits(const unsigned char *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+  }
+  return ~c;
+}
+
+/* a file of one U8 tensor "t" of n bytes (0, 1, 2, ...) whose metadata holds
+ * the given members, or (meta NULL) the right checksums over 4096-byte
+ * blocks; flip: a data byte to change after the checksums were taken (-1:
+ * none) */
+static const char *crc_file(char p[128], size_t n, const char *meta, long flip) {
+  unsigned char *d = malloc(n);
+  for (size_t i = 0; i < n; i++) d[i] = (unsigned char)i;
+  char hex[64] = "", hdr[512];
+  for (size_t b = 0; b * 4096 < n && b < 7; b++)
+    snprintf(hex + strlen(hex), sizeof hex - strlen(hex), "%08x",
+             crc32_bits(d + b * 4096, n - b * 4096 < 4096 ? n - b * 4096 : 4096));
+  snprintf(hdr, sizeof hdr,
+           "{\"__metadata__\":{%s},\"t\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", "%s", n,
+           n);
+  char full[1024], m[256];
+  if (!meta) snprintf(m, sizeof m, "\"flexplan.crc32.block_bytes\":\"4096\",\"flexplan.crc32\":\"%s\"", hex);
+  snprintf(full, sizeof full, hdr, meta ? meta : m);
+  if (flip >= 0) d[flip] ^= 0x04;
+  size_t hl = strlen(full);
+  unsigned char *b = malloc(8 + hl + n);
+  for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  memcpy(b + 8, full, hl);
+  memcpy(b + 8 + hl, d, n);
+  write_bytes(newpath(p), b, 8 + hl + n);
+  free(b);
+  free(d);
+  return p;
+}
+
+static void checksums(void **state) {
+  (void)state;
+  char p[128], err[512];
+  unsigned char *d = malloc(10000);
+  /* right checksums: every read passes, twice (a block is checked once) */
+  fp_st_file *f = fpi_st_open(crc_file(p, 10000, NULL, -1), err, sizeof err);
+  if (!f) fail_msg("%s", err);
+  const fp_st_tensor *t = fpi_st_find(f, "t");
+  assert_true(fpi_st_read(f, t, 0, d, 10000, err, sizeof err));
+  assert_true(fpi_st_read(f, t, 4095, d, 2, err, sizeof err));
+  assert_int_equal(d[0], 4095 & 0xFF);
+  assert_int_equal(d[1], 4096 & 0xFF);
+  for (int i = 2; i < 10000; i++) assert_int_equal(d[i], i & 0xFF);
+  fpi_st_close(f);
+  /* a byte changed in the second block: reads of the first pass, a read
+   * touching the second fails naming the tensor and the block */
+  f = fpi_st_open(crc_file(p, 10000, NULL, 5000), err, sizeof err);
+  if (!f) fail_msg("%s", err);
+  t = fpi_st_find(f, "t");
+  assert_true(fpi_st_read(f, t, 0, d, 4096, err, sizeof err));
+  assert_true(fpi_st_read(f, t, 8192, d, 1808, err, sizeof err));
+  assert_false(fpi_st_read(f, t, 4000, d, 200, err, sizeof err));
+  if (!strstr(err, "/t: bytes [4096, 8192) of the data buffer fail their checksum (crc32 ") ||
+      !strstr(err, "): the file is corrupt") || strncmp(err, p, strlen(p)))
+    fail_msg("%s", err);
+  fpi_st_close(f);
+  /* in the short last block */
+  f = fpi_st_open(crc_file(p, 10000, NULL, 9999), err, sizeof err);
+  if (!f) fail_msg("%s", err);
+  assert_false(fpi_st_read(f, fpi_st_find(f, "t"), 9999, d, 1, err, sizeof err));
+  assert_non_null(strstr(err, "bytes [8192, 10000) of the data buffer fail their checksum"));
+  fpi_st_close(f);
+  free(d);
+  /* the metadata itself */
+  expect_fail(crc_file(p, 10000, "\"flexplan.crc32\":\"00000000\"", -1),
+              "/__metadata__/flexplan.crc32.block_bytes: expected the block size of the checksums");
+  expect_fail(crc_file(p, 10000, "\"flexplan.crc32.block_bytes\":\"4096\"", -1),
+              "/__metadata__/flexplan.crc32: missing beside flexplan.crc32.block_bytes");
+  expect_fail(crc_file(p, 10000, "\"flexplan.crc32.block_bytes\":\"100\",\"flexplan.crc32\":\"\"", -1),
+              "/__metadata__/flexplan.crc32.block_bytes: expected the block size of the checksums, 4096 .. 2^30");
+  expect_fail(crc_file(p, 10000, "\"flexplan.crc32.block_bytes\":\"4096x\",\"flexplan.crc32\":\"\"", -1),
+              "/__metadata__/flexplan.crc32.block_bytes: expected");
+  expect_fail(crc_file(p, 10000, "\"flexplan.crc32.block_bytes\":\"4096\",\"flexplan.crc32\":\"0000000000000000\"", -1),
+              "/__metadata__/flexplan.crc32: holds 16 hex digits; 3 blocks of 4096 bytes need 24");
+  expect_fail(crc_file(p, 10000,
+                       "\"flexplan.crc32.block_bytes\":\"4096\",\"flexplan.crc32\":\"00000000000000000000000G\"", -1),
+              "/__metadata__/flexplan.crc32: 'G' at digit 23 is not a lowercase hex digit");
+}
+
 /* ---- broken files ------------------------------------------------------------------- */
 #define T1(dt, shape, offs) "{\"t\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":" offs "}}"
 
@@ -524,7 +613,7 @@ static void public_names(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(round_trip),      cmocka_unit_test(public_names),      cmocka_unit_test(hand_written), cmocka_unit_test(broken_files),
+      cmocka_unit_test(round_trip),      cmocka_unit_test(public_names),      cmocka_unit_test(hand_written), cmocka_unit_test(checksums), cmocka_unit_test(broken_files),
       cmocka_unit_test(writer_refusals), cmocka_unit_test(writer_bytes), cmocka_unit_test(random_edits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -396,6 +396,20 @@ def strict_loads(x, t):
     dcp.save(sd, checkpoint_id=bad)
     expect("load_in_place_dtype", lambda: fpt.load_in_place(st, bad), "FP_ERR_WEIGHTS",
            "layers.0.bias is int32 in the checkpoint, float32 here: a load converts no dtype")
+    # the bare path: dcp.load converts the int32 bias into the staging float
+    # tensor itself; load_state_dict refuses what it converted, changing nothing
+    keep = {k: v.clone() for k, v in fpt.state_dict(st).items()}
+    sd2 = fpt.state_dict(st)
+    dcp.load(sd2, checkpoint_id=bad)
+    expect("load_state_dict_dtype", lambda: fpt.load_state_dict(st, sd2), "FP_ERR_WEIGHTS",
+           "layers.0.bias is int32 in the checkpoint dcp.load read, float32 here: a load converts no dtype",
+           "no rank changed its state")
+    now = fpt.state_dict(st)
+    holds("load_state_dict_dtype_unchanged", all(torch.equal(keep[k], now[k]) for k in keep),
+          "the refused load left every value as it was")
+    sd3 = fpt.state_dict(st)
+    dcp.load(sd3, checkpoint_id=good)
+    fpt.load_state_dict(st, sd3)  # the checkpoint of this state, of the same dtypes, loads the bare way too
     path = os.path.join(TMP, "strict.safetensors")
     st.save(path)
     tensors = load_file(path)
@@ -405,6 +419,29 @@ def strict_loads(x, t):
     expect("sharded_load_extra_key", lambda: st.load(path2), "FP_ERR_WEIGHTS",
            "holds 1 tensor(s) the module does not have: layers.9.weight")
     st.load(path)  # the file it saved loads
+    # the file carries a CRC-32 per MiB of data: a flipped bit is refused by
+    # the refit (load) and by init=, naming the file, tensor and bytes, and
+    # nothing changes
+    raw = bytearray(open(path, "rb").read())
+    data0 = 8 + int.from_bytes(raw[:8], "little")
+    raw[data0 + 40] ^= 0x10
+    corrupt = os.path.join(TMP, "strict_corrupt.safetensors")
+    with open(corrupt, "wb") as f:
+        f.write(raw)
+    keep = {k: v.clone() for k, v in fpt.state_dict(st).items()}
+    expect("sharded_load_corrupt", lambda: st.load(corrupt), "FP_ERR_WEIGHTS", corrupt,
+           "bytes [0, ", "of the data buffer fail their checksum", "the file is corrupt")
+    now = fpt.state_dict(st)
+    holds("sharded_load_corrupt_unchanged", all(torch.equal(keep[k], now[k]) for k in keep),
+          "the refused load left every value as it was")
+    st.close()
+    expect("init_corrupt", lambda: fpt.shard(tm.mlp(), plan_for(tm.mlp(), "mlp"), init=corrupt), "FP_ERR_WEIGHTS",
+           "fail their checksum")
+    st = fpt.shard(tm.mlp(), plan_for(tm.mlp(), "mlp"), init=path)  # the good file inits
+    with st.unshard():
+        got = {k: v.detach().clone() for k, v in st.module.state_dict().items()}
+    ref = load_file(path)
+    holds("init_checked_file", all(torch.equal(got[k], ref[k]) for k in ref), "init= from the saved file, bit for bit")
     st.close()
 
 

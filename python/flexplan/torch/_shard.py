@@ -488,20 +488,15 @@ class Sharded:
 
     def save(self, path: Union[str, os.PathLike], dtype: Optional[torch.dtype] = None) -> Union[str, os.PathLike]:
         """Save the model as one safetensors file of full tensors, written by
-        rank 0 (atomically: a temporary file renamed); it loads back through
-        load() (the executor's refit) or into a plain torch module.
-        Collective."""
+        rank 0 (atomically: a temporary file synced and renamed), with the
+        CRC-32 of every MiB of its data in its metadata; it loads back
+        through load() (the executor's refit, which checks the checksums) or
+        into a plain torch module. Collective."""
         self._live("save")
         sd = self.full_state_dict(dtype)
-        if self.rank == 0:
-            from safetensors.torch import save_file
-            tensors = {k: v.contiguous() for k, v in sd.items()}
-            if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
-                save_file(tensors, path, metadata={"format": "pt"})  # a device or FIFO: in place
-            else:
-                tmp = f"{path}.tmp{os.getpid()}"
-                save_file(tensors, tmp, metadata={"format": "pt"})
-                os.replace(tmp, path)
+        if self.rank == 0:  # with a CRC-32 per MiB of data, which every load checks (_stfile)
+            from . import _stfile
+            _stfile.save(path, sd, {"format": "pt"})
         self.ex.all_reduce_f64([0.0])  # every rank returns once the file exists
         return path
 

@@ -320,7 +320,7 @@ def _make_state_dict(st, optimizer, copy):
     staged = {}
     for k, (kind, v) in _fqns(st).items():
         if kind == "buffer":
-            model[k] = v.detach().clone()
+            model[k] = _watch_loads(v.detach().clone())
             continue
         if v not in staged:
             p = st.ex.param(v)
@@ -331,6 +331,60 @@ def _make_state_dict(st, optimizer, copy):
     return {"model": model, "optim": _optim_state_dict(st, optimizer, lay, copy)}
 
 
+def _dcp_saved_dtype(index):
+    """the dtype the checkpoint holds index.fqn in, when DCP's load planner is
+    resolving it (a caller's frame is DefaultLoadPlanner.resolve_tensor, whose
+    planner holds the checkpoint's metadata); None otherwise (a save, or a
+    planner of another shape)"""
+    f = sys._getframe(2)
+    for _ in range(8):
+        if f is None:
+            return None
+        if f.f_code.co_name == "resolve_tensor":
+            md = getattr(f.f_locals.get("self"), "metadata", None)
+            m = getattr(md, "state_dict_metadata", {}).get(index.fqn)
+            return getattr(getattr(m, "properties", None), "dtype", None)
+        f = f.f_back
+    return None
+
+
+def _watch_loads(t, L=None):
+    """t (a staging copy, a buffer or a scalar state) notes the dtype a DCP
+    load reads into it from: dcp.load copies a checkpoint tensor of another
+    dtype into t converting it silently, and load_state_dict refuses a
+    value so converted (_converted). L: t's layout when t stages boxes."""
+    def shard(index):
+        cdt = _dcp_saved_dtype(index)
+        if cdt is not None:
+            t._flexplan_read_from = cdt
+        if L is None or not L.local_shape:
+            return t
+        want = torch.Size(index.offset) if index.offset is not None else None
+        for i, off in enumerate(L.global_offsets):
+            if torch.Size(off) == want:
+                return L.local(t, i)
+        raise ValueError(f"{index.fqn}: no box at {index.offset} on this rank")
+    t.__get_tensor_shard__ = shard
+    return t
+
+
+def _converted(sd, path=""):
+    """the first tensor of a (nested) state dict that a DCP load filled from
+    a checkpoint tensor of another dtype: (key, saved dtype, dtype), or None"""
+    items = sd.items() if isinstance(sd, Mapping) else enumerate(sd) if isinstance(sd, (list, tuple)) else ()
+    for k, v in items:
+        key = f"{path}.{k}" if path else str(k)
+        if isinstance(v, torch.Tensor):
+            src = getattr(v, "_flexplan_read_from", None)
+            if src is not None and src != v.dtype:
+                return key, src, v.dtype
+        elif isinstance(v, (Mapping, list, tuple)):
+            got = _converted(v, key)
+            if got:
+                return got
+    return None
+
+
 def _value(L, flat, copy):
     """one state of one param as DCP sees it: a staging copy, or (copy=False)
     a dataless tensor whose boxes DCP takes from the arena when it writes, or
@@ -338,7 +392,7 @@ def _value(L, flat, copy):
     if copy is True or not L.local_shape:
         t = L.new(flat.dtype)
         L.gather(flat, t)
-        return t
+        return _watch_loads(t, L)
     t = torch.zeros(1, dtype=flat.dtype).expand(L.local_shape)
     t.global_shape = L.shape
     t.global_offsets = L.global_offsets
@@ -398,12 +452,12 @@ def _optim_state_dict(st, opt, lay, copy=True):
                         and not _scalar_state(v):
                     s[k] = _value(L, v, copy)
                 elif isinstance(v, torch.Tensor):
-                    s[k] = v.detach().to("cpu").clone()
+                    s[k] = _watch_loads(v.detach().to("cpu").clone())
                 else:
                     s[k] = v
             if "step" not in s and st.ex.optimizer == "adamw" and isinstance(opt, (torch.optim.Adam,
                                                                                    torch.optim.AdamW)):
-                s["step"] = torch.tensor(0.0)
+                s["step"] = _watch_loads(torch.tensor(0.0))
             state[name] = s
     return {"state": state, "param_groups": groups}
 
@@ -459,6 +513,11 @@ def load_state_dict(st: "Sharded", sd: Mapping, optimizer: Optional[torch.optim.
             msd, osd = sd, None
         if not isinstance(msd, dict):
             raise _err(f"the model state dict is a {type(msd).__name__}, not a dict")
+        conv = _converted(sd)
+        if conv:
+            raise _err(f"{conv[0]} is {str(conv[1]).replace('torch.', '')} in the checkpoint dcp.load read, "
+                       f"{str(conv[2]).replace('torch.', '')} here: a load converts no dtype (DCP converted it "
+                       f"while reading)")
         fq = _fqns(st)
         missing = [k for k in fq if k not in msd]
         extra = [k for k in msd if k not in fq]
