@@ -13,7 +13,7 @@
 #include "flexplan_compile.h"
 #include "planner/plugin.h"
 
-#define MAX_NAME 63
+#define MAX_NAME FPI_PLUGIN_MAX_NAME
 
 typedef struct entry {
   char name[MAX_NAME + 1];
@@ -72,21 +72,13 @@ fp_status fp_placement_set_create(fp_placement_set **out) {
   return *out ? FP_OK : FP_ERR_NOMEM;
 }
 
-static bool name_ok(const char *name) {
-  size_t n = strlen(name);
-  if (n == 0 || n > MAX_NAME || name[0] < 'a' || name[0] > 'z') return false;
-  for (size_t k = 0; k < n; k++)
-    if (!((name[k] >= 'a' && name[k] <= 'z') || (name[k] >= '0' && name[k] <= '9') || name[k] == '_')) return false;
-  return true;
-}
-
 fp_status fp_placement_set_add(fp_placement_set *s, const char *name, const fp_placement_plugin *plugin, void *user) {
   if (!s) return FP_ERR_ARG;
   s->msg[0] = 0;
   if (!name || !plugin) return fail(s, "fp_placement_set_add: the name or the plug-in is NULL");
   if (!plugin->describe || !plugin->pieces)
     return fail(s, "fp_placement_set_add: plug-in '%s' lacks describe or pieces", name);
-  if (!name_ok(name))
+  if (!fpi_plugin_name_ok(name))
     return fail(s, "fp_placement_set_add: '%.80s' is not a plug-in name ([a-z][a-z0-9_]*, at most %d characters)",
                 name, MAX_NAME);
   static const char *const builtin[] = {"shard", "ragged_shard", "owned", "replicate"};

@@ -58,6 +58,13 @@ bool fpi_placement_parse(fp_jctx *c, const fp_jv *o, const char *ptr, const fpi_
   const char *kinds[FP_NPLACEMENTS + 1];
   for (int k = 0; k < FP_NPLACEMENTS; k++) kinds[k] = fp_placements[k]->name;
   kinds[FP_NPLACEMENTS] = NULL;
+  if (kv && fpi_jv_is(kv, FP_JSTRING) && !has_name(kinds, kv->s) && fpi_plugin_name_ok(kv->s)) {
+    /* a plug-in's name, none registered under it */
+    const char *kp = fpi_ptr_key(c->a, ptr, "kind");
+    return fpi_j_error(c, kp, "expected one of \"shard\", \"ragged_shard\", \"owned\", \"replicate\" or the name "
+                      "of a registered placement plug-in, got \"%s\" (no plug-in is registered under it; "
+                      "docs/placements.md)", kv->s);
+  }
   int kind;
   if (!fpi_j_enum(c, o, ptr, "kind", true, kinds, &kind)) return false;
   const fp_placement_impl *impl = fp_placements[kind];

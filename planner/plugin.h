@@ -74,6 +74,10 @@ typedef struct fpi_plugins {
 
 /* the plug-in named name, or NULL */
 const fpi_plugin *fpi_plugin_find(const fpi_plugins *s, const char *name);
+/* a name a plug-in may be registered under: [a-z][a-z0-9_]*, at most
+ * FPI_PLUGIN_MAX_NAME characters */
+#define FPI_PLUGIN_MAX_NAME 63
+bool fpi_plugin_name_ok(const char *name);
 
 struct fp_layout;
 struct fp_lparam;

@@ -373,7 +373,8 @@ static void set_refusals(void **state) {
   s = spec4(2, "{\"kind\": \"faulty\"}", "{\"kind\": \"shard\"}", "{\"kind\": \"shard\"}");
   assert_null(compile(mlp, s, NULL, &msg));
   assert_string_equal(msg, "<spec>:4:60: error: /buckets/0/placement/kind: expected one of \"shard\", "
-                           "\"ragged_shard\", \"owned\", \"replicate\", got \"faulty\"");
+                           "\"ragged_shard\", \"owned\", \"replicate\" or the name of a registered placement "
+                           "plug-in, got \"faulty\" (no plug-in is registered under it; docs/placements.md)");
   free(msg), free(s);
   fp_placement_set_free(set);
 }

@@ -31,6 +31,14 @@ const fpi_plugin *fpi_plugin_find(const fpi_plugins *s, const char *name) {
   return NULL;
 }
 
+bool fpi_plugin_name_ok(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n > FPI_PLUGIN_MAX_NAME || name[0] < 'a' || name[0] > 'z') return false;
+  for (size_t k = 0; k < n; k++)
+    if (!((name[k] >= 'a' && name[k] <= 'z') || (name[k] >= '0' && name[k] <= '9') || name[k] == '_')) return false;
+  return true;
+}
+
 /* one piece with the rank holding it, in the order the rank stores it */
 typedef struct rpiece {
   int64_t begin, count, rank, index;
