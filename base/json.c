@@ -316,6 +316,94 @@ const char *fpi_json_path_at(fp_arena *a, const fp_src *s, size_t off) {
 }
 
 /* ---- fpi_json_locate ---------------------------------------------------------- */
+/* the next segment of an RFC 6901 pointer, *pp just past its '/', decoded
+ * into seg (~0 is '~', ~1 is '/'): its length; *pp moves to the '/' or the
+ * NUL that ends it */
+static size_t pointer_segment(const char **pp, char *seg) {
+  const char *p = *pp;
+  size_t sl = 0;
+  while (*p && *p != '/') {
+    if (p[0] == '~' && p[1] == '0') {
+      seg[sl++] = '~';
+      p += 2;
+    } else if (p[0] == '~' && p[1] == '1') {
+      seg[sl++] = '/';
+      p += 2;
+    } else {
+      seg[sl++] = *p++;
+    }
+  }
+  *pp = p;
+  return sl;
+}
+
+/* the member named seg (sl bytes) of the object at t[i] ('{'): true with
+ * *at the first byte of its value; false when it is not there or the text
+ * goes wrong first. Keys are decoded into *kbuf (*kcap bytes, grown here). */
+static bool locate_member(const char *t, size_t n, size_t i, const char *seg, size_t sl, char **kbuf, size_t *kcap,
+                          size_t *at) {
+  i++;
+  for (;;) {
+    i = skip_ws(t, n, i);
+    if (i >= n || t[i] != '"') return false;
+    size_t end = skip_string(t, n, i), kl;
+    if (end - i + 1 > *kcap) {
+      *kcap = end - i + 1;
+      free(*kbuf);
+      *kbuf = malloc(*kcap);
+      FP_ASSERT(*kbuf);
+    }
+    decode_string(t, n, i, *kbuf, &kl);
+    i = skip_ws(t, n, end);
+    if (i >= n || t[i] != ':') return false;
+    i = skip_ws(t, n, i + 1);
+    if (i >= n) return false;
+    if (kl == sl && memcmp(*kbuf, seg, sl) == 0) {
+      /* json-c keeps the last of duplicate keys, but duplicates are
+       * rejected before anything is located; the first is fine */
+      *at = i;
+      return true;
+    }
+    size_t nx = skip_value(t, n, i);
+    if (nx == i) return false;
+    i = skip_ws(t, n, nx);
+    if (i >= n || t[i] != ',') return false;
+    i++;
+  }
+}
+
+/* a segment as an RFC 6901 array index: "0" or [1-9][0-9]* within int64;
+ * anything else misses (-1) */
+static int64_t pointer_index(const char *seg, size_t sl) {
+  int64_t want = -1;
+  bool ok = sl > 0 && (sl == 1 || seg[0] != '0');
+  for (size_t k = 0; ok && k < sl; k++) {
+    if (seg[k] < '0' || seg[k] > '9') ok = false;
+    else if (want > (INT64_MAX - 9) / 10) ok = false;
+    else want = (want < 0 ? 0 : want) * 10 + (seg[k] - '0');
+  }
+  return ok ? want : -1;
+}
+
+/* element want of the array at t[i] ('['): true with *at its first byte;
+ * false when the array is shorter or the text goes wrong first */
+static bool locate_element(const char *t, size_t n, size_t i, int64_t want, size_t *at) {
+  i++;
+  for (int64_t idx = 0;; idx++) {
+    i = skip_ws(t, n, i);
+    if (i >= n || t[i] == ']') return false;
+    if (idx == want) {
+      *at = i;
+      return true;
+    }
+    size_t nx = skip_value(t, n, i);
+    if (nx == i) return false;
+    i = skip_ws(t, n, nx);
+    if (i >= n || t[i] != ',') return false;
+    i++;
+  }
+}
+
 size_t fpi_json_locate(const fp_src *s, const char *ptr, bool *exact) {
   bool ex_dummy;
   if (!exact) exact = &ex_dummy;
@@ -336,80 +424,16 @@ size_t fpi_json_locate(const fp_src *s, const char *ptr, bool *exact) {
   char *kbuf = NULL;
   size_t kcap = 0;
   bool found = cur < n;
-  while (found && *p == '/') {
-    /* decode the next segment */
+  while (found && *p == '/') { /* one segment a turn, cur at the value found so far */
     p++;
-    size_t sl = 0;
-    while (*p && *p != '/') {
-      if (p[0] == '~' && p[1] == '0') {
-        seg[sl++] = '~';
-        p += 2;
-      } else if (p[0] == '~' && p[1] == '1') {
-        seg[sl++] = '/';
-        p += 2;
-      } else {
-        seg[sl++] = *p++;
-      }
-    }
-    found = false;
-    size_t i = cur;
-    if (t[i] == '{') {
-      i++;
-      for (;;) {
-        i = skip_ws(t, n, i);
-        if (i >= n || t[i] != '"') break;
-        size_t end = skip_string(t, n, i), kl;
-        if (end - i + 1 > kcap) {
-          kcap = end - i + 1;
-          free(kbuf);
-          kbuf = malloc(kcap);
-          FP_ASSERT(kbuf);
-        }
-        decode_string(t, n, i, kbuf, &kl);
-        i = skip_ws(t, n, end);
-        if (i >= n || t[i] != ':') break;
-        i = skip_ws(t, n, i + 1);
-        if (i >= n) break;
-        if (kl == sl && memcmp(kbuf, seg, sl) == 0) {
-          /* json-c keeps the last of duplicate keys, but duplicates are
-           * rejected before anything is located; the first is fine */
-          cur = i;
-          found = true;
-          break;
-        }
-        size_t nx = skip_value(t, n, i);
-        if (nx == i) break;
-        i = skip_ws(t, n, nx);
-        if (i >= n || t[i] != ',') break;
-        i++;
-      }
-    } else if (t[i] == '[') {
-      /* RFC 6901 array index: "0" or [1-9][0-9]*; anything else misses */
-      int64_t want = -1;
-      bool ok = sl > 0 && (sl == 1 || seg[0] != '0');
-      for (size_t k = 0; ok && k < sl; k++) {
-        if (seg[k] < '0' || seg[k] > '9') ok = false;
-        else if (want > (INT64_MAX - 9) / 10) ok = false;
-        else want = (want < 0 ? 0 : want) * 10 + (seg[k] - '0');
-      }
-      if (ok) {
-        i++;
-        for (int64_t idx = 0;; idx++) {
-          i = skip_ws(t, n, i);
-          if (i >= n || t[i] == ']') break;
-          if (idx == want) {
-            cur = i;
-            found = true;
-            break;
-          }
-          size_t nx = skip_value(t, n, i);
-          if (nx == i) break;
-          i = skip_ws(t, n, nx);
-          if (i >= n || t[i] != ',') break;
-          i++;
-        }
-      }
-    }
+    size_t sl = pointer_segment(&p, seg);
+    int64_t want;
+    if (t[cur] == '{')
+      found = locate_member(t, n, cur, seg, sl, &kbuf, &kcap, &cur);
+    else if (t[cur] == '[' && (want = pointer_index(seg, sl)) >= 0)
+      found = locate_element(t, n, cur, want, &cur);
+    else
+      found = false;
   }
   free(seg);
   free(kbuf);
@@ -591,37 +615,95 @@ static bool v_string(vscan *v, bool is_key, const char **s, size_t *len) {
   return true;
 }
 
-static bool v_number(vscan *v, fp_jv *out) {
+static size_t skip_digits(const char *t, size_t n, size_t i) {
+  while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+  return i;
+}
+
+/* the number at v->i checked against RFC 8259's grammar (no leading zero, a
+ * digit after '.', a complete exponent): true with *end just past it,
+ * *digits_end just past its integer part and *integral when it has neither
+ * a fraction nor an exponent; false after the located error */
+static bool number_syntax(vscan *v, size_t *end, size_t *digits_end, bool *integral) {
   const char *t = v->t;
   size_t n = v->n, s = v->i, i = s;
-  bool integral = true;
+  *integral = true;
   if (i < n && t[i] == '-') i++;
   if (i < n && t[i] == '0') {
     i++;
     if (i < n && t[i] >= '0' && t[i] <= '9')
       return vfail(v, s, true, "invalid JSON: number with a leading zero");
   } else if (i < n && t[i] >= '1' && t[i] <= '9') {
-    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+    i = skip_digits(t, n, i);
   } else {
     return vfail(v, s, true, "invalid JSON: unexpected '%s'", excerpt(v, s, skip_value(t, n, s) > s ? skip_value(t, n, s) : s + 1));
   }
-  size_t digits_end = i;
+  *digits_end = i;
   if (i < n && t[i] == '.') {
-    integral = false;
+    *integral = false;
     i++;
     if (i >= n || t[i] < '0' || t[i] > '9')
       return vfail(v, s, true, "invalid JSON: a digit must follow the decimal point in '%s'",
                    excerpt(v, s, skip_value(t, n, s)));
-    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+    i = skip_digits(t, n, i);
   }
   if (i < n && (t[i] == 'e' || t[i] == 'E')) {
-    integral = false;
+    *integral = false;
     i++;
     if (i < n && (t[i] == '+' || t[i] == '-')) i++;
     if (i >= n || t[i] < '0' || t[i] > '9')
       return vfail(v, s, true, "invalid JSON: malformed exponent in '%s'", excerpt(v, s, skip_value(t, n, s)));
-    while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+    i = skip_digits(t, n, i);
   }
+  *end = i;
+  return true;
+}
+
+/* an integer of more than 18 digits, tok its text (t[s..i)), into *out as
+ * json-c's parser read them: int64, uint64 above INT64_MAX; false after the
+ * located error beyond 64 bits */
+static bool number_wide_integer(vscan *v, const char *tok, size_t s, size_t i, fp_jv *out) {
+  bool neg = tok[0] == '-';
+  errno = 0;
+  int64_t sv = 0;
+  uint64_t uv = 0;
+  if (neg)
+    sv = strtoll(tok, NULL, 10);
+  else
+    uv = strtoull(tok, NULL, 10);
+  if (errno == ERANGE)
+    return vfail(v, s, true, "integer %s is outside the 64-bit range", excerpt(v, s, i));
+  if (neg)
+    out->i = sv;
+  else if (uv > (uint64_t)INT64_MAX)
+    out->u = uv, out->big = true;
+  else
+    out->i = (int64_t)uv;
+  return true;
+}
+
+/* a number with a fraction or an exponent, tok its text (t[s..i)), into
+ * *out with the text as written; false after the located error when it is
+ * beyond a double's range */
+static bool number_double(vscan *v, const char *tok, size_t s, size_t i, fp_jv *out) {
+  double d = strtod(tok, NULL);
+  if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
+  out->d = d;
+  out->text = v->t + s; /* messages quote a number as written: its n bytes */
+  if (!v->pull) {       /* the document's own copy, NUL-terminated */
+    char *text = str_room(v, i - s + 1);
+    memcpy(text, tok, i - s + 1);
+    out->text = text;
+  }
+  out->n = (uint32_t)(i - s);
+  return true;
+}
+
+static bool v_number(vscan *v, fp_jv *out) {
+  const char *t = v->t;
+  size_t s = v->i, i = s, digits_end = s; /* (set by number_syntax) */
+  bool integral;
+  if (!number_syntax(v, &i, &digits_end, &integral)) return false;
   *out = (fp_jv){.type = integral ? FP_JINT : FP_JDOUBLE};
   bool neg = t[s] == '-';
   size_t d0 = s + neg;
@@ -636,35 +718,7 @@ static bool v_number(vscan *v, fp_jv *out) {
   char *tok = i - s < sizeof buf ? buf : fpi_alloc(v->a, i - s + 1);
   memcpy(tok, t + s, i - s);
   tok[i - s] = 0;
-  if (integral) {
-    errno = 0;
-    int64_t sv = 0;
-    uint64_t uv = 0;
-    if (neg)
-      sv = strtoll(tok, NULL, 10);
-    else
-      uv = strtoull(tok, NULL, 10);
-    if (errno == ERANGE)
-      return vfail(v, s, true, "integer %s is outside the 64-bit range", excerpt(v, s, i));
-    /* as json-c's parser read them: int64, uint64 above INT64_MAX */
-    if (neg)
-      out->i = sv;
-    else if (uv > (uint64_t)INT64_MAX)
-      out->u = uv, out->big = true;
-    else
-      out->i = (int64_t)uv;
-  } else {
-    double d = strtod(tok, NULL);
-    if (!isfinite(d)) return vfail(v, s, true, "number %s is out of range", excerpt(v, s, i));
-    out->d = d;
-    out->text = v->t + s; /* messages quote a number as written: its n bytes */
-    if (!v->pull) {       /* the document's own copy, NUL-terminated */
-      char *text = str_room(v, i - s + 1);
-      memcpy(text, tok, i - s + 1);
-      out->text = text;
-    }
-    out->n = (uint32_t)(i - s);
-  }
+  if (!(integral ? number_wide_integer(v, tok, s, i, out) : number_double(v, tok, s, i, out))) return false;
   v->i = i;
   return true;
 }
@@ -680,18 +734,76 @@ static void index_fill(const vscan *v, size_t base, size_t cnt, uint32_t *tab, s
   }
 }
 
+/* an object's open hash of its members' positions (+1), kept as its index:
+ * in small (on the C stack) up to 32 slots, malloc'd past that */
+typedef struct member_index {
+  uint32_t small[32], *tab;
+  size_t cap;
+} member_index;
+
+/* the earlier member of the object being scanned (its members are
+ * v->ms[base..]) named key (klen bytes), or (size_t)-1 when none is. Up to
+ * FP_JV_LINEAR members they are compared one by one; past that through the
+ * open hash *ix (grown here as the object grows), which the new member
+ * joins when it is new (its *hash is set then) */
+static size_t member_find(vscan *v, size_t base, const char *key, size_t klen, uint32_t *hash, member_index *ix) {
+  size_t cnt = v->mlen - base;
+  size_t dup = (size_t)-1;
+  if (cnt < FP_JV_LINEAR) {
+    for (size_t k = base; k < v->mlen; k++)
+      if (v->ms[k].klen == klen && memcmp(v->ms[k].key, key, klen) == 0) dup = k;
+    return dup;
+  }
+  if (2 * (cnt + 1) > ix->cap) {
+    if (!ix->tab) /* the first FP_JV_LINEAR members are hashed now */
+      for (size_t k = base; k < v->mlen; k++)
+        v->ms[k].hash = (uint32_t)fpi_fnv1a(FP_FNV_INIT, v->ms[k].key, v->ms[k].klen);
+    size_t nc = fpi_jv_index_cap(cnt + 1);
+    if (ix->tab && ix->tab != ix->small) free(ix->tab);
+    ix->tab = nc <= 32 ? ix->small : malloc(nc * sizeof *ix->tab);
+    FP_ASSERT(ix->tab);
+    ix->cap = nc;
+    index_fill(v, base, cnt, ix->tab, ix->cap);
+  }
+  uint32_t *tab = ix->tab;
+  size_t tcap = ix->cap;
+  *hash = (uint32_t)fpi_fnv1a(FP_FNV_INIT, key, klen);
+  size_t h = *hash & (tcap - 1);
+  for (; tab[h]; h = (h + 1) & (tcap - 1)) {
+    const fp_jmem *o = &v->ms[base + tab[h] - 1];
+    if (o->hash == *hash && o->klen == klen && memcmp(o->key, key, klen) == 0) {
+      dup = base + tab[h] - 1;
+      break;
+    }
+  }
+  if (dup == (size_t)-1) tab[h] = (uint32_t)cnt + 1;
+  return dup;
+}
+
+/* the located error for the member named key (klen bytes, at koff)
+ * repeating the member v->ms[dup], with where that one is */
+static void fail_duplicate(vscan *v, size_t koff, const char *key, size_t klen, size_t dup) {
+  fp_src tmp = {"", v->t, v->n};
+  int line, col;
+  fpi_src_linecol(&tmp, v->mo[dup], &line, &col);
+  fp_sbuf kb = {0};
+  sb_put_segment(&kb, key, klen);
+  vfail(v, koff, false, "duplicate member '%s' (first at line %d, column %d)", fpi_strdup(v->a, kb.p + 1), line, col);
+  free(kb.p);
+}
+
 static bool v_object(vscan *v, int depth, fp_jv *out) {
   const char *t = v->t;
   size_t n = v->n;
   pseg *sg = &v->segs[v->nseg++];
   sg->is_obj = true;
   sg->key = (size_t)-1;
-  /* this object's members are v->ms[base..]; past FP_JV_LINEAR of them an
-   * open hash of their positions (+1) finds duplicates, and is kept as the
-   * object's index (on the C stack up to 32 slots) */
+  /* this object's members are v->ms[base..]; past FP_JV_LINEAR of them the
+   * open hash ix finds duplicates (member_find), and is kept as the
+   * object's index */
   size_t base = v->mlen;
-  uint32_t tst[32], *tab = NULL;
-  size_t tcap = 0;
+  member_index ix;
+  ix.tab = NULL, ix.cap = 0;
   bool ok = false;
   v->i = skip_ws(t, n, v->i + 1);
   if (v->i < n && t[v->i] == '}') {
@@ -708,44 +820,10 @@ static bool v_object(vscan *v, int depth, fp_jv *out) {
     size_t koff = v->i, klen;
     const char *key;
     if (!v_string(v, true, &key, &klen)) goto done;
-    size_t cnt = v->mlen - base;
     fp_jmem m = {.key = key, .klen = (uint32_t)klen};
-    size_t dup = (size_t)-1;
-    if (cnt < FP_JV_LINEAR) {
-      for (size_t k = base; k < v->mlen; k++)
-        if (v->ms[k].klen == klen && memcmp(v->ms[k].key, key, klen) == 0) dup = k;
-    } else {
-      if (2 * (cnt + 1) > tcap) {
-        if (!tab) /* the first FP_JV_LINEAR members are hashed now */
-          for (size_t k = base; k < v->mlen; k++)
-            v->ms[k].hash = (uint32_t)fpi_fnv1a(FP_FNV_INIT, v->ms[k].key, v->ms[k].klen);
-        size_t nc = fpi_jv_index_cap(cnt + 1);
-        if (tab && tab != tst) free(tab);
-        tab = nc <= 32 ? tst : malloc(nc * sizeof *tab);
-        FP_ASSERT(tab);
-        tcap = nc;
-        index_fill(v, base, cnt, tab, tcap);
-      }
-      m.hash = (uint32_t)fpi_fnv1a(FP_FNV_INIT, key, klen);
-      size_t h = m.hash & (tcap - 1);
-      for (; tab[h]; h = (h + 1) & (tcap - 1)) {
-        const fp_jmem *o = &v->ms[base + tab[h] - 1];
-        if (o->hash == m.hash && o->klen == klen && memcmp(o->key, key, klen) == 0) {
-          dup = base + tab[h] - 1;
-          break;
-        }
-      }
-      if (dup == (size_t)-1) tab[h] = (uint32_t)cnt + 1;
-    }
+    size_t dup = member_find(v, base, key, klen, &m.hash, &ix);
     if (dup != (size_t)-1) {
-      fp_src tmp = {"", v->t, v->n};
-      int line, col;
-      fpi_src_linecol(&tmp, v->mo[dup], &line, &col);
-      fp_sbuf kb = {0};
-      sb_put_segment(&kb, key, klen);
-      vfail(v, koff, false, "duplicate member '%s' (first at line %d, column %d)", fpi_strdup(v->a, kb.p + 1), line,
-            col);
-      free(kb.p);
+      fail_duplicate(v, koff, key, klen, dup);
       goto done;
     }
     v->i = skip_ws(t, n, v->i);
@@ -778,13 +856,13 @@ done:
     *out = (fp_jv){.type = FP_JOBJECT, .n = (uint32_t)cnt};
     if (cnt) out->mems = fpi_memdup(v->a, v->ms + base, cnt * sizeof *v->ms);
     if (cnt > FP_JV_LINEAR) {
-      FP_ASSERT(tcap == fpi_jv_index_cap(cnt));
-      out->index = fpi_memdup(v->a, tab, tcap * sizeof *tab);
+      FP_ASSERT(ix.cap == fpi_jv_index_cap(cnt));
+      out->index = fpi_memdup(v->a, ix.tab, ix.cap * sizeof *ix.tab);
     }
     v->nseg--;
   }
   v->mlen = base;
-  if (tab && tab != tst) free(tab);
+  if (ix.tab && ix.tab != ix.small) free(ix.tab);
   return ok;
 }
 

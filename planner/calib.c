@@ -136,15 +136,11 @@ static void evidence(const fp_prog *P, const samples *s, const fp_hw *hw, char *
            fpi_op_name(b->code), (long long)b->count, s->v[bj].us);
 }
 
-/* weighted least squares for the collectives by modified Gram-Schmidt:
- * columns taken in a fixed order, each kept only when it is not (nearly) a
- * combination of those kept before */
-static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *out, char *err, size_t cap,
-                      unsigned drop) {
+/* the weighted system of the collectives: A (column-major, NCOL columns of
+ * n rows) and b, each row divided by the op's measured time; any[c] when
+ * some op has term c */
+static void coll_system(const fp_prog *P, const samples *s, const fp_hw *hw, double *A, double *b, bool any[NCOL]) {
   int64_t n = s->n;
-  double *A = calloc((size_t)(n * NCOL + n), sizeof *A), *b = A ? A + n * NCOL : NULL;
-  if (!A) return snprintf(err, cap, "out of memory"), false;
-  bool any[NCOL] = {0};
   for (int64_t i = 0; i < n; i++) {
     double row[NCOL];
     coll_row(P, &P->ops[s->v[i].op], hw, row);
@@ -154,33 +150,102 @@ static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *o
     }
     b[i] = 1;
   }
+}
+
+/* a per-step latency the fit leaves out: set near 0, and why said so */
+static void step_latency_none(fp_hw *hw, fp_calib *out, int c, const char *why) {
+  set_param(hw, c, 1e-3);
+  char buf[120];
+  snprintf(buf, sizeof buf, "%s set to 0.001 (%s)", col_names[c], why);
+  kept(out, buf);
+}
+
+/* one step of modified Gram-Schmidt: q = col (n values) minus its
+ * projections on the k orthonormal columns of Q before it (their
+ * coefficients in rr), normalized. Its length before normalizing; 0 when
+ * col is (nearly, within 1%) a combination of those columns */
+static double gs_step(const double *Q, int k, int64_t n, const double *col, double *q, double rr[NCOL]) {
+  double norm0 = 0;
+  for (int64_t i = 0; i < n; i++) q[i] = col[i], norm0 += q[i] * q[i];
+  for (int j = 0; j < k; j++) {
+    double d = 0;
+    for (int64_t i = 0; i < n; i++) d += Q[j * n + i] * q[i];
+    rr[j] = d;
+    for (int64_t i = 0; i < n; i++) q[i] -= d * Q[j * n + i];
+  }
+  double norm = 0;
+  for (int64_t i = 0; i < n; i++) norm += q[i] * q[i];
+  if (norm <= 1e-4 * norm0) return 0; /* not identifiable from these records */
+  norm = sqrt(norm);
+  for (int64_t i = 0; i < n; i++) q[i] /= norm;
+  return norm;
+}
+
+/* b minus what the columns measured but not fitted (cols[0..k) are) give
+ * at the start's values */
+static void b_minus_fixed(const double *A, double *b, int64_t n, const bool any[NCOL], const int *cols, int k,
+                          const fp_hw *hw) {
+  for (int c = 0; c < NCOL; c++) {
+    bool in = false;
+    for (int j = 0; j < k; j++) in |= cols[j] == c;
+    if (!in && any[c])
+      for (int64_t i = 0; i < n; i++) b[i] -= A[c * n + i] * hw_param(hw, c);
+  }
+}
+
+/* the least-squares solution on the k kept columns: R x = Q^T b, R upper
+ * triangular */
+static void gs_solve(const double *Q, const double R[NCOL][NCOL], int k, int64_t n, const double *b, double x[NCOL]) {
+  double qb[NCOL] = {0};
+  for (int j = 0; j < k; j++)
+    for (int64_t i = 0; i < n; i++) qb[j] += Q[j * n + i] * b[i];
+  for (int j = k - 1; j >= 0; j--) {
+    double v = qb[j];
+    for (int l = j + 1; l < k; l++) v -= R[j][l] * x[l];
+    x[j] = v / R[j][j];
+  }
+}
+
+/* every fitted value a positive number; else the refusal, with evidence */
+static bool coll_fit_positive(const fp_prog *P, const samples *s, const fp_hw *hw, const int *cols,
+                              const double *x, int k, char *err, size_t cap) {
+  for (int j = 0; j < k; j++)
+    if (!(isfinite(x[j]) && x[j] > 0)) {
+      int n0 = snprintf(err, cap,
+                        "inconsistent records: the collectives' fit gives %s %s %g, not a positive number (are the "
+                        "records of one machine, and steady-state steps?)",
+                        col_names[cols[j]], cols[j] >= 3 ? "inverse" : "=", x[j]);
+      if (n0 > 0 && (size_t)n0 < cap) evidence(P, s, hw, err + n0, cap - (size_t)n0);
+      return false;
+    }
+  return true;
+}
+
+/* weighted least squares for the collectives by modified Gram-Schmidt:
+ * columns taken in a fixed order, each kept only when it is not (nearly) a
+ * combination of those kept before */
+static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *out, char *err, size_t cap,
+                      unsigned drop) {
+  int64_t n = s->n;
+  double *A = calloc((size_t)(n * NCOL + n), sizeof *A), *b = A ? A + n * NCOL : NULL;
+  if (!A) return snprintf(err, cap, "out of memory"), false;
+  bool any[NCOL] = {0};
+  coll_system(P, s, hw, A, b, any);
   static const int order[NCOL] = {0, 3, 4, 1, 2};
   int cols[NCOL], k = 0;
-  double R[NCOL][NCOL] = {{0}}, qb[NCOL] = {0};
+  double R[NCOL][NCOL] = {{0}};
   double *Q = calloc((size_t)(n * NCOL), sizeof *Q);
   if (!Q) return free(A), snprintf(err, cap, "out of memory"), false;
   for (int oi = 0; oi < NCOL; oi++) {
     int c = order[oi];
     if (!any[c]) continue; /* no op measured has this term: nothing to fit */
     if (drop >> c & 1) { /* a per-step latency that came out negative: none */
-      set_param(hw, c, 1e-3);
-      char buf[120];
-      snprintf(buf, sizeof buf, "%s set to 0.001 (fitted below 0: the call latency takes it)", col_names[c]);
-      kept(out, buf);
+      step_latency_none(hw, out, c, "fitted below 0: the call latency takes it");
       continue;
     }
-    double *q = Q + k * n, norm0 = 0;
-    for (int64_t i = 0; i < n; i++) q[i] = A[c * n + i], norm0 += q[i] * q[i];
     double rr[NCOL] = {0};
-    for (int j = 0; j < k; j++) {
-      double d = 0;
-      for (int64_t i = 0; i < n; i++) d += Q[j * n + i] * q[i];
-      rr[j] = d;
-      for (int64_t i = 0; i < n; i++) q[i] -= d * Q[j * n + i];
-    }
-    double norm = 0;
-    for (int64_t i = 0; i < n; i++) norm += q[i] * q[i];
-    if (norm <= 1e-4 * norm0) { /* not identifiable from these records (within 1%) */
+    double norm = gs_step(Q, k, n, A + c * n, Q + k * n, rr);
+    if (norm == 0) { /* not identifiable from these records (within 1%) */
       if (c == 3 || c == 4) {
         free(A), free(Q);
         return snprintf(err, cap,
@@ -191,15 +256,9 @@ static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *o
       }
       /* a per-step latency the records cannot separate from the call's:
        * the call latency takes it all (the step latency set near 0) */
-      set_param(hw, c, 1e-3);
-      char buf[120];
-      snprintf(buf, sizeof buf, "%s set to 0.001 (the collectives measured all take the same ring steps)",
-               col_names[c]);
-      kept(out, buf);
+      step_latency_none(hw, out, c, "the collectives measured all take the same ring steps");
       continue;
     }
-    norm = sqrt(norm);
-    for (int64_t i = 0; i < n; i++) q[i] /= norm;
     for (int j = 0; j < k; j++) R[j][k] = rr[j];
     R[k][k] = norm;
     cols[k++] = c;
@@ -210,33 +269,13 @@ static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *o
                     (long long)n, k, 2 * k),
            false;
   }
-  /* b minus the contribution of the columns kept at the start's values */
-  for (int c = 0; c < NCOL; c++) {
-    bool in = false;
-    for (int j = 0; j < k; j++) in |= cols[j] == c;
-    if (!in && any[c])
-      for (int64_t i = 0; i < n; i++) b[i] -= A[c * n + i] * hw_param(hw, c);
-  }
-  for (int j = 0; j < k; j++)
-    for (int64_t i = 0; i < n; i++) qb[j] += Q[j * n + i] * b[i];
+  b_minus_fixed(A, b, n, any, cols, k, hw);
   double x[NCOL];
-  for (int j = k - 1; j >= 0; j--) {
-    double v = qb[j];
-    for (int l = j + 1; l < k; l++) v -= R[j][l] * x[l];
-    x[j] = v / R[j][j];
-  }
+  gs_solve(Q, (const double(*)[NCOL])R, k, n, b, x);
   free(A), free(Q);
   for (int j = 0; j < k; j++) /* a per-step latency below 0: fit again without it */
     if ((cols[j] == 1 || cols[j] == 2) && !(x[j] > 0)) return fit_colls(P, s, hw, out, err, cap, drop | 1u << cols[j]);
-  for (int j = 0; j < k; j++)
-    if (!(isfinite(x[j]) && x[j] > 0)) {
-      int n0 = snprintf(err, cap,
-                        "inconsistent records: the collectives' fit gives %s %s %g, not a positive number (are the "
-                        "records of one machine, and steady-state steps?)",
-                        col_names[cols[j]], cols[j] >= 3 ? "inverse" : "=", x[j]);
-      if (n0 > 0 && (size_t)n0 < cap) evidence(P, s, hw, err + n0, cap - (size_t)n0);
-      return false;
-    }
+  if (!coll_fit_positive(P, s, hw, cols, x, k, err, cap)) return false;
   for (int j = 0; j < k; j++) set_param(hw, cols[j], x[j]);
   return true;
 }
@@ -331,23 +370,13 @@ static void residuals(const fp_prog *P, const samples *s, const double *model_us
   free(r);
 }
 
-bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *recs, int32_t nrecs, fp_calib *out,
-                   char *err, size_t cap) {
-  memset(out, 0, sizeof *out);
-  out->hw = *start;
-  samples S[FP_CALIB_NKINDS] = {{0}};
-  double *alpha = NULL; /* compute: the flops of each sample */
-  double *mind = NULL;  /* per op: the shortest measured time (INFINITY: none) */
+/* from each record, the measured time of each op it timed (per op, the
+ * shortest into mind[]) and the trainer's compute time after each
+ * segment's hook (into S[FP_CALIB_COMPUTE], the flops in alpha[]); false
+ * when out of memory */
+static bool record_times(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, samples *S, double *alpha,
+                         double *mind) {
   int64_t nalpha = 0;
-  bool ok = false;
-  if (nrecs <= 0) {
-    snprintf(err, cap, "too few records: none given");
-    goto done;
-  }
-  alpha = malloc((size_t)(P->nops + 1) * (size_t)nrecs * sizeof *alpha);
-  mind = malloc((size_t)(P->nops + 1) * sizeof *mind);
-  if (!alpha || !mind) goto oom;
-  for (int32_t i = 0; i < P->nops; i++) mind[i] = INFINITY;
   for (int32_t r = 0; r < nrecs; r++) {
     const double *ot = recs[r].op_t, *ht = recs[r].hook_t;
     for (int32_t sg = 0; sg < P->nsegs; sg++) {
@@ -361,7 +390,7 @@ bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *rec
           if (op->module < 0 || !(op->alpha > 0) || sg + 1 >= P->nsegs) continue;
           double g = ht[2 * (sg + 1)] - ht[2 * sg + 1];
           if (!(g > 0)) continue;
-          if (!push(&S[FP_CALIB_COMPUTE], i, g)) goto oom;
+          if (!push(&S[FP_CALIB_COMPUTE], i, g)) return false;
           alpha[nalpha++] = op->alpha;
           continue;
         }
@@ -372,69 +401,84 @@ bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *rec
       }
     }
   }
-  /* one sample per op: its shortest time over the records. A collective's
-   * recorded time runs from its issue to the sweep that saw it complete, so
-   * it includes waiting for the last peer to issue and for the poll; those
-   * only add, and the shortest is the nearest to the transfer itself. */
+  return true;
+}
+
+/* one sample per op: its shortest time over the records. A collective's
+ * recorded time runs from its issue to the sweep that saw it complete, so
+ * it includes waiting for the last peer to issue and for the poll; those
+ * only add, and the shortest is the nearest to the transfer itself. False
+ * when out of memory */
+static bool op_samples(const fp_prog *P, const double *mind, samples *S) {
   for (int32_t i = 0; i < P->nops; i++) {
     if (!isfinite(mind[i])) continue;
     const fp_op *op = &P->ops[i];
     int k = fpi_op_class(op->code) == FP_OPC_COMM                    ? FP_CALIB_COLL
             : op->code == FP_OP_H2D || op->code == FP_OP_D2H ? FP_CALIB_HOST
                                                                : FP_CALIB_LOCAL;
-    if (!push(&S[k], i, mind[i])) goto oom;
+    if (!push(&S[k], i, mind[i])) return false;
   }
-  int64_t total = 0;
-  for (int k = 0; k < FP_CALIB_NKINDS; k++) total += S[k].n;
-  if (!total) {
-    snprintf(err, cap, "too few records: no op or trainer time with a positive duration was measured");
-    goto done;
+  return true;
+}
+
+/* the compute rate: minimize sum ((alpha x - g) / g)^2, x = sum(alpha/g) /
+ * sum(alpha^2/g^2) us per flop, into hw->flops, with each sample's modeled
+ * time in *model_c (malloc'd); false with the reason in err */
+static bool fit_compute(const samples *c, const double *alpha, fp_hw *hw, double **model_c, char *err, size_t cap) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < c->n; i++) {
+    double a = alpha[i], g = c->v[i].us;
+    num += a / g, den += a * a / (g * g);
   }
-  fp_hw *hw = &out->hw;
+  double x = num / den; /* us per flop */
+  if (!(isfinite(x) && x > 0)) {
+    snprintf(err, cap, "inconsistent records: the compute rate fitted is not a positive number");
+    return false;
+  }
+  hw->flops = 1e6 / x;
+  *model_c = malloc((size_t)c->n * sizeof **model_c);
+  if (!*model_c) {
+    snprintf(err, cap, "out of memory");
+    return false;
+  }
+  for (int64_t i = 0; i < c->n; i++) (*model_c)[i] = alpha[i] / hw->flops * 1e6;
+  return true;
+}
+
+/* each kind's parameters fitted to its samples in turn (collectives, local
+ * kernels, host copies, compute), those of a kind not measured kept and said
+ * so; with the compute samples' modeled times in *model_c (malloc'd, NULL
+ * when none); false with the reason in err */
+static bool fit_kinds(const fp_prog *P, samples *S, const double *alpha, fp_hw *hw, fp_calib *out, double **model_c,
+                      char *err, size_t cap) {
+  *model_c = NULL;
   if (S[FP_CALIB_COLL].n) {
-    if (!fit_colls(P, &S[FP_CALIB_COLL], hw, out, err, cap, 0)) goto done;
+    if (!fit_colls(P, &S[FP_CALIB_COLL], hw, out, err, cap, 0)) return false;
   } else {
     kept(out, "collective latencies and bandwidths kept (no collective of 2 or more ranks was measured)");
   }
-  if (S[FP_CALIB_LOCAL].n) {
-    if (!fit_local(P, &S[FP_CALIB_LOCAL], &hw->launch_us, &hw->hbm_gbps, false, out)) goto oom;
-  } else {
+  bool mem = true;
+  if (S[FP_CALIB_LOCAL].n)
+    mem = fit_local(P, &S[FP_CALIB_LOCAL], &hw->launch_us, &hw->hbm_gbps, false, out);
+  else
     kept(out, "hbm_gbps and launch_us kept (no local kernel was measured)");
-  }
-  if (S[FP_CALIB_HOST].n) {
+  if (mem && S[FP_CALIB_HOST].n) {
     double launch = hw->launch_us;
-    if (!fit_local(P, &S[FP_CALIB_HOST], &launch, &hw->pcie_gbps, true, out)) goto oom;
+    mem = fit_local(P, &S[FP_CALIB_HOST], &launch, &hw->pcie_gbps, true, out);
   }
-  double *model_c = NULL;
-  if (S[FP_CALIB_COMPUTE].n) {
-    /* minimize sum ((alpha x - g) / g)^2: x = sum(alpha/g) / sum(alpha^2/g^2) */
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < S[FP_CALIB_COMPUTE].n; i++) {
-      double a = alpha[i], g = S[FP_CALIB_COMPUTE].v[i].us;
-      num += a / g, den += a * a / (g * g);
-    }
-    double x = num / den; /* us per flop */
-    if (!(isfinite(x) && x > 0)) {
-      snprintf(err, cap, "inconsistent records: the compute rate fitted is not a positive number");
-      goto done;
-    }
-    hw->flops = 1e6 / x;
-    model_c = malloc((size_t)S[FP_CALIB_COMPUTE].n * sizeof *model_c);
-    if (!model_c) goto oom;
-    for (int64_t i = 0; i < S[FP_CALIB_COMPUTE].n; i++) model_c[i] = alpha[i] / hw->flops * 1e6;
-  } else {
-    kept(out, "flops kept (no forward or backward with flops was measured)");
+  if (!mem) {
+    snprintf(err, cap, "out of memory");
+    return false;
   }
-  if (!fpi_hw_valid(hw)) {
-    free(model_c);
-    snprintf(err, cap, "inconsistent records: the fitted machine has a rate or latency that is not a positive number");
-    goto done;
-  }
-  for (int k = 0; k < FP_CALIB_NKINDS; k++)
-    residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : NULL, hw, &out->kinds[k]);
-  free(model_c);
-  /* a fit that misses half its ops by more than half is no fit: the records
-   * do not follow the model (peers' arrival, a loaded machine) */
+  if (S[FP_CALIB_COMPUTE].n) return fit_compute(&S[FP_CALIB_COMPUTE], alpha, hw, model_c, err, cap);
+  kept(out, "flops kept (no forward or backward with flops was measured)");
+  return true;
+}
+
+/* a fit that misses half its ops by more than half is no fit: the records
+ * do not follow the model (peers' arrival, a loaded machine); false with
+ * the reason in err */
+static bool fit_close_enough(const fp_calib *out, char *err, size_t cap) {
   for (int k = 0; k < FP_CALIB_NKINDS; k++)
     if (out->kinds[k].n && out->kinds[k].med_rel > FP_CALIB_MAX_MEDIAN) {
       snprintf(err, cap,
@@ -442,14 +486,50 @@ bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *rec
                "than %.0f%%): they do not follow the cost model (peers' arrival or a loaded machine?)",
                100 * out->kinds[k].med_rel, (long long)out->kinds[k].n, fpi_calib_kind_name(k),
                100 * FP_CALIB_MAX_MEDIAN);
-      goto done;
+      return false;
     }
-  ok = true;
+  return true;
+}
+
+bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *recs, int32_t nrecs, fp_calib *out,
+                   char *err, size_t cap) {
+  memset(out, 0, sizeof *out);
+  out->hw = *start;
+  samples S[FP_CALIB_NKINDS] = {{0}};
+  double *alpha = NULL;   /* compute: the flops of each sample */
+  double *mind = NULL;    /* per op: the shortest measured time (INFINITY: none) */
+  double *model_c = NULL; /* compute: each sample's modeled time */
+  bool ok = false;
+  if (nrecs <= 0) {
+    snprintf(err, cap, "too few records: none given");
+    goto done;
+  }
+  alpha = malloc((size_t)(P->nops + 1) * (size_t)nrecs * sizeof *alpha);
+  mind = malloc((size_t)(P->nops + 1) * sizeof *mind);
+  if (!alpha || !mind) goto oom;
+  for (int32_t i = 0; i < P->nops; i++) mind[i] = INFINITY;
+  if (!record_times(P, recs, nrecs, S, alpha, mind) || !op_samples(P, mind, S)) goto oom;
+  int64_t total = 0;
+  for (int k = 0; k < FP_CALIB_NKINDS; k++) total += S[k].n;
+  if (!total) {
+    snprintf(err, cap, "too few records: no op or trainer time with a positive duration was measured");
+    goto done;
+  }
+  fp_hw *hw = &out->hw;
+  if (!fit_kinds(P, S, alpha, hw, out, &model_c, err, cap)) goto done;
+  if (!fpi_hw_valid(hw)) {
+    snprintf(err, cap, "inconsistent records: the fitted machine has a rate or latency that is not a positive number");
+    goto done;
+  }
+  for (int k = 0; k < FP_CALIB_NKINDS; k++)
+    residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : NULL, hw, &out->kinds[k]);
+  ok = fit_close_enough(out, err, cap);
   goto done;
 oom:
   snprintf(err, cap, "out of memory");
 done:
   for (int k = 0; k < FP_CALIB_NKINDS; k++) free(S[k].v);
+  free(model_c);
   free(alpha);
   free(mind);
   return ok;

@@ -283,6 +283,145 @@ bool fpi_spec_parse(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *roo
   return fpi_spec_parse_with(a, d, src, root, ptr, NULL, out);
 }
 
+/* "format": present and FP_SPEC_FORMAT */
+static bool parse_format(fp_jctx *c, const fp_jv *root, const char *ptr) {
+  const fp_jv *fmt = fpi_j_get(root, "format");
+  if (!fpi_j_has(root, "format"))
+    return fpi_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", FP_SPEC_FORMAT);
+  if (!fpi_jv_is(fmt, FP_JSTRING) || strcmp(fmt->s, FP_SPEC_FORMAT))
+    return fpi_j_error(c, fpi_ptr_key(c->a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
+                      fpi_j_describe(c->a, fmt));
+  return true;
+}
+
+/* "mesh": {"world_size", "ranks_per_node", "tp"} (optional), each checked
+ * against the ones before it */
+static bool parse_mesh(fp_jctx *c, fp_spec *out, const fp_jv *root, const char *ptr) {
+  if (!fpi_j_has(root, "mesh")) return true;
+  fp_arena *a = c->a;
+  const fp_jv *m = fpi_j_get(root, "mesh");
+  const char *mp = fpi_ptr_key(a, ptr, "mesh");
+  static const char *const mkeys[] = {"world_size", "ranks_per_node", "tp", NULL};
+  if (!fpi_j_is_object(c, m, mp) || !fpi_j_keys(c, m, mp, mkeys)) return false;
+  if (!fpi_j_int(c, m, mp, "world_size", false, 1, FP_MAX_WORLD, &out->world_size)) return false;
+  /* default: the largest divisor of world_size that is <= 8 (every node
+   * runs the same number of ranks; min(8, world_size) when world_size is
+   * a multiple of 8 or below 8) */
+  out->ranks_per_node = 8;
+  while (out->world_size % out->ranks_per_node) out->ranks_per_node--;
+  if (!fpi_j_int(c, m, mp, "ranks_per_node", false, 1, FP_MAX_WORLD, &out->ranks_per_node)) return false;
+  const char *rp = fpi_ptr_key(a, mp, "ranks_per_node");
+  if (out->ranks_per_node > out->world_size)
+    return fpi_j_error(c, rp, "ranks_per_node %" PRId64 " is larger than world_size %" PRId64,
+                      out->ranks_per_node, out->world_size);
+  if (out->world_size % out->ranks_per_node)
+    return fpi_j_error(c, rp,
+                      "world_size %" PRId64 " is not a multiple of ranks_per_node %" PRId64
+                      " (every node runs the same number of ranks)",
+                      out->world_size, out->ranks_per_node);
+  /* the tensor-parallel dimension: tp consecutive ranks (tp innermost,
+   * as torch's init_device_mesh((W // T, T), ("dp", "tp")) orders them) */
+  if (!fpi_j_int(c, m, mp, "tp", false, 1, FP_MAX_WORLD, &out->tp)) return false;
+  const char *tpp = fpi_ptr_key(a, mp, "tp");
+  if (out->world_size % out->tp)
+    return fpi_j_error(c, tpp, "tp %" PRId64 " does not divide world_size %" PRId64, out->tp, out->world_size);
+  if (out->ranks_per_node % out->tp)
+    return fpi_j_error(c, tpp,
+                      "a tp group of %" PRId64 " ranks would cross a node boundary (ranks_per_node %" PRId64
+                      "): tensor parallelism's per-layer collectives need the node's own links, so tp must "
+                      "divide ranks_per_node (set ranks_per_node to the size of one NVLink domain)",
+                      out->tp, out->ranks_per_node);
+  return true;
+}
+
+/* "strategy" (default full_shard) and "hybrid_shard", which hybrid_shard
+ * requires and the others refuse */
+static bool parse_strategy(fp_jctx *c, fp_spec *out, const fp_jv *root, const char *ptr) {
+  fp_arena *a = c->a;
+  int st = FP_FULL_SHARD;
+  if (!fpi_j_enum(c, root, ptr, "strategy", false, fp_strategy_names, &st)) return false;
+  out->strategy = (fp_strategy)st;
+  const char *hp = fpi_ptr_key(a, ptr, "hybrid_shard");
+  if (out->strategy != FP_HYBRID_SHARD) {
+    if (fpi_j_has(root, "hybrid_shard"))
+      return fpi_j_error(c, hp, "'hybrid_shard' is only allowed with strategy \"hybrid_shard\" (strategy is \"%s\")",
+                        fp_strategy_names[out->strategy]);
+    return true;
+  }
+  if (!fpi_j_has(root, "hybrid_shard"))
+    return fpi_j_error(c, ptr, "missing required member 'hybrid_shard' (strategy is \"hybrid_shard\")");
+  const fp_jv *h = fpi_j_get(root, "hybrid_shard");
+  static const char *const hkeys[] = {"intra_node_size", NULL};
+  if (!fpi_j_is_object(c, h, hp) || !fpi_j_keys(c, h, hp, hkeys)) return false;
+  if (!fpi_j_int(c, h, hp, "intra_node_size", true, 1, FP_MAX_WORLD, &out->intra_node_size)) return false;
+  const char *ip = fpi_ptr_key(a, hp, "intra_node_size");
+  /* with a tp dimension the shard group counts dp ranks (one per tp
+   * group): replicate x shard x tp = world_size */
+  int64_t dp = out->world_size / out->tp;
+  const char *dpw = out->tp > 1 ? "the dp size (world_size / tp)" : "world_size";
+  if (out->intra_node_size > dp)
+    return fpi_j_error(c, ip, "intra_node_size %" PRId64 " is larger than %s %" PRId64, out->intra_node_size, dpw,
+                      dp);
+  if (dp % out->intra_node_size)
+    return fpi_j_error(c, ip, "%s %" PRId64 " is not a multiple of intra_node_size %" PRId64, dpw, dp,
+                      out->intra_node_size);
+  return true;
+}
+
+/* "defaults": {"placement", "mixed_precision", "reshard_after_forward",
+ * "collectives"} (optional) */
+static bool parse_defaults(fp_jctx *c, fp_spec *out, const fp_jv *root, const char *ptr) {
+  if (!fpi_j_has(root, "defaults")) return true;
+  fp_arena *a = c->a;
+  const fp_jv *dv = fpi_j_get(root, "defaults");
+  const char *dp = fpi_ptr_key(a, ptr, "defaults");
+  static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", "collectives", NULL};
+  if (!fpi_j_is_object(c, dv, dp) || !fpi_j_keys(c, dv, dp, dkeys)) return false;
+  if (fpi_j_has(dv, "placement") &&
+      !fpi_placement_parse(c, fpi_j_get(dv, "placement"), fpi_ptr_key(a, dp, "placement"), out->plugins,
+                           &out->placement))
+    return false;
+  if (fpi_j_has(dv, "mixed_precision") &&
+      !parse_mp(c, fpi_j_get(dv, "mixed_precision"), fpi_ptr_key(a, dp, "mixed_precision"), &out->mp))
+    return false;
+  return parse_reshard(c, dv, dp, &out->reshard) && parse_coll(c, dv, dp, &out->coll);
+}
+
+/* "overlap_param_gather": "auto" (the default) | true | false */
+static bool parse_overlap(fp_jctx *c, fp_spec *out, const fp_jv *root, const char *ptr) {
+  if (!fpi_j_has(root, "overlap_param_gather")) return true;
+  const fp_jv *v = fpi_j_get(root, "overlap_param_gather");
+  if (fpi_jv_is(v, FP_JBOOL))
+    out->overlap_param_gather = v->b ? FP_PG_ON : FP_PG_OFF;
+  else if (!(fpi_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")))
+    return fpi_j_error(c, fpi_ptr_key(c->a, ptr, "overlap_param_gather"), "expected \"auto\", true or false, got %s",
+                      fpi_j_describe(c->a, v));
+  return true;
+}
+
+/* the members after the mesh, the strategy and the defaults, in the order
+ * their errors are reported */
+static bool parse_rest(fp_jctx *c, fp_spec *out, const fp_jv *root, const char *ptr) {
+  fp_arena *a = c->a;
+  if (fpi_j_has(root, "buckets") && !parse_buckets(c, out, fpi_j_get(root, "buckets"), fpi_ptr_key(a, ptr, "buckets")))
+    return false;
+  if (!parse_patterns(c, root, ptr, "no_shard", false, true, &out->no_shard, &out->nno_shard)) return false;
+  if (!parse_patterns(c, root, ptr, "recompute", false, true, &out->recompute, &out->nrecompute)) return false;
+  if (fpi_j_has(root, "prefetch") &&
+      !parse_prefetch(c, out, fpi_j_get(root, "prefetch"), fpi_ptr_key(a, ptr, "prefetch")))
+    return false;
+  if (!fpi_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
+  if (!parse_overlap(c, out, root, ptr)) return false;
+  if (!fpi_j_int(c, root, ptr, "memory_budget_bytes", false, 1, INT64_MAX, &out->memory_budget_bytes)) return false;
+  if (fpi_j_has(root, "hardware") &&
+      !parse_hardware(c, out, fpi_j_get(root, "hardware"), fpi_ptr_key(a, ptr, "hardware")))
+    return false;
+  if (fpi_j_has(root, "optimizer") &&
+      !parse_optimizer(c, out, fpi_j_get(root, "optimizer"), fpi_ptr_key(a, ptr, "optimizer")))
+    return false;
+  return true;
+}
+
 bool fpi_spec_parse_with(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv *root, const char *ptr,
                         const struct fpi_plugins *plugins, fp_spec *out) {
   set_defaults(out);
@@ -295,123 +434,12 @@ bool fpi_spec_parse_with(fp_arena *a, fp_diag *d, const fp_src *src, const fp_jv
   out->src = src;
   out->ptr = ptr = ptr ? fpi_strdup(a, ptr) : "";
   out->placement.ptr = ptr;
-  if (!fpi_j_is_object(c, root, ptr)) return false;
-  const fp_jv *fmt = fpi_j_get(root, "format");
-  if (!fpi_j_has(root, "format"))
-    return fpi_j_error(c, ptr, "missing required member 'format' (expected \"%s\")", FP_SPEC_FORMAT);
-  if (!fpi_jv_is(fmt, FP_JSTRING) || strcmp(fmt->s, FP_SPEC_FORMAT))
-    return fpi_j_error(c, fpi_ptr_key(a, ptr, "format"), "expected \"%s\", got %s", FP_SPEC_FORMAT,
-                      fpi_j_describe(a, fmt));
+  if (!fpi_j_is_object(c, root, ptr) || !parse_format(c, root, ptr)) return false;
   static const char *const keys[] = {"format", "mesh", "strategy", "hybrid_shard", "defaults", "buckets",
                                      "no_shard", "recompute", "prefetch", "grad_accumulation",
                                      "memory_budget_bytes", "hardware", "overlap_param_gather", "optimizer", NULL};
-  if (!fpi_j_keys(c, root, ptr, keys)) return false;
-
-  /* mesh */
-  if (fpi_j_has(root, "mesh")) {
-    const fp_jv *m = fpi_j_get(root, "mesh");
-    const char *mp = fpi_ptr_key(a, ptr, "mesh");
-    static const char *const mkeys[] = {"world_size", "ranks_per_node", "tp", NULL};
-    if (!fpi_j_is_object(c, m, mp) || !fpi_j_keys(c, m, mp, mkeys)) return false;
-    if (!fpi_j_int(c, m, mp, "world_size", false, 1, FP_MAX_WORLD, &out->world_size)) return false;
-    /* default: the largest divisor of world_size that is <= 8 (every node
-     * runs the same number of ranks; min(8, world_size) when world_size is
-     * a multiple of 8 or below 8) */
-    out->ranks_per_node = 8;
-    while (out->world_size % out->ranks_per_node) out->ranks_per_node--;
-    if (!fpi_j_int(c, m, mp, "ranks_per_node", false, 1, FP_MAX_WORLD, &out->ranks_per_node)) return false;
-    const char *rp = fpi_ptr_key(a, mp, "ranks_per_node");
-    if (out->ranks_per_node > out->world_size)
-      return fpi_j_error(c, rp, "ranks_per_node %" PRId64 " is larger than world_size %" PRId64,
-                        out->ranks_per_node, out->world_size);
-    if (out->world_size % out->ranks_per_node)
-      return fpi_j_error(c, rp,
-                        "world_size %" PRId64 " is not a multiple of ranks_per_node %" PRId64
-                        " (every node runs the same number of ranks)",
-                        out->world_size, out->ranks_per_node);
-    /* the tensor-parallel dimension: tp consecutive ranks (tp innermost,
-     * as torch's init_device_mesh((W // T, T), ("dp", "tp")) orders them) */
-    if (!fpi_j_int(c, m, mp, "tp", false, 1, FP_MAX_WORLD, &out->tp)) return false;
-    const char *tpp = fpi_ptr_key(a, mp, "tp");
-    if (out->world_size % out->tp)
-      return fpi_j_error(c, tpp, "tp %" PRId64 " does not divide world_size %" PRId64, out->tp, out->world_size);
-    if (out->ranks_per_node % out->tp)
-      return fpi_j_error(c, tpp,
-                        "a tp group of %" PRId64 " ranks would cross a node boundary (ranks_per_node %" PRId64
-                        "): tensor parallelism's per-layer collectives need the node's own links, so tp must "
-                        "divide ranks_per_node (set ranks_per_node to the size of one NVLink domain)",
-                        out->tp, out->ranks_per_node);
-  }
-
-  /* strategy and hybrid_shard */
-  int st = FP_FULL_SHARD;
-  if (!fpi_j_enum(c, root, ptr, "strategy", false, fp_strategy_names, &st)) return false;
-  out->strategy = (fp_strategy)st;
-  const char *hp = fpi_ptr_key(a, ptr, "hybrid_shard");
-  if (out->strategy == FP_HYBRID_SHARD) {
-    if (!fpi_j_has(root, "hybrid_shard"))
-      return fpi_j_error(c, ptr, "missing required member 'hybrid_shard' (strategy is \"hybrid_shard\")");
-    const fp_jv *h = fpi_j_get(root, "hybrid_shard");
-    static const char *const hkeys[] = {"intra_node_size", NULL};
-    if (!fpi_j_is_object(c, h, hp) || !fpi_j_keys(c, h, hp, hkeys)) return false;
-    if (!fpi_j_int(c, h, hp, "intra_node_size", true, 1, FP_MAX_WORLD, &out->intra_node_size)) return false;
-    const char *ip = fpi_ptr_key(a, hp, "intra_node_size");
-    /* with a tp dimension the shard group counts dp ranks (one per tp
-     * group): replicate x shard x tp = world_size */
-    int64_t dp = out->world_size / out->tp;
-    const char *dpw = out->tp > 1 ? "the dp size (world_size / tp)" : "world_size";
-    if (out->intra_node_size > dp)
-      return fpi_j_error(c, ip, "intra_node_size %" PRId64 " is larger than %s %" PRId64, out->intra_node_size, dpw,
-                        dp);
-    if (dp % out->intra_node_size)
-      return fpi_j_error(c, ip, "%s %" PRId64 " is not a multiple of intra_node_size %" PRId64, dpw, dp,
-                        out->intra_node_size);
-  } else if (fpi_j_has(root, "hybrid_shard")) {
-    return fpi_j_error(c, hp, "'hybrid_shard' is only allowed with strategy \"hybrid_shard\" (strategy is \"%s\")",
-                      fp_strategy_names[out->strategy]);
-  }
-
-  /* defaults */
-  if (fpi_j_has(root, "defaults")) {
-    const fp_jv *dv = fpi_j_get(root, "defaults");
-    const char *dp = fpi_ptr_key(a, ptr, "defaults");
-    static const char *const dkeys[] = {"placement", "mixed_precision", "reshard_after_forward", "collectives", NULL};
-    if (!fpi_j_is_object(c, dv, dp) || !fpi_j_keys(c, dv, dp, dkeys)) return false;
-    if (fpi_j_has(dv, "placement") &&
-        !fpi_placement_parse(c, fpi_j_get(dv, "placement"), fpi_ptr_key(a, dp, "placement"), out->plugins,
-                             &out->placement))
-      return false;
-    if (fpi_j_has(dv, "mixed_precision") &&
-        !parse_mp(c, fpi_j_get(dv, "mixed_precision"), fpi_ptr_key(a, dp, "mixed_precision"), &out->mp))
-      return false;
-    if (!parse_reshard(c, dv, dp, &out->reshard)) return false;
-    if (!parse_coll(c, dv, dp, &out->coll)) return false;
-  }
-
-  if (fpi_j_has(root, "buckets") && !parse_buckets(c, out, fpi_j_get(root, "buckets"), fpi_ptr_key(a, ptr, "buckets")))
-    return false;
-  if (!parse_patterns(c, root, ptr, "no_shard", false, true, &out->no_shard, &out->nno_shard)) return false;
-  if (!parse_patterns(c, root, ptr, "recompute", false, true, &out->recompute, &out->nrecompute)) return false;
-  if (fpi_j_has(root, "prefetch") &&
-      !parse_prefetch(c, out, fpi_j_get(root, "prefetch"), fpi_ptr_key(a, ptr, "prefetch")))
-    return false;
-  if (!fpi_j_int(c, root, ptr, "grad_accumulation", false, 1, FP_MAX_WORLD, &out->grad_accumulation)) return false;
-  if (fpi_j_has(root, "overlap_param_gather")) { /* "auto" | true | false */
-    const fp_jv *v = fpi_j_get(root, "overlap_param_gather");
-    if (fpi_jv_is(v, FP_JBOOL))
-      out->overlap_param_gather = v->b ? FP_PG_ON : FP_PG_OFF;
-    else if (!(fpi_jv_is(v, FP_JSTRING) && !strcmp(v->s, "auto")))
-      return fpi_j_error(c, fpi_ptr_key(a, ptr, "overlap_param_gather"), "expected \"auto\", true or false, got %s",
-                        fpi_j_describe(a, v));
-  }
-  if (!fpi_j_int(c, root, ptr, "memory_budget_bytes", false, 1, INT64_MAX, &out->memory_budget_bytes)) return false;
-  if (fpi_j_has(root, "hardware") &&
-      !parse_hardware(c, out, fpi_j_get(root, "hardware"), fpi_ptr_key(a, ptr, "hardware")))
-    return false;
-  if (fpi_j_has(root, "optimizer") &&
-      !parse_optimizer(c, out, fpi_j_get(root, "optimizer"), fpi_ptr_key(a, ptr, "optimizer")))
-    return false;
-  return true;
+  return fpi_j_keys(c, root, ptr, keys) && parse_mesh(c, out, root, ptr) && parse_strategy(c, out, root, ptr) &&
+         parse_defaults(c, out, root, ptr) && parse_rest(c, out, root, ptr);
 }
 
 bool fpi_spec_load(fp_arena *a, fp_diag *d, const char *path, fp_spec *out) {

@@ -30,7 +30,6 @@ FOLDERS = ("base", "ir", "planner", "executor", "kernels", "api", "viz", "tools"
 MAX_LINES = 100
 MAX_CCN = 40
 
-NOT_YET = "not split yet (issue 42's remainder)"
 # "path:function": why it may stay over the limit for now
 EXCEPTIONS = {
     # owned by the issue-41 engineer (placement plug-ins) while issue 42 ran: split after the merge
@@ -39,17 +38,6 @@ EXCEPTIONS = {
     # owned by the lead and the issue-43 engineer while issue 42 ran
     "planner/sim.c:fpi_simulate": "issue 43 owns planner/sim.c",
     "planner/sim.c:fpi_sim_memory": "issue 43 owns planner/sim.c",
-    # issue 42 ran out of time before splitting these (its report says so);
-    # each is removed as it is split (the check fails on an entry within the limits)
-    "base/json.c:fpi_json_locate": NOT_YET,
-    "base/json.c:v_number": NOT_YET,
-    "base/json.c:v_object": NOT_YET,
-    "planner/spec.c:fpi_spec_parse_with": NOT_YET,
-    # issue 43's calibration, merged at the end of the session that wrote it: split next
-    "planner/calib.c:fit_colls": "issue 43's new fit, merged last: not split yet",
-    "planner/calib.c:fpi_calibrate": "issue 43's new fit, merged last: not split yet",
-    "tools/flexplan.c:cmd_compile": NOT_YET,
-    "tools/flexplan.c:cmd_reshard": NOT_YET,
 }
 
 KEYWORDS = re.compile(r"\b(if|for|while|case)\b|&&|\|\||\?")

@@ -138,6 +138,30 @@ static void test_fit_two_nodes(void **st) {
   fit_back("tiny-mlp-hybrid", true);
 }
 
+/* noise-free records of a machine whose per-step latency is the 0.001 the
+ * fit sets when the records cannot part it from the call's (one node, one
+ * ring length): the fit takes that column's share off the measured times
+ * before fitting the others, so base_us and nvlink_gbps come back exact
+ * (without it, base_us would take the steps' 0.001 each, 1e-4 off) */
+static void test_fit_exact_fixed_column(void **st) {
+  (void)st;
+  fp_arena *a = fpi_arena_new();
+  fp_prog *P = compile_example(a, "tiny-mlp");
+  fp_hw tr = truth(), start;
+  tr.nvlink_hop_us = 1e-3;
+  assert_true(fpi_hw_preset("h100-sxm", &start));
+  fp_calib_rec recs[2];
+  for (int r = 0; r < 2; r++) recs[r] = synth(a, P, &tr, 0, NULL);
+  fp_calib c;
+  char err[512];
+  if (!fpi_calibrate(P, &start, recs, 2, &c, err, sizeof err)) fail_msg("%s", err);
+  assert_non_null(strstr(c.kept, "nvlink_hop_us set to 0.001 (the collectives measured all take the same ring steps)"));
+  assert_true(c.hw.nvlink_hop_us == 1e-3);
+  near(c.hw.base_us, tr.base_us, 1e-9, "base_us");
+  near(c.hw.nvlink_gbps, tr.nvlink_gbps, 1e-9, "nvlink_gbps");
+  fpi_arena_free(a);
+}
+
 static void refuse(const fp_prog *P, fp_calib_rec *recs, int32_t n, const char *want) {
   fp_hw start;
   assert_true(fpi_hw_preset("h100-sxm", &start));
@@ -202,6 +226,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fit_one_node),
       cmocka_unit_test(test_fit_two_nodes),
+      cmocka_unit_test(test_fit_exact_fixed_column),
       cmocka_unit_test(test_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -639,99 +639,127 @@ typedef enum {
   EMIT_HTML,    /* what viz --format=html writes */
 } emit_kind;
 
-static int cmd_compile(const command *cmd, int argc, char **argv) {
-  const char *model = NULL, *spec = NULL, *out = NULL, *hw = NULL;
-  bool check_only = !strcmp(cmd->name, "check");
-  emit_kind emit = EMIT_PLAN;
-  int policy = fpa_policy_parse("flexplan");
-  rank_list ranks = {.n = 0};
-  bool have_ranks = false, timing = false;
+/* compile's and check's options and MODEL */
+typedef struct compile_args {
+  const char *model, *spec, *out, *hw;
+  emit_kind emit;
+  int policy;
+  rank_list ranks;
+} compile_args;
+
+/* the options and MODEL of compile or check into *a, *timing for --time:
+ * true to go on; false to exit with *rc (after --help, or a usage error
+ * reported) */
+static bool compile_parse_args(const command *cmd, int argc, char **argv, compile_args *a, bool *timing, int *rc) {
+  *a = (compile_args){.emit = EMIT_PLAN, .policy = fpa_policy_parse("flexplan"), .ranks = {.n = 0}};
+  *timing = false;
+  bool have_ranks = false;
   argp ap;
   argp_init(&ap, cmd, argc, argv);
   const char *v;
-  int k, rc, e;
+  int k, e;
+  *rc = EXIT_USAGE;
   while ((k = argp_next(&ap, &v)) != ARG_END) {
     switch (k) {
-      case ARG_STOP: return ap.rc;
-      case OPT_TIME: timing = true; break;
+      case ARG_STOP: return *rc = ap.rc, false;
+      case OPT_TIME: *timing = true; break;
       case OPT_RANKS:
-        if ((rc = parse_ranks(cmd, v, &ranks))) return rc;
+        if ((*rc = parse_ranks(cmd, v, &a->ranks))) return false;
         have_ranks = true;
         break;
       case OPT_POLICY:
-        if ((e = enum_value(cmd, "policy", v, policy_names)) < 0) return EXIT_USAGE;
-        policy = fpa_policy_parse(policy_names[e]);
+        if ((e = enum_value(cmd, "policy", v, policy_names)) < 0) return *rc = EXIT_USAGE, false;
+        a->policy = fpa_policy_parse(policy_names[e]);
         break;
-      case OPT_HARDWARE: hw = v; break;
-      case OPT_SPEC: spec = v; break;
-      case 'o': out = v; break;
+      case OPT_HARDWARE: a->hw = v; break;
+      case OPT_SPEC: a->spec = v; break;
+      case 'o': a->out = v; break;
       case OPT_EMIT:
-        if ((e = enum_value(cmd, "--emit kind", v, emit_names)) < 0) return EXIT_USAGE;
-        emit = (emit_kind)e; /* emit_kind follows emit_names */
+        if ((e = enum_value(cmd, "--emit kind", v, emit_names)) < 0) return *rc = EXIT_USAGE, false;
+        a->emit = (emit_kind)e; /* emit_kind follows emit_names */
         break;
       case ARG_OPERAND:
-        if (model) return usage_error(cmd, "unexpected argument '%s' (one MODEL only)", v);
-        model = v;
+        if (a->model) return *rc = usage_error(cmd, "unexpected argument '%s' (one MODEL only)", v), false;
+        a->model = v;
         break;
     }
   }
-  if (!model) return usage_error(cmd, "missing MODEL");
-  if (have_ranks && emit != EMIT_TRACE && emit != EMIT_HTML)
-    return usage_error(cmd, "--ranks picks the ranks of --emit=trace or --emit=html");
-  if (hw && !hw_arg_known(hw)) return unknown_preset(hw);
+  if (!a->model) return *rc = usage_error(cmd, "missing MODEL"), false;
+  if (have_ranks && a->emit != EMIT_TRACE && a->emit != EMIT_HTML)
+    return *rc = usage_error(cmd, "--ranks picks the ranks of --emit=trace or --emit=html"), false;
+  if (a->hw && !hw_arg_known(a->hw)) return *rc = unknown_preset(a->hw), false;
+  return true;
+}
 
-  fp_arena *ar = fpi_arena_new();
-  fp_diag d;
-  fpi_diag_init(&d, stderr);
-  rc = EXIT_INPUT;
-  fpa_request rq = {.model_path = model, .spec_path = spec, .hw_preset = hw, .policy = policy, .notes = true};
-  fpa_compiled c;
-  if (!fpa_compile_run(ar, &d, &rq, &c)) goto done;
-  if (timing) fpa_print_times(&c, model, stderr);
-  const fp_prog *prog = c.prog;
-  if (check_only) {
-    fprintf(stderr, "%s: ok: %s, %lld ops, arena %.3f GiB\n", model, prog->strategy, (long long)prog->nops,
-            (double)prog->arena_bytes / (1 << 30));
-    rc = EXIT_OK;
-    goto done;
-  }
+/* the compiled plan written as --emit says, to -o or beside the model's
+ * name (the summary to stdout), nothing left half-written on a failure;
+ * then the summary's text and the device warnings on stderr: the exit
+ * status */
+static int compile_write(fp_arena *ar, fp_diag *d, const compile_args *a, const fpa_compiled *c) {
+  const fp_prog *prog = c->prog;
+  emit_kind emit = a->emit;
+  const char *out = a->out;
   if (!out) {
     if (emit == EMIT_SUMMARY)
       out = "-";
     else
-      out = default_output(ar, c.model_name, "model",
+      out = default_output(ar, c->model_name, "model",
                            emit == EMIT_PLAN   ? "plan.json"
                            : emit == EMIT_IR   ? "fpir"
                            : emit == EMIT_HTML ? "html"
                                                : "trace.json");
   }
   out_file o;
-  if (!out_open(&o, out)) goto done;
+  if (!out_open(&o, out)) return EXIT_INPUT;
   bool ok = true;
   errno = 0;
   switch (emit) {
   case EMIT_PLAN: ok = fpi_plan_write(prog, o.f); break;
   case EMIT_IR: fpi_ir_print(prog, o.f); break;
-  case EMIT_SUMMARY: fpa_summary_json(&c, o.f); break;
+  case EMIT_SUMMARY: fpa_summary_json(c, o.f); break;
   case EMIT_TRACE:
   case EMIT_HTML:
-    ok = write_view(ar, &d, model, prog, &prog->hw, &ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, NULL, 0, &o);
+    ok = write_view(ar, d, a->model, prog, &prog->hw, &a->ranks, emit == EMIT_HTML ? VIZ_HTML : VIZ_TRACE, NULL, 0,
+                    &o);
     break;
   }
   if (!ok) {
     int err = errno; /* the failed write's (a full disk: ENOSPC) */
     out_abort(&o);
-    if (!d.nerrors) write_failed(out, emit == EMIT_TRACE ? "trace" : emit == EMIT_HTML ? "page" : "plan", err);
-    goto done;
+    if (!d->nerrors) write_failed(out, emit == EMIT_TRACE ? "trace" : emit == EMIT_HTML ? "page" : "plan", err);
+    return EXIT_INPUT;
   }
-  if (!out_commit(&o)) goto done;
+  if (!out_commit(&o)) return EXIT_INPUT;
   if (emit != EMIT_SUMMARY) {
-    fpa_summary_text(&c, stderr);
+    fpa_summary_text(c, stderr);
     if (o.path) fprintf(stderr, "  wrote %s\n", o.path);
   }
-  fpa_summary_warn_device(&c, stderr);
-  rc = EXIT_OK;
-done:
+  fpa_summary_warn_device(c, stderr);
+  return EXIT_OK;
+}
+
+static int cmd_compile(const command *cmd, int argc, char **argv) {
+  compile_args a;
+  bool timing;
+  int rc;
+  if (!compile_parse_args(cmd, argc, argv, &a, &timing, &rc)) return rc;
+  fp_arena *ar = fpi_arena_new();
+  fp_diag d;
+  fpi_diag_init(&d, stderr);
+  rc = EXIT_INPUT;
+  fpa_request rq = {.model_path = a.model, .spec_path = a.spec, .hw_preset = a.hw, .policy = a.policy, .notes = true};
+  fpa_compiled c;
+  if (fpa_compile_run(ar, &d, &rq, &c)) {
+    if (timing) fpa_print_times(&c, a.model, stderr);
+    if (!strcmp(cmd->name, "check")) {
+      const fp_prog *prog = c.prog;
+      fprintf(stderr, "%s: ok: %s, %lld ops, arena %.3f GiB\n", a.model, prog->strategy, (long long)prog->nops,
+              (double)prog->arena_bytes / (1 << 30));
+      rc = EXIT_OK;
+    } else {
+      rc = compile_write(ar, &d, &a, &c);
+    }
+  }
   fpi_diag_free(&d);
   fpi_arena_free(ar);
   return rc;
@@ -990,97 +1018,118 @@ done:
 }
 
 /* ---- reshard: a transfer between two plans (planner/reshard.c) ---------------- */
-static int cmd_reshard(const command *cmd, int argc, char **argv) {
-  const char *paths[2] = {NULL, NULL}, *out = NULL, *emit = "summary", *what = "weights", *v;
-  const char **pats = calloc((size_t)argc + 1, sizeof *pats);
-  int npats = 0, np = 0, k, e, rc = 0;
-  long long off = 0, foff = 0;
-  FP_ASSERT(pats);
+/* reshard's options and its two plans */
+typedef struct reshard_args {
+  const char *paths[2], *out, *emit, *what;
+  const char **pats; /* the --transform values, "=mxfp8" still on (malloc'd) */
+  int npats;
+  long long off, foff; /* --to-offset, --from-offset */
+} reshard_args;
+
+/* the options and FROM, TO of reshard into *a: true to go on (a->pats to
+ * be freed); false to exit with *rc (after --help, or a usage error
+ * reported) */
+static bool reshard_parse_args(const command *cmd, int argc, char **argv, reshard_args *a, int *rc) {
+  *a = (reshard_args){.emit = "summary", .what = "weights"};
+  const char *v;
+  a->pats = calloc((size_t)argc + 1, sizeof *a->pats);
+  int np = 0, k, e;
+  FP_ASSERT(a->pats);
   argp ap;
   argp_init(&ap, cmd, argc, argv);
   bool stop = false;
-  while (!rc && !stop && (k = argp_next(&ap, &v)) != ARG_END) {
+  *rc = 0;
+  while (!*rc && !stop && (k = argp_next(&ap, &v)) != ARG_END) {
     switch (k) {
-      case ARG_STOP: rc = ap.rc, stop = true; break;
-      case 'o': out = v; break;
-      case OPT_WHAT: what = v; break;
+      case ARG_STOP: *rc = ap.rc, stop = true; break;
+      case 'o': a->out = v; break;
+      case OPT_WHAT: a->what = v; break;
       case OPT_TO_OFFSET:
       case OPT_FROM_OFFSET: {
         char *end;
         errno = 0;
         long long x = strtoll(v, &end, 10);
-        if (errno || *end || end == v) rc = usage_error(cmd, "offset '%s' is not a number", v);
-        *(k == OPT_TO_OFFSET ? &off : &foff) = x;
+        if (errno || *end || end == v) *rc = usage_error(cmd, "offset '%s' is not a number", v);
+        *(k == OPT_TO_OFFSET ? &a->off : &a->foff) = x;
         break;
       }
       case OPT_TRANSFORM: {
         size_t n = strlen(v);
         if (n < 7 || strcmp(v + n - 6, "=mxfp8") != 0)
-          rc = usage_error(cmd, "--transform '%s': expected PATTERN=mxfp8", v);
-        pats[npats++] = v;
+          *rc = usage_error(cmd, "--transform '%s': expected PATTERN=mxfp8", v);
+        a->pats[a->npats++] = v;
         break;
       }
       case OPT_EMIT:
-        if ((e = enum_value(cmd, "--emit kind", v, reshard_emit_names)) < 0) rc = EXIT_USAGE;
-        else emit = reshard_emit_names[e];
+        if ((e = enum_value(cmd, "--emit kind", v, reshard_emit_names)) < 0) *rc = EXIT_USAGE;
+        else a->emit = reshard_emit_names[e];
         break;
       case ARG_OPERAND:
-        if (np == 2) rc = usage_error(cmd, "expected FROM and TO, got '%s' too", v);
-        else paths[np++] = v;
+        if (np == 2) *rc = usage_error(cmd, "expected FROM and TO, got '%s' too", v);
+        else a->paths[np++] = v;
         break;
     }
   }
-  if (!rc && !stop && np != 2) rc = usage_error(cmd, "expected two plans, FROM and TO");
-  if (rc || stop) {
-    free(pats);
-    return rc;
+  if (!*rc && !stop && np != 2) *rc = usage_error(cmd, "expected two plans, FROM and TO");
+  if (*rc || stop) {
+    free(a->pats);
+    return false;
   }
+  return true;
+}
+
+/* the verified transfer t to -o (JSON, when given) and to stdout as --emit
+ * says (the summary: its figures and the milliseconds it took to compile
+ * and to verify): the exit status */
+static int reshard_write(const fp_tx *t, const char *out, const char *emit, double compile_ms, double verify_ms) {
+  out_file of;
+  if (out) {
+    if (!out_open(&of, out)) return EXIT_INPUT;
+    fpi_tx_write_json(t, of.f);
+    if (!out_commit(&of)) return EXIT_INPUT;
+  }
+  if (!strcmp(emit, "ir")) fpi_tx_print(t, stdout);
+  else if (!strcmp(emit, "explain")) fpi_tx_explain(t, stdout);
+  else if (!strcmp(emit, "json")) fpi_tx_write_json(t, stdout);
+  else if (!strcmp(emit, "trace")) fpi_tx_trace(t, stdout);
+  else
+    printf("{\"processes\":%lld,\"ops\":%d,\"wire_bytes\":%lld,\"lower_bound_bytes\":%lld,"
+           "\"ratio\":%.3f,\"local_bytes\":%lld,\"max_send_bytes\":%lld,\"max_recv_bytes\":%lld,"
+           "\"compile_ms\":%.3f,\"verify_ms\":%.3f}\n",
+           (long long)t->nprocs, t->nops, (long long)t->wire_bytes, (long long)t->lower_bound,
+           t->lower_bound ? (double)t->wire_bytes / (double)t->lower_bound : 1.0, (long long)t->local_bytes,
+           (long long)t->max_send_bytes, (long long)t->max_recv_bytes, compile_ms, verify_ms);
+  return stdout_written() ? EXIT_OK : EXIT_INPUT;
+}
+
+static int cmd_reshard(const command *cmd, int argc, char **argv) {
+  reshard_args a;
+  int rc;
+  if (!reshard_parse_args(cmd, argc, argv, &a, &rc)) return rc;
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
   /* the patterns without their "=mxfp8" */
-  for (int i = 0; i < npats; i++) pats[i] = fpi_strndup(ar, pats[i], strlen(pats[i]) - 6);
+  for (int i = 0; i < a.npats; i++) a.pats[i] = fpi_strndup(ar, a.pats[i], strlen(a.pats[i]) - 6);
   rc = EXIT_INPUT;
   fp_src *src[2];
   fp_prog *prog[2] = {NULL, NULL};
   for (int k = 0; k < 2; k++) {
     src[k] = fpi_alloc(ar, sizeof *src[k]);
-    if (fpi_src_read(ar, &d, paths[k], src[k])) prog[k] = fpi_plan_read(ar, &d, src[k]);
+    if (fpi_src_read(ar, &d, a.paths[k], src[k])) prog[k] = fpi_plan_read(ar, &d, src[k]);
   }
   if (prog[0] && prog[1]) {
     double t0 = now_ms();
-    fp_tx *t = fpa_reshard(ar, prog[0], src[0], prog[1], src[1], what, off, foff, pats, npats, &d);
+    fp_tx *t = fpa_reshard(ar, prog[0], src[0], prog[1], src[1], a.what, a.off, a.foff, a.pats, a.npats, &d);
     double t1 = now_ms();
     if (t && fpi_tx_verify(t, &d)) {
       double t2 = now_ms();
-      rc = EXIT_OK;
-      out_file of;
-      if (out) {
-        if (!out_open(&of, out)) rc = EXIT_INPUT;
-        else {
-          fpi_tx_write_json(t, of.f);
-          if (!out_commit(&of)) rc = EXIT_INPUT;
-        }
-      }
-      if (rc == EXIT_OK) {
-        if (!strcmp(emit, "ir")) fpi_tx_print(t, stdout);
-        else if (!strcmp(emit, "explain")) fpi_tx_explain(t, stdout);
-        else if (!strcmp(emit, "json")) fpi_tx_write_json(t, stdout);
-        else if (!strcmp(emit, "trace")) fpi_tx_trace(t, stdout);
-        else
-          printf("{\"processes\":%lld,\"ops\":%d,\"wire_bytes\":%lld,\"lower_bound_bytes\":%lld,"
-                 "\"ratio\":%.3f,\"local_bytes\":%lld,\"max_send_bytes\":%lld,\"max_recv_bytes\":%lld,"
-                 "\"compile_ms\":%.3f,\"verify_ms\":%.3f}\n",
-                 (long long)t->nprocs, t->nops, (long long)t->wire_bytes, (long long)t->lower_bound,
-                 t->lower_bound ? (double)t->wire_bytes / (double)t->lower_bound : 1.0, (long long)t->local_bytes,
-                 (long long)t->max_send_bytes, (long long)t->max_recv_bytes, t1 - t0, t2 - t1);
-        if (!stdout_written()) rc = EXIT_INPUT;
-      }
+      rc = reshard_write(t, a.out, a.emit, t1 - t0, t2 - t1);
     }
   }
   fpi_diag_free(&d);
   fpi_arena_free(ar);
-  free(pats);
+  free(a.pats);
   return rc;
 }
 
