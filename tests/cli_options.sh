@@ -204,8 +204,9 @@ expect 2 "$fp" viz "$tmp/x1.json" --hardware=h200
 has err "viz: option '--hardware' does not apply to a transfer"
 expect 2 "$fp" viz "$tmp/x1.json" --format html
 has err "viz: a transfer draws as a trace only, not html"
-expect 2 "$fp" viz "$plan" --format html --measured x.json
-has err "--measured steps are drawn in the trace"
+expect 1 "$fp" viz "$plan" --format html --measured "$tmp/none.json" -o "$tmp/m.html"  # the page reads records too
+has err "none.json: error: cannot open"
+[ ! -e "$tmp/m.html" ] || fail "viz --format html with an unreadable record left $tmp/m.html"
 
 # viz decides whether its operand is a transfer without opening a FIFO
 # (which would wait for a writer forever): the reader then refuses it
