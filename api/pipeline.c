@@ -173,9 +173,9 @@ bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op
       fprintf(report, "  %-14s %8d %12s %12s\n", fpi_calib_kind_name(k), 0, "-", "-");
   fprintf(report,
           "  fitted: base_us %.3g, nvlink_hop_us %.3g, net_hop_us %.3g, nvlink_gbps %.4g, ib_gbps %.4g, hbm_gbps %.4g, "
-          "pcie_gbps %.4g, launch_us %.3g, flops %.4g\n",
+          "pcie_gbps %.4g, launch_us %.3g, flops %.4g, hook_us %.3g\n",
           c.hw.base_us, c.hw.nvlink_hop_us, c.hw.net_hop_us, c.hw.nvlink_gbps, c.hw.ib_gbps, c.hw.hbm_gbps,
-          c.hw.pcie_gbps, c.hw.launch_us, c.hw.flops);
+          c.hw.pcie_gbps, c.hw.launch_us, c.hw.flops, c.hw.hook_us);
   if (c.kept[0]) fprintf(report, "  not fitted: %s\n", c.kept);
   return true;
 }

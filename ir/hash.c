@@ -78,6 +78,7 @@ static void hash_header(hstate *s, const fp_prog *p) {
   wstr(s, p->hw.name);
   if (p->hw.name)
     for (int k = 0; k < FP_HW_NFIELDS; k++) {
+      if (FPI_HW_OMITTED(&p->hw, k)) continue;
       if (fp_hw_fields[k].integer)
         wi(s, fpi_hw_geti(&p->hw, k));
       else

@@ -77,11 +77,12 @@ static const char *const bufcats[] = {
 const char *fpi_buf_cat_name(int c) { return c >= 0 && c < FP_NBUFCATS ? bufcats[c] : "?"; }
 
 /* ---- the modeled machine ------------------------------------------------------- */
-#define HWF(f, i) {#f, offsetof(fp_hw, f), i}
+#define HWF(f, i) {#f, offsetof(fp_hw, f), i, false}
 const fp_hw_field fp_hw_fields[FP_HW_NFIELDS] = {
     HWF(gpus_per_node, true), HWF(hbm_bytes, true),   HWF(flops, false),    HWF(nvlink_gbps, false),
     HWF(ib_gbps, false),      HWF(hbm_gbps, false),   HWF(pcie_gbps, false), HWF(base_us, false),
     HWF(nvlink_hop_us, false), HWF(net_hop_us, false), HWF(launch_us, false),
+    {"hook_us", offsetof(fp_hw, hook_us), false, true},
 };
 #undef HWF
 

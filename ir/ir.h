@@ -275,6 +275,8 @@ typedef struct fp_hw {
   double nvlink_hop_us;  /* latency per ring step over NVLink */
   double net_hop_us;     /* latency per ring step over the network */
   double launch_us;      /* the shortest a local kernel takes */
+  double hook_us;        /* host time of one hook call, apart from the waits and kernels it runs (0: not
+                          * modeled; fitted by flexplan calibrate; optional: omitted when 0) */
 } fp_hw;
 
 /* The modeled memory timeline of one step (planner/sim.c fpi_sim_memory):

@@ -51,13 +51,19 @@ bool fpi_ir_name_is_bare(const char *s);
 
 /* ---- the modeled machine ------------------------------------------------ */
 /* fp_hw's fields after its name, in the order .fpir and plan.json write
- * them: key, byte offset in fp_hw, and whether it is an int64 (else double) */
+ * them: key, byte offset in fp_hw, whether it is an int64 (else double), and
+ * whether it is optional: 0 means "not modeled", allowed, and then left out
+ * of .fpir, plan.json and the plan hash (so plans written before the field
+ * existed read, print and hash as they did) */
 typedef struct fp_hw_field {
   const char *key;
   size_t off;
   bool integer;
+  bool optional;
 } fp_hw_field;
-#define FP_HW_NFIELDS 11
+#define FP_HW_NFIELDS 12
+/* is field k left out of h (optional and 0) */
+#define FPI_HW_OMITTED(h, k) (fp_hw_fields[k].optional && fpi_hw_getd(h, k) == 0)
 extern const fp_hw_field fp_hw_fields[FP_HW_NFIELDS];
 static inline int64_t *fpi_hw_int(fp_hw *h, int k) { return (int64_t *)((char *)h + fp_hw_fields[k].off); }
 static inline double *fpi_hw_dbl(fp_hw *h, int k) { return (double *)((char *)h + fp_hw_fields[k].off); }

@@ -926,7 +926,8 @@ static bool header_optim(parser *ps) {
   return end_of_field(ps) && expect_eol(ps);
 }
 
-/* hardware "NAME" key=value ...: every field of fp_hw_fields once, any order */
+/* hardware "NAME" key=value ...: every field of fp_hw_fields once (the
+ * optional ones at most once), any order */
 static bool header_hw(parser *ps) {
   fp_prog *p = ps->p;
   size_t at0 = ps->pos;
@@ -949,7 +950,7 @@ static bool header_hw(parser *ps) {
     if (!ok) return false;
   }
   for (int i = 0; i < FP_HW_NFIELDS; i++)
-    if (!(seen >> i & 1)) return fail(ps, ps->pos, "the hardware needs %s=", fp_hw_fields[i].key);
+    if (!(seen >> i & 1) && !fp_hw_fields[i].optional) return fail(ps, ps->pos, "the hardware needs %s=", fp_hw_fields[i].key);
   p->hw = h;
   return true;
 }

@@ -330,6 +330,7 @@ static void write_hw(wr *w, const fp_hw *h) {
   w_member(w, "hardware", false);
   M_STR(w, true, "name", h->name);
   for (int k = 0; k < FP_HW_NFIELDS; k++) {
+    if (FPI_HW_OMITTED(h, k)) continue;
     W_LIT(w, ",\"");
     fpi_sb_puts(&w->b, fp_hw_fields[k].key);
     W_LIT(w, "\":");
@@ -1058,7 +1059,7 @@ static bool e_op(rd *r, void *ctx, int64_t i) {
   return true;
 }
 
-/* hardware: {"name", then fp_hw_fields}, all required */
+/* hardware: {"name", then fp_hw_fields}, all but the optional ones required */
 static bool m_hw(rd *r, void *ctx, int k) {
   fp_hw *h = ctx;
   if (k == 0) return rd_str(r, &h->name);
@@ -1071,7 +1072,10 @@ static bool f_hw(rd *r) {
   keys[FP_HW_NFIELDS + 1] = NULL;
   fp_hw h = {0};
   uint32_t seen;
-  if (!fobj(r, keys, (1u << (FP_HW_NFIELDS + 1)) - 1, &seen, NULL, m_hw, &h)) return false;
+  uint32_t need = (1u << (FP_HW_NFIELDS + 1)) - 1;
+  for (int k = 0; k < FP_HW_NFIELDS; k++)
+    if (fp_hw_fields[k].optional) need &= ~(1u << (k + 1));
+  if (!fobj(r, keys, need, &seen, NULL, m_hw, &h)) return false;
   r->p->hw = h;
   return true;
 }

@@ -320,6 +320,7 @@ static void print_hw(sbuf *o, const fp_hw *h) {
   sb_lit(o, "hardware ");
   sb_quoted(o, h->name);
   for (int k = 0; k < FP_HW_NFIELDS; k++) {
+    if (FPI_HW_OMITTED(h, k)) continue;
     sb_lit(o, "  ");
     sb_puts(o, fp_hw_fields[k].key);
     sb_putc(o, '=');

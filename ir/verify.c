@@ -281,7 +281,9 @@ static bool check_header(vctx *v) {
     verr(v, FP_VL_PROG, 0, "unknown optimizer state dtype %d", (int)p->optim_dtype);
   for (int k = 0; p->hw.name && k < FP_HW_NFIELDS; k++) { /* the modeled machine */
     double x = fp_hw_fields[k].integer ? (double)fpi_hw_geti(&p->hw, k) : fpi_hw_getd(&p->hw, k);
-    if (!(isfinite(x) && x > 0)) verr(v, FP_VL_PROG, 0, "hardware %s must be a positive number", fp_hw_fields[k].key);
+    if (fp_hw_fields[k].optional ? !(isfinite(x) && x >= 0) : !(isfinite(x) && x > 0))
+      verr(v, FP_VL_PROG, 0, "hardware %s must be a %s number", fp_hw_fields[k].key,
+           fp_hw_fields[k].optional ? "non-negative" : "positive");
   }
   if (p->ncomms < 0 || p->ntabs < 0 || p->nbufs < 0 || p->nmods < 0 || p->nparams < 0 || p->nbuckets < 0 ||
       p->nsegs < 0 || p->nops < 0) {

@@ -26,7 +26,7 @@
 #include "cost.h"
 
 const char *fpi_calib_kind_name(int k) {
-  static const char *const n[] = {"collective", "local kernel", "host copy", "compute"};
+  static const char *const n[] = {"collective", "local kernel", "host copy", "compute", "hook"};
   return k >= 0 && k < FP_CALIB_NKINDS ? n[k] : "?";
 }
 
@@ -362,7 +362,7 @@ static void residuals(const fp_prog *P, const samples *s, const double *model_us
   if (!r) return;
   for (int64_t i = 0; i < s->n; i++) {
     double m = model_us ? model_us[i] : fpi_cost_op_us(P, &P->ops[s->v[i].op], hw);
-    r[i] = fabs(m - s->v[i].us) / s->v[i].us;
+    r[i] = fabs(m - s->v[i].us) / fmax(s->v[i].us, 1e-3); /* (a hook's host time may round to 0) */
     o->max_rel = fmax(o->max_rel, r[i]);
   }
   qsort(r, (size_t)s->n, sizeof *r, cmp_dbl);
@@ -401,6 +401,38 @@ static bool record_times(const fp_prog *P, const fp_calib_rec *recs, int32_t nre
       }
     }
   }
+  return true;
+}
+
+/* each hook call's host time, one sample per record and segment (op:
+ * the segment's index): the call's duration less the ops of its segment
+ * the trainer's stream ran inside it (its waits and local kernels, which
+ * the model times as ops), at least 0; false when out of memory */
+static bool hook_samples(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, samples *s) {
+  for (int32_t r = 0; r < nrecs; r++) {
+    const double *ot = recs[r].op_t, *ht = recs[r].hook_t;
+    for (int32_t sg = 0; sg < P->nsegs; sg++) {
+      const fp_seg *seg = &P->segs[sg];
+      double in = 0;
+      for (int32_t i = seg->first; i < seg->first + seg->nops; i++)
+        if (P->ops[i].stream == FP_STREAM_COMPUTE && fpi_op_class(P->ops[i].code) != FP_OPC_COMPUTE &&
+            ot[2 * i] >= 0)
+          in += ot[2 * i + 1] - ot[2 * i];
+      if (!push(s, sg, fmax(0, ht[2 * sg + 1] - ht[2 * sg] - in))) return false;
+    }
+  }
+  return true;
+}
+
+/* hook_us: the mean host time of a hook call (what the step's total needs),
+ * with each sample's model (that constant) in *model_h (malloc'd) */
+static bool fit_hook(const samples *h, fp_hw *hw, double **model_h) {
+  double sum = 0;
+  for (int64_t i = 0; i < h->n; i++) sum += h->v[i].us;
+  hw->hook_us = h->n ? sum / (double)h->n : 0;
+  *model_h = malloc((size_t)(h->n ? h->n : 1) * sizeof **model_h);
+  if (!*model_h) return false;
+  for (int64_t i = 0; i < h->n; i++) (*model_h)[i] = hw->hook_us;
   return true;
 }
 
@@ -480,7 +512,7 @@ static bool fit_kinds(const fp_prog *P, samples *S, const double *alpha, fp_hw *
  * the reason in err */
 static bool fit_close_enough(const fp_calib *out, char *err, size_t cap) {
   for (int k = 0; k < FP_CALIB_NKINDS; k++)
-    if (out->kinds[k].n && out->kinds[k].med_rel > FP_CALIB_MAX_MEDIAN) {
+    if (k != FP_CALIB_HOOK && out->kinds[k].n && out->kinds[k].med_rel > FP_CALIB_MAX_MEDIAN) {
       snprintf(err, cap,
                "inconsistent records: the fitted model is off by a median %.0f%% on the %lld %s durations (more "
                "than %.0f%%): they do not follow the cost model (peers' arrival or a loaded machine?)",
@@ -499,6 +531,7 @@ bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *rec
   double *alpha = NULL;   /* compute: the flops of each sample */
   double *mind = NULL;    /* per op: the shortest measured time (INFINITY: none) */
   double *model_c = NULL; /* compute: each sample's modeled time */
+  double *model_h = NULL; /* hooks: each sample's modeled time */
   bool ok = false;
   if (nrecs <= 0) {
     snprintf(err, cap, "too few records: none given");
@@ -511,18 +544,20 @@ bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *rec
   if (!record_times(P, recs, nrecs, S, alpha, mind) || !op_samples(P, mind, S)) goto oom;
   int64_t total = 0;
   for (int k = 0; k < FP_CALIB_NKINDS; k++) total += S[k].n;
+  if (total && !hook_samples(P, recs, nrecs, &S[FP_CALIB_HOOK])) goto oom; /* (hooks alone fit nothing else) */
   if (!total) {
     snprintf(err, cap, "too few records: no op or trainer time with a positive duration was measured");
     goto done;
   }
   fp_hw *hw = &out->hw;
   if (!fit_kinds(P, S, alpha, hw, out, &model_c, err, cap)) goto done;
+  if (!fit_hook(&S[FP_CALIB_HOOK], hw, &model_h)) goto oom;
   if (!fpi_hw_valid(hw)) {
     snprintf(err, cap, "inconsistent records: the fitted machine has a rate or latency that is not a positive number");
     goto done;
   }
   for (int k = 0; k < FP_CALIB_NKINDS; k++)
-    residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : NULL, hw, &out->kinds[k]);
+    residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : k == FP_CALIB_HOOK ? model_h : NULL, hw, &out->kinds[k]);
   ok = fit_close_enough(out, err, cap);
   goto done;
 oom:
@@ -530,6 +565,7 @@ oom:
 done:
   for (int k = 0; k < FP_CALIB_NKINDS; k++) free(S[k].v);
   free(model_c);
+  free(model_h);
   free(alpha);
   free(mind);
   return ok;

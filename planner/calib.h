@@ -18,7 +18,7 @@ typedef struct fp_calib_rec {
   const double *hook_t; /* [nsegs][2] enter, leave (us) */
 } fp_calib_rec;
 
-enum { FP_CALIB_COLL, FP_CALIB_LOCAL, FP_CALIB_HOST, FP_CALIB_COMPUTE, FP_CALIB_NKINDS };
+enum { FP_CALIB_COLL, FP_CALIB_LOCAL, FP_CALIB_HOST, FP_CALIB_COMPUTE, FP_CALIB_HOOK, FP_CALIB_NKINDS };
 
 typedef struct fp_calib_kind {
   int64_t n;              /* measured durations fitted */
@@ -32,10 +32,13 @@ typedef struct fp_calib {
 } fp_calib;
 
 /* a fit whose median |modeled - measured| / measured on some op kind is
- * above this is refused (the records do not follow the model) */
+ * above this is refused (the records do not follow the model); hooks are
+ * exempt: their host time is one constant for calls that differ (the
+ * first, the last, those that free or allocate), so only its mean is
+ * meant to fit */
 #define FP_CALIB_MAX_MEDIAN 0.5
 
-/* the kind's name in messages: "collective", "local kernel", "host copy", "compute" */
+/* the kind's name in messages: "collective", "local kernel", "host copy", "compute", "hook" */
 const char *fpi_calib_kind_name(int k);
 /* Fit hw to the records, starting from (and keeping what cannot be fitted
  * of) *start. False with the reason in err (too few or inconsistent

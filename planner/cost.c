@@ -97,7 +97,7 @@ static bool pos(double x) { return isfinite(x) && x > 0; }
 bool fpi_hw_valid(const fp_hw *h) {
   return h->name && h->gpus_per_node > 0 && h->hbm_bytes > 0 && pos(h->flops) && pos(h->nvlink_gbps) &&
          pos(h->ib_gbps) && pos(h->hbm_gbps) && pos(h->pcie_gbps) && pos(h->base_us) && pos(h->nvlink_hop_us) &&
-         pos(h->net_hop_us) && pos(h->launch_us);
+         pos(h->net_hop_us) && pos(h->launch_us) && isfinite(h->hook_us) && h->hook_us >= 0;
 }
 
 /* ---- communicators on the mesh ---------------------------------------------------- */

@@ -5,9 +5,10 @@
  * records as its machine), optionally "base" (a preset whose values fill the
  * fields left out) and "note" (free text: calibrate writes how it fitted),
  * and the fields of fp_hw under the keys .fpir and plan.json use. Without a
- * base every field is required. Rates and latencies must be finite and > 0,
- * counts >= 1: the same machine fpi_hw_valid accepts, so a file never gives
- * the simulator a zero to divide by. */
+ * base every field is required but hook_us (0 when left out: not modeled).
+ * Rates and latencies must be finite and > 0 (hook_us >= 0), counts >= 1:
+ * the same machine fpi_hw_valid accepts, so a file never gives the
+ * simulator a zero to divide by. */
 #include "hwfile.h"
 
 #include <math.h>
@@ -21,12 +22,13 @@ typedef struct hw_key {
   const char *key;
   size_t off;
   bool integer;
+  bool optional; /* may be left out (0) or 0; written only when not 0 */
 } hw_key;
-#define HK(f, i) {#f, offsetof(fp_hw, f), i}
+#define HK(f, i) {#f, offsetof(fp_hw, f), i, false}
 static const hw_key hw_keys[] = {
     HK(gpus_per_node, true), HK(hbm_bytes, true),   HK(flops, false),     HK(nvlink_gbps, false),
     HK(ib_gbps, false),      HK(hbm_gbps, false),   HK(pcie_gbps, false), HK(base_us, false),
-    HK(nvlink_hop_us, false), HK(net_hop_us, false), HK(launch_us, false),
+    HK(nvlink_hop_us, false), HK(net_hop_us, false), HK(launch_us, false), {"hook_us", offsetof(fp_hw, hook_us), false, true},
 };
 #undef HK
 #define NKEYS ((int)(sizeof hw_keys / sizeof hw_keys[0]))
@@ -75,7 +77,7 @@ bool fpi_hw_parse(fp_jctx *c, const fp_jv *root, fp_hw *out) {
   for (int k = 0; k < NKEYS; k++) {
     const char *key = hw_keys[k].key;
     if (!fpi_j_has(root, key)) {
-      if (base) continue;
+      if (base || hw_keys[k].optional) continue;
       return fpi_j_error(c, "", "missing required member '%s' (or name a preset as \"base\" to take its value)", key);
     }
     char *field = (char *)&h + hw_keys[k].off;
@@ -87,8 +89,9 @@ bool fpi_hw_parse(fp_jctx *c, const fp_jv *root, fp_hw *out) {
       const fp_jv *v = fpi_j_get(root, key);
       double x = NAN;
       if (v && (fpi_jv_is(v, FP_JINT) || fpi_jv_is(v, FP_JDOUBLE))) x = fpi_jv_num(v);
-      if (!(isfinite(x) && x > 0))
-        return fpi_j_error(c, fpi_ptr_key(c->a, "", key), "expected a number > 0, got %s", fpi_j_describe(c->a, v));
+      if (hw_keys[k].optional ? !(isfinite(x) && x >= 0) : !(isfinite(x) && x > 0))
+        return fpi_j_error(c, fpi_ptr_key(c->a, "", key), "expected a number %s 0, got %s",
+                           hw_keys[k].optional ? ">=" : ">", fpi_j_describe(c->a, v));
       memcpy(field, &x, sizeof x);
     }
   }
@@ -137,6 +140,7 @@ void fpi_hw_write(const fp_hw *hw, const char *note, FILE *f) {
     } else {
       double x;
       memcpy(&x, field, sizeof x);
+      if (hw_keys[k].optional && x == 0) continue;
       fprintf(f, ",\n  \"%s\": %.6g", hw_keys[k].key, x);
     }
   }

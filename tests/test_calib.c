@@ -44,6 +44,7 @@ static fp_hw truth(void) {
   h.hbm_gbps = 2.0;    /* their kernels span the launch time: some below, some past */
   h.launch_us = 1.5;
   h.flops = 30e9;
+  h.hook_us = 3;
   return h;
 }
 
@@ -54,14 +55,17 @@ static double noise(double amp) { /* uniform in [1 - amp, 1 + amp] */
 }
 
 /* a record of one rank's step on hw: ops back to back, each its modeled
- * time (x noise); the trainer's time after each hook the modeled compute
- * of the segment's placeholder; keep(op) false: the op marked not run */
+ * time (x noise); each hook call as long as the segment's ops on the
+ * trainer's stream plus hw->hook_us (x noise); the trainer's time after
+ * each hook the modeled compute of the segment's placeholder; keep(op)
+ * false: the op marked not run */
 static fp_calib_rec synth(fp_arena *a, const fp_prog *P, const fp_hw *hw, double amp, bool (*keep)(const fp_prog *, int32_t)) {
   double *ot = fpi_alloc_array(a, (size_t)P->nops * 2, sizeof *ot), *ht = fpi_alloc_array(a, (size_t)P->nsegs * 2, sizeof *ht);
-  double t = 0;
+  double t = 0, enter = 0; /* t: where the next op starts */
   for (int32_t s = 0; s < P->nsegs; s++) {
-    ht[2 * s] = t;
-    double gap = 0;
+    ht[2 * s] = enter;
+    t = fmax(t, enter);
+    double gap = 0, in = 0; /* in: the segment's trainer-stream ops */
     for (int32_t i = P->segs[s].first; i < P->segs[s].first + P->segs[s].nops; i++) {
       const fp_op *op = &P->ops[i];
       if (op->code == FP_OP_COMPUTE) {
@@ -77,9 +81,12 @@ static fp_calib_rec synth(fp_arena *a, const fp_prog *P, const fp_hw *hw, double
       ot[2 * i] = t;
       ot[2 * i + 1] = t + d;
       t += d;
+      if (op->stream == FP_STREAM_COMPUTE) in += d;
     }
-    ht[2 * s + 1] = t + 0.5;
-    t += 0.5 + gap;
+    /* the call: its own ops and its host time; the others' ops run beside
+     * it (a stream of their own), and the trainer's work follows the call */
+    ht[2 * s + 1] = ht[2 * s] + in + hw->hook_us * noise(amp);
+    enter = ht[2 * s + 1] + gap;
   }
   return (fp_calib_rec){ot, ht};
 }
@@ -110,6 +117,7 @@ static void fit_back(const char *example, bool multinode) {
   near(c.hw.flops, tr.flops, 0.05, "flops");
   near(c.hw.hbm_gbps, tr.hbm_gbps, 0.10, "hbm_gbps");
   near(c.hw.launch_us, tr.launch_us, 0.10, "launch_us");
+  near(c.hw.hook_us, tr.hook_us, 0.05, "hook_us");
   if (multinode) {
     near(c.hw.ib_gbps, tr.ib_gbps, 0.10, "ib_gbps");
   }

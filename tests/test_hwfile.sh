@@ -120,6 +120,7 @@ bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",
 bad_file "{$F,\"name\":\"x\"}" "e.json:1:1: error: /: missing required member 'gpus_per_node' (or name a preset as \"base\""
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"flops\":-1}" "error: /flops: expected a number > 0, got -1"
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"launch_us\":\"2\"}" 'error: /launch_us: expected a number > 0, got "2"'
+bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"hook_us\":-0.5}" "error: /hook_us: expected a number >= 0, got -0.5"
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"gpus_per_node\":0}" "error: /gpus_per_node: expected an integer >= 1, got 0"
 bad_file "{$F,\"name\":\"x\",\"base\":\"a100\"}" 'error: /base: unknown hardware preset "a100" (expected one of: h100-sxm, h200)'
 bad_file "{$F,\"name\":\"a b\",\"base\":\"h100-sxm\"}" 'error: /name: expected 1 to 64 letters, digits or . _ - +, got "a b"'

@@ -787,6 +787,38 @@ static fp_memtl *kitchen_memtl(fp_arena *a) {
   return t;
 }
 
+/* hook_us, the optional machine field: left out of .fpir, plan.json and the
+ * hash while 0 (a plan of before reads, prints and hashes as it did), kept
+ * through both forms and in the hash when set, refused when negative */
+static void test_hw_hook_us(void **state) {
+  (void)state;
+  fp_arena *a = fpi_arena_new();
+  kit k = kitchen(a);
+  fp_diag d;
+  fpi_diag_init(&d, stderr);
+  char *t0 = print(k.p), *j0 = plan_text(k.p);
+  uint64_t h0 = fpi_prog_hash(k.p);
+  assert_null(strstr(t0, "hook_us")), assert_null(strstr(j0, "hook_us"));
+  k.p->hw.hook_us = 2.5;
+  char *t1 = print(k.p), *j1 = plan_text(k.p);
+  assert_non_null(strstr(t1, "hook_us=2.5")), assert_non_null(strstr(j1, "\"hook_us\":2.5"));
+  assert_true(fpi_prog_hash(k.p) != h0);
+  fp_prog *q = parse(a, &d, t1), *r = plan_read(a, &d, j1);
+  assert_non_null(q), assert_non_null(r);
+  assert_true(q->hw.hook_us == 2.5 && r->hw.hook_us == 2.5);
+  assert_int_equal(fpi_prog_hash(q), fpi_prog_hash(k.p));
+  fp_prog *q0 = parse(a, &d, t0);
+  assert_non_null(q0);
+  assert_true(q0->hw.hook_us == 0);
+  assert_int_equal(fpi_prog_hash(q0), h0);
+  k.p->hw.hook_us = 2.5;
+  EXPECT_VALID(k.p);
+  k.p->hw.hook_us = -1;
+  EXPECT_ERROR(k.p, "hardware hook_us must be a non-negative number");
+  free(t0), free(j0), free(t1), free(j1);
+  fpi_arena_free(a);
+}
+
 static void test_plan_roundtrip(void **state) {
   (void)state;
   fp_arena *a = fpi_arena_new();
@@ -1452,7 +1484,7 @@ int main(void) {
       cmocka_unit_test(test_fork),
       cmocka_unit_test(test_odd_roundtrip),    cmocka_unit_test(test_parse_handwritten),
       cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_fpir_hostile),
-      cmocka_unit_test(test_plan_roundtrip),   cmocka_unit_test(test_plan_tampered), cmocka_unit_test(test_plan_red),
+      cmocka_unit_test(test_plan_roundtrip), cmocka_unit_test(test_hw_hook_us),   cmocka_unit_test(test_plan_tampered), cmocka_unit_test(test_plan_red),
       cmocka_unit_test(test_plan_verified),    cmocka_unit_test(test_plan_hostile),
       cmocka_unit_test(test_verify_rules),     cmocka_unit_test(test_verify_reuse_ok),
       cmocka_unit_test(test_verify_seg_first),
