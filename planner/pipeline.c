@@ -1,11 +1,11 @@
-/* pipeline.c - the compiler: the layout, then the candidate search, in which
- * every candidate is one plain sequence - lower one training step (and give
- * it the spec's machine), the passes in order (the verifier after each under
+/* pipeline.c - the compiler: the candidate search, in which every candidate
+ * is one plain sequence - lower one training step (and give it the spec's
+ * machine), the passes in order (the verifier after each under
  * FLEXPLAN_VERIFY_EACH), the simulator (modeled step time) - and the search
- * itself is a table of axes (prefetch depth, collectives, cast placement,
- * overlap_param_gather, memplan holds) walked by one keep-the-better loop.
- * Then the kept plan's memory timeline, verifier and figures (summary.c
- * reports them). */
+ * itself is one table of axes (bucket size and its layout, prefetch depth,
+ * collectives, cast placement, overlap_param_gather, memplan holds) walked
+ * by one keep-the-better loop, whose guards only decide. Then the kept
+ * plan's memory timeline, verifier and figures (summary.c reports them). */
 #include "pipeline.h"
 
 #include <math.h>
@@ -61,6 +61,9 @@ typedef struct lifetimes {
  * depths and lowering flags, which are fp_compiled's own */
 typedef struct search {
   fp_arena *a;
+  const fp_model *m;
+  const fp_spec *spec;   /* as given */
+  int64_t target;        /* the bucket size of the layout to build (0: the spec's own buckets) */
   int hold;              /* memplan's hold (fp_pass_ctx.hold): 0 but for a held plan */
   const lifetimes *hint; /* memplan by these lifetimes (NULL: by program order) */
   /* the lowering of the current depths and flags, before the passes: the
@@ -249,19 +252,26 @@ static void drop(fp_arena *a, fp_compiled *c, const fp_compiled *keep) {
 /* Each axis is one choice the compile makes by building candidates and
  * keeping the better. The axes nest in the order of the table (the first
  * outermost), so each candidate of an axis is the best of the axes after it.
- * An axis's `next` readies value i of it in c (the values in the order
- * tried), seen the best kept so far (NULL: none yet), and says whether to
- * build it (TRY), pass it over (SKIP) or end the axis (STOP): its guard, so
- * that a candidate is only tried where it can pay. Where values after the
- * first need a first candidate to compare with, the first reports its
- * errors; where each is tried on its own (each_alone), the last reports
- * them if none before it was built. */
-enum { TRY, SKIP, STOP };
+ * An axis's `next` is its guard: it readies value i of it (in c, or in the
+ * search's state; the values in the order tried), seen the best kept so far
+ * (NULL: none yet), and decides - build it (TRY), pass it over (SKIP), end
+ * the axis (STOP), or build it only to lend what it shows to the values
+ * after it, never to be kept (LEND: `lent` then takes that, and decides
+ * whether the axis goes on). A guard builds nothing: the one loop
+ * (search_axes) builds each value - the axis's own step first where it has
+ * one (`open`: the bucket size's layout), then the axes after it, then one
+ * candidate (build) - so that a candidate is only tried where its guard
+ * says it can pay. Where values after the first need a first candidate to
+ * compare with, the first reports its errors; where each is tried on its
+ * own (each_alone), the last reports them if none before it was built. */
+enum { TRY, SKIP, STOP, LEND };
 typedef struct axis {
   const char *name, *why;
-  int (*count)(const fp_compiled *c); /* the values it has */
+  int (*count)(const search *S, const fp_compiled *c); /* the values it has */
   bool each_alone;
   int (*next)(search *S, fp_compiled *c, const fp_compiled *best, int i);
+  bool (*open)(search *S, fp_diag *d, fp_compiled *c);      /* NULL: none */
+  int (*lent)(search *S, const fp_compiled *c, bool built); /* after a LEND: TRY (go on) or STOP */
   bool (*wins)(const fp_compiled *c, const fp_compiled *best); /* c is kept over best */
 } axis;
 
@@ -283,7 +293,10 @@ static bool exposed_over(const fp_compiled *c, double share) { return c->sim.exp
  * if even depth 0 does not fit, its error (what is live at the peak) is the
  * user's. */
 static bool depth_auto(const fp_spec *s) { return s->prefetch_fwd == FP_PREFETCH_AUTO || s->prefetch_bwd == FP_PREFETCH_AUTO; }
-static int depth_count(const fp_compiled *c) { return depth_auto(c->layout.spec) ? FP_PREFETCH_AUTO_MAX + 1 : 1; }
+static int depth_count(const search *S, const fp_compiled *c) {
+  (void)S;
+  return depth_auto(c->layout.spec) ? FP_PREFETCH_AUTO_MAX + 1 : 1;
+}
 static int depth_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
   (void)S;
   const fp_spec *s = c->layout.spec;
@@ -294,8 +307,8 @@ static int depth_next(search *S, fp_compiled *c, const fp_compiled *best, int i)
   return TRY;
 }
 
-static int two(const fp_compiled *c) {
-  (void)c;
+static int two(const search *S, const fp_compiled *c) {
+  (void)S, (void)c;
   return 2;
 }
 
@@ -367,25 +380,25 @@ static int refresh_next(search *S, fp_compiled *c, const fp_compiled *best, int 
 }
 
 /* The memory plan of one lowering. Values:
- *   0         plain: placement by program order only; a fresh lowering of
- *             the depths and flags the axes before set, which the others
- *             copy;
- *   2h-1, 2h  timed by held h (h = 1 .. FP_MEMPLAN_HOLD_MAX): `held h` holds
- *             what a post_backward's reduction reads (unsharded grads,
- *             staging) until the h-th post_backward after it, so the next
- *             layers' backward and gathers never wait for the rs stream (h =
- *             1: double buffering; deeper where the reductions are slower
- *             than the backward and fall further behind it each layer). It
- *             is only a source of lifetimes, never kept itself - its holds
- *             are by program order, not by time - built while each is faster
- *             than the one before (h = 1 than plain). The timed plans are
- *             placed by its modeled lifetimes (spans_of): buffers whose uses
- *             overlap in held's timeline never share bytes, so double
- *             buffering stays exactly where the timeline overlaps the two,
- *             and no reuse of bytes makes a stream wait that the timeline did
- *             not. If 2h-1's arena is above the bound of its ranges, 2h holds
- *             the lifetimes to their hooks (spans_of's `reach`: fewer
- *             overlaps, often a tighter packing).
+ *   0           plain: placement by program order only; a fresh lowering of
+ *               the depths and flags the axes before set, which the others
+ *               copy;
+ *   3h-2        held h (h = 1 .. FP_MEMPLAN_HOLD_MAX), lent: holds what a
+ *               post_backward's reduction reads (unsharded grads, staging)
+ *               until the h-th post_backward after it, so the next layers'
+ *               backward and gathers never wait for the rs stream (h = 1:
+ *               double buffering; deeper where the reductions are slower
+ *               than the backward and fall further behind it each layer).
+ *               It is only a source of lifetimes, never kept itself - its
+ *               holds are by program order, not by time - and the axis ends
+ *               unless it is faster than the one before (h = 1 than plain);
+ *   3h-1, 3h    timed by held h: placed by its modeled lifetimes (spans_of):
+ *               buffers whose uses overlap in held's timeline never share
+ *               bytes, so double buffering stays exactly where the timeline
+ *               overlaps the two, and no reuse of bytes makes a stream wait
+ *               that the timeline did not. If 3h-1's arena is above the bound
+ *               of its ranges, 3h holds the lifetimes to their hooks
+ *               (spans_of's `reach`: fewer overlaps, often a tighter packing).
  * Held plans are tried while the best leaves more than
  * FP_MEMPLAN_TRY_EXPOSED of its step exposed (and plain has at most
  * FP_MEMPLAN_TRY_OPS ops). Budget: plain is planned first, with the caller's
@@ -393,11 +406,12 @@ static int refresh_next(search *S, fp_compiled *c, const fp_compiled *best, int 
  * to the budget (it is never kept; a budget that binds would otherwise keep
  * the plan placed by its lifetimes from being tried); the timed plans are.
  * docs/schedule.md, "memplan". */
-static int memplan_count(const fp_compiled *c) {
-  (void)c;
-  return 1 + 2 * FP_MEMPLAN_HOLD_MAX;
+static int memplan_count(const search *S, const fp_compiled *c) {
+  (void)S, (void)c;
+  return 1 + 3 * FP_MEMPLAN_HOLD_MAX;
 }
 static int memplan_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)c;
   S->hold = 0;
   S->hint = NULL;
   if (i == 0) { /* plain: lower anew */
@@ -406,75 +420,57 @@ static int memplan_next(search *S, fp_compiled *c, const fp_compiled *best, int 
     return TRY;
   }
   if (!best) return STOP;
-  if (i % 2 == 0) { /* held to the hooks: unless the one as modeled was tight */
+  int h = (i + 2) / 3;
+  switch ((i + 2) % 3) {
+  case 0: /* held h */
+    if (h == 1 && best->prog->nops > FP_MEMPLAN_TRY_OPS) return STOP;
+    if (!exposed_over(best, FP_MEMPLAN_TRY_EXPOSED)) return STOP;
+    if (h == 1) S->prev = best->sim.step_us; /* plain */
+    S->hold = h;
+    return LEND;
+  case 1: /* timed by its lifetimes as modeled */
+    S->hint = S->spans[0];
+    return TRY;
+  default: /* held to the hooks: unless the one as modeled was tight */
     if (S->tight) return SKIP;
     S->hint = S->spans[1];
     return TRY;
   }
-  if (i == 1 && best->prog->nops > FP_MEMPLAN_TRY_OPS) return STOP;
-  if (!exposed_over(best, FP_MEMPLAN_TRY_EXPOSED)) return STOP;
-  if (i == 1) S->prev = best->sim.step_us; /* plain */
-  fp_compiled held = *c;
-  fp_diag quiet;
-  fpi_diag_init(&quiet, NULL);
-  S->hold = (i + 1) / 2;
-  bool ok = build(S, &quiet, &held);
-  fpi_diag_free(&quiet);
-  S->hold = 0;
-  if (!ok || !(held.sim.step_us < S->prev * (1 - FP_STEP_SLACK))) {
-    drop(S->a, &held, best);
-    return STOP;
-  }
-  S->prev = held.sim.step_us;
-  /* it only lends its lifetimes: taken (both ways), its op array goes back
-   * before the timed plans are built (the memory is used again) */
-  S->spans[0] = spans_of(S->a, &held, false);
-  S->spans[1] = spans_of(S->a, &held, true);
-  drop(S->a, &held, best);
-  S->hint = S->spans[0];
+}
+/* held h was built: its lifetimes (both ways) for the timed plans, if it
+ * was faster than the one before; its op array goes back (search_axes)
+ * before they are built, the memory used again */
+static int memplan_lent(search *S, const fp_compiled *held, bool built) {
+  if (!built || !(held->sim.step_us < S->prev * (1 - FP_STEP_SLACK))) return STOP;
+  S->prev = held->sim.step_us;
+  S->spans[0] = spans_of(S->a, held, false);
+  S->spans[1] = spans_of(S->a, held, true);
   return TRY;
 }
 
-static const axis axes[] = {
-    {"prefetch depth", "deeper prefetch hides more gathers but holds more memory", depth_count, true, depth_next,
-     faster},
-    {"collectives", "hybrid replicas all-reduce every micro-batch (hidden) or once per step (fewer)", two, false,
-     replica_next, better},
-    {"cast placement", "a reduction's casts on the rs stream or on the compute stream", two, false, prep_next, better},
-    {"overlap_param_gather", "ZeRO-2's refresh gathers after the optimizer or in the next forward", two, false,
-     refresh_next, better},
-    {"memplan holds", "reuse bytes by program order, or by the lifetimes of a double-buffered schedule", memplan_count,
-     false, memplan_next, better},
-};
-#define NAXES (int)(sizeof axes / sizeof axes[0])
+/* bucket sizes "auto" without a target tries (unsharded bytes per bucket) */
+static const int64_t auto_targets[] = {1, (int64_t)16 << 20, (int64_t)32 << 20, (int64_t)64 << 20,
+                                       (int64_t)128 << 20, (int64_t)256 << 20, (int64_t)512 << 20,
+                                       (int64_t)1 << 30, (int64_t)2 << 30};
+#define NTARGETS (int)(sizeof auto_targets / sizeof auto_targets[0])
 
-/* the best candidate of the axes from `level` on into *out (false: none
- * was built; the errors in d) */
-static bool search_axes(search *S, fp_diag *d, fp_compiled *out, int level) {
-  if (level == NAXES) return build(S, d, out);
-  const axis *x = &axes[level];
-  fp_compiled best;
-  bool have = false;
-  for (int i = 0, n = x->count(out); i < n; i++) {
-    int go = x->next(S, out, have ? &best : NULL, i);
-    if (go == STOP) break;
-    if (go == SKIP) continue;
-    fp_diag quiet;
-    fpi_diag_init(&quiet, NULL);
-    bool ok = search_axes(S, !have && (!x->each_alone || i == n - 1) ? d : &quiet, out, level + 1);
-    fpi_diag_free(&quiet);
-    if (ok && (!have || x->wins(out, &best))) {
-      if (have) drop(S->a, &best, out);
-      best = *out, have = true;
-    } else {
-      drop(S->a, out, have ? &best : NULL);
-    }
-  }
-  if (have) *out = best;
-  return have;
+/* The bucket size: as the spec buckets it (one value), or "buckets":
+ * {"auto": {}}: each of auto_targets from the largest down (1 byte = one
+ * module per bucket), kept by the least modeled step that fits the budget
+ * (`faster`: ties go to the smaller buckets, less memory). None fits: the
+ * smallest's error. Its own step (`open`) lays the model out in buckets of
+ * that size. */
+static bool buckets_auto(const fp_spec *s) { return s->bucket_mode == FP_BUCKETS_AUTO && s->auto_target_bytes <= 0; }
+static int bucket_count(const search *S, const fp_compiled *c) {
+  (void)c;
+  return buckets_auto(S->spec) ? NTARGETS : 1;
+}
+static int bucket_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)c, (void)best;
+  S->target = buckets_auto(S->spec) ? auto_targets[NTARGETS - 1 - i] : 0;
+  return TRY;
 }
 
-/* ---- the compile: layout, then the search (lower, passes, simulate) ---------- */
 /* overlap_param_gather true needs something to overlap */
 static bool check_param_gather(fp_arena *a, fp_diag *d, const fp_layout *L) {
   const fp_spec *s = L->spec;
@@ -486,42 +482,76 @@ static bool check_param_gather(fp_arena *a, fp_diag *d, const fp_layout *L) {
   return false;
 }
 
-/* the layout of s and the best plan of it */
-static bool compile_layout(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
-  if (!fpi_layout_build(a, d, m, s, &out->layout) || !check_param_gather(a, d, &out->layout)) return false;
-  search S = {.a = a};
-  bool ok = search_axes(&S, d, out, 0);
-  if (S.lowered) fpi_arena_release(a, S.lowered->ops);
-  return ok;
+/* the layout at the bucket size readied (the lowering kept of the last one
+ * goes back first) */
+static bool bucket_open(search *S, fp_diag *d, fp_compiled *c) {
+  if (S->lowered) fpi_arena_release(S->a, S->lowered->ops);
+  S->lowered = NULL;
+  const fp_spec *s = S->spec;
+  if (S->target) {
+    fp_spec *sc = fpi_alloc(S->a, sizeof *sc);
+    *sc = *s;
+    sc->auto_target_bytes = S->target;
+    s = sc;
+  }
+  return fpi_layout_build(S->a, d, S->m, s, &c->layout) && check_param_gather(S->a, d, &c->layout);
 }
 
-/* bucket sizes "auto" without a target tries (unsharded bytes per bucket) */
-static const int64_t auto_targets[] = {1, (int64_t)16 << 20, (int64_t)32 << 20, (int64_t)64 << 20,
-                                       (int64_t)128 << 20, (int64_t)256 << 20, (int64_t)512 << 20,
-                                       (int64_t)1 << 30, (int64_t)2 << 30};
+/* The search, one row an axis, the outermost first:
+ *   name, why; count, each_alone, next (guard), open, lent; wins */
+static const axis axes[] = {
+    {"bucket size", "larger buckets mean fewer, faster collectives but more memory and a later first gather",
+     bucket_count, true, bucket_next, bucket_open, NULL, faster},
+    {"prefetch depth", "deeper prefetch hides more gathers but holds more memory", depth_count, true, depth_next,
+     NULL, NULL, faster},
+    {"collectives", "hybrid replicas all-reduce every micro-batch (hidden) or once per step (fewer)", two, false,
+     replica_next, NULL, NULL, better},
+    {"cast placement", "a reduction's casts on the rs stream or on the compute stream", two, false, prep_next, NULL,
+     NULL, better},
+    {"overlap_param_gather", "ZeRO-2's refresh gathers after the optimizer or in the next forward", two, false,
+     refresh_next, NULL, NULL, better},
+    {"memplan holds", "reuse bytes by program order, or by the lifetimes of a double-buffered schedule", memplan_count,
+     false, memplan_next, NULL, memplan_lent, better},
+};
+#define NAXES (int)(sizeof axes / sizeof axes[0])
 
-/* the layout: as the spec buckets it, or "buckets": {"auto": {}}: the bucket
- * size with the least modeled step that fits the budget (1 byte = one module
- * per bucket); ties go to the smaller buckets (less memory). None fits: the
- * smallest's error. */
-static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
-  if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0) return compile_layout(a, d, m, s, out);
+/* the best candidate of the axes from `level` on into *out (false: none
+ * was built; the errors in d) */
+static bool search_axes(search *S, fp_diag *d, fp_compiled *out, int level) {
+  if (level == NAXES) return build(S, d, out);
+  const axis *x = &axes[level];
   fp_compiled best;
   bool have = false;
-  size_t nt = sizeof auto_targets / sizeof auto_targets[0];
-  for (size_t i = nt; i-- > 0;) {
-    fp_spec *sc = fpi_alloc(a, sizeof *sc);
-    *sc = *s;
-    sc->auto_target_bytes = auto_targets[i];
+  for (int i = 0, n = x->count(S, out); i < n; i++) {
+    int go = x->next(S, out, have ? &best : NULL, i);
+    if (go == STOP) break;
+    if (go == SKIP) continue;
     fp_diag quiet;
     fpi_diag_init(&quiet, NULL);
-    fp_compiled c = *out; /* its phase times */
-    bool ok = compile_layout(a, i == 0 && !have ? d : &quiet, m, sc, &c);
+    fp_diag *dv = !have && (!x->each_alone || i == n - 1) ? d : &quiet;
+    bool ok = (!x->open || x->open(S, dv, out)) && search_axes(S, dv, out, level + 1);
     fpi_diag_free(&quiet);
-    if (ok && (!have || faster(&c, &best))) best = c, have = true;
+    if (go == LEND) {
+      go = x->lent(S, out, ok);
+      drop(S->a, out, have ? &best : NULL);
+      if (go == STOP) break;
+    } else if (ok && (!have || x->wins(out, &best))) {
+      if (have) drop(S->a, &best, out);
+      best = *out, have = true;
+    } else {
+      drop(S->a, out, have ? &best : NULL);
+    }
   }
   if (have) *out = best;
   return have;
+}
+
+/* the best plan of every axis (the layout first) */
+static bool search_all(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  search S = {.a = a, .m = m, .spec = s};
+  bool ok = search_axes(&S, d, out, 0);
+  if (S.lowered) fpi_arena_release(a, S.lowered->ops);
+  return ok;
 }
 
 /* the compile's figures on the program (fp_figures: plan.json's "figures") */
@@ -544,12 +574,12 @@ static void keep_figures(fp_arena *a, fp_compiled *c) {
   c->prog->figures = g;
 }
 
-/* layout -> (per candidate: lower -> passes -> simulate) -> the kept plan's
- * memory timeline, verifier and figures */
+/* the search (per bucket size: the layout; per candidate: lower -> passes ->
+ * simulate) -> the kept plan's memory timeline, verifier and figures */
 bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
   memset(out, 0, sizeof *out);
   out->times = fpi_alloc(a, sizeof *out->times);
-  if (!compile_any(a, d, m, s, out)) return false;
+  if (!search_all(a, d, m, s, out)) return false;
   memory_figures(a, out);
   /* the plan kept is verified whole (the candidates that lost never leave
    * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
