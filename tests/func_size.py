@@ -36,9 +36,6 @@ EXCEPTIONS = {
     # owned by the issue-41 engineer (placement plug-ins) while issue 42 ran: split after the merge
     "planner/reshard.c:fpi_reshard": "issue 41 owns planner/reshard.c",
     "executor/xfer.c:fp_xfer_run": "issue 41 owns executor/xfer.c",
-    # owned by the lead and the issue-43 engineer while issue 42 ran
-    "planner/sim.c:fpi_simulate": "issue 43 owns planner/sim.c",
-    "planner/sim.c:fpi_sim_memory": "issue 43 owns planner/sim.c",
     # issue 42 ran out of time before splitting these (its report says so);
     # each is removed as it is split (the check fails on an entry within the limits)
     "base/json.c:fpi_json_locate": NOT_YET,
