@@ -1,14 +1,13 @@
-/* pipeline.c - the compiler: the layout, then the candidate search, in which
- * every candidate is one plain sequence - lower one training step (and give
- * it the spec's machine), the passes in order (the verifier after each under
+/* pipeline.c - the compiler: the candidate search, in which every candidate
+ * is one plain sequence - lower one training step (and give it the spec's
+ * machine), the passes in order (the verifier after each under
  * FLEXPLAN_VERIFY_EACH), the simulator (modeled step time) - and the search
- * itself is a table of axes (prefetch depth, collectives, cast placement,
- * overlap_param_gather, memplan holds) walked by one keep-the-better loop.
- * Then the kept plan's memory timeline, verifier and figures; and the
- * summary of what came out. */
+ * itself is one table of axes (bucket size and its layout, prefetch depth,
+ * collectives, cast placement, overlap_param_gather, memplan holds) walked
+ * by one keep-the-better loop, whose guards only decide. Then the kept
+ * plan's memory timeline, verifier and figures (summary.c reports them). */
 #include "pipeline.h"
 
-#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +61,9 @@ typedef struct lifetimes {
  * depths and lowering flags, which are fp_compiled's own */
 typedef struct search {
   fp_arena *a;
+  const fp_model *m;
+  const fp_spec *spec;   /* as given */
+  int64_t target;        /* the bucket size of the layout to build (0: the spec's own buckets) */
   int hold;              /* memplan's hold (fp_pass_ctx.hold): 0 but for a held plan */
   const lifetimes *hint; /* memplan by these lifetimes (NULL: by program order) */
   /* the lowering of the current depths and flags, before the passes: the
@@ -250,19 +252,26 @@ static void drop(fp_arena *a, fp_compiled *c, const fp_compiled *keep) {
 /* Each axis is one choice the compile makes by building candidates and
  * keeping the better. The axes nest in the order of the table (the first
  * outermost), so each candidate of an axis is the best of the axes after it.
- * An axis's `next` readies value i of it in c (the values in the order
- * tried), seen the best kept so far (NULL: none yet), and says whether to
- * build it (TRY), pass it over (SKIP) or end the axis (STOP): its guard, so
- * that a candidate is only tried where it can pay. Where values after the
- * first need a first candidate to compare with, the first reports its
- * errors; where each is tried on its own (each_alone), the last reports
- * them if none before it was built. */
-enum { TRY, SKIP, STOP };
+ * An axis's `next` is its guard: it readies value i of it (in c, or in the
+ * search's state; the values in the order tried), seen the best kept so far
+ * (NULL: none yet), and decides - build it (TRY), pass it over (SKIP), end
+ * the axis (STOP), or build it only to lend what it shows to the values
+ * after it, never to be kept (LEND: `lent` then takes that, and decides
+ * whether the axis goes on). A guard builds nothing: the one loop
+ * (search_axes) builds each value - the axis's own step first where it has
+ * one (`open`: the bucket size's layout), then the axes after it, then one
+ * candidate (build) - so that a candidate is only tried where its guard
+ * says it can pay. Where values after the first need a first candidate to
+ * compare with, the first reports its errors; where each is tried on its
+ * own (each_alone), the last reports them if none before it was built. */
+enum { TRY, SKIP, STOP, LEND };
 typedef struct axis {
   const char *name, *why;
-  int (*count)(const fp_compiled *c); /* the values it has */
+  int (*count)(const search *S, const fp_compiled *c); /* the values it has */
   bool each_alone;
   int (*next)(search *S, fp_compiled *c, const fp_compiled *best, int i);
+  bool (*open)(search *S, fp_diag *d, fp_compiled *c);      /* NULL: none */
+  int (*lent)(search *S, const fp_compiled *c, bool built); /* after a LEND: TRY (go on) or STOP */
   bool (*wins)(const fp_compiled *c, const fp_compiled *best); /* c is kept over best */
 } axis;
 
@@ -284,7 +293,10 @@ static bool exposed_over(const fp_compiled *c, double share) { return c->sim.exp
  * if even depth 0 does not fit, its error (what is live at the peak) is the
  * user's. */
 static bool depth_auto(const fp_spec *s) { return s->prefetch_fwd == FP_PREFETCH_AUTO || s->prefetch_bwd == FP_PREFETCH_AUTO; }
-static int depth_count(const fp_compiled *c) { return depth_auto(c->layout.spec) ? FP_PREFETCH_AUTO_MAX + 1 : 1; }
+static int depth_count(const search *S, const fp_compiled *c) {
+  (void)S;
+  return depth_auto(c->layout.spec) ? FP_PREFETCH_AUTO_MAX + 1 : 1;
+}
 static int depth_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
   (void)S;
   const fp_spec *s = c->layout.spec;
@@ -295,8 +307,8 @@ static int depth_next(search *S, fp_compiled *c, const fp_compiled *best, int i)
   return TRY;
 }
 
-static int two(const fp_compiled *c) {
-  (void)c;
+static int two(const search *S, const fp_compiled *c) {
+  (void)S, (void)c;
   return 2;
 }
 
@@ -368,25 +380,25 @@ static int refresh_next(search *S, fp_compiled *c, const fp_compiled *best, int 
 }
 
 /* The memory plan of one lowering. Values:
- *   0         plain: placement by program order only; a fresh lowering of
- *             the depths and flags the axes before set, which the others
- *             copy;
- *   2h-1, 2h  timed by held h (h = 1 .. FP_MEMPLAN_HOLD_MAX): `held h` holds
- *             what a post_backward's reduction reads (unsharded grads,
- *             staging) until the h-th post_backward after it, so the next
- *             layers' backward and gathers never wait for the rs stream (h =
- *             1: double buffering; deeper where the reductions are slower
- *             than the backward and fall further behind it each layer). It
- *             is only a source of lifetimes, never kept itself - its holds
- *             are by program order, not by time - built while each is faster
- *             than the one before (h = 1 than plain). The timed plans are
- *             placed by its modeled lifetimes (spans_of): buffers whose uses
- *             overlap in held's timeline never share bytes, so double
- *             buffering stays exactly where the timeline overlaps the two,
- *             and no reuse of bytes makes a stream wait that the timeline did
- *             not. If 2h-1's arena is above the bound of its ranges, 2h holds
- *             the lifetimes to their hooks (spans_of's `reach`: fewer
- *             overlaps, often a tighter packing).
+ *   0           plain: placement by program order only; a fresh lowering of
+ *               the depths and flags the axes before set, which the others
+ *               copy;
+ *   3h-2        held h (h = 1 .. FP_MEMPLAN_HOLD_MAX), lent: holds what a
+ *               post_backward's reduction reads (unsharded grads, staging)
+ *               until the h-th post_backward after it, so the next layers'
+ *               backward and gathers never wait for the rs stream (h = 1:
+ *               double buffering; deeper where the reductions are slower
+ *               than the backward and fall further behind it each layer).
+ *               It is only a source of lifetimes, never kept itself - its
+ *               holds are by program order, not by time - and the axis ends
+ *               unless it is faster than the one before (h = 1 than plain);
+ *   3h-1, 3h    timed by held h: placed by its modeled lifetimes (spans_of):
+ *               buffers whose uses overlap in held's timeline never share
+ *               bytes, so double buffering stays exactly where the timeline
+ *               overlaps the two, and no reuse of bytes makes a stream wait
+ *               that the timeline did not. If 3h-1's arena is above the bound
+ *               of its ranges, 3h holds the lifetimes to their hooks
+ *               (spans_of's `reach`: fewer overlaps, often a tighter packing).
  * Held plans are tried while the best leaves more than
  * FP_MEMPLAN_TRY_EXPOSED of its step exposed (and plain has at most
  * FP_MEMPLAN_TRY_OPS ops). Budget: plain is planned first, with the caller's
@@ -394,11 +406,12 @@ static int refresh_next(search *S, fp_compiled *c, const fp_compiled *best, int 
  * to the budget (it is never kept; a budget that binds would otherwise keep
  * the plan placed by its lifetimes from being tried); the timed plans are.
  * docs/schedule.md, "memplan". */
-static int memplan_count(const fp_compiled *c) {
-  (void)c;
-  return 1 + 2 * FP_MEMPLAN_HOLD_MAX;
+static int memplan_count(const search *S, const fp_compiled *c) {
+  (void)S, (void)c;
+  return 1 + 3 * FP_MEMPLAN_HOLD_MAX;
 }
 static int memplan_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)c;
   S->hold = 0;
   S->hint = NULL;
   if (i == 0) { /* plain: lower anew */
@@ -407,75 +420,57 @@ static int memplan_next(search *S, fp_compiled *c, const fp_compiled *best, int 
     return TRY;
   }
   if (!best) return STOP;
-  if (i % 2 == 0) { /* held to the hooks: unless the one as modeled was tight */
+  int h = (i + 2) / 3;
+  switch ((i + 2) % 3) {
+  case 0: /* held h */
+    if (h == 1 && best->prog->nops > FP_MEMPLAN_TRY_OPS) return STOP;
+    if (!exposed_over(best, FP_MEMPLAN_TRY_EXPOSED)) return STOP;
+    if (h == 1) S->prev = best->sim.step_us; /* plain */
+    S->hold = h;
+    return LEND;
+  case 1: /* timed by its lifetimes as modeled */
+    S->hint = S->spans[0];
+    return TRY;
+  default: /* held to the hooks: unless the one as modeled was tight */
     if (S->tight) return SKIP;
     S->hint = S->spans[1];
     return TRY;
   }
-  if (i == 1 && best->prog->nops > FP_MEMPLAN_TRY_OPS) return STOP;
-  if (!exposed_over(best, FP_MEMPLAN_TRY_EXPOSED)) return STOP;
-  if (i == 1) S->prev = best->sim.step_us; /* plain */
-  fp_compiled held = *c;
-  fp_diag quiet;
-  fpi_diag_init(&quiet, NULL);
-  S->hold = (i + 1) / 2;
-  bool ok = build(S, &quiet, &held);
-  fpi_diag_free(&quiet);
-  S->hold = 0;
-  if (!ok || !(held.sim.step_us < S->prev * (1 - FP_STEP_SLACK))) {
-    drop(S->a, &held, best);
-    return STOP;
-  }
-  S->prev = held.sim.step_us;
-  /* it only lends its lifetimes: taken (both ways), its op array goes back
-   * before the timed plans are built (the memory is used again) */
-  S->spans[0] = spans_of(S->a, &held, false);
-  S->spans[1] = spans_of(S->a, &held, true);
-  drop(S->a, &held, best);
-  S->hint = S->spans[0];
+}
+/* held h was built: its lifetimes (both ways) for the timed plans, if it
+ * was faster than the one before; its op array goes back (search_axes)
+ * before they are built, the memory used again */
+static int memplan_lent(search *S, const fp_compiled *held, bool built) {
+  if (!built || !(held->sim.step_us < S->prev * (1 - FP_STEP_SLACK))) return STOP;
+  S->prev = held->sim.step_us;
+  S->spans[0] = spans_of(S->a, held, false);
+  S->spans[1] = spans_of(S->a, held, true);
   return TRY;
 }
 
-static const axis axes[] = {
-    {"prefetch depth", "deeper prefetch hides more gathers but holds more memory", depth_count, true, depth_next,
-     faster},
-    {"collectives", "hybrid replicas all-reduce every micro-batch (hidden) or once per step (fewer)", two, false,
-     replica_next, better},
-    {"cast placement", "a reduction's casts on the rs stream or on the compute stream", two, false, prep_next, better},
-    {"overlap_param_gather", "ZeRO-2's refresh gathers after the optimizer or in the next forward", two, false,
-     refresh_next, better},
-    {"memplan holds", "reuse bytes by program order, or by the lifetimes of a double-buffered schedule", memplan_count,
-     false, memplan_next, better},
-};
-#define NAXES (int)(sizeof axes / sizeof axes[0])
+/* bucket sizes "auto" without a target tries (unsharded bytes per bucket) */
+static const int64_t auto_targets[] = {1, (int64_t)16 << 20, (int64_t)32 << 20, (int64_t)64 << 20,
+                                       (int64_t)128 << 20, (int64_t)256 << 20, (int64_t)512 << 20,
+                                       (int64_t)1 << 30, (int64_t)2 << 30};
+#define NTARGETS (int)(sizeof auto_targets / sizeof auto_targets[0])
 
-/* the best candidate of the axes from `level` on into *out (false: none
- * was built; the errors in d) */
-static bool search_axes(search *S, fp_diag *d, fp_compiled *out, int level) {
-  if (level == NAXES) return build(S, d, out);
-  const axis *x = &axes[level];
-  fp_compiled best;
-  bool have = false;
-  for (int i = 0, n = x->count(out); i < n; i++) {
-    int go = x->next(S, out, have ? &best : NULL, i);
-    if (go == STOP) break;
-    if (go == SKIP) continue;
-    fp_diag quiet;
-    fpi_diag_init(&quiet, NULL);
-    bool ok = search_axes(S, !have && (!x->each_alone || i == n - 1) ? d : &quiet, out, level + 1);
-    fpi_diag_free(&quiet);
-    if (ok && (!have || x->wins(out, &best))) {
-      if (have) drop(S->a, &best, out);
-      best = *out, have = true;
-    } else {
-      drop(S->a, out, have ? &best : NULL);
-    }
-  }
-  if (have) *out = best;
-  return have;
+/* The bucket size: as the spec buckets it (one value), or "buckets":
+ * {"auto": {}}: each of auto_targets from the largest down (1 byte = one
+ * module per bucket), kept by the least modeled step that fits the budget
+ * (`faster`: ties go to the smaller buckets, less memory). None fits: the
+ * smallest's error. Its own step (`open`) lays the model out in buckets of
+ * that size. */
+static bool buckets_auto(const fp_spec *s) { return s->bucket_mode == FP_BUCKETS_AUTO && s->auto_target_bytes <= 0; }
+static int bucket_count(const search *S, const fp_compiled *c) {
+  (void)c;
+  return buckets_auto(S->spec) ? NTARGETS : 1;
+}
+static int bucket_next(search *S, fp_compiled *c, const fp_compiled *best, int i) {
+  (void)c, (void)best;
+  S->target = buckets_auto(S->spec) ? auto_targets[NTARGETS - 1 - i] : 0;
+  return TRY;
 }
 
-/* ---- the compile: layout, then the search (lower, passes, simulate) ---------- */
 /* overlap_param_gather true needs something to overlap */
 static bool check_param_gather(fp_arena *a, fp_diag *d, const fp_layout *L) {
   const fp_spec *s = L->spec;
@@ -487,42 +482,76 @@ static bool check_param_gather(fp_arena *a, fp_diag *d, const fp_layout *L) {
   return false;
 }
 
-/* the layout of s and the best plan of it */
-static bool compile_layout(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
-  if (!fpi_layout_build(a, d, m, s, &out->layout) || !check_param_gather(a, d, &out->layout)) return false;
-  search S = {.a = a};
-  bool ok = search_axes(&S, d, out, 0);
-  if (S.lowered) fpi_arena_release(a, S.lowered->ops);
-  return ok;
+/* the layout at the bucket size readied (the lowering kept of the last one
+ * goes back first) */
+static bool bucket_open(search *S, fp_diag *d, fp_compiled *c) {
+  if (S->lowered) fpi_arena_release(S->a, S->lowered->ops);
+  S->lowered = NULL;
+  const fp_spec *s = S->spec;
+  if (S->target) {
+    fp_spec *sc = fpi_alloc(S->a, sizeof *sc);
+    *sc = *s;
+    sc->auto_target_bytes = S->target;
+    s = sc;
+  }
+  return fpi_layout_build(S->a, d, S->m, s, &c->layout) && check_param_gather(S->a, d, &c->layout);
 }
 
-/* bucket sizes "auto" without a target tries (unsharded bytes per bucket) */
-static const int64_t auto_targets[] = {1, (int64_t)16 << 20, (int64_t)32 << 20, (int64_t)64 << 20,
-                                       (int64_t)128 << 20, (int64_t)256 << 20, (int64_t)512 << 20,
-                                       (int64_t)1 << 30, (int64_t)2 << 30};
+/* The search, one row an axis, the outermost first:
+ *   name, why; count, each_alone, next (guard), open, lent; wins */
+static const axis axes[] = {
+    {"bucket size", "larger buckets mean fewer, faster collectives but more memory and a later first gather",
+     bucket_count, true, bucket_next, bucket_open, NULL, faster},
+    {"prefetch depth", "deeper prefetch hides more gathers but holds more memory", depth_count, true, depth_next,
+     NULL, NULL, faster},
+    {"collectives", "hybrid replicas all-reduce every micro-batch (hidden) or once per step (fewer)", two, false,
+     replica_next, NULL, NULL, better},
+    {"cast placement", "a reduction's casts on the rs stream or on the compute stream", two, false, prep_next, NULL,
+     NULL, better},
+    {"overlap_param_gather", "ZeRO-2's refresh gathers after the optimizer or in the next forward", two, false,
+     refresh_next, NULL, NULL, better},
+    {"memplan holds", "reuse bytes by program order, or by the lifetimes of a double-buffered schedule", memplan_count,
+     false, memplan_next, NULL, memplan_lent, better},
+};
+#define NAXES (int)(sizeof axes / sizeof axes[0])
 
-/* the layout: as the spec buckets it, or "buckets": {"auto": {}}: the bucket
- * size with the least modeled step that fits the budget (1 byte = one module
- * per bucket); ties go to the smaller buckets (less memory). None fits: the
- * smallest's error. */
-static bool compile_any(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
-  if (s->bucket_mode != FP_BUCKETS_AUTO || s->auto_target_bytes > 0) return compile_layout(a, d, m, s, out);
+/* the best candidate of the axes from `level` on into *out (false: none
+ * was built; the errors in d) */
+static bool search_axes(search *S, fp_diag *d, fp_compiled *out, int level) {
+  if (level == NAXES) return build(S, d, out);
+  const axis *x = &axes[level];
   fp_compiled best;
   bool have = false;
-  size_t nt = sizeof auto_targets / sizeof auto_targets[0];
-  for (size_t i = nt; i-- > 0;) {
-    fp_spec *sc = fpi_alloc(a, sizeof *sc);
-    *sc = *s;
-    sc->auto_target_bytes = auto_targets[i];
+  for (int i = 0, n = x->count(S, out); i < n; i++) {
+    int go = x->next(S, out, have ? &best : NULL, i);
+    if (go == STOP) break;
+    if (go == SKIP) continue;
     fp_diag quiet;
     fpi_diag_init(&quiet, NULL);
-    fp_compiled c = *out; /* its phase times */
-    bool ok = compile_layout(a, i == 0 && !have ? d : &quiet, m, sc, &c);
+    fp_diag *dv = !have && (!x->each_alone || i == n - 1) ? d : &quiet;
+    bool ok = (!x->open || x->open(S, dv, out)) && search_axes(S, dv, out, level + 1);
     fpi_diag_free(&quiet);
-    if (ok && (!have || faster(&c, &best))) best = c, have = true;
+    if (go == LEND) {
+      go = x->lent(S, out, ok);
+      drop(S->a, out, have ? &best : NULL);
+      if (go == STOP) break;
+    } else if (ok && (!have || x->wins(out, &best))) {
+      if (have) drop(S->a, &best, out);
+      best = *out, have = true;
+    } else {
+      drop(S->a, out, have ? &best : NULL);
+    }
   }
   if (have) *out = best;
   return have;
+}
+
+/* the best plan of every axis (the layout first) */
+static bool search_all(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
+  search S = {.a = a, .m = m, .spec = s};
+  bool ok = search_axes(&S, d, out, 0);
+  if (S.lowered) fpi_arena_release(a, S.lowered->ops);
+  return ok;
 }
 
 /* the compile's figures on the program (fp_figures: plan.json's "figures") */
@@ -545,12 +574,12 @@ static void keep_figures(fp_arena *a, fp_compiled *c) {
   c->prog->figures = g;
 }
 
-/* layout -> (per candidate: lower -> passes -> simulate) -> the kept plan's
- * memory timeline, verifier and figures */
+/* the search (per bucket size: the layout; per candidate: lower -> passes ->
+ * simulate) -> the kept plan's memory timeline, verifier and figures */
 bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, fp_compiled *out) {
   memset(out, 0, sizeof *out);
   out->times = fpi_alloc(a, sizeof *out->times);
-  if (!compile_any(a, d, m, s, out)) return false;
+  if (!search_all(a, d, m, s, out)) return false;
   memory_figures(a, out);
   /* the plan kept is verified whole (the candidates that lost never leave
    * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
@@ -568,289 +597,4 @@ bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, f
   keep_figures(a, out);
   phase_done(out, FP_PHASE_SUMMARY, t0);
   return true;
-}
-
-/* ---- summary ----------------------------------------------------------------- */
-/* bytes a collective moves for the rank: the whole buffer the op covers */
-static int64_t comm_bytes(const fp_prog *p, const fp_op *op) {
-  const fp_ir_comm *c = &p->comms[op->comm];
-  int64_t es = fpi_dtype_size(op->dtype);
-  switch (op->code) {
-  case FP_OP_ALL_GATHER:
-  case FP_OP_REDUCE_SCATTER: return c->size * op->count * es;
-  case FP_OP_ALL_GATHER_V:
-  case FP_OP_REDUCE_SCATTER_V: {
-    const fp_ir_table *t = &p->tabs[op->tab];
-    int64_t n = 0;
-    for (int64_t i = 0; i < t->n; i++) n += t->cnt[i];
-    return n * es;
-  }
-  default: return op->count * es;
-  }
-}
-
-/* the figures of the program itself; G: the shard group's size (predicated
- * collectives name a rank of it) */
-/* Frozen buckets kept whole on every rank (no_shard or replicate, every param
- * frozen): what they hold per rank, what holding the compute weight in the
- * main weight saved, and what sharding them would cost instead, counted as
- * full_shard with reshard after forward lowers a frozen bucket: one
- * all-gather of its compute weights in each forward and each backward of
- * every micro-batch (the backward still reads them for the input grads). */
-static void summarize_frozen(const fp_prog *p, fp_summary *s) {
-  int64_t G = 1;
-  for (int32_t c = 0; c < p->ncomms; c++)
-    if (!strcmp(p->comms[c].name, "shard") || (!strcmp(p->comms[c].name, "world") && G == 1)) G = p->comms[c].size;
-  /* one pass over the params, per bucket: all frozen and replicated?, its
-   * main and weight buffers, its compute bytes */
-  typedef struct {
-    bool any, frozen;
-    int32_t main, weight;
-    int64_t gather;
-  } fb;
-  fb *f = calloc((size_t)p->nbuckets + 1, sizeof *f);
-  FP_ASSERT(f);
-  for (int32_t i = 0; i < p->nparams; i++) {
-    const fp_ir_param *q = &p->params[i];
-    if (q->bucket < 0 || q->bucket >= p->nbuckets) continue;
-    fb *b = &f[q->bucket];
-    if (!b->any) b->any = b->frozen = true;
-    b->frozen &= !q->requires_grad && q->placement == FP_PL_REPLICATE && q->main.buf >= 0;
-    b->main = q->main.buf, b->weight = q->weight.buf;
-    int64_t n = fpi_dtype_size(q->param_dtype);
-    for (int k = 0; k < q->ndim; k++) n *= q->shape[k];
-    b->gather += n;
-  }
-  for (int32_t k = 0; k < p->nbuckets; k++) {
-    const fb *b = &f[k];
-    if (!b->any || !b->frozen) continue;
-    s->frozen_replicated_bytes += p->bufs[b->main].bytes + (b->weight >= 0 && b->weight != b->main ? p->bufs[b->weight].bytes : 0);
-    if (b->weight == b->main) s->frozen_one_copy_saved_bytes += p->bufs[b->main].bytes;
-    if (G > 1) {
-      s->frozen_gathers_avoided += 2 * p->grad_accumulation;
-      s->frozen_gather_bytes_avoided += 2 * p->grad_accumulation * b->gather;
-    }
-  }
-  free(f);
-}
-
-static void summarize_prog(const fp_prog *p, int64_t G, fp_summary *s) {
-  memset(s, 0, sizeof *s);
-  s->model = p->model;
-  s->strategy = p->strategy;
-  s->world_size = p->world_size;
-  s->tp = p->tp;
-  s->buckets = p->nbuckets;
-  s->params = p->nparams;
-  s->ops = p->nops;
-  /* predicated collectives (owned params) run on some ranks only: count per
-   * shard-group rank and report the rank that joins the most */
-  int64_t *pred = calloc((size_t)(G > 0 ? G : 1), sizeof *pred);
-  FP_ASSERT(pred);
-  int64_t common = 0;
-  for (int i = 0; i < p->nops; i++) {
-    const fp_op *op = &p->ops[i];
-    if (fpi_op_class(op->code) != FP_OPC_COMM) continue;
-    s->collectives++;
-    int64_t b = comm_bytes(p, op), *sum = op->only >= 0 && op->only < G ? &pred[op->only] : &common;
-    if (!fpi_add64(*sum, b, sum)) *sum = INT64_MAX; /* saturate: a figure, not an offset */
-  }
-  int64_t worst = 0;
-  for (int64_t g = 0; g < G; g++)
-    if (pred[g] > worst) worst = pred[g];
-  free(pred);
-  if (!fpi_add64(common, worst, &s->comm_bytes_per_rank)) s->comm_bytes_per_rank = INT64_MAX;
-  for (int b = 0; b < p->nbufs; b++) {
-    const fp_ir_buf *B = &p->bufs[b];
-    if (B->kind != FP_BUF_PERSISTENT) continue; /* (offload's device staging of the host copies) */
-    if (B->cat == FP_CAT_MAIN_WEIGHT) s->param_shard_bytes += B->bytes;
-    if (B->cat == FP_CAT_MAIN_GRAD) s->grad_shard_bytes += B->bytes;
-    if (B->cat == FP_CAT_OPT_STATE) s->optimizer_state_bytes += B->bytes;
-    if (B->host && B->cat < FP_NBUFCATS) s->host_by_cat[B->cat] += B->bytes;
-  }
-  summarize_frozen(p, s);
-  s->optimizer = fpi_optim_name(p->optim);
-  s->optimizer_dtype = p->optim != FP_OPTIM_NONE ? fpi_dtype_name(p->optim_dtype) : NULL;
-  s->arena_bytes = p->arena_bytes;
-  s->host_bytes = p->host_bytes;
-  s->hardware = p->hw.name;
-  s->device_bytes = p->hw.hbm_bytes;
-  s->memory_budget_bytes = p->memory_budget_bytes;
-}
-
-void fpi_summarize(const fp_compiled *c, double compile_ms, fp_summary *s) {
-  if (c->summary) {
-    *s = *c->summary;
-    s->compile_ms = compile_ms;
-    return;
-  }
-  summarize_prog(c->prog, c->layout.G, s);
-  /* one copy under mixed precision (layout.c, resolve_params): the copy the
-   * plan did not make is the main weight in the model's dtype; the plan
-   * (and summarize_prog) only knows the compute dtype it keeps */
-  const fp_layout *L = &c->layout;
-  for (int b = 0; b < L->nbuckets; b++) {
-    const fp_bucket *B = &L->buckets[b];
-    if (!B->weight_in_main) continue;
-    for (int j = 0; j < B->nparams; j++) {
-      const fp_lparam *p = &L->params[B->lparams[j]];
-      int64_t model = 0, kept = 0;
-      if (p->mp->dtype == p->main_dtype || !fpi_mul64(p->slot, fpi_dtype_size(p->mp->dtype), &model) ||
-          !fpi_align64(model, FP_PARAM_ALIGN, &model) || !fpi_mul64(p->slot, fpi_dtype_size(p->main_dtype), &kept) ||
-          !fpi_align64(kept, FP_PARAM_ALIGN, &kept))
-        continue;
-      s->frozen_one_copy_saved_bytes += model - kept;
-    }
-  }
-  s->persistent_bytes = c->stats.persistent_bytes;
-  s->peak_bytes = c->stats.peak_bytes;
-  s->lower_bound_bytes = c->stats.lower_bound_bytes;
-  s->activation_peak_bytes = c->stats.activation_peak;
-  s->prefetch_forward = c->prefetch_fwd;
-  s->prefetch_backward = c->prefetch_bwd;
-  s->modeled_step_ms = c->sim.step_us / 1e3;
-  s->modeled_compute_ms = c->sim.compute_us / 1e3;
-  s->modeled_exposed_comm_ms = c->sim.exposed_comm_us / 1e3;
-  s->compile_ms = compile_ms;
-}
-
-bool fpi_summarize_plan(const fp_prog *p, fp_summary *s) {
-  const fp_figures *g = p->figures;
-  if (!g) return false;
-  summarize_prog(p, 0, s);
-  s->comm_bytes_per_rank = g->comm_bytes_per_rank; /* the compile's: it knew the shard group */
-  s->persistent_bytes = g->persistent_bytes;
-  s->peak_bytes = g->peak_bytes;
-  s->lower_bound_bytes = g->lower_bound_bytes;
-  s->activation_peak_bytes = g->activation_peak_bytes;
-  s->prefetch_forward = (int)g->prefetch_forward;
-  s->prefetch_backward = (int)g->prefetch_backward;
-  s->modeled_step_ms = g->modeled_step_ms;
-  s->modeled_compute_ms = g->modeled_compute_ms;
-  s->modeled_exposed_comm_ms = g->modeled_exposed_comm_ms;
-  return true;
-}
-
-void fpi_summary_json(const fp_summary *s, FILE *f) {
-  fprintf(f, "{\n  \"model\": \"");
-  for (const char *q = s->model; *q; q++) {
-    if (*q == '"' || *q == '\\') fputc('\\', f);
-    if ((unsigned char)*q < 0x20)
-      fprintf(f, "\\u%04x", *q);
-    else
-      fputc(*q, f);
-  }
-  fprintf(f, "\",\n  \"world_size\": %" PRId64 ",\n  \"strategy\": \"%s\",\n", s->world_size, s->strategy);
-  if (s->tp > 1) fprintf(f, "  \"tp\": %" PRId64 ",\n  \"dp\": %" PRId64 ",\n", s->tp, s->world_size / s->tp);
-  fprintf(f, "  \"buckets\": %" PRId64 ",\n  \"params\": %" PRId64 ",\n  \"ops\": %" PRId64 ",\n", s->buckets,
-          s->params, s->ops);
-  fprintf(f, "  \"collectives\": %" PRId64 ",\n", s->collectives);
-  fprintf(f, "  \"param_shard_bytes\": %" PRId64 ",\n  \"grad_shard_bytes\": %" PRId64 ",\n", s->param_shard_bytes,
-          s->grad_shard_bytes);
-  fprintf(f, "  \"optimizer\": \"%s\",\n", s->optimizer ? s->optimizer : "none");
-  if (s->optimizer_dtype) fprintf(f, "  \"optimizer_state_dtype\": \"%s\",\n", s->optimizer_dtype);
-  fprintf(f, "  \"optimizer_state_bytes\": %" PRId64 ",\n", s->optimizer_state_bytes);
-  fprintf(f, "  \"frozen_replicated_bytes\": %" PRId64 ",\n  \"frozen_one_copy_saved_bytes\": %" PRId64 ",\n",
-          s->frozen_replicated_bytes, s->frozen_one_copy_saved_bytes);
-  fprintf(f, "  \"frozen_gathers_avoided\": %" PRId64 ",\n  \"frozen_gather_bytes_avoided\": %" PRId64 ",\n",
-          s->frozen_gathers_avoided, s->frozen_gather_bytes_avoided);
-  fprintf(f, "  \"persistent_bytes\": %" PRId64 ",\n  \"comm_bytes_per_rank\": %" PRId64 ",\n", s->persistent_bytes,
-          s->comm_bytes_per_rank);
-  fprintf(f, "  \"arena_bytes\": %" PRId64 ",\n  \"host_bytes\": %" PRId64 ",\n  \"peak_bytes\": %" PRId64 ",\n",
-          s->arena_bytes, s->host_bytes, s->peak_bytes);
-  fprintf(f, "  \"lower_bound_bytes\": %" PRId64 ",\n  \"activation_peak_bytes\": %" PRId64 ",\n",
-          s->lower_bound_bytes, s->activation_peak_bytes);
-  fprintf(f, "  \"arena_over_lower_bound\": %.4f,\n",
-          s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
-  fprintf(f, "  \"prefetch_forward\": %d,\n  \"prefetch_backward\": %d,\n", s->prefetch_forward,
-          s->prefetch_backward);
-  fprintf(f, "  \"hardware\": \"%s\",\n", s->hardware ? s->hardware : "");
-  fprintf(f, "  \"device_bytes\": %" PRId64 ",\n  \"over_device_bytes\": %" PRId64 ",\n", s->device_bytes,
-          fpi_summary_over_device(s));
-  fprintf(f, "  \"modeled_step_ms\": %.6f,\n  \"modeled_compute_ms\": %.6f,\n", s->modeled_step_ms,
-          s->modeled_compute_ms);
-  fprintf(f, "  \"modeled_exposed_comm_ms\": %.6f,\n", s->modeled_exposed_comm_ms);
-  fprintf(f, "  \"compile_ms\": %.3f\n}\n", s->compile_ms);
-}
-
-static void gib(FILE *f, const char *label, int64_t b) {
-  fprintf(f, "  %-22s %12.3f GiB  (%" PRId64 " bytes)\n", label, (double)b / (1 << 30), b);
-}
-
-void fpi_summary_text(const fp_summary *s, FILE *f) {
-  char hq[128];
-  fputs("flexplan: ", f);
-  fpi_fput_name(f, s->model);
-  fprintf(f, ": %s on %" PRId64 " ranks\n", s->strategy, s->world_size);
-  fpi_ir_mesh_text(f, "  ", s->world_size, s->tp);
-  fprintf(f, "  %" PRId64 " params in %" PRId64 " buckets; %" PRId64 " ops, %" PRId64 " collectives per step\n",
-          s->params, s->buckets, s->ops, s->collectives);
-  fprintf(f, s->tp > 1 ? "  per rank (the rank that needs most; its tp-local slices):\n"
-                       : "  per rank (the rank that needs most):\n");
-  gib(f, "main weights (shard)", s->param_shard_bytes);
-  gib(f, "main grads (shard)", s->grad_shard_bytes);
-  if (s->optimizer_dtype) {
-    char what[64];
-    snprintf(what, sizeof what, "optimizer (%s %s)", s->optimizer, s->optimizer_dtype);
-    gib(f, what, s->optimizer_state_bytes);
-  }
-  gib(f, "persistent", s->persistent_bytes);
-  if (s->frozen_replicated_bytes) {
-    gib(f, "frozen, kept whole", s->frozen_replicated_bytes);
-    if (s->frozen_one_copy_saved_bytes) gib(f, "  one copy saved", s->frozen_one_copy_saved_bytes);
-    if (s->frozen_gathers_avoided)
-      fprintf(f, "  %-22s %12" PRId64 " all-gathers, %.3f GiB per step\n", "  sharding would add",
-              s->frozen_gathers_avoided, (double)s->frozen_gather_bytes_avoided / (1 << 30));
-  }
-  gib(f, "arena", s->arena_bytes);
-  if (s->host_bytes) gib(f, "host (offload)", s->host_bytes);
-  gib(f, "lower bound", s->lower_bound_bytes);
-  gib(f, "peak (+activations)", s->peak_bytes);
-  gib(f, "communicated / step", s->comm_bytes_per_rank);
-  fprintf(f, "  arena / lower bound    %12.4f\n",
-          s->lower_bound_bytes ? (double)s->arena_bytes / (double)s->lower_bound_bytes : 1.0);
-  fprintf(f, "  prefetch depth         forward %d, backward %d\n", s->prefetch_forward, s->prefetch_backward);
-  fprintf(f, "  modeled on %s: step %.3f ms, compute %.3f ms, exposed communication %.3f ms\n",
-          fpi_quote(hq, sizeof hq, s->hardware), s->modeled_step_ms, s->modeled_compute_ms, s->modeled_exposed_comm_ms);
-  int64_t over = fpi_summary_over_device(s);
-  if (over > 0)
-    fprintf(f, "  does NOT fit %s's %.3f GiB of device memory: %.3f GiB over\n", fpi_quote(hq, sizeof hq, s->hardware),
-            (double)s->device_bytes / (1 << 30), (double)over / (1 << 30));
-  fprintf(f, "  compiled in %.1f ms\n", s->compile_ms);
-}
-
-int64_t fpi_summary_over_device(const fp_summary *s) {
-  return s->device_bytes > 0 && s->peak_bytes > s->device_bytes ? s->peak_bytes - s->device_bytes : 0;
-}
-
-/* the items of the peak, largest first: main weights, main grads, the rest
- * of the persistent buffers, the transient arena, the activations */
-void fpi_summary_warn_device(const fp_summary *s, FILE *f) {
-  int64_t over = fpi_summary_over_device(s);
-  if (over <= 0 || s->memory_budget_bytes > 0) return;
-  typedef struct item {
-    const char *name;
-    int64_t bytes;
-  } item;
-  item it[6] = {
-      /* on the device: offloaded buckets keep these in host memory */
-      {"main weights (shard)", s->param_shard_bytes - s->host_by_cat[FP_CAT_MAIN_WEIGHT]},
-      {"main grads (shard)", s->grad_shard_bytes - s->host_by_cat[FP_CAT_MAIN_GRAD]},
-      {"optimizer state", s->optimizer_state_bytes - s->host_by_cat[FP_CAT_OPT_STATE]},
-      {"other persistent buffers", 0},
-      {"transient arena", s->arena_bytes - s->persistent_bytes},
-      {"activations", s->activation_peak_bytes}};
-  it[3].bytes = s->persistent_bytes - it[0].bytes - it[1].bytes - it[2].bytes;
-  for (int i = 1; i < 6; i++) /* insertion sort, largest first */
-    for (int j = i; j > 0 && it[j].bytes > it[j - 1].bytes; j--) {
-      item t = it[j];
-      it[j] = it[j - 1], it[j - 1] = t;
-    }
-  char mq[256], hq[128];
-  fprintf(f, "flexplan: warning: %s: the plan needs %.3f GiB per rank at its peak, %.3f GiB more than %s's %.3f GiB "
-          "of device memory; largest: ", fpi_quote(mq, sizeof mq, s->model), (double)s->peak_bytes / (1 << 30),
-          (double)over / (1 << 30), s->hardware ? fpi_quote(hq, sizeof hq, s->hardware) : "the hardware", (double)s->device_bytes / (1 << 30));
-  for (int i = 0, n = 0; i < 6; i++)
-    if (it[i].bytes > 0) fprintf(f, "%s%s %.3f GiB", n++ ? ", " : "", it[i].name, (double)it[i].bytes / (1 << 30));
-  fprintf(f, " (set memory_budget_bytes to have the compile fit the plan or refuse it, or shard further)\n");
 }

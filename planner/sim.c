@@ -13,109 +13,122 @@
 
 #include "cost.h"
 
-bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
-  memset(out, 0, sizeof *out);
-  if (!fpi_hw_valid(hw)) return false;
-  int32_t n = P->nops;
-  out->start_us = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->start_us);
-  out->end_us = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->end_us);
-  out->segs = fpi_alloc_array(a, (size_t)P->nsegs + 1, sizeof *out->segs);
-  out->exposed_us = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_us);
-  out->exposed_by = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->exposed_by);
-  out->nsegs = P->nsegs;
-  double *dur = malloc(sizeof *dur * ((size_t)n + 1));
-  int32_t *lead = malloc(sizeof *lead * ((size_t)n + 1)); /* first op of i's grouped call (i alone) */
-  double *ev = malloc(sizeof *ev * ((size_t)P->nevents + 1));
-  int *evs = malloc(sizeof *evs * ((size_t)P->nevents + 1)); /* stream of the event's last record */
-  int32_t *evop = malloc(sizeof *evop * ((size_t)P->nevents + 1)); /* the op before the event's last record */
-  /* what the two steps read of each op, taken on the cost model's walk:
-   * they then read 12 bytes an op, not the 152-byte ops */
-  struct opinfo {
-    int32_t seg, event;
-    uint8_t code, stream;
-  } *oi = malloc(sizeof *oi * ((size_t)n + 1));
-  FP_ASSERT(dur && lead && ev && evs && evop && oi);
+/* ---- the simulator ---------------------------------------------------------- */
+/* what the two replayed steps read of each op, taken on the cost model's
+ * walk: they then read 12 bytes an op, not the 152-byte ops */
+typedef struct opinfo {
+  int32_t seg, event;
+  uint8_t code, stream;
+} opinfo;
 
+/* the replay's state: each op's duration, the clocks, the events */
+typedef struct replay {
+  const fp_prog *P;
+  fp_sim *out;
+  double *dur;
+  int32_t *lead; /* first op of i's grouped call (i alone) */
+  opinfo *oi;
+  double *ev;    /* the clock of the event's last record */
+  int *evs;      /* stream of the event's last record */
+  int32_t *evop; /* the op before the event's last record */
+  /* per stream: its last op that takes time, and its last communication op
+   * (what a wait on a record after it is charged to) */
+  int32_t last[FP_NSTREAMS], lastc[FP_NSTREAMS];
+  double clock[FP_NSTREAMS];
+} replay;
+
+static opinfo info_of(const fp_op *op) { return (opinfo){op->seg, op->event, (uint8_t)op->code, (uint8_t)op->stream}; }
+
+/* each op's duration from the cost model, once: a grouped call's first op
+ * takes the whole call's, its later members none */
+static void durations(replay *R, const fp_hw *hw) {
+  const fp_prog *P = R->P;
+  int32_t n = P->nops;
   for (int32_t i = 0; i < n;) {
     const fp_op *op = &P->ops[i];
     int32_t j = i + 1;
-    oi[i] = (struct opinfo){op->seg, op->event, (uint8_t)op->code, (uint8_t)op->stream};
+    R->oi[i] = info_of(op);
     if (op->group >= 0 && fpi_op_class(op->code) == FP_OPC_COMM) {
-      for (; j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream; j++)
-        oi[j] = (struct opinfo){P->ops[j].seg, P->ops[j].event, (uint8_t)P->ops[j].code, (uint8_t)P->ops[j].stream};
-      dur[i] = fpi_cost_group_us(P, i, j - i, hw);
+      for (; j < n && P->ops[j].group == op->group && P->ops[j].stream == op->stream; j++) R->oi[j] = info_of(&P->ops[j]);
+      R->dur[i] = fpi_cost_group_us(P, i, j - i, hw);
     } else {
-      dur[i] = fpi_cost_op_us(P, op, hw);
+      R->dur[i] = fpi_cost_op_us(P, op, hw);
     }
-    for (int32_t k = i; k < j; k++) lead[k] = i, out->exposed_by[k] = -1;
-    for (int32_t k = i + 1; k < j; k++) dur[k] = 0;
+    for (int32_t k = i; k < j; k++) R->lead[k] = i, R->out->exposed_by[k] = -1;
+    for (int32_t k = i + 1; k < j; k++) R->dur[k] = 0;
     i = j;
   }
   for (int32_t e = 0; e < P->nevents; e++) {
-    ev[e] = -INFINITY; /* never recorded: holds nothing back */
-    evs[e] = FP_STREAM_COMPUTE;
-    evop[e] = -1;
+    R->ev[e] = -INFINITY; /* never recorded: holds nothing back */
+    R->evs[e] = FP_STREAM_COMPUTE;
+    R->evop[e] = -1;
   }
-  /* per stream: its last op that takes time, and its last communication op
-   * (what a wait on a record after it is charged to) */
-  int32_t last[FP_NSTREAMS] = {-1, -1, -1}, lastc[FP_NSTREAMS] = {-1, -1, -1};
+}
 
-  double clock[FP_NSTREAMS] = {0}, t0 = 0;
-  for (int step = 0; step < 2; step++) {
-    bool rep = step == 1; /* the reported, steady-state step */
-    if (rep)
-      for (int s = 0; s < FP_NSTREAMS; s++) t0 = fmax(t0, clock[s]);
-    for (int32_t i = 0; i < n; i++) {
-      const struct opinfo *op = &oi[i];
-      int s = op->stream;
-      FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
-      fp_sim_seg *sg = &out->segs[op->seg];
-      fp_opclass cls = fpi_op_class((fp_opcode)op->code);
-      double st, en;
-      if (lead[i] != i) { /* a later member of a grouped call: runs with the first */
-        st = out->start_us[lead[i]];
-        en = out->end_us[lead[i]];
-      } else if (cls == FP_OPC_SYNC) {
-        FP_ASSERT(op->event >= 0 && op->event < P->nevents);
-        if (op->code == FP_OP_RECORD) {
-          ev[op->event] = clock[s];
-          evs[op->event] = s;
-          evop[op->event] = lastc[s] >= 0 ? lastc[s] : last[s];
-        } else if (ev[op->event] > clock[s]) {
-          if (rep && s == FP_STREAM_COMPUTE && evs[op->event] != FP_STREAM_COMPUTE) {
-            sg->exposed_us += ev[op->event] - clock[s];
-            out->exposed_us[i] += ev[op->event] - clock[s];
-            out->exposed_by[i] = evop[op->event] >= 0 ? evop[op->event] : i;
-          }
-          clock[s] = ev[op->event];
-        }
-        st = en = clock[s];
-      } else {
-        st = clock[s];
-        en = clock[s] = st + dur[i];
-        last[s] = i;
-        if (cls == FP_OPC_COMM) lastc[s] = i;
-        if (rep && s == FP_STREAM_COMPUTE && cls == FP_OPC_COMM) {
-          out->exposed_us[i] += dur[i];
-          out->exposed_by[i] = i;
-        }
-        if (rep) {
-          out->busy_us[s] += dur[i];
-          if (cls == FP_OPC_COMPUTE) sg->compute_us += dur[i];
-          if (s == FP_STREAM_COMPUTE && cls == FP_OPC_COMM) sg->exposed_us += dur[i];
-          if (s == FP_STREAM_COMPUTE && cls == FP_OPC_LOCAL) out->compute_local_us += dur[i];
-        }
-      }
-      out->start_us[i] = st;
-      out->end_us[i] = en;
+/* record or wait i on stream s: a wait the compute stream spends for
+ * another stream's record is exposed (charged, in the reported step, to
+ * the op before that record) */
+static double sync_op(replay *R, int32_t i, int s, bool rep) {
+  const opinfo *op = &R->oi[i];
+  fp_sim *out = R->out;
+  FP_ASSERT(op->event >= 0 && op->event < R->P->nevents);
+  if (op->code == FP_OP_RECORD) {
+    R->ev[op->event] = R->clock[s];
+    R->evs[op->event] = s;
+    R->evop[op->event] = R->lastc[s] >= 0 ? R->lastc[s] : R->last[s];
+  } else if (R->ev[op->event] > R->clock[s]) {
+    if (rep && s == FP_STREAM_COMPUTE && R->evs[op->event] != FP_STREAM_COMPUTE) {
+      out->segs[op->seg].exposed_us += R->ev[op->event] - R->clock[s];
+      out->exposed_us[i] += R->ev[op->event] - R->clock[s];
+      out->exposed_by[i] = R->evop[op->event] >= 0 ? R->evop[op->event] : i;
+    }
+    R->clock[s] = R->ev[op->event];
+  }
+  return R->clock[s];
+}
+
+/* i, which takes time, on stream s: from the stream's clock for its
+ * duration; the reported step counts it (busy, compute, exposed) */
+static void timed_op(replay *R, int32_t i, int s, fp_opclass cls, bool rep) {
+  fp_sim *out = R->out;
+  double d = R->dur[i];
+  out->start_us[i] = R->clock[s];
+  out->end_us[i] = R->clock[s] = out->start_us[i] + d;
+  R->last[s] = i;
+  if (cls == FP_OPC_COMM) R->lastc[s] = i;
+  if (!rep) return;
+  fp_sim_seg *sg = &out->segs[R->oi[i].seg];
+  if (s == FP_STREAM_COMPUTE && cls == FP_OPC_COMM) {
+    out->exposed_us[i] += d;
+    out->exposed_by[i] = i;
+  }
+  out->busy_us[s] += d;
+  if (cls == FP_OPC_COMPUTE) sg->compute_us += d;
+  if (s == FP_STREAM_COMPUTE && cls == FP_OPC_COMM) sg->exposed_us += d;
+  if (s == FP_STREAM_COMPUTE && cls == FP_OPC_LOCAL) out->compute_local_us += d;
+}
+
+/* one step of the ops in program order (rep: the reported, steady-state one) */
+static void replay_step(replay *R, bool rep) {
+  fp_sim *out = R->out;
+  for (int32_t i = 0; i < R->P->nops; i++) {
+    int s = R->oi[i].stream;
+    FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
+    fp_opclass cls = fpi_op_class((fp_opcode)R->oi[i].code);
+    if (R->lead[i] != i) { /* a later member of a grouped call: runs with the first */
+      out->start_us[i] = out->start_us[R->lead[i]];
+      out->end_us[i] = out->end_us[R->lead[i]];
+    } else if (cls == FP_OPC_SYNC) {
+      out->start_us[i] = out->end_us[i] = sync_op(R, i, s, rep);
+    } else {
+      timed_op(R, i, s, cls, rep);
     }
   }
-  double end = t0;
-  for (int s = 0; s < FP_NSTREAMS; s++) end = fmax(end, clock[s]);
-  out->step_us = end - t0;
-  bool finite = isfinite(out->step_us); /* else some op's time overflowed: absurd rates */
-  /* times from the start of the reported step, and each segment's span: the
-   * segments cover the ops in order (a verified program), one walk */
+}
+
+/* times from the start of the reported step (t0), and each segment's span:
+ * the segments cover the ops in order (a verified program), one walk */
+static void segment_spans(const fp_prog *P, fp_sim *out, double t0) {
   double prev = 0;
   for (int32_t k = 0; k < P->nsegs; k++) {
     fp_sim_seg *sg = &out->segs[k];
@@ -132,13 +145,49 @@ bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
     out->compute_us += sg->compute_us;
     out->exposed_comm_us += sg->exposed_us;
   }
+  int32_t n = P->nops;
   FP_ASSERT(P->nsegs == 0 ? n == 0 : P->segs[0].first == 0 && P->segs[P->nsegs - 1].first + P->segs[P->nsegs - 1].nops == n);
-  free(dur);
-  free(lead);
-  free(oi);
-  free(ev);
-  free(evop);
-  free(evs);
+}
+
+/* the steps: durations, two replays (the second reported, from where the
+ * first left every stream), each segment's span */
+bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
+  memset(out, 0, sizeof *out);
+  if (!fpi_hw_valid(hw)) return false;
+  size_t n = (size_t)P->nops + 1, ne = (size_t)P->nevents + 1;
+  out->start_us = fpi_alloc_array(a, n, sizeof *out->start_us);
+  out->end_us = fpi_alloc_array(a, n, sizeof *out->end_us);
+  out->segs = fpi_alloc_array(a, (size_t)P->nsegs + 1, sizeof *out->segs);
+  out->exposed_us = fpi_alloc_array(a, n, sizeof *out->exposed_us);
+  out->exposed_by = fpi_alloc_array(a, n, sizeof *out->exposed_by);
+  out->nsegs = P->nsegs;
+  replay R = {.P = P,
+              .out = out,
+              .dur = malloc(sizeof *R.dur * n),
+              .lead = malloc(sizeof *R.lead * n),
+              .oi = malloc(sizeof *R.oi * n),
+              .ev = malloc(sizeof *R.ev * ne),
+              .evs = malloc(sizeof *R.evs * ne),
+              .evop = malloc(sizeof *R.evop * ne),
+              .last = {-1, -1, -1},
+              .lastc = {-1, -1, -1}};
+  FP_ASSERT(R.dur && R.lead && R.ev && R.evs && R.evop && R.oi);
+  durations(&R, hw);
+  replay_step(&R, false);
+  double t0 = 0;
+  for (int s = 0; s < FP_NSTREAMS; s++) t0 = fmax(t0, R.clock[s]);
+  replay_step(&R, true);
+  double end = t0;
+  for (int s = 0; s < FP_NSTREAMS; s++) end = fmax(end, R.clock[s]);
+  out->step_us = end - t0;
+  bool finite = isfinite(out->step_us); /* else some op's time overflowed: absurd rates */
+  segment_spans(P, out, t0);
+  free(R.dur);
+  free(R.lead);
+  free(R.oi);
+  free(R.ev);
+  free(R.evop);
+  free(R.evs);
   return finite;
 }
 
@@ -255,11 +304,11 @@ static void touch_op(span *sp, const int32_t *rs, int32_t nb, const fp_prog *P, 
 
 static int64_t sat(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
 
-fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
-  fp_memtl *tl = fpi_alloc(a, sizeof *tl);
+/* every buffer's live ranges, sorted by first op, in sp[rs[b] .. rs[b+1]);
+ * a transient buffer without one gets one over the whole program. Returns
+ * sp; rs (nbufs + 2 entries) is the caller's to free, as is sp. */
+static span *ranges_by_buffer(const fp_prog *P, int32_t **rs_out) {
   int32_t nb = P->nbufs;
-  /* live ranges by buffer, sorted; a transient buffer without one gets one
-   * over the whole program */
   int32_t *rs = calloc((size_t)nb + 2, sizeof *rs);
   FP_ASSERT(rs);
   for (int32_t k = 0; k < P->nlives; k++) {
@@ -269,8 +318,7 @@ fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
   for (int32_t b = 0; b < nb; b++)
     if (P->bufs[b].kind == FP_BUF_TRANSIENT && rs[b + 1] == 0) rs[b + 1] = 1;
   for (int32_t b = 0; b < nb; b++) rs[b + 1] += rs[b];
-  int32_t nsp = rs[nb];
-  span *sp = calloc((size_t)nsp + 1, sizeof *sp);
+  span *sp = calloc((size_t)rs[nb] + 1, sizeof *sp);
   int32_t *fill = malloc(sizeof *fill * ((size_t)nb + 1));
   FP_ASSERT(sp && fill);
   memcpy(fill, rs, sizeof *fill * (size_t)nb);
@@ -282,25 +330,15 @@ fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
     if (fill[b] < rs[b + 1]) sp[fill[b]++] = (span){0, P->nops - 1, 0, 0, false}; /* the implicit range */
   for (int32_t b = 0; b < nb; b++)
     if (rs[b + 1] - rs[b] > 1) sort_spans(sp + rs[b], rs[b + 1] - rs[b]);
+  free(fill);
+  *rs_out = rs;
+  return sp;
+}
 
-  /* the time span of each range's uses, the step's, and the compute ops
-   * (the activations' below: one walk of the ops) */
-  double tstart = 0, tend = 0;
-  int32_t *cids = malloc(sizeof *cids * ((size_t)P->nops + 1)), nc = 0;
-  FP_ASSERT(cids);
-  for (int32_t i = 0; i < P->nops; i++) {
-    touch_op(sp, rs, nb, P, S, i);
-    tstart = fmin(tstart, S->start_us[i]);
-    tend = fmax(tend, S->end_us[i]);
-    if (P->ops[i].code == FP_OP_COMPUTE) cids[nc++] = i;
-  }
-
-  /* at most one range per span and two per compute op (the activations') */
-  ev_list L = {.cap = 2 * ((int64_t)nsp + 2 * nc) + 2};
-  L.v = malloc((size_t)L.cap * sizeof *L.v);
-  FP_ASSERT(L.v);
-  __int128 cur[FP_MEMTL_NCATS] = {0};
-  for (int32_t b = 0; b < nb; b++) {
+/* the device's buffers: a persistent one's bytes held all step (into cur),
+ * a transient one's over each used range's time span */
+static void buffer_events(const fp_prog *P, const span *sp, const int32_t *rs, ev_list *L, __int128 *cur) {
+  for (int32_t b = 0; b < P->nbufs; b++) {
     const fp_ir_buf *B = &P->bufs[b];
     if (B->host) continue;
     if (B->kind == FP_BUF_PERSISTENT) {
@@ -308,11 +346,14 @@ fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
       continue;
     }
     for (int32_t k = rs[b]; k < rs[b + 1]; k++)
-      if (sp[k].used) add_range(&L, sp[k].t0, sp[k].t1, B->cat, B->bytes);
+      if (sp[k].used) add_range(L, sp[k].t0, sp[k].t1, B->cat, B->bytes);
   }
+}
 
-  /* activations: forward compute of (module, micro) to its backward compute,
-   * or to the end of the step without one */
+/* activations: forward compute of (module, micro) to its backward compute,
+ * or to the end of the step (tend) without one; cids: the compute ops */
+static void activation_events(const fp_prog *P, const fp_sim *S, const int32_t *cids, int32_t nc, double tend,
+                              ev_list *L) {
   int32_t *pair = malloc(sizeof *pair * ((size_t)nc + 1));
   FP_ASSERT(pair);
   fpi_ir_activation_pairs_of(P, cids, nc, pair);
@@ -324,29 +365,31 @@ fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
     /* a recomputed module: its activations during its forward and its
      * (recomputing) backward, only its saved bytes in between */
     if (M->recompute && (op->pass == FP_PASS_FWD || op->pass == FP_PASS_BWD))
-      add_range(&L, S->start_us[i], S->end_us[i], FP_MEMTL_ACT, M->activation_bytes);
+      add_range(L, S->start_us[i], S->end_us[i], FP_MEMTL_ACT, M->activation_bytes);
     if (op->pass == FP_PASS_FWD)
-      add_range(&L, S->start_us[i], pair[k] >= 0 ? S->end_us[cids[pair[k]]] : tend, FP_MEMTL_ACT,
+      add_range(L, S->start_us[i], pair[k] >= 0 ? S->end_us[cids[pair[k]]] : tend, FP_MEMTL_ACT,
                 M->recompute ? M->saved_bytes : M->activation_bytes);
   }
   free(pair);
-  free(cids);
+}
 
-  sort_events(&L);
+/* the timeline's points: the persistent buffers from tstart, then one point
+ * per instant the bytes change (the events sorted; frees then allocations
+ * at one instant make one point) */
+static void sweep(fp_arena *a, fp_memtl *tl, const ev_list *L, __int128 *cur, double tstart) {
   int64_t cap = 0;
   tl->pts = fpi_grow(a, NULL, &cap, 1, sizeof *tl->pts);
-  tl->npts = 1; /* the persistent buffers, from the start of the step */
+  tl->npts = 1;
   tl->pts[0].t_us = tstart;
   for (int c = 0; c < FP_MEMTL_NCATS; c++) tl->pts[0].bytes[c] = sat(cur[c]);
   bool initial = true; /* pts[0] is only the persistent buffers, at the first instant */
-  for (int64_t k = 0; k < L.n;) {
+  for (int64_t k = 0; k < L->n;) {
     int64_t j = k;
-    for (; j < L.n && (j == k || (L.v[j].t == L.v[k].t && L.v[j].order == L.v[k].order)); j++)
-      cur[L.v[j].cat] += L.v[j].bytes;
+    for (; j < L->n && (j == k || (L->v[j].t == L->v[k].t && L->v[j].order == L->v[k].order)); j++)
+      cur[L->v[j].cat] += L->v[j].bytes;
     k = j;
-    /* frees then allocations at one instant make one point */
-    if (L.v[j - 1].order == 0 && k < L.n && L.v[k].t == L.v[j - 1].t && L.v[k].order == 1) continue;
-    fp_memtl_point q = {L.v[j - 1].t, {0}};
+    if (L->v[j - 1].order == 0 && k < L->n && L->v[k].t == L->v[j - 1].t && L->v[k].order == 1) continue;
+    fp_memtl_point q = {L->v[j - 1].t, {0}};
     for (int c = 0; c < FP_MEMTL_NCATS; c++) q.bytes[c] = sat(cur[c]);
     fp_memtl_point *last = &tl->pts[tl->npts - 1];
     if (!memcmp(last->bytes, q.bytes, sizeof q.bytes)) continue; /* nothing changed */
@@ -359,11 +402,39 @@ fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
     tl->pts = fpi_grow(a, tl->pts, &cap, (int64_t)tl->npts + 1, sizeof *tl->pts);
     tl->pts[tl->npts++] = q;
   }
+}
+
+/* the steps: each buffer's ranges, the time span of each range's uses (and
+ * the step's, and the compute ops: one walk of the ops), the events of the
+ * buffers and the activations, sorted and swept */
+fp_memtl *fpi_sim_memory(fp_arena *a, const fp_prog *P, const fp_sim *S) {
+  fp_memtl *tl = fpi_alloc(a, sizeof *tl);
+  int32_t *rs;
+  span *sp = ranges_by_buffer(P, &rs);
+  int32_t nb = P->nbufs, nsp = rs[nb];
+  double tstart = 0, tend = 0;
+  int32_t *cids = malloc(sizeof *cids * ((size_t)P->nops + 1)), nc = 0;
+  FP_ASSERT(cids);
+  for (int32_t i = 0; i < P->nops; i++) {
+    touch_op(sp, rs, nb, P, S, i);
+    tstart = fmin(tstart, S->start_us[i]);
+    tend = fmax(tend, S->end_us[i]);
+    if (P->ops[i].code == FP_OP_COMPUTE) cids[nc++] = i;
+  }
+  /* at most one range per span and two per compute op (the activations') */
+  ev_list L = {.cap = 2 * ((int64_t)nsp + 2 * nc) + 2};
+  L.v = malloc((size_t)L.cap * sizeof *L.v);
+  FP_ASSERT(L.v);
+  __int128 cur[FP_MEMTL_NCATS] = {0};
+  buffer_events(P, sp, rs, &L, cur);
+  activation_events(P, S, cids, nc, tend, &L);
+  free(cids);
+  sort_events(&L);
+  sweep(a, tl, &L, cur, tstart);
   fpi_memtl_maxima(tl, &tl->peak_bytes, &tl->lower_bound_bytes);
   free(L.v);
   free(rs);
   free(sp);
-  free(fill);
   return tl;
 }
 

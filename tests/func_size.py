@@ -35,9 +35,6 @@ EXCEPTIONS = {
     # owned by the issue-41 engineer (placement plug-ins) while issue 42 ran: split after the merge
     "planner/reshard.c:fpi_reshard": "issue 41 owns planner/reshard.c",
     "executor/xfer.c:fp_xfer_run": "issue 41 owns executor/xfer.c",
-    # owned by the lead and the issue-43 engineer while issue 42 ran
-    "planner/sim.c:fpi_simulate": "issue 43 owns planner/sim.c",
-    "planner/sim.c:fpi_sim_memory": "issue 43 owns planner/sim.c",
 }
 
 KEYWORDS = re.compile(r"\b(if|for|while|case)\b|&&|\|\||\?")

@@ -6,7 +6,9 @@ need, the error must name what is live at the peak. Without a budget, "auto"
 must match the least modeled step of the fixed depths.
 
 buckets {"auto": {}}: the chosen plan's modeled step is the least of the
-bucket sizes the planner tries, compiled one by one with target_bytes.
+bucket sizes the planner tries, compiled one by one with target_bytes; under
+a budget no size fits, the error is the smallest size's (target_bytes 1),
+word for word.
 
 usage: prefetch_auto.py --cmd FLEXPLAN --src SOURCE_DIR"""
 import argparse, json, os, subprocess, sys, tempfile
@@ -96,6 +98,18 @@ def main():
     ok = rc == 0 and abs(s["modeled_step_ms"] - best) <= 1e-6 * best
     print("buckets auto: %.3f ms, best target %.3f ms, %d buckets %s" %
           (s["modeled_step_ms"], best, s["buckets"], "ok" if ok else "FAIL"))
+    fails += not ok
+    # buckets auto, a budget no bucket size fits: the smallest's error
+    errs = {}
+    for t in (None, 1, targets[-1]):
+      d = json.loads(json.dumps(base))
+      d["spec"]["buckets"] = {"auto": {"target_bytes": t} if t else {}}
+      d["spec"]["memory_budget_bytes"] = 1 << 20
+      rc, s, err = compile_summary(a.cmd, d, tmp)
+      assert rc == 1, (t, rc, err)
+      errs[t] = err[err.index(" error: "):]  # the column differs: target_bytes is written out
+    ok = errs[None] == errs[1] and errs[1] != errs[targets[-1]] and "/spec/memory_budget_bytes" in errs[None]
+    print("buckets auto, no size fits: %s" % ("ok" if ok else "FAIL: " + errs[None]))
     fails += not ok
   return 1 if fails else 0
 
