@@ -35,6 +35,7 @@ typedef struct replay {
    * (what a wait on a record after it is charged to) */
   int32_t last[FP_NSTREAMS], lastc[FP_NSTREAMS];
   double clock[FP_NSTREAMS];
+  double hook_us; /* the machine's host time of one hook call */
 } replay;
 
 static opinfo info_of(const fp_op *op) { return (opinfo){op->seg, op->event, (uint8_t)op->code, (uint8_t)op->stream}; }
@@ -108,10 +109,25 @@ static void timed_op(replay *R, int32_t i, int s, fp_opclass cls, bool rep) {
   if (s == FP_STREAM_COMPUTE && cls == FP_OPC_LOCAL) out->compute_local_us += d;
 }
 
-/* one step of the ops in program order (rep: the reported, steady-state one) */
+/* one step of the ops in program order (rep: the reported, steady-state
+ * one); each hook call first holds the trainer's stream for the machine's
+ * hook_us (the host's own time in the call; 0 unless calibrated) */
+/* hook calls k.. up to those whose ops start at op `upto` (empty ones too) */
+static int32_t hook_calls(replay *R, int32_t k, int32_t upto, bool rep) {
+  const fp_prog *P = R->P;
+  for (; k < P->nsegs && P->segs[k].first <= upto; k++) {
+    R->clock[FP_STREAM_COMPUTE] += R->hook_us;
+    if (rep) R->out->hooks_us += R->hook_us, R->out->segs[k].hook_us = R->hook_us;
+  }
+  return k;
+}
+
 static void replay_step(replay *R, bool rep) {
   fp_sim *out = R->out;
-  for (int32_t i = 0; i < R->P->nops; i++) {
+  const fp_prog *P = R->P;
+  int32_t k = 0;
+  for (int32_t i = 0; i < P->nops; i++) {
+    k = hook_calls(R, k, i, rep);
     int s = R->oi[i].stream;
     FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
     fp_opclass cls = fpi_op_class((fp_opcode)R->oi[i].code);
@@ -124,6 +140,7 @@ static void replay_step(replay *R, bool rep) {
       timed_op(R, i, s, cls, rep);
     }
   }
+  hook_calls(R, k, P->nops, rep); /* empty hooks at the end */
 }
 
 /* times from the start of the reported step (t0), and each segment's span:
@@ -173,6 +190,7 @@ bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
               .lastc = {-1, -1, -1}};
   FP_ASSERT(R.dur && R.lead && R.ev && R.evs && R.evop && R.oi);
   durations(&R, hw);
+  R.hook_us = hw->hook_us;
   replay_step(&R, false);
   double t0 = 0;
   for (int s = 0; s < FP_NSTREAMS; s++) t0 = fmax(t0, R.clock[s]);
@@ -559,6 +577,9 @@ void fpi_sim_print(const fp_prog *P, const fp_sim *S, const fp_hw *hw, const fp_
   fprintf(f, "  modeled exposed communication     %14.3f ms  (%.1f%% of the step)\n", S->exposed_comm_us / 1e3,
           step > 0 ? 100 * S->exposed_comm_us / step : 0.0);
   fprintf(f, "  modeled local kernels on compute  %14.3f ms\n", S->compute_local_us / 1e3);
+  if (S->hooks_us > 0) /* (a calibrated machine's; 0 and left out otherwise, as before) */
+    fprintf(f, "  modeled host time in hook calls   %14.3f ms  (%d calls of %.3f us)\n", S->hooks_us / 1e3,
+            (int)S->nsegs, S->nsegs ? S->hooks_us / S->nsegs : 0.0);
   fprintf(f, "  modeled stream busy               ");
   for (int s = 0; s < FP_NSTREAMS; s++)
     fprintf(f, "%s%s %.3f ms", s ? ", " : "", fpi_stream_name(s), S->busy_us[s] / 1e3);

@@ -22,6 +22,7 @@ typedef struct fp_sim_seg {
   double end_us;      /* latest end of its ops */
   double compute_us;  /* its compute placeholders' time */
   double exposed_us;  /* communication the compute stream waited for in it (see fp_sim) */
+  double hook_us;     /* the hook call's own host time (hw.hook_us) */
 } fp_sim_seg;
 
 typedef struct fp_sim {
@@ -33,6 +34,7 @@ typedef struct fp_sim {
                             * plus collectives issued on the compute stream itself */
   double compute_local_us; /* local kernels (casts, copies, memsets, ...) on the compute stream */
   double busy_us[FP_NSTREAMS]; /* per stream: time its ops run */
+  double hooks_us;         /* the trainer's stream held by hook calls themselves (nsegs x hw.hook_us) */
   double *start_us, *end_us;   /* per op (P->nops; sync ops take no time) */
   /* exposed communication by op (P->nops): at a compute-stream wait, the time
    * the compute stream stood still for it, and the op it waited for (the

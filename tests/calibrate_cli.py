@@ -47,10 +47,12 @@ def explain_durations(fp, plan, hw):
     return d
 
 
-def synth(plan, durs, rank, rng, amp):
+def synth(plan, durs, rank, rng, amp, hook_us):
+    """ops back to back; each hook call as long as its segment's ops on the
+    trainer's stream plus hook_us (the others run beside it)"""
     t, hooks, ops = 0.0, [], []
     for k, seg in enumerate(plan["segments"]):
-        t0 = t
+        t0, inside = t, 0.0
         first, n = seg["first"], seg["count"]
         for i in range(first, first + n):
             name, d = durs[i]
@@ -59,8 +61,10 @@ def synth(plan, durs, rank, rng, amp):
             d *= 1 + amp * (2 * rng.random() - 1)
             ops.append([i, round(t, 3), round(t + d, 3)])
             t += d
-        hooks.append([k, round(t0, 3), round(t + 0.5, 3)])
-        t += 1.0
+            if plan["ops"][i]["stream"] == "compute":
+                inside += d
+        hooks.append([k, round(t0, 3), round(t0 + inside + hook_us, 3)])
+        t = max(t, t0 + inside + hook_us) + 1.0
     return {"format": FORMAT, "plan_hash": plan["hash"], "model": plan["model"], "rank": rank,
             "world_size": plan["world_size"], "backend": "mpi", "progress": "thread", "clock": "CLOCK_MONOTONIC",
             "unit": "us", "origin": "each step's step_begin entry", "steps": [{"step": 0, "hooks": hooks, "ops": ops}]}
@@ -91,7 +95,7 @@ def main():
         plan = json.load(f)
     truth = {"format": "flexplan-hardware/1", "name": "truth", "gpus_per_node": 2, "hbm_bytes": 1 << 34,
              "flops": 5e10, "nvlink_gbps": 3.0, "ib_gbps": 1.0, "hbm_gbps": 12.0, "pcie_gbps": 8.0,
-             "base_us": 60.0, "nvlink_hop_us": 10.0, "net_hop_us": 50.0, "launch_us": 3.0}
+             "base_us": 60.0, "nvlink_hop_us": 10.0, "net_hop_us": 50.0, "launch_us": 3.0, "hook_us": 0.5}
     truth_path = os.path.join(work, "truth.json")
     with open(truth_path, "w") as f:
         json.dump(truth, f)
@@ -103,7 +107,7 @@ def main():
     for rank in range(2):
         p = os.path.join(work, f"t.{rank}.json")
         with open(p, "w") as f:
-            json.dump(synth(plan, durs, rank, rng, 0.05), f)
+            json.dump(synth(plan, durs, rank, rng, 0.05, truth["hook_us"]), f)
         recs += ["--measured", p]
     out = os.path.join(work, "fit.json")
     r = run(fp, "calibrate", plan_path, *recs, "-o", out, "--name", "fit-1")
@@ -118,8 +122,8 @@ def main():
     # and every local kernel here moves enough bytes to be past the launch time:
     # that is not determined, and said so
     checks = {"nvlink_gbps": fit["nvlink_gbps"], "hbm_gbps": fit["hbm_gbps"],
-              "base_us + nvlink_hop_us": fit["base_us"] + fit["nvlink_hop_us"]}
-    want = {"nvlink_gbps": 3.0, "hbm_gbps": 12.0, "base_us + nvlink_hop_us": 70.0}
+              "base_us + nvlink_hop_us": fit["base_us"] + fit["nvlink_hop_us"], "hook_us": fit["hook_us"]}
+    want = {"nvlink_gbps": 3.0, "hbm_gbps": 12.0, "base_us + nvlink_hop_us": 70.0, "hook_us": 0.5}
     for note in ("nvlink_hop_us set to 0.001", "launch_us kept (every local kernel measured is longer than it)"):
         if note not in r.stdout or note not in fit["note"]:
             fail(f"the fit does not say '{note}':\n{r.stdout}")
@@ -155,7 +159,7 @@ def main():
 
     # refusals: nothing written
     os.remove(out)
-    empty = synth(plan, {i: (n, 0.0) for i, (n, _) in durs.items()}, 0, rng, 0)
+    empty = synth(plan, {i: (n, 0.0) for i, (n, _) in durs.items()}, 0, rng, 0, 0.0)
     z = os.path.join(work, "z.json")
     with open(z, "w") as f:
         json.dump(empty, f)

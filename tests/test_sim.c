@@ -114,6 +114,29 @@ static void test_overlap(void **state) {
   fpi_arena_free(a);
 }
 
+/* hook_us: each hook call holds the trainer's stream first. On "serial"
+ * (every op on the trainer's path) the step grows by exactly one hook_us
+ * per segment, each op moves by the calls before it, and the totals say
+ * so; the machine of before (hook_us 0) gives the figures above */
+static void test_hook_us(void **state) {
+  (void)state;
+  fp_arena *a = fpi_arena_new();
+  fp_sim S0, S1;
+  fp_prog *p = load(a, "serial", true, &S0);
+  fp_hw hw = p->hw;
+  hw.hook_us = 1.5;
+  assert_true(fpi_simulate(a, p, &hw, &S1));
+  NEAR(S0.hooks_us, 0);
+  NEAR(S1.hooks_us, 1.5 * p->nsegs);
+  NEAR(S1.step_us, S0.step_us + 1.5 * p->nsegs);
+  for (int32_t k = 0; k < p->nsegs; k++) {
+    NEAR(S1.segs[k].hook_us, 1.5);
+    for (int32_t i = p->segs[k].first; i < p->segs[k].first + p->segs[k].nops; i++)
+      if (p->ops[i].stream == FP_STREAM_COMPUTE) NEAR(S1.start_us[i], S0.start_us[i] + 1.5 * (k + 1));
+  }
+  fpi_arena_free(a);
+}
+
 static void test_serial(void **state) {
   (void)state;
   fp_arena *a = fpi_arena_new();
@@ -302,7 +325,7 @@ static void test_recompute_activations(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_overlap),     cmocka_unit_test(test_serial),   cmocka_unit_test(test_streams),
+      cmocka_unit_test(test_overlap),     cmocka_unit_test(test_serial),   cmocka_unit_test(test_hook_us),   cmocka_unit_test(test_streams),
       cmocka_unit_test(test_prev_step),   cmocka_unit_test(test_zero_length), cmocka_unit_test(test_examples),
       cmocka_unit_test(test_recompute_activations),
   };
