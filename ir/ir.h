@@ -305,7 +305,7 @@ const char *fpi_memtl_check(const fp_memtl *t);
 
 /* What a compile knows of its program that the program does not hold: the
  * figures of `flexplan compile --emit=summary` beyond the program's own
- * (planner/pipeline.c fpi_summarize). plan.json carries them as "figures",
+ * (planner/summary.c fpi_summarize). plan.json carries them as "figures",
  * derived data outside the hash, so a loaded plan summarizes as the compile
  * that wrote it did. */
 typedef struct fp_figures {
