@@ -442,67 +442,133 @@ static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, 
   }
 }
 
-fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
-  if (!t || !t->tx) return FP_ERR_ARG;
+/* one process's part of a run, as the steps of fp_xfer_run see it */
+typedef struct xrun {
+  int me, size;
+  bool has_from, has_to;
+  fp_exec *from, *to;  /* NULL where the process holds no rank of that plan */
+  int backend;         /* of this process's executors (0: it holds none) */
+  int32_t nreq;        /* its sends and recvs (MPI) */
+  xmpi *m;
+  int fresh;           /* the NCCL communicator is made in this run */
+} xrun;
+
+/* the local checks (phase 1): enough processes, each executor's plan and
+ * rank, one backend, the layouts; the sends and recvs counted */
+static fp_status local_checks(fp_xfer *t, xrun *R) {
   const fp_tx *tx = t->tx;
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: MPI is not initialized");
-  MPI_Comm base = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD, c = MPI_COMM_NULL;
-  int me = 0, size = 0;
-  MPI_Comm_rank(base, &me);
-  MPI_Comm_size(base, &size);
   fp_status st = FP_OK;
-  char *stage = NULL;
-  MPI_Request *req = NULL;
-  if (size < tx->nprocs)
+  int me = R->me;
+  if (R->size < tx->nprocs)
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the transfer needs %lld processes, the communicator has %d",
-                       (long long)tx->nprocs, size);
-  bool has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
-  if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
-  if (st == FP_OK && has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
-  /* the backend of this process's executors (0: it holds none) */
-  int backend = has_from && from ? (int)from->cfg.backend : has_to && to ? (int)to->cfg.backend : 0;
-  if (st == FP_OK && has_from && has_to && from->cfg.backend != to->cfg.backend)
+                       (long long)tx->nprocs, R->size);
+  R->has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world;
+  R->has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
+  fp_exec *from = R->has_from ? R->from : NULL, *to = R->has_to ? R->to : NULL;
+  if (st == FP_OK && R->has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
+  if (st == FP_OK && R->has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
+  R->backend = from ? (int)from->cfg.backend : to ? (int)to->cfg.backend : 0;
+  if (st == FP_OK && from && to && from->cfg.backend != to->cfg.backend)
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on the %s backend and the TO executor on %s: a "
                        "transfer runs on one backend", from->bk->name, to->bk->name);
-  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
+  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, from, to, me);
   int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
-  int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0, nreq = 0;
-  for (int32_t i = lo; i < hi && backend == FP_BACKEND_MPI; i++) {
+  int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
+  R->nreq = 0;
+  for (int32_t i = lo; i < hi && R->backend == FP_BACKEND_MPI; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) {
-      nreq++;
+      R->nreq++;
       if (o->n * fpi_dtype_size(o->dtype) > INT_MAX && st == FP_OK)
         st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d moves more than INT_MAX bytes", i);
     }
   }
-  int fresh = 0;
+  return st;
+}
+
+/* the handle's MPI state, its staging and request array sized for this
+ * process (MPI backend); st unless that fails */
+static fp_status mpi_state(fp_xfer *t, xrun *R, fp_status st) {
+  const fp_tx *tx = t->tx;
   struct fpx_xfer_state *s = fpx_xfer_state(t);
   if (s && !s->mpi && (s->mpi = calloc(1, sizeof(xmpi))) != NULL) ((xmpi *)s->mpi)->dup = MPI_COMM_NULL;
-  xmpi *m = s ? s->mpi : NULL;
-  if (!m && st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory"); /* fails at the agreement */
-  if (m && st == FP_OK && backend == FP_BACKEND_MPI) {
-    if (!reserve((void **)&m->stage, &m->stage_cap, (size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16) ||
-        !reserve((void **)&m->req, &m->req_cap, ((size_t)nreq + 1) * sizeof *m->req))
+  R->m = s ? s->mpi : NULL;
+  if (!R->m && st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory"); /* fails at the agreement */
+  if (R->m && st == FP_OK && R->backend == FP_BACKEND_MPI) {
+    xmpi *m = R->m;
+    if (!reserve((void **)&m->stage, &m->stage_cap, (size_t)(R->me < tx->nprocs ? tx->stage_bytes[R->me] : 0) + 16) ||
+        !reserve((void **)&m->req, &m->req_cap, ((size_t)R->nreq + 1) * sizeof *m->req))
       st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory (staging)");
-    stage = m->stage, req = m->req;
   }
-  /* the duplicate communicator is made again when there is none yet or the
-   * caller's group is not the one it was made from */
-  int redup = !m || m->dup == MPI_COMM_NULL;
-  if (!redup) {
-    MPI_Group g;
-    int same = MPI_UNEQUAL;
-    if (MPI_Comm_group(base, &g) == MPI_SUCCESS) {
-      MPI_Group_compare(g, m->group, &same);
-      MPI_Group_free(&g);
+  return st;
+}
+
+/* whether the duplicate communicator is made again: there is none yet, or
+ * the caller's group is not the one it was made from */
+static int needs_redup(const xmpi *m, MPI_Comm base) {
+  if (!m || m->dup == MPI_COMM_NULL) return 1;
+  MPI_Group g;
+  int same = MPI_UNEQUAL;
+  if (MPI_Comm_group(base, &g) == MPI_SUCCESS) {
+    MPI_Group_compare(g, m->group, &same);
+    MPI_Group_free(&g);
+  }
+  return same != MPI_IDENT;
+}
+
+/* the duplicate made again (a collective: every process, after agreeing) */
+static fp_status redup(fp_xfer *t, xmpi *m, MPI_Comm base) {
+  if (m->dup != MPI_COMM_NULL) {
+    MPI_Comm_free(&m->dup);
+    MPI_Group_free(&m->group);
+  }
+  if (MPI_Comm_dup(base, &m->dup) != MPI_SUCCESS) m->dup = MPI_COMM_NULL;
+  if (m->dup != MPI_COMM_NULL && MPI_Comm_group(base, &m->group) != MPI_SUCCESS) MPI_Comm_free(&m->dup);
+  if (m->dup == MPI_COMM_NULL) return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed duplicating the communicator");
+  return FP_OK;
+}
+
+/* the ops (phase 3) over the duplicate c, on the agreed backend */
+static fp_status run_ops(fp_xfer *t, xrun *R, MPI_Comm base, MPI_Comm c, const int64_t *all, double timeout_s) {
+  fp_status st = FP_OK;
+  fp_exec *from = R->has_from ? R->from : NULL, *to = R->has_to ? R->to : NULL;
+  char *fa = from ? from->dev : NULL, *ta = to ? to->dev : NULL;
+  xmpi *m = R->m;
+  if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
+    bool abandoned = false;
+    st = run_mpi(t, R->me, c, fa, ta, m->stage, m->req, timeout_s, &abandoned);
+    if (abandoned) { /* pending requests may still touch the staging, both arenas and the duplicate */
+      fpx_keep_for_mpi(m->stage);
+      m->stage = NULL, m->stage_cap = 0;
+      m->dup = MPI_COMM_NULL; /* leaked: a request is pending on it */
+      if (from) fpx_mpi_abandon(from, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
+      if (to) fpx_mpi_abandon(to, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
     }
-    redup = same != MPI_IDENT;
-  }
+  } else {
 #ifdef FP_HAVE_CUDA
-  if (st == FP_OK && backend == FP_BACKEND_NCCL)
-    st = fpx_xfer_nccl_prepare(t, has_from ? from : NULL, has_to ? to : NULL, me, base, &fresh);
+    st = fpx_xfer_nccl_run(t, R->me, base, c, all[3] != 0, fa, ta);
+#else
+    (void)base;
+#endif
+  }
+  return st;
+}
+
+fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
+  if (!t || !t->tx) return FP_ERR_ARG;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: MPI is not initialized");
+  MPI_Comm base = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD;
+  xrun R = {.from = from, .to = to};
+  MPI_Comm_rank(base, &R.me);
+  MPI_Comm_size(base, &R.size);
+  fp_status st = local_checks(t, &R);
+  st = mpi_state(t, &R, st);
+  int redo = needs_redup(R.m, base);
+#ifdef FP_HAVE_CUDA
+  if (st == FP_OK && R.backend == FP_BACKEND_NCCL)
+    st = fpx_xfer_nccl_prepare(t, R.has_from ? from : NULL, R.has_to ? to : NULL, R.me, base, &R.fresh);
 #endif
   /* agreement over the caller's communicator, point to point under the
    * watchdog (agree.c; every process calls it, in the same order as the
@@ -512,51 +578,19 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
    * communicator is made, whether any process duplicates its communicator
    * again (then all do: a collective). Without a timeout it waits as long as
    * it takes, like the collective it replaces. */
-  double timeout_s = xfer_timeout(has_from ? from : NULL, has_to ? to : NULL);
-  const int64_t mine[FPX_AGREE_VALS] = {st != FP_OK, backend, backend ? -backend : -100, fresh, redup};
+  double timeout_s = xfer_timeout(R.has_from ? from : NULL, R.has_to ? to : NULL);
+  const int64_t mine[FPX_AGREE_VALS] = {st != FP_OK, R.backend, R.backend ? -R.backend : -100, R.fresh, redo};
   fpx_agreement a;
-  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(tx), st != FP_OK, mine,
-                    &a);
-  if (a.verdict != FPX_AV_OK) {
-    st = agree_failed(t, st, &a, timeout_s);
-    goto out;
-  }
+  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(t->tx), st != FP_OK,
+                    mine, &a);
+  if (a.verdict != FPX_AV_OK) return agree_failed(t, st, &a, timeout_s);
   const int64_t *all = a.max;
-  if (all[4]) { /* every process has its state (a process without failed, above) */
-    if (m->dup != MPI_COMM_NULL) {
-      MPI_Comm_free(&m->dup);
-      MPI_Group_free(&m->group);
-    }
-    if (MPI_Comm_dup(base, &m->dup) != MPI_SUCCESS) m->dup = MPI_COMM_NULL;
-    if (m->dup != MPI_COMM_NULL && MPI_Comm_group(base, &m->group) != MPI_SUCCESS) MPI_Comm_free(&m->dup);
-    if (m->dup == MPI_COMM_NULL) {
-      st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed duplicating the communicator");
-      goto out;
-    }
-  }
-  c = m->dup;
-  if (all[1] != 0 && all[1] != -all[2]) {
-    st = fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and NCCL); "
-                       "nothing was written");
-    goto out;
-  }
-  char *fa = has_from ? from->dev : NULL, *ta = has_to ? to->dev : NULL;
-  if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
-    bool abandoned = false;
-    st = run_mpi(t, me, c, fa, ta, stage, req, timeout_s, &abandoned);
-    if (abandoned) { /* pending requests may still touch the staging, both arenas and the duplicate */
-      fpx_keep_for_mpi(m->stage);
-      m->stage = NULL, m->stage_cap = 0;
-      m->dup = MPI_COMM_NULL; /* leaked: a request is pending on it */
-      if (has_from && from) fpx_mpi_abandon(from, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
-      if (has_to && to) fpx_mpi_abandon(to, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
-    }
-  } else {
-#ifdef FP_HAVE_CUDA
-    st = fpx_xfer_nccl_run(t, me, base, c, all[3] != 0, fa, ta);
-#endif
-  }
+  /* every process has its state (a process without failed, above) */
+  if (all[4] && (st = redup(t, R.m, base)) != FP_OK) return st;
+  if (all[1] != 0 && all[1] != -all[2])
+    return fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and "
+                         "NCCL); nothing was written");
+  st = run_ops(t, &R, base, R.m->dup, all, timeout_s);
   if (st == FP_OK && t->msg) t->msg[0] = 0;
-out:
   return st;
 }

@@ -915,14 +915,23 @@ static void add_haves(planner *P) {
   }
 }
 
-fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
-                  const fp_reshard_opts *o, fp_diag *d) {
-  int errs = d->nerrors;
-  const char *fname = fs ? fs->path : "<from>", *tname = ts ? ts->path : "<to>";
+/* the two plans and where their errors are located */
+typedef struct rsrc {
+  const fp_src *fs, *ts;
+  const char *fname, *tname;
+} rsrc;
+
 #define ERR_AT(src, name, ptr, ...) \
   ((src) ? fpi_diag_json(d, (src), (ptr), __VA_ARGS__) : fpi_diag_errorf(d, (name), __VA_ARGS__))
+
+/* the options against the two plans (what moves, the offsets, tp, the
+ * model): the optimizer states moved per trainable param (0: weights only);
+ * errors on d */
+static int check_options(const fp_prog *from, const fp_prog *to, const rsrc *S, const fp_reshard_opts *o, fp_diag *d) {
+  const fp_src *fs = S->fs, *ts = S->ts;
+  const char *fname = S->fname, *tname = S->tname;
   const char *what = o->what ? o->what : "weights";
-  int nstates = 0; /* optimizer states moved per trainable param */
+  int nstates = 0;
   if (strcmp(what, "weights") == 0) {
   } else if (strcmp(what, "weights+optimizer") == 0) {
     if (from->optim == FP_OPTIM_NONE || to->optim == FP_OPTIM_NONE)
@@ -954,11 +963,59 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   if (strcmp(from->model ? from->model : "", to->model ? to->model : "") != 0)
     ERR_AT(ts, tname, "/model", "the plans are of different models: '%s' (%s) and '%s'", from->model ? from->model : "",
            fname, to->model ? to->model : "");
-  if (d->nerrors > errs) return NULL;
+  return nstates;
+}
 
-  /* params by name (a name map: DeepSeek-V3's 45,000 params compared by
-   * scanning were two thirds of its transfer's compile): every TO param
-   * must be a FROM param of the same shape, and every FROM param a TO param */
+/* TO param q (index j) against its FROM param f (index fj): the same shape,
+ * main weights in both, on the device, FROM not kept as MXFP8, trainable in
+ * both where optimizer state moves; errors on d */
+static void check_pair(const fp_ir_param *q, int32_t j, const fp_ir_param *f, int32_t fj, const fp_prog *from,
+                       const fp_prog *to, const rsrc *S, int nstates, fp_diag *d) {
+  const fp_src *fs = S->fs, *ts = S->ts;
+  const char *fname = S->fname, *tname = S->tname;
+  char ptr[64];
+  bool same = f->ndim == q->ndim;
+  for (int k = 0; same && k < q->ndim; k++) same = f->shape[k] == q->shape[k];
+  if (!same) {
+    char sf[128], st[128];
+    int x = 0, y = 0;
+    for (int k = 0; k < f->ndim && x < 100; k++) x += snprintf(sf + x, sizeof sf - (size_t)x, "%s%" PRId64, k ? "," : "", f->shape[k]);
+    for (int k = 0; k < q->ndim && y < 100; k++) y += snprintf(st + y, sizeof st - (size_t)y, "%s%" PRId64, k ? "," : "", q->shape[k]);
+    sf[x] = st[y] = 0;
+    snprintf(ptr, sizeof ptr, "/params/%d/shape", j);
+    ERR_AT(ts, tname, ptr, "param '%s' has shape [%s] here and [%s] in %s", q->name, st, sf, fname);
+  }
+  if (q->main.buf < 0 || f->main.buf < 0) {
+    snprintf(ptr, sizeof ptr, "/params/%d", j);
+    ERR_AT(ts, tname, ptr, "param '%s' has no main weights in one of the plans", q->name);
+  }
+  if ((q->main.buf >= 0 && to->bufs[q->main.buf].host) || (f->main.buf >= 0 && from->bufs[f->main.buf].host)) {
+    bool here = q->main.buf >= 0 && to->bufs[q->main.buf].host;
+    snprintf(ptr, sizeof ptr, "/params/%d", here ? j : fj);
+    ERR_AT(here ? ts : fs, here ? tname : fname, ptr,
+           "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
+           q->name);
+  }
+  if (f->main_dtype == FP_E4M3) {
+    snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fj);
+    ERR_AT(fs, fname, ptr,
+           "param '%s' is kept as MXFP8 in this plan (param_dtype \"mxfp8\": no full-precision copy): a "
+           "transfer sends full-precision main weights; transfer from the plan that trains it",
+           q->name);
+  }
+  if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
+    snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
+    ERR_AT(ts, tname, ptr, "param '%s' is %s here and %s in %s: its optimizer state cannot move", q->name,
+           q->requires_grad ? "trainable" : "frozen", f->requires_grad ? "trainable" : "frozen", fname);
+  }
+}
+
+/* params by name (a name map: DeepSeek-V3's 45,000 params compared by
+ * scanning were two thirds of its transfer's compile): every TO param must
+ * be a FROM param of the same shape (check_pair), and every FROM param a TO
+ * param. FROM's index of each TO param (-1: none); errors on d */
+static int32_t *match_params(fp_arena *a, const fp_prog *from, const fp_prog *to, const rsrc *S, int nstates,
+                             fp_diag *d) {
   int32_t *fi = fpi_alloc_array(a, (size_t)to->nparams + 1, sizeof *fi);
   bool *matched = fpi_alloc_array(a, (size_t)from->nparams + 1, sizeof *matched);
   fp_namemap names;
@@ -966,56 +1023,22 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   for (int32_t i = 0; i < from->nparams; i++) fpi_namemap_put(&names, from->params[i].name, i);
   for (int32_t j = 0; j < to->nparams; j++) {
     const fp_ir_param *q = &to->params[j];
-    char ptr[64];
     fi[j] = fpi_namemap_get(&names, q->name, strlen(q->name));
     if (fi[j] < 0) fi[j] = -1; /* (a plan's names are unique: the verifier checks) */
     else matched[fi[j]] = true;
-    snprintf(ptr, sizeof ptr, "/params/%d/name", j);
-    if (fi[j] < 0) {
-      ERR_AT(ts, tname, ptr, "param '%s' is not in %s", q->name, fname);
-      continue;
-    }
-    const fp_ir_param *f = &from->params[fi[j]];
-    bool same = f->ndim == q->ndim;
-    for (int k = 0; same && k < q->ndim; k++) same = f->shape[k] == q->shape[k];
-    if (!same) {
-      char sf[128], st[128];
-      int x = 0, y = 0;
-      for (int k = 0; k < f->ndim && x < 100; k++) x += snprintf(sf + x, sizeof sf - (size_t)x, "%s%" PRId64, k ? "," : "", f->shape[k]);
-      for (int k = 0; k < q->ndim && y < 100; k++) y += snprintf(st + y, sizeof st - (size_t)y, "%s%" PRId64, k ? "," : "", q->shape[k]);
-      sf[x] = st[y] = 0;
-      snprintf(ptr, sizeof ptr, "/params/%d/shape", j);
-      ERR_AT(ts, tname, ptr, "param '%s' has shape [%s] here and [%s] in %s", q->name, st, sf, fname);
-    }
-    if (q->main.buf < 0 || f->main.buf < 0) {
-      snprintf(ptr, sizeof ptr, "/params/%d", j);
-      ERR_AT(ts, tname, ptr, "param '%s' has no main weights in one of the plans", q->name);
-    }
-    if ((q->main.buf >= 0 && to->bufs[q->main.buf].host) || (f->main.buf >= 0 && from->bufs[f->main.buf].host)) {
-      bool here = q->main.buf >= 0 && to->bufs[q->main.buf].host;
-      snprintf(ptr, sizeof ptr, "/params/%d", here ? j : fi[j]);
-      ERR_AT(here ? ts : fs, here ? tname : fname, ptr,
-             "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
-             q->name);
-    }
-    if (f->main_dtype == FP_E4M3) {
-      snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fi[j]);
-      ERR_AT(fs, fname, ptr,
-             "param '%s' is kept as MXFP8 in this plan (param_dtype \"mxfp8\": no full-precision copy): a "
-             "transfer sends full-precision main weights; transfer from the plan that trains it",
-             q->name);
-    }
-    if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
-      snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
-      ERR_AT(ts, tname, ptr, "param '%s' is %s here and %s in %s: its optimizer state cannot move", q->name,
-             q->requires_grad ? "trainable" : "frozen", f->requires_grad ? "trainable" : "frozen", fname);
+    if (fi[j] >= 0) {
+      check_pair(q, j, &from->params[fi[j]], fi[j], from, to, S, nstates, d);
+    } else {
+      char ptr[64];
+      snprintf(ptr, sizeof ptr, "/params/%d/name", j);
+      ERR_AT(S->ts, S->tname, ptr, "param '%s' is not in %s", q->name, S->fname);
     }
   }
   for (int32_t i = 0; i < from->nparams; i++) {
     if (!matched[i]) {
       char ptr[64];
       snprintf(ptr, sizeof ptr, "/params/%d/name", i);
-      ERR_AT(fs, fname, ptr, "param '%s' is not in %s", from->params[i].name, tname);
+      ERR_AT(S->fs, S->fname, ptr, "param '%s' is not in %s", from->params[i].name, S->tname);
     }
   }
   /* operands are packed (xfer.h fp_tx_ref): arenas, and the staging that is
@@ -1023,13 +1046,18 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   for (int k = 0; k < 2; k++) {
     const fp_prog *p = k ? to : from;
     if (p->arena_bytes >= FP_TX_OFF_LIMIT / 2)
-      ERR_AT(k ? ts : fs, k ? tname : fname, "/arena_bytes",
+      ERR_AT(k ? S->ts : S->fs, k ? S->tname : S->fname, "/arena_bytes",
              "an arena of %" PRId64 " bytes per rank: a transfer addresses arenas of less than 2^58 bytes (256 PiB)",
              p->arena_bytes);
   }
-  if (d->nerrors > errs) return NULL;
+  return fi;
+}
 #undef ERR_AT
 
+/* the transfer's header (hashes, worlds, offsets, processes) and its
+ * params, each on the wire as MXFP8 where TO keeps it so or a pattern
+ * matches */
+static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, const fp_reshard_opts *o, int nstates) {
   fp_tx *t = fpi_tx_new(a);
   t->model = to->model;
   t->what = nstates ? "weights+optimizer" : "weights";
@@ -1039,10 +1067,6 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   t->nprocs = o->from_offset + from->world_size > o->to_offset + to->world_size ? o->from_offset + from->world_size
                                                                                  : o->to_offset + to->world_size;
   t->from_arena = from->arena_bytes, t->to_arena = to->arena_bytes;
-  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates};
-  t->same = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
-  P.load = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
-  P.stage = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
   t->params = fpi_alloc_array(a, (size_t)to->nparams + 1, sizeof *t->params);
   t->nparams = to->nparams;
   t->cap_params = to->nparams + 1;
@@ -1051,69 +1075,102 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
     const fp_ir_param *q = &to->params[j];
     t->params[j] = (fp_tx_param){q->name, numel_of(q), q->main_dtype == FP_E4M3 || matches(o, q->name)};
   }
+  return t;
+}
 
-  classes(&P, o->from_offset, o->to_offset);
-  /* phase A: every TO process that owns its program (the senders are
-   * chosen here); phase B: the members of a shared class chosen as senders
-   * in A, which then run their own copy of the class's local work, and,
-   * where a class's owner sends, the first member that does not: it takes
-   * over the class (a repeated program has no send) */
-  int32_t *list = fpi_alloc_array(a, (size_t)to->world_size + 1, sizeof *list), nlist = 0;
-  for (int64_t r = 0; r < to->world_size; r++)
-    if (!P.member[r + o->to_offset]) list[nlist++] = (int32_t)(r + o->to_offset);
-  for (int phase = 0; phase < 2; phase++) {
-    if (phase == 1) {
-      /* after A every op is an owner's local work or a send, recv or
-       * sender-side cast: a process with ops other than its own local work
-       * sends */
-      bool *sends = fpi_alloc_array(a, (size_t)t->nprocs + 1, sizeof *sends);
-      int32_t *heir = fpi_alloc_array(a, (size_t)t->nprocs + 1, sizeof *heir); /* per owner: the member taking over */
-      for (int32_t i = 0; i < t->nops; i++)
-        if (P.member[t->ops[i].proc] || t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV)
-          sends[t->ops[i].proc] = true;
-      for (int r = 0; r < 4; r++) /* (a split block's exchange: sends, recvs and local work with them) */
-        for (int64_t i = 0; i < P.npre[r]; i++) sends[P.pre[r][i].proc] = true;
-      for (int64_t p = 0; p < t->nprocs; p++) heir[p] = -1;
-      nlist = 0;
-      for (int64_t p = 0; p < t->nprocs; p++) {
-        if (!P.member[p]) continue;
-        int32_t ow = P.owner[p];
-        if (sends[p] || (sends[ow] && heir[ow] < 0)) { /* its own program: it sends, or it is the heir */
-          if (!sends[p]) heir[ow] = (int32_t)p;
-          P.member[p] = 0, list[nlist++] = (int32_t)p;
-        } else if (sends[ow]) {
-          P.owner[p] = heir[ow];
-        }
-      }
-      if (nlist == 0) break;
+/* After phase A every op is an owner's local work or a send, recv or
+ * sender-side cast: a process with ops other than its own local work
+ * sends. The members of a shared class chosen as senders leave it (their
+ * own program), and where a class's owner sends, the first member that
+ * does not takes the class over (a repeated program has no send). The
+ * processes of phase B into list; their count */
+static int32_t unshare_senders(planner *P, int32_t *list) {
+  fp_tx *t = P->t;
+  bool *sends = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *sends);
+  int32_t *heir = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *heir); /* per owner: the member taking over */
+  for (int32_t i = 0; i < t->nops; i++)
+    if (P->member[t->ops[i].proc] || t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV)
+      sends[t->ops[i].proc] = true;
+  for (int r = 0; r < 4; r++) /* (a split block's exchange: sends, recvs and local work with them) */
+    for (int64_t i = 0; i < P->npre[r]; i++) sends[P->pre[r][i].proc] = true;
+  for (int64_t p = 0; p < t->nprocs; p++) heir[p] = -1;
+  int32_t nlist = 0;
+  for (int64_t p = 0; p < t->nprocs; p++) {
+    if (!P->member[p]) continue;
+    int32_t ow = P->owner[p];
+    if (sends[p] || (sends[ow] && heir[ow] < 0)) { /* its own program: it sends, or it is the heir */
+      if (!sends[p]) heir[ow] = (int32_t)p;
+      P->member[p] = 0, list[nlist++] = (int32_t)p;
+    } else if (sends[ow]) {
+      P->owner[p] = heir[ow];
     }
+  }
+  return nlist;
+}
+
+/* The params' pieces over the TO processes in two phases: A, every TO
+ * process that owns its program (the senders are chosen here); B, the
+ * processes unshare_senders takes out of their classes. false after
+ * reporting on d */
+static bool plan_phases(planner *P, const fp_reshard_opts *o, fp_diag *d, const char *fname) {
+  fp_tx *t = P->t;
+  const fp_prog *to = P->to;
+  int32_t *list = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *list), nlist = 0;
+  for (int64_t r = 0; r < to->world_size; r++)
+    if (!P->member[r + o->to_offset]) list[nlist++] = (int32_t)(r + o->to_offset);
+  for (int phase = 0; phase < 2; phase++) {
+    if (phase == 1 && (nlist = unshare_senders(P, list)) == 0) break;
     for (int32_t j = 0; j < to->nparams; j++) {
       const fp_ir_param *q = &to->params[j];
       /* the main weights, then (weights+optimizer) each optimizer state: the
        * same elements in other buffers, never transformed */
-      for (int w = 0; w < (q->opt.buf >= 0 ? nstates + 1 : 1); w++)
-        if (!plan_param(&P, j, fi[j], w, list, nlist, d, fname)) return NULL;
+      for (int w = 0; w < (q->opt.buf >= 0 ? P->nstates + 1 : 1); w++)
+        if (!plan_param(P, j, P->fi[j], w, list, nlist, d, fname)) return false;
     }
   }
-  for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P.member[p] ? P.owner[p] : -1;
-  /* every process's order: the exchange rounds, the ops emitted in place
-   * (sends, recvs, local copies and sender-side work), then the late ones
-   * (fpi_tx_finish sorts by process, stably) */
+  for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P->member[p] ? P->owner[p] : -1;
+  return true;
+}
+
+/* every process's order: the exchange rounds, the ops emitted in place
+ * (sends, recvs, local copies and sender-side work), then the late ones
+ * (fpi_tx_finish sorts by process, stably); the staging sizes */
+static void order_ops(planner *P) {
+  fp_tx *t = P->t;
   int64_t npre = 0, nmain = t->nops;
-  for (int r = 0; r < 4; r++) npre += P.npre[r];
-  FP_ASSERT(npre + nmain + P.nlate < INT32_MAX);
-  t->ops = fpi_grow(a, t->ops, &t->cap_ops, npre + nmain + P.nlate + 1, sizeof *t->ops);
+  for (int r = 0; r < 4; r++) npre += P->npre[r];
+  FP_ASSERT(npre + nmain + P->nlate < INT32_MAX);
+  t->ops = fpi_grow(t->arena, t->ops, &t->cap_ops, npre + nmain + P->nlate + 1, sizeof *t->ops);
   if (npre) { /* the rounds in front (in place: a transfer may have tens of millions of ops) */
     memmove(t->ops + npre, t->ops, (size_t)nmain * sizeof *t->ops);
-    for (int r = 0, at = 0; r < 4; at += (int)P.npre[r], r++)
-      if (P.npre[r]) memcpy(t->ops + at, P.pre[r], (size_t)P.npre[r] * sizeof *t->ops);
+    for (int r = 0, at = 0; r < 4; at += (int)P->npre[r], r++)
+      if (P->npre[r]) memcpy(t->ops + at, P->pre[r], (size_t)P->npre[r] * sizeof *t->ops);
   }
-  if (P.nlate) memcpy(t->ops + npre + nmain, P.late, (size_t)P.nlate * sizeof *t->ops);
-  t->nops = (int32_t)(npre + nmain + P.nlate);
+  if (P->nlate) memcpy(t->ops + npre + nmain, P->late, (size_t)P->nlate * sizeof *t->ops);
+  t->nops = (int32_t)(npre + nmain + P->nlate);
   for (int64_t p = 0; p < t->nprocs; p++)
-    if (t->same[p] >= 0) P.stage[p] = P.stage[t->same[p]];
-  t->stage_bytes = P.stage;
-  for (int64_t p = 0; p < t->nprocs; p++) FP_ASSERT(P.stage[p] < FP_TX_OFF_LIMIT);
+    if (t->same[p] >= 0) P->stage[p] = P->stage[t->same[p]];
+  t->stage_bytes = P->stage;
+  for (int64_t p = 0; p < t->nprocs; p++) FP_ASSERT(P->stage[p] < FP_TX_OFF_LIMIT);
+}
+
+fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
+                  const fp_reshard_opts *o, fp_diag *d) {
+  int errs = d->nerrors;
+  rsrc S = {fs, ts, fs ? fs->path : "<from>", ts ? ts->path : "<to>"};
+  int nstates = check_options(from, to, &S, o, d);
+  if (d->nerrors > errs) return NULL;
+  int32_t *fi = match_params(a, from, to, &S, nstates, d);
+  if (d->nerrors > errs) return NULL;
+
+  fp_tx *t = tx_header(a, from, to, o, nstates);
+  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates};
+  t->same = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
+  P.load = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
+  P.stage = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
+  classes(&P, o->from_offset, o->to_offset);
+  if (!plan_phases(&P, o, d, S.fname)) return NULL;
+  order_ops(&P);
   add_haves(&P);
   fpi_tx_finish(t);
   return t;

@@ -33,9 +33,6 @@ MAX_CCN = 40
 NOT_YET = "not split yet (issue 42's remainder)"
 # "path:function": why it may stay over the limit for now
 EXCEPTIONS = {
-    # owned by the issue-41 engineer (placement plug-ins) while issue 42 ran: split after the merge
-    "planner/reshard.c:fpi_reshard": "issue 41 owns planner/reshard.c",
-    "executor/xfer.c:fp_xfer_run": "issue 41 owns executor/xfer.c",
     # owned by the lead and the issue-43 engineer while issue 42 ran
     "planner/sim.c:fpi_simulate": "issue 43 owns planner/sim.c",
     "planner/sim.c:fpi_sim_memory": "issue 43 owns planner/sim.c",
