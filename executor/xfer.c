@@ -228,9 +228,9 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = fmap[o->param];
     if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
-                          fpi_tx_src_bytes(o), false, sf))
+                          fpi_tx_src_bytes(tx, o), false, sf))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
-                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(o),
+                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(tx, o),
                    fpi_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
   }
   for (int32_t k = tx->need_first[g]; to && k < tx->need_first[g + 1]; k++) {
@@ -362,6 +362,63 @@ static fp_status wait_posted(fp_xfer *t, int32_t lo, int32_t hi, MPI_Request *re
                        pending, (fpx_now_us() - t0) / 1e6, timeout_s, peers, more ? " and more" : "");
 }
 
+/* A transform's ops on the MPI backend (host memory). prep_send: the
+ * sender's wire tensors from its FROM slice; the alignment between them is
+ * zeroed, so the staging's bytes do not depend on earlier runs. */
+static fp_status xf_prep_send(fp_xfer *t, int32_t i, char *dst, const char *src) {
+  const fp_tx *tx = t->tx;
+  const fp_tx_op *o = &tx->ops[i];
+  const fpi_xform *xf = t->xf[tx->params[o->param].xf];
+  void *w[FP_TX_MAX_WIRES];
+  memset(dst, 0, (size_t)fpi_tx_wire_at(tx, o, o->nwire));
+  for (int k = 0; k < (int)o->nwire; k++) w[k] = dst + fpi_tx_wire_at(tx, o, k);
+  fpi_xf_param p = {tx->params[o->param].name, tx->params[o->param].numel, o->sdtype, o->dtype};
+  char err[256] = "";
+  if (xf->send(xf->ctx, &p, o->full_off, o->n, src, w, err, sizeof err)) return FP_OK;
+  return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d (process %d, prep_send): transform '%s': prepare_send for param "
+                       "'%s' elements [%lld,%lld) failed: %s", i, o->proc, xf->name, p.name, (long long)o->full_off,
+                       (long long)(o->full_off + o->n), err[0] ? err : "(no message)");
+}
+
+#define GUARD_BYTE 0xA5
+
+/* finalize: the transform writes a bounded scratch (the slice's n elements
+ * between two guards of FP_TX_GUARD bytes, after the wire tensors in
+ * staging); the guards are checked, then the slice is copied into TO. A
+ * transform that writes outside its slice, or fails, leaves TO's bytes of
+ * it untouched and fails the run naming it. */
+static fp_status xf_finalize(fp_xfer *t, int32_t i, char *dst, char *src) {
+  const fp_tx *tx = t->tx;
+  const fp_tx_op *o = &tx->ops[i];
+  const fpi_xform *xf = t->xf[tx->params[o->param].xf];
+  const void *w[FP_TX_MAX_WIRES];
+  for (int k = 0; k < (int)o->nwire; k++) w[k] = src + fpi_tx_wire_at(tx, o, k);
+  size_t len = (size_t)(o->n * fpi_dtype_size(o->dtype));
+  unsigned char *g = (unsigned char *)src + fpi_tx_scratch_at(tx, o), *body = g + FP_TX_GUARD;
+  memset(g, GUARD_BYTE, FP_TX_GUARD);
+  memset(body + len, GUARD_BYTE, FP_TX_GUARD);
+  fpi_xf_param p = {tx->params[o->param].name, tx->params[o->param].numel, o->sdtype, o->dtype};
+  char err[256] = "";
+  bool ok = xf->finalize(xf->ctx, &p, o->full_off, o->n, w, body, err, sizeof err);
+  int64_t before = -1, after = -1; /* the farthest guard byte written on each side */
+  for (int k = 0; k < FP_TX_GUARD; k++) {
+    if (g[k] != GUARD_BYTE && before < 0) before = FP_TX_GUARD - k;
+    if (body[len + (size_t)k] != GUARD_BYTE) after = k + 1;
+  }
+  if (before >= 0 || after >= 0)
+    return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d (process %d, finalize): transform '%s': finalize_recv for "
+                         "param '%s' elements [%lld,%lld) wrote outside its slice (%lld bytes before it, %lld after); "
+                         "nothing of the slice was written to TO", i, o->proc, xf->name, p.name,
+                         (long long)o->full_off, (long long)(o->full_off + o->n), (long long)(before < 0 ? 0 : before),
+                         (long long)(after < 0 ? 0 : after));
+  if (!ok)
+    return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d (process %d, finalize): transform '%s': finalize_recv for "
+                         "param '%s' elements [%lld,%lld) failed: %s", i, o->proc, xf->name, p.name,
+                         (long long)o->full_off, (long long)(o->full_off + o->n), err[0] ? err : "(no message)");
+  memcpy(dst, body, len);
+  return FP_OK;
+}
+
 /* phase 3 on the MPI backend: this process's ops in order */
 static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, char *stage, MPI_Request *req,
                          double timeout_s, bool *abandoned) {
@@ -369,7 +426,9 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
   int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
   int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
   int npost = 0, waited = 0;
-  fp_status st = FP_OK;
+  /* a transform's failure stops no op (every send and recv still posts, so
+   * no peer waits forever): this process's run fails with it at the end */
+  fp_status st = FP_OK, bad = FP_OK;
   for (int32_t i = lo; i < hi && st == FP_OK; i++) {
     const fp_tx_op *o = &tx->ops[i];
     char *dst = at(fa, ta, stage, o->dst), *src = at(fa, ta, stage, o->src), *aux = at(fa, ta, stage, o->aux);
@@ -392,6 +451,8 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
       case FP_TX_SCALES: scales(o, (uint8_t *)dst, src); break;
       case FP_TX_MAX: fpk_max_u8((uint8_t *)dst, (const uint8_t *)src, (const uint8_t *)aux, o->n); break;
       case FP_TX_QUANT_AT: quant_at(o, (uint8_t *)dst, (const uint8_t *)aux, src); break;
+      case FP_TX_PREP_SEND: bad = bad != FP_OK ? bad : xf_prep_send(t, i, dst, src); break;
+      case FP_TX_FINALIZE: bad = bad != FP_OK ? bad : xf_finalize(t, i, dst, src); break;
       case FP_TX_SEND:
         rc = MPI_Isend(src, (int)(o->n * fpi_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
         break;
@@ -406,7 +467,7 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE);
   else if (st == FP_OK)
     st = wait_posted(t, lo, hi, req, waited, npost, timeout_s, abandoned);
-  return st;
+  return st != FP_OK ? st : bad;
 }
 
 /* the agreement said no: this process's error (a failure of its own checks stays its message) */
@@ -442,6 +503,24 @@ static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, 
   }
 }
 
+/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms),
+ * and the MPI backend (the transforms run on host memory) */
+static fp_status check_transforms(fp_xfer *t, int backend) {
+  const fp_tx *tx = t->tx;
+  for (int32_t j = 0; j < tx->nparams; j++) {
+    const char *name = fpi_tx_xf_name(tx, j);
+    if (!name) continue;
+    if (!t->xf || !t->xf[tx->params[j].xf])
+      return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: param '%s' goes through transform '%s', which is not bound to the "
+                           "transfer (fp_xfer_bind_transforms); nothing was written", tx->params[j].name, name);
+    if (backend == FP_BACKEND_NCCL)
+      return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: param '%s' goes through transform '%s': reshard transforms run on "
+                           "the MPI backend only (they are host functions); nothing was written", tx->params[j].name,
+                           name);
+  }
+  return FP_OK;
+}
+
 /* one process's part of a run, as the steps of fp_xfer_run see it */
 typedef struct xrun {
   int me, size;
@@ -472,6 +551,7 @@ static fp_status local_checks(fp_xfer *t, xrun *R) {
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on the %s backend and the TO executor on %s: a "
                        "transfer runs on one backend", from->bk->name, to->bk->name);
   if (st == FP_OK && me < tx->nprocs) st = check_layout(t, from, to, me);
+  if (st == FP_OK) st = check_transforms(t, R->backend);
   int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
   int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
   R->nreq = 0;

@@ -247,14 +247,55 @@ static bool figures(rd *r, fp_tx *t) {
   return m == 0;
 }
 
+/* a param's "transform": its name, one entry of t->xf_names per name */
+static bool xf_name(rd *r, fp_tx *t, fp_tx_param *q) {
+  size_t at = fpi_jp_pos(r->jp);
+  const char *name;
+  if (!str(r, NULL, 0, &name)) return false;
+  if (!name[0]) return fail_at(r, at, "expected a transform's name");
+  int32_t k = 0;
+  while (k < t->nxf && strcmp(t->xf_names[k], name)) k++;
+  if (k == t->nxf) {
+    if (t->nxf == 255) return fail_at(r, at, "more than 255 transforms");
+    const char **v = fpi_alloc_array(r->a, (size_t)t->nxf + 1, sizeof *v);
+    if (t->nxf) memcpy(v, t->xf_names, (size_t)t->nxf * sizeof *v);
+    v[t->nxf++] = name;
+    t->xf_names = v;
+  }
+  q->xf = k;
+  return true;
+}
+
+/* an op's "wires": [[dtype, count], ...], 1 to FP_TX_MAX_WIRES of them */
+static bool wires(rd *r, fp_tx *t, fp_tx_op *x) {
+  fp_tx_wire w[FP_TX_MAX_WIRES];
+  int n = 0, m;
+  size_t at = fpi_jp_pos(r->jp);
+  if (!arr_open(r)) return false;
+  while ((m = arr_next(r)) > 0) {
+    tup u;
+    if (n == FP_TX_MAX_WIRES) return fail_at(r, fpi_jp_pos(r->jp), "more than %d wire tensors", FP_TX_MAX_WIRES);
+    if (!tup_open(r, &u, "a wire tensor is [dtype, count]") || !tup_next(r, &u, 0, 2) || !dtype(r, &w[n].dtype) ||
+        !tup_next(r, &u, 1, 2) || !integer(r, 0, INT64_MAX / 16, &w[n].count) || !tup_end(r, &u, 2))
+      return false;
+    n++;
+  }
+  if (m < 0) return false;
+  if (n == 0) return fail_at(r, at, "expected at least one wire tensor");
+  x->wire = fpi_tx_wires_add(t, w, n);
+  x->nwire = (unsigned)n;
+  return true;
+}
+
 static bool params(rd *r, fp_tx *t) {
-  static const char *const keys[] = {"name", "numel", "wire", NULL};
+  static const char *const keys[] = {"name", "numel", "wire", "transform", NULL};
   if (!arr_open(r)) return false;
   int m;
   while ((m = arr_next(r)) > 0) {
     if (t->nparams == INT32_MAX) return fail_at(r, fpi_jp_pos(r->jp), "too many params");
     t->params = fpi_grow(r->a, t->params, &t->cap_params, t->nparams + 1, sizeof *t->params);
     fp_tx_param *q = &t->params[t->nparams++];
+    q->xf = -1;
     obj o;
     int k, mm;
     if (!obj_open(r, &o, keys, 0x7)) return false;
@@ -262,6 +303,10 @@ static bool params(rd *r, fp_tx *t) {
       size_t at = fpi_jp_pos(r->jp);
       char w[16];
       const char *wire;
+      if (k == 3) {
+        if (!xf_name(r, t, q)) return false;
+        continue;
+      }
       bool ok = k == 0 ? str(r, NULL, 0, &q->name) : k == 1 ? integer(r, 0, INT64_MAX, &q->numel) : str(r, w, sizeof w, &wire);
       if (ok && k == 2) {
         if (strcmp(wire, "plain") && strcmp(wire, "mxfp8")) ok = fail_at(r, at, "expected \"plain\" or \"mxfp8\"");
@@ -289,7 +334,7 @@ static bool need(rd *r, fp_tx *t, int32_t p) {
 }
 
 static bool op(rd *r, fp_tx *t, int32_t p) {
-  static const char *const keys[] = {"op", "peer", "param", "dtype", "sdtype", "n", "full_off", "dst", "src", "aux", NULL};
+  static const char *const keys[] = {"op", "peer", "param", "dtype", "sdtype", "n", "full_off", "dst", "src", "aux", "wires", NULL};
   obj o;
   int k, m;
   if (!obj_open(r, &o, keys, 0x7D)) return false; /* all but peer, dst, src, aux */
@@ -324,6 +369,7 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
       }
       case 5: ok = integer(r, 0, INT64_MAX / 16, &x->n); break;
       case 6: ok = integer(r, 0, INT64_MAX / 2, &x->full_off); break;
+      case 10: ok = wires(r, t, x); break;
       default: ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux); break;
     }
     if (!ok) return false;
@@ -462,7 +508,7 @@ fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *x = &t->ops[i];
     if (x->src.space == FP_SP_FROM)
-      fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(x), x->full_off, x->sdtype);
+      fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(t, x), x->full_off, x->sdtype);
   }
   if (!t->stage_bytes) t->stage_bytes = fpi_alloc_array(a, 1, sizeof *t->stage_bytes);
   if (!t->params) t->params = fpi_alloc_array(a, 1, sizeof *t->params);

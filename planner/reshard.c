@@ -184,6 +184,13 @@ typedef struct planner {
   const int32_t *fi;   /* FROM's index of each TO param */
   run *fr;             /* plan_param: FROM runs of every rank, sorted by start */
   int64_t cap_fr;
+  /* the param being covered goes through a reshard transform (piece_xf):
+   * it, and the param as it is told; xf_bad after its error */
+  const fpi_xforms *xfs; /* the options' transforms */
+  const fpi_xform *xf;
+  fpi_xf_param xp;
+  fp_diag *d;
+  bool xf_bad;
 } planner;
 
 static int64_t stage_take(planner *P, int32_t proc, int64_t bytes) {
@@ -548,6 +555,64 @@ static void piece_keep(planner *P, int32_t pi, const run *s, int64_t e, int64_t 
   if (!tail_whole) keep_part(P, s, wb, end - wb, d, lb, fdt);
 }
 
+/* the bytes of n wire tensors laid out as fpi_tx_wire_at does */
+static int64_t wire_span(const fp_tx_wire *w, int n) {
+  int64_t b = 0;
+  for (int k = 0; k < n; k++) b += (w[k].count * fpi_dtype_size(w[k].dtype) + 15) / 16 * 16;
+  return b;
+}
+
+/* the transform's wire tensors of a slice on one side (recv: prepare_recv);
+ * false after a located error naming it */
+static bool xf_wires(planner *P, bool recv, int64_t e, int64_t n, fp_tx_wire *w, int *nw) {
+  char err[256] = "";
+  const char *fn = recv ? "recv_wires (prepare_recv)" : "send_wires (prepare_send)";
+  bool ok = P->xf->wires(P->xf->ctx, recv, &P->xp, e, n, w, nw, err, sizeof err);
+  if (ok && (*nw < 1 || *nw > FP_TX_MAX_WIRES)) {
+    snprintf(err, sizeof err, "gave %d wire tensors (1 to %d)", *nw, FP_TX_MAX_WIRES);
+    ok = false;
+  }
+  for (int k = 0; ok && k < *nw; k++)
+    if (w[k].count < 0 || w[k].count > INT64_MAX / 64 || (unsigned)w[k].dtype >= FP_NDTYPES) {
+      snprintf(err, sizeof err, "wire tensor %d has count %" PRId64 " or an unknown dtype", k, w[k].count);
+      ok = false;
+    }
+  if (!ok && !P->xf_bad)
+    fpi_diag_errorf(P->d, "reshard", "transform '%s': %s for param '%s' elements [%" PRId64 ",%" PRId64 "): %s",
+                    P->xf->name, fn, P->xp.name, e, e + n, err[0] ? err : "failed");
+  P->xf_bad |= !ok;
+  return ok;
+}
+
+/* a piece through the param's transform: the sender's prep_send (FROM into
+ * its wire tensors in staging) and one send per wire tensor; the
+ * receiver's recv per wire tensor (prepare_recv's) into staging and, after
+ * every send and recv, its finalize into TO */
+static void piece_xf(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e, int64_t n, int32_t d, int64_t dst,
+                     fp_dtype fdt, fp_dtype tdt) {
+  fp_tx *t = P->t;
+  fp_tx_wire ws[FP_TX_MAX_WIRES], wr[FP_TX_MAX_WIRES];
+  int nws = 0, nwr = 0;
+  if (!xf_wires(P, false, e, n, ws, &nws) || !xf_wires(P, true, e, n, wr, &nwr)) return;
+  int64_t q = stage_take(P, sp, wire_span(ws, nws));
+  fp_tx_op *o = fpi_tx_emit(t, FP_TX_PREP_SEND, sp, pi, tdt, n);
+  o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, q), o->src = ref(FP_SP_FROM, src);
+  o->wire = fpi_tx_wires_add(t, ws, nws), o->nwire = (unsigned)nws;
+  for (int k = 0, at = 0; k < nws; at += (int)wire_span(&ws[k], 1), k++) {
+    o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, ws[k].dtype, ws[k].count);
+    o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q + at);
+    P->load[sp] += ws[k].count * fpi_dtype_size(ws[k].dtype);
+  }
+  int64_t r = stage_take(P, d, wire_span(wr, nwr) + 2 * FP_TX_GUARD + (n * fpi_dtype_size(tdt) + 15) / 16 * 16);
+  for (int k = 0, at = 0; k < nwr; at += (int)wire_span(&wr[k], 1), k++) {
+    o = fpi_tx_emit(t, FP_TX_RECV, d, pi, wr[k].dtype, wr[k].count);
+    o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, r + at);
+  }
+  o = late(P, FP_TX_FINALIZE, d, pi, tdt, n);
+  o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_STAGE, r);
+  o->wire = fpi_tx_wires_add(t, wr, nwr), o->nwire = (unsigned)nwr;
+}
+
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
 static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t dst, fp_dtype fdt,
                   fp_dtype tdt, bool mx) {
@@ -561,6 +626,10 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   if (sp == d) {
     fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, d, pi, tdt, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
+    return;
+  }
+  if (P->xf) {
+    piece_xf(P, pi, src, sp, e, n, d, dst, fdt, tdt);
     return;
   }
   if (mx) {
@@ -820,6 +889,9 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
   fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
   bool keep = w == 0 && q->main_dtype == FP_E4M3, mxw = w == 0 && t->params[j].mxfp8;
   P->keep = keep, P->knumel = numel;
+  /* the weights only go through a transform (never optimizer state) */
+  P->xf = w == 0 && t->params[j].xf >= 0 ? P->xfs->v[t->params[j].xf] : NULL;
+  P->xp = (fpi_xf_param){q->name, numel, fdt, tdt};
   P->kscales = keep ? to->bufs[q->scales.buf].offset + q->scales.off : -1;
   for (int64_t k = 0; k < P->kq_used; k++) P->kq[P->kq_slots[k]].proc = -1; /* a new param: empty the memo */
   P->kq_used = 0;
@@ -1057,7 +1129,8 @@ static int32_t *match_params(fp_arena *a, const fp_prog *from, const fp_prog *to
 /* the transfer's header (hashes, worlds, offsets, processes) and its
  * params, each on the wire as MXFP8 where TO keeps it so or a pattern
  * matches */
-static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, const fp_reshard_opts *o, int nstates) {
+static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, const int32_t *fi, const fp_reshard_opts *o,
+                        int nstates) {
   fp_tx *t = fpi_tx_new(a);
   t->model = to->model;
   t->what = nstates ? "weights+optimizer" : "weights";
@@ -1073,7 +1146,17 @@ static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, con
   for (int32_t j = 0; j < to->nparams; j++) {
     /* kept as MXFP8 by TO: MXFP8 on the wire whatever --transform says */
     const fp_ir_param *q = &to->params[j];
-    t->params[j] = (fp_tx_param){q->name, numel_of(q), q->main_dtype == FP_E4M3 || matches(o, q->name)};
+    t->params[j] = (fp_tx_param){q->name, numel_of(q), q->main_dtype == FP_E4M3 || matches(o, q->name), -1};
+    /* a transform takes the others it says it takes: the first that does */
+    const fp_ir_param *f = &from->params[fi[j]];
+    fpi_xf_param xp = {q->name, numel_of(q), f->main_dtype, q->main_dtype};
+    for (int k = 0; o->xf && !t->params[j].mxfp8 && k < o->xf->n && t->params[j].xf < 0; k++)
+      if (o->xf->v[k]->should(o->xf->v[k]->ctx, &xp)) t->params[j].xf = k;
+  }
+  if (o->xf) {
+    t->xf_names = fpi_alloc_array(a, (size_t)o->xf->n, sizeof *t->xf_names);
+    for (int k = 0; k < o->xf->n; k++) t->xf_names[k] = o->xf->v[k]->name;
+    t->nxf = o->xf->n;
   }
   return t;
 }
@@ -1163,13 +1246,13 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   int32_t *fi = match_params(a, from, to, &S, nstates, d);
   if (d->nerrors > errs) return NULL;
 
-  fp_tx *t = tx_header(a, from, to, o, nstates);
-  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates};
+  fp_tx *t = tx_header(a, from, to, fi, o, nstates);
+  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates, .xfs = o->xf, .d = d};
   t->same = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
   P.load = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
   P.stage = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
   classes(&P, o->from_offset, o->to_offset);
-  if (!plan_phases(&P, o, d, S.fname)) return NULL;
+  if (!plan_phases(&P, o, d, S.fname) || P.xf_bad) return NULL;
   order_ops(&P);
   add_haves(&P);
   fpi_tx_finish(t);

@@ -299,7 +299,7 @@ int main(int argc, char **argv) {
   }
   const char *pats[1] = {mxpat};
   /* the way back: B's ranks (processes off..) are FROM, A's (processes 0..) TO */
-  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0}, back = {what, 0, NULL, 0, off};
+  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0, NULL}, back = {what, 0, NULL, 0, off, NULL};
   fp_xfer *ab = NULL, *ba = NULL;
   bool kept = false; /* B keeps params as MXFP8 */
   for (int32_t i = 0; i < B->prog->nparams; i++) kept |= B->prog->params[i].main_dtype == FP_E4M3;

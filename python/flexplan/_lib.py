@@ -341,6 +341,7 @@ class fp_reshard_options(ctypes.Structure):
         ("mxfp8", ctypes.POINTER(ctypes.c_char_p)),
         ("nmxfp8", ctypes.c_int),
         ("from_offset", ctypes.c_int64),
+        ("transforms", ctypes.c_void_p),  # fp_transform_set * (flexplan.h); None: no transforms
     ]
 
 
