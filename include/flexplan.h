@@ -925,6 +925,15 @@ FP_API fp_status fp_transform_set_add(fp_transform_set *set, const char *name, c
                                       void *user);
 FP_API const char *fp_transform_set_errmsg(const fp_transform_set *set);
 FP_API void fp_transform_set_free(fp_transform_set *set);
+/* MXFP8 on this contract (docs/reshard.md): FP_MXFP8_SENDER, the sender
+ * quantizes (E4M3 data and E8M0 scales on the wire, blocks aligned to the
+ * full param) and the receiver dequantizes into TO; FP_MXFP8_RECEIVER, the
+ * slice crosses unchanged and the receiver converts on receipt. Either
+ * writes TO's bytes exactly as `--transform mxfp8` does. Register the table
+ * with user = an fnmatch pattern of param names (NULL: every param whose
+ * main dtypes are fp32, bf16 or fp16). NULL for another mode. */
+typedef enum fp_mxfp8_mode { FP_MXFP8_SENDER = 0, FP_MXFP8_RECEIVER = 1 } fp_mxfp8_mode;
+FP_API const fp_reshard_transform *fp_transform_mxfp8(fp_mxfp8_mode mode);
 /* Bind a loaded transfer's transforms by name (a compiled one is bound to
  * the set it was compiled with). FP_ERR_ARG, naming it, when the transfer
  * names a transform the set lacks; fp_xfer_run refuses a transfer whose

@@ -272,6 +272,12 @@ fp_reshard_xf_test(fs2_to_fs2_disjoint 4 full_shard 2 full_shard 2 --to-offset 2
 fp_reshard_xf_test(fault_count 3 full_shard 2 full_shard 3 --fault count)
 fp_reshard_xf_test(fault_outside 3 full_shard 2 full_shard 3 --fault outside)
 fp_reshard_xf_test(fault_unbound 2 full_shard 1 full_shard 1 --to-offset 1 --fault unbound)
+# MXFP8 on the contract (fp_transform_mxfp8), both modes: TO's arena equals
+# what the built-in --transform mxfp8 writes, byte for byte
+fp_reshard_xf_test(mxfp8_sender_fs4_to_placements3 4 full_shard 4 placements-w3 3 --mxfp8 sender)
+fp_reshard_xf_test(mxfp8_receiver_fs4_to_placements3 4 full_shard 4 placements-w3 3 --mxfp8 receiver)
+fp_reshard_xf_test(mxfp8_sender_fs2_to_noshard3 3 full_shard 2 no_shard 3 --mxfp8 sender)
+fp_reshard_xf_test(mxfp8_receiver_fs2_to_fs2_disjoint 4 full_shard 2 full_shard 2 --to-offset 2 --mxfp8 receiver)
 # flat hybrid buckets of params that fill whole alignment units: adjacent
 # params' pieces continue each other, and the executor copies them as one
 fp_mpi_test(reshard_wide_flat_hybrid4_to_2 4 test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/mpi/wide.model.json

@@ -20,7 +20,13 @@
  *            fails on the receiver naming it, the slice never reaches TO
  *            (TO keeps its sentinel there);
  *   unbound  the loaded transfer is run without binding: refused before any
- *            byte moves. */
+ *            byte moves.
+ * --mxfp8 sender|receiver runs MXFP8 on the contract (fp_transform_mxfp8)
+ * instead, for every param, and TO's whole arena must equal byte for byte
+ * what the built-in `--transform mxfp8` writes (test_reshard checks that one
+ * against the format's error bound), on the wire: as many bytes as the
+ * built-in (sender-side: e4m3 + e8m0), or FROM's bytes unchanged
+ * (receiver-side). */
 #include <math.h>
 #include <unistd.h>
 
@@ -32,6 +38,7 @@
 
 static const unsigned char SENT = 0xA5;
 static const char *g_fault = "";
+static const char *g_mx = NULL; /* --mxfp8 mode */
 
 static double formula(int32_t param, int64_t e) { return sin(0.37 * (double)e + 1.3 * param) * (1.0 + (double)(e % 5)); }
 
@@ -126,6 +133,84 @@ static void check(fp_exec *x, const fp_tx *tx, int nparams, bool sentinel_ok, in
   }
 }
 
+/* executors of A and B on their processes (FROM 0..wa-1, TO off..off+wb-1) */
+typedef struct execs {
+  MPI_Comm ma, mb;
+  fp_exec *xa, *xb;
+} execs;
+static execs make_execs(const fp_plan *A, const fp_plan *B, int wa, int wb, int64_t off) {
+  execs e = {MPI_COMM_NULL, MPI_COMM_NULL, NULL, NULL};
+  bool has_a = tu_rank < wa, has_b = tu_rank >= off && tu_rank < off + wb;
+  MPI_Comm_split(MPI_COMM_WORLD, has_a ? 0 : MPI_UNDEFINED, tu_rank, &e.ma);
+  MPI_Comm_split(MPI_COMM_WORLD, has_b ? 0 : MPI_UNDEFINED, tu_rank, &e.mb);
+  fp_exec_config ca = {.backend = FP_BACKEND_MPI, .rank = tu_rank, .world_size = wa, .bootstrap = &e.ma};
+  fp_exec_config cb = {.backend = FP_BACKEND_MPI, .rank = (int)(tu_rank - off), .world_size = wb, .bootstrap = &e.mb};
+  if (has_a) EXPECT(fp_exec_create(A, &ca, &e.xa) == FP_OK, "exec A: %s", fp_exec_errmsg(e.xa));
+  if (has_b) EXPECT(fp_exec_create(B, &cb, &e.xb) == FP_OK, "exec B: %s", fp_exec_errmsg(e.xb));
+  return e;
+}
+static void free_execs(execs *e) {
+  fp_exec_destroy(e->xa);
+  fp_exec_destroy(e->xb);
+  if (e->ma != MPI_COMM_NULL) MPI_Comm_free(&e->ma);
+  if (e->mb != MPI_COMM_NULL) MPI_Comm_free(&e->mb);
+}
+
+/* --mxfp8: the built-in `--transform mxfp8` of every param, then
+ * fp_transform_mxfp8 in the mode asked, each into a sentinel-filled TO: the
+ * arenas equal byte for byte */
+static void mxfp8_on_contract(const fp_plan *A, const fp_plan *B, int wa, int wb, int64_t off) {
+  fp_mxfp8_mode mode = !strcmp(g_mx, "sender") ? FP_MXFP8_SENDER : FP_MXFP8_RECEIVER;
+  fp_transform_set *set = NULL;
+  fp_transform_set_create(&set);
+  EXPECT(fp_transform_set_add(set, "mxfp8_contract", fp_transform_mxfp8(mode), NULL) == FP_OK, "add: %s",
+         fp_transform_set_errmsg(set));
+  const char *all[] = {"*"};
+  fp_reshard_options builtin = {"weights", off, all, 1, 0, NULL}, plug = {"weights", off, NULL, 0, 0, set};
+  fp_xfer *tb = NULL, *tp = NULL;
+  EXPECT(fp_reshard_compile(A, B, &builtin, &tb) == FP_OK, "built-in: %s", fp_xfer_errmsg(tb));
+  EXPECT(fp_reshard_compile(A, B, &plug, &tp) == FP_OK, "contract: %s", fp_xfer_errmsg(tp));
+  execs e = make_execs(A, B, wa, wb, off);
+  if (tu_failures) goto out;
+  fp_plan_info ia;
+  fp_plan_get_info(A, &ia);
+  if (e.xa) fill(e.xa, ia.nparams);
+  size_t bytes = (size_t)B->prog->arena_bytes;
+  char *ref = e.xb ? malloc(bytes) : NULL;
+  for (int k = 0; k < 2; k++) {
+    if (e.xb) memset(e.xb->dev, SENT, bytes);
+    fp_xfer *t = k ? tp : tb;
+    EXPECT(fp_xfer_run(t, e.xa, e.xb, NULL) == FP_OK, "run %s: %s", k ? "contract" : "built-in", fp_xfer_errmsg(t));
+    if (e.xb && k == 0) memcpy(ref, e.xb->dev, bytes);
+  }
+  int64_t diff = 0, first = -1;
+  for (size_t b = 0; e.xb && b < bytes; b++)
+    if (ref[b] != e.xb->dev[b] && diff++ == 0) first = (int64_t)b;
+  EXPECT(diff == 0, "%s-side MXFP8 on the contract: %" PRId64 " TO bytes differ from the built-in's, the first at %" PRId64,
+         g_mx, diff, first);
+  int64_t nfin = 0;
+  for (int32_t i = 0; i < tp->tx->nops; i++) nfin += tp->tx->ops[i].kind == FP_TX_FINALIZE;
+  fp_xfer_info ib, ip;
+  fp_xfer_get_info(tb, &ib);
+  fp_xfer_get_info(tp, &ip);
+  EXPECT(nfin > 0, "no slice went through the transform");
+  if (mode == FP_MXFP8_SENDER)
+    EXPECT(ip.wire_bytes == ib.wire_bytes, "sender-side wire %" PRId64 " bytes, the built-in's %" PRId64, ip.wire_bytes,
+           ib.wire_bytes);
+  else
+    EXPECT(ip.wire_bytes == ip.lower_bound && ip.wire_bytes > ib.wire_bytes,
+           "receiver-side wire %" PRId64 " bytes: FROM's unchanged (%" PRId64 ")", ip.wire_bytes, ip.lower_bound);
+  if (tu_rank == 0)
+    printf("%s-side MXFP8 on the contract: %" PRId64 " finalize ops, wire %" PRId64 " bytes (built-in %" PRId64
+           "), TO arenas equal the built-in's\n", g_mx, nfin, ip.wire_bytes, ib.wire_bytes);
+  free(ref);
+out:
+  free_execs(&e);
+  fp_xfer_free(tb);
+  fp_xfer_free(tp);
+  fp_transform_set_free(set);
+}
+
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   if (argc < 6) {
@@ -136,6 +221,7 @@ int main(int argc, char **argv) {
   for (int i = 6; i + 1 < argc; i++) {
     if (!strcmp(argv[i], "--to-offset")) off = atol(argv[i + 1]);
     if (!strcmp(argv[i], "--fault")) g_fault = argv[i + 1];
+    if (!strcmp(argv[i], "--mxfp8")) g_mx = argv[i + 1];
   }
   int wa = atoi(argv[3]), wb = atoi(argv[5]);
   fp_plan *A = tu_compile(argv[1], argv[2], wa), *B = tu_compile(argv[1], argv[4], wb);
@@ -147,6 +233,10 @@ int main(int argc, char **argv) {
   EXPECT(fp_transform_set_add(set, "mxfp8", &tr, NULL) == FP_ERR_ARG &&
              strstr(fp_transform_set_errmsg(set), "'mxfp8' is the built-in transform"),
          "a transform named mxfp8: %s", fp_transform_set_errmsg(set));
+  if (g_mx) {
+    mxfp8_on_contract(A, B, wa, wb, off);
+    goto done;
+  }
   fp_reshard_options ro = {"weights", off, NULL, 0, 0, set};
   fp_xfer *ab = NULL;
   fp_status st = fp_reshard_compile(A, B, &ro, &ab);
