@@ -499,6 +499,7 @@ SIGNATURES = {
     "fp_transform_set_errmsg": (_cs, [_vp]),
     "fp_transform_set_free": (None, [_vp]),
     "fp_xfer_bind_transforms": (_st, [_vp, _vp]),
+    "fp_transform_mxfp8": (_P(fp_reshard_transform), [ctypes.c_int]),
     # MPI
     "fp_mpi_init": (_st, [_P(ctypes.c_int), _P(ctypes.c_int)]),
     "fp_mpi_finalize": (_st, []),

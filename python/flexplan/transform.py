@@ -74,6 +74,22 @@ class Transform:
         raise NotImplementedError("finalize_recv")
 
 
+class MXFP8(Transform):
+    """MXFP8 on the contract, the library's C transform (fp_transform_mxfp8):
+    mode "sender" (the sender quantizes: e4m3 elements and e8m0 scales on the
+    wire) or "receiver" (FROM's bytes on the wire, converted on receipt);
+    either writes TO's bytes exactly as transform={pattern: "mxfp8"} does.
+    Registered as "mxfp8_sender" and "mxfp8_receiver"."""
+
+    MODES = {"sender": 0, "receiver": 1}
+
+    def __init__(self, mode: str = "sender") -> None:
+        if mode not in self.MODES:
+            raise ValueError("MXFP8: mode %r (expected sender or receiver)" % (mode,))
+        self.mode = mode
+        self.name = "mxfp8_" + mode
+
+
 _registry: Dict[str, Transform] = {}
 _lock = threading.Lock()
 
@@ -102,6 +118,10 @@ def registered() -> Dict[str, Transform]:
 
 
 _CODE = {v[0]: e for e, v in L.ELEMS.items()}  # dtype name -> fp_elem
+
+
+register(MXFP8("sender"))
+register(MXFP8("receiver"))
 
 
 def _write_err(err, cap, text):
@@ -148,6 +168,15 @@ class _Set:
             raise
 
     def _add(self, lib, name, pat, obj):
+        if isinstance(obj, MXFP8):  # the library's own table; the pattern is its user pointer
+            pat_c = ctypes.c_char_p(L.cstr(pat, "transform pattern", allow_none=False))
+            self.keep.append(pat_c)
+            st = lib.fp_transform_set_add(self.h, L.cstr(name, "transform name"), lib.fp_transform_mxfp8(MXFP8.MODES[obj.mode]),
+                                          ctypes.cast(pat_c, ctypes.c_void_p))
+            if st != L.FP_OK:
+                raise FlexplanError(st, L.text(lib.fp_transform_set_errmsg(self.h)))
+            return
+
         def guard(fn):
             def call(*a):
                 err, cap = a[-2], a[-1]

@@ -86,7 +86,7 @@ bad = []
 for i, n in enumerate(names):
     v = xb.param(n)
     buf = v.buffer("main")
-    mx = any(n.startswith(p.split("=")[0].rstrip("*")) for p in sys.argv[2:] if p.endswith("=mxfp8"))
+    mx = any(n.startswith(p.split("=")[0].rstrip("*")) for p in sys.argv[2:] if p.split("=")[1].startswith("mxfp8"))
     for s, f, ln in v.shard.pairs():
         for q in range(ln):
             want, got = value(i, f + q), buf[s + q]

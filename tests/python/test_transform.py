@@ -95,10 +95,28 @@ def test_faulty(plans):
         flexplan.reshard(a, b, transform={"*": "nope"})
 
 
-@pytest.mark.parametrize("world,to", [(2, "full_shard:no_shard"), (3, "placements-w3")])
-def test_run_mpi(world, to):
+def test_mxfp8_on_the_contract(plans):
+    """flexplan.transform.MXFP8 (the library's fp_transform_mxfp8): on the
+    wire, the built-in's bytes sender-side, FROM's unchanged receiver-side"""
+    a, b = plans
+    builtin = flexplan.reshard(a, b, transform={"*": "mxfp8"}, to_offset=2)
+    sender = flexplan.reshard(a, b, transform={"*": flexplan.transform.MXFP8("sender")}, to_offset=2)
+    receiver = flexplan.reshard(a, b, transform={"*": "mxfp8_receiver"}, to_offset=2)
+    assert sender.info["wire_bytes"] == builtin.info["wire_bytes"] < builtin.info["lower_bound"]
+    assert receiver.info["wire_bytes"] == receiver.info["lower_bound"]
+    assert "transform=mxfp8_sender" in sender.to_ir() and "wires=e4m3:" in sender.to_ir()
+    with pytest.raises(ValueError, match="mode 'middle'"):
+        flexplan.transform.MXFP8("middle")
+
+
+@pytest.mark.parametrize("world,to,transform", [(2, "full_shard:no_shard", "fc*=bf16_wire"),
+                                                (3, "placements-w3", "fc*=bf16_wire"),
+                                                (3, "placements-w3", "fc*=mxfp8_sender"),
+                                                (2, "no_shard", "fc0.*=mxfp8_receiver")])
+def test_run_mpi(world, to, transform):
     from torch_mpi import run_mpi
-    rc, out = run_mpi(world, "reshard_worker.py", to, "fc*=bf16_wire", timeout=180)
+    rc, out = run_mpi(world, "reshard_worker.py", to, transform, timeout=180)
     assert rc == 0, out
     assert out.count("ok rank") == world, out
-    assert sum(int(x.split("finalized ")[1].split()[0]) for x in out.splitlines() if "finalized " in x) > 0, out
+    if "bf16" in transform:
+        assert sum(int(x.split("finalized ")[1].split()[0]) for x in out.splitlines() if "finalized " in x) > 0, out
