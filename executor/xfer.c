@@ -365,7 +365,7 @@ static fp_status wait_posted(fp_xfer *t, int32_t lo, int32_t hi, MPI_Request *re
 /* A transform's ops on the MPI backend (host memory). prep_send: the
  * sender's wire tensors from its FROM slice; the alignment between them is
  * zeroed, so the staging's bytes do not depend on earlier runs. */
-static fp_status xf_prep_send(fp_xfer *t, int32_t i, char *dst, const char *src) {
+fp_status fpx_xf_prep_send(fp_xfer *t, int32_t i, char *dst, const char *src) {
   const fp_tx *tx = t->tx;
   const fp_tx_op *o = &tx->ops[i];
   const fpi_xform *xf = t->xf[tx->params[o->param].xf];
@@ -387,7 +387,7 @@ static fp_status xf_prep_send(fp_xfer *t, int32_t i, char *dst, const char *src)
  * staging); the guards are checked, then the slice is copied into TO. A
  * transform that writes outside its slice, or fails, leaves TO's bytes of
  * it untouched and fails the run naming it. */
-static fp_status xf_finalize(fp_xfer *t, int32_t i, char *dst, char *src) {
+fp_status fpx_xf_finalize(fp_xfer *t, int32_t i, char *dst, char *src) {
   const fp_tx *tx = t->tx;
   const fp_tx_op *o = &tx->ops[i];
   const fpi_xform *xf = t->xf[tx->params[o->param].xf];
@@ -451,8 +451,8 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
       case FP_TX_SCALES: scales(o, (uint8_t *)dst, src); break;
       case FP_TX_MAX: fpk_max_u8((uint8_t *)dst, (const uint8_t *)src, (const uint8_t *)aux, o->n); break;
       case FP_TX_QUANT_AT: quant_at(o, (uint8_t *)dst, (const uint8_t *)aux, src); break;
-      case FP_TX_PREP_SEND: bad = bad != FP_OK ? bad : xf_prep_send(t, i, dst, src); break;
-      case FP_TX_FINALIZE: bad = bad != FP_OK ? bad : xf_finalize(t, i, dst, src); break;
+      case FP_TX_PREP_SEND: bad = bad != FP_OK ? bad : fpx_xf_prep_send(t, i, dst, src); break;
+      case FP_TX_FINALIZE: bad = bad != FP_OK ? bad : fpx_xf_finalize(t, i, dst, src); break;
       case FP_TX_SEND:
         rc = MPI_Isend(src, (int)(o->n * fpi_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
         break;
@@ -503,9 +503,8 @@ static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, 
   }
 }
 
-/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms),
- * and the MPI backend (the transforms run on host memory) */
-static fp_status check_transforms(fp_xfer *t, int backend) {
+/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms) */
+static fp_status check_transforms(fp_xfer *t) {
   const fp_tx *tx = t->tx;
   for (int32_t j = 0; j < tx->nparams; j++) {
     const char *name = fpi_tx_xf_name(tx, j);
@@ -513,10 +512,6 @@ static fp_status check_transforms(fp_xfer *t, int backend) {
     if (!t->xf || !t->xf[tx->params[j].xf])
       return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: param '%s' goes through transform '%s', which is not bound to the "
                            "transfer (fp_xfer_bind_transforms); nothing was written", tx->params[j].name, name);
-    if (backend == FP_BACKEND_NCCL)
-      return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: param '%s' goes through transform '%s': reshard transforms run on "
-                           "the MPI backend only (they are host functions); nothing was written", tx->params[j].name,
-                           name);
   }
   return FP_OK;
 }
@@ -551,7 +546,7 @@ static fp_status local_checks(fp_xfer *t, xrun *R) {
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on the %s backend and the TO executor on %s: a "
                        "transfer runs on one backend", from->bk->name, to->bk->name);
   if (st == FP_OK && me < tx->nprocs) st = check_layout(t, from, to, me);
-  if (st == FP_OK) st = check_transforms(t, R->backend);
+  if (st == FP_OK) st = check_transforms(t);
   int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
   int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
   R->nreq = 0;

@@ -878,8 +878,8 @@ FP_API void fp_xfer_free(fp_xfer *t);
  * a process copies what it already holds exactly; optimizer state never is.
  * send_wires and recv_wires are called when compiling (the transfer records
  * every op's wire tensors), prepare_send and finalize_recv while running,
- * on host memory (the MPI backend; a transfer with transforms is refused on
- * NCCL). finalize_recv is given a bounded view (count elements of to_dtype)
+ * on host memory (on the NCCL backend the executor copies the slice and the
+ * wire tensors through the host around each call). finalize_recv is given a bounded view (count elements of to_dtype)
  * with guard bytes on either side, checked after it returns: a transform
  * that writes outside its slice fails the run naming it, and nothing of
  * that slice reaches TO. Each function returns FP_OK, or another status
