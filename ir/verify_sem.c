@@ -1888,7 +1888,7 @@ static void tx_finalize(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca) {
   if (!dm || !sm) return;
   bool ok = true;
   for (int k = 0; ok && k < (int)op->nwire; k++) {
-    const fp_tx_wire *w = &t->wires[op->wire + k];
+    const fp_tx_wire *w = &t->wires[fpi_tx_wire0(op) + k];
     int64_t at = fpi_tx_wire_at(t, op, k), b = w->count * fpi_dtype_size(w->dtype);
     int32_t na = 0;
     if (b == 0) continue;

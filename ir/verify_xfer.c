@@ -101,7 +101,7 @@ static int reads(const fp_tx *t, const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   if (o->kind == FP_TX_RECV) return 0;
   if (o->kind == FP_TX_FINALIZE) {
     for (; k < (int)o->nwire && k < FP_TX_MAX_WIRES; k++) {
-      const fp_tx_wire *w = &t->wires[o->wire + k];
+      const fp_tx_wire *w = &t->wires[fpi_tx_wire0(o) + k];
       r[k] = o->src, r[k].off += fpi_tx_wire_at(t, o, k), n[k] = w->count * fpi_dtype_size(w->dtype);
     }
     return k;
@@ -129,13 +129,14 @@ static bool xf_op_ok(const fp_tx *t, fp_diag *d, int32_t i) {
     err(d, t, i, "param '%s' has no transform", t->params[o->param].name);
     return false;
   }
-  if (o->nwire < 1 || o->nwire > FP_TX_MAX_WIRES || o->wire < 0 || o->wire + (int64_t)o->nwire > t->nwires) {
-    err(d, t, i, "transform '%s': wire tensors [%d, +%u) out of range (1 to %d of the transfer's %" PRId64 ")", xf,
-        o->wire, o->nwire, FP_TX_MAX_WIRES, t->nwires);
+  int64_t w0 = fpi_tx_wire0(o);
+  if (o->nwire < 1 || o->nwire > FP_TX_MAX_WIRES || w0 < 0 || w0 + (int64_t)o->nwire > t->nwires) {
+    err(d, t, i, "transform '%s': wire tensors [%" PRId64 ", +%u) out of range (1 to %d of the transfer's %" PRId64 ")",
+        xf, w0, o->nwire, FP_TX_MAX_WIRES, t->nwires);
     return false;
   }
   for (int k = 0; k < (int)o->nwire; k++)
-    if (t->wires[o->wire + k].count < 0 || (unsigned)t->wires[o->wire + k].dtype >= FP_NDTYPES) {
+    if (t->wires[w0 + k].count < 0 || (unsigned)t->wires[w0 + k].dtype >= FP_NDTYPES) {
       err(d, t, i, "transform '%s': wire tensor %d has a negative count or no dtype", xf, k);
       return false;
     }

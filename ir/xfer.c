@@ -38,7 +38,7 @@ fp_tx *fpi_tx_new(fp_arena *a) {
 fp_tx_op *fpi_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
   t->ops = fpi_grow(t->arena, t->ops, &t->cap_ops, t->nops + 1, sizeof *t->ops);
   fp_tx_op *o = &t->ops[t->nops++];
-  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .wire = -1, .dtype = dt, .sdtype = dt, .n = n};
+  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
   o->dst.space = o->src.space = o->aux.space = FP_SP_NONE;
   return o;
 }
@@ -55,7 +55,7 @@ int32_t fpi_tx_wires_add(fp_tx *t, const fp_tx_wire *w, int n) {
 int64_t fpi_tx_wire_at(const fp_tx *t, const fp_tx_op *o, int k) {
   int64_t at = 0;
   for (int j = 0; j < k && j < (int)o->nwire; j++) {
-    const fp_tx_wire *w = &t->wires[o->wire + j];
+    const fp_tx_wire *w = &t->wires[fpi_tx_wire0(o) + j];
     at += (w->count * fpi_dtype_size(w->dtype) + 15) / 16 * 16;
   }
   return at;
@@ -200,8 +200,8 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
   if (o->src.space) fprintf(f, " src=%s", s);
   if (o->aux.space) fprintf(f, " aux=%s", a);
   for (int k = 0; k < (int)o->nwire; k++)
-    fprintf(f, "%s%s:%" PRId64, k ? "," : " wires=", fpi_dtype_name(t->wires[o->wire + k].dtype),
-            t->wires[o->wire + k].count);
+    fprintf(f, "%s%s:%" PRId64, k ? "," : " wires=", fpi_dtype_name(t->wires[fpi_tx_wire0(o) + k].dtype),
+            t->wires[fpi_tx_wire0(o) + k].count);
   fputc('\n', f);
 }
 
@@ -328,8 +328,8 @@ bool fpi_tx_write_json(const fp_tx *t, FILE *f) {
       json_ref(f, "src", o->src);
       json_ref(f, "aux", o->aux);
       for (int k = 0; k < (int)o->nwire; k++)
-        fprintf(f, "%s[\"%s\",%" PRId64 "]", k ? "," : ",\"wires\":[", fpi_dtype_name(t->wires[o->wire + k].dtype),
-                t->wires[o->wire + k].count);
+        fprintf(f, "%s[\"%s\",%" PRId64 "]", k ? "," : ",\"wires\":[", fpi_dtype_name(t->wires[fpi_tx_wire0(o) + k].dtype),
+                t->wires[fpi_tx_wire0(o) + k].count);
       fputs(o->nwire ? "]}" : "}", f);
     }
     fprintf(f, "]}");

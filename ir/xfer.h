@@ -73,10 +73,11 @@ typedef struct fp_tx_op {
   int32_t proc;        /* the process that runs it */
   int32_t peer;        /* send/recv: the other process; else -1 */
   int32_t param;       /* the param it moves (index into params) */
-  int32_t wire;        /* prep_send, finalize: its first wire tensor in fp_tx.wires; else -1 */
   int64_t n;           /* elements */
   int64_t full_off;    /* the param's flat element index of the first element */
-  fp_tx_ref dst, src, aux; /* aux: quant's scales out; dequant's and quant_at's scales in; max's second input */
+  fp_tx_ref dst, src, aux; /* aux: quant's scales out; dequant's and quant_at's scales in; max's second input;
+                            * prep_send, finalize: no operand (space none), its offset the index of the op's
+                            * first wire tensor in fp_tx.wires (fpi_tx_wire0: the record stays 56 bytes) */
 } fp_tx_op;
 
 /* bytes an MXFP8 slice of n elements starting at flat index full_off takes
@@ -212,6 +213,11 @@ int64_t fpi_tx_src_bytes(const fp_tx *t, const fp_tx_op *o);
 int64_t fpi_tx_wire_at(const fp_tx *t, const fp_tx_op *o, int k);
 int64_t fpi_tx_scratch_at(const fp_tx *t, const fp_tx_op *o);
 int64_t fpi_tx_stage_need(const fp_tx *t, const fp_tx_op *o);
+/* a prep_send's or finalize's first wire tensor in t->wires, and setting them */
+static inline int64_t fpi_tx_wire0(const fp_tx_op *o) { return o->aux.space == FP_SP_NONE ? (int64_t)o->aux.off : -1; }
+static inline void fpi_tx_set_wires(fp_tx_op *o, int32_t first, int n) {
+  o->aux.space = FP_SP_NONE, o->aux.off = first, o->nwire = (unsigned)n;
+}
 /* add n wire tensors to t->wires; the index of the first */
 int32_t fpi_tx_wires_add(fp_tx *t, const fp_tx_wire *w, int n);
 /* the name of param p's transform, or NULL */

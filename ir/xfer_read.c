@@ -266,8 +266,9 @@ static bool xf_name(rd *r, fp_tx *t, fp_tx_param *q) {
   return true;
 }
 
-/* an op's "wires": [[dtype, count], ...], 1 to FP_TX_MAX_WIRES of them */
-static bool wires(rd *r, fp_tx *t, fp_tx_op *x) {
+/* an op's "wires": [[dtype, count], ...], 1 to FP_TX_MAX_WIRES of them;
+ * their first index in t->wires into *first, their number into *nw */
+static bool wires(rd *r, fp_tx *t, int32_t *first, int *nw) {
   fp_tx_wire w[FP_TX_MAX_WIRES];
   int n = 0, m;
   size_t at = fpi_jp_pos(r->jp);
@@ -282,8 +283,8 @@ static bool wires(rd *r, fp_tx *t, fp_tx_op *x) {
   }
   if (m < 0) return false;
   if (n == 0) return fail_at(r, at, "expected at least one wire tensor");
-  x->wire = fpi_tx_wires_add(t, w, n);
-  x->nwire = (unsigned)n;
+  *first = fpi_tx_wires_add(t, w, n);
+  *nw = n;
   return true;
 }
 
@@ -339,6 +340,9 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
   int k, m;
   if (!obj_open(r, &o, keys, 0x7D)) return false; /* all but peer, dst, src, aux */
   fp_tx_op *x = fpi_tx_emit(t, FP_TX_COPY, p, 0, FP_F32, 0);
+  int32_t w0 = -1;
+  int nw = 0;
+  size_t wat = 0, aat = 0;
   while ((m = obj_next(r, &o, &k)) > 0) {
     size_t at = fpi_jp_pos(r->jp);
     int64_t v = 0;
@@ -369,12 +373,21 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
       }
       case 5: ok = integer(r, 0, INT64_MAX / 16, &x->n); break;
       case 6: ok = integer(r, 0, INT64_MAX / 2, &x->full_off); break;
-      case 10: ok = wires(r, t, x); break;
-      default: ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux); break;
+      case 10: wat = fpi_jp_pos(r->jp), ok = wires(r, t, &w0, &nw); break;
+      default:
+        if (k == 9) aat = at;
+        ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux);
+        break;
     }
     if (!ok) return false;
   }
-  return m == 0;
+  if (m != 0) return false;
+  /* a transform's op names its wire tensors (in aux, xfer.h); no other op has any */
+  bool xf = x->kind == FP_TX_PREP_SEND || x->kind == FP_TX_FINALIZE;
+  if (nw && !xf) return fail_at(r, wat, "a %s op has no wire tensors", fpi_tx_kind_name(x->kind));
+  if (xf && aat) return fail_at(r, aat, "a %s op has no aux operand", fpi_tx_kind_name(x->kind));
+  if (xf) fpi_tx_set_wires(x, w0, nw);
+  return true;
 }
 
 static bool proc(rd *r, fp_tx *t, int64_t *cap_stage, int64_t *cap_same) {

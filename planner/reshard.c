@@ -597,7 +597,7 @@ static void piece_xf(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e,
   int64_t q = stage_take(P, sp, wire_span(ws, nws));
   fp_tx_op *o = fpi_tx_emit(t, FP_TX_PREP_SEND, sp, pi, tdt, n);
   o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, q), o->src = ref(FP_SP_FROM, src);
-  o->wire = fpi_tx_wires_add(t, ws, nws), o->nwire = (unsigned)nws;
+  fpi_tx_set_wires(o, fpi_tx_wires_add(t, ws, nws), nws);
   for (int k = 0, at = 0; k < nws; at += (int)wire_span(&ws[k], 1), k++) {
     o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, ws[k].dtype, ws[k].count);
     o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q + at);
@@ -610,7 +610,7 @@ static void piece_xf(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e,
   }
   o = late(P, FP_TX_FINALIZE, d, pi, tdt, n);
   o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_STAGE, r);
-  o->wire = fpi_tx_wires_add(t, wr, nwr), o->nwire = (unsigned)nwr;
+  fpi_tx_set_wires(o, fpi_tx_wires_add(t, wr, nwr), nwr);
 }
 
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */

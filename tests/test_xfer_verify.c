@@ -310,12 +310,13 @@ int main(int argc, char **argv) {
     w->stage_bytes[0] = w->stage_bytes[1] = 256;
     fp_tx_wire wire = {FP_BF16, 4};
     fp_tx_op *o = op(w, FP_TX_PREP_SEND, 0, -1, ST0, FR0);
-    o->wire = fpi_tx_wires_add(w, &wire, 1), o->nwire = 1;
+    fpi_tx_set_wires(o, fpi_tx_wires_add(w, &wire, 1), 1);
     op(w, FP_TX_SEND, 0, 1, NONE, ST0)->dtype = FP_BF16;
     o = op(w, FP_TX_RECV, 1, 0, ST0, NONE);
     o->dtype = FP_BF16, o->n = fault == 3 ? 3 : 4;
     o = op(w, FP_TX_FINALIZE, 1, -1, TO0, ST0);
-    o->wire = fpi_tx_wires_add(w, &wire, 1), o->nwire = 1, o->n = fault == 1 ? 3 : 4, o->full_off = fault == 4 ? 4 : 0;
+    fpi_tx_set_wires(o, fpi_tx_wires_add(w, &wire, 1), 1);
+    o->n = fault == 1 ? 3 : 4, o->full_off = fault == 4 ? 4 : 0;
     if (fault == 2) *op(w, FP_TX_FINALIZE, 1, -1, TO0, ST0) = *o;
     fpi_tx_region_add(w, true, 1, 0, 0, 16, fault == 4 ? 4 : 0, FP_F32);
     fpi_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
@@ -349,6 +350,12 @@ int main(int argc, char **argv) {
       free(e);
       e = edit(js, "\"wires\":[[\"bf16\",4]]", "\"wires\":[[\"bf16\"]]", &at);
       if (e) expect_read(a, e, "/wires/0: expected 2 elements (a wire tensor is [dtype, count]), got 1", at + 9, "short wire");
+      free(e);
+      e = edit(js, "\"wires\":[[\"bf16\",4]]", "\"wires\":[[\"bf16\",4]],\"aux\":[\"stage\",0]", &at);
+      if (e) expect_read(a, e, "/procs/0/ops/0: a prep_send op has no aux operand", at + 27, "aux on a transform op");
+      free(e);
+      e = edit(js, "\"op\":\"send\"", "\"op\":\"send\",\"wires\":[[\"u8\",1]]", &at);
+      if (e) expect_read(a, e, "/procs/0/ops/1: a send op has no wire tensors", at + 20, "wires on a send");
       free(e);
       e = edit(js, "\"transform\":\"t\"", "\"transform\":\"\"", &at);
       if (e) expect_read(a, e, "/transform: expected a transform's name", at + 12, "empty transform name");
