@@ -171,4 +171,7 @@ def reshard(from_plan: "Plan", to_plan: "Plan", *, transform: Union[None, Dict[s
     st = L.lib().fp_reshard_compile(from_plan._handle, to_plan._handle, ctypes.byref(opt), ctypes.byref(h))
     t = _transfer_or_raise(st, h, from_plan, to_plan)
     t._xf = xf
+    if xf is not None and xf.error:
+        t.close()
+        raise L.FlexplanError(L.FP_ERR_ARG, xf.error)
     return t

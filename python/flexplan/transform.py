@@ -151,6 +151,7 @@ class _Set:
     def __init__(self, pairs):
         lib = L.lib()
         self.keep = []
+        self.error = None  # the first exception a should_transform raised (flexplan.reshard raises it)
         self.h = ctypes.c_void_p()
         st = lib.fp_transform_set_create(ctypes.byref(self.h))
         if st != L.FP_OK:
@@ -192,7 +193,10 @@ class _Set:
             try:
                 q = Param(p.contents)
                 return int(fnmatch.fnmatchcase(q.name, pat) and bool(obj.should_transform(q)))
-            except Exception:  # pylint: disable=broad-except - a transform that cannot say takes nothing
+            except Exception as e:  # pylint: disable=broad-except - the C call has no error channel: kept, raised after
+                if self.error is None:
+                    self.error = "transform '%s': should_transform(%s): %s: %s" % (name, q.name if "q" in locals() else "?",
+                                                                                    type(e).__name__, e)
                 return 0
 
         def wires_fn(recv):

@@ -49,6 +49,13 @@ class ShortRecv(Bf16Wire):
         return [("bf16", count - 1)]
 
 
+class Undecided(Bf16Wire):
+    name = "undecided"
+
+    def should_transform(self, param):
+        raise KeyError(param.name)
+
+
 class Broken(Bf16Wire):
     name = "broken"
 
@@ -91,6 +98,9 @@ def test_faulty(plans):
     with pytest.raises(flexplan.FlexplanError, match=r"transform 'broken': send_wires \(prepare_send\) for param "
                        r"'fc0.weight' elements \[0,\d+\): RuntimeError: no wire for fc0.weight"):
         flexplan.reshard(a, b, transform={"*": Broken()}, to_offset=2)
+    with pytest.raises(flexplan.FlexplanError, match=r"transform 'undecided': should_transform\(fc0.weight\): KeyError: "
+                       r"'fc0.weight'"):
+        flexplan.reshard(a, b, transform={"*": Undecided()}, to_offset=2)
     with pytest.raises(flexplan.FlexplanError, match=r"transform '\*': unknown transform 'nope'"):
         flexplan.reshard(a, b, transform={"*": "nope"})
 
