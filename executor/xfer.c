@@ -209,6 +209,18 @@ static int32_t *param_map(const fp_tx *tx, const fp_exec *x) {
   return map;
 }
 
+/* a dequantize's scales read from FROM (a param FROM keeps as MXFP8) lie
+ * in that param's scales, at its slice's first block */
+static bool from_scales_ok(const fp_prog *p, int32_t q, const fp_tx_op *o) {
+  const fp_ir_param *f = &p->params[q];
+  if (f->main_dtype != FP_E4M3 || f->scales.buf < 0 || o->kind != FP_TX_DEQUANT) return false;
+  int64_t numel = 1;
+  for (int k = 0; k < f->ndim; k++) numel *= f->shape[k];
+  int64_t base = p->bufs[f->scales.buf].offset + f->scales.off, nb = (numel + 31) / 32;
+  return o->aux.off == base + o->full_off / 32 && o->full_off / 32 + fpi_tx_nscales(o->full_off, o->n) <= nb + 1 &&
+         (o->full_off + o->n + 31) / 32 <= nb;
+}
+
 /* A transfer read from a file names byte ranges; check them against the
  * executors' own layouts: every FROM read inside the main-weight runs this
  * FROM rank holds of that param (in its main dtype), every TO need region
@@ -232,6 +244,10 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
                    "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(tx, o),
                    fpi_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
+    if (o->aux.space == FP_SP_FROM && !from_scales_ok(from->prog, q, o))
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not the MXFP8 scales of "
+                   "'%s' in this rank's FROM plan", i, (long long)o->aux.off,
+                   (long long)fpi_tx_nscales(o->full_off, o->n), tx->params[o->param].name);
   }
   for (int32_t k = tx->need_first[g]; to && k < tx->need_first[g + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];

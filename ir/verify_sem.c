@@ -1809,7 +1809,8 @@ static void tx_spaces(txctx *x, int32_t p) {
     const fp_tx_region *r = &t->have[x->hidx[y]];
     if (r->bytes <= 0) continue;
     cell c = {.lo = 0, .hi = r->bytes, .kind = SV_WEIGHT, .dt = (uint8_t)r->dtype, .rnd = (uint8_t)r->dtype,
-              .p = r->param, .e = r->full_off};
+              .fl = r->dtype == FP_E4M3 ? F_MX : 0, .p = r->param, .e = r->full_off};
+    if (r->dtype == FP_E8M0) c = (cell){.lo = 0, .hi = r->bytes, .kind = SV_SCALE, .p = r->param, .e = 0};
     map_write(&x->sp[0], r->off, &c, 1);
   }
 }
@@ -2004,7 +2005,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
   for (int32_t h = t->need_first[p]; h < t->need_first[p + 1]; h++) {
     const fp_tx_region *r = &t->need[h];
     map_read(NULL, &x->sp[1], r->off, r->off + r->bytes, &a, &na, &ca);
-    bool mx = r->param >= 0 && r->param < t->nparams && t->params[r->param].mxfp8;
+    bool mx = r->param >= 0 && r->param < t->nparams && (t->params[r->param].mxfp8 || t->params[r->param].src_mx);
     int64_t z = fpi_dtype_size(r->dtype);
     for (int32_t j = 0; j < na; j++) {
       const cell *c = &a[j];

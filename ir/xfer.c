@@ -217,7 +217,8 @@ void fpi_tx_print(const fp_tx *t, FILE *f) {
   for (int32_t i = 0; i < t->nparams; i++) {
     fputs("param ", f);
     fpi_fput_name(f, t->params[i].name);
-    fprintf(f, " numel=%" PRId64 "%s", t->params[i].numel, t->params[i].mxfp8 ? " wire=mxfp8" : "");
+    fprintf(f, " numel=%" PRId64 "%s%s", t->params[i].numel, t->params[i].mxfp8 ? " wire=mxfp8" : "",
+            t->params[i].src_mx ? " source=mxfp8" : "");
     if (fpi_tx_xf_name(t, i)) {
       fputs(" transform=", f);
       fpi_fput_name(f, fpi_tx_xf_name(t, i));
@@ -299,6 +300,7 @@ bool fpi_tx_write_json(const fp_tx *t, FILE *f) {
     fprintf(f, "%s{\"name\":", i ? "," : "");
     json_str(f, t->params[i].name);
     fprintf(f, ",\"numel\":%" PRId64 ",\"wire\":\"%s\"", t->params[i].numel, t->params[i].mxfp8 ? "mxfp8" : "plain");
+    if (t->params[i].src_mx) fprintf(f, ",\"source\":\"mxfp8\"");
     if (fpi_tx_xf_name(t, i)) {
       fprintf(f, ",\"transform\":");
       json_str(f, fpi_tx_xf_name(t, i));

@@ -104,6 +104,7 @@ typedef struct fp_tx_param {
   const char *name;
   int64_t numel;
   bool mxfp8;          /* on the wire as MXFP8 (--transform) */
+  bool src_mx;         /* FROM keeps it as MXFP8 (e4m3 + e8m0 scales): read through a dequantize */
   int32_t xf;          /* its reshard transform (index into fp_tx.xf_names); -1: none */
 } fp_tx_param;
 

@@ -289,7 +289,7 @@ static bool wires(rd *r, fp_tx *t, int32_t *first, int *nw) {
 }
 
 static bool params(rd *r, fp_tx *t) {
-  static const char *const keys[] = {"name", "numel", "wire", "transform", NULL};
+  static const char *const keys[] = {"name", "numel", "wire", "transform", "source", NULL};
   if (!arr_open(r)) return false;
   int m;
   while ((m = arr_next(r)) > 0) {
@@ -306,6 +306,14 @@ static bool params(rd *r, fp_tx *t) {
       const char *wire;
       if (k == 3) {
         if (!xf_name(r, t, q)) return false;
+        continue;
+      }
+      if (k == 4) { /* FROM keeps it as MXFP8 */
+        char sv[16];
+        const char *src;
+        if (!str(r, sv, sizeof sv, &src)) return false;
+        if (strcmp(src, "mxfp8")) return fail_at(r, at, "expected \"mxfp8\"");
+        q->src_mx = true;
         continue;
       }
       bool ok = k == 0 ? str(r, NULL, 0, &q->name) : k == 1 ? integer(r, 0, INT64_MAX, &q->numel) : str(r, w, sizeof w, &wire);
@@ -522,6 +530,8 @@ fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
     const fp_tx_op *x = &t->ops[i];
     if (x->src.space == FP_SP_FROM)
       fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(t, x), x->full_off, x->sdtype);
+    if (x->kind == FP_TX_DEQUANT && x->aux.space == FP_SP_FROM) /* an MXFP8 source's scales */
+      fpi_tx_region_add(t, false, x->proc, x->param, x->aux.off, fpi_tx_nscales(x->full_off, x->n), 0, FP_E8M0);
   }
   if (!t->stage_bytes) t->stage_bytes = fpi_alloc_array(a, 1, sizeof *t->stage_bytes);
   if (!t->params) t->params = fpi_alloc_array(a, 1, sizeof *t->params);

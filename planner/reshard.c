@@ -186,6 +186,8 @@ typedef struct planner {
   int64_t cap_fr;
   /* the param being covered goes through a reshard transform (piece_xf):
    * it, and the param as it is told; xf_bad after its error */
+  bool src_mx;         /* the param being covered: FROM keeps it as MXFP8 (piece_src_mx) */
+  int64_t fscales;     /* then FROM's byte of its scale 0 */
   const fpi_xforms *xfs; /* the options' transforms */
   const fpi_xform *xf;
   fpi_xf_param xp;
@@ -613,6 +615,31 @@ static void piece_xf(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e,
   fpi_tx_set_wires(o, fpi_tx_wires_add(t, wr, nwr), nwr);
 }
 
+/* A piece of a param FROM keeps as MXFP8 (e4m3 elements, e8m0 scales of
+ * the full param's blocks): read by dequantizing it, where the process
+ * holding it as a FROM rank puts it (into TO when that process needs it,
+ * else into staging, sent in TO's dtype). A slice starting inside a block
+ * reads that block's scale for its head (xfer.h: the head's scale is the
+ * first the op reads), so FROM's scales at e / 32 serve as they are. */
+static void piece_src_mx(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e, int64_t n, int32_t d,
+                         int64_t dst, fp_dtype tdt) {
+  fp_tx *t = P->t;
+  fp_tx_ref sc = ref(FP_SP_FROM, P->fscales + e / FP_MX_BLOCK);
+  if (sp == d) {
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_DEQUANT, d, pi, tdt, n);
+    o->sdtype = FP_E4M3, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src), o->aux = sc;
+    return;
+  }
+  int64_t c = stage_take(P, sp, n * fpi_dtype_size(tdt));
+  fp_tx_op *o = fpi_tx_emit(t, FP_TX_DEQUANT, sp, pi, tdt, n);
+  o->sdtype = FP_E4M3, o->full_off = e, o->dst = ref(FP_SP_STAGE, c), o->src = ref(FP_SP_FROM, src), o->aux = sc;
+  o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, tdt, n);
+  o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, c);
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, tdt, n);
+  o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_TO, dst);
+  P->load[sp] += n * fpi_dtype_size(tdt);
+}
+
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
 static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t dst, fp_dtype fdt,
                   fp_dtype tdt, bool mx) {
@@ -623,6 +650,10 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   }
   int64_t src = s->byte + (e - s->a) * fpi_dtype_size(fdt);
   int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
+  if (P->src_mx) {
+    piece_src_mx(P, pi, src, sp, e, n, d, dst, tdt);
+    return;
+  }
   if (sp == d) {
     fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, d, pi, tdt, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
@@ -892,6 +923,8 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
   /* the weights only go through a transform (never optimizer state) */
   P->xf = w == 0 && t->params[j].xf >= 0 ? P->xfs->v[t->params[j].xf] : NULL;
   P->xp = (fpi_xf_param){q->name, numel, fdt, tdt};
+  P->src_mx = w == 0 && t->params[j].src_mx;
+  P->fscales = P->src_mx ? from->bufs[f->scales.buf].offset + f->scales.off : -1;
   P->kscales = keep ? to->bufs[q->scales.buf].offset + q->scales.off : -1;
   for (int64_t k = 0; k < P->kq_used; k++) P->kq[P->kq_slots[k]].proc = -1; /* a new param: empty the memo */
   P->kq_used = 0;
@@ -982,6 +1015,9 @@ static void add_haves(planner *P) {
         int64_t got = memo_get(&fm, reads[k] - t->from_offset, &mr);
         for (int64_t x = 0; x < got; x++)
           fpi_tx_region_add(t, false, reads[k], j, mr[x].byte, mr[x].len * fpi_dtype_size(fdt), mr[x].a, fdt);
+        if (w == 0 && fdt == FP_E4M3 && got > 0) /* kept as MXFP8: its scales too, which a dequantize reads */
+          fpi_tx_region_add(t, false, reads[k], j, P->from->bufs[f->scales.buf].offset + f->scales.off,
+                            fpi_mx_blocks(numel_of(f)), 0, FP_E8M0);
       }
     }
   }
@@ -1068,12 +1104,12 @@ static void check_pair(const fp_ir_param *q, int32_t j, const fp_ir_param *f, in
            "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
            q->name);
   }
-  if (f->main_dtype == FP_E4M3) {
+  if (f->main_dtype == FP_E4M3 && q->main_dtype == FP_E4M3) {
     snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fj);
     ERR_AT(fs, fname, ptr,
-           "param '%s' is kept as MXFP8 in this plan (param_dtype \"mxfp8\": no full-precision copy): a "
-           "transfer sends full-precision main weights; transfer from the plan that trains it",
-           q->name);
+           "param '%s' is kept as MXFP8 in this plan and in %s: a transfer reads an MXFP8 source by dequantizing "
+           "it, and writes MXFP8 by quantizing full-precision weights; transfer from the plan that trains it",
+           q->name, tname);
   }
   if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
     snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
@@ -1146,11 +1182,13 @@ static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, con
   for (int32_t j = 0; j < to->nparams; j++) {
     /* kept as MXFP8 by TO: MXFP8 on the wire whatever --transform says */
     const fp_ir_param *q = &to->params[j];
-    t->params[j] = (fp_tx_param){q->name, numel_of(q), q->main_dtype == FP_E4M3 || matches(o, q->name), -1};
-    /* a transform takes the others it says it takes: the first that does */
     const fp_ir_param *f = &from->params[fi[j]];
+    bool src_mx = f->main_dtype == FP_E4M3; /* read by dequantizing: no other transform */
+    t->params[j] = (fp_tx_param){q->name, numel_of(q), !src_mx && (q->main_dtype == FP_E4M3 || matches(o, q->name)),
+                                 src_mx, -1};
+    /* a transform takes the others it says it takes: the first that does */
     fpi_xf_param xp = {q->name, numel_of(q), f->main_dtype, q->main_dtype};
-    for (int k = 0; o->xf && !t->params[j].mxfp8 && k < o->xf->n && t->params[j].xf < 0; k++)
+    for (int k = 0; o->xf && !t->params[j].mxfp8 && !src_mx && k < o->xf->n && t->params[j].xf < 0; k++)
       if (o->xf->v[k]->should(o->xf->v[k]->ctx, &xp)) t->params[j].xf = k;
   }
   if (o->xf) {

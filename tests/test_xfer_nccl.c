@@ -17,7 +17,8 @@
  * with a TO executor on NCCL is refused before anything moves. With
  * FROZEN_MODEL and KEEP_SPEC, a transfer from SPEC_A into a plan that keeps
  * frozen params as MXFP8 (quantizes from FROM straight into TO's elements
- * and scales) too. A third transfer goes through reshard transform
+ * and scales) too, and back (a dequantizing read of FROM's e4m3 and scales).
+ * A third transfer goes through reshard transform
  * plug-ins (fp_transform_mxfp8: fc0's params sender-side, fc1's
  * receiver-side), whose functions the NCCL backend runs on the host. Exits
  * 77 without a CUDA device. */
@@ -174,6 +175,15 @@ int main(int argc, char **argv) {
         EXPECT(fp_xfer_run(fk, mf, mk, NULL) == FP_OK, "into MXFP8 on MPI: %s", fp_xfer_errmsg(fk));
         EXPECT(fp_xfer_run(fk, gf, gk, NULL) == FP_OK, "into MXFP8 on NCCL: %s", fp_xfer_errmsg(fk));
         same_to(K, mk, gk, "into MXFP8 weights");
+        /* and back: MXFP8 weights read by dequantizing them (FROM's scales) */
+        fp_xfer *kf = NULL;
+        EXPECT(fp_reshard_compile(K, F, NULL, &kf) == FP_OK, "reshard from MXFP8: %s", fp_xfer_errmsg(kf));
+        memset(mf->dev, SENT, nf);
+        EXPECT(fp_gpu_fill(gf->dev, SENT, nf) == cudaSuccess, "sentinel");
+        EXPECT(kf && fp_xfer_run(kf, mk, mf, NULL) == FP_OK, "from MXFP8 on MPI: %s", fp_xfer_errmsg(kf));
+        EXPECT(kf && fp_xfer_run(kf, gk, gf, NULL) == FP_OK, "from MXFP8 on NCCL: %s", fp_xfer_errmsg(kf));
+        same_to(F, mf, gf, "from MXFP8 weights");
+        fp_xfer_free(kf);
       }
       fp_exec_destroy(mf);
       fp_exec_destroy(mk);

@@ -118,7 +118,7 @@ static fp_tx *hand(fp_arena *a, int32_t nprocs) {
   t->from_arena = t->to_arena = 64;
   t->params = fpi_alloc_array(a, 1, sizeof *t->params);
   t->nparams = 1;
-  t->params[0] = (fp_tx_param){"w", 16, false, -1};
+  t->params[0] = (fp_tx_param){"w", 16, false, false, -1};
   t->stage_bytes = fpi_alloc_array(a, (size_t)nprocs, sizeof *t->stage_bytes);
   for (int32_t p = 0; p < nprocs; p++) t->stage_bytes[p] = 32;
   return t;
@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
   dl->from_arena = dl->to_arena = 64;
   dl->params = fpi_alloc_array(a, 1, sizeof *dl->params);
   dl->nparams = 1;
-  dl->params[0] = (fp_tx_param){"w", 8, false, -1};
+  dl->params[0] = (fp_tx_param){"w", 8, false, false, -1};
   for (int32_t p = 0; p < 2; p++) {
     fp_tx_op *r = fpi_tx_emit(dl, FP_TX_RECV, p, 0, FP_F32, 4);
     r->peer = 1 - p, r->dst = (fp_tx_ref){FP_SP_STAGE, 0}, r->full_off = 4 * (1 - p);
