@@ -497,6 +497,25 @@ int main(int argc, char **argv) {
   }
   if (ba) {
     if (inA) memset(xa->dev, SENT, (size_t)A->prog->arena_bytes);
+    if (kept) { /* a dequantizing read whose scales point elsewhere (a tampered file) fails before any byte moves */
+      fp_tx *tx = ba->tx;
+      int32_t i = 0, owner = -1;
+      while (i < tx->nops && !(tx->ops[i].kind == FP_TX_DEQUANT && tx->ops[i].aux.space == FP_SP_FROM)) i++;
+      EXPECT(i < tx->nops, "no dequantizing read from B's MXFP8 weights");
+      if (i < tx->nops) {
+        owner = tx->ops[i].proc, tx->ops[i].aux.off += 1;
+        fp_status st = fp_xfer_run(ba, xb, xa, NULL);
+        if (tu_rank < tx->nprocs && fpi_tx_prog(tx, tu_rank) == owner)
+          EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ba), "that are not the MXFP8 scales of"), "got %s: %s",
+                 fp_status_name(st), fp_xfer_errmsg(ba));
+        else
+          EXPECT(st != FP_OK, "a tampered scales read ran");
+        tx->ops[i].aux.off -= 1;
+        int64_t changed = 0;
+        for (int64_t b = 0; inA && b < A->prog->arena_bytes; b++) changed += (unsigned char)xa->dev[b] != SENT;
+        EXPECT(changed == 0, "a refused transfer changed %" PRId64 " TO bytes", changed);
+      }
+    }
     EXPECT(fp_xfer_run(ba, xb, xa, NULL) == FP_OK, "run B->A: %s", fp_xfer_errmsg(ba));
     /* with equal main dtypes the round trip is bit-exact to A's own values */
     if (inA && !mxpat) {
