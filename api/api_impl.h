@@ -87,6 +87,10 @@ typedef enum {
  * modeled step is not a finite number */
 bool fpa_modeled_print(fp_arena *a, const fp_prog *p, const fp_hw *hw, fpa_show what, FILE *f);
 
+/* the planner's view of a transform set (api/transforms.c; NULL: none) */
+struct fp_transform_set;
+const fpi_xforms *fpa_transforms(const struct fp_transform_set *s);
+
 /* ---- reshard ------------------------------------------------------------------ */
 /* the transfer from one plan to another (planner/reshard.h fpi_reshard and
  * its options; the caller verifies it: fpi_tx_verify); NULL after errors on d */

@@ -10,6 +10,7 @@
 #include "flexplan_compile.h"
 #include "ir/xfer.h"
 #include "planner/reshard.h"
+#include "api/api_impl.h"
 
 static fp_status set(fp_xfer *t, fp_status st, const char *text) {
   char *m = strdup(text ? text : "");
@@ -30,7 +31,9 @@ fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_re
   fp_diag d;
   fpi_diag_init(&d, NULL);
   fp_reshard_opts o = {0};
-  if (opt) o = (fp_reshard_opts){opt->what, opt->to_offset, opt->from_offset, opt->mxfp8, opt->nmxfp8};
+  if (opt)
+    o = (fp_reshard_opts){opt->what, opt->to_offset, opt->from_offset, opt->mxfp8, opt->nmxfp8,
+                          fpa_transforms(opt->transforms)};
   fp_tx *tx = fpi_reshard(t->arena, from->prog, NULL, to->prog, NULL, &o, &d);
   if (tx && !fpi_tx_verify(tx, &d)) tx = NULL;
   fp_status st = tx ? FP_OK : FP_ERR_INPUT;
@@ -60,6 +63,7 @@ fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_re
   }
   fpi_diag_free(&d);
   t->tx = tx;
+  if (tx && opt && opt->transforms) st = fp_xfer_bind_transforms(t, opt->transforms);
   return st;
 }
 

@@ -209,6 +209,18 @@ static int32_t *param_map(const fp_tx *tx, const fp_exec *x) {
   return map;
 }
 
+/* a dequantize's scales read from FROM (a param FROM keeps as MXFP8) lie
+ * in that param's scales, at its slice's first block */
+static bool from_scales_ok(const fp_prog *p, int32_t q, const fp_tx_op *o) {
+  const fp_ir_param *f = &p->params[q];
+  if (f->main_dtype != FP_E4M3 || f->scales.buf < 0 || o->kind != FP_TX_DEQUANT) return false;
+  int64_t numel = 1;
+  for (int k = 0; k < f->ndim; k++) numel *= f->shape[k];
+  int64_t base = p->bufs[f->scales.buf].offset + f->scales.off, nb = (numel + 31) / 32;
+  return o->aux.off == base + o->full_off / 32 && o->full_off / 32 + fpi_tx_nscales(o->full_off, o->n) <= nb + 1 &&
+         (o->full_off + o->n + 31) / 32 <= nb;
+}
+
 /* A transfer read from a file names byte ranges; check them against the
  * executors' own layouts: every FROM read inside the main-weight runs this
  * FROM rank holds of that param (in its main dtype), every TO need region
@@ -228,10 +240,14 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = fmap[o->param];
     if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
-                          fpi_tx_src_bytes(o), false, sf))
+                          fpi_tx_src_bytes(tx, o), false, sf))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
-                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(o),
+                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(tx, o),
                    fpi_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
+    if (o->aux.space == FP_SP_FROM && !from_scales_ok(from->prog, q, o))
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not the MXFP8 scales of "
+                   "'%s' in this rank's FROM plan", i, (long long)o->aux.off,
+                   (long long)fpi_tx_nscales(o->full_off, o->n), tx->params[o->param].name);
   }
   for (int32_t k = tx->need_first[g]; to && k < tx->need_first[g + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];
@@ -362,6 +378,63 @@ static fp_status wait_posted(fp_xfer *t, int32_t lo, int32_t hi, MPI_Request *re
                        pending, (fpx_now_us() - t0) / 1e6, timeout_s, peers, more ? " and more" : "");
 }
 
+/* A transform's ops on the MPI backend (host memory). prep_send: the
+ * sender's wire tensors from its FROM slice; the alignment between them is
+ * zeroed, so the staging's bytes do not depend on earlier runs. */
+fp_status fpx_xf_prep_send(fp_xfer *t, int32_t i, char *dst, const char *src) {
+  const fp_tx *tx = t->tx;
+  const fp_tx_op *o = &tx->ops[i];
+  const fpi_xform *xf = t->xf[tx->params[o->param].xf];
+  void *w[FP_TX_MAX_WIRES];
+  memset(dst, 0, (size_t)fpi_tx_wire_at(tx, o, o->nwire));
+  for (int k = 0; k < (int)o->nwire; k++) w[k] = dst + fpi_tx_wire_at(tx, o, k);
+  fpi_xf_param p = {tx->params[o->param].name, tx->params[o->param].numel, o->sdtype, o->dtype};
+  char err[256] = "";
+  if (xf->send(xf->ctx, &p, o->full_off, o->n, src, w, err, sizeof err)) return FP_OK;
+  return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d (process %d, prep_send): transform '%s': prepare_send for param "
+                       "'%s' elements [%lld,%lld) failed: %s", i, o->proc, xf->name, p.name, (long long)o->full_off,
+                       (long long)(o->full_off + o->n), err[0] ? err : "(no message)");
+}
+
+#define GUARD_BYTE 0xA5
+
+/* finalize: the transform writes a bounded scratch (the slice's n elements
+ * between two guards of FP_TX_GUARD bytes, after the wire tensors in
+ * staging); the guards are checked, then the slice is copied into TO. A
+ * transform that writes outside its slice, or fails, leaves TO's bytes of
+ * it untouched and fails the run naming it. */
+fp_status fpx_xf_finalize(fp_xfer *t, int32_t i, char *dst, char *src) {
+  const fp_tx *tx = t->tx;
+  const fp_tx_op *o = &tx->ops[i];
+  const fpi_xform *xf = t->xf[tx->params[o->param].xf];
+  const void *w[FP_TX_MAX_WIRES];
+  for (int k = 0; k < (int)o->nwire; k++) w[k] = src + fpi_tx_wire_at(tx, o, k);
+  size_t len = (size_t)(o->n * fpi_dtype_size(o->dtype));
+  unsigned char *g = (unsigned char *)src + fpi_tx_scratch_at(tx, o), *body = g + FP_TX_GUARD;
+  memset(g, GUARD_BYTE, FP_TX_GUARD);
+  memset(body + len, GUARD_BYTE, FP_TX_GUARD);
+  fpi_xf_param p = {tx->params[o->param].name, tx->params[o->param].numel, o->sdtype, o->dtype};
+  char err[256] = "";
+  bool ok = xf->finalize(xf->ctx, &p, o->full_off, o->n, w, body, err, sizeof err);
+  int64_t before = -1, after = -1; /* the farthest guard byte written on each side */
+  for (int k = 0; k < FP_TX_GUARD; k++) {
+    if (g[k] != GUARD_BYTE && before < 0) before = FP_TX_GUARD - k;
+    if (body[len + (size_t)k] != GUARD_BYTE) after = k + 1;
+  }
+  if (before >= 0 || after >= 0)
+    return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d (process %d, finalize): transform '%s': finalize_recv for "
+                         "param '%s' elements [%lld,%lld) wrote outside its slice (%lld bytes before it, %lld after); "
+                         "nothing of the slice was written to TO", i, o->proc, xf->name, p.name,
+                         (long long)o->full_off, (long long)(o->full_off + o->n), (long long)(before < 0 ? 0 : before),
+                         (long long)(after < 0 ? 0 : after));
+  if (!ok)
+    return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d (process %d, finalize): transform '%s': finalize_recv for "
+                         "param '%s' elements [%lld,%lld) failed: %s", i, o->proc, xf->name, p.name,
+                         (long long)o->full_off, (long long)(o->full_off + o->n), err[0] ? err : "(no message)");
+  memcpy(dst, body, len);
+  return FP_OK;
+}
+
 /* phase 3 on the MPI backend: this process's ops in order */
 static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, char *stage, MPI_Request *req,
                          double timeout_s, bool *abandoned) {
@@ -369,7 +442,9 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
   int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
   int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
   int npost = 0, waited = 0;
-  fp_status st = FP_OK;
+  /* a transform's failure stops no op (every send and recv still posts, so
+   * no peer waits forever): this process's run fails with it at the end */
+  fp_status st = FP_OK, bad = FP_OK;
   for (int32_t i = lo; i < hi && st == FP_OK; i++) {
     const fp_tx_op *o = &tx->ops[i];
     char *dst = at(fa, ta, stage, o->dst), *src = at(fa, ta, stage, o->src), *aux = at(fa, ta, stage, o->aux);
@@ -392,6 +467,8 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
       case FP_TX_SCALES: scales(o, (uint8_t *)dst, src); break;
       case FP_TX_MAX: fpk_max_u8((uint8_t *)dst, (const uint8_t *)src, (const uint8_t *)aux, o->n); break;
       case FP_TX_QUANT_AT: quant_at(o, (uint8_t *)dst, (const uint8_t *)aux, src); break;
+      case FP_TX_PREP_SEND: bad = bad != FP_OK ? bad : fpx_xf_prep_send(t, i, dst, src); break;
+      case FP_TX_FINALIZE: bad = bad != FP_OK ? bad : fpx_xf_finalize(t, i, dst, src); break;
       case FP_TX_SEND:
         rc = MPI_Isend(src, (int)(o->n * fpi_dtype_size(o->dtype)), MPI_BYTE, o->peer, 7, c, &req[npost++]);
         break;
@@ -406,7 +483,7 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
     MPI_Waitall(npost - waited, req + waited, MPI_STATUSES_IGNORE);
   else if (st == FP_OK)
     st = wait_posted(t, lo, hi, req, waited, npost, timeout_s, abandoned);
-  return st;
+  return st != FP_OK ? st : bad;
 }
 
 /* the agreement said no: this process's error (a failure of its own checks stays its message) */
@@ -442,67 +519,147 @@ static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, 
   }
 }
 
-fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
-  if (!t || !t->tx) return FP_ERR_ARG;
+/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms) */
+static fp_status check_transforms(fp_xfer *t) {
   const fp_tx *tx = t->tx;
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: MPI is not initialized");
-  MPI_Comm base = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD, c = MPI_COMM_NULL;
-  int me = 0, size = 0;
-  MPI_Comm_rank(base, &me);
-  MPI_Comm_size(base, &size);
+  for (int32_t j = 0; j < tx->nparams; j++) {
+    const char *name = fpi_tx_xf_name(tx, j);
+    if (!name) continue;
+    if (!t->xf || !t->xf[tx->params[j].xf])
+      return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: param '%s' goes through transform '%s', which is not bound to the "
+                           "transfer (fp_xfer_bind_transforms); nothing was written", tx->params[j].name, name);
+  }
+  return FP_OK;
+}
+
+/* one process's part of a run, as the steps of fp_xfer_run see it */
+typedef struct xrun {
+  int me, size;
+  bool has_from, has_to;
+  fp_exec *from, *to;  /* NULL where the process holds no rank of that plan */
+  int backend;         /* of this process's executors (0: it holds none) */
+  int32_t nreq;        /* its sends and recvs (MPI) */
+  xmpi *m;
+  int fresh;           /* the NCCL communicator is made in this run */
+} xrun;
+
+/* the local checks (phase 1): enough processes, each executor's plan and
+ * rank, one backend, the layouts; the sends and recvs counted */
+static fp_status local_checks(fp_xfer *t, xrun *R) {
+  const fp_tx *tx = t->tx;
   fp_status st = FP_OK;
-  char *stage = NULL;
-  MPI_Request *req = NULL;
-  if (size < tx->nprocs)
+  int me = R->me;
+  if (R->size < tx->nprocs)
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the transfer needs %lld processes, the communicator has %d",
-                       (long long)tx->nprocs, size);
-  bool has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world, has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
-  if (st == FP_OK && has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
-  if (st == FP_OK && has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
-  /* the backend of this process's executors (0: it holds none) */
-  int backend = has_from && from ? (int)from->cfg.backend : has_to && to ? (int)to->cfg.backend : 0;
-  if (st == FP_OK && has_from && has_to && from->cfg.backend != to->cfg.backend)
+                       (long long)tx->nprocs, R->size);
+  R->has_from = me >= tx->from_offset && me < tx->from_offset + tx->from_world;
+  R->has_to = me >= tx->to_offset && me < tx->to_offset + tx->to_world;
+  fp_exec *from = R->has_from ? R->from : NULL, *to = R->has_to ? R->to : NULL;
+  if (st == FP_OK && R->has_from) st = check_exec(t, from, "FROM", tx->from_hash, me - tx->from_offset);
+  if (st == FP_OK && R->has_to) st = check_exec(t, to, "TO", tx->to_hash, me - tx->to_offset);
+  R->backend = from ? (int)from->cfg.backend : to ? (int)to->cfg.backend : 0;
+  if (st == FP_OK && from && to && from->cfg.backend != to->cfg.backend)
     st = fpx_xfer_fail(t, FP_ERR_ARG, "xfer: the FROM executor is on the %s backend and the TO executor on %s: a "
                        "transfer runs on one backend", from->bk->name, to->bk->name);
-  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, has_from ? from : NULL, has_to ? to : NULL, me);
+  if (st == FP_OK && me < tx->nprocs) st = check_layout(t, from, to, me);
+  if (st == FP_OK) st = check_transforms(t);
   int32_t g = me < tx->nprocs ? fpi_tx_prog(tx, me) : 0;
-  int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0, nreq = 0;
-  for (int32_t i = lo; i < hi && backend == FP_BACKEND_MPI; i++) {
+  int32_t lo = me < tx->nprocs ? tx->first[g] : 0, hi = me < tx->nprocs ? tx->first[g + 1] : 0;
+  R->nreq = 0;
+  for (int32_t i = lo; i < hi && R->backend == FP_BACKEND_MPI; i++) {
     const fp_tx_op *o = &tx->ops[i];
     if (o->kind == FP_TX_SEND || o->kind == FP_TX_RECV) {
-      nreq++;
+      R->nreq++;
       if (o->n * fpi_dtype_size(o->dtype) > INT_MAX && st == FP_OK)
         st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: op %d moves more than INT_MAX bytes", i);
     }
   }
-  int fresh = 0;
+  return st;
+}
+
+/* the handle's MPI state, its staging and request array sized for this
+ * process (MPI backend); st unless that fails */
+static fp_status mpi_state(fp_xfer *t, xrun *R, fp_status st) {
+  const fp_tx *tx = t->tx;
   struct fpx_xfer_state *s = fpx_xfer_state(t);
   if (s && !s->mpi && (s->mpi = calloc(1, sizeof(xmpi))) != NULL) ((xmpi *)s->mpi)->dup = MPI_COMM_NULL;
-  xmpi *m = s ? s->mpi : NULL;
-  if (!m && st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory"); /* fails at the agreement */
-  if (m && st == FP_OK && backend == FP_BACKEND_MPI) {
-    if (!reserve((void **)&m->stage, &m->stage_cap, (size_t)(me < tx->nprocs ? tx->stage_bytes[me] : 0) + 16) ||
-        !reserve((void **)&m->req, &m->req_cap, ((size_t)nreq + 1) * sizeof *m->req))
+  R->m = s ? s->mpi : NULL;
+  if (!R->m && st == FP_OK) st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory"); /* fails at the agreement */
+  if (R->m && st == FP_OK && R->backend == FP_BACKEND_MPI) {
+    xmpi *m = R->m;
+    if (!reserve((void **)&m->stage, &m->stage_cap, (size_t)(R->me < tx->nprocs ? tx->stage_bytes[R->me] : 0) + 16) ||
+        !reserve((void **)&m->req, &m->req_cap, ((size_t)R->nreq + 1) * sizeof *m->req))
       st = fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory (staging)");
-    stage = m->stage, req = m->req;
   }
-  /* the duplicate communicator is made again when there is none yet or the
-   * caller's group is not the one it was made from */
-  int redup = !m || m->dup == MPI_COMM_NULL;
-  if (!redup) {
-    MPI_Group g;
-    int same = MPI_UNEQUAL;
-    if (MPI_Comm_group(base, &g) == MPI_SUCCESS) {
-      MPI_Group_compare(g, m->group, &same);
-      MPI_Group_free(&g);
+  return st;
+}
+
+/* whether the duplicate communicator is made again: there is none yet, or
+ * the caller's group is not the one it was made from */
+static int needs_redup(const xmpi *m, MPI_Comm base) {
+  if (!m || m->dup == MPI_COMM_NULL) return 1;
+  MPI_Group g;
+  int same = MPI_UNEQUAL;
+  if (MPI_Comm_group(base, &g) == MPI_SUCCESS) {
+    MPI_Group_compare(g, m->group, &same);
+    MPI_Group_free(&g);
+  }
+  return same != MPI_IDENT;
+}
+
+/* the duplicate made again (a collective: every process, after agreeing) */
+static fp_status redup(fp_xfer *t, xmpi *m, MPI_Comm base) {
+  if (m->dup != MPI_COMM_NULL) {
+    MPI_Comm_free(&m->dup);
+    MPI_Group_free(&m->group);
+  }
+  if (MPI_Comm_dup(base, &m->dup) != MPI_SUCCESS) m->dup = MPI_COMM_NULL;
+  if (m->dup != MPI_COMM_NULL && MPI_Comm_group(base, &m->group) != MPI_SUCCESS) MPI_Comm_free(&m->dup);
+  if (m->dup == MPI_COMM_NULL) return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed duplicating the communicator");
+  return FP_OK;
+}
+
+/* the ops (phase 3) over the duplicate c, on the agreed backend */
+static fp_status run_ops(fp_xfer *t, xrun *R, MPI_Comm base, MPI_Comm c, const int64_t *all, double timeout_s) {
+  fp_status st = FP_OK;
+  fp_exec *from = R->has_from ? R->from : NULL, *to = R->has_to ? R->to : NULL;
+  char *fa = from ? from->dev : NULL, *ta = to ? to->dev : NULL;
+  xmpi *m = R->m;
+  if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
+    bool abandoned = false;
+    st = run_mpi(t, R->me, c, fa, ta, m->stage, m->req, timeout_s, &abandoned);
+    if (abandoned) { /* pending requests may still touch the staging, both arenas and the duplicate */
+      fpx_keep_for_mpi(m->stage);
+      m->stage = NULL, m->stage_cap = 0;
+      m->dup = MPI_COMM_NULL; /* leaked: a request is pending on it */
+      if (from) fpx_mpi_abandon(from, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
+      if (to) fpx_mpi_abandon(to, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
     }
-    redup = same != MPI_IDENT;
-  }
+  } else {
 #ifdef FP_HAVE_CUDA
-  if (st == FP_OK && backend == FP_BACKEND_NCCL)
-    st = fpx_xfer_nccl_prepare(t, has_from ? from : NULL, has_to ? to : NULL, me, base, &fresh);
+    st = fpx_xfer_nccl_run(t, R->me, base, c, all[3] != 0, fa, ta);
+#else
+    (void)base;
+#endif
+  }
+  return st;
+}
+
+fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
+  if (!t || !t->tx) return FP_ERR_ARG;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) return fpx_xfer_fail(t, FP_ERR_ARG, "xfer: MPI is not initialized");
+  MPI_Comm base = comm ? *(const MPI_Comm *)comm : MPI_COMM_WORLD;
+  xrun R = {.from = from, .to = to};
+  MPI_Comm_rank(base, &R.me);
+  MPI_Comm_size(base, &R.size);
+  fp_status st = local_checks(t, &R);
+  st = mpi_state(t, &R, st);
+  int redo = needs_redup(R.m, base);
+#ifdef FP_HAVE_CUDA
+  if (st == FP_OK && R.backend == FP_BACKEND_NCCL)
+    st = fpx_xfer_nccl_prepare(t, R.has_from ? from : NULL, R.has_to ? to : NULL, R.me, base, &R.fresh);
 #endif
   /* agreement over the caller's communicator, point to point under the
    * watchdog (agree.c; every process calls it, in the same order as the
@@ -512,51 +669,19 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
    * communicator is made, whether any process duplicates its communicator
    * again (then all do: a collective). Without a timeout it waits as long as
    * it takes, like the collective it replaces. */
-  double timeout_s = xfer_timeout(has_from ? from : NULL, has_to ? to : NULL);
-  const int64_t mine[FPX_AGREE_VALS] = {st != FP_OK, backend, backend ? -backend : -100, fresh, redup};
+  double timeout_s = xfer_timeout(R.has_from ? from : NULL, R.has_to ? to : NULL);
+  const int64_t mine[FPX_AGREE_VALS] = {st != FP_OK, R.backend, R.backend ? -R.backend : -100, R.fresh, redo};
   fpx_agreement a;
-  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(tx), st != FP_OK, mine,
-                    &a);
-  if (a.verdict != FPX_AV_OK) {
-    st = agree_failed(t, st, &a, timeout_s);
-    goto out;
-  }
+  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(t->tx), st != FP_OK,
+                    mine, &a);
+  if (a.verdict != FPX_AV_OK) return agree_failed(t, st, &a, timeout_s);
   const int64_t *all = a.max;
-  if (all[4]) { /* every process has its state (a process without failed, above) */
-    if (m->dup != MPI_COMM_NULL) {
-      MPI_Comm_free(&m->dup);
-      MPI_Group_free(&m->group);
-    }
-    if (MPI_Comm_dup(base, &m->dup) != MPI_SUCCESS) m->dup = MPI_COMM_NULL;
-    if (m->dup != MPI_COMM_NULL && MPI_Comm_group(base, &m->group) != MPI_SUCCESS) MPI_Comm_free(&m->dup);
-    if (m->dup == MPI_COMM_NULL) {
-      st = fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed duplicating the communicator");
-      goto out;
-    }
-  }
-  c = m->dup;
-  if (all[1] != 0 && all[1] != -all[2]) {
-    st = fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and NCCL); "
-                       "nothing was written");
-    goto out;
-  }
-  char *fa = has_from ? from->dev : NULL, *ta = has_to ? to->dev : NULL;
-  if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
-    bool abandoned = false;
-    st = run_mpi(t, me, c, fa, ta, stage, req, timeout_s, &abandoned);
-    if (abandoned) { /* pending requests may still touch the staging, both arenas and the duplicate */
-      fpx_keep_for_mpi(m->stage);
-      m->stage = NULL, m->stage_cap = 0;
-      m->dup = MPI_COMM_NULL; /* leaked: a request is pending on it */
-      if (has_from && from) fpx_mpi_abandon(from, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
-      if (has_to && to) fpx_mpi_abandon(to, t->msg ? t->msg : "watchdog: fp_xfer_run timed out");
-    }
-  } else {
-#ifdef FP_HAVE_CUDA
-    st = fpx_xfer_nccl_run(t, me, base, c, all[3] != 0, fa, ta);
-#endif
-  }
+  /* every process has its state (a process without failed, above) */
+  if (all[4] && (st = redup(t, R.m, base)) != FP_OK) return st;
+  if (all[1] != 0 && all[1] != -all[2])
+    return fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and "
+                         "NCCL); nothing was written");
+  st = run_ops(t, &R, base, R.m->dup, all, timeout_s);
   if (st == FP_OK && t->msg) t->msg[0] = 0;
-out:
   return st;
 }

@@ -191,6 +191,32 @@ static cudaError_t local_op(const fp_tx_op *o, int64_t n, char *dst, char *src, 
   }
 }
 
+/* A reshard transform's op (its functions run on the host): the stream
+ * drained, the op's input copied to the host, the transform run there as
+ * on the MPI backend (its guards checked), its output copied back; the ops
+ * after it queue behind */
+static fp_status xf_host(fp_xfer *t, int32_t k, char *dst, char *src, cudaStream_t s) {
+  const fp_tx *tx = t->tx;
+  const fp_tx_op *o = &tx->ops[k];
+  bool prep = o->kind == FP_TX_PREP_SEND;
+  int64_t in = prep ? o->n * fpi_dtype_size(o->sdtype) : fpi_tx_stage_need(tx, o);
+  int64_t rd = prep ? in : fpi_tx_wire_at(tx, o, o->nwire); /* bytes the device holds */
+  int64_t out = prep ? fpi_tx_wire_at(tx, o, o->nwire) : o->n * fpi_dtype_size(o->dtype);
+  char *h = malloc((size_t)(in + out) + 1);
+  if (!h) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory (a transform's host staging)");
+  cudaError_t e = cudaStreamSynchronize(s);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(h, src, (size_t)rd, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  fp_status st = e != cudaSuccess ? cuda_fail(t, fpi_tx_kind_name(o->kind), e)
+                 : prep          ? fpx_xf_prep_send(t, k, h + in, h)
+                                 : fpx_xf_finalize(t, k, h + in, h);
+  if (st == FP_OK) e = cudaMemcpyAsync(dst, h + in, (size_t)out, cudaMemcpyHostToDevice, s);
+  if (st == FP_OK && e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (st == FP_OK && e != cudaSuccess) st = cuda_fail(t, fpi_tx_kind_name(o->kind), e);
+  free(h);
+  return st;
+}
+
 /* wait for the stream, polling the communicator for asynchronous errors */
 static fp_status wait_done(fp_xfer *t, xnccl *n) {
   for (;;) {
@@ -243,7 +269,9 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   int *rank = malloc(((size_t)tx->nprocs + 1) * sizeof *rank); /* process -> NCCL rank */
   if (!rank) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of memory");
   for (int q = 0, k = 0; q < tx->nprocs; q++) rank[q] = k, k += holds(tx, q);
-  fp_status st = FP_OK;
+  /* a transform's failure stops no op (every send and recv still posts, so
+   * no peer waits forever): the run fails with it at the end */
+  fp_status st = FP_OK, bad = FP_OK;
   /* segment by segment (see above): [i, end) */
   for (int32_t i = lo, end = lo; i < hi && st == FP_OK; i = end) {
     end = fpi_tx_segment_end(tx, i, hi);
@@ -252,6 +280,11 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
       const fp_tx_op *o = &tx->ops[k];
       if (p2p(o)) {
         any = true;
+        continue;
+      }
+      if (o->kind == FP_TX_PREP_SEND || o->kind == FP_TX_FINALIZE) {
+        fp_status b = xf_host(t, k, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src), n->s);
+        bad = bad != FP_OK ? bad : b;
         continue;
       }
       int64_t cnt;
@@ -277,5 +310,6 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
   }
   free(rank);
   if (st != FP_OK) return st;
-  return wait_done(t, n);
+  st = wait_done(t, n);
+  return st != FP_OK ? st : bad;
 }

@@ -23,6 +23,14 @@ struct fpx_xfer_state *fpx_xfer_state(fp_xfer *t);
 /* set the handle's message; returns st (xfer.c) */
 fp_status fpx_xfer_fail(fp_xfer *t, fp_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* a reshard transform's op i on host memory (xfer.c; the NCCL backend
+ * stages its bytes through the host): prep_send writes its wire tensors
+ * into dst from the slice at src; finalize writes the slice into dst from
+ * the op's stage claim at src (the wire tensors, then the guarded scratch,
+ * fpi_tx_stage_need bytes), dst untouched when the guards are broken */
+fp_status fpx_xf_prep_send(fp_xfer *t, int32_t i, char *dst, const char *src);
+fp_status fpx_xf_finalize(fp_xfer *t, int32_t i, char *dst, char *src);
+
 #ifdef FP_HAVE_CUDA
 /* Local preparation on process me (< the transfer's processes), before the
  * processes agree: the device the executors share (current), both executors

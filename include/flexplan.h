@@ -865,6 +865,81 @@ FP_API fp_status fp_xfer_load(const char *path, fp_xfer **out);
 /* the last error of a transfer handle ("" when none) */
 FP_API const char *fp_xfer_errmsg(const fp_xfer *t);
 FP_API void fp_xfer_free(fp_xfer *t);
+/* ---- reshard transforms (docs/reshard.md, "Transforms") ------------------
+ * A transform changes what crosses the wire for the params it takes, in
+ * the terms of Megatron-Core's ReshardTransform: should_transform picks the
+ * params; for a slice (elements [begin, begin + count) of the flattened
+ * param) send_wires says which wire tensors the sender produces (dtype and
+ * count of each, 1 to FP_TRANSFORM_MAX_WIRES) and prepare_send produces
+ * them; recv_wires (prepare_recv) says what the receiver allocates, which
+ * must be the same tensors; finalize_recv writes the slice into TO's
+ * persistent buffer from them (TO's addresses never change, so captured
+ * CUDA graphs stay valid). Only slices that cross the wire are transformed:
+ * a process copies what it already holds exactly; optimizer state never is.
+ * send_wires and recv_wires are called when compiling (the transfer records
+ * every op's wire tensors), prepare_send and finalize_recv while running,
+ * on host memory (on the NCCL backend the executor copies the slice and the
+ * wire tensors through the host around each call). finalize_recv is given a bounded view (count elements of to_dtype)
+ * with guard bytes on either side, checked after it returns: a transform
+ * that writes outside its slice fails the run naming it, and nothing of
+ * that slice reaches TO. Each function returns FP_OK, or another status
+ * with a message in err (at most errcap bytes). */
+#define FP_TRANSFORM_MAX_WIRES 8
+typedef struct fp_transform_param {
+  const char *name;       /* the param's name */
+  int64_t numel;          /* its elements */
+  fp_elem from_dtype;     /* its main dtype in FROM (what prepare_send reads) */
+  fp_elem to_dtype;       /* in TO (what finalize_recv writes) */
+} fp_transform_param;
+typedef struct fp_wire_tensor {
+  fp_elem dtype;
+  int64_t count;          /* elements */
+} fp_wire_tensor;
+typedef struct fp_reshard_transform {
+  /* nonzero: the transform takes p */
+  int (*should_transform)(void *user, const fp_transform_param *p);
+  /* the wire tensors of a slice, sender's side: at most FP_TRANSFORM_MAX_WIRES into out, their number into *n */
+  fp_status (*send_wires)(void *user, const fp_transform_param *p, int64_t begin, int64_t count, fp_wire_tensor *out,
+                          int *n, char *err, size_t errcap);
+  /* the receiver's (prepare_recv): the same tensors */
+  fp_status (*recv_wires)(void *user, const fp_transform_param *p, int64_t begin, int64_t count, fp_wire_tensor *out,
+                          int *n, char *err, size_t errcap);
+  /* fill the wire tensors (as send_wires gave them) from src (count elements of from_dtype) */
+  fp_status (*prepare_send)(void *user, const fp_transform_param *p, int64_t begin, int64_t count, const void *src,
+                            void *const *wires, char *err, size_t errcap);
+  /* write dst (count elements of to_dtype) from the wire tensors (as recv_wires gave them) */
+  fp_status (*finalize_recv)(void *user, const fp_transform_param *p, int64_t begin, int64_t count,
+                             const void *const *wires, void *dst, char *err, size_t errcap);
+} fp_reshard_transform;
+
+/* The transforms a transfer may use: an opaque set, like fp_placement_set.
+ * A TO param is taken by the first transform (in the order added) whose
+ * should_transform says so. The set must outlive the transfers compiled or
+ * bound with it. */
+typedef struct fp_transform_set fp_transform_set;
+FP_API fp_status fp_transform_set_create(fp_transform_set **out);
+/* name: [a-z][a-z0-9_]*, at most 63 characters, not "mxfp8" (the built-in
+ * --transform), not already in the set; every function given. FP_ERR_ARG
+ * otherwise, the reason in fp_transform_set_errmsg */
+FP_API fp_status fp_transform_set_add(fp_transform_set *set, const char *name, const fp_reshard_transform *tr,
+                                      void *user);
+FP_API const char *fp_transform_set_errmsg(const fp_transform_set *set);
+FP_API void fp_transform_set_free(fp_transform_set *set);
+/* MXFP8 on this contract (docs/reshard.md): FP_MXFP8_SENDER, the sender
+ * quantizes (E4M3 data and E8M0 scales on the wire, blocks aligned to the
+ * full param) and the receiver dequantizes into TO; FP_MXFP8_RECEIVER, the
+ * slice crosses unchanged and the receiver converts on receipt. Either
+ * writes TO's bytes exactly as `--transform mxfp8` does. Register the table
+ * with user = an fnmatch pattern of param names (NULL: every param whose
+ * main dtypes are fp32, bf16 or fp16). NULL for another mode. */
+typedef enum fp_mxfp8_mode { FP_MXFP8_SENDER = 0, FP_MXFP8_RECEIVER = 1 } fp_mxfp8_mode;
+FP_API const fp_reshard_transform *fp_transform_mxfp8(fp_mxfp8_mode mode);
+/* Bind a loaded transfer's transforms by name (a compiled one is bound to
+ * the set it was compiled with). FP_ERR_ARG, naming it, when the transfer
+ * names a transform the set lacks; fp_xfer_run refuses a transfer whose
+ * transforms are not bound. */
+FP_API fp_status fp_xfer_bind_transforms(fp_xfer *t, const fp_transform_set *set);
+
 /* Run the transfer (collective over comm, a pointer to an MPI_Comm, NULL:
  * MPI_COMM_WORLD, which needs at least `processes` ranks; MPI must be
  * initialized). Both executors of every process are on one backend: MPI, or

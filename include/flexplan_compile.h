@@ -177,6 +177,8 @@ typedef struct fp_reshard_options {
   int nmxfp8;
   int64_t from_offset;       /* process of FROM rank r is r + from_offset (0 but for the way back between
                               * disjoint rank sets) */
+  const fp_transform_set *transforms; /* reshard transforms (flexplan.h; NULL: none): a param a pattern of
+                              * mxfp8 names, or that TO keeps as MXFP8, goes as MXFP8 whatever they say */
 } fp_reshard_options;
 /* Compile and verify the transfer from plan `from` to plan `to` (both
  * loaded or compiled plans of one model). FP_ERR_INPUT when they do not fit

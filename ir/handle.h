@@ -46,6 +46,7 @@ struct fp_xfer {
   char *msg;         /* malloc'd; "" when none */
   struct fpx_xfer_state *run; /* what the executor keeps between runs: made by the first
                                * fp_xfer_run, freed by fp_xfer_free; NULL before */
+  const struct fpi_xform **xf; /* per tx->xf_names: the transform bound to it (NULL: none); in arena */
 };
 
 #endif

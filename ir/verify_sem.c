@@ -55,11 +55,14 @@ typedef enum {
   SV_GRAD,   /* a sum of partial grads of param p, element e at lo */
   SV_SCALE,  /* MXFP8 e8m0 scale of param p's 32-element block e at lo (one byte each) */
   SV_JUNK,   /* a value no proof covers (why: the op that made it; reported there) */
+  SV_WIRE,   /* transfers: the wire bytes a transform made of param p's elements [digits, digits + slots),
+              * byte e of its wire tensors at lo (as fpi_tx_wire_at lays them out) */
 } sv_kind;
 
 enum {
   F_MX = 1,      /* quantized to MXFP8 (blocks of the flat space) */
   F_INEXACT = 2, /* rounded twice through dtypes that do not contain each other */
+  F_XF = 4,      /* transfers: written by the param's reshard transform (finalize_recv) */
 };
 
 typedef struct cell {
@@ -141,11 +144,13 @@ static void serr(sctx *s, fp_vloc what, int64_t i, const char *fmt, ...) {
 }
 
 static int64_t esize(const cell *c) {
-  if (c->kind == SV_SCALE) return 1;
+  if (c->kind == SV_SCALE || c->kind == SV_WIRE) return 1;
   if (c->kind == SV_WEIGHT || c->kind == SV_GRAD) return fpi_dtype_size((fp_dtype)c->dt);
   return 0;
 }
-static bool has_elems(const cell *c) { return c->kind == SV_WEIGHT || c->kind == SV_GRAD || c->kind == SV_SCALE; }
+static bool has_elems(const cell *c) {
+  return c->kind == SV_WEIGHT || c->kind == SV_GRAD || c->kind == SV_SCALE || c->kind == SV_WIRE;
+}
 
 /* the same value apart from position (b may continue a) */
 static bool same_attrs(const cell *a, const cell *b) {
@@ -155,6 +160,7 @@ static bool same_attrs(const cell *a, const cell *b) {
     case SV_JUNK: return a->ver == b->ver;
     case SV_ZERO: return true;
     case SV_SCALE: return a->p == b->p && a->ver == b->ver;
+    case SV_WIRE: return a->p == b->p && a->digits == b->digits && a->slots == b->slots;
     case SV_WEIGHT: return a->p == b->p && a->ver == b->ver && a->dt == b->dt && a->rnd == b->rnd && a->fl == b->fl;
     case SV_GRAD:
       return a->p == b->p && a->dt == b->dt && a->rnd == b->rnd && a->fl == b->fl && a->slots == b->slots &&
@@ -400,6 +406,7 @@ static void describe(const sctx *s, const cell *c, char *out, size_t cap) {
     case SV_JUNK:
       snprintf(out, cap, "a value no proof covers (made by op %d)", c->ver);
       return;
+    case SV_WIRE: snprintf(out, cap, "wire bytes of %s", pname(s, c->p)); return;
     case SV_SCALE:
       snprintf(out, cap, "MXFP8 scales of %s blocks [%" PRId64 ",%" PRId64 ") v%d", pname(s, c->p), c->e, c->e + n,
                c->ver);
@@ -1781,6 +1788,10 @@ static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
     case SV_SCALE: snprintf(out, cap, "MXFP8 scales of %s", nm); return;
     case SV_ZERO: snprintf(out, cap, "zeros"); return;
     case SV_JUNK: snprintf(out, cap, "bytes of a recv not resolved"); return;
+    case SV_WIRE:
+      snprintf(out, cap, "wire bytes [%" PRId64 ",+%" PRId64 ") of %s elements [%" PRIu64 ",%" PRIu64 ") (transform '%s')",
+               c->e, c->hi - c->lo, nm, c->digits, c->digits + c->slots, fpi_tx_xf_name(x->t, c->p) ? fpi_tx_xf_name(x->t, c->p) : "?");
+      return;
     default: snprintf(out, cap, "undefined"); return;
   }
 }
@@ -1798,7 +1809,8 @@ static void tx_spaces(txctx *x, int32_t p) {
     const fp_tx_region *r = &t->have[x->hidx[y]];
     if (r->bytes <= 0) continue;
     cell c = {.lo = 0, .hi = r->bytes, .kind = SV_WEIGHT, .dt = (uint8_t)r->dtype, .rnd = (uint8_t)r->dtype,
-              .p = r->param, .e = r->full_off};
+              .fl = r->dtype == FP_E4M3 ? F_MX : 0, .p = r->param, .e = r->full_off};
+    if (r->dtype == FP_E8M0) c = (cell){.lo = 0, .hi = r->bytes, .kind = SV_SCALE, .p = r->param, .e = 0};
     map_write(&x->sp[0], r->off, &c, 1);
   }
 }
@@ -1839,6 +1851,67 @@ static void tx_convert(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca, ce
     cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
     if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
   }
+}
+
+/* a transform's prep_send: FROM's elements [full_off, +n) of the param in
+ * sdtype become its wire bytes; anything else read is reported (junk) */
+static void tx_prep_send(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca) {
+  const fp_tx_op *op = &x->t->ops[i];
+  cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
+  if (!dm || !sm) return;
+  int64_t z = fpi_dtype_size(op->sdtype), bytes = fpi_tx_wire_at(x->t, op, op->nwire);
+  int32_t na = 0;
+  map_read(NULL, sm, op->src.off, op->src.off + op->n * z, a, &na, ca);
+  const cell *c = na ? &(*a)[0] : NULL;
+  bool ok = na == 1 && c->kind == SV_WEIGHT && c->p == op->param && c->dt == op->sdtype && c->e == op->full_off &&
+            c->hi - c->lo == op->n * z;
+  cell w = {.lo = 0, .hi = bytes, .kind = SV_WIRE, .p = op->param, .e = 0, .digits = (uint64_t)op->full_off,
+            .slots = (uint64_t)op->n};
+  if (!ok) {
+    char dd[300] = "nothing";
+    if (c) tx_describe(x, c, dd, sizeof dd);
+    txerr(x, i, p, "transform '%s': prepare_send reads %s, not %s elements [%" PRId64 ",%" PRId64 ") in %s",
+          fpi_tx_xf_name(x->t, op->param) ? fpi_tx_xf_name(x->t, op->param) : "?", dd, x->t->params[op->param].name,
+          op->full_off, op->full_off + op->n, fpi_dtype_name(op->sdtype));
+    w = (cell){.lo = 0, .hi = bytes, .kind = SV_JUNK, .p = -1, .ver = i};
+  }
+  if (bytes > 0) map_write(dm, op->dst.off, &w, 1);
+}
+
+/* a transform's finalize: each wire tensor must hold the bytes the
+ * sender's prep_send made of this very slice at the same place of its wire
+ * tensors; then TO's elements [full_off, +n) hold the param's values through
+ * the transform (F_XF) */
+static void tx_finalize(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca) {
+  const fp_tx *t = x->t;
+  const fp_tx_op *op = &t->ops[i];
+  cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
+  if (!dm || !sm) return;
+  bool ok = true;
+  for (int k = 0; ok && k < (int)op->nwire; k++) {
+    const fp_tx_wire *w = &t->wires[fpi_tx_wire0(op) + k];
+    int64_t at = fpi_tx_wire_at(t, op, k), b = w->count * fpi_dtype_size(w->dtype);
+    int32_t na = 0;
+    if (b == 0) continue;
+    map_read(NULL, sm, op->src.off + at, op->src.off + at + b, a, &na, ca);
+    const cell *c = &(*a)[0];
+    ok = na == 1 && c->kind == SV_WIRE && c->p == op->param && c->digits == (uint64_t)op->full_off &&
+         c->slots == (uint64_t)op->n && c->e == at;
+    bool pending = false; /* a recv not resolved in this round: junk, silently (a later round resolves it) */
+    for (int32_t j = 0; j < na; j++) pending |= (*a)[j].kind == SV_JUNK;
+    if (!ok && !pending) {
+      char dd[300] = "nothing";
+      if (na) tx_describe(x, c, dd, sizeof dd);
+      txerr(x, i, p, "transform '%s': finalize_recv's wire tensor %d holds %s, not the wire bytes [%" PRId64 ",+%" PRId64
+            ") of %s elements [%" PRId64 ",%" PRId64 ")", fpi_tx_xf_name(t, op->param) ? fpi_tx_xf_name(t, op->param) : "?",
+            k, dd, at, b, t->params[op->param].name, op->full_off, op->full_off + op->n);
+    }
+  }
+  int64_t z = fpi_dtype_size(op->dtype);
+  cell c = {.lo = 0, .hi = op->n * z, .kind = SV_WEIGHT, .dt = (uint8_t)op->dtype, .rnd = (uint8_t)op->dtype,
+            .fl = F_XF, .p = op->param, .e = op->full_off};
+  if (!ok) c = (cell){.lo = 0, .hi = op->n * z, .kind = SV_JUNK, .p = -1, .ver = i};
+  if (op->n > 0) map_write(dm, op->dst.off, &c, 1);
 }
 
 /* a send: counted per peer; recorded (its payload's cells) when record */
@@ -1913,6 +1986,8 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
       }
       case FP_TX_SEND: tx_send(x, p, i, record, &a, &ca); break;
       case FP_TX_RECV: tx_recv(x, p, i); break;
+      case FP_TX_PREP_SEND: tx_prep_send(x, p, i, &a, &ca); break;
+      case FP_TX_FINALIZE: tx_finalize(x, p, i, &a, &ca); break;
       default: break;
     }
   }
@@ -1930,7 +2005,7 @@ static void tx_check_needs(txctx *x, int32_t p) {
   for (int32_t h = t->need_first[p]; h < t->need_first[p + 1]; h++) {
     const fp_tx_region *r = &t->need[h];
     map_read(NULL, &x->sp[1], r->off, r->off + r->bytes, &a, &na, &ca);
-    bool mx = r->param >= 0 && r->param < t->nparams && t->params[r->param].mxfp8;
+    bool mx = r->param >= 0 && r->param < t->nparams && (t->params[r->param].mxfp8 || t->params[r->param].src_mx);
     int64_t z = fpi_dtype_size(r->dtype);
     for (int32_t j = 0; j < na; j++) {
       const cell *c = &a[j];
@@ -1939,7 +2014,9 @@ static void tx_check_needs(txctx *x, int32_t p) {
       else
         ok = c->kind == SV_WEIGHT && c->p == r->param && c->dt == r->dtype && c->e == r->full_off + c->lo / z &&
              /* e4m3 in TO is MXFP8; a wire transform covers what crosses the wire, local copies are exact */
-             (r->dtype == FP_E4M3 ? (c->fl & F_MX) != 0 : mx || !(c->fl & F_MX));
+             (r->dtype == FP_E4M3 ? (c->fl & F_MX) != 0 : mx || !(c->fl & F_MX)) &&
+             /* through a transform only where the param has one */
+             (!(c->fl & F_XF) || fpi_tx_xf_name(t, r->param));
       if (ok) continue;
       char dd[300];
       tx_describe(x, c, dd, sizeof dd);

@@ -94,21 +94,60 @@ static bool opnd_ok(const fp_tx *t, fp_diag *d, int32_t i, const char *role, fp_
   return true;
 }
 
-/* the reads of op o: up to two (src, aux) */
-static int reads(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
+/* the reads of op o: up to two (src, aux); a finalize's wire tensors, each
+ * one (the alignment between them is never written) */
+static int reads(const fp_tx *t, const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   int k = 0;
   if (o->kind == FP_TX_RECV) return 0;
-  r[k] = o->src, n[k++] = o->kind == FP_TX_DEQUANT ? o->n : fpi_tx_src_bytes(o);
+  if (o->kind == FP_TX_FINALIZE) {
+    for (; k < (int)o->nwire && k < FP_TX_MAX_WIRES; k++) {
+      const fp_tx_wire *w = &t->wires[fpi_tx_wire0(o) + k];
+      r[k] = o->src, r[k].off += fpi_tx_wire_at(t, o, k), n[k] = w->count * fpi_dtype_size(w->dtype);
+    }
+    return k;
+  }
+  r[k] = o->src, n[k++] = o->kind == FP_TX_DEQUANT ? o->n : fpi_tx_src_bytes(t, o);
   if (o->kind == FP_TX_DEQUANT || o->kind == FP_TX_QUANT_AT) r[k] = o->aux, n[k++] = fpi_tx_nscales(o->full_off, o->n);
   if (o->kind == FP_TX_MAX) r[k] = o->aux, n[k++] = o->n;
   return k;
 }
-static int writes(const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
+static int writes(const fp_tx *t, const fp_tx_op *o, fp_tx_ref *r, int64_t *n) {
   int k = 0;
   if (o->kind == FP_TX_SEND) return 0;
-  r[k] = o->dst, n[k++] = o->kind == FP_TX_QUANT ? o->n : fpi_tx_dst_bytes(o);
+  r[k] = o->dst, n[k++] = o->kind == FP_TX_QUANT ? o->n : fpi_tx_dst_bytes(t, o);
   if (o->kind == FP_TX_QUANT) r[k] = o->aux, n[k++] = fpi_tx_nscales(o->full_off, o->n);
   return k;
+}
+
+/* X1 for a transform's op: the param has a transform, its wire tensors
+ * exist (1 to FP_TX_MAX_WIRES, counts >= 0), its operands (a finalize's
+ * scratch included: its stage claim from src) lie in their spaces */
+static bool xf_op_ok(const fp_tx *t, fp_diag *d, int32_t i) {
+  const fp_tx_op *o = &t->ops[i];
+  const char *xf = fpi_tx_xf_name(t, o->param);
+  if (!xf) {
+    err(d, t, i, "param '%s' has no transform", t->params[o->param].name);
+    return false;
+  }
+  int64_t w0 = fpi_tx_wire0(o);
+  if (o->nwire < 1 || o->nwire > FP_TX_MAX_WIRES || w0 < 0 || w0 + (int64_t)o->nwire > t->nwires) {
+    err(d, t, i, "transform '%s': wire tensors [%" PRId64 ", +%u) out of range (1 to %d of the transfer's %" PRId64 ")",
+        xf, w0, o->nwire, FP_TX_MAX_WIRES, t->nwires);
+    return false;
+  }
+  for (int k = 0; k < (int)o->nwire; k++)
+    if (t->wires[w0 + k].count < 0 || (unsigned)t->wires[w0 + k].dtype >= FP_NDTYPES) {
+      err(d, t, i, "transform '%s': wire tensor %d has a negative count or no dtype", xf, k);
+      return false;
+    }
+  if (o->kind == FP_TX_PREP_SEND) {
+    bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(t, o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(t, o));
+    if (dst && o->dst.space != FP_SP_STAGE) err(d, t, i, "transform '%s': prepare_send writes its wire tensors outside staging", xf);
+    return dst && src && o->dst.space == FP_SP_STAGE;
+  }
+  bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(t, o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_stage_need(t, o));
+  if (src && o->src.space != FP_SP_STAGE) err(d, t, i, "transform '%s': finalize_recv reads its wire tensors outside staging", xf);
+  return dst && src && o->src.space == FP_SP_STAGE;
 }
 
 /* X1 for op i of its kind: its dtypes and each operand it reads or writes
@@ -124,12 +163,12 @@ static bool op_kind_ok(const fp_tx *t, fp_diag *d, int32_t i) {
         err(d, t, i, "peer %d is not another process of the %" PRId64, o->peer, t->nprocs);
         ok = false;
       }
-      ok &= o->kind == FP_TX_SEND ? opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o))
-                                  : opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o));
+      ok &= o->kind == FP_TX_SEND ? opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(t, o))
+                                  : opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(t, o));
       break;
     case FP_TX_COPY:
       { /* both checked (each reports its own error) */
-        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o));
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(t, o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(t, o));
         ok &= dst && src;
       }
       break;
@@ -139,7 +178,7 @@ static bool op_kind_ok(const fp_tx *t, fp_diag *d, int32_t i) {
         ok = false;
       }
       {
-        bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, o->n), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(t, o)),
              aux = opnd_ok(t, d, i, "aux", o->aux, ns);
         ok &= dst && src && aux;
       }
@@ -152,7 +191,7 @@ static bool op_kind_ok(const fp_tx *t, fp_diag *d, int32_t i) {
         ok = false;
       }
       {
-        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(o)),
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(t, o)), src = opnd_ok(t, d, i, "src", o->src, fpi_tx_src_bytes(t, o)),
              aux = o->kind == FP_TX_SCALES || opnd_ok(t, d, i, "aux", o->aux, ns);
         ok &= dst && src && aux;
       }
@@ -174,11 +213,13 @@ static bool op_kind_ok(const fp_tx *t, fp_diag *d, int32_t i) {
         ok = false;
       }
       {
-        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(o)), src = opnd_ok(t, d, i, "src", o->src, o->n),
+        bool dst = opnd_ok(t, d, i, "dst", o->dst, fpi_tx_dst_bytes(t, o)), src = opnd_ok(t, d, i, "src", o->src, o->n),
              aux = opnd_ok(t, d, i, "aux", o->aux, ns);
         ok &= dst && src && aux;
       }
       break;
+    case FP_TX_PREP_SEND:
+    case FP_TX_FINALIZE: ok &= xf_op_ok(t, d, i); break;
     default: break;
   }
   return ok;
@@ -225,9 +266,9 @@ static bool check_cover(const fp_tx *t, fp_diag *d) {
   int64_t nw = 0;
   bool ok = true;
   for (int32_t i = 0; i < t->nops; i++) {
-    fp_tx_ref r[2];
-    int64_t n[2];
-    for (int k = 0, nk = writes(&t->ops[i], r, n); k < nk; k++)
+    fp_tx_ref r[FP_TX_MAX_WIRES + 2];
+    int64_t n[FP_TX_MAX_WIRES + 2];
+    for (int k = 0, nk = writes(t, &t->ops[i], r, n); k < nk; k++)
       if (r[k].space == FP_SP_TO) w[nw++] = (iv){t->ops[i].proc, r[k].off, r[k].off + n[k], i};
   }
   for (int32_t k = 0; k < t->nneed; k++)
@@ -316,8 +357,10 @@ static bool check_match(const fp_tx *t, fp_diag *d, int32_t *match) {
     } else {
       const fp_tx_op *x = &t->ops[S[a].op], *y = &t->ops[R[b].op];
       if (x->dtype != y->dtype || x->n != y->n) {
-        err(d, t, R[b].op, "receives %" PRId64 " %s but its matching send, op %d, sends %" PRId64 " %s", y->n,
-            fpi_dtype_name(y->dtype), S[a].op, x->n, fpi_dtype_name(x->dtype));
+        const char *xf = fpi_tx_xf_name(t, y->param);
+        err(d, t, R[b].op, "receives %" PRId64 " %s but its matching send, op %d, sends %" PRId64 " %s%s%s%s", y->n,
+            fpi_dtype_name(y->dtype), S[a].op, x->n, fpi_dtype_name(x->dtype), xf ? " (transform '" : "",
+            xf ? xf : "", xf ? "': its prepare_send and prepare_recv give other wire tensors for this slice)" : "");
         ok = false;
       }
       match[S[a].op] = R[b].op;
@@ -370,10 +413,10 @@ static bool check_space(const fp_tx *t, fp_diag *d, int64_t p, int sp, seg_scrat
   int32_t lo = t->first[p], hi = t->first[p + 1];
   int64_t nc = 0;
   for (int32_t i = lo; i < hi; i++) {
-    fp_tx_ref r[2];
-    int64_t n[2];
+    fp_tx_ref r[FP_TX_MAX_WIRES + 2];
+    int64_t n[FP_TX_MAX_WIRES + 2];
     for (int pass = 0; pass < 2; pass++) {
-      int k = pass ? writes(&t->ops[i], r, n) : reads(&t->ops[i], r, n);
+      int k = pass ? writes(t, &t->ops[i], r, n) : reads(t, &t->ops[i], r, n);
       for (int q = 0; q < k; q++)
         if (r[q].space == sp && n[q] > 0) z->c[nc++] = (uint64_t)r[q].off, z->c[nc++] = (uint64_t)(r[q].off + n[q]);
     }
@@ -387,9 +430,9 @@ static bool check_space(const fp_tx *t, fp_diag *d, int64_t p, int sp, seg_scrat
   for (int64_t s = 0; s <= nseg; s++) z->wr[s] = -1, z->nxt[s] = s;
   bool ok = true;
   for (int32_t i = lo; i < hi && d->nerrors < MAXREP; i++) {
-    fp_tx_ref r[2];
-    int64_t n[2];
-    int k = reads(&t->ops[i], r, n);
+    fp_tx_ref r[FP_TX_MAX_WIRES + 2];
+    int64_t n[FP_TX_MAX_WIRES + 2];
+    int k = reads(t, &t->ops[i], r, n);
     for (int q = 0; q < k; q++) {
       if (r[q].space != sp || n[q] == 0) continue;
       int64_t s0 = lower(z->c, m, (uint64_t)r[q].off), s1 = lower(z->c, m, (uint64_t)(r[q].off + n[q]));
@@ -410,7 +453,7 @@ static bool check_space(const fp_tx *t, fp_diag *d, int64_t p, int sp, seg_scrat
       }
     }
     /* then its writes paint: an op's write is not visible to its own reads */
-    k = writes(&t->ops[i], r, n);
+    k = writes(t, &t->ops[i], r, n);
     for (int q = 0; q < k; q++) {
       if (r[q].space != sp || n[q] == 0) continue;
       int64_t s0 = lower(z->c, m, (uint64_t)r[q].off), s1 = lower(z->c, m, (uint64_t)(r[q].off + n[q]));
@@ -439,17 +482,17 @@ static bool check_reads(const fp_tx *t, fp_diag *d) {
   int32_t most = 0;
   for (int64_t p = 0; p < t->nprocs; p++)
     if (t->first[p + 1] - t->first[p] > most) most = t->first[p + 1] - t->first[p];
-  seg_scratch z = {malloc(((size_t)most * 8 + 1) * sizeof *z.c), malloc(((size_t)most * 8 + 1) * sizeof *z.wr),
-                   malloc(((size_t)most * 8 + 1) * sizeof *z.nxt)};
+  seg_scratch z = {malloc(((size_t)most * (2 * FP_TX_MAX_WIRES + 4) + 1) * sizeof *z.c), malloc(((size_t)most * (2 * FP_TX_MAX_WIRES + 4) + 1) * sizeof *z.wr),
+                   malloc(((size_t)most * (2 * FP_TX_MAX_WIRES + 4) + 1) * sizeof *z.nxt)};
   FP_ASSERT(hv && z.c && z.wr && z.nxt);
   for (int32_t k = 0; k < t->nhave; k++) hv[k] = (iv){t->have[k].proc, t->have[k].off, t->have[k].off + t->have[k].bytes, k};
   iv_sort(hv, t->nhave);
   for (int64_t p = 0; p < t->nprocs && d->nerrors < MAXREP; p++) {
     for (int32_t i = t->first[p]; i < t->first[p + 1] && d->nerrors < MAXREP; i++) {
       const fp_tx_op *o = &t->ops[i];
-      fp_tx_ref r[2];
-      int64_t n[2];
-      int nr = reads(o, r, n);
+      fp_tx_ref r[FP_TX_MAX_WIRES + 2];
+      int64_t n[FP_TX_MAX_WIRES + 2];
+      int nr = reads(t, o, r, n);
       for (int q = 0; q < nr; q++) {
         if (r[q].space != FP_SP_FROM) continue;
         /* the last have region starting at or before the read */

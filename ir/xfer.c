@@ -11,7 +11,7 @@
 
 static const char *const kind_names[FP_TX_NKINDS] = {"copy",         "send",       "recv",
                                                      "quantize_mxfp8", "dequantize_mxfp8", "mxfp8_scales",
-                                                     "max_scales",   "quantize_mxfp8_at"};
+                                                     "max_scales",   "quantize_mxfp8_at", "prep_send", "finalize"};
 const char *fpi_tx_kind_name(int k) { return k >= 0 && k < FP_TX_NKINDS ? kind_names[k] : "?"; }
 const char *fpi_tx_space_name(int s) {
   static const char *const n[] = {"-", "from", "to", "stage"};
@@ -43,6 +43,29 @@ fp_tx_op *fpi_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dt
   return o;
 }
 
+int32_t fpi_tx_wires_add(fp_tx *t, const fp_tx_wire *w, int n) {
+  t->wires = fpi_grow(t->arena, t->wires, &t->cap_wires, t->nwires + n + 1, sizeof *t->wires);
+  FP_ASSERT(t->nwires + n < INT32_MAX);
+  int32_t at = (int32_t)t->nwires;
+  memcpy(t->wires + at, w, (size_t)n * sizeof *w);
+  t->nwires += n;
+  return at;
+}
+
+int64_t fpi_tx_wire_at(const fp_tx *t, const fp_tx_op *o, int k) {
+  int64_t at = 0;
+  for (int j = 0; j < k && j < (int)o->nwire; j++) {
+    const fp_tx_wire *w = &t->wires[fpi_tx_wire0(o) + j];
+    at += (w->count * fpi_dtype_size(w->dtype) + 15) / 16 * 16;
+  }
+  return at;
+}
+int64_t fpi_tx_scratch_at(const fp_tx *t, const fp_tx_op *o) { return fpi_tx_wire_at(t, o, o->nwire); }
+int64_t fpi_tx_stage_need(const fp_tx *t, const fp_tx_op *o) {
+  int64_t w = fpi_tx_wire_at(t, o, o->nwire);
+  return o->kind == FP_TX_FINALIZE ? w + 2 * FP_TX_GUARD + (o->n * fpi_dtype_size(o->dtype) + 15) / 16 * 16 : w;
+}
+
 void fpi_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t off, int64_t bytes,
                       int64_t full_off, fp_dtype dt) {
   fp_tx_region **v = need ? &t->need : &t->have;
@@ -52,13 +75,16 @@ void fpi_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t
   (*v)[(*n)++] = (fp_tx_region){proc, param, off, bytes, full_off, dt};
 }
 
-int64_t fpi_tx_dst_bytes(const fp_tx_op *o) {
-  return o->kind == FP_TX_SEND     ? 0
-         : o->kind == FP_TX_SCALES ? fpi_tx_nscales(o->full_off, o->n)
-                                   : o->n * fpi_dtype_size(o->dtype);
+int64_t fpi_tx_dst_bytes(const fp_tx *t, const fp_tx_op *o) {
+  return o->kind == FP_TX_SEND        ? 0
+         : o->kind == FP_TX_SCALES    ? fpi_tx_nscales(o->full_off, o->n)
+         : o->kind == FP_TX_PREP_SEND ? fpi_tx_wire_at(t, o, o->nwire)
+                                      : o->n * fpi_dtype_size(o->dtype);
 }
-int64_t fpi_tx_src_bytes(const fp_tx_op *o) {
-  return o->kind == FP_TX_RECV ? 0 : o->n * fpi_dtype_size(o->sdtype);
+int64_t fpi_tx_src_bytes(const fp_tx *t, const fp_tx_op *o) {
+  return o->kind == FP_TX_RECV       ? 0
+         : o->kind == FP_TX_FINALIZE ? fpi_tx_wire_at(t, o, o->nwire)
+                                     : o->n * fpi_dtype_size(o->sdtype);
 }
 
 int32_t fpi_tx_segment_end(const fp_tx *t, int32_t i, int32_t hi) {
@@ -173,6 +199,9 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
   if (o->dst.space) fprintf(f, " dst=%s", d);
   if (o->src.space) fprintf(f, " src=%s", s);
   if (o->aux.space) fprintf(f, " aux=%s", a);
+  for (int k = 0; k < (int)o->nwire; k++)
+    fprintf(f, "%s%s:%" PRId64, k ? "," : " wires=", fpi_dtype_name(t->wires[fpi_tx_wire0(o) + k].dtype),
+            t->wires[fpi_tx_wire0(o) + k].count);
   fputc('\n', f);
 }
 
@@ -188,7 +217,13 @@ void fpi_tx_print(const fp_tx *t, FILE *f) {
   for (int32_t i = 0; i < t->nparams; i++) {
     fputs("param ", f);
     fpi_fput_name(f, t->params[i].name);
-    fprintf(f, " numel=%" PRId64 "%s\n", t->params[i].numel, t->params[i].mxfp8 ? " wire=mxfp8" : "");
+    fprintf(f, " numel=%" PRId64 "%s%s", t->params[i].numel, t->params[i].mxfp8 ? " wire=mxfp8" : "",
+            t->params[i].src_mx ? " source=mxfp8" : "");
+    if (fpi_tx_xf_name(t, i)) {
+      fputs(" transform=", f);
+      fpi_fput_name(f, fpi_tx_xf_name(t, i));
+    }
+    fputc('\n', f);
   }
   for (int64_t p = 0; p < t->nprocs; p++) {
     if (fpi_tx_prog(t, p) != p) { /* a shared local program */
@@ -215,7 +250,7 @@ void fpi_tx_explain(const fp_tx *t, FILE *f) {
     ref_str(d, sizeof d, o->dst);
     ref_str(s, sizeof s, o->src);
     snprintf(pe, sizeof pe, o->peer >= 0 ? "%d" : "-", o->peer);
-    int64_t b = o->kind == FP_TX_SEND ? fpi_tx_src_bytes(o) : fpi_tx_dst_bytes(o);
+    int64_t b = o->kind == FP_TX_SEND ? fpi_tx_src_bytes(t, o) : fpi_tx_dst_bytes(t, o);
     fprintf(f, "%-6d %-5d %-17s %-5s %-10s %-12" PRId64 " %-12s %-12s %s[%" PRId64 "..%" PRId64 ")\n", i, o->proc,
             fpi_tx_kind_name(o->kind), pe, fpi_dtype_name(o->dtype), b, d, s, fpi_quote(nq, sizeof nq, t->params[o->param].name), o->full_off,
             o->full_off + o->n);
@@ -264,7 +299,13 @@ bool fpi_tx_write_json(const fp_tx *t, FILE *f) {
   for (int32_t i = 0; i < t->nparams; i++) {
     fprintf(f, "%s{\"name\":", i ? "," : "");
     json_str(f, t->params[i].name);
-    fprintf(f, ",\"numel\":%" PRId64 ",\"wire\":\"%s\"}", t->params[i].numel, t->params[i].mxfp8 ? "mxfp8" : "plain");
+    fprintf(f, ",\"numel\":%" PRId64 ",\"wire\":\"%s\"", t->params[i].numel, t->params[i].mxfp8 ? "mxfp8" : "plain");
+    if (t->params[i].src_mx) fprintf(f, ",\"source\":\"mxfp8\"");
+    if (fpi_tx_xf_name(t, i)) {
+      fprintf(f, ",\"transform\":");
+      json_str(f, fpi_tx_xf_name(t, i));
+    }
+    fputc('}', f);
   }
   fprintf(f, "],\n\"procs\":[");
   for (int64_t p = 0; p < t->nprocs; p++) {
@@ -288,7 +329,10 @@ bool fpi_tx_write_json(const fp_tx *t, FILE *f) {
       json_ref(f, "dst", o->dst);
       json_ref(f, "src", o->src);
       json_ref(f, "aux", o->aux);
-      fputc('}', f);
+      for (int k = 0; k < (int)o->nwire; k++)
+        fprintf(f, "%s[\"%s\",%" PRId64 "]", k ? "," : ",\"wires\":[", fpi_dtype_name(t->wires[fpi_tx_wire0(o) + k].dtype),
+                t->wires[fpi_tx_wire0(o) + k].count);
+      fputs(o->nwire ? "]}" : "}", f);
     }
     fprintf(f, "]}");
   }
@@ -308,7 +352,7 @@ void fpi_tx_trace(const fp_tx *t, FILE *f) {
     int32_t g = fpi_tx_prog(t, p); /* a shared program shows on every process that runs it */
     for (int32_t j = t->first[g]; j < t->first[g + 1]; j++) {
       const fp_tx_op *o = &t->ops[j];
-      int64_t b = o->kind == FP_TX_SEND ? fpi_tx_src_bytes(o) : fpi_tx_dst_bytes(o);
+      int64_t b = o->kind == FP_TX_SEND ? fpi_tx_src_bytes(t, o) : fpi_tx_dst_bytes(t, o);
       char name[64];
       if (o->peer >= 0)
         snprintf(name, sizeof name, "%s %s %d", fpi_tx_kind_name(o->kind), o->kind == FP_TX_SEND ? "to" : "from", o->peer);

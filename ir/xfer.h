@@ -37,6 +37,12 @@ typedef enum {
   FP_TX_SCALES,   /* dst e8m0 = the scales quantize would give src n (sdtype), the same blocks; no elements */
   FP_TX_MAX,      /* dst n e8m0 = max(src, aux) byte by byte: the common scale of a split block */
   FP_TX_QUANT_AT, /* dst n e4m3 = MXFP8 elements of src n (sdtype) at the scales aux reads (at least their own) */
+  /* a reshard transform (docs/reshard.md "Transforms"): the param's
+   * transform t->params[param].xf turns a slice into its wire tensors
+   * (wires[wire .. wire+nwire), laid out by fpi_tx_wire_at) and back */
+  FP_TX_PREP_SEND, /* the wire tensors at dst (stage) = prepare_send(src n (sdtype), elements from full_off) */
+  FP_TX_FINALIZE,  /* dst n (dtype, TO) = finalize_recv(the wire tensors at src (stage)); the executor hands it
+                    * a bounded scratch right after them (fpi_tx_scratch_at) and checks its guards */
   FP_TX_NKINDS
 } fp_tx_kind;
 const char *fpi_tx_kind_name(int k);
@@ -63,12 +69,15 @@ typedef struct fp_tx_op {
   fp_tx_kind kind : 8;
   fp_dtype dtype : 8;  /* of dst (send/recv: of the wire; scales, max: e8m0) */
   fp_dtype sdtype : 8; /* of src (copy, quant); else = dtype */
+  unsigned nwire : 8;  /* prep_send, finalize: its wire tensors (at most FP_TX_MAX_WIRES); else 0 */
   int32_t proc;        /* the process that runs it */
   int32_t peer;        /* send/recv: the other process; else -1 */
   int32_t param;       /* the param it moves (index into params) */
   int64_t n;           /* elements */
   int64_t full_off;    /* the param's flat element index of the first element */
-  fp_tx_ref dst, src, aux; /* aux: quant's scales out; dequant's and quant_at's scales in; max's second input */
+  fp_tx_ref dst, src, aux; /* aux: quant's scales out; dequant's and quant_at's scales in; max's second input;
+                            * prep_send, finalize: no operand (space none), its offset the index of the op's
+                            * first wire tensor in fp_tx.wires (fpi_tx_wire0: the record stays 56 bytes) */
 } fp_tx_op;
 
 /* bytes an MXFP8 slice of n elements starting at flat index full_off takes
@@ -95,7 +104,19 @@ typedef struct fp_tx_param {
   const char *name;
   int64_t numel;
   bool mxfp8;          /* on the wire as MXFP8 (--transform) */
+  bool src_mx;         /* FROM keeps it as MXFP8 (e4m3 + e8m0 scales): read through a dequantize */
+  int32_t xf;          /* its reshard transform (index into fp_tx.xf_names); -1: none */
 } fp_tx_param;
+
+/* one wire tensor of a transformed slice: what prepare_send produces (the
+ * sender's prep_send op) or prepare_recv allocates (the receiver's
+ * finalize op); each goes as one send and one recv */
+typedef struct fp_tx_wire {
+  fp_dtype dtype;
+  int64_t count;       /* elements */
+} fp_tx_wire;
+#define FP_TX_MAX_WIRES 8     /* wire tensors per slice */
+#define FP_TX_GUARD 64        /* guard bytes on each side of a finalize's scratch */
 
 typedef struct fp_tx {
   fp_arena *arena;
@@ -119,6 +140,10 @@ typedef struct fp_tx {
    * indices in every communicator of both plans (planner/reshard.c
    * classes()); fpi_tx_prog resolves it */
   int32_t *same;
+  /* reshard transforms: their names (a param's xf indexes them) and every
+   * prep_send's and finalize's wire tensors */
+  const char **xf_names; int32_t nxf;
+  fp_tx_wire *wires;   int64_t nwires, cap_wires;
   /* figures */
   int64_t wire_bytes;     /* bytes received over the wire (sum of recvs) */
   int64_t lower_bound;    /* TO bytes whose elements the process does not hold in FROM */
@@ -132,6 +157,30 @@ typedef struct fp_tx {
 static inline int32_t fpi_tx_prog(const fp_tx *t, int64_t p) {
   return t->same && t->same[p] >= 0 ? t->same[p] : (int32_t)p;
 }
+
+/* A reshard transform as the planner and the executors call it (the public
+ * fp_reshard_transform, adapted by api/transforms.c). Each returns true, or
+ * false with a message in err. */
+typedef struct fpi_xf_param {
+  const char *name;
+  int64_t numel;
+  fp_dtype from, to;
+} fpi_xf_param;
+typedef struct fpi_xform {
+  const char *name;
+  void *ctx;
+  bool (*should)(void *ctx, const fpi_xf_param *p);
+  bool (*wires)(void *ctx, bool recv, const fpi_xf_param *p, int64_t begin, int64_t count, fp_tx_wire *out, int *n,
+                char *err, size_t errcap);
+  bool (*send)(void *ctx, const fpi_xf_param *p, int64_t begin, int64_t count, const void *src, void *const *wires,
+               char *err, size_t errcap);
+  bool (*finalize)(void *ctx, const fpi_xf_param *p, int64_t begin, int64_t count, const void *const *wires,
+                   void *dst, char *err, size_t errcap);
+} fpi_xform;
+typedef struct fpi_xforms {
+  const fpi_xform *const *v;
+  int n;
+} fpi_xforms;
 
 /* builder */
 fp_tx *fpi_tx_new(fp_arena *a);
@@ -153,8 +202,30 @@ static inline bool fpi_tx_waits(const fp_tx_op *o) {
 }
 
 /* bytes an operand covers: dst/src of op (aux: scales) */
-int64_t fpi_tx_dst_bytes(const fp_tx_op *o);
-int64_t fpi_tx_src_bytes(const fp_tx_op *o);
+int64_t fpi_tx_dst_bytes(const fp_tx *t, const fp_tx_op *o);
+int64_t fpi_tx_src_bytes(const fp_tx *t, const fp_tx_op *o);
+
+/* the wire tensors of a prep_send or finalize: tensor k starts at byte
+ * fpi_tx_wire_at(t, o, k) of the op's stage operand (each on 16 bytes);
+ * k = nwire gives their end. A finalize's scratch (n elements of its dtype
+ * between two guards of FP_TX_GUARD bytes) starts at fpi_tx_scratch_at
+ * bytes after its src, and the op's stage claim ends fpi_tx_stage_need
+ * bytes after it */
+int64_t fpi_tx_wire_at(const fp_tx *t, const fp_tx_op *o, int k);
+int64_t fpi_tx_scratch_at(const fp_tx *t, const fp_tx_op *o);
+int64_t fpi_tx_stage_need(const fp_tx *t, const fp_tx_op *o);
+/* a prep_send's or finalize's first wire tensor in t->wires, and setting them */
+static inline int64_t fpi_tx_wire0(const fp_tx_op *o) { return o->aux.space == FP_SP_NONE ? (int64_t)o->aux.off : -1; }
+static inline void fpi_tx_set_wires(fp_tx_op *o, int32_t first, int n) {
+  o->aux.space = FP_SP_NONE, o->aux.off = first, o->nwire = (unsigned)n;
+}
+/* add n wire tensors to t->wires; the index of the first */
+int32_t fpi_tx_wires_add(fp_tx *t, const fp_tx_wire *w, int n);
+/* the name of param p's transform, or NULL */
+static inline const char *fpi_tx_xf_name(const fp_tx *t, int32_t p) {
+  return p >= 0 && p < t->nparams && t->params[p].xf >= 0 && t->params[p].xf < t->nxf ? t->xf_names[t->params[p].xf]
+                                                                                      : NULL;
+}
 
 /* The executors run consecutive copies as one when they continue each
  * other: ops[i .. end) are copies of one dtype pair, each one's source and

@@ -247,14 +247,56 @@ static bool figures(rd *r, fp_tx *t) {
   return m == 0;
 }
 
+/* a param's "transform": its name, one entry of t->xf_names per name */
+static bool xf_name(rd *r, fp_tx *t, fp_tx_param *q) {
+  size_t at = fpi_jp_pos(r->jp);
+  const char *name;
+  if (!str(r, NULL, 0, &name)) return false;
+  if (!name[0]) return fail_at(r, at, "expected a transform's name");
+  int32_t k = 0;
+  while (k < t->nxf && strcmp(t->xf_names[k], name)) k++;
+  if (k == t->nxf) {
+    if (t->nxf == 255) return fail_at(r, at, "more than 255 transforms");
+    const char **v = fpi_alloc_array(r->a, (size_t)t->nxf + 1, sizeof *v);
+    if (t->nxf) memcpy(v, t->xf_names, (size_t)t->nxf * sizeof *v);
+    v[t->nxf++] = name;
+    t->xf_names = v;
+  }
+  q->xf = k;
+  return true;
+}
+
+/* an op's "wires": [[dtype, count], ...], 1 to FP_TX_MAX_WIRES of them;
+ * their first index in t->wires into *first, their number into *nw */
+static bool wires(rd *r, fp_tx *t, int32_t *first, int *nw) {
+  fp_tx_wire w[FP_TX_MAX_WIRES];
+  int n = 0, m;
+  size_t at = fpi_jp_pos(r->jp);
+  if (!arr_open(r)) return false;
+  while ((m = arr_next(r)) > 0) {
+    tup u;
+    if (n == FP_TX_MAX_WIRES) return fail_at(r, fpi_jp_pos(r->jp), "more than %d wire tensors", FP_TX_MAX_WIRES);
+    if (!tup_open(r, &u, "a wire tensor is [dtype, count]") || !tup_next(r, &u, 0, 2) || !dtype(r, &w[n].dtype) ||
+        !tup_next(r, &u, 1, 2) || !integer(r, 0, INT64_MAX / 16, &w[n].count) || !tup_end(r, &u, 2))
+      return false;
+    n++;
+  }
+  if (m < 0) return false;
+  if (n == 0) return fail_at(r, at, "expected at least one wire tensor");
+  *first = fpi_tx_wires_add(t, w, n);
+  *nw = n;
+  return true;
+}
+
 static bool params(rd *r, fp_tx *t) {
-  static const char *const keys[] = {"name", "numel", "wire", NULL};
+  static const char *const keys[] = {"name", "numel", "wire", "transform", "source", NULL};
   if (!arr_open(r)) return false;
   int m;
   while ((m = arr_next(r)) > 0) {
     if (t->nparams == INT32_MAX) return fail_at(r, fpi_jp_pos(r->jp), "too many params");
     t->params = fpi_grow(r->a, t->params, &t->cap_params, t->nparams + 1, sizeof *t->params);
     fp_tx_param *q = &t->params[t->nparams++];
+    q->xf = -1;
     obj o;
     int k, mm;
     if (!obj_open(r, &o, keys, 0x7)) return false;
@@ -262,6 +304,18 @@ static bool params(rd *r, fp_tx *t) {
       size_t at = fpi_jp_pos(r->jp);
       char w[16];
       const char *wire;
+      if (k == 3) {
+        if (!xf_name(r, t, q)) return false;
+        continue;
+      }
+      if (k == 4) { /* FROM keeps it as MXFP8 */
+        char sv[16];
+        const char *src;
+        if (!str(r, sv, sizeof sv, &src)) return false;
+        if (strcmp(src, "mxfp8")) return fail_at(r, at, "expected \"mxfp8\"");
+        q->src_mx = true;
+        continue;
+      }
       bool ok = k == 0 ? str(r, NULL, 0, &q->name) : k == 1 ? integer(r, 0, INT64_MAX, &q->numel) : str(r, w, sizeof w, &wire);
       if (ok && k == 2) {
         if (strcmp(wire, "plain") && strcmp(wire, "mxfp8")) ok = fail_at(r, at, "expected \"plain\" or \"mxfp8\"");
@@ -289,11 +343,14 @@ static bool need(rd *r, fp_tx *t, int32_t p) {
 }
 
 static bool op(rd *r, fp_tx *t, int32_t p) {
-  static const char *const keys[] = {"op", "peer", "param", "dtype", "sdtype", "n", "full_off", "dst", "src", "aux", NULL};
+  static const char *const keys[] = {"op", "peer", "param", "dtype", "sdtype", "n", "full_off", "dst", "src", "aux", "wires", NULL};
   obj o;
   int k, m;
   if (!obj_open(r, &o, keys, 0x7D)) return false; /* all but peer, dst, src, aux */
   fp_tx_op *x = fpi_tx_emit(t, FP_TX_COPY, p, 0, FP_F32, 0);
+  int32_t w0 = -1;
+  int nw = 0;
+  size_t wat = 0, aat = 0;
   while ((m = obj_next(r, &o, &k)) > 0) {
     size_t at = fpi_jp_pos(r->jp);
     int64_t v = 0;
@@ -324,11 +381,21 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
       }
       case 5: ok = integer(r, 0, INT64_MAX / 16, &x->n); break;
       case 6: ok = integer(r, 0, INT64_MAX / 2, &x->full_off); break;
-      default: ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux); break;
+      case 10: wat = fpi_jp_pos(r->jp), ok = wires(r, t, &w0, &nw); break;
+      default:
+        if (k == 9) aat = at;
+        ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux);
+        break;
     }
     if (!ok) return false;
   }
-  return m == 0;
+  if (m != 0) return false;
+  /* a transform's op names its wire tensors (in aux, xfer.h); no other op has any */
+  bool xf = x->kind == FP_TX_PREP_SEND || x->kind == FP_TX_FINALIZE;
+  if (nw && !xf) return fail_at(r, wat, "a %s op has no wire tensors", fpi_tx_kind_name(x->kind));
+  if (xf && aat) return fail_at(r, aat, "a %s op has no aux operand", fpi_tx_kind_name(x->kind));
+  if (xf) fpi_tx_set_wires(x, w0, nw);
+  return true;
 }
 
 static bool proc(rd *r, fp_tx *t, int64_t *cap_stage, int64_t *cap_same) {
@@ -462,7 +529,9 @@ fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *x = &t->ops[i];
     if (x->src.space == FP_SP_FROM)
-      fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(x), x->full_off, x->sdtype);
+      fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(t, x), x->full_off, x->sdtype);
+    if (x->kind == FP_TX_DEQUANT && x->aux.space == FP_SP_FROM) /* an MXFP8 source's scales */
+      fpi_tx_region_add(t, false, x->proc, x->param, x->aux.off, fpi_tx_nscales(x->full_off, x->n), 0, FP_E8M0);
   }
   if (!t->stage_bytes) t->stage_bytes = fpi_alloc_array(a, 1, sizeof *t->stage_bytes);
   if (!t->params) t->params = fpi_alloc_array(a, 1, sizeof *t->params);

@@ -184,6 +184,15 @@ typedef struct planner {
   const int32_t *fi;   /* FROM's index of each TO param */
   run *fr;             /* plan_param: FROM runs of every rank, sorted by start */
   int64_t cap_fr;
+  /* the param being covered goes through a reshard transform (piece_xf):
+   * it, and the param as it is told; xf_bad after its error */
+  bool src_mx;         /* the param being covered: FROM keeps it as MXFP8 (piece_src_mx) */
+  int64_t fscales;     /* then FROM's byte of its scale 0 */
+  const fpi_xforms *xfs; /* the options' transforms */
+  const fpi_xform *xf;
+  fpi_xf_param xp;
+  fp_diag *d;
+  bool xf_bad;
 } planner;
 
 static int64_t stage_take(planner *P, int32_t proc, int64_t bytes) {
@@ -548,6 +557,89 @@ static void piece_keep(planner *P, int32_t pi, const run *s, int64_t e, int64_t 
   if (!tail_whole) keep_part(P, s, wb, end - wb, d, lb, fdt);
 }
 
+/* the bytes of n wire tensors laid out as fpi_tx_wire_at does */
+static int64_t wire_span(const fp_tx_wire *w, int n) {
+  int64_t b = 0;
+  for (int k = 0; k < n; k++) b += (w[k].count * fpi_dtype_size(w[k].dtype) + 15) / 16 * 16;
+  return b;
+}
+
+/* the transform's wire tensors of a slice on one side (recv: prepare_recv);
+ * false after a located error naming it */
+static bool xf_wires(planner *P, bool recv, int64_t e, int64_t n, fp_tx_wire *w, int *nw) {
+  char err[256] = "";
+  const char *fn = recv ? "recv_wires (prepare_recv)" : "send_wires (prepare_send)";
+  bool ok = P->xf->wires(P->xf->ctx, recv, &P->xp, e, n, w, nw, err, sizeof err);
+  if (ok && (*nw < 1 || *nw > FP_TX_MAX_WIRES)) {
+    snprintf(err, sizeof err, "gave %d wire tensors (1 to %d)", *nw, FP_TX_MAX_WIRES);
+    ok = false;
+  }
+  for (int k = 0; ok && k < *nw; k++)
+    if (w[k].count < 0 || w[k].count > INT64_MAX / 64 || (unsigned)w[k].dtype >= FP_NDTYPES) {
+      snprintf(err, sizeof err, "wire tensor %d has count %" PRId64 " or an unknown dtype", k, w[k].count);
+      ok = false;
+    }
+  if (!ok && !P->xf_bad)
+    fpi_diag_errorf(P->d, "reshard", "transform '%s': %s for param '%s' elements [%" PRId64 ",%" PRId64 "): %s",
+                    P->xf->name, fn, P->xp.name, e, e + n, err[0] ? err : "failed");
+  P->xf_bad |= !ok;
+  return ok;
+}
+
+/* a piece through the param's transform: the sender's prep_send (FROM into
+ * its wire tensors in staging) and one send per wire tensor; the
+ * receiver's recv per wire tensor (prepare_recv's) into staging and, after
+ * every send and recv, its finalize into TO */
+static void piece_xf(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e, int64_t n, int32_t d, int64_t dst,
+                     fp_dtype fdt, fp_dtype tdt) {
+  fp_tx *t = P->t;
+  fp_tx_wire ws[FP_TX_MAX_WIRES], wr[FP_TX_MAX_WIRES];
+  int nws = 0, nwr = 0;
+  if (!xf_wires(P, false, e, n, ws, &nws) || !xf_wires(P, true, e, n, wr, &nwr)) return;
+  int64_t q = stage_take(P, sp, wire_span(ws, nws));
+  fp_tx_op *o = fpi_tx_emit(t, FP_TX_PREP_SEND, sp, pi, tdt, n);
+  o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, q), o->src = ref(FP_SP_FROM, src);
+  fpi_tx_set_wires(o, fpi_tx_wires_add(t, ws, nws), nws);
+  for (int k = 0, at = 0; k < nws; at += (int)wire_span(&ws[k], 1), k++) {
+    o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, ws[k].dtype, ws[k].count);
+    o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q + at);
+    P->load[sp] += ws[k].count * fpi_dtype_size(ws[k].dtype);
+  }
+  int64_t r = stage_take(P, d, wire_span(wr, nwr) + 2 * FP_TX_GUARD + (n * fpi_dtype_size(tdt) + 15) / 16 * 16);
+  for (int k = 0, at = 0; k < nwr; at += (int)wire_span(&wr[k], 1), k++) {
+    o = fpi_tx_emit(t, FP_TX_RECV, d, pi, wr[k].dtype, wr[k].count);
+    o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, r + at);
+  }
+  o = late(P, FP_TX_FINALIZE, d, pi, tdt, n);
+  o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_STAGE, r);
+  fpi_tx_set_wires(o, fpi_tx_wires_add(t, wr, nwr), nwr);
+}
+
+/* A piece of a param FROM keeps as MXFP8 (e4m3 elements, e8m0 scales of
+ * the full param's blocks): read by dequantizing it, where the process
+ * holding it as a FROM rank puts it (into TO when that process needs it,
+ * else into staging, sent in TO's dtype). A slice starting inside a block
+ * reads that block's scale for its head (xfer.h: the head's scale is the
+ * first the op reads), so FROM's scales at e / 32 serve as they are. */
+static void piece_src_mx(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e, int64_t n, int32_t d,
+                         int64_t dst, fp_dtype tdt) {
+  fp_tx *t = P->t;
+  fp_tx_ref sc = ref(FP_SP_FROM, P->fscales + e / FP_MX_BLOCK);
+  if (sp == d) {
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_DEQUANT, d, pi, tdt, n);
+    o->sdtype = FP_E4M3, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src), o->aux = sc;
+    return;
+  }
+  int64_t c = stage_take(P, sp, n * fpi_dtype_size(tdt));
+  fp_tx_op *o = fpi_tx_emit(t, FP_TX_DEQUANT, sp, pi, tdt, n);
+  o->sdtype = FP_E4M3, o->full_off = e, o->dst = ref(FP_SP_STAGE, c), o->src = ref(FP_SP_FROM, src), o->aux = sc;
+  o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, tdt, n);
+  o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, c);
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, tdt, n);
+  o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_TO, dst);
+  P->load[sp] += n * fpi_dtype_size(tdt);
+}
+
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
 static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t dst, fp_dtype fdt,
                   fp_dtype tdt, bool mx) {
@@ -558,9 +650,17 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   }
   int64_t src = s->byte + (e - s->a) * fpi_dtype_size(fdt);
   int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
+  if (P->src_mx) {
+    piece_src_mx(P, pi, src, sp, e, n, d, dst, tdt);
+    return;
+  }
   if (sp == d) {
     fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, d, pi, tdt, n);
     o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
+    return;
+  }
+  if (P->xf) {
+    piece_xf(P, pi, src, sp, e, n, d, dst, fdt, tdt);
     return;
   }
   if (mx) {
@@ -820,6 +920,11 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
   fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
   bool keep = w == 0 && q->main_dtype == FP_E4M3, mxw = w == 0 && t->params[j].mxfp8;
   P->keep = keep, P->knumel = numel;
+  /* the weights only go through a transform (never optimizer state) */
+  P->xf = w == 0 && t->params[j].xf >= 0 ? P->xfs->v[t->params[j].xf] : NULL;
+  P->xp = (fpi_xf_param){q->name, numel, fdt, tdt};
+  P->src_mx = w == 0 && t->params[j].src_mx;
+  P->fscales = P->src_mx ? from->bufs[f->scales.buf].offset + f->scales.off : -1;
   P->kscales = keep ? to->bufs[q->scales.buf].offset + q->scales.off : -1;
   for (int64_t k = 0; k < P->kq_used; k++) P->kq[P->kq_slots[k]].proc = -1; /* a new param: empty the memo */
   P->kq_used = 0;
@@ -910,19 +1015,31 @@ static void add_haves(planner *P) {
         int64_t got = memo_get(&fm, reads[k] - t->from_offset, &mr);
         for (int64_t x = 0; x < got; x++)
           fpi_tx_region_add(t, false, reads[k], j, mr[x].byte, mr[x].len * fpi_dtype_size(fdt), mr[x].a, fdt);
+        if (w == 0 && fdt == FP_E4M3 && got > 0) /* kept as MXFP8: its scales too, which a dequantize reads */
+          fpi_tx_region_add(t, false, reads[k], j, P->from->bufs[f->scales.buf].offset + f->scales.off,
+                            fpi_mx_blocks(numel_of(f)), 0, FP_E8M0);
       }
     }
   }
 }
 
-fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
-                  const fp_reshard_opts *o, fp_diag *d) {
-  int errs = d->nerrors;
-  const char *fname = fs ? fs->path : "<from>", *tname = ts ? ts->path : "<to>";
+/* the two plans and where their errors are located */
+typedef struct rsrc {
+  const fp_src *fs, *ts;
+  const char *fname, *tname;
+} rsrc;
+
 #define ERR_AT(src, name, ptr, ...) \
   ((src) ? fpi_diag_json(d, (src), (ptr), __VA_ARGS__) : fpi_diag_errorf(d, (name), __VA_ARGS__))
+
+/* the options against the two plans (what moves, the offsets, tp, the
+ * model): the optimizer states moved per trainable param (0: weights only);
+ * errors on d */
+static int check_options(const fp_prog *from, const fp_prog *to, const rsrc *S, const fp_reshard_opts *o, fp_diag *d) {
+  const fp_src *fs = S->fs, *ts = S->ts;
+  const char *fname = S->fname, *tname = S->tname;
   const char *what = o->what ? o->what : "weights";
-  int nstates = 0; /* optimizer states moved per trainable param */
+  int nstates = 0;
   if (strcmp(what, "weights") == 0) {
   } else if (strcmp(what, "weights+optimizer") == 0) {
     if (from->optim == FP_OPTIM_NONE || to->optim == FP_OPTIM_NONE)
@@ -954,11 +1071,59 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   if (strcmp(from->model ? from->model : "", to->model ? to->model : "") != 0)
     ERR_AT(ts, tname, "/model", "the plans are of different models: '%s' (%s) and '%s'", from->model ? from->model : "",
            fname, to->model ? to->model : "");
-  if (d->nerrors > errs) return NULL;
+  return nstates;
+}
 
-  /* params by name (a name map: DeepSeek-V3's 45,000 params compared by
-   * scanning were two thirds of its transfer's compile): every TO param
-   * must be a FROM param of the same shape, and every FROM param a TO param */
+/* TO param q (index j) against its FROM param f (index fj): the same shape,
+ * main weights in both, on the device, FROM not kept as MXFP8, trainable in
+ * both where optimizer state moves; errors on d */
+static void check_pair(const fp_ir_param *q, int32_t j, const fp_ir_param *f, int32_t fj, const fp_prog *from,
+                       const fp_prog *to, const rsrc *S, int nstates, fp_diag *d) {
+  const fp_src *fs = S->fs, *ts = S->ts;
+  const char *fname = S->fname, *tname = S->tname;
+  char ptr[64];
+  bool same = f->ndim == q->ndim;
+  for (int k = 0; same && k < q->ndim; k++) same = f->shape[k] == q->shape[k];
+  if (!same) {
+    char sf[128], st[128];
+    int x = 0, y = 0;
+    for (int k = 0; k < f->ndim && x < 100; k++) x += snprintf(sf + x, sizeof sf - (size_t)x, "%s%" PRId64, k ? "," : "", f->shape[k]);
+    for (int k = 0; k < q->ndim && y < 100; k++) y += snprintf(st + y, sizeof st - (size_t)y, "%s%" PRId64, k ? "," : "", q->shape[k]);
+    sf[x] = st[y] = 0;
+    snprintf(ptr, sizeof ptr, "/params/%d/shape", j);
+    ERR_AT(ts, tname, ptr, "param '%s' has shape [%s] here and [%s] in %s", q->name, st, sf, fname);
+  }
+  if (q->main.buf < 0 || f->main.buf < 0) {
+    snprintf(ptr, sizeof ptr, "/params/%d", j);
+    ERR_AT(ts, tname, ptr, "param '%s' has no main weights in one of the plans", q->name);
+  }
+  if ((q->main.buf >= 0 && to->bufs[q->main.buf].host) || (f->main.buf >= 0 && from->bufs[f->main.buf].host)) {
+    bool here = q->main.buf >= 0 && to->bufs[q->main.buf].host;
+    snprintf(ptr, sizeof ptr, "/params/%d", here ? j : fj);
+    ERR_AT(here ? ts : fs, here ? tname : fname, ptr,
+           "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
+           q->name);
+  }
+  if (f->main_dtype == FP_E4M3 && q->main_dtype == FP_E4M3) {
+    snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fj);
+    ERR_AT(fs, fname, ptr,
+           "param '%s' is kept as MXFP8 in this plan and in %s: a transfer reads an MXFP8 source by dequantizing "
+           "it, and writes MXFP8 by quantizing full-precision weights; transfer from the plan that trains it",
+           q->name, tname);
+  }
+  if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
+    snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
+    ERR_AT(ts, tname, ptr, "param '%s' is %s here and %s in %s: its optimizer state cannot move", q->name,
+           q->requires_grad ? "trainable" : "frozen", f->requires_grad ? "trainable" : "frozen", fname);
+  }
+}
+
+/* params by name (a name map: DeepSeek-V3's 45,000 params compared by
+ * scanning were two thirds of its transfer's compile): every TO param must
+ * be a FROM param of the same shape (check_pair), and every FROM param a TO
+ * param. FROM's index of each TO param (-1: none); errors on d */
+static int32_t *match_params(fp_arena *a, const fp_prog *from, const fp_prog *to, const rsrc *S, int nstates,
+                             fp_diag *d) {
   int32_t *fi = fpi_alloc_array(a, (size_t)to->nparams + 1, sizeof *fi);
   bool *matched = fpi_alloc_array(a, (size_t)from->nparams + 1, sizeof *matched);
   fp_namemap names;
@@ -966,56 +1131,22 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   for (int32_t i = 0; i < from->nparams; i++) fpi_namemap_put(&names, from->params[i].name, i);
   for (int32_t j = 0; j < to->nparams; j++) {
     const fp_ir_param *q = &to->params[j];
-    char ptr[64];
     fi[j] = fpi_namemap_get(&names, q->name, strlen(q->name));
     if (fi[j] < 0) fi[j] = -1; /* (a plan's names are unique: the verifier checks) */
     else matched[fi[j]] = true;
-    snprintf(ptr, sizeof ptr, "/params/%d/name", j);
-    if (fi[j] < 0) {
-      ERR_AT(ts, tname, ptr, "param '%s' is not in %s", q->name, fname);
-      continue;
-    }
-    const fp_ir_param *f = &from->params[fi[j]];
-    bool same = f->ndim == q->ndim;
-    for (int k = 0; same && k < q->ndim; k++) same = f->shape[k] == q->shape[k];
-    if (!same) {
-      char sf[128], st[128];
-      int x = 0, y = 0;
-      for (int k = 0; k < f->ndim && x < 100; k++) x += snprintf(sf + x, sizeof sf - (size_t)x, "%s%" PRId64, k ? "," : "", f->shape[k]);
-      for (int k = 0; k < q->ndim && y < 100; k++) y += snprintf(st + y, sizeof st - (size_t)y, "%s%" PRId64, k ? "," : "", q->shape[k]);
-      sf[x] = st[y] = 0;
-      snprintf(ptr, sizeof ptr, "/params/%d/shape", j);
-      ERR_AT(ts, tname, ptr, "param '%s' has shape [%s] here and [%s] in %s", q->name, st, sf, fname);
-    }
-    if (q->main.buf < 0 || f->main.buf < 0) {
-      snprintf(ptr, sizeof ptr, "/params/%d", j);
-      ERR_AT(ts, tname, ptr, "param '%s' has no main weights in one of the plans", q->name);
-    }
-    if ((q->main.buf >= 0 && to->bufs[q->main.buf].host) || (f->main.buf >= 0 && from->bufs[f->main.buf].host)) {
-      bool here = q->main.buf >= 0 && to->bufs[q->main.buf].host;
-      snprintf(ptr, sizeof ptr, "/params/%d", here ? j : fi[j]);
-      ERR_AT(here ? ts : fs, here ? tname : fname, ptr,
-             "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
-             q->name);
-    }
-    if (f->main_dtype == FP_E4M3) {
-      snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fi[j]);
-      ERR_AT(fs, fname, ptr,
-             "param '%s' is kept as MXFP8 in this plan (param_dtype \"mxfp8\": no full-precision copy): a "
-             "transfer sends full-precision main weights; transfer from the plan that trains it",
-             q->name);
-    }
-    if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
-      snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
-      ERR_AT(ts, tname, ptr, "param '%s' is %s here and %s in %s: its optimizer state cannot move", q->name,
-             q->requires_grad ? "trainable" : "frozen", f->requires_grad ? "trainable" : "frozen", fname);
+    if (fi[j] >= 0) {
+      check_pair(q, j, &from->params[fi[j]], fi[j], from, to, S, nstates, d);
+    } else {
+      char ptr[64];
+      snprintf(ptr, sizeof ptr, "/params/%d/name", j);
+      ERR_AT(S->ts, S->tname, ptr, "param '%s' is not in %s", q->name, S->fname);
     }
   }
   for (int32_t i = 0; i < from->nparams; i++) {
     if (!matched[i]) {
       char ptr[64];
       snprintf(ptr, sizeof ptr, "/params/%d/name", i);
-      ERR_AT(fs, fname, ptr, "param '%s' is not in %s", from->params[i].name, tname);
+      ERR_AT(S->fs, S->fname, ptr, "param '%s' is not in %s", from->params[i].name, S->tname);
     }
   }
   /* operands are packed (xfer.h fp_tx_ref): arenas, and the staging that is
@@ -1023,13 +1154,19 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   for (int k = 0; k < 2; k++) {
     const fp_prog *p = k ? to : from;
     if (p->arena_bytes >= FP_TX_OFF_LIMIT / 2)
-      ERR_AT(k ? ts : fs, k ? tname : fname, "/arena_bytes",
+      ERR_AT(k ? S->ts : S->fs, k ? S->tname : S->fname, "/arena_bytes",
              "an arena of %" PRId64 " bytes per rank: a transfer addresses arenas of less than 2^58 bytes (256 PiB)",
              p->arena_bytes);
   }
-  if (d->nerrors > errs) return NULL;
+  return fi;
+}
 #undef ERR_AT
 
+/* the transfer's header (hashes, worlds, offsets, processes) and its
+ * params, each on the wire as MXFP8 where TO keeps it so or a pattern
+ * matches */
+static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, const int32_t *fi, const fp_reshard_opts *o,
+                        int nstates) {
   fp_tx *t = fpi_tx_new(a);
   t->model = to->model;
   t->what = nstates ? "weights+optimizer" : "weights";
@@ -1039,81 +1176,122 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   t->nprocs = o->from_offset + from->world_size > o->to_offset + to->world_size ? o->from_offset + from->world_size
                                                                                  : o->to_offset + to->world_size;
   t->from_arena = from->arena_bytes, t->to_arena = to->arena_bytes;
-  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates};
-  t->same = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
-  P.load = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
-  P.stage = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
   t->params = fpi_alloc_array(a, (size_t)to->nparams + 1, sizeof *t->params);
   t->nparams = to->nparams;
   t->cap_params = to->nparams + 1;
   for (int32_t j = 0; j < to->nparams; j++) {
     /* kept as MXFP8 by TO: MXFP8 on the wire whatever --transform says */
     const fp_ir_param *q = &to->params[j];
-    t->params[j] = (fp_tx_param){q->name, numel_of(q), q->main_dtype == FP_E4M3 || matches(o, q->name)};
+    const fp_ir_param *f = &from->params[fi[j]];
+    bool src_mx = f->main_dtype == FP_E4M3; /* read by dequantizing: no other transform */
+    t->params[j] = (fp_tx_param){q->name, numel_of(q), !src_mx && (q->main_dtype == FP_E4M3 || matches(o, q->name)),
+                                 src_mx, -1};
+    /* a transform takes the others it says it takes: the first that does */
+    fpi_xf_param xp = {q->name, numel_of(q), f->main_dtype, q->main_dtype};
+    for (int k = 0; o->xf && !t->params[j].mxfp8 && !src_mx && k < o->xf->n && t->params[j].xf < 0; k++)
+      if (o->xf->v[k]->should(o->xf->v[k]->ctx, &xp)) t->params[j].xf = k;
   }
+  if (o->xf) {
+    t->xf_names = fpi_alloc_array(a, (size_t)o->xf->n, sizeof *t->xf_names);
+    for (int k = 0; k < o->xf->n; k++) t->xf_names[k] = o->xf->v[k]->name;
+    t->nxf = o->xf->n;
+  }
+  return t;
+}
 
-  classes(&P, o->from_offset, o->to_offset);
-  /* phase A: every TO process that owns its program (the senders are
-   * chosen here); phase B: the members of a shared class chosen as senders
-   * in A, which then run their own copy of the class's local work, and,
-   * where a class's owner sends, the first member that does not: it takes
-   * over the class (a repeated program has no send) */
-  int32_t *list = fpi_alloc_array(a, (size_t)to->world_size + 1, sizeof *list), nlist = 0;
-  for (int64_t r = 0; r < to->world_size; r++)
-    if (!P.member[r + o->to_offset]) list[nlist++] = (int32_t)(r + o->to_offset);
-  for (int phase = 0; phase < 2; phase++) {
-    if (phase == 1) {
-      /* after A every op is an owner's local work or a send, recv or
-       * sender-side cast: a process with ops other than its own local work
-       * sends */
-      bool *sends = fpi_alloc_array(a, (size_t)t->nprocs + 1, sizeof *sends);
-      int32_t *heir = fpi_alloc_array(a, (size_t)t->nprocs + 1, sizeof *heir); /* per owner: the member taking over */
-      for (int32_t i = 0; i < t->nops; i++)
-        if (P.member[t->ops[i].proc] || t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV)
-          sends[t->ops[i].proc] = true;
-      for (int r = 0; r < 4; r++) /* (a split block's exchange: sends, recvs and local work with them) */
-        for (int64_t i = 0; i < P.npre[r]; i++) sends[P.pre[r][i].proc] = true;
-      for (int64_t p = 0; p < t->nprocs; p++) heir[p] = -1;
-      nlist = 0;
-      for (int64_t p = 0; p < t->nprocs; p++) {
-        if (!P.member[p]) continue;
-        int32_t ow = P.owner[p];
-        if (sends[p] || (sends[ow] && heir[ow] < 0)) { /* its own program: it sends, or it is the heir */
-          if (!sends[p]) heir[ow] = (int32_t)p;
-          P.member[p] = 0, list[nlist++] = (int32_t)p;
-        } else if (sends[ow]) {
-          P.owner[p] = heir[ow];
-        }
-      }
-      if (nlist == 0) break;
+/* After phase A every op is an owner's local work or a send, recv or
+ * sender-side cast: a process with ops other than its own local work
+ * sends. The members of a shared class chosen as senders leave it (their
+ * own program), and where a class's owner sends, the first member that
+ * does not takes the class over (a repeated program has no send). The
+ * processes of phase B into list; their count */
+static int32_t unshare_senders(planner *P, int32_t *list) {
+  fp_tx *t = P->t;
+  bool *sends = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *sends);
+  int32_t *heir = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *heir); /* per owner: the member taking over */
+  for (int32_t i = 0; i < t->nops; i++)
+    if (P->member[t->ops[i].proc] || t->ops[i].kind == FP_TX_SEND || t->ops[i].kind == FP_TX_RECV)
+      sends[t->ops[i].proc] = true;
+  for (int r = 0; r < 4; r++) /* (a split block's exchange: sends, recvs and local work with them) */
+    for (int64_t i = 0; i < P->npre[r]; i++) sends[P->pre[r][i].proc] = true;
+  for (int64_t p = 0; p < t->nprocs; p++) heir[p] = -1;
+  int32_t nlist = 0;
+  for (int64_t p = 0; p < t->nprocs; p++) {
+    if (!P->member[p]) continue;
+    int32_t ow = P->owner[p];
+    if (sends[p] || (sends[ow] && heir[ow] < 0)) { /* its own program: it sends, or it is the heir */
+      if (!sends[p]) heir[ow] = (int32_t)p;
+      P->member[p] = 0, list[nlist++] = (int32_t)p;
+    } else if (sends[ow]) {
+      P->owner[p] = heir[ow];
     }
+  }
+  return nlist;
+}
+
+/* The params' pieces over the TO processes in two phases: A, every TO
+ * process that owns its program (the senders are chosen here); B, the
+ * processes unshare_senders takes out of their classes. false after
+ * reporting on d */
+static bool plan_phases(planner *P, const fp_reshard_opts *o, fp_diag *d, const char *fname) {
+  fp_tx *t = P->t;
+  const fp_prog *to = P->to;
+  int32_t *list = fpi_alloc_array(t->arena, (size_t)t->nprocs + 1, sizeof *list), nlist = 0;
+  for (int64_t r = 0; r < to->world_size; r++)
+    if (!P->member[r + o->to_offset]) list[nlist++] = (int32_t)(r + o->to_offset);
+  for (int phase = 0; phase < 2; phase++) {
+    if (phase == 1 && (nlist = unshare_senders(P, list)) == 0) break;
     for (int32_t j = 0; j < to->nparams; j++) {
       const fp_ir_param *q = &to->params[j];
       /* the main weights, then (weights+optimizer) each optimizer state: the
        * same elements in other buffers, never transformed */
-      for (int w = 0; w < (q->opt.buf >= 0 ? nstates + 1 : 1); w++)
-        if (!plan_param(&P, j, fi[j], w, list, nlist, d, fname)) return NULL;
+      for (int w = 0; w < (q->opt.buf >= 0 ? P->nstates + 1 : 1); w++)
+        if (!plan_param(P, j, P->fi[j], w, list, nlist, d, fname)) return false;
     }
   }
-  for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P.member[p] ? P.owner[p] : -1;
-  /* every process's order: the exchange rounds, the ops emitted in place
-   * (sends, recvs, local copies and sender-side work), then the late ones
-   * (fpi_tx_finish sorts by process, stably) */
+  for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P->member[p] ? P->owner[p] : -1;
+  return true;
+}
+
+/* every process's order: the exchange rounds, the ops emitted in place
+ * (sends, recvs, local copies and sender-side work), then the late ones
+ * (fpi_tx_finish sorts by process, stably); the staging sizes */
+static void order_ops(planner *P) {
+  fp_tx *t = P->t;
   int64_t npre = 0, nmain = t->nops;
-  for (int r = 0; r < 4; r++) npre += P.npre[r];
-  FP_ASSERT(npre + nmain + P.nlate < INT32_MAX);
-  t->ops = fpi_grow(a, t->ops, &t->cap_ops, npre + nmain + P.nlate + 1, sizeof *t->ops);
+  for (int r = 0; r < 4; r++) npre += P->npre[r];
+  FP_ASSERT(npre + nmain + P->nlate < INT32_MAX);
+  t->ops = fpi_grow(t->arena, t->ops, &t->cap_ops, npre + nmain + P->nlate + 1, sizeof *t->ops);
   if (npre) { /* the rounds in front (in place: a transfer may have tens of millions of ops) */
     memmove(t->ops + npre, t->ops, (size_t)nmain * sizeof *t->ops);
-    for (int r = 0, at = 0; r < 4; at += (int)P.npre[r], r++)
-      if (P.npre[r]) memcpy(t->ops + at, P.pre[r], (size_t)P.npre[r] * sizeof *t->ops);
+    for (int r = 0, at = 0; r < 4; at += (int)P->npre[r], r++)
+      if (P->npre[r]) memcpy(t->ops + at, P->pre[r], (size_t)P->npre[r] * sizeof *t->ops);
   }
-  if (P.nlate) memcpy(t->ops + npre + nmain, P.late, (size_t)P.nlate * sizeof *t->ops);
-  t->nops = (int32_t)(npre + nmain + P.nlate);
+  if (P->nlate) memcpy(t->ops + npre + nmain, P->late, (size_t)P->nlate * sizeof *t->ops);
+  t->nops = (int32_t)(npre + nmain + P->nlate);
   for (int64_t p = 0; p < t->nprocs; p++)
-    if (t->same[p] >= 0) P.stage[p] = P.stage[t->same[p]];
-  t->stage_bytes = P.stage;
-  for (int64_t p = 0; p < t->nprocs; p++) FP_ASSERT(P.stage[p] < FP_TX_OFF_LIMIT);
+    if (t->same[p] >= 0) P->stage[p] = P->stage[t->same[p]];
+  t->stage_bytes = P->stage;
+  for (int64_t p = 0; p < t->nprocs; p++) FP_ASSERT(P->stage[p] < FP_TX_OFF_LIMIT);
+}
+
+fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_prog *to, const fp_src *ts,
+                  const fp_reshard_opts *o, fp_diag *d) {
+  int errs = d->nerrors;
+  rsrc S = {fs, ts, fs ? fs->path : "<from>", ts ? ts->path : "<to>"};
+  int nstates = check_options(from, to, &S, o, d);
+  if (d->nerrors > errs) return NULL;
+  int32_t *fi = match_params(a, from, to, &S, nstates, d);
+  if (d->nerrors > errs) return NULL;
+
+  fp_tx *t = tx_header(a, from, to, fi, o, nstates);
+  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates, .xfs = o->xf, .d = d};
+  t->same = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
+  P.load = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
+  P.stage = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);
+  classes(&P, o->from_offset, o->to_offset);
+  if (!plan_phases(&P, o, d, S.fname) || P.xf_bad) return NULL;
+  order_ops(&P);
   add_haves(&P);
   fpi_tx_finish(t);
   return t;

@@ -15,6 +15,7 @@ typedef struct fp_reshard_opts {
                                  * transfer between disjoint rank sets) */
   const char *const *mxfp8;     /* fnmatch patterns over param names: those go as MXFP8 on the wire */
   int nmxfp8;
+  const fpi_xforms *xf;         /* reshard transforms (NULL: none) */
 } fp_reshard_opts;
 
 /* Build and verify the transfer. from_src / to_src (may be NULL) are the

@@ -254,6 +254,30 @@ fp_mpi_test(reshard_watchdog 3 test_reshard_wd ${CMAKE_CURRENT_SOURCE_DIR}/mpi/m
 set_property(TEST reshard_watchdog APPEND PROPERTY ENVIRONMENT FLEXPLAN_TIMEOUT=1)
 set_tests_properties(reshard_watchdog PROPERTIES TIMEOUT 120)
 fp_reshard_test(fs4_to_fs2 4 full_shard 4 full_shard 2)
+# reshard transform plug-ins (docs/reshard.md "Transforms"): a user transform
+# sending fp32 params as bf16, every TO element checked against the value
+# rounded here (or exact where copied locally); planted faults refused
+add_executable(test_reshard_xf ${CMAKE_CURRENT_SOURCE_DIR}/test_reshard_xf.c)
+target_link_libraries(test_reshard_xf PRIVATE flexplan_api flexplan_exec PkgConfig::JSONC m)
+function(fp_reshard_xf_test name np sa wa sb wb)
+  fp_mpi_test(reshard_xf_${name} ${np} test_reshard_xf ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+              ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sa}.spec.json ${wa} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${sb}.spec.json
+              ${wb} ${ARGN})
+endfunction()
+fp_reshard_xf_test(fs1_to_fs1_disjoint 2 full_shard 1 full_shard 1 --to-offset 1)
+fp_reshard_xf_test(fs4_to_fs2 4 full_shard 4 full_shard 2)
+fp_reshard_xf_test(fs2_to_placements3 3 full_shard 2 placements-w3 3)
+fp_reshard_xf_test(hybrid4_to_fs3 4 hybrid 4 full_shard 3)
+fp_reshard_xf_test(fs2_to_fs2_disjoint 4 full_shard 2 full_shard 2 --to-offset 2)
+fp_reshard_xf_test(fault_count 3 full_shard 2 full_shard 3 --fault count)
+fp_reshard_xf_test(fault_outside 3 full_shard 2 full_shard 3 --fault outside)
+fp_reshard_xf_test(fault_unbound 2 full_shard 1 full_shard 1 --to-offset 1 --fault unbound)
+# MXFP8 on the contract (fp_transform_mxfp8), both modes: TO's arena equals
+# what the built-in --transform mxfp8 writes, byte for byte
+fp_reshard_xf_test(mxfp8_sender_fs4_to_placements3 4 full_shard 4 placements-w3 3 --mxfp8 sender)
+fp_reshard_xf_test(mxfp8_receiver_fs4_to_placements3 4 full_shard 4 placements-w3 3 --mxfp8 receiver)
+fp_reshard_xf_test(mxfp8_sender_fs2_to_noshard3 3 full_shard 2 no_shard 3 --mxfp8 sender)
+fp_reshard_xf_test(mxfp8_receiver_fs2_to_fs2_disjoint 4 full_shard 2 full_shard 2 --to-offset 2 --mxfp8 receiver)
 # flat hybrid buckets of params that fill whole alignment units: adjacent
 # params' pieces continue each other, and the executor copies them as one
 fp_mpi_test(reshard_wide_flat_hybrid4_to_2 4 test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/mpi/wide.model.json

@@ -72,6 +72,9 @@ fp_add_pytest(python_reshard test_reshard.py)
 # placement plug-ins from Python (docs/placements.md); their torch parity is
 # torch_worker.py's moe_expert_owned and mlp_block_cyclic
 fp_add_pytest(python_placement test_placement.py)
+# reshard transform plug-ins from Python (docs/reshard.md "Transforms"): a torch
+# user transform against torch, faulty ones refused, runs under mpiexec
+fp_add_pytest(python_transform test_transform.py LABELS mpi TIMEOUT 600)
 # checkpoints through torch.distributed.checkpoint (issue 30): DCP round trips
 # at 1-4 ranks, resume on another world size and plan, corrupt checkpoints
 fp_add_pytest(python_torch_checkpoint test_torch_checkpoint.py LABELS mpi TIMEOUT 900)

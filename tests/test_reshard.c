@@ -142,6 +142,34 @@ static void check_kept(const fp_prog *p, const char *dev, int32_t i, const char 
   free(scales);
 }
 
+/* A param B kept as MXFP8, moved back into A (a dequantizing read): every
+ * element of A's shard t of view v is the reference quantization of the
+ * whole param (A's values, blocks of the full param) dequantized into A's
+ * main dtype adt, bit for bit */
+static void check_from_kept(const fp_param_view *v, const fp_tensor *t, fp_dtype adt, int32_t i) {
+  int64_t numel = v->numel, nb = (numel + 31) / 32, bad = 0;
+  float *vals = malloc((size_t)numel * sizeof *vals);
+  uint8_t *data = malloc((size_t)numel), *scales = malloc((size_t)nb);
+  char *want = malloc((size_t)numel * 4);
+  for (int64_t e = 0; e < numel; e++) vals[e] = from_value(adt, i, e);
+  fpk_quantize_mxfp8(data, scales, vals, FP_F32, numel);
+  fpk_dequantize_mxfp8(want, adt, data, scales, numel);
+  const fp_extent *x = &v->shard;
+  int64_t z = fpi_dtype_size(adt);
+  for (int64_t k = 0; k < x->runs; k++)
+    for (int64_t q = 0; q < x->len; q++) {
+      int64_t el = x->full_off + k * x->full_stride + q;
+      if (memcmp(want + el * z, (char *)t->data + (k * x->shard_stride + q) * z, (size_t)z) && bad++ < 3)
+        EXPECT(0, "from MXFP8: %s[%" PRId64 "] is %.9g, the reference dequantized %.9g", v->name, el,
+               get(t->data, adt, k * x->shard_stride + q), get(want, adt, el));
+    }
+  EXPECT(x->runs == 0 || bad < x->runs * x->len, "from MXFP8: %s", v->name);
+  free(vals);
+  free(data);
+  free(scales);
+  free(want);
+}
+
 static void check(fp_exec *x, const char *what, const fp_plan *src, bool mx_any, const char *mxpat) {
   const fp_prog *sp = src->prog, *p = x->prog;
   for (int32_t i = 0; i < p->nparams; i++) {
@@ -299,18 +327,19 @@ int main(int argc, char **argv) {
   }
   const char *pats[1] = {mxpat};
   /* the way back: B's ranks (processes off..) are FROM, A's (processes 0..) TO */
-  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0}, back = {what, 0, NULL, 0, off};
+  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0, NULL}, back = {what, 0, NULL, 0, off, NULL};
   fp_xfer *ab = NULL, *ba = NULL;
   bool kept = false; /* B keeps params as MXFP8 */
   for (int32_t i = 0; i < B->prog->nparams; i++) kept |= B->prog->params[i].main_dtype == FP_E4M3;
   EXPECT(fp_reshard_compile(A, B, &ro, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
-  if (kept) { /* nothing to send back from: a located error, no transfer */
-    EXPECT(fp_reshard_compile(B, A, &back, &ba) != FP_OK && strstr(fp_xfer_errmsg(ba), "is kept as MXFP8 in this plan"),
-           "reshard B->A from MXFP8 weights: %s", fp_xfer_errmsg(ba));
-    fp_xfer_free(ba);
-    ba = NULL;
-  } else {
-    EXPECT(fp_reshard_compile(B, A, &back, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
+  /* (from MXFP8 weights B keeps: read by dequantizing them) */
+  EXPECT(fp_reshard_compile(B, A, &back, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
+  if (kept) { /* but not from kept weights into kept weights: a located error naming both */
+    fp_xfer *bb = NULL;
+    fp_reshard_options same = {what, 0, NULL, 0, 0, NULL};
+    EXPECT(fp_reshard_compile(B, B, &same, &bb) != FP_OK && strstr(fp_xfer_errmsg(bb), "is kept as MXFP8 in this plan and in"),
+           "reshard B->B between MXFP8 weights: %s", fp_xfer_errmsg(bb));
+    fp_xfer_free(bb);
   }
   if (ba) {
     /* the way back runs from its saved JSON (fp_xfer_load), which must
@@ -468,6 +497,25 @@ int main(int argc, char **argv) {
   }
   if (ba) {
     if (inA) memset(xa->dev, SENT, (size_t)A->prog->arena_bytes);
+    if (kept) { /* a dequantizing read whose scales point elsewhere (a tampered file) fails before any byte moves */
+      fp_tx *tx = ba->tx;
+      int32_t i = 0, owner = -1;
+      while (i < tx->nops && !(tx->ops[i].kind == FP_TX_DEQUANT && tx->ops[i].aux.space == FP_SP_FROM)) i++;
+      EXPECT(i < tx->nops, "no dequantizing read from B's MXFP8 weights");
+      if (i < tx->nops) {
+        owner = tx->ops[i].proc, tx->ops[i].aux.off += 1;
+        fp_status st = fp_xfer_run(ba, xb, xa, NULL);
+        if (tu_rank < tx->nprocs && fpi_tx_prog(tx, tu_rank) == owner)
+          EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ba), "that are not the MXFP8 scales of"), "got %s: %s",
+                 fp_status_name(st), fp_xfer_errmsg(ba));
+        else
+          EXPECT(st != FP_OK, "a tampered scales read ran");
+        tx->ops[i].aux.off -= 1;
+        int64_t changed = 0;
+        for (int64_t b = 0; inA && b < A->prog->arena_bytes; b++) changed += (unsigned char)xa->dev[b] != SENT;
+        EXPECT(changed == 0, "a refused transfer changed %" PRId64 " TO bytes", changed);
+      }
+    }
     EXPECT(fp_xfer_run(ba, xb, xa, NULL) == FP_OK, "run B->A: %s", fp_xfer_errmsg(ba));
     /* with equal main dtypes the round trip is bit-exact to A's own values */
     if (inA && !mxpat) {
@@ -479,6 +527,10 @@ int main(int argc, char **argv) {
           const fp_tensor *t = part(&v, p);
           bool same = p ? A->prog->optim_dtype == B->prog->optim_dtype
                         : A->prog->params[i].main_dtype == B->prog->params[i].main_dtype;
+          if (!p && B->prog->params[i].main_dtype == FP_E4M3 && t->data) { /* B kept it as MXFP8 */
+            check_from_kept(&v, t, (fp_dtype)A->prog->params[i].main_dtype, i);
+            continue;
+          }
           if (!same || !t->data) continue;
           for (int64_t k = 0; k < e->runs; k++)
             for (int64_t q = 0; q < e->len; q++) {

@@ -17,7 +17,11 @@
  * with a TO executor on NCCL is refused before anything moves. With
  * FROZEN_MODEL and KEEP_SPEC, a transfer from SPEC_A into a plan that keeps
  * frozen params as MXFP8 (quantizes from FROM straight into TO's elements
- * and scales) too. Exits 77 without a CUDA device. */
+ * and scales) too, and back (a dequantizing read of FROM's e4m3 and scales).
+ * A third transfer goes through reshard transform
+ * plug-ins (fp_transform_mxfp8: fc0's params sender-side, fc1's
+ * receiver-side), whose functions the NCCL backend runs on the host. Exits
+ * 77 without a CUDA device. */
 #include <math.h>
 
 #include <cuda_runtime_api.h>
@@ -105,7 +109,14 @@ int main(int argc, char **argv) {
   cudaSetDevice(tu_rank % ndev); /* one device per rank (the simulated device's several ranks) */
   fp_plan *A = tu_compile(argv[1], argv[2], tu_world), *B = tu_compile(argv[1], argv[3], tu_world);
   if (!A || !B) return tu_finish();
-  fp_xfer *ab = NULL, *ba = NULL, *mx = NULL;
+  fp_xfer *ab = NULL, *ba = NULL, *mx = NULL, *xf = NULL;
+  fp_transform_set *set = NULL;
+  fp_transform_set_create(&set);
+  EXPECT(fp_transform_set_add(set, "mx_sender", fp_transform_mxfp8(FP_MXFP8_SENDER), (void *)"fc0.*") == FP_OK &&
+             fp_transform_set_add(set, "mx_receiver", fp_transform_mxfp8(FP_MXFP8_RECEIVER), (void *)"fc1.*") == FP_OK,
+         "transforms: %s", fp_transform_set_errmsg(set));
+  fp_reshard_options xo = {"weights", 0, NULL, 0, 0, set};
+  EXPECT(fp_reshard_compile(A, B, &xo, &xf) == FP_OK, "reshard A->B with transforms: %s", fp_xfer_errmsg(xf));
   EXPECT(fp_reshard_compile(A, B, NULL, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
   EXPECT(fp_reshard_compile(B, A, NULL, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
   EXPECT(fp_reshard_compile(A, B, NULL, &mx) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(mx));
@@ -130,7 +141,7 @@ int main(int argc, char **argv) {
   const struct {
     fp_xfer *t;
     const char *what;
-  } runs[] = {{ab, "A->B"}, {ab, "A->B again"}, {mx, "A->B with MXFP8"}};
+  } runs[] = {{ab, "A->B"}, {ab, "A->B again"}, {xf, "A->B through transforms"}, {mx, "A->B with MXFP8"}};
   for (size_t r = 0; r < sizeof runs / sizeof runs[0] - !have_mx; r++) {
     memset(mb->dev, SENT, nb);
     EXPECT(fp_gpu_fill(gb->dev, SENT, nb) == cudaSuccess, "sentinel");
@@ -164,6 +175,15 @@ int main(int argc, char **argv) {
         EXPECT(fp_xfer_run(fk, mf, mk, NULL) == FP_OK, "into MXFP8 on MPI: %s", fp_xfer_errmsg(fk));
         EXPECT(fp_xfer_run(fk, gf, gk, NULL) == FP_OK, "into MXFP8 on NCCL: %s", fp_xfer_errmsg(fk));
         same_to(K, mk, gk, "into MXFP8 weights");
+        /* and back: MXFP8 weights read by dequantizing them (FROM's scales) */
+        fp_xfer *kf = NULL;
+        EXPECT(fp_reshard_compile(K, F, NULL, &kf) == FP_OK, "reshard from MXFP8: %s", fp_xfer_errmsg(kf));
+        memset(mf->dev, SENT, nf);
+        EXPECT(fp_gpu_fill(gf->dev, SENT, nf) == cudaSuccess, "sentinel");
+        EXPECT(kf && fp_xfer_run(kf, mk, mf, NULL) == FP_OK, "from MXFP8 on MPI: %s", fp_xfer_errmsg(kf));
+        EXPECT(kf && fp_xfer_run(kf, gk, gf, NULL) == FP_OK, "from MXFP8 on NCCL: %s", fp_xfer_errmsg(kf));
+        same_to(F, mf, gf, "from MXFP8 weights");
+        fp_xfer_free(kf);
       }
       fp_exec_destroy(mf);
       fp_exec_destroy(mk);
@@ -174,7 +194,12 @@ int main(int argc, char **argv) {
     fp_plan_free(F);
     fp_plan_free(K);
   }
-  if (tu_rank == 0) printf("transfers on NCCL equal the MPI runs: %d ops A->B, %d ops B->A\n", ab->tx->nops, ba->tx->nops);
+  int32_t nfin = 0;
+  for (int32_t i = 0; i < xf->tx->nops; i++) nfin += xf->tx->ops[i].kind == FP_TX_FINALIZE;
+  EXPECT(nfin > 0 || tu_world == 1, "no slice went through a transform");
+  if (tu_rank == 0)
+    printf("transfers on NCCL equal the MPI runs: %d ops A->B, %d ops B->A, %d finalize ops through transforms\n",
+           ab->tx->nops, ba->tx->nops, nfin);
   fp_exec_destroy(ma);
   fp_exec_destroy(mb);
   fp_exec_destroy(ga);
@@ -182,6 +207,8 @@ int main(int argc, char **argv) {
   fp_xfer_free(ab);
   fp_xfer_free(ba);
   fp_xfer_free(mx);
+  fp_xfer_free(xf);
+  fp_transform_set_free(set);
   fp_plan_free(A);
   fp_plan_free(B);
   return tu_finish();

@@ -118,7 +118,7 @@ static fp_tx *hand(fp_arena *a, int32_t nprocs) {
   t->from_arena = t->to_arena = 64;
   t->params = fpi_alloc_array(a, 1, sizeof *t->params);
   t->nparams = 1;
-  t->params[0] = (fp_tx_param){"w", 16, false};
+  t->params[0] = (fp_tx_param){"w", 16, false, false, -1};
   t->stage_bytes = fpi_alloc_array(a, (size_t)nprocs, sizeof *t->stage_bytes);
   for (int32_t p = 0; p < nprocs; p++) t->stage_bytes[p] = 32;
   return t;
@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
   /* X5: a FROM read of bytes the rank does not hold */
   c = clone(a, t);
   i = find(c, FP_TX_SEND, FP_SP_FROM);
-  c->ops[i].src.off = c->from_arena - fpi_tx_src_bytes(&c->ops[i]);
+  c->ops[i].src.off = c->from_arena - fpi_tx_src_bytes(c, &c->ops[i]);
   expect(c, "does not hold", "X5 FROM read");
   /* X5: staging read before anything wrote it (the dequantize moved first) */
   c = clone(a, t);
@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
   dl->from_arena = dl->to_arena = 64;
   dl->params = fpi_alloc_array(a, 1, sizeof *dl->params);
   dl->nparams = 1;
-  dl->params[0] = (fp_tx_param){"w", 8, false};
+  dl->params[0] = (fp_tx_param){"w", 8, false, false, -1};
   for (int32_t p = 0; p < 2; p++) {
     fp_tx_op *r = fpi_tx_emit(dl, FP_TX_RECV, p, 0, FP_F32, 4);
     r->peer = 1 - p, r->dst = (fp_tx_ref){FP_SP_STAGE, 0}, r->full_off = 4 * (1 - p);
@@ -287,6 +287,81 @@ int main(int argc, char **argv) {
     CHECK(fpi_tx_copy_run(w, 3, 5, &n) == 4 && n == 4, "another dtype, then a send, end the run");
     CHECK(fpi_tx_copy_run(w, 4, 5, &n) == 5 && n == 4, "a send runs alone");
     CHECK(fpi_tx_copy_run(w, 1, 2, &n) == 2 && n == 4, "hi bounds the run");
+  }
+
+  /* reshard transforms (docs/reshard.md "Transforms"): process 0's
+   * prep_send turns its 4 f32 into one wire tensor of 4 bf16, sent to
+   * process 1, whose finalize writes TO [0,16) from it. Then planted faults:
+   * a finalize that leaves an element unwritten, a second one writing the
+   * slice twice, a receive of another count than the send (X3 names the
+   * transform), a finalize claiming other elements than its wire bytes carry
+   * (X7), a transform op on a param without a transform (X1) */
+  for (int fault = 0; fault < 6; fault++) {
+    static const char *const want[] = {NULL,
+                                       "never written",
+                                       "written twice",
+                                       "(transform 't': its prepare_send and prepare_recv give other wire tensors",
+                                       "transform 't': finalize_recv's wire tensor 0 holds wire bytes [0,+8) of w "
+                                       "elements [0,4) (transform 't'), not the wire bytes [0,+8) of w elements [4,8)",
+                                       "param 'w' has no transform"};
+    fp_tx *w = hand(a, 2);
+    static const char *names[] = {"t"};
+    w->xf_names = names, w->nxf = 1, w->params[0].xf = fault == 5 ? -1 : 0;
+    w->stage_bytes[0] = w->stage_bytes[1] = 256;
+    fp_tx_wire wire = {FP_BF16, 4};
+    fp_tx_op *o = op(w, FP_TX_PREP_SEND, 0, -1, ST0, FR0);
+    fpi_tx_set_wires(o, fpi_tx_wires_add(w, &wire, 1), 1);
+    op(w, FP_TX_SEND, 0, 1, NONE, ST0)->dtype = FP_BF16;
+    o = op(w, FP_TX_RECV, 1, 0, ST0, NONE);
+    o->dtype = FP_BF16, o->n = fault == 3 ? 3 : 4;
+    o = op(w, FP_TX_FINALIZE, 1, -1, TO0, ST0);
+    fpi_tx_set_wires(o, fpi_tx_wires_add(w, &wire, 1), 1);
+    o->n = fault == 1 ? 3 : 4, o->full_off = fault == 4 ? 4 : 0;
+    if (fault == 2) *op(w, FP_TX_FINALIZE, 1, -1, TO0, ST0) = *o;
+    fpi_tx_region_add(w, true, 1, 0, 0, 16, fault == 4 ? 4 : 0, FP_F32);
+    fpi_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
+    fpi_tx_finish(w);
+    char what[64];
+    snprintf(what, sizeof what, "transform, fault %d", fault);
+    expect(w, want[fault], what);
+    if (fault == 0) { /* its JSON names the transform and the wire tensors, reads back, and the reader locates errors */
+      char *js = NULL, *js2 = NULL;
+      size_t n = 0, n2 = 0;
+      FILE *f = open_memstream(&js, &n);
+      fpi_tx_write_json(w, f);
+      fclose(f);
+      CHECK(strstr(js, "\"wire\":\"plain\",\"transform\":\"t\"") && strstr(js, "\"wires\":[[\"bf16\",4]]"),
+            "the JSON names no transform or wires: %s", js);
+      fp_src src = {"t.xfer.json", js, n};
+      fpi_diag_init(&d, NULL);
+      fp_tx *back = fpi_tx_read(a, &d, &src);
+      CHECK(back != NULL, "transform transfer read back: %s", d.buf ? d.buf : "");
+      fpi_diag_free(&d);
+      if (back) {
+        FILE *g = open_memstream(&js2, &n2);
+        fpi_tx_write_json(back, g);
+        fclose(g);
+        CHECK(n == n2 && !memcmp(js, js2, n), "the read-back transform transfer writes different JSON");
+        free(js2);
+      }
+      long at;
+      char *e = edit(js, "\"wires\":[[\"bf16\",4]]", "\"wires\":[]", &at);
+      if (e) expect_read(a, e, "/wires: expected at least one wire tensor", at + 8, "no wire tensors");
+      free(e);
+      e = edit(js, "\"wires\":[[\"bf16\",4]]", "\"wires\":[[\"bf16\"]]", &at);
+      if (e) expect_read(a, e, "/wires/0: expected 2 elements (a wire tensor is [dtype, count]), got 1", at + 9, "short wire");
+      free(e);
+      e = edit(js, "\"wires\":[[\"bf16\",4]]", "\"wires\":[[\"bf16\",4]],\"aux\":[\"stage\",0]", &at);
+      if (e) expect_read(a, e, "/procs/0/ops/0: a prep_send op has no aux operand", at + 27, "aux on a transform op");
+      free(e);
+      e = edit(js, "\"op\":\"send\"", "\"op\":\"send\",\"wires\":[[\"u8\",1]]", &at);
+      if (e) expect_read(a, e, "/procs/0/ops/1: a send op has no wire tensors", at + 20, "wires on a send");
+      free(e);
+      e = edit(js, "\"transform\":\"t\"", "\"transform\":\"\"", &at);
+      if (e) expect_read(a, e, "/transform: expected a transform's name", at + 12, "empty transform name");
+      free(e);
+      free(js);
+    }
   }
 
   /* X5: staging written twice (an Isend could still be reading it) */

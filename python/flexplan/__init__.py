@@ -21,6 +21,7 @@ from .errors import FlexplanError
 from .plan import Plan, compile, load  # noqa: A004 - flexplan.compile is the API's name
 from .reshard import Transfer, load_transfer, reshard
 from . import placement
+from . import transform
 
 from .executor import Executor
 

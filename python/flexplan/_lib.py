@@ -316,6 +316,37 @@ class fp_placement_plugin(ctypes.Structure):
     _fields_ = [("describe", PLACEMENT_DESCRIBE_FN), ("pieces", PLACEMENT_PIECES_FN)]
 
 
+class fp_transform_param(ctypes.Structure):
+    """struct fp_transform_param (flexplan.h): what a reshard transform is told of a param."""
+    _fields_ = [("name", ctypes.c_char_p), ("numel", ctypes.c_int64), ("from_dtype", ctypes.c_int),
+                ("to_dtype", ctypes.c_int)]
+
+
+class fp_wire_tensor(ctypes.Structure):
+    """struct fp_wire_tensor (flexplan.h): one wire tensor of a slice."""
+    _fields_ = [("dtype", ctypes.c_int), ("count", ctypes.c_int64)]
+
+
+TRANSFORM_MAX_WIRES = 8
+# a reshard transform's five functions (fp_status is an int)
+XF_SHOULD_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(fp_transform_param))
+XF_WIRES_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(fp_transform_param), ctypes.c_int64,
+                               ctypes.c_int64, ctypes.POINTER(fp_wire_tensor), ctypes.POINTER(ctypes.c_int),
+                               ctypes.c_void_p, ctypes.c_size_t)
+XF_SEND_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(fp_transform_param), ctypes.c_int64,
+                              ctypes.c_int64, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                              ctypes.c_size_t)
+XF_FINALIZE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(fp_transform_param), ctypes.c_int64,
+                                  ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_size_t)
+
+
+class fp_reshard_transform(ctypes.Structure):
+    """struct fp_reshard_transform (flexplan.h)."""
+    _fields_ = [("should_transform", XF_SHOULD_FN), ("send_wires", XF_WIRES_FN), ("recv_wires", XF_WIRES_FN),
+                ("prepare_send", XF_SEND_FN), ("finalize_recv", XF_FINALIZE_FN)]
+
+
 class fp_xfer_info(ctypes.Structure):
     """struct fp_xfer_info (flexplan.h): a transfer's figures."""
     _fields_ = [
@@ -341,6 +372,7 @@ class fp_reshard_options(ctypes.Structure):
         ("mxfp8", ctypes.POINTER(ctypes.c_char_p)),
         ("nmxfp8", ctypes.c_int),
         ("from_offset", ctypes.c_int64),
+        ("transforms", ctypes.c_void_p),  # fp_transform_set * (flexplan.h); None: no transforms
     ]
 
 
@@ -368,6 +400,9 @@ STRUCTS = {
     "fp_placement_plugin": fp_placement_plugin,
     "fp_xfer_info": fp_xfer_info,
     "fp_reshard_options": fp_reshard_options,
+    "fp_transform_param": fp_transform_param,
+    "fp_wire_tensor": fp_wire_tensor,
+    "fp_reshard_transform": fp_reshard_transform,
 }
 
 # ---- functions: name -> (result type, argument types) ------------------------------
@@ -459,6 +494,12 @@ SIGNATURES = {
     "fp_placement_set_add": (_st, [_vp, _cs, _P(fp_placement_plugin), _vp]),
     "fp_placement_set_errmsg": (_cs, [_vp]),
     "fp_placement_set_free": (None, [_vp]),
+    "fp_transform_set_create": (_st, [_vpp]),
+    "fp_transform_set_add": (_st, [_vp, _cs, _P(fp_reshard_transform), _vp]),
+    "fp_transform_set_errmsg": (_cs, [_vp]),
+    "fp_transform_set_free": (None, [_vp]),
+    "fp_xfer_bind_transforms": (_st, [_vp, _vp]),
+    "fp_transform_mxfp8": (_P(fp_reshard_transform), [ctypes.c_int]),
     # MPI
     "fp_mpi_init": (_st, [_P(ctypes.c_int), _P(ctypes.c_int)]),
     "fp_mpi_finalize": (_st, []),

@@ -29,6 +29,7 @@ class Transfer:
     def __init__(self, handle: Optional[int], from_plan: Optional["Plan"], to_plan: Optional["Plan"]) -> None:
         self._h = handle
         self._plans = (from_plan, to_plan)
+        self._xf: Any = None  # the transform set (flexplan.transform._Set) its callbacks live in
 
     def close(self) -> None:
         if self._h:
@@ -99,11 +100,27 @@ class Transfer:
         L.check(L.lib().fp_xfer_run(self._h, h(from_executor), h(to_executor), None), lambda: self.errmsg)
 
 
-def load_transfer(path: Union[str, "os.PathLike[str]"]) -> Transfer:
+def load_transfer(path: Union[str, "os.PathLike[str]"], transforms: Optional[Dict[str, Any]] = None) -> Transfer:
     """Load a transfer saved as JSON (Transfer.save, `flexplan reshard -o`);
-    checked and verified by the library. Raises FlexplanError (located)."""
+    checked and verified by the library. Raises FlexplanError (located).
+    transforms: {name: flexplan.transform.Transform} for the transforms the
+    file names (default: the registered ones), bound by name."""
+    from . import transform as X
     h = ctypes.c_void_p()
-    return _transfer_or_raise(L.lib().fp_xfer_load(L.fsencode(path, "path"), ctypes.byref(h)), h, None, None)
+    t = _transfer_or_raise(L.lib().fp_xfer_load(L.fsencode(path, "path"), ctypes.byref(h)), h, None, None)
+    objs = X.registered() if transforms is None else dict(transforms)
+    if objs:
+        for n, o in objs.items():
+            if not isinstance(o, X.Transform):
+                raise TypeError("transforms: %r is not a flexplan.transform.Transform" % n)
+            o.name = o.name or n
+        t._xf = X._Set([("*", o) for o in objs.values()])
+        st = L.lib().fp_xfer_bind_transforms(t._h, t._xf.h)
+        if st != L.FP_OK:
+            msg = t.errmsg
+            t.close()
+            raise L.FlexplanError(st, msg)
+    return t
 
 
 def _transfer_or_raise(st: int, h: ctypes.c_void_p, from_plan: Optional["Plan"], to_plan: Optional["Plan"]) -> Transfer:
@@ -117,11 +134,13 @@ def _transfer_or_raise(st: int, h: ctypes.c_void_p, from_plan: Optional["Plan"],
     return t
 
 
-def reshard(from_plan: "Plan", to_plan: "Plan", *, transform: Union[None, Dict[str, str], List[str]] = None,
+def reshard(from_plan: "Plan", to_plan: "Plan", *, transform: Union[None, Dict[str, Any], List[str]] = None,
             what: str = "weights", to_offset: int = 0, from_offset: int = 0) -> Transfer:
     """Compile the transfer of the main weights from `from_plan`'s ranks to
     `to_plan`'s (flexplan.Plan objects of one model). transform: {pattern:
-    "mxfp8"} (fnmatch patterns over param names) or ["pattern=mxfp8", ...];
+    "mxfp8" | a flexplan.transform.Transform | a registered transform's name}
+    (fnmatch patterns over param names; a Transform takes the params its
+    pattern matches and its should_transform accepts) or ["pattern=NAME", ...];
     what: "weights", or "weights+optimizer" (also each optimizer state, plans of
     one optimizer; never transformed); to_offset: TO rank r is
     process r + to_offset, FROM rank r process r + from_offset. Raises FlexplanError with the located messages when
@@ -135,15 +154,24 @@ def reshard(from_plan: "Plan", to_plan: "Plan", *, transform: Union[None, Dict[s
     from_offset = L.int64(from_offset, "from_offset")
     if transform is not None and not isinstance(transform, (dict, list, tuple)):
         raise TypeError("transform: expected a dict or a list of 'pattern=mxfp8', got %s" % type(transform).__name__)
-    pats = []
+    from . import transform as X
+    pats, plug = [], []
     items = transform.items() if isinstance(transform, dict) else [
         tuple(x.rsplit("=", 1)) if "=" in x else (x, "") for x in (transform or [])]
     for pat, kind in items:
-        if kind != "mxfp8":
-            raise L.FlexplanError(L.FP_ERR_ARG, f"transform {pat!r}: unknown transform {kind!r} (expected mxfp8)")
-        pats.append(L.cstr(pat, "transform pattern", allow_none=False))
+        obj = X._resolve(pat, kind)
+        if obj is None:  # the built-in mxfp8
+            pats.append(L.cstr(pat, "transform pattern", allow_none=False))
+        else:
+            plug.append((L.text(L.cstr(pat, "transform pattern", allow_none=False)), obj))
     arr = (ctypes.c_char_p * max(1, len(pats)))(*pats)
-    opt = L.fp_reshard_options(L.cstr(what, "what"), to_offset, arr, len(pats), from_offset)
+    xf = X._Set(plug) if plug else None
+    opt = L.fp_reshard_options(L.cstr(what, "what"), to_offset, arr, len(pats), from_offset, xf.h if xf else None)
     h = ctypes.c_void_p()
     st = L.lib().fp_reshard_compile(from_plan._handle, to_plan._handle, ctypes.byref(opt), ctypes.byref(h))
-    return _transfer_or_raise(st, h, from_plan, to_plan)
+    t = _transfer_or_raise(st, h, from_plan, to_plan)
+    t._xf = xf
+    if xf is not None and xf.error:
+        t.close()
+        raise L.FlexplanError(L.FP_ERR_ARG, xf.error)
+    return t

@@ -91,7 +91,8 @@ def test_errors(plans):
 
 def test_keep_mxfp8(tmp_path):
     """Into a plan that keeps the frozen fc1.* as MXFP8: the CLI's transfer
-    byte for byte, MXFP8 on the wire and no dequantize; from it: refused."""
+    byte for byte, MXFP8 on the wire and no dequantize; from it: read by
+    dequantizing (the CLI's byte for byte); from it into itself: refused."""
     model = os.path.join(MPI_DIR, "mlp-frozen.model.json")
     a = flexplan.compile(model, spec("full_shard", 4))
     k = flexplan.compile(model, spec("mxfp8-keep", 2))
@@ -103,8 +104,13 @@ def test_keep_mxfp8(tmp_path):
     assert so == t.to_ir()
     assert "param fc1.weight numel=380 wire=mxfp8" in so and "dequantize_mxfp8" not in so
     assert t.info["wire_bytes"] == t.info["lower_bound"]  # flat chunks: every block from one sender
-    with pytest.raises(flexplan.FlexplanError, match=r"param 'fc1.weight' is kept as MXFP8 in this plan") as e:
-        flexplan.reshard(k, a)
+    back = flexplan.reshard(k, a)
+    rc, so, se = run_cli(os.environ["FLEXPLAN_CLI"], "reshard", pk, pa, "--emit=ir")
+    assert rc == 0, se
+    assert so == back.to_ir()
+    assert "param fc1.weight numel=380 source=mxfp8" in so and "dequantize_mxfp8 fp32<-e4m3" in so
+    with pytest.raises(flexplan.FlexplanError, match=r"param 'fc1.weight' is kept as MXFP8 in this plan and in") as e:
+        flexplan.reshard(k, k)
     assert e.value.status_name == "FP_ERR_INPUT"
 
 
