@@ -337,6 +337,16 @@ static size_t pointer_segment(const char **pp, char *seg) {
   return sl;
 }
 
+/* past the value at t[i] and the ',' after it: the next item's position
+ * (after the ','; never 0), or 0 when no ',' follows (the container ends)
+ * or the text goes wrong */
+static size_t past_item(const char *t, size_t n, size_t i) {
+  size_t nx = skip_value(t, n, i);
+  if (nx == i) return 0;
+  i = skip_ws(t, n, nx);
+  return i < n && t[i] == ',' ? i + 1 : 0;
+}
+
 /* the member named seg (sl bytes) of the object at t[i] ('{'): true with
  * *at the first byte of its value; false when it is not there or the text
  * goes wrong first. Keys are decoded into *kbuf (*kcap bytes, grown here). */
@@ -364,11 +374,7 @@ static bool locate_member(const char *t, size_t n, size_t i, const char *seg, si
       *at = i;
       return true;
     }
-    size_t nx = skip_value(t, n, i);
-    if (nx == i) return false;
-    i = skip_ws(t, n, nx);
-    if (i >= n || t[i] != ',') return false;
-    i++;
+    if (!(i = past_item(t, n, i))) return false;
   }
 }
 
@@ -396,11 +402,7 @@ static bool locate_element(const char *t, size_t n, size_t i, int64_t want, size
       *at = i;
       return true;
     }
-    size_t nx = skip_value(t, n, i);
-    if (nx == i) return false;
-    i = skip_ws(t, n, nx);
-    if (i >= n || t[i] != ',') return false;
-    i++;
+    if (!(i = past_item(t, n, i))) return false;
   }
 }
 
