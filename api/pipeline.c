@@ -159,7 +159,7 @@ bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op
   free(recs);
   if (!ok) return false;
   c.hw.name = name;
-  char note[512];
+  char note[1200];
   snprintf(note, sizeof note, "fitted by flexplan calibrate from %d timing record(s) of %s, starting from %s%s%s",
            (int)nrecs, P->model ? P->model : "a plan", start->name, c.kept[0] ? "; " : "", c.kept);
   fpi_hw_write(&c.hw, note, hw_out);
@@ -176,6 +176,9 @@ bool fpa_calibrate(const fp_prog *P, const fp_hw *start, const double *const *op
           "pcie_gbps %.4g, launch_us %.3g, flops %.4g, hook_us %.3g\n",
           c.hw.base_us, c.hw.nvlink_hop_us, c.hw.net_hop_us, c.hw.nvlink_gbps, c.hw.ib_gbps, c.hw.hbm_gbps,
           c.hw.pcie_gbps, c.hw.launch_us, c.hw.flops, c.hw.hook_us);
+  if (c.by_step)
+    fprintf(report, "  the collectives fitted to the measured step: step error %+.1f%% on the fitted machine\n",
+            100 * c.step_rel);
   if (c.kept[0]) fprintf(report, "  not fitted: %s\n", c.kept);
   return true;
 }

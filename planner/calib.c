@@ -26,7 +26,7 @@
 #include "cost.h"
 
 const char *fpi_calib_kind_name(int k) {
-  static const char *const n[] = {"collective", "local kernel", "host copy", "compute", "hook"};
+  static const char *const n[] = {"collective", "local kernel", "host copy", "compute", "hook", "hook done at"};
   return k >= 0 && k < FP_CALIB_NKINDS ? n[k] : "?";
 }
 
@@ -453,15 +453,16 @@ static bool op_samples(const fp_prog *P, const double *mind, samples *S) {
   return true;
 }
 
-/* the compute rate: minimize sum ((alpha x - g) / g)^2, x = sum(alpha/g) /
- * sum(alpha^2/g^2) us per flop, into hw->flops, with each sample's modeled
- * time in *model_c (malloc'd); false with the reason in err */
+/* the compute rate: the measured compute time over the flops, x = sum(g) /
+ * sum(alpha) us per flop (the modeled compute of the records' steps is then
+ * the measured, which the step's length rests on: a least squares on the
+ * relative error lets the many short forwards set the rate, and a backward
+ * slower per flop than its forward is then modeled short: 11% of the step
+ * on the MLP of docs/cost-model.md), into hw->flops, with each sample's
+ * modeled time in *model_c (malloc'd); false with the reason in err */
 static bool fit_compute(const samples *c, const double *alpha, fp_hw *hw, double **model_c, char *err, size_t cap) {
   double num = 0, den = 0;
-  for (int64_t i = 0; i < c->n; i++) {
-    double a = alpha[i], g = c->v[i].us;
-    num += a / g, den += a * a / (g * g);
-  }
+  for (int64_t i = 0; i < c->n; i++) num += c->v[i].us, den += alpha[i];
   double x = num / den; /* us per flop */
   if (!(isfinite(x) && x > 0)) {
     snprintf(err, cap, "inconsistent records: the compute rate fitted is not a positive number");
@@ -477,18 +478,13 @@ static bool fit_compute(const samples *c, const double *alpha, fp_hw *hw, double
   return true;
 }
 
-/* each kind's parameters fitted to its samples in turn (collectives, local
- * kernels, host copies, compute), those of a kind not measured kept and said
- * so; with the compute samples' modeled times in *model_c (malloc'd, NULL
- * when none); false with the reason in err */
+/* the parameters of local kernels, host copies and compute fitted to their
+ * samples in turn, those of a kind not measured kept and said so; with the
+ * compute samples' modeled times in *model_c (malloc'd, NULL when none);
+ * false with the reason in err */
 static bool fit_kinds(const fp_prog *P, samples *S, const double *alpha, fp_hw *hw, fp_calib *out, double **model_c,
                       char *err, size_t cap) {
   *model_c = NULL;
-  if (S[FP_CALIB_COLL].n) {
-    if (!fit_colls(P, &S[FP_CALIB_COLL], hw, out, err, cap, 0)) return false;
-  } else {
-    kept(out, "collective latencies and bandwidths kept (no collective of 2 or more ranks was measured)");
-  }
   bool mem = true;
   if (S[FP_CALIB_LOCAL].n)
     mem = fit_local(P, &S[FP_CALIB_LOCAL], &hw->launch_us, &hw->hbm_gbps, false, out);
@@ -507,12 +503,52 @@ static bool fit_kinds(const fp_prog *P, samples *S, const double *alpha, fp_hw *
   return true;
 }
 
+/* the collectives: per op (fit_colls) when that fit is accepted (positive
+ * values, median residual within FP_CALIB_MAX_MEDIAN); else, when the
+ * records span 2 or more ranks' worth of hooks, against the measured step
+ * (fpi_calib_fit_step), the per-op reason kept in the note; false with the
+ * reason in err */
+static bool fit_collectives(const fp_prog *P, const samples *coll, const fp_calib_rec *recs, int32_t nrecs, fp_hw *hw,
+                            fp_calib *out, char *err, size_t cap) {
+  if (!coll->n) {
+    kept(out, "collective latencies and bandwidths kept (no collective of 2 or more ranks was measured)");
+    return true;
+  }
+  fp_hw h = *hw;
+  char saved[sizeof out->kept], why[600];
+  memcpy(saved, out->kept, sizeof saved);
+  if (fit_colls(P, coll, &h, out, why, sizeof why, 0)) {
+    fp_calib_kind k;
+    residuals(P, coll, NULL, &h, &k);
+    if (k.med_rel <= FP_CALIB_MAX_MEDIAN) return *hw = h, true;
+    snprintf(why, sizeof why, "the per-op fit is off by a median %.0f%% on the %lld collective durations",
+             100 * k.med_rel, (long long)k.n);
+  } else if (!strncmp(why, "too few", 7)) { /* (the step cannot tell them apart either) */
+    snprintf(err, cap, "%s", why);
+    return false;
+  }
+  memcpy(out->kept, saved, sizeof saved); /* (the refused fit's notes) */
+  char note[400], e2[300];
+  if (!fpi_calib_fit_step(P, recs, nrecs, hw, &out->kinds[FP_CALIB_DONE], &out->step_rel, note, sizeof note, e2,
+                          sizeof e2)) {
+    snprintf(err, cap, "%s; and %s", why, e2);
+    return false;
+  }
+  out->by_step = true;
+  snprintf(out->per_op, sizeof out->per_op, "%.300s", why);
+  kept(out, note);
+  char *n = out->kept + strlen(out->kept);
+  snprintf(n, sizeof out->kept - (size_t)(n - out->kept), " (per op: %s)", out->per_op);
+  return true;
+}
+
 /* a fit that misses half its ops by more than half is no fit: the records
  * do not follow the model (peers' arrival, a loaded machine); false with
  * the reason in err */
 static bool fit_close_enough(const fp_calib *out, char *err, size_t cap) {
   for (int k = 0; k < FP_CALIB_NKINDS; k++)
-    if (k != FP_CALIB_HOOK && out->kinds[k].n && out->kinds[k].med_rel > FP_CALIB_MAX_MEDIAN) {
+    if (k != FP_CALIB_HOOK && !(k == FP_CALIB_COLL && out->by_step) && out->kinds[k].n &&
+        out->kinds[k].med_rel > FP_CALIB_MAX_MEDIAN) {
       snprintf(err, cap,
                "inconsistent records: the fitted model is off by a median %.0f%% on the %lld %s durations (more "
                "than %.0f%%): they do not follow the cost model (peers' arrival or a loaded machine?)",
@@ -552,13 +588,19 @@ bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *rec
   fp_hw *hw = &out->hw;
   if (!fit_kinds(P, S, alpha, hw, out, &model_c, err, cap)) goto done;
   if (!fit_hook(&S[FP_CALIB_HOOK], hw, &model_h)) goto oom;
+  if (!fit_collectives(P, &S[FP_CALIB_COLL], recs, nrecs, hw, out, err, cap)) goto done;
   if (!fpi_hw_valid(hw)) {
     snprintf(err, cap, "inconsistent records: the fitted machine has a rate or latency that is not a positive number");
     goto done;
   }
   for (int k = 0; k < FP_CALIB_NKINDS; k++)
-    residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : k == FP_CALIB_HOOK ? model_h : NULL, hw, &out->kinds[k]);
+    if (k != FP_CALIB_DONE) /* (the step fit's own rows) */
+      residuals(P, &S[k], k == FP_CALIB_COMPUTE ? model_c : k == FP_CALIB_HOOK ? model_h : NULL, hw, &out->kinds[k]);
   ok = fit_close_enough(out, err, cap);
+  if (!ok && out->by_step) {
+    size_t n = strlen(err);
+    snprintf(err + n, cap - n, "; the collectives fitted to the measured step (per op: %s)", out->per_op);
+  }
   goto done;
 oom:
   snprintf(err, cap, "out of memory");

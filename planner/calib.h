@@ -18,7 +18,9 @@ typedef struct fp_calib_rec {
   const double *hook_t; /* [nsegs][2] enter, leave (us) */
 } fp_calib_rec;
 
-enum { FP_CALIB_COLL, FP_CALIB_LOCAL, FP_CALIB_HOST, FP_CALIB_COMPUTE, FP_CALIB_HOOK, FP_CALIB_NKINDS };
+/* kinds of measured durations; FP_CALIB_DONE: each hook's "done at" (the
+ * latest end of its ops), the rows of a step fit (fpi_calib_fit_step) */
+enum { FP_CALIB_COLL, FP_CALIB_LOCAL, FP_CALIB_HOST, FP_CALIB_COMPUTE, FP_CALIB_HOOK, FP_CALIB_DONE, FP_CALIB_NKINDS };
 
 typedef struct fp_calib_kind {
   int64_t n;              /* measured durations fitted */
@@ -28,7 +30,10 @@ typedef struct fp_calib_kind {
 typedef struct fp_calib {
   fp_hw hw;                            /* the fitted machine (name: the start's) */
   fp_calib_kind kinds[FP_CALIB_NKINDS];
-  char kept[256];                      /* the fields kept from the start, and why ("" none) */
+  char kept[1024];                     /* the fields kept from the start, and why ("" none) */
+  bool by_step;   /* the collectives fitted to the measured step (the per-op fit was refused) */
+  double step_rel; /* by_step: (modeled - measured) / measured step on the fitted machine */
+  char per_op[320]; /* by_step: why the per-op fit of the collectives was refused */
 } fp_calib;
 
 /* a fit whose median |modeled - measured| / measured on some op kind is
@@ -38,7 +43,8 @@ typedef struct fp_calib {
  * meant to fit */
 #define FP_CALIB_MAX_MEDIAN 0.5
 
-/* the kind's name in messages: "collective", "local kernel", "host copy", "compute", "hook" */
+/* the kind's name in messages: "collective", "local kernel", "host copy", "compute", "hook",
+ * "hook done at" */
 const char *fpi_calib_kind_name(int k);
 /* Fit hw to the records, starting from (and keeping what cannot be fitted
  * of) *start. False with the reason in err (too few or inconsistent
@@ -46,5 +52,21 @@ const char *fpi_calib_kind_name(int k);
  * FP_CALIB_MAX_MEDIAN, or nothing measured). */
 bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *recs, int32_t nrecs, fp_calib *out,
                    char *err, size_t cap);
+
+/* segment k's modeled "done at" on the replay S (planner/sim.h): the
+ * latest simulated end over its ops that some record timed (the trainer's
+ * compute never is one), as the records' own done-at is taken; -1 when no
+ * record timed any */
+struct fp_sim;
+double fpi_calib_done_at(const fp_prog *P, const struct fp_sim *S, const fp_calib_rec *recs, int32_t nrecs, int32_t k);
+
+/* The collectives' call latency and link rate fitted to the measured step
+ * instead of per op (calib_step.c): hw holds every other field fitted; on
+ * success hw's base_us and nvlink_gbps (ib_gbps when a measured collective
+ * spans nodes) are set, the hop latencies set near 0, rows gets each
+ * hook's done-at residual, *step_rel the step's, note what was done.
+ * False with the reason in err (no hook's ops timed). */
+bool fpi_calib_fit_step(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, fp_hw *hw, fp_calib_kind *rows,
+                        double *step_rel, char *note, size_t ncap, char *err, size_t cap);
 
 #endif

@@ -2,9 +2,11 @@
  * compare.h; docs/cost-model.md, "The model's error").
  *
  * Per hook (segment) k with ops: "done at", the time its last op ended, from
- * the start of the step: modeled, the simulator's end of segment k; measured,
- * the latest end over the ops of k a record ran, the median over the records
- * (each record's times are from its step_begin entry). Per step: the
+ * the start of the step, over the ops of k some record timed (the trainer's
+ * compute is never an op of a record): modeled, their latest end in the
+ * simulator; measured, the latest end over the ops of k a record ran, the
+ * median over the records (each record's times are from its step_begin
+ * entry). Per step: the
  * simulator's step against the measured step, each record's latest time,
  * median over the records. The relative error is (modeled - measured) /
  * measured: negative when the model is too fast. */
@@ -54,7 +56,7 @@ bool fpi_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const fp_
       if (e >= 0) v[n++] = e;
     }
     if (!n) continue; /* no op of this hook was timed (empty, or sync only) */
-    double x = median(v, n), m = sim.segs[k].end_us;
+    double x = median(v, n), m = fpi_calib_done_at(P, &sim, recs, nrecs, k);
     fprintf(f, "%5d  %-*.*s  %5d  %16.3f  %16.3f", (int)k, w, w, fpi_sim_hook_label(P, S, buf, sizeof buf), (int)S->micro, m, x);
     rel(f, m, x);
     fputc('\n', f);

@@ -17,6 +17,7 @@
 #include "planner/calib.h"
 #include "planner/cost.h"
 #include "planner/pipeline.h"
+#include "planner/sim.h"
 
 static fp_prog *compile_example(fp_arena *a, const char *name) {
   fp_diag d;
@@ -87,6 +88,50 @@ static fp_calib_rec synth(fp_arena *a, const fp_prog *P, const fp_hw *hw, double
      * it (a stream of their own), and the trainer's work follows the call */
     ht[2 * s + 1] = ht[2 * s] + in + hw->hook_us * noise(amp);
     enter = ht[2 * s + 1] + gap;
+  }
+  return (fp_calib_rec){ot, ht};
+}
+
+/* a record of the simulated step on hw (what ranks that run in lockstep
+ * record): each timed op its simulated [start, end], the trainer's
+ * stream's waits from where that stream stood to where the simulator
+ * released it, each hook call from the end of the trainer's work before it
+ * to the start of its segment's compute (so the call's own time is
+ * hw->hook_us), the compute never an op; times shifted so the step starts
+ * at 0. peer_us > 0: every collective's start moved back by peer_us times
+ * 1, 2 or 3 (by its index), as if it waited for a peer that arrived late
+ * (its end, the transfer's, unchanged) */
+static fp_calib_rec synth_sim(fp_arena *a, const fp_prog *P, const fp_hw *hw, double peer_us) {
+  fp_sim S;
+  assert_true(fpi_simulate(a, P, hw, &S));
+  double *ot = fpi_alloc_array(a, (size_t)P->nops * 2, sizeof *ot), *ht = fpi_alloc_array(a, (size_t)P->nsegs * 2, sizeof *ht);
+  double t0 = 0;
+  for (int32_t i = 0; i < P->nops; i++) t0 = fmin(t0, S.start_us[i]);
+  double cursor = -t0; /* where the trainer's stream stands */
+  for (int32_t s = 0; s < P->nsegs; s++) {
+    ht[2 * s] = cursor;
+    cursor += hw->hook_us;
+    ht[2 * s + 1] = -1;
+    for (int32_t i = P->segs[s].first; i < P->segs[s].first + P->segs[s].nops; i++) {
+      const fp_op *op = &P->ops[i];
+      double b = S.start_us[i] - t0, e = S.end_us[i] - t0;
+      fp_opclass cls = fpi_op_class(op->code);
+      ot[2 * i] = ot[2 * i + 1] = -1;
+      if (cls == FP_OPC_COMPUTE) {
+        ht[2 * s + 1] = b; /* the call returns; the trainer's work follows */
+        cursor = e;
+        continue;
+      }
+      if (op->stream == FP_STREAM_COMPUTE) {
+        if (cls == FP_OPC_SYNC) b = cursor; /* a wait: from where the stream stood */
+        cursor = fmax(cursor, e);
+      } else if (cls == FP_OPC_SYNC) {
+        continue;
+      }
+      if (cls == FP_OPC_COMM && peer_us > 0) b -= peer_us * (1 + i % 3);
+      ot[2 * i] = fmax(0, b), ot[2 * i + 1] = e;
+    }
+    if (ht[2 * s + 1] < 0) ht[2 * s + 1] = cursor; /* no compute: the call ends with its ops */
   }
   return (fp_calib_rec){ot, ht};
 }
@@ -170,6 +215,55 @@ static void test_fit_exact_fixed_column(void **st) {
   fpi_arena_free(a);
 }
 
+static void refuse(const fp_prog *P, fp_calib_rec *recs, int32_t n, const char *want);
+
+/* two ranks' records whose collectives mostly measure a late peer: the
+ * per-op fit is refused, the step's fit gives the collectives back from the
+ * hooks' done-at times and the step (noise-free records of a machine whose
+ * per-step latencies are the 0.001 that fit sets) */
+static void test_fit_step(void **st) {
+  (void)st;
+  fp_arena *a = fpi_arena_new();
+  fp_prog *P = compile_example(a, "tiny-mlp");
+  for (int32_t i = 0; i < P->nops; i++)
+    if (P->ops[i].code == FP_OP_COMPUTE && P->ops[i].module >= 0)
+      P->ops[i].alpha = 1e6 * (P->ops[i].module + 1) * (i > P->nops / 2 ? 2 : 1);
+  fp_hw tr = truth(), start;
+  tr.nvlink_hop_us = tr.net_hop_us = 1e-3;
+  assert_true(fpi_hw_preset("h100-sxm", &start));
+  fp_sim S0;
+  assert_true(fpi_simulate(a, P, &tr, &S0));
+  assert_true(S0.exposed_comm_us > 0.05 * S0.step_us); /* (else the step says nothing of them) */
+  fp_calib_rec recs[2] = {synth_sim(a, P, &tr, 5000), synth_sim(a, P, &tr, 5000)};
+  fp_calib c;
+  char err[600];
+  if (!fpi_calibrate(P, &start, recs, 2, &c, err, sizeof err)) fail_msg("%s", err);
+  print_message("step fit: base_us %g nvlink %g flops %g hook_us %g step %+.4f%%, done-at median %.4f%%; kept: %s\n",
+                c.hw.base_us, c.hw.nvlink_gbps, c.hw.flops, c.hw.hook_us, 100 * c.step_rel,
+                100 * c.kinds[FP_CALIB_DONE].med_rel, c.kept);
+  assert_true(c.by_step);
+  assert_non_null(strstr(c.kept, "base_us and nvlink_gbps fitted to the measured hooks and step, not per op"));
+  assert_non_null(strstr(c.kept, "(per op: "));
+  near(c.hw.flops, tr.flops, 1e-6, "flops");
+  near(c.hw.hook_us, tr.hook_us, 1e-6, "hook_us");
+  near(c.hw.base_us, tr.base_us, 0.10, "base_us (step fit)");
+  near(c.hw.nvlink_gbps, tr.nvlink_gbps, 0.10, "nvlink_gbps (step fit)");
+  assert_true(fabs(c.step_rel) < 0.01 && c.kinds[FP_CALIB_DONE].med_rel < 0.01);
+  /* the collectives' ends scrambled (each done at a time of no model,
+   * up to 20 ms after its start): no machine fits the hooks' done-at, and
+   * the refusal says both fits' reasons */
+  for (int r = 0; r < 2; r++) {
+    double *ot = (double *)recs[r].op_t;
+    for (int32_t i = 0; i < P->nops; i++)
+      if (ot[2 * i] >= 0 && fpi_op_class(P->ops[i].code) == FP_OPC_COMM)
+        ot[2 * i + 1] = ot[2 * i] + (double)((uint32_t)i * 2654435761u % 20000);
+  }
+  refuse(P, recs, 2, "the fitted model is off by a median ");
+  refuse(P, recs, 2, "hook done at durations");
+  refuse(P, recs, 2, "the collectives fitted to the measured step (per op: ");
+  fpi_arena_free(a);
+}
+
 static void refuse(const fp_prog *P, fp_calib_rec *recs, int32_t n, const char *want) {
   fp_hw start;
   assert_true(fpi_hw_preset("h100-sxm", &start));
@@ -212,9 +306,16 @@ static void test_refused(void **st) {
   for (int32_t i = 0; i < P->nops; i++)
     if (fpi_op_class(P->ops[i].code) == FP_OPC_COMM && ot[2 * i] >= 0)
       ot[2 * i + 1] = ot[2 * i] + 1e4 / (1 + fpi_cost_op_us(P, &P->ops[i], &unit));
-  refuse(P, &r, 1, "inconsistent records: the collectives' fit gives");
-  /* with the two ops that show it: more bytes, less time */
-  refuse(P, &r, 1, "not a positive number (are the records of one machine, and steady-state steps?); e.g. op ");
+  /* ... which the step's fit takes over, with the per-op fit's reason and
+   * the two ops that show it */
+  fp_hw start;
+  assert_true(fpi_hw_preset("h100-sxm", &start));
+  fp_calib c;
+  char err[600];
+  if (!fpi_calibrate(P, &start, &r, 1, &c, err, sizeof err)) fail_msg("%s", err);
+  assert_true(c.by_step);
+  assert_non_null(strstr(c.kept, "(per op: inconsistent records: the collectives' fit gives"));
+  assert_non_null(strstr(c.kept, "not a positive number (are the records of one machine, and steady-state steps?); e.g. op "));
   /* inconsistent: local kernels at 1/4, 4 and 4 times their time on the
    * truth, by a hash of their index: no max(launch, bytes / rate) comes near
    * two in three of them */
@@ -235,6 +336,7 @@ int main(void) {
       cmocka_unit_test(test_fit_one_node),
       cmocka_unit_test(test_fit_two_nodes),
       cmocka_unit_test(test_fit_exact_fixed_column),
+      cmocka_unit_test(test_fit_step),
       cmocka_unit_test(test_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
