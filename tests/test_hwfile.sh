@@ -122,7 +122,7 @@ bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"flops\":-1}" "error: /flops
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"launch_us\":\"2\"}" 'error: /launch_us: expected a number > 0, got "2"'
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"hook_us\":-0.5}" "error: /hook_us: expected a number >= 0, got -0.5"
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"gpus_per_node\":0}" "error: /gpus_per_node: expected an integer >= 1, got 0"
-bad_file "{$F,\"name\":\"x\",\"base\":\"a100\"}" 'error: /base: unknown hardware preset "a100" (expected one of: h100-sxm, h200)'
+bad_file "{$F,\"name\":\"x\",\"base\":\"a100\"}" 'error: /base: unknown hardware preset "a100" (expected one of: h100-sxm, h200, cpu-mpi)'
 bad_file "{$F,\"name\":\"a b\",\"base\":\"h100-sxm\"}" 'error: /name: expected 1 to 64 letters, digits or . _ - +, got "a b"'
 bad_file "{$F,\"base\":\"h100-sxm\"}" "error: /: missing required member 'name'"
 bad_file '[1]' "e.json:1:1: error: /: expected an object"
@@ -131,6 +131,18 @@ expect 1 "$fp" simulate "$tmp/p.json" --hardware "$tmp/nope.json"
 has err "nope.json: error: cannot open"
 # a bare word that is no preset stays "unknown preset", with the hint
 expect 1 "$fp" simulate "$tmp/p.json" --hardware cpu
-has err "unknown hardware preset 'cpu' (expected one of: h100-sxm, h200); a hardware file is named by a path"
+has err "unknown hardware preset 'cpu' (expected one of: h100-sxm, h200, cpu-mpi); a hardware file is named by a path holding '/' or '.' (e.g. ./hw.json); did you mean 'cpu-mpi'?"
+# the cpu-mpi preset (planner/cost.c, fitted on this kind of machine) models
+# the plan as a file with its values does, and its hook time is charged
+expect 0 "$fp" simulate "$tmp/p.json" --hardware cpu-mpi
+cp "$tmp/out" "$tmp/preset.out"
+cat >"$tmp/cpu.json" <<'EOF'
+{"format": "flexplan-hardware/1", "name": "cpu-mpi", "gpus_per_node": 2, "hbm_bytes": 17179869184, "flops": 2.877e9,
+ "nvlink_gbps": 0.2805, "ib_gbps": 0.2805, "hbm_gbps": 11.91, "pcie_gbps": 11.91, "base_us": 1210.0,
+ "nvlink_hop_us": 0.001, "net_hop_us": 0.001, "launch_us": 2.0, "hook_us": 35.9}
+EOF
+expect 0 "$fp" simulate "$tmp/p.json" --hardware "$tmp/cpu.json"
+same out preset.out "the cpu-mpi preset must model as a file with its values"
+has out "modeled host time in hook calls"
 
 finish hwfile
