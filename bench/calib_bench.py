@@ -141,6 +141,19 @@ def main():
                                 "modeled_ms": modeled(a.flexplan, ppath, hw)}
             print(f"{'chosen by the fit: ' + str(s['buckets']) + ' buckets, prefetch ' + str(s['prefetch_forward']):30s}"
                   f" {med:20.3f} {result['chosen']['modeled_ms']:12.3f}")
+    held = [v["error_pct"] for k, v in result["plans"].items() if k != first and v["error_pct"] is not None]
+    if held:
+        worst = max(abs(e) for e in held)
+        print(f"held-back plans: largest |error| {worst:.1f}% over {len(held)} plans "
+              f"(aim: within 15%: {'met' if worst <= 15 else 'NOT met'})")
+    if "chosen" in result:
+        others = {k: v["measured_median_ms"] for k, v in result["plans"].items()}
+        best = min(others, key=others.get)
+        ch = result["chosen"]["measured_median_ms"]
+        spread = max(max(v["measured_ms"]) - min(v["measured_ms"]) for v in result["plans"].values())
+        print(f"chosen plan measured {ch:.3f} ms; fastest of the others {best}: {others[best]:.3f} ms "
+              f"({100 * (ch - others[best]) / others[best]:+.1f}%; largest spread of one plan's runs "
+              f"{spread:.3f} ms)")
     with open(os.path.join(a.out, "calib.json"), "w") as f:
         json.dump(result, f, indent=1)
 
