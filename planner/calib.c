@@ -348,11 +348,6 @@ static bool fit_local(const fp_prog *P, const samples *s, double *launch, double
   return true;
 }
 
-static int cmp_dbl(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* residuals of kind k: modeled (on hw) against measured */
 static void residuals(const fp_prog *P, const samples *s, const double *model_us, const fp_hw *hw, fp_calib_kind *o) {
   o->n = s->n;
@@ -365,8 +360,7 @@ static void residuals(const fp_prog *P, const samples *s, const double *model_us
     r[i] = fabs(m - s->v[i].us) / fmax(s->v[i].us, 1e-3); /* (a hook's host time may round to 0) */
     o->max_rel = fmax(o->max_rel, r[i]);
   }
-  qsort(r, (size_t)s->n, sizeof *r, cmp_dbl);
-  o->med_rel = s->n % 2 ? r[s->n / 2] : (r[s->n / 2 - 1] + r[s->n / 2]) / 2;
+  o->med_rel = fpi_calib_median(r, s->n);
   free(r);
 }
 

@@ -53,6 +53,14 @@ const char *fpi_calib_kind_name(int k);
 bool fpi_calibrate(const fp_prog *P, const fp_hw *start, const fp_calib_rec *recs, int32_t nrecs, fp_calib *out,
                    char *err, size_t cap);
 
+/* the median of v[0..n) (n >= 1; sorts v) */
+double fpi_calib_median(double *v, int64_t n);
+/* a record's "done at" of segment k: the latest end over the segment's ops
+ * it timed (-1: none); and its step: the latest time it holds (op ends and
+ * hook leaves) */
+double fpi_calib_rec_done(const fp_prog *P, const fp_calib_rec *r, int32_t k);
+double fpi_calib_rec_step(const fp_prog *P, const fp_calib_rec *r);
+
 /* segment k's modeled "done at" on the replay S (planner/sim.h): the
  * latest simulated end over its ops that some record timed (the trainer's
  * compute never is one), as the records' own done-at is taken; -1 when no

@@ -40,9 +40,25 @@ static int cmp_dbl(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double median(double *v, int32_t n) {
+double fpi_calib_median(double *v, int64_t n) {
   qsort(v, (size_t)n, sizeof *v, cmp_dbl);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double fpi_calib_rec_done(const fp_prog *P, const fp_calib_rec *r, int32_t k) {
+  const fp_seg *S = &P->segs[k];
+  double e = -1;
+  for (int32_t i = S->first; i < S->first + S->nops; i++)
+    if (r->op_t[2 * i] >= 0) e = fmax(e, r->op_t[2 * i + 1]);
+  return e;
+}
+
+double fpi_calib_rec_step(const fp_prog *P, const fp_calib_rec *r) {
+  double e = 0;
+  for (int32_t i = 0; i < P->nops; i++)
+    if (r->op_t[2 * i] >= 0) e = fmax(e, r->op_t[2 * i + 1]);
+  for (int32_t k = 0; k < P->nsegs; k++) e = fmax(e, r->hook_t[2 * k + 1]);
+  return e;
 }
 
 /* the measured done-at of each segment and the step; false when no record
@@ -53,25 +69,16 @@ static bool measure(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, t
   if (!v || !t->done) return free(v), false;
   t->nrows = 0;
   for (int32_t k = 0; k < P->nsegs; k++) {
-    const fp_seg *S = &P->segs[k];
     int32_t n = 0;
     for (int32_t r = 0; r < nrecs; r++) {
-      double e = -1;
-      for (int32_t i = S->first; i < S->first + S->nops; i++)
-        if (recs[r].op_t[2 * i] >= 0) e = fmax(e, recs[r].op_t[2 * i + 1]);
+      double e = fpi_calib_rec_done(P, &recs[r], k);
       if (e > 0) v[n++] = e;
     }
-    t->done[k] = n ? median(v, n) : -1;
+    t->done[k] = n ? fpi_calib_median(v, n) : -1;
     t->nrows += n > 0;
   }
-  for (int32_t r = 0; r < nrecs; r++) {
-    double e = 0;
-    for (int32_t i = 0; i < P->nops; i++)
-      if (recs[r].op_t[2 * i] >= 0) e = fmax(e, recs[r].op_t[2 * i + 1]);
-    for (int32_t k = 0; k < P->nsegs; k++) e = fmax(e, recs[r].hook_t[2 * k + 1]);
-    v[r] = e;
-  }
-  t->step = median(v, nrecs);
+  for (int32_t r = 0; r < nrecs; r++) v[r] = fpi_calib_rec_step(P, &recs[r]);
+  t->step = fpi_calib_median(v, nrecs);
   free(v);
   return t->nrows > 0 && t->step > 0;
 }
@@ -171,7 +178,7 @@ bool fpi_calib_fit_step(const fp_prog *P, const fp_calib_rec *recs, int32_t nrec
   objective(P, hw, &t, r, step_rel);
   rows->n = t.nrows;
   for (int32_t k = 0; k < t.nrows; k++) rows->max_rel = fmax(rows->max_rel, r[k]);
-  rows->med_rel = median(r, t.nrows);
+  rows->med_rel = fpi_calib_median(r, t.nrows);
   free(r);
   /* hidden: collectives a thousand times cheaper fit exactly as well */
   fp_hw cheap = *hw;

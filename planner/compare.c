@@ -17,16 +17,6 @@
 
 #include "sim.h"
 
-static int cmp_dbl(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int32_t n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void rel(FILE *f, double m, double x) {
   if (x > 0) fprintf(f, "  %+9.1f%%", 100 * (m - x) / x);
   else fprintf(f, "  %10s", "-");
@@ -50,27 +40,19 @@ bool fpi_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const fp_
     const fp_seg *S = &P->segs[k];
     int32_t n = 0;
     for (int32_t r = 0; r < nrecs; r++) {
-      double e = -1;
-      for (int32_t i = S->first; i < S->first + S->nops; i++)
-        if (recs[r].op_t[2 * i] >= 0) e = fmax(e, recs[r].op_t[2 * i + 1]);
+      double e = fpi_calib_rec_done(P, &recs[r], k);
       if (e >= 0) v[n++] = e;
     }
     if (!n) continue; /* no op of this hook was timed (empty, or sync only) */
-    double x = median(v, n), m = fpi_calib_done_at(P, &sim, recs, nrecs, k);
+    double x = fpi_calib_median(v, n), m = fpi_calib_done_at(P, &sim, recs, nrecs, k);
     fprintf(f, "%5d  %-*.*s  %5d  %16.3f  %16.3f", (int)k, w, w, fpi_sim_hook_label(P, S, buf, sizeof buf), (int)S->micro, m, x);
     rel(f, m, x);
     fputc('\n', f);
     if (x > 0) abs_sum += fabs(m - x) / x, nrows++;
   }
   int32_t n = 0;
-  for (int32_t r = 0; r < nrecs; r++) {
-    double e = 0;
-    for (int32_t i = 0; i < P->nops; i++)
-      if (recs[r].op_t[2 * i] >= 0) e = fmax(e, recs[r].op_t[2 * i + 1]);
-    for (int32_t k = 0; k < P->nsegs; k++) e = fmax(e, recs[r].hook_t[2 * k + 1]);
-    v[n++] = e;
-  }
-  double x = median(v, n);
+  for (int32_t r = 0; r < nrecs; r++) v[n++] = fpi_calib_rec_step(P, &recs[r]);
+  double x = fpi_calib_median(v, n);
   fprintf(f, "  step: modeled %.3f ms, measured %.3f ms (median)", sim.step_us / 1e3, x / 1e3);
   rel(f, sim.step_us, x);
   fprintf(f, "\n  hooks: mean |error| %.1f%% over %d hook(s) with timed ops\n", nrows ? 100 * abs_sum / nrows : 0.0,
