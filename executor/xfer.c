@@ -519,9 +519,16 @@ static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, 
   }
 }
 
-/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms) */
+/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms),
+ * the built-in names (MXFP8) here, to the executor's own tables */
 static fp_status check_transforms(fp_xfer *t) {
   const fp_tx *tx = t->tx;
+  for (int32_t k = 0; k < tx->nxf; k++) {
+    const fpi_xform *b = fpx_xf_builtin(tx->xf_names[k]);
+    if (!b || (t->xf && t->xf[k] == b)) continue;
+    if (!t->xf) t->xf = fpi_alloc_array(t->arena, (size_t)tx->nxf, sizeof *t->xf);
+    t->xf[k] = b;
+  }
   for (int32_t j = 0; j < tx->nparams; j++) {
     const char *name = fpi_tx_xf_name(tx, j);
     if (!name) continue;

@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
   }
   const char *pats[1] = {mxpat};
   /* the way back: B's ranks (processes off..) are FROM, A's (processes 0..) TO */
-  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0, NULL}, back = {what, 0, NULL, 0, off, NULL};
+  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0, NULL, NULL, 0}, back = {what, 0, NULL, 0, off, NULL, NULL, 0};
   fp_xfer *ab = NULL, *ba = NULL;
   bool kept = false; /* B keeps params as MXFP8 */
   for (int32_t i = 0; i < B->prog->nparams; i++) kept |= B->prog->params[i].main_dtype == FP_E4M3;
@@ -336,7 +336,7 @@ int main(int argc, char **argv) {
   EXPECT(fp_reshard_compile(B, A, &back, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
   if (kept) { /* but not from kept weights into kept weights: a located error naming both */
     fp_xfer *bb = NULL;
-    fp_reshard_options same = {what, 0, NULL, 0, 0, NULL};
+    fp_reshard_options same = {what, 0, NULL, 0, 0, NULL, NULL, 0};
     EXPECT(fp_reshard_compile(B, B, &same, &bb) != FP_OK && strstr(fp_xfer_errmsg(bb), "is kept as MXFP8 in this plan and in"),
            "reshard B->B between MXFP8 weights: %s", fp_xfer_errmsg(bb));
     fp_xfer_free(bb);
