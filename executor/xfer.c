@@ -548,6 +548,7 @@ typedef struct xrun {
   int32_t nreq;        /* its sends and recvs (MPI) */
   xmpi *m;
   int fresh;           /* the NCCL communicator is made in this run */
+  bool abandoned;      /* the watchdog gave up on this process's requests (MPI) */
 } xrun;
 
 /* the local checks (phase 1): enough processes, each executor's plan and
@@ -635,6 +636,7 @@ static fp_status run_ops(fp_xfer *t, xrun *R, MPI_Comm base, MPI_Comm c, const i
   if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
     bool abandoned = false;
     st = run_mpi(t, R->me, c, fa, ta, m->stage, m->req, timeout_s, &abandoned);
+    R->abandoned = abandoned;
     if (abandoned) { /* pending requests may still touch the staging, both arenas and the duplicate */
       fpx_keep_for_mpi(m->stage);
       m->stage = NULL, m->stage_cap = 0;
@@ -650,6 +652,38 @@ static fp_status run_ops(fp_xfer *t, xrun *R, MPI_Comm base, MPI_Comm c, const i
 #endif
   }
   return st;
+}
+
+/* After the ops of a transfer with transforms: a transform that failed on
+ * one process (prepare_send, finalize_recv: plug-in code, whose failure
+ * stops no send or recv, so the others finish) is agreed on, as the checks
+ * are before the ops, so every process fails the run, not only the one
+ * whose transform failed. A process that failed keeps its own message; the
+ * others name it. Not after the watchdog abandoned this process's requests
+ * (the others' agreement then times out, naming it). */
+static fp_status agree_outcome(fp_xfer *t, fp_status st, MPI_Comm base, double timeout_s) {
+  const int64_t none[FPX_AGREE_VALS] = {0};
+  fpx_agreement a;
+  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(t->tx), st != FP_OK,
+                    none, &a);
+  if (st != FP_OK || a.verdict == FPX_AV_OK) return st;
+  char list[160];
+  switch (a.verdict) {
+    case FPX_AV_FAILED:
+      return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: process %" PRId64 " failed while the ops ran (a transform's "
+                           "prepare_send or finalize_recv, or MPI: its own error says which); this process's ops "
+                           "completed, but TO's need regions may be partly written", a.rank);
+    case FPX_AV_TIMEOUT:
+      fpx_agree_list(&a, list, sizeof list);
+      return fpx_xfer_fail(t, FP_ERR_TIMEOUT, "watchdog: fp_xfer_run: %" PRId64 " process(es) did not report the end "
+                           "of the ops within %g s (timeout): did not report: %s; TO's need regions may be partly "
+                           "written", a.missing, timeout_s, list);
+    case FPX_AV_NO_ROOT:
+      return fpx_xfer_fail(t, FP_ERR_TIMEOUT, "watchdog: fp_xfer_run: no answer from process 0 on the end of the ops "
+                           "within %g s (timeout %g s); TO's need regions may be partly written", a.waited_s, timeout_s);
+    default:
+      return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed on the end of the ops");
+  }
 }
 
 fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
@@ -689,6 +723,7 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     return fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and "
                          "NCCL); nothing was written");
   st = run_ops(t, &R, base, R.m->dup, all, timeout_s);
+  if (t->tx->nxf > 0 && !R.abandoned) st = agree_outcome(t, st, base, timeout_s);
   if (st == FP_OK && t->msg) t->msg[0] = 0;
   return st;
 }

@@ -20,7 +20,11 @@
  *            fails on the receiver naming it, the slice never reaches TO
  *            (TO keeps its sentinel there);
  *   unbound  the loaded transfer is run without binding: refused before any
- *            byte moves.
+ *            byte moves;
+ *   send     process 0's prepare_send fails: the run fails on every process
+ *            (process 0 naming the transform, the others naming process 0),
+ *            none hangs. With "outside" too, every process fails (the
+ *            finalizing ones naming the transform).
  * --mxfp8 sender|receiver runs the built-in MXFP8 instead, for every param,
  * by its name (`--transform '*=mxfp8'`, or '*=mxfp8_receiver'): every TO
  * element a finalize wrote must be the MXFP8 rounding of the formula's
@@ -71,9 +75,15 @@ static fp_status recv_wires(void *user, const fp_transform_param *p, int64_t beg
   if (!strcmp(g_fault, "count") && count > 1) out[0].count--; /* planted: the receiver allocates less */
   return st;
 }
+static int g_prepared; /* slices this process prepared */
 static fp_status prepare_send(void *user, const fp_transform_param *p, int64_t begin, int64_t count, const void *src,
                               void *const *wires, char *err, size_t errcap) {
-  (void)user, (void)p, (void)begin, (void)err, (void)errcap;
+  (void)user, (void)p, (void)begin;
+  g_prepared++;
+  if (!strcmp(g_fault, "send") && tu_rank == 0) { /* planted: one sender's prepare_send fails */
+    snprintf(err, errcap, "planted failure on process 0");
+    return FP_ERR_ARG;
+  }
   fpk_cast(wires[0], FP_BF16, src, FP_F32, count);
   return FP_OK;
 }
@@ -352,12 +362,33 @@ int main(int argc, char **argv) {
     if (xb) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
     g_finalized = 0;
     st = fp_xfer_run(t, xa, xb, NULL);
+    if (!strcmp(g_fault, "send")) {
+      /* process 0's prepare_send failed: it says so, every other process names it */
+      const char *m = fp_xfer_errmsg(t);
+      if (tu_rank == 0)
+        EXPECT(st == FP_ERR_BACKEND && strstr(m, "transform 'bf16_wire': prepare_send for param") &&
+                   strstr(m, "planted failure on process 0"),
+               "process 0: its prepare_send's failure: %s %s", fp_status_name(st), m);
+      else
+        EXPECT(st == FP_ERR_BACKEND && strstr(m, "xfer: process 0 failed while the ops ran"),
+               "process %d must fail with process 0: %s %s", tu_rank, fp_status_name(st), m);
+      if (round == 0) printf("rank %d: planted prepare_send failure on process 0: %s\n", tu_rank, m);
+      int prep0 = tu_rank == 0 ? g_prepared : 0, any = 0;
+      MPI_Allreduce(&prep0, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      EXPECT(any > 0, "process 0 prepared no slice: the fault was not exercised");
+      g_prepared = 0;
+      continue;
+    }
     if (!strcmp(g_fault, "outside")) {
-      /* every process that finalizes fails naming the transform; the others succeed */
+      /* every process that finalizes fails naming the transform; the others fail naming the first of them */
       if (g_finalized)
         EXPECT(st == FP_ERR_BACKEND && strstr(fp_xfer_errmsg(t), "transform 'bf16_wire': finalize_recv") &&
                    strstr(fp_xfer_errmsg(t), "wrote outside its slice (0 bytes before it, 4 after)"),
                "a write outside the slice must be caught: %s %s", fp_status_name(st), fp_xfer_errmsg(t));
+      else
+        EXPECT(st == FP_ERR_BACKEND && strstr(fp_xfer_errmsg(t), "failed while the ops ran"),
+               "a process that finalized nothing must fail with the others: %s %s", fp_status_name(st),
+               fp_xfer_errmsg(t));
       if (g_finalized && round == 0) printf("rank %d: planted write outside its slice caught: %s\n", tu_rank, fp_xfer_errmsg(t));
       int any = g_finalized > 0, all = 0;
       MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
