@@ -223,7 +223,8 @@ static bool from_scales_ok(const fp_prog *p, int32_t q, const fp_tx_op *o) {
 
 /* A transfer read from a file names byte ranges; check them against the
  * executors' own layouts: every FROM read inside the main-weight runs this
- * FROM rank holds of that param (in its main dtype), every TO need region
+ * FROM rank holds of that param (in its main dtype) or, for e8m0 (a kept
+ * MXFP8 param passing through), its scales, every TO need region
  * inside that param's main runs, persistent compute weight or MXFP8 scales on this TO
  * rank. (A compiled transfer passes by construction.) The layouts depend
  * only on the plans and the ranks, which check_exec pins to the transfer's,
@@ -239,8 +240,9 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
     const fp_tx_op *o = &tx->ops[i];
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = fmap[o->param];
-    if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
-                          fpi_tx_src_bytes(tx, o), false, sf))
+    if (q < 0 || (!in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
+                           fpi_tx_src_bytes(tx, o), false, sf) &&
+                  !in_scales(&from->params[q], o->sdtype, o->src.off, fpi_tx_src_bytes(tx, o))))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
                    "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(tx, o),
                    fpi_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
@@ -458,7 +460,8 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
       case FP_TX_COPY: { /* with the copies that continue it, as one */
         int64_t n;
         int32_t end = fpi_tx_copy_run(tx, i, hi, &n);
-        fpk_cast(dst, o->dtype, src, o->sdtype, n);
+        if (o->dtype == o->sdtype) memmove(dst, src, (size_t)(n * fpi_dtype_size(o->dtype))); /* (e8m0 too) */
+        else fpk_cast(dst, o->dtype, src, o->sdtype, n);
         i = end - 1;
         break;
       }

@@ -183,6 +183,7 @@ typedef struct planner {
   /* the param being covered goes through a reshard transform (piece_xf):
    * it, and the param as it is told; xf_bad after its error */
   bool src_mx;         /* the param being covered: FROM keeps it as MXFP8 (piece_src_mx) */
+  bool pass;           /* FROM and TO keep it as MXFP8: its e4m3 bytes and scales pass through (piece_pass) */
   int64_t fscales;     /* then FROM's byte of its scale 0 */
   const fpi_xform **xfv; /* the transfer's transforms (t->xf_names: the caller's and the built-ins it names) */
   const fpi_xform *xf;
@@ -636,6 +637,37 @@ static void piece_src_mx(planner *P, int32_t pi, int64_t src, int32_t sp, int64_
   P->load[sp] += n * fpi_dtype_size(tdt);
 }
 
+/* A piece of a param both plans keep as MXFP8: the e4m3 elements and the
+ * scales of its blocks pass through unchanged (copied by the process
+ * holding them, else sent by it as they are). Both plans keep such a param
+ * whole on every rank (docs/layout.md: replicated frozen buckets), with the
+ * scales of the full param's blocks, so a piece is the whole param and its
+ * blocks are the same on both sides. */
+static void piece_pass(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e, int64_t n, int32_t d,
+                       int64_t dst) {
+  fp_tx *t = P->t;
+  FP_ASSERT(e % FP_MX_BLOCK == 0 && (e + n == P->knumel || (e + n) % FP_MX_BLOCK == 0));
+  int64_t b0 = e / FP_MX_BLOCK, nb = (e + n + FP_MX_BLOCK - 1) / FP_MX_BLOCK - b0;
+  fp_tx_ref fsc = ref(FP_SP_FROM, P->fscales + b0), tsc = ref(FP_SP_TO, P->kscales + b0);
+  if (sp == d) {
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, d, pi, FP_E4M3, n);
+    o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
+    o = fpi_tx_emit(t, FP_TX_COPY, d, pi, FP_E8M0, nb);
+    o->full_off = e, o->dst = tsc, o->src = fsc;
+    return;
+  }
+  fp_tx_op *o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
+  o->peer = d, o->full_off = e, o->src = ref(FP_SP_FROM, src);
+  o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, nb);
+  o->peer = d, o->full_off = e, o->src = fsc;
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
+  o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_TO, dst);
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, nb);
+  o->peer = sp, o->full_off = e, o->dst = tsc;
+  P->load[sp - t->from_offset] += n + nb;
+  t->lower_bound += nb; /* (the cover counts the elements) */
+}
+
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
 static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t dst, fp_dtype fdt,
                   fp_dtype tdt) {
@@ -646,6 +678,10 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   }
   int64_t src = s->byte + (e - s->a) * fpi_dtype_size(fdt);
   int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
+  if (P->pass) {
+    piece_pass(P, pi, src, sp, e, n, d, dst);
+    return;
+  }
   if (P->src_mx) {
     piece_src_mx(P, pi, src, sp, e, n, d, dst, tdt);
     return;
@@ -894,7 +930,8 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
   int64_t numel = numel_of(q);
   fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
   bool keep = w == 0 && q->main_dtype == FP_E4M3;
-  P->keep = keep, P->knumel = numel;
+  P->pass = keep && w == 0 && t->params[j].src_mx; /* kept as MXFP8 on both sides: passes through */
+  P->keep = keep && !P->pass, P->knumel = numel;
   /* the weights only go through a transform (never optimizer state) */
   P->xf = w == 0 && t->params[j].xf >= 0 ? P->xfv[t->params[j].xf] : NULL;
   P->xp = (fpi_xf_param){q->name, numel, fdt, tdt};
@@ -937,7 +974,7 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
     const run *tr;
     int64_t got = memo_get(&tm, dp - t->to_offset, &tr);
     bool full = got == 1 && tr[0].len == numel;
-    if (P->keep) { /* one run, the whole param (replicated), then its scales */
+    if (keep) { /* one run, the whole param (replicated), then its scales */
       FP_ASSERT(full);
       P->kdata = tr[0].byte, P->klast = -1;
       fpi_tx_region_add(t, true, dp, j, P->kscales, fpi_mx_blocks(numel), 0, FP_E8M0);
@@ -1050,8 +1087,8 @@ static int check_options(const fp_prog *from, const fp_prog *to, const rsrc *S, 
 }
 
 /* TO param q (index j) against its FROM param f (index fj): the same shape,
- * main weights in both, on the device, FROM not kept as MXFP8, trainable in
- * both where optimizer state moves; errors on d */
+ * main weights in both, on the device, trainable in both where optimizer
+ * state moves; errors on d */
 static void check_pair(const fp_ir_param *q, int32_t j, const fp_ir_param *f, int32_t fj, const fp_prog *from,
                        const fp_prog *to, const rsrc *S, int nstates, fp_diag *d) {
   const fp_src *fs = S->fs, *ts = S->ts;
@@ -1078,13 +1115,6 @@ static void check_pair(const fp_ir_param *q, int32_t j, const fp_ir_param *f, in
     ERR_AT(here ? ts : fs, here ? tname : fname, ptr,
            "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
            q->name);
-  }
-  if (f->main_dtype == FP_E4M3 && q->main_dtype == FP_E4M3) {
-    snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fj);
-    ERR_AT(fs, fname, ptr,
-           "param '%s' is kept as MXFP8 in this plan and in %s: a transfer reads an MXFP8 source by dequantizing "
-           "it, and writes MXFP8 by quantizing full-precision weights; transfer from the plan that trains it",
-           q->name, tname);
   }
   if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
     snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);

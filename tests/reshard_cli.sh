@@ -83,14 +83,18 @@ echo "$ir" | grep -q 'need to+[0-9]* bytes=12 e8m0 param=fc1.weight' || fail "no
 echo "$ir" | grep -q 'dequantize_mxfp8' && fail "a kept param is dequantized"
 $F reshard "$T/fz.plan.json" "$T/keep.plan.json" | grep -q '"ratio":1.000' || fail "keep from block-aligned chunks: ratio not 1.000"
 $F reshard "$T/fz.plan.json" "$T/keep.plan.json" -o "$T/keep.xfer.json" >/dev/null && $F viz "$T/keep.xfer.json" -o "$T/keep.trace.json" >/dev/null || fail "a saved transfer into kept MXFP8 does not load back"
-# from kept MXFP8: read by dequantizing (the file loads back); kept into kept: refused, nothing written
+# from kept MXFP8: read by dequantizing (the file loads back)
 ir=$($F reshard "$T/keep.plan.json" "$T/fz.plan.json" --emit=ir) || fail "from kept MXFP8: exit"
 echo "$ir" | grep -q 'param fc1.weight numel=380 source=mxfp8' || fail "from kept MXFP8: source not marked"
 echo "$ir" | grep -q 'dequantize_mxfp8 fp32<-e4m3 .*param=fc1.weight.* src=from+[0-9]* aux=from+' || fail "from kept MXFP8: no dequantizing read"
 $F reshard "$T/keep.plan.json" "$T/fz.plan.json" -o "$T/back.json" >/dev/null && $F viz "$T/back.json" -o "$T/back.trace.json" >/dev/null || fail "a saved transfer from kept MXFP8 does not load back"
-err=$($F reshard "$T/keep.plan.json" "$T/keep.plan.json" -o "$T/kk.json" 2>&1); [ $? = 1 ] || fail "kept into kept: exit"
-echo "$err" | grep -Eq "keep.plan.json:[0-9]+:[0-9]+: error: /params/2/main_dtype: param 'fc1.weight' is kept as MXFP8 in this plan and in" || fail "kept into kept: $err"
-[ -e "$T/kk.json" ] && fail "output written on error (kept into kept)"
+# kept into kept: the e4m3 bytes and scales pass through (copied, or sent as they are), no quantize or dequantize
+ir=$($F reshard "$T/keep.plan.json" "$T/keep.plan.json" --to-offset 1 --emit=ir) || fail "kept into kept: exit"
+echo "$ir" | grep -q 'copy e4m3 n=380 param=fc1.weight' && echo "$ir" | grep -q 'copy e8m0 n=12 param=fc1.weight' || fail "kept into kept: no pass-through copies"
+echo "$ir" | grep -q 'send peer=[0-9]* e8m0 n=12 param=fc1.weight' || fail "kept into kept: no scales sent"
+echo "$ir" | grep -Eq 'quantize_mxfp8|dequantize_mxfp8' && fail "kept into kept: converted"
+$F reshard "$T/keep.plan.json" "$T/keep.plan.json" --to-offset 1 | grep -q '"ratio":1.000' || fail "kept into kept: ratio not 1.000"
+$F reshard "$T/keep.plan.json" "$T/keep.plan.json" --to-offset 1 -o "$T/kk.json" >/dev/null && $F viz "$T/kk.json" -o "$T/kk.trace.json" >/dev/null || fail "a saved kept-into-kept transfer does not load back"
 # shared local programs: hybrid 2 x 3 -> 2 x 2, processes 2 and 3 repeat 0
 # and 1 (text form, JSON, explain)
 spec hybrid 6; spec hybrid 4

@@ -17,7 +17,8 @@
  * with a TO executor on NCCL is refused before anything moves. With
  * FROZEN_MODEL and KEEP_SPEC, a transfer from SPEC_A into a plan that keeps
  * frozen params as MXFP8 (quantizes from FROM straight into TO's elements
- * and scales) too, and back (a dequantizing read of FROM's e4m3 and scales).
+ * and scales) too, and back (a dequantizing read of FROM's e4m3 and scales),
+ * and from it into itself (the e4m3 bytes and scales copied as they are).
  * A third transfer goes through reshard transform
  * plug-ins (fp_transform_mxfp8: fc0's params sender-side, fc1's
  * receiver-side), whose functions the NCCL backend runs on the host, and a
@@ -192,6 +193,20 @@ int main(int argc, char **argv) {
         EXPECT(kf && fp_xfer_run(kf, gk, gf, NULL) == FP_OK, "from MXFP8 on NCCL: %s", fp_xfer_errmsg(kf));
         same_to(F, mf, gf, "from MXFP8 weights");
         fp_xfer_free(kf);
+        /* kept into kept: e4m3 bytes and e8m0 scales copied as they are */
+        fp_xfer *kk = NULL;
+        EXPECT(fp_reshard_compile(K, K, NULL, &kk) == FP_OK, "reshard MXFP8 into MXFP8: %s", fp_xfer_errmsg(kk));
+        fp_exec *mk2 = exec_on(K, FP_BACKEND_MPI), *gk2 = exec_on(K, FP_BACKEND_NCCL);
+        if (kk && mk2 && gk2) {
+          memset(mk2->dev, SENT, nk);
+          EXPECT(fp_gpu_fill(gk2->dev, SENT, nk) == cudaSuccess, "sentinel");
+          EXPECT(fp_xfer_run(kk, mk, mk2, NULL) == FP_OK, "MXFP8 into MXFP8 on MPI: %s", fp_xfer_errmsg(kk));
+          EXPECT(fp_xfer_run(kk, gk, gk2, NULL) == FP_OK, "MXFP8 into MXFP8 on NCCL: %s", fp_xfer_errmsg(kk));
+          same_to(K, mk2, gk2, "MXFP8 weights into MXFP8 weights");
+        }
+        fp_exec_destroy(mk2);
+        fp_exec_destroy(gk2);
+        fp_xfer_free(kk);
       }
       fp_exec_destroy(mf);
       fp_exec_destroy(mk);
