@@ -32,7 +32,9 @@
  * reference kernels), the others exact; then fp_transform_mxfp8's table
  * registered in a set under a name of its own, whose TO arena must equal the
  * built-in's byte for byte; on the wire: sender-side fewer bytes than FROM's
- * (e4m3 + e8m0, as before the contract), receiver-side FROM's bytes. */
+ * (e4m3 + e8m0, as before the contract), receiver-side FROM's bytes; the
+ * built-in's transfer saved and loaded back runs with no binding and
+ * writes the same TO bytes. */
 #include <math.h>
 #include <unistd.h>
 
@@ -246,6 +248,23 @@ static void mxfp8_on_contract(const fp_plan *A, const fp_plan *B, int wa, int wb
     if (ref[b] != e.xb->dev[b] && diff++ == 0) first = (int64_t)b;
   EXPECT(diff == 0, "%s-side MXFP8 on the contract: %" PRId64 " TO bytes differ from the built-in's, the first at %" PRId64,
          g_mx, diff, first);
+  /* the built-in's transfer saved and loaded back runs with no binding (the executor binds built-in names) */
+  {
+    char *js = NULL, path[256];
+    fp_xfer_render(tb, 0, &js);
+    snprintf(path, sizeof path, "%s/test_reshard_xf_mx.%d.%d.xfer.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid(), tu_rank);
+    FILE *f = fopen(path, "w");
+    EXPECT(f && js && fputs(js, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+    fp_free(js);
+    fp_xfer *tl = NULL;
+    EXPECT(fp_xfer_load(path, &tl) == FP_OK, "load %s: %s", path, fp_xfer_errmsg(tl));
+    unlink(path);
+    if (e.xb) memset(e.xb->dev, SENT, bytes);
+    EXPECT(fp_xfer_run(tl, e.xa, e.xb, NULL) == FP_OK, "run the loaded built-in: %s", fp_xfer_errmsg(tl));
+    EXPECT(!e.xb || !memcmp(ref, e.xb->dev, bytes), "the loaded built-in's TO differs from the compiled one's");
+    fp_xfer_free(tl);
+  }
   int64_t nfin = 0;
   for (int32_t i = 0; i < tp->tx->nops; i++) nfin += tp->tx->ops[i].kind == FP_TX_FINALIZE;
   fp_xfer_info ib, ip;
