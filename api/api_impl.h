@@ -95,7 +95,7 @@ const fpi_xforms *fpa_transforms(const struct fp_transform_set *s);
 /* the transfer from one plan to another (planner/reshard.h fpi_reshard and
  * its options; the caller verifies it: fpi_tx_verify); NULL after errors on d */
 fp_tx *fpa_reshard(fp_arena *a, const fp_prog *from, const fp_src *from_src, const fp_prog *to, const fp_src *to_src,
-                   const char *what, int64_t to_offset, int64_t from_offset, const char *const *mxfp8, int nmxfp8,
-                   fp_diag *d);
+                   const char *what, int64_t to_offset, int64_t from_offset, const char *const *rules, int nrules,
+                   fp_diag *d); /* rules: "PATTERN=NAME" (--transform), built-in names only */
 
 #endif

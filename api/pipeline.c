@@ -143,9 +143,9 @@ bool fpa_modeled_print(fp_arena *a, const fp_prog *p, const fp_hw *hw, fpa_show 
 }
 
 fp_tx *fpa_reshard(fp_arena *a, const fp_prog *from, const fp_src *from_src, const fp_prog *to, const fp_src *to_src,
-                   const char *what, int64_t to_offset, int64_t from_offset, const char *const *mxfp8, int nmxfp8,
+                   const char *what, int64_t to_offset, int64_t from_offset, const char *const *rules, int nrules,
                    fp_diag *d) {
-  fp_reshard_opts o = {what, to_offset, from_offset, mxfp8, nmxfp8, NULL};
+  fp_reshard_opts o = {what, to_offset, from_offset, NULL, 0, NULL, rules, nrules};
   return fpi_reshard(a, from, from_src, to, to_src, &o, d);
 }
 

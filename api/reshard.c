@@ -32,8 +32,8 @@ fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_re
   fpi_diag_init(&d, NULL);
   fp_reshard_opts o = {0};
   if (opt)
-    o = (fp_reshard_opts){opt->what, opt->to_offset, opt->from_offset, opt->mxfp8, opt->nmxfp8,
-                          fpa_transforms(opt->transforms)};
+    o = (fp_reshard_opts){opt->what,  opt->to_offset, opt->from_offset, opt->mxfp8, opt->nmxfp8,
+                          fpa_transforms(opt->transforms), opt->transform_rules, opt->ntransform_rules};
   fp_tx *tx = fpi_reshard(t->arena, from->prog, NULL, to->prog, NULL, &o, &d);
   if (tx && !fpi_tx_verify(tx, &d)) tx = NULL;
   fp_status st = tx ? FP_OK : FP_ERR_INPUT;
@@ -63,7 +63,7 @@ fp_status fp_reshard_compile(const fp_plan *from, const fp_plan *to, const fp_re
   }
   fpi_diag_free(&d);
   t->tx = tx;
-  if (tx && opt && opt->transforms) st = fp_xfer_bind_transforms(t, opt->transforms);
+  if (tx && tx->nxf) st = fp_xfer_bind_transforms(t, opt ? opt->transforms : NULL);
   return st;
 }
 

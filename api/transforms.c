@@ -2,7 +2,8 @@
  * fp_transform_set_*, fp_xfer_bind_transforms): the transforms a program
  * registers by name before compiling a transfer, adapted to the form the
  * planner and the executors call (ir/xfer.h fpi_xform). The set is the
- * caller's (malloc'd, no global state). */
+ * caller's (malloc'd, no global state). The built-in names (MXFP8) are not
+ * a set's: the executor binds them itself. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,8 @@ fp_status fp_transform_set_add(fp_transform_set *s, const char *name, const fp_r
   if (!name_ok(name))
     return fail(s, "fp_transform_set_add: '%.80s' is not a transform name ([a-z][a-z0-9_]*, at most %d characters)",
                 name, MAX_NAME);
-  if (!strcmp(name, "mxfp8")) return fail(s, "fp_transform_set_add: 'mxfp8' is the built-in transform");
+  if (fpi_xf_builtin_mode(name) >= 0)
+    return fail(s, "fp_transform_set_add: '%s' is a built-in transform's name (%s)", name, FPI_XF_BUILTIN_NAMES);
   for (int k = 0; k < s->n; k++)
     if (!strcmp(s->v[k]->name, name)) return fail(s, "fp_transform_set_add: '%s' is already registered", name);
   if (s->n == 255) return fail(s, "fp_transform_set_add: a set holds at most 255 transforms");
@@ -146,6 +148,7 @@ fp_status fp_xfer_bind_transforms(fp_xfer *t, const fp_transform_set *s) {
   if (tx->nxf == 0) return FP_OK;
   const fpi_xform **b = fpi_alloc_array(t->arena, (size_t)tx->nxf, sizeof *b);
   for (int32_t k = 0; k < tx->nxf; k++) {
+    if (fpi_xf_builtin_mode(tx->xf_names[k]) >= 0) continue; /* the executor's own (executor/xfer_mxfp8.c) */
     for (int j = 0; s && j < s->n && !b[k]; j++)
       if (!strcmp(s->v[j]->name, tx->xf_names[k])) b[k] = &s->v[j]->xf;
     if (!b[k]) {

@@ -223,7 +223,8 @@ static bool from_scales_ok(const fp_prog *p, int32_t q, const fp_tx_op *o) {
 
 /* A transfer read from a file names byte ranges; check them against the
  * executors' own layouts: every FROM read inside the main-weight runs this
- * FROM rank holds of that param (in its main dtype), every TO need region
+ * FROM rank holds of that param (in its main dtype) or, for e8m0 (a kept
+ * MXFP8 param passing through), its scales, every TO need region
  * inside that param's main runs, persistent compute weight or MXFP8 scales on this TO
  * rank. (A compiled transfer passes by construction.) The layouts depend
  * only on the plans and the ranks, which check_exec pins to the transfer's,
@@ -239,8 +240,9 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
     const fp_tx_op *o = &tx->ops[i];
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = fmap[o->param];
-    if (q < 0 || !in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
-                          fpi_tx_src_bytes(tx, o), false, sf))
+    if (q < 0 || (!in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
+                           fpi_tx_src_bytes(tx, o), false, sf) &&
+                  !in_scales(&from->params[q], o->sdtype, o->src.off, fpi_tx_src_bytes(tx, o))))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
                    "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(tx, o),
                    fpi_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
@@ -458,7 +460,8 @@ static fp_status run_mpi(fp_xfer *t, int me, MPI_Comm c, char *fa, char *ta, cha
       case FP_TX_COPY: { /* with the copies that continue it, as one */
         int64_t n;
         int32_t end = fpi_tx_copy_run(tx, i, hi, &n);
-        fpk_cast(dst, o->dtype, src, o->sdtype, n);
+        if (o->dtype == o->sdtype) memmove(dst, src, (size_t)(n * fpi_dtype_size(o->dtype))); /* (e8m0 too) */
+        else fpk_cast(dst, o->dtype, src, o->sdtype, n);
         i = end - 1;
         break;
       }
@@ -519,9 +522,16 @@ static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, 
   }
 }
 
-/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms) */
+/* a transfer with reshard transforms: each one bound (fp_xfer_bind_transforms),
+ * the built-in names (MXFP8) here, to the executor's own tables */
 static fp_status check_transforms(fp_xfer *t) {
   const fp_tx *tx = t->tx;
+  for (int32_t k = 0; k < tx->nxf; k++) {
+    const fpi_xform *b = fpx_xf_builtin(tx->xf_names[k]);
+    if (!b || (t->xf && t->xf[k] == b)) continue;
+    if (!t->xf) t->xf = fpi_alloc_array(t->arena, (size_t)tx->nxf, sizeof *t->xf);
+    t->xf[k] = b;
+  }
   for (int32_t j = 0; j < tx->nparams; j++) {
     const char *name = fpi_tx_xf_name(tx, j);
     if (!name) continue;
@@ -541,6 +551,7 @@ typedef struct xrun {
   int32_t nreq;        /* its sends and recvs (MPI) */
   xmpi *m;
   int fresh;           /* the NCCL communicator is made in this run */
+  bool abandoned;      /* the watchdog gave up on this process's requests (MPI) */
 } xrun;
 
 /* the local checks (phase 1): enough processes, each executor's plan and
@@ -628,6 +639,7 @@ static fp_status run_ops(fp_xfer *t, xrun *R, MPI_Comm base, MPI_Comm c, const i
   if (all[1] == FP_BACKEND_MPI || all[1] == 0) {
     bool abandoned = false;
     st = run_mpi(t, R->me, c, fa, ta, m->stage, m->req, timeout_s, &abandoned);
+    R->abandoned = abandoned;
     if (abandoned) { /* pending requests may still touch the staging, both arenas and the duplicate */
       fpx_keep_for_mpi(m->stage);
       m->stage = NULL, m->stage_cap = 0;
@@ -643,6 +655,38 @@ static fp_status run_ops(fp_xfer *t, xrun *R, MPI_Comm base, MPI_Comm c, const i
 #endif
   }
   return st;
+}
+
+/* After the ops of a transfer with transforms: a transform that failed on
+ * one process (prepare_send, finalize_recv: plug-in code, whose failure
+ * stops no send or recv, so the others finish) is agreed on, as the checks
+ * are before the ops, so every process fails the run, not only the one
+ * whose transform failed. A process that failed keeps its own message; the
+ * others name it. Not after the watchdog abandoned this process's requests
+ * (the others' agreement then times out, naming it). */
+static fp_status agree_outcome(fp_xfer *t, fp_status st, MPI_Comm base, double timeout_s) {
+  const int64_t none[FPX_AGREE_VALS] = {0};
+  fpx_agreement a;
+  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(t->tx), st != FP_OK,
+                    none, &a);
+  if (st != FP_OK || a.verdict == FPX_AV_OK) return st;
+  char list[160];
+  switch (a.verdict) {
+    case FPX_AV_FAILED:
+      return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: process %" PRId64 " failed while the ops ran (a transform's "
+                           "prepare_send or finalize_recv, or MPI: its own error says which); this process's ops "
+                           "completed, but TO's need regions may be partly written", a.rank);
+    case FPX_AV_TIMEOUT:
+      fpx_agree_list(&a, list, sizeof list);
+      return fpx_xfer_fail(t, FP_ERR_TIMEOUT, "watchdog: fp_xfer_run: %" PRId64 " process(es) did not report the end "
+                           "of the ops within %g s (timeout): did not report: %s; TO's need regions may be partly "
+                           "written", a.missing, timeout_s, list);
+    case FPX_AV_NO_ROOT:
+      return fpx_xfer_fail(t, FP_ERR_TIMEOUT, "watchdog: fp_xfer_run: no answer from process 0 on the end of the ops "
+                           "within %g s (timeout %g s); TO's need regions may be partly written", a.waited_s, timeout_s);
+    default:
+      return fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed on the end of the ops");
+  }
 }
 
 fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) {
@@ -682,6 +726,7 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     return fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and "
                          "NCCL); nothing was written");
   st = run_ops(t, &R, base, R.m->dup, all, timeout_s);
+  if (t->tx->nxf > 0 && !R.abandoned) st = agree_outcome(t, st, base, timeout_s);
   if (st == FP_OK && t->msg) t->msg[0] = 0;
   return st;
 }

@@ -1,6 +1,11 @@
 /* xfer_mxfp8.c - MXFP8 as reshard transforms (include/flexplan.h
  * fp_transform_mxfp8, docs/reshard.md "MXFP8 on the contract"): the built-in
- * `--transform mxfp8` written on the plug-in contract, in its two modes.
+ * `--transform PATTERN=mxfp8` on the plug-in contract, in its two modes;
+ * the one code path of MXFP8 on the wire. The planner knows the built-ins'
+ * names and wire shapes (ir/xfer.h fpi_xf_builtin_shapes, which the wire
+ * functions here call too); fpx_xf_builtin binds a transfer's built-in
+ * names to these tables at run time, so a transfer naming "mxfp8",
+ * "mxfp8_sender" or "mxfp8_receiver" needs no fp_xfer_bind_transforms.
  *
  * Sender-side: the sender quantizes its slice (E4M3 elements and E8M0
  * scales, two wire tensors; blocks aligned to the full param, a slice
@@ -21,26 +26,22 @@
 #include "ir/xfer.h"
 #include "kernels/kernels.h"
 
-static bool is_float(fp_elem e) { return e == FP_ELEM_FP32 || e == FP_ELEM_BF16 || e == FP_ELEM_FP16; }
-
 static int should(void *user, const fp_transform_param *p) {
-  return is_float(p->from_dtype) && is_float(p->to_dtype) && (!user || fnmatch(user, p->name, 0) == 0);
+  return fpi_xf_mxfp8_takes((fp_dtype)p->from_dtype, (fp_dtype)p->to_dtype) && (!user || fnmatch(user, p->name, 0) == 0);
 }
 
+/* fp_wire_tensor is fp_tx_wire (api/transforms.c asserts it) */
 static fp_status sender_wires(void *user, const fp_transform_param *p, int64_t begin, int64_t count,
                               fp_wire_tensor *out, int *n, char *err, size_t errcap) {
-  (void)user, (void)p, (void)err, (void)errcap;
-  out[0] = (fp_wire_tensor){FP_ELEM_E4M3, count};
-  out[1] = (fp_wire_tensor){FP_ELEM_E8M0, fpi_tx_nscales(begin, count)};
-  *n = 2;
+  (void)user, (void)err, (void)errcap;
+  fpi_xf_mxfp8_wires(0, (fp_dtype)p->from_dtype, begin, count, (fp_tx_wire *)out, n);
   return FP_OK;
 }
 
 static fp_status receiver_wires(void *user, const fp_transform_param *p, int64_t begin, int64_t count,
                                 fp_wire_tensor *out, int *n, char *err, size_t errcap) {
-  (void)user, (void)begin, (void)err, (void)errcap;
-  out[0] = (fp_wire_tensor){p->from_dtype, count};
-  *n = 1;
+  (void)user, (void)err, (void)errcap;
+  fpi_xf_mxfp8_wires(1, (fp_dtype)p->from_dtype, begin, count, (fp_tx_wire *)out, n);
   return FP_OK;
 }
 
@@ -98,4 +99,48 @@ static const fp_reshard_transform RECEIVER = {should, receiver_wires, receiver_w
 
 const fp_reshard_transform *fp_transform_mxfp8(fp_mxfp8_mode mode) {
   return mode == FP_MXFP8_SENDER ? &SENDER : mode == FP_MXFP8_RECEIVER ? &RECEIVER : NULL;
+}
+
+/* the tables as the executor calls a transform (ir/xfer.h fpi_xform; ctx:
+ * the table), for the built-in names: the shapes are the planner's */
+static fp_transform_param pub(const fpi_xf_param *p) {
+  return (fp_transform_param){p->name, p->numel, (fp_elem)p->from, (fp_elem)p->to};
+}
+
+static bool run_send(void *ctx, const fpi_xf_param *p, int64_t begin, int64_t count, const void *src,
+                     void *const *wires, char *err, size_t errcap) {
+  const fp_reshard_transform *tab = ctx;
+  fp_transform_param q = pub(p);
+  return tab->prepare_send(NULL, &q, begin, count, src, wires, err, errcap) == FP_OK;
+}
+
+static bool run_finalize(void *ctx, const fpi_xf_param *p, int64_t begin, int64_t count, const void *const *wires,
+                         void *dst, char *err, size_t errcap) {
+  const fp_reshard_transform *tab = ctx;
+  fp_transform_param q = pub(p);
+  return tab->finalize_recv(NULL, &q, begin, count, wires, dst, err, errcap) == FP_OK;
+}
+
+static bool run_should(void *ctx, const fpi_xf_param *p) {
+  const fp_reshard_transform *tab = ctx;
+  fp_transform_param q = pub(p);
+  return tab->should_transform(NULL, &q) != 0;
+}
+
+static bool run_wires(void *ctx, bool recv, const fpi_xf_param *p, int64_t begin, int64_t count, fp_tx_wire *out,
+                      int *n, char *err, size_t errcap) {
+  const fp_reshard_transform *tab = ctx;
+  fp_transform_param q = pub(p);
+  return (recv ? tab->recv_wires : tab->send_wires)(NULL, &q, begin, count, (fp_wire_tensor *)out, n, err, errcap) ==
+         FP_OK;
+}
+
+const fpi_xform *fpx_xf_builtin(const char *name) {
+  static const fpi_xform v[3] = {
+      {"mxfp8", (void *)&SENDER, run_should, run_wires, run_send, run_finalize},
+      {"mxfp8_sender", (void *)&SENDER, run_should, run_wires, run_send, run_finalize},
+      {"mxfp8_receiver", (void *)&RECEIVER, run_should, run_wires, run_send, run_finalize}};
+  for (int k = 0; k < 3; k++)
+    if (name && !strcmp(name, v[k].name)) return &v[k];
+  return NULL;
 }

@@ -162,7 +162,9 @@ static cudaError_t local_op(const fp_tx_op *o, int64_t n, char *dst, char *src, 
   int64_t h = o->kind == FP_TX_COPY ? 0 : fpi_tx_head(o->full_off, o->n);
   cudaError_t e = cudaSuccess;
   switch (o->kind) {
-    case FP_TX_COPY: return fpk_cuda_cast(dst, o->dtype, src, o->sdtype, n, s);
+    case FP_TX_COPY: /* (the same dtype, e8m0 scales too: the bytes) */
+      if (o->dtype == o->sdtype) return cudaMemcpyAsync(dst, src, (size_t)(n * fpi_dtype_size(o->dtype)), cudaMemcpyDeviceToDevice, s);
+      return fpk_cuda_cast(dst, o->dtype, src, o->sdtype, n, s);
     case FP_TX_QUANT:
       if (h > 0) e = fpk_cuda_quantize_mxfp8((uint8_t *)dst, (uint8_t *)aux, src, o->sdtype, h, s);
       if (e == cudaSuccess)
@@ -215,6 +217,34 @@ static fp_status xf_host(fp_xfer *t, int32_t k, char *dst, char *src, cudaStream
   if (st == FP_OK && e != cudaSuccess) st = cuda_fail(t, fpi_tx_kind_name(o->kind), e);
   free(h);
   return st;
+}
+
+/* A built-in transform's op (MXFP8, ir/xfer.h fpi_xf_builtin_mode): the
+ * library's own code, so on the device with the CUDA kernels, which are the
+ * reference kernels' bit for bit, with the transform's blocks and wire
+ * tensors (local_op's head split); no host round trip, no guards. Sender
+ * mode: prep_send quantizes into the e4m3 and e8m0 wires, finalize
+ * dequantizes them into TO. Receiver mode: prep_send copies the slice into
+ * its wire, finalize quantizes it into the op's scratch (n e4m3 bytes and
+ * at most n scales: within the scratch's 2 guards + n elements) and
+ * dequantizes that into TO. */
+static cudaError_t xf_device(const fp_tx *tx, const fp_tx_op *o, int mode, char *dst, char *src, cudaStream_t s) {
+  fp_tx_op q = *o;
+  q.kind = FP_TX_QUANT;
+  if (o->kind == FP_TX_PREP_SEND) {
+    if (mode == 1)
+      return cudaMemcpyAsync(dst, src, (size_t)(o->n * fpi_dtype_size(o->sdtype)), cudaMemcpyDeviceToDevice, s);
+    return local_op(&q, o->n, dst, src, dst + fpi_tx_wire_at(tx, o, 1), s);
+  }
+  char *w0 = src, *scratch = src + fpi_tx_scratch_at(tx, o);
+  cudaError_t e = cudaSuccess;
+  if (mode == 1) e = local_op(&q, o->n, scratch, w0, scratch + o->n, s);
+  q.kind = FP_TX_DEQUANT;
+  q.sdtype = FP_E4M3;
+  if (e == cudaSuccess)
+    e = mode == 1 ? local_op(&q, o->n, dst, scratch, scratch + o->n, s)
+                  : local_op(&q, o->n, dst, w0, src + fpi_tx_wire_at(tx, o, 1), s);
+  return e;
 }
 
 /* wait for the stream, polling the communicator for asynchronous errors */
@@ -280,6 +310,13 @@ fp_status fpx_xfer_nccl_run(fp_xfer *t, int me, MPI_Comm base, MPI_Comm c, bool 
       const fp_tx_op *o = &tx->ops[k];
       if (p2p(o)) {
         any = true;
+        continue;
+      }
+      int mode = fpi_xf_builtin_mode(fpi_tx_xf_name(tx, o->param));
+      if ((o->kind == FP_TX_PREP_SEND || o->kind == FP_TX_FINALIZE) && mode >= 0) {
+        cudaError_t e = xf_device(tx, o, mode, at(from_dev, to_dev, stage, o->dst), at(from_dev, to_dev, stage, o->src),
+                                  n->s);
+        if (e != cudaSuccess) st = cuda_fail(t, fpi_tx_kind_name(o->kind), e);
         continue;
       }
       if (o->kind == FP_TX_PREP_SEND || o->kind == FP_TX_FINALIZE) {

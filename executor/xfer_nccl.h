@@ -30,6 +30,10 @@ fp_status fpx_xfer_fail(fp_xfer *t, fp_status st, const char *fmt, ...) __attrib
  * fpi_tx_stage_need bytes), dst untouched when the guards are broken */
 fp_status fpx_xf_prep_send(fp_xfer *t, int32_t i, char *dst, const char *src);
 fp_status fpx_xf_finalize(fp_xfer *t, int32_t i, char *dst, char *src);
+/* the built-in transform of that name (ir/xfer.h fpi_xf_builtin_mode: MXFP8
+ * in a mode) as the executor runs it, the tables of fp_transform_mxfp8
+ * (xfer_mxfp8.c); NULL for another name */
+const struct fpi_xform *fpx_xf_builtin(const char *name);
 
 #ifdef FP_HAVE_CUDA
 /* Local preparation on process me (< the transfer's processes), before the

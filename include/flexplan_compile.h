@@ -177,8 +177,17 @@ typedef struct fp_reshard_options {
   int nmxfp8;
   int64_t from_offset;       /* process of FROM rank r is r + from_offset (0 but for the way back between
                               * disjoint rank sets) */
-  const fp_transform_set *transforms; /* reshard transforms (flexplan.h; NULL: none): a param a pattern of
-                              * mxfp8 names, or that TO keeps as MXFP8, goes as MXFP8 whatever they say */
+  const fp_transform_set *transforms; /* reshard transforms (flexplan.h; NULL: none): a param TO keeps
+                              * as MXFP8 goes as MXFP8 whatever they say; one no rule below matches goes
+                              * through the first of them whose should_transform takes it */
+  const char *const *transform_rules; /* "PATTERN=NAME" (the CLI's --transform): params matching PATTERN
+                              * (fnmatch) go through transform NAME, a built-in ("mxfp8" and
+                              * "mxfp8_sender": MXFP8 quantized by the sender; "mxfp8_receiver": FROM's
+                              * bytes on the wire, converted on receipt) or one of `transforms`, where it
+                              * takes them; the first rule matching a param decides. A pattern of
+                              * `mxfp8` is the rule "PATTERN=mxfp8", before these. An unknown NAME is
+                              * FP_ERR_INPUT listing the known ones */
+  int ntransform_rules;
 } fp_reshard_options;
 /* Compile and verify the transfer from plan `from` to plan `to` (both
  * loaded or compiled plans of one model). FP_ERR_INPUT when they do not fit

@@ -28,6 +28,45 @@ int64_t fpi_tx_nscales(int64_t full_off, int64_t n) {
   return (h > 0 ? 1 : 0) + (n - h + 31) / 32;
 }
 
+int fpi_xf_builtin_mode(const char *name) {
+  return !name ? -1 : !strcmp(name, "mxfp8") || !strcmp(name, "mxfp8_sender") ? 0 : !strcmp(name, "mxfp8_receiver") ? 1 : -1;
+}
+
+void fpi_xf_mxfp8_wires(int mode, fp_dtype from, int64_t begin, int64_t count, fp_tx_wire *out, int *n) {
+  if (mode == 0) {
+    out[0] = (fp_tx_wire){FP_E4M3, count};
+    out[1] = (fp_tx_wire){FP_E8M0, fpi_tx_nscales(begin, count)};
+    *n = 2;
+  } else {
+    out[0] = (fp_tx_wire){from, count};
+    *n = 1;
+  }
+}
+
+static bool is_float(fp_dtype d) { return d == FP_F32 || d == FP_BF16 || d == FP_F16; }
+bool fpi_xf_mxfp8_takes(fp_dtype from, fp_dtype to) { return is_float(from) && is_float(to); }
+
+static bool builtin_should(void *ctx, const fpi_xf_param *p) {
+  (void)ctx;
+  return fpi_xf_mxfp8_takes(p->from, p->to);
+}
+
+static bool builtin_wires(void *ctx, bool recv, const fpi_xf_param *p, int64_t begin, int64_t count, fp_tx_wire *out,
+                          int *n, char *err, size_t errcap) {
+  (void)recv, (void)err, (void)errcap;
+  fpi_xf_mxfp8_wires((int)(intptr_t)ctx, p->from, begin, count, out, n);
+  return true;
+}
+
+const fpi_xform *fpi_xf_builtin_shapes(const char *name) {
+  static const fpi_xform v[3] = {{"mxfp8", (void *)0, builtin_should, builtin_wires, NULL, NULL},
+                                 {"mxfp8_sender", (void *)0, builtin_should, builtin_wires, NULL, NULL},
+                                 {"mxfp8_receiver", (void *)1, builtin_should, builtin_wires, NULL, NULL}};
+  for (int k = 0; k < 3; k++)
+    if (name && !strcmp(name, v[k].name)) return &v[k];
+  return NULL;
+}
+
 fp_tx *fpi_tx_new(fp_arena *a) {
   fp_tx *t = fpi_alloc(a, sizeof *t);
   t->arena = a;

@@ -182,6 +182,27 @@ typedef struct fpi_xforms {
   int n;
 } fpi_xforms;
 
+/* The built-in transforms (docs/reshard.md "Transforms"): MXFP8 on the
+ * contract, sender-side under "mxfp8" (the `--transform` name from before
+ * the contract: e4m3 elements and e8m0 scales on the wire) and
+ * "mxfp8_sender", receiver-side under "mxfp8_receiver" (FROM's bytes on the
+ * wire, converted on receipt). Here their names and wire shapes, all the
+ * planner and the verifier need; the executor runs them
+ * (executor/xfer_mxfp8.c), so a transfer naming one needs no binding. */
+#define FPI_XF_BUILTIN_NAMES "mxfp8, mxfp8_receiver, mxfp8_sender"
+/* the MXFP8 mode a built-in name stands for (0 sender, 1 receiver: the
+ * values of fp_mxfp8_mode), -1 for another name */
+int fpi_xf_builtin_mode(const char *name);
+/* MXFP8's wire tensors of slice [begin, begin+count) in a mode: sender, the
+ * e4m3 elements and the e8m0 scales of the slice's blocks (fpi_tx_nscales);
+ * receiver, the slice in FROM's dtype */
+void fpi_xf_mxfp8_wires(int mode, fp_dtype from, int64_t begin, int64_t count, fp_tx_wire *out, int *n);
+/* whether MXFP8 takes a param of these main dtypes (fp32, bf16 or fp16 on both sides) */
+bool fpi_xf_mxfp8_takes(fp_dtype from, fp_dtype to);
+/* the built-in named so as the planner calls it (should and wires; no send
+ * or finalize: those are the executor's), NULL for another name */
+const fpi_xform *fpi_xf_builtin_shapes(const char *name);
+
 /* builder */
 fp_tx *fpi_tx_new(fp_arena *a);
 fp_tx_op *fpi_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n);

@@ -9,9 +9,11 @@
  * FROM rank holding it: the least loaded so far (bytes it sends), so
  * replicas (hybrid, replicate, no_shard) share the sending. A piece whose
  * dtypes differ is cast by the sender into staging and sent in TO's dtype,
- * so the wire carries exactly the bytes each destination lacks. Params
- * matching an MXFP8 pattern are quantized by the sender (blocks aligned to
- * the full param, xfer.h fpi_tx_nscales) and dequantized by the receiver.
+ * so the wire carries exactly the bytes each destination lacks. A param a
+ * reshard transform takes (a `--transform PATTERN=NAME` rule: the built-in
+ * MXFP8 of ir/xfer.h, or a plug-in of the caller's set) crosses the wire as
+ * the transform's wire tensors (piece_xf): prep_send, sends, recvs,
+ * finalize; MXFP8 on the wire is the built-in "mxfp8" transform.
  * A TO param the plan keeps as MXFP8 (param_dtype "mxfp8": e4m3 elements
  * and e8m0 scales, no full-precision copy) receives MXFP8 straight into
  * those buffers: the sender quantizes the whole blocks of its piece and
@@ -140,12 +142,6 @@ static int64_t memo_get(const hmemo *m, int64_t r, const run **out) {
   return m->first[g + 1] - m->first[g];
 }
 
-static bool matches(const fp_reshard_opts *o, const char *name) {
-  for (int i = 0; i < o->nmxfp8; i++)
-    if (fnmatch(o->mxfp8[i], name, 0) == 0) return true;
-  return false;
-}
-
 typedef struct planner {
   fp_tx *t;
   const fp_prog *from, *to;
@@ -187,8 +183,9 @@ typedef struct planner {
   /* the param being covered goes through a reshard transform (piece_xf):
    * it, and the param as it is told; xf_bad after its error */
   bool src_mx;         /* the param being covered: FROM keeps it as MXFP8 (piece_src_mx) */
+  bool pass;           /* FROM and TO keep it as MXFP8: its e4m3 bytes and scales pass through (piece_pass) */
   int64_t fscales;     /* then FROM's byte of its scale 0 */
-  const fpi_xforms *xfs; /* the options' transforms */
+  const fpi_xform **xfv; /* the transfer's transforms (t->xf_names: the caller's and the built-ins it names) */
   const fpi_xform *xf;
   fpi_xf_param xp;
   fp_diag *d;
@@ -640,9 +637,40 @@ static void piece_src_mx(planner *P, int32_t pi, int64_t src, int32_t sp, int64_
   P->load[sp] += n * fpi_dtype_size(tdt);
 }
 
+/* A piece of a param both plans keep as MXFP8: the e4m3 elements and the
+ * scales of its blocks pass through unchanged (copied by the process
+ * holding them, else sent by it as they are). Both plans keep such a param
+ * whole on every rank (docs/layout.md: replicated frozen buckets), with the
+ * scales of the full param's blocks, so a piece is the whole param and its
+ * blocks are the same on both sides. */
+static void piece_pass(planner *P, int32_t pi, int64_t src, int32_t sp, int64_t e, int64_t n, int32_t d,
+                       int64_t dst) {
+  fp_tx *t = P->t;
+  FP_ASSERT(e % FP_MX_BLOCK == 0 && (e + n == P->knumel || (e + n) % FP_MX_BLOCK == 0));
+  int64_t b0 = e / FP_MX_BLOCK, nb = (e + n + FP_MX_BLOCK - 1) / FP_MX_BLOCK - b0;
+  fp_tx_ref fsc = ref(FP_SP_FROM, P->fscales + b0), tsc = ref(FP_SP_TO, P->kscales + b0);
+  if (sp == d) {
+    fp_tx_op *o = fpi_tx_emit(t, FP_TX_COPY, d, pi, FP_E4M3, n);
+    o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_FROM, src);
+    o = fpi_tx_emit(t, FP_TX_COPY, d, pi, FP_E8M0, nb);
+    o->full_off = e, o->dst = tsc, o->src = fsc;
+    return;
+  }
+  fp_tx_op *o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
+  o->peer = d, o->full_off = e, o->src = ref(FP_SP_FROM, src);
+  o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, nb);
+  o->peer = d, o->full_off = e, o->src = fsc;
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
+  o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_TO, dst);
+  o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, nb);
+  o->peer = sp, o->full_off = e, o->dst = tsc;
+  P->load[sp - t->from_offset] += n + nb;
+  t->lower_bound += nb; /* (the cover counts the elements) */
+}
+
 /* one piece: n elements from flat index e, FROM run s to TO proc d at byte dst */
 static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, int32_t d, int64_t dst, fp_dtype fdt,
-                  fp_dtype tdt, bool mx) {
+                  fp_dtype tdt) {
   fp_tx *t = P->t;
   if (P->keep) {
     piece_keep(P, pi, s, e, n, d, fdt);
@@ -650,6 +678,10 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   }
   int64_t src = s->byte + (e - s->a) * fpi_dtype_size(fdt);
   int32_t sp = (int32_t)(s->rank + t->from_offset); /* FROM rank r is process r + from_offset */
+  if (P->pass) {
+    piece_pass(P, pi, src, sp, e, n, d, dst);
+    return;
+  }
   if (P->src_mx) {
     piece_src_mx(P, pi, src, sp, e, n, d, dst, tdt);
     return;
@@ -661,27 +693,6 @@ static void piece(planner *P, int32_t pi, const run *s, int64_t e, int64_t n, in
   }
   if (P->xf) {
     piece_xf(P, pi, src, sp, e, n, d, dst, fdt, tdt);
-    return;
-  }
-  if (mx) {
-    int64_t ns = fpi_tx_nscales(e, n);
-    int64_t q = stage_take(P, sp, n), qs = stage_take(P, sp, ns);
-    fp_tx_op *o = fpi_tx_emit(t, FP_TX_QUANT, sp, pi, FP_E4M3, n);
-    o->sdtype = fdt, o->full_off = e, o->dst = ref(FP_SP_STAGE, q), o->src = ref(FP_SP_FROM, src),
-    o->aux = ref(FP_SP_STAGE, qs);
-    o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E4M3, n);
-    o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, q);
-    o = fpi_tx_emit(t, FP_TX_SEND, sp, pi, FP_E8M0, ns);
-    o->peer = d, o->full_off = e, o->src = ref(FP_SP_STAGE, qs);
-    int64_t r = stage_take(P, d, n), rs = stage_take(P, d, ns);
-    o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E4M3, n);
-    o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, r);
-    o = fpi_tx_emit(t, FP_TX_RECV, d, pi, FP_E8M0, ns);
-    o->peer = sp, o->full_off = e, o->dst = ref(FP_SP_STAGE, rs);
-    o = late(P, FP_TX_DEQUANT, d, pi, tdt, n);
-    o->sdtype = FP_E4M3, o->full_off = e, o->dst = ref(FP_SP_TO, dst), o->src = ref(FP_SP_STAGE, r),
-    o->aux = ref(FP_SP_STAGE, rs);
-    P->load[sp] += n + ns;
     return;
   }
   fp_tx_ref from = ref(FP_SP_FROM, src);
@@ -727,7 +738,7 @@ static bool make_groups(fp_arena *a, const run *fr, int64_t nfr, group **out, in
 }
 
 static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64_t ng, int64_t a, int64_t len,
-                         int32_t d, int64_t dst, fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
+                         int32_t d, int64_t dst, fp_dtype fdt, fp_dtype tdt, int64_t *lacked) {
   int64_t e = a, end = a + len, tsz = fpi_dtype_size(tdt);
   while (e < end) {
     int64_t lo = 0, hi = ng; /* the last group starting at or before e */
@@ -759,7 +770,7 @@ static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64
     }
     int64_t n = stop - e;
     if (!mine) *lacked += n * tsz;
-    piece(P, pi, mine ? mine : best, e, n, d, dst + (e - a) * tsz, fdt, tdt, mx);
+    piece(P, pi, mine ? mine : best, e, n, d, dst + (e - a) * tsz, fdt, tdt);
     e = stop;
   }
   return true;
@@ -767,7 +778,7 @@ static bool cover_groups(planner *P, int32_t pi, const run *fr, group *gs, int64
 
 /* the general case (runs that overlap without being equal): the FROM runs are sorted by start; cover TO run [a, a+len) of TO proc d */
 static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a, int64_t len, int32_t d, int64_t dst,
-                  fp_dtype fdt, fp_dtype tdt, bool mx, int64_t *lacked) {
+                  fp_dtype fdt, fp_dtype tdt, int64_t *lacked) {
   int64_t e = a, end = a + len, tsz = fpi_dtype_size(tdt);
   while (e < end) {
     /* the runs holding e: candidates; the piece ends at the nearest boundary */
@@ -792,7 +803,7 @@ static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a,
     if (!best) return false;
     int64_t n = stop - e;
     if (!mine) *lacked += n * tsz;
-    piece(P, pi, mine ? mine : best, e, n, d, dst + (e - a) * tsz, fdt, tdt, mx);
+    piece(P, pi, mine ? mine : best, e, n, d, dst + (e - a) * tsz, fdt, tdt);
     e = stop;
   }
   return true;
@@ -802,7 +813,7 @@ static bool cover(planner *P, int32_t pi, const run *fr, int64_t nfr, int64_t a,
  * by start), which hold all of it (classes() checked): local pieces only,
  * cut at the own runs' ends; false on a gap */
 static bool cover_local(planner *P, int32_t pi, const run *own, int64_t nown, int64_t a, int64_t len, int32_t d,
-                        int64_t dst, fp_dtype fdt, fp_dtype tdt, bool mx) {
+                        int64_t dst, fp_dtype fdt, fp_dtype tdt) {
   int64_t e = a, end = a + len, tsz = fpi_dtype_size(tdt);
   for (int64_t k = 0; k < nown && e < end; k++) {
     run s = own[k];
@@ -810,7 +821,7 @@ static bool cover_local(planner *P, int32_t pi, const run *own, int64_t nown, in
     if (s.a + s.len <= e) continue;
     if (s.a > e) return false;
     int64_t stop = s.a + s.len < end ? s.a + s.len : end;
-    piece(P, pi, &s, e, stop - e, d, dst + (e - a) * tsz, fdt, tdt, mx);
+    piece(P, pi, &s, e, stop - e, d, dst + (e - a) * tsz, fdt, tdt);
     e = stop;
   }
   return e >= end;
@@ -918,10 +929,11 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
   const fp_ir_param *q = &to->params[j], *f = &from->params[fj];
   int64_t numel = numel_of(q);
   fp_dtype fdt = w ? from->optim_dtype : f->main_dtype, tdt = w ? to->optim_dtype : q->main_dtype;
-  bool keep = w == 0 && q->main_dtype == FP_E4M3, mxw = w == 0 && t->params[j].mxfp8;
-  P->keep = keep, P->knumel = numel;
+  bool keep = w == 0 && q->main_dtype == FP_E4M3;
+  P->pass = keep && w == 0 && t->params[j].src_mx; /* kept as MXFP8 on both sides: passes through */
+  P->keep = keep && !P->pass, P->knumel = numel;
   /* the weights only go through a transform (never optimizer state) */
-  P->xf = w == 0 && t->params[j].xf >= 0 ? P->xfs->v[t->params[j].xf] : NULL;
+  P->xf = w == 0 && t->params[j].xf >= 0 ? P->xfv[t->params[j].xf] : NULL;
   P->xp = (fpi_xf_param){q->name, numel, fdt, tdt};
   P->src_mx = w == 0 && t->params[j].src_mx;
   P->fscales = P->src_mx ? from->bufs[f->scales.buf].offset + f->scales.off : -1;
@@ -956,13 +968,13 @@ static bool plan_param(planner *P, int32_t j, int32_t fj, int w, const int32_t *
     const run *own = NULL;
     int64_t nown = P->local[dp] ? memo_get(&fm, dp - t->from_offset, &own) : 0;
 #define COVER(A, LEN, DST, TDT)                                                                                  \
-  (P->local[dp] ? cover_local(P, j, own, nown, (A), (LEN), dp, (DST), fdt, (TDT), mxw)                          \
-   : grouped    ? cover_groups(P, j, P->fr, gs, ng, (A), (LEN), dp, (DST), fdt, (TDT), mxw, &t->lower_bound) \
-                : cover(P, j, P->fr, nfr, (A), (LEN), dp, (DST), fdt, (TDT), mxw, &t->lower_bound))
+  (P->local[dp] ? cover_local(P, j, own, nown, (A), (LEN), dp, (DST), fdt, (TDT))                          \
+   : grouped    ? cover_groups(P, j, P->fr, gs, ng, (A), (LEN), dp, (DST), fdt, (TDT), &t->lower_bound) \
+                : cover(P, j, P->fr, nfr, (A), (LEN), dp, (DST), fdt, (TDT), &t->lower_bound))
     const run *tr;
     int64_t got = memo_get(&tm, dp - t->to_offset, &tr);
     bool full = got == 1 && tr[0].len == numel;
-    if (P->keep) { /* one run, the whole param (replicated), then its scales */
+    if (keep) { /* one run, the whole param (replicated), then its scales */
       FP_ASSERT(full);
       P->kdata = tr[0].byte, P->klast = -1;
       fpi_tx_region_add(t, true, dp, j, P->kscales, fpi_mx_blocks(numel), 0, FP_E8M0);
@@ -1075,8 +1087,8 @@ static int check_options(const fp_prog *from, const fp_prog *to, const rsrc *S, 
 }
 
 /* TO param q (index j) against its FROM param f (index fj): the same shape,
- * main weights in both, on the device, FROM not kept as MXFP8, trainable in
- * both where optimizer state moves; errors on d */
+ * main weights in both, on the device, trainable in both where optimizer
+ * state moves; errors on d */
 static void check_pair(const fp_ir_param *q, int32_t j, const fp_ir_param *f, int32_t fj, const fp_prog *from,
                        const fp_prog *to, const rsrc *S, int nstates, fp_diag *d) {
   const fp_src *fs = S->fs, *ts = S->ts;
@@ -1103,13 +1115,6 @@ static void check_pair(const fp_ir_param *q, int32_t j, const fp_ir_param *f, in
     ERR_AT(here ? ts : fs, here ? tname : fname, ptr,
            "param '%s' is offloaded (its main weights are in host memory): transfers move device arenas only",
            q->name);
-  }
-  if (f->main_dtype == FP_E4M3 && q->main_dtype == FP_E4M3) {
-    snprintf(ptr, sizeof ptr, "/params/%d/main_dtype", fj);
-    ERR_AT(fs, fname, ptr,
-           "param '%s' is kept as MXFP8 in this plan and in %s: a transfer reads an MXFP8 source by dequantizing "
-           "it, and writes MXFP8 by quantizing full-precision weights; transfer from the plan that trains it",
-           q->name, tname);
   }
   if (nstates && (q->opt.buf >= 0) != (f->opt.buf >= 0)) {
     snprintf(ptr, sizeof ptr, "/params/%d/requires_grad", j);
@@ -1162,9 +1167,91 @@ static int32_t *match_params(fp_arena *a, const fp_prog *from, const fp_prog *to
 }
 #undef ERR_AT
 
+/* the transfer's transforms so far (t->xf_names in order) */
+typedef struct xflist {
+  const fpi_xform **v;
+  int32_t n;
+} xflist;
+
+/* x's index among the transfer's transforms, added on first use */
+static int32_t xf_use(fp_tx *t, xflist *L, const fpi_xform *x) {
+  for (int32_t k = 0; k < L->n; k++)
+    if (L->v[k] == x) return k;
+  L->v[L->n] = x;
+  t->xf_names[L->n] = x->name;
+  t->nxf = ++L->n;
+  return L->n - 1;
+}
+
+/* the transform a "PATTERN=NAME" rule names (a built-in, else one of the
+ * caller's), with its pattern; NULL after an error listing the known names */
+static const fpi_xform *rule_xform(const fp_reshard_opts *o, const char *rule, char *pat, size_t cap, fp_diag *d) {
+  const char *eq = strrchr(rule, '=');
+  if (!eq || eq == rule || !eq[1] || (size_t)(eq - rule) >= cap) {
+    fpi_diag_errorf(d, "reshard", "--transform '%s': expected PATTERN=NAME (NAME one of %s%s)", rule,
+                    FPI_XF_BUILTIN_NAMES, o->xf && o->xf->n ? " or a registered transform's name" : "");
+    return NULL;
+  }
+  memcpy(pat, rule, (size_t)(eq - rule));
+  pat[eq - rule] = 0;
+  const char *name = eq + 1;
+  const fpi_xform *x = fpi_xf_builtin_shapes(name);
+  for (int k = 0; !x && o->xf && k < o->xf->n; k++)
+    if (!strcmp(o->xf->v[k]->name, name)) x = o->xf->v[k];
+  if (x) return x;
+  fp_sbuf b = {0};
+  for (int k = 0; o->xf && k < o->xf->n; k++) fpi_sb_puts(&b, ", "), fpi_sb_puts(&b, o->xf->v[k]->name);
+  fpi_diag_errorf(d, "reshard", "--transform '%s': unknown transform '%s' (known: %s%s%s)", rule, name,
+                  FPI_XF_BUILTIN_NAMES, b.p ? b.p : "", o->xf && o->xf->n ? "" : "; a plug-in is known once "
+                  "registered with fp_transform_set_add and passed in fp_reshard_options.transforms");
+  free(b.p);
+  return NULL;
+}
+
+/* Each TO param's transform: none where FROM keeps it as MXFP8 (read by
+ * dequantizing) or TO does (MXFP8 straight into its buffers); else the
+ * first rule whose pattern matches it, if that transform takes it
+ * (should_transform); else the first of the caller's transforms that
+ * takes it. false after an error (a bad rule, reported once) */
+static bool assign_transforms(fp_tx *t, const fp_prog *from, const fp_prog *to, const int32_t *fi,
+                              const fp_reshard_opts *o, const fpi_xform ***out, fp_diag *d) {
+  fp_arena *a = t->arena;
+  int nr = o->nmxfp8 + o->nrules, nxf = o->xf ? o->xf->n : 0;
+  const fpi_xform **rx = fpi_alloc_array(a, (size_t)nr + 1, sizeof *rx);
+  char **rp = fpi_alloc_array(a, (size_t)nr + 1, sizeof *rp);
+  bool ok = true;
+  for (int k = 0; k < nr; k++) {
+    if (k < o->nmxfp8) {
+      rx[k] = fpi_xf_builtin_shapes("mxfp8"), rp[k] = fpi_strndup(a, o->mxfp8[k], strlen(o->mxfp8[k]));
+      continue;
+    }
+    const char *rule = o->rules[k - o->nmxfp8];
+    rp[k] = fpi_alloc(a, strlen(rule) + 1);
+    ok &= (rx[k] = rule_xform(o, rule, rp[k], strlen(rule) + 1, d)) != NULL;
+  }
+  if (!ok) return false;
+  xflist L = {fpi_alloc_array(a, (size_t)(nr + nxf) + 1, sizeof *L.v), 0};
+  t->xf_names = fpi_alloc_array(a, (size_t)(nr + nxf) + 1, sizeof *t->xf_names);
+  for (int32_t j = 0; j < to->nparams; j++) {
+    const fp_ir_param *q = &to->params[j], *f = &from->params[fi[j]];
+    if (t->params[j].mxfp8 || t->params[j].src_mx) continue;
+    fpi_xf_param xp = {q->name, numel_of(q), f->main_dtype, q->main_dtype};
+    int k = 0;
+    while (k < nr && fnmatch(rp[k], q->name, 0) != 0) k++;
+    if (k < nr) {
+      if (rx[k]->should(rx[k]->ctx, &xp)) t->params[j].xf = xf_use(t, &L, rx[k]);
+      continue;
+    }
+    for (k = 0; k < nxf && t->params[j].xf < 0; k++)
+      if (o->xf->v[k]->should(o->xf->v[k]->ctx, &xp)) t->params[j].xf = xf_use(t, &L, o->xf->v[k]);
+  }
+  *out = L.v;
+  return true;
+}
+
 /* the transfer's header (hashes, worlds, offsets, processes) and its
- * params, each on the wire as MXFP8 where TO keeps it so or a pattern
- * matches */
+ * params: MXFP8 straight into TO's buffers where TO keeps a param so, read
+ * by dequantizing where FROM does */
 static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, const int32_t *fi, const fp_reshard_opts *o,
                         int nstates) {
   fp_tx *t = fpi_tx_new(a);
@@ -1180,21 +1267,9 @@ static fp_tx *tx_header(fp_arena *a, const fp_prog *from, const fp_prog *to, con
   t->nparams = to->nparams;
   t->cap_params = to->nparams + 1;
   for (int32_t j = 0; j < to->nparams; j++) {
-    /* kept as MXFP8 by TO: MXFP8 on the wire whatever --transform says */
     const fp_ir_param *q = &to->params[j];
-    const fp_ir_param *f = &from->params[fi[j]];
-    bool src_mx = f->main_dtype == FP_E4M3; /* read by dequantizing: no other transform */
-    t->params[j] = (fp_tx_param){q->name, numel_of(q), !src_mx && (q->main_dtype == FP_E4M3 || matches(o, q->name)),
-                                 src_mx, -1};
-    /* a transform takes the others it says it takes: the first that does */
-    fpi_xf_param xp = {q->name, numel_of(q), f->main_dtype, q->main_dtype};
-    for (int k = 0; o->xf && !t->params[j].mxfp8 && !src_mx && k < o->xf->n && t->params[j].xf < 0; k++)
-      if (o->xf->v[k]->should(o->xf->v[k]->ctx, &xp)) t->params[j].xf = k;
-  }
-  if (o->xf) {
-    t->xf_names = fpi_alloc_array(a, (size_t)o->xf->n, sizeof *t->xf_names);
-    for (int k = 0; k < o->xf->n; k++) t->xf_names[k] = o->xf->v[k]->name;
-    t->nxf = o->xf->n;
+    bool src_mx = from->params[fi[j]].main_dtype == FP_E4M3;
+    t->params[j] = (fp_tx_param){q->name, numel_of(q), !src_mx && q->main_dtype == FP_E4M3, src_mx, -1};
   }
   return t;
 }
@@ -1285,7 +1360,8 @@ fp_tx *fpi_reshard(fp_arena *a, const fp_prog *from, const fp_src *fs, const fp_
   if (d->nerrors > errs) return NULL;
 
   fp_tx *t = tx_header(a, from, to, fi, o, nstates);
-  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates, .xfs = o->xf, .d = d};
+  planner P = {.t = t, .from = from, .to = to, .fi = fi, .nstates = nstates, .d = d};
+  if (!assign_transforms(t, from, to, fi, o, &P.xfv, d)) return NULL;
   t->same = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *t->same);
   P.load = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.load);
   P.stage = fpi_alloc_array(a, (size_t)t->nprocs, sizeof *P.stage);

@@ -13,9 +13,14 @@ typedef struct fp_reshard_opts {
   int64_t to_offset;            /* process of TO rank r = r + to_offset (0: overlapping rank sets) */
   int64_t from_offset;          /* process of FROM rank r = r + from_offset (0 unless the way back of a
                                  * transfer between disjoint rank sets) */
-  const char *const *mxfp8;     /* fnmatch patterns over param names: those go as MXFP8 on the wire */
+  const char *const *mxfp8;     /* fnmatch patterns over param names: those go through the built-in
+                                 * transform "mxfp8" (each is the rule "PATTERN=mxfp8") */
   int nmxfp8;
-  const fpi_xforms *xf;         /* reshard transforms (NULL: none) */
+  const fpi_xforms *xf;         /* reshard transforms registered by the caller (NULL: none) */
+  const char *const *rules;     /* "PATTERN=NAME": params matching PATTERN (fnmatch) go through the transform
+                                 * NAME, a built-in (ir/xfer.h FPI_XF_BUILTIN_NAMES) or one of xf; the first
+                                 * rule matching a param decides, then xf's should_transform in order */
+  int nrules;
 } fp_reshard_opts;
 
 /* Build and verify the transfer. from_src / to_src (may be NULL) are the

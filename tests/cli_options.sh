@@ -196,7 +196,9 @@ has err "reshard: expected FROM and TO, got 'c' too"
 expect 2 "$fp" reshard a b --to-offset 1x
 has err "reshard: offset '1x' is not a number"
 expect 2 "$fp" reshard a b --transform 'fc*=fp4'
-has err "reshard: --transform 'fc*=fp4': expected PATTERN=mxfp8"
+has err "reshard: --transform 'fc*=fp4': unknown transform 'fp4' (known: mxfp8, mxfp8_receiver, mxfp8_sender)"
+expect 2 "$fp" reshard a b --transform 'fc*'
+has err "reshard: --transform 'fc*': expected PATTERN=NAME (NAME one of mxfp8, mxfp8_receiver, mxfp8_sender)"
 # options that do not apply to a transfer
 expect 2 "$fp" viz "$tmp/x1.json" --ranks 0
 has err "viz: option '--ranks' does not apply to a transfer"

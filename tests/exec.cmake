@@ -272,6 +272,9 @@ fp_reshard_xf_test(fs2_to_fs2_disjoint 4 full_shard 2 full_shard 2 --to-offset 2
 fp_reshard_xf_test(fault_count 3 full_shard 2 full_shard 3 --fault count)
 fp_reshard_xf_test(fault_outside 3 full_shard 2 full_shard 3 --fault outside)
 fp_reshard_xf_test(fault_unbound 2 full_shard 1 full_shard 1 --to-offset 1 --fault unbound)
+# a sender-side transform failure on process 0: every process fails (disjoint 2 -> 2 on 4, overlapping 2 -> 3)
+fp_reshard_xf_test(fault_send_disjoint 4 full_shard 2 full_shard 2 --to-offset 2 --fault send)
+fp_reshard_xf_test(fault_send 3 full_shard 2 full_shard 3 --fault send)
 # MXFP8 on the contract (fp_transform_mxfp8), both modes: TO's arena equals
 # what the built-in --transform mxfp8 writes, byte for byte
 fp_reshard_xf_test(mxfp8_sender_fs4_to_placements3 4 full_shard 4 placements-w3 3 --mxfp8 sender)

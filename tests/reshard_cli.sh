@@ -25,8 +25,14 @@ $F reshard "$T/a.plan.json" "$T/b.plan.json" --emit=ir | grep -q '^xfer model="m
 $F reshard "$T/a.plan.json" "$T/b.plan.json" --emit=explain | grep -q 'ratio 1.000' || fail "--emit=explain"
 $F reshard "$T/a.plan.json" "$T/b.plan.json" --emit=trace | python3 -c "import json,sys; d=json.load(sys.stdin); assert any(e.get('ph')=='X' for e in d['traceEvents'])" || fail "--emit=trace"
 mx=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*.weight=mxfp8' --emit=ir) || fail "mxfp8 exit"
-echo "$mx" | grep -q 'param fc0.weight numel=260 wire=mxfp8' || fail "mxfp8 param not marked"
-echo "$mx" | grep -q 'quantize_mxfp8' || fail "no quantize op"
+echo "$mx" | grep -q 'param fc0.weight numel=260 transform=mxfp8' || fail "mxfp8 param not marked"
+echo "$mx" | grep -q 'prep_send fp32 n=.*param=fc0.weight.* wires=e4m3:[0-9]*,e8m0:' || fail "no sender-side prep_send"
+echo "$mx" | grep -q 'quantize_mxfp8' && fail "the built-in mxfp8 runs its own quantize ops (one code path: the transform's)"
+# the two modes by name: mxfp8_sender is mxfp8; mxfp8_receiver sends FROM's bytes
+wb() { $F reshard "$T/a.plan.json" "$T/b.plan.json" --transform "fc*.weight=$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['wire_bytes'], d['lower_bound_bytes'])"; }
+read -r w_mx lb <<< "$(wb mxfp8)"; read -r w_snd _ <<< "$(wb mxfp8_sender)"; read -r w_rcv _ <<< "$(wb mxfp8_receiver)"
+[ "$w_snd" = "$w_mx" ] && [ "$w_rcv" = "$lb" ] && [ "$w_mx" -lt "$lb" ] || fail "modes: mxfp8 $w_mx sender $w_snd receiver $w_rcv lower bound $lb"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*.weight=mxfp8_receiver' --emit=ir | grep -q 'prep_send fp32 n=.* wires=fp32:' || fail "receiver-side wires not FROM's dtype"
 $F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*.weight=mxfp8' | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['wire_bytes'] < d['lower_bound_bytes']" || fail "mxfp8 wire not smaller"
 
 # flexplan viz of a saved transfer: its trace; a tampered file: located, exit 1
@@ -77,14 +83,18 @@ echo "$ir" | grep -q 'need to+[0-9]* bytes=12 e8m0 param=fc1.weight' || fail "no
 echo "$ir" | grep -q 'dequantize_mxfp8' && fail "a kept param is dequantized"
 $F reshard "$T/fz.plan.json" "$T/keep.plan.json" | grep -q '"ratio":1.000' || fail "keep from block-aligned chunks: ratio not 1.000"
 $F reshard "$T/fz.plan.json" "$T/keep.plan.json" -o "$T/keep.xfer.json" >/dev/null && $F viz "$T/keep.xfer.json" -o "$T/keep.trace.json" >/dev/null || fail "a saved transfer into kept MXFP8 does not load back"
-# from kept MXFP8: read by dequantizing (the file loads back); kept into kept: refused, nothing written
+# from kept MXFP8: read by dequantizing (the file loads back)
 ir=$($F reshard "$T/keep.plan.json" "$T/fz.plan.json" --emit=ir) || fail "from kept MXFP8: exit"
 echo "$ir" | grep -q 'param fc1.weight numel=380 source=mxfp8' || fail "from kept MXFP8: source not marked"
 echo "$ir" | grep -q 'dequantize_mxfp8 fp32<-e4m3 .*param=fc1.weight.* src=from+[0-9]* aux=from+' || fail "from kept MXFP8: no dequantizing read"
 $F reshard "$T/keep.plan.json" "$T/fz.plan.json" -o "$T/back.json" >/dev/null && $F viz "$T/back.json" -o "$T/back.trace.json" >/dev/null || fail "a saved transfer from kept MXFP8 does not load back"
-err=$($F reshard "$T/keep.plan.json" "$T/keep.plan.json" -o "$T/kk.json" 2>&1); [ $? = 1 ] || fail "kept into kept: exit"
-echo "$err" | grep -Eq "keep.plan.json:[0-9]+:[0-9]+: error: /params/2/main_dtype: param 'fc1.weight' is kept as MXFP8 in this plan and in" || fail "kept into kept: $err"
-[ -e "$T/kk.json" ] && fail "output written on error (kept into kept)"
+# kept into kept: the e4m3 bytes and scales pass through (copied, or sent as they are), no quantize or dequantize
+ir=$($F reshard "$T/keep.plan.json" "$T/keep.plan.json" --to-offset 1 --emit=ir) || fail "kept into kept: exit"
+echo "$ir" | grep -q 'copy e4m3 n=380 param=fc1.weight' && echo "$ir" | grep -q 'copy e8m0 n=12 param=fc1.weight' || fail "kept into kept: no pass-through copies"
+echo "$ir" | grep -q 'send peer=[0-9]* e8m0 n=12 param=fc1.weight' || fail "kept into kept: no scales sent"
+echo "$ir" | grep -Eq 'quantize_mxfp8|dequantize_mxfp8' && fail "kept into kept: converted"
+$F reshard "$T/keep.plan.json" "$T/keep.plan.json" --to-offset 1 | grep -q '"ratio":1.000' || fail "kept into kept: ratio not 1.000"
+$F reshard "$T/keep.plan.json" "$T/keep.plan.json" --to-offset 1 -o "$T/kk.json" >/dev/null && $F viz "$T/kk.json" -o "$T/kk.trace.json" >/dev/null || fail "a saved kept-into-kept transfer does not load back"
 # shared local programs: hybrid 2 x 3 -> 2 x 2, processes 2 and 3 repeat 0
 # and 1 (text form, JSON, explain)
 spec hybrid 6; spec hybrid 4
@@ -100,7 +110,10 @@ err=$($F reshard "$T/a.plan.json" "$T/off.plan.json" 2>&1); [ $? = 1 ] || fail "
 echo "$err" | grep -Eq "off.plan.json:[0-9]+:[0-9]+: error: /params/0: param 'fc0.weight' is offloaded" || fail "offload: $err"
 err=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --to-offset 9 2>&1); [ $? = 1 ] || fail "to-offset exit"
 echo "$err" | grep -q "must lie in \[0, 4\]" || fail "to-offset: $err"
-$F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*=fp4' >/dev/null 2>&1; [ $? = 2 ] || fail "bad transform not a usage error"
+$F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*' >/dev/null 2>&1; [ $? = 2 ] || fail "a transform without =NAME not a usage error"
+err=$($F reshard "$T/a.plan.json" "$T/b.plan.json" --transform 'fc*=fp4' -o "$T/fp4.xfer.json" 2>&1); [ $? = 2 ] || fail "unknown transform exit"
+echo "$err" | grep -q "reshard: --transform 'fc\*=fp4': unknown transform 'fp4' (known: mxfp8, mxfp8_receiver, mxfp8_sender)" || fail "unknown transform: $err"
+[ -e "$T/fp4.xfer.json" ] && fail "unknown transform: output written"
 $F reshard "$T/a.plan.json" >/dev/null 2>&1; [ $? = 2 ] || fail "one plan not a usage error"
 err=$($F reshard "$T/a.plan.json" "$T/missing.plan.json" 2>&1); [ $? = 1 ] || fail "missing file exit"
 echo "$err" | grep -q "missing.plan.json" || fail "missing file: $err"

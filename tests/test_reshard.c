@@ -327,19 +327,28 @@ int main(int argc, char **argv) {
   }
   const char *pats[1] = {mxpat};
   /* the way back: B's ranks (processes off..) are FROM, A's (processes 0..) TO */
-  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0, NULL}, back = {what, 0, NULL, 0, off, NULL};
+  fp_reshard_options ro = {what, off, pats, mxpat ? 1 : 0, 0, NULL, NULL, 0}, back = {what, 0, NULL, 0, off, NULL, NULL, 0};
   fp_xfer *ab = NULL, *ba = NULL;
   bool kept = false; /* B keeps params as MXFP8 */
   for (int32_t i = 0; i < B->prog->nparams; i++) kept |= B->prog->params[i].main_dtype == FP_E4M3;
   EXPECT(fp_reshard_compile(A, B, &ro, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
   /* (from MXFP8 weights B keeps: read by dequantizing them) */
   EXPECT(fp_reshard_compile(B, A, &back, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
-  if (kept) { /* but not from kept weights into kept weights: a located error naming both */
-    fp_xfer *bb = NULL;
-    fp_reshard_options same = {what, 0, NULL, 0, 0, NULL};
-    EXPECT(fp_reshard_compile(B, B, &same, &bb) != FP_OK && strstr(fp_xfer_errmsg(bb), "is kept as MXFP8 in this plan and in"),
-           "reshard B->B between MXFP8 weights: %s", fp_xfer_errmsg(bb));
-    fp_xfer_free(bb);
+  /* and from kept weights into kept weights (B -> B shifted by one process, run below): the e4m3 bytes and
+   * scales pass through, with no quantize or dequantize */
+  fp_xfer *bb = NULL;
+  int64_t bto = off + 1 + wb <= tu_world ? off + 1 : off - 1;
+  if (kept) {
+    fp_reshard_options shift = {what, bto, NULL, 0, off, NULL, NULL, 0};
+    EXPECT(fp_reshard_compile(B, B, &shift, &bb) == FP_OK, "reshard B->B between MXFP8 weights: %s", fp_xfer_errmsg(bb));
+    int64_t conv = 0, sends = 0;
+    for (int32_t i = 0; bb && bb->tx && i < bb->tx->nops; i++) {
+      const fp_tx_op *o = &bb->tx->ops[i];
+      conv += o->kind == FP_TX_QUANT || o->kind == FP_TX_DEQUANT || o->kind == FP_TX_QUANT_AT;
+      sends += o->kind == FP_TX_SEND && o->dtype == FP_E8M0;
+    }
+    EXPECT(conv == 0 && sends > 0, "B->B: %" PRId64 " quantizes or dequantizes (want none), %" PRId64 " scales sent", conv,
+           sends);
   }
   if (ba) {
     /* the way back runs from its saved JSON (fp_xfer_load), which must
@@ -443,6 +452,30 @@ int main(int argc, char **argv) {
     }
     MPI_Allreduce(MPI_IN_PLACE, &merged, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     EXPECT(merged > 0, "no copies ran as one");
+  }
+  if (bb) { /* B -> B: the kept params' bytes pass through (check: the reference quantization, bit for bit) */
+    fp_xfer_info bi;
+    fp_xfer_get_info(bb, &bi);
+    EXPECT(bi.wire_bytes == bi.lower_bound, "B->B wire %" PRId64 " != lower bound %" PRId64, bi.wire_bytes,
+           bi.lower_bound);
+    MPI_Comm cb2;
+    bool inB2 = tu_rank >= bto && tu_rank < bto + wb;
+    MPI_Comm_split(MPI_COMM_WORLD, inB2 ? 0 : MPI_UNDEFINED, tu_rank, &cb2);
+    fp_exec *xb2 = NULL;
+    if (inB2) {
+      fp_exec_config c = {.backend = FP_BACKEND_MPI, .rank = (int)(tu_rank - bto), .world_size = wb, .bootstrap = &cb2};
+      EXPECT(fp_exec_create(B, &c, &xb2) == FP_OK, "create B at +%" PRId64 ": %s", bto, fp_exec_errmsg(xb2));
+      if (xb2) memset(xb2->dev, SENT, (size_t)B->prog->arena_bytes);
+    }
+    EXPECT(fp_xfer_run(bb, xb, xb2, NULL) == FP_OK, "run B->B: %s", fp_xfer_errmsg(bb));
+    if (xb2) check(xb2, "B->B (MXFP8 passing through)", A, false, NULL);
+    if (tu_rank == 0)
+      printf("B->B between kept MXFP8 weights: %" PRId64 " wire bytes (lower bound %" PRId64 "), bytes unchanged\n",
+             bi.wire_bytes, bi.lower_bound);
+    fp_exec_destroy(xb2);
+    if (cb2 != MPI_COMM_NULL) MPI_Comm_free(&cb2);
+    fp_xfer_free(bb);
+    bb = NULL;
   }
   if (inB) {
     check(xb, "A->B", A, mxpat != NULL, mxpat);

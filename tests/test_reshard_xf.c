@@ -20,13 +20,21 @@
  *            fails on the receiver naming it, the slice never reaches TO
  *            (TO keeps its sentinel there);
  *   unbound  the loaded transfer is run without binding: refused before any
- *            byte moves.
- * --mxfp8 sender|receiver runs MXFP8 on the contract (fp_transform_mxfp8)
- * instead, for every param, and TO's whole arena must equal byte for byte
- * what the built-in `--transform mxfp8` writes (test_reshard checks that one
- * against the format's error bound), on the wire: as many bytes as the
- * built-in (sender-side: e4m3 + e8m0), or FROM's bytes unchanged
- * (receiver-side). */
+ *            byte moves;
+ *   send     process 0's prepare_send fails: the run fails on every process
+ *            (process 0 naming the transform, the others naming process 0),
+ *            none hangs. With "outside" too, every process fails (the
+ *            finalizing ones naming the transform).
+ * --mxfp8 sender|receiver runs the built-in MXFP8 instead, for every param,
+ * by its name (`--transform '*=mxfp8'`, or '*=mxfp8_receiver'): every TO
+ * element a finalize wrote must be the MXFP8 rounding of the formula's
+ * value in its slice's block (the blocks cut here, quantized by the C
+ * reference kernels), the others exact; then fp_transform_mxfp8's table
+ * registered in a set under a name of its own, whose TO arena must equal the
+ * built-in's byte for byte; on the wire: sender-side fewer bytes than FROM's
+ * (e4m3 + e8m0, as before the contract), receiver-side FROM's bytes; the
+ * built-in's transfer saved and loaded back runs with no binding and
+ * writes the same TO bytes. */
 #include <math.h>
 #include <unistd.h>
 
@@ -69,9 +77,15 @@ static fp_status recv_wires(void *user, const fp_transform_param *p, int64_t beg
   if (!strcmp(g_fault, "count") && count > 1) out[0].count--; /* planted: the receiver allocates less */
   return st;
 }
+static int g_prepared; /* slices this process prepared */
 static fp_status prepare_send(void *user, const fp_transform_param *p, int64_t begin, int64_t count, const void *src,
                               void *const *wires, char *err, size_t errcap) {
-  (void)user, (void)p, (void)begin, (void)err, (void)errcap;
+  (void)user, (void)p, (void)begin;
+  g_prepared++;
+  if (!strcmp(g_fault, "send") && tu_rank == 0) { /* planted: one sender's prepare_send fails */
+    snprintf(err, errcap, "planted failure on process 0");
+    return FP_ERR_ARG;
+  }
   fpk_cast(wires[0], FP_BF16, src, FP_F32, count);
   return FP_OK;
 }
@@ -156,6 +170,32 @@ static void free_execs(execs *e) {
   if (e->mb != MPI_COMM_NULL) MPI_Comm_free(&e->mb);
 }
 
+/* The MXFP8 value TO must hold at element e of param j where process me
+ * finalized it (the built-in MXFP8 in either mode; false elsewhere): the
+ * slice [b, b+n) of the finalize holding e is cut into blocks here - a
+ * short head up to the next multiple of 32, then blocks of 32 of the full
+ * param, a short tail - and e's block alone is quantized and dequantized
+ * by the C reference kernels from the formula's values */
+static bool mx_want(const fp_tx *tx, int me, int32_t j, int64_t e, float *want) {
+  if (me >= tx->nprocs) return false;
+  int32_t g = fpi_tx_prog(tx, me);
+  for (int32_t i = tx->first[g]; i < tx->first[g + 1]; i++) {
+    const fp_tx_op *o = &tx->ops[i];
+    if (o->kind != FP_TX_FINALIZE || o->param != j || e < o->full_off || e >= o->full_off + o->n) continue;
+    int64_t b = o->full_off, end = b + o->n, head = (32 - b % 32) % 32;
+    int64_t lo = e < b + head ? b : e - (e - b - head) % 32, hi = e < b + head ? b + head : lo + 32;
+    if (hi > end) hi = end;
+    float v[32], out[32];
+    uint8_t q[32], sc[1];
+    for (int64_t k = lo; k < hi; k++) v[k - lo] = (float)formula(j, k);
+    fpk_quantize_mxfp8(q, sc, v, FP_F32, hi - lo);
+    fpk_dequantize_mxfp8(out, FP_F32, q, sc, hi - lo);
+    *want = out[e - lo];
+    return true;
+  }
+  return false;
+}
+
 /* --mxfp8: the built-in `--transform mxfp8` of every param, then
  * fp_transform_mxfp8 in the mode asked, each into a sentinel-filled TO: the
  * arenas equal byte for byte */
@@ -165,8 +205,9 @@ static void mxfp8_on_contract(const fp_plan *A, const fp_plan *B, int wa, int wb
   fp_transform_set_create(&set);
   EXPECT(fp_transform_set_add(set, "mxfp8_contract", fp_transform_mxfp8(mode), NULL) == FP_OK, "add: %s",
          fp_transform_set_errmsg(set));
-  const char *all[] = {"*"};
-  fp_reshard_options builtin = {"weights", off, all, 1, 0, NULL}, plug = {"weights", off, NULL, 0, 0, set};
+  /* the built-in by its name as the CLI gives it (mxfp8 is sender-side) */
+  const char *rule[] = {mode == FP_MXFP8_SENDER ? "*=mxfp8" : "*=mxfp8_receiver"};
+  fp_reshard_options builtin = {"weights", off, NULL, 0, 0, NULL, rule, 1}, plug = {"weights", off, NULL, 0, 0, set, NULL, 0};
   fp_xfer *tb = NULL, *tp = NULL;
   EXPECT(fp_reshard_compile(A, B, &builtin, &tb) == FP_OK, "built-in: %s", fp_xfer_errmsg(tb));
   EXPECT(fp_reshard_compile(A, B, &plug, &tp) == FP_OK, "contract: %s", fp_xfer_errmsg(tp));
@@ -183,26 +224,65 @@ static void mxfp8_on_contract(const fp_plan *A, const fp_plan *B, int wa, int wb
     EXPECT(fp_xfer_run(t, e.xa, e.xb, NULL) == FP_OK, "run %s: %s", k ? "contract" : "built-in", fp_xfer_errmsg(t));
     if (e.xb && k == 0) memcpy(ref, e.xb->dev, bytes);
   }
+  /* the built-in's TO against the reference: MXFP8 of the slice's blocks
+   * where a finalize wrote, exact elsewhere */
+  int64_t nmx = 0, nbad = 0;
+  for (int32_t i = 0; e.xb && i < B->prog->nparams; i++) {
+    fp_param_view v;
+    fp_exec_param_at(e.xb, i, &v);
+    for (int64_t r = 0; r < v.shard.runs; r++)
+      for (int64_t q = 0; q < v.shard.len; q++) {
+        int64_t el = v.shard.full_off + r * v.shard.full_stride + q;
+        float want = (float)formula(i, el), got;
+        nmx += mx_want(tb->tx, tu_rank, i, el, &want);
+        memcpy(&got, ref + ((char *)v.main.data - e.xb->dev) + (r * v.shard.shard_stride + q) * 4, 4);
+        if (memcmp(&got, &want, 4) && nbad++ < 3)
+          EXPECT(0, "built-in mxfp8: %s element %" PRId64 " is %.9g, want %.9g", v.name, el, got, want);
+      }
+  }
+  int64_t tot_mx = 0;
+  MPI_Allreduce(&nmx, &tot_mx, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT(tot_mx > 0, "no TO element came through the built-in mxfp8");
   int64_t diff = 0, first = -1;
   for (size_t b = 0; e.xb && b < bytes; b++)
     if (ref[b] != e.xb->dev[b] && diff++ == 0) first = (int64_t)b;
   EXPECT(diff == 0, "%s-side MXFP8 on the contract: %" PRId64 " TO bytes differ from the built-in's, the first at %" PRId64,
          g_mx, diff, first);
+  /* the built-in's transfer saved and loaded back runs with no binding (the executor binds built-in names) */
+  {
+    char *js = NULL, path[256];
+    fp_xfer_render(tb, 0, &js);
+    snprintf(path, sizeof path, "%s/test_reshard_xf_mx.%d.%d.xfer.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid(), tu_rank);
+    FILE *f = fopen(path, "w");
+    EXPECT(f && js && fputs(js, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+    fp_free(js);
+    fp_xfer *tl = NULL;
+    EXPECT(fp_xfer_load(path, &tl) == FP_OK, "load %s: %s", path, fp_xfer_errmsg(tl));
+    unlink(path);
+    if (e.xb) memset(e.xb->dev, SENT, bytes);
+    EXPECT(fp_xfer_run(tl, e.xa, e.xb, NULL) == FP_OK, "run the loaded built-in: %s", fp_xfer_errmsg(tl));
+    EXPECT(!e.xb || !memcmp(ref, e.xb->dev, bytes), "the loaded built-in's TO differs from the compiled one's");
+    fp_xfer_free(tl);
+  }
   int64_t nfin = 0;
   for (int32_t i = 0; i < tp->tx->nops; i++) nfin += tp->tx->ops[i].kind == FP_TX_FINALIZE;
   fp_xfer_info ib, ip;
   fp_xfer_get_info(tb, &ib);
   fp_xfer_get_info(tp, &ip);
   EXPECT(nfin > 0, "no slice went through the transform");
+  EXPECT(ip.wire_bytes == ib.wire_bytes, "%s-side wire %" PRId64 " bytes, the built-in's %" PRId64, g_mx,
+         ip.wire_bytes, ib.wire_bytes);
   if (mode == FP_MXFP8_SENDER)
-    EXPECT(ip.wire_bytes == ib.wire_bytes, "sender-side wire %" PRId64 " bytes, the built-in's %" PRId64, ip.wire_bytes,
-           ib.wire_bytes);
+    EXPECT(ib.wire_bytes < ib.lower_bound, "sender-side wire %" PRId64 " bytes, not under FROM's %" PRId64,
+           ib.wire_bytes, ib.lower_bound);
   else
-    EXPECT(ip.wire_bytes == ip.lower_bound && ip.wire_bytes > ib.wire_bytes,
-           "receiver-side wire %" PRId64 " bytes: FROM's unchanged (%" PRId64 ")", ip.wire_bytes, ip.lower_bound);
+    EXPECT(ib.wire_bytes == ib.lower_bound, "receiver-side wire %" PRId64 " bytes: FROM's unchanged (%" PRId64 ")",
+           ib.wire_bytes, ib.lower_bound);
   if (tu_rank == 0)
     printf("%s-side MXFP8 on the contract: %" PRId64 " finalize ops, wire %" PRId64 " bytes (built-in %" PRId64
-           "), TO arenas equal the built-in's\n", g_mx, nfin, ip.wire_bytes, ib.wire_bytes);
+           "), TO arenas equal the built-in's; %" PRId64 " elements MXFP8 as the reference says\n", g_mx, nfin,
+           ip.wire_bytes, ib.wire_bytes, tot_mx);
   free(ref);
 out:
   free_execs(&e);
@@ -231,13 +311,16 @@ int main(int argc, char **argv) {
   EXPECT(fp_transform_set_create(&set) == FP_OK, "fp_transform_set_create");
   EXPECT(fp_transform_set_add(set, "bf16_wire", &tr, NULL) == FP_OK, "add: %s", fp_transform_set_errmsg(set));
   EXPECT(fp_transform_set_add(set, "mxfp8", &tr, NULL) == FP_ERR_ARG &&
-             strstr(fp_transform_set_errmsg(set), "'mxfp8' is the built-in transform"),
+             strstr(fp_transform_set_errmsg(set), "'mxfp8' is a built-in transform's name"),
          "a transform named mxfp8: %s", fp_transform_set_errmsg(set));
+  EXPECT(fp_transform_set_add(set, "mxfp8_receiver", &tr, NULL) == FP_ERR_ARG &&
+             strstr(fp_transform_set_errmsg(set), "'mxfp8_receiver' is a built-in transform's name"),
+         "a transform named mxfp8_receiver: %s", fp_transform_set_errmsg(set));
   if (g_mx) {
     mxfp8_on_contract(A, B, wa, wb, off);
     goto done;
   }
-  fp_reshard_options ro = {"weights", off, NULL, 0, 0, set};
+  fp_reshard_options ro = {"weights", off, NULL, 0, 0, set, NULL, 0};
   fp_xfer *ab = NULL;
   fp_status st = fp_reshard_compile(A, B, &ro, &ab);
   if (!strcmp(g_fault, "count")) {
@@ -298,12 +381,33 @@ int main(int argc, char **argv) {
     if (xb) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
     g_finalized = 0;
     st = fp_xfer_run(t, xa, xb, NULL);
+    if (!strcmp(g_fault, "send")) {
+      /* process 0's prepare_send failed: it says so, every other process names it */
+      const char *m = fp_xfer_errmsg(t);
+      if (tu_rank == 0)
+        EXPECT(st == FP_ERR_BACKEND && strstr(m, "transform 'bf16_wire': prepare_send for param") &&
+                   strstr(m, "planted failure on process 0"),
+               "process 0: its prepare_send's failure: %s %s", fp_status_name(st), m);
+      else
+        EXPECT(st == FP_ERR_BACKEND && strstr(m, "xfer: process 0 failed while the ops ran"),
+               "process %d must fail with process 0: %s %s", tu_rank, fp_status_name(st), m);
+      if (round == 0) printf("rank %d: planted prepare_send failure on process 0: %s\n", tu_rank, m);
+      int prep0 = tu_rank == 0 ? g_prepared : 0, any = 0;
+      MPI_Allreduce(&prep0, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      EXPECT(any > 0, "process 0 prepared no slice: the fault was not exercised");
+      g_prepared = 0;
+      continue;
+    }
     if (!strcmp(g_fault, "outside")) {
-      /* every process that finalizes fails naming the transform; the others succeed */
+      /* every process that finalizes fails naming the transform; the others fail naming the first of them */
       if (g_finalized)
         EXPECT(st == FP_ERR_BACKEND && strstr(fp_xfer_errmsg(t), "transform 'bf16_wire': finalize_recv") &&
                    strstr(fp_xfer_errmsg(t), "wrote outside its slice (0 bytes before it, 4 after)"),
                "a write outside the slice must be caught: %s %s", fp_status_name(st), fp_xfer_errmsg(t));
+      else
+        EXPECT(st == FP_ERR_BACKEND && strstr(fp_xfer_errmsg(t), "failed while the ops ran"),
+               "a process that finalized nothing must fail with the others: %s %s", fp_status_name(st),
+               fp_xfer_errmsg(t));
       if (g_finalized && round == 0) printf("rank %d: planted write outside its slice caught: %s\n", tu_rank, fp_xfer_errmsg(t));
       int any = g_finalized > 0, all = 0;
       MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -17,11 +17,14 @@
  * with a TO executor on NCCL is refused before anything moves. With
  * FROZEN_MODEL and KEEP_SPEC, a transfer from SPEC_A into a plan that keeps
  * frozen params as MXFP8 (quantizes from FROM straight into TO's elements
- * and scales) too, and back (a dequantizing read of FROM's e4m3 and scales).
+ * and scales) too, and back (a dequantizing read of FROM's e4m3 and scales),
+ * and from it into itself (the e4m3 bytes and scales copied as they are).
  * A third transfer goes through reshard transform
  * plug-ins (fp_transform_mxfp8: fc0's params sender-side, fc1's
- * receiver-side), whose functions the NCCL backend runs on the host. Exits
- * 77 without a CUDA device. */
+ * receiver-side), whose functions the NCCL backend runs on the host, and a
+ * fourth through the built-in MXFP8 by name (fc0 "mxfp8", fc1
+ * "mxfp8_receiver"), which it runs on the device. Exits 77 without a CUDA
+ * device. */
 #include <math.h>
 
 #include <cuda_runtime_api.h>
@@ -115,8 +118,13 @@ int main(int argc, char **argv) {
   EXPECT(fp_transform_set_add(set, "mx_sender", fp_transform_mxfp8(FP_MXFP8_SENDER), (void *)"fc0.*") == FP_OK &&
              fp_transform_set_add(set, "mx_receiver", fp_transform_mxfp8(FP_MXFP8_RECEIVER), (void *)"fc1.*") == FP_OK,
          "transforms: %s", fp_transform_set_errmsg(set));
-  fp_reshard_options xo = {"weights", 0, NULL, 0, 0, set};
+  fp_reshard_options xo = {"weights", 0, NULL, 0, 0, set, NULL, 0};
   EXPECT(fp_reshard_compile(A, B, &xo, &xf) == FP_OK, "reshard A->B with transforms: %s", fp_xfer_errmsg(xf));
+  /* the built-in MXFP8 by name (the CLI's --transform): run on the device */
+  const char *rules[] = {"fc0.*=mxfp8", "fc1.*=mxfp8_receiver"};
+  fp_reshard_options bo = {"weights", 0, NULL, 0, 0, NULL, rules, 2};
+  fp_xfer *bi = NULL;
+  EXPECT(fp_reshard_compile(A, B, &bo, &bi) == FP_OK, "reshard A->B with the built-in MXFP8: %s", fp_xfer_errmsg(bi));
   EXPECT(fp_reshard_compile(A, B, NULL, &ab) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(ab));
   EXPECT(fp_reshard_compile(B, A, NULL, &ba) == FP_OK, "reshard B->A: %s", fp_xfer_errmsg(ba));
   EXPECT(fp_reshard_compile(A, B, NULL, &mx) == FP_OK, "reshard A->B: %s", fp_xfer_errmsg(mx));
@@ -141,7 +149,8 @@ int main(int argc, char **argv) {
   const struct {
     fp_xfer *t;
     const char *what;
-  } runs[] = {{ab, "A->B"}, {ab, "A->B again"}, {xf, "A->B through transforms"}, {mx, "A->B with MXFP8"}};
+  } runs[] = {{ab, "A->B"}, {ab, "A->B again"}, {xf, "A->B through transforms"},
+              {bi, "A->B through the built-in MXFP8 (on the device)"}, {mx, "A->B with MXFP8"}};
   for (size_t r = 0; r < sizeof runs / sizeof runs[0] - !have_mx; r++) {
     memset(mb->dev, SENT, nb);
     EXPECT(fp_gpu_fill(gb->dev, SENT, nb) == cudaSuccess, "sentinel");
@@ -184,6 +193,20 @@ int main(int argc, char **argv) {
         EXPECT(kf && fp_xfer_run(kf, gk, gf, NULL) == FP_OK, "from MXFP8 on NCCL: %s", fp_xfer_errmsg(kf));
         same_to(F, mf, gf, "from MXFP8 weights");
         fp_xfer_free(kf);
+        /* kept into kept: e4m3 bytes and e8m0 scales copied as they are */
+        fp_xfer *kk = NULL;
+        EXPECT(fp_reshard_compile(K, K, NULL, &kk) == FP_OK, "reshard MXFP8 into MXFP8: %s", fp_xfer_errmsg(kk));
+        fp_exec *mk2 = exec_on(K, FP_BACKEND_MPI), *gk2 = exec_on(K, FP_BACKEND_NCCL);
+        if (kk && mk2 && gk2) {
+          memset(mk2->dev, SENT, nk);
+          EXPECT(fp_gpu_fill(gk2->dev, SENT, nk) == cudaSuccess, "sentinel");
+          EXPECT(fp_xfer_run(kk, mk, mk2, NULL) == FP_OK, "MXFP8 into MXFP8 on MPI: %s", fp_xfer_errmsg(kk));
+          EXPECT(fp_xfer_run(kk, gk, gk2, NULL) == FP_OK, "MXFP8 into MXFP8 on NCCL: %s", fp_xfer_errmsg(kk));
+          same_to(K, mk2, gk2, "MXFP8 weights into MXFP8 weights");
+        }
+        fp_exec_destroy(mk2);
+        fp_exec_destroy(gk2);
+        fp_xfer_free(kk);
       }
       fp_exec_destroy(mf);
       fp_exec_destroy(mk);
@@ -194,12 +217,14 @@ int main(int argc, char **argv) {
     fp_plan_free(F);
     fp_plan_free(K);
   }
-  int32_t nfin = 0;
+  int32_t nfin = 0, nbi = 0;
   for (int32_t i = 0; i < xf->tx->nops; i++) nfin += xf->tx->ops[i].kind == FP_TX_FINALIZE;
+  for (int32_t i = 0; i < bi->tx->nops; i++) nbi += bi->tx->ops[i].kind == FP_TX_FINALIZE;
   EXPECT(nfin > 0 || tu_world == 1, "no slice went through a transform");
+  EXPECT(nbi > 0 || tu_world == 1, "no slice went through the built-in MXFP8");
   if (tu_rank == 0)
-    printf("transfers on NCCL equal the MPI runs: %d ops A->B, %d ops B->A, %d finalize ops through transforms\n",
-           ab->tx->nops, ba->tx->nops, nfin);
+    printf("transfers on NCCL equal the MPI runs: %d ops A->B, %d ops B->A, %d finalize ops through transforms, %d "
+           "through the built-in MXFP8\n", ab->tx->nops, ba->tx->nops, nfin, nbi);
   fp_exec_destroy(ma);
   fp_exec_destroy(mb);
   fp_exec_destroy(ga);
@@ -208,6 +233,7 @@ int main(int argc, char **argv) {
   fp_xfer_free(ba);
   fp_xfer_free(mx);
   fp_xfer_free(xf);
+  fp_xfer_free(bi);
   fp_transform_set_free(set);
   fp_plan_free(A);
   fp_plan_free(B);

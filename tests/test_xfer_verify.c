@@ -130,6 +130,76 @@ static fp_tx_op *op(fp_tx *t, fp_tx_kind k, int32_t p, int32_t peer, fp_tx_ref d
   return o;
 }
 
+/* a plug-in for the rules below: fp32 sent as bf16 (shapes only: nothing runs) */
+static bool w16_should(void *ctx, const fpi_xf_param *p) {
+  (void)ctx;
+  return p->from == FP_F32;
+}
+static bool w16_wires(void *ctx, bool recv, const fpi_xf_param *p, int64_t begin, int64_t count, fp_tx_wire *out,
+                      int *n, char *err, size_t errcap) {
+  (void)ctx, (void)recv, (void)p, (void)begin, (void)err, (void)errcap;
+  out[0] = (fp_tx_wire){FP_BF16, count};
+  *n = 1;
+  return true;
+}
+
+/* "PATTERN=NAME" rules (the CLI's --transform, fp_reshard_options
+ * transform_rules): the built-in names and a plug-in's, the first match
+ * deciding; an unknown name or a rule without NAME refused listing the known
+ * names. mx is the transfer compiled with the pattern "fc0.weight" (the
+ * built-in mxfp8): the rule "fc0.weight=mxfp8" compiles to the same JSON */
+static void transform_rules(fp_arena *a, const fp_prog *A, const fp_prog *B, const fp_tx *mx) {
+  fpi_xform w16 = {"w16", NULL, w16_should, w16_wires, NULL, NULL};
+  const fpi_xform *v[] = {&w16};
+  fpi_xforms set = {v, 1};
+  struct { const char *rule; const fpi_xforms *xf; const char *want; } bad[] = {
+      {"fc*=fp4", NULL, "reshard: error: --transform 'fc*=fp4': unknown transform 'fp4' (known: mxfp8, mxfp8_receiver, "
+                        "mxfp8_sender; a plug-in is known once registered"},
+      {"fc*=fp4", &set, "--transform 'fc*=fp4': unknown transform 'fp4' (known: mxfp8, mxfp8_receiver, mxfp8_sender, w16)"},
+      {"fc*", NULL, "--transform 'fc*': expected PATTERN=NAME (NAME one of mxfp8, mxfp8_receiver, mxfp8_sender)"},
+      {"=mxfp8", NULL, "--transform '=mxfp8': expected PATTERN=NAME"}};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    fp_diag d;
+    fpi_diag_init(&d, NULL);
+    fp_reshard_opts o = {.what = "weights", .rules = &bad[k].rule, .nrules = 1, .xf = bad[k].xf};
+    fp_tx *t = fpi_reshard(a, A, NULL, B, NULL, &o, &d);
+    CHECK(!t && d.buf && strstr(d.buf, bad[k].want), "rule '%s': want \"%s\", got: %s", bad[k].rule, bad[k].want,
+          d.buf ? d.buf : "(a transfer)");
+    fpi_diag_free(&d);
+  }
+  /* the first rule matching decides: fc0.weight the built-in sender-side (not the second rule's w16), fc0.bias
+   * w16, fc1.weight receiver-side; the params no rule matches go through the set's first transform taking them
+   * (w16 takes fp32) */
+  const char *rules[] = {"fc0.weight=mxfp8", "fc0.*=w16", "fc1.weight=mxfp8_receiver"};
+  fp_diag d;
+  fpi_diag_init(&d, NULL);
+  fp_reshard_opts o = {.what = "weights", .rules = rules, .nrules = 3, .xf = &set};
+  fp_tx *t = fpi_reshard(a, A, NULL, B, NULL, &o, &d);
+  CHECK(t != NULL, "rules: %s", d.buf ? d.buf : "");
+  fpi_diag_free(&d);
+  if (!t) return;
+  expect(t, NULL, "the transfer of three rules and a plug-in");
+  for (int32_t j = 0; j < t->nparams; j++) {
+    const char *n = t->params[j].name, *x = fpi_tx_xf_name(t, j);
+    const char *want = !strcmp(n, "fc0.weight") ? "mxfp8" : !strcmp(n, "fc1.weight") ? "mxfp8_receiver" : "w16";
+    CHECK(x && !strcmp(x, want), "param %s goes through %s, want %s", n, x ? x : "(none)", want);
+  }
+  /* the rule "fc0.weight=mxfp8" is the pattern "fc0.weight" of fp_reshard_opts.mxfp8, byte for byte */
+  const char *one[] = {"fc0.weight=mxfp8"};
+  fpi_diag_init(&d, NULL);
+  fp_reshard_opts r1 = {.what = "weights", .rules = one, .nrules = 1};
+  fp_tx *t1 = fpi_reshard(a, A, NULL, B, NULL, &r1, &d);
+  fpi_diag_free(&d);
+  char *j0 = NULL, *j1 = NULL;
+  size_t n0 = 0, n1 = 0;
+  FILE *f0 = open_memstream(&j0, &n0), *f1 = open_memstream(&j1, &n1);
+  fpi_tx_write_json(mx, f0);
+  if (t1) fpi_tx_write_json(t1, f1);
+  fclose(f0), fclose(f1);
+  CHECK(t1 && n0 == n1 && !memcmp(j0, j1, n0), "the rule fc0.weight=mxfp8 compiles otherwise than the pattern");
+  free(j0), free(j1);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_xfer_verify TESTS_MPI_DIR\n");
@@ -149,6 +219,7 @@ int main(int argc, char **argv) {
   if (!t) return 1;
   expect(t, NULL, "the compiled transfer");
   CHECK(t->wire_bytes < t->lower_bound, "MXFP8 on the wire should take fewer bytes");
+  transform_rules(a, A->prog, B->prog, t);
 
   fp_tx *c;
   int32_t i;
@@ -201,9 +272,9 @@ int main(int argc, char **argv) {
   i = find(c, FP_TX_SEND, FP_SP_FROM);
   c->ops[i].src.off = c->from_arena - fpi_tx_src_bytes(c, &c->ops[i]);
   expect(c, "does not hold", "X5 FROM read");
-  /* X5: staging read before anything wrote it (the dequantize moved first) */
+  /* X5: staging read before anything wrote it (the built-in MXFP8's finalize moved first) */
   c = clone(a, t);
-  i = find(c, FP_TX_DEQUANT, -1);
+  i = find(c, FP_TX_FINALIZE, -1);
   {
     int32_t p = c->ops[i].proc, f = c->first[p];
     fp_tx_op x = c->ops[i];

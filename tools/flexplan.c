@@ -45,7 +45,7 @@ enum {
   OPT_FORMAT,     /* --format trace|html */
   OPT_MEASURED,   /* --measured FILE (repeatable) */
   OPT_EXPOSED,    /* --exposed */
-  OPT_TRANSFORM,  /* --transform PATTERN=mxfp8 (repeatable) */
+  OPT_TRANSFORM,  /* --transform PATTERN=NAME (repeatable) */
   OPT_WHAT,       /* --what weights|weights+optimizer */
   OPT_TO_OFFSET,  /* --to-offset N */
   OPT_FROM_OFFSET, /* --from-offset M */
@@ -189,13 +189,15 @@ static const command commands[] = {
      "  --name NAME       the fitted machine's name (default: calibrated)\n"
      "  -h, --help        this text\n"},
     {"reshard", reshard_opts, "-:ho:",
-     "reshard FROM TO [--transform PATTERN=mxfp8 ...] [--what weights|weights+optimizer]\n"
+     "reshard FROM TO [--transform PATTERN=NAME ...] [--what weights|weights+optimizer]\n"
      "          [--to-offset N] [--from-offset M] [-o OUT] [--emit summary|ir|explain|json|trace]",
      "compile and verify the transfer of the weights between two plans",
      "Compile and verify the transfer of the main weights from the ranks of plan\n"
      "FROM to those of plan TO (two plan.json of one model); docs/reshard.md.\n"
      "\n"
-     "  --transform PATTERN=mxfp8  (repeatable) params matching PATTERN travel as MXFP8\n"
+     "  --transform PATTERN=NAME  (repeatable) params matching PATTERN go through transform NAME:\n"
+     "                    mxfp8 or mxfp8_sender (MXFP8 quantized by the sender), mxfp8_receiver\n"
+     "                    (FROM's bytes on the wire, MXFP8 on receipt); the first match decides\n"
      "  --what WHAT       weights (default) or weights+optimizer\n"
      "  --to-offset N     TO rank r is process r + N (default 0)\n"
      "  --from-offset M   FROM rank r is process r + M (default 0)\n"
@@ -1021,7 +1023,7 @@ done:
 /* reshard's options and its two plans */
 typedef struct reshard_args {
   const char *paths[2], *out, *emit, *what;
-  const char **pats; /* the --transform values, "=mxfp8" still on (malloc'd) */
+  const char **pats; /* the --transform values, PATTERN=NAME (malloc'd) */
   int npats;
   long long off, foff; /* --to-offset, --from-offset */
 } reshard_args;
@@ -1054,9 +1056,12 @@ static bool reshard_parse_args(const command *cmd, int argc, char **argv, reshar
         break;
       }
       case OPT_TRANSFORM: {
-        size_t n = strlen(v);
-        if (n < 7 || strcmp(v + n - 6, "=mxfp8") != 0)
-          *rc = usage_error(cmd, "--transform '%s': expected PATTERN=mxfp8", v);
+        /* (the command line registers no plug-in: NAME is a built-in) */
+        const char *eq = strrchr(v, '=');
+        if (!eq || eq == v || !eq[1])
+          *rc = usage_error(cmd, "--transform '%s': expected PATTERN=NAME (NAME one of %s)", v, FPI_XF_BUILTIN_NAMES);
+        else if (fpi_xf_builtin_mode(eq + 1) < 0)
+          *rc = usage_error(cmd, "--transform '%s': unknown transform '%s' (known: %s)", v, eq + 1, FPI_XF_BUILTIN_NAMES);
         a->pats[a->npats++] = v;
         break;
       }
@@ -1109,8 +1114,6 @@ static int cmd_reshard(const command *cmd, int argc, char **argv) {
   fp_arena *ar = fpi_arena_new();
   fp_diag d;
   fpi_diag_init(&d, stderr);
-  /* the patterns without their "=mxfp8" */
-  for (int i = 0; i < a.npats; i++) a.pats[i] = fpi_strndup(ar, a.pats[i], strlen(a.pats[i]) - 6);
   rc = EXIT_INPUT;
   fp_src *src[2];
   fp_prog *prog[2] = {NULL, NULL};

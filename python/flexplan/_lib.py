@@ -373,6 +373,8 @@ class fp_reshard_options(ctypes.Structure):
         ("nmxfp8", ctypes.c_int),
         ("from_offset", ctypes.c_int64),
         ("transforms", ctypes.c_void_p),  # fp_transform_set * (flexplan.h); None: no transforms
+        ("transform_rules", ctypes.POINTER(ctypes.c_char_p)),  # "PATTERN=NAME", NAME a built-in or in transforms
+        ("ntransform_rules", ctypes.c_int),
     ]
 
 

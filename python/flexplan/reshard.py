@@ -114,7 +114,8 @@ def load_transfer(path: Union[str, "os.PathLike[str]"], transforms: Optional[Dic
             if not isinstance(o, X.Transform):
                 raise TypeError("transforms: %r is not a flexplan.transform.Transform" % n)
             o.name = o.name or n
-        t._xf = X._Set([("*", o) for o in objs.values()])
+        # (the built-in MXFP8 needs no binding: the library runs it)
+        t._xf = X._Set([("*", o) for o in objs.values() if not isinstance(o, X.MXFP8)])
         st = L.lib().fp_xfer_bind_transforms(t._h, t._xf.h)
         if st != L.FP_OK:
             msg = t.errmsg
@@ -138,7 +139,8 @@ def reshard(from_plan: "Plan", to_plan: "Plan", *, transform: Union[None, Dict[s
             what: str = "weights", to_offset: int = 0, from_offset: int = 0) -> Transfer:
     """Compile the transfer of the main weights from `from_plan`'s ranks to
     `to_plan`'s (flexplan.Plan objects of one model). transform: {pattern:
-    "mxfp8" | a flexplan.transform.Transform | a registered transform's name}
+    a built-in name ("mxfp8" = "mxfp8_sender", "mxfp8_receiver") |
+    a flexplan.transform.Transform | a registered transform's name}
     (fnmatch patterns over param names; a Transform takes the params its
     pattern matches and its should_transform accepts) or ["pattern=NAME", ...];
     what: "weights", or "weights+optimizer" (also each optimizer state, plans of
@@ -155,18 +157,20 @@ def reshard(from_plan: "Plan", to_plan: "Plan", *, transform: Union[None, Dict[s
     if transform is not None and not isinstance(transform, (dict, list, tuple)):
         raise TypeError("transform: expected a dict or a list of 'pattern=mxfp8', got %s" % type(transform).__name__)
     from . import transform as X
-    pats, plug = [], []
+    rules, plug = [], []
     items = transform.items() if isinstance(transform, dict) else [
         tuple(x.rsplit("=", 1)) if "=" in x else (x, "") for x in (transform or [])]
     for pat, kind in items:
         obj = X._resolve(pat, kind)
-        if obj is None:  # the built-in mxfp8
-            pats.append(L.cstr(pat, "transform pattern", allow_none=False))
+        pat_b = L.cstr(pat, "transform pattern", allow_none=False)
+        if isinstance(obj, str):  # a built-in (MXFP8): a rule the library resolves
+            rules.append(pat_b + b"=" + obj.encode())
         else:
-            plug.append((L.text(L.cstr(pat, "transform pattern", allow_none=False)), obj))
-    arr = (ctypes.c_char_p * max(1, len(pats)))(*pats)
+            plug.append((L.text(pat_b), obj))
+    arr = (ctypes.c_char_p * max(1, len(rules)))(*rules)
     xf = X._Set(plug) if plug else None
-    opt = L.fp_reshard_options(L.cstr(what, "what"), to_offset, arr, len(pats), from_offset, xf.h if xf else None)
+    opt = L.fp_reshard_options(L.cstr(what, "what"), to_offset, None, 0, from_offset, xf.h if xf else None,
+                               arr, len(rules))
     h = ctypes.c_void_p()
     st = L.lib().fp_reshard_compile(from_plan._handle, to_plan._handle, ctypes.byref(opt), ctypes.byref(h))
     t = _transfer_or_raise(st, h, from_plan, to_plan)

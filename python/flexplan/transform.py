@@ -75,11 +75,12 @@ class Transform:
 
 
 class MXFP8(Transform):
-    """MXFP8 on the contract, the library's C transform (fp_transform_mxfp8):
-    mode "sender" (the sender quantizes: e4m3 elements and e8m0 scales on the
-    wire) or "receiver" (FROM's bytes on the wire, converted on receipt);
-    either writes TO's bytes exactly as transform={pattern: "mxfp8"} does.
-    Registered as "mxfp8_sender" and "mxfp8_receiver"."""
+    """MXFP8 on the contract, the library's built-in transform (the C tables
+    of fp_transform_mxfp8, run by the library, no Python in the loop): mode
+    "sender" (the sender quantizes: e4m3 elements and e8m0 scales on the
+    wire; what transform={pattern: "mxfp8"} names) or "receiver" (FROM's
+    bytes on the wire, converted on receipt); either writes the same TO
+    bytes. The built-in names "mxfp8_sender" and "mxfp8_receiver"."""
 
     MODES = {"sender": 0, "receiver": 1}
 
@@ -169,15 +170,6 @@ class _Set:
             raise
 
     def _add(self, lib, name, pat, obj):
-        if isinstance(obj, MXFP8):  # the library's own table; the pattern is its user pointer
-            pat_c = ctypes.c_char_p(L.cstr(pat, "transform pattern", allow_none=False))
-            self.keep.append(pat_c)
-            st = lib.fp_transform_set_add(self.h, L.cstr(name, "transform name"), lib.fp_transform_mxfp8(MXFP8.MODES[obj.mode]),
-                                          ctypes.cast(pat_c, ctypes.c_void_p))
-            if st != L.FP_OK:
-                raise FlexplanError(st, L.text(lib.fp_transform_set_errmsg(self.h)))
-            return
-
         def guard(fn):
             def call(*a):
                 err, cap = a[-2], a[-1]
@@ -241,14 +233,20 @@ class _Set:
             pass
 
 
+BUILTIN = ("mxfp8", "mxfp8_receiver", "mxfp8_sender")  # the library's own (ir/xfer.h): rules it resolves
+
+
 def _resolve(pat, t):
-    """A transform given by object or by registered name ("mxfp8" is the built-in: None)."""
+    """A transform given by object or by name: a built-in's name (a str:
+    MXFP8, which the library runs), or a plug-in Transform."""
+    if isinstance(t, MXFP8):
+        return t.name
     if isinstance(t, Transform):
         return t
-    if t == "mxfp8":
-        return None
+    if t in BUILTIN:
+        return t
     reg = registered()
     if isinstance(t, str) and t in reg:
-        return reg[t]
-    raise FlexplanError(L.FP_ERR_ARG, "transform %r: unknown transform %r (expected mxfp8, a registered name%s, or a "
-                        "flexplan.transform.Transform)" % (pat, t, (": " + ", ".join(sorted(reg))) if reg else ""))
+        return _resolve(pat, reg[t])
+    raise FlexplanError(L.FP_ERR_ARG, "transform %r: unknown transform %r (known: %s; or a flexplan.transform.Transform)"
+                        % (pat, t, ", ".join(sorted(set(BUILTIN) | set(reg)))))

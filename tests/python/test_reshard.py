@@ -109,9 +109,12 @@ def test_keep_mxfp8(tmp_path):
     assert rc == 0, se
     assert so == back.to_ir()
     assert "param fc1.weight numel=380 source=mxfp8" in so and "dequantize_mxfp8 fp32<-e4m3" in so
-    with pytest.raises(flexplan.FlexplanError, match=r"param 'fc1.weight' is kept as MXFP8 in this plan and in") as e:
-        flexplan.reshard(k, k)
-    assert e.value.status_name == "FP_ERR_INPUT"
+    kk = flexplan.reshard(k, k, to_offset=1)  # kept into kept: the bytes pass through
+    rc, so, se = run_cli(os.environ["FLEXPLAN_CLI"], "reshard", pk, pk, "--to-offset", "1", "--emit=ir")
+    assert rc == 0, se
+    assert so == kk.to_ir()
+    assert "copy e8m0 n=12 param=fc1.weight" in so and "quantize_mxfp8" not in so
+    assert kk.info["wire_bytes"] == kk.info["lower_bound"]
 
 
 def test_save_load(plans, tmp_path):
