@@ -517,8 +517,15 @@ static void order_items(placer *pl, int order, double *key) {
  * each family of ranges sorted by first op (or instant); where the pairs
  * with repeats would pass FP_MEMPLAN_NBR_MAX entries (a model whose
  * buffers are nearly all live at once), there is no list and the trees
- * answer, in memory O(ranges log ops). */
+ * answer, in memory O(ranges log ops). FLEXPLAN_MEMPLAN_TREES=1 has the
+ * trees answer always: tests/memplan_lists.py checks that both give every
+ * example the same plan. */
 #define FP_MEMPLAN_NBR_MAX(nranges) ((int64_t)32 * (nranges) + 65536)
+
+static bool trees_forced(void) {
+  const char *t = getenv("FLEXPLAN_MEMPLAN_TREES");
+  return t && *t && strcmp(t, "0") != 0;
+}
 
 typedef struct nbrs {
   int32_t *first; /* per buffer: its neighbours are adj[first[b] .. first[b + 1]) */
@@ -572,6 +579,7 @@ static bool sweep_pairs(const fp_ir_live *iv, const uint64_t *key, int32_t n, in
  * nothing is left to free then) */
 static bool nbrs_build(const placer *pl, nbrs *g) {
   const fp_prog *p = pl->p;
+  if (trees_forced()) return false;
   int64_t nr = 0;
   for (int i = 0; i < pl->nitems; i++) nr += pl->rg[pl->items[i].buf].n;
   int64_t cap = 2 * nr + 1, total = 0, max = FP_MEMPLAN_NBR_MAX(nr);
