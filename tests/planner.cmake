@@ -44,6 +44,11 @@ fp_unit_test(test_sim)
 add_test(NAME memplan_fit COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/memplan_fit.py --cmd $<TARGET_FILE:flexplan>
          --example ${CMAKE_SOURCE_DIR}/examples/deepseek-v3-16b.json)
 set_tests_properties(memplan_fit PROPERTIES LABELS golden TIMEOUT 300)
+# memplan's conflict lists and its trees (FLEXPLAN_MEMPLAN_TREES=1) give every
+# example the same plan (tests/memplan_lists.py)
+add_test(NAME memplan_lists COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/memplan_lists.py --cmd $<TARGET_FILE:flexplan>
+         --examples ${CMAKE_SOURCE_DIR}/examples)
+set_tests_properties(memplan_lists PROPERTIES LABELS golden TIMEOUT 300)
 # hybrid with accumulation: the replicas' all-reduce once per step or every
 # micro-batch, whichever models faster (tests/replica_defer.py)
 add_test(NAME replica_defer COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/replica_defer.py --cmd $<TARGET_FILE:flexplan>

@@ -3,11 +3,12 @@
  * Persistent device buffers are laid out first, back to back. Transient
  * buffers are then placed greedily by size, largest first (Pisarchyk & Lee's
  * greedy-by-size): each takes the lowest offset whose bytes no already-placed
- * buffer with an overlapping live range holds (the placed buffers' live
- * ranges are kept in two trees over op order - one answers which ranges
- * hold an op, the other which start inside a range - so a buffer meets only
- * the placed ones live with it: O(n log n + n * live at once), not each
- * placed buffer in turn). Two live ranges that do not
+ * buffer with an overlapping live range holds (each buffer's conflicting
+ * ones are listed once per memory plan, so a buffer meets only the placed
+ * ones live with it: O(n log n + n * live at once), not each placed buffer
+ * in turn; where those lists would be too long, trees over op order answer
+ * instead - one which ranges hold an op, the other which start inside a
+ * range). Two live ranges that do not
  * overlap in op order are ordered by the program (this lowering runs every op
  * on one stream; the verifier re-checks happens-before over streams and
  * events). With modeled lifetimes from an earlier schedule of the step
@@ -440,6 +441,7 @@ typedef struct placer {
   int64_t dev; /* the transient buffers start after the persistent ones */
   span *spans;
   int32_t *seen;
+  const struct nbrs *nb; /* the conflict graph (NULL: too many pairs; the trees answer) */
 } placer;
 
 /* items in a placement order: by key[buf] descending when key is given,
@@ -502,15 +504,130 @@ static void order_items(placer *pl, int order, double *key) {
   sort_items(pl->items, pl->nitems, key);
 }
 
+/* ---- the conflict graph ------------------------------------------------------ */
+/* The pairs of transient buffers place() keeps apart - a range of one
+ * overlaps a range of the other in program order or (with modeled spans)
+ * at one instant - are the same in every order a memory plan tries, and
+ * few (llama3-70b-tp8: 328 buffers, about 3,000 pairs, against a tree of
+ * 6,000 entries built anew and asked a dozen times per buffer, per order).
+ * So each buffer's neighbours are listed once per memory plan, and a
+ * placement reads the placed ones from the list: the same set of spans the
+ * trees give, so the same offsets (the gap scan sorts them by offset, and
+ * spans of equal offset give one gap in any order). Built by a sweep of
+ * each family of ranges sorted by first op (or instant); where the pairs
+ * with repeats would pass FP_MEMPLAN_NBR_MAX entries (a model whose
+ * buffers are nearly all live at once), there is no list and the trees
+ * answer, in memory O(ranges log ops). FLEXPLAN_MEMPLAN_TREES=1 has the
+ * trees answer always: tests/memplan_lists.py checks that both give every
+ * example the same plan. */
+#define FP_MEMPLAN_NBR_MAX(nranges) ((int64_t)32 * (nranges) + 65536)
+
+static bool trees_forced(void) {
+  const char *t = getenv("FLEXPLAN_MEMPLAN_TREES");
+  return t && *t && strcmp(t, "0") != 0;
+}
+
+typedef struct nbrs {
+  int32_t *first; /* per buffer: its neighbours are adj[first[b] .. first[b + 1]) */
+  int32_t *adj;
+} nbrs;
+
+/* the ranges of pl's items as one family: lv (fam 0) or the spans of tv
+ * (fam 1, both copies); ord gets them sorted by first, iv their records */
+static int32_t family(const placer *pl, int fam, fp_ir_live *iv, uint64_t *key) {
+  int32_t n = 0;
+  for (int i = 0; i < pl->nitems; i++) {
+    int b = pl->items[i].buf;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++)
+      for (int r = 0; r < (fam ? 2 : 1); r++) {
+        const fp_ir_live *x = fam ? &pl->tv[2 * k + r] : &pl->lv[k];
+        if (x->first < 0) continue;
+        iv[n] = (fp_ir_live){b, x->first, x->last};
+        key[n] = (uint64_t)(uint32_t)x->first << 32 | (uint32_t)n;
+        n++;
+      }
+  }
+  fpi_sort_u64(key, NULL, n);
+  return n;
+}
+
+/* every overlapping pair of a family's ranges of two buffers, once each
+ * way: counted into deg (fill NULL) or written at fill[a]++ / fill[b]++;
+ * false once the entries pass max */
+static bool sweep_pairs(const fp_ir_live *iv, const uint64_t *key, int32_t n, int32_t *deg, int32_t *fill,
+                        int32_t *adj, int64_t *total, int64_t max) {
+  for (int32_t x = 0; x < n; x++) {
+    const fp_ir_live *a = &iv[(uint32_t)key[x]];
+    for (int32_t y = x + 1; y < n; y++) {
+      const fp_ir_live *b = &iv[(uint32_t)key[y]];
+      if (b->first > a->last) break;
+      if (a->buf == b->buf) continue;
+      if (fill) {
+        adj[fill[a->buf]++] = b->buf;
+        adj[fill[b->buf]++] = a->buf;
+      } else if ((*total += 2) > max) {
+        return false;
+      } else {
+        deg[a->buf]++, deg[b->buf]++;
+      }
+    }
+  }
+  return true;
+}
+
+/* pl's conflict graph in *g (false: more pairs than FP_MEMPLAN_NBR_MAX;
+ * nothing is left to free then) */
+static bool nbrs_build(const placer *pl, nbrs *g) {
+  const fp_prog *p = pl->p;
+  if (trees_forced()) return false;
+  int64_t nr = 0;
+  for (int i = 0; i < pl->nitems; i++) nr += pl->rg[pl->items[i].buf].n;
+  int64_t cap = 2 * nr + 1, total = 0, max = FP_MEMPLAN_NBR_MAX(nr);
+  if (max > INT32_MAX / 2) max = INT32_MAX / 2; /* offsets in int32 */
+  fp_ir_live *iv[2] = {malloc(sizeof **iv * (size_t)cap), pl->tv ? malloc(sizeof **iv * (size_t)cap) : NULL};
+  uint64_t *key[2] = {malloc(sizeof **key * (size_t)cap), pl->tv ? malloc(sizeof **key * (size_t)cap) : NULL};
+  g->first = calloc((size_t)p->nbufs + 1, sizeof *g->first);
+  g->adj = NULL;
+  FP_ASSERT(iv[0] && key[0] && g->first && (!pl->tv || (iv[1] && key[1])));
+  int32_t n[2] = {family(pl, 0, iv[0], key[0]), pl->tv ? family(pl, 1, iv[1], key[1]) : 0};
+  bool ok = true;
+  for (int f = 0; f < 2 && ok; f++) ok = sweep_pairs(iv[f], key[f], n[f], g->first, NULL, NULL, &total, max);
+  if (ok) {
+    /* degrees to offsets, the pairs written, then each list without repeats */
+    int32_t *fill = malloc(sizeof *fill * ((size_t)p->nbufs + 1));
+    g->adj = malloc(sizeof *g->adj * ((size_t)total + 1));
+    FP_ASSERT(fill && g->adj);
+    int32_t at = 0;
+    for (int32_t b = 0; b < p->nbufs; b++) fill[b] = at, at += g->first[b], g->first[b] = fill[b];
+    g->first[p->nbufs] = at;
+    for (int f = 0; f < 2; f++) sweep_pairs(iv[f], key[f], n[f], NULL, fill, g->adj, &total, max);
+    int32_t *mark = fill, m = 0; /* fill is spent: the last lister of each buffer */
+    for (int32_t b = 0; b < p->nbufs; b++) mark[b] = -1;
+    for (int32_t b = 0; b < p->nbufs; b++) {
+      int32_t lo = g->first[b], hi = g->first[b + 1];
+      g->first[b] = m;
+      for (int32_t e = lo; e < hi; e++)
+        if (mark[g->adj[e]] != b) mark[g->adj[e]] = b, g->adj[m++] = g->adj[e];
+    }
+    g->first[p->nbufs] = m;
+    free(fill);
+  } else {
+    free(g->first);
+    g->first = NULL;
+  }
+  for (int f = 0; f < 2; f++) free(iv[f]), free(key[f]);
+  return ok;
+}
+
 /* place pl->items in their order; off: per buffer. Returns the arena's end,
  * -1 when it overflows int64 */
 static int64_t place(placer *pl, bool best_fit, int64_t *off, int64_t *work) {
   fp_prog *p = pl->p;
   int64_t end = pl->dev;
-  bool timed = pl->tv != NULL;
+  bool timed = pl->tv != NULL, trees = pl->nb == NULL;
   ltree lt, tt;
-  lt_init(&lt, p->nops);
-  lt_init(&tt, timed ? pl->ninst : 1);
+  lt_init(&lt, trees ? p->nops : 1);
+  lt_init(&tt, trees && timed ? pl->ninst : 1);
   gather g = {.p = p, .seen = pl->seen, .spans = pl->spans, .off = off};
   for (int32_t b = 0; b < p->nbufs; b++) pl->seen[b] = -1;
   for (int i = 0; i < pl->nitems; i++) {
@@ -518,7 +635,12 @@ static int64_t place(placer *pl, bool best_fit, int64_t *off, int64_t *work) {
     int64_t bytes = pl->items[i].bytes;
     g.item = i;
     g.ns = 0;
-    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++) {
+    if (!trees) /* the placed neighbours (seen: the item that placed them) */
+      for (int32_t e = pl->nb->first[b]; e < pl->nb->first[b + 1]; e++) {
+        int32_t o = pl->nb->adj[e];
+        if (pl->seen[o] >= 0) g.spans[g.ns++] = (span){off[o], off[o] + p->bufs[o].bytes};
+      }
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n && trees; k++) {
       lt_query(&lt, &pl->lv[k], gather_one, &g);
       /* this step's span and the next step's against both of every placed
        * range's: the ranges of the step before and after meet too */
@@ -547,7 +669,8 @@ static int64_t place(placer *pl, bool best_fit, int64_t *off, int64_t *work) {
     }
     off[b] = at;
     if (e > end) end = e;
-    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n; k++) {
+    if (!trees) pl->seen[b] = i;
+    for (int32_t k = pl->rg[b].first; k < pl->rg[b].first + pl->rg[b].n && trees; k++) {
       lt_insert(&lt, &pl->lv[k], b);
       for (int r = 0; r < 2 && timed; r++)
         if (pl->tv[2 * k + r].first >= 0) lt_insert(&tt, &pl->tv[2 * k + r], b);
@@ -890,6 +1013,8 @@ static bool place_transient(fp_pass_ctx *c, placer *pl, int64_t *delta, int64_t 
    * buffers that end above them (rarely more than the sweeps, never less) */
   *bound = sweep_bound(pl, delta);
   *end = -1;
+  nbrs graph;
+  pl->nb = nbrs_build(pl, &graph) ? &graph : NULL;
   bool cliqued = false, ok = true;
   int64_t work = 0;
   uint64_t tried[NORDERS]; /* per fixed order: a hash of the sequence it tried */
@@ -923,6 +1048,8 @@ static bool place_transient(fp_pass_ctx *c, placer *pl, int64_t *delta, int64_t 
     }
   }
   for (int i = 0; ok && i < nitems; i++) p->bufs[items[i].buf].offset = best[items[i].buf];
+  if (pl->nb) free(graph.first), free(graph.adj);
+  pl->nb = NULL;
   free(off), free(best), free(key), free(seq), free(next);
   return ok;
 }
