@@ -65,7 +65,8 @@ static const fp_hw presets[] = {
      .launch_us = 2.0},
     /* cpu-mpi: Open MPI ranks on the CPU cores of one machine (the kind CI
      * runs on: 2 cores, shared memory), fitted by `flexplan calibrate` to
-     * 2-rank runs of bench/calib_bench.py (docs/cost-model.md, "The cpu-mpi
+     * 2-rank runs of bench/calib_bench.py on 2026-11-28 (its fit:
+     * bench/results/cpu-mpi.hw.json; docs/cost-model.md, "The cpu-mpi
      * preset", gives the run, the residuals and what was not measured).
      * The collectives were fitted to the measured step (their per-op times
      * are the peer's arrival on shared cores): base_us and nvlink_gbps are
@@ -77,16 +78,16 @@ static const fp_hw presets[] = {
     {.name = "cpu-mpi",
      .gpus_per_node = 2,
      .hbm_bytes = (int64_t)16 << 30,
-     .flops = 2.877e9,
-     .nvlink_gbps = 0.2805,
-     .ib_gbps = 0.2805,
-     .hbm_gbps = 11.91,
-     .pcie_gbps = 11.91,
-     .base_us = 1210.0,
+     .flops = 2.832e9,
+     .nvlink_gbps = 1.778,
+     .ib_gbps = 1.778,
+     .hbm_gbps = 12.28,
+     .pcie_gbps = 12.28,
+     .base_us = 2248.0,
      .nvlink_hop_us = 0.001,
      .net_hop_us = 0.001,
      .launch_us = 2.0,
-     .hook_us = 35.9},
+     .hook_us = 44.3},
 };
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
 

@@ -137,9 +137,9 @@ has err "unknown hardware preset 'cpu' (expected one of: h100-sxm, h200, cpu-mpi
 expect 0 "$fp" simulate "$tmp/p.json" --hardware cpu-mpi
 cp "$tmp/out" "$tmp/preset.out"
 cat >"$tmp/cpu.json" <<'EOF'
-{"format": "flexplan-hardware/1", "name": "cpu-mpi", "gpus_per_node": 2, "hbm_bytes": 17179869184, "flops": 2.877e9,
- "nvlink_gbps": 0.2805, "ib_gbps": 0.2805, "hbm_gbps": 11.91, "pcie_gbps": 11.91, "base_us": 1210.0,
- "nvlink_hop_us": 0.001, "net_hop_us": 0.001, "launch_us": 2.0, "hook_us": 35.9}
+{"format": "flexplan-hardware/1", "name": "cpu-mpi", "gpus_per_node": 2, "hbm_bytes": 17179869184, "flops": 2.832e9,
+ "nvlink_gbps": 1.778, "ib_gbps": 1.778, "hbm_gbps": 12.28, "pcie_gbps": 12.28, "base_us": 2248.0,
+ "nvlink_hop_us": 0.001, "net_hop_us": 0.001, "launch_us": 2.0, "hook_us": 44.3}
 EOF
 expect 0 "$fp" simulate "$tmp/p.json" --hardware "$tmp/cpu.json"
 same out preset.out "the cpu-mpi preset must model as a file with its values"
