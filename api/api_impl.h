@@ -61,7 +61,7 @@ bool fpa_plan_summary_json(const fp_prog *p, double compile_ms, FILE *f);
 /* "flexplan" / "fsdp2" -> the policy's number; -1 for another name */
 int fpa_policy_parse(const char *name);
 bool fpa_hw_preset(const char *name, fp_hw *out);
-const char *fpa_hw_preset_list(void); /* "h100-sxm, h200, cpu-mpi" */
+const char *fpa_hw_preset_list(void); /* "h100-sxm, h200, h200-fit, cpu-mpi" */
 /* --hardware ARG: a preset or a hardware file (1), a bad file (0, reported
  * on d), neither (-1, unreported); planner/hwfile.h */
 int fpa_hw_lookup(fp_arena *a, fp_diag *d, const char *arg, fp_hw *out);

@@ -63,6 +63,24 @@ static const fp_hw presets[] = {
      .nvlink_hop_us = 3.4,
      .net_hop_us = 14.0,
      .launch_us = 2.0},
+    /* h200-fit: h200 with hbm_gbps refitted to the ten local kernels timed
+     * on an H200 (bench/results/nvidia-h200.json, 2026-11-28; the fit is
+     * bench/h200_hwfit.py's, its file bench/results/nvidia-h200.hw.json):
+     * 3812.8 GB/s where the datasheet says 4800. Nothing else was measured
+     * on one GPU (no collective of 2 or more ranks, no compute rate), so the
+     * rest is h200's; h200 itself keeps its cited constants. */
+    {.name = "h200-fit",
+     .gpus_per_node = 8,
+     .hbm_bytes = (int64_t)141 << 30,
+     .flops = 989.5e12,
+     .nvlink_gbps = 370.8,
+     .ib_gbps = 48.0,
+     .hbm_gbps = 3812.8,
+     .pcie_gbps = 64.0,
+     .base_us = 8.4,
+     .nvlink_hop_us = 3.4,
+     .net_hop_us = 14.0,
+     .launch_us = 2.0},
     /* cpu-mpi: Open MPI ranks on the CPU cores of one machine (the kind CI
      * runs on: 2 cores, shared memory), fitted by `flexplan calibrate` to
      * 2-rank runs of bench/calib_bench.py on 2026-11-28 (its fit:
@@ -100,7 +118,7 @@ bool fpi_hw_preset(const char *name, fp_hw *out) {
   return false;
 }
 
-const char *fpi_hw_preset_list(void) { return "h100-sxm, h200, cpu-mpi"; }
+const char *fpi_hw_preset_list(void) { return "h100-sxm, h200, h200-fit, cpu-mpi"; }
 
 void fpi_hw_from_spec(const fp_spec *s, fp_hw *out) {
   if (s->hw_base) {

@@ -5,7 +5,7 @@
  * bandwidth inside a node, the NICs' between nodes); local kernels are bytes
  * moved over HBM bandwidth, never shorter than a kernel launch; the
  * trainer's compute is flops over the device's rate. The machines are
- * presets (h100-sxm, h200, cpu-mpi) that a spec may override field by field.
+ * presets (h100-sxm, h200, h200-fit, cpu-mpi) that a spec may override field by field.
  * docs/cost-model.md states the model and cites every constant. Every
  * figure this file gives is modeled, not measured. */
 #ifndef FP_COST_H
@@ -16,7 +16,7 @@
 
 /* the preset of that name into *out; false (out untouched) when unknown */
 bool fpi_hw_preset(const char *name, fp_hw *out);
-/* the preset names, for messages: "h100-sxm, h200, cpu-mpi" */
+/* the preset names, for messages: "h100-sxm, h200, h200-fit, cpu-mpi" */
 const char *fpi_hw_preset_list(void);
 /* the spec's hardware: its preset (or hw_base, from a hardware file), then
  * its overrides (fields > 0) */

@@ -268,7 +268,7 @@ static bool parse_hardware(fp_jctx *c, fp_spec *s, const fp_jv *v, const char *p
   static const char *const keys[] = {"preset", "gpus_per_node", "flops", "nvlink_gbps", "ib_gbps",
                                      "hbm_gbps", "hbm_bytes", NULL};
   if (!fpi_j_is_object(c, v, ptr) || !fpi_j_keys(c, v, ptr, keys)) return false;
-  static const char *const presets[] = {"h100-sxm", "h200", "cpu-mpi", NULL};
+  static const char *const presets[] = {"h100-sxm", "h200", "h200-fit", "cpu-mpi", NULL};
   int pi = -1;
   if (!fpi_j_enum(c, v, ptr, "preset", false, presets, &pi)) return false;
   if (pi >= 0) s->hw_preset = presets[pi];

@@ -145,7 +145,7 @@ has err "option '--emit' needs a value (plan, ir, summary, trace or html)"
 expect 2 "$fp" viz "$plan" --format
 has err "option '--format' needs a value (trace or html)"
 expect 2 "$fp" simulate "$plan" --hardware
-has err "option '--hardware' needs a value (h100-sxm, h200 or cpu-mpi)"
+has err "option '--hardware' needs a value (h100-sxm, h200, h200-fit or cpu-mpi)"
 expect 2 "$fp" compile "$ex" -o
 has err "option '-o' needs a value"
 expect 2 "$fp" reshard a b --to-offset
@@ -168,7 +168,7 @@ expect 2 "$fp" reshard a b --emit=explian
 has err "reshard: unknown --emit kind 'explian' (expected summary, ir, explain, json or trace); did you mean 'explain'?"
 # an unknown preset stays an input error (exit 1), now with a suggestion
 expect 1 "$fp" compile "$ex" --hardware h100 -o "$tmp/h.json"
-has err "flexplan: error: --hardware: unknown hardware preset 'h100' (expected one of: h100-sxm, h200, cpu-mpi); a hardware file is named by a path holding '/' or '.' (e.g. ./hw.json); did you mean 'h100-sxm'?"
+has err "flexplan: error: --hardware: unknown hardware preset 'h100' (expected one of: h100-sxm, h200, h200-fit, cpu-mpi); a hardware file is named by a path holding '/' or '.' (e.g. ./hw.json); did you mean 'h100-sxm'?"
 [ ! -e "$tmp/h.json" ] && ok || bad "output written for an unknown preset"
 expect 1 "$fp" simulate "$plan" --hardware=H200
 has err "did you mean 'h200'?"

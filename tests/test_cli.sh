@@ -102,7 +102,7 @@ expect 0 "$fp" simulate "$tmp/t.fpir" --hardware=h100-sxm
 has out "modeled peak memory per rank"
 # an unknown preset is an input error naming the presets, for simulate and compile
 expect 1 "$fp" simulate "$tmp/tiny-mlp.plan.json" --hardware a100
-has err "error: --hardware: unknown hardware preset 'a100' (expected one of: h100-sxm, h200, cpu-mpi)"
+has err "error: --hardware: unknown hardware preset 'a100' (expected one of: h100-sxm, h200, h200-fit, cpu-mpi)"
 expect 1 "$fp" compile "$ex" --hardware a100 -o "$tmp/hw.json"
 has err "unknown hardware preset 'a100'"
 [ ! -e "$tmp/hw.json" ] && ok || bad "output written with an unknown preset"

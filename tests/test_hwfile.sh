@@ -122,7 +122,7 @@ bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"flops\":-1}" "error: /flops
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"launch_us\":\"2\"}" 'error: /launch_us: expected a number > 0, got "2"'
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"hook_us\":-0.5}" "error: /hook_us: expected a number >= 0, got -0.5"
 bad_file "{$F,\"name\":\"x\",\"base\":\"h100-sxm\",\"gpus_per_node\":0}" "error: /gpus_per_node: expected an integer >= 1, got 0"
-bad_file "{$F,\"name\":\"x\",\"base\":\"a100\"}" 'error: /base: unknown hardware preset "a100" (expected one of: h100-sxm, h200, cpu-mpi)'
+bad_file "{$F,\"name\":\"x\",\"base\":\"a100\"}" 'error: /base: unknown hardware preset "a100" (expected one of: h100-sxm, h200, h200-fit, cpu-mpi)'
 bad_file "{$F,\"name\":\"a b\",\"base\":\"h100-sxm\"}" 'error: /name: expected 1 to 64 letters, digits or . _ - +, got "a b"'
 bad_file "{$F,\"base\":\"h100-sxm\"}" "error: /: missing required member 'name'"
 bad_file '[1]' "e.json:1:1: error: /: expected an object"
@@ -131,7 +131,7 @@ expect 1 "$fp" simulate "$tmp/p.json" --hardware "$tmp/nope.json"
 has err "nope.json: error: cannot open"
 # a bare word that is no preset stays "unknown preset", with the hint
 expect 1 "$fp" simulate "$tmp/p.json" --hardware cpu
-has err "unknown hardware preset 'cpu' (expected one of: h100-sxm, h200, cpu-mpi); a hardware file is named by a path holding '/' or '.' (e.g. ./hw.json); did you mean 'cpu-mpi'?"
+has err "unknown hardware preset 'cpu' (expected one of: h100-sxm, h200, h200-fit, cpu-mpi); a hardware file is named by a path holding '/' or '.' (e.g. ./hw.json); did you mean 'cpu-mpi'?"
 # the cpu-mpi preset (planner/cost.c, fitted on this kind of machine) models
 # the plan as a file with its values does, and its hook time is charged
 expect 0 "$fp" simulate "$tmp/p.json" --hardware cpu-mpi
@@ -144,5 +144,10 @@ EOF
 expect 0 "$fp" simulate "$tmp/p.json" --hardware "$tmp/cpu.json"
 same out preset.out "the cpu-mpi preset must model as a file with its values"
 has out "modeled host time in hook calls"
+# the h200-fit preset models as the refit's own file (bench/h200_hwfit.py's)
+expect 0 "$fp" simulate "$tmp/p.json" --hardware h200-fit
+cp "$tmp/out" "$tmp/preset.out"
+expect 0 "$fp" simulate "$tmp/p.json" --hardware "$src/bench/results/nvidia-h200.hw.json"
+same out preset.out "the h200-fit preset must model as bench/results/nvidia-h200.hw.json"
 
 finish hwfile

@@ -85,7 +85,7 @@ static const char *const emit_names[] = {"plan", "ir", "summary", "trace", "html
 static const char *const format_names[] = {"trace", "html", NULL};
 static const char *const policy_names[] = {"flexplan", "fsdp2", NULL};
 static const char *const reshard_emit_names[] = {"summary", "ir", "explain", "json", "trace", NULL};
-static const char *const preset_names[] = {"h100-sxm", "h200", "cpu-mpi", NULL}; /* planner/cost.c's presets */
+static const char *const preset_names[] = {"h100-sxm", "h200", "h200-fit", "cpu-mpi", NULL}; /* planner/cost.c's presets */
 
 typedef struct command {
   const char *name;
@@ -110,7 +110,7 @@ static const command commands[] = {
      "                    the summary goes to standard output\n"
      "  --emit KIND       plan (plan.json, default), ir (the .fpir text), summary\n"
      "                    (JSON figures), trace or html (what 'viz' writes)\n"
-     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200, cpu-mpi) or a\n                    hardware file (docs/cost-model.md)\n"
+     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200, h200-fit, cpu-mpi) or a\n                    hardware file (docs/cost-model.md)\n"
      "  --policy P        flexplan (default: the spec as written) or fsdp2 (lower as\n"
      "                    PyTorch FSDP2 does by default: a baseline to compare)\n"
      "  --ranks LIST      the ranks --emit trace|html shows, e.g. 0,3,8-11\n"
@@ -123,7 +123,7 @@ static const command commands[] = {
      "a one-line summary on standard error.\n"
      "\n"
      "  --spec SPEC       a separate spec.json (not with a spec embedded in MODEL)\n"
-     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200, cpu-mpi) or a\n                    hardware file (docs/cost-model.md)\n"
+     "  --hardware HW     replace the spec's hardware: a preset (h100-sxm, h200, h200-fit, cpu-mpi) or a\n                    hardware file (docs/cost-model.md)\n"
      "  --policy P        flexplan (default) or fsdp2\n"
      "  --time            print the CPU time of each phase of the compile on stderr\n"
      "  -h, --help        this text\n"},
@@ -152,7 +152,7 @@ static const command commands[] = {
      "Replay a plan.json or .fpir on the plan's hardware (or HW) and print the\n"
      "modeled time per segment and the totals (docs/cost-model.md).\n"
      "\n"
-     "  --hardware HW     model on this preset (h100-sxm, h200, cpu-mpi) or hardware file\n"
+     "  --hardware HW     model on this preset (h100-sxm, h200, h200-fit, cpu-mpi) or hardware file\n"
      "  --measured FILE   (repeatable) a timing record of the plan: print modeled\n"
      "                    against measured per hook and per step, and the error\n"
      "  -h, --help        this text\n"},

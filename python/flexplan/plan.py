@@ -251,7 +251,7 @@ def compile(model: Source, spec: Source = None, *, hardware: Optional[str] = Non
             in messages.
         spec: the spec as a dict, JSON text or path; None: the model's
             embedded spec, or the defaults.
-        hardware: a hardware preset ("h100-sxm", "h200", "cpu-mpi") or the path of a
+        hardware: a hardware preset ("h100-sxm", "h200", "h200-fit", "cpu-mpi") or the path of a
             hardware file (docs/cost-model.md; a path holds '/' or '.')
             replacing the spec's machine; None: the spec's.
         policy: "flexplan" (as specified) or "fsdp2" (lowered as PyTorch
