@@ -221,21 +221,27 @@ static bool coll_fit_positive(const fp_prog *P, const samples *s, const fp_hw *h
   return true;
 }
 
+/* how the per-op fit of the collectives ended: fitted; refused because the
+ * records are too few to tell the terms apart (no other fit can either);
+ * refused because they do not follow the model (the step fit may take
+ * over); out of memory */
+typedef enum { COLLS_FITTED, COLLS_TOO_FEW, COLLS_INCONSISTENT, COLLS_OOM } colls_result;
+
 /* weighted least squares for the collectives by modified Gram-Schmidt:
  * columns taken in a fixed order, each kept only when it is not (nearly) a
- * combination of those kept before */
-static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *out, char *err, size_t cap,
+ * combination of those kept before; the reason in err unless fitted */
+static colls_result fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *out, char *err, size_t cap,
                       unsigned drop) {
   int64_t n = s->n;
   double *A = calloc((size_t)(n * NCOL + n), sizeof *A), *b = A ? A + n * NCOL : NULL;
-  if (!A) return snprintf(err, cap, "out of memory"), false;
+  if (!A) return snprintf(err, cap, "out of memory"), COLLS_OOM;
   bool any[NCOL] = {0};
   coll_system(P, s, hw, A, b, any);
   static const int order[NCOL] = {0, 3, 4, 1, 2};
   int cols[NCOL], k = 0;
   double R[NCOL][NCOL] = {{0}};
   double *Q = calloc((size_t)(n * NCOL), sizeof *Q);
-  if (!Q) return free(A), snprintf(err, cap, "out of memory"), false;
+  if (!Q) return free(A), snprintf(err, cap, "out of memory"), COLLS_OOM;
   for (int oi = 0; oi < NCOL; oi++) {
     int c = order[oi];
     if (!any[c]) continue; /* no op measured has this term: nothing to fit */
@@ -252,7 +258,7 @@ static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *o
                         "too few records: the collectives measured cannot tell %s from the call latency (they all "
                         "move the same bytes per rank); measure a plan with buckets of different sizes",
                         col_names[c]),
-               false;
+               COLLS_TOO_FEW;
       }
       /* a per-step latency the records cannot separate from the call's:
        * the call latency takes it all (the step latency set near 0) */
@@ -267,7 +273,7 @@ static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *o
     free(A), free(Q);
     return snprintf(err, cap, "too few records: %lld collective durations for %d unknowns (at least %d needed)",
                     (long long)n, k, 2 * k),
-           false;
+           COLLS_TOO_FEW;
   }
   b_minus_fixed(A, b, n, any, cols, k, hw);
   double x[NCOL];
@@ -275,9 +281,9 @@ static bool fit_colls(const fp_prog *P, const samples *s, fp_hw *hw, fp_calib *o
   free(A), free(Q);
   for (int j = 0; j < k; j++) /* a per-step latency below 0: fit again without it */
     if ((cols[j] == 1 || cols[j] == 2) && !(x[j] > 0)) return fit_colls(P, s, hw, out, err, cap, drop | 1u << cols[j]);
-  if (!coll_fit_positive(P, s, hw, cols, x, k, err, cap)) return false;
+  if (!coll_fit_positive(P, s, hw, cols, x, k, err, cap)) return COLLS_INCONSISTENT;
   for (int j = 0; j < k; j++) set_param(hw, cols[j], x[j]);
-  return true;
+  return COLLS_FITTED;
 }
 
 /* local kernels: max(launch, bytes / rate) by a log-grid search */
@@ -498,10 +504,10 @@ static bool fit_kinds(const fp_prog *P, samples *S, const double *alpha, fp_hw *
 }
 
 /* the collectives: per op (fit_colls) when that fit is accepted (positive
- * values, median residual within FP_CALIB_MAX_MEDIAN); else, when the
- * records span 2 or more ranks' worth of hooks, against the measured step
+ * values, median residual within FP_CALIB_MAX_MEDIAN); when it is refused
+ * as inconsistent, against the measured hooks and step
  * (fpi_calib_fit_step), the per-op reason kept in the note; false with the
- * reason in err */
+ * reason in err (too few records, out of memory, or the step fit failed) */
 static bool fit_collectives(const fp_prog *P, const samples *coll, const fp_calib_rec *recs, int32_t nrecs, fp_hw *hw,
                             fp_calib *out, char *err, size_t cap) {
   if (!coll->n) {
@@ -511,13 +517,14 @@ static bool fit_collectives(const fp_prog *P, const samples *coll, const fp_cali
   fp_hw h = *hw;
   char saved[sizeof out->kept], why[600];
   memcpy(saved, out->kept, sizeof saved);
-  if (fit_colls(P, coll, &h, out, why, sizeof why, 0)) {
+  colls_result r = fit_colls(P, coll, &h, out, why, sizeof why, 0);
+  if (r == COLLS_FITTED) {
     fp_calib_kind k;
     residuals(P, coll, NULL, &h, &k);
     if (k.med_rel <= FP_CALIB_MAX_MEDIAN) return *hw = h, true;
     snprintf(why, sizeof why, "the per-op fit is off by a median %.0f%% on the %lld collective durations",
              100 * k.med_rel, (long long)k.n);
-  } else if (!strncmp(why, "too few", 7)) { /* (the step cannot tell them apart either) */
+  } else if (r != COLLS_INCONSISTENT) { /* (too few: the step cannot tell them apart either) */
     snprintf(err, cap, "%s", why);
     return false;
   }
@@ -525,7 +532,7 @@ static bool fit_collectives(const fp_prog *P, const samples *coll, const fp_cali
   char note[400], e2[300];
   if (!fpi_calib_fit_step(P, recs, nrecs, hw, &out->kinds[FP_CALIB_DONE], &out->step_rel, note, sizeof note, e2,
                           sizeof e2)) {
-    snprintf(err, cap, "%s; and %s", why, e2);
+    snprintf(err, cap, "%s", e2);
     return false;
   }
   out->by_step = true;

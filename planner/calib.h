@@ -61,19 +61,22 @@ double fpi_calib_median(double *v, int64_t n);
 double fpi_calib_rec_done(const fp_prog *P, const fp_calib_rec *r, int32_t k);
 double fpi_calib_rec_step(const fp_prog *P, const fp_calib_rec *r);
 
+/* timed[i] (P->nops): some record timed op i (op_t[2i] >= 0) */
+void fpi_calib_timed(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, bool *timed);
 /* segment k's modeled "done at" on the replay S (planner/sim.h): the
- * latest simulated end over its ops that some record timed (the trainer's
- * compute never is one), as the records' own done-at is taken; -1 when no
- * record timed any */
+ * latest simulated end over its ops that some record timed (timed:
+ * fpi_calib_timed; the trainer's compute never is one), as the records'
+ * own done-at is taken; -1 when no record timed any */
 struct fp_sim;
-double fpi_calib_done_at(const fp_prog *P, const struct fp_sim *S, const fp_calib_rec *recs, int32_t nrecs, int32_t k);
+double fpi_calib_done_at(const fp_prog *P, const struct fp_sim *S, const bool *timed, int32_t k);
 
 /* The collectives' call latency and link rate fitted to the measured step
  * instead of per op (calib_step.c): hw holds every other field fitted; on
  * success hw's base_us and nvlink_gbps (ib_gbps when a measured collective
  * spans nodes) are set, the hop latencies set near 0, rows gets each
- * hook's done-at residual, *step_rel the step's, note what was done.
- * False with the reason in err (no hook's ops timed). */
+ * hook's done-at residual, *step_rel the step's, note what was done. The
+ * records must have timed a collective. False with the reason in err (out
+ * of memory, or no point of the search simulates). */
 bool fpi_calib_fit_step(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, fp_hw *hw, fp_calib_kind *rows,
                         double *step_rel, char *note, size_t ncap, char *err, size_t cap);
 

@@ -31,8 +31,7 @@ typedef struct target {
   double step;   /* the measured step, median over records */
   int32_t nrows; /* segments with a done-at */
   bool ib;       /* the rate fitted is ib_gbps (a measured collective spans nodes) */
-  const fp_calib_rec *recs;
-  int32_t nrecs;
+  bool *timed;   /* per op: some record timed it (fpi_calib_timed) */
 } target;
 
 static int cmp_dbl(const void *a, const void *b) {
@@ -61,12 +60,14 @@ double fpi_calib_rec_step(const fp_prog *P, const fp_calib_rec *r) {
   return e;
 }
 
-/* the measured done-at of each segment and the step; false when no record
- * timed an op or out of memory */
+/* the measured done-at of each segment, the step and the timed ops; false
+ * when out of memory */
 static bool measure(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, target *t) {
   double *v = malloc((size_t)nrecs * sizeof *v);
   t->done = malloc((size_t)(P->nsegs + 1) * sizeof *t->done);
-  if (!v || !t->done) return free(v), false;
+  t->timed = malloc((size_t)(P->nops + 1) * sizeof *t->timed);
+  if (!v || !t->done || !t->timed) return free(v), false;
+  fpi_calib_timed(P, recs, nrecs, t->timed);
   t->nrows = 0;
   for (int32_t k = 0; k < P->nsegs; k++) {
     int32_t n = 0;
@@ -80,17 +81,23 @@ static bool measure(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, t
   for (int32_t r = 0; r < nrecs; r++) v[r] = fpi_calib_rec_step(P, &recs[r]);
   t->step = fpi_calib_median(v, nrecs);
   free(v);
-  return t->nrows > 0 && t->step > 0;
+  /* the caller's records timed a collective (an op ending after 0) */
+  FP_ASSERT(t->nrows > 0 && t->step > 0);
+  return true;
 }
 
-double fpi_calib_done_at(const fp_prog *P, const fp_sim *S, const fp_calib_rec *recs, int32_t nrecs, int32_t k) {
+void fpi_calib_timed(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, bool *timed) {
+  for (int32_t i = 0; i < P->nops; i++) {
+    timed[i] = false;
+    for (int32_t r = 0; r < nrecs && !timed[i]; r++) timed[i] = recs[r].op_t[2 * i] >= 0;
+  }
+}
+
+double fpi_calib_done_at(const fp_prog *P, const fp_sim *S, const bool *timed, int32_t k) {
   const fp_seg *sg = &P->segs[k];
   double e = -1;
-  for (int32_t i = sg->first; i < sg->first + sg->nops; i++) {
-    bool timed = false;
-    for (int32_t r = 0; r < nrecs && !timed; r++) timed = recs[r].op_t[2 * i] >= 0;
-    if (timed) e = fmax(e, S->end_us[i]);
-  }
+  for (int32_t i = sg->first; i < sg->first + sg->nops; i++)
+    if (timed[i]) e = fmax(e, S->end_us[i]);
   return e;
 }
 
@@ -113,7 +120,7 @@ static double objective(const fp_prog *P, const fp_hw *hw, const target *t, doub
     int32_t n = 0;
     for (int32_t k = 0; k < P->nsegs; k++) {
       if (t->done[k] < 0) continue;
-      double r = (fpi_calib_done_at(P, &sim, t->recs, t->nrecs, k) - t->done[k]) / t->done[k];
+      double r = (fpi_calib_done_at(P, &sim, t->timed, k) - t->done[k]) / t->done[k];
       s += r * r;
       if (rows) rows[n] = fabs(r);
       n++;
@@ -149,32 +156,30 @@ static void search(const fp_prog *P, fp_hw *hw, const target *t, double *best_e)
 }
 
 /* does a measured collective span nodes? */
-static bool spans_nodes(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs) {
+static bool spans_nodes(const fp_prog *P, const bool *timed) {
   for (int32_t i = 0; i < P->nops; i++) {
     const fp_op *op = &P->ops[i];
     if (fpi_op_class(op->code) != FP_OPC_COMM || op->comm < 0 || P->comms[op->comm].size <= 1) continue;
-    bool ran = false;
-    for (int32_t r = 0; r < nrecs && !ran; r++) ran = recs[r].op_t[2 * i] >= 0;
-    if (ran && fpi_comm_geometry(P, &P->comms[op->comm]).nodes > 1) return true;
+    if (timed[i] && fpi_comm_geometry(P, &P->comms[op->comm]).nodes > 1) return true;
   }
   return false;
 }
 
 bool fpi_calib_fit_step(const fp_prog *P, const fp_calib_rec *recs, int32_t nrecs, fp_hw *hw, fp_calib_kind *rows,
                         double *step_rel, char *note, size_t ncap, char *err, size_t cap) {
-  target t = {.recs = recs, .nrecs = nrecs};
+  target t = {0};
   memset(rows, 0, sizeof *rows);
   if (!measure(P, recs, nrecs, &t)) {
-    free(t.done);
-    snprintf(err, cap, "too few records: no hook's ops were timed, so the step cannot be fitted");
+    free(t.done), free(t.timed);
+    snprintf(err, cap, "out of memory");
     return false;
   }
-  t.ib = spans_nodes(P, recs, nrecs);
+  t.ib = spans_nodes(P, t.timed);
   hw->nvlink_hop_us = hw->net_hop_us = 1e-3; /* the call latency takes the steps' */
   double best;
   search(P, hw, &t, &best);
   double *r = malloc((size_t)t.nrows * sizeof *r);
-  if (!r) return free(t.done), snprintf(err, cap, "out of memory"), false;
+  if (!r) return free(t.done), free(t.timed), snprintf(err, cap, "out of memory"), false;
   objective(P, hw, &t, r, step_rel);
   rows->n = t.nrows;
   for (int32_t k = 0; k < t.nrows; k++) rows->max_rel = fmax(rows->max_rel, r[k]);
@@ -192,7 +197,7 @@ bool fpi_calib_fit_step(const fp_prog *P, const fp_calib_rec *recs, int32_t nrec
            hidden ? " (the collectives were hidden behind compute in these steps: the slowest that stay hidden, an "
                     "upper bound)"
                   : "");
-  free(t.done);
+  free(t.done), free(t.timed);
   if (!isfinite(best)) return snprintf(err, cap, "inconsistent records: no machine simulates these steps"), false;
   return true;
 }

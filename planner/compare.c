@@ -27,6 +27,8 @@ bool fpi_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const fp_
   fp_sim sim;
   if (!fpi_simulate(a, P, hw, &sim)) return false;
   double *v = fpi_alloc_array(a, (size_t)(nrecs > 0 ? nrecs : 1), sizeof *v);
+  bool *timed = fpi_alloc_array(a, (size_t)P->nops + 1, sizeof *timed);
+  fpi_calib_timed(P, recs, nrecs, timed);
   fprintf(f, "\nmodeled on %s against measured (the median over %d record(s):", hw->name, (int)nrecs);
   for (int32_t r = 0; r < nrecs; r++) fprintf(f, " %s", names[r]);
   fprintf(f, "); times in microseconds from the step's start\n");
@@ -44,7 +46,7 @@ bool fpi_compare_print(fp_arena *a, const fp_prog *P, const fp_hw *hw, const fp_
       if (e >= 0) v[n++] = e;
     }
     if (!n) continue; /* no op of this hook was timed (empty, or sync only) */
-    double x = fpi_calib_median(v, n), m = fpi_calib_done_at(P, &sim, recs, nrecs, k);
+    double x = fpi_calib_median(v, n), m = fpi_calib_done_at(P, &sim, timed, k);
     fprintf(f, "%5d  %-*.*s  %5d  %16.3f  %16.3f", (int)k, w, w, fpi_sim_hook_label(P, S, buf, sizeof buf), (int)S->micro, m, x);
     rel(f, m, x);
     fputc('\n', f);
