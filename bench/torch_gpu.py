@@ -109,8 +109,9 @@ SMALL_CFG = dict(vocab=14336, hidden=768, layers=12, inter=3072, heads=12, kv_he
 MODELS = {"126m": SMALL_CFG, "1b": GPU_CFG, "tiny": TINY_CFG}
 # the runs of each model by default (--runs: the same runs for every model)
 DEFAULT_RUNS = {
-    "126m": ["fsdp2", "plain", "flexplan-graph-default", "flexplan-safe", "flexplan-step"],
-    "1b": ["fsdp2", "plain", "flexplan-graph-default", "flexplan-eager-default", "flexplan-safe", "flexplan-step"],
+    "126m": ["fsdp2", "plain", "flexplan-graph-default", "flexplan-safe", "flexplan-step", "plain-step"],
+    "1b": ["fsdp2", "plain", "flexplan-graph-default", "flexplan-eager-default", "flexplan-safe", "flexplan-step",
+           "plain-step"],
     "tiny": ["fsdp2", "plain", "flexplan-mpi-host"],
 }
 CAPTURABLE_RUNS = ("flexplan-safe", "flexplan-step")
@@ -305,6 +306,46 @@ def capturable_adamw(st, c, fpt):
     return fpt.optimizer(st, torch.optim.AdamW, lr=lr, capturable=True, **ADAMW)
 
 
+def new_graph(torch):
+    """A CUDAGraph that keeps its cudaGraph_t after instantiation where this
+    torch can (keep_graph, torch 2.7 and later), so that graph_nodes can
+    count it; else a plain one. (graph, whether it keeps it)"""
+    try:
+        return torch.cuda.CUDAGraph(keep_graph=True), True
+    except TypeError:
+        return torch.cuda.CUDAGraph(), False
+
+
+def graph_nodes(g):
+    """The captured graph's node count and its kinds ({kind: count}), read
+    through the driver (cuGraphGetNodes, cuGraphNodeGetType on
+    raw_cuda_graph()), or None where this torch or driver cannot say. The
+    host time of a replay grows with the nodes: this splits a slow
+    g.replay() into nodes x time per node."""
+    import ctypes
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+        h = ctypes.c_void_p(g.raw_cuda_graph())
+        n = ctypes.c_size_t(0)
+        if cu.cuGraphGetNodes(h, None, ctypes.byref(n)) != 0:
+            return None
+        arr = (ctypes.c_void_p * n.value)()
+        if cu.cuGraphGetNodes(h, arr, ctypes.byref(n)) != 0:
+            return None
+        kinds = {}
+        names = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait_event",
+                 7: "event_record", 8: "ext_sem_signal", 9: "ext_sem_wait", 10: "mem_alloc", 11: "mem_free",
+                 12: "batch_mem_op", 13: "conditional"}
+        for i in range(n.value):
+            t = ctypes.c_int(-1)
+            cu.cuGraphNodeGetType(ctypes.c_void_p(arr[i]), ctypes.byref(t))
+            k = names.get(t.value, str(t.value))
+            kinds[k] = kinds.get(k, 0) + 1
+        return {"total": n.value, "kinds": kinds}
+    except Exception:  # an older torch (no raw_cuda_graph, or keep_graph off) or no driver: not known
+        return None
+
+
 def run_steps(a, c, opt, sx, sy, step_body, graph):
     """a.steps steps of step_body over the static inputs sx, sy (each
     step's batch copied in first; the lr halved before the middle one):
@@ -319,7 +360,7 @@ def run_steps(a, c, opt, sx, sy, step_body, graph):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     warm = min(STEP_WARMUP, a.steps) if graph else a.steps
-    g = static_loss = None
+    g = static_loss = nodes = None
     losses, times, host = [], [], []
     for step in range(a.steps):
         if step == a.steps // 2:
@@ -330,9 +371,12 @@ def run_steps(a, c, opt, sx, sy, step_body, graph):
         if step == warm:
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
+            g, kept = new_graph(torch)
             with torch.cuda.graph(g):
                 static_loss = step_body()
+            nodes = graph_nodes(g) if kept else None
+            if kept:  # instantiate now, not inside the first timed replay
+                g.instantiate()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         if g is None:
@@ -345,7 +389,7 @@ def run_steps(a, c, opt, sx, sy, step_body, graph):
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.item()))
-    extra = {"replays": len(host), "warm_steps": warm if graph else None}
+    extra = {"replays": len(host), "warm_steps": warm if graph else None, "graph_nodes": nodes}
     if host:
         extra.update(host_us_per_replay=round(1e6 * statistics.median(host), 2),
                      host_us_per_replay_max=round(1e6 * max(host), 2), host_us_all=[round(1e6 * h, 1) for h in host])
@@ -580,6 +624,10 @@ def compare(a, key, c, runs, workdir):
         if "host_us_per_replay" in r:
             print(f"torch_gpu: {key}: {n} host time per replay: median {r['host_us_per_replay']:.1f} us, "
                   f"max {r['host_us_per_replay_max']:.1f} us (target <= 50 us): " + " ".join(map(str, r["host_us_all"])))
+            gn = r.get("graph_nodes")
+            if gn:
+                print(f"torch_gpu: {key}: {n} graph: {gn['total']} nodes "
+                      f"({r['host_us_per_replay'] / gn['total']:.3f} us of host time a node): {gn['kinds']}")
     if target and "flexplan-step / fsdp2" in ratios:
         print(f"torch_gpu: {key}: flexplan-step / fsdp2 = {ratios['flexplan-step / fsdp2']:.3f} (target <= {target})")
     for name, r in results.items():
