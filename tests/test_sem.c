@@ -14,7 +14,10 @@
  * operand offset moved by one element, a reduction removed, a reduction's
  * op changed (sum <-> avg), an op's dtype changed, a scale's factor
  * changed, a collective's communicator changed, a post_optimizer refresh op
- * removed. Every mutant is written as plan.json (which re-hashes it:
+ * removed; and the strict classes (the enum below: less than an element off,
+ * plan-wide scale changes, a ragged extent or a chunk off by one, a root or
+ * an `only=` rank moved, a wait or a memset removed), every mutant of which
+ * must be rejected with a message located in plan.json. Every mutant is written as plan.json (which re-hashes it:
  * fpi_plan_write takes fpi_prog_hash of the mutated program) and read back:
  * rejected by the reader or rules 1-8, rejected by rule 9 only, or accepted.
  * The table goes to stdout; the test fails when an original is rejected or
@@ -35,14 +38,16 @@
 enum {
   M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL,
   /* the strict classes (issue 40): every mutant must be rejected, with a located message */
-  M_SUBELEM, M_SCALE_ONE, M_SCALE_DROP, M_SCALE_WORLD, M_EXTENT, M_CHUNK, M_NKINDS
+  M_SUBELEM, M_SCALE_ONE, M_SCALE_DROP, M_SCALE_WORLD, M_EXTENT, M_CHUNK,
+  M_ROOT, M_ONLY, M_WAIT_DEL, M_MEMSET_DEL, M_NKINDS
 };
 #define M_STRICT M_SUBELEM
 static const char *kind_name[M_NKINDS] = {"ops swapped",       "offset +1 element",  "reduce removed",
                                           "reduce op changed", "dtype changed",      "scale changed",
                                           "group changed",     "refresh removed",    "offset < 1 element",
                                           "every scale to 1",  "every scale dropped", "scales 1/world only",
-                                          "extent off by one", "chunk off by one"};
+                                          "extent off by one", "chunk off by one",   "root changed",
+                                          "only changed",      "wait removed",       "memset removed"};
 
 /* what a mutation walks: ops, params or the whole program once */
 static int32_t space(const fp_prog *p, int k) {
@@ -166,6 +171,10 @@ static bool candidate(const fp_prog *p, int k, int32_t i) {
     case M_SCALE: return op->code == FP_OP_SCALE;
     case M_COMM: return fpi_op_class(op->code) == FP_OPC_COMM && p->ncomms > 1;
     case M_REFRESH_DEL: return data_op(op) && p->segs[op->seg].kind == FP_SEG_POST_OPTIMIZER;
+    case M_ROOT: return (op->code == FP_OP_REDUCE || op->code == FP_OP_BROADCAST) && p->comms[op->comm].size > 1;
+    case M_ONLY: return op->only >= 0 && p->comms[op->only_comm].size > 1;
+    case M_WAIT_DEL: return op->code == FP_OP_WAIT;
+    case M_MEMSET_DEL: return op->code == FP_OP_MEMSET;
     case M_SUBELEM: { /* an operand whose elements are wider than a byte */
       if (!data_op(op) || op->code == FP_OP_H2D || op->code == FP_OP_D2H) return false;
       int64_t zd = op->dst.buf >= 0 ? fpi_dtype_size(op->dtype) : 0, zs = op->src.buf >= 0 ? fpi_dtype_size(op->sdtype) : 0;
@@ -206,7 +215,11 @@ static void mutate(fp_prog *p, int k, int32_t i, int nth) {
       else op->dst.off += fpi_dtype_size(op->dtype);
       break;
     case M_REDUCE_DEL:
-    case M_REFRESH_DEL: del_op(p, i); break;
+    case M_REFRESH_DEL:
+    case M_WAIT_DEL:
+    case M_MEMSET_DEL: del_op(p, i); break;
+    case M_ROOT: op->root = (int32_t)((op->root + 1) % p->comms[op->comm].size); break;
+    case M_ONLY: op->only = (int32_t)((op->only + 1) % p->comms[op->only_comm].size); break;
     case M_REDOP: op->red = op->red == FP_RED_SUM ? FP_RED_AVG : FP_RED_SUM; break;
     case M_DTYPE: {
       fp_dtype to = op->dtype == FP_F32 ? FP_BF16 : FP_F32;
