@@ -235,11 +235,17 @@ FPK_UNROLL
 
 /* dst[i] = round_DT(canon(widen(dst[i]) + widen(src[i]))); dst may be src
  * (same dtype): each element is read before it is written, by the thread
- * that writes it */
+ * that writes it. The slot is a cast's (cast_vec): where dst is the wider
+ * side (fp32 += bf16, the reduce-scatter's accumulation into main grads) dst
+ * moves 16 bytes a lane, so each store instruction of a warp writes 512
+ * contiguous bytes. With the narrow side at 16 bytes it stored two 16-byte
+ * words a lane 32 bytes apart, the pattern that held bf16 -> fp32 at 0.64
+ * of a copy; the H200 measured this add at 0.81 so. Changed after that run:
+ * not measured yet. */
 template <int DT, int ST> struct add_k {
   typedef typename elt<DT>::T D;
   typedef typename elt<ST>::T S;
-  static constexpr int V = vec<DT, ST>::V, U = per_thread<V * (int)(sizeof(S) + sizeof(D))>::U;
+  static constexpr int V = cast_vec<DT, ST>::V, U = per_thread<V * (int)(sizeof(S) + sizeof(D))>::U;
   static FPK_HDT void tile(void *dst, const void *src, int64_t n, int64_t t0, bool aligned) {
     D *d = (D *)dst;
     const S *s = (const S *)src;
