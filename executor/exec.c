@@ -394,12 +394,15 @@ static fp_status shard_rows(fp_exec *x, const fp_ir_param *q, int64_t g, int64_t
   int64_t rows = shape_d - g * c_rows;
   rows = rows < 0 ? 0 : rows > c_rows ? c_rows : rows;
   *slot = q->chunk;
-  if (rows > 0) *e = (fp_extent){outer, rows * inner, c_rows * inner, g * c_rows * inner, shape_d * inner};
+  if (rows > 0) *e = (fp_extent){outer, rows * inner, c_rows * inner, g * c_rows * inner, shape_d * inner, rows * inner};
   return FP_OK;
 }
 
+int64_t fp_extent_elems(const fp_extent *e) { return e && e->runs > 0 ? (e->runs - 1) * e->len + e->last_len : 0; }
+
 /* shard_of's cyclic_shard placement: blocks g, g+G, ... of b elements, one
- * after another in the slot */
+ * after another in the slot; the param's last block may be short (then it
+ * is the last run of the rank holding it) */
 static fp_status shard_cyclic(fp_exec *x, const fp_ir_param *q, int64_t g, int64_t G, int64_t *slot, fp_extent *e) {
   const fp_prog *p = x->prog;
   int64_t end;
@@ -408,11 +411,11 @@ static fp_status shard_cyclic(fp_exec *x, const fp_ir_param *q, int64_t g, int64
   snprintf(who, sizeof who, "plan: param '%s'", q->name);
   FPX_CHECK(check_table(x, q->tab, G, who, &end));
   const fp_ir_table *t = &p->tabs[q->tab];
-  int64_t b = fpi_cyclic_block(t), span;
-  if (b < 1 || t->cnt[g] % b || t->cnt[g] > q->chunk || !fpi_mul64(G, b, &span))
+  int64_t b = fpi_cyclic_block(t), c = t->cnt[g], span;
+  if (b < 1 || c > q->chunk || !fpi_mul64(G, b, &span))
     return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
   *slot = q->chunk;
-  if (t->cnt[g] > 0) *e = (fp_extent){t->cnt[g] / b, b, b, g * b, span};
+  if (c > 0) *e = (fp_extent){(c + b - 1) / b, b, b, g * b, span, c - (c - 1) / b * b};
   return FP_OK;
 }
 
@@ -422,12 +425,12 @@ static fp_status shard_cyclic(fp_exec *x, const fp_ir_param *q, int64_t g, int64
 static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64_t *slot, fp_extent *e,
                           int64_t *shift) {
   const fp_prog *p = x->prog;
-  *e = (fp_extent){0, 0, 0, 0, 0};
+  *e = (fp_extent){0, 0, 0, 0, 0, 0};
   *slot = 0;
   *shift = 0;
   if (q->placement == FP_PL_REPLICATE) {
     *slot = numel;
-    *e = (fp_extent){1, numel, numel, 0, numel};
+    *e = (fp_extent){1, numel, numel, 0, numel, numel};
     return FP_OK;
   }
   if (q->comm < 0) return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s' is sharded but has no communicator", q->name);
@@ -445,7 +448,7 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
       if (end > numel || t->cnt[g] > q->chunk)
         return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
       *slot = t->cnt[g];
-      if (*slot > 0) *e = (fp_extent){1, *slot, *slot, t->off[g], *slot};
+      if (*slot > 0) *e = (fp_extent){1, *slot, *slot, t->off[g], *slot, *slot};
       return FP_OK;
     }
     case FP_PL_FLAT: {
@@ -462,7 +465,7 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
       if (hi > lo) {
         *slot = hi - lo;
         *shift = lo - gc;
-        *e = (fp_extent){1, *slot, *slot, lo - a, *slot};
+        *e = (fp_extent){1, *slot, *slot, lo - a, *slot, *slot};
       }
       return FP_OK;
     }
@@ -473,7 +476,7 @@ static fp_status shard_of(fp_exec *x, const fp_ir_param *q, int64_t numel, int64
                         q->owner);
       if (g == q->owner) {
         *slot = numel;
-        *e = (fp_extent){1, numel, numel, 0, numel};
+        *e = (fp_extent){1, numel, numel, 0, numel, numel};
       }
       return FP_OK;
     default: return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': unknown placement %d", q->name, q->placement);

@@ -82,13 +82,13 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
      * whole tensor, since every block's scale needs the block's 32 values */
     s->mx = v->scales.data != NULL;
     s->full = xp->weight_persistent || s->mx;
-    need = (s->full ? v->numel : v->shard.runs * v->shard.len) * fsz;
+    need = (s->full ? v->numel : fp_extent_elems(&v->shard)) * fsz;
     s->staged = *staging;
     *staging += (need + 15) / 16 * 16;
     if (s->full && v->numel * 4 > *widest) *widest = v->numel * 4;
     /* the converted bytes of one param, before the backend copies them
      * (MXFP8: the e4m3 elements, then the scales) */
-    int64_t o = v->shard.runs * v->shard.len * fpi_dtype_size(p->params[i].main_dtype);
+    int64_t o = fp_extent_elems(&v->shard) * fpi_dtype_size(p->params[i].main_dtype);
     if (s->full && v->numel * fpi_dtype_size(p->params[i].param_dtype) > o)
       o = v->numel * fpi_dtype_size(p->params[i].param_dtype);
     if (s->mx) o = v->numel + v->scales.numel;
@@ -96,6 +96,9 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
   }
   return FP_OK;
 }
+
+/* the elements run k of extent e holds */
+static int64_t run_elems(const fp_extent *e, int64_t k) { return k == e->runs - 1 ? e->last_len : e->len; }
 
 static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *const *paths, int64_t *read) {
   char err[512];
@@ -110,8 +113,8 @@ static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *
     } else {
       for (int64_t k = 0; ok && k < e->runs; k++)
         ok = fpi_st_read(s->f, s->t, (e->full_off + k * e->full_stride) * fsz, stage + s->staged + k * e->len * fsz,
-                        e->len * fsz, err, sizeof err);
-      *read += e->runs * e->len * fsz;
+                        run_elems(e, k) * fsz, err, sizeof err);
+      *read += fp_extent_elems(e) * fsz;
     }
     if (!ok) return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s': %s", paths[s->file], s->t->name, err);
   }
@@ -142,10 +145,15 @@ static fp_status write_all(fp_exec *x, const src *srcs, const char *stage, char 
     }
     for (int64_t k = 0; k < e->runs; k++) {
       const char *from = s->full ? data + (e->full_off + k * e->full_stride) * fsz : data + k * e->len * fsz;
-      fpk_cast(out + k * e->len * msz, q->main_dtype, from, fdt, e->len);
+      fpk_cast(out + k * e->len * msz, q->main_dtype, from, fdt, run_elems(e, k));
     }
-    if (e->runs > 0)
-      FPX_CHECK(x->bk->write(x, (char *)v->main.data, e->shard_stride * msz, out, e->len * msz, e->len * msz, e->runs));
+    /* the runs of len elements as one strided write, a short last run alone */
+    int64_t whole = e->runs > 0 && e->last_len < e->len ? e->runs - 1 : e->runs;
+    if (whole > 0)
+      FPX_CHECK(x->bk->write(x, (char *)v->main.data, e->shard_stride * msz, out, e->len * msz, e->len * msz, whole));
+    if (whole < e->runs)
+      FPX_CHECK(x->bk->write(x, (char *)v->main.data + whole * e->shard_stride * msz, 0, out + whole * e->len * msz, 0,
+                             e->last_len * msz, 1));
     if (s->full && v->weight.data) { /* compute weight = cast(main weight), whole param */
       fpk_cast(wide, q->main_dtype, data, fdt, v->numel);
       fpk_cast(out, q->param_dtype, wide, q->main_dtype, v->numel);

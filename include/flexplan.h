@@ -686,16 +686,24 @@ typedef struct fp_tensor {
 
 /* Where the elements of this rank's shards sit in the full (row-major,
  * flattened) param: for k in [0, runs), shard elements
- * [k*shard_stride, k*shard_stride + len) are full elements
- * [full_off + k*full_stride, ... + len). One run for dim-0 shards, ragged
- * shards, owned and replicated params; `outer` runs for a shard on dim > 0;
- * one run per block for a block-cyclic plug-in's layout (docs/placements.md:
- * blocks of len elements, G * len apart).
+ * [k*shard_stride, k*shard_stride + n_k) are full elements
+ * [full_off + k*full_stride, ... + n_k), where n_k = len for every run but
+ * the last and n_{runs-1} = last_len (fp_extent_elems counts them all).
+ * One run for dim-0 shards, ragged shards, owned and replicated params;
+ * `outer` runs for a shard on dim > 0; one run per block for a block-cyclic
+ * plug-in's layout (docs/placements.md: blocks of len elements, G * len
+ * apart), whose last run is shorter (last_len < len) on the rank holding a
+ * param's short last block. Every other layout has last_len == len.
  * runs == 0 when this rank holds nothing. Shard elements outside the runs
  * are padding (zero). */
 typedef struct fp_extent {
   int64_t runs, len, shard_stride, full_off, full_stride;
+  int64_t last_len; /* elements of run runs-1 (<= len) */
 } fp_extent;
+
+/* the elements an extent holds: (runs - 1) * len + last_len, 0 when it
+ * holds nothing (or e is NULL) */
+FP_API int64_t fp_extent_elems(const fp_extent *e);
 
 typedef struct fp_param_view {
   const char *name;      /* owned by the plan */

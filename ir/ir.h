@@ -395,6 +395,18 @@ static inline fp_region fpi_noreg(void) { fp_region r = {-1, false, 0, 0}; retur
  * g, g+G, ... (cnt[g] / block of them), stored in order in its slot.
  * 0 for a table of fewer than 2 entries (the verifier refuses it) */
 static inline int64_t fpi_cyclic_block(const fp_ir_table *t) { return t->n > 1 ? t->off[1] : 0; }
+/* a block-cyclic layout of n elements in blocks of b (b >= 1; the last block
+ * short when b does not divide n) over G ranks: the blocks rank g holds
+ * (g, g+G, ...), and the elements they hold (the short block, if it is g's,
+ * is its last) */
+static inline int64_t fpi_cyclic_blocks(int64_t n, int64_t b, int64_t G, int64_t g) {
+  int64_t nb = (n + b - 1) / b;
+  return g < nb ? (nb - g + G - 1) / G : 0;
+}
+static inline int64_t fpi_cyclic_elems(int64_t n, int64_t b, int64_t G, int64_t g) {
+  int64_t k = fpi_cyclic_blocks(n, b, G, g), last = g + (k - 1) * G;
+  return k == 0 ? 0 : (k - 1) * b + (n - last * b < b ? n - last * b : b);
+}
 /* index of global rank r inside communicator c */
 static inline int64_t fpi_comm_index(const fp_ir_comm *c, int64_t r) { return (r / c->stride) % c->size; }
 /* byte offset of region on a rank whose index in the op's comm is g */

@@ -542,17 +542,18 @@ static void check_cyclic(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel
   }
   const fp_ir_table *t = &p->tabs[q->tab];
   int64_t b = fpi_cyclic_block(t), most = 0;
-  if (t->n != G || G < 2 || b < 1 || numel % b) {
+  if (t->n != G || G < 2 || b < 1 || b > numel) {
     verr(v, FP_VL_PARAM, i, "extent table '%s' of cyclic_shard param '%s' needs one entry per rank of comm '%s' (%" PRId64
-         ", at least 2) and a block (entry 1's offset, %" PRId64 ") dividing its %" PRId64 " elements", t->name, q->name,
+         ", at least 2) and a block (entry 1's offset, %" PRId64 ") of 1 to its %" PRId64 " elements", t->name, q->name,
          p->comms[q->comm].name, G, b, numel);
     return;
   }
-  for (int64_t g = 0, nb = numel / b; g < G; g++) {
-    int64_t want = g < nb ? (nb - g + G - 1) / G * b : 0;
+  for (int64_t g = 0; g < G; g++) {
+    int64_t want = fpi_cyclic_elems(numel, b, G, g);
     if (t->off[g] != g * b || t->cnt[g] != want) {
       verr(v, FP_VL_PARAM, i, "extent table '%s' entry %" PRId64 " is [%" PRId64 ", +%" PRId64 "), the blocks of %" PRId64
-           " elements dealt round-robin give [%" PRId64 ", +%" PRId64 ")", t->name, g, t->off[g], t->cnt[g], b, g * b, want);
+           " elements dealt round-robin (the last %" PRId64 ") give [%" PRId64 ", +%" PRId64 ")", t->name, g, t->off[g],
+           t->cnt[g], b, numel - (numel - 1) / b * b, g * b, want);
       return;
     }
     if (want > most) most = want;

@@ -1240,7 +1240,11 @@ static void run_local(sctx *s, int32_t i, int32_t k) {
 /* ---- params: pieces, initial state, checks --------------------------------------------- */
 typedef struct piece {
   int64_t runs, len, shard_stride, full_off, full_stride, shift, slot;
+  int64_t last; /* the last run's elements: len but for a block-cyclic layout's short last block */
 } piece;
+
+/* the elements run `run` of e holds */
+static int64_t run_len(const piece *e, int64_t run) { return run == e->runs - 1 ? e->last : e->len; }
 
 /* the elements of q rank r holds in its main / grad slot (executor/exec.c shard_of) */
 static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
@@ -1248,7 +1252,7 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
   for (int d = 0; d < q->ndim; d++) numel *= q->shape[d];
   *e = (piece){0};
   if (q->placement == FP_PL_REPLICATE || q->comm < 0) {
-    *e = (piece){1, numel, numel, 0, numel, 0, numel};
+    *e = (piece){1, numel, numel, 0, numel, 0, numel, numel};
     return true;
   }
   const fp_ir_comm *c = &s->p->comms[q->comm];
@@ -1264,33 +1268,33 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
       int64_t rows = shape_d - g * c_rows;
       rows = rows < 0 ? 0 : rows > c_rows ? c_rows : rows;
       e->slot = q->chunk;
-      if (rows > 0) *e = (piece){outer, rows * inner, c_rows * inner, g * c_rows * inner, shape_d * inner, 0, q->chunk};
+      if (rows > 0) *e = (piece){outer, rows * inner, c_rows * inner, g * c_rows * inner, shape_d * inner, 0, q->chunk, rows * inner};
       return true;
     }
     case FP_PL_RAGGED: {
       if (q->tab < 0 || s->p->tabs[q->tab].n != G) return false;
       const fp_ir_table *t = &s->p->tabs[q->tab];
       e->slot = t->cnt[g];
-      if (t->cnt[g] > 0) *e = (piece){1, t->cnt[g], t->cnt[g], t->off[g], t->cnt[g], 0, t->cnt[g]};
+      if (t->cnt[g] > 0) *e = (piece){1, t->cnt[g], t->cnt[g], t->off[g], t->cnt[g], 0, t->cnt[g], t->cnt[g]};
       return true;
     }
     case FP_PL_FLAT: {
       int64_t es = fpi_dtype_size(q->param_dtype), a = q->weight.off / es, gc = g * q->chunk;
       int64_t lo = a > gc ? a : gc, hi = a + numel < gc + q->chunk ? a + numel : gc + q->chunk;
-      if (hi > lo) *e = (piece){1, hi - lo, hi - lo, lo - a, hi - lo, lo - gc, hi - lo};
+      if (hi > lo) *e = (piece){1, hi - lo, hi - lo, lo - a, hi - lo, lo - gc, hi - lo, hi - lo};
       return true;
     }
     case FP_PL_CYCLIC: { /* blocks g, g+G, ... one after another in the slot */
       if (q->tab < 0 || s->p->tabs[q->tab].n != G) return false;
       const fp_ir_table *t = &s->p->tabs[q->tab];
-      int64_t b = fpi_cyclic_block(t);
-      if (b < 1 || t->cnt[g] % b) return false;
+      int64_t b = fpi_cyclic_block(t), c = t->cnt[g];
+      if (b < 1 || c > q->chunk) return false;
       e->slot = q->chunk;
-      if (t->cnt[g] > 0) *e = (piece){t->cnt[g] / b, b, b, g * b, G * b, 0, q->chunk};
+      if (c > 0) *e = (piece){(c + b - 1) / b, b, b, g * b, G * b, 0, q->chunk, c - (c - 1) / b * b};
       return true;
     }
     case FP_PL_OWNED:
-      if (g == q->owner) *e = (piece){1, numel, numel, 0, numel, 0, numel};
+      if (g == q->owner) *e = (piece){1, numel, numel, 0, numel, 0, numel, numel};
       return true;
     default: return false;
   }
@@ -1376,7 +1380,7 @@ static void init_main(sctx *s, int32_t k, int32_t j, bool pieces) {
     return;
   }
   for (int64_t run = 0; run < e.runs; run++) {
-    cell c = {.lo = 0, .hi = e.len * mz, .kind = SV_WEIGHT, .dt = (uint8_t)q->main_dtype,
+    cell c = {.lo = 0, .hi = run_len(&e, run) * mz, .kind = SV_WEIGHT, .dt = (uint8_t)q->main_dtype,
               .rnd = (uint8_t)q->main_dtype, .p = j, .e = e.full_off + run * e.full_stride};
     map_write(wmap(s, k, q->main.buf), q->main.off + (e.shift + run * e.shard_stride) * mz, &c, 1);
   }
@@ -1512,7 +1516,7 @@ static void grad_check(sctx *s, int32_t seg, int32_t k, int32_t j) {
         int64_t at = q->grad.off + (e.shift + run * e.shard_stride) * gz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
         int32_t n = 0, cap = 0;
-        map_read(s, rmap(s, k, q->grad.buf), at, at + e.len * gz, &t, &n, &cap);
+        map_read(s, rmap(s, k, q->grad.buf), at, at + run_len(&e, run) * gz, &t, &n, &cap);
         for (int32_t x = 0; x < n; x++) {
           cell *c = &t[x];
           if (c->kind == SV_JUNK) break;
@@ -1556,7 +1560,7 @@ static void bump(sctx *s, int32_t seg, int32_t k, int32_t j) {
         int64_t at = q->main.off + (e.shift + run * e.shard_stride) * mz, e0 = e.full_off + run * e.full_stride;
         cell *t = NULL;
         int32_t n = 0, cap = 0;
-        map_read(s, rmap(s, k, q->main.buf), at, at + e.len * mz, &t, &n, &cap);
+        map_read(s, rmap(s, k, q->main.buf), at, at + run_len(&e, run) * mz, &t, &n, &cap);
         for (int32_t x = 0; x < n; x++) {
           cell *c = &t[x];
           if (c->kind == SV_WEIGHT && c->p == j && c->ver == v && c->e == e0 + c->lo / mz && c->dt == q->main_dtype) {

@@ -69,7 +69,7 @@ static int64_t slot_base(const fp_prog *p, const fp_ir_param *q, int which, int6
 static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r, run *out, int cap,
                     int64_t *nruns) {
   int64_t sz, numel = numel_of(q), base = slot_base(p, q, which, &sz);
-  int64_t runs = 0, len = 0, sstride = 0, foff = 0, fstride = 0;
+  int64_t runs = 0, len = 0, sstride = 0, foff = 0, fstride = 0, last = -1; /* last: the last run's length (-1: len) */
   if (q->placement == FP_PL_REPLICATE) {
     runs = 1, len = numel;
   } else {
@@ -90,7 +90,9 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r
     } else if (q->placement == FP_PL_CYCLIC) {
       const fp_ir_table *t = &p->tabs[q->tab];
       int64_t b = fpi_cyclic_block(t);
-      if (t->cnt[g] > 0) runs = t->cnt[g] / b, len = b, sstride = b, foff = g * b, fstride = t->n * b;
+      if (t->cnt[g] > 0) /* the param's short last block, if it is g's, is its last run */
+        runs = (t->cnt[g] + b - 1) / b, len = b, sstride = b, foff = g * b, fstride = t->n * b,
+        last = t->cnt[g] - (runs - 1) * b;
     } else if (q->placement == FP_PL_OWNED) {
       if (g == q->owner) runs = 1, len = numel;
     } else if (q->placement == FP_PL_FLAT) {
@@ -105,7 +107,7 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r
   *nruns = runs;
   if (len == 0) runs = 0;
   for (int64_t k = 0; k < runs && k < cap; k++)
-    out[k] = (run){(int32_t)r, foff + k * fstride, len, base + k * sstride * sz};
+    out[k] = (run){(int32_t)r, foff + k * fstride, k == runs - 1 && last >= 0 ? last : len, base + k * sstride * sz};
   return (int)(runs < cap ? runs : cap);
 }
 

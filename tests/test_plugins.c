@@ -182,25 +182,31 @@ static void block_cyclic_is_cyclic(void **state) {
   fp_placement_set_free(set);
 }
 
-/* what no IR layout holds: blocks of 8 rows of 20 at 2 ranks, rank 0 holding
- * rows 0-7 and the short last block 16-19 */
-static void block_cyclic_short_block_refused(void **state) {
+/* a short last block: blocks of 8 rows of fc0's 20 (8 x 13 = 104 elements)
+ * at 2 ranks deal blocks 0 and 2 (rows 0-7, then the 4 rows 16-19: 104 + 52
+ * elements) to rank 0 and block 1 (rows 8-15) to rank 1: the cyclic_shard
+ * layout, its table {0, +156}, {104, +104}, chunk 156; the unshard copies
+ * each rank's whole blocks out of its staging chunk (one row of 104 for
+ * each) and rank 0's short block alone (52 elements from staging element
+ * 104 to param element 208); the reduction the reverse */
+static void block_cyclic_short_block(void **state) {
   (void)state;
   ex_block_cyclic bc = {8};
   ex_expert_owned eo = {"experts."};
   fp_placement_set *set = examples(&bc, &eo);
-  const char *k = "{\"kind\": \"block_cyclic\"}";
-  char *s = spec4(2, k, k, k), *msg;
-  assert_null(compile(mlp, s, set, &msg));
-  assert_string_equal(msg, "<spec>:4:51: error: /buckets/0/placement: placement plug-in 'block_cyclic': rank 0 holds "
-                           "the runs [0, 104) and [208, 260) of param 'fc0.weight': several runs per rank lower only as "
-                           "equal blocks dealt round-robin that divide the param (all_gather_v), or as the even split "
-                           "of a dim (all_gather)\n"
-                           "<spec>:5:51: error: /buckets/1/placement: placement plug-in 'block_cyclic': rank 0 holds "
-                           "the runs [0, 160) and [320, 380) of param 'fc1.weight': several runs per rank lower only as "
-                           "equal blocks dealt round-robin that divide the param (all_gather_v), or as the even split "
-                           "of a dim (all_gather)");
-  free(msg), free(s);
+  char *s = spec4(2, "{\"kind\": \"block_cyclic\"}", "{\"kind\": \"shard\"}", "{\"kind\": \"shard\"}"), *msg;
+  char *ir = compile(mlp, s, set, &msg);
+  if (!ir) fail_msg("%s", msg);
+  assert_non_null(strstr(ir, "param  0  fc0.weight  shape=[20,13]  module=fc0  bucket=fc0  dtypes=fp32/fp32/fp32  "
+                             "cyclic_shard  comm=world  tab=fc0.weight  chunk=156  "));
+  assert_non_null(strstr(ir, "table  0  fc0.weight        n=2\n  off 0 104\n  cnt 156 104\n"));
+  assert_non_null(strstr(ir, "copy              fp32  n=104  dst=fc0.weight[0]  src=fc0.gstage[0]  dpitch=832  "
+                             "spitch=416"));
+  assert_non_null(strstr(ir, "copy              fp32  n=52   dst=fc0.weight[832]  src=fc0.gstage[416]  bucket=fc0"));
+  assert_non_null(strstr(ir, "copy              fp32  n=104  dst=fc0.weight[416]  src=fc0.gstage[624]  dpitch=832  "
+                             "spitch=416"));
+  assert_non_null(strstr(ir, "copy              fp32  n=52   dst=fc0.rstage[416]  src=fc0.ugrad[832]  bucket=fc0"));
+  free(ir), free(s);
   fp_placement_set_free(set);
 }
 
@@ -383,7 +389,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(block_cyclic_by_hand),   cmocka_unit_test(expert_owned_by_hand),
       cmocka_unit_test(block_cyclic_is_ragged), cmocka_unit_test(expert_owned_is_owned),
-      cmocka_unit_test(block_cyclic_is_cyclic), cmocka_unit_test(block_cyclic_short_block_refused),
+      cmocka_unit_test(block_cyclic_is_cyclic), cmocka_unit_test(block_cyclic_short_block),
       cmocka_unit_test(fault_twice),            cmocka_unit_test(fault_never),
       cmocka_unit_test(fault_outside),          cmocka_unit_test(fault_misaligned),
       cmocka_unit_test(fault_broadcast_two),    cmocka_unit_test(fault_unpaired),

@@ -2,8 +2,9 @@
  * flattened param dealt round-robin over the shard group, rank g holding
  * blocks g, g+G, g+2G, ... one after another in its slot. No spec names it:
  * it is what a placement plug-in's checked block-cyclic pieces become
- * (planner/placements/plugin.c; docs/placements.md), the block dividing the
- * param (a short last block is refused there).
+ * (planner/placements/plugin.c; docs/placements.md). When the block does not
+ * divide the param its last block is short: the last of the blocks of the
+ * rank holding it (ir.h fpi_cyclic_elems), copied on its own.
  *
  * Slots are sized for the rank with most blocks (the param's `chunk`), so
  * offsets are rank-independent. The unshard is the plug-in's all_gather_v:
@@ -22,22 +23,24 @@ static bool cyclic_parse(struct fp_jctx *c, const struct fp_jv *o, const char *p
   return true; /* never named in a spec */
 }
 
-/* blocks rank g holds */
+/* blocks rank g holds, and their elements */
 static int64_t blocks_of(const fp_layout *L, const fp_lparam *p, int64_t g) {
-  int64_t nb = p->mp->numel / p->pl->block;
-  return g < nb ? (nb - g + L->G - 1) / L->G : 0;
+  return fpi_cyclic_blocks(p->mp->numel, p->pl->block, L->G, g);
+}
+static int64_t elems_of(const fp_layout *L, const fp_lparam *p, int64_t g) {
+  return fpi_cyclic_elems(p->mp->numel, p->pl->block, L->G, g);
 }
 
 static bool cyclic_layout(fp_layout *L, fp_lparam *p) {
-  FP_ASSERT(p->pl->block >= 1 && p->mp->numel % p->pl->block == 0); /* plugin.c's express */
-  p->chunk = blocks_of(L, p, 0) * p->pl->block;
+  FP_ASSERT(p->pl->block >= 1 && p->pl->block <= p->mp->numel); /* plugin.c's express */
+  p->chunk = elems_of(L, p, 0); /* rank 0 holds the most */
   p->slot = p->chunk;
   p->padded_numel = p->mp->numel;
   return true;
 }
 
 static fpi_layout_extent cyclic_extent(const fp_layout *L, const fp_lparam *p, int64_t g) {
-  int64_t c = blocks_of(L, p, g) * p->pl->block;
+  int64_t c = elems_of(L, p, g);
   fpi_layout_extent e = {g * p->pl->block, c, c};
   return e;
 }
@@ -47,19 +50,30 @@ static int64_t cyclic_slot(const fp_layout *L, const fp_lparam *p, int64_t g) {
   return p->chunk;
 }
 
-/* one strided copy per rank between the staging chunks and the param */
+/* one strided copy per rank between the staging chunks and the param (rows:
+ * its whole blocks), and one more for the short last block */
 static void cyclic_copies(fp_lower *lw, const fp_lparam *p, fp_dtype dt, int stage_buf, int64_t stage_off, int buf,
                           int64_t off, bool to_param) {
   int64_t es = fpi_dtype_size(dt), b = p->pl->block, G = lw->L->G;
   for (int64_t g = 0; g < G; g++) {
-    int64_t rows = blocks_of(lw->L, p, g);
-    if (rows == 0) break;
+    int64_t blocks = blocks_of(lw->L, p, g), last = elems_of(lw->L, p, g) - (blocks - 1) * b;
+    if (blocks == 0) break;
+    int64_t rows = last < b ? blocks - 1 : blocks;
     fp_region st = fpi_reg(stage_buf, stage_off + g * p->chunk * es);
     fp_region pa = fpi_reg(buf, off + g * b * es);
-    fp_op *op = fpi_lw_emit(lw, FP_OP_COPY, dt, b);
-    op->dst = to_param ? pa : st;
-    op->src = to_param ? st : pa;
-    fpi_ir_op_shape(lw->P, op, rows, (to_param ? G * b : b) * es, (to_param ? b : G * b) * es);
+    if (rows > 0) {
+      fp_op *op = fpi_lw_emit(lw, FP_OP_COPY, dt, b);
+      op->dst = to_param ? pa : st;
+      op->src = to_param ? st : pa;
+      fpi_ir_op_shape(lw->P, op, rows, (to_param ? G * b : b) * es, (to_param ? b : G * b) * es);
+    }
+    if (rows < blocks) { /* block g + rows*G, the param's last */
+      fp_region st1 = fpi_reg(stage_buf, stage_off + (g * p->chunk + rows * b) * es);
+      fp_region pa1 = fpi_reg(buf, off + (g + rows * G) * b * es);
+      fp_op *op = fpi_lw_emit(lw, FP_OP_COPY, dt, last);
+      op->dst = to_param ? pa1 : st1;
+      op->src = to_param ? st1 : pa1;
+    }
   }
 }
 

@@ -14,8 +14,8 @@
  * ragged runs in rank order, owned by the one rank holding them, replicate),
  * so a plug-in param is laid out, lowered and verified by the same code as a
  * built-in one: the IR has no second kind of param. A layout the IR cannot
- * express (several runs per rank other than a shard's) is refused, located,
- * rather than approximated. */
+ * express (several runs per rank other than a shard's or blocks dealt
+ * round-robin) is refused, located, rather than approximated. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,7 +94,7 @@ static void builtin_pieces(const fp_layout *L, const fp_lparam *p, pieces *s, fp
       lay->unshard = FPI_UNSHARD_ALL_GATHER_V, lay->reduce = FPI_REDUCE_REDUCE_SCATTER_V;
       int64_t b = p->pl->block;
       for (int64_t g = 0; g < L->G; g++)
-        for (int64_t k = 0; (g + k * L->G) * b < n; k++) push(L->a, s, g, k, (g + k * L->G) * b, b);
+        for (int64_t k = 0, at; (at = (g + k * L->G) * b) < n; k++) push(L->a, s, g, k, at, n - at < b ? n - at : b);
       return;
     }
     case FP_PL_OWNED:
@@ -256,17 +256,18 @@ static int cmp_rank(const void *x, const void *y) {
   return a->index < b->index ? -1 : a->index > b->index;
 }
 
-/* runs (by rank) that are blocks of one size b dividing the param, dealt
- * round-robin (rank g: blocks g, g+G, ...), some rank holding two or more:
- * the cyclic_shard layout */
+/* runs (by rank) that are blocks of one size b, the param's last block
+ * shorter where b does not divide it, dealt round-robin (rank g: blocks g,
+ * g+G, ...), some rank holding two or more: the cyclic_shard layout */
 static bool cyclic(const fp_layout *L, const fp_param *mp, const pieces *runs, fp_placement_spec *out) {
   if (runs->n <= L->G || runs->v[0].rank != 0 || runs->v[0].begin != 0) return false;
-  int64_t b = runs->v[0].count, G = L->G;
-  if (mp->numel % b) return false;
+  int64_t b = runs->v[0].count, G = L->G, n = mp->numel;
+  if (b < 1 || b > n) return false;
+  int64_t tail_at = (n - 1) / b * b; /* the last block's first element */
   for (int64_t k = 0, i = 0; k < runs->n; k++, i++) {
     const rpiece *e = &runs->v[k];
     if (k > 0 && e->rank != runs->v[k - 1].rank) i = 0; /* i: the run's index on its rank */
-    if (e->count != b || e->begin != (e->rank + i * G) * b) return false;
+    if (e->begin != (e->rank + i * G) * b || e->count != (e->begin == tail_at ? n - tail_at : b)) return false;
   }
   out->kind = FP_PL_CYCLIC;
   out->block = b;
@@ -304,8 +305,8 @@ static bool express(fp_layout *L, fp_lparam *p, const fpi_pl_layout *lay, pieces
         if (b && e->rank == b->rank)
           return fpi_layout_error(L, false, pl->ptr,
                                  "%s: rank %lld holds the runs [%lld, %lld) and [%lld, %lld) of param '%s': several "
-                                 "runs per rank lower only as equal blocks dealt round-robin that divide the param "
-                                 "(all_gather_v), or as the even split of a dim (all_gather)",
+                                 "runs per rank lower only as blocks of one size dealt round-robin, the param's last "
+                                 "block possibly shorter (all_gather_v), or as the even split of a dim (all_gather)",
                                  w, (long long)e->rank, (long long)b->begin, (long long)(b->begin + b->count),
                                  (long long)e->begin, (long long)(e->begin + e->count), mp->name);
         if (e->begin != end)

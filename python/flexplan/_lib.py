@@ -220,6 +220,7 @@ class fp_extent(ctypes.Structure):
         ("shard_stride", ctypes.c_int64),
         ("full_off", ctypes.c_int64),
         ("full_stride", ctypes.c_int64),
+        ("last_len", ctypes.c_int64),
     ]
 
 

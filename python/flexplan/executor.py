@@ -98,27 +98,30 @@ def _L() -> Any:
 
 class Extent:
     """Where this rank's shard elements sit in the full (row-major, flattened)
-    param: for k in range(runs), shard elements [k*shard_stride, +len) are full
-    elements [full_off + k*full_stride, +len). runs == 0: nothing held."""
-    __slots__ = ("runs", "len", "shard_stride", "full_off", "full_stride")
+    param: for k in range(runs), shard elements [k*shard_stride, +n_k) are full
+    elements [full_off + k*full_stride, +n_k), n_k = len but for the last run,
+    last_len (shorter only on the rank holding a block-cyclic layout's short
+    last block). runs == 0: nothing held."""
+    __slots__ = ("runs", "len", "shard_stride", "full_off", "full_stride", "last_len")
 
     def __init__(self, e: Any) -> None:
         self.runs, self.len = int(e.runs), int(e.len)
         self.shard_stride, self.full_off, self.full_stride = int(e.shard_stride), int(e.full_off), int(e.full_stride)
+        self.last_len = int(e.last_len)
 
     def pairs(self) -> List[Tuple[int, int, int]]:
         """[(shard_start, full_start, length), ...] one per run."""
-        return [(k * self.shard_stride, self.full_off + k * self.full_stride, self.len)
-                for k in range(self.runs)]
+        return [(k * self.shard_stride, self.full_off + k * self.full_stride,
+                 self.last_len if k == self.runs - 1 else self.len) for k in range(self.runs)]
 
     @property
     def held(self) -> int:
         """elements of the full param this rank holds"""
-        return self.runs * self.len
+        return (self.runs - 1) * self.len + self.last_len if self.runs > 0 else 0
 
     def __repr__(self) -> str:
         return (f"Extent(runs={self.runs}, len={self.len}, shard_stride={self.shard_stride}, "
-                f"full_off={self.full_off}, full_stride={self.full_stride})")
+                f"full_off={self.full_off}, full_stride={self.full_stride}, last_len={self.last_len})")
 
 
 class _Buf:

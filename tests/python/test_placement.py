@@ -67,17 +67,30 @@ def test_block_cyclic_plan_is_ragged():
 def test_block_cyclic_several_blocks():
     """blocks of 4 rows of fc0 at 2 ranks: rank 0 holds blocks 0, 2, 4, rank 1
     blocks 1, 3 (cyclic_shard: staging chunks of 156, strided copies out);
-    blocks of 8 leave a short last block there, which no layout holds"""
+    blocks of 8 leave a short last block (rows 16-19, 52 elements), rank 0's
+    second: its table {0, +156}, {104, +104}, and the short block copied
+    alone from staging element 104 to param element 208"""
     s = spec(2, {"kind": "block_cyclic"}, {"kind": "shard"}, {"kind": "shard"})
     ir = flexplan.compile(MLP, s, placements=fpl.BlockCyclic(4)).to_ir()
     assert "cyclic_shard  comm=world  tab=fc0.weight  chunk=156  " in ir
     assert "dst=fc0.weight[208]  src=fc0.gstage[624]  rows=2  dpitch=416  spitch=208" in ir
+    ir = flexplan.compile(MLP, s, placements=fpl.BlockCyclic(8)).to_ir()
+    assert "cyclic_shard  comm=world  tab=fc0.weight  chunk=156  " in ir
+    assert "table  0  fc0.weight        n=2\n  off 0 104\n  cnt 156 104\n" in ir
+    assert "n=52   dst=fc0.weight[832]  src=fc0.gstage[416]  bucket=fc0" in ir
+
+
+def test_uneven_runs_refused():
+    """several runs per rank that are not blocks dealt round-robin: refused"""
+    s = spec(2, {"kind": "faulty"}, {"kind": "shard"}, {"kind": "shard"})
+    bad = Faulty("uneven")
+    bad.unshard = "all_gather_v"
+    bad.reduce = "reduce_scatter_v"
     with pytest.raises(flexplan.FlexplanError) as e:
-        flexplan.compile(MLP, s, placements=fpl.BlockCyclic(8))
-    assert str(e.value) == ("<spec>:1:230: error: /buckets/0/placement: placement plug-in 'block_cyclic': rank 0 holds "
-                            "the runs [0, 104) and [208, 260) of param 'fc0.weight': several runs per rank lower only "
-                            "as equal blocks dealt round-robin that divide the param (all_gather_v), or as the even "
-                            "split of a dim (all_gather)")
+        flexplan.compile(MLP, s, placements=bad)
+    assert str(e.value) == AT + ("rank 0 holds the runs [0, 50) and [150, 260) of param 'fc0.weight': several runs per "
+                                 "rank lower only as blocks of one size dealt round-robin, the param's last block "
+                                 "possibly shorter (all_gather_v), or as the even split of a dim (all_gather)")
 
 
 def test_registered_expert_owned_plan_is_owned():
@@ -116,6 +129,8 @@ class Faulty(fpl.Placement):
             b, c = (5, param.numel - 5) if rank else (0, 5)
         if self.fault == "raises" and rank == 1:
             raise RuntimeError("cannot place %s" % param.name)
+        if self.fault == "uneven":
+            return [(50, 100)] if rank else [(0, 50), (150, param.numel - 150)]
         return [(b, c)]
 
 

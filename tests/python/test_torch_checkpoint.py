@@ -78,12 +78,14 @@ def test_cut_rows_become_three_boxes():
 
 
 class _Ext:
-    def __init__(self, runs, len_, shard_stride, full_off, full_stride):
+    def __init__(self, runs, len_, shard_stride, full_off, full_stride, last_len=None):
         self.runs, self.len, self.shard_stride, self.full_off, self.full_stride = \
             runs, len_, shard_stride, full_off, full_stride
+        self.last_len = len_ if last_len is None else last_len
 
     def pairs(self):
-        return [(k * self.shard_stride, self.full_off + k * self.full_stride, self.len) for k in range(self.runs)]
+        return [(k * self.shard_stride, self.full_off + k * self.full_stride,
+                 self.last_len if k == self.runs - 1 else self.len) for k in range(self.runs)]
 
 
 def test_dim1_shard_runs_are_one_box():
@@ -93,6 +95,15 @@ def test_dim1_shard_runs_are_one_box():
     assert len(boxes) == 1 and boxes[0][:2] == ((0, 4), (5, 2))
     off, sz, so, ss = boxes[0]
     assert torch.equal(shard.as_strided(sz, ss, so), shard.view(5, 2))
+
+
+def test_short_last_block_boxes():
+    # block-cyclic rows of (20, 13) in blocks of 8 over 2 ranks, rank 0: rows 0-7, then the short
+    # last block, rows 16-19 (52 elements at shard element 104): two boxes
+    shard = torch.arange(156.)
+    boxes = _extent_boxes((20, 13), _Ext(2, 104, 104, 0, 208, 52))
+    assert [b[:3] for b in boxes] == [((0, 0), (8, 13), 0), ((16, 0), (4, 13), 104)]
+    assert torch.equal(shard.as_strided(boxes[1][1], boxes[1][3], boxes[1][2]), shard[104:].view(4, 13))
 
 
 def _check(rc, out, n):

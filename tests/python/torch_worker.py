@@ -49,9 +49,10 @@ torch.set_num_threads(1)
 import flexplan  # noqa: E402
 import flexplan.torch as fpt  # noqa: E402
 
-if hasattr(flexplan, "placement"):  # the plug-ins the "moe_expert_owned" and "mlp_block_cyclic" specs name
+if hasattr(flexplan, "placement"):  # the plug-ins the "moe_expert_owned" and "mlp_block_cyclic*" specs name
     flexplan.placement.register(flexplan.placement.ExpertOwned())
     flexplan.placement.register(flexplan.placement.BlockCyclic(8))
+    flexplan.placement.register(flexplan.placement.BlockCyclic(5), name="block_cyclic5")
 from flexplan.executor import mpi_init, mpi_finalize, mpi_abort  # noqa: E402
 
 # torchrun sets TORCHELASTIC_RUN_ID in every worker's environment
@@ -148,6 +149,12 @@ CONFIGS = {
         {"name": "l01", "params": ["layers.0.*", "layers.1.*"], "split": "per_module",
          "placement": {"kind": "block_cyclic"}},
     ]}, {"worlds": [2, 3, 4], "eval": True, "unshard": True}),
+    # blocks of 5 rows of 24: the last block short (4 rows), at 2 and 3 ranks
+    # the last of a rank holding two or three (cyclic_shard, short last run)
+    "mlp_block_cyclic_short": ("mlp", "full_shard", {"buckets": [
+        {"name": "l01", "params": ["layers.0.*", "layers.1.*"], "split": "per_module",
+         "placement": {"kind": "block_cyclic5"}},
+    ]}, {"worlds": [2, 3], "eval": True, "unshard": True}),
     # regional torch.compile: each unit's forward compiled (flexplan's module
     # hooks stay outside the compiled code), 2 ranks only (compiling is slow)
     "llama_compile": ("llama", "full_shard", {}, {"compile": True, "world": 2}),

@@ -125,7 +125,7 @@ def _extent_boxes(shape, ext):
     shape = tuple(int(s) for s in shape)
     if ext.runs <= 0 or ext.len <= 0:
         return []
-    if ext.runs > 1:
+    if ext.runs > 1 and ext.last_len == ext.len:
         # the runs of a shard on dim d > 0: one box when they line up
         for d in range(1, len(shape)):
             sd = _prod(shape[d:])
