@@ -149,7 +149,9 @@ def test_save_load(plans, tmp_path):
 @pytest.mark.parametrize("world,to,transform", [(3, "placements-w3", []), (2, "no_shard", []),
                                                 (3, "placements-w3", ["fc0.weight=mxfp8"]),
                                                 # placement plug-ins: rows dealt round-robin (cyclic_shard), both ways
-                                                (2, "row-cyclic", []), (3, "row-cyclic:placements-w3", [])])
+                                                (2, "row-cyclic", []), (3, "row-cyclic:placements-w3", []),
+                                                # blocks of 8 rows at 2 ranks: a short last block, both ways
+                                                (2, "block-cyclic", []), (2, "block-cyclic:full_shard", [])])
 def test_run_mpi(world, to, transform):
     """Transfer.run between two flexplan.Executors under mpiexec (same world
     size: the Python Executor bootstraps on MPI_COMM_WORLD)."""
