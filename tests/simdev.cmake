@@ -168,6 +168,15 @@ foreach(np 1 2 3 4)
                  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/full_shard.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json
                  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp-frozen.model.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mxfp8-keep.spec.json)
 endforeach()
+# ... from a FROM whose shards cut MXFP8 blocks (fc0 on dim 1, fc1 ragged at
+# 3 ranks): the built-in MXFP8 quantizes slices that start inside a block
+# (a short head block) on the device
+fp_simdev_test(xfer_ragged_np3 3 test_xfer_nccl_simdev ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mlp.model.json
+               ${CMAKE_CURRENT_SOURCE_DIR}/mpi/placements-w3.spec.json ${CMAKE_CURRENT_SOURCE_DIR}/mpi/no_shard.spec.json)
+string(REPLACE "," ";" fp_seeds "${FP_SIMDEV_SEEDS}")
+foreach(seed ${fp_seeds})
+  set_property(TEST simdev_xfer_ragged_np3_seed${seed} APPEND PROPERTY ENVIRONMENT "FP_XFER_WANT_SHORT_HEAD=1")
+endforeach()
 # the NCCL watchdog on a rank that stops
 fp_simdev_test(watchdog 2 test_simdev_watchdog)
 # a machine without a device (FP_SIMDEV_DEVICES=0): every rank fails at once and cleanly
