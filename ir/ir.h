@@ -392,7 +392,9 @@ static inline fp_region fpi_noreg(void) { fp_region r = {-1, false, 0, 0}; retur
 /* ---- rank arithmetic ------------------------------------------------------ */
 /* a cyclic_shard param's block (elements) from its extent table t, whose
  * entry g is {g * block, elements rank g holds}: rank g holds the blocks
- * g, g+G, ... (cnt[g] / block of them), stored in order in its slot.
+ * g, g+G, ... (cnt[g] / block of them rounded up: the param's last block
+ * may be short, and is then the last of its rank's), stored in order in
+ * its slot.
  * 0 for a table of fewer than 2 entries (the verifier refuses it) */
 static inline int64_t fpi_cyclic_block(const fp_ir_table *t) { return t->n > 1 ? t->off[1] : 0; }
 /* a block-cyclic layout of n elements in blocks of b (b >= 1; the last block
