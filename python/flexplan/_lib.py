@@ -478,6 +478,7 @@ SIGNATURES = {
     "fp_exec_timing_write": (_st, [_vp, _cs]),
     "fp_exec_param": (_st, [_vp, _cs, _P(fp_param_view)]),
     "fp_exec_param_at": (_st, [_vp, ctypes.c_int32, _P(fp_param_view)]),
+    "fp_extent_elems": (ctypes.c_int64, [_P(fp_extent)]),
     "fp_exec_load_weights": (_st, [_vp, _P(_cs), ctypes.c_int]),
     # safetensors files, as the refit reads them
     "fp_safetensors_open": (_st, [_cs, _vpp]),

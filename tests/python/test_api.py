@@ -48,6 +48,17 @@ def test_every_public_function_is_declared():
         assert getattr(lib, n).argtypes is not None or _lib.SIGNATURES[n][1] == []
 
 
+def test_extent_elems():
+    """fp_extent_elems against Extent.held: a block-cyclic view whose last
+    run is short (blocks of 104, the last 52), a plain one, an empty one"""
+    from flexplan.executor import Extent
+    lib = _lib.lib()
+    for runs, ln, last, want in ((2, 104, 52, 156), (3, 8, 8, 24), (0, 0, 0, 0)):
+        e = _lib.fp_extent(runs=runs, len=ln, shard_stride=ln, full_off=0, full_stride=2 * ln, last_len=last)
+        assert lib.fp_extent_elems(ctypes.byref(e)) == want == Extent(e).held
+    assert lib.fp_extent_elems(None) == 0
+
+
 def test_struct_layouts_match_the_compiler():
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
