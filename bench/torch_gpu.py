@@ -319,9 +319,9 @@ def new_graph(torch):
 def graph_nodes(g):
     """The captured graph's node count and its kinds ({kind: count}), read
     through the driver (cuGraphGetNodes, cuGraphNodeGetType on
-    raw_cuda_graph()), or None where this torch or driver cannot say. The
-    host time of a replay grows with the nodes: this splits a slow
-    g.replay() into nodes x time per node."""
+    raw_cuda_graph()), or None where this torch or driver cannot say.
+    Whether a replay's host time grows with the nodes is what it helps
+    tell (not measured yet): printed beside the host time per node."""
     import ctypes
     try:
         cu = ctypes.CDLL("libcuda.so.1")

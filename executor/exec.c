@@ -411,11 +411,11 @@ static fp_status shard_cyclic(fp_exec *x, const fp_ir_param *q, int64_t g, int64
   snprintf(who, sizeof who, "plan: param '%s'", q->name);
   FPX_CHECK(check_table(x, q->tab, G, who, &end));
   const fp_ir_table *t = &p->tabs[q->tab];
-  int64_t b = fpi_cyclic_block(t), c = t->cnt[g], span;
+  int64_t b = fpi_cyclic_block(t), c = t->cnt[g], span, last;
   if (b < 1 || c > q->chunk || !fpi_mul64(G, b, &span))
     return fpx_fail(x, FP_ERR_PLAN, "plan: param '%s': extent table '%s' does not fit the param", q->name, t->name);
   *slot = q->chunk;
-  if (c > 0) *e = (fp_extent){(c + b - 1) / b, b, b, g * b, span, c - (c - 1) / b * b};
+  if (c > 0) *e = (fp_extent){fpi_cyclic_runs(c, b, &last), b, b, g * b, span, last};
   return FP_OK;
 }
 

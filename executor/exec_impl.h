@@ -28,6 +28,9 @@
     if ((st) != FP_OK) goto label;       \
   } while (0)
 
+/* the elements run k of shard view e holds (fp_extent: len, last_len for the last) */
+static inline int64_t fpx_extent_run(const fp_extent *e, int64_t k) { return k == e->runs - 1 ? e->last_len : e->len; }
+
 #define FPX_MSG_CAP 2048 /* an executor's message: fixed, so hooks never allocate for it */
 
 /* ---- the program resolved for one rank ----------------------------------------- */

@@ -97,9 +97,6 @@ static fp_status validate(fp_exec *x, fp_st_file **files, const char *const *pat
   return FP_OK;
 }
 
-/* the elements run k of extent e holds */
-static int64_t run_elems(const fp_extent *e, int64_t k) { return k == e->runs - 1 ? e->last_len : e->len; }
-
 static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *const *paths, int64_t *read) {
   char err[512];
   for (int32_t i = 0; i < x->prog->nparams; i++) {
@@ -113,7 +110,7 @@ static fp_status read_all(fp_exec *x, const src *srcs, char *stage, const char *
     } else {
       for (int64_t k = 0; ok && k < e->runs; k++)
         ok = fpi_st_read(s->f, s->t, (e->full_off + k * e->full_stride) * fsz, stage + s->staged + k * e->len * fsz,
-                        run_elems(e, k) * fsz, err, sizeof err);
+                        fpx_extent_run(e, k) * fsz, err, sizeof err);
       *read += fp_extent_elems(e) * fsz;
     }
     if (!ok) return fpx_fail(x, FP_ERR_WEIGHTS, "refit: %s: param '%s': %s", paths[s->file], s->t->name, err);
@@ -145,7 +142,7 @@ static fp_status write_all(fp_exec *x, const src *srcs, const char *stage, char 
     }
     for (int64_t k = 0; k < e->runs; k++) {
       const char *from = s->full ? data + (e->full_off + k * e->full_stride) * fsz : data + k * e->len * fsz;
-      fpk_cast(out + k * e->len * msz, q->main_dtype, from, fdt, run_elems(e, k));
+      fpk_cast(out + k * e->len * msz, q->main_dtype, from, fdt, fpx_extent_run(e, k));
     }
     /* the runs of len elements as one strided write, a short last run alone */
     int64_t whole = e->runs > 0 && e->last_len < e->len ? e->runs - 1 : e->runs;

@@ -162,7 +162,7 @@ static fp_status check_exec(fp_xfer *t, fp_exec *x, const char *role, uint64_t h
 static bool in_shard(const fp_xparam *xp, int64_t base, int64_t sz, int64_t off, int64_t bytes) {
   const fp_extent *e = &xp->v.shard;
   for (int64_t k = 0; k < e->runs && base >= 0; k++) {
-    int64_t a = base + k * e->shard_stride * sz, b = a + (k == e->runs - 1 ? e->last_len : e->len) * sz;
+    int64_t a = base + k * e->shard_stride * sz, b = a + fpx_extent_run(e, k) * sz;
     if (off >= a && off + bytes <= b) return true;
   }
   return false;

@@ -405,6 +405,13 @@ static inline int64_t fpi_cyclic_blocks(int64_t n, int64_t b, int64_t G, int64_t
   int64_t nb = (n + b - 1) / b;
   return g < nb ? (nb - g + G - 1) / G : 0;
 }
+/* c elements (c >= 1) in runs of b: the runs, and in *last the last one's
+ * length (b, or fewer for a short last block) */
+static inline int64_t fpi_cyclic_runs(int64_t c, int64_t b, int64_t *last) {
+  int64_t runs = (c + b - 1) / b;
+  *last = c - (runs - 1) * b;
+  return runs;
+}
 static inline int64_t fpi_cyclic_elems(int64_t n, int64_t b, int64_t G, int64_t g) {
   int64_t k = fpi_cyclic_blocks(n, b, G, g), last = g + (k - 1) * G;
   return k == 0 ? 0 : (k - 1) * b + (n - last * b < b ? n - last * b : b);

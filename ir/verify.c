@@ -548,12 +548,14 @@ static void check_cyclic(vctx *v, int32_t i, const fp_ir_param *q, int64_t numel
          p->comms[q->comm].name, G, b, numel);
     return;
   }
+  int64_t tail;
+  fpi_cyclic_runs(numel, b, &tail);
   for (int64_t g = 0; g < G; g++) {
     int64_t want = fpi_cyclic_elems(numel, b, G, g);
     if (t->off[g] != g * b || t->cnt[g] != want) {
       verr(v, FP_VL_PARAM, i, "extent table '%s' entry %" PRId64 " is [%" PRId64 ", +%" PRId64 "), the blocks of %" PRId64
            " elements dealt round-robin (the last %" PRId64 ") give [%" PRId64 ", +%" PRId64 ")", t->name, g, t->off[g],
-           t->cnt[g], b, numel - (numel - 1) / b * b, g * b, want);
+           t->cnt[g], b, tail, g * b, want);
       return;
     }
     if (want > most) most = want;

@@ -1287,10 +1287,10 @@ static bool piece_of(const sctx *s, const fp_ir_param *q, int64_t r, piece *e) {
     case FP_PL_CYCLIC: { /* blocks g, g+G, ... one after another in the slot */
       if (q->tab < 0 || s->p->tabs[q->tab].n != G) return false;
       const fp_ir_table *t = &s->p->tabs[q->tab];
-      int64_t b = fpi_cyclic_block(t), c = t->cnt[g];
+      int64_t b = fpi_cyclic_block(t), c = t->cnt[g], last;
       if (b < 1 || c > q->chunk) return false;
       e->slot = q->chunk;
-      if (c > 0) *e = (piece){(c + b - 1) / b, b, b, g * b, G * b, 0, q->chunk, c - (c - 1) / b * b};
+      if (c > 0) *e = (piece){fpi_cyclic_runs(c, b, &last), b, b, g * b, G * b, 0, q->chunk, last};
       return true;
     }
     case FP_PL_OWNED:

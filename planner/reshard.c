@@ -91,8 +91,7 @@ static int holdings(const fp_prog *p, const fp_ir_param *q, int which, int64_t r
       const fp_ir_table *t = &p->tabs[q->tab];
       int64_t b = fpi_cyclic_block(t);
       if (t->cnt[g] > 0) /* the param's short last block, if it is g's, is its last run */
-        runs = (t->cnt[g] + b - 1) / b, len = b, sstride = b, foff = g * b, fstride = t->n * b,
-        last = t->cnt[g] - (runs - 1) * b;
+        runs = fpi_cyclic_runs(t->cnt[g], b, &last), len = b, sstride = b, foff = g * b, fstride = t->n * b;
     } else if (q->placement == FP_PL_OWNED) {
       if (g == q->owner) runs = 1, len = numel;
     } else if (q->placement == FP_PL_FLAT) {

@@ -17,8 +17,9 @@
  * removed; and the strict classes (the enum below: less than an element off,
  * plan-wide scale changes, a ragged extent or a chunk off by one, a root or
  * an `only=` rank moved, a wait or a memset removed), every mutant of which
- * must be rejected with a message located in plan.json. Every mutant is written as plan.json (which re-hashes it:
- * fpi_plan_write takes fpi_prog_hash of the mutated program) and read back:
+ * must be rejected with a message located in plan.json. Every mutant is
+ * written as plan.json (which re-hashes it: fpi_plan_write takes
+ * fpi_prog_hash of the mutated program) and read back:
  * rejected by the reader or rules 1-8, rejected by rule 9 only, or accepted.
  * The table goes to stdout; the test fails when an original is rejected or
  * when rule 9 rejects less than MIN_SEM of the mutants rules 1-8 accept
