@@ -122,6 +122,12 @@ void *fpi_alloc_array(fp_arena *a, size_t n, size_t elem) {
   return fpi_alloc(a, bytes ? bytes : 1);
 }
 
+void *fpi_alloc_array_raw(fp_arena *a, size_t n, size_t elem) {
+  size_t bytes;
+  if (__builtin_mul_overflow(n, elem, &bytes)) fpi_internal_error(__FILE__, __LINE__, "array size overflow");
+  return alloc_in(a, bytes ? bytes : 1, false);
+}
+
 char *fpi_strndup(fp_arena *a, const char *s, size_t n) {
   char *d = fpi_alloc(a, n + 1);
   memcpy(d, s, n);
@@ -462,7 +468,7 @@ bool fpi_src_read(fp_arena *a, fp_diag *d, const char *path, fp_src *out) {
    * bytes); a file that grows while it is read moves to a growing heap
    * buffer and is copied in at the end */
   size_t cap = (size_t)sb.st_size + 2, len = 0;
-  char *buf = fpi_alloc(a, cap), *heap = NULL;
+  char *buf = fpi_alloc_array_raw(a, cap, 1), *heap = NULL; /* buf[len] = 0 ends what was read */
   bool too_big = false;
   for (;;) {
     if (len + 1 >= cap) {

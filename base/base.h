@@ -26,6 +26,8 @@ fp_arena *fpi_arena_new(void);
 void fpi_arena_free(fp_arena *a);
 void *fpi_alloc(fp_arena *a, size_t bytes);                   /* zeroed, 16-aligned */
 void *fpi_alloc_array(fp_arena *a, size_t n, size_t elem);    /* zeroed; asserts no overflow */
+/* room for n elements, not zeroed (every element is written before it is read) */
+void *fpi_alloc_array_raw(fp_arena *a, size_t n, size_t elem);
 void *fpi_memdup(fp_arena *a, const void *src, size_t bytes); /* a copy (not zeroed first) */
 char *fpi_strdup(fp_arena *a, const char *s);
 /* x, sep and y joined (the names built per buffer and param: no format parse) */

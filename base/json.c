@@ -478,7 +478,7 @@ static char *str_room(vscan *v, size_t n) {
   if (n > v->sleft) {
     size_t b = v->n + 1 < FP_JSON_STR_BLOCK ? v->n + 1 : FP_JSON_STR_BLOCK;
     if (b < n) b = n;
-    v->sp = fpi_alloc(v->a, b);
+    v->sp = fpi_alloc_array_raw(v->a, b, 1); /* each string is copied in and ended by a NUL */
     v->sleft = b;
   }
   char *p = v->sp;

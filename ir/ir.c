@@ -400,7 +400,13 @@ fp_prog *fpi_prog_fork(fp_arena *a, const fp_prog *src) {
 #define DUP(arr, n, cap) (p->arr = dup_array(a, src->arr, src->n, &p->cap, sizeof *src->arr))
   DUP(bufs, nbufs, cap_bufs);
   DUP(segs, nsegs, cap_segs);
-  DUP(ops, nops, cap_ops);
+  /* the ops with room for the records and waits the sync pass adds
+   * (about one of each per op; it grows the array if it needs more), so
+   * that it writes them in place instead of copying the ops to a bigger
+   * array: not zeroed, and pages never written are never touched */
+  p->cap_ops = 2 * (int64_t)src->nops + 16;
+  p->ops = fpi_alloc_array_raw(a, (size_t)p->cap_ops, sizeof *p->ops);
+  if (src->nops) memcpy(p->ops, src->ops, (size_t)src->nops * sizeof *p->ops);
   DUP(lives, nlives, cap_lives);
 #undef DUP
   return p;
@@ -463,8 +469,17 @@ int fpi_ir_bucket_add(fp_prog *p, const char *name) {
   return p->nbuckets++;
 }
 
+/* exactly the room asked for, not zeroed: fpi_ir_param_add writes each
+ * entry whole (zeroing a doubled table - 2,048 entries for 1,137 params -
+ * was 5% of the llama3-405b-tp8 compile, most of it the pages' first
+ * touch) */
 void fpi_ir_param_reserve(fp_prog *p, int32_t n) {
-  p->params = fpi_grow(p->arena, p->params, &p->cap_params, (int64_t)p->nparams + n, sizeof *p->params);
+  int64_t need = (int64_t)p->nparams + n;
+  if (need <= p->cap_params) return;
+  fp_ir_param *q = fpi_alloc_array_raw(p->arena, (size_t)need, sizeof *q);
+  if (p->nparams) memcpy(q, p->params, (size_t)p->nparams * sizeof *q);
+  p->params = q;
+  p->cap_params = need;
 }
 
 fp_ir_param *fpi_ir_param_add(fp_prog *p) {

@@ -357,7 +357,9 @@ static inline fp_op_shape fpi_op_shape_of(const fp_prog *p, const fp_op *op) {
 /* ---- builder ------------------------------------------------------------ */
 fp_prog *fpi_prog_new(fp_arena *a);
 /* a copy of src for the passes (coalesce, memplan, sync), which change only
- * its ops, buffers, segments and live ranges: those are its own; the
+ * its ops, buffers, segments and live ranges: those are its own (the ops
+ * with room for as many again, what the sync pass adds, so that it adds
+ * them in place); the
  * communicators, tables, modules, params, bucket names, use lists and op
  * shapes are shared with src, and neither program may change them after (names too);
  * the derived memtl / figures are not carried */

@@ -11,7 +11,8 @@
  * from a small pool, with NULLs, equal prefixes and one name many times).
  *
  * The arena hands out big arrays from mappings of their own and grows them
- * with mremap: fpi_grow must keep the contents and give zeroed room, and
+ * with mremap: fpi_grow must keep the contents and give zeroed room,
+ * fpi_alloc_array_raw the room asked for (ASan checks its bounds), and
  * fpi_arena_release must leave every other allocation alone.
  *
  * fp_alias_clocks (ir/access.c) keeps buffers that share no byte in rows of
@@ -248,6 +249,15 @@ static void test_arena_big(void **state) {
   unsigned char *big = fpi_alloc(a, (size_t)5 << 20);
   for (size_t i = 0; i < (size_t)5 << 20; i += 4096) assert_int_equal(big[i], 0);
   memset(big, 0xab, (size_t)5 << 20);
+  /* raw arrays, small and big, are the size asked for, and a zeroed
+   * allocation after one written all over is still zero */
+  for (size_t n = 1; n <= ((size_t)1 << 20); n *= 64) {
+    uint64_t *raw = fpi_alloc_array_raw(a, n, sizeof *raw);
+    memset(raw, 0xcd, n * sizeof *raw);
+    unsigned char *z = fpi_alloc(a, 4096);
+    for (int i = 0; i < 4096; i++) assert_int_equal(z[i], 0);
+    assert_int_equal(raw[n - 1], 0xcdcdcdcdcdcdcdcdull);
+  }
   /* releasing the big ones leaves the rest; releasing a small one is a no-op */
   fpi_arena_release(a, arr);
   fpi_arena_release(a, small);

@@ -504,6 +504,12 @@ static void test_fork(void **state) {
   q->ops[0].count += 7;
   q->segs[0].nops += 1;
   q->lives[0].last += 1;
+  /* the fork's ops have room for as many again (the sync pass's records
+   * and waits): adding that many leaves them where they are */
+  assert_true(q->cap_ops >= 2 * (int64_t)q->nops);
+  const fp_op *at = q->ops;
+  for (int32_t i = 0, n = q->nops; i < n; i++) fpi_ir_emit(q, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 1);
+  assert_ptr_equal(q->ops, at);
   for (int i = 0; i < 5000; i++) fpi_ir_emit(q, FP_OP_COMPUTE, FP_STREAM_COMPUTE, FP_F32, 1);
   fpi_ir_buf_add(q, "extra", FP_BUF_TRANSIENT, FP_CAT_STAGING, -1, 256);
   fpi_ir_buf_live(q, q->nbufs - 1, 3, 4);
