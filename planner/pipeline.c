@@ -118,7 +118,7 @@ static bool build(search *S, fp_diag *d, fp_compiled *out) {
   }
   fpi_hw_from_spec(out->layout.spec, &out->prog->hw);
   out->prog->memory_budget_bytes = out->layout.spec->memory_budget_bytes;
-  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, S->hold, NULL, NULL, 0, 0};
+  fp_pass_ctx ctx = {a, d, &out->layout, &out->stats, false, S->hold, NULL, NULL, 0, 0, NULL};
   const lifetimes *hint = S->hint;
   if (hint) ctx.hint_t0 = hint->t0, ctx.hint_t1 = hint->t1, ctx.hint_n = hint->n, ctx.hint_step_us = hint->step_us;
   /* the verifier runs on the plan the compile keeps (fpi_compile), and on
@@ -138,6 +138,9 @@ static bool build(search *S, fp_diag *d, fp_compiled *out) {
   double t0 = fpi_phase_clock();
   bool finite = fpi_simulate(a, out->prog, &out->prog->hw, &out->sim);
   phase_done(out, FP_PHASE_SIMULATE, t0);
+  out->path_reuses = !ctx.reuse_waits;
+  for (int32_t k = 0; k < out->sim.npath_waits && !out->path_reuses; k++)
+    out->path_reuses = ctx.reuse_waits[out->sim.path_waits[k]];
   if (!finite) {
     /* the spec's machine is valid (positive numbers) but so slow that a
      * modeled time overflows */
@@ -406,6 +409,20 @@ static int refresh_next(search *S, fp_compiled *c, const fp_compiled *best, int 
  * to the budget (it is never kept; a budget that binds would otherwise keep
  * the plan placed by its lifetimes from being tried); the timed plans are.
  * docs/schedule.md, "memplan". */
+/* Held 1 is built only when plain's modeled step is held back by a wait
+ * that orders only a reuse of bytes (fp_compiled.path_reuses): every other
+ * edge of its critical path - the ops' times, each stream's order, the
+ * hook calls, the waits for a buffer's conflicts with itself - is the same
+ * in any placement of the same lowering, so no placement (held, or timed by
+ * held's lifetimes) can shorten the modeled step. llama3-405b-tp8's two held plans were a fifth
+ * of its compile, and never faster. FLEXPLAN_MEMPLAN_HELD_ALWAYS=1 builds
+ * held 1 anyway: tests/memplan_held.py checks that every example gets the
+ * same plan both ways. */
+static bool held_always(void) {
+  const char *e = getenv("FLEXPLAN_MEMPLAN_HELD_ALWAYS");
+  return e && *e && strcmp(e, "0") != 0;
+}
+
 static int memplan_count(const search *S, const fp_compiled *c) {
   (void)S, (void)c;
   return 1 + 3 * FP_MEMPLAN_HOLD_MAX;
@@ -425,6 +442,7 @@ static int memplan_next(search *S, fp_compiled *c, const fp_compiled *best, int 
   case 0: /* held h */
     if (h == 1 && best->prog->nops > FP_MEMPLAN_TRY_OPS) return STOP;
     if (!exposed_over(best, FP_MEMPLAN_TRY_EXPOSED)) return STOP;
+    if (h == 1 && !best->path_reuses && !held_always()) return STOP;
     if (h == 1) S->prev = best->sim.step_us; /* plain */
     S->hold = h;
     return LEND;
@@ -583,7 +601,7 @@ bool fpi_compile(fp_arena *a, fp_diag *d, const fp_model *m, const fp_spec *s, f
   memory_figures(a, out);
   /* the plan kept is verified whole (the candidates that lost never leave
    * the compile; with FLEXPLAN_VERIFY_EACH each was after every pass) */
-  fp_pass_ctx vc = {a, d, &out->layout, &out->stats, true, 0, NULL, NULL, 0, 0};
+  fp_pass_ctx vc = {a, d, &out->layout, &out->stats, true, 0, NULL, NULL, 0, 0, NULL};
   if (!verify_each() && !verify_timed(&vc, out)) return false;
   /* the semantic check (rule 9) on the kept plan: in the test suite, on
    * request, and always where a placement plug-in laid a param out (the

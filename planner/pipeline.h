@@ -45,6 +45,8 @@ typedef struct fp_compiled {
   bool defer_refresh; /* persistent compute weights refreshed in the next forward (lower.h) */
   bool replica_each;  /* hybrid: replicas all-reduced every micro-batch (lower.h FP_LOWER_REPLICA_EACH) */
   bool prep_on_compute; /* reductions' casts and staging on the compute stream (FP_LOWER_PREP_ON_COMPUTE) */
+  bool path_reuses;     /* a wait that orders only a reuse of bytes holds the modeled step's end
+                         * back (sim.path_waits, fp_pass_ctx.reuse_waits; true when not known) */
   struct fp_summary *summary; /* the kept plan's summary (fpi_compile), which fpi_summarize copies; NULL before */
   fp_phase_times *times;      /* where the compile's time went: every candidate adds to the same table */
 } fp_compiled;

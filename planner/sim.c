@@ -36,6 +36,13 @@ typedef struct replay {
   int32_t last[FP_NSTREAMS], lastc[FP_NSTREAMS];
   double clock[FP_NSTREAMS];
   double hook_us; /* the machine's host time of one hook call */
+  /* the critical path (fp_sim.path_waits): an op of step k (0, 1) is
+   * k * nops + i; per such op the op its start waited for (-1: none), and
+   * whether that was a wait's record; per stream its last op, per event
+   * its last record */
+  int32_t *pred, *evrec, lastg[FP_NSTREAMS];
+  uint8_t *bound;
+  int32_t step; /* 0: the first step; 1: the reported one */
 } replay;
 
 static opinfo info_of(const fp_op *op) { return (opinfo){op->seg, op->event, (uint8_t)op->code, (uint8_t)op->stream}; }
@@ -73,7 +80,10 @@ static double sync_op(replay *R, int32_t i, int s, bool rep) {
   const opinfo *op = &R->oi[i];
   fp_sim *out = R->out;
   FP_ASSERT(op->event >= 0 && op->event < R->P->nevents);
+  int32_t g = R->step * R->P->nops + i;
+  R->pred[g] = R->lastg[s], R->bound[g] = 0, R->lastg[s] = g;
   if (op->code == FP_OP_RECORD) {
+    R->evrec[op->event] = g;
     R->ev[op->event] = R->clock[s];
     R->evs[op->event] = s;
     R->evop[op->event] = R->lastc[s] >= 0 ? R->lastc[s] : R->last[s];
@@ -84,6 +94,7 @@ static double sync_op(replay *R, int32_t i, int s, bool rep) {
       out->exposed_by[i] = R->evop[op->event] >= 0 ? R->evop[op->event] : i;
     }
     R->clock[s] = R->ev[op->event];
+    R->pred[g] = R->evrec[op->event], R->bound[g] = 1;
   }
   return R->clock[s];
 }
@@ -93,6 +104,8 @@ static double sync_op(replay *R, int32_t i, int s, bool rep) {
 static void timed_op(replay *R, int32_t i, int s, fp_opclass cls, bool rep) {
   fp_sim *out = R->out;
   double d = R->dur[i];
+  int32_t g = R->step * R->P->nops + i;
+  R->pred[g] = R->lastg[s], R->bound[g] = 0, R->lastg[s] = g;
   out->start_us[i] = R->clock[s];
   out->end_us[i] = R->clock[s] = out->start_us[i] + d;
   R->last[s] = i;
@@ -132,6 +145,8 @@ static void replay_step(replay *R, bool rep) {
     FP_ASSERT(s >= 0 && s < FP_NSTREAMS);
     fp_opclass cls = fpi_op_class((fp_opcode)R->oi[i].code);
     if (R->lead[i] != i) { /* a later member of a grouped call: runs with the first */
+      int32_t g = R->step * P->nops + i;
+      R->pred[g] = R->lastg[s], R->bound[g] = 0, R->lastg[s] = g;
       out->start_us[i] = out->start_us[R->lead[i]];
       out->end_us[i] = out->end_us[R->lead[i]];
     } else if (cls == FP_OPC_SYNC) {
@@ -166,6 +181,17 @@ static void segment_spans(const fp_prog *P, fp_sim *out, double t0) {
   FP_ASSERT(P->nsegs == 0 ? n == 0 : P->segs[0].first == 0 && P->segs[P->nsegs - 1].first + P->segs[P->nsegs - 1].nops == n);
 }
 
+/* fp_sim.path_waits: back from the last op of stream `last` (which ends
+ * the second step) to the start of the first */
+static void critical_path(replay *R, fp_arena *a, int last) {
+  fp_sim *out = R->out;
+  int32_t n = 0;
+  for (int32_t g = R->lastg[last]; g >= 0; g = R->pred[g]) n += R->bound[g];
+  out->path_waits = fpi_alloc_array(a, (size_t)n + 1, sizeof *out->path_waits);
+  for (int32_t g = R->lastg[last]; g >= 0; g = R->pred[g])
+    if (R->bound[g]) out->path_waits[out->npath_waits++] = g % R->P->nops;
+}
+
 /* the steps: durations, two replays (the second reported, from where the
  * first left every stream), each segment's span */
 bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
@@ -188,16 +214,25 @@ bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
               .evop = malloc(sizeof *R.evop * ne),
               .last = {-1, -1, -1},
               .lastc = {-1, -1, -1}};
-  FP_ASSERT(R.dur && R.lead && R.ev && R.evs && R.evop && R.oi);
+  R.pred = malloc(sizeof *R.pred * 2 * n);
+  R.bound = malloc(2 * n);
+  R.evrec = malloc(sizeof *R.evrec * ne);
+  FP_ASSERT(R.dur && R.lead && R.ev && R.evs && R.evop && R.oi && R.pred && R.bound && R.evrec);
+  for (int s = 0; s < FP_NSTREAMS; s++) R.lastg[s] = -1;
+  for (int32_t e = 0; e < P->nevents; e++) R.evrec[e] = -1;
   durations(&R, hw);
   R.hook_us = hw->hook_us;
   replay_step(&R, false);
   double t0 = 0;
   for (int s = 0; s < FP_NSTREAMS; s++) t0 = fmax(t0, R.clock[s]);
+  R.step = 1;
   replay_step(&R, true);
   double end = t0;
-  for (int s = 0; s < FP_NSTREAMS; s++) end = fmax(end, R.clock[s]);
+  int last = 0; /* the stream that ends the step */
+  for (int s = 0; s < FP_NSTREAMS; s++)
+    if (R.clock[s] > end) end = R.clock[s], last = s;
   out->step_us = end - t0;
+  critical_path(&R, a, last);
   bool finite = isfinite(out->step_us); /* else some op's time overflowed: absurd rates */
   segment_spans(P, out, t0);
   free(R.dur);
@@ -206,6 +241,9 @@ bool fpi_simulate(fp_arena *a, const fp_prog *P, const fp_hw *hw, fp_sim *out) {
   free(R.ev);
   free(R.evop);
   free(R.evs);
+  free(R.pred);
+  free(R.bound);
+  free(R.evrec);
   return finite;
 }
 

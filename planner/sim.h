@@ -45,6 +45,15 @@ typedef struct fp_sim {
   int32_t *exposed_by;
   fp_sim_seg *segs;        /* one per P->segs, in order */
   int32_t nsegs;
+  /* the waits that hold the step's end back: followed from the op that
+   * ends the second step, each op's start is bound either by the op before
+   * it on its stream or, at a wait whose event came later than its stream,
+   * by that record (and so the op before the record); the waits that bound
+   * on that path (op indices; one op may appear for both steps). The rest
+   * of the path - the ops' own times, stream order, hook calls - is the
+   * same in any program with the same ops, so only a change to one of
+   * these waits can shorten the step. */
+  int32_t *path_waits, npath_waits;
 } fp_sim;
 
 /* Replay P (a program that passed fpi_ir_verify) on hw into *out (arrays in

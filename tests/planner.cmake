@@ -49,6 +49,12 @@ set_tests_properties(memplan_fit PROPERTIES LABELS golden TIMEOUT 300)
 add_test(NAME memplan_lists COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/memplan_lists.py --cmd $<TARGET_FILE:flexplan>
          --examples ${CMAKE_SOURCE_DIR}/examples)
 set_tests_properties(memplan_lists PROPERTIES LABELS golden TIMEOUT 300)
+# the held memory plan skipped where plain's critical path holds no reuse of
+# bytes: every example the same plan as with FLEXPLAN_MEMPLAN_HELD_ALWAYS=1
+# (tests/memplan_held.py)
+add_test(NAME memplan_held COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/memplan_held.py --cmd $<TARGET_FILE:flexplan>
+         --examples ${CMAKE_SOURCE_DIR}/examples)
+set_tests_properties(memplan_held PROPERTIES LABELS golden TIMEOUT 300)
 # hybrid with accumulation: the replicas' all-reduce once per step or every
 # micro-batch, whichever models faster (tests/replica_defer.py)
 add_test(NAME replica_defer COMMAND ${FP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/replica_defer.py --cmd $<TARGET_FILE:flexplan>

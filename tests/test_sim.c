@@ -17,6 +17,7 @@
 #include "planner/cost.h"
 #include "base/json.h"
 #include "planner/pipeline.h"
+#include "planner/passes/passes.h"
 #include "planner/sim.h"
 
 #define NEAR(got, want)                                                              \
@@ -186,6 +187,74 @@ static void test_streams(void **state) {
   fpi_arena_free(a);
 }
 
+/* fp_sim.path_waits, traced by hand on "overlap": the step ends with the
+ * compute stream's record (30, the ag stream's wait ties with it); back from
+ * there: m1, its wait (w1 came at 20, when m0 ended: it does not bind), m0,
+ * the wait for w0 (binds: op 4), w0's record and gather, which waited for
+ * the first step's optimizer record (binds: op 9), and so on back through
+ * the first step, where the wait for w0 binds again (op 4). With compute ten
+ * times faster (1 us a module) m0 ends at 11 and the wait for w1 binds
+ * instead (op 6), in both steps: the path runs through both gathers. */
+static void test_critical_path(void **state) {
+  (void)state;
+  fp_arena *a = fpi_arena_new();
+  fp_sim S, F;
+  fp_prog *p = load(a, "overlap", true, &S);
+  assert_int_equal(S.npath_waits, 3);
+  assert_int_equal(S.path_waits[0], 4);
+  assert_int_equal(S.path_waits[1], 9);
+  assert_int_equal(S.path_waits[2], 4);
+  fp_hw hw = p->hw;
+  hw.flops = 1e13;
+  assert_true(fpi_simulate(a, p, &hw, &F));
+  NEAR(F.step_us, 21);
+  assert_int_equal(F.npath_waits, 3);
+  assert_int_equal(F.path_waits[0], 6);
+  assert_int_equal(F.path_waits[1], 9);
+  assert_int_equal(F.path_waits[2], 6);
+  fpi_arena_free(a);
+}
+
+/* the sync pass marks each wait it adds by what it orders (reuse.fpir says
+ * which by hand): the program it writes verifies, and its modeled critical
+ * path holds the reuse */
+static void test_reuse_waits(void **state) {
+  (void)state;
+  fp_arena *a = fpi_arena_new();
+  fp_diag d;
+  fpi_diag_init(&d, stderr);
+  fp_src *src = fpi_alloc(a, sizeof *src);
+  assert_true(fpi_src_read(a, &d, fpi_sprintf(a, "%s/tests/sim/reuse.fpir", FP_SOURCE_DIR), src));
+  fp_prog *p = fpi_ir_parse(a, &d, src);
+  assert_non_null(p);
+  fp_pass_ctx cx;
+  memset(&cx, 0, sizeof cx);
+  cx.a = a;
+  assert_true(fpi_pass_sync(&cx, p));
+  assert_true(fpi_ir_verify(p, &d, NULL));
+  assert_non_null(cx.reuse_waits);
+  int waits = 0;
+  for (int32_t i = 0; i < p->nops; i++) {
+    if (p->ops[i].code != FP_OP_WAIT) {
+      assert_int_equal(cx.reuse_waits[i], 0);
+      continue;
+    }
+    waits++;
+    /* rs waits for the zeroed g and h (each with itself); compute for
+     * rs's read of h before it writes x in h's bytes (a reuse, later than
+     * the reduction of r it reads) */
+    assert_int_equal(cx.reuse_waits[i], p->ops[i].stream == FP_STREAM_COMPUTE);
+  }
+  assert_int_equal(waits, 3);
+  fp_sim S;
+  assert_true(fpi_simulate(a, p, &p->hw, &S));
+  bool reuse = false;
+  for (int32_t k = 0; k < S.npath_waits; k++) reuse |= cx.reuse_waits[S.path_waits[k]];
+  assert_true(reuse);
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
+}
+
 static void test_prev_step(void **state) {
   (void)state;
   fp_arena *a = fpi_arena_new();
@@ -327,7 +396,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_overlap),     cmocka_unit_test(test_serial),   cmocka_unit_test(test_hook_us),   cmocka_unit_test(test_streams),
       cmocka_unit_test(test_prev_step),   cmocka_unit_test(test_zero_length), cmocka_unit_test(test_examples),
-      cmocka_unit_test(test_recompute_activations),
+      cmocka_unit_test(test_recompute_activations), cmocka_unit_test(test_critical_path), cmocka_unit_test(test_reuse_waits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,12 @@ typedef struct fp_pass_ctx {
   const double *hint_t0, *hint_t1;
   int32_t hint_n;
   double hint_step_us;
+  /* set by the sync pass (in a, when a is set): per op of the program it
+   * wrote, 1 for a wait that orders only accesses of different buffers
+   * sharing bytes - no conflict of a buffer with itself on that stream is
+   * as late - which a placement of the same program with those buffers
+   * apart would not need; NULL: not known */
+  uint8_t *reuse_waits;
 } fp_pass_ctx;
 
 typedef bool (*fp_pass_fn)(fp_pass_ctx *c, fp_prog *p);

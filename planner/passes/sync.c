@@ -16,6 +16,13 @@
  * end of the step. So every wait orders some conflicting pair nothing else
  * orders: deleting any one makes the verifier's race rule fail.
  *
+ * Each wait is also marked by what it orders: a conflict of a buffer with
+ * itself (a reduction reading the grads the backward wrote), which every
+ * placement of the same lowering has, or only accesses of buffers that
+ * share bytes, which another placement may not (fp_pass_ctx.reuse_waits:
+ * the candidate search asks whether a reuse of bytes holds the modeled
+ * step back before it tries to place the buffers apart).
+ *
  * Details that keep the edges honest:
  *  - a grouped call (coalesce) is issued as one: its waits go before its
  *    first op, and a record after any of its ops goes after its last;
@@ -50,6 +57,12 @@ typedef struct sctx {
   uint8_t *info;                         /* per op: its stream, and OPENS when it opens its group
                                           * (the walks read these, not the 152-byte ops) */
   int32_t (*wp)[FP_NSTREAMS];            /* per op: producer op waited for, per stream; -1 */
+  uint8_t *wreuse;                       /* per op: bit t when its wait on t orders only a reuse
+                                          * of bytes (no conflict of a buffer with itself as late) */
+  uint8_t endreuse[FP_NSTREAMS][FP_NSTREAMS]; /* the same for endw[s][t] */
+  /* per buffer: the clocks of its own last write / read per stream (the
+   * alias clocks give the latest over every buffer sharing its bytes) */
+  int64_t (*own)[2][FP_NSTREAMS];
   int32_t endw[FP_NSTREAMS][FP_NSTREAMS]; /* end of step: stream s waits for op endw[s][t] on t */
   /* per op and step: its stream's clock after it. A clock counts a
    * stream's ops over two steps, at most 2 * ops (asserted below INT32_MAX):
@@ -93,22 +106,30 @@ static void join_waits(const sctx *c, int32_t i, int step, int64_t *vc) {
  * not yet ordered before the group, and its op (needop[t], -1: none);
  * true when any */
 static bool needed_from(sctx *c, int32_t i, int s, const int64_t *vc, int64_t need[FP_NSTREAMS],
-                        int32_t needop[FP_NSTREAMS]) {
-  for (int t = 0; t < FP_NSTREAMS; t++) need[t] = 0, needop[t] = -1;
+                        int32_t needop[FP_NSTREAMS], uint8_t *reuse) {
+  int64_t self[FP_NSTREAMS]; /* the latest of those conflicts that are a buffer's with itself */
+  for (int t = 0; t < FP_NSTREAMS; t++) need[t] = self[t] = 0, needop[t] = -1;
   for (int32_t j = i; j <= c->glast[i]; j++) {
     for (int32_t k = c->afirst[j]; k < c->afirst[j + 1]; k++) {
       const fp_access *x = &c->acc[k];
       int64_t w[FP_NSTREAMS], r[FP_NSTREAMS];
       fpi_alias_clocks_max(&c->al, x->buf, s, w, r);
+      const int64_t *ow = c->own[x->buf][0], *orr = c->own[x->buf][1];
       for (int t = 0; t < FP_NSTREAMS; t++) {
         if (t == s) continue;
         if (w[t] > vc[t] && w[t] > need[t]) need[t] = w[t], needop[t] = c->clkop[t][w[t]];
         if (x->write && r[t] > vc[t] && r[t] > need[t]) need[t] = r[t], needop[t] = c->clkop[t][r[t]];
+        if (ow[t] > self[t]) self[t] = ow[t];
+        if (x->write && orr[t] > self[t]) self[t] = orr[t];
       }
     }
   }
   bool any = false;
-  for (int t = 0; t < FP_NSTREAMS; t++) any |= needop[t] >= 0;
+  *reuse = 0;
+  for (int t = 0; t < FP_NSTREAMS; t++) {
+    any |= needop[t] >= 0;
+    if (needop[t] >= 0 && self[t] < need[t]) *reuse |= (uint8_t)(1u << t);
+  }
   return any;
 }
 
@@ -116,7 +137,7 @@ static bool needed_from(sctx *c, int32_t i, int s, const int64_t *vc, int64_t ne
  * already covers: before the group in step 1, at the end of the step for
  * a producer of the previous step */
 static void choose_waits(sctx *c, int32_t i, int s, int step, int64_t *vc, const int64_t need[FP_NSTREAMS],
-                         int32_t needop[FP_NSTREAMS]) {
+                         int32_t needop[FP_NSTREAMS], uint8_t reuse) {
   const int32_t *clock[FP_NSTREAMS] = {0};
   for (int t = 0; t < FP_NSTREAMS; t++)
     if (needop[t] >= 0) {
@@ -130,11 +151,12 @@ static void choose_waits(sctx *c, int32_t i, int s, int step, int64_t *vc, const
     if (needop[t] < 0) continue;
     if (step == 1) {
       c->wp[i][t] = needop[t];
+      c->wreuse[i] |= reuse & (1u << t);
     } else {
       /* from the previous step only: wait at the end of the step for
        * the latest such producer */
       int32_t *e = &c->endw[s][t];
-      if (*e < 0 || c->snap[c->glast[*e]][0][t] < clock[t][t]) *e = needop[t];
+      if (*e < 0 || c->snap[c->glast[*e]][0][t] < clock[t][t]) *e = needop[t], c->endreuse[s][t] = (reuse >> t) & 1;
     }
     join(vc, clock[t]);
   }
@@ -145,8 +167,12 @@ static void tick(sctx *c, int32_t i, int s, int step, int64_t *vc) {
   vc[s]++;
   c->clkop[s][vc[s]] = i;
   for (int t = 0; t < FP_NSTREAMS; t++) c->snap[i][step - 1][t] = (int32_t)vc[t];
-  for (int32_t k = c->afirst[i]; k < c->afirst[i + 1]; k++)
-    fpi_alias_clocks_note(&c->al, c->acc[k].buf, s, c->acc[k].read, c->acc[k].write, vc[s]);
+  for (int32_t k = c->afirst[i]; k < c->afirst[i + 1]; k++) {
+    const fp_access *x = &c->acc[k];
+    fpi_alias_clocks_note(&c->al, x->buf, s, x->read, x->write, vc[s]);
+    if (x->write) c->own[x->buf][0][s] = vc[s];
+    if (x->read) c->own[x->buf][1][s] = vc[s];
+  }
 }
 
 /* one walk over two steps: ANALYZE decides waits; CHECK counts conflicts
@@ -155,6 +181,7 @@ static int64_t walk(sctx *c, int mode) {
   int64_t vc[FP_NSTREAMS][FP_NSTREAMS];
   memset(vc, 0, sizeof vc);
   fpi_alias_clocks_reset(&c->al);
+  memset(c->own, 0, (size_t)c->P->nbufs * sizeof *c->own);
   int64_t unordered = 0;
   /* step 2 as the verifier walks it (ir/verify.c walk_clocks): once stream
    * s has seen all of step 1, an op on s conflicts with no step-1 access,
@@ -185,9 +212,10 @@ static int64_t walk(sctx *c, int mode) {
       }
       int64_t need[FP_NSTREAMS];
       int32_t needop[FP_NSTREAMS];
-      if (opens && !(step == 2 && synced[s]) && needed_from(c, i, s, vc[s], need, needop)) {
+      uint8_t reuse;
+      if (opens && !(step == 2 && synced[s]) && needed_from(c, i, s, vc[s], need, needop, &reuse)) {
         if (mode == CHECK) unordered++;
-        else choose_waits(c, i, s, step, vc[s], need, needop);
+        else choose_waits(c, i, s, step, vc[s], need, needop, reuse);
       }
       tick(c, i, s, step, vc[s]);
     }
@@ -211,6 +239,7 @@ typedef struct added {
   int32_t at, seg, event;
   fp_opcode code;
   int stream;
+  bool reuse; /* a wait that orders only a reuse of bytes */
 } added;
 
 /* write the program again with the records and waits, in place: a first
@@ -219,7 +248,7 @@ typedef struct added {
  * overwritten before it moves, and the added ones fill the gaps (written
  * on the same pass, just before the op below them moves). The op
  * array grows in place (one array, not two: 2.2M ops are 334 MB). */
-static void rebuild(sctx *c, fp_prog *P) {
+static void rebuild(sctx *c, fp_prog *P, fp_pass_ctx *cx) {
   int32_t n = c->n;
   bool *rec = calloc((size_t)n + 1, sizeof *rec);
   int32_t *evof = malloc(((size_t)n + 1) * sizeof *evof), *newidx = malloc(((size_t)n + 1) * sizeof *newidx);
@@ -245,19 +274,20 @@ static void rebuild(sctx *c, fp_prog *P) {
     int32_t first = segs[k].first, nops = segs[k].nops;
     segs[k].first = m;
     if (pending >= 0) {
-      add[nadd++] = (added){m++, k, evof[pending], FP_OP_RECORD, c->info[pending] & STREAM};
+      add[nadd++] = (added){m++, k, evof[pending], FP_OP_RECORD, c->info[pending] & STREAM, false};
       pending = -1;
     }
     for (int32_t i = first; i < first + nops; i++) {
       int stream = c->info[i] & STREAM;
       for (int t = 0; t < FP_NSTREAMS; t++)
-        if (c->wp[i][t] >= 0) add[nadd++] = (added){m++, k, evof[c->glast[c->wp[i][t]]], FP_OP_WAIT, stream};
+        if (c->wp[i][t] >= 0)
+          add[nadd++] = (added){m++, k, evof[c->glast[c->wp[i][t]]], FP_OP_WAIT, stream, (c->wreuse[i] >> t) & 1};
       newidx[i] = m++;
       if (rec[i] && (c->info[i] & COMPUTE)) { /* the trainer's work runs after this segment */
         FP_ASSERT(i == first + nops - 1 && k + 1 < P->nsegs);
         pending = i;
       } else if (rec[i]) {
-        add[nadd++] = (added){m++, k, evof[i], FP_OP_RECORD, stream};
+        add[nadd++] = (added){m++, k, evof[i], FP_OP_RECORD, stream, false};
       }
     }
   }
@@ -267,10 +297,14 @@ static void rebuild(sctx *c, fp_prog *P) {
     for (int t = 0; t < FP_NSTREAMS; t++) {
       int32_t p = c->endw[s][t];
       if (p < 0) continue;
-      add[nadd++] = (added){m++, seg, evof[c->glast[p]], FP_OP_WAIT, s};
+      add[nadd++] = (added){m++, seg, evof[c->glast[p]], FP_OP_WAIT, s, c->endreuse[s][t]};
     }
   FP_ASSERT(m <= cap && nadd == m - n);
   P->ops = fpi_grow_raw(P->arena, P->ops, &P->cap_ops, m, sizeof *P->ops); /* every slot below m is written */
+  if (cx->a) { /* the waits that order only a reuse of bytes */
+    cx->reuse_waits = fpi_alloc_array(cx->a, (size_t)m + 1, 1);
+    for (int32_t q = 0; q < nadd; q++) cx->reuse_waits[add[q].at] = add[q].reuse;
+  }
   fp_op *ops = P->ops;
   /* one pass back to front: the added ops after old op i (add is in
    * order of place) go in before it moves, so the array is written once,
@@ -298,6 +332,7 @@ static void rebuild(sctx *c, fp_prog *P) {
 
 bool fpi_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   cx->synced = true;
+  cx->reuse_waits = NULL;
   sctx c = {.P = P, .n = P->nops};
   FP_ASSERT(P->nops < INT32_MAX / 2 - 2); /* the clocks fit snap's 32 bits */
   /* one walk of the ops (2.2M ops are 334 MB to read) for everything the
@@ -334,7 +369,9 @@ bool fpi_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   c.afirst[P->nops] = (int32_t)nacc;
   c.wp = malloc(n1 * sizeof *c.wp);
   c.snap = malloc(n1 * sizeof *c.snap);
-  FP_ASSERT(c.wp && c.snap);
+  c.wreuse = calloc(n1, 1);
+  c.own = malloc(((size_t)P->nbufs + 1) * sizeof *c.own);
+  FP_ASSERT(c.wp && c.snap && c.wreuse && c.own);
   memset(c.wp, 0xff, (size_t)P->nops * sizeof *c.wp); /* -1: no wait */
   for (int t = 0; t < FP_NSTREAMS; t++) c.has_ops[t] = per[t] > 0;
   for (int t = 0; t < FP_NSTREAMS; t++) {
@@ -357,7 +394,7 @@ bool fpi_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
       else n--;
     }
   }
-  rebuild(&c, P);
+  rebuild(&c, P, cx);
   fpi_alias_clocks_free(&c.al);
   for (int t = 0; t < FP_NSTREAMS; t++) free(c.clkop[t]);
   free(c.acc);
@@ -366,6 +403,8 @@ bool fpi_pass_sync(fp_pass_ctx *cx, fp_prog *P) {
   free(c.info);
   free(c.wp);
   free(c.snap);
+  free(c.wreuse);
+  free(c.own);
   return true;
 }
 
