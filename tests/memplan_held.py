@@ -18,13 +18,13 @@ it was before):
     gathered), runs memplan as often both ways.
 
 usage: memplan_held.py --cmd FLEXPLAN --examples DIR"""
-import argparse
-import glob
 import os
 import re
 import subprocess
 import sys
 import tempfile
+
+from memplan_lists import examples_args
 
 
 def run(cmd, args, always, out):
@@ -46,13 +46,7 @@ def run(cmd, args, always, out):
 
 
 def main():
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--cmd", required=True)
-  ap.add_argument("--examples", required=True)
-  a = ap.parse_args()
-  srcs = sorted(glob.glob(os.path.join(a.examples, "*.json")))
-  if len(srcs) < 10:
-    sys.exit("memplan_held: expected the examples in %s, found %d" % (a.examples, len(srcs)))
+  cmd, srcs = examples_args("memplan_held")
   bad, runs, n = [], {}, 0
   with tempfile.TemporaryDirectory() as tmp:
     for src in srcs:
@@ -60,8 +54,8 @@ def main():
       for hw in [None, "h200", "cpu-mpi"]:
         for policy in ["flexplan", "fsdp2"]:
           args = [src, "--policy", policy] + (["--hardware", hw] if hw else [])
-          guarded, r0 = run(a.cmd, args, False, os.path.join(tmp, "guarded.json"))
-          always, r1 = run(a.cmd, args, True, os.path.join(tmp, "always.json"))
+          guarded, r0 = run(cmd, args, False, os.path.join(tmp, "guarded.json"))
+          always, r1 = run(cmd, args, True, os.path.join(tmp, "always.json"))
           n += 1
           if r0 > r1:
             sys.exit("memplan_held: %s ran memplan %d times, more than with held always (%d)" % (" ".join(args), r0, r1))

@@ -29,20 +29,27 @@ def compile_plan(cmd, src, out, trees):
         return f.read()
 
 
-def main():
+def examples_args(who):
+    """--cmd FLEXPLAN --examples DIR: (the flexplan binary, DIR's examples);
+    exits when DIR holds fewer than 10 (the wrong directory)"""
     ap = argparse.ArgumentParser()
     ap.add_argument("--cmd", required=True)
     ap.add_argument("--examples", required=True)
     a = ap.parse_args()
     srcs = sorted(glob.glob(os.path.join(a.examples, "*.json")))
     if len(srcs) < 10:
-        sys.exit("memplan_lists: expected the examples in %s, found %d" % (a.examples, len(srcs)))
+        sys.exit("%s: expected the examples in %s, found %d" % (who, a.examples, len(srcs)))
+    return a.cmd, srcs
+
+
+def main():
+    cmd, srcs = examples_args("memplan_lists")
     bad = []
     with tempfile.TemporaryDirectory() as tmp:
         for src in srcs:
             name = os.path.basename(src)
-            lists = compile_plan(a.cmd, src, os.path.join(tmp, "lists.json"), False)
-            trees = compile_plan(a.cmd, src, os.path.join(tmp, "trees.json"), True)
+            lists = compile_plan(cmd, src, os.path.join(tmp, "lists.json"), False)
+            trees = compile_plan(cmd, src, os.path.join(tmp, "trees.json"), True)
             if lists != trees:
                 bad.append(name)
             print("%-28s %s" % (name, "same plan" if lists == trees else "DIFFERENT plans"))

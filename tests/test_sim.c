@@ -28,8 +28,8 @@
     assert_true(fabs(g_ - w_) <= 1e-9 * fmax(1, fabs(w_)));                          \
   } while (0)
 
-/* parse tests/sim/<name>.fpir (verified unless told otherwise) and simulate */
-static fp_prog *load(fp_arena *a, const char *name, bool verify, fp_sim *S) {
+/* parse tests/sim/<name>.fpir, verified (before any pass) unless told otherwise */
+static fp_prog *parse(fp_arena *a, const char *name, bool verify) {
   fp_diag d;
   fpi_diag_init(&d, stderr);
   fp_src *src = fpi_alloc(a, sizeof *src);
@@ -39,6 +39,12 @@ static fp_prog *load(fp_arena *a, const char *name, bool verify, fp_sim *S) {
   assert_non_null(p);
   if (verify) assert_true(fpi_ir_verify(p, &d, src));
   fpi_diag_free(&d);
+  return p;
+}
+
+/* parse tests/sim/<name>.fpir and simulate */
+static fp_prog *load(fp_arena *a, const char *name, bool verify, fp_sim *S) {
+  fp_prog *p = parse(a, name, verify);
   assert_true(fpi_simulate(a, p, &p->hw, S));
   return p;
 }
@@ -221,12 +227,9 @@ static void test_critical_path(void **state) {
 static void test_reuse_waits(void **state) {
   (void)state;
   fp_arena *a = fpi_arena_new();
+  fp_prog *p = parse(a, "reuse", false); /* no waits yet: races */
   fp_diag d;
   fpi_diag_init(&d, stderr);
-  fp_src *src = fpi_alloc(a, sizeof *src);
-  assert_true(fpi_src_read(a, &d, fpi_sprintf(a, "%s/tests/sim/reuse.fpir", FP_SOURCE_DIR), src));
-  fp_prog *p = fpi_ir_parse(a, &d, src);
-  assert_non_null(p);
   fp_pass_ctx cx;
   memset(&cx, 0, sizeof cx);
   cx.a = a;
