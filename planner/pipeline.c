@@ -409,15 +409,16 @@ static int refresh_next(search *S, fp_compiled *c, const fp_compiled *best, int 
  * to the budget (it is never kept; a budget that binds would otherwise keep
  * the plan placed by its lifetimes from being tried); the timed plans are.
  * docs/schedule.md, "memplan". */
+
 /* Held 1 is built only when plain's modeled step is held back by a wait
  * that orders only a reuse of bytes (fp_compiled.path_reuses): every other
  * edge of its critical path - the ops' times, each stream's order, the
  * hook calls, the waits for a buffer's conflicts with itself - is the same
- * in any placement of the same lowering, so no placement (held, or timed by
- * held's lifetimes) can shorten the modeled step. llama3-405b-tp8's two held plans were a fifth
- * of its compile, and never faster. FLEXPLAN_MEMPLAN_HELD_ALWAYS=1 builds
- * held 1 anyway: tests/memplan_held.py checks that every example gets the
- * same plan both ways. */
+ * in any placement of the same lowering, so no placement (held, or timed
+ * by held's lifetimes) can shorten the modeled step. llama3-405b-tp8's two
+ * held plans were a fifth of its compile, and never faster.
+ * FLEXPLAN_MEMPLAN_HELD_ALWAYS=1 builds held 1 anyway: tests/memplan_held.py
+ * checks that every example gets the same plan both ways. */
 static bool held_always(void) {
   const char *e = getenv("FLEXPLAN_MEMPLAN_HELD_ALWAYS");
   return e && *e && strcmp(e, "0") != 0;
