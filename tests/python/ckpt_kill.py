@@ -7,7 +7,7 @@ PHASE save-new: the same module trained two steps (other values), rank 0
   writes DIR/new.pt, then save_checkpoint into DIR/ckpt (overwrite=True):
   FLEXPLAN_CKPT_KILL="rank:point" ends that rank at that point of the save.
 PHASE load: a fresh module (other values), then load_in_place and
-  load_checkpoint of DIR/ckpt; rank 0 prints per path ``LOADED old``,
+  load_checkpoint of DIR/ckpt; rank 0 reports per path ``LOADED old``,
   ``LOADED new`` (bit for bit one of the two saves), ``MIXED`` (anything
   else: the failure the test looks for) or ``REFUSED <message>``, and for a
   refusal whether the module kept its values (``UNCHANGED`` / ``CHANGED``).
@@ -16,6 +16,7 @@ PHASE corrupt: save_checkpoint into DIR/a and DIR/b (two trainings), then
   rank-1 file copied over DIR/a2's (a torn overwrite: old metadata, a file of
   another save of the same size); each loaded both ways: ``REFUSED`` naming
   the file, the tensor and the byte range, ``UNCHANGED``.
+Reports go to DIR/report.RANK, one line each (and to stdout for the log).
 """
 import json
 import os
@@ -60,6 +61,15 @@ def out(rank, *a):
         print(*a, flush=True)
 
 
+def report(rank, d, line):
+    """A result line the test reads: appended to DIR/report.RANK (the ranks'
+    stdout reaches mpiexec through a pty, where two ranks' lines can be cut
+    into each other) and printed for the log."""
+    with open(os.path.join(d, f"report.{rank}"), "a") as f:
+        f.write(line + "\n")
+    print(line, flush=True)
+
+
 def try_load(st, rank, d, name, fn, refs):
     before = st.full_state_dict()
     try:
@@ -67,19 +77,25 @@ def try_load(st, rank, d, name, fn, refs):
     except FlexplanError as e:
         after = st.full_state_dict()
         same = all(torch.equal(before[k], after[k]) for k in before)
-        print(f"{name} REFUSED {'UNCHANGED' if same else 'CHANGED'} [rank {rank}] {str(e)[:400]}", flush=True)
+        report(rank, d, f"{name} REFUSED {'UNCHANGED' if same else 'CHANGED'} [rank {rank}] {str(e)[:400]}")
         return
     now = st.full_state_dict()
     for tag, ref in refs.items():
         if all(torch.equal(now[k], ref[k]) for k in ref):
-            out(rank, f"{name} LOADED {tag}")
+            if rank == 0:
+                report(rank, d, f"{name} LOADED {tag}")
             return
-    out(rank, f"{name} MIXED")
+    if rank == 0:
+        report(rank, d, f"{name} MIXED")
 
 
 def main():
     phase, d = sys.argv[1], sys.argv[2]
     ckpt = os.path.join(d, "ckpt")
+    if phase in ("load", "corrupt"):
+        rank, _ = mpi_init()
+        if os.path.exists(os.path.join(d, f"report.{rank}")):
+            os.remove(os.path.join(d, f"report.{rank}"))
     if phase in ("save-old", "save-new"):
         m, st, opt, rank, world = setup(d, 0)
         train(m, opt, rank, world, 1 if phase == "save-old" else 2)

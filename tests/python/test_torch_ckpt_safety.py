@@ -16,9 +16,19 @@ POINTS = ["1:start", "1:wrote", "1:saved", "0:checksummed", "1:written", "0:swap
 PATHS = ("load_in_place", "load_checkpoint")
 
 
-def results(out):
+def reports(d):
+    """The result lines both ranks wrote (ckpt_kill.py's report files)."""
+    lines = []
+    for rank in (0, 1):
+        p = os.path.join(d, f"report.{rank}")
+        if os.path.exists(p):
+            lines += open(p).read().splitlines()
+    return lines
+
+
+def results(d):
     r = {}
-    for line in out.splitlines():
+    for line in reports(d):
         for p in PATHS:
             if line.startswith(p + " ") and p not in r:
                 r[p] = line
@@ -28,7 +38,7 @@ def results(out):
 def load(d):
     rc, out = run_mpi(2, "ckpt_kill.py", "load", str(d), timeout=180)
     assert rc == 0, out[-4000:]
-    r = results(out)
+    r = results(d)
     assert set(r) == set(PATHS), out[-4000:]
     return r
 
@@ -66,7 +76,7 @@ def test_corruption_refused(tmp_path):
     rc, out = run_mpi(2, "ckpt_kill.py", "corrupt", str(tmp_path), timeout=180)
     assert rc == 0, out[-4000:]
     print(out[-3000:])
-    lines = out.splitlines()
+    lines = reports(tmp_path)
     flipped = [l for l in lines if l.startswith("flipped ")]
     torn = [l for l in lines if l.startswith("torn ")]
     assert flipped and torn, out[-4000:]
