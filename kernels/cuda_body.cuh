@@ -34,10 +34,11 @@
  *
  * MXFP8 quantization: a slot is 16 elements, two slots per 32-element block
  * (lanes 2j and 2j+1 of a warp, for each of the thread's U slots); each
- * slot loads and finds its amax and whether it holds a NaN/Inf (mx_load),
- * the two partners combine theirs (a lane shuffle on the GPU), then each
- * writes its elements and the even one the block's scale (mx_store): one
- * pass over the data. Only C++ that nvcc compiles for both sides is used. */
+ * slot loads and finds the largest |x| bits over all its elements
+ * (quant_k::part), the two partners combine theirs (a lane shuffle on the
+ * GPU), then each writes its elements and the even one the block's scale
+ * (mx_store): one pass over the data. Only C++ that nvcc compiles for
+ * both sides is used. */
 #ifndef FP_KERNELS_CUDA_BODY_CUH
 #define FP_KERNELS_CUDA_BODY_CUH
 
@@ -82,12 +83,14 @@ FPK_HDT uint8_t to_e4m3(float x) {
   return fpkc_f32_to_e4m3_sel(x);
 #endif
 }
-/* two at once (one instruction on sm_89+): *lo from a, *hi from b */
-FPK_HDT void to_e4m3x2(uint8_t &lo, uint8_t &hi, float a, float b) {
+/* two at once, *lo from a and *hi from b, neither NaN (a quantized
+ * block's scaled values: finite, or the whole block is overwritten as NaN):
+ * one instruction on sm_89+, no NaN fix */
+FPK_HDT void to_e4m3x2_finite(uint8_t &lo, uint8_t &hi, float a, float b) {
 #ifdef FPK_HW_E4M3
   __nv_fp8x2_storage_t w = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  lo = e4m3_nan_fix(a, (uint8_t)(w & 0xffu));
-  hi = e4m3_nan_fix(b, (uint8_t)(w >> 8));
+  lo = (uint8_t)(w & 0xffu);
+  hi = (uint8_t)(w >> 8);
 #else
   lo = fpkc_f32_to_e4m3_sel(a);
   hi = fpkc_f32_to_e4m3_sel(b);
@@ -313,10 +316,17 @@ template <typename U> FPK_HDT void copy_unit(void *dst, int64_t dpitch, const vo
 /* ---- MXFP8 ------------------------------------------------------------------------------- */
 enum { MX_SLOT = 16 }; /* elements per slot: two slots per block of FPK_MX_BLOCK (32) */
 
-struct mx_part {       /* one slot of a block, loaded */
+FPK_HDT uint32_t mx_max(uint32_t a, uint32_t b) { return a > b ? a : b; } /* one integer max on the GPU */
+
+/* One slot of a block, loaded. amax is the largest |x| bits over all its
+ * elements, NaN and Inf included (0x7f800000 and above: the slot holds
+ * one). The reference's amax is over finite elements only, but it is used
+ * only when the block has no NaN or Inf, and then the two are the same: so
+ * an element costs one integer max instead of a finiteness test, a select
+ * and a flag (quantize_mxfp8 bf16 was bound by per-element work). */
+struct mx_part {
   float v[MX_SLOT];
-  uint32_t amax;       /* the largest |x| bits over the slot's finite elements */
-  int bad;             /* a NaN or Inf among them */
+  uint32_t amax;
 };
 
 /* quantize: U slots a thread a pass (slot k: t0 + k * THREADS). load()
@@ -337,7 +347,6 @@ FPK_UNROLL
     int64_t i0 = t * MX_SLOT;
     const S *s = (const S *)src + i0;
     p.amax = 0;
-    p.bad = 0;
     if (aligned && i0 + MX_SLOT <= n) {
 FPK_UNROLL
       for (int j = 0; j < MX_SLOT; j++) p.v[j] = elt<ST>::get(in.e[j]);
@@ -345,26 +354,25 @@ FPK_UNROLL
       for (int j = 0; j < MX_SLOT; j++) p.v[j] = i0 + j < n ? elt<ST>::get(s[j]) : 0.0f;
     }
 FPK_UNROLL
-    for (int j = 0; j < MX_SLOT; j++) {
-      uint32_t a = fpkc_abs_bits(p.v[j]);
-      p.bad |= a >= 0x7f800000u;
-      p.amax = a < 0x7f800000u && a > p.amax ? a : p.amax;
-    }
+    for (int j = 0; j < MX_SLOT; j++) p.amax = mx_max(p.amax, fpkc_abs_bits(p.v[j]));
   }
 };
 
 /* write slot t's elements, and (even t) its block's scale, given the amax
- * and badness of the whole block */
-FPK_HDT void mx_store(uint8_t *dst, uint8_t *scales, int64_t n, int64_t t, const mx_part &p, uint32_t amax, int bad,
+ * of the whole block (mx_max of the partners': a NaN or Inf in either
+ * makes the block NaN, scale 0xFF, every byte 0x7F) */
+FPK_HDT void mx_store(uint8_t *dst, uint8_t *scales, int64_t n, int64_t t, const mx_part &p, uint32_t amax,
                       bool aligned) {
   int64_t i0 = t * MX_SLOT;
   if (i0 >= n) return;
+  int bad = amax >= 0x7f800000u;
   uint8_t sb = bad ? 0xff : fpkc_mx_scale_byte(amax);
   if ((t & 1) == 0) scales[t / 2] = sb;
   pack<uint8_t, MX_SLOT> out;
   float inv = fpkc_mx_inv_scale(bad ? 0 : sb);
 FPK_UNROLL
-  for (int j = 0; j < MX_SLOT; j += 2) to_e4m3x2(out.e[j], out.e[j + 1], fpkc_mul_rn(p.v[j], inv), fpkc_mul_rn(p.v[j + 1], inv));
+  for (int j = 0; j < MX_SLOT; j += 2)
+    to_e4m3x2_finite(out.e[j], out.e[j + 1], fpkc_mul_rn(p.v[j], inv), fpkc_mul_rn(p.v[j + 1], inv));
   if (bad)
 FPK_UNROLL
     for (int j = 0; j < MX_SLOT; j++) out.e[j] = 0x7f;

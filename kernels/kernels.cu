@@ -63,9 +63,7 @@ FPK_UNROLL
       int64_t t = t0 + (int64_t)k * THREADS;
       mx_part p;
       K::part(p, in[k], src, n, t, aligned);
-      uint32_t other = __shfl_xor_sync(0xffffffffu, p.amax, 1);
-      int bad = p.bad | __shfl_xor_sync(0xffffffffu, p.bad, 1);
-      mx_store(dst, scales, n, t, p, p.amax > other ? p.amax : other, bad, aligned);
+      mx_store(dst, scales, n, t, p, mx_max(p.amax, __shfl_xor_sync(0xffffffffu, p.amax, 1)), aligned);
     }
   }
 }

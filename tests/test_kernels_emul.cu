@@ -122,7 +122,7 @@ static void emu_copy2d(uint8_t *dst, int64_t, int64_t doff, int64_t dp, const ui
 }
 
 /* the kernel's pairs: lanes 2j and 2j+1 (slots t and t + 1 of each of
- * their U) exchange amax and badness; the two lanes run side by side */
+ * their U) exchange their amax; the two lanes run side by side */
 template <int ST> static void quant1(uint8_t *d, uint8_t *sc, const void *s, int64_t n) {
   typedef quant_k<ST> K;
   bool al = aligned16(d, s);
@@ -139,10 +139,8 @@ template <int ST> static void quant1(uint8_t *d, uint8_t *sc, const void *s, int
           mx_part p0, p1;
           K::part(p0, in0[k], s, n, t, al);
           K::part(p1, in1[k], s, n, t + 1, al);
-          uint32_t amax = p0.amax > p1.amax ? p0.amax : p1.amax;
-          int bad = p0.bad | p1.bad;
-          mx_store(d, sc, n, t, p0, amax, bad, al);
-          mx_store(d, sc, n, t + 1, p1, amax, bad, al);
+          mx_store(d, sc, n, t, p0, mx_max(p0.amax, p1.amax), al);
+          mx_store(d, sc, n, t + 1, p1, mx_max(p1.amax, p0.amax), al);
         }
       }
 }
