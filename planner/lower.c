@@ -521,7 +521,8 @@ static redio reduce_io(const fp_lower *lw, int b, const fp_lparam *p, int micro)
 }
 
 /* How a bucket-level reduction divides. The flexplan default sums, then
- * multiplies by 1/(world x micro-batches) after the last micro-batch. An
+ * multiplies by 1/(world x micro-batches) after the last micro-batch (no
+ * scale when that is 1: it would only canonicalize NaNs). An
  * fsdp2 unit divides as FSDP2 does (docs/layout.md, "fsdp2 units"). */
 typedef struct divide {
   fp_redop red;   /* the reduce-scatter's and the replicas' all-reduce's op */
@@ -531,8 +532,8 @@ typedef struct divide {
 } divide;
 
 static divide flexplan_divide(const fp_lower *lw) {
-  double f = 1.0 / ((double)lw->L->world * (double)lw->L->spec->grad_accumulation);
-  divide d = {FP_RED_SUM, 0, 0, f};
+  int64_t D = lw->L->world * (int64_t)lw->L->spec->grad_accumulation;
+  divide d = {FP_RED_SUM, 0, 0, D > 1 ? 1.0 / (double)D : 0}; /* one rank, one micro-batch: no divide */
   return d;
 }
 
@@ -705,7 +706,7 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
   const fp_bucket *B = &L->buckets[b];
   const int *bb = lw->bufs[b];
   bool last = micro == L->spec->grad_accumulation - 1;
-  double f = 1.0 / ((double)L->world * (double)L->spec->grad_accumulation);
+  double f = flexplan_divide(lw).last; /* 0: none */
   lw->stream = FP_STREAM_RS;
   lw->bucket = b;
   if (B->offload && micro == 0) open_buf(lw, bb[FP_BB_GRAD]); /* the device main grad, until its d2h */
@@ -770,7 +771,7 @@ static void reduce_bucket(fp_lower *lw, int b, int micro) {
       op->dst = op->src = fpi_reg(bb[FP_BB_GRAD], p->grad_off);
       fpi_lw_only_owner(lw, p, op);
     }
-    if (last) {
+    if (last && f != 0) {
       op = fpi_lw_emit(lw, FP_OP_SCALE, p->grad_dtype, 0);
       op->dst = fpi_reg(bb[FP_BB_GRAD], p->grad_off);
       op->alpha = f;
