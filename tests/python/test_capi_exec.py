@@ -16,9 +16,9 @@ from flexplan import _lib as L
 from conftest import SOURCE_DIR
 
 
-def one_rank_plan():
+def one_rank_plan(ga=1):
     d = json.load(open(os.path.join(SOURCE_DIR, "examples", "tiny-mlp.json")))
-    spec = dict(d["spec"], mesh={"world_size": 1, "ranks_per_node": 1})
+    spec = dict(d["spec"], mesh={"world_size": 1, "ranks_per_node": 1}, grad_accumulation=ga)
     return flexplan.compile(d["model"], spec)
 
 
@@ -40,10 +40,11 @@ def test_semantic_check_at_create(tmp_path):
     """A plan that passes rules 1-8 but not rule 9 (every grad scale halved)
     loads, and an Executor of it is refused at create with the rule-9
     message; load(semantic=True) refuses it located; load(unchecked=True)
-    is the documented opt-out."""
+    is the documented opt-out. Two micro-batches: one rank and one
+    micro-batch have no grad scale to halve (a divide by 1 is not emitted)."""
     assert L.lib().fp_mpi_init(None, None) == L.FP_OK  # before the test below finalizes MPI
     good = str(tmp_path / "good.json")
-    one_rank_plan().save(good)
+    one_rank_plan(ga=2).save(good)
     d = json.load(open(good))
     assert any(o["op"] == "scale" for o in d["ops"])
     for o in d["ops"]:
@@ -59,7 +60,7 @@ def test_semantic_check_at_create(tmp_path):
             flexplan.Executor(plan, rank=0, world_size=1)
         assert e.value.status_name == "FP_ERR_PLAN"
         assert "fails the semantic check (rule 9" in str(e.value)
-        assert "scaled 0.5, the step's mean needs 1/1: 1 ranks x 1 micro-batches" in str(e.value)
+        assert "scaled 0.25, the step's mean needs 1/2: 1 ranks x 2 micro-batches" in str(e.value)
     with pytest.raises(flexplan.FlexplanError) as e:
         flexplan.load(bad, semantic=True)
     assert str(e.value).startswith(bad + ":") and ": error: /segments/" in str(e.value)
