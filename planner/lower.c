@@ -580,8 +580,9 @@ static bool defer_replica_reduce(const fp_lower *lw, const fp_bucket *B) {
 
 /* the common end of a bucket-level reduction: the pre-divide of the
  * G x n-element input, one reduce-scatter of n-element chunks from src into
- * dst, the replicas' all-reduce, the post-divide, the write (cast) or add
- * into the main grad, and after the last micro-batch the divide */
+ * dst (src < 0: none, dst already holds the reduced chunk), the replicas'
+ * all-reduce, the post-divide, the write (cast) or add into the main grad,
+ * and after the last micro-batch the divide */
 static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t n, fp_dtype rd, fp_dtype gd,
                           bool direct, int micro, bool last, const divide *dv, bool defer) {
   fp_op *op;
@@ -590,11 +591,13 @@ static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t
     op->dst = fpi_reg(src, 0);
     op->alpha = dv->pre;
   }
-  op = fpi_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, n);
-  op->comm = lw->c_shard;
-  op->red = dv->red;
-  op->dst = fpi_reg(dst, 0);
-  op->src = fpi_reg(src, 0);
+  if (src >= 0) {
+    op = fpi_lw_emit(lw, FP_OP_REDUCE_SCATTER, rd, n);
+    op->comm = lw->c_shard;
+    op->red = dv->red;
+    op->dst = fpi_reg(dst, 0);
+    op->src = fpi_reg(src, 0);
+  }
   if (lw->c_replica >= 0 && !defer) {
     op = fpi_lw_emit(lw, FP_OP_ALL_REDUCE, rd, n);
     op->comm = lw->c_replica;
@@ -643,7 +646,10 @@ static fp_stream prep_stream(const fp_lower *lw) {
 /* a flat bucket's reduction: one cast of the flat grads into the reduce
  * dtype, one reduce-scatter straight out of them, the replicas' all-reduce,
  * one write or add into the main grad, one divide (the padding between params
- * is zero: the trainer never writes it) */
+ * is zero: the trainer never writes it). Over one rank and no replicas
+ * (world size 1, or a dp size of 1 under tp) the reduce-scatter is a copy,
+ * so the cast writes the reduced chunk itself: no staging, one pass over
+ * the grads fewer. */
 static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
   const fp_bucket *B = &lw->L->buckets[b];
   const int *bb = lw->bufs[b];
@@ -654,10 +660,12 @@ static void reduce_flat(fp_lower *lw, int b, int micro, bool last) {
   int dst = direct ? bb[FP_BB_GRAD] : fpi_lw_buf(lw, b, FP_BB_ROUT);
   lw->phase = FP_PH_ALL;
   if (rd != pd) {
-    src = fpi_lw_buf(lw, b, FP_BB_RIN);
+    bool alone = lw->L->G == 1 && lw->c_replica < 0;
+    int cast_to = alone ? dst : fpi_lw_buf(lw, b, FP_BB_RIN);
     lw->stream = prep_stream(lw);
-    fpi_lw_convert(lw, rd, pd, n, fpi_reg(src, 0), fpi_reg(bb[FP_BB_UGRAD], 0));
+    fpi_lw_convert(lw, rd, pd, n, fpi_reg(cast_to, 0), fpi_reg(bb[FP_BB_UGRAD], 0));
     lw->stream = FP_STREAM_RS;
+    src = alone ? -1 : cast_to;
   }
   divide dv = flexplan_divide(lw);
   reduce_chunks(lw, bb, src, dst, C, rd, gd, direct, micro, last, &dv, defer_replica_reduce(lw, B));
