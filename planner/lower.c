@@ -586,6 +586,7 @@ static bool defer_replica_reduce(const fp_lower *lw, const fp_bucket *B) {
 static void reduce_chunks(fp_lower *lw, const int *bb, int src, int dst, int64_t n, fp_dtype rd, fp_dtype gd,
                           bool direct, int micro, bool last, const divide *dv, bool defer) {
   fp_op *op;
+  FP_ASSERT(src >= 0 || dv->pre == 0); /* no input to pre-divide without a reduce-scatter */
   if (dv->pre != 0) {
     op = fpi_lw_emit(lw, FP_OP_SCALE, rd, n * lw->L->G);
     op->dst = fpi_reg(src, 0);
