@@ -43,7 +43,24 @@ failure, not the script's):
   into the static inputs; the learning rate halved between replays through
   the tensor. Its losses must equal flexplan-safe's bit for bit; the host
   time of each ``g.replay()`` call is recorded (target: at most 50 us) and
-  its step time against FSDP2's (targets: 0.6x on 126m, 0.7x on 1b).
+  its step time against FSDP2's (targets: 0.6x on 126m, 0.7x on 1b);
+- flexplan-step-nomix: flexplan-step with NCCL_GRAPH_MIXING_SUPPORT=0: NCCL
+  then captures none of its cross-stream serialization (event wait and
+  record nodes) around each collective; correct only while no uncaptured
+  NCCL call is issued with a launch of the graph outstanding (NCCL's docs:
+  stream order is not enough), which holds here (the device is synchronized
+  around every replay and nothing eager runs between them). It must give
+  the same losses bit for bit; its host time and step time say what those
+  nodes cost.
+
+After the measured steps, every whole-step run probes where its replay's
+host time goes (``replay_probe``): the call with the device idle, queued
+behind a ~50 ms spin kernel (a call that waits for the device grows by the
+spin; one that only submits does not), the graph through the driver's
+cuGraphLaunch alone, and a one-kernel graph (torch's floor). On the H200
+(2026-11-28) the replay's host time was 0.88% and 0.87% of the step's
+device time on both models (174 us of 19.6 ms, 817 us of 94.0 ms), which
+looks like a wait, not a per-node cost: the probe tells.
 
 Memory, every GPU run: ``torch.cuda.max_memory_reserved()`` (torch's pool;
 FSDP2 holds everything there) and, for flexplan, the device memory
@@ -109,12 +126,13 @@ SMALL_CFG = dict(vocab=14336, hidden=768, layers=12, inter=3072, heads=12, kv_he
 MODELS = {"126m": SMALL_CFG, "1b": GPU_CFG, "tiny": TINY_CFG}
 # the runs of each model by default (--runs: the same runs for every model)
 DEFAULT_RUNS = {
-    "126m": ["fsdp2", "plain", "flexplan-graph-default", "flexplan-safe", "flexplan-step", "plain-step"],
+    "126m": ["fsdp2", "plain", "flexplan-graph-default", "flexplan-safe", "flexplan-step", "flexplan-step-nomix",
+             "plain-step"],
     "1b": ["fsdp2", "plain", "flexplan-graph-default", "flexplan-eager-default", "flexplan-safe", "flexplan-step",
-           "plain-step"],
+           "flexplan-step-nomix", "plain-step"],
     "tiny": ["fsdp2", "plain", "flexplan-mpi-host"],
 }
-CAPTURABLE_RUNS = ("flexplan-safe", "flexplan-step")
+CAPTURABLE_RUNS = ("flexplan-safe", "flexplan-step", "flexplan-step-nomix")
 STEP_TARGETS = {"126m": 0.6, "1b": 0.7}  # issue 39: the whole-step graph's step time against FSDP2's
 STEP_WARMUP = 3  # flexplan-step: eager steps on a side stream before the capture (NCCL connects lazily)
 POOL = 2  # distinct batches: step g trains on batch g % POOL, so the loss falls as the model learns them
@@ -393,7 +411,75 @@ def run_steps(a, c, opt, sx, sy, step_body, graph):
     if host:
         extra.update(host_us_per_replay=round(1e6 * statistics.median(host), 2),
                      host_us_per_replay_max=round(1e6 * max(host), 2), host_us_all=[round(1e6 * h, 1) for h in host])
+        extra["replay_probe"] = replay_probe(g)
     return losses, times, extra, g
+
+
+PROBE_REPS = 5
+PROBE_SLEEP_CYCLES = 100_000_000  # torch.cuda._sleep: about 50 ms of spinning at an H200's 1.98 GHz
+
+
+def replay_probe(g):
+    """Where a replay's host time goes (after the measured steps; their
+    losses are taken): the median host time of PROBE_REPS g.replay() calls
+    with the device idle (as measured), queued behind a kernel that spins
+    the device for ~50 ms (if the call waits for the device to get
+    somewhere into the graph, this one grows by the spin: the time is a
+    wait, not submission), the graph launched through the driver alone
+    (cuGraphLaunch on raw_cuda_graph_exec(): the call without torch's
+    replay bookkeeping), and a graph of one small kernel (torch's floor
+    for any replay). Each piece is None where this torch or driver cannot
+    do it; the probe never fails the run (the error is recorded)."""
+    import ctypes
+    import torch
+    out = {"reps": PROBE_REPS}
+
+    def median_us(launch, before=None):
+        hs = []
+        for _ in range(PROBE_REPS):
+            torch.cuda.synchronize()
+            if before:
+                before()
+            t0 = time.perf_counter()
+            launch()
+            hs.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+        return round(1e6 * statistics.median(hs), 2)
+    try:
+        out["idle_us"] = median_us(g.replay)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        torch.cuda._sleep(PROBE_SLEEP_CYCLES)
+        e1.record()
+        torch.cuda.synchronize()
+        out["spin_ms"] = round(e0.elapsed_time(e1), 3)
+        out["behind_spin_us"] = median_us(g.replay, lambda: torch.cuda._sleep(PROBE_SLEEP_CYCLES))
+        out["driver_launch_us"] = None
+        raw = getattr(g, "raw_cuda_graph_exec", None)
+        if raw is not None:
+            cu = ctypes.CDLL("libcuda.so.1")
+            h = ctypes.c_void_p(raw())
+            s = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            rcs = []
+            out["driver_launch_us"] = median_us(lambda: rcs.append(cu.cuGraphLaunch(h, s)))
+            if any(rcs):
+                out["driver_launch_us"] = None
+                out["driver_launch_error"] = f"cuGraphLaunch returned {sorted(set(rcs))}"
+        x = torch.zeros(1024, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            x.add_(1)
+        torch.cuda.current_stream().wait_stream(side)
+        tiny = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(tiny):
+            x.add_(1)
+        tiny.replay()
+        out["one_kernel_graph_us"] = median_us(tiny.replay)
+        tiny.reset()
+    except Exception as e:  # a diagnosis: recorded, never the run's failure
+        out["error"] = f"{type(e).__name__}: {e}"
+    return out
 
 
 def job_flexplan_step(a, c, graph, capturable=True):
@@ -490,8 +576,8 @@ def run_job(a):
         losses, times = job_plain(a, c, device)
     elif name == "plain-step":
         losses, times, extra = job_plain_step(a, c)
-    elif name in ("flexplan-safe", "flexplan-step", "flexplan-safe-float"):
-        losses, times, extra = job_flexplan_step(a, c, graph=name == "flexplan-step",
+    elif name in ("flexplan-safe", "flexplan-step", "flexplan-safe-float", "flexplan-step-nomix"):
+        losses, times, extra = job_flexplan_step(a, c, graph=name.startswith("flexplan-step"),
                                                  capturable=name != "flexplan-safe-float")
     elif name.startswith("flexplan"):
         parts = name.split("-")
@@ -517,6 +603,8 @@ def spawn(a, name, c, workdir):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if name.endswith("-blocking"):
         env["CUDA_LAUNCH_BLOCKING"] = "1"
+    if name.endswith("-nomix"):  # NCCL without its graph-mixing event nodes (docs/torch.md "One graph per step")
+        env["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
     if not a.nondeterministic:  # cuBLAS without split-K atomics; torch's deterministic kernels (run_job)
         env.update(CUBLAS_WORKSPACE_CONFIG=":4096:8", FP_TORCH_DETERMINISTIC="1")
     if a.tiny:
@@ -590,16 +678,19 @@ def compare(a, key, c, runs, workdir):
                 print(f"torch_gpu: FAIL: {key}: {name}: loss off FSDP2's by more than {tol} relative at step(s) "
                       f"{[i + 1 for i in bad]} (max {max(rel) if rel else float('nan'):.3g})")
     # the whole-step graph against the same steps run eagerly: bit for bit
-    st, sf = results.get("flexplan-step"), results.get("flexplan-safe")
-    if st and sf and "error" not in st and "error" not in sf:
+    sf = results.get("flexplan-safe")
+    for sn in ("flexplan-step", "flexplan-step-nomix"):
+        st = results.get(sn)
+        if not (st and sf and "error" not in st and "error" not in sf):
+            continue
         st["equal_to_eager"] = st["losses"] == sf["losses"]
         if not st["equal_to_eager"]:
             ok = False
             diff = [i + 1 for i, (x, y) in enumerate(zip(st["losses"], sf["losses"])) if x != y]
-            print(f"torch_gpu: FAIL: {key}: flexplan-step's losses differ from flexplan-safe's (the same steps "
+            print(f"torch_gpu: FAIL: {key}: {sn}'s losses differ from flexplan-safe's (the same steps "
                   f"eager) at step(s) {diff}")
         else:
-            print(f"  flexplan-step: all {len(st['losses'])} losses equal flexplan-safe's bit for bit "
+            print(f"  {sn}: all {len(st['losses'])} losses equal flexplan-safe's bit for bit "
                   f"({st.get('replays')} of them replayed from one graph)")
     for name, r in results.items():
         if name.startswith("flexplan") and "error" in r:
@@ -619,7 +710,7 @@ def compare(a, key, c, runs, workdir):
     print(f"torch_gpu: {key}: ms/step ratios (same invocation, same device): "
           + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
     target = STEP_TARGETS.get(key)
-    for n in ("flexplan-step", "plain-step"):
+    for n in ("flexplan-step", "flexplan-step-nomix", "plain-step"):
         r = results.get(n, {})
         if "host_us_per_replay" in r:
             print(f"torch_gpu: {key}: {n} host time per replay: median {r['host_us_per_replay']:.1f} us, "
@@ -628,6 +719,12 @@ def compare(a, key, c, runs, workdir):
             if gn:
                 print(f"torch_gpu: {key}: {n} graph: {gn['total']} nodes "
                       f"({r['host_us_per_replay'] / gn['total']:.3f} us of host time a node): {gn['kinds']}")
+            pr = r.get("replay_probe") or {}
+            if pr:
+                print(f"torch_gpu: {key}: {n} replay probe (median of {pr.get('reps')}, us): idle "
+                      f"{pr.get('idle_us')}, behind a {pr.get('spin_ms')} ms spin {pr.get('behind_spin_us')}, "
+                      f"cuGraphLaunch alone {pr.get('driver_launch_us')}, a one-kernel graph "
+                      f"{pr.get('one_kernel_graph_us')}" + (f"; {pr['error']}" if "error" in pr else ""))
     if target and "flexplan-step / fsdp2" in ratios:
         print(f"torch_gpu: {key}: flexplan-step / fsdp2 = {ratios['flexplan-step / fsdp2']:.3f} (target <= {target})")
     for name, r in results.items():
