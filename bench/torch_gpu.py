@@ -425,7 +425,8 @@ def replay_probe(g):
     with the device idle (as measured), queued behind a kernel that spins
     the device for ~50 ms (if the call waits for the device to get
     somewhere into the graph, this one grows by the spin: the time is a
-    wait, not submission), the graph launched through the driver alone
+    wait, not submission), the same replay on a created stream instead of
+    torch's default (legacy) one, the graph launched through the driver alone
     (cuGraphLaunch on raw_cuda_graph_exec(): the call without torch's
     replay bookkeeping), and a graph of one small kernel (torch's floor
     for any replay). Each piece is None where this torch or driver cannot
@@ -454,6 +455,11 @@ def replay_probe(g):
         torch.cuda.synchronize()
         out["spin_ms"] = round(e0.elapsed_time(e1), 3)
         out["behind_spin_us"] = median_us(g.replay, lambda: torch.cuda._sleep(PROBE_SLEEP_CYCLES))
+        side = torch.cuda.Stream()  # the steps replay on torch's default (legacy) stream; here on a created one
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            out["side_stream_us"] = median_us(g.replay)
+        torch.cuda.current_stream().wait_stream(side)
         out["driver_launch_us"] = None
         raw = getattr(g, "raw_cuda_graph_exec", None)
         if raw is not None:
@@ -466,7 +472,6 @@ def replay_probe(g):
                 out["driver_launch_us"] = None
                 out["driver_launch_error"] = f"cuGraphLaunch returned {sorted(set(rcs))}"
         x = torch.zeros(1024, device="cuda")
-        side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             x.add_(1)
@@ -722,7 +727,8 @@ def compare(a, key, c, runs, workdir):
             pr = r.get("replay_probe") or {}
             if pr:
                 print(f"torch_gpu: {key}: {n} replay probe (median of {pr.get('reps')}, us): idle "
-                      f"{pr.get('idle_us')}, behind a {pr.get('spin_ms')} ms spin {pr.get('behind_spin_us')}, "
+                      f"{pr.get('idle_us')}, behind a {pr.get('spin_ms')} ms spin {pr.get('behind_spin_us')}, on a created "
+                      f"stream {pr.get('side_stream_us')}, "
                       f"cuGraphLaunch alone {pr.get('driver_launch_us')}, a one-kernel graph "
                       f"{pr.get('one_kernel_graph_us')}" + (f"; {pr['error']}" if "error" in pr else ""))
     if target and "flexplan-step / fsdp2" in ratios:
