@@ -119,15 +119,41 @@ def check(rank, what, ok, detail=""):
         print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
 
 
-def step(st, opt, kind, rank, world, t, clip=False):
-    inp, tgt = tm.batch(kind, t * world + rank)
-    loss = tm.loss_fn(kind, st.module, inp, tgt)
-    loss.backward()
+# configurations of this test beyond torch_worker.CONFIGS: (kind, strategy, spec extra, opts)
+CAPTURE_CONFIGS = {
+    # the two middle layers gathered as MXFP8 (quantized, gathered, dequantized to bf16 by the plan)
+    "mlp_mxfp8_gather": ("mlp", "full_shard", {"buckets": [
+        {"name": "mx", "params": ["layers.1.*", "layers.2.*"], "gather_dtype": "mxfp8"}]}, {"bf16": True, "world": 2}),
+}
+
+
+def config(name):
+    return CAPTURE_CONFIGS.get(name) or tw.CONFIGS[name]
+
+
+def make_model(kind, frozen):
+    """a fresh model, its frozen units' params requires_grad False (as describe saw them)"""
+    m = tw.make_model(kind)
+    for u in frozen:
+        for p in m.get_submodule(u).parameters():
+            p.requires_grad_(False)
+    return m
+
+
+def step(st, opt, kind, rank, world, t, clip=False, ga=1):
+    """one training step: ga micro-batches (forward, backward), then clipping,
+    the optimizer step and zero_grad"""
+    total = 0.0
+    for k in range(ga):
+        inp, tgt = tm.batch(kind, t * world * ga + rank * ga + k)
+        loss = tm.loss_fn(kind, st.module, inp, tgt)
+        loss.backward()
+        total += float(loss.detach())
     if clip:
         st.clip_grad_norm_(1.0)
     opt.step()
     opt.zero_grad()
-    return float(loss.detach())
+    return total
 
 
 def begin(stream):
@@ -150,18 +176,18 @@ def raises(fn, *texts):
     return False, "no error"
 
 
-def run(rank, world, plan, kind, a, b):
-    model = tw.make_model(kind)
+def run(rank, world, plan, kind, a, b, ga=1, frozen=()):
+    model = make_model(kind, frozen)
     # --- the captured step ---
     st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode="capture_safe")
     opt = fpt.optimizer(st, tm.adamw)
     with DeviceOrder():
         CURRENT[0] = a
-        step(st, opt, kind, rank, world, 0)  # uncaptured: NCCL's warm-up
+        step(st, opt, kind, rank, world, 0, ga=ga)  # uncaptured: NCCL's warm-up
         begin(b)
         err = ""
         try:
-            step(st, opt, kind, rank, world, 1)
+            step(st, opt, kind, rank, world, 1, ga=ga)
         except FlexplanError as e:
             err = str(e)
         rc, g = end(b)
@@ -205,7 +231,7 @@ def run(rank, world, plan, kind, a, b):
         LIB.cudaGraphDestroy(g)
         st.release_graph()
         CURRENT[0] = a
-        step(st, opt, kind, rank, world, 2)  # an uncaptured step after the replays (back on a)
+        step(st, opt, kind, rank, world, 2, ga=ga)  # an uncaptured step after the replays (back on a)
         ok, msg = raises(st.release_graph, "no graph captured")
         check(rank, "release_graph() with none live is an error", ok, msg)
     st.close()
@@ -214,15 +240,15 @@ def run(rank, world, plan, kind, a, b):
     # --- refused at capture start: nothing issued, the executor usable ---
     for mode, warm, texts in (("graph", True, ("step_begin", "cuda_mode 'graph' cannot be captured")),
                               ("capture_safe", False, ("step_begin", "before any uncaptured step"))):
-        model = tw.make_model(kind)
+        model = make_model(kind, frozen)
         st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode=mode)
         opt = fpt.optimizer(st, tm.adamw)
         with DeviceOrder():
             CURRENT[0] = a
             if warm:
-                step(st, opt, kind, rank, world, 0)
+                step(st, opt, kind, rank, world, 0, ga=ga)
             begin(b)
-            ok, msg = raises(lambda: step(st, opt, kind, rank, world, 1), *texts)
+            ok, msg = raises(lambda: step(st, opt, kind, rank, world, 1, ga=ga), *texts)
             rc, g = end(b)
             if g.value:
                 LIB.cudaGraphDestroy(g)
@@ -231,23 +257,24 @@ def run(rank, world, plan, kind, a, b):
             opt.zero_grad()
             err = ""
             try:
-                step(st, opt, kind, rank, world, 1)
+                step(st, opt, kind, rank, world, 1, ga=ga)
             except FlexplanError as e:
                 err = str(e)
             check(rank, f"usable after the refusal ({mode})", not err, err)
         st.close()
 
     # --- clip_grad_norm_: the device path against the host path; inside the capture ---
-    model = tw.make_model(kind)
+    model = make_model(kind, frozen)
     st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode="capture_safe")
     opt = fpt.optimizer(st, tm.adamw)
     with DeviceOrder():
         CURRENT[0] = a
-        step(st, opt, kind, rank, world, 0)
+        step(st, opt, kind, rank, world, 0, ga=ga)
         # the same grads clipped both ways (uncaptured: the device path's all-reduce and torch's
         # kernels run in stream order here), by a norm that scales them and by one that does not
-        inp, tgt = tm.batch(kind, world + rank)
-        tm.loss_fn(kind, st.module, inp, tgt).backward()
+        for k in range(ga):
+            inp, tgt = tm.batch(kind, (world + rank) * ga + k)
+            tm.loss_fn(kind, st.module, inp, tgt).backward()
         st.pre_optimizer()
         grads = [gt.clone() for _, gt, _, _ in st._shards.main]
         same, detail = True, []
@@ -272,7 +299,7 @@ def run(rank, world, plan, kind, a, b):
         begin(b)
         err = ""
         try:
-            step(st, opt, kind, rank, world, 1, clip=True)
+            step(st, opt, kind, rank, world, 1, clip=True, ga=ga)
         except FlexplanError as e:
             err = str(e)
         rc, g = end(b)
@@ -289,12 +316,12 @@ def run(rank, world, plan, kind, a, b):
     st.close()
 
     # --- the capture ended mid-step ---
-    model = tw.make_model(kind)
+    model = make_model(kind, frozen)
     st = fpt.shard(model, plan, backend="nccl", rank=rank, world_size=world, cuda_mode="capture_safe")
     opt = fpt.optimizer(st, tm.adamw)
     with DeviceOrder():
         CURRENT[0] = a
-        step(st, opt, kind, rank, world, 0)
+        step(st, opt, kind, rank, world, 0, ga=ga)
         begin(b)
         inp, tgt = tm.batch(kind, world + rank)
         tm.loss_fn(kind, st.module, inp, tgt).backward()  # no optimizer step: the capture ends mid-step
@@ -316,13 +343,18 @@ def main():
         TMP[0] = tmp
         for name in sys.argv[1:]:
             try:
-                kind, strategy, extra, opts = tw.CONFIGS[name]
-                model_js = tw.describe_model(kind, tw.make_model(kind), [])
+                kind, strategy, extra, opts = config(name)
+                if opts.get("world", 1) > world:
+                    if rank == 0:
+                        print(f"SKIP {name} np={world}: needs {opts['world']} ranks", flush=True)
+                    continue
+                frozen = opts.get("frozen", [])
+                model_js = tw.describe_model(kind, make_model(kind, frozen), frozen)
                 spec = tw.spec_for(strategy, extra, world, dict(opts, kind=kind))
                 plan = tw.compile_plan(model_js, spec, os.path.join(tmp, f"{name}.plan.json"))
                 if rank == 0:
                     print(f"-- {name} np={world}", flush=True)
-                run(rank, world, plan, kind, a.value, b.value)
+                run(rank, world, plan, kind, a.value, b.value, extra.get("grad_accumulation", 1), frozen)
             except Exception as e:  # a rank failing ends every rank (no hang)
                 sys.stdout.write(f"FAIL {name} np={world} rank {rank}: {type(e).__name__}: {e}\n")
                 traceback.print_exc()
