@@ -63,9 +63,13 @@ device time on both models (174 us of 19.6 ms, 817 us of 94.0 ms), which
 looks like a wait, not a per-node cost: the probe tells.
 
 Memory, every GPU run: ``torch.cuda.max_memory_reserved()`` (torch's pool;
-FSDP2 holds everything there) and, for flexplan, the device memory
-``shard()`` took (its arena and NCCL's buffers, outside torch's pool:
-``cudaMemGetInfo`` before and after) beside the plan's planned arena bytes.
+FSDP2 holds everything there but its NCCL communicator's buffers) and, for
+flexplan, the device memory ``shard()`` took (its arena and NCCL's buffers,
+outside torch's pool: ``cudaMemGetInfo`` before and after) beside the
+plan's planned arena bytes; and for every run the device memory the process
+held at its fullest step end (``cudaMemGetInfo`` after each step against
+the start, the CUDA context excluded): the like-for-like figure, NCCL
+included on both sides.
 
 Deterministic by default: every run under
 ``torch.use_deterministic_algorithms(True, warn_only=True)`` with
@@ -213,6 +217,8 @@ def train(a, c, m, opt, device, autocast=None):
         sync()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.item()))
+        if device == "cuda":
+            device_sample()
     return losses, times
 
 
@@ -407,6 +413,7 @@ def run_steps(a, c, opt, sx, sy, step_body, graph):
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.item()))
+        device_sample()
     extra = {"replays": len(host), "warm_steps": warm if graph else None, "graph_nodes": nodes}
     if host:
         extra.update(host_us_per_replay=round(1e6 * statistics.median(host), 2),
@@ -563,10 +570,35 @@ def gpu_spec():
                                              "main_grad_dtype": "fp32"}}}
 
 
+DEVICE = {"free0": None, "min_free": None}  # the process's device memory: free at the start, least free seen
+
+
+def device_baseline():
+    """The device's free bytes once the CUDA context exists, before the run
+    allocates anything: what device_sample measures from."""
+    import torch
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    DEVICE["free0"] = DEVICE["min_free"] = torch.cuda.mem_get_info()[0]
+
+
+def device_sample():
+    """At a step's end (device synchronized): the least free memory so far.
+    torch's caching allocator keeps what it reserved, NCCL's buffers and
+    flexplan's arena stay, so the most in use at a step's end is the run's
+    peak of everything it holds on the device - FSDP2's NCCL communicator
+    included, which max_memory_reserved does not count."""
+    import torch
+    if DEVICE["free0"] is not None:
+        DEVICE["min_free"] = min(DEVICE["min_free"], torch.cuda.mem_get_info()[0])
+
+
 def run_job(a):
     c = json.loads(a.cfg)
     device = "cpu" if a.tiny else "cuda"
     import torch
+    if device == "cuda":
+        device_baseline()
     torch.set_num_threads(1 if a.tiny else torch.get_num_threads())
     if os.environ.get("FP_TORCH_DETERMINISTIC") == "1":
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -592,6 +624,7 @@ def run_job(a):
     if device == "cuda":  # torch's own pool (flexplan's arena is outside it: extra["shard_device_bytes"])
         extra["max_memory_reserved"] = torch.cuda.max_memory_reserved()
         extra["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        extra["device_bytes_peak"] = DEVICE["free0"] - DEVICE["min_free"]
     with open(a.result, "w") as f:
         json.dump(dict(extra, losses=losses, times=times, wall_s=time.perf_counter() - t0), f)
     sys.stdout.flush()
@@ -746,6 +779,8 @@ def compare(a, key, c, runs, workdir):
             r["peak_with_arena"] = r["max_memory_reserved"] + r["shard_device_bytes"]
             line += (f" + shard() {r['shard_device_bytes'] / mib:.1f} MiB (arena planned "
                      f"{r['arena_planned_bytes'] / mib:.1f} MiB) = {r['peak_with_arena'] / mib:.1f} MiB")
+        if r.get("device_bytes_peak"):
+            line += f"; the process's device memory at its peak step end {r['device_bytes_peak'] / mib:.1f} MiB"
         print(line)
     return {"model": dict(c, params=nparams), "runs": results, "ratios": ratios, "pass": ok}, ok
 
