@@ -22,9 +22,10 @@ Checks (rank 0 prints PASS/FAIL per check; exit 1 on a failure):
   with no hook called (the driver's hook count does not move) and no Python
   callback (the graph's nodes are the executor's kernels, copies, NCCL
   calls and events: the replay completes from C); between replays an
-  evaluation forward runs and a refit (st.load) writes new values into the
-  same addresses (the main views do not move, full_state_dict reads the
-  new values back), and the graph replays after both;
+  evaluation forward runs, and a refit (st.load) and load_state_dict (the
+  rank's state_dict copies, scaled) write new values into the same addresses (the main views do not
+  move, full_state_dict reads the new values back), and the graph replays
+  after them;
 - close() with the graph live is an error naming it; release_graph(), then
   close() works;
 - refused at capture start, with a FlexplanError naming step_begin and the
@@ -218,13 +219,26 @@ def run(rank, world, plan, kind, a, b, ga=1, frozen=()):
             moved = ptrs != [p.data_ptr() for _, p in st.named_main_params()]
             after = st.full_state_dict()
             wrong = [k for k in sd if not torch.equal(after[k].to(sd[k].dtype), sd[k])]
+            # and load_state_dict: this rank's staging copies (state_dict), each scaled once (a tied
+            # alias is the same tensor), put back into the same views
+            sd2, seen = fpt.state_dict(st), set()
+            for v in sd2.values():
+                if id(v) not in seen and v.is_floating_point():
+                    seen.add(id(v))
+                    v.mul_(0.25)
+            fpt.load_state_dict(st, sd2)
+            moved = moved or ptrs != [p.data_ptr() for _, p in st.named_main_params()]
+            want = {k: v * 0.25 for k, v in after.items()}
+            after = st.full_state_dict()
+            wrong += [k for k in want if not torch.equal(after[k].to(want[k].dtype), want[k])]
         except FlexplanError as e:
             err, moved, wrong = str(e), False, []
         CURRENT[0] = b
         rc2 = [LIB.cudaGraphLaunch(ge, _vp(b)), LIB.cudaStreamSynchronize(_vp(b))]
-        check(rank, "an evaluation forward and a refit between replays, then a replay",
+        check(rank, "an evaluation forward, a refit (load) and load_state_dict between replays, then a replay",
               not err and not moved and not wrong and rc2 == [0, 0],
-              err or f"views moved {moved}, refit values wrong for {wrong}, replay {rc2}")
+              err or f"views moved {moved}, values wrong after the refit or load_state_dict for {wrong}, "
+                     f"replay {rc2}")
         ok, msg = raises(st.close, "close()", "1 CUDA graph(s)", "release_graph()")
         check(rank, "close() with a live graph is an error", ok, msg)
         LIB.cudaGraphExecDestroy(ge)
