@@ -23,9 +23,9 @@ Checks (rank 0 prints PASS/FAIL per check; exit 1 on a failure):
   callback (the graph's nodes are the executor's kernels, copies, NCCL
   calls and events: the replay completes from C); between replays an
   evaluation forward runs, and a refit (st.load) and load_state_dict (the
-  rank's state_dict copies, scaled) write new values into the same addresses (the main views do not
-  move, full_state_dict reads the new values back), and the graph replays
-  after them;
+  rank's state_dict copies, scaled) write new values into the same
+  addresses (the main views do not move, full_state_dict reads the new
+  values back), and the graph replays after them;
 - close() with the graph live is an error naming it; release_graph(), then
   close() works;
 - refused at capture start, with a FlexplanError naming step_begin and the
@@ -133,12 +133,8 @@ def config(name):
 
 
 def make_model(kind, frozen):
-    """a fresh model, its frozen units' params requires_grad False (as describe saw them)"""
-    m = tw.make_model(kind)
-    for u in frozen:
-        for p in m.get_submodule(u).parameters():
-            p.requires_grad_(False)
-    return m
+    """a fresh model, its frozen units frozen (as describe saw them)"""
+    return tw.freeze(tw.make_model(kind), frozen)
 
 
 def step(st, opt, kind, rank, world, t, clip=False, ga=1):
@@ -363,7 +359,7 @@ def main():
                         print(f"SKIP {name} np={world}: needs {opts['world']} ranks", flush=True)
                     continue
                 frozen = opts.get("frozen", [])
-                model_js = tw.describe_model(kind, make_model(kind, frozen), frozen)
+                model_js = tw.describe_model(kind, tw.make_model(kind), frozen)
                 spec = tw.spec_for(strategy, extra, world, dict(opts, kind=kind))
                 plan = tw.compile_plan(model_js, spec, os.path.join(tmp, f"{name}.plan.json"))
                 if rank == 0:

@@ -187,12 +187,18 @@ def units_of(kind, opts=None):
     return {"llama": tm.LLAMA_UNITS, "mlp": tm.MLP_UNITS}.get(kind, tm.MOE_LM_UNITS)
 
 
-def describe_model(kind, model, frozen, opts=None):
-    """model.json through flexplan.torch.describe when it exists, else the
-    tests' explicit one."""
+def freeze(model, frozen):
+    """the params of the units named in frozen requires_grad False; the model"""
     for u in frozen:
         for p in model.get_submodule(u).parameters():
             p.requires_grad_(False)
+    return model
+
+
+def describe_model(kind, model, frozen, opts=None):
+    """model.json through flexplan.torch.describe when it exists, else the
+    tests' explicit one (the frozen units frozen first)."""
+    freeze(model, frozen)
     units = units_of(kind, opts)
     describe = getattr(fpt, "describe", None)
     if kind not in ("llama", "mlp"):  # data-dependent routing: the units by hand
