@@ -145,6 +145,8 @@ add_executable(test_exec_nccl_nodev_simdev ${CMAKE_CURRENT_SOURCE_DIR}/test_exec
 target_link_libraries(test_exec_nccl_nodev_simdev PRIVATE flexplan_exec_simdev flexplan_core) # (exec_util.h builds plans with the planner)
 add_executable(test_simdev_watchdog ${FP_SIMDEV_DIR}/test_simdev_watchdog.c)
 target_link_libraries(test_simdev_watchdog PRIVATE flexplan_exec_simdev flexplan_core) # (exec_util.h builds plans with the planner)
+add_executable(test_simnccl_groups ${FP_SIMDEV_DIR}/test_simnccl_groups.c)
+target_link_libraries(test_simnccl_groups PRIVATE flexplan_exec_simdev flexplan_core)
 
 # fp_simdev_test(name np exe args...): an MPI test on the simulated device, once per seed of FP_SIMDEV_SEEDS
 function(fp_simdev_test name np exe)
@@ -177,6 +179,10 @@ string(REPLACE "," ";" fp_seeds "${FP_SIMDEV_SEEDS}")
 foreach(seed ${fp_seeds})
   set_property(TEST simdev_xfer_ragged_np3_seed${seed} APPEND PROPERTY ENVIRONMENT "FP_XFER_WANT_SHORT_HEAD=1")
 endforeach()
+# the simulated NCCL itself: groups longer than its point-to-point rings and
+# its collective slots, at 2 and 3 ranks
+fp_simdev_test(nccl_groups_np2 2 test_simnccl_groups)
+fp_simdev_test(nccl_groups_np3 3 test_simnccl_groups)
 # the NCCL watchdog on a rank that stops
 fp_simdev_test(watchdog 2 test_simdev_watchdog)
 # a machine without a device (FP_SIMDEV_DEVICES=0): every rank fails at once and cleanly

@@ -730,6 +730,7 @@ static void dump_state(const char *what) {
             (unsigned long long)s->nseq,
             it->kind == K_FN ? "kernel" : it->kind == K_MARK ? "record/wait" : it->kind == K_GRAPH ? "graph" : "nccl ",
             it->kind == K_NCCL ? sd_ntask_name(it->task) : "");
+    if (it->kind == K_NCCL) sd_ntask_dump(it->task, stderr);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "include/cuda_runtime_api.h"
 #include "include/nccl.h"
@@ -61,5 +62,6 @@ int sd_ntask_advance(sd_ntask *t);
 sd_ntask *sd_ntask_clone(const sd_ntask *t);
 void sd_ntask_free(sd_ntask *t);
 const char *sd_ntask_name(const sd_ntask *t);
+void sd_ntask_dump(const sd_ntask *t, FILE *f);
 
 #endif

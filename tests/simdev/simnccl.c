@@ -298,6 +298,10 @@ static int coll_step(sub *s) {
       async_fail(c, ncclInvalidArgument, msg);
       return 2;
     }
+    /* the slot is this collective's once the one SLOTS before it has written
+     * its result (every peer read it then): a group may hold more collectives
+     * than there are slots */
+    if (s->seq >= SLOTS && (atomic_load(&mine->seq) != s->seq - SLOTS + 1 || atomic_load(&mine->state) != 3)) return 0;
     mine->kind = s->kind, mine->dtype = s->dtype, mine->red = s->red, mine->root = s->root;
     mine->count = s->count, mine->src_off = off;
     atomic_store(&mine->state, 1);
@@ -377,7 +381,12 @@ static int p2p_step(sub *s) {
         async_fail(c, ncclInvalidArgument, "ncclSend: the buffer is not inside one device allocation");
         return 2;
       }
-      if (atomic_load(&p->consumed) != atomic_load(&p->posted)) return 0; /* the ring slot is still in use */
+      /* the slot is this send's once the send P2P before it on the ring was
+       * received: never earlier (still in use), and never before that send
+       * posted (a later send taking the slot ahead of an earlier one of the
+       * same group leaves the receiver waiting for the earlier one) */
+      uint64_t prev = s->seq >= P2P ? s->seq - P2P + 1 : 0;
+      if (atomic_load(&p->posted) != prev || atomic_load(&p->consumed) != prev) return 0;
       p->off = off, p->bytes = bytes;
       atomic_store(&p->posted, s->seq + 1);
       s->state = 1;
@@ -398,6 +407,27 @@ static int p2p_step(sub *s) {
   }
   atomic_store(&p->consumed, s->seq + 1);
   return 2;
+}
+
+/* what a stuck task waits for, for the hang report: each op, its sequence
+ * number, its state, and where its communicator and ring slot stand */
+void sd_ntask_dump(const sd_ntask *t, FILE *f) {
+  for (int k = 0; k < t->n; k++) {
+    const sub *s = &t->subs[k];
+    ncclComm_t c = s->comm;
+    fprintf(f, "    %s '%s' rank %d/%d: ord %llu (comm completed %llu, issued %llu) seq %llu state %d", kind_name[s->kind],
+            c->name, c->rank, c->nranks, (unsigned long long)s->ord, (unsigned long long)c->completed,
+            (unsigned long long)c->issued, (unsigned long long)s->seq, s->state);
+    if (s->kind == SEND || s->kind == RECV) {
+      const pslot *p = s->kind == SEND ? &c->shm->p2p[c->rank][s->peer][s->seq % P2P]
+                                       : &c->shm->p2p[s->peer][c->rank][s->seq % P2P];
+      fprintf(f, " peer %d bytes %zu; slot %llu: posted %llu consumed %llu (bytes %llu)", s->peer,
+              s->count * esize(s->dtype), (unsigned long long)(s->seq % P2P),
+              (unsigned long long)atomic_load(&p->posted), (unsigned long long)atomic_load(&p->consumed),
+              (unsigned long long)p->bytes);
+    }
+    fprintf(f, "%s\n", c->aborted ? " (aborted)" : "");
+  }
 }
 
 int sd_ntask_advance(sd_ntask *t) {
