@@ -16,8 +16,12 @@
  * changed, a collective's communicator changed, a post_optimizer refresh op
  * removed; and the strict classes (the enum below: less than an element off,
  * plan-wide scale changes, a ragged extent or a chunk off by one, a root or
- * an `only=` rank moved, a wait or a memset removed), every mutant of which
- * must be rejected with a message located in plan.json. Every mutant is
+ * an `only=` rank moved, a wait or a memset removed; a record moved above the
+ * data op before it on its stream, a wait moved below the data op after it,
+ * a wait given a weaker event (not a later record on its record's stream,
+ * which would only wait longer), an op's dst moved to another buffer of the
+ * same size), every mutant of which must be rejected with a message located
+ * in plan.json. Every mutant is
  * written as plan.json (which re-hashes it: fpi_plan_write takes
  * fpi_prog_hash of the mutated program) and read back:
  * rejected by the reader or rules 1-8, rejected by rule 9 only, or accepted.
@@ -40,7 +44,9 @@ enum {
   M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL,
   /* the strict classes (issue 40): every mutant must be rejected, with a located message */
   M_SUBELEM, M_SCALE_ONE, M_SCALE_DROP, M_SCALE_WORLD, M_EXTENT, M_CHUNK,
-  M_ROOT, M_ONLY, M_WAIT_DEL, M_MEMSET_DEL, M_NKINDS
+  M_ROOT, M_ONLY, M_WAIT_DEL, M_MEMSET_DEL,
+  /* (2026-11-29) */
+  M_RECORD_UP, M_WAIT_DOWN, M_EVENT, M_BUF, M_NKINDS
 };
 #define M_STRICT M_SUBELEM
 static const char *kind_name[M_NKINDS] = {"ops swapped",       "offset +1 element",  "reduce removed",
@@ -48,7 +54,9 @@ static const char *kind_name[M_NKINDS] = {"ops swapped",       "offset +1 elemen
                                           "group changed",     "refresh removed",    "offset < 1 element",
                                           "every scale to 1",  "every scale dropped", "scales 1/world only",
                                           "extent off by one", "chunk off by one",   "root changed",
-                                          "only changed",      "wait removed",       "memset removed"};
+                                          "only changed",      "wait removed",       "memset removed",
+                                          "record hoisted",    "wait sunk",          "wait event changed",
+                                          "buffer changed"};
 
 /* what a mutation walks: ops, params or the whole program once */
 static int32_t space(const fp_prog *p, int k) {
@@ -157,6 +165,74 @@ static bool conflict(const fp_prog *p, const fp_op *a, const fp_op *b) {
   return false;
 }
 
+/* the op of stream st nearest before (dir -1) or after (dir +1) op i in its segment, a data op; -1 */
+static int32_t stream_nb(const fp_prog *p, int32_t i, int dir) {
+  const fp_seg *sg = &p->segs[p->ops[i].seg];
+  for (int32_t j = i + dir; j >= sg->first && j < sg->first + sg->nops; j += dir) {
+    if (p->ops[j].stream != p->ops[i].stream) continue;
+    return data_op(&p->ops[j]) ? j : -1;
+  }
+  return -1;
+}
+/* another buffer of the same size as op i's dst; -1 */
+static int32_t same_size_buf(const fp_prog *p, int32_t b) {
+  for (int32_t k = 1; k < p->nbufs; k++) {
+    int32_t c = (b + k) % p->nbufs;
+    if (p->bufs[c].bytes == p->bufs[b].bytes) return c;
+  }
+  return -1;
+}
+/* op i moved to position j in its segment (the ops between shift by one;
+ * live ranges stay on the ops they name) */
+static void move_op(fp_prog *p, int32_t i, int32_t j) {
+  fp_op t = p->ops[i];
+  if (j < i) memmove(p->ops + j + 1, p->ops + j, (size_t)(i - j) * sizeof t);
+  else memmove(p->ops + i, p->ops + i + 1, (size_t)(j - i) * sizeof t);
+  p->ops[j] = t;
+  int32_t lo = i < j ? i : j, hi = i < j ? j : i;
+  for (int32_t l = 0; l < p->nlives; l++) {
+    int32_t *e[2] = {&p->lives[l].first, &p->lives[l].last};
+    for (int k = 0; k < 2; k++)
+      if (*e[k] >= lo && *e[k] <= hi) *e[k] = *e[k] == i ? j : j < i ? *e[k] + 1 : *e[k] - 1;
+  }
+}
+/* the record of event e before op i (the one a wait at i waits for); -1 */
+static int32_t record_of(const fp_prog *p, int32_t e, int32_t i) {
+  for (int32_t j = i - 1; j >= 0; j--)
+    if (p->ops[j].code == FP_OP_RECORD && p->ops[j].event == e) return j;
+  return -1;
+}
+/* an event for the wait at i to wait for instead, weaker than its own: the
+ * latest record before i of another event, not a later record on the stream
+ * of the wait's own (that one covers all the wait's record did: a stronger
+ * wait, an equivalent mutant); the nth of them, counted from the wait back;
+ * -1: none */
+static int32_t weaker_nth(const fp_prog *p, int32_t i, int nth) {
+  int32_t was = record_of(p, p->ops[i].event, i);
+  if (was < 0) return -1;
+  char *seen = calloc((size_t)p->nevents + 1, 1);
+  int32_t found = -1, n = 0;
+  for (int pass = 0; pass < 2 && found < 0; pass++) {
+    memset(seen, 0, (size_t)p->nevents + 1);
+    int32_t k = 0;
+    for (int32_t j = i - 1; j >= 0; j--) {
+      const fp_op *r = &p->ops[j];
+      if (r->code != FP_OP_RECORD || r->event < 0 || r->event >= p->nevents || seen[r->event]) continue;
+      seen[r->event] = 1;
+      if (r->event == p->ops[i].event || (j > was && r->stream == p->ops[was].stream)) continue;
+      if (pass == 1 && k == nth % n) {
+        found = r->event;
+        break;
+      }
+      k++;
+    }
+    n = k;
+    if (n == 0) break;
+  }
+  free(seen);
+  return found;
+}
+
 /* is op i a candidate for mutation kind k; apply it to p (a fork) */
 static bool candidate(const fp_prog *p, int k, int32_t i) {
   const fp_op *op = &p->ops[i];
@@ -172,6 +248,10 @@ static bool candidate(const fp_prog *p, int k, int32_t i) {
     case M_SCALE: return op->code == FP_OP_SCALE;
     case M_COMM: return fpi_op_class(op->code) == FP_OPC_COMM && p->ncomms > 1;
     case M_REFRESH_DEL: return data_op(op) && p->segs[op->seg].kind == FP_SEG_POST_OPTIMIZER;
+    case M_RECORD_UP: return op->code == FP_OP_RECORD && stream_nb(p, i, -1) >= 0;
+    case M_WAIT_DOWN: return op->code == FP_OP_WAIT && stream_nb(p, i, +1) >= 0;
+    case M_EVENT: return op->code == FP_OP_WAIT && weaker_nth(p, i, 0) >= 0;
+    case M_BUF: return data_op(op) && op->dst.buf >= 0 && same_size_buf(p, op->dst.buf) >= 0;
     case M_ROOT: return (op->code == FP_OP_REDUCE || op->code == FP_OP_BROADCAST) && p->comms[op->comm].size > 1;
     case M_ONLY: return op->only >= 0 && p->comms[op->only_comm].size > 1;
     case M_WAIT_DEL: return op->code == FP_OP_WAIT;
@@ -231,6 +311,10 @@ static void mutate(fp_prog *p, int k, int32_t i, int nth) {
     }
     case M_SCALE: op->alpha *= 2; break;
     case M_COMM: op->comm = (op->comm + 1) % p->ncomms; break;
+    case M_RECORD_UP: move_op(p, i, stream_nb(p, i, -1)); break;
+    case M_WAIT_DOWN: move_op(p, i, stream_nb(p, i, +1)); break;
+    case M_EVENT: op->event = weaker_nth(p, i, nth); break;
+    case M_BUF: op->dst.buf = same_size_buf(p, op->dst.buf); break;
     case M_SUBELEM: { /* 1 .. z-1 bytes into an element of dst or src */
       bool dst = op->dst.buf >= 0 && fpi_dtype_size(op->code == FP_OP_QUANTIZE_MXFP8 ? FP_U8 : op->dtype) > 1;
       bool src = op->src.buf >= 0 && fpi_dtype_size(op->code == FP_OP_DEQUANTIZE_MXFP8 ? FP_U8 : op->sdtype) > 1;
