@@ -1096,25 +1096,37 @@ static void local_add(lop *L) {
 }
 
 /* quantize_mxfp8: one scale per 32 elements of the op, each named by its
- * first element's param block */
+ * first element's param block. A scale is the max over all 32 (or the op's
+ * last, short block): undefined where any of them is (padding the block
+ * shares with a param's elements counts: garbage there scales them), junk
+ * where any is something not a weight or zero */
 static void mx_scales(lop *L, int64_t a0, int64_t iz) {
   cell *sc = NULL;
   int32_t nsc = 0, csc = 0;
-  for (int32_t j = 0; j < L->nu; j++) {
-    cell c = L->u[j];
-    int64_t e0 = c.lo / iz, e1 = c.hi / iz;
-    for (int64_t bk = e0 / FP_MX_BLOCK; bk * FP_MX_BLOCK < e1; bk++) {
-      if (bk * FP_MX_BLOCK < e0) continue;
-      cell x = {.lo = bk, .hi = bk + 1, .kind = SV_ZERO, .p = -1};
-      if (c.kind == SV_WEIGHT) {
-        x.kind = SV_SCALE, x.p = c.p, x.ver = c.ver, x.e = (c.e + (bk * FP_MX_BLOCK - e0)) / FP_MX_BLOCK;
-      } else if (c.kind == SV_UNDEF) {
-        x = c, x.lo = bk, x.hi = bk + 1;
-      } else if (c.kind != SV_ZERO) {
-        x = junk(bk, bk + 1, L->i);
+  int64_t nblk = fpi_mx_blocks(L->n);
+  int32_t j = 0;
+  for (int64_t bk = 0; bk < nblk; bk++) {
+    int64_t b0 = bk * FP_MX_BLOCK * iz, b1 = b0 + FP_MX_BLOCK * iz;
+    if (b1 > L->n * iz) b1 = L->n * iz;
+    while (j < L->nu && L->u[j].hi <= b0) j++;
+    cell x = {.lo = bk, .hi = bk + 1, .kind = SV_ZERO, .p = -1};
+    bool named = false;
+    for (int32_t q = j; q < L->nu && L->u[q].lo < b1; q++) {
+      const cell *c = &L->u[q];
+      if (c->kind == SV_UNDEF) {
+        x = *c, x.lo = bk, x.hi = bk + 1;
+        break;
       }
-      push(&sc, &nsc, &csc, &x);
+      if (c->kind != SV_WEIGHT && c->kind != SV_ZERO) {
+        x = junk(bk, bk + 1, L->i);
+        break;
+      }
+      if (c->kind == SV_WEIGHT && !named && c->lo <= b0) { /* the block's first element */
+        x.kind = SV_SCALE, x.p = c->p, x.ver = c->ver, x.e = (c->e + (b0 - c->lo) / iz) / FP_MX_BLOCK;
+        named = true;
+      }
     }
+    push(&sc, &nsc, &csc, &x);
   }
   map_write(wmap(L->s, L->k, L->op->aux.buf), a0, sc, nsc);
   free(sc);
@@ -1850,9 +1862,27 @@ static void tx_convert(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca, ce
   }
   map_write(dm, op->dst.off, *b, nb);
   if (op->kind == FP_TX_QUANT) {
+    /* a block's scale is the max over all its elements: the param's scales
+     * only where the quantize read exactly its elements [full_off, +n) */
     cmap *am = txspace(x, op->aux);
     int64_t ns = fpi_tx_nscales(op->full_off, op->n);
     cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
+    for (int32_t j = 0; j < na; j++) {
+      const cell *c = &(*a)[j];
+      if (c->kind == SV_JUNK) { /* reported where it was made */
+        sc = (cell){.lo = 0, .hi = ns, .kind = SV_JUNK, .p = -1, .ver = i};
+        break;
+      }
+      if (c->kind != SV_WEIGHT || c->p != op->param || c->e != op->full_off + c->lo / iz) {
+        char dd[300];
+        tx_describe(x, c, dd, sizeof dd);
+        txerr(x, i, p, "quantize_mxfp8 takes its block scales over bytes [%" PRId64 ",%" PRId64 ") that hold %s, not %s "
+              "elements [%" PRId64 ",%" PRId64 ")", op->src.off + c->lo, op->src.off + c->hi, dd,
+              x->t->params[op->param].name, op->full_off + c->lo / iz, op->full_off + c->hi / iz);
+        sc = (cell){.lo = 0, .hi = ns, .kind = SV_JUNK, .p = -1, .ver = i};
+        break;
+      }
+    }
     if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
   }
 }

@@ -4,11 +4,12 @@
  * Sources: every example (compiled here), the MPI tests' model and spec
  * pairs (tests/mpi) and every golden .fpir of tests/ir. Each original goes through plan.json (fpi_plan_write, then
  * fpi_plan_read_flags with FP_VERIFY_SEM) and must be accepted - except the
- * four hand-written goldens that do not compute a step (avg and
+ * five hand-written goldens that do not compute a step (avg and
  * three_streams reduce bf16 grads as fp32; hybrid_ragged stages its main
  * weights from a host buffer nobody loads, and has send/recv; full_shard
- * zeroes no unsharded grad before the backward accumulates into it), which
- * must be rejected by rule 9 with the messages below. Then each source is mutated
+ * zeroes no unsharded grad before the backward accumulates into it;
+ * mx_block_undef takes an MXFP8 block's scale over padding nothing wrote),
+ * which must be rejected by rule 9 with the messages below. Then each source is mutated
  * (one change per mutant, at most PER_KIND per kind, spread over the
  * candidates): two adjacent ops that touch common bytes (one writing) swapped, an
  * operand offset moved by one element, a reduction removed, a reduction's
@@ -484,6 +485,7 @@ int main(void) {
       {"avg", "reduce_scatter reads b.ugrad [0,512) on rank 0 as fp32: holds grad of b"},
       {"three_streams", "reduce_scatter reads b.ugrad [0,512) on rank 0 as fp32"},
       {"hybrid_ragged", "dequantize_mxfp8 reads scales emb.s [0,4) on rank 0: holds undefined"},
+      {"mx_block_undef", "dequantize_mxfp8 reads scales mx.mxscale [12,13) on rank 0: holds undefined"},
   };
   for (size_t e = 0; e < sizeof examples / sizeof *examples; e++) {
     fp_arena *a = fpi_arena_new();

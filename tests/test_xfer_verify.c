@@ -4,7 +4,9 @@
  * for every posted request) are caught, as are staging written twice and a
  * process forwarding what it received; the planner's
  * located errors for plans that do not fit together; the MXFP8 block split
- * of a slice that starts inside a block (fpi_tx_head / fpi_tx_nscales). */
+ * of a slice that starts inside a block (fpi_tx_head / fpi_tx_nscales); a
+ * quantize whose block holds another param's elements (X7: its scales are
+ * not its param's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -653,6 +655,39 @@ int main(int argc, char **argv) {
                                        "writes into FROM's arena"};
     static const char *const what[] = {"X2 quantizes into TO", "X2 a scale written twice", "X2 a scale outside the need",
                                        "X1 scales into FROM"};
+    expect(w, want[c], what[c]);
+  }
+
+  /* X7 and a quantize's scales: a block's scale is the max over all its
+   * elements, so a quantize that reads another param's elements (c == 2) or
+   * bytes nothing wrote (c == 1) writes a scale that is not its param's,
+   * though the elements kept from it are. w's elements [0,8) copied into
+   * staging, then [8,16) of w (c == 0, valid) or of v (c == 2) beside them,
+   * the 16 quantized in staging, the first 8 and the scale into TO */
+  for (int c = 0; c < 3; c++) {
+    fp_tx *w = hand(a, 1);
+    w->stage_bytes[0] = 128;
+    w->params = fpi_alloc_array(a, 2, sizeof *w->params);
+    w->nparams = 2;
+    w->params[0] = (fp_tx_param){"w", 16, false, false, -1};
+    w->params[1] = (fp_tx_param){"v", 16, false, false, -1};
+    for (int h = 0; h < (c == 1 ? 1 : 2); h++) {
+      fp_tx_op *k = fpi_tx_emit(w, FP_TX_COPY, 0, h && c == 2 ? 1 : 0, FP_F32, 8);
+      k->sdtype = FP_F32, k->full_off = 8 * h, k->src = (fp_tx_ref){FP_SP_FROM, 32 * h}, k->dst = (fp_tx_ref){FP_SP_STAGE, 32 * h};
+    }
+    fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, 16);
+    q->sdtype = FP_F32, q->full_off = 0, q->src = (fp_tx_ref){FP_SP_STAGE, 0}, q->dst = (fp_tx_ref){FP_SP_STAGE, 64};
+    q->aux = (fp_tx_ref){FP_SP_TO, 48};
+    fp_tx_op *k = fpi_tx_emit(w, FP_TX_COPY, 0, 0, FP_E4M3, 8);
+    k->sdtype = FP_E4M3, k->full_off = 0, k->src = (fp_tx_ref){FP_SP_STAGE, 64}, k->dst = (fp_tx_ref){FP_SP_TO, 0};
+    fpi_tx_region_add(w, true, 0, 0, 0, 8, 0, FP_E4M3);
+    fpi_tx_region_add(w, true, 0, 0, 48, 1, 0, FP_E8M0);
+    fpi_tx_region_add(w, false, 0, 0, 0, 32, 0, FP_F32);
+    fpi_tx_region_add(w, false, 0, c == 2 ? 1 : 0, 32, 32, 8, FP_F32);
+    fpi_tx_finish(w);
+    static const char *const want[] = {NULL, "no earlier op", "v elements"};
+    static const char *const what[] = {"X7 a quantize over its param's elements", "X5 a quantize's block over bytes nothing wrote",
+                                       "X7 a quantize's block over another param"};
     expect(w, want[c], what[c]);
   }
 
