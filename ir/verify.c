@@ -730,8 +730,11 @@ static void param_views(vctx *v, int32_t i, int64_t numel) {
                  q->placement == FP_PL_CYCLIC;
   if (q->placement == 4 && (q->weight.buf < 0 || q->weight.off % fpi_dtype_size(q->param_dtype) != 0))
     verr(v, FP_VL_PARAM, i, "a flat_shard param's weight view must place it in its bucket's flat buffer");
-  check_view(v, i, "main", &q->main, sharded ? q->chunk : 0, q->main_dtype);
-  check_view(v, i, "grad", &q->grad, sharded ? q->chunk : 0, q->grad_dtype);
+  /* a replicated param's main and grad hold all of it (owned: on its owner; a
+   * plug-in's placement: what its layout says, checked by the plug-in) */
+  bool whole = q->placement == FP_PL_REPLICATE || q->placement == FP_PL_OWNED;
+  check_view(v, i, "main", &q->main, sharded ? q->chunk : whole ? numel : 0, q->main_dtype);
+  check_view(v, i, "grad", &q->grad, sharded ? q->chunk : whole ? numel : 0, q->grad_dtype);
   check_view(v, i, "weight", &q->weight, numel, q->param_dtype);
   check_view(v, i, "ugrad", &q->ugrad, numel, q->param_dtype);
   check_opt_view(v, i, q, sharded ? q->chunk : 0);
@@ -740,14 +743,91 @@ static void param_views(vctx *v, int32_t i, int64_t numel) {
     check_layout(v, i, q, numel);
 }
 
+/* no two params share bytes: the views that hold a whole param on every
+ * rank that has it (weight, ugrad, MXFP8 scales; main and grad of a
+ * replicated or owned param) overlap only where one param keeps one copy
+ * (a frozen param's main = weight), or where two owned params have
+ * different owners (each rank holds its own at the same offsets). A
+ * shard's main and grad views are left out: a flat bucket's params share
+ * their rank's chunk by design, and another rank's piece may lie at the same
+ * offsets. One sweep over the views sorted by buffer and offset, keeping
+ * the view reaching furthest among those on every rank, and per owner */
+typedef struct vspan {
+  int64_t lo, hi, owner; /* owner: -1 on every rank */
+  int32_t buf, param;
+  int role;
+} vspan;
+static int vspan_cmp(const void *a, const void *b) {
+  const vspan *x = a, *y = b;
+  if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return x->param < y->param ? -1 : x->param > y->param;
+}
+static void view_clash(vctx *v, const vspan *a, const vspan *b) {
+  static const char *const role[] = {"main", "grad", "weight", "ugrad", "scales"};
+  const fp_prog *p = v->p;
+  if (a->buf != b->buf || a->hi <= b->lo || (a->param == b->param && a->lo == b->lo && a->hi == b->hi)) return;
+  verr(v, FP_VL_PARAM, b->param, "%s view [%" PRId64 ", %" PRId64 ") in buffer '%s' overlaps the %s view [%" PRId64
+       ", %" PRId64 ") of param '%s' (params share bytes only where one keeps one copy, main = weight, or two owned "
+       "params have different owners)", role[b->role], b->lo, b->hi, bufname(p, b->buf), role[a->role], a->lo, a->hi,
+       p->params[a->param].name);
+}
+static void check_view_overlap(vctx *v) {
+  const fp_prog *p = v->p;
+  vspan *sp = malloc(((size_t)p->nparams * 5 + 1) * sizeof *sp);
+  int64_t nown = p->world_size > 0 ? p->world_size : 1, *far_own = malloc((size_t)nown * sizeof *far_own);
+  FP_ASSERT(sp && far_own);
+  int64_t n = 0;
+  for (int32_t i = 0; i < p->nparams; i++) {
+    const fp_ir_param *q = &p->params[i];
+    int64_t numel = 1; /* the params passed their own checks: shapes fit */
+    for (int k = 0; k < q->ndim; k++) numel *= q->shape[k];
+    bool whole = q->placement == FP_PL_REPLICATE || q->placement == FP_PL_OWNED;
+    const fp_view *w[5] = {&q->main, &q->grad, &q->weight, &q->ugrad, &q->scales};
+    const fp_dtype dt[5] = {q->main_dtype, q->grad_dtype, q->param_dtype, q->param_dtype, FP_E8M0};
+    for (int r = 0; r < 5; r++) {
+      if (w[r]->buf < 0 || w[r]->buf >= p->nbufs || (r < 2 && !whole)) continue;
+      int64_t bytes = r == 4 ? fpi_mx_blocks(numel) : numel * dsize(dt[r]);
+      int64_t owner = r < 2 && q->placement == FP_PL_OWNED && q->owner >= 0 && q->owner < nown ? q->owner : -1;
+      if (bytes > 0) sp[n++] = (vspan){w[r]->off, w[r]->off + bytes, owner, w[r]->buf, i, r};
+    }
+  }
+  qsort(sp, (size_t)n, sizeof *sp, vspan_cmp);
+  /* in the current buffer, the view reaching furthest: on every rank (far),
+   * among owned ones (far_owned), per owner (far_own) */
+  int64_t far = -1, far_owned = -1;
+  for (int64_t o = 0; o < nown; o++) far_own[o] = -1;
+  for (int64_t k = 0; k < n && !stop(v); k++) {
+    if (k > 0 && sp[k].buf != sp[k - 1].buf) { /* a new buffer */
+      far = far_owned = -1;
+      for (int64_t j = k - 1; j >= 0 && sp[j].buf == sp[k - 1].buf; j--)
+        if (sp[j].owner >= 0) far_own[sp[j].owner] = -1;
+    }
+    const vspan *b = &sp[k];
+    if (far >= 0) view_clash(v, &sp[far], b);
+    if (b->owner < 0) { /* clashes with every owner's views too */
+      if (far_owned >= 0) view_clash(v, &sp[far_owned], b);
+      if (far < 0 || b->hi > sp[far].hi) far = k;
+    } else {
+      if (far_own[b->owner] >= 0) view_clash(v, &sp[far_own[b->owner]], b);
+      if (far_own[b->owner] < 0 || b->hi > sp[far_own[b->owner]].hi) far_own[b->owner] = k;
+      if (far_owned < 0 || b->hi > sp[far_owned].hi) far_owned = k;
+    }
+  }
+  free(sp);
+  free(far_own);
+}
+
 static void check_params(vctx *v) {
   const fp_prog *p = v->p;
+  int n0 = v->nerr;
   flat_spaces(v);
   for (int32_t i = 0; i < p->nparams && !stop(v); i++) {
     param_refs(v, i);
     int64_t numel;
     if (param_shape(v, i, &numel)) param_views(v, i, numel);
   }
+  if (v->nerr == n0) check_view_overlap(v); /* every view in range, every shape sound */
   check_unique(v, FP_VL_PARAM, "param", p->nparams, param_nm);
   free(v->flat);
   v->flat = NULL;

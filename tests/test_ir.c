@@ -114,7 +114,7 @@ static kit kitchen(fp_arena *a) {
   q->tab = k.tab;
   q->chunk = 64;
   q->main = (fp_view){k.main, 0};
-  q->weight = (fp_view){k.unsh, 0};
+  q->weight = (fp_view){-1, 0}; /* (b0.unsharded holds layers.0.w: two params never share bytes) */
   for (int e = 0; e < 8; e++) fpi_ir_event_new(p);
   fp_op *o;
   /* step_begin */

@@ -15,7 +15,7 @@
  * operand offset moved by one element, a reduction removed, a reduction's
  * op changed (sum <-> avg), an op's dtype changed, a scale's factor
  * changed, a collective's communicator changed, a post_optimizer refresh op
- * removed; and the strict classes (the enum below: less than an element off,
+ * removed, a param's view moved by one element; and the strict classes (the enum below: less than an element off,
  * plan-wide scale changes, a ragged extent or a chunk off by one, a root or
  * an `only=` rank moved, a wait or a memset removed; a record moved above the
  * data op before it on its stream, a wait moved below the data op after it,
@@ -43,7 +43,7 @@
 #define MIN_SEM 0.95
 
 enum {
-  M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL,
+  M_SWAP, M_OFFSET, M_REDUCE_DEL, M_REDOP, M_DTYPE, M_SCALE, M_COMM, M_REFRESH_DEL, M_VIEW,
   /* the strict classes (issue 40): every mutant must be rejected, with a located message */
   M_SUBELEM, M_SCALE_ONE, M_SCALE_DROP, M_SCALE_WORLD, M_EXTENT, M_CHUNK,
   M_ROOT, M_ONLY, M_WAIT_DEL, M_MEMSET_DEL,
@@ -53,7 +53,8 @@ enum {
 #define M_STRICT M_SUBELEM
 static const char *kind_name[M_NKINDS] = {"ops swapped",       "offset +1 element",  "reduce removed",
                                           "reduce op changed", "dtype changed",      "scale changed",
-                                          "group changed",     "refresh removed",    "offset < 1 element",
+                                          "group changed",     "refresh removed",    "view moved",
+                                          "offset < 1 element",
                                           "every scale to 1",  "every scale dropped", "scales 1/world only",
                                           "extent off by one", "chunk off by one",   "root changed",
                                           "only changed",      "wait removed",       "memset removed",
@@ -63,7 +64,7 @@ static const char *kind_name[M_NKINDS] = {"ops swapped",       "offset +1 elemen
 /* what a mutation walks: ops, params or the whole program once */
 static int32_t space(const fp_prog *p, int k) {
   if (k == M_SCALE_ONE || k == M_SCALE_DROP || k == M_SCALE_WORLD) return 1;
-  if (k == M_EXTENT || k == M_CHUNK) return p->nparams;
+  if (k == M_EXTENT || k == M_CHUNK || k == M_VIEW) return p->nparams;
   return p->nops;
 }
 
@@ -292,8 +293,10 @@ static bool candidate(const fp_prog *p, int k, int32_t i) {
 }
 
 /* the param mutations: a ragged param's table, a sharded param's chunk */
+static fp_view *view_of(fp_ir_param *q, int w) { return w == 0 ? &q->main : w == 1 ? &q->grad : w == 2 ? &q->weight : &q->ugrad; }
 static bool param_candidate(const fp_prog *p, int k, int32_t j) {
   const fp_ir_param *q = &p->params[j];
+  if (k == M_VIEW) return q->main.buf >= 0 || q->weight.buf >= 0;
   if (k == M_EXTENT) return q->placement == FP_PL_RAGGED && q->tab >= 0;
   return q->placement != FP_PL_REPLICATE && q->chunk > 1 && (q->main.buf >= 0 || q->weight.buf >= 0);
 }
@@ -364,6 +367,17 @@ static void mutate(fp_prog *p, int k, int32_t i, int nth) {
       break;
     }
     case M_CHUNK: p->params[i].chunk += nth % 2 ? 1 : -1; break;
+    case M_VIEW: {
+      fp_ir_param *q = &p->params[i];
+      for (int t = 0; t < 4; t++) {
+        fp_view *v = view_of(q, (nth + t) % 4);
+        if (v->buf < 0) continue;
+        fp_dtype dt = (nth + t) % 4 == 0 ? q->main_dtype : (nth + t) % 4 == 1 ? q->grad_dtype : q->param_dtype;
+        v->off += fpi_dtype_size(dt);
+        break;
+      }
+      break;
+    }
   }
 }
 
@@ -387,9 +401,9 @@ static void corpus(const char *name, const fp_prog *p) {
   for (int k = 0; k < M_NKINDS; k++) {
     int32_t ns = space(p, k), *c = malloc(((size_t)ns + 1) * sizeof *c), nc = 0;
     for (int32_t i = 0; i < ns; i++)
-      if (ns == p->nparams && (k == M_EXTENT || k == M_CHUNK) ? param_candidate(p, k, i) : candidate(p, k, i)) c[nc++] = i;
-    bool per_param = k == M_EXTENT || k == M_CHUNK; /* several mutants of one param */
-    int64_t most = per_param ? (int64_t)nc * (k == M_EXTENT ? 16 : 2) : nc;
+      if (k == M_EXTENT || k == M_CHUNK || k == M_VIEW ? param_candidate(p, k, i) : candidate(p, k, i)) c[nc++] = i;
+    bool per_param = k == M_EXTENT || k == M_CHUNK || k == M_VIEW; /* several mutants of one param */
+    int64_t most = per_param ? (int64_t)nc * (k == M_EXTENT ? 16 : k == M_VIEW ? 4 : 2) : nc;
     int take = most < PER_KIND ? (int)most : PER_KIND;
     for (int t = 0; t < take; t++) {
       int32_t i = per_param ? c[t % nc] : c[(int64_t)t * nc / take];
@@ -414,6 +428,28 @@ static void corpus(const char *name, const fp_prog *p) {
       } else {
         T[k].accepted++;
         if (k >= M_STRICT) fails++;
+        if (k == M_VIEW) { /* which view moved, and does it now overlap another param's view */
+          int w = 0;
+          for (int t = 0; t < 4; t++)
+            if (view_of(&p->params[i], (nth + t) % 4)->buf >= 0) {
+              w = (nth + t) % 4;
+              break;
+            }
+          fp_view *v = view_of(&m->params[i], w);
+          int64_t n = 1;
+          for (int dd = 0; dd < m->params[i].ndim; dd++) n *= m->params[i].shape[dd];
+          fp_dtype dt = w == 0 ? m->params[i].main_dtype : w == 1 ? m->params[i].grad_dtype : m->params[i].param_dtype;
+          int64_t lo = v->off, hi = lo + (w < 2 && m->params[i].placement != FP_PL_REPLICATE ? m->params[i].chunk : n) * fpi_dtype_size(dt);
+          int other = -1;
+          for (int32_t q = 0; q < m->nparams && other < 0; q++)
+            for (int u = 0; u < 4 && q != i; u++) {
+              fp_view *o = view_of(&m->params[q], u);
+              if (o->buf == v->buf && o->off < hi && o->off >= lo) other = q;
+            }
+          printf("  view %d (%s) of %s moved to [%lld,%lld) of %s (%lld bytes)%s%s\n", w, (const char *[]){"main", "grad", "weight", "ugrad"}[w],
+                 m->params[i].name, (long long)lo, (long long)hi, m->bufs[v->buf].name, (long long)m->bufs[v->buf].bytes,
+                 other >= 0 ? ", overlapping " : "", other >= 0 ? m->params[other].name : "");
+        }
         if (space(p, k) == p->nops)
           printf("  accepted: %s, %s at op %d (%s)\n", name, kind_name[k], i, fpi_op_name(p->ops[i].code));
         else
