@@ -300,7 +300,16 @@ static bool candidate(const fp_prog *p, int k, int32_t i) {
 }
 
 /* the param mutations: a ragged param's table, a sharded param's chunk */
+/* a param's views by index (main, grad, weight, ugrad), their dtypes, and the
+ * one the nth M_VIEW mutant of q moves: the first present from nth % 4 */
+static const char *const view_name[4] = {"main", "grad", "weight", "ugrad"};
 static fp_view *view_of(fp_ir_param *q, int w) { return w == 0 ? &q->main : w == 1 ? &q->grad : w == 2 ? &q->weight : &q->ugrad; }
+static fp_dtype view_dtype(const fp_ir_param *q, int w) { return w == 0 ? q->main_dtype : w == 1 ? q->grad_dtype : q->param_dtype; }
+static int moved_view(fp_ir_param *q, int nth) {
+  for (int t = 0; t < 4; t++)
+    if (view_of(q, (nth + t) % 4)->buf >= 0) return (nth + t) % 4;
+  return -1;
+}
 static bool param_candidate(const fp_prog *p, int k, int32_t j) {
   const fp_ir_param *q = &p->params[j];
   if (k == M_VIEW) return q->main.buf >= 0 || q->weight.buf >= 0;
@@ -374,15 +383,10 @@ static void mutate(fp_prog *p, int k, int32_t i, int nth) {
       break;
     }
     case M_CHUNK: p->params[i].chunk += nth % 2 ? 1 : -1; break;
-    case M_VIEW: {
+    case M_VIEW: { /* (candidates have a main or a weight view) */
       fp_ir_param *q = &p->params[i];
-      for (int t = 0; t < 4; t++) {
-        fp_view *v = view_of(q, (nth + t) % 4);
-        if (v->buf < 0) continue;
-        fp_dtype dt = (nth + t) % 4 == 0 ? q->main_dtype : (nth + t) % 4 == 1 ? q->grad_dtype : q->param_dtype;
-        v->off += fpi_dtype_size(dt);
-        break;
-      }
+      int w = moved_view(q, nth);
+      view_of(q, w)->off += fpi_dtype_size(view_dtype(q, w));
       break;
     }
   }
@@ -435,31 +439,13 @@ static void corpus(const char *name, const fp_prog *p) {
       } else {
         T[k].accepted++;
         if (k >= M_STRICT) fails++;
-        if (k == M_VIEW) { /* which view moved, and does it now overlap another param's view */
-          int w = 0;
-          for (int t = 0; t < 4; t++)
-            if (view_of(&p->params[i], (nth + t) % 4)->buf >= 0) {
-              w = (nth + t) % 4;
-              break;
-            }
-          fp_view *v = view_of(&m->params[i], w);
-          int64_t n = 1;
-          for (int dd = 0; dd < m->params[i].ndim; dd++) n *= m->params[i].shape[dd];
-          fp_dtype dt = w == 0 ? m->params[i].main_dtype : w == 1 ? m->params[i].grad_dtype : m->params[i].param_dtype;
-          int64_t lo = v->off, hi = lo + (w < 2 && m->params[i].placement != FP_PL_REPLICATE ? m->params[i].chunk : n) * fpi_dtype_size(dt);
-          int other = -1;
-          for (int32_t q = 0; q < m->nparams && other < 0; q++)
-            for (int u = 0; u < 4 && q != i; u++) {
-              fp_view *o = view_of(&m->params[q], u);
-              if (o->buf == v->buf && o->off < hi && o->off >= lo) other = q;
-            }
-          printf("  view %d (%s) of %s moved to [%lld,%lld) of %s (%lld bytes)%s%s\n", w, (const char *[]){"main", "grad", "weight", "ugrad"}[w],
-                 m->params[i].name, (long long)lo, (long long)hi, m->bufs[v->buf].name, (long long)m->bufs[v->buf].bytes,
-                 other >= 0 ? ", overlapping " : "", other >= 0 ? m->params[other].name : "");
-        }
         if (space(p, k) == p->nops)
           printf("  accepted: %s, %s at op %d (%s)\n", name, kind_name[k], i, fpi_op_name(p->ops[i].code));
-        else
+        else if (k == M_VIEW) {
+          int w = moved_view(&m->params[i], nth);
+          printf("  accepted: %s, %s at param %d (%s, its %s view to %" PRId64 " in '%s')\n", name, kind_name[k], i,
+                 p->params[i].name, view_name[w], view_of(&m->params[i], w)->off, m->bufs[view_of(&m->params[i], w)->buf].name);
+        } else
           printf("  %saccepted: %s, %s at param %d (%s, chunk %" PRId64 " -> %" PRId64 ")\n", k >= M_STRICT ? "FAIL " : "", name, kind_name[k], i, p->params[i].name, p->params[i].chunk, m->params[i].chunk);
       }
       if (k >= M_STRICT && r != 0) {
@@ -501,7 +487,26 @@ static void original(const char *name, const fp_prog *p, const char *must) {
   corpus(name, p);
 }
 
+/* a model (and spec) compiled here: an original of the corpus */
+static void compiled(const char *name, const char *model, const char *spec) {
+  fp_arena *a = fpi_arena_new();
+  fp_diag d;
+  fpi_diag_init(&d, stderr);
+  fp_model m;
+  fp_spec s;
+  fp_compiled c;
+  if (!fpi_inputs_load(a, &d, model, spec, &m, &s) || !fpi_compile(a, &d, &m, &s, &c)) {
+    printf("FAIL %s: does not compile\n", name);
+    fails++;
+  } else {
+    original(name, c.prog, NULL);
+  }
+  fpi_diag_free(&d);
+  fpi_arena_free(a);
+}
+
 int main(void) {
+  fp_arena *top = fpi_arena_new(); /* the sources' names and paths */
   static const char *examples[] = {"tiny-mlp",        "tiny-mlp-ddp",   "tiny-mlp-hybrid", "tiny-mlp-ragged",
                                    "tiny-mlp-tied",   "tiny-mlp-zero2", "llama3-8b",       "llama3-70b",
                                    "llama3-405b",     "mixtral-8x7b",   "deepseek-v3-16b", "paligemma-3b-224",
@@ -530,42 +535,12 @@ int main(void) {
       {"hybrid_ragged", "dequantize_mxfp8 reads scales emb.s [0,4) on rank 0: holds undefined"},
       {"mx_block_undef", "dequantize_mxfp8 reads scales mx.mxscale [12,13) on rank 0: holds undefined"},
   };
-  for (size_t e = 0; e < sizeof examples / sizeof *examples; e++) {
-    fp_arena *a = fpi_arena_new();
-    fp_diag d;
-    fpi_diag_init(&d, stderr);
-    fp_model m;
-    fp_spec s;
-    fp_compiled c;
-    const char *path = fpi_sprintf(a, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]);
-    if (!fpi_inputs_load(a, &d, path, NULL, &m, &s) || !fpi_compile(a, &d, &m, &s, &c)) {
-      printf("FAIL %s: does not compile\n", examples[e]);
-      fails++;
-    } else {
-      original(examples[e], c.prog, NULL);
-    }
-    fpi_diag_free(&d);
-    fpi_arena_free(a);
-  }
-  for (size_t e = 0; e < sizeof pairs / sizeof *pairs; e++) {
-    fp_arena *a = fpi_arena_new();
-    fp_diag d;
-    fpi_diag_init(&d, stderr);
-    fp_model m;
-    fp_spec s;
-    fp_compiled c;
-    const char *mp = fpi_sprintf(a, "%s/tests/mpi/%s.model.json", FP_SOURCE_DIR, pairs[e][0]);
-    const char *sp = fpi_sprintf(a, "%s/tests/mpi/%s.spec.json", FP_SOURCE_DIR, pairs[e][1]);
-    const char *name = fpi_sprintf(a, "%s+%s", pairs[e][0], pairs[e][1]);
-    if (!fpi_inputs_load(a, &d, mp, sp, &m, &s) || !fpi_compile(a, &d, &m, &s, &c)) {
-      printf("FAIL %s: does not compile\n", name);
-      fails++;
-    } else {
-      original(name, c.prog, NULL);
-    }
-    fpi_diag_free(&d);
-    fpi_arena_free(a);
-  }
+  for (size_t e = 0; e < sizeof examples / sizeof *examples; e++)
+    compiled(examples[e], fpi_sprintf(top, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]), NULL);
+  for (size_t e = 0; e < sizeof pairs / sizeof *pairs; e++)
+    compiled(fpi_sprintf(top, "%s+%s", pairs[e][0], pairs[e][1]),
+             fpi_sprintf(top, "%s/tests/mpi/%s.model.json", FP_SOURCE_DIR, pairs[e][0]),
+             fpi_sprintf(top, "%s/tests/mpi/%s.spec.json", FP_SOURCE_DIR, pairs[e][1]));
   for (size_t g = 0; g < sizeof goldens / sizeof *goldens; g++) {
     fp_arena *a = fpi_arena_new();
     fp_diag d;
@@ -607,5 +582,6 @@ int main(void) {
            100 * MIN_SEM);
     fails++;
   }
+  fpi_arena_free(top);
   return fails ? 1 : 0;
 }

@@ -37,21 +37,21 @@ static void on_alarm(int sig) {
   _exit(3);
 }
 
-#define NCHECK(call)                                                                   \
-  do {                                                                                 \
-    ncclResult_t r_ = (call);                                                          \
-    if (r_ != ncclSuccess) {                                                           \
-      fprintf(stderr, "rank %d: %s: %s\n", tu_rank, #call, ncclGetErrorString(r_));    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                    \
-    }                                                                                  \
+/* a failed NCCL or CUDA call ends every rank (the test cannot go on) */
+static void must(bool ok, const char *call, const char *why) {
+  if (ok) return;
+  fprintf(stderr, "rank %d: %s: %s\n", tu_rank, call, why);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#define NCHECK(call)                                                  \
+  do {                                                                \
+    ncclResult_t r_ = (call);                                         \
+    must(r_ == ncclSuccess, #call, ncclGetErrorString(r_));           \
   } while (0)
-#define CCHECK(call)                                                                   \
-  do {                                                                                 \
-    cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "rank %d: %s: %s\n", tu_rank, #call, cudaGetErrorString(e_));    \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                    \
-    }                                                                                  \
+#define CCHECK(call)                                                  \
+  do {                                                                \
+    cudaError_t e_ = (call);                                          \
+    must(e_ == cudaSuccess, #call, cudaGetErrorString(e_));           \
   } while (0)
 
 /* every rank sends P2P_OPS messages to every other rank and receives as
