@@ -53,10 +53,12 @@ typedef enum {
   SV_ZERO,   /* zero bits (memset, shard padding): zero in every dtype */
   SV_WEIGHT, /* main weight of param p, element e at lo, version ver */
   SV_GRAD,   /* a sum of partial grads of param p, element e at lo */
-  SV_SCALE,  /* MXFP8 e8m0 scale of param p's 32-element block e at lo (one byte each) */
+  SV_SCALE,  /* MXFP8 e8m0 scale of param p's 32-element block e at lo (one byte each); in a transfer
+              * taken over the block's elements in the span [digits, digits + slots) (tx_span) */
   SV_JUNK,   /* a value no proof covers (why: the op that made it; reported there) */
   SV_WIRE,   /* transfers: the wire bytes a transform made of param p's elements [digits, digits + slots),
-              * byte e of its wire tensors at lo (as fpi_tx_wire_at lays them out) */
+              * byte e of its wire tensors at lo (as fpi_tx_wire_at lays them out), called from dtype dt
+              * to dtype rnd */
 } sv_kind;
 
 enum {
@@ -74,8 +76,8 @@ typedef struct cell {
   int32_t p;         /* param (WEIGHT, GRAD, SCALE) */
   int32_t ver;       /* WEIGHT: version; UNDEF / JUNK: op index that made it (-1 none) */
   int64_t e;         /* element (SCALE: block) at lo */
-  uint64_t slots;    /* GRAD: the (micro-batch, use) backwards summed */
-  uint64_t digits;   /* GRAD: the digit ranges of the ranks summed over */
+  uint64_t slots;    /* GRAD: the (micro-batch, use) backwards summed; transfers: a span's length */
+  uint64_t digits;   /* GRAD: the digit ranges of the ranks summed over; transfers: a span's first element */
   double s;          /* GRAD: scale */
 } cell;
 
@@ -159,9 +161,13 @@ static bool same_attrs(const cell *a, const cell *b) {
     case SV_UNDEF: return a->ver == b->ver && a->e == b->e;
     case SV_JUNK: return a->ver == b->ver;
     case SV_ZERO: return true;
-    case SV_SCALE: return a->p == b->p && a->ver == b->ver;
-    case SV_WIRE: return a->p == b->p && a->digits == b->digits && a->slots == b->slots;
-    case SV_WEIGHT: return a->p == b->p && a->ver == b->ver && a->dt == b->dt && a->rnd == b->rnd && a->fl == b->fl;
+    /* (SCALE, WEIGHT: digits and slots a transfer's MXFP8 span, 0 in a plan) */
+    case SV_SCALE: return a->p == b->p && a->ver == b->ver && a->digits == b->digits && a->slots == b->slots;
+    case SV_WIRE:
+      return a->p == b->p && a->digits == b->digits && a->slots == b->slots && a->dt == b->dt && a->rnd == b->rnd;
+    case SV_WEIGHT:
+      return a->p == b->p && a->ver == b->ver && a->dt == b->dt && a->rnd == b->rnd && a->fl == b->fl &&
+             a->digits == b->digits && a->slots == b->slots;
     case SV_GRAD:
       return a->p == b->p && a->dt == b->dt && a->rnd == b->rnd && a->fl == b->fl && a->slots == b->slots &&
              a->digits == b->digits && a->s == b->s;
@@ -1765,6 +1771,8 @@ typedef struct txctx {
   bool unresolved;         /* a payload relays bytes of a recv not resolved yet */
   int32_t *hfirst, *hidx;  /* have regions by process: hidx[hfirst[p] .. hfirst[p+1]) */
   int32_t *nsent, *nrecv;  /* per peer, this process's sends and recvs so far (reset after each walk) */
+  cell *sc;                /* scratch: the scales an op reads */
+  int32_t csc;
 } txctx;
 
 static void txerr(txctx *x, int32_t i, int32_t proc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -1791,22 +1799,58 @@ static int send_cmp(const void *a, const void *b) {
   return x->k < y->k ? -1 : x->k > y->k;
 }
 
+/* MXFP8 spans. A quantize takes a slice's scales over the param's
+ * 32-element blocks clipped to the slice: the span [digits, digits + slots)
+ * of a scale or MXFP8 cell. The scale of block k covers the elements
+ * tx_block gives. A span starting and ending on block boundaries (or at the
+ * param's end) is the param's own blocks, kept as (0, numel): such cells
+ * compare equal whoever made them, and TO's MXFP8 needs want exactly them. */
+static int64_t tx_numel(const fp_tx *t, int32_t q) { return q >= 0 && q < t->nparams ? t->params[q].numel : 0; }
+static void tx_span(const fp_tx *t, cell *c, int64_t e0, int64_t n) {
+  int64_t numel = tx_numel(t, c->p);
+  if (e0 % FP_MX_BLOCK == 0 && (e0 + n == numel || (e0 + n) % FP_MX_BLOCK == 0)) e0 = 0, n = numel;
+  c->digits = (uint64_t)e0, c->slots = (uint64_t)n;
+}
+static bool tx_whole(const fp_tx *t, const cell *c) {
+  return c->digits == 0 && c->slots == (uint64_t)tx_numel(t, c->p);
+}
+static void tx_block(const fp_tx *t, const cell *c, int64_t k, int64_t *a, int64_t *b) {
+  int64_t s0 = (int64_t)c->digits, s1 = s0 + (int64_t)c->slots, e = k * FP_MX_BLOCK + FP_MX_BLOCK;
+  int64_t numel = tx_numel(t, c->p);
+  *a = s0 > k * FP_MX_BLOCK ? s0 : k * FP_MX_BLOCK;
+  *b = s1 < e ? s1 : e;
+  if (*b > numel) *b = numel;
+  if (*b < *a) *b = *a;
+}
+
 static cmap *txspace(txctx *x, fp_tx_ref r) { return r.space >= 1 && r.space <= 3 ? &x->sp[r.space - 1] : NULL; }
 
 static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
   int64_t z = esize(c), n = z ? (c->hi - c->lo) / z : 0;
   const char *nm = c->p >= 0 && c->p < x->t->nparams ? x->t->params[c->p].name : "?";
   switch ((sv_kind)c->kind) {
-    case SV_WEIGHT:
-      snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") in %s%s", nm, c->e, c->e + n,
-               fpi_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "");
+    case SV_WEIGHT: {
+      char sp[96] = "";
+      if ((c->fl & F_MX) && !tx_whole(x->t, c))
+        snprintf(sp, sizeof sp, " (blocks of elements [%" PRIu64 ",%" PRIu64 "))", c->digits, c->digits + c->slots);
+      snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") in %s%s%s", nm, c->e, c->e + n,
+               fpi_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "", sp);
       return;
-    case SV_SCALE: snprintf(out, cap, "MXFP8 scales of %s", nm); return;
+    }
+    case SV_SCALE:
+      if (tx_whole(x->t, c))
+        snprintf(out, cap, "MXFP8 scales of %s blocks [%" PRId64 ",%" PRId64 ")", nm, c->e, c->e + n);
+      else
+        snprintf(out, cap, "MXFP8 scales of %s blocks [%" PRId64 ",%" PRId64 ") over elements [%" PRIu64 ",%" PRIu64
+                 ") only", nm, c->e, c->e + n, c->digits, c->digits + c->slots);
+      return;
     case SV_ZERO: snprintf(out, cap, "zeros"); return;
     case SV_JUNK: snprintf(out, cap, "bytes of a recv not resolved"); return;
     case SV_WIRE:
-      snprintf(out, cap, "wire bytes [%" PRId64 ",+%" PRId64 ") of %s elements [%" PRIu64 ",%" PRIu64 ") (transform '%s')",
-               c->e, c->hi - c->lo, nm, c->digits, c->digits + c->slots, fpi_tx_xf_name(x->t, c->p) ? fpi_tx_xf_name(x->t, c->p) : "?");
+      snprintf(out, cap, "wire bytes [%" PRId64 ",+%" PRId64 ") of %s elements [%" PRIu64 ",%" PRIu64 ") (transform '%s' "
+               "from %s to %s)", c->e, c->hi - c->lo, nm, c->digits, c->digits + c->slots,
+               fpi_tx_xf_name(x->t, c->p) ? fpi_tx_xf_name(x->t, c->p) : "?", fpi_dtype_name((fp_dtype)c->dt),
+               fpi_dtype_name((fp_dtype)c->rnd));
       return;
     default: snprintf(out, cap, "undefined"); return;
   }
@@ -1826,9 +1870,99 @@ static void tx_spaces(txctx *x, int32_t p) {
     if (r->bytes <= 0) continue;
     cell c = {.lo = 0, .hi = r->bytes, .kind = SV_WEIGHT, .dt = (uint8_t)r->dtype, .rnd = (uint8_t)r->dtype,
               .fl = r->dtype == FP_E4M3 ? F_MX : 0, .p = r->param, .e = r->full_off};
-    if (r->dtype == FP_E8M0) c = (cell){.lo = 0, .hi = r->bytes, .kind = SV_SCALE, .p = r->param, .e = 0};
+    /* (an e8m0 region: the scales of the param's blocks from block full_off) */
+    if (r->dtype == FP_E8M0) c = (cell){.lo = 0, .hi = r->bytes, .kind = SV_SCALE, .p = r->param, .e = r->full_off};
+    if (r->dtype == FP_E8M0 || r->dtype == FP_E4M3) tx_span(x->t, &c, 0, tx_numel(x->t, r->param)); /* FROM's own */
     map_write(&x->sp[0], r->off, &c, 1);
   }
+}
+
+/* an MXFP8 op's source (the cells a read of its src) must be its param's
+ * elements [full_off, +n) in dtype in: the blocks its scales are taken or
+ * applied over are the param's. Reports otherwise; junk (a recv not
+ * resolved yet, or reported where it was made) fails silently */
+static bool tx_src_is_param(txctx *x, int32_t p, int32_t i, const cell *a, int32_t na, fp_dtype in) {
+  const fp_tx_op *op = &x->t->ops[i];
+  int64_t iz = fpi_dtype_size(in);
+  for (int32_t j = 0; j < na; j++) {
+    const cell *c = &a[j];
+    if (c->kind == SV_JUNK) return false;
+    if (c->kind != SV_WEIGHT || c->p != op->param || c->dt != in || c->e != op->full_off + c->lo / iz) {
+      char dd[300];
+      tx_describe(x, c, dd, sizeof dd);
+      txerr(x, i, p, "takes its MXFP8 blocks over bytes [%" PRId64 ",%" PRId64 ") that hold %s, not %s elements [%" PRId64
+            ",%" PRId64 ") in %s", op->src.off + c->lo, op->src.off + c->hi, dd, x->t->params[op->param].name,
+            op->full_off + c->lo / iz, op->full_off + c->hi / iz, fpi_dtype_name(in));
+      return false;
+    }
+  }
+  return true;
+}
+
+/* the scale cell covering byte j of the scales an op read (x->sc, n of them) */
+static const cell *tx_sc_at(const txctx *x, int32_t n, int64_t j) {
+  for (int32_t q = 0; q < n; q++)
+    if (x->sc[q].lo <= j && j < x->sc[q].hi) return &x->sc[q];
+  return NULL;
+}
+
+/* the scales op i reads at aux: byte j must be a scale of the op's param,
+ * of block full_off / 32 + j, taken over a span that gives that block the
+ * elements want() names: for quantize_at at least the slice's own (*span:
+ * the span of them all, 0 when they do not make one); for dequantize
+ * exactly those its source's MXFP8 elements were quantized over */
+static bool tx_aux_scales(txctx *x, int32_t p, int32_t i, const cell *src, int32_t ns_src, cell *span) {
+  const fp_tx *t = x->t;
+  const fp_tx_op *op = &t->ops[i];
+  cmap *am = txspace(x, op->aux);
+  int64_t ns = fpi_tx_nscales(op->full_off, op->n), k0 = op->full_off / FP_MX_BLOCK;
+  if (!am || ns <= 0) return true;
+  int32_t na = 0;
+  map_read(NULL, am, op->aux.off, op->aux.off + ns, &x->sc, &na, &x->csc);
+  int64_t A = -1, B = -1;
+  for (int64_t j = 0; j < ns; j++) {
+    int64_t k = k0 + j, wa, wb, ga = 0, gb = 0;
+    const cell *c = tx_sc_at(x, na, j);
+    if (c && c->kind == SV_JUNK) return false;
+    if (op->kind == FP_TX_DEQUANT) { /* the MXFP8 elements of block k in the source: their span */
+      const cell *e = NULL;
+      for (int32_t q = 0; q < ns_src && !e; q++) {
+        int64_t e0 = src[q].e, e1 = src[q].e + (src[q].hi - src[q].lo);
+        if (src[q].kind == SV_WEIGHT && e0 < (k + 1) * FP_MX_BLOCK && e1 > k * FP_MX_BLOCK) e = &src[q];
+      }
+      if (!e) return false; /* (the source was reported) */
+      tx_block(t, e, k, &wa, &wb);
+    } else { /* the slice's part of block k */
+      wa = op->full_off > k * FP_MX_BLOCK ? op->full_off : k * FP_MX_BLOCK;
+      wb = op->full_off + op->n < (k + 1) * FP_MX_BLOCK ? op->full_off + op->n : (k + 1) * FP_MX_BLOCK;
+    }
+    bool ok = c && c->kind == SV_SCALE && c->p == op->param && c->e + (j - c->lo) == k;
+    if (ok) {
+      tx_block(t, c, k, &ga, &gb);
+      ok = op->kind == FP_TX_DEQUANT ? ga == wa && gb == wb : ga <= wa && gb >= wb;
+      /* one span: every block after the first from its start, every one before the last to its end */
+      if (j == 0) A = ga;
+      else if (ga != k * FP_MX_BLOCK || B != k * FP_MX_BLOCK) A = -2;
+      B = gb;
+    }
+    if (!ok) {
+      char dd[300] = "nothing";
+      if (c) tx_describe(x, c, dd, sizeof dd);
+      txerr(x, i, p, "reads the scale of %s block %" PRId64 " at %s+%" PRId64 ", which holds %s; %s elements [%" PRId64
+            ",%" PRId64 ")", t->params[op->param].name, k, fpi_tx_space_name(op->aux.space), (int64_t)op->aux.off + j, dd,
+            op->kind == FP_TX_DEQUANT ? "its MXFP8 elements were quantized at the scale of" : "it quantizes at least",
+            wa, wb);
+      return false;
+    }
+  }
+  if (span) {
+    if (A < 0) {
+      txerr(x, i, p, "quantizes at scales of %s that are not the blocks of one slice", t->params[op->param].name);
+      return false;
+    }
+    tx_span(t, span, A, B - A);
+  }
+  return true;
 }
 
 /* copy, quantize or dequantize: the source's cells converted into dst
@@ -1843,6 +1977,15 @@ static void tx_convert(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca, ce
   int64_t iz = fpi_dtype_size(in), oz = fpi_dtype_size(out);
   int32_t na = 0, nb = 0;
   map_read(NULL, sm, op->src.off, op->src.off + op->n * iz, a, &na, ca);
+  /* an MXFP8 op: its source the param's elements [full_off, +n), the scales
+   * it applies those of their blocks; what it writes has the span of the
+   * scales it quantized at (a dequantize keeps its source's) */
+  bool mx = op->kind != FP_TX_COPY, ok = true;
+  cell span = {.p = op->param};
+  if (mx) ok = tx_src_is_param(x, p, i, *a, na, in);
+  if (ok && op->kind == FP_TX_QUANT) tx_span(x->t, &span, op->full_off, op->n);
+  if (ok && (op->kind == FP_TX_QUANT_AT || op->kind == FP_TX_DEQUANT))
+    ok = tx_aux_scales(x, p, i, *a, na, op->kind == FP_TX_QUANT_AT ? &span : NULL);
   for (int32_t j = 0; j < na; j++) {
     cell c = (*a)[j];
     if (c.kind == SV_WEIGHT) {
@@ -1852,38 +1995,80 @@ static void tx_convert(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca, ce
         txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
         c.kind = SV_JUNK;
       } else {
-        if (op->kind != FP_TX_COPY && op->kind != FP_TX_DEQUANT) c.fl |= F_MX;
+        if (op->kind == FP_TX_QUANT || op->kind == FP_TX_QUANT_AT) c.fl |= F_MX, c.digits = span.digits, c.slots = span.slots;
         c.dt = (uint8_t)out;
       }
+    } else if (c.kind == SV_SCALE && in != FP_E8M0) {
+      char dd[300];
+      tx_describe(x, &c, dd, sizeof dd);
+      txerr(x, i, p, "reads %s as %s", dd, fpi_dtype_name(in));
+      c.kind = SV_JUNK;
     }
+    if (!ok) c = (cell){.lo = c.lo, .hi = c.hi, .kind = SV_JUNK, .p = -1, .ver = i};
     c.lo = c.lo / iz * oz;
     c.hi = c.hi / iz * oz;
     push(b, &nb, cb, &c);
   }
   map_write(dm, op->dst.off, *b, nb);
   if (op->kind == FP_TX_QUANT) {
-    /* a block's scale is the max over all its elements: the param's scales
-     * only where the quantize read exactly its elements [full_off, +n) */
+    /* its scales: those of the param's blocks over [full_off, +n) where it
+     * read exactly those elements */
     cmap *am = txspace(x, op->aux);
     int64_t ns = fpi_tx_nscales(op->full_off, op->n);
-    cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
-    for (int32_t j = 0; j < na; j++) {
-      const cell *c = &(*a)[j];
-      if (c->kind == SV_JUNK) { /* reported where it was made */
-        sc = (cell){.lo = 0, .hi = ns, .kind = SV_JUNK, .p = -1, .ver = i};
-        break;
+    cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = op->full_off / FP_MX_BLOCK};
+    tx_span(x->t, &sc, op->full_off, op->n);
+    if (!ok) sc = (cell){.lo = 0, .hi = ns, .kind = SV_JUNK, .p = -1, .ver = i};
+    if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
+  }
+}
+
+/* scales (the block scales of the param's elements [full_off, +n) it
+ * reads) and max (byte by byte, of two scales of one block: the scale over
+ * the union of their elements, which must be one range) */
+static void tx_scales(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca, cell **b, int32_t *cb) {
+  const fp_tx *t = x->t;
+  const fp_tx_op *op = &t->ops[i];
+  cmap *dm = txspace(x, op->dst), *sm = txspace(x, op->src);
+  if (!dm || !sm) return;
+  int32_t na = 0, nb = 0;
+  if (op->kind == FP_TX_SCALES) {
+    int64_t ns = fpi_tx_nscales(op->full_off, op->n);
+    map_read(NULL, sm, op->src.off, op->src.off + op->n * fpi_dtype_size(op->sdtype), a, &na, ca);
+    cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = op->full_off / FP_MX_BLOCK};
+    tx_span(t, &sc, op->full_off, op->n);
+    if (!tx_src_is_param(x, p, i, *a, na, op->sdtype)) sc = (cell){.lo = 0, .hi = ns, .kind = SV_JUNK, .p = -1, .ver = i};
+    if (ns > 0) map_write(dm, op->dst.off, &sc, 1);
+    return;
+  }
+  cmap *am = txspace(x, op->aux);
+  if (!am) return;
+  map_read(NULL, sm, op->src.off, op->src.off + op->n, a, &na, ca);
+  map_read(NULL, am, op->aux.off, op->aux.off + op->n, b, &nb, cb);
+  for (int64_t j = 0; j < op->n; j++) {
+    const cell *u = NULL, *v = NULL;
+    for (int32_t q = 0; q < na && !u; q++) u = (*a)[q].lo <= j && j < (*a)[q].hi ? &(*a)[q] : NULL;
+    for (int32_t q = 0; q < nb && !v; q++) v = (*b)[q].lo <= j && j < (*b)[q].hi ? &(*b)[q] : NULL;
+    cell r = {.lo = 0, .hi = 1, .kind = SV_JUNK, .p = -1, .ver = i};
+    if (u && v && u->kind != SV_JUNK && v->kind != SV_JUNK) {
+      int64_t k = u->kind == SV_SCALE ? u->e + (j - u->lo) : -1, ua, ub, va, vb;
+      bool ok = u->kind == SV_SCALE && v->kind == SV_SCALE && u->p == v->p && v->e + (j - v->lo) == k && u->p == op->param;
+      if (ok) {
+        tx_block(t, u, k, &ua, &ub);
+        tx_block(t, v, k, &va, &vb);
+        ok = ua <= vb && va <= ub; /* the union one range */
       }
-      if (c->kind != SV_WEIGHT || c->p != op->param || c->e != op->full_off + c->lo / iz) {
-        char dd[300];
-        tx_describe(x, c, dd, sizeof dd);
-        txerr(x, i, p, "quantize_mxfp8 takes its block scales over bytes [%" PRId64 ",%" PRId64 ") that hold %s, not %s "
-              "elements [%" PRId64 ",%" PRId64 ")", op->src.off + c->lo, op->src.off + c->hi, dd,
-              x->t->params[op->param].name, op->full_off + c->lo / iz, op->full_off + c->hi / iz);
-        sc = (cell){.lo = 0, .hi = ns, .kind = SV_JUNK, .p = -1, .ver = i};
-        break;
+      if (ok) {
+        r = (cell){.lo = 0, .hi = 1, .kind = SV_SCALE, .p = u->p, .e = k};
+        tx_span(t, &r, ua < va ? ua : va, (ub > vb ? ub : vb) - (ua < va ? ua : va));
+      } else {
+        char du[300], dv[300];
+        tx_describe(x, u, du, sizeof du);
+        tx_describe(x, v, dv, sizeof dv);
+        txerr(x, i, p, "takes the max of %s and %s at byte %" PRId64 ": not two scales of one block of %s over "
+              "elements that make one range", du, dv, j, t->params[op->param].name);
       }
     }
-    if (am && ns > 0) map_write(am, op->aux.off, &sc, 1);
+    map_write(dm, op->dst.off + j, &r, 1);
   }
 }
 
@@ -1899,8 +2084,8 @@ static void tx_prep_send(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca) 
   const cell *c = na ? &(*a)[0] : NULL;
   bool ok = na == 1 && c->kind == SV_WEIGHT && c->p == op->param && c->dt == op->sdtype && c->e == op->full_off &&
             c->hi - c->lo == op->n * z;
-  cell w = {.lo = 0, .hi = bytes, .kind = SV_WIRE, .p = op->param, .e = 0, .digits = (uint64_t)op->full_off,
-            .slots = (uint64_t)op->n};
+  cell w = {.lo = 0, .hi = bytes, .kind = SV_WIRE, .dt = (uint8_t)op->sdtype, .rnd = (uint8_t)op->dtype, .p = op->param,
+            .e = 0, .digits = (uint64_t)op->full_off, .slots = (uint64_t)op->n};
   if (!ok) {
     char dd[300] = "nothing";
     if (c) tx_describe(x, c, dd, sizeof dd);
@@ -1929,16 +2114,18 @@ static void tx_finalize(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca) {
     if (b == 0) continue;
     map_read(NULL, sm, op->src.off + at, op->src.off + at + b, a, &na, ca);
     const cell *c = &(*a)[0];
+    /* (and the transform called from and to the same dtypes on both sides) */
     ok = na == 1 && c->kind == SV_WIRE && c->p == op->param && c->digits == (uint64_t)op->full_off &&
-         c->slots == (uint64_t)op->n && c->e == at;
+         c->slots == (uint64_t)op->n && c->e == at && c->dt == op->sdtype && c->rnd == op->dtype;
     bool pending = false; /* a recv not resolved in this round: junk, silently (a later round resolves it) */
     for (int32_t j = 0; j < na; j++) pending |= (*a)[j].kind == SV_JUNK;
     if (!ok && !pending) {
       char dd[300] = "nothing";
       if (na) tx_describe(x, c, dd, sizeof dd);
       txerr(x, i, p, "transform '%s': finalize_recv's wire tensor %d holds %s, not the wire bytes [%" PRId64 ",+%" PRId64
-            ") of %s elements [%" PRId64 ",%" PRId64 ")", fpi_tx_xf_name(t, op->param) ? fpi_tx_xf_name(t, op->param) : "?",
-            k, dd, at, b, t->params[op->param].name, op->full_off, op->full_off + op->n);
+            ") of %s elements [%" PRId64 ",%" PRId64 ") from %s to %s", fpi_tx_xf_name(t, op->param) ? fpi_tx_xf_name(t, op->param) : "?",
+            k, dd, at, b, t->params[op->param].name, op->full_off, op->full_off + op->n, fpi_dtype_name(op->sdtype),
+            fpi_dtype_name(op->dtype));
     }
   }
   int64_t z = fpi_dtype_size(op->dtype);
@@ -2011,13 +2198,7 @@ static void tx_walk(txctx *x, int32_t p, bool record) {
       case FP_TX_QUANT_AT:
       case FP_TX_DEQUANT: tx_convert(x, p, i, &a, &ca, &b, &cb); break;
       case FP_TX_SCALES:
-      case FP_TX_MAX: {
-        cmap *dm = txspace(x, op->dst);
-        int64_t ns = op->kind == FP_TX_MAX ? op->n : fpi_tx_nscales(op->full_off, op->n);
-        cell sc = {.lo = 0, .hi = ns, .kind = SV_SCALE, .p = op->param, .e = -1};
-        if (dm && ns > 0) map_write(dm, op->dst.off, &sc, 1);
-        break;
-      }
+      case FP_TX_MAX: tx_scales(x, p, i, &a, &ca, &b, &cb); break;
       case FP_TX_SEND: tx_send(x, p, i, record, &a, &ca); break;
       case FP_TX_RECV: tx_recv(x, p, i); break;
       case FP_TX_PREP_SEND: tx_prep_send(x, p, i, &a, &ca); break;
@@ -2044,19 +2225,25 @@ static void tx_check_needs(txctx *x, int32_t p) {
     for (int32_t j = 0; j < na; j++) {
       const cell *c = &a[j];
       bool ok;
-      if (r->dtype == FP_E8M0) ok = c->kind == SV_SCALE && c->p == r->param;
+      /* e8m0: the scales of the param's whole blocks from block full_off */
+      if (r->dtype == FP_E8M0) ok = c->kind == SV_SCALE && c->p == r->param && c->e == r->full_off + c->lo && tx_whole(t, c);
       else
         ok = c->kind == SV_WEIGHT && c->p == r->param && c->dt == r->dtype && c->e == r->full_off + c->lo / z &&
-             /* e4m3 in TO is MXFP8; a wire transform covers what crosses the wire, local copies are exact */
-             (r->dtype == FP_E4M3 ? (c->fl & F_MX) != 0 : mx || !(c->fl & F_MX)) &&
+             /* e4m3 in TO is MXFP8 in the param's whole blocks; a wire transform covers what crosses the
+              * wire, local copies are exact */
+             (r->dtype == FP_E4M3 ? (c->fl & F_MX) && tx_whole(t, c) : mx || !(c->fl & F_MX)) &&
              /* through a transform only where the param has one */
              (!(c->fl & F_XF) || fpi_tx_xf_name(t, r->param));
       if (ok) continue;
       char dd[300];
       tx_describe(x, c, dd, sizeof dd);
-      txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s",
-            r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo / z,
-            r->full_off + c->hi / z, fpi_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
+      if (r->dtype == FP_E8M0)
+        txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need the MXFP8 scales of %s blocks [%" PRId64 ",%"
+              PRId64 ")", r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo, r->full_off + c->hi);
+      else
+        txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s",
+              r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo / z,
+              r->full_off + c->hi / z, fpi_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
       break;
     }
   }
@@ -2119,5 +2306,6 @@ bool fpi_tx_verify_sem(const fp_tx *t, fp_diag *d) {
   free(x.hidx);
   free(x.nsent);
   free(x.nrecv);
+  free(x.sc);
   return x.nerr == 0;
 }

@@ -96,7 +96,7 @@ typedef struct fp_tx_region {
   int32_t proc;
   int32_t param;
   int64_t off, bytes;  /* in the space of the list it is in */
-  int64_t full_off;    /* first element's flat index in the param */
+  int64_t full_off;    /* first element's flat index in the param (e8m0 scales: first block's index) */
   fp_dtype dtype;
 } fp_tx_region;
 

@@ -531,7 +531,8 @@ fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
     if (x->src.space == FP_SP_FROM)
       fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(t, x), x->full_off, x->sdtype);
     if (x->kind == FP_TX_DEQUANT && x->aux.space == FP_SP_FROM) /* an MXFP8 source's scales */
-      fpi_tx_region_add(t, false, x->proc, x->param, x->aux.off, fpi_tx_nscales(x->full_off, x->n), 0, FP_E8M0);
+      fpi_tx_region_add(t, false, x->proc, x->param, x->aux.off, fpi_tx_nscales(x->full_off, x->n),
+                        x->full_off / FP_MX_BLOCK, FP_E8M0); /* (from its first block) */
   }
   if (!t->stage_bytes) t->stage_bytes = fpi_alloc_array(a, 1, sizeof *t->stage_bytes);
   if (!t->params) t->params = fpi_alloc_array(a, 1, sizeof *t->params);

@@ -398,3 +398,11 @@ endforeach()
 fp_plugin_parity(plugin_row_cyclic_hybrid_ga2 mlp row-cyclic-hybrid-ga2 4)
 fp_plugin_parity(plugin_row_cyclic_offload_sgo mlp row-cyclic-offload-sgo 2)
 fp_plugin_parity(plugin_row_cyclic_offload_sgo mlp row-cyclic-offload-sgo 3)
+# the transfer verifier attacked with mutants of compiled transfers (casts,
+# MXFP8 on the wire, kept and split MXFP8 blocks, transforms): the strict
+# classes all rejected, the others' accepted mutants printed
+add_executable(test_xfer_sem ${CMAKE_CURRENT_SOURCE_DIR}/test_xfer_sem.c)
+target_link_libraries(test_xfer_sem PRIVATE flexplan_api flexplan_exec)
+target_compile_definitions(test_xfer_sem PRIVATE FP_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+add_test(NAME xfer_sem COMMAND test_xfer_sem)
+set_tests_properties(xfer_sem PROPERTIES TIMEOUT 300 LABELS golden)

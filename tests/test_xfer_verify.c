@@ -368,15 +368,21 @@ int main(int argc, char **argv) {
    * a finalize that leaves an element unwritten, a second one writing the
    * slice twice, a receive of another count than the send (X3 names the
    * transform), a finalize claiming other elements than its wire bytes carry
-   * (X7), a transform op on a param without a transform (X1) */
-  for (int fault = 0; fault < 6; fault++) {
+   * (X7), a transform op on a param without a transform (X1), a finalize
+   * telling the transform the slice came from bf16 while prepare_send was
+   * told fp32 (X7: the transform would read the wire as another dtype) */
+  for (int fault = 0; fault < 7; fault++) {
     static const char *const want[] = {NULL,
                                        "never written",
                                        "written twice",
                                        "(transform 't': its prepare_send and prepare_recv give other wire tensors",
                                        "transform 't': finalize_recv's wire tensor 0 holds wire bytes [0,+8) of w "
-                                       "elements [0,4) (transform 't'), not the wire bytes [0,+8) of w elements [4,8)",
-                                       "param 'w' has no transform"};
+                                       "elements [0,4) (transform 't' from fp32 to fp32), not the wire bytes [0,+8) of w "
+                                       "elements [4,8) from fp32 to fp32",
+                                       "param 'w' has no transform",
+                                       "transform 't': finalize_recv's wire tensor 0 holds wire bytes [0,+8) of w "
+                                       "elements [0,4) (transform 't' from fp32 to fp32), not the wire bytes [0,+8) of w "
+                                       "elements [0,4) from bf16 to fp32"};
     fp_tx *w = hand(a, 2);
     static const char *names[] = {"t"};
     w->xf_names = names, w->nxf = 1, w->params[0].xf = fault == 5 ? -1 : 0;
@@ -389,7 +395,7 @@ int main(int argc, char **argv) {
     o->dtype = FP_BF16, o->n = fault == 3 ? 3 : 4;
     o = op(w, FP_TX_FINALIZE, 1, -1, TO0, ST0);
     fpi_tx_set_wires(o, fpi_tx_wires_add(w, &wire, 1), 1);
-    o->n = fault == 1 ? 3 : 4, o->full_off = fault == 4 ? 4 : 0;
+    o->n = fault == 1 ? 3 : 4, o->full_off = fault == 4 ? 4 : 0, o->sdtype = fault == 6 ? FP_BF16 : FP_F32;
     if (fault == 2) *op(w, FP_TX_FINALIZE, 1, -1, TO0, ST0) = *o;
     fpi_tx_region_add(w, true, 1, 0, 0, 16, fault == 4 ? 4 : 0, FP_F32);
     fpi_tx_region_add(w, false, 0, 0, 0, 16, 0, FP_F32);
@@ -633,28 +639,73 @@ int main(int argc, char **argv) {
     free(js);
   }
 
-  /* X1/X2 with quantizes into TO (a TO param kept as MXFP8: 16 elements at
-   * TO 0..16, quantized as two slices of 8, one scale each at TO 48 and
-   * 49): a quantize's scales count as TO writes - covering the need, or
-   * written twice, outside every need region, into FROM (X2 looked at the
-   * elements only, X1 at dst only) */
+  /* X1/X2 with quantizes into TO (a TO param kept as MXFP8: 64 elements at
+   * TO 0..64, quantized as two slices of one block each, their scales at
+   * TO 96 and 97): a quantize's scales count as TO writes - covering the
+   * need, or written twice, outside every need region, into FROM (X2 looked
+   * at the elements only, X1 at dst only) */
   for (int c = 0; c < 4; c++) {
     fp_tx *w = hand(a, 1);
-    static const int64_t aux1[] = {49, 48, 40, 49};
+    w->params[0].numel = 64, w->from_arena = 256, w->to_arena = 128;
+    static const int64_t aux1[] = {97, 96, 80, 97};
     for (int k = 0; k < 2; k++) {
-      fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, 8);
-      q->sdtype = FP_F32, q->full_off = 8 * k, q->src = (fp_tx_ref){FP_SP_FROM, 32 * k},
-      q->dst = (fp_tx_ref){FP_SP_TO, 8 * k};
-      q->aux = (fp_tx_ref){c == 3 && k ? FP_SP_FROM : FP_SP_TO, k ? aux1[c] : 48};
+      fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, 32);
+      q->sdtype = FP_F32, q->full_off = 32 * k, q->src = (fp_tx_ref){FP_SP_FROM, 128 * k},
+      q->dst = (fp_tx_ref){FP_SP_TO, 32 * k};
+      q->aux = (fp_tx_ref){c == 3 && k ? FP_SP_FROM : FP_SP_TO, k ? aux1[c] : 96};
     }
-    fpi_tx_region_add(w, true, 0, 0, 0, 16, 0, FP_E4M3);
-    fpi_tx_region_add(w, true, 0, 0, 48, 2, 0, FP_E8M0);
-    fpi_tx_region_add(w, false, 0, 0, 0, 64, 0, FP_F32);
+    fpi_tx_region_add(w, true, 0, 0, 0, 64, 0, FP_E4M3);
+    fpi_tx_region_add(w, true, 0, 0, 96, 2, 0, FP_E8M0);
+    fpi_tx_region_add(w, false, 0, 0, 0, 256, 0, FP_F32);
     fpi_tx_finish(w);
-    static const char *const want[] = {NULL, "a byte written twice", "writes TO bytes from 40 (op 1) that no need",
+    static const char *const want[] = {NULL, "a byte written twice", "writes TO bytes from 80 (op 1) that no need",
                                        "writes into FROM's arena"};
     static const char *const what[] = {"X2 quantizes into TO", "X2 a scale written twice", "X2 a scale outside the need",
                                        "X1 scales into FROM"};
+    expect(w, want[c], what[c]);
+  }
+
+  /* X7 and MXFP8 spans: a quantize of elements [5,40) of w (64 elements,
+   * two blocks) takes block 0's scale over [5,32) only. Dequantizing those
+   * e4m3 elements takes exactly those scales (c == 0), not those of a
+   * quantize of [0,40) (c == 1: block 0's scale over [0,32): other values).
+   * Then the max of two scales of block 0 is the scale over the union of
+   * their elements: [0,4) and [4,32) give block 0's own (c == 2, valid),
+   * [0,4) and [8,12) no range (c == 3) */
+  for (int c = 0; c < 4; c++) {
+    fp_tx *w = hand(a, 1);
+    w->params[0].numel = 64, w->params[0].mxfp8 = c < 2, w->from_arena = w->to_arena = w->stage_bytes[0] = 256;
+    fpi_tx_region_add(w, false, 0, 0, 0, 256, 0, FP_F32);
+    if (c < 2) {
+      for (int k = 0; k < 2; k++) {
+        fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, k ? 40 : 35);
+        q->sdtype = FP_F32, q->full_off = k ? 0 : 5, q->src = (fp_tx_ref){FP_SP_FROM, k ? 0 : 20};
+        q->dst = (fp_tx_ref){FP_SP_STAGE, 128 * k}, q->aux = (fp_tx_ref){FP_SP_STAGE, 64 + 128 * k};
+      }
+      fp_tx_op *q = fpi_tx_emit(w, FP_TX_DEQUANT, 0, 0, FP_F32, 35);
+      q->sdtype = FP_E4M3, q->full_off = 5, q->src = (fp_tx_ref){FP_SP_STAGE, 0};
+      q->aux = (fp_tx_ref){FP_SP_STAGE, c ? 192 : 64}, q->dst = (fp_tx_ref){FP_SP_TO, 20};
+      fpi_tx_region_add(w, true, 0, 0, 20, 140, 5, FP_F32);
+    } else {
+      for (int k = 0; k < 2; k++) {
+        fp_tx_op *q = fpi_tx_emit(w, FP_TX_SCALES, 0, 0, FP_E8M0, k ? (c == 2 ? 28 : 4) : 4);
+        q->sdtype = FP_F32, q->full_off = k ? (c == 2 ? 4 : 8) : 0, q->src = (fp_tx_ref){FP_SP_FROM, 4 * q->full_off};
+        q->dst = (fp_tx_ref){FP_SP_STAGE, k};
+      }
+      fp_tx_op *m = fpi_tx_emit(w, FP_TX_MAX, 0, 0, FP_E8M0, 1);
+      m->src = (fp_tx_ref){FP_SP_STAGE, 0}, m->aux = (fp_tx_ref){FP_SP_STAGE, 1}, m->dst = (fp_tx_ref){FP_SP_TO, 96};
+      fpi_tx_region_add(w, true, 0, 0, 96, 1, 0, FP_E8M0);
+    }
+    fpi_tx_finish(w);
+    static const char *const want[] = {
+        NULL,
+        "dequantize_mxfp8): reads the scale of w block 0 at stage+192, which holds MXFP8 scales of w blocks [0,2) over "
+        "elements [0,40) only; its MXFP8 elements were quantized at the scale of elements [5,32)",
+        NULL,
+        "takes the max of MXFP8 scales of w blocks [0,1) over elements [0,4) only and MXFP8 scales of w blocks [0,1) over "
+        "elements [8,12) only at byte 0: not two scales of one block of w over elements that make one range"};
+    static const char *const what[] = {"X7 dequantize at its own scales", "X7 dequantize at another slice's scales",
+                                       "X7 max of scales making a block", "X7 max of scales making no range"};
     expect(w, want[c], what[c]);
   }
 
