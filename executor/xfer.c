@@ -157,38 +157,41 @@ static fp_status check_exec(fp_xfer *t, fp_exec *x, const char *role, uint64_t h
   return FP_OK;
 }
 
-/* the bytes [off, off+bytes) lie inside one run of the shard tensor whose
- * arena offset is base (elements of sz bytes, the runs of param xp's shard) */
-static bool in_shard(const fp_xparam *xp, int64_t base, int64_t sz, int64_t off, int64_t bytes) {
+/* the full element at byte off of param xp's shard tensor at arena offset
+ * base (elements of sz bytes): off on an element's first byte, inside one
+ * run together with the bytes after it; -1 otherwise */
+static int64_t shard_elem(const fp_xparam *xp, int64_t base, int64_t sz, int64_t off, int64_t bytes) {
   const fp_extent *e = &xp->v.shard;
   for (int64_t k = 0; k < e->runs && base >= 0; k++) {
     int64_t a = base + k * e->shard_stride * sz, b = a + fpx_extent_run(e, k) * sz;
-    if (off >= a && off + bytes <= b) return true;
+    if (off >= a && off + bytes <= b) return (off - a) % sz ? -1 : e->full_off + k * e->full_stride + (off - a) / sz;
   }
-  return false;
+  return -1;
 }
 
-/* the bytes [off, off+bytes) of dtype dt lie inside one run of param xp's
- * main shard (main dtype), or of one of its first `states` optimizer states
- * (the state dtype), or inside its persistent compute weight (weight_ok) */
-static bool in_runs(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, fp_dtype dt, int64_t off, int64_t bytes,
-                    bool weight_ok, int states) {
-  if (xp->host[2]) return false; /* offloaded: transfers move device arenas only */
-  if (dt == mdt && in_shard(xp, xp->off[2], fpi_dtype_size(mdt), off, bytes)) return true;
-  for (int k = 0; k < states && k < 2 && dt == x->prog->optim_dtype; k++)
-    if (in_shard(xp, xp->off[4 + k], fpi_dtype_size(x->prog->optim_dtype), off, bytes)) return true;
-  if (weight_ok && xp->weight_persistent && xp->off[0] >= 0) {
-    int64_t a = xp->off[0], b = a + xp->v.weight.numel * fp_elem_size(xp->v.weight.dtype);
-    if (off >= a && off + bytes <= b) return true;
+/* the full element at byte off of plane `plane` of param xp on this rank,
+ * the bytes [off, off+bytes) of dtype dt inside it; -1 when they are not.
+ * Plane 0: one run of its main shard (main dtype mdt) or, where weight_ok,
+ * its persistent compute weight, or its MXFP8 scales (e8m0, which its plan
+ * keeps as MXFP8; the element is then the block); plane k + 1: one run of
+ * optimizer state k (k below `states`, the state dtype) */
+static int64_t plane_elem(const fp_exec *x, const fp_xparam *xp, fp_dtype mdt, int plane, fp_dtype dt, int64_t off,
+                          int64_t bytes, bool weight_ok, int states) {
+  if (xp->host[2]) return -1; /* offloaded: transfers move device arenas only */
+  if (plane > 0) {
+    int k = plane - 1;
+    if (k >= states || k >= 2 || dt != x->prog->optim_dtype) return -1;
+    return shard_elem(xp, xp->off[4 + k], fpi_dtype_size(x->prog->optim_dtype), off, bytes);
   }
-  return false;
-}
-
-/* the bytes [off, off+bytes) of dtype dt lie inside the e8m0 scales of
- * param xp, which its plan keeps as MXFP8 (fp_param_view.scales) */
-static bool in_scales(const fp_xparam *xp, fp_dtype dt, int64_t off, int64_t bytes) {
-  if (dt != FP_E8M0 || xp->off[6] < 0 || xp->host[6]) return false;
-  return off >= xp->off[6] && off + bytes <= xp->off[6] + xp->v.scales.numel;
+  int64_t e = dt == mdt ? shard_elem(xp, xp->off[2], fpi_dtype_size(mdt), off, bytes) : -1;
+  if (e < 0 && weight_ok && xp->weight_persistent && xp->off[0] >= 0) {
+    int64_t sz = fp_elem_size(xp->v.weight.dtype), a = xp->off[0], b = a + xp->v.weight.numel * sz;
+    if (off >= a && off + bytes <= b && (off - a) % sz == 0) e = (off - a) / sz;
+  }
+  if (e < 0 && dt == FP_E8M0 && xp->off[6] >= 0 && !xp->host[6] && off >= xp->off[6] &&
+      off + bytes <= xp->off[6] + xp->v.scales.numel)
+    e = off - xp->off[6];
+  return e;
 }
 
 /* the executor's index of each of the transfer's params (-1: it has none
@@ -221,12 +224,20 @@ static bool from_scales_ok(const fp_prog *p, int32_t q, const fp_tx_op *o) {
          (o->full_off + o->n + 31) / 32 <= nb;
 }
 
+static const char *plane_name(unsigned plane) {
+  return plane == 0 ? "main weights" : plane == 1 ? "optimizer state 0" : plane == 2 ? "optimizer state 1" : "optimizer state";
+}
+
 /* A transfer read from a file names byte ranges; check them against the
- * executors' own layouts: every FROM read inside the main-weight runs this
- * FROM rank holds of that param (in its main dtype) or, for e8m0 (a kept
- * MXFP8 param passing through), its scales, every TO need region
- * inside that param's main runs, persistent compute weight or MXFP8 scales on this TO
- * rank. (A compiled transfer passes by construction.) The layouts depend
+ * executors' own layouts: every FROM read inside one run of what this FROM
+ * rank holds of the plane it names (the main weights in their main dtype
+ * or, for e8m0, a kept MXFP8 param's scales; an optimizer state), every TO
+ * need region inside one run of that param's plane, persistent compute
+ * weight or MXFP8 scales on this TO rank - and each starting at the element
+ * (the block, for scales) it says. The verifier, which has no layout of a
+ * plan read from a file, proved the values from those labels (X7); here
+ * they are held to the layouts. (A compiled transfer passes by
+ * construction.) The layouts depend
  * only on the plans and the ranks, which check_exec pins to the transfer's,
  * so a process checks once: later runs with its rank skip it. */
 static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int me, const int32_t *fmap,
@@ -240,12 +251,19 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
     const fp_tx_op *o = &tx->ops[i];
     if (o->src.space != FP_SP_FROM) continue;
     int32_t q = fmap[o->param];
-    if (q < 0 || (!in_runs(from, &from->params[q], from->prog->params[q].main_dtype, o->sdtype, o->src.off,
-                           fpi_tx_src_bytes(tx, o), false, sf) &&
-                  !in_scales(&from->params[q], o->sdtype, o->src.off, fpi_tx_src_bytes(tx, o))))
-      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s main "
-                   "weights%s of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(tx, o),
-                   fpi_dtype_name(o->sdtype), sf ? " or optimizer state" : "", tx->params[o->param].name);
+    int64_t e = q < 0 ? -1 : plane_elem(from, &from->params[q], from->prog->params[q].main_dtype, (int)o->plane, o->sdtype,
+                                         o->src.off, fpi_tx_src_bytes(tx, o), false, sf);
+    if (e < 0)
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not this rank's %s %s "
+                   "of '%s'", i, (long long)o->src.off, (long long)fpi_tx_src_bytes(tx, o), fpi_dtype_name(o->sdtype),
+                   plane_name(o->plane), tx->params[o->param].name);
+    /* and from the element it says: X7 proved the values from these labels */
+    int64_t want = o->sdtype == FP_E8M0 ? o->full_off / FP_MX_BLOCK : o->full_off;
+    if (e != want)
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes from %lld, %s %lld of this rank's %s of '%s', "
+                   "not %s %lld as it says", i, (long long)o->src.off, o->sdtype == FP_E8M0 ? "block" : "element",
+                   (long long)e, plane_name(o->plane), tx->params[o->param].name,
+                   o->sdtype == FP_E8M0 ? "block" : "element", (long long)want);
     if (o->aux.space == FP_SP_FROM && !from_scales_ok(from->prog, q, o))
       return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: op %d reads FROM bytes [%lld, +%lld) that are not the MXFP8 scales of "
                    "'%s' in this rank's FROM plan", i, (long long)o->aux.off,
@@ -254,10 +272,17 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
   for (int32_t k = tx->need_first[g]; to && k < tx->need_first[g + 1]; k++) {
     const fp_tx_region *r = &tx->need[k];
     int32_t q = tmap[r->param];
-    if (q < 0 || (!in_runs(to, &to->params[q], to->prog->params[q].main_dtype, r->dtype, r->off, r->bytes, true, st) &&
-                  !in_scales(&to->params[q], r->dtype, r->off, r->bytes)))
-      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's weights "
-                   "of '%s'", (long long)r->off, (long long)r->bytes, tx->params[r->param].name);
+    int64_t e = q < 0 ? -1 : plane_elem(to, &to->params[q], to->prog->params[q].main_dtype, r->plane, r->dtype, r->off,
+                                         r->bytes, true, st);
+    if (e < 0)
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes [%lld, +%lld) the transfer writes are not this rank's %s "
+                   "of '%s'", (long long)r->off, (long long)r->bytes, r->plane ? plane_name((unsigned)r->plane) : "weights",
+                   tx->params[r->param].name);
+    if (e != r->full_off)
+      return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: TO bytes from %lld the transfer writes are %s %lld of this rank's %s of "
+                   "'%s', not %s %lld as it says", (long long)r->off, r->dtype == FP_E8M0 ? "block" : "element",
+                   (long long)e, plane_name((unsigned)r->plane), tx->params[r->param].name,
+                   r->dtype == FP_E8M0 ? "block" : "element", (long long)r->full_off);
   }
   return FP_OK;
 }

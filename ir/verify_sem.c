@@ -1833,6 +1833,7 @@ static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
       char sp[96] = "";
       if ((c->fl & F_MX) && !tx_whole(x->t, c))
         snprintf(sp, sizeof sp, " (blocks of elements [%" PRIu64 ",%" PRIu64 "))", c->digits, c->digits + c->slots);
+      if (c->ver > 0) snprintf(sp + strlen(sp), sizeof sp - strlen(sp), " of optimizer state %d", c->ver - 1);
       snprintf(out, cap, "%s elements [%" PRId64 ",%" PRId64 ") in %s%s%s", nm, c->e, c->e + n,
                fpi_dtype_name((fp_dtype)c->dt), c->fl & F_MX ? " MXFP8" : "", sp);
       return;
@@ -1868,8 +1869,9 @@ static void tx_spaces(txctx *x, int32_t p) {
   for (int32_t y = x->hfirst[p]; y < x->hfirst[p + 1]; y++) {
     const fp_tx_region *r = &t->have[x->hidx[y]];
     if (r->bytes <= 0) continue;
+    /* (a transfer's weight cell: ver its plane, the main weights or an optimizer state) */
     cell c = {.lo = 0, .hi = r->bytes, .kind = SV_WEIGHT, .dt = (uint8_t)r->dtype, .rnd = (uint8_t)r->dtype,
-              .fl = r->dtype == FP_E4M3 ? F_MX : 0, .p = r->param, .e = r->full_off};
+              .fl = r->dtype == FP_E4M3 ? F_MX : 0, .p = r->param, .ver = r->plane, .e = r->full_off};
     /* (an e8m0 region: the scales of the param's blocks from block full_off) */
     if (r->dtype == FP_E8M0) c = (cell){.lo = 0, .hi = r->bytes, .kind = SV_SCALE, .p = r->param, .e = r->full_off};
     if (r->dtype == FP_E8M0 || r->dtype == FP_E4M3) tx_span(x->t, &c, 0, tx_numel(x->t, r->param)); /* FROM's own */
@@ -1887,7 +1889,7 @@ static bool tx_src_is_param(txctx *x, int32_t p, int32_t i, const cell *a, int32
   for (int32_t j = 0; j < na; j++) {
     const cell *c = &a[j];
     if (c->kind == SV_JUNK) return false;
-    if (c->kind != SV_WEIGHT || c->p != op->param || c->dt != in || c->e != op->full_off + c->lo / iz) {
+    if (c->kind != SV_WEIGHT || c->p != op->param || c->dt != in || c->e != op->full_off + c->lo / iz || c->ver != 0) {
       char dd[300];
       tx_describe(x, c, dd, sizeof dd);
       txerr(x, i, p, "takes its MXFP8 blocks over bytes [%" PRId64 ",%" PRId64 ") that hold %s, not %s elements [%" PRId64
@@ -2083,7 +2085,7 @@ static void tx_prep_send(txctx *x, int32_t p, int32_t i, cell **a, int32_t *ca) 
   map_read(NULL, sm, op->src.off, op->src.off + op->n * z, a, &na, ca);
   const cell *c = na ? &(*a)[0] : NULL;
   bool ok = na == 1 && c->kind == SV_WEIGHT && c->p == op->param && c->dt == op->sdtype && c->e == op->full_off &&
-            c->hi - c->lo == op->n * z;
+            c->hi - c->lo == op->n * z && c->ver == 0; /* (the main weights: no optimizer state goes through one) */
   cell w = {.lo = 0, .hi = bytes, .kind = SV_WIRE, .dt = (uint8_t)op->sdtype, .rnd = (uint8_t)op->dtype, .p = op->param,
             .e = 0, .digits = (uint64_t)op->full_off, .slots = (uint64_t)op->n};
   if (!ok) {
@@ -2226,9 +2228,11 @@ static void tx_check_needs(txctx *x, int32_t p) {
       const cell *c = &a[j];
       bool ok;
       /* e8m0: the scales of the param's whole blocks from block full_off */
-      if (r->dtype == FP_E8M0) ok = c->kind == SV_SCALE && c->p == r->param && c->e == r->full_off + c->lo && tx_whole(t, c);
+      if (r->dtype == FP_E8M0)
+        ok = c->kind == SV_SCALE && c->p == r->param && c->e == r->full_off + c->lo && tx_whole(t, c) && r->plane == 0;
       else
         ok = c->kind == SV_WEIGHT && c->p == r->param && c->dt == r->dtype && c->e == r->full_off + c->lo / z &&
+             c->ver == r->plane && /* the main weights or that optimizer state */
              /* e4m3 in TO is MXFP8 in the param's whole blocks; a wire transform covers what crosses the
               * wire, local copies are exact */
              (r->dtype == FP_E4M3 ? (c->fl & F_MX) && tx_whole(t, c) : mx || !(c->fl & F_MX)) &&
@@ -2241,9 +2245,10 @@ static void tx_check_needs(txctx *x, int32_t p) {
         txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need the MXFP8 scales of %s blocks [%" PRId64 ",%"
               PRId64 ")", r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo, r->full_off + c->hi);
       else
-        txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s",
+        txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s%s",
               r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo / z,
-              r->full_off + c->hi / z, fpi_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "");
+              r->full_off + c->hi / z, fpi_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "",
+              r->plane == 0 ? "" : r->plane == 1 ? " of optimizer state 0" : r->plane == 2 ? " of optimizer state 1" : " of an optimizer state");
       break;
     }
   }

@@ -77,7 +77,8 @@ fp_tx *fpi_tx_new(fp_arena *a) {
 fp_tx_op *fpi_tx_emit(fp_tx *t, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
   t->ops = fpi_grow(t->arena, t->ops, &t->cap_ops, t->nops + 1, sizeof *t->ops);
   fp_tx_op *o = &t->ops[t->nops++];
-  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
+  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n,
+                  .plane = (unsigned)t->plane};
   o->dst.space = o->src.space = o->aux.space = FP_SP_NONE;
   return o;
 }
@@ -111,7 +112,7 @@ void fpi_tx_region_add(fp_tx *t, bool need, int32_t proc, int32_t param, int64_t
   int32_t *n = need ? &t->nneed : &t->nhave;
   int64_t *cap = need ? &t->cap_need : &t->cap_have;
   *v = fpi_grow(t->arena, *v, cap, *n + 1, sizeof **v);
-  (*v)[(*n)++] = (fp_tx_region){proc, param, off, bytes, full_off, dt};
+  (*v)[(*n)++] = (fp_tx_region){proc, param, off, bytes, full_off, dt, t->plane};
 }
 
 int64_t fpi_tx_dst_bytes(const fp_tx *t, const fp_tx_op *o) {
@@ -235,6 +236,7 @@ static void op_line(const fp_tx *t, const fp_tx_op *o, FILE *f) {
   fprintf(f, " n=%" PRId64 " param=", o->n);
   fpi_fput_name(f, t->params[o->param].name);
   fprintf(f, "[%" PRId64 "..%" PRId64 ")", o->full_off, o->full_off + o->n);
+  if (o->plane) fprintf(f, " plane=%u", o->plane);
   if (o->dst.space) fprintf(f, " dst=%s", d);
   if (o->src.space) fprintf(f, " src=%s", s);
   if (o->aux.space) fprintf(f, " aux=%s", a);
@@ -274,7 +276,9 @@ void fpi_tx_print(const fp_tx *t, FILE *f) {
       fprintf(f, "  need to+%" PRId64 " bytes=%" PRId64 " %s param=", t->need[i].off, t->need[i].bytes,
               fpi_dtype_name(t->need[i].dtype));
       fpi_fput_name(f, t->params[t->need[i].param].name);
-      fprintf(f, "[%" PRId64 "..]\n", t->need[i].full_off);
+      fprintf(f, "[%" PRId64 "..]", t->need[i].full_off);
+      if (t->need[i].plane) fprintf(f, " plane=%d", t->need[i].plane);
+      fputc('\n', f);
     }
     for (int32_t j = t->first[p]; j < t->first[p + 1]; j++) op_line(t, &t->ops[j], f);
   }
@@ -354,8 +358,9 @@ bool fpi_tx_write_json(const fp_tx *t, FILE *f) {
     bool first = true;
     for (int32_t i = t->need_first[p]; i < t->need_first[p + 1]; i++) {
       const fp_tx_region *r = &t->need[i];
-      fprintf(f, "%s[%d,%" PRId64 ",%" PRId64 ",%" PRId64 ",\"%s\"]", first ? "" : ",", r->param, r->off, r->bytes,
+      fprintf(f, "%s[%d,%" PRId64 ",%" PRId64 ",%" PRId64 ",\"%s\"", first ? "" : ",", r->param, r->off, r->bytes,
               r->full_off, fpi_dtype_name(r->dtype));
+      fprintf(f, r->plane ? ",%d]" : "]", r->plane); /* (an optimizer state's: its plane) */
       first = false;
     }
     fprintf(f, "],\"ops\":[");
@@ -365,6 +370,7 @@ bool fpi_tx_write_json(const fp_tx *t, FILE *f) {
       if (o->peer >= 0) fprintf(f, ",\"peer\":%d", o->peer);
       fprintf(f, ",\"param\":%d,\"dtype\":\"%s\",\"sdtype\":\"%s\",\"n\":%" PRId64 ",\"full_off\":%" PRId64, o->param,
               fpi_dtype_name(o->dtype), fpi_dtype_name(o->sdtype), o->n, o->full_off);
+      if (o->plane) fprintf(f, ",\"plane\":%u", o->plane);
       json_ref(f, "dst", o->dst);
       json_ref(f, "src", o->src);
       json_ref(f, "aux", o->aux);

@@ -69,7 +69,9 @@ typedef struct fp_tx_op {
   fp_tx_kind kind : 8;
   fp_dtype dtype : 8;  /* of dst (send/recv: of the wire; scales, max: e8m0) */
   fp_dtype sdtype : 8; /* of src (copy, quant); else = dtype */
-  unsigned nwire : 8;  /* prep_send, finalize: its wire tensors (at most FP_TX_MAX_WIRES); else 0 */
+  unsigned nwire : 4;  /* prep_send, finalize: its wire tensors (at most FP_TX_MAX_WIRES); else 0 */
+  unsigned plane : 4;  /* what of its param it moves: 0 the main weights (and MXFP8 scales), k + 1 optimizer
+                        * state k (at most FP_TX_MAX_PLANE) */
   int32_t proc;        /* the process that runs it */
   int32_t peer;        /* send/recv: the other process; else -1 */
   int32_t param;       /* the param it moves (index into params) */
@@ -90,6 +92,8 @@ int64_t fpi_tx_nscales(int64_t full_off, int64_t n);
  * full_off is aligned; at most n) */
 int64_t fpi_tx_head(int64_t full_off, int64_t n);
 
+#define FP_TX_MAX_PLANE 15
+
 /* A region a process must end up with (TO: written exactly once) or may
  * read (FROM: the main-weight bytes it holds, padding excluded). */
 typedef struct fp_tx_region {
@@ -98,6 +102,7 @@ typedef struct fp_tx_region {
   int64_t off, bytes;  /* in the space of the list it is in */
   int64_t full_off;    /* first element's flat index in the param (e8m0 scales: first block's index) */
   fp_dtype dtype;
+  int32_t plane;       /* as fp_tx_op.plane: the main weights or an optimizer state */
 } fp_tx_region;
 
 typedef struct fp_tx_param {
@@ -140,6 +145,7 @@ typedef struct fp_tx {
    * indices in every communicator of both plans (planner/reshard.c
    * classes()); fpi_tx_prog resolves it */
   int32_t *same;
+  int32_t plane;       /* the builder's: ops and regions emitted get it (fpi_tx_emit, fpi_tx_region_add) */
   /* reshard transforms: their names (a param's xf indexes them) and every
    * prep_send's and finalize's wire tensors */
   const char **xf_names; int32_t nxf;

@@ -328,22 +328,31 @@ static bool params(rd *r, fp_tx *t) {
   return m == 0;
 }
 
-/* [param, byte offset, bytes, first element, dtype] */
+/* [param, byte offset, bytes, first element, dtype] and, for an optimizer
+ * state's region, its plane (1 + the state's index) */
 static bool need(rd *r, fp_tx *t, int32_t p) {
   static const int64_t hi[4] = {INT32_MAX, INT64_MAX / 2, INT64_MAX / 2, INT64_MAX};
-  int64_t v[4];
+  int64_t v[4], plane = 0;
   fp_dtype dt;
   tup u;
-  if (!tup_open(r, &u, "a need region is [param, byte offset, bytes, first element, dtype]")) return false;
+  if (!tup_open(r, &u, "a need region is [param, byte offset, bytes, first element, dtype] or an optimizer "
+                       "state's [param, byte offset, bytes, first element, dtype, plane]"))
+    return false;
   for (int k = 0; k < 4; k++)
     if (!tup_next(r, &u, k, 5) || !integer(r, 0, hi[k], &v[k])) return false;
-  if (!tup_next(r, &u, 4, 5) || !dtype(r, &dt) || !tup_end(r, &u, 5)) return false;
+  if (!tup_next(r, &u, 4, 5) || !dtype(r, &dt)) return false;
+  int st = arr_next(r);
+  if (st < 0) return false;
+  if (st > 0 && (!integer(r, 1, FP_TX_MAX_PLANE, &plane) || !tup_end(r, &u, 6))) return false;
+  t->plane = (int32_t)plane;
   fpi_tx_region_add(t, true, p, (int32_t)v[0], v[1], v[2], v[3], dt);
+  t->plane = 0;
   return true;
 }
 
 static bool op(rd *r, fp_tx *t, int32_t p) {
-  static const char *const keys[] = {"op", "peer", "param", "dtype", "sdtype", "n", "full_off", "dst", "src", "aux", "wires", NULL};
+  static const char *const keys[] = {"op",  "peer", "param", "dtype", "sdtype", "n",
+                                     "full_off", "dst", "src", "aux", "wires", "plane", NULL};
   obj o;
   int k, m;
   if (!obj_open(r, &o, keys, 0x7D)) return false; /* all but peer, dst, src, aux */
@@ -382,6 +391,7 @@ static bool op(rd *r, fp_tx *t, int32_t p) {
       case 5: ok = integer(r, 0, INT64_MAX / 16, &x->n); break;
       case 6: ok = integer(r, 0, INT64_MAX / 2, &x->full_off); break;
       case 10: wat = fpi_jp_pos(r->jp), ok = wires(r, t, &w0, &nw); break;
+      case 11: ok = integer(r, 1, FP_TX_MAX_PLANE, &v), x->plane = (unsigned)v; break;
       default:
         if (k == 9) aat = at;
         ok = ref(r, k == 7 ? &x->dst : k == 8 ? &x->src : &x->aux);
@@ -528,11 +538,14 @@ fp_tx *fpi_tx_read(fp_arena *a, fp_diag *d, const fp_src *src) {
    * themselves (each inside FROM's arena, rule X1). */
   for (int32_t i = 0; i < t->nops; i++) {
     const fp_tx_op *x = &t->ops[i];
-    if (x->src.space == FP_SP_FROM)
-      fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(t, x), x->full_off, x->sdtype);
+    t->plane = (int32_t)x->plane; /* (the executor checks each label against FROM's layout) */
+    if (x->src.space == FP_SP_FROM) /* (scales passing through: from the first block's) */
+      fpi_tx_region_add(t, false, x->proc, x->param, x->src.off, fpi_tx_src_bytes(t, x),
+                        x->sdtype == FP_E8M0 ? x->full_off / FP_MX_BLOCK : x->full_off, x->sdtype);
     if (x->kind == FP_TX_DEQUANT && x->aux.space == FP_SP_FROM) /* an MXFP8 source's scales */
       fpi_tx_region_add(t, false, x->proc, x->param, x->aux.off, fpi_tx_nscales(x->full_off, x->n),
                         x->full_off / FP_MX_BLOCK, FP_E8M0); /* (from its first block) */
+    t->plane = 0;
   }
   if (!t->stage_bytes) t->stage_bytes = fpi_alloc_array(a, 1, sizeof *t->stage_bytes);
   if (!t->params) t->params = fpi_alloc_array(a, 1, sizeof *t->params);

@@ -202,7 +202,8 @@ static int64_t stage_take(planner *P, int32_t proc, int64_t bytes) {
 static fp_tx_op *late(planner *P, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
   P->late = fpi_grow(P->t->arena, P->late, &P->cap_late, P->nlate + 1, sizeof *P->late);
   fp_tx_op *o = &P->late[P->nlate++];
-  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
+  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n,
+                  .plane = (unsigned)P->t->plane};
   return o;
 }
 
@@ -210,7 +211,8 @@ static fp_tx_op *late(planner *P, fp_tx_kind k, int32_t proc, int32_t param, fp_
 static fp_tx_op *xchg(planner *P, int r, fp_tx_kind k, int32_t proc, int32_t param, fp_dtype dt, int64_t n) {
   P->pre[r] = fpi_grow(P->t->arena, P->pre[r], &P->cap_pre[r], P->npre[r] + 1, sizeof *P->pre[r]);
   fp_tx_op *o = &P->pre[r][P->npre[r]++];
-  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n};
+  *o = (fp_tx_op){.kind = k, .proc = proc, .peer = -1, .param = param, .dtype = dt, .sdtype = dt, .n = n,
+                  .plane = (unsigned)P->t->plane};
   o->dst.space = o->src.space = o->aux.space = FP_SP_NONE;
   return o;
 }
@@ -1023,6 +1025,7 @@ static void add_haves(planner *P) {
       fp_dtype fdt = w ? P->from->optim_dtype : f->main_dtype;
       hmemo fm;
       memo_build(t->arena, P->from, f, w, &fm);
+      t->plane = w;
       for (int32_t k = 0; k < nr; k++) {
         const run *mr;
         int64_t got = memo_get(&fm, reads[k] - t->from_offset, &mr);
@@ -1032,6 +1035,7 @@ static void add_haves(planner *P) {
           fpi_tx_region_add(t, false, reads[k], j, P->from->bufs[f->scales.buf].offset + f->scales.off,
                             fpi_mx_blocks(numel_of(f)), 0, FP_E8M0);
       }
+      t->plane = 0;
     }
   }
 }
@@ -1321,8 +1325,12 @@ static bool plan_phases(planner *P, const fp_reshard_opts *o, fp_diag *d, const 
       const fp_ir_param *q = &to->params[j];
       /* the main weights, then (weights+optimizer) each optimizer state: the
        * same elements in other buffers, never transformed */
-      for (int w = 0; w < (q->opt.buf >= 0 ? P->nstates + 1 : 1); w++)
-        if (!plan_param(P, j, P->fi[j], w, list, nlist, d, fname)) return false;
+      for (int w = 0; w < (q->opt.buf >= 0 ? P->nstates + 1 : 1); w++) {
+        t->plane = w; /* (its ops and regions are of this plane) */
+        bool ok = plan_param(P, j, P->fi[j], w, list, nlist, d, fname);
+        t->plane = 0;
+        if (!ok) return false;
+      }
     }
   }
   for (int64_t p = 0; p < t->nprocs; p++) t->same[p] = P->member[p] ? P->owner[p] : -1;

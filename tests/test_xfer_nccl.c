@@ -72,9 +72,10 @@ static void fill(char *dev, int64_t bytes) {
   }
 }
 
-/* the first fp32 -> fp32 local copy FROM -> TO of n >= 40 elements becomes
- * a quantize into staging and a dequantize out of it (full_off moved off a
- * block boundary: a short head block) */
+/* the first fp32 -> fp32 local copy FROM -> TO of n >= 40 elements keeps
+ * its first 5 elements; the rest become a quantize into staging and a
+ * dequantize out of it (starting 5 elements later, off a block boundary
+ * where the copy started on one: a short head block) */
 static bool mxfp8_edit(fp_tx *tx) {
   for (int32_t i = tx->first[0]; i < tx->first[1]; i++) {
     fp_tx_op *o = &tx->ops[i];
@@ -82,7 +83,7 @@ static bool mxfp8_edit(fp_tx *tx) {
         o->sdtype != FP_F32 || o->n < 40)
       continue;
     fp_tx_op c = *o;
-    c.full_off += 5;
+    c.full_off += 5, c.n -= 5, c.src.off += 5 * 4, c.dst.off += 5 * 4;
     int64_t st = tx->stage_bytes[0], ns = fpi_tx_nscales(c.full_off, c.n);
     fp_tx_op *q = fpi_tx_emit(tx, FP_TX_QUANT, 0, c.param, FP_E4M3, c.n);
     fp_tx_op *d = fpi_tx_emit(tx, FP_TX_DEQUANT, 0, c.param, FP_F32, c.n);
@@ -93,7 +94,7 @@ static bool mxfp8_edit(fp_tx *tx) {
     d->dst = c.dst;
     d->sdtype = FP_E4M3;
     tx->stage_bytes[0] = st + c.n + ns;
-    tx->ops[i].n = 0; /* (fpi_tx_emit may have moved the array: index again) */
+    tx->ops[i].n = 5; /* (fpi_tx_emit may have moved the array: index again) */
     tx->ops[i].kind = FP_TX_COPY;
     fpi_tx_finish(tx);
     return true;

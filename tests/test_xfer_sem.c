@@ -43,14 +43,14 @@ enum {
   M_SWAP, M_LABEL, M_PARAM,
   /* strict */
   M_OFF, M_SUB, M_SCALE, M_COUNT, M_DTYPE, M_SDTYPE, M_PEER, M_DEL, M_DUP, M_SPACE, M_BLOCK, M_NEED_MOVE,
-  M_NEED_ELEM, M_SCALE_SRC, M_NKINDS
+  M_NEED_ELEM, M_SCALE_SRC, M_NEED_PLANE, M_NKINDS
 };
 #define M_STRICT M_OFF
 static const char *kind_name[M_NKINDS] = {
     "ops swapped",     "label moved",     "param changed",   "operand moved",   "offset < 1 elem",
     "scale moved",     "count off by 1",  "dtype changed",   "sdtype changed",  "peer changed",
     "op removed",      "op repeated",     "space changed",   "first elem moved", "need moved",
-    "need renamed",    "scale read else"};
+    "need renamed",    "scale read else", "need plane moved"};
 
 typedef struct tally {
   int n, rejected, accepted;
@@ -108,8 +108,14 @@ static int scale_read(const fp_tx_op *o, int nth) {
 }
 
 /* how many mutants of kind k op (or need region) i has (0: not a candidate) */
+static int32_t max_plane(const fp_tx *t) {
+  int32_t m = 0;
+  for (int32_t j = 0; j < t->nneed; j++) m = t->need[j].plane > m ? t->need[j].plane : m;
+  return m;
+}
 static int variants(const fp_tx *t, int k, int32_t i) {
   if (k == M_NEED_MOVE || k == M_NEED_ELEM) return t->need[i].bytes > 0 ? 2 : 0;
+  if (k == M_NEED_PLANE) return t->need[i].bytes > 0 ? max_plane(t) : 0; /* every other plane */
   const fp_tx_op *o = &t->ops[i];
   int n = 0;
   switch (k) {
@@ -174,6 +180,13 @@ static fp_dtype other_float(fp_dtype d, int nth) {
 
 /* apply mutation k (its nth variant) at op or need i; describe it in what */
 static void mutate(fp_tx *c, int k, int32_t i, int nth, char *what, size_t cap) {
+  if (k == M_NEED_PLANE) {
+    fp_tx_region *r = &c->need[i];
+    snprintf(what, cap, "need %d (process %d, param %d, %s, plane %d)", i, r->proc, r->param, fpi_dtype_name(r->dtype),
+             r->plane);
+    r->plane = (r->plane + 1 + nth) % (max_plane(c) + 1);
+    return;
+  }
   if (k == M_NEED_MOVE || k == M_NEED_ELEM) {
     fp_tx_region *r = &c->need[i];
     int64_t z = fpi_dtype_size(r->dtype), s = nth % 2 && (k == M_NEED_MOVE ? r->off >= z : r->full_off > 0) ? -1 : 1;
@@ -328,7 +341,7 @@ static void one(const char *name, const fp_tx *t, int k, int32_t i, int nth) {
 /* every mutant of t */
 static void corpus(const char *name, const fp_tx *t) {
   for (int k = 0; k < M_NKINDS; k++) {
-    int32_t N = k == M_NEED_MOVE || k == M_NEED_ELEM ? t->nneed : t->nops;
+    int32_t N = k == M_NEED_MOVE || k == M_NEED_ELEM || k == M_NEED_PLANE ? t->nneed : t->nops;
     for (int32_t i = 0; i < N; i++)
       for (int nth = 0, nv = variants(t, k, i); nth < nv; nth++) one(name, t, k, i, nth);
   }
@@ -374,31 +387,35 @@ typedef struct source {
   const char *to;
   int wt, to_offset;
   const char *rule; /* "PATTERN=NAME" or NULL */
+  const char *what; /* NULL: "weights" */
 } source;
 
 int main(void) {
   static const source S[] = {
-      {"mlp", "full_shard", 4, "placements-w3", 3, 0, NULL},
-      {"mlp", "full_shard", 4, "bf16", 3, 0, NULL},
-      {"mlp", "hybrid", 4, "full_shard", 2, 4, NULL},
-      {"mlp", "hybrid", 6, "hybrid", 4, 0, NULL},
-      {"mlp", "ragged-w6", 6, "full_shard", 8, 0, NULL},
-      {"mlp", "full_shard", 4, "placements-w3", 3, 0, "fc*.weight=mxfp8"},
-      {"mlp", "full_shard", 2, "no_shard", 3, 0, "*=mxfp8"},
-      {"mlp", "full_shard", 4, "placements-w3", 3, 0, "*=mxfp8_receiver"},
-      {"mlp", "bf16", 3, "full_shard", 2, 3, "fc0.*=mxfp8_sender"},
-      {"mlp-frozen", "full_shard", 4, "mxfp8-keep", 3, 0, NULL},
-      {"mlp-frozen", "per-param", 4, "mxfp8-keep", 2, 0, NULL},
-      {"mlp-frozen", "per-param", 2, "mxfp8-keep", 3, 2, NULL},
-      {"mlp-frozen", "mxfp8-keep", 3, "mxfp8-keep", 2, 0, NULL},
-      {"mlp-frozen", "mxfp8-keep", 2, "mxfp8-keep", 3, 2, NULL},
-      {"mlp-frozen", "mxfp8-keep", 3, "full_shard", 2, 0, NULL},
-      {"mlp-frozen", "mxfp8-keep", 2, "frozen-bf16", 3, 2, NULL},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, NULL, NULL},
+      {"mlp", "full_shard", 4, "bf16", 3, 0, NULL, NULL},
+      {"mlp", "hybrid", 4, "full_shard", 2, 4, NULL, NULL},
+      {"mlp", "hybrid", 6, "hybrid", 4, 0, NULL, NULL},
+      {"mlp", "ragged-w6", 6, "full_shard", 8, 0, NULL, NULL},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, "fc*.weight=mxfp8", NULL},
+      {"mlp", "full_shard", 2, "no_shard", 3, 0, "*=mxfp8", NULL},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, "*=mxfp8_receiver", NULL},
+      {"mlp", "bf16", 3, "full_shard", 2, 3, "fc0.*=mxfp8_sender", NULL},
+      {"mlp-frozen", "full_shard", 4, "mxfp8-keep", 3, 0, NULL, NULL},
+      {"mlp-frozen", "per-param", 4, "mxfp8-keep", 2, 0, NULL, NULL},
+      {"mlp-frozen", "per-param", 2, "mxfp8-keep", 3, 2, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 3, "mxfp8-keep", 2, 0, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 2, "mxfp8-keep", 3, 2, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 3, "full_shard", 2, 0, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 2, "frozen-bf16", 3, 2, NULL, NULL},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, NULL, "weights+optimizer"},
+      {"mlp", "hybrid", 4, "ragged-w6", 6, 4, NULL, "weights+optimizer"},
   };
   for (size_t s = 0; s < sizeof S / sizeof *S; s++) {
     char name[200];
-    snprintf(name, sizeof name, "%s %s%d>%s%d%s%s%s", S[s].model, S[s].from, S[s].wf, S[s].to, S[s].wt,
-             S[s].to_offset ? " disjoint" : "", S[s].rule ? " " : "", S[s].rule ? S[s].rule : "");
+    snprintf(name, sizeof name, "%s %s%d>%s%d%s%s%s%s", S[s].model, S[s].from, S[s].wf, S[s].to, S[s].wt,
+             S[s].to_offset ? " disjoint" : "", S[s].rule ? " " : "", S[s].rule ? S[s].rule : "",
+             S[s].what ? " +optimizer" : "");
     fp_plan *A = plan(S[s].model, S[s].from, S[s].wf), *B = plan(S[s].model, S[s].to, S[s].wt);
     if (!A || !B) {
       fp_plan_free(A), fp_plan_free(B);
@@ -408,7 +425,7 @@ int main(void) {
     fp_diag d;
     fpi_diag_init(&d, NULL);
     const char *rules[] = {S[s].rule};
-    fp_reshard_opts o = {.what = "weights", .to_offset = S[s].to_offset, .rules = rules, .nrules = S[s].rule != NULL};
+    fp_reshard_opts o = {.what = S[s].what ? S[s].what : "weights", .to_offset = S[s].to_offset, .rules = rules, .nrules = S[s].rule != NULL};
     fp_tx *t = fpi_reshard(a, A->prog, NULL, B->prog, NULL, &o, &d);
     if (!t) {
       printf("FAIL %s: %s\n", name, d.buf ? d.buf : "(no transfer)");

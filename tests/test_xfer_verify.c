@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
   /* X2: a need region nobody writes */
   c = clone(a, t);
   c->need = fpi_grow(a, c->need, &c->cap_need, c->nneed + 1, sizeof *c->need);
-  c->need[c->nneed++] = (fp_tx_region){0, 0, c->to_arena - 8, 8, 0, FP_F32};
+  c->need[c->nneed++] = (fp_tx_region){0, 0, c->to_arena - 8, 8, 0, FP_F32, 0};
   expect(c, "never written", "X2 missing bytes");
   /* X2: a write outside every need region */
   c = clone(a, t);
@@ -570,8 +570,19 @@ int main(int argc, char **argv) {
       /* fixed arrays: too few elements (at the array), too many (at the first extra) */
       e = edit(js, "\"need\":[[", "\"need\":[[0,0,0,0],[", &at);
       CHECK(e, "the edit applies");
-      if (e) expect_read(a, e, "/need/0: expected 5 elements (a need region is [param, byte offset, bytes, first element, dtype]), got 4",
+      if (e) expect_read(a, e, "/need/0: expected 5 elements (a need region is [param, byte offset, bytes, first element, dtype] "
+                         "or an optimizer state's [param, byte offset, bytes, first element, dtype, plane]), got 4",
                          at + 8, "need region too short");
+      free(e);
+      /* an optimizer state's plane: 1 to 15 on a need region (its 6th element, nothing after it) and on an op */
+      e = edit(js, "\"need\":[[", "\"need\":[[0,0,4,0,\"fp32\",0],[", &at);
+      if (e) expect_read(a, e, "/need/0/5: 0 is outside [1, 15]", at + 24, "need region of plane 0");
+      free(e);
+      e = edit(js, "\"need\":[[", "\"need\":[[0,0,4,0,\"fp32\",1,2],[", &at);
+      if (e) expect_read(a, e, "/need/0/6: expected 6 elements (a need region is", at + 26, "need region too long");
+      free(e);
+      e = edit(js, "\"full_off\":0", "\"full_off\":0,\"plane\":16", &at);
+      if (e) expect_read(a, e, "/plane: 16 is outside [1, 15]", at + 21, "op of plane 16");
       free(e);
       e = edit(js, "\"dst\":[\"to\",0]", "\"dst\":[\"to\",0,7]", &at);
       CHECK(e, "the edit applies");
