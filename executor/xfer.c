@@ -224,6 +224,22 @@ static bool from_scales_ok(const fp_prog *p, int32_t q, const fp_tx_op *o) {
          (o->full_off + o->n + 31) / 32 <= nb;
 }
 
+/* the bytes a transfer writes of plane `plane` of param q of this TO
+ * rank: plane 0 its main shard (main dtype), its MXFP8 scales where its
+ * plan keeps it as MXFP8 and its persistent compute weight where that is
+ * not the main weights; plane k + 1 optimizer state k */
+static int64_t plane_bytes(const fp_exec *x, int32_t q, int plane) {
+  const fp_xparam *xp = &x->params[q];
+  const fp_ir_param *p = &x->prog->params[q];
+  int64_t n = fp_extent_elems(&xp->v.shard);
+  if (plane > 0) return plane <= 2 && xp->off[4 + plane - 1] >= 0 ? n * fpi_dtype_size(x->prog->optim_dtype) : 0;
+  int64_t b = n * fpi_dtype_size(p->main_dtype);
+  if (xp->off[6] >= 0) b += xp->v.scales.numel;
+  if (p->weight.buf >= 0 && p->weight.buf != p->main.buf && x->prog->bufs[p->weight.buf].kind == FP_BUF_PERSISTENT)
+    b += xp->v.weight.numel * fp_elem_size(xp->v.weight.dtype);
+  return b;
+}
+
 static const char *plane_name(unsigned plane) {
   return plane == 0 ? "main weights" : plane == 1 ? "optimizer state 0" : plane == 2 ? "optimizer state 1" : "optimizer state";
 }
@@ -284,6 +300,25 @@ static fp_status check_layout_maps(fp_xfer *t, fp_exec *from, fp_exec *to, int m
                    (long long)e, plane_name((unsigned)r->plane), tx->params[r->param].name,
                    r->dtype == FP_E8M0 ? "block" : "element", (long long)r->full_off);
   }
+  /* and every byte of this TO rank's weights (and states, when they move)
+   * is some need region's: regions lie in them and never overlap (X2), so
+   * their bytes add up. A file with a region dropped, and the ops that fill
+   * it, would leave those weights as they were */
+  int64_t *got = to ? calloc((size_t)to->prog->nparams * (size_t)(st + 1) + 1, sizeof *got) : NULL;
+  if (to && !got) return fpx_xfer_fail(t, FP_ERR_NOMEM, "xfer: out of host memory checking the layouts");
+  for (int32_t k = tx->need_first[g]; to && k < tx->need_first[g + 1]; k++)
+    if (tx->need[k].plane <= st) got[(int64_t)tmap[tx->need[k].param] * (st + 1) + tx->need[k].plane] += tx->need[k].bytes;
+  for (int32_t q = 0; to && q < to->prog->nparams; q++)
+    for (int w = 0; w <= st && !to->params[q].host[2]; w++) {
+      int64_t want = plane_bytes(to, q, w), have = got[(int64_t)q * (st + 1) + w];
+      if (have != want) {
+        free(got);
+        return fpx_xfer_fail(t, FP_ERR_PLAN, "xfer: this TO rank holds %lld bytes of the %s of '%s'; the transfer writes "
+                             "%lld of them", (long long)want, plane_name((unsigned)w), to->prog->params[q].name,
+                             (long long)have);
+      }
+    }
+  free(got);
   return FP_OK;
 }
 

@@ -445,31 +445,38 @@ int main(int argc, char **argv) {
    * the values from the labels: a FROM read one element further into its
    * run than the element it names (one element shorter, so it stays
    * inside), and a TO need region naming the element after the one its
-   * bytes hold. Both fail on the owner before any byte moves */
-  for (int lie = 0; lie < 2; lie++) {
+   * bytes hold; and a need region dropped (its bytes 0: a file without it
+   * and the ops filling it would leave those weights as they were). Each
+   * fails on the owner before any byte moves */
+  for (int lie = 0; lie < 3; lie++) {
     fp_tx *tx = ab->tx;
     int32_t i = 0;
     while (i < tx->nops && !(tx->ops[i].src.space == FP_SP_FROM && tx->ops[i].n > 1 &&
                              (tx->ops[i].kind == FP_TX_COPY || tx->ops[i].kind == FP_TX_SEND)))
       i++;
     if (lie == 0 && i == tx->nops) continue; /* (nothing read from FROM in pieces of two or more) */
-    if (lie == 1 && tx->nneed == 0) continue;
+    if (lie >= 1 && tx->nneed == 0) continue;
     int32_t owner = lie ? tx->need[0].proc : tx->ops[i].proc;
     int64_t z = lie ? 0 : fpi_dtype_size(tx->ops[i].sdtype);
-    if (lie) tx->need[0].full_off += 1;
+    int64_t kept = tx->need[0].bytes;
+    if (lie == 2) tx->need[0].bytes = 0;
+    else if (lie) tx->need[0].full_off += 1;
     else tx->ops[i].src.off += z, tx->ops[i].n -= 1;
     if (ab->run) ab->run->checked = 0; /* (edited in memory, which a loaded transfer never is: checked again) */
     fp_status st = fp_xfer_run(ab, xa, xb, NULL);
-    const char *want = lie ? "as it says" : "not element";
+    const char *want = lie == 2 ? "; the transfer writes " : lie ? "as it says" : "not element";
     if (tu_rank < tx->nprocs && fpi_tx_prog(tx, tu_rank) == owner)
-      EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ab), want) && strstr(fp_xfer_errmsg(ab), lie ? "TO bytes" : "reads FROM"),
-             "a lying %s label: got %s: %s", lie ? "need" : "read", fp_status_name(st), fp_xfer_errmsg(ab));
+      EXPECT(st == FP_ERR_PLAN && strstr(fp_xfer_errmsg(ab), want) &&
+                 strstr(fp_xfer_errmsg(ab), lie == 2 ? "this TO rank holds" : lie ? "TO bytes" : "reads FROM"),
+             "a lying %s: got %s: %s", lie == 2 ? "need list" : lie ? "need label" : "read label", fp_status_name(st),
+             fp_xfer_errmsg(ab));
     else
       EXPECT(st == FP_ERR_MISMATCH, "a lying label elsewhere: got %s: %s", fp_status_name(st), fp_xfer_errmsg(ab));
     int64_t changed = 0;
     for (int64_t b = 0; inB && b < B->prog->arena_bytes; b++) changed += (unsigned char)xb->dev[b] != SENT;
     EXPECT(changed == 0, "a refused transfer changed %" PRId64 " TO bytes", changed);
-    if (lie) tx->need[0].full_off -= 1;
+    if (lie == 2) tx->need[0].bytes = kept;
+    else if (lie) tx->need[0].full_off -= 1;
     else tx->ops[i].src.off -= z, tx->ops[i].n += 1;
   }
   EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B: %s", fp_xfer_errmsg(ab));
