@@ -1846,7 +1846,9 @@ static void tx_describe(const txctx *x, const cell *c, char *out, size_t cap) {
                  ") only", nm, c->e, c->e + n, c->digits, c->digits + c->slots);
       return;
     case SV_ZERO: snprintf(out, cap, "zeros"); return;
-    case SV_JUNK: snprintf(out, cap, "bytes of a recv not resolved"); return;
+    case SV_JUNK: /* (ver: the op that made it) */
+      snprintf(out, cap, "what op %d wrote, which nothing proves", c->ver);
+      return;
     case SV_WIRE:
       snprintf(out, cap, "wire bytes [%" PRId64 ",+%" PRId64 ") of %s elements [%" PRIu64 ",%" PRIu64 ") (transform '%s' "
                "from %s to %s)", c->e, c->hi - c->lo, nm, c->digits, c->digits + c->slots,
@@ -1926,14 +1928,21 @@ static bool tx_aux_scales(txctx *x, int32_t p, int32_t i, const cell *src, int32
     int64_t k = k0 + j, wa, wb, ga = 0, gb = 0;
     const cell *c = tx_sc_at(x, na, j);
     if (c && c->kind == SV_JUNK) return false;
-    if (op->kind == FP_TX_DEQUANT) { /* the MXFP8 elements of block k in the source: their span */
-      const cell *e = NULL;
-      for (int32_t q = 0; q < ns_src && !e; q++) {
-        int64_t e0 = src[q].e, e1 = src[q].e + (src[q].hi - src[q].lo);
-        if (src[q].kind == SV_WEIGHT && e0 < (k + 1) * FP_MX_BLOCK && e1 > k * FP_MX_BLOCK) e = &src[q];
+    if (op->kind == FP_TX_DEQUANT) { /* the MXFP8 elements of block k in the source: their span, one for all */
+      bool seen = false;
+      for (int32_t q = 0; q < ns_src; q++) {
+        int64_t e0 = src[q].e, e1 = src[q].e + (src[q].hi - src[q].lo), qa, qb;
+        if (src[q].kind != SV_WEIGHT || e0 >= (k + 1) * FP_MX_BLOCK || e1 <= k * FP_MX_BLOCK) continue;
+        tx_block(t, &src[q], k, &qa, &qb);
+        if (seen && (qa != wa || qb != wb)) {
+          txerr(x, i, p, "dequantizes %s block %" PRId64 " whose MXFP8 elements were quantized at two scales (over "
+                "elements [%" PRId64 ",%" PRId64 ") and [%" PRId64 ",%" PRId64 "))", t->params[op->param].name, k, wa,
+                wb, qa, qb);
+          return false;
+        }
+        wa = qa, wb = qb, seen = true;
       }
-      if (!e) return false; /* (the source was reported) */
-      tx_block(t, e, k, &wa, &wb);
+      if (!seen) return false; /* (the source was reported) */
     } else { /* the slice's part of block k */
       wa = op->full_off > k * FP_MX_BLOCK ? op->full_off : k * FP_MX_BLOCK;
       wb = op->full_off + op->n < (k + 1) * FP_MX_BLOCK ? op->full_off + op->n : (k + 1) * FP_MX_BLOCK;

@@ -682,12 +682,23 @@ int main(int argc, char **argv) {
    * quantize of [0,40) (c == 1: block 0's scale over [0,32): other values).
    * Then the max of two scales of block 0 is the scale over the union of
    * their elements: [0,4) and [4,32) give block 0's own (c == 2, valid),
-   * [0,4) and [8,12) no range (c == 3) */
-  for (int c = 0; c < 4; c++) {
+   * [0,4) and [8,12) no range (c == 3). And a dequantize of block 0 whose
+   * two halves were quantized apart, at two scales (c == 4) */
+  for (int c = 0; c < 5; c++) {
     fp_tx *w = hand(a, 1);
-    w->params[0].numel = 64, w->params[0].mxfp8 = c < 2, w->from_arena = w->to_arena = w->stage_bytes[0] = 256;
+    w->params[0].numel = 64, w->params[0].mxfp8 = c < 2 || c == 4, w->from_arena = w->to_arena = w->stage_bytes[0] = 256;
     fpi_tx_region_add(w, false, 0, 0, 0, 256, 0, FP_F32);
-    if (c < 2) {
+    if (c == 4) {
+      for (int k = 0; k < 2; k++) {
+        fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, 16);
+        q->sdtype = FP_F32, q->full_off = 16 * k, q->src = (fp_tx_ref){FP_SP_FROM, 64 * k};
+        q->dst = (fp_tx_ref){FP_SP_STAGE, 16 * k}, q->aux = (fp_tx_ref){FP_SP_STAGE, 64 + k};
+      }
+      fp_tx_op *q = fpi_tx_emit(w, FP_TX_DEQUANT, 0, 0, FP_F32, 32);
+      q->sdtype = FP_E4M3, q->full_off = 0, q->src = (fp_tx_ref){FP_SP_STAGE, 0};
+      q->aux = (fp_tx_ref){FP_SP_STAGE, 64}, q->dst = (fp_tx_ref){FP_SP_TO, 0};
+      fpi_tx_region_add(w, true, 0, 0, 0, 128, 0, FP_F32);
+    } else if (c < 2) {
       for (int k = 0; k < 2; k++) {
         fp_tx_op *q = fpi_tx_emit(w, FP_TX_QUANT, 0, 0, FP_E4M3, k ? 40 : 35);
         q->sdtype = FP_F32, q->full_off = k ? 0 : 5, q->src = (fp_tx_ref){FP_SP_FROM, k ? 0 : 20};
@@ -714,9 +725,11 @@ int main(int argc, char **argv) {
         "elements [0,40) only; its MXFP8 elements were quantized at the scale of elements [5,32)",
         NULL,
         "takes the max of MXFP8 scales of w blocks [0,1) over elements [0,4) only and MXFP8 scales of w blocks [0,1) over "
-        "elements [8,12) only at byte 0: not two scales of one block of w over elements that make one range"};
+        "elements [8,12) only at byte 0: not two scales of one block of w over elements that make one range",
+        "dequantizes w block 0 whose MXFP8 elements were quantized at two scales (over elements [0,16) and [16,32))"};
     static const char *const what[] = {"X7 dequantize at its own scales", "X7 dequantize at another slice's scales",
-                                       "X7 max of scales making a block", "X7 max of scales making no range"};
+                                       "X7 max of scales making a block", "X7 max of scales making no range",
+                                       "X7 dequantize of a block quantized in two halves"};
     expect(w, want[c], what[c]);
   }
 
