@@ -3,7 +3,8 @@
  *
  * Sources: transfers compiled here (fpi_reshard) between plans of the MPI
  * tests' models (tests/mpi): casts between main dtypes, overlapping and
- * disjoint rank sets, programs shared between processes, ragged shards,
+ * disjoint rank sets (TO after FROM, and the way back), programs shared
+ * between processes, ragged shards, weights with their optimizer states,
  * MXFP8 on the wire (slices starting inside blocks), the reshard transforms
  * (sender- and receiver-side MXFP8), weights TO keeps as MXFP8 (whole
  * blocks quantized by one sender, and blocks split between FROM ranks: each
@@ -385,36 +386,38 @@ typedef struct source {
   const char *model, *from;
   int wf;
   const char *to;
-  int wt, to_offset;
+  int wt, to_offset, from_offset;
   const char *rule; /* "PATTERN=NAME" or NULL */
   const char *what; /* NULL: "weights" */
 } source;
 
 int main(void) {
   static const source S[] = {
-      {"mlp", "full_shard", 4, "placements-w3", 3, 0, NULL, NULL},
-      {"mlp", "full_shard", 4, "bf16", 3, 0, NULL, NULL},
-      {"mlp", "hybrid", 4, "full_shard", 2, 4, NULL, NULL},
-      {"mlp", "hybrid", 6, "hybrid", 4, 0, NULL, NULL},
-      {"mlp", "ragged-w6", 6, "full_shard", 8, 0, NULL, NULL},
-      {"mlp", "full_shard", 4, "placements-w3", 3, 0, "fc*.weight=mxfp8", NULL},
-      {"mlp", "full_shard", 2, "no_shard", 3, 0, "*=mxfp8", NULL},
-      {"mlp", "full_shard", 4, "placements-w3", 3, 0, "*=mxfp8_receiver", NULL},
-      {"mlp", "bf16", 3, "full_shard", 2, 3, "fc0.*=mxfp8_sender", NULL},
-      {"mlp-frozen", "full_shard", 4, "mxfp8-keep", 3, 0, NULL, NULL},
-      {"mlp-frozen", "per-param", 4, "mxfp8-keep", 2, 0, NULL, NULL},
-      {"mlp-frozen", "per-param", 2, "mxfp8-keep", 3, 2, NULL, NULL},
-      {"mlp-frozen", "mxfp8-keep", 3, "mxfp8-keep", 2, 0, NULL, NULL},
-      {"mlp-frozen", "mxfp8-keep", 2, "mxfp8-keep", 3, 2, NULL, NULL},
-      {"mlp-frozen", "mxfp8-keep", 3, "full_shard", 2, 0, NULL, NULL},
-      {"mlp-frozen", "mxfp8-keep", 2, "frozen-bf16", 3, 2, NULL, NULL},
-      {"mlp", "full_shard", 4, "placements-w3", 3, 0, NULL, "weights+optimizer"},
-      {"mlp", "hybrid", 4, "ragged-w6", 6, 4, NULL, "weights+optimizer"},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, 0, NULL, NULL},
+      {"mlp", "full_shard", 4, "bf16", 3, 0, 0, NULL, NULL},
+      {"mlp", "hybrid", 4, "full_shard", 2, 4, 0, NULL, NULL},
+      {"mlp", "hybrid", 6, "hybrid", 4, 0, 0, NULL, NULL},
+      {"mlp", "ragged-w6", 6, "full_shard", 8, 0, 0, NULL, NULL},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, 0, "fc*.weight=mxfp8", NULL},
+      {"mlp", "full_shard", 2, "no_shard", 3, 0, 0, "*=mxfp8", NULL},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, 0, "*=mxfp8_receiver", NULL},
+      {"mlp", "bf16", 3, "full_shard", 2, 3, 0, "fc0.*=mxfp8_sender", NULL},
+      {"mlp-frozen", "full_shard", 4, "mxfp8-keep", 3, 0, 0, NULL, NULL},
+      {"mlp-frozen", "per-param", 4, "mxfp8-keep", 2, 0, 0, NULL, NULL},
+      {"mlp-frozen", "per-param", 2, "mxfp8-keep", 3, 2, 0, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 3, "mxfp8-keep", 2, 0, 0, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 2, "mxfp8-keep", 3, 2, 0, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 3, "full_shard", 2, 0, 0, NULL, NULL},
+      {"mlp-frozen", "mxfp8-keep", 2, "frozen-bf16", 3, 2, 0, NULL, NULL},
+      {"mlp", "full_shard", 4, "placements-w3", 3, 0, 0, NULL, "weights+optimizer"},
+      {"mlp", "hybrid", 4, "ragged-w6", 6, 4, 0, NULL, "weights+optimizer"},
+      {"mlp", "ragged-w6", 6, "hybrid", 4, 0, 4, "fc1.*=mxfp8_receiver", NULL}, /* the way back: FROM after TO */
   };
   for (size_t s = 0; s < sizeof S / sizeof *S; s++) {
     char name[200];
     snprintf(name, sizeof name, "%s %s%d>%s%d%s%s%s%s", S[s].model, S[s].from, S[s].wf, S[s].to, S[s].wt,
-             S[s].to_offset ? " disjoint" : "", S[s].rule ? " " : "", S[s].rule ? S[s].rule : "",
+             S[s].to_offset ? " disjoint" : S[s].from_offset ? " disjoint back" : "", S[s].rule ? " " : "",
+             S[s].rule ? S[s].rule : "",
              S[s].what ? " +optimizer" : "");
     fp_plan *A = plan(S[s].model, S[s].from, S[s].wf), *B = plan(S[s].model, S[s].to, S[s].wt);
     if (!A || !B) {
@@ -425,7 +428,8 @@ int main(void) {
     fp_diag d;
     fpi_diag_init(&d, NULL);
     const char *rules[] = {S[s].rule};
-    fp_reshard_opts o = {.what = S[s].what ? S[s].what : "weights", .to_offset = S[s].to_offset, .rules = rules, .nrules = S[s].rule != NULL};
+    fp_reshard_opts o = {.what = S[s].what ? S[s].what : "weights", .to_offset = S[s].to_offset,
+                         .from_offset = S[s].from_offset, .rules = rules, .nrules = S[s].rule != NULL};
     fp_tx *t = fpi_reshard(a, A->prog, NULL, B->prog, NULL, &o, &d);
     if (!t) {
       printf("FAIL %s: %s\n", name, d.buf ? d.buf : "(no transfer)");
