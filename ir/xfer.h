@@ -121,6 +121,8 @@ typedef struct fp_tx_wire {
   int64_t count;       /* elements */
 } fp_tx_wire;
 #define FP_TX_MAX_WIRES 8     /* wire tensors per slice */
+/* (the counts fit fp_tx_op's 4-bit fields) */
+_Static_assert(FP_TX_MAX_WIRES <= 15 && FP_TX_MAX_PLANE <= 15, "fp_tx_op.nwire and .plane are 4 bits");
 #define FP_TX_GUARD 64        /* guard bytes on each side of a finalize's scratch */
 
 typedef struct fp_tx {
