@@ -2253,11 +2253,14 @@ static void tx_check_needs(txctx *x, int32_t p) {
       if (r->dtype == FP_E8M0)
         txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need the MXFP8 scales of %s blocks [%" PRId64 ",%"
               PRId64 ")", r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo, r->full_off + c->hi);
-      else
+      else {
+        char st[48] = "";
+        if (r->plane > 0) snprintf(st, sizeof st, " of optimizer state %d", r->plane - 1);
         txerr(x, -1, p, "TO bytes [%" PRId64 ",%" PRId64 ") hold %s, need %s elements [%" PRId64 ",%" PRId64 ") in %s%s%s",
               r->off + c->lo, r->off + c->hi, dd, t->params[r->param].name, r->full_off + c->lo / z,
               r->full_off + c->hi / z, fpi_dtype_name(r->dtype), r->dtype == FP_E4M3 ? " MXFP8" : mx ? " (MXFP8 on the wire)" : "",
-              r->plane == 0 ? "" : r->plane == 1 ? " of optimizer state 0" : r->plane == 2 ? " of optimizer state 1" : " of an optimizer state");
+              st);
+      }
       break;
     }
   }

@@ -576,12 +576,15 @@ int main(int argc, char **argv) {
       free(e);
       /* an optimizer state's plane: 1 to 15 on a need region (its 6th element, nothing after it) and on an op */
       e = edit(js, "\"need\":[[", "\"need\":[[0,0,4,0,\"fp32\",0],[", &at);
+      CHECK(e, "the edit applies");
       if (e) expect_read(a, e, "/need/0/5: 0 is outside [1, 15]", at + 24, "need region of plane 0");
       free(e);
       e = edit(js, "\"need\":[[", "\"need\":[[0,0,4,0,\"fp32\",1,2],[", &at);
+      CHECK(e, "the edit applies");
       if (e) expect_read(a, e, "/need/0/6: expected 6 elements (a need region is", at + 26, "need region too long");
       free(e);
       e = edit(js, "\"full_off\":0", "\"full_off\":0,\"plane\":16", &at);
+      CHECK(e, "the edit applies");
       if (e) expect_read(a, e, "/plane: 16 is outside [1, 15]", at + 21, "op of plane 16");
       free(e);
       e = edit(js, "\"dst\":[\"to\",0]", "\"dst\":[\"to\",0,7]", &at);
