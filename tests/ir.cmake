@@ -46,3 +46,7 @@ set_tests_properties(plan_schema_examples PROPERTIES LABELS golden TIMEOUT 120)
 # example and golden, each mutant re-hashed through plan.json (tests/test_sem.c)
 fp_unit_test(test_sem)
 set_tests_properties(test_sem PROPERTIES LABELS golden)
+# the memory plan's rules (6, 8) on a mutation corpus of placements and live
+# ranges, each mutant judged by an oracle of its own (tests/test_mem.c)
+fp_unit_test(test_mem)
+set_tests_properties(test_mem PROPERTIES LABELS golden)
