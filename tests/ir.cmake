@@ -50,3 +50,7 @@ set_tests_properties(test_sem PROPERTIES LABELS golden)
 # ranges, each mutant judged by an oracle of its own (tests/test_mem.c)
 fp_unit_test(test_mem)
 set_tests_properties(test_mem PROPERTIES LABELS golden)
+# plan.json changed value by value, its hash kept: rejected, or read as the
+# original (tests/test_plan_edits.c)
+fp_unit_test(test_plan_edits)
+set_tests_properties(test_plan_edits PROPERTIES LABELS golden)
