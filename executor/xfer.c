@@ -378,13 +378,12 @@ static double xfer_timeout(const fp_exec *from, const fp_exec *to) {
   return e && *e && !*end && v > 0 && v <= 1e9 ? v : 0;
 }
 
-/* what must be the same transfer on every process */
-static uint64_t tx_identity(const fp_tx *tx) {
-  uint64_t h = tx->from_hash * 0x9E3779B97F4A7C15ull ^ tx->to_hash;
-  const int64_t v[] = {tx->nprocs, tx->from_offset, tx->from_world, tx->to_offset, tx->to_world, tx->nops};
-  for (size_t i = 0; i < sizeof v / sizeof *v; i++) h = (h ^ (uint64_t)v[i]) * 0x100000001B3ull;
-  return h;
-}
+/* what must be the same transfer on every process: the whole program
+ * (ir/xfer.h fpi_tx_hash), taken at each run - a run does more work per op
+ * than hashing it - so two processes holding transfers that differ in any
+ * op (two files, one edited or compiled with other options) are refused
+ * before any op, not run into each other's bytes */
+static uint64_t tx_identity(const fp_tx *tx) { return fpi_tx_hash(tx); }
 
 /* Complete the posted requests req[from, n). With a timeout, polled: past
  * it, the pending ones are abandoned (freed; *abandoned set, so the caller
@@ -575,7 +574,7 @@ static fp_status agree_failed(fp_xfer *t, fp_status st, const fpx_agreement *a, 
       return st != FP_OK ? st
                          : fpx_xfer_fail(t, FP_ERR_MISMATCH,
                                          "xfer: the processes hold different transfers (process 0 and process %" PRId64
-                                         " differ in their plans' hashes, offsets or ops); nothing was written",
+                                         " differ in their plans, processes or ops); nothing was written",
                                          a->rank);
     default:
       return st != FP_OK ? st : fpx_xfer_fail(t, FP_ERR_BACKEND, "xfer: MPI failed while the processes agreed");

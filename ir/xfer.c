@@ -217,6 +217,79 @@ void fpi_tx_finish(fp_tx *t) {
   }
 }
 
+/* ---- the hash ---- */
+typedef struct txh {
+  uint64_t h;
+} txh;
+static void hw(txh *s, uint64_t w) { s->h = (s->h ^ w) * 0x100000001b3ull; }
+static void hstr(txh *s, const char *p) {
+  if (!p) {
+    hw(s, ~0ull);
+    return;
+  }
+  size_t n = strlen(p);
+  hw(s, n);
+  for (size_t k = 0; k < n; k += 8) {
+    uint64_t u = 0;
+    memcpy(&u, p + k, n - k < 8 ? n - k : 8);
+    hw(s, u);
+  }
+}
+static void href(txh *s, fp_tx_ref r) {
+  hw(s, r.space);
+  hw(s, (uint64_t)(int64_t)r.off);
+}
+
+uint64_t fpi_tx_hash(const fp_tx *t) {
+  txh s = {0xcbf29ce484222325ull};
+  hstr(&s, t->model);
+  hstr(&s, t->what);
+  const int64_t head[] = {(int64_t)t->from_hash, (int64_t)t->to_hash, t->from_world, t->to_world, t->to_offset,
+                          t->nprocs,             t->from_offset,      t->from_arena, t->to_arena};
+  for (size_t k = 0; k < sizeof head / sizeof *head; k++) hw(&s, (uint64_t)head[k]);
+  hw(&s, (uint64_t)t->nparams);
+  for (int32_t j = 0; j < t->nparams; j++) {
+    const fp_tx_param *q = &t->params[j];
+    hstr(&s, q->name);
+    hw(&s, (uint64_t)q->numel);
+    hw(&s, (uint64_t)q->mxfp8 | (uint64_t)q->src_mx << 1);
+    hstr(&s, fpi_tx_xf_name(t, j));
+  }
+  hw(&s, (uint64_t)t->nops);
+  for (int32_t i = 0; i < t->nops; i++) {
+    const fp_tx_op *o = &t->ops[i];
+    hw(&s, (uint64_t)o->kind | (uint64_t)o->dtype << 8 | (uint64_t)o->sdtype << 16 | (uint64_t)o->nwire << 24 |
+               (uint64_t)o->plane << 28);
+    hw(&s, (uint64_t)(uint32_t)o->proc << 32 | (uint32_t)o->peer);
+    hw(&s, (uint64_t)(uint32_t)o->param);
+    hw(&s, (uint64_t)o->n);
+    hw(&s, (uint64_t)o->full_off);
+    href(&s, o->dst);
+    href(&s, o->src);
+    if (o->kind == FP_TX_PREP_SEND || o->kind == FP_TX_FINALIZE) {
+      int64_t w0 = fpi_tx_wire0(o);
+      for (int k = 0; k < (int)o->nwire; k++) {
+        const fp_tx_wire *w = w0 >= 0 && w0 + k < t->nwires ? &t->wires[w0 + k] : NULL;
+        hw(&s, w ? (uint64_t)w->dtype : ~0ull), hw(&s, w ? (uint64_t)w->count : ~0ull);
+      }
+    } else {
+      href(&s, o->aux);
+    }
+  }
+  hw(&s, (uint64_t)t->nneed);
+  for (int32_t k = 0; k < t->nneed; k++) {
+    const fp_tx_region *r = &t->need[k];
+    hw(&s, (uint64_t)(uint32_t)r->proc << 32 | (uint32_t)r->param);
+    hw(&s, (uint64_t)r->off), hw(&s, (uint64_t)r->bytes), hw(&s, (uint64_t)r->full_off);
+    hw(&s, (uint64_t)r->dtype | (uint64_t)(uint32_t)r->plane << 8);
+  }
+  for (int64_t p = 0; p < t->nprocs; p++) {
+    hw(&s, (uint64_t)(int64_t)(t->same ? t->same[p] : -1));
+    hw(&s, (uint64_t)(t->stage_bytes ? t->stage_bytes[p] : 0));
+  }
+  return s.h;
+}
+
 static void ref_str(char *s, size_t n, fp_tx_ref r) {
   if (r.space == FP_SP_NONE)
     snprintf(s, n, "-");

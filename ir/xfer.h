@@ -281,6 +281,16 @@ bool fpi_tx_verify(const fp_tx *t, fp_diag *d);
 bool fpi_tx_verify_sem(const fp_tx *t, fp_diag *d);
 extern long fp_tx_sem_skipped; /* transfers X7 passed unchecked as too large (over 2^20 ops) */
 
+/* what the transfer is, as a 64-bit FNV-1a over the program: the plans'
+ * hashes and the process mapping, the params (names, sizes, transforms by
+ * name), every op (a prep_send's and finalize's wire tensors by dtype and
+ * count, not by their index in the wire table), each process's needs, the
+ * shared programs and staging sizes; not the `have` regions (the
+ * planner's, or derived from the ops when read) nor the figures. A
+ * transfer compiled and the same read back from its JSON hash the same.
+ * Processes compare it before the first op (fp_xfer_run) */
+uint64_t fpi_tx_hash(const fp_tx *t);
+
 /* text form: a header, the params, the requirements and every process's
  * ops (one line each); explain: one row per op with its bytes and the
  * figures; JSON: "flexplan.xfer.v1" */

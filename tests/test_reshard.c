@@ -291,6 +291,56 @@ static void watchdog_lost(fp_xfer *ab, fp_exec *xa, fp_exec *xb, int victim) {
 }
 #endif
 
+/* Another valid transfer: the k1-th and k2-th sends from one process to
+ * another (the same count and dtype) exchanged, and the matching recvs on
+ * the receiver: the two slices cross in the other order. The first such
+ * pair, with process `prefer` as sender or receiver where there is one,
+ * that X1-X7 accept; its op indices in at[4] (cross_undo puts them back).
+ * false when the transfer has none. */
+static void cross_swap(fp_tx *t, const int32_t at[4]) {
+  fp_tx_op s = t->ops[at[0]];
+  t->ops[at[0]] = t->ops[at[1]], t->ops[at[1]] = s;
+  s = t->ops[at[2]], t->ops[at[2]] = t->ops[at[3]], t->ops[at[3]] = s;
+}
+static bool cross_two_slices(fp_tx *t, int prefer, int32_t at[4]) {
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t i = 0; i < t->nops; i++) {
+      const fp_tx_op *a = &t->ops[i];
+      if (a->kind != FP_TX_SEND || (pass == 0 && a->proc != prefer && a->peer != prefer)) continue;
+      for (int32_t j = i + 1; j < t->nops; j++) {
+        const fp_tx_op *b = &t->ops[j];
+        if (b->kind != FP_TX_SEND || b->proc != a->proc || b->peer != a->peer || b->n != a->n || b->dtype != a->dtype ||
+            (b->full_off == a->full_off && b->param == a->param && b->plane == a->plane))
+          continue;
+        /* their ordinals among the sends a->proc -> a->peer, and the recvs with them */
+        int k1 = 0, k2 = 0;
+        for (int32_t x = 0; x < j; x++) {
+          const fp_tx_op *o = &t->ops[x];
+          bool same = o->kind == FP_TX_SEND && o->proc == a->proc && o->peer == a->peer;
+          k1 += same && x < i, k2 += same;
+        }
+        int32_t r1 = -1, r2 = -1;
+        for (int32_t x = 0, k = 0; x < t->nops; x++) {
+          const fp_tx_op *o = &t->ops[x];
+          if (o->kind != FP_TX_RECV || o->proc != a->peer || o->peer != a->proc) continue;
+          if (k == k1) r1 = x;
+          if (k == k2) r2 = x;
+          k++;
+        }
+        if (r1 < 0 || r2 < 0) continue;
+        at[0] = i, at[1] = j, at[2] = r1, at[3] = r2;
+        cross_swap(t, at);
+        fp_diag d;
+        fpi_diag_init(&d, NULL);
+        bool ok = fpi_tx_verify(t, &d);
+        fpi_diag_free(&d);
+        if (ok) return true;
+        cross_swap(t, at); /* (a slice staged by an op between them: not this pair) */
+      }
+    }
+  return false;
+}
+
 int main(int argc, char **argv) {
   tu_init(&argc, &argv);
   if (argc < 6) {
@@ -551,6 +601,32 @@ int main(int argc, char **argv) {
     EXPECT(fp_xfer_run(ab, xa, xb, &w2) == FP_OK, "run A->B after a failed run: %s", fp_xfer_errmsg(ab));
     if (inB) check(xb, "A->B after a failed run", A, mxpat != NULL, mxpat);
     MPI_Comm_free(&w2);
+  }
+  /* the last process holds another valid transfer between the same plans,
+   * of as many ops (two slices crossing in the other order: a file edited,
+   * or compiled elsewhere): every process refuses it before any op, and no
+   * TO byte changes (the processes compare the whole program's hash; by
+   * the plans and the op count alone, the slices would land in each
+   * other's places unseen) */
+  {
+    int last = tu_world - 1;
+    int32_t at[4];
+    bool crossed = tu_rank == last && cross_two_slices(ab->tx, last, at);
+    int any = crossed;
+    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) {
+      if (inB) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+      fp_status st = fp_xfer_run(ab, xa, xb, NULL);
+      EXPECT(st == FP_ERR_MISMATCH && strstr(fp_xfer_errmsg(ab), "hold different transfers"),
+             "one process holding another transfer: got %s: %s", fp_status_name(st), fp_xfer_errmsg(ab));
+      EXPECT(changed_bytes(xb, B) == 0, "a refused transfer changed %" PRId64 " TO bytes", changed_bytes(xb, B));
+      if (crossed) cross_swap(ab->tx, at);
+      if (inB) memset(xb->dev, SENT, (size_t)B->prog->arena_bytes);
+      EXPECT(fp_xfer_run(ab, xa, xb, NULL) == FP_OK, "run A->B after the refusal: %s", fp_xfer_errmsg(ab));
+      if (inB) check(xb, "A->B after the refusal", A, mxpat != NULL, mxpat);
+    } else if (tu_rank == 0) {
+      printf("(no two equal slices between two processes: the crossed-transfer case does not apply)\n");
+    }
   }
   if (watchdog) {
     watchdog_away(ab, xa, xb, B, tu_world - 1);

@@ -59,6 +59,8 @@ typedef struct tally {
 } tally;
 static tally T[M_NKINDS];
 static int fails;
+static uint64_t H0;   /* the source's hash (fpi_tx_hash) */
+static int same_hash; /* mutants that differ from their source but hash as it */
 
 /* the operands of an op: 0 dst, 1 src, 2 aux (prep_send's and finalize's aux
  * indexes wire tensors: not an operand) */
@@ -317,6 +319,12 @@ static void one(const char *name, const fp_tx *t, int k, int32_t i, int nth) {
   mutate(c, k, i, nth, what, sizeof what);
   int r = verify(c, msg, sizeof msg);
   T[k].n++;
+  /* processes agree on a transfer by its hash (fp_xfer_run): any change
+   * changes it, but two equal ops swapped (the same program) */
+  bool equal = c->nops == t->nops && c->nneed == t->nneed && !memcmp(c->ops, t->ops, (size_t)t->nops * sizeof *t->ops) &&
+               !memcmp(c->need, t->need, (size_t)t->nneed * sizeof *t->need);
+  if (!equal && fpi_tx_hash(c) == H0 && same_hash++ < 5)
+    printf("  FAIL %s: %s at %s hashes as its source (fpi_tx_hash)\n", name, kind_name[k], what);
   if (r) {
     T[k].rejected++;
     if (!T[k].first[0]) snprintf(T[k].first, sizeof T[k].first, "%s: %s", name, msg);
@@ -441,6 +449,22 @@ int main(void) {
       for (int k = 0; k < FP_TX_NKINDS; k++)
         if (kinds[k]) printf(" %s %d", fpi_tx_kind_name(k), kinds[k]);
       printf("\n");
+      /* the hash of a compiled transfer and of the same read from its JSON agree */
+      H0 = fpi_tx_hash(t);
+      char *json = NULL;
+      size_t len = 0;
+      FILE *f = open_memstream(&json, &len);
+      bool wrote = f && fpi_tx_write_json(t, f);
+      if (f) fclose(f);
+      fp_src src = {.path = "xfer.json", .text = json, .len = len};
+      fp_arena *ra = fpi_arena_new();
+      fp_tx *back = wrote ? fpi_tx_read(ra, &d, &src) : NULL;
+      if (!back || fpi_tx_hash(back) != H0) {
+        printf("FAIL %s: read back from its JSON, %s\n", name, back ? "it hashes differently" : "it is refused");
+        fails++;
+      }
+      fpi_arena_free(ra);
+      free(json);
       corpus(name, t);
     }
     fpi_diag_free(&d);
@@ -454,6 +478,8 @@ int main(void) {
     n += T[k].n, rj += T[k].rejected, ac += T[k].accepted;
   }
   printf("%-18s %8d %9d %9d\n", "all", n, rj, ac);
+  printf("mutants that hash as their source: %d\n", same_hash);
+  fails += same_hash;
   printf("\nthe strict classes, a message of each:\n");
   for (int k = M_STRICT; k < M_NKINDS; k++) {
     printf("  %-18s %s\n", kind_name[k], T[k].first);
