@@ -666,6 +666,18 @@ uint64_t fpi_fnv1a(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
+uint64_t fpi_fnv_str_words(uint64_t h, const char *s) {
+  if (!s) return fpi_fnv_word(h, ~0ull);
+  size_t n = strlen(s);
+  h = fpi_fnv_word(h, n);
+  for (size_t k = 0; k < n; k += 8) {
+    uint64_t u = 0;
+    memcpy(&u, s + k, n - k < 8 ? n - k : 8);
+    h = fpi_fnv_word(h, u);
+  }
+  return h;
+}
+
 /* ---- "did you mean" ------------------------------------------------------ */
 /* optimal string alignment distance of a and b, ASCII case ignored; stops
  * early (returns cap + 1) once every entry of a row exceeds cap */

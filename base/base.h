@@ -264,6 +264,12 @@ void fpi_name_firsts(const char *(*name)(const void *ctx, int32_t i), const void
 /* FNV-1a 64 over bytes, chainable (start with FP_FNV_INIT) */
 #define FP_FNV_INIT 0xcbf29ce484222325ull
 uint64_t fpi_fnv1a(uint64_t h, const void *p, size_t n);
+/* the same taken a 64-bit word at a time (the plan's and a transfer's
+ * content hashes): xor the word in, multiply by the prime; a string as its
+ * length and then 8 bytes a word (NULL: one word of all ones) */
+#define FP_FNV_PRIME 0x100000001b3ull
+static inline uint64_t fpi_fnv_word(uint64_t h, uint64_t w) { return (h ^ w) * FP_FNV_PRIME; }
+uint64_t fpi_fnv_str_words(uint64_t h, const char *s);
 
 #include "../include/flexplan_version.h"
 #define FP_VERSION FP_VERSION_STRING /* plan.json's planner_version */

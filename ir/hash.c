@@ -19,36 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FNV_PRIME 0x100000001b3ull
-
 typedef struct hstate {
   uint64_t h;
 } hstate;
 
-static void w64(hstate *s, uint64_t w) {
-  s->h ^= w;
-  s->h *= FNV_PRIME;
-}
+static void w64(hstate *s, uint64_t w) { s->h = fpi_fnv_word(s->h, w); }
 static void wi(hstate *s, int64_t v) { w64(s, (uint64_t)v); }
 static void wd(hstate *s, double d) {
   uint64_t u;
   memcpy(&u, &d, sizeof u);
   w64(s, u);
 }
-/* a string: a presence word, its length, then 8 bytes per word */
-static void wstr(hstate *s, const char *p) {
-  if (!p) {
-    w64(s, ~0ull);
-    return;
-  }
-  size_t n = strlen(p);
-  w64(s, n);
-  for (size_t k = 0; k < n; k += 8) {
-    uint64_t u = 0;
-    memcpy(&u, p + k, n - k < 8 ? n - k : 8);
-    w64(s, u);
-  }
-}
+/* a string: its length, then 8 bytes per word (NULL: a word of ones) */
+static void wstr(hstate *s, const char *p) { s->h = fpi_fnv_str_words(s->h, p); }
 static void wreg(hstate *s, const fp_region *r) {
   wi(s, r->buf);
   wi(s, r->tabrel);

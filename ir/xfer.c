@@ -221,27 +221,15 @@ void fpi_tx_finish(fp_tx *t) {
 typedef struct txh {
   uint64_t h;
 } txh;
-static void hw(txh *s, uint64_t w) { s->h = (s->h ^ w) * 0x100000001b3ull; }
-static void hstr(txh *s, const char *p) {
-  if (!p) {
-    hw(s, ~0ull);
-    return;
-  }
-  size_t n = strlen(p);
-  hw(s, n);
-  for (size_t k = 0; k < n; k += 8) {
-    uint64_t u = 0;
-    memcpy(&u, p + k, n - k < 8 ? n - k : 8);
-    hw(s, u);
-  }
-}
+static void hw(txh *s, uint64_t w) { s->h = fpi_fnv_word(s->h, w); }
+static void hstr(txh *s, const char *p) { s->h = fpi_fnv_str_words(s->h, p); }
 static void href(txh *s, fp_tx_ref r) {
   hw(s, r.space);
   hw(s, (uint64_t)(int64_t)r.off);
 }
 
 uint64_t fpi_tx_hash(const fp_tx *t) {
-  txh s = {0xcbf29ce484222325ull};
+  txh s = {FP_FNV_INIT};
   hstr(&s, t->model);
   hstr(&s, t->what);
   const int64_t head[] = {(int64_t)t->from_hash, (int64_t)t->to_hash, t->from_world, t->to_world, t->to_offset,

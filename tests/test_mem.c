@@ -31,9 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/irpriv.h"
-#include "planner/front.h"
-#include "planner/pipeline.h"
+#include "mutant_sources.h"
 
 /* at most this many mutants per kind and source (spread over the
  * candidates); under the sanitizers a quarter */
@@ -428,6 +426,15 @@ static void corpus(const char *name, const fp_prog *p, const oracle *o) {
 }
 
 static void source(const char *name, const fp_prog *p) {
+  fp_diag d;
+  fpi_diag_init(&d, stderr);
+  bool valid = fpi_ir_verify(p, &d, NULL);
+  fpi_diag_free(&d);
+  if (!valid) {
+    printf("FAIL %s: the original does not verify\n", name);
+    fails++;
+    return;
+  }
   oracle o;
   oracle_build(&o, p);
   char why[600];
@@ -446,49 +453,8 @@ static void source(const char *name, const fp_prog *p) {
   oracle_free(&o);
 }
 
-static void compiled(const char *name, const char *model, const char *spec) {
-  fp_arena *a = fpi_arena_new();
-  fp_diag d;
-  fpi_diag_init(&d, stderr);
-  fp_model m;
-  fp_spec s;
-  fp_compiled c;
-  if (!fpi_inputs_load(a, &d, model, spec, &m, &s) || !fpi_compile(a, &d, &m, &s, &c)) {
-    printf("FAIL %s: does not compile\n", name);
-    fails++;
-  } else if (!fpi_ir_verify(c.prog, &d, NULL)) {
-    printf("FAIL %s: the original does not verify\n", name);
-    fails++;
-  } else {
-    source(name, c.prog);
-  }
-  fpi_diag_free(&d);
-  fpi_arena_free(a);
-}
-
 int main(void) {
-  fp_arena *top = fpi_arena_new();
-  static const char *examples[] = {"tiny-mlp",        "tiny-mlp-ddp",   "tiny-mlp-hybrid", "tiny-mlp-ragged",
-                                   "tiny-mlp-tied",   "tiny-mlp-zero2", "llama3-8b",       "llama3-70b",
-                                   "llama3-405b",     "mixtral-8x7b",   "deepseek-v3-16b", "paligemma-3b-224",
-                                   "llama3-70b-tp8",  "llama3-405b-tp8"};
-  /* offload (a host arena), recompute, MXFP8, flat buckets, grad
-   * accumulation (a buffer live once per micro-batch), frozen units */
-  static const char *pairs[][2] = {
-      {"mlp", "bf16"},           {"mlp", "bf16-reduce"},   {"mlp", "bucket-mp"},   {"mlp", "flat"},
-      {"mlp", "flat-hybrid"},    {"mlp", "flat-sgo"},      {"mlp", "fp8-gather"},  {"mlp", "fp16-reduce"},
-      {"mlp", "ga2"},            {"mlp", "hybrid-ga2"},    {"mlp", "offload"},     {"mlp", "offload-mixed"},
-      {"mlp", "offload-sgo"},    {"mlp", "per-param"},     {"mlp", "placements-w3"}, {"mlp", "ragged-w6"},
-      {"mlp", "sgo-overlap"},    {"mlp", "sgo-overlap-flat-ga2"}, {"mlp-frozen", "frozen-bf16"},
-      {"mlp-frozen", "frozen-mxfp8"}, {"mlp-frozen", "mxfp8-keep"}, {"mlp-tied", "placements-tied-w4"},
-      {"mlp-tied", "recompute"}, {"mlp-tied-mid", "reshard2"},
-  };
-  for (size_t e = 0; e < sizeof examples / sizeof *examples; e++)
-    compiled(examples[e], fpi_sprintf(top, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]), NULL);
-  for (size_t e = 0; e < sizeof pairs / sizeof *pairs; e++)
-    compiled(fpi_sprintf(top, "%s+%s", pairs[e][0], pairs[e][1]),
-             fpi_sprintf(top, "%s/tests/mpi/%s.model.json", FP_SOURCE_DIR, pairs[e][0]),
-             fpi_sprintf(top, "%s/tests/mpi/%s.spec.json", FP_SOURCE_DIR, pairs[e][1]));
+  fails += fp_mut_sources(source, NULL);
   printf("\n%-20s %8s %8s %8s %8s %9s\n", "mutation", "mutants", "faulty", "caught", "sound", "accepted");
   int n = 0, f = 0, c = 0, s = 0, ac = 0;
   for (int k = 0; k < M_NKINDS; k++) {
@@ -510,6 +476,5 @@ int main(void) {
   }
   printf("\na fault of each kind, as the verifier reports it:\n");
   for (int k = 0; k < M_NKINDS; k++) printf("  %-20s %s\n", kind_name[k], T[k].first);
-  fpi_arena_free(top);
   return fails ? 1 : 0;
 }

@@ -35,9 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/irpriv.h"
-#include "planner/front.h"
-#include "planner/pipeline.h"
+#include "mutant_sources.h"
 
 /* values changed per source (two mutants each), at most BYTES of plan.json
  * read per source */
@@ -275,45 +273,20 @@ static void source(const char *name, const fp_prog *p) {
   free(want);
 }
 
-static void compiled(const char *name, const char *model, const char *spec) {
-  fp_arena *a = fpi_arena_new();
-  fp_diag d;
-  fpi_diag_init(&d, stderr);
-  fp_model m;
-  fp_spec s;
-  fp_compiled c;
-  if (!fpi_inputs_load(a, &d, model, spec, &m, &s) || !fpi_compile(a, &d, &m, &s, &c)) {
-    printf("FAIL %s: does not compile\n", name);
-    fails++;
-  } else {
-    source(name, c.prog);
-  }
-  fpi_diag_free(&d);
-  fpi_arena_free(a);
+/* the sources: the examples but the largest four (llama3-8b, -70b, -405b,
+ * -405b-tp8: plan.json of megabytes, read once per mutant, where the
+ * smaller ones have the same members), and the MPI tests' pairs */
+static bool large(const char *name) {
+  return !strcmp(name, "llama3-8b") || !strcmp(name, "llama3-70b") || !strcmp(name, "llama3-405b") ||
+         !strcmp(name, "llama3-405b-tp8");
 }
 
 int main(void) {
-  fp_arena *top = fpi_arena_new();
-  static const char *examples[] = {"tiny-mlp", "tiny-mlp-ddp", "tiny-mlp-hybrid", "tiny-mlp-ragged", "tiny-mlp-tied",
-                                   "tiny-mlp-zero2", "mixtral-8x7b", "deepseek-v3-16b", "paligemma-3b-224",
-                                   "llama3-70b-tp8"};
-  static const char *pairs[][2] = {
-      {"mlp", "flat"},        {"mlp", "fp8-gather"},   {"mlp", "ga2"},           {"mlp", "hybrid-ga2"},
-      {"mlp", "offload"},     {"mlp", "per-param"},    {"mlp", "placements-w3"}, {"mlp", "ragged-w6"},
-      {"mlp", "fp16-reduce"}, {"mlp-frozen", "mxfp8-keep"}, {"mlp-tied", "placements-tied-w4"},
-      {"mlp-tied", "recompute"}, {"mlp-tied-mid", "reshard2"},
-  };
-  for (size_t e = 0; e < sizeof examples / sizeof *examples; e++)
-    compiled(examples[e], fpi_sprintf(top, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]), NULL);
-  for (size_t e = 0; e < sizeof pairs / sizeof *pairs; e++)
-    compiled(fpi_sprintf(top, "%s+%s", pairs[e][0], pairs[e][1]),
-             fpi_sprintf(top, "%s/tests/mpi/%s.model.json", FP_SOURCE_DIR, pairs[e][0]),
-             fpi_sprintf(top, "%s/tests/mpi/%s.spec.json", FP_SOURCE_DIR, pairs[e][1]));
+  fails += fp_mut_sources(source, large);
   printf("\n%d mutants: %d rejected by the hash, %d by the reader or rules 1-8, %d read as the original, %d holes\n",
          nmut, nrej_hash, nrej_other, nsame, fails);
   printf("  the hash:  %s\n  otherwise: %s\n", first_hash, first_other);
   printf("\nvalues changed and read as the original, by member:\n");
   for (int k = 0; k < nig; k++) printf("  %-20s %5d   e.g. %s\n", IG[k].key, IG[k].n, IG[k].example);
-  fpi_arena_free(top);
   return fails ? 1 : 0;
 }

@@ -35,9 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/irpriv.h"
-#include "planner/front.h"
-#include "planner/pipeline.h"
+#include "mutant_sources.h"
 
 /* at most this many mutants per kind and source; under the sanitizers (about
  * 10x slower) a quarter of them, the same kinds and sources and strictness:
@@ -487,43 +485,10 @@ static void original(const char *name, const fp_prog *p, const char *must) {
   corpus(name, p);
 }
 
-/* a model (and spec) compiled here: an original of the corpus */
-static void compiled(const char *name, const char *model, const char *spec) {
-  fp_arena *a = fpi_arena_new();
-  fp_diag d;
-  fpi_diag_init(&d, stderr);
-  fp_model m;
-  fp_spec s;
-  fp_compiled c;
-  if (!fpi_inputs_load(a, &d, model, spec, &m, &s) || !fpi_compile(a, &d, &m, &s, &c)) {
-    printf("FAIL %s: does not compile\n", name);
-    fails++;
-  } else {
-    original(name, c.prog, NULL);
-  }
-  fpi_diag_free(&d);
-  fpi_arena_free(a);
-}
+/* a compiled program: an original of the corpus */
+static void compiled(const char *name, const fp_prog *p) { original(name, p, NULL); }
 
 int main(void) {
-  fp_arena *top = fpi_arena_new(); /* the sources' names and paths */
-  static const char *examples[] = {"tiny-mlp",        "tiny-mlp-ddp",   "tiny-mlp-hybrid", "tiny-mlp-ragged",
-                                   "tiny-mlp-tied",   "tiny-mlp-zero2", "llama3-8b",       "llama3-70b",
-                                   "llama3-405b",     "mixtral-8x7b",   "deepseek-v3-16b", "paligemma-3b-224",
-                                   "llama3-70b-tp8",  "llama3-405b-tp8"};
-  /* the MPI tests' model and spec pairs (tests/mpi, each at its spec's
-   * world size): offload, recompute, MXFP8 gathers and kept weights, flat
-   * and per-param collectives, bf16 and fp16 reduces, ragged and cut
-   * placements, tied weights, frozen units, grad accumulation */
-  static const char *pairs[][2] = {
-      {"mlp", "bf16"},           {"mlp", "bf16-reduce"},   {"mlp", "bucket-mp"},   {"mlp", "flat"},
-      {"mlp", "flat-hybrid"},    {"mlp", "flat-sgo"},      {"mlp", "fp8-gather"},  {"mlp", "fp16-reduce"},
-      {"mlp", "ga2"},            {"mlp", "hybrid-ga2"},    {"mlp", "offload"},     {"mlp", "offload-mixed"},
-      {"mlp", "offload-sgo"},    {"mlp", "per-param"},     {"mlp", "placements-w3"}, {"mlp", "ragged-w6"},
-      {"mlp", "sgo-overlap"},    {"mlp", "sgo-overlap-flat-ga2"}, {"mlp-frozen", "frozen-bf16"},
-      {"mlp-frozen", "frozen-mxfp8"}, {"mlp-frozen", "mxfp8-keep"}, {"mlp-tied", "placements-tied-w4"},
-      {"mlp-tied", "recompute"}, {"mlp-tied-mid", "reshard2"},
-  };
   static const struct {
     const char *name, *must; /* must: rule 9's message on a golden that computes no step */
   } goldens[] = {
@@ -535,12 +500,7 @@ int main(void) {
       {"hybrid_ragged", "dequantize_mxfp8 reads scales emb.s [0,4) on rank 0: holds undefined"},
       {"mx_block_undef", "dequantize_mxfp8 reads scales mx.mxscale [12,13) on rank 0: holds undefined"},
   };
-  for (size_t e = 0; e < sizeof examples / sizeof *examples; e++)
-    compiled(examples[e], fpi_sprintf(top, "%s/examples/%s.json", FP_SOURCE_DIR, examples[e]), NULL);
-  for (size_t e = 0; e < sizeof pairs / sizeof *pairs; e++)
-    compiled(fpi_sprintf(top, "%s+%s", pairs[e][0], pairs[e][1]),
-             fpi_sprintf(top, "%s/tests/mpi/%s.model.json", FP_SOURCE_DIR, pairs[e][0]),
-             fpi_sprintf(top, "%s/tests/mpi/%s.spec.json", FP_SOURCE_DIR, pairs[e][1]));
+  fails += fp_mut_sources(compiled, NULL);
   for (size_t g = 0; g < sizeof goldens / sizeof *goldens; g++) {
     fp_arena *a = fpi_arena_new();
     fp_diag d;
@@ -582,6 +542,5 @@ int main(void) {
            100 * MIN_SEM);
     fails++;
   }
-  fpi_arena_free(top);
   return fails ? 1 : 0;
 }
