@@ -378,13 +378,6 @@ static double xfer_timeout(const fp_exec *from, const fp_exec *to) {
   return e && *e && !*end && v > 0 && v <= 1e9 ? v : 0;
 }
 
-/* what must be the same transfer on every process: the whole program
- * (ir/xfer.h fpi_tx_hash), taken at each run - a run does more work per op
- * than hashing it - so two processes holding transfers that differ in any
- * op (two files, one edited or compiled with other options) are refused
- * before any op, not run into each other's bytes */
-static uint64_t tx_identity(const fp_tx *tx) { return fpi_tx_hash(tx); }
-
 /* Complete the posted requests req[from, n). With a timeout, polled: past
  * it, the pending ones are abandoned (freed; *abandoned set, so the caller
  * keeps the memory they may still touch) and the error names their peers.
@@ -723,10 +716,10 @@ static fp_status run_ops(fp_xfer *t, xrun *R, MPI_Comm base, MPI_Comm c, const i
  * whose transform failed. A process that failed keeps its own message; the
  * others name it. Not after the watchdog abandoned this process's requests
  * (the others' agreement then times out, naming it). */
-static fp_status agree_outcome(fp_xfer *t, fp_status st, MPI_Comm base, double timeout_s) {
+static fp_status agree_outcome(fp_xfer *t, uint64_t id, fp_status st, MPI_Comm base, double timeout_s) {
   const int64_t none[FPX_AGREE_VALS] = {0};
   fpx_agreement a;
-  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(t->tx), st != FP_OK,
+  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, id, st != FP_OK,
                     none, &a);
   if (st != FP_OK || a.verdict == FPX_AV_OK) return st;
   char list[160];
@@ -767,7 +760,9 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
   /* agreement over the caller's communicator, point to point under the
    * watchdog (agree.c; every process calls it, in the same order as the
    * caller's other agreements there): the outcome, that every process holds
-   * this transfer, and the max of: one backend (the largest and the
+   * this transfer (the whole program's hash, fpi_tx_hash: two transfers
+   * between the same plans that differ in any op are refused before any
+   * op, not run into each other's bytes), and the max of: one backend (the largest and the
    * smallest of the processes holding executors), whether the NCCL
    * communicator is made, whether any process duplicates its communicator
    * again (then all do: a collective). Without a timeout it waits as long as
@@ -775,8 +770,8 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
   double timeout_s = xfer_timeout(R.has_from ? from : NULL, R.has_to ? to : NULL);
   const int64_t mine[FPX_AGREE_VALS] = {st != FP_OK, R.backend, R.backend ? -R.backend : -100, R.fresh, redo};
   fpx_agreement a;
-  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, tx_identity(t->tx), st != FP_OK,
-                    mine, &a);
+  uint64_t id = fpi_tx_hash(t->tx); /* (once a run: the agreement after the ops compares it again) */
+  fpx_agree_watched(base, FPX_AGREE_TAG_XFER, timeout_s > 0 ? timeout_s : INFINITY, id, st != FP_OK, mine, &a);
   if (a.verdict != FPX_AV_OK) return agree_failed(t, st, &a, timeout_s);
   const int64_t *all = a.max;
   /* every process has its state (a process without failed, above) */
@@ -785,7 +780,7 @@ fp_status fp_xfer_run(fp_xfer *t, fp_exec *from, fp_exec *to, const void *comm) 
     return fpx_xfer_fail(t, FP_ERR_MISMATCH, "xfer: the processes' executors are on different backends (MPI and "
                          "NCCL); nothing was written");
   st = run_ops(t, &R, base, R.m->dup, all, timeout_s);
-  if (t->tx->nxf > 0 && !R.abandoned) st = agree_outcome(t, st, base, timeout_s);
+  if (t->tx->nxf > 0 && !R.abandoned) st = agree_outcome(t, id, st, base, timeout_s);
   if (st == FP_OK && t->msg) t->msg[0] = 0;
   return st;
 }

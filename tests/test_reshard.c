@@ -295,7 +295,8 @@ static void watchdog_lost(fp_xfer *ab, fp_exec *xa, fp_exec *xb, int victim) {
  * another (the same count and dtype) exchanged, and the matching recvs on
  * the receiver: the two slices cross in the other order. The first such
  * pair, with process `prefer` as sender or receiver where there is one,
- * that X1-X7 accept; its op indices in at[4] (cross_undo puts them back).
+ * that X1-X7 accept; its op indices in at[4] (cross_swap(t, at) again puts
+ * them back).
  * false when the transfer has none. */
 static void cross_swap(fp_tx *t, const int32_t at[4]) {
   fp_tx_op s = t->ops[at[0]];
